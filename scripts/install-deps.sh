@@ -1,0 +1,22 @@
+#!/bin/sh
+# Installs the Debian 12 packages gpupool builds and tests with, if missing.
+# Usage: scripts/install-deps.sh [build|test|all]   (default: build)
+set -eu
+what=${1:-build}
+build="make gcc pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libpq-dev"
+test="libcmocka-dev python3-pytest python3-requests clang libclang-rt-14-dev postgresql sqlite3 procps"
+case "$what" in
+  build) pkgs=$build ;;
+  test|all) pkgs="$build $test" ;;
+  *) echo "usage: $0 [build|test|all]" >&2; exit 2 ;;
+esac
+missing=""
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "installing:$missing" >&2
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null

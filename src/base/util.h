@@ -1,0 +1,35 @@
+/* util.h - time, strict number parsing and small string helpers.
+ * All functions are thread-safe and allocate nothing unless they say so. */
+#ifndef GP_BASE_UTIL_H
+#define GP_BASE_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Wall-clock time in milliseconds since the epoch. */
+int64_t gp_now_ms(void);
+/* Monotonic time in milliseconds (for deadlines inside one process). */
+int64_t gp_mono_ms(void);
+/* Format ms-since-epoch as RFC 3339 UTC with milliseconds
+ * ("2026-11-22T11:40:00.123Z").  Writes "" for ms <= 0. size >= 32. */
+void gp_time_format(int64_t ms, char *out, size_t size);
+/* Parse RFC 3339 ("2026-11-22T11:40:00Z", fractional seconds and +hh:mm
+ * offsets allowed). 0 or -EINVAL. */
+int gp_time_parse(const char *s, int64_t *ret_ms);
+
+/* Strict decimal parse of the whole string into [min, max]: no sign games,
+ * no trailing junk, no empty string.  0, -EINVAL or -ERANGE. */
+int gp_parse_i64(const char *s, int64_t min, int64_t max, int64_t *ret);
+
+/* Copy at most size-1 bytes and NUL-terminate; returns strlen(src) so the
+ * caller can detect truncation (>= size). */
+size_t gp_strlcpy(char *dst, const char *src, size_t size);
+
+/* true if s is valid UTF-8 with no NUL and no control characters other
+ * than tab (for names and reasons shown to people). */
+bool gp_str_is_clean(const char *s, size_t len);
+
+#endif

@@ -1,0 +1,92 @@
+/* task.h - the task record: what a task is, as stored and as shown.
+ *
+ * This is plain data shared by the daemon (server/), the store (store/) and
+ * the scheduler (core/sched.h, which copies only what it needs).  Strings
+ * are fixed-size and always NUL-terminated; `spec` is the one heap field.
+ *
+ * State machine (DESIGN.md):
+ *   queued -> running -> succeeded | failed | cancelled | timeout | lost
+ *   queued -> cancelled | timeout (queue_timeout_s)
+ *   running -> queued (preempted, or its GPU/node failed and retries remain)
+ */
+#ifndef GP_CORE_TASK_H
+#define GP_CORE_TASK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GP_PRIORITY_LEVELS 10
+#define GP_MAX_GANG 16          /* most GPUs one task may ask for */
+#define GP_TENANT_MAX 64
+#define GP_NAME_MAX 128
+#define GP_MODEL_MAX 128
+#define GP_REASON_MAX 256
+#define GP_NODE_MAX 64
+#define GP_UUID_MAX 96
+
+typedef enum gp_task_state {
+        GP_TASK_QUEUED = 0,
+        GP_TASK_RUNNING,
+        GP_TASK_SUCCEEDED,
+        GP_TASK_FAILED,
+        GP_TASK_CANCELLED,
+        GP_TASK_TIMEOUT,
+        GP_TASK_LOST,
+        GP_TASK_STATE_COUNT,
+} gp_task_state;
+
+typedef struct gp_task_gpu {
+        char node[GP_NODE_MAX];  /* node name, "local" for the server's machine */
+        int index;               /* GPU index on that node */
+        char uuid[GP_UUID_MAX];  /* GPU uuid as the backend reports it */
+} gp_task_gpu;
+
+typedef struct gp_task {
+        int64_t id;                       /* > 0, assigned by the daemon, never reused */
+        char tenant[GP_TENANT_MAX];       /* owning tenant id */
+        char name[GP_NAME_MAX];           /* free text, may be "" */
+        char model[GP_MODEL_MAX];         /* model the task loads (affinity), may be "" */
+        char gpu_model[GP_MODEL_MAX];     /* glob on the GPU's name, "" = any */
+        int priority;                     /* 0 (most urgent) .. 9 */
+        int gpu_request;                  /* GPUs wanted, 1..GP_MAX_GANG */
+        int64_t memory_mb;                /* per GPU; 0 = whole GPU */
+        bool exclusive;                   /* whole GPU(s), no sharing */
+        bool preemptible;                 /* may be preempted (tenants issue) */
+        bool is_lease;                    /* no command: caller holds the GPUs */
+        int64_t timeout_s;                /* run time limit, 0 = none */
+        int64_t queue_timeout_s;          /* max wait in queue, 0 = none */
+        int64_t lease_ttl_s;              /* lease: heartbeat at least this often */
+        int max_retries;                  /* requeues allowed after GPU/node failure */
+        int retries;                      /* requeues used */
+        int preempt_count;                /* times preempted */
+        gp_task_state state;
+        bool has_exit_code;
+        int exit_code;                    /* valid when has_exit_code */
+        char reason[GP_REASON_MAX];       /* why it ended / why it waits */
+        int64_t submitted_ms;             /* wall-clock ms since epoch */
+        int64_t started_ms;               /* 0 while never started */
+        int64_t finished_ms;              /* 0 until final */
+        int64_t heartbeat_ms;             /* lease: last heartbeat */
+        int n_gpus;                       /* entries used in gpus[] while running */
+        gp_task_gpu gpus[GP_MAX_GANG];
+        int64_t sup_pid;                  /* batch: supervisor pid, 0 if none */
+        int64_t sup_start;                /* batch: supervisor start time (clock ticks) */
+        char *spec;                       /* batch: JSON {"command":[..],"env":{..},"workdir":".."}; NULL for a lease; owned */
+} gp_task;
+
+/* "queued", "running", ...; "unknown" for out-of-range values. */
+const char *gp_task_state_name(gp_task_state s);
+/* Parse a state name. 0 or -EINVAL. */
+int gp_task_state_parse(const char *s, gp_task_state *ret);
+/* true for succeeded/failed/cancelled/timeout/lost. */
+bool gp_task_state_is_final(gp_task_state s);
+/* Priority by number "0".."9" or name (critical=0, high=2, normal=5, low=7,
+ * background=9), case-insensitive; also "P3". 0 or -EINVAL. */
+int gp_priority_parse(const char *s, int *ret);
+
+/* Deep copy (spec duplicated). 0 or -ENOMEM (dst untouched). */
+int gp_task_copy(gp_task *dst, const gp_task *src);
+/* Free the heap parts (spec); the struct itself is the caller's. Takes NULL. */
+void gp_task_done(gp_task *t);
+
+#endif

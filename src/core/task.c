@@ -52,10 +52,22 @@ int gp_priority_parse(const char *s, int *ret) {
 
 int gp_task_copy(gp_task *dst, const gp_task *src) {
         char *spec = NULL;
+        gp_task_gpu *gpus = NULL;
         if (src->spec && !(spec = strdup(src->spec)))
                 return -ENOMEM;
+        if (src->n_gpus > 0) {
+                gpus = malloc(sizeof(*gpus) * (size_t)src->n_gpus);
+                if (!gpus) {
+                        free(spec);
+                        return -ENOMEM;
+                }
+                memcpy(gpus, src->gpus, sizeof(*gpus) * (size_t)src->n_gpus);
+        }
         *dst = *src;
         dst->spec = spec;
+        dst->gpus = gpus;
+        if (!gpus)
+                dst->n_gpus = 0;
         return 0;
 }
 
@@ -64,4 +76,7 @@ void gp_task_done(gp_task *t) {
                 return;
         free(t->spec);
         t->spec = NULL;
+        free(t->gpus);
+        t->gpus = NULL;
+        t->n_gpus = 0;
 }

@@ -2,7 +2,8 @@
  *
  * This is plain data shared by the daemon (server/), the store (store/) and
  * the scheduler (core/sched.h, which copies only what it needs).  Strings
- * are fixed-size and always NUL-terminated; `spec` is the one heap field.
+ * are fixed-size and always NUL-terminated; `spec` and `gpus` are the heap
+ * fields, owned by the record (gp_task_copy / gp_task_done).
  *
  * State machine (DESIGN.md):
  *   queued -> running -> succeeded | failed | cancelled | timeout | lost
@@ -20,9 +21,9 @@
 #define GP_TENANT_MAX 64
 #define GP_NAME_MAX 128
 #define GP_MODEL_MAX 128
-#define GP_REASON_MAX 256
-#define GP_NODE_MAX 64
-#define GP_UUID_MAX 96
+#define GP_REASON_MAX 200
+#define GP_NODE_MAX 48
+#define GP_UUID_MAX 64
 
 typedef enum gp_task_state {
         GP_TASK_QUEUED = 0,
@@ -67,8 +68,8 @@ typedef struct gp_task {
         int64_t started_ms;               /* 0 while never started */
         int64_t finished_ms;              /* 0 until final */
         int64_t heartbeat_ms;             /* lease: last heartbeat */
-        int n_gpus;                       /* entries used in gpus[] while running */
-        gp_task_gpu gpus[GP_MAX_GANG];
+        int n_gpus;                       /* entries in gpus while running, else 0 */
+        gp_task_gpu *gpus;                /* n_gpus entries, owned; NULL when n_gpus == 0 */
         int64_t sup_pid;                  /* batch: supervisor pid, 0 if none */
         int64_t sup_start;                /* batch: supervisor start time (clock ticks) */
         char *spec;                       /* batch: JSON {"command":[..],"env":{..},"workdir":".."}; NULL for a lease; owned */
@@ -84,9 +85,9 @@ bool gp_task_state_is_final(gp_task_state s);
  * background=9), case-insensitive; also "P3". 0 or -EINVAL. */
 int gp_priority_parse(const char *s, int *ret);
 
-/* Deep copy (spec duplicated). 0 or -ENOMEM (dst untouched). */
+/* Deep copy (spec and gpus duplicated). 0 or -ENOMEM (dst untouched). */
 int gp_task_copy(gp_task *dst, const gp_task *src);
-/* Free the heap parts (spec); the struct itself is the caller's. Takes NULL. */
+/* Free the heap parts (spec, gpus); the struct itself is the caller's. Takes NULL. */
 void gp_task_done(gp_task *t);
 
 #endif

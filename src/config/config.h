@@ -1,0 +1,98 @@
+/* config.h - gpupool configuration: defaults, YAML loading, validation.
+ *
+ * gp_config_defaults() gives the embedded default (DESIGN.md "Config"): every
+ * key has a default, so an empty file or no file is a valid config.
+ * gp_config_load() overlays a YAML file on the defaults and refuses a bad
+ * file with a message naming FILE:LINE and the dotted key.
+ * Plain data; no threads.  Lives in config/ (above base/, beside core/).
+ */
+#ifndef GP_CONFIG_CONFIG_H
+#define GP_CONFIG_CONFIG_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/task.h"
+
+#define GP_CFG_MAX_SIM 16        /* entries in gpus.sim */
+#define GP_CFG_MAX_RESERVED 64   /* entries in gpus.reserved */
+#define GP_CFG_MAX_ADMIN_KEYS 16
+
+typedef enum { GP_POLICY_HYBRID = 0, GP_POLICY_STRICT, GP_POLICY_FIFO } gp_policy;
+
+typedef struct gp_cfg_sim_gpu {
+        char name[GP_NAME_MAX];   /* e.g. "NVIDIA GeForce RTX 4090" */
+        int64_t memory_mb;        /* 1..1048576 */
+        int count;                /* 1..64 */
+} gp_cfg_sim_gpu;
+
+typedef struct gp_config {
+        char source[PATH_MAX];               /* file loaded, "" for the embedded default */
+
+        /* server */
+        char listen[128];                    /* "ADDR:PORT", default "0.0.0.0:8080" */
+        char data_dir[PATH_MAX];             /* default "./gpupool-data" */
+        int max_connections;                 /* default 1024 */
+        int64_t max_body_bytes;              /* default 1 MiB */
+        int connection_timeout_s;            /* idle connection cut-off, default 60 */
+        int http_threads;                    /* MHD worker threads, default 2 */
+
+        /* auth */
+        char admin_keys[GP_CFG_MAX_ADMIN_KEYS][72]; /* "sha256:<64 hex>" */
+        int n_admin_keys;
+
+        /* store */
+        char store_url[PATH_MAX + 16];       /* default "sqlite://<data_dir>/gpupool.db" */
+        bool store_sync_full;                /* store.sync: full (default) | normal */
+
+        /* gpus */
+        char gpu_backend[8];                 /* "auto" (default) | "nvml" | "sim" */
+        char nvml_library[PATH_MAX];         /* default "libnvidia-ml.so.1" */
+        char reserved[GP_CFG_MAX_RESERVED][GP_UUID_MAX]; /* GPU index ("1") or uuid */
+        int n_reserved;
+        gp_cfg_sim_gpu sim[GP_CFG_MAX_SIM];  /* default: one entry, RTX 4090 24564 MB x4 */
+        int n_sim;
+        int gpu_poll_ms;                     /* GPU sampling interval, default 2000 */
+
+        /* scheduler */
+        gp_policy policy;                    /* default hybrid */
+        int priority_levels;                 /* must be 10 in this version */
+        uint32_t weights[GP_PRIORITY_LEVELS];/* default 256,128,...,1,1; each 1..1000000 */
+        int max_queue_depth;                 /* per tier, default 10000 */
+        int queue_timeout_sec;               /* gateway queue wait, default 60 */
+        int64_t memory_safety_margin_mb;     /* default 2000 */
+        int max_models_per_gpu;              /* default 2 */
+        bool backfill;                       /* default true */
+        int backfill_depth;                  /* queued tasks examined for backfill, default 1000 */
+        bool preemption_enabled;             /* default true */
+        int preemption_grace_sec;            /* default 30 */
+        int preemption_min_runtime_sec;      /* default 60 */
+
+        /* tasks */
+        int default_lease_ttl_s;             /* default 60 */
+        int max_lease_ttl_s;                 /* default 86400 */
+        int kill_grace_s;                    /* SIGTERM -> SIGKILL, default 10 */
+        int64_t max_log_bytes;               /* per task log cap, default 64 MiB */
+        int default_max_retries;             /* default 1 */
+} gp_config;
+
+/* Fill cfg with the embedded default.  Never fails. */
+void gp_config_defaults(gp_config *cfg);
+
+/* Load a YAML file over the defaults into *cfg.  On failure returns
+ * -EINVAL (bad content), -ENOENT/-EACCES (cannot read) or -ENOMEM, writes
+ * "FILE:LINE: KEY: what is wrong" into err (always NUL-terminated when
+ * errlen > 0), and leaves *cfg untouched. */
+int gp_config_load(const char *path, gp_config *cfg, char *err, size_t errlen);
+
+/* The same from a buffer (fuzzing, tests); `name` stands for the file name
+ * in messages.  Input is bounded to 1 MiB (-E2BIG beyond). */
+int gp_config_load_buffer(const char *name, const char *data, size_t len, gp_config *cfg,
+                          char *err, size_t errlen);
+
+/* Cross-field checks (also run by the loaders). 0 or -EINVAL with err. */
+int gp_config_validate(const gp_config *cfg, char *err, size_t errlen);
+
+#endif

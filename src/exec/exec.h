@@ -1,0 +1,91 @@
+/* exec.h - running batch tasks under a supervisor that outlives the daemon.
+ *
+ * Every batch task gets a directory (DATA_DIR/tasks/<id>/) and a supervisor
+ * process of its own: gp_exec_start() double-forks and execs
+ * "SELF_EXE __supervise TASK_DIR", so the supervisor is not the daemon's
+ * child and survives a daemon crash.  The supervisor:
+ *   1. writes TASK_DIR/supervisor.pid ("PID STARTTIME\n", atomically),
+ *   2. starts the command in a new process group with stdout+stderr going
+ *      through a pipe into TASK_DIR/log (capped at max_log_bytes; beyond the
+ *      cap output is discarded and one marker line is written),
+ *   3. enforces timeout_s (SIGTERM to the group, SIGKILL after kill_grace_s),
+ *   4. on SIGTERM to itself (cancel) does the same to the group,
+ *   5. writes TASK_DIR/result.json atomically (write tmp, fsync, rename)
+ *      and exits.  result.json is the only truth about how the task ended.
+ * Files in TASK_DIR: spec.json (written by gp_exec_start), supervisor.pid,
+ * log, result.json.
+ *
+ * The daemon watches a supervisor with a pidfd (works for non-children and
+ * after a daemon restart); when it becomes readable, read result.json.
+ * All functions may be called from any thread; none keeps global state.
+ */
+#ifndef GP_EXEC_EXEC_H
+#define GP_EXEC_EXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct gp_exec_spec {
+        int64_t task_id;
+        const char *const *argv;     /* NULL-terminated, argv[0] looked up in PATH */
+        const char *const *env;      /* extra "K=V" entries, NULL-terminated, may be NULL */
+        const char *workdir;         /* NULL or "" = TASK_DIR */
+        const char *cuda_visible_devices; /* value of CUDA_VISIBLE_DEVICES, e.g. "0,1" */
+        const char *gpus;            /* value of GPUPOOL_GPUS, e.g. "local:0,local:1" */
+        int64_t timeout_s;           /* 0 = none */
+        int kill_grace_s;            /* SIGTERM -> SIGKILL delay, >= 0 */
+        int64_t max_log_bytes;       /* > 0 */
+} gp_exec_spec;
+
+typedef struct gp_exec_proc {
+        int64_t pid;                 /* supervisor pid */
+        int64_t start;               /* its start time (field 22 of /proc/PID/stat) */
+} gp_exec_proc;
+
+typedef enum gp_exec_end {
+        GP_EXEC_EXITED = 0,          /* exit_code valid */
+        GP_EXEC_SIGNALED,            /* killed by signal `signal` (not by us) */
+        GP_EXEC_TIMEOUT,             /* we killed it: timeout_s passed */
+        GP_EXEC_CANCELLED,           /* we killed it: supervisor got SIGTERM */
+        GP_EXEC_SPAWN_FAILED,        /* command could not be started (message says why) */
+} gp_exec_end;
+
+typedef struct gp_exec_result {
+        gp_exec_end end;
+        int exit_code;               /* EXITED: the code; otherwise 128+signal or 127 */
+        int signal;                  /* SIGNALED/TIMEOUT/CANCELLED: the last signal, else 0 */
+        int64_t finished_ms;         /* wall clock when the command ended */
+        char message[200];           /* human-readable, e.g. "exited with code 3" */
+} gp_exec_result;
+
+/* Create TASK_DIR (mode 0700, parents too), write spec.json, start the
+ * supervisor, and wait (bounded, 5 s) until it has written supervisor.pid.
+ * self_exe is the gpupool binary (e.g. from readlink /proc/self/exe).
+ * 0, -EINVAL, -ENOMEM, -errno of a failed syscall, -ETIMEDOUT. */
+int gp_exec_start(const char *self_exe, const char *task_dir, const gp_exec_spec *spec,
+                  gp_exec_proc *ret);
+
+/* The supervisor's main (main.c calls it for "__supervise TASK_DIR").
+ * Returns the process exit status for the supervisor itself. */
+int gp_exec_supervise_main(const char *task_dir);
+
+/* Read TASK_DIR/supervisor.pid. 0, -ENOENT, -EINVAL (garbage). */
+int gp_exec_read_pidfile(const char *task_dir, gp_exec_proc *ret);
+
+/* true if that process still exists and is the same process (start time
+ * matches, so a reused pid is not mistaken for it). */
+bool gp_exec_alive(const gp_exec_proc *p);
+
+/* pidfd for the supervisor (pidfd_open), readable when it exits.
+ * 0, -ESRCH (gone or pid reused), -errno. Caller closes. */
+int gp_exec_watch(const gp_exec_proc *p, int *ret_fd);
+
+/* Ask the supervisor to stop the task (SIGTERM; it escalates itself).
+ * 0, -ESRCH if it is gone. Idempotent. */
+int gp_exec_cancel(const gp_exec_proc *p);
+
+/* Read TASK_DIR/result.json. 0, -ENOENT (not ended yet), -EINVAL. */
+int gp_exec_read_result(const char *task_dir, gp_exec_result *ret);
+
+#endif

@@ -1,0 +1,64 @@
+/* gpu.h - the GPU inventory edge: NVML (dlopen) or simulated GPUs.
+ *
+ * A backend is opened once, then read periodically (off the request path)
+ * to get a snapshot of every GPU on this machine.  Backends sit behind a
+ * vtable (gpu-int.h); callers see only this header.  A backend handle is
+ * used by one thread at a time.
+ */
+#ifndef GP_GPU_GPU_H
+#define GP_GPU_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/task.h"
+
+typedef struct gp_gpu_info {
+        int index;                  /* 0-based index on this machine */
+        char uuid[GP_UUID_MAX];     /* "GPU-..." (NVML) or "SIM-<n>-..." (sim) */
+        char name[GP_NAME_MAX];     /* "NVIDIA GeForce RTX 4090" */
+        int64_t memory_total_mb;
+        int64_t memory_used_mb;     /* as the device reports it */
+        int util_pct;               /* 0..100, -1 unknown */
+        int temp_c;                 /* -1 unknown */
+        int power_mw;               /* -1 unknown */
+        bool healthy;               /* false after an NVML error on this device */
+        char health_reason[128];    /* why not healthy, "" when healthy */
+} gp_gpu_info;
+
+typedef struct gp_gpu_backend gp_gpu_backend;
+
+typedef struct gp_gpu_options {
+        const char *backend;        /* "auto" | "nvml" | "sim" */
+        const char *nvml_library;   /* path or soname for dlopen */
+        const struct gp_cfg_sim_gpu *sim; /* sim specs (config.h), n_sim entries */
+        int n_sim;
+} gp_gpu_options;
+
+/* Open a backend. "auto" tries NVML and falls back to sim when the library
+ * cannot be loaded or reports no GPU.  "nvml" fails with -GP_ENOGPU and a
+ * message in err if NVML cannot be used.  0 / -GP_ENOGPU / -EINVAL / -ENOMEM. */
+int gp_gpu_open(const gp_gpu_options *opt, gp_gpu_backend **ret, char *err, size_t errlen);
+
+/* "nvml" or "sim". */
+const char *gp_gpu_backend_name(const gp_gpu_backend *b);
+
+/* Snapshot of all GPUs: *ret is a malloc'd array of *ret_n entries the caller
+ * frees with free().  A device that fails to answer comes back with
+ * healthy=false and a reason, not as an error.  0 or -ENOMEM / -EIO. */
+int gp_gpu_read(gp_gpu_backend *b, gp_gpu_info **ret, size_t *ret_n);
+
+/* Topology distance between GPUs a and b on this machine: 0 same board /
+ * NVLink, 1 same PCIe switch, 2 same host bridge / CPU, 3 across CPUs.
+ * -ENOTSUP when the backend does not know (sim, or NVML without topology). */
+int gp_gpu_distance(gp_gpu_backend *b, int a, int b_index, int *ret);
+
+/* sim only: tell the backend what runs on a GPU so it can report plausible
+ * used memory / utilisation / temperature.  -ENOTSUP for NVML. */
+int gp_gpu_sim_set_load(gp_gpu_backend *b, int index, int64_t memory_used_mb, int tasks);
+
+/* Close; takes NULL. */
+void gp_gpu_close(gp_gpu_backend *b);
+
+#endif

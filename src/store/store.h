@@ -1,0 +1,73 @@
+/* store.h - durable storage of tasks and small metadata.
+ *
+ * Backends behind a vtable (store-int.h): SQLite ("sqlite://PATH", WAL) now,
+ * PostgreSQL ("postgres://...") later.  A gp_store handle is used by one
+ * thread at a time; open one handle per thread (SQLite WAL lets readers run
+ * beside the one writer).  Errors are returned, never logged: the message of
+ * the last failure is available from gp_store_errmsg().
+ *
+ * Durability: a change is durable once gp_store_commit() returned 0 (or,
+ * outside a transaction, once gp_store_task_put() returned 0).
+ */
+#ifndef GP_STORE_STORE_H
+#define GP_STORE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/task.h"
+
+typedef struct gp_store gp_store;
+
+typedef struct gp_store_options {
+        bool sync_full;      /* SQLite synchronous=FULL (else NORMAL) */
+        int busy_timeout_ms; /* wait for locks, default 5000 when 0 */
+} gp_store_options;
+
+/* Open (creating the schema if needed). 0, -EINVAL (bad url, message in err),
+ * -GP_ESTORE (cannot open / migrate), -ENOMEM. */
+int gp_store_open(const char *url, const gp_store_options *opt, gp_store **ret, char *err,
+                  size_t errlen);
+/* Close; takes NULL. */
+void gp_store_close(gp_store *s);
+/* Message of the last failure on this handle ("" if none). */
+const char *gp_store_errmsg(gp_store *s);
+
+/* Transactions: begin, then puts, then commit (durable) or rollback.
+ * 0 or -GP_ESTORE. */
+int gp_store_begin(gp_store *s);
+int gp_store_commit(gp_store *s);
+int gp_store_rollback(gp_store *s);
+
+/* Insert or replace the whole record by id (spec and gpus included).
+ * 0 or -GP_ESTORE. */
+int gp_store_task_put(gp_store *s, const gp_task *t);
+
+/* One task by id into *ret (caller calls gp_task_done). 0, -ENOENT, -GP_ESTORE. */
+int gp_store_task_get(gp_store *s, int64_t id, gp_task *ret);
+
+typedef struct gp_task_filter {
+        int state;           /* gp_task_state, or -1 for any */
+        const char *tenant;  /* NULL for any */
+        int64_t before_id;   /* only ids < before_id; 0 = no bound */
+        int limit;           /* 1..1000 */
+} gp_task_filter;
+
+/* Callback gets a record valid only during the call; return 0 to go on,
+ * anything else to stop (that value is returned by the iterator). */
+typedef int (*gp_task_cb)(const gp_task *t, void *ud);
+
+/* Tasks matching the filter, newest (highest id) first. */
+int gp_store_task_list(gp_store *s, const gp_task_filter *f, gp_task_cb cb, void *ud);
+/* All queued and running tasks, oldest (lowest id) first, for recovery. */
+int gp_store_task_load_active(gp_store *s, gp_task_cb cb, void *ud);
+/* Highest task id ever stored, 0 if none. */
+int gp_store_task_max_id(gp_store *s, int64_t *ret);
+
+/* Small key/value metadata (scheduler state that must survive restart).
+ * get: 0, -ENOENT, -E2BIG (value longer than size-1), -GP_ESTORE. */
+int gp_store_meta_get(gp_store *s, const char *key, char *buf, size_t size);
+int gp_store_meta_set(gp_store *s, const char *key, const char *value);
+
+#endif

@@ -1,6 +1,11 @@
 # gpupool build. `make` builds build/gpupool; `make check` runs every test;
 # `make SAN=1 check` runs them under ASan+UBSan (in build-asan/).
 # Module-specific rules (fake NVML library, fuzzers, ...) live in mk/*.mk.
+#
+# NOTE for everyone working in parallel (see HACKING.md): do not edit this
+# file; put rules in mk/<module>.mk.  Build in your own dir to avoid
+# collisions: make BUILD=/tmp/b-<module> /tmp/b-<module>/tests/test-<module>
+# Commit only your own files (git add <paths>), never git add -A.
 
 SAN ?= 0
 ifeq ($(SAN),1)

@@ -1,0 +1,1792 @@
+/* sched.c - the scheduling core (see sched.h for the contract).
+ *
+ * Layout of the state:
+ *   - gpus[]: one entry per GPU; a usable GPU (healthy, not drained, not
+ *     reserved) that holds shared work (ntasks > 0, not exclusive) sits in
+ *     one of the free-memory buckets of its kind (kind = interned GPU name),
+ *     so the best shared GPU is found without scanning every GPU.
+ *   - nodes[]: GPUs grouped by node; a node with k usable idle GPUs sits in
+ *     idle list k, so whole-GPU and gang requests find the best-fitting node
+ *     without scanning every node.
+ *   - tiers[]: one FIFO of queued tasks per priority, ordered by id.
+ *   - tasks: hash map id -> task for every queued or running task.
+ *   - heap: queue deadlines (lazy deletion: stale entries are skipped).
+ * Invariants: a GPU is in a bucket iff usable && !excl && ntasks > 0; a
+ * node is in idle list k iff k == its count of usable idle GPUs and k > 0;
+ * alloc on a GPU is the sum of the charges of the tasks on it.
+ */
+#include "core/sched.h"
+
+#include "base/err.h"
+#include "base/util.h"
+
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NIL UINT32_MAX
+#define BUCKET_MB 512
+#define NBUCKETS 256
+#define MAX_KINDS 64
+#define MAX_NODE_GPUS 256
+#define TOPO_MAX 16                /* topology kept for the first 16 GPUs of a node */
+#define STRIDE1 ((uint64_t)1 << 24)
+#define TIME_INF INT64_MAX
+
+enum {
+        R_NONE = 0,     /* not examined by the last run */
+        R_NO_MEM,       /* a1 = MB needed, a2 = most free on a matching GPU (-1 unknown) */
+        R_NO_WHOLE,     /* a1 = GPUs needed, a2 = most idle on one node (-1 unknown) */
+        R_GANG_SHARED,  /* a1 = GPUs needed, a2 = MB each */
+        R_NO_USABLE,    /* every matching GPU is drained, unhealthy or reserved */
+        R_BEHIND_HIGHER,/* a1 = reserved task id, a2 = its priority */
+        R_WOULD_DELAY,  /* a1 = reserved task id, a2 = seconds until its estimated start (-1 unknown) */
+        R_DEPTH,        /* a1 = backfill depth */
+        R_HOL,          /* a1 = blocked task id (backfill off) */
+};
+
+typedef struct stask stask;
+
+typedef struct model_ref {
+        uint32_t model;
+        int count;
+} model_ref;
+
+typedef struct sgpu {
+        uint32_t node;
+        int index;
+        char *uuid;
+        char *name;
+        uint8_t kind;
+        int64_t total, usable, alloc;
+        int util, temp;
+        bool healthy, drained, reserved, excl;
+        int ntasks;
+        stask **tasks;
+        int tasks_cap;
+        model_ref *models;
+        int nmodels, models_cap;
+        uint32_t bprev, bnext;     /* free-memory bucket list */
+        int bucket;                /* -1 when not listed */
+        uint32_t resv_stamp;       /* == run stamp: reserved for the blocked task */
+        int slot;                  /* position in its node's gpu list */
+} sgpu;
+
+typedef struct snode {
+        char *name;
+        uint32_t *gpus;
+        int ngpus, cap;
+        uint64_t kinds;
+        int idle;
+        uint32_t iprev, inext;     /* idle list */
+        bool has_dist;
+        uint8_t dist[TOPO_MAX][TOPO_MAX];
+} snode;
+
+struct stask {
+        int64_t id;
+        uint32_t tenant;
+        uint8_t prio, ngpus;
+        bool excl, preemptible, running;
+        int64_t mem;               /* requested per GPU */
+        int64_t charge;            /* memory charged per GPU while running */
+        uint32_t model;            /* 0 = none */
+        char *gpu_model;           /* NULL = any */
+        uint64_t kinds;            /* allowed GPU kinds */
+        int64_t timeout_ms, submit_ms, deadline_ms, start_ms;
+        uint32_t gpus[GP_MAX_GANG];
+        stask *prev, *next;        /* tier queue */
+        uint8_t rcode;
+        bool resv_holder;
+        uint32_t rstamp;           /* run in which rcode was set */
+        int64_t ra1, ra2;
+        uint32_t pos;              /* queue position (valid when pos_gen matches) */
+};
+
+typedef struct tier {
+        stask *head, *tail;
+        size_t n;
+        uint64_t pass;
+} tier;
+
+typedef struct heap_ent {
+        int64_t deadline;
+        int64_t id;
+} heap_ent;
+
+typedef struct intern {
+        char **names;              /* names[0] = "" */
+        uint32_t n, cap;
+        uint32_t *slots;           /* hash -> id+1, 0 empty */
+        uint32_t nslots;
+} intern;
+
+struct gp_sched {
+        gp_sched_config cfg;
+        sgpu *gpus;
+        uint32_t ngpus, gpus_cap;
+        snode *nodes;
+        uint32_t nnodes, nodes_cap;
+        char *kind_names[MAX_KINDS];
+        int nkinds;
+        uint32_t buckets[MAX_KINDS][NBUCKETS];
+        uint32_t idle_lists[MAX_NODE_GPUS + 1];
+        int max_idle;              /* upper bound of non-empty idle list index */
+        tier tiers[GP_PRIORITY_LEVELS];
+        uint64_t vtime;
+        /* task map: open addressing; key 0 empty, -1 tombstone */
+        int64_t *map_keys;
+        stask **map_vals;
+        size_t map_cap, map_used, map_live;
+        heap_ent *heap;
+        size_t heap_n, heap_cap;
+        intern tenants, models;
+        uint32_t **model_gpus;     /* per model id: gpu ids where loaded */
+        int *model_gpus_n, *model_gpus_cap;
+        uint32_t model_gpus_len;
+        uint32_t stamp, last_run_stamp;
+        int64_t last_resv_id;
+        int64_t last_shadow_ms, last_run_ms;
+        uint64_t gen, pos_gen;
+        size_t running;
+        uint64_t total_scheduled, total_backfilled, total_expired;
+};
+
+/* ------------------------------------------------------------------ */
+/* small helpers                                                       */
+
+static void *grow(void *p, size_t elem, uint32_t *cap, uint32_t need) {
+        if (need <= *cap)
+                return p;
+        uint32_t n = *cap ? *cap : 8;
+        while (n < need)
+                n *= 2;
+        void *q = realloc(p, (size_t)n * elem);
+        if (!q)
+                return NULL;
+        *cap = n;
+        return q;
+}
+
+static uint64_t hash_str(const char *s) {
+        uint64_t h = 1469598103934665603ULL;
+        for (; *s; s++)
+                h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+        return h;
+}
+
+static uint64_t hash_i64(int64_t k) {
+        uint64_t x = (uint64_t)k;
+        x ^= x >> 33;
+        x *= 0xff51afd7ed558ccdULL;
+        x ^= x >> 33;
+        return x;
+}
+
+static void intern_done(intern *in) {
+        for (uint32_t i = 0; i < in->n; i++)
+                free(in->names[i]);
+        free(in->names);
+        free(in->slots);
+}
+
+static int intern_rehash(intern *in, uint32_t nslots) {
+        uint32_t *slots = calloc(nslots, sizeof(*slots));
+        if (!slots)
+                return -ENOMEM;
+        for (uint32_t id = 1; id < in->n; id++) {
+                uint32_t h = (uint32_t)hash_str(in->names[id]) & (nslots - 1);
+                while (slots[h])
+                        h = (h + 1) & (nslots - 1);
+                slots[h] = id + 1;
+        }
+        free(in->slots);
+        in->slots = slots;
+        in->nslots = nslots;
+        return 0;
+}
+
+/* id of s (0 for NULL or ""), interning it. 0 / -ENOMEM. */
+static int intern_get(intern *in, const char *s, uint32_t *ret) {
+        if (!s || !*s) {
+                *ret = 0;
+                return 0;
+        }
+        if (in->n == 0) {
+                in->names = calloc(8, sizeof(char *));
+                if (!in->names || !(in->names[0] = strdup("")))
+                        return -ENOMEM;
+                in->n = 1;
+                in->cap = 8;
+        }
+        if ((in->n + 1) * 2 > in->nslots && intern_rehash(in, in->nslots ? in->nslots * 2 : 64) < 0)
+                return -ENOMEM;
+        uint32_t h = (uint32_t)hash_str(s) & (in->nslots - 1);
+        while (in->slots[h]) {
+                uint32_t id = in->slots[h] - 1;
+                if (strcmp(in->names[id], s) == 0) {
+                        *ret = id;
+                        return 0;
+                }
+                h = (h + 1) & (in->nslots - 1);
+        }
+        char **names = grow(in->names, sizeof(char *), &in->cap, in->n + 1);
+        if (!names)
+                return -ENOMEM;
+        in->names = names;
+        if (!(names[in->n] = strdup(s)))
+                return -ENOMEM;
+        in->slots[h] = in->n + 1;
+        *ret = in->n++;
+        return 0;
+}
+
+static const char *intern_name(const intern *in, uint32_t id) {
+        return id < in->n ? in->names[id] : "";
+}
+
+/* ------------------------------------------------------------------ */
+/* task map                                                            */
+
+static stask *map_get(const gp_sched *s, int64_t id) {
+        if (!s->map_cap || id <= 0)
+                return NULL;
+        size_t m = s->map_cap - 1, h = hash_i64(id) & m;
+        for (;;) {
+                int64_t k = s->map_keys[h];
+                if (k == 0)
+                        return NULL;
+                if (k == id)
+                        return s->map_vals[h];
+                h = (h + 1) & m;
+        }
+}
+
+static int map_resize(gp_sched *s, size_t cap) {
+        int64_t *keys = calloc(cap, sizeof(*keys));
+        stask **vals = calloc(cap, sizeof(*vals));
+        if (!keys || !vals) {
+                free(keys);
+                free(vals);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < s->map_cap; i++) {
+                int64_t k = s->map_keys[i];
+                if (k <= 0)
+                        continue;
+                size_t h = hash_i64(k) & (cap - 1);
+                while (keys[h])
+                        h = (h + 1) & (cap - 1);
+                keys[h] = k;
+                vals[h] = s->map_vals[i];
+        }
+        free(s->map_keys);
+        free(s->map_vals);
+        s->map_keys = keys;
+        s->map_vals = vals;
+        s->map_cap = cap;
+        s->map_used = s->map_live;
+        return 0;
+}
+
+static int map_put(gp_sched *s, stask *t) {
+        if ((s->map_used + 1) * 10 > s->map_cap * 7) {
+                size_t cap = s->map_cap ? s->map_cap : 64;
+                while ((s->map_live + 1) * 10 > cap * 5)
+                        cap *= 2;
+                if (map_resize(s, cap) < 0)
+                        return -ENOMEM;
+        }
+        size_t m = s->map_cap - 1, h = hash_i64(t->id) & m;
+        while (s->map_keys[h] > 0)
+                h = (h + 1) & m;
+        if (s->map_keys[h] == 0)
+                s->map_used++;
+        s->map_keys[h] = t->id;
+        s->map_vals[h] = t;
+        s->map_live++;
+        return 0;
+}
+
+static void map_del(gp_sched *s, int64_t id) {
+        size_t m = s->map_cap - 1, h = hash_i64(id) & m;
+        for (;;) {
+                int64_t k = s->map_keys[h];
+                if (k == 0)
+                        return;
+                if (k == id) {
+                        s->map_keys[h] = -1;
+                        s->map_vals[h] = NULL;
+                        s->map_live--;
+                        return;
+                }
+                h = (h + 1) & m;
+        }
+}
+
+/* ------------------------------------------------------------------ */
+/* deadline heap                                                       */
+
+static int heap_push(gp_sched *s, int64_t deadline, int64_t id) {
+        if (s->heap_n == s->heap_cap) {
+                size_t n = s->heap_cap ? s->heap_cap * 2 : 64;
+                heap_ent *h = realloc(s->heap, n * sizeof(*h));
+                if (!h)
+                        return -ENOMEM;
+                s->heap = h;
+                s->heap_cap = n;
+        }
+        size_t i = s->heap_n++;
+        while (i > 0) {
+                size_t p = (i - 1) / 2;
+                if (s->heap[p].deadline <= deadline)
+                        break;
+                s->heap[i] = s->heap[p];
+                i = p;
+        }
+        s->heap[i] = (heap_ent){deadline, id};
+        return 0;
+}
+
+static void heap_pop(gp_sched *s) {
+        heap_ent last = s->heap[--s->heap_n];
+        size_t i = 0, n = s->heap_n;
+        for (;;) {
+                size_t c = 2 * i + 1;
+                if (c >= n)
+                        break;
+                if (c + 1 < n && s->heap[c + 1].deadline < s->heap[c].deadline)
+                        c++;
+                if (last.deadline <= s->heap[c].deadline)
+                        break;
+                s->heap[i] = s->heap[c];
+                i = c;
+        }
+        if (n)
+                s->heap[i] = last;
+}
+
+/* ------------------------------------------------------------------ */
+/* GPU indexes                                                         */
+
+static bool gpu_usable(const sgpu *g) {
+        return g->healthy && !g->drained && !g->reserved;
+}
+
+static int64_t gpu_free(const sgpu *g) {
+        return g->excl ? 0 : g->usable - g->alloc;
+}
+
+static int bucket_of(int64_t free_mb) {
+        int64_t b = free_mb / BUCKET_MB;
+        if (b < 0)
+                return 0;
+        return b >= NBUCKETS ? NBUCKETS - 1 : (int)b;
+}
+
+static void idle_list_del(gp_sched *s, uint32_t ni) {
+        snode *n = &s->nodes[ni];
+        if (n->iprev != NIL)
+                s->nodes[n->iprev].inext = n->inext;
+        else
+                s->idle_lists[n->idle] = n->inext;
+        if (n->inext != NIL)
+                s->nodes[n->inext].iprev = n->iprev;
+        n->iprev = n->inext = NIL;
+}
+
+static void idle_list_add(gp_sched *s, uint32_t ni) {
+        snode *n = &s->nodes[ni];
+        /* keep lists in node order so choices are deterministic */
+        uint32_t *head = &s->idle_lists[n->idle];
+        uint32_t prev = NIL, cur = *head;
+        while (cur != NIL && cur < ni) {
+                prev = cur;
+                cur = s->nodes[cur].inext;
+        }
+        n->iprev = prev;
+        n->inext = cur;
+        if (prev != NIL)
+                s->nodes[prev].inext = ni;
+        else
+                *head = ni;
+        if (cur != NIL)
+                s->nodes[cur].iprev = ni;
+        if (n->idle > s->max_idle)
+                s->max_idle = n->idle;
+}
+
+/* Take a GPU out of every index before its state changes. */
+static void gpu_unlink(gp_sched *s, uint32_t gi) {
+        sgpu *g = &s->gpus[gi];
+        if (g->bucket >= 0) {
+                if (g->bprev != NIL)
+                        s->gpus[g->bprev].bnext = g->bnext;
+                else
+                        s->buckets[g->kind][g->bucket] = g->bnext;
+                if (g->bnext != NIL)
+                        s->gpus[g->bnext].bprev = g->bprev;
+                g->bucket = -1;
+                g->bprev = g->bnext = NIL;
+        }
+        if (gpu_usable(g) && g->ntasks == 0) {
+                snode *n = &s->nodes[g->node];
+                if (n->idle > 0)
+                        idle_list_del(s, g->node);
+                n->idle--;
+                if (n->idle > 0)
+                        idle_list_add(s, g->node);
+        }
+}
+
+/* Put a GPU back into the indexes after its state changed. */
+static void gpu_link(gp_sched *s, uint32_t gi) {
+        sgpu *g = &s->gpus[gi];
+        if (!gpu_usable(g))
+                return;
+        if (g->ntasks == 0) {
+                snode *n = &s->nodes[g->node];
+                if (n->idle > 0)
+                        idle_list_del(s, g->node);
+                n->idle++;
+                idle_list_add(s, g->node);
+        } else if (!g->excl) {
+                int b = bucket_of(gpu_free(g));
+                g->bucket = b;
+                g->bprev = NIL;
+                g->bnext = s->buckets[g->kind][b];
+                if (g->bnext != NIL)
+                        s->gpus[g->bnext].bprev = gi;
+                s->buckets[g->kind][b] = gi;
+        }
+}
+
+static int model_gpus_add(gp_sched *s, uint32_t model, uint32_t gi) {
+        if (model >= s->model_gpus_len) {
+                uint32_t n = s->model_gpus_len ? s->model_gpus_len : 8;
+                while (n <= model)
+                        n *= 2;
+                uint32_t **a = realloc(s->model_gpus, n * sizeof(*a));
+                if (!a)
+                        return -ENOMEM;
+                s->model_gpus = a;
+                int *b = realloc(s->model_gpus_n, n * sizeof(*b));
+                if (!b)
+                        return -ENOMEM;
+                s->model_gpus_n = b;
+                int *c = realloc(s->model_gpus_cap, n * sizeof(*c));
+                if (!c)
+                        return -ENOMEM;
+                s->model_gpus_cap = c;
+                for (uint32_t i = s->model_gpus_len; i < n; i++) {
+                        a[i] = NULL;
+                        b[i] = c[i] = 0;
+                }
+                s->model_gpus_len = n;
+        }
+        uint32_t cap = (uint32_t)s->model_gpus_cap[model];
+        uint32_t *v = grow(s->model_gpus[model], sizeof(uint32_t), &cap, (uint32_t)s->model_gpus_n[model] + 1);
+        if (!v)
+                return -ENOMEM;
+        s->model_gpus[model] = v;
+        s->model_gpus_cap[model] = (int)cap;
+        v[s->model_gpus_n[model]++] = gi;
+        return 0;
+}
+
+static void model_gpus_del(gp_sched *s, uint32_t model, uint32_t gi) {
+        uint32_t *v = s->model_gpus[model];
+        int n = s->model_gpus_n[model];
+        for (int i = 0; i < n; i++)
+                if (v[i] == gi) {
+                        v[i] = v[n - 1];
+                        s->model_gpus_n[model]--;
+                        return;
+                }
+}
+
+/* Put a task on a GPU (index bookkeeping included). */
+static int gpu_attach(gp_sched *s, uint32_t gi, stask *t) {
+        sgpu *g = &s->gpus[gi];
+        uint32_t cap = (uint32_t)g->tasks_cap;
+        stask **v = grow(g->tasks, sizeof(*v), &cap, (uint32_t)g->ntasks + 1);
+        if (!v)
+                return -ENOMEM;
+        g->tasks = v;
+        g->tasks_cap = (int)cap;
+        if (t->model) {
+                int i;
+                for (i = 0; i < g->nmodels; i++)
+                        if (g->models[i].model == t->model)
+                                break;
+                if (i == g->nmodels) {
+                        uint32_t mc = (uint32_t)g->models_cap;
+                        model_ref *m = grow(g->models, sizeof(*m), &mc, (uint32_t)g->nmodels + 1);
+                        if (!m)
+                                return -ENOMEM;
+                        g->models = m;
+                        g->models_cap = (int)mc;
+                        if (model_gpus_add(s, t->model, gi) < 0)
+                                return -ENOMEM;
+                        g->models[g->nmodels++] = (model_ref){t->model, 0};
+                }
+                g->models[i].count++;
+        }
+        gpu_unlink(s, gi);
+        g->tasks[g->ntasks++] = t;
+        g->alloc += t->charge;
+        if (t->excl)
+                g->excl = true;
+        gpu_link(s, gi);
+        return 0;
+}
+
+static void gpu_detach(gp_sched *s, uint32_t gi, stask *t) {
+        sgpu *g = &s->gpus[gi];
+        gpu_unlink(s, gi);
+        for (int i = 0; i < g->ntasks; i++)
+                if (g->tasks[i] == t) {
+                        memmove(&g->tasks[i], &g->tasks[i + 1], (size_t)(g->ntasks - i - 1) * sizeof(stask *));
+                        g->ntasks--;
+                        break;
+                }
+        g->alloc -= t->charge;
+        if (t->excl)
+                g->excl = false;
+        if (t->model)
+                for (int i = 0; i < g->nmodels; i++)
+                        if (g->models[i].model == t->model) {
+                                if (--g->models[i].count == 0) {
+                                        model_gpus_del(s, t->model, gi);
+                                        g->models[i] = g->models[--g->nmodels];
+                                }
+                                break;
+                        }
+        gpu_link(s, gi);
+}
+
+/* ------------------------------------------------------------------ */
+/* lifecycle                                                           */
+
+void gp_sched_config_defaults(gp_sched_config *cfg) {
+        static const uint32_t w[GP_PRIORITY_LEVELS] = {256, 128, 64, 32, 16, 8, 4, 2, 1, 1};
+        memset(cfg, 0, sizeof(*cfg));
+        cfg->policy = GP_SCHED_HYBRID;
+        memcpy(cfg->weights, w, sizeof(w));
+        cfg->max_queue_depth = 10000;
+        cfg->memory_safety_margin_mb = 2000;
+        cfg->backfill = true;
+        cfg->backfill_depth = 1000;
+}
+
+static int check_weights(const uint32_t *w) {
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                if (w[i] < 1 || w[i] > 1000000)
+                        return -EINVAL;
+        return 0;
+}
+
+int gp_sched_new(const gp_sched_config *cfg, gp_sched **ret) {
+        if (!cfg || cfg->policy > GP_SCHED_FIFO || check_weights(cfg->weights) < 0 ||
+            cfg->max_queue_depth < 1 || cfg->memory_safety_margin_mb < 0 || cfg->backfill_depth < 0)
+                return -EINVAL;
+        gp_sched *s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        s->cfg = *cfg;
+        memset(s->buckets, 0xff, sizeof(s->buckets));
+        memset(s->idle_lists, 0xff, sizeof(s->idle_lists));
+        *ret = s;
+        return 0;
+}
+
+static void task_free(stask *t) {
+        if (!t)
+                return;
+        free(t->gpu_model);
+        free(t);
+}
+
+void gp_sched_free(gp_sched *s) {
+        if (!s)
+                return;
+        for (size_t i = 0; i < s->map_cap; i++)
+                if (s->map_keys[i] > 0)
+                        task_free(s->map_vals[i]);
+        free(s->map_keys);
+        free(s->map_vals);
+        for (uint32_t i = 0; i < s->ngpus; i++) {
+                free(s->gpus[i].uuid);
+                free(s->gpus[i].name);
+                free(s->gpus[i].tasks);
+                free(s->gpus[i].models);
+        }
+        free(s->gpus);
+        for (uint32_t i = 0; i < s->nnodes; i++) {
+                free(s->nodes[i].name);
+                free(s->nodes[i].gpus);
+        }
+        free(s->nodes);
+        for (int i = 0; i < s->nkinds; i++)
+                free(s->kind_names[i]);
+        for (uint32_t i = 0; i < s->model_gpus_len; i++)
+                free(s->model_gpus[i]);
+        free(s->model_gpus);
+        free(s->model_gpus_n);
+        free(s->model_gpus_cap);
+        free(s->heap);
+        intern_done(&s->tenants);
+        intern_done(&s->models);
+        free(s);
+}
+
+int gp_sched_set_weights(gp_sched *s, const uint32_t weights[GP_PRIORITY_LEVELS]) {
+        if (check_weights(weights) < 0)
+                return -EINVAL;
+        memcpy(s->cfg.weights, weights, sizeof(s->cfg.weights));
+        s->gen++;
+        return 0;
+}
+
+const gp_sched_config *gp_sched_get_config(const gp_sched *s) {
+        return &s->cfg;
+}
+
+/* ------------------------------------------------------------------ */
+/* inventory                                                           */
+
+static uint64_t kinds_for_glob(const gp_sched *s, const char *glob) {
+        if (!glob)
+                return ~(uint64_t)0;
+        uint64_t m = 0;
+        for (int k = 0; k < s->nkinds; k++)
+                if (fnmatch(glob, s->kind_names[k], 0) == 0)
+                        m |= (uint64_t)1 << k;
+        return m;
+}
+
+static int find_node(const gp_sched *s, const char *name, uint32_t *ret) {
+        for (uint32_t i = 0; i < s->nnodes; i++)
+                if (strcmp(s->nodes[i].name, name) == 0) {
+                        *ret = i;
+                        return 0;
+                }
+        return -ENOENT;
+}
+
+int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu) {
+        if (!d || !d->node || !*d->node || !d->uuid || !d->name || d->index < 0 || d->memory_total_mb <= 0)
+                return -EINVAL;
+        uint32_t ni;
+        if (find_node(s, d->node, &ni) == 0) {
+                snode *n = &s->nodes[ni];
+                if (n->ngpus >= MAX_NODE_GPUS)
+                        return -E2BIG;
+                for (int i = 0; i < n->ngpus; i++)
+                        if (s->gpus[n->gpus[i]].index == d->index)
+                                return -EEXIST;
+        } else {
+                ni = NIL;
+        }
+        int kind = -1;
+        for (int k = 0; k < s->nkinds; k++)
+                if (strcmp(s->kind_names[k], d->name) == 0)
+                        kind = k;
+        if (kind < 0 && s->nkinds >= MAX_KINDS)
+                return -E2BIG;
+
+        sgpu *gpus = grow(s->gpus, sizeof(sgpu), &s->gpus_cap, s->ngpus + 1);
+        if (!gpus)
+                return -ENOMEM;
+        s->gpus = gpus;
+        if (ni == NIL) {
+                snode *nodes = grow(s->nodes, sizeof(snode), &s->nodes_cap, s->nnodes + 1);
+                if (!nodes)
+                        return -ENOMEM;
+                s->nodes = nodes;
+                snode *n = &nodes[s->nnodes];
+                memset(n, 0, sizeof(*n));
+                if (!(n->name = strdup(d->node)))
+                        return -ENOMEM;
+                n->iprev = n->inext = NIL;
+                ni = s->nnodes++;
+        }
+        snode *n = &s->nodes[ni];
+        uint32_t ncap = (uint32_t)n->cap;
+        uint32_t *ng = grow(n->gpus, sizeof(uint32_t), &ncap, (uint32_t)n->ngpus + 1);
+        if (!ng)
+                return -ENOMEM;
+        n->gpus = ng;
+        n->cap = (int)ncap;
+
+        sgpu *g = &s->gpus[s->ngpus];
+        memset(g, 0, sizeof(*g));
+        g->uuid = strdup(d->uuid);
+        g->name = strdup(d->name);
+        if (!g->uuid || !g->name) {
+                free(g->uuid);
+                free(g->name);
+                return -ENOMEM;
+        }
+        if (kind < 0) {
+                if (!(s->kind_names[s->nkinds] = strdup(d->name))) {
+                        free(g->uuid);
+                        free(g->name);
+                        return -ENOMEM;
+                }
+                kind = s->nkinds++;
+                /* a new kind: queued and running tasks with a glob may now match it */
+                for (size_t i = 0; i < s->map_cap; i++)
+                        if (s->map_keys[i] > 0 && s->map_vals[i]->gpu_model)
+                                s->map_vals[i]->kinds = kinds_for_glob(s, s->map_vals[i]->gpu_model);
+        }
+        g->node = ni;
+        g->index = d->index;
+        g->kind = (uint8_t)kind;
+        g->total = d->memory_total_mb;
+        g->usable = d->memory_total_mb - s->cfg.memory_safety_margin_mb;
+        if (g->usable < 0)
+                g->usable = 0;
+        g->util = g->temp = -1;
+        g->healthy = true;
+        g->reserved = d->reserved;
+        g->bucket = -1;
+        g->bprev = g->bnext = NIL;
+        g->slot = n->ngpus;
+        uint32_t gi = s->ngpus++;
+        n->gpus[n->ngpus++] = gi;
+        n->kinds |= (uint64_t)1 << kind;
+        gpu_link(s, gi);
+        s->gen++;
+        if (ret_gpu)
+                *ret_gpu = gi;
+        return 0;
+}
+
+int gp_sched_gpu_set_distance(gp_sched *s, uint32_t a, uint32_t b, int distance) {
+        if (a >= s->ngpus || b >= s->ngpus || distance < 0 || distance > 255)
+                return -EINVAL;
+        sgpu *ga = &s->gpus[a], *gb = &s->gpus[b];
+        if (ga->node != gb->node)
+                return -EINVAL;
+        if (ga->slot >= TOPO_MAX || gb->slot >= TOPO_MAX)
+                return 0; /* beyond what we keep: treated as unknown */
+        snode *n = &s->nodes[ga->node];
+        if (!n->has_dist) {
+                memset(n->dist, 1, sizeof(n->dist));
+                n->has_dist = true;
+        }
+        n->dist[ga->slot][gb->slot] = n->dist[gb->slot][ga->slot] = (uint8_t)distance;
+        return 0;
+}
+
+static int gpu_set_flag(gp_sched *s, uint32_t gi, bool *flag, bool v) {
+        if (gi >= s->ngpus)
+                return -ENOENT;
+        if (*flag == v)
+                return 0;
+        gpu_unlink(s, gi);
+        *flag = v;
+        gpu_link(s, gi);
+        s->gen++;
+        return 0;
+}
+
+int gp_sched_gpu_set_healthy(gp_sched *s, uint32_t gpu, bool healthy) {
+        if (gpu >= s->ngpus)
+                return -ENOENT;
+        return gpu_set_flag(s, gpu, &s->gpus[gpu].healthy, healthy);
+}
+
+int gp_sched_gpu_set_drained(gp_sched *s, uint32_t gpu, bool drained) {
+        if (gpu >= s->ngpus)
+                return -ENOENT;
+        return gpu_set_flag(s, gpu, &s->gpus[gpu].drained, drained);
+}
+
+int gp_sched_gpu_set_load(gp_sched *s, uint32_t gpu, int util_pct, int temp_c) {
+        if (gpu >= s->ngpus)
+                return -ENOENT;
+        s->gpus[gpu].util = util_pct;
+        s->gpus[gpu].temp = temp_c;
+        return 0;
+}
+
+int gp_sched_gpu_find(const gp_sched *s, const char *node, int index, uint32_t *ret_gpu) {
+        uint32_t ni;
+        if (!node || find_node(s, node, &ni) < 0)
+                return -ENOENT;
+        const snode *n = &s->nodes[ni];
+        for (int i = 0; i < n->ngpus; i++)
+                if (s->gpus[n->gpus[i]].index == index) {
+                        *ret_gpu = n->gpus[i];
+                        return 0;
+                }
+        return -ENOENT;
+}
+
+int gp_sched_gpu_find_uuid(const gp_sched *s, const char *uuid, uint32_t *ret_gpu) {
+        for (uint32_t i = 0; uuid && i < s->ngpus; i++)
+                if (strcmp(s->gpus[i].uuid, uuid) == 0) {
+                        *ret_gpu = i;
+                        return 0;
+                }
+        return -ENOENT;
+}
+
+uint32_t gp_sched_gpu_count(const gp_sched *s) {
+        return s->ngpus;
+}
+
+int gp_sched_gpu_get(const gp_sched *s, uint32_t gpu, gp_sched_gpu_view *ret) {
+        if (gpu >= s->ngpus)
+                return -ENOENT;
+        const sgpu *g = &s->gpus[gpu];
+        *ret = (gp_sched_gpu_view){
+                .node = s->nodes[g->node].name, .uuid = g->uuid, .name = g->name,
+                .index = g->index, .memory_total_mb = g->total, .memory_usable_mb = g->usable,
+                .memory_allocated_mb = g->alloc, .ntasks = g->ntasks, .exclusive_held = g->excl,
+                .healthy = g->healthy, .drained = g->drained, .reserved = g->reserved,
+                .util_pct = g->util, .temp_c = g->temp,
+        };
+        return 0;
+}
+
+int gp_sched_gpu_tasks(const gp_sched *s, uint32_t gpu, int64_t *ids, int max) {
+        if (gpu >= s->ngpus)
+                return 0;
+        const sgpu *g = &s->gpus[gpu];
+        for (int i = 0; i < g->ntasks && i < max; i++)
+                ids[i] = g->tasks[i]->id;
+        return g->ntasks;
+}
+
+int gp_sched_gpu_models(const gp_sched *s, uint32_t gpu, const char **names, int max) {
+        if (gpu >= s->ngpus)
+                return 0;
+        const sgpu *g = &s->gpus[gpu];
+        for (int i = 0; i < g->nmodels && i < max; i++)
+                names[i] = intern_name(&s->models, g->models[i].model);
+        return g->nmodels;
+}
+
+/* ------------------------------------------------------------------ */
+/* placement                                                           */
+
+typedef struct fit {
+        int n;
+        uint32_t gpus[GP_MAX_GANG];
+} fit;
+
+static bool kind_ok(const stask *t, const sgpu *g) {
+        return (t->kinds >> g->kind) & 1;
+}
+
+/* Can GPU g take shared task t now? */
+static bool shared_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid) {
+        return gpu_usable(g) && !g->excl && kind_ok(t, g) && gpu_free(g) >= t->mem &&
+               !(avoid && g->resv_stamp == s->stamp);
+}
+
+static bool idle_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid) {
+        return gpu_usable(g) && g->ntasks == 0 && kind_ok(t, g) && g->usable >= t->mem &&
+               !(avoid && g->resv_stamp == s->stamp);
+}
+
+/* Better tie-break between two GPUs with equal standing: cooler, less busy, lower id. */
+static bool load_better(const sgpu *a, const sgpu *b) {
+        if (a->util != b->util)
+                return a->util < b->util;
+        return a->temp < b->temp;
+}
+
+/* Choose n GPUs among cand[0..m) of one node, closest together when the
+ * node's topology is known, else the first n (lowest index). */
+static void choose_close(const gp_sched *s, const snode *nd, const uint32_t *cand, int m, int n,
+                         uint32_t *out) {
+        if (!nd->has_dist || n == 1 || m == n) {
+                memcpy(out, cand, (size_t)n * sizeof(uint32_t));
+                return;
+        }
+        int best_cost = -1;
+        for (int seed = 0; seed < m; seed++) {
+                int sa = s->gpus[cand[seed]].slot;
+                uint32_t pick[GP_MAX_GANG];
+                bool used[MAX_NODE_GPUS] = {false};
+                int np = 0;
+                pick[np++] = cand[seed];
+                used[seed] = true;
+                while (np < n) {
+                        int bj = -1, bd = 1 << 30;
+                        for (int j = 0; j < m; j++) {
+                                if (used[j])
+                                        continue;
+                                int sb = s->gpus[cand[j]].slot;
+                                int d = (sa < TOPO_MAX && sb < TOPO_MAX) ? nd->dist[sa][sb] : 255;
+                                if (d < bd) {
+                                        bd = d;
+                                        bj = j;
+                                }
+                        }
+                        used[bj] = true;
+                        pick[np++] = cand[bj];
+                }
+                int cost = 0;
+                for (int i = 0; i < n; i++)
+                        for (int j = i + 1; j < n; j++) {
+                                int x = s->gpus[pick[i]].slot, y = s->gpus[pick[j]].slot;
+                                cost += (x < TOPO_MAX && y < TOPO_MAX) ? nd->dist[x][y] : 255;
+                        }
+                if (best_cost < 0 || cost < best_cost) {
+                        best_cost = cost;
+                        memcpy(out, pick, (size_t)n * sizeof(uint32_t));
+                }
+        }
+}
+
+/* Whole GPUs: best-fit node (fewest idle GPUs that still fit). */
+static bool place_whole(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+        int n = t->ngpus;
+        for (int k = n; k <= s->max_idle; k++) {
+                for (uint32_t ni = s->idle_lists[k]; ni != NIL; ni = s->nodes[ni].inext) {
+                        const snode *nd = &s->nodes[ni];
+                        if (!(nd->kinds & t->kinds))
+                                continue;
+                        uint32_t cand[MAX_NODE_GPUS];
+                        int m = 0;
+                        for (int i = 0; i < nd->ngpus; i++)
+                                if (idle_fits(s, t, &s->gpus[nd->gpus[i]], avoid))
+                                        cand[m++] = nd->gpus[i];
+                        if (m < n)
+                                continue;
+                        choose_close(s, nd, cand, m, n, f->gpus);
+                        f->n = n;
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* One shared GPU: model affinity first, then the shared GPU with the most
+ * free memory, then an idle GPU on the best-fitting node. */
+static bool place_shared1(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+        const sgpu *best = NULL;
+        uint32_t bi = NIL;
+        if (t->model && t->model < s->model_gpus_len) {
+                for (int i = 0; i < s->model_gpus_n[t->model]; i++) {
+                        uint32_t gi = s->model_gpus[t->model][i];
+                        const sgpu *g = &s->gpus[gi];
+                        if (!shared_fits(s, t, g, avoid))
+                                continue;
+                        if (!best || gpu_free(g) > gpu_free(best) ||
+                            (gpu_free(g) == gpu_free(best) && gi < bi)) {
+                                best = g;
+                                bi = gi;
+                        }
+                }
+                if (best)
+                        goto found;
+        }
+        int lo = bucket_of(t->mem);
+        for (int k = 0; k < s->nkinds; k++) {
+                if (!((t->kinds >> k) & 1))
+                        continue;
+                for (int b = NBUCKETS - 1; b >= lo; b--) {
+                        uint32_t gi = s->buckets[k][b];
+                        if (gi == NIL)
+                                continue;
+                        if (best && b < bucket_of(gpu_free(best)))
+                                break;
+                        const sgpu *kb = NULL;
+                        uint32_t kbi = NIL;
+                        int looked = 0;
+                        for (; gi != NIL && looked < 8; gi = s->gpus[gi].bnext) {
+                                const sgpu *g = &s->gpus[gi];
+                                if (!shared_fits(s, t, g, avoid))
+                                        continue;
+                                looked++;
+                                if (!kb || gpu_free(g) > gpu_free(kb) ||
+                                    (gpu_free(g) == gpu_free(kb) && load_better(g, kb)) ||
+                                    (gpu_free(g) == gpu_free(kb) && !load_better(kb, g) && gi < kbi)) {
+                                        kb = g;
+                                        kbi = gi;
+                                }
+                        }
+                        if (!kb)
+                                continue;
+                        if (!best || gpu_free(kb) > gpu_free(best) ||
+                            (gpu_free(kb) == gpu_free(best) && kbi < bi)) {
+                                best = kb;
+                                bi = kbi;
+                        }
+                        break;
+                }
+        }
+        if (best)
+                goto found;
+        return place_whole(s, t, avoid, f);
+found:
+        f->n = 1;
+        f->gpus[0] = bi;
+        return true;
+}
+
+/* Several shared GPUs on one node: the node with the fewest fitting GPUs
+ * that still has enough (best fit); already-shared GPUs before idle ones. */
+static bool place_shared_gang(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+        int n = t->ngpus, best_m = 0;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                if (!(nd->kinds & t->kinds) || nd->ngpus < n)
+                        continue;
+                uint32_t cand[MAX_NODE_GPUS];
+                int m = 0;
+                for (int pass = 0; pass < 2; pass++)
+                        for (int i = 0; i < nd->ngpus; i++) {
+                                const sgpu *g = &s->gpus[nd->gpus[i]];
+                                if (shared_fits(s, t, g, avoid) && ((g->ntasks > 0) == (pass == 0)))
+                                        cand[m++] = nd->gpus[i];
+                        }
+                if (m < n || (best_m && m >= best_m))
+                        continue;
+                best_m = m;
+                choose_close(s, nd, cand, m, n, f->gpus);
+                f->n = n;
+                if (m == n)
+                        break;
+        }
+        return best_m > 0;
+}
+
+static bool place(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+        if (t->excl)
+                return place_whole(s, t, avoid, f);
+        if (t->ngpus == 1)
+                return place_shared1(s, t, avoid, f);
+        return place_shared_gang(s, t, avoid, f);
+}
+
+/* Why t cannot be placed right now (for the blocked task: full scan). */
+static void diagnose(gp_sched *s, stask *t) {
+        int64_t most_free = -1;
+        int most_whole = 0;
+        bool any_usable = false;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                int whole = 0;
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (!kind_ok(t, g) || !gpu_usable(g))
+                                continue;
+                        any_usable = true;
+                        if (gpu_free(g) > most_free)
+                                most_free = gpu_free(g);
+                        if (g->ntasks == 0 && g->usable >= t->mem)
+                                whole++;
+                }
+                if (whole > most_whole)
+                        most_whole = whole;
+        }
+        t->rstamp = s->stamp;
+        if (!any_usable) {
+                t->rcode = R_NO_USABLE;
+        } else if (t->excl) {
+                t->rcode = R_NO_WHOLE;
+                t->ra1 = t->ngpus;
+                t->ra2 = most_whole;
+        } else if (t->ngpus == 1) {
+                t->rcode = R_NO_MEM;
+                t->ra1 = t->mem;
+                t->ra2 = most_free;
+        } else {
+                t->rcode = R_GANG_SHARED;
+                t->ra1 = t->ngpus;
+                t->ra2 = t->mem;
+        }
+}
+
+/* ------------------------------------------------------------------ */
+/* reservation for the blocked task (EASY backfill)                    */
+
+static int64_t task_end(const stask *t) {
+        return t->timeout_ms > 0 ? t->start_ms + t->timeout_ms : TIME_INF;
+}
+
+typedef struct gpu_end {
+        int64_t t;
+        uint32_t gi;
+} gpu_end;
+
+static int cmp_gpu_end(const void *a, const void *b) {
+        const gpu_end *x = a, *y = b;
+        if (x->t != y->t)
+                return (x->t > y->t) - (x->t < y->t);
+        return (x->gi > y->gi) - (x->gi < y->gi);
+}
+
+/* Earliest time GPU g could host t, from the running tasks' end bounds
+ * (TIME_INF when a task in the way has no bound). */
+static int64_t gpu_ready_at(const sgpu *g, const stask *t, int64_t now) {
+        if (t->excl || g->excl) {
+                int64_t m = now;
+                for (int i = 0; i < g->ntasks; i++)
+                        if (task_end(g->tasks[i]) > m)
+                                m = task_end(g->tasks[i]);
+                return m;
+        }
+        if (gpu_free(g) >= t->mem)
+                return now;
+        if (g->ntasks > 64)
+                return TIME_INF;
+        /* free memory grows as tasks end, earliest end first */
+        const stask *sorted[64];
+        int n = g->ntasks;
+        for (int i = 0; i < n; i++) {
+                int j = i;
+                while (j > 0 && task_end(sorted[j - 1]) > task_end(g->tasks[i])) {
+                        sorted[j] = sorted[j - 1];
+                        j--;
+                }
+                sorted[j] = g->tasks[i];
+        }
+        int64_t freed = gpu_free(g);
+        for (int i = 0; i < n; i++) {
+                freed += sorted[i]->charge;
+                if (freed >= t->mem)
+                        return task_end(sorted[i]) > now ? task_end(sorted[i]) : now;
+        }
+        return TIME_INF;
+}
+
+/* Mark the GPUs the blocked task t will start on first; returns the
+ * estimated start (TIME_INF when unknown or impossible). */
+static int64_t reserve(gp_sched *s, stask *t, int64_t now) {
+        int64_t best_t = TIME_INF;
+        int best_ready = -1;
+        uint32_t best_gpus[GP_MAX_GANG];
+        bool found = false;
+        gpu_end ge[MAX_NODE_GPUS];
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                if (!(nd->kinds & t->kinds) || nd->ngpus < t->ngpus)
+                        continue;
+                int m = 0, ready = 0;
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (!gpu_usable(g) || !kind_ok(t, g) || g->usable < t->mem)
+                                continue;
+                        if (!t->excl && g->excl && g->ntasks == 0)
+                                continue;
+                        ge[m].gi = nd->gpus[i];
+                        ge[m].t = gpu_ready_at(g, t, now);
+                        if (ge[m].t == now)
+                                ready++;
+                        m++;
+                }
+                if (m < t->ngpus)
+                        continue;
+                qsort(ge, (size_t)m, sizeof(ge[0]), cmp_gpu_end);
+                int64_t node_t = ge[t->ngpus - 1].t;
+                if (!found || node_t < best_t || (node_t == best_t && ready > best_ready)) {
+                        found = true;
+                        best_t = node_t;
+                        best_ready = ready;
+                        for (int i = 0; i < t->ngpus; i++)
+                                best_gpus[i] = ge[i].gi;
+                }
+        }
+        if (!found)
+                return TIME_INF;
+        for (int i = 0; i < t->ngpus; i++)
+                s->gpus[best_gpus[i]].resv_stamp = s->stamp;
+        return best_t;
+}
+
+/* ------------------------------------------------------------------ */
+/* queues                                                              */
+
+static void tier_insert(gp_sched *s, stask *t) {
+        tier *q = &s->tiers[t->prio];
+        if (q->n == 0 && q->pass < s->vtime)
+                q->pass = s->vtime;
+        stask *after = q->tail;
+        while (after && after->id > t->id)
+                after = after->prev;
+        t->prev = after;
+        t->next = after ? after->next : q->head;
+        if (t->next)
+                t->next->prev = t;
+        else
+                q->tail = t;
+        if (after)
+                after->next = t;
+        else
+                q->head = t;
+        q->n++;
+        s->gen++;
+}
+
+static void tier_remove(gp_sched *s, stask *t) {
+        tier *q = &s->tiers[t->prio];
+        if (t->prev)
+                t->prev->next = t->next;
+        else
+                q->head = t->next;
+        if (t->next)
+                t->next->prev = t->prev;
+        else
+                q->tail = t->prev;
+        t->prev = t->next = NULL;
+        q->n--;
+        s->gen++;
+}
+
+/* Which tier goes next, given per-tier cursors and virtual passes. */
+static int pick_tier(const gp_sched *s, stask *const cur[], const uint64_t lp[]) {
+        int best = -1;
+        switch (s->cfg.policy) {
+        case GP_SCHED_STRICT:
+                for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                        if (cur[i])
+                                return i;
+                return -1;
+        case GP_SCHED_FIFO:
+                for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                        if (cur[i] && (best < 0 || cur[i]->id < cur[best]->id))
+                                best = i;
+                return best;
+        case GP_SCHED_HYBRID:
+        default:
+                if (cur[0])
+                        return 0;
+                for (int i = 1; i < GP_PRIORITY_LEVELS; i++)
+                        if (cur[i] && (best < 0 || lp[i] < lp[best]))
+                                best = i;
+                return best;
+        }
+}
+
+static uint64_t stride(const gp_sched *s, int tier_i) {
+        return STRIDE1 / s->cfg.weights[tier_i];
+}
+
+/* ------------------------------------------------------------------ */
+/* tasks                                                               */
+
+static int req_check(const gp_sched_req *r) {
+        if (!r || r->id <= 0 || r->priority < 0 || r->priority >= GP_PRIORITY_LEVELS || r->gpus < 1 ||
+            r->gpus > GP_MAX_GANG || r->memory_mb < 0 || r->timeout_ms < 0 || r->queue_deadline_ms < 0)
+                return -EINVAL;
+        return 0;
+}
+
+static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
+        stask *t = calloc(1, sizeof(*t));
+        if (!t)
+                return -ENOMEM;
+        t->id = r->id;
+        t->prio = (uint8_t)r->priority;
+        t->ngpus = (uint8_t)r->gpus;
+        t->excl = r->exclusive || r->memory_mb == 0;
+        t->preemptible = r->preemptible;
+        t->mem = r->memory_mb;
+        t->timeout_ms = r->timeout_ms;
+        t->submit_ms = r->submit_ms;
+        t->deadline_ms = r->queue_deadline_ms;
+        if (intern_get(&s->tenants, r->tenant, &t->tenant) < 0 ||
+            intern_get(&s->models, r->model, &t->model) < 0)
+                goto oom;
+        if (r->gpu_model && *r->gpu_model) {
+                if (!(t->gpu_model = strdup(r->gpu_model)))
+                        goto oom;
+        }
+        t->kinds = kinds_for_glob(s, t->gpu_model);
+        *ret = t;
+        return 0;
+oom:
+        task_free(t);
+        return -ENOMEM;
+}
+
+int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why, size_t size) {
+        if (why && size)
+                why[0] = '\0';
+        if (req_check(r) < 0) {
+                if (why)
+                        snprintf(why, size, "invalid request");
+                return -EINVAL;
+        }
+        uint64_t kinds = kinds_for_glob(s, (r->gpu_model && *r->gpu_model) ? r->gpu_model : NULL);
+        int64_t largest = 0;
+        int most_on_node = 0;
+        bool kind_seen = false;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                int cnt = 0;
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (g->reserved || !((kinds >> g->kind) & 1))
+                                continue;
+                        kind_seen = true;
+                        if (g->usable > largest)
+                                largest = g->usable;
+                        if (g->usable >= r->memory_mb && g->usable > 0)
+                                cnt++;
+                }
+                if (cnt >= r->gpus)
+                        return 0;
+                if (cnt > most_on_node)
+                        most_on_node = cnt;
+        }
+        if (!why)
+                return -EINVAL;
+        if (s->ngpus == 0)
+                snprintf(why, size, "the pool has no GPUs");
+        else if (!kind_seen)
+                snprintf(why, size, "no GPU matches gpu_model '%s'",
+                         r->gpu_model && *r->gpu_model ? r->gpu_model : "*");
+        else if (largest < r->memory_mb)
+                snprintf(why, size,
+                         "no GPU has %" PRId64 " MB usable (largest: %" PRId64 " MB after the %" PRId64
+                         " MB safety margin)",
+                         r->memory_mb, largest, s->cfg.memory_safety_margin_mb);
+        else
+                snprintf(why, size, "no node has %d GPUs that fit (most on one node: %d)", r->gpus,
+                         most_on_node);
+        return -EINVAL;
+}
+
+int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
+        if (req_check(r) < 0)
+                return -EINVAL;
+        if (map_get(s, r->id))
+                return -EEXIST;
+        if (s->tiers[r->priority].n >= (size_t)s->cfg.max_queue_depth)
+                return -GP_EQUEUEFULL;
+        stask *t;
+        int rc = task_from_req(s, r, &t);
+        if (rc < 0)
+                return rc;
+        if (map_put(s, t) < 0) {
+                task_free(t);
+                return -ENOMEM;
+        }
+        if (t->deadline_ms > 0 && heap_push(s, t->deadline_ms, t->id) < 0) {
+                map_del(s, t->id);
+                task_free(t);
+                return -ENOMEM;
+        }
+        tier_insert(s, t);
+        return 0;
+}
+
+static int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t now) {
+        t->charge = t->excl ? 0 : t->mem;
+        int i;
+        for (i = 0; i < n; i++) {
+                if (t->excl)
+                        t->charge = s->gpus[gpus[i]].usable;
+                int rc = gpu_attach(s, gpus[i], t);
+                if (rc < 0)
+                        goto undo;
+                t->gpus[i] = gpus[i];
+        }
+        t->running = true;
+        t->start_ms = now;
+        s->running++;
+        return 0;
+undo:
+        while (i-- > 0) {
+                if (t->excl)
+                        t->charge = s->gpus[gpus[i]].usable;
+                gpu_detach(s, gpus[i], t);
+        }
+        return -ENOMEM;
+}
+
+static void stop(gp_sched *s, stask *t) {
+        for (int i = 0; i < t->ngpus; i++) {
+                if (t->excl)
+                        t->charge = s->gpus[t->gpus[i]].usable;
+                gpu_detach(s, t->gpus[i], t);
+        }
+        t->running = false;
+        s->running--;
+}
+
+int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t *gpus, int n,
+                             int64_t start_ms) {
+        if (req_check(r) < 0 || n != r->gpus)
+                return -EINVAL;
+        if (map_get(s, r->id))
+                return -EEXIST;
+        for (int i = 0; i < n; i++) {
+                if (gpus[i] >= s->ngpus)
+                        return -EINVAL;
+                for (int j = 0; j < i; j++)
+                        if (gpus[j] == gpus[i])
+                                return -EINVAL;
+        }
+        stask *t;
+        int rc = task_from_req(s, r, &t);
+        if (rc < 0)
+                return rc;
+        for (int i = 0; i < n; i++) {
+                const sgpu *g = &s->gpus[gpus[i]];
+                /* restore is lenient about health (the task is already
+                 * there) but not about double-booking */
+                if (g->excl || (t->excl && g->ntasks > 0) || (!t->excl && gpu_free(g) < t->mem)) {
+                        task_free(t);
+                        return -EINVAL;
+                }
+        }
+        if (map_put(s, t) < 0) {
+                task_free(t);
+                return -ENOMEM;
+        }
+        if ((rc = start_on(s, t, gpus, n, start_ms)) < 0) {
+                map_del(s, t->id);
+                task_free(t);
+                return rc;
+        }
+        s->gen++;
+        return 0;
+}
+
+int gp_sched_remove(gp_sched *s, int64_t id) {
+        stask *t = map_get(s, id);
+        if (!t)
+                return -ENOENT;
+        if (t->running)
+                stop(s, t);
+        else
+                tier_remove(s, t);
+        map_del(s, id);
+        task_free(t);
+        s->gen++;
+        return 0;
+}
+
+int gp_sched_requeue(gp_sched *s, int64_t id) {
+        stask *t = map_get(s, id);
+        if (!t)
+                return -ENOENT;
+        if (!t->running)
+                return -GP_ESTATE;
+        stop(s, t);
+        t->rcode = R_NONE;
+        tier_insert(s, t);
+        return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* the decision loop                                                   */
+
+static int emit(gp_sched_decision **ret, size_t *n, size_t *cap, const gp_sched_decision *d) {
+        if (*n == *cap) {
+                size_t c = *cap ? *cap * 2 : 64;
+                gp_sched_decision *p = realloc(*ret, c * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                *ret = p;
+                *cap = c;
+        }
+        (*ret)[(*n)++] = *d;
+        return 0;
+}
+
+static int expire_due(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *n, size_t *cap) {
+        while (s->heap_n && s->heap[0].deadline <= now) {
+                heap_ent e = s->heap[0];
+                stask *t = map_get(s, e.id);
+                if (!t || t->running || t->deadline_ms != e.deadline) {
+                        heap_pop(s);
+                        continue;
+                }
+                gp_sched_decision d = {.kind = GP_DECIDE_EXPIRE, .id = t->id};
+                if (emit(ret, n, cap, &d) < 0)
+                        return -ENOMEM;
+                heap_pop(s);
+                tier_remove(s, t);
+                map_del(s, t->id);
+                task_free(t);
+                s->total_expired++;
+        }
+        return 0;
+}
+
+static void set_reason(gp_sched *s, stask *t, int code, int64_t a1, int64_t a2) {
+        t->rcode = (uint8_t)code;
+        t->ra1 = a1;
+        t->ra2 = a2;
+        t->rstamp = s->stamp;
+}
+
+int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap) {
+        int rc = 0;
+        s->stamp++;
+        s->last_run_stamp = s->stamp;
+        s->last_run_ms = now;
+        s->last_resv_id = 0;
+        if ((rc = expire_due(s, now, ret, ret_n, ret_cap)) < 0)
+                return rc;
+
+        stask *cur[GP_PRIORITY_LEVELS];
+        uint64_t lp[GP_PRIORITY_LEVELS];
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
+                cur[i] = s->tiers[i].head;
+                lp[i] = s->tiers[i].pass;
+        }
+        stask *resv = NULL;
+        int64_t shadow = TIME_INF;
+        int examined = 0;
+        for (;;) {
+                int ti = pick_tier(s, cur, lp);
+                if (ti < 0)
+                        break;
+                stask *t = cur[ti];
+                cur[ti] = t->next;
+                lp[ti] += stride(s, ti);
+                t->resv_holder = false;
+
+                bool avoid = false;
+                if (resv) {
+                        /* tasks further back keep R_NONE for this run: they
+                         * wait behind the reserved one (O(depth), not O(queue)) */
+                        if (!s->cfg.backfill) {
+                                set_reason(s, t, R_HOL, resv->id, 0);
+                                break;
+                        }
+                        if (examined++ >= s->cfg.backfill_depth) {
+                                set_reason(s, t, R_DEPTH, s->cfg.backfill_depth, 0);
+                                break;
+                        }
+                        if (t->timeout_ms == 0 && t->prio > resv->prio) {
+                                set_reason(s, t, R_BEHIND_HIGHER, resv->id, resv->prio);
+                                continue;
+                        }
+                        avoid = !(t->timeout_ms > 0 && shadow != TIME_INF && now + t->timeout_ms <= shadow);
+                }
+                fit f;
+                if (place(s, t, avoid, &f)) {
+                        tier_remove(s, t);
+                        if ((rc = start_on(s, t, f.gpus, f.n, now)) < 0) {
+                                tier_insert(s, t);
+                                return rc;
+                        }
+                        s->vtime = s->tiers[ti].pass;
+                        s->tiers[ti].pass += stride(s, ti);
+                        s->total_scheduled++;
+                        gp_sched_decision d = {.kind = GP_DECIDE_START, .id = t->id, .n_gpus = f.n,
+                                               .backfilled = resv != NULL};
+                        memcpy(d.gpus, f.gpus, (size_t)f.n * sizeof(uint32_t));
+                        if (resv)
+                                s->total_backfilled++;
+                        if ((rc = emit(ret, ret_n, ret_cap, &d)) < 0)
+                                return rc;
+                        continue;
+                }
+                if (!resv) {
+                        resv = t;
+                        diagnose(s, t);
+                        t->resv_holder = true;
+                        shadow = reserve(s, t, now);
+                        s->last_resv_id = t->id;
+                        s->last_shadow_ms = shadow;
+                        continue;
+                }
+                /* would it fit if it could use the reserved GPUs? */
+                if (avoid && place(s, t, false, &f))
+                        set_reason(s, t, R_WOULD_DELAY, resv->id,
+                                   shadow == TIME_INF ? -1 : (shadow - now + 999) / 1000);
+                else if (t->excl)
+                        set_reason(s, t, R_NO_WHOLE, t->ngpus, -1);
+                else if (t->ngpus == 1)
+                        set_reason(s, t, R_NO_MEM, t->mem, -1);
+                else
+                        set_reason(s, t, R_GANG_SHARED, t->ngpus, t->mem);
+        }
+        return 0;
+}
+
+int64_t gp_sched_next_deadline(const gp_sched *s) {
+        /* stale heap entries only make this early, never late */
+        return s->heap_n ? s->heap[0].deadline : INT64_MAX;
+}
+
+/* ------------------------------------------------------------------ */
+/* views                                                               */
+
+static void compute_positions(gp_sched *s) {
+        if (s->pos_gen == s->gen + 1)
+                return;
+        stask *cur[GP_PRIORITY_LEVELS];
+        uint64_t lp[GP_PRIORITY_LEVELS];
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
+                cur[i] = s->tiers[i].head;
+                lp[i] = s->tiers[i].pass;
+        }
+        uint32_t pos = 0;
+        for (;;) {
+                int ti = pick_tier(s, cur, lp);
+                if (ti < 0)
+                        break;
+                cur[ti]->pos = ++pos;
+                cur[ti] = cur[ti]->next;
+                lp[ti] += stride(s, ti);
+        }
+        s->pos_gen = s->gen + 1;
+}
+
+int gp_sched_task_get(gp_sched *s, int64_t id, gp_sched_task_view *ret) {
+        stask *t = map_get(s, id);
+        if (!t)
+                return -ENOENT;
+        gp_sched_task_view v = {.id = t->id, .running = t->running, .priority = t->prio};
+        if (t->running) {
+                v.n_gpus = t->ngpus;
+                memcpy(v.gpus, t->gpus, t->ngpus * sizeof(uint32_t));
+                v.start_ms = t->start_ms;
+        } else {
+                compute_positions(s);
+                v.queue_position = (int)t->pos;
+        }
+        *ret = v;
+        return 0;
+}
+
+size_t gp_sched_queue_order(gp_sched *s, int64_t *ids, size_t max) {
+        stask *cur[GP_PRIORITY_LEVELS];
+        uint64_t lp[GP_PRIORITY_LEVELS];
+        size_t total = 0;
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
+                cur[i] = s->tiers[i].head;
+                lp[i] = s->tiers[i].pass;
+                total += s->tiers[i].n;
+        }
+        size_t k = 0;
+        while (k < max) {
+                int ti = pick_tier(s, cur, lp);
+                if (ti < 0)
+                        break;
+                ids[k++] = cur[ti]->id;
+                cur[ti] = cur[ti]->next;
+                lp[ti] += stride(s, ti);
+        }
+        return total;
+}
+
+static void fmt_need(const stask *t, char *buf, size_t size) {
+        if (t->excl)
+                snprintf(buf, size, "%d whole GPU%s", t->ngpus, t->ngpus > 1 ? "s" : "");
+        else
+                snprintf(buf, size, "%d GPU%s with %" PRId64 " MB free", t->ngpus, t->ngpus > 1 ? "s" : "",
+                         t->mem);
+}
+
+int gp_sched_task_reason(gp_sched *s, int64_t id, char *buf, size_t size) {
+        stask *t = map_get(s, id);
+        if (!t)
+                return -ENOENT;
+        if (size)
+                buf[0] = '\0';
+        if (t->running)
+                return 0;
+        char need[96];
+        fmt_need(t, need, sizeof(need));
+        const char *kindtxt = t->gpu_model ? t->gpu_model : NULL;
+        int code = t->rstamp == s->last_run_stamp ? t->rcode : R_NONE;
+        char extra[64] = "";
+        if (kindtxt)
+                snprintf(extra, sizeof(extra), " matching '%s'", kindtxt);
+        switch (code) {
+        case R_NO_MEM:
+                if (t->ra2 >= 0)
+                        snprintf(buf, size, "no GPU%s has %" PRId64 " MB free (most free: %" PRId64 " MB)", extra,
+                                 t->ra1, t->ra2);
+                else
+                        snprintf(buf, size, "no GPU%s has %" PRId64 " MB free", extra, t->ra1);
+                break;
+        case R_NO_WHOLE:
+                if (t->ngpus == 1)
+                        snprintf(buf, size, "no whole GPU%s is free", extra);
+                else if (t->ra2 >= 0)
+                        snprintf(buf, size,
+                                 "waiting for a gang of %d whole GPUs%s on one node (most free on one node: %" PRId64
+                                 ")",
+                                 t->ngpus, extra, t->ra2);
+                else
+                        snprintf(buf, size, "waiting for a gang of %d whole GPUs%s on one node", t->ngpus, extra);
+                break;
+        case R_GANG_SHARED:
+                snprintf(buf, size, "waiting for a gang of %d GPUs%s with %" PRId64 " MB free each on one node",
+                         (int)t->ra1, extra, t->ra2);
+                break;
+        case R_NO_USABLE:
+                snprintf(buf, size, "every GPU%s is drained, unhealthy or reserved", extra);
+                break;
+        case R_BEHIND_HIGHER:
+                snprintf(buf, size,
+                         "waiting behind task %" PRId64 " (P%" PRId64
+                         "), which is next in line for GPUs; set timeout_s to let it backfill",
+                         t->ra1, t->ra2);
+                break;
+        case R_WOULD_DELAY:
+                if (t->ra2 >= 0)
+                        snprintf(buf, size,
+                                 "fits only on GPUs reserved for task %" PRId64 "; backfill needs timeout_s <= %" PRId64
+                                 " s",
+                                 t->ra1, t->ra2);
+                else
+                        snprintf(buf, size,
+                                 "fits only on GPUs reserved for task %" PRId64
+                                 ", whose start time is unknown",
+                                 t->ra1);
+                break;
+        case R_DEPTH:
+                snprintf(buf, size, "waiting: more than %" PRId64 " tasks ahead are examined first", t->ra1);
+                break;
+        case R_HOL:
+                snprintf(buf, size, "waiting behind task %" PRId64 " (backfill is off)", t->ra1);
+                break;
+        default:
+                if (s->last_resv_id && s->last_resv_id != t->id)
+                        snprintf(buf, size, "waiting behind task %" PRId64 ", which is next in line for GPUs",
+                                 s->last_resv_id);
+                else
+                        snprintf(buf, size, "waiting to be scheduled (needs %s)", need);
+                return 0;
+        }
+        if (t->resv_holder && code != R_NONE) {
+                size_t l = strlen(buf);
+                if (l + 40 < size)
+                        snprintf(buf + l, size - l, "; next in line, GPUs reserved");
+        }
+        return 0;
+}
+
+void gp_sched_get_stats(const gp_sched *s, gp_sched_stats *ret) {
+        gp_sched_stats st = {0};
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
+                st.queued[i] = s->tiers[i].n;
+                st.queued_total += s->tiers[i].n;
+        }
+        st.running = s->running;
+        st.total_scheduled = s->total_scheduled;
+        st.total_backfilled = s->total_backfilled;
+        st.total_expired = s->total_expired;
+        st.gpus_total = s->ngpus;
+        for (uint32_t i = 0; i < s->ngpus; i++) {
+                const sgpu *g = &s->gpus[i];
+                if (gpu_usable(g)) {
+                        st.gpus_usable++;
+                        st.memory_usable_mb += g->usable;
+                }
+                if (g->ntasks > 0)
+                        st.gpus_busy++;
+                st.memory_allocated_mb += g->alloc;
+        }
+        *ret = st;
+}

@@ -1,0 +1,210 @@
+/* sched.h - the scheduling core: state and time in, decisions out.
+ *
+ * Pure: no I/O, no clock reads, no locks, no logging.  The daemon, the trace
+ * simulator and the benchmarks drive this same code.  A gp_sched holds the
+ * GPU inventory (nodes and GPUs), the queued tasks (one FIFO per priority
+ * tier) and the running tasks with their placements.
+ *
+ * One call, gp_sched_run(), makes every decision that is due at `now`:
+ * queued tasks whose queue timeout passed are expired, then tasks are taken
+ * in policy order (hybrid: P0 strict, P1..P9 by weighted fair queuing;
+ * strict; fifo) and placed.  When the task whose turn it is cannot be placed
+ * it gets a reservation (the GPUs it will start on first) and, with backfill
+ * on, later tasks may start only where they cannot delay it (EASY backfill).
+ *
+ * Placement: memory must fit within memory_total - memory_safety_margin;
+ * a task with memory_mb 0 or exclusive takes whole GPUs; a GPU that already
+ * has the task's model is preferred; shared tasks go to GPUs already shared
+ * (most free memory first) before idle ones, keeping whole GPUs free for
+ * exclusive and gang work; exclusive tasks take idle GPUs on the node with
+ * the fewest idle GPUs that fits (best fit); a multi-GPU task is all or
+ * nothing on one node, choosing the closest GPUs when topology is known.
+ *
+ * Ids: GPUs are numbered 0..n-1 in the order added; tasks keep the caller's
+ * int64 id, and FIFO order inside a tier is by that id (the daemon assigns
+ * increasing ids, so id order is submission order).
+ *
+ * Not thread-safe: the caller serialises all calls on one gp_sched.
+ */
+#ifndef GP_CORE_SCHED_H
+#define GP_CORE_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/task.h"
+
+typedef struct gp_sched gp_sched;
+
+typedef enum gp_sched_policy {
+        GP_SCHED_HYBRID = 0,  /* P0 strict, P1..P9 weighted fair queuing */
+        GP_SCHED_STRICT,      /* lowest tier number first */
+        GP_SCHED_FIFO,        /* submission order, tiers ignored */
+} gp_sched_policy;
+
+typedef struct gp_sched_config {
+        gp_sched_policy policy;
+        uint32_t weights[GP_PRIORITY_LEVELS]; /* each >= 1 */
+        int max_queue_depth;                  /* per tier, >= 1 */
+        int64_t memory_safety_margin_mb;      /* >= 0 */
+        bool backfill;
+        int backfill_depth;                   /* tasks examined after a reservation, >= 0 */
+} gp_sched_config;
+
+/* The defaults of DESIGN.md (hybrid, 256..1 weights, depth 10000, margin
+ * 2000 MB, backfill on with depth 1000). */
+void gp_sched_config_defaults(gp_sched_config *cfg);
+
+/* 0, -EINVAL (bad config), -ENOMEM. */
+int gp_sched_new(const gp_sched_config *cfg, gp_sched **ret);
+/* Takes NULL. */
+void gp_sched_free(gp_sched *s);
+/* Change tier weights at once (runtime change). 0 or -EINVAL. */
+int gp_sched_set_weights(gp_sched *s, const uint32_t weights[GP_PRIORITY_LEVELS]);
+const gp_sched_config *gp_sched_get_config(const gp_sched *s);
+
+/* ---- inventory ---- */
+
+typedef struct gp_sched_gpu_desc {
+        const char *node;           /* node name, copied */
+        int index;                  /* index on the node */
+        const char *uuid;           /* copied */
+        const char *name;           /* model name for gpu_model globs, copied */
+        int64_t memory_total_mb;    /* > 0 */
+        bool reserved;              /* never used for work */
+} gp_sched_gpu_desc;
+
+/* Add a GPU. Nodes are created on first use. 0, -EINVAL, -EEXIST (same
+ * node+index twice), -E2BIG (more than 256 GPUs on a node or 64 GPU
+ * names), -ENOMEM. */
+int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu);
+/* Topology distance between two GPUs of one node (0 closest .. 3). */
+int gp_sched_gpu_set_distance(gp_sched *s, uint32_t a, uint32_t b, int distance);
+/* Health and maintenance.  An unhealthy or drained GPU gets no new work;
+ * what runs on it is left alone (the caller decides). 0 or -ENOENT. */
+int gp_sched_gpu_set_healthy(gp_sched *s, uint32_t gpu, bool healthy);
+int gp_sched_gpu_set_drained(gp_sched *s, uint32_t gpu, bool drained);
+/* Latest readings, used as tie-breaks between equally good GPUs. */
+int gp_sched_gpu_set_load(gp_sched *s, uint32_t gpu, int util_pct, int temp_c);
+/* Find a GPU by node name and index. 0 or -ENOENT. */
+int gp_sched_gpu_find(const gp_sched *s, const char *node, int index, uint32_t *ret_gpu);
+/* Find a GPU by uuid. 0 or -ENOENT. */
+int gp_sched_gpu_find_uuid(const gp_sched *s, const char *uuid, uint32_t *ret_gpu);
+uint32_t gp_sched_gpu_count(const gp_sched *s);
+
+typedef struct gp_sched_gpu_view {
+        const char *node, *uuid, *name;   /* owned by the scheduler, valid until it changes */
+        int index;
+        int64_t memory_total_mb;
+        int64_t memory_usable_mb;         /* total minus the safety margin */
+        int64_t memory_allocated_mb;      /* sum over tasks on it (whole = usable) */
+        int ntasks;
+        bool exclusive_held, healthy, drained, reserved;
+        int util_pct, temp_c;
+} gp_sched_gpu_view;
+
+/* 0 or -ENOENT. */
+int gp_sched_gpu_get(const gp_sched *s, uint32_t gpu, gp_sched_gpu_view *ret);
+/* Ids of the tasks running on a GPU: writes up to max, returns how many
+ * there are (may be more than max). */
+int gp_sched_gpu_tasks(const gp_sched *s, uint32_t gpu, int64_t *ids, int max);
+/* Models loaded on a GPU (from tasks with a model): up to max names,
+ * returns how many there are. */
+int gp_sched_gpu_models(const gp_sched *s, uint32_t gpu, const char **names, int max);
+
+/* ---- tasks ---- */
+
+typedef struct gp_sched_req {
+        int64_t id;                 /* > 0, unique */
+        const char *tenant;         /* interned by the scheduler */
+        int priority;               /* 0..9 */
+        int gpus;                   /* 1..GP_MAX_GANG */
+        int64_t memory_mb;          /* per GPU; 0 = whole GPU */
+        bool exclusive;             /* whole GPUs even with memory_mb */
+        bool preemptible;
+        const char *model;          /* NULL or "" = none */
+        const char *gpu_model;      /* glob on the GPU name; NULL or "" = any */
+        int64_t timeout_ms;         /* expected run time bound, 0 = unknown */
+        int64_t submit_ms;
+        int64_t queue_deadline_ms;  /* expire if still queued then; 0 = never */
+} gp_sched_req;
+
+/* Can this request ever run on the inventory (ignoring what is busy,
+ * drained or unhealthy, but not reserved GPUs)?  0, or -EINVAL with a
+ * reason in why ("no GPU has 90000 MB usable (largest: 22564 MB)"). */
+int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why, size_t size);
+
+/* Queue a task.  0, -EEXIST, -EINVAL, -GP_EQUEUEFULL (its tier is at
+ * max_queue_depth), -ENOMEM.  Does not place it: call gp_sched_run. */
+int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r);
+/* Put a task that was running before a restart back on its GPUs.
+ * 0, -EEXIST, -EINVAL (GPU ids bad or memory does not fit), -ENOMEM. */
+int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t *gpus, int n,
+                             int64_t start_ms);
+/* Forget a task (it ended or was cancelled): unqueue it or free its GPUs.
+ * 0 or -ENOENT. */
+int gp_sched_remove(gp_sched *s, int64_t id);
+/* Put a running task back into its queue (preempted, or its GPU failed),
+ * freeing its GPUs; it keeps its place by id. 0, -ENOENT, -GP_ESTATE. */
+int gp_sched_requeue(gp_sched *s, int64_t id);
+
+typedef enum gp_sched_decision_kind {
+        GP_DECIDE_START = 0,   /* start task on gpus[0..n_gpus) */
+        GP_DECIDE_EXPIRE,      /* queued past its queue deadline: end it */
+} gp_sched_decision_kind;
+
+typedef struct gp_sched_decision {
+        gp_sched_decision_kind kind;
+        int64_t id;
+        int n_gpus;
+        uint32_t gpus[GP_MAX_GANG];
+        bool backfilled;       /* START past a blocked, reserved task */
+} gp_sched_decision;
+
+/* Make every decision due at now.  Decisions are appended to *ret (a
+ * growing array the caller owns and frees; *ret_n updated).  The state is
+ * already updated when it returns (started tasks are running on their GPUs,
+ * expired ones are gone).  0 or -ENOMEM (state consistent: decisions made
+ * before the failure are kept and reported). */
+int gp_sched_run(gp_sched *s, int64_t now_ms, gp_sched_decision **ret, size_t *ret_n,
+                 size_t *ret_cap);
+
+/* Earliest future time a run would expire something (queue deadline), or
+ * INT64_MAX. */
+int64_t gp_sched_next_deadline(const gp_sched *s);
+
+typedef struct gp_sched_task_view {
+        int64_t id;
+        bool running;
+        int priority;
+        int queue_position;         /* 1-based while queued, 0 when running */
+        int n_gpus;
+        uint32_t gpus[GP_MAX_GANG];  /* while running */
+        int64_t start_ms;
+} gp_sched_task_view;
+
+/* 0 or -ENOENT. Queue positions are computed lazily (O(queue) once after
+ * each change). */
+int gp_sched_task_get(gp_sched *s, int64_t id, gp_sched_task_view *ret);
+/* Why a queued task waits, as a sentence for people. Always NUL-terminates.
+ * 0 or -ENOENT. */
+int gp_sched_task_reason(gp_sched *s, int64_t id, char *buf, size_t size);
+/* Queued task ids in dispatch order (position 1 first): up to max written,
+ * returns the number queued. */
+size_t gp_sched_queue_order(gp_sched *s, int64_t *ids, size_t max);
+
+typedef struct gp_sched_stats {
+        size_t queued[GP_PRIORITY_LEVELS];
+        size_t queued_total;
+        size_t running;
+        uint64_t total_scheduled;   /* starts since creation */
+        uint64_t total_backfilled;
+        uint64_t total_expired;
+        uint32_t gpus_total, gpus_usable, gpus_busy; /* busy: at least one task */
+        int64_t memory_usable_mb, memory_allocated_mb;
+} gp_sched_stats;
+
+void gp_sched_get_stats(const gp_sched *s, gp_sched_stats *ret);
+
+#endif

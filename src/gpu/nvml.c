@@ -1,0 +1,380 @@
+/* nvml.c - GPUs through NVIDIA's NVML, loaded at run time with dlopen.
+ *
+ * There is no build-time dependency on the driver: the few NVML types and
+ * constants used are declared here with NVML's ABI (nvmlReturn_t and the
+ * enums are int-sized; nvmlDevice_t is an opaque pointer), and every entry
+ * point is looked up with dlsym.  nvmlDeviceGetTopologyCommonAncestor is
+ * optional (distance then says -ENOTSUP); every other symbol is required.
+ *
+ * Invariants:
+ *  - Between open and close NVML is initialised exactly once by this handle
+ *    (nvmlInit_v2 ... nvmlShutdown) and the library stays loaded.
+ *  - The GPU count is fixed at open (1..GP_GPU_MAX); hot-plug needs a reopen.
+ *  - gpus[i] caches the last identity and memory NVML gave for GPU i, so a
+ *    GPU that later stops answering is still reported under its uuid/name.
+ *    open() reads every GPU once to fill the cache.
+ *  - Every string NVML writes goes into a zeroed buffer whose size is passed
+ *    to NVML and whose last byte is forced to NUL; it is then copied into
+ *    the fixed-size fields of gp_gpu_info, with non-printable bytes replaced
+ *    by '?' when the text is not clean UTF-8.
+ *  - A failing device call is a property of that GPU (healthy=false and a
+ *    reason naming the call and nvmlErrorString), never an error of
+ *    gp_gpu_read.  NOT_SUPPORTED on utilisation, temperature or power only
+ *    makes that reading -1.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/util.h"
+#include "gpu/gpu-int.h"
+
+/* --- NVML ABI, declared from the public API reference (nvml.h is not used). */
+typedef int nvmlReturn_t;                 /* enum nvmlReturn_enum */
+typedef struct nvmlDevice_st *nvmlDevice_t;
+typedef int nvmlTemperatureSensors_t;     /* enum */
+typedef int nvmlGpuTopologyLevel_t;       /* enum */
+
+typedef struct nvmlMemory_st {
+        unsigned long long total;         /* bytes */
+        unsigned long long free;
+        unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct nvmlUtilization_st {
+        unsigned int gpu;                 /* percent of time a kernel ran */
+        unsigned int memory;              /* percent of time memory was read/written */
+} nvmlUtilization_t;
+
+enum {
+        NVML_SUCCESS = 0,
+        NVML_ERROR_NOT_SUPPORTED = 3,
+};
+enum { NVML_TEMPERATURE_GPU = 0 };
+enum {
+        NVML_TOPOLOGY_INTERNAL = 0,
+        NVML_TOPOLOGY_SINGLE = 10,
+        NVML_TOPOLOGY_MULTIPLE = 20,
+        NVML_TOPOLOGY_HOSTBRIDGE = 30,
+        NVML_TOPOLOGY_NODE = 40,
+        NVML_TOPOLOGY_SYSTEM = 50,
+};
+/* NVML_DEVICE_NAME_V2_BUFFER_SIZE and NVML_DEVICE_UUID_V2_BUFFER_SIZE are 96. */
+#define NVML_STR_BUF 96
+/* --- end of NVML ABI */
+
+#define DEFAULT_LIBRARY "libnvidia-ml.so.1"
+#define MIB (1024ULL * 1024ULL)
+#define MAX_TEMP_C 1000
+
+typedef struct nvml_fns {
+        nvmlReturn_t (*init)(void);
+        nvmlReturn_t (*shutdown)(void);
+        const char *(*error_string)(nvmlReturn_t);
+        nvmlReturn_t (*get_count)(unsigned int *);
+        nvmlReturn_t (*get_handle)(unsigned int, nvmlDevice_t *);
+        nvmlReturn_t (*get_name)(nvmlDevice_t, char *, unsigned int);
+        nvmlReturn_t (*get_uuid)(nvmlDevice_t, char *, unsigned int);
+        nvmlReturn_t (*get_memory)(nvmlDevice_t, nvmlMemory_t *);
+        nvmlReturn_t (*get_util)(nvmlDevice_t, nvmlUtilization_t *);
+        nvmlReturn_t (*get_temp)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int *);
+        nvmlReturn_t (*get_power)(nvmlDevice_t, unsigned int *);
+        nvmlReturn_t (*get_topo)(nvmlDevice_t, nvmlDevice_t, nvmlGpuTopologyLevel_t *); /* may be NULL */
+} nvml_fns;
+
+typedef struct nvml_gpu {
+        char name[GP_NAME_MAX];   /* last name NVML gave, "" before */
+        char uuid[GP_UUID_MAX];   /* last uuid NVML gave, "" before */
+        int64_t total_mb;         /* last memory total, 0 before */
+        int64_t used_mb;          /* last memory used, 0 before */
+} nvml_gpu;
+
+typedef struct nvml_backend {
+        gp_gpu_backend base;      /* first: the vtable */
+        void *dl;                 /* dlopen handle, owned */
+        nvml_fns fn;              /* resolved entry points */
+        unsigned int n;           /* GPUs, 1..GP_GPU_MAX */
+        nvml_gpu *gpus;           /* n entries, owned */
+} nvml_backend;
+
+static const char *errstr(const nvml_backend *nb, nvmlReturn_t rc) {
+        const char *s = nb->fn.error_string(rc);
+        return s ? s : "unknown NVML error";
+}
+
+/* Copy NVML text (already NUL-terminated) into a field; keep it printable. */
+static void copy_text(char *dst, size_t size, const char *src) {
+        gp_strlcpy(dst, src, size);
+        size_t len = strlen(dst);
+        if (gp_str_is_clean(dst, len))
+                return;
+        for (size_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char)dst[i];
+                if (c < 0x20 || c > 0x7e)
+                        dst[i] = '?';
+        }
+}
+
+static void mark_unhealthy(const nvml_backend *nb, gp_gpu_info *o, const char *call,
+                           nvmlReturn_t rc) {
+        o->healthy = false;
+        snprintf(o->health_reason, sizeof(o->health_reason), "%s: %.80s (%d)", call,
+                 errstr(nb, rc), rc);
+}
+
+/* An optional reading: value, -1 when NOT_SUPPORTED; other errors are the
+ * GPU's (returns false after marking it). */
+static bool optional_reading(const nvml_backend *nb, gp_gpu_info *o, const char *call,
+                             nvmlReturn_t rc, unsigned int v, unsigned int max, int *ret) {
+        if (rc == NVML_ERROR_NOT_SUPPORTED) {
+                *ret = -1;
+                return true;
+        }
+        if (rc != NVML_SUCCESS) {
+                mark_unhealthy(nb, o, call, rc);
+                return false;
+        }
+        *ret = v > max ? -1 : (int)v;
+        return true;
+}
+
+/* Ask NVML about GPU i: refresh the cache, fill o.  Stops at the first
+ * failing call (a lost GPU tends to time out on every call). */
+static void read_one(nvml_backend *nb, unsigned int i, gp_gpu_info *o) {
+        nvml_gpu *c = &nb->gpus[i];
+        nvmlDevice_t dev = NULL;
+        char buf[NVML_STR_BUF];
+        nvmlMemory_t mem;
+        nvmlUtilization_t util;
+        unsigned int v;
+        nvmlReturn_t rc;
+
+        memset(o, 0, sizeof(*o));
+        o->index = (int)i;
+        o->util_pct = o->temp_c = o->power_mw = -1;
+        o->healthy = true;
+
+        rc = nb->fn.get_handle(i, &dev);
+        if (rc != NVML_SUCCESS) {
+                mark_unhealthy(nb, o, "nvmlDeviceGetHandleByIndex_v2", rc);
+                goto identity;
+        }
+
+        memset(buf, 0, sizeof(buf));
+        rc = nb->fn.get_name(dev, buf, sizeof(buf));
+        if (rc != NVML_SUCCESS) {
+                mark_unhealthy(nb, o, "nvmlDeviceGetName", rc);
+                goto identity;
+        }
+        buf[sizeof(buf) - 1] = '\0';
+        copy_text(c->name, sizeof(c->name), buf);
+
+        memset(buf, 0, sizeof(buf));
+        rc = nb->fn.get_uuid(dev, buf, sizeof(buf));
+        if (rc != NVML_SUCCESS) {
+                mark_unhealthy(nb, o, "nvmlDeviceGetUUID", rc);
+                goto identity;
+        }
+        buf[sizeof(buf) - 1] = '\0';
+        copy_text(c->uuid, sizeof(c->uuid), buf);
+
+        memset(&mem, 0, sizeof(mem));
+        rc = nb->fn.get_memory(dev, &mem);
+        if (rc != NVML_SUCCESS) {
+                mark_unhealthy(nb, o, "nvmlDeviceGetMemoryInfo", rc);
+                goto identity;
+        }
+        c->total_mb = (int64_t)(mem.total / MIB);
+        c->used_mb = (int64_t)(mem.used / MIB);
+
+        memset(&util, 0, sizeof(util));
+        rc = nb->fn.get_util(dev, &util);
+        if (!optional_reading(nb, o, "nvmlDeviceGetUtilizationRates", rc, util.gpu, 100,
+                              &o->util_pct))
+                goto identity;
+
+        v = 0;
+        rc = nb->fn.get_temp(dev, NVML_TEMPERATURE_GPU, &v);
+        if (!optional_reading(nb, o, "nvmlDeviceGetTemperature", rc, v, MAX_TEMP_C, &o->temp_c))
+                goto identity;
+
+        v = 0;
+        rc = nb->fn.get_power(dev, &v);
+        if (!optional_reading(nb, o, "nvmlDeviceGetPowerUsage", rc, v, INT_MAX, &o->power_mw))
+                goto identity;
+
+identity:
+        gp_strlcpy(o->name, c->name, sizeof(o->name));
+        gp_strlcpy(o->uuid, c->uuid, sizeof(o->uuid));
+        o->memory_total_mb = c->total_mb;
+        o->memory_used_mb = c->used_mb;
+}
+
+static int nvml_read(gp_gpu_backend *b, gp_gpu_info **ret, size_t *ret_n) {
+        nvml_backend *nb = (nvml_backend *)b;
+        gp_gpu_info *v = calloc(nb->n, sizeof(*v));
+        if (!v)
+                return -ENOMEM;
+        for (unsigned int i = 0; i < nb->n; i++)
+                read_one(nb, i, &v[i]);
+        *ret = v;
+        *ret_n = nb->n;
+        return 0;
+}
+
+/* NVML's common-ancestor level onto gp_gpu_distance's 0..3. */
+static int level_to_distance(nvmlGpuTopologyLevel_t level) {
+        switch (level) {
+        case NVML_TOPOLOGY_INTERNAL: return 0;   /* same board */
+        case NVML_TOPOLOGY_SINGLE:               /* one PCIe switch */
+        case NVML_TOPOLOGY_MULTIPLE: return 1;   /* several switches, no host bridge */
+        case NVML_TOPOLOGY_HOSTBRIDGE:           /* same host bridge */
+        case NVML_TOPOLOGY_NODE: return 2;       /* same CPU / NUMA node */
+        case NVML_TOPOLOGY_SYSTEM: return 3;     /* across CPUs */
+        default: return -EIO;
+        }
+}
+
+static int nvml_distance(gp_gpu_backend *b, int a, int b_index, int *ret) {
+        nvml_backend *nb = (nvml_backend *)b;
+        nvmlDevice_t da = NULL, db = NULL;
+        nvmlGpuTopologyLevel_t level = -1;
+
+        if ((unsigned int)a >= nb->n || (unsigned int)b_index >= nb->n)
+                return -EINVAL;
+        if (!nb->fn.get_topo)
+                return -ENOTSUP;
+        if (a == b_index) {
+                *ret = 0;
+                return 0;
+        }
+        if (nb->fn.get_handle((unsigned int)a, &da) != NVML_SUCCESS ||
+            nb->fn.get_handle((unsigned int)b_index, &db) != NVML_SUCCESS)
+                return -EIO;
+        nvmlReturn_t rc = nb->fn.get_topo(da, db, &level);
+        if (rc == NVML_ERROR_NOT_SUPPORTED)
+                return -ENOTSUP;
+        if (rc != NVML_SUCCESS)
+                return -EIO;
+        int d = level_to_distance(level);
+        if (d < 0)
+                return d;
+        *ret = d;
+        return 0;
+}
+
+static void nvml_close(gp_gpu_backend *b) {
+        nvml_backend *nb = (nvml_backend *)b;
+        nb->fn.shutdown();
+        dlclose(nb->dl);
+        free(nb->gpus);
+        free(nb);
+}
+
+static const gp_gpu_ops nvml_ops = {
+        .name = "nvml",
+        .read = nvml_read,
+        .distance = nvml_distance,
+        .sim_set_load = NULL,
+        .close = nvml_close,
+};
+
+/* Resolve one symbol into a function pointer field; a missing required
+ * symbol fails the open. */
+#define LOAD(field, sym, required)                                                           \
+        do {                                                                                 \
+                void *p_ = dlsym(dl, sym);                                                   \
+                if (!p_ && (required)) {                                                     \
+                        gp_gpu_set_err(err, errlen, "NVML library \"%s\" lacks %s", lib, sym); \
+                        goto fail_dl;                                                        \
+                }                                                                            \
+                fn.field = (__typeof__(fn.field))p_;                                         \
+        } while (0)
+
+int gp_gpu_nvml_open(const gp_gpu_options *opt, gp_gpu_backend **ret, char *err, size_t errlen) {
+        const char *lib = opt->nvml_library && opt->nvml_library[0] ? opt->nvml_library
+                                                                      : DEFAULT_LIBRARY;
+        nvml_fns fn;
+        nvml_backend *nb = NULL;
+        unsigned int n = 0;
+        nvmlReturn_t rc;
+        int r = -GP_ENOGPU;
+
+        memset(&fn, 0, sizeof(fn));
+        dlerror();
+        void *dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        if (!dl) {
+                const char *why = dlerror();
+                gp_gpu_set_err(err, errlen, "cannot load NVML library \"%s\": %s", lib,
+                               why ? why : "dlopen failed");
+                return -GP_ENOGPU;
+        }
+        LOAD(init, "nvmlInit_v2", true);
+        LOAD(shutdown, "nvmlShutdown", true);
+        LOAD(error_string, "nvmlErrorString", true);
+        LOAD(get_count, "nvmlDeviceGetCount_v2", true);
+        LOAD(get_handle, "nvmlDeviceGetHandleByIndex_v2", true);
+        LOAD(get_name, "nvmlDeviceGetName", true);
+        LOAD(get_uuid, "nvmlDeviceGetUUID", true);
+        LOAD(get_memory, "nvmlDeviceGetMemoryInfo", true);
+        LOAD(get_util, "nvmlDeviceGetUtilizationRates", true);
+        LOAD(get_temp, "nvmlDeviceGetTemperature", true);
+        LOAD(get_power, "nvmlDeviceGetPowerUsage", true);
+        LOAD(get_topo, "nvmlDeviceGetTopologyCommonAncestor", false);
+
+        rc = fn.init();
+        if (rc != NVML_SUCCESS) {
+                const char *s = fn.error_string(rc);
+                gp_gpu_set_err(err, errlen, "nvmlInit_v2 failed: %.80s (%d)", s ? s : "?", rc);
+                goto fail_dl;
+        }
+        rc = fn.get_count(&n);
+        if (rc != NVML_SUCCESS) {
+                const char *s = fn.error_string(rc);
+                gp_gpu_set_err(err, errlen, "nvmlDeviceGetCount_v2 failed: %.80s (%d)", s ? s : "?",
+                               rc);
+                goto fail_init;
+        }
+        if (n == 0) {
+                gp_gpu_set_err(err, errlen, "NVML reports no GPU");
+                goto fail_init;
+        }
+        if (n > GP_GPU_MAX) {
+                gp_gpu_set_err(err, errlen, "NVML reports %u GPUs, more than the %d supported", n,
+                               GP_GPU_MAX);
+                goto fail_init;
+        }
+
+        r = -ENOMEM;
+        nb = calloc(1, sizeof(*nb));
+        if (!nb)
+                goto fail_init;
+        nb->gpus = calloc(n, sizeof(*nb->gpus));
+        if (!nb->gpus)
+                goto fail_nb;
+        nb->base.ops = &nvml_ops;
+        nb->dl = dl;
+        nb->fn = fn;
+        nb->n = n;
+
+        /* Learn every GPU's identity now, so a GPU lost later keeps it. */
+        for (unsigned int i = 0; i < n; i++) {
+                gp_gpu_info scratch;
+                read_one(nb, i, &scratch);
+        }
+        *ret = &nb->base;
+        return 0;
+
+fail_nb:
+        free(nb);
+fail_init:
+        fn.shutdown();
+fail_dl:
+        dlclose(dl);
+        return r;
+}

@@ -1,0 +1,680 @@
+/* fake_nvml.c - a stand-in libnvidia-ml.so.1 for the test suite.
+ *
+ * It exports the NVML entry points gpupool uses, with NVML's C ABI
+ * (nvmlReturn_t an int-sized enum, nvmlDevice_t an opaque pointer, the
+ * same structs, error codes and enum values), and behaves like NVML where
+ * gpupool could tell the difference:
+ *   - every call but nvmlInit* and nvmlErrorString returns
+ *     NVML_ERROR_UNINITIALIZED (1) until nvmlInit succeeds, and again after
+ *     the matching nvmlShutdown (init is reference counted, like NVML's);
+ *   - NULL outputs, bad indices and foreign handles give
+ *     NVML_ERROR_INVALID_ARGUMENT (2); a string buffer too small for the
+ *     answer gives NVML_ERROR_INSUFFICIENT_SIZE (7), nothing is written;
+ *   - an unsupported reading gives NVML_ERROR_NOT_SUPPORTED (3);
+ *   - it is thread-safe (one mutex).
+ * Built twice by mk/gpu.mk: normally, and with -DFAKE_NVML_NO_TOPOLOGY
+ * (no nvmlDeviceGetTopologyCommonAncestor symbol, like an old driver).
+ *
+ * The GPUs are scripted by the file named in the environment variable
+ * FAKE_NVML_CONFIG.  The first nvmlInit (reference count 0 -> 1) reads it;
+ * nothing is re-read until the count has dropped back to 0.  No file, an
+ * unreadable file or FAKE_NVML_CONFIG unset: nvmlInit returns
+ * NVML_ERROR_DRIVER_NOT_LOADED (9), as on a machine without the driver.
+ * A malformed file: nvmlInit prints "fake_nvml: FILE:LINE: why" to stderr
+ * and returns NVML_ERROR_UNKNOWN (999).
+ *
+ * Script format: one directive per line; blank lines and lines starting
+ * with '#' are ignored; a value may be double-quoted (\" and \\ escape).
+ *
+ *   init=CODE
+ *       nvmlInit returns NVML error CODE (e.g. 9) instead of succeeding.
+ *
+ *   gpu KEY=VALUE...
+ *       One GPU; GPUs get indices 0, 1, ... in file order (at most 64).
+ *       name="..."         default "NVIDIA Fake GPU" (at most 95 bytes)
+ *       uuid=GPU-...        default GPU-00000000-0000-0000-0000-<index, 12 digits>
+ *       mem_total_mb=N      default 16384 (nvmlMemory_t is in bytes: N MiB)
+ *       mem_used_mb=N       default 0, at most mem_total_mb
+ *       util=N|na           GPU utilisation percent, default 0; na: NOT_SUPPORTED
+ *       mem_util=N          memory utilisation percent, default 0
+ *       temp=N|na           degrees C, default 40
+ *       power_mw=N|na       milliwatts, default 50000
+ *       fail=none|all|LIST  calls that fail for this GPU; LIST is a comma list
+ *                           of handle,name,uuid,memory,util,temp,power,topo;
+ *                           all = every per-device call (handle included)
+ *       fail_code=N         what a failing call returns, default 15
+ *                           (NVML_ERROR_GPU_IS_LOST)
+ *       fail_after=N        a failing call first succeeds N times (counted
+ *                           per GPU and per call), default 0
+ *       topo_group=N        default 0; see topology below
+ *
+ *   topo A B LEVEL
+ *       nvmlDeviceGetTopologyCommonAncestor(A, B) (either order) gives LEVEL:
+ *       INTERNAL, SINGLE, MULTIPLE, HOSTBRIDGE, NODE, SYSTEM or its number.
+ *       Without a topo line: same device INTERNAL, same topo_group SINGLE,
+ *       different groups SYSTEM.
+ *
+ * Example:
+ *   gpu name="NVIDIA A100-SXM4-80GB" mem_total_mb=81920 mem_used_mb=1000 util=37 temp=55 power_mw=210000
+ *   gpu name="NVIDIA A100-SXM4-80GB" fail=memory topo_group=1
+ *   topo 0 1 HOSTBRIDGE
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define API __attribute__((visibility("default")))
+
+/* --- NVML ABI */
+typedef enum nvmlReturn_enum {
+        NVML_SUCCESS = 0,
+        NVML_ERROR_UNINITIALIZED = 1,
+        NVML_ERROR_INVALID_ARGUMENT = 2,
+        NVML_ERROR_NOT_SUPPORTED = 3,
+        NVML_ERROR_NO_PERMISSION = 4,
+        NVML_ERROR_ALREADY_INITIALIZED = 5,
+        NVML_ERROR_NOT_FOUND = 6,
+        NVML_ERROR_INSUFFICIENT_SIZE = 7,
+        NVML_ERROR_INSUFFICIENT_POWER = 8,
+        NVML_ERROR_DRIVER_NOT_LOADED = 9,
+        NVML_ERROR_TIMEOUT = 10,
+        NVML_ERROR_IRQ_ISSUE = 11,
+        NVML_ERROR_LIBRARY_NOT_FOUND = 12,
+        NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+        NVML_ERROR_CORRUPTED_INFOROM = 14,
+        NVML_ERROR_GPU_IS_LOST = 15,
+        NVML_ERROR_RESET_REQUIRED = 16,
+        NVML_ERROR_OPERATING_SYSTEM = 17,
+        NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
+        NVML_ERROR_IN_USE = 19,
+        NVML_ERROR_MEMORY = 20,
+        NVML_ERROR_NO_DATA = 21,
+        NVML_ERROR_VGPU_ECC_NOT_SUPPORTED = 22,
+        NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
+        NVML_ERROR_FREQ_NOT_SUPPORTED = 24,
+        NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+        NVML_ERROR_DEPRECATED = 26,
+        NVML_ERROR_NOT_READY = 27,
+        NVML_ERROR_UNKNOWN = 999,
+} nvmlReturn_t;
+
+typedef struct nvmlDevice_st *nvmlDevice_t;
+
+typedef struct nvmlMemory_st {
+        unsigned long long total;
+        unsigned long long free;
+        unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct nvmlUtilization_st {
+        unsigned int gpu;
+        unsigned int memory;
+} nvmlUtilization_t;
+
+typedef enum nvmlTemperatureSensors_enum {
+        NVML_TEMPERATURE_GPU = 0,
+        NVML_TEMPERATURE_COUNT,
+} nvmlTemperatureSensors_t;
+
+typedef enum nvmlGpuLevel_enum {
+        NVML_TOPOLOGY_INTERNAL = 0,
+        NVML_TOPOLOGY_SINGLE = 10,
+        NVML_TOPOLOGY_MULTIPLE = 20,
+        NVML_TOPOLOGY_HOSTBRIDGE = 30,
+        NVML_TOPOLOGY_NODE = 40,
+        NVML_TOPOLOGY_SYSTEM = 50,
+} nvmlGpuTopologyLevel_t;
+/* --- end of NVML ABI */
+
+#define MAX_GPUS 64
+#define MAX_TEXT 96            /* NVML's *_V2_BUFFER_SIZE: 95 bytes + NUL */
+#define MAX_LINE 4096
+#define MAX_TOPO 256
+#define MIB (1024ULL * 1024ULL)
+
+enum call { C_HANDLE, C_NAME, C_UUID, C_MEMORY, C_UTIL, C_TEMP, C_POWER, C_TOPO, C_COUNT };
+static const char *const call_names[C_COUNT] = {"handle", "name", "uuid", "memory",
+                                                "util",   "temp", "power", "topo"};
+
+struct fake_gpu {
+        char name[MAX_TEXT];
+        char uuid[MAX_TEXT];
+        unsigned long long total_mb, used_mb;
+        long util, mem_util, temp, power_mw;   /* -1: NOT_SUPPORTED */
+        unsigned fail_mask;                    /* 1 << enum call */
+        nvmlReturn_t fail_code;
+        unsigned long fail_after;
+        unsigned long calls[C_COUNT];          /* calls answered so far, per call */
+        long topo_group;
+};
+
+struct topo_rule {
+        unsigned a, b;
+        nvmlGpuTopologyLevel_t level;
+        unsigned line;                         /* in the script, for messages */
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned refcount;                      /* nvmlInit minus nvmlShutdown */
+static struct fake_gpu gpus[MAX_GPUS];
+static unsigned n_gpus;
+static struct topo_rule topo[MAX_TOPO];
+static unsigned n_topo;
+
+/* ---- script parsing ---- */
+
+struct parse {
+        const char *file;
+        unsigned line;
+};
+
+static bool perr(const struct parse *p, const char *what, const char *arg) {
+        fprintf(stderr, "fake_nvml: %s:%u: %s%s%s\n", p->file, p->line, what, arg ? ": " : "",
+                arg ? arg : "");
+        return false;
+}
+
+static bool parse_ull(const char *s, unsigned long long max, unsigned long long *ret) {
+        if (!s || *s < '0' || *s > '9')
+                return false;
+        errno = 0;
+        char *end;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (*end || errno || v > max)
+                return false;
+        *ret = v;
+        return true;
+}
+
+/* Next token of a line: KEY=VALUE or a word, VALUE possibly quoted.  The
+ * token is unquoted in place; *pos moves past it.  NULL at end of line. */
+static char *next_token(char **pos, bool *bad) {
+        char *s = *pos;
+        while (*s == ' ' || *s == '\t')
+                s++;
+        if (!*s)
+                return NULL;
+        char *tok = s, *w = s;
+        bool quoted = false;
+        for (;;) {
+                char c = *s;
+                if (!c) {
+                        if (quoted)
+                                *bad = true;
+                        break;
+                }
+                if (!quoted && (c == ' ' || c == '\t')) {
+                        s++;
+                        break;
+                }
+                if (c == '"') {
+                        quoted = !quoted;
+                        s++;
+                        continue;
+                }
+                if (quoted && c == '\\' && (s[1] == '"' || s[1] == '\\')) {
+                        *w++ = s[1];
+                        s += 2;
+                        continue;
+                }
+                *w++ = c;
+                s++;
+        }
+        *w = '\0';
+        *pos = s;
+        return tok;
+}
+
+static bool parse_level(const char *s, nvmlGpuTopologyLevel_t *ret) {
+        static const struct {
+                const char *name;
+                nvmlGpuTopologyLevel_t level;
+        } names[] = {{"INTERNAL", NVML_TOPOLOGY_INTERNAL},     {"SINGLE", NVML_TOPOLOGY_SINGLE},
+                     {"MULTIPLE", NVML_TOPOLOGY_MULTIPLE},     {"HOSTBRIDGE", NVML_TOPOLOGY_HOSTBRIDGE},
+                     {"NODE", NVML_TOPOLOGY_NODE},             {"SYSTEM", NVML_TOPOLOGY_SYSTEM}};
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+                if (strcmp(s, names[i].name) == 0) {
+                        *ret = names[i].level;
+                        return true;
+                }
+        }
+        unsigned long long v;
+        if (!parse_ull(s, 1000, &v))
+                return false;
+        *ret = (nvmlGpuTopologyLevel_t)v;
+        return true;
+}
+
+/* A reading: a number up to max, or "na" for NOT_SUPPORTED (-1). */
+static bool parse_reading(const char *s, unsigned long long max, long *ret) {
+        unsigned long long v;
+        if (strcmp(s, "na") == 0) {
+                *ret = -1;
+                return true;
+        }
+        if (!parse_ull(s, max, &v))
+                return false;
+        *ret = (long)v;
+        return true;
+}
+
+static bool parse_fail(char *s, unsigned *ret) {
+        unsigned mask = 0;
+        if (strcmp(s, "none") == 0) {
+                *ret = 0;
+                return true;
+        }
+        if (strcmp(s, "all") == 0) {
+                *ret = (1u << C_COUNT) - 1;
+                return true;
+        }
+        for (char *save = NULL, *w = strtok_r(s, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+                int k = -1;
+                for (int i = 0; i < C_COUNT; i++)
+                        if (strcmp(w, call_names[i]) == 0)
+                                k = i;
+                if (k < 0)
+                        return false;
+                mask |= 1u << k;
+        }
+        *ret = mask;
+        return mask != 0;
+}
+
+static bool parse_gpu(const struct parse *p, char *pos) {
+        if (n_gpus >= MAX_GPUS)
+                return perr(p, "too many GPUs", NULL);
+        struct fake_gpu *g = &gpus[n_gpus];
+        unsigned long long v;
+        bool bad = false;
+        char *tok;
+
+        memset(g, 0, sizeof(*g));
+        snprintf(g->name, sizeof(g->name), "NVIDIA Fake GPU");
+        snprintf(g->uuid, sizeof(g->uuid), "GPU-00000000-0000-0000-0000-%012u", n_gpus);
+        g->total_mb = 16384;
+        g->temp = 40;
+        g->power_mw = 50000;
+        g->fail_code = NVML_ERROR_GPU_IS_LOST;
+
+        while ((tok = next_token(&pos, &bad))) {
+                char *val = strchr(tok, '=');
+                if (bad)
+                        return perr(p, "unterminated quote", tok);
+                if (!val)
+                        return perr(p, "want KEY=VALUE", tok);
+                *val++ = '\0';
+                bool ok = true;
+                if (strcmp(tok, "name") == 0 || strcmp(tok, "uuid") == 0) {
+                        char *dst = tok[0] == 'n' ? g->name : g->uuid;
+                        ok = strlen(val) < MAX_TEXT;
+                        if (ok)
+                                memcpy(dst, val, strlen(val) + 1);
+                } else if (strcmp(tok, "mem_total_mb") == 0) {
+                        ok = parse_ull(val, 1ULL << 30, &g->total_mb);
+                } else if (strcmp(tok, "mem_used_mb") == 0) {
+                        ok = parse_ull(val, 1ULL << 30, &g->used_mb);
+                } else if (strcmp(tok, "util") == 0) {
+                        ok = parse_reading(val, 100, &g->util);
+                } else if (strcmp(tok, "mem_util") == 0) {
+                        ok = parse_reading(val, 100, &g->mem_util) && g->mem_util >= 0;
+                } else if (strcmp(tok, "temp") == 0) {
+                        ok = parse_reading(val, 200, &g->temp);
+                } else if (strcmp(tok, "power_mw") == 0) {
+                        ok = parse_reading(val, 10000000, &g->power_mw);
+                } else if (strcmp(tok, "fail") == 0) {
+                        ok = parse_fail(val, &g->fail_mask);
+                } else if (strcmp(tok, "fail_code") == 0) {
+                        ok = parse_ull(val, 999, &v) && v != 0;
+                        g->fail_code = (nvmlReturn_t)v;
+                } else if (strcmp(tok, "fail_after") == 0) {
+                        ok = parse_ull(val, 1000000, &v);
+                        g->fail_after = (unsigned long)v;
+                } else if (strcmp(tok, "topo_group") == 0) {
+                        ok = parse_ull(val, 1000000, &v);
+                        g->topo_group = (long)v;
+                } else {
+                        return perr(p, "unknown key", tok);
+                }
+                if (!ok)
+                        return perr(p, "bad value for", tok);
+        }
+        if (g->used_mb > g->total_mb)
+                return perr(p, "mem_used_mb above mem_total_mb", NULL);
+        n_gpus++;
+        return true;
+}
+
+static bool parse_topo(const struct parse *p, char *pos) {
+        bool bad = false;
+        char *a = next_token(&pos, &bad), *b = next_token(&pos, &bad);
+        char *l = next_token(&pos, &bad), *extra = next_token(&pos, &bad);
+        unsigned long long ia, ib;
+        struct topo_rule r;
+
+        if (bad || !a || !b || !l || extra)
+                return perr(p, "want: topo A B LEVEL", NULL);
+        if (!parse_ull(a, MAX_GPUS - 1, &ia) || !parse_ull(b, MAX_GPUS - 1, &ib))
+                return perr(p, "bad GPU index", NULL);
+        if (!parse_level(l, &r.level))
+                return perr(p, "bad level", l);
+        if (n_topo >= MAX_TOPO)
+                return perr(p, "too many topo lines", NULL);
+        r.a = (unsigned)ia;
+        r.b = (unsigned)ib;
+        r.line = p->line;
+        topo[n_topo++] = r;
+        return true;
+}
+
+/* Read the script into the globals.  Returns what nvmlInit should say. */
+static nvmlReturn_t load_script(void) {
+        const char *path = getenv("FAKE_NVML_CONFIG");
+        struct parse p = {.file = path, .line = 0};
+        nvmlReturn_t init_rc = NVML_SUCCESS;
+        char line[MAX_LINE + 2];
+        bool ok = true;
+
+        n_gpus = 0;
+        n_topo = 0;
+        if (!path || !*path)
+                return NVML_ERROR_DRIVER_NOT_LOADED;
+        FILE *f = fopen(path, "r");
+        if (!f)
+                return NVML_ERROR_DRIVER_NOT_LOADED;
+        while (ok && fgets(line, sizeof(line), f)) {
+                p.line++;
+                size_t len = strlen(line);
+                if (len > 0 && line[len - 1] == '\n')
+                        line[--len] = '\0';
+                else if (!feof(f))
+                        ok = perr(&p, "line too long", NULL);
+                if (!ok)
+                        break;
+                char *s = line;
+                while (*s == ' ' || *s == '\t')
+                        s++;
+                if (!*s || *s == '#')
+                        continue;
+                if (strncmp(s, "gpu", 3) == 0 && (s[3] == ' ' || s[3] == '\t' || !s[3])) {
+                        ok = parse_gpu(&p, s + 3);
+                } else if (strncmp(s, "topo", 4) == 0 && (s[4] == ' ' || s[4] == '\t')) {
+                        ok = parse_topo(&p, s + 4);
+                } else if (strncmp(s, "init=", 5) == 0) {
+                        unsigned long long v;
+                        ok = parse_ull(s + 5, 999, &v) || perr(&p, "bad init code", s + 5);
+                        if (ok)
+                                init_rc = (nvmlReturn_t)v;
+                } else {
+                        ok = perr(&p, "unknown directive", s);
+                }
+        }
+        fclose(f);
+        if (ok) {
+                for (unsigned i = 0; i < n_topo; i++) {
+                        if (topo[i].a >= n_gpus || topo[i].b >= n_gpus) {
+                                p.line = topo[i].line;
+                                ok = perr(&p, "topo names a GPU that does not exist", NULL);
+                        }
+                }
+        }
+        if (!ok) {
+                n_gpus = n_topo = 0;
+                return NVML_ERROR_UNKNOWN;
+        }
+        if (init_rc != NVML_SUCCESS)
+                n_gpus = n_topo = 0;
+        return init_rc;
+}
+
+/* ---- the API ---- */
+
+/* The GPU behind a handle, or NULL if it is not one of ours. */
+static struct fake_gpu *gpu_of(nvmlDevice_t dev) {
+        uintptr_t p = (uintptr_t)dev, base = (uintptr_t)gpus;
+        if (p < base || p >= base + n_gpus * sizeof(gpus[0]) || (p - base) % sizeof(gpus[0]))
+                return NULL;
+        return &gpus[(p - base) / sizeof(gpus[0])];
+}
+
+/* Count a call to `c` on g; the scripted error once it is due. */
+static nvmlReturn_t scripted(struct fake_gpu *g, enum call c) {
+        g->calls[c]++;
+        if ((g->fail_mask & (1u << c)) && g->calls[c] > g->fail_after)
+                return g->fail_code;
+        return NVML_SUCCESS;
+}
+
+/* Every device query starts with this: lock, check init and handle. */
+#define DEVICE_CALL(dev, g, c)                                                                   \
+        struct fake_gpu *g;                                                                      \
+        nvmlReturn_t rc_;                                                                        \
+        pthread_mutex_lock(&mu);                                                                 \
+        if (!refcount) {                                                                         \
+                rc_ = NVML_ERROR_UNINITIALIZED;                                                  \
+                goto out;                                                                        \
+        }                                                                                        \
+        g = gpu_of(dev);                                                                         \
+        if (!g) {                                                                                \
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;                                               \
+                goto out;                                                                        \
+        }                                                                                        \
+        rc_ = scripted(g, c);                                                                    \
+        if (rc_ != NVML_SUCCESS)                                                                 \
+                goto out
+
+#define DEVICE_END                                                                               \
+out:                                                                                             \
+        pthread_mutex_unlock(&mu);                                                               \
+        return rc_
+
+static nvmlReturn_t do_init(void) {
+        nvmlReturn_t rc = NVML_SUCCESS;
+        pthread_mutex_lock(&mu);
+        if (refcount == 0) {
+                memset(gpus, 0, sizeof(gpus));
+                rc = load_script();
+        }
+        if (rc == NVML_SUCCESS)
+                refcount++;
+        pthread_mutex_unlock(&mu);
+        return rc;
+}
+
+API nvmlReturn_t nvmlInit_v2(void) {
+        return do_init();
+}
+
+API nvmlReturn_t nvmlInit(void) {
+        return do_init();
+}
+
+API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+        (void)flags;
+        return do_init();
+}
+
+API nvmlReturn_t nvmlShutdown(void) {
+        nvmlReturn_t rc = NVML_SUCCESS;
+        pthread_mutex_lock(&mu);
+        if (refcount == 0)
+                rc = NVML_ERROR_UNINITIALIZED;
+        else if (--refcount == 0)
+                n_gpus = n_topo = 0;
+        pthread_mutex_unlock(&mu);
+        return rc;
+}
+
+API const char *nvmlErrorString(nvmlReturn_t result) {
+        switch (result) {
+        case NVML_SUCCESS: return "Success";
+        case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+        case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+        case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+        case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+        case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
+        case NVML_ERROR_NOT_FOUND: return "Not Found";
+        case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+        case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
+        case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+        case NVML_ERROR_TIMEOUT: return "Timeout";
+        case NVML_ERROR_IRQ_ISSUE: return "Interrupt request issue";
+        case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+        case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+        case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
+        case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+        case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
+        case NVML_ERROR_OPERATING_SYSTEM: return "GPU access blocked by the operating system";
+        case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "Driver/library version mismatch";
+        case NVML_ERROR_IN_USE: return "In use by another client";
+        case NVML_ERROR_MEMORY: return "Insufficient Memory";
+        case NVML_ERROR_NO_DATA: return "No data";
+        case NVML_ERROR_NOT_READY: return "System not ready";
+        default: return "Unknown Error";
+        }
+}
+
+static nvmlReturn_t get_count(unsigned int *count) {
+        nvmlReturn_t rc = NVML_SUCCESS;
+        pthread_mutex_lock(&mu);
+        if (!refcount)
+                rc = NVML_ERROR_UNINITIALIZED;
+        else if (!count)
+                rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+                *count = n_gpus;
+        pthread_mutex_unlock(&mu);
+        return rc;
+}
+
+API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+        return get_count(count);
+}
+
+API nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) {
+        return get_count(count);
+}
+
+static nvmlReturn_t get_handle(unsigned int index, nvmlDevice_t *device) {
+        nvmlReturn_t rc;
+        pthread_mutex_lock(&mu);
+        if (!refcount) {
+                rc = NVML_ERROR_UNINITIALIZED;
+        } else if (!device || index >= n_gpus) {
+                rc = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+                rc = scripted(&gpus[index], C_HANDLE);
+                if (rc == NVML_SUCCESS)
+                        *device = (nvmlDevice_t)&gpus[index];
+        }
+        pthread_mutex_unlock(&mu);
+        return rc;
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+        return get_handle(index, device);
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+        return get_handle(index, device);
+}
+
+/* NVML's string contract: the whole answer and its NUL, or nothing. */
+static nvmlReturn_t put_text(const char *text, char *buf, unsigned int length) {
+        size_t n = strlen(text);
+        if (!buf)
+                return NVML_ERROR_INVALID_ARGUMENT;
+        if (length < n + 1)
+                return NVML_ERROR_INSUFFICIENT_SIZE;
+        memcpy(buf, text, n + 1);
+        return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+        DEVICE_CALL(device, g, C_NAME);
+        rc_ = put_text(g->name, name, length);
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+        DEVICE_CALL(device, g, C_UUID);
+        rc_ = put_text(g->uuid, uuid, length);
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+        DEVICE_CALL(device, g, C_MEMORY);
+        if (!memory) {
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+                goto out;
+        }
+        memory->total = g->total_mb * MIB;
+        memory->used = g->used_mb * MIB;
+        memory->free = memory->total - memory->used;
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
+        DEVICE_CALL(device, g, C_UTIL);
+        if (!utilization) {
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+        } else if (g->util < 0) {
+                rc_ = NVML_ERROR_NOT_SUPPORTED;
+        } else {
+                utilization->gpu = (unsigned int)g->util;
+                utilization->memory = (unsigned int)g->mem_util;
+        }
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
+                                          unsigned int *temp) {
+        DEVICE_CALL(device, g, C_TEMP);
+        if (!temp || sensorType != NVML_TEMPERATURE_GPU)
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+        else if (g->temp < 0)
+                rc_ = NVML_ERROR_NOT_SUPPORTED;
+        else
+                *temp = (unsigned int)g->temp;
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
+        DEVICE_CALL(device, g, C_POWER);
+        if (!power)
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+        else if (g->power_mw < 0)
+                rc_ = NVML_ERROR_NOT_SUPPORTED;
+        else
+                *power = (unsigned int)g->power_mw;
+        DEVICE_END;
+}
+
+#ifndef FAKE_NVML_NO_TOPOLOGY
+API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
+                                                     nvmlGpuTopologyLevel_t *pathInfo) {
+        DEVICE_CALL(device1, g, C_TOPO);
+        struct fake_gpu *g2 = gpu_of(device2);
+        if (!g2 || !pathInfo) {
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+                goto out;
+        }
+        rc_ = scripted(g2, C_TOPO);
+        if (rc_ != NVML_SUCCESS)
+                goto out;
+        unsigned a = (unsigned)(g - gpus), b = (unsigned)(g2 - gpus);
+        nvmlGpuTopologyLevel_t level = a == b                           ? NVML_TOPOLOGY_INTERNAL
+                                       : g->topo_group == g2->topo_group ? NVML_TOPOLOGY_SINGLE
+                                                                         : NVML_TOPOLOGY_SYSTEM;
+        for (unsigned i = 0; i < n_topo; i++)
+                if ((topo[i].a == a && topo[i].b == b) || (topo[i].a == b && topo[i].b == a))
+                        level = topo[i].level;
+        *pathInfo = level;
+        DEVICE_END;
+}
+#endif

@@ -35,13 +35,21 @@ void gp_store_close(gp_store *s);
 const char *gp_store_errmsg(gp_store *s);
 
 /* Transactions: begin, then puts, then commit (durable) or rollback.
- * 0 or -GP_ESTORE. */
+ * 0 or -GP_ESTORE.  begin inside a transaction and commit outside one fail.
+ * A commit that fails has rolled the transaction back: none of its changes
+ * are stored and the handle is outside any transaction, ready for use.
+ * Once any operation inside the transaction failed with -GP_ESTORE the
+ * transaction is doomed: commit rolls it back and fails (so a batch is
+ * never half-written, whatever the backend).  rollback outside a
+ * transaction is a no-op returning 0. */
 int gp_store_begin(gp_store *s);
 int gp_store_commit(gp_store *s);
 int gp_store_rollback(gp_store *s);
 
 /* Insert or replace the whole record by id (spec and gpus included).
- * 0 or -GP_ESTORE. */
+ * 0, -EINVAL (record that could not be read back: state out of range,
+ * n_gpus outside 0..GP_MAX_GANG, a string not NUL-terminated, spec over
+ * 1 MiB; nothing written) or -GP_ESTORE. */
 int gp_store_task_put(gp_store *s, const gp_task *t);
 
 /* One task by id into *ret (caller calls gp_task_done). 0, -ENOENT, -GP_ESTORE. */
@@ -55,10 +63,14 @@ typedef struct gp_task_filter {
 } gp_task_filter;
 
 /* Callback gets a record valid only during the call; return 0 to go on,
- * anything else to stop (that value is returned by the iterator). */
+ * anything else to stop (that value is returned by the iterator).  It must
+ * not call into the same handle: such calls fail with -EBUSY (collect what
+ * you need, or use a second handle). */
 typedef int (*gp_task_cb)(const gp_task *t, void *ud);
 
-/* Tasks matching the filter, newest (highest id) first. */
+/* Tasks matching the filter, newest (highest id) first.  0, the callback's
+ * stop value, -EINVAL (limit outside 1..1000, state out of range) or
+ * -GP_ESTORE (also for a stored row that fails validation). */
 int gp_store_task_list(gp_store *s, const gp_task_filter *f, gp_task_cb cb, void *ud);
 /* All queued and running tasks, oldest (lowest id) first, for recovery. */
 int gp_store_task_load_active(gp_store *s, gp_task_cb cb, void *ud);
@@ -66,8 +78,18 @@ int gp_store_task_load_active(gp_store *s, gp_task_cb cb, void *ud);
 int gp_store_task_max_id(gp_store *s, int64_t *ret);
 
 /* Small key/value metadata (scheduler state that must survive restart).
- * get: 0, -ENOENT, -E2BIG (value longer than size-1), -GP_ESTORE. */
+ * get: 0, -ENOENT, -E2BIG (value longer than size-1), -GP_ESTORE.
+ * set: 0, -EINVAL (empty key, key over 128 bytes, value over 1 MiB, or the
+ * reserved key "schema_version"), -GP_ESTORE. */
 int gp_store_meta_get(gp_store *s, const char *key, char *buf, size_t size);
 int gp_store_meta_set(gp_store *s, const char *key, const char *value);
+
+/* For tests (fault injection, STYLE.md habit 11): make the n-th database
+ * statement from now on this handle fail with -GP_ESTORE ("injected fault"),
+ * as if the database had refused it; n = 1 is the next one, n <= 0 turns it
+ * off.  It fires once.  Every begin, commit, rollback, put, get, list,
+ * load_active, max_id, meta_get and meta_set runs exactly one statement
+ * (a failed commit also runs a rollback). */
+void gp_store_fail_after(gp_store *s, int n);
 
 #endif

@@ -1,0 +1,548 @@
+/* sqlite.c - the SQLite store backend ("sqlite://PATH").
+ *
+ * One sqlite3 connection per gp_store handle, opened in WAL mode so readers
+ * on other handles run beside the one writer.  Every statement the backend
+ * runs is prepared once at open (SQLITE_PREPARE_PERSISTENT) and kept on the
+ * handle; each call binds, steps and resets it.  Transactions are BEGIN
+ * IMMEDIATE so a writer takes the write lock up front (waiting up to
+ * busy_timeout) instead of failing at its first write.
+ *
+ * Invariants:
+ *   - after every call each cached statement is reset and its bindings are
+ *     cleared (no pointer into a caller's record outlives the call);
+ *   - a failed COMMIT leaves the connection outside any transaction with
+ *     the changes undone (we run ROLLBACK if SQLite did not already);
+ *   - rows are decoded only through store_task_from_row (store.c), which
+ *     validates them.
+ */
+#include "store/store-int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/err.h"
+#include "base/util.h"
+
+enum {
+        ST_BEGIN,
+        ST_COMMIT,
+        ST_ROLLBACK,
+        ST_PUT,
+        ST_GET,
+        ST_LIST,        /* no filter */
+        ST_LIST_S,      /* by state */
+        ST_LIST_T,      /* by tenant */
+        ST_LIST_ST,     /* by state and tenant */
+        ST_ACTIVE,
+        ST_MAX_ID,
+        ST_META_GET,
+        ST_META_SET,
+        ST_COUNT,
+};
+
+#define SELECT_TASKS "SELECT " STORE_TASK_COLUMNS " FROM tasks "
+
+static const char *const stmt_sql[ST_COUNT] = {
+        [ST_BEGIN] = "BEGIN IMMEDIATE",
+        [ST_COMMIT] = "COMMIT",
+        [ST_ROLLBACK] = "ROLLBACK",
+        [ST_PUT] = "INSERT OR REPLACE INTO tasks (" STORE_TASK_COLUMNS ") VALUES "
+                   "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
+                   "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
+        [ST_GET] = SELECT_TASKS "WHERE id = ?1",
+        /* ?1 before_id (INT64_MAX when unbounded), ?2 limit, ?3 state, ?4 tenant */
+        [ST_LIST] = SELECT_TASKS "WHERE id < ?1 ORDER BY id DESC LIMIT ?2",
+        [ST_LIST_S] = SELECT_TASKS "WHERE state = ?3 AND id < ?1 ORDER BY id DESC LIMIT ?2",
+        [ST_LIST_T] = SELECT_TASKS "WHERE tenant = ?4 AND id < ?1 ORDER BY id DESC LIMIT ?2",
+        [ST_LIST_ST] = SELECT_TASKS "WHERE tenant = ?4 AND state = ?3 AND id < ?1 "
+                                    "ORDER BY id DESC LIMIT ?2",
+        [ST_ACTIVE] = SELECT_TASKS "WHERE state IN ('queued', 'running') ORDER BY id ASC",
+        [ST_MAX_ID] = "SELECT COALESCE(MAX(id), 0) FROM tasks",
+        [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
+        [ST_META_SET] = "INSERT INTO meta (key, value) VALUES (?1, ?2) "
+                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+};
+
+/* Schema migrations, applied in order inside one transaction at open; the
+ * meta table (which holds schema_version) exists before any of them. */
+static const struct {
+        int version;
+        const char *sql;
+} migrations[] = {
+        {1, "CREATE TABLE tasks ("
+            " id INTEGER PRIMARY KEY,"
+            " tenant TEXT NOT NULL,"
+            " name TEXT NOT NULL,"
+            " model TEXT NOT NULL,"
+            " gpu_model TEXT NOT NULL,"
+            " priority INTEGER NOT NULL,"
+            " gpu_request INTEGER NOT NULL,"
+            " memory_mb INTEGER NOT NULL,"
+            " exclusive INTEGER NOT NULL,"
+            " preemptible INTEGER NOT NULL,"
+            " is_lease INTEGER NOT NULL,"
+            " timeout_s INTEGER NOT NULL,"
+            " queue_timeout_s INTEGER NOT NULL,"
+            " lease_ttl_s INTEGER NOT NULL,"
+            " max_retries INTEGER NOT NULL,"
+            " retries INTEGER NOT NULL,"
+            " preempt_count INTEGER NOT NULL,"
+            " state TEXT NOT NULL,"
+            " exit_code INTEGER,"
+            " reason TEXT NOT NULL,"
+            " submitted_ms INTEGER NOT NULL,"
+            " started_ms INTEGER NOT NULL,"
+            " finished_ms INTEGER NOT NULL,"
+            " heartbeat_ms INTEGER NOT NULL,"
+            " sup_pid INTEGER NOT NULL,"
+            " sup_start INTEGER NOT NULL,"
+            " spec TEXT,"
+            " gpus TEXT);"
+            "CREATE INDEX tasks_state_id ON tasks (state, id);"
+            "CREATE INDEX tasks_tenant_id ON tasks (tenant, id);"},
+};
+
+typedef struct sqlite_store {
+        sqlite3 *db;                    /* the connection */
+        sqlite3_stmt *st[ST_COUNT];     /* prepared at open, reset after each use */
+} sqlite_store;
+
+static sqlite_store *impl(gp_store *s) {
+        return s->impl;
+}
+
+/* Message for a failed SQLite call: the database's own text. */
+static int db_err(gp_store *s, const char *what) {
+        return store_set_err(s, sqlite3_errmsg(impl(s)->db), "%s", what);
+}
+
+static void done_stmt(sqlite3_stmt *st) {
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+}
+
+/* Step a statement once (fault injection point).  SQLITE_ROW, SQLITE_DONE
+ * or -GP_ESTORE with the message set. */
+static int step_first(gp_store *s, sqlite3_stmt *st, const char *what) {
+        if (store_fault(s))
+                return store_set_err(s, "injected fault", "%s", what);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW || rc == SQLITE_DONE)
+                return rc;
+        return db_err(s, what);
+}
+
+/* Run a statement that returns no rows. */
+static int run(gp_store *s, int which, const char *what) {
+        sqlite3_stmt *st = impl(s)->st[which];
+        int rc = step_first(s, st, what);
+        done_stmt(st);
+        return rc < 0 ? rc : 0;
+}
+
+/* ---- open / close / schema ---- */
+
+/* mkdir -p for the directory part of path (mode 0700 for what we create). */
+static int make_parent_dirs(gp_store *s, const char *path) {
+        char dir[PATH_MAX];
+        if (gp_strlcpy(dir, path, sizeof(dir)) >= sizeof(dir))
+                return store_set_err(s, "path too long", "open sqlite database");
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir)
+                return 0;
+        *slash = '\0';
+        for (char *p = dir + 1; ; p++) {
+                if (*p != '/' && *p != '\0')
+                        continue;
+                char c = *p;
+                *p = '\0';
+                if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+                        int e = errno;
+                        return store_set_err(s, strerror(e), "create directory %s", dir);
+                }
+                *p = c;
+                if (c == '\0')
+                        break;
+        }
+        return 0;
+}
+
+static int exec_sql(gp_store *s, const char *sql, const char *what) {
+        char *msg = NULL;
+        if (sqlite3_exec(impl(s)->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+                store_set_err(s, msg ? msg : sqlite3_errmsg(impl(s)->db), "%s", what);
+                sqlite3_free(msg);
+                return -GP_ESTORE;
+        }
+        return 0;
+}
+
+/* Read meta.schema_version (0 when absent). */
+static int schema_version(gp_store *s, int64_t *ret) {
+        sqlite3_stmt *st = NULL;
+        int r = 0;
+        if (sqlite3_prepare_v2(impl(s)->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1,
+                               &st, NULL) != SQLITE_OK)
+                return db_err(s, "read schema_version");
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE) {
+                *ret = 0;
+        } else if (rc == SQLITE_ROW) {
+                const char *v = (const char *)sqlite3_column_text(st, 0);
+                if (!v || gp_parse_i64(v, 0, INT32_MAX, ret) < 0)
+                        r = store_set_err(s, "not a number", "read schema_version");
+        } else {
+                r = db_err(s, "read schema_version");
+        }
+        sqlite3_finalize(st);
+        return r;
+}
+
+static int migrate(gp_store *s) {
+        int64_t version = 0;
+        int r = exec_sql(s, "BEGIN IMMEDIATE", "migrate: begin");
+        if (r < 0)
+                return r;
+        r = exec_sql(s, "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)",
+                     "migrate: create meta table");
+        if (r < 0)
+                goto rollback;
+        if ((r = schema_version(s, &version)) < 0)
+                goto rollback;
+        if (version > GP_STORE_SCHEMA_VERSION) {
+                char msg[128];
+                snprintf(msg, sizeof(msg), "database schema version %" PRId64 " is newer than this gpupool's (%d)",
+                         version, GP_STORE_SCHEMA_VERSION);
+                r = store_set_err(s, msg, "migrate");
+                goto rollback;
+        }
+        for (size_t i = 0; i < GP_ARRAY_SIZE(migrations); i++) {
+                if (migrations[i].version <= version)
+                        continue;
+                char what[64], sql[128];
+                snprintf(what, sizeof(what), "migrate to schema version %d", migrations[i].version);
+                if ((r = exec_sql(s, migrations[i].sql, what)) < 0)
+                        goto rollback;
+                snprintf(sql, sizeof(sql),
+                         "INSERT INTO meta (key, value) VALUES ('schema_version', '%d') "
+                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                         migrations[i].version);
+                if ((r = exec_sql(s, sql, what)) < 0)
+                        goto rollback;
+        }
+        return exec_sql(s, "COMMIT", "migrate: commit");
+rollback:
+        sqlite3_exec(impl(s)->db, "ROLLBACK", NULL, NULL, NULL);
+        return r;
+}
+
+static int sq_open(gp_store *s, const char *url, const char *path, const gp_store_options *opt) {
+        sqlite_store *q = calloc(1, sizeof(*q));
+        char what[PATH_MAX + 64];
+        int r;
+        if (!q)
+                return store_set_err(s, "out of memory", "open sqlite database");
+        s->impl = q;
+        if ((r = make_parent_dirs(s, path)) < 0)
+                return r;
+        snprintf(what, sizeof(what), "open sqlite database %s", path);
+        int rc = sqlite3_open_v2(path, &q->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                                 NULL);
+        if (rc != SQLITE_OK)
+                return store_set_err(s, q->db ? sqlite3_errmsg(q->db) : sqlite3_errstr(rc), "%s", what);
+        sqlite3_extended_result_codes(q->db, 1);
+        sqlite3_busy_timeout(q->db, opt->busy_timeout_ms);
+
+        /* journal_mode answers with the mode in effect: it must be wal */
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(q->db, "PRAGMA journal_mode = WAL", -1, &st, NULL) != SQLITE_OK)
+                return db_err(s, "set journal_mode WAL");
+        rc = sqlite3_step(st);
+        const char *mode = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+        bool wal = mode && strcmp(mode, "wal") == 0;
+        sqlite3_finalize(st);
+        if (rc != SQLITE_ROW)
+                return db_err(s, "set journal_mode WAL");
+        if (!wal)
+                return store_set_err(s, "database refuses WAL mode", "%s", what);
+        if ((r = exec_sql(s, opt->sync_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL",
+                          "set synchronous")) < 0 ||
+            (r = exec_sql(s, "PRAGMA foreign_keys = OFF", "set foreign_keys")) < 0)
+                return r;
+        if ((r = migrate(s)) < 0)
+                return r;
+        for (int i = 0; i < ST_COUNT; i++) {
+                if (sqlite3_prepare_v3(q->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &q->st[i], NULL) !=
+                    SQLITE_OK)
+                        return db_err(s, "prepare statements");
+        }
+        return 0;
+}
+
+static void sq_close(gp_store *s) {
+        sqlite_store *q = impl(s);
+        if (!q)
+                return;
+        for (int i = 0; i < ST_COUNT; i++)
+                sqlite3_finalize(q->st[i]);
+        sqlite3_close(q->db); /* all statements finalized: cannot be busy */
+        free(q);
+        s->impl = NULL;
+}
+
+/* ---- transactions ---- */
+
+static bool sq_in_tx(gp_store *s) {
+        return impl(s)->db && !sqlite3_get_autocommit(impl(s)->db);
+}
+
+static int sq_begin(gp_store *s) {
+        return run(s, ST_BEGIN, "begin");
+}
+
+static int sq_rollback(gp_store *s) {
+        if (!sq_in_tx(s))
+                return 0; /* SQLite already rolled back (after an I/O error, say) */
+        return run(s, ST_ROLLBACK, "rollback");
+}
+
+static int sq_commit(gp_store *s) {
+        int r = run(s, ST_COMMIT, "commit");
+        if (r < 0 && sq_in_tx(s)) {
+                char msg[GP_STORE_ERRMSG_MAX];
+                gp_strlcpy(msg, s->errmsg, sizeof(msg));
+                if (sq_rollback(s) == 0)
+                        store_set_err(s, msg, "transaction rolled back");
+                else
+                        store_set_err(s, s->errmsg, "%s; then", msg);
+        }
+        return r;
+}
+
+/* ---- tasks ---- */
+
+static int sq_task_put(gp_store *s, const gp_task *t) {
+        sqlite3_stmt *st = impl(s)->st[ST_PUT];
+        char *gpus = NULL;
+        char what[64];
+        snprintf(what, sizeof(what), "task put (id %" PRId64 ")", t->id);
+        if (store_gpus_to_json(t, &gpus) < 0)
+                return store_set_err(s, "out of memory", "%s", what);
+
+        const char *state = gp_task_state_name(t->state);
+        int rc = sqlite3_bind_int64(st, 1 + COL_ID, t->id);
+        rc |= sqlite3_bind_text(st, 1 + COL_TENANT, t->tenant, -1, SQLITE_STATIC);
+        rc |= sqlite3_bind_text(st, 1 + COL_NAME, t->name, -1, SQLITE_STATIC);
+        rc |= sqlite3_bind_text(st, 1 + COL_MODEL, t->model, -1, SQLITE_STATIC);
+        rc |= sqlite3_bind_text(st, 1 + COL_GPU_MODEL, t->gpu_model, -1, SQLITE_STATIC);
+        rc |= sqlite3_bind_int(st, 1 + COL_PRIORITY, t->priority);
+        rc |= sqlite3_bind_int(st, 1 + COL_GPU_REQUEST, t->gpu_request);
+        rc |= sqlite3_bind_int64(st, 1 + COL_MEMORY_MB, t->memory_mb);
+        rc |= sqlite3_bind_int(st, 1 + COL_EXCLUSIVE, t->exclusive);
+        rc |= sqlite3_bind_int(st, 1 + COL_PREEMPTIBLE, t->preemptible);
+        rc |= sqlite3_bind_int(st, 1 + COL_IS_LEASE, t->is_lease);
+        rc |= sqlite3_bind_int64(st, 1 + COL_TIMEOUT_S, t->timeout_s);
+        rc |= sqlite3_bind_int64(st, 1 + COL_QUEUE_TIMEOUT_S, t->queue_timeout_s);
+        rc |= sqlite3_bind_int64(st, 1 + COL_LEASE_TTL_S, t->lease_ttl_s);
+        rc |= sqlite3_bind_int(st, 1 + COL_MAX_RETRIES, t->max_retries);
+        rc |= sqlite3_bind_int(st, 1 + COL_RETRIES, t->retries);
+        rc |= sqlite3_bind_int(st, 1 + COL_PREEMPT_COUNT, t->preempt_count);
+        rc |= sqlite3_bind_text(st, 1 + COL_STATE, state, -1, SQLITE_STATIC);
+        if (t->has_exit_code)
+                rc |= sqlite3_bind_int(st, 1 + COL_EXIT_CODE, t->exit_code);
+        else
+                rc |= sqlite3_bind_null(st, 1 + COL_EXIT_CODE);
+        rc |= sqlite3_bind_text(st, 1 + COL_REASON, t->reason, -1, SQLITE_STATIC);
+        rc |= sqlite3_bind_int64(st, 1 + COL_SUBMITTED_MS, t->submitted_ms);
+        rc |= sqlite3_bind_int64(st, 1 + COL_STARTED_MS, t->started_ms);
+        rc |= sqlite3_bind_int64(st, 1 + COL_FINISHED_MS, t->finished_ms);
+        rc |= sqlite3_bind_int64(st, 1 + COL_HEARTBEAT_MS, t->heartbeat_ms);
+        rc |= sqlite3_bind_int64(st, 1 + COL_SUP_PID, t->sup_pid);
+        rc |= sqlite3_bind_int64(st, 1 + COL_SUP_START, t->sup_start);
+        if (t->spec)
+                rc |= sqlite3_bind_text(st, 1 + COL_SPEC, t->spec, -1, SQLITE_STATIC);
+        else
+                rc |= sqlite3_bind_null(st, 1 + COL_SPEC);
+        if (gpus)
+                rc |= sqlite3_bind_text(st, 1 + COL_GPUS, gpus, -1, SQLITE_STATIC);
+        else
+                rc |= sqlite3_bind_null(st, 1 + COL_GPUS);
+
+        int r = rc != SQLITE_OK ? db_err(s, what) : step_first(s, st, what);
+        done_stmt(st); /* before freeing gpus: nothing may point at it */
+        free(gpus);
+        return r < 0 ? r : 0;
+}
+
+/* store_row over the current row of a stepped statement. */
+static int col_i64(void *ctx, int col, bool *ret_null, int64_t *ret) {
+        sqlite3_stmt *st = ctx;
+        switch (sqlite3_column_type(st, col)) {
+        case SQLITE_NULL:
+                *ret_null = true;
+                return 0;
+        case SQLITE_INTEGER:
+                *ret_null = false;
+                *ret = sqlite3_column_int64(st, col);
+                return 0;
+        default:
+                return -EINVAL;
+        }
+}
+
+static int col_text(void *ctx, int col, const char **ret, size_t *ret_len) {
+        sqlite3_stmt *st = ctx;
+        switch (sqlite3_column_type(st, col)) {
+        case SQLITE_NULL:
+                *ret = NULL;
+                *ret_len = 0;
+                return 0;
+        case SQLITE_TEXT:
+                *ret = (const char *)sqlite3_column_text(st, col);
+                *ret_len = (size_t)sqlite3_column_bytes(st, col);
+                return *ret ? 0 : -ENOMEM;
+        default:
+                return -EINVAL;
+        }
+}
+
+/* Step through the rows of a bound statement, decoding each and handing it
+ * to cb.  Resets the statement. */
+static int each_row(gp_store *s, sqlite3_stmt *st, const char *what, gp_task_cb cb, void *ud) {
+        store_row row = {.ctx = st, .get_i64 = col_i64, .get_text = col_text};
+        int rc = step_first(s, st, what);
+        int r = 0;
+        while (rc == SQLITE_ROW) {
+                gp_task t;
+                if ((r = store_task_from_row(s, &row, &t)) < 0)
+                        break;
+                r = cb(&t, ud);
+                gp_task_done(&t);
+                if (r != 0)
+                        break;
+                rc = sqlite3_step(st);
+                if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+                        r = db_err(s, what);
+        }
+        if (rc < 0)
+                r = rc;
+        done_stmt(st);
+        return r;
+}
+
+static int sq_task_get(gp_store *s, int64_t id, gp_task *ret) {
+        sqlite3_stmt *st = impl(s)->st[ST_GET];
+        store_row row = {.ctx = st, .get_i64 = col_i64, .get_text = col_text};
+        char what[64];
+        snprintf(what, sizeof(what), "task get (id %" PRId64 ")", id);
+        if (sqlite3_bind_int64(st, 1, id) != SQLITE_OK) {
+                done_stmt(st);
+                return db_err(s, what);
+        }
+        int rc = step_first(s, st, what);
+        int r = rc < 0 ? rc : rc == SQLITE_DONE ? -ENOENT : store_task_from_row(s, &row, ret);
+        if (r == -ENOENT)
+                store_set_err(s, "no such task", "%s", what);
+        done_stmt(st);
+        return r;
+}
+
+static int sq_task_list(gp_store *s, const gp_task_filter *f, gp_task_cb cb, void *ud) {
+        int which = f->state >= 0 ? (f->tenant ? ST_LIST_ST : ST_LIST_S) : (f->tenant ? ST_LIST_T : ST_LIST);
+        sqlite3_stmt *st = impl(s)->st[which];
+        int rc = sqlite3_bind_int64(st, 1, f->before_id > 0 ? f->before_id : INT64_MAX);
+        rc |= sqlite3_bind_int(st, 2, f->limit);
+        if (f->state >= 0)
+                rc |= sqlite3_bind_text(st, 3, gp_task_state_name(f->state), -1, SQLITE_STATIC);
+        if (f->tenant)
+                rc |= sqlite3_bind_text(st, 4, f->tenant, -1, SQLITE_STATIC);
+        if (rc != SQLITE_OK) {
+                done_stmt(st);
+                return db_err(s, "task list");
+        }
+        return each_row(s, st, "task list", cb, ud);
+}
+
+static int sq_task_load_active(gp_store *s, gp_task_cb cb, void *ud) {
+        return each_row(s, impl(s)->st[ST_ACTIVE], "task load_active", cb, ud);
+}
+
+static int sq_task_max_id(gp_store *s, int64_t *ret) {
+        sqlite3_stmt *st = impl(s)->st[ST_MAX_ID];
+        int rc = step_first(s, st, "task max_id");
+        int r = rc < 0 ? rc : 0;
+        if (rc == SQLITE_ROW)
+                *ret = sqlite3_column_int64(st, 0);
+        else if (rc == SQLITE_DONE)
+                r = store_set_err(s, "no row", "task max_id");
+        done_stmt(st);
+        return r;
+}
+
+/* ---- meta ---- */
+
+static int sq_meta_get(gp_store *s, const char *key, char *buf, size_t size) {
+        sqlite3_stmt *st = impl(s)->st[ST_META_GET];
+        char what[GP_STORE_META_KEY_MAX + 32];
+        snprintf(what, sizeof(what), "meta get %s", key);
+        if (sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC) != SQLITE_OK) {
+                done_stmt(st);
+                return db_err(s, what);
+        }
+        int rc = step_first(s, st, what);
+        int r = rc < 0 ? rc : 0;
+        if (rc == SQLITE_DONE) {
+                r = -ENOENT;
+                store_set_err(s, "no such key", "%s", what);
+        } else if (rc == SQLITE_ROW) {
+                const char *p = (const char *)sqlite3_column_text(st, 0);
+                size_t n = (size_t)sqlite3_column_bytes(st, 0);
+                if (!p) {
+                        r = store_set_err(s, "value is NULL", "%s", what);
+                } else if (n >= size) {
+                        r = -E2BIG;
+                        store_set_err(s, "value does not fit the buffer", "%s", what);
+                } else {
+                        memcpy(buf, p, n);
+                        buf[n] = '\0';
+                }
+        }
+        done_stmt(st);
+        return r;
+}
+
+static int sq_meta_set(gp_store *s, const char *key, const char *value) {
+        sqlite3_stmt *st = impl(s)->st[ST_META_SET];
+        char what[GP_STORE_META_KEY_MAX + 32];
+        snprintf(what, sizeof(what), "meta set %s", key);
+        int rc = sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+        rc |= sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
+        if (rc != SQLITE_OK) {
+                done_stmt(st);
+                return db_err(s, what);
+        }
+        return run(s, ST_META_SET, what);
+}
+
+const gp_store_ops gp_store_sqlite_ops = {
+        .name = "sqlite",
+        .open = sq_open,
+        .close = sq_close,
+        .begin = sq_begin,
+        .commit = sq_commit,
+        .rollback = sq_rollback,
+        .in_tx = sq_in_tx,
+        .task_put = sq_task_put,
+        .task_get = sq_task_get,
+        .task_list = sq_task_list,
+        .task_load_active = sq_task_load_active,
+        .task_max_id = sq_task_max_id,
+        .meta_get = sq_meta_get,
+        .meta_set = sq_meta_set,
+};

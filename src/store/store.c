@@ -1,0 +1,592 @@
+/* store.c - the public store API: URL dispatch, transaction bookkeeping,
+ * argument checks and the helpers every backend shares.
+ *
+ * Invariants kept here, for every backend:
+ *   - s->in_tx mirrors whether the backend connection is inside a
+ *     transaction (asked of the backend after every begin/commit/rollback);
+ *   - once an operation inside a transaction failed with -GP_ESTORE the
+ *     transaction is doomed: every further operation but rollback is refused,
+ *     and commit rolls back and fails.  A database may end a transaction on
+ *     its own after an error (SQLite on I/O errors, PostgreSQL aborts it);
+ *     refusing keeps later puts from being stored one by one outside it;
+ *   - error messages never contain a postgres URL (it may hold a password).
+ */
+#include "store/store-int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/util.h"
+
+#define URL_MAX 4096
+
+int store_set_err(gp_store *s, const char *detail, const char *what_fmt, ...) {
+        char what[256];
+        va_list ap;
+        va_start(ap, what_fmt);
+        vsnprintf(what, sizeof(what), what_fmt, ap);
+        va_end(ap);
+        if (detail && *detail)
+                snprintf(s->errmsg, sizeof(s->errmsg), "%s: %s", what, detail);
+        else
+                snprintf(s->errmsg, sizeof(s->errmsg), "%s", what);
+        return -GP_ESTORE;
+}
+
+static void set_open_err(char *err, size_t errlen, const char *msg) {
+        if (err && errlen)
+                snprintf(err, errlen, "%s", msg);
+}
+
+static const gp_store_ops *ops_for(const char *url, const char **ret_target) {
+        static const struct {
+                const char *prefix;
+                const gp_store_ops *ops;
+                bool whole_url; /* backend gets the whole URL (libpq parses it) */
+        } schemes[] = {
+                {"sqlite://", &gp_store_sqlite_ops, false},
+        };
+        for (size_t i = 0; i < GP_ARRAY_SIZE(schemes); i++) {
+                size_t n = strlen(schemes[i].prefix);
+                if (strncmp(url, schemes[i].prefix, n) == 0) {
+                        *ret_target = schemes[i].whole_url ? url : url + n;
+                        return schemes[i].ops;
+                }
+        }
+        return NULL;
+}
+
+int gp_store_open(const char *url, const gp_store_options *opt, gp_store **ret, char *err,
+                  size_t errlen) {
+        gp_store_options defaults = {.sync_full = false, .busy_timeout_ms = 5000};
+        const char *target = NULL;
+        char msg[GP_STORE_ERRMSG_MAX];
+
+        if (!url || !*url) {
+                set_open_err(err, errlen, "store URL is empty (expected sqlite://PATH or postgres://...)");
+                return -EINVAL;
+        }
+        if (strnlen(url, URL_MAX + 1) > URL_MAX) {
+                snprintf(msg, sizeof(msg), "store URL is longer than %d bytes", URL_MAX);
+                set_open_err(err, errlen, msg);
+                return -EINVAL;
+        }
+        const gp_store_ops *ops = ops_for(url, &target);
+        if (!ops) {
+                /* name only the scheme: the rest may hold a password */
+                const char *colon = strchr(url, ':');
+                int n = colon ? (int)(colon - url) : (int)strnlen(url, 32);
+                if (n > 32)
+                        n = 32;
+                snprintf(msg, sizeof(msg),
+                         "unsupported store URL scheme \"%.*s\" (expected sqlite://PATH, "
+                         "postgres://... or postgresql://...)",
+                         n, url);
+                set_open_err(err, errlen, msg);
+                return -EINVAL;
+        }
+        if (!*target) {
+                set_open_err(err, errlen, "store URL \"sqlite://\" has no path (expected sqlite://PATH)");
+                return -EINVAL;
+        }
+        if (opt) {
+                defaults.sync_full = opt->sync_full;
+                if (opt->busy_timeout_ms < 0) {
+                        set_open_err(err, errlen, "store busy_timeout_ms is negative");
+                        return -EINVAL;
+                }
+                if (opt->busy_timeout_ms > 0)
+                        defaults.busy_timeout_ms = opt->busy_timeout_ms;
+        }
+
+        gp_store *s = calloc(1, sizeof(*s));
+        if (!s) {
+                set_open_err(err, errlen, "out of memory opening the store");
+                return -ENOMEM;
+        }
+        s->ops = ops;
+        int r = ops->open(s, url, target, &defaults);
+        if (r < 0) {
+                set_open_err(err, errlen, s->errmsg);
+                ops->close(s);
+                free(s);
+                return r;
+        }
+        *ret = s;
+        return 0;
+}
+
+void gp_store_close(gp_store *s) {
+        if (!s)
+                return;
+        s->ops->close(s);
+        free(s);
+}
+
+const char *gp_store_errmsg(gp_store *s) {
+        return s ? s->errmsg : "";
+}
+
+void gp_store_fail_after(gp_store *s, int n) {
+        s->fail_after = n > 0 ? n : 0;
+}
+
+/* Book-keeping after an operation: a store failure inside a transaction
+ * dooms it. */
+static int track(gp_store *s, int r) {
+        if (r == -GP_ESTORE && s->in_tx)
+                s->doomed = true;
+        return r;
+}
+
+/* Refuse re-entry from a list callback, and work inside a doomed
+ * transaction. */
+static int enter(gp_store *s, const char *what) {
+        if (s->in_cb) {
+                store_set_err(s, "the handle is busy running a list callback", "%s", what);
+                return -EBUSY;
+        }
+        if (s->in_tx && s->doomed)
+                return store_set_err(s, "an earlier operation in this transaction failed; roll it back",
+                                     "%s", what);
+        return 0;
+}
+
+/* After begin/commit/rollback: mirror the backend's transaction state. */
+static void sync_tx(gp_store *s) {
+        s->in_tx = s->ops->in_tx(s);
+        if (!s->in_tx)
+                s->doomed = false;
+}
+
+int gp_store_begin(gp_store *s) {
+        int r = enter(s, "begin");
+        if (r < 0)
+                return r;
+        if (s->in_tx)
+                return store_set_err(s, "a transaction is already open", "begin");
+        r = s->ops->begin(s);
+        s->doomed = false;
+        sync_tx(s);
+        if (r < 0 && s->in_tx)
+                s->doomed = true;
+        return r;
+}
+
+int gp_store_commit(gp_store *s) {
+        if (s->in_cb) {
+                store_set_err(s, "the handle is busy running a list callback", "commit");
+                return -EBUSY;
+        }
+        if (!s->in_tx)
+                return store_set_err(s, "no transaction is open", "commit");
+        if (s->doomed) {
+                char prev[GP_STORE_ERRMSG_MAX];
+                gp_strlcpy(prev, s->errmsg, sizeof(prev));
+                s->ops->rollback(s);
+                sync_tx(s);
+                return store_set_err(s, prev, "commit refused, transaction rolled back after an earlier failure");
+        }
+        int r = s->ops->commit(s);
+        /* on failure the backend has rolled back; if even that failed the
+         * handle stays in the transaction, doomed, until rollback works */
+        sync_tx(s);
+        if (s->in_tx)
+                s->doomed = true;
+        return r;
+}
+
+int gp_store_rollback(gp_store *s) {
+        if (s->in_cb) {
+                store_set_err(s, "the handle is busy running a list callback", "rollback");
+                return -EBUSY;
+        }
+        if (!s->in_tx)
+                return 0;
+        int r = s->ops->rollback(s);
+        sync_tx(s);
+        return r;
+}
+
+static bool str_fits(const char *buf, size_t size) {
+        return memchr(buf, '\0', size) != NULL;
+}
+
+int store_task_check(gp_store *s, const gp_task *t) {
+        const char *bad = NULL;
+        if ((unsigned)t->state >= GP_TASK_STATE_COUNT)
+                bad = "state out of range";
+        else if (t->n_gpus < 0 || t->n_gpus > GP_MAX_GANG)
+                bad = "n_gpus outside 0..GP_MAX_GANG";
+        else if (t->n_gpus > 0 && !t->gpus)
+                bad = "n_gpus > 0 but gpus is NULL";
+        else if (!str_fits(t->tenant, sizeof(t->tenant)) || !str_fits(t->name, sizeof(t->name)) ||
+                 !str_fits(t->model, sizeof(t->model)) ||
+                 !str_fits(t->gpu_model, sizeof(t->gpu_model)) ||
+                 !str_fits(t->reason, sizeof(t->reason)))
+                bad = "a string field is not NUL-terminated";
+        else if (t->spec && strnlen(t->spec, GP_STORE_SPEC_MAX + 1) > GP_STORE_SPEC_MAX)
+                bad = "spec longer than 1 MiB";
+        for (int i = 0; !bad && i < t->n_gpus; i++)
+                if (!str_fits(t->gpus[i].node, sizeof(t->gpus[i].node)) ||
+                    !str_fits(t->gpus[i].uuid, sizeof(t->gpus[i].uuid)))
+                        bad = "a gpu's node or uuid is not NUL-terminated";
+        if (!bad)
+                return 0;
+        store_set_err(s, bad, "task put (id %" PRId64 ")", t->id);
+        return -EINVAL;
+}
+
+int store_gpus_to_json(const gp_task *t, char **ret) {
+        if (t->n_gpus <= 0) {
+                *ret = NULL;
+                return 0;
+        }
+        json_t *arr = json_array();
+        if (!arr)
+                return -ENOMEM;
+        for (int i = 0; i < t->n_gpus; i++) {
+                json_t *o = json_pack("{s:s, s:i, s:s}", "node", t->gpus[i].node, "index",
+                                      (json_int_t)t->gpus[i].index, "uuid", t->gpus[i].uuid);
+                if (!o || json_array_append_new(arr, o) < 0) {
+                        json_decref(arr);
+                        return -ENOMEM;
+                }
+        }
+        char *text = json_dumps(arr, JSON_COMPACT);
+        json_decref(arr);
+        if (!text)
+                return -ENOMEM;
+        *ret = text;
+        return 0;
+}
+
+/* Copy text of known length into a fixed buffer; -E2BIG when it does not
+ * fit, -EINVAL when it holds a NUL byte. */
+static int copy_str(char *dst, size_t size, const char *src, size_t len) {
+        if (len >= size)
+                return -E2BIG;
+        if (len && memchr(src, '\0', len))
+                return -EINVAL;
+        memcpy(dst, src, len);
+        dst[len] = '\0';
+        return 0;
+}
+
+static int copy_json_str(char *dst, size_t size, json_t *v) {
+        if (!json_is_string(v))
+                return -EINVAL;
+        return copy_str(dst, size, json_string_value(v), json_string_length(v));
+}
+
+/* Parse stored gpus JSON into a malloc'd array (NULL and 0 for "[]").
+ * Rejects anything but an array of at most GP_MAX_GANG objects with node
+ * (string < GP_NODE_MAX), index (integer >= 0 that fits an int) and uuid
+ * (string < GP_UUID_MAX), and text over GP_STORE_GPUS_JSON_MAX.
+ * 0, -GP_EPARSE (reason in why), -ENOMEM. */
+static int gpus_from_json(const char *text, size_t len, gp_task_gpu **ret, int *ret_n, char *why,
+                          size_t whylen) {
+        gp_task_gpu *gpus = NULL;
+        json_t *root = NULL;
+        json_error_t jerr;
+        int r = -GP_EPARSE;
+
+        if (len > GP_STORE_GPUS_JSON_MAX) {
+                snprintf(why, whylen, "gpus JSON longer than %d bytes", GP_STORE_GPUS_JSON_MAX);
+                return -GP_EPARSE;
+        }
+        root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!root) {
+                snprintf(why, whylen, "gpus is not valid JSON: %.100s", jerr.text);
+                return -GP_EPARSE;
+        }
+        if (!json_is_array(root)) {
+                snprintf(why, whylen, "gpus JSON is not an array");
+                goto out;
+        }
+        size_t n = json_array_size(root);
+        if (n > GP_MAX_GANG) {
+                snprintf(why, whylen, "gpus JSON has %zu entries, more than %d", n, GP_MAX_GANG);
+                goto out;
+        }
+        if (n > 0) {
+                gpus = calloc(n, sizeof(*gpus));
+                if (!gpus) {
+                        r = -ENOMEM;
+                        snprintf(why, whylen, "out of memory");
+                        goto out;
+                }
+        }
+        for (size_t i = 0; i < n; i++) {
+                json_t *o = json_array_get(root, i);
+                json_t *idx = json_object_get(o, "index");
+                if (!json_is_object(o) || !json_is_integer(idx) || json_integer_value(idx) < 0 ||
+                    json_integer_value(idx) > INT32_MAX) {
+                        snprintf(why, whylen, "gpus[%zu] is not {node, index >= 0, uuid}", i);
+                        goto out;
+                }
+                if (copy_json_str(gpus[i].node, sizeof(gpus[i].node), json_object_get(o, "node")) < 0 ||
+                    copy_json_str(gpus[i].uuid, sizeof(gpus[i].uuid), json_object_get(o, "uuid")) < 0) {
+                        snprintf(why, whylen, "gpus[%zu] node or uuid missing, not a string or too long", i);
+                        goto out;
+                }
+                gpus[i].index = (int)json_integer_value(idx);
+        }
+        *ret = gpus;
+        *ret_n = (int)n;
+        gpus = NULL;
+        r = 0;
+out:
+        free(gpus);
+        json_decref(root);
+        return r;
+}
+
+/* Column names for messages, in enum store_col order. */
+static const char *const col_names[COL_COUNT] = {
+        "id", "tenant", "name", "model", "gpu_model", "priority", "gpu_request", "memory_mb",
+        "exclusive", "preemptible", "is_lease", "timeout_s", "queue_timeout_s", "lease_ttl_s",
+        "max_retries", "retries", "preempt_count", "state", "exit_code", "reason", "submitted_ms",
+        "started_ms", "finished_ms", "heartbeat_ms", "sup_pid", "sup_start", "spec", "gpus",
+};
+
+static int row_err(gp_store *s, int64_t id, int col, const char *why) {
+        return store_set_err(s, why, "reading task %" PRId64 ": column %s", id, col_names[col]);
+}
+
+/* An integer column that must not be NULL, within [min, max]. */
+static int row_i64(gp_store *s, const store_row *row, int64_t id, int col, int64_t min, int64_t max,
+                   int64_t *ret) {
+        bool null = false;
+        int64_t v = 0;
+        if (row->get_i64(row->ctx, col, &null, &v) < 0)
+                return row_err(s, id, col, "not an integer");
+        if (null)
+                return row_err(s, id, col, "NULL");
+        if (v < min || v > max)
+                return row_err(s, id, col, "out of range");
+        *ret = v;
+        return 0;
+}
+
+static int row_int(gp_store *s, const store_row *row, int64_t id, int col, int *ret) {
+        int64_t v;
+        int r = row_i64(s, row, id, col, INT32_MIN, INT32_MAX, &v);
+        if (r == 0)
+                *ret = (int)v;
+        return r;
+}
+
+static int row_bool(gp_store *s, const store_row *row, int64_t id, int col, bool *ret) {
+        int64_t v;
+        int r = row_i64(s, row, id, col, 0, 1, &v);
+        if (r == 0)
+                *ret = v != 0;
+        return r;
+}
+
+/* A text column that must not be NULL, into a fixed buffer. */
+static int row_str(gp_store *s, const store_row *row, int64_t id, int col, char *dst, size_t size) {
+        const char *p;
+        size_t n;
+        if (row->get_text(row->ctx, col, &p, &n) < 0)
+                return row_err(s, id, col, "not text");
+        if (!p)
+                return row_err(s, id, col, "NULL");
+        int r = copy_str(dst, size, p, n);
+        if (r == -E2BIG)
+                return row_err(s, id, col, "too long");
+        if (r < 0)
+                return row_err(s, id, col, "contains a NUL byte");
+        return 0;
+}
+
+int store_task_from_row(gp_store *s, const store_row *row, gp_task *ret) {
+        gp_task t;
+        int64_t v;
+        bool null = false;
+        const char *p;
+        size_t n;
+        char state[16];
+        char why[160];
+        int r;
+
+        memset(&t, 0, sizeof(t));
+        if (row->get_i64(row->ctx, COL_ID, &null, &v) < 0 || null || v <= 0)
+                return row_err(s, 0, COL_ID, "not a positive integer");
+        t.id = v;
+        if ((r = row_str(s, row, t.id, COL_TENANT, t.tenant, sizeof(t.tenant))) < 0 ||
+            (r = row_str(s, row, t.id, COL_NAME, t.name, sizeof(t.name))) < 0 ||
+            (r = row_str(s, row, t.id, COL_MODEL, t.model, sizeof(t.model))) < 0 ||
+            (r = row_str(s, row, t.id, COL_GPU_MODEL, t.gpu_model, sizeof(t.gpu_model))) < 0 ||
+            (r = row_int(s, row, t.id, COL_PRIORITY, &t.priority)) < 0 ||
+            (r = row_int(s, row, t.id, COL_GPU_REQUEST, &t.gpu_request)) < 0 ||
+            (r = row_i64(s, row, t.id, COL_MEMORY_MB, INT64_MIN, INT64_MAX, &t.memory_mb)) < 0 ||
+            (r = row_bool(s, row, t.id, COL_EXCLUSIVE, &t.exclusive)) < 0 ||
+            (r = row_bool(s, row, t.id, COL_PREEMPTIBLE, &t.preemptible)) < 0 ||
+            (r = row_bool(s, row, t.id, COL_IS_LEASE, &t.is_lease)) < 0 ||
+            (r = row_i64(s, row, t.id, COL_TIMEOUT_S, INT64_MIN, INT64_MAX, &t.timeout_s)) < 0 ||
+            (r = row_i64(s, row, t.id, COL_QUEUE_TIMEOUT_S, INT64_MIN, INT64_MAX, &t.queue_timeout_s)) < 0 ||
+            (r = row_i64(s, row, t.id, COL_LEASE_TTL_S, INT64_MIN, INT64_MAX, &t.lease_ttl_s)) < 0 ||
+            (r = row_int(s, row, t.id, COL_MAX_RETRIES, &t.max_retries)) < 0 ||
+            (r = row_int(s, row, t.id, COL_RETRIES, &t.retries)) < 0 ||
+            (r = row_int(s, row, t.id, COL_PREEMPT_COUNT, &t.preempt_count)) < 0 ||
+            (r = row_str(s, row, t.id, COL_STATE, state, sizeof(state))) < 0 ||
+            (r = row_str(s, row, t.id, COL_REASON, t.reason, sizeof(t.reason))) < 0 ||
+            (r = row_i64(s, row, t.id, COL_SUBMITTED_MS, INT64_MIN, INT64_MAX, &t.submitted_ms)) < 0 ||
+            (r = row_i64(s, row, t.id, COL_STARTED_MS, INT64_MIN, INT64_MAX, &t.started_ms)) < 0 ||
+            (r = row_i64(s, row, t.id, COL_FINISHED_MS, INT64_MIN, INT64_MAX, &t.finished_ms)) < 0 ||
+            (r = row_i64(s, row, t.id, COL_HEARTBEAT_MS, INT64_MIN, INT64_MAX, &t.heartbeat_ms)) < 0 ||
+            (r = row_i64(s, row, t.id, COL_SUP_PID, INT64_MIN, INT64_MAX, &t.sup_pid)) < 0 ||
+            (r = row_i64(s, row, t.id, COL_SUP_START, INT64_MIN, INT64_MAX, &t.sup_start)) < 0)
+                return r;
+        if (gp_task_state_parse(state, &t.state) < 0)
+                return row_err(s, t.id, COL_STATE, "unknown state name");
+
+        if (row->get_i64(row->ctx, COL_EXIT_CODE, &null, &v) < 0)
+                return row_err(s, t.id, COL_EXIT_CODE, "not an integer");
+        if (!null) {
+                if (v < INT32_MIN || v > INT32_MAX)
+                        return row_err(s, t.id, COL_EXIT_CODE, "out of range");
+                t.has_exit_code = true;
+                t.exit_code = (int)v;
+        }
+
+        if (row->get_text(row->ctx, COL_GPUS, &p, &n) < 0)
+                return row_err(s, t.id, COL_GPUS, "not text");
+        if (p) {
+                r = gpus_from_json(p, n, &t.gpus, &t.n_gpus, why, sizeof(why));
+                if (r == -ENOMEM)
+                        return store_set_err(s, "out of memory", "reading task %" PRId64, t.id);
+                if (r < 0)
+                        return row_err(s, t.id, COL_GPUS, why);
+        }
+
+        if (row->get_text(row->ctx, COL_SPEC, &p, &n) < 0) {
+                r = row_err(s, t.id, COL_SPEC, "not text");
+                goto fail;
+        }
+        if (p) {
+                if (n > GP_STORE_SPEC_MAX || memchr(p, '\0', n)) {
+                        r = row_err(s, t.id, COL_SPEC, "longer than 1 MiB or contains a NUL byte");
+                        goto fail;
+                }
+                t.spec = strndup(p, n);
+                if (!t.spec) {
+                        r = -ENOMEM;
+                        store_set_err(s, "out of memory", "reading task %" PRId64, t.id);
+                        goto fail;
+                }
+        }
+        *ret = t;
+        return 0;
+fail:
+        gp_task_done(&t);
+        return r;
+}
+
+int gp_store_task_put(gp_store *s, const gp_task *t) {
+        int r = enter(s, "task put");
+        if (r < 0)
+                return r;
+        r = store_task_check(s, t);
+        if (r < 0)
+                return r;
+        return track(s, s->ops->task_put(s, t));
+}
+
+int gp_store_task_get(gp_store *s, int64_t id, gp_task *ret) {
+        int r = enter(s, "task get");
+        if (r < 0)
+                return r;
+        return track(s, s->ops->task_get(s, id, ret));
+}
+
+int gp_store_task_list(gp_store *s, const gp_task_filter *f, gp_task_cb cb, void *ud) {
+        int r = enter(s, "task list");
+        if (r < 0)
+                return r;
+        if (f->limit < 1 || f->limit > GP_STORE_LIST_MAX) {
+                store_set_err(s, NULL, "task list: limit %d outside 1..%d", f->limit, GP_STORE_LIST_MAX);
+                return -EINVAL;
+        }
+        if (f->state < -1 || f->state >= GP_TASK_STATE_COUNT) {
+                store_set_err(s, NULL, "task list: state %d out of range", f->state);
+                return -EINVAL;
+        }
+        if (f->tenant && strnlen(f->tenant, GP_TENANT_MAX) >= GP_TENANT_MAX) {
+                store_set_err(s, NULL, "task list: tenant longer than %d bytes", GP_TENANT_MAX - 1);
+                return -EINVAL;
+        }
+        if (f->before_id < 0) {
+                store_set_err(s, NULL, "task list: before_id %" PRId64 " is negative", f->before_id);
+                return -EINVAL;
+        }
+        s->in_cb = true;
+        r = s->ops->task_list(s, f, cb, ud);
+        s->in_cb = false;
+        return track(s, r);
+}
+
+int gp_store_task_load_active(gp_store *s, gp_task_cb cb, void *ud) {
+        int r = enter(s, "task load_active");
+        if (r < 0)
+                return r;
+        s->in_cb = true;
+        r = s->ops->task_load_active(s, cb, ud);
+        s->in_cb = false;
+        return track(s, r);
+}
+
+int gp_store_task_max_id(gp_store *s, int64_t *ret) {
+        int r = enter(s, "task max_id");
+        if (r < 0)
+                return r;
+        return track(s, s->ops->task_max_id(s, ret));
+}
+
+static int check_key(gp_store *s, const char *what, const char *key) {
+        size_t n = key ? strnlen(key, GP_STORE_META_KEY_MAX + 1) : 0;
+        if (n == 0 || n > GP_STORE_META_KEY_MAX) {
+                store_set_err(s, NULL, "%s: key empty or longer than %d bytes", what, GP_STORE_META_KEY_MAX);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+int gp_store_meta_get(gp_store *s, const char *key, char *buf, size_t size) {
+        int r = enter(s, "meta get");
+        if (r < 0)
+                return r;
+        if ((r = check_key(s, "meta get", key)) < 0)
+                return r;
+        if (!buf || size == 0) {
+                store_set_err(s, NULL, "meta get %s: no buffer", key);
+                return -EINVAL;
+        }
+        return track(s, s->ops->meta_get(s, key, buf, size));
+}
+
+int gp_store_meta_set(gp_store *s, const char *key, const char *value) {
+        int r = enter(s, "meta set");
+        if (r < 0)
+                return r;
+        if ((r = check_key(s, "meta set", key)) < 0)
+                return r;
+        if (strcmp(key, "schema_version") == 0) {
+                store_set_err(s, NULL, "meta set: key \"schema_version\" is reserved for the store");
+                return -EINVAL;
+        }
+        if (!value || strnlen(value, GP_STORE_META_VALUE_MAX + 1) > GP_STORE_META_VALUE_MAX) {
+                store_set_err(s, NULL, "meta set %s: value missing or longer than %d bytes", key,
+                              GP_STORE_META_VALUE_MAX);
+                return -EINVAL;
+        }
+        return track(s, s->ops->meta_set(s, key, value));
+}

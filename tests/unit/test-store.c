@@ -1,0 +1,1009 @@
+/* test-store.c - the durable store (src/store/) against real databases.
+ *
+ * Every generic case runs once per backend: SQLite on files in a fresh
+ * mkdtemp directory per test, and PostgreSQL (in its own group) when
+ * GPUPOOL_TEST_PG_URL is set (tests/pg/start-pg.sh prints one); without it
+ * the PostgreSQL cases are reported as SKIPPED, never silently dropped.
+ * Each PostgreSQL case runs in a fresh schema (search_path set through the
+ * URL's options) that is dropped afterwards, so runs are independent.
+ * Corruption is made with raw SQL through a separate connection.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "store/store.h"
+
+/* ---- fixture: one database per test ---- */
+
+typedef struct fixture fixture;
+
+typedef struct backend {
+        const char *name;
+        int (*setup)(fixture *fx);          /* make a fresh database, fill fx->url */
+        void (*teardown)(fixture *fx);      /* remove it */
+        void (*raw_exec)(fixture *fx, const char *sql); /* outside the store; asserts success */
+} backend;
+
+struct fixture {
+        const backend *be;
+        bool skip;                  /* backend not configured: the test calls skip() */
+        char dir[PATH_MAX];         /* sqlite: temp dir */
+        char db_path[PATH_MAX + 16]; /* sqlite: the database file */
+        char url[PATH_MAX + 512];   /* what gp_store_open gets */
+        char schema[64];            /* postgres: the per-test schema */
+};
+
+static void rm_rf(const char *dir) {
+        char cmd[PATH_MAX + 32];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+                fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static int sqlite_setup(fixture *fx) {
+        snprintf(fx->dir, sizeof(fx->dir), "/tmp/gp-test-store-XXXXXX");
+        if (!mkdtemp(fx->dir))
+                return -1;
+        snprintf(fx->db_path, sizeof(fx->db_path), "%s/gp.db", fx->dir);
+        snprintf(fx->url, sizeof(fx->url), "sqlite://%s", fx->db_path);
+        return 0;
+}
+
+static void sqlite_teardown(fixture *fx) {
+        if (fx->dir[0])
+                rm_rf(fx->dir);
+}
+
+static void sqlite_raw_exec(fixture *fx, const char *sql) {
+        sqlite3 *db = NULL;
+        char *msg = NULL;
+        assert_int_equal(sqlite3_open(fx->db_path, &db), SQLITE_OK);
+        sqlite3_busy_timeout(db, 5000);
+        int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+        if (rc != SQLITE_OK)
+                fprintf(stderr, "raw sql failed: %s: %s\n", sql, msg ? msg : "?");
+        sqlite3_free(msg);
+        sqlite3_close(db);
+        assert_int_equal(rc, SQLITE_OK);
+}
+
+static const backend sqlite_backend = {"sqlite", sqlite_setup, sqlite_teardown, sqlite_raw_exec};
+
+static int fx_setup(void **state) {
+        const backend *be = *state;
+        fixture *fx = calloc(1, sizeof(*fx));
+        if (!fx)
+                return -1;
+        fx->be = be;
+        if (be->setup(fx) < 0) {
+                free(fx);
+                return -1;
+        }
+        *state = fx;
+        return 0;
+}
+
+static int fx_teardown(void **state) {
+        fixture *fx = *state;
+        fx->be->teardown(fx);
+        free(fx);
+        return 0;
+}
+
+#define FX(state)                               \
+        fixture *fx = *(state);                 \
+        if (fx->skip)                           \
+                skip()
+
+static gp_store *open_store(fixture *fx) {
+        gp_store *s = NULL;
+        char err[512] = "";
+        gp_store_options opt = {.sync_full = true, .busy_timeout_ms = 5000};
+        int r = gp_store_open(fx->url, &opt, &s, err, sizeof(err));
+        if (r != 0)
+                fail_msg("gp_store_open(%s): %d %s", fx->be->name, r, err);
+        return s;
+}
+
+/* ---- task helpers ---- */
+
+static const gp_task_state state_cycle[] = {GP_TASK_QUEUED, GP_TASK_RUNNING, GP_TASK_SUCCEEDED,
+                                            GP_TASK_FAILED, GP_TASK_CANCELLED};
+
+/* A plain record whose fields derive from id. */
+static gp_task make_task(int64_t id, const char *tenant, gp_task_state state) {
+        gp_task t;
+        memset(&t, 0, sizeof(t));
+        t.id = id;
+        snprintf(t.tenant, sizeof(t.tenant), "%s", tenant);
+        snprintf(t.name, sizeof(t.name), "task-%" PRId64, id);
+        t.priority = (int)(id % 10);
+        t.gpu_request = 1;
+        t.state = state;
+        t.submitted_ms = 1700000000000 + id;
+        return t;
+}
+
+/* Every field set to something other than its zero value. */
+static gp_task make_full_task(int64_t id) {
+        gp_task t = make_task(id, "tenant-\xc3\xbc-1", GP_TASK_RUNNING);
+        snprintf(t.name, sizeof(t.name), "a \"quoted\" name, with 'both'");
+        snprintf(t.model, sizeof(t.model), "deepseek-7b");
+        snprintf(t.gpu_model, sizeof(t.gpu_model), "A100*");
+        t.priority = 3;
+        t.gpu_request = 3;
+        t.memory_mb = (int64_t)1 << 40;
+        t.exclusive = true;
+        t.preemptible = true;
+        t.is_lease = false;
+        t.timeout_s = 3600;
+        t.queue_timeout_s = 60;
+        t.lease_ttl_s = 45;
+        t.max_retries = 2;
+        t.retries = 1;
+        t.preempt_count = 4;
+        t.has_exit_code = true;
+        t.exit_code = -9;
+        snprintf(t.reason, sizeof(t.reason), "preempted by task 7; requeued");
+        t.submitted_ms = 1700000000123;
+        t.started_ms = 1700000001456;
+        t.finished_ms = INT64_MAX;
+        t.heartbeat_ms = INT64_MIN;
+        t.sup_pid = 4242;
+        t.sup_start = 987654321;
+        t.spec = strdup("{\"command\":[\"python3\",\"train.py\",\"--x=\\\"y\\\"\"],"
+                        "\"env\":{\"K\":\"V \xe4\xb8\xad\"},\"workdir\":\"/data\"}");
+        t.n_gpus = 3;
+        t.gpus = calloc(3, sizeof(*t.gpus));
+        assert_non_null(t.spec);
+        assert_non_null(t.gpus);
+        for (int i = 0; i < 3; i++) {
+                snprintf(t.gpus[i].node, sizeof(t.gpus[i].node), "node-%d", i);
+                t.gpus[i].index = 7 - i;
+                snprintf(t.gpus[i].uuid, sizeof(t.gpus[i].uuid), "GPU-%08d-aaaa-bbbb-cccc-\"q\"", i);
+        }
+        return t;
+}
+
+static void assert_task_equal(const gp_task *a, const gp_task *b) {
+        assert_int_equal(a->id, b->id);
+        assert_string_equal(a->tenant, b->tenant);
+        assert_string_equal(a->name, b->name);
+        assert_string_equal(a->model, b->model);
+        assert_string_equal(a->gpu_model, b->gpu_model);
+        assert_int_equal(a->priority, b->priority);
+        assert_int_equal(a->gpu_request, b->gpu_request);
+        assert_int_equal(a->memory_mb, b->memory_mb);
+        assert_int_equal(a->exclusive, b->exclusive);
+        assert_int_equal(a->preemptible, b->preemptible);
+        assert_int_equal(a->is_lease, b->is_lease);
+        assert_int_equal(a->timeout_s, b->timeout_s);
+        assert_int_equal(a->queue_timeout_s, b->queue_timeout_s);
+        assert_int_equal(a->lease_ttl_s, b->lease_ttl_s);
+        assert_int_equal(a->max_retries, b->max_retries);
+        assert_int_equal(a->retries, b->retries);
+        assert_int_equal(a->preempt_count, b->preempt_count);
+        assert_int_equal(a->state, b->state);
+        assert_int_equal(a->has_exit_code, b->has_exit_code);
+        if (a->has_exit_code)
+                assert_int_equal(a->exit_code, b->exit_code);
+        assert_string_equal(a->reason, b->reason);
+        assert_int_equal(a->submitted_ms, b->submitted_ms);
+        assert_int_equal(a->started_ms, b->started_ms);
+        assert_int_equal(a->finished_ms, b->finished_ms);
+        assert_int_equal(a->heartbeat_ms, b->heartbeat_ms);
+        assert_int_equal(a->sup_pid, b->sup_pid);
+        assert_int_equal(a->sup_start, b->sup_start);
+        if (a->spec || b->spec) {
+                assert_non_null(a->spec);
+                assert_non_null(b->spec);
+                assert_string_equal(a->spec, b->spec);
+        }
+        assert_int_equal(a->n_gpus, b->n_gpus);
+        if (a->n_gpus == 0) {
+                assert_null(a->gpus);
+                assert_null(b->gpus);
+        }
+        for (int i = 0; i < a->n_gpus; i++) {
+                assert_string_equal(a->gpus[i].node, b->gpus[i].node);
+                assert_int_equal(a->gpus[i].index, b->gpus[i].index);
+                assert_string_equal(a->gpus[i].uuid, b->gpus[i].uuid);
+        }
+}
+
+static void put_ok(gp_store *s, const gp_task *t) {
+        int r = gp_store_task_put(s, t);
+        if (r != 0)
+                fail_msg("put %" PRId64 ": %d %s", t->id, r, gp_store_errmsg(s));
+}
+
+static void put_simple(gp_store *s, int64_t id, const char *tenant, gp_task_state state) {
+        gp_task t = make_task(id, tenant, state);
+        put_ok(s, &t);
+}
+
+static bool exists(gp_store *s, int64_t id) {
+        gp_task t;
+        int r = gp_store_task_get(s, id, &t);
+        if (r == -ENOENT)
+                return false;
+        if (r != 0)
+                fail_msg("get %" PRId64 ": %d %s", id, r, gp_store_errmsg(s));
+        gp_task_done(&t);
+        return true;
+}
+
+static int64_t max_id(gp_store *s) {
+        int64_t v = -1;
+        int r = gp_store_task_max_id(s, &v);
+        if (r != 0)
+                fail_msg("max_id: %d %s", r, gp_store_errmsg(s));
+        return v;
+}
+
+/* Collects ids (and checks each record is whole) from list callbacks. */
+typedef struct collect {
+        int64_t ids[2048];
+        int n;
+        int stop_after;  /* > 0: return 7 after this many */
+} collect;
+
+static int collect_cb(const gp_task *t, void *ud) {
+        collect *c = ud;
+        if (c->n < (int)(sizeof(c->ids) / sizeof(c->ids[0])))
+                c->ids[c->n++] = t->id;
+        if (c->stop_after > 0 && c->n >= c->stop_after)
+                return 7;
+        return 0;
+}
+
+static int list_ids(gp_store *s, int state, const char *tenant, int64_t before, int limit, collect *c) {
+        gp_task_filter f = {.state = state, .tenant = tenant, .before_id = before, .limit = limit};
+        memset(c, 0, sizeof(*c));
+        return gp_store_task_list(s, &f, collect_cb, c);
+}
+
+/* ---- generic cases ---- */
+
+static void test_put_get_round_trips_every_field(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        gp_task full = make_full_task(42), got;
+
+        put_ok(s, &full);
+        assert_int_equal(gp_store_task_get(s, 42, &got), 0);
+        assert_task_equal(&full, &got);
+        gp_task_done(&got);
+
+        /* strings at their longest, no exit code, no spec, no gpus */
+        gp_task edge = make_task(43, "", GP_TASK_QUEUED);
+        memset(edge.tenant, 't', sizeof(edge.tenant) - 1);
+        memset(edge.name, 'n', sizeof(edge.name) - 1);
+        memset(edge.model, 'm', sizeof(edge.model) - 1);
+        memset(edge.gpu_model, 'g', sizeof(edge.gpu_model) - 1);
+        memset(edge.reason, 'r', sizeof(edge.reason) - 1);
+        edge.is_lease = true;
+        put_ok(s, &edge);
+        assert_int_equal(gp_store_task_get(s, 43, &got), 0);
+        assert_task_equal(&edge, &got);
+        assert_false(got.has_exit_code);
+        assert_null(got.spec);
+        gp_task_done(&got);
+
+        /* and the same seen from a second handle */
+        gp_store *s2 = open_store(fx);
+        assert_int_equal(gp_store_task_get(s2, 42, &got), 0);
+        assert_task_equal(&full, &got);
+        gp_task_done(&got);
+        gp_store_close(s2);
+
+        assert_int_equal(gp_store_task_get(s, 44, &got), -ENOENT);
+        gp_task_done(&full);
+        gp_store_close(s);
+}
+
+static void test_second_put_replaces_the_record(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        gp_task full = make_full_task(5), got;
+        collect c;
+
+        put_simple(s, 5, "a", GP_TASK_QUEUED);
+        put_ok(s, &full);
+        assert_int_equal(gp_store_task_get(s, 5, &got), 0);
+        assert_task_equal(&full, &got);
+        gp_task_done(&got);
+
+        /* and back: heap fields and exit code go away again */
+        gp_task plain = make_task(5, "b", GP_TASK_FAILED);
+        put_ok(s, &plain);
+        assert_int_equal(gp_store_task_get(s, 5, &got), 0);
+        assert_task_equal(&plain, &got);
+        gp_task_done(&got);
+
+        assert_int_equal(list_ids(s, -1, NULL, 0, 1000, &c), 0);
+        assert_int_equal(c.n, 1);
+        gp_task_done(&full);
+        gp_store_close(s);
+}
+
+static const char *tenant_of(int64_t id) {
+        static const char *const t[] = {"a", "b", "c"};
+        return t[id % 3];
+}
+
+static gp_task_state state_of(int64_t id) {
+        return state_cycle[(id / 2) % 5];
+}
+
+static void fill_30(gp_store *s) {
+        assert_int_equal(gp_store_begin(s), 0);
+        for (int64_t id = 1; id <= 30; id++)
+                put_simple(s, id, tenant_of(id), state_of(id));
+        assert_int_equal(gp_store_commit(s), 0);
+}
+
+/* Expected ids, newest first, matching a filter. */
+static int expect_ids(int state, const char *tenant, int64_t before, int limit, int64_t *out) {
+        int n = 0;
+        for (int64_t id = 30; id >= 1 && n < limit; id--) {
+                if (before > 0 && id >= before)
+                        continue;
+                if (state >= 0 && (int)state_of(id) != state)
+                        continue;
+                if (tenant && strcmp(tenant, tenant_of(id)) != 0)
+                        continue;
+                out[n++] = id;
+        }
+        return n;
+}
+
+static void check_list(gp_store *s, int state, const char *tenant, int64_t before, int limit) {
+        int64_t want[64];
+        collect c;
+        int n = expect_ids(state, tenant, before, limit, want);
+        int r = list_ids(s, state, tenant, before, limit, &c);
+        if (r != 0)
+                fail_msg("list: %d %s", r, gp_store_errmsg(s));
+        assert_int_equal(c.n, n);
+        for (int i = 0; i < n; i++)
+                assert_int_equal(c.ids[i], want[i]);
+}
+
+static void test_list_is_newest_first_and_filters(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        fill_30(s);
+
+        check_list(s, -1, NULL, 0, 1000);
+        for (int st = 0; st < GP_TASK_STATE_COUNT; st++)
+                check_list(s, st, NULL, 0, 1000);
+        check_list(s, -1, "a", 0, 1000);
+        check_list(s, -1, "b", 0, 3);
+        check_list(s, -1, "nobody", 0, 1000);
+        check_list(s, GP_TASK_RUNNING, "c", 0, 1000);
+        check_list(s, GP_TASK_QUEUED, "a", 20, 1000);
+        check_list(s, -1, NULL, 0, 1);
+        check_list(s, -1, NULL, 11, 5);
+        check_list(s, -1, NULL, 1, 5); /* nothing below id 1 */
+
+        collect c;
+        assert_int_equal(list_ids(s, -1, NULL, 0, 30, &c), 0);
+        assert_int_equal(c.n, 30);
+        assert_int_equal(c.ids[0], 30);
+        assert_int_equal(c.ids[29], 1);
+        gp_store_close(s);
+}
+
+static void test_list_pages_by_before_id(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        fill_30(s);
+        int64_t all[64];
+        int n_all = expect_ids(-1, "a", 0, 1000, all), seen = 0, pages = 0;
+        int64_t before = 0;
+        for (;;) {
+                collect c;
+                assert_int_equal(list_ids(s, -1, "a", before, 3, &c), 0);
+                if (c.n == 0)
+                        break;
+                assert_true(c.n <= 3);
+                for (int i = 0; i < c.n; i++)
+                        assert_int_equal(c.ids[i], all[seen++]);
+                before = c.ids[c.n - 1];
+                pages++;
+        }
+        assert_int_equal(seen, n_all);
+        assert_int_equal(pages, (n_all + 2) / 3);
+        gp_store_close(s);
+}
+
+static void test_list_rejects_bad_limits_and_honours_stop(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        collect c;
+        fill_30(s);
+        assert_int_equal(list_ids(s, -1, NULL, 0, 0, &c), -EINVAL);
+        assert_non_null(strstr(gp_store_errmsg(s), "limit"));
+        assert_int_equal(list_ids(s, -1, NULL, 0, 1001, &c), -EINVAL);
+        assert_int_equal(list_ids(s, -1, NULL, 0, -5, &c), -EINVAL);
+        assert_int_equal(list_ids(s, GP_TASK_STATE_COUNT, NULL, 0, 10, &c), -EINVAL);
+        assert_int_equal(c.n, 0);
+
+        memset(&c, 0, sizeof(c));
+        c.stop_after = 3;
+        gp_task_filter f = {.state = -1, .limit = 1000};
+        assert_int_equal(gp_store_task_list(s, &f, collect_cb, &c), 7);
+        assert_int_equal(c.n, 3);
+        /* the handle is fine afterwards */
+        check_list(s, -1, NULL, 0, 1000);
+        gp_store_close(s);
+}
+
+static void test_load_active_returns_queued_and_running_oldest_first(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        collect c;
+        fill_30(s);
+        memset(&c, 0, sizeof(c));
+        assert_int_equal(gp_store_task_load_active(s, collect_cb, &c), 0);
+        int n = 0;
+        for (int64_t id = 1; id <= 30; id++) {
+                gp_task_state st = state_of(id);
+                if (st != GP_TASK_QUEUED && st != GP_TASK_RUNNING)
+                        continue;
+                assert_true(n < c.n);
+                assert_int_equal(c.ids[n], id);
+                n++;
+        }
+        assert_int_equal(c.n, n);
+        assert_true(n > 0 && n < 30);
+        gp_store_close(s);
+}
+
+static void test_rollback_of_1000_puts_leaves_nothing(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        put_simple(s, 1, "a", GP_TASK_QUEUED);
+        assert_int_equal(gp_store_begin(s), 0);
+        for (int64_t id = 2; id <= 1001; id++) {
+                gp_task t = make_full_task(id);
+                put_ok(s, &t);
+                gp_task_done(&t);
+        }
+        put_simple(s, 1, "changed", GP_TASK_FAILED);
+        assert_true(exists(s, 500)); /* the transaction sees its own writes */
+        assert_int_equal(gp_store_rollback(s), 0);
+        assert_int_equal(max_id(s), 1);
+        assert_false(exists(s, 2));
+        assert_false(exists(s, 1001));
+        gp_task got;
+        assert_int_equal(gp_store_task_get(s, 1, &got), 0);
+        assert_string_equal(got.tenant, "a");
+        assert_int_equal(got.state, GP_TASK_QUEUED);
+        gp_task_done(&got);
+        gp_store_close(s);
+
+        s = open_store(fx);
+        assert_int_equal(max_id(s), 1);
+        /* rollback outside a transaction is a harmless no-op */
+        assert_int_equal(gp_store_rollback(s), 0);
+        gp_store_close(s);
+}
+
+static void test_commit_is_seen_after_close_and_reopen(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        assert_int_equal(max_id(s), 0);
+        assert_int_equal(gp_store_begin(s), 0);
+        for (int64_t id = 1; id <= 100; id++)
+                put_simple(s, id, tenant_of(id), state_of(id));
+        assert_int_equal(gp_store_commit(s), 0);
+        put_simple(s, 101, "solo", GP_TASK_QUEUED); /* outside a transaction */
+        gp_store_close(s);
+
+        gp_store *s2 = open_store(fx);
+        assert_int_equal(max_id(s2), 101);
+        for (int64_t id = 1; id <= 101; id++)
+                assert_true(exists(s2, id));
+        collect c;
+        assert_int_equal(list_ids(s2, -1, NULL, 0, 1000, &c), 0);
+        assert_int_equal(c.n, 101);
+        gp_store_close(s2);
+}
+
+static void test_reader_sees_committed_rows_but_not_the_open_transaction(void **state) {
+        FX(state);
+        gp_store *w = open_store(fx), *r = open_store(fx);
+        collect c;
+
+        assert_int_equal(gp_store_begin(w), 0);
+        for (int64_t id = 1; id <= 10; id++)
+                put_simple(w, id, "a", GP_TASK_QUEUED);
+        assert_int_equal(gp_store_commit(w), 0);
+
+        assert_int_equal(gp_store_begin(w), 0);
+        for (int64_t id = 11; id <= 20; id++)
+                put_simple(w, id, "a", GP_TASK_QUEUED);
+        put_simple(w, 3, "a", GP_TASK_RUNNING);
+
+        /* while the writer's transaction is open */
+        assert_int_equal(max_id(r), 10);
+        assert_true(exists(r, 5));
+        assert_false(exists(r, 15));
+        assert_int_equal(list_ids(r, -1, NULL, 0, 1000, &c), 0);
+        assert_int_equal(c.n, 10);
+        assert_int_equal(list_ids(r, GP_TASK_RUNNING, NULL, 0, 1000, &c), 0);
+        assert_int_equal(c.n, 0);
+        memset(&c, 0, sizeof(c));
+        assert_int_equal(gp_store_task_load_active(r, collect_cb, &c), 0);
+        assert_int_equal(c.n, 10);
+
+        assert_int_equal(gp_store_commit(w), 0);
+        assert_int_equal(max_id(r), 20);
+        assert_true(exists(r, 15));
+        assert_int_equal(list_ids(r, GP_TASK_RUNNING, NULL, 0, 1000, &c), 0);
+        assert_int_equal(c.n, 1);
+        assert_int_equal(c.ids[0], 3);
+        gp_store_close(r);
+        gp_store_close(w);
+}
+
+static void test_meta_set_get_and_missing_key(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        char buf[64];
+
+        assert_int_equal(gp_store_meta_get(s, "next_id", buf, sizeof(buf)), -ENOENT);
+        assert_int_equal(gp_store_meta_set(s, "next_id", "1234"), 0);
+        assert_int_equal(gp_store_meta_get(s, "next_id", buf, sizeof(buf)), 0);
+        assert_string_equal(buf, "1234");
+        assert_int_equal(gp_store_meta_set(s, "next_id", "99999"), 0);
+        assert_int_equal(gp_store_meta_get(s, "next_id", buf, sizeof(buf)), 0);
+        assert_string_equal(buf, "99999");
+        assert_int_equal(gp_store_meta_set(s, "empty", ""), 0);
+        assert_int_equal(gp_store_meta_get(s, "empty", buf, sizeof(buf)), 0);
+        assert_string_equal(buf, "");
+
+        /* exactly fitting, and one byte too long */
+        assert_int_equal(gp_store_meta_get(s, "next_id", buf, 6), 0);
+        assert_int_equal(gp_store_meta_get(s, "next_id", buf, 5), -E2BIG);
+
+        /* the store's own key is readable but reserved */
+        assert_int_equal(gp_store_meta_get(s, "schema_version", buf, sizeof(buf)), 0);
+        assert_string_equal(buf, "1");
+        assert_int_equal(gp_store_meta_set(s, "schema_version", "7"), -EINVAL);
+        assert_int_equal(gp_store_meta_set(s, "", "x"), -EINVAL);
+
+        /* inside a rolled-back transaction nothing sticks */
+        assert_int_equal(gp_store_begin(s), 0);
+        assert_int_equal(gp_store_meta_set(s, "next_id", "1"), 0);
+        assert_int_equal(gp_store_rollback(s), 0);
+        gp_store_close(s);
+
+        s = open_store(fx);
+        assert_int_equal(gp_store_meta_get(s, "next_id", buf, sizeof(buf)), 0);
+        assert_string_equal(buf, "99999");
+        gp_store_close(s);
+}
+
+/* Corrupt one column of row id with raw SQL, then check every reader
+ * reports -GP_ESTORE naming the column. */
+static void expect_corrupt(fixture *fx, gp_store *s, int64_t id, const char *column) {
+        gp_task t;
+        collect c;
+        int r = gp_store_task_get(s, id, &t);
+        if (r != -GP_ESTORE)
+                fail_msg("get of corrupt row %" PRId64 " (%s): %d", id, column, r);
+        if (!strstr(gp_store_errmsg(s), column))
+                fail_msg("message \"%s\" does not name %s", gp_store_errmsg(s), column);
+        assert_int_equal(list_ids(s, -1, NULL, 0, 1000, &c), -GP_ESTORE);
+}
+
+static void test_corrupt_rows_are_reported_not_crashed_on(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        char sql[2048];
+        put_simple(s, 1, "a", GP_TASK_QUEUED);
+        gp_task full = make_full_task(2);
+        put_ok(s, &full);
+        gp_task_done(&full);
+
+        /* one corruption at a time, repaired before the next */
+        static const struct {
+                const char *column;
+                const char *bad;
+        } cases[] = {
+                {"state", "'bogus'"},
+                {"state", "'queued-but-much-longer-than-any-state-name'"},
+                {"state", "'Queued'"},
+                {"gpus", "'not json'"},
+                {"gpus", "'{\"node\":\"x\"}'"},
+                {"gpus", "'[{\"node\":\"n\",\"index\":-1,\"uuid\":\"u\"}]'"},
+                {"gpus", "'[{\"node\":\"n\",\"index\":1}]'"},
+                {"tenant", NULL}, /* 300 bytes: filled below */
+                {"reason", NULL},
+                {"gpus", NULL},   /* 17 entries */
+                {"gpus", NULL},   /* node too long */
+                {"priority", "1099511627776"},
+                {"exclusive", "2"},
+                {"exit_code", "-1099511627776"},
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                char big[1024];
+                const char *bad = cases[i].bad;
+                if (!bad && (strcmp(cases[i].column, "tenant") == 0 || strcmp(cases[i].column, "reason") == 0)) {
+                        memset(big, 'x', 300);
+                        big[0] = '\'';
+                        big[299] = '\'';
+                        big[300] = '\0';
+                        bad = big;
+                } else if (!bad && i == 9) {
+                        size_t n = (size_t)snprintf(big, sizeof(big), "'[");
+                        for (int g = 0; g < 17; g++)
+                                n += (size_t)snprintf(big + n, sizeof(big) - n,
+                                                      "%s{\"node\":\"n\",\"index\":%d,\"uuid\":\"u\"}",
+                                                      g ? "," : "", g);
+                        snprintf(big + n, sizeof(big) - n, "]'");
+                        bad = big;
+                } else if (!bad) {
+                        char node[100];
+                        memset(node, 'n', 99);
+                        node[99] = '\0';
+                        snprintf(big, sizeof(big), "'[{\"node\":\"%s\",\"index\":0,\"uuid\":\"u\"}]'", node);
+                        bad = big;
+                }
+                snprintf(sql, sizeof(sql), "UPDATE tasks SET %s = %s WHERE id = 2", cases[i].column, bad);
+                fx->be->raw_exec(fx, sql);
+                expect_corrupt(fx, s, 2, cases[i].column);
+                /* the healthy row and the handle still work */
+                assert_true(exists(s, 1));
+                put_simple(s, 3, "a", GP_TASK_QUEUED);
+                assert_true(exists(s, 3));
+                /* repair by rewriting the record */
+                full = make_full_task(2);
+                put_ok(s, &full);
+                gp_task_done(&full);
+                assert_true(exists(s, 2));
+        }
+
+        /* load_active meets a corrupt active row too */
+        fx->be->raw_exec(fx, "UPDATE tasks SET gpus = '[1,2' WHERE id = 2");
+        collect c;
+        memset(&c, 0, sizeof(c));
+        assert_int_equal(gp_store_task_load_active(s, collect_cb, &c), -GP_ESTORE);
+        assert_non_null(strstr(gp_store_errmsg(s), "gpus"));
+        gp_store_close(s);
+}
+
+static void test_failed_commit_stores_nothing_and_handle_stays_usable(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        put_simple(s, 1, "a", GP_TASK_QUEUED);
+
+        assert_int_equal(gp_store_begin(s), 0);
+        for (int64_t id = 2; id <= 65; id++)
+                put_simple(s, id, "a", GP_TASK_QUEUED);
+        put_simple(s, 1, "a", GP_TASK_SUCCEEDED);
+        assert_int_equal(gp_store_meta_set(s, "k", "v"), 0);
+        gp_store_fail_after(s, 1);
+        assert_int_equal(gp_store_commit(s), -GP_ESTORE);
+        assert_non_null(strstr(gp_store_errmsg(s), "injected fault"));
+        assert_non_null(strstr(gp_store_errmsg(s), "commit"));
+
+        /* nothing of the batch, seen from this handle and from a fresh one */
+        assert_int_equal(max_id(s), 1);
+        gp_store *s2 = open_store(fx);
+        assert_int_equal(max_id(s2), 1);
+        gp_task got;
+        assert_int_equal(gp_store_task_get(s2, 1, &got), 0);
+        assert_int_equal(got.state, GP_TASK_QUEUED);
+        gp_task_done(&got);
+        char buf[8];
+        assert_int_equal(gp_store_meta_get(s2, "k", buf, sizeof(buf)), -ENOENT);
+        gp_store_close(s2);
+
+        /* the handle is outside any transaction and works */
+        assert_int_equal(gp_store_rollback(s), 0);
+        assert_int_equal(gp_store_begin(s), 0);
+        put_simple(s, 2, "a", GP_TASK_QUEUED);
+        assert_int_equal(gp_store_commit(s), 0);
+        assert_int_equal(max_id(s), 2);
+        gp_store_close(s);
+}
+
+static void test_failed_put_dooms_the_transaction(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        assert_int_equal(gp_store_begin(s), 0);
+        put_simple(s, 1, "a", GP_TASK_QUEUED);
+        gp_store_fail_after(s, 2);
+        put_simple(s, 2, "a", GP_TASK_QUEUED);
+        gp_task t = make_task(3, "a", GP_TASK_QUEUED);
+        assert_int_equal(gp_store_task_put(s, &t), -GP_ESTORE);
+        /* further work in the doomed transaction is refused */
+        t.id = 4;
+        assert_int_equal(gp_store_task_put(s, &t), -GP_ESTORE);
+        assert_int_equal(gp_store_commit(s), -GP_ESTORE);
+        assert_non_null(strstr(gp_store_errmsg(s), "rolled back"));
+        assert_int_equal(max_id(s), 0);
+        /* and the handle recovers */
+        put_simple(s, 5, "a", GP_TASK_QUEUED);
+        assert_int_equal(max_id(s), 5);
+        gp_store_close(s);
+}
+
+/* Make the n-th statement of a batch fail for every n: the batch is either
+ * entirely stored or not at all, and the handle keeps working. */
+static void test_fault_at_every_step_is_all_or_nothing(void **state) {
+        FX(state);
+        bool saw_success = false;
+        for (int n = 1; n <= 12 && !saw_success; n++) {
+                gp_store *s = open_store(fx);
+                int64_t base = 100 * n;
+                gp_store_fail_after(s, n);
+                int r = gp_store_begin(s);
+                for (int64_t id = base; r == 0 && id < base + 5; id++) {
+                        gp_task t = make_full_task(id);
+                        r = gp_store_task_put(s, &t);
+                        gp_task_done(&t);
+                }
+                if (r == 0)
+                        r = gp_store_meta_set(s, "batch", "x");
+                if (r == 0)
+                        r = gp_store_commit(s);
+                else
+                        assert_int_equal(gp_store_rollback(s), 0);
+                gp_store_fail_after(s, 0);
+                if (r == 0)
+                        saw_success = true;
+                else
+                        assert_int_equal(r, -GP_ESTORE);
+
+                gp_store *check = open_store(fx);
+                int stored = 0;
+                for (int64_t id = base; id < base + 5; id++)
+                        stored += exists(check, id);
+                assert_int_equal(stored, r == 0 ? 5 : 0);
+                gp_store_close(check);
+
+                put_simple(s, base + 50, "after", GP_TASK_QUEUED);
+                assert_true(exists(s, base + 50));
+                gp_store_close(s);
+        }
+        assert_true(saw_success); /* the walk reached past the last statement */
+}
+
+static void test_invalid_record_is_refused_and_nothing_written(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        gp_task t = make_task(9, "a", GP_TASK_RUNNING);
+        gp_task_gpu gpus[GP_MAX_GANG + 1];
+        memset(gpus, 0, sizeof(gpus));
+        t.n_gpus = GP_MAX_GANG + 1;
+        t.gpus = gpus;
+        assert_int_equal(gp_store_task_put(s, &t), -EINVAL);
+        assert_non_null(strstr(gp_store_errmsg(s), "n_gpus"));
+        t.n_gpus = 0;
+        t.gpus = NULL;
+        t.state = GP_TASK_STATE_COUNT;
+        assert_int_equal(gp_store_task_put(s, &t), -EINVAL);
+        t.state = GP_TASK_QUEUED;
+        memset(t.tenant, 'x', sizeof(t.tenant)); /* no NUL */
+        assert_int_equal(gp_store_task_put(s, &t), -EINVAL);
+        assert_int_equal(max_id(s), 0);
+
+        /* a refused record does not doom the transaction it was in */
+        assert_int_equal(gp_store_begin(s), 0);
+        assert_int_equal(gp_store_task_put(s, &t), -EINVAL);
+        put_simple(s, 10, "a", GP_TASK_QUEUED);
+        assert_int_equal(gp_store_commit(s), 0);
+        assert_int_equal(max_id(s), 10);
+        gp_store_close(s);
+}
+
+static int reenter_cb(const gp_task *t, void *ud) {
+        gp_store *s = ud;
+        gp_task got;
+        return gp_store_task_get(s, t->id, &got);
+}
+
+static void test_callback_cannot_reenter_the_handle(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        put_simple(s, 1, "a", GP_TASK_QUEUED);
+        gp_task_filter f = {.state = -1, .limit = 10};
+        assert_int_equal(gp_store_task_list(s, &f, reenter_cb, s), -EBUSY);
+        assert_int_equal(gp_store_task_load_active(s, reenter_cb, s), -EBUSY);
+        assert_true(exists(s, 1));
+        gp_store_close(s);
+}
+
+static void test_transaction_misuse_is_reported(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        assert_int_equal(gp_store_commit(s), -GP_ESTORE);
+        assert_non_null(strstr(gp_store_errmsg(s), "no transaction"));
+        assert_int_equal(gp_store_begin(s), 0);
+        assert_int_equal(gp_store_begin(s), -GP_ESTORE);
+        /* a misuse does not doom the open transaction */
+        put_simple(s, 1, "a", GP_TASK_QUEUED);
+        assert_int_equal(gp_store_commit(s), 0);
+        assert_int_equal(max_id(s), 1);
+        gp_store_close(s);
+}
+
+static void test_newer_schema_version_is_refused(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        gp_store_close(s);
+        fx->be->raw_exec(fx, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
+        char err[512] = "";
+        assert_int_equal(gp_store_open(fx->url, NULL, &s, err, sizeof(err)), -GP_ESTORE);
+        assert_non_null(strstr(err, "newer"));
+}
+
+/* ---- SQLite-only cases ---- */
+
+static void test_sqlite_bad_urls_are_einval_with_message(void **state) {
+        gp_store *s = NULL;
+        char err[256];
+        const char *bad[] = {"mysql://x", "sqlite://", "", "sqlite:/x.db", "/plain/path.db"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                err[0] = '\0';
+                assert_int_equal(gp_store_open(bad[i], NULL, &s, err, sizeof(err)), -EINVAL);
+                assert_true(strlen(err) > 10);
+        }
+        assert_int_equal(gp_store_open("mysql://user:secret@h/db", NULL, &s, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "mysql"));
+        assert_null(strstr(err, "secret"));
+        assert_int_equal(gp_store_open(NULL, NULL, &s, err, sizeof(err)), -EINVAL);
+        gp_store_close(NULL);
+}
+
+static void test_sqlite_creates_missing_parent_directories(void **state) {
+        FX(state);
+        char url[PATH_MAX + 64], path[PATH_MAX + 64];
+        struct stat sb;
+        snprintf(url, sizeof(url), "sqlite://%s/a/b/c/gp.db", fx->dir);
+        snprintf(path, sizeof(path), "%s/a/b/c/gp.db", fx->dir);
+        gp_store *s = NULL;
+        char err[256];
+        assert_int_equal(gp_store_open(url, NULL, &s, err, sizeof(err)), 0);
+        put_simple(s, 1, "a", GP_TASK_QUEUED);
+        gp_store_close(s);
+        assert_int_equal(stat(path, &sb), 0);
+
+        /* relative to the working directory */
+        char cwd[PATH_MAX];
+        assert_non_null(getcwd(cwd, sizeof(cwd)));
+        assert_int_equal(chdir(fx->dir), 0);
+        int r = gp_store_open("sqlite://./rel-data/x.db", NULL, &s, err, sizeof(err));
+        int st = stat("rel-data/x.db", &sb);
+        assert_int_equal(chdir(cwd), 0);
+        assert_int_equal(r, 0);
+        assert_int_equal(st, 0);
+        gp_store_close(s);
+}
+
+static void test_sqlite_unusable_files_are_estore_with_message(void **state) {
+        FX(state);
+        char path[PATH_MAX + 64], url[PATH_MAX + 80], err[512];
+        gp_store *s = NULL;
+
+        /* a regular file where a directory must be */
+        snprintf(path, sizeof(path), "%s/file", fx->dir);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs("this is not a database, it is a text file long enough to have a header\n", f);
+        fclose(f);
+        snprintf(url, sizeof(url), "sqlite://%s/file/sub.db", fx->dir);
+        assert_int_equal(gp_store_open(url, NULL, &s, err, sizeof(err)), -GP_ESTORE);
+        assert_true(strlen(err) > 10);
+
+        /* a file that is not a database */
+        snprintf(url, sizeof(url), "sqlite://%s", path);
+        err[0] = '\0';
+        assert_int_equal(gp_store_open(url, NULL, &s, err, sizeof(err)), -GP_ESTORE);
+        assert_non_null(strstr(err, "not a database"));
+}
+
+static void test_sqlite_text_in_integer_column_is_reported(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        put_simple(s, 1, "a", GP_TASK_QUEUED);
+        fx->be->raw_exec(fx, "UPDATE tasks SET memory_mb = 'lots' WHERE id = 1");
+        gp_task t;
+        assert_int_equal(gp_store_task_get(s, 1, &t), -GP_ESTORE);
+        assert_non_null(strstr(gp_store_errmsg(s), "memory_mb"));
+        fx->be->raw_exec(fx, "UPDATE tasks SET memory_mb = 0, name = x'00ff' WHERE id = 1");
+        assert_int_equal(gp_store_task_get(s, 1, &t), -GP_ESTORE);
+        assert_non_null(strstr(gp_store_errmsg(s), "name"));
+        gp_store_close(s);
+}
+
+static void test_sqlite_normal_sync_store_works(void **state) {
+        FX(state);
+        gp_store *s = NULL;
+        char err[256];
+        gp_store_options opt = {.sync_full = false};
+        assert_int_equal(gp_store_open(fx->url, &opt, &s, err, sizeof(err)), 0);
+        assert_int_equal(gp_store_begin(s), 0);
+        put_simple(s, 1, "a", GP_TASK_QUEUED);
+        assert_int_equal(gp_store_commit(s), 0);
+        gp_store_close(s);
+        s = open_store(fx);
+        assert_true(exists(s, 1));
+        gp_store_close(s);
+}
+
+#define GENERIC_TESTS(be)                                                                               \
+        cmocka_unit_test_prestate_setup_teardown(test_put_get_round_trips_every_field, fx_setup,         \
+                                                 fx_teardown, (void *)(be)),                              \
+        cmocka_unit_test_prestate_setup_teardown(test_second_put_replaces_the_record, fx_setup,          \
+                                                 fx_teardown, (void *)(be)),                              \
+        cmocka_unit_test_prestate_setup_teardown(test_list_is_newest_first_and_filters, fx_setup,        \
+                                                 fx_teardown, (void *)(be)),                              \
+        cmocka_unit_test_prestate_setup_teardown(test_list_pages_by_before_id, fx_setup, fx_teardown,    \
+                                                 (void *)(be)),                                           \
+        cmocka_unit_test_prestate_setup_teardown(test_list_rejects_bad_limits_and_honours_stop,          \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(test_load_active_returns_queued_and_running_oldest_first, \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(test_rollback_of_1000_puts_leaves_nothing, fx_setup,    \
+                                                 fx_teardown, (void *)(be)),                              \
+        cmocka_unit_test_prestate_setup_teardown(test_commit_is_seen_after_close_and_reopen, fx_setup,   \
+                                                 fx_teardown, (void *)(be)),                              \
+        cmocka_unit_test_prestate_setup_teardown(                                                        \
+                test_reader_sees_committed_rows_but_not_the_open_transaction, fx_setup, fx_teardown,     \
+                (void *)(be)),                                                                           \
+        cmocka_unit_test_prestate_setup_teardown(test_meta_set_get_and_missing_key, fx_setup,            \
+                                                 fx_teardown, (void *)(be)),                              \
+        cmocka_unit_test_prestate_setup_teardown(test_corrupt_rows_are_reported_not_crashed_on,          \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(test_failed_commit_stores_nothing_and_handle_stays_usable, \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(test_failed_put_dooms_the_transaction, fx_setup,        \
+                                                 fx_teardown, (void *)(be)),                              \
+        cmocka_unit_test_prestate_setup_teardown(test_fault_at_every_step_is_all_or_nothing, fx_setup,   \
+                                                 fx_teardown, (void *)(be)),                              \
+        cmocka_unit_test_prestate_setup_teardown(test_invalid_record_is_refused_and_nothing_written,     \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(test_callback_cannot_reenter_the_handle, fx_setup,      \
+                                                 fx_teardown, (void *)(be)),                              \
+        cmocka_unit_test_prestate_setup_teardown(test_transaction_misuse_is_reported, fx_setup,          \
+                                                 fx_teardown, (void *)(be)),                              \
+        cmocka_unit_test_prestate_setup_teardown(test_newer_schema_version_is_refused, fx_setup,         \
+                                                 fx_teardown, (void *)(be))
+
+int main(void) {
+        const backend *sq = &sqlite_backend;
+        const struct CMUnitTest sqlite_tests[] = {
+                GENERIC_TESTS(sq),
+                cmocka_unit_test(test_sqlite_bad_urls_are_einval_with_message),
+                cmocka_unit_test_prestate_setup_teardown(test_sqlite_creates_missing_parent_directories,
+                                                         fx_setup, fx_teardown, (void *)sq),
+                cmocka_unit_test_prestate_setup_teardown(test_sqlite_unusable_files_are_estore_with_message,
+                                                         fx_setup, fx_teardown, (void *)sq),
+                cmocka_unit_test_prestate_setup_teardown(test_sqlite_text_in_integer_column_is_reported,
+                                                         fx_setup, fx_teardown, (void *)sq),
+                cmocka_unit_test_prestate_setup_teardown(test_sqlite_normal_sync_store_works, fx_setup,
+                                                         fx_teardown, (void *)sq),
+        };
+        return cmocka_run_group_tests_name("store-sqlite", sqlite_tests, NULL, NULL);
+}

@@ -650,6 +650,13 @@ int gp_sched_set_weights(gp_sched *s, const uint32_t weights[GP_PRIORITY_LEVELS]
         return 0;
 }
 
+int gp_sched_set_max_queue_depth(gp_sched *s, int depth) {
+        if (depth < 1)
+                return -EINVAL;
+        s->cfg.max_queue_depth = depth;
+        return 0;
+}
+
 const gp_sched_config *gp_sched_get_config(const gp_sched *s) {
         return &s->cfg;
 }

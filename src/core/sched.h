@@ -63,6 +63,9 @@ void gp_sched_free(gp_sched *s);
 /* Change tier weights at once (runtime change). 0 or -EINVAL. */
 int gp_sched_set_weights(gp_sched *s, const uint32_t weights[GP_PRIORITY_LEVELS]);
 const gp_sched_config *gp_sched_get_config(const gp_sched *s);
+/* Change the per-tier queue depth limit (tasks already queued stay).
+ * 0 or -EINVAL. */
+int gp_sched_set_max_queue_depth(gp_sched *s, int depth);
 
 /* ---- inventory ---- */
 

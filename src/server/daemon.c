@@ -1,0 +1,1230 @@
+/* daemon.c - the daemon's state: recovery at start, the decision loop, the
+ * GPU sampler.  See server-int.h for the threads and the lock order.
+ *
+ * Invariant: every change to a task is stored (one transaction per loop
+ * batch) before any request that caused it is answered and before any
+ * reader can see it (the loop holds d->lock from applying to committing).
+ * A batch task's supervisor is started only after its `running` state is
+ * stored, so a crash can never run a task twice; on restart a running task
+ * without a supervisor pid file is started then.
+ */
+#include "server/server-int.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "exec/exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define LOCAL_NODE "local"
+#define BATCH_MAX 4096
+
+/* ------------------------------------------------------------------ */
+/* helpers                                                             */
+
+static int mkdir_p(const char *path) {
+        char tmp[PATH_MAX];
+        if (gp_strlcpy(tmp, path, sizeof(tmp)) >= sizeof(tmp))
+                return -ENAMETOOLONG;
+        for (char *p = tmp + 1; *p; p++)
+                if (*p == '/') {
+                        *p = '\0';
+                        if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+                                return -errno;
+                        *p = '/';
+                }
+        if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+                return -errno;
+        return 0;
+}
+
+int gp_daemon_task_path(const gp_daemon *d, int64_t id, const char *file, char *buf, size_t size) {
+        int n = snprintf(buf, size, "%s/%" PRId64 "%s%s", d->tasks_dir, id, file ? "/" : "", file ? file : "");
+        return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+static void task_dir(const gp_daemon *d, int64_t id, char *buf, size_t size) {
+        if (gp_daemon_task_path(d, id, NULL, buf, size) < 0)
+                buf[0] = '\0'; /* tasks_dir was checked at start: cannot happen */
+}
+
+/* The scheduler's view of a task. */
+static gp_sched_req sched_req(const gp_task *t) {
+        gp_sched_req r = {
+                .id = t->id, .tenant = t->tenant, .priority = t->priority, .gpus = t->gpu_request,
+                .memory_mb = t->memory_mb, .exclusive = t->exclusive, .preemptible = t->preemptible,
+                .model = t->model, .gpu_model = t->gpu_model, .timeout_ms = t->timeout_s * 1000,
+                .submit_ms = t->submitted_ms,
+                .queue_deadline_ms = t->queue_timeout_s ? t->submitted_ms + t->queue_timeout_s * 1000 : 0,
+        };
+        return r;
+}
+
+static void set_reason(gp_task *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_reason(gp_task *t, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(t->reason, sizeof(t->reason), fmt, ap);
+        va_end(ap);
+}
+
+/* ------------------------------------------------------------------ */
+/* rendering                                                           */
+
+static json_t *time_json(int64_t ms) {
+        if (ms <= 0)
+                return json_null();
+        char buf[40];
+        gp_time_format(ms, buf, sizeof(buf));
+        return json_string(buf);
+}
+
+static void cuda_devices(const gp_task *t, char *buf, size_t size) {
+        size_t off = 0;
+        buf[0] = '\0';
+        for (int i = 0; i < t->n_gpus && off < size; i++)
+                off += (size_t)snprintf(buf + off, size - off, "%s%d", i ? "," : "", t->gpus[i].index);
+}
+
+json_t *gp_daemon_task_json(gp_daemon *d, const gp_task *t) {
+        json_t *o = json_object();
+        if (!o)
+                return NULL;
+        json_object_set_new(o, "id", json_integer(t->id));
+        json_object_set_new(o, "tenant_id", json_string(t->tenant));
+        json_object_set_new(o, "name", json_string(t->name));
+        json_object_set_new(o, "kind", json_string(t->is_lease ? "lease" : "batch"));
+        json_object_set_new(o, "state", json_string(gp_task_state_name(t->state)));
+        json_object_set_new(o, "priority", json_integer(t->priority));
+        json_object_set_new(o, "gpu_request", json_integer(t->gpu_request));
+        json_object_set_new(o, "memory_mb", json_integer(t->memory_mb));
+        json_object_set_new(o, "exclusive", json_boolean(t->exclusive));
+        json_object_set_new(o, "preemptible", json_boolean(t->preemptible));
+        json_object_set_new(o, "model", json_string(t->model));
+        json_object_set_new(o, "gpu_model", json_string(t->gpu_model));
+        if (t->spec) {
+                json_t *spec = json_loads(t->spec, 0, NULL);
+                json_t *cmdv = spec ? json_object_get(spec, "command") : NULL;
+                if (cmdv)
+                        json_object_set(o, "command", cmdv);
+                json_decref(spec);
+        }
+        json_t *gpus = json_array();
+        for (int i = 0; i < t->n_gpus; i++) {
+                json_t *g = json_object();
+                json_object_set_new(g, "node", json_string(t->gpus[i].node));
+                json_object_set_new(g, "index", json_integer(t->gpus[i].index));
+                json_object_set_new(g, "uuid", json_string(t->gpus[i].uuid));
+                json_array_append_new(gpus, g);
+        }
+        json_object_set_new(o, "gpus", gpus);
+        char cvd[GP_MAX_GANG * 8];
+        cuda_devices(t, cvd, sizeof(cvd));
+        json_object_set_new(o, "cuda_visible_devices", json_string(cvd));
+        char reason[GP_REASON_MAX];
+        gp_strlcpy(reason, t->reason, sizeof(reason));
+        gp_sched_task_view v;
+        if (t->state == GP_TASK_QUEUED && gp_sched_task_get(d->sched, t->id, &v) == 0) {
+                json_object_set_new(o, "queue_position", json_integer(v.queue_position));
+                gp_sched_task_reason(d->sched, t->id, reason, sizeof(reason));
+        } else {
+                json_object_set_new(o, "queue_position", json_null());
+        }
+        json_object_set_new(o, "reason", json_string(reason));
+        json_object_set_new(o, "preempt_count", json_integer(t->preempt_count));
+        json_object_set_new(o, "retries", json_integer(t->retries));
+        json_object_set_new(o, "exit_code", t->has_exit_code ? json_integer(t->exit_code) : json_null());
+        json_object_set_new(o, "timeout_s", json_integer(t->timeout_s));
+        json_object_set_new(o, "queue_timeout_s", json_integer(t->queue_timeout_s));
+        if (t->is_lease) {
+                json_object_set_new(o, "lease_ttl_s", json_integer(t->lease_ttl_s));
+                json_object_set_new(o, "lease_expires_at",
+                                    t->state == GP_TASK_RUNNING ? time_json(t->heartbeat_ms + t->lease_ttl_s * 1000)
+                                                                : json_null());
+        }
+        json_object_set_new(o, "submitted_at", time_json(t->submitted_ms));
+        json_object_set_new(o, "started_at", time_json(t->started_ms));
+        json_object_set_new(o, "finished_at", time_json(t->finished_ms));
+        json_object_set_new(o, "backend", json_string(d->backend));
+        return o;
+}
+
+int gp_daemon_task_lookup(gp_daemon *d, int64_t id, gp_task *ret) {
+        gp_task *t = gp_i64map_get(&d->tasks, id);
+        if (t)
+                return gp_task_copy(ret, t);
+        pthread_mutex_lock(&d->rs_lock);
+        int rc = gp_store_task_get(d->rs, id, ret);
+        pthread_mutex_unlock(&d->rs_lock);
+        return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* the batch: dirty tasks, answers, spawns                             */
+
+typedef struct batch {
+        gp_task **dirty;            /* tasks to store (no duplicates) */
+        size_t ndirty, capdirty;
+        gp_task **spawn;            /* batch tasks to start after commit */
+        size_t nspawn, capspawn;
+        bool meta_drained;          /* store the drained set too */
+} batch;
+
+static int push_ptr(gp_task ***v, size_t *n, size_t *cap, gp_task *t) {
+        for (size_t i = 0; i < *n; i++)
+                if ((*v)[i] == t)
+                        return 0;
+        if (*n == *cap) {
+                size_t c = *cap ? *cap * 2 : 64;
+                gp_task **p = realloc(*v, c * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                *v = p;
+                *cap = c;
+        }
+        (*v)[(*n)++] = t;
+        return 0;
+}
+
+static void mark(batch *b, gp_task *t) {
+        if (push_ptr(&b->dirty, &b->ndirty, &b->capdirty, t) < 0) {
+                gp_error("out of memory recording a task change; stopping");
+                _exit(70);
+        }
+}
+
+/* End a task: final state, reason, times; frees its GPUs in the scheduler. */
+static void finish(gp_daemon *d, batch *b, gp_task *t, gp_task_state st, int64_t now) {
+        gp_sched_remove(d->sched, t->id);
+        t->state = st;
+        t->finished_ms = now;
+        free(t->gpus);
+        t->gpus = NULL;
+        /* keep n_gpus at 0 but the record of where it ran is in the log line */
+        t->n_gpus = 0;
+        d->finished_total++;
+        if (st == GP_TASK_FAILED || st == GP_TASK_LOST || st == GP_TASK_TIMEOUT)
+                d->failed_total++;
+        if (st == GP_TASK_CANCELLED)
+                d->cancelled_total++;
+        mark(b, t);
+        gp_info("task %" PRId64 " %s%s%s", t->id, gp_task_state_name(st), t->reason[0] ? ": " : "", t->reason);
+}
+
+static int drained_meta(gp_daemon *d, char *buf, size_t size) {
+        size_t off = 0;
+        buf[0] = '\0';
+        for (uint32_t g = 0; g < gp_sched_gpu_count(d->sched); g++) {
+                gp_sched_gpu_view v;
+                gp_sched_gpu_get(d->sched, g, &v);
+                if (!v.drained)
+                        continue;
+                int n = snprintf(buf + off, size - off, "%s%s", off ? "\n" : "", v.uuid);
+                if (n < 0 || (size_t)n >= size - off)
+                        return -E2BIG;
+                off += (size_t)n;
+        }
+        return 0;
+}
+
+/* Store every dirty task in one transaction.  A store that fails breaks
+ * the promise that answered means stored, so the daemon stops (crash-only:
+ * the restart recovers from what was stored). */
+static void commit(gp_daemon *d, batch *b) {
+        if (!b->ndirty && !b->meta_drained)
+                return;
+        int rc = gp_store_begin(d->ws);
+        for (size_t i = 0; rc == 0 && i < b->ndirty; i++)
+                rc = gp_store_task_put(d->ws, b->dirty[i]);
+        if (rc == 0 && b->meta_drained) {
+                char buf[8192];
+                rc = drained_meta(d, buf, sizeof(buf));
+                if (rc == 0)
+                        rc = gp_store_meta_set(d->ws, "drained", buf);
+        }
+        if (rc == 0)
+                rc = gp_store_commit(d->ws);
+        if (rc < 0) {
+                gp_error("store failed (%s); stopping so that nothing unstored is acknowledged",
+                         gp_store_errmsg(d->ws));
+                _exit(70);
+        }
+        d->commits++;
+        d->commit_tasks += b->ndirty;
+}
+
+/* ------------------------------------------------------------------ */
+/* applying commands                                                   */
+
+typedef struct outcome {
+        int status;                 /* 0 = answer with the task */
+        gp_task *task;              /* answer body: this task (valid until the batch ends) */
+        char *body;                 /* or this error body */
+        int retry_after;
+        int64_t lookup_id;          /* answer with a final task read from the store */
+} outcome;
+
+static gp_task *active_for(gp_daemon *d, int64_t id, const char *tenant) {
+        gp_task *t = gp_i64map_get(&d->tasks, id);
+        if (t && tenant[0] && strcmp(t->tenant, tenant) != 0)
+                return NULL;
+        return t;
+}
+
+static void apply_submit(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o) {
+        gp_task *t = malloc(sizeof(*t));
+        if (!t) {
+                o->status = 503;
+                o->body = gp_http_error_body("unavailable", "out of memory");
+                return;
+        }
+        *t = c->task;
+        memset(&c->task, 0, sizeof(c->task));
+        t->id = d->next_id;
+        t->state = GP_TASK_QUEUED;
+        t->submitted_ms = now;
+        gp_sched_req r = sched_req(t);
+        char why[256];
+        int rc = gp_sched_check_feasible(d->sched, &r, why, sizeof(why));
+        if (rc == 0)
+                rc = gp_sched_enqueue(d->sched, &r);
+        if (rc < 0) {
+                if (rc == -GP_EQUEUEFULL) {
+                        o->status = 429;
+                        o->retry_after = 5;
+                        o->body = gp_http_error_body("queue_full",
+                                                     "the P%d queue is full (%d tasks); retry later", t->priority,
+                                                     d->cfg.max_queue_depth);
+                } else if (rc == -EINVAL) {
+                        o->status = 422;
+                        o->body = gp_http_error_body("unprocessable", "this task can never run here: %s", why);
+                } else {
+                        o->status = 503;
+                        o->body = gp_http_error_body("unavailable", "%s", gp_strerror(rc));
+                }
+                gp_task_done(t);
+                free(t);
+                return;
+        }
+        if (gp_i64map_put(&d->tasks, t->id, t) < 0) {
+                gp_sched_remove(d->sched, t->id);
+                gp_task_done(t);
+                free(t);
+                o->status = 503;
+                o->body = gp_http_error_body("unavailable", "out of memory");
+                return;
+        }
+        d->next_id++;
+        d->submitted_total++;
+        mark(b, t);
+        o->status = 201;
+        o->task = t;
+}
+
+static void apply_cancel(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o) {
+        gp_task *t = active_for(d, c->id, c->tenant);
+        if (!t) {
+                o->lookup_id = c->id; /* final or unknown: answered from the store */
+                return;
+        }
+        o->task = t;
+        if (t->state == GP_TASK_QUEUED || t->is_lease) {
+                set_reason(t, "cancelled by request");
+                finish(d, b, t, GP_TASK_CANCELLED, now);
+                return;
+        }
+        /* running batch task: the supervisor stops it and reports */
+        gp_exec_proc p = {t->sup_pid, t->sup_start};
+        set_reason(t, "cancelling: SIGTERM sent, SIGKILL after %d s", d->cfg.kill_grace_s);
+        if (t->sup_pid > 0 && gp_exec_cancel(&p) == 0)
+                return;
+        /* no supervisor (it never started, or is gone): the watch will tell,
+         * or nothing will, so end it here */
+        if (!gp_i64map_get(&d->watch, t->id)) {
+                set_reason(t, "cancelled by request");
+                finish(d, b, t, GP_TASK_CANCELLED, now);
+        }
+}
+
+static void apply_release(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o) {
+        gp_task *t = active_for(d, c->id, c->tenant);
+        if (!t) {
+                o->lookup_id = c->id;
+                return;
+        }
+        if (!t->is_lease) {
+                o->status = 409;
+                o->body = gp_http_error_body("conflict", "task %" PRId64 " is a batch task, not a lease; cancel it instead",
+                                             t->id);
+                return;
+        }
+        o->task = t;
+        if (t->state == GP_TASK_QUEUED) {
+                set_reason(t, "released before it started");
+                finish(d, b, t, GP_TASK_CANCELLED, now);
+                return;
+        }
+        t->has_exit_code = c->has_exit_code;
+        t->exit_code = c->exit_code;
+        if (c->has_exit_code && c->exit_code != 0) {
+                set_reason(t, "released by the holder with exit code %d", c->exit_code);
+                finish(d, b, t, GP_TASK_FAILED, now);
+        } else {
+                set_reason(t, "released by the holder");
+                finish(d, b, t, GP_TASK_SUCCEEDED, now);
+        }
+}
+
+static void apply_heartbeat(gp_daemon *d, cmd *c, int64_t now, outcome *o) {
+        gp_task *t = active_for(d, c->id, c->tenant);
+        if (!t) {
+                o->lookup_id = c->id;
+                o->status = 409; /* a final lease cannot be kept alive */
+                return;
+        }
+        if (!t->is_lease) {
+                o->status = 409;
+                o->body = gp_http_error_body("conflict", "task %" PRId64 " is a batch task, not a lease", t->id);
+                return;
+        }
+        t->heartbeat_ms = now; /* not a state change: not stored (restart grants a full TTL) */
+        o->task = t;
+}
+
+static void apply_drain(gp_daemon *d, batch *b, cmd *c, outcome *o) {
+        gp_sched_gpu_set_drained(d->sched, c->gpu, c->kind == CMD_DRAIN);
+        b->meta_drained = true;
+        o->status = 200;
+}
+
+/* ------------------------------------------------------------------ */
+/* supervisors                                                         */
+
+/* A supervisor known to be gone already (no pidfd to wait on): the next
+ * loop pass reads its result.  Loop thread (or start-up) only. */
+static void gone_add(gp_daemon *d, int64_t id) {
+        if (d->ngone == d->capgone) {
+                size_t c = d->capgone ? d->capgone * 2 : 16;
+                int64_t *p = realloc(d->gone, c * sizeof(*p));
+                if (!p) {
+                        gp_error("out of memory; stopping");
+                        _exit(70);
+                }
+                d->gone = p;
+                d->capgone = c;
+        }
+        d->gone[d->ngone++] = id;
+        uint64_t one = 1;
+        ssize_t w = write(d->evfd, &one, sizeof(one));
+        (void)w;
+}
+
+static void watch_add(gp_daemon *d, gp_task *t) {
+        gp_exec_proc p = {t->sup_pid, t->sup_start};
+        int fd;
+        if (gp_exec_watch(&p, &fd) < 0) {
+                gone_add(d, t->id); /* already gone: handled as an exit */
+                return;
+        }
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)t->id};
+        epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev);
+        gp_i64map_put(&d->watch, t->id, (void *)(intptr_t)(fd + 1));
+}
+
+static void watch_del(gp_daemon *d, int64_t id) {
+        intptr_t v = (intptr_t)gp_i64map_del(&d->watch, id);
+        if (v > 0) {
+                epoll_ctl(d->epfd, EPOLL_CTL_DEL, (int)(v - 1), NULL);
+                close((int)(v - 1));
+        }
+}
+
+/* The supervisor of t is gone: read how the task ended. */
+static void apply_exit(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
+        char dir[PATH_MAX];
+        task_dir(d, t->id, dir, sizeof(dir));
+        watch_del(d, t->id);
+        gp_exec_result res;
+        if (gp_exec_read_result(dir, &res) < 0) {
+                set_reason(t, "its supervisor ended without recording a result");
+                finish(d, b, t, GP_TASK_LOST, now);
+                return;
+        }
+        gp_strlcpy(t->reason, res.message, sizeof(t->reason));
+        t->has_exit_code = true;
+        t->exit_code = res.exit_code;
+        int64_t at = res.finished_ms > 0 ? res.finished_ms : now;
+        switch (res.end) {
+        case GP_EXEC_EXITED:
+                finish(d, b, t, res.exit_code == 0 ? GP_TASK_SUCCEEDED : GP_TASK_FAILED, at);
+                break;
+        case GP_EXEC_TIMEOUT:
+                finish(d, b, t, GP_TASK_TIMEOUT, at);
+                break;
+        case GP_EXEC_CANCELLED:
+                finish(d, b, t, GP_TASK_CANCELLED, at);
+                break;
+        case GP_EXEC_SIGNALED:
+        case GP_EXEC_SPAWN_FAILED:
+        default:
+                finish(d, b, t, GP_TASK_FAILED, at);
+                break;
+        }
+}
+
+/* Build the argv/env of a batch task from its spec. */
+static int spawn(gp_daemon *d, gp_task *t) {
+        json_t *spec = json_loads(t->spec ? t->spec : "", 0, NULL);
+        if (!spec)
+                return -EINVAL;
+        json_t *cmdv = json_object_get(spec, "command"), *env = json_object_get(spec, "env");
+        json_t *wd = json_object_get(spec, "workdir");
+        size_t n = json_array_size(cmdv);
+        const char **argv = calloc(n + 1, sizeof(char *));
+        size_t nenv = json_object_size(env);
+        const char **envv = calloc(nenv + 2, sizeof(char *));
+        char **envs = calloc(nenv + 2, sizeof(char *));
+        int rc = -ENOMEM;
+        if (!argv || !envv || !envs || n == 0)
+                goto out;
+        for (size_t i = 0; i < n; i++)
+                argv[i] = json_string_value(json_array_get(cmdv, i));
+        const char *k;
+        json_t *v;
+        size_t ei = 0;
+        json_object_foreach(env, k, v) {
+                if (asprintf(&envs[ei], "%s=%s", k, json_string_value(v)) < 0)
+                        goto out;
+                envv[ei] = envs[ei];
+                ei++;
+        }
+        envs[ei] = strdup("CUDA_DEVICE_ORDER=PCI_BUS_ID");
+        if (!envs[ei])
+                goto out;
+        envv[ei] = envs[ei];
+        char cvd[GP_MAX_GANG * 8], gpus[GP_MAX_GANG * (GP_NODE_MAX + 8)];
+        cuda_devices(t, cvd, sizeof(cvd));
+        size_t off = 0;
+        gpus[0] = '\0';
+        for (int i = 0; i < t->n_gpus; i++)
+                off += (size_t)snprintf(gpus + off, sizeof(gpus) - off, "%s%s:%d", i ? "," : "", t->gpus[i].node,
+                                        t->gpus[i].index);
+        gp_exec_spec es = {
+                .task_id = t->id, .argv = argv, .env = envv, .workdir = json_string_value(wd),
+                .cuda_visible_devices = cvd, .gpus = gpus, .timeout_s = t->timeout_s,
+                .kill_grace_s = d->cfg.kill_grace_s, .max_log_bytes = d->cfg.max_log_bytes,
+        };
+        char dir[PATH_MAX];
+        task_dir(d, t->id, dir, sizeof(dir));
+        gp_exec_proc p;
+        rc = gp_exec_start(d->self_exe, dir, &es, &p);
+        if (rc == 0) {
+                t->sup_pid = p.pid;
+                t->sup_start = p.start;
+        }
+out:
+        if (envs)
+                for (size_t i = 0; i < nenv + 2; i++)
+                        free(envs[i]);
+        free(envs);
+        free(envv);
+        free(argv);
+        json_decref(spec);
+        return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* scheduling                                                          */
+
+static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
+        gp_sched_decision *dec = NULL;
+        size_t n = 0, cap = 0;
+        if (gp_sched_run(d->sched, now, &dec, &n, &cap) < 0)
+                gp_warn("scheduler ran out of memory; %zu decisions kept", n);
+        for (size_t i = 0; i < n; i++) {
+                gp_task *t = gp_i64map_get(&d->tasks, dec[i].id);
+                if (!t)
+                        continue;
+                if (dec[i].kind == GP_DECIDE_EXPIRE) {
+                        set_reason(t, "waited longer than queue_timeout_s (%" PRId64 " s)", t->queue_timeout_s);
+                        /* the scheduler already forgot it; finish() removing again is harmless */
+                        finish(d, b, t, GP_TASK_TIMEOUT, now);
+                        continue;
+                }
+                gp_task_gpu *g = calloc((size_t)dec[i].n_gpus, sizeof(*g));
+                if (!g) {
+                        gp_error("out of memory placing task %" PRId64 "; stopping", t->id);
+                        _exit(70);
+                }
+                for (int j = 0; j < dec[i].n_gpus; j++) {
+                        gp_sched_gpu_view v;
+                        gp_sched_gpu_get(d->sched, dec[i].gpus[j], &v);
+                        gp_strlcpy(g[j].node, v.node, sizeof(g[j].node));
+                        g[j].index = v.index;
+                        gp_strlcpy(g[j].uuid, v.uuid, sizeof(g[j].uuid));
+                }
+                free(t->gpus);
+                t->gpus = g;
+                t->n_gpus = dec[i].n_gpus;
+                t->state = GP_TASK_RUNNING;
+                t->started_ms = now;
+                t->heartbeat_ms = now;
+                t->reason[0] = '\0';
+                if (dec[i].backfilled)
+                        set_reason(t, "started by backfill");
+                mark(b, t);
+                if (!t->is_lease && push_ptr(&b->spawn, &b->nspawn, &b->capspawn, t) < 0) {
+                        gp_error("out of memory; stopping");
+                        _exit(70);
+                }
+        }
+        free(dec);
+}
+
+static void expire_leases(gp_daemon *d, batch *b, int64_t now) {
+        size_t pos = 0;
+        gp_task *t;
+        while ((t = gp_i64map_next(&d->tasks, &pos, NULL))) {
+                if (t->state != GP_TASK_RUNNING)
+                        continue;
+                if (t->is_lease && t->heartbeat_ms + t->lease_ttl_s * 1000 <= now) {
+                        set_reason(t, "lease expired: no heartbeat for %" PRId64 " s", t->lease_ttl_s);
+                        finish(d, b, t, GP_TASK_LOST, now);
+                } else if (t->is_lease && t->timeout_s > 0 && t->started_ms + t->timeout_s * 1000 <= now) {
+                        set_reason(t, "lease held longer than timeout_s (%" PRId64 " s)", t->timeout_s);
+                        finish(d, b, t, GP_TASK_TIMEOUT, now);
+                }
+        }
+}
+
+/* ------------------------------------------------------------------ */
+/* the loop                                                            */
+
+static char *render_task(gp_daemon *d, const gp_task *t) {
+        json_t *j = gp_daemon_task_json(d, t);
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        return s;
+}
+
+static char *render_gpu(gp_daemon *d, uint32_t g);
+
+static void answer(gp_daemon *d, cmd *c, outcome *o) {
+        if (!c->req)
+                return;
+        if (o->body) {
+                gp_http_answer(c->req, o->status, o->body, o->retry_after);
+                return;
+        }
+        if (c->kind == CMD_DRAIN || c->kind == CMD_UNDRAIN) {
+                gp_http_answer(c->req, 200, render_gpu(d, c->gpu), 0);
+                return;
+        }
+        if (o->task) {
+                gp_http_answer(c->req, o->status ? o->status : 200, render_task(d, o->task), 0);
+                return;
+        }
+        gp_task t;
+        int rc = gp_daemon_task_lookup(d, o->lookup_id, &t);
+        if (rc < 0 || (c->tenant[0] && strcmp(t.tenant, c->tenant) != 0)) {
+                if (rc == 0)
+                        gp_task_done(&t);
+                gp_http_answer(c->req, 404,
+                               gp_http_error_body("not_found", "no task %" PRId64, o->lookup_id), 0);
+                return;
+        }
+        if (o->status == 409 && c->kind == CMD_HEARTBEAT)
+                gp_http_answer(c->req, 409,
+                               gp_http_error_body("conflict", "lease %" PRId64 " is %s: %s", t.id,
+                                                  gp_task_state_name(t.state), t.reason),
+                               0);
+        else
+                gp_http_answer(c->req, 200, render_task(d, &t), 0);
+        gp_task_done(&t);
+}
+
+static char *render_gpu(gp_daemon *d, uint32_t g) {
+        json_t *j = gp_http_gpu_json(d, g);
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        return s;
+}
+
+static void wake_waiters(gp_daemon *d, int64_t now) {
+        hreq *r = d->waiters;
+        while (r) {
+                hreq *next = r->wnext;
+                gp_task *t = gp_i64map_get(&d->tasks, r->wait_id);
+                if (!t || t->state != GP_TASK_QUEUED || now >= r->wait_until_ms) {
+                        if (r->wprev)
+                                r->wprev->wnext = r->wnext;
+                        else
+                                d->waiters = r->wnext;
+                        if (r->wnext)
+                                r->wnext->wprev = r->wprev;
+                        r->wprev = r->wnext = NULL;
+                        r->waiting = false;
+                        gp_http_wake(r);
+                }
+                r = next;
+        }
+}
+
+static void wake_followers(gp_daemon *d) {
+        hreq *r = d->followers;
+        d->followers = NULL;
+        d->nfollowers = 0;
+        while (r) {
+                hreq *next = r->wnext;
+                r->wnext = r->wprev = NULL;
+                r->following = false;
+                gp_http_wake(r);
+                r = next;
+        }
+}
+
+static void free_final(gp_daemon *d, batch *b) {
+        for (size_t i = 0; i < b->ndirty; i++) {
+                gp_task *t = b->dirty[i];
+                if (!gp_task_state_is_final(t->state))
+                        continue;
+                gp_i64map_del(&d->tasks, t->id);
+                watch_del(d, t->id);
+                gp_task_done(t);
+                free(t);
+        }
+}
+
+static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
+        int64_t now = gp_now_ms();
+        batch b = {0};
+        size_t ncmd = 0;
+        for (cmd *c = list; c; c = c->next)
+                ncmd++;
+        outcome *out = calloc(ncmd ? ncmd : 1, sizeof(*out));
+        if (!out) {
+                gp_error("out of memory; stopping");
+                _exit(70);
+        }
+        pthread_mutex_lock(&d->lock);
+        size_t i = 0;
+        for (cmd *c = list; c; c = c->next, i++) {
+                switch (c->kind) {
+                case CMD_SUBMIT: apply_submit(d, &b, c, now, &out[i]); break;
+                case CMD_CANCEL: apply_cancel(d, &b, c, now, &out[i]); break;
+                case CMD_RELEASE: apply_release(d, &b, c, now, &out[i]); break;
+                case CMD_HEARTBEAT: apply_heartbeat(d, c, now, &out[i]); break;
+                case CMD_DRAIN:
+                case CMD_UNDRAIN: apply_drain(d, &b, c, &out[i]); break;
+                }
+        }
+        for (size_t k = 0; k < nexited; k++) {
+                gp_task *t = gp_i64map_get(&d->tasks, exited[k]);
+                if (t && t->state == GP_TASK_RUNNING)
+                        apply_exit(d, &b, t, now);
+        }
+        expire_leases(d, &b, now);
+        apply_decisions(d, &b, now);
+        commit(d, &b);
+        i = 0;
+        for (cmd *c = list; c; c = c->next, i++)
+                answer(d, c, &out[i]);
+        free_final(d, &b);
+        wake_waiters(d, now);
+        pthread_mutex_unlock(&d->lock);
+
+        /* start supervisors only now that `running` is stored */
+        batch b2 = {0};
+        for (size_t k = 0; k < b.nspawn; k++) {
+                gp_task *t = b.spawn[k];
+                int rc = spawn(d, t);
+                pthread_mutex_lock(&d->lock);
+                if (gp_i64map_get(&d->tasks, t->id) != t) {
+                        pthread_mutex_unlock(&d->lock);
+                        continue;
+                }
+                if (rc < 0) {
+                        set_reason(t, "could not start its supervisor: %s", gp_strerror(rc));
+                        finish(d, &b2, t, GP_TASK_FAILED, gp_now_ms());
+                } else {
+                        watch_add(d, t);
+                        mark(&b2, t);
+                }
+                pthread_mutex_unlock(&d->lock);
+        }
+        if (b2.ndirty) {
+                pthread_mutex_lock(&d->lock);
+                commit(d, &b2);
+                free_final(d, &b2);
+                pthread_mutex_unlock(&d->lock);
+        }
+        while (list) {
+                cmd *next = list->next;
+                gp_task_done(&list->task);
+                free(list);
+                list = next;
+        }
+        free(out);
+        free(b.dirty);
+        free(b.spawn);
+        free(b2.dirty);
+        free(b2.spawn);
+}
+
+static int loop_timeout(gp_daemon *d) {
+        int64_t now = gp_now_ms(), next = now + 1000;
+        pthread_mutex_lock(&d->lock);
+        int64_t dl = gp_sched_next_deadline(d->sched);
+        if (dl < next)
+                next = dl;
+        size_t pos = 0;
+        gp_task *t;
+        while ((t = gp_i64map_next(&d->tasks, &pos, NULL)))
+                if (t->is_lease && t->state == GP_TASK_RUNNING) {
+                        int64_t e = t->heartbeat_ms + t->lease_ttl_s * 1000;
+                        if (e < next)
+                                next = e;
+                }
+        for (hreq *r = d->waiters; r; r = r->wnext)
+                if (r->wait_until_ms < next)
+                        next = r->wait_until_ms;
+        if (d->followers && now + 200 < next)
+                next = now + 200;
+        pthread_mutex_unlock(&d->lock);
+        int64_t ms = next - now;
+        return ms < 0 ? 0 : (int)ms;
+}
+
+static void *loop_main(void *arg) {
+        gp_daemon *d = arg;
+        struct epoll_event evs[64];
+        int64_t exited[64];
+        while (!d->stopping) {
+                int n = epoll_wait(d->epfd, evs, 64, loop_timeout(d));
+                size_t nexited = 0;
+                for (int i = 0; i < n; i++) {
+                        if (evs[i].data.u64 == 0) {
+                                uint64_t v;
+                                ssize_t r = read(d->evfd, &v, sizeof(v));
+                                (void)r;
+                        } else {
+                                exited[nexited++] = (int64_t)evs[i].data.u64;
+                        }
+                }
+                /* supervisors found gone without a pidfd */
+                while (d->ngone && nexited < 64)
+                        exited[nexited++] = d->gone[--d->ngone];
+                pthread_mutex_lock(&d->qlock);
+                cmd *list = d->qhead;
+                d->qhead = d->qtail = NULL;
+                d->qlen = 0;
+                pthread_mutex_unlock(&d->qlock);
+                process(d, list, exited, nexited);
+                pthread_mutex_lock(&d->lock);
+                if (d->followers)
+                        wake_followers(d);
+                pthread_mutex_unlock(&d->lock);
+        }
+        return NULL;
+}
+
+void gp_daemon_post(gp_daemon *d, cmd *c) {
+        c->next = NULL;
+        pthread_mutex_lock(&d->qlock);
+        if (d->qtail)
+                d->qtail->next = c;
+        else
+                d->qhead = c;
+        d->qtail = c;
+        d->qlen++;
+        pthread_mutex_unlock(&d->qlock);
+        uint64_t one = 1;
+        ssize_t w = write(d->evfd, &one, sizeof(one));
+        (void)w;
+}
+
+/* ------------------------------------------------------------------ */
+/* GPU sampler                                                         */
+
+static void sample(gp_daemon *d) {
+        gp_gpu_info *info = NULL;
+        size_t n = 0;
+        if (strcmp(d->backend, "sim") == 0) {
+                pthread_mutex_lock(&d->lock);
+                for (size_t i = 0; i < d->ngpus; i++) {
+                        gp_sched_gpu_view v;
+                        gp_sched_gpu_get(d->sched, d->gpu_ids[i], &v);
+                        gp_gpu_sim_set_load(d->gpu, (int)i, v.memory_allocated_mb, v.ntasks);
+                }
+                pthread_mutex_unlock(&d->lock);
+        }
+        if (gp_gpu_read(d->gpu, &info, &n) < 0)
+                return;
+        bool changed = false;
+        pthread_mutex_lock(&d->lock);
+        for (size_t i = 0; i < n && i < d->ngpus; i++) {
+                uint32_t g = d->gpu_ids[i];
+                gp_sched_gpu_view v;
+                gp_sched_gpu_get(d->sched, g, &v);
+                if (v.healthy != info[i].healthy) {
+                        gp_sched_gpu_set_healthy(d->sched, g, info[i].healthy);
+                        changed = true;
+                        if (!info[i].healthy)
+                                gp_warn("GPU local:%zu unhealthy: %s", i, info[i].health_reason);
+                        else
+                                gp_info("GPU local:%zu healthy again", i);
+                }
+                gp_sched_gpu_set_load(d->sched, g, info[i].util_pct, info[i].temp_c);
+        }
+        free(d->gpu_info);
+        d->gpu_info = info;
+        pthread_mutex_unlock(&d->lock);
+        if (changed) {
+                uint64_t one = 1;
+                ssize_t w = write(d->evfd, &one, sizeof(one));
+                (void)w;
+        }
+}
+
+static void *sampler_main(void *arg) {
+        gp_daemon *d = arg;
+        while (!d->stopping) {
+                for (int slept = 0; slept < d->cfg.gpu_poll_ms && !d->stopping; slept += 100)
+                        usleep(100 * 1000);
+                if (!d->stopping)
+                        sample(d);
+        }
+        return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* start-up and recovery                                               */
+
+typedef struct recover_ctx {
+        gp_daemon *d;
+        batch *b;
+        int64_t now;
+        size_t queued, running, ended;
+} recover_ctx;
+
+static int map_gpus(gp_daemon *d, const gp_task *t, uint32_t *ids) {
+        for (int i = 0; i < t->n_gpus; i++) {
+                if (gp_sched_gpu_find_uuid(d->sched, t->gpus[i].uuid, &ids[i]) < 0 &&
+                    gp_sched_gpu_find(d->sched, t->gpus[i].node, t->gpus[i].index, &ids[i]) < 0)
+                        return -ENOENT;
+        }
+        return 0;
+}
+
+static void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now) {
+        free(t->gpus);
+        t->gpus = NULL;
+        t->n_gpus = 0;
+        if (t->retries < t->max_retries) {
+                t->retries++;
+                t->state = GP_TASK_QUEUED;
+                t->started_ms = 0;
+                t->sup_pid = t->sup_start = 0;
+                set_reason(t, "requeued (retry %d of %d): %s", t->retries, t->max_retries, why);
+                gp_sched_req r = sched_req(t);
+                if (gp_sched_enqueue(d->sched, &r) == 0) {
+                        mark(b, t);
+                        return;
+                }
+        }
+        set_reason(t, "%s", why);
+        t->state = GP_TASK_RUNNING; /* finish() expects it to be known */
+        finish(d, b, t, GP_TASK_FAILED, now);
+}
+
+static int recover_one(const gp_task *st, void *ud) {
+        recover_ctx *rc = ud;
+        gp_daemon *d = rc->d;
+        gp_task *t = malloc(sizeof(*t));
+        if (!t || gp_task_copy(t, st) < 0) {
+                free(t);
+                return -ENOMEM;
+        }
+        if (gp_i64map_put(&d->tasks, t->id, t) < 0) {
+                gp_task_done(t);
+                free(t);
+                return -ENOMEM;
+        }
+        gp_sched_req r = sched_req(t);
+        if (t->state == GP_TASK_QUEUED) {
+                int e = gp_sched_enqueue(d->sched, &r);
+                if (e < 0) {
+                        gp_warn("task %" PRId64 " cannot be queued again (%s)", t->id, gp_strerror(e));
+                        set_reason(t, "could not be queued again after restart: %s", gp_strerror(e));
+                        finish(d, rc->b, t, GP_TASK_FAILED, rc->now);
+                        rc->ended++;
+                } else {
+                        rc->queued++;
+                }
+                return 0;
+        }
+        /* running */
+        uint32_t ids[GP_MAX_GANG];
+        if (t->n_gpus != t->gpu_request || map_gpus(d, t, ids) < 0 ||
+            gp_sched_restore_running(d->sched, &r, ids, t->n_gpus, t->started_ms) < 0) {
+                if (!t->is_lease) {
+                        gp_exec_proc p = {t->sup_pid, t->sup_start};
+                        gp_exec_cancel(&p);
+                }
+                requeue_or_fail(d, rc->b, t, "its GPUs are no longer in the pool", rc->now);
+                return 0;
+        }
+        rc->running++;
+        if (t->is_lease) {
+                t->heartbeat_ms = rc->now; /* a full TTL for the holder to come back */
+                return 0;
+        }
+        char dir[PATH_MAX];
+        task_dir(d, t->id, dir, sizeof(dir));
+        gp_exec_result res;
+        gp_exec_proc p;
+        if (gp_exec_read_result(dir, &res) == 0) {
+                gone_add(d, t->id); /* processed by the first loop pass */
+                return 0;
+        }
+        if (gp_exec_read_pidfile(dir, &p) == 0) {
+                t->sup_pid = p.pid;
+                t->sup_start = p.start;
+                if (gp_exec_alive(&p)) {
+                        watch_add(d, t);
+                        return 0;
+                }
+                /* dead: the first loop pass reads its result (or finds none) */
+                gone_add(d, t->id);
+                return 0;
+        }
+        /* never started: start it now */
+        if (push_ptr(&rc->b->spawn, &rc->b->nspawn, &rc->b->capspawn, t) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+static int open_gpus(gp_daemon *d, char *err, size_t errlen) {
+        gp_gpu_options go = {.backend = d->cfg.gpu_backend, .nvml_library = d->cfg.nvml_library,
+                             .sim = d->cfg.sim, .n_sim = d->cfg.n_sim};
+        int rc = gp_gpu_open(&go, &d->gpu, err, errlen);
+        if (rc < 0)
+                return rc;
+        d->backend = gp_gpu_backend_name(d->gpu);
+        gp_gpu_info *info;
+        size_t n;
+        if ((rc = gp_gpu_read(d->gpu, &info, &n)) < 0) {
+                snprintf(err, errlen, "cannot read GPUs: %s", gp_strerror(rc));
+                return rc;
+        }
+        d->gpu_ids = calloc(n ? n : 1, sizeof(uint32_t));
+        if (!d->gpu_ids) {
+                free(info);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++) {
+                bool reserved = false;
+                char idx[16];
+                snprintf(idx, sizeof(idx), "%d", info[i].index);
+                for (int k = 0; k < d->cfg.n_reserved; k++)
+                        if (!strcmp(d->cfg.reserved[k], idx) || !strcmp(d->cfg.reserved[k], info[i].uuid))
+                                reserved = true;
+                gp_sched_gpu_desc gd = {.node = LOCAL_NODE, .index = info[i].index, .uuid = info[i].uuid,
+                                        .name = info[i].name, .memory_total_mb = info[i].memory_total_mb,
+                                        .reserved = reserved};
+                if ((rc = gp_sched_gpu_add(d->sched, &gd, &d->gpu_ids[i])) < 0) {
+                        snprintf(err, errlen, "GPU %d (%s): %s", info[i].index, info[i].uuid, gp_strerror(rc));
+                        free(info);
+                        return rc;
+                }
+                if (!info[i].healthy)
+                        gp_sched_gpu_set_healthy(d->sched, d->gpu_ids[i], false);
+                gp_sched_gpu_set_load(d->sched, d->gpu_ids[i], info[i].util_pct, info[i].temp_c);
+        }
+        d->ngpus = n;
+        for (size_t i = 0; i < n; i++)
+                for (size_t j = i + 1; j < n; j++) {
+                        int dist;
+                        if (gp_gpu_distance(d->gpu, (int)i, (int)j, &dist) == 0)
+                                gp_sched_gpu_set_distance(d->sched, d->gpu_ids[i], d->gpu_ids[j], dist);
+                }
+        d->gpu_info = info;
+        return 0;
+}
+
+static void restore_drained(gp_daemon *d) {
+        char buf[8192];
+        if (gp_store_meta_get(d->ws, "drained", buf, sizeof(buf)) < 0)
+                return;
+        char *save = NULL;
+        for (char *u = strtok_r(buf, "\n", &save); u; u = strtok_r(NULL, "\n", &save)) {
+                uint32_t g;
+                if (gp_sched_gpu_find_uuid(d->sched, u, &g) == 0)
+                        gp_sched_gpu_set_drained(d->sched, g, true);
+        }
+}
+
+int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen) {
+        memset(d, 0, sizeof(*d));
+        d->cfg = *cfg;
+        d->evfd = d->epfd = -1;
+        pthread_mutex_init(&d->lock, NULL);
+        pthread_mutex_init(&d->qlock, NULL);
+        pthread_mutex_init(&d->rs_lock, NULL);
+        gp_i64map_init(&d->tasks);
+        gp_i64map_init(&d->watch);
+        d->started_ms = gp_now_ms();
+        ssize_t n = readlink("/proc/self/exe", d->self_exe, sizeof(d->self_exe) - 1);
+        if (n <= 0) {
+                snprintf(err, errlen, "cannot find my own executable: %s", strerror(errno));
+                return -errno;
+        }
+        d->self_exe[n] = '\0';
+        int rc = mkdir_p(cfg->data_dir);
+        if (rc < 0) {
+                snprintf(err, errlen, "data dir %s: %s", cfg->data_dir, strerror(-rc));
+                return rc;
+        }
+        if ((size_t)snprintf(d->tasks_dir, sizeof(d->tasks_dir), "%s/tasks", cfg->data_dir) >= sizeof(d->tasks_dir) ||
+            (rc = mkdir_p(d->tasks_dir)) < 0) {
+                snprintf(err, errlen, "tasks dir under %s: cannot create", cfg->data_dir);
+                return rc < 0 ? rc : -ENAMETOOLONG;
+        }
+        gp_store_options so = {.sync_full = cfg->store_sync_full};
+        if ((rc = gp_store_open(cfg->store_url, &so, &d->ws, err, errlen)) < 0)
+                return rc;
+        if ((rc = gp_store_open(cfg->store_url, &so, &d->rs, err, errlen)) < 0)
+                return rc;
+        gp_sched_config sc;
+        gp_sched_config_defaults(&sc);
+        sc.policy = (gp_sched_policy)cfg->policy;
+        memcpy(sc.weights, cfg->weights, sizeof(sc.weights));
+        sc.max_queue_depth = 1 << 30; /* recovery must queue everything stored */
+        sc.memory_safety_margin_mb = cfg->memory_safety_margin_mb;
+        sc.backfill = cfg->backfill;
+        sc.backfill_depth = cfg->backfill_depth;
+        if ((rc = gp_sched_new(&sc, &d->sched)) < 0) {
+                snprintf(err, errlen, "scheduler config: %s", gp_strerror(rc));
+                return rc;
+        }
+        if ((rc = open_gpus(d, err, errlen)) < 0)
+                return rc;
+        restore_drained(d);
+        int64_t max_id = 0;
+        if ((rc = gp_store_task_max_id(d->ws, &max_id)) < 0) {
+                snprintf(err, errlen, "store: %s", gp_store_errmsg(d->ws));
+                return rc;
+        }
+        d->next_id = max_id + 1;
+        if ((d->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+            (d->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+                snprintf(err, errlen, "eventfd/epoll: %s", strerror(errno));
+                return -errno;
+        }
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
+        epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->evfd, &ev);
+
+        batch b = {0};
+        recover_ctx rctx = {.d = d, .b = &b, .now = gp_now_ms()};
+        rc = gp_store_task_load_active(d->ws, recover_one, &rctx);
+        if (rc < 0) {
+                snprintf(err, errlen, "recovery: %s", rc == -ENOMEM ? "out of memory" : gp_store_errmsg(d->ws));
+                free(b.dirty);
+                free(b.spawn);
+                return rc;
+        }
+        commit(d, &b);
+        free_final(d, &b);
+        gp_info("recovered %zu queued and %zu running tasks (%zu ended while down), next id %" PRId64,
+                rctx.queued, rctx.running, rctx.ended, d->next_id);
+        /* never-started batch tasks are started by the first loop pass */
+        for (size_t i = 0; i < b.nspawn; i++) {
+                gp_task *t = b.spawn[i];
+                int e = spawn(d, t);
+                if (e == 0) {
+                        watch_add(d, t);
+                } else {
+                        batch b2 = {0};
+                        set_reason(t, "could not start its supervisor: %s", gp_strerror(e));
+                        finish(d, &b2, t, GP_TASK_FAILED, gp_now_ms());
+                        commit(d, &b2);
+                        free_final(d, &b2);
+                        free(b2.dirty);
+                }
+        }
+        free(b.dirty);
+        free(b.spawn);
+        return 0;
+}
+
+int gp_daemon_start(gp_daemon *d) {
+        /* recovery queued everything stored; from now on the limit applies */
+        gp_sched_set_max_queue_depth(d->sched, d->cfg.max_queue_depth);
+        int rc = pthread_create(&d->loop_thread, NULL, loop_main, d);
+        if (rc)
+                return -rc;
+        rc = pthread_create(&d->sampler_thread, NULL, sampler_main, d);
+        if (rc)
+                return -rc;
+        uint64_t one = 1; /* first pass: schedule what was recovered */
+        ssize_t w = write(d->evfd, &one, sizeof(one));
+        (void)w;
+        d->ready = true;
+        return 0;
+}
+
+void gp_daemon_stop(gp_daemon *d) {
+        d->stopping = 1;
+        uint64_t one = 1;
+        ssize_t w = write(d->evfd, &one, sizeof(one));
+        (void)w;
+        if (d->loop_thread)
+                pthread_join(d->loop_thread, NULL);
+        if (d->sampler_thread)
+                pthread_join(d->sampler_thread, NULL);
+        d->loop_thread = d->sampler_thread = 0;
+}
+
+void gp_daemon_close(gp_daemon *d) {
+        size_t pos = 0;
+        gp_task *t;
+        while ((t = gp_i64map_next(&d->tasks, &pos, NULL))) {
+                gp_task_done(t);
+                free(t);
+        }
+        gp_i64map_done(&d->tasks);
+        pos = 0;
+        void *v;
+        while ((v = gp_i64map_next(&d->watch, &pos, NULL)))
+                close((int)((intptr_t)v - 1));
+        gp_i64map_done(&d->watch);
+        free(d->gone);
+        cmd *c = d->qhead;
+        while (c) {
+                cmd *n = c->next;
+                gp_task_done(&c->task);
+                free(c);
+                c = n;
+        }
+        gp_sched_free(d->sched);
+        gp_store_close(d->ws);
+        gp_store_close(d->rs);
+        gp_gpu_close(d->gpu);
+        free(d->gpu_ids);
+        free(d->gpu_info);
+        if (d->evfd >= 0)
+                close(d->evfd);
+        if (d->epfd >= 0)
+                close(d->epfd);
+}

@@ -1,0 +1,907 @@
+/* http.c - the HTTP API on libmicrohttpd: routing, auth, reads, and
+ * handing writes to the loop thread (see server-int.h).
+ *
+ * MHD facts this file relies on (../shared/notes/http-stack.md): answer on
+ * the handler's second call, never the first; a suspended connection is
+ * resumed exactly once by whoever owns it (the loop thread for writes and
+ * long polls, the follower tick for log streams); all parked requests are
+ * resumed before MHD_stop_daemon.  Bodies are capped at max_body_bytes
+ * (413), connections at max_connections, idle connections time out.
+ */
+#include "server/server-int.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "base/sha256.h"
+#include "base/util.h"
+#include "server/submit.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define JSON_TYPE "application/json"
+
+/* ------------------------------------------------------------------ */
+/* answers                                                             */
+
+char *gp_http_error_body(const char *code, const char *fmt, ...) {
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        json_t *e = json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
+        char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
+        json_decref(e);
+        return s;
+}
+
+static enum MHD_Result send_body(hreq *r, int status, char *body, const char *ctype, int retry_after) {
+        if (!body)
+                body = gp_http_error_body("unavailable", "out of memory");
+        if (!body)
+                return MHD_NO;
+        struct MHD_Response *resp =
+                MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+                free(body);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", ctype ? ctype : JSON_TYPE);
+        MHD_add_response_header(resp, "X-Gpupool-Backend", r->d->backend);
+        if (retry_after > 0) {
+                char ra[16];
+                snprintf(ra, sizeof(ra), "%d", retry_after);
+                MHD_add_response_header(resp, "Retry-After", ra);
+        }
+        enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
+        MHD_destroy_response(resp);
+        return ret;
+}
+
+static enum MHD_Result send_json(hreq *r, int status, json_t *j) {
+        if (j && json_is_object(j) && !json_object_get(j, "backend"))
+                json_object_set_new(j, "backend", json_string(r->d->backend));
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        return send_body(r, status, s, JSON_TYPE, 0);
+}
+
+static enum MHD_Result send_error(hreq *r, int status, const char *code, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+static enum MHD_Result send_error(hreq *r, int status, const char *code, const char *fmt, ...) {
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        return send_body(r, status, gp_http_error_body(code, "%s", msg), JSON_TYPE, 0);
+}
+
+void gp_http_answer(hreq *r, int status, char *body, int retry_after) {
+        r->status = status;
+        r->resp = body;
+        r->retry_after = retry_after;
+        r->answered = true;
+        gp_http_wake(r);
+}
+
+void gp_http_wake(hreq *r) {
+        if (r->suspended) {
+                r->suspended = false;
+                MHD_resume_connection(r->conn);
+        }
+}
+
+static void park(hreq *r) {
+        r->suspended = true;
+        MHD_suspend_connection(r->conn);
+}
+
+/* ------------------------------------------------------------------ */
+/* small parsers                                                       */
+
+static int query_i64(hreq *r, const char *key, int64_t min, int64_t max, int64_t dflt, int64_t *ret) {
+        const char *v = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+        if (!v) {
+                *ret = dflt;
+                return 0;
+        }
+        return gp_parse_i64(v, min, max, ret);
+}
+
+/* "/api/v1/tasks/42/cancel" after prefix "/api/v1/tasks/" -> id 42, rest "cancel". */
+static int parse_id_path(const char *p, int64_t *ret_id, const char **ret_rest) {
+        char num[24];
+        size_t n = strcspn(p, "/");
+        if (n == 0 || n >= sizeof(num))
+                return -EINVAL;
+        memcpy(num, p, n);
+        num[n] = '\0';
+        if (gp_parse_i64(num, 1, INT64_MAX, ret_id) < 0)
+                return -EINVAL;
+        *ret_rest = p[n] == '/' ? p + n + 1 : p + n;
+        return 0;
+}
+
+static bool is_loopback(struct MHD_Connection *conn) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (!ci || !ci->client_addr)
+                return false;
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET) {
+                const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+                return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+        }
+        if (sa->sa_family == AF_INET6) {
+                const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+                if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
+                        return true;
+                if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+                        return in6->sin6_addr.s6_addr[12] == 127;
+        }
+        return false;
+}
+
+/* 0 = allowed; else the answer was queued. */
+static int authorize(hreq *r, const char *url, enum MHD_Result *ret) {
+        gp_daemon *d = r->d;
+        if (!strcmp(url, "/healthz"))
+                return 0;
+        if (d->cfg.n_admin_keys == 0) {
+                if (is_loopback(r->conn))
+                        return 0;
+                *ret = send_error(r, 403, "forbidden",
+                                  "no API keys are configured, so only loopback clients are served");
+                return -1;
+        }
+        const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
+        if (!h || strncmp(h, "Bearer ", 7) != 0 || strlen(h + 7) == 0 || strlen(h + 7) > 512) {
+                *ret = send_error(r, 401, "unauthorized", "an API key is required (Authorization: Bearer KEY)");
+                return -1;
+        }
+        char hash[72];
+        gp_sha256_key_hash(h + 7, hash);
+        for (int i = 0; i < d->cfg.n_admin_keys; i++)
+                if (!strcmp(hash, d->cfg.admin_keys[i]))
+                        return 0;
+        *ret = send_error(r, 401, "unauthorized", "unknown API key");
+        return -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* reads                                                               */
+
+json_t *gp_http_gpu_json(gp_daemon *d, uint32_t g) {
+        gp_sched_gpu_view v;
+        if (gp_sched_gpu_get(d->sched, g, &v) < 0)
+                return NULL;
+        json_t *o = json_object();
+        char id[GP_NODE_MAX + 16];
+        snprintf(id, sizeof(id), "%s:%d", v.node, v.index);
+        json_object_set_new(o, "id", json_string(id));
+        json_object_set_new(o, "node", json_string(v.node));
+        json_object_set_new(o, "index", json_integer(v.index));
+        json_object_set_new(o, "uuid", json_string(v.uuid));
+        json_object_set_new(o, "name", json_string(v.name));
+        json_object_set_new(o, "memory_total_mb", json_integer(v.memory_total_mb));
+        json_object_set_new(o, "memory_usable_mb", json_integer(v.memory_usable_mb));
+        json_object_set_new(o, "memory_allocated_mb", json_integer(v.memory_allocated_mb));
+        const gp_gpu_info *info = NULL;
+        for (size_t i = 0; i < d->ngpus; i++)
+                if (d->gpu_ids[i] == g && d->gpu_info)
+                        info = &d->gpu_info[i];
+        json_object_set_new(o, "memory_used_mb", info ? json_integer(info->memory_used_mb) : json_null());
+        json_object_set_new(o, "util_pct", info && info->util_pct >= 0 ? json_integer(info->util_pct) : json_null());
+        json_object_set_new(o, "temp_c", info && info->temp_c >= 0 ? json_integer(info->temp_c) : json_null());
+        json_object_set_new(o, "power_w", info && info->power_mw >= 0 ? json_real(info->power_mw / 1000.0) : json_null());
+        json_object_set_new(o, "healthy", json_boolean(v.healthy));
+        json_object_set_new(o, "health_reason", json_string(info ? info->health_reason : ""));
+        json_object_set_new(o, "drained", json_boolean(v.drained));
+        json_object_set_new(o, "reserved", json_boolean(v.reserved));
+        json_object_set_new(o, "exclusive", json_boolean(v.exclusive_held));
+        int64_t ids[64];
+        int n = gp_sched_gpu_tasks(d->sched, g, ids, 64);
+        json_t *ta = json_array();
+        for (int i = 0; i < n && i < 64; i++)
+                json_array_append_new(ta, json_integer(ids[i]));
+        json_object_set_new(o, "tasks", ta);
+        const char *models[16];
+        n = gp_sched_gpu_models(d->sched, g, models, 16);
+        json_t *ma = json_array();
+        for (int i = 0; i < n && i < 16; i++)
+                json_array_append_new(ma, json_string(models[i]));
+        json_object_set_new(o, "models", ma);
+        json_object_set_new(o, "backend", json_string(d->backend));
+        return o;
+}
+
+static enum MHD_Result get_gpus(hreq *r) {
+        gp_daemon *d = r->d;
+        json_t *a = json_array();
+        pthread_mutex_lock(&d->lock);
+        for (uint32_t g = 0; g < gp_sched_gpu_count(d->sched); g++)
+                json_array_append_new(a, gp_http_gpu_json(d, g));
+        pthread_mutex_unlock(&d->lock);
+        return send_json(r, 200, json_pack("{s:o}", "gpus", a));
+}
+
+static enum MHD_Result get_nodes(hreq *r) {
+        gp_daemon *d = r->d;
+        int total = 0, healthy = 0;
+        pthread_mutex_lock(&d->lock);
+        for (uint32_t g = 0; g < gp_sched_gpu_count(d->sched); g++) {
+                gp_sched_gpu_view v;
+                gp_sched_gpu_get(d->sched, g, &v);
+                total++;
+                healthy += v.healthy;
+        }
+        pthread_mutex_unlock(&d->lock);
+        json_t *n = json_pack("{s:s,s:i,s:i,s:s,s:s}", "name", "local", "gpus", total, "gpus_healthy", healthy,
+                              "state", "up", "backend", d->backend);
+        return send_json(r, 200, json_pack("{s:[o]}", "nodes", n));
+}
+
+static enum MHD_Result get_queue(hreq *r) {
+        gp_daemon *d = r->d;
+        int64_t limit;
+        if (query_i64(r, "limit", 1, 10000, 100, &limit) < 0)
+                return send_error(r, 400, "invalid_request", "limit: must be an integer 1..10000");
+        int64_t *ids = malloc(sizeof(int64_t) * (size_t)limit);
+        if (!ids)
+                return send_error(r, 503, "unavailable", "out of memory");
+        json_t *a = json_array();
+        int64_t now = gp_now_ms();
+        pthread_mutex_lock(&d->lock);
+        size_t total = gp_sched_queue_order(d->sched, ids, (size_t)limit);
+        size_t n = total < (size_t)limit ? total : (size_t)limit;
+        for (size_t i = 0; i < n; i++) {
+                gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
+                if (!t)
+                        continue;
+                char reason[GP_REASON_MAX], sub[40];
+                gp_sched_task_reason(d->sched, t->id, reason, sizeof(reason));
+                gp_time_format(t->submitted_ms, sub, sizeof(sub));
+                json_array_append_new(a, json_pack("{s:I,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:s,s:I}", "id",
+                                                   (json_int_t)t->id, "tenant_id", t->tenant, "name", t->name,
+                                                   "priority", t->priority, "gpu_request", t->gpu_request,
+                                                   "memory_mb", (json_int_t)t->memory_mb, "queue_position",
+                                                   (json_int_t)(i + 1), "reason", reason, "submitted_at", sub,
+                                                   "wait_s", (json_int_t)((now - t->submitted_ms) / 1000)));
+        }
+        pthread_mutex_unlock(&d->lock);
+        free(ids);
+        return send_json(r, 200, json_pack("{s:I,s:o}", "total", (json_int_t)total, "tasks", a));
+}
+
+typedef struct list_ctx {
+        gp_daemon *d;
+        json_t *arr;
+        int64_t last;
+        int count;
+} list_ctx;
+
+static int list_cb(const gp_task *st, void *ud) {
+        list_ctx *c = ud;
+        gp_task *mem = gp_i64map_get(&c->d->tasks, st->id);
+        json_array_append_new(c->arr, gp_daemon_task_json(c->d, mem ? mem : st));
+        c->last = st->id;
+        c->count++;
+        return 0;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+        int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+        return (x < y) - (x > y);
+}
+
+static enum MHD_Result list_tasks(hreq *r) {
+        gp_daemon *d = r->d;
+        int64_t limit, after;
+        if (query_i64(r, "limit", 1, 1000, 100, &limit) < 0)
+                return send_error(r, 400, "invalid_request", "limit: must be an integer 1..1000");
+        if (query_i64(r, "after", 1, INT64_MAX, 0, &after) < 0)
+                return send_error(r, 400, "invalid_request", "after: must be a task id");
+        const char *state = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "state");
+        const char *tenant = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "tenant");
+        if (tenant && (strlen(tenant) == 0 || strlen(tenant) >= GP_TENANT_MAX))
+                return send_error(r, 400, "invalid_request", "tenant: bad tenant id");
+        gp_task_state st = GP_TASK_QUEUED;
+        bool active = state && !strcmp(state, "active");
+        if (state && !active && gp_task_state_parse(state, &st) < 0)
+                return send_error(r, 400, "invalid_request",
+                                  "state: one of queued, running, succeeded, failed, cancelled, timeout, lost, active");
+        list_ctx c = {.d = d, .arr = json_array()};
+        int rc = 0;
+        pthread_mutex_lock(&d->lock);
+        if (active) {
+                size_t n = d->tasks.live, k = 0, pos = 0;
+                int64_t *ids = malloc(sizeof(int64_t) * (n ? n : 1));
+                gp_task *t;
+                while (ids && (t = gp_i64map_next(&d->tasks, &pos, NULL)))
+                        if ((!after || t->id < after) && (!tenant || !strcmp(t->tenant, tenant)))
+                                ids[k++] = t->id;
+                if (ids) {
+                        qsort(ids, k, sizeof(int64_t), cmp_desc);
+                        for (size_t i = 0; i < k && c.count < limit; i++)
+                                list_cb(gp_i64map_get(&d->tasks, ids[i]), &c);
+                } else {
+                        rc = -ENOMEM;
+                }
+                free(ids);
+        } else {
+                gp_task_filter f = {.state = state ? (int)st : -1, .tenant = tenant, .before_id = after,
+                                    .limit = (int)limit};
+                pthread_mutex_lock(&d->rs_lock);
+                rc = gp_store_task_list(d->rs, &f, list_cb, &c);
+                pthread_mutex_unlock(&d->rs_lock);
+        }
+        pthread_mutex_unlock(&d->lock);
+        if (rc < 0) {
+                json_decref(c.arr);
+                return send_error(r, 503, "unavailable", "cannot list tasks: %s", gp_strerror(rc));
+        }
+        json_t *next = c.count == limit ? json_integer(c.last) : json_null();
+        return send_json(r, 200, json_pack("{s:o,s:o}", "tasks", c.arr, "next_after", next));
+}
+
+static enum MHD_Result get_task(hreq *r, int64_t id) {
+        gp_daemon *d = r->d;
+        int64_t wait;
+        if (query_i64(r, "wait", 0, 60, 0, &wait) < 0)
+                return send_error(r, 400, "invalid_request", "wait: must be 0..60 seconds");
+        pthread_mutex_lock(&d->lock);
+        gp_task *t = gp_i64map_get(&d->tasks, id);
+        if (t && t->state == GP_TASK_QUEUED && wait > 0 && r->wait_id == 0 && !d->stopping) {
+                /* long poll: the loop wakes us when it leaves the queue */
+                r->wait_id = id;
+                r->wait_until_ms = gp_now_ms() + wait * 1000;
+                r->waiting = true;
+                r->wnext = d->waiters;
+                r->wprev = NULL;
+                if (d->waiters)
+                        d->waiters->wprev = r;
+                d->waiters = r;
+                park(r);
+                pthread_mutex_unlock(&d->lock);
+                return MHD_YES;
+        }
+        json_t *j = NULL;
+        if (t) {
+                j = gp_daemon_task_json(d, t);
+        } else {
+                gp_task ft;
+                int rc = gp_daemon_task_lookup(d, id, &ft);
+                if (rc == 0) {
+                        j = gp_daemon_task_json(d, &ft);
+                        gp_task_done(&ft);
+                } else if (rc != -ENOENT) {
+                        pthread_mutex_unlock(&d->lock);
+                        return send_error(r, 503, "unavailable", "store: %s", gp_strerror(rc));
+                }
+        }
+        pthread_mutex_unlock(&d->lock);
+        if (!j)
+                return send_error(r, 404, "not_found", "no task %" PRId64, id);
+        return send_json(r, 200, j);
+}
+
+/* ---- logs ---- */
+
+static ssize_t log_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+        hreq *r = cls;
+        gp_daemon *d = r->d;
+        if (r->log_fd < 0) {
+                char path[PATH_MAX];
+                if (gp_daemon_task_path(d, r->log_id, "log", path, sizeof(path)) == 0)
+                        r->log_fd = open(path, O_RDONLY | O_CLOEXEC);
+        }
+        if (r->log_fd >= 0) {
+                ssize_t n = pread(r->log_fd, buf, max, (off_t)pos);
+                if (n > 0)
+                        return n;
+        }
+        pthread_mutex_lock(&d->lock);
+        bool active = gp_i64map_get(&d->tasks, r->log_id) != NULL;
+        if (!active || d->stopping) {
+                pthread_mutex_unlock(&d->lock);
+                /* one more read: output written just before the end */
+                if (r->log_fd >= 0) {
+                        ssize_t n = pread(r->log_fd, buf, max, (off_t)pos);
+                        if (n > 0)
+                                return n;
+                }
+                return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        /* nothing new yet: park until the next follower tick */
+        r->following = true;
+        r->wnext = d->followers;
+        r->wprev = NULL;
+        d->followers = r;
+        d->nfollowers++;
+        park(r);
+        pthread_mutex_unlock(&d->lock);
+        uint64_t one = 1;
+        ssize_t w = write(d->evfd, &one, sizeof(one));
+        (void)w;
+        return 0;
+}
+
+static enum MHD_Result get_logs(hreq *r, int64_t id) {
+        gp_daemon *d = r->d;
+        int64_t offset, follow;
+        if (query_i64(r, "offset", 0, INT64_MAX, 0, &offset) < 0)
+                return send_error(r, 400, "invalid_request", "offset: must be a byte offset >= 0");
+        if (query_i64(r, "follow", 0, 1, 0, &follow) < 0)
+                return send_error(r, 400, "invalid_request", "follow: must be 0 or 1");
+        gp_task t;
+        pthread_mutex_lock(&d->lock);
+        int rc = gp_daemon_task_lookup(d, id, &t);
+        pthread_mutex_unlock(&d->lock);
+        if (rc == -ENOENT)
+                return send_error(r, 404, "not_found", "no task %" PRId64, id);
+        if (rc < 0)
+                return send_error(r, 503, "unavailable", "store: %s", gp_strerror(rc));
+        bool lease = t.is_lease;
+        gp_task_done(&t);
+        if (lease)
+                return send_error(r, 409, "conflict", "task %" PRId64 " is a lease; it has no log", id);
+        r->log_id = id;
+        r->log_fd = -1;
+        struct MHD_Response *resp;
+        if (follow) {
+                resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, log_reader, r, NULL);
+                /* offset: skip by starting the callback's positions there */
+                if (resp && offset > 0) {
+                        MHD_destroy_response(resp);
+                        return send_error(r, 400, "invalid_request", "offset is not supported with follow=1");
+                }
+        } else {
+                char path[PATH_MAX];
+                int fd = gp_daemon_task_path(d, id, "log", path, sizeof(path)) == 0 ? open(path, O_RDONLY | O_CLOEXEC)
+                                                                                     : -1;
+                struct stat stt;
+                if (fd < 0 || fstat(fd, &stt) < 0 || offset >= stt.st_size) {
+                        if (fd >= 0)
+                                close(fd);
+                        return send_body(r, 200, strdup(""), "text/plain; charset=utf-8", 0);
+                }
+                resp = MHD_create_response_from_fd_at_offset64((uint64_t)(stt.st_size - offset), fd,
+                                                               (uint64_t)offset);
+        }
+        if (!resp)
+                return send_error(r, 503, "unavailable", "cannot read the log");
+        MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
+        MHD_add_response_header(resp, "X-Gpupool-Backend", d->backend);
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
+        MHD_destroy_response(resp);
+        return ret;
+}
+
+/* ---- monitor and admin ---- */
+
+static enum MHD_Result get_metrics(hreq *r) {
+        gp_daemon *d = r->d;
+        gp_sched_stats st;
+        pthread_mutex_lock(&d->lock);
+        gp_sched_get_stats(d->sched, &st);
+        json_t *q = json_array();
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                json_array_append_new(q, json_integer((json_int_t)st.queued[i]));
+        double util = st.memory_usable_mb ? 100.0 * (double)st.memory_allocated_mb / (double)st.memory_usable_mb : 0;
+        json_t *j = json_pack("{s:i,s:i,s:i,s:f,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "gpus_total",
+                              st.gpus_total, "gpus_usable", st.gpus_usable, "gpus_busy", st.gpus_busy,
+                              "utilization_pct", util, "tasks_queued", (json_int_t)st.queued_total,
+                              "tasks_running", (json_int_t)st.running, "queued_by_priority", q,
+                              "scheduled_total", (json_int_t)st.total_scheduled, "backfilled_total",
+                              (json_int_t)st.total_backfilled, "submitted_total", (json_int_t)d->submitted_total,
+                              "finished_total", (json_int_t)d->finished_total, "failed_total",
+                              (json_int_t)d->failed_total, "cancelled_total", (json_int_t)d->cancelled_total,
+                              "store_commits", (json_int_t)d->commits, "uptime_s",
+                              (json_int_t)((gp_now_ms() - d->started_ms) / 1000));
+        pthread_mutex_unlock(&d->lock);
+        return send_json(r, 200, j);
+}
+
+static enum MHD_Result get_sched_stats(hreq *r) {
+        gp_daemon *d = r->d;
+        gp_sched_stats st;
+        pthread_mutex_lock(&d->lock);
+        gp_sched_get_stats(d->sched, &st);
+        int depth = gp_sched_get_config(d->sched)->max_queue_depth;
+        pthread_mutex_unlock(&d->lock);
+        json_t *qs = json_array();
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
+                double u = depth ? 100.0 * (double)st.queued[i] / depth : 0;
+                json_array_append_new(qs, json_pack("{s:i,s:I,s:i,s:f,s:I}", "priority", i, "current_depth",
+                                                    (json_int_t)st.queued[i], "max_depth", depth,
+                                                    "utilization_pct", u, "available_slots",
+                                                    (json_int_t)(depth - (int64_t)st.queued[i])));
+        }
+        double util = st.gpus_total ? 100.0 * st.gpus_busy / st.gpus_total : 0;
+        return send_json(r, 200,
+                         json_pack("{s:I,s:I,s:f,s:I,s:o}", "total_scheduled", (json_int_t)st.total_scheduled,
+                                   "total_queued_now", (json_int_t)st.queued_total, "overall_utilization", util,
+                                   "total_running_now", (json_int_t)st.running, "queue_stats", qs));
+}
+
+static enum MHD_Result get_sched_queues(hreq *r) {
+        gp_daemon *d = r->d;
+        int64_t top;
+        if (query_i64(r, "top", 1, 1000, 10, &top) < 0)
+                return send_error(r, 400, "invalid_request", "top: must be 1..1000");
+        json_t *tiers = json_array();
+        int per[GP_PRIORITY_LEVELS] = {0};
+        json_t *lists[GP_PRIORITY_LEVELS];
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                lists[i] = json_array();
+        pthread_mutex_lock(&d->lock);
+        gp_sched_stats st;
+        gp_sched_get_stats(d->sched, &st);
+        size_t total = st.queued_total;
+        int64_t *ids = malloc(sizeof(int64_t) * (total ? total : 1));
+        if (ids) {
+                gp_sched_queue_order(d->sched, ids, total);
+                for (size_t i = 0; i < total; i++) {
+                        gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
+                        if (!t || per[t->priority] >= top)
+                                continue;
+                        per[t->priority]++;
+                        json_array_append_new(lists[t->priority],
+                                              json_pack("{s:I,s:s,s:I}", "id", (json_int_t)t->id, "tenant_id",
+                                                        t->tenant, "queue_position", (json_int_t)(i + 1)));
+                }
+        }
+        pthread_mutex_unlock(&d->lock);
+        free(ids);
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                json_array_append_new(tiers, json_pack("{s:i,s:I,s:o}", "priority", i, "depth",
+                                                       (json_int_t)st.queued[i], "tasks", lists[i]));
+        return send_json(r, 200, json_pack("{s:o}", "queues", tiers));
+}
+
+/* "local:0", "0" or a uuid -> scheduler GPU id. */
+static int resolve_gpu(gp_daemon *d, const char *s, uint32_t *ret) {
+        char node[GP_NODE_MAX];
+        const char *colon = strrchr(s, ':');
+        int64_t idx;
+        if (gp_sched_gpu_find_uuid(d->sched, s, ret) == 0)
+                return 0;
+        if (colon && (size_t)(colon - s) < sizeof(node)) {
+                memcpy(node, s, (size_t)(colon - s));
+                node[colon - s] = '\0';
+                if (gp_parse_i64(colon + 1, 0, 100000, &idx) == 0)
+                        return gp_sched_gpu_find(d->sched, node, (int)idx, ret);
+        }
+        if (gp_parse_i64(s, 0, 100000, &idx) == 0)
+                return gp_sched_gpu_find(d->sched, "local", (int)idx, ret);
+        return -ENOENT;
+}
+
+/* ------------------------------------------------------------------ */
+/* writes: handed to the loop thread                                   */
+
+static enum MHD_Result post_cmd(hreq *r, cmd *c) {
+        c->req = r;
+        park(r); /* suspend before posting: the loop may answer at once */
+        gp_daemon_post(r->d, c);
+        return MHD_YES;
+}
+
+static enum MHD_Result submit(hreq *r) {
+        gp_daemon *d = r->d;
+        const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type");
+        if (ct && strncasecmp(ct, "application/json", 16) != 0)
+                return send_error(r, 400, "invalid_request",
+                                  "Content-Type must be application/json");
+        gp_submit_limits lim = {.default_lease_ttl_s = d->cfg.default_lease_ttl_s,
+                                .max_lease_ttl_s = d->cfg.max_lease_ttl_s,
+                                .default_max_retries = d->cfg.default_max_retries};
+        cmd *c = calloc(1, sizeof(*c));
+        if (!c)
+                return send_error(r, 503, "unavailable", "out of memory");
+        char err[256];
+        int rc = gp_submit_parse(r->body.data ? r->body.data : "", r->body.len, &lim, &c->task, err, sizeof(err));
+        if (rc < 0) {
+                free(c);
+                if (rc == -ENOMEM)
+                        return send_error(r, 503, "unavailable", "out of memory");
+                return send_error(r, 400, "invalid_request", "%s", err);
+        }
+        c->kind = CMD_SUBMIT;
+        return post_cmd(r, c);
+}
+
+static enum MHD_Result task_cmd(hreq *r, cmd_kind kind, int64_t id) {
+        cmd *c = calloc(1, sizeof(*c));
+        if (!c)
+                return send_error(r, 503, "unavailable", "out of memory");
+        c->kind = kind;
+        c->id = id;
+        if (kind == CMD_RELEASE && r->body.len > 0) {
+                json_error_t je;
+                json_t *j = json_loadb(r->body.data, r->body.len, JSON_REJECT_DUPLICATES, &je);
+                json_t *ec = j ? json_object_get(j, "exit_code") : NULL;
+                bool ok = j && json_is_object(j) && json_object_size(j) == (ec ? 1u : 0u) &&
+                          (!ec || (json_is_integer(ec) && json_integer_value(ec) >= 0 &&
+                                   json_integer_value(ec) <= 255));
+                if (ok && ec) {
+                        c->has_exit_code = true;
+                        c->exit_code = (int)json_integer_value(ec);
+                }
+                json_decref(j);
+                if (!ok) {
+                        free(c);
+                        return send_error(r, 400, "invalid_request",
+                                          "release body must be {} or {\"exit_code\": 0..255}");
+                }
+        }
+        return post_cmd(r, c);
+}
+
+static enum MHD_Result gpu_cmd(hreq *r, const char *rest) {
+        gp_daemon *d = r->d;
+        const char *slash = strrchr(rest, '/');
+        if (!slash || slash == rest || (size_t)(slash - rest) >= 128)
+                return send_error(r, 404, "not_found", "no such path");
+        char gid[128];
+        memcpy(gid, rest, (size_t)(slash - rest));
+        gid[slash - rest] = '\0';
+        cmd_kind kind;
+        if (!strcmp(slash + 1, "drain"))
+                kind = CMD_DRAIN;
+        else if (!strcmp(slash + 1, "undrain"))
+                kind = CMD_UNDRAIN;
+        else
+                return send_error(r, 404, "not_found", "no such path");
+        uint32_t g;
+        pthread_mutex_lock(&d->lock);
+        int rc = resolve_gpu(d, gid, &g);
+        pthread_mutex_unlock(&d->lock);
+        if (rc < 0)
+                return send_error(r, 404, "not_found", "no GPU '%s' (use local:INDEX, INDEX or the uuid)", gid);
+        cmd *c = calloc(1, sizeof(*c));
+        if (!c)
+                return send_error(r, 503, "unavailable", "out of memory");
+        c->kind = kind;
+        c->gpu = g;
+        return post_cmd(r, c);
+}
+
+/* ------------------------------------------------------------------ */
+/* routing                                                             */
+
+static enum MHD_Result route(hreq *r, const char *url, const char *method) {
+        gp_daemon *d = r->d;
+        bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        bool post = !strcmp(method, "POST");
+        if (!strcmp(url, "/healthz"))
+                return get ? send_json(r, 200, json_pack("{s:s}", "status", "ok"))
+                           : send_error(r, 405, "method_not_allowed", "use GET");
+        if (!strcmp(url, "/readyz")) {
+                if (!get)
+                        return send_error(r, 405, "method_not_allowed", "use GET");
+                if (!d->ready || d->stopping)
+                        return send_json(r, 503, json_pack("{s:s}", "status", "starting"));
+                return send_json(r, 200, json_pack("{s:s}", "status", "ready"));
+        }
+        if (r->body_too_big)
+                return send_error(r, 413, "payload_too_large", "request body over %" PRId64 " bytes",
+                                  d->cfg.max_body_bytes);
+        const char *p = NULL;
+        if (!strncmp(url, "/api/v1/", 8))
+                p = url + 8;
+        else if (!strncmp(url, "/api/", 5))
+                p = url + 5;
+        if (p) {
+                if (!strcmp(p, "tasks")) {
+                        if (post)
+                                return submit(r);
+                        if (get)
+                                return list_tasks(r);
+                        return send_error(r, 405, "method_not_allowed", "use GET or POST");
+                }
+                if (!strncmp(p, "tasks/", 6)) {
+                        int64_t id;
+                        const char *rest;
+                        if (parse_id_path(p + 6, &id, &rest) < 0)
+                                return send_error(r, 404, "not_found", "task ids are positive integers");
+                        if (!*rest) {
+                                if (get)
+                                        return get_task(r, id);
+                                if (!strcmp(method, "DELETE"))
+                                        return task_cmd(r, CMD_CANCEL, id);
+                                return send_error(r, 405, "method_not_allowed", "use GET or DELETE");
+                        }
+                        if (!strcmp(rest, "logs"))
+                                return get ? get_logs(r, id) : send_error(r, 405, "method_not_allowed", "use GET");
+                        cmd_kind k;
+                        if (!strcmp(rest, "cancel"))
+                                k = CMD_CANCEL;
+                        else if (!strcmp(rest, "heartbeat"))
+                                k = CMD_HEARTBEAT;
+                        else if (!strcmp(rest, "release"))
+                                k = CMD_RELEASE;
+                        else
+                                return send_error(r, 404, "not_found", "no such path");
+                        return post ? task_cmd(r, k, id) : send_error(r, 405, "method_not_allowed", "use POST");
+                }
+                if (!get)
+                        goto not_found_or_method;
+                if (!strcmp(p, "gpus"))
+                        return get_gpus(r);
+                if (!strcmp(p, "nodes"))
+                        return get_nodes(r);
+                if (!strcmp(p, "queue"))
+                        return get_queue(r);
+                if (!strcmp(p, "monitor/metrics"))
+                        return get_metrics(r);
+        }
+        if (!strcmp(url, "/admin/scheduler/stats") && get)
+                return get_sched_stats(r);
+        if (!strcmp(url, "/admin/scheduler/queues") && get)
+                return get_sched_queues(r);
+        if (!strncmp(url, "/admin/gpus/", 12) && post)
+                return gpu_cmd(r, url + 12);
+not_found_or_method:
+        return send_error(r, 404, "not_found", "no such path: %s %s", method, url);
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                               const char *version, const char *upload_data, size_t *upload_data_size,
+                               void **con_cls) {
+        gp_daemon *d = cls;
+        hreq *r = *con_cls;
+        if (!r) {
+                r = calloc(1, sizeof(*r));
+                if (!r)
+                        return MHD_NO;
+                r->conn = conn;
+                r->d = d;
+                r->log_fd = -1;
+                gp_buf_init(&r->body, (size_t)d->cfg.max_body_bytes);
+                *con_cls = r;
+                return MHD_YES;
+        }
+        if (*upload_data_size) {
+                if (!r->body_too_big && gp_buf_append(&r->body, upload_data, *upload_data_size) < 0)
+                        r->body_too_big = true;
+                *upload_data_size = 0;
+                return MHD_YES;
+        }
+        if (r->answered) {
+                char *body = r->resp;
+                r->resp = NULL;
+                r->answered = false;
+                return send_body(r, r->status, body, JSON_TYPE, r->retry_after);
+        }
+        if (r->wait_id && !r->waiting) /* woken long poll: answer with the task now */
+                return get_task(r, r->wait_id);
+        if (!r->started) {
+                r->started = true;
+                enum MHD_Result ret;
+                if (authorize(r, url, &ret) < 0)
+                        return ret;
+        }
+        return route(r, url, method);
+}
+
+static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                      enum MHD_RequestTerminationCode toe) {
+        gp_daemon *d = cls;
+        hreq *r = *con_cls;
+        if (!r)
+                return;
+        pthread_mutex_lock(&d->lock);
+        if (r->waiting) {
+                if (r->wprev)
+                        r->wprev->wnext = r->wnext;
+                else
+                        d->waiters = r->wnext;
+                if (r->wnext)
+                        r->wnext->wprev = r->wprev;
+        }
+        if (r->following) {
+                hreq **pp = &d->followers;
+                while (*pp && *pp != r)
+                        pp = &(*pp)->wnext;
+                if (*pp)
+                        *pp = r->wnext;
+        }
+        pthread_mutex_unlock(&d->lock);
+        if (r->log_fd >= 0)
+                close(r->log_fd);
+        free(r->resp);
+        gp_buf_done(&r->body);
+        free(r);
+        *con_cls = NULL;
+}
+
+static int parse_listen(const char *s, struct sockaddr_in *ret) {
+        char host[64];
+        const char *colon = strrchr(s, ':');
+        int64_t port;
+        if (!colon || (size_t)(colon - s) >= sizeof(host) || gp_parse_i64(colon + 1, 1, 65535, &port) < 0)
+                return -EINVAL;
+        memcpy(host, s, (size_t)(colon - s));
+        host[colon - s] = '\0';
+        memset(ret, 0, sizeof(*ret));
+        ret->sin_family = AF_INET;
+        ret->sin_port = htons((uint16_t)port);
+        if (!strcmp(host, "") || !strcmp(host, "*"))
+                ret->sin_addr.s_addr = htonl(INADDR_ANY);
+        else if (!strcmp(host, "localhost"))
+                ret->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        else if (inet_pton(AF_INET, host, &ret->sin_addr) != 1)
+                return -EINVAL;
+        return 0;
+}
+
+int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
+        struct sockaddr_in sa;
+        if (parse_listen(d->cfg.listen, &sa) < 0) {
+                snprintf(err, errlen, "listen: '%s' is not ADDR:PORT (IPv4)", d->cfg.listen);
+                return -EINVAL;
+        }
+        unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                         MHD_USE_ERROR_LOG;
+        d->mhd = MHD_start_daemon(flags, 0, NULL, NULL, handler, d, MHD_OPTION_SOCK_ADDR, &sa,
+                                  MHD_OPTION_THREAD_POOL_SIZE, (unsigned)d->cfg.http_threads,
+                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)d->cfg.max_connections,
+                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)d->cfg.connection_timeout_s,
+                                  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+                                  MHD_OPTION_NOTIFY_COMPLETED, completed, d, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+                                  1, MHD_OPTION_END);
+        if (!d->mhd) {
+                snprintf(err, errlen, "cannot listen on %s (in use, or not allowed)", d->cfg.listen);
+                return -EADDRINUSE;
+        }
+        return 0;
+}
+
+void gp_http_stop(gp_daemon *d) {
+        if (!d->mhd)
+                return;
+        MHD_quiesce_daemon(d->mhd);
+        /* the loop answers what is queued; parked reads are woken */
+        for (int i = 0; i < 50; i++) {
+                pthread_mutex_lock(&d->qlock);
+                bool empty = d->qhead == NULL;
+                pthread_mutex_unlock(&d->qlock);
+                if (empty)
+                        break;
+                usleep(20 * 1000);
+        }
+        pthread_mutex_lock(&d->lock);
+        d->stopping = 1;
+        while (d->waiters) {
+                hreq *r = d->waiters;
+                d->waiters = r->wnext;
+                r->wnext = r->wprev = NULL;
+                r->waiting = false;
+                gp_http_wake(r);
+        }
+        hreq *f = d->followers;
+        d->followers = NULL;
+        while (f) {
+                hreq *n = f->wnext;
+                f->following = false;
+                gp_http_wake(f);
+                f = n;
+        }
+        pthread_mutex_unlock(&d->lock);
+        usleep(100 * 1000);
+        MHD_stop_daemon(d->mhd);
+        d->mhd = NULL;
+}

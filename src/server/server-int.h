@@ -1,0 +1,146 @@
+/* server-int.h - the daemon's state, shared by daemon.c (state, recovery,
+ * the decision loop) and http.c (requests, routing, answers).
+ *
+ * Threads:
+ *   - MHD worker threads parse requests.  Reads take d->lock briefly; writes
+ *     become a cmd on d's queue and the connection is suspended.
+ *   - The loop thread is the only writer: it takes a batch of commands,
+ *     applies them and runs the scheduler under d->lock, stores every
+ *     changed task in one transaction, and only then answers (resumes) the
+ *     connections.  Readers never see a change that is not stored.
+ *   - The sampler thread reads the GPUs every gpu_poll_ms.
+ * Lock order: d->lock before d->rs_lock; d->qlock is a leaf.
+ */
+#ifndef GP_SERVER_SERVER_INT_H
+#define GP_SERVER_SERVER_INT_H
+
+#include <limits.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "base/i64map.h"
+#include "config/config.h"
+#include "core/sched.h"
+#include "core/task.h"
+#include "gpu/gpu.h"
+#include "store/store.h"
+
+typedef enum cmd_kind {
+        CMD_SUBMIT,
+        CMD_CANCEL,
+        CMD_RELEASE,
+        CMD_HEARTBEAT,
+        CMD_DRAIN,
+        CMD_UNDRAIN,
+} cmd_kind;
+
+struct hreq;
+
+typedef struct cmd {
+        cmd_kind kind;
+        struct cmd *next;
+        gp_task task;               /* SUBMIT: the new task (moved in) */
+        int64_t id;                 /* task id (CANCEL, RELEASE, HEARTBEAT) */
+        char tenant[GP_TENANT_MAX]; /* "" = any (admin / no auth) */
+        bool has_exit_code;         /* RELEASE */
+        int exit_code;
+        uint32_t gpu;               /* DRAIN / UNDRAIN */
+        struct hreq *req;           /* answered when done; NULL for none */
+} cmd;
+
+/* One HTTP request (MHD's con_cls). */
+typedef struct hreq {
+        struct MHD_Connection *conn;
+        struct gp_daemon *d;
+        gp_buf body;                /* request body, capped */
+        bool body_too_big;
+        bool started;               /* second handler call seen */
+        bool suspended;
+        bool answered;              /* status/resp filled by the loop thread */
+        int status;
+        char *resp;                 /* malloc'd body of the answer */
+        const char *ctype;
+        int retry_after;            /* seconds, 0 = no header */
+        /* long poll (GET task ?wait=) */
+        int64_t wait_id;
+        int64_t wait_until_ms;
+        bool waiting;
+        struct hreq *wprev, *wnext;
+        /* log follow */
+        int log_fd;
+        int64_t log_id;
+        bool following;
+        int64_t follow_idle_ms;
+} hreq;
+
+typedef struct gp_daemon {
+        gp_config cfg;
+        char self_exe[PATH_MAX];
+        char tasks_dir[PATH_MAX];
+        const char *backend;        /* "sim" | "nvml" */
+        gp_store *ws;               /* loop thread only */
+        gp_store *rs;               /* readers, under rs_lock */
+        pthread_mutex_t rs_lock;
+        gp_gpu_backend *gpu;        /* sampler thread (after start) */
+        gp_sched *sched;            /* under lock */
+        pthread_mutex_t lock;
+        gp_i64map tasks;            /* active (queued/running) gp_task*, under lock */
+        gp_i64map watch;            /* task id -> pidfd+1 (as intptr), loop thread */
+        int64_t *gone;              /* tasks whose supervisor is gone, unprocessed; loop thread */
+        size_t ngone, capgone;
+        int64_t next_id;            /* under lock */
+        uint32_t *gpu_ids;          /* backend index -> sched gpu id */
+        size_t ngpus;
+        gp_gpu_info *gpu_info;      /* last readings, under lock */
+        /* command queue */
+        pthread_mutex_t qlock;
+        cmd *qhead, *qtail;
+        size_t qlen;
+        int evfd;                   /* wakes the loop */
+        int epfd;                   /* evfd + supervisor pidfds */
+        /* long-poll waiters and log followers, under lock */
+        hreq *waiters;
+        hreq *followers;
+        size_t nfollowers;
+        bool ready;
+        volatile int stopping;
+        pthread_t loop_thread, sampler_thread;
+        struct MHD_Daemon *mhd;
+        /* counters, under lock */
+        uint64_t submitted_total, finished_total, failed_total, cancelled_total;
+        uint64_t commits, commit_tasks;
+        int64_t started_ms;
+} gp_daemon;
+
+/* daemon.c */
+int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen);
+int gp_daemon_start(gp_daemon *d);
+void gp_daemon_stop(gp_daemon *d);
+void gp_daemon_close(gp_daemon *d);
+/* Queue a command for the loop thread (takes ownership of c). */
+void gp_daemon_post(gp_daemon *d, cmd *c);
+/* Task as JSON (caller json_decref's); d->lock held by the caller for an
+ * active task (queue position and reason come from the scheduler). */
+struct json_t *gp_daemon_task_json(gp_daemon *d, const gp_task *t);
+/* Look a task up: active from memory, else from the store. Copies into
+ * *ret (gp_task_done after). d->lock must be held. 0, -ENOENT, -GP_ESTORE. */
+int gp_daemon_task_lookup(gp_daemon *d, int64_t id, gp_task *ret);
+/* DATA_DIR/tasks/ID[/FILE] into buf. 0 or -ENAMETOOLONG. */
+int gp_daemon_task_path(const gp_daemon *d, int64_t id, const char *file, char *buf, size_t size);
+/* Answer a request from the loop thread (resumes the connection). */
+void gp_http_answer(hreq *r, int status, char *body, int retry_after);
+/* Resume a parked request (long poll / follow) so its handler runs again. */
+void gp_http_wake(hreq *r);
+/* JSON error body {"error":{"code","message"}} (malloc'd). */
+char *gp_http_error_body(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* http.c */
+/* One GPU as JSON; d->lock held. */
+struct json_t *gp_http_gpu_json(gp_daemon *d, uint32_t g);
+int gp_http_start(gp_daemon *d, char *err, size_t errlen);
+void gp_http_stop(gp_daemon *d);
+
+#endif

@@ -1,0 +1,275 @@
+/* submit.c - strict parser of task submissions (see submit.h). */
+#include "server/submit.h"
+
+#include "base/util.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+        return -EINVAL;
+}
+
+/* A string field into a fixed buffer: must be clean UTF-8 and fit. */
+static int get_str(json_t *v, const char *key, char *dst, size_t size, char *err, size_t errlen) {
+        if (!json_is_string(v))
+                return fail(err, errlen, "%s: must be a string", key);
+        size_t n = json_string_length(v);
+        const char *s = json_string_value(v);
+        if (n >= size)
+                return fail(err, errlen, "%s: longer than %zu bytes", key, size - 1);
+        if (!gp_str_is_clean(s, n))
+                return fail(err, errlen, "%s: must be printable UTF-8 text", key);
+        memcpy(dst, s, n + 1);
+        return 0;
+}
+
+static int get_int(json_t *v, const char *key, int64_t min, int64_t max, int64_t *ret, char *err,
+                   size_t errlen) {
+        if (!json_is_integer(v))
+                return fail(err, errlen, "%s: must be an integer", key);
+        json_int_t x = json_integer_value(v);
+        if (x < min || x > max)
+                return fail(err, errlen, "%s: must be %" PRId64 "..%" PRId64 ", got %" JSON_INTEGER_FORMAT, key,
+                            min, max, x);
+        *ret = x;
+        return 0;
+}
+
+static int get_bool(json_t *v, const char *key, bool *ret, char *err, size_t errlen) {
+        if (!json_is_boolean(v))
+                return fail(err, errlen, "%s: must be true or false", key);
+        *ret = json_is_true(v);
+        return 0;
+}
+
+static bool tenant_id_ok(const char *s) {
+        if (!*s)
+                return false;
+        for (; *s; s++)
+                if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+                      *s == '-' || *s == '_' || *s == '.'))
+                        return false;
+        return true;
+}
+
+static int parse_priority(json_t *v, int *ret, char *err, size_t errlen) {
+        static const char msg[] = "priority: must be 0..9 or a name (critical, high, normal, low, background)";
+        if (json_is_integer(v)) {
+                json_int_t x = json_integer_value(v);
+                if (x < 0 || x > 9)
+                        return fail(err, errlen, "%s, got %" JSON_INTEGER_FORMAT, msg, x);
+                *ret = (int)x;
+                return 0;
+        }
+        if (json_is_string(v) && json_string_length(v) < 16 && gp_priority_parse(json_string_value(v), ret) == 0)
+                return 0;
+        return fail(err, errlen, "%s", msg);
+}
+
+/* command, env, workdir -> the spec JSON stored with the task. */
+static int build_spec(json_t *cmd, json_t *env, json_t *workdir, char **ret, char *err, size_t errlen) {
+        if (!json_is_array(cmd))
+                return fail(err, errlen, "command: must be an array of strings, e.g. [\"python3\", \"train.py\"]");
+        size_t n = json_array_size(cmd);
+        if (n == 0)
+                return fail(err, errlen, "command: must not be empty");
+        if (n > GP_SUBMIT_MAX_ARGS)
+                return fail(err, errlen, "command: at most %d arguments", GP_SUBMIT_MAX_ARGS);
+        size_t i;
+        json_t *a;
+        json_array_foreach(cmd, i, a) {
+                if (!json_is_string(a))
+                        return fail(err, errlen, "command[%zu]: must be a string", i);
+                size_t l = json_string_length(a);
+                if (l > GP_SUBMIT_MAX_ARG_BYTES || memchr(json_string_value(a), '\0', l))
+                        return fail(err, errlen, "command[%zu]: longer than %d bytes or contains NUL", i,
+                                    GP_SUBMIT_MAX_ARG_BYTES);
+                if (i == 0 && l == 0)
+                        return fail(err, errlen, "command[0]: must not be empty");
+        }
+        if (env) {
+                if (!json_is_object(env))
+                        return fail(err, errlen, "env: must be an object of strings");
+                if (json_object_size(env) > GP_SUBMIT_MAX_ENV)
+                        return fail(err, errlen, "env: at most %d variables", GP_SUBMIT_MAX_ENV);
+                const char *k;
+                json_t *v;
+                json_object_foreach(env, k, v) {
+                        size_t kl = strlen(k);
+                        if (kl == 0 || kl > 256 || strchr(k, '=') || (k[0] >= '0' && k[0] <= '9'))
+                                return fail(err, errlen, "env: bad variable name '%.64s'", k);
+                        for (const char *p = k; *p; p++)
+                                if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+                                      (*p >= '0' && *p <= '9') || *p == '_'))
+                                        return fail(err, errlen, "env: bad variable name '%.64s'", k);
+                        if (!json_is_string(v) || json_string_length(v) > GP_SUBMIT_MAX_ARG_BYTES ||
+                            memchr(json_string_value(v), '\0', json_string_length(v)))
+                                return fail(err, errlen, "env.%s: must be a string of at most %d bytes", k,
+                                            GP_SUBMIT_MAX_ARG_BYTES);
+                        if (!strcmp(k, "CUDA_VISIBLE_DEVICES") || !strncmp(k, "GPUPOOL_", 8))
+                                return fail(err, errlen, "env.%s: set by gpupool, not by the caller", k);
+                }
+        }
+        if (workdir) {
+                if (!json_is_string(workdir) || json_string_length(workdir) == 0 ||
+                    json_string_length(workdir) > 4096 || json_string_value(workdir)[0] != '/' ||
+                    memchr(json_string_value(workdir), '\0', json_string_length(workdir)))
+                        return fail(err, errlen, "workdir: must be an absolute path");
+        }
+        json_t *spec = json_object();
+        if (!spec)
+                return -ENOMEM;
+        json_object_set(spec, "command", cmd);
+        if (env)
+                json_object_set(spec, "env", env);
+        if (workdir)
+                json_object_set(spec, "workdir", workdir);
+        char *s = json_dumps(spec, JSON_COMPACT);
+        json_decref(spec);
+        if (!s)
+                return -ENOMEM;
+        if (strlen(s) > GP_SUBMIT_MAX_SPEC_BYTES) {
+                free(s);
+                return fail(err, errlen, "command and env together exceed %d bytes", GP_SUBMIT_MAX_SPEC_BYTES);
+        }
+        *ret = s;
+        return 0;
+}
+
+int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, gp_task *ret, char *err,
+                    size_t errlen) {
+        static const char *const known[] = {
+                "tenant_id", "name", "gpu_request", "memory_mb", "exclusive", "priority", "command",
+                "env", "workdir", "model", "gpu_model", "preemptible", "timeout_s", "queue_timeout_s",
+                "lease_ttl_s", "max_retries", "elastic", NULL,
+        };
+        if (errlen)
+                err[0] = '\0';
+        json_error_t jerr;
+        json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!root)
+                return fail(err, errlen, "body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
+                            jerr.column);
+        gp_task t;
+        memset(&t, 0, sizeof(t));
+        int rc = 0;
+        int64_t x;
+        if (!json_is_object(root)) {
+                rc = fail(err, errlen, "body must be a JSON object");
+                goto out;
+        }
+        const char *key;
+        json_t *v;
+        json_object_foreach(root, key, v) {
+                bool ok = false;
+                for (int i = 0; known[i]; i++)
+                        if (!strcmp(key, known[i]))
+                                ok = true;
+                if (!ok) {
+                        rc = fail(err, errlen, "unknown field '%.64s'", key);
+                        goto out;
+                }
+        }
+        gp_strlcpy(t.tenant, "default", sizeof(t.tenant));
+        t.priority = 5;
+        t.gpu_request = 1;
+        t.lease_ttl_s = lim->default_lease_ttl_s;
+        t.max_retries = lim->default_max_retries;
+
+        if ((v = json_object_get(root, "tenant_id"))) {
+                if ((rc = get_str(v, "tenant_id", t.tenant, sizeof(t.tenant), err, errlen)) < 0)
+                        goto out;
+                if (!tenant_id_ok(t.tenant)) {
+                        rc = fail(err, errlen, "tenant_id: only letters, digits, '-', '_' and '.'");
+                        goto out;
+                }
+        }
+        if ((v = json_object_get(root, "name")) && (rc = get_str(v, "name", t.name, sizeof(t.name), err, errlen)) < 0)
+                goto out;
+        if ((v = json_object_get(root, "model")) &&
+            (rc = get_str(v, "model", t.model, sizeof(t.model), err, errlen)) < 0)
+                goto out;
+        if ((v = json_object_get(root, "gpu_model")) &&
+            (rc = get_str(v, "gpu_model", t.gpu_model, sizeof(t.gpu_model), err, errlen)) < 0)
+                goto out;
+        if ((v = json_object_get(root, "gpu_request"))) {
+                if ((rc = get_int(v, "gpu_request", 1, GP_MAX_GANG, &x, err, errlen)) < 0)
+                        goto out;
+                t.gpu_request = (int)x;
+        }
+        if ((v = json_object_get(root, "memory_mb"))) {
+                if ((rc = get_int(v, "memory_mb", 0, 16 * 1024 * 1024, &x, err, errlen)) < 0)
+                        goto out;
+                t.memory_mb = x;
+        }
+        if ((v = json_object_get(root, "exclusive")) && (rc = get_bool(v, "exclusive", &t.exclusive, err, errlen)) < 0)
+                goto out;
+        if ((v = json_object_get(root, "preemptible")) &&
+            (rc = get_bool(v, "preemptible", &t.preemptible, err, errlen)) < 0)
+                goto out;
+        if ((v = json_object_get(root, "priority")) && (rc = parse_priority(v, &t.priority, err, errlen)) < 0)
+                goto out;
+        if ((v = json_object_get(root, "timeout_s"))) {
+                if ((rc = get_int(v, "timeout_s", 0, 366LL * 86400, &x, err, errlen)) < 0)
+                        goto out;
+                t.timeout_s = x;
+        }
+        if ((v = json_object_get(root, "queue_timeout_s"))) {
+                if ((rc = get_int(v, "queue_timeout_s", 0, 366LL * 86400, &x, err, errlen)) < 0)
+                        goto out;
+                t.queue_timeout_s = x;
+        }
+        if ((v = json_object_get(root, "max_retries"))) {
+                if ((rc = get_int(v, "max_retries", 0, 100, &x, err, errlen)) < 0)
+                        goto out;
+                t.max_retries = (int)x;
+        }
+        if ((v = json_object_get(root, "elastic")) && !json_is_null(v)) {
+                rc = fail(err, errlen, "elastic: elastic tasks are not supported by this version yet");
+                goto out;
+        }
+        json_t *cmd = json_object_get(root, "command");
+        json_t *env = json_object_get(root, "env");
+        json_t *wd = json_object_get(root, "workdir");
+        if (cmd && !json_is_null(cmd)) {
+                if ((rc = build_spec(cmd, env, wd, &t.spec, err, errlen)) < 0)
+                        goto out;
+                if (json_object_get(root, "lease_ttl_s")) {
+                        rc = fail(err, errlen, "lease_ttl_s: only for leases (tasks without command)");
+                        goto out;
+                }
+                t.lease_ttl_s = 0;
+        } else {
+                if (env || wd) {
+                        rc = fail(err, errlen, "%s: only for batch tasks (with command)", env ? "env" : "workdir");
+                        goto out;
+                }
+                t.is_lease = true;
+                if ((v = json_object_get(root, "lease_ttl_s"))) {
+                        if ((rc = get_int(v, "lease_ttl_s", 1, lim->max_lease_ttl_s, &x, err, errlen)) < 0)
+                                goto out;
+                        t.lease_ttl_s = x;
+                }
+        }
+        if (t.memory_mb == 0)
+                t.exclusive = true;
+        *ret = t;
+        json_decref(root);
+        return 0;
+out:
+        gp_task_done(&t);
+        json_decref(root);
+        return rc;
+}

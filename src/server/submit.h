@@ -1,0 +1,37 @@
+/* submit.h - parse and validate a task submission body (POST /api/v1/tasks).
+ *
+ * Pure: bytes in, a gp_task (without id, state or times) out.  This is the
+ * first parser of outside input, so it is strict and bounded: unknown
+ * fields, wrong types, out-of-range numbers and oversized strings or lists
+ * are refused with a message that names the field.  Fuzzed by
+ * fuzz/fuzz-submit.c.  Thread-safe (no shared state).
+ */
+#ifndef GP_SERVER_SUBMIT_H
+#define GP_SERVER_SUBMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/task.h"
+
+typedef struct gp_submit_limits {
+        int default_lease_ttl_s;   /* lease_ttl_s when absent */
+        int max_lease_ttl_s;
+        int default_max_retries;
+} gp_submit_limits;
+
+#define GP_SUBMIT_MAX_ARGS 256
+#define GP_SUBMIT_MAX_ARG_BYTES 4096
+#define GP_SUBMIT_MAX_ENV 256
+#define GP_SUBMIT_MAX_SPEC_BYTES 65536
+
+/* Parse body[0..len) into *ret (zeroed first; ret->spec is malloc'd for a
+ * batch task, NULL for a lease: free with gp_task_done).  The tenant is
+ * taken from "tenant_id" (default "default").
+ * 0, or -EINVAL with a message in err ("priority: must be 0..9 or a name
+ * (critical, high, normal, low, background), got 12"), or -ENOMEM.
+ * On failure *ret holds nothing to free. */
+int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, gp_task *ret, char *err,
+                    size_t errlen);
+
+#endif

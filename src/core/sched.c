@@ -102,13 +102,20 @@ struct stask {
         bool resv_holder;
         uint32_t rstamp;           /* run in which rcode was set */
         int64_t ra1, ra2;
-        uint32_t pos;              /* queue position (valid when pos_gen matches) */
+        uint32_t pos;              /* queue position (valid when pos_gen matches; fifo) */
+        uint32_t seq;              /* order in its tier (see tier.fen) */
 };
 
 typedef struct tier {
         stask *head, *tail;
         size_t n;
         uint64_t pass;
+        /* order statistics: seq numbers follow list order; fen is a Fenwick
+         * tree over seq (1-based) counting live tasks, so "how many ahead of
+         * t in its tier" is O(log n) */
+        uint32_t *fen;
+        uint32_t fen_cap;          /* seqs 1..fen_cap-1 usable */
+        uint32_t next_seq;
 } tier;
 
 typedef struct heap_ent {
@@ -637,6 +644,8 @@ void gp_sched_free(gp_sched *s) {
         free(s->model_gpus_n);
         free(s->model_gpus_cap);
         free(s->heap);
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                free(s->tiers[i].fen);
         intern_done(&s->tenants);
         intern_done(&s->models);
         free(s);
@@ -1214,13 +1223,52 @@ static int64_t reserve(gp_sched *s, stask *t, int64_t now) {
 /* ------------------------------------------------------------------ */
 /* queues                                                              */
 
-static void tier_insert(gp_sched *s, stask *t) {
+static void fen_add(tier *q, uint32_t i, int v) {
+        for (; i < q->fen_cap; i += i & (~i + 1))
+                q->fen[i] += (uint32_t)v;
+}
+
+static uint32_t fen_sum(const tier *q, uint32_t i) {
+        uint32_t r = 0;
+        for (; i > 0; i -= i & (~i + 1))
+                r += q->fen[i];
+        return r;
+}
+
+/* Number the tier's tasks 1..n in list order and rebuild the tree with
+ * room for growth. 0 or -ENOMEM (tree left as it was). */
+static int tier_renumber(tier *q) {
+        uint32_t cap = 64;
+        while (cap < 2 * (q->n + 1))
+                cap *= 2;
+        uint32_t *fen = calloc(cap, sizeof(*fen));
+        if (!fen)
+                return -ENOMEM;
+        free(q->fen);
+        q->fen = fen;
+        q->fen_cap = cap;
+        uint32_t seq = 0;
+        for (stask *t = q->head; t; t = t->next) {
+                t->seq = ++seq;
+                fen_add(q, seq, 1);
+        }
+        q->next_seq = seq;
+        return 0;
+}
+
+static int tier_insert(gp_sched *s, stask *t) {
         tier *q = &s->tiers[t->prio];
         if (q->n == 0 && q->pass < s->vtime)
                 q->pass = s->vtime;
         stask *after = q->tail;
         while (after && after->id > t->id)
                 after = after->prev;
+        bool at_tail = after == q->tail;
+        if (at_tail && q->next_seq + 1 >= q->fen_cap) {
+                /* out of numbers: renumber the current list first */
+                if (tier_renumber(q) < 0)
+                        return -ENOMEM;
+        }
         t->prev = after;
         t->next = after ? after->next : q->head;
         if (t->next)
@@ -1233,6 +1281,23 @@ static void tier_insert(gp_sched *s, stask *t) {
                 q->head = t;
         q->n++;
         s->gen++;
+        if (at_tail) {
+                t->seq = ++q->next_seq;
+                fen_add(q, t->seq, 1);
+        } else if (tier_renumber(q) < 0) {
+                /* cannot keep the order statistics: undo the insertion */
+                q->n--;
+                if (t->prev)
+                        t->prev->next = t->next;
+                else
+                        q->head = t->next;
+                if (t->next)
+                        t->next->prev = t->prev;
+                else
+                        q->tail = t->prev;
+                return -ENOMEM;
+        }
+        return 0;
 }
 
 static void tier_remove(gp_sched *s, stask *t) {
@@ -1247,6 +1312,12 @@ static void tier_remove(gp_sched *s, stask *t) {
                 q->tail = t->prev;
         t->prev = t->next = NULL;
         q->n--;
+        fen_add(q, t->seq, -1);
+        if (q->n == 0) {
+                /* empty: numbering starts over */
+                memset(q->fen, 0, q->fen_cap * sizeof(*q->fen));
+                q->next_seq = 0;
+        }
         s->gen++;
 }
 
@@ -1385,7 +1456,11 @@ int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
                 task_free(t);
                 return -ENOMEM;
         }
-        tier_insert(s, t);
+        if (tier_insert(s, t) < 0) {
+                map_del(s, t->id);
+                task_free(t);
+                return -ENOMEM;
+        }
         return 0;
 }
 
@@ -1484,7 +1559,12 @@ int gp_sched_requeue(gp_sched *s, int64_t id) {
                 return -GP_ESTATE;
         stop(s, t);
         t->rcode = R_NONE;
-        tier_insert(s, t);
+        if (tier_insert(s, t) < 0) {
+                /* cannot queue it again: it is forgotten, the caller must end it */
+                map_del(s, t->id);
+                task_free(t);
+                return -ENOMEM;
+        }
         return 0;
 }
 
@@ -1531,8 +1611,44 @@ static void set_reason(gp_sched *s, stask *t, int code, int64_t a1, int64_t a2) 
         t->rstamp = s->stamp;
 }
 
+/* Within one run nothing is freed, so a request at least as large as one
+ * that already failed (same constraints) fails too: skip its placement. */
+typedef struct fail_memo {
+        int excl_n[2];             /* [avoid]: smallest whole-GPU count that failed, 0 none */
+        int64_t shared_mem[2];     /* [avoid]: smallest single shared request that failed, -1 none */
+} fail_memo;
+
+static bool memo_applies(const stask *t) {
+        return !t->gpu_model && (t->excl || t->ngpus == 1);
+}
+
+static bool memo_fails(const fail_memo *m, const stask *t, bool avoid) {
+        if (!memo_applies(t))
+                return false;
+        /* a failure without the avoid restriction also fails with it */
+        for (int a = 0; a <= (int)avoid; a++) {
+                if (t->excl && m->excl_n[a] && t->ngpus >= m->excl_n[a])
+                        return true;
+                if (!t->excl && m->shared_mem[a] >= 0 && t->mem >= m->shared_mem[a])
+                        return true;
+        }
+        return false;
+}
+
+static void memo_record(fail_memo *m, const stask *t, bool avoid) {
+        if (!memo_applies(t))
+                return;
+        if (t->excl) {
+                if (!m->excl_n[avoid] || t->ngpus < m->excl_n[avoid])
+                        m->excl_n[avoid] = t->ngpus;
+        } else if (m->shared_mem[avoid] < 0 || t->mem < m->shared_mem[avoid]) {
+                m->shared_mem[avoid] = t->mem;
+        }
+}
+
 int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap) {
         int rc = 0;
+        fail_memo memo = {.shared_mem = {-1, -1}};
         s->stamp++;
         s->last_run_stamp = s->stamp;
         s->last_run_ms = now;
@@ -1577,10 +1693,14 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         avoid = !(t->timeout_ms > 0 && shadow != TIME_INF && now + t->timeout_ms <= shadow);
                 }
                 fit f;
-                if (place(s, t, avoid, &f)) {
+                bool known_fail = memo_fails(&memo, t, avoid);
+                if (!known_fail && place(s, t, avoid, &f)) {
                         tier_remove(s, t);
                         if ((rc = start_on(s, t, f.gpus, f.n, now)) < 0) {
-                                tier_insert(s, t);
+                                if (tier_insert(s, t) < 0) {
+                                        map_del(s, t->id);
+                                        task_free(t);
+                                }
                                 return rc;
                         }
                         s->vtime = s->tiers[ti].pass;
@@ -1595,6 +1715,8 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 return rc;
                         continue;
                 }
+                if (!known_fail)
+                        memo_record(&memo, t, avoid);
                 if (!resv) {
                         resv = t;
                         diagnose(s, t);
@@ -1605,7 +1727,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         continue;
                 }
                 /* would it fit if it could use the reserved GPUs? */
-                if (avoid && place(s, t, false, &f))
+                if (avoid && !memo_fails(&memo, t, false) && place(s, t, false, &f))
                         set_reason(s, t, R_WOULD_DELAY, resv->id,
                                    shadow == TIME_INF ? -1 : (shadow - now + 999) / 1000);
                 else if (t->excl)
@@ -1647,6 +1769,41 @@ static void compute_positions(gp_sched *s) {
         s->pos_gen = s->gen + 1;
 }
 
+/* Position of a queued task without walking the queue.  Stride scheduling
+ * gives tier j's m-th task (0-based) the virtual time pass_j + m*stride_j;
+ * the dispatch order merges tiers by (virtual time, tier index), so the
+ * tasks ahead of t (k-th in tier i, at time V) are, per other tier, those
+ * with an earlier time (or an equal one in a lower tier), capped at the
+ * tier's length.  Exactly the order compute_positions() simulates. */
+static uint32_t position_of(const gp_sched *s, const stask *t) {
+        const tier *q = &s->tiers[t->prio];
+        uint64_t k = fen_sum(q, t->seq - 1);
+        int i = t->prio;
+        if (s->cfg.policy == GP_SCHED_STRICT) {
+                uint64_t ahead = k;
+                for (int j = 0; j < i; j++)
+                        ahead += s->tiers[j].n;
+                return (uint32_t)(ahead + 1);
+        }
+        /* hybrid */
+        if (i == 0)
+                return (uint32_t)(k + 1);
+        uint64_t ahead = s->tiers[0].n + k;
+        uint64_t V = q->pass + k * stride(s, i);
+        for (int j = 1; j < GP_PRIORITY_LEVELS; j++) {
+                const tier *o = &s->tiers[j];
+                if (j == i || o->n == 0)
+                        continue;
+                uint64_t sj = stride(s, j), cnt;
+                if (j < i)
+                        cnt = V >= o->pass ? (V - o->pass) / sj + 1 : 0;
+                else
+                        cnt = V > o->pass ? (V - o->pass - 1) / sj + 1 : 0;
+                ahead += cnt < o->n ? cnt : o->n;
+        }
+        return (uint32_t)(ahead + 1);
+}
+
 int gp_sched_task_get(gp_sched *s, int64_t id, gp_sched_task_view *ret) {
         stask *t = map_get(s, id);
         if (!t)
@@ -1656,9 +1813,11 @@ int gp_sched_task_get(gp_sched *s, int64_t id, gp_sched_task_view *ret) {
                 v.n_gpus = t->ngpus;
                 memcpy(v.gpus, t->gpus, t->ngpus * sizeof(uint32_t));
                 v.start_ms = t->start_ms;
-        } else {
+        } else if (s->cfg.policy == GP_SCHED_FIFO) {
                 compute_positions(s);
                 v.queue_position = (int)t->pos;
+        } else {
+                v.queue_position = (int)position_of(s, t);
         }
         *ret = v;
         return 0;

@@ -207,6 +207,7 @@ static void mark(batch *b, gp_task *t) {
 /* End a task: final state, reason, times; frees its GPUs in the scheduler. */
 static void finish(gp_daemon *d, batch *b, gp_task *t, gp_task_state st, int64_t now) {
         gp_sched_remove(d->sched, t->id);
+        gp_i64map_del(&d->leases, t->id);
         t->state = st;
         t->finished_ms = now;
         free(t->gpus);
@@ -584,6 +585,10 @@ static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
                 if (dec[i].backfilled)
                         set_reason(t, "started by backfill");
                 mark(b, t);
+                if (t->is_lease && gp_i64map_put(&d->leases, t->id, t) < 0) {
+                        gp_error("out of memory; stopping");
+                        _exit(70);
+                }
                 if (!t->is_lease && push_ptr(&b->spawn, &b->nspawn, &b->capspawn, t) < 0) {
                         gp_error("out of memory; stopping");
                         _exit(70);
@@ -595,13 +600,13 @@ static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
 static void expire_leases(gp_daemon *d, batch *b, int64_t now) {
         size_t pos = 0;
         gp_task *t;
-        while ((t = gp_i64map_next(&d->tasks, &pos, NULL))) {
-                if (t->state != GP_TASK_RUNNING)
-                        continue;
-                if (t->is_lease && t->heartbeat_ms + t->lease_ttl_s * 1000 <= now) {
+        /* finish() deletes from d->leases while we walk it: a deletion only
+         * marks the slot, so the walk stays valid */
+        while ((t = gp_i64map_next(&d->leases, &pos, NULL))) {
+                if (t->heartbeat_ms + t->lease_ttl_s * 1000 <= now) {
                         set_reason(t, "lease expired: no heartbeat for %" PRId64 " s", t->lease_ttl_s);
                         finish(d, b, t, GP_TASK_LOST, now);
-                } else if (t->is_lease && t->timeout_s > 0 && t->started_ms + t->timeout_s * 1000 <= now) {
+                } else if (t->timeout_s > 0 && t->started_ms + t->timeout_s * 1000 <= now) {
                         set_reason(t, "lease held longer than timeout_s (%" PRId64 " s)", t->timeout_s);
                         finish(d, b, t, GP_TASK_TIMEOUT, now);
                 }
@@ -790,12 +795,13 @@ static int loop_timeout(gp_daemon *d) {
                 next = dl;
         size_t pos = 0;
         gp_task *t;
-        while ((t = gp_i64map_next(&d->tasks, &pos, NULL)))
-                if (t->is_lease && t->state == GP_TASK_RUNNING) {
-                        int64_t e = t->heartbeat_ms + t->lease_ttl_s * 1000;
-                        if (e < next)
-                                next = e;
-                }
+        while ((t = gp_i64map_next(&d->leases, &pos, NULL))) {
+                int64_t e = t->heartbeat_ms + t->lease_ttl_s * 1000;
+                if (t->timeout_s > 0 && t->started_ms + t->timeout_s * 1000 < e)
+                        e = t->started_ms + t->timeout_s * 1000;
+                if (e < next)
+                        next = e;
+        }
         for (hreq *r = d->waiters; r; r = r->wnext)
                 if (r->wait_until_ms < next)
                         next = r->wait_until_ms;
@@ -988,7 +994,7 @@ static int recover_one(const gp_task *st, void *ud) {
         rc->running++;
         if (t->is_lease) {
                 t->heartbeat_ms = rc->now; /* a full TTL for the holder to come back */
-                return 0;
+                return gp_i64map_put(&d->leases, t->id, t);
         }
         char dir[PATH_MAX];
         task_dir(d, t->id, dir, sizeof(dir));
@@ -1083,6 +1089,7 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         pthread_mutex_init(&d->qlock, NULL);
         pthread_mutex_init(&d->rs_lock, NULL);
         gp_i64map_init(&d->tasks);
+        gp_i64map_init(&d->leases);
         gp_i64map_init(&d->watch);
         d->started_ms = gp_now_ms();
         ssize_t n = readlink("/proc/self/exe", d->self_exe, sizeof(d->self_exe) - 1);
@@ -1204,6 +1211,7 @@ void gp_daemon_close(gp_daemon *d) {
                 free(t);
         }
         gp_i64map_done(&d->tasks);
+        gp_i64map_done(&d->leases);
         pos = 0;
         void *v;
         while ((v = gp_i64map_next(&d->watch, &pos, NULL)))

@@ -88,6 +88,7 @@ typedef struct gp_daemon {
         gp_sched *sched;            /* under lock */
         pthread_mutex_t lock;
         gp_i64map tasks;            /* active (queued/running) gp_task*, under lock */
+        gp_i64map leases;           /* the running leases among them (TTL checks), under lock */
         gp_i64map watch;            /* task id -> pidfd+1 (as intptr), loop thread */
         int64_t *gone;              /* tasks whose supervisor is gone, unprocessed; loop thread */
         size_t ngone, capgone;

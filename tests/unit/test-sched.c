@@ -582,6 +582,51 @@ static void test_queue_positions_follow_dispatch_order(void **st) {
         gp_sched_free(s);
 }
 
+/* The O(log n) queue position agrees with the dispatch order the
+ * scheduler simulates, for random queues with removals and requeues. */
+static void check_positions_match(gp_sched_policy policy) {
+        gp_sched *s = mk(policy, true);
+        add_node(s, "n", 2);
+        srand(7);
+        int64_t next = 1;
+        run_out o = {0};
+        for (int round = 0; round < 60; round++) {
+                for (int i = 0; i < 40; i++)
+                        enq(s, req(next++, rand() % 10, 1, 0));
+                for (int i = 0; i < 15; i++) {
+                        int64_t id = 1 + rand() % (next - 1);
+                        gp_sched_remove(s, id); /* may be gone already */
+                }
+                if (round % 5 == 0) {
+                        run(s, 1000, &o);
+                        for (size_t i = 0; i < o.n; i++)
+                                if (o.d[i].kind == GP_DECIDE_START && rand() % 2)
+                                        gp_sched_requeue(s, o.d[i].id);
+                }
+                int64_t ids[4096];
+                size_t n = gp_sched_queue_order(s, ids, 4096);
+                assert_true(n <= 4096);
+                for (size_t i = 0; i < n; i++) {
+                        gp_sched_task_view v;
+                        assert_int_equal(gp_sched_task_get(s, ids[i], &v), 0);
+                        assert_false(v.running);
+                        assert_int_equal(v.queue_position, (int)(i + 1));
+                }
+        }
+        free(o.d);
+        gp_sched_free(s);
+}
+
+static void test_queue_position_formula_matches_dispatch_order_hybrid(void **st) {
+        (void)st;
+        check_positions_match(GP_SCHED_HYBRID);
+}
+
+static void test_queue_position_formula_matches_dispatch_order_strict(void **st) {
+        (void)st;
+        check_positions_match(GP_SCHED_STRICT);
+}
+
 /* Random workload: after every step the books balance (allocated memory is
  * the sum of what runs, never above usable, exclusive GPUs hold one task). */
 static void test_random_workload_keeps_books_balanced(void **st) {
@@ -653,6 +698,8 @@ int main(void) {
                 cmocka_unit_test(test_backfill_off_keeps_strict_order),
                 cmocka_unit_test(test_restore_remove_and_requeue),
                 cmocka_unit_test(test_queue_positions_follow_dispatch_order),
+                cmocka_unit_test(test_queue_position_formula_matches_dispatch_order_hybrid),
+                cmocka_unit_test(test_queue_position_formula_matches_dispatch_order_strict),
                 cmocka_unit_test(test_random_workload_keeps_books_balanced),
         };
         return cmocka_run_group_tests_name("sched", tests, NULL, NULL);

@@ -1,0 +1,1531 @@
+/* exec.c - batch tasks run under a supervisor that outlives the daemon.
+ *
+ * Two halves live here (design: docs/internals/exec.md):
+ *  - the daemon side (gp_exec_start, _read_pidfile, _alive, _watch, _cancel,
+ *    _read_result): keeps no state, never logs, may be called from any
+ *    thread; between fork and exec it makes only async-signal-safe calls;
+ *  - the supervisor (gp_exec_supervise_main), a process of its own started
+ *    as "SELF_EXE __supervise TASK_DIR".  It is single-threaded, a session
+ *    leader (setsid by its starter), a child subreaper, and owns the task's
+ *    process group until it has written result.json.
+ *
+ * Invariants:
+ *  - every file in TASK_DIR except the append-only log is replaced
+ *    atomically (write NAME.tmp, fsync, rename, fsync the directory), so a
+ *    reader sees either nothing or a complete file;
+ *  - the supervisor blocks SIGTERM/SIGINT before it writes supervisor.pid,
+ *    so a cancel can never kill it without a result;
+ *  - result.json is written only after the command has been reaped and its
+ *    process group emptied (bounded wait), so when result.json exists the
+ *    task's processes are gone (except ones that left the group, see doc);
+ *  - every size read from TASK_DIR is bounded (spec.json 1 MiB, result.json
+ *    64 KiB, supervisor.pid 64 bytes, /proc/PID/stat 4 KiB).
+ */
+#include "exec/exec.h"
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "base/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SPEC_NAME "spec.json"
+#define PIDFILE_NAME "supervisor.pid"
+#define RESULT_NAME "result.json"
+#define LOG_NAME "log"
+
+#define SPEC_MAX_BYTES ((size_t)1 << 20)   /* spec.json, both when written and read */
+#define SPEC_MAX_ARGS 4096                 /* argv entries */
+#define SPEC_MAX_ENV 4096                  /* extra env entries */
+#define RESULT_MAX_BYTES ((size_t)64 << 10)
+#define PIDFILE_MAX_BYTES 64
+#define STAT_MAX_BYTES 4096
+#define TIMEOUT_MAX_S ((int64_t)100 * 365 * 86400)
+#define GRACE_MAX_S 86400
+#define START_WAIT_MS 5000                 /* gp_exec_start: supervisor.pid must appear */
+#define GROUP_WAIT_MS 5000                 /* command ended: wait for its group to empty */
+#define DRAIN_WAIT_MS 1000                 /* then for EOF on the output pipe */
+#define ARG_SHOW_MAX 96                    /* bytes of argv[0]/workdir quoted in messages */
+
+extern char **environ;
+
+/* ---- small helpers shared by both halves ---- */
+
+static int write_all(int fd, const void *p, size_t n) {
+        const char *c = p;
+        while (n > 0) {
+                ssize_t w = write(fd, c, n);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                c += w;
+                n -= (size_t)w;
+        }
+        return 0;
+}
+
+/* Move fd to a number >= 3 (keeping O_CLOEXEC) so it never collides with
+ * stdio in a child.  Consumes fd. */
+static int fd_above_stdio(int fd) {
+        if (fd < 0 || fd > 2)
+                return fd;
+        int n = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        int e = errno;
+        close(fd);
+        if (n < 0)
+                return -e;
+        return n;
+}
+
+/* Read NAME in dirfd, at most max bytes, into a NUL-terminated heap buffer.
+ * 0, -ENOENT, -EFBIG (larger than max), -EINVAL (not a regular file), -errno. */
+static int read_bounded_at(int dirfd, const char *name, size_t max, char **ret_data,
+                           size_t *ret_len) {
+        int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        if (fd < 0)
+                return errno == ELOOP ? -EINVAL : -errno;
+        int r;
+        char *data = NULL;
+        struct stat st;
+        if (fstat(fd, &st) < 0) {
+                r = -errno;
+                goto out_close;
+        }
+        if (!S_ISREG(st.st_mode)) {
+                r = -EINVAL;
+                goto out_close;
+        }
+        if (st.st_size < 0 || (uint64_t)st.st_size > max) {
+                r = -EFBIG;
+                goto out_close;
+        }
+        data = malloc(max + 1);
+        if (!data) {
+                r = -ENOMEM;
+                goto out_close;
+        }
+        size_t len = 0;
+        for (;;) {
+                /* read one byte past max to notice a file that grew */
+                ssize_t n = read(fd, data + len, max + 1 - len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        r = -errno;
+                        goto out_free;
+                }
+                if (n == 0)
+                        break;
+                len += (size_t)n;
+                if (len > max) {
+                        r = -EFBIG;
+                        goto out_free;
+                }
+        }
+        data[len] = '\0';
+        *ret_data = data;
+        *ret_len = len;
+        close(fd);
+        return 0;
+out_free:
+        free(data);
+out_close:
+        close(fd);
+        return r;
+}
+
+/* Replace NAME in dirfd with data: NAME.tmp, fsync, rename, fsync dir. */
+static int write_atomic_at(int dirfd, const char *name, const void *data, size_t len) {
+        char tmp[64];
+        int n = snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+        if (n < 0 || (size_t)n >= sizeof(tmp))
+                return -EINVAL;
+        int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return -errno;
+        int r = write_all(fd, data, len);
+        if (r == 0 && fsync(fd) < 0)
+                r = -errno;
+        if (close(fd) < 0 && r == 0 && errno != EINTR)
+                r = -errno;
+        if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
+                r = -errno;
+        if (r < 0) {
+                unlinkat(dirfd, tmp, 0);
+                return r;
+        }
+        if (fsync(dirfd) < 0)
+                return -errno;
+        return 0;
+}
+
+/* State (field 3) and start time (field 22) of /proc/PID/stat.  comm (field
+ * 2) may contain spaces and ')', so parsing starts after the LAST ')'.
+ * 0, -ESRCH (no such process), -EINVAL (unparsable), -errno. */
+static int proc_stat(pid_t pid, char *ret_state, int64_t *ret_start) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? -ESRCH : -errno;
+        char buf[STAT_MAX_BYTES];
+        size_t len = 0;
+        for (;;) {
+                ssize_t n = read(fd, buf + len, sizeof(buf) - 1 - len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        int e = errno;
+                        close(fd);
+                        return e == ESRCH ? -ESRCH : -e;
+                }
+                if (n == 0)
+                        break;
+                len += (size_t)n;
+                if (len == sizeof(buf) - 1) {
+                        close(fd);
+                        return -EINVAL;
+                }
+        }
+        close(fd);
+        buf[len] = '\0';
+        if (len == 0)
+                return -ESRCH;
+        char *p = memrchr(buf, ')', len);
+        if (!p)
+                return -EINVAL;
+        p++;
+        char state = 0;
+        for (int field = 3; field <= 22; field++) {
+                if (*p != ' ')
+                        return -EINVAL;
+                p++;
+                char *tok = p;
+                while (*p && *p != ' ' && *p != '\n')
+                        p++;
+                size_t tl = (size_t)(p - tok);
+                if (tl == 0)
+                        return -EINVAL;
+                if (field == 3) {
+                        if (tl != 1)
+                                return -EINVAL;
+                        state = tok[0];
+                } else if (field == 22) {
+                        char num[32];
+                        if (tl >= sizeof(num))
+                                return -EINVAL;
+                        memcpy(num, tok, tl);
+                        num[tl] = '\0';
+                        int64_t start;
+                        if (gp_parse_i64(num, 0, INT64_MAX, &start) < 0)
+                                return -EINVAL;
+                        if (ret_state)
+                                *ret_state = state;
+                        *ret_start = start;
+                        return 0;
+                }
+        }
+        return -EINVAL;
+}
+
+static bool proc_valid(const gp_exec_proc *p) {
+        return p && p->pid > 0 && p->pid <= INT_MAX && p->start >= 0;
+}
+
+/* "PID START\n", nothing else. */
+static int parse_pidfile(const char *s, size_t len, gp_exec_proc *ret) {
+        char buf[PIDFILE_MAX_BYTES];
+        if (len < 4 || len >= sizeof(buf) || s[len - 1] != '\n' || memchr(s, '\0', len))
+                return -EINVAL;
+        memcpy(buf, s, len - 1);
+        buf[len - 1] = '\0';
+        char *sp = strchr(buf, ' ');
+        if (!sp)
+                return -EINVAL;
+        *sp = '\0';
+        gp_exec_proc p;
+        if (gp_parse_i64(buf, 1, INT_MAX, &p.pid) < 0 ||
+            gp_parse_i64(sp + 1, 0, INT64_MAX, &p.start) < 0)
+                return -EINVAL;
+        *ret = p;
+        return 0;
+}
+
+static int read_pidfile_at(int dirfd, gp_exec_proc *ret) {
+        char *data;
+        size_t len;
+        int r = read_bounded_at(dirfd, PIDFILE_NAME, PIDFILE_MAX_BYTES, &data, &len);
+        if (r == -EFBIG)
+                return -EINVAL;
+        if (r < 0)
+                return r;
+        r = parse_pidfile(data, len, ret);
+        free(data);
+        return r;
+}
+
+static int open_dir(const char *path) {
+        int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        return fd < 0 ? -errno : fd;
+}
+
+/* ---- result.json ---- */
+
+static const char *const end_names[] = {
+        [GP_EXEC_EXITED] = "exited",
+        [GP_EXEC_SIGNALED] = "signaled",
+        [GP_EXEC_TIMEOUT] = "timeout",
+        [GP_EXEC_CANCELLED] = "cancelled",
+        [GP_EXEC_SPAWN_FAILED] = "spawn_failed",
+};
+
+static int json_int_field(json_t *o, const char *key, int64_t min, int64_t max, int64_t *ret) {
+        json_t *v = json_object_get(o, key);
+        if (!json_is_integer(v))
+                return -EINVAL;
+        json_int_t i = json_integer_value(v);
+        if (i < min || i > max)
+                return -EINVAL;
+        *ret = (int64_t)i;
+        return 0;
+}
+
+static int parse_result(const char *data, size_t len, gp_exec_result *ret) {
+        json_error_t jerr;
+        json_t *o = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!o)
+                return -EINVAL;
+        int r = -EINVAL;
+        gp_exec_result res;
+        memset(&res, 0, sizeof(res));
+        if (!json_is_object(o))
+                goto out;
+        const char *end = json_string_value(json_object_get(o, "end"));
+        if (!end)
+                goto out;
+        size_t i;
+        for (i = 0; i < GP_ARRAY_SIZE(end_names); i++)
+                if (strcmp(end, end_names[i]) == 0)
+                        break;
+        if (i == GP_ARRAY_SIZE(end_names))
+                goto out;
+        res.end = (gp_exec_end)i;
+        int64_t code, sig, fin;
+        if (json_int_field(o, "exit_code", 0, 255, &code) < 0 ||
+            json_int_field(o, "signal", 0, 127, &sig) < 0 ||
+            json_int_field(o, "finished_ms", 0, INT64_MAX, &fin) < 0)
+                goto out;
+        if (res.end == GP_EXEC_EXITED && sig != 0)
+                goto out;
+        res.exit_code = (int)code;
+        res.signal = (int)sig;
+        res.finished_ms = fin;
+        json_t *m = json_object_get(o, "message");
+        if (!json_is_string(m) || json_string_length(m) >= sizeof(res.message))
+                goto out;
+        memcpy(res.message, json_string_value(m), json_string_length(m) + 1);
+        *ret = res;
+        r = 0;
+out:
+        json_decref(o);
+        return r;
+}
+
+int gp_exec_read_result(const char *task_dir, gp_exec_result *ret) {
+        if (!task_dir || !ret)
+                return -EINVAL;
+        int dirfd = open_dir(task_dir);
+        if (dirfd < 0)
+                return dirfd;
+        char *data;
+        size_t len;
+        int r = read_bounded_at(dirfd, RESULT_NAME, RESULT_MAX_BYTES, &data, &len);
+        close(dirfd);
+        if (r == -EFBIG)
+                return -EINVAL;
+        if (r < 0)
+                return r;
+        r = parse_result(data, len, ret);
+        free(data);
+        return r;
+}
+
+/* ---- identity of a supervisor ---- */
+
+int gp_exec_read_pidfile(const char *task_dir, gp_exec_proc *ret) {
+        if (!task_dir || !ret)
+                return -EINVAL;
+        int dirfd = open_dir(task_dir);
+        if (dirfd < 0)
+                return dirfd;
+        int r = read_pidfile_at(dirfd, ret);
+        close(dirfd);
+        return r;
+}
+
+bool gp_exec_alive(const gp_exec_proc *p) {
+        if (!proc_valid(p))
+                return false;
+        char state;
+        int64_t start;
+        if (proc_stat((pid_t)p->pid, &state, &start) < 0)
+                return false;
+        /* a zombie has finished; nobody may reap it (e.g. a lazy init) */
+        return start == p->start && state != 'Z' && state != 'X' && state != 'x';
+}
+
+/* pidfd for p, opened first and then checked against /proc so a reused pid
+ * cannot slip in between. */
+static int open_checked(const gp_exec_proc *p, bool need_running, int *ret_fd) {
+        if (!proc_valid(p))
+                return -EINVAL;
+        int fd = (int)syscall(SYS_pidfd_open, (pid_t)p->pid, 0);
+        if (fd < 0)
+                return errno == ESRCH ? -ESRCH : -errno;
+        char state;
+        int64_t start;
+        int r = proc_stat((pid_t)p->pid, &state, &start);
+        if (r == 0 && start != p->start)
+                r = -ESRCH;
+        if (r == 0 && need_running && (state == 'Z' || state == 'X' || state == 'x'))
+                r = -ESRCH;
+        if (r < 0) {
+                close(fd);
+                return r;
+        }
+        *ret_fd = fd;
+        return 0;
+}
+
+int gp_exec_watch(const gp_exec_proc *p, int *ret_fd) {
+        if (!ret_fd)
+                return -EINVAL;
+        return open_checked(p, false, ret_fd);
+}
+
+int gp_exec_cancel(const gp_exec_proc *p) {
+        int fd;
+        int r = open_checked(p, true, &fd);
+        if (r < 0)
+                return r;
+        if (syscall(SYS_pidfd_send_signal, fd, SIGTERM, NULL, 0) < 0)
+                r = errno == ESRCH ? -ESRCH : -errno;
+        close(fd);
+        return r;
+}
+
+/* ---- gp_exec_start ---- */
+
+static int mkdir_p(const char *path, mode_t mode) {
+        size_t n = strlen(path);
+        char buf[PATH_MAX];
+        if (n == 0 || n >= sizeof(buf))
+                return -EINVAL;
+        memcpy(buf, path, n + 1);
+        for (char *p = buf + 1;; p++) {
+                if (*p != '/' && *p != '\0')
+                        continue;
+                char c = *p;
+                *p = '\0';
+                if (mkdir(buf, mode) < 0 && errno != EEXIST)
+                        return -errno;
+                *p = c;
+                if (c == '\0')
+                        break;
+        }
+        return 0;
+}
+
+static int add_strings(json_t *o, const char *key, const char *const *v, size_t max,
+                       bool need_eq) {
+        json_t *a = json_array();
+        if (!a || json_object_set_new(o, key, a) < 0)
+                return -ENOMEM;
+        for (size_t i = 0; v && v[i]; i++) {
+                if (i >= max)
+                        return -EINVAL;
+                if (need_eq) {
+                        const char *eq = strchr(v[i], '=');
+                        if (!eq || eq == v[i])
+                                return -EINVAL;
+                }
+                json_t *s = json_string(v[i]);
+                if (!s)
+                        return -EINVAL;   /* not UTF-8 (or out of memory) */
+                if (json_array_append_new(a, s) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+static int set_str(json_t *o, const char *key, const char *v) {
+        json_t *s = json_string(v ? v : "");
+        if (!s)
+                return -EINVAL;
+        return json_object_set_new(o, key, s) < 0 ? -ENOMEM : 0;
+}
+
+static int set_int(json_t *o, const char *key, int64_t v) {
+        json_t *i = json_integer((json_int_t)v);
+        if (!i)
+                return -ENOMEM;
+        return json_object_set_new(o, key, i) < 0 ? -ENOMEM : 0;
+}
+
+static int spec_dump(const gp_exec_spec *s, char **ret) {
+        if (!s->argv || !s->argv[0] || !s->argv[0][0] || s->task_id <= 0 || s->timeout_s < 0 ||
+            s->timeout_s > TIMEOUT_MAX_S || s->kill_grace_s < 0 || s->kill_grace_s > GRACE_MAX_S ||
+            s->max_log_bytes <= 0)
+                return -EINVAL;
+        json_t *o = json_object();
+        if (!o)
+                return -ENOMEM;
+        int r;
+        if ((r = add_strings(o, "argv", s->argv, SPEC_MAX_ARGS, false)) < 0 ||
+            (r = add_strings(o, "env", s->env, SPEC_MAX_ENV, true)) < 0 ||
+            (r = set_str(o, "workdir", s->workdir)) < 0 ||
+            (r = set_str(o, "cuda_visible_devices", s->cuda_visible_devices)) < 0 ||
+            (r = set_str(o, "gpus", s->gpus)) < 0 ||
+            (r = set_int(o, "task_id", s->task_id)) < 0 ||
+            (r = set_int(o, "timeout_s", s->timeout_s)) < 0 ||
+            (r = set_int(o, "kill_grace_s", s->kill_grace_s)) < 0 ||
+            (r = set_int(o, "max_log_bytes", s->max_log_bytes)) < 0)
+                goto out;
+        char *d = json_dumps(o, JSON_COMPACT);
+        if (!d) {
+                r = -ENOMEM;
+                goto out;
+        }
+        if (strlen(d) > SPEC_MAX_BYTES) {
+                free(d);
+                r = -EINVAL;
+                goto out;
+        }
+        *ret = d;
+        r = 0;
+out:
+        json_decref(o);
+        return r;
+}
+
+/* What the intermediate child and the supervisor-to-be tell gp_exec_start
+ * through a CLOEXEC pipe (each message is one atomic write). */
+enum { MSG_PID = 1, MSG_FORK_ERR, MSG_SETSID_ERR, MSG_CLOSE_ERR, MSG_EXEC_ERR };
+typedef struct start_msg {
+        int kind;                    /* MSG_* */
+        int val;                     /* pid for MSG_PID, else errno */
+} start_msg;
+
+static void send_msg(int fd, int kind, int val) {
+        start_msg m = {.kind = kind, .val = val};
+        ssize_t w;
+        do
+                w = write(fd, &m, sizeof(m));
+        while (w < 0 && errno == EINTR);
+}
+
+/* Runs in the forked child of a possibly multi-threaded daemon: only
+ * async-signal-safe calls; everything it needs was prepared before fork. */
+static void __attribute__((noreturn))
+start_child(int msg_w, int devnull, const char *exe, char *const *argv, const sigset_t *empty) {
+        if (setsid() < 0) {
+                send_msg(msg_w, MSG_SETSID_ERR, errno);
+                _exit(1);
+        }
+        pid_t pid = _Fork();   /* async-signal-safe, unlike fork() */
+        if (pid < 0) {
+                send_msg(msg_w, MSG_FORK_ERR, errno);
+                _exit(1);
+        }
+        if (pid > 0) {
+                send_msg(msg_w, MSG_PID, (int)pid);
+                _exit(0);
+        }
+        /* the supervisor-to-be: no controlling terminal, not our child */
+        sigprocmask(SIG_SETMASK, empty, NULL);
+        dup2(devnull, STDIN_FILENO);
+        dup2(devnull, STDOUT_FILENO);
+        /* stderr stays: the supervisor reports setup failures there */
+        if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+                send_msg(msg_w, MSG_CLOSE_ERR, errno);
+                _exit(127);
+        }
+        execv(exe, argv);
+        send_msg(msg_w, MSG_EXEC_ERR, errno);
+        _exit(127);
+}
+
+static int64_t ms_left(int64_t deadline) {
+        int64_t left = deadline - gp_mono_ms();
+        return left < 0 ? 0 : left;
+}
+
+/* Collect the messages until EOF (the supervisor exec'd or died) or the
+ * deadline.  Returns 0 with *ret_pid set, or the error reported. */
+static int read_start_msgs(int msg_r, int64_t deadline, pid_t *ret_pid) {
+        pid_t pid = 0;
+        int err = 0;
+        for (;;) {
+                struct pollfd pfd = {.fd = msg_r, .events = POLLIN};
+                int n = poll(&pfd, 1, (int)ms_left(deadline));
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        return err ? err : -ETIMEDOUT;
+                start_msg m;
+                ssize_t got = read(msg_r, &m, sizeof(m));
+                if (got < 0) {
+                        if (errno == EINTR || errno == EAGAIN)
+                                continue;
+                        return -errno;
+                }
+                if (got == 0)
+                        break;
+                if (got != sizeof(m))
+                        return -EIO;
+                if (m.kind == MSG_PID)
+                        pid = (pid_t)m.val;
+                else if (!err)
+                        err = m.val > 0 ? -m.val : -EIO;
+        }
+        if (err)
+                return err;
+        if (pid <= 0)
+                return -EIO;   /* the intermediate child died before forking */
+        *ret_pid = pid;
+        return 0;
+}
+
+/* Wait until supervisor.pid names pid.  pidfd (the supervisor's, or -1 if
+ * none could be opened) tells us early when it died first. */
+static int wait_pidfile(int dirfd, pid_t pid, int pidfd, int64_t deadline, gp_exec_proc *ret) {
+        int sleep_ms = 1;
+        for (;;) {
+                gp_exec_proc p;
+                if (read_pidfile_at(dirfd, &p) == 0 && p.pid == pid) {
+                        *ret = p;
+                        return 0;
+                }
+                if (ms_left(deadline) == 0)
+                        return -ETIMEDOUT;
+                int t = (int)(ms_left(deadline) < sleep_ms ? ms_left(deadline) : sleep_ms);
+                struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
+                if (pidfd < 0) {
+                        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)t * 1000000L};
+                        nanosleep(&ts, NULL);
+                } else if (poll(&pfd, 1, t) > 0) {
+                        /* exited: one last look, it may have written the file */
+                        if (read_pidfile_at(dirfd, &p) == 0 && p.pid == pid) {
+                                *ret = p;
+                                return 0;
+                        }
+                        return -EIO;
+                }
+                if (sleep_ms < 20)
+                        sleep_ms *= 2;
+        }
+}
+
+int gp_exec_start(const char *self_exe, const char *task_dir, const gp_exec_spec *spec,
+                  gp_exec_proc *ret) {
+        if (!self_exe || !self_exe[0] || !task_dir || !task_dir[0] || !spec || !ret)
+                return -EINVAL;
+        int64_t deadline = gp_mono_ms() + START_WAIT_MS;
+        char *json = NULL;
+        int r = spec_dump(spec, &json);
+        if (r < 0)
+                return r;
+        int dirfd = -1, devnull = -1, msg[2] = {-1, -1}, pidfd = -1;
+        pid_t child = -1, sup = 0;
+        r = mkdir_p(task_dir, 0700);
+        if (r < 0)
+                goto out;
+        dirfd = open_dir(task_dir);
+        if (dirfd < 0) {
+                r = dirfd;
+                goto out;
+        }
+        /* a live supervisor still owns this directory: refuse.  Once it has
+         * written result.json it only closes files and exits, so it no
+         * longer counts. */
+        gp_exec_proc old;
+        if (read_pidfile_at(dirfd, &old) == 0 && gp_exec_alive(&old) &&
+            faccessat(dirfd, RESULT_NAME, F_OK, 0) < 0) {
+                r = -EBUSY;
+                goto out;
+        }
+        /* stale files of an earlier attempt would be mistaken for ours */
+        static const char *const stale[] = {PIDFILE_NAME, PIDFILE_NAME ".tmp", RESULT_NAME,
+                                            RESULT_NAME ".tmp"};
+        for (size_t i = 0; i < GP_ARRAY_SIZE(stale); i++)
+                if (unlinkat(dirfd, stale[i], 0) < 0 && errno != ENOENT) {
+                        r = -errno;
+                        goto out;
+                }
+        r = write_atomic_at(dirfd, SPEC_NAME, json, strlen(json));
+        if (r < 0)
+                goto out;
+
+        /* everything the children need, prepared before fork */
+        char *argv[] = {(char *)self_exe, (char *)"__supervise", (char *)task_dir, NULL};
+        sigset_t empty;
+        sigemptyset(&empty);
+        int nfd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (nfd < 0) {
+                r = -errno;
+                goto out;
+        }
+        devnull = fd_above_stdio(nfd);
+        if (devnull < 0) {
+                r = devnull;
+                goto out;
+        }
+        if (pipe2(msg, O_CLOEXEC) < 0) {
+                r = -errno;
+                goto out;
+        }
+        msg[0] = fd_above_stdio(msg[0]);
+        msg[1] = fd_above_stdio(msg[1]);
+        if (msg[0] < 0 || msg[1] < 0) {
+                r = msg[0] < 0 ? msg[0] : msg[1];
+                goto out;
+        }
+        child = fork();
+        if (child < 0) {
+                r = -errno;
+                goto out;
+        }
+        if (child == 0)
+                start_child(msg[1], devnull, self_exe, argv, &empty);
+        close(msg[1]);
+        msg[1] = -1;
+        r = read_start_msgs(msg[0], deadline, &sup);
+        /* The intermediate child exits at once; reap it (ECHILD: someone
+         * else did).  If something went wrong it may be stuck: it is still
+         * our unreaped child, so killing it cannot hit a stranger. */
+        if (r < 0)
+                kill(child, SIGKILL);
+        while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
+                ;
+        int pidfd_err = 0;
+        if (sup > 0) {
+                pidfd = (int)syscall(SYS_pidfd_open, sup, 0);
+                if (pidfd < 0)
+                        pidfd_err = errno;
+        }
+        if (r < 0)
+                goto out;
+        if (pidfd_err == ESRCH) {
+                /* already gone and reaped: it may have finished a whole
+                 * (very short) task, so only its pidfile can tell */
+                gp_exec_proc p;
+                if (read_pidfile_at(dirfd, &p) == 0 && p.pid == sup) {
+                        *ret = p;
+                        r = 0;
+                } else {
+                        r = -EIO;
+                }
+                goto out;
+        }
+        r = wait_pidfile(dirfd, sup, pidfd, deadline, ret);
+out:
+        if (r < 0 && pidfd >= 0) {
+                /* still running but silent: ask it to stop.  SIGTERM, not
+                 * SIGKILL: if it got as far as starting the command it will
+                 * stop that too and record "cancelled". */
+                syscall(SYS_pidfd_send_signal, pidfd, SIGTERM, NULL, 0);
+        }
+        if (pidfd >= 0)
+                close(pidfd);
+        if (msg[0] >= 0)
+                close(msg[0]);
+        if (msg[1] >= 0)
+                close(msg[1]);
+        if (devnull >= 0)
+                close(devnull);
+        if (dirfd >= 0)
+                close(dirfd);
+        free(json);
+        return r;
+}
+
+/* ---- the supervisor ---- */
+
+typedef struct spec {
+        json_t *root;                /* owns every string below */
+        const char **argv;           /* NULL-terminated, argc >= 1 */
+        size_t argc;
+        const char **env;            /* NULL-terminated "K=V" */
+        size_t envc;
+        const char *workdir;         /* "" = task dir; relative = below the task dir */
+        const char *cuda;            /* CUDA_VISIBLE_DEVICES */
+        const char *gpus;            /* GPUPOOL_GPUS */
+        int64_t task_id;
+        int64_t timeout_s;           /* 0 = none */
+        int64_t kill_grace_s;
+        int64_t max_log_bytes;
+} spec;
+
+static void spec_done(spec *s) {
+        free(s->argv);
+        free(s->env);
+        json_decref(s->root);
+        memset(s, 0, sizeof(*s));
+}
+
+static int get_strings(json_t *o, const char *key, size_t max, bool need_eq, bool nonempty,
+                       const char ***ret, size_t *ret_n, const char **why) {
+        json_t *a = json_object_get(o, key);
+        if (!json_is_array(a)) {
+                *why = "is missing or not an array";
+                return -EINVAL;
+        }
+        size_t n = json_array_size(a);
+        if (n > max) {
+                *why = "has too many entries";
+                return -EINVAL;
+        }
+        if (nonempty && n == 0) {
+                *why = "is empty";
+                return -EINVAL;
+        }
+        const char **v = calloc(n + 1, sizeof(*v));
+        if (!v)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                const char *s = json_string_value(json_array_get(a, i));
+                const char *eq = s ? strchr(s, '=') : NULL;
+                if (!s || (need_eq && (!eq || eq == s)) || (nonempty && i == 0 && !s[0])) {
+                        *why = "has an invalid entry";
+                        free(v);
+                        return -EINVAL;
+                }
+                v[i] = s;
+        }
+        *ret = v;
+        *ret_n = n;
+        return 0;
+}
+
+static int get_string(json_t *o, const char *key, const char **ret) {
+        const char *s = json_string_value(json_object_get(o, key));
+        if (!s)
+                return -EINVAL;
+        *ret = s;
+        return 0;
+}
+
+/* Read and validate spec.json.  On failure *why says what was wrong (for
+ * the result message). */
+static int spec_load(int dirfd, spec *ret, char *why, size_t why_size) {
+        spec s;
+        memset(&s, 0, sizeof(s));
+        char *data;
+        size_t len;
+        int r = read_bounded_at(dirfd, SPEC_NAME, SPEC_MAX_BYTES, &data, &len);
+        if (r < 0) {
+                if (r == -EFBIG)
+                        snprintf(why, why_size, "spec.json is larger than %zu bytes",
+                                 SPEC_MAX_BYTES);
+                else
+                        snprintf(why, why_size, "cannot read spec.json: %s", gp_strerror(r));
+                return r == -EFBIG ? -EINVAL : r;
+        }
+        json_error_t jerr;
+        s.root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+        free(data);
+        if (!s.root || !json_is_object(s.root)) {
+                snprintf(why, why_size, "invalid spec.json: %s",
+                         s.root ? "not an object" : jerr.text);
+                r = -EINVAL;
+                goto fail;
+        }
+        const char *what = NULL, *field = NULL;
+        if ((r = get_strings(s.root, "argv", SPEC_MAX_ARGS, false, true, &s.argv, &s.argc,
+                             &what)) < 0) {
+                field = "argv";
+                goto bad;
+        }
+        if ((r = get_strings(s.root, "env", SPEC_MAX_ENV, true, false, &s.env, &s.envc,
+                             &what)) < 0) {
+                field = "env";
+                goto bad;
+        }
+        what = "is missing or has the wrong type or range";
+        r = -EINVAL;
+        if (get_string(s.root, "workdir", &s.workdir) < 0) {
+                field = "workdir";
+                goto bad;
+        }
+        if (get_string(s.root, "cuda_visible_devices", &s.cuda) < 0) {
+                field = "cuda_visible_devices";
+                goto bad;
+        }
+        if (get_string(s.root, "gpus", &s.gpus) < 0) {
+                field = "gpus";
+                goto bad;
+        }
+        if (json_int_field(s.root, "task_id", 1, INT64_MAX, &s.task_id) < 0) {
+                field = "task_id";
+                goto bad;
+        }
+        if (json_int_field(s.root, "timeout_s", 0, TIMEOUT_MAX_S, &s.timeout_s) < 0) {
+                field = "timeout_s";
+                goto bad;
+        }
+        if (json_int_field(s.root, "kill_grace_s", 0, GRACE_MAX_S, &s.kill_grace_s) < 0) {
+                field = "kill_grace_s";
+                goto bad;
+        }
+        if (json_int_field(s.root, "max_log_bytes", 1, INT64_MAX, &s.max_log_bytes) < 0) {
+                field = "max_log_bytes";
+                goto bad;
+        }
+        *ret = s;
+        return 0;
+bad:
+        if (r == -ENOMEM)
+                snprintf(why, why_size, "out of memory reading spec.json");
+        else
+                snprintf(why, why_size, "invalid spec.json: %s %s", field, what);
+fail:
+        spec_done(&s);
+        return r;
+}
+
+static bool same_key(const char *a, const char *b) {
+        while (*a && *a != '=' && *a == *b) {
+                a++;
+                b++;
+        }
+        return (*a == '=' || *a == '\0') && (*b == '=' || *b == '\0');
+}
+
+/* The command's environment: inherited, minus what the spec or gpupool
+ * sets, plus the spec's env (last entry of a key wins), plus gpupool's own
+ * three variables, which nobody can override. */
+static int build_env(const spec *s, char ***ret_env, char **own) {
+        gp_buf b[3];
+        const char *names[3] = {"CUDA_VISIBLE_DEVICES", "GPUPOOL_TASK_ID", "GPUPOOL_GPUS"};
+        for (int i = 0; i < 3; i++)
+                gp_buf_init(&b[i], 0);
+        int r = 0;
+        if (gp_buf_printf(&b[0], "CUDA_VISIBLE_DEVICES=%s", s->cuda) < 0 ||
+            gp_buf_printf(&b[1], "GPUPOOL_TASK_ID=%lld", (long long)s->task_id) < 0 ||
+            gp_buf_printf(&b[2], "GPUPOOL_GPUS=%s", s->gpus) < 0)
+                r = -ENOMEM;
+        for (int i = 0; i < 3; i++) {
+                own[i] = r == 0 ? gp_buf_steal(&b[i]) : NULL;
+                gp_buf_done(&b[i]);
+                if (r == 0 && !own[i])
+                        r = -ENOMEM;
+        }
+        if (r < 0)
+                return r;
+        size_t ninh = 0;
+        while (environ && environ[ninh])
+                ninh++;
+        char **env = calloc(ninh + s->envc + 3 + 1, sizeof(*env));
+        if (!env)
+                return -ENOMEM;
+        size_t n = 0;
+        for (size_t i = 0; i < ninh; i++) {
+                const char *e = environ[i];
+                if (!strchr(e, '=') || e[0] == '=')
+                        continue;
+                bool drop = false;
+                for (int k = 0; k < 3 && !drop; k++)
+                        drop = same_key(e, names[k]);
+                for (size_t k = 0; k < s->envc && !drop; k++)
+                        drop = same_key(e, s->env[k]);
+                if (!drop)
+                        env[n++] = (char *)e;
+        }
+        for (size_t i = 0; i < s->envc; i++) {
+                bool drop = false;
+                for (int k = 0; k < 3 && !drop; k++)
+                        drop = same_key(s->env[i], names[k]);
+                for (size_t k = i + 1; k < s->envc && !drop; k++)
+                        drop = same_key(s->env[i], s->env[k]);
+                if (!drop)
+                        env[n++] = (char *)s->env[i];
+        }
+        for (int k = 0; k < 3; k++)
+                env[n++] = own[k];
+        env[n] = NULL;
+        *ret_env = env;
+        return 0;
+}
+
+/* Cut a snprintf-truncated string back to whole UTF-8 characters. */
+static void utf8_fix_tail(char *s) {
+        size_t n = strlen(s), i = n;
+        size_t cont = 0;
+        while (i > 0 && cont < 4 && ((unsigned char)s[i - 1] & 0xc0) == 0x80) {
+                i--;
+                cont++;
+        }
+        if (i == 0)
+                return;
+        unsigned char c = (unsigned char)s[i - 1];
+        size_t need = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : 4;
+        if (cont + 1 < need)
+                s[i - 1] = '\0';
+}
+
+/* "'abc'" or "'abc...'" for messages, bounded. */
+static void quote(char *out, size_t size, const char *s) {
+        if (strlen(s) <= ARG_SHOW_MAX) {
+                snprintf(out, size, "'%s'", s);
+                return;
+        }
+        char cut[ARG_SHOW_MAX + 1];
+        memcpy(cut, s, ARG_SHOW_MAX);
+        cut[ARG_SHOW_MAX] = '\0';
+        utf8_fix_tail(cut);
+        snprintf(out, size, "'%s...'", cut);
+}
+
+static int write_result(int dirfd, const gp_exec_result *res) {
+        char msg[sizeof(res->message)];
+        gp_strlcpy(msg, res->message, sizeof(msg));
+        utf8_fix_tail(msg);
+        json_t *o = json_object();
+        if (!o)
+                return -ENOMEM;
+        int r = -ENOMEM;
+        json_t *m = json_string(msg);
+        if (!m)
+                m = json_string("(unprintable message)");
+        if (json_object_set_new(o, "end", json_string(end_names[res->end])) < 0 ||
+            json_object_set_new(o, "exit_code", json_integer(res->exit_code)) < 0 ||
+            json_object_set_new(o, "signal", json_integer(res->signal)) < 0 ||
+            json_object_set_new(o, "finished_ms", json_integer(res->finished_ms)) < 0 ||
+            json_object_set_new(o, "message", m) < 0)
+                goto out;
+        char *d = json_dumps(o, JSON_COMPACT);
+        if (!d)
+                goto out;
+        size_t len = strlen(d);
+        /* one line, newline-terminated, for people reading the directory */
+        char *line = realloc(d, len + 2);
+        if (!line) {
+                free(d);
+                goto out;
+        }
+        line[len] = '\n';
+        line[len + 1] = '\0';
+        r = write_atomic_at(dirfd, RESULT_NAME, line, len + 1);
+        free(line);
+out:
+        json_decref(o);
+        return r;
+}
+
+static void set_message(gp_exec_result *res, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+static void set_message(gp_exec_result *res, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(res->message, sizeof(res->message), fmt, ap);
+        va_end(ap);
+        utf8_fix_tail(res->message);
+}
+
+static void spawn_failed(gp_exec_result *res, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+static void spawn_failed(gp_exec_result *res, const char *fmt, ...) {
+        memset(res, 0, sizeof(*res));
+        res->end = GP_EXEC_SPAWN_FAILED;
+        res->exit_code = 127;
+        res->finished_ms = gp_now_ms();
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(res->message, sizeof(res->message), fmt, ap);
+        va_end(ap);
+        utf8_fix_tail(res->message);
+}
+
+/* What the command's child reports through its CLOEXEC error pipe. */
+enum { SPAWN_CHDIR = 1, SPAWN_EXEC };
+
+/* Forked child of the supervisor: becomes the command. */
+static void __attribute__((noreturn))
+command_child(const spec *s, char **envp, int dirfd, int out_w, int err_w) {
+        setpgid(0, 0);
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        for (int sig = 1; sig < NSIG; sig++)
+                if (sig != SIGKILL && sig != SIGSTOP)
+                        sigaction(sig, &dfl, NULL);   /* ignored ones survive exec */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        dup2(out_w, STDOUT_FILENO);
+        dup2(out_w, STDERR_FILENO);
+        close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+        if (fchdir(dirfd) < 0 || (s->workdir[0] && chdir(s->workdir) < 0)) {
+                start_msg m = {.kind = SPAWN_CHDIR, .val = errno};
+                (void)!write(err_w, &m, sizeof(m));
+                _exit(127);
+        }
+        environ = envp;   /* so execvp searches the command's own PATH */
+        execvp(s->argv[0], (char *const *)s->argv);
+        start_msg m = {.kind = SPAWN_EXEC, .val = errno};
+        (void)!write(err_w, &m, sizeof(m));
+        _exit(127);
+}
+
+typedef struct run {
+        pid_t pid;                   /* the command; also its process group */
+        int out;                     /* read end of its stdout+stderr, -1 after EOF */
+        int logfd;                   /* TASK_DIR/log, O_APPEND */
+        int64_t logged;              /* bytes in the log file */
+        int64_t cap;                 /* max_log_bytes */
+        bool capped;                 /* cap reached: output is discarded */
+        bool log_broken;             /* a write failed: output is discarded */
+        char last;                   /* last byte in the log ('\n' when empty) */
+        gp_exec_end reason;          /* GP_EXEC_TIMEOUT/CANCELLED once stopping */
+        bool stopping;               /* SIGTERM sent to the group */
+        int last_sig;                /* last signal we sent to the group, 0 = none */
+        int64_t kill_at;             /* mono ms to send SIGKILL, 0 = not pending */
+        bool exited;                 /* the command has been reaped */
+        int status;                  /* its wait status */
+        int64_t finished_ms;         /* wall clock when it was reaped */
+} run;
+
+static void log_write(run *r, const char *p, size_t n) {
+        if (r->capped || r->log_broken || n == 0)
+                return;
+        bool cut = false;
+        if ((int64_t)n > r->cap - r->logged) {
+                n = (size_t)(r->cap - r->logged);
+                cut = true;
+        }
+        if (n > 0) {
+                if (write_all(r->logfd, p, n) < 0) {
+                        r->log_broken = true;
+                        return;
+                }
+                r->logged += (int64_t)n;
+                r->last = p[n - 1];
+        }
+        if (!cut)
+                return;
+        /* reached the cap; later output (even if it would just fit) is dropped */
+        char marker[96];
+        int m = snprintf(marker, sizeof(marker), "%s[gpupool: log truncated at %lld bytes]\n",
+                         r->last == '\n' ? "" : "\n", (long long)r->cap);
+        if (write_all(r->logfd, marker, (size_t)m) < 0)
+                r->log_broken = true;
+        r->capped = true;
+}
+
+/* Read what is available on the output pipe. */
+static void pump_output(run *r) {
+        char buf[65536];
+        for (int i = 0; i < 16 && r->out >= 0; i++) {
+                ssize_t n = read(r->out, buf, sizeof(buf));
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                return;
+                        n = 0;   /* EIO and friends: treat as the end */
+                }
+                if (n == 0) {
+                        close(r->out);
+                        r->out = -1;
+                        return;
+                }
+                log_write(r, buf, (size_t)n);
+        }
+}
+
+static void stop_group(run *r, gp_exec_end reason, int64_t grace_s) {
+        r->stopping = true;
+        r->reason = reason;
+        kill(-r->pid, SIGTERM);
+        kill(-r->pid, SIGCONT);   /* a stopped process must see the SIGTERM */
+        r->last_sig = SIGTERM;
+        if (grace_s == 0) {
+                kill(-r->pid, SIGKILL);
+                r->last_sig = SIGKILL;
+        } else {
+                r->kill_at = gp_mono_ms() + grace_s * 1000;
+        }
+}
+
+static void reap(run *r) {
+        for (;;) {
+                int st;
+                pid_t w = waitpid(-1, &st, WNOHANG);
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w <= 0)
+                        return;
+                if (w == r->pid && !r->exited) {
+                        r->exited = true;
+                        r->status = st;
+                        r->finished_ms = gp_now_ms();
+                        kill(-r->pid, SIGKILL);   /* leftovers in its group */
+                }
+        }
+}
+
+static void handle_signals(run *r, int sigfd, int64_t grace_s) {
+        for (;;) {
+                struct signalfd_siginfo si;
+                ssize_t n = read(sigfd, &si, sizeof(si));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n != (ssize_t)sizeof(si))
+                        return;
+                if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+                        reap(r);   /* a command that already ended was not cancelled */
+                        if (!r->exited && !r->stopping)
+                                stop_group(r, GP_EXEC_CANCELLED, grace_s);
+                } else if (si.ssi_signo == SIGCHLD) {
+                        reap(r);
+                }
+        }
+}
+
+/* Copy output, enforce the deadlines, until the command is reaped, its group
+ * is empty (bounded) and the pipe is drained (bounded). */
+static void supervise(run *r, const spec *s, int sigfd) {
+        int64_t t0 = gp_mono_ms();
+        int64_t deadline = s->timeout_s > 0 ? t0 + s->timeout_s * 1000 : 0;
+        int64_t group_until = 0, drain_until = 0;
+        bool group_gone = false;
+        for (;;) {
+                int64_t now = gp_mono_ms();
+                int wait_ms = -1;
+                if (!r->exited) {
+                        if (!r->stopping && deadline && now >= deadline) {
+                                reap(r);   /* ended just in time? then no timeout */
+                                if (!r->exited)
+                                        stop_group(r, GP_EXEC_TIMEOUT, s->kill_grace_s);
+                        }
+                        if (!r->exited && r->kill_at && now >= r->kill_at) {
+                                kill(-r->pid, SIGKILL);
+                                r->last_sig = SIGKILL;
+                                r->kill_at = 0;
+                        }
+                        int64_t next = !r->stopping && deadline ? deadline : r->kill_at;
+                        if (next)
+                                wait_ms = (int)(next - now > INT_MAX ? INT_MAX : next - now);
+                } else if (!group_gone) {
+                        if (!group_until)
+                                group_until = now + GROUP_WAIT_MS;
+                        reap(r);
+                        if ((kill(-r->pid, SIGKILL) < 0 && errno == ESRCH) || now >= group_until) {
+                                group_gone = true;
+                                drain_until = now + DRAIN_WAIT_MS;
+                        } else {
+                                wait_ms = 10;
+                        }
+                }
+                if (group_gone) {
+                        if (r->out < 0 || now >= drain_until)
+                                return;
+                        wait_ms = (int)(drain_until - now);
+                }
+                struct pollfd pfd[2] = {{.fd = sigfd, .events = POLLIN},
+                                        {.fd = r->out, .events = POLLIN}};
+                int n = poll(pfd, r->out >= 0 ? 2 : 1, wait_ms);
+                if (n < 0 && errno != EINTR)
+                        return;   /* cannot happen with valid fds; do not spin */
+                if (n <= 0)
+                        continue;
+                if (pfd[0].revents)
+                        handle_signals(r, sigfd, s->kill_grace_s);
+                if (r->out >= 0 && pfd[1].revents)
+                        pump_output(r);
+        }
+}
+
+static void result_of(const run *r, const spec *s, gp_exec_result *res) {
+        memset(res, 0, sizeof(*res));
+        res->finished_ms = r->finished_ms;
+        int st = r->status;
+        if (r->stopping) {
+                res->end = r->reason;
+                res->signal = WIFSIGNALED(st) ? WTERMSIG(st) : r->last_sig;
+                res->exit_code = 128 + res->signal;
+                if (r->reason == GP_EXEC_TIMEOUT)
+                        set_message(res, "timed out after %lld s", (long long)s->timeout_s);
+                else
+                        set_message(res, "cancelled");
+        } else if (WIFSIGNALED(st)) {
+                res->end = GP_EXEC_SIGNALED;
+                res->signal = WTERMSIG(st);
+                res->exit_code = 128 + res->signal;
+                set_message(res, "killed by signal %d", res->signal);
+        } else {
+                res->end = GP_EXEC_EXITED;
+                res->exit_code = WEXITSTATUS(st);
+                set_message(res, "exited with code %d", res->exit_code);
+        }
+}
+
+/* Make sure fds 0..2 exist (so new fds are >= 3); stdin becomes /dev/null. */
+static int setup_stdio(void) {
+        int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        if (dup2(fd, STDIN_FILENO) < 0) {
+                int e = errno;
+                close(fd);
+                return -e;
+        }
+        for (int i = 1; i <= 2; i++)
+                if (fcntl(i, F_GETFD) < 0)
+                        dup2(fd, i);
+        if (fd > 2)
+                close(fd);
+        for (int i = 0; i <= 2; i++)
+                fcntl(i, F_SETFD, 0);   /* fd may have been one of them, with O_CLOEXEC */
+        return 0;
+}
+
+static int write_own_pidfile(int dirfd) {
+        int64_t start;
+        int r = proc_stat(getpid(), NULL, &start);
+        if (r < 0)
+                return r;
+        char line[PIDFILE_MAX_BYTES];
+        int n = snprintf(line, sizeof(line), "%d %lld\n", (int)getpid(), (long long)start);
+        return write_atomic_at(dirfd, PIDFILE_NAME, line, (size_t)n);
+}
+
+static void say(const char *task_dir, const char *what, int err) {
+        char line[512];
+        int n = snprintf(line, sizeof(line), "gpupool supervisor %s: %s: %s\n", task_dir, what,
+                         gp_strerror(err));
+        if (n <= 0)
+                return;
+        size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+        (void)!write(STDERR_FILENO, line, len);
+}
+
+/* Start the command.  0 with r->pid set and the pipe in r->out, or a
+ * spawn failure already described in *res (returns 1), or -errno. */
+static int spawn(run *r, const spec *s, int dirfd, gp_exec_result *res) {
+        char *own[3] = {NULL, NULL, NULL};
+        char **envp = NULL;
+        int out[2] = {-1, -1}, err[2] = {-1, -1};
+        int rc = build_env(s, &envp, own);
+        if (rc < 0)
+                goto out;
+        if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
+                rc = -errno;
+                goto out;
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+                rc = -errno;
+                goto out;
+        }
+        if (pid == 0)
+                command_child(s, envp, dirfd, out[1], err[1]);
+        setpgid(pid, pid);   /* also here: no window where kill(-pid) misses */
+        close(out[1]);
+        close(err[1]);
+        out[1] = err[1] = -1;
+        start_msg m;
+        ssize_t n;
+        do
+                n = read(err[0], &m, sizeof(m));
+        while (n < 0 && errno == EINTR);
+        if (n == (ssize_t)sizeof(m)) {
+                /* it never became the command: reap it and say why */
+                while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                        ;
+                char q[ARG_SHOW_MAX + 8];
+                if (m.kind == SPAWN_CHDIR) {
+                        quote(q, sizeof(q), s->workdir);
+                        spawn_failed(res, "cannot enter workdir %s: %s", q, gp_strerror(m.val));
+                } else {
+                        quote(q, sizeof(q), s->argv[0]);
+                        spawn_failed(res, "cannot run %s: %s", q, gp_strerror(m.val));
+                }
+                rc = 1;
+                goto out;
+        }
+        fcntl(out[0], F_SETFL, O_NONBLOCK);
+        r->pid = pid;
+        r->out = out[0];
+        out[0] = -1;
+        rc = 0;
+out:
+        for (int i = 0; i < 2; i++) {
+                if (out[i] >= 0)
+                        close(out[i]);
+                if (err[i] >= 0)
+                        close(err[i]);
+        }
+        free(envp);
+        for (int i = 0; i < 3; i++)
+                free(own[i]);
+        return rc;
+}
+
+static int open_log(run *r, int dirfd) {
+        int fd = openat(dirfd, LOG_NAME, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
+                        0600);
+        if (fd < 0)
+                return -errno;
+        struct stat st;
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+                int e = errno ? errno : EINVAL;
+                close(fd);
+                return -e;
+        }
+        r->logfd = fd;
+        r->logged = st.st_size;
+        r->last = '\n';
+        if (st.st_size > 0 && pread(fd, &r->last, 1, st.st_size - 1) != 1)
+                r->last = '\n';
+        /* the cap covers the whole file, across attempts of the same task;
+         * beyond it, an earlier attempt already wrote the marker */
+        r->capped = r->logged > r->cap;
+        return 0;
+}
+
+int gp_exec_supervise_main(const char *task_dir) {
+        if (!task_dir || !task_dir[0])
+                return 2;
+        /* Signals first: nobody may kill us with SIGTERM once our pid is
+         * known, it has to become a cancel. */
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGCHLD);
+        sigprocmask(SIG_SETMASK, &mask, NULL);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = SIG_IGN;
+        sigaction(SIGHUP, &sa, NULL);
+        sigaction(SIGPIPE, &sa, NULL);
+        sa.sa_handler = SIG_DFL;   /* an ignored SIGCHLD would auto-reap the command */
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGCHLD, &sa, NULL);
+
+        int status = 1, dirfd = -1, sigfd = -1;
+        spec s;
+        memset(&s, 0, sizeof(s));
+        run r;
+        memset(&r, 0, sizeof(r));
+        r.out = r.logfd = -1;
+        gp_exec_result res;
+        memset(&res, 0, sizeof(res));
+
+        int rc = setup_stdio();
+        if (rc < 0) {
+                say(task_dir, "cannot open /dev/null", rc);
+                return 1;
+        }
+        dirfd = open_dir(task_dir);
+        if (dirfd < 0) {
+                say(task_dir, "cannot open task dir", dirfd);
+                return 1;
+        }
+        (void)!chdir("/");   /* hold no mount busy; every path below goes through dirfd */
+        /* orphans of the command become our children, so we can reap them */
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        rc = write_own_pidfile(dirfd);
+        if (rc < 0) {
+                say(task_dir, "cannot write " PIDFILE_NAME, rc);
+                goto out;
+        }
+        char why[sizeof(res.message)];
+        rc = spec_load(dirfd, &s, why, sizeof(why));
+        if (rc < 0) {
+                spawn_failed(&res, "%s", why);
+                int wr = write_result(dirfd, &res);
+                if (wr < 0)
+                        say(task_dir, "cannot write " RESULT_NAME, wr);
+                status = 1;   /* documented: a bad spec is also a non-zero exit */
+                goto out;
+        }
+        sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (sigfd < 0) {
+                rc = -errno;
+                say(task_dir, "signalfd", rc);
+                spawn_failed(&res, "supervisor: signalfd: %s", gp_strerror(rc));
+                goto write;
+        }
+        r.cap = s.max_log_bytes;
+        rc = open_log(&r, dirfd);
+        if (rc < 0) {
+                spawn_failed(&res, "cannot open log: %s", gp_strerror(rc));
+                goto write;
+        }
+        rc = spawn(&r, &s, dirfd, &res);
+        if (rc < 0) {
+                spawn_failed(&res, "supervisor cannot start the command: %s", gp_strerror(rc));
+                goto write;
+        }
+        if (rc == 1) {
+                char line[sizeof(res.message) + 16];
+                int n = snprintf(line, sizeof(line), "[gpupool: %s]\n", res.message);
+                log_write(&r, line, (size_t)n);
+                goto write;
+        }
+        supervise(&r, &s, sigfd);
+        if (!r.exited) {
+                /* poll failed: should not happen; stop everything, record it */
+                kill(-r.pid, SIGKILL);
+                while (waitpid(r.pid, &r.status, 0) < 0 && errno == EINTR)
+                        ;
+                r.exited = true;
+                r.finished_ms = gp_now_ms();
+        }
+        result_of(&r, &s, &res);
+write:
+        if (r.logfd >= 0)
+                fsync(r.logfd);
+        rc = write_result(dirfd, &res);
+        if (rc < 0) {
+                say(task_dir, "cannot write " RESULT_NAME, rc);
+                status = 1;
+        } else {
+                status = 0;
+        }
+out:
+        if (r.out >= 0)
+                close(r.out);
+        if (r.logfd >= 0)
+                close(r.logfd);
+        if (sigfd >= 0)
+                close(sigfd);
+        if (dirfd >= 0)
+                close(dirfd);
+        spec_done(&s);
+        return status;
+}

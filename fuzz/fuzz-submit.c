@@ -1,0 +1,43 @@
+/* fuzz-submit.c - libFuzzer target for the task submission parser
+ * (POST /api/v1/tasks bodies, src/server/submit.c).
+ *
+ * Checks the contract, not only the absence of crashes: on success the
+ * task is within its documented bounds (priority 0..9, 1..GP_MAX_GANG
+ * GPUs, NUL-terminated strings, a spec that is valid JSON for batch tasks
+ * and none for leases); on failure the code is -EINVAL or -ENOMEM and the
+ * message is a non-empty NUL-terminated string.  Any violation aborts. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/submit.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+        gp_submit_limits lim = {.default_lease_ttl_s = 60, .max_lease_ttl_s = 86400, .default_max_retries = 1};
+        gp_task t;
+        char err[256];
+        memset(err, 'x', sizeof(err));
+        int r = gp_submit_parse((const char *)data, size, &lim, &t, err, sizeof(err));
+        if (r < 0) {
+                if ((r != -EINVAL && r != -ENOMEM) || !memchr(err, '\0', sizeof(err)) || (r == -EINVAL && !err[0]))
+                        abort();
+                return 0;
+        }
+        if (t.priority < 0 || t.priority > 9 || t.gpu_request < 1 || t.gpu_request > GP_MAX_GANG ||
+            t.memory_mb < 0 || !memchr(t.tenant, '\0', sizeof(t.tenant)) || !memchr(t.name, '\0', sizeof(t.name)) ||
+            !memchr(t.model, '\0', sizeof(t.model)) || !memchr(t.gpu_model, '\0', sizeof(t.gpu_model)) ||
+            t.is_lease != (t.spec == NULL) || (t.memory_mb == 0 && !t.exclusive))
+                abort();
+        if (t.spec) {
+                json_t *j = json_loads(t.spec, 0, NULL);
+                if (!j || !json_is_array(json_object_get(j, "command")))
+                        abort();
+                json_decref(j);
+        }
+        gp_task_done(&t);
+        return 0;
+}

@@ -67,10 +67,14 @@ blackbox: all $(BLACKBOX_EXTRA)
 
 check: all unit blackbox $(CHECK_EXTRA)
 
+# The whole suite (what CI runs): see scripts/test-all.sh.
+test:
+	scripts/test-all.sh
+
 clean:
 	rm -rf build build-asan build-fuzz
 
-.PHONY: all deps run unit blackbox check clean
+.PHONY: all deps run unit blackbox check test clean
 .DELETE_ON_ERROR:
 
 -include $(OBJ:.o=.d) $(BUILD)/src/main.d

@@ -1,0 +1,28 @@
+#!/bin/sh
+# The whole test suite, as the README names it and CI (.ci/run) runs it:
+#   1. installs the Debian packages the tests need (if missing),
+#   2. gcc build with -Werror: unit tests, black-box tests against the real
+#      daemon, replay of every fuzz corpus,
+#   3. the unit and black-box tests again under ASan+UBSan,
+#   4. the store tests against a real PostgreSQL server started here.
+# Exits non-zero on the first failure.
+set -eu
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh test
+jobs=$(nproc 2>/dev/null || echo 2)
+
+echo "== 1/3 gcc build, unit + black-box tests, fuzz corpus replay"
+make -j"$jobs" all
+make -j"$jobs" check
+
+echo "== 2/3 ASan+UBSan: unit + black-box tests"
+ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} \
+UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+        make -j"$jobs" SAN=1 unit blackbox
+
+echo "== 3/3 store tests against PostgreSQL"
+url=$(tests/pg/start-pg.sh)
+trap 'tests/pg/stop-pg.sh "$url" >/dev/null 2>&1 || true' EXIT
+GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BUILD=build build/tests/test-store
+
+echo "== all tests passed"

@@ -1,0 +1,1348 @@
+/* config.c - gpupool configuration: embedded default, YAML loader, checks.
+ *
+ * The loader walks libyaml's event stream with a schema-driven recursive
+ * descent: `fields` below is the schema (every accepted dotted key with its
+ * type, place in the struct and range), and the same table drives the range
+ * checks of gp_config_validate().  Invariants:
+ *   - the first error stops the walk; nothing is skipped or guessed;
+ *   - the file is parsed into a heap copy of the defaults and copied to the
+ *     caller's struct only after every check passed (*cfg is untouched on
+ *     failure);
+ *   - nesting is bounded by the schema (a value of the wrong shape is refused
+ *     before anything inside it is read) and by MAX_DEPTH as a backstop;
+ *     input is bounded by CFG_MAX_INPUT; anchors, aliases and explicit tags are
+ *     refused, so no alias expansion can blow up;
+ *   - every message is "FILE:LINE: dotted.key: what is wrong" and never
+ *     echoes an admin key or a store URL with credentials;
+ *   - no global state: every function is reentrant and may run on any
+ *     thread, on distinct structs.
+ */
+#include "config/config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "base/buf.h"
+#include "base/util.h"
+
+#define CFG_MAX_INPUT ((size_t)1 << 20) /* bytes of YAML accepted */
+#define MAX_DEPTH 32                /* nested mappings/lists accepted */
+#define MAX_GPU_INDEX 1023          /* gpus.reserved as an index */
+#define WEIGHT_MAX 1000000
+
+enum kind {
+        K_SECTION,     /* a mapping of further keys */
+        K_UNSUPPORTED, /* a DESIGN.md section this version does not implement */
+        K_INT,         /* int member, range min..max */
+        K_I64,         /* int64_t member, range min..max */
+        K_BOOL,        /* bool member */
+        K_STR,         /* char[size] member, length min..max */
+        K_CUSTOM,      /* parsed by fn */
+};
+
+struct ctx;
+struct field;
+typedef int (*value_fn)(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+
+struct field {
+        const char *key;  /* dotted key; "[]" stands for a list item */
+        enum kind kind;
+        size_t off;       /* offset of the member in the base struct */
+        size_t size;      /* sizeof the member */
+        int64_t min, max; /* numbers: range; strings: length range */
+        value_fn fn;      /* K_CUSTOM */
+};
+
+static int parse_listen(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_admin_keys(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_store_url(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_store_sync(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_backend(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_reserved(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_sim(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_policy(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+
+#define CFG(m) offsetof(gp_config, m), sizeof(((gp_config *)0)->m)
+#define SIM(m) offsetof(gp_cfg_sim_gpu, m), sizeof(((gp_cfg_sim_gpu *)0)->m)
+#define NOSTORE 0, 0
+
+static const struct field fields[] = {
+        {"server", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"server.listen", K_CUSTOM, CFG(listen), 1, 127, parse_listen},
+        {"server.data_dir", K_STR, CFG(data_dir), 1, PATH_MAX - 1, NULL},
+        {"server.max_connections", K_INT, CFG(max_connections), 1, 65536, NULL},
+        {"server.max_body_bytes", K_I64, CFG(max_body_bytes), 1024, (int64_t)1 << 30, NULL},
+        {"server.connection_timeout_s", K_INT, CFG(connection_timeout_s), 1, 86400, NULL},
+        {"server.http_threads", K_INT, CFG(http_threads), 1, 256, NULL},
+
+        {"auth", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"auth.admin_keys", K_CUSTOM, CFG(admin_keys), 0, GP_CFG_MAX_ADMIN_KEYS, parse_admin_keys},
+
+        {"store", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"store.url", K_CUSTOM, CFG(store_url), 1, PATH_MAX + 15, parse_store_url},
+        {"store.sync", K_CUSTOM, CFG(store_sync_full), 0, 0, parse_store_sync},
+
+        {"gpus", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"gpus.backend", K_CUSTOM, CFG(gpu_backend), 0, 0, parse_backend},
+        {"gpus.nvml_library", K_STR, CFG(nvml_library), 1, PATH_MAX - 1, NULL},
+        {"gpus.reserved", K_CUSTOM, CFG(reserved), 0, GP_CFG_MAX_RESERVED, parse_reserved},
+        {"gpus.sim", K_CUSTOM, CFG(sim), 0, GP_CFG_MAX_SIM, parse_sim},
+        {"gpus.sim[].name", K_STR, SIM(name), 1, GP_NAME_MAX - 1, NULL},
+        {"gpus.sim[].memory_mb", K_I64, SIM(memory_mb), 1, 1048576, NULL},
+        {"gpus.sim[].count", K_INT, SIM(count), 1, 64, NULL},
+        {"gpus.poll_ms", K_INT, CFG(gpu_poll_ms), 100, 3600000, NULL},
+
+        {"scheduler", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"scheduler.policy", K_CUSTOM, CFG(policy), 0, 0, parse_policy},
+        {"scheduler.priority_levels", K_INT, CFG(priority_levels), GP_PRIORITY_LEVELS,
+         GP_PRIORITY_LEVELS, NULL},
+        {"scheduler.weights", K_CUSTOM, CFG(weights), 1, WEIGHT_MAX, parse_weights},
+        {"scheduler.max_queue_depth", K_INT, CFG(max_queue_depth), 1, 1000000, NULL},
+        {"scheduler.queue_timeout_sec", K_INT, CFG(queue_timeout_sec), 1, 86400, NULL},
+        {"scheduler.memory_safety_margin_mb", K_I64, CFG(memory_safety_margin_mb), 0, 1048576, NULL},
+        {"scheduler.max_models_per_gpu", K_INT, CFG(max_models_per_gpu), 1, 64, NULL},
+        {"scheduler.backfill", K_BOOL, CFG(backfill), 0, 0, NULL},
+        {"scheduler.backfill_depth", K_INT, CFG(backfill_depth), 1, 1000000, NULL},
+        {"scheduler.preemption", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"scheduler.preemption.enabled", K_BOOL, CFG(preemption_enabled), 0, 0, NULL},
+        {"scheduler.preemption.grace_sec", K_INT, CFG(preemption_grace_sec), 0, 86400, NULL},
+        {"scheduler.preemption.min_runtime_sec", K_INT, CFG(preemption_min_runtime_sec), 0, 604800,
+         NULL},
+
+        {"tasks", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"tasks.default_lease_ttl_s", K_INT, CFG(default_lease_ttl_s), 1, 604800, NULL},
+        {"tasks.max_lease_ttl_s", K_INT, CFG(max_lease_ttl_s), 1, 2592000, NULL},
+        {"tasks.kill_grace_s", K_INT, CFG(kill_grace_s), 0, 3600, NULL},
+        {"tasks.max_log_bytes", K_I64, CFG(max_log_bytes), 4096, (int64_t)1 << 40, NULL},
+        {"tasks.default_max_retries", K_INT, CFG(default_max_retries), 0, 100, NULL},
+
+        {"tenants", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
+        {"time_rules", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
+        {"gateway", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
+        {"billing", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
+        {"alerts", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
+};
+
+#define N_FIELDS GP_ARRAY_SIZE(fields)
+
+static const char *const backend_names[] = {"auto", "nvml", "sim"};
+static const char *const policy_names[] = {"hybrid", "strict", "fifo"}; /* gp_policy order */
+static const char *const sync_names[] = {"full", "normal"};
+
+struct ctx {
+        yaml_parser_t parser;
+        const char *name;         /* file name for messages */
+        const char *data;         /* the input, for reader-error line numbers */
+        size_t len;
+        char *err;                /* caller's message buffer, may be NULL */
+        size_t errlen;
+        gp_config *cfg;           /* the copy being filled */
+        int depth;                /* open mappings and lists */
+        char path[256];           /* dotted key of the value being read */
+        size_t pathlen;
+        int key_line;             /* line of the key whose value is being read */
+        int line[N_FIELDS];       /* line where each field was set, 0 = not in the file */
+        bool store_url_set;
+};
+
+/* ---- the embedded default ---- */
+
+static const uint32_t default_weights[GP_PRIORITY_LEVELS] = {256, 128, 64, 32, 16, 8, 4, 2, 1, 1};
+
+/* "sqlite://<data_dir>/gpupool.db", trailing slashes of data_dir dropped.
+ * 0 or -ENAMETOOLONG (out untouched then). */
+static int derive_store_url(const char *data_dir, char *out, size_t size) {
+        size_t n = strlen(data_dir);
+        while (n > 1 && data_dir[n - 1] == '/')
+                n--;
+        const char *sep = (n == 1 && data_dir[0] == '/') ? "" : "/";
+        char tmp[sizeof(((gp_config *)0)->store_url)];
+        int w = snprintf(tmp, sizeof(tmp), "sqlite://%.*s%sgpupool.db", (int)n, data_dir, sep);
+        if (w < 0 || (size_t)w >= sizeof(tmp) || (size_t)w >= size)
+                return -ENAMETOOLONG;
+        memcpy(out, tmp, (size_t)w + 1);
+        return 0;
+}
+
+void gp_config_defaults(gp_config *cfg) {
+        memset(cfg, 0, sizeof(*cfg));
+        gp_strlcpy(cfg->listen, "0.0.0.0:8080", sizeof(cfg->listen));
+        gp_strlcpy(cfg->data_dir, "./gpupool-data", sizeof(cfg->data_dir));
+        cfg->max_connections = 1024;
+        cfg->max_body_bytes = (int64_t)1 << 20;
+        cfg->connection_timeout_s = 60;
+        cfg->http_threads = 2;
+
+        cfg->n_admin_keys = 0;
+
+        derive_store_url(cfg->data_dir, cfg->store_url, sizeof(cfg->store_url));
+        cfg->store_sync_full = true;
+
+        gp_strlcpy(cfg->gpu_backend, "auto", sizeof(cfg->gpu_backend));
+        gp_strlcpy(cfg->nvml_library, "libnvidia-ml.so.1", sizeof(cfg->nvml_library));
+        cfg->n_reserved = 0;
+        gp_strlcpy(cfg->sim[0].name, "NVIDIA GeForce RTX 4090", sizeof(cfg->sim[0].name));
+        cfg->sim[0].memory_mb = 24564;
+        cfg->sim[0].count = 4;
+        cfg->n_sim = 1;
+        cfg->gpu_poll_ms = 2000;
+
+        cfg->policy = GP_POLICY_HYBRID;
+        cfg->priority_levels = GP_PRIORITY_LEVELS;
+        memcpy(cfg->weights, default_weights, sizeof(cfg->weights));
+        cfg->max_queue_depth = 10000;
+        cfg->queue_timeout_sec = 60;
+        cfg->memory_safety_margin_mb = 2000;
+        cfg->max_models_per_gpu = 2;
+        cfg->backfill = true;
+        cfg->backfill_depth = 1000;
+        cfg->preemption_enabled = true;
+        cfg->preemption_grace_sec = 30;
+        cfg->preemption_min_runtime_sec = 60;
+
+        cfg->default_lease_ttl_s = 60;
+        cfg->max_lease_ttl_s = 86400;
+        cfg->kill_grace_s = 10;
+        cfg->max_log_bytes = (int64_t)64 << 20;
+        cfg->default_max_retries = 1;
+}
+
+/* ---- messages ---- */
+
+static void vmsg(char *err, size_t errlen, const char *src, int line, const char *key,
+                 const char *fmt, va_list ap) {
+        if (!err || errlen == 0)
+                return;
+        int n;
+        if (line > 0 && key && *key)
+                n = snprintf(err, errlen, "%s:%d: %s: ", src, line, key);
+        else if (line > 0)
+                n = snprintf(err, errlen, "%s:%d: ", src, line);
+        else if (key && *key)
+                n = snprintf(err, errlen, "%s: %s: ", src, key);
+        else
+                n = snprintf(err, errlen, "%s: ", src);
+        if (n < 0)
+                n = 0;
+        if ((size_t)n < errlen)
+                vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+}
+
+/* Report an error at `line` about the current path.  Returns -EINVAL. */
+__attribute__((format(printf, 3, 4))) static int fail(struct ctx *c, int line, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vmsg(c->err, c->errlen, c->name, line, c->path, fmt, ap);
+        va_end(ap);
+        return -EINVAL;
+}
+
+static int ev_line(const yaml_event_t *ev) {
+        size_t l = ev->start_mark.line + 1;
+        return l > INT_MAX ? INT_MAX : (int)l;
+}
+
+/* A printable, bounded rendering of a user's scalar for a message:
+ * control characters become '?', long values are cut at a UTF-8 boundary. */
+static const char *show(const char *s, size_t len, char *out, size_t size) {
+        size_t max = size > 48 ? 44 : size - 4, o = 0;
+        bool cut = len > max;
+        size_t n = cut ? max : len;
+        if (cut)
+                while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
+                        n--;
+        for (size_t i = 0; i < n; i++) {
+                unsigned char ch = (unsigned char)s[i];
+                out[o++] = (ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
+        }
+        if (cut) {
+                memcpy(out + o, "...", 3);
+                o += 3;
+        }
+        out[o] = '\0';
+        return out;
+}
+
+static bool is_null(const yaml_event_t *ev) {
+        if (ev->type != YAML_SCALAR_EVENT || ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+                return false;
+        const char *v = (const char *)ev->data.scalar.value;
+        size_t n = ev->data.scalar.length;
+        return n == 0 || (n == 1 && v[0] == '~') ||
+               (n == 4 && (!memcmp(v, "null", 4) || !memcmp(v, "Null", 4) || !memcmp(v, "NULL", 4)));
+}
+
+/* What the user gave, for "expected X, got Y". */
+static const char *describe(const yaml_event_t *ev, char *out, size_t size) {
+        char tmp[64];
+        switch (ev->type) {
+        case YAML_SEQUENCE_START_EVENT:
+                return "a list";
+        case YAML_MAPPING_START_EVENT:
+                return "a mapping";
+        case YAML_SCALAR_EVENT:
+                if (is_null(ev))
+                        return "nothing (null)";
+                show((const char *)ev->data.scalar.value, ev->data.scalar.length, tmp, sizeof(tmp));
+                if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
+                        snprintf(out, size, "%s", tmp);
+                else
+                        snprintf(out, size, "the quoted string \"%s\"", tmp);
+                return out;
+        default:
+                return "something else";
+        }
+}
+
+static void path_push(struct ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void path_push(struct ctx *c, const char *fmt, ...) {
+        size_t room = sizeof(c->path) - c->pathlen;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(c->path + c->pathlen, room, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                n = 0;
+        c->pathlen = (size_t)n < room ? c->pathlen + (size_t)n : sizeof(c->path) - 1;
+}
+
+static void path_pop(struct ctx *c, size_t len) {
+        c->pathlen = len;
+        c->path[len] = '\0';
+}
+
+/* ---- events ---- */
+
+static int syntax_error(struct ctx *c) {
+        yaml_parser_t *p = &c->parser;
+        size_t line;
+        /* the key cannot be known reliably here: name only the line */
+        c->pathlen = 0;
+        c->path[0] = '\0';
+        if (p->error == YAML_MEMORY_ERROR) {
+                fail(c, 0, "out of memory while parsing");
+                return -ENOMEM;
+        }
+        if (p->error == YAML_READER_ERROR) {
+                size_t end = p->problem_offset < c->len ? p->problem_offset : c->len;
+                line = 1;
+                for (size_t i = 0; i < end; i++)
+                        line += c->data[i] == '\n';
+                return fail(c, line > INT_MAX ? INT_MAX : (int)line, "YAML syntax error: %s",
+                            p->problem ? p->problem : "unreadable input");
+        }
+        line = p->problem_mark.line + 1;
+        if (p->context)
+                return fail(c, line > INT_MAX ? INT_MAX : (int)line,
+                            "YAML syntax error: %s (%s at line %zu)",
+                            p->problem ? p->problem : "unknown problem", p->context,
+                            p->context_mark.line + 1);
+        return fail(c, line > INT_MAX ? INT_MAX : (int)line, "YAML syntax error: %s",
+                    p->problem ? p->problem : "unknown problem");
+}
+
+/* Next event; refuses aliases, anchors and explicit tags.  On success the
+ * caller owns *ev (yaml_event_delete); on failure nothing is held. */
+static int next(struct ctx *c, yaml_event_t *ev) {
+        if (!yaml_parser_parse(&c->parser, ev))
+                return syntax_error(c);
+        const yaml_char_t *anchor = NULL, *tag = NULL;
+        switch (ev->type) {
+        case YAML_ALIAS_EVENT:
+                anchor = ev->data.alias.anchor;
+                break;
+        case YAML_SCALAR_EVENT:
+                anchor = ev->data.scalar.anchor;
+                tag = ev->data.scalar.tag;
+                break;
+        case YAML_SEQUENCE_START_EVENT:
+                anchor = ev->data.sequence_start.anchor;
+                tag = ev->data.sequence_start.tag;
+                break;
+        case YAML_MAPPING_START_EVENT:
+                anchor = ev->data.mapping_start.anchor;
+                tag = ev->data.mapping_start.tag;
+                break;
+        default:
+                break;
+        }
+        int r = 0;
+        if (ev->type == YAML_ALIAS_EVENT || anchor)
+                r = fail(c, ev_line(ev), "anchors and aliases (&name, *name) are not supported");
+        else if (tag)
+                r = fail(c, ev_line(ev), "explicit tags (!!type) are not supported");
+        if (r < 0)
+                yaml_event_delete(ev);
+        return r;
+}
+
+/* ---- scalars ---- */
+
+/* Strict decimal integer in [min, max] from a plain scalar. */
+static int scalar_int(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_t max,
+                      int64_t *ret) {
+        char d[96];
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
+            ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+                return fail(c, ev_line(ev), "expected an integer, got %s", describe(ev, d, sizeof(d)));
+        const char *v = (const char *)ev->data.scalar.value;
+        size_t n = ev->data.scalar.length;
+        size_t i = v[0] == '-' ? 1 : 0;
+        bool ok = n > i && n < 32 && strlen(v) == n;
+        for (size_t j = i; ok && j < n; j++)
+                ok = v[j] >= '0' && v[j] <= '9';
+        if (ok && v[i] == '0' && n > i + 1)
+                ok = false; /* 010: octal in YAML 1.1, decimal elsewhere: refuse */
+        int64_t x;
+        int r = ok ? gp_parse_i64(v, min, max, &x) : -EINVAL;
+        if (r == -ERANGE && min == max)
+                return fail(c, ev_line(ev), "must be %lld (the only value this version supports), got %s",
+                            (long long)min, describe(ev, d, sizeof(d)));
+        if (r == -ERANGE)
+                return fail(c, ev_line(ev), "must be between %lld and %lld, got %s", (long long)min,
+                            (long long)max, describe(ev, d, sizeof(d)));
+        if (r < 0)
+                return fail(c, ev_line(ev), "expected a decimal integer, got %s",
+                            describe(ev, d, sizeof(d)));
+        *ret = x;
+        return 0;
+}
+
+static int scalar_bool(struct ctx *c, const yaml_event_t *ev, bool *ret) {
+        char d[96];
+        if (ev->type == YAML_SCALAR_EVENT && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
+                const char *v = (const char *)ev->data.scalar.value;
+                if (strlen(v) != ev->data.scalar.length)
+                        goto bad;
+                if (!strcasecmp(v, "true") || !strcasecmp(v, "yes")) {
+                        *ret = true;
+                        return 0;
+                }
+                if (!strcasecmp(v, "false") || !strcasecmp(v, "no")) {
+                        *ret = false;
+                        return 0;
+                }
+        }
+bad:
+        return fail(c, ev_line(ev), "expected true or false, got %s", describe(ev, d, sizeof(d)));
+}
+
+/* A string scalar (plain or quoted) of minlen..size-1 bytes, clean UTF-8.
+ * Never echoes the value (it may be a secret). */
+static int scalar_str(struct ctx *c, const yaml_event_t *ev, char *dst, size_t size, size_t minlen) {
+        char d[96];
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
+                return fail(c, ev_line(ev), "expected a string, got %s", describe(ev, d, sizeof(d)));
+        const char *v = (const char *)ev->data.scalar.value;
+        size_t n = ev->data.scalar.length;
+        if (n >= size)
+                return fail(c, ev_line(ev), "too long (%zu bytes, at most %zu)", n, size - 1);
+        if (n < minlen)
+                return fail(c, ev_line(ev), "must not be empty");
+        if (strlen(v) != n || !gp_str_is_clean(v, n))
+                return fail(c, ev_line(ev), "contains control characters");
+        memcpy(dst, v, n);
+        memset(dst + n, 0, size - n); /* zero-padded: the struct compares with memcmp */
+        return 0;
+}
+
+static int scalar_enum(struct ctx *c, const yaml_event_t *ev, const char *const *names, size_t n,
+                       size_t *ret) {
+        char d[96], list[128];
+        if (ev->type == YAML_SCALAR_EVENT && !is_null(ev))
+                for (size_t i = 0; i < n; i++)
+                        if (strlen(names[i]) == ev->data.scalar.length &&
+                            !memcmp(names[i], ev->data.scalar.value, ev->data.scalar.length)) {
+                                *ret = i;
+                                return 0;
+                        }
+        size_t o = 0;
+        list[0] = '\0';
+        for (size_t i = 0; i < n && o < sizeof(list); i++) {
+                int w = snprintf(list + o, sizeof(list) - o, "%s%s", i ? ", " : "", names[i]);
+                if (w < 0)
+                        break;
+                o += (size_t)w;
+        }
+        return fail(c, ev_line(ev), "expected one of %s; got %s", list, describe(ev, d, sizeof(d)));
+}
+
+/* ---- checks shared by the loader and gp_config_validate ---- */
+
+/* "ADDR:PORT": IPv4, [IPv6] or a host name; port 1..65535. */
+static int check_listen(const char *s, const char **why) {
+        const char *colon = strrchr(s, ':');
+        if (!colon) {
+                *why = "expected ADDR:PORT, e.g. 0.0.0.0:8080";
+                return -EINVAL;
+        }
+        int64_t port;
+        if (gp_parse_i64(colon + 1, 1, 65535, &port) < 0 || colon[1] == '-') {
+                *why = "the port must be a number between 1 and 65535";
+                return -EINVAL;
+        }
+        size_t hl = (size_t)(colon - s);
+        char host[128];
+        if (hl == 0) {
+                *why = "missing address before the port (use 0.0.0.0:PORT for all addresses)";
+                return -EINVAL;
+        }
+        if (hl >= sizeof(host)) {
+                *why = "address too long";
+                return -EINVAL;
+        }
+        memcpy(host, s, hl);
+        host[hl] = '\0';
+        if (host[0] == '[') {
+                unsigned char a[16];
+                if (hl < 3 || host[hl - 1] != ']') {
+                        *why = "bad IPv6 address (expected [ADDR]:PORT)";
+                        return -EINVAL;
+                }
+                host[hl - 1] = '\0';
+                if (inet_pton(AF_INET6, host + 1, a) != 1) {
+                        *why = "bad IPv6 address";
+                        return -EINVAL;
+                }
+                return 0;
+        }
+        if (strchr(host, ':')) {
+                *why = "IPv6 addresses must be in brackets, e.g. [::1]:8080";
+                return -EINVAL;
+        }
+        if (strspn(host, "0123456789.") == hl) {
+                unsigned char a[4];
+                if (inet_pton(AF_INET, host, a) != 1) {
+                        *why = "bad IPv4 address";
+                        return -EINVAL;
+                }
+                return 0;
+        }
+        if (strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") != hl ||
+            host[0] == '-' || host[0] == '.') {
+                *why = "bad host name";
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static bool admin_key_ok(const char *s, size_t n) {
+        if (n != 7 + 64 || memcmp(s, "sha256:", 7) != 0)
+                return false;
+        for (size_t i = 7; i < n; i++)
+                if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+                        return false;
+        return true;
+}
+
+/* sqlite://PATH | postgres://... | postgresql://... with something after "://". */
+static bool store_url_ok(const char *s) {
+        static const char *const schemes[] = {"sqlite://", "postgres://", "postgresql://"};
+        for (size_t i = 0; i < GP_ARRAY_SIZE(schemes); i++) {
+                size_t n = strlen(schemes[i]);
+                if (!strncmp(s, schemes[i], n))
+                        return s[n] != '\0';
+        }
+        return false;
+}
+
+/* A GPU index ("0".."1023") or a uuid-like token (no spaces/control chars). */
+static bool reserved_ok(const char *s, size_t n) {
+        if (n == 0 || n >= GP_UUID_MAX || strlen(s) != n)
+                return false;
+        if (strspn(s, "0123456789") == n) {
+                int64_t x;
+                return gp_parse_i64(s, 0, MAX_GPU_INDEX, &x) == 0 && (s[0] != '0' || n == 1);
+        }
+        for (size_t i = 0; i < n; i++) {
+                unsigned char ch = (unsigned char)s[i];
+                if (ch <= 0x20 || ch == 0x7f)
+                        return false;
+        }
+        return gp_str_is_clean(s, n);
+}
+
+/* ---- the walk ---- */
+
+static int find_field(const char *prefix, const char *key, size_t klen) {
+        size_t pl = strlen(prefix);
+        if (klen == 0 || klen > 64 || memchr(key, '.', klen) || memchr(key, '[', klen) ||
+            memchr(key, '\0', klen))
+                return -1;
+        for (size_t i = 0; i < N_FIELDS; i++) {
+                const char *k = fields[i].key;
+                if (pl) {
+                        if (strncmp(k, prefix, pl) != 0 || k[pl] != '.')
+                                continue;
+                        k += pl + 1;
+                }
+                if (strlen(k) == klen && !memcmp(k, key, klen))
+                        return (int)i;
+        }
+        return -1;
+}
+
+static void valid_keys(const char *prefix, char *out, size_t size) {
+        size_t pl = strlen(prefix), o = 0;
+        out[0] = '\0';
+        for (size_t i = 0; i < N_FIELDS && o < size; i++) {
+                const char *k = fields[i].key;
+                if (fields[i].kind == K_UNSUPPORTED)
+                        continue;
+                if (pl) {
+                        if (strncmp(k, prefix, pl) != 0 || k[pl] != '.')
+                                continue;
+                        k += pl + 1;
+                }
+                if (strchr(k, '.') || strchr(k, '['))
+                        continue;
+                int w = snprintf(out + o, size - o, "%s%s", o ? ", " : "", k);
+                if (w < 0)
+                        break;
+                o += (size_t)w;
+        }
+}
+
+static int parse_map(struct ctx *c, const char *prefix, void *base);
+
+static int parse_value(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        void *p = (char *)base + f->off;
+        char d[96];
+        int64_t x;
+        bool b = false;
+        int r;
+        switch (f->kind) {
+        case K_SECTION:
+                if (is_null(ev))
+                        return 0; /* "server:" with everything commented out */
+                if (ev->type != YAML_MAPPING_START_EVENT)
+                        return fail(c, ev_line(ev), "expected a mapping of keys, got %s",
+                                    describe(ev, d, sizeof(d)));
+                return parse_map(c, f->key, base);
+        case K_INT:
+                r = scalar_int(c, ev, f->min, f->max, &x);
+                if (r == 0)
+                        *(int *)p = (int)x;
+                return r;
+        case K_I64:
+                r = scalar_int(c, ev, f->min, f->max, &x);
+                if (r == 0)
+                        *(int64_t *)p = x;
+                return r;
+        case K_BOOL:
+                r = scalar_bool(c, ev, &b);
+                if (r == 0)
+                        *(bool *)p = b;
+                return r;
+        case K_STR:
+                return scalar_str(c, ev, p, f->size, (size_t)f->min);
+        case K_CUSTOM:
+                return f->fn(c, f, base, ev);
+        case K_UNSUPPORTED:
+        default:
+                return fail(c, ev_line(ev), "not supported by this version of gpupool yet");
+        }
+}
+
+/* Read the keys of a mapping whose start event was consumed, up to and
+ * including its end event.  prefix is the schema key of the mapping
+ * ("" for the top level); member offsets are relative to base. */
+static int parse_map(struct ctx *c, const char *prefix, void *base) {
+        int first[N_FIELDS];
+        int r = 0;
+        memset(first, 0, sizeof(first));
+        if (++c->depth > MAX_DEPTH) {
+                r = fail(c, c->key_line, "nested too deeply (more than %d levels)", MAX_DEPTH);
+                goto out;
+        }
+        for (;;) {
+                yaml_event_t kev, vev;
+                char d[96], list[512];
+                r = next(c, &kev);
+                if (r < 0)
+                        goto out;
+                if (kev.type == YAML_MAPPING_END_EVENT) {
+                        yaml_event_delete(&kev);
+                        break;
+                }
+                int kline = ev_line(&kev);
+                if (kev.type != YAML_SCALAR_EVENT) {
+                        r = fail(c, kline, "expected a key, got %s", describe(&kev, d, sizeof(d)));
+                        yaml_event_delete(&kev);
+                        goto out;
+                }
+                size_t saved = c->pathlen;
+                int idx = find_field(prefix, (const char *)kev.data.scalar.value, kev.data.scalar.length);
+                if (idx < 0) {
+                        path_push(c, "%s%s", saved ? "." : "",
+                                  show((const char *)kev.data.scalar.value, kev.data.scalar.length, d,
+                                       sizeof(d)));
+                        valid_keys(prefix, list, sizeof(list));
+                        r = fail(c, kline, "unknown key (valid keys%s%s: %s)", *prefix ? " of " : "",
+                                 *prefix ? prefix : "", list);
+                        yaml_event_delete(&kev);
+                        goto out;
+                }
+                yaml_event_delete(&kev);
+                const struct field *f = &fields[idx];
+                const char *leaf = f->key + (*prefix ? strlen(prefix) + 1 : 0);
+                path_push(c, "%s%s", saved ? "." : "", leaf);
+                if (first[idx]) {
+                        r = fail(c, kline, "duplicate key (first given at line %d)", first[idx]);
+                        goto out;
+                }
+                first[idx] = kline;
+                if (f->kind == K_UNSUPPORTED) {
+                        r = fail(c, kline, "not supported by this version of gpupool yet");
+                        goto out;
+                }
+                r = next(c, &vev);
+                if (r < 0)
+                        goto out;
+                c->key_line = kline;
+                r = parse_value(c, f, base, &vev);
+                yaml_event_delete(&vev);
+                if (r < 0)
+                        goto out;
+                c->line[idx] = kline;
+                path_pop(c, saved);
+        }
+out:
+        c->depth--;
+        return r;
+}
+
+typedef int (*item_fn)(struct ctx *c, int i, const yaml_event_t *ev, void *arg);
+
+/* A list (or null = empty) whose items go to fn; ret_n = number of items.
+ * `what` describes the expected list for the type error. */
+static int parse_list(struct ctx *c, const yaml_event_t *ev, const char *what, item_fn fn, void *arg,
+                      int *ret_n) {
+        char d[96];
+        int n = 0, r = 0;
+        if (is_null(ev)) {
+                *ret_n = 0;
+                return 0;
+        }
+        if (ev->type != YAML_SEQUENCE_START_EVENT)
+                return fail(c, ev_line(ev), "expected %s, got %s", what, describe(ev, d, sizeof(d)));
+        if (++c->depth > MAX_DEPTH) {
+                r = fail(c, ev_line(ev), "nested too deeply (more than %d levels)", MAX_DEPTH);
+                goto out;
+        }
+        for (;;) {
+                yaml_event_t iev;
+                r = next(c, &iev);
+                if (r < 0)
+                        goto out;
+                if (iev.type == YAML_SEQUENCE_END_EVENT) {
+                        yaml_event_delete(&iev);
+                        break;
+                }
+                size_t saved = c->pathlen;
+                path_push(c, "[%d]", n);
+                r = fn(c, n, &iev, arg);
+                yaml_event_delete(&iev);
+                if (r < 0)
+                        goto out;
+                path_pop(c, saved);
+                if (n < INT_MAX)
+                        n++;
+        }
+        *ret_n = n;
+out:
+        c->depth--;
+        return r;
+}
+
+static int parse_listen(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        char tmp[sizeof(((gp_config *)0)->listen)], d[96];
+        const char *why;
+        memset(tmp, 0, sizeof(tmp));
+        int r = scalar_str(c, ev, tmp, sizeof(tmp), 1);
+        if (r < 0)
+                return r;
+        if (check_listen(tmp, &why) < 0)
+                return fail(c, ev_line(ev), "%s; got \"%s\"", why, show(tmp, strlen(tmp), d, sizeof(d)));
+        memcpy((char *)base + f->off, tmp, sizeof(tmp));
+        return 0;
+}
+
+static int admin_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_config *cfg = arg;
+        char tmp[sizeof(cfg->admin_keys[0])];
+        memset(tmp, 0, sizeof(tmp));
+        if (i >= GP_CFG_MAX_ADMIN_KEYS)
+                return fail(c, ev_line(ev), "too many admin keys (at most %d)", GP_CFG_MAX_ADMIN_KEYS);
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
+            !admin_key_ok((const char *)ev->data.scalar.value, ev->data.scalar.length))
+                return fail(c, ev_line(ev),
+                            "expected \"sha256:\" and 64 lowercase hex digits, the SHA-256 of the key "
+                            "(not the key itself; e.g. printf %%s KEY | sha256sum)");
+        memcpy(tmp, ev->data.scalar.value, ev->data.scalar.length);
+        for (int j = 0; j < i; j++)
+                if (!strcmp(cfg->admin_keys[j], tmp))
+                        return fail(c, ev_line(ev), "the same key hash is listed twice (items %d and %d)",
+                                    j, i);
+        memcpy(cfg->admin_keys[i], tmp, sizeof(tmp));
+        return 0;
+}
+
+static int parse_admin_keys(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        int n, r;
+        cfg->n_admin_keys = 0;
+        r = parse_list(c, ev, "a list of \"sha256:<hex>\" strings", admin_key_item, cfg, &n);
+        if (r == 0)
+                cfg->n_admin_keys = n;
+        return r;
+}
+
+static int parse_store_url(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        char tmp[sizeof(cfg->store_url)], d[96];
+        memset(tmp, 0, sizeof(tmp));
+        int r = scalar_str(c, ev, tmp, sizeof(tmp), 1);
+        if (r < 0)
+                return r;
+        if (!store_url_ok(tmp)) {
+                /* show only the scheme: the rest may hold a password */
+                const char *sep = strstr(tmp, "://");
+                size_t n = sep ? (size_t)(sep - tmp) + 3 : 0;
+                return fail(c, ev_line(ev),
+                            "expected sqlite://PATH, postgres://... or postgresql://...; got \"%s...\"",
+                            show(tmp, n, d, sizeof(d)));
+        }
+        memcpy(cfg->store_url, tmp, sizeof(tmp));
+        c->store_url_set = true;
+        return 0;
+}
+
+static int parse_store_sync(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        size_t i;
+        int r = scalar_enum(c, ev, sync_names, GP_ARRAY_SIZE(sync_names), &i);
+        if (r == 0)
+                ((gp_config *)base)->store_sync_full = i == 0;
+        return r;
+}
+
+static int parse_backend(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        size_t i;
+        int r = scalar_enum(c, ev, backend_names, GP_ARRAY_SIZE(backend_names), &i);
+        if (r == 0) {
+                memset(cfg->gpu_backend, 0, sizeof(cfg->gpu_backend));
+                gp_strlcpy(cfg->gpu_backend, backend_names[i], sizeof(cfg->gpu_backend));
+        }
+        return r;
+}
+
+static int parse_policy(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        size_t i;
+        int r = scalar_enum(c, ev, policy_names, GP_ARRAY_SIZE(policy_names), &i);
+        if (r == 0)
+                ((gp_config *)base)->policy = (gp_policy)i;
+        return r;
+}
+
+static int reserved_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_config *cfg = arg;
+        char tmp[GP_UUID_MAX], d[96];
+        if (i >= GP_CFG_MAX_RESERVED)
+                return fail(c, ev_line(ev), "too many reserved GPUs (at most %d)", GP_CFG_MAX_RESERVED);
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
+                return fail(c, ev_line(ev), "expected a GPU index or uuid, got %s",
+                            describe(ev, d, sizeof(d)));
+        const char *v = (const char *)ev->data.scalar.value;
+        size_t n = ev->data.scalar.length;
+        if (n >= sizeof(tmp))
+                return fail(c, ev_line(ev), "too long (%zu bytes, at most %d)", n, GP_UUID_MAX - 1);
+        if (!reserved_ok(v, n))
+                return fail(c, ev_line(ev),
+                            "expected a GPU index (0..%d) or a GPU uuid without spaces, got %s",
+                            MAX_GPU_INDEX, describe(ev, d, sizeof(d)));
+        memset(tmp, 0, sizeof(tmp));
+        memcpy(tmp, v, n);
+        for (int j = 0; j < i; j++)
+                if (!strcmp(cfg->reserved[j], tmp))
+                        return fail(c, ev_line(ev), "GPU \"%s\" is listed twice", tmp);
+        memcpy(cfg->reserved[i], tmp, sizeof(tmp));
+        return 0;
+}
+
+static int parse_reserved(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        int n, r;
+        cfg->n_reserved = 0;
+        r = parse_list(c, ev, "a list of GPU indexes or uuids", reserved_item, cfg, &n);
+        if (r == 0)
+                cfg->n_reserved = n;
+        return r;
+}
+
+static int sim_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_config *cfg = arg;
+        char d[96];
+        if (i >= GP_CFG_MAX_SIM)
+                return fail(c, ev_line(ev), "too many simulated GPU kinds (at most %d)", GP_CFG_MAX_SIM);
+        if (ev->type != YAML_MAPPING_START_EVENT)
+                return fail(c, ev_line(ev), "expected a mapping {name, memory_mb, count}, got %s",
+                            describe(ev, d, sizeof(d)));
+        gp_cfg_sim_gpu *s = &cfg->sim[i];
+        memset(s, 0, sizeof(*s));
+        s->count = 1;
+        int line = ev_line(ev);
+        int r = parse_map(c, "gpus.sim[]", s);
+        if (r < 0)
+                return r;
+        if (!s->name[0])
+                return fail(c, line, "missing name");
+        if (s->memory_mb <= 0)
+                return fail(c, line, "missing memory_mb");
+        return 0;
+}
+
+static int parse_sim(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        int n, r;
+        cfg->n_sim = 0;
+        r = parse_list(c, ev, "a list of {name, memory_mb, count}", sim_item, cfg, &n);
+        if (r == 0)
+                cfg->n_sim = n;
+        return r;
+}
+
+static int weight_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        uint32_t *w = arg;
+        int64_t x;
+        int r = scalar_int(c, ev, 1, WEIGHT_MAX, &x);
+        if (r == 0 && i < GP_PRIORITY_LEVELS)
+                w[i] = (uint32_t)x;
+        return r;
+}
+
+static int parse_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        uint32_t w[GP_PRIORITY_LEVELS];
+        char d[96];
+        int n, r;
+        if (ev->type != YAML_SEQUENCE_START_EVENT)
+                return fail(c, c->key_line, "expected a list of %d positive integers (P0..P9), got %s",
+                            GP_PRIORITY_LEVELS, describe(ev, d, sizeof(d)));
+        r = parse_list(c, ev, "a list", weight_item, w, &n);
+        if (r < 0)
+                return r;
+        if (n != GP_PRIORITY_LEVELS)
+                return fail(c, c->key_line, "expected a list of %d positive integers (P0..P9), got %d",
+                            GP_PRIORITY_LEVELS, n);
+        memcpy(cfg->weights, w, sizeof(w));
+        return 0;
+}
+
+/* First pass: the whole stream is well-formed YAML and nested at most
+ * MAX_DEPTH deep and holds one document, so a syntax error is reported as such even when a schema
+ * error comes earlier in the file (an indentation slip otherwise shows up as
+ * a misplaced key). */
+static int check_syntax(struct ctx *c) {
+        int depth = 0, docs = 0;
+        for (;;) {
+                yaml_event_t ev;
+                if (!yaml_parser_parse(&c->parser, &ev))
+                        return syntax_error(c);
+                yaml_event_type_t t = ev.type;
+                int line = ev_line(&ev);
+                yaml_event_delete(&ev);
+                if (t == YAML_STREAM_END_EVENT)
+                        return 0;
+                if (t == YAML_DOCUMENT_START_EVENT && ++docs > 1)
+                        return fail(c, line, "only one YAML document is allowed (found a second \"---\")");
+                if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) {
+                        if (++depth > MAX_DEPTH)
+                                return fail(c, line, "nested too deeply (more than %d levels)",
+                                            MAX_DEPTH);
+                } else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) {
+                        depth--;
+                }
+        }
+}
+
+/* The document: empty, null, or one mapping of sections. */
+static int parse_stream(struct ctx *c) {
+        yaml_event_t ev;
+        char d[96], list[256];
+        int r = next(c, &ev); /* stream start */
+        if (r < 0)
+                return r;
+        yaml_event_delete(&ev);
+        r = next(c, &ev);
+        if (r < 0)
+                return r;
+        if (ev.type == YAML_STREAM_END_EVENT) { /* empty file or only comments */
+                yaml_event_delete(&ev);
+                return 0;
+        }
+        yaml_event_delete(&ev); /* document start */
+        r = next(c, &ev);
+        if (r < 0)
+                return r;
+        if (ev.type == YAML_MAPPING_START_EVENT) {
+                c->key_line = ev_line(&ev);
+                r = parse_map(c, "", c->cfg);
+        } else if (!is_null(&ev)) {
+                valid_keys("", list, sizeof(list));
+                r = fail(c, ev_line(&ev), "expected a mapping of sections (%s) at the top level, got %s",
+                         list, describe(&ev, d, sizeof(d)));
+        }
+        yaml_event_delete(&ev);
+        if (r < 0)
+                return r;
+        r = next(c, &ev); /* document end */
+        if (r < 0)
+                return r;
+        yaml_event_delete(&ev);
+        r = next(c, &ev);
+        if (r < 0)
+                return r;
+        if (ev.type != YAML_STREAM_END_EVENT)
+                r = fail(c, ev_line(&ev), "only one YAML document is allowed (found a second \"---\")");
+        yaml_event_delete(&ev);
+        return r;
+}
+
+/* ---- validation ---- */
+
+static int field_index(const char *key) {
+        for (size_t i = 0; i < N_FIELDS; i++)
+                if (!strcmp(fields[i].key, key))
+                        return (int)i;
+        return -1;
+}
+
+struct vctx {
+        const gp_config *cfg;
+        const int *lines; /* per field, from the loader; NULL from gp_config_validate */
+        char *err;
+        size_t errlen;
+};
+
+__attribute__((format(printf, 3, 4))) static int vfail(struct vctx *v, const char *key,
+                                                      const char *fmt, ...) {
+        char src[PATH_MAX];
+        int line = 0;
+        if (strnlen(v->cfg->source, sizeof(v->cfg->source)) < sizeof(v->cfg->source) &&
+            v->cfg->source[0])
+                gp_strlcpy(src, v->cfg->source, sizeof(src));
+        else
+                gp_strlcpy(src, "(config)", sizeof(src));
+        if (v->lines) {
+                /* "a.b[3].c" is reported on the line of "a.b" */
+                char base[128];
+                gp_strlcpy(base, key, sizeof(base));
+                char *br = strchr(base, '[');
+                if (br)
+                        *br = '\0';
+                int idx = field_index(base);
+                if (idx >= 0)
+                        line = v->lines[idx];
+        }
+        va_list ap;
+        va_start(ap, fmt);
+        vmsg(v->err, v->errlen, src, line, key, fmt, ap);
+        va_end(ap);
+        return -EINVAL;
+}
+
+static bool terminated(const char *s, size_t size) {
+        return memchr(s, '\0', size) != NULL;
+}
+
+/* Numbers and plain strings of the table, for the struct at base. */
+static int check_fields(struct vctx *v, const char *sim_prefix, int sim_i, const void *base) {
+        for (size_t i = 0; i < N_FIELDS; i++) {
+                const struct field *f = &fields[i];
+                bool is_sim = strstr(f->key, "[]") != NULL;
+                if (is_sim != (sim_prefix != NULL))
+                        continue;
+                char key[128];
+                if (is_sim)
+                        snprintf(key, sizeof(key), "gpus.sim[%d].%s", sim_i, strrchr(f->key, '.') + 1);
+                else
+                        gp_strlcpy(key, f->key, sizeof(key));
+                const char *p = (const char *)base + f->off;
+                int64_t x;
+                switch (f->kind) {
+                case K_INT:
+                case K_I64:
+                        if (f->kind == K_INT) {
+                                int iv;
+                                memcpy(&iv, p, sizeof(iv));
+                                x = iv;
+                        } else {
+                                memcpy(&x, p, sizeof(x));
+                        }
+                        if (x < f->min || x > f->max) {
+                                if (f->min == f->max)
+                                        return vfail(v, key, "must be %lld, got %lld", (long long)f->min,
+                                                     (long long)x);
+                                return vfail(v, key, "must be between %lld and %lld, got %lld",
+                                             (long long)f->min, (long long)f->max, (long long)x);
+                        }
+                        break;
+                case K_STR:
+                        if (!terminated(p, f->size))
+                                return vfail(v, key, "not NUL-terminated");
+                        if (strlen(p) < (size_t)f->min)
+                                return vfail(v, key, "must not be empty");
+                        if (!gp_str_is_clean(p, strlen(p)))
+                                return vfail(v, key, "contains control characters");
+                        break;
+                default:
+                        break;
+                }
+        }
+        return 0;
+}
+
+static int validate_impl(const gp_config *cfg, const int *lines, char *err, size_t errlen) {
+        struct vctx v = {cfg, lines, err, errlen};
+        const char *why;
+        int r = check_fields(&v, NULL, 0, cfg);
+        if (r < 0)
+                return r;
+
+        if (!terminated(cfg->listen, sizeof(cfg->listen)))
+                return vfail(&v, "server.listen", "not NUL-terminated");
+        if (check_listen(cfg->listen, &why) < 0)
+                return vfail(&v, "server.listen", "%s", why);
+
+        if (cfg->n_admin_keys < 0 || cfg->n_admin_keys > GP_CFG_MAX_ADMIN_KEYS)
+                return vfail(&v, "auth.admin_keys", "must have between 0 and %d keys, got %d",
+                             GP_CFG_MAX_ADMIN_KEYS, cfg->n_admin_keys);
+        for (int i = 0; i < cfg->n_admin_keys; i++) {
+                const char *k = cfg->admin_keys[i];
+                if (!terminated(k, sizeof(cfg->admin_keys[i])) || !admin_key_ok(k, strlen(k))) {
+                        char key[64];
+                        snprintf(key, sizeof(key), "auth.admin_keys[%d]", i);
+                        return vfail(&v, key, "expected \"sha256:\" and 64 lowercase hex digits");
+                }
+        }
+
+        if (!terminated(cfg->store_url, sizeof(cfg->store_url)) || !store_url_ok(cfg->store_url))
+                return vfail(&v, "store.url", "expected sqlite://PATH, postgres://... or postgresql://...");
+
+        bool backend_ok = false;
+        if (terminated(cfg->gpu_backend, sizeof(cfg->gpu_backend)))
+                for (size_t i = 0; i < GP_ARRAY_SIZE(backend_names); i++)
+                        backend_ok |= !strcmp(cfg->gpu_backend, backend_names[i]);
+        if (!backend_ok)
+                return vfail(&v, "gpus.backend", "expected one of auto, nvml, sim");
+
+        if (cfg->n_reserved < 0 || cfg->n_reserved > GP_CFG_MAX_RESERVED)
+                return vfail(&v, "gpus.reserved", "must have between 0 and %d entries, got %d",
+                             GP_CFG_MAX_RESERVED, cfg->n_reserved);
+        for (int i = 0; i < cfg->n_reserved; i++) {
+                const char *s = cfg->reserved[i];
+                if (!terminated(s, sizeof(cfg->reserved[i])) || !reserved_ok(s, strlen(s))) {
+                        char key[64];
+                        snprintf(key, sizeof(key), "gpus.reserved[%d]", i);
+                        return vfail(&v, key, "expected a GPU index (0..%d) or a GPU uuid",
+                                     MAX_GPU_INDEX);
+                }
+        }
+
+        if (cfg->n_sim < 0 || cfg->n_sim > GP_CFG_MAX_SIM)
+                return vfail(&v, "gpus.sim", "must have between 0 and %d entries, got %d", GP_CFG_MAX_SIM,
+                             cfg->n_sim);
+        for (int i = 0; i < cfg->n_sim; i++) {
+                r = check_fields(&v, "gpus.sim[]", i, &cfg->sim[i]);
+                if (r < 0)
+                        return r;
+        }
+
+        if ((unsigned)cfg->policy > GP_POLICY_FIFO)
+                return vfail(&v, "scheduler.policy", "expected one of hybrid, strict, fifo");
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                if (cfg->weights[i] < 1 || cfg->weights[i] > WEIGHT_MAX) {
+                        char key[64];
+                        snprintf(key, sizeof(key), "scheduler.weights[%d]", i);
+                        return vfail(&v, key, "must be between 1 and %d, got %u", WEIGHT_MAX,
+                                     cfg->weights[i]);
+                }
+
+        /* cross-field rules: name the key the file set, if any */
+        if (cfg->max_lease_ttl_s < cfg->default_lease_ttl_s) {
+                bool max_set = lines && lines[field_index("tasks.max_lease_ttl_s")];
+                bool def_set = lines && lines[field_index("tasks.default_lease_ttl_s")];
+                if (def_set && !max_set)
+                        return vfail(&v, "tasks.default_lease_ttl_s",
+                                     "must not exceed tasks.max_lease_ttl_s (%d), got %d",
+                                     cfg->max_lease_ttl_s, cfg->default_lease_ttl_s);
+                return vfail(&v, "tasks.max_lease_ttl_s",
+                             "must be at least tasks.default_lease_ttl_s (%d), got %d",
+                             cfg->default_lease_ttl_s, cfg->max_lease_ttl_s);
+        }
+        if (!strcmp(cfg->gpu_backend, "sim") && cfg->n_sim < 1) {
+                bool sim_set = lines && lines[field_index("gpus.sim")];
+                return vfail(&v, sim_set ? "gpus.sim" : "gpus.backend",
+                             "backend sim needs at least one gpus.sim entry");
+        }
+        return 0;
+}
+
+int gp_config_validate(const gp_config *cfg, char *err, size_t errlen) {
+        if (err && errlen)
+                err[0] = '\0';
+        return validate_impl(cfg, NULL, err, errlen);
+}
+
+/* ---- loading ---- */
+
+__attribute__((format(printf, 4, 5))) static int file_fail(char *err, size_t errlen, const char *name,
+                                                          const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vmsg(err, errlen, name, 0, NULL, fmt, ap);
+        va_end(ap);
+        return -EINVAL;
+}
+
+int gp_config_load_buffer(const char *name, const char *data, size_t len, gp_config *cfg, char *err,
+                          size_t errlen) {
+        struct ctx *c = NULL;
+        gp_config *tmp = NULL;
+        int r;
+        if (err && errlen)
+                err[0] = '\0';
+        if (!name)
+                name = "(config)";
+        if (!data && len) {
+                file_fail(err, errlen, name, "no data");
+                return -EINVAL;
+        }
+        if (len > CFG_MAX_INPUT) {
+                file_fail(err, errlen, name, "larger than 1 MiB (%zu bytes)", len);
+                return -E2BIG;
+        }
+        if (strlen(name) >= sizeof(cfg->source)) {
+                file_fail(err, errlen, "(config)", "file name too long");
+                return -ENAMETOOLONG;
+        }
+        tmp = malloc(sizeof(*tmp));
+        c = calloc(1, sizeof(*c));
+        if (!tmp || !c) {
+                file_fail(err, errlen, name, "out of memory");
+                r = -ENOMEM;
+                goto free_mem;
+        }
+        gp_config_defaults(tmp);
+        memcpy(tmp->source, name, strlen(name)); /* fits: checked above; rest is zero */
+        c->name = name;
+        c->data = data;
+        c->len = len;
+        c->err = err;
+        c->errlen = errlen;
+        c->cfg = tmp;
+        if (!yaml_parser_initialize(&c->parser)) {
+                file_fail(err, errlen, name, "out of memory");
+                r = -ENOMEM;
+                goto free_mem;
+        }
+        yaml_parser_set_input_string(&c->parser, (const unsigned char *)(data ? data : ""), len);
+        r = check_syntax(c);
+        yaml_parser_delete(&c->parser);
+        if (r < 0)
+                goto free_mem;
+        if (!yaml_parser_initialize(&c->parser)) {
+                file_fail(err, errlen, name, "out of memory");
+                r = -ENOMEM;
+                goto free_mem;
+        }
+        yaml_parser_set_input_string(&c->parser, (const unsigned char *)(data ? data : ""), len);
+        r = parse_stream(c);
+        yaml_parser_delete(&c->parser);
+        if (r < 0)
+                goto free_mem;
+
+        if (!c->store_url_set) {
+                int dl = c->line[field_index("server.data_dir")];
+                if (derive_store_url(tmp->data_dir, tmp->store_url, sizeof(tmp->store_url)) < 0) {
+                        c->pathlen = 0;
+                        gp_strlcpy(c->path, "server.data_dir", sizeof(c->path));
+                        r = fail(c, dl, "too long to derive store.url from it; set store.url");
+                        goto free_mem;
+                }
+        }
+        r = validate_impl(tmp, c->line, err, errlen);
+        if (r < 0)
+                goto free_mem;
+        memcpy(cfg, tmp, sizeof(*tmp));
+        if (err && errlen)
+                err[0] = '\0';
+free_mem:
+        free(c);
+        free(tmp);
+        return r;
+}
+
+/* Read at most CFG_MAX_INPUT bytes of a file.  0, -errno, -E2BIG or -ENOMEM. */
+static int read_file(const char *path, gp_buf *b) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return -errno;
+        int r = 0;
+        struct stat st;
+        if (fstat(fd, &st) < 0) {
+                r = -errno;
+                goto close_fd;
+        }
+        if (S_ISDIR(st.st_mode)) {
+                r = -EISDIR;
+                goto close_fd;
+        }
+        for (;;) {
+                char chunk[65536];
+                ssize_t n = read(fd, chunk, sizeof(chunk));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0) {
+                        r = -errno;
+                        goto close_fd;
+                }
+                if (n == 0)
+                        break;
+                r = gp_buf_append(b, chunk, (size_t)n);
+                if (r < 0)
+                        goto close_fd;
+        }
+close_fd:
+        close(fd);
+        return r;
+}
+
+int gp_config_load(const char *path, gp_config *cfg, char *err, size_t errlen) {
+        gp_buf b;
+        if (err && errlen)
+                err[0] = '\0';
+        if (!path || !*path)
+                return file_fail(err, errlen, "(config)", "no file name given");
+        gp_buf_init(&b, CFG_MAX_INPUT);
+        int r = read_file(path, &b);
+        if (r == -E2BIG)
+                file_fail(err, errlen, path, "larger than 1 MiB");
+        else if (r < 0)
+                file_fail(err, errlen, path, "cannot read: %s", strerror(-r));
+        else
+                r = gp_config_load_buffer(path, b.data, b.len, cfg, err, errlen);
+        gp_buf_done(&b);
+        return r;
+}

@@ -1,0 +1,555 @@
+/* test-config.c - the configuration module: the embedded default matches
+ * DESIGN.md, a full file overrides every key, every kind of bad input is
+ * refused with FILE:LINE and the key and leaves the struct untouched, and
+ * the shipped example loads.  Runs from the repository root. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config/config.h"
+
+#define KEY_A "sha256:8c6976e5b5410415bde908bd4dee15dfb167a9c873fc4bb8a81f6f2ab448a918"
+#define KEY_B "sha256:0000000000000000000000000000000000000000000000000000000000000001"
+
+static int load(const char *yaml, gp_config *cfg, char *err, size_t errlen) {
+        return gp_config_load_buffer("t.yaml", yaml, strlen(yaml), cfg, err, errlen);
+}
+
+static void test_defaults_match_design(void **state) {
+        gp_config c;
+        char err[256];
+        gp_config_defaults(&c);
+        assert_string_equal(c.source, "");
+        assert_string_equal(c.listen, "0.0.0.0:8080");
+        assert_string_equal(c.data_dir, "./gpupool-data");
+        assert_int_equal(c.max_connections, 1024);
+        assert_int_equal(c.max_body_bytes, 1 << 20);
+        assert_int_equal(c.connection_timeout_s, 60);
+        assert_int_equal(c.http_threads, 2);
+        assert_int_equal(c.n_admin_keys, 0);
+        assert_string_equal(c.store_url, "sqlite://./gpupool-data/gpupool.db");
+        assert_true(c.store_sync_full);
+        assert_string_equal(c.gpu_backend, "auto");
+        assert_string_equal(c.nvml_library, "libnvidia-ml.so.1");
+        assert_int_equal(c.n_reserved, 0);
+        assert_int_equal(c.n_sim, 1);
+        assert_string_equal(c.sim[0].name, "NVIDIA GeForce RTX 4090");
+        assert_int_equal(c.sim[0].memory_mb, 24564);
+        assert_int_equal(c.sim[0].count, 4);
+        assert_int_equal(c.gpu_poll_ms, 2000);
+        assert_int_equal(c.policy, GP_POLICY_HYBRID);
+        assert_int_equal(c.priority_levels, 10);
+        static const uint32_t w[10] = {256, 128, 64, 32, 16, 8, 4, 2, 1, 1};
+        assert_memory_equal(c.weights, w, sizeof(w));
+        assert_int_equal(c.max_queue_depth, 10000);
+        assert_int_equal(c.queue_timeout_sec, 60);
+        assert_int_equal(c.memory_safety_margin_mb, 2000);
+        assert_int_equal(c.max_models_per_gpu, 2);
+        assert_true(c.backfill);
+        assert_int_equal(c.backfill_depth, 1000);
+        assert_true(c.preemption_enabled);
+        assert_int_equal(c.preemption_grace_sec, 30);
+        assert_int_equal(c.preemption_min_runtime_sec, 60);
+        assert_int_equal(c.default_lease_ttl_s, 60);
+        assert_int_equal(c.max_lease_ttl_s, 86400);
+        assert_int_equal(c.kill_grace_s, 10);
+        assert_int_equal(c.max_log_bytes, 64 << 20);
+        assert_int_equal(c.default_max_retries, 1);
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), 0);
+}
+
+static void test_empty_and_comment_only_files_give_defaults(void **state) {
+        static const char *const inputs[] = {"", "# nothing\n", "---\n", "server:\n", "~\n"};
+        for (size_t i = 0; i < sizeof(inputs) / sizeof(inputs[0]); i++) {
+                gp_config c, d;
+                char err[256];
+                gp_config_defaults(&d);
+                memset(&c, 0x5a, sizeof(c));
+                assert_int_equal(load(inputs[i], &c, err, sizeof(err)), 0);
+                assert_string_equal(c.source, "t.yaml");
+                memcpy(d.source, c.source, sizeof(d.source));
+                assert_memory_equal(&c, &d, sizeof(c));
+        }
+}
+
+static const char full_yaml[] =
+        "server:\n"
+        "  listen: \"127.0.0.1:9090\"\n"
+        "  data_dir: /var/lib/gpupool\n"
+        "  max_connections: 77\n"
+        "  max_body_bytes: 2048\n"
+        "  connection_timeout_s: 5\n"
+        "  http_threads: 8\n"
+        "auth:\n"
+        "  admin_keys: [\"" KEY_A "\", \"" KEY_B "\"]\n"
+        "store:\n"
+        "  url: \"postgres://gp:secret@db/gpupool\"\n"
+        "  sync: normal\n"
+        "gpus:\n"
+        "  backend: sim\n"
+        "  nvml_library: /opt/nvidia/libnvidia-ml.so.1\n"
+        "  reserved: [0, \"GPU-8a3c-11\", \"3\"]\n"
+        "  sim:\n"
+        "    - {name: \"NVIDIA A100-SXM4-80GB\", memory_mb: 81920, count: 8}\n"
+        "    - name: \"Tesla T4\"\n"
+        "      memory_mb: 15360\n"
+        "  poll_ms: 500\n"
+        "scheduler:\n"
+        "  policy: strict\n"
+        "  priority_levels: 10\n"
+        "  weights: [1000, 500, 100, 50, 20, 10, 5, 3, 2, 1]\n"
+        "  max_queue_depth: 42\n"
+        "  queue_timeout_sec: 9\n"
+        "  memory_safety_margin_mb: 0\n"
+        "  max_models_per_gpu: 3\n"
+        "  backfill: no\n"
+        "  backfill_depth: 7\n"
+        "  preemption: {enabled: false, grace_sec: 4, min_runtime_sec: 600}\n"
+        "tasks:\n"
+        "  default_lease_ttl_s: 30\n"
+        "  max_lease_ttl_s: 3600\n"
+        "  kill_grace_s: 2\n"
+        "  max_log_bytes: 1048576\n"
+        "  default_max_retries: 0\n";
+
+static void test_full_file_overrides_every_key(void **state) {
+        gp_config c;
+        char err[512];
+        gp_config_defaults(&c);
+        assert_int_equal(load(full_yaml, &c, err, sizeof(err)), 0);
+        assert_string_equal(err, "");
+        assert_string_equal(c.source, "t.yaml");
+        assert_string_equal(c.listen, "127.0.0.1:9090");
+        assert_string_equal(c.data_dir, "/var/lib/gpupool");
+        assert_int_equal(c.max_connections, 77);
+        assert_int_equal(c.max_body_bytes, 2048);
+        assert_int_equal(c.connection_timeout_s, 5);
+        assert_int_equal(c.http_threads, 8);
+        assert_int_equal(c.n_admin_keys, 2);
+        assert_string_equal(c.admin_keys[0], KEY_A);
+        assert_string_equal(c.admin_keys[1], KEY_B);
+        assert_string_equal(c.store_url, "postgres://gp:secret@db/gpupool");
+        assert_false(c.store_sync_full);
+        assert_string_equal(c.gpu_backend, "sim");
+        assert_string_equal(c.nvml_library, "/opt/nvidia/libnvidia-ml.so.1");
+        assert_int_equal(c.n_reserved, 3);
+        assert_string_equal(c.reserved[0], "0");
+        assert_string_equal(c.reserved[1], "GPU-8a3c-11");
+        assert_string_equal(c.reserved[2], "3");
+        assert_int_equal(c.n_sim, 2);
+        assert_string_equal(c.sim[0].name, "NVIDIA A100-SXM4-80GB");
+        assert_int_equal(c.sim[0].memory_mb, 81920);
+        assert_int_equal(c.sim[0].count, 8);
+        assert_string_equal(c.sim[1].name, "Tesla T4");
+        assert_int_equal(c.sim[1].memory_mb, 15360);
+        assert_int_equal(c.sim[1].count, 1); /* count defaults to 1 */
+        assert_int_equal(c.gpu_poll_ms, 500);
+        assert_int_equal(c.policy, GP_POLICY_STRICT);
+        assert_int_equal(c.priority_levels, 10);
+        static const uint32_t w[10] = {1000, 500, 100, 50, 20, 10, 5, 3, 2, 1};
+        assert_memory_equal(c.weights, w, sizeof(w));
+        assert_int_equal(c.max_queue_depth, 42);
+        assert_int_equal(c.queue_timeout_sec, 9);
+        assert_int_equal(c.memory_safety_margin_mb, 0);
+        assert_int_equal(c.max_models_per_gpu, 3);
+        assert_false(c.backfill);
+        assert_int_equal(c.backfill_depth, 7);
+        assert_false(c.preemption_enabled);
+        assert_int_equal(c.preemption_grace_sec, 4);
+        assert_int_equal(c.preemption_min_runtime_sec, 600);
+        assert_int_equal(c.default_lease_ttl_s, 30);
+        assert_int_equal(c.max_lease_ttl_s, 3600);
+        assert_int_equal(c.kill_grace_s, 2);
+        assert_int_equal(c.max_log_bytes, 1048576);
+        assert_int_equal(c.default_max_retries, 0);
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), 0);
+}
+
+static void test_load_starts_from_defaults_not_from_cfg(void **state) {
+        gp_config c;
+        char err[256];
+        gp_config_defaults(&c);
+        c.http_threads = 99;
+        assert_int_equal(load("tasks: {kill_grace_s: 3}\n", &c, err, sizeof(err)), 0);
+        assert_int_equal(c.kill_grace_s, 3);
+        assert_int_equal(c.http_threads, 2);
+}
+
+static void test_store_url_follows_data_dir_unless_set(void **state) {
+        gp_config c;
+        char err[256];
+        assert_int_equal(load("server: {data_dir: /srv/gp/}\n", &c, err, sizeof(err)), 0);
+        assert_string_equal(c.store_url, "sqlite:///srv/gp/gpupool.db");
+        assert_int_equal(load("server: {data_dir: /srv/gp}\nstore: {url: \"sqlite:///x.db\"}\n", &c, err,
+                              sizeof(err)),
+                         0);
+        assert_string_equal(c.store_url, "sqlite:///x.db");
+        assert_int_equal(load("store: {url: \"postgresql://h/db\"}\n", &c, err, sizeof(err)), 0);
+        assert_string_equal(c.store_url, "postgresql://h/db");
+}
+
+static void test_booleans_and_listen_forms_are_accepted(void **state) {
+        gp_config c;
+        char err[256];
+        assert_int_equal(load("scheduler: {backfill: yes, preemption: {enabled: No}}\n", &c, err,
+                              sizeof(err)),
+                         0);
+        assert_true(c.backfill);
+        assert_false(c.preemption_enabled);
+        assert_int_equal(load("scheduler: {backfill: False}\n", &c, err, sizeof(err)), 0);
+        assert_false(c.backfill);
+        static const char *const ok[] = {"[::1]:80", "localhost:8080", "10.0.0.1:65535", "gpu-1.lab:1"};
+        for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+                char y[128];
+                snprintf(y, sizeof(y), "server: {listen: \"%s\"}\n", ok[i]);
+                assert_int_equal(load(y, &c, err, sizeof(err)), 0);
+                assert_string_equal(c.listen, ok[i]);
+        }
+}
+
+static void test_example_file_loads(void **state) {
+        gp_config c, d;
+        char err[512];
+        int r = gp_config_load("examples/gpupool.yaml", &c, err, sizeof(err));
+        if (r != 0)
+                fail_msg("examples/gpupool.yaml: %d %s", r, err);
+        assert_string_equal(c.source, "examples/gpupool.yaml");
+        assert_int_equal(c.n_admin_keys, 1);
+        /* apart from the admin key the example shows the defaults */
+        gp_config_defaults(&d);
+        memcpy(d.source, c.source, sizeof(d.source));
+        memcpy(d.admin_keys, c.admin_keys, sizeof(d.admin_keys));
+        d.n_admin_keys = 1;
+        assert_memory_equal(&c, &d, sizeof(c));
+}
+
+struct bad {
+        const char *yaml;
+        const char *want; /* the message starts with this */
+        int rc;
+};
+
+static const struct bad bad_inputs[] = {
+        /* unknown key, with the valid keys listed */
+        {"server:\n  listen: \"1.2.3.4:80\"\n  lisen: x\n",
+         "t.yaml:3: server.lisen: unknown key (valid keys of server: listen, data_dir,", -EINVAL},
+        {"# c\nfoo: 1\n", "t.yaml:2: foo: unknown key (valid keys: server, auth, store, gpus, scheduler, tasks)",
+         -EINVAL},
+        {"scheduler:\n  preemption:\n    grace: 3\n", "t.yaml:3: scheduler.preemption.grace: unknown key",
+         -EINVAL},
+        {"gpus:\n  sim:\n    - {name: x, memory_mb: 1, colour: red}\n", "t.yaml:3: gpus.sim[0].colour: unknown key",
+         -EINVAL},
+        {"server: {server.listen: x}\n", "t.yaml:1: server.server.listen: unknown key", -EINVAL},
+        /* sections of the product this version does not implement */
+        {"server: {}\ntenants:\n  - {id: a}\n", "t.yaml:2: tenants: not supported by this version of gpupool yet",
+         -EINVAL},
+        {"time_rules: []\n", "t.yaml:1: time_rules: not supported by this version of gpupool yet", -EINVAL},
+        {"gateway: {}\n", "t.yaml:1: gateway: not supported by this version of gpupool yet", -EINVAL},
+        {"billing: {}\n", "t.yaml:1: billing: not supported by this version of gpupool yet", -EINVAL},
+        {"alerts: {}\n", "t.yaml:1: alerts: not supported by this version of gpupool yet", -EINVAL},
+        /* wrong types */
+        {"server:\n  http_threads: abc\n", "t.yaml:2: server.http_threads: expected a decimal integer, got abc",
+         -EINVAL},
+        {"server:\n  http_threads: 1.5\n", "t.yaml:2: server.http_threads: expected a decimal integer, got 1.5",
+         -EINVAL},
+        {"server:\n  http_threads: [1]\n", "t.yaml:2: server.http_threads: expected an integer, got a list",
+         -EINVAL},
+        {"server:\n  http_threads: \"4\"\n",
+         "t.yaml:2: server.http_threads: expected an integer, got the quoted string \"4\"", -EINVAL},
+        {"server:\n  http_threads:\n", "t.yaml:2: server.http_threads: expected an integer, got nothing", -EINVAL},
+        {"server: {max_body_bytes: 0x100}\n", "t.yaml:1: server.max_body_bytes: expected a decimal integer",
+         -EINVAL},
+        {"server: {max_body_bytes: 010}\n", "t.yaml:1: server.max_body_bytes: expected a decimal integer",
+         -EINVAL},
+        {"server: {max_body_bytes: 1MiB}\n", "t.yaml:1: server.max_body_bytes: expected a decimal integer",
+         -EINVAL},
+        {"scheduler: {backfill: maybe}\n", "t.yaml:1: scheduler.backfill: expected true or false, got maybe",
+         -EINVAL},
+        {"scheduler: {backfill: 1}\n", "t.yaml:1: scheduler.backfill: expected true or false", -EINVAL},
+        {"server: [1, 2]\n", "t.yaml:1: server: expected a mapping of keys, got a list", -EINVAL},
+        {"server: {data_dir: {a: 1}}\n", "t.yaml:1: server.data_dir: expected a string, got a mapping", -EINVAL},
+        {"- server\n", "t.yaml:1: expected a mapping of sections", -EINVAL},
+        {"scheduler: {policy: wfq}\n",
+         "t.yaml:1: scheduler.policy: expected one of hybrid, strict, fifo; got wfq", -EINVAL},
+        {"gpus: {backend: cuda}\n", "t.yaml:1: gpus.backend: expected one of auto, nvml, sim; got cuda", -EINVAL},
+        {"store: {sync: off}\n", "t.yaml:1: store.sync: expected one of full, normal; got off", -EINVAL},
+        /* out of range */
+        {"server:\n  http_threads: 0\n", "t.yaml:2: server.http_threads: must be between 1 and 256, got 0",
+         -EINVAL},
+        {"server:\n  max_connections: 99999999999999999999999\n",
+         "t.yaml:2: server.max_connections: must be between 1 and 65536, got 99999999999999999999999", -EINVAL},
+        {"tasks: {max_log_bytes: 2199023255553}\n", "t.yaml:1: tasks.max_log_bytes: must be between", -EINVAL},
+        {"scheduler: {priority_levels: 8}\n", "t.yaml:1: scheduler.priority_levels: must be 10", -EINVAL},
+        {"gpus:\n  sim:\n    - {name: x, memory_mb: 1, count: 65}\n",
+         "t.yaml:3: gpus.sim[0].count: must be between 1 and 64, got 65", -EINVAL},
+        {"gpus:\n  sim:\n    - {name: x}\n", "t.yaml:3: gpus.sim[0]: missing memory_mb", -EINVAL},
+        {"gpus: {reserved: [1024]}\n", "t.yaml:1: gpus.reserved[0]: expected a GPU index (0..1023)", -EINVAL},
+        {"gpus: {reserved: [\"GPU 1\"]}\n", "t.yaml:1: gpus.reserved[0]: expected a GPU index", -EINVAL},
+        {"gpus: {reserved: [1, 1]}\n", "t.yaml:1: gpus.reserved[1]: GPU \"1\" is listed twice", -EINVAL},
+        /* weights: exactly 10, each 1..1000000 */
+        {"scheduler:\n  policy: hybrid\n  weights: [256, 128, 64, 32, 16, 8, 4, 2, 1]\n",
+         "t.yaml:3: scheduler.weights: expected a list of 10 positive integers (P0..P9), got 9", -EINVAL},
+        {"scheduler:\n  weights:\n    - 1\n    - 2\n",
+         "t.yaml:2: scheduler.weights: expected a list of 10 positive integers (P0..P9), got 2", -EINVAL},
+        {"scheduler: {weights: [1,1,1,1,1,1,1,1,1,1,1]}\n",
+         "t.yaml:1: scheduler.weights: expected a list of 10 positive integers (P0..P9), got 11", -EINVAL},
+        {"scheduler: {weights: [1,1,1,0,1,1,1,1,1,1]}\n",
+         "t.yaml:1: scheduler.weights[3]: must be between 1 and 1000000, got 0", -EINVAL},
+        {"scheduler: {weights: 5}\n", "t.yaml:1: scheduler.weights: expected a list of 10 positive integers",
+         -EINVAL},
+        /* duplicate keys */
+        {"server:\n  http_threads: 2\n  http_threads: 3\n",
+         "t.yaml:3: server.http_threads: duplicate key (first given at line 2)", -EINVAL},
+        {"server: {}\ntasks: {}\nserver: {}\n", "t.yaml:3: server: duplicate key (first given at line 1)", -EINVAL},
+        /* YAML syntax errors carry libyaml's line, even after a schema error */
+        {"server:\n  listen: \"0.0.0.0:80\"\n   data_dir: x\n", "t.yaml:3: YAML syntax error: ", -EINVAL},
+        {"foo: 1\nserver: {listen: [\n", "t.yaml:3: YAML syntax error: ", -EINVAL},
+        {"server:\n\t listen: x\n", "t.yaml:2: YAML syntax error: ", -EINVAL},
+        {"a: 1\n---\nb: 2\n", "t.yaml:2: only one YAML document is allowed", -EINVAL},
+        /* anchors, aliases, tags */
+        {"server: &s {http_threads: 3}\ntasks: *s\n", "t.yaml:1: server: anchors and aliases", -EINVAL},
+        {"server: {http_threads: !!int 3}\n", "t.yaml:1: server.http_threads: explicit tags", -EINVAL},
+        /* listen */
+        {"server:\n  listen: 8080\n", "t.yaml:2: server.listen: expected ADDR:PORT", -EINVAL},
+        {"server: {listen: \"0.0.0.0:0\"}\n", "t.yaml:1: server.listen: the port must be a number between 1 and 65535",
+         -EINVAL},
+        {"server: {listen: \"0.0.0.0:65536\"}\n", "t.yaml:1: server.listen: the port must be", -EINVAL},
+        {"server: {listen: \"0.0.0.0:http\"}\n", "t.yaml:1: server.listen: the port must be", -EINVAL},
+        {"server: {listen: \":8080\"}\n", "t.yaml:1: server.listen: missing address", -EINVAL},
+        {"server: {listen: \"300.1.1.1:80\"}\n", "t.yaml:1: server.listen: bad IPv4 address", -EINVAL},
+        {"server: {listen: \"::1:80\"}\n", "t.yaml:1: server.listen: IPv6 addresses must be in brackets", -EINVAL},
+        {"server: {listen: \"[::g]:80\"}\n", "t.yaml:1: server.listen: bad IPv6 address", -EINVAL},
+        {"server: {listen: \"a b:80\"}\n", "t.yaml:1: server.listen: bad host name", -EINVAL},
+        /* admin key hashes */
+        {"auth:\n  admin_keys:\n    - \"sha256:ABCDEF\"\n", "t.yaml:3: auth.admin_keys[0]: expected \"sha256:\"",
+         -EINVAL},
+        {"auth:\n  admin_keys: [\"sha256:8C6976E5B5410415BDE908BD4DEE15DFB167A9C873FC4BB8A81F6F2AB448A918\"]\n",
+         "t.yaml:2: auth.admin_keys[0]: expected \"sha256:\" and 64 lowercase hex digits", -EINVAL},
+        {"auth: {admin_keys: [\"my-secret-key\"]}\n", "t.yaml:1: auth.admin_keys[0]: expected", -EINVAL},
+        {"auth: {admin_keys: \"" KEY_A "\"}\n", "t.yaml:1: auth.admin_keys: expected a list", -EINVAL},
+        {"auth: {admin_keys: [\"" KEY_A "\", \"" KEY_A "\"]}\n", "t.yaml:1: auth.admin_keys[1]: the same key hash",
+         -EINVAL},
+        /* store */
+        {"store: {url: \"mysql://root:pw@h/db\"}\n", "t.yaml:1: store.url: expected sqlite://PATH", -EINVAL},
+        {"store: {url: \"sqlite://\"}\n", "t.yaml:1: store.url: expected sqlite://PATH", -EINVAL},
+        /* strings */
+        {"server: {data_dir: \"\"}\n", "t.yaml:1: server.data_dir: must not be empty", -EINVAL},
+        {"server: {data_dir: \"a\\u0001b\"}\n", "t.yaml:1: server.data_dir: contains control characters", -EINVAL},
+        {"gpus: {sim: [{name: \"a\\0b\", memory_mb: 1}]}\n", "t.yaml:1: gpus.sim[0].name: contains control", -EINVAL},
+        /* cross-field checks */
+        {"tasks:\n  default_lease_ttl_s: 100000\n",
+         "t.yaml:2: tasks.default_lease_ttl_s: must not exceed tasks.max_lease_ttl_s (86400), got 100000", -EINVAL},
+        {"tasks:\n  default_lease_ttl_s: 60\n  max_lease_ttl_s: 30\n",
+         "t.yaml:3: tasks.max_lease_ttl_s: must be at least tasks.default_lease_ttl_s (60), got 30", -EINVAL},
+        {"gpus:\n  backend: sim\n  sim: []\n", "t.yaml:3: gpus.sim: backend sim needs at least one gpus.sim entry",
+         -EINVAL},
+        /* bad bytes */
+        {"server: {data_dir: \xff}\n", "t.yaml:1: YAML syntax error: invalid leading UTF-8 octet", -EINVAL},
+};
+
+static void test_bad_input_is_refused_with_file_line_key_and_cfg_unchanged(void **state) {
+        for (size_t i = 0; i < sizeof(bad_inputs) / sizeof(bad_inputs[0]); i++) {
+                const struct bad *b = &bad_inputs[i];
+                gp_config c, before;
+                char err[1024];
+                gp_config_defaults(&c);
+                memcpy(c.listen, "10.9.8.7:6543", sizeof("10.9.8.7:6543"));
+                c.kill_grace_s = 7;
+                memcpy(&before, &c, sizeof(c));
+                memset(err, 'x', sizeof(err));
+                int r = load(b->yaml, &c, err, sizeof(err));
+                if (r != b->rc || strncmp(err, b->want, strlen(b->want)) != 0)
+                        fail_msg("input %zu:\n%s\ngot %d \"%s\"\nwant %d \"%s...\"", i, b->yaml, r, err, b->rc,
+                                 b->want);
+                if (memcmp(&c, &before, sizeof(c)) != 0)
+                        fail_msg("input %zu changed cfg", i);
+        }
+}
+
+static void test_admin_key_is_never_echoed(void **state) {
+        gp_config c;
+        char err[1024];
+        assert_int_equal(load("auth: {admin_keys: [\"hunter2-plain-key\"]}\n", &c, err, sizeof(err)), -EINVAL);
+        assert_null(strstr(err, "hunter2"));
+        assert_int_equal(load("store: {url: \"mysql://root:hunter2@db\"}\n", &c, err, sizeof(err)), -EINVAL);
+        assert_null(strstr(err, "hunter2"));
+}
+
+static void test_too_long_string_is_refused_not_truncated(void **state) {
+        gp_config c, before;
+        char err[512];
+        size_t n = PATH_MAX + 10;
+        char *y = malloc(n + 64);
+        assert_non_null(y);
+        int o = snprintf(y, 64, "server:\n  data_dir: ");
+        memset(y + o, 'a', PATH_MAX);
+        strcpy(y + o + PATH_MAX, "\n"); /* test code: sized above */
+        gp_config_defaults(&c);
+        memcpy(&before, &c, sizeof(c));
+        assert_int_equal(load(y, &c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "t.yaml:2: server.data_dir: too long (4096 bytes, at most 4095)");
+        assert_memory_equal(&c, &before, sizeof(c));
+
+        /* a long (but fitting) data_dir cannot derive store.url */
+        y[o + PATH_MAX - 1] = '\n';
+        y[o + PATH_MAX] = '\0';
+        assert_int_equal(load(y, &c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "t.yaml:2: server.data_dir: too long to derive store.url from it; set store.url");
+
+        snprintf(y, n + 64, "gpus:\n  sim: [{name: \"%0*d\", memory_mb: 1}]\n", GP_NAME_MAX, 0);
+        assert_int_equal(load(y, &c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "t.yaml:2: gpus.sim[0].name: too long (128 bytes, at most 127)");
+        snprintf(y, n + 64, "gpus:\n  reserved: [\"%0*d\"]\n", GP_UUID_MAX, 7);
+        assert_int_equal(load(y, &c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "t.yaml:2: gpus.reserved[0]: too long (64 bytes, at most 63)");
+        assert_memory_equal(&c, &before, sizeof(c));
+        free(y);
+}
+
+static void test_too_many_entries_are_refused(void **state) {
+        gp_config c;
+        char err[512], y[8192];
+        int o = snprintf(y, sizeof(y), "gpus:\n  reserved: [");
+        for (int i = 0; i <= GP_CFG_MAX_RESERVED; i++)
+                o += snprintf(y + o, sizeof(y) - (size_t)o, "%s%d", i ? ", " : "", i);
+        snprintf(y + o, sizeof(y) - (size_t)o, "]\n");
+        assert_int_equal(load(y, &c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "t.yaml:2: gpus.reserved[64]: too many reserved GPUs (at most 64)");
+
+        o = snprintf(y, sizeof(y), "auth:\n  admin_keys:\n");
+        for (int i = 0; i <= GP_CFG_MAX_ADMIN_KEYS; i++)
+                o += snprintf(y + o, sizeof(y) - (size_t)o, "    - \"sha256:%064x\"\n", i);
+        assert_int_equal(load(y, &c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "t.yaml:19: auth.admin_keys[16]: too many admin keys (at most 16)");
+}
+
+static void test_deep_nesting_and_big_input_are_bounded(void **state) {
+        gp_config c;
+        char err[512];
+        size_t n = 200000;
+        char *y = malloc(n + 8);
+        assert_non_null(y);
+        memcpy(y, "a: ", 3);
+        memset(y + 3, '[', n);
+        y[n + 3] = '\0';
+        assert_int_equal(load(y, &c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "t.yaml:1: nested too deeply (more than 32 levels)");
+        free(y);
+
+        size_t big = (1 << 20) + 1;
+        char *z = malloc(big);
+        assert_non_null(z);
+        memset(z, '#', big);
+        assert_int_equal(gp_config_load_buffer("big.yaml", z, big, &c, err, sizeof(err)), -E2BIG);
+        assert_string_equal(err, "big.yaml: larger than 1 MiB (1048577 bytes)");
+        /* exactly 1 MiB of comment is fine */
+        z[big - 2] = '\n';
+        assert_int_equal(gp_config_load_buffer("big.yaml", z, big - 1, &c, err, sizeof(err)), 0);
+        free(z);
+}
+
+static void test_missing_file_is_enoent_with_message(void **state) {
+        gp_config c, before;
+        char err[512];
+        gp_config_defaults(&c);
+        memcpy(&before, &c, sizeof(c));
+        assert_int_equal(gp_config_load("/nonexistent/gpupool.yaml", &c, err, sizeof(err)), -ENOENT);
+        assert_string_equal(err, "/nonexistent/gpupool.yaml: cannot read: No such file or directory");
+        assert_memory_equal(&c, &before, sizeof(c));
+}
+
+static void test_load_reads_a_file_and_names_it_in_errors(void **state) {
+        char path[] = "/tmp/test-config-XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        const char *y = "server:\n  listen: \"127.0.0.1:1\"\n  max_connections: -4\n";
+        assert_int_equal(write(fd, y, strlen(y)), (ssize_t)strlen(y));
+        close(fd);
+        gp_config c;
+        char err[512], want[600];
+        assert_int_equal(gp_config_load(path, &c, err, sizeof(err)), -EINVAL);
+        snprintf(want, sizeof(want), "%s:3: server.max_connections: must be between 1 and 65536, got -4", path);
+        assert_string_equal(err, want);
+        unlink(path);
+}
+
+static void test_small_error_buffer_is_terminated(void **state) {
+        gp_config c;
+        char err[8];
+        assert_int_equal(load("nope: 1\n", &c, err, sizeof(err)), -EINVAL);
+        assert_int_equal(strlen(err), 7);
+        assert_int_equal(load("nope: 1\n", &c, NULL, 0), -EINVAL);
+}
+
+static void test_validate_checks_cross_fields_and_ranges(void **state) {
+        gp_config c;
+        char err[512];
+        gp_config_defaults(&c);
+        c.default_lease_ttl_s = 120;
+        c.max_lease_ttl_s = 60;
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "(config): tasks.max_lease_ttl_s: must be at least tasks.default_lease_ttl_s (120), got 60");
+
+        gp_config_defaults(&c);
+        memcpy(c.gpu_backend, "sim", 4);
+        c.n_sim = 0;
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "(config): gpus.backend: backend sim needs at least one gpus.sim entry");
+
+        gp_config_defaults(&c);
+        c.priority_levels = 5;
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "(config): scheduler.priority_levels: must be 10, got 5");
+
+        gp_config_defaults(&c);
+        c.weights[9] = 0;
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "(config): scheduler.weights[9]: must be between 1 and 1000000, got 0");
+
+        /* a --listen override is checked the same way as the file */
+        gp_config_defaults(&c);
+        memcpy(c.source, "x.yaml", 7);
+        memcpy(c.listen, "0.0.0.0:99999", 14);
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "x.yaml: server.listen: the port must be a number between 1 and 65535");
+
+        gp_config_defaults(&c);
+        c.n_sim = GP_CFG_MAX_SIM + 1;
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "gpus.sim: must have between 0 and 16 entries"));
+
+        gp_config_defaults(&c);
+        memset(c.data_dir, 'a', sizeof(c.data_dir));
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "(config): server.data_dir: not NUL-terminated");
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_defaults_match_design),
+                cmocka_unit_test(test_empty_and_comment_only_files_give_defaults),
+                cmocka_unit_test(test_full_file_overrides_every_key),
+                cmocka_unit_test(test_load_starts_from_defaults_not_from_cfg),
+                cmocka_unit_test(test_store_url_follows_data_dir_unless_set),
+                cmocka_unit_test(test_booleans_and_listen_forms_are_accepted),
+                cmocka_unit_test(test_example_file_loads),
+                cmocka_unit_test(test_bad_input_is_refused_with_file_line_key_and_cfg_unchanged),
+                cmocka_unit_test(test_admin_key_is_never_echoed),
+                cmocka_unit_test(test_too_long_string_is_refused_not_truncated),
+                cmocka_unit_test(test_too_many_entries_are_refused),
+                cmocka_unit_test(test_deep_nesting_and_big_input_are_bounded),
+                cmocka_unit_test(test_missing_file_is_enoent_with_message),
+                cmocka_unit_test(test_load_reads_a_file_and_names_it_in_errors),
+                cmocka_unit_test(test_small_error_buffer_is_terminated),
+                cmocka_unit_test(test_validate_checks_cross_fields_and_ranges),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -3,8 +3,9 @@
 `daemon` starts `$GPUPOOL_BIN server --listen 127.0.0.1:<free port>
 --data-dir <tmp>` with a config file setting `gpus: {backend: sim}` (four
 simulated 24 GB GPUs), waits for GET /readyz to answer 200, and stops it
-when the test ends.  `daemon_factory(config_text)` does the same with a
-config of your own (it is written to a file and passed with --config).
+when the test ends.  `daemon_factory(config_text, key=None)` does the same with a
+config of your own (written to a file and passed with --config); `key` is
+sent as a Bearer token with the readiness probe when the config sets keys.
 
 Tests that need the daemon are end-to-end tests: mark them with
 `pytest.mark.e2e` (or set `pytestmark`) so they can be selected or left
@@ -44,7 +45,7 @@ def free_port():
 class Daemon:
     """One gpupool server on a loopback port with its own data dir."""
 
-    def __init__(self, tmp_path, config_text=SIM_CONFIG, extra_args=()):
+    def __init__(self, tmp_path, config_text=SIM_CONFIG, extra_args=(), key=None):
         self.bin = gpupool_bin()
         self.dir = tmp_path
         self.data_dir = str(tmp_path / "data")
@@ -52,6 +53,7 @@ class Daemon:
         self.log_path = str(tmp_path / "server.log")
         self.config_text = config_text
         self.extra_args = list(extra_args)
+        self.key = key  # sent with the readiness probe when the config requires keys
         self.port = None
         self.url = None
         self.proc = None
@@ -75,7 +77,8 @@ class Daemon:
                 raise RuntimeError("gpupool server exited with %s before it was ready:\n%s"
                                    % (self.proc.returncode, self.log()))
             try:
-                if requests.get(self.url + "/readyz", timeout=1).status_code == 200:
+                hdrs = {"Authorization": "Bearer " + self.key} if self.key else {}
+                if requests.get(self.url + "/readyz", headers=hdrs, timeout=1).status_code == 200:
                     return self
             except requests.RequestException:
                 pass
@@ -150,10 +153,10 @@ def daemon_factory(tmp_path):
     _require_bin()
     started = []
 
-    def make(config_text=SIM_CONFIG, extra_args=()):
+    def make(config_text=SIM_CONFIG, extra_args=(), key=None):
         sub = tmp_path / ("d%d" % len(started))
         sub.mkdir()
-        d = Daemon(sub, config_text, extra_args)
+        d = Daemon(sub, config_text, extra_args, key)
         started.append(d)
         try:
             d.start()

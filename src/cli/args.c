@@ -1,0 +1,774 @@
+/* args.c - the client's command line: argv -> gp_cli_cmd.
+ *
+ * Everything a user types is validated here, before any request: numbers
+ * strictly (gp_parse_i64) within bounds, priorities by gp_priority_parse,
+ * names clean UTF-8 within the task record's lengths, --env K=V, the API
+ * URL and key.  Client options (--api, --key, --json, --help) are accepted
+ * before the command and anywhere among its options; for submit and run
+ * the first word that is not an option (or the word after "--") starts the
+ * COMMAND, and everything after it belongs to COMMAND untouched.
+ * No I/O; no global state.
+ */
+#include "cli/cli-int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/util.h"
+#include "core/task.h"
+
+enum opt_id {
+        O_API, O_KEY, O_JSON, O_HELP, O_VERSION,
+        O_GPUS, O_MEM, O_PRIO, O_NAME, O_MODEL, O_GPU_MODEL, O_EXCL, O_PREEMPT,
+        O_TIMEOUT, O_QTIMEOUT, O_ENV, O_WORKDIR, O_TENANT, O_TTL,
+        O_ALL, O_STATE, O_LIMIT, O_FOLLOW,
+};
+
+#define V(x) (1u << GP_CLI_##x)
+#define PRE (1u << 31)             /* allowed before the command word */
+#define ANY (0x7fffffffu | PRE)
+
+struct opt {
+        const char *name;          /* long name without "--" */
+        char shortc;               /* short letter or 0 */
+        bool arg;                  /* takes a value */
+        enum opt_id id;
+        unsigned verbs;            /* V() mask of the commands that accept it */
+};
+
+static const struct opt opts[] = {
+        {"api", 0, true, O_API, ANY},
+        {"key", 0, true, O_KEY, ANY},
+        {"json", 0, false, O_JSON, ANY},
+        {"help", 'h', false, O_HELP, ANY},
+        {"version", 0, false, O_VERSION, PRE},
+        {"gpus", 0, true, O_GPUS, V(SUBMIT) | V(RUN)},
+        {"mem", 0, true, O_MEM, V(SUBMIT) | V(RUN)},
+        {"priority", 0, true, O_PRIO, V(SUBMIT) | V(RUN)},
+        {"name", 0, true, O_NAME, V(SUBMIT) | V(RUN)},
+        {"model", 0, true, O_MODEL, V(SUBMIT) | V(RUN)},
+        {"gpu-model", 0, true, O_GPU_MODEL, V(SUBMIT) | V(RUN)},
+        {"exclusive", 0, false, O_EXCL, V(SUBMIT) | V(RUN)},
+        {"preemptible", 0, false, O_PREEMPT, V(SUBMIT) | V(RUN)},
+        {"timeout", 0, true, O_TIMEOUT, V(SUBMIT) | V(RUN)},
+        {"queue-timeout", 0, true, O_QTIMEOUT, V(SUBMIT) | V(RUN)},
+        {"env", 0, true, O_ENV, V(SUBMIT) | V(RUN)},
+        {"workdir", 0, true, O_WORKDIR, V(SUBMIT) | V(RUN)},
+        {"tenant", 0, true, O_TENANT, V(SUBMIT) | V(RUN) | V(PS)},
+        {"ttl", 0, true, O_TTL, V(RUN)},
+        {"all", 'a', false, O_ALL, V(PS)},
+        {"state", 0, true, O_STATE, V(PS)},
+        {"limit", 0, true, O_LIMIT, V(PS) | V(QUEUE)},
+        {"follow", 'f', false, O_FOLLOW, V(LOGS)},
+};
+
+static const struct verb_info {
+        const char *name;
+        const char *usage;
+        const char *brief;      /* short usage for error messages, NULL = usage */
+        const char *summary;
+        const char *details;
+} verbs[GP_CLI_VERB_COUNT] = {
+        [GP_CLI_HELP] = {"help", "gpupool help [COMMAND]", NULL, "show help for all commands or one",
+                         NULL},
+        [GP_CLI_VERSION] = {"version", "gpupool version", NULL, "print the client version", NULL},
+        [GP_CLI_SUBMIT] = {
+                "submit",
+                "gpupool submit [--gpus N] [--mem MB] [--priority P] [--name S] [--model M]\n"
+                "                      [--gpu-model GLOB] [--exclusive] [--preemptible] [--timeout SEC]\n"
+                "                      [--queue-timeout SEC] [--env K=V]... [--workdir DIR] [--tenant T]\n"
+                "                      [--] COMMAND [ARG...]",
+                "gpupool submit [--gpus N] [--mem MB] [--priority P] [OPTIONS] [--] COMMAND [ARG...]\n"
+                "       ('gpupool help submit' lists every option)",
+                "queue a batch task; prints its id",
+                "  --gpus N             GPUs wanted, 1..16 (default 1)\n"
+                "  --mem MB             GPU memory per GPU in MB (default: the whole GPU)\n"
+                "  --priority P         0..9, P0..P9 or critical|high|normal|low|background\n"
+                "                       (0 most urgent; default: the tenant's default)\n"
+                "  --name S             a name to recognise the task by\n"
+                "  --model M            model the task loads (placed near GPUs that hold it)\n"
+                "  --gpu-model GLOB     only GPUs whose name matches, e.g. '*4090*'\n"
+                "  --exclusive          whole GPUs, shared with no other task\n"
+                "  --preemptible        the task may be stopped and requeued for a more urgent one\n"
+                "  --timeout SEC        run time limit (0 = none)\n"
+                "  --queue-timeout SEC  give up if not started within SEC (0 = none)\n"
+                "  --env K=V            set an environment variable (repeatable)\n"
+                "  --workdir DIR        working directory on the GPU node\n"
+                "  --tenant T           submit for tenant T (when the key allows it)\n"
+                "Prints the new task's id alone (or the task with --json).\n"},
+        [GP_CLI_RUN] = {
+                "run",
+                "gpupool run [submit options] [--ttl SEC] -- COMMAND [ARG...]",
+                "gpupool run [--gpus N] [--mem MB] [--priority P] [OPTIONS] [--ttl SEC] -- COMMAND [ARG...]\n"
+                "       ('gpupool help run' lists every option)",
+                "hold GPUs, run a command here with them, release them",
+                "  Takes the options of submit (--env and --workdir apply to the local command).\n"
+                "  --ttl SEC            lease time-to-live: heartbeats every SEC/3 (default 30)\n"
+                "Waits while queued (\"waiting for N GPU(s): reason\" on stderr), then runs COMMAND\n"
+                "with CUDA_VISIBLE_DEVICES, GPUPOOL_TASK_ID and GPUPOOL_GPUS set, forwards\n"
+                "SIGINT/SIGTERM to it, releases the GPUs when it ends and exits with its code.\n"
+                "Ctrl-C while waiting cancels the request.\n"},
+        [GP_CLI_PS] = {"ps", "gpupool ps [--all] [--state S] [--limit N] [--tenant T]", NULL,
+                       "list tasks (queued and running; --all for every state)",
+                       "  --all, -a            include finished tasks\n"
+                       "  --state S            only tasks in state S (queued, running, succeeded, failed,\n"
+                       "                       cancelled, timeout, lost, or active = queued+running)\n"
+                       "  --limit N            at most N tasks, newest first (1..1000, default 100)\n"
+                       "  --tenant T           only tasks of tenant T (admin keys)\n"},
+        [GP_CLI_STATUS] = {"status", "gpupool status ID", NULL, "show one task in detail", NULL},
+        [GP_CLI_CANCEL] = {"cancel", "gpupool cancel ID", NULL,
+                           "cancel a task (idempotent); prints its resulting state", NULL},
+        [GP_CLI_LOGS] = {"logs", "gpupool logs [-f] ID", NULL, "print a batch task's output",
+                         "  -f, --follow         keep printing new output until the task ends\n"},
+        [GP_CLI_GPUS] = {"gpus", "gpupool gpus", NULL, "list GPUs with memory, load and tasks", NULL},
+        [GP_CLI_QUEUE] = {"queue", "gpupool queue [--limit N]", NULL,
+                          "list queued tasks in scheduling order", NULL},
+        [GP_CLI_NODES] = {"nodes", "gpupool nodes", NULL, "list nodes", NULL},
+};
+
+/* Not client commands (main.c runs them); listed by `help` for completeness. */
+static const struct {
+        const char *name;
+        const char *usage;
+        const char *summary;
+} daemon_verbs[] = {
+        {"server", "gpupool server [--config FILE] [--listen ADDR:PORT] [--data-dir DIR]",
+         "run the scheduler daemon"},
+        {"agent", "gpupool agent --server URL --token TOKEN [--config FILE]",
+         "join this machine's GPUs to a server"},
+};
+
+static const char client_opts_help[] =
+        "Client options (before or among a command's options):\n"
+        "  --api URL     server address (env GPUPOOL_API, default " GP_CLI_DEFAULT_API ")\n"
+        "  --key KEY     API key, sent as Authorization: Bearer (env GPUPOOL_API_KEY)\n"
+        "  --json        print the server's JSON instead of a table\n"
+        "Exit codes: 0 ok, 1 the server said no, 2 usage error, 3 cannot reach the server.\n";
+
+const char *gp_cli_usage(gp_cli_verb v) {
+        if ((unsigned)v >= GP_CLI_VERB_COUNT)
+                return "gpupool COMMAND [OPTIONS] (see 'gpupool help')";
+        return verbs[v].usage;
+}
+
+static const char *brief_usage(gp_cli_verb v) {
+        if ((unsigned)v < GP_CLI_VERB_COUNT && verbs[v].brief)
+                return verbs[v].brief;
+        return gp_cli_usage(v);
+}
+
+const char *gp_cli_verb_name(gp_cli_verb v) {
+        if ((unsigned)v >= GP_CLI_VERB_COUNT)
+                return "";
+        return verbs[v].name;
+}
+
+static int verb_lookup(const char *name, gp_cli_verb *ret) {
+        for (int i = 0; i < GP_CLI_VERB_COUNT; i++)
+                if (strcmp(name, verbs[i].name) == 0) {
+                        *ret = (gp_cli_verb)i;
+                        return 0;
+                }
+        return -ENOENT;
+}
+
+int gp_cli_help(const char *topic, gp_buf *out) {
+        int r = 0;
+        if (!topic) {
+                r |= gp_buf_puts(out, "gpupool - share GPUs between tenants: scheduler, agent and client\n\n"
+                                      "usage: gpupool [--api URL] [--key KEY] [--json] COMMAND [ARGS]\n\n"
+                                      "Commands:\n");
+                static const gp_cli_verb order[] = {
+                        GP_CLI_SUBMIT, GP_CLI_RUN, GP_CLI_PS, GP_CLI_STATUS, GP_CLI_CANCEL,
+                        GP_CLI_LOGS, GP_CLI_GPUS, GP_CLI_QUEUE, GP_CLI_NODES, GP_CLI_VERSION,
+                        GP_CLI_HELP,
+                };
+                for (size_t i = 0; i < GP_ARRAY_SIZE(order); i++)
+                        r |= gp_buf_printf(out, "  %-8s %s\n", verbs[order[i]].name,
+                                           verbs[order[i]].summary);
+                for (size_t i = 0; i < GP_ARRAY_SIZE(daemon_verbs); i++)
+                        r |= gp_buf_printf(out, "  %-8s %s\n", daemon_verbs[i].name,
+                                           daemon_verbs[i].summary);
+                r |= gp_buf_puts(out, "\n");
+                r |= gp_buf_puts(out, client_opts_help);
+                r |= gp_buf_puts(out, "'gpupool help COMMAND' describes one command.\n");
+                return r ? -ENOMEM : 0;
+        }
+        gp_cli_verb v;
+        if (verb_lookup(topic, &v) == 0) {
+                r |= gp_buf_printf(out, "usage: %s\n\n%s.\n", verbs[v].usage, verbs[v].summary);
+                if (verbs[v].details)
+                        r |= gp_buf_printf(out, "\n%s", verbs[v].details);
+                r |= gp_buf_printf(out, "\n%s", client_opts_help);
+                return r ? -ENOMEM : 0;
+        }
+        for (size_t i = 0; i < GP_ARRAY_SIZE(daemon_verbs); i++)
+                if (strcmp(topic, daemon_verbs[i].name) == 0) {
+                        r |= gp_buf_printf(out, "usage: %s\n\n%s.\n", daemon_verbs[i].usage,
+                                           daemon_verbs[i].summary);
+                        return r ? -ENOMEM : 0;
+                }
+        return -ENOENT;
+}
+
+void gp_cli_cmd_init(gp_cli_cmd *c) {
+        memset(c, 0, sizeof(*c));
+        c->verb = GP_CLI_HELP;
+        c->ttl_s = GP_CLI_TTL_DEFAULT;
+}
+
+void gp_cli_cmd_done(gp_cli_cmd *c) {
+        if (!c)
+                return;
+        free(c->api);
+        c->api = NULL;
+        json_decref(c->body);
+        c->body = NULL;
+        free(c->env);
+        c->env = NULL;
+        c->n_env = 0;
+}
+
+/* Parsing state shared by the helpers below. */
+struct parser {
+        gp_cli_cmd *c;
+        gp_buf *err;
+        const char *who;        /* "gpupool submit" for messages */
+        bool verb_known;        /* a command word has been seen */
+};
+
+static int fail(struct parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int fail(struct parser *p, const char *fmt, ...) {
+        va_list ap;
+        gp_buf_reset(p->err);
+        gp_buf_printf(p->err, "%s: ", p->who);
+        va_start(ap, fmt);
+        gp_buf_vprintf(p->err, fmt, ap);
+        va_end(ap);
+        return -EINVAL;
+}
+
+static int set_api(struct parser *p, const char *url, const char *source) {
+        size_t n = strlen(url);
+        if (n == 0 || n > GP_CLI_URL_MAX)
+                return fail(p, "%s: expected an http:// or https:// URL of at most %d bytes", source,
+                            GP_CLI_URL_MAX);
+        for (size_t i = 0; i < n; i++) {
+                unsigned char ch = (unsigned char)url[i];
+                if (ch <= 0x20 || ch >= 0x7f)
+                        return fail(p, "%s: '%s' is not a URL (spaces or control characters)", source,
+                                    url);
+        }
+        gp_buf b;
+        gp_buf_init(&b, GP_CLI_URL_MAX + 16);
+        const char *sep = strstr(url, "://");
+        if (!sep) {
+                if (gp_buf_puts(&b, "http://") < 0)
+                        goto oom;
+        } else if (!((sep - url == 4 && strncasecmp(url, "http", 4) == 0) ||
+                     (sep - url == 5 && strncasecmp(url, "https", 5) == 0))) {
+                gp_buf_done(&b);
+                return fail(p, "%s: '%s' is not an http:// or https:// URL", source, url);
+        }
+        if (gp_buf_puts(&b, url) < 0)
+                goto oom;
+        while (b.len > 0 && b.data[b.len - 1] == '/')
+                b.data[--b.len] = '\0';
+        const char *host = strstr(b.data, "://") + 3;
+        if (*host == '\0' || *host == '/' || *host == '?' || strchr(host, '?') || strchr(host, '#')) {
+                gp_buf_done(&b);
+                return fail(p, "%s: '%s' needs a host and no query (e.g. http://127.0.0.1:8080)",
+                            source, url);
+        }
+        free(p->c->api);
+        p->c->api = gp_buf_steal(&b);
+        return p->c->api ? 0 : -ENOMEM;
+oom:
+        gp_buf_done(&b);
+        return -ENOMEM;
+}
+
+static int set_key(struct parser *p, const char *key, const char *source) {
+        size_t n = strlen(key);
+        if (n == 0 || n > GP_CLI_KEY_MAX)
+                return fail(p, "%s: expected a key of 1..%d characters", source, GP_CLI_KEY_MAX);
+        for (size_t i = 0; i < n; i++) {
+                unsigned char ch = (unsigned char)key[i];
+                if (ch <= 0x20 || ch >= 0x7f)
+                        return fail(p, "%s: a key is printable ASCII without spaces", source);
+        }
+        p->c->key = key;
+        return 0;
+}
+
+static int want_int(struct parser *p, const char *opt, const char *val, int64_t min, int64_t max,
+                    int64_t *ret) {
+        int64_t v;
+        int r = gp_parse_i64(val, min, max, &v);
+        if (r == -ERANGE)
+                return fail(p, "%s: %s is out of range %lld..%lld", opt, val, (long long)min,
+                            (long long)max);
+        if (r < 0)
+                return fail(p, "%s: expected an integer %lld..%lld, got '%s'", opt, (long long)min,
+                            (long long)max, val);
+        *ret = v;
+        return 0;
+}
+
+static int want_text(struct parser *p, const char *opt, const char *val, size_t max) {
+        size_t n = strlen(val);
+        if (n >= max)
+                return fail(p, "%s: at most %zu bytes", opt, max - 1);
+        if (!gp_str_is_clean(val, n))
+                return fail(p, "%s: must be UTF-8 text without control characters", opt);
+        return 0;
+}
+
+static int body_set(struct parser *p, const char *field, json_t *v, const char *opt) {
+        if (!v)
+                return fail(p, "%s: not valid UTF-8 text", opt);
+        if (json_object_set_new(p->c->body, field, v) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+/* Find the option for the word at argv[*i].  Returns 1 with *ret_o and
+ * *ret_val (NULL for flags) and *i advanced past it, 0 if the word is not an
+ * option (left at *i), 2 for "--" (consumed), -EINVAL for a bad option. */
+static int next_opt(struct parser *p, unsigned mask, int argc, char **argv, int *i,
+                    const struct opt **ret_o, const char **ret_val) {
+        const char *w = argv[*i];
+        if (w[0] != '-' || w[1] == '\0')
+                return 0;
+        if (strcmp(w, "--") == 0) {
+                (*i)++;
+                return 2;
+        }
+        const struct opt *o = NULL;
+        const char *val = NULL;
+        size_t nlen;
+        if (w[1] == '-') {
+                const char *name = w + 2;
+                const char *eq = strchr(name, '=');
+                nlen = eq ? (size_t)(eq - name) : strlen(name);
+                for (size_t k = 0; k < GP_ARRAY_SIZE(opts); k++)
+                        if (strlen(opts[k].name) == nlen && strncmp(opts[k].name, name, nlen) == 0) {
+                                o = &opts[k];
+                                break;
+                        }
+                if (eq)
+                        val = eq + 1;
+        } else if (w[2] == '\0') {
+                for (size_t k = 0; k < GP_ARRAY_SIZE(opts); k++)
+                        if (opts[k].shortc == w[1]) {
+                                o = &opts[k];
+                                break;
+                        }
+        }
+        if (!o)
+                return fail(p, "unknown option '%s'", w);
+        if (!(o->verbs & mask)) {
+                if (!p->verb_known)
+                        return fail(p, "option --%s goes after the command word", o->name);
+                return fail(p, "option --%s does not apply here", o->name);
+        }
+        if (o->arg && !val) {
+                if (*i + 1 >= argc)
+                        return fail(p, "option --%s needs a value", o->name);
+                val = argv[++*i];
+        } else if (!o->arg && val) {
+                return fail(p, "option --%s takes no value", o->name);
+        }
+        (*i)++;
+        *ret_o = o;
+        *ret_val = val;
+        return 1;
+}
+
+/* Options every command takes. 1 if handled, 0 if not a client option. */
+static int client_opt(struct parser *p, const struct opt *o, const char *val) {
+        switch (o->id) {
+        case O_API: {
+                int r = set_api(p, val, "--api");
+                return r < 0 ? r : 1;
+        }
+        case O_KEY: {
+                int r = set_key(p, val, "--key");
+                return r < 0 ? r : 1;
+        }
+        case O_JSON:
+                p->c->json = true;
+                return 1;
+        case O_HELP:
+                p->c->help = true;
+                return 1;
+        default:
+                return 0;
+        }
+}
+
+static int add_env(struct parser *p, const char *kv, json_t **env_obj) {
+        const char *eq = strchr(kv, '=');
+        if (!eq)
+                return fail(p, "--env: expected K=V, got '%s' (no '=')", kv);
+        if (eq == kv)
+                return fail(p, "--env: empty variable name in '%s'", kv);
+        if (p->c->n_env >= GP_CLI_ENV_MAX)
+                return fail(p, "--env: at most %d variables", GP_CLI_ENV_MAX);
+        size_t klen = (size_t)(eq - kv);
+        for (size_t k = 0; k < klen; k++) {
+                unsigned char ch = (unsigned char)kv[k];
+                if (ch <= 0x20 || ch == 0x7f)
+                        return fail(p, "--env: bad variable name in '%s'", kv);
+        }
+        if (p->c->verb == GP_CLI_RUN) {
+                const char **n = realloc(p->c->env, sizeof(*n) * (size_t)(p->c->n_env + 1));
+                if (!n)
+                        return -ENOMEM;
+                p->c->env = n;
+                n[p->c->n_env++] = kv;
+                return 0;
+        }
+        if (!*env_obj) {
+                *env_obj = json_object();
+                if (!*env_obj || json_object_set_new(p->c->body, "env", *env_obj) < 0)
+                        return -ENOMEM;
+        }
+        json_t *v = json_string(eq + 1);
+        if (!v)
+                return fail(p, "--env: value of '%.*s' is not valid UTF-8", (int)klen, kv);
+        char *key = strndup(kv, klen);
+        if (!key) {
+                json_decref(v);
+                return -ENOMEM;
+        }
+        int r = json_object_set_new(*env_obj, key, v);
+        free(key);
+        if (r < 0)
+                return fail(p, "--env: name in '%s' is not valid UTF-8", kv);
+        p->c->n_env++;
+        return 0;
+}
+
+/* submit and run: options, then COMMAND. */
+static int parse_submit(struct parser *p, int argc, char **argv, int i) {
+        gp_cli_cmd *c = p->c;
+        bool run = c->verb == GP_CLI_RUN;
+        unsigned mask = 1u << c->verb;
+        json_t *env_obj = NULL;
+        int64_t v;
+        int r;
+
+        c->body = json_object();
+        if (!c->body)
+                return -ENOMEM;
+        while (i < argc) {
+                const struct opt *o;
+                const char *val;
+                r = next_opt(p, mask, argc, argv, &i, &o, &val);
+                if (r < 0)
+                        return r;
+                if (r == 0)
+                        break;
+                if (r == 2)
+                        break;
+                r = client_opt(p, o, val);
+                if (r < 0)
+                        return r;
+                if (r == 1)
+                        continue;
+                switch (o->id) {
+                case O_GPUS:
+                        if ((r = want_int(p, "--gpus", val, 1, GP_MAX_GANG, &v)) < 0 ||
+                            (r = body_set(p, "gpu_request", json_integer(v), "--gpus")) < 0)
+                                return r;
+                        break;
+                case O_MEM:
+                        if ((r = want_int(p, "--mem", val, 0, GP_CLI_MEM_MAX_MB, &v)) < 0 ||
+                            (r = body_set(p, "memory_mb", json_integer(v), "--mem")) < 0)
+                                return r;
+                        break;
+                case O_PRIO: {
+                        int prio;
+                        if (gp_priority_parse(val, &prio) < 0)
+                                return fail(p, "--priority: '%s' is not a priority: expected 0..9, P0..P9 "
+                                               "or critical|high|normal|low|background",
+                                            val);
+                        if ((r = body_set(p, "priority", json_integer(prio), "--priority")) < 0)
+                                return r;
+                        break;
+                }
+                case O_NAME:
+                        if ((r = want_text(p, "--name", val, GP_NAME_MAX)) < 0 ||
+                            (r = body_set(p, "name", json_string(val), "--name")) < 0)
+                                return r;
+                        break;
+                case O_MODEL:
+                        if ((r = want_text(p, "--model", val, GP_MODEL_MAX)) < 0 ||
+                            (r = body_set(p, "model", json_string(val), "--model")) < 0)
+                                return r;
+                        break;
+                case O_GPU_MODEL:
+                        if ((r = want_text(p, "--gpu-model", val, GP_MODEL_MAX)) < 0 ||
+                            (r = body_set(p, "gpu_model", json_string(val), "--gpu-model")) < 0)
+                                return r;
+                        break;
+                case O_EXCL:
+                        if ((r = body_set(p, "exclusive", json_true(), "--exclusive")) < 0)
+                                return r;
+                        break;
+                case O_PREEMPT:
+                        if ((r = body_set(p, "preemptible", json_true(), "--preemptible")) < 0)
+                                return r;
+                        break;
+                case O_TIMEOUT:
+                        if ((r = want_int(p, "--timeout", val, 0, GP_CLI_SECONDS_MAX, &v)) < 0 ||
+                            (r = body_set(p, "timeout_s", json_integer(v), "--timeout")) < 0)
+                                return r;
+                        break;
+                case O_QTIMEOUT:
+                        if ((r = want_int(p, "--queue-timeout", val, 0, GP_CLI_SECONDS_MAX, &v)) < 0 ||
+                            (r = body_set(p, "queue_timeout_s", json_integer(v), "--queue-timeout")) < 0)
+                                return r;
+                        break;
+                case O_ENV:
+                        if ((r = add_env(p, val, &env_obj)) < 0)
+                                return r;
+                        break;
+                case O_WORKDIR:
+                        if (val[0] == '\0' || strlen(val) >= 4096)
+                                return fail(p, "--workdir: expected a directory (1..4095 bytes)");
+                        if (run) {
+                                c->workdir = val;
+                        } else if ((r = body_set(p, "workdir", json_string(val), "--workdir")) < 0) {
+                                return r;
+                        }
+                        break;
+                case O_TENANT:
+                        if ((r = want_text(p, "--tenant", val, GP_TENANT_MAX)) < 0)
+                                return r;
+                        if (val[0] == '\0')
+                                return fail(p, "--tenant: must not be empty");
+                        if ((r = body_set(p, "tenant_id", json_string(val), "--tenant")) < 0)
+                                return r;
+                        break;
+                case O_TTL:
+                        if ((r = want_int(p, "--ttl", val, GP_CLI_TTL_MIN, GP_CLI_TTL_MAX, &v)) < 0)
+                                return r;
+                        c->ttl_s = v;
+                        break;
+                default:
+                        return fail(p, "option --%s does not apply here", o->name);
+                }
+        }
+        if (c->help)
+                return 0;
+        if (i >= argc) {
+                if (run)
+                        return fail(p, "missing COMMAND to run (after --)");
+                return fail(p, "missing COMMAND (to hold GPUs for a command run here, use gpupool run)");
+        }
+        int n = argc - i;
+        if (n > GP_CLI_ARGS_MAX)
+                return fail(p, "COMMAND has %d words; at most %d", n, GP_CLI_ARGS_MAX);
+        for (int k = i; k < argc; k++)
+                if (strlen(argv[k]) > GP_CLI_ARG_LEN_MAX)
+                        return fail(p, "COMMAND word %d is longer than %d bytes", k - i + 1,
+                                    GP_CLI_ARG_LEN_MAX);
+        if (run) {
+                c->argv_cmd = &argv[i];
+                c->argc_cmd = n;
+                if (json_object_set_new(c->body, "lease_ttl_s", json_integer(c->ttl_s)) < 0)
+                        return -ENOMEM;
+                return 0;
+        }
+        json_t *cmd = json_array();
+        if (!cmd || json_object_set_new(c->body, "command", cmd) < 0)
+                return -ENOMEM;
+        for (int k = i; k < argc; k++) {
+                json_t *s = json_string(argv[k]);
+                if (!s)
+                        return fail(p, "COMMAND word %d is not valid UTF-8 (the API carries text only)",
+                                    k - i + 1);
+                if (json_array_append_new(cmd, s) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+static int parse_id(struct parser *p, const char *w) {
+        int64_t v;
+        if (gp_parse_i64(w, 1, INT64_MAX, &v) < 0)
+                return fail(p, "'%s' is not a task id (a positive integer)", w);
+        p->c->id = v;
+        return 0;
+}
+
+/* Every other command: options anywhere, then at most `npos` positionals. */
+static int parse_simple(struct parser *p, int argc, char **argv, int i) {
+        gp_cli_cmd *c = p->c;
+        unsigned mask = 1u << c->verb;
+        int npos = 0;
+        bool dashdash = false;
+        int64_t v;
+        int r;
+
+        while (i < argc) {
+                const char *w = argv[i];
+                if (!dashdash) {
+                        const struct opt *o;
+                        const char *val;
+                        r = next_opt(p, mask, argc, argv, &i, &o, &val);
+                        if (r < 0)
+                                return r;
+                        if (r == 2) {
+                                dashdash = true;
+                                continue;
+                        }
+                        if (r == 1) {
+                                r = client_opt(p, o, val);
+                                if (r < 0)
+                                        return r;
+                                if (r == 1)
+                                        continue;
+                                switch (o->id) {
+                                case O_ALL:
+                                        c->all = true;
+                                        break;
+                                case O_STATE: {
+                                        gp_task_state st;
+                                        if (strcmp(val, "active") != 0 && gp_task_state_parse(val, &st) < 0)
+                                                return fail(p, "--state: '%s' is not a state: expected queued, "
+                                                               "running, succeeded, failed, cancelled, "
+                                                               "timeout, lost or active",
+                                                            val);
+                                        c->state = val;
+                                        break;
+                                }
+                                case O_LIMIT:
+                                        if ((r = want_int(p, "--limit", val, 1, GP_CLI_LIMIT_MAX, &v)) < 0)
+                                                return r;
+                                        c->limit = v;
+                                        break;
+                                case O_TENANT:
+                                        if ((r = want_text(p, "--tenant", val, GP_TENANT_MAX)) < 0)
+                                                return r;
+                                        c->tenant = val;
+                                        break;
+                                case O_FOLLOW:
+                                        c->follow = true;
+                                        break;
+                                default:
+                                        return fail(p, "option --%s does not apply here", o->name);
+                                }
+                                continue;
+                        }
+                }
+                /* a positional word */
+                npos++;
+                switch (c->verb) {
+                case GP_CLI_STATUS:
+                case GP_CLI_CANCEL:
+                case GP_CLI_LOGS:
+                        if (npos > 1)
+                                return fail(p, "unexpected argument '%s' (one task id)", w);
+                        if ((r = parse_id(p, w)) < 0)
+                                return r;
+                        break;
+                case GP_CLI_HELP:
+                        if (npos > 1)
+                                return fail(p, "unexpected argument '%s'", w);
+                        c->topic = w;
+                        break;
+                default:
+                        return fail(p, "unexpected argument '%s'", w);
+                }
+                i++;
+        }
+        if (c->help)
+                return 0;
+        if ((c->verb == GP_CLI_STATUS || c->verb == GP_CLI_CANCEL || c->verb == GP_CLI_LOGS) && npos == 0)
+                return fail(p, "missing task ID");
+        return 0;
+}
+
+int gp_cli_parse(int argc, char **argv, const char *env_api, const char *env_key, gp_cli_cmd *c,
+                 gp_buf *err) {
+        struct parser p = {.c = c, .err = err, .who = "gpupool"};
+        int r, i = 1;
+
+        c->verb = GP_CLI_VERB_COUNT; /* general usage until the command is known */
+
+        if (env_api && *env_api) {
+                if ((r = set_api(&p, env_api, "GPUPOOL_API")) < 0)
+                        goto usage;
+        } else if ((r = set_api(&p, GP_CLI_DEFAULT_API, "default")) < 0) {
+                return r;
+        }
+        if (env_key && *env_key && (r = set_key(&p, env_key, "GPUPOOL_API_KEY")) < 0)
+                goto usage;
+
+        /* client options before the command word */
+        bool version = false;
+        while (i < argc) {
+                const struct opt *o;
+                const char *val;
+                r = next_opt(&p, PRE, argc, argv, &i, &o, &val);
+                if (r < 0)
+                        goto usage;
+                if (r == 0)
+                        break;
+                if (r == 2) {
+                        r = fail(&p, "'--' before the command");
+                        goto usage;
+                }
+                if (o->id == O_VERSION) {
+                        version = true;
+                        continue;
+                }
+                if ((r = client_opt(&p, o, val)) < 0)
+                        goto usage;
+        }
+        if (i >= argc) {
+                if (version) {
+                        c->verb = GP_CLI_VERSION;
+                        return 0;
+                }
+                if (c->help) {
+                        c->verb = GP_CLI_HELP;
+                        c->help = false;
+                        return 0;
+                }
+                r = fail(&p, "missing command");
+                goto usage;
+        }
+        if (verb_lookup(argv[i], &c->verb) < 0) {
+                c->verb = GP_CLI_VERB_COUNT;
+                r = fail(&p, "unknown command '%s'", argv[i]);
+                goto usage;
+        }
+        p.verb_known = true;
+        char who[64];
+        snprintf(who, sizeof(who), "gpupool %s", verbs[c->verb].name);
+        p.who = who;
+        i++;
+        if (c->verb == GP_CLI_SUBMIT || c->verb == GP_CLI_RUN)
+                r = parse_submit(&p, argc, argv, i);
+        else
+                r = parse_simple(&p, argc, argv, i);
+        if (r < 0)
+                goto usage;
+        p.who = "gpupool";
+        return 0;
+usage:
+        if (r == -EINVAL) {
+                gp_buf_printf(err, "\nusage: %s\n", brief_usage(c->verb));
+        }
+        p.who = "gpupool";
+        return r;
+}

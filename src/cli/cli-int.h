@@ -1,0 +1,168 @@
+/* cli-int.h - internals of the command-line client, shared by the src/cli/ files
+ * and tests/unit/test-cli.c.
+ *
+ * The client is split so that everything but the network can be tested:
+ *   args.c    argv -> gp_cli_cmd (validated; the submit body as JSON)
+ *   format.c  server JSON -> status block and aligned tables (pure)
+ *   http.c    one HTTP exchange with libcurl (bounded, timed out)
+ *   cli.c     gp_cli_main: dispatch, one function per command
+ *   run.c     `gpupool run`: lease, wait, exec locally, heartbeat, release
+ * Nothing here keeps global state except run.c's signal bookkeeping.
+ */
+#ifndef GP_CLI_CLI_INT_H
+#define GP_CLI_CLI_INT_H
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/buf.h"
+#include "cli/cli.h"
+
+#ifndef GP_VERSION
+#define GP_VERSION "0.1.0"
+#endif
+
+#define GP_CLI_DEFAULT_API "http://127.0.0.1:8080"
+#define GP_CLI_BODY_MAX ((size_t)16 << 20)  /* largest JSON answer read */
+#define GP_CLI_CONNECT_TIMEOUT_S 5L
+#define GP_CLI_REQUEST_TIMEOUT_S 70L        /* non-streaming calls; the long poll is <= 60 s */
+#define GP_CLI_URL_MAX 2048                 /* --api length */
+#define GP_CLI_KEY_MAX 1024                 /* --key length */
+#define GP_CLI_ENV_MAX 256                  /* --env entries */
+#define GP_CLI_ARGS_MAX 4096                /* words in COMMAND */
+#define GP_CLI_ARG_LEN_MAX (128 * 1024)     /* bytes in one word (Linux MAX_ARG_STRLEN) */
+#define GP_CLI_MEM_MAX_MB ((int64_t)1 << 24)  /* --mem bound: 16 TiB */
+#define GP_CLI_SECONDS_MAX ((int64_t)10 * 366 * 86400)  /* --timeout/--queue-timeout: 10 years */
+#define GP_CLI_TTL_DEFAULT 30
+#define GP_CLI_TTL_MIN 3
+#define GP_CLI_TTL_MAX 86400
+#define GP_CLI_LIMIT_MAX 1000
+
+typedef enum gp_cli_verb {
+        GP_CLI_HELP = 0,
+        GP_CLI_VERSION,
+        GP_CLI_SUBMIT,
+        GP_CLI_RUN,
+        GP_CLI_PS,
+        GP_CLI_STATUS,
+        GP_CLI_CANCEL,
+        GP_CLI_LOGS,
+        GP_CLI_GPUS,
+        GP_CLI_QUEUE,
+        GP_CLI_NODES,
+        GP_CLI_VERB_COUNT,
+} gp_cli_verb;
+
+/* A parsed command line.  Strings marked "borrowed" point into argv or the
+ * environment and live as long as they do. */
+typedef struct gp_cli_cmd {
+        gp_cli_verb verb;
+        char *api;               /* base URL without trailing '/', owned */
+        const char *key;         /* bearer key, borrowed, NULL = none */
+        bool json;               /* print the server's JSON */
+        bool help;               /* `CMD --help`: print CMD's help, exit 0 */
+        const char *topic;       /* `help TOPIC`, borrowed, NULL = overview */
+        int64_t id;              /* status/cancel/logs: task id, > 0 */
+        bool follow;             /* logs -f */
+        bool all;                /* ps --all */
+        const char *state;       /* ps --state, borrowed, NULL = default */
+        const char *tenant;      /* ps --tenant filter, borrowed */
+        int64_t limit;           /* ps/queue --limit, 0 = server default */
+        int64_t ttl_s;           /* run --ttl */
+        json_t *body;            /* submit/run: the POST /api/v1/tasks body, owned */
+        char **argv_cmd;         /* run: the local command, borrowed, NULL-terminated */
+        int argc_cmd;            /* run: words in argv_cmd */
+        const char **env;        /* run: "K=V" from --env, array owned, strings borrowed */
+        int n_env;               /* run: entries in env */
+        const char *workdir;     /* run: directory for the local command, borrowed */
+} gp_cli_cmd;
+
+/* args.c */
+void gp_cli_cmd_init(gp_cli_cmd *c);
+/* Frees what the command owns (api, body, env array).  Takes NULL. */
+void gp_cli_cmd_done(gp_cli_cmd *c);
+/* Parse argv (argv[argc] == NULL) into c, which must be freshly initialised.
+ * env_api / env_key are the values of GPUPOOL_API / GPUPOOL_API_KEY (NULL if
+ * unset).  Returns 0, or -EINVAL with a message for the user in err: the
+ * problem on the first line, then "usage: ..." for the command; -ENOMEM.
+ * On failure c may be partly filled; gp_cli_cmd_done still frees it. */
+int gp_cli_parse(int argc, char **argv, const char *env_api, const char *env_key,
+                 gp_cli_cmd *c, gp_buf *err);
+/* The one-line usage of a command ("gpupool ps [--all] ..."). Static. */
+const char *gp_cli_usage(gp_cli_verb v);
+/* The command's name ("ps"). Static. */
+const char *gp_cli_verb_name(gp_cli_verb v);
+/* Help text: the overview (topic NULL) or one command's.  0, -ENOENT for an
+ * unknown topic, -ENOMEM. */
+int gp_cli_help(const char *topic, gp_buf *out);
+
+/* format.c: pure functions from the server's JSON to text.  Each appends
+ * to out and returns 0, -ENOMEM or -E2BIG.  Strings from the server are
+ * printed with control characters replaced by '?'.  now_ms (wall clock)
+ * is used for ages; 0 leaves them out. */
+int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out);
+int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *out);
+int gp_cli_format_queue(const json_t *resp, gp_buf *out);
+int gp_cli_format_gpus(const json_t *resp, gp_buf *out);
+int gp_cli_format_nodes(const json_t *resp, gp_buf *out);
+/* Columns a UTF-8 string takes on a terminal (East Asian wide = 2,
+ * combining marks = 0, invalid bytes = 1 each). */
+size_t gp_cli_display_width(const char *s);
+/* Append s made safe for a terminal (control characters and invalid UTF-8
+ * become '?'), cut to max_cols columns with an ellipsis (0 = no limit). */
+int gp_cli_put_clean(gp_buf *out, const char *s, size_t max_cols);
+/* Append s shell-quoted (only when needed) to out. */
+int gp_cli_shell_quote(const char *s, gp_buf *out);
+
+/* http.c */
+typedef struct gp_cli_conn {
+        const char *api;                         /* base URL, no trailing '/' */
+        const char *key;                         /* bearer key or NULL */
+        const volatile sig_atomic_t *abort_flag; /* non-NULL: a transfer stops (-ECANCELED) within ~1 s of it becoming non-zero */
+} gp_cli_conn;
+
+typedef struct gp_cli_resp {
+        long status;             /* HTTP status */
+        json_t *json;            /* parsed body (owned) or NULL when empty or not JSON */
+        char *text;              /* when the body is not JSON: its first bytes, owned, else NULL */
+        long retry_after;        /* Retry-After in seconds, -1 if absent */
+} gp_cli_resp;
+
+void gp_cli_resp_done(gp_cli_resp *r);
+/* Percent-encode s for a query string and append it. 0 or -ENOMEM/-E2BIG. */
+int gp_cli_url_escape(const char *s, gp_buf *out);
+/* One request with a JSON (or no) body, answer read into memory (at most
+ * GP_CLI_BODY_MAX) and parsed when it is JSON.  path starts with '/'.
+ * timeout_s bounds the whole exchange.  Returns 0 when an HTTP answer came
+ * (any status; ret is then filled and owned by the caller), or:
+ *   -EHOSTUNREACH  connect/resolve/timeout/transfer failure (message in err,
+ *                  "cannot reach URL: why")
+ *   -ECANCELED     abort_flag was raised
+ *   -E2BIG         the answer is larger than GP_CLI_BODY_MAX
+ *   -ENOMEM, -EINVAL (bad URL; message in err)
+ * Thread-safe (one curl handle per call; curl_global_init must have run). */
+int gp_cli_http_json(const gp_cli_conn *c, const char *method, const char *path,
+                     const json_t *body, long timeout_s, gp_cli_resp *ret, gp_buf *err);
+/* GET path and copy a 2xx body to out as it arrives (fflush after every
+ * chunk); a non-2xx body is kept instead (parsed into ret's json/text).
+ * *io_bytes is increased by the bytes written to out (even on failure).
+ * No overall timeout.  Returns as gp_cli_http_json, plus -EPIPE when out
+ * cannot be written. */
+int gp_cli_http_stream(const gp_cli_conn *c, const char *path, FILE *out, int64_t *io_bytes,
+                       gp_cli_resp *ret, gp_buf *err);
+
+/* cli.c */
+/* gp_cli_main with explicit streams (tests pass tmpfiles). */
+int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err);
+/* Turn the outcome of gp_cli_http_json into an exit code, printing the
+ * reason to err: 0 if rc == 0 and the status is 2xx with a JSON object,
+ * else 1 (the server said no / answered nonsense) or 3 (unreachable). */
+int gp_cli_check(FILE *err, int rc, const gp_cli_resp *r, const gp_buf *msg);
+
+/* run.c */
+int gp_cli_cmd_run(const gp_cli_cmd *c, FILE *out, FILE *err);
+
+#endif

@@ -1,0 +1,447 @@
+/* cli.c - gp_cli_main: parse, dispatch, one function per command.
+ *
+ * Every command follows the same path: gp_cli_parse (usage errors exit 2
+ * before any request), one or a few HTTP calls (gp_cli_http_*), then
+ * gp_cli_check turns the outcome into an exit code and a message (1: the
+ * server said no, 3: unreachable), and the answer is printed either as the
+ * server's JSON (--json) or through format.c.  Results go to `out`,
+ * messages to `err`; nothing else is written.
+ */
+#include "cli/cli-int.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "base/util.h"
+
+#define LOGS_RETRIES 10   /* reconnects of `logs -f` after a dropped stream */
+
+static void msg_clean(FILE *err, const char *s) {
+        gp_buf b;
+        gp_buf_init(&b, 64 * 1024);
+        if (gp_cli_put_clean(&b, s, 0) == 0 && b.data)
+                fputs(b.data, err);
+        gp_buf_done(&b);
+}
+
+int gp_cli_check(FILE *err, int rc, const gp_cli_resp *r, const gp_buf *msg) {
+        const char *m = msg && msg->data ? msg->data : "";
+        switch (rc) {
+        case 0:
+                break;
+        case -EHOSTUNREACH:
+                fprintf(err, "gpupool: %s\n", m);
+                return GP_CLI_EXIT_UNREACHABLE;
+        case -EINVAL:
+                fprintf(err, "gpupool: %s\n", m);
+                return GP_CLI_EXIT_USAGE;
+        case -ECANCELED:
+                fprintf(err, "gpupool: interrupted\n");
+                return GP_CLI_EXIT_REFUSED;
+        case -ENOMEM:
+                fprintf(err, "gpupool: out of memory\n");
+                return GP_CLI_EXIT_REFUSED;
+        default:
+                fprintf(err, "gpupool: %s\n", *m ? m : gp_strerror(rc));
+                return GP_CLI_EXIT_REFUSED;
+        }
+        if (r->status >= 200 && r->status < 300 && json_is_object(r->json))
+                return GP_CLI_EXIT_OK;
+        json_t *e = json_object_get(r->json, "error");
+        const char *code = json_string_value(json_object_get(e, "code"));
+        const char *text = json_string_value(json_object_get(e, "message"));
+        if (r->status >= 400 && (code || text)) {
+                fputs("gpupool: ", err);
+                msg_clean(err, code ? code : "error");
+                if (text) {
+                        fputs(": ", err);
+                        msg_clean(err, text);
+                }
+                if (r->status == 429 && r->retry_after >= 0)
+                        fprintf(err, " (retry after %ld s)", r->retry_after);
+                if (r->status == 401)
+                        fputs(" (pass --key KEY or set GPUPOOL_API_KEY)", err);
+                fputc('\n', err);
+                return GP_CLI_EXIT_REFUSED;
+        }
+        if (r->status >= 400)
+                fprintf(err, "gpupool: the server answered HTTP %ld", r->status);
+        else
+                fprintf(err, "gpupool: unexpected answer from the server (HTTP %ld, %s)", r->status,
+                        r->json ? "not a JSON object" : "not JSON");
+        if (r->text && *r->text) {
+                fputs(": ", err);
+                char *nl = strpbrk(r->text, "\r\n");
+                if (nl)
+                        *nl = '\0'; /* first line only; r is ours to spoil */
+                msg_clean(err, r->text);
+        }
+        fputc('\n', err);
+        return GP_CLI_EXIT_REFUSED;
+}
+
+static int print_json(FILE *out, const json_t *j) {
+        if (json_dumpf(j, out, JSON_INDENT(2)) < 0)
+                return -EIO;
+        fputc('\n', out);
+        return 0;
+}
+
+static int print_buf(FILE *out, FILE *err, int r, gp_buf *b) {
+        if (r < 0) {
+                fprintf(err, "gpupool: cannot format the answer: %s\n", gp_strerror(r));
+                return GP_CLI_EXIT_REFUSED;
+        }
+        if (b->len)
+                fwrite(b->data, 1, b->len, out);
+        return GP_CLI_EXIT_OK;
+}
+
+/* One JSON call; on success *ret holds the answer.  Returns an exit code. */
+static int call(const gp_cli_cmd *c, FILE *err, const char *method, const char *path,
+                const json_t *body, gp_cli_resp *ret) {
+        gp_cli_conn conn = {.api = c->api, .key = c->key};
+        gp_buf msg;
+        gp_buf_init(&msg, 4096);
+        memset(ret, 0, sizeof(*ret));
+        int rc = gp_cli_http_json(&conn, method, path, body, GP_CLI_REQUEST_TIMEOUT_S, ret, &msg);
+        int ex = gp_cli_check(err, rc, ret, &msg);
+        gp_buf_done(&msg);
+        if (ex != GP_CLI_EXIT_OK)
+                gp_cli_resp_done(ret);
+        return ex;
+}
+
+static int cmd_submit(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        gp_cli_resp r;
+        int ex = call(c, err, "POST", "/api/v1/tasks", c->body, &r);
+        if (ex)
+                return ex;
+        json_t *id = json_object_get(r.json, "id");
+        if (c->json) {
+                print_json(out, r.json);
+        } else if (json_is_integer(id)) {
+                fprintf(out, "%" PRId64 "\n", (int64_t)json_integer_value(id));
+        } else {
+                fprintf(err, "gpupool: the server's answer has no task id\n");
+                ex = GP_CLI_EXIT_REFUSED;
+        }
+        gp_cli_resp_done(&r);
+        return ex;
+}
+
+static int cmd_ps(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        gp_buf path, text;
+        gp_cli_resp r;
+        int ex = GP_CLI_EXIT_REFUSED, rc = 0;
+        const char *sep = "?";
+        const char *state = c->state ? c->state : (c->all ? NULL : "active");
+
+        gp_buf_init(&path, 4096);
+        gp_buf_init(&text, GP_CLI_BODY_MAX);
+        rc |= gp_buf_puts(&path, "/api/v1/tasks");
+        if (state) {
+                rc |= gp_buf_printf(&path, "%sstate=", sep);
+                rc |= gp_cli_url_escape(state, &path);
+                sep = "&";
+        }
+        if (c->tenant) {
+                rc |= gp_buf_printf(&path, "%stenant=", sep);
+                rc |= gp_cli_url_escape(c->tenant, &path);
+                sep = "&";
+        }
+        if (c->limit)
+                rc |= gp_buf_printf(&path, "%slimit=%" PRId64, sep, c->limit);
+        if (rc) {
+                fprintf(err, "gpupool: out of memory\n");
+                goto out;
+        }
+        ex = call(c, err, "GET", path.data, NULL, &r);
+        if (ex)
+                goto out;
+        if (c->json) {
+                print_json(out, r.json);
+        } else {
+                rc = gp_cli_format_ps(r.json, gp_now_ms(), c->all || c->state || c->tenant, &text);
+                ex = print_buf(out, err, rc, &text);
+        }
+        gp_cli_resp_done(&r);
+out:
+        gp_buf_done(&path);
+        gp_buf_done(&text);
+        return ex;
+}
+
+static int task_path(gp_buf *b, int64_t id, const char *suffix) {
+        gp_buf_init(b, 256);
+        return gp_buf_printf(b, "/api/v1/tasks/%" PRId64 "%s", id, suffix);
+}
+
+static int cmd_status(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        gp_buf path, text;
+        gp_cli_resp r;
+        int ex;
+        task_path(&path, c->id, "");
+        gp_buf_init(&text, GP_CLI_BODY_MAX);
+        ex = call(c, err, "GET", path.data, NULL, &r);
+        if (ex == 0) {
+                if (!json_is_integer(json_object_get(r.json, "id"))) {
+                        fprintf(err, "gpupool: unexpected answer from the server (no task id)\n");
+                        ex = GP_CLI_EXIT_REFUSED;
+                } else if (c->json) {
+                        print_json(out, r.json);
+                } else {
+                        ex = print_buf(out, err, gp_cli_format_status(r.json, gp_now_ms(), &text), &text);
+                }
+                gp_cli_resp_done(&r);
+        }
+        gp_buf_done(&path);
+        gp_buf_done(&text);
+        return ex;
+}
+
+#define CANCEL_SETTLE_MS 10000  /* how long cancel waits for a running task to stop */
+
+static int cmd_cancel(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        gp_buf path;
+        gp_cli_resp r;
+        int ex;
+        task_path(&path, c->id, "/cancel");
+        ex = call(c, err, "POST", path.data, NULL, &r);
+        gp_buf_done(&path);
+        if (ex)
+                return ex;
+        /* A running batch task stops asynchronously (its supervisor gets
+         * SIGTERM); wait a little so the state printed is the result. */
+        const char *state = json_string_value(json_object_get(r.json, "state"));
+        int64_t deadline = gp_mono_ms() + CANCEL_SETTLE_MS;
+        task_path(&path, c->id, "");
+        while (state && strcmp(state, "running") == 0 && gp_mono_ms() < deadline) {
+                gp_cli_resp again;
+                usleep(200 * 1000);
+                if (call(c, err, "GET", path.data, NULL, &again) != GP_CLI_EXIT_OK)
+                        break;
+                gp_cli_resp_done(&r);
+                r = again;
+                state = json_string_value(json_object_get(r.json, "state"));
+        }
+        gp_buf_done(&path);
+        if (c->json) {
+                print_json(out, r.json);
+        } else {
+                gp_buf b;
+                gp_buf_init(&b, 256);
+                gp_cli_put_clean(&b, state ? state : "unknown", 32);
+                fprintf(out, "%s\n", b.data ? b.data : "");
+                gp_buf_done(&b);
+        }
+        if (state && strcmp(state, "running") == 0)
+                fprintf(err, "gpupool: task %" PRId64 " is still stopping; 'gpupool status %" PRId64
+                             "' shows when it has\n", c->id, c->id);
+        else if (state && strcmp(state, "cancelled") != 0 && strcmp(state, "queued") != 0)
+                fprintf(err, "gpupool: task %" PRId64 " had already ended\n", c->id);
+        gp_cli_resp_done(&r);
+        return ex;
+}
+
+/* The task's state into *ret_state ("" if missing).  Returns an exit code. */
+static int task_state(const gp_cli_cmd *c, FILE *err, char *ret_state, size_t size) {
+        gp_buf path;
+        gp_cli_resp r;
+        task_path(&path, c->id, "");
+        int ex = call(c, err, "GET", path.data, NULL, &r);
+        gp_buf_done(&path);
+        if (ex)
+                return ex;
+        const char *st = json_string_value(json_object_get(r.json, "state"));
+        gp_strlcpy(ret_state, st ? st : "", size);
+        gp_cli_resp_done(&r);
+        return GP_CLI_EXIT_OK;
+}
+
+static int cmd_logs(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        gp_cli_conn conn = {.api = c->api, .key = c->key};
+        int64_t bytes = 0;
+        int ex = GP_CLI_EXIT_OK;
+        int tries = 0, idle_ends = 0;
+        bool follow = c->follow;
+
+        for (;;) {
+                gp_buf path, msg;
+                gp_cli_resp r = {0};
+                int64_t before = bytes;
+                task_path(&path, c->id, "/logs");
+                gp_buf_init(&msg, 4096);
+                int rc = 0;
+                if (follow)
+                        rc |= gp_buf_puts(&path, "?follow=1");
+                if (bytes > 0)
+                        rc |= gp_buf_printf(&path, "%soffset=%" PRId64, follow ? "&" : "?", bytes);
+                if (rc == 0)
+                        rc = gp_cli_http_stream(&conn, path.data, out, &bytes, &r, &msg);
+                gp_buf_done(&path);
+                /* a follow whose stream broke after it had started: pick it up again */
+                if (rc == -EHOSTUNREACH && follow && (bytes > 0 || tries > 0) && tries < LOGS_RETRIES) {
+                        if (bytes > before)
+                                tries = 0;
+                        tries++;
+                        gp_buf_done(&msg);
+                        gp_cli_resp_done(&r);
+                        sleep(1);
+                        continue;
+                }
+                bool ok = rc == 0 && r.status >= 200 && r.status < 300;
+                if (!ok) {
+                        /* make gp_cli_check see a failure even if the error body was JSON */
+                        ex = gp_cli_check(err, rc, &r, &msg);
+                        if (ex == GP_CLI_EXIT_OK)
+                                ex = GP_CLI_EXIT_REFUSED;
+                }
+                gp_buf_done(&msg);
+                gp_cli_resp_done(&r);
+                if (!ok || !follow)
+                        break;
+                /* The stream ended, normally because the task did.  Check; if
+                 * it still runs (the server or a proxy cut the stream), go on
+                 * from where we are, else read once more without follow for
+                 * anything written after the stream closed. */
+                char state[32];
+                if ((ex = task_state(c, err, state, sizeof(state))) != GP_CLI_EXIT_OK)
+                        break;
+                if (strcmp(state, "queued") != 0 && strcmp(state, "running") != 0) {
+                        follow = false;
+                        continue;
+                }
+                idle_ends = bytes > before ? 0 : idle_ends + 1;
+                usleep(idle_ends > 2 ? 1000 * 1000 : 200 * 1000);
+        }
+        return ex;
+}
+
+static int cmd_list(const gp_cli_cmd *c, FILE *out, FILE *err, const char *path,
+                    int (*fmt)(const json_t *, gp_buf *)) {
+        gp_cli_resp r;
+        gp_buf text;
+        int ex = call(c, err, "GET", path, NULL, &r);
+        if (ex)
+                return ex;
+        gp_buf_init(&text, GP_CLI_BODY_MAX);
+        if (c->json)
+                print_json(out, r.json);
+        else
+                ex = print_buf(out, err, fmt(r.json, &text), &text);
+        gp_buf_done(&text);
+        gp_cli_resp_done(&r);
+        return ex;
+}
+
+static int cmd_queue(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        char path[64];
+        if (c->limit)
+                snprintf(path, sizeof(path), "/api/v1/queue?limit=%" PRId64, c->limit);
+        else
+                snprintf(path, sizeof(path), "/api/v1/queue");
+        return cmd_list(c, out, err, path, gp_cli_format_queue);
+}
+
+static int cmd_help(const char *topic, FILE *out, FILE *err) {
+        gp_buf b;
+        gp_buf_init(&b, 1 << 20);
+        int r = gp_cli_help(topic, &b), ex = GP_CLI_EXIT_OK;
+        if (r == -ENOENT) {
+                fprintf(err, "gpupool: no command '%s'; 'gpupool help' lists them\n", topic);
+                ex = GP_CLI_EXIT_USAGE;
+        } else {
+                ex = print_buf(out, err, r, &b);
+        }
+        gp_buf_done(&b);
+        return ex;
+}
+
+int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
+        gp_cli_cmd c;
+        gp_buf msg;
+        int ex;
+
+        gp_cli_cmd_init(&c);
+        gp_buf_init(&msg, 64 * 1024);
+        int r = gp_cli_parse(argc, argv, getenv("GPUPOOL_API"), getenv("GPUPOOL_API_KEY"), &c, &msg);
+        if (r < 0) {
+                if (r == -EINVAL)
+                        fprintf(err, "%s", msg.data ? msg.data : "gpupool: usage error\n");
+                else
+                        fprintf(err, "gpupool: %s\n", gp_strerror(r));
+                ex = r == -EINVAL ? GP_CLI_EXIT_USAGE : GP_CLI_EXIT_REFUSED;
+                goto out;
+        }
+        if (c.help) {
+                ex = cmd_help(gp_cli_verb_name(c.verb), out, err);
+                goto out;
+        }
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+                fprintf(err, "gpupool: cannot initialise libcurl\n");
+                ex = GP_CLI_EXIT_REFUSED;
+                goto out;
+        }
+        switch (c.verb) {
+        case GP_CLI_HELP:
+                ex = cmd_help(c.topic, out, err);
+                break;
+        case GP_CLI_VERSION:
+                if (c.json)
+                        fprintf(out, "{\n  \"version\": \"%s\"\n}\n", GP_VERSION);
+                else
+                        fprintf(out, "gpupool %s\n", GP_VERSION);
+                ex = GP_CLI_EXIT_OK;
+                break;
+        case GP_CLI_SUBMIT:
+                ex = cmd_submit(&c, out, err);
+                break;
+        case GP_CLI_RUN:
+                ex = gp_cli_cmd_run(&c, out, err);
+                break;
+        case GP_CLI_PS:
+                ex = cmd_ps(&c, out, err);
+                break;
+        case GP_CLI_STATUS:
+                ex = cmd_status(&c, out, err);
+                break;
+        case GP_CLI_CANCEL:
+                ex = cmd_cancel(&c, out, err);
+                break;
+        case GP_CLI_LOGS:
+                ex = cmd_logs(&c, out, err);
+                break;
+        case GP_CLI_GPUS:
+                ex = cmd_list(&c, out, err, "/api/v1/gpus", gp_cli_format_gpus);
+                break;
+        case GP_CLI_QUEUE:
+                ex = cmd_queue(&c, out, err);
+                break;
+        case GP_CLI_NODES:
+                ex = cmd_list(&c, out, err, "/api/v1/nodes", gp_cli_format_nodes);
+                break;
+        default:
+                ex = GP_CLI_EXIT_USAGE;
+                break;
+        }
+        curl_global_cleanup();
+        if (fflush(out) != 0 && ex == GP_CLI_EXIT_OK) {
+                fprintf(err, "gpupool: cannot write the output: %s\n", strerror(errno));
+                ex = GP_CLI_EXIT_REFUSED;
+        }
+out:
+        gp_buf_done(&msg);
+        gp_cli_cmd_done(&c);
+        return ex;
+}
+
+int gp_cli_main(int argc, char **argv) {
+        return gp_cli_main_io(argc, argv, stdout, stderr);
+}

@@ -1,0 +1,730 @@
+/* format.c - the server's JSON turned into what people read: the status
+ * block of one task and aligned tables (ps, queue, gpus, nodes).
+ *
+ * Pure: no I/O, no clock (the caller passes now_ms).  Every string that
+ * came from the server is sanitised before it is printed (control
+ * characters and invalid UTF-8 become '?', so a task name cannot move the
+ * cursor or change the terminal's colours) and long table cells are cut
+ * with an ellipsis.  Column widths are measured in terminal columns, so
+ * names in Chinese line up.  Missing or mistyped fields print as "-".
+ */
+#include "cli/cli-int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+/* ---- UTF-8 and widths ------------------------------------------------ */
+
+/* Decode one code point; returns its length in bytes or 0 if invalid. */
+static size_t utf8_next(const unsigned char *s, size_t len, uint32_t *cp) {
+        unsigned c = s[0];
+        size_t n;
+        uint32_t v;
+        if (c < 0x80) {
+                *cp = c;
+                return 1;
+        } else if ((c & 0xe0) == 0xc0) {
+                n = 2;
+                v = c & 0x1f;
+        } else if ((c & 0xf0) == 0xe0) {
+                n = 3;
+                v = c & 0x0f;
+        } else if ((c & 0xf8) == 0xf0) {
+                n = 4;
+                v = c & 0x07;
+        } else {
+                return 0;
+        }
+        if (len < n)
+                return 0;
+        for (size_t i = 1; i < n; i++) {
+                if ((s[i] & 0xc0) != 0x80)
+                        return 0;
+                v = (v << 6) | (s[i] & 0x3f);
+        }
+        if ((n == 2 && v < 0x80) || (n == 3 && v < 0x800) || (n == 4 && v < 0x10000) || v > 0x10ffff ||
+            (v >= 0xd800 && v <= 0xdfff))
+                return 0;
+        *cp = v;
+        return n;
+}
+
+static int cp_width(uint32_t cp) {
+        if ((cp >= 0x300 && cp <= 0x36f) || (cp >= 0x200b && cp <= 0x200f) || cp == 0xfe0f)
+                return 0;
+        if ((cp >= 0x1100 && cp <= 0x115f) || (cp >= 0x2e80 && cp <= 0x303e) ||
+            (cp >= 0x3041 && cp <= 0x33ff) || (cp >= 0x3400 && cp <= 0x4dbf) ||
+            (cp >= 0x4e00 && cp <= 0x9fff) || (cp >= 0xa000 && cp <= 0xa4cf) ||
+            (cp >= 0xac00 && cp <= 0xd7a3) || (cp >= 0xf900 && cp <= 0xfaff) ||
+            (cp >= 0xfe30 && cp <= 0xfe4f) || (cp >= 0xff00 && cp <= 0xff60) ||
+            (cp >= 0xffe0 && cp <= 0xffe6) || (cp >= 0x1f300 && cp <= 0x1f64f) ||
+            (cp >= 0x1f900 && cp <= 0x1f9ff) || (cp >= 0x20000 && cp <= 0x3fffd))
+                return 2;
+        return 1;
+}
+
+size_t gp_cli_display_width(const char *s) {
+        const unsigned char *p = (const unsigned char *)s;
+        size_t len = strlen(s), w = 0;
+        while (len > 0) {
+                uint32_t cp;
+                size_t n = utf8_next(p, len, &cp);
+                if (n == 0) {
+                        w++;
+                        n = 1;
+                } else {
+                        w += (size_t)cp_width(cp);
+                }
+                p += n;
+                len -= n;
+        }
+        return w;
+}
+
+/* Append s made safe for a terminal; at most max_cols columns (0 = no
+ * limit), cut with an ellipsis. */
+static int put_clean(gp_buf *out, const char *s, size_t max_cols) {
+        const unsigned char *p = (const unsigned char *)s;
+        size_t len = strlen(s), w = 0;
+        size_t total = max_cols ? gp_cli_display_width(s) : 0;
+        int r = 0;
+        while (len > 0 && r == 0) {
+                uint32_t cp;
+                size_t n = utf8_next(p, len, &cp);
+                int cw;
+                bool bad = n == 0 || cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0);
+                if (n == 0)
+                        n = 1;
+                cw = bad ? 1 : cp_width(cp);
+                if (max_cols && total > max_cols && w + (size_t)cw > max_cols - 1) {
+                        r = gp_buf_puts(out, "\xe2\x80\xa6"); /* U+2026 */
+                        break;
+                }
+                r = bad ? gp_buf_puts(out, "?") : gp_buf_append(out, p, n);
+                w += (size_t)cw;
+                p += n;
+                len -= n;
+        }
+        return r;
+}
+
+int gp_cli_put_clean(gp_buf *out, const char *s, size_t max_cols) {
+        return put_clean(out, s, max_cols);
+}
+
+int gp_cli_shell_quote(const char *s, gp_buf *out) {
+        bool plain = *s != '\0';
+        for (const char *p = s; *p && plain; p++)
+                if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%_-+=:,./",
+                            *p))
+                        plain = false;
+        if (plain)
+                return put_clean(out, s, 0);
+        int r = gp_buf_puts(out, "'");
+        for (const char *p = s; *p && r == 0; p++) {
+                if (*p == '\'') {
+                        r = gp_buf_puts(out, "'\\''");
+                } else {
+                        char one[2] = {*p, 0};
+                        /* control bytes: '?' (put_clean), the rest as is */
+                        r = ((unsigned char)*p < 0x20 || *p == 0x7f) ? gp_buf_puts(out, "?")
+                                                                      : gp_buf_puts(out, one);
+                }
+        }
+        return r ? r : gp_buf_puts(out, "'");
+}
+
+/* ---- JSON access ---------------------------------------------------- */
+
+static const char *jstr(const json_t *o, const char *k) {
+        json_t *v = json_object_get(o, k);
+        return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static bool jint(const json_t *o, const char *k, int64_t *ret) {
+        json_t *v = json_object_get(o, k);
+        if (json_is_integer(v)) {
+                *ret = json_integer_value(v);
+                return true;
+        }
+        if (json_is_real(v)) {
+                *ret = (int64_t)json_real_value(v);
+                return true;
+        }
+        return false;
+}
+
+static bool jnum(const json_t *o, const char *k, double *ret) {
+        json_t *v = json_object_get(o, k);
+        if (!json_is_number(v))
+                return false;
+        *ret = json_number_value(v);
+        return true;
+}
+
+static bool jbool(const json_t *o, const char *k) {
+        return json_is_true(json_object_get(o, k));
+}
+
+/* ---- small formatters ----------------------------------------------- */
+
+static int fmt_duration(gp_buf *b, int64_t s) {
+        if (s < 0)
+                s = 0;
+        if (s < 60)
+                return gp_buf_printf(b, "%" PRId64 "s", s);
+        if (s < 3600)
+                return gp_buf_printf(b, "%" PRId64 "m%02" PRId64 "s", s / 60, s % 60);
+        if (s < 86400)
+                return gp_buf_printf(b, "%" PRId64 "h%02" PRId64 "m", s / 3600, s % 3600 / 60);
+        return gp_buf_printf(b, "%" PRId64 "d%02" PRId64 "h", s / 86400, s % 86400 / 3600);
+}
+
+static const char *prio_name(int64_t p) {
+        switch (p) {
+        case 0: return "critical";
+        case 2: return "high";
+        case 5: return "normal";
+        case 7: return "low";
+        case 9: return "background";
+        default: return NULL;
+        }
+}
+
+/* seconds since the RFC 3339 time in field k, or -1 */
+static int64_t age_s(const json_t *o, const char *k, int64_t now_ms) {
+        const char *t = jstr(o, k);
+        int64_t ms;
+        if (!now_ms || !t || gp_time_parse(t, &ms) < 0)
+                return -1;
+        return now_ms > ms ? (now_ms - ms) / 1000 : 0;
+}
+
+static int backend_line(const json_t *resp, gp_buf *out) {
+        const char *b = jstr(resp, "backend");
+        if (!b)
+                return 0;
+        int r = gp_buf_puts(out, "backend: ");
+        if (!r)
+                r = put_clean(out, b, 64);
+        if (!r && strcmp(b, "sim") == 0)
+                r = gp_buf_puts(out, " (simulated GPUs)");
+        return r ? r : gp_buf_puts(out, "\n");
+}
+
+/* ---- tables --------------------------------------------------------- */
+
+struct col {
+        const char *head;       /* column title */
+        size_t max;             /* widest cell in columns, 0 = no limit */
+        bool optional;          /* left out when every cell is "" or "-" */
+};
+
+struct table {
+        const struct col *cols;
+        size_t ncols;
+        char **cells;           /* row-major, ncols per row, sanitised */
+        size_t n, alloc;        /* cells used / allocated */
+        gp_buf cell;            /* scratch for building one cell */
+};
+
+static void table_init(struct table *t, const struct col *cols, size_t ncols) {
+        memset(t, 0, sizeof(*t));
+        t->cols = cols;
+        t->ncols = ncols;
+        gp_buf_init(&t->cell, 64 * 1024);
+}
+
+static void table_done(struct table *t) {
+        for (size_t i = 0; i < t->n; i++)
+                free(t->cells[i]);
+        free(t->cells);
+        gp_buf_done(&t->cell);
+}
+
+/* Add the content of t->cell (reset afterwards) as the next cell. */
+static int table_push(struct table *t) {
+        size_t col = t->n % t->ncols;
+        gp_buf clean;
+        gp_buf_init(&clean, 64 * 1024);
+        int r = put_clean(&clean, t->cell.data ? t->cell.data : "", t->cols[col].max);
+        gp_buf_reset(&t->cell);
+        if (r < 0)
+                goto fail;
+        if (t->n == t->alloc) {
+                size_t na = t->alloc ? t->alloc * 2 : 64;
+                char **nc = realloc(t->cells, sizeof(*nc) * na);
+                if (!nc) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
+                t->cells = nc;
+                t->alloc = na;
+        }
+        t->cells[t->n] = gp_buf_steal(&clean);
+        if (!t->cells[t->n])
+                return -ENOMEM;
+        t->n++;
+        return 0;
+fail:
+        gp_buf_done(&clean);
+        return r;
+}
+
+/* Push what was built in t->cell, "-" when nothing was. */
+static int cell_end(struct table *t) {
+        if (t->cell.len == 0) {
+                int r = gp_buf_puts(&t->cell, "-");
+                if (r < 0)
+                        return r;
+        }
+        return table_push(t);
+}
+
+static int cell_str(struct table *t, const char *s) {
+        int r = gp_buf_puts(&t->cell, s && *s ? s : "-");
+        return r ? r : table_push(t);
+}
+
+static int cell_int(struct table *t, const json_t *o, const char *k, const char *prefix,
+                    const char *suffix) {
+        int64_t v;
+        int r = jint(o, k, &v) ? gp_buf_printf(&t->cell, "%s%" PRId64 "%s", prefix, v, suffix)
+                               : gp_buf_puts(&t->cell, "-");
+        return r ? r : table_push(t);
+}
+
+static int table_print(struct table *t, gp_buf *out) {
+        size_t nrows = t->n / t->ncols, nc = t->ncols;
+        size_t *w = calloc(nc, sizeof(*w));
+        bool *show = calloc(nc, sizeof(*show));
+        int r = 0;
+        if (!w || !show) {
+                r = -ENOMEM;
+                goto out;
+        }
+        for (size_t c = 0; c < nc; c++) {
+                w[c] = strlen(t->cols[c].head);
+                show[c] = !t->cols[c].optional;
+                for (size_t row = 0; row < nrows; row++) {
+                        const char *s = t->cells[row * nc + c];
+                        size_t sw = gp_cli_display_width(s);
+                        if (sw > w[c])
+                                w[c] = sw;
+                        if (strcmp(s, "-") != 0 && *s)
+                                show[c] = true;
+                }
+        }
+        size_t last = 0;
+        for (size_t c = 0; c < nc; c++)
+                if (show[c])
+                        last = c;
+        for (size_t row = 0; row <= nrows && r == 0; row++) {
+                bool first = true;
+                for (size_t c = 0; c < nc && r == 0; c++) {
+                        if (!show[c])
+                                continue;
+                        const char *s = row == 0 ? t->cols[c].head : t->cells[(row - 1) * nc + c];
+                        if (!first)
+                                r = gp_buf_puts(out, "  ");
+                        first = false;
+                        if (!r)
+                                r = gp_buf_puts(out, s);
+                        if (!r && c != last)
+                                r = gp_buf_printf(out, "%*s", (int)(w[c] - gp_cli_display_width(s)), "");
+                }
+                if (!r)
+                        r = gp_buf_puts(out, "\n");
+        }
+out:
+        free(w);
+        free(show);
+        return r;
+}
+
+/* ---- status --------------------------------------------------------- */
+
+#define LABEL "%-22s"
+
+static int line_start(gp_buf *out, const char *label) {
+        char l[40];
+        snprintf(l, sizeof(l), "%s:", label);
+        return gp_buf_printf(out, LABEL, l);
+}
+
+static int line_str(gp_buf *out, const char *label, const char *v) {
+        int r = line_start(out, label);
+        if (!r)
+                r = put_clean(out, v && *v ? v : "-", 0);
+        return r ? r : gp_buf_puts(out, "\n");
+}
+
+static int line_time(gp_buf *out, const char *label, const json_t *task, const char *k,
+                     int64_t now_ms) {
+        const char *t = jstr(task, k);
+        if (!t)
+                return 0;
+        int r = line_start(out, label);
+        if (!r)
+                r = put_clean(out, t, 64);
+        int64_t age = age_s(task, k, now_ms);
+        if (!r && age >= 0) {
+                r = gp_buf_puts(out, " (");
+                if (!r)
+                        r = fmt_duration(out, age);
+                if (!r)
+                        r = gp_buf_puts(out, " ago)");
+        }
+        return r ? r : gp_buf_puts(out, "\n");
+}
+
+int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
+        gp_buf v;
+        int64_t n;
+        int r = 0;
+        const char *state = jstr(task, "state");
+        bool queued = state && strcmp(state, "queued") == 0;
+        bool running = state && strcmp(state, "running") == 0;
+
+        gp_buf_init(&v, 1 << 20);
+#define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
+        if (jint(task, "id", &n)) {
+                gp_buf_reset(&v);
+                CHECK(gp_buf_printf(&v, "%" PRId64, n));
+                CHECK(line_str(out, "id", v.data));
+        }
+        CHECK(line_str(out, "name", jstr(task, "name")));
+        CHECK(line_str(out, "tenant", jstr(task, "tenant_id")));
+        if (jstr(task, "kind"))
+                CHECK(line_str(out, "kind", jstr(task, "kind")));
+        CHECK(line_str(out, "state", state));
+        if (queued && jint(task, "queue_position", &n)) {
+                gp_buf_reset(&v);
+                CHECK(gp_buf_printf(&v, "%" PRId64, n));
+                CHECK(line_str(out, "queue position", v.data));
+        }
+        const char *reason = jstr(task, "reason");
+        if (reason && *reason)
+                CHECK(line_str(out, "reason", reason));
+        if (jint(task, "priority", &n)) {
+                gp_buf_reset(&v);
+                const char *pn = prio_name(n);
+                CHECK(pn ? gp_buf_printf(&v, "P%" PRId64 " (%s)", n, pn) : gp_buf_printf(&v, "P%" PRId64, n));
+                CHECK(line_str(out, "priority", v.data));
+        }
+        gp_buf_reset(&v);
+        if (jint(task, "gpu_request", &n))
+                CHECK(gp_buf_printf(&v, "%" PRId64, n));
+        else
+                CHECK(gp_buf_puts(&v, "-"));
+        int64_t mem;
+        if (jint(task, "memory_mb", &mem) && mem > 0)
+                CHECK(gp_buf_printf(&v, " x %" PRId64 " MB", mem));
+        else
+                CHECK(gp_buf_puts(&v, jint(task, "gpu_request", &n) && n > 1 ? " (whole GPUs)" : " (whole GPU)"));
+        if (jbool(task, "exclusive"))
+                CHECK(gp_buf_puts(&v, ", exclusive"));
+        CHECK(line_str(out, "GPUs requested", v.data));
+        json_t *gpus = json_object_get(task, "gpus");
+        if (json_is_array(gpus) && json_array_size(gpus) > 0) {
+                size_t i;
+                json_t *g;
+                gp_buf_reset(&v);
+                json_array_foreach(gpus, i, g) {
+                        const char *node = jstr(g, "node");
+                        int64_t idx;
+                        if (i)
+                                CHECK(gp_buf_puts(&v, ", "));
+                        CHECK(gp_buf_printf(&v, "%s:", node ? node : "?"));
+                        CHECK(jint(g, "index", &idx) ? gp_buf_printf(&v, "%" PRId64, idx) : gp_buf_puts(&v, "?"));
+                        const char *uuid = jstr(g, "uuid");
+                        if (uuid && *uuid)
+                                CHECK(gp_buf_printf(&v, " (%s)", uuid));
+                }
+                CHECK(line_str(out, "GPUs", v.data));
+        }
+        const char *cvd = jstr(task, "cuda_visible_devices");
+        if (running || (cvd && *cvd))
+                CHECK(line_str(out, "CUDA_VISIBLE_DEVICES", cvd));
+        json_t *cmd = json_object_get(task, "command");
+        if (json_is_array(cmd)) {
+                size_t i;
+                json_t *w;
+                gp_buf_reset(&v);
+                json_array_foreach(cmd, i, w) {
+                        if (i)
+                                CHECK(gp_buf_puts(&v, " "));
+                        CHECK(gp_cli_shell_quote(json_is_string(w) ? json_string_value(w) : "?", &v));
+                }
+                CHECK(line_str(out, "command", v.data));
+        }
+        const char *s;
+        if ((s = jstr(task, "model")) && *s)
+                CHECK(line_str(out, "model", s));
+        if ((s = jstr(task, "gpu_model")) && *s)
+                CHECK(line_str(out, "GPU model", s));
+        if (jbool(task, "preemptible") || (jint(task, "preempt_count", &n) && n > 0)) {
+                gp_buf_reset(&v);
+                CHECK(gp_buf_puts(&v, jbool(task, "preemptible") ? "yes" : "no"));
+                if (jint(task, "preempt_count", &n) && n > 0)
+                        CHECK(gp_buf_printf(&v, " (preempted %" PRId64 " time%s)", n, n == 1 ? "" : "s"));
+                CHECK(line_str(out, "preemptible", v.data));
+        }
+        if (jint(task, "retries", &n) && n > 0) {
+                gp_buf_reset(&v);
+                CHECK(gp_buf_printf(&v, "%" PRId64, n));
+                CHECK(line_str(out, "retries", v.data));
+        }
+        if (jint(task, "timeout_s", &n) && n > 0) {
+                gp_buf_reset(&v);
+                CHECK(fmt_duration(&v, n));
+                CHECK(line_str(out, "timeout", v.data));
+        }
+        if (jint(task, "lease_ttl_s", &n) && n > 0) {
+                gp_buf_reset(&v);
+                CHECK(gp_buf_printf(&v, "%" PRId64 "s", n));
+                CHECK(line_str(out, "lease TTL", v.data));
+        }
+        if (running)
+                CHECK(line_time(out, "lease expires", task, "lease_expires_at", 0));
+        if (jint(task, "exit_code", &n)) {
+                gp_buf_reset(&v);
+                CHECK(gp_buf_printf(&v, "%" PRId64, n));
+                CHECK(line_str(out, "exit code", v.data));
+        }
+        CHECK(line_time(out, "submitted", task, "submitted_at", now_ms));
+        CHECK(line_time(out, "started", task, "started_at", now_ms));
+        CHECK(line_time(out, "finished", task, "finished_at", now_ms));
+        int64_t st = -1, fin = -1;
+        {
+                const char *ts = jstr(task, "started_at"), *tf = jstr(task, "finished_at");
+                if (ts && gp_time_parse(ts, &st) < 0)
+                        st = -1;
+                if (tf && gp_time_parse(tf, &fin) < 0)
+                        fin = -1;
+                if (st >= 0 && fin < 0 && running && now_ms)
+                        fin = now_ms;
+        }
+        if (st >= 0 && fin >= st) {
+                gp_buf_reset(&v);
+                CHECK(fmt_duration(&v, (fin - st) / 1000));
+                CHECK(line_str(out, "run time", v.data));
+        }
+        if ((s = jstr(task, "backend"))) {
+                gp_buf_reset(&v);
+                CHECK(gp_buf_puts(&v, s));
+                if (strcmp(s, "sim") == 0)
+                        CHECK(gp_buf_puts(&v, " (simulated GPUs)"));
+                CHECK(line_str(out, "backend", v.data));
+        }
+#undef CHECK
+out:
+        gp_buf_done(&v);
+        return r;
+}
+
+/* ---- lists ---------------------------------------------------------- */
+
+static json_t *list_of(const json_t *resp, const char *k) {
+        json_t *a = json_object_get(resp, k);
+        return json_is_array(a) ? a : NULL;
+}
+
+int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *out) {
+        static const struct col cols[] = {
+                {"ID", 0, false},      {"NAME", 32, false}, {"TENANT", 24, false},
+                {"STATE", 0, false},   {"PRIO", 0, false},  {"GPUS", 0, false},
+                {"DEVICES", 24, false}, {"EXIT", 0, true},  {"AGE", 0, false},
+        };
+        json_t *tasks = list_of(resp, "tasks");
+        struct table t;
+        size_t i;
+        json_t *task;
+        int r = backend_line(resp, out);
+        if (r < 0)
+                return r;
+        if (!tasks || json_array_size(tasks) == 0)
+                return gp_buf_puts(out, filtered ? "no tasks\n"
+                                                 : "no queued or running tasks (gpupool ps --all "
+                                                   "shows finished ones)\n");
+        table_init(&t, cols, GP_ARRAY_SIZE(cols));
+#define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
+        json_array_foreach(tasks, i, task) {
+                int64_t n;
+                CHECK(cell_int(&t, task, "id", "", ""));
+                CHECK(cell_str(&t, jstr(task, "name")));
+                CHECK(cell_str(&t, jstr(task, "tenant_id")));
+                CHECK(cell_str(&t, jstr(task, "state")));
+                CHECK(cell_int(&t, task, "priority", "P", ""));
+                CHECK(cell_int(&t, task, "gpu_request", "", ""));
+                CHECK(cell_str(&t, jstr(task, "cuda_visible_devices")));
+                CHECK(cell_int(&t, task, "exit_code", "", ""));
+                n = age_s(task, "submitted_at", now_ms);
+                if (n >= 0)
+                        CHECK(fmt_duration(&t.cell, n));
+                CHECK(cell_end(&t));
+        }
+        CHECK(table_print(&t, out));
+        json_t *next = json_object_get(resp, "next_after");
+        if (json_is_integer(next))
+                CHECK(gp_buf_printf(out, "(newest %zu shown; --limit N shows more)\n",
+                                    json_array_size(tasks)));
+#undef CHECK
+out:
+        table_done(&t);
+        return r;
+}
+
+int gp_cli_format_queue(const json_t *resp, gp_buf *out) {
+        static const struct col cols[] = {
+                {"POS", 0, false},  {"ID", 0, false},   {"NAME", 32, false}, {"TENANT", 24, false},
+                {"PRIO", 0, false}, {"GPUS", 0, false}, {"MEM", 0, false},   {"WAIT", 0, false},
+                {"REASON", 60, true},
+        };
+        json_t *tasks = list_of(resp, "tasks");
+        struct table t;
+        size_t i;
+        json_t *task;
+        int64_t total;
+        int r = backend_line(resp, out);
+        if (r < 0)
+                return r;
+        if (!tasks || json_array_size(tasks) == 0)
+                return gp_buf_puts(out, "queue is empty\n");
+        table_init(&t, cols, GP_ARRAY_SIZE(cols));
+#define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
+        json_array_foreach(tasks, i, task) {
+                int64_t n;
+                CHECK(cell_int(&t, task, "queue_position", "", ""));
+                CHECK(cell_int(&t, task, "id", "", ""));
+                CHECK(cell_str(&t, jstr(task, "name")));
+                CHECK(cell_str(&t, jstr(task, "tenant_id")));
+                CHECK(cell_int(&t, task, "priority", "P", ""));
+                CHECK(cell_int(&t, task, "gpu_request", "", ""));
+                if (jint(task, "memory_mb", &n) && n > 0)
+                        CHECK(gp_buf_printf(&t.cell, "%" PRId64 " MB", n));
+                else
+                        CHECK(gp_buf_puts(&t.cell, "whole"));
+                CHECK(table_push(&t));
+                if (jint(task, "wait_s", &n))
+                        CHECK(fmt_duration(&t.cell, n));
+                CHECK(cell_end(&t));
+                CHECK(cell_str(&t, jstr(task, "reason")));
+        }
+        CHECK(table_print(&t, out));
+        if (jint(resp, "total", &total) && total > (int64_t)json_array_size(tasks))
+                CHECK(gp_buf_printf(out, "(%zu of %" PRId64 " queued shown)\n", json_array_size(tasks),
+                                    total));
+#undef CHECK
+out:
+        table_done(&t);
+        return r;
+}
+
+int gp_cli_format_gpus(const json_t *resp, gp_buf *out) {
+        static const struct col cols[] = {
+                {"ID", 0, false},    {"NAME", 32, false}, {"ALLOC/TOTAL", 0, false},
+                {"USED", 0, false},  {"UTIL", 0, false},  {"TEMP", 0, false},
+                {"POWER", 0, false}, {"STATE", 0, false}, {"TASKS", 32, false},
+                {"MODELS", 40, true},
+        };
+        json_t *gpus = list_of(resp, "gpus");
+        struct table t;
+        size_t i;
+        json_t *g;
+        int r = backend_line(resp, out);
+        if (r < 0)
+                return r;
+        if (!gpus || json_array_size(gpus) == 0)
+                return gp_buf_puts(out, "no GPUs\n");
+        table_init(&t, cols, GP_ARRAY_SIZE(cols));
+#define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
+        json_array_foreach(gpus, i, g) {
+                int64_t a, b;
+                double d;
+                const char *id = jstr(g, "id");
+                if (id) {
+                        CHECK(cell_str(&t, id));
+                } else {
+                        const char *node = jstr(g, "node");
+                        if (jint(g, "index", &a))
+                                CHECK(gp_buf_printf(&t.cell, "%s:%" PRId64, node ? node : "?", a));
+                        CHECK(cell_end(&t));
+                }
+                CHECK(cell_str(&t, jstr(g, "name")));
+                if (!jint(g, "memory_allocated_mb", &a))
+                        a = 0;
+                if (jint(g, "memory_total_mb", &b))
+                        CHECK(gp_buf_printf(&t.cell, "%" PRId64 "/%" PRId64 " MB", a, b));
+                CHECK(cell_end(&t));
+                CHECK(cell_int(&t, g, "memory_used_mb", "", " MB"));
+                CHECK(cell_int(&t, g, "util_pct", "", "%"));
+                CHECK(cell_int(&t, g, "temp_c", "", "C"));
+                if (jnum(g, "power_w", &d))
+                        CHECK(gp_buf_printf(&t.cell, "%.0fW", d));
+                CHECK(cell_end(&t));
+                bool healthy = !json_is_false(json_object_get(g, "healthy"));
+                CHECK(gp_buf_puts(&t.cell, healthy ? "ok" : "unhealthy"));
+                if (jbool(g, "drained"))
+                        CHECK(gp_buf_puts(&t.cell, ",drained"));
+                if (jbool(g, "reserved"))
+                        CHECK(gp_buf_puts(&t.cell, ",reserved"));
+                CHECK(table_push(&t));
+                json_t *list = json_object_get(g, "tasks"), *e;
+                size_t k;
+                if (json_is_array(list))
+                        json_array_foreach(list, k, e) {
+                                if (json_is_integer(e))
+                                        CHECK(gp_buf_printf(&t.cell, "%s%" PRId64, k ? "," : "",
+                                                            (int64_t)json_integer_value(e)));
+                        }
+                CHECK(cell_end(&t));
+                list = json_object_get(g, "models");
+                if (json_is_array(list))
+                        json_array_foreach(list, k, e) {
+                                if (json_is_string(e))
+                                        CHECK(gp_buf_printf(&t.cell, "%s%s", k ? "," : "",
+                                                            json_string_value(e)));
+                        }
+                CHECK(cell_end(&t));
+        }
+        CHECK(table_print(&t, out));
+#undef CHECK
+out:
+        table_done(&t);
+        return r;
+}
+
+int gp_cli_format_nodes(const json_t *resp, gp_buf *out) {
+        static const struct col cols[] = {
+                {"NAME", 48, false}, {"STATE", 0, false}, {"GPUS", 0, false},
+                {"HEALTHY", 0, false}, {"BACKEND", 0, false},
+        };
+        json_t *nodes = list_of(resp, "nodes");
+        struct table t;
+        size_t i;
+        json_t *nd;
+        int r = backend_line(resp, out);
+        if (r < 0)
+                return r;
+        if (!nodes || json_array_size(nodes) == 0)
+                return gp_buf_puts(out, "no nodes\n");
+        table_init(&t, cols, GP_ARRAY_SIZE(cols));
+#define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
+        json_array_foreach(nodes, i, nd) {
+                CHECK(cell_str(&t, jstr(nd, "name")));
+                CHECK(cell_str(&t, jstr(nd, "state")));
+                CHECK(cell_int(&t, nd, "gpus", "", ""));
+                CHECK(cell_int(&t, nd, "gpus_healthy", "", ""));
+                CHECK(cell_str(&t, jstr(nd, "backend")));
+        }
+        CHECK(table_print(&t, out));
+#undef CHECK
+out:
+        table_done(&t);
+        return r;
+}

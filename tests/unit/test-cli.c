@@ -1,0 +1,1204 @@
+/* test-cli.c - unit tests of the command-line client (src/cli/).
+ *
+ * Three kinds of test:
+ *   - argv -> gp_cli_cmd (gp_cli_parse): validation, the submit body;
+ *   - JSON -> text (format.c): status block, aligned tables, sanitising;
+ *   - whole commands through gp_cli_main_io against a canned HTTP responder
+ *     on a free loopback port (request in, fixed bytes out, as in curl's
+ *     tests/data): exit codes 1/2/3, messages, what was sent, streaming,
+ *     and `run` (lease, env of the command, heartbeat, lease lost,
+ *     Ctrl-C while queued, release with the exit code).
+ * The responder is not a gpupool server; end-to-end behaviour against the
+ * real daemon is tested in tests/blackbox/test_cli.py.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "cli/cli-int.h"
+
+/* ---- helpers -------------------------------------------------------- */
+
+#define ARGV(...) ((char *[]){"gpupool", __VA_ARGS__, NULL})
+#define ARGC(...) ((int)(sizeof((char *[]){"gpupool", __VA_ARGS__}) / sizeof(char *)))
+
+struct parsed {
+        gp_cli_cmd c;
+        gp_buf err;
+        int rc;
+};
+
+static void parse_env(struct parsed *p, int argc, char **argv, const char *api, const char *key) {
+        gp_cli_cmd_init(&p->c);
+        gp_buf_init(&p->err, 1 << 16);
+        p->rc = gp_cli_parse(argc, argv, api, key, &p->c, &p->err);
+}
+
+static void parse_done(struct parsed *p) {
+        gp_cli_cmd_done(&p->c);
+        gp_buf_done(&p->err);
+}
+
+#define PARSE(p, ...) parse_env(p, ARGC(__VA_ARGS__), ARGV(__VA_ARGS__), NULL, NULL)
+
+static const char *err_text(struct parsed *p) {
+        return p->err.data ? p->err.data : "";
+}
+
+static int64_t body_int(const gp_cli_cmd *c, const char *k) {
+        json_t *v = json_object_get(c->body, k);
+        assert_true(json_is_integer(v));
+        return json_integer_value(v);
+}
+
+static const char *body_str(const gp_cli_cmd *c, const char *k) {
+        json_t *v = json_object_get(c->body, k);
+        assert_true(json_is_string(v));
+        return json_string_value(v);
+}
+
+/* read a tmpfile back (caller frees) */
+static char *slurp(FILE *f) {
+        fflush(f);
+        long n = ftell(f);
+        char *s = calloc(1, (size_t)n + 1);
+        assert_non_null(s);
+        rewind(f);
+        size_t got = fread(s, 1, (size_t)n, f);
+        s[got] = '\0';
+        return s;
+}
+
+struct ran {
+        int ex;
+        char *out, *err;
+};
+
+static void run_cli(struct ran *r, int argc, char **argv) {
+        FILE *o = tmpfile(), *e = tmpfile();
+        assert_non_null(o);
+        assert_non_null(e);
+        r->ex = gp_cli_main_io(argc, argv, o, e);
+        r->out = slurp(o);
+        r->err = slurp(e);
+        fclose(o);
+        fclose(e);
+}
+
+static void ran_done(struct ran *r) {
+        free(r->out);
+        free(r->err);
+}
+
+static int free_port(void) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof(a);
+        assert_true(fd >= 0);
+        assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+        assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+        close(fd);
+        return ntohs(a.sin_port);
+}
+
+/* ---- canned HTTP responder ------------------------------------------ */
+
+struct srv;
+typedef char *(*route_fn)(struct srv *s, const char *req);
+
+struct srv {
+        int lfd, port;
+        pthread_t thr;
+        volatile int stop;
+        pthread_mutex_t mu;
+        int active;             /* connection threads running */
+        char *reqs[256];        /* requests seen, in order */
+        int nreq;
+        route_fn route;
+        int n_hb, n_cancel, n_release, n_wait;
+        char release_body[256];
+        int wait_hold_ms;       /* GET ?wait= holds this long before answering */
+};
+
+static char *http_resp(int status, const char *extra, const char *body) {
+        char *r;
+        int n = asprintf(&r,
+                         "HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                         "Connection: close\r\n%s\r\n%s",
+                         status, strlen(body), extra ? extra : "", body);
+        assert_true(n > 0);
+        return r;
+}
+
+struct conn_arg {
+        struct srv *s;
+        int fd;
+};
+
+static void *conn_main(void *arg) {
+        struct conn_arg *ca = arg;
+        struct srv *s = ca->s;
+        int fd = ca->fd;
+        free(ca);
+        gp_buf req;
+        gp_buf_init(&req, 1 << 20);
+        char buf[4096];
+        size_t need = 0;
+        for (;;) {
+                ssize_t n = recv(fd, buf, sizeof(buf), 0);
+                if (n <= 0)
+                        break;
+                gp_buf_append(&req, buf, (size_t)n);
+                char *end = strstr(req.data, "\r\n\r\n");
+                if (end && !need) {
+                        char *cl = strcasestr(req.data, "Content-Length:");
+                        size_t body = cl && cl < end ? strtoul(cl + 15, NULL, 10) : 0;
+                        need = (size_t)(end + 4 - req.data) + body;
+                }
+                if (need && req.len >= need)
+                        break;
+        }
+        char *resp = req.data ? s->route(s, req.data) : NULL;
+        pthread_mutex_lock(&s->mu);
+        if (s->nreq < 256)
+                s->reqs[s->nreq++] = gp_buf_steal(&req);
+        pthread_mutex_unlock(&s->mu);
+        if (resp) {
+                size_t off = 0, len = strlen(resp);
+                while (off < len) {
+                        ssize_t w = send(fd, resp + off, len - off, MSG_NOSIGNAL);
+                        if (w <= 0)
+                                break;
+                        off += (size_t)w;
+                }
+                free(resp);
+        }
+        close(fd);
+        gp_buf_done(&req);
+        pthread_mutex_lock(&s->mu);
+        s->active--;
+        pthread_mutex_unlock(&s->mu);
+        return NULL;
+}
+
+static void *srv_main(void *arg) {
+        struct srv *s = arg;
+        while (!s->stop) {
+                struct pollfd p = {.fd = s->lfd, .events = POLLIN};
+                if (poll(&p, 1, 50) <= 0)
+                        continue;
+                int fd = accept(s->lfd, NULL, NULL);
+                if (fd < 0)
+                        continue;
+                struct conn_arg *ca = malloc(sizeof(*ca));
+                ca->s = s;
+                ca->fd = fd;
+                pthread_t t;
+                pthread_mutex_lock(&s->mu);
+                s->active++;
+                pthread_mutex_unlock(&s->mu);
+                pthread_create(&t, NULL, conn_main, ca);
+                pthread_detach(t);
+        }
+        return NULL;
+}
+
+static void srv_start(struct srv *s, route_fn route) {
+        memset(s, 0, sizeof(*s));
+        pthread_mutex_init(&s->mu, NULL);
+        s->route = route;
+        s->lfd = socket(AF_INET, SOCK_STREAM, 0);
+        int one = 1;
+        setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof(a);
+        assert_int_equal(bind(s->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+        assert_int_equal(listen(s->lfd, 64), 0);
+        getsockname(s->lfd, (struct sockaddr *)&a, &len);
+        s->port = ntohs(a.sin_port);
+        pthread_create(&s->thr, NULL, srv_main, s);
+}
+
+static void srv_stop(struct srv *s) {
+        s->stop = 1;
+        pthread_join(s->thr, NULL);
+        close(s->lfd);
+        for (int i = 0; i < 300; i++) {
+                pthread_mutex_lock(&s->mu);
+                int a = s->active;
+                pthread_mutex_unlock(&s->mu);
+                if (!a)
+                        break;
+                usleep(10000);
+        }
+        for (int i = 0; i < s->nreq; i++)
+                free(s->reqs[i]);
+        pthread_mutex_destroy(&s->mu);
+}
+
+static char *srv_api(struct srv *s) {
+        static char api[64];
+        snprintf(api, sizeof(api), "http://127.0.0.1:%d", s->port);
+        return api;
+}
+
+static bool starts(const char *req, const char *prefix) {
+        return strncmp(req, prefix, strlen(prefix)) == 0;
+}
+
+static const char *body_of(const char *req) {
+        const char *b = strstr(req, "\r\n\r\n");
+        return b ? b + 4 : "";
+}
+
+/* ---- parsing -------------------------------------------------------- */
+
+static void test_submit_builds_body_from_every_option(void **state) {
+        struct parsed p;
+        PARSE(&p, "submit", "--gpus", "2", "--mem=4096", "--priority", "high", "--name", "test-task",
+              "--model", "deepseek-7b", "--gpu-model", "*4090*", "--exclusive", "--preemptible",
+              "--timeout", "3600", "--queue-timeout", "60", "--env", "A=1", "--env", "B=x=y",
+              "--workdir", "/data", "--tenant", "tenant-1", "--", "python3", "train.py", "--lr", "0.1");
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(p.c.verb, GP_CLI_SUBMIT);
+        assert_int_equal(body_int(&p.c, "gpu_request"), 2);
+        assert_int_equal(body_int(&p.c, "memory_mb"), 4096);
+        assert_int_equal(body_int(&p.c, "priority"), 2);
+        assert_string_equal(body_str(&p.c, "name"), "test-task");
+        assert_string_equal(body_str(&p.c, "model"), "deepseek-7b");
+        assert_string_equal(body_str(&p.c, "gpu_model"), "*4090*");
+        assert_true(json_is_true(json_object_get(p.c.body, "exclusive")));
+        assert_true(json_is_true(json_object_get(p.c.body, "preemptible")));
+        assert_int_equal(body_int(&p.c, "timeout_s"), 3600);
+        assert_int_equal(body_int(&p.c, "queue_timeout_s"), 60);
+        assert_string_equal(body_str(&p.c, "workdir"), "/data");
+        assert_string_equal(body_str(&p.c, "tenant_id"), "tenant-1");
+        json_t *env = json_object_get(p.c.body, "env");
+        assert_string_equal(json_string_value(json_object_get(env, "A")), "1");
+        assert_string_equal(json_string_value(json_object_get(env, "B")), "x=y");
+        json_t *cmd = json_object_get(p.c.body, "command");
+        assert_int_equal(json_array_size(cmd), 4);
+        assert_string_equal(json_string_value(json_array_get(cmd, 0)), "python3");
+        assert_string_equal(json_string_value(json_array_get(cmd, 2)), "--lr");
+        assert_null(json_object_get(p.c.body, "lease_ttl_s"));
+        parse_done(&p);
+}
+
+static void test_submit_sends_only_given_fields(void **state) {
+        struct parsed p;
+        PARSE(&p, "submit", "true");
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(json_object_size(p.c.body), 1);
+        assert_non_null(json_object_get(p.c.body, "command"));
+        parse_done(&p);
+}
+
+static void test_first_word_starts_command_and_later_options_belong_to_it(void **state) {
+        struct parsed p;
+        PARSE(&p, "submit", "--gpus", "1", "python3", "x.py", "--gpus", "3", "--json");
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(body_int(&p.c, "gpu_request"), 1);
+        assert_false(p.c.json);
+        json_t *cmd = json_object_get(p.c.body, "command");
+        assert_int_equal(json_array_size(cmd), 5);
+        assert_string_equal(json_string_value(json_array_get(cmd, 4)), "--json");
+        parse_done(&p);
+}
+
+static void test_client_options_anywhere_before_command_args(void **state) {
+        struct parsed p;
+        PARSE(&p, "--json", "--api", "http://h:1/", "submit", "--key", "k1", "--gpus", "2", "--api=http://g:2",
+              "--", "ls");
+        assert_int_equal(p.rc, 0);
+        assert_true(p.c.json);
+        assert_string_equal(p.c.api, "http://g:2");
+        assert_string_equal(p.c.key, "k1");
+        parse_done(&p);
+
+        PARSE(&p, "status", "42", "--json", "--api", "10.0.0.1:8080");
+        assert_int_equal(p.rc, 0);
+        assert_true(p.c.json);
+        assert_int_equal(p.c.id, 42);
+        assert_string_equal(p.c.api, "http://10.0.0.1:8080");
+        parse_done(&p);
+}
+
+static void test_priority_accepts_numbers_tiers_and_names(void **state) {
+        static const struct {
+                char *in;
+                int want;
+        } ok[] = {{"0", 0}, {"9", 9}, {"P3", 3}, {"p7", 7}, {"critical", 0}, {"HIGH", 2},
+                  {"normal", 5}, {"low", 7}, {"background", 9}};
+        for (size_t i = 0; i < GP_ARRAY_SIZE(ok); i++) {
+                struct parsed p;
+                PARSE(&p, "submit", "--priority", ok[i].in, "ls");
+                assert_int_equal(p.rc, 0);
+                assert_int_equal(body_int(&p.c, "priority"), ok[i].want);
+                parse_done(&p);
+        }
+}
+
+static void test_priority_out_of_range_is_usage_error_naming_range(void **state) {
+        static char *bad[] = {"10", "-1", "P10", "urgent", "", "5x"};
+        for (size_t i = 0; i < GP_ARRAY_SIZE(bad); i++) {
+                struct parsed p;
+                PARSE(&p, "submit", "--priority", bad[i], "ls");
+                assert_int_equal(p.rc, -EINVAL);
+                assert_non_null(strstr(err_text(&p), "--priority"));
+                assert_non_null(strstr(err_text(&p), "0..9"));
+                assert_non_null(strstr(err_text(&p), "critical|high|normal|low|background"));
+                assert_non_null(strstr(err_text(&p), "usage: gpupool submit"));
+                parse_done(&p);
+        }
+}
+
+static void test_numbers_are_strict_and_bounded(void **state) {
+        static char *cases[][2] = {
+                {"--gpus", "0"},      {"--gpus", "17"},     {"--gpus", "2x"},   {"--gpus", " 2"},
+                {"--gpus", ""},       {"--gpus", "+2"},     {"--mem", "-1"},    {"--mem", "1e3"},
+                {"--timeout", "-5"},  {"--timeout", "1.5"}, {"--queue-timeout", "x"},
+                {"--mem", "99999999999999999999"},
+        };
+        for (size_t i = 0; i < GP_ARRAY_SIZE(cases); i++) {
+                struct parsed p;
+                PARSE(&p, "submit", cases[i][0], cases[i][1], "ls");
+                assert_int_equal(p.rc, -EINVAL);
+                assert_non_null(strstr(err_text(&p), cases[i][0]));
+                parse_done(&p);
+        }
+}
+
+static void test_env_must_contain_equals(void **state) {
+        struct parsed p;
+        PARSE(&p, "submit", "--env", "FOO", "ls");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "--env"));
+        assert_non_null(strstr(err_text(&p), "K=V"));
+        parse_done(&p);
+        PARSE(&p, "submit", "--env", "=v", "ls");
+        assert_int_equal(p.rc, -EINVAL);
+        parse_done(&p);
+        PARSE(&p, "submit", "--env", "EMPTY=", "ls");
+        assert_int_equal(p.rc, 0);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(p.c.body, "env"), "EMPTY")), "");
+        parse_done(&p);
+}
+
+static void test_submit_without_command_is_usage_error(void **state) {
+        struct parsed p;
+        PARSE(&p, "submit", "--gpus", "2");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "missing COMMAND"));
+        parse_done(&p);
+        PARSE(&p, "submit", "--gpus", "2", "--");
+        assert_int_equal(p.rc, -EINVAL);
+        parse_done(&p);
+        PARSE(&p, "run", "--ttl", "9");
+        assert_int_equal(p.rc, -EINVAL);
+        parse_done(&p);
+}
+
+static void test_names_must_be_clean_and_short(void **state) {
+        char longname[200];
+        memset(longname, 'a', sizeof(longname) - 1);
+        longname[sizeof(longname) - 1] = '\0';
+        struct parsed p;
+        PARSE(&p, "submit", "--name", longname, "ls");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "--name"));
+        parse_done(&p);
+        PARSE(&p, "submit", "--name", "a\nb", "ls");
+        assert_int_equal(p.rc, -EINVAL);
+        parse_done(&p);
+        PARSE(&p, "submit", "--name", "训练任务", "ls");
+        assert_int_equal(p.rc, 0);
+        parse_done(&p);
+        PARSE(&p, "submit", "--tenant", "", "ls");
+        assert_int_equal(p.rc, -EINVAL);
+        parse_done(&p);
+}
+
+static void test_run_is_a_lease_with_local_env_and_ttl(void **state) {
+        struct parsed p;
+        PARSE(&p, "run", "--gpus", "2", "--env", "A=1", "--workdir", "/tmp", "--", "nvidia-smi", "-L");
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(p.c.verb, GP_CLI_RUN);
+        assert_null(json_object_get(p.c.body, "command"));
+        assert_null(json_object_get(p.c.body, "env"));
+        assert_null(json_object_get(p.c.body, "workdir"));
+        assert_int_equal(body_int(&p.c, "lease_ttl_s"), 30);
+        assert_int_equal(body_int(&p.c, "gpu_request"), 2);
+        assert_int_equal(p.c.n_env, 1);
+        assert_string_equal(p.c.env[0], "A=1");
+        assert_string_equal(p.c.workdir, "/tmp");
+        assert_int_equal(p.c.argc_cmd, 2);
+        assert_string_equal(p.c.argv_cmd[0], "nvidia-smi");
+        assert_null(p.c.argv_cmd[2]);
+        parse_done(&p);
+
+        PARSE(&p, "run", "--ttl", "12", "--", "true");
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(body_int(&p.c, "lease_ttl_s"), 12);
+        parse_done(&p);
+
+        PARSE(&p, "run", "--ttl", "1", "--", "true");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "--ttl"));
+        parse_done(&p);
+
+        PARSE(&p, "submit", "--ttl", "12", "--", "true");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "--ttl"));
+        parse_done(&p);
+}
+
+static void test_api_and_key_come_from_env_unless_given(void **state) {
+        struct parsed p;
+        parse_env(&p, ARGC("ps"), ARGV("ps"), NULL, NULL);
+        assert_int_equal(p.rc, 0);
+        assert_string_equal(p.c.api, "http://127.0.0.1:8080");
+        assert_null(p.c.key);
+        parse_done(&p);
+
+        parse_env(&p, ARGC("ps"), ARGV("ps"), "https://gpu.example.com/", "envkey");
+        assert_int_equal(p.rc, 0);
+        assert_string_equal(p.c.api, "https://gpu.example.com");
+        assert_string_equal(p.c.key, "envkey");
+        parse_done(&p);
+
+        parse_env(&p, ARGC("ps", "--key", "k2", "--api", "http://x:1"), ARGV("ps", "--key", "k2", "--api", "http://x:1"),
+                  "https://gpu.example.com/", "envkey");
+        assert_int_equal(p.rc, 0);
+        assert_string_equal(p.c.api, "http://x:1");
+        assert_string_equal(p.c.key, "k2");
+        parse_done(&p);
+
+        parse_env(&p, ARGC("ps"), ARGV("ps"), "ftp://x", NULL);
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "GPUPOOL_API"));
+        parse_done(&p);
+
+        PARSE(&p, "ps", "--key", "a b");
+        assert_int_equal(p.rc, -EINVAL);
+        parse_done(&p);
+        PARSE(&p, "ps", "--key", "a\r\nX-Evil: 1");
+        assert_int_equal(p.rc, -EINVAL);
+        parse_done(&p);
+}
+
+static void test_ps_options_are_validated(void **state) {
+        struct parsed p;
+        PARSE(&p, "ps", "--all", "--limit", "5", "--state", "failed");
+        assert_int_equal(p.rc, 0);
+        assert_true(p.c.all);
+        assert_int_equal(p.c.limit, 5);
+        assert_string_equal(p.c.state, "failed");
+        parse_done(&p);
+        PARSE(&p, "ps", "--state", "active");
+        assert_int_equal(p.rc, 0);
+        parse_done(&p);
+        PARSE(&p, "ps", "--state", "done");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "--state"));
+        parse_done(&p);
+        PARSE(&p, "ps", "--limit", "0");
+        assert_int_equal(p.rc, -EINVAL);
+        parse_done(&p);
+        PARSE(&p, "ps", "--limit", "1001");
+        assert_int_equal(p.rc, -EINVAL);
+        parse_done(&p);
+        PARSE(&p, "ps", "extra");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "usage: gpupool ps"));
+        parse_done(&p);
+}
+
+static void test_task_ids_are_strict(void **state) {
+        static char *bad[] = {"0", "-1", "12abc", "", "abc", "1 ", "99999999999999999999"};
+        for (size_t i = 0; i < GP_ARRAY_SIZE(bad); i++) {
+                struct parsed p;
+                PARSE(&p, "status", bad[i]);
+                assert_int_equal(p.rc, -EINVAL);
+                parse_done(&p);
+        }
+        struct parsed p;
+        PARSE(&p, "logs", "-f", "7");
+        assert_int_equal(p.rc, 0);
+        assert_true(p.c.follow);
+        assert_int_equal(p.c.id, 7);
+        parse_done(&p);
+        PARSE(&p, "cancel");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "missing task ID"));
+        parse_done(&p);
+        PARSE(&p, "cancel", "1", "2");
+        assert_int_equal(p.rc, -EINVAL);
+        parse_done(&p);
+}
+
+static void test_unknown_options_and_commands_are_named(void **state) {
+        struct parsed p;
+        PARSE(&p, "ps", "--bogus");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "--bogus"));
+        parse_done(&p);
+        PARSE(&p, "frobnicate");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "unknown command 'frobnicate'"));
+        parse_done(&p);
+        PARSE(&p, "gpus", "--follow");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "--follow"));
+        parse_done(&p);
+        PARSE(&p, "ps", "--limit");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "needs a value"));
+        parse_done(&p);
+        PARSE(&p, "ps", "--all=yes");
+        assert_int_equal(p.rc, -EINVAL);
+        parse_done(&p);
+}
+
+static void test_help_forms(void **state) {
+        struct parsed p;
+        PARSE(&p, "--help");
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(p.c.verb, GP_CLI_HELP);
+        assert_null(p.c.topic);
+        parse_done(&p);
+        PARSE(&p, "help", "logs");
+        assert_int_equal(p.rc, 0);
+        assert_string_equal(p.c.topic, "logs");
+        parse_done(&p);
+        PARSE(&p, "submit", "--help");
+        assert_int_equal(p.rc, 0);
+        assert_true(p.c.help);
+        parse_done(&p);
+        PARSE(&p, "--version");
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(p.c.verb, GP_CLI_VERSION);
+        parse_done(&p);
+}
+
+/* ---- formatting ----------------------------------------------------- */
+
+static json_t *load(const char *s) {
+        json_error_t e;
+        json_t *j = json_loads(s, 0, &e);
+        if (!j)
+                fail_msg("bad test JSON: %s", e.text);
+        return j;
+}
+
+static char *format_with(int (*fn)(const json_t *, gp_buf *), const char *js) {
+        json_t *j = load(js);
+        gp_buf b;
+        gp_buf_init(&b, 0);
+        assert_int_equal(fn(j, &b), 0);
+        json_decref(j);
+        return gp_buf_steal(&b);
+}
+
+static void test_status_block_shows_queue_position_and_reason_while_queued(void **state) {
+        json_t *t = load("{\"id\":42,\"tenant_id\":\"default\",\"name\":\"test-task\",\"kind\":\"batch\","
+                         "\"state\":\"queued\",\"priority\":5,\"gpu_request\":2,\"memory_mb\":4096,"
+                         "\"command\":[\"python3\",\"train.py\",\"a b\"],\"gpus\":[],\"cuda_visible_devices\":\"\","
+                         "\"queue_position\":3,\"reason\":\"waiting for 2 free GPUs\",\"preempt_count\":0,"
+                         "\"exit_code\":null,\"submitted_at\":\"2026-11-22T11:40:00.000Z\","
+                         "\"started_at\":null,\"finished_at\":null,\"backend\":\"sim\"}");
+        gp_buf b;
+        gp_buf_init(&b, 0);
+        int64_t now;
+        assert_int_equal(gp_time_parse("2026-11-22T11:45:00Z", &now), 0);
+        assert_int_equal(gp_cli_format_status(t, now, &b), 0);
+        const char *s = b.data;
+        assert_non_null(strstr(s, "id:                   42\n"));
+        assert_non_null(strstr(s, "name:                 test-task\n"));
+        assert_non_null(strstr(s, "state:                queued\n"));
+        assert_non_null(strstr(s, "queue position:       3\n"));
+        assert_non_null(strstr(s, "reason:               waiting for 2 free GPUs\n"));
+        assert_non_null(strstr(s, "priority:             P5 (normal)\n"));
+        assert_non_null(strstr(s, "GPUs requested:       2 x 4096 MB\n"));
+        assert_non_null(strstr(s, "command:              python3 train.py 'a b'\n"));
+        assert_non_null(strstr(s, "submitted:            2026-11-22T11:40:00.000Z (5m00s ago)\n"));
+        assert_non_null(strstr(s, "backend:              sim (simulated GPUs)\n"));
+        assert_null(strstr(s, "exit code"));
+        assert_null(strstr(s, "started:"));
+        json_decref(t);
+        gp_buf_done(&b);
+}
+
+static void test_status_block_of_finished_task_shows_devices_exit_code_and_times(void **state) {
+        json_t *t = load("{\"id\":7,\"name\":\"\",\"state\":\"failed\",\"priority\":0,\"gpu_request\":1,"
+                         "\"memory_mb\":0,\"gpus\":[{\"node\":\"local\",\"index\":1,\"uuid\":\"GPU-1\"}],"
+                         "\"cuda_visible_devices\":\"1\",\"queue_position\":null,\"reason\":\"exited with code 3\","
+                         "\"exit_code\":3,\"submitted_at\":\"2026-11-22T11:40:00Z\","
+                         "\"started_at\":\"2026-11-22T11:40:01Z\",\"finished_at\":\"2026-11-22T11:42:01Z\"}");
+        gp_buf b;
+        gp_buf_init(&b, 0);
+        assert_int_equal(gp_cli_format_status(t, 0, &b), 0);
+        const char *s = b.data;
+        assert_non_null(strstr(s, "name:                 -\n"));
+        assert_non_null(strstr(s, "priority:             P0 (critical)\n"));
+        assert_non_null(strstr(s, "GPUs requested:       1 (whole GPU)\n"));
+        assert_non_null(strstr(s, "GPUs:                 local:1 (GPU-1)\n"));
+        assert_non_null(strstr(s, "CUDA_VISIBLE_DEVICES: 1\n"));
+        assert_non_null(strstr(s, "exit code:            3\n"));
+        assert_non_null(strstr(s, "finished:             2026-11-22T11:42:01Z\n"));
+        assert_non_null(strstr(s, "run time:             2m00s\n"));
+        assert_null(strstr(s, "queue position"));
+        json_decref(t);
+        gp_buf_done(&b);
+}
+
+/* the column of `word` in `line` must equal the column of `head` in the header */
+static size_t col_of(const char *line, const char *word) {
+        const char *p = strstr(line, word);
+        assert_non_null(p);
+        char tmp[512];
+        size_t n = (size_t)(p - line);
+        assert_true(n < sizeof(tmp));
+        memcpy(tmp, line, n);
+        tmp[n] = '\0';
+        return gp_cli_display_width(tmp);
+}
+
+static void test_ps_table_is_aligned_by_display_width(void **state) {
+        const char *js = "{\"backend\":\"sim\",\"next_after\":null,\"tasks\":["
+                         "{\"id\":10,\"name\":\"训练\",\"tenant_id\":\"default\",\"state\":\"running\",\"priority\":2,"
+                         "\"gpu_request\":2,\"cuda_visible_devices\":\"0,1\",\"exit_code\":null},"
+                         "{\"id\":9,\"name\":\"a-much-longer-name\",\"tenant_id\":\"t\",\"state\":\"queued\",\"priority\":5,"
+                         "\"gpu_request\":1,\"cuda_visible_devices\":\"\",\"exit_code\":null}]}";
+        json_t *j = load(js);
+        gp_buf b;
+        gp_buf_init(&b, 0);
+        assert_int_equal(gp_cli_format_ps(j, 0, false, &b), 0);
+        char *lines[4] = {0};
+        int n = 0;
+        for (char *save, *l = strtok_r(b.data, "\n", &save); l && n < 4; l = strtok_r(NULL, "\n", &save))
+                lines[n++] = l;
+        assert_int_equal(n, 4);
+        assert_string_equal(lines[0], "backend: sim (simulated GPUs)");
+        assert_true(starts(lines[1], "ID  NAME"));
+        assert_null(strstr(lines[1], "EXIT"));  /* optional column with no values is left out */
+        assert_int_equal(col_of(lines[1], "TENANT"), col_of(lines[2], "default"));
+        assert_int_equal(col_of(lines[1], "TENANT"), col_of(lines[3], "t "));
+        assert_int_equal(col_of(lines[1], "STATE"), col_of(lines[2], "running"));
+        assert_int_equal(col_of(lines[1], "STATE"), col_of(lines[3], "queued"));
+        assert_int_equal(col_of(lines[1], "DEVICES"), col_of(lines[2], "0,1"));
+        assert_non_null(strstr(lines[2], "P2"));
+        assert_true(lines[3][strlen(lines[3]) - 1] != ' '); /* no trailing blanks */
+        json_decref(j);
+        gp_buf_done(&b);
+}
+
+static void test_empty_lists_say_so(void **state) {
+        char *s = format_with(gp_cli_format_queue, "{\"backend\":\"nvml\",\"total\":0,\"tasks\":[]}");
+        assert_string_equal(s, "backend: nvml\nqueue is empty\n");
+        free(s);
+        json_t *j = load("{\"tasks\":[]}");
+        gp_buf b;
+        gp_buf_init(&b, 0);
+        assert_int_equal(gp_cli_format_ps(j, 0, false, &b), 0);
+        assert_non_null(strstr(b.data, "--all"));
+        json_decref(j);
+        gp_buf_done(&b);
+}
+
+static void test_server_strings_cannot_inject_terminal_escapes(void **state) {
+        char *s = format_with(gp_cli_format_nodes,
+                              "{\"nodes\":[{\"name\":\"evil\\u001b[2J\\r\\n\",\"state\":\"up\",\"gpus\":4,"
+                              "\"gpus_healthy\":4,\"backend\":\"sim\"}]}");
+        assert_null(strchr(s, '\x1b'));
+        assert_null(strchr(s, '\r'));
+        assert_non_null(strstr(s, "evil?[2J??"));
+        free(s);
+}
+
+static void test_gpus_table_shows_memory_state_and_tasks(void **state) {
+        char *s = format_with(gp_cli_format_gpus,
+                              "{\"backend\":\"sim\",\"gpus\":[{\"id\":\"local:0\",\"node\":\"local\",\"index\":0,"
+                              "\"uuid\":\"GPU-0\",\"name\":\"NVIDIA GeForce RTX 4090\",\"memory_total_mb\":24564,"
+                              "\"memory_used_mb\":0,\"memory_allocated_mb\":4096,\"util_pct\":0,\"temp_c\":30,"
+                              "\"power_w\":20.0,\"healthy\":true,\"drained\":true,\"reserved\":false,"
+                              "\"tasks\":[42,43],\"models\":[]}]}");
+        assert_non_null(strstr(s, "backend: sim (simulated GPUs)\n"));
+        assert_non_null(strstr(s, "local:0"));
+        assert_non_null(strstr(s, "4096/24564 MB"));
+        assert_non_null(strstr(s, "ok,drained"));
+        assert_non_null(strstr(s, "42,43"));
+        assert_non_null(strstr(s, "20W"));
+        assert_null(strstr(s, "MODELS"));
+        free(s);
+}
+
+static void test_long_cells_are_cut_with_ellipsis(void **state) {
+        char js[1024];
+        char name[101];
+        memset(name, 'n', 100);
+        name[100] = '\0';
+        snprintf(js, sizeof(js), "{\"tasks\":[{\"id\":1,\"name\":\"%s\",\"state\":\"queued\"}]}", name);
+        json_t *j = load(js);
+        gp_buf b;
+        gp_buf_init(&b, 0);
+        assert_int_equal(gp_cli_format_ps(j, 0, true, &b), 0);
+        assert_non_null(strstr(b.data, "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn\xe2\x80\xa6"));
+        assert_null(strstr(b.data, "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn"));
+        json_decref(j);
+        gp_buf_done(&b);
+}
+
+static void test_display_width_counts_wide_and_combining(void **state) {
+        assert_int_equal(gp_cli_display_width("abc"), 3);
+        assert_int_equal(gp_cli_display_width("训练"), 4);
+        assert_int_equal(gp_cli_display_width("e\xcc\x81"), 1);
+        assert_int_equal(gp_cli_display_width("\xff"), 1);
+}
+
+/* ---- whole commands ------------------------------------------------- */
+
+static void test_exit_3_when_nothing_listens(void **state) {
+        char api[64];
+        snprintf(api, sizeof(api), "http://127.0.0.1:%d", free_port());
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "ps"), ARGV("--api", api, "ps"));
+        assert_int_equal(r.ex, 3);
+        assert_non_null(strstr(r.err, "gpupool: cannot reach "));
+        assert_non_null(strstr(r.err, api));
+        assert_non_null(strstr(r.err, "Connection refused (is `gpupool server` running?)"));
+        assert_string_equal(r.out, "");
+        ran_done(&r);
+
+        run_cli(&r, ARGC("--api", api, "submit", "--gpus", "1", "--", "true"),
+                ARGV("--api", api, "submit", "--gpus", "1", "--", "true"));
+        assert_int_equal(r.ex, 3);
+        ran_done(&r);
+}
+
+static void test_exit_2_with_message_for_usage_errors(void **state) {
+        struct ran r;
+        run_cli(&r, ARGC("submit", "--gpus", "many", "--", "true"), ARGV("submit", "--gpus", "many", "--", "true"));
+        assert_int_equal(r.ex, 2);
+        assert_non_null(strstr(r.err, "gpupool submit: --gpus: expected an integer 1..16, got 'many'\n"));
+        assert_non_null(strstr(r.err, "usage: gpupool submit"));
+        ran_done(&r);
+        run_cli(&r, 1, ARGV(NULL));
+        assert_int_equal(r.ex, 2);
+        assert_non_null(strstr(r.err, "missing command"));
+        ran_done(&r);
+        run_cli(&r, ARGC("help", "nope"), ARGV("help", "nope"));
+        assert_int_equal(r.ex, 2);
+        ran_done(&r);
+        run_cli(&r, ARGC("help"), ARGV("help"));
+        assert_int_equal(r.ex, 0);
+        assert_non_null(strstr(r.out, "submit"));
+        assert_non_null(strstr(r.out, "Exit codes"));
+        ran_done(&r);
+}
+
+static char *route_basic(struct srv *s, const char *req) {
+        if (starts(req, "POST /api/v1/tasks "))
+                return http_resp(201, NULL, "{\"id\":17,\"state\":\"queued\",\"backend\":\"sim\"}");
+        if (starts(req, "GET /api/v1/tasks?") || starts(req, "GET /api/v1/tasks "))
+                return http_resp(200, NULL,
+                                 "{\"backend\":\"sim\",\"next_after\":null,\"tasks\":[{\"id\":17,\"name\":\"x\","
+                                 "\"tenant_id\":\"default\",\"state\":\"queued\",\"priority\":5,\"gpu_request\":1}]}");
+        if (starts(req, "POST /api/v1/tasks/17/cancel "))
+                return http_resp(200, NULL, "{\"id\":17,\"state\":\"cancelled\"}");
+        if (starts(req, "POST /api/v1/tasks/18/cancel "))
+                return http_resp(200, NULL, "{\"id\":18,\"state\":\"succeeded\"}");
+        if (starts(req, "GET /api/v1/tasks/17/logs?offset=12 "))
+                return strdup("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                              "Content-Length: 0\r\n\r\n");
+        if (starts(req, "GET /api/v1/tasks/17 "))
+                return http_resp(200, NULL, "{\"id\":17,\"state\":\"succeeded\"}");
+        if (starts(req, "GET /api/v1/tasks/19/logs?follow=1 "))
+                return strdup("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                              "Content-Length: 6\r\n\r\npart1\n");
+        if (starts(req, "GET /api/v1/tasks/19/logs?follow=1&offset=6 "))
+                return strdup("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                              "Content-Length: 6\r\n\r\npart2\n");
+        if (starts(req, "GET /api/v1/tasks/19/logs?offset=12 "))
+                return strdup("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                              "Content-Length: 6\r\n\r\npart3\n");
+        if (starts(req, "GET /api/v1/tasks/19 ")) {
+                pthread_mutex_lock(&s->mu);
+                int n = s->n_wait++;
+                pthread_mutex_unlock(&s->mu);
+                return http_resp(200, NULL, n == 0 ? "{\"id\":19,\"state\":\"running\"}"
+                                                   : "{\"id\":19,\"state\":\"succeeded\"}");
+        }
+        if (starts(req, "GET /api/v1/tasks/17/logs"))
+                return strdup("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                              "Content-Length: 12\r\n\r\nline1\nline2\n");
+        if (starts(req, "GET /api/v1/tasks/18/logs"))
+                return http_resp(409, NULL, "{\"error\":{\"code\":\"conflict\",\"message\":\"task 18 is a lease\"}}");
+        if (starts(req, "GET /api/v1/tasks/404 "))
+                return http_resp(404, NULL, "{\"error\":{\"code\":\"not_found\",\"message\":\"no task 404\"}}");
+        if (starts(req, "GET /api/v1/gpus "))
+                return strdup("HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nConnection: close\r\n"
+                              "Content-Length: 21\r\n\r\n<html>proxy down</htm");
+        return http_resp(404, NULL, "{\"error\":{\"code\":\"not_found\",\"message\":\"no route\"}}");
+}
+
+static char *route_quota(struct srv *s, const char *req) {
+        return http_resp(429, "Retry-After: 30\r\n",
+                         "{\"error\":{\"code\":\"quota_exceeded\",\"message\":\"tenant default may hold 4 GPUs\"}}");
+}
+
+static void test_submit_prints_id_and_sends_key_and_body(void **state) {
+        struct srv s;
+        srv_start(&s, route_basic);
+        char *api = srv_api(&s);
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "--key", "sekret", "submit", "--gpus", "2", "--name", "t", "--", "sh", "-c", "echo hi"),
+                ARGV("--api", api, "--key", "sekret", "submit", "--gpus", "2", "--name", "t", "--", "sh", "-c", "echo hi"));
+        assert_int_equal(r.ex, 0);
+        assert_string_equal(r.out, "17\n");
+        assert_int_equal(s.nreq, 1);
+        assert_true(starts(s.reqs[0], "POST /api/v1/tasks HTTP/1.1\r\n"));
+        assert_non_null(strcasestr(s.reqs[0], "\r\nAuthorization: Bearer sekret\r\n"));
+        assert_non_null(strcasestr(s.reqs[0], "\r\nContent-Type: application/json\r\n"));
+        json_t *b = load(body_of(s.reqs[0]));
+        assert_int_equal(json_integer_value(json_object_get(b, "gpu_request")), 2);
+        assert_string_equal(json_string_value(json_array_get(json_object_get(b, "command"), 2)), "echo hi");
+        json_decref(b);
+        ran_done(&r);
+
+        run_cli(&r, ARGC("--api", api, "--json", "submit", "true"), ARGV("--api", api, "--json", "submit", "true"));
+        assert_int_equal(r.ex, 0);
+        json_t *t = load(r.out);
+        assert_int_equal(json_integer_value(json_object_get(t, "id")), 17);
+        json_decref(t);
+        ran_done(&r);
+        srv_stop(&s);
+}
+
+static void test_exit_1_prints_server_error_code_and_message(void **state) {
+        struct srv s;
+        srv_start(&s, route_quota);
+        char *api = srv_api(&s);
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "submit", "true"), ARGV("--api", api, "submit", "true"));
+        assert_int_equal(r.ex, 1);
+        assert_string_equal(r.err, "gpupool: quota_exceeded: tenant default may hold 4 GPUs (retry after 30 s)\n");
+        assert_string_equal(r.out, "");
+        ran_done(&r);
+        srv_stop(&s);
+
+        srv_start(&s, route_basic);
+        api = srv_api(&s);
+        run_cli(&r, ARGC("--api", api, "status", "404"), ARGV("--api", api, "status", "404"));
+        assert_int_equal(r.ex, 1);
+        assert_string_equal(r.err, "gpupool: not_found: no task 404\n");
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "gpus"), ARGV("--api", api, "gpus"));
+        assert_int_equal(r.ex, 1);
+        assert_non_null(strstr(r.err, "HTTP 502"));
+        assert_non_null(strstr(r.err, "<html>proxy down"));
+        ran_done(&r);
+        srv_stop(&s);
+}
+
+static void test_ps_asks_for_active_tasks_and_prints_table(void **state) {
+        struct srv s;
+        srv_start(&s, route_basic);
+        char *api = srv_api(&s);
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "ps", "--limit", "3", "--tenant", "a b"),
+                ARGV("--api", api, "ps", "--limit", "3", "--tenant", "a b"));
+        assert_int_equal(r.ex, 0);
+        assert_true(starts(s.reqs[0], "GET /api/v1/tasks?state=active&tenant=a%20b&limit=3 HTTP/1.1"));
+        assert_non_null(strstr(r.out, "backend: sim (simulated GPUs)\nID  NAME  TENANT   STATE"));
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "ps", "--all"), ARGV("--api", api, "ps", "--all"));
+        assert_int_equal(r.ex, 0);
+        assert_true(starts(s.reqs[1], "GET /api/v1/tasks HTTP/1.1"));
+        ran_done(&r);
+        srv_stop(&s);
+}
+
+static void test_cancel_prints_resulting_state(void **state) {
+        struct srv s;
+        srv_start(&s, route_basic);
+        char *api = srv_api(&s);
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "cancel", "17"), ARGV("--api", api, "cancel", "17"));
+        assert_int_equal(r.ex, 0);
+        assert_string_equal(r.out, "cancelled\n");
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "cancel", "18"), ARGV("--api", api, "cancel", "18"));
+        assert_int_equal(r.ex, 0);
+        assert_string_equal(r.out, "succeeded\n");
+        assert_non_null(strstr(r.err, "already ended"));
+        ran_done(&r);
+        srv_stop(&s);
+}
+
+static void test_logs_stream_to_stdout_and_errors_exit_1(void **state) {
+        struct srv s;
+        srv_start(&s, route_basic);
+        char *api = srv_api(&s);
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "logs", "-f", "17"), ARGV("--api", api, "logs", "-f", "17"));
+        assert_int_equal(r.ex, 0);
+        assert_string_equal(r.out, "line1\nline2\n");
+        assert_true(starts(s.reqs[0], "GET /api/v1/tasks/17/logs?follow=1 HTTP/1.1"));
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "logs", "17"), ARGV("--api", api, "logs", "17"));
+        assert_int_equal(r.ex, 0);
+        assert_string_equal(r.out, "line1\nline2\n");
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "logs", "18"), ARGV("--api", api, "logs", "18"));
+        assert_int_equal(r.ex, 1);
+        assert_string_equal(r.out, "");
+        assert_string_equal(r.err, "gpupool: conflict: task 18 is a lease\n");
+        ran_done(&r);
+        srv_stop(&s);
+}
+
+static void test_logs_follow_resumes_when_stream_ends_before_task(void **state) {
+        struct srv s;
+        srv_start(&s, route_basic);
+        char *api = srv_api(&s);
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "logs", "--follow", "19"), ARGV("--api", api, "logs", "--follow", "19"));
+        assert_int_equal(r.ex, 0);
+        assert_string_equal(r.out, "part1\npart2\npart3\n");
+        ran_done(&r);
+        srv_stop(&s);
+}
+
+static char *route_huge(struct srv *s, const char *req) {
+        size_t n = GP_CLI_BODY_MAX + 4096;
+        char *body = malloc(n + 1);
+        memset(body, ' ', n);
+        body[0] = '{';
+        body[n - 1] = '}';
+        body[n] = '\0';
+        char *r = http_resp(200, NULL, body);
+        free(body);
+        return r;
+}
+
+static void test_answer_larger_than_cap_is_refused(void **state) {
+        struct srv s;
+        srv_start(&s, route_huge);
+        char *api = srv_api(&s);
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "nodes"), ARGV("--api", api, "nodes"));
+        assert_int_equal(r.ex, 1);
+        assert_non_null(strstr(r.err, "larger than 16 MiB"));
+        ran_done(&r);
+        srv_stop(&s);
+}
+
+/* `run`: a lease that is queued once, then runs on GPUs 1 and 3. */
+static const char *lease_hb_answer = "{\"id\":7,\"state\":\"running\"}";
+static int lease_hb_status = 200;
+
+static char *route_lease(struct srv *s, const char *req) {
+        if (starts(req, "POST /api/v1/tasks "))
+                return http_resp(201, NULL, "{\"id\":7,\"state\":\"queued\",\"gpu_request\":2,"
+                                            "\"reason\":\"all 4 GPUs busy\"}");
+        if (starts(req, "GET /api/v1/tasks/7?wait=30 ")) {
+                int hold;
+                pthread_mutex_lock(&s->mu);
+                s->n_wait++;
+                hold = s->wait_hold_ms;
+                pthread_mutex_unlock(&s->mu);
+                if (hold) {
+                        usleep((useconds_t)hold * 1000);
+                        return http_resp(200, NULL, "{\"id\":7,\"state\":\"queued\",\"gpu_request\":2,"
+                                                    "\"reason\":\"all 4 GPUs busy\"}");
+                }
+                return http_resp(200, NULL,
+                                 "{\"id\":7,\"state\":\"running\",\"gpu_request\":2,\"cuda_visible_devices\":\"1,3\","
+                                 "\"gpus\":[{\"node\":\"local\",\"index\":1},{\"node\":\"local\",\"index\":3}]}");
+        }
+        pthread_mutex_lock(&s->mu);
+        char *r = NULL;
+        if (starts(req, "POST /api/v1/tasks/7/heartbeat ")) {
+                s->n_hb++;
+                r = http_resp(lease_hb_status, NULL, lease_hb_answer);
+        } else if (starts(req, "POST /api/v1/tasks/7/release ")) {
+                s->n_release++;
+                snprintf(s->release_body, sizeof(s->release_body), "%s", body_of(req));
+                r = http_resp(200, NULL, "{\"id\":7,\"state\":\"succeeded\"}");
+        } else if (starts(req, "POST /api/v1/tasks/7/cancel ")) {
+                s->n_cancel++;
+                r = http_resp(200, NULL, "{\"id\":7,\"state\":\"cancelled\"}");
+        }
+        pthread_mutex_unlock(&s->mu);
+        return r ? r : http_resp(404, NULL, "{\"error\":{\"code\":\"not_found\",\"message\":\"?\"}}");
+}
+
+static void test_run_waits_runs_with_gpu_env_and_releases_with_exit_code(void **state) {
+        struct srv s;
+        char out[] = "/tmp/test-cli-run-XXXXXX";
+        int fd = mkstemp(out);
+        assert_true(fd >= 0);
+        close(fd);
+        char script[512];
+        snprintf(script, sizeof(script),
+                 "echo \"$CUDA_VISIBLE_DEVICES|$GPUPOOL_TASK_ID|$GPUPOOL_GPUS|$MYVAR|$(pwd)\" > %s; sleep 1.5; exit 7",
+                 out);
+        srv_start(&s, route_lease);
+        lease_hb_status = 200;
+        lease_hb_answer = "{\"id\":7,\"state\":\"running\"}";
+        char *api = srv_api(&s);
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "run", "--gpus", "2", "--ttl", "3", "--env", "MYVAR=v", "--workdir", "/",
+                         "--", "sh", "-c", script),
+                ARGV("--api", api, "run", "--gpus", "2", "--ttl", "3", "--env", "MYVAR=v", "--workdir", "/",
+                     "--", "sh", "-c", script));
+        assert_int_equal(r.ex, 7);
+        assert_non_null(strstr(r.err, "waiting for 2 GPU(s): all 4 GPUs busy\n"));
+        FILE *f = fopen(out, "r");
+        char line[256] = "";
+        assert_non_null(f);
+        assert_non_null(fgets(line, sizeof(line), f));
+        fclose(f);
+        unlink(out);
+        assert_string_equal(line, "1,3|7|local:1,local:3|v|/\n");
+        json_t *lease = load(body_of(s.reqs[0]));
+        assert_null(json_object_get(lease, "command"));
+        assert_int_equal(json_integer_value(json_object_get(lease, "lease_ttl_s")), 3);
+        json_decref(lease);
+        assert_true(s.n_hb >= 1); /* 1.5 s run, heartbeat every 1 s */
+        assert_int_equal(s.n_release, 1);
+        json_t *rel = load(s.release_body);
+        assert_int_equal(json_integer_value(json_object_get(rel, "exit_code")), 7);
+        json_decref(rel);
+        assert_int_equal(s.n_cancel, 0);
+        ran_done(&r);
+        srv_stop(&s);
+}
+
+static void test_run_stops_command_when_lease_is_lost(void **state) {
+        struct srv s;
+        srv_start(&s, route_lease);
+        lease_hb_status = 409;
+        lease_hb_answer = "{\"error\":{\"code\":\"conflict\",\"message\":\"lease 7 expired\"}}";
+        char *api = srv_api(&s);
+        struct ran r;
+        int64_t t0 = gp_mono_ms();
+        run_cli(&r, ARGC("--api", api, "run", "--ttl", "3", "--", "sleep", "30"),
+                ARGV("--api", api, "run", "--ttl", "3", "--", "sleep", "30"));
+        assert_true(gp_mono_ms() - t0 < 10000);
+        assert_int_equal(r.ex, 128 + SIGTERM);
+        assert_non_null(strstr(r.err, "lease 7 was lost"));
+        assert_int_equal(s.n_release, 1);
+        ran_done(&r);
+        srv_stop(&s);
+        lease_hb_status = 200;
+}
+
+static void test_run_reports_command_not_found_as_127(void **state) {
+        struct srv s;
+        srv_start(&s, route_lease);
+        char *api = srv_api(&s);
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "run", "--", "/nonexistent/cmd"),
+                ARGV("--api", api, "run", "--", "/nonexistent/cmd"));
+        assert_int_equal(r.ex, 127);
+        assert_non_null(strstr(r.err, "cannot run /nonexistent/cmd: No such file or directory"));
+        assert_int_equal(s.n_release, 1);
+        assert_non_null(strstr(s.release_body, "127"));
+        ran_done(&r);
+        srv_stop(&s);
+}
+
+static void *raise_later(void *arg) {
+        usleep(300 * 1000);
+        kill(getpid(), SIGINT);
+        return NULL;
+}
+
+static void test_run_interrupted_while_queued_cancels_the_lease(void **state) {
+        struct srv s;
+        srv_start(&s, route_lease);
+        s.wait_hold_ms = 5000;
+        char *api = srv_api(&s);
+        struct ran r;
+        pthread_t t;
+        pthread_create(&t, NULL, raise_later, NULL);
+        int64_t t0 = gp_mono_ms();
+        run_cli(&r, ARGC("--api", api, "run", "--", "true"), ARGV("--api", api, "run", "--", "true"));
+        pthread_join(t, NULL);
+        assert_true(gp_mono_ms() - t0 < 4000);
+        assert_int_equal(r.ex, 128 + SIGINT);
+        assert_int_equal(s.n_cancel, 1);
+        assert_int_equal(s.n_release, 0);
+        assert_non_null(strstr(r.err, "lease 7 cancelled"));
+        /* the handler was restored: SIGINT is back to its default */
+        struct sigaction sa;
+        sigaction(SIGINT, NULL, &sa);
+        assert_true(sa.sa_handler == SIG_DFL);
+        ran_done(&r);
+        srv_stop(&s);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_submit_builds_body_from_every_option),
+                cmocka_unit_test(test_submit_sends_only_given_fields),
+                cmocka_unit_test(test_first_word_starts_command_and_later_options_belong_to_it),
+                cmocka_unit_test(test_client_options_anywhere_before_command_args),
+                cmocka_unit_test(test_priority_accepts_numbers_tiers_and_names),
+                cmocka_unit_test(test_priority_out_of_range_is_usage_error_naming_range),
+                cmocka_unit_test(test_numbers_are_strict_and_bounded),
+                cmocka_unit_test(test_env_must_contain_equals),
+                cmocka_unit_test(test_submit_without_command_is_usage_error),
+                cmocka_unit_test(test_names_must_be_clean_and_short),
+                cmocka_unit_test(test_run_is_a_lease_with_local_env_and_ttl),
+                cmocka_unit_test(test_api_and_key_come_from_env_unless_given),
+                cmocka_unit_test(test_ps_options_are_validated),
+                cmocka_unit_test(test_task_ids_are_strict),
+                cmocka_unit_test(test_unknown_options_and_commands_are_named),
+                cmocka_unit_test(test_help_forms),
+                cmocka_unit_test(test_status_block_shows_queue_position_and_reason_while_queued),
+                cmocka_unit_test(test_status_block_of_finished_task_shows_devices_exit_code_and_times),
+                cmocka_unit_test(test_ps_table_is_aligned_by_display_width),
+                cmocka_unit_test(test_empty_lists_say_so),
+                cmocka_unit_test(test_server_strings_cannot_inject_terminal_escapes),
+                cmocka_unit_test(test_gpus_table_shows_memory_state_and_tasks),
+                cmocka_unit_test(test_long_cells_are_cut_with_ellipsis),
+                cmocka_unit_test(test_display_width_counts_wide_and_combining),
+                cmocka_unit_test(test_exit_3_when_nothing_listens),
+                cmocka_unit_test(test_exit_2_with_message_for_usage_errors),
+                cmocka_unit_test(test_submit_prints_id_and_sends_key_and_body),
+                cmocka_unit_test(test_exit_1_prints_server_error_code_and_message),
+                cmocka_unit_test(test_ps_asks_for_active_tasks_and_prints_table),
+                cmocka_unit_test(test_cancel_prints_resulting_state),
+                cmocka_unit_test(test_logs_stream_to_stdout_and_errors_exit_1),
+                cmocka_unit_test(test_logs_follow_resumes_when_stream_ends_before_task),
+                cmocka_unit_test(test_answer_larger_than_cap_is_refused),
+                cmocka_unit_test(test_run_waits_runs_with_gpu_env_and_releases_with_exit_code),
+                cmocka_unit_test(test_run_stops_command_when_lease_is_lost),
+                cmocka_unit_test(test_run_reports_command_not_found_as_127),
+                cmocka_unit_test(test_run_interrupted_while_queued_cancels_the_lease),
+        };
+        unsetenv("GPUPOOL_API");
+        unsetenv("GPUPOOL_API_KEY");
+        unsetenv("http_proxy");
+        unsetenv("HTTP_PROXY");
+        unsetenv("all_proxy");
+        unsetenv("ALL_PROXY");
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

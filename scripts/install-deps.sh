@@ -4,7 +4,7 @@
 set -eu
 what=${1:-build}
 build="make gcc pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libpq-dev"
-test="libcmocka-dev python3-pytest python3-requests clang libclang-rt-14-dev postgresql sqlite3 procps"
+test="libcmocka-dev python3-pytest python3-requests clang libclang-rt-14-dev postgresql sqlite3 procps curl wrk"
 case "$what" in
   build) pkgs=$build ;;
   test|all) pkgs="$build $test" ;;

@@ -90,3 +90,38 @@ char *gp_buf_steal(gp_buf *b) {
         b->len = b->alloc = 0;
         return p;
 }
+
+int gp_buf_json_str(gp_buf *b, const char *s) {
+        static const char hex[] = "0123456789abcdef";
+        int r = gp_buf_append(b, "\"", 1);
+        const char *run = s;
+        for (const char *p = s; r == 0 && *p; p++) {
+                unsigned char c = (unsigned char)*p;
+                if (c >= 0x20 && c != '"' && c != '\\')
+                        continue;
+                r = gp_buf_append(b, run, (size_t)(p - run));
+                if (r == 0) {
+                        char esc[7] = {'\\', (char)c, 0, 0, 0, 0, 0};
+                        size_t n = 2;
+                        switch (c) {
+                        case '"': case '\\': break;
+                        case '\n': esc[1] = 'n'; break;
+                        case '\t': esc[1] = 't'; break;
+                        case '\r': esc[1] = 'r'; break;
+                        default:
+                                esc[1] = 'u';
+                                esc[2] = esc[3] = '0';
+                                esc[4] = hex[c >> 4];
+                                esc[5] = hex[c & 15];
+                                n = 6;
+                        }
+                        r = gp_buf_append(b, esc, n);
+                }
+                run = p + 1;
+        }
+        if (r == 0)
+                r = gp_buf_puts(b, run);
+        if (r == 0)
+                r = gp_buf_append(b, "\"", 1);
+        return r;
+}

@@ -29,6 +29,11 @@ int gp_buf_puts(gp_buf *b, const char *s);
 /* printf-style append. 0, -ENOMEM, -E2BIG, -EINVAL (nothing appended). */
 int gp_buf_printf(gp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gp_buf_vprintf(gp_buf *b, const char *fmt, va_list ap);
+/* Append s as a JSON string literal (quotes included), escaping '"', '\\'
+ * and control characters; s must be valid UTF-8 (passed through).
+ * 0, -ENOMEM, -E2BIG. */
+int gp_buf_json_str(gp_buf *b, const char *s);
+
 /* Hand the bytes to the caller (who frees them); the buffer becomes empty.
  * Returns "" duplicated when empty; NULL only on allocation failure. */
 char *gp_buf_steal(gp_buf *b);

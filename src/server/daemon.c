@@ -82,14 +82,6 @@ static void set_reason(gp_task *t, const char *fmt, ...) {
 /* ------------------------------------------------------------------ */
 /* rendering                                                           */
 
-static json_t *time_json(int64_t ms) {
-        if (ms <= 0)
-                return json_null();
-        char buf[40];
-        gp_time_format(ms, buf, sizeof(buf));
-        return json_string(buf);
-}
-
 static void cuda_devices(const gp_task *t, char *buf, size_t size) {
         size_t off = 0;
         buf[0] = '\0';
@@ -97,67 +89,79 @@ static void cuda_devices(const gp_task *t, char *buf, size_t size) {
                 off += (size_t)snprintf(buf + off, size - off, "%s%d", i ? "," : "", t->gpus[i].index);
 }
 
-json_t *gp_daemon_task_json(gp_daemon *d, const gp_task *t) {
-        json_t *o = json_object();
-        if (!o)
-                return NULL;
-        json_object_set_new(o, "id", json_integer(t->id));
-        json_object_set_new(o, "tenant_id", json_string(t->tenant));
-        json_object_set_new(o, "name", json_string(t->name));
-        json_object_set_new(o, "kind", json_string(t->is_lease ? "lease" : "batch"));
-        json_object_set_new(o, "state", json_string(gp_task_state_name(t->state)));
-        json_object_set_new(o, "priority", json_integer(t->priority));
-        json_object_set_new(o, "gpu_request", json_integer(t->gpu_request));
-        json_object_set_new(o, "memory_mb", json_integer(t->memory_mb));
-        json_object_set_new(o, "exclusive", json_boolean(t->exclusive));
-        json_object_set_new(o, "preemptible", json_boolean(t->preemptible));
-        json_object_set_new(o, "model", json_string(t->model));
-        json_object_set_new(o, "gpu_model", json_string(t->gpu_model));
-        if (t->spec) {
+/* ,"key":"RFC 3339" or ,"key":null */
+static int put_time(gp_buf *b, const char *key, int64_t ms) {
+        char ts[40];
+        if (ms <= 0)
+                return gp_buf_printf(b, ",\"%s\":null", key);
+        gp_time_format(ms, ts, sizeof(ts));
+        return gp_buf_printf(b, ",\"%s\":\"%s\"", key, ts);
+}
+
+static int put_str(gp_buf *b, const char *key, const char *v) {
+        int r = gp_buf_printf(b, ",\"%s\":", key);
+        return r ? r : gp_buf_json_str(b, v);
+}
+
+/* The one serializer of a task (every answer and list uses it): written
+ * straight into the buffer, since it is on the path of every submission. */
+int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
+        int r = gp_buf_printf(b, "{\"id\":%" PRId64, t->id);
+        r = r ? r : put_str(b, "tenant_id", t->tenant);
+        r = r ? r : put_str(b, "name", t->name);
+        r = r ? r : gp_buf_printf(b, ",\"kind\":\"%s\",\"state\":\"%s\",\"priority\":%d,\"gpu_request\":%d,"
+                                     "\"memory_mb\":%" PRId64 ",\"exclusive\":%s,\"preemptible\":%s",
+                                  t->is_lease ? "lease" : "batch", gp_task_state_name(t->state), t->priority,
+                                  t->gpu_request, t->memory_mb, t->exclusive ? "true" : "false",
+                                  t->preemptible ? "true" : "false");
+        r = r ? r : put_str(b, "model", t->model);
+        r = r ? r : put_str(b, "gpu_model", t->gpu_model);
+        if (r == 0 && t->spec) {
                 json_t *spec = json_loads(t->spec, 0, NULL);
                 json_t *cmdv = spec ? json_object_get(spec, "command") : NULL;
-                if (cmdv)
-                        json_object_set(o, "command", cmdv);
+                char *cs = cmdv ? json_dumps(cmdv, JSON_COMPACT) : NULL;
+                if (cs)
+                        r = gp_buf_printf(b, ",\"command\":%s", cs);
+                free(cs);
                 json_decref(spec);
         }
-        json_t *gpus = json_array();
-        for (int i = 0; i < t->n_gpus; i++) {
-                json_t *g = json_object();
-                json_object_set_new(g, "node", json_string(t->gpus[i].node));
-                json_object_set_new(g, "index", json_integer(t->gpus[i].index));
-                json_object_set_new(g, "uuid", json_string(t->gpus[i].uuid));
-                json_array_append_new(gpus, g);
+        r = r ? r : gp_buf_puts(b, ",\"gpus\":[");
+        for (int i = 0; r == 0 && i < t->n_gpus; i++) {
+                r = gp_buf_printf(b, "%s{\"index\":%d", i ? "," : "", t->gpus[i].index);
+                r = r ? r : put_str(b, "node", t->gpus[i].node);
+                r = r ? r : put_str(b, "uuid", t->gpus[i].uuid);
+                r = r ? r : gp_buf_puts(b, "}");
         }
-        json_object_set_new(o, "gpus", gpus);
         char cvd[GP_MAX_GANG * 8];
         cuda_devices(t, cvd, sizeof(cvd));
-        json_object_set_new(o, "cuda_visible_devices", json_string(cvd));
+        r = r ? r : gp_buf_printf(b, "],\"cuda_visible_devices\":\"%s\"", cvd);
         char reason[GP_REASON_MAX];
         gp_strlcpy(reason, t->reason, sizeof(reason));
         gp_sched_task_view v;
         if (t->state == GP_TASK_QUEUED && gp_sched_task_get(d->sched, t->id, &v) == 0) {
-                json_object_set_new(o, "queue_position", json_integer(v.queue_position));
+                r = r ? r : gp_buf_printf(b, ",\"queue_position\":%d", v.queue_position);
                 gp_sched_task_reason(d->sched, t->id, reason, sizeof(reason));
         } else {
-                json_object_set_new(o, "queue_position", json_null());
+                r = r ? r : gp_buf_puts(b, ",\"queue_position\":null");
         }
-        json_object_set_new(o, "reason", json_string(reason));
-        json_object_set_new(o, "preempt_count", json_integer(t->preempt_count));
-        json_object_set_new(o, "retries", json_integer(t->retries));
-        json_object_set_new(o, "exit_code", t->has_exit_code ? json_integer(t->exit_code) : json_null());
-        json_object_set_new(o, "timeout_s", json_integer(t->timeout_s));
-        json_object_set_new(o, "queue_timeout_s", json_integer(t->queue_timeout_s));
+        r = r ? r : put_str(b, "reason", reason);
+        r = r ? r : gp_buf_printf(b, ",\"preempt_count\":%d,\"retries\":%d", t->preempt_count, t->retries);
+        if (t->has_exit_code)
+                r = r ? r : gp_buf_printf(b, ",\"exit_code\":%d", t->exit_code);
+        else
+                r = r ? r : gp_buf_puts(b, ",\"exit_code\":null");
+        r = r ? r : gp_buf_printf(b, ",\"timeout_s\":%" PRId64 ",\"queue_timeout_s\":%" PRId64, t->timeout_s,
+                                  t->queue_timeout_s);
         if (t->is_lease) {
-                json_object_set_new(o, "lease_ttl_s", json_integer(t->lease_ttl_s));
-                json_object_set_new(o, "lease_expires_at",
-                                    t->state == GP_TASK_RUNNING ? time_json(t->heartbeat_ms + t->lease_ttl_s * 1000)
-                                                                : json_null());
+                r = r ? r : gp_buf_printf(b, ",\"lease_ttl_s\":%" PRId64, t->lease_ttl_s);
+                r = r ? r : put_time(b, "lease_expires_at",
+                                     t->state == GP_TASK_RUNNING ? t->heartbeat_ms + t->lease_ttl_s * 1000 : 0);
         }
-        json_object_set_new(o, "submitted_at", time_json(t->submitted_ms));
-        json_object_set_new(o, "started_at", time_json(t->started_ms));
-        json_object_set_new(o, "finished_at", time_json(t->finished_ms));
-        json_object_set_new(o, "backend", json_string(d->backend));
-        return o;
+        r = r ? r : put_time(b, "submitted_at", t->submitted_ms);
+        r = r ? r : put_time(b, "started_at", t->started_ms);
+        r = r ? r : put_time(b, "finished_at", t->finished_ms);
+        r = r ? r : gp_buf_printf(b, ",\"backend\":\"%s\"}", d->backend);
+        return r;
 }
 
 int gp_daemon_task_lookup(gp_daemon *d, int64_t id, gp_task *ret) {
@@ -617,10 +621,13 @@ static void expire_leases(gp_daemon *d, batch *b, int64_t now) {
 /* the loop                                                            */
 
 static char *render_task(gp_daemon *d, const gp_task *t) {
-        json_t *j = gp_daemon_task_json(d, t);
-        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        return s;
+        gp_buf b;
+        gp_buf_init(&b, 0);
+        if (gp_daemon_task_write(d, t, &b) < 0) {
+                gp_buf_done(&b);
+                return NULL;
+        }
+        return gp_buf_steal(&b);
 }
 
 static char *render_gpu(gp_daemon *d, uint32_t g);
@@ -848,6 +855,7 @@ static void *loop_main(void *arg) {
 void gp_daemon_post(gp_daemon *d, cmd *c) {
         c->next = NULL;
         pthread_mutex_lock(&d->qlock);
+        bool was_empty = d->qhead == NULL;
         if (d->qtail)
                 d->qtail->next = c;
         else
@@ -855,9 +863,14 @@ void gp_daemon_post(gp_daemon *d, cmd *c) {
         d->qtail = c;
         d->qlen++;
         pthread_mutex_unlock(&d->qlock);
-        uint64_t one = 1;
-        ssize_t w = write(d->evfd, &one, sizeof(one));
-        (void)w;
+        /* one wake-up per batch, not per command: the loop takes the whole
+         * queue after reading the eventfd, so a non-empty queue is already
+         * promised a pass */
+        if (was_empty) {
+                uint64_t one = 1;
+                ssize_t w = write(d->evfd, &one, sizeof(one));
+                (void)w;
+        }
 }
 
 /* ------------------------------------------------------------------ */

@@ -286,7 +286,7 @@ static enum MHD_Result get_queue(hreq *r) {
 
 typedef struct list_ctx {
         gp_daemon *d;
-        json_t *arr;
+        gp_buf *out;
         int64_t last;
         int count;
 } list_ctx;
@@ -294,10 +294,11 @@ typedef struct list_ctx {
 static int list_cb(const gp_task *st, void *ud) {
         list_ctx *c = ud;
         gp_task *mem = gp_i64map_get(&c->d->tasks, st->id);
-        json_array_append_new(c->arr, gp_daemon_task_json(c->d, mem ? mem : st));
+        int r = c->count ? gp_buf_puts(c->out, ",") : 0;
+        r = r ? r : gp_daemon_task_write(c->d, mem ? mem : st, c->out);
         c->last = st->id;
         c->count++;
-        return 0;
+        return r;
 }
 
 static int cmp_desc(const void *a, const void *b) {
@@ -321,8 +322,10 @@ static enum MHD_Result list_tasks(hreq *r) {
         if (state && !active && gp_task_state_parse(state, &st) < 0)
                 return send_error(r, 400, "invalid_request",
                                   "state: one of queued, running, succeeded, failed, cancelled, timeout, lost, active");
-        list_ctx c = {.d = d, .arr = json_array()};
-        int rc = 0;
+        gp_buf out;
+        gp_buf_init(&out, 0);
+        list_ctx c = {.d = d, .out = &out};
+        int rc = gp_buf_puts(&out, "{\"tasks\":[");
         pthread_mutex_lock(&d->lock);
         if (active) {
                 size_t n = d->tasks.live, k = 0, pos = 0;
@@ -333,8 +336,8 @@ static enum MHD_Result list_tasks(hreq *r) {
                                 ids[k++] = t->id;
                 if (ids) {
                         qsort(ids, k, sizeof(int64_t), cmp_desc);
-                        for (size_t i = 0; i < k && c.count < limit; i++)
-                                list_cb(gp_i64map_get(&d->tasks, ids[i]), &c);
+                        for (size_t i = 0; rc == 0 && i < k && c.count < limit; i++)
+                                rc = list_cb(gp_i64map_get(&d->tasks, ids[i]), &c);
                 } else {
                         rc = -ENOMEM;
                 }
@@ -343,16 +346,22 @@ static enum MHD_Result list_tasks(hreq *r) {
                 gp_task_filter f = {.state = state ? (int)st : -1, .tenant = tenant, .before_id = after,
                                     .limit = (int)limit};
                 pthread_mutex_lock(&d->rs_lock);
-                rc = gp_store_task_list(d->rs, &f, list_cb, &c);
+                if (rc == 0)
+                        rc = gp_store_task_list(d->rs, &f, list_cb, &c);
                 pthread_mutex_unlock(&d->rs_lock);
         }
         pthread_mutex_unlock(&d->lock);
+        if (rc == 0 && c.count == limit)
+                rc = gp_buf_printf(&out, "],\"next_after\":%" PRId64, c.last);
+        else if (rc == 0)
+                rc = gp_buf_puts(&out, "],\"next_after\":null");
+        if (rc == 0)
+                rc = gp_buf_printf(&out, ",\"backend\":\"%s\"}", d->backend);
         if (rc < 0) {
-                json_decref(c.arr);
+                gp_buf_done(&out);
                 return send_error(r, 503, "unavailable", "cannot list tasks: %s", gp_strerror(rc));
         }
-        json_t *next = c.count == limit ? json_integer(c.last) : json_null();
-        return send_json(r, 200, json_pack("{s:o,s:o}", "tasks", c.arr, "next_after", next));
+        return send_body(r, 200, gp_buf_steal(&out), JSON_TYPE, 0);
 }
 
 static enum MHD_Result get_task(hreq *r, int64_t id) {
@@ -376,24 +385,27 @@ static enum MHD_Result get_task(hreq *r, int64_t id) {
                 pthread_mutex_unlock(&d->lock);
                 return MHD_YES;
         }
-        json_t *j = NULL;
+        gp_buf out;
+        gp_buf_init(&out, 0);
+        int rc = 0;
         if (t) {
-                j = gp_daemon_task_json(d, t);
+                rc = gp_daemon_task_write(d, t, &out);
         } else {
                 gp_task ft;
-                int rc = gp_daemon_task_lookup(d, id, &ft);
+                rc = gp_daemon_task_lookup(d, id, &ft);
                 if (rc == 0) {
-                        j = gp_daemon_task_json(d, &ft);
+                        rc = gp_daemon_task_write(d, &ft, &out);
                         gp_task_done(&ft);
-                } else if (rc != -ENOENT) {
-                        pthread_mutex_unlock(&d->lock);
-                        return send_error(r, 503, "unavailable", "store: %s", gp_strerror(rc));
                 }
         }
         pthread_mutex_unlock(&d->lock);
-        if (!j)
-                return send_error(r, 404, "not_found", "no task %" PRId64, id);
-        return send_json(r, 200, j);
+        if (rc < 0) {
+                gp_buf_done(&out);
+                if (rc == -ENOENT)
+                        return send_error(r, 404, "not_found", "no task %" PRId64, id);
+                return send_error(r, 503, "unavailable", "cannot read task %" PRId64 ": %s", id, gp_strerror(rc));
+        }
+        return send_body(r, 200, gp_buf_steal(&out), JSON_TYPE, 0);
 }
 
 /* ---- logs ---- */
@@ -601,10 +613,8 @@ static enum MHD_Result post_cmd(hreq *r, cmd *c) {
 
 static enum MHD_Result submit(hreq *r) {
         gp_daemon *d = r->d;
-        const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type");
-        if (ct && strncasecmp(ct, "application/json", 16) != 0)
-                return send_error(r, 400, "invalid_request",
-                                  "Content-Type must be application/json");
+        /* the body is parsed as JSON whatever Content-Type says: `curl -d`
+         * sends a form type, and a non-JSON body is refused by the parser */
         gp_submit_limits lim = {.default_lease_ttl_s = d->cfg.default_lease_ttl_s,
                                 .max_lease_ttl_s = d->cfg.max_lease_ttl_s,
                                 .default_max_retries = d->cfg.default_max_retries};
@@ -860,7 +870,7 @@ int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
                                   MHD_OPTION_THREAD_POOL_SIZE, (unsigned)d->cfg.http_threads,
                                   MHD_OPTION_CONNECTION_LIMIT, (unsigned)d->cfg.max_connections,
                                   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)d->cfg.connection_timeout_s,
-                                  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+                                  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
                                   MHD_OPTION_NOTIFY_COMPLETED, completed, d, MHD_OPTION_LISTENING_ADDRESS_REUSE,
                                   1, MHD_OPTION_END);
         if (!d->mhd) {

@@ -123,9 +123,10 @@ void gp_daemon_stop(gp_daemon *d);
 void gp_daemon_close(gp_daemon *d);
 /* Queue a command for the loop thread (takes ownership of c). */
 void gp_daemon_post(gp_daemon *d, cmd *c);
-/* Task as JSON (caller json_decref's); d->lock held by the caller for an
- * active task (queue position and reason come from the scheduler). */
-struct json_t *gp_daemon_task_json(gp_daemon *d, const gp_task *t);
+/* Append a task as one JSON object to b; d->lock held by the caller (queue
+ * position and reason of a queued task come from the scheduler).
+ * 0, -ENOMEM, -E2BIG. */
+int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b);
 /* Look a task up: active from memory, else from the store. Copies into
  * *ret (gp_task_done after). d->lock must be held. 0, -ENOENT, -GP_ESTORE. */
 int gp_daemon_task_lookup(gp_daemon *d, int64_t id, gp_task *ret);

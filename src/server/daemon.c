@@ -140,7 +140,11 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         gp_sched_task_view v;
         if (t->state == GP_TASK_QUEUED && gp_sched_task_get(d->sched, t->id, &v) == 0) {
                 r = r ? r : gp_buf_printf(b, ",\"queue_position\":%d", v.queue_position);
+                /* why it waits now, then why it is back in the queue (requeued) */
                 gp_sched_task_reason(d->sched, t->id, reason, sizeof(reason));
+                size_t l = strlen(reason);
+                if (t->reason[0] && l + 3 < sizeof(reason))
+                        snprintf(reason + l, sizeof(reason) - l, "; %s", t->reason);
         } else {
                 r = r ? r : gp_buf_puts(b, ",\"queue_position\":null");
         }
@@ -413,6 +417,35 @@ static void apply_drain(gp_daemon *d, batch *b, cmd *c, outcome *o) {
         o->status = 200;
 }
 
+static void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now);
+
+static void apply_gpu_failed(gp_daemon *d, batch *b, cmd *c, int64_t now) {
+        int64_t ids[256];
+        int n = gp_sched_gpu_tasks(d->sched, c->gpu, ids, 256);
+        gp_sched_gpu_view v;
+        gp_sched_gpu_get(d->sched, c->gpu, &v);
+        char why[GP_REASON_MAX];
+        if (snprintf(why, sizeof(why), "GPU %s:%d failed: %s", v.node, v.index, c->why) >= (int)sizeof(why))
+                why[sizeof(why) - 2] = '.'; /* truncated: the log line above has it whole */
+        for (int i = 0; i < n && i < 256; i++) {
+                gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
+                if (!t || t->state != GP_TASK_RUNNING)
+                        continue;
+                gp_warn("task %" PRId64 " was on %s", t->id, why);
+                if (t->is_lease) {
+                        requeue_or_fail(d, b, t, why, now);
+                        continue;
+                }
+                /* stop the process; its supervisor's report requeues it */
+                char *w = strdup(why);
+                if (w && gp_i64map_put(&d->requeue, t->id, w) < 0)
+                        free(w);
+                gp_exec_proc p = {t->sup_pid, t->sup_start};
+                gp_exec_cancel(&p);
+                set_reason(t, "stopping: %s", why);
+        }
+}
+
 /* ------------------------------------------------------------------ */
 /* supervisors                                                         */
 
@@ -455,11 +488,43 @@ static void watch_del(gp_daemon *d, int64_t id) {
         }
 }
 
+/* A running task lost its GPU (or its GPU left the pool): back to the
+ * queue while it has retries left, else failed with the reason. */
+static void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now) {
+        gp_sched_remove(d->sched, t->id); /* -ENOENT during recovery: not placed */
+        gp_i64map_del(&d->leases, t->id);
+        free(t->gpus);
+        t->gpus = NULL;
+        t->n_gpus = 0;
+        if (t->retries < t->max_retries) {
+                t->retries++;
+                t->state = GP_TASK_QUEUED;
+                t->started_ms = 0;
+                t->sup_pid = t->sup_start = 0;
+                set_reason(t, "requeued (retry %d of %d): %s", t->retries, t->max_retries, why);
+                gp_sched_req r = sched_req(t);
+                if (gp_sched_enqueue(d->sched, &r) == 0) {
+                        mark(b, t);
+                        return;
+                }
+        }
+        set_reason(t, "%s", why);
+        t->state = GP_TASK_RUNNING; /* finish() expects it to be known */
+        finish(d, b, t, GP_TASK_FAILED, now);
+}
+
 /* The supervisor of t is gone: read how the task ended. */
 static void apply_exit(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
         char dir[PATH_MAX];
         task_dir(d, t->id, dir, sizeof(dir));
         watch_del(d, t->id);
+        char *why = gp_i64map_del(&d->requeue, t->id);
+        if (why) {
+                /* stopped by us because its GPU failed */
+                requeue_or_fail(d, b, t, why, now);
+                free(why);
+                return;
+        }
         gp_exec_result res;
         if (gp_exec_read_result(dir, &res) < 0) {
                 set_reason(t, "its supervisor ended without recording a result");
@@ -739,6 +804,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                 case CMD_HEARTBEAT: apply_heartbeat(d, c, now, &out[i]); break;
                 case CMD_DRAIN:
                 case CMD_UNDRAIN: apply_drain(d, &b, c, &out[i]); break;
+                case CMD_GPU_FAILED: apply_gpu_failed(d, &b, c, now); break;
                 }
         }
         for (size_t k = 0; k < nexited; k++) {
@@ -891,24 +957,36 @@ static void sample(gp_daemon *d) {
         if (gp_gpu_read(d->gpu, &info, &n) < 0)
                 return;
         bool changed = false;
+        cmd *failed[64];
+        size_t nfailed = 0;
         pthread_mutex_lock(&d->lock);
-        for (size_t i = 0; i < n && i < d->ngpus; i++) {
+        for (size_t i = 0; i < n && i < d->ngpus && nfailed < 64; i++) {
                 uint32_t g = d->gpu_ids[i];
                 gp_sched_gpu_view v;
                 gp_sched_gpu_get(d->sched, g, &v);
                 if (v.healthy != info[i].healthy) {
                         gp_sched_gpu_set_healthy(d->sched, g, info[i].healthy);
                         changed = true;
-                        if (!info[i].healthy)
+                        if (!info[i].healthy) {
                                 gp_warn("GPU local:%zu unhealthy: %s", i, info[i].health_reason);
-                        else
+                                cmd *c = calloc(1, sizeof(*c));
+                                if (c) {
+                                        c->kind = CMD_GPU_FAILED;
+                                        c->gpu = g;
+                                        gp_strlcpy(c->why, info[i].health_reason, sizeof(c->why));
+                                        failed[nfailed++] = c;
+                                }
+                        } else {
                                 gp_info("GPU local:%zu healthy again", i);
+                        }
                 }
                 gp_sched_gpu_set_load(d->sched, g, info[i].util_pct, info[i].temp_c);
         }
         free(d->gpu_info);
         d->gpu_info = info;
         pthread_mutex_unlock(&d->lock);
+        for (size_t k = 0; k < nfailed; k++)
+                gp_daemon_post(d, failed[k]);
         if (changed) {
                 uint64_t one = 1;
                 ssize_t w = write(d->evfd, &one, sizeof(one));
@@ -944,27 +1022,6 @@ static int map_gpus(gp_daemon *d, const gp_task *t, uint32_t *ids) {
                         return -ENOENT;
         }
         return 0;
-}
-
-static void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now) {
-        free(t->gpus);
-        t->gpus = NULL;
-        t->n_gpus = 0;
-        if (t->retries < t->max_retries) {
-                t->retries++;
-                t->state = GP_TASK_QUEUED;
-                t->started_ms = 0;
-                t->sup_pid = t->sup_start = 0;
-                set_reason(t, "requeued (retry %d of %d): %s", t->retries, t->max_retries, why);
-                gp_sched_req r = sched_req(t);
-                if (gp_sched_enqueue(d->sched, &r) == 0) {
-                        mark(b, t);
-                        return;
-                }
-        }
-        set_reason(t, "%s", why);
-        t->state = GP_TASK_RUNNING; /* finish() expects it to be known */
-        finish(d, b, t, GP_TASK_FAILED, now);
 }
 
 static int recover_one(const gp_task *st, void *ud) {
@@ -1103,6 +1160,7 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         pthread_mutex_init(&d->rs_lock, NULL);
         gp_i64map_init(&d->tasks);
         gp_i64map_init(&d->leases);
+        gp_i64map_init(&d->requeue);
         gp_i64map_init(&d->watch);
         d->started_ms = gp_now_ms();
         ssize_t n = readlink("/proc/self/exe", d->self_exe, sizeof(d->self_exe) - 1);
@@ -1225,6 +1283,11 @@ void gp_daemon_close(gp_daemon *d) {
         }
         gp_i64map_done(&d->tasks);
         gp_i64map_done(&d->leases);
+        pos = 0;
+        char *why;
+        while ((why = gp_i64map_next(&d->requeue, &pos, NULL)))
+                free(why);
+        gp_i64map_done(&d->requeue);
         pos = 0;
         void *v;
         while ((v = gp_i64map_next(&d->watch, &pos, NULL)))

@@ -35,6 +35,7 @@ typedef enum cmd_kind {
         CMD_HEARTBEAT,
         CMD_DRAIN,
         CMD_UNDRAIN,
+        CMD_GPU_FAILED,             /* from the sampler: requeue or fail what runs on it */
 } cmd_kind;
 
 struct hreq;
@@ -47,7 +48,8 @@ typedef struct cmd {
         char tenant[GP_TENANT_MAX]; /* "" = any (admin / no auth) */
         bool has_exit_code;         /* RELEASE */
         int exit_code;
-        uint32_t gpu;               /* DRAIN / UNDRAIN */
+        uint32_t gpu;               /* DRAIN / UNDRAIN / GPU_FAILED */
+        char why[GP_REASON_MAX];    /* GPU_FAILED: what the backend said */
         struct hreq *req;           /* answered when done; NULL for none */
 } cmd;
 
@@ -90,6 +92,8 @@ typedef struct gp_daemon {
         gp_i64map tasks;            /* active (queued/running) gp_task*, under lock */
         gp_i64map leases;           /* the running leases among them (TTL checks), under lock */
         gp_i64map watch;            /* task id -> pidfd+1 (as intptr), loop thread */
+        gp_i64map requeue;          /* batch task id -> malloc'd reason: requeue (not end) when its
+                                       supervisor reports, because its GPU failed; loop thread */
         int64_t *gone;              /* tasks whose supervisor is gone, unprocessed; loop thread */
         size_t ngone, capgone;
         int64_t next_id;            /* under lock */

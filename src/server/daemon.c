@@ -143,8 +143,10 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 /* why it waits now, then why it is back in the queue (requeued) */
                 gp_sched_task_reason(d->sched, t->id, reason, sizeof(reason));
                 size_t l = strlen(reason);
-                if (t->reason[0] && l + 3 < sizeof(reason))
-                        snprintf(reason + l, sizeof(reason) - l, "; %s", t->reason);
+                if (t->reason[0] && l + 3 < sizeof(reason)) {
+                        memcpy(reason + l, "; ", 3);
+                        gp_strlcpy(reason + l + 2, t->reason, sizeof(reason) - l - 2);
+                }
         } else {
                 r = r ? r : gp_buf_puts(b, ",\"queue_position\":null");
         }

@@ -8,7 +8,9 @@
  *   - nodes[]: GPUs grouped by node; a node with k usable idle GPUs sits in
  *     idle list k, so whole-GPU and gang requests find the best-fitting node
  *     without scanning every node.
- *   - tiers[]: one FIFO of queued tasks per priority, ordered by id.
+ *   - tiers[]: one FIFO of queued tasks per queue index q, ordered by id;
+ *     q is the priority, except under LAS where it is the task's
+ *     attained-service queue (fixed while queued, recomputed on requeue).
  *   - tasks: hash map id -> task for every queued or running task.
  *   - heap: queue deadlines (lazy deletion: stale entries are skipped).
  * Invariants: a GPU is in a bucket iff usable && !excl && ntasks > 0; a
@@ -104,6 +106,9 @@ struct stask {
         int64_t ra1, ra2;
         uint32_t pos;              /* queue position (valid when pos_gen matches; fifo) */
         uint32_t seq;              /* order in its tier (see tier.fen) */
+        uint8_t q;                 /* tier it is (or will be) queued in */
+        int64_t attained;          /* GPU-ms held in finished runs (LAS) */
+        uint32_t pstamp;           /* == s->pstamp: marked as a preemption victim */
 };
 
 typedef struct tier {
@@ -159,6 +164,7 @@ struct gp_sched {
         uint64_t gen, pos_gen;
         size_t running;
         uint64_t total_scheduled, total_backfilled, total_expired;
+        uint32_t pstamp;           /* LAS victim marks (see las_plan) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -586,6 +592,22 @@ void gp_sched_config_defaults(gp_sched_config *cfg) {
         cfg->memory_safety_margin_mb = 2000;
         cfg->backfill = true;
         cfg->backfill_depth = 1000;
+        cfg->las_levels = 3;
+        cfg->las_thresholds_ms[0] = 3600LL * 1000;
+        cfg->las_thresholds_ms[1] = 36000LL * 1000;
+        cfg->las_preempt = true;
+        cfg->las_min_run_ms = 60 * 1000;
+}
+
+static int check_las(const gp_sched_config *cfg) {
+        if (cfg->policy != GP_SCHED_LAS)
+                return 0;
+        if (cfg->las_levels < 1 || cfg->las_levels > GP_SCHED_LAS_MAX_LEVELS || cfg->las_min_run_ms < 0)
+                return -EINVAL;
+        for (int i = 0; i < cfg->las_levels - 1; i++)
+                if (cfg->las_thresholds_ms[i] <= 0 || (i > 0 && cfg->las_thresholds_ms[i] <= cfg->las_thresholds_ms[i - 1]))
+                        return -EINVAL;
+        return 0;
 }
 
 static int check_weights(const uint32_t *w) {
@@ -596,8 +618,9 @@ static int check_weights(const uint32_t *w) {
 }
 
 int gp_sched_new(const gp_sched_config *cfg, gp_sched **ret) {
-        if (!cfg || cfg->policy > GP_SCHED_FIFO || check_weights(cfg->weights) < 0 ||
-            cfg->max_queue_depth < 1 || cfg->memory_safety_margin_mb < 0 || cfg->backfill_depth < 0)
+        if (!cfg || cfg->policy > GP_SCHED_LAS || check_weights(cfg->weights) < 0 ||
+            cfg->max_queue_depth < 1 || cfg->memory_safety_margin_mb < 0 || cfg->backfill_depth < 0 ||
+            check_las(cfg) < 0)
                 return -EINVAL;
         gp_sched *s = calloc(1, sizeof(*s));
         if (!s)
@@ -1257,7 +1280,7 @@ static int tier_renumber(tier *q) {
 }
 
 static int tier_insert(gp_sched *s, stask *t) {
-        tier *q = &s->tiers[t->prio];
+        tier *q = &s->tiers[t->q];
         if (q->n == 0 && q->pass < s->vtime)
                 q->pass = s->vtime;
         stask *after = q->tail;
@@ -1301,7 +1324,7 @@ static int tier_insert(gp_sched *s, stask *t) {
 }
 
 static void tier_remove(gp_sched *s, stask *t) {
-        tier *q = &s->tiers[t->prio];
+        tier *q = &s->tiers[t->q];
         if (t->prev)
                 t->prev->next = t->next;
         else
@@ -1326,6 +1349,7 @@ static int pick_tier(const gp_sched *s, stask *const cur[], const uint64_t lp[])
         int best = -1;
         switch (s->cfg.policy) {
         case GP_SCHED_STRICT:
+        case GP_SCHED_LAS:
                 for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
                         if (cur[i])
                                 return i;
@@ -1360,6 +1384,26 @@ static int req_check(const gp_sched_req *r) {
         return 0;
 }
 
+/* LAS queue of a given attained service. */
+static int las_level(const gp_sched *s, int64_t attained) {
+        int l = 0;
+        while (l < s->cfg.las_levels - 1 && attained >= s->cfg.las_thresholds_ms[l])
+                l++;
+        return l;
+}
+
+/* GPU-ms t has held, counting a running task up to now. */
+static int64_t attained_at(const stask *t, int64_t now) {
+        if (!t->running || now <= t->start_ms)
+                return t->attained;
+        return t->attained + (int64_t)t->ngpus * (now - t->start_ms);
+}
+
+/* The tier a (not running) task belongs in. */
+static int queue_of(const gp_sched *s, const stask *t) {
+        return s->cfg.policy == GP_SCHED_LAS ? las_level(s, t->attained) : t->prio;
+}
+
 static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
         stask *t = calloc(1, sizeof(*t));
         if (!t)
@@ -1381,6 +1425,7 @@ static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
                         goto oom;
         }
         t->kinds = kinds_for_glob(s, t->gpu_model);
+        t->q = (uint8_t)queue_of(s, t);
         *ret = t;
         return 0;
 oom:
@@ -1441,7 +1486,8 @@ int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
                 return -EINVAL;
         if (map_get(s, r->id))
                 return -EEXIST;
-        if (s->tiers[r->priority].n >= (size_t)s->cfg.max_queue_depth)
+        /* a new task enters tier = its priority (LAS: queue 0) */
+        if (s->tiers[s->cfg.policy == GP_SCHED_LAS ? 0 : r->priority].n >= (size_t)s->cfg.max_queue_depth)
                 return -GP_EQUEUEFULL;
         stask *t;
         int rc = task_from_req(s, r, &t);
@@ -1488,7 +1534,9 @@ undo:
         return -ENOMEM;
 }
 
-static void stop(gp_sched *s, stask *t) {
+/* Free t's GPUs; its run up to `now` counts as attained service. */
+static void stop(gp_sched *s, stask *t, int64_t now) {
+        t->attained = attained_at(t, now);
         for (int i = 0; i < t->ngpus; i++) {
                 if (t->excl)
                         t->charge = s->gpus[t->gpus[i]].usable;
@@ -1542,12 +1590,20 @@ int gp_sched_remove(gp_sched *s, int64_t id) {
         if (!t)
                 return -ENOENT;
         if (t->running)
-                stop(s, t);
+                stop(s, t, s->last_run_ms);
         else
                 tier_remove(s, t);
         map_del(s, id);
         task_free(t);
         s->gen++;
+        return 0;
+}
+
+int gp_sched_task_attained(const gp_sched *s, int64_t id, int64_t now_ms, int64_t *ret_gpu_ms) {
+        const stask *t = map_get(s, id);
+        if (!t)
+                return -ENOENT;
+        *ret_gpu_ms = attained_at(t, now_ms);
         return 0;
 }
 
@@ -1557,8 +1613,9 @@ int gp_sched_requeue(gp_sched *s, int64_t id) {
                 return -ENOENT;
         if (!t->running)
                 return -GP_ESTATE;
-        stop(s, t);
+        stop(s, t, s->last_run_ms);
         t->rcode = R_NONE;
+        t->q = (uint8_t)queue_of(s, t);
         if (tier_insert(s, t) < 0) {
                 /* cannot queue it again: it is forgotten, the caller must end it */
                 map_del(s, t->id);
@@ -1646,6 +1703,147 @@ static void memo_record(fail_memo *m, const stask *t, bool avoid) {
         }
 }
 
+/* ------------------------------------------------------------------ */
+/* LAS preemption                                                      */
+
+/* May running task v be preempted for a task of queue q? */
+static bool las_victim(const gp_sched *s, const stask *v, int q, int64_t now) {
+        return v->running && v->preemptible && now - v->start_ms >= s->cfg.las_min_run_ms &&
+               las_level(s, attained_at(v, now)) > q;
+}
+
+/* Can GPU g take t once the tasks marked with the current pstamp are gone? */
+static bool gpu_freed(const gp_sched *s, const sgpu *g, const stask *t) {
+        if (!gpu_usable(g) || !kind_ok(t, g) || g->usable < t->mem)
+                return false;
+        for (int i = 0; i < g->ntasks; i++)
+                if (g->tasks[i]->pstamp != s->pstamp)
+                        return false;
+        return true;
+}
+
+/* Mark (with a fresh pstamp) the victims that would free enough whole GPUs
+ * for t on node ni: most attained service first, then latest start, then
+ * highest id.  Returns the GPUs the marked victims hold in all (the cost),
+ * or -1 when the node cannot make room. */
+static int las_plan(gp_sched *s, const stask *t, uint32_t ni, int64_t now) {
+        const snode *nd = &s->nodes[ni];
+        if (!(nd->kinds & t->kinds) || nd->ngpus < t->ngpus)
+                return -1;
+        if (++s->pstamp == 0) {
+                /* wrapped: clear every mark so none is mistaken for current */
+                for (size_t i = 0; i < s->map_cap; i++)
+                        if (s->map_keys[i] > 0)
+                                s->map_vals[i]->pstamp = 0;
+                s->pstamp = 1;
+        }
+        int cost = 0;
+        for (;;) {
+                int freed = 0;
+                for (int i = 0; i < nd->ngpus; i++)
+                        freed += gpu_freed(s, &s->gpus[nd->gpus[i]], t);
+                if (freed >= t->ngpus)
+                        return cost;
+                /* the GPU whose least-served unmarked task is the most served */
+                const sgpu *best = NULL;
+                int64_t best_a = 0, best_start = 0, best_id = 0;
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (g->ntasks == 0 || !gpu_usable(g) || !kind_ok(t, g) || g->usable < t->mem)
+                                continue;
+                        bool ok = true, any = false;
+                        int64_t a = INT64_MAX, st = 0, id = 0;
+                        for (int k = 0; k < g->ntasks && ok; k++) {
+                                const stask *v = g->tasks[k];
+                                if (v->pstamp == s->pstamp)
+                                        continue;
+                                if (!las_victim(s, v, t->q, now)) {
+                                        ok = false;
+                                        break;
+                                }
+                                int64_t va = attained_at(v, now);
+                                if (!any || va < a || (va == a && (v->start_ms < st || (v->start_ms == st && v->id < id)))) {
+                                        a = va;
+                                        st = v->start_ms;
+                                        id = v->id;
+                                }
+                                any = true;
+                        }
+                        if (!ok || !any)
+                                continue;
+                        if (!best || a > best_a || (a == best_a && (st > best_start || (st == best_start && id > best_id)))) {
+                                best = g;
+                                best_a = a;
+                                best_start = st;
+                                best_id = id;
+                        }
+                }
+                if (!best)
+                        return -1;
+                for (int k = 0; k < best->ntasks; k++) {
+                        stask *v = best->tasks[k];
+                        if (v->pstamp != s->pstamp) {
+                                v->pstamp = s->pstamp;
+                                cost += v->ngpus;
+                        }
+                }
+        }
+}
+
+/* Stop running task v and queue it again (its run counts as service). */
+static int las_preempt(gp_sched *s, stask *v, int64_t now, gp_sched_decision **ret, size_t *ret_n,
+                       size_t *ret_cap) {
+        gp_sched_decision d = {.kind = GP_DECIDE_PREEMPT, .id = v->id, .n_gpus = v->ngpus};
+        memcpy(d.gpus, v->gpus, (size_t)v->ngpus * sizeof(uint32_t));
+        stop(s, v, now);
+        v->rcode = R_NONE;
+        v->q = (uint8_t)queue_of(s, v);
+        if (tier_insert(s, v) < 0) {
+                /* cannot queue it again: forgotten, like gp_sched_requeue */
+                map_del(s, v->id);
+                task_free(v);
+                return -ENOMEM;
+        }
+        return emit(ret, ret_n, ret_cap, &d);
+}
+
+/* Make room for t, the task whose turn it is, by preempting tasks of later
+ * queues on the node where that costs the fewest GPUs (then the lowest
+ * node).  1 if something was preempted, 0 if no node can make room (nothing
+ * changed), -ENOMEM. */
+static int las_make_room(gp_sched *s, stask *t, int64_t now, gp_sched_decision **ret, size_t *ret_n,
+                         size_t *ret_cap) {
+        int best_cost = -1;
+        uint32_t best = NIL;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                int c = las_plan(s, t, ni, now);
+                if (c > 0 && (best_cost < 0 || c < best_cost)) {
+                        best_cost = c;
+                        best = ni;
+                }
+        }
+        if (best == NIL)
+                return 0;
+        las_plan(s, t, best, now); /* mark that node's victims again */
+        const snode *nd = &s->nodes[best];
+        for (;;) {
+                stask *v = NULL;
+                for (int i = 0; i < nd->ngpus && !v; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        for (int k = 0; k < g->ntasks; k++)
+                                if (g->tasks[k]->pstamp == s->pstamp) {
+                                        v = g->tasks[k];
+                                        break;
+                                }
+                }
+                if (!v)
+                        return 1;
+                int rc = las_preempt(s, v, now, ret, ret_n, ret_cap);
+                if (rc < 0)
+                        return rc;
+        }
+}
+
 int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap) {
         int rc = 0;
         fail_memo memo = {.shared_mem = {-1, -1}};
@@ -1686,7 +1884,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 set_reason(s, t, R_DEPTH, s->cfg.backfill_depth, 0);
                                 break;
                         }
-                        if (t->timeout_ms == 0 && t->prio > resv->prio) {
+                        if (t->timeout_ms == 0 && t->q > resv->q) {
                                 set_reason(s, t, R_BEHIND_HIGHER, resv->id, resv->prio);
                                 continue;
                         }
@@ -1694,7 +1892,23 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 }
                 fit f;
                 bool known_fail = memo_fails(&memo, t, avoid);
-                if (!known_fail && place(s, t, avoid, &f)) {
+                bool placed = !known_fail && place(s, t, avoid, &f);
+                if (!placed && !resv && s->cfg.policy == GP_SCHED_LAS && s->cfg.las_preempt) {
+                        int pr = las_make_room(s, t, now, ret, ret_n, ret_cap);
+                        if (pr < 0)
+                                return pr;
+                        if (pr > 0) {
+                                /* GPUs were freed, so remembered failures no longer
+                                 * hold; the victims went to later queues, which
+                                 * this walk has not reached yet (strict order) */
+                                memo = (fail_memo){.shared_mem = {-1, -1}};
+                                for (int j = ti + 1; j < GP_PRIORITY_LEVELS; j++)
+                                        cur[j] = s->tiers[j].head;
+                                known_fail = false;
+                                placed = place(s, t, false, &f);
+                        }
+                }
+                if (placed) {
                         tier_remove(s, t);
                         if ((rc = start_on(s, t, f.gpus, f.n, now)) < 0) {
                                 if (tier_insert(s, t) < 0) {
@@ -1745,6 +1959,37 @@ int64_t gp_sched_next_deadline(const gp_sched *s) {
         return s->heap_n ? s->heap[0].deadline : INT64_MAX;
 }
 
+int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now) {
+        int64_t w = gp_sched_next_deadline(s);
+        if (s->cfg.policy != GP_SCHED_LAS || !s->cfg.las_preempt)
+                return w;
+        int qmin = -1;
+        for (int i = 0; i < GP_PRIORITY_LEVELS && qmin < 0; i++)
+                if (s->tiers[i].n)
+                        qmin = i;
+        if (qmin < 0 || qmin >= s->cfg.las_levels - 1)
+                return w; /* nothing waits, or nothing can be in a later queue */
+        /* when does a running task first become a victim for queue qmin? */
+        for (uint32_t gi = 0; gi < s->ngpus; gi++) {
+                const sgpu *g = &s->gpus[gi];
+                for (int k = 0; k < g->ntasks; k++) {
+                        const stask *v = g->tasks[k];
+                        if (v->gpus[0] != gi || !v->preemptible)
+                                continue; /* each task once, by its first GPU */
+                        int64_t at = v->start_ms + s->cfg.las_min_run_ms;
+                        if (las_level(s, attained_at(v, now)) <= qmin) {
+                                int64_t need = s->cfg.las_thresholds_ms[qmin] - v->attained;
+                                int64_t tc = v->start_ms + (need + v->ngpus - 1) / v->ngpus;
+                                if (tc > at)
+                                        at = tc;
+                        }
+                        if (at > now && at < w)
+                                w = at;
+                }
+        }
+        return w;
+}
+
 /* ------------------------------------------------------------------ */
 /* views                                                               */
 
@@ -1776,10 +2021,10 @@ static void compute_positions(gp_sched *s) {
  * with an earlier time (or an equal one in a lower tier), capped at the
  * tier's length.  Exactly the order compute_positions() simulates. */
 static uint32_t position_of(const gp_sched *s, const stask *t) {
-        const tier *q = &s->tiers[t->prio];
+        const tier *q = &s->tiers[t->q];
         uint64_t k = fen_sum(q, t->seq - 1);
-        int i = t->prio;
-        if (s->cfg.policy == GP_SCHED_STRICT) {
+        int i = t->q;
+        if (s->cfg.policy == GP_SCHED_STRICT || s->cfg.policy == GP_SCHED_LAS) {
                 uint64_t ahead = k;
                 for (int j = 0; j < i; j++)
                         ahead += s->tiers[j].n;

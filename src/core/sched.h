@@ -8,7 +8,7 @@
  * One call, gp_sched_run(), makes every decision that is due at `now`:
  * queued tasks whose queue timeout passed are expired, then tasks are taken
  * in policy order (hybrid: P0 strict, P1..P9 by weighted fair queuing;
- * strict; fifo) and placed.  When the task whose turn it is cannot be placed
+ * strict; fifo; las, see below) and placed.  When the task whose turn it is cannot be placed
  * it gets a reservation (the GPUs it will start on first) and, with backfill
  * on, later tasks may start only where they cannot delay it (EASY backfill).
  *
@@ -41,7 +41,24 @@ typedef enum gp_sched_policy {
         GP_SCHED_HYBRID = 0,  /* P0 strict, P1..P9 weighted fair queuing */
         GP_SCHED_STRICT,      /* lowest tier number first */
         GP_SCHED_FIFO,        /* submission order, tiers ignored */
+        GP_SCHED_LAS,         /* least attained service first (see "LAS" below) */
 } gp_sched_policy;
+
+/* LAS (in the manner of Tiresias' discretized 2D-LAS): a task's attained
+ * service is the GPU time it has held so far (GPUs x run time, summed over
+ * its runs).  Queues 0..las_levels-1 replace the priority tiers: a task is
+ * in queue k when its attained service is at least las_thresholds_ms[k-1]
+ * and below las_thresholds_ms[k]; queues are served strictly in order, FIFO
+ * by id inside a queue; priorities are ignored.  A queued task's queue is
+ * fixed while it waits (its service does not grow); a running task moves
+ * down as it runs.  With las_preempt, when the task whose turn it is cannot
+ * be placed, running preemptible tasks of a later queue that have run at
+ * least las_min_run_ms (anti-thrashing) are preempted to make room on one
+ * node (whole GPUs are freed; the fewest GPUs, then the most-served tasks,
+ * are chosen) and come back as GP_DECIDE_PREEMPT.  Victims are always of a
+ * strictly later queue than the task they make room for, so one run cannot
+ * cycle.  Only the LAS policy ever preempts. */
+#define GP_SCHED_LAS_MAX_LEVELS GP_PRIORITY_LEVELS
 
 typedef struct gp_sched_config {
         gp_sched_policy policy;
@@ -50,10 +67,17 @@ typedef struct gp_sched_config {
         int64_t memory_safety_margin_mb;      /* >= 0 */
         bool backfill;
         int backfill_depth;                   /* tasks examined after a reservation, >= 0 */
+        /* LAS only (checked and used only when policy is GP_SCHED_LAS): */
+        int las_levels;                       /* queues, 1..GP_SCHED_LAS_MAX_LEVELS */
+        int64_t las_thresholds_ms[GP_SCHED_LAS_MAX_LEVELS - 1]; /* GPU-ms where queue k+1 starts;
+                                                 first las_levels-1 used, > 0, increasing */
+        bool las_preempt;                     /* preempt tasks of later queues */
+        int64_t las_min_run_ms;               /* least run time before a preemption, >= 0 */
 } gp_sched_config;
 
 /* The defaults of DESIGN.md (hybrid, 256..1 weights, depth 10000, margin
- * 2000 MB, backfill on with depth 1000). */
+ * 2000 MB, backfill on with depth 1000); for LAS: 3 queues split at 1 and
+ * 10 GPU-hours, preemption on, 60 s least run time. */
 void gp_sched_config_defaults(gp_sched_config *cfg);
 
 /* 0, -EINVAL (bad config), -ENOMEM. */
@@ -149,12 +173,21 @@ int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t 
  * 0 or -ENOENT. */
 int gp_sched_remove(gp_sched *s, int64_t id);
 /* Put a running task back into its queue (preempted, or its GPU failed),
- * freeing its GPUs; it keeps its place by id. 0, -ENOENT, -GP_ESTATE. */
+ * freeing its GPUs; it keeps its place by id. 0, -ENOENT, -GP_ESTATE.
+ * Its attained service (LAS) counts the run up to the time of the last
+ * gp_sched_run (the core reads no clock). */
 int gp_sched_requeue(gp_sched *s, int64_t id);
+/* Attained service of a task: GPU-ms held over all its runs, a running
+ * task counted up to now_ms.  Tracked under every policy; only LAS orders
+ * by it.  0 or -ENOENT. */
+int gp_sched_task_attained(const gp_sched *s, int64_t id, int64_t now_ms, int64_t *ret_gpu_ms);
 
 typedef enum gp_sched_decision_kind {
         GP_DECIDE_START = 0,   /* start task on gpus[0..n_gpus) */
         GP_DECIDE_EXPIRE,      /* queued past its queue deadline: end it */
+        GP_DECIDE_PREEMPT,     /* LAS only: running task stopped and queued again;
+                                  gpus[0..n_gpus) are the GPUs it held.  Callers
+                                  that do not handle a kind must ignore it. */
 } gp_sched_decision_kind;
 
 typedef struct gp_sched_decision {
@@ -176,6 +209,14 @@ int gp_sched_run(gp_sched *s, int64_t now_ms, gp_sched_decision **ret, size_t *r
 /* Earliest future time a run would expire something (queue deadline), or
  * INT64_MAX. */
 int64_t gp_sched_next_deadline(const gp_sched *s);
+/* Earliest time after now_ms at which a run could decide something that
+ * no submission or task end triggers: a queue deadline, or (LAS with
+ * preemption, while tasks wait) a running task passing a queue threshold
+ * or its least run time so that it may be preempted.  INT64_MAX if none.
+ * O(GPUs) under LAS, O(1) otherwise.  A caller that runs the core at this
+ * time makes the same decisions the core would make if it were run
+ * continuously. */
+int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now_ms);
 
 typedef struct gp_sched_task_view {
         int64_t id;
@@ -198,7 +239,7 @@ int gp_sched_task_reason(gp_sched *s, int64_t id, char *buf, size_t size);
 size_t gp_sched_queue_order(gp_sched *s, int64_t *ids, size_t max);
 
 typedef struct gp_sched_stats {
-        size_t queued[GP_PRIORITY_LEVELS];
+        size_t queued[GP_PRIORITY_LEVELS];   /* per tier (LAS: per queue) */
         size_t queued_total;
         size_t running;
         uint64_t total_scheduled;   /* starts since creation */

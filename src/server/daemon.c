@@ -634,6 +634,8 @@ static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
                         finish(d, b, t, GP_TASK_TIMEOUT, now);
                         continue;
                 }
+                if (dec[i].kind != GP_DECIDE_START)
+                        continue; /* e.g. GP_DECIDE_PREEMPT: only under LAS, which the daemon does not run */
                 gp_task_gpu *g = calloc((size_t)dec[i].n_gpus, sizeof(*g));
                 if (!g) {
                         gp_error("out of memory placing task %" PRId64 "; stopping", t->id);

@@ -12,6 +12,7 @@ scripts/install-deps.sh test
 jobs=$(nproc 2>/dev/null || echo 2)
 
 echo "== 1/3 gcc build, unit + black-box tests, fuzz corpus replay"
+scripts/check-layers.sh
 make -j"$jobs" all
 make -j"$jobs" check
 

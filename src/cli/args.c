@@ -277,10 +277,15 @@ static int set_api(struct parser *p, const char *url, const char *source) {
         }
         if (gp_buf_puts(&b, url) < 0)
                 goto oom;
-        while (b.len > 0 && b.data[b.len - 1] == '/')
+        /* the host starts after "://"; trailing '/' after it are dropped */
+        size_t host = (size_t)(strstr(b.data, "://") - b.data) + 3;
+        for (size_t i = 0; i + 3 < host; i++) /* "HTTP://" -> "http://" */
+                if (b.data[i] >= 'A' && b.data[i] <= 'Z')
+                        b.data[i] = (char)(b.data[i] - 'A' + 'a');
+        while (b.len > host && b.data[b.len - 1] == '/')
                 b.data[--b.len] = '\0';
-        const char *host = strstr(b.data, "://") + 3;
-        if (*host == '\0' || *host == '/' || *host == '?' || strchr(host, '?') || strchr(host, '#')) {
+        const char *h = b.data + host;
+        if (*h == '\0' || *h == '/' || *h == '?' || *h == '#' || strchr(h, '?') || strchr(h, '#')) {
                 gp_buf_done(&b);
                 return fail(p, "%s: '%s' needs a host and no query (e.g. http://127.0.0.1:8080)",
                             source, url);
@@ -658,6 +663,8 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                 case O_TENANT:
                                         if ((r = want_text(p, "--tenant", val, GP_TENANT_MAX)) < 0)
                                                 return r;
+                                        if (val[0] == '\0')
+                                                return fail(p, "--tenant: must not be empty");
                                         c->tenant = val;
                                         break;
                                 case O_FOLLOW:

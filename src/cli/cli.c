@@ -206,7 +206,7 @@ static int cmd_status(const gp_cli_cmd *c, FILE *out, FILE *err) {
         return ex;
 }
 
-#define CANCEL_SETTLE_MS 10000  /* how long cancel waits for a running task to stop */
+#define CANCEL_SETTLE_MS 15000  /* how long cancel waits for a running task to stop */
 
 static int cmd_cancel(const gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_buf path;

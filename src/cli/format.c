@@ -152,7 +152,10 @@ static bool jint(const json_t *o, const char *k, int64_t *ret) {
                 return true;
         }
         if (json_is_real(v)) {
-                *ret = (int64_t)json_real_value(v);
+                double d = json_real_value(v);
+                if (!(d > -9.0e18 && d < 9.0e18)) /* also false for NaN */
+                        return false;
+                *ret = (int64_t)d;
                 return true;
         }
         return false;
@@ -583,7 +586,7 @@ int gp_cli_format_queue(const json_t *resp, gp_buf *out) {
         static const struct col cols[] = {
                 {"POS", 0, false},  {"ID", 0, false},   {"NAME", 32, false}, {"TENANT", 24, false},
                 {"PRIO", 0, false}, {"GPUS", 0, false}, {"MEM", 0, false},   {"WAIT", 0, false},
-                {"REASON", 60, true},
+                {"REASON", 200, true},
         };
         json_t *tasks = list_of(resp, "tasks");
         struct table t;

@@ -493,6 +493,18 @@ static void test_api_and_key_come_from_env_unless_given(void **state) {
         assert_non_null(strstr(err_text(&p), "GPUPOOL_API"));
         parse_done(&p);
 
+        PARSE(&p, "ps", "--api", "HTTP://Gpu.Example:1//");
+        assert_int_equal(p.rc, 0);
+        assert_string_equal(p.c.api, "http://Gpu.Example:1");
+        parse_done(&p);
+        static char *bad_api[] = {"/", "http://", "http:///x", "ftp://h", "http://h/?q=1", "http://h #"};
+        for (size_t i = 0; i < GP_ARRAY_SIZE(bad_api); i++) {
+                PARSE(&p, "ps", "--api", bad_api[i]);
+                assert_int_equal(p.rc, -EINVAL);
+                assert_non_null(strstr(err_text(&p), "--api"));
+                parse_done(&p);
+        }
+
         PARSE(&p, "ps", "--key", "a b");
         assert_int_equal(p.rc, -EINVAL);
         parse_done(&p);

@@ -156,7 +156,8 @@ static bool is_loopback(struct MHD_Connection *conn) {
 /* 0 = allowed; else the answer was queued. */
 static int authorize(hreq *r, const char *url, enum MHD_Result *ret) {
         gp_daemon *d = r->d;
-        if (!strcmp(url, "/healthz"))
+        /* liveness and readiness probes carry no key */
+        if (!strcmp(url, "/healthz") || !strcmp(url, "/readyz"))
                 return 0;
         if (d->cfg.n_admin_keys == 0) {
                 if (is_loopback(r->conn))
@@ -747,24 +748,21 @@ static enum MHD_Result route(hreq *r, const char *url, const char *method) {
                                 return send_error(r, 404, "not_found", "no such path");
                         return post ? task_cmd(r, k, id) : send_error(r, 405, "method_not_allowed", "use POST");
                 }
-                if (!get)
-                        goto not_found_or_method;
-                if (!strcmp(p, "gpus"))
-                        return get_gpus(r);
-                if (!strcmp(p, "nodes"))
-                        return get_nodes(r);
-                if (!strcmp(p, "queue"))
-                        return get_queue(r);
-                if (!strcmp(p, "monitor/metrics"))
-                        return get_metrics(r);
+                static const struct {
+                        const char *path;
+                        enum MHD_Result (*fn)(hreq *);
+                } reads[] = {{"gpus", get_gpus}, {"nodes", get_nodes}, {"queue", get_queue},
+                             {"monitor/metrics", get_metrics}};
+                for (size_t i = 0; i < GP_ARRAY_SIZE(reads); i++)
+                        if (!strcmp(p, reads[i].path))
+                                return get ? reads[i].fn(r) : send_error(r, 405, "method_not_allowed", "use GET");
         }
-        if (!strcmp(url, "/admin/scheduler/stats") && get)
-                return get_sched_stats(r);
-        if (!strcmp(url, "/admin/scheduler/queues") && get)
-                return get_sched_queues(r);
-        if (!strncmp(url, "/admin/gpus/", 12) && post)
-                return gpu_cmd(r, url + 12);
-not_found_or_method:
+        if (!strcmp(url, "/admin/scheduler/stats"))
+                return get ? get_sched_stats(r) : send_error(r, 405, "method_not_allowed", "use GET");
+        if (!strcmp(url, "/admin/scheduler/queues"))
+                return get ? get_sched_queues(r) : send_error(r, 405, "method_not_allowed", "use GET");
+        if (!strncmp(url, "/admin/gpus/", 12))
+                return post ? gpu_cmd(r, url + 12) : send_error(r, 405, "method_not_allowed", "use POST");
         return send_error(r, 404, "not_found", "no such path: %s %s", method, url);
 }
 

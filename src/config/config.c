@@ -22,6 +22,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,9 +72,14 @@ static int parse_reserved(struct ctx *c, const struct field *f, void *base, cons
 static int parse_sim(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_policy(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_webhook(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_alert_rules(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_when(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_severity(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 
 #define CFG(m) offsetof(gp_config, m), sizeof(((gp_config *)0)->m)
 #define SIM(m) offsetof(gp_cfg_sim_gpu, m), sizeof(((gp_cfg_sim_gpu *)0)->m)
+#define RULE(m) offsetof(gp_cfg_alert_rule, m), sizeof(((gp_cfg_alert_rule *)0)->m)
 #define NOSTORE 0, 0
 
 static const struct field fields[] = {
@@ -126,11 +132,24 @@ static const struct field fields[] = {
         {"tasks.max_log_bytes", K_I64, CFG(max_log_bytes), 4096, (int64_t)1 << 40, NULL},
         {"tasks.default_max_retries", K_INT, CFG(default_max_retries), 0, 100, NULL},
 
+        {"monitor", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"monitor.sample_ms", K_INT, CFG(monitor_sample_ms), 100, 60000, NULL},
+
+        {"alerts", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"alerts.webhook", K_CUSTOM, CFG(alert_webhook), 0, GP_CFG_WEBHOOK_MAX - 1, parse_webhook},
+        {"alerts.webhook_timeout_s", K_INT, CFG(alert_webhook_timeout_s), 1, 300, NULL},
+        {"alerts.webhook_retries", K_INT, CFG(alert_webhook_retries), 0, 100, NULL},
+        {"alerts.rules", K_CUSTOM, CFG(alert_rules), 0, GP_CFG_MAX_ALERT_RULES, parse_alert_rules},
+        {"alerts.rules[].name", K_STR, RULE(name), 1, GP_CFG_ALERT_NAME_MAX - 1, NULL},
+        {"alerts.rules[].when", K_CUSTOM, RULE(when), 1, GP_CFG_ALERT_WHEN_MAX - 1, parse_when},
+        {"alerts.rules[].for_s", K_INT, RULE(for_s), 0, 86400, NULL},
+        {"alerts.rules[].clear_s", K_INT, RULE(clear_s), 0, 86400, NULL},
+        {"alerts.rules[].severity", K_CUSTOM, RULE(severity), 0, 0, parse_severity},
+
         {"tenants", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
         {"time_rules", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
         {"gateway", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
         {"billing", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
-        {"alerts", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
 };
 
 #define N_FIELDS GP_ARRAY_SIZE(fields)
@@ -138,6 +157,14 @@ static const struct field fields[] = {
 static const char *const backend_names[] = {"auto", "nvml", "sim"};
 static const char *const policy_names[] = {"hybrid", "strict", "fifo"}; /* gp_policy order */
 static const char *const sync_names[] = {"full", "normal"};
+static const char *const severity_names[] = {"info", "warning", "critical"};
+static const char *const cmp_names[] = {">", ">=", "<", "<=", "==", "!="}; /* gp_cmp order */
+
+const char *const gp_config_alert_metrics[] = {
+        "gpu_unhealthy",  "gpu_ecc_uncorrected",   "gpu_temp_c",   "node_lost",
+        "queue_wait_p95_s", "util_pct_while_queued", "queued_tasks", "tenant_quota_used_pct",
+        "tenant_balance", NULL,
+};
 
 struct ctx {
         yaml_parser_t parser;
@@ -215,6 +242,28 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->kill_grace_s = 10;
         cfg->max_log_bytes = (int64_t)64 << 20;
         cfg->default_max_retries = 1;
+
+        cfg->monitor_sample_ms = 1000;
+
+        cfg->alert_webhook[0] = '\0';
+        cfg->alert_webhook_timeout_s = 5;
+        cfg->alert_webhook_retries = 5;
+        /* out of the box: a failing GPU and a lost node are alerts */
+        static const struct {
+                const char *name, *when, *metric;
+        } def_rules[] = {{"gpu_error", "gpu_unhealthy", "gpu_unhealthy"}, {"node_lost", "node_lost", "node_lost"}};
+        for (size_t i = 0; i < GP_ARRAY_SIZE(def_rules); i++) {
+                gp_cfg_alert_rule *r = &cfg->alert_rules[i];
+                gp_strlcpy(r->name, def_rules[i].name, sizeof(r->name));
+                gp_strlcpy(r->when, def_rules[i].when, sizeof(r->when));
+                gp_strlcpy(r->metric, def_rules[i].metric, sizeof(r->metric));
+                r->op = GP_CMP_GT;
+                r->threshold = 0;
+                r->for_s = 0;
+                r->clear_s = 30;
+                gp_strlcpy(r->severity, "critical", sizeof(r->severity));
+        }
+        cfg->n_alert_rules = (int)GP_ARRAY_SIZE(def_rules);
 }
 
 /* ---- messages ---- */
@@ -949,6 +998,168 @@ static int parse_weights(struct ctx *c, const struct field *f, void *base, const
         return 0;
 }
 
+/* ---- alerts ---- */
+
+/* "" (no webhook) or http(s)://HOST... without spaces or control characters. */
+static bool webhook_ok(const char *s) {
+        if (!*s)
+                return true;
+        size_t n = !strncmp(s, "http://", 7) ? 7 : !strncmp(s, "https://", 8) ? 8 : 0;
+        if (!n || !s[n] || s[n] == '/')
+                return false;
+        for (const char *p = s; *p; p++)
+                if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+                        return false;
+        return true;
+}
+
+static bool name_ok(const char *s) {
+        size_t n = strlen(s);
+        return n > 0 && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") == n;
+}
+
+static bool alert_metric_ok(const char *m) {
+        for (int i = 0; gp_config_alert_metrics[i]; i++)
+                if (!strcmp(m, gp_config_alert_metrics[i]))
+                        return true;
+        return false;
+}
+
+/* "METRIC" or "METRIC OP NUMBER" into the rule.  0 or -EINVAL with why. */
+static int split_when(const char *s, gp_cfg_alert_rule *r, const char **why) {
+        const char *p = s;
+        while (*p == ' ')
+                p++;
+        size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        char metric[GP_CFG_ALERT_METRIC_MAX];
+        memset(metric, 0, sizeof(metric)); /* zero-padded: the struct compares with memcmp */
+        *why = "expected METRIC or METRIC OP NUMBER, e.g. \"gpu_temp_c > 85\"";
+        if (n == 0 || n >= sizeof(metric))
+                return -EINVAL;
+        memcpy(metric, p, n);
+        metric[n] = '\0';
+        if (!alert_metric_ok(metric)) {
+                *why = "unknown metric (known: gpu_unhealthy, gpu_ecc_uncorrected, gpu_temp_c, node_lost, "
+                       "queue_wait_p95_s, util_pct_while_queued, queued_tasks, tenant_quota_used_pct, "
+                       "tenant_balance)";
+                return -EINVAL;
+        }
+        p += n;
+        while (*p == ' ')
+                p++;
+        gp_cmp op = GP_CMP_GT;
+        double thr = 0;
+        if (*p) {
+                size_t on = strspn(p, "<>=!");
+                bool found = false;
+                for (size_t i = 0; i < GP_ARRAY_SIZE(cmp_names); i++)
+                        if (on && strlen(cmp_names[i]) == on && !strncmp(p, cmp_names[i], on)) {
+                                op = (gp_cmp)i;
+                                found = true;
+                        }
+                if (!found) {
+                        *why = "expected an operator (>, >=, <, <=, ==, !=) after the metric";
+                        return -EINVAL;
+                }
+                p += on;
+                while (*p == ' ')
+                        p++;
+                char *end;
+                errno = 0;
+                thr = strtod(p, &end);
+                if (end == p || errno || !isfinite(thr) || fabs(thr) > 1e15) {
+                        *why = "expected a number after the operator";
+                        return -EINVAL;
+                }
+                p = end;
+                while (*p == ' ')
+                        p++;
+                if (*p) {
+                        *why = "unexpected text after the number";
+                        return -EINVAL;
+                }
+        }
+        memcpy(r->metric, metric, sizeof(metric));
+        r->op = op;
+        r->threshold = thr;
+        return 0;
+}
+
+static int parse_when(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_alert_rule *r = base;
+        char tmp[GP_CFG_ALERT_WHEN_MAX], d[96];
+        const char *why;
+        memset(tmp, 0, sizeof(tmp));
+        int rc = scalar_str(c, ev, tmp, sizeof(tmp), 1);
+        if (rc < 0)
+                return rc;
+        if (split_when(tmp, r, &why) < 0)
+                return fail(c, ev_line(ev), "%s; got \"%s\"", why, show(tmp, strlen(tmp), d, sizeof(d)));
+        memcpy(r->when, tmp, sizeof(tmp));
+        return 0;
+}
+
+static int parse_severity(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_alert_rule *r = base;
+        size_t i;
+        int rc = scalar_enum(c, ev, severity_names, GP_ARRAY_SIZE(severity_names), &i);
+        if (rc == 0) {
+                memset(r->severity, 0, sizeof(r->severity));
+                gp_strlcpy(r->severity, severity_names[i], sizeof(r->severity));
+        }
+        return rc;
+}
+
+static int parse_webhook(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        char tmp[GP_CFG_WEBHOOK_MAX];
+        memset(tmp, 0, sizeof(tmp));
+        int r = scalar_str(c, ev, tmp, sizeof(tmp), 0);
+        if (r < 0)
+                return r;
+        /* never echo it: a webhook URL may carry a token */
+        if (!webhook_ok(tmp))
+                return fail(c, ev_line(ev), "expected an http:// or https:// URL (or \"\" for none)");
+        memcpy(cfg->alert_webhook, tmp, sizeof(tmp));
+        return 0;
+}
+
+static int rule_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_config *cfg = arg;
+        char d[96];
+        if (i >= GP_CFG_MAX_ALERT_RULES)
+                return fail(c, ev_line(ev), "too many alert rules (at most %d)", GP_CFG_MAX_ALERT_RULES);
+        if (ev->type != YAML_MAPPING_START_EVENT)
+                return fail(c, ev_line(ev), "expected a mapping {name, when, for_s, clear_s, severity}, got %s",
+                            describe(ev, d, sizeof(d)));
+        gp_cfg_alert_rule *r = &cfg->alert_rules[i];
+        memset(r, 0, sizeof(*r));
+        r->clear_s = 30;
+        gp_strlcpy(r->severity, "warning", sizeof(r->severity));
+        int line = ev_line(ev);
+        int rc = parse_map(c, "alerts.rules[]", r);
+        if (rc < 0)
+                return rc;
+        if (!r->name[0])
+                return fail(c, line, "missing name");
+        if (!r->when[0])
+                return fail(c, line, "missing when (e.g. \"gpu_temp_c > 85\")");
+        for (int j = 0; j < i; j++)
+                if (!strcmp(cfg->alert_rules[j].name, r->name))
+                        return fail(c, line, "the name \"%s\" is used by alerts.rules[%d] too", r->name, j);
+        return 0;
+}
+
+static int parse_alert_rules(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        int n, r;
+        cfg->n_alert_rules = 0;
+        r = parse_list(c, ev, "a list of {name, when, for_s, clear_s, severity}", rule_item, cfg, &n);
+        if (r == 0)
+                cfg->n_alert_rules = n;
+        return r;
+}
+
 /* First pass: the whole stream is well-formed YAML and nested at most
  * MAX_DEPTH deep and holds one document, so a syntax error is reported as such even when a schema
  * error comes earlier in the file (an indentation slip otherwise shows up as
@@ -1070,12 +1281,17 @@ static bool terminated(const char *s, size_t size) {
 static int check_fields(struct vctx *v, const char *sim_prefix, int sim_i, const void *base) {
         for (size_t i = 0; i < N_FIELDS; i++) {
                 const struct field *f = &fields[i];
-                bool is_sim = strstr(f->key, "[]") != NULL;
-                if (is_sim != (sim_prefix != NULL))
+                /* list items ("gpus.sim[]", "alerts.rules[]") are checked per item */
+                bool is_item = strstr(f->key, "[]") != NULL;
+                if (is_item != (sim_prefix != NULL))
+                        continue;
+                size_t pl = sim_prefix ? strlen(sim_prefix) : 0;
+                if (is_item && (strncmp(f->key, sim_prefix, pl) != 0 || f->key[pl] != '.'))
                         continue;
                 char key[128];
-                if (is_sim)
-                        snprintf(key, sizeof(key), "gpus.sim[%d].%s", sim_i, strrchr(f->key, '.') + 1);
+                if (is_item)
+                        snprintf(key, sizeof(key), "%.*s[%d].%s", (int)(pl - 2), sim_prefix, sim_i,
+                                 strrchr(f->key, '.') + 1);
                 else
                         gp_strlcpy(key, f->key, sizeof(key));
                 const char *p = (const char *)base + f->off;
@@ -1178,6 +1394,38 @@ static int validate_impl(const gp_config *cfg, const int *lines, char *err, size
                         return vfail(&v, key, "must be between 1 and %d, got %u", WEIGHT_MAX,
                                      cfg->weights[i]);
                 }
+
+        if (!terminated(cfg->alert_webhook, sizeof(cfg->alert_webhook)) || !webhook_ok(cfg->alert_webhook))
+                return vfail(&v, "alerts.webhook", "expected an http:// or https:// URL (or \"\" for none)");
+        if (cfg->n_alert_rules < 0 || cfg->n_alert_rules > GP_CFG_MAX_ALERT_RULES)
+                return vfail(&v, "alerts.rules", "must have between 0 and %d entries, got %d",
+                             GP_CFG_MAX_ALERT_RULES, cfg->n_alert_rules);
+        for (int i = 0; i < cfg->n_alert_rules; i++) {
+                const gp_cfg_alert_rule *ar = &cfg->alert_rules[i];
+                char key[64];
+                r = check_fields(&v, "alerts.rules[]", i, ar);
+                if (r < 0)
+                        return r;
+                snprintf(key, sizeof(key), "alerts.rules[%d].name", i);
+                if (!name_ok(ar->name))
+                        return vfail(&v, key, "use letters, digits, '_', '-' and '.' only");
+                for (int j = 0; j < i; j++)
+                        if (!strcmp(cfg->alert_rules[j].name, ar->name))
+                                return vfail(&v, key, "the name \"%s\" is used by alerts.rules[%d] too", ar->name,
+                                             j);
+                snprintf(key, sizeof(key), "alerts.rules[%d].when", i);
+                if (!terminated(ar->metric, sizeof(ar->metric)) || !alert_metric_ok(ar->metric) ||
+                    (unsigned)ar->op > GP_CMP_NE || !isfinite(ar->threshold))
+                        return vfail(&v, key, "expected METRIC or METRIC OP NUMBER");
+                bool sev_ok = false;
+                if (terminated(ar->severity, sizeof(ar->severity)))
+                        for (size_t k = 0; k < GP_ARRAY_SIZE(severity_names); k++)
+                                sev_ok |= !strcmp(ar->severity, severity_names[k]);
+                if (!sev_ok) {
+                        snprintf(key, sizeof(key), "alerts.rules[%d].severity", i);
+                        return vfail(&v, key, "expected one of info, warning, critical");
+                }
+        }
 
         /* cross-field rules: name the key the file set, if any */
         if (cfg->max_lease_ttl_s < cfg->default_lease_ttl_s) {

@@ -19,6 +19,11 @@
 #define GP_CFG_MAX_SIM 16        /* entries in gpus.sim */
 #define GP_CFG_MAX_RESERVED 64   /* entries in gpus.reserved */
 #define GP_CFG_MAX_ADMIN_KEYS 16
+#define GP_CFG_MAX_ALERT_RULES 64
+#define GP_CFG_ALERT_NAME_MAX 64   /* alerts.rules[].name, with the NUL */
+#define GP_CFG_ALERT_WHEN_MAX 128  /* alerts.rules[].when, with the NUL */
+#define GP_CFG_ALERT_METRIC_MAX 32
+#define GP_CFG_WEBHOOK_MAX 1024
 
 typedef enum { GP_POLICY_HYBRID = 0, GP_POLICY_STRICT, GP_POLICY_FIFO } gp_policy;
 
@@ -27,6 +32,29 @@ typedef struct gp_cfg_sim_gpu {
         int64_t memory_mb;        /* 1..1048576 */
         int count;                /* 1..64 */
 } gp_cfg_sim_gpu;
+
+/* Comparison of an alert rule's `when` ("METRIC OP NUMBER"). */
+typedef enum { GP_CMP_GT = 0, GP_CMP_GE, GP_CMP_LT, GP_CMP_LE, GP_CMP_EQ, GP_CMP_NE } gp_cmp;
+
+/* One alert rule (alerts.rules[]).  `when` is kept as written; the loader
+ * splits it into metric, op and threshold.  A bare METRIC means
+ * "METRIC > 0".  Metrics: see gp_config_alert_metrics. */
+typedef struct gp_cfg_alert_rule {
+        char name[GP_CFG_ALERT_NAME_MAX];     /* unique; letters, digits, '_', '-', '.' */
+        char when[GP_CFG_ALERT_WHEN_MAX];     /* as written */
+        char metric[GP_CFG_ALERT_METRIC_MAX]; /* one of gp_config_alert_metrics */
+        gp_cmp op;
+        double threshold;                     /* finite */
+        int for_s;                            /* condition true this long before firing, 0..86400, default 0 */
+        int clear_s;                          /* condition false this long before resolving, 0..86400, default 30 */
+        char severity[16];                    /* "info" | "warning" (default) | "critical" */
+} gp_cfg_alert_rule;
+
+/* The metrics an alert rule may name, NULL-terminated:
+ * gpu_unhealthy, gpu_ecc_uncorrected, gpu_temp_c, node_lost,
+ * queue_wait_p95_s, util_pct_while_queued, queued_tasks,
+ * tenant_quota_used_pct, tenant_balance. */
+extern const char *const gp_config_alert_metrics[];
 
 typedef struct gp_config {
         char source[PATH_MAX];               /* file loaded, "" for the embedded default */
@@ -76,6 +104,16 @@ typedef struct gp_config {
         int kill_grace_s;                    /* SIGTERM -> SIGKILL, default 10 */
         int64_t max_log_bytes;               /* per task log cap, default 64 MiB */
         int default_max_retries;             /* default 1 */
+
+        /* monitor */
+        int monitor_sample_ms;               /* metrics history and alert evaluation, default 1000 */
+
+        /* alerts */
+        char alert_webhook[GP_CFG_WEBHOOK_MAX]; /* "" = none; http:// or https:// URL */
+        int alert_webhook_timeout_s;         /* per POST, default 5 */
+        int alert_webhook_retries;           /* after the first try, default 5 */
+        gp_cfg_alert_rule alert_rules[GP_CFG_MAX_ALERT_RULES]; /* default: gpu_error, node_lost */
+        int n_alert_rules;
 } gp_config;
 
 /* Fill cfg with the embedded default.  Never fails. */

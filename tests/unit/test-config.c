@@ -241,7 +241,7 @@ static const struct bad bad_inputs[] = {
         /* unknown key, with the valid keys listed */
         {"server:\n  listen: \"1.2.3.4:80\"\n  lisen: x\n",
          "t.yaml:3: server.lisen: unknown key (valid keys of server: listen, data_dir,", -EINVAL},
-        {"# c\nfoo: 1\n", "t.yaml:2: foo: unknown key (valid keys: server, auth, store, gpus, scheduler, tasks)",
+        {"# c\nfoo: 1\n", "t.yaml:2: foo: unknown key (valid keys: server, auth, store, gpus, scheduler, tasks, monitor, alerts)",
          -EINVAL},
         {"scheduler:\n  preemption:\n    grace: 3\n", "t.yaml:3: scheduler.preemption.grace: unknown key",
          -EINVAL},
@@ -254,7 +254,31 @@ static const struct bad bad_inputs[] = {
         {"time_rules: []\n", "t.yaml:1: time_rules: not supported by this version of gpupool yet", -EINVAL},
         {"gateway: {}\n", "t.yaml:1: gateway: not supported by this version of gpupool yet", -EINVAL},
         {"billing: {}\n", "t.yaml:1: billing: not supported by this version of gpupool yet", -EINVAL},
-        {"alerts: {}\n", "t.yaml:1: alerts: not supported by this version of gpupool yet", -EINVAL},
+        /* alerts: rules need a name and a `when` over a known metric */
+        {"alerts:\n  rules:\n    - {name: x}\n", "t.yaml:3: alerts.rules[0]: missing when", -EINVAL},
+        {"alerts:\n  rules:\n    - {when: gpu_temp_c > 80}\n", "t.yaml:3: alerts.rules[0]: missing name", -EINVAL},
+        {"alerts:\n  rules:\n    - {name: x, when: \"gpu_tmp > 80\"}\n",
+         "t.yaml:3: alerts.rules[0].when: unknown metric (known: gpu_unhealthy,", -EINVAL},
+        {"alerts:\n  rules:\n    - {name: x, when: \"gpu_temp_c => 80\"}\n",
+         "t.yaml:3: alerts.rules[0].when: expected an operator (>, >=, <, <=, ==, !=)", -EINVAL},
+        {"alerts:\n  rules:\n    - {name: x, when: \"gpu_temp_c > hot\"}\n",
+         "t.yaml:3: alerts.rules[0].when: expected a number after the operator", -EINVAL},
+        {"alerts:\n  rules:\n    - {name: x, when: \"gpu_temp_c > 80 C\"}\n",
+         "t.yaml:3: alerts.rules[0].when: unexpected text after the number", -EINVAL},
+        {"alerts:\n  rules:\n    - {name: x, when: gpu_unhealthy}\n    - {name: x, when: node_lost}\n",
+         "t.yaml:4: alerts.rules[1]: the name \"x\" is used by alerts.rules[0] too", -EINVAL},
+        {"alerts:\n  rules:\n    - {name: \"a b\", when: node_lost}\n",
+         "t.yaml:2: alerts.rules[0].name: use letters, digits", -EINVAL},
+        {"alerts:\n  rules:\n    - {name: x, when: node_lost, severity: page}\n",
+         "t.yaml:3: alerts.rules[0].severity: expected one of info, warning, critical; got page", -EINVAL},
+        {"alerts:\n  rules:\n    - {name: x, when: node_lost, for_s: -1}\n",
+         "t.yaml:3: alerts.rules[0].for_s: must be between 0 and 86400, got -1", -EINVAL},
+        {"alerts: {webhook: \"ftp://x/y\"}\n",
+         "t.yaml:1: alerts.webhook: expected an http:// or https:// URL (or \"\" for none)", -EINVAL},
+        {"alerts: {webhook: \"http://\"}\n", "t.yaml:1: alerts.webhook: expected an http:// or https:// URL",
+         -EINVAL},
+        {"monitor: {sample_ms: 50}\n", "t.yaml:1: monitor.sample_ms: must be between 100 and 60000, got 50",
+         -EINVAL},
         /* wrong types */
         {"server:\n  http_threads: abc\n", "t.yaml:2: server.http_threads: expected a decimal integer, got abc",
          -EINVAL},
@@ -532,8 +556,76 @@ static void test_validate_checks_cross_fields_and_ranges(void **state) {
         assert_string_equal(err, "(config): server.data_dir: not NUL-terminated");
 }
 
+static void test_alerts_section_gives_rules_and_webhook(void **state) {
+        gp_config c;
+        char err[256];
+        /* the default: a failing GPU and a lost node are alerts, no webhook */
+        gp_config_defaults(&c);
+        assert_int_equal(c.n_alert_rules, 2);
+        assert_string_equal(c.alert_rules[0].name, "gpu_error");
+        assert_string_equal(c.alert_rules[0].metric, "gpu_unhealthy");
+        assert_string_equal(c.alert_rules[1].metric, "node_lost");
+        assert_string_equal(c.alert_webhook, "");
+        assert_int_equal(c.monitor_sample_ms, 1000);
+        const char *y = "monitor: {sample_ms: 500}\n"
+                        "alerts:\n"
+                        "  webhook: \"http://127.0.0.1:9/hook?token=x\"\n"
+                        "  webhook_timeout_s: 2\n"
+                        "  webhook_retries: 3\n"
+                        "  rules:\n"
+                        "    - {name: hot, when: \"gpu_temp_c >= 85.5\", for_s: 10, clear_s: 0, severity: critical}\n"
+                        "    - {name: long_queue, when: \"queue_wait_p95_s > 3600\"}\n"
+                        "    - {name: idle, when: \"util_pct_while_queued<10\"}\n"
+                        "    - {name: lost, when: node_lost}\n";
+        int r = load(y, &c, err, sizeof(err));
+        if (r)
+                fail_msg("%s", err);
+        assert_int_equal(c.monitor_sample_ms, 500);
+        assert_string_equal(c.alert_webhook, "http://127.0.0.1:9/hook?token=x");
+        assert_int_equal(c.alert_webhook_timeout_s, 2);
+        assert_int_equal(c.alert_webhook_retries, 3);
+        assert_int_equal(c.n_alert_rules, 4); /* the file's list replaces the default rules */
+        const gp_cfg_alert_rule *hot = &c.alert_rules[0];
+        assert_string_equal(hot->name, "hot");
+        assert_string_equal(hot->when, "gpu_temp_c >= 85.5");
+        assert_string_equal(hot->metric, "gpu_temp_c");
+        assert_int_equal(hot->op, GP_CMP_GE);
+        assert_true(hot->threshold > 85.49 && hot->threshold < 85.51);
+        assert_int_equal(hot->for_s, 10);
+        assert_int_equal(hot->clear_s, 0);
+        assert_string_equal(hot->severity, "critical");
+        const gp_cfg_alert_rule *lq = &c.alert_rules[1];
+        assert_int_equal(lq->op, GP_CMP_GT);
+        assert_true(lq->threshold == 3600);
+        assert_int_equal(lq->for_s, 0);
+        assert_int_equal(lq->clear_s, 30);
+        assert_string_equal(lq->severity, "warning");
+        assert_int_equal(c.alert_rules[2].op, GP_CMP_LT);
+        assert_string_equal(c.alert_rules[2].metric, "util_pct_while_queued");
+        /* a bare metric means METRIC > 0 */
+        assert_string_equal(c.alert_rules[3].metric, "node_lost");
+        assert_int_equal(c.alert_rules[3].op, GP_CMP_GT);
+        assert_true(c.alert_rules[3].threshold == 0);
+        /* an empty list means no rules; the tenant rules are accepted (inactive for now) */
+        assert_int_equal(load("alerts: {rules: []}\n", &c, err, sizeof(err)), 0);
+        assert_int_equal(c.n_alert_rules, 0);
+        assert_int_equal(load("alerts: {rules: [{name: q, when: \"tenant_quota_used_pct > 90\"}]}\n", &c, err,
+                              sizeof(err)),
+                         0);
+        assert_string_equal(c.alert_rules[0].metric, "tenant_quota_used_pct");
+        /* the webhook URL is never echoed (it may carry a token) */
+        assert_int_equal(load("alerts: {webhook: \"gopher://secret-token\"}\n", &c, err, sizeof(err)), -EINVAL);
+        assert_null(strstr(err, "secret-token"));
+        /* validate checks what the struct says too */
+        gp_config_defaults(&c);
+        c.alert_rules[1].op = (gp_cmp)42;
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "alerts.rules[1].when"));
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_alerts_section_gives_rules_and_webhook),
                 cmocka_unit_test(test_defaults_match_design),
                 cmocka_unit_test(test_empty_and_comment_only_files_give_defaults),
                 cmocka_unit_test(test_full_file_overrides_every_key),

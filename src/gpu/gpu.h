@@ -23,6 +23,12 @@ typedef struct gp_gpu_info {
         int util_pct;               /* 0..100, -1 unknown */
         int temp_c;                 /* -1 unknown */
         int power_mw;               /* -1 unknown */
+        int sm_clock_mhz;           /* current SM clock, -1 unknown */
+        int mem_clock_mhz;          /* current memory clock, -1 unknown */
+        int64_t ecc_corrected;      /* ECC errors since the driver loaded, -1 unknown / no ECC */
+        int64_t ecc_uncorrected;    /* the same, uncorrectable (double-bit) ones */
+        int64_t throttle_reasons;   /* NVML clocks-throttle-reason bits (0x1 idle, 0x4 power
+                                       cap, 0x20/0x40 thermal, ...), -1 unknown */
         bool healthy;               /* false after an NVML error on this device */
         char health_reason[128];    /* why not healthy, "" when healthy */
 } gp_gpu_info;

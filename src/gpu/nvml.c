@@ -21,6 +21,10 @@
  *    reason naming the call and nvmlErrorString), never an error of
  *    gp_gpu_read.  NOT_SUPPORTED on utilisation, temperature or power only
  *    makes that reading -1.
+ *  - Clocks, ECC counts and throttle reasons are diagnostics: their symbols
+ *    are optional (old drivers) and any error reading them (GeForce cards
+ *    answer NOT_SUPPORTED for ECC) only makes the reading -1; they never
+ *    decide health.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -56,6 +60,9 @@ enum {
         NVML_ERROR_NOT_SUPPORTED = 3,
 };
 enum { NVML_TEMPERATURE_GPU = 0 };
+enum { NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2 };                      /* nvmlClockType_t */
+enum { NVML_MEMORY_ERROR_TYPE_CORRECTED = 0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1 };
+enum { NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1 };              /* nvmlEccCounterType_t */
 enum {
         NVML_TOPOLOGY_INTERNAL = 0,
         NVML_TOPOLOGY_SINGLE = 10,
@@ -85,6 +92,9 @@ typedef struct nvml_fns {
         nvmlReturn_t (*get_temp)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int *);
         nvmlReturn_t (*get_power)(nvmlDevice_t, unsigned int *);
         nvmlReturn_t (*get_topo)(nvmlDevice_t, nvmlDevice_t, nvmlGpuTopologyLevel_t *); /* may be NULL */
+        nvmlReturn_t (*get_clock)(nvmlDevice_t, int, unsigned int *);                      /* may be NULL */
+        nvmlReturn_t (*get_ecc)(nvmlDevice_t, int, int, unsigned long long *);             /* may be NULL */
+        nvmlReturn_t (*get_throttle)(nvmlDevice_t, unsigned long long *);                  /* may be NULL */
 } nvml_fns;
 
 typedef struct nvml_gpu {
@@ -143,6 +153,35 @@ static bool optional_reading(const nvml_backend *nb, gp_gpu_info *o, const char 
         return true;
 }
 
+/* Clocks, ECC counts, throttle reasons: -1 unless NVML answers. */
+static void read_diagnostics(const nvml_backend *nb, nvmlDevice_t dev, gp_gpu_info *o) {
+        unsigned int mhz;
+        unsigned long long n;
+        if (nb->fn.get_clock) {
+                mhz = 0;
+                if (nb->fn.get_clock(dev, NVML_CLOCK_SM, &mhz) == NVML_SUCCESS && mhz <= 100000)
+                        o->sm_clock_mhz = (int)mhz;
+                mhz = 0;
+                if (nb->fn.get_clock(dev, NVML_CLOCK_MEM, &mhz) == NVML_SUCCESS && mhz <= 100000)
+                        o->mem_clock_mhz = (int)mhz;
+        }
+        if (nb->fn.get_ecc) {
+                n = 0;
+                if (nb->fn.get_ecc(dev, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &n) == NVML_SUCCESS &&
+                    n <= (unsigned long long)INT64_MAX)
+                        o->ecc_corrected = (int64_t)n;
+                n = 0;
+                if (nb->fn.get_ecc(dev, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &n) == NVML_SUCCESS &&
+                    n <= (unsigned long long)INT64_MAX)
+                        o->ecc_uncorrected = (int64_t)n;
+        }
+        if (nb->fn.get_throttle) {
+                n = 0;
+                if (nb->fn.get_throttle(dev, &n) == NVML_SUCCESS && n <= (unsigned long long)INT64_MAX)
+                        o->throttle_reasons = (int64_t)n;
+        }
+}
+
 /* Ask NVML about GPU i: refresh the cache, fill o.  Stops at the first
  * failing call (a lost GPU tends to time out on every call). */
 static void read_one(nvml_backend *nb, unsigned int i, gp_gpu_info *o) {
@@ -157,6 +196,8 @@ static void read_one(nvml_backend *nb, unsigned int i, gp_gpu_info *o) {
         memset(o, 0, sizeof(*o));
         o->index = (int)i;
         o->util_pct = o->temp_c = o->power_mw = -1;
+        o->sm_clock_mhz = o->mem_clock_mhz = -1;
+        o->ecc_corrected = o->ecc_uncorrected = o->throttle_reasons = -1;
         o->healthy = true;
 
         rc = nb->fn.get_handle(i, &dev);
@@ -207,6 +248,8 @@ static void read_one(nvml_backend *nb, unsigned int i, gp_gpu_info *o) {
         rc = nb->fn.get_power(dev, &v);
         if (!optional_reading(nb, o, "nvmlDeviceGetPowerUsage", rc, v, INT_MAX, &o->power_mw))
                 goto identity;
+
+        read_diagnostics(nb, dev, o);
 
 identity:
         gp_strlcpy(o->name, c->name, sizeof(o->name));
@@ -326,6 +369,9 @@ int gp_gpu_nvml_open(const gp_gpu_options *opt, gp_gpu_backend **ret, char *err,
         LOAD(get_temp, "nvmlDeviceGetTemperature", true);
         LOAD(get_power, "nvmlDeviceGetPowerUsage", true);
         LOAD(get_topo, "nvmlDeviceGetTopologyCommonAncestor", false);
+        LOAD(get_clock, "nvmlDeviceGetClockInfo", false);
+        LOAD(get_ecc, "nvmlDeviceGetTotalEccErrors", false);
+        LOAD(get_throttle, "nvmlDeviceGetCurrentClocksThrottleReasons", false);
 
         rc = fn.init();
         if (rc != NVML_SUCCESS) {

@@ -11,6 +11,8 @@
  *   temp    = 30 + util / 2   degrees C      (idle: 30, full: 80)
  *   power   = 20 W + util * 4.3 W, in mW     (idle: 20 W, full: 450 W)
  *   used    = the memory set, capped at the GPU's total
+ *   clocks  = SM 210 MHz + util * 23 MHz, memory 405 MHz idle / 10501 MHz busy
+ *   ECC     = 0 corrected, 0 uncorrected; throttle = 0x1 (idle) when util is 0
  * Simulated GPUs are always healthy and have no topology (-ENOTSUP).
  * Invariant: 0 <= load[i].used_mb <= gpus[i].memory_total_mb, tasks >= 0.
  */
@@ -33,6 +35,11 @@
 #define SIM_IDLE_POWER_MW 20000
 #define SIM_POWER_MW_PER_PCT 4300
 #define SIM_UTIL_PER_TASK 35
+#define SIM_IDLE_SM_MHZ 210
+#define SIM_SM_MHZ_PER_PCT 23
+#define SIM_IDLE_MEM_MHZ 405
+#define SIM_BUSY_MEM_MHZ 10501
+#define SIM_THROTTLE_IDLE 0x1      /* nvmlClocksThrottleReasonGpuIdle */
 
 typedef struct sim_gpu {
         char name[GP_NAME_MAX];   /* from the spec */
@@ -65,6 +72,11 @@ static int sim_read(gp_gpu_backend *b, gp_gpu_info **ret, size_t *ret_n) {
                 o->util_pct = util;
                 o->temp_c = SIM_IDLE_TEMP_C + util / 2;
                 o->power_mw = SIM_IDLE_POWER_MW + util * SIM_POWER_MW_PER_PCT;
+                o->sm_clock_mhz = SIM_IDLE_SM_MHZ + util * SIM_SM_MHZ_PER_PCT;
+                o->mem_clock_mhz = util ? SIM_BUSY_MEM_MHZ : SIM_IDLE_MEM_MHZ;
+                o->ecc_corrected = 0;
+                o->ecc_uncorrected = 0;
+                o->throttle_reasons = util ? 0 : SIM_THROTTLE_IDLE;
                 o->healthy = true;
                 o->health_reason[0] = '\0';
         }

@@ -39,8 +39,14 @@
  *       mem_util=N          memory utilisation percent, default 0
  *       temp=N|na           degrees C, default 40
  *       power_mw=N|na       milliwatts, default 50000
+ *       sm_clock=N|na       SM clock MHz, default 1410
+ *       mem_clock=N|na      memory clock MHz, default 1215
+ *       ecc_corrected=N|na  volatile corrected ECC errors, default 0
+ *       ecc_uncorrected=N|na  volatile uncorrected ECC errors, default 0
+ *       throttle=N|na       clocks-throttle-reason bits (decimal), default 0
  *       fail=none|all|LIST  calls that fail for this GPU; LIST is a comma list
- *                           of handle,name,uuid,memory,util,temp,power,topo;
+ *                           of handle,name,uuid,memory,util,temp,power,topo,
+ *                           clock,ecc,throttle;
  *                           all = every per-device call (handle included)
  *       fail_code=N         what a failing call returns, default 15
  *                           (NVML_ERROR_GPU_IS_LOST)
@@ -137,15 +143,19 @@ typedef enum nvmlGpuLevel_enum {
 #define MAX_TOPO 256
 #define MIB (1024ULL * 1024ULL)
 
-enum call { C_HANDLE, C_NAME, C_UUID, C_MEMORY, C_UTIL, C_TEMP, C_POWER, C_TOPO, C_COUNT };
-static const char *const call_names[C_COUNT] = {"handle", "name", "uuid", "memory",
-                                                "util",   "temp", "power", "topo"};
+enum call { C_HANDLE, C_NAME, C_UUID, C_MEMORY, C_UTIL, C_TEMP, C_POWER, C_TOPO, C_CLOCK, C_ECC,
+             C_THROTTLE, C_COUNT };
+static const char *const call_names[C_COUNT] = {"handle", "name", "uuid",  "memory", "util",    "temp",
+                                                "power",  "topo", "clock", "ecc",    "throttle"};
 
 struct fake_gpu {
         char name[MAX_TEXT];
         char uuid[MAX_TEXT];
         unsigned long long total_mb, used_mb;
         long util, mem_util, temp, power_mw;   /* -1: NOT_SUPPORTED */
+        long sm_clock, mem_clock;              /* MHz, -1: NOT_SUPPORTED */
+        long long ecc_corr, ecc_uncorr;        /* -1: NOT_SUPPORTED */
+        long long throttle;                    /* reason bits, -1: NOT_SUPPORTED */
         unsigned fail_mask;                    /* 1 << enum call */
         nvmlReturn_t fail_code;
         unsigned long fail_after;
@@ -300,6 +310,8 @@ static bool parse_gpu(const struct parse *p, char *pos) {
         g->total_mb = 16384;
         g->temp = 40;
         g->power_mw = 50000;
+        g->sm_clock = 1410;
+        g->mem_clock = 1215;
         g->fail_code = NVML_ERROR_GPU_IS_LOST;
 
         while ((tok = next_token(&pos, &bad))) {
@@ -327,6 +339,20 @@ static bool parse_gpu(const struct parse *p, char *pos) {
                         ok = parse_reading(val, 200, &g->temp);
                 } else if (strcmp(tok, "power_mw") == 0) {
                         ok = parse_reading(val, 10000000, &g->power_mw);
+                } else if (strcmp(tok, "sm_clock") == 0) {
+                        ok = parse_reading(val, 100000, &g->sm_clock);
+                } else if (strcmp(tok, "mem_clock") == 0) {
+                        ok = parse_reading(val, 100000, &g->mem_clock);
+                } else if (strcmp(tok, "ecc_corrected") == 0 || strcmp(tok, "ecc_uncorrected") == 0 ||
+                           strcmp(tok, "throttle") == 0) {
+                        long x;
+                        ok = parse_reading(val, 1000000000, &x);
+                        if (ok && tok[0] == 't')
+                                g->throttle = x;
+                        else if (ok && tok[4] == 'c')
+                                g->ecc_corr = x;
+                        else if (ok)
+                                g->ecc_uncorr = x;
                 } else if (strcmp(tok, "fail") == 0) {
                         ok = parse_fail(val, &g->fail_mask);
                 } else if (strcmp(tok, "fail_code") == 0) {
@@ -652,6 +678,45 @@ API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *powe
                 rc_ = NVML_ERROR_NOT_SUPPORTED;
         else
                 *power = (unsigned int)g->power_mw;
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int *clock) {
+        DEVICE_CALL(device, g, C_CLOCK);
+        long v = type == 1 ? g->sm_clock : type == 2 ? g->mem_clock : type == 0 ? g->sm_clock : -2;
+        if (!clock || v == -2)
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+        else if (v < 0)
+                rc_ = NVML_ERROR_NOT_SUPPORTED;
+        else
+                *clock = (unsigned int)v;
+        DEVICE_END;
+}
+
+/* errorType 0 corrected, 1 uncorrected; counterType 0 volatile, 1 aggregate
+ * (the fake keeps one count for both). */
+API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType, int counterType,
+                                             unsigned long long *eccCounts) {
+        DEVICE_CALL(device, g, C_ECC);
+        long long v = errorType == 0 ? g->ecc_corr : g->ecc_uncorr;
+        if (!eccCounts || errorType < 0 || errorType > 1 || counterType < 0 || counterType > 1)
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+        else if (v < 0)
+                rc_ = NVML_ERROR_NOT_SUPPORTED;
+        else
+                *eccCounts = (unsigned long long)v;
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                           unsigned long long *clocksThrottleReasons) {
+        DEVICE_CALL(device, g, C_THROTTLE);
+        if (!clocksThrottleReasons)
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+        else if (g->throttle < 0)
+                rc_ = NVML_ERROR_NOT_SUPPORTED;
+        else
+                *clocksThrottleReasons = (unsigned long long)g->throttle;
         DEVICE_END;
 }
 

@@ -486,6 +486,79 @@ static void test_sim_set_load_changes_readings(void **state) {
         close_backend(b);
 }
 
+static void test_nvml_reads_clocks_ecc_and_throttle_reasons(void **state) {
+        script("gpu mem_total_mb=81920 sm_clock=1980 mem_clock=1593 ecc_corrected=12 ecc_uncorrected=2 "
+               "throttle=68\n"
+               "gpu mem_total_mb=24564\n");
+        gp_gpu_backend *b = open_backend("nvml", lib_path);
+        gp_gpu_info *v = read_all(b, 2);
+        assert_int_equal(v[0].sm_clock_mhz, 1980);
+        assert_int_equal(v[0].mem_clock_mhz, 1593);
+        assert_int_equal(v[0].ecc_corrected, 12);
+        assert_int_equal(v[0].ecc_uncorrected, 2);
+        assert_int_equal(v[0].throttle_reasons, 0x44); /* sw power cap + hw thermal */
+        assert_true(v[0].healthy);
+        /* the fake's defaults */
+        assert_int_equal(v[1].sm_clock_mhz, 1410);
+        assert_int_equal(v[1].mem_clock_mhz, 1215);
+        assert_int_equal(v[1].ecc_corrected, 0);
+        assert_int_equal(v[1].ecc_uncorrected, 0);
+        assert_int_equal(v[1].throttle_reasons, 0);
+        free(v);
+        close_backend(b);
+}
+
+static void test_nvml_diagnostics_unknown_not_unhealthy_when_unsupported_or_failing(void **state) {
+        /* GeForce-like: no ECC; a second GPU whose clock/ECC/throttle calls fail */
+        script("gpu ecc_corrected=na ecc_uncorrected=na sm_clock=na\n"
+               "gpu fail=clock,ecc,throttle fail_code=999\n");
+        gp_gpu_backend *b = open_backend("nvml", lib_path);
+        gp_gpu_info *v = read_all(b, 2);
+        assert_int_equal(v[0].ecc_corrected, -1);
+        assert_int_equal(v[0].ecc_uncorrected, -1);
+        assert_int_equal(v[0].sm_clock_mhz, -1);
+        assert_int_equal(v[0].mem_clock_mhz, 1215);
+        assert_true(v[0].healthy);
+        assert_int_equal(v[1].sm_clock_mhz, -1);
+        assert_int_equal(v[1].mem_clock_mhz, -1);
+        assert_int_equal(v[1].ecc_uncorrected, -1);
+        assert_int_equal(v[1].throttle_reasons, -1);
+        assert_true(v[1].healthy);
+        assert_string_equal(v[1].health_reason, "");
+        free(v);
+        close_backend(b);
+}
+
+static void test_nvml_lost_gpu_has_unknown_diagnostics(void **state) {
+        script("gpu fail=handle\n");
+        gp_gpu_backend *b = open_backend("nvml", lib_path);
+        gp_gpu_info *v = read_all(b, 1);
+        assert_false(v[0].healthy);
+        assert_int_equal(v[0].sm_clock_mhz, -1);
+        assert_int_equal(v[0].ecc_uncorrected, -1);
+        assert_int_equal(v[0].throttle_reasons, -1);
+        free(v);
+        close_backend(b);
+}
+
+static void test_sim_derives_clocks_and_idle_throttle_from_load(void **state) {
+        gp_gpu_backend *b = open_backend("sim", NULL);
+        assert_int_equal(gp_gpu_sim_set_load(b, 2, 4000, 1), 0);
+        gp_gpu_info *v = read_all(b, 4);
+        /* idle: base clocks, the idle throttle reason, no ECC errors */
+        assert_int_equal(v[0].sm_clock_mhz, 210);
+        assert_int_equal(v[0].mem_clock_mhz, 405);
+        assert_int_equal(v[0].throttle_reasons, 0x1);
+        assert_int_equal(v[0].ecc_corrected, 0);
+        assert_int_equal(v[0].ecc_uncorrected, 0);
+        /* busy: clocks up, not throttled */
+        assert_int_equal(v[2].sm_clock_mhz, 210 + 35 * 23);
+        assert_int_equal(v[2].mem_clock_mhz, 10501);
+        assert_int_equal(v[2].throttle_reasons, 0);
+        free(v);
+        close_backend(b);
+}
+
 static void test_sim_set_load_rejects_bad_arguments(void **state) {
         gp_gpu_backend *b = open_backend("sim", NULL);
         assert_int_equal(gp_gpu_sim_set_load(b, 4, 0, 0), -EINVAL);
@@ -566,6 +639,11 @@ int main(void) {
                 cmocka_unit_test_teardown(test_sim_uses_configured_kinds_in_order, teardown),
                 cmocka_unit_test_teardown(test_sim_rejects_bad_spec, teardown),
                 cmocka_unit_test_teardown(test_sim_set_load_changes_readings, teardown),
+                cmocka_unit_test_teardown(test_sim_derives_clocks_and_idle_throttle_from_load, teardown),
+                cmocka_unit_test_teardown(test_nvml_reads_clocks_ecc_and_throttle_reasons, teardown),
+                cmocka_unit_test_teardown(test_nvml_diagnostics_unknown_not_unhealthy_when_unsupported_or_failing,
+                                          teardown),
+                cmocka_unit_test_teardown(test_nvml_lost_gpu_has_unknown_diagnostics, teardown),
                 cmocka_unit_test_teardown(test_sim_set_load_rejects_bad_arguments, teardown),
                 cmocka_unit_test_teardown(test_bad_backend_name_is_einval, teardown),
                 cmocka_unit_test_teardown(test_fake_nvml_refuses_calls_before_init, teardown),

@@ -1,0 +1,209 @@
+"""Black-box tests of bad input: every malformed request gets a clear
+error ({"error": {"code", "message"}} with a fitting status) and changes
+nothing (no task stored, no id used, no GPU touched); a bad config file
+stops the server at start with FILE:LINE and the key named.
+
+Run: make blackbox, or
+  GPUPOOL_BIN=/tmp/b-bb/gpupool GPUPOOL_BUILD=/tmp/b-bb /usr/bin/python3 -m pytest -q tests/blackbox/test_bad_input.py
+"""
+import json
+
+import pytest
+
+from apiutil import assert_error, gpus, lease, reap_supervisors, run_server, submit
+
+pytestmark = pytest.mark.e2e
+assert reap_supervisors  # autouse fixture, imported so that it applies here
+
+JSON = {"Content-Type": "application/json"}
+
+# (raw body, words the message must contain; a tuple is a choice)
+BAD_SUBMITS = [
+    ('{"gpu_request": 1,', ["JSON"]),
+    ("", ["JSON"]),
+    ("[1, 2]", ["object"]),
+    ('"a string"', [("object", "JSON")]),
+    ("null", [("object", "JSON")]),
+    ("42", [("object", "JSON")]),
+    ('{"gpu_request": "2"}', ["gpu_request"]),
+    ('{"gpu_request": 0}', ["gpu_request"]),
+    ('{"gpu_request": 1.5}', ["gpu_request"]),
+    ('{"gpu_request": 17}', ["gpu_request"]),
+    ('{"memory_mb": -1}', ["memory_mb"]),
+    ('{"memory_mb": "4096"}', ["memory_mb"]),
+    ('{"priority": 12}', ["priority", "0..9"]),
+    ('{"priority": -1}', ["priority", "0..9"]),
+    ('{"priority": "urgent"}', ["priority"]),
+    ('{"priority": true}', ["priority"]),
+    ('{"gpu_requests": 1}', ["gpu_requests"]),
+    ('{"tenant_id": "a b"}', ["tenant_id"]),
+    ('{"tenant_id": ""}', ["tenant_id"]),
+    ('{"tenant_id": 7}', ["tenant_id"]),
+    ('{"name": "%s"}' % ("x" * 5000), ["name"]),
+    ('{"exclusive": "yes"}', ["exclusive"]),
+    ('{"timeout_s": -5}', ["timeout_s"]),
+    ('{"queue_timeout_s": "1"}', ["queue_timeout_s"]),
+    ('{"lease_ttl_s": 0}', ["lease_ttl_s"]),
+    ('{"max_retries": 101}', ["max_retries"]),
+    ('{"gpu_request": 1, "gpu_request": 2}', ["JSON"]),
+    ('{"command": []}', ["command"]),
+    ('{"command": [1]}', ["command"]),
+    ('{"command": "sleep 1"}', ["command"]),
+    ('{"command": [""]}', ["command"]),
+    ('{"command": ["true"], "lease_ttl_s": 5}', ["lease_ttl_s"]),
+    ('{"command": ["true"], "env": {"1ABC": "v"}}', ["env"]),
+    ('{"command": ["true"], "env": {"A=B": "v"}}', ["env"]),
+    ('{"command": ["true"], "env": {"A B": "v"}}', ["env"]),
+    ('{"command": ["true"], "env": {"": "v"}}', ["env"]),
+    ('{"command": ["true"], "env": {"OK": 1}}', ["env"]),
+    ('{"command": ["true"], "env": ["A=1"]}', ["env"]),
+    ('{"command": ["true"], "env": {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}}', ["CUDA_VISIBLE_DEVICES"]),
+    ('{"command": ["true"], "env": {"GPUPOOL_TASK_ID": "1"}}', ["GPUPOOL_TASK_ID"]),
+    ('{"command": ["true"], "workdir": "relative/dir"}', ["workdir"]),
+    ('{"env": {"A": "b"}}', ["env"]),
+    ('{"elastic": {"min_gpus": 1, "max_gpus": 4}}', ["elastic"]),
+]
+
+
+def assert_nothing_changed(d):
+    r = d.api("GET", "/api/v1/tasks")
+    assert r.status_code == 200 and r.json()["tasks"] == [], r.text
+    assert d.api("GET", "/api/v1/queue").json()["total"] == 0
+    m = d.api("GET", "/api/v1/monitor/metrics").json()
+    assert m["submitted_total"] == 0 and m["tasks_running"] == 0 and m["tasks_queued"] == 0
+    for g in gpus(d):
+        assert g["tasks"] == [] and g["memory_allocated_mb"] == 0 and g["drained"] is False
+
+
+def test_bad_submissions_are_refused_and_change_nothing(daemon):
+    problems = []
+    for body, words in BAD_SUBMITS:
+        r = daemon.api("POST", "/api/v1/tasks", data=body.encode(), headers=JSON)
+        try:
+            msg = assert_error(r, 400, "invalid_request")
+            for w in words:   # a tuple: any of these
+                assert any(x in msg for x in (w if isinstance(w, tuple) else (w,))), \
+                    "message %r does not name %r" % (msg, w)
+            assert r.headers["X-Gpupool-Backend"] == "sim"
+        except (AssertionError, ValueError) as e:
+            problems.append("%s -> %s %s (%s)" % (body[:80], r.status_code, r.text[:200], e))
+    assert not problems, "\n".join(problems)
+    assert_nothing_changed(daemon)
+    # no id was used up by the refusals
+    assert lease(daemon, memory_mb=100)["id"] == 1
+
+
+def test_a_body_over_max_body_bytes_is_413(daemon):
+    big = json.dumps({"name": "x" * (2 * 1024 * 1024)})
+    r = daemon.api("POST", "/api/v1/tasks", data=big.encode(), headers=JSON)
+    assert_error(r, 413, "payload_too_large")
+    assert_nothing_changed(daemon)
+    # the server still answers afterwards
+    assert daemon.api("GET", "/healthz").status_code == 200
+
+
+def test_a_small_max_body_bytes_is_enforced(daemon_factory):
+    d = daemon_factory("gpus: {backend: sim}\nserver: {max_body_bytes: 1024}\n")
+    ok = submit(d, name="y" * 100, memory_mb=10, lease_ttl_s=60)
+    r = d.api("POST", "/api/v1/tasks", json={"name": "x" * 2000})
+    assert_error(r, 413, "payload_too_large")
+    assert [t["id"] for t in d.api("GET", "/api/v1/tasks").json()["tasks"]] == [ok["id"]]
+
+
+def test_a_non_json_content_type_is_refused(daemon):
+    for ctype in ("text/plain", "application/x-www-form-urlencoded"):
+        r = daemon.api("POST", "/api/v1/tasks", data=b'{"memory_mb": 100}', headers={"Content-Type": ctype})
+        assert "Content-Type" in assert_error(r, 400, "invalid_request")
+    assert_nothing_changed(daemon)
+    # JSON with a charset is fine
+    r = daemon.api("POST", "/api/v1/tasks", data=b'{"memory_mb": 100}',
+                   headers={"Content-Type": "application/json; charset=utf-8"})
+    assert r.status_code == 201, r.text
+
+
+BAD_REQUESTS = [  # (method, path, status)
+    ("GET", "/api/v1/tasks/999", 404),
+    ("GET", "/api/tasks/999", 404),
+    ("POST", "/api/v1/tasks/999/cancel", 404),
+    ("DELETE", "/api/v1/tasks/999", 404),
+    ("POST", "/api/v1/tasks/999/heartbeat", 404),
+    ("POST", "/api/v1/tasks/999/release", 404),
+    ("GET", "/api/v1/tasks/999/logs", 404),
+    ("GET", "/api/v1/tasks/abc", 404),
+    ("GET", "/api/v1/tasks/0", 404),
+    ("GET", "/api/v1/tasks/-1", 404),
+    ("GET", "/api/v1/tasks/1x", 404),
+    ("GET", "/api/v1/tasks/99999999999999999999999", 404),
+    ("POST", "/api/v1/tasks/abc/cancel", 404),
+    ("POST", "/api/v1/tasks/1/explode", 404),
+    ("GET", "/api/v1/nope", 404),
+    ("GET", "/nope", 404),
+    ("GET", "/admin/nope", 404),
+    ("POST", "/admin/gpus/local:7/drain", 404),
+    ("PUT", "/api/v1/tasks", 405),
+    ("PATCH", "/api/v1/tasks", 405),
+    ("PUT", "/api/v1/tasks/1", 405),
+    ("GET", "/api/v1/tasks/1/cancel", 405),
+    ("GET", "/api/v1/tasks/1/heartbeat", 405),
+    ("POST", "/api/v1/tasks/1/logs", 405),
+    ("POST", "/healthz", 405),
+    ("DELETE", "/readyz", 405),
+    ("GET", "/api/v1/tasks?limit=0", 400),
+    ("GET", "/api/v1/tasks?limit=1001", 400),
+    ("GET", "/api/v1/tasks?limit=abc", 400),
+    ("GET", "/api/v1/tasks?after=x", 400),
+    ("GET", "/api/v1/tasks?state=sleeping", 400),
+    ("GET", "/api/v1/queue?limit=-1", 400),
+    ("GET", "/api/v1/tasks/1?wait=61", 400),
+    ("GET", "/api/v1/tasks/1?wait=soon", 400),
+]
+
+
+def test_bad_paths_methods_and_queries_get_clear_errors_and_change_nothing(daemon):
+    problems = []
+    for method, path, status in BAD_REQUESTS:
+        r = daemon.api(method, path, timeout=10)
+        code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}[status]
+        try:
+            assert_error(r, status, code)
+            assert r.headers["X-Gpupool-Backend"] == "sim"
+        except (AssertionError, ValueError) as e:
+            problems.append("%s %s -> %s %s (%s)" % (method, path, r.status_code, r.text[:200], e))
+    assert not problems, "\n".join(problems)
+    assert_nothing_changed(daemon)
+
+
+def test_a_bad_release_body_changes_nothing(daemon):
+    t = lease(daemon, memory_mb=1000)
+    for body in ('{"exit_code": "3"}', '{"exit_code": -1}', '{"exit_code": 256}', "[3]",
+                 '{"exit_code": 0, "extra": 1}', "{bad"):
+        r = daemon.api("POST", "/api/v1/tasks/%d/release" % t["id"], data=body.encode(), headers=JSON)
+        assert_error(r, 400, "invalid_request")
+        got = daemon.api("GET", "/api/v1/tasks/%d" % t["id"]).json()
+        assert got["state"] == "running" and got["gpus"] == t["gpus"], (body, got)
+
+
+# ---- bad config files -----------------------------------------------------------
+
+BAD_CONFIGS = [
+    # (text, line, key)
+    ("gpus: {backend: sim}\nserver:\n  listen: \"127.0.0.1:1\"\n  lisen: \"x\"\n", 4, "server.lisen"),
+    ("gpus: {backend: sim}\n\nscheduler:\n  max_queue_depth: lots\n", 4, "scheduler.max_queue_depth"),
+    ("gpus:\n  backend: sim\n  poll_ms: \"200\"\n", 3, "gpus.poll_ms"),
+    ("gpus:\n  backend: cuda\n", 2, "gpus.backend"),
+    ("gpus: {backend: sim}\nauth:\n  admin_keys: [\"plaintext-secret\"]\n", 3, "auth.admin_keys"),
+    ("gpus: {backend: sim}\nscheduler:\n  weights: [1, 2, 3]\n", 3, "scheduler.weights"),
+    ("gpus: {backend: sim}\nnonsense: 1\n", 2, "nonsense"),
+]
+
+
+@pytest.mark.parametrize("text,line,key", BAD_CONFIGS, ids=[c[2] for c in BAD_CONFIGS])
+def test_a_bad_config_file_stops_the_server_naming_file_line_and_key(tmp_path, text, line, key):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(text)
+    r = run_server(["--config", str(cfg), "--listen", "127.0.0.1:1", "--data-dir", str(tmp_path / "data")])
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    assert "%s:%d" % (cfg, line) in r.stderr or "bad.yaml:%d" % line in r.stderr, r.stderr
+    assert key in r.stderr, r.stderr
+    assert "plaintext-secret" not in r.stderr
+    assert not (tmp_path / "data").exists()

@@ -1692,6 +1692,36 @@ static bool memo_fails(const fail_memo *m, const stask *t, bool avoid) {
         return false;
 }
 
+/* The other way round: until the next start in the run, a request no
+ * larger than one that fitted ignoring the reservation fits too (only used
+ * to word the reason of tasks that wait behind the reservation). */
+typedef struct fit_memo {
+        int excl_n;                /* whole GPUs: count that fitted, 0 none ... */
+        int64_t excl_mem;          /* ... with this much memory per GPU */
+        int64_t shared_mem;        /* single shared request that fitted, -1 none */
+} fit_memo;
+
+static bool fit_memo_fits(const fit_memo *m, const stask *t) {
+        if (!memo_applies(t))
+                return false;
+        if (t->excl)
+                return m->excl_n && t->ngpus <= m->excl_n && t->mem <= m->excl_mem;
+        return m->shared_mem >= 0 && t->mem <= m->shared_mem;
+}
+
+static void fit_memo_record(fit_memo *m, const stask *t) {
+        if (!memo_applies(t))
+                return;
+        if (t->excl) {
+                if (!m->excl_n || (t->ngpus >= m->excl_n && t->mem >= m->excl_mem)) {
+                        m->excl_n = t->ngpus;
+                        m->excl_mem = t->mem;
+                }
+        } else if (t->mem > m->shared_mem) {
+                m->shared_mem = t->mem;
+        }
+}
+
 static void memo_record(fail_memo *m, const stask *t, bool avoid) {
         if (!memo_applies(t))
                 return;
@@ -1847,6 +1877,7 @@ static int las_make_room(gp_sched *s, stask *t, int64_t now, gp_sched_decision *
 int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap) {
         int rc = 0;
         fail_memo memo = {.shared_mem = {-1, -1}};
+        fit_memo fits = {.shared_mem = -1};
         s->stamp++;
         s->last_run_stamp = s->stamp;
         s->last_run_ms = now;
@@ -1909,6 +1940,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         }
                 }
                 if (placed) {
+                        fits = (fit_memo){.shared_mem = -1}; /* GPUs are taken now */
                         tier_remove(s, t);
                         if ((rc = start_on(s, t, f.gpus, f.n, now)) < 0) {
                                 if (tier_insert(s, t) < 0) {
@@ -1941,7 +1973,13 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         continue;
                 }
                 /* would it fit if it could use the reserved GPUs? */
-                if (avoid && !memo_fails(&memo, t, false) && place(s, t, false, &f))
+                bool fits_resv = false;
+                if (avoid && !memo_fails(&memo, t, false)) {
+                        fits_resv = fit_memo_fits(&fits, t) || place(s, t, false, &f);
+                        if (fits_resv)
+                                fit_memo_record(&fits, t);
+                }
+                if (fits_resv)
                         set_reason(s, t, R_WOULD_DELAY, resv->id,
                                    shadow == TIME_INF ? -1 : (shadow - now + 999) / 1000);
                 else if (t->excl)

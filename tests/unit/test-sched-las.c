@@ -286,6 +286,45 @@ static void test_las_config_is_checked_only_for_las(void **st) {
         assert_int_equal(gp_sched_new(&c, &s), -EINVAL);
 }
 
+/* (Not LAS: the core remembers, within a run, that a request fitted when
+ * it could use the reserved GPUs, to word waiting reasons cheaply.)  A
+ * start in between must make it ask again. */
+static void test_reason_memo_forgets_fits_after_a_start(void **st) {
+        (void)st;
+        gp_sched_config c;
+        gp_sched_config_defaults(&c);
+        c.policy = GP_SCHED_FIFO;
+        gp_sched *s = NULL;
+        assert_int_equal(gp_sched_new(&c, &s), 0);
+        add_node(s, "n1", 4);
+        run_out o = {0};
+        for (int id = 1; id <= 2; id++) {
+                gp_sched_req r = {.id = id, .tenant = "t", .priority = 5, .gpus = 1, .timeout_ms = 100000};
+                assert_int_equal(gp_sched_enqueue(s, &r), 0);
+        }
+        assert_int_equal(run(s, 0, &o), 2);
+        gp_sched_req head = {.id = 3, .tenant = "t", .priority = 5, .gpus = 4};
+        gp_sched_req two = {.id = 5, .tenant = "t", .priority = 5, .gpus = 2};
+        gp_sched_req quick = {.id = 6, .tenant = "t", .priority = 5, .gpus = 1, .timeout_ms = 10000};
+        gp_sched_req two_again = {.id = 7, .tenant = "t", .priority = 5, .gpus = 2};
+        assert_int_equal(gp_sched_enqueue(s, &head), 0);
+        assert_int_equal(gp_sched_enqueue(s, &two), 0);
+        assert_int_equal(gp_sched_enqueue(s, &quick), 0);
+        assert_int_equal(gp_sched_enqueue(s, &two_again), 0);
+        /* 3 reserves the 2 idle GPUs; 5 would fit on them; 6 ends before 3
+         * can start and takes one; then 7 no longer fits even on them */
+        assert_int_equal(run(s, 1000, &o), 1);
+        assert_non_null(find(&o, GP_DECIDE_START, 6));
+        char why[256];
+        assert_int_equal(gp_sched_task_reason(s, 5, why, sizeof(why)), 0);
+        assert_non_null(strstr(why, "fits only on GPUs reserved for task 3"));
+        assert_int_equal(gp_sched_task_reason(s, 7, why, sizeof(why)), 0);
+        assert_null(strstr(why, "reserved for task 3"));
+        assert_non_null(strstr(why, "gang of 2 whole GPUs"));
+        free(o.d);
+        gp_sched_free(s);
+}
+
 /* A random workload driven like the simulator drives the core: runs at
  * event times and at every wake-up.  Invariants: GPU books balance, every
  * preemption victim was in a later queue than some task started in the same
@@ -396,6 +435,7 @@ int main(void) {
                 cmocka_unit_test(test_las_without_preemption_only_orders),
                 cmocka_unit_test(test_las_service_accumulates_and_queue_is_fifo_by_id),
                 cmocka_unit_test(test_las_config_is_checked_only_for_las),
+                cmocka_unit_test(test_reason_memo_forgets_fits_after_a_start),
                 cmocka_unit_test(test_las_random_workload_keeps_books_and_preempts_only_later_queues),
                 cmocka_unit_test(test_other_policies_never_preempt),
         };

@@ -1,0 +1,93 @@
+/* sim.h - replay of a job list through the scheduling core on a virtual
+ * clock.
+ *
+ * The replay drives gp_sched_* the way the daemon does: a job is enqueued
+ * at its submit time, a finished job is removed with gp_sched_remove, and
+ * gp_sched_run is called once per distinct event time (all arrivals and
+ * ends at that time first, like one daemon batch), then START and PREEMPT
+ * decisions are applied.  Besides arrivals and ends, the replay also runs
+ * the core at gp_sched_next_wakeup() (queue deadlines; LAS demotions).
+ * Every job asks for whole GPUs (memory_mb 0), is preemptible, and has no
+ * run-time estimate unless exact_estimates is set.
+ *
+ * Deterministic: the same input gives the same result, bit for bit.
+ * No I/O, no clock reads; not thread-safe per call but calls share nothing.
+ */
+#ifndef GP_SIM_SIM_H
+#define GP_SIM_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/sched.h"
+
+#define GP_SIM_MAX_GPUS 100000         /* cluster size */
+#define GP_SIM_MAX_GPUS_PER_NODE 256
+
+typedef struct gp_sim_job {
+        int64_t submit_ms;           /* >= 0, non-decreasing over the array */
+        int64_t duration_ms;         /* > 0: run time when never preempted */
+        int gpus;                    /* 1..GP_MAX_GANG and <= gpus_per_node */
+        int priority;                /* 0..9 */
+        uint32_t tenant;             /* index into options.tenant_names */
+} gp_sim_job;
+
+typedef struct gp_sim_options {
+        gp_sched_config sched;       /* policy and knobs; max_queue_depth is ignored (unbounded) */
+        int gpus;                    /* cluster size, 1..GP_SIM_MAX_GPUS */
+        int gpus_per_node;           /* 1..256; nodes = ceil(gpus / gpus_per_node) */
+        const char *gpu_name;        /* model name of every GPU */
+        int64_t gpu_memory_mb;       /* > 0 */
+        bool exact_estimates;        /* tell the core each job's duration (timeout_ms) */
+        int64_t restart_overhead_ms; /* added to the remaining time at each restart after a preemption */
+        const char *const *tenant_names; /* ntenants names for the core's tenant field */
+        uint32_t ntenants;
+        bool timeline;               /* keep samples of busy GPUs and queue length */
+} gp_sim_options;
+
+typedef struct gp_sim_job_result {
+        int64_t start_ms;            /* first start */
+        int64_t finish_ms;
+        int preemptions;
+        size_t start_seq;            /* rank of its first START among all first starts (0-based) */
+        uint32_t gpus[GP_MAX_GANG];  /* GPUs (gp_sim_result.gpu_labels index) of the first start */
+} gp_sim_job_result;
+
+typedef struct gp_sim_sample {
+        int64_t t_ms;
+        int busy_gpus;
+        int queued;
+        int running;
+} gp_sim_sample;
+
+typedef struct gp_sim_result {
+        gp_sim_job_result *jobs;     /* one per input job, same order */
+        size_t n;
+        int64_t first_submit_ms, last_finish_ms;
+        int64_t busy_gpu_ms;         /* integral of GPUs in use over time */
+        int64_t contended_gpu_ms;    /* GPU-ms used while some job was waiting */
+        int64_t *tenant_gpu_ms;      /* per tenant: GPU-ms held (whole replay) */
+        int64_t *tenant_contended_gpu_ms; /* per tenant: GPU-ms held while some job was waiting */
+        uint32_t ntenants;
+        uint64_t preemptions;        /* PREEMPT decisions */
+        uint64_t runs;               /* gp_sched_run calls */
+        gp_sim_sample *timeline;     /* ntimeline samples when asked (a row per change) */
+        size_t ntimeline;
+        char **gpu_labels;           /* "node:index" per GPU id */
+        int ngpus;
+        int nodes;
+} gp_sim_result;
+
+/* Replay jobs[0..n).  On success *ret is a new result (gp_sim_result_free).
+ * -EINVAL (bad options or a job the core refuses, reason in err), -ENOMEM.
+ * err is always NUL-terminated when errlen > 0. */
+int gp_sim_run(const gp_sim_job *jobs, size_t n, const gp_sim_options *opt, gp_sim_result **ret, char *err,
+               size_t errlen);
+/* Takes NULL. */
+void gp_sim_result_free(gp_sim_result *r);
+/* Name of node k of a cluster of `nodes` nodes ("local" when there is one,
+ * as the daemon names its own machine; else "node01".. zero-padded). */
+void gp_sim_node_name(int k, int nodes, char *buf, size_t size);
+
+#endif

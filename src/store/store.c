@@ -51,6 +51,8 @@ static const gp_store_ops *ops_for(const char *url, const char **ret_target) {
                 bool whole_url; /* backend gets the whole URL (libpq parses it) */
         } schemes[] = {
                 {"sqlite://", &gp_store_sqlite_ops, false},
+                {"postgres://", &gp_store_postgres_ops, true},
+                {"postgresql://", &gp_store_postgres_ops, true},
         };
         for (size_t i = 0; i < GP_ARRAY_SIZE(schemes); i++) {
                 size_t n = strlen(schemes[i].prefix);

@@ -1,7 +1,9 @@
 /* store.h - durable storage of tasks and small metadata.
  *
- * Backends behind a vtable (store-int.h): SQLite ("sqlite://PATH", WAL) now,
- * PostgreSQL ("postgres://...") later.  A gp_store handle is used by one
+ * Backends behind a vtable (store-int.h): SQLite ("sqlite://PATH", WAL) and
+ * PostgreSQL ("postgres://..." or "postgresql://...", a libpq connection
+ * URI; tables go in the first schema of its search_path).  Design notes:
+ * docs/internals/store.md.  A gp_store handle is used by one
  * thread at a time; open one handle per thread (SQLite WAL lets readers run
  * beside the one writer).  Errors are returned, never logged: the message of
  * the last failure is available from gp_store_errmsg().
@@ -21,8 +23,9 @@
 typedef struct gp_store gp_store;
 
 typedef struct gp_store_options {
-        bool sync_full;      /* SQLite synchronous=FULL (else NORMAL) */
-        int busy_timeout_ms; /* wait for locks, default 5000 when 0 */
+        bool sync_full;      /* SQLite synchronous=FULL (else NORMAL); PostgreSQL: ignored,
+                              * the server's synchronous_commit decides */
+        int busy_timeout_ms; /* wait for locks, default 5000 when 0 (PostgreSQL: lock_timeout) */
 } gp_store_options;
 
 /* Open (creating the schema if needed). 0, -EINVAL (bad url, message in err),
@@ -49,7 +52,10 @@ int gp_store_rollback(gp_store *s);
 /* Insert or replace the whole record by id (spec and gpus included).
  * 0, -EINVAL (record that could not be read back: state out of range,
  * n_gpus outside 0..GP_MAX_GANG, a string not NUL-terminated, spec over
- * 1 MiB; nothing written) or -GP_ESTORE. */
+ * 1 MiB; nothing written) or -GP_ESTORE.  Inside a transaction a backend
+ * may report a put the database refused at a later call of the same
+ * transaction, at the latest at commit (PostgreSQL pipelines puts); either
+ * way the transaction is doomed and nothing of it is stored. */
 int gp_store_task_put(gp_store *s, const gp_task *t);
 
 /* One task by id into *ret (caller calls gp_task_done). 0, -ENOENT, -GP_ESTORE. */

@@ -1,0 +1,757 @@
+/* postgres.c - the PostgreSQL store backend ("postgres://..." or
+ * "postgresql://...", handed to libpq as is).
+ *
+ * One libpq connection per gp_store handle.  Every statement but the
+ * transaction commands is prepared on the connection (PQprepare) at open and
+ * after a reconnect; each call sends parameters as text and reads text
+ * results, decoded by store_task_from_row (store.c), which validates them.
+ * Row-returning calls run in single-row mode so load_active does not hold
+ * every active task in memory at once.
+ *
+ * Writes inside a transaction are pipelined (libpq pipeline mode): a put
+ * is sent without waiting for its answer, so a batch costs one round trip
+ * per PIPE_MAX writes instead of one per write.  The answers are read at the
+ * next sync point: every PIPE_MAX writes, before any other call on the
+ * handle, and at commit.  A write the server refused is therefore reported
+ * by that later call (naming the task id), which fails, and dooms the
+ * transaction like any failure (store.c); commit then rolls it back.
+ *
+ * Invariants:
+ *   - the library never prints: libpq notices are swallowed, errors go to
+ *     s->errmsg (the server's primary message plus what we were doing);
+ *   - a connection lost outside a transaction is re-established (a new
+ *     session, statements prepared again) by the next call; one lost inside
+ *     a transaction fails every call until rollback - never a silent
+ *     reconnect that would run the rest of a batch outside the transaction;
+ *   - a failed COMMIT leaves the connection outside any transaction (the
+ *     server ends it; after an injected fault we send ROLLBACK).
+ *
+ * Schema: the same tables as SQLite (see docs/internals/store.md), with
+ * BIGINT for every integer column (booleans 0/1) and gpus as JSON text, so
+ * both backends store and validate the same values.  Tables are created in
+ * the first schema of the connection's search_path.
+ */
+#include "store/store-int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/util.h"
+
+enum {
+        PS_PUT,
+        PS_GET,
+        PS_LIST,        /* $1 before_id, $2 limit */
+        PS_LIST_S,      /* + $3 state */
+        PS_LIST_T,      /* + $3 tenant */
+        PS_LIST_ST,     /* + $3 state, $4 tenant */
+        PS_ACTIVE,
+        PS_MAX_ID,
+        PS_META_GET,
+        PS_META_SET,
+        PS_COUNT,
+};
+
+#define SELECT_TASKS "SELECT " STORE_TASK_COLUMNS " FROM tasks "
+
+static const struct {
+        const char *name;
+        const char *sql;
+        int nparams;
+} stmts[PS_COUNT] = {
+        [PS_PUT] = {"gp_task_put",
+                    "INSERT INTO tasks (" STORE_TASK_COLUMNS ") VALUES "
+                    "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, "
+                    "$19, $20, $21, $22, $23, $24, $25, $26, $27, $28) "
+                    "ON CONFLICT (id) DO UPDATE SET tenant = EXCLUDED.tenant, name = EXCLUDED.name, "
+                    "model = EXCLUDED.model, gpu_model = EXCLUDED.gpu_model, "
+                    "priority = EXCLUDED.priority, gpu_request = EXCLUDED.gpu_request, "
+                    "memory_mb = EXCLUDED.memory_mb, exclusive = EXCLUDED.exclusive, "
+                    "preemptible = EXCLUDED.preemptible, is_lease = EXCLUDED.is_lease, "
+                    "timeout_s = EXCLUDED.timeout_s, queue_timeout_s = EXCLUDED.queue_timeout_s, "
+                    "lease_ttl_s = EXCLUDED.lease_ttl_s, max_retries = EXCLUDED.max_retries, "
+                    "retries = EXCLUDED.retries, preempt_count = EXCLUDED.preempt_count, "
+                    "state = EXCLUDED.state, exit_code = EXCLUDED.exit_code, reason = EXCLUDED.reason, "
+                    "submitted_ms = EXCLUDED.submitted_ms, started_ms = EXCLUDED.started_ms, "
+                    "finished_ms = EXCLUDED.finished_ms, heartbeat_ms = EXCLUDED.heartbeat_ms, "
+                    "sup_pid = EXCLUDED.sup_pid, sup_start = EXCLUDED.sup_start, spec = EXCLUDED.spec, "
+                    "gpus = EXCLUDED.gpus",
+                    COL_COUNT},
+        [PS_GET] = {"gp_task_get", SELECT_TASKS "WHERE id = $1", 1},
+        [PS_LIST] = {"gp_task_list", SELECT_TASKS "WHERE id < $1 ORDER BY id DESC LIMIT $2", 2},
+        [PS_LIST_S] = {"gp_task_list_s", SELECT_TASKS "WHERE state = $3 AND id < $1 ORDER BY id DESC LIMIT $2", 3},
+        [PS_LIST_T] = {"gp_task_list_t", SELECT_TASKS "WHERE tenant = $3 AND id < $1 ORDER BY id DESC LIMIT $2", 3},
+        [PS_LIST_ST] = {"gp_task_list_st",
+                        SELECT_TASKS "WHERE tenant = $4 AND state = $3 AND id < $1 ORDER BY id DESC LIMIT $2", 4},
+        [PS_ACTIVE] = {"gp_task_active", SELECT_TASKS "WHERE state IN ('queued', 'running') ORDER BY id ASC", 0},
+        [PS_MAX_ID] = {"gp_task_max_id", "SELECT COALESCE(MAX(id), 0) FROM tasks", 0},
+        [PS_META_GET] = {"gp_meta_get", "SELECT value FROM meta WHERE key = $1", 1},
+        [PS_META_SET] = {"gp_meta_set",
+                         "INSERT INTO meta (key, value) VALUES ($1, $2) "
+                         "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                         2},
+};
+
+/* Schema migrations, applied in order in one transaction at open, under an
+ * advisory lock so two daemons starting together do not race. */
+static const struct {
+        int version;
+        const char *sql;
+} migrations[] = {
+        {1, "CREATE TABLE tasks ("
+            " id BIGINT PRIMARY KEY,"
+            " tenant TEXT NOT NULL,"
+            " name TEXT NOT NULL,"
+            " model TEXT NOT NULL,"
+            " gpu_model TEXT NOT NULL,"
+            " priority BIGINT NOT NULL,"
+            " gpu_request BIGINT NOT NULL,"
+            " memory_mb BIGINT NOT NULL,"
+            " exclusive BIGINT NOT NULL,"
+            " preemptible BIGINT NOT NULL,"
+            " is_lease BIGINT NOT NULL,"
+            " timeout_s BIGINT NOT NULL,"
+            " queue_timeout_s BIGINT NOT NULL,"
+            " lease_ttl_s BIGINT NOT NULL,"
+            " max_retries BIGINT NOT NULL,"
+            " retries BIGINT NOT NULL,"
+            " preempt_count BIGINT NOT NULL,"
+            " state TEXT NOT NULL,"
+            " exit_code BIGINT,"
+            " reason TEXT NOT NULL,"
+            " submitted_ms BIGINT NOT NULL,"
+            " started_ms BIGINT NOT NULL,"
+            " finished_ms BIGINT NOT NULL,"
+            " heartbeat_ms BIGINT NOT NULL,"
+            " sup_pid BIGINT NOT NULL,"
+            " sup_start BIGINT NOT NULL,"
+            " spec TEXT,"
+            " gpus TEXT);"
+            "CREATE INDEX tasks_state_id ON tasks (state, id);"
+            "CREATE INDEX tasks_tenant_id ON tasks (tenant, id);"},
+};
+
+/* Key of the advisory lock held while migrating ("gpupool" in ASCII). */
+#define MIGRATE_LOCK_KEY 0x677075706f6f6cLL
+
+#define PIPE_MAX 128 /* writes in flight before we read their answers */
+
+typedef struct pg_store {
+        PGconn *conn;                   /* the connection */
+        char *url;                      /* to reconnect (may hold a password: never shown) */
+        bool prepared;                  /* stmts are prepared on the current session */
+        int lock_timeout_ms;            /* from busy_timeout_ms, set on every session */
+        bool pipelined;                 /* in pipeline mode (only inside a transaction) */
+        int n_pending;                  /* writes sent since the last sync, <= PIPE_MAX */
+        int64_t pending_id[PIPE_MAX];   /* task id of each pending write, 0 for meta */
+} pg_store;
+
+static pg_store *impl(gp_store *s) {
+        return s->impl;
+}
+
+static void no_notices(void *arg, const char *message) {
+        (void)arg;
+        (void)message;
+}
+
+/* A server or libpq message without its trailing newline(s). */
+static void trimmed(const char *msg, char *out, size_t size) {
+        gp_strlcpy(out, msg ? msg : "", size);
+        size_t n = strlen(out);
+        while (n && (out[n - 1] == '\n' || out[n - 1] == ' '))
+                out[--n] = '\0';
+}
+
+/* Failure of a statement: the server's primary message when there is a
+ * result, libpq's otherwise.  Returns -GP_ESTORE. */
+static int pg_err(gp_store *s, const PGresult *res, const char *what) {
+        char msg[GP_STORE_ERRMSG_MAX];
+        const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+        trimmed(primary ? primary : PQerrorMessage(impl(s)->conn), msg, sizeof(msg));
+        if (!msg[0])
+                gp_strlcpy(msg, "no answer from the server", sizeof(msg));
+        return store_set_err(s, msg, "%s", what);
+}
+
+/* Run a simple command (no parameters, no rows).  Not a fault-injection
+ * point: callers that want one call store_fault first. */
+static int exec_cmd(gp_store *s, const char *sql, const char *what) {
+        PGresult *res = PQexec(impl(s)->conn, sql);
+        int r = 0;
+        if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
+                r = pg_err(s, res, what);
+        PQclear(res);
+        return r;
+}
+
+/* Session settings and prepared statements on a fresh connection. */
+static int prepare_session(gp_store *s) {
+        pg_store *p = impl(s);
+        char sql[96];
+        int r;
+        p->prepared = false;
+        if (PQsetClientEncoding(p->conn, "UTF8") != 0)
+                return pg_err(s, NULL, "set client_encoding");
+        snprintf(sql, sizeof(sql), "SET lock_timeout = %d", p->lock_timeout_ms);
+        if ((r = exec_cmd(s, sql, "set lock_timeout")) < 0)
+                return r;
+        for (int i = 0; i < PS_COUNT; i++) {
+                PGresult *res = PQprepare(p->conn, stmts[i].name, stmts[i].sql, stmts[i].nparams, NULL);
+                if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+                        char what[64];
+                        snprintf(what, sizeof(what), "prepare %s", stmts[i].name);
+                        r = pg_err(s, res, what);
+                        PQclear(res);
+                        return r;
+                }
+                PQclear(res);
+        }
+        p->prepared = true;
+        return 0;
+}
+
+static int pipe_leave(gp_store *s);
+
+/* Outside a transaction: make sure the connection is up, reconnecting (a
+ * fresh session, statements prepared again) if it was lost.
+ * 0 or -GP_ESTORE. */
+static int ensure_conn(gp_store *s, const char *what) {
+        pg_store *p = impl(s);
+        if (PQstatus(p->conn) == CONNECTION_OK && p->prepared)
+                return p->pipelined ? pipe_leave(s) : 0;
+        if (PQstatus(p->conn) != CONNECTION_OK) {
+                p->pipelined = false;
+                p->n_pending = 0;
+                p->prepared = false;
+                PQfinish(p->conn);
+                p->conn = PQconnectdb(p->url);
+                if (!p->conn)
+                        return store_set_err(s, "out of memory", "%s: reconnect", what);
+                PQsetNoticeProcessor(p->conn, no_notices, NULL);
+                if (PQstatus(p->conn) != CONNECTION_OK)
+                        return pg_err(s, NULL, what);
+        }
+        return prepare_session(s);
+}
+
+static bool pg_in_tx(gp_store *s) {
+        pg_store *p = impl(s);
+        if (!p || !p->conn)
+                return false;
+        PGTransactionStatusType st = PQtransactionStatus(p->conn);
+        return st == PQTRANS_INTRANS || st == PQTRANS_INERROR || st == PQTRANS_ACTIVE;
+}
+
+/* Before a statement: outside a transaction the connection is (re)made
+ * usable; inside one it must still be the session that holds it - a
+ * reconnect there would silently run the rest of the batch outside any
+ * transaction. */
+static int start_call(gp_store *s, const char *what) {
+        if (!s->in_tx)
+                return ensure_conn(s, what);
+        if (!pg_in_tx(s))
+                return store_set_err(s, "the connection was lost, and the transaction with it", "%s", what);
+        return 0;
+}
+
+/* Read the answers of the pending writes up to a sync point.  The first
+ * refused write is reported (with its task id); -GP_ESTORE. */
+static int pipe_sync(gp_store *s) {
+        pg_store *p = impl(s);
+        int r = 0, k = 0, nulls = 0;
+        if (PQpipelineSync(p->conn) != 1) {
+                p->n_pending = 0;
+                return pg_err(s, NULL, "pipelined writes: sync");
+        }
+        for (;;) {
+                PGresult *res = PQgetResult(p->conn);
+                if (!res) {
+                        /* one NULL ends each write's answers; two in a row
+                         * means the sync will never come (connection lost) */
+                        if (++nulls > 1 || PQstatus(p->conn) != CONNECTION_OK) {
+                                if (r == 0)
+                                        r = pg_err(s, NULL, "pipelined writes");
+                                break;
+                        }
+                        continue;
+                }
+                nulls = 0;
+                ExecStatusType st = PQresultStatus(res);
+                if (st == PGRES_PIPELINE_SYNC) {
+                        PQclear(res);
+                        break;
+                }
+                if (st != PGRES_COMMAND_OK && st != PGRES_PIPELINE_ABORTED && r == 0) {
+                        char what[64];
+                        int64_t id = k < p->n_pending ? p->pending_id[k] : 0;
+                        if (id)
+                                snprintf(what, sizeof(what), "task put (id %" PRId64 ")", id);
+                        else
+                                snprintf(what, sizeof(what), "meta set");
+                        r = pg_err(s, res, what);
+                }
+                k++;
+                PQclear(res);
+        }
+        p->n_pending = 0;
+        return r;
+}
+
+/* Leave pipeline mode (reading what is pending) before a call that needs
+ * an answer now.  0 or the first refused write's -GP_ESTORE. */
+static int pipe_leave(gp_store *s) {
+        pg_store *p = impl(s);
+        int r = 0;
+        if (!p->pipelined)
+                return 0;
+        if (p->n_pending > 0)
+                r = pipe_sync(s);
+        if (PQexitPipelineMode(p->conn) != 1 && r == 0)
+                r = pg_err(s, NULL, "leave pipeline mode");
+        p->pipelined = PQpipelineStatus(p->conn) != PQ_PIPELINE_OFF;
+        return r;
+}
+
+/* Send a write inside a transaction without waiting for its answer. */
+static int send_write(gp_store *s, int which, const char *const *vals, int64_t id, const char *what) {
+        pg_store *p = impl(s);
+        int r = start_call(s, what);
+        if (r < 0)
+                return r;
+        if (!p->pipelined) {
+                if (PQenterPipelineMode(p->conn) != 1)
+                        return pg_err(s, NULL, what);
+                p->pipelined = true;
+        }
+        if (store_fault(s))
+                return store_set_err(s, "injected fault", "%s", what);
+        if (PQsendQueryPrepared(p->conn, stmts[which].name, stmts[which].nparams, vals, NULL, NULL, 0) != 1)
+                return pg_err(s, NULL, what);
+        p->pending_id[p->n_pending++] = id;
+        return p->n_pending >= PIPE_MAX ? pipe_sync(s) : 0;
+}
+
+/* Run a prepared statement that returns no rows (fault-injection point). */
+static int run_cmd(gp_store *s, int which, const char *const *vals, const char *what) {
+        pg_store *p = impl(s);
+        int r;
+        if ((r = start_call(s, what)) < 0 || (r = pipe_leave(s)) < 0)
+                return r;
+        if (store_fault(s))
+                return store_set_err(s, "injected fault", "%s", what);
+        PGresult *res = PQexecPrepared(p->conn, stmts[which].name, stmts[which].nparams, vals, NULL, NULL, 0);
+        r = PQresultStatus(res) == PGRES_COMMAND_OK ? 0 : pg_err(s, res, what);
+        PQclear(res);
+        return r;
+}
+
+/* Run a prepared statement that returns one row of one column (or none);
+ * *ret_res is the result for the caller to read and PQclear.
+ * 0, -ENOENT (no row), -GP_ESTORE. */
+static int run_one(gp_store *s, int which, const char *const *vals, const char *what, PGresult **ret_res) {
+        pg_store *p = impl(s);
+        int r;
+        if ((r = start_call(s, what)) < 0 || (r = pipe_leave(s)) < 0)
+                return r;
+        if (store_fault(s))
+                return store_set_err(s, "injected fault", "%s", what);
+        PGresult *res = PQexecPrepared(p->conn, stmts[which].name, stmts[which].nparams, vals, NULL, NULL, 0);
+        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+                r = pg_err(s, res, what);
+                PQclear(res);
+                return r;
+        }
+        if (PQntuples(res) < 1) {
+                PQclear(res);
+                return -ENOENT;
+        }
+        *ret_res = res;
+        return 0;
+}
+
+/* ---- open / close / schema ---- */
+
+static int schema_version(gp_store *s, int64_t *ret) {
+        PGresult *res = PQexec(impl(s)->conn, "SELECT value FROM meta WHERE key = 'schema_version'");
+        int r = 0;
+        if (PQresultStatus(res) != PGRES_TUPLES_OK)
+                r = pg_err(s, res, "read schema_version");
+        else if (PQntuples(res) == 0)
+                *ret = 0;
+        else if (gp_parse_i64(PQgetvalue(res, 0, 0), 0, INT32_MAX, ret) < 0)
+                r = store_set_err(s, "not a number", "read schema_version");
+        PQclear(res);
+        return r;
+}
+
+static int migrate(gp_store *s) {
+        int64_t version = 0;
+        char sql[192];
+        int r;
+        if ((r = exec_cmd(s, "BEGIN", "migrate: begin")) < 0)
+                return r;
+        snprintf(sql, sizeof(sql), "SELECT pg_advisory_xact_lock(%lld)", (long long)MIGRATE_LOCK_KEY);
+        if ((r = exec_cmd(s, sql, "migrate: lock")) < 0 ||
+            (r = exec_cmd(s, "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+                          "migrate: create meta table")) < 0 ||
+            (r = schema_version(s, &version)) < 0)
+                goto rollback;
+        if (version > GP_STORE_SCHEMA_VERSION) {
+                char msg[128];
+                snprintf(msg, sizeof(msg), "database schema version %" PRId64 " is newer than this gpupool's (%d)",
+                         version, GP_STORE_SCHEMA_VERSION);
+                r = store_set_err(s, msg, "migrate");
+                goto rollback;
+        }
+        for (size_t i = 0; i < GP_ARRAY_SIZE(migrations); i++) {
+                if (migrations[i].version <= version)
+                        continue;
+                char what[64];
+                snprintf(what, sizeof(what), "migrate to schema version %d", migrations[i].version);
+                if ((r = exec_cmd(s, migrations[i].sql, what)) < 0)
+                        goto rollback;
+                snprintf(sql, sizeof(sql),
+                         "INSERT INTO meta (key, value) VALUES ('schema_version', '%d') "
+                         "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                         migrations[i].version);
+                if ((r = exec_cmd(s, sql, what)) < 0)
+                        goto rollback;
+        }
+        return exec_cmd(s, "COMMIT", "migrate: commit");
+rollback:
+        PQclear(PQexec(impl(s)->conn, "ROLLBACK"));
+        return r;
+}
+
+static int pg_open(gp_store *s, const char *url, const char *target, const gp_store_options *opt) {
+        pg_store *p = calloc(1, sizeof(*p));
+        int r;
+        if (!p)
+                return store_set_err(s, "out of memory", "open postgres database");
+        s->impl = p;
+        p->lock_timeout_ms = opt->busy_timeout_ms;
+        p->url = strdup(url);
+        if (!p->url)
+                return store_set_err(s, "out of memory", "open postgres database");
+        p->conn = PQconnectdb(url);
+        if (!p->conn)
+                return store_set_err(s, "out of memory", "open postgres database");
+        PQsetNoticeProcessor(p->conn, no_notices, NULL);
+        if (PQstatus(p->conn) != CONNECTION_OK)
+                return pg_err(s, NULL, "connect to postgres");
+        /* the session settings come before the migration so it runs under
+         * lock_timeout too; statements are prepared again once tables exist */
+        char sql[96];
+        snprintf(sql, sizeof(sql), "SET lock_timeout = %d", p->lock_timeout_ms);
+        if ((r = exec_cmd(s, sql, "set lock_timeout")) < 0 || (r = migrate(s)) < 0)
+                return r;
+        return prepare_session(s);
+}
+
+static void pg_close(gp_store *s) {
+        pg_store *p = impl(s);
+        if (!p)
+                return;
+        PQfinish(p->conn);
+        if (p->url)
+                explicit_bzero(p->url, strlen(p->url));
+        free(p->url);
+        free(p);
+        s->impl = NULL;
+}
+
+/* ---- transactions ---- */
+
+static int tx_cmd(gp_store *s, const char *sql, const char *what) {
+        if (store_fault(s))
+                return store_set_err(s, "injected fault", "%s", what);
+        return exec_cmd(s, sql, what);
+}
+
+static int pg_begin(gp_store *s) {
+        int r = ensure_conn(s, "begin");
+        if (r < 0)
+                return r;
+        return tx_cmd(s, "BEGIN", "begin");
+}
+
+static int pg_rollback(gp_store *s) {
+        char msg[GP_STORE_ERRMSG_MAX];
+        gp_strlcpy(msg, s->errmsg, sizeof(msg));
+        pipe_leave(s); /* a refused write does not matter now */
+        gp_strlcpy(s->errmsg, msg, sizeof(s->errmsg));
+        if (!pg_in_tx(s))
+                return 0; /* the server already ended it (or the connection is gone) */
+        return tx_cmd(s, "ROLLBACK", "rollback");
+}
+
+static int pg_commit(gp_store *s) {
+        int r = pipe_leave(s);
+        if (r < 0) {
+                /* a write was refused: the transaction is aborted */
+        } else if (store_fault(s)) {
+                r = store_set_err(s, "injected fault", "commit");
+        } else {
+                PGresult *res = PQexec(impl(s)->conn, "COMMIT");
+                if (PQresultStatus(res) != PGRES_COMMAND_OK)
+                        r = pg_err(s, res, "commit");
+                else if (strcmp(PQcmdStatus(res), "COMMIT") != 0)
+                        /* COMMIT of an aborted transaction answers ROLLBACK */
+                        r = store_set_err(s, "the server rolled the transaction back", "commit");
+                else
+                        r = 0;
+                PQclear(res);
+        }
+        if (r < 0 && pg_in_tx(s)) {
+                char msg[GP_STORE_ERRMSG_MAX];
+                gp_strlcpy(msg, s->errmsg, sizeof(msg));
+                if (pg_rollback(s) == 0)
+                        store_set_err(s, msg, "transaction rolled back");
+                else
+                        store_set_err(s, s->errmsg, "%s; then", msg);
+        }
+        return r;
+}
+
+/* ---- tasks ---- */
+
+static void fmt_i64(char *buf, size_t size, int64_t v) {
+        snprintf(buf, size, "%" PRId64, v);
+}
+
+static int pg_task_put(gp_store *s, const gp_task *t) {
+        char num[COL_COUNT][24];
+        const char *vals[COL_COUNT];
+        char *gpus = NULL;
+        char what[64];
+        snprintf(what, sizeof(what), "task put (id %" PRId64 ")", t->id);
+        if (store_gpus_to_json(t, &gpus) < 0)
+                return store_set_err(s, "out of memory", "%s", what);
+
+        static const int int_cols[] = {
+                COL_ID, COL_PRIORITY, COL_GPU_REQUEST, COL_MEMORY_MB, COL_EXCLUSIVE, COL_PREEMPTIBLE,
+                COL_IS_LEASE, COL_TIMEOUT_S, COL_QUEUE_TIMEOUT_S, COL_LEASE_TTL_S, COL_MAX_RETRIES,
+                COL_RETRIES, COL_PREEMPT_COUNT, COL_EXIT_CODE, COL_SUBMITTED_MS, COL_STARTED_MS,
+                COL_FINISHED_MS, COL_HEARTBEAT_MS, COL_SUP_PID, COL_SUP_START,
+        };
+        const int64_t ints[] = {
+                t->id, t->priority, t->gpu_request, t->memory_mb, t->exclusive, t->preemptible,
+                t->is_lease, t->timeout_s, t->queue_timeout_s, t->lease_ttl_s, t->max_retries,
+                t->retries, t->preempt_count, t->exit_code, t->submitted_ms, t->started_ms,
+                t->finished_ms, t->heartbeat_ms, t->sup_pid, t->sup_start,
+        };
+        for (size_t i = 0; i < GP_ARRAY_SIZE(int_cols); i++) {
+                fmt_i64(num[int_cols[i]], sizeof(num[0]), ints[i]);
+                vals[int_cols[i]] = num[int_cols[i]];
+        }
+        if (!t->has_exit_code)
+                vals[COL_EXIT_CODE] = NULL;
+        vals[COL_TENANT] = t->tenant;
+        vals[COL_NAME] = t->name;
+        vals[COL_MODEL] = t->model;
+        vals[COL_GPU_MODEL] = t->gpu_model;
+        vals[COL_STATE] = gp_task_state_name(t->state);
+        vals[COL_REASON] = t->reason;
+        vals[COL_SPEC] = t->spec;
+        vals[COL_GPUS] = gpus;
+
+        int r = s->in_tx ? send_write(s, PS_PUT, vals, t->id, what) : run_cmd(s, PS_PUT, vals, what);
+        free(gpus); /* libpq copied the parameters into its output buffer */
+        return r;
+}
+
+/* store_row over one row of a PGresult (text format). */
+typedef struct pg_row {
+        const PGresult *res;
+        int row;
+} pg_row;
+
+static int col_i64(void *ctx, int col, bool *ret_null, int64_t *ret) {
+        pg_row *pr = ctx;
+        if (PQgetisnull(pr->res, pr->row, col)) {
+                *ret_null = true;
+                return 0;
+        }
+        *ret_null = false;
+        return gp_parse_i64(PQgetvalue(pr->res, pr->row, col), INT64_MIN, INT64_MAX, ret) < 0 ? -EINVAL : 0;
+}
+
+static int col_text(void *ctx, int col, const char **ret, size_t *ret_len) {
+        pg_row *pr = ctx;
+        if (PQgetisnull(pr->res, pr->row, col)) {
+                *ret = NULL;
+                *ret_len = 0;
+                return 0;
+        }
+        *ret = PQgetvalue(pr->res, pr->row, col);
+        *ret_len = (size_t)PQgetlength(pr->res, pr->row, col);
+        return 0;
+}
+
+static int check_shape(gp_store *s, const PGresult *res, const char *what) {
+        if (PQnfields(res) != COL_COUNT)
+                return store_set_err(s, "unexpected number of columns", "%s", what);
+        return 0;
+}
+
+static int pg_task_get(gp_store *s, int64_t id, gp_task *ret) {
+        char idbuf[24], what[64];
+        const char *vals[1] = {idbuf};
+        PGresult *res = NULL;
+        fmt_i64(idbuf, sizeof(idbuf), id);
+        snprintf(what, sizeof(what), "task get (id %" PRId64 ")", id);
+        int r = run_one(s, PS_GET, vals, what, &res);
+        if (r == -ENOENT)
+                store_set_err(s, "no such task", "%s", what);
+        if (r < 0)
+                return r;
+        pg_row pr = {res, 0};
+        store_row row = {.ctx = &pr, .get_i64 = col_i64, .get_text = col_text};
+        r = check_shape(s, res, what);
+        if (r == 0)
+                r = store_task_from_row(s, &row, ret);
+        PQclear(res);
+        return r;
+}
+
+/* Run a row-returning statement in single-row mode, handing each decoded
+ * record to cb.  After cb stops or a row fails to decode the remaining rows
+ * are read and dropped, so the connection is idle again on return. */
+static int each_row(gp_store *s, int which, const char *const *vals, const char *what, gp_task_cb cb,
+                    void *ud) {
+        pg_store *p = impl(s);
+        int r;
+        if ((r = start_call(s, what)) < 0 || (r = pipe_leave(s)) < 0)
+                return r;
+        if (store_fault(s))
+                return store_set_err(s, "injected fault", "%s", what);
+        if (!PQsendQueryPrepared(p->conn, stmts[which].name, stmts[which].nparams, vals, NULL, NULL, 0))
+                return pg_err(s, NULL, what);
+        /* if single-row mode is refused the whole result comes at once and
+         * the loop below handles it the same way */
+        PQsetSingleRowMode(p->conn);
+        r = 0;
+        bool stopped = false;
+        PGresult *res;
+        while ((res = PQgetResult(p->conn)) != NULL) {
+                ExecStatusType st = PQresultStatus(res);
+                if (st == PGRES_SINGLE_TUPLE || st == PGRES_TUPLES_OK) {
+                        for (int i = 0; !stopped && i < PQntuples(res); i++) {
+                                pg_row pr = {res, i};
+                                store_row row = {.ctx = &pr, .get_i64 = col_i64, .get_text = col_text};
+                                gp_task t;
+                                if ((r = check_shape(s, res, what)) < 0 ||
+                                    (r = store_task_from_row(s, &row, &t)) < 0) {
+                                        stopped = true;
+                                        break;
+                                }
+                                r = cb(&t, ud);
+                                gp_task_done(&t);
+                                stopped = r != 0;
+                        }
+                } else if (!stopped) {
+                        r = pg_err(s, res, what);
+                        stopped = true;
+                }
+                PQclear(res);
+        }
+        return r;
+}
+
+static int pg_task_list(gp_store *s, const gp_task_filter *f, gp_task_cb cb, void *ud) {
+        char before[24], limit[24];
+        const char *vals[4] = {before, limit, NULL, NULL};
+        int which;
+        fmt_i64(before, sizeof(before), f->before_id > 0 ? f->before_id : INT64_MAX);
+        fmt_i64(limit, sizeof(limit), f->limit);
+        if (f->state >= 0 && f->tenant) {
+                which = PS_LIST_ST;
+                vals[2] = gp_task_state_name(f->state);
+                vals[3] = f->tenant;
+        } else if (f->state >= 0) {
+                which = PS_LIST_S;
+                vals[2] = gp_task_state_name(f->state);
+        } else if (f->tenant) {
+                which = PS_LIST_T;
+                vals[2] = f->tenant;
+        } else {
+                which = PS_LIST;
+        }
+        return each_row(s, which, vals, "task list", cb, ud);
+}
+
+static int pg_task_load_active(gp_store *s, gp_task_cb cb, void *ud) {
+        return each_row(s, PS_ACTIVE, NULL, "task load_active", cb, ud);
+}
+
+static int pg_task_max_id(gp_store *s, int64_t *ret) {
+        PGresult *res = NULL;
+        int64_t v;
+        int r = run_one(s, PS_MAX_ID, NULL, "task max_id", &res);
+        if (r == -ENOENT)
+                return store_set_err(s, "no row", "task max_id");
+        if (r < 0)
+                return r;
+        if (gp_parse_i64(PQgetvalue(res, 0, 0), 0, INT64_MAX, &v) < 0)
+                r = store_set_err(s, "not a number", "task max_id");
+        else
+                *ret = v;
+        PQclear(res);
+        return r;
+}
+
+/* ---- meta ---- */
+
+static int pg_meta_get(gp_store *s, const char *key, char *buf, size_t size) {
+        const char *vals[1] = {key};
+        PGresult *res = NULL;
+        char what[GP_STORE_META_KEY_MAX + 32];
+        snprintf(what, sizeof(what), "meta get %s", key);
+        int r = run_one(s, PS_META_GET, vals, what, &res);
+        if (r == -ENOENT)
+                store_set_err(s, "no such key", "%s", what);
+        if (r < 0)
+                return r;
+        size_t n = (size_t)PQgetlength(res, 0, 0);
+        if (PQgetisnull(res, 0, 0)) {
+                r = store_set_err(s, "value is NULL", "%s", what);
+        } else if (n >= size) {
+                r = -E2BIG;
+                store_set_err(s, "value does not fit the buffer", "%s", what);
+        } else {
+                memcpy(buf, PQgetvalue(res, 0, 0), n);
+                buf[n] = '\0';
+        }
+        PQclear(res);
+        return r;
+}
+
+static int pg_meta_set(gp_store *s, const char *key, const char *value) {
+        const char *vals[2] = {key, value};
+        char what[GP_STORE_META_KEY_MAX + 32];
+        snprintf(what, sizeof(what), "meta set %s", key);
+        return s->in_tx ? send_write(s, PS_META_SET, vals, 0, what) : run_cmd(s, PS_META_SET, vals, what);
+}
+
+const gp_store_ops gp_store_postgres_ops = {
+        .name = "postgres",
+        .open = pg_open,
+        .close = pg_close,
+        .begin = pg_begin,
+        .commit = pg_commit,
+        .rollback = pg_rollback,
+        .in_tx = pg_in_tx,
+        .task_put = pg_task_put,
+        .task_get = pg_task_get,
+        .task_list = pg_task_list,
+        .task_load_active = pg_task_load_active,
+        .task_max_id = pg_task_max_id,
+        .meta_get = pg_meta_get,
+        .meta_set = pg_meta_set,
+};

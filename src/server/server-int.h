@@ -118,6 +118,8 @@ typedef struct gp_daemon {
         uint64_t submitted_total, finished_total, failed_total, cancelled_total;
         uint64_t commits, commit_tasks;
         int64_t started_ms;
+        struct gp_monitor *mon;     /* metrics registry and history (monitor.h), thread-safe */
+        struct gp_alerts *alerts;   /* alert rules and webhook (alerts.h), thread-safe */
 } gp_daemon;
 
 /* daemon.c */

@@ -404,9 +404,12 @@ static void apply_heartbeat(gp_daemon *d, cmd *c, int64_t now, outcome *o) {
                 o->status = 409; /* a final lease cannot be kept alive */
                 return;
         }
-        if (!t->is_lease) {
+        if (!t->is_lease || t->state != GP_TASK_RUNNING) {
                 o->status = 409;
-                o->body = gp_http_error_body("conflict", "task %" PRId64 " is a batch task, not a lease", t->id);
+                o->body = gp_http_error_body("conflict",
+                                             t->is_lease ? "lease %" PRId64 " is still queued; heartbeat once it runs"
+                                                         : "task %" PRId64 " is a batch task, not a lease",
+                                             t->id);
                 return;
         }
         t->heartbeat_ms = now; /* not a state change: not stored (restart grants a full TTL) */

@@ -420,7 +420,7 @@ static ssize_t log_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         r->log_fd = open(path, O_RDONLY | O_CLOEXEC);
         }
         if (r->log_fd >= 0) {
-                ssize_t n = pread(r->log_fd, buf, max, (off_t)pos);
+                ssize_t n = pread(r->log_fd, buf, max, (off_t)(r->log_offset + (int64_t)pos));
                 if (n > 0)
                         return n;
         }
@@ -430,7 +430,7 @@ static ssize_t log_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 pthread_mutex_unlock(&d->lock);
                 /* one more read: output written just before the end */
                 if (r->log_fd >= 0) {
-                        ssize_t n = pread(r->log_fd, buf, max, (off_t)pos);
+                        ssize_t n = pread(r->log_fd, buf, max, (off_t)(r->log_offset + (int64_t)pos));
                         if (n > 0)
                                 return n;
                 }
@@ -473,12 +473,8 @@ static enum MHD_Result get_logs(hreq *r, int64_t id) {
         r->log_fd = -1;
         struct MHD_Response *resp;
         if (follow) {
+                r->log_offset = offset; /* the reader's positions start there */
                 resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, log_reader, r, NULL);
-                /* offset: skip by starting the callback's positions there */
-                if (resp && offset > 0) {
-                        MHD_destroy_response(resp);
-                        return send_error(r, 400, "invalid_request", "offset is not supported with follow=1");
-                }
         } else {
                 char path[PATH_MAX];
                 int fd = gp_daemon_task_path(d, id, "log", path, sizeof(path)) == 0 ? open(path, O_RDONLY | O_CLOEXEC)

@@ -74,6 +74,7 @@ typedef struct hreq {
         /* log follow */
         int log_fd;
         int64_t log_id;
+        int64_t log_offset;         /* follow: first byte to send */
         bool following;
         int64_t follow_idle_ms;
 } hreq;

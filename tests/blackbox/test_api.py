@@ -599,8 +599,6 @@ def test_releasing_a_queued_lease_cancels_it(daemon):
     assert daemon.api("GET", "/api/v1/queue").json()["total"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: heartbeat on a queued lease answers 200; docs/api.md says 409 "
-                                       "if not a running lease")
 def test_heartbeat_on_a_queued_lease_is_a_conflict(daemon):
     fill_gpus(daemon)
     q = lease(daemon)
@@ -670,8 +668,6 @@ def test_log_follow_of_a_queued_task_ends_when_it_is_cancelled(daemon):
     assert box["status"] == 200 and box["body"] == b""
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: logs?follow=1&offset=N answers 400 'offset is not supported with "
-                                       "follow=1'; docs/api.md specifies follow and offset together")
 def test_log_follow_from_an_offset(daemon):
     t = batch(daemon, ["sh", "-c", "echo 0123456789; sleep 1; echo tail"])
     r = daemon.api("GET", "/api/v1/tasks/%d/logs?follow=1&offset=5" % t["id"], stream=True, timeout=20)

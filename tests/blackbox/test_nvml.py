@@ -177,9 +177,6 @@ def test_auto_backend_uses_nvml_when_it_loads(daemon_factory, monkeypatch, tmp_p
     assert [g["name"] for g in r.json()["gpus"]] == ["NVIDIA L4"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a batch task on a GPU that NVML reports lost keeps running there "
-                                       "forever (retries 0, no reason); DESIGN.md: it goes back to queued if it "
-                                       "has retries left, else failed with a reason")
 def test_a_task_on_a_gpu_that_fails_is_requeued_or_failed(nvml_daemon, tmp_path):
     script = TWO_GPUS.replace("power_mw=210000", "power_mw=210000 fail=memory fail_after=6")
     d = nvml_daemon(script, ", poll_ms: 200")

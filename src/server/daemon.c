@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "exec/exec.h"
+#include "server/monitor.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -229,6 +230,7 @@ static void finish(gp_daemon *d, batch *b, gp_task *t, gp_task_state st, int64_t
                 d->failed_total++;
         if (st == GP_TASK_CANCELLED)
                 d->cancelled_total++;
+        gp_monitor_task_finished(d->mon, t->tenant, st);
         mark(b, t);
         gp_info("task %" PRId64 " %s%s%s", t->id, gp_task_state_name(st), t->reason[0] ? ": " : "", t->reason);
 }
@@ -273,6 +275,7 @@ static void commit(gp_daemon *d, batch *b) {
         }
         d->commits++;
         d->commit_tasks += b->ndirty;
+        gp_monitor_store_commit(d->mon, b->ndirty);
 }
 
 /* ------------------------------------------------------------------ */
@@ -311,6 +314,9 @@ static void apply_submit(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o
         if (rc == 0)
                 rc = gp_sched_enqueue(d->sched, &r);
         if (rc < 0) {
+                gp_monitor_submit_rejected(d->mon, rc == -GP_EQUEUEFULL ? "queue_full"
+                                                   : rc == -EINVAL        ? "infeasible"
+                                                                          : "other");
                 if (rc == -GP_EQUEUEFULL) {
                         o->status = 429;
                         o->retry_after = 5;
@@ -338,6 +344,7 @@ static void apply_submit(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o
         }
         d->next_id++;
         d->submitted_total++;
+        gp_monitor_task_submitted(d->mon, t->tenant);
         mark(b, t);
         o->status = 201;
         o->task = t;
@@ -509,6 +516,7 @@ static void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why,
                 set_reason(t, "requeued (retry %d of %d): %s", t->retries, t->max_retries, why);
                 gp_sched_req r = sched_req(t);
                 if (gp_sched_enqueue(d->sched, &r) == 0) {
+                        gp_monitor_task_requeued(d->mon);
                         mark(b, t);
                         return;
                 }
@@ -625,8 +633,10 @@ out:
 static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
         gp_sched_decision *dec = NULL;
         size_t n = 0, cap = 0;
+        int64_t t0 = gp_monitor_now_ns();
         if (gp_sched_run(d->sched, now, &dec, &n, &cap) < 0)
                 gp_warn("scheduler ran out of memory; %zu decisions kept", n);
+        gp_monitor_sched_pass(d->mon, gp_monitor_now_ns() - t0, n);
         for (size_t i = 0; i < n; i++) {
                 gp_task *t = gp_i64map_get(&d->tasks, dec[i].id);
                 if (!t)
@@ -658,6 +668,7 @@ static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
                 t->started_ms = now;
                 t->heartbeat_ms = now;
                 t->reason[0] = '\0';
+                gp_monitor_task_started(d->mon, t->tenant, t->priority, now - t->submitted_ms, dec[i].backfilled);
                 if (dec[i].backfilled)
                         set_reason(t, "started by backfill");
                 mark(b, t);
@@ -961,8 +972,11 @@ static void sample(gp_daemon *d) {
                 }
                 pthread_mutex_unlock(&d->lock);
         }
-        if (gp_gpu_read(d->gpu, &info, &n) < 0)
+        if (gp_gpu_read(d->gpu, &info, &n) < 0) {
+                gp_monitor_gpu_read(d, false, gp_now_ms());
                 return;
+        }
+        gp_monitor_gpu_read(d, true, gp_now_ms());
         bool changed = false;
         cmd *failed[64];
         size_t nfailed = 0;
@@ -1003,11 +1017,23 @@ static void sample(gp_daemon *d) {
 
 static void *sampler_main(void *arg) {
         gp_daemon *d = arg;
+        /* GPUs every gpu_poll_ms; metrics history and alerts every monitor_sample_ms */
+        int64_t next_gpu = gp_mono_ms() + d->cfg.gpu_poll_ms, next_mon = gp_mono_ms();
         while (!d->stopping) {
-                for (int slept = 0; slept < d->cfg.gpu_poll_ms && !d->stopping; slept += 100)
-                        usleep(100 * 1000);
-                if (!d->stopping)
+                int64_t now = gp_mono_ms();
+                if (now >= next_gpu) {
                         sample(d);
+                        next_gpu = now + d->cfg.gpu_poll_ms;
+                }
+                if (now >= next_mon) {
+                        gp_monitor_tick(d);
+                        next_mon = now + d->cfg.monitor_sample_ms;
+                }
+                int64_t wait = (next_gpu < next_mon ? next_gpu : next_mon) - gp_mono_ms();
+                if (wait > 100)
+                        wait = 100;
+                if (wait > 0 && !d->stopping)
+                        usleep((useconds_t)wait * 1000);
         }
         return NULL;
 }
@@ -1170,6 +1196,8 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         gp_i64map_init(&d->requeue);
         gp_i64map_init(&d->watch);
         d->started_ms = gp_now_ms();
+        if (gp_monitor_attach(d, err, errlen) < 0)
+                return -ENOMEM;
         ssize_t n = readlink("/proc/self/exe", d->self_exe, sizeof(d->self_exe) - 1);
         if (n <= 0) {
                 snprintf(err, errlen, "cannot find my own executable: %s", strerror(errno));
@@ -1262,6 +1290,8 @@ int gp_daemon_start(gp_daemon *d) {
         rc = pthread_create(&d->sampler_thread, NULL, sampler_main, d);
         if (rc)
                 return -rc;
+        if ((rc = gp_monitor_start(d)) < 0)
+                return rc;
         uint64_t one = 1; /* first pass: schedule what was recovered */
         ssize_t w = write(d->evfd, &one, sizeof(one));
         (void)w;
@@ -1308,6 +1338,7 @@ void gp_daemon_close(gp_daemon *d) {
                 free(c);
                 c = n;
         }
+        gp_monitor_detach(d);
         gp_sched_free(d->sched);
         gp_store_close(d->ws);
         gp_store_close(d->rs);

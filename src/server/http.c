@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/util.h"
+#include "server/monitor.h"
 #include "server/submit.h"
 
 #include <arpa/inet.h>
@@ -795,9 +796,13 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         if (!r->started) {
                 r->started = true;
                 enum MHD_Result ret;
-                if (authorize(r, url, &ret) < 0)
+                /* the dashboard's page and assets hold no data: they load without a key (the page asks for one) */
+                if (!gp_web_is_public(url, method) && authorize(r, url, &ret) < 0)
                         return ret;
         }
+        enum MHD_Result mret;
+        if (gp_monitor_route(r, url, method, &mret)) /* /metrics, /api/v1/monitor/..., /api/v1/alerts, / */
+                return mret;
         return route(r, url, method);
 }
 

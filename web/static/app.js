@@ -1,0 +1,418 @@
+/* app.js - the gpupool dashboard.  Plain JavaScript, no build step.
+ *
+ * Pages are sections of index.html chosen by the URL hash (#/overview,
+ * #/queue, #/tasks, #/tenants, #/gateway, #/alerts).  The current page
+ * polls the HTTP API once a second (history charts every 5 s), so what it
+ * shows is at most about a second old; nothing reloads.  Every request
+ * carries the API key kept in localStorage (if any); a 401 opens the key
+ * dialog, a 403 shows that the key may not see the page.  Text from the
+ * server is only ever set with textContent. */
+"use strict";
+(function () {
+  const POLL_MS = 1000, HISTORY_MS = 5000;
+  const $ = (id) => document.getElementById(id);
+  const t = (...a) => I18N.t(...a);
+  const state = { page: "overview", backend: "", lastOk: 0, busy: false, historyAt: 0, selected: null,
+                  tasks: [], detailFor: 0, logAt: 0, cancelling: {} };
+
+  /* ---- HTTP ---- */
+
+  function key() { return localStorage.getItem("gpupool.key") || ""; }
+
+  class HttpError extends Error {
+    constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+  }
+
+  async function api(path, opts) {
+    opts = opts || {};
+    const headers = Object.assign({}, opts.headers || {});
+    if (key()) headers.Authorization = "Bearer " + key();
+    let r;
+    try {
+      r = await fetch(path, { method: opts.method || "GET", headers: headers, body: opts.body, cache: "no-store" });
+    } catch (e) {
+      throw new HttpError(0, "unreachable", String(e));
+    }
+    const backend = r.headers.get("X-Gpupool-Backend");
+    if (backend) setBackend(backend);
+    if (r.status === 401) { askKey(key() !== ""); throw new HttpError(401, "unauthorized", "unauthorized"); }
+    if (opts.raw) { if (!r.ok) throw new HttpError(r.status, "error", String(r.status)); return r; }
+    let body = null;
+    try { body = await r.json(); } catch (e) { body = null; }
+    if (!r.ok) {
+      const err = body && body.error ? body.error : { code: "error", message: String(r.status) };
+      throw new HttpError(r.status, err.code, err.message);
+    }
+    return body;
+  }
+
+  /* ---- small DOM helpers ---- */
+
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    if (attrs) for (const k of Object.keys(attrs)) {
+      if (k === "class") e.className = attrs[k];
+      else if (k === "text") e.textContent = attrs[k];
+      else if (k.startsWith("on")) e.addEventListener(k.slice(2), attrs[k]);
+      else e.setAttribute(k, attrs[k]);
+    }
+    for (const c of kids) if (c !== null && c !== undefined) e.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
+    return e;
+  }
+  function fill(tbody, rows) { tbody.textContent = ""; rows.forEach((r) => tbody.appendChild(r)); }
+  function dur(s) {
+    if (s === null || s === undefined || isNaN(s)) return t("none");
+    if (s < 60) return t("seconds", Math.round(s));
+    if (s < 3600) return t("minutes", Math.round(s / 60));
+    return t("hours", (s / 3600).toFixed(1));
+  }
+  function when(iso) {
+    if (!iso) return t("none");
+    const d = new Date(iso);
+    return d.toLocaleString(I18N.lang === "zh" ? "zh-CN" : "en-GB", { hour12: false });
+  }
+  function gb(mb) { return mb === null || mb === undefined ? t("none") : (mb / 1024).toFixed(1) + " GB"; }
+  function stateCell(s) { return el("span", { class: "state " + s, text: t("state_" + s) }); }
+
+  function setBackend(b) {
+    if (b === state.backend) return;
+    state.backend = b;
+    $("sim-badge").hidden = b !== "sim";
+  }
+
+  function banner(text) {
+    const b = $("banner");
+    b.hidden = !text;
+    b.textContent = text || "";
+  }
+
+  function live(ok) {
+    if (ok) state.lastOk = Date.now();
+    const stale = Date.now() - state.lastOk > 3 * POLL_MS;
+    const needKey = $("key-dialog").open;
+    $("live").classList.toggle("stale", stale || needKey);
+    $("live-text").textContent = needKey ? t("key_needed") : stale ? t("live_stale") : t("live_ok");
+    $("live").title = state.lastOk ? t("live_title", new Date(state.lastOk).toLocaleTimeString()) : "";
+  }
+
+  /* ---- key dialog ---- */
+
+  function askKey(bad) {
+    const d = $("key-dialog");
+    $("key-error").hidden = !bad;
+    if (!d.open) { d.showModal(); $("key-input").value = ""; $("key-input").focus(); }
+  }
+
+  /* ---- overview ---- */
+
+  function statBox(v, k, bad) { return el("div", { class: "stat" + (bad ? " bad" : "") }, el("div", { class: "v", text: v }), el("div", { class: "k", text: k })); }
+
+  function meter(label, value, pct, cls) {
+    const bar = el("div", { class: "bar " + (cls || "") }, el("span"));
+    bar.firstChild.style.width = Math.max(0, Math.min(100, pct || 0)) + "%";
+    return el("div", { class: "meter" }, el("div", { class: "row" }, el("span", { text: label }), el("b", { text: value })), bar);
+  }
+
+  function gpuCard(g, snap) {
+    const cls = ["card"];
+    if (!g.healthy) cls.push("unhealthy");
+    if (g.drained) cls.push("drained");
+    const tags = [];
+    if (g.backend === "sim") tags.push(el("span", { class: "tag sim", text: t("gpu_sim") }));
+    tags.push(g.healthy ? el("span", { class: "tag ok", text: t("gpu_healthy") }) : el("span", { class: "tag bad", text: t("gpu_unhealthy") }));
+    if (g.drained) tags.push(el("span", { class: "tag warn", text: t("gpu_drained") }));
+    if (g.reserved) tags.push(el("span", { class: "tag", text: t("gpu_reserved") }));
+    const used = g.memory_used_mb, total = g.memory_total_mb;
+    const tasks = el("div", { class: "tasks-on" });
+    if (g.tasks && g.tasks.length) {
+      g.tasks.forEach((id) => tasks.appendChild(el("a", { href: "#/tasks/" + id, text: "#" + id, "data-task": String(id) })));
+    } else {
+      tasks.appendChild(el("span", { class: "idle", text: t("gpu_idle") }));
+    }
+    const extra = snap && snap.gpusById[g.id];
+    const facts = el("div", { class: "facts" },
+      el("span", {}, t("gpu_temp") + " ", el("b", { text: g.temp_c === null ? t("none") : g.temp_c + " °C" })),
+      el("span", {}, t("gpu_power") + " ", el("b", { text: g.power_w === null ? t("none") : Math.round(g.power_w) + " W" })),
+      extra && extra.sm_clock_mhz !== null ? el("span", {}, t("gpu_clock") + " ", el("b", { text: extra.sm_clock_mhz + " MHz" })) : null);
+    const card = el("div", { class: cls.join(" "), "data-gpu": g.id },
+      el("div", { class: "card-head" }, el("span", { class: "id", text: g.id }), el("span", { class: "grow" }), ...tags),
+      el("div", { class: "name", text: g.name, title: g.uuid }),
+      meter(t("gpu_util"), g.util_pct === null ? t("none") : g.util_pct + "%", g.util_pct, g.util_pct > 90 ? "hot" : ""),
+      meter(t("gpu_mem"), gb(used) + " / " + gb(total), total ? (100 * (used || 0)) / total : 0, "mem"),
+      facts, tasks,
+      !g.healthy && g.health_reason ? el("div", { class: "health", text: g.health_reason }) : null);
+    return card;
+  }
+
+  async function loadOverview() {
+    const [gpus, snap] = await Promise.all([api("/api/v1/gpus"), api("/api/v1/monitor/metrics")]);
+    snap.gpusById = {};
+    (snap.gpus || []).forEach((g) => { snap.gpusById[g.id] = g; });
+    const s = $("stats");
+    s.textContent = "";
+    s.appendChild(statBox(snap.gpus_busy + " / " + snap.gpus_total, t("stat_gpus_busy")));
+    s.appendChild(statBox(snap.gpu_util_pct === null ? t("none") : Math.round(snap.gpu_util_pct) + "%", t("stat_util")));
+    s.appendChild(statBox(String(snap.tasks_running), t("stat_running")));
+    s.appendChild(statBox(String(snap.tasks_queued), t("stat_queued")));
+    s.appendChild(statBox(dur(snap.queue_wait_p95_5m_s), t("stat_wait")));
+    s.appendChild(statBox(Math.round(snap.utilization_pct) + "%", t("stat_memory")));
+    s.appendChild(statBox(snap.counters.succeeded + " / " + (snap.counters.failed + snap.counters.timeout + snap.counters.lost), t("stat_finished")));
+    s.appendChild(statBox(String(snap.alerts_firing), t("stat_alerts"), snap.alerts_firing > 0));
+    const cards = $("gpu-cards");
+    cards.textContent = "";
+    gpus.gpus.forEach((g) => cards.appendChild(gpuCard(g, snap)));
+    if (Date.now() - state.historyAt > HISTORY_MS) {
+      state.historyAt = Date.now();
+      const [u, q, r] = await Promise.all([
+        api("/api/v1/monitor/history?metric=gpu_util_pct&since=-600"),
+        api("/api/v1/monitor/history?metric=queued&since=-600"),
+        api("/api/v1/monitor/history?metric=running&since=-600")]);
+      const now = Date.now();
+      LineChart.draw($("chart-util"), u.series.map((s) => ({ name: s.labels.gpu, points: s.points })),
+        { t0: now - 600e3, t1: now, max: 100, step_ms: 1000, legend: $("legend-util") });
+      const qs = [];
+      if (q.series[0]) qs.push({ name: t("queued"), points: q.series[0].points, color: "#d98a00" });
+      if (r.series[0]) qs.push({ name: t("running"), points: r.series[0].points, color: "#2f6fdf" });
+      LineChart.draw($("chart-queue"), qs, { t0: now - 600e3, t1: now, step_ms: 1000, integer: true, legend: $("legend-queue") });
+    }
+  }
+
+  /* ---- queue ---- */
+
+  async function loadQueue() {
+    const [q, snap] = await Promise.all([api("/api/v1/queue?limit=500"), api("/api/v1/monitor/metrics")]);
+    const names = t("tier_names").split(",");
+    const tiers = $("tiers");
+    tiers.textContent = "";
+    snap.queued_by_priority.forEach((n, p) => {
+      tiers.appendChild(el("div", { class: "tier" + (n ? " busy" : ""), "data-tier": String(p) },
+        el("div", { class: "n", text: String(n) }), el("div", { class: "l", text: t("tier", p) + (names[p] ? " · " + names[p] : "") })));
+    });
+    fill($("queue-table").tBodies[0], q.tasks.map((x) => el("tr", { "data-task": String(x.id) },
+      el("td", { text: String(x.queue_position) }),
+      el("td", {}, el("a", { href: "#/tasks/" + x.id, text: "#" + x.id })),
+      el("td", { text: x.name }), el("td", { text: x.tenant_id }), el("td", { text: "P" + x.priority }),
+      el("td", { text: String(x.gpu_request) + (x.memory_mb ? " × " + gb(x.memory_mb) : "") }),
+      el("td", { text: dur(x.wait_s) }), el("td", { class: "reason", text: x.reason }))));
+    $("queue-empty").hidden = q.tasks.length > 0;
+  }
+
+  /* ---- tasks ---- */
+
+  async function loadTasks() {
+    const st = $("f-state").value;
+    const list = await api("/api/v1/tasks?limit=200" + (st ? "&state=" + encodeURIComponent(st) : ""));
+    const q = $("f-text").value.trim().toLowerCase();
+    const rows = list.tasks.filter((x) => !q || String(x.id) === q.replace(/^#/, "") ||
+      (x.name || "").toLowerCase().includes(q) || (x.tenant_id || "").toLowerCase().includes(q));
+    state.tasks = rows;
+    fill($("tasks-table").tBodies[0], rows.map((x) => {
+      const tr = el("tr", { "data-task": String(x.id), class: state.selected === x.id ? "sel" : "", onclick: () => { location.hash = "#/tasks/" + x.id; } },
+        el("td", { text: "#" + x.id }), el("td", { text: x.name }), el("td", { text: x.tenant_id }),
+        el("td", { text: t("kind_" + x.kind) }), el("td", {}, stateCell(x.state)), el("td", { text: "P" + x.priority }),
+        el("td", { text: x.gpus.length ? x.gpus.map((g) => g.node + ":" + g.index).join(", ") : String(x.gpu_request) }),
+        el("td", { text: when(x.submitted_at) }));
+      return tr;
+    }));
+    $("tasks-empty").hidden = rows.length > 0;
+    if (state.selected) await loadDetail(state.selected);
+  }
+
+  async function loadDetail(id) {
+    const x = await api("/api/v1/tasks/" + id);
+    $("task-detail").hidden = false;
+    $("td-title").textContent = "#" + x.id + (x.name ? " · " + x.name : "");
+    const dl = $("td-fields");
+    dl.textContent = "";
+    const add = (k, v) => { if (v === null || v === undefined || v === "") return; dl.appendChild(el("dt", { text: t(k) })); dl.appendChild(typeof v === "string" ? el("dd", { text: v }) : el("dd", {}, v)); };
+    add("f_state", stateCell(x.state));
+    add("f_tenant", x.tenant_id);
+    add("f_priority", "P" + x.priority);
+    add("f_gpus", x.gpus.length ? x.gpus.map((g) => g.node + ":" + g.index).join(", ") : String(x.gpu_request));
+    add("f_memory", x.memory_mb ? gb(x.memory_mb) : t("whole_gpu"));
+    if (x.queue_position) add("f_position", String(x.queue_position));
+    add("f_reason", x.reason);
+    if (x.command) add("f_command", x.command.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : JSON.stringify(a))).join(" "));
+    if (x.exit_code !== null) add("f_exit", String(x.exit_code));
+    add("f_started", x.started_at ? when(x.started_at) : "");
+    add("f_finished", x.finished_at ? when(x.finished_at) : "");
+    const active = x.state === "queued" || x.state === "running";
+    const btn = $("td-cancel");
+    btn.hidden = !active;
+    btn.disabled = !!state.cancelling[x.id] || (x.reason || "").startsWith("cancelling");
+    btn.textContent = btn.disabled ? t("cancelling") : t("cancel");
+    btn.dataset.task = String(x.id);
+    const log = $("td-log");
+    if (x.kind === "lease") { log.textContent = t("log_lease"); return; }
+    if (state.detailFor !== x.id || active || Date.now() - state.logAt > 5000) {
+      state.detailFor = x.id;
+      state.logAt = Date.now();
+      log.textContent = await logTail(x.id);
+      log.scrollTop = log.scrollHeight;
+    }
+  }
+
+  /* The last 16 KB of a task's log, read as a stream (logs may be large). */
+  async function logTail(id) {
+    const r = await api("/api/v1/tasks/" + id + "/logs", { raw: true });
+    const reader = r.body.getReader();
+    const keep = 16384, limit = 8 << 20;
+    let chunks = [], size = 0, total = 0;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value); size += value.length; total += value.length;
+      while (size - chunks[0].length >= keep) size -= chunks.shift().length;
+      if (total > limit) { reader.cancel(); break; }
+    }
+    let all = new Uint8Array(size), off = 0;
+    for (const c of chunks) { all.set(c, off); off += c.length; }
+    if (all.length > keep) all = all.slice(all.length - keep);
+    const text = new TextDecoder().decode(all);
+    if (!text) return t("log_none");
+    return (total > keep ? t("log_big", keep / 1024) + "\n" : "") + text;
+  }
+
+  async function cancelTask() {
+    const id = Number($("td-cancel").dataset.task);
+    if (!id) return;
+    state.cancelling[id] = true;
+    $("td-cancel").disabled = true;
+    $("td-cancel").textContent = t("cancelling");
+    try {
+      await api("/api/v1/tasks/" + id + "/cancel", { method: "POST" });
+    } catch (e) {
+      banner(e.message);
+    } finally {
+      delete state.cancelling[id];
+    }
+    await tick();
+  }
+
+  /* ---- tenants ---- */
+
+  async function loadTenants() {
+    const snap = await api("/api/v1/monitor/metrics");
+    const ts = (snap.tenants || []).slice().sort((a, b) => b.gpus - a.gpus || b.gpu_seconds - a.gpu_seconds || a.id.localeCompare(b.id));
+    const anyQuota = ts.some((x) => x.quota);
+    document.querySelectorAll(".quota-col").forEach((c) => { c.hidden = !anyQuota; });
+    fill($("tenants-table").tBodies[0], ts.map((x) => {
+      const q = x.quota;
+      const quota = anyQuota ? el("td", { class: "quota-col", text: q && q.max_gpus ? x.gpus + " / " + q.max_gpus : t("no_quota") }) : null;
+      return el("tr", { "data-tenant": x.id }, el("td", { text: x.id }), el("td", { text: String(x.gpus) }),
+        el("td", { text: String(x.running) }), el("td", { text: String(x.queued) }), el("td", { text: x.memory_mb ? gb(x.memory_mb) : t("none") }),
+        el("td", { text: (x.gpu_seconds / 3600).toFixed(2) }), quota);
+    }));
+    $("tenants-empty").hidden = ts.length > 0;
+    if (Date.now() - state.historyAt > HISTORY_MS) {
+      state.historyAt = Date.now();
+      const h = await api("/api/v1/monitor/history?metric=tenant_gpus&since=-600");
+      const now = Date.now();
+      LineChart.draw($("chart-tenants"), h.series.map((s) => ({ name: s.labels.tenant, points: s.points })),
+        { t0: now - 600e3, t1: now, step_ms: 1000, integer: true, legend: $("legend-tenants") });
+    }
+  }
+
+  /* ---- gateway ---- */
+
+  async function loadGateway() {
+    const snap = await api("/api/v1/monitor/metrics");
+    $("gateway-off").hidden = !!(snap.gateway && snap.gateway.configured);
+  }
+
+  /* ---- alerts ---- */
+
+  function alertCount(n) {
+    const c = $("alert-count");
+    c.hidden = !n;
+    c.textContent = String(n);
+  }
+
+  async function loadAlerts() {
+    const a = await api("/api/v1/alerts");
+    const firing = a.alerts.filter((x) => x.state === "firing").length;
+    alertCount(firing);
+    fill($("alerts-table").tBodies[0], a.alerts.map((x) => el("tr", { "data-alert": x.rule },
+      el("td", { text: x.rule + " (" + x.when + ")" }), el("td", { text: x.subject || t("none") }),
+      el("td", { text: t("alert_" + x.state) }), el("td", { class: "sev-" + x.severity, text: x.severity }),
+      el("td", { text: x.value === null ? t("none") : String(x.value) }), el("td", { text: when(x.started_at || x.pending_since) }))));
+    $("alerts-empty").hidden = a.alerts.length > 0;
+    fill($("resolved-table").tBodies[0], a.resolved.map((x) => el("tr", {},
+      el("td", { text: x.rule + " (" + x.when + ")" }), el("td", { text: x.subject || t("none") }),
+      el("td", { text: x.value === null ? t("none") : String(x.value) }), el("td", { text: when(x.started_at) }), el("td", { text: when(x.resolved_at) }))));
+    fill($("rules-table").tBodies[0], a.rules.map((x) => el("tr", {},
+      el("td", { text: x.name }), el("td", { text: x.when }), el("td", { text: dur(x.for_s) }), el("td", { text: dur(x.clear_s) }),
+      el("td", { class: "sev-" + x.severity, text: x.severity }), el("td", { text: x.active ? t("yes") : t("no") + " · " + t("inactive_note") }))));
+    $("webhook-note").textContent = a.webhook.configured ? t("webhook_on", a.webhook.queued) : t("webhook_off");
+  }
+
+  async function pollAlertCount() {
+    const a = await api("/api/v1/alerts");
+    alertCount(a.alerts.filter((x) => x.state === "firing").length);
+  }
+
+  /* ---- the loop ---- */
+
+  const loaders = { overview: loadOverview, queue: loadQueue, tasks: loadTasks, tenants: loadTenants, gateway: loadGateway, alerts: loadAlerts };
+
+  async function tick() {
+    if (state.busy || $("key-dialog").open) return;
+    state.busy = true;
+    try {
+      await loaders[state.page]();
+      if (state.page !== "alerts") await pollAlertCount();
+      banner("");
+      live(true);
+    } catch (e) {
+      live(false);
+      if (e.status === 401) return;
+      if (e.status === 403) banner(e.code === "forbidden" && /loopback/.test(e.message) ? t("loopback_only") : t("forbidden"));
+      else if (e.status === 0) banner(t("unreachable"));
+      else if (e.status !== 401) banner(e.message);
+    } finally {
+      state.busy = false;
+    }
+  }
+
+  function route() {
+    const parts = (location.hash || "#/overview").replace(/^#\/?/, "").split("/");
+    const page = loaders[parts[0]] ? parts[0] : "overview";
+    const sel = page === "tasks" && parts[1] ? Number(parts[1]) : null;
+    if (page !== state.page) state.historyAt = 0;
+    state.page = page;
+    state.selected = sel;
+    if (!sel) $("task-detail").hidden = true;
+    document.querySelectorAll("section.page").forEach((s) => { s.hidden = s.id !== "page-" + page; });
+    document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === page));
+    tick();
+  }
+
+  function applyLang() {
+    I18N.apply();
+    $("lang").textContent = I18N.lang === "zh" ? "English" : "中文";
+    document.title = "gpupool · " + t("nav_" + state.page);
+    state.historyAt = 0;
+    live(state.lastOk > 0);
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    applyLang();
+    $("lang").addEventListener("click", () => { I18N.set(I18N.lang === "zh" ? "en" : "zh"); applyLang(); tick(); });
+    $("key-btn").addEventListener("click", () => askKey(false));
+    $("key-form").addEventListener("submit", (ev) => {
+      const v = $("key-input").value.trim();
+      if (!v) { ev.preventDefault(); return; }
+      localStorage.setItem("gpupool.key", v);
+      setTimeout(tick, 0);
+    });
+    $("key-clear").addEventListener("click", () => { localStorage.removeItem("gpupool.key"); $("key-dialog").close(); tick(); });
+    $("td-close").addEventListener("click", () => { location.hash = "#/tasks"; });
+    $("td-cancel").addEventListener("click", cancelTask);
+    $("f-state").addEventListener("change", tick);
+    $("f-text").addEventListener("input", tick);
+    window.addEventListener("hashchange", () => { route(); applyLang(); });
+    window.addEventListener("resize", () => { state.historyAt = 0; });
+    route();
+    setInterval(tick, POLL_MS);
+  });
+})();

@@ -151,7 +151,16 @@ void gp_monitor_collect(gp_daemon *d, gp_mon_sample *s) {
                 } else if (t->state == GP_TASK_RUNNING && tn) {
                         tn->running++;
                         tn->gpus += t->n_gpus;
-                        tn->memory_mb += t->memory_mb * t->n_gpus;
+                        for (int k = 0; k < t->n_gpus; k++) {
+                                /* a whole GPU counts as its usable memory, as the scheduler does */
+                                uint32_t g;
+                                gp_sched_gpu_view v;
+                                if (t->memory_mb > 0 && !t->exclusive)
+                                        tn->memory_mb += t->memory_mb;
+                                else if (gp_sched_gpu_find(d->sched, t->gpus[k].node, t->gpus[k].index, &g) == 0 &&
+                                         gp_sched_gpu_get(d->sched, g, &v) == 0)
+                                        tn->memory_mb += v.memory_usable_mb;
+                        }
                 }
         }
         pthread_mutex_unlock(&d->lock);

@@ -1017,11 +1017,14 @@ static void sample(gp_daemon *d) {
 
 static void *sampler_main(void *arg) {
         gp_daemon *d = arg;
-        /* GPUs every gpu_poll_ms; metrics history and alerts every monitor_sample_ms */
+        /* GPUs every gpu_poll_ms; metrics history and alerts every monitor_sample_ms.
+         * Simulated readings cost nothing and follow the scheduler's state, so
+         * they are refreshed at every monitor tick too (no stale sim cards). */
+        bool sim = strcmp(d->backend, "sim") == 0;
         int64_t next_gpu = gp_mono_ms() + d->cfg.gpu_poll_ms, next_mon = gp_mono_ms();
         while (!d->stopping) {
                 int64_t now = gp_mono_ms();
-                if (now >= next_gpu) {
+                if (now >= next_gpu || (sim && now >= next_mon)) {
                         sample(d);
                         next_gpu = now + d->cfg.gpu_poll_ms;
                 }

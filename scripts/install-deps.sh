@@ -3,8 +3,9 @@
 # Usage: scripts/install-deps.sh [build|test|all]   (default: build)
 set -eu
 what=${1:-build}
-build="make gcc pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libpq-dev"
-test="libcmocka-dev python3-pytest python3-requests clang libclang-rt-14-dev postgresql sqlite3 procps curl wrk"
+build="make gcc pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libpq-dev python3"
+# prometheus: promtool checks /metrics; chromium (+ a CJK font for the Chinese page) runs the dashboard tests
+test="libcmocka-dev python3-pytest python3-requests clang libclang-rt-14-dev postgresql sqlite3 procps curl wrk prometheus chromium fonts-wqy-microhei"
 case "$what" in
   build) pkgs=$build ;;
   test|all) pkgs="$build $test" ;;
@@ -14,6 +15,8 @@ missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
 done
+# node and npm for the browser tests (tests/web), unless some node is there already
+case "$what" in test|all) command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm" ;; esac
 [ -z "$missing" ] && exit 0
 echo "installing:$missing" >&2
 SUDO=""

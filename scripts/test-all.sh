@@ -26,4 +26,7 @@ url=$(tests/pg/start-pg.sh)
 trap 'tests/pg/stop-pg.sh "$url" >/dev/null 2>&1 || true' EXIT
 GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BUILD=build build/tests/test-store
 
+echo "== web dashboard in headless chromium (Playwright), against a real daemon"
+(cd tests/web && npm ci --no-audit --no-fund --loglevel=error && GPUPOOL_BIN="$PWD/../../build/gpupool" node --test dashboard.test.mjs)
+
 echo "== all tests passed"

@@ -247,13 +247,13 @@
     if (state.detailFor !== x.id || active || Date.now() - state.logAt > 5000) {
       state.detailFor = x.id;
       state.logAt = Date.now();
-      log.textContent = await logTail(x.id);
+      log.textContent = await logTail(x.id, active);
       log.scrollTop = log.scrollHeight;
     }
   }
 
   /* The last 16 KB of a task's log, read as a stream (logs may be large). */
-  async function logTail(id) {
+  async function logTail(id, active) {
     const r = await api("/api/v1/tasks/" + id + "/logs", { raw: true });
     const reader = r.body.getReader();
     const keep = 16384, limit = 8 << 20;
@@ -269,7 +269,7 @@
     for (const c of chunks) { all.set(c, off); off += c.length; }
     if (all.length > keep) all = all.slice(all.length - keep);
     const text = new TextDecoder().decode(all);
-    if (!text) return t("log_none");
+    if (!text) return active ? t("log_none") : t("log_empty");
     return (total > keep ? t("log_big", keep / 1024) + "\n" : "") + text;
   }
 

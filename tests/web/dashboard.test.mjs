@@ -76,6 +76,7 @@ async function startDaemon(configText, key) {
         if (proc.exitCode === null) proc.kill("SIGKILL");
       }
       fs.closeSync(log);
+      if (!process.env.KEEP_TMP) fs.rmSync(dir, { recursive: true, force: true });
     },
     log() { try { return fs.readFileSync(path.join(dir, "server.log"), "utf8").slice(-4000); } catch { return ""; } },
   };
@@ -99,7 +100,8 @@ async function openBrowser(opts) {
   const errors = [];
   page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
   page.on("pageerror", (e) => errors.push(String(e)));
-  return { ctx, page, errors, profile };
+  const close = async () => { await ctx.close(); fs.rmSync(profile, { recursive: true, force: true }); };
+  return { ctx, page, errors, profile, close };
 }
 
 async function shot(page, name) {
@@ -127,7 +129,7 @@ before(async () => {
 });
 
 after(async () => {
-  if (b) await b.ctx.close();
+  if (b) await b.close();
   if (d) await d.stop();
 });
 
@@ -297,7 +299,7 @@ test("with keys configured the page asks for a key, refuses a wrong one, and sho
     // the only console errors are the browser's notes about the refused requests (401)
     assert.deepEqual(bk.errors.filter((e) => !/401/.test(e)), []);
   } finally {
-    await bk.ctx.close();
+    await bk.close();
     await dk.stop();
   }
 });

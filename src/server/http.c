@@ -501,29 +501,6 @@ static enum MHD_Result get_logs(hreq *r, int64_t id) {
 
 /* ---- monitor and admin ---- */
 
-static enum MHD_Result get_metrics(hreq *r) {
-        gp_daemon *d = r->d;
-        gp_sched_stats st;
-        pthread_mutex_lock(&d->lock);
-        gp_sched_get_stats(d->sched, &st);
-        json_t *q = json_array();
-        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
-                json_array_append_new(q, json_integer((json_int_t)st.queued[i]));
-        double util = st.memory_usable_mb ? 100.0 * (double)st.memory_allocated_mb / (double)st.memory_usable_mb : 0;
-        json_t *j = json_pack("{s:i,s:i,s:i,s:f,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "gpus_total",
-                              st.gpus_total, "gpus_usable", st.gpus_usable, "gpus_busy", st.gpus_busy,
-                              "utilization_pct", util, "tasks_queued", (json_int_t)st.queued_total,
-                              "tasks_running", (json_int_t)st.running, "queued_by_priority", q,
-                              "scheduled_total", (json_int_t)st.total_scheduled, "backfilled_total",
-                              (json_int_t)st.total_backfilled, "submitted_total", (json_int_t)d->submitted_total,
-                              "finished_total", (json_int_t)d->finished_total, "failed_total",
-                              (json_int_t)d->failed_total, "cancelled_total", (json_int_t)d->cancelled_total,
-                              "store_commits", (json_int_t)d->commits, "uptime_s",
-                              (json_int_t)((gp_now_ms() - d->started_ms) / 1000));
-        pthread_mutex_unlock(&d->lock);
-        return send_json(r, 200, j);
-}
-
 static enum MHD_Result get_sched_stats(hreq *r) {
         gp_daemon *d = r->d;
         gp_sched_stats st;
@@ -748,8 +725,7 @@ static enum MHD_Result route(hreq *r, const char *url, const char *method) {
                 static const struct {
                         const char *path;
                         enum MHD_Result (*fn)(hreq *);
-                } reads[] = {{"gpus", get_gpus}, {"nodes", get_nodes}, {"queue", get_queue},
-                             {"monitor/metrics", get_metrics}};
+                } reads[] = {{"gpus", get_gpus}, {"nodes", get_nodes}, {"queue", get_queue}};
                 for (size_t i = 0; i < GP_ARRAY_SIZE(reads); i++)
                         if (!strcmp(p, reads[i].path))
                                 return get ? reads[i].fn(r) : send_error(r, 405, "method_not_allowed", "use GET");

@@ -21,6 +21,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
@@ -76,10 +77,18 @@ static int parse_webhook(struct ctx *c, const struct field *f, void *base, const
 static int parse_alert_rules(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_when(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_severity(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_over_max(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_tenants(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_tenant_keys(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_tenant_kind(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_gpus_milli(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_groups(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 
 #define CFG(m) offsetof(gp_config, m), sizeof(((gp_config *)0)->m)
 #define SIM(m) offsetof(gp_cfg_sim_gpu, m), sizeof(((gp_cfg_sim_gpu *)0)->m)
 #define RULE(m) offsetof(gp_cfg_alert_rule, m), sizeof(((gp_cfg_alert_rule *)0)->m)
+#define TEN(m) offsetof(gp_cfg_tenant, m), sizeof(((gp_cfg_tenant *)0)->m)
+#define GRP(m) offsetof(gp_cfg_group, m), sizeof(((gp_cfg_group *)0)->m)
 #define NOSTORE 0, 0
 
 static const struct field fields[] = {
@@ -93,6 +102,7 @@ static const struct field fields[] = {
 
         {"auth", K_SECTION, NOSTORE, 0, 0, NULL},
         {"auth.admin_keys", K_CUSTOM, CFG(admin_keys), 0, GP_CFG_MAX_ADMIN_KEYS, parse_admin_keys},
+        {"auth.over_max_priority", K_CUSTOM, CFG(clamp_priority), 0, 0, parse_over_max},
 
         {"store", K_SECTION, NOSTORE, 0, 0, NULL},
         {"store.url", K_CUSTOM, CFG(store_url), 1, PATH_MAX + 15, parse_store_url},
@@ -146,7 +156,24 @@ static const struct field fields[] = {
         {"alerts.rules[].clear_s", K_INT, RULE(clear_s), 0, 86400, NULL},
         {"alerts.rules[].severity", K_CUSTOM, RULE(severity), 0, 0, parse_severity},
 
-        {"tenants", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
+        {"tenants", K_CUSTOM, CFG(tenants), 0, GP_CFG_MAX_TENANTS, parse_tenants},
+        {"tenants[].id", K_STR, TEN(id), 1, GP_TENANT_MAX - 1, NULL},
+        {"tenants[].name", K_STR, TEN(name), 0, GP_NAME_MAX - 1, NULL},
+        {"tenants[].kind", K_CUSTOM, TEN(kind), 0, 0, parse_tenant_kind},
+        {"tenants[].group", K_STR, TEN(group), 1, GP_TENANT_MAX - 1, NULL},
+        {"tenants[].keys", K_CUSTOM, TEN(keys), 0, GP_CFG_MAX_TENANT_KEYS, parse_tenant_keys},
+        {"tenants[].max_priority", K_INT, TEN(max_priority), 0, GP_PRIORITY_LEVELS - 1, NULL},
+        {"tenants[].default_priority", K_INT, TEN(default_priority), 0, GP_PRIORITY_LEVELS - 1, NULL},
+        {"tenants[].weight", K_INT, TEN(weight), 1, 1000000, NULL},
+        {"tenants[].quota", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"tenants[].quota.max_concurrent", K_INT, TEN(max_concurrent), 0, 1000000, NULL},
+        {"tenants[].quota.max_queued", K_INT, TEN(max_queued), 0, 1000000, NULL},
+        {"tenants[].quota.max_gpus", K_CUSTOM, TEN(max_gpus_milli), 0, 1000000000, parse_gpus_milli},
+        {"tenants[].quota.guaranteed_gpus", K_CUSTOM, TEN(guaranteed_gpus_milli), 0, 1000000000,
+         parse_gpus_milli},
+        {"groups", K_CUSTOM, CFG(groups), 0, GP_CFG_MAX_GROUPS, parse_groups},
+        {"groups[].name", K_STR, GRP(name), 1, GP_TENANT_MAX - 1, NULL},
+        {"groups[].share_pct", K_INT, GRP(share_pct), 1, 100, NULL},
         {"time_rules", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
         {"gateway", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
         {"billing", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
@@ -1148,6 +1175,178 @@ static int rule_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
                 if (!strcmp(cfg->alert_rules[j].name, r->name))
                         return fail(c, line, "the name \"%s\" is used by alerts.rules[%d] too", r->name, j);
         return 0;
+}
+
+static int parse_over_max(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        static const char *const names[] = {"refuse", "clamp"};
+        size_t i;
+        int r = scalar_enum(c, ev, names, GP_ARRAY_SIZE(names), &i);
+        if (r == 0)
+                ((gp_config *)base)->clamp_priority = i == 1;
+        return r;
+}
+
+static int parse_tenant_kind(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        static const char *const names[] = {"internal", "external"};
+        gp_cfg_tenant *t = base;
+        size_t i;
+        int r = scalar_enum(c, ev, names, GP_ARRAY_SIZE(names), &i);
+        if (r == 0) {
+                memset(t->kind, 0, sizeof(t->kind));
+                gp_strlcpy(t->kind, names[i], sizeof(t->kind));
+        }
+        return r;
+}
+
+/* A GPU amount: a whole or decimal number of GPUs ("8", "0.5", at most
+ * three decimals) -> 1/1000 GPU. */
+static int parse_gpus_milli(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        char d[96];
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) || ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+                return fail(c, ev_line(ev), "expected a number of GPUs (e.g. 8 or 0.5), got %s",
+                            describe(ev, d, sizeof(d)));
+        const char *v = (const char *)ev->data.scalar.value;
+        size_t n = ev->data.scalar.length, i = 0;
+        int64_t whole = 0, frac = 0;
+        int nd = 0;
+        if (n == 0 || n > 16)
+                goto bad;
+        for (; i < n && v[i] >= '0' && v[i] <= '9'; i++)
+                whole = whole * 10 + (v[i] - '0');
+        if (i == 0)
+                goto bad;
+        if (i < n && v[i] == '.') {
+                for (i++; i < n && v[i] >= '0' && v[i] <= '9'; i++, nd++)
+                        if (nd < 3)
+                                frac = frac * 10 + (v[i] - '0');
+                if (nd == 0 || nd > 3)
+                        goto bad;
+                for (int k = nd; k < 3; k++)
+                        frac *= 10;
+        }
+        if (i != n)
+                goto bad;
+        int64_t milli = whole * 1000 + frac;
+        if (milli < f->min || milli > f->max)
+                return fail(c, ev_line(ev), "must be between 0 and %" PRId64 " GPUs", f->max / 1000);
+        *(int64_t *)((char *)base + f->off) = milli;
+        return 0;
+bad:
+        return fail(c, ev_line(ev), "expected a number of GPUs with at most 3 decimals (e.g. 8 or 0.5), got %s",
+                    describe(ev, d, sizeof(d)));
+}
+
+static int tenant_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_cfg_tenant *t = arg;
+        if (i >= GP_CFG_MAX_TENANT_KEYS)
+                return fail(c, ev_line(ev), "too many keys (at most %d)", GP_CFG_MAX_TENANT_KEYS);
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
+            !admin_key_ok((const char *)ev->data.scalar.value, ev->data.scalar.length))
+                return fail(c, ev_line(ev),
+                            "expected \"sha256:\" and 64 lowercase hex digits, the SHA-256 of the key "
+                            "(not the key itself; e.g. printf %%s KEY | sha256sum)");
+        memset(t->keys[i], 0, sizeof(t->keys[i]));
+        memcpy(t->keys[i], ev->data.scalar.value, ev->data.scalar.length);
+        return 0;
+}
+
+static int parse_tenant_keys(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_tenant *t = base;
+        int n, r;
+        t->n_keys = 0;
+        r = parse_list(c, ev, "a list of \"sha256:<hex>\" strings", tenant_key_item, t, &n);
+        if (r == 0)
+                t->n_keys = n;
+        return r;
+}
+
+static bool tenant_id_ok(const char *s) {
+        if (!*s)
+                return false;
+        for (; *s; s++)
+                if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+                      *s == '-' || *s == '_' || *s == '.'))
+                        return false;
+        return true;
+}
+
+static int tenant_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_config *cfg = arg;
+        char d[96];
+        if (i >= GP_CFG_MAX_TENANTS)
+                return fail(c, ev_line(ev), "too many tenants (at most %d)", GP_CFG_MAX_TENANTS);
+        if (ev->type != YAML_MAPPING_START_EVENT)
+                return fail(c, ev_line(ev), "expected a mapping {id, keys, max_priority, quota, ...}, got %s",
+                            describe(ev, d, sizeof(d)));
+        gp_cfg_tenant *t = &cfg->tenants[i];
+        memset(t, 0, sizeof(*t));
+        t->default_priority = 5;
+        t->weight = 1;
+        int line = ev_line(ev);
+        int r = parse_map(c, "tenants[]", t);
+        if (r < 0)
+                return r;
+        if (!t->id[0])
+                return fail(c, line, "missing id");
+        if (!tenant_id_ok(t->id))
+                return fail(c, line, "id \"%s\": only letters, digits, '-', '_' and '.'", t->id);
+        if (!t->kind[0])
+                gp_strlcpy(t->kind, "internal", sizeof(t->kind));
+        if (!t->name[0])
+                gp_strlcpy(t->name, t->id, sizeof(t->name));
+        if (!t->group[0])
+                gp_strlcpy(t->group, t->kind, sizeof(t->group));
+        if (t->default_priority < t->max_priority)
+                return fail(c, line, "default_priority %d is more urgent than max_priority %d", t->default_priority,
+                            t->max_priority);
+        if (t->max_gpus_milli && t->guaranteed_gpus_milli > t->max_gpus_milli)
+                return fail(c, line, "quota.guaranteed_gpus is above quota.max_gpus");
+        for (int j = 0; j < i; j++)
+                if (!strcmp(cfg->tenants[j].id, t->id))
+                        return fail(c, line, "tenant \"%s\" is defined twice (tenants[%d] too)", t->id, j);
+        return 0;
+}
+
+static int parse_tenants(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        int n, r;
+        cfg->n_tenants = 0;
+        r = parse_list(c, ev, "a list of tenants {id, keys, max_priority, default_priority, weight, quota}",
+                       tenant_item, cfg, &n);
+        if (r == 0)
+                cfg->n_tenants = n;
+        return r;
+}
+
+static int group_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_config *cfg = arg;
+        char d[96];
+        if (i >= GP_CFG_MAX_GROUPS)
+                return fail(c, ev_line(ev), "too many groups (at most %d)", GP_CFG_MAX_GROUPS);
+        if (ev->type != YAML_MAPPING_START_EVENT)
+                return fail(c, ev_line(ev), "expected a mapping {name, share_pct}, got %s", describe(ev, d, sizeof(d)));
+        gp_cfg_group *g = &cfg->groups[i];
+        memset(g, 0, sizeof(*g));
+        int line = ev_line(ev);
+        int r = parse_map(c, "groups[]", g);
+        if (r < 0)
+                return r;
+        if (!g->name[0] || !g->share_pct)
+                return fail(c, line, "a group needs name and share_pct");
+        for (int j = 0; j < i; j++)
+                if (!strcmp(cfg->groups[j].name, g->name))
+                        return fail(c, line, "group \"%s\" is defined twice", g->name);
+        return 0;
+}
+
+static int parse_groups(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        int n, r;
+        cfg->n_groups = 0;
+        r = parse_list(c, ev, "a list of {name, share_pct}", group_item, cfg, &n);
+        if (r == 0)
+                cfg->n_groups = n;
+        return r;
 }
 
 static int parse_alert_rules(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {

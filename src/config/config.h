@@ -56,6 +56,33 @@ typedef struct gp_cfg_alert_rule {
  * tenant_quota_used_pct, tenant_balance. */
 extern const char *const gp_config_alert_metrics[];
 
+#define GP_CFG_MAX_TENANTS 128
+#define GP_CFG_MAX_TENANT_KEYS 8
+#define GP_CFG_MAX_GROUPS 16
+#define GP_CFG_KEY_HASH_MAX 72        /* "sha256:" + 64 hex + NUL, padded */
+
+/* One tenant (DESIGN.md "Tenant"): keys map to it; its tier and quota. */
+typedef struct gp_cfg_tenant {
+        char id[GP_TENANT_MAX];              /* letters, digits, '-', '_', '.' */
+        char name[GP_NAME_MAX];              /* display name, default = id */
+        char kind[16];                       /* "internal" (default) | "external" */
+        char group[GP_TENANT_MAX];           /* group it shares with, default = kind */
+        char keys[GP_CFG_MAX_TENANT_KEYS][GP_CFG_KEY_HASH_MAX]; /* "sha256:<hex>" */
+        int n_keys;
+        int max_priority;                    /* most urgent tier its keys may use, default 0 */
+        int default_priority;                /* tier when a request names none, default 5 */
+        int weight;                          /* fair-share weight inside a tier, default 1 */
+        int max_concurrent;                  /* quota.max_concurrent, 0 = unlimited */
+        int max_queued;                      /* quota.max_queued, 0 = unlimited */
+        int64_t max_gpus_milli;              /* quota.max_gpus in 1/1000 GPU, 0 = unlimited */
+        int64_t guaranteed_gpus_milli;       /* quota.guaranteed_gpus in 1/1000 GPU */
+} gp_cfg_tenant;
+
+typedef struct gp_cfg_group {
+        char name[GP_TENANT_MAX];
+        int share_pct;                       /* cluster share, 1..100 */
+} gp_cfg_group;
+
 typedef struct gp_config {
         char source[PATH_MAX];               /* file loaded, "" for the embedded default */
 
@@ -70,6 +97,13 @@ typedef struct gp_config {
         /* auth */
         char admin_keys[GP_CFG_MAX_ADMIN_KEYS][72]; /* "sha256:<64 hex>" */
         int n_admin_keys;
+        bool clamp_priority;                 /* auth.over_max_priority: clamp (true) | refuse (default) */
+
+        /* tenants and groups */
+        gp_cfg_tenant tenants[GP_CFG_MAX_TENANTS];
+        int n_tenants;
+        gp_cfg_group groups[GP_CFG_MAX_GROUPS];
+        int n_groups;
 
         /* store */
         char store_url[PATH_MAX + 16];       /* default "sqlite://<data_dir>/gpupool.db" */

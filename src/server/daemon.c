@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1133,6 +1134,9 @@ static int open_gpus(gp_daemon *d, char *err, size_t errlen) {
         int rc = gp_gpu_open(&go, &d->gpu, err, errlen);
         if (rc < 0)
                 return rc;
+        if (err[0]) /* auto fell back to simulated GPUs: say why, once */
+                gp_warn("%s", err);
+        err[0] = '\0';
         d->backend = gp_gpu_backend_name(d->gpu);
         gp_gpu_info *info;
         size_t n;
@@ -1190,7 +1194,7 @@ static void restore_drained(gp_daemon *d) {
 int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen) {
         memset(d, 0, sizeof(*d));
         d->cfg = *cfg;
-        d->evfd = d->epfd = -1;
+        d->evfd = d->epfd = d->lock_fd = -1;
         pthread_mutex_init(&d->lock, NULL);
         pthread_mutex_init(&d->qlock, NULL);
         pthread_mutex_init(&d->rs_lock, NULL);
@@ -1210,6 +1214,20 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         int rc = mkdir_p(cfg->data_dir);
         if (rc < 0) {
                 snprintf(err, errlen, "data dir %s: %s", cfg->data_dir, strerror(-rc));
+                return rc;
+        }
+        /* one daemon per data dir: two would hand out the same ids and
+         * share task directories.  CLOEXEC, so supervisors never hold it. */
+        char lock[PATH_MAX];
+        if (snprintf(lock, sizeof(lock), "%s/gpupool.lock", cfg->data_dir) >= (int)sizeof(lock)) {
+                snprintf(err, errlen, "data dir path too long");
+                return -ENAMETOOLONG;
+        }
+        d->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (d->lock_fd < 0 || flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+                rc = -errno;
+                snprintf(err, errlen, "%s: %s", lock,
+                         rc == -EWOULDBLOCK ? "another gpupool server is using this data dir" : strerror(-rc));
                 return rc;
         }
         if ((size_t)snprintf(d->tasks_dir, sizeof(d->tasks_dir), "%s/tasks", cfg->data_dir) >= sizeof(d->tasks_dir) ||
@@ -1262,7 +1280,8 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         }
         commit(d, &b);
         free_final(d, &b);
-        gp_info("recovered %zu queued and %zu running tasks (%zu ended while down), next id %" PRId64,
+        gp_info("recovered %zu queued and %zu running tasks (%zu could not be queued again), next id %" PRId64
+                "; tasks that ended while the daemon was down are recorded next",
                 rctx.queued, rctx.running, rctx.ended, d->next_id);
         /* never-started batch tasks are started by the first loop pass */
         for (size_t i = 0; i < b.nspawn; i++) {
@@ -1352,4 +1371,6 @@ void gp_daemon_close(gp_daemon *d) {
                 close(d->evfd);
         if (d->epfd >= 0)
                 close(d->epfd);
+        if (d->lock_fd >= 0)
+                close(d->lock_fd); /* releases the data dir lock */
 }

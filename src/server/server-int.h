@@ -107,6 +107,7 @@ typedef struct gp_daemon {
         size_t qlen;
         int evfd;                   /* wakes the loop */
         int epfd;                   /* evfd + supervisor pidfds */
+        int lock_fd;                /* flock on DATA_DIR/gpupool.lock: one daemon per data dir */
         /* long-poll waiters and log followers, under lock */
         hreq *waiters;
         hreq *followers;

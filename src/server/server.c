@@ -12,6 +12,19 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The store URL for a log line: userinfo (user:password@) hidden. */
+static void redact_url(const char *url, char *out, size_t size) {
+        const char *scheme = strstr(url, "://");
+        const char *at = scheme ? strchr(scheme + 3, '@') : NULL;
+        if (!at) {
+                gp_strlcpy(out, url, size);
+                return;
+        }
+        int n = snprintf(out, size, "%.*s***%s", (int)(scheme + 3 - url), url, at);
+        if (n < 0 || (size_t)n >= size)
+                gp_strlcpy(out, "(store url)", size);
+}
+
 static const char usage[] =
         "usage: gpupool server [--config FILE] [--listen ADDR:PORT] [--data-dir DIR]\n"
         "  With no config file the embedded default is used: SQLite in ./gpupool-data,\n"
@@ -76,6 +89,7 @@ int gp_server_main(int argc, char **argv) {
         sigemptyset(&set);
         sigaddset(&set, SIGINT);
         sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGHUP);
         pthread_sigmask(SIG_BLOCK, &set, NULL); /* threads inherit: only sigwait sees them */
 
         static gp_daemon d;
@@ -90,11 +104,14 @@ int gp_server_main(int argc, char **argv) {
                 gp_daemon_close(&d);
                 return 1;
         }
+        char store[sizeof(cfg.store_url)];
+        redact_url(cfg.store_url, store, sizeof(store));
         gp_info("gpupool server listening on %s, data in %s, store %s, %zu GPU(s) from backend %s%s", cfg.listen,
-                cfg.data_dir, cfg.store_url, d.ngpus, d.backend,
+                cfg.data_dir, store, d.ngpus, d.backend,
                 !strcmp(d.backend, "sim") ? " (SIMULATED GPUs: no NVIDIA driver found or sim configured)" : "");
         int sig = 0;
-        sigwait(&set, &sig);
+        while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
+                gp_warn("SIGHUP ignored: this version does not reload its config; restart it to apply changes");
         gp_info("signal %d: stopping (running tasks keep running under their supervisors)", sig);
         gp_http_stop(&d);
         gp_daemon_stop(&d);

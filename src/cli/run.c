@@ -152,7 +152,7 @@ static void *hb_main(void *arg) {
 struct envv {
         const char **v;          /* NULL-terminated */
         size_t n, alloc;
-        char *own[3];            /* strings we allocated */
+        char *own[4];            /* strings we allocated */
 };
 
 static int env_set(struct envv *e, const char *kv) {
@@ -198,6 +198,8 @@ static int env_build(struct envv *e, const gp_cli_cmd *c, int64_t id, const char
                 e->own[1] = NULL;
         if (asprintf(&e->own[2], "GPUPOOL_GPUS=%s", gpus) < 0)
                 e->own[2] = NULL;
+        /* the indexes in CUDA_VISIBLE_DEVICES are NVML's, which follow the PCI bus */
+        e->own[3] = strdup("CUDA_DEVICE_ORDER=PCI_BUS_ID");
         for (size_t i = 0; i < GP_ARRAY_SIZE(e->own); i++) {
                 if (!e->own[i])
                         return -ENOMEM;

@@ -579,34 +579,17 @@ static int check_listen(const char *s, const char **why) {
         }
         memcpy(host, s, hl);
         host[hl] = '\0';
-        if (host[0] == '[') {
-                unsigned char a[16];
-                if (hl < 3 || host[hl - 1] != ']') {
-                        *why = "bad IPv6 address (expected [ADDR]:PORT)";
-                        return -EINVAL;
-                }
-                host[hl - 1] = '\0';
-                if (inet_pton(AF_INET6, host + 1, a) != 1) {
-                        *why = "bad IPv6 address";
-                        return -EINVAL;
-                }
-                return 0;
-        }
-        if (strchr(host, ':')) {
-                *why = "IPv6 addresses must be in brackets, e.g. [::1]:8080";
+        /* what the server binds: an IPv4 address, or localhost */
+        if (host[0] == '[' || strchr(host, ':')) {
+                *why = "IPv6 addresses are not supported by this version; use an IPv4 address such as "
+                       "127.0.0.1 or 0.0.0.0";
                 return -EINVAL;
         }
-        if (strspn(host, "0123456789.") == hl) {
-                unsigned char a[4];
-                if (inet_pton(AF_INET, host, a) != 1) {
-                        *why = "bad IPv4 address";
-                        return -EINVAL;
-                }
+        if (!strcmp(host, "localhost"))
                 return 0;
-        }
-        if (strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") != hl ||
-            host[0] == '-' || host[0] == '.') {
-                *why = "bad host name";
+        unsigned char a[4];
+        if (strspn(host, "0123456789.") != hl || inet_pton(AF_INET, host, a) != 1) {
+                *why = "expected an IPv4 address (e.g. 0.0.0.0 for all, 127.0.0.1 for this machine) or localhost";
                 return -EINVAL;
         }
         return 0;

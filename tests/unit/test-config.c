@@ -206,7 +206,7 @@ static void test_booleans_and_listen_forms_are_accepted(void **state) {
         assert_false(c.preemption_enabled);
         assert_int_equal(load("scheduler: {backfill: False}\n", &c, err, sizeof(err)), 0);
         assert_false(c.backfill);
-        static const char *const ok[] = {"[::1]:80", "localhost:8080", "10.0.0.1:65535", "gpu-1.lab:1"};
+        static const char *const ok[] = {"localhost:8080", "10.0.0.1:65535", "0.0.0.0:1"};
         for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
                 char y[128];
                 snprintf(y, sizeof(y), "server: {listen: \"%s\"}\n", ok[i]);
@@ -222,12 +222,11 @@ static void test_example_file_loads(void **state) {
         if (r != 0)
                 fail_msg("examples/gpupool.yaml: %d %s", r, err);
         assert_string_equal(c.source, "examples/gpupool.yaml");
-        assert_int_equal(c.n_admin_keys, 1);
-        /* apart from the admin key the example shows the defaults */
+        /* it ships no admin key (a sample hash would be a known key) and
+         * otherwise shows the defaults */
+        assert_int_equal(c.n_admin_keys, 0);
         gp_config_defaults(&d);
         memcpy(d.source, c.source, sizeof(d.source));
-        memcpy(d.admin_keys, c.admin_keys, sizeof(d.admin_keys));
-        d.n_admin_keys = 1;
         assert_memory_equal(&c, &d, sizeof(c));
 }
 
@@ -363,10 +362,11 @@ static const struct bad bad_inputs[] = {
         {"server: {listen: \"0.0.0.0:65536\"}\n", "t.yaml:1: server.listen: the port must be", -EINVAL},
         {"server: {listen: \"0.0.0.0:http\"}\n", "t.yaml:1: server.listen: the port must be", -EINVAL},
         {"server: {listen: \":8080\"}\n", "t.yaml:1: server.listen: missing address", -EINVAL},
-        {"server: {listen: \"300.1.1.1:80\"}\n", "t.yaml:1: server.listen: bad IPv4 address", -EINVAL},
-        {"server: {listen: \"::1:80\"}\n", "t.yaml:1: server.listen: IPv6 addresses must be in brackets", -EINVAL},
-        {"server: {listen: \"[::g]:80\"}\n", "t.yaml:1: server.listen: bad IPv6 address", -EINVAL},
-        {"server: {listen: \"a b:80\"}\n", "t.yaml:1: server.listen: bad host name", -EINVAL},
+        {"server: {listen: \"300.1.1.1:80\"}\n", "t.yaml:1: server.listen: expected an IPv4 address", -EINVAL},
+        {"server: {listen: \"::1:80\"}\n", "t.yaml:1: server.listen: IPv6 addresses are not supported", -EINVAL},
+        {"server: {listen: \"[::1]:80\"}\n", "t.yaml:1: server.listen: IPv6 addresses are not supported", -EINVAL},
+        {"server: {listen: \"gpu-1.lab:80\"}\n", "t.yaml:1: server.listen: expected an IPv4 address", -EINVAL},
+        {"server: {listen: \"a b:80\"}\n", "t.yaml:1: server.listen: expected an IPv4 address", -EINVAL},
         /* admin key hashes */
         {"auth:\n  admin_keys:\n    - \"sha256:ABCDEF\"\n", "t.yaml:3: auth.admin_keys[0]: expected \"sha256:\"",
          -EINVAL},

@@ -3,9 +3,9 @@
 # Usage: scripts/install-deps.sh [build|test|all]   (default: build)
 set -eu
 what=${1:-build}
-build="make gcc pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libpq-dev python3"
+build="tzdata make gcc pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libpq-dev python3"
 # prometheus: promtool checks /metrics; chromium (+ a CJK font for the Chinese page) runs the dashboard tests
-test="libcmocka-dev python3-pytest python3-requests clang libclang-rt-14-dev postgresql sqlite3 procps curl wrk prometheus chromium fonts-wqy-microhei"
+test="tzdata libcmocka-dev python3-pytest python3-requests clang libclang-rt-14-dev postgresql sqlite3 procps curl wrk prometheus chromium fonts-wqy-microhei"
 case "$what" in
   build) pkgs=$build ;;
   test|all) pkgs="$build $test" ;;

@@ -18,6 +18,7 @@
  *     thread, on distinct structs.
  */
 #include "config/config.h"
+#include "base/tz.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -83,12 +84,20 @@ static int parse_tenant_keys(struct ctx *c, const struct field *f, void *base, c
 static int parse_tenant_kind(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_gpus_milli(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_groups(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_time_rules(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_hhmm(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_rule_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_rule_groups(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 
 #define CFG(m) offsetof(gp_config, m), sizeof(((gp_config *)0)->m)
 #define SIM(m) offsetof(gp_cfg_sim_gpu, m), sizeof(((gp_cfg_sim_gpu *)0)->m)
 #define RULE(m) offsetof(gp_cfg_alert_rule, m), sizeof(((gp_cfg_alert_rule *)0)->m)
 #define TEN(m) offsetof(gp_cfg_tenant, m), sizeof(((gp_cfg_tenant *)0)->m)
 #define GRP(m) offsetof(gp_cfg_group, m), sizeof(((gp_cfg_group *)0)->m)
+#define TR(m) offsetof(gp_cfg_time_rule, m), sizeof(((gp_cfg_time_rule *)0)->m)
+#define RQ(m) offsetof(gp_cfg_rule_quota, m), sizeof(((gp_cfg_rule_quota *)0)->m)
 #define NOSTORE 0, 0
 
 static const struct field fields[] = {
@@ -174,7 +183,19 @@ static const struct field fields[] = {
         {"groups", K_CUSTOM, CFG(groups), 0, GP_CFG_MAX_GROUPS, parse_groups},
         {"groups[].name", K_STR, GRP(name), 1, GP_TENANT_MAX - 1, NULL},
         {"groups[].share_pct", K_INT, GRP(share_pct), 1, 100, NULL},
-        {"time_rules", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
+        {"time_rules", K_CUSTOM, CFG(time_rules), 0, GP_CFG_MAX_TIME_RULES, parse_time_rules},
+        {"time_rules[].name", K_STR, TR(name), 1, 63, NULL},
+        {"time_rules[].start", K_CUSTOM, TR(start_min), 0, 0, parse_hhmm},
+        {"time_rules[].end", K_CUSTOM, TR(end_min), 0, 0, parse_hhmm},
+        {"time_rules[].tz", K_CUSTOM, TR(tz), 0, 0, parse_tz},
+        {"time_rules[].weights", K_CUSTOM, TR(weights), 0, 0, parse_rule_weights},
+        {"time_rules[].groups", K_CUSTOM, TR(groups), 0, GP_CFG_MAX_GROUPS, parse_rule_groups},
+        {"time_rules[].quotas", K_CUSTOM, TR(quotas), 0, GP_CFG_MAX_RULE_QUOTAS, parse_rule_quotas},
+        {"time_rules[].quotas{}.max_concurrent", K_INT, RQ(max_concurrent), 0, 1000000, NULL},
+        {"time_rules[].quotas{}.max_queued", K_INT, RQ(max_queued), 0, 1000000, NULL},
+        {"time_rules[].quotas{}.max_gpus", K_CUSTOM, RQ(max_gpus_milli), 0, 1000000000, parse_gpus_milli},
+        {"time_rules[].quotas{}.guaranteed_gpus", K_CUSTOM, RQ(guaranteed_gpus_milli), 0, 1000000000,
+         parse_gpus_milli},
         {"gateway", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
         {"billing", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
 };
@@ -1329,6 +1350,195 @@ static int parse_groups(struct ctx *c, const struct field *f, void *base, const 
         r = parse_list(c, ev, "a list of {name, share_pct}", group_item, cfg, &n);
         if (r == 0)
                 cfg->n_groups = n;
+        return r;
+}
+
+bool gp_time_rule_covers(const gp_cfg_time_rule *r, int m) {
+        if (r->start_min < r->end_min)
+                return m >= r->start_min && m < r->end_min;
+        return m >= r->start_min || m < r->end_min;
+}
+
+static int parse_hhmm(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        char d[96];
+        const char *v = (const char *)ev->data.scalar.value;
+        if (ev->type != YAML_SCALAR_EVENT || ev->data.scalar.length != 5 || v[2] != ':' || v[0] < '0' || v[0] > '2' ||
+            v[1] < '0' || v[1] > '9' || v[3] < '0' || v[3] > '5' || v[4] < '0' || v[4] > '9' ||
+            (v[0] - '0') * 10 + (v[1] - '0') > 23)
+                return fail(c, ev_line(ev), "expected a time of day \"HH:MM\" (00:00..23:59), got %s",
+                            describe(ev, d, sizeof(d)));
+        *(int *)((char *)base + f->off) = ((v[0] - '0') * 10 + (v[1] - '0')) * 60 + (v[3] - '0') * 10 + (v[4] - '0');
+        return 0;
+}
+
+static int parse_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_time_rule *r = base;
+        char tmp[sizeof(r->tz)], d[96];
+        memset(tmp, 0, sizeof(tmp));
+        int rc = scalar_str(c, ev, tmp, sizeof(tmp), 1);
+        if (rc < 0)
+                return rc;
+        static gp_tz z; /* large; the loader is not re-entered */
+        rc = gp_tz_load(tmp, &z);
+        if (rc < 0)
+                return fail(c, ev_line(ev), "%s is not a time zone this machine knows (an IANA name such as "
+                            "Asia/Shanghai or UTC; tzdata holds them)", show(tmp, strlen(tmp), d, sizeof(d)));
+        memcpy(r->tz, tmp, sizeof(tmp));
+        return 0;
+}
+
+static int parse_rule_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_time_rule *tr = base;
+        uint32_t w[GP_PRIORITY_LEVELS];
+        char d[96];
+        int n, r;
+        if (ev->type != YAML_SEQUENCE_START_EVENT)
+                return fail(c, c->key_line, "expected a list of %d positive integers (P0..P9), got %s",
+                            GP_PRIORITY_LEVELS, describe(ev, d, sizeof(d)));
+        r = parse_list(c, ev, "a list", weight_item, w, &n);
+        if (r < 0)
+                return r;
+        if (n != GP_PRIORITY_LEVELS)
+                return fail(c, c->key_line, "expected a list of %d positive integers (P0..P9), got %d",
+                            GP_PRIORITY_LEVELS, n);
+        memcpy(tr->weights, w, sizeof(w));
+        tr->has_weights = true;
+        return 0;
+}
+
+static int rule_group_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_cfg_time_rule *tr = arg;
+        char d[96];
+        if (i >= GP_CFG_MAX_GROUPS)
+                return fail(c, ev_line(ev), "too many groups (at most %d)", GP_CFG_MAX_GROUPS);
+        if (ev->type != YAML_MAPPING_START_EVENT)
+                return fail(c, ev_line(ev), "expected a mapping {name, share_pct}, got %s", describe(ev, d, sizeof(d)));
+        gp_cfg_group *g = &tr->groups[i];
+        memset(g, 0, sizeof(*g));
+        int line = ev_line(ev);
+        int r = parse_map(c, "groups[]", g);
+        if (r < 0)
+                return r;
+        if (!g->name[0] || !g->share_pct)
+                return fail(c, line, "a group needs name and share_pct");
+        return 0;
+}
+
+static int parse_rule_groups(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_time_rule *tr = base;
+        int n, r;
+        tr->n_groups = 0;
+        r = parse_list(c, ev, "a list of {name, share_pct}", rule_group_item, tr, &n);
+        if (r == 0)
+                tr->n_groups = n;
+        return r;
+}
+
+/* quotas: {TENANT: {max_concurrent, max_gpus, guaranteed_gpus, max_queued}, ...} */
+static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_time_rule *tr = base;
+        char d[96];
+        if (is_null(ev)) {
+                tr->n_quotas = 0;
+                return 0;
+        }
+        if (ev->type != YAML_MAPPING_START_EVENT)
+                return fail(c, ev_line(ev), "expected a mapping of tenant ids to quotas, e.g. {dept_a: {max_gpus: 8}}, "
+                            "got %s", describe(ev, d, sizeof(d)));
+        int n = 0, r = 0;
+        if (++c->depth > MAX_DEPTH) {
+                r = fail(c, ev_line(ev), "nested too deeply (more than %d levels)", MAX_DEPTH);
+                goto out;
+        }
+        for (;;) {
+                yaml_event_t kev, vev;
+                if ((r = next(c, &kev)) < 0)
+                        goto out;
+                if (kev.type == YAML_MAPPING_END_EVENT) {
+                        yaml_event_delete(&kev);
+                        break;
+                }
+                int kline = ev_line(&kev);
+                size_t saved = c->pathlen;
+                if (kev.type != YAML_SCALAR_EVENT || kev.data.scalar.length == 0 ||
+                    kev.data.scalar.length >= GP_TENANT_MAX) {
+                        r = fail(c, kline, "expected a tenant id as the key, got %s", describe(&kev, d, sizeof(d)));
+                        yaml_event_delete(&kev);
+                        goto out;
+                }
+                if (n >= GP_CFG_MAX_RULE_QUOTAS) {
+                        r = fail(c, kline, "too many tenants (at most %d)", GP_CFG_MAX_RULE_QUOTAS);
+                        yaml_event_delete(&kev);
+                        goto out;
+                }
+                gp_cfg_rule_quota *q = &tr->quotas[n];
+                memset(q, 0, sizeof(*q));
+                memcpy(q->tenant, kev.data.scalar.value, kev.data.scalar.length);
+                q->max_concurrent = q->max_queued = -1;
+                q->max_gpus_milli = q->guaranteed_gpus_milli = -1;
+                yaml_event_delete(&kev);
+                path_push(c, ".%s", q->tenant);
+                for (int j = 0; j < n; j++)
+                        if (!strcmp(tr->quotas[j].tenant, q->tenant)) {
+                                r = fail(c, kline, "tenant listed twice");
+                                goto out;
+                        }
+                if ((r = next(c, &vev)) < 0)
+                        goto out;
+                if (vev.type != YAML_MAPPING_START_EVENT) {
+                        r = fail(c, kline, "expected a mapping {max_concurrent, max_gpus, guaranteed_gpus, max_queued}, "
+                                 "got %s", describe(&vev, d, sizeof(d)));
+                        yaml_event_delete(&vev);
+                        goto out;
+                }
+                yaml_event_delete(&vev);
+                c->key_line = kline;
+                if ((r = parse_map(c, "time_rules[].quotas{}", q)) < 0)
+                        goto out;
+                path_pop(c, saved);
+                n++;
+        }
+        tr->n_quotas = n;
+out:
+        c->depth--;
+        return r;
+}
+
+static int time_rule_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_config *cfg = arg;
+        char d[96];
+        if (i >= GP_CFG_MAX_TIME_RULES)
+                return fail(c, ev_line(ev), "too many time rules (at most %d)", GP_CFG_MAX_TIME_RULES);
+        if (ev->type != YAML_MAPPING_START_EVENT)
+                return fail(c, ev_line(ev), "expected a mapping {name, start, end, tz, weights, groups, quotas}, got %s",
+                            describe(ev, d, sizeof(d)));
+        gp_cfg_time_rule *tr = &cfg->time_rules[i];
+        memset(tr, 0, sizeof(*tr));
+        tr->start_min = tr->end_min = -1;
+        gp_strlcpy(tr->tz, "UTC", sizeof(tr->tz));
+        int line = ev_line(ev);
+        int r = parse_map(c, "time_rules[]", tr);
+        if (r < 0)
+                return r;
+        if (!tr->name[0])
+                return fail(c, line, "missing name");
+        if (tr->start_min < 0 || tr->end_min < 0)
+                return fail(c, line, "a time rule needs start and end (\"HH:MM\")");
+        if (tr->start_min == tr->end_min)
+                return fail(c, line, "start and end are the same time: the window would be empty");
+        for (int j = 0; j < i; j++)
+                if (!strcmp(cfg->time_rules[j].name, tr->name))
+                        return fail(c, line, "the name \"%s\" is used by time_rules[%d] too", tr->name, j);
+        return 0;
+}
+
+static int parse_time_rules(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        int n, r;
+        cfg->n_time_rules = 0;
+        r = parse_list(c, ev, "a list of {name, start, end, tz, weights, groups, quotas}", time_rule_item, cfg, &n);
+        if (r == 0)
+                cfg->n_time_rules = n;
         return r;
 }
 

@@ -83,6 +83,33 @@ typedef struct gp_cfg_group {
         int share_pct;                       /* cluster share, 1..100 */
 } gp_cfg_group;
 
+#define GP_CFG_MAX_TIME_RULES 16
+#define GP_CFG_MAX_RULE_QUOTAS 32
+
+/* A tenant's quota while a time rule is in force; -1 = unchanged. */
+typedef struct gp_cfg_rule_quota {
+        char tenant[GP_TENANT_MAX];
+        int max_concurrent;
+        int max_queued;
+        int64_t max_gpus_milli;
+        int64_t guaranteed_gpus_milli;
+} gp_cfg_rule_quota;
+
+/* A daily window (DESIGN.md "Time rule") that swaps weights, group shares
+ * and quotas while local time in `tz` is in [start, end) (end <= start
+ * wraps midnight: 22:00-06:00). */
+typedef struct gp_cfg_time_rule {
+        char name[64];
+        int start_min, end_min;              /* minutes after local midnight */
+        char tz[64];                         /* IANA zone, default "UTC" */
+        bool has_weights;
+        uint32_t weights[GP_PRIORITY_LEVELS];
+        gp_cfg_group groups[GP_CFG_MAX_GROUPS];
+        int n_groups;
+        gp_cfg_rule_quota quotas[GP_CFG_MAX_RULE_QUOTAS];
+        int n_quotas;
+} gp_cfg_time_rule;
+
 typedef struct gp_config {
         char source[PATH_MAX];               /* file loaded, "" for the embedded default */
 
@@ -104,6 +131,8 @@ typedef struct gp_config {
         int n_tenants;
         gp_cfg_group groups[GP_CFG_MAX_GROUPS];
         int n_groups;
+        gp_cfg_time_rule time_rules[GP_CFG_MAX_TIME_RULES];
+        int n_time_rules;
 
         /* store */
         char store_url[PATH_MAX + 16];       /* default "sqlite://<data_dir>/gpupool.db" */
@@ -149,6 +178,10 @@ typedef struct gp_config {
         gp_cfg_alert_rule alert_rules[GP_CFG_MAX_ALERT_RULES]; /* default: gpu_error, node_lost */
         int n_alert_rules;
 } gp_config;
+
+/* Is local minute-of-day m (0..1439) inside the rule's window?  A window
+ * whose end is not after its start wraps midnight.  Pure. */
+bool gp_time_rule_covers(const gp_cfg_time_rule *r, int m);
 
 /* Fill cfg with the embedded default.  Never fails. */
 void gp_config_defaults(gp_config *cfg);

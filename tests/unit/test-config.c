@@ -215,6 +215,55 @@ static void test_booleans_and_listen_forms_are_accepted(void **state) {
         }
 }
 
+static void test_tenants_groups_and_time_rules_load(void **state) {
+        static gp_config c;
+        char err[512];
+        const char *y = "tenants:\n"
+                        "  - id: dept_a\n"
+                        "    keys: [\"sha256:2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b\"]\n"
+                        "    max_priority: 0\n    default_priority: 2\n    weight: 4\n"
+                        "    quota: {max_concurrent: 30, max_gpus: 8, guaranteed_gpus: 0.5}\n"
+                        "  - {id: cust_free, kind: external, max_priority: 7, default_priority: 9}\n"
+                        "groups: [{name: internal, share_pct: 80}, {name: external, share_pct: 20}]\n"
+                        "auth: {over_max_priority: clamp}\n"
+                        "time_rules:\n"
+                        "  - name: night\n    start: \"18:00\"\n    end: \"08:00\"\n    tz: Asia/Shanghai\n"
+                        "    groups: [{name: internal, share_pct: 20}, {name: external, share_pct: 80}]\n"
+                        "    quotas: {dept_a: {max_gpus: 2}}\n";
+        assert_int_equal(load(y, &c, err, sizeof(err)), 0);
+        assert_int_equal(c.n_tenants, 2);
+        assert_string_equal(c.tenants[0].id, "dept_a");
+        assert_int_equal(c.tenants[0].n_keys, 1);
+        assert_int_equal(c.tenants[0].weight, 4);
+        assert_int_equal(c.tenants[0].max_concurrent, 30);
+        assert_int_equal(c.tenants[0].max_gpus_milli, 8000);
+        assert_int_equal(c.tenants[0].guaranteed_gpus_milli, 500);
+        assert_string_equal(c.tenants[0].group, "internal");
+        assert_string_equal(c.tenants[1].group, "external");
+        assert_string_equal(c.tenants[1].name, "cust_free");
+        assert_int_equal(c.tenants[1].default_priority, 9);
+        assert_true(c.clamp_priority);
+        assert_int_equal(c.n_groups, 2);
+        assert_int_equal(c.n_time_rules, 1);
+        const gp_cfg_time_rule *tr = &c.time_rules[0];
+        assert_int_equal(tr->start_min, 18 * 60);
+        assert_int_equal(tr->end_min, 8 * 60);
+        assert_string_equal(tr->tz, "Asia/Shanghai");
+        assert_false(tr->has_weights);
+        assert_int_equal(tr->n_groups, 2);
+        assert_int_equal(tr->groups[1].share_pct, 80);
+        assert_int_equal(tr->n_quotas, 1);
+        assert_int_equal(tr->quotas[0].max_gpus_milli, 2000);
+        assert_int_equal(tr->quotas[0].max_concurrent, -1); /* unchanged */
+        /* 18:00-08:00 wraps midnight */
+        assert_true(gp_time_rule_covers(tr, 18 * 60));
+        assert_true(gp_time_rule_covers(tr, 23 * 60 + 59));
+        assert_true(gp_time_rule_covers(tr, 0));
+        assert_true(gp_time_rule_covers(tr, 7 * 60 + 59));
+        assert_false(gp_time_rule_covers(tr, 8 * 60));
+        assert_false(gp_time_rule_covers(tr, 12 * 60));
+}
+
 static void test_example_file_loads(void **state) {
         gp_config c, d;
         char err[512];
@@ -240,7 +289,7 @@ static const struct bad bad_inputs[] = {
         /* unknown key, with the valid keys listed */
         {"server:\n  listen: \"1.2.3.4:80\"\n  lisen: x\n",
          "t.yaml:3: server.lisen: unknown key (valid keys of server: listen, data_dir,", -EINVAL},
-        {"# c\nfoo: 1\n", "t.yaml:2: foo: unknown key (valid keys: server, auth, store, gpus, scheduler, tasks, monitor, alerts, tenants, groups)",
+        {"# c\nfoo: 1\n", "t.yaml:2: foo: unknown key (valid keys: server, auth, store, gpus, scheduler, tasks, monitor, alerts, tenants, groups, time_rules)",
          -EINVAL},
         {"scheduler:\n  preemption:\n    grace: 3\n", "t.yaml:3: scheduler.preemption.grace: unknown key",
          -EINVAL},
@@ -265,7 +314,20 @@ static const struct bad bad_inputs[] = {
         {"groups:\n  - {name: g, share_pct: 101}\n", "t.yaml:2: groups[0].share_pct: must be between 1 and 100",
          -EINVAL},
         {"auth: {over_max_priority: maybe}\n", "t.yaml:1: auth.over_max_priority:", -EINVAL},
-        {"time_rules: []\n", "t.yaml:1: time_rules: not supported by this version of gpupool yet", -EINVAL},
+        {"time_rules:\n  - {name: x, start: \"25:00\", end: \"01:00\"}\n",
+         "t.yaml:2: time_rules[0].start: expected a time of day", -EINVAL},
+        {"time_rules:\n  - {name: x, start: \"20:00\", end: \"01:00\", tz: Mars/Base}\n",
+         "t.yaml:2: time_rules[0].tz: Mars/Base is not a time zone", -EINVAL},
+        {"time_rules:\n  - {name: x, start: \"20:00\", end: \"01:00\", tz: ../../etc/passwd}\n",
+         "t.yaml:2: time_rules[0].tz:", -EINVAL},
+        {"time_rules:\n  - {name: x, start: \"20:00\", end: \"20:00\"}\n",
+         "t.yaml:2: time_rules[0]: start and end are the same time", -EINVAL},
+        {"time_rules:\n  - {name: x, start: \"20:00\"}\n", "t.yaml:2: time_rules[0]: a time rule needs start and end",
+         -EINVAL},
+        {"time_rules:\n  - {name: x, start: \"20:00\", end: \"01:00\", quotas: {a: {max_gpuz: 1}}}\n",
+         "t.yaml:2: time_rules[0].quotas.a.max_gpuz: unknown key", -EINVAL},
+        {"time_rules:\n  - {name: x, start: \"20:00\", end: \"01:00\", weights: [1, 2]}\n",
+         "t.yaml:2: time_rules[0].weights: expected a list of 10 positive integers", -EINVAL},
         {"gateway: {}\n", "t.yaml:1: gateway: not supported by this version of gpupool yet", -EINVAL},
         {"billing: {}\n", "t.yaml:1: billing: not supported by this version of gpupool yet", -EINVAL},
         /* alerts: rules need a name and a `when` over a known metric */
@@ -647,6 +709,7 @@ int main(void) {
                 cmocka_unit_test(test_load_starts_from_defaults_not_from_cfg),
                 cmocka_unit_test(test_store_url_follows_data_dir_unless_set),
                 cmocka_unit_test(test_booleans_and_listen_forms_are_accepted),
+                cmocka_unit_test(test_tenants_groups_and_time_rules_load),
                 cmocka_unit_test(test_example_file_loads),
                 cmocka_unit_test(test_bad_input_is_refused_with_file_line_key_and_cfg_unchanged),
                 cmocka_unit_test(test_admin_key_is_never_echoed),

@@ -58,7 +58,7 @@ static const struct opt opts[] = {
         {"queue-timeout", 0, true, O_QTIMEOUT, V(SUBMIT) | V(RUN)},
         {"env", 0, true, O_ENV, V(SUBMIT) | V(RUN)},
         {"workdir", 0, true, O_WORKDIR, V(SUBMIT) | V(RUN)},
-        {"tenant", 0, true, O_TENANT, V(SUBMIT) | V(RUN) | V(PS)},
+        {"tenant", 0, true, O_TENANT, V(SUBMIT) | V(RUN) | V(PS) | V(KEY)},
         {"ttl", 0, true, O_TTL, V(RUN)},
         {"all", 'a', false, O_ALL, V(PS)},
         {"state", 0, true, O_STATE, V(PS)},
@@ -128,6 +128,12 @@ static const struct verb_info {
         [GP_CLI_QUEUE] = {"queue", "gpupool queue [--limit N]", NULL,
                           "list queued tasks in scheduling order", NULL},
         [GP_CLI_NODES] = {"nodes", "gpupool nodes", NULL, "list nodes", NULL},
+        [GP_CLI_TENANTS] = {"tenants", "gpupool tenants", NULL,
+                            "list tenants with their tiers, quotas and usage (a tenant key sees its own)", NULL},
+        [GP_CLI_KEY] = {"key", "gpupool key create --tenant T", NULL,
+                        "make an API key for tenant T (admin key); it is shown once",
+                        "  --tenant T           the tenant the key belongs to\n"
+                        "Prints the key. The server keeps only its SHA-256 hash, so store the key now.\n"},
 };
 
 /* Not client commands (main.c runs them); listed by `help` for completeness. */
@@ -184,7 +190,8 @@ int gp_cli_help(const char *topic, gp_buf *out) {
                                       "Commands:\n");
                 static const gp_cli_verb order[] = {
                         GP_CLI_SUBMIT, GP_CLI_RUN, GP_CLI_PS, GP_CLI_STATUS, GP_CLI_CANCEL,
-                        GP_CLI_LOGS, GP_CLI_GPUS, GP_CLI_QUEUE, GP_CLI_NODES, GP_CLI_VERSION,
+                        GP_CLI_LOGS, GP_CLI_GPUS, GP_CLI_QUEUE, GP_CLI_NODES, GP_CLI_TENANTS, GP_CLI_KEY,
+                        GP_CLI_VERSION,
                         GP_CLI_HELP,
                 };
                 for (size_t i = 0; i < GP_ARRAY_SIZE(order); i++)
@@ -692,6 +699,10 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                 return fail(p, "unexpected argument '%s'", w);
                         c->topic = w;
                         break;
+                case GP_CLI_KEY:
+                        if (npos > 1 || strcmp(w, "create") != 0)
+                                return fail(p, "unexpected argument '%s' (the subcommand is 'create')", w);
+                        break;
                 default:
                         return fail(p, "unexpected argument '%s'", w);
                 }
@@ -701,6 +712,9 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                 return 0;
         if ((c->verb == GP_CLI_STATUS || c->verb == GP_CLI_CANCEL || c->verb == GP_CLI_LOGS) && npos == 0)
                 return fail(p, "missing task ID");
+        if (c->verb == GP_CLI_KEY && (npos == 0 || !c->tenant))
+                return fail(p, npos == 0 ? "missing subcommand: gpupool key create --tenant T"
+                                         : "missing --tenant T: whose key is it?");
         return 0;
 }
 

@@ -53,6 +53,8 @@ typedef enum gp_cli_verb {
         GP_CLI_GPUS,
         GP_CLI_QUEUE,
         GP_CLI_NODES,
+        GP_CLI_TENANTS,
+        GP_CLI_KEY,
         GP_CLI_VERB_COUNT,
 } gp_cli_verb;
 
@@ -108,6 +110,7 @@ int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *
 int gp_cli_format_queue(const json_t *resp, gp_buf *out);
 int gp_cli_format_gpus(const json_t *resp, gp_buf *out);
 int gp_cli_format_nodes(const json_t *resp, gp_buf *out);
+int gp_cli_format_tenants(const json_t *resp, gp_buf *out);
 /* Columns a UTF-8 string takes on a terminal (East Asian wide = 2,
  * combining marks = 0, invalid bytes = 1 each). */
 size_t gp_cli_display_width(const char *s);

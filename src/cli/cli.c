@@ -350,6 +350,28 @@ static int cmd_queue(const gp_cli_cmd *c, FILE *out, FILE *err) {
         return cmd_list(c, out, err, path, gp_cli_format_queue);
 }
 
+/* POST /admin/tenants/T/keys: prints the new key once. */
+static int cmd_key_create(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        char path[128];
+        if (snprintf(path, sizeof(path), "/admin/tenants/%s/keys", c->tenant) >= (int)sizeof(path)) {
+                fprintf(err, "gpupool key: --tenant is too long\n");
+                return GP_CLI_EXIT_USAGE;
+        }
+        gp_cli_resp r;
+        int ex = call(c, err, "POST", path, NULL, &r);
+        if (ex)
+                return ex;
+        if (c->json) {
+                print_json(out, r.json);
+        } else {
+                const char *key = json_string_value(json_object_get(r.json, "key"));
+                fprintf(out, "%s\n", key ? key : "");
+                fprintf(err, "gpupool: key for tenant %s made; only its hash is stored, so keep it now\n", c->tenant);
+        }
+        gp_cli_resp_done(&r);
+        return GP_CLI_EXIT_OK;
+}
+
 static int cmd_help(const char *topic, FILE *out, FILE *err) {
         gp_buf b;
         gp_buf_init(&b, 1 << 20);
@@ -426,6 +448,12 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
                 break;
         case GP_CLI_NODES:
                 ex = cmd_list(&c, out, err, "/api/v1/nodes", gp_cli_format_nodes);
+                break;
+        case GP_CLI_TENANTS:
+                ex = cmd_list(&c, out, err, "/api/v1/tenants", gp_cli_format_tenants);
+                break;
+        case GP_CLI_KEY:
+                ex = cmd_key_create(&c, out, err);
                 break;
         default:
                 ex = GP_CLI_EXIT_USAGE;

@@ -731,3 +731,55 @@ out:
         table_done(&t);
         return r;
 }
+
+/* "2.5" for 2500 milli-GPUs; "-" for 0 (unlimited) when dash. */
+static int gpus_cell(struct table *t, const json_t *v, bool dash) {
+        double x = json_is_number(v) ? json_number_value(v) : 0;
+        char buf[32];
+        if (dash && x == 0)
+                return cell_str(t, "-");
+        snprintf(buf, sizeof(buf), "%g", x);
+        return cell_str(t, buf);
+}
+
+int gp_cli_format_tenants(const json_t *resp, gp_buf *out) {
+        static const struct col cols[] = {
+                {"ID", 32, false}, {"KIND", 0, false}, {"GROUP", 16, false}, {"TIERS", 0, false},
+                {"WEIGHT", 0, false}, {"RUNNING", 0, false}, {"QUEUED", 0, false}, {"GPUS", 0, false},
+                {"MAX GPUS", 0, false}, {"GUARANTEED", 0, false}, {"KEYS", 0, false},
+        };
+        json_t *ts = list_of(resp, "tenants");
+        struct table t;
+        size_t i;
+        json_t *tn;
+        int r = backend_line(resp, out);
+        if (r < 0)
+                return r;
+        if (!ts || json_array_size(ts) == 0)
+                return gp_buf_puts(out, "no tenants configured\n");
+        table_init(&t, cols, GP_ARRAY_SIZE(cols));
+#define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
+        json_array_foreach(ts, i, tn) {
+                json_t *q = json_object_get(tn, "quota"), *u = json_object_get(tn, "usage");
+                char tiers[16];
+                snprintf(tiers, sizeof(tiers), "P%d..P%d",
+                         (int)json_integer_value(json_object_get(tn, "max_priority")),
+                         (int)json_integer_value(json_object_get(tn, "default_priority")));
+                CHECK(cell_str(&t, jstr(tn, "id")));
+                CHECK(cell_str(&t, jstr(tn, "kind")));
+                CHECK(cell_str(&t, jstr(tn, "group")));
+                CHECK(cell_str(&t, tiers));
+                CHECK(cell_int(&t, tn, "weight", "", ""));
+                CHECK(cell_int(&t, u, "running", "", ""));
+                CHECK(cell_int(&t, u, "queued", "", ""));
+                CHECK(gpus_cell(&t, json_object_get(u, "gpus"), false));
+                CHECK(gpus_cell(&t, json_object_get(q, "max_gpus"), true));
+                CHECK(gpus_cell(&t, json_object_get(q, "guaranteed_gpus"), true));
+                CHECK(cell_int(&t, tn, "keys", "", ""));
+        }
+        CHECK(table_print(&t, out));
+#undef CHECK
+out:
+        table_done(&t);
+        return r;
+}

@@ -17,20 +17,32 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-        gp_submit_limits lim = {.default_lease_ttl_s = 60, .max_lease_ttl_s = 86400, .default_max_retries = 1};
+        /* the first byte picks the caller: no tenant key, or key of tenant
+         * "t1" allowed P3 and more relaxed, refusing or clamping */
+        gp_submit_limits lim = {.default_lease_ttl_s = 60, .max_lease_ttl_s = 86400, .default_max_retries = 1,
+                                .default_priority = 5};
+        if (size >= 2 && data[0] == 'K') {
+                lim.tenant = "t1";
+                lim.max_priority = 3;
+                lim.clamp_priority = data[1] == 'C';
+                data += 2;
+                size -= 2;
+        }
         gp_task t;
         char err[256];
         memset(err, 'x', sizeof(err));
         int r = gp_submit_parse((const char *)data, size, &lim, &t, err, sizeof(err));
         if (r < 0) {
-                if ((r != -EINVAL && r != -ENOMEM) || !memchr(err, '\0', sizeof(err)) || (r == -EINVAL && !err[0]))
+                if ((r != -EINVAL && r != -ENOMEM && r != -EPERM) || !memchr(err, '\0', sizeof(err)) ||
+                    (r != -ENOMEM && !err[0]))
                         abort();
                 return 0;
         }
         if (t.priority < 0 || t.priority > 9 || t.gpu_request < 1 || t.gpu_request > GP_MAX_GANG ||
             t.memory_mb < 0 || !memchr(t.tenant, '\0', sizeof(t.tenant)) || !memchr(t.name, '\0', sizeof(t.name)) ||
             !memchr(t.model, '\0', sizeof(t.model)) || !memchr(t.gpu_model, '\0', sizeof(t.gpu_model)) ||
-            t.is_lease != (t.spec == NULL) || (t.memory_mb == 0 && !t.exclusive))
+            t.is_lease != (t.spec == NULL) || (t.memory_mb == 0 && !t.exclusive) ||
+            t.priority < lim.max_priority || (lim.tenant && strcmp(t.tenant, lim.tenant)))
                 abort();
         if (t.spec) {
                 json_t *j = json_loads(t.spec, 0, NULL);

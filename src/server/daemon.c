@@ -9,6 +9,7 @@
  * without a supervisor pid file is started then.
  */
 #include "server/server-int.h"
+#include "server/tenants.h"
 
 #include "base/err.h"
 #include "base/log.h"
@@ -256,7 +257,7 @@ static int drained_meta(gp_daemon *d, char *buf, size_t size) {
  * the promise that answered means stored, so the daemon stops (crash-only:
  * the restart recovers from what was stored). */
 static void commit(gp_daemon *d, batch *b) {
-        if (!b->ndirty && !b->meta_drained)
+        if (!b->ndirty && !b->meta_drained && !d->meta_tenants && !d->meta_keys && !d->meta_audit)
                 return;
         int rc = gp_store_begin(d->ws);
         for (size_t i = 0; rc == 0 && i < b->ndirty; i++)
@@ -267,6 +268,8 @@ static void commit(gp_daemon *d, batch *b) {
                 if (rc == 0)
                         rc = gp_store_meta_set(d->ws, "drained", buf);
         }
+        if (rc == 0)
+                rc = gp_tenants_store(d);
         if (rc == 0)
                 rc = gp_store_commit(d->ws);
         if (rc < 0) {
@@ -824,6 +827,8 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                 case CMD_DRAIN:
                 case CMD_UNDRAIN: apply_drain(d, &b, c, &out[i]); break;
                 case CMD_GPU_FAILED: apply_gpu_failed(d, &b, c, now); break;
+                case CMD_TENANT_PUT:
+                case CMD_KEY_CREATE: gp_tenants_apply(d, c, now, &out[i].status, &out[i].body); break;
                 }
         }
         for (size_t k = 0; k < nexited; k++) {
@@ -869,6 +874,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         while (list) {
                 cmd *next = list->next;
                 gp_task_done(&list->task);
+                free(list->tenant_rec);
                 free(list);
                 list = next;
         }
@@ -1240,6 +1246,8 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
                 return rc;
         if ((rc = gp_store_open(cfg->store_url, &so, &d->rs, err, errlen)) < 0)
                 return rc;
+        if ((rc = gp_tenants_init(d, err, errlen)) < 0)
+                return rc;
         gp_sched_config sc;
         gp_sched_config_defaults(&sc);
         sc.policy = (gp_sched_policy)cfg->policy;
@@ -1361,6 +1369,7 @@ void gp_daemon_close(gp_daemon *d) {
                 c = n;
         }
         gp_monitor_detach(d);
+        gp_tenants_done(d);
         gp_sched_free(d->sched);
         gp_store_close(d->ws);
         gp_store_close(d->rs);

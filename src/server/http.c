@@ -16,6 +16,7 @@
 #include "base/util.h"
 #include "server/monitor.h"
 #include "server/submit.h"
+#include "server/tenants.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -68,6 +69,11 @@ static enum MHD_Result send_body(hreq *r, int status, char *body, const char *ct
         enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
         MHD_destroy_response(resp);
         return ret;
+}
+
+int gp_http_send(hreq *r, int status, char *body, int retry_after);
+int gp_http_send(hreq *r, int status, char *body, int retry_after) {
+        return send_body(r, status, body, JSON_TYPE, retry_after);
 }
 
 static enum MHD_Result send_json(hreq *r, int status, json_t *j) {
@@ -154,15 +160,24 @@ static bool is_loopback(struct MHD_Connection *conn) {
         return false;
 }
 
-/* 0 = allowed; else the answer was queued. */
+/* Who is asking: sets r->admin / r->tenant / r->who.  With no key at all
+ * (none configured or made) loopback clients are served as admin (the
+ * lab workstation case); otherwise a key is needed, and it maps to admin
+ * or to one tenant.  0 = allowed; else the answer was queued. */
 static int authorize(hreq *r, const char *url, enum MHD_Result *ret) {
         gp_daemon *d = r->d;
         /* liveness and readiness probes carry no key */
         if (!strcmp(url, "/healthz") || !strcmp(url, "/readyz"))
                 return 0;
-        if (d->cfg.n_admin_keys == 0) {
-                if (is_loopback(r->conn))
+        pthread_mutex_lock(&d->lock);
+        bool required = gp_tenants_auth_required(d);
+        pthread_mutex_unlock(&d->lock);
+        if (!required) {
+                if (is_loopback(r->conn)) {
+                        r->admin = true;
+                        gp_strlcpy(r->who, "loopback (no keys configured)", sizeof(r->who));
                         return 0;
+                }
                 *ret = send_error(r, 403, "forbidden",
                                   "no API keys are configured, so only loopback clients are served");
                 return -1;
@@ -172,13 +187,22 @@ static int authorize(hreq *r, const char *url, enum MHD_Result *ret) {
                 *ret = send_error(r, 401, "unauthorized", "an API key is required (Authorization: Bearer KEY)");
                 return -1;
         }
+        pthread_mutex_lock(&d->lock);
+        int rc = gp_tenants_authenticate(d, h + 7, &r->admin, r->tenant, sizeof(r->tenant));
+        pthread_mutex_unlock(&d->lock);
+        if (rc < 0) {
+                *ret = send_error(r, 401, "unauthorized", "unknown API key");
+                return -1;
+        }
         char hash[72];
         gp_sha256_key_hash(h + 7, hash);
-        for (int i = 0; i < d->cfg.n_admin_keys; i++)
-                if (!strcmp(hash, d->cfg.admin_keys[i]))
-                        return 0;
-        *ret = send_error(r, 401, "unauthorized", "unknown API key");
-        return -1;
+        snprintf(r->who, sizeof(r->who), "%s key %.15s...", r->admin ? "admin" : r->tenant, hash);
+        return 0;
+}
+
+/* May this request see task t?  Admin sees all; a tenant key its own. */
+static bool may_see(const hreq *r, const char *tenant) {
+        return r->admin || !strcmp(r->tenant, tenant);
 }
 
 /* ------------------------------------------------------------------ */
@@ -232,8 +256,21 @@ static enum MHD_Result get_gpus(hreq *r) {
         gp_daemon *d = r->d;
         json_t *a = json_array();
         pthread_mutex_lock(&d->lock);
-        for (uint32_t g = 0; g < gp_sched_gpu_count(d->sched); g++)
-                json_array_append_new(a, gp_http_gpu_json(d, g));
+        for (uint32_t g = 0; g < gp_sched_gpu_count(d->sched); g++) {
+                json_t *o = gp_http_gpu_json(d, g);
+                if (o && !r->admin) {
+                        /* a tenant sees which GPUs are busy, but only its own task ids */
+                        json_t *ids = json_object_get(o, "tasks"), *own = json_array(), *v;
+                        size_t i;
+                        json_array_foreach(ids, i, v) {
+                                gp_task *t = gp_i64map_get(&d->tasks, json_integer_value(v));
+                                if (t && may_see(r, t->tenant))
+                                        json_array_append(own, v);
+                        }
+                        json_object_set_new(o, "tasks", own);
+                }
+                json_array_append_new(a, o);
+        }
         pthread_mutex_unlock(&d->lock);
         return send_json(r, 200, json_pack("{s:o}", "gpus", a));
 }
@@ -269,8 +306,8 @@ static enum MHD_Result get_queue(hreq *r) {
         size_t n = total < (size_t)limit ? total : (size_t)limit;
         for (size_t i = 0; i < n; i++) {
                 gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
-                if (!t)
-                        continue;
+                if (!t || !may_see(r, t->tenant))
+                        continue; /* positions stay global: others' tasks are counted, not shown */
                 char reason[GP_REASON_MAX], sub[40];
                 gp_sched_task_reason(d->sched, t->id, reason, sizeof(reason));
                 gp_time_format(t->submitted_ms, sub, sizeof(sub));
@@ -319,6 +356,8 @@ static enum MHD_Result list_tasks(hreq *r) {
         const char *tenant = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "tenant");
         if (tenant && (strlen(tenant) == 0 || strlen(tenant) >= GP_TENANT_MAX))
                 return send_error(r, 400, "invalid_request", "tenant: bad tenant id");
+        if (!r->admin)
+                tenant = r->tenant; /* a tenant key lists its own tasks only */
         gp_task_state st = GP_TASK_QUEUED;
         bool active = state && !strcmp(state, "active");
         if (state && !active && gp_task_state_parse(state, &st) < 0)
@@ -373,6 +412,10 @@ static enum MHD_Result get_task(hreq *r, int64_t id) {
                 return send_error(r, 400, "invalid_request", "wait: must be 0..60 seconds");
         pthread_mutex_lock(&d->lock);
         gp_task *t = gp_i64map_get(&d->tasks, id);
+        if (t && !may_see(r, t->tenant)) {
+                pthread_mutex_unlock(&d->lock);
+                return send_error(r, 404, "not_found", "no task %" PRId64, id); /* 404, not 403: ids do not leak */
+        }
         if (t && t->state == GP_TASK_QUEUED && wait > 0 && r->wait_id == 0 && !d->stopping) {
                 /* long poll: the loop wakes us when it leaves the queue */
                 r->wait_id = id;
@@ -396,7 +439,7 @@ static enum MHD_Result get_task(hreq *r, int64_t id) {
                 gp_task ft;
                 rc = gp_daemon_task_lookup(d, id, &ft);
                 if (rc == 0) {
-                        rc = gp_daemon_task_write(d, &ft, &out);
+                        rc = may_see(r, ft.tenant) ? gp_daemon_task_write(d, &ft, &out) : -ENOENT;
                         gp_task_done(&ft);
                 }
         }
@@ -466,8 +509,10 @@ static enum MHD_Result get_logs(hreq *r, int64_t id) {
                 return send_error(r, 404, "not_found", "no task %" PRId64, id);
         if (rc < 0)
                 return send_error(r, 503, "unavailable", "store: %s", gp_strerror(rc));
-        bool lease = t.is_lease;
+        bool lease = t.is_lease, mine = may_see(r, t.tenant);
         gp_task_done(&t);
+        if (!mine)
+                return send_error(r, 404, "not_found", "no task %" PRId64, id);
         if (lease)
                 return send_error(r, 409, "conflict", "task %" PRId64 " is a lease; it has no log", id);
         r->log_id = id;
@@ -592,7 +637,19 @@ static enum MHD_Result submit(hreq *r) {
          * sends a form type, and a non-JSON body is refused by the parser */
         gp_submit_limits lim = {.default_lease_ttl_s = d->cfg.default_lease_ttl_s,
                                 .max_lease_ttl_s = d->cfg.max_lease_ttl_s,
-                                .default_max_retries = d->cfg.default_max_retries};
+                                .default_max_retries = d->cfg.default_max_retries,
+                                .default_priority = 5, .clamp_priority = d->cfg.clamp_priority};
+        if (!r->admin) {
+                /* a tenant key: its tenant, its default tier, its most urgent tier */
+                pthread_mutex_lock(&d->lock);
+                const gp_cfg_tenant *tc = gp_tenants_find(d, r->tenant);
+                if (tc) {
+                        lim.default_priority = tc->default_priority;
+                        lim.max_priority = tc->max_priority;
+                }
+                pthread_mutex_unlock(&d->lock);
+                lim.tenant = r->tenant;
+        }
         cmd *c = calloc(1, sizeof(*c));
         if (!c)
                 return send_error(r, 503, "unavailable", "out of memory");
@@ -602,6 +659,8 @@ static enum MHD_Result submit(hreq *r) {
                 free(c);
                 if (rc == -ENOMEM)
                         return send_error(r, 503, "unavailable", "out of memory");
+                if (rc == -EPERM)
+                        return send_error(r, 403, "forbidden", "%s", err);
                 return send_error(r, 400, "invalid_request", "%s", err);
         }
         c->kind = CMD_SUBMIT;
@@ -614,6 +673,8 @@ static enum MHD_Result task_cmd(hreq *r, cmd_kind kind, int64_t id) {
                 return send_error(r, 503, "unavailable", "out of memory");
         c->kind = kind;
         c->id = id;
+        if (!r->admin)
+                gp_strlcpy(c->tenant, r->tenant, sizeof(c->tenant)); /* others' tasks answer 404 */
         if (kind == CMD_RELEASE && r->body.len > 0) {
                 json_error_t je;
                 json_t *j = json_loadb(r->body.data, r->body.len, JSON_REJECT_DUPLICATES, &je);
@@ -730,6 +791,8 @@ static enum MHD_Result route(hreq *r, const char *url, const char *method) {
                         if (!strcmp(p, reads[i].path))
                                 return get ? reads[i].fn(r) : send_error(r, 405, "method_not_allowed", "use GET");
         }
+        if (!strncmp(url, "/admin/", 7) && !r->admin)
+                return send_error(r, 403, "forbidden", "%s needs an admin key", url);
         if (!strcmp(url, "/admin/scheduler/stats"))
                 return get ? get_sched_stats(r) : send_error(r, 405, "method_not_allowed", "use GET");
         if (!strcmp(url, "/admin/scheduler/queues"))
@@ -777,6 +840,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
                         return ret;
         }
         enum MHD_Result mret;
+        int tret;
+        if (gp_tenants_route(r, url, method, &tret))
+                return (enum MHD_Result)tret;
+        if (!strcmp(url, "/metrics") && !r->admin && !gp_web_is_public(url, method))
+                return send_error(r, 403, "forbidden", "/metrics needs an admin key (it covers every tenant)");
         if (gp_monitor_route(r, url, method, &mret)) /* /metrics, /api/v1/monitor/..., /api/v1/alerts, / */
                 return mret;
         return route(r, url, method);

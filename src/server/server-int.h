@@ -36,6 +36,8 @@ typedef enum cmd_kind {
         CMD_DRAIN,
         CMD_UNDRAIN,
         CMD_GPU_FAILED,             /* from the sampler: requeue or fail what runs on it */
+        CMD_TENANT_PUT,             /* PUT /admin/tenants/{id} */
+        CMD_KEY_CREATE,             /* POST /admin/tenants/{id}/keys */
 } cmd_kind;
 
 struct hreq;
@@ -50,6 +52,9 @@ typedef struct cmd {
         int exit_code;
         uint32_t gpu;               /* DRAIN / UNDRAIN / GPU_FAILED */
         char why[GP_REASON_MAX];    /* GPU_FAILED: what the backend said */
+        gp_cfg_tenant *tenant_rec;  /* TENANT_PUT: the new record (owned) */
+        char key[80];               /* KEY_CREATE: the new key, shown once */
+        char who[96];               /* TENANT_PUT / KEY_CREATE: the actor, for the audit log */
         struct hreq *req;           /* answered when done; NULL for none */
 } cmd;
 
@@ -57,6 +62,9 @@ typedef struct cmd {
 typedef struct hreq {
         struct MHD_Connection *conn;
         struct gp_daemon *d;
+        bool admin;                 /* an admin key, or loopback when no key exists */
+        char tenant[GP_TENANT_MAX]; /* the key's tenant; "" for admin */
+        char who[96];               /* the actor, for the audit log */
         gp_buf body;                /* request body, capped */
         bool body_too_big;
         bool started;               /* second handler call seen */
@@ -79,6 +87,13 @@ typedef struct hreq {
         int64_t follow_idle_ms;
 } hreq;
 
+typedef struct gp_key {
+        char hash[GP_CFG_KEY_HASH_MAX];  /* "sha256:<hex>" */
+        char tenant[GP_TENANT_MAX];      /* "" = admin key */
+        bool runtime;                    /* made by the API (stored), not from the config */
+        int64_t created_ms;
+} gp_key;
+
 typedef struct gp_daemon {
         gp_config cfg;
         char self_exe[PATH_MAX];
@@ -96,6 +111,13 @@ typedef struct gp_daemon {
         gp_i64map requeue;          /* batch task id -> malloc'd reason: requeue (not end) when its
                                        supervisor reports, because its GPU failed; loop thread */
         int64_t *gone;              /* tasks whose supervisor is gone, unprocessed; loop thread */
+        /* tenants and keys (tenants.c), under lock */
+        gp_cfg_tenant *tenants;
+        size_t ntenants, captenants;
+        struct gp_key *keys;
+        size_t nkeys, capkeys;
+        struct json_t *audit;       /* array of the last GP_AUDIT_MAX changes */
+        bool meta_tenants, meta_keys, meta_audit; /* to store in this batch; loop thread */
         size_t ngone, capgone;
         int64_t next_id;            /* under lock */
         uint32_t *gpu_ids;          /* backend index -> sched gpu id */

@@ -182,8 +182,8 @@ int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, g
                         goto out;
                 }
         }
-        gp_strlcpy(t.tenant, "default", sizeof(t.tenant));
-        t.priority = 5;
+        gp_strlcpy(t.tenant, lim->tenant ? lim->tenant : "default", sizeof(t.tenant));
+        t.priority = lim->default_priority;
         t.gpu_request = 1;
         t.lease_ttl_s = lim->default_lease_ttl_s;
         t.max_retries = lim->default_max_retries;
@@ -193,6 +193,11 @@ int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, g
                         goto out;
                 if (!tenant_id_ok(t.tenant)) {
                         rc = fail(err, errlen, "tenant_id: only letters, digits, '-', '_' and '.'");
+                        goto out;
+                }
+                if (lim->tenant && strcmp(t.tenant, lim->tenant) != 0) {
+                        snprintf(err, errlen, "tenant_id: this key belongs to tenant %s", lim->tenant);
+                        rc = -EPERM;
                         goto out;
                 }
         }
@@ -221,6 +226,15 @@ int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, g
                 goto out;
         if ((v = json_object_get(root, "priority")) && (rc = parse_priority(v, &t.priority, err, errlen)) < 0)
                 goto out;
+        if (t.priority < lim->max_priority) {
+                if (!lim->clamp_priority) {
+                        snprintf(err, errlen, "priority: P%d is more urgent than this key allows (P%d at most)",
+                                 t.priority, lim->max_priority);
+                        rc = -EPERM;
+                        goto out;
+                }
+                t.priority = lim->max_priority;
+        }
         if ((v = json_object_get(root, "timeout_s"))) {
                 if ((rc = get_int(v, "timeout_s", 0, 366LL * 86400, &x, err, errlen)) < 0)
                         goto out;

@@ -9,6 +9,7 @@
 #ifndef GP_SERVER_SUBMIT_H
 #define GP_SERVER_SUBMIT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,10 @@ typedef struct gp_submit_limits {
         int default_lease_ttl_s;   /* lease_ttl_s when absent */
         int max_lease_ttl_s;
         int default_max_retries;
+        const char *tenant;        /* the caller's tenant (tenant key), NULL = taken from the body */
+        int default_priority;      /* tier when the body names none (normally 5) */
+        int max_priority;          /* most urgent tier allowed (0 = any) */
+        bool clamp_priority;       /* a more urgent request is clamped instead of refused */
 } gp_submit_limits;
 
 #define GP_SUBMIT_MAX_ARGS 256
@@ -29,7 +34,9 @@ typedef struct gp_submit_limits {
  * batch task, NULL for a lease: free with gp_task_done).  The tenant is
  * taken from "tenant_id" (default "default").
  * 0, or -EINVAL with a message in err ("priority: must be 0..9 or a name
- * (critical, high, normal, low, background), got 12"), or -ENOMEM.
+ * (critical, high, normal, low, background), got 12"), -EPERM when the
+ * body names another tenant than lim->tenant or a tier more urgent than
+ * lim->max_priority (unless clamped), or -ENOMEM.
  * On failure *ret holds nothing to free. */
 int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, gp_task *ret, char *err,
                     size_t errlen);

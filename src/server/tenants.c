@@ -1,0 +1,673 @@
+/* tenants.c - tenants, API keys and the audit log (see tenants.h).
+ *
+ * Invariants: d->tenants holds every tenant, the config's first (changed
+ * in place by a stored PUT), then ones created at run time; ids are
+ * unique.  d->keys maps key hashes to a tenant id or to admin ("");
+ * hashes are unique.  Nothing here keeps a key in the clear.
+ */
+#include "server/tenants.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "base/sha256.h"
+#include "base/util.h"
+#include "server/server-int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+/* ------------------------------------------------------------------ */
+/* tables                                                              */
+
+static gp_cfg_tenant *find_mut(gp_daemon *d, const char *id) {
+        for (size_t i = 0; i < d->ntenants; i++)
+                if (!strcmp(d->tenants[i].id, id))
+                        return &d->tenants[i];
+        return NULL;
+}
+
+const gp_cfg_tenant *gp_tenants_find(const gp_daemon *d, const char *id) {
+        return find_mut((gp_daemon *)d, id);
+}
+
+static int tenant_add(gp_daemon *d, const gp_cfg_tenant *t) {
+        if (d->ntenants == d->captenants) {
+                size_t c = d->captenants ? d->captenants * 2 : 16;
+                gp_cfg_tenant *p = realloc(d->tenants, c * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                d->tenants = p;
+                d->captenants = c;
+        }
+        d->tenants[d->ntenants++] = *t;
+        return 0;
+}
+
+static gp_key *key_find(gp_daemon *d, const char *hash) {
+        for (size_t i = 0; i < d->nkeys; i++)
+                if (!strcmp(d->keys[i].hash, hash))
+                        return &d->keys[i];
+        return NULL;
+}
+
+static int key_add(gp_daemon *d, const char *hash, const char *tenant, bool runtime, int64_t created) {
+        if (key_find(d, hash))
+                return -EEXIST;
+        if (d->nkeys >= GP_KEYS_MAX)
+                return -E2BIG;
+        if (d->nkeys == d->capkeys) {
+                size_t c = d->capkeys ? d->capkeys * 2 : 16;
+                gp_key *p = realloc(d->keys, c * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                d->keys = p;
+                d->capkeys = c;
+        }
+        gp_key *k = &d->keys[d->nkeys++];
+        memset(k, 0, sizeof(*k));
+        gp_strlcpy(k->hash, hash, sizeof(k->hash));
+        gp_strlcpy(k->tenant, tenant, sizeof(k->tenant));
+        k->runtime = runtime;
+        k->created_ms = created;
+        return 0;
+}
+
+bool gp_tenants_auth_required(const gp_daemon *d) {
+        return d->nkeys > 0;
+}
+
+int gp_tenants_authenticate(gp_daemon *d, const char *key, bool *ret_admin, char *ret_tenant, size_t size) {
+        char hash[72];
+        gp_sha256_key_hash(key, hash);
+        gp_key *k = key_find(d, hash);
+        if (!k)
+                return -ENOENT;
+        *ret_admin = k->tenant[0] == '\0';
+        gp_strlcpy(ret_tenant, k->tenant, size);
+        return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* JSON of a tenant                                                    */
+
+static json_t *gpus_json(int64_t milli) {
+        return milli % 1000 ? json_real((double)milli / 1000.0) : json_integer(milli / 1000);
+}
+
+/* The tenant as the API shows it (keys as their count, never hashes). */
+static json_t *tenant_json(const gp_daemon *d, const gp_cfg_tenant *t) {
+        int keys = 0;
+        for (size_t i = 0; i < d->nkeys; i++)
+                keys += !strcmp(d->keys[i].tenant, t->id);
+        json_t *q = json_pack("{s:i,s:i,s:o,s:o}", "max_concurrent", t->max_concurrent, "max_queued", t->max_queued,
+                              "max_gpus", gpus_json(t->max_gpus_milli), "guaranteed_gpus",
+                              gpus_json(t->guaranteed_gpus_milli));
+        return json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:o,s:i}", "id", t->id, "name", t->name, "kind", t->kind,
+                         "group", t->group, "max_priority", t->max_priority, "default_priority",
+                         t->default_priority, "weight", t->weight, "quota", q, "keys", keys);
+}
+
+/* The stored form: as the API shows it, plus the config's key hashes. */
+static json_t *tenant_store_json(const gp_daemon *d, const gp_cfg_tenant *t) {
+        json_t *o = tenant_json(d, t);
+        json_object_del(o, "keys");
+        return o;
+}
+
+static int get_gpus_milli(json_t *v, const char *key, int64_t *ret, char *err, size_t errlen) {
+        double x;
+        if (json_is_integer(v))
+                x = (double)json_integer_value(v);
+        else if (json_is_real(v))
+                x = json_real_value(v);
+        else {
+                snprintf(err, errlen, "%s: must be a number of GPUs", key);
+                return -EINVAL;
+        }
+        if (x < 0 || x > 1000000) {
+                snprintf(err, errlen, "%s: must be 0..1000000 GPUs", key);
+                return -EINVAL;
+        }
+        *ret = (int64_t)(x * 1000.0 + 0.5);
+        return 0;
+}
+
+static int get_int_field(json_t *o, const char *key, int min, int max, int *dst, char *err, size_t errlen) {
+        json_t *v = json_object_get(o, key);
+        if (!v)
+                return 0;
+        if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+                snprintf(err, errlen, "%s: must be an integer %d..%d", key, min, max);
+                return -EINVAL;
+        }
+        *dst = (int)json_integer_value(v);
+        return 0;
+}
+
+static int get_str_field(json_t *o, const char *key, char *dst, size_t size, char *err, size_t errlen) {
+        json_t *v = json_object_get(o, key);
+        if (!v)
+                return 0;
+        if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= size ||
+            !gp_str_is_clean(json_string_value(v), json_string_length(v))) {
+                snprintf(err, errlen, "%s: must be text of 1..%zu bytes", key, size - 1);
+                return -EINVAL;
+        }
+        memset(dst, 0, size);
+        memcpy(dst, json_string_value(v), json_string_length(v));
+        return 0;
+}
+
+/* Overlay a JSON object (PUT body or stored record) on *t.  Unknown
+ * fields and bad values are refused with a message naming the field. */
+static int tenant_from_json(json_t *o, gp_cfg_tenant *t, char *err, size_t errlen) {
+        static const char *const known[] = {"id", "name", "kind", "group", "max_priority", "default_priority",
+                                            "weight", "quota", "keys", NULL};
+        static const char *const qknown[] = {"max_concurrent", "max_queued", "max_gpus", "guaranteed_gpus", NULL};
+        if (!json_is_object(o)) {
+                snprintf(err, errlen, "body must be a JSON object");
+                return -EINVAL;
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(o, k, v) {
+                bool ok = false;
+                for (int i = 0; known[i]; i++)
+                        ok |= !strcmp(k, known[i]);
+                if (!ok) {
+                        snprintf(err, errlen, "unknown field '%.64s'", k);
+                        return -EINVAL;
+                }
+        }
+        gp_cfg_tenant n = *t;
+        int r = get_str_field(o, "name", n.name, sizeof(n.name), err, errlen);
+        r = r ? r : get_str_field(o, "group", n.group, sizeof(n.group), err, errlen);
+        r = r ? r : get_int_field(o, "max_priority", 0, GP_PRIORITY_LEVELS - 1, &n.max_priority, err, errlen);
+        r = r ? r : get_int_field(o, "default_priority", 0, GP_PRIORITY_LEVELS - 1, &n.default_priority, err, errlen);
+        r = r ? r : get_int_field(o, "weight", 1, 1000000, &n.weight, err, errlen);
+        if (r < 0)
+                return r;
+        if ((v = json_object_get(o, "kind"))) {
+                const char *s = json_is_string(v) ? json_string_value(v) : "";
+                if (strcmp(s, "internal") && strcmp(s, "external")) {
+                        snprintf(err, errlen, "kind: must be \"internal\" or \"external\"");
+                        return -EINVAL;
+                }
+                gp_strlcpy(n.kind, s, sizeof(n.kind));
+        }
+        json_t *q = json_object_get(o, "quota");
+        if (q) {
+                if (!json_is_object(q)) {
+                        snprintf(err, errlen, "quota: must be an object");
+                        return -EINVAL;
+                }
+                json_object_foreach(q, k, v) {
+                        bool ok = false;
+                        for (int i = 0; qknown[i]; i++)
+                                ok |= !strcmp(k, qknown[i]);
+                        if (!ok) {
+                                snprintf(err, errlen, "quota: unknown field '%.64s'", k);
+                                return -EINVAL;
+                        }
+                }
+                r = get_int_field(q, "max_concurrent", 0, 1000000, &n.max_concurrent, err, errlen);
+                r = r ? r : get_int_field(q, "max_queued", 0, 1000000, &n.max_queued, err, errlen);
+                if (r == 0 && (v = json_object_get(q, "max_gpus")))
+                        r = get_gpus_milli(v, "quota.max_gpus", &n.max_gpus_milli, err, errlen);
+                if (r == 0 && (v = json_object_get(q, "guaranteed_gpus")))
+                        r = get_gpus_milli(v, "quota.guaranteed_gpus", &n.guaranteed_gpus_milli, err, errlen);
+                if (r < 0)
+                        return r;
+        }
+        if (json_object_get(o, "keys") && !json_is_integer(json_object_get(o, "keys"))) {
+                snprintf(err, errlen, "keys: keys are made with POST /admin/tenants/{id}/keys");
+                return -EINVAL;
+        }
+        if (n.default_priority < n.max_priority) {
+                snprintf(err, errlen, "default_priority %d is more urgent than max_priority %d", n.default_priority,
+                         n.max_priority);
+                return -EINVAL;
+        }
+        if (n.max_gpus_milli && n.guaranteed_gpus_milli > n.max_gpus_milli) {
+                snprintf(err, errlen, "quota.guaranteed_gpus is above quota.max_gpus");
+                return -EINVAL;
+        }
+        *t = n;
+        return 0;
+}
+
+static void tenant_defaults(gp_cfg_tenant *t, const char *id) {
+        memset(t, 0, sizeof(*t));
+        gp_strlcpy(t->id, id, sizeof(t->id));
+        gp_strlcpy(t->name, id, sizeof(t->name));
+        gp_strlcpy(t->kind, "internal", sizeof(t->kind));
+        gp_strlcpy(t->group, "internal", sizeof(t->group));
+        t->default_priority = 5;
+        t->weight = 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* start-up                                                            */
+
+static json_t *meta_json(gp_daemon *d, const char *key) {
+        size_t size = 2 * 1024 * 1024;
+        char *buf = malloc(size);
+        if (!buf)
+                return NULL;
+        json_t *j = NULL;
+        if (gp_store_meta_get(d->ws, key, buf, size) == 0)
+                j = json_loads(buf, 0, NULL);
+        free(buf);
+        return j;
+}
+
+int gp_tenants_init(gp_daemon *d, char *err, size_t errlen) {
+        int rc;
+        for (int i = 0; i < d->cfg.n_admin_keys; i++)
+                if ((rc = key_add(d, d->cfg.admin_keys[i], "", false, 0)) < 0)
+                        goto dup;
+        for (int i = 0; i < d->cfg.n_tenants; i++) {
+                const gp_cfg_tenant *t = &d->cfg.tenants[i];
+                if ((rc = tenant_add(d, t)) < 0)
+                        return rc;
+                for (int k = 0; k < t->n_keys; k++)
+                        if ((rc = key_add(d, t->keys[k], t->id, false, 0)) < 0)
+                                goto dup;
+        }
+        /* run-time changes stored by earlier runs win over the file */
+        json_t *ts = meta_json(d, "tenants"), *v;
+        size_t i;
+        json_array_foreach(ts, i, v) {
+                const char *id = json_string_value(json_object_get(v, "id"));
+                if (!id || strlen(id) >= GP_TENANT_MAX)
+                        continue;
+                gp_cfg_tenant *t = find_mut(d, id), n;
+                if (!t) {
+                        tenant_defaults(&n, id);
+                        t = &n;
+                }
+                char e[200];
+                gp_cfg_tenant tmp = *t;
+                if (tenant_from_json(v, &tmp, e, sizeof(e)) < 0) {
+                        gp_warn("stored tenant %s ignored: %s", id, e);
+                        continue;
+                }
+                if (t == &n) {
+                        if (tenant_add(d, &tmp) < 0) {
+                                json_decref(ts);
+                                return -ENOMEM;
+                        }
+                } else {
+                        *t = tmp;
+                }
+        }
+        json_decref(ts);
+        json_t *ks = meta_json(d, "keys");
+        json_array_foreach(ks, i, v) {
+                const char *h = json_string_value(json_object_get(v, "hash"));
+                const char *tn = json_string_value(json_object_get(v, "tenant"));
+                json_int_t at = json_integer_value(json_object_get(v, "created_ms"));
+                if (h && tn && strlen(h) < GP_CFG_KEY_HASH_MAX && strlen(tn) < GP_TENANT_MAX)
+                        key_add(d, h, tn, true, at);
+        }
+        json_decref(ks);
+        d->audit = meta_json(d, "audit");
+        if (!json_is_array(d->audit)) {
+                json_decref(d->audit);
+                d->audit = json_array();
+        }
+        return d->audit ? 0 : -ENOMEM;
+dup:
+        if (rc == -EEXIST)
+                snprintf(err, errlen, "config: the same key hash is given to two owners (admin or tenants)");
+        else
+                snprintf(err, errlen, "config: too many keys");
+        return -EINVAL;
+}
+
+void gp_tenants_done(gp_daemon *d) {
+        free(d->tenants);
+        free(d->keys);
+        json_decref(d->audit);
+        d->tenants = NULL;
+        d->keys = NULL;
+        d->audit = NULL;
+        d->ntenants = d->nkeys = 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* changes (loop thread)                                               */
+
+static void audit(gp_daemon *d, const char *who, const char *action, const char *target, json_t *old, json_t *new,
+                  int64_t now) {
+        char at[40];
+        gp_time_format(now, at, sizeof(at));
+        json_array_append_new(d->audit, json_pack("{s:s,s:s,s:s,s:s,s:o,s:o}", "at", at, "who", who, "action",
+                                                  action, "target", target, "old", old ? old : json_null(),
+                                                  "new", new ? new : json_null()));
+        while (json_array_size(d->audit) > GP_AUDIT_MAX)
+                json_array_remove(d->audit, 0);
+        d->meta_audit = true;
+}
+
+static char *body_of(json_t *j) {
+        char *s = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        return s;
+}
+
+void gp_tenants_apply(gp_daemon *d, cmd *c, int64_t now, int *ret_status, char **ret_body) {
+        if (c->kind == CMD_TENANT_PUT) {
+                gp_cfg_tenant *t = find_mut(d, c->tenant_rec->id);
+                json_t *old = t ? tenant_json(d, t) : NULL;
+                bool created = !t;
+                if (created && tenant_add(d, c->tenant_rec) < 0) {
+                        json_decref(old);
+                        *ret_status = 503;
+                        *ret_body = gp_http_error_body("unavailable", "out of memory");
+                        return;
+                }
+                if (!created)
+                        *t = *c->tenant_rec;
+                t = find_mut(d, c->tenant_rec->id);
+                d->meta_tenants = true;
+                audit(d, c->who, created ? "tenant.create" : "tenant.update", t->id, old, tenant_json(d, t), now);
+                gp_info("tenant %s %s by %s", t->id, created ? "created" : "changed", c->who);
+                *ret_status = created ? 201 : 200;
+                *ret_body = body_of(tenant_json(d, t));
+                return;
+        }
+        /* CMD_KEY_CREATE: c->tenant names the tenant, c->key the new key */
+        char hash[72];
+        gp_sha256_key_hash(c->key, hash);
+        if (!find_mut(d, c->tenant)) {
+                *ret_status = 404;
+                *ret_body = gp_http_error_body("not_found", "no tenant %s", c->tenant);
+                return;
+        }
+        int rc = key_add(d, hash, c->tenant, true, now);
+        if (rc < 0) {
+                *ret_status = rc == -E2BIG ? 409 : 503;
+                *ret_body = gp_http_error_body(rc == -E2BIG ? "conflict" : "unavailable", "cannot add a key: %s",
+                                               gp_strerror(rc));
+                return;
+        }
+        d->meta_keys = true;
+        char shown[24];
+        snprintf(shown, sizeof(shown), "%.14s...", hash);
+        audit(d, c->who, "key.create", c->tenant, NULL, json_string(shown), now);
+        gp_info("key %s made for tenant %s by %s", shown, c->tenant, c->who);
+        *ret_status = 201;
+        *ret_body = body_of(json_pack("{s:s,s:s,s:s,s:s}", "key", c->key, "tenant_id", c->tenant, "hash", hash,
+                                      "note", "shown once: only its hash is stored"));
+        explicit_bzero(c->key, sizeof(c->key));
+}
+
+static int store_json(gp_daemon *d, const char *key, json_t *j) {
+        char *s = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        if (!s)
+                return -ENOMEM;
+        int rc = gp_store_meta_set(d->ws, key, s);
+        free(s);
+        return rc;
+}
+
+int gp_tenants_store(gp_daemon *d) {
+        int rc = 0;
+        if (d->meta_tenants) {
+                json_t *a = json_array();
+                for (size_t i = 0; i < d->ntenants; i++)
+                        json_array_append_new(a, tenant_store_json(d, &d->tenants[i]));
+                rc = store_json(d, "tenants", a);
+        }
+        if (rc == 0 && d->meta_keys) {
+                json_t *a = json_array();
+                for (size_t i = 0; i < d->nkeys; i++)
+                        if (d->keys[i].runtime)
+                                json_array_append_new(a, json_pack("{s:s,s:s,s:I}", "hash", d->keys[i].hash, "tenant",
+                                                                   d->keys[i].tenant,
+                                                                   "created_ms", (json_int_t)d->keys[i].created_ms));
+                rc = store_json(d, "keys", a);
+        }
+        if (rc == 0 && d->meta_audit)
+                rc = store_json(d, "audit", json_incref(d->audit));
+        d->meta_tenants = d->meta_keys = d->meta_audit = false;
+        return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* HTTP                                                                */
+
+static int answer_json(hreq *r, int status, json_t *j) {
+        if (j && json_is_object(j))
+                json_object_set_new(j, "backend", json_string(r->d->backend));
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        r->status = status;
+        r->resp = s ? s : gp_http_error_body("unavailable", "out of memory");
+        return 1;
+}
+
+static int answer_err(hreq *r, int status, const char *code, const char *msg) {
+        r->status = status;
+        r->resp = gp_http_error_body(code, "%s", msg);
+        return 1;
+}
+
+/* Usage now, for GET /api/v1/tenants[/{id}], from the active tasks: a
+ * whole GPU counts 1, a memory share counts its fraction of the GPU's
+ * usable memory. d->lock held. */
+static json_t *usage_json(gp_daemon *d, const char *id) {
+        int running = 0, queued = 0;
+        int64_t milli = 0;
+        size_t pos = 0;
+        gp_task *t;
+        while ((t = gp_i64map_next(&d->tasks, &pos, NULL))) {
+                if (strcmp(t->tenant, id))
+                        continue;
+                if (t->state == GP_TASK_QUEUED) {
+                        queued++;
+                        continue;
+                }
+                running++;
+                for (int i = 0; i < t->n_gpus; i++) {
+                        uint32_t g;
+                        gp_sched_gpu_view v;
+                        if (t->exclusive || gp_sched_gpu_find_uuid(d->sched, t->gpus[i].uuid, &g) < 0 ||
+                            gp_sched_gpu_get(d->sched, g, &v) < 0 || v.memory_usable_mb <= 0)
+                                milli += 1000;
+                        else
+                                milli += (t->memory_mb * 1000 + v.memory_usable_mb - 1) / v.memory_usable_mb;
+                }
+        }
+        return json_pack("{s:i,s:i,s:o}", "running", running, "queued", queued, "gpus", gpus_json(milli));
+}
+
+static int get_tenants(hreq *r, const char *id) {
+        gp_daemon *d = r->d;
+        pthread_mutex_lock(&d->lock);
+        json_t *out;
+        if (id) {
+                const gp_cfg_tenant *t = gp_tenants_find(d, id);
+                if (!t || (!r->admin && strcmp(r->tenant, id))) {
+                        pthread_mutex_unlock(&d->lock);
+                        return answer_err(r, 404, "not_found", "no such tenant");
+                }
+                out = tenant_json(d, t);
+                json_object_set_new(out, "usage", usage_json(d, t->id));
+        } else {
+                json_t *a = json_array();
+                for (size_t i = 0; i < d->ntenants; i++) {
+                        const gp_cfg_tenant *t = &d->tenants[i];
+                        if (!r->admin && strcmp(r->tenant, t->id))
+                                continue;
+                        json_t *o = tenant_json(d, t);
+                        json_object_set_new(o, "usage", usage_json(d, t->id));
+                        json_array_append_new(a, o);
+                }
+                out = json_pack("{s:o}", "tenants", a);
+        }
+        pthread_mutex_unlock(&d->lock);
+        return answer_json(r, 200, out);
+}
+
+static bool id_ok(const char *s, size_t n) {
+        if (n == 0 || n >= GP_TENANT_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+                      s[i] == '-' || s[i] == '_' || s[i] == '.'))
+                        return false;
+        return true;
+}
+
+static int post_cmd_tenants(hreq *r, cmd *c) {
+        c->req = r;
+        gp_strlcpy(c->who, r->who, sizeof(c->who));
+        r->suspended = true;
+        MHD_suspend_connection(r->conn);
+        gp_daemon_post(r->d, c);
+        return 2; /* parked: the loop answers */
+}
+
+static int put_tenant(hreq *r, const char *id) {
+        gp_daemon *d = r->d;
+        json_error_t je;
+        json_t *j = json_loadb(r->body.data ? r->body.data : "", r->body.len, JSON_REJECT_DUPLICATES, &je);
+        if (!j) {
+                char m[200];
+                snprintf(m, sizeof(m), "body is not valid JSON: %s", je.text);
+                return answer_err(r, 400, "invalid_request", m);
+        }
+        const char *bid = json_string_value(json_object_get(j, "id"));
+        if (bid && strcmp(bid, id)) {
+                json_decref(j);
+                return answer_err(r, 400, "invalid_request", "id in the body differs from the path");
+        }
+        gp_cfg_tenant *t = malloc(sizeof(*t));
+        if (!t) {
+                json_decref(j);
+                return answer_err(r, 503, "unavailable", "out of memory");
+        }
+        pthread_mutex_lock(&d->lock);
+        const gp_cfg_tenant *cur = gp_tenants_find(d, id);
+        if (cur)
+                *t = *cur;
+        else
+                tenant_defaults(t, id);
+        bool too_many = !cur && d->ntenants >= 100000;
+        pthread_mutex_unlock(&d->lock);
+        char err[200];
+        int rc = too_many ? -E2BIG : tenant_from_json(j, t, err, sizeof(err));
+        json_decref(j);
+        if (rc < 0) {
+                free(t);
+                return answer_err(r, rc == -E2BIG ? 409 : 400, rc == -E2BIG ? "conflict" : "invalid_request",
+                                  rc == -E2BIG ? "too many tenants" : err);
+        }
+        cmd *c = calloc(1, sizeof(*c));
+        if (!c) {
+                free(t);
+                return answer_err(r, 503, "unavailable", "out of memory");
+        }
+        c->kind = CMD_TENANT_PUT;
+        c->tenant_rec = t;
+        return post_cmd_tenants(r, c);
+}
+
+static int create_key(hreq *r, const char *id) {
+        uint8_t raw[24];
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+                return answer_err(r, 503, "unavailable", "no randomness for a key");
+        cmd *c = calloc(1, sizeof(*c));
+        if (!c)
+                return answer_err(r, 503, "unavailable", "out of memory");
+        c->kind = CMD_KEY_CREATE;
+        gp_strlcpy(c->tenant, id, sizeof(c->tenant));
+        static const char hex[] = "0123456789abcdef";
+        memcpy(c->key, "gpk_", 4);
+        for (size_t i = 0; i < sizeof(raw); i++) {
+                c->key[4 + 2 * i] = hex[raw[i] >> 4];
+                c->key[5 + 2 * i] = hex[raw[i] & 15];
+        }
+        c->key[4 + 2 * sizeof(raw)] = '\0';
+        return post_cmd_tenants(r, c);
+}
+
+static int get_audit(hreq *r) {
+        gp_daemon *d = r->d;
+        pthread_mutex_lock(&d->lock);
+        json_t *a = json_deep_copy(d->audit);
+        pthread_mutex_unlock(&d->lock);
+        return answer_json(r, 200, json_pack("{s:o}", "audit", a ? a : json_array()));
+}
+
+/* 1 = answer r->status/r->resp now, 2 = parked, 0 = not ours. */
+static int route(hreq *r, const char *url, const char *method) {
+        bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        const char *p = NULL;
+        if (!strncmp(url, "/api/v1/tenants", 15))
+                p = url + 15;
+        else if (!strncmp(url, "/api/tenants", 12))
+                p = url + 12;
+        if (p && (*p == '\0' || *p == '/')) {
+                if (!get)
+                        return answer_err(r, 405, "method_not_allowed", "use GET");
+                if (*p == '\0' || !strcmp(p, "/"))
+                        return get_tenants(r, NULL);
+                if (!id_ok(p + 1, strlen(p + 1)))
+                        return answer_err(r, 404, "not_found", "no such tenant");
+                return get_tenants(r, p + 1);
+        }
+        if (!strcmp(url, "/admin/audit")) {
+                if (!r->admin)
+                        return answer_err(r, 403, "forbidden", "needs an admin key");
+                return get ? get_audit(r) : answer_err(r, 405, "method_not_allowed", "use GET");
+        }
+        if (strncmp(url, "/admin/tenants/", 15))
+                return 0;
+        if (!r->admin)
+                return answer_err(r, 403, "forbidden", "needs an admin key");
+        const char *id = url + 15, *slash = strchr(id, '/');
+        size_t n = slash ? (size_t)(slash - id) : strlen(id);
+        if (!id_ok(id, n))
+                return answer_err(r, 400, "invalid_request", "tenant ids are letters, digits, '-', '_' and '.'");
+        char tid[GP_TENANT_MAX];
+        memcpy(tid, id, n);
+        tid[n] = '\0';
+        if (!slash) {
+                if (!strcmp(method, "PUT"))
+                        return put_tenant(r, tid);
+                if (get)
+                        return get_tenants(r, tid);
+                return answer_err(r, 405, "method_not_allowed", "use PUT or GET");
+        }
+        if (!strcmp(slash, "/keys")) {
+                if (strcmp(method, "POST"))
+                        return answer_err(r, 405, "method_not_allowed", "use POST");
+                return create_key(r, tid);
+        }
+        return answer_err(r, 404, "not_found", "no such path");
+}
+
+bool gp_tenants_route(hreq *r, const char *url, const char *method, int *ret) {
+        int how = route(r, url, method);
+        if (how == 0)
+                return false;
+        if (how == 2) {
+                *ret = MHD_YES;
+                return true;
+        }
+        char *body = r->resp;
+        r->resp = NULL;
+        extern int gp_http_send(hreq * r, int status, char *body, int retry_after);
+        *ret = gp_http_send(r, r->status, body, 0);
+        return true;
+}

@@ -1,0 +1,62 @@
+/* tenants.h - tenants, API keys and the audit log of the daemon.
+ *
+ * The tenants of the config, changed at run time by PUT /admin/tenants/{id}
+ * and joined by keys made with POST /admin/tenants/{id}/keys.  Run-time
+ * changes are stored in the store's metadata ("tenants", "keys", "audit")
+ * in the loop thread's transaction, so they survive a restart and are
+ * stored before they are acknowledged.  Keys are kept only as SHA-256
+ * hashes.  The audit log keeps the last GP_AUDIT_MAX changes (who, when,
+ * what, old value, new value).
+ *
+ * Threads: lookups run on HTTP threads under d->lock; changes run on the
+ * loop thread under d->lock (gp_tenants_apply_*).
+ */
+#ifndef GP_SERVER_TENANTS_H
+#define GP_SERVER_TENANTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "config/config.h"
+
+struct gp_daemon;
+struct hreq;
+struct cmd;
+
+#define GP_AUDIT_MAX 1000
+#define GP_KEYS_MAX 4096
+
+/* Build the tenant and key tables from the config and what the store holds
+ * (stored run-time changes win over the file).  Start-up only.
+ * 0 or a negative code with a message in err. */
+int gp_tenants_init(struct gp_daemon *d, char *err, size_t errlen);
+void gp_tenants_done(struct gp_daemon *d);
+
+/* true when any key exists (config admin or tenant keys, or made at run
+ * time): then every request but probes and the page needs a key. */
+bool gp_tenants_auth_required(const struct gp_daemon *d);
+
+/* Who holds this key (the raw bearer token)?  0 with *ret_admin, or with
+ * the tenant's id copied to ret_tenant; -ENOENT for an unknown key.
+ * d->lock held. */
+int gp_tenants_authenticate(struct gp_daemon *d, const char *key, bool *ret_admin, char *ret_tenant,
+                            size_t size);
+
+/* The tenant's record, or NULL. d->lock held; valid until the lock is
+ * released. */
+const gp_cfg_tenant *gp_tenants_find(const struct gp_daemon *d, const char *id);
+
+/* HTTP: GET /api/v1/tenants[/{id}], PUT /admin/tenants/{id},
+ * POST /admin/tenants/{id}/keys, GET /admin/audit.  Returns true when it
+ * answered (ret set). */
+bool gp_tenants_route(struct hreq *r, const char *url, const char *method, int *ret);
+
+/* Loop thread: apply a CMD_TENANT_PUT / CMD_KEY_CREATE.  Marks what must
+ * be stored in this batch (d->meta_*) and gives the answer to send once
+ * the batch is stored (*ret_body malloc'd). */
+void gp_tenants_apply(struct gp_daemon *d, struct cmd *c, int64_t now_ms, int *ret_status, char **ret_body);
+/* Loop thread, inside the batch transaction: store what changed.
+ * 0 or a store error. */
+int gp_tenants_store(struct gp_daemon *d);
+
+#endif

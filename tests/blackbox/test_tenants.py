@@ -1,0 +1,193 @@
+"""Tenants, API keys and isolation, against the real daemon.
+
+Three keys: an admin key and the keys of tenants `alpha` and `beta`.  The
+isolation matrix drives every endpoint with the owner's key, the other
+tenant's key, the admin key and no key, and checks who may see and touch
+what (another tenant's task answers 404, not 403, so ids do not leak).
+"""
+import hashlib
+import sqlite3
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.e2e
+
+ADMIN, ALPHA, BETA = "admin-secret", "alpha-secret", "beta-secret"
+
+
+def h(key):
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+CONFIG = """
+gpus: {backend: sim}
+auth: {admin_keys: ["%s"]}
+tenants:
+  - {id: alpha, keys: ["%s"], max_priority: 3, default_priority: 5, weight: 2,
+     quota: {max_concurrent: 10, max_gpus: 2, guaranteed_gpus: 1}}
+  - {id: beta, kind: external, keys: ["%s"], max_priority: 0, default_priority: 7}
+""" % (h(ADMIN), h(ALPHA), h(BETA))
+
+
+def call(d, method, path, key=None, **kw):
+    headers = kw.pop("headers", {})
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    kw.setdefault("timeout", 20)
+    return requests.request(method, d.url + path, headers=headers, **kw)
+
+
+def submit(d, key, **body):
+    body.setdefault("memory_mb", 100)
+    body.setdefault("lease_ttl_s", 600)
+    r = call(d, "POST", "/api/v1/tasks", key, json=body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+@pytest.fixture
+def d(daemon_factory):
+    return daemon_factory(CONFIG)
+
+
+def test_every_endpoint_needs_a_key_but_probes(d):
+    assert call(d, "GET", "/healthz").status_code == 200
+    assert call(d, "GET", "/readyz").status_code == 200
+    for method, path in [("GET", "/api/v1/tasks"), ("POST", "/api/v1/tasks"), ("GET", "/api/v1/gpus"),
+                         ("GET", "/api/v1/queue"), ("GET", "/api/v1/tenants"), ("GET", "/admin/scheduler/stats"),
+                         ("GET", "/metrics")]:
+        r = call(d, method, path)
+        assert r.status_code == 401, (method, path, r.status_code)
+        assert r.json()["error"]["code"] == "unauthorized"
+        r = call(d, method, path, "not-a-key")
+        assert r.status_code == 401, (method, path, r.status_code)
+
+
+def test_a_key_submits_for_its_own_tenant_only(d):
+    t = submit(d, ALPHA)
+    assert t["tenant_id"] == "alpha"
+    r = call(d, "POST", "/api/v1/tasks", ALPHA, json={"tenant_id": "beta", "memory_mb": 100})
+    assert r.status_code == 403
+    assert "belongs to tenant alpha" in r.json()["error"]["message"]
+    # the admin key submits for any tenant named in the body
+    assert submit(d, ADMIN, tenant_id="beta")["tenant_id"] == "beta"
+
+
+def test_isolation_matrix(d):
+    mine = submit(d, ALPHA, name="alpha-lease")
+    other = submit(d, BETA, name="beta-lease")
+    mid, oid = mine["id"], other["id"]
+
+    # reading one task: owner and admin see it, the other tenant gets 404
+    for key, want in [(ALPHA, 200), (ADMIN, 200), (BETA, 404)]:
+        assert call(d, "GET", "/api/v1/tasks/%d" % mid, key).status_code == want, key
+        assert call(d, "GET", "/api/tasks/%d" % mid, key).status_code == want, key
+    # listing: a tenant sees its own tasks only, even when it asks for another's
+    ids = lambda r: sorted(t["id"] for t in r.json()["tasks"])
+    assert ids(call(d, "GET", "/api/v1/tasks", ALPHA)) == [mid]
+    assert ids(call(d, "GET", "/api/v1/tasks?tenant=beta", ALPHA)) == [mid]
+    assert ids(call(d, "GET", "/api/v1/tasks?state=active", BETA)) == [oid]
+    assert ids(call(d, "GET", "/api/v1/tasks", ADMIN)) == sorted([mid, oid])
+    # GPUs: a tenant sees busy GPUs but only its own task ids
+    seen = [i for g in call(d, "GET", "/api/v1/gpus", ALPHA).json()["gpus"] for i in g["tasks"]]
+    assert seen == [mid]
+    seen = sorted(i for g in call(d, "GET", "/api/v1/gpus", ADMIN).json()["gpus"] for i in g["tasks"])
+    assert seen == sorted([mid, oid])
+    # writes on another tenant's task: 404 and nothing changes
+    for method, path in [("POST", "/api/v1/tasks/%d/heartbeat"), ("POST", "/api/v1/tasks/%d/release"),
+                         ("POST", "/api/v1/tasks/%d/cancel"), ("DELETE", "/api/v1/tasks/%d"),
+                         ("GET", "/api/v1/tasks/%d/logs")]:
+        r = call(d, method, path % oid, ALPHA)
+        assert r.status_code == 404, (method, path, r.status_code, r.text)
+    assert call(d, "GET", "/api/v1/tasks/%d" % oid, ADMIN).json()["state"] == "running"
+    # the owner may
+    assert call(d, "POST", "/api/v1/tasks/%d/heartbeat" % mid, ALPHA).status_code == 200
+    assert call(d, "POST", "/api/v1/tasks/%d/release" % mid, ALPHA).json()["state"] == "succeeded"
+    # and the admin may touch anyone's
+    assert call(d, "POST", "/api/v1/tasks/%d/cancel" % oid, ADMIN).json()["state"] == "cancelled"
+    # tenants: each key sees itself, the admin all
+    assert [t["id"] for t in call(d, "GET", "/api/v1/tenants", ALPHA).json()["tenants"]] == ["alpha"]
+    assert call(d, "GET", "/api/v1/tenants/beta", ALPHA).status_code == 404
+    assert call(d, "GET", "/api/v1/tenants/alpha", ALPHA).status_code == 200
+    assert [t["id"] for t in call(d, "GET", "/api/v1/tenants", ADMIN).json()["tenants"]] == ["alpha", "beta"]
+    # admin endpoints: 403 for tenant keys, 200 for the admin key
+    for method, path, body in [("GET", "/admin/scheduler/stats", None), ("GET", "/admin/scheduler/queues", None),
+                               ("POST", "/admin/gpus/local:0/drain", None), ("GET", "/admin/audit", None),
+                               ("PUT", "/admin/tenants/alpha", {"weight": 3}),
+                               ("POST", "/admin/tenants/alpha/keys", None), ("GET", "/metrics", None)]:
+        r = call(d, method, path, BETA, json=body)
+        assert r.status_code == 403, (method, path, r.status_code)
+        assert r.json()["error"]["code"] == "forbidden"
+    for method, path in [("GET", "/admin/scheduler/stats"), ("GET", "/admin/audit"), ("GET", "/metrics")]:
+        assert call(d, method, path, ADMIN).status_code == 200, path
+
+
+def test_queue_shows_own_tasks_with_global_positions(d):
+    fill = [submit(d, ADMIN, tenant_id="beta", exclusive=True, memory_mb=0) for _ in range(4)]
+    a = submit(d, ALPHA, exclusive=True, memory_mb=0)
+    b = submit(d, BETA, exclusive=True, memory_mb=0)
+    assert a["state"] == b["state"] == "queued"
+    q = call(d, "GET", "/api/v1/queue", BETA).json()
+    assert [t["id"] for t in q["tasks"]] == [b["id"]]
+    # positions stay global: the same number the admin sees, with alpha's task counted
+    full = {t["id"]: t["queue_position"] for t in call(d, "GET", "/api/v1/queue", ADMIN).json()["tasks"]}
+    assert sorted(full) == sorted([a["id"], b["id"]])
+    assert q["tasks"][0]["queue_position"] == full[b["id"]]
+    assert q["total"] == 2 and len(fill) == 4
+
+
+def test_tiers_follow_the_key(d, daemon_factory):
+    # default tier of the key, a less urgent tier on request, never more urgent than allowed
+    assert submit(d, ALPHA)["priority"] == 5
+    assert submit(d, ALPHA, priority=8)["priority"] == 8
+    assert submit(d, ALPHA, priority=3)["priority"] == 3
+    r = call(d, "POST", "/api/v1/tasks", ALPHA, json={"priority": "critical", "memory_mb": 100})
+    assert r.status_code == 403
+    assert "more urgent than this key allows (P3 at most)" in r.json()["error"]["message"]
+    assert submit(d, BETA)["priority"] == 7
+    assert submit(d, BETA, priority=0)["priority"] == 0
+    # clamp instead of refuse when the config says so
+    c = daemon_factory(CONFIG.replace('auth: {admin_keys: ["%s"]}' % h(ADMIN),
+                                      'auth: {admin_keys: ["%s"], over_max_priority: clamp}' % h(ADMIN)))
+    assert submit(c, ALPHA, priority=0)["priority"] == 3
+
+
+def test_key_create_is_shown_once_stored_as_a_hash_and_survives_restart(d):
+    r = call(d, "POST", "/admin/tenants/beta/keys", ADMIN)
+    assert r.status_code == 201, r.text
+    key = r.json()["key"]
+    assert key.startswith("gpk_") and r.json()["hash"] == h(key)
+    t = submit(d, key)
+    assert t["tenant_id"] == "beta"
+    assert call(d, "POST", "/admin/tenants/nobody/keys", ADMIN).status_code == 404
+    d.stop()
+    d.start()
+    assert call(d, "GET", "/api/v1/tasks/%d" % t["id"], key).status_code == 200
+    db = sqlite3.connect(d.data_dir + "/gpupool.db")
+    dump = "\n".join(db.iterdump())
+    db.close()
+    assert key not in dump and h(key) in dump
+
+
+def test_tenant_changes_are_stored_audited_and_survive_restart(d):
+    r = call(d, "PUT", "/admin/tenants/alpha", ADMIN, json={"quota": {"max_gpus": 3.5}, "weight": 7})
+    assert r.status_code == 200, r.text
+    assert r.json()["quota"]["max_gpus"] == 3.5 and r.json()["weight"] == 7
+    r = call(d, "PUT", "/admin/tenants/gamma", ADMIN, json={"kind": "external", "default_priority": 6})
+    assert r.status_code == 201, r.text
+    # bad input changes nothing
+    for body in [{"weight": 0}, {"colour": "red"}, {"quota": {"max_gpus": "lots"}},
+                 {"default_priority": 1, "max_priority": 4}, {"id": "other"}]:
+        r = call(d, "PUT", "/admin/tenants/alpha", ADMIN, json=body)
+        assert r.status_code == 400, (body, r.text)
+    audit = call(d, "GET", "/admin/audit", ADMIN).json()["audit"]
+    assert [a["action"] for a in audit] == ["tenant.update", "tenant.create"]
+    assert audit[0]["old"]["weight"] == 2 and audit[0]["new"]["weight"] == 7
+    assert audit[0]["who"].startswith("admin key sha256:")
+    d.stop()
+    d.start()
+    t = call(d, "GET", "/api/v1/tenants/alpha", ADMIN).json()
+    assert t["weight"] == 7 and t["quota"]["max_gpus"] == 3.5
+    assert call(d, "GET", "/api/v1/tenants/gamma", ADMIN).json()["default_priority"] == 6
+    assert len(call(d, "GET", "/admin/audit", ADMIN).json()["audit"]) == 2

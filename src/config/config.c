@@ -143,6 +143,7 @@ static const struct field fields[] = {
         {"scheduler.preemption.grace_sec", K_INT, CFG(preemption_grace_sec), 0, 86400, NULL},
         {"scheduler.preemption.min_runtime_sec", K_INT, CFG(preemption_min_runtime_sec), 0, 604800,
          NULL},
+        {"scheduler.fairshare_half_life_s", K_INT, CFG(fairshare_half_life_s), 0, 31536000, NULL},
 
         {"tasks", K_SECTION, NOSTORE, 0, 0, NULL},
         {"tasks.default_lease_ttl_s", K_INT, CFG(default_lease_ttl_s), 1, 604800, NULL},
@@ -284,6 +285,7 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->preemption_enabled = true;
         cfg->preemption_grace_sec = 30;
         cfg->preemption_min_runtime_sec = 60;
+        cfg->fairshare_half_life_s = 86400;
 
         cfg->default_lease_ttl_s = 60;
         cfg->max_lease_ttl_s = 86400;

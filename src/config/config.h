@@ -160,6 +160,7 @@ typedef struct gp_config {
         bool preemption_enabled;             /* default true */
         int preemption_grace_sec;            /* default 30 */
         int preemption_min_runtime_sec;      /* default 60 */
+        int fairshare_half_life_s;           /* decay of tenant usage, default 86400; 0 = never decays */
 
         /* tasks */
         int default_lease_ttl_s;             /* default 60 */

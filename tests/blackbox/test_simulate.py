@@ -120,9 +120,9 @@ def test_one_day_slices_replay_sane_and_deterministic(trace, gpus, extra):
         check_run_is_sane(r, kept, gpus, ntenants)
     assert out["baseline"] == {"policy": "fifo", "backfill": True}
     assert runs[0]["jct_vs_fifo"] == 1
-    # without priorities in the trace, strict and hybrid are fifo
-    for r in runs[2:6]:
-        assert r["jct_s"] == runs[0 if r["backfill"] else 1]["jct_s"]
+    # without a map every job is P5: strict and hybrid differ only in how
+    # they order tiers, so with one tier they make the same schedule
+    assert runs[2]["jct_s"] == runs[4]["jct_s"] and runs[3]["jct_s"] == runs[5]["jct_s"]
     # the clusters are contended: somebody waited, and LAS preempted
     assert runs[0]["wait_s"]["avg"] > 0
     assert runs[6]["preemptions"] > 0

@@ -13,9 +13,21 @@
  *     attained-service queue (fixed while queued, recomputed on requeue).
  *   - tasks: hash map id -> task for every queued or running task.
  *   - heap: queue deadlines (lazy deletion: stale entries are skipped).
+ *   - tn[]: per tenant (id from the tenants intern): settings, running
+ *     count and GPU share, decayed usage, and per tier a sorted array of
+ *     its queued tasks (tlist) with a Fenwick tree, so the fair-share order
+ *     and exact queue positions need no walk of the queue; tiers[q].act
+ *     lists the tenants with tasks queued in tier q.
+ *   - gr[]: per group (id from the groups intern): share, running share,
+ *     tasks waiting; `needy_groups` counts groups below their share with
+ *     tasks waiting (what caps the other groups).
  * Invariants: a GPU is in a bucket iff usable && !excl && ntasks > 0; a
  * node is in idle list k iff k == its count of usable idle GPUs and k > 0;
- * alloc on a GPU is the sum of the charges of the tasks on it.
+ * alloc on a GPU is the sum of the charges of the tasks on it; a queued
+ * task is in its tier list and in its tenant's tlist for that tier; a
+ * tenant's run_milli is the sum of `share` over its running tasks, and a
+ * group's run_milli and waiting are the sums over its tenants (waiting
+ * counts the queued tasks of tenants not at their quota).
  */
 #include "core/sched.h"
 
@@ -24,6 +36,7 @@
 
 #include <fnmatch.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +60,13 @@ enum {
         R_WOULD_DELAY,  /* a1 = reserved task id, a2 = seconds until its estimated start (-1 unknown) */
         R_DEPTH,        /* a1 = backfill depth */
         R_HOL,          /* a1 = blocked task id (backfill off) */
+        R_QUOTA_TASKS,  /* a1 = tasks running, a2 = max_concurrent */
+        R_QUOTA_GPUS,   /* a1 = milli-GPUs in use, a2 = max_gpus_milli; ra3 = share needed */
+        R_GROUP,        /* a1 = group id, a2 = share_pct */
 };
+
+#define NAME_MAX_LEN 255
+#define WEIGHT_MAX 1000000
 
 typedef struct stask stask;
 
@@ -82,6 +101,8 @@ typedef struct snode {
         int ngpus, cap;
         uint64_t kinds;
         int idle;
+        int npre;                  /* running preemptible tasks (by first GPU) */
+        int npre_prio[GP_PRIORITY_LEVELS];
         uint32_t iprev, inext;     /* idle list */
         bool has_dist;
         uint8_t dist[TOPO_MAX][TOPO_MAX];
@@ -109,7 +130,63 @@ struct stask {
         uint8_t q;                 /* tier it is (or will be) queued in */
         int64_t attained;          /* GPU-ms held in finished runs (LAS) */
         uint32_t pstamp;           /* == s->pstamp: marked as a preemption victim */
+        int64_t ra3;               /* third reason argument */
+        uint32_t tl_idx;           /* index in its tenant's tlist of tier q (while queued) */
+        uint32_t start_stamp;      /* run stamp of its latest start */
+        int64_t share;             /* milli-GPUs held while running */
+        int64_t *pre_by;           /* ids of the tasks it was preempted for */
+        int n_pre_by, pre_by_cap;
 };
+
+/* A tenant's queued tasks of one tier, by id: an array with holes (NULL
+ * for removed tasks, their ids kept so the array stays sorted) and a
+ * Fenwick tree over the slots counting live ones.  lo is the first live
+ * slot; holes are compacted away when they outnumber live slots. */
+typedef struct tlist {
+        stask **v;
+        int64_t *ids;
+        uint32_t *fen;             /* 1-based, cap entries */
+        uint32_t lo, len, cap, n;
+} tlist;
+
+typedef struct stenant {
+        uint32_t weight;           /* >= 1 */
+        uint32_t group;            /* group id, 0 = none */
+        int max_concurrent, max_queued;   /* 0 = unlimited */
+        int64_t max_milli, guar_milli;    /* 0 = unlimited / none */
+        int running, queued;
+        int64_t run_milli;         /* sum of share over its running tasks */
+        double usage;              /* decayed milli-GPU-ms, as of usage_ms */
+        int64_t usage_ms;
+        tlist q[GP_PRIORITY_LEVELS];
+        uint32_t act_pos[GP_PRIORITY_LEVELS]; /* 1 + index in tiers[q].act, 0 = absent */
+        uint32_t held_stamp;       /* == run stamp: held by its quota in that run */
+        uint8_t held_code;         /* ... with this reason */
+        int64_t held_a1, held_a2, held_a3;
+        uint32_t plan_stamp;       /* preemption planning: plan_milli valid */
+        int64_t plan_milli;        /* share of its tasks marked as victims */
+        double key;                /* cache: usage/weight at key_ms */
+        int64_t key_ms;
+        bool key_ok;
+} stenant;
+
+typedef struct sgroup {
+        uint32_t share_pct;        /* 1..100 */
+        int64_t run_milli;
+        int64_t waiting;           /* queued tasks of its tenants not at quota */
+        int queued;
+        bool needy;                /* waiting && run_milli < its share */
+        uint32_t held_stamp;       /* == run stamp: at its share in that run */
+} sgroup;
+
+/* One tenant's cursor in a tier during a walk of the fair-share order. */
+typedef struct went {
+        double key;
+        int64_t id;                /* id of cur */
+        stask *cur;
+        uint32_t tenant;
+        uint8_t cls;
+} went;
 
 typedef struct tier {
         stask *head, *tail;
@@ -121,6 +198,8 @@ typedef struct tier {
         uint32_t *fen;
         uint32_t fen_cap;          /* seqs 1..fen_cap-1 usable */
         uint32_t next_seq;
+        uint32_t *act;             /* tenants with tasks queued here, any order */
+        uint32_t nact, act_cap;
 } tier;
 
 typedef struct heap_ent {
@@ -165,6 +244,20 @@ struct gp_sched {
         size_t running;
         uint64_t total_scheduled, total_backfilled, total_expired;
         uint32_t pstamp;           /* LAS victim marks (see las_plan) */
+        stenant *tn;               /* per tenant id */
+        uint32_t tn_cap;
+        intern groups;
+        sgroup *gr;                /* per group id (0 unused) */
+        uint32_t gr_cap;
+        int needy_groups;
+        uint32_t usable_gpus;
+        int64_t kind_usable[MAX_KINDS]; /* largest usable MB of a GPU of the kind */
+        went *wbuf;                /* walk scratch */
+        size_t wcap;
+        stask **pv;                /* preemption plan scratch */
+        uint32_t pv_n, pv_cap;
+        size_t npre;               /* running preemptible tasks */
+        uint64_t total_preempted;
 };
 
 /* ------------------------------------------------------------------ */
@@ -581,6 +674,511 @@ static void gpu_detach(gp_sched *s, uint32_t gi, stask *t) {
 }
 
 /* ------------------------------------------------------------------ */
+/* tenants, groups and their per-tier queues                           */
+
+/* id of s if interned (0 for NULL or ""), without interning it. */
+static int intern_find(const intern *in, const char *s, uint32_t *ret) {
+        if (!s || !*s) {
+                *ret = 0;
+                return 0;
+        }
+        if (!in->nslots)
+                return -ENOENT;
+        uint32_t h = (uint32_t)hash_str(s) & (in->nslots - 1);
+        while (in->slots[h]) {
+                uint32_t id = in->slots[h] - 1;
+                if (strcmp(in->names[id], s) == 0) {
+                        *ret = id;
+                        return 0;
+                }
+                h = (h + 1) & (in->nslots - 1);
+        }
+        return -ENOENT;
+}
+
+/* Make tn[id] exist (a new tenant: weight 1, no limits). 0 / -ENOMEM. */
+static int tenant_ensure(gp_sched *s, uint32_t id) {
+        if (id < s->tn_cap)
+                return 0;
+        uint32_t cap = s->tn_cap ? s->tn_cap : 16;
+        while (cap <= id)
+                cap *= 2;
+        stenant *tn = realloc(s->tn, (size_t)cap * sizeof(*tn));
+        if (!tn)
+                return -ENOMEM;
+        memset(tn + s->tn_cap, 0, (size_t)(cap - s->tn_cap) * sizeof(*tn));
+        for (uint32_t i = s->tn_cap; i < cap; i++)
+                tn[i].weight = 1;
+        s->tn = tn;
+        s->tn_cap = cap;
+        return 0;
+}
+
+static int group_ensure(gp_sched *s, uint32_t id) {
+        if (id < s->gr_cap)
+                return 0;
+        uint32_t cap = s->gr_cap ? s->gr_cap : 8;
+        while (cap <= id)
+                cap *= 2;
+        sgroup *gr = realloc(s->gr, (size_t)cap * sizeof(*gr));
+        if (!gr)
+                return -ENOMEM;
+        memset(gr + s->gr_cap, 0, (size_t)(cap - s->gr_cap) * sizeof(*gr));
+        for (uint32_t i = s->gr_cap; i < cap; i++)
+                gr[i].share_pct = 100;
+        s->gr = gr;
+        s->gr_cap = cap;
+        return 0;
+}
+
+/* share_pct of the usable GPUs, in milli-GPUs */
+static int64_t group_cap(const gp_sched *s, const sgroup *g) {
+        return (int64_t)g->share_pct * s->usable_gpus * 10;
+}
+
+static void group_refresh(gp_sched *s, uint32_t gi) {
+        if (!gi)
+                return;
+        sgroup *g = &s->gr[gi];
+        bool needy = g->waiting > 0 && g->run_milli < group_cap(s, g);
+        if (needy != g->needy) {
+                g->needy = needy;
+                s->needy_groups += needy ? 1 : -1;
+        }
+}
+
+static void groups_refresh_all(gp_sched *s) {
+        for (uint32_t gi = 1; gi < s->groups.n; gi++)
+                group_refresh(s, gi);
+}
+
+static bool tenant_full(const stenant *T) {
+        return (T->max_concurrent > 0 && T->running >= T->max_concurrent) ||
+               (T->max_milli > 0 && T->run_milli >= T->max_milli);
+}
+
+/* Every change to a tenant is bracketed by tenant_out / tenant_in, which
+ * take its contribution out of its group and put it back. */
+static void tenant_out(gp_sched *s, stenant *T) {
+        T->key_ok = false;
+        if (!T->group)
+                return;
+        sgroup *g = &s->gr[T->group];
+        g->run_milli -= T->run_milli;
+        g->queued -= T->queued;
+        if (!tenant_full(T))
+                g->waiting -= T->queued;
+        group_refresh(s, T->group);
+}
+
+static void tenant_in(gp_sched *s, stenant *T) {
+        if (!T->group)
+                return;
+        sgroup *g = &s->gr[T->group];
+        g->run_milli += T->run_milli;
+        g->queued += T->queued;
+        if (!tenant_full(T))
+                g->waiting += T->queued;
+        group_refresh(s, T->group);
+}
+
+/* Decayed usage (milli-GPU-ms) at `now`: what it was at usage_ms halved
+ * every half-life, plus the running share integrated with the same decay.
+ * A time before usage_ms gives the stored value. */
+static double usage_at(const gp_sched *s, const stenant *T, int64_t now) {
+        int64_t dt = now - T->usage_ms;
+        if (dt <= 0)
+                return T->usage;
+        double hl = (double)s->cfg.fairshare_half_life_ms;
+        if (hl <= 0)
+                return T->usage + (double)T->run_milli * (double)dt;
+        double x = (double)dt / hl;
+        return T->usage * exp2(-x) + (double)T->run_milli * (hl / M_LN2) * -expm1(-x * M_LN2);
+}
+
+static void usage_advance(gp_sched *s, stenant *T, int64_t now) {
+        if (now > T->usage_ms) {
+                T->usage = usage_at(s, T, now);
+                T->usage_ms = now;
+        }
+}
+
+/* decayed usage per unit of weight at the last run (cached) */
+static double tenant_key(const gp_sched *s, stenant *T) {
+        if (!T->key_ok || T->key_ms != s->last_run_ms) {
+                T->key = usage_at(s, T, s->last_run_ms) / T->weight;
+                T->key_ms = s->last_run_ms;
+                T->key_ok = true;
+        }
+        return T->key;
+}
+
+/* Is T's group held in this run (T not exempt by its guarantee)? */
+static bool group_held(const gp_sched *s, const stenant *T) {
+        return T->group && s->gr[T->group].held_stamp == s->stamp &&
+               !(T->guar_milli > 0 && T->run_milli < T->guar_milli);
+}
+
+/* 0: below its guarantee; 1: no group, or its group below its share;
+ * 2: its group at or over its share.  Lower goes first inside a tier. */
+static uint8_t tenant_class(const gp_sched *s, const stenant *T) {
+        if (T->guar_milli > 0 && T->run_milli < T->guar_milli)
+                return 0;
+        if (T->group && s->gr[T->group].run_milli >= group_cap(s, &s->gr[T->group]))
+                return 2;
+        return 1;
+}
+
+/* milli-GPUs a task with mem MB per GPU holds on a GPU with `usable` MB */
+static int64_t gpu_share_of(bool excl, int64_t mem, int64_t usable) {
+        if (excl || usable <= 0 || mem >= usable)
+                return 1000;
+        return (1000 * mem + usable - 1) / usable;
+}
+
+/* Least share t can take on any GPU it may use. */
+static int64_t share_lb(const gp_sched *s, const stask *t) {
+        if (t->excl)
+                return 1000 * (int64_t)t->ngpus;
+        int64_t best = 0;
+        for (int k = 0; k < s->nkinds; k++)
+                if (((t->kinds >> k) & 1) && s->kind_usable[k] > best)
+                        best = s->kind_usable[k];
+        return (int64_t)t->ngpus * gpu_share_of(false, t->mem, best);
+}
+
+static int64_t fit_share(const gp_sched *s, const stask *t, const uint32_t *gpus, int n) {
+        int64_t sh = 0;
+        for (int i = 0; i < n; i++)
+                sh += gpu_share_of(t->excl, t->mem, s->gpus[gpus[i]].usable);
+        return sh;
+}
+
+/* Would a group cap hold a task of tenant T taking `share`?  Not while T
+ * stays within its guarantee, nor while no task of another group that is
+ * below its own share waits. */
+static bool group_holds(const gp_sched *s, const stenant *T, int64_t share) {
+        const sgroup *g = &s->gr[T->group];
+        if (T->guar_milli > 0 && T->run_milli + share <= T->guar_milli)
+                return false;
+        if (g->run_milli + share <= group_cap(s, g))
+                return false;
+        return s->needy_groups - (g->needy ? 1 : 0) > 0;
+}
+
+/* The rule of t's tenant or group that holds t back if it takes `share`:
+ * a reason code (0 = none) and its arguments. */
+static int gate(const gp_sched *s, const stask *t, int64_t share, int64_t *a1, int64_t *a2, int64_t *a3) {
+        const stenant *T = &s->tn[t->tenant];
+        if (T->max_concurrent > 0 && T->running >= T->max_concurrent) {
+                *a1 = T->running;
+                *a2 = T->max_concurrent;
+                return R_QUOTA_TASKS;
+        }
+        if (T->max_milli > 0 && T->run_milli + share > T->max_milli) {
+                *a1 = T->run_milli;
+                *a2 = T->max_milli;
+                *a3 = share;
+                return R_QUOTA_GPUS;
+        }
+        if (T->group && group_holds(s, T, share)) {
+                *a1 = T->group;
+                *a2 = s->gr[T->group].share_pct;
+                return R_GROUP;
+        }
+        return 0;
+}
+
+static void tl_fen_add(tlist *l, uint32_t pos, int d) {
+        for (; pos <= l->cap; pos += pos & (~pos + 1))
+                l->fen[pos] += (uint32_t)d;
+}
+
+static uint32_t tl_fen_sum(const tlist *l, uint32_t pos) {
+        uint32_t r = 0;
+        for (; pos > 0; pos -= pos & (~pos + 1))
+                r += l->fen[pos];
+        return r;
+}
+
+/* Rebuild l without holes, with room to grow, inserting `extra` (if not
+ * NULL) at its place by id.  0 or -ENOMEM (l unchanged). */
+static int tl_rebuild(tlist *l, stask *extra) {
+        uint32_t need = l->n + (extra != NULL), cap = 8;
+        while (cap < 2 * need)
+                cap *= 2;
+        stask **v = malloc((size_t)cap * sizeof(*v));
+        int64_t *ids = malloc((size_t)cap * sizeof(*ids));
+        uint32_t *fen = calloc((size_t)cap + 1, sizeof(*fen));
+        if (!v || !ids || !fen) {
+                free(v);
+                free(ids);
+                free(fen);
+                return -ENOMEM;
+        }
+        uint32_t k = 0;
+        for (uint32_t i = l->lo; i < l->len; i++) {
+                stask *x = l->v[i];
+                if (!x)
+                        continue;
+                if (extra && extra->id < x->id) {
+                        v[k] = extra;
+                        ids[k] = extra->id;
+                        extra->tl_idx = k++;
+                        extra = NULL;
+                }
+                v[k] = x;
+                ids[k] = x->id;
+                x->tl_idx = k++;
+        }
+        if (extra) {
+                v[k] = extra;
+                ids[k] = extra->id;
+                extra->tl_idx = k++;
+        }
+        for (uint32_t j = 1; j <= k; j++)
+                fen[j] = 1;
+        for (uint32_t j = 1; j <= cap; j++) {
+                uint32_t p = j + (j & (~j + 1));
+                if (p <= cap)
+                        fen[p] += fen[j];
+        }
+        free(l->v);
+        free(l->ids);
+        free(l->fen);
+        l->v = v;
+        l->ids = ids;
+        l->fen = fen;
+        l->lo = 0;
+        l->len = l->n = k;
+        l->cap = cap;
+        return 0;
+}
+
+static int tl_insert(tlist *l, stask *t) {
+        if (l->len < l->cap && (l->len == 0 || l->ids[l->len - 1] < t->id)) {
+                l->v[l->len] = t;
+                l->ids[l->len] = t->id;
+                t->tl_idx = l->len++;
+                l->n++;
+                tl_fen_add(l, l->len, 1);
+                return 0;
+        }
+        return tl_rebuild(l, t);
+}
+
+static void tl_remove(tlist *l, stask *t) {
+        l->v[t->tl_idx] = NULL;
+        tl_fen_add(l, t->tl_idx + 1, -1);
+        if (--l->n == 0) {
+                l->lo = l->len = 0; /* every tree entry is 0 again */
+                return;
+        }
+        while (!l->v[l->lo])
+                l->lo++;
+        if (l->len - l->lo > 2 * l->n + 64)
+                (void)tl_rebuild(l, NULL); /* compaction is optional */
+}
+
+static stask *tl_first(const tlist *l) {
+        return l->n ? l->v[l->lo] : NULL;
+}
+
+static stask *tl_next(const tlist *l, const stask *t) {
+        for (uint32_t i = t->tl_idx + 1; i < l->len; i++)
+                if (l->v[i])
+                        return l->v[i];
+        return NULL;
+}
+
+/* queued tasks of l with an id below `id` */
+static uint32_t tl_below(const tlist *l, int64_t id) {
+        uint32_t a = l->lo, b = l->len;
+        while (a < b) {
+                uint32_t m = a + (b - a) / 2;
+                if (l->ids[m] < id)
+                        a = m + 1;
+                else
+                        b = m;
+        }
+        return tl_fen_sum(l, a);
+}
+
+static int act_add(gp_sched *s, int q, uint32_t tid) {
+        tier *tr = &s->tiers[q];
+        uint32_t *a = grow(tr->act, sizeof(*a), &tr->act_cap, tr->nact + 1);
+        if (!a)
+                return -ENOMEM;
+        tr->act = a;
+        a[tr->nact++] = tid;
+        s->tn[tid].act_pos[q] = tr->nact;
+        return 0;
+}
+
+static void act_del(gp_sched *s, int q, uint32_t tid) {
+        tier *tr = &s->tiers[q];
+        uint32_t i = s->tn[tid].act_pos[q] - 1, last = tr->act[--tr->nact];
+        tr->act[i] = last;
+        s->tn[last].act_pos[q] = i + 1;
+        s->tn[tid].act_pos[q] = 0;
+}
+
+/* Running preemptible tasks per node and tier (to skip nodes quickly). */
+static void pre_count(gp_sched *s, const stask *t, int d) {
+        if (!t->preemptible)
+                return;
+        snode *n = &s->nodes[s->gpus[t->gpus[0]].node];
+        n->npre += d;
+        n->npre_prio[t->prio] += d;
+        s->npre += (size_t)(ptrdiff_t)d;
+}
+
+static bool was_preempted_by(const stask *t, int64_t id) {
+        for (int i = 0; i < t->n_pre_by; i++)
+                if (t->pre_by[i] == id)
+                        return true;
+        return false;
+}
+
+/* ---- walking the queue in dispatch order ---- */
+
+static bool fair_policy(const gp_sched *s) {
+        return s->cfg.policy == GP_SCHED_HYBRID || s->cfg.policy == GP_SCHED_STRICT;
+}
+
+static bool went_less(const went *a, const went *b) {
+        if (a->cls != b->cls)
+                return a->cls < b->cls;
+        if (a->key != b->key)
+                return a->key < b->key;
+        return a->id < b->id;
+}
+
+static void went_down(went *h, uint32_t n, uint32_t i) {
+        for (;;) {
+                uint32_t c = 2 * i + 1;
+                if (c >= n)
+                        return;
+                if (c + 1 < n && went_less(&h[c + 1], &h[c]))
+                        c++;
+                if (!went_less(&h[c], &h[i]))
+                        return;
+                went x = h[i];
+                h[i] = h[c];
+                h[c] = x;
+                i = c;
+        }
+}
+
+static void went_heapify(went *h, uint32_t n) {
+        for (uint32_t i = n / 2; i-- > 0;)
+                went_down(h, n, i);
+}
+
+/* Per tier, the next task: under hybrid and strict a heap of tenants by
+ * (class, usage/weight, id of their next task), else the tier list.  A
+ * live walk (a run) drops tenants and groups held in this run and re-checks
+ * the class of the tenant on top, which only grows as tasks start (a
+ * preemption lowers it: walk_refresh). */
+typedef struct walk {
+        bool fair, live;
+        stask *cur[GP_PRIORITY_LEVELS];
+        went *h[GP_PRIORITY_LEVELS];
+        uint32_t hn[GP_PRIORITY_LEVELS];
+} walk;
+
+static int walk_init(gp_sched *s, walk *w, bool live) {
+        memset(w, 0, sizeof(*w));
+        w->fair = fair_policy(s);
+        w->live = live;
+        if (!w->fair) {
+                for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                        w->cur[i] = s->tiers[i].head;
+                return 0;
+        }
+        size_t total = 0;
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                total += s->tiers[i].nact;
+        if (total > s->wcap) {
+                size_t cap = s->wcap ? s->wcap : 64;
+                while (cap < total)
+                        cap *= 2;
+                went *b = realloc(s->wbuf, cap * sizeof(*b));
+                if (!b)
+                        return -ENOMEM;
+                s->wbuf = b;
+                s->wcap = cap;
+        }
+        went *b = s->wbuf;
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
+                const tier *tr = &s->tiers[i];
+                w->h[i] = b;
+                for (uint32_t j = 0; j < tr->nact; j++) {
+                        stenant *T = &s->tn[tr->act[j]];
+                        stask *c = tl_first(&T->q[i]);
+                        b[j] = (went){.key = tenant_key(s, T), .id = c->id, .cur = c, .tenant = tr->act[j],
+                                      .cls = tenant_class(s, T)};
+                }
+                w->hn[i] = tr->nact;
+                went_heapify(b, tr->nact);
+                b += tr->nact;
+                w->cur[i] = w->hn[i] ? w->h[i][0].cur : NULL;
+        }
+        return 0;
+}
+
+/* Classes may have dropped (a preemption freed share): re-sort. */
+static void walk_refresh(gp_sched *s, walk *w) {
+        if (!w->fair)
+                return;
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
+                for (uint32_t j = 0; j < w->hn[i]; j++)
+                        w->h[i][j].cls = tenant_class(s, &s->tn[w->h[i][j].tenant]);
+                went_heapify(w->h[i], w->hn[i]);
+        }
+}
+
+/* Bring w->cur[i] up to date (live walks). */
+static void walk_head(gp_sched *s, walk *w, int i) {
+        went *h = w->h[i];
+        while (w->hn[i]) {
+                const stenant *T = &s->tn[h[0].tenant];
+                if (T->held_stamp == s->stamp || group_held(s, T)) {
+                        h[0] = h[--w->hn[i]];
+                        went_down(h, w->hn[i], 0);
+                        continue;
+                }
+                uint8_t c = tenant_class(s, T);
+                if (c != h[0].cls) {
+                        h[0].cls = c;
+                        went_down(h, w->hn[i], 0);
+                        continue;
+                }
+                w->cur[i] = h[0].cur;
+                return;
+        }
+        w->cur[i] = NULL;
+}
+
+/* w->cur[i] has been taken: move on (before the task changes state). */
+static void walk_advance(gp_sched *s, walk *w, int i) {
+        if (!w->fair) {
+                w->cur[i] = w->cur[i]->next;
+                return;
+        }
+        went *h = w->h[i];
+        stask *nx = tl_next(&s->tn[h[0].tenant].q[i], h[0].cur);
+        if (nx) {
+                h[0].cur = nx;
+                h[0].id = nx->id;
+        } else {
+                h[0] = h[--w->hn[i]];
+        }
+        went_down(h, w->hn[i], 0);
+        w->cur[i] = w->hn[i] ? h[0].cur : NULL;
+}
+
+/* ------------------------------------------------------------------ */
 /* lifecycle                                                           */
 
 void gp_sched_config_defaults(gp_sched_config *cfg) {
@@ -597,6 +1195,9 @@ void gp_sched_config_defaults(gp_sched_config *cfg) {
         cfg->las_thresholds_ms[1] = 36000LL * 1000;
         cfg->las_preempt = true;
         cfg->las_min_run_ms = 60 * 1000;
+        cfg->fairshare_half_life_ms = 24LL * 3600 * 1000;
+        cfg->preemption = false;
+        cfg->preempt_min_runtime_ms = 60 * 1000;
 }
 
 static int check_las(const gp_sched_config *cfg) {
@@ -620,7 +1221,7 @@ static int check_weights(const uint32_t *w) {
 int gp_sched_new(const gp_sched_config *cfg, gp_sched **ret) {
         if (!cfg || cfg->policy > GP_SCHED_LAS || check_weights(cfg->weights) < 0 ||
             cfg->max_queue_depth < 1 || cfg->memory_safety_margin_mb < 0 || cfg->backfill_depth < 0 ||
-            check_las(cfg) < 0)
+            check_las(cfg) < 0 || cfg->fairshare_half_life_ms < 0 || cfg->preempt_min_runtime_ms < 0)
                 return -EINVAL;
         gp_sched *s = calloc(1, sizeof(*s));
         if (!s)
@@ -636,6 +1237,7 @@ static void task_free(stask *t) {
         if (!t)
                 return;
         free(t->gpu_model);
+        free(t->pre_by);
         free(t);
 }
 
@@ -667,10 +1269,23 @@ void gp_sched_free(gp_sched *s) {
         free(s->model_gpus_n);
         free(s->model_gpus_cap);
         free(s->heap);
-        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
                 free(s->tiers[i].fen);
+                free(s->tiers[i].act);
+        }
+        for (uint32_t i = 0; i < s->tn_cap; i++)
+                for (int q = 0; q < GP_PRIORITY_LEVELS; q++) {
+                        free(s->tn[i].q[q].v);
+                        free(s->tn[i].q[q].ids);
+                        free(s->tn[i].q[q].fen);
+                }
+        free(s->tn);
+        free(s->gr);
+        free(s->wbuf);
+        free(s->pv);
         intern_done(&s->tenants);
         intern_done(&s->models);
+        intern_done(&s->groups);
         free(s);
 }
 
@@ -798,6 +1413,12 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
         n->gpus[n->ngpus++] = gi;
         n->kinds |= (uint64_t)1 << kind;
         gpu_link(s, gi);
+        if (g->usable > s->kind_usable[kind])
+                s->kind_usable[kind] = g->usable;
+        if (gpu_usable(g)) {
+                s->usable_gpus++;
+                groups_refresh_all(s);
+        }
         s->gen++;
         if (ret_gpu)
                 *ret_gpu = gi;
@@ -826,9 +1447,14 @@ static int gpu_set_flag(gp_sched *s, uint32_t gi, bool *flag, bool v) {
                 return -ENOENT;
         if (*flag == v)
                 return 0;
+        bool was = gpu_usable(&s->gpus[gi]);
         gpu_unlink(s, gi);
         *flag = v;
         gpu_link(s, gi);
+        if (was != gpu_usable(&s->gpus[gi])) {
+                s->usable_gpus += was ? -1u : 1u;
+                groups_refresh_all(s); /* group shares are of the usable GPUs */
+        }
         s->gen++;
         return 0;
 }
@@ -1374,6 +2000,42 @@ static uint64_t stride(const gp_sched *s, int tier_i) {
         return STRIDE1 / s->cfg.weights[tier_i];
 }
 
+/* Queue t in its tier t->q and in its tenant's list. 0 or -ENOMEM
+ * (nothing changed). */
+static int queue_add(gp_sched *s, stask *t) {
+        stenant *T = &s->tn[t->tenant];
+        tlist *l = &T->q[t->q];
+        if (l->n == 0 && act_add(s, t->q, t->tenant) < 0)
+                return -ENOMEM;
+        if (tl_insert(l, t) < 0) {
+                if (l->n == 0)
+                        act_del(s, t->q, t->tenant);
+                return -ENOMEM;
+        }
+        if (tier_insert(s, t) < 0) {
+                tl_remove(l, t);
+                if (l->n == 0)
+                        act_del(s, t->q, t->tenant);
+                return -ENOMEM;
+        }
+        tenant_out(s, T);
+        T->queued++;
+        tenant_in(s, T);
+        return 0;
+}
+
+static void queue_del(gp_sched *s, stask *t) {
+        stenant *T = &s->tn[t->tenant];
+        tlist *l = &T->q[t->q];
+        tier_remove(s, t);
+        tl_remove(l, t);
+        if (l->n == 0)
+                act_del(s, t->q, t->tenant);
+        tenant_out(s, T);
+        T->queued--;
+        tenant_in(s, T);
+}
+
 /* ------------------------------------------------------------------ */
 /* tasks                                                               */
 
@@ -1417,7 +2079,7 @@ static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
         t->timeout_ms = r->timeout_ms;
         t->submit_ms = r->submit_ms;
         t->deadline_ms = r->queue_deadline_ms;
-        if (intern_get(&s->tenants, r->tenant, &t->tenant) < 0 ||
+        if (intern_get(&s->tenants, r->tenant, &t->tenant) < 0 || tenant_ensure(s, t->tenant) < 0 ||
             intern_get(&s->models, r->model, &t->model) < 0)
                 goto oom;
         if (r->gpu_model && *r->gpu_model) {
@@ -1489,6 +2151,10 @@ int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
         /* a new task enters tier = its priority (LAS: queue 0) */
         if (s->tiers[s->cfg.policy == GP_SCHED_LAS ? 0 : r->priority].n >= (size_t)s->cfg.max_queue_depth)
                 return -GP_EQUEUEFULL;
+        uint32_t tid;
+        if (intern_find(&s->tenants, r->tenant, &tid) == 0 && tid < s->tn_cap && s->tn[tid].max_queued > 0 &&
+            s->tn[tid].queued >= s->tn[tid].max_queued)
+                return -EDQUOT;
         stask *t;
         int rc = task_from_req(s, r, &t);
         if (rc < 0)
@@ -1502,7 +2168,7 @@ int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
                 task_free(t);
                 return -ENOMEM;
         }
-        if (tier_insert(s, t) < 0) {
+        if (queue_add(s, t) < 0) {
                 map_del(s, t->id);
                 task_free(t);
                 return -ENOMEM;
@@ -1523,7 +2189,16 @@ static int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t 
         }
         t->running = true;
         t->start_ms = now;
+        t->start_stamp = s->stamp;
         s->running++;
+        t->share = fit_share(s, t, gpus, n);
+        stenant *T = &s->tn[t->tenant];
+        tenant_out(s, T);
+        usage_advance(s, T, now);
+        T->running++;
+        T->run_milli += t->share;
+        tenant_in(s, T);
+        pre_count(s, t, 1);
         return 0;
 undo:
         while (i-- > 0) {
@@ -1537,6 +2212,7 @@ undo:
 /* Free t's GPUs; its run up to `now` counts as attained service. */
 static void stop(gp_sched *s, stask *t, int64_t now) {
         t->attained = attained_at(t, now);
+        pre_count(s, t, -1);
         for (int i = 0; i < t->ngpus; i++) {
                 if (t->excl)
                         t->charge = s->gpus[t->gpus[i]].usable;
@@ -1544,6 +2220,13 @@ static void stop(gp_sched *s, stask *t, int64_t now) {
         }
         t->running = false;
         s->running--;
+        stenant *T = &s->tn[t->tenant];
+        tenant_out(s, T);
+        usage_advance(s, T, now);
+        T->running--;
+        T->run_milli -= t->share;
+        tenant_in(s, T);
+        t->share = 0;
 }
 
 int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t *gpus, int n,
@@ -1586,13 +2269,17 @@ int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t 
 }
 
 int gp_sched_remove(gp_sched *s, int64_t id) {
+        return gp_sched_remove_at(s, id, s->last_run_ms);
+}
+
+int gp_sched_remove_at(gp_sched *s, int64_t id, int64_t now_ms) {
         stask *t = map_get(s, id);
         if (!t)
                 return -ENOENT;
         if (t->running)
-                stop(s, t, s->last_run_ms);
+                stop(s, t, now_ms);
         else
-                tier_remove(s, t);
+                queue_del(s, t);
         map_del(s, id);
         task_free(t);
         s->gen++;
@@ -1608,15 +2295,19 @@ int gp_sched_task_attained(const gp_sched *s, int64_t id, int64_t now_ms, int64_
 }
 
 int gp_sched_requeue(gp_sched *s, int64_t id) {
+        return gp_sched_requeue_at(s, id, s->last_run_ms);
+}
+
+int gp_sched_requeue_at(gp_sched *s, int64_t id, int64_t now_ms) {
         stask *t = map_get(s, id);
         if (!t)
                 return -ENOENT;
         if (!t->running)
                 return -GP_ESTATE;
-        stop(s, t, s->last_run_ms);
+        stop(s, t, now_ms);
         t->rcode = R_NONE;
         t->q = (uint8_t)queue_of(s, t);
-        if (tier_insert(s, t) < 0) {
+        if (queue_add(s, t) < 0) {
                 /* cannot queue it again: it is forgotten, the caller must end it */
                 map_del(s, t->id);
                 task_free(t);
@@ -1653,7 +2344,7 @@ static int expire_due(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t 
                 if (emit(ret, n, cap, &d) < 0)
                         return -ENOMEM;
                 heap_pop(s);
-                tier_remove(s, t);
+                queue_del(s, t);
                 map_del(s, t->id);
                 task_free(t);
                 s->total_expired++;
@@ -1828,7 +2519,8 @@ static int las_preempt(gp_sched *s, stask *v, int64_t now, gp_sched_decision **r
         stop(s, v, now);
         v->rcode = R_NONE;
         v->q = (uint8_t)queue_of(s, v);
-        if (tier_insert(s, v) < 0) {
+        s->total_preempted++;
+        if (queue_add(s, v) < 0) {
                 /* cannot queue it again: forgotten, like gp_sched_requeue */
                 map_del(s, v->id);
                 task_free(v);
@@ -1874,6 +2566,279 @@ static int las_make_room(gp_sched *s, stask *t, int64_t now, gp_sched_decision *
         }
 }
 
+/* ------------------------------------------------------------------ */
+/* preemption for tiers and guarantees (cfg.preemption)                */
+
+static void pstamp_next(gp_sched *s) {
+        if (++s->pstamp == 0) {
+                /* wrapped: clear every mark so none is mistaken for current */
+                for (size_t i = 0; i < s->map_cap; i++)
+                        if (s->map_keys[i] > 0)
+                                s->map_vals[i]->pstamp = 0;
+                for (uint32_t i = 0; i < s->tn_cap; i++)
+                        s->tn[i].plan_stamp = 0;
+                s->pstamp = 1;
+        }
+}
+
+/* share of T's tasks marked as victims in the current plan */
+static int64_t plan_milli(const gp_sched *s, const stenant *T) {
+        return T->plan_stamp == s->pstamp ? T->plan_milli : 0;
+}
+
+static void plan_mark(gp_sched *s, stask *v, bool on) {
+        stenant *V = &s->tn[v->tenant];
+        if (V->plan_stamp != s->pstamp) {
+                V->plan_stamp = s->pstamp;
+                V->plan_milli = 0;
+        }
+        V->plan_milli += on ? v->share : -v->share;
+        v->pstamp = on ? s->pstamp : 0;
+}
+
+/* May running task v be preempted to make room for w?  rule_a: w is the
+ * task whose turn it is, so less urgent tiers may go; reclaim: w's tenant
+ * stays within its guarantee by starting w.  A victim's tenant keeps its
+ * own guarantee (what the marked victims leave it) unless w is the same
+ * tenant's and more urgent. */
+static bool victim_ok(const gp_sched *s, const stask *v, const stask *w, int64_t now, bool rule_a, bool reclaim) {
+        if (!v->preemptible || v->pstamp == s->pstamp || v->start_stamp == s->stamp ||
+            now - v->start_ms < s->cfg.preempt_min_runtime_ms || was_preempted_by(w, v->id))
+                return false;
+        const stenant *V = &s->tn[v->tenant];
+        bool borrowed = V->run_milli - plan_milli(s, V) - v->share >= V->guar_milli;
+        if (rule_a && v->prio > w->prio && (v->tenant == w->tenant || borrowed))
+                return true;
+        return reclaim && v->tenant != w->tenant && borrowed;
+}
+
+/* Fewer GPUs, then the shorter run so far, then the higher id. */
+static bool victim_better(const stask *a, const stask *b) {
+        if (a->ngpus != b->ngpus)
+                return a->ngpus < b->ngpus;
+        if (a->start_ms != b->start_ms)
+                return a->start_ms > b->start_ms;
+        return a->id > b->id;
+}
+
+/* Could w use GPU g at all (ignoring what runs on it)? */
+static bool gpu_could(const gp_sched *s, const sgpu *g, const stask *w, bool avoid) {
+        return gpu_usable(g) && kind_ok(w, g) && g->usable >= w->mem && !(avoid && g->resv_stamp == s->stamp);
+}
+
+/* Can GPU g host w once the marked victims are gone? */
+static bool gpu_room(const gp_sched *s, const sgpu *g, const stask *w, bool avoid) {
+        if (!gpu_could(s, g, w, avoid))
+                return false;
+        int64_t used = 0;
+        for (int k = 0; k < g->ntasks; k++) {
+                const stask *x = g->tasks[k];
+                if (x->pstamp == s->pstamp)
+                        continue;
+                if (w->excl || x->excl)
+                        return false;
+                used += x->charge;
+        }
+        return g->usable - used >= w->mem;
+}
+
+static bool node_room(const gp_sched *s, const snode *nd, const stask *w, bool avoid) {
+        int n = 0;
+        for (int i = 0; i < nd->ngpus; i++)
+                if (gpu_room(s, &s->gpus[nd->gpus[i]], w, avoid) && ++n >= w->ngpus)
+                        return true;
+        return false;
+}
+
+/* Most share w can take on node nd (its quota is checked with this). */
+static int64_t node_share_ub(const gp_sched *s, const stask *w, const snode *nd) {
+        int64_t m = 0;
+        for (int i = 0; i < nd->ngpus; i++) {
+                const sgpu *g = &s->gpus[nd->gpus[i]];
+                if (kind_ok(w, g) && g->usable >= w->mem) {
+                        int64_t sh = gpu_share_of(w->excl, w->mem, g->usable);
+                        if (sh > m)
+                                m = sh;
+                }
+        }
+        return m * w->ngpus;
+}
+
+static bool less_urgent_on(const snode *nd, int prio) {
+        for (int p = prio + 1; p < GP_PRIORITY_LEVELS; p++)
+                if (nd->npre_prio[p])
+                        return true;
+        return false;
+}
+
+/* Mark (fresh pstamp; list in s->pv) the victims that make room for w on
+ * node ni: greedily the best victim on a GPU that can be freed for w, until
+ * w fits; then the marks not needed after all are dropped, worst first.
+ * Returns the GPUs the victims hold (their lost GPU-ms in *ret_lost), or
+ * -1 when the node cannot make room, -ENOMEM. */
+static int plan_node(gp_sched *s, const stask *w, uint32_t ni, int64_t now, bool rule_a, bool reclaim, bool avoid,
+                     int64_t *ret_lost) {
+        const snode *nd = &s->nodes[ni];
+        pstamp_next(s);
+        s->pv_n = 0;
+        while (!node_room(s, nd, w, avoid)) {
+                stask *best = NULL;
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (g->ntasks == 0 || !gpu_could(s, g, w, avoid) || gpu_room(s, g, w, avoid))
+                                continue;
+                        int64_t keep = 0;
+                        bool blocked = false;
+                        stask *gb = NULL;
+                        for (int k = 0; k < g->ntasks && !blocked; k++) {
+                                stask *x = g->tasks[k];
+                                if (x->pstamp == s->pstamp)
+                                        continue;
+                                if (victim_ok(s, x, w, now, rule_a, reclaim)) {
+                                        if (!gb || victim_better(x, gb))
+                                                gb = x;
+                                } else if (w->excl || x->excl) {
+                                        blocked = true;
+                                } else {
+                                        keep += x->charge;
+                                }
+                        }
+                        if (blocked || !gb || g->usable - keep < w->mem)
+                                continue;
+                        if (!best || victim_better(gb, best))
+                                best = gb;
+                }
+                if (!best)
+                        return -1;
+                stask **pv = grow(s->pv, sizeof(*pv), &s->pv_cap, s->pv_n + 1);
+                if (!pv)
+                        return -ENOMEM;
+                s->pv = pv;
+                pv[s->pv_n++] = best;
+                plan_mark(s, best, true);
+        }
+        for (uint32_t i = s->pv_n; i-- > 0;) {
+                stask *v = s->pv[i];
+                plan_mark(s, v, false);
+                if (node_room(s, nd, w, avoid)) {
+                        memmove(&s->pv[i], &s->pv[i + 1], (s->pv_n - i - 1) * sizeof(*s->pv));
+                        s->pv_n--;
+                } else {
+                        plan_mark(s, v, true);
+                }
+        }
+        int gpus = 0;
+        int64_t lost = 0;
+        for (uint32_t i = 0; i < s->pv_n; i++) {
+                gpus += s->pv[i]->ngpus;
+                lost += (int64_t)s->pv[i]->ngpus * (now - s->pv[i]->start_ms);
+        }
+        *ret_lost = lost;
+        return gpus;
+}
+
+/* Stop v for w and queue it again at its place by id. */
+static int preempt_for(gp_sched *s, stask *v, const stask *w, int64_t now, gp_sched_decision **ret,
+                       size_t *ret_n, size_t *ret_cap) {
+        if (!was_preempted_by(v, w->id) && v->n_pre_by == v->pre_by_cap) {
+                int cap = v->pre_by_cap ? 2 * v->pre_by_cap : 4;
+                int64_t *p = realloc(v->pre_by, (size_t)cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                v->pre_by = p;
+                v->pre_by_cap = cap;
+        }
+        gp_sched_decision d = {.kind = GP_DECIDE_PREEMPT, .id = v->id, .n_gpus = v->ngpus};
+        memcpy(d.gpus, v->gpus, (size_t)v->ngpus * sizeof(uint32_t));
+        if (emit(ret, ret_n, ret_cap, &d) < 0)
+                return -ENOMEM;
+        if (!was_preempted_by(v, w->id))
+                v->pre_by[v->n_pre_by++] = w->id;
+        stop(s, v, now);
+        v->rcode = R_NONE;
+        v->q = (uint8_t)queue_of(s, v);
+        s->total_preempted++;
+        if (queue_add(s, v) < 0) {
+                /* cannot queue it again: forgotten, like gp_sched_requeue */
+                map_del(s, v->id);
+                task_free(v);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+/* Make room for w by preempting on the node where that costs the fewest
+ * GPUs, then the least lost work, then the lowest node.  after_resv: w is
+ * behind the reserved task, so only reclaim applies and never on reserved
+ * GPUs (avoid).  1 if victims were preempted (w then fits, its rules
+ * included), 0 if nothing changed, -ENOMEM. */
+static int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv, bool avoid, gp_sched_decision **ret,
+                     size_t *ret_n, size_t *ret_cap) {
+        if (!s->npre)
+                return 0;
+        const stenant *T = &s->tn[w->tenant];
+        bool rule_a = !after_resv;
+        bool reclaim_any = T->guar_milli > 0 && T->run_milli + share_lb(s, w) <= T->guar_milli;
+        if (!rule_a && !reclaim_any)
+                return 0;
+        int best = -1;
+        int64_t best_lost = 0;
+        uint32_t bn = NIL;
+        bool ba = false, br = false;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                if (!nd->npre || !(nd->kinds & w->kinds) || nd->ngpus < w->ngpus)
+                        continue;
+                bool a = rule_a && less_urgent_on(nd, w->prio);
+                bool r = reclaim_any && T->run_milli + node_share_ub(s, w, nd) <= T->guar_milli;
+                if (!a && !r)
+                        continue;
+                int64_t lost;
+                int c = plan_node(s, w, ni, now, a, r, avoid, &lost);
+                if (c == -ENOMEM)
+                        return c;
+                if (c <= 0)
+                        continue;
+                if (best < 0 || c < best || (c == best && lost < best_lost)) {
+                        best = c;
+                        best_lost = lost;
+                        bn = ni;
+                        ba = a;
+                        br = r;
+                }
+        }
+        if (bn == NIL)
+                return 0;
+        int64_t lost, a1, a2, a3;
+        if (gate(s, w, node_share_ub(s, w, &s->nodes[bn]), &a1, &a2, &a3))
+                return 0; /* it could not start there after all */
+        int c = plan_node(s, w, bn, now, ba, br, avoid, &lost); /* mark that node's victims again */
+        if (c <= 0)
+                return c < 0 && c != -1 ? c : 0;
+        for (uint32_t i = 0; i < s->pv_n; i++) {
+                int rc = preempt_for(s, s->pv[i], w, now, ret, ret_n, ret_cap);
+                if (rc < 0)
+                        return rc;
+        }
+        return 1;
+}
+
+/* Set t's reason to a rule of its tenant or group and hold the tenant (or
+ * group) for the rest of the run. */
+static void hold(gp_sched *s, stask *t, int code, int64_t a1, int64_t a2, int64_t a3) {
+        set_reason(s, t, code, a1, a2);
+        t->ra3 = a3;
+        if (code == R_GROUP) {
+                s->gr[a1].held_stamp = s->stamp;
+                return;
+        }
+        stenant *T = &s->tn[t->tenant];
+        T->held_stamp = s->stamp;
+        T->held_code = (uint8_t)code;
+        T->held_a1 = a1;
+        T->held_a2 = a2;
+}
+
 int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap) {
         int rc = 0;
         fail_memo memo = {.shared_mem = {-1, -1}};
@@ -1885,23 +2850,50 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
         if ((rc = expire_due(s, now, ret, ret_n, ret_cap)) < 0)
                 return rc;
 
-        stask *cur[GP_PRIORITY_LEVELS];
+        walk w;
         uint64_t lp[GP_PRIORITY_LEVELS];
-        for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
-                cur[i] = s->tiers[i].head;
+        if ((rc = walk_init(s, &w, true)) < 0)
+                return rc;
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
                 lp[i] = s->tiers[i].pass;
-        }
         stask *resv = NULL;
         int64_t shadow = TIME_INF;
         int examined = 0;
+        bool preempt_on = s->cfg.preemption && s->cfg.policy != GP_SCHED_LAS;
         for (;;) {
-                int ti = pick_tier(s, cur, lp);
+                if (w.fair)
+                        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                                walk_head(s, &w, i);
+                int ti = pick_tier(s, w.cur, lp);
                 if (ti < 0)
                         break;
-                stask *t = cur[ti];
-                cur[ti] = t->next;
+                stask *t = w.cur[ti];
+                walk_advance(s, &w, ti);
                 lp[ti] += stride(s, ti);
                 t->resv_holder = false;
+
+                /* the rules of its tenant and group come first (a held
+                 * task takes no reservation and blocks no one) */
+                stenant *T = &s->tn[t->tenant];
+                int64_t lb = share_lb(s, t), a1 = 0, a2 = 0, a3 = 0;
+                int g;
+                if (T->held_stamp == s->stamp) {
+                        set_reason(s, t, T->held_code, T->held_a1, T->held_a2);
+                        t->ra3 = lb;
+                        continue;
+                }
+                if (group_held(s, T)) {
+                        set_reason(s, t, R_GROUP, T->group, s->gr[T->group].share_pct);
+                        continue;
+                }
+                if ((g = gate(s, t, lb, &a1, &a2, &a3))) {
+                        hold(s, t, g, a1, a2, a3);
+                        continue;
+                }
+                /* within its tenant's guarantee: may reclaim, and is not
+                 * held behind a more urgent blocked task (it keeps off the
+                 * GPUs reserved for that one) */
+                bool guaranteed = T->guar_milli > 0 && T->run_milli + lb <= T->guar_milli;
 
                 bool avoid = false;
                 if (resv) {
@@ -1915,7 +2907,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 set_reason(s, t, R_DEPTH, s->cfg.backfill_depth, 0);
                                 break;
                         }
-                        if (t->timeout_ms == 0 && t->q > resv->q) {
+                        if (t->timeout_ms == 0 && t->q > resv->q && !guaranteed) {
                                 set_reason(s, t, R_BEHIND_HIGHER, resv->id, resv->prio);
                                 continue;
                         }
@@ -1924,6 +2916,26 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 fit f;
                 bool known_fail = memo_fails(&memo, t, avoid);
                 bool placed = !known_fail && place(s, t, avoid, &f);
+                if (placed) {
+                        /* on a smaller GPU a shared task holds a larger share */
+                        int64_t sh = fit_share(s, t, f.gpus, f.n);
+                        if (sh > lb && (g = gate(s, t, sh, &a1, &a2, &a3))) {
+                                hold(s, t, g, a1, a2, a3);
+                                continue;
+                        }
+                }
+                if (!placed && preempt_on && (!resv || guaranteed)) {
+                        int pr = make_room(s, t, now, resv != NULL, avoid, ret, ret_n, ret_cap);
+                        if (pr < 0)
+                                return pr;
+                        if (pr > 0) {
+                                /* GPUs were freed and shares dropped */
+                                memo = (fail_memo){.shared_mem = {-1, -1}};
+                                walk_refresh(s, &w);
+                                known_fail = false;
+                                placed = place(s, t, avoid, &f);
+                        }
+                }
                 if (!placed && !resv && s->cfg.policy == GP_SCHED_LAS && s->cfg.las_preempt) {
                         int pr = las_make_room(s, t, now, ret, ret_n, ret_cap);
                         if (pr < 0)
@@ -1934,16 +2946,16 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                  * this walk has not reached yet (strict order) */
                                 memo = (fail_memo){.shared_mem = {-1, -1}};
                                 for (int j = ti + 1; j < GP_PRIORITY_LEVELS; j++)
-                                        cur[j] = s->tiers[j].head;
+                                        w.cur[j] = s->tiers[j].head;
                                 known_fail = false;
                                 placed = place(s, t, false, &f);
                         }
                 }
                 if (placed) {
                         fits = (fit_memo){.shared_mem = -1}; /* GPUs are taken now */
-                        tier_remove(s, t);
+                        queue_del(s, t);
                         if ((rc = start_on(s, t, f.gpus, f.n, now)) < 0) {
-                                if (tier_insert(s, t) < 0) {
+                                if (queue_add(s, t) < 0) {
                                         map_del(s, t->id);
                                         task_free(t);
                                 }
@@ -1999,6 +3011,24 @@ int64_t gp_sched_next_deadline(const gp_sched *s) {
 
 int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now) {
         int64_t w = gp_sched_next_deadline(s);
+        if (s->cfg.policy != GP_SCHED_LAS && s->cfg.preemption && s->npre) {
+                /* a waiting task may preempt once a task passes its least run time */
+                size_t queued = 0;
+                for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                        queued += s->tiers[i].n;
+                for (uint32_t gi = 0; queued && gi < s->ngpus; gi++) {
+                        const sgpu *g = &s->gpus[gi];
+                        for (int k = 0; k < g->ntasks; k++) {
+                                const stask *v = g->tasks[k];
+                                if (v->gpus[0] != gi || !v->preemptible)
+                                        continue;
+                                int64_t at = v->start_ms + s->cfg.preempt_min_runtime_ms;
+                                if (at > now && at < w)
+                                        w = at;
+                        }
+                }
+                return w;
+        }
         if (s->cfg.policy != GP_SCHED_LAS || !s->cfg.las_preempt)
                 return w;
         int qmin = -1;
@@ -2058,9 +3088,40 @@ static void compute_positions(gp_sched *s) {
  * tasks ahead of t (k-th in tier i, at time V) are, per other tier, those
  * with an earlier time (or an equal one in a lower tier), capped at the
  * tier's length.  Exactly the order compute_positions() simulates. */
-static uint32_t position_of(const gp_sched *s, const stask *t) {
+/* Under hybrid and strict, tasks ahead of t inside its tier: those of
+ * tenants that go before t's (class, then usage/weight), and of tenants
+ * that tie with it those with a lower id (the walk merges ties by id).
+ * O(tenants queued in the tier x log n). */
+static uint64_t fair_rank(gp_sched *s, const stask *t) {
+        stenant *T = &s->tn[t->tenant];
+        int i = t->q;
+        uint8_t c = tenant_class(s, T);
+        double key = tenant_key(s, T);
+        uint64_t ahead = tl_fen_sum(&T->q[i], t->tl_idx);
+        const tier *tr = &s->tiers[i];
+        for (uint32_t j = 0; j < tr->nact; j++) {
+                if (tr->act[j] == t->tenant)
+                        continue;
+                stenant *U = &s->tn[tr->act[j]];
+                uint8_t cu = tenant_class(s, U);
+                if (cu > c)
+                        continue;
+                if (cu < c) {
+                        ahead += U->q[i].n;
+                        continue;
+                }
+                double ku = tenant_key(s, U);
+                if (ku < key)
+                        ahead += U->q[i].n;
+                else if (ku == key)
+                        ahead += tl_below(&U->q[i], t->id);
+        }
+        return ahead;
+}
+
+static uint32_t position_of(gp_sched *s, const stask *t) {
         const tier *q = &s->tiers[t->q];
-        uint64_t k = fen_sum(q, t->seq - 1);
+        uint64_t k = fair_policy(s) ? fair_rank(s, t) : fen_sum(q, t->seq - 1);
         int i = t->q;
         if (s->cfg.policy == GP_SCHED_STRICT || s->cfg.policy == GP_SCHED_LAS) {
                 uint64_t ahead = k;
@@ -2096,6 +3157,7 @@ int gp_sched_task_get(gp_sched *s, int64_t id, gp_sched_task_view *ret) {
                 v.n_gpus = t->ngpus;
                 memcpy(v.gpus, t->gpus, t->ngpus * sizeof(uint32_t));
                 v.start_ms = t->start_ms;
+                v.gpus_milli = t->share;
         } else if (s->cfg.policy == GP_SCHED_FIFO) {
                 compute_positions(s);
                 v.queue_position = (int)t->pos;
@@ -2107,21 +3169,22 @@ int gp_sched_task_get(gp_sched *s, int64_t id, gp_sched_task_view *ret) {
 }
 
 size_t gp_sched_queue_order(gp_sched *s, int64_t *ids, size_t max) {
-        stask *cur[GP_PRIORITY_LEVELS];
+        walk w;
         uint64_t lp[GP_PRIORITY_LEVELS];
         size_t total = 0;
         for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
-                cur[i] = s->tiers[i].head;
                 lp[i] = s->tiers[i].pass;
                 total += s->tiers[i].n;
         }
+        if (max == 0 || walk_init(s, &w, false) < 0)
+                return total; /* out of memory: no ids */
         size_t k = 0;
         while (k < max) {
-                int ti = pick_tier(s, cur, lp);
+                int ti = pick_tier(s, w.cur, lp);
                 if (ti < 0)
                         break;
-                ids[k++] = cur[ti]->id;
-                cur[ti] = cur[ti]->next;
+                ids[k++] = w.cur[ti]->id;
+                walk_advance(s, &w, ti);
                 lp[ti] += stride(s, ti);
         }
         return total;
@@ -2133,6 +3196,54 @@ static void fmt_need(const stask *t, char *buf, size_t size) {
         else
                 snprintf(buf, size, "%d GPU%s with %" PRId64 " MB free", t->ngpus, t->ngpus > 1 ? "s" : "",
                          t->mem);
+}
+
+/* milli-GPUs as GPUs: "8", "7.5", "0.182"; with `point` at least one
+ * decimal ("8.0"). */
+static void fmt_milli(char *buf, size_t size, int64_t v, bool point) {
+        if (v < 0)
+                v = 0;
+        int64_t frac = v % 1000;
+        if (frac == 0) {
+                snprintf(buf, size, point ? "%" PRId64 ".0" : "%" PRId64, v / 1000);
+                return;
+        }
+        char f[8];
+        snprintf(f, sizeof(f), "%03" PRId64, frac);
+        for (int i = 2; i > 0 && f[i] == '0'; i--)
+                f[i] = '\0';
+        snprintf(buf, size, "%" PRId64 ".%s", v / 1000, f);
+}
+
+/* The reason of a task held by its tenant's quota or its group's share. */
+static void rule_reason(const gp_sched *s, const stask *t, int code, int64_t a1, int64_t a2, int64_t a3, char *buf,
+                        size_t size) {
+        const char *tn = intern_name(&s->tenants, t->tenant);
+        if (!*tn)
+                tn = "(none)";
+        char used[32], max[32], need[32];
+        switch (code) {
+        case R_QUOTA_TASKS:
+                snprintf(buf, size, "tenant %s quota: %" PRId64 " of %" PRId64 " tasks running", tn, a1, a2);
+                break;
+        case R_QUOTA_GPUS:
+                fmt_milli(used, sizeof(used), a1, true);
+                fmt_milli(max, sizeof(max), a2, false);
+                fmt_milli(need, sizeof(need), a3, true);
+                if (a3 > a2)
+                        snprintf(buf, size, "tenant %s quota: this task needs %s GPUs, more than its max of %s", tn,
+                                 need, max);
+                else if (a1 >= a2)
+                        snprintf(buf, size, "tenant %s quota: %s of %s GPUs in use", tn, used, max);
+                else
+                        snprintf(buf, size, "tenant %s quota: %s of %s GPUs in use, this task needs %s", tn, used,
+                                 max, need);
+                break;
+        default:
+                snprintf(buf, size, "group %s is at its %" PRId64 "%% share", intern_name(&s->groups, (uint32_t)a1),
+                         a2);
+                break;
+        }
 }
 
 int gp_sched_task_reason(gp_sched *s, int64_t id, char *buf, size_t size) {
@@ -2147,6 +3258,13 @@ int gp_sched_task_reason(gp_sched *s, int64_t id, char *buf, size_t size) {
         fmt_need(t, need, sizeof(need));
         const char *kindtxt = t->gpu_model ? t->gpu_model : NULL;
         int code = t->rstamp == s->last_run_stamp ? t->rcode : R_NONE;
+        int64_t a1 = t->ra1, a2 = t->ra2, a3 = t->ra3;
+        if (code == R_NONE) /* not examined by the last run: its rules as they are now */
+                code = gate(s, t, share_lb(s, t), &a1, &a2, &a3);
+        if (code == R_QUOTA_TASKS || code == R_QUOTA_GPUS || code == R_GROUP) {
+                rule_reason(s, t, code, a1, a2, a3, buf, size);
+                return 0;
+        }
         char extra[64] = "";
         if (kindtxt)
                 snprintf(extra, sizeof(extra), " matching '%s'", kindtxt);
@@ -2226,6 +3344,7 @@ void gp_sched_get_stats(const gp_sched *s, gp_sched_stats *ret) {
         st.total_scheduled = s->total_scheduled;
         st.total_backfilled = s->total_backfilled;
         st.total_expired = s->total_expired;
+        st.total_preempted = s->total_preempted;
         st.gpus_total = s->ngpus;
         for (uint32_t i = 0; i < s->ngpus; i++) {
                 const sgpu *g = &s->gpus[i];
@@ -2238,4 +3357,82 @@ void gp_sched_get_stats(const gp_sched *s, gp_sched_stats *ret) {
                 st.memory_allocated_mb += g->alloc;
         }
         *ret = st;
+}
+
+/* ------------------------------------------------------------------ */
+/* tenants and groups: settings and usage                              */
+
+static bool name_ok(const char *n, bool empty_ok) {
+        if (!n || !*n)
+                return empty_ok;
+        return strnlen(n, NAME_MAX_LEN + 1) <= NAME_MAX_LEN;
+}
+
+int gp_sched_tenant_set(gp_sched *s, const char *tenant, const gp_sched_tenant_cfg *cfg) {
+        if (!name_ok(tenant, false) || !cfg || !name_ok(cfg->group, true) || cfg->weight > WEIGHT_MAX ||
+            cfg->max_concurrent < 0 || cfg->max_gpus_milli < 0 || cfg->guaranteed_gpus_milli < 0 ||
+            cfg->max_queued < 0)
+                return -EINVAL;
+        uint32_t tid, gid;
+        if (intern_get(&s->tenants, tenant, &tid) < 0 || tenant_ensure(s, tid) < 0 ||
+            intern_get(&s->groups, cfg->group, &gid) < 0 || group_ensure(s, gid) < 0)
+                return -ENOMEM;
+        stenant *T = &s->tn[tid];
+        tenant_out(s, T);
+        T->weight = cfg->weight ? cfg->weight : 1;
+        T->group = gid;
+        T->max_concurrent = cfg->max_concurrent;
+        T->max_milli = cfg->max_gpus_milli;
+        T->guar_milli = cfg->guaranteed_gpus_milli;
+        T->max_queued = cfg->max_queued;
+        tenant_in(s, T);
+        s->gen++;
+        return 0;
+}
+
+int gp_sched_group_set(gp_sched *s, const char *group, uint32_t share_pct) {
+        if (!name_ok(group, false) || share_pct < 1 || share_pct > 100)
+                return -EINVAL;
+        uint32_t gid;
+        if (intern_get(&s->groups, group, &gid) < 0 || group_ensure(s, gid) < 0)
+                return -ENOMEM;
+        s->gr[gid].share_pct = share_pct;
+        group_refresh(s, gid);
+        s->gen++;
+        return 0;
+}
+
+int gp_sched_tenant_usage(gp_sched *s, const char *tenant, int64_t now_ms, struct gp_sched_tenant_usage *ret) {
+        uint32_t tid;
+        if (intern_find(&s->tenants, tenant, &tid) < 0 || tid >= s->tn_cap)
+                return -ENOENT;
+        const stenant *T = &s->tn[tid];
+        *ret = (gp_sched_tenant_view){.running = T->running, .queued = T->queued, .gpus_milli = T->run_milli,
+                                       .fair_share_usage = usage_at(s, T, now_ms) / 1e6};
+        return 0;
+}
+
+int gp_sched_tenant_set_usage(gp_sched *s, const char *tenant, int64_t now_ms, double gpu_seconds) {
+        if (!name_ok(tenant, false) || !(gpu_seconds >= 0) || gpu_seconds > 1e15)
+                return -EINVAL;
+        uint32_t tid;
+        if (intern_get(&s->tenants, tenant, &tid) < 0 || tenant_ensure(s, tid) < 0)
+                return -ENOMEM;
+        stenant *T = &s->tn[tid];
+        tenant_out(s, T);
+        T->usage = gpu_seconds * 1e6;
+        T->usage_ms = now_ms;
+        tenant_in(s, T);
+        s->gen++;
+        return 0;
+}
+
+int gp_sched_group_usage(gp_sched *s, const char *group, struct gp_sched_group_usage *ret) {
+        uint32_t gid;
+        if (!group || !*group || intern_find(&s->groups, group, &gid) < 0 || gid >= s->gr_cap)
+                return -ENOENT;
+        const sgroup *g = &s->gr[gid];
+        *ret = (gp_sched_group_view){.queued = g->queued, .gpus_milli = g->run_milli,
+                                      .share_milli = group_cap(s, g), .share_pct = g->share_pct};
+        return 0;
 }

@@ -24,6 +24,14 @@
  * int64 id, and FIFO order inside a tier is by that id (the daemon assigns
  * increasing ids, so id order is submission order).
  *
+ * Tenants (see "Tenants, quotas, groups and preemption" below): inside a
+ * tier the next task comes from the tenant with the least decayed usage per
+ * unit of weight (fair share); per-tenant quotas and per-group shares hold
+ * tasks back without blocking others; with `preemption` on, the task whose
+ * turn it is may preempt less urgent preemptible work or reclaim its
+ * tenant's guaranteed GPUs.  A tenant never configured behaves like one
+ * with weight 1, no limits and no group.
+ *
  * Not thread-safe: the caller serialises all calls on one gp_sched.
  */
 #ifndef GP_CORE_SCHED_H
@@ -73,11 +81,16 @@ typedef struct gp_sched_config {
                                                  first las_levels-1 used, > 0, increasing */
         bool las_preempt;                     /* preempt tasks of later queues */
         int64_t las_min_run_ms;               /* least run time before a preemption, >= 0 */
+        /* fair share and preemption (hybrid, strict, fifo; see below): */
+        int64_t fairshare_half_life_ms;       /* decay of tenant usage, >= 0; 0 = never decays */
+        bool preemption;                      /* preempt less urgent / borrowed work */
+        int64_t preempt_min_runtime_ms;       /* least run time before a task may be preempted, >= 0 */
 } gp_sched_config;
 
 /* The defaults of DESIGN.md (hybrid, 256..1 weights, depth 10000, margin
  * 2000 MB, backfill on with depth 1000); for LAS: 3 queues split at 1 and
- * 10 GPU-hours, preemption on, 60 s least run time. */
+ * 10 GPU-hours, preemption on, 60 s least run time; fair-share half-life
+ * 1 day; `preemption` off with a 60 s least run time. */
 void gp_sched_config_defaults(gp_sched_config *cfg);
 
 /* 0, -EINVAL (bad config), -ENOMEM. */
@@ -163,20 +176,27 @@ typedef struct gp_sched_req {
 int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why, size_t size);
 
 /* Queue a task.  0, -EEXIST, -EINVAL, -GP_EQUEUEFULL (its tier is at
- * max_queue_depth), -ENOMEM.  Does not place it: call gp_sched_run. */
+ * max_queue_depth), -EDQUOT (its tenant has max_queued tasks queued),
+ * -ENOMEM.  Does not place it: call gp_sched_run. */
 int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r);
 /* Put a task that was running before a restart back on its GPUs.
  * 0, -EEXIST, -EINVAL (GPU ids bad or memory does not fit), -ENOMEM. */
 int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t *gpus, int n,
                              int64_t start_ms);
 /* Forget a task (it ended or was cancelled): unqueue it or free its GPUs.
- * 0 or -ENOENT. */
+ * A running task's run counts (attained service, tenant usage) up to the
+ * time of the last gp_sched_run.  0 or -ENOENT. */
 int gp_sched_remove(gp_sched *s, int64_t id);
+/* The same, with the run counted up to now_ms (the time it ended; the
+ * daemon should use this: between runs the core knows no time). */
+int gp_sched_remove_at(gp_sched *s, int64_t id, int64_t now_ms);
 /* Put a running task back into its queue (preempted, or its GPU failed),
  * freeing its GPUs; it keeps its place by id. 0, -ENOENT, -GP_ESTATE.
  * Its attained service (LAS) counts the run up to the time of the last
  * gp_sched_run (the core reads no clock). */
 int gp_sched_requeue(gp_sched *s, int64_t id);
+/* The same, with the run counted up to now_ms. */
+int gp_sched_requeue_at(gp_sched *s, int64_t id, int64_t now_ms);
 /* Attained service of a task: GPU-ms held over all its runs, a running
  * task counted up to now_ms.  Tracked under every policy; only LAS orders
  * by it.  0 or -ENOENT. */
@@ -185,8 +205,10 @@ int gp_sched_task_attained(const gp_sched *s, int64_t id, int64_t now_ms, int64_
 typedef enum gp_sched_decision_kind {
         GP_DECIDE_START = 0,   /* start task on gpus[0..n_gpus) */
         GP_DECIDE_EXPIRE,      /* queued past its queue deadline: end it */
-        GP_DECIDE_PREEMPT,     /* LAS only: running task stopped and queued again;
-                                  gpus[0..n_gpus) are the GPUs it held.  Callers
+        GP_DECIDE_PREEMPT,     /* running task stopped and queued again (LAS with
+                                  las_preempt, or cfg.preemption); gpus[0..n_gpus)
+                                  are the GPUs it held.  In the same run a START
+                                  follows for the task it made room for.  Callers
                                   that do not handle a kind must ignore it. */
 } gp_sched_decision_kind;
 
@@ -226,6 +248,7 @@ typedef struct gp_sched_task_view {
         int n_gpus;
         uint32_t gpus[GP_MAX_GANG];  /* while running */
         int64_t start_ms;
+        int64_t gpus_milli;         /* while running: its GPU share (see gp_sched_tenant_cfg) */
 } gp_sched_task_view;
 
 /* 0 or -ENOENT. Queue positions are computed lazily (O(queue) once after
@@ -247,8 +270,89 @@ typedef struct gp_sched_stats {
         uint64_t total_expired;
         uint32_t gpus_total, gpus_usable, gpus_busy; /* busy: at least one task */
         int64_t memory_usable_mb, memory_allocated_mb;
+        uint64_t total_preempted;   /* PREEMPT decisions since creation */
 } gp_sched_stats;
 
 void gp_sched_get_stats(const gp_sched *s, gp_sched_stats *ret);
+
+/* ---- tenants, quotas, groups and preemption ----
+ *
+ * GPU share: a task holds, per GPU, 1000 milli-GPUs when it has the GPU to
+ * itself (exclusive or memory_mb 0), else ceil(1000 * memory_mb / usable MB
+ * of that GPU); its share is the sum over its GPUs (two tasks on halves of
+ * one GPU hold 500 + 500).  Quotas and group shares count these.
+ *
+ * Order (hybrid and strict; fifo and las keep their own): tiers as above;
+ * inside a tier, tenants whose running share is below their guarantee come
+ * first, then tenants with no group or whose group is below its share,
+ * then the rest; within each class the tenant with the lowest
+ * decayed_usage / weight goes next (ties: the oldest next task), FIFO by
+ * id inside a tenant.  Decayed usage is the tenant's GPU-share-time,
+ * halved every fairshare_half_life_ms, advanced from the `now` given to
+ * gp_sched_run (a queue position uses the time of the last run).
+ *
+ * Gates (every policy): a task starts only if its tenant stays within
+ * max_concurrent and max_gpus_milli, and its group within share_pct of the
+ * usable GPUs while a task of another group that is below its own share
+ * waits (else a group may borrow idle GPUs; a tenant within its guarantee
+ * is never held by its group).  A held task takes no reservation and
+ * blocks no one; the rest of its tenant's (group's) queue waits with it
+ * for the rest of that run.
+ *
+ * Preemption (cfg.preemption, policies other than las): when the task W
+ * whose turn it is cannot be placed, running preemptible tasks V that have
+ * run preempt_min_runtime_ms and were not started in the same run may be
+ * preempted if (a) V's tier is less urgent than W's and V does not run
+ * within its tenant's guarantee (or V is W's tenant's), or (b) W's tenant
+ * stays within its guarantee by starting W and V's tenant stays at or
+ * above its own guarantee without V (reclaim; tasks further back in the
+ * queue may reclaim too, never on the reserved GPUs).  A task is never
+ * preempted for a task it preempted before.  Victims are on one node: the
+ * fewest GPUs, then the least lost work (GPU-time run), then the highest
+ * ids; nothing is preempted unless W then starts (gates included).  Each
+ * victim comes back as GP_DECIDE_PREEMPT, already queued again at its
+ * place by id, and W's START follows in the same run. */
+
+typedef struct gp_sched_tenant_cfg {
+        uint32_t weight;            /* fair-share weight inside a tier, 1..1000000 (0 = 1) */
+        const char *group;          /* NULL/"" = no group; copied */
+        int max_concurrent;         /* running tasks, 0 = unlimited */
+        int64_t max_gpus_milli;     /* GPU share in 1/1000 GPU, 0 = unlimited */
+        int64_t guaranteed_gpus_milli; /* 0 = none */
+        int max_queued;             /* queued tasks, 0 = unlimited (gp_sched_enqueue: -EDQUOT) */
+} gp_sched_tenant_cfg;
+
+/* Create a tenant or change all of its settings at once (tasks already
+ * queued or running stay).  0, -EINVAL (empty name, name or group longer
+ * than 255 bytes, negative limit, weight above 1000000), -ENOMEM. */
+int gp_sched_tenant_set(gp_sched *s, const char *tenant, const gp_sched_tenant_cfg *cfg);
+/* Cluster share of a group, 1..100 percent of the usable GPUs (a group
+ * never set has 100).  0, -EINVAL, -ENOMEM. */
+int gp_sched_group_set(gp_sched *s, const char *group, uint32_t share_pct);
+
+/* (C allows no typedef with the function's name: use `struct
+ * gp_sched_tenant_usage` or its typedef gp_sched_tenant_view.) */
+typedef struct gp_sched_tenant_usage {
+        int running, queued;
+        int64_t gpus_milli;         /* share of its running tasks */
+        double fair_share_usage;    /* decayed GPU-seconds at now_ms */
+} gp_sched_tenant_view;
+
+/* Usage of a tenant against its quota. 0 or -ENOENT (never seen). */
+int gp_sched_tenant_usage(gp_sched *s, const char *tenant, int64_t now_ms, struct gp_sched_tenant_usage *ret);
+/* Set a tenant's decayed usage (GPU-seconds as of now_ms), e.g. restored
+ * after a restart.  Creates the tenant.  0, -EINVAL, -ENOMEM. */
+int gp_sched_tenant_set_usage(gp_sched *s, const char *tenant, int64_t now_ms, double gpu_seconds);
+
+typedef struct gp_sched_group_usage {
+        int queued;                 /* queued tasks of its tenants */
+        int64_t gpus_milli;         /* share of its running tasks */
+        int64_t share_milli;        /* share_pct of the usable GPUs */
+        uint32_t share_pct;
+} gp_sched_group_view;
+
+/* Usage of a group against its share. 0 or -ENOENT (never named by
+ * gp_sched_group_set or a tenant). */
+int gp_sched_group_usage(gp_sched *s, const char *group, struct gp_sched_group_usage *ret);
 
 #endif

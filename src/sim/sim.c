@@ -124,7 +124,9 @@ void gp_sim_result_free(gp_sim_result *r) {
 static int check_options(const gp_sim_job *jobs, size_t n, const gp_sim_options *o, char *err, size_t errlen) {
         if (!o || o->gpus < 1 || o->gpus > GP_SIM_MAX_GPUS || o->gpus_per_node < 1 ||
             o->gpus_per_node > GP_SIM_MAX_GPUS_PER_NODE || !o->gpu_name || !*o->gpu_name || o->gpu_memory_mb <= 0 ||
-            o->restart_overhead_ms < 0 || (!o->tenant_names && o->ntenants) || (!jobs && n)) {
+            o->restart_overhead_ms < 0 || (!o->tenant_names && o->ntenants) || (!jobs && n) ||
+            (o->ncfg_tenants && (!o->cfg_tenant_names || !o->cfg_tenants)) ||
+            (o->ngroups && (!o->group_names || !o->group_shares))) {
                 set_err(err, errlen, "invalid simulation options");
                 return -EINVAL;
         }
@@ -254,7 +256,7 @@ static int apply(sim *m, const gp_sched_decision *d, size_t nd, int64_t t, char 
                         /* time spent on the restart overhead is lost; the rest is progress */
                         int64_t overhead = js->run_len_ms - js->remaining_ms;
                         int64_t progress = ran > overhead ? ran - overhead : 0;
-                        js->remaining_ms -= progress;
+                        js->remaining_ms = m->o->preempt_loses_work ? j->duration_ms : js->remaining_ms - progress;
                         js->running = false;
                         js->gen++;
                         jr->preemptions++;
@@ -316,7 +318,7 @@ static int replay(sim *m, char *err, size_t errlen) {
                         if (e.gen != js->gen || !js->running)
                                 continue; /* preempted since: stale */
                         const gp_sim_job *j = &m->jobs[e.job];
-                        if ((rc = gp_sched_remove(m->s, (int64_t)e.job + 1)) < 0) {
+                        if ((rc = gp_sched_remove_at(m->s, (int64_t)e.job + 1, t)) < 0) {
                                 set_err(err, errlen, "job %zu: the core lost it (%s)", e.job, gp_strerror(rc));
                                 goto out;
                         }
@@ -407,6 +409,16 @@ int gp_sim_run(const gp_sim_job *jobs, size_t n, const gp_sim_options *opt, gp_s
         }
         if ((rc = add_inventory(m.s, opt, r, err, errlen)) < 0)
                 goto out;
+        for (uint32_t i = 0; i < opt->ngroups; i++)
+                if ((rc = gp_sched_group_set(m.s, opt->group_names[i], opt->group_shares[i])) < 0) {
+                        set_err(err, errlen, "group %s: the scheduler refuses its share", opt->group_names[i]);
+                        goto out;
+                }
+        for (uint32_t i = 0; i < opt->ncfg_tenants; i++)
+                if ((rc = gp_sched_tenant_set(m.s, opt->cfg_tenant_names[i], &opt->cfg_tenants[i])) < 0) {
+                        set_err(err, errlen, "tenant %s: the scheduler refuses its settings", opt->cfg_tenant_names[i]);
+                        goto out;
+                }
         rc = replay(&m, err, errlen);
 out:
         gp_sched_free(m.s);

@@ -2,7 +2,8 @@
  * clock.
  *
  * The replay drives gp_sched_* the way the daemon does: a job is enqueued
- * at its submit time, a finished job is removed with gp_sched_remove, and
+ * at its submit time, a finished job is removed with gp_sched_remove_at
+ * (its run counted up to its end), and
  * gp_sched_run is called once per distinct event time (all arrivals and
  * ends at that time first, like one daemon batch), then START and PREEMPT
  * decisions are applied.  Besides arrivals and ends, the replay also runs
@@ -41,8 +42,19 @@ typedef struct gp_sim_options {
         int64_t gpu_memory_mb;       /* > 0 */
         bool exact_estimates;        /* tell the core each job's duration (timeout_ms) */
         int64_t restart_overhead_ms; /* added to the remaining time at each restart after a preemption */
+        bool preempt_loses_work;     /* a preempted job starts over (the daemon kills a batch task)
+                                        instead of resuming where it stopped (checkpointing) */
         const char *const *tenant_names; /* ntenants names for the core's tenant field */
         uint32_t ntenants;
+        /* tenant and group settings given to the core before the replay
+         * (gp_sched_tenant_set / gp_sched_group_set), as the daemon does
+         * from its config; may be empty */
+        const char *const *cfg_tenant_names;
+        const gp_sched_tenant_cfg *cfg_tenants;
+        uint32_t ncfg_tenants;
+        const char *const *group_names;
+        const uint32_t *group_shares;  /* percent, 1..100 */
+        uint32_t ngroups;
         bool timeline;               /* keep samples of busy GPUs and queue length */
 } gp_sim_options;
 

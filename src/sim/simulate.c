@@ -33,6 +33,7 @@ static const char USAGE[] =
         "                        [--config FILE] [--policy P[,P...]|all] [--backfill on|off|both]\n"
         "                        [--map FILE] [--oversize error|skip] [--estimates none|exact]\n"
         "                        [--las-thresholds S[,S...]] [--las-min-run S] [--restart-overhead S]\n"
+        "                        [--on-preempt resume|restart]\n"
         "                        [--json] [--tenants] [--timing] [--timeline FILE] [--jobs FILE]\n"
         "\n"
         "Replays a CSV trace (job_id,submit_time_s,duration_s,num_gpus,tenant) through the\n"
@@ -43,8 +44,8 @@ static const char USAGE[] =
         "  --gpus N                cluster size (or --nodes N x --gpus-per-node)\n"
         "  --nodes N               number of nodes (default: gpus / gpus-per-node, rounded up)\n"
         "  --gpus-per-node N       GPUs per node, 1..256 (default 8); a job runs on one node\n"
-        "  --config FILE           gpupool YAML config: scheduler policy, weights, backfill,\n"
-        "                          preemption.min_runtime_sec, GPU model of gpus.sim[0]\n"
+        "  --config FILE           gpupool YAML config: scheduler (policy, weights, backfill,\n"
+        "                          preemption, fair share), tenants and groups, gpus.sim[0]\n"
         "  --policy LIST           fifo, strict, hybrid, las, or all (default: the config's)\n"
         "  --backfill on|off|both  (default: the config's)\n"
         "  --map FILE              tenant map: lines 'tenant,priority[,new_tenant]', '*' = default\n"
@@ -53,6 +54,8 @@ static const char USAGE[] =
         "  --las-thresholds LIST   LAS queue limits in GPU-seconds (default 3600,36000)\n"
         "  --las-min-run S         least run time before a LAS preemption (default: config, 60)\n"
         "  --restart-overhead S    seconds added each time a preempted job restarts (default 0)\n"
+        "  --on-preempt MODE       resume: a preempted job keeps its progress (default);\n"
+        "                          restart: it starts over, as a killed batch task does\n"
         "  --json                  print JSON instead of tables\n"
         "  --tenants               per-tenant tables for every run (default: only for one run)\n"
         "  --timing                include the wall time of each replay\n"
@@ -65,7 +68,7 @@ typedef struct opts {
         int policies[MAX_POLICIES];
         int npolicies;
         int backfill;              /* -1 config, 0 off, 1 on, 2 both */
-        bool skip_oversize, exact, json, tenants, timing;
+        bool skip_oversize, exact, json, tenants, timing, restart_lost;
         int las_levels;            /* 0: default */
         int64_t las_thr_ms[GP_SCHED_LAS_MAX_LEVELS - 1];
         int64_t las_min_run_s;     /* -1: config */
@@ -234,6 +237,13 @@ static int parse_args(int argc, char **argv, opts *o) {
                         if (gp_parse_i64(val, 0, 10000000, &v) < 0)
                                 return usage_error("--las-min-run: expected seconds 0..10000000, got '%s'", val);
                         o->las_min_run_s = v;
+                } else if (!strcmp(name, "--on-preempt")) {
+                        if (!strcmp(val, "resume"))
+                                o->restart_lost = false;
+                        else if (!strcmp(val, "restart"))
+                                o->restart_lost = true;
+                        else
+                                return usage_error("--on-preempt: expected resume or restart, got '%s'", val);
                 } else if (!strcmp(name, "--restart-overhead")) {
                         if (gp_parse_i64(val, 0, 10000000, &v) < 0)
                                 return usage_error("--restart-overhead: expected seconds 0..10000000, got '%s'", val);
@@ -482,6 +492,9 @@ int gp_simulate_main(int argc, char **argv) {
         uint32_t nnames = 0;
         run runs[MAX_RUNS];
         int nruns = 0;
+        static const char *tnames[GP_CFG_MAX_TENANTS], *gnames[GP_CFG_MAX_GROUPS];
+        static gp_sched_tenant_cfg tcfgs[GP_CFG_MAX_TENANTS];
+        static uint32_t gshares[GP_CFG_MAX_GROUPS];
         memset(runs, 0, sizeof(runs));
 
         gp_config_defaults(&cfg);
@@ -536,6 +549,21 @@ int gp_simulate_main(int argc, char **argv) {
         free(out_of);
         free(prio_of);
 
+        /* tenants and groups of the config, as the daemon gives them to its
+         * core (without time rules: virtual time has no time of day; and
+         * without max_queued: every trace job is queued) */
+        for (int i = 0; i < cfg.n_tenants; i++) {
+                const gp_cfg_tenant *t = &cfg.tenants[i];
+                tnames[i] = t->id;
+                tcfgs[i] = (gp_sched_tenant_cfg){.weight = (uint32_t)t->weight, .group = t->group,
+                                                 .max_concurrent = t->max_concurrent,
+                                                 .max_gpus_milli = t->max_gpus_milli,
+                                                 .guaranteed_gpus_milli = t->guaranteed_gpus_milli};
+        }
+        for (int i = 0; i < cfg.n_groups; i++) {
+                gnames[i] = cfg.groups[i].name;
+                gshares[i] = (uint32_t)cfg.groups[i].share_pct;
+        }
         const char *gpu_name = cfg.n_sim > 0 ? cfg.sim[0].name : "NVIDIA GeForce RTX 4090";
         int64_t gpu_mem = cfg.n_sim > 0 ? cfg.sim[0].memory_mb : 24564;
         if (!o.npolicies) {
@@ -554,12 +582,24 @@ int gp_simulate_main(int argc, char **argv) {
                                              .restart_overhead_ms = o.restart_overhead_s * 1000,
                                              .tenant_names = names, .ntenants = nnames,
                                              .timeline = o.timeline != NULL};
+                        so.preempt_loses_work = o.restart_lost;
+                        so.cfg_tenant_names = tnames;
+                        so.cfg_tenants = tcfgs;
+                        so.ncfg_tenants = (uint32_t)cfg.n_tenants;
+                        so.group_names = gnames;
+                        so.group_shares = gshares;
+                        so.ngroups = (uint32_t)cfg.n_groups;
+                        /* as the daemon builds its scheduler (daemon.c) */
                         gp_sched_config_defaults(&so.sched);
                         so.sched.policy = (gp_sched_policy)r->policy;
                         memcpy(so.sched.weights, cfg.weights, sizeof(so.sched.weights));
                         so.sched.memory_safety_margin_mb = cfg.memory_safety_margin_mb;
                         so.sched.backfill = bf;
                         so.sched.backfill_depth = cfg.backfill_depth;
+                        so.sched.preemption = cfg.preemption_enabled;
+                        so.sched.preempt_min_runtime_ms = (int64_t)cfg.preemption_min_runtime_sec * 1000;
+                        so.sched.fairshare_half_life_ms = (int64_t)cfg.fairshare_half_life_s * 1000;
+                        /* and LAS from the same preemption keys */
                         so.sched.las_preempt = cfg.preemption_enabled;
                         so.sched.las_min_run_ms =
                                 (o.las_min_run_s >= 0 ? o.las_min_run_s : cfg.preemption_min_runtime_sec) * 1000LL;

@@ -309,6 +309,39 @@ static void test_las_replay_by_hand(void **st) {
         gp_sim_result_free(r);
 }
 
+/* The daemon kills a preempted batch task: with preempt_loses_work the
+ * replay makes the job start over. */
+static void test_las_replay_when_preemption_loses_work(void **st) {
+        (void)st;
+        gp_sim_options o = tiny_opts(GP_SCHED_LAS);
+        o.preempt_loses_work = true;
+        gp_sim_result *r = sim_ok(&o);
+        /* as before until 7; then j0 needs its full 10 s (7-17), j1 its 5 (17-22) */
+        assert_int_equal(r->jobs[0].finish_ms, 17000);
+        assert_int_equal(r->jobs[1].finish_ms, 22000);
+        assert_int_equal(r->jobs[2].finish_ms, 7000);
+        gp_sim_result_free(r);
+}
+
+/* Tenant settings from the config reach the core: A may run one job. */
+static void test_tenant_settings_are_given_to_the_core(void **st) {
+        (void)st;
+        gp_sim_options o = tiny_opts(GP_SCHED_HYBRID);
+        o.gpus = 3;
+        gp_sim_result *r = sim_ok(&o);
+        assert_int_equal(r->jobs[2].start_ms, 2000);
+        gp_sim_result_free(r);
+        static const char *const names[] = {"A"};
+        static const gp_sched_tenant_cfg cfgs[] = {{.weight = 1, .max_concurrent = 1}};
+        o.cfg_tenant_names = names;
+        o.cfg_tenants = cfgs;
+        o.ncfg_tenants = 1;
+        r = sim_ok(&o);
+        assert_int_equal(r->jobs[2].start_ms, 10000); /* held until j0 ends */
+        assert_int_equal(r->jobs[2].finish_ms, 11000);
+        gp_sim_result_free(r);
+}
+
 static void test_replay_is_deterministic_and_checks_jobs(void **st) {
         (void)st;
         gp_sim_options o = tiny_opts(GP_SCHED_LAS);
@@ -343,6 +376,8 @@ int main(void) {
                 cmocka_unit_test(test_jain_index),
                 cmocka_unit_test(test_fifo_replay_metrics_by_hand),
                 cmocka_unit_test(test_las_replay_by_hand),
+                cmocka_unit_test(test_las_replay_when_preemption_loses_work),
+                cmocka_unit_test(test_tenant_settings_are_given_to_the_core),
                 cmocka_unit_test(test_replay_is_deterministic_and_checks_jobs),
         };
         return cmocka_run_group_tests_name("sim", tests, NULL, NULL);

@@ -634,6 +634,49 @@ out:
 /* ------------------------------------------------------------------ */
 /* scheduling                                                          */
 
+/* The core preempted running task t and queued it again (its GPUs went to
+ * a more urgent task, or back to their guarantee's owner).  A lease is
+ * lost at once (the holder's next heartbeat is refused); a batch task is
+ * stopped by its supervisor, and until that supervisor is gone no batch
+ * task is started (so two processes never share the GPUs). */
+static void preempt(gp_daemon *d, batch *b, gp_task *t) {
+        t->preempt_count++;
+        t->state = GP_TASK_QUEUED;
+        t->started_ms = 0;
+        free(t->gpus);
+        t->gpus = NULL;
+        t->n_gpus = 0;
+        set_reason(t, "preempted (%d time%s): its GPUs went to a more urgent task or back to their guarantee",
+                   t->preempt_count, t->preempt_count > 1 ? "s" : "");
+        gp_i64map_del(&d->leases, t->id);
+        if (!t->is_lease) {
+                void *w = gp_i64map_del(&d->watch, t->id);
+                gp_exec_proc p = {t->sup_pid, t->sup_start};
+                if (w && gp_exec_cancel(&p) == 0 && gp_i64map_put(&d->draining, t->id, w) == 0) {
+                        d->ndraining++;
+                } else if (w) {
+                        intptr_t fd = (intptr_t)w - 1;
+                        epoll_ctl(d->epfd, EPOLL_CTL_DEL, (int)fd, NULL);
+                        close((int)fd);
+                }
+                t->sup_pid = t->sup_start = 0;
+        }
+        mark(b, t);
+        gp_info("task %" PRId64 " preempted (preempt_count %d)", t->id, t->preempt_count);
+}
+
+/* A preempted run's supervisor is gone: nothing to record (the task is
+ * queued again); when nothing drains any more, deferred starts go. */
+static bool drained(gp_daemon *d, int64_t id) {
+        intptr_t v = (intptr_t)gp_i64map_del(&d->draining, id);
+        if (v <= 0)
+                return false;
+        epoll_ctl(d->epfd, EPOLL_CTL_DEL, (int)(v - 1), NULL);
+        close((int)(v - 1));
+        d->ndraining--;
+        return true;
+}
+
 static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
         gp_sched_decision *dec = NULL;
         size_t n = 0, cap = 0;
@@ -651,8 +694,12 @@ static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
                         finish(d, b, t, GP_TASK_TIMEOUT, now);
                         continue;
                 }
+                if (dec[i].kind == GP_DECIDE_PREEMPT) {
+                        preempt(d, b, t);
+                        continue;
+                }
                 if (dec[i].kind != GP_DECIDE_START)
-                        continue; /* e.g. GP_DECIDE_PREEMPT: only under LAS, which the daemon does not run */
+                        continue;
                 gp_task_gpu *g = calloc((size_t)dec[i].n_gpus, sizeof(*g));
                 if (!g) {
                         gp_error("out of memory placing task %" PRId64 "; stopping", t->id);
@@ -805,6 +852,23 @@ static void free_final(gp_daemon *d, batch *b) {
         }
 }
 
+static void defer_spawn(gp_daemon *d, int64_t id) {
+        if (d->ndeferred == d->capdeferred) {
+                size_t c = d->capdeferred ? d->capdeferred * 2 : 64;
+                int64_t *p = realloc(d->deferred, c * sizeof(*p));
+                if (!p) {
+                        gp_error("out of memory; stopping");
+                        _exit(70);
+                }
+                d->deferred = p;
+                d->capdeferred = c;
+        }
+        /* kept in start order: the list is taken from its end */
+        memmove(d->deferred + 1, d->deferred, d->ndeferred * sizeof(*d->deferred));
+        d->deferred[0] = id;
+        d->ndeferred++;
+}
+
 static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         int64_t now = gp_now_ms();
         batch b = {0};
@@ -832,10 +896,13 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                 }
         }
         for (size_t k = 0; k < nexited; k++) {
+                if (drained(d, exited[k]))
+                        continue;
                 gp_task *t = gp_i64map_get(&d->tasks, exited[k]);
                 if (t && t->state == GP_TASK_RUNNING)
                         apply_exit(d, &b, t, now);
         }
+        gp_tenants_tick(d, now, false);
         expire_leases(d, &b, now);
         apply_decisions(d, &b, now);
         commit(d, &b);
@@ -846,10 +913,19 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         wake_waiters(d, now);
         pthread_mutex_unlock(&d->lock);
 
-        /* start supervisors only now that `running` is stored */
+        /* start supervisors only now that `running` is stored, and only
+         * once no preempted run is still stopping */
         batch b2 = {0};
-        for (size_t k = 0; k < b.nspawn; k++) {
-                gp_task *t = b.spawn[k];
+        for (size_t k = 0; k < b.nspawn; k++)
+                defer_spawn(d, b.spawn[k]->id);
+        while (d->ndraining == 0 && d->ndeferred > 0) {
+                pthread_mutex_lock(&d->lock);
+                gp_task *t = gp_i64map_get(&d->tasks, d->deferred[--d->ndeferred]);
+                bool go = t && t->state == GP_TASK_RUNNING && !t->is_lease && t->sup_pid == 0 &&
+                          !gp_i64map_get(&d->watch, t->id);
+                pthread_mutex_unlock(&d->lock);
+                if (!go)
+                        continue;
                 int rc = spawn(d, t);
                 pthread_mutex_lock(&d->lock);
                 if (gp_i64map_get(&d->tasks, t->id) != t) {
@@ -905,6 +981,11 @@ static int loop_timeout(gp_daemon *d) {
                         next = r->wait_until_ms;
         if (d->followers && now + 200 < next)
                 next = now + 200;
+        if (d->cfg.n_time_rules > 0) {
+                int64_t minute = (now / 60000 + 1) * 60000; /* windows change on minute boundaries */
+                if (minute < next)
+                        next = minute;
+        }
         pthread_mutex_unlock(&d->lock);
         int64_t ms = next - now;
         return ms < 0 ? 0 : (int)ms;
@@ -1081,6 +1162,25 @@ static int recover_one(const gp_task *st, void *ud) {
                 return -ENOMEM;
         }
         gp_sched_req r = sched_req(t);
+        if (t->state == GP_TASK_QUEUED && !t->is_lease) {
+                /* preempted just before a crash: its old run may still be
+                 * stopping; it drains before any batch task starts */
+                char qdir[PATH_MAX];
+                gp_exec_proc p;
+                gp_exec_result res;
+                int fd;
+                task_dir(d, t->id, qdir, sizeof(qdir));
+                if (gp_exec_read_pidfile(qdir, &p) == 0 && gp_exec_read_result(qdir, &res) < 0 &&
+                    gp_exec_watch(&p, &fd) == 0) {
+                        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)t->id};
+                        gp_exec_cancel(&p);
+                        if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 &&
+                            gp_i64map_put(&d->draining, t->id, (void *)(intptr_t)(fd + 1)) == 0)
+                                d->ndraining++;
+                        else
+                                close(fd);
+                }
+        }
         if (t->state == GP_TASK_QUEUED) {
                 int e = gp_sched_enqueue(d->sched, &r);
                 if (e < 0) {
@@ -1207,6 +1307,7 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         gp_i64map_init(&d->tasks);
         gp_i64map_init(&d->leases);
         gp_i64map_init(&d->requeue);
+        gp_i64map_init(&d->draining);
         gp_i64map_init(&d->watch);
         d->started_ms = gp_now_ms();
         if (gp_monitor_attach(d, err, errlen) < 0)
@@ -1256,12 +1357,16 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         sc.memory_safety_margin_mb = cfg->memory_safety_margin_mb;
         sc.backfill = cfg->backfill;
         sc.backfill_depth = cfg->backfill_depth;
+        sc.preemption = cfg->preemption_enabled;
+        sc.preempt_min_runtime_ms = (int64_t)cfg->preemption_min_runtime_sec * 1000;
+        sc.fairshare_half_life_ms = (int64_t)cfg->fairshare_half_life_s * 1000;
         if ((rc = gp_sched_new(&sc, &d->sched)) < 0) {
                 snprintf(err, errlen, "scheduler config: %s", gp_strerror(rc));
                 return rc;
         }
         if ((rc = open_gpus(d, err, errlen)) < 0)
                 return rc;
+        gp_tenants_tick(d, gp_now_ms(), true); /* tenants, groups and time rules into the core */
         restore_drained(d);
         int64_t max_id = 0;
         if ((rc = gp_store_task_max_id(d->ws, &max_id)) < 0) {
@@ -1355,8 +1460,13 @@ void gp_daemon_close(gp_daemon *d) {
         while ((why = gp_i64map_next(&d->requeue, &pos, NULL)))
                 free(why);
         gp_i64map_done(&d->requeue);
-        pos = 0;
         void *v;
+        pos = 0;
+        while ((v = gp_i64map_next(&d->draining, &pos, NULL)))
+                close((int)((intptr_t)v - 1));
+        gp_i64map_done(&d->draining);
+        free(d->deferred);
+        pos = 0;
         while ((v = gp_i64map_next(&d->watch, &pos, NULL)))
                 close((int)((intptr_t)v - 1));
         gp_i64map_done(&d->watch);

@@ -111,6 +111,13 @@ typedef struct gp_daemon {
         gp_i64map requeue;          /* batch task id -> malloc'd reason: requeue (not end) when its
                                        supervisor reports, because its GPU failed; loop thread */
         int64_t *gone;              /* tasks whose supervisor is gone, unprocessed; loop thread */
+        gp_i64map draining;         /* preempted task id -> pidfd+1 of its old run, still stopping; loop thread */
+        size_t ndraining;
+        int64_t *deferred;          /* batch tasks to spawn once nothing drains; loop thread */
+        size_t ndeferred, capdeferred;
+        uint32_t rules_mask;        /* time rules in force (bit i = time_rules[i]), under lock */
+        struct gp_tz *rule_tz[GP_CFG_MAX_TIME_RULES]; /* their zones, loaded at start */
+        int64_t next_rule_check_ms; /* loop thread */
         /* tenants and keys (tenants.c), under lock */
         gp_cfg_tenant *tenants;
         size_t ntenants, captenants;

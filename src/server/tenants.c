@@ -10,6 +10,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/sha256.h"
+#include "base/tz.h"
 #include "base/util.h"
 #include "server/server-int.h"
 
@@ -94,29 +95,145 @@ int gp_tenants_authenticate(gp_daemon *d, const char *key, bool *ret_admin, char
 }
 
 /* ------------------------------------------------------------------ */
+/* time rules                                                          */
+
+/* The tenant as in force now: its own settings with the quotas of the
+ * time rules in force laid over them, later rules winning. */
+static gp_cfg_tenant effective(const gp_daemon *d, const gp_cfg_tenant *t) {
+        gp_cfg_tenant e = *t;
+        for (int i = 0; i < d->cfg.n_time_rules; i++) {
+                if (!(d->rules_mask & (1u << i)))
+                        continue;
+                const gp_cfg_time_rule *r = &d->cfg.time_rules[i];
+                for (int k = 0; k < r->n_quotas; k++) {
+                        const gp_cfg_rule_quota *q = &r->quotas[k];
+                        if (strcmp(q->tenant, t->id))
+                                continue;
+                        if (q->max_concurrent >= 0)
+                                e.max_concurrent = q->max_concurrent;
+                        if (q->max_queued >= 0)
+                                e.max_queued = q->max_queued;
+                        if (q->max_gpus_milli >= 0)
+                                e.max_gpus_milli = q->max_gpus_milli;
+                        if (q->guaranteed_gpus_milli >= 0)
+                                e.guaranteed_gpus_milli = q->guaranteed_gpus_milli;
+                }
+        }
+        return e;
+}
+
+static uint32_t active_mask(const gp_daemon *d, int64_t now) {
+        uint32_t m = 0;
+        for (int i = 0; i < d->cfg.n_time_rules; i++)
+                if (d->rule_tz[i] &&
+                    gp_time_rule_covers(&d->cfg.time_rules[i], gp_tz_minute_of_day(d->rule_tz[i], now)))
+                        m |= 1u << i;
+        return m;
+}
+
+static void sync_sched(gp_daemon *d) {
+        uint32_t w[GP_PRIORITY_LEVELS];
+        memcpy(w, d->cfg.weights, sizeof(w));
+        for (int i = 0; i < d->cfg.n_time_rules; i++)
+                if ((d->rules_mask & (1u << i)) && d->cfg.time_rules[i].has_weights)
+                        memcpy(w, d->cfg.time_rules[i].weights, sizeof(w));
+        gp_sched_set_weights(d->sched, w);
+        for (int g = 0; g < d->cfg.n_groups; g++) {
+                uint32_t share = (uint32_t)d->cfg.groups[g].share_pct;
+                for (int i = 0; i < d->cfg.n_time_rules; i++) {
+                        const gp_cfg_time_rule *r = &d->cfg.time_rules[i];
+                        if (!(d->rules_mask & (1u << i)))
+                                continue;
+                        for (int k = 0; k < r->n_groups; k++)
+                                if (!strcmp(r->groups[k].name, d->cfg.groups[g].name))
+                                        share = (uint32_t)r->groups[k].share_pct;
+                }
+                gp_sched_group_set(d->sched, d->cfg.groups[g].name, share);
+        }
+        /* groups named only by time rules */
+        for (int i = 0; i < d->cfg.n_time_rules; i++) {
+                const gp_cfg_time_rule *r = &d->cfg.time_rules[i];
+                if (d->rules_mask & (1u << i))
+                        for (int k = 0; k < r->n_groups; k++) {
+                                bool base = false;
+                                for (int g = 0; g < d->cfg.n_groups; g++)
+                                        base |= !strcmp(d->cfg.groups[g].name, r->groups[k].name);
+                                if (!base)
+                                        gp_sched_group_set(d->sched, r->groups[k].name, (uint32_t)r->groups[k].share_pct);
+                        }
+        }
+        for (size_t i = 0; i < d->ntenants; i++) {
+                gp_cfg_tenant t = effective(d, &d->tenants[i]);
+                gp_sched_tenant_cfg c = {
+                        .weight = (uint32_t)t.weight, .group = t.group, .max_concurrent = t.max_concurrent,
+                        .max_gpus_milli = t.max_gpus_milli, .guaranteed_gpus_milli = t.guaranteed_gpus_milli,
+                        .max_queued = t.max_queued,
+                };
+                if (gp_sched_tenant_set(d->sched, t.id, &c) < 0)
+                        gp_warn("tenant %s: the scheduler refused its settings", t.id);
+        }
+}
+
+static void audit(gp_daemon *d, const char *who, const char *action, const char *target, json_t *old, json_t *new,
+                  int64_t now);
+
+bool gp_tenants_tick(gp_daemon *d, int64_t now, bool force) {
+        uint32_t m = active_mask(d, now);
+        if (m == d->rules_mask && !force)
+                return false;
+        for (int i = 0; i < d->cfg.n_time_rules; i++) {
+                uint32_t bit = 1u << i;
+                if ((m & bit) == (d->rules_mask & bit) && !(force && (m & bit)))
+                        continue;
+                const gp_cfg_time_rule *r = &d->cfg.time_rules[i];
+                bool on = m & bit;
+                gp_info("time rule %s (%02d:%02d-%02d:%02d %s) %s", r->name, r->start_min / 60, r->start_min % 60,
+                        r->end_min / 60, r->end_min % 60, r->tz, on ? "is in force" : "ended");
+                if (!force)
+                        audit(d, "time rule", on ? "time_rule.start" : "time_rule.end", r->name, NULL, NULL, now);
+        }
+        d->rules_mask = m;
+        sync_sched(d);
+        return true;
+}
+
+/* ------------------------------------------------------------------ */
 /* JSON of a tenant                                                    */
 
 static json_t *gpus_json(int64_t milli) {
         return milli % 1000 ? json_real((double)milli / 1000.0) : json_integer(milli / 1000);
 }
 
-/* The tenant as the API shows it (keys as their count, never hashes). */
-static json_t *tenant_json(const gp_daemon *d, const gp_cfg_tenant *t) {
+/* The tenant as the API shows it (keys as their count, never hashes);
+ * `quota` is the one in force now, `quota_configured` its own when a time
+ * rule changes it. */
+static json_t *quota_json(const gp_cfg_tenant *t) {
+        return json_pack("{s:i,s:i,s:o,s:o}", "max_concurrent", t->max_concurrent, "max_queued", t->max_queued,
+                         "max_gpus", gpus_json(t->max_gpus_milli), "guaranteed_gpus",
+                         gpus_json(t->guaranteed_gpus_milli));
+}
+
+static json_t *tenant_json(const gp_daemon *d, const gp_cfg_tenant *base) {
+        gp_cfg_tenant now = effective(d, base), *t = &now;
         int keys = 0;
         for (size_t i = 0; i < d->nkeys; i++)
                 keys += !strcmp(d->keys[i].tenant, t->id);
-        json_t *q = json_pack("{s:i,s:i,s:o,s:o}", "max_concurrent", t->max_concurrent, "max_queued", t->max_queued,
-                              "max_gpus", gpus_json(t->max_gpus_milli), "guaranteed_gpus",
-                              gpus_json(t->guaranteed_gpus_milli));
-        return json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:o,s:i}", "id", t->id, "name", t->name, "kind", t->kind,
-                         "group", t->group, "max_priority", t->max_priority, "default_priority",
-                         t->default_priority, "weight", t->weight, "quota", q, "keys", keys);
+        json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:o,s:i}", "id", t->id, "name", t->name, "kind", t->kind,
+                              "group", t->group, "max_priority", t->max_priority, "default_priority",
+                              t->default_priority, "weight", t->weight, "quota", quota_json(t), "keys", keys);
+        if (memcmp(&now, base, sizeof(now)) != 0)
+                json_object_set_new(o, "quota_configured", quota_json(base));
+        return o;
 }
 
 /* The stored form: as the API shows it, plus the config's key hashes. */
 static json_t *tenant_store_json(const gp_daemon *d, const gp_cfg_tenant *t) {
         json_t *o = tenant_json(d, t);
         json_object_del(o, "keys");
+        json_t *base = json_object_get(o, "quota_configured");
+        if (base) /* store the tenant's own quota, not the one a time rule put in force */
+                json_object_set(o, "quota", base);
+        json_object_del(o, "quota_configured");
         return o;
 }
 
@@ -317,6 +434,14 @@ int gp_tenants_init(gp_daemon *d, char *err, size_t errlen) {
                         key_add(d, h, tn, true, at);
         }
         json_decref(ks);
+        for (int r = 0; r < d->cfg.n_time_rules; r++) {
+                d->rule_tz[r] = malloc(sizeof(gp_tz));
+                if (!d->rule_tz[r] || gp_tz_load(d->cfg.time_rules[r].tz, d->rule_tz[r]) < 0) {
+                        snprintf(err, errlen, "time rule %s: cannot load time zone %s", d->cfg.time_rules[r].name,
+                                 d->cfg.time_rules[r].tz);
+                        return -EINVAL;
+                }
+        }
         d->audit = meta_json(d, "audit");
         if (!json_is_array(d->audit)) {
                 json_decref(d->audit);
@@ -332,6 +457,10 @@ dup:
 }
 
 void gp_tenants_done(gp_daemon *d) {
+        for (int i = 0; i < GP_CFG_MAX_TIME_RULES; i++) {
+                free(d->rule_tz[i]);
+                d->rule_tz[i] = NULL;
+        }
         free(d->tenants);
         free(d->keys);
         json_decref(d->audit);
@@ -376,6 +505,7 @@ void gp_tenants_apply(gp_daemon *d, cmd *c, int64_t now, int *ret_status, char *
                 if (!created)
                         *t = *c->tenant_rec;
                 t = find_mut(d, c->tenant_rec->id);
+                sync_sched(d);
                 d->meta_tenants = true;
                 audit(d, c->who, created ? "tenant.create" : "tenant.update", t->id, old, tenant_json(d, t), now);
                 gp_info("tenant %s %s by %s", t->id, created ? "created" : "changed", c->who);
@@ -461,33 +591,15 @@ static int answer_err(hreq *r, int status, const char *code, const char *msg) {
         return 1;
 }
 
-/* Usage now, for GET /api/v1/tenants[/{id}], from the active tasks: a
- * whole GPU counts 1, a memory share counts its fraction of the GPU's
- * usable memory. d->lock held. */
+/* Usage now, for GET /api/v1/tenants[/{id}]: running and queued tasks,
+ * GPUs in use (a memory share counts its fraction) and the decayed usage
+ * fair share orders by. d->lock held. */
 static json_t *usage_json(gp_daemon *d, const char *id) {
-        int running = 0, queued = 0;
-        int64_t milli = 0;
-        size_t pos = 0;
-        gp_task *t;
-        while ((t = gp_i64map_next(&d->tasks, &pos, NULL))) {
-                if (strcmp(t->tenant, id))
-                        continue;
-                if (t->state == GP_TASK_QUEUED) {
-                        queued++;
-                        continue;
-                }
-                running++;
-                for (int i = 0; i < t->n_gpus; i++) {
-                        uint32_t g;
-                        gp_sched_gpu_view v;
-                        if (t->exclusive || gp_sched_gpu_find_uuid(d->sched, t->gpus[i].uuid, &g) < 0 ||
-                            gp_sched_gpu_get(d->sched, g, &v) < 0 || v.memory_usable_mb <= 0)
-                                milli += 1000;
-                        else
-                                milli += (t->memory_mb * 1000 + v.memory_usable_mb - 1) / v.memory_usable_mb;
-                }
-        }
-        return json_pack("{s:i,s:i,s:o}", "running", running, "queued", queued, "gpus", gpus_json(milli));
+        struct gp_sched_tenant_usage u;
+        if (gp_sched_tenant_usage(d->sched, id, gp_now_ms(), &u) < 0)
+                memset(&u, 0, sizeof(u));
+        return json_pack("{s:i,s:i,s:o,s:f}", "running", u.running, "queued", u.queued, "gpus",
+                         gpus_json(u.gpus_milli), "fair_share_usage_gpu_s", u.fair_share_usage);
 }
 
 static int get_tenants(hreq *r, const char *id) {

@@ -46,6 +46,12 @@ int gp_tenants_authenticate(struct gp_daemon *d, const char *key, bool *ret_admi
  * released. */
 const gp_cfg_tenant *gp_tenants_find(const struct gp_daemon *d, const char *id);
 
+/* Which time rules are in force at now_ms; when that changed (or force),
+ * push the effective weights, group shares and tenant settings into the
+ * scheduler, log and audit the switch.  Returns true when something
+ * changed.  d->lock held (loop thread, or start-up). */
+bool gp_tenants_tick(struct gp_daemon *d, int64_t now_ms, bool force);
+
 /* HTTP: GET /api/v1/tenants[/{id}], PUT /admin/tenants/{id},
  * POST /admin/tenants/{id}/keys, GET /admin/audit.  Returns true when it
  * answered (ret set). */

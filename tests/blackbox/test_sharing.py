@@ -1,0 +1,142 @@
+"""Sharing rules through the real daemon: quotas, time rules, preemption
+and reclaim of guaranteed GPUs (the pure rules are unit-tested in
+tests/unit/test-sched-tenants.c; here they act on real tasks)."""
+import datetime
+import os
+import time
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.e2e
+
+from apiutil import reap_supervisors  # noqa: F401  (autouse: kills leftover task processes)
+
+
+def post(d, path, **body):
+    return requests.post(d.url + path, json=body, timeout=20)
+
+
+def submit(d, **body):
+    body.setdefault("lease_ttl_s", 600) if "command" not in body else None
+    r = post(d, "/api/v1/tasks", **body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def get(d, tid):
+    r = requests.get(d.url + "/api/v1/tasks/%d" % tid, timeout=20)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def wait_for(pred, timeout=15.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError("condition not met in %.0f s" % timeout)
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_a_tenant_over_its_gpu_quota_waits_with_the_reason(daemon_factory):
+    d = daemon_factory("gpus: {backend: sim}\ntenants:\n  - {id: a, quota: {max_gpus: 1.5}}\n")
+    one = submit(d, tenant_id="a", exclusive=True)
+    half = submit(d, tenant_id="a", memory_mb=10000)        # 10000 of 22564 MB: 0.444 GPU
+    over = submit(d, tenant_id="a", memory_mb=10000)
+    assert one["state"] == half["state"] == "running"
+    assert over["state"] == "queued"
+    assert "tenant a quota" in over["reason"]
+    usage = requests.get(d.url + "/api/v1/tenants/a", timeout=20).json()["usage"]
+    assert usage["running"] == 2 and usage["queued"] == 1 and 1.4 < usage["gpus"] < 1.5
+    # other tenants are not held back by a's quota
+    assert submit(d, tenant_id="b", exclusive=True)["state"] == "running"
+    # when a's running work ends, its queued task starts
+    post(d, "/api/v1/tasks/%d/release" % one["id"])
+    assert wait_for(lambda: get(d, over["id"])["state"] == "running")
+
+
+def test_a_time_rule_in_force_now_swaps_the_quota(daemon_factory):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    start = (now - datetime.timedelta(minutes=1)).strftime("%H:%M")
+    end = (now + datetime.timedelta(minutes=3)).strftime("%H:%M")
+    later = (now + datetime.timedelta(minutes=5)).strftime("%H:%M")
+    later2 = (now + datetime.timedelta(minutes=9)).strftime("%H:%M")
+    d = daemon_factory(
+        "gpus: {backend: sim}\n"
+        "tenants:\n  - {id: a, quota: {max_concurrent: 3}}\n"
+        "time_rules:\n"
+        "  - {name: busy-hours, start: \"%s\", end: \"%s\", tz: UTC, quotas: {a: {max_concurrent: 1}}}\n"
+        "  - {name: not-yet, start: \"%s\", end: \"%s\", tz: UTC, quotas: {a: {max_concurrent: 2}}}\n"
+        % (start, end, later, later2))
+    t = requests.get(d.url + "/api/v1/tenants/a", timeout=20).json()
+    assert t["quota"]["max_concurrent"] == 1
+    assert t["quota_configured"]["max_concurrent"] == 3
+    first = submit(d, tenant_id="a", memory_mb=100)
+    second = submit(d, tenant_id="a", memory_mb=100)
+    assert first["state"] == "running" and second["state"] == "queued"
+    assert "1 of 1 tasks running" in second["reason"]
+    assert "time rule busy-hours" in d.log() and "is in force" in d.log()
+
+
+PREEMPT = ("gpus: {backend: sim}\n"
+           "scheduler: {preemption: {enabled: true, min_runtime_sec: 0}}\n"
+           "tasks: {kill_grace_s: 1}\n")
+
+
+def test_an_urgent_task_preempts_a_less_urgent_preemptible_batch_task(daemon_factory):
+    d = daemon_factory(PREEMPT)
+    low = [submit(d, tenant_id="bulk", priority=7, preemptible=True, command=["sleep", "60"]) for _ in range(4)]
+    wait_for(lambda: all(get(d, t["id"])["state"] == "running" for t in low))
+    pids = {}
+    for t in low:
+        pidfile = os.path.join(d.data_dir, "tasks", str(t["id"]), "supervisor.pid")
+        wait_for(lambda: os.path.exists(pidfile))
+        pids[t["id"]] = int(open(pidfile).read().split()[0])
+    urgent = submit(d, tenant_id="prod", priority=1, command=["sh", "-c", "echo started; sleep 60"])
+    # one victim goes back to the queue with preempt_count 1 and its process ends
+    victims = wait_for(lambda: [t for t in low if get(d, t["id"])["preempt_count"] == 1])
+    assert len(victims) == 1
+    v = get(d, victims[0]["id"])
+    assert v["state"] == "queued" and "preempted" in v["reason"]
+    wait_for(lambda: not pid_alive(pids[v["id"]]))
+    # the urgent task runs once the victim's process is gone
+    assert wait_for(lambda: get(d, urgent["id"])["state"] == "running")
+    # non-preemptible and more urgent work is never a victim
+    assert all(get(d, t["id"])["preempt_count"] == 0 for t in low if t["id"] != v["id"])
+
+
+def test_a_preempted_lease_holder_is_told_at_its_next_heartbeat(daemon_factory):
+    d = daemon_factory(PREEMPT)
+    leases = [submit(d, tenant_id="bulk", priority=8, preemptible=True, exclusive=True) for _ in range(4)]
+    urgent = submit(d, tenant_id="prod", priority=0, exclusive=True)
+    assert urgent["state"] == "running"
+    lost = [t for t in leases if get(d, t["id"])["state"] == "queued"]
+    assert len(lost) == 1 and get(d, lost[0]["id"])["preempt_count"] == 1
+    r = post(d, "/api/v1/tasks/%d/heartbeat" % lost[0]["id"])
+    assert r.status_code == 409
+
+
+def test_reclaim_returns_guaranteed_gpus_to_their_owner(daemon_factory):
+    d = daemon_factory(PREEMPT + "tenants:\n  - {id: owner, quota: {guaranteed_gpus: 2}}\n  - {id: borrower}\n")
+    # the owner is idle: the borrower may use all four GPUs
+    borrowed = [submit(d, tenant_id="borrower", preemptible=True, exclusive=True) for _ in range(4)]
+    assert all(t["state"] == "running" for t in borrowed)
+    # the owner comes back (same tier): its guarantee is reclaimed at once
+    mine = [submit(d, tenant_id="owner", exclusive=True) for _ in range(2)]
+    assert all(t["state"] == "running" for t in mine), [t["reason"] for t in mine]
+    back = [t for t in borrowed if get(d, t["id"])["state"] == "queued"]
+    assert len(back) == 2
+    # a third owner task beyond the guarantee does not reclaim more
+    extra = submit(d, tenant_id="owner", exclusive=True)
+    assert extra["state"] == "queued"
+    assert sum(get(d, t["id"])["state"] == "running" for t in borrowed) == 2

@@ -257,7 +257,8 @@ static int drained_meta(gp_daemon *d, char *buf, size_t size) {
  * the promise that answered means stored, so the daemon stops (crash-only:
  * the restart recovers from what was stored). */
 static void commit(gp_daemon *d, batch *b) {
-        if (!b->ndirty && !b->meta_drained && !d->meta_tenants && !d->meta_keys && !d->meta_audit)
+        if (!b->ndirty && !b->meta_drained && !d->meta_tenants && !d->meta_keys && !d->meta_audit &&
+            !d->meta_weights)
                 return;
         int rc = gp_store_begin(d->ws);
         for (size_t i = 0; rc == 0 && i < b->ndirty; i++)
@@ -892,7 +893,8 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                 case CMD_UNDRAIN: apply_drain(d, &b, c, &out[i]); break;
                 case CMD_GPU_FAILED: apply_gpu_failed(d, &b, c, now); break;
                 case CMD_TENANT_PUT:
-                case CMD_KEY_CREATE: gp_tenants_apply(d, c, now, &out[i].status, &out[i].body); break;
+                case CMD_KEY_CREATE:
+                case CMD_WEIGHTS: gp_tenants_apply(d, c, now, &out[i].status, &out[i].body); break;
                 }
         }
         for (size_t k = 0; k < nexited; k++) {

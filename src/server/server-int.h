@@ -38,6 +38,7 @@ typedef enum cmd_kind {
         CMD_GPU_FAILED,             /* from the sampler: requeue or fail what runs on it */
         CMD_TENANT_PUT,             /* PUT /admin/tenants/{id} */
         CMD_KEY_CREATE,             /* POST /admin/tenants/{id}/keys */
+        CMD_WEIGHTS,                /* PUT /admin/scheduler/weights */
 } cmd_kind;
 
 struct hreq;
@@ -54,6 +55,7 @@ typedef struct cmd {
         char why[GP_REASON_MAX];    /* GPU_FAILED: what the backend said */
         gp_cfg_tenant *tenant_rec;  /* TENANT_PUT: the new record (owned) */
         char key[80];               /* KEY_CREATE: the new key, shown once */
+        uint32_t weights[GP_PRIORITY_LEVELS]; /* WEIGHTS */
         char who[96];               /* TENANT_PUT / KEY_CREATE: the actor, for the audit log */
         struct hreq *req;           /* answered when done; NULL for none */
 } cmd;
@@ -124,7 +126,7 @@ typedef struct gp_daemon {
         struct gp_key *keys;
         size_t nkeys, capkeys;
         struct json_t *audit;       /* array of the last GP_AUDIT_MAX changes */
-        bool meta_tenants, meta_keys, meta_audit; /* to store in this batch; loop thread */
+        bool meta_tenants, meta_keys, meta_audit, meta_weights; /* to store in this batch; loop thread */
         size_t ngone, capgone;
         int64_t next_id;            /* under lock */
         uint32_t *gpu_ids;          /* backend index -> sched gpu id */

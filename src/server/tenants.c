@@ -442,6 +442,19 @@ int gp_tenants_init(gp_daemon *d, char *err, size_t errlen) {
                         return -EINVAL;
                 }
         }
+        json_t *ws = meta_json(d, "weights"), *wv;
+        if (json_is_array(ws) && json_array_size(ws) == GP_PRIORITY_LEVELS) {
+                uint32_t w[GP_PRIORITY_LEVELS];
+                bool ok = true;
+                json_array_foreach(ws, i, wv) {
+                        ok &= json_is_integer(wv) && json_integer_value(wv) >= 1 && json_integer_value(wv) <= 1000000;
+                        if (ok)
+                                w[i] = (uint32_t)json_integer_value(wv);
+                }
+                if (ok) /* a stored run-time change wins over the file */
+                        memcpy(d->cfg.weights, w, sizeof(w));
+        }
+        json_decref(ws);
         d->audit = meta_json(d, "audit");
         if (!json_is_array(d->audit)) {
                 json_decref(d->audit);
@@ -491,7 +504,27 @@ static char *body_of(json_t *j) {
         return s;
 }
 
+static json_t *weights_json(const uint32_t *w) {
+        json_t *a = json_array();
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                json_array_append_new(a, json_integer(w[i]));
+        return a;
+}
+
 void gp_tenants_apply(gp_daemon *d, cmd *c, int64_t now, int *ret_status, char **ret_body) {
+        if (c->kind == CMD_WEIGHTS) {
+                /* the base weights (time rules with weights still win while in force) */
+                json_t *old = weights_json(d->cfg.weights);
+                memcpy(d->cfg.weights, c->weights, sizeof(d->cfg.weights));
+                sync_sched(d);
+                d->meta_weights = true;
+                audit(d, c->who, "scheduler.weights", "P0..P9", old, weights_json(c->weights), now);
+                gp_info("tier weights changed by %s", c->who);
+                *ret_status = 200;
+                *ret_body = body_of(json_pack("{s:o,s:o}", "weights", weights_json(d->cfg.weights), "in_force",
+                                              weights_json(gp_sched_get_config(d->sched)->weights)));
+                return;
+        }
         if (c->kind == CMD_TENANT_PUT) {
                 gp_cfg_tenant *t = find_mut(d, c->tenant_rec->id);
                 json_t *old = t ? tenant_json(d, t) : NULL;
@@ -566,9 +599,11 @@ int gp_tenants_store(gp_daemon *d) {
                                                                    "created_ms", (json_int_t)d->keys[i].created_ms));
                 rc = store_json(d, "keys", a);
         }
+        if (rc == 0 && d->meta_weights)
+                rc = store_json(d, "weights", weights_json(d->cfg.weights));
         if (rc == 0 && d->meta_audit)
                 rc = store_json(d, "audit", json_incref(d->audit));
-        d->meta_tenants = d->meta_keys = d->meta_audit = false;
+        d->meta_tenants = d->meta_keys = d->meta_audit = d->meta_weights = false;
         return rc;
 }
 
@@ -713,6 +748,31 @@ static int create_key(hreq *r, const char *id) {
         return post_cmd_tenants(r, c);
 }
 
+static int put_weights(hreq *r) {
+        json_error_t je;
+        json_t *j = json_loadb(r->body.data ? r->body.data : "", r->body.len, JSON_REJECT_DUPLICATES, &je);
+        json_t *w = j ? json_object_get(j, "weights") : NULL, *v;
+        cmd *c = NULL;
+        bool ok = json_is_object(j) && json_object_size(j) == 1 && json_is_array(w) &&
+                  json_array_size(w) == GP_PRIORITY_LEVELS && (c = calloc(1, sizeof(*c)));
+        size_t i;
+        json_array_foreach(w, i, v) {
+                if (!ok)
+                        break;
+                ok = json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= 1000000;
+                if (ok)
+                        c->weights[i] = (uint32_t)json_integer_value(v);
+        }
+        json_decref(j);
+        if (!ok) {
+                free(c);
+                return answer_err(r, 400, "invalid_request",
+                                  "body must be {\"weights\": [10 integers 1..1000000, P0..P9]}");
+        }
+        c->kind = CMD_WEIGHTS;
+        return post_cmd_tenants(r, c);
+}
+
 static int get_audit(hreq *r) {
         gp_daemon *d = r->d;
         pthread_mutex_lock(&d->lock);
@@ -737,6 +797,21 @@ static int route(hreq *r, const char *url, const char *method) {
                 if (!id_ok(p + 1, strlen(p + 1)))
                         return answer_err(r, 404, "not_found", "no such tenant");
                 return get_tenants(r, p + 1);
+        }
+        if (!strcmp(url, "/admin/scheduler/weights")) {
+                if (!r->admin)
+                        return answer_err(r, 403, "forbidden", "needs an admin key");
+                if (!strcmp(method, "PUT"))
+                        return put_weights(r);
+                if (get) {
+                        gp_daemon *d = r->d;
+                        pthread_mutex_lock(&d->lock);
+                        json_t *o = json_pack("{s:o,s:o}", "weights", weights_json(d->cfg.weights), "in_force",
+                                              weights_json(gp_sched_get_config(d->sched)->weights));
+                        pthread_mutex_unlock(&d->lock);
+                        return answer_json(r, 200, o);
+                }
+                return answer_err(r, 405, "method_not_allowed", "use GET or PUT");
         }
         if (!strcmp(url, "/admin/audit")) {
                 if (!r->admin)

@@ -191,3 +191,19 @@ def test_tenant_changes_are_stored_audited_and_survive_restart(d):
     assert t["weight"] == 7 and t["quota"]["max_gpus"] == 3.5
     assert call(d, "GET", "/api/v1/tenants/gamma", ADMIN).json()["default_priority"] == 6
     assert len(call(d, "GET", "/admin/audit", ADMIN).json()["audit"]) == 2
+
+
+def test_tier_weights_change_at_run_time_are_stored_and_audited(d):
+    r = call(d, "PUT", "/admin/scheduler/weights", ADMIN, json={"weights": [512, 64, 64, 32, 16, 8, 4, 2, 1, 1]})
+    assert r.status_code == 200, r.text
+    assert r.json()["weights"][0] == 512 and r.json()["in_force"][1] == 64
+    for body in [{"weights": [1] * 9}, {"weights": [0] * 10}, {"weights": ["x"] * 10}, {"w": [1] * 10}, [1] * 10]:
+        r = call(d, "PUT", "/admin/scheduler/weights", ADMIN, json=body)
+        assert r.status_code == 400, (body, r.text)
+    assert call(d, "PUT", "/admin/scheduler/weights", ALPHA, json={"weights": [1] * 10}).status_code == 403
+    audit = call(d, "GET", "/admin/audit", ADMIN).json()["audit"]
+    assert audit[-1]["action"] == "scheduler.weights"
+    assert audit[-1]["old"][0] == 256 and audit[-1]["new"][0] == 512
+    d.stop()
+    d.start()
+    assert call(d, "GET", "/admin/scheduler/weights", ADMIN).json()["weights"][:2] == [512, 64]

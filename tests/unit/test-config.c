@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "config/config.h"
+#include "base/tz.h"
 
 #define KEY_A "sha256:8c6976e5b5410415bde908bd4dee15dfb167a9c873fc4bb8a81f6f2ab448a918"
 #define KEY_B "sha256:0000000000000000000000000000000000000000000000000000000000000001"
@@ -262,6 +263,40 @@ static void test_tenants_groups_and_time_rules_load(void **state) {
         assert_true(gp_time_rule_covers(tr, 7 * 60 + 59));
         assert_false(gp_time_rule_covers(tr, 8 * 60));
         assert_false(gp_time_rule_covers(tr, 12 * 60));
+}
+
+/* The e-commerce windows with a fake clock: which rule is in force at
+ * 10:00 and at 22:00 Beijing time (UTC+8, no DST), and across midnight. */
+static void test_day_to_night_switch_with_a_fake_clock(void **state) {
+        static gp_config c;
+        static gp_tz z;
+        char err[512];
+        assert_int_equal(gp_config_load("examples/ecommerce/gpupool.yaml", &c, err, sizeof(err)), 0);
+        assert_int_equal(c.n_time_rules, 2);
+        const gp_cfg_time_rule *day = &c.time_rules[0], *night = &c.time_rules[1];
+        assert_string_equal(day->name, "day");
+        assert_int_equal(gp_tz_load(day->tz, &z), 0);
+        static const struct {
+                int64_t utc_s;  /* 2026-11-22 at ... UTC */
+                bool day, night;
+        } at[] = {
+                {1795305600 + 2 * 3600, true, false},          /* 02:00Z = 10:00 in Beijing */
+                {1795305600 + 9 * 3600 + 59 * 60, true, false}, /* 17:59 Beijing */
+                {1795305600 + 10 * 3600, false, true},         /* 18:00 Beijing: night starts */
+                {1795305600 + 14 * 3600, false, true},         /* 22:00 Beijing */
+                {1795305600 + 16 * 3600 + 30 * 60, false, true}, /* 00:30 Beijing, after midnight */
+                {1795305600 + 24 * 3600, true, false},         /* 08:00 Beijing next day: day again */
+        };
+        for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+                int m = gp_tz_minute_of_day(&z, at[i].utc_s * 1000);
+                assert_int_equal(gp_time_rule_covers(day, m), at[i].day);
+                assert_int_equal(gp_time_rule_covers(night, m), at[i].night);
+        }
+        /* what switches: the group shares, and premium's quota at night */
+        assert_int_equal(day->groups[0].share_pct, 80);
+        assert_int_equal(night->groups[0].share_pct, 20);
+        assert_string_equal(night->quotas[0].tenant, "premium");
+        assert_int_equal(night->quotas[0].max_gpus_milli, 6000);
 }
 
 static void test_example_file_loads(void **state) {
@@ -710,6 +745,7 @@ int main(void) {
                 cmocka_unit_test(test_store_url_follows_data_dir_unless_set),
                 cmocka_unit_test(test_booleans_and_listen_forms_are_accepted),
                 cmocka_unit_test(test_tenants_groups_and_time_rules_load),
+                cmocka_unit_test(test_day_to_night_switch_with_a_fake_clock),
                 cmocka_unit_test(test_example_file_loads),
                 cmocka_unit_test(test_bad_input_is_refused_with_file_line_key_and_cfg_unchanged),
                 cmocka_unit_test(test_admin_key_is_never_echoed),

@@ -103,6 +103,7 @@ typedef struct snode {
         int idle;
         int npre;                  /* running preemptible tasks (by first GPU) */
         int npre_prio[GP_PRIORITY_LEVELS];
+        int64_t pre_min_start, pre_max_start; /* their oldest and newest start (when npre) */
         uint32_t iprev, inext;     /* idle list */
         bool has_dist;
         uint8_t dist[TOPO_MAX][TOPO_MAX];
@@ -163,6 +164,7 @@ typedef struct stenant {
         uint32_t held_stamp;       /* == run stamp: held by its quota in that run */
         uint8_t held_code;         /* ... with this reason */
         int64_t held_a1, held_a2, held_a3;
+        uint32_t reclaim_stamp;    /* == run stamp: a reclaim failed in that run */
         uint32_t plan_stamp;       /* preemption planning: plan_milli valid */
         int64_t plan_milli;        /* share of its tasks marked as victims */
         double key;                /* cache: usage/weight at key_ms */
@@ -185,6 +187,7 @@ typedef struct went {
         int64_t id;                /* id of cur */
         stask *cur;
         uint32_t tenant;
+        uint32_t idx;              /* cur's slot in its tlist when last seen (a hint) */
         uint8_t cls;
 } went;
 
@@ -955,6 +958,29 @@ static int tl_rebuild(tlist *l, stask *extra) {
         return 0;
 }
 
+/* Squeeze the holes out of l within its arrays (no allocation). */
+static void tl_compact(tlist *l) {
+        uint32_t k = 0;
+        for (uint32_t i = l->lo; i < l->len; i++) {
+                stask *x = l->v[i];
+                if (!x)
+                        continue;
+                l->v[k] = x;
+                l->ids[k] = l->ids[i];
+                x->tl_idx = k++;
+        }
+        memset(l->fen, 0, ((size_t)l->cap + 1) * sizeof(*l->fen));
+        for (uint32_t j = 1; j <= k; j++)
+                l->fen[j] = 1;
+        for (uint32_t j = 1; j <= l->cap; j++) {
+                uint32_t p = j + (j & (~j + 1));
+                if (p <= l->cap)
+                        l->fen[p] += l->fen[j];
+        }
+        l->lo = 0;
+        l->len = k;
+}
+
 static int tl_insert(tlist *l, stask *t) {
         if (l->len < l->cap && (l->len == 0 || l->ids[l->len - 1] < t->id)) {
                 l->v[l->len] = t;
@@ -976,19 +1002,12 @@ static void tl_remove(tlist *l, stask *t) {
         }
         while (!l->v[l->lo])
                 l->lo++;
-        if (l->len - l->lo > 2 * l->n + 64)
-                (void)tl_rebuild(l, NULL); /* compaction is optional */
-}
-
-static stask *tl_first(const tlist *l) {
-        return l->n ? l->v[l->lo] : NULL;
-}
-
-static stask *tl_next(const tlist *l, const stask *t) {
-        for (uint32_t i = t->tl_idx + 1; i < l->len; i++)
-                if (l->v[i])
-                        return l->v[i];
-        return NULL;
+        if (l->len - l->lo > 2 * l->n + 64) {
+                /* shrink arrays much larger than needed, else squeeze in place */
+                if (l->cap > 8 * (l->n + 64) && tl_rebuild(l, NULL) == 0)
+                        return;
+                tl_compact(l);
+        }
 }
 
 /* queued tasks of l with an id below `id` */
@@ -1023,7 +1042,9 @@ static void act_del(gp_sched *s, int q, uint32_t tid) {
         s->tn[tid].act_pos[q] = 0;
 }
 
-/* Running preemptible tasks per node and tier (to skip nodes quickly). */
+/* Running preemptible tasks per node and tier, with their oldest and
+ * newest start (to skip or bound nodes quickly).  Called after a start and
+ * before a stop (t still on its GPUs). */
 static void pre_count(gp_sched *s, const stask *t, int d) {
         if (!t->preemptible)
                 return;
@@ -1031,6 +1052,29 @@ static void pre_count(gp_sched *s, const stask *t, int d) {
         n->npre += d;
         n->npre_prio[t->prio] += d;
         s->npre += (size_t)(ptrdiff_t)d;
+        if (d > 0) {
+                if (n->npre == 1 || t->start_ms < n->pre_min_start)
+                        n->pre_min_start = t->start_ms;
+                if (n->npre == 1 || t->start_ms > n->pre_max_start)
+                        n->pre_max_start = t->start_ms;
+                return;
+        }
+        if (!n->npre || (t->start_ms != n->pre_min_start && t->start_ms != n->pre_max_start))
+                return;
+        bool first = true;
+        for (int i = 0; i < n->ngpus; i++) {
+                const sgpu *g = &s->gpus[n->gpus[i]];
+                for (int k = 0; k < g->ntasks; k++) {
+                        const stask *x = g->tasks[k];
+                        if (x == t || !x->preemptible || x->gpus[0] != n->gpus[i])
+                                continue;
+                        if (first || x->start_ms < n->pre_min_start)
+                                n->pre_min_start = x->start_ms;
+                        if (first || x->start_ms > n->pre_max_start)
+                                n->pre_max_start = x->start_ms;
+                        first = false;
+                }
+        }
 }
 
 static bool was_preempted_by(const stask *t, int64_t id) {
@@ -1115,9 +1159,9 @@ static int walk_init(gp_sched *s, walk *w, bool live) {
                 w->h[i] = b;
                 for (uint32_t j = 0; j < tr->nact; j++) {
                         stenant *T = &s->tn[tr->act[j]];
-                        stask *c = tl_first(&T->q[i]);
-                        b[j] = (went){.key = tenant_key(s, T), .id = c->id, .cur = c, .tenant = tr->act[j],
-                                      .cls = tenant_class(s, T)};
+                        const tlist *l = &T->q[i];
+                        b[j] = (went){.key = tenant_key(s, T), .id = l->ids[l->lo], .cur = l->v[l->lo],
+                                      .tenant = tr->act[j], .idx = l->lo, .cls = tenant_class(s, T)};
                 }
                 w->hn[i] = tr->nact;
                 went_heapify(b, tr->nact);
@@ -1167,10 +1211,16 @@ static void walk_advance(gp_sched *s, walk *w, int i) {
                 return;
         }
         went *h = w->h[i];
-        stask *nx = tl_next(&s->tn[h[0].tenant].q[i], h[0].cur);
-        if (nx) {
-                h[0].cur = nx;
-                h[0].id = nx->id;
+        /* from the slot arrays alone: the next task is not touched until
+         * its turn (a cache miss saved per step) */
+        const tlist *l = &s->tn[h[0].tenant].q[i];
+        uint32_t k = h[0].idx < l->len && l->v[h[0].idx] == h[0].cur ? h[0].idx : h[0].cur->tl_idx;
+        while (++k < l->len && !l->v[k])
+                ;
+        if (k < l->len) {
+                h[0].cur = l->v[k];
+                h[0].id = l->ids[k];
+                h[0].idx = k;
         } else {
                 h[0] = h[--w->hn[i]];
         }
@@ -2787,8 +2837,17 @@ static int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv, bool a
         bool ba = false, br = false;
         for (uint32_t ni = 0; ni < s->nnodes; ni++) {
                 const snode *nd = &s->nodes[ni];
-                if (!nd->npre || !(nd->kinds & w->kinds) || nd->ngpus < w->ngpus)
-                        continue;
+                if (!nd->npre || !(nd->kinds & w->kinds) || nd->ngpus < w->ngpus ||
+                    now - nd->pre_min_start < s->cfg.preempt_min_runtime_ms)
+                        continue; /* no victim there, or none has run long enough */
+                if (best >= 0) {
+                        /* cannot beat the best plan: fewer GPUs than it would
+                         * need, or as many and at least as much lost work */
+                        int glb = w->excl && w->ngpus > nd->idle ? w->ngpus - nd->idle : 1;
+                        int64_t llb = (int64_t)glb * (now - nd->pre_max_start);
+                        if (glb > best || (glb == best && llb >= best_lost))
+                                continue;
+                }
                 bool a = rule_a && less_urgent_on(nd, w->prio);
                 bool r = reclaim_any && T->run_milli + node_share_ub(s, w, nd) <= T->guar_milli;
                 if (!a && !r)
@@ -2861,12 +2920,18 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
         int examined = 0;
         bool preempt_on = s->cfg.preemption && s->cfg.policy != GP_SCHED_LAS;
         for (;;) {
-                if (w.fair)
-                        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
-                                walk_head(s, &w, i);
+                /* fair walks: which tier goes next depends only on which
+                 * are non-empty (and their passes), so only the chosen
+                 * tier's head is brought up to date; if held tenants
+                 * emptied it, choose again */
                 int ti = pick_tier(s, w.cur, lp);
                 if (ti < 0)
                         break;
+                if (w.fair) {
+                        walk_head(s, &w, ti);
+                        if (!w.cur[ti])
+                                continue;
+                }
                 stask *t = w.cur[ti];
                 walk_advance(s, &w, ti);
                 lp[ti] += stride(s, ti);
@@ -2924,10 +2989,12 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 continue;
                         }
                 }
-                if (!placed && preempt_on && (!resv || guaranteed)) {
+                if (!placed && preempt_on && (!resv || (guaranteed && T->reclaim_stamp != s->stamp))) {
                         int pr = make_room(s, t, now, resv != NULL, avoid, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
+                        if (pr == 0 && resv)
+                                T->reclaim_stamp = s->stamp; /* no more tries for it in this run */
                         if (pr > 0) {
                                 /* GPUs were freed and shares dropped */
                                 memo = (fail_memo){.shared_mem = {-1, -1}};

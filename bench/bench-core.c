@@ -10,7 +10,17 @@
  *   mixed:   60% shared single-GPU tasks of 1-16 GB, 25% whole GPUs, 15%
  *            gangs of 2/4/8 whole GPUs: the cluster fills, the rest waits,
  *            then 1,000 task ends are replayed one run each (steady state).
- * Priorities 0..9 at random; half the tasks have a timeout. */
+ * Priorities 0..9 at random; half the tasks have a timeout.
+ *
+ * Multi-tenant scenarios run the same tasks (same shapes, priorities and
+ * timeouts) spread over 100 tenants: weights 1..4, a fifth of them with
+ * max_concurrent 300, a seventh with max_gpus 150, a tenth with 40
+ * guaranteed GPUs, 60 tenants in group "internal" (80%) and 40 in
+ * "external" (20%); half the tasks are preemptible.  Their steady state
+ * advances the clock 1 s per task end (usage accrues, least run times
+ * pass), and the plain hybrid scenario is run on the same clock as their
+ * reference: each line ends with decisions/s as a ratio of that plain
+ * figure (first run and steady state; decisions = starts + preemptions). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +48,38 @@ typedef struct scenario {
         gp_sched_policy policy;
         bool backfill;
         bool all_fit;   /* only shared 1-8 GB tasks: all 100k fit at once */
+        int tenants;    /* 0: every task of tenant "t" */
+        bool preempt;
+        int64_t step_ms;   /* clock advance per steady-state round (0: 1 ms from 2000) */
+        bool reference;    /* the plain figure the multi-tenant lines compare to */
 } scenario;
+
+static double ref_first = 0, ref_steady = 0;
+
+static uint64_t rng2 = 0x9e3779b97f4a7c15ULL; /* tenants and preemptible: keeps the task shapes of rng */
+static uint64_t xr2(void) {
+        rng2 ^= rng2 << 13;
+        rng2 ^= rng2 >> 7;
+        rng2 ^= rng2 << 17;
+        return rng2;
+}
+
+static int setup_tenants(gp_sched *s, int n) {
+        if (gp_sched_group_set(s, "internal", 80) < 0 || gp_sched_group_set(s, "external", 20) < 0)
+                return -1;
+        for (int i = 0; i < n; i++) {
+                char name[16];
+                snprintf(name, sizeof(name), "t%03d", i);
+                gp_sched_tenant_cfg c = {.weight = 1 + (uint32_t)(i % 4),
+                                         .group = i < n * 6 / 10 ? "internal" : "external",
+                                         .max_concurrent = i % 5 == 0 ? 300 : 0,
+                                         .max_gpus_milli = i % 7 == 0 ? 150000 : 0,
+                                         .guaranteed_gpus_milli = i % 10 == 0 ? 40000 : 0};
+                if (gp_sched_tenant_set(s, name, &c) < 0)
+                        return -1;
+        }
+        return 0;
+}
 
 static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint64_t seed) {
         gp_sched_config c;
@@ -46,9 +87,16 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
         c.policy = sc->policy;
         c.backfill = sc->backfill;
         c.max_queue_depth = ntasks;
+        c.preemption = sc->preempt;
         gp_sched *s;
         if (gp_sched_new(&c, &s) < 0)
                 return 1;
+        if (sc->tenants && setup_tenants(s, sc->tenants) < 0)
+                return 1;
+        static char names[1000][16];
+        for (int i = 0; i < sc->tenants && i < 1000; i++)
+                snprintf(names[i], sizeof(names[i]), "t%03d", i);
+        rng2 = 0x9e3779b97f4a7c15ULL;
         char node[32], uuid[48];
         for (int n = 0; n < nodes; n++)
                 for (int i = 0; i < per_node; i++) {
@@ -77,6 +125,10 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
                         r.gpus = g[xr() % 3];
                 }
                 r.timeout_ms = (xr() % 2) ? (int64_t)(60 + xr() % 3600) * 1000 : 0;
+                if (sc->tenants) {
+                        r.tenant = names[xr2() % (uint64_t)sc->tenants];
+                        r.preemptible = xr2() % 2;
+                }
                 if (gp_sched_enqueue(s, &r) < 0)
                         return 1;
         }
@@ -87,29 +139,60 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
                 return 1;
         double t2 = now_s();
         /* steady state: finish 1,000 random running tasks, one run each */
-        size_t started = n, more = 0;
+        size_t started = n, more = 0, starts = 0;
         double t3 = now_s();
-        int64_t *ids = malloc(sizeof(int64_t) * n);
+        /* the running tasks: what the first run started (ids kept current
+         * below as later runs start and preempt) */
+        size_t idcap = (size_t)ntasks;
+        int64_t *ids = malloc(sizeof(int64_t) * idcap);
+        if (!ids)
+                return 1;
         for (size_t i = 0; i < n; i++)
                 ids[i] = d[i].id;
         size_t nids = n;
         int rounds = 1000;
         for (int i = 0; i < rounds && nids; i++) {
                 size_t k = xr() % nids;
-                gp_sched_remove(s, ids[k]);
+                int64_t now = sc->step_ms ? 1000 + (int64_t)(i + 1) * sc->step_ms : 2000 + i;
+                gp_sched_remove_at(s, ids[k], now);
                 ids[k] = ids[--nids];
-                size_t before = n = 0;
-                (void)before;
-                gp_sched_run(s, 2000 + i, &d, &n, &cap);
+                n = 0;
+                gp_sched_run(s, now, &d, &n, &cap);
                 more += n;
+                if (!sc->step_ms)
+                        continue; /* the original scenarios keep their exact workload */
+                for (size_t j = 0; j < n; j++) {
+                        if (d[j].kind == GP_DECIDE_START) {
+                                starts++;
+                                if (nids < idcap)
+                                        ids[nids++] = d[j].id;
+                        } else if (d[j].kind == GP_DECIDE_PREEMPT) {
+                                for (size_t m = 0; m < nids; m++)
+                                        if (ids[m] == d[j].id) {
+                                                ids[m] = ids[--nids];
+                                                break;
+                                        }
+                        }
+                }
         }
         double t4 = now_s();
         gp_sched_stats st;
         gp_sched_get_stats(s, &st);
-        printf("%-22s enqueue %7.0f k/s | first run: %6zu started in %7.1f ms = %8.0f decisions/s | "
-               "steady: %4d ends, %5zu starts, %6.1f us/run | busy %u/%u GPUs, queued %zu\n",
-               sc->name, ntasks / (t1 - t0) / 1000, started, (t2 - t1) * 1000, started / (t2 - t1), rounds,
-               more, (t4 - t3) / rounds * 1e6, st.gpus_busy, st.gpus_total, st.queued_total);
+        double first = started / (t2 - t1), steady = more / (t4 - t3);
+        printf("%-26s enqueue %7.0f k/s | first run: %6zu started in %7.1f ms = %8.0f decisions/s | "
+               "steady: %4d ends, %5zu decisions, %6.1f us/run = %7.0f decisions/s | busy %u/%u GPUs, queued %zu",
+               sc->name, ntasks / (t1 - t0) / 1000, started, (t2 - t1) * 1000, first, rounds, more,
+               (t4 - t3) / rounds * 1e6, steady, st.gpus_busy, st.gpus_total, st.queued_total);
+        if (sc->preempt)
+                printf(", preempted %" PRIu64, st.total_preempted);
+        if (sc->reference) {
+                ref_first = first;
+                ref_steady = steady;
+        } else if (sc->tenants && ref_first > 0 && ref_steady > 0) {
+                printf(" | vs plain: first %.2f, steady %.2f", first / ref_first, steady / ref_steady);
+        }
+        printf("\n");
+        (void)starts;
         free(ids);
         free(d);
         gp_sched_free(s);
@@ -140,11 +223,16 @@ int main(int argc, char **argv) {
         printf("bench-core: %d queued tasks onto %d GPUs (%d nodes x %d), seed %" PRIu64 "\n", ntasks,
                nodes * per_node, nodes, per_node, seed);
         static const scenario sc[] = {
-                {"all-fit fifo", GP_SCHED_FIFO, false, true},
-                {"all-fit hybrid+bf", GP_SCHED_HYBRID, true, true},
-                {"mixed fifo, no bf", GP_SCHED_FIFO, false, false},
-                {"mixed strict+bf", GP_SCHED_STRICT, true, false},
-                {"mixed hybrid+bf", GP_SCHED_HYBRID, true, false},
+                {.name = "all-fit fifo", .policy = GP_SCHED_FIFO, .all_fit = true},
+                {.name = "all-fit hybrid+bf", .policy = GP_SCHED_HYBRID, .backfill = true, .all_fit = true},
+                {.name = "mixed fifo, no bf", .policy = GP_SCHED_FIFO},
+                {.name = "mixed strict+bf", .policy = GP_SCHED_STRICT, .backfill = true},
+                {.name = "mixed hybrid+bf", .policy = GP_SCHED_HYBRID, .backfill = true},
+                {.name = "plain hybrid+bf, 1 s steps", .policy = GP_SCHED_HYBRID, .backfill = true, .step_ms = 1000,
+                 .reference = true},
+                {.name = "100 tenants", .policy = GP_SCHED_HYBRID, .backfill = true, .tenants = 100, .step_ms = 1000},
+                {.name = "100 tenants + preemption", .policy = GP_SCHED_HYBRID, .backfill = true, .tenants = 100,
+                 .preempt = true, .step_ms = 1000},
         };
         for (size_t i = 0; i < sizeof(sc) / sizeof(sc[0]); i++)
                 if (run_one(&sc[i], ntasks, nodes, per_node, seed))

@@ -251,8 +251,10 @@ typedef struct gp_sched_task_view {
         int64_t gpus_milli;         /* while running: its GPU share (see gp_sched_tenant_cfg) */
 } gp_sched_task_view;
 
-/* 0 or -ENOENT. Queue positions are computed lazily (O(queue) once after
- * each change). */
+/* 0 or -ENOENT.  The queue position is exact and needs no queue walk:
+ * O(tenants queued in the task's tier x log n) under hybrid and strict
+ * (keys of the last run, classes as they are now), O(log n) under las,
+ * O(queue) once after each change under fifo. */
 int gp_sched_task_get(gp_sched *s, int64_t id, gp_sched_task_view *ret);
 /* Why a queued task waits, as a sentence for people. Always NUL-terminates.
  * 0 or -ENOENT. */

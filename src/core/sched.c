@@ -3079,15 +3079,21 @@ int64_t gp_sched_next_deadline(const gp_sched *s) {
 int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now) {
         int64_t w = gp_sched_next_deadline(s);
         if (s->cfg.policy != GP_SCHED_LAS && s->cfg.preemption && s->npre) {
-                /* a waiting task may preempt once a task passes its least run time */
-                size_t queued = 0;
-                for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
-                        queued += s->tiers[i].n;
-                for (uint32_t gi = 0; queued && gi < s->ngpus; gi++) {
+                /* a waiting task may preempt once a task passes its least
+                 * run time: a task less urgent than the most urgent waiting
+                 * one, or any while a tenant below its guarantee waits */
+                int qmin = -1;
+                for (int i = 0; i < GP_PRIORITY_LEVELS && qmin < 0; i++)
+                        if (s->tiers[i].n)
+                                qmin = i;
+                bool reclaim = false;
+                for (uint32_t ti = 0; qmin >= 0 && ti < s->tn_cap && !reclaim; ti++)
+                        reclaim = s->tn[ti].queued && s->tn[ti].guar_milli > s->tn[ti].run_milli;
+                for (uint32_t gi = 0; qmin >= 0 && gi < s->ngpus; gi++) {
                         const sgpu *g = &s->gpus[gi];
                         for (int k = 0; k < g->ntasks; k++) {
                                 const stask *v = g->tasks[k];
-                                if (v->gpus[0] != gi || !v->preemptible)
+                                if (v->gpus[0] != gi || !v->preemptible || (v->prio <= qmin && !reclaim))
                                         continue;
                                 int64_t at = v->start_ms + s->cfg.preempt_min_runtime_ms;
                                 if (at > now && at < w)

@@ -665,6 +665,23 @@ static void test_never_preempts_non_preemptible_or_too_young_tasks(void **st) {
         reason(s, 3, why, sizeof(why));
         assert_non_null(strstr(why, "whole GPU"));
         assert_int_equal(gp_sched_next_wakeup(s, 30 * SEC), 60 * SEC);
+        {
+                /* nothing waits that could preempt (same tier): no wake-up */
+                gp_sched *s3 = mk_cfg(GP_SCHED_HYBRID, true, 60 * SEC);
+                add_node(s3, "n", 1);
+                run_out o3 = {0};
+                enq_pre(s3, 1, "batch", 5, 1);
+                run(s3, 0, &o3);
+                enq(s3, rq(2, "other", 5, 1, 0));
+                assert_int_equal(gp_sched_next_wakeup(s3, SEC), INT64_MAX);
+                /* but a tenant below its guarantee may reclaim */
+                tenant(s3, "other", 1, NULL, 0, 0, 1000, 0);
+                assert_int_equal(gp_sched_next_wakeup(s3, SEC), 60 * SEC);
+                assert_int_equal(run(s3, 60 * SEC, &o3), 2);
+                assert_non_null(find(&o3, GP_DECIDE_START, 2));
+                free(o3.d);
+                gp_sched_free(s3);
+        }
         assert_int_equal(run(s, 59999, &o), 0);
         assert_int_equal(run(s, 60 * SEC, &o), 2);
         assert_non_null(find(&o, GP_DECIDE_PREEMPT, 2));

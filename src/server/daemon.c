@@ -1105,6 +1105,19 @@ static void sample(gp_daemon *d) {
         }
 }
 
+/* Copy the WAL into the database every 200 ms (PASSIVE: never blocks the
+ * loop's commits), so commits pay for one WAL fsync and nothing more. */
+static void *checkpoint_main(void *arg) {
+        gp_daemon *d = arg;
+        while (!d->stopping) {
+                for (int i = 0; i < 2 && !d->stopping; i++)
+                        usleep(100 * 1000);
+                if (gp_store_checkpoint(d->cs, NULL) < 0)
+                        gp_warn("WAL checkpoint: %s", gp_store_errmsg(d->cs));
+        }
+        return NULL;
+}
+
 static void *sampler_main(void *arg) {
         gp_daemon *d = arg;
         /* GPUs every gpu_poll_ms; metrics history and alerts every monitor_sample_ms.
@@ -1344,10 +1357,14 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
                 snprintf(err, errlen, "tasks dir under %s: cannot create", cfg->data_dir);
                 return rc < 0 ? rc : -ENAMETOOLONG;
         }
-        gp_store_options so = {.sync_full = cfg->store_sync_full};
+        /* the writer never checkpoints on its commit path: a thread of its
+         * own copies the WAL into the database in the background */
+        gp_store_options so = {.sync_full = cfg->store_sync_full, .manual_checkpoint = true};
         if ((rc = gp_store_open(cfg->store_url, &so, &d->ws, err, errlen)) < 0)
                 return rc;
         if ((rc = gp_store_open(cfg->store_url, &so, &d->rs, err, errlen)) < 0)
+                return rc;
+        if ((rc = gp_store_open(cfg->store_url, &so, &d->cs, err, errlen)) < 0)
                 return rc;
         if ((rc = gp_tenants_init(d, err, errlen)) < 0)
                 return rc;
@@ -1427,6 +1444,9 @@ int gp_daemon_start(gp_daemon *d) {
         rc = pthread_create(&d->sampler_thread, NULL, sampler_main, d);
         if (rc)
                 return -rc;
+        rc = pthread_create(&d->checkpoint_thread, NULL, checkpoint_main, d);
+        if (rc)
+                return -rc;
         if ((rc = gp_monitor_start(d)) < 0)
                 return rc;
         uint64_t one = 1; /* first pass: schedule what was recovered */
@@ -1445,7 +1465,9 @@ void gp_daemon_stop(gp_daemon *d) {
                 pthread_join(d->loop_thread, NULL);
         if (d->sampler_thread)
                 pthread_join(d->sampler_thread, NULL);
-        d->loop_thread = d->sampler_thread = 0;
+        if (d->checkpoint_thread)
+                pthread_join(d->checkpoint_thread, NULL);
+        d->loop_thread = d->sampler_thread = d->checkpoint_thread = 0;
 }
 
 void gp_daemon_close(gp_daemon *d) {
@@ -1485,6 +1507,7 @@ void gp_daemon_close(gp_daemon *d) {
         gp_sched_free(d->sched);
         gp_store_close(d->ws);
         gp_store_close(d->rs);
+        gp_store_close(d->cs);
         gp_gpu_close(d->gpu);
         free(d->gpu_ids);
         free(d->gpu_info);

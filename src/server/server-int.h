@@ -103,6 +103,7 @@ typedef struct gp_daemon {
         const char *backend;        /* "sim" | "nvml" */
         gp_store *ws;               /* loop thread only */
         gp_store *rs;               /* readers, under rs_lock */
+        gp_store *cs;               /* the checkpointer thread's (SQLite WAL -> database) */
         pthread_mutex_t rs_lock;
         gp_gpu_backend *gpu;        /* sampler thread (after start) */
         gp_sched *sched;            /* under lock */
@@ -145,7 +146,7 @@ typedef struct gp_daemon {
         size_t nfollowers;
         bool ready;
         volatile int stopping;
-        pthread_t loop_thread, sampler_thread;
+        pthread_t loop_thread, sampler_thread, checkpoint_thread;
         struct MHD_Daemon *mhd;
         /* counters, under lock */
         uint64_t submitted_total, finished_total, failed_total, cancelled_total;

@@ -275,6 +275,11 @@ static int sq_open(gp_store *s, const char *url, const char *path, const gp_stor
                           "set synchronous")) < 0 ||
             (r = exec_sql(s, "PRAGMA foreign_keys = OFF", "set foreign_keys")) < 0)
                 return r;
+        /* with manual_checkpoint a commit only appends to the WAL (and
+         * fsyncs it with sync_full); copying into the database happens in
+         * gp_store_checkpoint on another handle */
+        if (opt->manual_checkpoint && (r = exec_sql(s, "PRAGMA wal_autocheckpoint = 0", "set wal_autocheckpoint")) < 0)
+                return r;
         if ((r = migrate(s)) < 0)
                 return r;
         for (int i = 0; i < ST_COUNT; i++) {
@@ -530,6 +535,16 @@ static int sq_meta_set(gp_store *s, const char *key, const char *value) {
         return run(s, ST_META_SET, what);
 }
 
+static int sq_checkpoint(gp_store *s, int *ret_wal_pages) {
+        int log = 0, done = 0;
+        int rc = sqlite3_wal_checkpoint_v2(impl(s)->db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+        if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+                return db_err(s, "checkpoint");
+        if (ret_wal_pages)
+                *ret_wal_pages = log;
+        return 0;
+}
+
 const gp_store_ops gp_store_sqlite_ops = {
         .name = "sqlite",
         .open = sq_open,
@@ -545,4 +560,5 @@ const gp_store_ops gp_store_sqlite_ops = {
         .task_max_id = sq_task_max_id,
         .meta_get = sq_meta_get,
         .meta_set = sq_meta_set,
+        .checkpoint = sq_checkpoint,
 };

@@ -89,6 +89,7 @@ typedef struct gp_store_ops {
         int (*task_max_id)(gp_store *s, int64_t *ret);
         int (*meta_get)(gp_store *s, const char *key, char *buf, size_t size);
         int (*meta_set)(gp_store *s, const char *key, const char *value);
+        int (*checkpoint)(gp_store *s, int *ret_wal_pages); /* NULL: nothing to do */
 } gp_store_ops;
 
 struct gp_store {

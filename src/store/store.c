@@ -99,6 +99,7 @@ int gp_store_open(const char *url, const gp_store_options *opt, gp_store **ret, 
         }
         if (opt) {
                 defaults.sync_full = opt->sync_full;
+                defaults.manual_checkpoint = opt->manual_checkpoint;
                 if (opt->busy_timeout_ms < 0) {
                         set_open_err(err, errlen, "store busy_timeout_ms is negative");
                         return -EINVAL;
@@ -573,6 +574,20 @@ int gp_store_meta_get(gp_store *s, const char *key, char *buf, size_t size) {
                 return -EINVAL;
         }
         return track(s, s->ops->meta_get(s, key, buf, size));
+}
+
+int gp_store_checkpoint(gp_store *s, int *ret_wal_pages) {
+        int r = enter(s, "checkpoint");
+        if (r < 0)
+                return r;
+        if (s->in_tx)
+                return store_set_err(s, "a transaction is open on this handle", "checkpoint");
+        if (!s->ops->checkpoint) {
+                if (ret_wal_pages)
+                        *ret_wal_pages = 0;
+                return 0;
+        }
+        return s->ops->checkpoint(s, ret_wal_pages);
 }
 
 int gp_store_meta_set(gp_store *s, const char *key, const char *value) {

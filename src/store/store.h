@@ -26,6 +26,8 @@ typedef struct gp_store_options {
         bool sync_full;      /* SQLite synchronous=FULL (else NORMAL); PostgreSQL: ignored,
                               * the server's synchronous_commit decides */
         int busy_timeout_ms; /* wait for locks, default 5000 when 0 (PostgreSQL: lock_timeout) */
+        bool manual_checkpoint; /* SQLite: commits never checkpoint the WAL themselves;
+                                   gp_store_checkpoint on another handle does (PostgreSQL: ignored) */
 } gp_store_options;
 
 /* Open (creating the schema if needed). 0, -EINVAL (bad url, message in err),
@@ -82,6 +84,13 @@ int gp_store_task_list(gp_store *s, const gp_task_filter *f, gp_task_cb cb, void
 int gp_store_task_load_active(gp_store *s, gp_task_cb cb, void *ud);
 /* Highest task id ever stored, 0 if none. */
 int gp_store_task_max_id(gp_store *s, int64_t *ret);
+
+/* SQLite: copy what the WAL holds into the database file and sync it
+ * (PASSIVE: never waits for, nor blocks, the writer or readers), so that
+ * commits on a handle opened with manual_checkpoint do not pay for it.
+ * Sets *ret_wal_pages to the WAL's size in pages when not NULL.  A no-op
+ * for PostgreSQL.  0 or -GP_ESTORE. */
+int gp_store_checkpoint(gp_store *s, int *ret_wal_pages);
 
 /* Small key/value metadata (scheduler state that must survive restart).
  * get: 0, -ENOENT, -E2BIG (value longer than size-1), -GP_ESTORE.

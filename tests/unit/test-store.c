@@ -613,6 +613,39 @@ static void test_commit_is_seen_after_close_and_reopen(void **state) {
         gp_store_close(s2);
 }
 
+/* With manual_checkpoint a writer's commits only grow the WAL; a
+ * checkpoint from another handle copies it into the database, without
+ * losing or hiding anything, and refuses to run inside a transaction. */
+static void test_manual_checkpoint_moves_the_wal_without_losing_rows(void **state) {
+        FX(state);
+        gp_store *w = NULL, *c = NULL;
+        char err[512] = "";
+        gp_store_options opt = {.sync_full = true, .busy_timeout_ms = 5000, .manual_checkpoint = true};
+        assert_int_equal(gp_store_open(fx->url, &opt, &w, err, sizeof(err)), 0);
+        assert_int_equal(gp_store_open(fx->url, &opt, &c, err, sizeof(err)), 0);
+        for (int64_t id = 1; id <= 300; id++) {
+                assert_int_equal(gp_store_begin(w), 0);
+                put_simple(w, id, tenant_of(id), state_of(id));
+                assert_int_equal(gp_store_commit(w), 0);
+        }
+        int pages = -1;
+        assert_int_equal(gp_store_checkpoint(c, &pages), 0);
+        if (!strcmp(fx->be->name, "sqlite"))
+                assert_true(pages > 0); /* nothing checkpointed on the commits' path */
+        else
+                assert_int_equal(pages, 0);
+        assert_int_equal(gp_store_begin(c), 0);
+        assert_int_not_equal(gp_store_checkpoint(c, NULL), 0);
+        assert_int_equal(gp_store_rollback(c), 0);
+        gp_store_close(w);
+        gp_store_close(c);
+        gp_store *r = open_store(fx);
+        assert_int_equal(max_id(r), 300);
+        for (int64_t id = 1; id <= 300; id++)
+                assert_true(exists(r, id));
+        gp_store_close(r);
+}
+
 static void test_reader_sees_committed_rows_but_not_the_open_transaction(void **state) {
         FX(state);
         gp_store *w = open_store(fx), *r = open_store(fx);
@@ -1150,6 +1183,8 @@ static void test_postgres_reconnects_after_losing_the_connection(void **state) {
                                                  fx_teardown, (void *)(be)),                              \
         cmocka_unit_test_prestate_setup_teardown(test_commit_is_seen_after_close_and_reopen, fx_setup,   \
                                                  fx_teardown, (void *)(be)),                              \
+        cmocka_unit_test_prestate_setup_teardown(test_manual_checkpoint_moves_the_wal_without_losing_rows, \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
         cmocka_unit_test_prestate_setup_teardown(                                                        \
                 test_reader_sees_committed_rows_but_not_the_open_transaction, fx_setup, fx_teardown,     \
                 (void *)(be)),                                                                           \

@@ -143,9 +143,17 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         gp_sched_task_view v;
         if (t->state == GP_TASK_QUEUED && gp_sched_task_get(d->sched, t->id, &v) == 0) {
                 r = r ? r : gp_buf_printf(b, ",\"queue_position\":%d", v.queue_position);
-                /* why it waits now, then why it is back in the queue (requeued) */
+                /* why it waits now (naming the time rule whose quota or
+                 * share holds it), then why it is back in the queue */
                 gp_sched_task_reason(d->sched, t->id, reason, sizeof(reason));
+                char rules[128];
+                gp_tenants_rules_in_force(d, rules, sizeof(rules));
                 size_t l = strlen(reason);
+                if (rules[0] && (strstr(reason, "quota") || strstr(reason, "share")) &&
+                    l + strlen(rules) + 32 < sizeof(reason)) {
+                        snprintf(reason + l, sizeof(reason) - l, " (time rule %s in force)", rules);
+                        l = strlen(reason);
+                }
                 if (t->reason[0] && l + 3 < sizeof(reason)) {
                         memcpy(reason + l, "; ", 3);
                         gp_strlcpy(reason + l + 2, t->reason, sizeof(reason) - l - 2);

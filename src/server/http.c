@@ -552,6 +552,7 @@ static enum MHD_Result get_sched_stats(hreq *r) {
         pthread_mutex_lock(&d->lock);
         gp_sched_get_stats(d->sched, &st);
         int depth = gp_sched_get_config(d->sched)->max_queue_depth;
+        json_t *extra = gp_tenants_stats_json(d);
         pthread_mutex_unlock(&d->lock);
         json_t *qs = json_array();
         for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
@@ -562,10 +563,13 @@ static enum MHD_Result get_sched_stats(hreq *r) {
                                                     (json_int_t)(depth - (int64_t)st.queued[i])));
         }
         double util = st.gpus_total ? 100.0 * st.gpus_busy / st.gpus_total : 0;
-        return send_json(r, 200,
-                         json_pack("{s:I,s:I,s:f,s:I,s:o}", "total_scheduled", (json_int_t)st.total_scheduled,
-                                   "total_queued_now", (json_int_t)st.queued_total, "overall_utilization", util,
-                                   "total_running_now", (json_int_t)st.running, "queue_stats", qs));
+        json_t *out = json_pack("{s:I,s:I,s:f,s:I,s:o}", "total_scheduled", (json_int_t)st.total_scheduled,
+                                "total_queued_now", (json_int_t)st.queued_total, "overall_utilization", util,
+                                "total_running_now", (json_int_t)st.running, "queue_stats", qs);
+        if (out && extra)
+                json_object_update(out, extra); /* time_rules, tenants (usage against quota) */
+        json_decref(extra);
+        return send_json(r, 200, out);
 }
 
 static enum MHD_Result get_sched_queues(hreq *r) {

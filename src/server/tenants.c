@@ -637,6 +637,31 @@ static json_t *usage_json(gp_daemon *d, const char *id) {
                          gpus_json(u.gpus_milli), "fair_share_usage_gpu_s", u.fair_share_usage);
 }
 
+void gp_tenants_rules_in_force(const gp_daemon *d, char *buf, size_t size) {
+        size_t off = 0;
+        buf[0] = '\0';
+        for (int i = 0; i < d->cfg.n_time_rules && off < size; i++)
+                if (d->rules_mask & (1u << i)) {
+                        int n = snprintf(buf + off, size - off, "%s%s", off ? ", " : "", d->cfg.time_rules[i].name);
+                        if (n < 0)
+                                break;
+                        off += (size_t)n;
+                }
+}
+
+json_t *gp_tenants_stats_json(gp_daemon *d) {
+        json_t *rules = json_array(), *ts = json_array();
+        for (int i = 0; i < d->cfg.n_time_rules; i++)
+                json_array_append_new(rules, json_pack("{s:s,s:b}", "name", d->cfg.time_rules[i].name, "in_force",
+                                                       (d->rules_mask & (1u << i)) != 0));
+        for (size_t i = 0; i < d->ntenants; i++) {
+                gp_cfg_tenant e = effective(d, &d->tenants[i]);
+                json_array_append_new(ts, json_pack("{s:s,s:o,s:o}", "id", e.id, "usage", usage_json(d, e.id), "quota",
+                                                    quota_json(&e)));
+        }
+        return json_pack("{s:o,s:o}", "time_rules", rules, "tenants", ts);
+}
+
 static int get_tenants(hreq *r, const char *id) {
         gp_daemon *d = r->d;
         pthread_mutex_lock(&d->lock);

@@ -52,6 +52,15 @@ const gp_cfg_tenant *gp_tenants_find(const struct gp_daemon *d, const char *id);
  * changed.  d->lock held (loop thread, or start-up). */
 bool gp_tenants_tick(struct gp_daemon *d, int64_t now_ms, bool force);
 
+/* Names of the time rules in force, comma-separated, into buf ("" if
+ * none). d->lock held. */
+void gp_tenants_rules_in_force(const struct gp_daemon *d, char *buf, size_t size);
+
+/* For /admin/scheduler/stats: the time rules (and whether each is in
+ * force) and every tenant's usage against its quota in force.  Caller
+ * json_decref's. d->lock held. */
+struct json_t *gp_tenants_stats_json(struct gp_daemon *d);
+
 /* HTTP: GET /api/v1/tenants[/{id}], PUT /admin/tenants/{id},
  * POST /admin/tenants/{id}/keys, GET /admin/audit.  Returns true when it
  * answered (ret set). */

@@ -85,7 +85,12 @@ def test_a_time_rule_in_force_now_swaps_the_quota(daemon_factory):
     second = submit(d, tenant_id="a", memory_mb=100)
     assert first["state"] == "running" and second["state"] == "queued"
     assert "1 of 1 tasks running" in second["reason"]
+    assert "(time rule busy-hours in force)" in second["reason"]
     assert "time rule busy-hours" in d.log() and "is in force" in d.log()
+    stats = requests.get(d.url + "/admin/scheduler/stats", timeout=20).json()
+    assert {r["name"]: r["in_force"] for r in stats["time_rules"]} == {"busy-hours": True, "not-yet": False}
+    a = [t for t in stats["tenants"] if t["id"] == "a"][0]
+    assert a["quota"]["max_concurrent"] == 1 and a["usage"]["running"] == 1 and a["usage"]["queued"] == 1
 
 
 PREEMPT = ("gpus: {backend: sim}\n"

@@ -19,6 +19,7 @@ make -j"$jobs" check
 echo "== 2/3 ASan+UBSan: unit + black-box tests"
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} \
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+PYTEST_ADDOPTS="-m 'not timing'" \
         make -j"$jobs" SAN=1 unit blackbox
 
 echo "== 3/3 store tests against PostgreSQL"

@@ -30,6 +30,8 @@ SIM_CONFIG = "gpus: {backend: sim}\n"
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "e2e: needs the real gpupool daemon (started by the daemon fixture)")
+    config.addinivalue_line("markers", "timing: compares real time with simulated time; left out of the "
+                            "sanitizer run, where the daemon is several times slower")
 
 
 def gpupool_bin():

@@ -282,6 +282,7 @@ def task_overhead(d, runs=3, sleep_s=0.3):
 
 
 @pytest.mark.e2e
+@pytest.mark.timing
 def test_simulator_agrees_with_the_real_daemon_on_start_order_and_placement(tmp_path, daemon_factory):
     sim = simulated_schedule(tmp_path)
     overhead = task_overhead(daemon_factory(DAEMON_CONFIG))

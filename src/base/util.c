@@ -121,6 +121,16 @@ size_t gp_strlcpy(char *dst, const char *src, size_t size) {
         return n;
 }
 
+bool gp_id_ok(const char *s, size_t n) {
+        if (n == 0)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+                      s[i] == '-' || s[i] == '_' || s[i] == '.'))
+                        return false;
+        return true;
+}
+
 bool gp_str_is_clean(const char *s, size_t len) {
         const unsigned char *p = (const unsigned char *)s, *e = p + len;
         while (p < e) {

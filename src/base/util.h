@@ -28,6 +28,10 @@ int gp_parse_i64(const char *s, int64_t min, int64_t max, int64_t *ret);
  * caller can detect truncation (>= size). */
 size_t gp_strlcpy(char *dst, const char *src, size_t size);
 
+/* true if s[0..n) is an id of gpupool's (tenant ids): 1..n bytes of
+ * letters, digits, '-', '_' and '.'. */
+bool gp_id_ok(const char *s, size_t n);
+
 /* true if s is valid UTF-8 with no NUL and no control characters other
  * than tab (for names and reasons shown to people). */
 bool gp_str_is_clean(const char *s, size_t len);

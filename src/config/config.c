@@ -1266,16 +1266,6 @@ static int parse_tenant_keys(struct ctx *c, const struct field *f, void *base, c
         return r;
 }
 
-static bool tenant_id_ok(const char *s) {
-        if (!*s)
-                return false;
-        for (; *s; s++)
-                if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-                      *s == '-' || *s == '_' || *s == '.'))
-                        return false;
-        return true;
-}
-
 static int tenant_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         gp_config *cfg = arg;
         char d[96];
@@ -1294,7 +1284,7 @@ static int tenant_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) 
                 return r;
         if (!t->id[0])
                 return fail(c, line, "missing id");
-        if (!tenant_id_ok(t->id))
+        if (!gp_id_ok(t->id, strlen(t->id)))
                 return fail(c, line, "id \"%s\": only letters, digits, '-', '_' and '.'", t->id);
         if (!t->kind[0])
                 gp_strlcpy(t->kind, "internal", sizeof(t->kind));
@@ -1324,14 +1314,16 @@ static int parse_tenants(struct ctx *c, const struct field *f, void *base, const
         return r;
 }
 
+/* One item of a `groups` list (the top-level one or a time rule's):
+ * arg is the array being filled. */
 static int group_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
-        gp_config *cfg = arg;
+        gp_cfg_group *groups = arg;
         char d[96];
         if (i >= GP_CFG_MAX_GROUPS)
                 return fail(c, ev_line(ev), "too many groups (at most %d)", GP_CFG_MAX_GROUPS);
         if (ev->type != YAML_MAPPING_START_EVENT)
                 return fail(c, ev_line(ev), "expected a mapping {name, share_pct}, got %s", describe(ev, d, sizeof(d)));
-        gp_cfg_group *g = &cfg->groups[i];
+        gp_cfg_group *g = &groups[i];
         memset(g, 0, sizeof(*g));
         int line = ev_line(ev);
         int r = parse_map(c, "groups[]", g);
@@ -1340,7 +1332,7 @@ static int group_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         if (!g->name[0] || !g->share_pct)
                 return fail(c, line, "a group needs name and share_pct");
         for (int j = 0; j < i; j++)
-                if (!strcmp(cfg->groups[j].name, g->name))
+                if (!strcmp(groups[j].name, g->name))
                         return fail(c, line, "group \"%s\" is defined twice", g->name);
         return 0;
 }
@@ -1349,7 +1341,7 @@ static int parse_groups(struct ctx *c, const struct field *f, void *base, const 
         gp_config *cfg = base;
         int n, r;
         cfg->n_groups = 0;
-        r = parse_list(c, ev, "a list of {name, share_pct}", group_item, cfg, &n);
+        r = parse_list(c, ev, "a list of {name, share_pct}", group_item, cfg->groups, &n);
         if (r == 0)
                 cfg->n_groups = n;
         return r;
@@ -1408,29 +1400,11 @@ static int parse_rule_weights(struct ctx *c, const struct field *f, void *base, 
         return 0;
 }
 
-static int rule_group_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
-        gp_cfg_time_rule *tr = arg;
-        char d[96];
-        if (i >= GP_CFG_MAX_GROUPS)
-                return fail(c, ev_line(ev), "too many groups (at most %d)", GP_CFG_MAX_GROUPS);
-        if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping {name, share_pct}, got %s", describe(ev, d, sizeof(d)));
-        gp_cfg_group *g = &tr->groups[i];
-        memset(g, 0, sizeof(*g));
-        int line = ev_line(ev);
-        int r = parse_map(c, "groups[]", g);
-        if (r < 0)
-                return r;
-        if (!g->name[0] || !g->share_pct)
-                return fail(c, line, "a group needs name and share_pct");
-        return 0;
-}
-
 static int parse_rule_groups(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         gp_cfg_time_rule *tr = base;
         int n, r;
         tr->n_groups = 0;
-        r = parse_list(c, ev, "a list of {name, share_pct}", rule_group_item, tr, &n);
+        r = parse_list(c, ev, "a list of {name, share_pct}", group_item, tr->groups, &n);
         if (r == 0)
                 tr->n_groups = n;
         return r;

@@ -54,16 +54,6 @@ static int get_bool(json_t *v, const char *key, bool *ret, char *err, size_t err
         return 0;
 }
 
-static bool tenant_id_ok(const char *s) {
-        if (!*s)
-                return false;
-        for (; *s; s++)
-                if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-                      *s == '-' || *s == '_' || *s == '.'))
-                        return false;
-        return true;
-}
-
 static int parse_priority(json_t *v, int *ret, char *err, size_t errlen) {
         static const char msg[] = "priority: must be 0..9 or a name (critical, high, normal, low, background)";
         if (json_is_integer(v)) {
@@ -191,7 +181,7 @@ int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, g
         if ((v = json_object_get(root, "tenant_id"))) {
                 if ((rc = get_str(v, "tenant_id", t.tenant, sizeof(t.tenant), err, errlen)) < 0)
                         goto out;
-                if (!tenant_id_ok(t.tenant)) {
+                if (!gp_id_ok(t.tenant, strlen(t.tenant))) {
                         rc = fail(err, errlen, "tenant_id: only letters, digits, '-', '_' and '.'");
                         goto out;
                 }

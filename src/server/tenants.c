@@ -690,16 +690,6 @@ static int get_tenants(hreq *r, const char *id) {
         return answer_json(r, 200, out);
 }
 
-static bool id_ok(const char *s, size_t n) {
-        if (n == 0 || n >= GP_TENANT_MAX)
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
-                      s[i] == '-' || s[i] == '_' || s[i] == '.'))
-                        return false;
-        return true;
-}
-
 static int post_cmd_tenants(hreq *r, cmd *c) {
         c->req = r;
         gp_strlcpy(c->who, r->who, sizeof(c->who));
@@ -819,7 +809,7 @@ static int route(hreq *r, const char *url, const char *method) {
                         return answer_err(r, 405, "method_not_allowed", "use GET");
                 if (*p == '\0' || !strcmp(p, "/"))
                         return get_tenants(r, NULL);
-                if (!id_ok(p + 1, strlen(p + 1)))
+                if (!gp_id_ok(p + 1, strlen(p + 1)) || strlen(p + 1) >= GP_TENANT_MAX)
                         return answer_err(r, 404, "not_found", "no such tenant");
                 return get_tenants(r, p + 1);
         }
@@ -849,7 +839,7 @@ static int route(hreq *r, const char *url, const char *method) {
                 return answer_err(r, 403, "forbidden", "needs an admin key");
         const char *id = url + 15, *slash = strchr(id, '/');
         size_t n = slash ? (size_t)(slash - id) : strlen(id);
-        if (!id_ok(id, n))
+        if (!gp_id_ok(id, n) || n >= GP_TENANT_MAX)
                 return answer_err(r, 400, "invalid_request", "tenant ids are letters, digits, '-', '_' and '.'");
         char tid[GP_TENANT_MAX];
         memcpy(tid, id, n);

@@ -32,6 +32,7 @@
 #include "core/sched.h"
 
 #include "base/err.h"
+#include "base/i64map.h"
 #include "base/util.h"
 
 #include <fnmatch.h>
@@ -231,9 +232,7 @@ struct gp_sched {
         tier tiers[GP_PRIORITY_LEVELS];
         uint64_t vtime;
         /* task map: open addressing; key 0 empty, -1 tombstone */
-        int64_t *map_keys;
-        stask **map_vals;
-        size_t map_cap, map_used, map_live;
+        gp_i64map tasks;           /* id -> stask*, every queued or running task */
         heap_ent *heap;
         size_t heap_n, heap_cap;
         intern tenants, models;
@@ -284,14 +283,6 @@ static uint64_t hash_str(const char *s) {
         for (; *s; s++)
                 h = (h ^ (unsigned char)*s) * 1099511628211ULL;
         return h;
-}
-
-static uint64_t hash_i64(int64_t k) {
-        uint64_t x = (uint64_t)k;
-        x ^= x >> 33;
-        x *= 0xff51afd7ed558ccdULL;
-        x ^= x >> 33;
-        return x;
 }
 
 static void intern_done(intern *in) {
@@ -359,80 +350,17 @@ static const char *intern_name(const intern *in, uint32_t id) {
 /* ------------------------------------------------------------------ */
 /* task map                                                            */
 
+/* The map of every queued or running task by id (base/i64map). */
 static stask *map_get(const gp_sched *s, int64_t id) {
-        if (!s->map_cap || id <= 0)
-                return NULL;
-        size_t m = s->map_cap - 1, h = hash_i64(id) & m;
-        for (;;) {
-                int64_t k = s->map_keys[h];
-                if (k == 0)
-                        return NULL;
-                if (k == id)
-                        return s->map_vals[h];
-                h = (h + 1) & m;
-        }
-}
-
-static int map_resize(gp_sched *s, size_t cap) {
-        int64_t *keys = calloc(cap, sizeof(*keys));
-        stask **vals = calloc(cap, sizeof(*vals));
-        if (!keys || !vals) {
-                free(keys);
-                free(vals);
-                return -ENOMEM;
-        }
-        for (size_t i = 0; i < s->map_cap; i++) {
-                int64_t k = s->map_keys[i];
-                if (k <= 0)
-                        continue;
-                size_t h = hash_i64(k) & (cap - 1);
-                while (keys[h])
-                        h = (h + 1) & (cap - 1);
-                keys[h] = k;
-                vals[h] = s->map_vals[i];
-        }
-        free(s->map_keys);
-        free(s->map_vals);
-        s->map_keys = keys;
-        s->map_vals = vals;
-        s->map_cap = cap;
-        s->map_used = s->map_live;
-        return 0;
+        return gp_i64map_get(&s->tasks, id);
 }
 
 static int map_put(gp_sched *s, stask *t) {
-        if ((s->map_used + 1) * 10 > s->map_cap * 7) {
-                size_t cap = s->map_cap ? s->map_cap : 64;
-                while ((s->map_live + 1) * 10 > cap * 5)
-                        cap *= 2;
-                if (map_resize(s, cap) < 0)
-                        return -ENOMEM;
-        }
-        size_t m = s->map_cap - 1, h = hash_i64(t->id) & m;
-        while (s->map_keys[h] > 0)
-                h = (h + 1) & m;
-        if (s->map_keys[h] == 0)
-                s->map_used++;
-        s->map_keys[h] = t->id;
-        s->map_vals[h] = t;
-        s->map_live++;
-        return 0;
+        return gp_i64map_put(&s->tasks, t->id, t);
 }
 
 static void map_del(gp_sched *s, int64_t id) {
-        size_t m = s->map_cap - 1, h = hash_i64(id) & m;
-        for (;;) {
-                int64_t k = s->map_keys[h];
-                if (k == 0)
-                        return;
-                if (k == id) {
-                        s->map_keys[h] = -1;
-                        s->map_vals[h] = NULL;
-                        s->map_live--;
-                        return;
-                }
-                h = (h + 1) & m;
-        }
+        gp_i64map_del(&s->tasks, id);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1294,11 +1222,11 @@ static void task_free(stask *t) {
 void gp_sched_free(gp_sched *s) {
         if (!s)
                 return;
-        for (size_t i = 0; i < s->map_cap; i++)
-                if (s->map_keys[i] > 0)
-                        task_free(s->map_vals[i]);
-        free(s->map_keys);
-        free(s->map_vals);
+        size_t pos = 0;
+        stask *t;
+        while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
+                task_free(t);
+        gp_i64map_done(&s->tasks);
         for (uint32_t i = 0; i < s->ngpus; i++) {
                 free(s->gpus[i].uuid);
                 free(s->gpus[i].name);
@@ -1442,9 +1370,11 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
                 }
                 kind = s->nkinds++;
                 /* a new kind: queued and running tasks with a glob may now match it */
-                for (size_t i = 0; i < s->map_cap; i++)
-                        if (s->map_keys[i] > 0 && s->map_vals[i]->gpu_model)
-                                s->map_vals[i]->kinds = kinds_for_glob(s, s->map_vals[i]->gpu_model);
+                size_t pos = 0;
+                stask *t;
+                while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
+                        if (t->gpu_model)
+                                t->kinds = kinds_for_glob(s, t->gpu_model);
         }
         g->node = ni;
         g->index = d->index;
@@ -2503,9 +2433,10 @@ static int las_plan(gp_sched *s, const stask *t, uint32_t ni, int64_t now) {
                 return -1;
         if (++s->pstamp == 0) {
                 /* wrapped: clear every mark so none is mistaken for current */
-                for (size_t i = 0; i < s->map_cap; i++)
-                        if (s->map_keys[i] > 0)
-                                s->map_vals[i]->pstamp = 0;
+                size_t pos = 0;
+                stask *pt;
+                while ((pt = gp_i64map_next(&s->tasks, &pos, NULL)))
+                        pt->pstamp = 0;
                 s->pstamp = 1;
         }
         int cost = 0;
@@ -2622,9 +2553,10 @@ static int las_make_room(gp_sched *s, stask *t, int64_t now, gp_sched_decision *
 static void pstamp_next(gp_sched *s) {
         if (++s->pstamp == 0) {
                 /* wrapped: clear every mark so none is mistaken for current */
-                for (size_t i = 0; i < s->map_cap; i++)
-                        if (s->map_keys[i] > 0)
-                                s->map_vals[i]->pstamp = 0;
+                size_t pos = 0;
+                stask *pt;
+                while ((pt = gp_i64map_next(&s->tasks, &pos, NULL)))
+                        pt->pstamp = 0;
                 for (uint32_t i = 0; i < s->tn_cap; i++)
                         s->tn[i].plan_stamp = 0;
                 s->pstamp = 1;

@@ -816,20 +816,35 @@ static char *render_gpu(gp_daemon *d, uint32_t g) {
         return s;
 }
 
+void gp_daemon_waiter_add(gp_daemon *d, hreq *r) {
+        r->waiting = true;
+        r->wprev = NULL;
+        r->wnext = d->waiters;
+        if (d->waiters)
+                d->waiters->wprev = r;
+        d->waiters = r;
+}
+
+void gp_daemon_waiter_del(gp_daemon *d, hreq *r) {
+        if (!r->waiting)
+                return;
+        if (r->wprev)
+                r->wprev->wnext = r->wnext;
+        else
+                d->waiters = r->wnext;
+        if (r->wnext)
+                r->wnext->wprev = r->wprev;
+        r->wprev = r->wnext = NULL;
+        r->waiting = false;
+}
+
 static void wake_waiters(gp_daemon *d, int64_t now) {
         hreq *r = d->waiters;
         while (r) {
                 hreq *next = r->wnext;
                 gp_task *t = gp_i64map_get(&d->tasks, r->wait_id);
                 if (!t || t->state != GP_TASK_QUEUED || now >= r->wait_until_ms) {
-                        if (r->wprev)
-                                r->wprev->wnext = r->wnext;
-                        else
-                                d->waiters = r->wnext;
-                        if (r->wnext)
-                                r->wnext->wprev = r->wprev;
-                        r->wprev = r->wnext = NULL;
-                        r->waiting = false;
+                        gp_daemon_waiter_del(d, r);
                         gp_http_wake(r);
                 }
                 r = next;

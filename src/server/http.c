@@ -420,12 +420,7 @@ static enum MHD_Result get_task(hreq *r, int64_t id) {
                 /* long poll: the loop wakes us when it leaves the queue */
                 r->wait_id = id;
                 r->wait_until_ms = gp_now_ms() + wait * 1000;
-                r->waiting = true;
-                r->wnext = d->waiters;
-                r->wprev = NULL;
-                if (d->waiters)
-                        d->waiters->wprev = r;
-                d->waiters = r;
+                gp_daemon_waiter_add(d, r);
                 park(r);
                 pthread_mutex_unlock(&d->lock);
                 return MHD_YES;
@@ -861,14 +856,7 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         if (!r)
                 return;
         pthread_mutex_lock(&d->lock);
-        if (r->waiting) {
-                if (r->wprev)
-                        r->wprev->wnext = r->wnext;
-                else
-                        d->waiters = r->wnext;
-                if (r->wnext)
-                        r->wnext->wprev = r->wprev;
-        }
+        gp_daemon_waiter_del(d, r);
         if (r->following) {
                 hreq **pp = &d->followers;
                 while (*pp && *pp != r)
@@ -944,9 +932,7 @@ void gp_http_stop(gp_daemon *d) {
         d->stopping = 1;
         while (d->waiters) {
                 hreq *r = d->waiters;
-                d->waiters = r->wnext;
-                r->wnext = r->wprev = NULL;
-                r->waiting = false;
+                gp_daemon_waiter_del(d, r);
                 gp_http_wake(r);
         }
         hreq *f = d->followers;

@@ -170,6 +170,10 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b);
 /* Look a task up: active from memory, else from the store. Copies into
  * *ret (gp_task_done after). d->lock must be held. 0, -ENOENT, -GP_ESTORE. */
 int gp_daemon_task_lookup(gp_daemon *d, int64_t id, gp_task *ret);
+/* The long-poll waiters (GET task ?wait=): link a parked request in, or
+ * take it out (a no-op when it is not waiting). d->lock held. */
+void gp_daemon_waiter_add(gp_daemon *d, hreq *r);
+void gp_daemon_waiter_del(gp_daemon *d, hreq *r);
 /* DATA_DIR/tasks/ID[/FILE] into buf. 0 or -ENAMETOOLONG. */
 int gp_daemon_task_path(const gp_daemon *d, int64_t id, const char *file, char *buf, size_t size);
 /* Answer a request from the loop thread (resumes the connection). */

@@ -1,5 +1,6 @@
 /* buf.c - growing byte buffer; see buf.h for the invariants. */
 #include "base/buf.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -124,4 +125,17 @@ int gp_buf_json_str(gp_buf *b, const char *s) {
         if (r == 0)
                 r = gp_buf_append(b, "\"", 1);
         return r;
+}
+
+int gp_buf_json_field_str(gp_buf *b, const char *key, const char *v) {
+        int r = gp_buf_printf(b, ",\"%s\":", key);
+        return r ? r : gp_buf_json_str(b, v);
+}
+
+int gp_buf_json_field_time(gp_buf *b, const char *key, int64_t ms) {
+        char ts[40];
+        if (ms <= 0)
+                return gp_buf_printf(b, ",\"%s\":null", key);
+        gp_time_format(ms, ts, sizeof(ts));
+        return gp_buf_printf(b, ",\"%s\":\"%s\"", key, ts);
 }

@@ -9,6 +9,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct gp_buf {
         char *data;       /* heap bytes, NUL-terminated, or NULL when empty */
@@ -33,6 +34,12 @@ int gp_buf_vprintf(gp_buf *b, const char *fmt, va_list ap);
  * and control characters; s must be valid UTF-8 (passed through).
  * 0, -ENOMEM, -E2BIG. */
 int gp_buf_json_str(gp_buf *b, const char *s);
+
+/* Append ,"key":"v" (v escaped as by gp_buf_json_str) / ,"key":"<RFC 3339
+ * UTC>" or ,"key":null when ms <= 0.  key is written as given (callers
+ * pass literals).  0, -ENOMEM, -E2BIG. */
+int gp_buf_json_field_str(gp_buf *b, const char *key, const char *v);
+int gp_buf_json_field_time(gp_buf *b, const char *key, int64_t ms);
 
 /* Hand the bytes to the caller (who frees them); the buffer becomes empty.
  * Returns "" duplicated when empty; NULL only on allocation failure. */

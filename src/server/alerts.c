@@ -289,14 +289,6 @@ size_t gp_alerts_firing(gp_alerts *a) {
 /* ------------------------------------------------------------------ */
 /* JSON                                                                */
 
-static int put_time(gp_buf *b, const char *key, int64_t ms) {
-        char ts[40];
-        if (ms <= 0)
-                return gp_buf_printf(b, ",\"%s\":null", key);
-        gp_time_format(ms, ts, sizeof(ts));
-        return gp_buf_printf(b, ",\"%s\":\"%s\"", key, ts);
-}
-
 static int put_num(gp_buf *b, const char *key, double v) {
         if (!isfinite(v))
                 return gp_buf_printf(b, ",\"%s\":null", key);
@@ -306,17 +298,14 @@ static int put_num(gp_buf *b, const char *key, double v) {
 static int change_fields(gp_buf *b, const gp_alert_change *c) {
         int r = gp_buf_puts(b, "{\"rule\":");
         r = r ? r : gp_buf_json_str(b, c->rule);
-        r = r ? r : gp_buf_puts(b, ",\"when\":");
-        r = r ? r : gp_buf_json_str(b, c->when);
-        r = r ? r : gp_buf_puts(b, ",\"severity\":");
-        r = r ? r : gp_buf_json_str(b, c->severity);
-        r = r ? r : gp_buf_puts(b, ",\"subject\":");
-        r = r ? r : gp_buf_json_str(b, c->subject);
+        r = r ? r : gp_buf_json_field_str(b, "when", c->when);
+        r = r ? r : gp_buf_json_field_str(b, "severity", c->severity);
+        r = r ? r : gp_buf_json_field_str(b, "subject", c->subject);
         r = r ? r : gp_buf_printf(b, ",\"state\":\"%s\"", c->fired ? "firing" : "resolved");
         r = r ? r : put_num(b, "value", c->value);
         r = r ? r : put_num(b, "threshold", c->threshold);
-        r = r ? r : put_time(b, "started_at", c->started_ms);
-        r = r ? r : put_time(b, "resolved_at", c->fired ? 0 : c->at_ms);
+        r = r ? r : gp_buf_json_field_time(b, "started_at", c->started_ms);
+        r = r ? r : gp_buf_json_field_time(b, "resolved_at", c->fired ? 0 : c->at_ms);
         return r;
 }
 
@@ -349,17 +338,14 @@ int gp_alerts_json(gp_alerts *a, int64_t now_ms, gp_buf *out) {
                 const gp_cfg_alert_rule *ru = &a->rules[in->rule];
                 r = gp_buf_puts(out, i ? ",{\"rule\":" : "{\"rule\":");
                 r = r ? r : gp_buf_json_str(out, ru->name);
-                r = r ? r : gp_buf_puts(out, ",\"when\":");
-                r = r ? r : gp_buf_json_str(out, ru->when);
-                r = r ? r : gp_buf_puts(out, ",\"severity\":");
-                r = r ? r : gp_buf_json_str(out, ru->severity);
-                r = r ? r : gp_buf_puts(out, ",\"subject\":");
-                r = r ? r : gp_buf_json_str(out, in->subject);
+                r = r ? r : gp_buf_json_field_str(out, "when", ru->when);
+                r = r ? r : gp_buf_json_field_str(out, "severity", ru->severity);
+                r = r ? r : gp_buf_json_field_str(out, "subject", in->subject);
                 r = r ? r : gp_buf_printf(out, ",\"state\":\"%s\"", state_name(in->sm.state));
                 r = r ? r : put_num(out, "value", in->value);
                 r = r ? r : put_num(out, "threshold", ru->threshold);
-                r = r ? r : put_time(out, "started_at", in->sm.fired_ms);
-                r = r ? r : put_time(out, "pending_since",
+                r = r ? r : gp_buf_json_field_time(out, "started_at", in->sm.fired_ms);
+                r = r ? r : gp_buf_json_field_time(out, "pending_since",
                                      in->sm.state == GP_ALERT_PENDING ? in->sm.since_ms : 0);
                 r = r ? r : gp_buf_printf(out, ",\"flaps\":%u}", in->sm.flaps);
         }
@@ -377,10 +363,8 @@ int gp_alerts_json(gp_alerts *a, int64_t now_ms, gp_buf *out) {
                 bool inactive = !strncmp(ru->metric, "tenant_", 7);
                 r = gp_buf_puts(out, i ? ",{\"name\":" : "{\"name\":");
                 r = r ? r : gp_buf_json_str(out, ru->name);
-                r = r ? r : gp_buf_puts(out, ",\"when\":");
-                r = r ? r : gp_buf_json_str(out, ru->when);
-                r = r ? r : gp_buf_puts(out, ",\"metric\":");
-                r = r ? r : gp_buf_json_str(out, ru->metric);
+                r = r ? r : gp_buf_json_field_str(out, "when", ru->when);
+                r = r ? r : gp_buf_json_field_str(out, "metric", ru->metric);
                 r = r ? r : gp_buf_printf(out, ",\"for_s\":%d,\"clear_s\":%d,\"severity\":\"%s\",\"active\":%s}",
                                           ru->for_s, ru->clear_s, ru->severity, inactive ? "false" : "true");
         }

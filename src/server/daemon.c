@@ -92,33 +92,19 @@ static void cuda_devices(const gp_task *t, char *buf, size_t size) {
                 off += (size_t)snprintf(buf + off, size - off, "%s%d", i ? "," : "", t->gpus[i].index);
 }
 
-/* ,"key":"RFC 3339" or ,"key":null */
-static int put_time(gp_buf *b, const char *key, int64_t ms) {
-        char ts[40];
-        if (ms <= 0)
-                return gp_buf_printf(b, ",\"%s\":null", key);
-        gp_time_format(ms, ts, sizeof(ts));
-        return gp_buf_printf(b, ",\"%s\":\"%s\"", key, ts);
-}
-
-static int put_str(gp_buf *b, const char *key, const char *v) {
-        int r = gp_buf_printf(b, ",\"%s\":", key);
-        return r ? r : gp_buf_json_str(b, v);
-}
-
 /* The one serializer of a task (every answer and list uses it): written
  * straight into the buffer, since it is on the path of every submission. */
 int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         int r = gp_buf_printf(b, "{\"id\":%" PRId64, t->id);
-        r = r ? r : put_str(b, "tenant_id", t->tenant);
-        r = r ? r : put_str(b, "name", t->name);
+        r = r ? r : gp_buf_json_field_str(b, "tenant_id", t->tenant);
+        r = r ? r : gp_buf_json_field_str(b, "name", t->name);
         r = r ? r : gp_buf_printf(b, ",\"kind\":\"%s\",\"state\":\"%s\",\"priority\":%d,\"gpu_request\":%d,"
                                      "\"memory_mb\":%" PRId64 ",\"exclusive\":%s,\"preemptible\":%s",
                                   t->is_lease ? "lease" : "batch", gp_task_state_name(t->state), t->priority,
                                   t->gpu_request, t->memory_mb, t->exclusive ? "true" : "false",
                                   t->preemptible ? "true" : "false");
-        r = r ? r : put_str(b, "model", t->model);
-        r = r ? r : put_str(b, "gpu_model", t->gpu_model);
+        r = r ? r : gp_buf_json_field_str(b, "model", t->model);
+        r = r ? r : gp_buf_json_field_str(b, "gpu_model", t->gpu_model);
         if (r == 0 && t->spec) {
                 json_t *spec = json_loads(t->spec, 0, NULL);
                 json_t *cmdv = spec ? json_object_get(spec, "command") : NULL;
@@ -131,8 +117,8 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         r = r ? r : gp_buf_puts(b, ",\"gpus\":[");
         for (int i = 0; r == 0 && i < t->n_gpus; i++) {
                 r = gp_buf_printf(b, "%s{\"index\":%d", i ? "," : "", t->gpus[i].index);
-                r = r ? r : put_str(b, "node", t->gpus[i].node);
-                r = r ? r : put_str(b, "uuid", t->gpus[i].uuid);
+                r = r ? r : gp_buf_json_field_str(b, "node", t->gpus[i].node);
+                r = r ? r : gp_buf_json_field_str(b, "uuid", t->gpus[i].uuid);
                 r = r ? r : gp_buf_puts(b, "}");
         }
         char cvd[GP_MAX_GANG * 8];
@@ -161,7 +147,7 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         } else {
                 r = r ? r : gp_buf_puts(b, ",\"queue_position\":null");
         }
-        r = r ? r : put_str(b, "reason", reason);
+        r = r ? r : gp_buf_json_field_str(b, "reason", reason);
         r = r ? r : gp_buf_printf(b, ",\"preempt_count\":%d,\"retries\":%d", t->preempt_count, t->retries);
         if (t->has_exit_code)
                 r = r ? r : gp_buf_printf(b, ",\"exit_code\":%d", t->exit_code);
@@ -171,12 +157,12 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                                   t->queue_timeout_s);
         if (t->is_lease) {
                 r = r ? r : gp_buf_printf(b, ",\"lease_ttl_s\":%" PRId64, t->lease_ttl_s);
-                r = r ? r : put_time(b, "lease_expires_at",
+                r = r ? r : gp_buf_json_field_time(b, "lease_expires_at",
                                      t->state == GP_TASK_RUNNING ? t->heartbeat_ms + t->lease_ttl_s * 1000 : 0);
         }
-        r = r ? r : put_time(b, "submitted_at", t->submitted_ms);
-        r = r ? r : put_time(b, "started_at", t->started_ms);
-        r = r ? r : put_time(b, "finished_at", t->finished_ms);
+        r = r ? r : gp_buf_json_field_time(b, "submitted_at", t->submitted_ms);
+        r = r ? r : gp_buf_json_field_time(b, "started_at", t->started_ms);
+        r = r ? r : gp_buf_json_field_time(b, "finished_at", t->finished_ms);
         r = r ? r : gp_buf_printf(b, ",\"backend\":\"%s\"}", d->backend);
         return r;
 }

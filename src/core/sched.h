@@ -168,6 +168,9 @@ typedef struct gp_sched_req {
         int64_t timeout_ms;         /* expected run time bound, 0 = unknown */
         int64_t submit_ms;
         int64_t queue_deadline_ms;  /* expire if still queued then; 0 = never */
+        int elastic_max_gpus;       /* 0 = not elastic; else gpus < this <= GP_MAX_GANG:
+                                       starts on `gpus` (its minimum), may grow to this
+                                       (see "Elastic tasks" below) */
 } gp_sched_req;
 
 /* Can this request ever run on the inventory (ignoring what is busy,
@@ -210,6 +213,9 @@ typedef enum gp_sched_decision_kind {
                                   are the GPUs it held.  In the same run a START
                                   follows for the task it made room for.  Callers
                                   that do not handle a kind must ignore it. */
+        GP_DECIDE_RESIZE,      /* a running elastic task's GPU set changed: gpus[0..n_gpus)
+                                  is its whole new set (GPUs it keeps first, in their old
+                                  order; grown ones after them) */
 } gp_sched_decision_kind;
 
 typedef struct gp_sched_decision {
@@ -356,5 +362,29 @@ typedef struct gp_sched_group_usage {
 /* Usage of a group against its share. 0 or -ENOENT (never named by
  * gp_sched_group_set or a tenant). */
 int gp_sched_group_usage(gp_sched *s, const char *group, struct gp_sched_group_usage *ret);
+
+/* ---- elastic tasks ----
+ *
+ * A task with elastic_max_gpus > gpus is elastic: it starts like any task
+ * once `gpus` (its minimum) fit, always on whole GPUs (memory_mb and
+ * exclusive are ignored for placement), and later runs grow and shrink it
+ * on the node it started on:
+ *   - grow: at the end of a run in which no queued task is left that its
+ *     gates (quota, group share) allow to start, a running elastic task
+ *     below its maximum takes idle whole GPUs of its node (healthy, not
+ *     drained, not reserved), closest first, while its tenant and group
+ *     stay within their limits; tasks grow in policy order (tier, then id).
+ *   - shrink: when the task W whose turn it is cannot be placed, elastic
+ *     tasks give back GPUs above their minimum (the last grown first), the
+ *     fewest that let W start, before any task is preempted and whether or
+ *     not preemption is on; nothing shrinks unless W then starts.
+ * Either comes back as GP_DECIDE_RESIZE with the whole new GPU set; W's
+ * START follows a shrink in the same run.  Growth never happens while a
+ * task that could start waits, and shrinking happens only for one, so a
+ * task never grows onto GPUs it must give back in the next run with
+ * nothing else changed.  The GPU share, quotas, fair-share usage and
+ * attained service count the GPUs held over each interval.
+ * gp_sched_restore_running takes an elastic task with any GPU count from
+ * its minimum to its maximum. */
 
 #endif

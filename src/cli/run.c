@@ -14,7 +14,10 @@
  * signal the terminal sent to the whole foreground process group
  * (si_code == SI_KERNEL), which the command has already received.
  * If a heartbeat learns that the lease is gone (404/409 or a state other
- * than running) the command gets SIGTERM, then SIGKILL after 10 s.
+ * than running) the command gets SIGTERM, then SIGKILL after 10 s; when
+ * the lease is being preempted ("preempting"), SIGKILL comes at the
+ * server's preempt_deadline instead, and the lease is released when the
+ * command has ended.
  * The child is reaped only after child_pid is cleared under the lock, so
  * neither the handler nor the heartbeat thread can signal a reused pid.
  */
@@ -114,7 +117,16 @@ static void *hb_main(void *arg) {
                 bool ok = rc == 0 && r.status >= 200 && r.status < 300;
                 bool lost = rc == 0 && (r.status == 404 || r.status == 409 ||
                                         (ok && state && strcmp(state, "running") != 0));
-                if (lost) {
+                int64_t grace_ms = LOST_KILL_GRACE_MS, deadline;
+                const char *dl = json_string_value(json_object_get(r.json, "preempt_deadline"));
+                if (lost && state && !strcmp(state, "preempting") && dl && gp_time_parse(dl, &deadline) == 0) {
+                        /* the server gives us until its deadline to let go */
+                        grace_ms = deadline - gp_now_ms();
+                        grace_ms = grace_ms < 0 ? 0 : grace_ms > 86400000 ? 86400000 : grace_ms;
+                        fprintf(h->err, "gpupool: lease %" PRId64 " was preempted; stopping the command "
+                                        "(SIGTERM now, SIGKILL at %s)\n",
+                                h->id, dl);
+                } else if (lost) {
                         fprintf(h->err, "gpupool: warning: lease %" PRId64 " was lost (%s%s%s); "
                                         "stopping the command\n",
                                 h->id, state ? "state " : "HTTP ", state ? state : "",
@@ -136,7 +148,7 @@ static void *hb_main(void *arg) {
                         pthread_mutex_unlock(&h->mu);
                         hb_kill(h, SIGTERM);
                         pthread_mutex_lock(&h->mu);
-                        if (!hb_sleep(h, LOST_KILL_GRACE_MS)) {
+                        if (!hb_sleep(h, grace_ms)) {
                                 pthread_mutex_unlock(&h->mu);
                                 hb_kill(h, SIGKILL);
                                 pthread_mutex_lock(&h->mu);

@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,7 @@ static int parse_backend(struct ctx *c, const struct field *f, void *base, const
 static int parse_reserved(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_sim(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_policy(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_signal(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_webhook(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_alert_rules(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
@@ -151,6 +153,7 @@ static const struct field fields[] = {
         {"tasks.kill_grace_s", K_INT, CFG(kill_grace_s), 0, 3600, NULL},
         {"tasks.max_log_bytes", K_I64, CFG(max_log_bytes), 4096, (int64_t)1 << 40, NULL},
         {"tasks.default_max_retries", K_INT, CFG(default_max_retries), 0, 100, NULL},
+        {"tasks.elastic_signal", K_CUSTOM, CFG(elastic_signal), 0, 0, parse_signal},
 
         {"monitor", K_SECTION, NOSTORE, 0, 0, NULL},
         {"monitor.sample_ms", K_INT, CFG(monitor_sample_ms), 100, 60000, NULL},
@@ -290,6 +293,7 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->default_lease_ttl_s = 60;
         cfg->max_lease_ttl_s = 86400;
         cfg->kill_grace_s = 10;
+        cfg->elastic_signal = SIGUSR1;
         cfg->max_log_bytes = (int64_t)64 << 20;
         cfg->default_max_retries = 1;
 
@@ -926,6 +930,19 @@ static int parse_backend(struct ctx *c, const struct field *f, void *base, const
                 memset(cfg->gpu_backend, 0, sizeof(cfg->gpu_backend));
                 gp_strlcpy(cfg->gpu_backend, backend_names[i], sizeof(cfg->gpu_backend));
         }
+        return r;
+}
+
+/* Signals an elastic task may be told about a new GPU set with: catchable
+ * ones whose default action the supervisor does not need. */
+static const char *const signal_names[] = {"SIGUSR1", "SIGUSR2", "SIGHUP", "SIGWINCH", "SIGURG", "SIGCONT"};
+static const int signal_numbers[] = {SIGUSR1, SIGUSR2, SIGHUP, SIGWINCH, SIGURG, SIGCONT};
+
+static int parse_signal(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        size_t i;
+        int r = scalar_enum(c, ev, signal_names, GP_ARRAY_SIZE(signal_names), &i);
+        if (r == 0)
+                ((gp_config *)base)->elastic_signal = signal_numbers[i];
         return r;
 }
 

@@ -166,6 +166,7 @@ typedef struct gp_config {
         int default_lease_ttl_s;             /* default 60 */
         int max_lease_ttl_s;                 /* default 86400 */
         int kill_grace_s;                    /* SIGTERM -> SIGKILL, default 10 */
+        int elastic_signal;                  /* told to an elastic task on a resize, default SIGUSR1 */
         int64_t max_log_bytes;               /* per task log cap, default 64 MiB */
         int default_max_retries;             /* default 1 */
 

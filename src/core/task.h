@@ -68,6 +68,9 @@ typedef struct gp_task {
         int64_t started_ms;               /* 0 while never started */
         int64_t finished_ms;              /* 0 until final */
         int64_t heartbeat_ms;             /* lease: last heartbeat */
+        int elastic_max_gpus;             /* 0, or elastic: gpu_request (min) < this <= GP_MAX_GANG */
+        int64_t preempt_deadline_ms;      /* lease being preempted: the holder must let go by
+                                             then (state stays queued; not stored) */
         int n_gpus;                       /* entries in gpus while running, else 0 */
         gp_task_gpu *gpus;                /* n_gpus entries, owned; NULL when n_gpus == 0 */
         int64_t sup_pid;                  /* batch: supervisor pid, 0 if none */

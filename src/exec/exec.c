@@ -48,6 +48,7 @@
 #define SPEC_NAME "spec.json"
 #define PIDFILE_NAME "supervisor.pid"
 #define RESULT_NAME "result.json"
+#define ALLOC_NAME "alloc.json"
 #define LOG_NAME "log"
 
 #define SPEC_MAX_BYTES ((size_t)1 << 20)   /* spec.json, both when written and read */
@@ -421,14 +422,42 @@ int gp_exec_watch(const gp_exec_proc *p, int *ret_fd) {
         return open_checked(p, false, ret_fd);
 }
 
-int gp_exec_cancel(const gp_exec_proc *p) {
+static int signal_supervisor(const gp_exec_proc *p, int sig) {
         int fd;
         int r = open_checked(p, true, &fd);
         if (r < 0)
                 return r;
-        if (syscall(SYS_pidfd_send_signal, fd, SIGTERM, NULL, 0) < 0)
+        if (syscall(SYS_pidfd_send_signal, fd, sig, NULL, 0) < 0)
                 r = errno == ESRCH ? -ESRCH : -errno;
         close(fd);
+        return r;
+}
+
+int gp_exec_cancel(const gp_exec_proc *p) {
+        return signal_supervisor(p, SIGTERM);
+}
+
+int gp_exec_preempt(const gp_exec_proc *p) {
+        return signal_supervisor(p, SIGUSR2);
+}
+
+int gp_exec_notify(const gp_exec_proc *p) {
+        return signal_supervisor(p, SIGUSR1);
+}
+
+static int mkdir_p(const char *path, mode_t mode);
+
+int gp_exec_write_alloc(const char *task_dir, const char *data, size_t len) {
+        if (!task_dir || !data || len > SPEC_MAX_BYTES)
+                return -EINVAL;
+        int r = mkdir_p(task_dir, 0700);
+        if (r < 0)
+                return r;
+        int dirfd = open_dir(task_dir);
+        if (dirfd < 0)
+                return dirfd;
+        r = write_atomic_at(dirfd, ALLOC_NAME, data, len);
+        close(dirfd);
         return r;
 }
 
@@ -490,9 +519,16 @@ static int set_int(json_t *o, const char *key, int64_t v) {
         return json_object_set_new(o, key, i) < 0 ? -ENOMEM : 0;
 }
 
+/* A signal a task may be told about resizes with: catchable, not one the
+ * supervisor relies on for itself. */
+static bool notify_ok(int sig) {
+        return sig == 0 || (sig > 0 && sig < NSIG && sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD);
+}
+
 static int spec_dump(const gp_exec_spec *s, char **ret) {
         if (!s->argv || !s->argv[0] || !s->argv[0][0] || s->task_id <= 0 || s->timeout_s < 0 ||
             s->timeout_s > TIMEOUT_MAX_S || s->kill_grace_s < 0 || s->kill_grace_s > GRACE_MAX_S ||
+            s->preempt_grace_s < 0 || s->preempt_grace_s > GRACE_MAX_S || !notify_ok(s->notify_signal) ||
             s->max_log_bytes <= 0)
                 return -EINVAL;
         json_t *o = json_object();
@@ -507,6 +543,8 @@ static int spec_dump(const gp_exec_spec *s, char **ret) {
             (r = set_int(o, "task_id", s->task_id)) < 0 ||
             (r = set_int(o, "timeout_s", s->timeout_s)) < 0 ||
             (r = set_int(o, "kill_grace_s", s->kill_grace_s)) < 0 ||
+            (r = set_int(o, "preempt_grace_s", s->preempt_grace_s)) < 0 ||
+            (r = set_int(o, "notify_signal", s->notify_signal ? s->notify_signal : SIGUSR1)) < 0 ||
             (r = set_int(o, "max_log_bytes", s->max_log_bytes)) < 0)
                 goto out;
         char *d = json_dumps(o, JSON_COMPACT);
@@ -784,6 +822,8 @@ typedef struct spec {
         int64_t task_id;
         int64_t timeout_s;           /* 0 = none */
         int64_t kill_grace_s;
+        int64_t preempt_grace_s;     /* missing in specs of older versions: kill_grace_s */
+        int64_t notify_signal;       /* missing: SIGUSR1 */
         int64_t max_log_bytes;
 } spec;
 
@@ -896,6 +936,19 @@ static int spec_load(int dirfd, spec *ret, char *why, size_t why_size) {
         }
         if (json_int_field(s.root, "kill_grace_s", 0, GRACE_MAX_S, &s.kill_grace_s) < 0) {
                 field = "kill_grace_s";
+                goto bad;
+        }
+        s.preempt_grace_s = s.kill_grace_s;
+        if (json_object_get(s.root, "preempt_grace_s") &&
+            json_int_field(s.root, "preempt_grace_s", 0, GRACE_MAX_S, &s.preempt_grace_s) < 0) {
+                field = "preempt_grace_s";
+                goto bad;
+        }
+        s.notify_signal = SIGUSR1;
+        if (json_object_get(s.root, "notify_signal") &&
+            (json_int_field(s.root, "notify_signal", 1, NSIG - 1, &s.notify_signal) < 0 ||
+             !notify_ok((int)s.notify_signal))) {
+                field = "notify_signal";
                 goto bad;
         }
         if (json_int_field(s.root, "max_log_bytes", 1, INT64_MAX, &s.max_log_bytes) < 0) {
@@ -1109,6 +1162,7 @@ typedef struct run {
         char last;                   /* last byte in the log ('\n' when empty) */
         gp_exec_end reason;          /* GP_EXEC_TIMEOUT/CANCELLED once stopping */
         bool stopping;               /* SIGTERM sent to the group */
+        bool preempted;              /* ... because of a preemption (SIGUSR2) */
         int last_sig;                /* last signal we sent to the group, 0 = none */
         int64_t kill_at;             /* mono ms to send SIGKILL, 0 = not pending */
         bool exited;                 /* the command has been reaped */
@@ -1195,7 +1249,7 @@ static void reap(run *r) {
         }
 }
 
-static void handle_signals(run *r, int sigfd, int64_t grace_s) {
+static void handle_signals(run *r, int sigfd, const spec *s) {
         for (;;) {
                 struct signalfd_siginfo si;
                 ssize_t n = read(sigfd, &si, sizeof(si));
@@ -1203,10 +1257,16 @@ static void handle_signals(run *r, int sigfd, int64_t grace_s) {
                         continue;
                 if (n != (ssize_t)sizeof(si))
                         return;
-                if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+                if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT || si.ssi_signo == SIGUSR2) {
                         reap(r);   /* a command that already ended was not cancelled */
+                        bool pre = si.ssi_signo == SIGUSR2;
+                        if (!r->exited && !r->stopping) {
+                                stop_group(r, GP_EXEC_CANCELLED, pre ? s->preempt_grace_s : s->kill_grace_s);
+                                r->preempted = pre;
+                        }
+                } else if (si.ssi_signo == SIGUSR1) {
                         if (!r->exited && !r->stopping)
-                                stop_group(r, GP_EXEC_CANCELLED, grace_s);
+                                kill(-r->pid, (int)s->notify_signal);
                 } else if (si.ssi_signo == SIGCHLD) {
                         reap(r);
                 }
@@ -1261,7 +1321,7 @@ static void supervise(run *r, const spec *s, int sigfd) {
                 if (n <= 0)
                         continue;
                 if (pfd[0].revents)
-                        handle_signals(r, sigfd, s->kill_grace_s);
+                        handle_signals(r, sigfd, s);
                 if (r->out >= 0 && pfd[1].revents)
                         pump_output(r);
         }
@@ -1278,7 +1338,7 @@ static void result_of(const run *r, const spec *s, gp_exec_result *res) {
                 if (r->reason == GP_EXEC_TIMEOUT)
                         set_message(res, "timed out after %lld s", (long long)s->timeout_s);
                 else
-                        set_message(res, "cancelled");
+                        set_message(res, r->preempted ? "preempted" : "cancelled");
         } else if (WIFSIGNALED(st)) {
                 res->end = GP_EXEC_SIGNALED;
                 res->signal = WTERMSIG(st);
@@ -1425,6 +1485,8 @@ int gp_exec_supervise_main(const char *task_dir) {
         sigaddset(&mask, SIGTERM);
         sigaddset(&mask, SIGINT);
         sigaddset(&mask, SIGCHLD);
+        sigaddset(&mask, SIGUSR1);
+        sigaddset(&mask, SIGUSR2);
         sigprocmask(SIG_SETMASK, &mask, NULL);
         struct sigaction sa;
         memset(&sa, 0, sizeof(sa));

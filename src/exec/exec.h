@@ -9,11 +9,13 @@
  *      through a pipe into TASK_DIR/log (capped at max_log_bytes; beyond the
  *      cap output is discarded and one marker line is written),
  *   3. enforces timeout_s (SIGTERM to the group, SIGKILL after kill_grace_s),
- *   4. on SIGTERM to itself (cancel) does the same to the group,
+ *   4. on SIGTERM to itself (cancel) does the same to the group; on
+ *      SIGUSR2 (preemption) the same with preempt_grace_s; on SIGUSR1
+ *      (an elastic task's GPU set changed) sends notify_signal to the group,
  *   5. writes TASK_DIR/result.json atomically (write tmp, fsync, rename)
  *      and exits.  result.json is the only truth about how the task ended.
  * Files in TASK_DIR: spec.json (written by gp_exec_start), supervisor.pid,
- * log, result.json.
+ * log, result.json, and for elastic tasks alloc.json (gp_exec_write_alloc).
  *
  * The daemon watches a supervisor with a pidfd (works for non-children and
  * after a daemon restart); when it becomes readable, read result.json.
@@ -35,6 +37,8 @@ typedef struct gp_exec_spec {
         const char *gpus;            /* value of GPUPOOL_GPUS, e.g. "local:0,local:1" */
         int64_t timeout_s;           /* 0 = none */
         int kill_grace_s;            /* SIGTERM -> SIGKILL delay, >= 0 */
+        int preempt_grace_s;         /* the same when preempted (SIGUSR2), >= 0 */
+        int notify_signal;           /* sent to the task on SIGUSR1; 0 = SIGUSR1 */
         int64_t max_log_bytes;       /* > 0 */
 } gp_exec_spec;
 
@@ -84,6 +88,19 @@ int gp_exec_watch(const gp_exec_proc *p, int *ret_fd);
 /* Ask the supervisor to stop the task (SIGTERM; it escalates itself).
  * 0, -ESRCH if it is gone. Idempotent. */
 int gp_exec_cancel(const gp_exec_proc *p);
+
+/* Ask the supervisor to stop the task because it was preempted (SIGUSR2:
+ * SIGTERM to the task, SIGKILL after preempt_grace_s).  0, -ESRCH. */
+int gp_exec_preempt(const gp_exec_proc *p);
+
+/* Tell the task its allocation changed (SIGUSR1 to the supervisor, which
+ * sends the spec's notify_signal to the task's process group).  Write
+ * alloc.json first.  0, -ESRCH. */
+int gp_exec_notify(const gp_exec_proc *p);
+
+/* Replace TASK_DIR/alloc.json with data (atomically; creates TASK_DIR).
+ * The task finds it in GPUPOOL_ALLOC_FILE.  0, -EINVAL, -errno. */
+int gp_exec_write_alloc(const char *task_dir, const char *data, size_t len);
 
 /* Read TASK_DIR/result.json. 0, -ENOENT (not ended yet), -EINVAL. */
 int gp_exec_read_result(const char *task_dir, gp_exec_result *ret);

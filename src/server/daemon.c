@@ -70,6 +70,7 @@ static gp_sched_req sched_req(const gp_task *t) {
                 .model = t->model, .gpu_model = t->gpu_model, .timeout_ms = t->timeout_s * 1000,
                 .submit_ms = t->submitted_ms,
                 .queue_deadline_ms = t->queue_timeout_s ? t->submitted_ms + t->queue_timeout_s * 1000 : 0,
+                .elastic_max_gpus = t->elastic_max_gpus,
         };
         return r;
 }
@@ -100,9 +101,15 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         r = r ? r : gp_buf_json_field_str(b, "name", t->name);
         r = r ? r : gp_buf_printf(b, ",\"kind\":\"%s\",\"state\":\"%s\",\"priority\":%d,\"gpu_request\":%d,"
                                      "\"memory_mb\":%" PRId64 ",\"exclusive\":%s,\"preemptible\":%s",
-                                  t->is_lease ? "lease" : "batch", gp_task_state_name(t->state), t->priority,
+                                  t->is_lease ? "lease" : "batch",
+                                  t->preempt_deadline_ms ? "preempting" : gp_task_state_name(t->state), t->priority,
                                   t->gpu_request, t->memory_mb, t->exclusive ? "true" : "false",
                                   t->preemptible ? "true" : "false");
+        if (t->elastic_max_gpus > 0)
+                r = r ? r : gp_buf_printf(b, ",\"elastic\":{\"min_gpus\":%d,\"max_gpus\":%d}", t->gpu_request,
+                                          t->elastic_max_gpus);
+        if (t->preempt_deadline_ms)
+                r = r ? r : gp_buf_json_field_time(b, "preempt_deadline", t->preempt_deadline_ms);
         r = r ? r : gp_buf_json_field_str(b, "model", t->model);
         r = r ? r : gp_buf_json_field_str(b, "gpu_model", t->gpu_model);
         if (r == 0 && t->spec) {
@@ -211,10 +218,20 @@ static void mark(batch *b, gp_task *t) {
         }
 }
 
+/* A preempted lease's grace period is over (released, ended, deadline
+ * passed or started again). */
+static void lease_let_go(gp_daemon *d, gp_task *t) {
+        if (!t->preempt_deadline_ms)
+                return;
+        t->preempt_deadline_ms = 0;
+        gp_i64map_del(&d->lpreempting, t->id);
+}
+
 /* End a task: final state, reason, times; frees its GPUs in the scheduler. */
 static void finish(gp_daemon *d, batch *b, gp_task *t, gp_task_state st, int64_t now) {
         gp_sched_remove_at(d->sched, t->id, now); /* its run counts for fair share up to now */
         gp_i64map_del(&d->leases, t->id);
+        lease_let_go(d, t);
         t->state = st;
         t->finished_ms = now;
         free(t->gpus);
@@ -387,7 +404,7 @@ static void apply_release(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *
                 return;
         }
         o->task = t;
-        if (t->state == GP_TASK_QUEUED) {
+        if (t->state == GP_TASK_QUEUED && !t->preempt_deadline_ms) {
                 set_reason(t, "released before it started");
                 finish(d, b, t, GP_TASK_CANCELLED, now);
                 return;
@@ -395,10 +412,11 @@ static void apply_release(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *
         t->has_exit_code = c->has_exit_code;
         t->exit_code = c->exit_code;
         if (c->has_exit_code && c->exit_code != 0) {
-                set_reason(t, "released by the holder with exit code %d", c->exit_code);
+                set_reason(t, "released by the holder with exit code %d%s", c->exit_code,
+                           t->preempt_deadline_ms ? " after it was preempted" : "");
                 finish(d, b, t, GP_TASK_FAILED, now);
         } else {
-                set_reason(t, "released by the holder");
+                set_reason(t, "released by the holder%s", t->preempt_deadline_ms ? " after it was preempted" : "");
                 finish(d, b, t, GP_TASK_SUCCEEDED, now);
         }
 }
@@ -408,6 +426,10 @@ static void apply_heartbeat(gp_daemon *d, cmd *c, int64_t now, outcome *o) {
         if (!t) {
                 o->lookup_id = c->id;
                 o->status = 409; /* a final lease cannot be kept alive */
+                return;
+        }
+        if (t->preempt_deadline_ms) {
+                o->task = t; /* 200 with state "preempting" and its deadline: let go before it */
                 return;
         }
         if (!t->is_lease || t->state != GP_TASK_RUNNING) {
@@ -565,6 +587,8 @@ static void apply_exit(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
         }
 }
 
+static char *alloc_json(const gp_task *t);
+
 /* Build the argv/env of a batch task from its spec. */
 static int spawn(gp_daemon *d, gp_task *t) {
         json_t *spec = json_loads(t->spec ? t->spec : "", 0, NULL);
@@ -575,8 +599,8 @@ static int spawn(gp_daemon *d, gp_task *t) {
         size_t n = json_array_size(cmdv);
         const char **argv = calloc(n + 1, sizeof(char *));
         size_t nenv = json_object_size(env);
-        const char **envv = calloc(nenv + 2, sizeof(char *));
-        char **envs = calloc(nenv + 2, sizeof(char *));
+        const char **envv = calloc(nenv + 3, sizeof(char *));
+        char **envs = calloc(nenv + 3, sizeof(char *));
         int rc = -ENOMEM;
         if (!argv || !envv || !envs || n == 0)
                 goto out;
@@ -595,6 +619,22 @@ static int spawn(gp_daemon *d, gp_task *t) {
         if (!envs[ei])
                 goto out;
         envv[ei] = envs[ei];
+        char dir[PATH_MAX];
+        task_dir(d, t->id, dir, sizeof(dir));
+        if (t->elastic_max_gpus > 0) {
+                /* the allocation file exists before the task does */
+                char *js = alloc_json(t);
+                rc = js ? gp_exec_write_alloc(dir, js, strlen(js)) : -ENOMEM;
+                free(js);
+                if (rc < 0)
+                        goto out;
+                rc = -ENOMEM;
+                if (asprintf(&envs[ei + 1], "GPUPOOL_ALLOC_FILE=%s/alloc.json", dir) < 0) {
+                        envs[ei + 1] = NULL;
+                        goto out;
+                }
+                envv[ei + 1] = envs[ei + 1];
+        }
         char cvd[GP_MAX_GANG * 8], gpus[GP_MAX_GANG * (GP_NODE_MAX + 8)];
         cuda_devices(t, cvd, sizeof(cvd));
         size_t off = 0;
@@ -606,9 +646,8 @@ static int spawn(gp_daemon *d, gp_task *t) {
                 .task_id = t->id, .argv = argv, .env = envv, .workdir = json_string_value(wd),
                 .cuda_visible_devices = cvd, .gpus = gpus, .timeout_s = t->timeout_s,
                 .kill_grace_s = d->cfg.kill_grace_s, .max_log_bytes = d->cfg.max_log_bytes,
+                .preempt_grace_s = d->cfg.preemption_grace_sec, .notify_signal = d->cfg.elastic_signal,
         };
-        char dir[PATH_MAX];
-        task_dir(d, t->id, dir, sizeof(dir));
         gp_exec_proc p;
         rc = gp_exec_start(d->self_exe, dir, &es, &p);
         if (rc == 0) {
@@ -617,7 +656,7 @@ static int spawn(gp_daemon *d, gp_task *t) {
         }
 out:
         if (envs)
-                for (size_t i = 0; i < nenv + 2; i++)
+                for (size_t i = 0; i < nenv + 3; i++)
                         free(envs[i]);
         free(envs);
         free(envv);
@@ -630,11 +669,14 @@ out:
 /* scheduling                                                          */
 
 /* The core preempted running task t and queued it again (its GPUs went to
- * a more urgent task, or back to their guarantee's owner).  A lease is
- * lost at once (the holder's next heartbeat is refused); a batch task is
- * stopped by its supervisor, and until that supervisor is gone no batch
- * task is started (so two processes never share the GPUs). */
-static void preempt(gp_daemon *d, batch *b, gp_task *t) {
+ * a more urgent task, or back to their guarantee's owner).  A batch task
+ * is stopped by its supervisor (SIGTERM, SIGKILL after
+ * preemption.grace_sec); a lease shows state "preempting" with a deadline
+ * grace_sec away (heartbeats answer 200 with it) and is lost when the
+ * holder releases it or the deadline passes.  Until every such run has let
+ * go, no batch task is started (so two processes never share the GPUs).
+ * What is stored is the truth after the grace: queued again. */
+static void preempt(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
         t->preempt_count++;
         t->state = GP_TASK_QUEUED;
         t->started_ms = 0;
@@ -644,10 +686,17 @@ static void preempt(gp_daemon *d, batch *b, gp_task *t) {
         set_reason(t, "preempted (%d time%s): its GPUs went to a more urgent task or back to their guarantee",
                    t->preempt_count, t->preempt_count > 1 ? "s" : "");
         gp_i64map_del(&d->leases, t->id);
+        if (t->is_lease && d->cfg.preemption_grace_sec > 0) {
+                t->preempt_deadline_ms = now + (int64_t)d->cfg.preemption_grace_sec * 1000;
+                if (gp_i64map_put(&d->lpreempting, t->id, t) < 0) {
+                        gp_error("out of memory; stopping");
+                        _exit(70);
+                }
+        }
         if (!t->is_lease) {
                 void *w = gp_i64map_del(&d->watch, t->id);
                 gp_exec_proc p = {t->sup_pid, t->sup_start};
-                if (w && gp_exec_cancel(&p) == 0 && gp_i64map_put(&d->draining, t->id, w) == 0) {
+                if (w && gp_exec_preempt(&p) == 0 && gp_i64map_put(&d->draining, t->id, w) == 0) {
                         d->ndraining++;
                 } else if (w) {
                         intptr_t fd = (intptr_t)w - 1;
@@ -672,6 +721,62 @@ static bool drained(gp_daemon *d, int64_t id) {
         return true;
 }
 
+/* t's GPUs are now those of decision dec. */
+static void set_gpus(gp_daemon *d, gp_task *t, const gp_sched_decision *dec) {
+        gp_task_gpu *g = calloc((size_t)dec->n_gpus, sizeof(*g));
+        if (!g) {
+                gp_error("out of memory placing task %" PRId64 "; stopping", t->id);
+                _exit(70);
+        }
+        for (int j = 0; j < dec->n_gpus; j++) {
+                gp_sched_gpu_view v;
+                gp_sched_gpu_get(d->sched, dec->gpus[j], &v);
+                gp_strlcpy(g[j].node, v.node, sizeof(g[j].node));
+                g[j].index = v.index;
+                gp_strlcpy(g[j].uuid, v.uuid, sizeof(g[j].uuid));
+        }
+        free(t->gpus);
+        t->gpus = g;
+        t->n_gpus = dec->n_gpus;
+}
+
+/* An elastic task grew or shrank.  The new set is stored with this batch;
+ * a lease holder sees it in the task and the heartbeat answer; a batch
+ * task gets alloc.json and its signal after the commit. */
+static void resize(gp_daemon *d, batch *b, gp_task *t, const gp_sched_decision *dec) {
+        int old = t->n_gpus;
+        set_gpus(d, t, dec);
+        mark(b, t);
+        gp_info("task %" PRId64 " resized from %d to %d GPUs", t->id, old, t->n_gpus);
+        if (t->is_lease)
+                return;
+        if (d->nresized == d->capresized) {
+                size_t c = d->capresized ? d->capresized * 2 : 16;
+                int64_t *p = realloc(d->resized, c * sizeof(*p));
+                if (!p) {
+                        gp_error("out of memory; stopping");
+                        _exit(70);
+                }
+                d->resized = p;
+                d->capresized = c;
+        }
+        d->resized[d->nresized++] = t->id;
+}
+
+/* The leases whose grace period ended without a release: lost. */
+static void expire_preempting(gp_daemon *d, batch *b, int64_t now) {
+        size_t pos = 0;
+        gp_task *t;
+        while ((t = gp_i64map_next(&d->lpreempting, &pos, NULL))) {
+                if (t->preempt_deadline_ms > now)
+                        continue;
+                lease_let_go(d, t);
+                set_reason(t, "preempted (%d time%s): the lease was lost after the %d s grace period",
+                           t->preempt_count, t->preempt_count > 1 ? "s" : "", d->cfg.preemption_grace_sec);
+                mark(b, t);
+        }
+}
+
 static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
         gp_sched_decision *dec = NULL;
         size_t n = 0, cap = 0;
@@ -690,26 +795,17 @@ static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
                         continue;
                 }
                 if (dec[i].kind == GP_DECIDE_PREEMPT) {
-                        preempt(d, b, t);
+                        preempt(d, b, t, now);
+                        continue;
+                }
+                if (dec[i].kind == GP_DECIDE_RESIZE) {
+                        resize(d, b, t, &dec[i]);
                         continue;
                 }
                 if (dec[i].kind != GP_DECIDE_START)
                         continue;
-                gp_task_gpu *g = calloc((size_t)dec[i].n_gpus, sizeof(*g));
-                if (!g) {
-                        gp_error("out of memory placing task %" PRId64 "; stopping", t->id);
-                        _exit(70);
-                }
-                for (int j = 0; j < dec[i].n_gpus; j++) {
-                        gp_sched_gpu_view v;
-                        gp_sched_gpu_get(d->sched, dec[i].gpus[j], &v);
-                        gp_strlcpy(g[j].node, v.node, sizeof(g[j].node));
-                        g[j].index = v.index;
-                        gp_strlcpy(g[j].uuid, v.uuid, sizeof(g[j].uuid));
-                }
-                free(t->gpus);
-                t->gpus = g;
-                t->n_gpus = dec[i].n_gpus;
+                set_gpus(d, t, &dec[i]);
+                lease_let_go(d, t);
                 t->state = GP_TASK_RUNNING;
                 t->started_ms = now;
                 t->heartbeat_ms = now;
@@ -862,6 +958,56 @@ static void free_final(gp_daemon *d, batch *b) {
         }
 }
 
+/* The allocation file of an elastic batch task (GPUPOOL_ALLOC_FILE):
+ * {"task_id", "n_gpus", "cuda_visible_devices", "gpus": [{node, index,
+ * uuid}]}.  NULL when out of memory. */
+static char *alloc_json(const gp_task *t) {
+        gp_buf b;
+        gp_buf_init(&b, 0);
+        char cvd[GP_MAX_GANG * 8];
+        cuda_devices(t, cvd, sizeof(cvd));
+        int r = gp_buf_printf(&b, "{\"task_id\":%" PRId64 ",\"n_gpus\":%d,\"min_gpus\":%d,\"max_gpus\":%d", t->id,
+                              t->n_gpus, t->gpu_request, t->elastic_max_gpus);
+        r = r ? r : gp_buf_json_field_str(&b, "cuda_visible_devices", cvd);
+        r = r ? r : gp_buf_puts(&b, ",\"gpus\":[");
+        for (int i = 0; r == 0 && i < t->n_gpus; i++) {
+                r = gp_buf_printf(&b, "%s{\"index\":%d", i ? "," : "", t->gpus[i].index);
+                r = r ? r : gp_buf_json_field_str(&b, "node", t->gpus[i].node);
+                r = r ? r : gp_buf_json_field_str(&b, "uuid", t->gpus[i].uuid);
+                r = r ? r : gp_buf_puts(&b, "}");
+        }
+        r = r ? r : gp_buf_puts(&b, "]}\n");
+        if (r < 0) {
+                gp_buf_done(&b);
+                return NULL;
+        }
+        return gp_buf_steal(&b);
+}
+
+/* Resized batch tasks (stored now): write their alloc.json, then signal
+ * them.  One not started yet gets its file when it starts. */
+static void notify_resized(gp_daemon *d) {
+        for (size_t i = 0; i < d->nresized; i++) {
+                pthread_mutex_lock(&d->lock);
+                gp_task *t = gp_i64map_get(&d->tasks, d->resized[i]);
+                char *js = t && t->state == GP_TASK_RUNNING && t->sup_pid ? alloc_json(t) : NULL;
+                gp_exec_proc p = {t ? t->sup_pid : 0, t ? t->sup_start : 0};
+                pthread_mutex_unlock(&d->lock);
+                if (!js)
+                        continue;
+                char dir[PATH_MAX];
+                task_dir(d, d->resized[i], dir, sizeof(dir));
+                int rc = gp_exec_write_alloc(dir, js, strlen(js));
+                if (rc == 0)
+                        rc = gp_exec_notify(&p);
+                if (rc < 0)
+                        gp_warn("task %" PRId64 ": could not tell it about its new GPUs: %s", d->resized[i],
+                                gp_strerror(rc));
+                free(js);
+        }
+        d->nresized = 0;
+}
+
 static void defer_spawn(gp_daemon *d, int64_t id) {
         if (d->ndeferred == d->capdeferred) {
                 size_t c = d->capdeferred ? d->capdeferred * 2 : 64;
@@ -915,6 +1061,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         }
         gp_tenants_tick(d, now, false);
         expire_leases(d, &b, now);
+        expire_preempting(d, &b, now);
         apply_decisions(d, &b, now);
         commit(d, &b);
         i = 0;
@@ -924,12 +1071,14 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         wake_waiters(d, now);
         pthread_mutex_unlock(&d->lock);
 
+        notify_resized(d);
         /* start supervisors only now that `running` is stored, and only
          * once no preempted run is still stopping */
         batch b2 = {0};
         for (size_t k = 0; k < b.nspawn; k++)
                 defer_spawn(d, b.spawn[k]->id);
-        while (d->ndraining == 0 && d->ndeferred > 0) {
+        bool lease_grace = d->lpreempting.live > 0; /* read under lock above; only this thread changes it */
+        while (d->ndraining == 0 && !lease_grace && d->ndeferred > 0) {
                 pthread_mutex_lock(&d->lock);
                 gp_task *t = gp_i64map_get(&d->tasks, d->deferred[--d->ndeferred]);
                 bool go = t && t->state == GP_TASK_RUNNING && !t->is_lease && t->sup_pid == 0 &&
@@ -987,6 +1136,10 @@ static int loop_timeout(gp_daemon *d) {
                 if (e < next)
                         next = e;
         }
+        pos = 0;
+        while ((t = gp_i64map_next(&d->lpreempting, &pos, NULL)))
+                if (t->preempt_deadline_ms < next)
+                        next = t->preempt_deadline_ms;
         for (hreq *r = d->waiters; r; r = r->wnext)
                 if (r->wait_until_ms < next)
                         next = r->wait_until_ms;
@@ -1332,6 +1485,7 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         gp_i64map_init(&d->leases);
         gp_i64map_init(&d->requeue);
         gp_i64map_init(&d->draining);
+        gp_i64map_init(&d->lpreempting);
         gp_i64map_init(&d->watch);
         d->started_ms = gp_now_ms();
         if (gp_monitor_attach(d, err, errlen) < 0)
@@ -1498,6 +1652,8 @@ void gp_daemon_close(gp_daemon *d) {
         while ((v = gp_i64map_next(&d->draining, &pos, NULL)))
                 close((int)((intptr_t)v - 1));
         gp_i64map_done(&d->draining);
+        gp_i64map_done(&d->lpreempting);
+        free(d->resized);
         free(d->deferred);
         pos = 0;
         while ((v = gp_i64map_next(&d->watch, &pos, NULL)))

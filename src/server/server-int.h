@@ -116,6 +116,11 @@ typedef struct gp_daemon {
         int64_t *gone;              /* tasks whose supervisor is gone, unprocessed; loop thread */
         gp_i64map draining;         /* preempted task id -> pidfd+1 of its old run, still stopping; loop thread */
         size_t ndraining;
+        gp_i64map lpreempting;      /* preempted leases in their grace period: id -> gp_task*
+                                       (t->preempt_deadline_ms set), under lock */
+        int64_t *resized;           /* batch tasks resized in this batch: alloc.json + signal after
+                                       the commit; loop thread */
+        size_t nresized, capresized;
         int64_t *deferred;          /* batch tasks to spawn once nothing drains; loop thread */
         size_t ndeferred, capdeferred;
         uint32_t rules_mask;        /* time rules in force (bit i = time_rules[i]), under lock */

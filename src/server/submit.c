@@ -138,6 +138,41 @@ static int build_spec(json_t *cmd, json_t *env, json_t *workdir, char **ret, cha
         return 0;
 }
 
+/* elastic: {min_gpus, max_gpus}.  min_gpus becomes gpu_request (a
+ * gpu_request given too must equal it); the task holds whole GPUs. */
+static int parse_elastic(json_t *v, json_t *gpu_request, gp_task *t, char *err, size_t errlen) {
+        if (!json_is_object(v))
+                return fail(err, errlen, "elastic: must be an object {\"min_gpus\": N, \"max_gpus\": M}");
+        const char *key;
+        json_t *x;
+        json_object_foreach(v, key, x) {
+                if (strcmp(key, "min_gpus") != 0 && strcmp(key, "max_gpus") != 0)
+                        return fail(err, errlen, "elastic: unknown field '%.64s'", key);
+        }
+        int64_t min = t->gpu_request, max;
+        int rc;
+        if ((x = json_object_get(v, "min_gpus")) &&
+            (rc = get_int(x, "elastic.min_gpus", 1, GP_MAX_GANG - 1, &min, err, errlen)) < 0)
+                return rc;
+        if (!(x = json_object_get(v, "max_gpus")))
+                return fail(err, errlen, "elastic.max_gpus: missing");
+        if ((rc = get_int(x, "elastic.max_gpus", 2, GP_MAX_GANG, &max, err, errlen)) < 0)
+                return rc;
+        if (max <= min)
+                return fail(err, errlen, "elastic: max_gpus (%" PRId64 ") must be greater than min_gpus (%" PRId64 ")",
+                            max, min);
+        if (gpu_request && json_object_get(v, "min_gpus") && min != t->gpu_request)
+                return fail(err, errlen, "elastic.min_gpus (%" PRId64 ") and gpu_request (%d) differ; give one",
+                            min, t->gpu_request);
+        if (t->memory_mb > 0)
+                return fail(err, errlen, "elastic: elastic tasks hold whole GPUs; leave out memory_mb");
+        t->gpu_request = (int)min;
+        t->elastic_max_gpus = (int)max;
+        t->memory_mb = 0;
+        t->exclusive = true;
+        return 0;
+}
+
 int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, gp_task *ret, char *err,
                     size_t errlen) {
         static const char *const known[] = {
@@ -240,10 +275,9 @@ int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, g
                         goto out;
                 t.max_retries = (int)x;
         }
-        if ((v = json_object_get(root, "elastic")) && !json_is_null(v)) {
-                rc = fail(err, errlen, "elastic: elastic tasks are not supported by this version yet");
+        if ((v = json_object_get(root, "elastic")) && !json_is_null(v) &&
+            (rc = parse_elastic(v, json_object_get(root, "gpu_request"), &t, err, errlen)) < 0)
                 goto out;
-        }
         json_t *cmd = json_object_get(root, "command");
         json_t *env = json_object_get(root, "env");
         json_t *wd = json_object_get(root, "workdir");

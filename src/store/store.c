@@ -356,7 +356,7 @@ static const char *const col_names[COL_COUNT] = {
         "id", "tenant", "name", "model", "gpu_model", "priority", "gpu_request", "memory_mb",
         "exclusive", "preemptible", "is_lease", "timeout_s", "queue_timeout_s", "lease_ttl_s",
         "max_retries", "retries", "preempt_count", "state", "exit_code", "reason", "submitted_ms",
-        "started_ms", "finished_ms", "heartbeat_ms", "sup_pid", "sup_start", "spec", "gpus",
+        "started_ms", "finished_ms", "heartbeat_ms", "sup_pid", "sup_start", "spec", "gpus", "elastic_max",
 };
 
 static int row_err(gp_store *s, int64_t id, int col, const char *why) {
@@ -447,8 +447,10 @@ int store_task_from_row(gp_store *s, const store_row *row, gp_task *ret) {
             (r = row_i64(s, row, t.id, COL_FINISHED_MS, INT64_MIN, INT64_MAX, &t.finished_ms)) < 0 ||
             (r = row_i64(s, row, t.id, COL_HEARTBEAT_MS, INT64_MIN, INT64_MAX, &t.heartbeat_ms)) < 0 ||
             (r = row_i64(s, row, t.id, COL_SUP_PID, INT64_MIN, INT64_MAX, &t.sup_pid)) < 0 ||
-            (r = row_i64(s, row, t.id, COL_SUP_START, INT64_MIN, INT64_MAX, &t.sup_start)) < 0)
+            (r = row_i64(s, row, t.id, COL_SUP_START, INT64_MIN, INT64_MAX, &t.sup_start)) < 0 ||
+            (r = row_i64(s, row, t.id, COL_ELASTIC_MAX, 0, GP_MAX_GANG, &v)) < 0)
                 return r;
+        t.elastic_max_gpus = (int)v;
         if (gp_task_state_parse(state, &t.state) < 0)
                 return row_err(s, t.id, COL_STATE, "unknown state name");
 

@@ -61,7 +61,14 @@ BAD_SUBMITS = [
     ('{"command": ["true"], "env": {"GPUPOOL_TASK_ID": "1"}}', ["GPUPOOL_TASK_ID"]),
     ('{"command": ["true"], "workdir": "relative/dir"}', ["workdir"]),
     ('{"env": {"A": "b"}}', ["env"]),
-    ('{"elastic": {"min_gpus": 1, "max_gpus": 4}}', ["elastic"]),
+    ('{"elastic": {"min_gpus": 2, "max_gpus": 2}}', ["max_gpus", "greater"]),
+    ('{"elastic": {"min_gpus": 1}}', ["elastic.max_gpus", "missing"]),
+    ('{"elastic": {"min_gpus": 1, "max_gpus": 17}}', ["elastic.max_gpus"]),
+    ('{"elastic": {"min_gpus": 0, "max_gpus": 4}}', ["elastic.min_gpus"]),
+    ('{"elastic": {"min_gpus": 1, "max_gpus": 4, "step": 1}}', ["elastic", "step"]),
+    ('{"elastic": [1, 4]}', ["elastic"]),
+    ('{"gpu_request": 2, "elastic": {"min_gpus": 1, "max_gpus": 4}}', ["differ"]),
+    ('{"memory_mb": 1000, "elastic": {"min_gpus": 1, "max_gpus": 4}}', ["whole GPUs"]),
 ]
 
 

@@ -120,8 +120,8 @@ def test_an_urgent_task_preempts_a_less_urgent_preemptible_batch_task(daemon_fac
     assert all(get(d, t["id"])["preempt_count"] == 0 for t in low if t["id"] != v["id"])
 
 
-def test_a_preempted_lease_holder_is_told_at_its_next_heartbeat(daemon_factory):
-    d = daemon_factory(PREEMPT)
+def test_a_preempted_lease_without_grace_is_lost_at_its_next_heartbeat(daemon_factory):
+    d = daemon_factory(PREEMPT.replace("min_runtime_sec: 0", "min_runtime_sec: 0, grace_sec: 0"))
     leases = [submit(d, tenant_id="bulk", priority=8, preemptible=True, exclusive=True) for _ in range(4)]
     urgent = submit(d, tenant_id="prod", priority=0, exclusive=True)
     assert urgent["state"] == "running"
@@ -129,6 +129,68 @@ def test_a_preempted_lease_holder_is_told_at_its_next_heartbeat(daemon_factory):
     assert len(lost) == 1 and get(d, lost[0]["id"])["preempt_count"] == 1
     r = post(d, "/api/v1/tasks/%d/heartbeat" % lost[0]["id"])
     assert r.status_code == 409
+
+
+def test_a_preempted_lease_is_preempting_until_its_deadline_then_lost(daemon_factory):
+    d = daemon_factory(PREEMPT.replace("min_runtime_sec: 0", "min_runtime_sec: 0, grace_sec: 3"))
+    leases = [submit(d, tenant_id="bulk", priority=8, preemptible=True, exclusive=True) for _ in range(4)]
+    before = time.time()
+    urgent = submit(d, tenant_id="prod", priority=0, command=["sh", "-c", "echo started"])
+    victims = [t for t in leases if get(d, t["id"])["preempt_count"] == 1]
+    assert len(victims) == 1
+    v = get(d, victims[0]["id"])
+    assert v["state"] == "preempting"
+    deadline = datetime.datetime.fromisoformat(v["preempt_deadline"].replace("Z", "+00:00")).timestamp()
+    assert before + 2 <= deadline <= time.time() + 3.5
+    # the holder is told, not refused, while the grace lasts
+    r = post(d, "/api/v1/tasks/%d/heartbeat" % v["id"])
+    assert r.status_code == 200 and r.json()["state"] == "preempting" and r.json()["preempt_deadline"]
+    # the urgent batch task holds the GPU but its process waits for the holder to let go
+    assert get(d, urgent["id"])["state"] == "running"
+    log = os.path.join(d.data_dir, "tasks", str(urgent["id"]), "log")
+    time.sleep(1)
+    assert not os.path.exists(log) or "started" not in open(log).read()
+    # nobody let go: after the deadline the lease is lost, queued again, and the task starts
+    wait_for(lambda: get(d, v["id"])["state"] == "queued", timeout=10)
+    assert "lost after the 3 s grace period" in get(d, v["id"])["reason"]
+    assert post(d, "/api/v1/tasks/%d/heartbeat" % v["id"]).status_code == 409
+    assert wait_for(lambda: os.path.exists(log) and "started" in open(log).read(), timeout=10)
+    assert time.time() >= deadline - 0.2
+
+
+def test_a_preempted_lease_released_in_its_grace_ends_and_lets_the_urgent_task_go(daemon_factory):
+    d = daemon_factory(PREEMPT.replace("min_runtime_sec: 0", "min_runtime_sec: 0, grace_sec: 60"))
+    leases = [submit(d, tenant_id="bulk", priority=8, preemptible=True, exclusive=True) for _ in range(4)]
+    urgent = submit(d, tenant_id="prod", priority=0, command=["sh", "-c", "echo started"])
+    v = [t for t in leases if get(d, t["id"])["state"] == "preempting"][0]
+    r = post(d, "/api/v1/tasks/%d/release" % v["id"], exit_code=0)
+    assert r.status_code == 200 and r.json()["state"] == "succeeded"
+    assert "after it was preempted" in r.json()["reason"]
+    log = os.path.join(d.data_dir, "tasks", str(urgent["id"]), "log")
+    assert wait_for(lambda: os.path.exists(log) and "started" in open(log).read(), timeout=10)
+    assert get(d, urgent["id"])["state"] in ("running", "succeeded")
+
+
+def test_a_preempted_batch_task_gets_the_preemption_grace_not_the_cancel_grace(daemon_factory, tmp_path):
+    d = daemon_factory(PREEMPT.replace("min_runtime_sec: 0", "min_runtime_sec: 0, grace_sec: 4"))
+    mark = tmp_path / "term"
+    stubborn = ("trap 'echo term >> %s' TERM; echo up; while true; do sleep 0.1; done" % mark)
+    low = [submit(d, tenant_id="bulk", priority=7, preemptible=True, command=["sh", "-c", stubborn])
+           for _ in range(4)]
+    for t in low:
+        log = os.path.join(d.data_dir, "tasks", str(t["id"]), "log")
+        wait_for(lambda: os.path.exists(log) and "up" in open(log).read())
+    pids = {t["id"]: int(open(os.path.join(d.data_dir, "tasks", str(t["id"]), "supervisor.pid")).read().split()[0])
+            for t in low}
+    submit(d, tenant_id="prod", priority=1, command=["true"])
+    v = wait_for(lambda: [t for t in low if get(d, t["id"])["preempt_count"] == 1])[0]
+    wait_for(lambda: mark.exists())  # SIGTERM came, the task ignores it
+    time.sleep(2)  # past tasks.kill_grace_s (1 s): still running, since the grace is 4 s
+    assert pid_alive(pids[v["id"]])
+    assert wait_for(lambda: not pid_alive(pids[v["id"]]), timeout=10)
+    # back in the queue, it runs again once the urgent task is done
+    assert wait_for(lambda: get(d, v["id"])["state"] == "running", timeout=10)
+    assert get(d, v["id"])["preempt_count"] == 1
 
 
 def test_reclaim_returns_guaranteed_gpus_to_their_owner(daemon_factory):
@@ -139,7 +201,7 @@ def test_reclaim_returns_guaranteed_gpus_to_their_owner(daemon_factory):
     # the owner comes back (same tier): its guarantee is reclaimed at once
     mine = [submit(d, tenant_id="owner", exclusive=True) for _ in range(2)]
     assert all(t["state"] == "running" for t in mine), [t["reason"] for t in mine]
-    back = [t for t in borrowed if get(d, t["id"])["state"] == "queued"]
+    back = [t for t in borrowed if get(d, t["id"])["state"] in ("queued", "preempting")]
     assert len(back) == 2
     # a third owner task beyond the guarantee does not reclaim more
     extra = submit(d, tenant_id="owner", exclusive=True)

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,7 @@ static void test_defaults_match_design(void **state) {
         assert_int_equal(c.default_lease_ttl_s, 60);
         assert_int_equal(c.max_lease_ttl_s, 86400);
         assert_int_equal(c.kill_grace_s, 10);
+        assert_int_equal(c.elastic_signal, SIGUSR1);
         assert_int_equal(c.max_log_bytes, 64 << 20);
         assert_int_equal(c.default_max_retries, 1);
         assert_int_equal(gp_config_validate(&c, err, sizeof(err)), 0);
@@ -118,6 +120,7 @@ static const char full_yaml[] =
         "  default_lease_ttl_s: 30\n"
         "  max_lease_ttl_s: 3600\n"
         "  kill_grace_s: 2\n"
+        "  elastic_signal: SIGWINCH\n"
         "  max_log_bytes: 1048576\n"
         "  default_max_retries: 0\n";
 
@@ -169,6 +172,7 @@ static void test_full_file_overrides_every_key(void **state) {
         assert_int_equal(c.default_lease_ttl_s, 30);
         assert_int_equal(c.max_lease_ttl_s, 3600);
         assert_int_equal(c.kill_grace_s, 2);
+        assert_int_equal(c.elastic_signal, SIGWINCH);
         assert_int_equal(c.max_log_bytes, 1048576);
         assert_int_equal(c.default_max_retries, 0);
         assert_int_equal(gp_config_validate(&c, err, sizeof(err)), 0);
@@ -416,6 +420,10 @@ static const struct bad bad_inputs[] = {
          "t.yaml:1: scheduler.policy: expected one of hybrid, strict, fifo; got wfq", -EINVAL},
         {"gpus: {backend: cuda}\n", "t.yaml:1: gpus.backend: expected one of auto, nvml, sim; got cuda", -EINVAL},
         {"store: {sync: off}\n", "t.yaml:1: store.sync: expected one of full, normal; got off", -EINVAL},
+        {"tasks: {elastic_signal: SIGKILL}\n",
+         "t.yaml:1: tasks.elastic_signal: expected one of SIGUSR1, SIGUSR2, SIGHUP, SIGWINCH, SIGURG, SIGCONT; got SIGKILL",
+         -EINVAL},
+        {"tasks: {elastic_signal: 10}\n", "t.yaml:1: tasks.elastic_signal: expected one of SIGUSR1", -EINVAL},
         /* out of range */
         {"server:\n  http_threads: 0\n", "t.yaml:2: server.http_threads: must be between 1 and 256, got 0",
          -EINVAL},

@@ -460,6 +460,65 @@ static void test_cancel_escalates_to_sigkill_after_grace(void **state) {
         assert_int_equal(res.signal, SIGKILL);
 }
 
+static void test_preempt_uses_the_preemption_grace_and_says_preempted(void **state) {
+        fixture *f = *state;
+        const char *argv[] = {"sh", "-c", "trap '' TERM; echo ready; sleep 30", NULL};
+        gp_exec_spec s = make_spec(argv);
+        s.kill_grace_s = 0;       /* a cancel would SIGKILL at once */
+        s.preempt_grace_s = 2;
+        gp_exec_proc p;
+        start(f->task, &s, &p);
+        wait_log_has(f->task, "ready\n", 5000);
+        assert_int_equal(gp_exec_preempt(&p), 0);
+        sleep_ms(1000);
+        gp_exec_result res;
+        assert_int_equal(gp_exec_read_result(f->task, &res), -ENOENT); /* still in its grace */
+        expect_result(f->task, 5000, &res);
+        assert_int_equal(res.end, GP_EXEC_CANCELLED);
+        assert_int_equal(res.signal, SIGKILL);
+        assert_string_equal(res.message, "preempted");
+}
+
+static void test_notify_sends_the_configured_signal_after_alloc_is_written(void **state) {
+        fixture *f = *state;
+        /* on SIGWINCH the task copies the allocation file into its log */
+        const char *argv[] = {"sh", "-c",
+                              "trap 'cat \"$GPUPOOL_ALLOC_FILE\"' WINCH; echo ready; "
+                              "i=0; while [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done",
+                              NULL};
+        char env_alloc[PATH_MAX + 32];
+        snprintf(env_alloc, sizeof(env_alloc), "GPUPOOL_ALLOC_FILE=%s/alloc.json", f->task);
+        const char *env[] = {env_alloc, NULL};
+        gp_exec_spec s = make_spec(argv);
+        s.env = env;
+        s.notify_signal = SIGWINCH;
+        const char *first = "{\"n_gpus\":1}\n", *second = "{\"n_gpus\":3}\n";
+        assert_int_equal(gp_exec_write_alloc(f->task, first, strlen(first)), 0);
+        gp_exec_proc p;
+        start(f->task, &s, &p);
+        wait_log_has(f->task, "ready\n", 5000);
+        assert_int_equal(gp_exec_write_alloc(f->task, second, strlen(second)), 0);
+        assert_int_equal(gp_exec_notify(&p), 0);
+        wait_log_has(f->task, "{\"n_gpus\":3}", 5000);
+        /* the supervisor itself survived the signal and still cancels */
+        assert_int_equal(gp_exec_cancel(&p), 0);
+        gp_exec_result res;
+        expect_result(f->task, 5000, &res);
+        assert_int_equal(res.end, GP_EXEC_CANCELLED);
+}
+
+static void test_start_rejects_uncatchable_notify_signal(void **state) {
+        fixture *f = *state;
+        const char *argv[] = {"true", NULL};
+        gp_exec_spec s = make_spec(argv);
+        s.notify_signal = SIGKILL;
+        gp_exec_proc p;
+        assert_int_equal(gp_exec_start(self_exe, f->task, &s, &p), -EINVAL);
+        s.notify_signal = 0;
+        s.preempt_grace_s = -1;
+        assert_int_equal(gp_exec_start(self_exe, f->task, &s, &p), -EINVAL);
+}
+
 /* ---- output ---- */
 
 static void test_log_is_capped_with_one_marker_and_task_finishes(void **state) {
@@ -957,6 +1016,9 @@ int main(int argc, char **argv) {
                 T(test_timeout_kills_child_that_traps_sigterm_after_grace),
                 T(test_cancel_kills_the_whole_process_group),
                 T(test_cancel_escalates_to_sigkill_after_grace),
+                T(test_preempt_uses_the_preemption_grace_and_says_preempted),
+                T(test_notify_sends_the_configured_signal_after_alloc_is_written),
+                T(test_start_rejects_uncatchable_notify_signal),
                 T(test_log_is_capped_with_one_marker_and_task_finishes),
                 T(test_task_completes_after_its_starter_is_killed),
                 T(test_supervisor_ignores_sighup_and_sigpipe),

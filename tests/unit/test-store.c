@@ -252,6 +252,7 @@ static gp_task make_full_task(int64_t id) {
         t.heartbeat_ms = INT64_MIN;
         t.sup_pid = 4242;
         t.sup_start = 987654321;
+        t.elastic_max_gpus = GP_MAX_GANG;
         t.spec = strdup("{\"command\":[\"python3\",\"train.py\",\"--x=\\\"y\\\"\"],"
                         "\"env\":{\"K\":\"V \xe4\xb8\xad\"},\"workdir\":\"/data\"}");
         t.n_gpus = 3;
@@ -295,6 +296,7 @@ static void assert_task_equal(const gp_task *a, const gp_task *b) {
         assert_int_equal(a->heartbeat_ms, b->heartbeat_ms);
         assert_int_equal(a->sup_pid, b->sup_pid);
         assert_int_equal(a->sup_start, b->sup_start);
+        assert_int_equal(a->elastic_max_gpus, b->elastic_max_gpus);
         if (a->spec || b->spec) {
                 assert_non_null(a->spec);
                 assert_non_null(b->spec);
@@ -705,7 +707,7 @@ static void test_meta_set_get_and_missing_key(void **state) {
 
         /* the store's own key is readable but reserved */
         assert_int_equal(gp_store_meta_get(s, "schema_version", buf, sizeof(buf)), 0);
-        assert_string_equal(buf, "1");
+        assert_string_equal(buf, "2");
         assert_int_equal(gp_store_meta_set(s, "schema_version", "7"), -EINVAL);
         assert_int_equal(gp_store_meta_set(s, "", "x"), -EINVAL);
 
@@ -977,6 +979,28 @@ static void test_newer_schema_version_is_refused(void **state) {
         assert_non_null(strstr(err, "newer"));
 }
 
+static void test_version_1_database_is_migrated_keeping_its_tasks(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        gp_task t = make_full_task(5);
+        t.elastic_max_gpus = 0;
+        put_ok(s, &t);
+        gp_store_close(s);
+        /* back to the schema of version 1: no elastic_max column */
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN elastic_max");
+        fx->be->raw_exec(fx, "UPDATE meta SET value = '1' WHERE key = 'schema_version'");
+        s = open_store(fx);
+        gp_task got;
+        assert_int_equal(gp_store_task_get(s, 5, &got), 0);
+        assert_task_equal(&t, &got);
+        gp_task_done(&got);
+        char v[16];
+        assert_int_equal(gp_store_meta_get(s, "schema_version", v, sizeof(v)), 0);
+        assert_string_equal(v, "2");
+        gp_task_done(&t);
+        gp_store_close(s);
+}
+
 /* ---- SQLite-only cases ---- */
 
 static void test_sqlite_bad_urls_are_einval_with_message(void **state) {
@@ -1205,7 +1229,9 @@ static void test_postgres_reconnects_after_losing_the_connection(void **state) {
         cmocka_unit_test_prestate_setup_teardown(test_transaction_misuse_is_reported, fx_setup,          \
                                                  fx_teardown, (void *)(be)),                              \
         cmocka_unit_test_prestate_setup_teardown(test_newer_schema_version_is_refused, fx_setup,         \
-                                                 fx_teardown, (void *)(be))
+                                                 fx_teardown, (void *)(be)),                              \
+        cmocka_unit_test_prestate_setup_teardown(test_version_1_database_is_migrated_keeping_its_tasks,  \
+                                                 fx_setup, fx_teardown, (void *)(be))
 
 int main(void) {
         const backend *sq = &sqlite_backend;

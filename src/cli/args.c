@@ -23,7 +23,7 @@
 
 enum opt_id {
         O_API, O_KEY, O_JSON, O_HELP, O_VERSION,
-        O_GPUS, O_MEM, O_PRIO, O_NAME, O_MODEL, O_GPU_MODEL, O_EXCL, O_PREEMPT,
+        O_GPUS, O_MEM, O_PRIO, O_NAME, O_MODEL, O_GPU_MODEL, O_EXCL, O_PREEMPT, O_ELASTIC,
         O_TIMEOUT, O_QTIMEOUT, O_ENV, O_WORKDIR, O_TENANT, O_TTL,
         O_ALL, O_STATE, O_LIMIT, O_FOLLOW,
 };
@@ -54,6 +54,7 @@ static const struct opt opts[] = {
         {"gpu-model", 0, true, O_GPU_MODEL, V(SUBMIT) | V(RUN)},
         {"exclusive", 0, false, O_EXCL, V(SUBMIT) | V(RUN)},
         {"preemptible", 0, false, O_PREEMPT, V(SUBMIT) | V(RUN)},
+        {"elastic", 0, true, O_ELASTIC, V(SUBMIT)},
         {"timeout", 0, true, O_TIMEOUT, V(SUBMIT) | V(RUN)},
         {"queue-timeout", 0, true, O_QTIMEOUT, V(SUBMIT) | V(RUN)},
         {"env", 0, true, O_ENV, V(SUBMIT) | V(RUN)},
@@ -81,7 +82,7 @@ static const struct verb_info {
                 "gpupool submit [--gpus N] [--mem MB] [--priority P] [--name S] [--model M]\n"
                 "                      [--gpu-model GLOB] [--exclusive] [--preemptible] [--timeout SEC]\n"
                 "                      [--queue-timeout SEC] [--env K=V]... [--workdir DIR] [--tenant T]\n"
-                "                      [--] COMMAND [ARG...]",
+                "                      [--elastic MIN:MAX] [--] COMMAND [ARG...]",
                 "gpupool submit [--gpus N] [--mem MB] [--priority P] [OPTIONS] [--] COMMAND [ARG...]\n"
                 "       ('gpupool help submit' lists every option)",
                 "queue a batch task; prints its id",
@@ -99,6 +100,8 @@ static const struct verb_info {
                 "  --env K=V            set an environment variable (repeatable)\n"
                 "  --workdir DIR        working directory on the GPU node\n"
                 "  --tenant T           submit for tenant T (when the key allows it)\n"
+                "  --elastic MIN:MAX    elastic: start on MIN whole GPUs, grow to MAX when idle;\n"
+                "                       the task reads its GPUs from $GPUPOOL_ALLOC_FILE on SIGUSR1\n"
                 "Prints the new task's id alone (or the task with --json).\n"},
         [GP_CLI_RUN] = {
                 "run",
@@ -538,6 +541,25 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                         if ((r = body_set(p, "preemptible", json_true(), "--preemptible")) < 0)
                                 return r;
                         break;
+                case O_ELASTIC: {
+                        /* MIN:MAX; the server checks MIN < MAX */
+                        char lo[8], hi[8];
+                        const char *colon = strchr(val, ':');
+                        size_t nlo = colon ? (size_t)(colon - val) : 0;
+                        if (!colon || nlo == 0 || nlo >= sizeof(lo) || strlen(colon + 1) >= sizeof(hi))
+                                return fail(p, "--elastic: expected MIN:MAX, e.g. 1:4, got '%s'", val);
+                        memcpy(lo, val, nlo);
+                        lo[nlo] = '\0';
+                        gp_strlcpy(hi, colon + 1, sizeof(hi));
+                        int64_t mn, mx;
+                        if ((r = want_int(p, "--elastic MIN", lo, 1, GP_MAX_GANG, &mn)) < 0 ||
+                            (r = want_int(p, "--elastic MAX", hi, 1, GP_MAX_GANG, &mx)) < 0)
+                                return r;
+                        json_t *e = json_pack("{s:I, s:I}", "min_gpus", (json_int_t)mn, "max_gpus", (json_int_t)mx);
+                        if ((r = body_set(p, "elastic", e, "--elastic")) < 0)
+                                return r;
+                        break;
+                }
                 case O_TIMEOUT:
                         if ((r = want_int(p, "--timeout", val, 0, GP_CLI_SECONDS_MAX, &v)) < 0 ||
                             (r = body_set(p, "timeout_s", json_integer(v), "--timeout")) < 0)

@@ -297,6 +297,12 @@ static void test_submit_builds_body_from_every_option(void **state) {
         assert_string_equal(json_string_value(json_array_get(cmd, 2)), "--lr");
         assert_null(json_object_get(p.c.body, "lease_ttl_s"));
         parse_done(&p);
+        PARSE(&p, "submit", "--elastic", "2:8", "train.sh");
+        assert_int_equal(p.rc, 0);
+        json_t *el = json_object_get(p.c.body, "elastic");
+        assert_int_equal(json_integer_value(json_object_get(el, "min_gpus")), 2);
+        assert_int_equal(json_integer_value(json_object_get(el, "max_gpus")), 8);
+        parse_done(&p);
 }
 
 static void test_submit_sends_only_given_fields(void **state) {
@@ -373,6 +379,8 @@ static void test_numbers_are_strict_and_bounded(void **state) {
                 {"--gpus", ""},       {"--gpus", "+2"},     {"--mem", "-1"},    {"--mem", "1e3"},
                 {"--timeout", "-5"},  {"--timeout", "1.5"}, {"--queue-timeout", "x"},
                 {"--mem", "99999999999999999999"},
+                {"--elastic", "4"},   {"--elastic", ":4"},  {"--elastic", "1:"}, {"--elastic", "0:4"},
+                {"--elastic", "1:17"}, {"--elastic", "1:4:8"}, {"--elastic", "a:b"},
         };
         for (size_t i = 0; i < GP_ARRAY_SIZE(cases); i++) {
                 struct parsed p;

@@ -94,6 +94,7 @@ typedef struct sgpu {
         int bucket;                /* -1 when not listed */
         uint32_t resv_stamp;       /* == run stamp: reserved for the blocked task */
         int slot;                  /* position in its node's gpu list */
+        uint64_t grow_seq;         /* when an elastic task grew onto it (s->grow_seq) */
 } sgpu;
 
 typedef struct snode {
@@ -138,6 +139,10 @@ struct stask {
         int64_t share;             /* milli-GPUs held while running */
         int64_t *pre_by;           /* ids of the tasks it was preempted for */
         int n_pre_by, pre_by_cap;
+        uint8_t nmin, nmax;        /* elastic: least and most GPUs (nmax 0 = not elastic);
+                                      ngpus is the current count, nmin while queued */
+        uint32_t el_idx;           /* index in s->el while running (elastic) */
+        int64_t seg_ms;            /* while running: since when it has held ngpus GPUs */
 };
 
 /* A tenant's queued tasks of one tier, by id: an array with holes (NULL
@@ -260,6 +265,11 @@ struct gp_sched {
         uint32_t pv_n, pv_cap;
         size_t npre;               /* running preemptible tasks */
         uint64_t total_preempted;
+        stask **el;                /* running elastic tasks (t->el_idx), any order */
+        uint32_t nel, el_cap;
+        uint64_t grow_seq;         /* counts GPUs grown onto (last grown = highest) */
+        struct eord *eo;           /* grow pass scratch */
+        uint32_t eo_cap;
 };
 
 /* ------------------------------------------------------------------ */
@@ -1261,6 +1271,8 @@ void gp_sched_free(gp_sched *s) {
         free(s->gr);
         free(s->wbuf);
         free(s->pv);
+        free(s->el);
+        free(s->eo);
         intern_done(&s->tenants);
         intern_done(&s->models);
         intern_done(&s->groups);
@@ -2021,7 +2033,8 @@ static void queue_del(gp_sched *s, stask *t) {
 
 static int req_check(const gp_sched_req *r) {
         if (!r || r->id <= 0 || r->priority < 0 || r->priority >= GP_PRIORITY_LEVELS || r->gpus < 1 ||
-            r->gpus > GP_MAX_GANG || r->memory_mb < 0 || r->timeout_ms < 0 || r->queue_deadline_ms < 0)
+            r->gpus > GP_MAX_GANG || r->memory_mb < 0 || r->timeout_ms < 0 || r->queue_deadline_ms < 0 ||
+            (r->elastic_max_gpus != 0 && (r->elastic_max_gpus <= r->gpus || r->elastic_max_gpus > GP_MAX_GANG)))
                 return -EINVAL;
         return 0;
 }
@@ -2034,11 +2047,13 @@ static int las_level(const gp_sched *s, int64_t attained) {
         return l;
 }
 
-/* GPU-ms t has held, counting a running task up to now. */
+/* GPU-ms t has held, counting a running task up to now (attained holds
+ * its finished runs and the closed intervals of this run: an elastic task
+ * closes one at each resize). */
 static int64_t attained_at(const stask *t, int64_t now) {
-        if (!t->running || now <= t->start_ms)
+        if (!t->running || now <= t->seg_ms)
                 return t->attained;
-        return t->attained + (int64_t)t->ngpus * (now - t->start_ms);
+        return t->attained + (int64_t)t->ngpus * (now - t->seg_ms);
 }
 
 /* The tier a (not running) task belongs in. */
@@ -2059,6 +2074,13 @@ static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
         t->timeout_ms = r->timeout_ms;
         t->submit_ms = r->submit_ms;
         t->deadline_ms = r->queue_deadline_ms;
+        t->nmin = (uint8_t)r->gpus;
+        t->nmax = (uint8_t)r->elastic_max_gpus;
+        if (t->nmax) {
+                /* elastic tasks hold whole GPUs */
+                t->excl = true;
+                t->mem = 0;
+        }
         if (intern_get(&s->tenants, r->tenant, &t->tenant) < 0 || tenant_ensure(s, t->tenant) < 0 ||
             intern_get(&s->models, r->model, &t->model) < 0)
                 goto oom;
@@ -2084,6 +2106,7 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
                 return -EINVAL;
         }
         uint64_t kinds = kinds_for_glob(s, (r->gpu_model && *r->gpu_model) ? r->gpu_model : NULL);
+        int64_t mem = r->elastic_max_gpus ? 0 : r->memory_mb; /* elastic: whole GPUs */
         int64_t largest = 0;
         int most_on_node = 0;
         bool kind_seen = false;
@@ -2097,7 +2120,7 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
                         kind_seen = true;
                         if (g->usable > largest)
                                 largest = g->usable;
-                        if (g->usable >= r->memory_mb && g->usable > 0)
+                        if (g->usable >= mem && g->usable > 0)
                                 cnt++;
                 }
                 if (cnt >= r->gpus)
@@ -2112,7 +2135,7 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
         else if (!kind_seen)
                 snprintf(why, size, "no GPU matches gpu_model '%s'",
                          r->gpu_model && *r->gpu_model ? r->gpu_model : "*");
-        else if (largest < r->memory_mb)
+        else if (largest < mem)
                 snprintf(why, size,
                          "no GPU has %" PRId64 " MB usable (largest: %" PRId64 " MB after the %" PRId64
                          " MB safety margin)",
@@ -2157,6 +2180,12 @@ int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
 }
 
 static int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t now) {
+        if (t->nmax) {
+                stask **el = grow(s->el, sizeof(*el), &s->el_cap, s->nel + 1);
+                if (!el)
+                        return -ENOMEM;
+                s->el = el;
+        }
         t->charge = t->excl ? 0 : t->mem;
         int i;
         for (i = 0; i < n; i++) {
@@ -2168,8 +2197,13 @@ static int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t 
                 t->gpus[i] = gpus[i];
         }
         t->running = true;
-        t->start_ms = now;
+        t->ngpus = (uint8_t)n;
+        t->start_ms = t->seg_ms = now;
         t->start_stamp = s->stamp;
+        if (t->nmax) {
+                t->el_idx = s->nel;
+                s->el[s->nel++] = t;
+        }
         s->running++;
         t->share = fit_share(s, t, gpus, n);
         stenant *T = &s->tn[t->tenant];
@@ -2207,11 +2241,17 @@ static void stop(gp_sched *s, stask *t, int64_t now) {
         T->run_milli -= t->share;
         tenant_in(s, T);
         t->share = 0;
+        if (t->nmax) {
+                stask *last = s->el[--s->nel];
+                s->el[t->el_idx] = last;
+                last->el_idx = t->el_idx;
+                t->ngpus = t->nmin; /* queued again at its minimum */
+        }
 }
 
 int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t *gpus, int n,
                              int64_t start_ms) {
-        if (req_check(r) < 0 || n != r->gpus)
+        if (req_check(r) < 0 || n < r->gpus || n > (r->elastic_max_gpus ? r->elastic_max_gpus : r->gpus))
                 return -EINVAL;
         if (map_get(s, r->id))
                 return -EEXIST;
@@ -2244,6 +2284,8 @@ int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t 
                 task_free(t);
                 return rc;
         }
+        for (int i = t->nmin; i < n; i++)
+                s->gpus[gpus[i]].grow_seq = ++s->grow_seq; /* grown in the order given */
         s->gen++;
         return 0;
 }
@@ -2814,6 +2856,343 @@ static int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv, bool a
         return 1;
 }
 
+/* ------------------------------------------------------------------ */
+/* elastic tasks: grow onto idle GPUs, shrink for the task whose turn it is */
+
+/* Close t's current interval at now: what it held so far counts as
+ * attained service and, through tenant_out/in, as its tenant's usage. */
+static void resize_begin(gp_sched *s, stask *t, int64_t now) {
+        t->attained = attained_at(t, now);
+        if (now > t->seg_ms)
+                t->seg_ms = now;
+        stenant *T = &s->tn[t->tenant];
+        tenant_out(s, T);
+        usage_advance(s, T, now);
+}
+
+/* Add idle GPU gi to running elastic task t (it becomes its last GPU).
+ * 0 or -ENOMEM (nothing changed). */
+static int grow_onto(gp_sched *s, stask *t, uint32_t gi, int64_t now) {
+        stenant *T = &s->tn[t->tenant];
+        t->charge = s->gpus[gi].usable;
+        resize_begin(s, t, now);
+        int rc = gpu_attach(s, gi, t);
+        if (rc == 0) {
+                t->gpus[t->ngpus++] = gi;
+                t->share += 1000;
+                T->run_milli += 1000;
+        }
+        tenant_in(s, T);
+        return rc;
+}
+
+/* Give back t's last GPU (it must be above its minimum). */
+static void shrink_one(gp_sched *s, stask *t, int64_t now) {
+        stenant *T = &s->tn[t->tenant];
+        uint32_t gi = t->gpus[t->ngpus - 1];
+        resize_begin(s, t, now);
+        t->charge = s->gpus[gi].usable;
+        gpu_detach(s, gi, t);
+        t->ngpus--;
+        t->share -= 1000;
+        T->run_milli -= 1000;
+        tenant_in(s, T);
+}
+
+static int emit_resize(const stask *t, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap) {
+        gp_sched_decision d = {.kind = GP_DECIDE_RESIZE, .id = t->id, .n_gpus = t->ngpus};
+        memcpy(d.gpus, t->gpus, (size_t)t->ngpus * sizeof(uint32_t));
+        return emit(ret, ret_n, ret_cap, &d);
+}
+
+/* Room for `extra` more decisions, so that a change and its report cannot
+ * be split by a failed allocation. */
+static int emit_room(gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap, size_t extra) {
+        if (*ret_n + extra <= *ret_cap)
+                return 0;
+        size_t c = *ret_cap ? *ret_cap : 64;
+        while (c < *ret_n + extra)
+                c *= 2;
+        gp_sched_decision *p = realloc(*ret, c * sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        *ret = p;
+        *ret_cap = c;
+        return 0;
+}
+
+static uint32_t task_node(const gp_sched *s, const stask *t) {
+        return s->gpus[t->gpus[0]].node;
+}
+
+/* Could GPU g take w right now (the test place() uses)? */
+static bool fits_now(const gp_sched *s, const stask *w, const sgpu *g, bool avoid) {
+        return w->excl ? idle_fits(s, w, g, avoid) : shared_fits(s, w, g, avoid);
+}
+
+/* Plan the fewest grown GPUs to give back on node ni so that w fits there:
+ * have[i] is the count el[i] would keep (el[i] among the n elastic tasks
+ * of the node).  Each step frees, of the tasks' last grown GPUs, the one
+ * that is cheapest to reach (GPUs that w could not use, e.g. drained ones,
+ * must go too when they were grown later), ties to the last grown.  Returns
+ * the GPUs given back, or -1 when the node cannot make room. */
+static int shrink_plan(const gp_sched *s, const stask *w, uint32_t ni, stask *const *el, int n, int *have,
+                       bool avoid) {
+        const snode *nd = &s->nodes[ni];
+        if (!(nd->kinds & w->kinds) || nd->ngpus < w->ngpus)
+                return -1;
+        int need = w->ngpus;
+        for (int i = 0; i < nd->ngpus && need > 0; i++)
+                need -= fits_now(s, w, &s->gpus[nd->gpus[i]], avoid);
+        if (need <= 0)
+                return -1; /* not for want of GPUs: shrinking would not help */
+        for (int i = 0; i < n; i++)
+                have[i] = el[i]->ngpus;
+        int cost = 0;
+        while (need > 0) {
+                int bi = -1, bc = 0;
+                uint64_t bseq = 0;
+                for (int i = 0; i < n; i++) {
+                        const stask *t = el[i];
+                        int c = 0;
+                        for (int k = have[i] - 1; k >= t->nmin; k--) {
+                                c++;
+                                if (gpu_could(s, &s->gpus[t->gpus[k]], w, avoid))
+                                        break;
+                                if (k == t->nmin)
+                                        c = 0; /* nothing usable for w to reach */
+                        }
+                        if (!c)
+                                continue;
+                        uint64_t seq = s->gpus[t->gpus[have[i] - 1]].grow_seq;
+                        if (bi < 0 || c < bc || (c == bc && seq > bseq)) {
+                                bi = i;
+                                bc = c;
+                                bseq = seq;
+                        }
+                }
+                if (bi < 0)
+                        return -1;
+                have[bi] -= bc;
+                cost += bc;
+                need--;
+        }
+        return cost;
+}
+
+/* Policy order of running elastic tasks for the grow pass (key = tier),
+ * or their order by node for shrink planning (key = node). */
+typedef struct eord {
+        int64_t key;
+        int64_t id;
+        stask *t;
+        int before;                /* grow pass: its GPU count before the pass */
+} eord;
+
+static int cmp_eord(const void *a, const void *b) {
+        const eord *x = a, *y = b;
+        if (x->key != y->key)
+                return x->key < y->key ? -1 : 1;
+        return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Let w, the task whose turn it is, start by shrinking elastic tasks on the
+ * node where that gives back the fewest GPUs (then the lowest node).  On
+ * success the shrinks are applied and reported (RESIZE), *f is w's
+ * placement and 1 is returned; 0 if no node can make room or w's gates
+ * hold it there (nothing changed); -ENOMEM. */
+static int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit *f, gp_sched_decision **ret,
+                      size_t *ret_n, size_t *ret_cap) {
+        /* the running elastic tasks above their minimum, by node */
+        uint32_t m = 0;
+        for (uint32_t i = 0; i < s->nel; i++)
+                m += s->el[i]->ngpus > s->el[i]->nmin;
+        if (!m)
+                return 0;
+        eord *eo = grow(s->eo, sizeof(*eo), &s->eo_cap, m);
+        if (!eo)
+                return -ENOMEM;
+        s->eo = eo;
+        m = 0;
+        for (uint32_t i = 0; i < s->nel; i++)
+                if (s->el[i]->ngpus > s->el[i]->nmin)
+                        eo[m++] = (eord){task_node(s, s->el[i]), s->el[i]->id, s->el[i], 0};
+        qsort(eo, m, sizeof(*eo), cmp_eord);
+        stask *el[MAX_NODE_GPUS];
+        int have[MAX_NODE_GPUS];
+        int best = -1;
+        uint32_t bn = NIL, bfirst = 0;
+        int bcount = 0;
+        for (uint32_t i = 0; i < m;) {
+                uint32_t ni = (uint32_t)eo[i].key, first = i;
+                int n = 0;
+                for (; i < m && eo[i].key == ni; i++)
+                        el[n++] = eo[i].t; /* at most one per GPU of the node */
+                int c = shrink_plan(s, w, ni, el, n, have, avoid);
+                if (c > 0 && (best < 0 || c < best)) {
+                        best = c;
+                        bn = ni;
+                        bfirst = first;
+                        bcount = n;
+                }
+        }
+        if (bn == NIL)
+                return 0;
+        int n = bcount;
+        for (int i = 0; i < n; i++)
+                el[i] = eo[bfirst + (uint32_t)i].t;
+        shrink_plan(s, w, bn, el, n, have, avoid);
+        /* each shrunk task's RESIZE and w's START */
+        if (emit_room(ret, ret_n, ret_cap, (size_t)n + 1) < 0)
+                return -ENOMEM;
+        uint32_t gone[MAX_NODE_GPUS][GP_MAX_GANG];
+        uint8_t had[MAX_NODE_GPUS];
+        for (int i = 0; i < n; i++) {
+                had[i] = el[i]->ngpus;
+                memcpy(gone[i], el[i]->gpus, sizeof(gone[i]));
+                while (el[i]->ngpus > have[i])
+                        shrink_one(s, el[i], now);
+        }
+        int64_t a1, a2, a3;
+        if (!place(s, w, avoid, f) || gate(s, w, fit_share(s, w, f->gpus, f->n), &a1, &a2, &a3)) {
+                /* w could not start after all: grow them back as they were
+                 * (their GPUs keep the room they had, nothing to allocate) */
+                for (int i = 0; i < n; i++)
+                        while (el[i]->ngpus < had[i]) {
+                                uint32_t gi = gone[i][el[i]->ngpus];
+                                uint64_t seq = s->gpus[gi].grow_seq;
+                                int rc = grow_onto(s, el[i], gi, now);
+                                if (rc < 0)
+                                        return rc;
+                                s->gpus[gi].grow_seq = seq;
+                        }
+                return 0;
+        }
+        for (int i = 0; i < n; i++)
+                if (el[i]->ngpus < had[i] && emit_resize(el[i], ret, ret_n, ret_cap) < 0)
+                        return -ENOMEM; /* cannot happen: room was made */
+        return 1;
+}
+
+/* May t take one more whole GPU?  Its tenant stays within max_gpus_milli
+ * and its group within its share (borrowing as for a start), and the
+ * growth does not end its group's claim (below its share with tasks
+ * waiting) while another group waits: that would release tasks held for
+ * it, which would then take the GPUs back. */
+static bool grow_ok(const gp_sched *s, const stask *t) {
+        const stenant *T = &s->tn[t->tenant];
+        if (T->max_milli > 0 && T->run_milli + 1000 > T->max_milli)
+                return false;
+        if (!T->group)
+                return true;
+        if (group_holds(s, T, 1000))
+                return false;
+        const sgroup *g = &s->gr[T->group];
+        if (!g->needy)
+                return true;
+        int64_t waiting = g->waiting;
+        if (!tenant_full(T) && T->max_milli > 0 && T->run_milli + 1000 >= T->max_milli)
+                waiting -= T->queued;
+        if (waiting > 0 && g->run_milli + 1000 < group_cap(s, g))
+                return true;
+        for (uint32_t gi = 1; gi < s->groups.n && gi < s->gr_cap; gi++)
+                if (gi != T->group && s->gr[gi].waiting > 0)
+                        return false;
+        return true;
+}
+
+/* The idle GPU of t's node it should grow onto: usable, of a kind it may
+ * use, closest to the GPUs it holds when the topology is known (then the
+ * node's order).  NIL if none. */
+static uint32_t grow_pick(const gp_sched *s, const stask *t) {
+        const snode *nd = &s->nodes[task_node(s, t)];
+        uint32_t best = NIL;
+        int best_d = 0;
+        for (int i = 0; i < nd->ngpus; i++) {
+                const sgpu *g = &s->gpus[nd->gpus[i]];
+                if (!idle_fits(s, t, g, true))
+                        continue;
+                int d = 0;
+                if (nd->has_dist)
+                        for (int k = 0; k < t->ngpus; k++) {
+                                int a = g->slot, b = s->gpus[t->gpus[k]].slot;
+                                d += (a < TOPO_MAX && b < TOPO_MAX) ? nd->dist[a][b] : 255;
+                        }
+                if (best == NIL || d < best_d) {
+                        best = nd->gpus[i];
+                        best_d = d;
+                }
+        }
+        return best;
+}
+
+/* Is a queued task left that its tenant's and group's rules allow to
+ * start?  Asked of every task, not of the walk: a task skipped only
+ * because its tenant or group was held by another task in this run could
+ * come first in the next one.  O(queued), and only asked when some
+ * elastic task could grow. */
+static bool may_start_any(const gp_sched *s) {
+        for (int q = 0; q < GP_PRIORITY_LEVELS; q++)
+                for (const stask *t = s->tiers[q].head; t; t = t->next) {
+                        int64_t a1, a2, a3;
+                        if (!gate(s, t, share_lb(s, t), &a1, &a2, &a3))
+                                return true;
+                }
+        return false;
+}
+
+static bool can_grow(const gp_sched *s, const stask *t) {
+        return t->ngpus < t->nmax && s->nodes[task_node(s, t)].idle > 0;
+}
+
+/* The grow pass, at the end of a run in which no task that may start is
+ * left waiting: elastic tasks below their maximum take idle GPUs of their
+ * node, in policy order, passing over them again until none grows (a
+ * growth may end another group's claim and so free a task held for it);
+ * each grown task is reported once.  0 or -ENOMEM. */
+static int grow_all(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap) {
+        uint32_t m = 0;
+        for (uint32_t i = 0; i < s->nel; i++)
+                m += can_grow(s, s->el[i]);
+        if (!m || may_start_any(s))
+                return 0;
+        eord *eo = grow(s->eo, sizeof(*eo), &s->eo_cap, m);
+        if (!eo || emit_room(ret, ret_n, ret_cap, m) < 0)
+                return -ENOMEM;
+        s->eo = eo;
+        m = 0;
+        for (uint32_t i = 0; i < s->nel; i++) {
+                stask *t = s->el[i];
+                if (!can_grow(s, t))
+                        continue;
+                int key = s->cfg.policy == GP_SCHED_LAS    ? las_level(s, attained_at(t, now))
+                          : s->cfg.policy == GP_SCHED_FIFO ? 0
+                                                           : t->prio;
+                eo[m++] = (eord){key, t->id, t, t->ngpus};
+        }
+        qsort(eo, m, sizeof(*eo), cmp_eord);
+        int rc = 0;
+        for (bool again = true; again && rc == 0;) {
+                again = false;
+                for (uint32_t i = 0; i < m && rc == 0; i++) {
+                        stask *t = eo[i].t;
+                        while (t->ngpus < t->nmax && grow_ok(s, t)) {
+                                uint32_t gi = grow_pick(s, t);
+                                if (gi == NIL)
+                                        break;
+                                if ((rc = grow_onto(s, t, gi, now)) < 0)
+                                        break;
+                                s->gpus[gi].grow_seq = ++s->grow_seq;
+                                again = true;
+                        }
+                }
+        }
+        for (uint32_t i = 0; i < m; i++)
+                if (eo[i].t->ngpus > eo[i].before)
+                        emit_resize(eo[i].t, ret, ret_n, ret_cap); /* room was made */
+        return rc;
+}
+
 /* Set t's reason to a rule of its tenant or group and hold the tenant (or
  * group) for the rest of the run. */
 static void hold(gp_sched *s, stask *t, int code, int64_t a1, int64_t a2, int64_t a3) {
@@ -2921,7 +3300,22 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 continue;
                         }
                 }
-                if (!placed && preempt_on && (!resv || (guaranteed && T->reclaim_stamp != s->stamp))) {
+                /* elastic tasks give back grown GPUs before anything is
+                 * preempted or reserved: for the task whose turn it is,
+                 * and for one that may reclaim behind the reservation */
+                bool may_reclaim = preempt_on && resv && guaranteed && T->reclaim_stamp != s->stamp;
+                if (!placed && s->nel && (!resv || may_reclaim)) {
+                        int pr = shrink_for(s, t, now, avoid, &f, ret, ret_n, ret_cap);
+                        if (pr < 0)
+                                return pr;
+                        if (pr > 0) {
+                                memo = (fail_memo){.shared_mem = {-1, -1}};
+                                walk_refresh(s, &w);
+                                known_fail = false;
+                                placed = true;
+                        }
+                }
+                if (!placed && preempt_on && (!resv || may_reclaim)) {
                         int pr = make_room(s, t, now, resv != NULL, avoid, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
@@ -3000,6 +3394,9 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 else
                         set_reason(s, t, R_GANG_SHARED, t->ngpus, t->mem);
         }
+        /* no task that may start is left waiting: elastic tasks grow */
+        if (!resv && s->nel)
+                return grow_all(s, now, ret, ret_n, ret_cap);
         return 0;
 }
 
@@ -3052,7 +3449,7 @@ int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now) {
                         int64_t at = v->start_ms + s->cfg.las_min_run_ms;
                         if (las_level(s, attained_at(v, now)) <= qmin) {
                                 int64_t need = s->cfg.las_thresholds_ms[qmin] - v->attained;
-                                int64_t tc = v->start_ms + (need + v->ngpus - 1) / v->ngpus;
+                                int64_t tc = v->seg_ms + (need + v->ngpus - 1) / v->ngpus;
                                 if (tc > at)
                                         at = tc;
                         }

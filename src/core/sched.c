@@ -3062,8 +3062,14 @@ static int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit *f, gp
                                 uint32_t gi = gone[i][el[i]->ngpus];
                                 uint64_t seq = s->gpus[gi].grow_seq;
                                 int rc = grow_onto(s, el[i], gi, now);
-                                if (rc < 0)
+                                if (rc < 0) {
+                                        /* (cannot happen: nothing to allocate) report
+                                         * what changed, as it is */
+                                        for (int k = 0; k < n; k++)
+                                                if (el[k]->ngpus != had[k])
+                                                        emit_resize(el[k], ret, ret_n, ret_cap);
                                         return rc;
+                                }
                                 s->gpus[gi].grow_seq = seq;
                         }
                 return 0;
@@ -3110,7 +3116,7 @@ static uint32_t grow_pick(const gp_sched *s, const stask *t) {
         int best_d = 0;
         for (int i = 0; i < nd->ngpus; i++) {
                 const sgpu *g = &s->gpus[nd->gpus[i]];
-                if (!idle_fits(s, t, g, true))
+                if (!idle_fits(s, t, g, false))
                         continue;
                 int d = 0;
                 if (nd->has_dist)
@@ -3126,18 +3132,43 @@ static uint32_t grow_pick(const gp_sched *s, const stask *t) {
         return best;
 }
 
+static bool gate_holds(const gp_sched *s, const stask *t) {
+        int64_t a1, a2, a3;
+        return gate(s, t, share_lb(s, t), &a1, &a2, &a3) != 0;
+}
+
 /* Is a queued task left that its tenant's and group's rules allow to
- * start?  Asked of every task, not of the walk: a task skipped only
- * because its tenant or group was held by another task in this run could
- * come first in the next one.  O(queued), and only asked when some
- * elastic task could grow. */
+ * start?  Not taken from the walk: a task skipped because its tenant or
+ * group was held by another task in this run may come first in the next
+ * run's order and would then take back what grew.  Per tenant and queue
+ * only the first task counts: every walk examines a tenant's tasks of a
+ * queue by id, and one held holds the rest.  The same holds across queues
+ * where the order is fixed (fifo: by id; strict and las: the more urgent
+ * queue first; hybrid: P0 first).  O(tenants with tasks queued x queues),
+ * asked only when some elastic task could grow. */
 static bool may_start_any(const gp_sched *s) {
-        for (int q = 0; q < GP_PRIORITY_LEVELS; q++)
-                for (const stask *t = s->tiers[q].head; t; t = t->next) {
-                        int64_t a1, a2, a3;
-                        if (!gate(s, t, share_lb(s, t), &a1, &a2, &a3))
+        gp_sched_policy pol = s->cfg.policy;
+        for (int q = 0; q < GP_PRIORITY_LEVELS; q++) {
+                const tier *tr = &s->tiers[q];
+                for (uint32_t j = 0; j < tr->nact; j++) {
+                        const stenant *T = &s->tn[tr->act[j]];
+                        const stask *h = T->q[q].v[T->q[q].lo];
+                        if (gate_holds(s, h))
+                                continue;
+                        bool held = false;
+                        for (int q2 = 0; q2 < GP_PRIORITY_LEVELS && !held; q2++) {
+                                if (q2 == q || !T->q[q2].n)
+                                        continue;
+                                const stask *h2 = T->q[q2].v[T->q[q2].lo];
+                                bool before = pol == GP_SCHED_FIFO ? h2->id < h->id
+                                              : pol == GP_SCHED_HYBRID ? q2 == 0
+                                                                       : q2 < q;
+                                held = before && gate_holds(s, h2);
+                        }
+                        if (!held)
                                 return true;
                 }
+        }
         return false;
 }
 
@@ -3145,11 +3176,13 @@ static bool can_grow(const gp_sched *s, const stask *t) {
         return t->ngpus < t->nmax && s->nodes[task_node(s, t)].idle > 0;
 }
 
-/* The grow pass, at the end of a run in which no task that may start is
- * left waiting: elastic tasks below their maximum take idle GPUs of their
- * node, in policy order, passing over them again until none grows (a
- * growth may end another group's claim and so free a task held for it);
- * each grown task is reported once.  0 or -ENOMEM. */
+/* The grow pass, at the end of every run: if no task that may start is
+ * left waiting (then a reservation, if any, is for a task that is held
+ * and protects nothing), elastic tasks below their maximum take idle GPUs
+ * of their node, in policy order, passing over them again until none
+ * grows (a growth may end another group's claim on idle GPUs and so let
+ * a task of the group grow); each grown task is reported once.  0 or
+ * -ENOMEM. */
 static int grow_all(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap) {
         uint32_t m = 0;
         for (uint32_t i = 0; i < s->nel; i++)
@@ -3394,8 +3427,10 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 else
                         set_reason(s, t, R_GANG_SHARED, t->ngpus, t->mem);
         }
-        /* no task that may start is left waiting: elastic tasks grow */
-        if (!resv && s->nel)
+        /* elastic tasks grow if no task that may start is left waiting
+         * (the reservation too may be moot: its holder can be held by
+         * what started after it in this run) */
+        if (s->nel)
                 return grow_all(s, now, ret, ret_n, ret_cap);
         return 0;
 }

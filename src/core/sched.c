@@ -21,13 +21,21 @@
  *   - gr[]: per group (id from the groups intern): share, running share,
  *     tasks waiting; `needy_groups` counts groups below their share with
  *     tasks waiting (what caps the other groups).
+ *   - el[]: the running elastic tasks.  An elastic task holds whole GPUs
+ *     (excl, mem 0) on one node: gpus[0..nmin) as it started, then the
+ *     GPUs it grew onto in the order it took them (each GPU's grow_seq
+ *     says when), so a shrink drops a suffix; ngpus is the current count
+ *     (nmin while queued), and seg_ms starts the interval over which it
+ *     has held ngpus GPUs (attained counts the closed ones).
  * Invariants: a GPU is in a bucket iff usable && !excl && ntasks > 0; a
  * node is in idle list k iff k == its count of usable idle GPUs and k > 0;
  * alloc on a GPU is the sum of the charges of the tasks on it; a queued
  * task is in its tier list and in its tenant's tlist for that tier; a
  * tenant's run_milli is the sum of `share` over its running tasks, and a
  * group's run_milli and waiting are the sums over its tenants (waiting
- * counts the queued tasks of tenants not at their quota).
+ * counts the queued tasks of tenants not at their quota); a task is in
+ * el[] (at el_idx) iff it is running and elastic, with nmin <= ngpus <=
+ * nmax and share == 1000 * ngpus.
  */
 #include "core/sched.h"
 

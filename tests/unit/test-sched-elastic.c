@@ -393,6 +393,44 @@ static void test_growth_respects_group_share_while_another_group_waits(void **st
         gp_sched_free(s);
 }
 
+/* g1 is below its share with a task waiting (one that its tenant's quota
+ * keeps from starting), which holds g2's task at g2's share.  Growing g1's
+ * elastic task to g1's share would end that claim and free g2's task,
+ * which would take the GPU back in the next run: no growth. */
+static void test_growth_does_not_free_a_task_held_for_its_group(void **st) {
+        (void)st;
+        gp_sched *s = mk();
+        add_node(s, "n", 4);
+        assert_int_equal(gp_sched_group_set(s, "g1", 50), 0);
+        assert_int_equal(gp_sched_group_set(s, "g2", 50), 0);
+        tenant(s, "a", "g1", 0, 0);
+        tenant(s, "a2", "g1", 0, 1000);
+        tenant(s, "b", "g2", 0, 0);
+        run_out o = {0};
+        enq(s, rq(1, "b", 5, 1));
+        enq(s, rq(2, "b", 5, 1));
+        enq(s, erq(3, "a", 5, 1, 4));
+        enq(s, rq(4, "a2", 5, 2)); /* waits in g1 for ever: 2 GPUs, a2 may hold 1 */
+        enq(s, rq(5, "b", 5, 1));  /* would take g2 past its share while g1 claims */
+        run(s, SEC, &o);
+        assert_true(is_running(s, 1) && is_running(s, 2));
+        assert_false(is_running(s, 5));
+        assert_int_equal(ngpus(s, 3), 1);
+        assert_int_equal(run(s, 2 * SEC, &o), 0);
+        char why[256];
+        assert_int_equal(gp_sched_task_reason(s, 5, why, sizeof(why)), 0);
+        assert_string_equal(why, "group g2 is at its 50% share");
+        assert_int_equal(ngpus(s, 3), 1);
+        assert_int_equal(run(s, 2 * SEC, &o), 0);
+        /* once g1's claim goes, task 5 takes the idle GPU */
+        assert_int_equal(gp_sched_remove(s, 4), 0);
+        run(s, 3 * SEC, &o);
+        assert_non_null(find(&o, GP_DECIDE_START, 5));
+        assert_int_equal(ngpus(s, 3), 1);
+        free(o.d);
+        gp_sched_free(s);
+}
+
 /* ---- shrinking ---- */
 
 /* 4 GPUs: R (preemptible, P9) on one, E (1..3) grown onto the others, the
@@ -954,6 +992,7 @@ int main(void) {
                 cmocka_unit_test(test_elastic_task_grows_past_a_tenant_held_by_its_first_task),
                 cmocka_unit_test(test_growth_respects_tenant_max_gpus_and_unusable_gpus),
                 cmocka_unit_test(test_growth_respects_group_share_while_another_group_waits),
+                cmocka_unit_test(test_growth_does_not_free_a_task_held_for_its_group),
                 cmocka_unit_test(test_shrinks_last_grown_first_before_preempting),
                 cmocka_unit_test(test_shrinks_last_grown_first_with_preemption_off),
                 cmocka_unit_test(test_shrinks_the_fewest_gpus_on_the_best_node),

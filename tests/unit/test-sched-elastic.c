@@ -610,6 +610,42 @@ static void test_shrink_comes_before_the_reservation_and_backfill(void **st) {
         gp_sched_free(s);
 }
 
+/* Behind a reservation, a task of a tenant within its guarantee may
+ * reclaim (preemption on): it too is served by shrinking first, never on
+ * the reserved GPUs. */
+static void test_reclaim_behind_the_reservation_shrinks_first(void **st) {
+        (void)st;
+        gp_sched *s = mk_cfg(GP_SCHED_HYBRID, true, 0);
+        add_node(s, "a", 4);
+        add_node(s, "b", 2);
+        gp_sched_tenant_cfg own = {.weight = 1, .guaranteed_gpus_milli = 2000};
+        assert_int_equal(gp_sched_tenant_set(s, "own", &own), 0);
+        run_out o = {0};
+        gp_sched_req big = rq(1, "t", 5, 4);
+        big.timeout_ms = 3600 * SEC;
+        enq(s, big);
+        gp_sched_req e = erq(2, "x", 5, 1, 2);
+        e.preemptible = true;
+        enq(s, e);
+        run(s, SEC, &o);
+        assert_int_equal(ngpus(s, 2), 2); /* all of b */
+        enq(s, rq(3, "w", 0, 4)); /* blocked: a reservation on a */
+        enq(s, rq(4, "own", 5, 1));
+        assert_int_equal(run(s, 100 * SEC, &o), 2);
+        assert_int_equal(o.d[0].kind, GP_DECIDE_RESIZE);
+        assert_int_equal(o.d[0].id, 2);
+        assert_int_equal(o.d[0].n_gpus, 1);
+        assert_int_equal(o.d[1].kind, GP_DECIDE_START);
+        assert_int_equal(o.d[1].id, 4);
+        assert_true(o.d[1].backfilled);
+        gp_sched_gpu_view g;
+        gp_sched_gpu_get(s, o.d[1].gpus[0], &g);
+        assert_string_equal(g.node, "b");
+        assert_false(is_running(s, 3));
+        free(o.d);
+        gp_sched_free(s);
+}
+
 static void test_las_shrinks_before_preempting(void **st) {
         (void)st;
         gp_sched *s = mk_cfg(GP_SCHED_LAS, false, 5 * SEC);
@@ -998,6 +1034,7 @@ int main(void) {
                 cmocka_unit_test(test_shrinks_the_fewest_gpus_on_the_best_node),
                 cmocka_unit_test(test_does_not_shrink_when_the_task_could_not_start_anyway),
                 cmocka_unit_test(test_shrink_comes_before_the_reservation_and_backfill),
+                cmocka_unit_test(test_reclaim_behind_the_reservation_shrinks_first),
                 cmocka_unit_test(test_las_shrinks_before_preempting),
                 cmocka_unit_test(test_restore_running_accepts_min_to_max_gpus),
                 cmocka_unit_test(test_share_usage_and_attained_service_follow_resizes),

@@ -8,9 +8,9 @@ import json
 import os
 
 import pytest
-import requests
 
-from apiutil import kill9, reap_supervisors, restart, wait_for  # noqa: F401  (reap_supervisors: autouse)
+from apiutil import kill9, post, reap_supervisors, restart, submit, wait_for  # noqa: F401  (reap_supervisors: autouse)
+from apiutil import task as get
 
 pytestmark = pytest.mark.e2e
 
@@ -22,22 +22,6 @@ CONFIG = ("gpus: {backend: sim}\n"
 SCRIPT = ('trap \'echo "alloc $(tr -d "\\n" < "$GPUPOOL_ALLOC_FILE")"\' USR1; '
           'echo "start $CUDA_VISIBLE_DEVICES $(tr -d "\\n" < "$GPUPOOL_ALLOC_FILE")"; '
           'i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done')
-
-
-def post(d, path, **body):
-    return requests.post(d.url + path, json=body, timeout=20)
-
-
-def submit(d, **body):
-    r = post(d, "/api/v1/tasks", **body)
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def get(d, tid):
-    r = requests.get(d.url + "/api/v1/tasks/%d" % tid, timeout=20)
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def indexes(t):

@@ -16,10 +16,8 @@
 
 #include "base/err.h"
 #include "core/sched.h"
+#include "sched-fixture.h"
 
-#define MEM 24564 /* 22564 MB usable after the 2000 MB margin */
-#define USABLE 22564
-#define SEC 1000
 
 static gp_sched *mk_cfg(gp_sched_policy policy, bool preemption, int64_t min_run_ms) {
         gp_sched_config c;
@@ -36,23 +34,9 @@ static gp_sched *mk(void) {
         return mk_cfg(GP_SCHED_HYBRID, false, 0);
 }
 
-static void add_node(gp_sched *s, const char *node, int n) {
-        for (int i = 0; i < n; i++) {
-                char uuid[64];
-                snprintf(uuid, sizeof(uuid), "GPU-%s-%d", node, i);
-                gp_sched_gpu_desc d = {.node = node, .index = i, .uuid = uuid, .name = "NVIDIA GeForce RTX 4090",
-                                       .memory_total_mb = MEM};
-                assert_int_equal(gp_sched_gpu_add(s, &d, NULL), 0);
-        }
-}
-
 static gp_sched_req rq(int64_t id, const char *tenant, int prio, int gpus, int64_t mem) {
         gp_sched_req r = {.id = id, .tenant = tenant, .priority = prio, .gpus = gpus, .memory_mb = mem};
         return r;
-}
-
-static void enq(gp_sched *s, gp_sched_req r) {
-        assert_int_equal(gp_sched_enqueue(s, &r), 0);
 }
 
 static void enq_pre(gp_sched *s, int64_t id, const char *tenant, int prio, int gpus) {
@@ -67,31 +51,6 @@ static void tenant(gp_sched *s, const char *name, uint32_t weight, const char *g
                                  .max_gpus_milli = max_milli, .guaranteed_gpus_milli = guar_milli,
                                  .max_queued = max_queued};
         assert_int_equal(gp_sched_tenant_set(s, name, &c), 0);
-}
-
-typedef struct run_out {
-        gp_sched_decision *d;
-        size_t n, cap;
-} run_out;
-
-static size_t run(gp_sched *s, int64_t now, run_out *o) {
-        o->n = 0;
-        assert_int_equal(gp_sched_run(s, now, &o->d, &o->n, &o->cap), 0);
-        return o->n;
-}
-
-static const gp_sched_decision *find(const run_out *o, gp_sched_decision_kind k, int64_t id) {
-        for (size_t i = 0; i < o->n; i++)
-                if (o->d[i].kind == k && o->d[i].id == id)
-                        return &o->d[i];
-        return NULL;
-}
-
-static int count_kind(const run_out *o, gp_sched_decision_kind k) {
-        int n = 0;
-        for (size_t i = 0; i < o->n; i++)
-                n += o->d[i].kind == k;
-        return n;
 }
 
 static bool is_running(gp_sched *s, int64_t id) {

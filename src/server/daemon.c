@@ -195,6 +195,21 @@ typedef struct batch {
         bool meta_drained;          /* store the drained set too */
 } batch;
 
+/* Room for one more id at the end of a growing array; out of memory ends
+ * the daemon (crash-only: the restart recovers from the store). */
+static void grow_ids(int64_t **v, size_t n, size_t *cap) {
+        if (n < *cap)
+                return;
+        size_t c = *cap ? *cap * 2 : 64;
+        int64_t *p = realloc(*v, c * sizeof(*p));
+        if (!p) {
+                gp_error("out of memory; stopping");
+                _exit(70);
+        }
+        *v = p;
+        *cap = c;
+}
+
 static int push_ptr(gp_task ***v, size_t *n, size_t *cap, gp_task *t) {
         for (size_t i = 0; i < *n; i++)
                 if ((*v)[i] == t)
@@ -485,16 +500,7 @@ static void apply_gpu_failed(gp_daemon *d, batch *b, cmd *c, int64_t now) {
 /* A supervisor known to be gone already (no pidfd to wait on): the next
  * loop pass reads its result.  Loop thread (or start-up) only. */
 static void gone_add(gp_daemon *d, int64_t id) {
-        if (d->ngone == d->capgone) {
-                size_t c = d->capgone ? d->capgone * 2 : 16;
-                int64_t *p = realloc(d->gone, c * sizeof(*p));
-                if (!p) {
-                        gp_error("out of memory; stopping");
-                        _exit(70);
-                }
-                d->gone = p;
-                d->capgone = c;
-        }
+        grow_ids(&d->gone, d->ngone, &d->capgone);
         d->gone[d->ngone++] = id;
         uint64_t one = 1;
         ssize_t w = write(d->evfd, &one, sizeof(one));
@@ -750,16 +756,7 @@ static void resize(gp_daemon *d, batch *b, gp_task *t, const gp_sched_decision *
         gp_info("task %" PRId64 " resized from %d to %d GPUs", t->id, old, t->n_gpus);
         if (t->is_lease)
                 return;
-        if (d->nresized == d->capresized) {
-                size_t c = d->capresized ? d->capresized * 2 : 16;
-                int64_t *p = realloc(d->resized, c * sizeof(*p));
-                if (!p) {
-                        gp_error("out of memory; stopping");
-                        _exit(70);
-                }
-                d->resized = p;
-                d->capresized = c;
-        }
+        grow_ids(&d->resized, d->nresized, &d->capresized);
         d->resized[d->nresized++] = t->id;
 }
 
@@ -1009,16 +1006,7 @@ static void notify_resized(gp_daemon *d) {
 }
 
 static void defer_spawn(gp_daemon *d, int64_t id) {
-        if (d->ndeferred == d->capdeferred) {
-                size_t c = d->capdeferred ? d->capdeferred * 2 : 64;
-                int64_t *p = realloc(d->deferred, c * sizeof(*p));
-                if (!p) {
-                        gp_error("out of memory; stopping");
-                        _exit(70);
-                }
-                d->deferred = p;
-                d->capdeferred = c;
-        }
+        grow_ids(&d->deferred, d->ndeferred, &d->capdeferred);
         /* kept in start order: the list is taken from its end */
         memmove(d->deferred + 1, d->deferred, d->ndeferred * sizeof(*d->deferred));
         d->deferred[0] = id;

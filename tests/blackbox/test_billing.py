@@ -277,3 +277,26 @@ def test_kill9_during_a_stream_of_task_ends_bills_every_run_exactly_once(daemon_
         assert s[-1][1] == finished or (s[-1][1] > finished and s[-1][1] - finished < 1500), (tid, s, finished)
         intervals += len(s) - 1
     assert intervals > 0, "no task was long enough to record an interval segment"
+
+
+def test_cli_usage_and_invoice(d):
+    t = hold(d, ALPHA, 0.3)
+    env = d.env(GPUPOOL_API_KEY=ALPHA)
+    r = d.cli("usage", "--group-by", "task", env=env)
+    assert r.returncode == 0, r.stderr
+    assert str(t["id"]) in r.stdout and "total:" in r.stdout
+    r = d.cli("usage", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    import json
+    assert json.loads(r.stdout)["tenant_id"] == "alpha"
+    r = d.cli("invoice", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "invoice of alpha" in r.stdout and "(open)" in r.stdout
+    inv = json.loads(d.cli("invoice", "--json", env=env).stdout)
+    assert ("total: %s EUR" % inv["total"]) in r.stdout
+    # usage errors exit 2, refusals 1
+    assert d.cli("invoice", "--month", "2026-1", env=env).returncode == 2
+    assert d.cli("usage", "--group-by", "week", env=env).returncode == 2
+    assert d.cli("usage", "--tenant", "beta", env=env).returncode == 1
+    assert d.cli("invoice", env=d.env(GPUPOOL_API_KEY=ADMIN)).returncode == 1   # admin: which tenant?
+    assert d.cli("invoice", "--tenant", "alpha", env=d.env(GPUPOOL_API_KEY=ADMIN)).returncode == 0

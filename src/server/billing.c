@@ -879,7 +879,7 @@ typedef struct group {
 
 typedef struct usage_ctx {
         gp_daemon *d;
-        int by;                     /* 0 day, 1 model, 2 task */
+        int by;                     /* 0 day, 1 model, 2 task, 3 tenant */
         int64_t from, to;
         group *g;
         size_t n, cap;
@@ -936,7 +936,9 @@ static int usage_seg(const gp_bill_segment *g, void *ud) {
         if (e < s)
                 return 0;
         char key[GP_MODEL_MAX + 8];
-        if (u->by == 1) {
+        if (u->by == 3) {
+                add_piece(u, g, s, e, g->tenant);
+        } else if (u->by == 1) {
                 add_piece(u, g, s, e, g->gpu_model);
         } else if (u->by == 2) {
                 snprintf(key, sizeof(key), "%" PRId64, g->task_id);
@@ -957,7 +959,9 @@ static int usage_seg(const gp_bill_segment *g, void *ud) {
 static int usage_tok(const gp_bill_tokens *t, void *ud) {
         usage_ctx *u = ud;
         char key[GP_MODEL_MAX + 8];
-        if (u->by == 2)
+        if (u->by == 3)
+                gp_strlcpy(key, t->tenant, sizeof(key));
+        else if (u->by == 2)
                 snprintf(key, sizeof(key), "tokens:%s", t->model);
         else if (u->by == 1)
                 gp_strlcpy(key, t->model, sizeof(key));
@@ -1011,8 +1015,10 @@ static int get_usage(hreq *r) {
                 u.by = 1;
         else if (!strcmp(by, "task"))
                 u.by = 2;
+        else if (!strcmp(by, "tenant"))
+                u.by = 3;
         else
-                return answer_err(r, 400, "invalid_request", "group_by: one of day, model, task");
+                return answer_err(r, 400, "invalid_request", "group_by: one of day, model, task, tenant");
         gp_usage_filter f = {.tenant = tenant[0] ? tenant : NULL, .from_ms = u.from, .to_ms = u.to};
         gp_usage_filter ft = f;
         pthread_mutex_lock(&d->rs_lock);

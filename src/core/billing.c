@@ -127,7 +127,15 @@ typedef struct acc {
         size_t n, cap;
         i128 cum;                   /* gm priced so far (tiers) */
         i128 disc;                  /* sum gm*price*mult*(1e6 - factor) */
+        bool overflow;              /* a sum left what 128 bits hold: -ERANGE */
 } acc;
+
+/* *acc += a * b * c, flagging overflow instead of wrapping. */
+static void mac3(acc *a, i128 *sum, i128 x, i128 y, i128 z) {
+        i128 v;
+        if (__builtin_mul_overflow(x, y, &v) || __builtin_mul_overflow(v, z, &v) || __builtin_add_overflow(*sum, v, sum))
+                a->overflow = true;
+}
 
 static acc_line *line_for(acc *a, int kind, const char *name) {
         for (size_t i = 0; i < a->n; i++)
@@ -167,9 +175,16 @@ static void add_gm(acc *a, acc_line *l, i128 gm, int64_t mult) {
                 i128 take = gm;
                 if (band_end >= 0 && band_end - a->cum < take)
                         take = band_end - a->cum;
-                i128 v = take * l->l.unit_price * mult;
-                l->num += v;
-                a->disc += v * (PPM - factor);
+                mac3(a, &l->num, take, l->l.unit_price, mult);
+                if (factor != PPM) {
+                        i128 v;
+                        if (__builtin_mul_overflow(take, (i128)l->l.unit_price * mult, &v))
+                                a->overflow = true;
+                        else
+                                mac3(a, &a->disc, v, PPM - factor, 1);
+                }
+                if (a->overflow)
+                        return;
                 a->cum += take;
                 gm -= take;
         }
@@ -229,6 +244,12 @@ int gp_bill_price(const gp_bill_prices *p, const gp_bill_zones *z, const gp_bill
                 inv.tasks += i == 0 || ids[i] != ids[i - 1];
         for (size_t i = 0; i < nsegs; i++) {
                 const gp_bill_segment *s = order[i];
+                /* records beyond any real use (a decade, 16 GPUs) are refused, not wrapped */
+                if (s->end_ms - s->start_ms > GP_BILL_SPAN_MAX_MS || s->start_ms < 0 || s->end_ms < s->start_ms ||
+                    s->gpus_milli < 0 || s->gpus_milli > GP_MAX_GANG * 1000 || s->end_ms - s->run_start_ms > GP_BILL_SPAN_MAX_MS) {
+                        rc = -ERANGE;
+                        goto out;
+                }
                 acc_line *l = line_for(&a, GP_BILL_LINE_GPU, s->gpu_model);
                 if (!l)
                         goto out;
@@ -256,17 +277,19 @@ int gp_bill_price(const gp_bill_prices *p, const gp_bill_zones *z, const gp_bill
                 const gp_bill_token_price *tp = token_price(p, t->model);
                 l->l.prompt_tokens += t->prompt_tokens;
                 l->l.completion_tokens += t->completion_tokens;
-                if (tp)
-                        l->num += (i128)t->prompt_tokens * tp->per_1k_prompt +
-                                  (i128)t->completion_tokens * tp->per_1k_completion;
+                if (tp) {
+                        mac3(&a, &l->num, t->prompt_tokens, tp->per_1k_prompt, 1);
+                        mac3(&a, &l->num, t->completion_tokens, tp->per_1k_completion, 1);
+                }
         }
-        if (a.disc > 0) {
-                acc_line *l = line_for(&a, GP_BILL_LINE_DISCOUNT, "");
-                if (!l)
-                        goto out;
+        rc = -ERANGE;
+        if (a.overflow)
+                goto out;
+        if (a.disc > 0 && !line_for(&a, GP_BILL_LINE_DISCOUNT, "")) {
+                rc = -ENOMEM;
+                goto out;
         }
         const i128 gpu_den = (i128)GP_BILL_GM_PER_GPU_HOUR * PPM * MICROS_PER_CENT;
-        rc = -ERANGE;
         for (size_t i = 0; i < a.n; i++) {
                 acc_line *l = &a.lines[i];
                 i128 cents;
@@ -287,7 +310,8 @@ int gp_bill_price(const gp_bill_prices *p, const gp_bill_zones *z, const gp_bill
                                 }
                 }
         }
-        qsort(a.lines, a.n, sizeof(*a.lines), cmp_line);
+        if (a.n) /* qsort(NULL, 0) is undefined */
+                qsort(a.lines, a.n, sizeof(*a.lines), cmp_line);
         inv.lines = calloc(a.n ? a.n : 1, sizeof(*inv.lines));
         if (!inv.lines) {
                 rc = -ENOMEM;
@@ -296,7 +320,7 @@ int gp_bill_price(const gp_bill_prices *p, const gp_bill_zones *z, const gp_bill
         i128 total = 0;
         for (size_t i = 0; i < a.n; i++) {
                 inv.lines[i] = a.lines[i].l;
-                total += a.lines[i].l.amount_cents;
+                total += a.lines[i].l.amount_cents; /* each within int64: cannot overflow 128 bits */
                 if (a.lines[i].l.kind == GP_BILL_LINE_GPU) {
                         inv.gpu_ms += a.lines[i].l.gpu_ms;
                         inv.billed_gpu_ms += a.lines[i].l.billed_gpu_ms;
@@ -331,9 +355,12 @@ int64_t gp_bill_segment_list_micros(const gp_bill_prices *p, const gp_bill_zones
         acc_line l;
         memset(&l, 0, sizeof(l));
         l.l.unit_price = gpu_price(p, s->gpu_model);
-        if (s->end_ms > s->start_ms && s->gpus_milli > 0)
+        if (s->end_ms > s->start_ms && s->gpus_milli > 0 && s->gpus_milli <= GP_MAX_GANG * 1000 &&
+            s->end_ms - s->start_ms <= GP_BILL_SPAN_MAX_MS)
                 add_span(&a, &l, s->start_ms, s->end_ms, s->gpus_milli);
         int64_t v = 0;
+        if (a.overflow)
+                return INT64_MAX;
         to_i64(div_round(l.num, (i128)GP_BILL_GM_PER_GPU_HOUR * PPM), &v);
         return v;
 }
@@ -342,10 +369,13 @@ int64_t gp_bill_tokens_micros(const gp_bill_prices *p, const gp_bill_tokens *t) 
         const gp_bill_token_price *tp = token_price(p, t->model);
         if (!tp)
                 return 0;
-        int64_t v = 0;
-        to_i64(div_round((i128)t->prompt_tokens * tp->per_1k_prompt + (i128)t->completion_tokens * tp->per_1k_completion,
-                         1000),
-               &v);
+        acc a = {.p = p};
+        i128 num = 0;
+        mac3(&a, &num, t->prompt_tokens, tp->per_1k_prompt, 1);
+        mac3(&a, &num, t->completion_tokens, tp->per_1k_completion, 1);
+        int64_t v = INT64_MAX;
+        if (!a.overflow)
+                to_i64(div_round(num, 1000), &v);
         return v;
 }
 

@@ -33,6 +33,7 @@
 #define GP_BILL_MAX_WINDOWS 8
 #define GP_BILL_GM_PER_GPU_HOUR 3600000000LL
 #define GP_BILL_MONEY_MAX 1000000000000LL /* largest price or credit in micro-units / cents (1e12) */
+#define GP_BILL_SPAN_MAX_MS (3660LL * 86400 * 1000) /* longest segment or run priced: ten years */
 
 /* How a usage segment ended. */
 enum gp_bill_end {
@@ -139,13 +140,15 @@ typedef struct gp_bill_invoice {
 /* Price one month: segs (any order) and toks of one tenant and month into
  * *ret (caller calls gp_bill_invoice_done).  Everything else - which
  * records belong to the month - is the caller's business.
- * 0, -ENOMEM, -ERANGE (an amount beyond what int64 cents hold). */
+ * 0, -ENOMEM, -ERANGE (a segment longer than GP_BILL_SPAN_MAX_MS or with
+ * more than GP_MAX_GANG GPUs, or an amount beyond what the sums hold). */
 int gp_bill_price(const gp_bill_prices *p, const gp_bill_zones *z, const gp_bill_segment *segs, size_t nsegs,
                   const gp_bill_tokens *toks, size_t ntoks, gp_bill_invoice *ret);
 void gp_bill_invoice_done(gp_bill_invoice *inv);
 
 /* List price of one segment in micro-units (time windows applied, no
- * minimum period, no volume discount), rounded half up; for usage reports. */
+ * minimum period, no volume discount), rounded half up; for usage reports.
+ * INT64_MAX when it does not fit; 0 for a segment gp_bill_price refuses. */
 int64_t gp_bill_segment_list_micros(const gp_bill_prices *p, const gp_bill_zones *z, const gp_bill_segment *s);
 /* List price of a token record in micro-units, rounded half up. */
 int64_t gp_bill_tokens_micros(const gp_bill_prices *p, const gp_bill_tokens *t);

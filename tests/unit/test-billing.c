@@ -198,6 +198,43 @@ static void test_no_matching_price_is_free_and_empty_month_is_zero(void **st) {
         gp_bill_invoice_done(&inv);
 }
 
+static void test_absurd_records_and_prices_are_refused_not_wrapped(void **st) {
+        (void)st;
+        gp_bill_prices p = doc_prices();
+        gp_bill_zones z = {{NULL}};
+        gp_bill_invoice inv;
+        /* longer than ten years, or more GPUs than a gang may hold */
+        gp_bill_segment s = seg(1, "A100", 1000, 0, GP_BILL_SPAN_MAX_MS + 1, GP_BILL_TASK_END);
+        assert_int_equal(gp_bill_price(&p, &z, &s, 1, NULL, 0, &inv), -ERANGE);
+        s = seg(1, "A100", (GP_MAX_GANG + 1) * 1000, 0, H, GP_BILL_TASK_END);
+        assert_int_equal(gp_bill_price(&p, &z, &s, 1, NULL, 0, &inv), -ERANGE);
+        /* the largest prices on the longest runs: more cents than int64 holds
+         * (each such segment is 1.4e14 cents; 70000 of them pass 9.2e18) */
+        p.n_windows = 0;
+        p.n_tiers = 0;
+        p.gpu[0].per_gpu_hour = p.gpu[1].per_gpu_hour = GP_BILL_MONEY_MAX;
+        enum { N = 70000 };
+        gp_bill_segment *many = calloc(N, sizeof(*many));
+        assert_non_null(many);
+        for (int i = 0; i < N; i++)
+                many[i] = seg(i + 1, "A100", GP_MAX_GANG * 1000, 0, GP_BILL_SPAN_MAX_MS, GP_BILL_TASK_END);
+        assert_int_equal(gp_bill_price(&p, &z, many, N, NULL, 0, &inv), -ERANGE);
+        gp_bill_tokens t;
+        memset(&t, 0, sizeof(t));
+        gp_strlcpy(t.model, "llama", sizeof(t.model));
+        t.prompt_tokens = INT64_MAX / 4;
+        p.tokens[0].per_1k_prompt = GP_BILL_MONEY_MAX;
+        gp_bill_tokens ts[8];
+        for (int i = 0; i < 8; i++)
+                ts[i] = t;
+        assert_int_equal(gp_bill_price(&p, &z, NULL, 0, ts, 8, &inv), -ERANGE);
+        /* one of each still fits */
+        assert_int_equal(gp_bill_price(&p, &z, many, 1, NULL, 0, &inv), 0);
+        assert_int_equal(inv.total_cents, 140544000000000LL); /* 16 GPUs x 87840 h x 10^6 */
+        gp_bill_invoice_done(&inv);
+        free(many);
+}
+
 static void test_money_text_is_parsed_exactly_or_refused(void **st) {
         (void)st;
         int64_t v;
@@ -247,6 +284,7 @@ int main(void) {
                 cmocka_unit_test(test_minimum_period_applies_only_when_the_task_ends),
                 cmocka_unit_test(test_window_in_a_zone_follows_its_local_time),
                 cmocka_unit_test(test_no_matching_price_is_free_and_empty_month_is_zero),
+                cmocka_unit_test(test_absurd_records_and_prices_are_refused_not_wrapped),
                 cmocka_unit_test(test_money_text_is_parsed_exactly_or_refused),
                 cmocka_unit_test(test_months_are_utc_calendar_months),
         };

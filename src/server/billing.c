@@ -470,8 +470,10 @@ static int closed_charges(gp_daemon *d, gp_store *s, const char *tenant, int mon
         int64_t sum = 0;
         if (rc < 0)
                 goto out;
-        qsort(m.segs, m.nsegs, sizeof(*m.segs), cmp_month);
-        qsort(m.toks, m.ntoks, sizeof(*m.toks), cmp_tok_month);
+        if (m.nsegs) /* qsort(NULL, 0) is undefined */
+                qsort(m.segs, m.nsegs, sizeof(*m.segs), cmp_month);
+        if (m.ntoks)
+                qsort(m.toks, m.ntoks, sizeof(*m.toks), cmp_tok_month);
         size_t i = 0, k = 0;
         while (i < m.nsegs || k < m.ntoks) {
                 int mo = i < m.nsegs ? m.segs[i].month : 999999;
@@ -775,7 +777,14 @@ void gp_billing_apply(gp_daemon *d, cmd *c, int64_t now, int *ret_status, char *
                 t->completion_tokens = c->bill->completion_tokens;
                 t->at_ms = c->bill->at_ms > 0 ? c->bill->at_ms : now;
                 t->month = gp_bill_month_of(now); /* recorded now: see the invariants */
-                *ret_status = 204;
+                *ret_status = 200;
+                if (c->req) { /* POST /admin/usage/tokens: answered once stored */
+                        json_t *j = json_pack("{s:s,s:s,s:I,s:I,s:b}", "tenant_id", t->tenant, "model", t->model,
+                                              "prompt_tokens", (json_int_t)t->prompt_tokens, "completion_tokens",
+                                              (json_int_t)t->completion_tokens, "recorded", 1);
+                        *ret_body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+                        json_decref(j);
+                }
         }
 }
 
@@ -1034,7 +1043,8 @@ static int get_usage(hreq *r) {
                         return answer_err(r, 400, "invalid_request", "too many groups: narrow from..to");
                 return answer_err(r, 503, "unavailable", u.oom ? "out of memory" : emsg);
         }
-        qsort(u.g, u.n, sizeof(*u.g), u.by == 2 ? cmp_group_task : cmp_group);
+        if (u.n)
+                qsort(u.g, u.n, sizeof(*u.g), u.by == 2 ? cmp_group_task : cmp_group);
         char fs[40], ts[40];
         gp_time_format(u.from, fs, sizeof(fs));
         gp_time_format(u.to, ts, sizeof(ts));
@@ -1247,6 +1257,41 @@ static int post_credit(hreq *r, const char *tenant) {
         return park_cmd(r, c);
 }
 
+/* POST /admin/usage/tokens {"tenant_id","model","prompt_tokens","completion_tokens"}:
+ * what gp_billing_record_tokens does, over HTTP, for a gateway outside the
+ * daemon (and for tests); answered once the record is stored. */
+static int post_tokens(hreq *r) {
+        json_error_t je;
+        json_t *j = json_loadb(r->body.data ? r->body.data : "", r->body.len, JSON_REJECT_DUPLICATES, &je);
+        const char *tenant = json_string_value(json_object_get(j, "tenant_id"));
+        const char *model = json_string_value(json_object_get(j, "model"));
+        json_t *pt = json_object_get(j, "prompt_tokens"), *ct = json_object_get(j, "completion_tokens");
+        bool ok = json_is_object(j) && json_object_size(j) == 4 && tenant && model && json_is_integer(pt) &&
+                  json_is_integer(ct) && gp_id_ok(tenant, strlen(tenant)) && strlen(tenant) < GP_TENANT_MAX &&
+                  *model && strlen(model) < GP_MODEL_MAX && gp_str_is_clean(model, strlen(model)) &&
+                  json_integer_value(pt) >= 0 && json_integer_value(ct) >= 0 &&
+                  json_integer_value(pt) <= INT64_MAX / 4 && json_integer_value(ct) <= INT64_MAX / 4;
+        cmd *c = ok ? calloc(1, sizeof(*c)) : NULL;
+        gp_bill_cmd *bc = ok ? calloc(1, sizeof(*bc)) : NULL;
+        if (!ok || !c || !bc) {
+                json_decref(j);
+                free(c);
+                free(bc);
+                return ok ? answer_err(r, 503, "unavailable", "out of memory")
+                          : answer_err(r, 400, "invalid_request",
+                                       "body must be {\"tenant_id\": ID, \"model\": TEXT, \"prompt_tokens\": N, "
+                                       "\"completion_tokens\": N}");
+        }
+        c->kind = CMD_USAGE_TOKENS;
+        c->bill = bc;
+        gp_strlcpy(bc->tenant, tenant, sizeof(bc->tenant));
+        gp_strlcpy(bc->model, model, sizeof(bc->model));
+        bc->prompt_tokens = json_integer_value(pt);
+        bc->completion_tokens = json_integer_value(ct);
+        json_decref(j);
+        return park_cmd(r, c);
+}
+
 bool gp_billing_route(hreq *r, const char *url, const char *method, int *ret) {
         bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
         const char *p = NULL;
@@ -1260,6 +1305,17 @@ bool gp_billing_route(hreq *r, const char *url, const char *method, int *ret) {
         }
         if (p && !strcmp(p, "invoices")) {
                 *ret = get ? get_invoice(r) : answer_err(r, 405, "method_not_allowed", "use GET");
+                return true;
+        }
+        if (!strcmp(url, "/admin/usage/tokens")) {
+                if (!r->admin)
+                        *ret = answer_err(r, 403, "forbidden", "needs an admin key");
+                else if (strcmp(method, "POST"))
+                        *ret = answer_err(r, 405, "method_not_allowed", "use POST");
+                else if (r->body_too_big)
+                        *ret = answer_err(r, 413, "payload_too_large", "request body too large");
+                else
+                        *ret = post_tokens(r);
                 return true;
         }
         size_t n = strlen(url);

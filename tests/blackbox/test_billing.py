@@ -300,3 +300,22 @@ def test_cli_usage_and_invoice(d):
     assert d.cli("usage", "--tenant", "beta", env=env).returncode == 1
     assert d.cli("invoice", env=d.env(GPUPOOL_API_KEY=ADMIN)).returncode == 1   # admin: which tenant?
     assert d.cli("invoice", "--tenant", "alpha", env=d.env(GPUPOOL_API_KEY=ADMIN)).returncode == 0
+
+
+def test_gateway_tokens_are_recorded_and_priced(d):
+    body = {"tenant_id": "alpha", "model": "llama-3-8b", "prompt_tokens": 1500, "completion_tokens": 500}
+    assert call(d, "POST", "/admin/usage/tokens", ALPHA, json=body).status_code == 403
+    for bad in [dict(body, prompt_tokens=-1), dict(body, tenant_id="a b"), dict(body, extra=1), {}]:
+        assert call(d, "POST", "/admin/usage/tokens", json=bad).status_code == 400, bad
+    for _ in range(2):
+        r = call(d, "POST", "/admin/usage/tokens", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["recorded"] is True
+    u = call(d, "GET", "/api/v1/usage?group_by=model", ALPHA).json()
+    g = [x for x in u["groups"] if x["key"] == "llama-3-8b"][0]
+    assert (g["prompt_tokens"], g["completion_tokens"]) == (3000, 1000)
+    assert g["cost_cents"] == 400                       # 4000 tokens at 1.00 per 1000
+    inv = call(d, "GET", "/api/v1/invoices", ALPHA).json()
+    line = [x for x in inv["lines"] if x["kind"] == "tokens"][0]
+    assert line["model"] == "llama-3-8b" and line["amount_cents"] == 400
+    assert inv["total_cents"] == 400

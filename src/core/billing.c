@@ -245,8 +245,9 @@ int gp_bill_price(const gp_bill_prices *p, const gp_bill_zones *z, const gp_bill
         for (size_t i = 0; i < nsegs; i++) {
                 const gp_bill_segment *s = order[i];
                 /* records beyond any real use (a decade, 16 GPUs) are refused, not wrapped */
-                if (s->end_ms - s->start_ms > GP_BILL_SPAN_MAX_MS || s->start_ms < 0 || s->end_ms < s->start_ms ||
-                    s->gpus_milli < 0 || s->gpus_milli > GP_MAX_GANG * 1000 || s->end_ms - s->run_start_ms > GP_BILL_SPAN_MAX_MS) {
+                if (s->start_ms < 0 || s->run_start_ms < 0 || s->end_ms < s->start_ms || s->gpu_ms < 0 || s->end_ms > INT64_MAX / 4 ||
+                    s->end_ms - s->start_ms > GP_BILL_SPAN_MAX_MS || s->end_ms - s->run_start_ms > GP_BILL_SPAN_MAX_MS ||
+                    s->gpus_milli < 0 || s->gpus_milli > GP_MAX_GANG * 1000) {
                         rc = -ERANGE;
                         goto out;
                 }
@@ -254,8 +255,9 @@ int gp_bill_price(const gp_bill_prices *p, const gp_bill_zones *z, const gp_bill
                 if (!l)
                         goto out;
                 l->l.unit_price = gpu_price(p, s->gpu_model);
-                l->l.gpu_ms += s->gpu_ms;
-                l->l.billed_gpu_ms += s->gpu_ms;
+                if (__builtin_add_overflow(l->l.gpu_ms, s->gpu_ms, &l->l.gpu_ms) ||
+                    __builtin_add_overflow(l->l.billed_gpu_ms, s->gpu_ms, &l->l.billed_gpu_ms))
+                        a.overflow = true;
                 if (s->end_ms > s->start_ms && s->gpus_milli > 0)
                         add_span(&a, l, s->start_ms, s->end_ms, s->gpus_milli);
                 /* the minimum billing period: a run shorter than it is
@@ -266,7 +268,9 @@ int gp_bill_price(const gp_bill_prices *p, const gp_bill_zones *z, const gp_bill
                         int64_t extra = p->min_billing_ms - (run > 0 ? run : 0), next;
                         int64_t mult = window_at(p, z, s->end_ms > s->start_ms ? s->end_ms - 1 : s->end_ms, &next);
                         add_gm(&a, l, (i128)extra * s->gpus_milli, mult);
-                        l->l.billed_gpu_ms += gp_bill_gpu_ms(0, extra, s->gpus_milli);
+                        if (__builtin_add_overflow(l->l.billed_gpu_ms, gp_bill_gpu_ms(0, extra, s->gpus_milli),
+                                                   &l->l.billed_gpu_ms))
+                                a.overflow = true;
                 }
         }
         for (size_t i = 0; i < ntoks; i++) {
@@ -275,8 +279,9 @@ int gp_bill_price(const gp_bill_prices *p, const gp_bill_zones *z, const gp_bill
                 if (!l)
                         goto out;
                 const gp_bill_token_price *tp = token_price(p, t->model);
-                l->l.prompt_tokens += t->prompt_tokens;
-                l->l.completion_tokens += t->completion_tokens;
+                if (__builtin_add_overflow(l->l.prompt_tokens, t->prompt_tokens, &l->l.prompt_tokens) ||
+                    __builtin_add_overflow(l->l.completion_tokens, t->completion_tokens, &l->l.completion_tokens))
+                        a.overflow = true;
                 if (tp) {
                         mac3(&a, &l->num, t->prompt_tokens, tp->per_1k_prompt, 1);
                         mac3(&a, &l->num, t->completion_tokens, tp->per_1k_completion, 1);
@@ -304,10 +309,11 @@ int gp_bill_price(const gp_bill_prices *p, const gp_bill_zones *z, const gp_bill
                 if (l->l.kind == GP_BILL_LINE_DISCOUNT) {
                         /* the discount line names the GPU time it covers */
                         for (size_t k = 0; k < a.n; k++)
-                                if (a.lines[k].l.kind == GP_BILL_LINE_GPU) {
-                                        l->l.gpu_ms += a.lines[k].l.gpu_ms;
-                                        l->l.billed_gpu_ms += a.lines[k].l.billed_gpu_ms;
-                                }
+                                if (a.lines[k].l.kind == GP_BILL_LINE_GPU &&
+                                    (__builtin_add_overflow(l->l.gpu_ms, a.lines[k].l.gpu_ms, &l->l.gpu_ms) ||
+                                     __builtin_add_overflow(l->l.billed_gpu_ms, a.lines[k].l.billed_gpu_ms,
+                                                            &l->l.billed_gpu_ms)))
+                                        goto out;
                 }
         }
         if (a.n) /* qsort(NULL, 0) is undefined */
@@ -321,9 +327,11 @@ int gp_bill_price(const gp_bill_prices *p, const gp_bill_zones *z, const gp_bill
         for (size_t i = 0; i < a.n; i++) {
                 inv.lines[i] = a.lines[i].l;
                 total += a.lines[i].l.amount_cents; /* each within int64: cannot overflow 128 bits */
-                if (a.lines[i].l.kind == GP_BILL_LINE_GPU) {
-                        inv.gpu_ms += a.lines[i].l.gpu_ms;
-                        inv.billed_gpu_ms += a.lines[i].l.billed_gpu_ms;
+                if (a.lines[i].l.kind == GP_BILL_LINE_GPU &&
+                    (__builtin_add_overflow(inv.gpu_ms, a.lines[i].l.gpu_ms, &inv.gpu_ms) ||
+                     __builtin_add_overflow(inv.billed_gpu_ms, a.lines[i].l.billed_gpu_ms, &inv.billed_gpu_ms))) {
+                        rc = -ERANGE;
+                        goto out;
                 }
         }
         inv.nlines = a.n;

@@ -136,8 +136,11 @@ def test_csv_answers_carry_the_same_figures(d):
 def test_a_tenant_sees_only_its_own_usage_and_invoices(d):
     hold(d, ALPHA, 0.1)
     hold(d, BETA, 0.1)
-    for path in ["/api/v1/usage?tenant=beta", "/api/v1/invoices?tenant=beta", "/api/v1/usage?tenant=nobody"]:
+    for path in ["/api/v1/usage?tenant=beta", "/api/v1/invoices?tenant=beta", "/api/v1/usage?tenant=nobody",
+                 "/api/v1/usage?tenant=a%20b"]:
         assert call(d, "GET", path, ALPHA).status_code == 404, path
+    # admin: any tenant id, also one only named by tasks (none here: no usage)
+    assert call(d, "GET", "/api/v1/usage?tenant=nobody").json()["groups"] == []
     mine = call(d, "GET", "/api/v1/usage?group_by=task", ALPHA).json()
     everyone = call(d, "GET", "/api/v1/usage?group_by=task").json()
     assert len(mine["groups"]) == 1 and len(everyone["groups"]) == 2

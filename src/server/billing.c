@@ -378,7 +378,8 @@ static json_t *money(int64_t cents) {
 static json_t *hours(int64_t gpu_ms) {
         /* for people: GPU-hours with 6 decimals, as text (never summed) */
         char b[40];
-        int64_t micro_h = gpu_ms / 3600; /* (gpu_ms / 3.6e6) * 1e6 */
+        /* micro-hours = gpu_ms / 3.6e6 * 1e6 = gpu_ms * 10 / 36, rounded down, without overflow */
+        int64_t micro_h = gpu_ms / 36 * 10 + gpu_ms % 36 * 10 / 36;
         gp_bill_format_micros(micro_h, b, sizeof(b));
         return json_string(b);
 }

@@ -76,6 +76,13 @@ def hold(d, key, seconds, gpus=1):
     return r.json()
 
 
+def hours_text(gpu_ms):
+    """GPU-hours as the API writes them: 6 decimals, rounded down, no trailing zeros."""
+    micro = gpu_ms * 10 // 36
+    text = "%d.%06d" % (micro // 10**6, micro % 10**6)
+    return text.rstrip("0").rstrip(".")
+
+
 def run_ms(t):
     return ms(t["finished_at"]) - ms(t["started_at"])
 
@@ -107,6 +114,7 @@ def test_usage_and_invoice_figures_follow_the_price_list(d):
     assert len(gpu_lines) == 1
     assert gpu_lines[0]["gpu_ms"] == used
     assert gpu_lines[0]["billed_gpu_ms"] == billed
+    assert gpu_lines[0]["billed_gpu_hours"] == hours_text(billed)
     assert inv["total_cents"] == billed
     assert inv["total"] == "%d.%02d" % (billed // 100, billed % 100)
     assert inv["tasks"] == 2
@@ -207,6 +215,9 @@ def test_an_issued_invoice_never_changes_even_after_a_price_change(daemon_factor
     inv = r1.json()
     assert inv["status"] == "issued" and "issued_at" in inv
     assert inv["total_cents"] == 200 + 200          # 1 GPU-hour at 2.00 + 2000 tokens at 1.00 per 1k
+    gpu = [x for x in inv["lines"] if x["kind"] == "gpu"][0]
+    assert (gpu["gpu_model"], gpu["gpu_hours"], gpu["price_per_gpu_hour"], gpu["amount"]) == \
+        ("NVIDIA A100", "1", "2", "2.00")
     again = call(d, "GET", "/api/v1/invoices?tenant=alpha&month=2025-10", ALPHA)
     assert again.content == r1.content
     # a new price list, a restart: the issued invoice stays byte for byte

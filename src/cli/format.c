@@ -786,6 +786,25 @@ out:
 
 /* ---- billing ---- */
 
+/* Append fmt with every "%s" taken from the next argument as a server
+ * string (cleaned for a terminal, "?" when NULL); no other conversions. */
+static int put_parts(gp_buf *out, const char *fmt, ...) {
+        va_list ap;
+        int r = 0;
+        va_start(ap, fmt);
+        for (const char *p = fmt; r == 0 && *p; p++) {
+                if (p[0] == '%' && p[1] == 's') {
+                        const char *v = va_arg(ap, const char *);
+                        r = gp_cli_put_clean(out, v ? v : "?", 0);
+                        p++;
+                } else {
+                        r = gp_buf_append(out, p, 1);
+                }
+        }
+        va_end(ap);
+        return r;
+}
+
 int gp_cli_format_usage(const json_t *resp, gp_buf *out) {
         static const struct col cols[] = {
                 {"KEY", 40, false}, {"GPU-SECONDS", 0, false}, {"TASKS", 0, false}, {"PROMPT TOK", 0, true},
@@ -795,10 +814,9 @@ int gp_cli_format_usage(const json_t *resp, gp_buf *out) {
         struct table t;
         size_t i;
         const char *cur = jstr(resp, "currency");
-        int r = gp_buf_printf(out, "usage of %s from %s to %s, by %s (%s, list prices)\n",
-                              jstr(resp, "tenant_id") ? jstr(resp, "tenant_id") : "every tenant",
-                              jstr(resp, "from") ? jstr(resp, "from") : "?", jstr(resp, "to") ? jstr(resp, "to") : "?",
-                              jstr(resp, "group_by") ? jstr(resp, "group_by") : "?", cur ? cur : "?");
+        int r = put_parts(out, "usage of %s from %s to %s, by %s (%s, list prices)\n",
+                          jstr(resp, "tenant_id") ? jstr(resp, "tenant_id") : "every tenant", jstr(resp, "from"),
+                          jstr(resp, "to"), jstr(resp, "group_by"), cur);
         if (r < 0)
                 return r;
         if (!gs || json_array_size(gs) == 0)
@@ -808,6 +826,8 @@ int gp_cli_format_usage(const json_t *resp, gp_buf *out) {
         json_array_foreach(gs, i, g) {
                 int64_t ms = 0;
                 jint(g, "gpu_ms", &ms);
+                if (ms < 0)
+                        ms = 0;
                 CHECK(cell_str(&t, jstr(g, "key")));
                 CHECK(gp_buf_printf(&t.cell, "%" PRId64 ".%03" PRId64, ms / 1000, ms % 1000));
                 CHECK(table_push(&t));
@@ -818,7 +838,7 @@ int gp_cli_format_usage(const json_t *resp, gp_buf *out) {
         }
         CHECK(table_print(&t, out));
         if (tot)
-                CHECK(gp_buf_printf(out, "total: %s %s\n", jstr(tot, "cost") ? jstr(tot, "cost") : "?", cur ? cur : ""));
+                CHECK(put_parts(out, "total: %s %s\n", jstr(tot, "cost"), cur ? cur : ""));
 #undef CHECK
 out:
         table_done(&t);
@@ -834,9 +854,8 @@ int gp_cli_format_invoice(const json_t *resp, gp_buf *out) {
         struct table t;
         size_t i;
         const char *cur = jstr(resp, "currency");
-        int r = gp_buf_printf(out, "invoice of %s for %s (%s)\n", jstr(resp, "tenant_id") ? jstr(resp, "tenant_id") : "?",
-                              jstr(resp, "month") ? jstr(resp, "month") : "?",
-                              jstr(resp, "status") ? jstr(resp, "status") : "?");
+        int r = put_parts(out, "invoice of %s for %s (%s)\n", jstr(resp, "tenant_id"), jstr(resp, "month"),
+                          jstr(resp, "status"));
         if (r < 0)
                 return r;
         table_init(&t, cols, GP_ARRAY_SIZE(cols));
@@ -862,7 +881,7 @@ int gp_cli_format_invoice(const json_t *resp, gp_buf *out) {
         }
         if (json_array_size(ls))
                 CHECK(table_print(&t, out));
-        CHECK(gp_buf_printf(out, "total: %s %s\n", jstr(resp, "total") ? jstr(resp, "total") : "?", cur ? cur : ""));
+        CHECK(put_parts(out, "total: %s %s\n", jstr(resp, "total"), cur ? cur : ""));
 #undef CHECK
 out:
         table_done(&t);

@@ -738,6 +738,10 @@ static void apply_invoice(gp_daemon *d, cmd *c, int64_t now, int *ret_status, ch
                 b->invs = p;
                 gp_strlcpy(b->invs[b->ninvs].key, key, sizeof(b->invs[b->ninvs].key));
                 b->invs[b->ninvs++].json = copy;
+                /* from now on the balance counts the issued total */
+                for (size_t i = 0; i < b->nbals; i++)
+                        if (!strcmp(b->bals[i].tenant, bc->tenant))
+                                b->bals[i].closed_ok = false;
                 gp_info("invoice %s issued", key);
         }
         *ret_status = 200;

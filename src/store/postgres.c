@@ -169,7 +169,7 @@ typedef struct pg_store {
         int lock_timeout_ms;            /* from busy_timeout_ms, set on every session */
         bool pipelined;                 /* in pipeline mode (only inside a transaction) */
         int n_pending;                  /* writes sent since the last sync, <= PIPE_MAX */
-        int64_t pending_id[PIPE_MAX];   /* task id of each pending write, 0 for meta */
+        int64_t pending_id[PIPE_MAX];   /* task id of each pending write, -task id for usage, 0 for meta/tokens */
 } pg_store;
 
 static pg_store *impl(gp_store *s) {
@@ -311,10 +311,12 @@ static int pipe_sync(gp_store *s) {
                 if (st != PGRES_COMMAND_OK && st != PGRES_PIPELINE_ABORTED && r == 0) {
                         char what[64];
                         int64_t id = k < p->n_pending ? p->pending_id[k] : 0;
-                        if (id)
+                        if (id > 0)
                                 snprintf(what, sizeof(what), "task put (id %" PRId64 ")", id);
+                        else if (id < 0)
+                                snprintf(what, sizeof(what), "usage add (task %" PRId64 ")", -id);
                         else
-                                snprintf(what, sizeof(what), "meta set");
+                                snprintf(what, sizeof(what), "meta set or tokens add");
                         r = pg_err(s, res, what);
                 }
                 k++;
@@ -778,7 +780,8 @@ static int pg_usage_add(gp_store *s, const gp_bill_segment *g) {
         }
         vals[UCOL_TENANT] = g->tenant;
         vals[UCOL_GPU_MODEL] = g->gpu_model;
-        return s->in_tx ? send_write(s, PS_USAGE_ADD, vals, 0, "usage add")
+        /* a negative pending id names a usage row in a refusal (pipe_sync) */
+        return s->in_tx ? send_write(s, PS_USAGE_ADD, vals, g->task_id > 0 ? -g->task_id : 0, "usage add")
                         : run_cmd(s, PS_USAGE_ADD, vals, "usage add");
 }
 

@@ -1073,6 +1073,28 @@ static void test_sqlite_normal_sync_store_works(void **state) {
 
 /* ---- PostgreSQL-only cases ---- */
 
+static gp_bill_segment make_seg(int64_t task, const char *tenant, int64_t start, int64_t end, int month);
+
+/* A usage row the server refuses in a pipelined batch fails the batch and
+ * the message names the task it was for. */
+static void test_postgres_refused_usage_row_names_its_task(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        assert_int_equal(gp_store_begin(s), 0);
+        put_simple(s, 1, "a", GP_TASK_SUCCEEDED);
+        gp_bill_segment g = make_seg(77, "a", 1, 2, 202611);
+        snprintf(g.gpu_model, sizeof(g.gpu_model), "bad \xff\xfe utf-8");
+        int r = gp_store_usage_add(s, &g);
+        if (r == 0)
+                r = gp_store_commit(s);
+        assert_int_equal(r, -GP_ESTORE);
+        if (!strstr(gp_store_errmsg(s), "usage add (task 77)"))
+                fail_msg("message \"%s\" does not name task 77", gp_store_errmsg(s));
+        gp_store_rollback(s);
+        assert_false(exists(s, 1));
+        gp_store_close(s);
+}
+
 /* The server refuses a put (invalid UTF-8 in a UTF8 database) in the middle
  * of a pipelined batch: the batch fails as a whole, the message names the
  * task, and the handle works afterwards. */
@@ -1369,6 +1391,8 @@ int main(void) {
                 cmocka_unit_test_prestate_setup_teardown(test_postgres_refused_put_in_batch_fails_the_commit,
                                                          fx_setup, fx_teardown, (void *)pg),
                 cmocka_unit_test_prestate_setup_teardown(test_postgres_reconnects_after_losing_the_connection,
+                                                         fx_setup, fx_teardown, (void *)pg),
+                cmocka_unit_test_prestate_setup_teardown(test_postgres_refused_usage_row_names_its_task,
                                                          fx_setup, fx_teardown, (void *)pg),
         };
         int failed = cmocka_run_group_tests_name("store-sqlite", sqlite_tests, NULL, NULL);

@@ -60,6 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         run(gp_cli_format_queue, j);
         run(gp_cli_format_gpus, j);
         run(gp_cli_format_nodes, j);
+        run(gp_cli_format_usage, j);
+        run(gp_cli_format_invoice, j);
         json_decref(j);
         return 0;
 }

@@ -19,6 +19,7 @@
 #include <strings.h>
 
 #include "base/util.h"
+#include "core/billing.h"
 #include "core/task.h"
 
 enum opt_id {
@@ -26,6 +27,7 @@ enum opt_id {
         O_GPUS, O_MEM, O_PRIO, O_NAME, O_MODEL, O_GPU_MODEL, O_EXCL, O_PREEMPT, O_ELASTIC,
         O_TIMEOUT, O_QTIMEOUT, O_ENV, O_WORKDIR, O_TENANT, O_TTL,
         O_ALL, O_STATE, O_LIMIT, O_FOLLOW,
+        O_FROM, O_TO, O_GROUP_BY, O_MONTH,
 };
 
 #define V(x) (1u << GP_CLI_##x)
@@ -59,7 +61,11 @@ static const struct opt opts[] = {
         {"queue-timeout", 0, true, O_QTIMEOUT, V(SUBMIT) | V(RUN)},
         {"env", 0, true, O_ENV, V(SUBMIT) | V(RUN)},
         {"workdir", 0, true, O_WORKDIR, V(SUBMIT) | V(RUN)},
-        {"tenant", 0, true, O_TENANT, V(SUBMIT) | V(RUN) | V(PS) | V(KEY)},
+        {"tenant", 0, true, O_TENANT, V(SUBMIT) | V(RUN) | V(PS) | V(KEY) | V(USAGE) | V(INVOICE)},
+        {"from", 0, true, O_FROM, V(USAGE)},
+        {"to", 0, true, O_TO, V(USAGE)},
+        {"group-by", 0, true, O_GROUP_BY, V(USAGE)},
+        {"month", 0, true, O_MONTH, V(INVOICE)},
         {"ttl", 0, true, O_TTL, V(RUN)},
         {"all", 'a', false, O_ALL, V(PS)},
         {"state", 0, true, O_STATE, V(PS)},
@@ -137,6 +143,17 @@ static const struct verb_info {
                         "make an API key for tenant T (admin key); it is shown once",
                         "  --tenant T           the tenant the key belongs to\n"
                         "Prints the key. The server keeps only its SHA-256 hash, so store the key now.\n"},
+        [GP_CLI_USAGE] = {"usage", "gpupool usage [--tenant T] [--from DATE] [--to DATE] [--group-by day|model|task]",
+                          NULL, "GPU time, tokens and list cost (a tenant key sees its own)",
+                          "  --tenant T           only tenant T (admin keys; default: every tenant)\n"
+                          "  --from DATE          YYYY-MM-DD or RFC 3339 (default: start of this month, UTC)\n"
+                          "  --to DATE            YYYY-MM-DD or RFC 3339 (default: now)\n"
+                          "  --group-by G         day (default), model or task\n"
+                          "Costs are list prices; volume discounts apply on the invoice.\n"},
+        [GP_CLI_INVOICE] = {"invoice", "gpupool invoice [--tenant T] [--month YYYY-MM]", NULL,
+                            "a tenant's invoice for a month (issued once the month is over)",
+                            "  --tenant T           the tenant (required with an admin key)\n"
+                            "  --month YYYY-MM      the month (default: this one, an open preview)\n"},
 };
 
 /* Not client commands (main.c runs them); listed by `help` for completeness. */
@@ -194,7 +211,7 @@ int gp_cli_help(const char *topic, gp_buf *out) {
                 static const gp_cli_verb order[] = {
                         GP_CLI_SUBMIT, GP_CLI_RUN, GP_CLI_PS, GP_CLI_STATUS, GP_CLI_CANCEL,
                         GP_CLI_LOGS, GP_CLI_GPUS, GP_CLI_QUEUE, GP_CLI_NODES, GP_CLI_TENANTS, GP_CLI_KEY,
-                        GP_CLI_VERSION,
+                        GP_CLI_USAGE, GP_CLI_INVOICE, GP_CLI_VERSION,
                         GP_CLI_HELP,
                 };
                 for (size_t i = 0; i < GP_ARRAY_SIZE(order); i++)
@@ -699,6 +716,34 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                 case O_FOLLOW:
                                         c->follow = true;
                                         break;
+                                case O_FROM:
+                                case O_TO: {
+                                        int64_t ms;
+                                        char full[40];
+                                        bool day = strlen(val) == 10 && val[4] == '-' && val[7] == '-';
+                                        if (day)
+                                                snprintf(full, sizeof(full), "%sT00:00:00Z", val);
+                                        if (gp_time_parse(day ? full : val, &ms) < 0)
+                                                return fail(p, "--%s: '%s' is not a date (YYYY-MM-DD or RFC 3339)",
+                                                            o->name, val);
+                                        if (o->id == O_FROM)
+                                                c->from = val;
+                                        else
+                                                c->to = val;
+                                        break;
+                                }
+                                case O_GROUP_BY:
+                                        if (strcmp(val, "day") && strcmp(val, "model") && strcmp(val, "task"))
+                                                return fail(p, "--group-by: expected day, model or task");
+                                        c->group_by = val;
+                                        break;
+                                case O_MONTH: {
+                                        int m;
+                                        if (gp_bill_month_parse(val, &m) < 0)
+                                                return fail(p, "--month: expected YYYY-MM");
+                                        c->month = val;
+                                        break;
+                                }
                                 default:
                                         return fail(p, "option --%s does not apply here", o->name);
                                 }

@@ -55,6 +55,8 @@ typedef enum gp_cli_verb {
         GP_CLI_NODES,
         GP_CLI_TENANTS,
         GP_CLI_KEY,
+        GP_CLI_USAGE,
+        GP_CLI_INVOICE,
         GP_CLI_VERB_COUNT,
 } gp_cli_verb;
 
@@ -80,6 +82,9 @@ typedef struct gp_cli_cmd {
         const char **env;        /* run: "K=V" from --env, array owned, strings borrowed */
         int n_env;               /* run: entries in env */
         const char *workdir;     /* run: directory for the local command, borrowed */
+        const char *from, *to;   /* usage --from/--to (YYYY-MM-DD or RFC 3339), borrowed */
+        const char *group_by;    /* usage --group-by day|model|task, borrowed */
+        const char *month;       /* invoice --month YYYY-MM, borrowed */
 } gp_cli_cmd;
 
 /* args.c */
@@ -111,6 +116,9 @@ int gp_cli_format_queue(const json_t *resp, gp_buf *out);
 int gp_cli_format_gpus(const json_t *resp, gp_buf *out);
 int gp_cli_format_nodes(const json_t *resp, gp_buf *out);
 int gp_cli_format_tenants(const json_t *resp, gp_buf *out);
+/* GET /api/v1/usage and /api/v1/invoices answers as tables. */
+int gp_cli_format_usage(const json_t *resp, gp_buf *out);
+int gp_cli_format_invoice(const json_t *resp, gp_buf *out);
 /* Columns a UTF-8 string takes on a terminal (East Asian wide = 2,
  * combining marks = 0, invalid bytes = 1 each). */
 size_t gp_cli_display_width(const char *s);

@@ -372,6 +372,38 @@ static int cmd_key_create(const gp_cli_cmd *c, FILE *out, FILE *err) {
         return GP_CLI_EXIT_OK;
 }
 
+/* Append "&name=value" (first one with '?'), escaped. */
+static int query_add(gp_buf *b, const char *name, const char *value) {
+        if (!value)
+                return 0;
+        int r = gp_buf_printf(b, "%c%s=", strchr(b->data ? b->data : "", '?') ? '&' : '?', name);
+        return r ? r : gp_cli_url_escape(value, b);
+}
+
+/* GET /api/v1/usage or /api/v1/invoices with the command's filters. */
+static int cmd_billing(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        gp_buf path;
+        gp_buf_init(&path, 8192);
+        bool usage = c->verb == GP_CLI_USAGE;
+        int r = gp_buf_puts(&path, usage ? "/api/v1/usage" : "/api/v1/invoices");
+        r = r ? r : query_add(&path, "tenant", c->tenant);
+        if (usage) {
+                r = r ? r : query_add(&path, "from", c->from);
+                r = r ? r : query_add(&path, "to", c->to);
+                r = r ? r : query_add(&path, "group_by", c->group_by);
+        } else {
+                r = r ? r : query_add(&path, "month", c->month);
+        }
+        if (r < 0) {
+                gp_buf_done(&path);
+                fprintf(err, "gpupool: %s\n", gp_strerror(r));
+                return GP_CLI_EXIT_USAGE;
+        }
+        int ex = cmd_list(c, out, err, path.data, usage ? gp_cli_format_usage : gp_cli_format_invoice);
+        gp_buf_done(&path);
+        return ex;
+}
+
 static int cmd_help(const char *topic, FILE *out, FILE *err) {
         gp_buf b;
         gp_buf_init(&b, 1 << 20);
@@ -454,6 +486,10 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
                 break;
         case GP_CLI_KEY:
                 ex = cmd_key_create(&c, out, err);
+                break;
+        case GP_CLI_USAGE:
+        case GP_CLI_INVOICE:
+                ex = cmd_billing(&c, out, err);
                 break;
         default:
                 ex = GP_CLI_EXIT_USAGE;

@@ -783,3 +783,107 @@ out:
         table_done(&t);
         return r;
 }
+
+/* ---- billing ---- */
+
+/* Append fmt with every "%s" taken from the next argument as a server
+ * string (cleaned for a terminal, "?" when NULL); no other conversions. */
+static int put_parts(gp_buf *out, const char *fmt, ...) {
+        va_list ap;
+        int r = 0;
+        va_start(ap, fmt);
+        for (const char *p = fmt; r == 0 && *p; p++) {
+                if (p[0] == '%' && p[1] == 's') {
+                        const char *v = va_arg(ap, const char *);
+                        r = gp_cli_put_clean(out, v ? v : "?", 0);
+                        p++;
+                } else {
+                        r = gp_buf_append(out, p, 1);
+                }
+        }
+        va_end(ap);
+        return r;
+}
+
+int gp_cli_format_usage(const json_t *resp, gp_buf *out) {
+        static const struct col cols[] = {
+                {"KEY", 40, false}, {"GPU-SECONDS", 0, false}, {"TASKS", 0, false}, {"PROMPT TOK", 0, true},
+                {"COMPL TOK", 0, true}, {"COST", 0, false},
+        };
+        json_t *gs = list_of(resp, "groups"), *g, *tot = json_object_get(resp, "total");
+        struct table t;
+        size_t i;
+        const char *cur = jstr(resp, "currency");
+        int r = put_parts(out, "usage of %s from %s to %s, by %s (%s, list prices)\n",
+                          jstr(resp, "tenant_id") ? jstr(resp, "tenant_id") : "every tenant", jstr(resp, "from"),
+                          jstr(resp, "to"), jstr(resp, "group_by"), cur);
+        if (r < 0)
+                return r;
+        if (!gs || json_array_size(gs) == 0)
+                return gp_buf_puts(out, "no usage\n");
+        table_init(&t, cols, GP_ARRAY_SIZE(cols));
+#define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
+        json_array_foreach(gs, i, g) {
+                int64_t ms = 0;
+                jint(g, "gpu_ms", &ms);
+                if (ms < 0)
+                        ms = 0;
+                CHECK(cell_str(&t, jstr(g, "key")));
+                CHECK(gp_buf_printf(&t.cell, "%" PRId64 ".%03" PRId64, ms / 1000, ms % 1000));
+                CHECK(table_push(&t));
+                CHECK(cell_int(&t, g, "tasks", "", ""));
+                CHECK(cell_int(&t, g, "prompt_tokens", "", ""));
+                CHECK(cell_int(&t, g, "completion_tokens", "", ""));
+                CHECK(cell_str(&t, jstr(g, "cost")));
+        }
+        CHECK(table_print(&t, out));
+        if (tot)
+                CHECK(put_parts(out, "total: %s %s\n", jstr(tot, "cost"), cur ? cur : ""));
+#undef CHECK
+out:
+        table_done(&t);
+        return r;
+}
+
+int gp_cli_format_invoice(const json_t *resp, gp_buf *out) {
+        static const struct col cols[] = {
+                {"LINE", 0, false}, {"WHAT", 40, false}, {"GPU-HOURS", 0, true}, {"BILLED", 0, true},
+                {"PRICE/H", 0, true}, {"TOKENS", 0, true}, {"AMOUNT", 0, false},
+        };
+        json_t *ls = list_of(resp, "lines"), *l;
+        struct table t;
+        size_t i;
+        const char *cur = jstr(resp, "currency");
+        int r = put_parts(out, "invoice of %s for %s (%s)\n", jstr(resp, "tenant_id"), jstr(resp, "month"),
+                          jstr(resp, "status"));
+        if (r < 0)
+                return r;
+        table_init(&t, cols, GP_ARRAY_SIZE(cols));
+#define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
+        json_array_foreach(ls, i, l) {
+                const char *kind = jstr(l, "kind");
+                bool tok = kind && !strcmp(kind, "tokens");
+                CHECK(cell_str(&t, kind));
+                CHECK(cell_str(&t, tok ? jstr(l, "model") : jstr(l, "gpu_model")));
+                CHECK(cell_str(&t, tok ? NULL : jstr(l, "gpu_hours")));
+                CHECK(cell_str(&t, tok ? NULL : jstr(l, "billed_gpu_hours")));
+                CHECK(cell_str(&t, jstr(l, "price_per_gpu_hour")));
+                if (tok) {
+                        int64_t pt = 0, ct = 0;
+                        jint(l, "prompt_tokens", &pt);
+                        jint(l, "completion_tokens", &ct);
+                        CHECK(gp_buf_printf(&t.cell, "%" PRId64 "+%" PRId64, pt, ct));
+                        CHECK(table_push(&t));
+                } else {
+                        CHECK(cell_str(&t, NULL));
+                }
+                CHECK(cell_str(&t, jstr(l, "amount")));
+        }
+        if (json_array_size(ls))
+                CHECK(table_print(&t, out));
+        CHECK(put_parts(out, "total: %s %s\n", jstr(resp, "total"), cur ? cur : ""));
+#undef CHECK
+out:
+        table_done(&t);
+        return r;
+}

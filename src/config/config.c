@@ -92,6 +92,10 @@ static int parse_tz(struct ctx *c, const struct field *f, void *base, const yaml
 static int parse_rule_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_rule_groups(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_money(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_secs_ms(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_bill_list(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_bill_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 
 #define CFG(m) offsetof(gp_config, m), sizeof(((gp_config *)0)->m)
 #define SIM(m) offsetof(gp_cfg_sim_gpu, m), sizeof(((gp_cfg_sim_gpu *)0)->m)
@@ -100,6 +104,11 @@ static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, c
 #define GRP(m) offsetof(gp_cfg_group, m), sizeof(((gp_cfg_group *)0)->m)
 #define TR(m) offsetof(gp_cfg_time_rule, m), sizeof(((gp_cfg_time_rule *)0)->m)
 #define RQ(m) offsetof(gp_cfg_rule_quota, m), sizeof(((gp_cfg_rule_quota *)0)->m)
+#define BILL(m) offsetof(gp_config, billing.m), sizeof(((gp_config *)0)->billing.m)
+#define BGP(m) offsetof(gp_bill_gpu_price, m), sizeof(((gp_bill_gpu_price *)0)->m)
+#define BTP(m) offsetof(gp_bill_token_price, m), sizeof(((gp_bill_token_price *)0)->m)
+#define BTI(m) offsetof(gp_bill_tier, m), sizeof(((gp_bill_tier *)0)->m)
+#define BWI(m) offsetof(gp_bill_window, m), sizeof(((gp_bill_window *)0)->m)
 #define NOSTORE 0, 0
 
 static const struct field fields[] = {
@@ -201,7 +210,29 @@ static const struct field fields[] = {
         {"time_rules[].quotas{}.guaranteed_gpus", K_CUSTOM, RQ(guaranteed_gpus_milli), 0, 1000000000,
          parse_gpus_milli},
         {"gateway", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
-        {"billing", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
+        {"billing", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"billing.currency", K_STR, BILL(currency), 1, 7, NULL},
+        {"billing.record_interval_s", K_INT, BILL(record_interval_s), 1, 86400, NULL},
+        {"billing.min_billing_sec", K_CUSTOM, BILL(min_billing_ms), 0, 86400, parse_secs_ms},
+        {"billing.enforce_balance", K_BOOL, BILL(enforce_balance), 0, 0, NULL},
+        {"billing.prices", K_CUSTOM, BILL(gpu), 0, GP_BILL_MAX_GPU_PRICES, parse_bill_list},
+        {"billing.prices[].gpu_model", K_STR, BGP(gpu_model), 1, GP_MODEL_MAX - 1, NULL},
+        {"billing.prices[].per_gpu_hour", K_CUSTOM, BGP(per_gpu_hour), 0, GP_BILL_MONEY_MAX, parse_money},
+        {"billing.token_prices", K_CUSTOM, BILL(tokens), 0, GP_BILL_MAX_TOKEN_PRICES, parse_bill_list},
+        {"billing.token_prices[].model", K_STR, BTP(model), 1, GP_MODEL_MAX - 1, NULL},
+        {"billing.token_prices[].per_1k_tokens", K_CUSTOM, BTP(per_1k_prompt), 1, GP_BILL_MONEY_MAX, parse_money},
+        {"billing.token_prices[].per_1k_prompt", K_CUSTOM, BTP(per_1k_prompt), 0, GP_BILL_MONEY_MAX, parse_money},
+        {"billing.token_prices[].per_1k_completion", K_CUSTOM, BTP(per_1k_completion), 0, GP_BILL_MONEY_MAX,
+         parse_money},
+        {"billing.volume_discounts", K_CUSTOM, BILL(tiers), 0, GP_BILL_MAX_TIERS, parse_bill_list},
+        {"billing.volume_discounts[].gpu_hours", K_I64, BTI(gpu_hours), 1, 100000000, NULL},
+        {"billing.volume_discounts[].factor", K_CUSTOM, BTI(factor_ppm), 0, 1000000, parse_money},
+        {"billing.time_windows", K_CUSTOM, BILL(windows), 0, GP_BILL_MAX_WINDOWS, parse_bill_list},
+        {"billing.time_windows[].name", K_STR, BWI(name), 1, 63, NULL},
+        {"billing.time_windows[].start", K_CUSTOM, BWI(start_min), 0, 0, parse_hhmm},
+        {"billing.time_windows[].end", K_CUSTOM, BWI(end_min), 0, 0, parse_hhmm},
+        {"billing.time_windows[].tz", K_CUSTOM, BWI(tz), 0, 0, parse_bill_tz},
+        {"billing.time_windows[].multiplier", K_CUSTOM, BWI(multiplier_ppm), 0, 100000000, parse_money},
 };
 
 #define N_FIELDS GP_ARRAY_SIZE(fields)
@@ -318,6 +349,9 @@ void gp_config_defaults(gp_config *cfg) {
                 gp_strlcpy(r->severity, "critical", sizeof(r->severity));
         }
         cfg->n_alert_rules = (int)GP_ARRAY_SIZE(def_rules);
+
+        gp_strlcpy(cfg->billing.currency, "USD", sizeof(cfg->billing.currency));
+        cfg->billing.record_interval_s = 300;
 }
 
 /* ---- messages ---- */
@@ -1543,6 +1577,144 @@ static int parse_alert_rules(struct ctx *c, const struct field *f, void *base, c
         if (r == 0)
                 cfg->n_alert_rules = n;
         return r;
+}
+
+/* ---- billing ---- */
+
+/* A decimal amount (plain or quoted: 2, 2.5, "0.0005") into micro-units,
+ * or a factor into ppm; f->max bounds it.  f->min == 1 marks
+ * per_1k_tokens, which sets the prompt and the completion price. */
+static int parse_money(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        char d[96];
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
+                return fail(c, ev_line(ev), "expected a decimal number such as 2.5, got %s", describe(ev, d, sizeof(d)));
+        int64_t v;
+        int r = gp_bill_parse_micros((const char *)ev->data.scalar.value, ev->data.scalar.length, f->max, &v);
+        if (r == -ERANGE) {
+                char m[32];
+                gp_bill_format_micros(f->max, m, sizeof(m));
+                return fail(c, ev_line(ev), "must be between 0 and %s, got %s", m, describe(ev, d, sizeof(d)));
+        }
+        if (r < 0)
+                return fail(c, ev_line(ev), "expected a decimal number with at most 6 decimals (no sign, no "
+                            "exponent), got %s", describe(ev, d, sizeof(d)));
+        *(int64_t *)((char *)base + f->off) = v;
+        if (f->min == 1) /* per_1k_tokens: both prices */
+                ((gp_bill_token_price *)base)->per_1k_completion = v;
+        return 0;
+}
+
+/* Whole seconds (f->min..f->max) stored as milliseconds. */
+static int parse_secs_ms(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        int64_t x;
+        int r = scalar_int(c, ev, f->min, f->max, &x);
+        if (r == 0)
+                *(int64_t *)((char *)base + f->off) = x * 1000;
+        return r;
+}
+
+static int parse_bill_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_bill_window *w = base;
+        char tmp[sizeof(w->tz)], d[96];
+        memset(tmp, 0, sizeof(tmp));
+        int rc = scalar_str(c, ev, tmp, sizeof(tmp), 1);
+        if (rc < 0)
+                return rc;
+        static gp_tz z; /* large; the loader is not re-entered */
+        if (gp_tz_load(tmp, &z) < 0)
+                return fail(c, ev_line(ev), "%s is not a time zone this machine knows (an IANA name such as "
+                            "Asia/Shanghai or UTC; tzdata holds them)", show(tmp, strlen(tmp), d, sizeof(d)));
+        memcpy(w->tz, tmp, sizeof(tmp));
+        return 0;
+}
+
+struct bill_list {
+        const struct field *f;
+        gp_bill_prices *p;
+};
+
+static int bill_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        struct bill_list *bl = arg;
+        gp_bill_prices *p = bl->p;
+        const char *key = bl->f->key;
+        char d[96], prefix[64];
+        if (i >= bl->f->max)
+                return fail(c, ev_line(ev), "too many entries (at most %lld)", (long long)bl->f->max);
+        if (ev->type != YAML_MAPPING_START_EVENT)
+                return fail(c, ev_line(ev), "expected a mapping, got %s", describe(ev, d, sizeof(d)));
+        snprintf(prefix, sizeof(prefix), "%s[]", key);
+        int line = ev_line(ev), r;
+        if (!strcmp(key, "billing.prices")) {
+                gp_bill_gpu_price *g = &p->gpu[i];
+                memset(g, 0, sizeof(*g));
+                g->gpu_model[0] = '*';
+                g->per_gpu_hour = -1;
+                if ((r = parse_map(c, prefix, g)) < 0)
+                        return r;
+                if (g->per_gpu_hour < 0)
+                        return fail(c, line, "a price needs per_gpu_hour");
+                return 0;
+        }
+        if (!strcmp(key, "billing.token_prices")) {
+                gp_bill_token_price *t = &p->tokens[i];
+                memset(t, 0, sizeof(*t));
+                t->per_1k_prompt = t->per_1k_completion = -1;
+                if ((r = parse_map(c, prefix, t)) < 0)
+                        return r;
+                if (!t->model[0])
+                        return fail(c, line, "a token price needs model (a glob such as \"llama*\")");
+                if (t->per_1k_prompt < 0 || t->per_1k_completion < 0)
+                        return fail(c, line, "a token price needs per_1k_tokens, or per_1k_prompt and "
+                                    "per_1k_completion");
+                return 0;
+        }
+        if (!strcmp(key, "billing.volume_discounts")) {
+                gp_bill_tier *t = &p->tiers[i];
+                memset(t, 0, sizeof(*t));
+                t->factor_ppm = -1;
+                if ((r = parse_map(c, prefix, t)) < 0)
+                        return r;
+                if (t->gpu_hours <= 0 || t->factor_ppm < 0)
+                        return fail(c, line, "a volume discount needs gpu_hours and factor (e.g. {gpu_hours: 100, "
+                                    "factor: 0.9})");
+                if (i > 0 && t->gpu_hours <= p->tiers[i - 1].gpu_hours)
+                        return fail(c, line, "gpu_hours must grow from one volume discount to the next");
+                return 0;
+        }
+        gp_bill_window *w = &p->windows[i];
+        memset(w, 0, sizeof(*w));
+        w->start_min = w->end_min = -1;
+        w->multiplier_ppm = -1;
+        gp_strlcpy(w->tz, "UTC", sizeof(w->tz));
+        if ((r = parse_map(c, prefix, w)) < 0)
+                return r;
+        if (!w->name[0] || w->start_min < 0 || w->end_min < 0 || w->multiplier_ppm < 0)
+                return fail(c, line, "a time window needs name, start, end (\"HH:MM\") and multiplier");
+        if (w->start_min == w->end_min)
+                return fail(c, line, "start and end are the same time: the window would be empty");
+        for (int j = 0; j < i; j++)
+                if (!strcmp(p->windows[j].name, w->name))
+                        return fail(c, line, "the name \"%s\" is used by time_windows[%d] too", w->name, j);
+        return 0;
+}
+
+static int parse_bill_list(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        struct bill_list bl = {f, &cfg->billing};
+        int n = 0;
+        int r = parse_list(c, ev, "a list of mappings", bill_item, &bl, &n);
+        if (r < 0)
+                return r;
+        if (!strcmp(f->key, "billing.prices"))
+                cfg->billing.n_gpu = n;
+        else if (!strcmp(f->key, "billing.token_prices"))
+                cfg->billing.n_tokens = n;
+        else if (!strcmp(f->key, "billing.volume_discounts"))
+                cfg->billing.n_tiers = n;
+        else
+                cfg->billing.n_windows = n;
+        cfg->billing.enabled = true;
+        return 0;
 }
 
 /* First pass: the whole stream is well-formed YAML and nested at most

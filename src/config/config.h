@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/billing.h"
 #include "core/task.h"
 
 #define GP_CFG_MAX_SIM 16        /* entries in gpus.sim */
@@ -179,6 +180,9 @@ typedef struct gp_config {
         int alert_webhook_retries;           /* after the first try, default 5 */
         gp_cfg_alert_rule alert_rules[GP_CFG_MAX_ALERT_RULES]; /* default: gpu_error, node_lost */
         int n_alert_rules;
+
+        /* billing (docs/billing.md): prices, record interval, enforcement */
+        gp_bill_prices billing;              /* default: no prices, record_interval_s 300 */
 } gp_config;
 
 /* Is local minute-of-day m (0..1439) inside the rule's window?  A window

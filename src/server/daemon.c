@@ -10,10 +10,12 @@
  */
 #include "server/server-int.h"
 #include "server/tenants.h"
+#include "server/billing.h"
 
 #include "base/err.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "core/billing.h"
 #include "exec/exec.h"
 #include "server/monitor.h"
 
@@ -244,6 +246,8 @@ static void lease_let_go(gp_daemon *d, gp_task *t) {
 
 /* End a task: final state, reason, times; frees its GPUs in the scheduler. */
 static void finish(gp_daemon *d, batch *b, gp_task *t, gp_task_state st, int64_t now) {
+        /* its last usage segment, stored with this end (a no-op if it never ran) */
+        gp_billing_run_end(d, t, now, GP_BILL_TASK_END, gp_now_ms());
         gp_sched_remove_at(d->sched, t->id, now); /* its run counts for fair share up to now */
         gp_i64map_del(&d->leases, t->id);
         lease_let_go(d, t);
@@ -284,7 +288,7 @@ static int drained_meta(gp_daemon *d, char *buf, size_t size) {
  * the restart recovers from what was stored). */
 static void commit(gp_daemon *d, batch *b) {
         if (!b->ndirty && !b->meta_drained && !d->meta_tenants && !d->meta_keys && !d->meta_audit &&
-            !d->meta_weights)
+            !d->meta_weights && !gp_billing_pending(d))
                 return;
         int rc = gp_store_begin(d->ws);
         for (size_t i = 0; rc == 0 && i < b->ndirty; i++)
@@ -297,6 +301,8 @@ static void commit(gp_daemon *d, batch *b) {
         }
         if (rc == 0)
                 rc = gp_tenants_store(d);
+        if (rc == 0)
+                rc = gp_billing_store(d); /* usage segments of this batch: same transaction */
         if (rc == 0)
                 rc = gp_store_commit(d->ws);
         if (rc < 0) {
@@ -318,6 +324,7 @@ typedef struct outcome {
         char *body;                 /* or this error body */
         int retry_after;
         int64_t lookup_id;          /* answer with a final task read from the store */
+        const char *ctype;          /* Content-Type of body, NULL = JSON */
 } outcome;
 
 static gp_task *active_for(gp_daemon *d, int64_t id, const char *tenant) {
@@ -339,6 +346,15 @@ static void apply_submit(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o
         t->id = d->next_id;
         t->state = GP_TASK_QUEUED;
         t->submitted_ms = now;
+        char *no_money = NULL;
+        if (gp_billing_check_submit(d, t->tenant, &no_money) < 0) {
+                gp_monitor_submit_rejected(d->mon, "insufficient_balance");
+                o->status = 402;
+                o->body = no_money;
+                gp_task_done(t);
+                free(t);
+                return;
+        }
         gp_sched_req r = sched_req(t);
         char why[256];
         int rc = gp_sched_check_feasible(d->sched, &r, why, sizeof(why));
@@ -530,6 +546,8 @@ static void watch_del(gp_daemon *d, int64_t id) {
 /* A running task lost its GPU (or its GPU left the pool): back to the
  * queue while it has retries left, else failed with the reason. */
 static void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now) {
+        /* the run ends here, not by the tenant's doing: no minimum period */
+        gp_billing_run_end(d, t, now, GP_BILL_RUN_END, gp_now_ms());
         gp_sched_remove_at(d->sched, t->id, now); /* -ENOENT during recovery: not placed */
         gp_i64map_del(&d->leases, t->id);
         free(t->gpus);
@@ -681,8 +699,10 @@ out:
  * grace_sec away (heartbeats answer 200 with it) and is lost when the
  * holder releases it or the deadline passes.  Until every such run has let
  * go, no batch task is started (so two processes never share the GPUs).
- * What is stored is the truth after the grace: queued again. */
+ * What is stored is the truth after the grace: queued again.  Its run is
+ * metered up to now (the grace is not billed). */
 static void preempt(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
+        gp_billing_run_end(d, t, now, GP_BILL_RUN_END, gp_now_ms());
         t->preempt_count++;
         t->state = GP_TASK_QUEUED;
         t->started_ms = 0;
@@ -749,9 +769,10 @@ static void set_gpus(gp_daemon *d, gp_task *t, const gp_sched_decision *dec) {
 /* An elastic task grew or shrank.  The new set is stored with this batch;
  * a lease holder sees it in the task and the heartbeat answer; a batch
  * task gets alloc.json and its signal after the commit. */
-static void resize(gp_daemon *d, batch *b, gp_task *t, const gp_sched_decision *dec) {
+static void resize(gp_daemon *d, batch *b, gp_task *t, const gp_sched_decision *dec, int64_t now) {
         int old = t->n_gpus;
         set_gpus(d, t, dec);
+        gp_billing_run_resize(d, t, now); /* metered at each share for its own time */
         mark(b, t);
         gp_info("task %" PRId64 " resized from %d to %d GPUs", t->id, old, t->n_gpus);
         if (t->is_lease)
@@ -796,7 +817,7 @@ static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
                         continue;
                 }
                 if (dec[i].kind == GP_DECIDE_RESIZE) {
-                        resize(d, b, t, &dec[i]);
+                        resize(d, b, t, &dec[i], now);
                         continue;
                 }
                 if (dec[i].kind != GP_DECIDE_START)
@@ -807,6 +828,7 @@ static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
                 t->started_ms = now;
                 t->heartbeat_ms = now;
                 t->reason[0] = '\0';
+                gp_billing_run_start(d, t);
                 gp_monitor_task_started(d->mon, t->tenant, t->priority, now - t->submitted_ms, dec[i].backfilled);
                 if (dec[i].backfilled)
                         set_reason(t, "started by backfill");
@@ -858,6 +880,7 @@ static void answer(gp_daemon *d, cmd *c, outcome *o) {
         if (!c->req)
                 return;
         if (o->body) {
+                c->req->ctype = o->ctype;
                 gp_http_answer(c->req, o->status, o->body, o->retry_after);
                 return;
         }
@@ -1038,6 +1061,11 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                 case CMD_TENANT_PUT:
                 case CMD_KEY_CREATE:
                 case CMD_WEIGHTS: gp_tenants_apply(d, c, now, &out[i].status, &out[i].body); break;
+                case CMD_CREDIT:
+                case CMD_USAGE_TOKENS:
+                case CMD_INVOICE:
+                        gp_billing_apply(d, c, now, &out[i].status, &out[i].body, &out[i].ctype);
+                        break;
                 }
         }
         for (size_t k = 0; k < nexited; k++) {
@@ -1051,6 +1079,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         expire_leases(d, &b, now);
         expire_preempting(d, &b, now);
         apply_decisions(d, &b, now);
+        gp_billing_tick(d, now); /* interval segments of long runs */
         commit(d, &b);
         i = 0;
         for (cmd *c = list; c; c = c->next, i++)
@@ -1099,6 +1128,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                 cmd *next = list->next;
                 gp_task_done(&list->task);
                 free(list->tenant_rec);
+                free(list->bill);
                 free(list);
                 list = next;
         }
@@ -1133,6 +1163,9 @@ static int loop_timeout(gp_daemon *d) {
                         next = r->wait_until_ms;
         if (d->followers && now + 200 < next)
                 next = now + 200;
+        int64_t bill = gp_billing_next_ms(d);
+        if (bill < next)
+                next = bill;
         if (d->cfg.n_time_rules > 0) {
                 int64_t minute = (now / 60000 + 1) * 60000; /* windows change on minute boundaries */
                 if (minute < next)
@@ -1358,7 +1391,8 @@ static int recover_one(const gp_task *st, void *ud) {
                 }
                 return 0;
         }
-        /* running */
+        /* running: metered on from its last stored segment */
+        gp_billing_recover(d, t);
         uint32_t ids[GP_MAX_GANG];
         if (t->n_gpus != t->gpu_request || map_gpus(d, t, ids) < 0 ||
             gp_sched_restore_running(d->sched, &r, ids, t->n_gpus, t->started_ms) < 0) {
@@ -1370,6 +1404,7 @@ static int recover_one(const gp_task *st, void *ud) {
                 return 0;
         }
         rc->running++;
+        gp_billing_recover(d, t); /* its GPU share, now that the scheduler holds it */
         if (t->is_lease) {
                 t->heartbeat_ms = rc->now; /* a full TTL for the holder to come back */
                 return gp_i64map_put(&d->leases, t->id, t);
@@ -1519,6 +1554,8 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
                 return rc;
         if ((rc = gp_tenants_init(d, err, errlen)) < 0)
                 return rc;
+        if ((rc = gp_billing_init(d, err, errlen)) < 0)
+                return rc;
         gp_sched_config sc;
         gp_sched_config_defaults(&sc);
         sc.policy = (gp_sched_policy)cfg->policy;
@@ -1652,11 +1689,14 @@ void gp_daemon_close(gp_daemon *d) {
         while (c) {
                 cmd *n = c->next;
                 gp_task_done(&c->task);
+                free(c->tenant_rec);
+                free(c->bill);
                 free(c);
                 c = n;
         }
         gp_monitor_detach(d);
         gp_tenants_done(d);
+        gp_billing_done(d);
         gp_sched_free(d->sched);
         gp_store_close(d->ws);
         gp_store_close(d->rs);

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/util.h"
+#include "server/billing.h"
 #include "server/monitor.h"
 #include "server/submit.h"
 #include "server/tenants.h"
@@ -74,6 +75,10 @@ static enum MHD_Result send_body(hreq *r, int status, char *body, const char *ct
 int gp_http_send(hreq *r, int status, char *body, int retry_after);
 int gp_http_send(hreq *r, int status, char *body, int retry_after) {
         return send_body(r, status, body, JSON_TYPE, retry_after);
+}
+
+int gp_http_send_type(hreq *r, int status, char *body, const char *ctype) {
+        return send_body(r, status, body, ctype ? ctype : JSON_TYPE, 0);
 }
 
 static enum MHD_Result send_json(hreq *r, int status, json_t *j) {
@@ -827,7 +832,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
                 char *body = r->resp;
                 r->resp = NULL;
                 r->answered = false;
-                return send_body(r, r->status, body, JSON_TYPE, r->retry_after);
+                return send_body(r, r->status, body, r->ctype ? r->ctype : JSON_TYPE, r->retry_after);
         }
         if (r->wait_id && !r->waiting) /* woken long poll: answer with the task now */
                 return get_task(r, r->wait_id);
@@ -840,6 +845,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         }
         enum MHD_Result mret;
         int tret;
+        if (gp_billing_route(r, url, method, &tret)) /* before tenants: /admin/tenants/{id}/credit */
+                return (enum MHD_Result)tret;
         if (gp_tenants_route(r, url, method, &tret))
                 return (enum MHD_Result)tret;
         if (!strcmp(url, "/metrics") && !r->admin && !gp_web_is_public(url, method))

@@ -39,6 +39,9 @@ typedef enum cmd_kind {
         CMD_TENANT_PUT,             /* PUT /admin/tenants/{id} */
         CMD_KEY_CREATE,             /* POST /admin/tenants/{id}/keys */
         CMD_WEIGHTS,                /* PUT /admin/scheduler/weights */
+        CMD_CREDIT,                 /* POST /admin/tenants/{id}/credit (billing.c) */
+        CMD_USAGE_TOKENS,           /* gp_billing_record_tokens: gateway tokens to store */
+        CMD_INVOICE,                /* GET /api/v1/invoices of a closed month not yet issued */
 } cmd_kind;
 
 struct hreq;
@@ -56,7 +59,8 @@ typedef struct cmd {
         gp_cfg_tenant *tenant_rec;  /* TENANT_PUT: the new record (owned) */
         char key[80];               /* KEY_CREATE: the new key, shown once */
         uint32_t weights[GP_PRIORITY_LEVELS]; /* WEIGHTS */
-        char who[96];               /* TENANT_PUT / KEY_CREATE: the actor, for the audit log */
+        char who[96];               /* TENANT_PUT / KEY_CREATE / CREDIT: the actor, for the audit log */
+        struct gp_bill_cmd *bill;   /* CREDIT / USAGE_TOKENS / INVOICE: payload (owned) */
         struct hreq *req;           /* answered when done; NULL for none */
 } cmd;
 
@@ -159,6 +163,7 @@ typedef struct gp_daemon {
         int64_t started_ms;
         struct gp_monitor *mon;     /* metrics registry and history (monitor.h), thread-safe */
         struct gp_alerts *alerts;   /* alert rules and webhook (alerts.h), thread-safe */
+        struct gp_billing *bill;    /* metering, credits, invoices (billing.h) */
 } gp_daemon;
 
 /* daemon.c */
@@ -189,6 +194,9 @@ void gp_http_wake(hreq *r);
 char *gp_http_error_body(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* http.c */
+/* Send an answer now from an HTTP handler with this Content-Type (NULL =
+ * JSON); takes body (malloc'd; NULL answers 503). */
+int gp_http_send_type(hreq *r, int status, char *body, const char *ctype);
 /* One GPU as JSON; d->lock held. */
 struct json_t *gp_http_gpu_json(gp_daemon *d, uint32_t g);
 int gp_http_start(gp_daemon *d, char *err, size_t errlen);

@@ -12,6 +12,7 @@
 #include "base/sha256.h"
 #include "base/tz.h"
 #include "base/util.h"
+#include "server/billing.h"
 #include "server/server-int.h"
 
 #include <errno.h>
@@ -498,6 +499,11 @@ static void audit(gp_daemon *d, const char *who, const char *action, const char 
         d->meta_audit = true;
 }
 
+void gp_tenants_audit(gp_daemon *d, const char *who, const char *action, const char *target, json_t *old,
+                      json_t *new, int64_t now) {
+        audit(d, who, action, target, old, new, now);
+}
+
 static char *body_of(json_t *j) {
         char *s = json_dumps(j, JSON_COMPACT);
         json_decref(j);
@@ -674,6 +680,9 @@ static int get_tenants(hreq *r, const char *id) {
                 }
                 out = tenant_json(d, t);
                 json_object_set_new(out, "usage", usage_json(d, t->id));
+                json_t *bill = gp_billing_tenant_json(d, t->id);
+                if (bill)
+                        json_object_set_new(out, "billing", bill);
         } else {
                 json_t *a = json_array();
                 for (size_t i = 0; i < d->ntenants; i++) {
@@ -682,6 +691,9 @@ static int get_tenants(hreq *r, const char *id) {
                                 continue;
                         json_t *o = tenant_json(d, t);
                         json_object_set_new(o, "usage", usage_json(d, t->id));
+                        json_t *bill = gp_billing_tenant_json(d, t->id);
+                        if (bill)
+                                json_object_set_new(o, "billing", bill);
                         json_array_append_new(a, o);
                 }
                 out = json_pack("{s:o}", "tenants", a);

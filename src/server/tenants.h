@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config/config.h"
 
@@ -70,6 +71,10 @@ bool gp_tenants_route(struct hreq *r, const char *url, const char *method, int *
  * be stored in this batch (d->meta_*) and gives the answer to send once
  * the batch is stored (*ret_body malloc'd). */
 void gp_tenants_apply(struct gp_daemon *d, struct cmd *c, int64_t now_ms, int *ret_status, char **ret_body);
+/* Loop thread (d->lock held): append a change to the audit log (stored
+ * with the batch).  Takes ownership of old and new (either may be NULL). */
+void gp_tenants_audit(struct gp_daemon *d, const char *who, const char *action, const char *target,
+                      struct json_t *old, struct json_t *new, int64_t now_ms);
 /* Loop thread, inside the batch transaction: store what changed.
  * 0 or a store error. */
 int gp_tenants_store(struct gp_daemon *d);

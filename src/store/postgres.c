@@ -54,6 +54,10 @@ enum {
         PS_MAX_ID,
         PS_META_GET,
         PS_META_SET,
+        PS_USAGE_ADD,
+        PS_USAGE_LIST,  /* $1 tenant or NULL, $2 task id or 0, $3..$4 months, $5..$6 times */
+        PS_TOKENS_ADD,
+        PS_TOKENS_LIST, /* $1 tenant or NULL, $2..$3 months, $4..$5 times */
         PS_COUNT,
 };
 
@@ -95,6 +99,23 @@ static const struct {
                          "INSERT INTO meta (key, value) VALUES ($1, $2) "
                          "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
                          2},
+        [PS_USAGE_ADD] = {"gp_usage_add",
+                          "INSERT INTO usage (" STORE_USAGE_COLUMNS ") VALUES "
+                          "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                          UCOL_COUNT},
+        [PS_USAGE_LIST] = {"gp_usage_list",
+                           "SELECT " STORE_USAGE_COLUMNS " FROM usage WHERE ($1::text IS NULL OR tenant = $1) "
+                           "AND ($2::bigint = 0 OR task_id = $2) AND month >= $3 AND month <= $4 "
+                           "AND end_ms >= $5 AND start_ms < $6 ORDER BY start_ms, task_id, id",
+                           6},
+        [PS_TOKENS_ADD] = {"gp_tokens_add",
+                           "INSERT INTO usage_tokens (" STORE_TOKENS_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6)",
+                           TCOL_COUNT},
+        [PS_TOKENS_LIST] = {"gp_tokens_list",
+                            "SELECT " STORE_TOKENS_COLUMNS " FROM usage_tokens WHERE ($1::text IS NULL OR "
+                            "tenant = $1) AND month >= $2 AND month <= $3 AND at_ms >= $4 AND at_ms < $5 "
+                            "ORDER BY at_ms, id",
+                            5},
 };
 
 /* Schema migrations, applied in order in one transaction at open, under an
@@ -149,7 +170,7 @@ typedef struct pg_store {
         int lock_timeout_ms;            /* from busy_timeout_ms, set on every session */
         bool pipelined;                 /* in pipeline mode (only inside a transaction) */
         int n_pending;                  /* writes sent since the last sync, <= PIPE_MAX */
-        int64_t pending_id[PIPE_MAX];   /* task id of each pending write, 0 for meta */
+        int64_t pending_id[PIPE_MAX];   /* task id of each pending write, -task id for usage, 0 for meta/tokens */
 } pg_store;
 
 static pg_store *impl(gp_store *s) {
@@ -291,10 +312,12 @@ static int pipe_sync(gp_store *s) {
                 if (st != PGRES_COMMAND_OK && st != PGRES_PIPELINE_ABORTED && r == 0) {
                         char what[64];
                         int64_t id = k < p->n_pending ? p->pending_id[k] : 0;
-                        if (id)
+                        if (id > 0)
                                 snprintf(what, sizeof(what), "task put (id %" PRId64 ")", id);
+                        else if (id < 0)
+                                snprintf(what, sizeof(what), "usage add (task %" PRId64 ")", -id);
                         else
-                                snprintf(what, sizeof(what), "meta set");
+                                snprintf(what, sizeof(what), "meta set or tokens add");
                         r = pg_err(s, res, what);
                 }
                 k++;
@@ -424,6 +447,8 @@ static int migrate(gp_store *s) {
                 if ((r = exec_cmd(s, sql, what)) < 0)
                         goto rollback;
         }
+        if ((r = exec_cmd(s, STORE_BILLING_SCHEMA("BIGINT", "BIGSERIAL PRIMARY KEY"), "create metering tables")) < 0)
+                goto rollback;
         return exec_cmd(s, "COMMIT", "migrate: commit");
 rollback:
         PQclear(PQexec(impl(s)->conn, "ROLLBACK"));
@@ -740,6 +765,102 @@ static int pg_meta_set(gp_store *s, const char *key, const char *value) {
         return s->in_tx ? send_write(s, PS_META_SET, vals, 0, what) : run_cmd(s, PS_META_SET, vals, what);
 }
 
+/* ---- metering ---- */
+
+static int pg_usage_add(gp_store *s, const gp_bill_segment *g) {
+        char num[UCOL_COUNT][24];
+        const char *vals[UCOL_COUNT];
+        const int64_t ints[UCOL_COUNT] = {
+                [UCOL_TASK_ID] = g->task_id, [UCOL_GPUS_MILLI] = g->gpus_milli, [UCOL_MEMORY_MB] = g->memory_mb,
+                [UCOL_START_MS] = g->start_ms, [UCOL_END_MS] = g->end_ms, [UCOL_GPU_MS] = g->gpu_ms,
+                [UCOL_RUN_START_MS] = g->run_start_ms, [UCOL_END_KIND] = g->end_kind, [UCOL_MONTH] = g->month,
+        };
+        for (int i = 0; i < UCOL_COUNT; i++) {
+                fmt_i64(num[i], sizeof(num[i]), ints[i]);
+                vals[i] = num[i];
+        }
+        vals[UCOL_TENANT] = g->tenant;
+        vals[UCOL_GPU_MODEL] = g->gpu_model;
+        /* a negative pending id names a usage row in a refusal (pipe_sync) */
+        return s->in_tx ? send_write(s, PS_USAGE_ADD, vals, g->task_id > 0 ? -g->task_id : 0, "usage add")
+                        : run_cmd(s, PS_USAGE_ADD, vals, "usage add");
+}
+
+static int pg_tokens_add(gp_store *s, const gp_bill_tokens *t) {
+        char num[TCOL_COUNT][24];
+        const char *vals[TCOL_COUNT];
+        const int64_t ints[TCOL_COUNT] = {
+                [TCOL_PROMPT] = t->prompt_tokens, [TCOL_COMPLETION] = t->completion_tokens,
+                [TCOL_AT_MS] = t->at_ms, [TCOL_MONTH] = t->month,
+        };
+        for (int i = 0; i < TCOL_COUNT; i++) {
+                fmt_i64(num[i], sizeof(num[i]), ints[i]);
+                vals[i] = num[i];
+        }
+        vals[TCOL_TENANT] = t->tenant;
+        vals[TCOL_MODEL] = t->model;
+        return s->in_tx ? send_write(s, PS_TOKENS_ADD, vals, 0, "tokens add")
+                        : run_cmd(s, PS_TOKENS_ADD, vals, "tokens add");
+}
+
+/* Like each_row, for the metering tables (store_bill_row decodes). */
+static int bill_rows(gp_store *s, int which, int kind, const char *const *vals, void *cb, void *ud,
+                     const char *what) {
+        pg_store *p = impl(s);
+        int r;
+        if ((r = start_call(s, what)) < 0 || (r = pipe_leave(s)) < 0)
+                return r;
+        if (store_fault(s))
+                return store_set_err(s, "injected fault", "%s", what);
+        if (!PQsendQueryPrepared(p->conn, stmts[which].name, stmts[which].nparams, vals, NULL, NULL, 0))
+                return pg_err(s, NULL, what);
+        PQsetSingleRowMode(p->conn);
+        r = 0;
+        bool stopped = false;
+        int ncols = kind == 0 ? UCOL_COUNT : TCOL_COUNT;
+        PGresult *res;
+        while ((res = PQgetResult(p->conn)) != NULL) {
+                ExecStatusType st = PQresultStatus(res);
+                if (st == PGRES_SINGLE_TUPLE || st == PGRES_TUPLES_OK) {
+                        for (int i = 0; !stopped && i < PQntuples(res); i++) {
+                                pg_row pr = {res, i};
+                                store_row row = {.ctx = &pr, .get_i64 = col_i64, .get_text = col_text};
+                                if (PQnfields(res) != ncols)
+                                        r = store_set_err(s, "unexpected number of columns", "%s", what);
+                                else
+                                        r = store_bill_row(s, &row, kind, cb, ud);
+                                stopped = r != 0;
+                        }
+                } else if (!stopped) {
+                        r = pg_err(s, res, what);
+                        stopped = true;
+                }
+                PQclear(res);
+        }
+        return r;
+}
+
+static int pg_usage_list(gp_store *s, const gp_usage_filter *f, gp_segment_cb cb, void *ud) {
+        char n[5][24];
+        fmt_i64(n[0], sizeof(n[0]), f->task_id);
+        fmt_i64(n[1], sizeof(n[1]), f->month_min);
+        fmt_i64(n[2], sizeof(n[2]), f->month_max ? f->month_max : 999912);
+        fmt_i64(n[3], sizeof(n[3]), f->from_ms);
+        fmt_i64(n[4], sizeof(n[4]), f->to_ms ? f->to_ms : INT64_MAX);
+        const char *vals[6] = {f->tenant, n[0], n[1], n[2], n[3], n[4]};
+        return bill_rows(s, PS_USAGE_LIST, 0, vals, (void *)cb, ud, "usage list");
+}
+
+static int pg_tokens_list(gp_store *s, const gp_usage_filter *f, gp_tokens_cb cb, void *ud) {
+        char n[4][24];
+        fmt_i64(n[0], sizeof(n[0]), f->month_min);
+        fmt_i64(n[1], sizeof(n[1]), f->month_max ? f->month_max : 999912);
+        fmt_i64(n[2], sizeof(n[2]), f->from_ms);
+        fmt_i64(n[3], sizeof(n[3]), f->to_ms ? f->to_ms : INT64_MAX);
+        const char *vals[5] = {f->tenant, n[0], n[1], n[2], n[3]};
+        return bill_rows(s, PS_TOKENS_LIST, 1, vals, (void *)cb, ud, "tokens list");
+}
+
 const gp_store_ops gp_store_postgres_ops = {
         .name = "postgres",
         .open = pg_open,
@@ -755,4 +876,8 @@ const gp_store_ops gp_store_postgres_ops = {
         .task_max_id = pg_task_max_id,
         .meta_get = pg_meta_get,
         .meta_set = pg_meta_set,
+        .usage_add = pg_usage_add,
+        .usage_list = pg_usage_list,
+        .tokens_add = pg_tokens_add,
+        .tokens_list = pg_tokens_list,
 };

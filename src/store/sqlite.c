@@ -43,6 +43,10 @@ enum {
         ST_MAX_ID,
         ST_META_GET,
         ST_META_SET,
+        ST_USAGE_ADD,
+        ST_USAGE_LIST,
+        ST_TOKENS_ADD,
+        ST_TOKENS_LIST,
         ST_COUNT,
 };
 
@@ -67,6 +71,16 @@ static const char *const stmt_sql[ST_COUNT] = {
         [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
         [ST_META_SET] = "INSERT INTO meta (key, value) VALUES (?1, ?2) "
                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [ST_USAGE_ADD] = "INSERT INTO usage (" STORE_USAGE_COLUMNS ") VALUES "
+                         "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        /* ?1 tenant or NULL, ?2 task id or 0, ?3..?4 months, ?5..?6 times */
+        [ST_USAGE_LIST] = "SELECT " STORE_USAGE_COLUMNS " FROM usage WHERE (?1 IS NULL OR tenant = ?1) "
+                          "AND (?2 = 0 OR task_id = ?2) AND month >= ?3 AND month <= ?4 AND end_ms >= ?5 "
+                          "AND start_ms < ?6 ORDER BY start_ms, task_id, id",
+        [ST_TOKENS_ADD] = "INSERT INTO usage_tokens (" STORE_TOKENS_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        [ST_TOKENS_LIST] = "SELECT " STORE_TOKENS_COLUMNS " FROM usage_tokens WHERE (?1 IS NULL OR tenant = ?1) "
+                           "AND month >= ?3 AND month <= ?4 AND at_ms >= ?5 AND at_ms < ?6 "
+                           "ORDER BY at_ms, id",
 };
 
 /* Schema migrations, applied in order inside one transaction at open; the
@@ -281,7 +295,8 @@ static int sq_open(gp_store *s, const char *url, const char *path, const gp_stor
          * gp_store_checkpoint on another handle */
         if (opt->manual_checkpoint && (r = exec_sql(s, "PRAGMA wal_autocheckpoint = 0", "set wal_autocheckpoint")) < 0)
                 return r;
-        if ((r = migrate(s)) < 0)
+        if ((r = migrate(s)) < 0 ||
+            (r = exec_sql(s, STORE_BILLING_SCHEMA("INTEGER", "INTEGER PRIMARY KEY"), "create metering tables")) < 0)
                 return r;
         for (int i = 0; i < ST_COUNT; i++) {
                 if (sqlite3_prepare_v3(q->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &q->st[i], NULL) !=
@@ -547,6 +562,81 @@ static int sq_checkpoint(gp_store *s, int *ret_wal_pages) {
         return 0;
 }
 
+/* ---- metering ---- */
+
+static int sq_usage_add(gp_store *s, const gp_bill_segment *g) {
+        sqlite3_stmt *st = impl(s)->st[ST_USAGE_ADD];
+        int rc = sqlite3_bind_int64(st, 1 + UCOL_TASK_ID, g->task_id);
+        rc |= sqlite3_bind_text(st, 1 + UCOL_TENANT, g->tenant, -1, SQLITE_STATIC);
+        rc |= sqlite3_bind_text(st, 1 + UCOL_GPU_MODEL, g->gpu_model, -1, SQLITE_STATIC);
+        rc |= sqlite3_bind_int64(st, 1 + UCOL_GPUS_MILLI, g->gpus_milli);
+        rc |= sqlite3_bind_int64(st, 1 + UCOL_MEMORY_MB, g->memory_mb);
+        rc |= sqlite3_bind_int64(st, 1 + UCOL_START_MS, g->start_ms);
+        rc |= sqlite3_bind_int64(st, 1 + UCOL_END_MS, g->end_ms);
+        rc |= sqlite3_bind_int64(st, 1 + UCOL_GPU_MS, g->gpu_ms);
+        rc |= sqlite3_bind_int64(st, 1 + UCOL_RUN_START_MS, g->run_start_ms);
+        rc |= sqlite3_bind_int(st, 1 + UCOL_END_KIND, g->end_kind);
+        rc |= sqlite3_bind_int(st, 1 + UCOL_MONTH, g->month);
+        if (rc != SQLITE_OK) {
+                done_stmt(st);
+                return db_err(s, "usage add");
+        }
+        return run(s, ST_USAGE_ADD, "usage add");
+}
+
+static int sq_tokens_add(gp_store *s, const gp_bill_tokens *t) {
+        sqlite3_stmt *st = impl(s)->st[ST_TOKENS_ADD];
+        int rc = sqlite3_bind_text(st, 1 + TCOL_TENANT, t->tenant, -1, SQLITE_STATIC);
+        rc |= sqlite3_bind_text(st, 1 + TCOL_MODEL, t->model, -1, SQLITE_STATIC);
+        rc |= sqlite3_bind_int64(st, 1 + TCOL_PROMPT, t->prompt_tokens);
+        rc |= sqlite3_bind_int64(st, 1 + TCOL_COMPLETION, t->completion_tokens);
+        rc |= sqlite3_bind_int64(st, 1 + TCOL_AT_MS, t->at_ms);
+        rc |= sqlite3_bind_int(st, 1 + TCOL_MONTH, t->month);
+        if (rc != SQLITE_OK) {
+                done_stmt(st);
+                return db_err(s, "tokens add");
+        }
+        return run(s, ST_TOKENS_ADD, "tokens add");
+}
+
+static int bill_list(gp_store *s, int which, int kind, const gp_usage_filter *f, void *cb, void *ud,
+                     const char *what) {
+        sqlite3_stmt *st = impl(s)->st[which];
+        int rc = f->tenant ? sqlite3_bind_text(st, 1, f->tenant, -1, SQLITE_STATIC) : sqlite3_bind_null(st, 1);
+        if (kind == 0)
+                rc |= sqlite3_bind_int64(st, 2, f->task_id);
+        rc |= sqlite3_bind_int(st, 3, f->month_min);
+        rc |= sqlite3_bind_int(st, 4, f->month_max ? f->month_max : 999912);
+        rc |= sqlite3_bind_int64(st, 5, f->from_ms);
+        rc |= sqlite3_bind_int64(st, 6, f->to_ms ? f->to_ms : INT64_MAX);
+        if (rc != SQLITE_OK) {
+                done_stmt(st);
+                return db_err(s, what);
+        }
+        store_row row = {.ctx = st, .get_i64 = col_i64, .get_text = col_text};
+        int r = 0;
+        rc = step_first(s, st, what);
+        while (rc == SQLITE_ROW) {
+                if ((r = store_bill_row(s, &row, kind, cb, ud)) != 0)
+                        break;
+                rc = sqlite3_step(st);
+                if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+                        r = db_err(s, what);
+        }
+        if (rc < 0)
+                r = rc;
+        done_stmt(st);
+        return r;
+}
+
+static int sq_usage_list(gp_store *s, const gp_usage_filter *f, gp_segment_cb cb, void *ud) {
+        return bill_list(s, ST_USAGE_LIST, 0, f, (void *)cb, ud, "usage list");
+}
+
+static int sq_tokens_list(gp_store *s, const gp_usage_filter *f, gp_tokens_cb cb, void *ud) {
+        return bill_list(s, ST_TOKENS_LIST, 1, f, (void *)cb, ud, "tokens list");
+}
+
 const gp_store_ops gp_store_sqlite_ops = {
         .name = "sqlite",
         .open = sq_open,
@@ -563,4 +653,8 @@ const gp_store_ops gp_store_sqlite_ops = {
         .meta_get = sq_meta_get,
         .meta_set = sq_meta_set,
         .checkpoint = sq_checkpoint,
+        .usage_add = sq_usage_add,
+        .usage_list = sq_usage_list,
+        .tokens_add = sq_tokens_add,
+        .tokens_list = sq_tokens_list,
 };

@@ -71,6 +71,42 @@ typedef struct store_row {
  * s->errmsg.  -ENOMEM possible.  *ret written only on success. */
 int store_task_from_row(gp_store *s, const store_row *row, gp_task *ret);
 
+/* Columns of the usage and tokens tables, in select/insert order. */
+#define STORE_USAGE_COLUMNS                                                                   \
+        "task_id, tenant, gpu_model, gpus_milli, memory_mb, start_ms, end_ms, gpu_ms, run_start_ms, " \
+        "end_kind, month"
+enum store_ucol {
+        UCOL_TASK_ID, UCOL_TENANT, UCOL_GPU_MODEL, UCOL_GPUS_MILLI, UCOL_MEMORY_MB, UCOL_START_MS,
+        UCOL_END_MS, UCOL_GPU_MS, UCOL_RUN_START_MS, UCOL_END_KIND, UCOL_MONTH,
+        UCOL_COUNT,
+};
+#define STORE_TOKENS_COLUMNS "tenant, model, prompt_tokens, completion_tokens, at_ms, month"
+enum store_tcol {
+        TCOL_TENANT, TCOL_MODEL, TCOL_PROMPT, TCOL_COMPLETION, TCOL_AT_MS, TCOL_MONTH,
+        TCOL_COUNT,
+};
+
+/* The metering tables, created if missing at every open (no schema
+ * version of their own: CREATE ... IF NOT EXISTS is the migration). */
+#define STORE_BILLING_SCHEMA(INTEGER, SERIAL)                                                   \
+        "CREATE TABLE IF NOT EXISTS usage (id " SERIAL ", task_id " INTEGER " NOT NULL,"           \
+        " tenant TEXT NOT NULL, gpu_model TEXT NOT NULL, gpus_milli " INTEGER " NOT NULL,"         \
+        " memory_mb " INTEGER " NOT NULL, start_ms " INTEGER " NOT NULL, end_ms " INTEGER " NOT NULL," \
+        " gpu_ms " INTEGER " NOT NULL, run_start_ms " INTEGER " NOT NULL,"                          \
+        " end_kind " INTEGER " NOT NULL, month " INTEGER " NOT NULL);"                              \
+        "CREATE INDEX IF NOT EXISTS usage_tenant_month ON usage (tenant, month);"                 \
+        "CREATE INDEX IF NOT EXISTS usage_task ON usage (task_id);"                                \
+        "CREATE TABLE IF NOT EXISTS usage_tokens (id " SERIAL ", tenant TEXT NOT NULL,"            \
+        " model TEXT NOT NULL, prompt_tokens " INTEGER " NOT NULL,"                                \
+        " completion_tokens " INTEGER " NOT NULL, at_ms " INTEGER " NOT NULL,"                     \
+        " month " INTEGER " NOT NULL);"                                                             \
+        "CREATE INDEX IF NOT EXISTS usage_tokens_tenant_month ON usage_tokens (tenant, month);"
+
+/* Decode one usage (kind 0) or tokens (kind 1) row and hand it to cb
+ * (a gp_segment_cb or gp_tokens_cb).  A bad row gives -GP_ESTORE with the
+ * column named; else the callback's value. */
+int store_bill_row(gp_store *s, const store_row *row, int kind, void *cb, void *ud);
+
 typedef struct gp_store_ops {
         const char *name; /* "sqlite", "postgres" */
         /* target: the URL without "scheme://" for sqlite, the whole URL for
@@ -90,6 +126,10 @@ typedef struct gp_store_ops {
         int (*meta_get)(gp_store *s, const char *key, char *buf, size_t size);
         int (*meta_set)(gp_store *s, const char *key, const char *value);
         int (*checkpoint)(gp_store *s, int *ret_wal_pages); /* NULL: nothing to do */
+        int (*usage_add)(gp_store *s, const gp_bill_segment *seg);
+        int (*usage_list)(gp_store *s, const gp_usage_filter *f, gp_segment_cb cb, void *ud);
+        int (*tokens_add)(gp_store *s, const gp_bill_tokens *t);
+        int (*tokens_list)(gp_store *s, const gp_usage_filter *f, gp_tokens_cb cb, void *ud);
 } gp_store_ops;
 
 struct gp_store {

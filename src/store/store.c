@@ -609,3 +609,132 @@ int gp_store_meta_set(gp_store *s, const char *key, const char *value) {
         }
         return track(s, s->ops->meta_set(s, key, value));
 }
+
+/* ------------------------------------------------------------------ */
+/* metering                                                            */
+
+static bool month_ok(int m) {
+        return m >= 197001 && m <= 999912 && m % 100 >= 1 && m % 100 <= 12;
+}
+
+static int bill_err(gp_store *s, int kind, const char *col, const char *why) {
+        return store_set_err(s, why, "reading a %s row: column %s", kind ? "usage_tokens" : "usage", col);
+}
+
+static int bill_i64(gp_store *s, const store_row *row, int kind, int col, const char *name, int64_t min,
+                    int64_t max, int64_t *ret) {
+        bool null = false;
+        int64_t v = 0;
+        if (row->get_i64(row->ctx, col, &null, &v) < 0)
+                return bill_err(s, kind, name, "not an integer");
+        if (null)
+                return bill_err(s, kind, name, "NULL");
+        if (v < min || v > max)
+                return bill_err(s, kind, name, "out of range");
+        *ret = v;
+        return 0;
+}
+
+static int bill_str(gp_store *s, const store_row *row, int kind, int col, const char *name, char *dst,
+                    size_t size) {
+        const char *p;
+        size_t n;
+        if (row->get_text(row->ctx, col, &p, &n) < 0 || !p)
+                return bill_err(s, kind, name, "not text");
+        int r = copy_str(dst, size, p, n);
+        if (r < 0)
+                return bill_err(s, kind, name, r == -E2BIG ? "too long" : "contains a NUL byte");
+        return 0;
+}
+
+int store_bill_row(gp_store *s, const store_row *row, int kind, void *cb, void *ud) {
+        int64_t v[8];
+        int r;
+        if (kind == 0) {
+                gp_bill_segment g;
+                memset(&g, 0, sizeof(g));
+                if ((r = bill_i64(s, row, 0, UCOL_TASK_ID, "task_id", 0, INT64_MAX, &g.task_id)) < 0 ||
+                    (r = bill_str(s, row, 0, UCOL_TENANT, "tenant", g.tenant, sizeof(g.tenant))) < 0 ||
+                    (r = bill_str(s, row, 0, UCOL_GPU_MODEL, "gpu_model", g.gpu_model, sizeof(g.gpu_model))) < 0 ||
+                    (r = bill_i64(s, row, 0, UCOL_GPUS_MILLI, "gpus_milli", 0, INT32_MAX, &g.gpus_milli)) < 0 ||
+                    (r = bill_i64(s, row, 0, UCOL_MEMORY_MB, "memory_mb", 0, INT64_MAX, &g.memory_mb)) < 0 ||
+                    (r = bill_i64(s, row, 0, UCOL_START_MS, "start_ms", 0, INT64_MAX / 2, &g.start_ms)) < 0 ||
+                    (r = bill_i64(s, row, 0, UCOL_END_MS, "end_ms", g.start_ms, INT64_MAX / 2, &g.end_ms)) < 0 ||
+                    (r = bill_i64(s, row, 0, UCOL_GPU_MS, "gpu_ms", 0, INT64_MAX, &g.gpu_ms)) < 0 ||
+                    (r = bill_i64(s, row, 0, UCOL_RUN_START_MS, "run_start_ms", 0, INT64_MAX / 2, &g.run_start_ms)) < 0 ||
+                    (r = bill_i64(s, row, 0, UCOL_END_KIND, "end_kind", 0, 2, &v[0])) < 0 ||
+                    (r = bill_i64(s, row, 0, UCOL_MONTH, "month", 197001, 999912, &v[1])) < 0)
+                        return r;
+                g.end_kind = (int)v[0];
+                g.month = (int)v[1];
+                return ((gp_segment_cb)cb)(&g, ud);
+        }
+        gp_bill_tokens t;
+        memset(&t, 0, sizeof(t));
+        if ((r = bill_str(s, row, 1, TCOL_TENANT, "tenant", t.tenant, sizeof(t.tenant))) < 0 ||
+            (r = bill_str(s, row, 1, TCOL_MODEL, "model", t.model, sizeof(t.model))) < 0 ||
+            (r = bill_i64(s, row, 1, TCOL_PROMPT, "prompt_tokens", 0, INT64_MAX / 4, &t.prompt_tokens)) < 0 ||
+            (r = bill_i64(s, row, 1, TCOL_COMPLETION, "completion_tokens", 0, INT64_MAX / 4, &t.completion_tokens)) < 0 ||
+            (r = bill_i64(s, row, 1, TCOL_AT_MS, "at_ms", 0, INT64_MAX / 2, &t.at_ms)) < 0 ||
+            (r = bill_i64(s, row, 1, TCOL_MONTH, "month", 197001, 999912, &v[0])) < 0)
+                return r;
+        t.month = (int)v[0];
+        return ((gp_tokens_cb)cb)(&t, ud);
+}
+
+int gp_store_usage_add(gp_store *s, const gp_bill_segment *g) {
+        int r = enter(s, "usage add");
+        if (r < 0)
+                return r;
+        if (!str_fits(g->tenant, sizeof(g->tenant)) || !str_fits(g->gpu_model, sizeof(g->gpu_model)) ||
+            g->start_ms < 0 || g->end_ms < g->start_ms || g->run_start_ms < 0 || g->gpus_milli < 0 ||
+            g->gpus_milli > INT32_MAX || g->gpu_ms < 0 || g->memory_mb < 0 || g->task_id < 0 ||
+            g->end_kind < 0 || g->end_kind > 2 || !month_ok(g->month)) {
+                store_set_err(s, NULL, "usage add (task %" PRId64 "): record out of range", g->task_id);
+                return -EINVAL;
+        }
+        return track(s, s->ops->usage_add(s, g));
+}
+
+int gp_store_tokens_add(gp_store *s, const gp_bill_tokens *t) {
+        int r = enter(s, "tokens add");
+        if (r < 0)
+                return r;
+        if (!str_fits(t->tenant, sizeof(t->tenant)) || !str_fits(t->model, sizeof(t->model)) ||
+            t->prompt_tokens < 0 || t->completion_tokens < 0 || t->prompt_tokens > INT64_MAX / 4 ||
+            t->completion_tokens > INT64_MAX / 4 || t->at_ms < 0 || !month_ok(t->month)) {
+                store_set_err(s, NULL, "tokens add: record out of range");
+                return -EINVAL;
+        }
+        return track(s, s->ops->tokens_add(s, t));
+}
+
+static int usage_filter_check(gp_store *s, const gp_usage_filter *f, const char *what) {
+        if ((f->tenant && strnlen(f->tenant, GP_TENANT_MAX) >= GP_TENANT_MAX) || f->task_id < 0 ||
+            f->from_ms < 0 || f->to_ms < 0 || (f->month_min && !month_ok(f->month_min)) ||
+            (f->month_max && !month_ok(f->month_max))) {
+                store_set_err(s, NULL, "%s: filter out of range", what);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+int gp_store_usage_list(gp_store *s, const gp_usage_filter *f, gp_segment_cb cb, void *ud) {
+        int r = enter(s, "usage list");
+        if (r < 0 || (r = usage_filter_check(s, f, "usage list")) < 0)
+                return r;
+        s->in_cb = true;
+        r = s->ops->usage_list(s, f, cb, ud);
+        s->in_cb = false;
+        return track(s, r);
+}
+
+int gp_store_tokens_list(gp_store *s, const gp_usage_filter *f, gp_tokens_cb cb, void *ud) {
+        int r = enter(s, "tokens list");
+        if (r < 0 || (r = usage_filter_check(s, f, "tokens list")) < 0)
+                return r;
+        s->in_cb = true;
+        r = s->ops->tokens_list(s, f, cb, ud);
+        s->in_cb = false;
+        return track(s, r);
+}

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/billing.h"
 #include "core/task.h"
 
 typedef struct gp_store gp_store;
@@ -99,12 +100,43 @@ int gp_store_checkpoint(gp_store *s, int *ret_wal_pages);
 int gp_store_meta_get(gp_store *s, const char *key, char *buf, size_t size);
 int gp_store_meta_set(gp_store *s, const char *key, const char *value);
 
+/* ---- metering (docs/billing.md) ----
+ *
+ * Usage segments and token records, in tables of their own beside tasks.
+ * The daemon writes them inside the same transaction that stores the
+ * task's change, so a segment is stored exactly when the state change that
+ * ends it is.  Rows are never updated nor deleted.
+ *
+ * add: 0, -EINVAL (a string not NUL-terminated, end before start, negative
+ * counts, month not YYYYMM; nothing written) or -GP_ESTORE (pipelined like
+ * task puts on PostgreSQL: a refusal may be reported by a later call of the
+ * transaction).  list: the records matching the filter, segments by
+ * (start_ms, task_id, insertion), tokens by (at_ms, insertion); the callback
+ * contract of gp_store_task_list; 0, the callback's stop value, -EINVAL or
+ * -GP_ESTORE (also for a stored row that fails validation). */
+typedef struct gp_usage_filter {
+        const char *tenant;          /* NULL for any */
+        int64_t task_id;             /* segments only; 0 for any */
+        int month_min, month_max;    /* billing month YYYYMM, 0 = unbounded */
+        int64_t from_ms, to_ms;      /* segments with end >= from and start < to; tokens with
+                                        from <= at < to; 0 = unbounded */
+} gp_usage_filter;
+
+typedef int (*gp_segment_cb)(const gp_bill_segment *seg, void *ud);
+typedef int (*gp_tokens_cb)(const gp_bill_tokens *t, void *ud);
+
+int gp_store_usage_add(gp_store *s, const gp_bill_segment *seg);
+int gp_store_usage_list(gp_store *s, const gp_usage_filter *f, gp_segment_cb cb, void *ud);
+int gp_store_tokens_add(gp_store *s, const gp_bill_tokens *t);
+int gp_store_tokens_list(gp_store *s, const gp_usage_filter *f, gp_tokens_cb cb, void *ud);
+
 /* For tests (fault injection, STYLE.md habit 11): make the n-th database
  * statement from now on this handle fail with -GP_ESTORE ("injected fault"),
  * as if the database had refused it; n = 1 is the next one, n <= 0 turns it
  * off.  It fires once.  Every begin, commit, rollback, put, get, list,
  * load_active, max_id, meta_get and meta_set runs exactly one statement
- * (a failed commit also runs a rollback). */
+ * (a failed commit also runs a rollback); so do usage_add, usage_list,
+ * tokens_add and tokens_list. */
 void gp_store_fail_after(gp_store *s, int n);
 
 #endif

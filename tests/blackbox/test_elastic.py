@@ -6,6 +6,8 @@ heartbeat answer.  (The pure rules are unit-tested in
 tests/unit/test-sched-elastic.c.)"""
 import json
 import os
+import sqlite3
+import time
 
 import pytest
 
@@ -97,3 +99,26 @@ def test_a_grown_elastic_task_keeps_its_gpus_across_a_daemon_crash(daemon_factor
     # the fourth GPU is still free for others
     t = submit(d, exclusive=True, lease_ttl_s=600)
     assert t["state"] == "running" and t["gpus"][0]["index"] not in before
+
+
+def test_an_elastic_run_is_metered_at_each_gpu_count_for_its_own_time(daemon_factory):
+    d = daemon_factory(CONFIG)
+    el = submit(d, elastic={"min_gpus": 1, "max_gpus": 4}, lease_ttl_s=600)
+    wait_for(lambda: len(get(d, el["id"])["gpus"]) == 4)
+    time.sleep(0.3)
+    other = submit(d, gpu_request=2, exclusive=True, lease_ttl_s=600)
+    assert other["state"] == "running" and len(get(d, el["id"])["gpus"]) == 2
+    time.sleep(0.3)
+    assert post(d, "/api/v1/tasks/%d/release" % el["id"]).status_code == 200
+    started, finished = get(d, el["id"])["started_at"], get(d, el["id"])["finished_at"]
+    assert started and finished
+    d.stop()
+    con = sqlite3.connect(os.path.join(d.data_dir, "gpupool.db"))
+    segs = list(con.execute("SELECT start_ms, end_ms, gpu_ms, gpus_milli FROM usage WHERE task_id = ? "
+                            "ORDER BY start_ms, id", (el["id"],)))
+    con.close()
+    # contiguous, four GPUs until the shrink, then two; each billed at its own share
+    assert [s[3] for s in segs] == [4000, 2000], segs
+    assert segs[0][1] == segs[1][0]
+    assert all(s[2] == (s[1] - s[0]) * s[3] // 1000 for s in segs)
+    assert segs[0][1] - segs[0][0] >= 250 and segs[1][1] - segs[1][0] >= 250

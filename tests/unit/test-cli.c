@@ -750,6 +750,30 @@ static void test_server_strings_cannot_inject_terminal_escapes(void **state) {
         free(s);
 }
 
+static void test_usage_and_invoice_tables_show_the_figures_and_no_escapes(void **state) {
+        char *s = format_with(gp_cli_format_usage,
+                              "{\"tenant_id\":\"acme\\u001b[2J\",\"from\":\"2026-11-01T00:00:00.000Z\",\"to\":\"x\","
+                              "\"group_by\":\"model\",\"currency\":\"USD\",\"groups\":[{\"key\":\"NVIDIA A100\","
+                              "\"gpu_ms\":345600001,\"tasks\":1,\"prompt_tokens\":0,\"completion_tokens\":0,"
+                              "\"cost\":\"160.00\"}],\"total\":{\"cost\":\"160.00\"}}");
+        assert_null(strchr(s, '\x1b'));
+        assert_non_null(strstr(s, "usage of acme?[2J from 2026-11-01T00:00:00.000Z"));
+        assert_non_null(strstr(s, "NVIDIA A100"));
+        assert_non_null(strstr(s, "345600.001"));
+        assert_non_null(strstr(s, "total: 160.00 USD\n"));
+        free(s);
+        s = format_with(gp_cli_format_invoice,
+                        "{\"tenant_id\":\"acme\",\"month\":\"2026-11\",\"status\":\"issued\",\"currency\":\"USD\","
+                        "\"lines\":[{\"kind\":\"gpu\",\"gpu_model\":\"A100\",\"gpu_hours\":\"96\","
+                        "\"billed_gpu_hours\":\"96\",\"price_per_gpu_hour\":\"2\",\"amount\":\"160.00\"},"
+                        "{\"kind\":\"tokens\",\"model\":\"llama\",\"prompt_tokens\":120000,"
+                        "\"completion_tokens\":30000,\"amount\":\"0.11\"}],\"total\":\"160.11\"}");
+        assert_non_null(strstr(s, "invoice of acme for 2026-11 (issued)\n"));
+        assert_non_null(strstr(s, "120000+30000"));
+        assert_non_null(strstr(s, "total: 160.11 USD\n"));
+        free(s);
+}
+
 static void test_gpus_table_shows_memory_state_and_tasks(void **state) {
         char *s = format_with(gp_cli_format_gpus,
                               "{\"backend\":\"sim\",\"gpus\":[{\"id\":\"local:0\",\"node\":\"local\",\"index\":0,"
@@ -1198,6 +1222,7 @@ int main(void) {
                 cmocka_unit_test(test_empty_lists_say_so),
                 cmocka_unit_test(test_server_strings_cannot_inject_terminal_escapes),
                 cmocka_unit_test(test_gpus_table_shows_memory_state_and_tasks),
+                cmocka_unit_test(test_usage_and_invoice_tables_show_the_figures_and_no_escapes),
                 cmocka_unit_test(test_long_cells_are_cut_with_ellipsis),
                 cmocka_unit_test(test_display_width_counts_wide_and_combining),
                 cmocka_unit_test(test_exit_3_when_nothing_listens),

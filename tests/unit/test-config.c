@@ -328,7 +328,7 @@ static const struct bad bad_inputs[] = {
         /* unknown key, with the valid keys listed */
         {"server:\n  listen: \"1.2.3.4:80\"\n  lisen: x\n",
          "t.yaml:3: server.lisen: unknown key (valid keys of server: listen, data_dir,", -EINVAL},
-        {"# c\nfoo: 1\n", "t.yaml:2: foo: unknown key (valid keys: server, auth, store, gpus, scheduler, tasks, monitor, alerts, tenants, groups, time_rules)",
+        {"# c\nfoo: 1\n", "t.yaml:2: foo: unknown key (valid keys: server, auth, store, gpus, scheduler, tasks, monitor, alerts, tenants, groups, time_rules, billing)",
          -EINVAL},
         {"scheduler:\n  preemption:\n    grace: 3\n", "t.yaml:3: scheduler.preemption.grace: unknown key",
          -EINVAL},
@@ -368,7 +368,26 @@ static const struct bad bad_inputs[] = {
         {"time_rules:\n  - {name: x, start: \"20:00\", end: \"01:00\", weights: [1, 2]}\n",
          "t.yaml:2: time_rules[0].weights: expected a list of 10 positive integers", -EINVAL},
         {"gateway: {}\n", "t.yaml:1: gateway: not supported by this version of gpupool yet", -EINVAL},
-        {"billing: {}\n", "t.yaml:1: billing: not supported by this version of gpupool yet", -EINVAL},
+        /* billing: money is exact decimal text, lists need their keys */
+        {"billing: {prices: [{gpu_model: \"*\", per_gpu_hour: -2}]}\n",
+         "t.yaml:1: billing.prices[0].per_gpu_hour: expected a decimal number with at most 6 decimals", -EINVAL},
+        {"billing: {prices: [{gpu_model: \"*\", per_gpu_hour: 0.0000001}]}\n",
+         "t.yaml:1: billing.prices[0].per_gpu_hour: expected a decimal number", -EINVAL},
+        {"billing: {prices: [{gpu_model: \"*\"}]}\n", "t.yaml:1: billing.prices[0]: a price needs per_gpu_hour",
+         -EINVAL},
+        {"billing: {volume_discounts: [{gpu_hours: 500, factor: 0.8}, {gpu_hours: 100, factor: 0.9}]}\n",
+         "t.yaml:1: billing.volume_discounts[1]: gpu_hours must grow", -EINVAL},
+        {"billing: {volume_discounts: [{gpu_hours: 100, factor: 1.5}]}\n",
+         "t.yaml:1: billing.volume_discounts[0].factor: must be between 0 and 1, got 1.5", -EINVAL},
+        {"billing: {time_windows: [{name: n, start: \"22:00\", end: \"06:00\"}]}\n",
+         "t.yaml:1: billing.time_windows[0]: a time window needs name, start, end", -EINVAL},
+        {"billing: {time_windows: [{name: n, start: \"22:00\", end: \"06:00\", multiplier: 0.5, tz: Mars/Base}]}\n",
+         "t.yaml:1: billing.time_windows[0].tz: Mars/Base is not a time zone", -EINVAL},
+        {"billing: {token_prices: [{model: \"x*\"}]}\n", "t.yaml:1: billing.token_prices[0]: a token price needs",
+         -EINVAL},
+        {"billing: {record_interval_s: 0}\n", "t.yaml:1: billing.record_interval_s: must be between 1 and 86400",
+         -EINVAL},
+        {"billing: {invoices: yes}\n", "t.yaml:1: billing.invoices: unknown key", -EINVAL},
         /* alerts: rules need a name and a `when` over a known metric */
         {"alerts:\n  rules:\n    - {name: x}\n", "t.yaml:3: alerts.rules[0]: missing when", -EINVAL},
         {"alerts:\n  rules:\n    - {when: gpu_temp_c > 80}\n", "t.yaml:3: alerts.rules[0]: missing name", -EINVAL},
@@ -743,8 +762,58 @@ static void test_alerts_section_gives_rules_and_webhook(void **state) {
         assert_non_null(strstr(err, "alerts.rules[1].when"));
 }
 
+static void test_billing_section_loads_prices_tiers_and_windows(void **state) {
+        gp_config c;
+        char err[256];
+        gp_config_defaults(&c);
+        assert_int_equal(c.billing.record_interval_s, 300);
+        assert_false(c.billing.enabled);
+        /* the DESIGN.md example */
+        assert_int_equal(load("billing: {prices: [{gpu_model: \"*\", per_gpu_hour: 2.0}], min_billing_sec: 60}\n", &c,
+                              err, sizeof(err)),
+                         0);
+        assert_true(c.billing.enabled);
+        assert_int_equal(c.billing.n_gpu, 1);
+        assert_int_equal(c.billing.gpu[0].per_gpu_hour, 2000000);
+        assert_int_equal(c.billing.min_billing_ms, 60000);
+        gp_config_defaults(&c);
+        assert_int_equal(load("billing:\n"
+                              "  currency: EUR\n"
+                              "  record_interval_s: 60\n"
+                              "  enforce_balance: true\n"
+                              "  prices:\n"
+                              "    - {gpu_model: \"*A100*\", per_gpu_hour: \"3.25\"}\n"
+                              "    - {per_gpu_hour: 1}\n"
+                              "  token_prices:\n"
+                              "    - {model: \"llama*\", per_1k_tokens: 0.002}\n"
+                              "    - {model: \"*\", per_1k_prompt: 0.001, per_1k_completion: 0.003}\n"
+                              "  volume_discounts: [{gpu_hours: 100, factor: 0.9}, {gpu_hours: 500, factor: 0.8}]\n"
+                              "  time_windows:\n"
+                              "    - {name: night, start: \"22:00\", end: \"06:00\", tz: Asia/Shanghai, multiplier: 0.5}\n",
+                              &c, err, sizeof(err)),
+                         0);
+        assert_string_equal(c.billing.currency, "EUR");
+        assert_int_equal(c.billing.record_interval_s, 60);
+        assert_true(c.billing.enforce_balance);
+        assert_int_equal(c.billing.n_gpu, 2);
+        assert_int_equal(c.billing.gpu[0].per_gpu_hour, 3250000);
+        assert_string_equal(c.billing.gpu[1].gpu_model, "*");
+        assert_int_equal(c.billing.n_tokens, 2);
+        assert_int_equal(c.billing.tokens[0].per_1k_prompt, 2000);
+        assert_int_equal(c.billing.tokens[0].per_1k_completion, 2000);
+        assert_int_equal(c.billing.tokens[1].per_1k_completion, 3000);
+        assert_int_equal(c.billing.n_tiers, 2);
+        assert_int_equal(c.billing.tiers[1].factor_ppm, 800000);
+        assert_int_equal(c.billing.n_windows, 1);
+        assert_int_equal(c.billing.windows[0].start_min, 22 * 60);
+        assert_int_equal(c.billing.windows[0].end_min, 6 * 60);
+        assert_string_equal(c.billing.windows[0].tz, "Asia/Shanghai");
+        assert_int_equal(c.billing.windows[0].multiplier_ppm, 500000);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_billing_section_loads_prices_tiers_and_windows),
                 cmocka_unit_test(test_alerts_section_gives_rules_and_webhook),
                 cmocka_unit_test(test_defaults_match_design),
                 cmocka_unit_test(test_empty_and_comment_only_files_give_defaults),

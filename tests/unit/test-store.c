@@ -1097,6 +1097,28 @@ static void test_sqlite_normal_sync_store_works(void **state) {
 
 /* ---- PostgreSQL-only cases ---- */
 
+static gp_bill_segment make_seg(int64_t task, const char *tenant, int64_t start, int64_t end, int month);
+
+/* A usage row the server refuses in a pipelined batch fails the batch and
+ * the message names the task it was for. */
+static void test_postgres_refused_usage_row_names_its_task(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        assert_int_equal(gp_store_begin(s), 0);
+        put_simple(s, 1, "a", GP_TASK_SUCCEEDED);
+        gp_bill_segment g = make_seg(77, "a", 1, 2, 202611);
+        snprintf(g.gpu_model, sizeof(g.gpu_model), "bad \xff\xfe utf-8");
+        int r = gp_store_usage_add(s, &g);
+        if (r == 0)
+                r = gp_store_commit(s);
+        assert_int_equal(r, -GP_ESTORE);
+        if (!strstr(gp_store_errmsg(s), "usage add (task 77)"))
+                fail_msg("message \"%s\" does not name task 77", gp_store_errmsg(s));
+        gp_store_rollback(s);
+        assert_false(exists(s, 1));
+        gp_store_close(s);
+}
+
 /* The server refuses a put (invalid UTF-8 in a UTF8 database) in the middle
  * of a pipelined batch: the batch fails as a whole, the message names the
  * task, and the handle works afterwards. */
@@ -1190,6 +1212,144 @@ static void test_postgres_reconnects_after_losing_the_connection(void **state) {
         gp_store_close(s);
 }
 
+
+/* ---- metering ---- */
+
+static gp_bill_segment make_seg(int64_t task, const char *tenant, int64_t start, int64_t end, int month) {
+        gp_bill_segment g;
+        memset(&g, 0, sizeof(g));
+        g.task_id = task;
+        snprintf(g.tenant, sizeof(g.tenant), "%s", tenant);
+        snprintf(g.gpu_model, sizeof(g.gpu_model), "NVIDIA A100");
+        g.gpus_milli = 500;
+        g.memory_mb = 8000;
+        g.start_ms = start;
+        g.end_ms = end;
+        g.gpu_ms = gp_bill_gpu_ms(start, end, 500);
+        g.run_start_ms = start;
+        g.end_kind = GP_BILL_TASK_END;
+        g.month = month;
+        return g;
+}
+
+typedef struct seg_collect {
+        gp_bill_segment seg[64];
+        gp_bill_tokens tok[64];
+        int n;
+} seg_collect;
+
+static int seg_cb(const gp_bill_segment *g, void *ud) {
+        seg_collect *c = ud;
+        if (c->n < 64)
+                c->seg[c->n] = *g;
+        c->n++;
+        return 0;
+}
+
+static int tok_cb(const gp_bill_tokens *t, void *ud) {
+        seg_collect *c = ud;
+        if (c->n < 64)
+                c->tok[c->n] = *t;
+        c->n++;
+        return 0;
+}
+
+/* Segments and token records are stored in the caller's transaction (a
+ * rollback drops them with the task change), come back field for field,
+ * and filter by tenant, task, month and time. */
+static void test_usage_rows_round_trip_filter_and_follow_the_transaction(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        assert_int_equal(gp_store_begin(s), 0);
+        put_simple(s, 1, "a", GP_TASK_SUCCEEDED);
+        gp_bill_segment g = make_seg(1, "a", 1000, 5000, 202611);
+        assert_int_equal(gp_store_usage_add(s, &g), 0);
+        assert_int_equal(gp_store_rollback(s), 0);
+        seg_collect c = {.n = 0};
+        gp_usage_filter all = {0};
+        assert_int_equal(gp_store_usage_list(s, &all, seg_cb, &c), 0);
+        assert_int_equal(c.n, 0);
+        assert_false(exists(s, 1));
+
+        assert_int_equal(gp_store_begin(s), 0);
+        put_simple(s, 1, "a", GP_TASK_SUCCEEDED);
+        assert_int_equal(gp_store_usage_add(s, &g), 0);
+        gp_bill_segment g2 = make_seg(2, "b", 500, 9000, 202612);
+        g2.end_kind = GP_BILL_INTERVAL;
+        assert_int_equal(gp_store_usage_add(s, &g2), 0);
+        gp_bill_segment g3 = make_seg(1, "a", 5000, 7000, 202612);
+        assert_int_equal(gp_store_usage_add(s, &g3), 0);
+        gp_bill_tokens t;
+        memset(&t, 0, sizeof(t));
+        snprintf(t.tenant, sizeof(t.tenant), "a");
+        snprintf(t.model, sizeof(t.model), "llama-3-8b");
+        t.prompt_tokens = 1200;
+        t.completion_tokens = 345;
+        t.at_ms = 4242;
+        t.month = 202611;
+        assert_int_equal(gp_store_tokens_add(s, &t), 0);
+        assert_int_equal(gp_store_commit(s), 0);
+        gp_store_close(s);
+
+        s = open_store(fx);
+        c.n = 0;
+        assert_int_equal(gp_store_usage_list(s, &all, seg_cb, &c), 0);
+        assert_int_equal(c.n, 3);
+        /* by start */
+        assert_int_equal(c.seg[0].task_id, 2);
+        assert_int_equal(c.seg[1].task_id, 1);
+        assert_int_equal(c.seg[1].start_ms, 1000);
+        assert_int_equal(c.seg[1].end_ms, 5000);
+        assert_int_equal(c.seg[1].gpus_milli, 500);
+        assert_int_equal(c.seg[1].memory_mb, 8000);
+        assert_int_equal(c.seg[1].gpu_ms, 2000);
+        assert_int_equal(c.seg[1].end_kind, GP_BILL_TASK_END);
+        assert_int_equal(c.seg[1].month, 202611);
+        assert_string_equal(c.seg[1].gpu_model, "NVIDIA A100");
+        assert_int_equal(c.seg[0].end_kind, GP_BILL_INTERVAL);
+        gp_usage_filter f = {.tenant = "a"};
+        c.n = 0;
+        assert_int_equal(gp_store_usage_list(s, &f, seg_cb, &c), 0);
+        assert_int_equal(c.n, 2);
+        f = (gp_usage_filter){.task_id = 1, .month_min = 202612};
+        c.n = 0;
+        assert_int_equal(gp_store_usage_list(s, &f, seg_cb, &c), 0);
+        assert_int_equal(c.n, 1);
+        assert_int_equal(c.seg[0].start_ms, 5000);
+        f = (gp_usage_filter){.from_ms = 6000, .to_ms = 8000}; /* overlaps: g2 and g3 */
+        c.n = 0;
+        assert_int_equal(gp_store_usage_list(s, &f, seg_cb, &c), 0);
+        assert_int_equal(c.n, 2);
+        f = (gp_usage_filter){.tenant = "a", .month_max = 202611};
+        c.n = 0;
+        assert_int_equal(gp_store_tokens_list(s, &f, tok_cb, &c), 0);
+        assert_int_equal(c.n, 1);
+        assert_string_equal(c.tok[0].model, "llama-3-8b");
+        assert_int_equal(c.tok[0].prompt_tokens, 1200);
+        assert_int_equal(c.tok[0].completion_tokens, 345);
+        assert_int_equal(c.tok[0].at_ms, 4242);
+        f = (gp_usage_filter){.tenant = "b"};
+        c.n = 0;
+        assert_int_equal(gp_store_tokens_list(s, &f, tok_cb, &c), 0);
+        assert_int_equal(c.n, 0);
+        /* bad records are refused before the database sees them */
+        gp_bill_segment bad = make_seg(3, "a", 9000, 100, 202611);
+        assert_int_equal(gp_store_usage_add(s, &bad), -EINVAL);
+        bad = make_seg(3, "a", 100, 9000, 202613);
+        assert_int_equal(gp_store_usage_add(s, &bad), -EINVAL);
+        t.prompt_tokens = -1;
+        assert_int_equal(gp_store_tokens_add(s, &t), -EINVAL);
+        /* a fault on the insert dooms the batch like a task put */
+        assert_int_equal(gp_store_begin(s), 0);
+        put_simple(s, 9, "a", GP_TASK_SUCCEEDED);
+        gp_store_fail_after(s, 1);
+        g = make_seg(9, "a", 1, 2, 202611);
+        assert_int_equal(gp_store_usage_add(s, &g), -GP_ESTORE);
+        assert_int_equal(gp_store_commit(s), -GP_ESTORE);
+        assert_false(exists(s, 9));
+        gp_store_close(s);
+}
+
 #define GENERIC_TESTS(be)                                                                               \
         cmocka_unit_test_prestate_setup_teardown(test_put_get_round_trips_every_field, fx_setup,         \
                                                  fx_teardown, (void *)(be)),                              \
@@ -1231,7 +1391,10 @@ static void test_postgres_reconnects_after_losing_the_connection(void **state) {
         cmocka_unit_test_prestate_setup_teardown(test_newer_schema_version_is_refused, fx_setup,         \
                                                  fx_teardown, (void *)(be)),                              \
         cmocka_unit_test_prestate_setup_teardown(test_version_1_database_is_migrated_keeping_its_tasks,  \
-                                                 fx_setup, fx_teardown, (void *)(be))
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(                                                        \
+                test_usage_rows_round_trip_filter_and_follow_the_transaction, fx_setup, fx_teardown,     \
+                (void *)(be))
 
 int main(void) {
         const backend *sq = &sqlite_backend;
@@ -1254,6 +1417,8 @@ int main(void) {
                 cmocka_unit_test_prestate_setup_teardown(test_postgres_refused_put_in_batch_fails_the_commit,
                                                          fx_setup, fx_teardown, (void *)pg),
                 cmocka_unit_test_prestate_setup_teardown(test_postgres_reconnects_after_losing_the_connection,
+                                                         fx_setup, fx_teardown, (void *)pg),
+                cmocka_unit_test_prestate_setup_teardown(test_postgres_refused_usage_row_names_its_task,
                                                          fx_setup, fx_teardown, (void *)pg),
         };
         int failed = cmocka_run_group_tests_name("store-sqlite", sqlite_tests, NULL, NULL);

@@ -124,7 +124,8 @@ let d, b;
 before(async () => {
   assert.ok(fs.existsSync(BIN), "gpupool binary not built: " + BIN);
   assert.ok(fs.existsSync(CHROMIUM), "chromium not installed: " + CHROMIUM);
-  d = await startDaemon("gpus: {backend: sim}\nmonitor: {sample_ms: 500}\ntasks: {kill_grace_s: 2}\n");
+  d = await startDaemon("gpus: {backend: sim}\nmonitor: {sample_ms: 500}\ntasks: {kill_grace_s: 2}\n" +
+    "billing: {prices: [{gpu_model: \"*\", per_gpu_hour: 3600}]}\n");
   b = await openBrowser({ locale: "en-US" });
 });
 
@@ -238,6 +239,15 @@ test("the queue page lists waiting tasks with their position and reason; tenants
   await sleep(1200);
   await shot(b.page, "07-tenants");
   for (const id of held.concat([q1.json.id, q2.json.id])) await d.api("POST", "/api/v1/tasks/" + id + "/cancel");
+  // their runs are recorded: the tenants page shows this month's usage and cost (1.00 per GPU-second)
+  const u = await d.api("GET", "/api/v1/usage?group_by=tenant");
+  const labUsage = u.json.groups.find((g) => g.key === "lab");
+  assert.ok(labUsage && labUsage.gpu_ms > 3 * 5000, JSON.stringify(u.json));
+  assert.equal(labUsage.cost_cents, Math.round(labUsage.gpu_ms / 10));
+  await b.page.reload();
+  await lab.waitFor({ timeout: 2500 });
+  await waitFor(async () => (await lab.locator("td.month-cost").textContent()) === labUsage.cost, 5000, "lab's cost this month");
+  assert.equal(await lab.locator("td.month-hours").textContent(), (labUsage.gpu_ms / 3600e3).toFixed(3));
   assert.deepEqual(b.errors, []);
 });
 

@@ -296,12 +296,27 @@
     const ts = (snap.tenants || []).slice().sort((a, b) => b.gpus - a.gpus || b.gpu_seconds - a.gpu_seconds || a.id.localeCompare(b.id));
     const anyQuota = ts.some((x) => x.quota);
     document.querySelectorAll(".quota-col").forEach((c) => { c.hidden = !anyQuota; });
+    /* usage and cost this month (recorded usage, list prices) and balances (docs/billing.md) */
+    const usage = {}, balance = {};
+    try {
+      const u = await api("/api/v1/usage?group_by=tenant");
+      for (const g of u.groups || []) usage[g.key] = g;
+      const tn = await api("/api/v1/tenants");
+      for (const x of tn.tenants || []) if (x.billing) balance[x.id] = x.billing.balance + " " + x.billing.currency;
+    } catch (e) { /* an older server: no billing columns' figures */ }
+    const anyBalance = Object.keys(balance).length > 0;
+    document.querySelectorAll(".balance-col").forEach((c) => { c.hidden = !anyBalance; });
+    const ids = new Set(ts.map((x) => x.id));
+    for (const k of Object.keys(usage)) if (!ids.has(k)) ts.push({ id: k, gpus: 0, running: 0, queued: 0, memory_mb: 0, gpu_seconds: 0 });
     fill($("tenants-table").tBodies[0], ts.map((x) => {
-      const q = x.quota;
+      const q = x.quota, u = usage[x.id];
       const quota = anyQuota ? el("td", { class: "quota-col", text: q && q.max_gpus ? x.gpus + " / " + q.max_gpus : t("no_quota") }) : null;
+      const bal = anyBalance ? el("td", { class: "balance-col", text: balance[x.id] || "-" }) : null;
       return el("tr", { "data-tenant": x.id }, el("td", { text: x.id }), el("td", { text: String(x.gpus) }),
         el("td", { text: String(x.running) }), el("td", { text: String(x.queued) }), el("td", { text: x.memory_mb ? gb(x.memory_mb) : t("none") }),
-        el("td", { text: (x.gpu_seconds / 3600).toFixed(2) }), quota);
+        el("td", { text: (x.gpu_seconds / 3600).toFixed(2) }),
+        el("td", { class: "month-hours", text: u ? (u.gpu_ms / 3600e3).toFixed(3) : "0.000" }),
+        el("td", { class: "month-cost", text: u ? u.cost : "0.00" }), bal, quota);
     }));
     $("tenants-empty").hidden = ts.length > 0;
     if (Date.now() - state.historyAt > HISTORY_MS) {

@@ -1201,6 +1201,10 @@ static void *loop_main(void *arg) {
                 d->qlen = 0;
                 pthread_mutex_unlock(&d->qlock);
                 process(d, list, exited, nexited);
+                /* ready once recovery's leftovers (tasks that ended while
+                 * the daemon was down) are recorded and the queue ran */
+                if (!d->ngone && !__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE))
+                        __atomic_store_n(&d->ready, true, __ATOMIC_RELEASE);
                 pthread_mutex_lock(&d->lock);
                 if (d->followers)
                         wake_followers(d);
@@ -1639,8 +1643,7 @@ int gp_daemon_start(gp_daemon *d) {
                 return rc;
         uint64_t one = 1; /* first pass: schedule what was recovered */
         ssize_t w = write(d->evfd, &one, sizeof(one));
-        (void)w;
-        d->ready = true;
+        (void)w; /* the loop thread sets d->ready after that pass */
         return 0;
 }
 

@@ -742,7 +742,7 @@ static enum MHD_Result route(hreq *r, const char *url, const char *method) {
         if (!strcmp(url, "/readyz")) {
                 if (!get)
                         return send_error(r, 405, "method_not_allowed", "use GET");
-                if (!d->ready || d->stopping)
+                if (!__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE) || d->stopping)
                         return send_json(r, 503, json_pack("{s:s}", "status", "starting"));
                 return send_json(r, 200, json_pack("{s:s}", "status", "ready"));
         }

@@ -153,7 +153,7 @@ typedef struct gp_daemon {
         hreq *waiters;
         hreq *followers;
         size_t nfollowers;
-        bool ready;
+        bool ready;                 /* /readyz: set (atomically) by the loop after its first full pass */
         volatile int stopping;
         pthread_t loop_thread, sampler_thread, checkpoint_thread;
         struct MHD_Daemon *mhd;

@@ -1398,7 +1398,8 @@ static int recover_one(const gp_task *st, void *ud) {
         /* running: metered on from its last stored segment */
         gp_billing_recover(d, t);
         uint32_t ids[GP_MAX_GANG];
-        if (t->n_gpus != t->gpu_request || map_gpus(d, t, ids) < 0 ||
+        int most = t->elastic_max_gpus > 0 ? t->elastic_max_gpus : t->gpu_request; /* a grown elastic task */
+        if (t->n_gpus < t->gpu_request || t->n_gpus > most || map_gpus(d, t, ids) < 0 ||
             gp_sched_restore_running(d->sched, &r, ids, t->n_gpus, t->started_ms) < 0) {
                 if (!t->is_lease) {
                         gp_exec_proc p = {t->sup_pid, t->sup_start};

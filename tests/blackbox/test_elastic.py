@@ -91,11 +91,14 @@ def test_a_grown_elastic_task_keeps_its_gpus_across_a_daemon_crash(daemon_factor
     d = daemon_factory(CONFIG)
     el = submit(d, command=["sh", "-c", SCRIPT], elastic={"min_gpus": 1, "max_gpus": 3})
     wait_for(lambda: len(get(d, el["id"])["gpus"]) == 3)
-    before = indexes(get(d, el["id"]))
+    was = get(d, el["id"])
+    before = indexes(was)
     kill9(d)
     restart(d)
     after = get(d, el["id"])
+    # the same run on the same GPUs: not requeued and started again
     assert after["state"] == "running" and indexes(after) == before
+    assert after["retries"] == 0 and after["started_at"] == was["started_at"]
     # the fourth GPU is still free for others
     t = submit(d, exclusive=True, lease_ttl_s=600)
     assert t["state"] == "running" and t["gpus"][0]["index"] not in before

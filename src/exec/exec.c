@@ -1266,7 +1266,8 @@ static void handle_signals(run *r, int sigfd, const spec *s) {
                         }
                 } else if (si.ssi_signo == SIGUSR1) {
                         if (!r->exited && !r->stopping)
-                                kill(-r->pid, (int)s->notify_signal);
+                                kill(r->pid, (int)s->notify_signal); /* the command, not its group:
+                                                                        workers need not handle it */
                 } else if (si.ssi_signo == SIGCHLD) {
                         reap(r);
                 }

@@ -11,7 +11,8 @@
  *   3. enforces timeout_s (SIGTERM to the group, SIGKILL after kill_grace_s),
  *   4. on SIGTERM to itself (cancel) does the same to the group; on
  *      SIGUSR2 (preemption) the same with preempt_grace_s; on SIGUSR1
- *      (an elastic task's GPU set changed) sends notify_signal to the group,
+ *      (an elastic task's GPU set changed) sends notify_signal to the command
+ *      itself (not its group: its workers need not handle the signal),
  *   5. writes TASK_DIR/result.json atomically (write tmp, fsync, rename)
  *      and exits.  result.json is the only truth about how the task ended.
  * Files in TASK_DIR: spec.json (written by gp_exec_start), supervisor.pid,
@@ -94,7 +95,7 @@ int gp_exec_cancel(const gp_exec_proc *p);
 int gp_exec_preempt(const gp_exec_proc *p);
 
 /* Tell the task its allocation changed (SIGUSR1 to the supervisor, which
- * sends the spec's notify_signal to the task's process group).  Write
+ * sends the spec's notify_signal to the command's own process).  Write
  * alloc.json first.  0, -ESRCH. */
 int gp_exec_notify(const gp_exec_proc *p);
 

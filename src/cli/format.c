@@ -301,6 +301,18 @@ static int cell_int(struct table *t, const json_t *o, const char *k, const char 
         return r ? r : table_push(t);
 }
 
+/* GPUs of a task: what it asked for; an elastic one "HELD (MIN-MAX)",
+ * HELD being what it holds now while it runs. */
+static int cell_gpus(struct table *t, const json_t *task) {
+        const json_t *el = json_object_get(task, "elastic");
+        int64_t mn, mx;
+        if (!json_is_object(el) || !jint(el, "min_gpus", &mn) || !jint(el, "max_gpus", &mx))
+                return cell_int(t, task, "gpu_request", "", "");
+        size_t held = json_array_size(json_object_get(task, "gpus"));
+        int r = gp_buf_printf(&t->cell, "%zu (%" PRId64 "-%" PRId64 ")", held ? held : (size_t)mn, mn, mx);
+        return r ? r : table_push(t);
+}
+
 static int table_print(struct table *t, gp_buf *out) {
         size_t nrows = t->n / t->ncols, nc = t->ncols;
         size_t *w = calloc(nc, sizeof(*w));
@@ -563,7 +575,7 @@ int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *
                 CHECK(cell_str(&t, jstr(task, "tenant_id")));
                 CHECK(cell_str(&t, jstr(task, "state")));
                 CHECK(cell_int(&t, task, "priority", "P", ""));
-                CHECK(cell_int(&t, task, "gpu_request", "", ""));
+                CHECK(cell_gpus(&t, task));
                 CHECK(cell_str(&t, jstr(task, "cuda_visible_devices")));
                 CHECK(cell_int(&t, task, "exit_code", "", ""));
                 n = age_s(task, "submitted_at", now_ms);

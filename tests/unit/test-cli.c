@@ -727,6 +727,21 @@ static void test_ps_table_is_aligned_by_display_width(void **state) {
         gp_buf_done(&b);
 }
 
+static void test_ps_shows_what_an_elastic_task_holds_and_its_range(void **state) {
+        json_t *j = load("{\"tasks\":[{\"id\":3,\"name\":\"trainer\",\"tenant_id\":\"a\",\"state\":\"running\","
+                         "\"priority\":5,\"gpu_request\":1,\"elastic\":{\"min_gpus\":1,\"max_gpus\":4},"
+                         "\"gpus\":[{\"index\":0},{\"index\":1}],\"cuda_visible_devices\":\"0,1\"},"
+                         "{\"id\":4,\"name\":\"waiting\",\"tenant_id\":\"a\",\"state\":\"queued\","
+                         "\"priority\":5,\"gpu_request\":2,\"elastic\":{\"min_gpus\":2,\"max_gpus\":8},\"gpus\":[]}]}");
+        gp_buf b;
+        gp_buf_init(&b, 0);
+        assert_int_equal(gp_cli_format_ps(j, 0, false, &b), 0);
+        assert_non_null(strstr(b.data, "2 (1-4)"));
+        assert_non_null(strstr(b.data, "2 (2-8)"));
+        json_decref(j);
+        gp_buf_done(&b);
+}
+
 static void test_empty_lists_say_so(void **state) {
         char *s = format_with(gp_cli_format_queue, "{\"backend\":\"nvml\",\"total\":0,\"tasks\":[]}");
         assert_string_equal(s, "backend: nvml\nqueue is empty\n");
@@ -1219,6 +1234,7 @@ int main(void) {
                 cmocka_unit_test(test_status_block_shows_queue_position_and_reason_while_queued),
                 cmocka_unit_test(test_status_block_of_finished_task_shows_devices_exit_code_and_times),
                 cmocka_unit_test(test_ps_table_is_aligned_by_display_width),
+                cmocka_unit_test(test_ps_shows_what_an_elastic_task_holds_and_its_range),
                 cmocka_unit_test(test_empty_lists_say_so),
                 cmocka_unit_test(test_server_strings_cannot_inject_terminal_escapes),
                 cmocka_unit_test(test_gpus_table_shows_memory_state_and_tasks),

@@ -871,7 +871,9 @@ static int which_tenant(hreq *r, bool allow_all, char *out, int *ret) {
                         out[0] = '\0';
                         return 0;
                 }
-                *ret = answer_err(r, 400, "invalid_request", "which tenant? an invoice is per tenant: add ?tenant=ID (gpupool invoice --tenant ID)");
+                *ret = answer_err(r, 400, "invalid_request",
+                                  "which tenant? an invoice is per tenant: add ?tenant=ID "
+                                  "(gpupool invoice --tenant ID)");
                 return -1;
         }
         /* admin: any tenant id, configured or only named by tasks (an

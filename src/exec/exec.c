@@ -1249,6 +1249,27 @@ static void reap(run *r) {
         }
 }
 
+/* Does process pid catch signal sig (a handler installed: SigCgt in
+ * /proc/PID/status)?  A task that does not watch for resizes is not
+ * killed by the signal's default action; it still finds alloc.json. */
+static bool catches(pid_t pid, int sig) {
+        char path[64], buf[4096];
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return false;
+        buf[n] = '\0';
+        const char *p = strstr(buf, "\nSigCgt:");
+        if (!p)
+                return false;
+        unsigned long long mask = strtoull(p + 8, NULL, 16);
+        return sig >= 1 && sig <= 64 && (mask >> (sig - 1)) & 1;
+}
+
 static void handle_signals(run *r, int sigfd, const spec *s) {
         for (;;) {
                 struct signalfd_siginfo si;
@@ -1265,9 +1286,10 @@ static void handle_signals(run *r, int sigfd, const spec *s) {
                                 r->preempted = pre;
                         }
                 } else if (si.ssi_signo == SIGUSR1) {
-                        if (!r->exited && !r->stopping)
-                                kill(r->pid, (int)s->notify_signal); /* the command, not its group:
-                                                                        workers need not handle it */
+                        /* the command, not its group (workers need not handle
+                         * it), and only if it catches the signal */
+                        if (!r->exited && !r->stopping && catches(r->pid, (int)s->notify_signal))
+                                kill(r->pid, (int)s->notify_signal);
                 } else if (si.ssi_signo == SIGCHLD) {
                         reap(r);
                 }

@@ -507,6 +507,21 @@ static void test_notify_sends_the_configured_signal_after_alloc_is_written(void 
         assert_int_equal(res.end, GP_EXEC_CANCELLED);
 }
 
+static void test_notify_spares_a_task_that_does_not_catch_the_signal(void **state) {
+        fixture *f = *state;
+        const char *argv[] = {"sh", "-c", "echo ready; sleep 1; echo still-here", NULL};
+        gp_exec_spec s = make_spec(argv);
+        gp_exec_proc p;
+        start(f->task, &s, &p);
+        wait_log_has(f->task, "ready\n", 5000);
+        assert_int_equal(gp_exec_notify(&p), 0);
+        gp_exec_result res;
+        expect_result(f->task, 5000, &res);
+        assert_int_equal(res.end, GP_EXEC_EXITED);
+        assert_int_equal(res.exit_code, 0);
+        assert_log_has(f->task, "still-here\n");
+}
+
 static void test_start_rejects_uncatchable_notify_signal(void **state) {
         fixture *f = *state;
         const char *argv[] = {"true", NULL};
@@ -1018,6 +1033,7 @@ int main(int argc, char **argv) {
                 T(test_cancel_escalates_to_sigkill_after_grace),
                 T(test_preempt_uses_the_preemption_grace_and_says_preempted),
                 T(test_notify_sends_the_configured_signal_after_alloc_is_written),
+                T(test_notify_spares_a_task_that_does_not_catch_the_signal),
                 T(test_start_rejects_uncatchable_notify_signal),
                 T(test_log_is_capped_with_one_marker_and_task_finishes),
                 T(test_task_completes_after_its_starter_is_killed),

@@ -1,0 +1,26 @@
+# upstream.mk - the test upstream of the inference gateway, and the example client.
+#
+# $(BUILD)/tests/fake-openai is an OpenAI-compatible model server (one
+# epoll thread; usage at the top of tests/upstream/fake-openai.c) that the
+# gateway's black-box and npm tests, and bench/bench-gateway.sh, start as
+# the gateway's upstream.  It is not linked with libgpupool and is built
+# without sanitizers (it is the world outside the daemon, and the benchmark
+# measures through it).
+
+FAKE_OPENAI_CFLAGS = -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wshadow -D_GNU_SOURCE
+FAKE_OPENAI = $(BUILD)/tests/fake-openai
+
+$(FAKE_OPENAI): tests/upstream/fake-openai.c mk/upstream.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(FAKE_OPENAI_CFLAGS) -o $@ $< -ljansson
+
+fake-openai: $(FAKE_OPENAI)
+
+# the upstream's own check (needs python3-pytest, python3-requests)
+upstream-check: $(FAKE_OPENAI)
+	FAKE_OPENAI_BIN=$(abspath $(FAKE_OPENAI)) /usr/bin/python3 -m pytest -q tests/upstream
+
+BLACKBOX_EXTRA += $(FAKE_OPENAI)
+CHECK_EXTRA += upstream-check
+
+.PHONY: fake-openai upstream-check

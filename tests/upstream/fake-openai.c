@@ -46,8 +46,9 @@
  *                             {"model","messages"} -> {"count":N,
  *                             "max_model_len":C,"tokens":[...]}
  *   GET  /health              200, empty body (503 when failing)
- *   GET  /fake/stats          {"name","requests","open","busy","failing"}
+ *   GET  /fake/stats          {"name","requests","open","held","failing"}
  *   POST /fake/fail-all, POST /fake/recover
+ *   POST /fake/release        answers every #hold request: {"released":N}
  *
  * Tokens: a token is a whitespace-separated word.  Prompt tokens of a chat
  * request are the words of every message's text content; of a completion,
@@ -72,6 +73,9 @@
  *   #close        close the connection mid-answer (streaming: after half of
  *                 the tokens; plain: after half of the body)
  *   #tokens=N     N completion tokens (0..100000), still capped by max_tokens
+ *   #hold         wait, without a deadline, until POST /fake/release (then
+ *                 answer as usual); lets a test fill the gateway's queue
+ *                 behind a request that ends exactly when it says so
  *
  * Limits: 16 KiB of request headers, --max-body of body, 4096 open
  * connections (more are closed at once), delays up to 600000 ms.  Bad JSON
@@ -83,6 +87,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
@@ -237,6 +242,7 @@ struct conn {
         bool stalled;           /* #stall: never answers */
         bool close_after;       /* close once out is flushed */
         bool continue_sent;     /* 100 Continue sent for the pending request */
+        bool held;              /* #hold: wake_at is LLONG_MAX until /fake/release */
         long long wake_at;      /* monotonic ms of the next job step, 0 none */
         struct job job;
         struct conn *tprev, *tnext;     /* list of conns with wake_at */
@@ -488,6 +494,7 @@ static long marker_num(const char *text, const char *name, long def, long max)
 struct markers {
         int fail;               /* HTTP status to fail with, 0 none */
         bool stall;
+        bool hold;
         bool close_mid;
         long slow_ms;
         long delay_ms;
@@ -503,6 +510,7 @@ static void parse_markers(const char *text, struct markers *m)
         if (f >= 400)
                 m->fail = (int)f;
         m->stall = strstr(text, "#stall") != NULL;
+        m->hold = strstr(text, "#hold") != NULL;
         m->close_mid = strstr(text, "#close") != NULL;
         m->slow_ms = marker_num(text, "#slow=", 0, MAX_DELAY_MS);
         m->delay_ms = marker_num(text, "#delay=", 0, MAX_DELAY_MS);
@@ -942,6 +950,11 @@ static void handle_generate(struct conn *c, enum kind kind, json_t *req, const c
         long long wait = m.delay_ms;
         if (!j->stream)
                 wait += (long long)m.slow_ms * ntok;
+        if (m.hold) {
+                c->held = true;
+                timer_set(c, LLONG_MAX);
+                return;
+        }
         if (wait > 0) {
                 timer_set(c, now_ms() + wait);
                 return;
@@ -999,14 +1012,31 @@ static void handle(struct conn *c, struct request *r)
                 b->len = 0;
                 buf_str(b, "{\"name\":");
                 buf_json_str(b, opt_name);
-                buf_printf(b, ",\"requests\":%llu,\"open\":%d,\"failing\":%s}", nrequests, nconns,
-                           opt_fail_all ? "true" : "false");
+                int held = 0;
+                for (struct conn *h = timed_head; h; h = h->tnext)
+                        held += h->held;
+                buf_printf(b, ",\"requests\":%llu,\"open\":%d,\"held\":%d,\"failing\":%s}", nrequests,
+                           nconns, held, opt_fail_all ? "true" : "false");
                 respond(c, 200, "application/json", b->p, b->len);
                 return;
         }
         if (!strcmp(r->path, "/fake/fail-all") && post) {
                 opt_fail_all = true;
                 respond(c, 200, "application/json", "{}", 2);
+                return;
+        }
+        if (!strcmp(r->path, "/fake/release") && post) {
+                int n = 0;
+                long long now = now_ms();
+                for (struct conn *h = timed_head; h; h = h->tnext)
+                        if (h->held) {
+                                h->held = false;
+                                h->wake_at = now;
+                                n++;
+                        }
+                char body[64];
+                int len = snprintf(body, sizeof(body), "{\"released\":%d}", n);
+                respond(c, 200, "application/json", body, (size_t)len);
                 return;
         }
         if (!strcmp(r->path, "/fake/recover") && post) {
@@ -1440,7 +1470,10 @@ int main(int argc, char **argv)
                         for (struct conn *c = timed_head; c; c = c->tnext)
                                 if (c->wake_at < soonest)
                                         soonest = c->wake_at;
-                        timeout = soonest <= now ? 0 : (int)(soonest - now);
+                        if (soonest == LLONG_MAX)
+                                timeout = -1;   /* only #hold requests */
+                        else
+                                timeout = soonest <= now ? 0 : soonest - now > 60000 ? 60000 : (int)(soonest - now);
                 }
                 int n = epoll_wait(epfd, evs, 256, timeout);
                 if (n < 0 && errno != EINTR)

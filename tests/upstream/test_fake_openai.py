@@ -180,3 +180,19 @@ def test_fail_all_flag():
         assert u.chat("x").status_code == 503
     finally:
         u.stop()
+
+
+def test_hold_waits_for_release(up):
+    import threading
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=up.chat("held #hold #tokens=2")))
+    t.start()
+    for _ in range(100):
+        if requests.get(up.url + "/fake/stats").json()["held"] == 1:
+            break
+        time.sleep(0.02)
+    time.sleep(0.3)
+    assert "r" not in out
+    assert requests.post(up.url + "/fake/release").json() == {"released": 1}
+    t.join(5)
+    assert out["r"].status_code == 200 and out["r"].json()["usage"]["completion_tokens"] == 2

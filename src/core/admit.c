@@ -29,6 +29,7 @@ typedef struct tq {
         gp_admit_ticket *head, *tail;
         size_t n;
         uint64_t pass;     /* stride pass of this tenant inside the tier */
+        uint64_t epoch;    /* busy period the pass belongs to */
 } tq;
 
 typedef struct tenant {
@@ -43,6 +44,7 @@ typedef struct tier {
         size_t n;          /* queued in this tier */
         uint64_t pass;     /* stride pass among tiers 1..9 */
         uint64_t vtime;    /* virtual time of the tenants inside */
+        uint64_t epoch;    /* busy period the pass belongs to */
         tq *q;             /* [GP_ADMIT_MAX_TENANTS] */
 } tier;
 
@@ -51,6 +53,7 @@ struct gp_admit {
         bucket rps, tps;
         tier tiers[GP_PRIORITY_LEVELS];
         uint64_t vtime;    /* virtual time of the tiers */
+        uint64_t epoch;    /* busy period: grows each time the queue runs empty */
         tenant *tenants;   /* [GP_ADMIT_MAX_TENANTS] */
         size_t ntenants;
         gp_admit_ticket *fhead, *ftail;
@@ -229,9 +232,19 @@ int gp_admit_submit(gp_admit *a, gp_admit_ticket *t, int64_t now_ms) {
         }
         tier *tr = &a->tiers[t->tier];
         tq *q = &tr->q[t->tenant];
-        /* a tier or tenant that starts waiting gets no credit for the time it did not wait */
+        /* a tier or tenant that starts waiting gets no credit for the time it did not
+         * wait; after the queue ran empty (a new busy period) past service is forgotten */
+        if (tr->epoch != a->epoch) {
+                tr->epoch = a->epoch;
+                tr->pass = a->vtime;
+                tr->vtime = 0;
+        }
         if (tr->n == 0 && tr->pass < a->vtime)
                 tr->pass = a->vtime;
+        if (q->epoch != a->epoch) {
+                q->epoch = a->epoch;
+                q->pass = tr->vtime;
+        }
         if (q->n == 0 && q->pass < tr->vtime)
                 q->pass = tr->vtime;
         t->state = GP_ADMIT_QUEUED;
@@ -367,6 +380,8 @@ gp_admit_ticket *gp_admit_next(gp_admit *a, int64_t now_ms) {
         a->running++;
         a->admitted_total++;
         t->state = GP_ADMIT_RUNNING;
+        if (a->queued == 0)
+                a->epoch++;
         return t;
 }
 

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/util.h"
+#include "gateway/gateway.h"
 #include "server/monitor.h"
 #include "server/submit.h"
 #include "server/tenants.h"
@@ -92,6 +93,15 @@ static enum MHD_Result send_error(hreq *r, int status, const char *code, const c
         va_start(ap, fmt);
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
+        if (r->openai) { /* /v1/: the shape OpenAI clients parse */
+                const char *type = status == 401   ? "invalid_request_error"
+                                   : status == 403 ? "permission_error"
+                                   : status >= 500 ? "server_error"
+                                                   : "invalid_request_error";
+                if (status == 401)
+                        code = "invalid_api_key";
+                return send_body(r, status, gp_gw_error_body(type, code, msg), JSON_TYPE, 0);
+        }
         return send_body(r, status, gp_http_error_body(code, "%s", msg), JSON_TYPE, 0);
 }
 
@@ -564,6 +574,8 @@ static enum MHD_Result get_sched_stats(hreq *r) {
         if (out && extra)
                 json_object_update(out, extra); /* time_rules, tenants (usage against quota) */
         json_decref(extra);
+        if (out && d->gw)
+                json_object_set_new(out, "gateway", gp_gw_stats_json(d->gw));
         return send_json(r, 200, out);
 }
 
@@ -599,7 +611,10 @@ static enum MHD_Result get_sched_queues(hreq *r) {
         for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
                 json_array_append_new(tiers, json_pack("{s:i,s:I,s:o}", "priority", i, "depth",
                                                        (json_int_t)st.queued[i], "tasks", lists[i]));
-        return send_json(r, 200, json_pack("{s:o}", "queues", tiers));
+        json_t *out = json_pack("{s:o}", "queues", tiers);
+        if (out && d->gw)
+                json_object_set_new(out, "gateway_queues", gp_gw_queues_json(d->gw, (int)top));
+        return send_json(r, 200, out);
 }
 
 /* "local:0", "0" or a uuid -> scheduler GPU id. */
@@ -725,6 +740,37 @@ static enum MHD_Result gpu_cmd(hreq *r, const char *rest) {
 }
 
 /* ------------------------------------------------------------------ */
+/* the inference gateway (/v1/...)                                     */
+
+static enum MHD_Result gateway_route(hreq *r, const char *url, const char *method) {
+        gp_daemon *d = r->d;
+        if (r->body_too_big)
+                return send_error(r, 413, "payload_too_large", "request body over %" PRId64 " bytes",
+                                  d->cfg.max_body_bytes);
+        if (!d->gw)
+                return send_error(r, 503, "unavailable", "the gateway is not running");
+        /* the key's tenant, its tiers and its gateway limits; admin keys and
+         * keyless loopback callers are the tenant "default" */
+        gp_gw_caller who = {.max_priority = 0, .default_priority = 5, .clamp_priority = d->cfg.clamp_priority,
+                            .limits = {.weight = 1}};
+        gp_strlcpy(who.tenant, r->tenant[0] ? r->tenant : "default", sizeof(who.tenant));
+        pthread_mutex_lock(&d->lock);
+        const gp_cfg_tenant *tc = gp_tenants_find(d, who.tenant);
+        if (tc) {
+                if (!r->admin) {
+                        who.max_priority = tc->max_priority;
+                        who.default_priority = tc->default_priority;
+                }
+                who.limits.max_concurrent = tc->gw_max_concurrent;
+                who.limits.rpm = tc->gw_rpm;
+                who.limits.tpm = tc->gw_tpm;
+                who.limits.weight = (uint32_t)tc->weight;
+        }
+        pthread_mutex_unlock(&d->lock);
+        return gp_gw_handle(d->gw, r->conn, url, method, &who, r->body.data, r->body.len, &r->gw);
+}
+
+/* ------------------------------------------------------------------ */
 /* routing                                                             */
 
 static enum MHD_Result route(hreq *r, const char *url, const char *method) {
@@ -823,6 +869,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
                 *upload_data_size = 0;
                 return MHD_YES;
         }
+        if (r->gw)
+                return gp_gw_resume(d->gw, conn, r->gw);
         if (r->answered) {
                 char *body = r->resp;
                 r->resp = NULL;
@@ -833,6 +881,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
                 return get_task(r, r->wait_id);
         if (!r->started) {
                 r->started = true;
+                r->openai = gp_gw_is_path(url);
                 enum MHD_Result ret;
                 /* the dashboard's page and assets hold no data: they load without a key (the page asks for one) */
                 if (!gp_web_is_public(url, method) && authorize(r, url, &ret) < 0)
@@ -840,6 +889,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         }
         enum MHD_Result mret;
         int tret;
+        if (r->openai)
+                return gateway_route(r, url, method);
         if (gp_tenants_route(r, url, method, &tret))
                 return (enum MHD_Result)tret;
         if (!strcmp(url, "/metrics") && !r->admin && !gp_web_is_public(url, method))
@@ -865,6 +916,8 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                         *pp = r->wnext;
         }
         pthread_mutex_unlock(&d->lock);
+        if (r->gw)
+                gp_gw_completed(d->gw, r->gw);
         if (r->log_fd >= 0)
                 close(r->log_fd);
         free(r->resp);
@@ -899,6 +952,9 @@ int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
                 snprintf(err, errlen, "listen: '%s' is not ADDR:PORT (IPv4)", d->cfg.listen);
                 return -EINVAL;
         }
+        int grc = gp_gw_start(&d->cfg, &d->gw, err, errlen);
+        if (grc < 0)
+                return grc;
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                          MHD_USE_ERROR_LOG;
         d->mhd = MHD_start_daemon(flags, 0, NULL, NULL, handler, d, MHD_OPTION_SOCK_ADDR, &sa,
@@ -909,6 +965,8 @@ int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
                                   MHD_OPTION_NOTIFY_COMPLETED, completed, d, MHD_OPTION_LISTENING_ADDRESS_REUSE,
                                   1, MHD_OPTION_END);
         if (!d->mhd) {
+                gp_gw_free(d->gw);
+                d->gw = NULL;
                 snprintf(err, errlen, "cannot listen on %s (in use, or not allowed)", d->cfg.listen);
                 return -EADDRINUSE;
         }
@@ -944,7 +1002,10 @@ void gp_http_stop(gp_daemon *d) {
                 f = n;
         }
         pthread_mutex_unlock(&d->lock);
+        gp_gw_stop(d->gw); /* answers and resumes every parked gateway request */
         usleep(100 * 1000);
         MHD_stop_daemon(d->mhd);
         d->mhd = NULL;
+        gp_gw_free(d->gw);
+        d->gw = NULL;
 }

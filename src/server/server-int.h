@@ -87,6 +87,9 @@ typedef struct hreq {
         int64_t log_offset;         /* follow: first byte to send */
         bool following;
         int64_t follow_idle_ms;
+        /* gateway (/v1/...) */
+        bool openai;                /* errors in the OpenAI shape */
+        void *gw;                   /* the gateway's request while it has one (gateway.h) */
 } hreq;
 
 typedef struct gp_key {
@@ -148,6 +151,7 @@ typedef struct gp_daemon {
         volatile int stopping;
         pthread_t loop_thread, sampler_thread, checkpoint_thread;
         struct MHD_Daemon *mhd;
+        struct gp_gw *gw;           /* the inference gateway (gateway/gateway.h), thread-safe */
         /* counters, under lock */
         uint64_t submitted_total, finished_total, failed_total, cancelled_total;
         uint64_t commits, commit_tasks;

@@ -1,0 +1,118 @@
+/* gateway.h - the OpenAI-compatible inference gateway: /v1/models,
+ * /v1/chat/completions, /v1/completions and /v1/embeddings on the daemon's
+ * port, forwarded to model servers (upstreams) under admission control.
+ *
+ * Threads: the MHD worker threads call gp_gw_handle / gp_gw_resume /
+ * gp_gw_completed and the response reader; one gateway thread owns the
+ * libcurl multi handle (keep-alive connection pools to the upstreams), the
+ * admission state (core/admit.h) and the epoll set that also watches
+ * parked clients for hang-ups.  Shared request state is under one gateway
+ * mutex, held briefly; the daemon's lock is never taken here.
+ *
+ * A request's life: the MHD thread checks and parses it, answers errors at
+ * once, else parks (suspends) the connection and hands the request to the
+ * gateway thread.  That thread queues it for admission; when admitted it
+ * picks the least-loaded healthy upstream and sends it; when the answer is
+ * complete (non-streaming) or its first bytes arrive (streaming) the
+ * connection is resumed and answered.  A streaming answer is passed on as
+ * it arrives: the reader parks the connection when nothing is buffered and
+ * the gateway thread resumes it on the next bytes.
+ */
+#ifndef GP_GATEWAY_GATEWAY_H
+#define GP_GATEWAY_GATEWAY_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "core/admit.h"
+
+typedef struct gp_gw gp_gw;
+
+/* Who is calling, as the server's auth found it. */
+typedef struct gp_gw_caller {
+        char tenant[GP_TENANT_MAX];       /* tenant id (never empty) */
+        int max_priority;                 /* most urgent tier allowed */
+        int default_priority;             /* tier when X-Priority is absent */
+        bool clamp_priority;              /* X-Priority above the max: clamp (true) or 403 */
+        gp_admit_tenant_limits limits;    /* tenant's gateway limits and weight */
+} gp_gw_caller;
+
+/* Make the gateway from cfg->gw (copied) and start its thread.  0, or
+ * -errno with a message in err. */
+int gp_gw_start(const gp_config *cfg, gp_gw **ret, char *err, size_t errlen);
+
+/* Answer every parked request (503) and resume it, and stop the thread.
+ * Call before MHD_stop_daemon.  Takes NULL. */
+void gp_gw_stop(gp_gw *g);
+
+/* Free after MHD_stop_daemon (every request completed).  Takes NULL. */
+void gp_gw_free(gp_gw *g);
+
+/* Is url a gateway path ("/v1/...")? */
+bool gp_gw_is_path(const char *url);
+
+/* Serve a /v1/ request whose body is complete (the handler's last call).
+ * Either queues an answer now, or parks the connection and sets *slot to
+ * the request (then every later handler call goes to gp_gw_resume, and
+ * gp_gw_completed must be called from the completion callback).  Any MHD
+ * worker thread. */
+enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *url, const char *method,
+                             const gp_gw_caller *who, const char *body, size_t len, void **slot);
+
+/* A resumed /v1/ request: queue its answer (or park again). */
+enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot);
+
+/* The connection of *slot ended (MHD's completion callback). */
+void gp_gw_completed(gp_gw *g, void *slot);
+
+/* An OpenAI-shaped error body {"error":{"message","type","param":null,
+ * "code"}} (malloc'd, NULL on out of memory). */
+char *gp_gw_error_body(const char *type, const char *code, const char *message);
+
+/* Visibility (any thread): {"total_admitted", "total_queued_now",
+ * "in_flight", "queue_stats": [...], ...} for /admin/scheduler/stats;
+ * the waiting requests per tier (top per tier) for /admin/scheduler/queues;
+ * one tenant's counters (NULL when the tenant never used the gateway). */
+json_t *gp_gw_stats_json(gp_gw *g);
+json_t *gp_gw_queues_json(gp_gw *g, int top);
+json_t *gp_gw_tenant_json(gp_gw *g, const char *tenant);
+
+/* Token usage of one ended request (prompt and completion tokens as the
+ * upstream reported them, or estimated).  The hook for billing: called on
+ * the gateway thread after each request, without any lock held.  The
+ * default does nothing; the lead wires it to billing's token record. */
+void gw_on_usage(const char *tenant, const char *model, int64_t prompt_tokens, int64_t completion_tokens);
+
+/* Pure helpers (unit-tested). */
+/* Estimated prompt tokens of a request body's messages/prompt/input
+ * (about 4 bytes a token, plus 4 per chat message). */
+int64_t gp_gw_estimate_tokens(const json_t *req);
+/* X-Priority value -> tier: "0".."9", "P0".."P9", critical/high/normal/low/background.
+ * -EINVAL otherwise. */
+int gp_gw_parse_priority(const char *s);
+
+/* An SSE filter: fed the upstream's bytes, emits complete lines for the
+ * client, takes the usage from a chunk that has one, counts content chunks,
+ * and drops the usage-only chunk (choices empty) when strip is set. */
+typedef struct gp_gw_sse {
+        char *line;                       /* partial line carried to the next feed */
+        size_t len, cap;
+        bool strip;                       /* drop the usage-only chunk */
+        bool drop_blank;                  /* the blank line ending a dropped event */
+        bool usage_seen;
+        int64_t prompt_tokens, completion_tokens; /* from the usage chunk */
+        int64_t chunks;                   /* data chunks with content (a token estimate) */
+} gp_gw_sse;
+/* Feed n bytes; the client's bytes are appended with out(ud, p, n), which
+ * returns 0 or a negative errno (then feeding stops with it).  A line over
+ * 1 MiB is -E2BIG.  gp_gw_sse_done frees the line buffer. */
+int gp_gw_sse_feed(gp_gw_sse *s, const char *p, size_t n, int (*out)(void *ud, const char *p, size_t n), void *ud);
+/* Flush a last line without a newline (end of stream). */
+int gp_gw_sse_end(gp_gw_sse *s, int (*out)(void *ud, const char *p, size_t n), void *ud);
+void gp_gw_sse_done(gp_gw_sse *s);
+
+#endif

@@ -18,9 +18,21 @@ fake-openai: $(FAKE_OPENAI)
 
 # the upstream's own check (needs python3-pytest, python3-requests)
 upstream-check: $(FAKE_OPENAI)
-	FAKE_OPENAI_BIN=$(abspath $(FAKE_OPENAI)) /usr/bin/python3 -m pytest -q tests/upstream
+	FAKE_OPENAI_BIN=$(abspath $(FAKE_OPENAI)) DEEPSEEK_CLIENT_BIN=$(abspath $(DEEPSEEK_CLIENT)) /usr/bin/python3 -m pytest -q tests/upstream
 
 BLACKBOX_EXTRA += $(FAKE_OPENAI)
 CHECK_EXTRA += upstream-check
 
 .PHONY: fake-openai upstream-check
+
+# examples/deepseek-7b/client.c, the walk-through's C client, built with
+# -Werror so it keeps compiling; test_fake_openai.py runs it against
+# fake-openai (the walk-through's no-GPU path).
+DEEPSEEK_CLIENT = $(BUILD)/examples/deepseek-client
+
+$(DEEPSEEK_CLIENT): examples/deepseek-7b/client.c mk/upstream.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(FAKE_OPENAI_CFLAGS) -o $@ $< -lcurl -ljansson
+
+upstream-check: $(DEEPSEEK_CLIENT)
+BLACKBOX_EXTRA += $(DEEPSEEK_CLIENT)

@@ -41,6 +41,7 @@ const FAKE = process.env.FAKE_OPENAI_BIN || path.join(REPO, "build", "tests", "f
 const MODEL = "deepseek-7b";
 const ADMIN = "admin-key-gw-tests";
 
+const note = (msg) => process.stderr.write(msg + "\n"); // measured figures, for the log
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const sha = (k) => "sha256:" + crypto.createHash("sha256").update(k).digest("hex");
 
@@ -277,7 +278,7 @@ gwtest("streaming passes events on as the upstream sends them, then usage", asyn
   const total = Date.now() - t0;
   assert.equal(seen.map((s) => s.text).join(""), words(6));
   assert.equal(finish, "stop");
-  assert.deepEqual(usage, { prompt_tokens: 2, completion_tokens: 6, total_tokens: 8 });
+  assert.deepEqual(usage, { prompt_tokens: 4, completion_tokens: 6, total_tokens: 10 }); // 4 words of prompt
   // 5 gaps of 150 ms upstream: unbuffered means the first token came long before the last
   assert.ok(total >= 700, "stream took " + total + " ms");
   assert.ok(seen[0].at < total - 500, "first token at " + seen[0].at + " ms of " + total + ": the stream was buffered");
@@ -324,6 +325,7 @@ gwtest("429 on a full queue has retry-after, and the client's own retry waits it
     const wait = h.get("retry-after-ms") !== null ? Number(h.get("retry-after-ms")) : 1000 * Number(h.get("retry-after"));
     const waited = calls[i + 1].start - calls[i].end;
     assert.ok(waited >= wait - 5, `retry ${i + 1} after ${waited} ms, the 429 said ${wait} ms`);
+    note(`429 answer ${i + 1}: retry-after ${h.get("retry-after")}, retry-after-ms ${h.get("retry-after-ms")}; the client waited ${waited} ms`);
   }
   await running;
   await queued;
@@ -407,6 +409,7 @@ gwtest("under saturation P0 goes first, then tiers 1..3 in WFQ shares within 10%
         `tier ${t}: ${count[t]} of ${window} (${share.toFixed(3)}), weights say ${want.toFixed(3)}; order ${rest.slice(0, 60).join("")}`);
     }
     assert.ok(window >= 400, "window of " + window);
+    note(`WFQ over the first ${window} after P0: tier1 ${count[1]}, tier2 ${count[2]}, tier3 ${count[3]} (weights 128:64:32)`);
     // and the P0 tenant's requests were answered normally
     for (const r of results) assert.equal(r.choices[0].message.content, "tok0");
   });

@@ -196,3 +196,33 @@ def test_hold_waits_for_release(up):
     assert requests.post(up.url + "/fake/release").json() == {"released": 1}
     t.join(5)
     assert out["r"].status_code == 200 and out["r"].json()["usage"]["completion_tokens"] == 2
+
+
+def client_bin():
+    b = os.environ.get("DEEPSEEK_CLIENT_BIN") or os.path.join(REPO, "build", "examples", "deepseek-client")
+    if not os.access(b, os.X_OK):
+        pytest.skip("examples/deepseek-7b/client.c not built (%s)" % b)
+    return b
+
+
+def test_example_client_streams_and_reports_errors():
+    """The walk-through's no-GPU path: examples/deepseek-7b/client.c against fake-openai."""
+    u = Upstream("--model", "deepseek-7b")
+    try:
+        env = dict(os.environ, GPUPOOL_API=u.url + "/")
+        env.pop("GPUPOOL_API_KEY", None)
+        r = subprocess.run([client_bin(), "-n", "4", "Hi there"], env=env, capture_output=True, text=True, timeout=20)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == "tok0 tok1 tok2 tok3\n"
+        assert "[usage] prompt 2, completion 4" in r.stderr
+        r = subprocess.run([client_bin(), "-s", "-p", "low", "x #tokens=2"], env=env, capture_output=True, text=True,
+                           timeout=20)
+        assert r.returncode == 0 and r.stdout == "tok0 tok1\n", r.stderr
+        r = subprocess.run([client_bin(), "x #fail500"], env=env, capture_output=True, text=True, timeout=20)
+        assert r.returncode == 1 and "HTTP 500" in r.stderr
+        r = subprocess.run([client_bin(), "-m", "other", "x"], env=env, capture_output=True, text=True, timeout=20)
+        assert r.returncode == 1 and "model_not_found" in r.stderr
+        r = subprocess.run([client_bin(), "x #close"], env=env, capture_output=True, text=True, timeout=20)
+        assert r.returncode == 1
+    finally:
+        u.stop()

@@ -9,8 +9,10 @@
  *   - a parked connection is resumed exactly once per park, by whoever
  *     changes what it waits for (parked says it is parked);
  *   - the client's socket is in the gateway epoll set (fd_watched) only
- *     while MHD cannot have closed it: from the park in gp_gw_handle until
- *     the gateway sees a hang-up or gp_gw_completed runs;
+ *     while its request waits in the admission queue (the connection is
+ *     parked then, so MHD cannot have closed it);
+ *   - curl's sockets stay in the epoll set between transfers (fdreg says
+ *     with which events) and leave it when curl closes them;
  *   - an easy handle belongs to one request while a transfer runs, and
  *     goes back to the free list after.
  */
@@ -38,6 +40,7 @@
 #define MAX_HEADER_BYTES (64 * 1024)
 #define STREAM_HIGH_WATER (1 << 20) /* buffered for a slow client: pause the upstream */
 #define MAX_EASY_FREE 512
+#define GW_MAX_FD 65536            /* curl sockets above this are handled without the cache */
 
 enum { IN_NEW = 1, IN_ABORT = 2, IN_UNPAUSE = 4 };
 
@@ -124,6 +127,7 @@ struct gp_gw {
         CURL *easy_free[MAX_EASY_FREE];
         int neasy_free;
         int64_t curl_deadline_ms;  /* -1 = none */
+        uint8_t fdreg[GW_MAX_FD];  /* curl sockets in the epoll set (FD_* bits) */
         gp_admit *admit;
         model models[GP_CFG_MAX_MODELS];
         int nmodels;
@@ -470,11 +474,6 @@ enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *
         q->ticket.tenant = tn;
         q->parked = true;
         MHD_suspend_connection(conn);
-        if (q->client_fd >= 0) {
-                struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = q};
-                if (epoll_ctl(g->epfd, EPOLL_CTL_ADD, q->client_fd, &ev) == 0)
-                        q->fd_watched = true;
-        }
         post(g, q, IN_NEW);
         pthread_mutex_unlock(&g->lock);
         ret = MHD_YES;
@@ -641,6 +640,7 @@ void gp_gw_completed(gp_gw *g, void *slot) {
 /* the gateway thread: upstream transfers                              */
 
 static void finish(gp_gw *g, gw_req *q);
+static int on_close_socket(void *ud, curl_socket_t s);
 
 static int pick_upstream(gp_gw *g, gw_req *q, int64_t now) {
         model *m = q->m;
@@ -763,6 +763,8 @@ static int start(gp_gw *g, gw_req *q) {
         curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
         curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)g->cfg.idle_timeout_sec);
         curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+        curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+        curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, g);
         gp_buf_reset(&q->hdrs);
         gp_buf_reset(&q->out);
         q->out_off = 0;
@@ -951,26 +953,63 @@ static void check_done(gp_gw *g) {
         }
 }
 
+/* curl's sockets: registered once and kept in the epoll set while curl
+ * keeps the connection (an idle kept-alive connection costs no epoll_ctl
+ * per request); fdreg[fd] = registered events | FD_REG, | FD_WANTED while
+ * curl asks for events. */
+#define FD_IN 1
+#define FD_OUT 2
+#define FD_REG 4
+#define FD_WANTED 8
+
+static void fd_register(gp_gw *g, curl_socket_t s, uint8_t want) {
+        if (s < 0 || s >= GW_MAX_FD)
+                return;
+        uint8_t st = g->fdreg[s];
+        if ((st & FD_REG) && (st & (FD_IN | FD_OUT)) == want) {
+                g->fdreg[s] = st | FD_WANTED;
+                return;
+        }
+        struct epoll_event ev = {.data.u64 = TAG_CURL | (uint64_t)(uint32_t)s};
+        if (want & FD_IN)
+                ev.events |= EPOLLIN;
+        if (want & FD_OUT)
+                ev.events |= EPOLLOUT;
+        int op = st & FD_REG ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+        if (epoll_ctl(g->epfd, op, s, &ev) < 0) {
+                op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+                if (epoll_ctl(g->epfd, op, s, &ev) < 0)
+                        return;
+        }
+        g->fdreg[s] = (uint8_t)(want | FD_REG | FD_WANTED);
+}
+
 static int on_socket(CURL *e, curl_socket_t s, int what, void *ud, void *sockp) {
         gp_gw *g = ud;
         (void)e;
+        (void)sockp;
         if (what == CURL_POLL_REMOVE) {
-                epoll_ctl(g->epfd, EPOLL_CTL_DEL, s, NULL);
+                if (s >= 0 && s < GW_MAX_FD)
+                        g->fdreg[s] &= (uint8_t)~FD_WANTED; /* stays registered for the next transfer */
                 return 0;
         }
-        struct epoll_event ev = {.data.u64 = TAG_CURL | (uint64_t)(uint32_t)s};
+        uint8_t want = 0;
         if (what & CURL_POLL_IN)
-                ev.events |= EPOLLIN;
+                want |= FD_IN;
         if (what & CURL_POLL_OUT)
-                ev.events |= EPOLLOUT;
-        if (!sockp) {
-                if (epoll_ctl(g->epfd, EPOLL_CTL_ADD, s, &ev) < 0 && errno == EEXIST)
-                        epoll_ctl(g->epfd, EPOLL_CTL_MOD, s, &ev);
-                curl_multi_assign(g->multi, s, (void *)1);
-        } else if (epoll_ctl(g->epfd, EPOLL_CTL_MOD, s, &ev) < 0 && errno == ENOENT) {
-                epoll_ctl(g->epfd, EPOLL_CTL_ADD, s, &ev);
-        }
+                want |= FD_OUT;
+        fd_register(g, s, want);
         return 0;
+}
+
+static int on_close_socket(void *ud, curl_socket_t s) {
+        gp_gw *g = ud;
+        if (s >= 0 && s < GW_MAX_FD) {
+                if (g->fdreg[s] & FD_REG)
+                        epoll_ctl(g->epfd, EPOLL_CTL_DEL, s, NULL);
+                g->fdreg[s] = 0;
+        }
+        return close(s);
 }
 
 static int on_timer(CURLM *multi, long timeout_ms, void *ud) {
@@ -1002,6 +1041,7 @@ static void admit_some(gp_gw *g) {
         }
         while ((t = gp_admit_next(g->admit, now))) {
                 gw_req *q = t->ud;
+                unwatch(g, q);
                 if (start(g, q) < 0) {
                         g->upstream_errors++;
                         answer(q, 502, "upstream_error", "bad_gateway", "no upstream could take the request");
@@ -1038,6 +1078,14 @@ static void take_inbox(gp_gw *g) {
                                 } else if (gp_admit_submit(g->admit, &q->ticket, now) < 0) {
                                         refuse_429(g, q, "Rate limit reached: the gateway queue is full");
                                         finish(g, q);
+                                } else {
+                                        admit_some(g);
+                                        if (q->ticket.state == GP_ADMIT_QUEUED && q->client_fd >= 0) {
+                                                /* it waits: notice its client hanging up */
+                                                struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = q};
+                                                if (epoll_ctl(g->epfd, EPOLL_CTL_ADD, q->client_fd, &ev) == 0)
+                                                        q->fd_watched = true;
+                                        }
                                 }
                         }
                         if ((what & IN_ABORT) || q->client_gone)
@@ -1086,9 +1134,7 @@ static void *gw_thread(void *arg) {
                 for (int i = 0; i < n; i++) {
                         uint64_t d = evs[i].data.u64;
                         if (d == 0) {
-                                uint64_t v;
-                                ssize_t r = read(g->evfd, &v, sizeof(v));
-                                (void)r;
+                                /* the inbox is looked at below */
                         } else if (d & TAG_CURL) {
                                 int mask = 0;
                                 if (evs[i].events & EPOLLIN)
@@ -1097,7 +1143,15 @@ static void *gw_thread(void *arg) {
                                         mask |= CURL_CSELECT_OUT;
                                 if (evs[i].events & (EPOLLERR | EPOLLHUP))
                                         mask |= CURL_CSELECT_ERR;
-                                curl_multi_socket_action(g->multi, (curl_socket_t)(d & 0xffffffffu), mask, &running);
+                                curl_socket_t s = (curl_socket_t)(d & 0xffffffffu);
+                                if (s < GW_MAX_FD && !(g->fdreg[s] & FD_WANTED)) {
+                                        /* an idle kept-alive connection spoke or closed: curl
+                                         * finds out when it reuses it; stop listening to it */
+                                        epoll_ctl(g->epfd, EPOLL_CTL_DEL, s, NULL);
+                                        g->fdreg[s] = 0;
+                                        continue;
+                                }
+                                curl_multi_socket_action(g->multi, s, mask, &running);
                         } else {
                                 gw_req *q = evs[i].data.ptr;
                                 if (q->fd_watched)
@@ -1186,7 +1240,8 @@ int gp_gw_start(const gp_config *cfg, gp_gw **ret, char *err, size_t errlen) {
                 gp_gw_free(g);
                 return -ENOMEM;
         }
-        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
+        /* edge-triggered: every write to the eventfd is an edge, so it never needs reading */
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = 0};
         epoll_ctl(g->epfd, EPOLL_CTL_ADD, g->evfd, &ev);
         curl_multi_setopt(g->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
         curl_multi_setopt(g->multi, CURLMOPT_SOCKETDATA, g);

@@ -245,6 +245,7 @@ int main(int argc, char **argv)
                 if (a.len)
                         sse_line(&a, a.buf);    /* a last line without a newline */
                 putchar('\n');
+                fflush(stdout); /* before the usage line on stderr */
                 if (!a.done) {
                         fprintf(stderr, "deepseek-client: the stream ended without [DONE]\n");
                         goto out;

@@ -437,7 +437,7 @@ gwtest("per-tenant max_concurrent and rpm hold one tenant back without slowing a
   const o0 = Date.now();
   await Promise.all(Array.from({ length: 4 }, (_, i) => other.chat.completions.create(say(`other ${i} #delay=400`))));
   const otherTook = Date.now() - o0;
-  assert.ok(otherTook < 800, "other tenant's 4 parallel requests took " + otherTook + " ms behind small's limit");
+  assert.ok(otherTook < 1000, "other tenant's 4 parallel requests took " + otherTook + " ms behind small's limit");
   await Promise.all(smallReqs);
   // 6 requests of 400 ms, 2 at a time: three waves
   assert.ok(Math.max(...smallDone) >= 1150, "small finished in " + Math.max(...smallDone) + " ms");
@@ -451,7 +451,7 @@ gwtest("per-tenant max_concurrent and rpm hold one tenant back without slowing a
   const took = await Promise.all(Array.from({ length: 62 }, (_, i) =>
     rated.chat.completions.create(say(`rated ${i} #tokens=1`)).then(() => Date.now() - r0)));
   took.sort((a, b) => a - b);
-  assert.ok(took[59] < 900, "the first 60 took " + took[59] + " ms");
+  assert.ok(took[59] < 1200, "the first 60 took " + took[59] + " ms");
   assert.ok(took[61] >= 1500, "the 62nd came after " + took[61] + " ms: rpm 60 not enforced");
 });
 
@@ -478,7 +478,9 @@ gwtest("a client hanging up while queued leaves the queue and never reaches the 
   assert.equal((await stays).choices[0].message.content, "tok0 tok1");
   const texts = up.log().map((e) => e.text);
   assert.deepEqual(texts, ["blocker #hold", "stays #tokens=2"], "the hung-up request reached the upstream");
-  assert.equal((await gwStats(gp)).total_queued_now, 0);
+  const st = await gwStats(gp);
+  assert.equal(st.total_queued_now, 0);
+  if ("client_gone_while_queued" in st) assert.equal(st.client_gone_while_queued, 1);
 });
 
 // ---------------------------------------------------------------- upstream failure, failover

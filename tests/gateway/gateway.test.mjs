@@ -507,6 +507,26 @@ gwtest("upstream errors come back OpenAI-shaped; a cut answer is an error, not a
   assert.equal((await ai.chat.completions.create(say("after #tokens=1"))).choices[0].message.content, "tok0");
 });
 
+// todo: on e2b8a43 the cut comes after about 7 s, not 1: libcurl's low-speed
+// check (CURLOPT_LOW_SPEED_TIME) averages over a 5 s window that still holds
+// the request's upload.  Drop the todo when the gateway times idleness itself.
+gwtest("a stalled upstream is cut after idle_timeout_sec with a 5xx, not left hanging",
+  { todo: "idle_timeout_sec 1 cuts after ~7 s (libcurl low-speed window)" }, async (w) => {
+  const up = await w.upstream("u1");
+  const gp = await w.gpupool(config({ upstreams: [up], tenants: [{ id: "alice", key: "k-alice" }],
+    extra: "  idle_timeout_sec: 1\n" }));
+  const ai = client(gp, "k-alice");
+  const t0 = Date.now();
+  const e = await ai.chat.completions.create(say("never #stall")).then(() => null, (x) => x);
+  const took = Date.now() - t0;
+  assert.ok(e instanceof OpenAI.APIError && e.status >= 500, "expected 5xx, got " + e);
+  assert.equal(typeof e.error?.message, "string");
+  note(`stalled upstream: ${e.status} after ${took} ms`);
+  // the model's only upstream still serves the next request
+  assert.equal((await ai.chat.completions.create(say("after #tokens=1"))).choices[0].message.content, "tok0");
+  assert.ok(took >= 900 && took < 3000, "answered after " + took + " ms with idle_timeout_sec 1");
+});
+
 gwtest("failover: a failing or dead upstream is skipped and its model keeps answering", async (w) => {
   const a = await w.upstream("a");
   const b = await w.upstream("b");

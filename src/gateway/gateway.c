@@ -37,12 +37,17 @@
 #include <unistd.h>
 
 #define TAG_CURL ((uint64_t)1 << 62)
+#define TAG_MHD ((uint64_t)1)      /* the MHD daemon's epoll fd (evfd is 0) */
 #define MAX_HEADER_BYTES (64 * 1024)
 #define STREAM_HIGH_WATER (1 << 20) /* buffered for a slow client: pause the upstream */
 #define MAX_EASY_FREE 512
 #define GW_MAX_FD 65536            /* curl sockets above this are handled without the cache */
 
-enum { IN_NEW = 1, IN_ABORT = 2, IN_UNPAUSE = 4 };
+#define GW_MAX_LOOPS 16
+
+enum { IN_NEW = 1, IN_ABORT = 2, IN_UNPAUSE = 4, IN_START = 8 };
+
+struct loop;
 
 typedef struct upstream {
         char url[GP_CFG_URL_MAX];
@@ -65,6 +70,7 @@ typedef struct tstats {
 typedef struct gw_req {
         gp_admit_ticket ticket;
         gp_gw *g;
+        struct loop *L;            /* the loop whose MHD daemon serves the connection */
         struct MHD_Connection *conn;
         int refs;
         int client_fd;
@@ -113,30 +119,44 @@ typedef struct usage_rec {
         int64_t prompt, completion;
 } usage_rec;
 
-struct gp_gw {
-        gp_cfg_gateway cfg;
-        uint32_t weights[GP_PRIORITY_LEVELS];
-        pthread_mutex_t lock;
+/* One event loop thread: its own MHD daemon (all of them listen on the
+ * same port with SO_REUSEPORT, so the kernel spreads connections), its own
+ * curl multi handle and epoll set.  Requests stay on the loop that got
+ * their connection; admission state is shared (under g->lock). */
+typedef struct loop {
+        gp_gw *g;
         pthread_t thread;
-        bool thread_started;
+        bool started;
         int epfd, evfd;
-        volatile int stopping;
-        bool stopped;              /* the thread answered everything and left */
         CURLM *multi;
-        struct curl_slist *up_headers;
+        struct MHD_Daemon *mhd;    /* driven by this loop (external epoll mode) */
+        bool mhd_kick;             /* run MHD again before sleeping (a connection was resumed); loop only */
         CURL *easy_free[MAX_EASY_FREE];
         int neasy_free;
         int64_t curl_deadline_ms;  /* -1 = none */
-        uint8_t fdreg[GW_MAX_FD];  /* curl sockets in the epoll set (FD_* bits) */
+        uint8_t fdreg[GW_MAX_FD];  /* curl sockets in the epoll set (FD_* bits); loop only */
+        gw_req *inbox;             /* under g->lock */
+        gw_req *grave;             /* unreferenced requests, freed by this loop after its batch; under g->lock */
+} loop;
+
+static __thread loop *tl_loop;     /* the loop this thread runs, NULL elsewhere */
+
+struct gp_gw {
+        gp_cfg_gateway cfg;
+        pthread_mutex_t lock;
+        loop *loops;               /* [nloops] */
+        int nloops;
+        volatile int stopping;
+        int nstopped;              /* loops that answered their requests and left */
+        bool stopped;              /* all of them */
+        struct curl_slist *up_headers;
         gp_admit *admit;
         model models[GP_CFG_MAX_MODELS];
         int nmodels;
-        gw_req *inbox;
         gw_req **reqs;             /* every request the gateway side holds (for stop) */
         size_t nreqs, capreqs;
         tstats tenants[GP_ADMIT_MAX_TENANTS];
         uint64_t upstream_errors, retries, context_errors;
-        gw_req *grave;             /* unreferenced requests, freed by the thread after its batch */
         usage_rec *usage;          /* to report after unlocking */
         size_t nusage, capusage;
 };
@@ -232,23 +252,25 @@ static void add_ratelimit_headers(struct MHD_Response *resp, const gp_admit_rate
 /* ------------------------------------------------------------------ */
 /* request records                                                     */
 
-static void wake_thread(gp_gw *g) {
+static void wake_loop(loop *L) {
         uint64_t one = 1;
-        ssize_t w = write(g->evfd, &one, sizeof(one));
+        ssize_t w = write(L->evfd, &one, sizeof(one));
         (void)w;
 }
 
-/* g->lock held. */
+/* g->lock held: give q to its loop. */
 static void post(gp_gw *g, gw_req *q, unsigned what) {
-        bool was_empty = g->inbox == NULL;
+        loop *L = q->L;
+        (void)g;
+        bool was_empty = L->inbox == NULL;
         if (!q->inbox) {
-                q->inext = g->inbox;
-                g->inbox = q;
+                q->inext = L->inbox;
+                L->inbox = q;
                 q->refs++; /* the inbox holds it too */
         }
         q->inbox |= what;
-        if (was_empty)
-                wake_thread(g);
+        if (was_empty && tl_loop != L)
+                wake_loop(L); /* the loop itself looks at its inbox after running MHD */
 }
 
 static void req_free(gw_req *q) {
@@ -265,24 +287,33 @@ static void req_free(gw_req *q) {
  * it, so it is freed once the batch is done (or by gp_gw_free). */
 static void unref(gw_req *q) {
         if (--q->refs == 0) {
-                q->inext = q->g->grave;
-                q->g->grave = q;
+                q->inext = q->L->grave;
+                q->L->grave = q;
         }
 }
 
-static void free_grave(gp_gw *g) {
-        while (g->grave) {
-                gw_req *q = g->grave;
-                g->grave = q->inext;
+static void free_grave(loop *L) {
+        while (L->grave) {
+                gw_req *q = L->grave;
+                L->grave = q->inext;
                 req_free(q);
         }
 }
 
 static void unwatch(gp_gw *g, gw_req *q) {
+        (void)g;
         if (q->fd_watched) {
-                epoll_ctl(g->epfd, EPOLL_CTL_DEL, q->client_fd, NULL);
+                epoll_ctl(q->L->epfd, EPOLL_CTL_DEL, q->client_fd, NULL);
                 q->fd_watched = false;
         }
+}
+
+/* The connection of q was resumed: its loop must run MHD. */
+static void kick_loop(loop *L) {
+        if (tl_loop == L)
+                L->mhd_kick = true;
+        else
+                wake_loop(L);
 }
 
 /* g->lock held: resume the parked connection so its handler runs. */
@@ -290,6 +321,7 @@ static void wake_conn(gw_req *q) {
         if (q->parked && !q->client_gone) {
                 q->parked = false;
                 MHD_resume_connection(q->conn);
+                kick_loop(q->L);
         }
 }
 
@@ -440,6 +472,7 @@ enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *
                 goto out;
         }
         q->g = g;
+        q->L = tl_loop ? tl_loop : &g->loops[0];
         q->conn = conn;
         q->m = m;
         gp_strlcpy(q->path, url, sizeof(q->path));
@@ -720,28 +753,30 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud) {
         return len;
 }
 
-static CURL *easy_get(gp_gw *g) {
-        if (g->neasy_free)
-                return g->easy_free[--g->neasy_free];
+static CURL *easy_get(loop *L) {
+        if (L->neasy_free)
+                return L->easy_free[--L->neasy_free];
         return curl_easy_init();
 }
 
-static void easy_put(gp_gw *g, CURL *e) {
-        if (g->neasy_free < MAX_EASY_FREE) {
-                curl_easy_reset(e);
-                g->easy_free[g->neasy_free++] = e;
+static void easy_put(loop *L, CURL *e) {
+        if (L->neasy_free < MAX_EASY_FREE) {
+                /* kept with its options: start() sets the same ones again, and the per-request ones */
+                L->easy_free[L->neasy_free++] = e;
         } else {
                 curl_easy_cleanup(e);
         }
 }
 
-/* Start (or restart) q's transfer on an upstream.  -1 when none is left. */
+/* Start (or restart) q's transfer on an upstream, on q's loop (the caller
+ * is that loop).  -1 when none is left. */
 static int start(gp_gw *g, gw_req *q) {
+        loop *L = q->L;
         int64_t now = mono_ms();
         int u = pick_upstream(g, q, now);
         if (u < 0)
                 return -1;
-        CURL *e = easy_get(g);
+        CURL *e = easy_get(L);
         if (!e)
                 return -1;
         char url[GP_CFG_URL_MAX + 64];
@@ -763,8 +798,9 @@ static int start(gp_gw *g, gw_req *q) {
         curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
         curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)g->cfg.idle_timeout_sec);
         curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+        curl_easy_setopt(e, CURLOPT_PROXY, ""); /* upstreams are reached directly, whatever http_proxy says */
         curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
-        curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, g);
+        curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, L);
         gp_buf_reset(&q->hdrs);
         gp_buf_reset(&q->out);
         q->out_off = 0;
@@ -781,11 +817,11 @@ static int start(gp_gw *g, gw_req *q) {
         q->m->ups[u].inflight++;
         q->m->ups[u].requests++;
         q->running = true;
-        if (curl_multi_add_handle(g->multi, e) != CURLM_OK) {
+        if (curl_multi_add_handle(L->multi, e) != CURLM_OK) {
                 q->running = false;
                 q->m->ups[u].inflight--;
                 q->easy = NULL;
-                easy_put(g, e);
+                easy_put(L, e);
                 return -1;
         }
         return 0;
@@ -795,8 +831,8 @@ static int start(gp_gw *g, gw_req *q) {
 static void stop_transfer(gp_gw *g, gw_req *q) {
         if (!q->running)
                 return;
-        curl_multi_remove_handle(g->multi, q->easy);
-        easy_put(g, q->easy);
+        curl_multi_remove_handle(q->L->multi, q->easy);
+        easy_put(q->L, q->easy);
         q->easy = NULL;
         q->running = false;
         if (q->up >= 0)
@@ -940,10 +976,10 @@ static void transfer_done(gp_gw *g, gw_req *q, CURLcode rc) {
         finish(g, q);
 }
 
-static void check_done(gp_gw *g) {
+static void check_done(gp_gw *g, loop *L) {
         CURLMsg *msg;
         int left;
-        while ((msg = curl_multi_info_read(g->multi, &left))) {
+        while ((msg = curl_multi_info_read(L->multi, &left))) {
                 if (msg->msg != CURLMSG_DONE)
                         continue;
                 gw_req *q = NULL;
@@ -962,7 +998,7 @@ static void check_done(gp_gw *g) {
 #define FD_REG 4
 #define FD_WANTED 8
 
-static void fd_register(gp_gw *g, curl_socket_t s, uint8_t want) {
+static void fd_register(loop *g, curl_socket_t s, uint8_t want) {
         if (s < 0 || s >= GW_MAX_FD)
                 return;
         uint8_t st = g->fdreg[s];
@@ -985,7 +1021,7 @@ static void fd_register(gp_gw *g, curl_socket_t s, uint8_t want) {
 }
 
 static int on_socket(CURL *e, curl_socket_t s, int what, void *ud, void *sockp) {
-        gp_gw *g = ud;
+        loop *g = ud;
         (void)e;
         (void)sockp;
         if (what == CURL_POLL_REMOVE) {
@@ -1003,7 +1039,7 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *ud, void *sockp) 
 }
 
 static int on_close_socket(void *ud, curl_socket_t s) {
-        gp_gw *g = ud;
+        loop *g = ud;
         if (s >= 0 && s < GW_MAX_FD) {
                 if (g->fdreg[s] & FD_REG)
                         epoll_ctl(g->epfd, EPOLL_CTL_DEL, s, NULL);
@@ -1013,7 +1049,7 @@ static int on_close_socket(void *ud, curl_socket_t s) {
 }
 
 static int on_timer(CURLM *multi, long timeout_ms, void *ud) {
-        gp_gw *g = ud;
+        loop *g = ud;
         (void)multi;
         g->curl_deadline_ms = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
         return 0;
@@ -1028,7 +1064,7 @@ static void refuse_429(gp_gw *g, gw_req *q, const char *msg) {
         answer(q, 429, "rate_limit_error", "rate_limit_exceeded", msg);
 }
 
-static void admit_some(gp_gw *g) {
+static void admit_some(gp_gw *g, loop *me) {
         int64_t now = mono_ms();
         gp_admit_ticket *t;
         while ((t = gp_admit_expired(g->admit, now))) {
@@ -1042,6 +1078,10 @@ static void admit_some(gp_gw *g) {
         while ((t = gp_admit_next(g->admit, now))) {
                 gw_req *q = t->ud;
                 unwatch(g, q);
+                if (q->L != me) {
+                        post(g, q, IN_START); /* its transfer runs on its own loop */
+                        continue;
+                }
                 if (start(g, q) < 0) {
                         g->upstream_errors++;
                         answer(q, 502, "upstream_error", "bad_gateway", "no upstream could take the request");
@@ -1050,9 +1090,9 @@ static void admit_some(gp_gw *g) {
         }
 }
 
-static void take_inbox(gp_gw *g) {
-        gw_req *list = g->inbox;
-        g->inbox = NULL;
+static void take_inbox(gp_gw *g, loop *L) {
+        gw_req *list = L->inbox;
+        L->inbox = NULL;
         int64_t now = mono_ms();
         while (list) {
                 gw_req *q = list;
@@ -1079,17 +1119,26 @@ static void take_inbox(gp_gw *g) {
                                         refuse_429(g, q, "Rate limit reached: the gateway queue is full");
                                         finish(g, q);
                                 } else {
-                                        admit_some(g);
+                                        admit_some(g, L);
                                         if (q->ticket.state == GP_ADMIT_QUEUED && q->client_fd >= 0) {
                                                 /* it waits: notice its client hanging up */
                                                 struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = q};
-                                                if (epoll_ctl(g->epfd, EPOLL_CTL_ADD, q->client_fd, &ev) == 0)
+                                                if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, q->client_fd, &ev) == 0)
                                                         q->fd_watched = true;
                                         }
                                 }
                         }
-                        if ((what & IN_ABORT) || q->client_gone)
+                        if ((what & IN_ABORT) || q->client_gone) {
                                 finish(g, q);
+                        } else if ((what & IN_START) && q->ticket.state == GP_ADMIT_RUNNING && !q->running &&
+                                   !q->up_done && !q->ans_status) {
+                                if (start(g, q) < 0) {
+                                        g->upstream_errors++;
+                                        answer(q, 502, "upstream_error", "bad_gateway",
+                                               "no upstream could take the request");
+                                        finish(g, q);
+                                }
+                        }
                         else if ((what & IN_UNPAUSE) && q->paused && q->running) {
                                 q->paused = false;
                                 curl_easy_pause(q->easy, CURLPAUSE_CONT);
@@ -1107,34 +1156,58 @@ static void hang_up(gp_gw *g, gw_req *q) {
         if (q->parked) {
                 q->parked = false;
                 MHD_resume_connection(q->conn);
+                kick_loop(q->L);
         }
         finish(g, q);
 }
 
+void gp_gw_kick(gp_gw *g, struct MHD_Connection *conn) {
+        if (!g || !g->loops)
+                return;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_DAEMON);
+        for (int i = 0; i < g->nloops; i++)
+                if (!ci || g->loops[i].mhd == ci->daemon)
+                        kick_loop(&g->loops[i]);
+}
+
+/* Let MHD do what is due (the loop thread only). */
+static void run_mhd(loop *L) {
+        if (L->mhd)
+                MHD_run(L->mhd);
+}
+
 static void *gw_thread(void *arg) {
-        gp_gw *g = arg;
+        loop *L = arg;
+        gp_gw *g = L->g;
         struct epoll_event evs[256];
         int running;
+        tl_loop = L;
         while (!g->stopping) {
                 pthread_mutex_lock(&g->lock);
                 int64_t now = mono_ms();
-                int64_t wake = gp_admit_wake_ms(g->admit, now);
-                int64_t cd = g->curl_deadline_ms;
+                int64_t until = gp_admit_wake_ms(g->admit, now);
                 pthread_mutex_unlock(&g->lock);
-                int64_t until = wake;
-                if (cd >= 0 && cd < until)
-                        until = cd;
+                if (L->curl_deadline_ms >= 0 && L->curl_deadline_ms < until)
+                        until = L->curl_deadline_ms;
+                MHD_UNSIGNED_LONG_LONG mt;
+                if (L->mhd && MHD_get_timeout(L->mhd, &mt) == MHD_YES && now + (int64_t)mt < until)
+                        until = now + (int64_t)mt;
                 int timeout = until == INT64_MAX ? 1000 : (int)(until - now > 1000 ? 1000 : until - now);
                 if (timeout < 0)
                         timeout = 0;
-                int n = epoll_wait(g->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
+                int n = epoll_wait(L->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
+                bool mhd_due = n == 0; /* its timeouts */
+                for (int i = 0; i < n; i++)
+                        mhd_due |= evs[i].data.u64 == TAG_MHD || evs[i].data.u64 == 0; /* 0: a kick, maybe a resume */
+                if (mhd_due)
+                        run_mhd(L); /* handlers run here, without g->lock */
                 pthread_mutex_lock(&g->lock);
-                /* requests the events name stay alive until the batch is done: the inbox
-                 * is taken after them, and a hang-up only finishes (never frees the MHD ref) */
+                /* requests the events name stay alive until the batch is done: a request
+                 * whose last reference goes waits in this loop's graveyard */
                 for (int i = 0; i < n; i++) {
                         uint64_t d = evs[i].data.u64;
-                        if (d == 0) {
-                                /* the inbox is looked at below */
+                        if (d == 0 || d == TAG_MHD) {
+                                /* the inbox is looked at below; MHD ran above */
                         } else if (d & TAG_CURL) {
                                 int mask = 0;
                                 if (evs[i].events & EPOLLIN)
@@ -1144,27 +1217,27 @@ static void *gw_thread(void *arg) {
                                 if (evs[i].events & (EPOLLERR | EPOLLHUP))
                                         mask |= CURL_CSELECT_ERR;
                                 curl_socket_t s = (curl_socket_t)(d & 0xffffffffu);
-                                if (s < GW_MAX_FD && !(g->fdreg[s] & FD_WANTED)) {
+                                if (s < GW_MAX_FD && !(L->fdreg[s] & FD_WANTED)) {
                                         /* an idle kept-alive connection spoke or closed: curl
                                          * finds out when it reuses it; stop listening to it */
-                                        epoll_ctl(g->epfd, EPOLL_CTL_DEL, s, NULL);
-                                        g->fdreg[s] = 0;
+                                        epoll_ctl(L->epfd, EPOLL_CTL_DEL, s, NULL);
+                                        L->fdreg[s] = 0;
                                         continue;
                                 }
-                                curl_multi_socket_action(g->multi, s, mask, &running);
+                                curl_multi_socket_action(L->multi, s, mask, &running);
                         } else {
                                 gw_req *q = evs[i].data.ptr;
                                 if (q->fd_watched)
                                         hang_up(g, q);
                         }
                 }
-                take_inbox(g);
-                if (g->curl_deadline_ms >= 0 && mono_ms() >= g->curl_deadline_ms) {
-                        g->curl_deadline_ms = -1;
-                        curl_multi_socket_action(g->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+                take_inbox(g, L);
+                if (L->curl_deadline_ms >= 0 && mono_ms() >= L->curl_deadline_ms) {
+                        L->curl_deadline_ms = -1;
+                        curl_multi_socket_action(L->multi, CURL_SOCKET_TIMEOUT, 0, &running);
                 }
-                check_done(g);
-                admit_some(g);
+                check_done(g, L);
+                admit_some(g, L);
                 size_t nu = g->nusage;
                 usage_rec *u = NULL;
                 if (nu) {
@@ -1172,17 +1245,25 @@ static void *gw_thread(void *arg) {
                         g->usage = NULL;
                         g->nusage = g->capusage = 0;
                 }
-                free_grave(g);
+                free_grave(L);
                 pthread_mutex_unlock(&g->lock);
+                if (L->mhd_kick) {
+                        L->mhd_kick = false;
+                        run_mhd(L); /* answer the resumed connections now, not on the next wake-up */
+                }
                 for (size_t i = 0; i < nu; i++)
                         gw_on_usage(u[i].tenant, u[i].model, u[i].prompt, u[i].completion);
                 free(u);
         }
-        /* stopping: answer everything still held */
+        /* stopping: answer everything this loop still holds */
         pthread_mutex_lock(&g->lock);
-        take_inbox(g);
-        while (g->nreqs) {
-                gw_req *q = g->reqs[g->nreqs - 1];
+        take_inbox(g, L);
+        for (size_t i = g->nreqs; i-- > 0;) {
+                if (i >= g->nreqs)
+                        continue;
+                gw_req *q = g->reqs[i];
+                if (q->L != L)
+                        continue;
                 if (!q->responding && !q->ans_status)
                         answer(q, 503, "server_error", "unavailable", "the server is stopping");
                 else if (q->responding) {
@@ -1191,8 +1272,14 @@ static void *gw_thread(void *arg) {
                 }
                 finish(g, q);
         }
-        g->stopped = true;
+        if (++g->nstopped == g->nloops)
+                g->stopped = true;
         pthread_mutex_unlock(&g->lock);
+        /* let MHD send what was answered (the 503s, and answers resumed by others) */
+        for (int i = 0; i < 20; i++) {
+                run_mhd(L);
+                usleep(5 * 1000);
+        }
         return NULL;
 }
 
@@ -1203,18 +1290,43 @@ static void curl_init_once(void) {
         curl_global_init(CURL_GLOBAL_DEFAULT); /* refcounted by curl; the alerts' call is a no-op after */
 }
 
-int gp_gw_start(const gp_config *cfg, gp_gw **ret, char *err, size_t errlen) {
+static int loop_init(gp_gw *g, loop *L) {
+        L->g = g;
+        L->curl_deadline_ms = -1;
+        L->epfd = epoll_create1(EPOLL_CLOEXEC);
+        L->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        L->multi = curl_multi_init();
+        if (L->epfd < 0 || L->evfd < 0 || !L->multi)
+                return -ENOMEM;
+        /* edge-triggered: every write to the eventfd is an edge, so it never needs reading */
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = 0};
+        if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, L->evfd, &ev) < 0)
+                return -errno;
+        curl_multi_setopt(L->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+        curl_multi_setopt(L->multi, CURLMOPT_SOCKETDATA, L);
+        curl_multi_setopt(L->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+        curl_multi_setopt(L->multi, CURLMOPT_TIMERDATA, L);
+        long per = g->cfg.max_upstream_connections / g->nloops;
+        if (per < 1)
+                per = 1;
+        curl_multi_setopt(L->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, per);
+        curl_multi_setopt(L->multi, CURLMOPT_MAXCONNECTS, per);
+        return 0;
+}
+
+int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t errlen) {
         static pthread_once_t once = PTHREAD_ONCE_INIT;
         pthread_once(&once, curl_init_once);
+        if (nloops < 1)
+                nloops = 1;
+        if (nloops > GW_MAX_LOOPS)
+                nloops = GW_MAX_LOOPS;
         gp_gw *g = calloc(1, sizeof(*g));
         if (!g) {
                 snprintf(err, errlen, "out of memory");
                 return -ENOMEM;
         }
         g->cfg = cfg->gw;
-        g->epfd = -1;
-        g->evfd = -1;
-        g->curl_deadline_ms = -1;
         pthread_mutex_init(&g->lock, NULL);
         for (int i = 0; i < g->cfg.n_models; i++) {
                 model *m = &g->models[i];
@@ -1229,60 +1341,88 @@ int gp_gw_start(const gp_config *cfg, gp_gw **ret, char *err, size_t errlen) {
                                .queue_timeout_ms = (int64_t)g->cfg.queue_timeout_sec * 1000};
         memcpy(lim.weights, cfg->weights, sizeof(lim.weights));
         g->admit = gp_admit_new(&lim, mono_ms());
-        g->epfd = epoll_create1(EPOLL_CLOEXEC);
-        g->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        g->multi = curl_multi_init();
+        g->loops = calloc((size_t)nloops, sizeof(loop));
         g->up_headers = curl_slist_append(NULL, "Content-Type: application/json");
         if (g->up_headers)
                 g->up_headers = curl_slist_append(g->up_headers, "Expect:");
-        if (!g->admit || g->epfd < 0 || g->evfd < 0 || !g->multi || !g->up_headers) {
+        bool ok = g->admit && g->loops && g->up_headers;
+        if (g->loops) {
+                for (int i = 0; i < nloops; i++) {
+                        g->loops[i].epfd = g->loops[i].evfd = -1;
+                }
+                g->nloops = nloops;
+                for (int i = 0; ok && i < nloops; i++)
+                        ok = loop_init(g, &g->loops[i]) == 0;
+        }
+        if (!ok) {
                 snprintf(err, errlen, "cannot set the gateway up (out of memory or file descriptors)");
                 gp_gw_free(g);
                 return -ENOMEM;
         }
-        /* edge-triggered: every write to the eventfd is an edge, so it never needs reading */
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = 0};
-        epoll_ctl(g->epfd, EPOLL_CTL_ADD, g->evfd, &ev);
-        curl_multi_setopt(g->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-        curl_multi_setopt(g->multi, CURLMOPT_SOCKETDATA, g);
-        curl_multi_setopt(g->multi, CURLMOPT_TIMERFUNCTION, on_timer);
-        curl_multi_setopt(g->multi, CURLMOPT_TIMERDATA, g);
-        curl_multi_setopt(g->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)g->cfg.max_upstream_connections);
-        curl_multi_setopt(g->multi, CURLMOPT_MAXCONNECTS, (long)g->cfg.max_upstream_connections);
-        if (pthread_create(&g->thread, NULL, gw_thread, g) != 0) {
-                snprintf(err, errlen, "cannot start the gateway thread");
-                gp_gw_free(g);
-                return -EAGAIN;
-        }
-        g->thread_started = true;
         *ret = g;
         return 0;
 }
 
+int gp_gw_run(gp_gw *g, struct MHD_Daemon *const *mhds, int n, char *err, size_t errlen) {
+        if (n != g->nloops) {
+                snprintf(err, errlen, "%d HTTP daemons for %d loops", n, g->nloops);
+                return -EINVAL;
+        }
+        for (int i = 0; i < n; i++) {
+                loop *L = &g->loops[i];
+                if (mhds && mhds[i]) {
+                        const union MHD_DaemonInfo *di = MHD_get_daemon_info(mhds[i], MHD_DAEMON_INFO_EPOLL_FD);
+                        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_MHD};
+                        if (!di || epoll_ctl(L->epfd, EPOLL_CTL_ADD, di->epoll_fd, &ev) < 0) {
+                                snprintf(err, errlen, "cannot watch the HTTP daemon's epoll fd");
+                                gp_gw_stop(g);
+                                return -EINVAL;
+                        }
+                        L->mhd = mhds[i];
+                }
+                if (pthread_create(&L->thread, NULL, gw_thread, L) != 0) {
+                        snprintf(err, errlen, "cannot start the gateway thread");
+                        gp_gw_stop(g);
+                        return -EAGAIN;
+                }
+                L->started = true;
+        }
+        return 0;
+}
+
 void gp_gw_stop(gp_gw *g) {
-        if (!g || !g->thread_started)
+        if (!g || !g->loops)
                 return;
         g->stopping = 1;
-        wake_thread(g);
-        pthread_join(g->thread, NULL);
-        g->thread_started = false;
+        for (int i = 0; i < g->nloops; i++)
+                if (g->loops[i].started)
+                        wake_loop(&g->loops[i]);
+        for (int i = 0; i < g->nloops; i++)
+                if (g->loops[i].started) {
+                        pthread_join(g->loops[i].thread, NULL);
+                        g->loops[i].started = false;
+                }
 }
 
 void gp_gw_free(gp_gw *g) {
         if (!g)
                 return;
         gp_gw_stop(g);
-        free_grave(g);
-        while (g->neasy_free)
-                curl_easy_cleanup(g->easy_free[--g->neasy_free]);
-        if (g->multi)
-                curl_multi_cleanup(g->multi);
+        for (int i = 0; g->loops && i < g->nloops; i++) {
+                loop *L = &g->loops[i];
+                free_grave(L);
+                while (L->neasy_free)
+                        curl_easy_cleanup(L->easy_free[--L->neasy_free]);
+                if (L->multi)
+                        curl_multi_cleanup(L->multi);
+                if (L->epfd >= 0)
+                        close(L->epfd);
+                if (L->evfd >= 0)
+                        close(L->evfd);
+        }
+        free(g->loops);
         curl_slist_free_all(g->up_headers);
         gp_admit_free(g->admit);
-        if (g->epfd >= 0)
-                close(g->epfd);
-        if (g->evfd >= 0)
-                close(g->evfd);
         free(g->reqs);
         free(g->usage);
         pthread_mutex_destroy(&g->lock);

@@ -41,13 +41,24 @@ typedef struct gp_gw_caller {
         gp_admit_tenant_limits limits;    /* tenant's gateway limits and weight */
 } gp_gw_caller;
 
-/* Make the gateway from cfg->gw (copied) and start its thread.  0, or
- * -errno with a message in err. */
-int gp_gw_start(const gp_config *cfg, gp_gw **ret, char *err, size_t errlen);
+/* Make the gateway from cfg->gw (copied).  0, or -errno with a message
+ * in err.  Nothing runs until gp_gw_run. */
+int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t errlen);
+
+/* Start the nloops loop threads.  mhds[i] (started with MHD_USE_EPOLL and
+ * no internal thread; all on one port with SO_REUSEPORT) is driven by loop
+ * i: one thread serves its connections, their upstream transfers and
+ * admission with no hand-off between threads.  0, or -errno with a message
+ * in err. */
+int gp_gw_run(gp_gw *g, struct MHD_Daemon *const *mhds, int n, char *err, size_t errlen);
 
 /* Answer every parked request (503) and resume it, and stop the thread.
  * Call before MHD_stop_daemon.  Takes NULL. */
 void gp_gw_stop(gp_gw *g);
+
+/* Another thread resumed conn: make its loop run MHD now.  Any thread;
+ * takes a NULL g. */
+void gp_gw_kick(gp_gw *g, struct MHD_Connection *conn);
 
 /* Free after MHD_stop_daemon (every request completed).  Takes NULL. */
 void gp_gw_free(gp_gw *g);

@@ -117,6 +117,7 @@ void gp_http_wake(hreq *r) {
         if (r->suspended) {
                 r->suspended = false;
                 MHD_resume_connection(r->conn);
+                gp_gw_kick(r->d->gw, r->conn); /* a loop thread drives MHD: have it look now */
         }
 }
 
@@ -946,29 +947,54 @@ static int parse_listen(const char *s, struct sockaddr_in *ret) {
         return 0;
 }
 
+static void stop_daemons(gp_daemon *d) {
+        for (int i = 0; i < d->nmhd; i++)
+                MHD_stop_daemon(d->mhds[i]);
+        d->nmhd = 0;
+}
+
 int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
         struct sockaddr_in sa;
         if (parse_listen(d->cfg.listen, &sa) < 0) {
                 snprintf(err, errlen, "listen: '%s' is not ADDR:PORT (IPv4)", d->cfg.listen);
                 return -EINVAL;
         }
-        int grc = gp_gw_start(&d->cfg, &d->gw, err, errlen);
+        /* server.http_threads event loops, each with its own MHD daemon in external epoll
+         * mode on the same port (SO_REUSEPORT spreads the connections); each loop drives its
+         * daemon together with the gateway's upstream transfers (no hand-offs between
+         * threads; see docs/gateway.md) */
+        int n = d->cfg.http_threads < 1 ? 1 : d->cfg.http_threads;
+        if (n > GP_HTTP_MAX_LOOPS)
+                n = GP_HTTP_MAX_LOOPS;
+        int grc = gp_gw_new(&d->cfg, n, &d->gw, err, errlen);
         if (grc < 0)
                 return grc;
-        unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-                         MHD_USE_ERROR_LOG;
-        d->mhd = MHD_start_daemon(flags, 0, NULL, NULL, handler, d, MHD_OPTION_SOCK_ADDR, &sa,
-                                  MHD_OPTION_THREAD_POOL_SIZE, (unsigned)d->cfg.http_threads,
-                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)d->cfg.max_connections,
-                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)d->cfg.connection_timeout_s,
-                                  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
-                                  MHD_OPTION_NOTIFY_COMPLETED, completed, d, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-                                  1, MHD_OPTION_END);
-        if (!d->mhd) {
+        unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+        unsigned per = (unsigned)(d->cfg.max_connections + n - 1) / (unsigned)n;
+        for (int i = 0; i < n; i++) {
+                struct MHD_Daemon *m =
+                        MHD_start_daemon(flags, 0, NULL, NULL, handler, d, MHD_OPTION_SOCK_ADDR, &sa,
+                                         MHD_OPTION_CONNECTION_LIMIT, per, MHD_OPTION_CONNECTION_TIMEOUT,
+                                         (unsigned)d->cfg.connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                                         (size_t)16 * 1024, MHD_OPTION_NOTIFY_COMPLETED, completed, d,
+                                         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+                if (!m) {
+                        stop_daemons(d);
+                        gp_gw_free(d->gw);
+                        d->gw = NULL;
+                        snprintf(err, errlen, "cannot listen on %s (in use, or not allowed)", d->cfg.listen);
+                        return -EADDRINUSE;
+                }
+                d->mhds[d->nmhd++] = m;
+        }
+        d->mhd = d->mhds[0];
+        grc = gp_gw_run(d->gw, d->mhds, d->nmhd, err, errlen);
+        if (grc < 0) {
+                stop_daemons(d);
+                d->mhd = NULL;
                 gp_gw_free(d->gw);
                 d->gw = NULL;
-                snprintf(err, errlen, "cannot listen on %s (in use, or not allowed)", d->cfg.listen);
-                return -EADDRINUSE;
+                return grc;
         }
         return 0;
 }
@@ -976,7 +1002,11 @@ int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
 void gp_http_stop(gp_daemon *d) {
         if (!d->mhd)
                 return;
-        MHD_quiesce_daemon(d->mhd);
+        for (int i = 0; i < d->nmhd; i++) {
+                MHD_socket ls = MHD_quiesce_daemon(d->mhds[i]);
+                if (ls != MHD_INVALID_SOCKET)
+                        close(ls); /* no new connections; the open ones are served */
+        }
         /* the loop answers what is queued; parked reads are woken */
         for (int i = 0; i < 50; i++) {
                 pthread_mutex_lock(&d->qlock);
@@ -1002,9 +1032,9 @@ void gp_http_stop(gp_daemon *d) {
                 f = n;
         }
         pthread_mutex_unlock(&d->lock);
-        gp_gw_stop(d->gw); /* answers and resumes every parked gateway request */
-        usleep(100 * 1000);
-        MHD_stop_daemon(d->mhd);
+        usleep(100 * 1000); /* the loop thread still drives MHD: woken requests are answered */
+        gp_gw_stop(d->gw);  /* answers parked gateway requests, then the loops (and MHD driving) end */
+        stop_daemons(d);
         d->mhd = NULL;
         gp_gw_free(d->gw);
         d->gw = NULL;

@@ -150,7 +150,10 @@ typedef struct gp_daemon {
         bool ready;
         volatile int stopping;
         pthread_t loop_thread, sampler_thread, checkpoint_thread;
-        struct MHD_Daemon *mhd;
+        struct MHD_Daemon *mhd;     /* mhds[0], NULL when not serving */
+#define GP_HTTP_MAX_LOOPS 16
+        struct MHD_Daemon *mhds[GP_HTTP_MAX_LOOPS]; /* one per HTTP loop, all on one port */
+        int nmhd;
         struct gp_gw *gw;           /* the inference gateway (gateway/gateway.h), thread-safe */
         /* counters, under lock */
         uint64_t submitted_total, finished_total, failed_total, cancelled_total;

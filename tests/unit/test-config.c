@@ -24,6 +24,41 @@ static int load(const char *yaml, gp_config *cfg, char *err, size_t errlen) {
         return gp_config_load_buffer("t.yaml", yaml, strlen(yaml), cfg, err, errlen);
 }
 
+static void test_gateway_section_is_loaded(void **state) {
+        gp_config c;
+        char err[512];
+        const char *y = "gateway:\n"
+                        "  queue_timeout_sec: 12\n"
+                        "  max_queue: 50\n"
+                        "  limits: {max_concurrent: 7, max_rps: 200, max_tokens_per_sec: 4000}\n"
+                        "  models:\n"
+                        "    - name: deepseek-7b\n"
+                        "      context: 8192\n"
+                        "      upstreams: [\"http://127.0.0.1:8000\", \"http://10.0.0.2:8001/prefix\"]\n"
+                        "tenants:\n"
+                        "  - {id: dept_a, gateway: {max_concurrent: 10, rpm: 600, tpm: 100000}}\n";
+        gp_config_defaults(&c);
+        assert_int_equal(c.gw.queue_timeout_sec, 30);
+        assert_int_equal(c.gw.max_queue, 10000);
+        assert_int_equal(c.gw.max_concurrent, 100);
+        assert_int_equal(c.gw.n_models, 0);
+        if (load(y, &c, err, sizeof(err)) != 0)
+                fail_msg("%s", err);
+        assert_int_equal(c.gw.queue_timeout_sec, 12);
+        assert_int_equal(c.gw.max_queue, 50);
+        assert_int_equal(c.gw.max_concurrent, 7);
+        assert_int_equal(c.gw.max_rps, 200);
+        assert_int_equal(c.gw.max_tokens_per_sec, 4000);
+        assert_int_equal(c.gw.n_models, 1);
+        assert_string_equal(c.gw.models[0].name, "deepseek-7b");
+        assert_int_equal(c.gw.models[0].context, 8192);
+        assert_int_equal(c.gw.models[0].n_upstreams, 2);
+        assert_string_equal(c.gw.models[0].upstreams[1], "http://10.0.0.2:8001/prefix");
+        assert_int_equal(c.tenants[0].gw_max_concurrent, 10);
+        assert_int_equal(c.tenants[0].gw_rpm, 600);
+        assert_int_equal(c.tenants[0].gw_tpm, 100000);
+}
+
 static void test_defaults_match_design(void **state) {
         gp_config c;
         char err[256];
@@ -324,7 +359,7 @@ static const struct bad bad_inputs[] = {
         /* unknown key, with the valid keys listed */
         {"server:\n  listen: \"1.2.3.4:80\"\n  lisen: x\n",
          "t.yaml:3: server.lisen: unknown key (valid keys of server: listen, data_dir,", -EINVAL},
-        {"# c\nfoo: 1\n", "t.yaml:2: foo: unknown key (valid keys: server, auth, store, gpus, scheduler, tasks, monitor, alerts, tenants, groups, time_rules)",
+        {"# c\nfoo: 1\n", "t.yaml:2: foo: unknown key (valid keys: server, auth, store, gpus, scheduler, tasks, monitor, alerts, tenants, groups, time_rules, gateway)",
          -EINVAL},
         {"scheduler:\n  preemption:\n    grace: 3\n", "t.yaml:3: scheduler.preemption.grace: unknown key",
          -EINVAL},
@@ -363,7 +398,19 @@ static const struct bad bad_inputs[] = {
          "t.yaml:2: time_rules[0].quotas.a.max_gpuz: unknown key", -EINVAL},
         {"time_rules:\n  - {name: x, start: \"20:00\", end: \"01:00\", weights: [1, 2]}\n",
          "t.yaml:2: time_rules[0].weights: expected a list of 10 positive integers", -EINVAL},
-        {"gateway: {}\n", "t.yaml:1: gateway: not supported by this version of gpupool yet", -EINVAL},
+        /* gateway: models need a name and upstreams (serve is checked, then refused) */
+        {"gateway:\n  models:\n    - {upstreams: [\"http://127.0.0.1:8000\"]}\n", "t.yaml:3: gateway.models[0]: missing name",
+         -EINVAL},
+        {"gateway:\n  models:\n    - {name: m}\n", "t.yaml:3: gateway.models[0]: model \"m\" needs upstreams or serve",
+         -EINVAL},
+        {"gateway:\n  models:\n    - {name: m, upstreams: [\"http://h:1/\"]}\n",
+         "t.yaml:3: gateway.models[0].upstreams[0]: expected an upstream base URL", -EINVAL},
+        {"gateway:\n  models:\n    - {name: m, upstreams: [\"http://h:1\"]}\n    - {name: m, upstreams: [\"http://h:2\"]}\n",
+         "t.yaml:4: gateway.models[1]: model \"m\" is defined twice", -EINVAL},
+        {"gateway:\n  models:\n    - {name: m, serve: {command: [vllm], port: auto}}\n",
+         "t.yaml:3: gateway.models[0].serve: not supported by this version of gpupool yet", -EINVAL},
+        {"gateway:\n  limits: {max_rps: -1}\n", "t.yaml:2: gateway.limits.max_rps: ", -EINVAL},
+        {"tenants:\n  - {id: a, gateway: {rpm: x}}\n", "t.yaml:2: tenants[0].gateway.rpm: ", -EINVAL},
         {"billing: {}\n", "t.yaml:1: billing: not supported by this version of gpupool yet", -EINVAL},
         /* alerts: rules need a name and a `when` over a known metric */
         {"alerts:\n  rules:\n    - {name: x}\n", "t.yaml:3: alerts.rules[0]: missing when", -EINVAL},
@@ -739,6 +786,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_alerts_section_gives_rules_and_webhook),
                 cmocka_unit_test(test_defaults_match_design),
+                cmocka_unit_test(test_gateway_section_is_loaded),
                 cmocka_unit_test(test_empty_and_comment_only_files_give_defaults),
                 cmocka_unit_test(test_full_file_overrides_every_key),
                 cmocka_unit_test(test_load_starts_from_defaults_not_from_cfg),

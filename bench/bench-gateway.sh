@@ -39,7 +39,9 @@ gpupool=$abs/gpupool
 fake=$abs/tests/fake-openai
 tmp=$(mktemp -d /tmp/gp-bench-gw-XXXXXX)
 pids=""
+watchdog=""
 cleanup() {
+        [ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
         for p in $pids; do kill "$p" 2>/dev/null || true; done
         wait 2>/dev/null || true
         rm -rf "$tmp"
@@ -50,7 +52,7 @@ trap 'exit 130' INT TERM
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # --- the upstream
-"$fake" --listen 127.0.0.1:0 --model bench-model --name bench >"$tmp/fake.out" 2>&1 &
+"$fake" --listen 127.0.0.1:0 --model bench-model --name bench --die-with-parent >"$tmp/fake.out" 2>&1 &
 pids="$pids $!"
 for _ in $(seq 50); do grep -q '^ready' "$tmp/fake.out" 2>/dev/null && break; sleep 0.1; done
 up_port=$(awk '/^ready/ {print $2}' "$tmp/fake.out")
@@ -104,6 +106,11 @@ EOF
         >"$tmp/gpupool.log" 2>&1 &
 pids="$pids $!"
 gp="http://127.0.0.1:$gp_port"
+# if this script is killed without running its EXIT trap (SIGKILL), end the
+# three servers anyway: a watcher that outlives it by at most a second
+( while kill -0 $$ 2>/dev/null; do sleep 1; done; for p in $pids; do kill "$p" 2>/dev/null; done
+  sleep 1; rm -rf "$tmp" ) &
+watchdog=$!
 
 body='{"model":"bench-model","messages":[{"role":"user","content":"Say hello in five words."}],"max_tokens":8}'
 # probe URL: prints the HTTP status of one chat completion (000: no answer)

@@ -78,7 +78,8 @@ class World {
   /* A fake-openai upstream; returns {url, name, log(), stats(), release(), kill()}. */
   async upstream(name, ...args) {
     const logFile = path.join(this.dir, "upstream-" + name + ".log");
-    const proc = spawn(FAKE, ["--listen", "127.0.0.1:0", "--name", name, "--model", MODEL, "--log", logFile, ...args],
+    const proc = spawn(FAKE, ["--listen", "127.0.0.1:0", "--name", name, "--model", MODEL, "--log", logFile,
+      "--die-with-parent", ...args],
       { stdio: ["ignore", "pipe", "inherit"] });
     this.procs.push(proc);
     const port = await new Promise((resolve, reject) => {

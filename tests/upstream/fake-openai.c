@@ -9,7 +9,7 @@
  * Usage:
  *   fake-openai --listen 127.0.0.1:PORT [--model NAME]... [--name ID]
  *               [--log FILE] [--fail-all] [--context N] [--tokens N]
- *               [--dims N] [--max-body BYTES]
+ *               [--dims N] [--max-body BYTES] [--die-with-parent]
  *   --listen      address to bind; PORT 0 picks a free port.  When it
  *                 listens it prints "ready PORT" (one line) on stdout.
  *   --model NAME  a model it serves (repeatable).  With none given it
@@ -36,6 +36,9 @@
  *                 and no #tokens marker (default 16).
  *   --dims N      embedding dimensions when the request sets none (16).
  *   --max-body B  largest request body accepted (default 4 MiB, 413 above).
+ *   --die-with-parent  exit when the process that started it dies (a test
+ *                 runner or bench script killed with SIGKILL leaves no
+ *                 upstream behind).
  *
  * Endpoints:
  *   GET  /v1/models           {"object":"list","data":[{"id":M,...}]}
@@ -99,6 +102,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -1386,7 +1390,8 @@ static void on_accept(int lfd)
 static void usage(void)
 {
         fprintf(stderr, "usage: fake-openai --listen HOST:PORT [--model NAME]... [--name ID] [--log FILE]\n"
-                        "                   [--fail-all] [--context N] [--tokens N] [--dims N] [--max-body BYTES]\n");
+                        "                   [--fail-all] [--context N] [--tokens N] [--dims N] [--max-body BYTES]\n"
+                        "                   [--die-with-parent]\n");
         exit(2);
 }
 
@@ -1416,6 +1421,11 @@ int main(int argc, char **argv)
                         opt_log = fopen(argv[++i], "a");
                         if (!opt_log)
                                 die("cannot open the --log file");
+                } else if (!strcmp(a, "--die-with-parent")) {
+                        /* the parent may already be gone: then exit now */
+                        pid_t parent = getppid();
+                        if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+                                return 1;
                 } else if (!strcmp(a, "--fail-all"))
                         opt_fail_all = true;
                 else if (!strcmp(a, "--context") && has)

@@ -28,7 +28,7 @@ class Upstream:
         b = fake_bin()
         if not os.access(b, os.X_OK):
             pytest.skip("fake-openai not built (%s)" % b)
-        self.proc = subprocess.Popen([b, "--listen", "127.0.0.1:0"] + list(args),
+        self.proc = subprocess.Popen([b, "--listen", "127.0.0.1:0", "--die-with-parent"] + list(args),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         line = self.proc.stdout.readline().split()
         assert line[:1] == ["ready"], line

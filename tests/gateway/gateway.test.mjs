@@ -415,6 +415,37 @@ gwtest("under saturation P0 goes first, then tiers 1..3 in WFQ shares within 10%
     for (const r of results) assert.equal(r.choices[0].message.content, "tok0");
   });
 
+gwtest("X-Priority can lower a key's tier but never raise it above max_priority", async (w) => {
+  const up = await w.upstream("u1");
+  const gp = await w.gpupool(config({
+    upstreams: [up], limits: "{max_concurrent: 1, max_rps: 0, max_tokens_per_sec: 0}",
+    tenants: [{ id: "online", key: "k-online", def: 0, max: 0 }, { id: "batch", key: "k-batch", def: 1, max: 1 }],
+  }));
+  const online = client(gp, "k-online");
+  const batch = client(gp, "k-batch");
+  const blocker = bg(online.chat.completions.create(say("blocker #hold")));
+  await until("the blocker at the upstream", async () => (await up.stats()).held === 1, 10000, blocker);
+  // batch asks for tier 0 first; online asks for tier 2 (less urgent: allowed), then sends one at its own tier 0
+  const asks0 = bg(batch.chat.completions.create(say("batch asks P0"), { headers: { "X-Priority": "0" } })
+    .then(() => "ok", (e) => e));
+  await until("batch's request queued (or refused)", async () => (await gwStats(gp)).total_queued_now === 1 ||
+    (await Promise.race([asks0, sleep(1).then(() => null)])) !== null);
+  const lowered = bg(online.chat.completions.create(say("online asks P2"), { headers: { "X-Priority": "P2" } }));
+  const urgent = bg(online.chat.completions.create(say("online at P0")));
+  await until("all queued", async () => (await gwStats(gp)).total_queued_now >= 2);
+  await up.release();
+  await Promise.all([blocker, lowered, urgent]);
+  const r = await asks0;
+  const order = up.log().map((e) => e.text).slice(1);
+  if (r instanceof Error) {
+    assert.equal(r.status, 403, "refused with " + r); // the config may refuse instead of clamping
+    assert.deepEqual(order, ["online at P0", "online asks P2"]);
+  } else {
+    // clamped to tier 1: after online's tier 0, before online's tier 2
+    assert.deepEqual(order, ["online at P0", "batch asks P0", "online asks P2"]);
+  }
+});
+
 // ---------------------------------------------------------------- tenant limits
 
 gwtest("per-tenant max_concurrent and rpm hold one tenant back without slowing another", async (w) => {

@@ -101,6 +101,7 @@ typedef struct gw_req {
         gp_buf out;                /* bytes for the client */
         size_t out_off;            /* taken by the reader so far */
         bool running;              /* a transfer is in the multi handle */
+        int64_t last_io_ms;        /* the upstream's last sign of life (idle timeout) */
         bool up_done;              /* the upstream answer ended */
         bool up_failed;            /* ... in error */
         bool responding;           /* the MHD response is queued (bytes may have left) */
@@ -131,9 +132,11 @@ typedef struct loop {
         CURLM *multi;
         struct MHD_Daemon *mhd;    /* driven by this loop (external epoll mode) */
         bool mhd_kick;             /* run MHD again before sleeping (a connection was resumed); loop only */
+        int nrunning;              /* transfers in multi; loop only */
         CURL *easy_free[MAX_EASY_FREE];
         int neasy_free;
         int64_t curl_deadline_ms;  /* -1 = none */
+        int64_t next_idle_check_ms;/* when to look for silent upstreams; loop only */
         uint8_t fdreg[GW_MAX_FD];  /* curl sockets in the epoll set (FD_* bits); loop only */
         gw_req *inbox;             /* under g->lock */
         gw_req *grave;             /* unreferenced requests, freed by this loop after its batch; under g->lock */
@@ -695,6 +698,7 @@ static int pick_upstream(gp_gw *g, gw_req *q, int64_t now) {
 static size_t on_header(char *p, size_t size, size_t n, void *ud) {
         gw_req *q = ud;
         size_t len = size * n;
+        q->last_io_ms = mono_ms();
         if (len >= 5 && !strncmp(p, "HTTP/", 5)) {
                 /* a new status line (after 100 Continue or a redirect): start over */
                 gp_buf_reset(&q->hdrs);
@@ -727,6 +731,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud) {
         gw_req *q = ud;
         gp_gw *g = q->g;
         size_t len = size * n;
+        q->last_io_ms = mono_ms();
         if (q->client_gone)
                 return 0;
         if (q->status >= 500 && q->attempts < 2 && !q->responding && pick_upstream(g, q, mono_ms()) >= 0) {
@@ -795,8 +800,6 @@ static int start(gp_gw *g, gw_req *q) {
         curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
         curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)g->cfg.connect_timeout_ms);
         curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)g->cfg.request_timeout_sec * 1000L);
-        curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-        curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)g->cfg.idle_timeout_sec);
         curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
         curl_easy_setopt(e, CURLOPT_PROXY, ""); /* upstreams are reached directly, whatever http_proxy says */
         curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
@@ -817,7 +820,10 @@ static int start(gp_gw *g, gw_req *q) {
         q->m->ups[u].inflight++;
         q->m->ups[u].requests++;
         q->running = true;
+        q->last_io_ms = now;
+        L->nrunning++;
         if (curl_multi_add_handle(L->multi, e) != CURLM_OK) {
+                L->nrunning--;
                 q->running = false;
                 q->m->ups[u].inflight--;
                 q->easy = NULL;
@@ -833,6 +839,7 @@ static void stop_transfer(gp_gw *g, gw_req *q) {
                 return;
         curl_multi_remove_handle(q->L->multi, q->easy);
         easy_put(q->L, q->easy);
+        q->L->nrunning--;
         q->easy = NULL;
         q->running = false;
         if (q->up >= 0)
@@ -974,6 +981,23 @@ static void transfer_done(gp_gw *g, gw_req *q, CURLcode rc) {
         }
         wake_conn(q);
         finish(g, q);
+}
+
+/* Cut this loop's transfers whose upstream was silent idle_timeout_sec
+ * (before the first byte or between two; a transfer paused for a slow
+ * client is not the upstream's silence).  g->lock held. */
+static void check_idle(gp_gw *g, loop *L, int64_t now) {
+        if (now < L->next_idle_check_ms)
+                return;
+        L->next_idle_check_ms = now + 100;
+        int64_t limit = (int64_t)g->cfg.idle_timeout_sec * 1000;
+        for (size_t i = g->nreqs; i-- > 0;) {
+                if (i >= g->nreqs)
+                        continue;
+                gw_req *q = g->reqs[i];
+                if (q->L == L && q->running && !q->paused && now - q->last_io_ms >= limit)
+                        transfer_done(g, q, CURLE_OPERATION_TIMEDOUT);
+        }
 }
 
 static void check_done(gp_gw *g, loop *L) {
@@ -1192,6 +1216,8 @@ static void *gw_thread(void *arg) {
                 MHD_UNSIGNED_LONG_LONG mt;
                 if (L->mhd && MHD_get_timeout(L->mhd, &mt) == MHD_YES && now + (int64_t)mt < until)
                         until = now + (int64_t)mt;
+                if (L->nrunning && L->next_idle_check_ms < until)
+                        until = L->next_idle_check_ms < now ? now : L->next_idle_check_ms; /* idle timeouts */
                 int timeout = until == INT64_MAX ? 1000 : (int)(until - now > 1000 ? 1000 : until - now);
                 if (timeout < 0)
                         timeout = 0;
@@ -1237,6 +1263,7 @@ static void *gw_thread(void *arg) {
                         curl_multi_socket_action(L->multi, CURL_SOCKET_TIMEOUT, 0, &running);
                 }
                 check_done(g, L);
+                check_idle(g, L, mono_ms());
                 admit_some(g, L);
                 size_t nu = g->nusage;
                 usage_rec *u = NULL;

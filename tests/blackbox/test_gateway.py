@@ -340,3 +340,20 @@ def test_bad_gateway_config_is_refused_with_the_key(tmp_path):
                        capture_output=True, text=True, timeout=20)
     assert p.returncode != 0
     assert "gateway.models[0].upstreams" in p.stderr + p.stdout
+
+
+def test_silent_upstream_is_cut_after_idle_timeout(daemon_factory, up):
+    d = daemon_factory(config([up.url], queue="queue_timeout_sec: 30\n  idle_timeout_sec: 1"))
+    t0 = time.monotonic()
+    r = chat(d, "sleep:4")
+    took = time.monotonic() - t0
+    assert r.status_code == 502
+    assert r.json()["error"]["type"] == "upstream_error"
+    assert 0.9 <= took < 2.5, took
+    # a stream that goes quiet between chunks is cut too: the client sees its end early
+    t0 = time.monotonic()
+    r = chat(d, "chunks:3 gap:3", stream=True)
+    with pytest.raises(requests.RequestException):
+        for _ in r.iter_lines():
+            pass
+    assert time.monotonic() - t0 < 2.5

@@ -537,7 +537,15 @@ static void log_request(const char *path, const char *model, const char *text, c
                 return;
         struct buf b = {0};
         char cut[LOG_TEXT_MAX + 1];
-        snprintf(cut, sizeof(cut), "%s", text);
+        size_t n = strlen(text);
+        if (n > LOG_TEXT_MAX) {
+                /* cut at a UTF-8 character boundary (text is valid UTF-8: jansson checked it) */
+                n = LOG_TEXT_MAX;
+                while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80)
+                        n--;
+        }
+        memcpy(cut, text, n);
+        cut[n] = 0;
         buf_printf(&b, "{\"seq\":%llu,\"t_ms\":%lld,\"upstream\":", nrequests, now_ms());
         buf_json_str(&b, opt_name);
         buf_str(&b, ",\"path\":");
@@ -545,10 +553,6 @@ static void log_request(const char *path, const char *model, const char *text, c
         buf_str(&b, ",\"model\":");
         buf_json_str(&b, model);
         buf_str(&b, ",\"text\":");
-        /* a cut may split a UTF-8 sequence; keep bytes < 0x80 only at the end */
-        size_t n = strlen(cut);
-        while (n > 0 && ((unsigned char)cut[n - 1] & 0x80) && n == LOG_TEXT_MAX)
-                cut[--n] = 0;
         buf_json_str(&b, cut);
         buf_str(&b, ",\"x_priority\":");
         if (xprio)

@@ -169,8 +169,10 @@ def test_fail_all_switch_and_log(up):
     assert up.chat("x").status_code == 503
     requests.post(up.url + "/fake/recover")
     assert up.chat("x").status_code == 200
-    lines = [json.loads(ln) for ln in up.log.read_text().splitlines()]
+    up.chat("长" * 200)  # 600 bytes of UTF-8: the log keeps whole characters only
+    lines = [json.loads(ln) for ln in up.log.read_bytes().decode("utf-8").splitlines()]
     assert lines[0]["text"] == "logged #tokens=1" and lines[0]["upstream"] == "up-a"
+    assert lines[-1]["text"] == "长" * 85
 
 
 def test_fail_all_flag():

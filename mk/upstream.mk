@@ -36,3 +36,11 @@ $(DEEPSEEK_CLIENT): examples/deepseek-7b/client.c mk/upstream.mk
 
 upstream-check: $(DEEPSEEK_CLIENT)
 BLACKBOX_EXTRA += $(DEEPSEEK_CLIENT)
+
+# The gateway's npm tests (tests/gateway: the official openai client against
+# the daemon and fake-openai).  Not in `make check`: npm ci needs the
+# registry; scripts/test-all.sh runs tests/gateway/run.sh as its own stage.
+gateway-npm-check: $(BUILD)/gpupool $(FAKE_OPENAI)
+	GPUPOOL_BIN=$(abspath $(BUILD)/gpupool) FAKE_OPENAI_BIN=$(abspath $(FAKE_OPENAI)) tests/gateway/run.sh
+
+.PHONY: gateway-npm-check

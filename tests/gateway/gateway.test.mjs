@@ -12,11 +12,15 @@
 //   context too long -> 400 context_length_exceeded, nothing sent upstream;
 //   priority under saturation: 1,000 requests queued behind one running,
 //     P0 all first, then tiers 1..3 in WFQ shares within 10% of the weights;
+//   X-Priority lowers a key's tier, never raises it past max_priority;
 //   per-tenant max_concurrent and rpm, without holding back other tenants;
 //   a client hanging up while queued leaves the queue and never reaches the
 //     upstream;
-//   upstream failure (5xx passed on OpenAI-shaped, a cut answer), failover
-//     to the model's other upstream when one fails or dies.
+//   upstream failure (5xx passed on OpenAI-shaped, a cut answer), a stalled
+//     upstream cut after idle_timeout_sec, failover to the model's other
+//     upstream when one fails or dies.
+// Measured figures (429 waits, WFQ shares, time to cut a stall) are printed
+// to stderr.
 //
 // Binaries: GPUPOOL_BIN (default build/gpupool), FAKE_OPENAI_BIN (default
 // build/tests/fake-openai).  Run: tests/gateway/run.sh, or

@@ -1694,10 +1694,12 @@ static int parse_serve(struct ctx *c, const struct field *f, void *base, const y
                 return fail(c, line, "missing command");
         if (sv->ready[0] != '/')
                 return fail(c, line, "ready must be a path starting with '/'");
-        /* parsed and checked, so the file's shape is right, but not run yet: refuse rather
-         * than accept a model nobody serves */
-        return fail(c, line, "not supported by this version of gpupool yet: start the model server "
-                             "yourself and list it in upstreams");
+        int reps = sv->autoscale ? sv->autoscale_min : sv->replicas;
+        if (sv->port && reps > 1)
+                return fail(c, line, "port %d is fixed, so only one replica can run (use port: auto)", sv->port);
+        if (sv->autoscale)
+                return fail(c, line, "autoscale is not supported by this version of gpupool yet (use replicas)");
+        return 0;
 }
 
 static int model_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {

@@ -51,6 +51,7 @@ struct loop;
 
 typedef struct upstream {
         char url[GP_CFG_URL_MAX];
+        bool off;                  /* a served replica that is not (or no longer) ready */
         int inflight;
         int64_t down_until_ms;
         uint64_t requests, failures;
@@ -684,7 +685,7 @@ static int pick_upstream(gp_gw *g, gw_req *q, int64_t now) {
         for (int pass = 0; pass < 2 && best < 0; pass++)
                 for (int i = 0; i < m->nups; i++) {
                         upstream *u = &m->ups[i];
-                        if (q->tried[i])
+                        if (q->tried[i] || u->off)
                                 continue;
                         if (pass == 0 && u->down_until_ms > now)
                                 continue;
@@ -1082,6 +1083,22 @@ static int on_timer(CURLM *multi, long timeout_ms, void *ud) {
 /* ------------------------------------------------------------------ */
 /* the gateway thread: admission                                       */
 
+/* No upstream of q's model can be tried: 503 while a served model has no
+ * ready replica, else 502. */
+static void no_upstream(gw_req *q) {
+        bool any_on = false;
+        for (int i = 0; i < q->m->nups; i++)
+                any_on |= !q->m->ups[i].off;
+        if (!any_on) {
+                char msg[300];
+                snprintf(msg, sizeof(msg), "the model '%.200s' is not ready yet (its server is starting)",
+                         q->m->cfg->name);
+                answer(q, 503, "server_error", "model_not_ready", msg);
+                return;
+        }
+        answer(q, 502, "upstream_error", "bad_gateway", "no upstream could take the request");
+}
+
 static void refuse_429(gp_gw *g, gw_req *q, const char *msg) {
         gp_admit_ratelimit_get(g->admit, q->ticket.tenant, mono_ms(), &q->rl);
         q->ans_rl = true;
@@ -1108,7 +1125,7 @@ static void admit_some(gp_gw *g, loop *me) {
                 }
                 if (start(g, q) < 0) {
                         g->upstream_errors++;
-                        answer(q, 502, "upstream_error", "bad_gateway", "no upstream could take the request");
+                        no_upstream(q);
                         finish(g, q);
                 }
         }
@@ -1158,8 +1175,7 @@ static void take_inbox(gp_gw *g, loop *L) {
                                    !q->up_done && !q->ans_status) {
                                 if (start(g, q) < 0) {
                                         g->upstream_errors++;
-                                        answer(q, 502, "upstream_error", "bad_gateway",
-                                               "no upstream could take the request");
+                                        no_upstream(q);
                                         finish(g, q);
                                 }
                         }
@@ -1468,6 +1484,43 @@ static json_t *tier_stats(const gp_admit_stats *st, int depth) {
         return qs;
 }
 
+/* Turn a served replica's upstream on (adding it) or off.  Slots are
+ * never removed, so in-flight requests' indexes stay valid. */
+int gp_gw_upstream_set(gp_gw *g, const char *model_name, const char *url, bool on) {
+        int rc = -ENOENT;
+        pthread_mutex_lock(&g->lock);
+        model *m = find_model(g, model_name);
+        if (m) {
+                int i;
+                for (i = 0; i < m->nups; i++)
+                        if (!strcmp(m->ups[i].url, url))
+                                break;
+                if (i == m->nups && on) {
+                        if (m->nups == GP_CFG_MAX_UPSTREAMS) {
+                                /* reuse a slot that is off and idle */
+                                for (i = 0; i < m->nups; i++)
+                                        if (m->ups[i].off && m->ups[i].inflight == 0)
+                                                break;
+                        } else {
+                                m->nups++;
+                        }
+                        if (i < m->nups) {
+                                memset(&m->ups[i], 0, sizeof(m->ups[i]));
+                                gp_strlcpy(m->ups[i].url, url, sizeof(m->ups[i].url));
+                        }
+                }
+                if (i < m->nups) {
+                        m->ups[i].off = !on;
+                        m->ups[i].down_until_ms = 0;
+                        rc = 0;
+                } else {
+                        rc = on ? -ENOSPC : 0;
+                }
+        }
+        pthread_mutex_unlock(&g->lock);
+        return rc;
+}
+
 json_t *gp_gw_stats_json(gp_gw *g) {
         gp_admit_stats st;
         pthread_mutex_lock(&g->lock);
@@ -1478,7 +1531,8 @@ json_t *gp_gw_stats_json(gp_gw *g) {
                         upstream *u = &g->models[i].ups[k];
                         json_array_append_new(ups, json_pack("{s:s,s:s,s:i,s:b,s:I,s:I}", "model",
                                                              g->models[i].cfg->name, "url", u->url, "in_flight",
-                                                             u->inflight, "healthy", u->down_until_ms <= mono_ms(),
+                                                             u->inflight, "healthy",
+                                                             !u->off && u->down_until_ms <= mono_ms(),
                                                              "requests", (json_int_t)u->requests, "failures",
                                                              (json_int_t)u->failures));
                 }

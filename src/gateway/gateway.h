@@ -84,6 +84,12 @@ void gp_gw_completed(gp_gw *g, void *slot);
  * "code"}} (malloc'd, NULL on out of memory). */
 char *gp_gw_error_body(const char *type, const char *code, const char *message);
 
+/* A served replica's upstream (model servers gpupool runs): on adds it
+ * (or turns it back on), off stops sending it requests.  0, -ENOENT for an
+ * unknown model, -ENOSPC when the model has GP_CFG_MAX_UPSTREAMS already.
+ * Any thread. */
+int gp_gw_upstream_set(gp_gw *g, const char *model_name, const char *url, bool on);
+
 /* Visibility (any thread): {"total_admitted", "total_queued_now",
  * "in_flight", "queue_stats": [...], ...} for /admin/scheduler/stats;
  * the waiting requests per tier (top per tier) for /admin/scheduler/queues;

@@ -4,11 +4,13 @@ Serves POST /v1/chat/completions, /v1/completions, /v1/embeddings with
 HTTP/1.1 keep-alive.  What it does is steered by the last user message
 (or the prompt): "sleep:S" waits S seconds first, "error:CODE" answers that
 status with an OpenAI error, "chunks:N" streams N content chunks,
-"gap:S" waits S seconds between streamed chunks.  Every answer carries
+"gap:S" waits S seconds between streamed chunks, "die:CODE" makes the
+process exit with CODE (a crashing model server).  Every answer carries
 X-Upstream: NAME; every request is recorded in `received` (body dict,
 arrival time) in arrival order.
 """
 import json
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,7 +33,7 @@ def _opt(text, key, default):
 
 
 class Upstream:
-    def __init__(self, name="up1"):
+    def __init__(self, name="up1", port=0):
         self.name = name
         self.received = []
         self.lock = threading.Lock()
@@ -61,6 +63,8 @@ class Upstream:
                 with up.lock:
                     up.received.append({"path": self.path, "body": body, "t": time.monotonic()})
                 text = _text(body)
+                if _opt(text, "die", ""):
+                    os._exit(int(_opt(text, "die", "1")))  # a crashing model server
                 time.sleep(float(_opt(text, "sleep", "0")))
                 code = int(_opt(text, "error", "0"))
                 if code:
@@ -120,7 +124,7 @@ class Upstream:
                 self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
                 self.wfile.flush()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), H)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = "http://127.0.0.1:%d" % self.port

@@ -357,3 +357,35 @@ def test_silent_upstream_is_cut_after_idle_timeout(daemon_factory, up):
         for _ in r.iter_lines():
             pass
     assert time.monotonic() - t0 < 2.5
+
+
+def test_served_model_runs_as_a_task_becomes_an_upstream_and_is_restarted(daemon_factory):
+    import os
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gw_serve_main.py")
+    cfg = ("gpus: {backend: sim}\n"
+           "gateway:\n"
+           "  models:\n"
+           "    - name: m1\n"
+           "      serve: {command: [\"/usr/bin/python3\", \"%s\", \"{port}\"], gpus: 1, memory_mb: 2000,\n"
+           "              port: auto, ready: \"/health\"}\n" % script)
+    d = daemon_factory(cfg)
+    # a task of the tenant gpupool runs it
+    def serve_task():
+        ts = session().get(d.url + "/api/v1/tasks?state=running", timeout=10).json()["tasks"]
+        return [t for t in ts if t["name"] == "serve:m1:0"]
+    assert wait_for(lambda: len(serve_task()) == 1, timeout=20)
+    t = serve_task()[0]
+    assert t["tenant_id"] == "gpupool" and t["gpu_request"] == 1 and t["gpus"]
+    # ready -> an upstream: requests are served by it
+    assert wait_for(lambda: chat(d, "hi").status_code == 200, timeout=20)
+    first = chat(d, "hi").headers["X-Upstream"]
+    assert first.startswith("served-")
+    # it crashes: its task ends, a new one starts, and the model answers again
+    chat(d, "die:3")
+    assert wait_for(lambda: any(x["id"] != t["id"] for x in serve_task()), timeout=30)
+    assert wait_for(lambda: chat(d, "again").status_code == 200, timeout=30)
+    second = chat(d, "again").headers["X-Upstream"]
+    assert second != first
+    # model servers outlive the daemon (like every task); this test's one goes with it
+    d.stop()
+    os.kill(int(second.split("-")[1]), 9)

@@ -57,6 +57,23 @@ static void test_gateway_section_is_loaded(void **state) {
         assert_int_equal(c.tenants[0].gw_max_concurrent, 10);
         assert_int_equal(c.tenants[0].gw_rpm, 600);
         assert_int_equal(c.tenants[0].gw_tpm, 100000);
+        const char *sv = "gateway:\n"
+                         "  models:\n"
+                         "    - name: m\n"
+                         "      serve: {command: [vllm, serve, x, --port, \"{port}\"], gpus: 2, memory_mb: 20000,\n"
+                         "              port: auto, ready: /v1/models, replicas: 3}\n";
+        if (load(sv, &c, err, sizeof(err)) != 0)
+                fail_msg("%s", err);
+        const gp_cfg_serve *s = &c.gw.models[0].serve;
+        assert_true(s->enabled);
+        assert_int_equal(s->n_command, 5);
+        assert_string_equal(s->command[4], "{port}");
+        assert_int_equal(s->gpus, 2);
+        assert_int_equal(s->memory_mb, 20000);
+        assert_int_equal(s->port, 0);
+        assert_string_equal(s->ready, "/v1/models");
+        assert_int_equal(s->replicas, 3);
+        assert_int_equal(c.gw.models[0].n_upstreams, 0);
 }
 
 static void test_defaults_match_design(void **state) {
@@ -407,8 +424,12 @@ static const struct bad bad_inputs[] = {
          "t.yaml:3: gateway.models[0].upstreams[0]: expected an upstream base URL", -EINVAL},
         {"gateway:\n  models:\n    - {name: m, upstreams: [\"http://h:1\"]}\n    - {name: m, upstreams: [\"http://h:2\"]}\n",
          "t.yaml:4: gateway.models[1]: model \"m\" is defined twice", -EINVAL},
-        {"gateway:\n  models:\n    - {name: m, serve: {command: [vllm], port: auto}}\n",
-         "t.yaml:3: gateway.models[0].serve: not supported by this version of gpupool yet", -EINVAL},
+        {"gateway:\n  models:\n    - {name: m, serve: {command: [vllm], autoscale: {min: 1, max: 3}}}\n",
+         "t.yaml:3: gateway.models[0].serve: autoscale is not supported by this version of gpupool yet", -EINVAL},
+        {"gateway:\n  models:\n    - {name: m, serve: {command: [vllm], port: 8000, replicas: 2}}\n",
+         "t.yaml:3: gateway.models[0].serve: port 8000 is fixed, so only one replica can run", -EINVAL},
+        {"gateway:\n  models:\n    - {name: m, serve: {gpus: 1}}\n", "t.yaml:3: gateway.models[0].serve: missing command",
+         -EINVAL},
         {"gateway:\n  limits: {max_rps: -1}\n", "t.yaml:2: gateway.limits.max_rps: ", -EINVAL},
         {"tenants:\n  - {id: a, gateway: {rpm: x}}\n", "t.yaml:2: tenants[0].gateway.rpm: ", -EINVAL},
         {"billing: {}\n", "t.yaml:1: billing: not supported by this version of gpupool yet", -EINVAL},

@@ -61,7 +61,8 @@ typedef struct model {
         const gp_cfg_model *cfg;
         upstream ups[GP_CFG_MAX_UPSTREAMS];
         int nups;
-        uint64_t requests;
+        uint64_t requests;         /* ended requests that were admitted */
+        uint64_t prompt_tokens, completion_tokens;
 } model;
 
 typedef struct tstats {
@@ -922,7 +923,10 @@ static void finish(gp_gw *g, gw_req *q) {
                 }
                 int64_t real = prompt >= 0 && completion >= 0 ? prompt + completion : (q->up_done ? 0 : -1);
                 gp_admit_done(g->admit, &q->ticket, real, mono_ms());
+                q->m->requests++;
                 if (prompt >= 0 && completion >= 0) {
+                        q->m->prompt_tokens += (uint64_t)prompt;
+                        q->m->completion_tokens += (uint64_t)completion;
                         tstats *ts = &g->tenants[q->ticket.tenant];
                         ts->prompt_tokens += (uint64_t)prompt;
                         ts->completion_tokens += (uint64_t)completion;
@@ -1545,6 +1549,60 @@ json_t *gp_gw_stats_json(gp_gw *g) {
                          "upstream_errors", (json_int_t)uerr, "retries", (json_int_t)retries,
                          "context_length_errors", (json_int_t)cerr, "max_queue", g->cfg.max_queue, "queue_stats",
                          tier_stats(&st, g->cfg.max_queue), "upstreams", ups);
+}
+
+/* Prometheus text (one family at a time: HELP, TYPE, samples). */
+static int prom_family(gp_buf *b, const char *name, const char *type, const char *help) {
+        return gp_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+int gp_gw_prometheus(gp_gw *g, gp_buf *b) {
+        int r = prom_family(b, "gpupool_gateway_configured", "gauge",
+                            "1 when the LLM gateway has models; its gpupool_gateway_* metrics appear then.");
+        r = r ? r : gp_buf_printf(b, "gpupool_gateway_configured %d\n", g && g->nmodels ? 1 : 0);
+        if (r || !g || !g->nmodels)
+                return r;
+        gp_admit_stats st;
+        pthread_mutex_lock(&g->lock);
+        gp_admit_get_stats(g->admit, &st);
+        r = prom_family(b, "gpupool_gateway_queue_requests", "gauge", "Gateway requests waiting for admission, by tier.");
+        for (int i = 0; r == 0 && i < GP_PRIORITY_LEVELS; i++)
+                r = gp_buf_printf(b, "gpupool_gateway_queue_requests{priority=\"%d\"} %" PRIu64 "\n", i, st.queued[i]);
+        r = r ? r : prom_family(b, "gpupool_gateway_in_flight", "gauge", "Gateway requests admitted and not ended.");
+        r = r ? r : gp_buf_printf(b, "gpupool_gateway_in_flight %" PRIu64 "\n", st.running);
+        r = r ? r : prom_family(b, "gpupool_gateway_admitted_total", "counter", "Gateway requests admitted.");
+        r = r ? r : gp_buf_printf(b, "gpupool_gateway_admitted_total %" PRIu64 "\n", st.admitted_total);
+        r = r ? r : prom_family(b, "gpupool_gateway_rejected_total", "counter",
+                                "Gateway requests answered 429, by reason (queue_full, queue_timeout).");
+        r = r ? r : gp_buf_printf(b, "gpupool_gateway_rejected_total{reason=\"queue_full\"} %" PRIu64 "\n"
+                                     "gpupool_gateway_rejected_total{reason=\"queue_timeout\"} %" PRIu64 "\n",
+                                  st.rejected_total, st.expired_total);
+        r = r ? r : prom_family(b, "gpupool_gateway_requests_total", "counter", "Admitted gateway requests that ended, by model.");
+        for (int i = 0; r == 0 && i < g->nmodels; i++)
+                r = gp_buf_printf(b, "gpupool_gateway_requests_total{model=\"%s\"} %" PRIu64 "\n", g->models[i].cfg->name,
+                                  g->models[i].requests);
+        r = r ? r : prom_family(b, "gpupool_gateway_tokens_total", "counter",
+                                "Tokens of ended gateway requests, by model and kind (prompt, completion).");
+        for (int i = 0; r == 0 && i < g->nmodels; i++)
+                r = gp_buf_printf(b,
+                                  "gpupool_gateway_tokens_total{model=\"%s\",kind=\"prompt\"} %" PRIu64 "\n"
+                                  "gpupool_gateway_tokens_total{model=\"%s\",kind=\"completion\"} %" PRIu64 "\n",
+                                  g->models[i].cfg->name, g->models[i].prompt_tokens, g->models[i].cfg->name,
+                                  g->models[i].completion_tokens);
+        r = r ? r : prom_family(b, "gpupool_gateway_upstream_up", "gauge",
+                                "1 when an upstream is taking requests (not failed recently, not a replica still starting).");
+        int64_t now = mono_ms();
+        for (int i = 0; r == 0 && i < g->nmodels; i++)
+                for (int k = 0; r == 0 && k < g->models[i].nups; k++) {
+                        const upstream *u = &g->models[i].ups[k];
+                        r = gp_buf_printf(b, "gpupool_gateway_upstream_up{model=\"%s\",url=\"%s\"} %d\n",
+                                          g->models[i].cfg->name, u->url, !u->off && u->down_until_ms <= now);
+                }
+        r = r ? r : prom_family(b, "gpupool_gateway_upstream_errors_total", "counter",
+                                "Gateway requests that failed at an upstream after the retry.");
+        r = r ? r : gp_buf_printf(b, "gpupool_gateway_upstream_errors_total %" PRIu64 "\n", g->upstream_errors);
+        pthread_mutex_unlock(&g->lock);
+        return r;
 }
 
 typedef struct qctx {

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "config/config.h"
 #include "core/admit.h"
 
@@ -103,6 +104,11 @@ json_t *gp_gw_tenant_json(gp_gw *g, const char *tenant);
  * the gateway thread after each request, without any lock held.  The
  * default does nothing; the lead wires it to billing's token record. */
 void gw_on_usage(const char *tenant, const char *model, int64_t prompt_tokens, int64_t completion_tokens);
+
+/* Append the gateway's Prometheus families to b (gpupool_gateway_configured
+ * always; the rest when models are configured).  g may be NULL.  0,
+ * -ENOMEM, -E2BIG.  Any thread. */
+int gp_gw_prometheus(gp_gw *g, gp_buf *b);
 
 /* Pure helpers (unit-tested). */
 /* Estimated prompt tokens of a request body's messages/prompt/input

@@ -389,3 +389,18 @@ def test_served_model_runs_as_a_task_becomes_an_upstream_and_is_restarted(daemon
     # model servers outlive the daemon (like every task); this test's one goes with it
     d.stop()
     os.kill(int(second.split("-")[1]), 9)
+
+
+def test_metrics_and_monitor_snapshot_cover_the_gateway(daemon_factory, up):
+    d = daemon_factory(config([up.url]))
+    assert chat(d, "hi").status_code == 200
+    text = session().get(d.url + "/metrics", timeout=10).text
+    assert "gpupool_gateway_configured 1" in text
+    assert 'gpupool_gateway_requests_total{model="m1"} 1' in text
+    assert 'gpupool_gateway_tokens_total{model="m1",kind="prompt"} 11' in text
+    assert 'gpupool_gateway_tokens_total{model="m1",kind="completion"} 7' in text
+    assert 'gpupool_gateway_upstream_up{model="m1",url="%s"} 1' % up.url in text
+    assert 'gpupool_gateway_queue_requests{priority="0"} 0' in text
+    snap = session().get(d.url + "/api/v1/monitor/metrics", timeout=10).json()
+    assert snap["gateway"]["configured"] is True
+    assert snap["gateway"]["total_admitted"] == 1

@@ -1695,10 +1695,8 @@ static int parse_serve(struct ctx *c, const struct field *f, void *base, const y
         if (sv->ready[0] != '/')
                 return fail(c, line, "ready must be a path starting with '/'");
         int reps = sv->autoscale ? sv->autoscale_min : sv->replicas;
-        if (sv->port && reps > 1)
+        if (sv->port && (reps > 1 || (sv->autoscale && sv->autoscale_max > 1)))
                 return fail(c, line, "port %d is fixed, so only one replica can run (use port: auto)", sv->port);
-        if (sv->autoscale)
-                return fail(c, line, "autoscale is not supported by this version of gpupool yet (use replicas)");
         return 0;
 }
 

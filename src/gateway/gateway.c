@@ -63,6 +63,8 @@ typedef struct model {
         int nups;
         uint64_t requests;         /* ended requests that were admitted */
         uint64_t prompt_tokens, completion_tokens;
+        int waiting;               /* its requests in the admission queue now */
+        int in_flight;             /* its admitted requests not ended */
 } model;
 
 typedef struct tstats {
@@ -908,10 +910,13 @@ static void finish(gp_gw *g, gw_req *q) {
         if (!q->gw_held)
                 return;
         stop_transfer(g, q);
-        if (q->ticket.state == GP_ADMIT_QUEUED)
+        if (q->ticket.state == GP_ADMIT_QUEUED) {
                 gp_admit_cancel(g->admit, &q->ticket);
+                q->m->waiting--;
+        }
         if (q->ticket.state == GP_ADMIT_RUNNING) {
                 int64_t prompt = -1, completion = -1;
+                q->m->in_flight--;
                 if (q->stream && q->sse.usage_seen) {
                         prompt = q->sse.prompt_tokens;
                         completion = q->sse.completion_tokens;
@@ -1114,6 +1119,7 @@ static void admit_some(gp_gw *g, loop *me) {
         gp_admit_ticket *t;
         while ((t = gp_admit_expired(g->admit, now))) {
                 gw_req *q = t->ud;
+                q->m->waiting--;
                 char msg[200];
                 snprintf(msg, sizeof(msg), "Rate limit reached: waited %d s in the queue (tier %d)",
                          g->cfg.queue_timeout_sec, q->ticket.tier);
@@ -1122,6 +1128,8 @@ static void admit_some(gp_gw *g, loop *me) {
         }
         while ((t = gp_admit_next(g->admit, now))) {
                 gw_req *q = t->ud;
+                q->m->waiting--;
+                q->m->in_flight++;
                 unwatch(g, q);
                 if (q->L != me) {
                         post(g, q, IN_START); /* its transfer runs on its own loop */
@@ -1164,6 +1172,7 @@ static void take_inbox(gp_gw *g, loop *L) {
                                         refuse_429(g, q, "Rate limit reached: the gateway queue is full");
                                         finish(g, q);
                                 } else {
+                                        q->m->waiting++;
                                         admit_some(g, L);
                                         if (q->ticket.state == GP_ADMIT_QUEUED && q->client_fd >= 0) {
                                                 /* it waits: notice its client hanging up */
@@ -1520,6 +1529,19 @@ int gp_gw_upstream_set(gp_gw *g, const char *model_name, const char *url, bool o
                 } else {
                         rc = on ? -ENOSPC : 0;
                 }
+        }
+        pthread_mutex_unlock(&g->lock);
+        return rc;
+}
+
+int gp_gw_model_load(gp_gw *g, const char *model_name, int *ret_waiting, int *ret_in_flight) {
+        int rc = -ENOENT;
+        pthread_mutex_lock(&g->lock);
+        model *m = find_model(g, model_name);
+        if (m) {
+                *ret_waiting = m->waiting;
+                *ret_in_flight = m->in_flight;
+                rc = 0;
         }
         pthread_mutex_unlock(&g->lock);
         return rc;

@@ -91,6 +91,10 @@ char *gp_gw_error_body(const char *type, const char *code, const char *message);
  * Any thread. */
 int gp_gw_upstream_set(gp_gw *g, const char *model_name, const char *url, bool on);
 
+/* A model's requests waiting for admission and in flight now (autoscale).
+ * 0 or -ENOENT.  Any thread. */
+int gp_gw_model_load(gp_gw *g, const char *model_name, int *ret_waiting, int *ret_in_flight);
+
 /* Visibility (any thread): {"total_admitted", "total_queued_now",
  * "in_flight", "queue_stats": [...], ...} for /admin/scheduler/stats;
  * the waiting requests per tier (top per tier) for /admin/scheduler/queues;

@@ -42,12 +42,27 @@ typedef struct replica {
         int64_t poll_ms;           /* not before: poll readiness again */
         int64_t started_ms;        /* when its task last started running */
         int quick_fails;           /* ends soon after start, in a row (back-off) */
+        bool active;               /* wanted now (autoscale turns replicas above min on and off) */
+        bool stopping;             /* turned off: its task is cancelled, not started again */
 } replica;
+
+/* Autoscale state of one served model. */
+typedef struct scaler {
+        const gp_cfg_model *m;
+        int first, count;          /* its replicas: r[first .. first+count) */
+        int64_t next_up_ms;        /* no scaling up before */
+        int64_t idle_since_ms;     /* quiet enough to scale down since, 0 = not */
+} scaler;
+
+#define SCALE_UP_PAUSE_MS 10000    /* between two scale-ups of one model */
+#define SCALE_DOWN_IDLE_MS 60000   /* quiet this long before a replica is stopped */
 
 struct gp_serve {
         gp_daemon *d;
         replica r[MAX_REPLICAS];
         int n;
+        scaler sc[GP_CFG_MAX_MODELS];
+        int nsc;
         pthread_t thread;
         pthread_mutex_t mu;
         pthread_cond_t cv;
@@ -162,10 +177,78 @@ static bool probe_ready(gp_serve *s, replica *r) {
         return ok;
 }
 
+/* Cancel replica r's task (autoscale down). */
+static void cancel_task(gp_serve *s, replica *r) {
+        cmd *c = calloc(1, sizeof(*c));
+        if (!c)
+                return;
+        c->kind = CMD_CANCEL;
+        c->id = r->task_id;
+        gp_daemon_post(s->d, c);
+}
+
+/* Autoscale: one more replica while requests wait beyond queue_depth per
+ * ready replica; one fewer after a quiet minute. */
+static void scale(gp_serve *s, scaler *sc, int64_t now) {
+        const gp_cfg_serve *sv = &sc->m->serve;
+        int waiting = 0, in_flight = 0, active = 0, ready = 0;
+        if (gp_gw_model_load(s->d->gw, sc->m->name, &waiting, &in_flight) < 0)
+                return;
+        bool starting = false;
+        for (int i = sc->first; i < sc->first + sc->count; i++) {
+                active += s->r[i].active;
+                ready += s->r[i].active && s->r[i].ready;
+                starting |= s->r[i].active && !s->r[i].ready;
+        }
+        int per = sv->autoscale_queue_depth;
+        if (waiting > per * (ready ? ready : 1) && active < sv->autoscale_max && !starting && now >= sc->next_up_ms) {
+                for (int i = sc->first; i < sc->first + sc->count; i++)
+                        if (!s->r[i].active && !s->r[i].stopping) {
+                                s->r[i].active = true;
+                                s->r[i].next_ms = now;
+                                gp_info("serve %s: %d requests wait; starting replica %d", sc->m->name, waiting,
+                                        s->r[i].n);
+                                break;
+                        }
+                sc->next_up_ms = now + SCALE_UP_PAUSE_MS;
+                sc->idle_since_ms = 0;
+                return;
+        }
+        bool quiet = waiting == 0 && active > sv->autoscale_min && in_flight * 2 <= per * (active - 1);
+        if (!quiet) {
+                sc->idle_since_ms = 0;
+                return;
+        }
+        if (!sc->idle_since_ms)
+                sc->idle_since_ms = now;
+        if (now - sc->idle_since_ms < SCALE_DOWN_IDLE_MS)
+                return;
+        for (int i = sc->first + sc->count; i-- > sc->first;)
+                if (s->r[i].active) {
+                        replica *r = &s->r[i];
+                        r->active = false;
+                        r->stopping = true;
+                        if (r->ready) {
+                                gp_gw_upstream_set(s->d->gw, r->m->name, r->url, false);
+                                r->ready = false;
+                        }
+                        gp_info("serve %s: quiet for %d s; stopping replica %d", sc->m->name,
+                                SCALE_DOWN_IDLE_MS / 1000, r->n);
+                        if (r->task_id)
+                                cancel_task(s, r);
+                        break;
+                }
+        sc->idle_since_ms = 0;
+}
+
 static void tick(gp_serve *s, int64_t now) {
         gp_daemon *d = s->d;
+        for (int i = 0; i < s->nsc; i++)
+                scale(s, &s->sc[i], now);
         for (int i = 0; i < s->n; i++) {
                 replica *r = &s->r[i];
+                if (!r->active && !r->stopping)
+                        continue;
                 /* its task, by name: also finds servers that kept running across a restart */
                 bool found = false, running = false;
                 int64_t id = 0;
@@ -189,6 +272,17 @@ static void tick(gp_serve *s, int64_t now) {
                                 gp_gw_upstream_set(d->gw, r->m->name, r->url, false);
                                 r->ready = false;
                         }
+                }
+                if (r->stopping) {
+                        /* turned off: wait for its task to end; cancel again if a submit raced */
+                        if (!found) {
+                                r->stopping = false;
+                                r->task_id = 0;
+                        } else if (id != r->task_id) {
+                                r->task_id = id;
+                                cancel_task(s, r);
+                        }
+                        continue;
                 }
                 if (!found) {
                         if (r->task_id) {
@@ -262,13 +356,18 @@ int gp_serve_start(gp_daemon *d, gp_serve **ret) {
                 const gp_cfg_model *m = &d->cfg.gw.models[i];
                 if (!m->serve.enabled)
                         continue;
-                int reps = m->serve.autoscale ? m->serve.autoscale_min : m->serve.replicas;
+                int reps = m->serve.autoscale ? m->serve.autoscale_max : m->serve.replicas;
+                int on = m->serve.autoscale ? m->serve.autoscale_min : m->serve.replicas;
+                int first = s->n;
                 for (int k = 0; k < reps && s->n < MAX_REPLICAS; k++) {
                         replica *r = &s->r[s->n++];
                         r->m = m;
                         r->n = k;
+                        r->active = k < on;
                         snprintf(r->name, sizeof(r->name), "serve:%.100s:%d", m->name, k);
                 }
+                if (m->serve.autoscale && s->nsc < GP_CFG_MAX_MODELS)
+                        s->sc[s->nsc++] = (scaler){.m = m, .first = first, .count = s->n - first};
         }
         s->probe = curl_easy_init();
         if (!s->probe) {

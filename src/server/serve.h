@@ -9,7 +9,10 @@
  * PORT in its environment), polls its readiness path once it runs, adds it
  * to the gateway as an upstream when it answers 200, takes it out when its
  * task ends, and submits it again (a crashed server is restarted, after a
- * back-off that grows with quick failures).
+ * back-off that grows with quick failures).  With autoscale the replicas
+ * between min and max are turned on while requests wait beyond
+ * queue_depth per ready replica, and off (task cancelled) after a quiet
+ * minute.
  */
 #ifndef GP_SERVER_SERVE_H
 #define GP_SERVER_SERVE_H

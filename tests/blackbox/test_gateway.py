@@ -359,6 +359,50 @@ def test_silent_upstream_is_cut_after_idle_timeout(daemon_factory, up):
     assert time.monotonic() - t0 < 2.5
 
 
+def kill_marked(marker):
+    """Kill the model servers whose command line carries marker (they outlive the daemon)."""
+    import os
+    import signal as sig
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if marker.encode() in f.read():
+                    os.kill(int(pid), sig.SIGKILL)
+        except OSError:
+            pass
+
+
+def test_autoscale_starts_a_replica_when_requests_wait(daemon_factory, tmp_path):
+    import os
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gw_serve_main.py")
+    marker = "marker-%s" % tmp_path.name
+    cfg = ("gpus: {backend: sim}\n"
+           "gateway:\n"
+           "  limits: {max_concurrent: 1}\n"
+           "  models:\n"
+           "    - name: m1\n"
+           "      serve: {command: [\"/usr/bin/python3\", \"%s\", \"{port}\", \"%s\"], gpus: 1, memory_mb: 2000,\n"
+           "              autoscale: {min: 1, max: 2, queue_depth: 1}}\n" % (script, marker))
+    d = daemon_factory(cfg)
+    try:
+        def running(name):
+            ts = session().get(d.url + "/api/v1/tasks?state=running", timeout=10).json()["tasks"]
+            return [t for t in ts if t["name"] == name]
+        assert wait_for(lambda: chat(d, "hi").status_code == 200, timeout=20)
+        assert running("serve:m1:1") == []  # min 1
+        ts = [threading.Thread(target=lambda: chat(d, "sleep:1.5")) for _ in range(4)]
+        for t in ts:
+            t.start()
+        assert wait_for(lambda: len(running("serve:m1:1")) == 1, timeout=15)
+        for t in ts:
+            t.join()
+    finally:
+        d.stop()
+        kill_marked(marker)
+
+
 def test_served_model_runs_as_a_task_becomes_an_upstream_and_is_restarted(daemon_factory):
     import os
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gw_serve_main.py")

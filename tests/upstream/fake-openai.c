@@ -4,7 +4,8 @@
  * keep-alive (pipelined requests are answered in order), request bodies
  * with Content-Length or chunked encoding, "Expect: 100-continue".  It is
  * the upstream the gateway tests and bench/bench-gateway.sh talk to, so it
- * is built to be fast (no allocation per request beyond jansson's parse).
+ * is built to be fast (buffers reused across requests; per request little
+ * more than jansson's parse is allocated).
  *
  * Usage:
  *   fake-openai --listen 127.0.0.1:PORT [--model NAME]... [--name ID]
@@ -70,8 +71,9 @@
  *   #fail500      answer 500 with an error JSON (#fail=CODE: any 400..599)
  *   #stall        accept the request and never answer (the connection stays
  *                 open until the client closes it)
- *   #slow=MS      take MS ms per completion token: streaming sends one
- *                 token every MS ms; a plain answer comes after N*MS ms
+ *   #slow=MS      take MS ms per completion token: streaming sends the
+ *                 first token at once, then one every MS ms; a plain answer
+ *                 comes after N*MS ms
  *   #delay=MS     wait MS ms before the first byte of the answer
  *   #close        close the connection mid-answer (streaming: after half of
  *                 the tokens; plain: after half of the body)

@@ -1562,15 +1562,43 @@ json_t *gp_gw_stats_json(gp_gw *g) {
                                                              "requests", (json_int_t)u->requests, "failures",
                                                              (json_int_t)u->failures));
                 }
+        json_t *tens = json_array();
+        size_t nt = gp_admit_tenant_count(g->admit);
+        for (size_t i = 0; i < nt; i++) {
+                gp_admit_tenant_stats ts;
+                if (gp_admit_tenant_stats_get(g->admit, i, &ts) < 0)
+                        continue;
+                const tstats *t = &g->tenants[i];
+                json_array_append_new(tens, json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "tenant_id", ts.id, "requests",
+                                                      (json_int_t)ts.requests_total, "in_flight", (json_int_t)ts.running,
+                                                      "queued", (json_int_t)ts.queued, "prompt_tokens",
+                                                      (json_int_t)t->prompt_tokens, "completion_tokens",
+                                                      (json_int_t)t->completion_tokens, "rejected",
+                                                      (json_int_t)(ts.rejected_total + ts.expired_total)));
+        }
+        json_t *mods = json_array();
+        for (int i = 0; i < g->nmodels; i++) {
+                const model *m = &g->models[i];
+                json_array_append_new(mods, json_pack("{s:s,s:i,s:i,s:I,s:I,s:I}", "model", m->cfg->name, "queued",
+                                                      m->waiting, "in_flight", m->in_flight, "requests",
+                                                      (json_int_t)m->requests, "prompt_tokens",
+                                                      (json_int_t)m->prompt_tokens, "completion_tokens",
+                                                      (json_int_t)m->completion_tokens));
+        }
         uint64_t uerr = g->upstream_errors, retries = g->retries, cerr = g->context_errors;
         pthread_mutex_unlock(&g->lock);
-        return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:o,s:o}", "total_admitted",
+        json_t *out = json_pack("{s:o,s:o}", "tenants", tens, "models", mods);
+        json_t *base = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:o,s:o}", "total_admitted",
                          (json_int_t)st.admitted_total, "total_queued_now", (json_int_t)st.queued_total, "in_flight",
                          (json_int_t)st.running, "rejected_total", (json_int_t)st.rejected_total, "timeouts_total",
                          (json_int_t)st.expired_total, "client_gone_while_queued", (json_int_t)st.cancelled_total,
                          "upstream_errors", (json_int_t)uerr, "retries", (json_int_t)retries,
                          "context_length_errors", (json_int_t)cerr, "max_queue", g->cfg.max_queue, "queue_stats",
                          tier_stats(&st, g->cfg.max_queue), "upstreams", ups);
+        if (base && out)
+                json_object_update(base, out);
+        json_decref(out);
+        return base;
 }
 
 /* Prometheus text (one family at a time: HELP, TYPE, samples). */

@@ -84,12 +84,13 @@ def test_plain_answer_is_passed_byte_for_byte_and_usage_counted(daemon_factory, 
     assert r.content.startswith(b'{\n "id": "chatcmpl-1"')  # its own formatting, not re-encoded
     assert r.json()["choices"][0]["message"]["content"] == "hello from up1"
     assert up.received[0]["body"]["max_tokens"] == 16
-    t = session().get(d.url + "/api/v1/tenants/default", timeout=10)
-    if t.status_code == 200:  # the tenant exists only when configured
-        pass
     st = stats(d)
     assert st["total_admitted"] == 1
     assert st["in_flight"] == 0
+    assert st["tenants"] == [{"tenant_id": "default", "requests": 1, "in_flight": 0, "queued": 0,
+                              "prompt_tokens": 11, "completion_tokens": 7, "rejected": 0}]
+    assert st["models"] == [{"model": "m1", "queued": 0, "in_flight": 0, "requests": 1,
+                             "prompt_tokens": 11, "completion_tokens": 7}]
 
 
 def test_stream_strips_the_usage_chunk_the_client_did_not_ask_for(daemon_factory, up):

@@ -2,10 +2,17 @@
  * one gateway thread with libcurl's multi interface on epoll (see
  * gateway.h for the threads and a request's life).
  *
- * Invariants (all under g->lock):
- *   - a gw_req is freed when both its holders let go: the MHD side
- *     (gp_gw_completed) and the gateway side (the thread, once the request
- *     left the admission queue and its transfer ended); refs counts them;
+ * Threads: a request belongs to the loop whose MHD daemon got its
+ * connection (q->L); only that loop's thread touches its fields, except
+ * q->refs (atomic), q->inbox/q->inext (under the loop's ilock) and
+ * q->ticket (under g->lock, with the admission state, the upstream table
+ * and the counters).  g->lock is held briefly, never across I/O.
+ *
+ * Invariants:
+ *   - a gw_req is freed when every holder let go: the MHD side
+ *     (gp_gw_completed), the gateway side (its loop, once the request left
+ *     the admission queue and its transfer ended) and inbox entries; refs
+ *     counts them, and only the owning loop drops the last one;
  *   - a parked connection is resumed exactly once per park, by whoever
  *     changes what it waits for (parked says it is parked);
  *   - the client's socket is in the gateway epoll set (fd_watched) only
@@ -45,7 +52,7 @@
 
 #define GW_MAX_LOOPS 16
 
-enum { IN_NEW = 1, IN_ABORT = 2, IN_UNPAUSE = 4, IN_START = 8 };
+enum { IN_NEW = 1, IN_ABORT = 2, IN_UNPAUSE = 4, IN_START = 8, IN_EXPIRED = 16 };
 
 struct loop;
 
@@ -76,7 +83,7 @@ typedef struct gw_req {
         gp_gw *g;
         struct loop *L;            /* the loop whose MHD daemon serves the connection */
         struct MHD_Connection *conn;
-        int refs;
+        int refs;                  /* atomic (__atomic builtins) */
         int client_fd;
         bool fd_watched;
         bool parked;               /* the connection is suspended */
@@ -142,8 +149,13 @@ typedef struct loop {
         int64_t curl_deadline_ms;  /* -1 = none */
         int64_t next_idle_check_ms;/* when to look for silent upstreams; loop only */
         uint8_t fdreg[GW_MAX_FD];  /* curl sockets in the epoll set (FD_* bits); loop only */
-        gw_req *inbox;             /* under g->lock */
-        gw_req *grave;             /* unreferenced requests, freed by this loop after its batch; under g->lock */
+        pthread_mutex_t ilock;     /* the inbox (a leaf lock) */
+        gw_req *inbox;             /* under ilock */
+        gw_req *grave;             /* unreferenced requests, freed by this loop after its batch; loop only */
+        gw_req **reqs;             /* the requests this loop's gateway side holds; loop only */
+        size_t nreqs, capreqs;
+        struct usage_rec *usage;   /* to report after the batch; loop only */
+        size_t nusage, capusage;
 } loop;
 
 static __thread loop *tl_loop;     /* the loop this thread runs, NULL elsewhere */
@@ -160,12 +172,8 @@ struct gp_gw {
         gp_admit *admit;
         model models[GP_CFG_MAX_MODELS];
         int nmodels;
-        gw_req **reqs;             /* every request the gateway side holds (for stop) */
-        size_t nreqs, capreqs;
         tstats tenants[GP_ADMIT_MAX_TENANTS];
         uint64_t upstream_errors, retries, context_errors;
-        usage_rec *usage;          /* to report after unlocking */
-        size_t nusage, capusage;
 };
 
 static int64_t mono_ms(void) {
@@ -265,19 +273,33 @@ static void wake_loop(loop *L) {
         (void)w;
 }
 
-/* g->lock held: give q to its loop. */
-static void post(gp_gw *g, gw_req *q, unsigned what) {
+static void ref(gw_req *q) {
+        __atomic_add_fetch(&q->refs, 1, __ATOMIC_ACQ_REL);
+}
+
+/* Give q to its loop's inbox (any thread).  With own, the caller's
+ * reference moves to the inbox; else the inbox takes a new one. */
+static void post_ref(gw_req *q, unsigned what, bool own) {
         loop *L = q->L;
-        (void)g;
+        pthread_mutex_lock(&L->ilock);
         bool was_empty = L->inbox == NULL;
         if (!q->inbox) {
                 q->inext = L->inbox;
                 L->inbox = q;
-                q->refs++; /* the inbox holds it too */
+                if (!own)
+                        ref(q);
+        } else if (own) {
+                __atomic_sub_fetch(&q->refs, 1, __ATOMIC_ACQ_REL); /* the inbox entry holds one already */
         }
         q->inbox |= what;
+        pthread_mutex_unlock(&L->ilock);
         if (was_empty && tl_loop != L)
-                wake_loop(L); /* the loop itself looks at its inbox after running MHD */
+                wake_loop(L); /* the loop itself looks at its inbox before it sleeps */
+}
+
+static void post(gp_gw *g, gw_req *q, unsigned what) {
+        (void)g;
+        post_ref(q, what, false);
 }
 
 static void req_free(gw_req *q) {
@@ -289,11 +311,11 @@ static void req_free(gw_req *q) {
         free(q);
 }
 
-/* g->lock held.  Drop one reference; the last one puts it in the
- * graveyard: an epoll batch the thread is working through may still name
+/* Drop one reference (the owning loop's thread).  The last one puts it in
+ * the graveyard: an epoll batch the loop is working through may still name
  * it, so it is freed once the batch is done (or by gp_gw_free). */
 static void unref(gw_req *q) {
-        if (--q->refs == 0) {
+        if (__atomic_sub_fetch(&q->refs, 1, __ATOMIC_ACQ_REL) == 0) {
                 q->inext = q->L->grave;
                 q->L->grave = q;
         }
@@ -323,7 +345,7 @@ static void kick_loop(loop *L) {
                 wake_loop(L);
 }
 
-/* g->lock held: resume the parked connection so its handler runs. */
+/* Resume the parked connection so its handler runs (owning loop). */
 static void wake_conn(gw_req *q) {
         if (q->parked && !q->client_gone) {
                 q->parked = false;
@@ -503,8 +525,8 @@ enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *
         *slot = q;
         pthread_mutex_lock(&g->lock);
         int tn = gp_admit_tenant(g->admit, who->tenant, &who->limits, mono_ms());
+        pthread_mutex_unlock(&g->lock);
         if (tn < 0 || g->stopping) {
-                pthread_mutex_unlock(&g->lock);
                 *slot = NULL;
                 req_free(q);
                 ret = oai_error(conn, 503, "server_error", "unavailable",
@@ -515,7 +537,6 @@ enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *
         q->parked = true;
         MHD_suspend_connection(conn);
         post(g, q, IN_NEW);
-        pthread_mutex_unlock(&g->lock);
         ret = MHD_YES;
 out:
         json_decref(j);
@@ -527,7 +548,6 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
         gw_req *q = cls;
         gp_gw *g = q->g;
         (void)pos;
-        pthread_mutex_lock(&g->lock);
         size_t avail = q->out.len - q->out_off;
         if (avail) {
                 size_t n = avail < max ? avail : max;
@@ -539,17 +559,14 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 }
                 if (q->paused && q->out.len - q->out_off < STREAM_HIGH_WATER / 2)
                         post(g, q, IN_UNPAUSE);
-                pthread_mutex_unlock(&g->lock);
                 return (ssize_t)n;
         }
         if (q->up_done || q->client_gone || g->stopped) {
                 bool bad = q->up_failed || !q->up_done;
-                pthread_mutex_unlock(&g->lock);
                 return bad ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
         }
         q->parked = true;
         MHD_suspend_connection(q->conn);
-        pthread_mutex_unlock(&g->lock);
         return 0;
 }
 
@@ -587,16 +604,10 @@ static void add_upstream_headers(struct MHD_Response *resp, gp_buf *h) {
 
 enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) {
         gw_req *q = slot;
-        pthread_mutex_lock(&g->lock);
-        if (q->close_conn || q->client_gone) {
-                pthread_mutex_unlock(&g->lock);
+        if (q->close_conn || q->client_gone)
                 return MHD_NO;
-        }
-        if (q->responding) {
-                /* MHD does not call the handler again once a response is queued */
-                pthread_mutex_unlock(&g->lock);
-                return MHD_YES;
-        }
+        if (q->responding)
+                return MHD_YES; /* MHD does not call the handler again once a response is queued */
         if (q->ans_status) {
                 char *body = q->ans_body;
                 q->ans_body = NULL;
@@ -605,7 +616,6 @@ enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) 
                 gp_admit_ratelimit lim = q->rl;
                 q->responding = true;
                 unwatch(g, q);
-                pthread_mutex_unlock(&g->lock);
                 if (!body)
                         return MHD_NO;
                 struct MHD_Response *resp =
@@ -625,7 +635,6 @@ enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) 
         if (!have) {
                 q->parked = true;
                 MHD_suspend_connection(conn);
-                pthread_mutex_unlock(&g->lock);
                 return MHD_YES;
         }
         struct MHD_Response *resp;
@@ -646,10 +655,8 @@ enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) 
         } else {
                 resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, reader, q, NULL);
         }
-        if (!resp) {
-                pthread_mutex_unlock(&g->lock);
+        if (!resp)
                 return MHD_NO;
-        }
         add_upstream_headers(resp, &q->hdrs);
         if (q->stream) {
                 MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -658,7 +665,6 @@ enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) 
         int status = (int)q->status;
         q->responding = true;
         unwatch(g, q); /* MHD watches the connection from now on */
-        pthread_mutex_unlock(&g->lock);
         enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
         MHD_destroy_response(resp);
         return ret;
@@ -666,14 +672,12 @@ enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) 
 
 void gp_gw_completed(gp_gw *g, void *slot) {
         gw_req *q = slot;
-        pthread_mutex_lock(&g->lock);
         unwatch(g, q);
         q->client_gone = true;
         q->parked = false;
-        if (q->gw_held && !g->stopped)
+        if (q->gw_held)
                 post(g, q, IN_ABORT);
         unref(q);
-        pthread_mutex_unlock(&g->lock);
 }
 
 /* ------------------------------------------------------------------ */
@@ -738,9 +742,14 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud) {
         q->last_io_ms = mono_ms();
         if (q->client_gone)
                 return 0;
-        if (q->status >= 500 && q->attempts < 2 && !q->responding && pick_upstream(g, q, mono_ms()) >= 0) {
-                q->retry_5xx = true;
-                return 0;
+        if (q->status >= 500 && q->attempts < 2 && !q->responding) {
+                pthread_mutex_lock(&g->lock);
+                bool other = pick_upstream(g, q, mono_ms()) >= 0;
+                pthread_mutex_unlock(&g->lock);
+                if (other) {
+                        q->retry_5xx = true;
+                        return 0;
+                }
         }
         if (q->stream) {
                 if (q->out.len - q->out_off >= STREAM_HIGH_WATER) {
@@ -782,14 +791,24 @@ static void easy_put(loop *L, CURL *e) {
 static int start(gp_gw *g, gw_req *q) {
         loop *L = q->L;
         int64_t now = mono_ms();
+        char url[GP_CFG_URL_MAX + 64];
+        pthread_mutex_lock(&g->lock);
         int u = pick_upstream(g, q, now);
+        if (u >= 0) {
+                snprintf(url, sizeof(url), "%s%s", q->m->ups[u].url, q->path);
+                q->m->ups[u].inflight++;
+                q->m->ups[u].requests++;
+        }
+        pthread_mutex_unlock(&g->lock);
         if (u < 0)
                 return -1;
         CURL *e = easy_get(L);
-        if (!e)
+        if (!e) {
+                pthread_mutex_lock(&g->lock);
+                q->m->ups[u].inflight--;
+                pthread_mutex_unlock(&g->lock);
                 return -1;
-        char url[GP_CFG_URL_MAX + 64];
-        snprintf(url, sizeof(url), "%s%s", q->m->ups[u].url, q->path);
+        }
         curl_easy_setopt(e, CURLOPT_URL, url);
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, q->body);
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->body_len);
@@ -821,15 +840,15 @@ static int start(gp_gw *g, gw_req *q) {
         q->up = u;
         q->tried[u] = true;
         q->attempts++;
-        q->m->ups[u].inflight++;
-        q->m->ups[u].requests++;
         q->running = true;
         q->last_io_ms = now;
         L->nrunning++;
         if (curl_multi_add_handle(L->multi, e) != CURLM_OK) {
                 L->nrunning--;
                 q->running = false;
+                pthread_mutex_lock(&g->lock);
                 q->m->ups[u].inflight--;
+                pthread_mutex_unlock(&g->lock);
                 q->easy = NULL;
                 easy_put(L, e);
                 return -1;
@@ -837,7 +856,7 @@ static int start(gp_gw *g, gw_req *q) {
         return 0;
 }
 
-/* g->lock held: detach q's transfer. */
+/* Detach q's transfer (owning loop). */
 static void stop_transfer(gp_gw *g, gw_req *q) {
         if (!q->running)
                 return;
@@ -846,8 +865,11 @@ static void stop_transfer(gp_gw *g, gw_req *q) {
         q->L->nrunning--;
         q->easy = NULL;
         q->running = false;
-        if (q->up >= 0)
+        if (q->up >= 0) {
+                pthread_mutex_lock(&g->lock);
                 q->m->ups[q->up].inflight--;
+                pthread_mutex_unlock(&g->lock);
+        }
 }
 
 /* Answer q with a gateway-made error (the connection is parked). */
@@ -858,7 +880,8 @@ static void answer(gw_req *q, int status, const char *type, const char *code, co
         wake_conn(q);
 }
 
-static void record_usage(gp_gw *g, gw_req *q, int64_t prompt, int64_t completion) {
+/* Owning loop: reported by gw_on_usage after the batch. */
+static void record_usage(loop *g, gw_req *q, int64_t prompt, int64_t completion) {
         if (g->nusage == g->capusage) {
                 size_t cap = g->capusage ? g->capusage * 2 : 64;
                 usage_rec *u = realloc(g->usage, cap * sizeof(*u));
@@ -897,10 +920,10 @@ static bool body_usage(const gp_buf *b, int64_t *prompt, int64_t *completion) {
         return true;
 }
 
-static void drop_from_list(gp_gw *g, gw_req *q) {
-        for (size_t i = 0; i < g->nreqs; i++)
-                if (g->reqs[i] == q) {
-                        g->reqs[i] = g->reqs[--g->nreqs];
+static void drop_from_list(loop *L, gw_req *q) {
+        for (size_t i = 0; i < L->nreqs; i++)
+                if (L->reqs[i] == q) {
+                        L->reqs[i] = L->reqs[--L->nreqs];
                         return;
                 }
 }
@@ -910,12 +933,14 @@ static void finish(gp_gw *g, gw_req *q) {
         if (!q->gw_held)
                 return;
         stop_transfer(g, q);
+        bool used = false;
+        int64_t prompt = -1, completion = -1;
+        pthread_mutex_lock(&g->lock);
         if (q->ticket.state == GP_ADMIT_QUEUED) {
                 gp_admit_cancel(g->admit, &q->ticket);
                 q->m->waiting--;
         }
         if (q->ticket.state == GP_ADMIT_RUNNING) {
-                int64_t prompt = -1, completion = -1;
                 q->m->in_flight--;
                 if (q->stream && q->sse.usage_seen) {
                         prompt = q->sse.prompt_tokens;
@@ -935,21 +960,35 @@ static void finish(gp_gw *g, gw_req *q) {
                         tstats *ts = &g->tenants[q->ticket.tenant];
                         ts->prompt_tokens += (uint64_t)prompt;
                         ts->completion_tokens += (uint64_t)completion;
-                        record_usage(g, q, prompt, completion);
+                        used = true;
                 }
         }
+        pthread_mutex_unlock(&g->lock);
+        if (used)
+                record_usage(q->L, q, prompt, completion);
         q->gw_held = false;
         unwatch(g, q);
-        drop_from_list(g, q);
+        drop_from_list(q->L, q);
         unref(q);
+}
+
+static void count_error(gp_gw *g, gw_req *q) {
+        pthread_mutex_lock(&g->lock);
+        g->upstream_errors++;
+        g->tenants[q->ticket.tenant].errors++;
+        pthread_mutex_unlock(&g->lock);
 }
 
 static void transfer_done(gp_gw *g, gw_req *q, CURLcode rc) {
         int64_t now = mono_ms();
         upstream *u = q->up >= 0 ? &q->m->ups[q->up] : NULL;
         stop_transfer(g, q);
-        bool retry5 = q->retry_5xx || (rc == CURLE_OK && q->status >= 500 && q->attempts < 2 && !q->responding &&
-                                       pick_upstream(g, q, now) >= 0);
+        bool retry5 = q->retry_5xx;
+        if (!retry5 && rc == CURLE_OK && q->status >= 500 && q->attempts < 2 && !q->responding) {
+                pthread_mutex_lock(&g->lock);
+                retry5 = pick_upstream(g, q, now) >= 0;
+                pthread_mutex_unlock(&g->lock);
+        }
         if (q->client_gone) {
                 finish(g, q);
                 return;
@@ -957,18 +996,23 @@ static void transfer_done(gp_gw *g, gw_req *q, CURLcode rc) {
         bool failed = rc != CURLE_OK || retry5;
         if (failed && !q->responding) {
                 if (u && !retry5 && rc != CURLE_WRITE_ERROR) {
+                        char url[GP_CFG_URL_MAX];
+                        pthread_mutex_lock(&g->lock);
                         u->failures++;
                         u->down_until_ms = now + (int64_t)g->cfg.upstream_down_sec * 1000;
-                        gp_warn("gateway: upstream %s failed (%s); down for %ds", u->url, curl_easy_strerror(rc),
+                        gp_strlcpy(url, u->url, sizeof(url));
+                        pthread_mutex_unlock(&g->lock);
+                        gp_warn("gateway: upstream %s failed (%s); down for %ds", url, curl_easy_strerror(rc),
                                 g->cfg.upstream_down_sec);
                 }
                 if (q->attempts < 2) {
+                        pthread_mutex_lock(&g->lock);
                         g->retries++;
+                        pthread_mutex_unlock(&g->lock);
                         if (start(g, q) == 0)
                                 return;
                 }
-                g->upstream_errors++;
-                g->tenants[q->ticket.tenant].errors++;
+                count_error(g, q);
                 char msg[300];
                 if (rc == CURLE_WRITE_ERROR && !q->stream && q->out.len >= q->out.limit)
                         snprintf(msg, sizeof(msg), "the upstream answer is over %" PRId64 " bytes",
@@ -985,10 +1029,8 @@ static void transfer_done(gp_gw *g, gw_req *q, CURLcode rc) {
                 gp_gw_sse_end(&q->sse, out_append, q);
         q->up_done = true;
         q->up_failed = failed;
-        if (failed) {
-                g->upstream_errors++;
-                g->tenants[q->ticket.tenant].errors++;
-        }
+        if (failed)
+                count_error(g, q);
         wake_conn(q);
         finish(g, q);
 }
@@ -1001,11 +1043,11 @@ static void check_idle(gp_gw *g, loop *L, int64_t now) {
                 return;
         L->next_idle_check_ms = now + 100;
         int64_t limit = (int64_t)g->cfg.idle_timeout_sec * 1000;
-        for (size_t i = g->nreqs; i-- > 0;) {
-                if (i >= g->nreqs)
+        for (size_t i = L->nreqs; i-- > 0;) {
+                if (i >= L->nreqs)
                         continue;
-                gw_req *q = g->reqs[i];
-                if (q->L == L && q->running && !q->paused && now - q->last_io_ms >= limit)
+                gw_req *q = L->reqs[i];
+                if (q->running && !q->paused && now - q->last_io_ms >= limit)
                         transfer_done(g, q, CURLE_OPERATION_TIMEDOUT);
         }
 }
@@ -1096,8 +1138,10 @@ static int on_timer(CURLM *multi, long timeout_ms, void *ud) {
  * ready replica, else 502. */
 static void no_upstream(gw_req *q) {
         bool any_on = false;
+        pthread_mutex_lock(&q->g->lock);
         for (int i = 0; i < q->m->nups; i++)
                 any_on |= !q->m->ups[i].off;
+        pthread_mutex_unlock(&q->g->lock);
         if (!any_on) {
                 char msg[300];
                 snprintf(msg, sizeof(msg), "the model '%.200s' is not ready yet (its server is starting)",
@@ -1109,72 +1153,130 @@ static void no_upstream(gw_req *q) {
 }
 
 static void refuse_429(gp_gw *g, gw_req *q, const char *msg) {
+        pthread_mutex_lock(&g->lock);
         gp_admit_ratelimit_get(g->admit, q->ticket.tenant, mono_ms(), &q->rl);
+        pthread_mutex_unlock(&g->lock);
         q->ans_rl = true;
         answer(q, 429, "rate_limit_error", "rate_limit_exceeded", msg);
 }
 
-static void admit_some(gp_gw *g, loop *me) {
-        int64_t now = mono_ms();
-        gp_admit_ticket *t;
-        while ((t = gp_admit_expired(g->admit, now))) {
-                gw_req *q = t->ud;
-                q->m->waiting--;
-                char msg[200];
-                snprintf(msg, sizeof(msg), "Rate limit reached: waited %d s in the queue (tier %d)",
-                         g->cfg.queue_timeout_sec, q->ticket.tier);
-                refuse_429(g, q, msg);
+/* q's wait passed queue_timeout_sec (owning loop; it left the queue). */
+static void on_expired(gp_gw *g, gw_req *q) {
+        if (!q->gw_held)
+                return;
+        unwatch(g, q);
+        char msg[200];
+        snprintf(msg, sizeof(msg), "Rate limit reached: waited %d s in the queue (tier %d)", g->cfg.queue_timeout_sec,
+                 q->ticket.tier);
+        refuse_429(g, q, msg);
+        finish(g, q);
+}
+
+/* q was admitted (owning loop): send it upstream. */
+static void on_admitted(gp_gw *g, gw_req *q) {
+        if (!q->gw_held || q->running || q->up_done || q->ans_status)
+                return;
+        unwatch(g, q);
+        if (start(g, q) < 0) {
+                count_error(g, q);
+                no_upstream(q);
                 finish(g, q);
-        }
-        while ((t = gp_admit_next(g->admit, now))) {
-                gw_req *q = t->ud;
-                q->m->waiting--;
-                q->m->in_flight++;
-                unwatch(g, q);
-                if (q->L != me) {
-                        post(g, q, IN_START); /* its transfer runs on its own loop */
-                        continue;
-                }
-                if (start(g, q) < 0) {
-                        g->upstream_errors++;
-                        no_upstream(q);
-                        finish(g, q);
-                }
         }
 }
 
+/* Take what admission decided: expired and admitted tickets.  Those of
+ * this loop are handled here; those of other loops go to their inboxes
+ * (their transfers live in their loops' multi handles). */
+static void admit_some(gp_gw *g, loop *me) {
+        struct {
+                gw_req *q;
+                unsigned what;
+        } got[64];
+        size_t n;
+        do {
+                n = 0;
+                int64_t now = mono_ms();
+                gp_admit_ticket *t;
+                pthread_mutex_lock(&g->lock);
+                while (n < 64 && (t = gp_admit_expired(g->admit, now))) {
+                        gw_req *q = t->ud;
+                        q->m->waiting--;
+                        ref(q); /* held until handled or posted: its loop may finish it meanwhile */
+                        got[n].q = q;
+                        got[n++].what = IN_EXPIRED;
+                }
+                while (n < 64 && (t = gp_admit_next(g->admit, now))) {
+                        gw_req *q = t->ud;
+                        q->m->waiting--;
+                        q->m->in_flight++;
+                        ref(q);
+                        got[n].q = q;
+                        got[n++].what = IN_START;
+                }
+                pthread_mutex_unlock(&g->lock);
+                for (size_t i = 0; i < n; i++) {
+                        gw_req *q = got[i].q;
+                        if (q->L != me) {
+                                post_ref(q, got[i].what, true);
+                                continue;
+                        }
+                        if (got[i].what == IN_EXPIRED)
+                                on_expired(g, q);
+                        else
+                                on_admitted(g, q);
+                        unref(q);
+                }
+        } while (n == 64);
+}
+
 static void take_inbox(gp_gw *g, loop *L) {
+        pthread_mutex_lock(&L->ilock);
         gw_req *list = L->inbox;
         L->inbox = NULL;
+        for (gw_req *q = list; q; q = q->inext)
+                q->inbox |= 0x100; /* taken: a post from now on makes a new entry */
+        pthread_mutex_unlock(&L->ilock);
         int64_t now = mono_ms();
         while (list) {
                 gw_req *q = list;
+                pthread_mutex_lock(&L->ilock);
                 list = q->inext;
-                unsigned what = q->inbox;
+                unsigned what = q->inbox & 0xff;
                 q->inbox = 0;
                 q->inext = NULL;
+                pthread_mutex_unlock(&L->ilock);
                 if (q->gw_held) {
                         if ((what & IN_NEW) && !q->client_gone) {
-                                if (g->nreqs == g->capreqs) {
-                                        size_t cap = g->capreqs ? g->capreqs * 2 : 256;
-                                        gw_req **r = realloc(g->reqs, cap * sizeof(*r));
+                                if (L->nreqs == L->capreqs) {
+                                        size_t cap = L->capreqs ? L->capreqs * 2 : 256;
+                                        gw_req **r = realloc(L->reqs, cap * sizeof(*r));
                                         if (r) {
-                                                g->reqs = r;
-                                                g->capreqs = cap;
+                                                L->reqs = r;
+                                                L->capreqs = cap;
                                         }
                                 }
-                                if (g->nreqs < g->capreqs)
-                                        g->reqs[g->nreqs++] = q;
-                                if (g->stopping) {
+                                if (L->nreqs < L->capreqs)
+                                        L->reqs[L->nreqs++] = q;
+                                int rc = -ESHUTDOWN;
+                                if (!g->stopping) {
+                                        pthread_mutex_lock(&g->lock);
+                                        rc = gp_admit_submit(g->admit, &q->ticket, now);
+                                        if (rc == 0)
+                                                q->m->waiting++;
+                                        pthread_mutex_unlock(&g->lock);
+                                }
+                                if (rc == -ESHUTDOWN) {
                                         answer(q, 503, "server_error", "unavailable", "the server is stopping");
                                         finish(g, q);
-                                } else if (gp_admit_submit(g->admit, &q->ticket, now) < 0) {
+                                } else if (rc < 0) {
                                         refuse_429(g, q, "Rate limit reached: the gateway queue is full");
                                         finish(g, q);
                                 } else {
-                                        q->m->waiting++;
                                         admit_some(g, L);
-                                        if (q->ticket.state == GP_ADMIT_QUEUED && q->client_fd >= 0) {
+                                        pthread_mutex_lock(&g->lock);
+                                        bool queued = q->ticket.state == GP_ADMIT_QUEUED;
+                                        pthread_mutex_unlock(&g->lock);
+                                        if (queued && q->gw_held && q->client_fd >= 0 && !q->fd_watched) {
                                                 /* it waits: notice its client hanging up */
                                                 struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = q};
                                                 if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, q->client_fd, &ev) == 0)
@@ -1184,17 +1286,15 @@ static void take_inbox(gp_gw *g, loop *L) {
                         }
                         if ((what & IN_ABORT) || q->client_gone) {
                                 finish(g, q);
-                        } else if ((what & IN_START) && q->ticket.state == GP_ADMIT_RUNNING && !q->running &&
-                                   !q->up_done && !q->ans_status) {
-                                if (start(g, q) < 0) {
-                                        g->upstream_errors++;
-                                        no_upstream(q);
-                                        finish(g, q);
+                        } else {
+                                if (what & IN_EXPIRED)
+                                        on_expired(g, q);
+                                if (what & IN_START)
+                                        on_admitted(g, q);
+                                if ((what & IN_UNPAUSE) && q->paused && q->running) {
+                                        q->paused = false;
+                                        curl_easy_pause(q->easy, CURLPAUSE_CONT);
                                 }
-                        }
-                        else if ((what & IN_UNPAUSE) && q->paused && q->running) {
-                                q->paused = false;
-                                curl_easy_pause(q->easy, CURLPAUSE_CONT);
                         }
                 }
                 unref(q); /* the inbox's reference */
@@ -1248,15 +1348,16 @@ static void *gw_thread(void *arg) {
                 if (L->nrunning && L->next_idle_check_ms < until)
                         until = L->next_idle_check_ms < now ? now : L->next_idle_check_ms; /* idle timeouts */
                 int timeout = until == INT64_MAX ? 1000 : (int)(until - now > 1000 ? 1000 : until - now);
-                if (timeout < 0)
-                        timeout = 0;
+                pthread_mutex_lock(&L->ilock);
+                if (timeout < 0 || L->inbox)
+                        timeout = 0; /* posted by this loop itself after it last looked */
+                pthread_mutex_unlock(&L->ilock);
                 int n = epoll_wait(L->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
                 bool mhd_due = n == 0; /* its timeouts */
                 for (int i = 0; i < n; i++)
                         mhd_due |= evs[i].data.u64 == TAG_MHD || evs[i].data.u64 == 0; /* 0: a kick, maybe a resume */
                 if (mhd_due)
-                        run_mhd(L); /* handlers run here, without g->lock */
-                pthread_mutex_lock(&g->lock);
+                        run_mhd(L); /* handlers run here */
                 /* requests the events name stay alive until the batch is done: a request
                  * whose last reference goes waits in this loop's graveyard */
                 for (int i = 0; i < n; i++) {
@@ -1294,15 +1395,14 @@ static void *gw_thread(void *arg) {
                 check_done(g, L);
                 check_idle(g, L, mono_ms());
                 admit_some(g, L);
-                size_t nu = g->nusage;
+                size_t nu = L->nusage;
                 usage_rec *u = NULL;
                 if (nu) {
-                        u = g->usage;
-                        g->usage = NULL;
-                        g->nusage = g->capusage = 0;
+                        u = L->usage;
+                        L->usage = NULL;
+                        L->nusage = L->capusage = 0;
                 }
                 free_grave(L);
-                pthread_mutex_unlock(&g->lock);
                 if (L->mhd_kick) {
                         L->mhd_kick = false;
                         run_mhd(L); /* answer the resumed connections now, not on the next wake-up */
@@ -1312,14 +1412,11 @@ static void *gw_thread(void *arg) {
                 free(u);
         }
         /* stopping: answer everything this loop still holds */
-        pthread_mutex_lock(&g->lock);
         take_inbox(g, L);
-        for (size_t i = g->nreqs; i-- > 0;) {
-                if (i >= g->nreqs)
+        for (size_t i = L->nreqs; i-- > 0;) {
+                if (i >= L->nreqs)
                         continue;
-                gw_req *q = g->reqs[i];
-                if (q->L != L)
-                        continue;
+                gw_req *q = L->reqs[i];
                 if (!q->responding && !q->ans_status)
                         answer(q, 503, "server_error", "unavailable", "the server is stopping");
                 else if (q->responding) {
@@ -1328,6 +1425,8 @@ static void *gw_thread(void *arg) {
                 }
                 finish(g, q);
         }
+        free_grave(L);
+        pthread_mutex_lock(&g->lock);
         if (++g->nstopped == g->nloops)
                 g->stopped = true;
         pthread_mutex_unlock(&g->lock);
@@ -1349,6 +1448,7 @@ static void curl_init_once(void) {
 static int loop_init(gp_gw *g, loop *L) {
         L->g = g;
         L->curl_deadline_ms = -1;
+        pthread_mutex_init(&L->ilock, NULL);
         L->epfd = epoll_create1(EPOLL_CLOEXEC);
         L->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         L->multi = curl_multi_init();
@@ -1466,6 +1566,13 @@ void gp_gw_free(gp_gw *g) {
         gp_gw_stop(g);
         for (int i = 0; g->loops && i < g->nloops; i++) {
                 loop *L = &g->loops[i];
+                /* entries posted by other loops after this one stopped */
+                while (L->inbox) {
+                        gw_req *q = L->inbox;
+                        L->inbox = q->inext;
+                        q->inbox = 0;
+                        unref(q);
+                }
                 free_grave(L);
                 while (L->neasy_free)
                         curl_easy_cleanup(L->easy_free[--L->neasy_free]);
@@ -1475,12 +1582,13 @@ void gp_gw_free(gp_gw *g) {
                         close(L->epfd);
                 if (L->evfd >= 0)
                         close(L->evfd);
+                free(L->reqs);
+                free(L->usage);
+                pthread_mutex_destroy(&L->ilock);
         }
         free(g->loops);
         curl_slist_free_all(g->up_headers);
         gp_admit_free(g->admit);
-        free(g->reqs);
-        free(g->usage);
         pthread_mutex_destroy(&g->lock);
         free(g);
 }

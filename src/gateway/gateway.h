@@ -2,21 +2,24 @@
  * /v1/chat/completions, /v1/completions and /v1/embeddings on the daemon's
  * port, forwarded to model servers (upstreams) under admission control.
  *
- * Threads: the MHD worker threads call gp_gw_handle / gp_gw_resume /
- * gp_gw_completed and the response reader; one gateway thread owns the
- * libcurl multi handle (keep-alive connection pools to the upstreams), the
- * admission state (core/admit.h) and the epoll set that also watches
- * parked clients for hang-ups.  Shared request state is under one gateway
- * mutex, held briefly; the daemon's lock is never taken here.
+ * Threads: server.http_threads event loops (gp_gw_run).  Each drives its
+ * own MHD daemon (external epoll mode, all on one port), its own libcurl
+ * multi handle (keep-alive connection pools to the upstreams) and an epoll
+ * set that also watches queued clients for hang-ups.  MHD calls
+ * gp_gw_handle / gp_gw_resume / gp_gw_completed and the response reader
+ * on the loop that owns the connection, and that loop alone works on the
+ * request.  Admission state (core/admit.h), the upstream table and the
+ * counters are shared under one gateway mutex held briefly; the daemon's
+ * lock is never taken here (docs/internals/gateway.md).
  *
- * A request's life: the MHD thread checks and parses it, answers errors at
- * once, else parks (suspends) the connection and hands the request to the
- * gateway thread.  That thread queues it for admission; when admitted it
- * picks the least-loaded healthy upstream and sends it; when the answer is
- * complete (non-streaming) or its first bytes arrive (streaming) the
- * connection is resumed and answered.  A streaming answer is passed on as
- * it arrives: the reader parks the connection when nothing is buffered and
- * the gateway thread resumes it on the next bytes.
+ * A request's life: its loop checks and parses it, answers errors at once,
+ * else parks (suspends) the connection and queues it for admission; when
+ * admitted (by any loop) its own loop picks the least-loaded healthy
+ * upstream and sends it; when the answer is complete (non-streaming) or its
+ * first bytes arrive (streaming) the connection is resumed and answered.  A
+ * streaming answer is passed on as it arrives: the reader parks the
+ * connection when nothing is buffered and the loop resumes it on the next
+ * bytes.
  */
 #ifndef GP_GATEWAY_GATEWAY_H
 #define GP_GATEWAY_GATEWAY_H

@@ -165,7 +165,7 @@ struct gp_gw {
         pthread_mutex_t lock;
         loop *loops;               /* [nloops] */
         int nloops;
-        volatile int stopping;
+        int stopping;               /* set once by gp_gw_stop; __atomic loads and stores */
         int nstopped;              /* loops that answered their requests and left */
         bool stopped;              /* all of them */
         struct curl_slist *up_headers;
@@ -526,7 +526,7 @@ enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *
         pthread_mutex_lock(&g->lock);
         int tn = gp_admit_tenant(g->admit, who->tenant, &who->limits, mono_ms());
         pthread_mutex_unlock(&g->lock);
-        if (tn < 0 || g->stopping) {
+        if (tn < 0 || __atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE)) {
                 *slot = NULL;
                 req_free(q);
                 ret = oai_error(conn, 503, "server_error", "unavailable",
@@ -561,7 +561,7 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         post(g, q, IN_UNPAUSE);
                 return (ssize_t)n;
         }
-        if (q->up_done || q->client_gone || g->stopped) {
+        if (q->up_done || q->client_gone || __atomic_load_n(&g->stopped, __ATOMIC_ACQUIRE)) {
                 bool bad = q->up_failed || !q->up_done;
                 return bad ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
         }
@@ -1258,7 +1258,7 @@ static void take_inbox(gp_gw *g, loop *L) {
                                 if (L->nreqs < L->capreqs)
                                         L->reqs[L->nreqs++] = q;
                                 int rc = -ESHUTDOWN;
-                                if (!g->stopping) {
+                                if (!__atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE)) {
                                         pthread_mutex_lock(&g->lock);
                                         rc = gp_admit_submit(g->admit, &q->ticket, now);
                                         if (rc == 0)
@@ -1335,7 +1335,7 @@ static void *gw_thread(void *arg) {
         struct epoll_event evs[256];
         int running;
         tl_loop = L;
-        while (!g->stopping) {
+        while (!__atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE)) {
                 pthread_mutex_lock(&g->lock);
                 int64_t now = mono_ms();
                 int64_t until = gp_admit_wake_ms(g->admit, now);
@@ -1428,7 +1428,7 @@ static void *gw_thread(void *arg) {
         free_grave(L);
         pthread_mutex_lock(&g->lock);
         if (++g->nstopped == g->nloops)
-                g->stopped = true;
+                __atomic_store_n(&g->stopped, true, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&g->lock);
         /* let MHD send what was answered (the 503s, and answers resumed by others) */
         for (int i = 0; i < 20; i++) {
@@ -1549,7 +1549,7 @@ int gp_gw_run(gp_gw *g, struct MHD_Daemon *const *mhds, int n, char *err, size_t
 void gp_gw_stop(gp_gw *g) {
         if (!g || !g->loops)
                 return;
-        g->stopping = 1;
+        __atomic_store_n(&g->stopping, 1, __ATOMIC_RELEASE);
         for (int i = 0; i < g->nloops; i++)
                 if (g->loops[i].started)
                         wake_loop(&g->loops[i]);

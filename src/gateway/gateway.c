@@ -1,6 +1,7 @@
-/* gateway.c - the inference gateway: request checks on the MHD threads, and
- * one gateway thread with libcurl's multi interface on epoll (see
- * gateway.h for the threads and a request's life).
+/* gateway.c - the inference gateway: event loops that each drive one MHD
+ * daemon and one libcurl multi handle on one epoll set, sharing the
+ * admission state (see gateway.h for the threads and a request's life, and
+ * docs/internals/gateway.md).
  *
  * Threads: a request belongs to the loop whose MHD daemon got its
  * connection (q->L); only that loop's thread touches its fields, except
@@ -681,7 +682,7 @@ void gp_gw_completed(gp_gw *g, void *slot) {
 }
 
 /* ------------------------------------------------------------------ */
-/* the gateway thread: upstream transfers                              */
+/* a loop: upstream transfers                                          */
 
 static void finish(gp_gw *g, gw_req *q);
 static int on_close_socket(void *ud, curl_socket_t s);
@@ -1037,7 +1038,7 @@ static void transfer_done(gp_gw *g, gw_req *q, CURLcode rc) {
 
 /* Cut this loop's transfers whose upstream was silent idle_timeout_sec
  * (before the first byte or between two; a transfer paused for a slow
- * client is not the upstream's silence).  g->lock held. */
+ * client is not the upstream's silence).  Owning loop. */
 static void check_idle(gp_gw *g, loop *L, int64_t now) {
         if (now < L->next_idle_check_ms)
                 return;
@@ -1132,7 +1133,7 @@ static int on_timer(CURLM *multi, long timeout_ms, void *ud) {
 }
 
 /* ------------------------------------------------------------------ */
-/* the gateway thread: admission                                       */
+/* a loop: admission                                                   */
 
 /* No upstream of q's model can be tried: 503 while a served model has no
  * ready replica, else 502. */

@@ -13,7 +13,8 @@ allowed() {
         store) echo "base core store" ;;
         exec) echo "base exec" ;;
         sim) echo "base core config sim" ;;
-        server) echo "base core config gpu store exec server" ;;
+        gateway) echo "base core config gateway" ;;
+        server) echo "base core config gpu store exec gateway server" ;;
         cli) echo "base core cli" ;;
         *) echo "" ;;
         esac

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs the Debian 12 packages gpupool builds and tests with, if missing.
-# Usage: scripts/install-deps.sh [build|test|all]   (default: build)
+# Usage: scripts/install-deps.sh [build|test|bench|all]   (default: build)
 set -eu
 what=${1:-build}
 build="tzdata make gcc pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libpq-dev python3"
@@ -8,8 +8,10 @@ build="tzdata make gcc pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-de
 test="tzdata libcmocka-dev python3-pytest python3-requests clang libclang-rt-14-dev postgresql sqlite3 procps curl wrk prometheus chromium fonts-wqy-microhei"
 case "$what" in
   build) pkgs=$build ;;
-  test|all) pkgs="$build $test" ;;
-  *) echo "usage: $0 [build|test|all]" >&2; exit 2 ;;
+  test) pkgs="$build $test" ;;
+  bench) pkgs="$build procps curl wrk nginx" ;;   # bench/*.sh; nginx is bench-gateway's baseline
+  all) pkgs="$build $test nginx" ;;
+  *) echo "usage: $0 [build|test|bench|all]" >&2; exit 2 ;;
 esac
 missing=""
 for p in $pkgs; do

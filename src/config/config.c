@@ -96,6 +96,12 @@ static int parse_money(struct ctx *c, const struct field *f, void *base, const y
 static int parse_secs_ms(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_bill_list(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_bill_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_models(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_upstreams(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_serve(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_serve_command(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_serve_port(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_autoscale(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 
 #define CFG(m) offsetof(gp_config, m), sizeof(((gp_config *)0)->m)
 #define SIM(m) offsetof(gp_cfg_sim_gpu, m), sizeof(((gp_cfg_sim_gpu *)0)->m)
@@ -109,6 +115,9 @@ static int parse_bill_tz(struct ctx *c, const struct field *f, void *base, const
 #define BTP(m) offsetof(gp_bill_token_price, m), sizeof(((gp_bill_token_price *)0)->m)
 #define BTI(m) offsetof(gp_bill_tier, m), sizeof(((gp_bill_tier *)0)->m)
 #define BWI(m) offsetof(gp_bill_window, m), sizeof(((gp_bill_window *)0)->m)
+#define GW(m) offsetof(gp_config, gw.m), sizeof(((gp_config *)0)->gw.m)
+#define MOD(m) offsetof(gp_cfg_model, m), sizeof(((gp_cfg_model *)0)->m)
+#define SRV(m) offsetof(gp_cfg_serve, m), sizeof(((gp_cfg_serve *)0)->m)
 #define NOSTORE 0, 0
 
 static const struct field fields[] = {
@@ -193,6 +202,10 @@ static const struct field fields[] = {
         {"tenants[].quota.max_gpus", K_CUSTOM, TEN(max_gpus_milli), 0, 1000000000, parse_gpus_milli},
         {"tenants[].quota.guaranteed_gpus", K_CUSTOM, TEN(guaranteed_gpus_milli), 0, 1000000000,
          parse_gpus_milli},
+        {"tenants[].gateway", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"tenants[].gateway.max_concurrent", K_INT, TEN(gw_max_concurrent), 0, 1000000, NULL},
+        {"tenants[].gateway.rpm", K_I64, TEN(gw_rpm), 0, 100000000, NULL},
+        {"tenants[].gateway.tpm", K_I64, TEN(gw_tpm), 0, (int64_t)1 << 40, NULL},
         {"groups", K_CUSTOM, CFG(groups), 0, GP_CFG_MAX_GROUPS, parse_groups},
         {"groups[].name", K_STR, GRP(name), 1, GP_TENANT_MAX - 1, NULL},
         {"groups[].share_pct", K_INT, GRP(share_pct), 1, 100, NULL},
@@ -209,7 +222,35 @@ static const struct field fields[] = {
         {"time_rules[].quotas{}.max_gpus", K_CUSTOM, RQ(max_gpus_milli), 0, 1000000000, parse_gpus_milli},
         {"time_rules[].quotas{}.guaranteed_gpus", K_CUSTOM, RQ(guaranteed_gpus_milli), 0, 1000000000,
          parse_gpus_milli},
-        {"gateway", K_UNSUPPORTED, NOSTORE, 0, 0, NULL},
+        {"gateway", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"gateway.queue_timeout_sec", K_INT, GW(queue_timeout_sec), 1, 86400, NULL},
+        {"gateway.max_queue", K_INT, GW(max_queue), 1, 1000000, NULL},
+        {"gateway.limits", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"gateway.limits.max_concurrent", K_INT, GW(max_concurrent), 0, 1000000, NULL},
+        {"gateway.limits.max_rps", K_INT, GW(max_rps), 0, 10000000, NULL},
+        {"gateway.limits.max_tokens_per_sec", K_I64, GW(max_tokens_per_sec), 0, (int64_t)1 << 40, NULL},
+        {"gateway.connect_timeout_ms", K_INT, GW(connect_timeout_ms), 1, 600000, NULL},
+        {"gateway.idle_timeout_sec", K_INT, GW(idle_timeout_sec), 1, 86400, NULL},
+        {"gateway.request_timeout_sec", K_INT, GW(request_timeout_sec), 1, 86400, NULL},
+        {"gateway.max_response_bytes", K_I64, GW(max_response_bytes), 4096, (int64_t)1 << 32, NULL},
+        {"gateway.max_upstream_connections", K_INT, GW(max_upstream_connections), 1, 65536, NULL},
+        {"gateway.upstream_down_sec", K_INT, GW(upstream_down_sec), 1, 3600, NULL},
+        {"gateway.models", K_CUSTOM, GW(models), 0, GP_CFG_MAX_MODELS, parse_models},
+        {"gateway.models[].name", K_STR, MOD(name), 1, GP_CFG_MODEL_NAME_MAX - 1, NULL},
+        {"gateway.models[].context", K_I64, MOD(context), 1, 100000000, NULL},
+        {"gateway.models[].upstreams", K_CUSTOM, MOD(upstreams), 0, GP_CFG_MAX_UPSTREAMS, parse_upstreams},
+        {"gateway.models[].serve", K_CUSTOM, MOD(serve), 0, 0, parse_serve},
+        {"gateway.models[].serve.command", K_CUSTOM, SRV(command), 1, GP_CFG_MAX_SERVE_ARGS,
+         parse_serve_command},
+        {"gateway.models[].serve.gpus", K_INT, SRV(gpus), 1, 64, NULL},
+        {"gateway.models[].serve.memory_mb", K_I64, SRV(memory_mb), 0, 1048576, NULL},
+        {"gateway.models[].serve.port", K_CUSTOM, SRV(port), 0, 65535, parse_serve_port},
+        {"gateway.models[].serve.ready", K_STR, SRV(ready), 1, GP_CFG_URL_MAX - 1, NULL},
+        {"gateway.models[].serve.replicas", K_INT, SRV(replicas), 1, 16, NULL},
+        {"gateway.models[].serve.autoscale", K_CUSTOM, SRV(autoscale), 0, 0, parse_autoscale},
+        {"gateway.models[].serve.autoscale.min", K_INT, SRV(autoscale_min), 1, 16, NULL},
+        {"gateway.models[].serve.autoscale.max", K_INT, SRV(autoscale_max), 1, 16, NULL},
+        {"gateway.models[].serve.autoscale.queue_depth", K_INT, SRV(autoscale_queue_depth), 1, 1000000, NULL},
         {"billing", K_SECTION, NOSTORE, 0, 0, NULL},
         {"billing.currency", K_STR, BILL(currency), 1, 7, NULL},
         {"billing.record_interval_s", K_INT, BILL(record_interval_s), 1, 86400, NULL},
@@ -352,6 +393,18 @@ void gp_config_defaults(gp_config *cfg) {
 
         gp_strlcpy(cfg->billing.currency, "USD", sizeof(cfg->billing.currency));
         cfg->billing.record_interval_s = 300;
+        cfg->gw.queue_timeout_sec = 30;
+        cfg->gw.max_queue = 10000;
+        cfg->gw.max_concurrent = 100;
+        cfg->gw.max_rps = 0;
+        cfg->gw.max_tokens_per_sec = 0;
+        cfg->gw.connect_timeout_ms = 2000;
+        cfg->gw.idle_timeout_sec = 60;
+        cfg->gw.request_timeout_sec = 600;
+        cfg->gw.max_response_bytes = (int64_t)16 << 20;
+        cfg->gw.max_upstream_connections = 256;
+        cfg->gw.upstream_down_sec = 5;
+        cfg->gw.n_models = 0;
 }
 
 /* ---- messages ---- */
@@ -1721,6 +1774,157 @@ static int parse_bill_list(struct ctx *c, const struct field *f, void *base, con
  * MAX_DEPTH deep and holds one document, so a syntax error is reported as such even when a schema
  * error comes earlier in the file (an indentation slip otherwise shows up as
  * a misplaced key). */
+/* ---- gateway ---- */
+
+/* "http://HOST[:PORT][/PREFIX]" without a trailing slash, query or spaces. */
+static bool upstream_url_ok(const char *s, size_t n) {
+        if (n < 8 || n >= GP_CFG_URL_MAX || strncmp(s, "http://", 7) != 0 || s[n - 1] == '/')
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if ((unsigned char)s[i] <= ' ' || s[i] == '?' || s[i] == '#' || (unsigned char)s[i] >= 0x7f)
+                        return false;
+        return true;
+}
+
+static int upstream_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_cfg_model *m = arg;
+        if (i >= GP_CFG_MAX_UPSTREAMS)
+                return fail(c, ev_line(ev), "too many upstreams (at most %d)", GP_CFG_MAX_UPSTREAMS);
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
+            !upstream_url_ok((const char *)ev->data.scalar.value, ev->data.scalar.length))
+                return fail(c, ev_line(ev), "expected an upstream base URL \"http://HOST:PORT\" (no trailing slash)");
+        memset(m->upstreams[i], 0, sizeof(m->upstreams[i]));
+        memcpy(m->upstreams[i], ev->data.scalar.value, ev->data.scalar.length);
+        return 0;
+}
+
+static int parse_upstreams(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_model *m = base;
+        int n, r;
+        m->n_upstreams = 0;
+        r = parse_list(c, ev, "a list of \"http://HOST:PORT\" URLs", upstream_item, m, &n);
+        if (r == 0)
+                m->n_upstreams = n;
+        return r;
+}
+
+static int serve_arg_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_cfg_serve *sv = arg;
+        if (i >= GP_CFG_MAX_SERVE_ARGS)
+                return fail(c, ev_line(ev), "too many arguments (at most %d)", GP_CFG_MAX_SERVE_ARGS);
+        if (ev->type != YAML_SCALAR_EVENT)
+                return fail(c, ev_line(ev), "expected a string");
+        return scalar_str(c, ev, sv->command[i], sizeof(sv->command[i]), i == 0 ? 1 : 0);
+}
+
+static int parse_serve_command(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_serve *sv = base;
+        int n, r;
+        sv->n_command = 0;
+        r = parse_list(c, ev, "a list of strings (the argv of the model server)", serve_arg_item, sv, &n);
+        if (r == 0)
+                sv->n_command = n;
+        return r;
+}
+
+static int parse_serve_port(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_serve *sv = base;
+        if (ev->type == YAML_SCALAR_EVENT && ev->data.scalar.length == 4 &&
+            !memcmp(ev->data.scalar.value, "auto", 4)) {
+                sv->port = 0;
+                return 0;
+        }
+        int64_t x;
+        int r = scalar_int(c, ev, 1, 65535, &x);
+        if (r == 0)
+                sv->port = (int)x;
+        return r;
+}
+
+static int parse_autoscale(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_serve *sv = base;
+        char d[96];
+        if (is_null(ev))
+                return 0;
+        if (ev->type != YAML_MAPPING_START_EVENT)
+                return fail(c, ev_line(ev), "expected a mapping {min, max, queue_depth}, got %s",
+                            describe(ev, d, sizeof(d)));
+        int line = ev_line(ev);
+        sv->autoscale = true;
+        sv->autoscale_min = 1;
+        sv->autoscale_max = 1;
+        sv->autoscale_queue_depth = 8;
+        int r = parse_map(c, "gateway.models[].serve.autoscale", sv);
+        if (r == 0 && sv->autoscale_min > sv->autoscale_max)
+                return fail(c, line, "min %d is above max %d", sv->autoscale_min, sv->autoscale_max);
+        return r;
+}
+
+static int parse_serve(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_model *m = base;
+        gp_cfg_serve *sv = &m->serve;
+        char d[96];
+        if (is_null(ev))
+                return 0;
+        if (ev->type != YAML_MAPPING_START_EVENT)
+                return fail(c, ev_line(ev), "expected a mapping {command, gpus, memory_mb, port, ready, ...}, got %s",
+                            describe(ev, d, sizeof(d)));
+        int line = ev_line(ev);
+        memset(sv, 0, sizeof(*sv));
+        sv->enabled = true;
+        sv->gpus = 1;
+        sv->replicas = 1;
+        gp_strlcpy(sv->ready, "/health", sizeof(sv->ready));
+        int r = parse_map(c, "gateway.models[].serve", sv);
+        if (r < 0)
+                return r;
+        if (sv->n_command < 1)
+                return fail(c, line, "missing command");
+        if (sv->ready[0] != '/')
+                return fail(c, line, "ready must be a path starting with '/'");
+        int reps = sv->autoscale ? sv->autoscale_min : sv->replicas;
+        if (sv->port && (reps > 1 || (sv->autoscale && sv->autoscale_max > 1)))
+                return fail(c, line, "port %d is fixed, so only one replica can run (use port: auto)", sv->port);
+        return 0;
+}
+
+static int model_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_cfg_gateway *gw = arg;
+        char d[96];
+        if (i >= GP_CFG_MAX_MODELS)
+                return fail(c, ev_line(ev), "too many models (at most %d)", GP_CFG_MAX_MODELS);
+        if (ev->type != YAML_MAPPING_START_EVENT)
+                return fail(c, ev_line(ev), "expected a mapping {name, context, upstreams, serve}, got %s",
+                            describe(ev, d, sizeof(d)));
+        gp_cfg_model *m = &gw->models[i];
+        memset(m, 0, sizeof(*m));
+        m->context = 4096;
+        int line = ev_line(ev);
+        int r = parse_map(c, "gateway.models[]", m);
+        if (r < 0)
+                return r;
+        if (!m->name[0])
+                return fail(c, line, "missing name");
+        if (!gp_str_is_clean(m->name, strlen(m->name)) || strchr(m->name, '"') || strchr(m->name, '\\'))
+                return fail(c, line, "name \"%s\": no control characters, quotes or backslashes", m->name);
+        if (m->n_upstreams == 0 && !m->serve.enabled)
+                return fail(c, line, "model \"%s\" needs upstreams or serve", m->name);
+        for (int j = 0; j < i; j++)
+                if (!strcmp(gw->models[j].name, m->name))
+                        return fail(c, line, "model \"%s\" is defined twice (gateway.models[%d] too)", m->name, j);
+        return 0;
+}
+
+static int parse_models(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        int n, r;
+        cfg->gw.n_models = 0;
+        r = parse_list(c, ev, "a list of models {name, context, upstreams, serve}", model_item, &cfg->gw, &n);
+        if (r == 0)
+                cfg->gw.n_models = n;
+        return r;
+}
+
 static int check_syntax(struct ctx *c) {
         int depth = 0, docs = 0;
         for (;;) {

@@ -77,6 +77,9 @@ typedef struct gp_cfg_tenant {
         int max_queued;                      /* quota.max_queued, 0 = unlimited */
         int64_t max_gpus_milli;              /* quota.max_gpus in 1/1000 GPU, 0 = unlimited */
         int64_t guaranteed_gpus_milli;       /* quota.guaranteed_gpus in 1/1000 GPU */
+        int gw_max_concurrent;               /* gateway.max_concurrent: requests in flight, 0 = unlimited */
+        int64_t gw_rpm;                      /* gateway.rpm: requests per minute, 0 = unlimited */
+        int64_t gw_tpm;                      /* gateway.tpm: tokens per minute, 0 = unlimited */
 } gp_cfg_tenant;
 
 typedef struct gp_cfg_group {
@@ -110,6 +113,54 @@ typedef struct gp_cfg_time_rule {
         gp_cfg_rule_quota quotas[GP_CFG_MAX_RULE_QUOTAS];
         int n_quotas;
 } gp_cfg_time_rule;
+
+#define GP_CFG_MAX_MODELS 16
+#define GP_CFG_MAX_UPSTREAMS 8
+#define GP_CFG_MODEL_NAME_MAX 128     /* gateway.models[].name, with the NUL */
+#define GP_CFG_URL_MAX 256            /* an upstream base URL, with the NUL */
+#define GP_CFG_MAX_SERVE_ARGS 32
+#define GP_CFG_SERVE_ARG_MAX 256
+
+/* gateway.models[].serve: a model server gpupool runs on its own GPUs. */
+typedef struct gp_cfg_serve {
+        bool enabled;                        /* the key was given */
+        char command[GP_CFG_MAX_SERVE_ARGS][GP_CFG_SERVE_ARG_MAX]; /* argv; "{port}" is substituted */
+        int n_command;
+        int gpus;                            /* GPUs per replica, default 1 */
+        int64_t memory_mb;                   /* per GPU, default 0 = whole GPUs */
+        int port;                            /* 0 = auto (a free port), else 1..65535 */
+        char ready[GP_CFG_URL_MAX];          /* readiness path, default "/health" */
+        int replicas;                        /* default 1 */
+        bool autoscale;                      /* autoscale given */
+        int autoscale_min, autoscale_max;    /* replicas, 1..16 */
+        int autoscale_queue_depth;           /* queued requests per replica that add one, default 8 */
+} gp_cfg_serve;
+
+/* gateway.models[]: one model name the OpenAI-compatible gateway serves. */
+typedef struct gp_cfg_model {
+        char name[GP_CFG_MODEL_NAME_MAX];    /* the "model" of requests; unique */
+        int64_t context;                     /* context window in tokens, default 4096 */
+        char upstreams[GP_CFG_MAX_UPSTREAMS][GP_CFG_URL_MAX]; /* "http://host:port[/prefix]" */
+        int n_upstreams;
+        gp_cfg_serve serve;
+} gp_cfg_model;
+
+/* gateway: (DESIGN.md "Gateway"). 0 in a limit = unlimited. */
+typedef struct gp_cfg_gateway {
+        int queue_timeout_sec;               /* wait in the admission queue, default 30 */
+        int max_queue;                       /* queued requests in all tiers, default 10000 */
+        int max_concurrent;                  /* limits.max_concurrent, default 100 */
+        int max_rps;                         /* limits.max_rps, default 0 */
+        int64_t max_tokens_per_sec;          /* limits.max_tokens_per_sec, default 0 */
+        int connect_timeout_ms;              /* upstream connect, default 2000 */
+        int idle_timeout_sec;                /* upstream silent this long -> cut, default 60 */
+        int request_timeout_sec;             /* one upstream answer, whole, default 600 */
+        int64_t max_response_bytes;          /* non-streaming upstream answer, default 16 MiB */
+        int max_upstream_connections;        /* kept-alive + active, all upstreams, default 256 */
+        int upstream_down_sec;               /* a failed upstream is skipped this long, default 5 */
+        gp_cfg_model models[GP_CFG_MAX_MODELS];
+        int n_models;
+} gp_cfg_gateway;
 
 typedef struct gp_config {
         char source[PATH_MAX];               /* file loaded, "" for the embedded default */
@@ -183,6 +234,8 @@ typedef struct gp_config {
 
         /* billing (docs/billing.md): prices, record interval, enforcement */
         gp_bill_prices billing;              /* default: no prices, record_interval_s 300 */
+        /* gateway */
+        gp_cfg_gateway gw;
 } gp_config;
 
 /* Is local minute-of-day m (0..1439) inside the rule's window?  A window

@@ -15,6 +15,7 @@
 #include "base/sha256.h"
 #include "base/util.h"
 #include "server/billing.h"
+#include "gateway/gateway.h"
 #include "server/monitor.h"
 #include "server/submit.h"
 #include "server/tenants.h"
@@ -97,6 +98,15 @@ static enum MHD_Result send_error(hreq *r, int status, const char *code, const c
         va_start(ap, fmt);
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
+        if (r->openai) { /* /v1/: the shape OpenAI clients parse */
+                const char *type = status == 401   ? "invalid_request_error"
+                                   : status == 403 ? "permission_error"
+                                   : status >= 500 ? "server_error"
+                                                   : "invalid_request_error";
+                if (status == 401)
+                        code = "invalid_api_key";
+                return send_body(r, status, gp_gw_error_body(type, code, msg), JSON_TYPE, 0);
+        }
         return send_body(r, status, gp_http_error_body(code, "%s", msg), JSON_TYPE, 0);
 }
 
@@ -112,6 +122,7 @@ void gp_http_wake(hreq *r) {
         if (r->suspended) {
                 r->suspended = false;
                 MHD_resume_connection(r->conn);
+                gp_gw_kick(r->d->gw, r->conn); /* a loop thread drives MHD: have it look now */
         }
 }
 
@@ -569,6 +580,8 @@ static enum MHD_Result get_sched_stats(hreq *r) {
         if (out && extra)
                 json_object_update(out, extra); /* time_rules, tenants (usage against quota) */
         json_decref(extra);
+        if (out && d->gw)
+                json_object_set_new(out, "gateway", gp_gw_stats_json(d->gw));
         return send_json(r, 200, out);
 }
 
@@ -604,7 +617,10 @@ static enum MHD_Result get_sched_queues(hreq *r) {
         for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
                 json_array_append_new(tiers, json_pack("{s:i,s:I,s:o}", "priority", i, "depth",
                                                        (json_int_t)st.queued[i], "tasks", lists[i]));
-        return send_json(r, 200, json_pack("{s:o}", "queues", tiers));
+        json_t *out = json_pack("{s:o}", "queues", tiers);
+        if (out && d->gw)
+                json_object_set_new(out, "gateway_queues", gp_gw_queues_json(d->gw, (int)top));
+        return send_json(r, 200, out);
 }
 
 /* "local:0", "0" or a uuid -> scheduler GPU id. */
@@ -730,6 +746,37 @@ static enum MHD_Result gpu_cmd(hreq *r, const char *rest) {
 }
 
 /* ------------------------------------------------------------------ */
+/* the inference gateway (/v1/...)                                     */
+
+static enum MHD_Result gateway_route(hreq *r, const char *url, const char *method) {
+        gp_daemon *d = r->d;
+        if (r->body_too_big)
+                return send_error(r, 413, "payload_too_large", "request body over %" PRId64 " bytes",
+                                  d->cfg.max_body_bytes);
+        if (!d->gw)
+                return send_error(r, 503, "unavailable", "the gateway is not running");
+        /* the key's tenant, its tiers and its gateway limits; admin keys and
+         * keyless loopback callers are the tenant "default" */
+        gp_gw_caller who = {.max_priority = 0, .default_priority = 5, .clamp_priority = d->cfg.clamp_priority,
+                            .limits = {.weight = 1}};
+        gp_strlcpy(who.tenant, r->tenant[0] ? r->tenant : "default", sizeof(who.tenant));
+        pthread_mutex_lock(&d->lock);
+        const gp_cfg_tenant *tc = gp_tenants_find(d, who.tenant);
+        if (tc) {
+                if (!r->admin) {
+                        who.max_priority = tc->max_priority;
+                        who.default_priority = tc->default_priority;
+                }
+                who.limits.max_concurrent = tc->gw_max_concurrent;
+                who.limits.rpm = tc->gw_rpm;
+                who.limits.tpm = tc->gw_tpm;
+                who.limits.weight = (uint32_t)tc->weight;
+        }
+        pthread_mutex_unlock(&d->lock);
+        return gp_gw_handle(d->gw, r->conn, url, method, &who, r->body.data, r->body.len, &r->gw);
+}
+
+/* ------------------------------------------------------------------ */
 /* routing                                                             */
 
 static enum MHD_Result route(hreq *r, const char *url, const char *method) {
@@ -828,6 +875,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
                 *upload_data_size = 0;
                 return MHD_YES;
         }
+        if (r->gw)
+                return gp_gw_resume(d->gw, conn, r->gw);
         if (r->answered) {
                 char *body = r->resp;
                 r->resp = NULL;
@@ -838,6 +887,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
                 return get_task(r, r->wait_id);
         if (!r->started) {
                 r->started = true;
+                r->openai = gp_gw_is_path(url);
                 enum MHD_Result ret;
                 /* the dashboard's page and assets hold no data: they load without a key (the page asks for one) */
                 if (!gp_web_is_public(url, method) && authorize(r, url, &ret) < 0)
@@ -845,6 +895,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         }
         enum MHD_Result mret;
         int tret;
+        if (r->openai)
+                return gateway_route(r, url, method);
         if (gp_billing_route(r, url, method, &tret)) /* before tenants: /admin/tenants/{id}/credit */
                 return (enum MHD_Result)tret;
         if (gp_tenants_route(r, url, method, &tret))
@@ -872,6 +924,8 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                         *pp = r->wnext;
         }
         pthread_mutex_unlock(&d->lock);
+        if (r->gw)
+                gp_gw_completed(d->gw, r->gw);
         if (r->log_fd >= 0)
                 close(r->log_fd);
         free(r->resp);
@@ -900,24 +954,64 @@ static int parse_listen(const char *s, struct sockaddr_in *ret) {
         return 0;
 }
 
+static void stop_daemons(gp_daemon *d) {
+        for (int i = 0; i < d->nmhd; i++)
+                MHD_stop_daemon(d->mhds[i]);
+        d->nmhd = 0;
+}
+
+/* The gateway's token counts of each request go to billing (stored with
+ * the loop's next batch). */
+static void bill_tokens(void *ud, const char *tenant, const char *model, int64_t prompt, int64_t completion) {
+        gp_daemon *d = ud;
+        int rc = gp_billing_record_tokens(d, tenant, model, prompt, completion, gp_now_ms());
+        if (rc < 0)
+                gp_warn("gateway: tokens of tenant %s (model %s) not recorded: %s", tenant, model, gp_strerror(rc));
+}
+
 int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
         struct sockaddr_in sa;
         if (parse_listen(d->cfg.listen, &sa) < 0) {
                 snprintf(err, errlen, "listen: '%s' is not ADDR:PORT (IPv4)", d->cfg.listen);
                 return -EINVAL;
         }
-        unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-                         MHD_USE_ERROR_LOG;
-        d->mhd = MHD_start_daemon(flags, 0, NULL, NULL, handler, d, MHD_OPTION_SOCK_ADDR, &sa,
-                                  MHD_OPTION_THREAD_POOL_SIZE, (unsigned)d->cfg.http_threads,
-                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)d->cfg.max_connections,
-                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)d->cfg.connection_timeout_s,
-                                  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
-                                  MHD_OPTION_NOTIFY_COMPLETED, completed, d, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-                                  1, MHD_OPTION_END);
-        if (!d->mhd) {
-                snprintf(err, errlen, "cannot listen on %s (in use, or not allowed)", d->cfg.listen);
-                return -EADDRINUSE;
+        /* server.http_threads event loops, each with its own MHD daemon in external epoll
+         * mode on the same port (SO_REUSEPORT spreads the connections); each loop drives its
+         * daemon together with the gateway's upstream transfers (no hand-offs between
+         * threads; see docs/gateway.md) */
+        int n = d->cfg.http_threads < 1 ? 1 : d->cfg.http_threads;
+        if (n > GP_HTTP_MAX_LOOPS)
+                n = GP_HTTP_MAX_LOOPS;
+        int grc = gp_gw_new(&d->cfg, n, &d->gw, err, errlen);
+        if (grc < 0)
+                return grc;
+        unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+        unsigned per = (unsigned)(d->cfg.max_connections + n - 1) / (unsigned)n;
+        for (int i = 0; i < n; i++) {
+                struct MHD_Daemon *m =
+                        MHD_start_daemon(flags, 0, NULL, NULL, handler, d, MHD_OPTION_SOCK_ADDR, &sa,
+                                         MHD_OPTION_CONNECTION_LIMIT, per, MHD_OPTION_CONNECTION_TIMEOUT,
+                                         (unsigned)d->cfg.connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                                         (size_t)16 * 1024, MHD_OPTION_NOTIFY_COMPLETED, completed, d,
+                                         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+                if (!m) {
+                        stop_daemons(d);
+                        gp_gw_free(d->gw);
+                        d->gw = NULL;
+                        snprintf(err, errlen, "cannot listen on %s (in use, or not allowed)", d->cfg.listen);
+                        return -EADDRINUSE;
+                }
+                d->mhds[d->nmhd++] = m;
+        }
+        d->mhd = d->mhds[0];
+        gp_gw_on_usage(d->gw, bill_tokens, d);
+        grc = gp_gw_run(d->gw, d->mhds, d->nmhd, err, errlen);
+        if (grc < 0) {
+                stop_daemons(d);
+                d->mhd = NULL;
+                gp_gw_free(d->gw);
+                d->gw = NULL;
+                return grc;
         }
         return 0;
 }
@@ -925,7 +1019,11 @@ int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
 void gp_http_stop(gp_daemon *d) {
         if (!d->mhd)
                 return;
-        MHD_quiesce_daemon(d->mhd);
+        for (int i = 0; i < d->nmhd; i++) {
+                MHD_socket ls = MHD_quiesce_daemon(d->mhds[i]);
+                if (ls != MHD_INVALID_SOCKET)
+                        close(ls); /* no new connections; the open ones are served */
+        }
         /* the loop answers what is queued; parked reads are woken */
         for (int i = 0; i < 50; i++) {
                 pthread_mutex_lock(&d->qlock);
@@ -951,7 +1049,10 @@ void gp_http_stop(gp_daemon *d) {
                 f = n;
         }
         pthread_mutex_unlock(&d->lock);
-        usleep(100 * 1000);
-        MHD_stop_daemon(d->mhd);
+        usleep(100 * 1000); /* the loop thread still drives MHD: woken requests are answered */
+        gp_gw_stop(d->gw);  /* answers parked gateway requests, then the loops (and MHD driving) end */
+        stop_daemons(d);
         d->mhd = NULL;
+        gp_gw_free(d->gw);
+        d->gw = NULL;
 }

@@ -7,6 +7,7 @@
  * run on MHD worker threads and answer at once (the handler's second
  * call, see http.c).  Nothing here writes the daemon's state.
  */
+#include "gateway/gateway.h"
 #include "server/monitor.h"
 
 #include <errno.h>
@@ -275,6 +276,8 @@ static enum MHD_Result get_prometheus(hreq *r) {
         gp_buf b;
         gp_buf_init(&b, 0);
         int rc = gp_monitor_prometheus(d->mon, s, gp_now_ms() - d->started_ms, &b);
+        if (rc == 0)
+                rc = gp_gw_prometheus(d->gw, &b);
         free(s);
         return send_buf(r, &b, rc, "text/plain; version=0.0.4; charset=utf-8");
 }
@@ -426,7 +429,10 @@ static enum MHD_Result get_snapshot(hreq *r) {
         }
         json_decref(usage);
         json_object_set_new(j, "tenants", ta);
-        json_object_set_new(j, "gateway", json_pack("{s:b}", "configured", 0));
+        json_t *gw = d->gw && d->cfg.gw.n_models ? gp_gw_stats_json(d->gw) : NULL;
+        if (gw)
+                json_object_set_new(gw, "configured", json_true());
+        json_object_set_new(j, "gateway", gw ? gw : json_pack("{s:b}", "configured", 0));
         json_object_set_new(j, "backend", json_string(d->backend));
         free(s);
         char *body = json_dumps(j, JSON_COMPACT);

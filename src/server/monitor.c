@@ -857,8 +857,7 @@ int gp_monitor_prometheus(gp_monitor *m, const gp_mon_sample *s, int64_t uptime_
                 family(&e, "gpupool_history_series_dropped_total", "counter", "History series not kept because the series cap was reached.");
                 line(&e, "gpupool_history_series_dropped_total", (double)series_dropped);
         }
-        family(&e, "gpupool_gateway_configured", "gauge", "1 when the LLM gateway is configured; its gpupool_gateway_* metrics appear then.");
-        line(&e, "gpupool_gateway_configured", 0);
+        /* the gateway's families (gpupool_gateway_*) are appended by the daemon (gateway.h) */
         return e.rc;
 }
 

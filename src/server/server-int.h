@@ -91,6 +91,9 @@ typedef struct hreq {
         int64_t log_offset;         /* follow: first byte to send */
         bool following;
         int64_t follow_idle_ms;
+        /* gateway (/v1/...) */
+        bool openai;                /* errors in the OpenAI shape */
+        void *gw;                   /* the gateway's request while it has one (gateway.h) */
 } hreq;
 
 typedef struct gp_key {
@@ -156,7 +159,11 @@ typedef struct gp_daemon {
         bool ready;                 /* /readyz: set (atomically) by the loop after its first full pass */
         volatile int stopping;
         pthread_t loop_thread, sampler_thread, checkpoint_thread;
-        struct MHD_Daemon *mhd;
+        struct MHD_Daemon *mhd;     /* mhds[0], NULL when not serving */
+#define GP_HTTP_MAX_LOOPS 16
+        struct MHD_Daemon *mhds[GP_HTTP_MAX_LOOPS]; /* one per HTTP loop, all on one port */
+        int nmhd;
+        struct gp_gw *gw;           /* the inference gateway (gateway/gateway.h), thread-safe */
         /* counters, under lock */
         uint64_t submitted_total, finished_total, failed_total, cancelled_total;
         uint64_t commits, commit_tasks;

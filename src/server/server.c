@@ -5,6 +5,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "server/server-int.h"
+#include "server/serve.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -98,12 +99,15 @@ int gp_server_main(int argc, char **argv) {
                 gp_daemon_close(&d);
                 return 1;
         }
+        gp_serve *serve = NULL;
         if (gp_daemon_start(&d) < 0 || gp_http_start(&d, err, sizeof(err)) < 0) {
                 fprintf(stderr, "gpupool server: %s\n", err);
                 gp_daemon_stop(&d);
                 gp_daemon_close(&d);
                 return 1;
         }
+        if (gp_serve_start(&d, &serve) < 0)
+                gp_error("cannot start the model servers of gateway.models[].serve (out of memory or threads)");
         char store[sizeof(cfg.store_url)];
         redact_url(cfg.store_url, store, sizeof(store));
         gp_info("gpupool server listening on %s, data in %s, store %s, %zu GPU(s) from backend %s%s", cfg.listen,
@@ -113,6 +117,7 @@ int gp_server_main(int argc, char **argv) {
         while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
                 gp_warn("SIGHUP ignored: this version does not reload its config; restart it to apply changes");
         gp_info("signal %d: stopping (running tasks keep running under their supervisors)", sig);
+        gp_serve_stop(serve);
         gp_http_stop(&d);
         gp_daemon_stop(&d);
         gp_daemon_close(&d);

@@ -6,6 +6,7 @@
  * hashes are unique.  Nothing here keeps a key in the clear.
  */
 #include "server/tenants.h"
+#include "gateway/gateway.h"
 
 #include "base/err.h"
 #include "base/log.h"
@@ -224,6 +225,8 @@ static json_t *tenant_json(const gp_daemon *d, const gp_cfg_tenant *base) {
                               t->default_priority, "weight", t->weight, "quota", quota_json(t), "keys", keys);
         if (memcmp(&now, base, sizeof(now)) != 0)
                 json_object_set_new(o, "quota_configured", quota_json(base));
+        json_object_set_new(o, "gateway", json_pack("{s:i,s:I,s:I}", "max_concurrent", t->gw_max_concurrent, "rpm",
+                                                    (json_int_t)t->gw_rpm, "tpm", (json_int_t)t->gw_tpm));
         return o;
 }
 
@@ -286,7 +289,8 @@ static int get_str_field(json_t *o, const char *key, char *dst, size_t size, cha
  * fields and bad values are refused with a message naming the field. */
 static int tenant_from_json(json_t *o, gp_cfg_tenant *t, char *err, size_t errlen) {
         static const char *const known[] = {"id", "name", "kind", "group", "max_priority", "default_priority",
-                                            "weight", "quota", "keys", NULL};
+                                            "weight", "quota", "keys", "gateway", NULL};
+        static const char *const gknown[] = {"max_concurrent", "rpm", "tpm", NULL};
         static const char *const qknown[] = {"max_concurrent", "max_queued", "max_gpus", "guaranteed_gpus", NULL};
         if (!json_is_object(o)) {
                 snprintf(err, errlen, "body must be a JSON object");
@@ -340,6 +344,38 @@ static int tenant_from_json(json_t *o, gp_cfg_tenant *t, char *err, size_t errle
                         r = get_gpus_milli(v, "quota.max_gpus", &n.max_gpus_milli, err, errlen);
                 if (r == 0 && (v = json_object_get(q, "guaranteed_gpus")))
                         r = get_gpus_milli(v, "quota.guaranteed_gpus", &n.guaranteed_gpus_milli, err, errlen);
+                if (r < 0)
+                        return r;
+        }
+        json_t *gw = json_object_get(o, "gateway");
+        if (gw) {
+                if (!json_is_object(gw)) {
+                        snprintf(err, errlen, "gateway: must be an object {max_concurrent, rpm, tpm}");
+                        return -EINVAL;
+                }
+                json_object_foreach(gw, k, v) {
+                        bool ok = false;
+                        for (int i = 0; gknown[i]; i++)
+                                ok |= !strcmp(k, gknown[i]);
+                        if (!ok) {
+                                snprintf(err, errlen, "gateway: unknown field '%.64s'", k);
+                                return -EINVAL;
+                        }
+                }
+                r = get_int_field(gw, "max_concurrent", 0, 1000000, &n.gw_max_concurrent, err, errlen);
+                static const char *const rates[] = {"rpm", "tpm"};
+                int64_t *dst[] = {&n.gw_rpm, &n.gw_tpm};
+                for (int i = 0; r == 0 && i < 2; i++) {
+                        v = json_object_get(gw, rates[i]);
+                        if (!v)
+                                continue;
+                        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                            json_integer_value(v) > ((json_int_t)1 << 40)) {
+                                snprintf(err, errlen, "gateway.%s: must be an integer 0..2^40", rates[i]);
+                                return -EINVAL;
+                        }
+                        *dst[i] = json_integer_value(v);
+                }
                 if (r < 0)
                         return r;
         }
@@ -668,6 +704,16 @@ json_t *gp_tenants_stats_json(gp_daemon *d) {
         return json_pack("{s:o,s:o}", "time_rules", rules, "tenants", ts);
 }
 
+/* The tenant's gateway requests and tokens (zeros before its first
+ * request).  d->lock held (the gateway's lock nests inside it). */
+static void gateway_usage(gp_daemon *d, json_t *o, const char *id) {
+        json_t *u = d->gw ? gp_gw_tenant_json(d->gw, id) : NULL;
+        if (!u)
+                u = json_pack("{s:i,s:i,s:i,s:i,s:i,s:i}", "requests", 0, "in_flight", 0, "queued", 0, "prompt_tokens",
+                              0, "completion_tokens", 0, "tokens", 0);
+        json_object_set_new(o, "gateway_usage", u);
+}
+
 static int get_tenants(hreq *r, const char *id) {
         gp_daemon *d = r->d;
         pthread_mutex_lock(&d->lock);
@@ -683,6 +729,7 @@ static int get_tenants(hreq *r, const char *id) {
                 json_t *bill = gp_billing_tenant_json(d, t->id);
                 if (bill)
                         json_object_set_new(out, "billing", bill);
+                gateway_usage(d, out, t->id);
         } else {
                 json_t *a = json_array();
                 for (size_t i = 0; i < d->ntenants; i++) {
@@ -694,6 +741,7 @@ static int get_tenants(hreq *r, const char *id) {
                         json_t *bill = gp_billing_tenant_json(d, t->id);
                         if (bill)
                                 json_object_set_new(o, "billing", bill);
+                        gateway_usage(d, o, t->id);
                         json_array_append_new(a, o);
                 }
                 out = json_pack("{s:o}", "tenants", a);

@@ -25,6 +25,58 @@ static int load(const char *yaml, gp_config *cfg, char *err, size_t errlen) {
         return gp_config_load_buffer("t.yaml", yaml, strlen(yaml), cfg, err, errlen);
 }
 
+static void test_gateway_section_is_loaded(void **state) {
+        gp_config c;
+        char err[512];
+        const char *y = "gateway:\n"
+                        "  queue_timeout_sec: 12\n"
+                        "  max_queue: 50\n"
+                        "  limits: {max_concurrent: 7, max_rps: 200, max_tokens_per_sec: 4000}\n"
+                        "  models:\n"
+                        "    - name: deepseek-7b\n"
+                        "      context: 8192\n"
+                        "      upstreams: [\"http://127.0.0.1:8000\", \"http://10.0.0.2:8001/prefix\"]\n"
+                        "tenants:\n"
+                        "  - {id: dept_a, gateway: {max_concurrent: 10, rpm: 600, tpm: 100000}}\n";
+        gp_config_defaults(&c);
+        assert_int_equal(c.gw.queue_timeout_sec, 30);
+        assert_int_equal(c.gw.max_queue, 10000);
+        assert_int_equal(c.gw.max_concurrent, 100);
+        assert_int_equal(c.gw.n_models, 0);
+        if (load(y, &c, err, sizeof(err)) != 0)
+                fail_msg("%s", err);
+        assert_int_equal(c.gw.queue_timeout_sec, 12);
+        assert_int_equal(c.gw.max_queue, 50);
+        assert_int_equal(c.gw.max_concurrent, 7);
+        assert_int_equal(c.gw.max_rps, 200);
+        assert_int_equal(c.gw.max_tokens_per_sec, 4000);
+        assert_int_equal(c.gw.n_models, 1);
+        assert_string_equal(c.gw.models[0].name, "deepseek-7b");
+        assert_int_equal(c.gw.models[0].context, 8192);
+        assert_int_equal(c.gw.models[0].n_upstreams, 2);
+        assert_string_equal(c.gw.models[0].upstreams[1], "http://10.0.0.2:8001/prefix");
+        assert_int_equal(c.tenants[0].gw_max_concurrent, 10);
+        assert_int_equal(c.tenants[0].gw_rpm, 600);
+        assert_int_equal(c.tenants[0].gw_tpm, 100000);
+        const char *sv = "gateway:\n"
+                         "  models:\n"
+                         "    - name: m\n"
+                         "      serve: {command: [vllm, serve, x, --port, \"{port}\"], gpus: 2, memory_mb: 20000,\n"
+                         "              port: auto, ready: /v1/models, replicas: 3}\n";
+        if (load(sv, &c, err, sizeof(err)) != 0)
+                fail_msg("%s", err);
+        const gp_cfg_serve *s = &c.gw.models[0].serve;
+        assert_true(s->enabled);
+        assert_int_equal(s->n_command, 5);
+        assert_string_equal(s->command[4], "{port}");
+        assert_int_equal(s->gpus, 2);
+        assert_int_equal(s->memory_mb, 20000);
+        assert_int_equal(s->port, 0);
+        assert_string_equal(s->ready, "/v1/models");
+        assert_int_equal(s->replicas, 3);
+        assert_int_equal(c.gw.models[0].n_upstreams, 0);
+}
+
 static void test_defaults_match_design(void **state) {
         gp_config c;
         char err[256];
@@ -328,7 +380,7 @@ static const struct bad bad_inputs[] = {
         /* unknown key, with the valid keys listed */
         {"server:\n  listen: \"1.2.3.4:80\"\n  lisen: x\n",
          "t.yaml:3: server.lisen: unknown key (valid keys of server: listen, data_dir,", -EINVAL},
-        {"# c\nfoo: 1\n", "t.yaml:2: foo: unknown key (valid keys: server, auth, store, gpus, scheduler, tasks, monitor, alerts, tenants, groups, time_rules, billing)",
+        {"# c\nfoo: 1\n", "t.yaml:2: foo: unknown key (valid keys: server, auth, store, gpus, scheduler, tasks, monitor, alerts, tenants, groups, time_rules, gateway, billing)",
          -EINVAL},
         {"scheduler:\n  preemption:\n    grace: 3\n", "t.yaml:3: scheduler.preemption.grace: unknown key",
          -EINVAL},
@@ -367,7 +419,23 @@ static const struct bad bad_inputs[] = {
          "t.yaml:2: time_rules[0].quotas.a.max_gpuz: unknown key", -EINVAL},
         {"time_rules:\n  - {name: x, start: \"20:00\", end: \"01:00\", weights: [1, 2]}\n",
          "t.yaml:2: time_rules[0].weights: expected a list of 10 positive integers", -EINVAL},
-        {"gateway: {}\n", "t.yaml:1: gateway: not supported by this version of gpupool yet", -EINVAL},
+        /* gateway: models need a name and upstreams (serve is checked, then refused) */
+        {"gateway:\n  models:\n    - {upstreams: [\"http://127.0.0.1:8000\"]}\n", "t.yaml:3: gateway.models[0]: missing name",
+         -EINVAL},
+        {"gateway:\n  models:\n    - {name: m}\n", "t.yaml:3: gateway.models[0]: model \"m\" needs upstreams or serve",
+         -EINVAL},
+        {"gateway:\n  models:\n    - {name: m, upstreams: [\"http://h:1/\"]}\n",
+         "t.yaml:3: gateway.models[0].upstreams[0]: expected an upstream base URL", -EINVAL},
+        {"gateway:\n  models:\n    - {name: m, upstreams: [\"http://h:1\"]}\n    - {name: m, upstreams: [\"http://h:2\"]}\n",
+         "t.yaml:4: gateway.models[1]: model \"m\" is defined twice", -EINVAL},
+        {"gateway:\n  models:\n    - {name: m, serve: {command: [vllm], autoscale: {min: 3, max: 1}}}\n",
+         "t.yaml:3: gateway.models[0].serve.autoscale: min 3 is above max 1", -EINVAL},
+        {"gateway:\n  models:\n    - {name: m, serve: {command: [vllm], port: 8000, replicas: 2}}\n",
+         "t.yaml:3: gateway.models[0].serve: port 8000 is fixed, so only one replica can run", -EINVAL},
+        {"gateway:\n  models:\n    - {name: m, serve: {gpus: 1}}\n", "t.yaml:3: gateway.models[0].serve: missing command",
+         -EINVAL},
+        {"gateway:\n  limits: {max_rps: -1}\n", "t.yaml:2: gateway.limits.max_rps: ", -EINVAL},
+        {"tenants:\n  - {id: a, gateway: {rpm: x}}\n", "t.yaml:2: tenants[0].gateway.rpm: ", -EINVAL},
         /* billing: money is exact decimal text, lists need their keys */
         {"billing: {prices: [{gpu_model: \"*\", per_gpu_hour: -2}]}\n",
          "t.yaml:1: billing.prices[0].per_gpu_hour: expected a decimal number with at most 6 decimals", -EINVAL},
@@ -816,6 +884,7 @@ int main(void) {
                 cmocka_unit_test(test_billing_section_loads_prices_tiers_and_windows),
                 cmocka_unit_test(test_alerts_section_gives_rules_and_webhook),
                 cmocka_unit_test(test_defaults_match_design),
+                cmocka_unit_test(test_gateway_section_is_loaded),
                 cmocka_unit_test(test_empty_and_comment_only_files_give_defaults),
                 cmocka_unit_test(test_full_file_overrides_every_key),
                 cmocka_unit_test(test_load_starts_from_defaults_not_from_cfg),

@@ -1,0 +1,1826 @@
+/* gateway.c - the inference gateway: event loops that each drive one MHD
+ * daemon and one libcurl multi handle on one epoll set, sharing the
+ * admission state (see gateway.h for the threads and a request's life, and
+ * docs/internals/gateway.md).
+ *
+ * Threads: a request belongs to the loop whose MHD daemon got its
+ * connection (q->L); only that loop's thread touches its fields, except
+ * q->refs (atomic), q->inbox/q->inext (under the loop's ilock) and
+ * q->ticket (under g->lock, with the admission state, the upstream table
+ * and the counters).  g->lock is held briefly, never across I/O.
+ *
+ * Invariants:
+ *   - a gw_req is freed when every holder let go: the MHD side
+ *     (gp_gw_completed), the gateway side (its loop, once the request left
+ *     the admission queue and its transfer ended) and inbox entries; refs
+ *     counts them, and only the owning loop drops the last one;
+ *   - a parked connection is resumed exactly once per park, by whoever
+ *     changes what it waits for (parked says it is parked);
+ *   - the client's socket is in the gateway epoll set (fd_watched) only
+ *     while its request waits in the admission queue (the connection is
+ *     parked then, so MHD cannot have closed it);
+ *   - curl's sockets stay in the epoll set between transfers (fdreg says
+ *     with which events) and leave it when curl closes them;
+ *   - an easy handle belongs to one request while a transfer runs, and
+ *     goes back to the free list after.
+ */
+#include "gateway/gateway.h"
+
+#include "base/buf.h"
+#include "base/log.h"
+#include "base/util.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TAG_CURL ((uint64_t)1 << 62)
+#define TAG_MHD ((uint64_t)1)      /* the MHD daemon's epoll fd (evfd is 0) */
+#define MAX_HEADER_BYTES (64 * 1024)
+#define STREAM_HIGH_WATER (1 << 20) /* buffered for a slow client: pause the upstream */
+#define MAX_EASY_FREE 512
+#define GW_MAX_FD 65536            /* curl sockets above this are handled without the cache */
+
+#define GW_MAX_LOOPS 16
+
+enum { IN_NEW = 1, IN_ABORT = 2, IN_UNPAUSE = 4, IN_START = 8, IN_EXPIRED = 16 };
+
+struct loop;
+
+typedef struct upstream {
+        char url[GP_CFG_URL_MAX];
+        bool off;                  /* a served replica that is not (or no longer) ready */
+        int inflight;
+        int64_t down_until_ms;
+        uint64_t requests, failures;
+} upstream;
+
+typedef struct model {
+        const gp_cfg_model *cfg;
+        upstream ups[GP_CFG_MAX_UPSTREAMS];
+        int nups;
+        uint64_t requests;         /* ended requests that were admitted */
+        uint64_t prompt_tokens, completion_tokens;
+        int waiting;               /* its requests in the admission queue now */
+        int in_flight;             /* its admitted requests not ended */
+} model;
+
+typedef struct tstats {
+        uint64_t prompt_tokens, completion_tokens, errors;
+} tstats;
+
+typedef struct gw_req {
+        gp_admit_ticket ticket;
+        gp_gw *g;
+        struct loop *L;            /* the loop whose MHD daemon serves the connection */
+        struct MHD_Connection *conn;
+        int refs;                  /* atomic (__atomic builtins) */
+        int client_fd;
+        bool fd_watched;
+        bool parked;               /* the connection is suspended */
+        bool gw_held;              /* the gateway side still holds it */
+        unsigned inbox;            /* IN_* bits while in the inbox */
+        struct gw_req *inext;
+        /* the request */
+        model *m;
+        char path[40];             /* "/v1/chat/completions" */
+        char *body;                /* what goes upstream (owned) */
+        size_t body_len;
+        bool stream;
+        int64_t prompt_est;
+        char tenant[GP_TENANT_MAX];
+        int64_t t0_ms;
+        /* the upstream transfer */
+        CURL *easy;
+        int up;                    /* index in m->ups, -1 = none */
+        int attempts;
+        bool tried[GP_CFG_MAX_UPSTREAMS];
+        long status;
+        gp_buf hdrs;               /* "Name: value\r\n" lines kept for the client */
+        bool retry_5xx;            /* abandon this answer and try another upstream */
+        bool paused;
+        gp_gw_sse sse;
+        gp_buf out;                /* bytes for the client */
+        size_t out_off;            /* taken by the reader so far */
+        bool running;              /* a transfer is in the multi handle */
+        int64_t last_io_ms;        /* the upstream's last sign of life (idle timeout) */
+        bool up_done;              /* the upstream answer ended */
+        bool up_failed;            /* ... in error */
+        bool responding;           /* the MHD response is queued (bytes may have left) */
+        bool client_gone;
+        bool close_conn;           /* answer by closing the connection */
+        /* an answer made by the gateway (errors, 429) */
+        int ans_status;
+        char *ans_body;
+        gp_admit_ratelimit rl;
+        bool ans_rl;               /* add the rate-limit headers */
+} gw_req;
+
+typedef struct usage_rec {
+        char tenant[GP_TENANT_MAX];
+        char model[GP_CFG_MODEL_NAME_MAX];
+        int64_t prompt, completion;
+} usage_rec;
+
+/* One event loop thread: its own MHD daemon (all of them listen on the
+ * same port with SO_REUSEPORT, so the kernel spreads connections), its own
+ * curl multi handle and epoll set.  Requests stay on the loop that got
+ * their connection; admission state is shared (under g->lock). */
+typedef struct loop {
+        gp_gw *g;
+        pthread_t thread;
+        bool started;
+        int epfd, evfd;
+        CURLM *multi;
+        struct MHD_Daemon *mhd;    /* driven by this loop (external epoll mode) */
+        bool mhd_kick;             /* run MHD again before sleeping (a connection was resumed); loop only */
+        int nrunning;              /* transfers in multi; loop only */
+        CURL *easy_free[MAX_EASY_FREE];
+        int neasy_free;
+        int64_t curl_deadline_ms;  /* -1 = none */
+        int64_t next_idle_check_ms;/* when to look for silent upstreams; loop only */
+        uint8_t fdreg[GW_MAX_FD];  /* curl sockets in the epoll set (FD_* bits); loop only */
+        pthread_mutex_t ilock;     /* the inbox (a leaf lock) */
+        gw_req *inbox;             /* under ilock */
+        gw_req *grave;             /* unreferenced requests, freed by this loop after its batch; loop only */
+        gw_req **reqs;             /* the requests this loop's gateway side holds; loop only */
+        size_t nreqs, capreqs;
+        struct usage_rec *usage;   /* to report after the batch; loop only */
+        size_t nusage, capusage;
+} loop;
+
+static __thread loop *tl_loop;     /* the loop this thread runs, NULL elsewhere */
+
+struct gp_gw {
+        gp_gw_usage_fn *usage_fn;   /* billing's token record (gp_gw_on_usage), set before the loops run */
+        void *usage_ud;
+        gp_cfg_gateway cfg;
+        pthread_mutex_t lock;
+        loop *loops;               /* [nloops] */
+        int nloops;
+        int stopping;               /* set once by gp_gw_stop; __atomic loads and stores */
+        int nstopped;              /* loops that answered their requests and left */
+        bool stopped;              /* all of them */
+        struct curl_slist *up_headers;
+        gp_admit *admit;
+        model models[GP_CFG_MAX_MODELS];
+        int nmodels;
+        tstats tenants[GP_ADMIT_MAX_TENANTS];
+        uint64_t upstream_errors, retries, context_errors;
+};
+
+static int64_t mono_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void gp_gw_on_usage(gp_gw *g, gp_gw_usage_fn *fn, void *ud) {
+        g->usage_fn = fn;
+        g->usage_ud = ud;
+}
+
+bool gp_gw_is_path(const char *url) {
+        return !strncmp(url, "/v1/", 4) || !strcmp(url, "/v1");
+}
+
+char *gp_gw_error_body(const char *type, const char *code, const char *message) {
+        json_t *e = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", message, "type", type, "param", "code",
+                              code);
+        char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
+        json_decref(e);
+        return s;
+}
+
+/* ------------------------------------------------------------------ */
+/* answers on the MHD side                                             */
+
+static enum MHD_Result queue_buf(struct MHD_Connection *conn, int status, char *body, const char *ctype) {
+        if (!body)
+                return MHD_NO;
+        struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+                free(body);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", ctype);
+        enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
+        MHD_destroy_response(resp);
+        return ret;
+}
+
+static enum MHD_Result oai_error(struct MHD_Connection *conn, int status, const char *type, const char *code,
+                                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static enum MHD_Result oai_error(struct MHD_Connection *conn, int status, const char *type, const char *code,
+                                 const char *fmt, ...) {
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        return queue_buf(conn, status, gp_gw_error_body(type, code, msg), "application/json");
+}
+
+static void fmt_reset(int64_t ms, char *out, size_t size) {
+        if (ms < 1000)
+                snprintf(out, size, "%" PRId64 "ms", ms < 0 ? 0 : ms);
+        else if (ms < 60000)
+                snprintf(out, size, "%" PRId64 ".%03" PRId64 "s", ms / 1000, ms % 1000);
+        else
+                snprintf(out, size, "%" PRId64 "m%" PRId64 "s", ms / 60000, (ms % 60000) / 1000);
+}
+
+static void add_ratelimit_headers(struct MHD_Response *resp, const gp_admit_ratelimit *rl) {
+        char v[48];
+        snprintf(v, sizeof(v), "%" PRId64, (rl->retry_after_ms + 999) / 1000);
+        MHD_add_response_header(resp, "retry-after", v);
+        snprintf(v, sizeof(v), "%" PRId64, rl->retry_after_ms);
+        MHD_add_response_header(resp, "retry-after-ms", v);
+        if (rl->limit_requests) {
+                snprintf(v, sizeof(v), "%" PRId64, rl->limit_requests);
+                MHD_add_response_header(resp, "x-ratelimit-limit-requests", v);
+                snprintf(v, sizeof(v), "%" PRId64, rl->remaining_requests);
+                MHD_add_response_header(resp, "x-ratelimit-remaining-requests", v);
+                fmt_reset(rl->reset_requests_ms, v, sizeof(v));
+                MHD_add_response_header(resp, "x-ratelimit-reset-requests", v);
+        }
+        if (rl->limit_tokens) {
+                snprintf(v, sizeof(v), "%" PRId64, rl->limit_tokens);
+                MHD_add_response_header(resp, "x-ratelimit-limit-tokens", v);
+                snprintf(v, sizeof(v), "%" PRId64, rl->remaining_tokens);
+                MHD_add_response_header(resp, "x-ratelimit-remaining-tokens", v);
+                fmt_reset(rl->reset_tokens_ms, v, sizeof(v));
+                MHD_add_response_header(resp, "x-ratelimit-reset-tokens", v);
+        }
+}
+
+/* ------------------------------------------------------------------ */
+/* request records                                                     */
+
+static void wake_loop(loop *L) {
+        uint64_t one = 1;
+        ssize_t w = write(L->evfd, &one, sizeof(one));
+        (void)w;
+}
+
+static void ref(gw_req *q) {
+        __atomic_add_fetch(&q->refs, 1, __ATOMIC_ACQ_REL);
+}
+
+/* Give q to its loop's inbox (any thread).  With own, the caller's
+ * reference moves to the inbox; else the inbox takes a new one. */
+static void post_ref(gw_req *q, unsigned what, bool own) {
+        loop *L = q->L;
+        pthread_mutex_lock(&L->ilock);
+        bool was_empty = L->inbox == NULL;
+        if (!q->inbox) {
+                q->inext = L->inbox;
+                L->inbox = q;
+                if (!own)
+                        ref(q);
+        } else if (own) {
+                __atomic_sub_fetch(&q->refs, 1, __ATOMIC_ACQ_REL); /* the inbox entry holds one already */
+        }
+        q->inbox |= what;
+        pthread_mutex_unlock(&L->ilock);
+        if (was_empty && tl_loop != L)
+                wake_loop(L); /* the loop itself looks at its inbox before it sleeps */
+}
+
+static void post(gp_gw *g, gw_req *q, unsigned what) {
+        (void)g;
+        post_ref(q, what, false);
+}
+
+static void req_free(gw_req *q) {
+        free(q->body);
+        free(q->ans_body);
+        gp_buf_done(&q->hdrs);
+        gp_buf_done(&q->out);
+        gp_gw_sse_done(&q->sse);
+        free(q);
+}
+
+/* Drop one reference (the owning loop's thread).  The last one puts it in
+ * the graveyard: an epoll batch the loop is working through may still name
+ * it, so it is freed once the batch is done (or by gp_gw_free). */
+static void unref(gw_req *q) {
+        if (__atomic_sub_fetch(&q->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+                q->inext = q->L->grave;
+                q->L->grave = q;
+        }
+}
+
+static void free_grave(loop *L) {
+        while (L->grave) {
+                gw_req *q = L->grave;
+                L->grave = q->inext;
+                req_free(q);
+        }
+}
+
+static void unwatch(gp_gw *g, gw_req *q) {
+        (void)g;
+        if (q->fd_watched) {
+                epoll_ctl(q->L->epfd, EPOLL_CTL_DEL, q->client_fd, NULL);
+                q->fd_watched = false;
+        }
+}
+
+/* The connection of q was resumed: its loop must run MHD. */
+static void kick_loop(loop *L) {
+        if (tl_loop == L)
+                L->mhd_kick = true;
+        else
+                wake_loop(L);
+}
+
+/* Resume the parked connection so its handler runs (owning loop). */
+static void wake_conn(gw_req *q) {
+        if (q->parked && !q->client_gone) {
+                q->parked = false;
+                MHD_resume_connection(q->conn);
+                kick_loop(q->L);
+        }
+}
+
+/* ------------------------------------------------------------------ */
+/* the MHD side                                                        */
+
+static model *find_model(gp_gw *g, const char *name) {
+        for (int i = 0; i < g->nmodels; i++)
+                if (!strcmp(g->models[i].cfg->name, name))
+                        return &g->models[i];
+        return NULL;
+}
+
+static enum MHD_Result list_models(gp_gw *g, struct MHD_Connection *conn) {
+        json_t *a = json_array();
+        for (int i = 0; i < g->nmodels; i++)
+                json_array_append_new(a, json_pack("{s:s,s:s,s:i,s:s,s:I}", "id", g->models[i].cfg->name, "object",
+                                                   "model", "created", 0, "owned_by", "gpupool", "context_length",
+                                                   (json_int_t)g->models[i].cfg->context));
+        json_t *o = json_pack("{s:s,s:o}", "object", "list", "data", a);
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        return queue_buf(conn, 200, s, "application/json");
+}
+
+enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *url, const char *method,
+                             const gp_gw_caller *who, const char *body, size_t len, void **slot) {
+        bool post_m = !strcmp(method, "POST");
+        if (!strcmp(url, "/v1/models")) {
+                if (strcmp(method, "GET") && strcmp(method, "HEAD"))
+                        return oai_error(conn, 405, "invalid_request_error", "method_not_allowed", "use GET");
+                return list_models(g, conn);
+        }
+        if (!strncmp(url, "/v1/models/", 11)) {
+                model *m = find_model(g, url + 11);
+                if (!m)
+                        return oai_error(conn, 404, "invalid_request_error", "model_not_found",
+                                         "The model '%.200s' does not exist", url + 11);
+                json_t *o = json_pack("{s:s,s:s,s:i,s:s}", "id", m->cfg->name, "object", "model", "created", 0,
+                                      "owned_by", "gpupool");
+                char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+                json_decref(o);
+                return queue_buf(conn, 200, s, "application/json");
+        }
+        bool chat = !strcmp(url, "/v1/chat/completions"), compl = !strcmp(url, "/v1/completions"),
+             emb = !strcmp(url, "/v1/embeddings");
+        if (!chat && !compl && !emb)
+                return oai_error(conn, 404, "invalid_request_error", "not_found", "Unknown path %.200s", url);
+        if (!post_m)
+                return oai_error(conn, 405, "invalid_request_error", "method_not_allowed", "use POST");
+        /* tier: the key's default, or X-Priority asking for a tier no more urgent than the key's max */
+        int tier = who->default_priority;
+        const char *xp = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Priority");
+        if (xp) {
+                int t = gp_gw_parse_priority(xp);
+                if (t < 0)
+                        return oai_error(conn, 400, "invalid_request_error", "invalid_priority",
+                                         "X-Priority: expected 0..9, P0..P9 or critical/high/normal/low/background");
+                if (t < who->max_priority) {
+                        if (!who->clamp_priority)
+                                return oai_error(conn, 403, "permission_error", "priority_not_allowed",
+                                                 "X-Priority %d is more urgent than this key's maximum %d", t,
+                                                 who->max_priority);
+                        t = who->max_priority;
+                }
+                tier = t;
+        }
+        json_error_t je;
+        json_t *j = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &je);
+        if (!json_is_object(j)) {
+                json_decref(j);
+                return oai_error(conn, 400, "invalid_request_error", "invalid_json",
+                                 "We could not parse the JSON body of your request: %.200s", je.text);
+        }
+        enum MHD_Result ret;
+        const char *mname = json_string_value(json_object_get(j, "model"));
+        if (!mname) {
+                ret = oai_error(conn, 400, "invalid_request_error", "missing_model", "you must provide a model parameter");
+                goto out;
+        }
+        model *m = find_model(g, mname);
+        if (!m) {
+                ret = oai_error(conn, 404, "invalid_request_error", "model_not_found",
+                                "The model '%.200s' does not exist", mname);
+                goto out;
+        }
+        if (chat && !json_is_array(json_object_get(j, "messages"))) {
+                ret = oai_error(conn, 400, "invalid_request_error", "invalid_request", "messages: expected an array");
+                goto out;
+        }
+        json_t *mt = json_object_get(j, "max_completion_tokens");
+        if (!mt)
+                mt = json_object_get(j, "max_tokens");
+        if (mt && !json_is_null(mt) && (!json_is_integer(mt) || json_integer_value(mt) < 0)) {
+                ret = oai_error(conn, 400, "invalid_request_error", "invalid_request",
+                                "max_tokens: expected a non-negative integer");
+                goto out;
+        }
+        int64_t prompt = gp_gw_estimate_tokens(j);
+        int64_t ctx = m->cfg->context;
+        int64_t max_tokens = json_is_integer(mt) ? json_integer_value(mt) : (emb ? 0 : ctx - prompt);
+        if (max_tokens < 0)
+                max_tokens = 0;
+        if (!emb && prompt + max_tokens > ctx) {
+                char msg[400];
+                snprintf(msg, sizeof(msg),
+                         "This model's maximum context length is %" PRId64 " tokens. However, you requested %" PRId64
+                         " tokens (%" PRId64 " in the messages, %" PRId64
+                         " in the completion). Please reduce the length of the messages or completion.",
+                         ctx, prompt + max_tokens, prompt, max_tokens);
+                pthread_mutex_lock(&g->lock);
+                g->context_errors++;
+                pthread_mutex_unlock(&g->lock);
+                ret = queue_buf(conn, 400, gp_gw_error_body("invalid_request_error", "context_length_exceeded", msg),
+                                "application/json");
+                goto out;
+        }
+        json_t *st = json_object_get(j, "stream");
+        bool stream = !emb && json_is_true(st);
+        bool client_usage = false;
+        char *up_body = NULL;
+        size_t up_len = len;
+        if (stream) {
+                json_t *so = json_object_get(j, "stream_options");
+                client_usage = json_is_object(so) && json_is_true(json_object_get(so, "include_usage"));
+                if (!client_usage) {
+                        /* ask for the usage chunk on the way up; it is stripped on the way down */
+                        if (!json_is_object(so)) {
+                                so = json_object();
+                                json_object_set_new(j, "stream_options", so);
+                        }
+                        json_object_set_new(so, "include_usage", json_true());
+                        up_body = json_dumps(j, JSON_COMPACT);
+                        up_len = up_body ? strlen(up_body) : 0;
+                }
+        }
+        if (!up_body) {
+                up_body = malloc(len + 1);
+                if (up_body) {
+                        memcpy(up_body, body ? body : "", len);
+                        up_body[len] = '\0';
+                }
+        }
+        gw_req *q = up_body ? calloc(1, sizeof(*q)) : NULL;
+        if (!q) {
+                free(up_body);
+                ret = oai_error(conn, 503, "server_error", "unavailable", "out of memory");
+                goto out;
+        }
+        q->g = g;
+        q->L = tl_loop ? tl_loop : &g->loops[0];
+        q->conn = conn;
+        q->m = m;
+        gp_strlcpy(q->path, url, sizeof(q->path));
+        q->body = up_body;
+        q->body_len = up_len;
+        q->stream = stream;
+        q->sse.strip = stream && !client_usage;
+        q->prompt_est = prompt;
+        q->ticket.tier = tier;
+        q->ticket.tokens = prompt + max_tokens;
+        q->ticket.ud = q;
+        q->up = -1;
+        q->t0_ms = mono_ms();
+        gp_strlcpy(q->tenant, who->tenant, sizeof(q->tenant));
+        gp_buf_init(&q->hdrs, MAX_HEADER_BYTES);
+        gp_buf_init(&q->out, stream ? 0 : (size_t)g->cfg.max_response_bytes);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        q->client_fd = ci ? ci->connect_fd : -1;
+        q->refs = 2; /* the MHD side and the gateway side */
+        q->gw_held = true;
+        *slot = q;
+        pthread_mutex_lock(&g->lock);
+        int tn = gp_admit_tenant(g->admit, who->tenant, &who->limits, mono_ms());
+        pthread_mutex_unlock(&g->lock);
+        if (tn < 0 || __atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE)) {
+                *slot = NULL;
+                req_free(q);
+                ret = oai_error(conn, 503, "server_error", "unavailable",
+                                tn < 0 ? "too many tenants use the gateway" : "the server is stopping");
+                goto out;
+        }
+        q->ticket.tenant = tn;
+        q->parked = true;
+        MHD_suspend_connection(conn);
+        post(g, q, IN_NEW);
+        ret = MHD_YES;
+out:
+        json_decref(j);
+        return ret;
+}
+
+/* The streaming reader: hand out what is buffered, park when nothing is. */
+static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
+        gw_req *q = cls;
+        gp_gw *g = q->g;
+        (void)pos;
+        size_t avail = q->out.len - q->out_off;
+        if (avail) {
+                size_t n = avail < max ? avail : max;
+                memcpy(buf, q->out.data + q->out_off, n);
+                q->out_off += n;
+                if (q->out_off == q->out.len) {
+                        gp_buf_reset(&q->out);
+                        q->out_off = 0;
+                }
+                if (q->paused && q->out.len - q->out_off < STREAM_HIGH_WATER / 2)
+                        post(g, q, IN_UNPAUSE);
+                return (ssize_t)n;
+        }
+        if (q->up_done || q->client_gone || __atomic_load_n(&g->stopped, __ATOMIC_ACQUIRE)) {
+                bool bad = q->up_failed || !q->up_done;
+                return bad ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        q->parked = true;
+        MHD_suspend_connection(q->conn);
+        return 0;
+}
+
+static bool hop_by_hop(const char *name, size_t n) {
+        static const char *const drop[] = {"connection", "keep-alive", "transfer-encoding", "te", "trailer",
+                                           "upgrade", "proxy-authenticate", "proxy-authorization",
+                                           "content-length", "date", "proxy-connection"};
+        for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
+                if (strlen(drop[i]) == n && !strncasecmp(name, drop[i], n))
+                        return true;
+        return false;
+}
+
+/* Copy the kept upstream headers onto resp. */
+static void add_upstream_headers(struct MHD_Response *resp, gp_buf *h) {
+        char *p = h->data;
+        while (p && *p) {
+                char *eol = strstr(p, "\r\n");
+                if (!eol)
+                        break;
+                *eol = '\0';
+                char *colon = strchr(p, ':');
+                if (colon) {
+                        *colon = '\0';
+                        char *v = colon + 1;
+                        while (*v == ' ' || *v == '\t')
+                                v++;
+                        MHD_add_response_header(resp, p, v);
+                        *colon = ':';
+                }
+                *eol = '\r';
+                p = eol + 2;
+        }
+}
+
+enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) {
+        gw_req *q = slot;
+        if (q->close_conn || q->client_gone)
+                return MHD_NO;
+        if (q->responding)
+                return MHD_YES; /* MHD does not call the handler again once a response is queued */
+        if (q->ans_status) {
+                char *body = q->ans_body;
+                q->ans_body = NULL;
+                int status = q->ans_status;
+                bool rl = q->ans_rl;
+                gp_admit_ratelimit lim = q->rl;
+                q->responding = true;
+                unwatch(g, q);
+                if (!body)
+                        return MHD_NO;
+                struct MHD_Response *resp =
+                        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+                if (!resp) {
+                        free(body);
+                        return MHD_NO;
+                }
+                MHD_add_response_header(resp, "Content-Type", "application/json");
+                if (rl)
+                        add_ratelimit_headers(resp, &lim);
+                enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
+                MHD_destroy_response(resp);
+                return ret;
+        }
+        bool have = q->status > 0 && (q->up_done || q->out.len > q->out_off);
+        if (!have) {
+                q->parked = true;
+                MHD_suspend_connection(conn);
+                return MHD_YES;
+        }
+        struct MHD_Response *resp;
+        if (q->up_done && !q->up_failed) {
+                /* complete: one buffer, byte for byte */
+                size_t n = q->out.len - q->out_off;
+                char *b = q->out_off ? NULL : gp_buf_steal(&q->out);
+                if (!b) {
+                        b = malloc(n + 1);
+                        if (b)
+                                memcpy(b, q->out.data + q->out_off, n);
+                        gp_buf_reset(&q->out);
+                        q->out_off = 0;
+                }
+                resp = b ? MHD_create_response_from_buffer(n, b, MHD_RESPMEM_MUST_FREE) : NULL;
+                if (!resp)
+                        free(b);
+        } else {
+                resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, reader, q, NULL);
+        }
+        if (!resp)
+                return MHD_NO;
+        add_upstream_headers(resp, &q->hdrs);
+        if (q->stream) {
+                MHD_add_response_header(resp, "Cache-Control", "no-cache");
+                MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        }
+        int status = (int)q->status;
+        q->responding = true;
+        unwatch(g, q); /* MHD watches the connection from now on */
+        enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
+        MHD_destroy_response(resp);
+        return ret;
+}
+
+void gp_gw_completed(gp_gw *g, void *slot) {
+        gw_req *q = slot;
+        unwatch(g, q);
+        q->client_gone = true;
+        q->parked = false;
+        if (q->gw_held)
+                post(g, q, IN_ABORT);
+        unref(q);
+}
+
+/* ------------------------------------------------------------------ */
+/* a loop: upstream transfers                                          */
+
+static void finish(gp_gw *g, gw_req *q);
+static int on_close_socket(void *ud, curl_socket_t s);
+
+static int pick_upstream(gp_gw *g, gw_req *q, int64_t now) {
+        model *m = q->m;
+        int best = -1;
+        for (int pass = 0; pass < 2 && best < 0; pass++)
+                for (int i = 0; i < m->nups; i++) {
+                        upstream *u = &m->ups[i];
+                        if (q->tried[i] || u->off)
+                                continue;
+                        if (pass == 0 && u->down_until_ms > now)
+                                continue;
+                        if (best < 0 || (pass == 0 ? u->inflight < m->ups[best].inflight
+                                                   : u->down_until_ms < m->ups[best].down_until_ms))
+                                best = i;
+                }
+        return best;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *ud) {
+        gw_req *q = ud;
+        size_t len = size * n;
+        q->last_io_ms = mono_ms();
+        if (len >= 5 && !strncmp(p, "HTTP/", 5)) {
+                /* a new status line (after 100 Continue or a redirect): start over */
+                gp_buf_reset(&q->hdrs);
+                long st = 0;
+                const char *sp = memchr(p, ' ', len);
+                if (sp && (size_t)(sp - p) + 4 <= len)
+                        st = (sp[1] - '0') * 100 + (sp[2] - '0') * 10 + (sp[3] - '0');
+                q->status = st >= 100 && st <= 599 ? st : 502;
+                return len;
+        }
+        if (len <= 2)
+                return len; /* the blank line */
+        const char *colon = memchr(p, ':', len);
+        if (!colon || hop_by_hop(p, (size_t)(colon - p)))
+                return len;
+        size_t l = len;
+        while (l && (p[l - 1] == '\r' || p[l - 1] == '\n'))
+                l--;
+        if (gp_buf_append(&q->hdrs, p, l) < 0 || gp_buf_append(&q->hdrs, "\r\n", 2) < 0)
+                return 0; /* too many header bytes: fail the transfer */
+        return len;
+}
+
+static int out_append(void *ud, const char *p, size_t n) {
+        gw_req *q = ud;
+        return gp_buf_append(&q->out, p, n);
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *ud) {
+        gw_req *q = ud;
+        gp_gw *g = q->g;
+        size_t len = size * n;
+        q->last_io_ms = mono_ms();
+        if (q->client_gone)
+                return 0;
+        if (q->status >= 500 && q->attempts < 2 && !q->responding) {
+                pthread_mutex_lock(&g->lock);
+                bool other = pick_upstream(g, q, mono_ms()) >= 0;
+                pthread_mutex_unlock(&g->lock);
+                if (other) {
+                        q->retry_5xx = true;
+                        return 0;
+                }
+        }
+        if (q->stream) {
+                if (q->out.len - q->out_off >= STREAM_HIGH_WATER) {
+                        q->paused = true;
+                        return CURL_WRITEFUNC_PAUSE;
+                }
+                if (q->status == 200) {
+                        if (gp_gw_sse_feed(&q->sse, p, len, out_append, q) < 0)
+                                return 0;
+                } else if (gp_buf_append(&q->out, p, len) < 0) {
+                        return 0;
+                }
+                if (q->out.len > q->out_off)
+                        wake_conn(q);
+                return len;
+        }
+        if (gp_buf_append(&q->out, p, len) < 0)
+                return 0; /* over max_response_bytes */
+        return len;
+}
+
+static CURL *easy_get(loop *L) {
+        if (L->neasy_free)
+                return L->easy_free[--L->neasy_free];
+        return curl_easy_init();
+}
+
+static void easy_put(loop *L, CURL *e) {
+        if (L->neasy_free < MAX_EASY_FREE) {
+                /* kept with its options: start() sets the same ones again, and the per-request ones */
+                L->easy_free[L->neasy_free++] = e;
+        } else {
+                curl_easy_cleanup(e);
+        }
+}
+
+/* Start (or restart) q's transfer on an upstream, on q's loop (the caller
+ * is that loop).  -1 when none is left. */
+static int start(gp_gw *g, gw_req *q) {
+        loop *L = q->L;
+        int64_t now = mono_ms();
+        char url[GP_CFG_URL_MAX + 64];
+        pthread_mutex_lock(&g->lock);
+        int u = pick_upstream(g, q, now);
+        if (u >= 0) {
+                snprintf(url, sizeof(url), "%s%s", q->m->ups[u].url, q->path);
+                q->m->ups[u].inflight++;
+                q->m->ups[u].requests++;
+        }
+        pthread_mutex_unlock(&g->lock);
+        if (u < 0)
+                return -1;
+        CURL *e = easy_get(L);
+        if (!e) {
+                pthread_mutex_lock(&g->lock);
+                q->m->ups[u].inflight--;
+                pthread_mutex_unlock(&g->lock);
+                return -1;
+        }
+        curl_easy_setopt(e, CURLOPT_URL, url);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, q->body);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->body_len);
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, g->up_headers);
+        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(e, CURLOPT_HEADERDATA, q);
+        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(e, CURLOPT_WRITEDATA, q);
+        curl_easy_setopt(e, CURLOPT_PRIVATE, q);
+        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+        curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)g->cfg.connect_timeout_ms);
+        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)g->cfg.request_timeout_sec * 1000L);
+        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+        curl_easy_setopt(e, CURLOPT_PROXY, ""); /* upstreams are reached directly, whatever http_proxy says */
+        curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+        curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, L);
+        gp_buf_reset(&q->hdrs);
+        gp_buf_reset(&q->out);
+        q->out_off = 0;
+        q->status = 0;
+        q->retry_5xx = false;
+        gp_gw_sse_done(&q->sse);
+        bool strip = q->sse.strip;
+        memset(&q->sse, 0, sizeof(q->sse));
+        q->sse.strip = strip;
+        q->easy = e;
+        q->up = u;
+        q->tried[u] = true;
+        q->attempts++;
+        q->running = true;
+        q->last_io_ms = now;
+        L->nrunning++;
+        if (curl_multi_add_handle(L->multi, e) != CURLM_OK) {
+                L->nrunning--;
+                q->running = false;
+                pthread_mutex_lock(&g->lock);
+                q->m->ups[u].inflight--;
+                pthread_mutex_unlock(&g->lock);
+                q->easy = NULL;
+                easy_put(L, e);
+                return -1;
+        }
+        return 0;
+}
+
+/* Detach q's transfer (owning loop). */
+static void stop_transfer(gp_gw *g, gw_req *q) {
+        if (!q->running)
+                return;
+        curl_multi_remove_handle(q->L->multi, q->easy);
+        easy_put(q->L, q->easy);
+        q->L->nrunning--;
+        q->easy = NULL;
+        q->running = false;
+        if (q->up >= 0) {
+                pthread_mutex_lock(&g->lock);
+                q->m->ups[q->up].inflight--;
+                pthread_mutex_unlock(&g->lock);
+        }
+}
+
+/* Answer q with a gateway-made error (the connection is parked). */
+static void answer(gw_req *q, int status, const char *type, const char *code, const char *msg) {
+        free(q->ans_body);
+        q->ans_body = gp_gw_error_body(type, code, msg);
+        q->ans_status = status;
+        wake_conn(q);
+}
+
+/* Owning loop: reported to the usage callback (gp_gw_on_usage) after the batch. */
+static void record_usage(loop *g, gw_req *q, int64_t prompt, int64_t completion) {
+        if (g->nusage == g->capusage) {
+                size_t cap = g->capusage ? g->capusage * 2 : 64;
+                usage_rec *u = realloc(g->usage, cap * sizeof(*u));
+                if (!u)
+                        return;
+                g->usage = u;
+                g->capusage = cap;
+        }
+        usage_rec *u = &g->usage[g->nusage++];
+        gp_strlcpy(u->tenant, q->tenant, sizeof(u->tenant));
+        gp_strlcpy(u->model, q->m->cfg->name, sizeof(u->model));
+        u->prompt = prompt;
+        u->completion = completion;
+}
+
+/* Usage of a complete non-streaming answer: its "usage" object. */
+static bool body_usage(const gp_buf *b, int64_t *prompt, int64_t *completion) {
+        if (!b->data || !b->len)
+                return false;
+        const char *k = memmem(b->data, b->len, "\"usage\"", 7);
+        if (!k)
+                return false;
+        const char *p = k + 7, *end = b->data + b->len;
+        while (p < end && (*p == ' ' || *p == ':' || *p == '\n' || *p == '\r' || *p == '\t'))
+                p++;
+        if (p >= end || *p != '{')
+                return false;
+        json_t *u = json_loadb(p, (size_t)(end - p), JSON_DISABLE_EOF_CHECK, NULL);
+        if (!json_is_object(u)) {
+                json_decref(u);
+                return false;
+        }
+        *prompt = json_integer_value(json_object_get(u, "prompt_tokens"));
+        *completion = json_integer_value(json_object_get(u, "completion_tokens"));
+        json_decref(u);
+        return true;
+}
+
+static void drop_from_list(loop *L, gw_req *q) {
+        for (size_t i = 0; i < L->nreqs; i++)
+                if (L->reqs[i] == q) {
+                        L->reqs[i] = L->reqs[--L->nreqs];
+                        return;
+                }
+}
+
+/* The gateway side lets go of q (its transfer and admission ended). */
+static void finish(gp_gw *g, gw_req *q) {
+        if (!q->gw_held)
+                return;
+        stop_transfer(g, q);
+        bool used = false;
+        int64_t prompt = -1, completion = -1;
+        pthread_mutex_lock(&g->lock);
+        if (q->ticket.state == GP_ADMIT_QUEUED) {
+                gp_admit_cancel(g->admit, &q->ticket);
+                q->m->waiting--;
+        }
+        if (q->ticket.state == GP_ADMIT_RUNNING) {
+                q->m->in_flight--;
+                if (q->stream && q->sse.usage_seen) {
+                        prompt = q->sse.prompt_tokens;
+                        completion = q->sse.completion_tokens;
+                } else if (q->stream && q->up_done && q->status == 200) {
+                        prompt = q->prompt_est;
+                        completion = q->sse.chunks;
+                } else if (!q->stream && q->up_done && !body_usage(&q->out, &prompt, &completion)) {
+                        prompt = completion = -1;
+                }
+                int64_t real = prompt >= 0 && completion >= 0 ? prompt + completion : (q->up_done ? 0 : -1);
+                gp_admit_done(g->admit, &q->ticket, real, mono_ms());
+                q->m->requests++;
+                if (prompt >= 0 && completion >= 0) {
+                        q->m->prompt_tokens += (uint64_t)prompt;
+                        q->m->completion_tokens += (uint64_t)completion;
+                        tstats *ts = &g->tenants[q->ticket.tenant];
+                        ts->prompt_tokens += (uint64_t)prompt;
+                        ts->completion_tokens += (uint64_t)completion;
+                        used = true;
+                }
+        }
+        pthread_mutex_unlock(&g->lock);
+        if (used)
+                record_usage(q->L, q, prompt, completion);
+        q->gw_held = false;
+        unwatch(g, q);
+        drop_from_list(q->L, q);
+        unref(q);
+}
+
+static void count_error(gp_gw *g, gw_req *q) {
+        pthread_mutex_lock(&g->lock);
+        g->upstream_errors++;
+        g->tenants[q->ticket.tenant].errors++;
+        pthread_mutex_unlock(&g->lock);
+}
+
+static void transfer_done(gp_gw *g, gw_req *q, CURLcode rc) {
+        int64_t now = mono_ms();
+        upstream *u = q->up >= 0 ? &q->m->ups[q->up] : NULL;
+        stop_transfer(g, q);
+        bool retry5 = q->retry_5xx;
+        if (!retry5 && rc == CURLE_OK && q->status >= 500 && q->attempts < 2 && !q->responding) {
+                pthread_mutex_lock(&g->lock);
+                retry5 = pick_upstream(g, q, now) >= 0;
+                pthread_mutex_unlock(&g->lock);
+        }
+        if (q->client_gone) {
+                finish(g, q);
+                return;
+        }
+        bool failed = rc != CURLE_OK || retry5;
+        if (failed && !q->responding) {
+                if (u && !retry5 && rc != CURLE_WRITE_ERROR) {
+                        char url[GP_CFG_URL_MAX];
+                        pthread_mutex_lock(&g->lock);
+                        u->failures++;
+                        u->down_until_ms = now + (int64_t)g->cfg.upstream_down_sec * 1000;
+                        gp_strlcpy(url, u->url, sizeof(url));
+                        pthread_mutex_unlock(&g->lock);
+                        gp_warn("gateway: upstream %s failed (%s); down for %ds", url, curl_easy_strerror(rc),
+                                g->cfg.upstream_down_sec);
+                }
+                if (q->attempts < 2) {
+                        pthread_mutex_lock(&g->lock);
+                        g->retries++;
+                        pthread_mutex_unlock(&g->lock);
+                        if (start(g, q) == 0)
+                                return;
+                }
+                count_error(g, q);
+                char msg[300];
+                if (rc == CURLE_WRITE_ERROR && !q->stream && q->out.len >= q->out.limit)
+                        snprintf(msg, sizeof(msg), "the upstream answer is over %" PRId64 " bytes",
+                                 g->cfg.max_response_bytes);
+                else if (retry5)
+                        snprintf(msg, sizeof(msg), "the upstream answered %ld", q->status);
+                else
+                        snprintf(msg, sizeof(msg), "the upstream failed: %s", curl_easy_strerror(rc));
+                answer(q, 502, "upstream_error", "bad_gateway", msg);
+                finish(g, q);
+                return;
+        }
+        if (q->stream && q->status == 200)
+                gp_gw_sse_end(&q->sse, out_append, q);
+        q->up_done = true;
+        q->up_failed = failed;
+        if (failed)
+                count_error(g, q);
+        wake_conn(q);
+        finish(g, q);
+}
+
+/* Cut this loop's transfers whose upstream was silent idle_timeout_sec
+ * (before the first byte or between two; a transfer paused for a slow
+ * client is not the upstream's silence).  Owning loop. */
+static void check_idle(gp_gw *g, loop *L, int64_t now) {
+        if (now < L->next_idle_check_ms)
+                return;
+        L->next_idle_check_ms = now + 100;
+        int64_t limit = (int64_t)g->cfg.idle_timeout_sec * 1000;
+        for (size_t i = L->nreqs; i-- > 0;) {
+                if (i >= L->nreqs)
+                        continue;
+                gw_req *q = L->reqs[i];
+                if (q->running && !q->paused && now - q->last_io_ms >= limit)
+                        transfer_done(g, q, CURLE_OPERATION_TIMEDOUT);
+        }
+}
+
+static void check_done(gp_gw *g, loop *L) {
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(L->multi, &left))) {
+                if (msg->msg != CURLMSG_DONE)
+                        continue;
+                gw_req *q = NULL;
+                curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&q);
+                if (q)
+                        transfer_done(g, q, msg->data.result);
+        }
+}
+
+/* curl's sockets: registered once and kept in the epoll set while curl
+ * keeps the connection (an idle kept-alive connection costs no epoll_ctl
+ * per request); fdreg[fd] = registered events | FD_REG, | FD_WANTED while
+ * curl asks for events. */
+#define FD_IN 1
+#define FD_OUT 2
+#define FD_REG 4
+#define FD_WANTED 8
+
+static void fd_register(loop *g, curl_socket_t s, uint8_t want) {
+        if (s < 0 || s >= GW_MAX_FD)
+                return;
+        uint8_t st = g->fdreg[s];
+        if ((st & FD_REG) && (st & (FD_IN | FD_OUT)) == want) {
+                g->fdreg[s] = st | FD_WANTED;
+                return;
+        }
+        struct epoll_event ev = {.data.u64 = TAG_CURL | (uint64_t)(uint32_t)s};
+        if (want & FD_IN)
+                ev.events |= EPOLLIN;
+        if (want & FD_OUT)
+                ev.events |= EPOLLOUT;
+        int op = st & FD_REG ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+        if (epoll_ctl(g->epfd, op, s, &ev) < 0) {
+                op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+                if (epoll_ctl(g->epfd, op, s, &ev) < 0)
+                        return;
+        }
+        g->fdreg[s] = (uint8_t)(want | FD_REG | FD_WANTED);
+}
+
+static int on_socket(CURL *e, curl_socket_t s, int what, void *ud, void *sockp) {
+        loop *g = ud;
+        (void)e;
+        (void)sockp;
+        if (what == CURL_POLL_REMOVE) {
+                if (s >= 0 && s < GW_MAX_FD)
+                        g->fdreg[s] &= (uint8_t)~FD_WANTED; /* stays registered for the next transfer */
+                return 0;
+        }
+        uint8_t want = 0;
+        if (what & CURL_POLL_IN)
+                want |= FD_IN;
+        if (what & CURL_POLL_OUT)
+                want |= FD_OUT;
+        fd_register(g, s, want);
+        return 0;
+}
+
+static int on_close_socket(void *ud, curl_socket_t s) {
+        loop *g = ud;
+        if (s >= 0 && s < GW_MAX_FD) {
+                if (g->fdreg[s] & FD_REG)
+                        epoll_ctl(g->epfd, EPOLL_CTL_DEL, s, NULL);
+                g->fdreg[s] = 0;
+        }
+        return close(s);
+}
+
+static int on_timer(CURLM *multi, long timeout_ms, void *ud) {
+        loop *g = ud;
+        (void)multi;
+        g->curl_deadline_ms = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+        return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* a loop: admission                                                   */
+
+/* No upstream of q's model can be tried: 503 while a served model has no
+ * ready replica, else 502. */
+static void no_upstream(gw_req *q) {
+        bool any_on = false;
+        pthread_mutex_lock(&q->g->lock);
+        for (int i = 0; i < q->m->nups; i++)
+                any_on |= !q->m->ups[i].off;
+        pthread_mutex_unlock(&q->g->lock);
+        if (!any_on) {
+                char msg[300];
+                snprintf(msg, sizeof(msg), "the model '%.200s' is not ready yet (its server is starting)",
+                         q->m->cfg->name);
+                answer(q, 503, "server_error", "model_not_ready", msg);
+                return;
+        }
+        answer(q, 502, "upstream_error", "bad_gateway", "no upstream could take the request");
+}
+
+static void refuse_429(gp_gw *g, gw_req *q, const char *msg) {
+        pthread_mutex_lock(&g->lock);
+        gp_admit_ratelimit_get(g->admit, q->ticket.tenant, mono_ms(), &q->rl);
+        pthread_mutex_unlock(&g->lock);
+        q->ans_rl = true;
+        answer(q, 429, "rate_limit_error", "rate_limit_exceeded", msg);
+}
+
+/* q's wait passed queue_timeout_sec (owning loop; it left the queue). */
+static void on_expired(gp_gw *g, gw_req *q) {
+        if (!q->gw_held)
+                return;
+        unwatch(g, q);
+        char msg[200];
+        snprintf(msg, sizeof(msg), "Rate limit reached: waited %d s in the queue (tier %d)", g->cfg.queue_timeout_sec,
+                 q->ticket.tier);
+        refuse_429(g, q, msg);
+        finish(g, q);
+}
+
+/* q was admitted (owning loop): send it upstream. */
+static void on_admitted(gp_gw *g, gw_req *q) {
+        if (!q->gw_held || q->running || q->up_done || q->ans_status)
+                return;
+        unwatch(g, q);
+        if (start(g, q) < 0) {
+                count_error(g, q);
+                no_upstream(q);
+                finish(g, q);
+        }
+}
+
+/* Take what admission decided: expired and admitted tickets.  Those of
+ * this loop are handled here; those of other loops go to their inboxes
+ * (their transfers live in their loops' multi handles). */
+static void admit_some(gp_gw *g, loop *me) {
+        struct {
+                gw_req *q;
+                unsigned what;
+        } got[64];
+        size_t n;
+        do {
+                n = 0;
+                int64_t now = mono_ms();
+                gp_admit_ticket *t;
+                pthread_mutex_lock(&g->lock);
+                while (n < 64 && (t = gp_admit_expired(g->admit, now))) {
+                        gw_req *q = t->ud;
+                        q->m->waiting--;
+                        ref(q); /* held until handled or posted: its loop may finish it meanwhile */
+                        got[n].q = q;
+                        got[n++].what = IN_EXPIRED;
+                }
+                while (n < 64 && (t = gp_admit_next(g->admit, now))) {
+                        gw_req *q = t->ud;
+                        q->m->waiting--;
+                        q->m->in_flight++;
+                        ref(q);
+                        got[n].q = q;
+                        got[n++].what = IN_START;
+                }
+                pthread_mutex_unlock(&g->lock);
+                for (size_t i = 0; i < n; i++) {
+                        gw_req *q = got[i].q;
+                        if (q->L != me) {
+                                post_ref(q, got[i].what, true);
+                                continue;
+                        }
+                        if (got[i].what == IN_EXPIRED)
+                                on_expired(g, q);
+                        else
+                                on_admitted(g, q);
+                        unref(q);
+                }
+        } while (n == 64);
+}
+
+static void take_inbox(gp_gw *g, loop *L) {
+        pthread_mutex_lock(&L->ilock);
+        gw_req *list = L->inbox;
+        L->inbox = NULL;
+        for (gw_req *q = list; q; q = q->inext)
+                q->inbox |= 0x100; /* taken: a post from now on makes a new entry */
+        pthread_mutex_unlock(&L->ilock);
+        int64_t now = mono_ms();
+        while (list) {
+                gw_req *q = list;
+                pthread_mutex_lock(&L->ilock);
+                list = q->inext;
+                unsigned what = q->inbox & 0xff;
+                q->inbox = 0;
+                q->inext = NULL;
+                pthread_mutex_unlock(&L->ilock);
+                if (q->gw_held) {
+                        if ((what & IN_NEW) && !q->client_gone) {
+                                if (L->nreqs == L->capreqs) {
+                                        size_t cap = L->capreqs ? L->capreqs * 2 : 256;
+                                        gw_req **r = realloc(L->reqs, cap * sizeof(*r));
+                                        if (r) {
+                                                L->reqs = r;
+                                                L->capreqs = cap;
+                                        }
+                                }
+                                if (L->nreqs < L->capreqs)
+                                        L->reqs[L->nreqs++] = q;
+                                int rc = -ESHUTDOWN;
+                                if (!__atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE)) {
+                                        pthread_mutex_lock(&g->lock);
+                                        rc = gp_admit_submit(g->admit, &q->ticket, now);
+                                        if (rc == 0)
+                                                q->m->waiting++;
+                                        pthread_mutex_unlock(&g->lock);
+                                }
+                                if (rc == -ESHUTDOWN) {
+                                        answer(q, 503, "server_error", "unavailable", "the server is stopping");
+                                        finish(g, q);
+                                } else if (rc < 0) {
+                                        refuse_429(g, q, "Rate limit reached: the gateway queue is full");
+                                        finish(g, q);
+                                } else {
+                                        admit_some(g, L);
+                                        pthread_mutex_lock(&g->lock);
+                                        bool queued = q->ticket.state == GP_ADMIT_QUEUED;
+                                        pthread_mutex_unlock(&g->lock);
+                                        if (queued && q->gw_held && q->client_fd >= 0 && !q->fd_watched) {
+                                                /* it waits: notice its client hanging up */
+                                                struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = q};
+                                                if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, q->client_fd, &ev) == 0)
+                                                        q->fd_watched = true;
+                                        }
+                                }
+                        }
+                        if ((what & IN_ABORT) || q->client_gone) {
+                                finish(g, q);
+                        } else {
+                                if (what & IN_EXPIRED)
+                                        on_expired(g, q);
+                                if (what & IN_START)
+                                        on_admitted(g, q);
+                                if ((what & IN_UNPAUSE) && q->paused && q->running) {
+                                        q->paused = false;
+                                        curl_easy_pause(q->easy, CURLPAUSE_CONT);
+                                }
+                        }
+                }
+                unref(q); /* the inbox's reference */
+        }
+}
+
+static void hang_up(gp_gw *g, gw_req *q) {
+        unwatch(g, q);
+        if (q->responding)
+                return; /* MHD sees it itself */
+        q->close_conn = true;
+        if (q->parked) {
+                q->parked = false;
+                MHD_resume_connection(q->conn);
+                kick_loop(q->L);
+        }
+        finish(g, q);
+}
+
+void gp_gw_kick(gp_gw *g, struct MHD_Connection *conn) {
+        if (!g || !g->loops)
+                return;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_DAEMON);
+        for (int i = 0; i < g->nloops; i++)
+                if (!ci || g->loops[i].mhd == ci->daemon)
+                        kick_loop(&g->loops[i]);
+}
+
+/* Let MHD do what is due (the loop thread only). */
+static void run_mhd(loop *L) {
+        if (L->mhd)
+                MHD_run(L->mhd);
+}
+
+static void *gw_thread(void *arg) {
+        loop *L = arg;
+        gp_gw *g = L->g;
+        struct epoll_event evs[256];
+        int running;
+        tl_loop = L;
+        while (!__atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE)) {
+                pthread_mutex_lock(&g->lock);
+                int64_t now = mono_ms();
+                int64_t until = gp_admit_wake_ms(g->admit, now);
+                pthread_mutex_unlock(&g->lock);
+                if (L->curl_deadline_ms >= 0 && L->curl_deadline_ms < until)
+                        until = L->curl_deadline_ms;
+                MHD_UNSIGNED_LONG_LONG mt;
+                if (L->mhd && MHD_get_timeout(L->mhd, &mt) == MHD_YES && now + (int64_t)mt < until)
+                        until = now + (int64_t)mt;
+                if (L->nrunning && L->next_idle_check_ms < until)
+                        until = L->next_idle_check_ms < now ? now : L->next_idle_check_ms; /* idle timeouts */
+                int timeout = until == INT64_MAX ? 1000 : (int)(until - now > 1000 ? 1000 : until - now);
+                pthread_mutex_lock(&L->ilock);
+                if (timeout < 0 || L->inbox)
+                        timeout = 0; /* posted by this loop itself after it last looked */
+                pthread_mutex_unlock(&L->ilock);
+                int n = epoll_wait(L->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
+                bool mhd_due = n == 0; /* its timeouts */
+                for (int i = 0; i < n; i++)
+                        mhd_due |= evs[i].data.u64 == TAG_MHD || evs[i].data.u64 == 0; /* 0: a kick, maybe a resume */
+                if (mhd_due)
+                        run_mhd(L); /* handlers run here */
+                /* requests the events name stay alive until the batch is done: a request
+                 * whose last reference goes waits in this loop's graveyard */
+                for (int i = 0; i < n; i++) {
+                        uint64_t d = evs[i].data.u64;
+                        if (d == 0 || d == TAG_MHD) {
+                                /* the inbox is looked at below; MHD ran above */
+                        } else if (d & TAG_CURL) {
+                                int mask = 0;
+                                if (evs[i].events & EPOLLIN)
+                                        mask |= CURL_CSELECT_IN;
+                                if (evs[i].events & EPOLLOUT)
+                                        mask |= CURL_CSELECT_OUT;
+                                if (evs[i].events & (EPOLLERR | EPOLLHUP))
+                                        mask |= CURL_CSELECT_ERR;
+                                curl_socket_t s = (curl_socket_t)(d & 0xffffffffu);
+                                if (s < GW_MAX_FD && !(L->fdreg[s] & FD_WANTED)) {
+                                        /* an idle kept-alive connection spoke or closed: curl
+                                         * finds out when it reuses it; stop listening to it */
+                                        epoll_ctl(L->epfd, EPOLL_CTL_DEL, s, NULL);
+                                        L->fdreg[s] = 0;
+                                        continue;
+                                }
+                                curl_multi_socket_action(L->multi, s, mask, &running);
+                        } else {
+                                gw_req *q = evs[i].data.ptr;
+                                if (q->fd_watched)
+                                        hang_up(g, q);
+                        }
+                }
+                take_inbox(g, L);
+                if (L->curl_deadline_ms >= 0 && mono_ms() >= L->curl_deadline_ms) {
+                        L->curl_deadline_ms = -1;
+                        curl_multi_socket_action(L->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+                }
+                check_done(g, L);
+                check_idle(g, L, mono_ms());
+                admit_some(g, L);
+                size_t nu = L->nusage;
+                usage_rec *u = NULL;
+                if (nu) {
+                        u = L->usage;
+                        L->usage = NULL;
+                        L->nusage = L->capusage = 0;
+                }
+                free_grave(L);
+                if (L->mhd_kick) {
+                        L->mhd_kick = false;
+                        run_mhd(L); /* answer the resumed connections now, not on the next wake-up */
+                }
+                for (size_t i = 0; g->usage_fn && i < nu; i++)
+                        g->usage_fn(g->usage_ud, u[i].tenant, u[i].model, u[i].prompt, u[i].completion);
+                free(u);
+        }
+        /* stopping: answer everything this loop still holds */
+        take_inbox(g, L);
+        for (size_t i = L->nreqs; i-- > 0;) {
+                if (i >= L->nreqs)
+                        continue;
+                gw_req *q = L->reqs[i];
+                if (!q->responding && !q->ans_status)
+                        answer(q, 503, "server_error", "unavailable", "the server is stopping");
+                else if (q->responding) {
+                        q->up_failed = !q->up_done;
+                        wake_conn(q);
+                }
+                finish(g, q);
+        }
+        free_grave(L);
+        pthread_mutex_lock(&g->lock);
+        if (++g->nstopped == g->nloops)
+                __atomic_store_n(&g->stopped, true, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&g->lock);
+        /* let MHD send what was answered (the 503s, and answers resumed by others) */
+        for (int i = 0; i < 20; i++) {
+                run_mhd(L);
+                usleep(5 * 1000);
+        }
+        return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* lifecycle and visibility                                            */
+
+static void curl_init_once(void) {
+        curl_global_init(CURL_GLOBAL_DEFAULT); /* refcounted by curl; the alerts' call is a no-op after */
+}
+
+static int loop_init(gp_gw *g, loop *L) {
+        L->g = g;
+        L->curl_deadline_ms = -1;
+        pthread_mutex_init(&L->ilock, NULL);
+        L->epfd = epoll_create1(EPOLL_CLOEXEC);
+        L->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        L->multi = curl_multi_init();
+        if (L->epfd < 0 || L->evfd < 0 || !L->multi)
+                return -ENOMEM;
+        /* edge-triggered: every write to the eventfd is an edge, so it never needs reading */
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = 0};
+        if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, L->evfd, &ev) < 0)
+                return -errno;
+        curl_multi_setopt(L->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+        curl_multi_setopt(L->multi, CURLMOPT_SOCKETDATA, L);
+        curl_multi_setopt(L->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+        curl_multi_setopt(L->multi, CURLMOPT_TIMERDATA, L);
+        long per = g->cfg.max_upstream_connections / g->nloops;
+        if (per < 1)
+                per = 1;
+        curl_multi_setopt(L->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, per);
+        curl_multi_setopt(L->multi, CURLMOPT_MAXCONNECTS, per);
+        return 0;
+}
+
+int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t errlen) {
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, curl_init_once);
+        if (nloops < 1)
+                nloops = 1;
+        if (nloops > GW_MAX_LOOPS)
+                nloops = GW_MAX_LOOPS;
+        gp_gw *g = calloc(1, sizeof(*g));
+        if (!g) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        g->cfg = cfg->gw;
+        pthread_mutex_init(&g->lock, NULL);
+        for (int i = 0; i < g->cfg.n_models; i++) {
+                model *m = &g->models[i];
+                m->cfg = &g->cfg.models[i];
+                for (int k = 0; k < m->cfg->n_upstreams; k++)
+                        gp_strlcpy(m->ups[k].url, m->cfg->upstreams[k], sizeof(m->ups[k].url));
+                m->nups = m->cfg->n_upstreams;
+        }
+        g->nmodels = g->cfg.n_models;
+        gp_admit_limits lim = {.max_concurrent = g->cfg.max_concurrent, .max_rps = g->cfg.max_rps,
+                               .max_tokens_per_sec = g->cfg.max_tokens_per_sec, .max_queue = g->cfg.max_queue,
+                               .queue_timeout_ms = (int64_t)g->cfg.queue_timeout_sec * 1000};
+        memcpy(lim.weights, cfg->weights, sizeof(lim.weights));
+        g->admit = gp_admit_new(&lim, mono_ms());
+        g->loops = calloc((size_t)nloops, sizeof(loop));
+        g->up_headers = curl_slist_append(NULL, "Content-Type: application/json");
+        if (g->up_headers)
+                g->up_headers = curl_slist_append(g->up_headers, "Expect:");
+        bool ok = g->admit && g->loops && g->up_headers;
+        if (g->loops) {
+                for (int i = 0; i < nloops; i++) {
+                        g->loops[i].epfd = g->loops[i].evfd = -1;
+                }
+                g->nloops = nloops;
+                for (int i = 0; ok && i < nloops; i++)
+                        ok = loop_init(g, &g->loops[i]) == 0;
+        }
+        if (!ok) {
+                snprintf(err, errlen, "cannot set the gateway up (out of memory or file descriptors)");
+                gp_gw_free(g);
+                return -ENOMEM;
+        }
+        *ret = g;
+        return 0;
+}
+
+int gp_gw_run(gp_gw *g, struct MHD_Daemon *const *mhds, int n, char *err, size_t errlen) {
+        if (n != g->nloops) {
+                snprintf(err, errlen, "%d HTTP daemons for %d loops", n, g->nloops);
+                return -EINVAL;
+        }
+        for (int i = 0; i < n; i++) {
+                loop *L = &g->loops[i];
+                if (mhds && mhds[i]) {
+                        const union MHD_DaemonInfo *di = MHD_get_daemon_info(mhds[i], MHD_DAEMON_INFO_EPOLL_FD);
+                        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_MHD};
+                        if (!di || epoll_ctl(L->epfd, EPOLL_CTL_ADD, di->epoll_fd, &ev) < 0) {
+                                snprintf(err, errlen, "cannot watch the HTTP daemon's epoll fd");
+                                gp_gw_stop(g);
+                                return -EINVAL;
+                        }
+                        L->mhd = mhds[i];
+                }
+                if (pthread_create(&L->thread, NULL, gw_thread, L) != 0) {
+                        snprintf(err, errlen, "cannot start the gateway thread");
+                        gp_gw_stop(g);
+                        return -EAGAIN;
+                }
+                L->started = true;
+        }
+        return 0;
+}
+
+void gp_gw_stop(gp_gw *g) {
+        if (!g || !g->loops)
+                return;
+        __atomic_store_n(&g->stopping, 1, __ATOMIC_RELEASE);
+        for (int i = 0; i < g->nloops; i++)
+                if (g->loops[i].started)
+                        wake_loop(&g->loops[i]);
+        for (int i = 0; i < g->nloops; i++)
+                if (g->loops[i].started) {
+                        pthread_join(g->loops[i].thread, NULL);
+                        g->loops[i].started = false;
+                }
+}
+
+void gp_gw_free(gp_gw *g) {
+        if (!g)
+                return;
+        gp_gw_stop(g);
+        for (int i = 0; g->loops && i < g->nloops; i++) {
+                loop *L = &g->loops[i];
+                /* entries posted by other loops after this one stopped */
+                while (L->inbox) {
+                        gw_req *q = L->inbox;
+                        L->inbox = q->inext;
+                        q->inbox = 0;
+                        unref(q);
+                }
+                free_grave(L);
+                while (L->neasy_free)
+                        curl_easy_cleanup(L->easy_free[--L->neasy_free]);
+                if (L->multi)
+                        curl_multi_cleanup(L->multi);
+                if (L->epfd >= 0)
+                        close(L->epfd);
+                if (L->evfd >= 0)
+                        close(L->evfd);
+                free(L->reqs);
+                free(L->usage);
+                pthread_mutex_destroy(&L->ilock);
+        }
+        free(g->loops);
+        curl_slist_free_all(g->up_headers);
+        gp_admit_free(g->admit);
+        pthread_mutex_destroy(&g->lock);
+        free(g);
+}
+
+static json_t *tier_stats(const gp_admit_stats *st, int depth) {
+        json_t *qs = json_array();
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
+                double u = depth ? 100.0 * (double)st->queued[i] / depth : 0;
+                json_array_append_new(qs, json_pack("{s:i,s:I,s:i,s:f,s:I}", "priority", i, "current_depth",
+                                                    (json_int_t)st->queued[i], "max_depth", depth,
+                                                    "utilization_pct", u, "available_slots",
+                                                    (json_int_t)(depth - (int64_t)st->queued_total)));
+        }
+        return qs;
+}
+
+/* Turn a served replica's upstream on (adding it) or off.  Slots are
+ * never removed, so in-flight requests' indexes stay valid. */
+int gp_gw_upstream_set(gp_gw *g, const char *model_name, const char *url, bool on) {
+        int rc = -ENOENT;
+        pthread_mutex_lock(&g->lock);
+        model *m = find_model(g, model_name);
+        if (m) {
+                int i;
+                for (i = 0; i < m->nups; i++)
+                        if (!strcmp(m->ups[i].url, url))
+                                break;
+                if (i == m->nups && on) {
+                        if (m->nups == GP_CFG_MAX_UPSTREAMS) {
+                                /* reuse a slot that is off and idle */
+                                for (i = 0; i < m->nups; i++)
+                                        if (m->ups[i].off && m->ups[i].inflight == 0)
+                                                break;
+                        } else {
+                                m->nups++;
+                        }
+                        if (i < m->nups) {
+                                memset(&m->ups[i], 0, sizeof(m->ups[i]));
+                                gp_strlcpy(m->ups[i].url, url, sizeof(m->ups[i].url));
+                        }
+                }
+                if (i < m->nups) {
+                        m->ups[i].off = !on;
+                        m->ups[i].down_until_ms = 0;
+                        rc = 0;
+                } else {
+                        rc = on ? -ENOSPC : 0;
+                }
+        }
+        pthread_mutex_unlock(&g->lock);
+        return rc;
+}
+
+int gp_gw_model_load(gp_gw *g, const char *model_name, int *ret_waiting, int *ret_in_flight) {
+        int rc = -ENOENT;
+        pthread_mutex_lock(&g->lock);
+        model *m = find_model(g, model_name);
+        if (m) {
+                *ret_waiting = m->waiting;
+                *ret_in_flight = m->in_flight;
+                rc = 0;
+        }
+        pthread_mutex_unlock(&g->lock);
+        return rc;
+}
+
+json_t *gp_gw_stats_json(gp_gw *g) {
+        gp_admit_stats st;
+        pthread_mutex_lock(&g->lock);
+        gp_admit_get_stats(g->admit, &st);
+        json_t *ups = json_array();
+        for (int i = 0; i < g->nmodels; i++)
+                for (int k = 0; k < g->models[i].nups; k++) {
+                        upstream *u = &g->models[i].ups[k];
+                        json_array_append_new(ups, json_pack("{s:s,s:s,s:i,s:b,s:I,s:I}", "model",
+                                                             g->models[i].cfg->name, "url", u->url, "in_flight",
+                                                             u->inflight, "healthy",
+                                                             !u->off && u->down_until_ms <= mono_ms(),
+                                                             "requests", (json_int_t)u->requests, "failures",
+                                                             (json_int_t)u->failures));
+                }
+        json_t *tens = json_array();
+        size_t nt = gp_admit_tenant_count(g->admit);
+        for (size_t i = 0; i < nt; i++) {
+                gp_admit_tenant_stats ts;
+                if (gp_admit_tenant_stats_get(g->admit, i, &ts) < 0)
+                        continue;
+                const tstats *t = &g->tenants[i];
+                json_array_append_new(tens, json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "tenant_id", ts.id, "requests",
+                                                      (json_int_t)ts.requests_total, "in_flight", (json_int_t)ts.running,
+                                                      "queued", (json_int_t)ts.queued, "prompt_tokens",
+                                                      (json_int_t)t->prompt_tokens, "completion_tokens",
+                                                      (json_int_t)t->completion_tokens, "rejected",
+                                                      (json_int_t)(ts.rejected_total + ts.expired_total)));
+        }
+        json_t *mods = json_array();
+        for (int i = 0; i < g->nmodels; i++) {
+                const model *m = &g->models[i];
+                json_array_append_new(mods, json_pack("{s:s,s:i,s:i,s:I,s:I,s:I}", "model", m->cfg->name, "queued",
+                                                      m->waiting, "in_flight", m->in_flight, "requests",
+                                                      (json_int_t)m->requests, "prompt_tokens",
+                                                      (json_int_t)m->prompt_tokens, "completion_tokens",
+                                                      (json_int_t)m->completion_tokens));
+        }
+        uint64_t uerr = g->upstream_errors, retries = g->retries, cerr = g->context_errors;
+        pthread_mutex_unlock(&g->lock);
+        json_t *out = json_pack("{s:o,s:o}", "tenants", tens, "models", mods);
+        json_t *base = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:o,s:o}", "total_admitted",
+                         (json_int_t)st.admitted_total, "total_queued_now", (json_int_t)st.queued_total, "in_flight",
+                         (json_int_t)st.running, "rejected_total", (json_int_t)st.rejected_total, "timeouts_total",
+                         (json_int_t)st.expired_total, "client_gone_while_queued", (json_int_t)st.cancelled_total,
+                         "upstream_errors", (json_int_t)uerr, "retries", (json_int_t)retries,
+                         "context_length_errors", (json_int_t)cerr, "max_queue", g->cfg.max_queue, "queue_stats",
+                         tier_stats(&st, g->cfg.max_queue), "upstreams", ups);
+        if (base && out)
+                json_object_update(base, out);
+        json_decref(out);
+        return base;
+}
+
+/* Prometheus text (one family at a time: HELP, TYPE, samples). */
+static int prom_family(gp_buf *b, const char *name, const char *type, const char *help) {
+        return gp_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+int gp_gw_prometheus(gp_gw *g, gp_buf *b) {
+        int r = prom_family(b, "gpupool_gateway_configured", "gauge",
+                            "1 when the LLM gateway has models; its gpupool_gateway_* metrics appear then.");
+        r = r ? r : gp_buf_printf(b, "gpupool_gateway_configured %d\n", g && g->nmodels ? 1 : 0);
+        if (r || !g || !g->nmodels)
+                return r;
+        gp_admit_stats st;
+        pthread_mutex_lock(&g->lock);
+        gp_admit_get_stats(g->admit, &st);
+        r = prom_family(b, "gpupool_gateway_queue_requests", "gauge", "Gateway requests waiting for admission, by tier.");
+        for (int i = 0; r == 0 && i < GP_PRIORITY_LEVELS; i++)
+                r = gp_buf_printf(b, "gpupool_gateway_queue_requests{priority=\"%d\"} %" PRIu64 "\n", i, st.queued[i]);
+        r = r ? r : prom_family(b, "gpupool_gateway_in_flight", "gauge", "Gateway requests admitted and not ended.");
+        r = r ? r : gp_buf_printf(b, "gpupool_gateway_in_flight %" PRIu64 "\n", st.running);
+        r = r ? r : prom_family(b, "gpupool_gateway_admitted_total", "counter", "Gateway requests admitted.");
+        r = r ? r : gp_buf_printf(b, "gpupool_gateway_admitted_total %" PRIu64 "\n", st.admitted_total);
+        r = r ? r : prom_family(b, "gpupool_gateway_rejected_total", "counter",
+                                "Gateway requests answered 429, by reason (queue_full, queue_timeout).");
+        r = r ? r : gp_buf_printf(b, "gpupool_gateway_rejected_total{reason=\"queue_full\"} %" PRIu64 "\n"
+                                     "gpupool_gateway_rejected_total{reason=\"queue_timeout\"} %" PRIu64 "\n",
+                                  st.rejected_total, st.expired_total);
+        r = r ? r : prom_family(b, "gpupool_gateway_requests_total", "counter", "Admitted gateway requests that ended, by model.");
+        for (int i = 0; r == 0 && i < g->nmodels; i++)
+                r = gp_buf_printf(b, "gpupool_gateway_requests_total{model=\"%s\"} %" PRIu64 "\n", g->models[i].cfg->name,
+                                  g->models[i].requests);
+        r = r ? r : prom_family(b, "gpupool_gateway_tokens_total", "counter",
+                                "Tokens of ended gateway requests, by model and kind (prompt, completion).");
+        for (int i = 0; r == 0 && i < g->nmodels; i++)
+                r = gp_buf_printf(b,
+                                  "gpupool_gateway_tokens_total{model=\"%s\",kind=\"prompt\"} %" PRIu64 "\n"
+                                  "gpupool_gateway_tokens_total{model=\"%s\",kind=\"completion\"} %" PRIu64 "\n",
+                                  g->models[i].cfg->name, g->models[i].prompt_tokens, g->models[i].cfg->name,
+                                  g->models[i].completion_tokens);
+        r = r ? r : prom_family(b, "gpupool_gateway_upstream_up", "gauge",
+                                "1 when an upstream is taking requests (not failed recently, not a replica still starting).");
+        int64_t now = mono_ms();
+        for (int i = 0; r == 0 && i < g->nmodels; i++)
+                for (int k = 0; r == 0 && k < g->models[i].nups; k++) {
+                        const upstream *u = &g->models[i].ups[k];
+                        r = gp_buf_printf(b, "gpupool_gateway_upstream_up{model=\"%s\",url=\"%s\"} %d\n",
+                                          g->models[i].cfg->name, u->url, !u->off && u->down_until_ms <= now);
+                }
+        r = r ? r : prom_family(b, "gpupool_gateway_upstream_errors_total", "counter",
+                                "Gateway requests that failed at an upstream after the retry.");
+        r = r ? r : gp_buf_printf(b, "gpupool_gateway_upstream_errors_total %" PRIu64 "\n", g->upstream_errors);
+        pthread_mutex_unlock(&g->lock);
+        return r;
+}
+
+typedef struct qctx {
+        gp_gw *g;
+        int top;
+        int per[GP_PRIORITY_LEVELS];
+        json_t *lists[GP_PRIORITY_LEVELS];
+        int64_t now;
+        size_t pos;
+} qctx;
+
+static int queue_item(const gp_admit_ticket *t, void *ud) {
+        qctx *c = ud;
+        gw_req *q = t->ud;
+        c->pos++;
+        if (c->per[t->tier] >= c->top)
+                return 0;
+        c->per[t->tier]++;
+        gp_admit_tenant_stats ts;
+        gp_admit_tenant_stats_get(c->g->admit, (size_t)t->tenant, &ts);
+        json_array_append_new(c->lists[t->tier],
+                              json_pack("{s:s,s:s,s:I,s:I,s:I}", "tenant_id", ts.id, "model", q->m->cfg->name,
+                                        "tokens_reserved", (json_int_t)t->tokens, "submitted_order",
+                                        (json_int_t)c->pos, "wait_ms", (json_int_t)(c->now - t->enqueued_ms)));
+        return 0;
+}
+
+json_t *gp_gw_queues_json(gp_gw *g, int top) {
+        qctx c = {.g = g, .top = top, .now = mono_ms()};
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                c.lists[i] = json_array();
+        gp_admit_stats st;
+        pthread_mutex_lock(&g->lock);
+        gp_admit_get_stats(g->admit, &st);
+        gp_admit_foreach_queued(g->admit, queue_item, &c);
+        pthread_mutex_unlock(&g->lock);
+        json_t *a = json_array();
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                json_array_append_new(a, json_pack("{s:i,s:I,s:o}", "priority", i, "depth", (json_int_t)st.queued[i],
+                                                   "requests", c.lists[i]));
+        return a;
+}
+
+json_t *gp_gw_tenant_json(gp_gw *g, const char *tenant) {
+        json_t *o = NULL;
+        pthread_mutex_lock(&g->lock);
+        size_t n = gp_admit_tenant_count(g->admit);
+        for (size_t i = 0; i < n; i++) {
+                gp_admit_tenant_stats ts;
+                if (gp_admit_tenant_stats_get(g->admit, i, &ts) < 0 || strcmp(ts.id, tenant))
+                        continue;
+                tstats *t = &g->tenants[i];
+                o = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "requests", (json_int_t)ts.requests_total,
+                              "in_flight", (json_int_t)ts.running, "queued", (json_int_t)ts.queued,
+                              "prompt_tokens", (json_int_t)t->prompt_tokens, "completion_tokens",
+                              (json_int_t)t->completion_tokens, "tokens", (json_int_t)(t->prompt_tokens + t->completion_tokens),
+                              "rejected", (json_int_t)ts.rejected_total, "timeouts", (json_int_t)ts.expired_total,
+                              "upstream_errors", (json_int_t)t->errors);
+                break;
+        }
+        pthread_mutex_unlock(&g->lock);
+        return o;
+}

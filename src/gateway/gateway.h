@@ -1,0 +1,150 @@
+/* gateway.h - the OpenAI-compatible inference gateway: /v1/models,
+ * /v1/chat/completions, /v1/completions and /v1/embeddings on the daemon's
+ * port, forwarded to model servers (upstreams) under admission control.
+ *
+ * Threads: server.http_threads event loops (gp_gw_run).  Each drives its
+ * own MHD daemon (external epoll mode, all on one port), its own libcurl
+ * multi handle (keep-alive connection pools to the upstreams) and an epoll
+ * set that also watches queued clients for hang-ups.  MHD calls
+ * gp_gw_handle / gp_gw_resume / gp_gw_completed and the response reader
+ * on the loop that owns the connection, and that loop alone works on the
+ * request.  Admission state (core/admit.h), the upstream table and the
+ * counters are shared under one gateway mutex held briefly; the daemon's
+ * lock is never taken here (docs/internals/gateway.md).
+ *
+ * A request's life: its loop checks and parses it, answers errors at once,
+ * else parks (suspends) the connection and queues it for admission; when
+ * admitted (by any loop) its own loop picks the least-loaded healthy
+ * upstream and sends it; when the answer is complete (non-streaming) or its
+ * first bytes arrive (streaming) the connection is resumed and answered.  A
+ * streaming answer is passed on as it arrives: the reader parks the
+ * connection when nothing is buffered and the loop resumes it on the next
+ * bytes.
+ */
+#ifndef GP_GATEWAY_GATEWAY_H
+#define GP_GATEWAY_GATEWAY_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "config/config.h"
+#include "core/admit.h"
+
+typedef struct gp_gw gp_gw;
+
+/* Who is calling, as the server's auth found it. */
+typedef struct gp_gw_caller {
+        char tenant[GP_TENANT_MAX];       /* tenant id (never empty) */
+        int max_priority;                 /* most urgent tier allowed */
+        int default_priority;             /* tier when X-Priority is absent */
+        bool clamp_priority;              /* X-Priority above the max: clamp (true) or 403 */
+        gp_admit_tenant_limits limits;    /* tenant's gateway limits and weight */
+} gp_gw_caller;
+
+/* Make the gateway from cfg->gw (copied).  0, or -errno with a message
+ * in err.  Nothing runs until gp_gw_run. */
+int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t errlen);
+
+/* Start the nloops loop threads.  mhds[i] (started with MHD_USE_EPOLL and
+ * no internal thread; all on one port with SO_REUSEPORT) is driven by loop
+ * i: one thread serves its connections, their upstream transfers and
+ * admission with no hand-off between threads.  0, or -errno with a message
+ * in err. */
+int gp_gw_run(gp_gw *g, struct MHD_Daemon *const *mhds, int n, char *err, size_t errlen);
+
+/* Answer every parked request (503) and resume it, and stop the thread.
+ * Call before MHD_stop_daemon.  Takes NULL. */
+void gp_gw_stop(gp_gw *g);
+
+/* Another thread resumed conn: make its loop run MHD now.  Any thread;
+ * takes a NULL g. */
+void gp_gw_kick(gp_gw *g, struct MHD_Connection *conn);
+
+/* Free after MHD_stop_daemon (every request completed).  Takes NULL. */
+void gp_gw_free(gp_gw *g);
+
+/* Is url a gateway path ("/v1/...")? */
+bool gp_gw_is_path(const char *url);
+
+/* Serve a /v1/ request whose body is complete (the handler's last call).
+ * Either queues an answer now, or parks the connection and sets *slot to
+ * the request (then every later handler call goes to gp_gw_resume, and
+ * gp_gw_completed must be called from the completion callback).  Any MHD
+ * worker thread. */
+enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *url, const char *method,
+                             const gp_gw_caller *who, const char *body, size_t len, void **slot);
+
+/* A resumed /v1/ request: queue its answer (or park again). */
+enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot);
+
+/* The connection of *slot ended (MHD's completion callback). */
+void gp_gw_completed(gp_gw *g, void *slot);
+
+/* An OpenAI-shaped error body {"error":{"message","type","param":null,
+ * "code"}} (malloc'd, NULL on out of memory). */
+char *gp_gw_error_body(const char *type, const char *code, const char *message);
+
+/* A served replica's upstream (model servers gpupool runs): on adds it
+ * (or turns it back on), off stops sending it requests.  0, -ENOENT for an
+ * unknown model, -ENOSPC when the model has GP_CFG_MAX_UPSTREAMS already.
+ * Any thread. */
+int gp_gw_upstream_set(gp_gw *g, const char *model_name, const char *url, bool on);
+
+/* A model's requests waiting for admission and in flight now (autoscale).
+ * 0 or -ENOENT.  Any thread. */
+int gp_gw_model_load(gp_gw *g, const char *model_name, int *ret_waiting, int *ret_in_flight);
+
+/* Visibility (any thread): {"total_admitted", "total_queued_now",
+ * "in_flight", "queue_stats": [...], ...} for /admin/scheduler/stats;
+ * the waiting requests per tier (top per tier) for /admin/scheduler/queues;
+ * one tenant's counters (NULL when the tenant never used the gateway). */
+json_t *gp_gw_stats_json(gp_gw *g);
+json_t *gp_gw_queues_json(gp_gw *g, int top);
+json_t *gp_gw_tenant_json(gp_gw *g, const char *tenant);
+
+/* Token usage of one ended request (prompt and completion tokens as the
+ * upstream reported them, or estimated), for billing. */
+typedef void gp_gw_usage_fn(void *ud, const char *tenant, const char *model, int64_t prompt_tokens,
+                            int64_t completion_tokens);
+/* Call fn(ud, ...) after each request, on a gateway loop thread, with no
+ * lock held.  Set it before gp_gw_run; NULL = none. */
+void gp_gw_on_usage(gp_gw *g, gp_gw_usage_fn *fn, void *ud);
+
+/* Append the gateway's Prometheus families to b (gpupool_gateway_configured
+ * always; the rest when models are configured).  g may be NULL.  0,
+ * -ENOMEM, -E2BIG.  Any thread. */
+int gp_gw_prometheus(gp_gw *g, gp_buf *b);
+
+/* Pure helpers (unit-tested). */
+/* Estimated prompt tokens of a request body's messages/prompt/input
+ * (about 4 bytes a token, plus 4 per chat message). */
+int64_t gp_gw_estimate_tokens(const json_t *req);
+/* X-Priority value -> tier: "0".."9", "P0".."P9", critical/high/normal/low/background.
+ * -EINVAL otherwise. */
+int gp_gw_parse_priority(const char *s);
+
+/* An SSE filter: fed the upstream's bytes, emits complete lines for the
+ * client, takes the usage from a chunk that has one, counts content chunks,
+ * and drops the usage-only chunk (choices empty) when strip is set. */
+typedef struct gp_gw_sse {
+        char *line;                       /* partial line carried to the next feed */
+        size_t len, cap;
+        bool strip;                       /* drop the usage-only chunk */
+        bool drop_blank;                  /* the blank line ending a dropped event */
+        bool usage_seen;
+        int64_t prompt_tokens, completion_tokens; /* from the usage chunk */
+        int64_t chunks;                   /* data chunks with content (a token estimate) */
+} gp_gw_sse;
+/* Feed n bytes; the client's bytes are appended with out(ud, p, n), which
+ * returns 0 or a negative errno (then feeding stops with it).  A line over
+ * 1 MiB is -E2BIG.  gp_gw_sse_done frees the line buffer. */
+int gp_gw_sse_feed(gp_gw_sse *s, const char *p, size_t n, int (*out)(void *ud, const char *p, size_t n), void *ud);
+/* Flush a last line without a newline (end of stream). */
+int gp_gw_sse_end(gp_gw_sse *s, int (*out)(void *ud, const char *p, size_t n), void *ud);
+void gp_gw_sse_done(gp_gw_sse *s);
+
+#endif

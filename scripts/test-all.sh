@@ -4,7 +4,9 @@
 #   2. gcc build with -Werror: unit tests, black-box tests against the real
 #      daemon, replay of every fuzz corpus,
 #   3. the unit and black-box tests again under ASan+UBSan,
-#   4. the store tests against a real PostgreSQL server started here.
+#   4. the store tests against a real PostgreSQL server started here,
+#   5. the dashboard in headless Chromium and the gateway through the
+#      official openai npm client (npm packages from package-lock.json).
 # Exits non-zero on the first failure.
 set -eu
 cd "$(dirname "$0")/.."
@@ -29,5 +31,9 @@ GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BUILD=build build/tests/test-store
 
 echo "== web dashboard in headless chromium (Playwright), against a real daemon"
 (cd tests/web && npm ci --no-audit --no-fund --loglevel=error && GPUPOOL_BIN="$PWD/../../build/gpupool" node --test dashboard.test.mjs)
+
+echo "== inference gateway driven by the official openai npm client, against a real daemon and fake-openai"
+make -j"$jobs" build/tests/fake-openai
+GPUPOOL_BIN="$PWD/build/gpupool" FAKE_OPENAI_BIN="$PWD/build/tests/fake-openai" tests/gateway/run.sh
 
 echo "== all tests passed"

@@ -135,7 +135,8 @@ def test_a_preempted_lease_is_preempting_until_its_deadline_then_lost(daemon_fac
     d = daemon_factory(PREEMPT.replace("min_runtime_sec: 0", "min_runtime_sec: 0, grace_sec: 3"))
     leases = [submit(d, tenant_id="bulk", priority=8, preemptible=True, exclusive=True) for _ in range(4)]
     before = time.time()
-    urgent = submit(d, tenant_id="prod", priority=0, command=["sh", "-c", "echo started"])
+    # it runs on for a while, so that the lost lease stays queued to be looked at
+    urgent = submit(d, tenant_id="prod", priority=0, command=["sh", "-c", "echo started; sleep 10"])
     victims = [t for t in leases if get(d, t["id"])["preempt_count"] == 1]
     assert len(victims) == 1
     v = get(d, victims[0]["id"])

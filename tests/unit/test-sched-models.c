@@ -113,7 +113,7 @@ static void test_zero_means_unlimited_models(void **st) {
         gp_sched *s = mk(0);
         add_node(s, "n", 1);
         run_out o = {0};
-        char m[8][4];
+        char m[8][16];
         for (int i = 0; i < 8; i++) {
                 snprintf(m[i], sizeof(m[i]), "m%d", i);
                 enq(s, req(i + 1, m[i]));

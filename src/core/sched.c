@@ -72,6 +72,7 @@ enum {
         R_QUOTA_TASKS,  /* a1 = tasks running, a2 = max_concurrent */
         R_QUOTA_GPUS,   /* a1 = milli-GPUs in use, a2 = max_gpus_milli; ra3 = share needed */
         R_GROUP,        /* a1 = group id, a2 = share_pct */
+        R_MODELS,       /* a1 = max_models_per_gpu: every GPU that fits holds that many other models */
 };
 
 #define NAME_MAX_LEN 255
@@ -1217,7 +1218,8 @@ static int check_weights(const uint32_t *w) {
 int gp_sched_new(const gp_sched_config *cfg, gp_sched **ret) {
         if (!cfg || cfg->policy > GP_SCHED_LAS || check_weights(cfg->weights) < 0 ||
             cfg->max_queue_depth < 1 || cfg->memory_safety_margin_mb < 0 || cfg->backfill_depth < 0 ||
-            check_las(cfg) < 0 || cfg->fairshare_half_life_ms < 0 || cfg->preempt_min_runtime_ms < 0)
+            check_las(cfg) < 0 || cfg->fairshare_half_life_ms < 0 || cfg->preempt_min_runtime_ms < 0 ||
+            cfg->max_models_per_gpu < 0)
                 return -EINVAL;
         gp_sched *s = calloc(1, sizeof(*s));
         if (!s)
@@ -1549,10 +1551,22 @@ static bool kind_ok(const stask *t, const sgpu *g) {
         return (t->kinds >> g->kind) & 1;
 }
 
+/* Does max_models_per_gpu keep t off GPU g?  Only when t has a model that
+ * g does not hold and g already holds the maximum of other models. */
+static bool models_full(const gp_sched *s, const stask *t, const sgpu *g) {
+        int max = s->cfg.max_models_per_gpu;
+        if (max <= 0 || !t->model || g->nmodels < max)
+                return false;
+        for (int i = 0; i < g->nmodels; i++)
+                if (g->models[i].model == t->model)
+                        return false;
+        return true;
+}
+
 /* Can GPU g take shared task t now? */
 static bool shared_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid) {
         return gpu_usable(g) && !g->excl && kind_ok(t, g) && gpu_free(g) >= t->mem &&
-               !(avoid && g->resv_stamp == s->stamp);
+               !(avoid && g->resv_stamp == s->stamp) && !models_full(s, t, g);
 }
 
 static bool idle_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid) {
@@ -1738,6 +1752,7 @@ static void diagnose(gp_sched *s, stask *t) {
         int64_t most_free = -1;
         int most_whole = 0;
         bool any_usable = false;
+        int mem_fits = 0, model_full = 0; /* single shared GPUs with room; of them, full of other models */
         for (uint32_t ni = 0; ni < s->nnodes; ni++) {
                 const snode *nd = &s->nodes[ni];
                 int whole = 0;
@@ -1746,6 +1761,10 @@ static void diagnose(gp_sched *s, stask *t) {
                         if (!kind_ok(t, g) || !gpu_usable(g))
                                 continue;
                         any_usable = true;
+                        if (!g->excl && gpu_free(g) >= t->mem) {
+                                mem_fits++;
+                                model_full += models_full(s, t, g);
+                        }
                         if (gpu_free(g) > most_free)
                                 most_free = gpu_free(g);
                         if (g->ntasks == 0 && g->usable >= t->mem)
@@ -1761,6 +1780,10 @@ static void diagnose(gp_sched *s, stask *t) {
                 t->rcode = R_NO_WHOLE;
                 t->ra1 = t->ngpus;
                 t->ra2 = most_whole;
+        } else if (t->ngpus == 1 && mem_fits > 0 && model_full == mem_fits) {
+                t->rcode = R_MODELS;
+                t->ra1 = s->cfg.max_models_per_gpu;
+                t->ra2 = 0;
         } else if (t->ngpus == 1) {
                 t->rcode = R_NO_MEM;
                 t->ra1 = t->mem;
@@ -1793,8 +1816,9 @@ static int cmp_gpu_end(const void *a, const void *b) {
 
 /* Earliest time GPU g could host t, from the running tasks' end bounds
  * (TIME_INF when a task in the way has no bound). */
-static int64_t gpu_ready_at(const sgpu *g, const stask *t, int64_t now) {
-        if (t->excl || g->excl) {
+static int64_t gpu_ready_at(const gp_sched *s, const sgpu *g, const stask *t, int64_t now) {
+        /* full of other models: free for t at the latest when all on it ended */
+        if (t->excl || g->excl || models_full(s, t, g)) {
                 int64_t m = now;
                 for (int i = 0; i < g->ntasks; i++)
                         if (task_end(g->tasks[i]) > m)
@@ -1845,7 +1869,7 @@ static int64_t reserve(gp_sched *s, stask *t, int64_t now) {
                         if (!t->excl && g->excl && g->ntasks == 0)
                                 continue;
                         ge[m].gi = nd->gpus[i];
-                        ge[m].t = gpu_ready_at(g, t, now);
+                        ge[m].t = gpu_ready_at(s, g, t, now);
                         if (ge[m].t == now)
                                 ready++;
                         m++;
@@ -2396,12 +2420,15 @@ typedef struct fail_memo {
         int64_t shared_mem[2];     /* [avoid]: smallest single shared request that failed, -1 none */
 } fail_memo;
 
-static bool memo_applies(const stask *t) {
-        return !t->gpu_model && (t->excl || t->ngpus == 1);
+/* Not for a shared task with a model under max_models_per_gpu: whether it
+ * fits depends on its model, not only on its size. */
+static bool memo_applies(const gp_sched *s, const stask *t) {
+        return !t->gpu_model && (t->excl || t->ngpus == 1) &&
+               (t->excl || !t->model || s->cfg.max_models_per_gpu <= 0);
 }
 
-static bool memo_fails(const fail_memo *m, const stask *t, bool avoid) {
-        if (!memo_applies(t))
+static bool memo_fails(const gp_sched *s, const fail_memo *m, const stask *t, bool avoid) {
+        if (!memo_applies(s, t))
                 return false;
         /* a failure without the avoid restriction also fails with it */
         for (int a = 0; a <= (int)avoid; a++) {
@@ -2422,16 +2449,16 @@ typedef struct fit_memo {
         int64_t shared_mem;        /* single shared request that fitted, -1 none */
 } fit_memo;
 
-static bool fit_memo_fits(const fit_memo *m, const stask *t) {
-        if (!memo_applies(t))
+static bool fit_memo_fits(const gp_sched *s, const fit_memo *m, const stask *t) {
+        if (!memo_applies(s, t))
                 return false;
         if (t->excl)
                 return m->excl_n && t->ngpus <= m->excl_n && t->mem <= m->excl_mem;
         return m->shared_mem >= 0 && t->mem <= m->shared_mem;
 }
 
-static void fit_memo_record(fit_memo *m, const stask *t) {
-        if (!memo_applies(t))
+static void fit_memo_record(const gp_sched *s, fit_memo *m, const stask *t) {
+        if (!memo_applies(s, t))
                 return;
         if (t->excl) {
                 if (!m->excl_n || (t->ngpus >= m->excl_n && t->mem >= m->excl_mem)) {
@@ -2443,8 +2470,8 @@ static void fit_memo_record(fit_memo *m, const stask *t) {
         }
 }
 
-static void memo_record(fail_memo *m, const stask *t, bool avoid) {
-        if (!memo_applies(t))
+static void memo_record(const gp_sched *s, fail_memo *m, const stask *t, bool avoid) {
+        if (!memo_applies(s, t))
                 return;
         if (t->excl) {
                 if (!m->excl_n[avoid] || t->ngpus < m->excl_n[avoid])
@@ -3331,7 +3358,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         avoid = !(t->timeout_ms > 0 && shadow != TIME_INF && now + t->timeout_ms <= shadow);
                 }
                 fit f;
-                bool known_fail = memo_fails(&memo, t, avoid);
+                bool known_fail = memo_fails(s, &memo, t, avoid);
                 bool placed = !known_fail && place(s, t, avoid, &f);
                 if (placed) {
                         /* on a smaller GPU a shared task holds a larger share */
@@ -3408,7 +3435,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         continue;
                 }
                 if (!known_fail)
-                        memo_record(&memo, t, avoid);
+                        memo_record(s, &memo, t, avoid);
                 if (!resv) {
                         resv = t;
                         diagnose(s, t);
@@ -3420,16 +3447,18 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 }
                 /* would it fit if it could use the reserved GPUs? */
                 bool fits_resv = false;
-                if (avoid && !memo_fails(&memo, t, false)) {
-                        fits_resv = fit_memo_fits(&fits, t) || place(s, t, false, &f);
+                if (avoid && !memo_fails(s, &memo, t, false)) {
+                        fits_resv = fit_memo_fits(s, &fits, t) || place(s, t, false, &f);
                         if (fits_resv)
-                                fit_memo_record(&fits, t);
+                                fit_memo_record(s, &fits, t);
                 }
                 if (fits_resv)
                         set_reason(s, t, R_WOULD_DELAY, resv->id,
                                    shadow == TIME_INF ? -1 : (shadow - now + 999) / 1000);
                 else if (t->excl)
                         set_reason(s, t, R_NO_WHOLE, t->ngpus, -1);
+                else if (t->ngpus == 1 && t->model && s->cfg.max_models_per_gpu > 0)
+                        diagnose(s, t); /* memory or models: a scan tells which */
                 else if (t->ngpus == 1)
                         set_reason(s, t, R_NO_MEM, t->mem, -1);
                 else
@@ -3731,6 +3760,10 @@ int gp_sched_task_reason(gp_sched *s, int64_t id, char *buf, size_t size) {
                                  t->ngpus, extra, t->ra2);
                 else
                         snprintf(buf, size, "waiting for a gang of %d whole GPUs%s on one node", t->ngpus, extra);
+                break;
+        case R_MODELS:
+                snprintf(buf, size, "every GPU%s that fits holds %" PRId64 " models (max_models_per_gpu)", extra,
+                         t->ra1);
                 break;
         case R_GANG_SHARED:
                 snprintf(buf, size, "waiting for a gang of %d GPUs%s with %" PRId64 " MB free each on one node",

@@ -85,12 +85,25 @@ typedef struct gp_sched_config {
         int64_t fairshare_half_life_ms;       /* decay of tenant usage, >= 0; 0 = never decays */
         bool preemption;                      /* preempt less urgent / borrowed work */
         int64_t preempt_min_runtime_ms;       /* least run time before a task may be preempted, >= 0 */
+        int max_models_per_gpu;               /* distinct models on one GPU, >= 0; 0 = unlimited
+                                                 (see "Models per GPU" below) */
 } gp_sched_config;
+
+/* Models per GPU: with max_models_per_gpu > 0, a task with a model is not
+ * placed on a GPU that already holds that many distinct models other than
+ * its own (it may always join a GPU that holds its own model, and an idle
+ * GPU holds none).  Tasks without a model are not limited and do not count.
+ * A task held back only by this rule waits with the reason "every GPU that
+ * fits holds N models (max_models_per_gpu)"; the core never stops a model
+ * to make room (the daemon's serve loop unloads idle served models).  A
+ * reservation counts a model-full GPU as free only once every task on it
+ * may have ended. */
 
 /* The defaults of DESIGN.md (hybrid, 256..1 weights, depth 10000, margin
  * 2000 MB, backfill on with depth 1000); for LAS: 3 queues split at 1 and
  * 10 GPU-hours, preemption on, 60 s least run time; fair-share half-life
- * 1 day; `preemption` off with a 60 s least run time. */
+ * 1 day; `preemption` off with a 60 s least run time; max_models_per_gpu 0
+ * (unlimited: the daemon sets it from its config). */
 void gp_sched_config_defaults(gp_sched_config *cfg);
 
 /* 0, -EINVAL (bad config), -ENOMEM. */

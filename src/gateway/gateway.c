@@ -73,6 +73,8 @@ typedef struct model {
         uint64_t prompt_tokens, completion_tokens;
         int waiting;               /* its requests in the admission queue now */
         int in_flight;             /* its admitted requests not ended */
+        int64_t last_used_ms;      /* wall clock of its last request that reached admission, 0 = none */
+        uint64_t unloads;          /* served replicas stopped as the least recently used idle model */
 } model;
 
 typedef struct tstats {
@@ -177,6 +179,7 @@ struct gp_gw {
         int nmodels;
         tstats tenants[GP_ADMIT_MAX_TENANTS];
         uint64_t upstream_errors, retries, context_errors;
+        uint64_t models_unloaded;  /* sum of the models' unloads */
 };
 
 static int64_t mono_ms(void) {
@@ -1261,8 +1264,10 @@ static void take_inbox(gp_gw *g, loop *L) {
                                 if (!__atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE)) {
                                         pthread_mutex_lock(&g->lock);
                                         rc = gp_admit_submit(g->admit, &q->ticket, now);
-                                        if (rc == 0)
+                                        if (rc == 0) {
                                                 q->m->waiting++;
+                                                q->m->last_used_ms = gp_now_ms();
+                                        }
                                         pthread_mutex_unlock(&g->lock);
                                 }
                                 if (rc == -ESHUTDOWN) {
@@ -1655,6 +1660,31 @@ int gp_gw_model_load(gp_gw *g, const char *model_name, int *ret_waiting, int *re
         return rc;
 }
 
+int gp_gw_model_last_used(gp_gw *g, const char *model_name, int64_t *ret_ms) {
+        int rc = -ENOENT;
+        pthread_mutex_lock(&g->lock);
+        model *m = find_model(g, model_name);
+        if (m) {
+                *ret_ms = m->last_used_ms;
+                rc = 0;
+        }
+        pthread_mutex_unlock(&g->lock);
+        return rc;
+}
+
+int gp_gw_model_unloaded(gp_gw *g, const char *model_name) {
+        int rc = -ENOENT;
+        pthread_mutex_lock(&g->lock);
+        model *m = find_model(g, model_name);
+        if (m) {
+                m->unloads++;
+                g->models_unloaded++;
+                rc = 0;
+        }
+        pthread_mutex_unlock(&g->lock);
+        return rc;
+}
+
 json_t *gp_gw_stats_json(gp_gw *g) {
         gp_admit_stats st;
         pthread_mutex_lock(&g->lock);
@@ -1687,15 +1717,19 @@ json_t *gp_gw_stats_json(gp_gw *g) {
         json_t *mods = json_array();
         for (int i = 0; i < g->nmodels; i++) {
                 const model *m = &g->models[i];
-                json_array_append_new(mods, json_pack("{s:s,s:i,s:i,s:I,s:I,s:I}", "model", m->cfg->name, "queued",
-                                                      m->waiting, "in_flight", m->in_flight, "requests",
+                json_array_append_new(mods, json_pack("{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I}", "model", m->cfg->name,
+                                                      "queued", m->waiting, "in_flight", m->in_flight, "requests",
                                                       (json_int_t)m->requests, "prompt_tokens",
                                                       (json_int_t)m->prompt_tokens, "completion_tokens",
-                                                      (json_int_t)m->completion_tokens));
+                                                      (json_int_t)m->completion_tokens, "last_used_ms",
+                                                      (json_int_t)m->last_used_ms, "unloaded",
+                                                      (json_int_t)m->unloads));
         }
         uint64_t uerr = g->upstream_errors, retries = g->retries, cerr = g->context_errors;
+        uint64_t unloaded = g->models_unloaded;
         pthread_mutex_unlock(&g->lock);
-        json_t *out = json_pack("{s:o,s:o}", "tenants", tens, "models", mods);
+        json_t *out = json_pack("{s:o,s:o,s:I}", "tenants", tens, "models", mods, "models_unloaded",
+                                (json_int_t)unloaded);
         json_t *base = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:o,s:o}", "total_admitted",
                          (json_int_t)st.admitted_total, "total_queued_now", (json_int_t)st.queued_total, "in_flight",
                          (json_int_t)st.running, "rejected_total", (json_int_t)st.rejected_total, "timeouts_total",

@@ -98,6 +98,17 @@ int gp_gw_upstream_set(gp_gw *g, const char *model_name, const char *url, bool o
  * 0 or -ENOENT.  Any thread. */
 int gp_gw_model_load(gp_gw *g, const char *model_name, int *ret_waiting, int *ret_in_flight);
 
+/* When a model was last used: the wall-clock ms (gp_now_ms) of its last
+ * request that reached admission (answered or not), 0 when none came
+ * since the gateway started.  For unloading the least recently used idle
+ * served model.  0 or -ENOENT.  Any thread. */
+int gp_gw_model_last_used(gp_gw *g, const char *model_name, int64_t *ret_ms);
+
+/* Count one served replica of the model stopped as the least recently used
+ * idle model (stats: models[].unloaded, models_unloaded).  0 or -ENOENT.
+ * Any thread. */
+int gp_gw_model_unloaded(gp_gw *g, const char *model_name);
+
 /* Visibility (any thread): {"total_admitted", "total_queued_now",
  * "in_flight", "queue_stats": [...], ...} for /admin/scheduler/stats;
  * the waiting requests per tier (top per tier) for /admin/scheduler/queues;

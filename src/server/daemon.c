@@ -1572,6 +1572,7 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         sc.preemption = cfg->preemption_enabled;
         sc.preempt_min_runtime_ms = (int64_t)cfg->preemption_min_runtime_sec * 1000;
         sc.fairshare_half_life_ms = (int64_t)cfg->fairshare_half_life_s * 1000;
+        sc.max_models_per_gpu = cfg->max_models_per_gpu;
         if ((rc = gp_sched_new(&sc, &d->sched)) < 0) {
                 snprintf(err, errlen, "scheduler config: %s", gp_strerror(rc));
                 return rc;

@@ -5,6 +5,17 @@
  * restart finds the servers that kept running), and submits through the
  * command queue like an HTTP client would.  A replica is an upstream of the
  * gateway exactly while its task runs and its readiness path answered 200.
+ *
+ * Unloading: when a replica's task has waited in the queue UNLOAD_WAIT_MS
+ * and stopping one running replica of another, idle model (no request of
+ * it waiting or in flight at the gateway) would let it fit where it does
+ * not fit now, the replica of the least recently used such model is
+ * cancelled and marked unloaded: it is not started again (not even to keep
+ * the model's replicas or autoscale min) until a request for its model
+ * reaches the gateway after the unload while the model has no ready
+ * replica or its requests wait for admission.  Never-used models count as
+ * least recently used (ties: the first in the config).  One unload at a
+ * time: the next only after the previous replica's task ended.
  */
 #include "server/serve.h"
 
@@ -44,6 +55,10 @@ typedef struct replica {
         int quick_fails;           /* ends soon after start, in a row (back-off) */
         bool active;               /* wanted now (autoscale turns replicas above min on and off) */
         bool stopping;             /* turned off: its task is cancelled, not started again */
+        bool running;              /* its task runs (as the last tick saw) */
+        int64_t queued_since_ms;   /* its task waits in the queue since, 0 = not queued */
+        bool unloaded;             /* stopped as the least recently used idle model: off until a request */
+        int64_t unloaded_ms;       /* when (a request after this loads it again) */
 } replica;
 
 /* Autoscale state of one served model. */
@@ -56,6 +71,8 @@ typedef struct scaler {
 
 #define SCALE_UP_PAUSE_MS 10000    /* between two scale-ups of one model */
 #define SCALE_DOWN_IDLE_MS 60000   /* quiet this long before a replica is stopped */
+#define UNLOAD_WAIT_MS 2000        /* a replica queued this long may unload an idle model */
+#define MAX_NODES 64               /* nodes looked at when unloading */
 
 struct gp_serve {
         gp_daemon *d;
@@ -205,6 +222,7 @@ static void scale(gp_serve *s, scaler *sc, int64_t now) {
                 for (int i = sc->first; i < sc->first + sc->count; i++)
                         if (!s->r[i].active && !s->r[i].stopping) {
                                 s->r[i].active = true;
+                                s->r[i].unloaded = false;
                                 s->r[i].next_ms = now;
                                 gp_info("serve %s: %d requests wait; starting replica %d", sc->m->name, waiting,
                                         s->r[i].n);
@@ -241,8 +259,167 @@ static void scale(gp_serve *s, scaler *sc, int64_t now) {
         sc->idle_since_ms = 0;
 }
 
+/* Does a GPU in view v take a replica of model `model` with mem MB per
+ * GPU (0 = whole) when `gone` (a running task on it, or NULL) has left?
+ * d->lock held. */
+static bool gpu_takes(gp_daemon *d, uint32_t gi, const gp_sched_gpu_view *v, const char *model, int64_t mem,
+                      const gp_task *gone) {
+        if (!v->healthy || v->drained || v->reserved)
+                return false;
+        int ntasks = v->ntasks;
+        int64_t alloc = v->memory_allocated_mb;
+        bool gone_model_leaves = false;
+        if (gone) {
+                ntasks--;
+                alloc -= (gone->memory_mb == 0 || gone->exclusive) ? v->memory_usable_mb : gone->memory_mb;
+                /* its model leaves the GPU unless another task on it has that model */
+                gone_model_leaves = gone->model[0] != '\0';
+                int64_t ids[256];
+                int n = gp_sched_gpu_tasks(d->sched, gi, ids, 256);
+                for (int i = 0; i < n && i < 256 && gone_model_leaves; i++) {
+                        const gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
+                        if (t && t != gone && !strcmp(t->model, gone->model))
+                                gone_model_leaves = false;
+                }
+        }
+        if (mem == 0)
+                return ntasks == 0;
+        if (v->exclusive_held && ntasks > 0)
+                return false;
+        if (v->memory_usable_mb - alloc < mem)
+                return false;
+        int max = d->cfg.max_models_per_gpu;
+        if (max <= 0)
+                return true;
+        const char *names[64];
+        int nm = gp_sched_gpu_models(d->sched, gi, names, 64);
+        int others = 0;
+        for (int i = 0; i < nm && i < 64; i++) {
+                if (!strcmp(names[i], model))
+                        return true; /* joins its own model */
+                if (!(gone_model_leaves && !strcmp(names[i], gone->model)))
+                        others++;
+        }
+        return others < max;
+}
+
+/* Would replica w (queued) fit on some node once task `gone` has left,
+ * where it does not fit now?  d->lock held. */
+static bool unload_lets_start(gp_daemon *d, const replica *w, const gp_task *gone) {
+        const gp_cfg_serve *sv = &w->m->serve;
+        const char *node[MAX_NODES];
+        int before[MAX_NODES] = {0}, after[MAX_NODES] = {0}, nn = 0;
+        uint32_t n = gp_sched_gpu_count(d->sched);
+        for (uint32_t gi = 0; gi < n; gi++) {
+                gp_sched_gpu_view v;
+                if (gp_sched_gpu_get(d->sched, gi, &v) < 0)
+                        continue;
+                int k = 0;
+                while (k < nn && strcmp(node[k], v.node))
+                        k++;
+                if (k == nn) {
+                        if (nn == MAX_NODES)
+                                continue;
+                        node[nn++] = v.node;
+                }
+                bool on = false;
+                for (int i = 0; i < gone->n_gpus; i++)
+                        on |= !strcmp(gone->gpus[i].node, v.node) && gone->gpus[i].index == v.index;
+                bool now_ok = gpu_takes(d, gi, &v, w->m->name, sv->memory_mb, NULL);
+                before[k] += now_ok;
+                after[k] += on ? gpu_takes(d, gi, &v, w->m->name, sv->memory_mb, gone) : now_ok;
+        }
+        for (int k = 0; k < nn; k++)
+                if (after[k] >= sv->gpus && before[k] < sv->gpus)
+                        return true;
+        return false;
+}
+
+/* A replica that has waited in the queue UNLOAD_WAIT_MS: stop the least
+ * recently used idle model's replica whose leaving lets it start. */
+static void unload_lru(gp_serve *s, int64_t now) {
+        gp_daemon *d = s->d;
+        replica *w = NULL;
+        for (int i = 0; i < s->n; i++) {
+                replica *r = &s->r[i];
+                if (r->unloaded && r->stopping)
+                        return; /* the last unload is still under way */
+                if (r->active && !r->stopping && r->queued_since_ms && now - r->queued_since_ms >= UNLOAD_WAIT_MS &&
+                    (!w || r->queued_since_ms < w->queued_since_ms))
+                        w = r;
+        }
+        if (!w)
+                return;
+        replica *victim = NULL;
+        int64_t victim_used = 0;
+        for (int i = 0; i < s->n; i++) {
+                replica *v = &s->r[i];
+                if (!v->active || v->stopping || !v->running || !v->task_id || v->m == w->m)
+                        continue;
+                int waiting = 0, in_flight = 0;
+                int64_t used = 0;
+                if (gp_gw_model_load(d->gw, v->m->name, &waiting, &in_flight) < 0 || waiting || in_flight ||
+                    gp_gw_model_last_used(d->gw, v->m->name, &used) < 0)
+                        continue; /* in use: never unloaded */
+                if (victim && used >= victim_used)
+                        continue;
+                pthread_mutex_lock(&d->lock);
+                const gp_task *t = gp_i64map_get(&d->tasks, v->task_id);
+                bool lets = t && t->state == GP_TASK_RUNNING && unload_lets_start(d, w, t);
+                pthread_mutex_unlock(&d->lock);
+                if (lets) {
+                        victim = v;
+                        victim_used = used;
+                }
+        }
+        if (!victim)
+                return;
+        victim->active = false;
+        victim->stopping = true;
+        victim->unloaded = true;
+        victim->unloaded_ms = now;
+        if (victim->ready) {
+                gp_gw_upstream_set(d->gw, victim->m->name, victim->url, false);
+                victim->ready = false;
+        }
+        gp_gw_model_unloaded(d->gw, victim->m->name);
+        if (victim_used)
+                gp_info("serve %s: unloaded, the least recently used idle model (last request %" PRId64
+                        " s ago), so that %s can start",
+                        victim->name, (now - victim_used) / 1000, w->name);
+        else
+                gp_info("serve %s: unloaded, the least recently used idle model (no request yet), so that %s can start",
+                        victim->name, w->name);
+        cancel_task(s, victim);
+}
+
+/* Unloaded replicas whose model got a request since the unload, while
+ * none of its replicas is ready or its requests wait for admission: wanted
+ * again (a model that still answers through other replicas and keeps up
+ * does not load its unloaded ones back). */
+static void reload(gp_serve *s, int64_t now) {
+        for (int i = 0; i < s->n; i++) {
+                replica *r = &s->r[i];
+                int64_t used = 0;
+                int waiting = 0, in_flight = 0;
+                if (!r->unloaded || gp_gw_model_last_used(s->d->gw, r->m->name, &used) < 0 || used <= r->unloaded_ms ||
+                    gp_gw_model_load(s->d->gw, r->m->name, &waiting, &in_flight) < 0)
+                        continue;
+                bool ready = false;
+                for (int k = 0; k < s->n; k++)
+                        ready |= s->r[k].m == r->m && s->r[k].ready;
+                if (ready && waiting == 0)
+                        continue;
+                r->unloaded = false;
+                r->active = true;
+                r->next_ms = now;
+                gp_info("serve %s: its model was requested; loading it again", r->name);
+        }
+}
+
 static void tick(gp_serve *s, int64_t now) {
         gp_daemon *d = s->d;
+        reload(s, now);
         for (int i = 0; i < s->nsc; i++)
                 scale(s, &s->sc[i], now);
         for (int i = 0; i < s->n; i++) {
@@ -267,6 +444,11 @@ static void tick(gp_serve *s, int64_t now) {
                                 break;
                         }
                 pthread_mutex_unlock(&d->lock);
+                r->running = found && running;
+                if (!found || running)
+                        r->queued_since_ms = 0;
+                else if (!r->queued_since_ms)
+                        r->queued_since_ms = now;
                 if (!found || !running) {
                         if (r->ready) {
                                 gp_gw_upstream_set(d->gw, r->m->name, r->url, false);
@@ -317,6 +499,7 @@ static void tick(gp_serve *s, int64_t now) {
                 }
                 r->poll_ms = now + 500;
         }
+        unload_lru(s, now);
 }
 
 static void *serve_thread(void *arg) {

@@ -611,6 +611,7 @@ int gp_simulate_main(int argc, char **argv) {
                         so.sched.preemption = cfg.preemption_enabled;
                         so.sched.preempt_min_runtime_ms = (int64_t)cfg.preemption_min_runtime_sec * 1000;
                         so.sched.fairshare_half_life_ms = (int64_t)cfg.fairshare_half_life_s * 1000;
+                        so.sched.max_models_per_gpu = cfg.max_models_per_gpu;
                         /* and LAS from the same preemption keys */
                         so.sched.las_preempt = cfg.preemption_enabled;
                         so.sched.las_min_run_ms =

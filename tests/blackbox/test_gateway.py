@@ -89,8 +89,10 @@ def test_plain_answer_is_passed_byte_for_byte_and_usage_counted(daemon_factory, 
     assert st["in_flight"] == 0
     assert st["tenants"] == [{"tenant_id": "default", "requests": 1, "in_flight": 0, "queued": 0,
                               "prompt_tokens": 11, "completion_tokens": 7, "rejected": 0}]
+    assert abs(st["models"][0].pop("last_used_ms") / 1000 - time.time()) < 60  # wall clock of the request
     assert st["models"] == [{"model": "m1", "queued": 0, "in_flight": 0, "requests": 1,
-                             "prompt_tokens": 11, "completion_tokens": 7}]
+                             "prompt_tokens": 11, "completion_tokens": 7, "unloaded": 0}]
+    assert st["models_unloaded"] == 0
 
 
 def test_tokens_of_each_request_are_billed_to_its_tenant_and_model(daemon_factory, up):

@@ -13,7 +13,9 @@
  * lock is never taken here (docs/internals/gateway.md).
  *
  * A request's life: its loop checks and parses it, answers errors at once,
- * else parks (suspends) the connection and queues it for admission; when
+ * else parks (suspends) the connection and queues it for admission (a
+ * prompt whose estimate is near the model's context is first counted by an
+ * upstream's POST /tokenize, on the loop, and checked again); when
  * admitted (by any loop) its own loop picks the least-loaded healthy
  * upstream and sends it; when the answer is complete (non-streaming) or its
  * first bytes arrive (streaming) the connection is resumed and answered.  A

@@ -102,6 +102,7 @@ static int parse_serve(struct ctx *c, const struct field *f, void *base, const y
 static int parse_serve_command(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_serve_port(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_autoscale(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_tokenize(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 
 #define CFG(m) offsetof(gp_config, m), sizeof(((gp_config *)0)->m)
 #define SIM(m) offsetof(gp_cfg_sim_gpu, m), sizeof(((gp_cfg_sim_gpu *)0)->m)
@@ -235,9 +236,11 @@ static const struct field fields[] = {
         {"gateway.max_response_bytes", K_I64, GW(max_response_bytes), 4096, (int64_t)1 << 32, NULL},
         {"gateway.max_upstream_connections", K_INT, GW(max_upstream_connections), 1, 65536, NULL},
         {"gateway.upstream_down_sec", K_INT, GW(upstream_down_sec), 1, 3600, NULL},
+        {"gateway.tokenize_timeout_ms", K_INT, GW(tokenize_timeout_ms), 10, 60000, NULL},
         {"gateway.models", K_CUSTOM, GW(models), 0, GP_CFG_MAX_MODELS, parse_models},
         {"gateway.models[].name", K_STR, MOD(name), 1, GP_CFG_MODEL_NAME_MAX - 1, NULL},
         {"gateway.models[].context", K_I64, MOD(context), 1, 100000000, NULL},
+        {"gateway.models[].tokenize", K_CUSTOM, MOD(tokenize_off), 0, 0, parse_tokenize},
         {"gateway.models[].upstreams", K_CUSTOM, MOD(upstreams), 0, GP_CFG_MAX_UPSTREAMS, parse_upstreams},
         {"gateway.models[].serve", K_CUSTOM, MOD(serve), 0, 0, parse_serve},
         {"gateway.models[].serve.command", K_CUSTOM, SRV(command), 1, GP_CFG_MAX_SERVE_ARGS,
@@ -404,6 +407,7 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->gw.max_response_bytes = (int64_t)16 << 20;
         cfg->gw.max_upstream_connections = 256;
         cfg->gw.upstream_down_sec = 5;
+        cfg->gw.tokenize_timeout_ms = 300;
         cfg->gw.n_models = 0;
 }
 
@@ -1838,6 +1842,20 @@ static int parse_serve_port(struct ctx *c, const struct field *f, void *base, co
         int r = scalar_int(c, ev, 1, 65535, &x);
         if (r == 0)
                 sv->port = (int)x;
+        return r;
+}
+
+/* gateway.models[].tokenize: auto (ask the upstream's /tokenize when the
+ * estimate is near the context) or off (the estimate alone). */
+static const char *const tokenize_names[] = {"auto", "off"};
+
+static int parse_tokenize(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_model *m = base;
+        size_t i;
+        (void)f;
+        int r = scalar_enum(c, ev, tokenize_names, GP_ARRAY_SIZE(tokenize_names), &i);
+        if (r == 0)
+                m->tokenize_off = i == 1;
         return r;
 }
 

@@ -140,6 +140,7 @@ typedef struct gp_cfg_serve {
 typedef struct gp_cfg_model {
         char name[GP_CFG_MODEL_NAME_MAX];    /* the "model" of requests; unique */
         int64_t context;                     /* context window in tokens, default 4096 */
+        bool tokenize_off;                   /* tokenize: off (default auto: ask the upstream's /tokenize near the limit) */
         char upstreams[GP_CFG_MAX_UPSTREAMS][GP_CFG_URL_MAX]; /* "http://host:port[/prefix]" */
         int n_upstreams;
         gp_cfg_serve serve;
@@ -158,6 +159,7 @@ typedef struct gp_cfg_gateway {
         int64_t max_response_bytes;          /* non-streaming upstream answer, default 16 MiB */
         int max_upstream_connections;        /* kept-alive + active, all upstreams, default 256 */
         int upstream_down_sec;               /* a failed upstream is skipped this long, default 5 */
+        int tokenize_timeout_ms;             /* an upstream /tokenize call, whole, default 300 */
         gp_cfg_model models[GP_CFG_MAX_MODELS];
         int n_models;
 } gp_cfg_gateway;

@@ -22,7 +22,10 @@
  *   - curl's sockets stay in the epoll set between transfers (fdreg says
  *     with which events) and leave it when curl closes them;
  *   - an easy handle belongs to one request while a transfer runs, and
- *     goes back to the free list after.
+ *     goes back to the free list after;
+ *   - a request has one transfer at a time: its /tokenize call
+ *     (tokenizing, before admission; not an upstream's in-flight request)
+ *     or its upstream request.
  */
 #include "gateway/gateway.h"
 
@@ -52,6 +55,7 @@
 #define GW_MAX_FD 65536            /* curl sockets above this are handled without the cache */
 
 #define GW_MAX_LOOPS 16
+#define TOKENIZE_MAX_BYTES (4 << 20) /* a /tokenize answer (its token list) read at most */
 
 enum { IN_NEW = 1, IN_ABORT = 2, IN_UNPAUSE = 4, IN_START = 8, IN_EXPIRED = 16 };
 
@@ -63,6 +67,7 @@ typedef struct upstream {
         int inflight;
         int64_t down_until_ms;
         uint64_t requests, failures;
+        int tokenize;              /* its POST /tokenize: 0 unknown, 1 answers, -1 absent (404/405) */
 } upstream;
 
 typedef struct model {
@@ -100,6 +105,11 @@ typedef struct gw_req {
         size_t body_len;
         bool stream;
         int64_t prompt_est;
+        int64_t max_tokens;        /* what the request set, -1 = none (the rest of the context) */
+        bool tok_wanted;           /* count the prompt with an upstream's /tokenize before admission */
+        bool tokenizing;           /* the transfer running is the /tokenize call */
+        int tok_up;                /* its upstream (index in m->ups), -1 = none */
+        char *tok_body;            /* what goes to /tokenize (owned) */
         char tenant[GP_TENANT_MAX];
         int64_t t0_ms;
         /* the upstream transfer */
@@ -180,6 +190,7 @@ struct gp_gw {
         tstats tenants[GP_ADMIT_MAX_TENANTS];
         uint64_t upstream_errors, retries, context_errors;
         uint64_t models_unloaded;  /* sum of the models' unloads */
+        uint64_t tokenize_calls, tokenize_fallbacks; /* /tokenize asked; ... that gave no count */
 };
 
 static int64_t mono_ms(void) {
@@ -307,6 +318,7 @@ static void post(gp_gw *g, gw_req *q, unsigned what) {
 
 static void req_free(gw_req *q) {
         free(q->body);
+        free(q->tok_body);
         free(q->ans_body);
         gp_buf_done(&q->hdrs);
         gp_buf_done(&q->out);
@@ -454,16 +466,20 @@ enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *
         }
         int64_t prompt = gp_gw_estimate_tokens(j);
         int64_t ctx = m->cfg->context;
-        int64_t max_tokens = json_is_integer(mt) ? json_integer_value(mt) : (emb ? 0 : ctx - prompt);
+        int64_t mt_set = json_is_integer(mt) ? json_integer_value(mt) : -1;
+        int64_t max_tokens = mt_set >= 0 ? mt_set : (emb ? 0 : ctx - prompt);
         if (max_tokens < 0)
                 max_tokens = 0;
-        if (!emb && prompt + max_tokens > ctx) {
+        /* near the context, an upstream's /tokenize counts exactly (on the loop, before
+         * admission): the estimate alone does not refuse then, unless no count comes.
+         * max_tokens over the context alone is refused now: no count can help. */
+        char *tok_body = NULL;
+        if (!emb && !m->cfg->tokenize_off && mt_set <= ctx &&
+            gp_gw_near_context(prompt, mt_set < 0 ? 0 : mt_set, ctx))
+                tok_body = gp_gw_tokenize_body(j);
+        if (!emb && !tok_body && max_tokens > ctx - prompt) {
                 char msg[400];
-                snprintf(msg, sizeof(msg),
-                         "This model's maximum context length is %" PRId64 " tokens. However, you requested %" PRId64
-                         " tokens (%" PRId64 " in the messages, %" PRId64
-                         " in the completion). Please reduce the length of the messages or completion.",
-                         ctx, prompt + max_tokens, prompt, max_tokens);
+                gp_gw_context_message(msg, sizeof(msg), ctx, prompt, max_tokens);
                 pthread_mutex_lock(&g->lock);
                 g->context_errors++;
                 pthread_mutex_unlock(&g->lock);
@@ -500,6 +516,7 @@ enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *
         gw_req *q = up_body ? calloc(1, sizeof(*q)) : NULL;
         if (!q) {
                 free(up_body);
+                free(tok_body);
                 ret = oai_error(conn, 503, "server_error", "unavailable", "out of memory");
                 goto out;
         }
@@ -513,6 +530,10 @@ enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *
         q->stream = stream;
         q->sse.strip = stream && !client_usage;
         q->prompt_est = prompt;
+        q->max_tokens = mt_set;
+        q->tok_body = tok_body;
+        q->tok_wanted = tok_body != NULL;
+        q->tok_up = -1;
         q->ticket.tier = tier;
         q->ticket.tokens = prompt + max_tokens;
         q->ticket.ud = q;
@@ -859,6 +880,121 @@ static int start(gp_gw *g, gw_req *q) {
         return 0;
 }
 
+/* A /tokenize answer's bytes (bounded; no retry, no streaming). */
+static size_t on_tok_body(char *p, size_t size, size_t n, void *ud) {
+        gw_req *q = ud;
+        size_t len = size * n;
+        q->last_io_ms = mono_ms();
+        if (q->client_gone || q->out.len + len > TOKENIZE_MAX_BYTES || gp_buf_append(&q->out, p, len) < 0)
+                return 0;
+        return len;
+}
+
+/* Ask an upstream of q's model that may have POST /tokenize for the exact
+ * prompt tokens (owning loop), bounded by tokenize_timeout_ms.  -1 when
+ * none may (the caller goes on with the estimate). */
+static int tokenize_start(gp_gw *g, gw_req *q) {
+        loop *L = q->L;
+        model *m = q->m;
+        int64_t now = mono_ms();
+        char url[GP_CFG_URL_MAX + 16];
+        int u = -1;
+        pthread_mutex_lock(&g->lock);
+        for (int i = 0; i < m->nups; i++) {
+                const upstream *x = &m->ups[i];
+                if (x->off || x->down_until_ms > now || x->tokenize < 0)
+                        continue;
+                if (u < 0 || x->inflight < m->ups[u].inflight)
+                        u = i;
+        }
+        if (u >= 0) {
+                snprintf(url, sizeof(url), "%s/tokenize", m->ups[u].url);
+                g->tokenize_calls++;
+        }
+        pthread_mutex_unlock(&g->lock);
+        if (u < 0)
+                return -1;
+        CURL *e = easy_get(L);
+        if (!e)
+                return -1;
+        long tmo = g->cfg.tokenize_timeout_ms;
+        curl_easy_setopt(e, CURLOPT_URL, url);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, q->tok_body);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(q->tok_body));
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, g->up_headers);
+        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(e, CURLOPT_HEADERDATA, q);
+        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_tok_body);
+        curl_easy_setopt(e, CURLOPT_WRITEDATA, q);
+        curl_easy_setopt(e, CURLOPT_PRIVATE, q);
+        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+        curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                         g->cfg.connect_timeout_ms < tmo ? (long)g->cfg.connect_timeout_ms : tmo);
+        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, tmo);
+        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+        curl_easy_setopt(e, CURLOPT_PROXY, "");
+        curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+        curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, L);
+        gp_buf_reset(&q->hdrs);
+        gp_buf_reset(&q->out);
+        q->status = 0;
+        q->easy = e;
+        q->up = -1; /* not counted in the upstream's in-flight requests */
+        q->tok_up = u;
+        q->tokenizing = true;
+        q->running = true;
+        q->last_io_ms = now;
+        L->nrunning++;
+        if (curl_multi_add_handle(L->multi, e) != CURLM_OK) {
+                L->nrunning--;
+                q->running = false;
+                q->tokenizing = false;
+                q->easy = NULL;
+                easy_put(L, e);
+                return -1;
+        }
+        return 0;
+}
+
+static void counted(gp_gw *g, gw_req *q, int64_t exact);
+static void stop_transfer(gp_gw *g, gw_req *q);
+
+/* The /tokenize call of q ended (owning loop): remember whether the
+ * upstream has the endpoint, then the context check with the count, or
+ * with the estimate when none came (error, timeout, odd answer). */
+static void tokenize_done(gp_gw *g, gw_req *q, CURLcode rc) {
+        stop_transfer(g, q);
+        q->tokenizing = false;
+        int64_t count = -1;
+        bool ok = rc == CURLE_OK && q->status == 200 && gp_gw_tokenize_count(q->out.data, q->out.len, &count) == 0;
+        if (!ok)
+                count = -1;
+        int known = ok ? 1 : rc == CURLE_OK && (q->status == 404 || q->status == 405) ? -1 : 0;
+        if (known && q->tok_up >= 0) {
+                char url[GP_CFG_URL_MAX];
+                pthread_mutex_lock(&g->lock);
+                upstream *u = &q->m->ups[q->tok_up];
+                bool news = u->tokenize != known && known < 0;
+                u->tokenize = known;
+                gp_strlcpy(url, u->url, sizeof(url));
+                pthread_mutex_unlock(&g->lock);
+                if (news)
+                        gp_info("gateway: upstream %s has no /tokenize (HTTP %ld): model %s's prompts are counted "
+                                "by estimate there",
+                                url, q->status, q->m->cfg->name);
+        }
+        gp_buf_reset(&q->hdrs);
+        gp_buf_reset(&q->out);
+        q->status = 0;
+        if (q->client_gone) {
+                finish(g, q);
+                return;
+        }
+        counted(g, q, count);
+}
+
 /* Detach q's transfer (owning loop). */
 static void stop_transfer(gp_gw *g, gw_req *q) {
         if (!q->running)
@@ -983,6 +1119,10 @@ static void count_error(gp_gw *g, gw_req *q) {
 }
 
 static void transfer_done(gp_gw *g, gw_req *q, CURLcode rc) {
+        if (q->tokenizing) {
+                tokenize_done(g, q, rc);
+                return;
+        }
         int64_t now = mono_ms();
         upstream *u = q->up >= 0 ? &q->m->ups[q->up] : NULL;
         stop_transfer(g, q);
@@ -1232,6 +1372,69 @@ static void admit_some(gp_gw *g, loop *me) {
         } while (n == 64);
 }
 
+/* Queue q for admission (owning loop). */
+static void submit(gp_gw *g, gw_req *q) {
+        loop *L = q->L;
+        int rc = -ESHUTDOWN;
+        if (!__atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE)) {
+                pthread_mutex_lock(&g->lock);
+                rc = gp_admit_submit(g->admit, &q->ticket, mono_ms());
+                if (rc == 0) {
+                        q->m->waiting++;
+                        q->m->last_used_ms = gp_now_ms(); /* for unloading the least recently used model */
+                }
+                pthread_mutex_unlock(&g->lock);
+        }
+        if (rc == -ESHUTDOWN) {
+                answer(q, 503, "server_error", "unavailable", "the server is stopping");
+                finish(g, q);
+        } else if (rc < 0) {
+                refuse_429(g, q, "Rate limit reached: the gateway queue is full");
+                finish(g, q);
+        } else {
+                admit_some(g, L);
+                pthread_mutex_lock(&g->lock);
+                bool queued = q->ticket.state == GP_ADMIT_QUEUED;
+                pthread_mutex_unlock(&g->lock);
+                if (queued && q->gw_held && q->client_fd >= 0 && !q->fd_watched) {
+                        /* it waits: notice its client hanging up */
+                        struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = q};
+                        if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, q->client_fd, &ev) == 0)
+                                q->fd_watched = true;
+                }
+        }
+}
+
+/* The context check of a request that waited for a count (owning loop):
+ * exact >= 0 is the upstream's count of the prompt, -1 = none came (the
+ * estimate decides, as for a request that was never near the context).
+ * Refused (400) or submitted. */
+static void counted(gp_gw *g, gw_req *q, int64_t exact) {
+        int64_t prompt = exact >= 0 ? exact : q->prompt_est;
+        int64_t ctx = q->m->cfg->context;
+        int64_t max_tokens = q->max_tokens >= 0 ? q->max_tokens : ctx - prompt;
+        if (max_tokens < 0)
+                max_tokens = 0;
+        if (q->tok_wanted && exact < 0) {
+                pthread_mutex_lock(&g->lock);
+                g->tokenize_fallbacks++;
+                pthread_mutex_unlock(&g->lock);
+        }
+        if (max_tokens > ctx - prompt) {
+                char msg[400];
+                gp_gw_context_message(msg, sizeof(msg), ctx, prompt, max_tokens);
+                pthread_mutex_lock(&g->lock);
+                g->context_errors++;
+                pthread_mutex_unlock(&g->lock);
+                answer(q, 400, "invalid_request_error", "context_length_exceeded", msg);
+                finish(g, q);
+                return;
+        }
+        q->prompt_est = prompt;
+        q->ticket.tokens = prompt + max_tokens;
+        submit(g, q);
+}
+
 static void take_inbox(gp_gw *g, loop *L) {
         pthread_mutex_lock(&L->ilock);
         gw_req *list = L->inbox;
@@ -1239,7 +1442,6 @@ static void take_inbox(gp_gw *g, loop *L) {
         for (gw_req *q = list; q; q = q->inext)
                 q->inbox |= 0x100; /* taken: a post from now on makes a new entry */
         pthread_mutex_unlock(&L->ilock);
-        int64_t now = mono_ms();
         while (list) {
                 gw_req *q = list;
                 pthread_mutex_lock(&L->ilock);
@@ -1260,34 +1462,8 @@ static void take_inbox(gp_gw *g, loop *L) {
                                 }
                                 if (L->nreqs < L->capreqs)
                                         L->reqs[L->nreqs++] = q;
-                                int rc = -ESHUTDOWN;
-                                if (!__atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE)) {
-                                        pthread_mutex_lock(&g->lock);
-                                        rc = gp_admit_submit(g->admit, &q->ticket, now);
-                                        if (rc == 0) {
-                                                q->m->waiting++;
-                                                q->m->last_used_ms = gp_now_ms();
-                                        }
-                                        pthread_mutex_unlock(&g->lock);
-                                }
-                                if (rc == -ESHUTDOWN) {
-                                        answer(q, 503, "server_error", "unavailable", "the server is stopping");
-                                        finish(g, q);
-                                } else if (rc < 0) {
-                                        refuse_429(g, q, "Rate limit reached: the gateway queue is full");
-                                        finish(g, q);
-                                } else {
-                                        admit_some(g, L);
-                                        pthread_mutex_lock(&g->lock);
-                                        bool queued = q->ticket.state == GP_ADMIT_QUEUED;
-                                        pthread_mutex_unlock(&g->lock);
-                                        if (queued && q->gw_held && q->client_fd >= 0 && !q->fd_watched) {
-                                                /* it waits: notice its client hanging up */
-                                                struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = q};
-                                                if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, q->client_fd, &ev) == 0)
-                                                        q->fd_watched = true;
-                                        }
-                                }
+                                if (!q->tok_wanted || tokenize_start(g, q) < 0)
+                                        counted(g, q, -1);
                         }
                         if ((what & IN_ABORT) || q->client_gone) {
                                 finish(g, q);
@@ -1726,10 +1902,11 @@ json_t *gp_gw_stats_json(gp_gw *g) {
                                                       (json_int_t)m->unloads));
         }
         uint64_t uerr = g->upstream_errors, retries = g->retries, cerr = g->context_errors;
-        uint64_t unloaded = g->models_unloaded;
+        uint64_t unloaded = g->models_unloaded, tcalls = g->tokenize_calls, tfall = g->tokenize_fallbacks;
         pthread_mutex_unlock(&g->lock);
-        json_t *out = json_pack("{s:o,s:o,s:I}", "tenants", tens, "models", mods, "models_unloaded",
-                                (json_int_t)unloaded);
+        json_t *out = json_pack("{s:o,s:o,s:I,s:I,s:I}", "tenants", tens, "models", mods, "models_unloaded",
+                                (json_int_t)unloaded, "tokenize_calls", (json_int_t)tcalls, "tokenize_fallbacks",
+                                (json_int_t)tfall);
         json_t *base = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:o,s:o}", "total_admitted",
                          (json_int_t)st.admitted_total, "total_queued_now", (json_int_t)st.queued_total, "in_flight",
                          (json_int_t)st.running, "rejected_total", (json_int_t)st.rejected_total, "timeouts_total",

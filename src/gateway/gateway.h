@@ -13,7 +13,9 @@
  * lock is never taken here (docs/internals/gateway.md).
  *
  * A request's life: its loop checks and parses it, answers errors at once,
- * else parks (suspends) the connection and queues it for admission; when
+ * else parks (suspends) the connection and queues it for admission (a
+ * prompt whose estimate is near the model's context is first counted by an
+ * upstream's POST /tokenize, on the loop, and checked again); when
  * admitted (by any loop) its own loop picks the least-loaded healthy
  * upstream and sends it; when the answer is complete (non-streaming) or its
  * first bytes arrive (streaming) the connection is resumed and answered.  A
@@ -134,6 +136,23 @@ int gp_gw_prometheus(gp_gw *g, gp_buf *b);
 /* Estimated prompt tokens of a request body's messages/prompt/input
  * (about 4 bytes a token, plus 4 per chat message). */
 int64_t gp_gw_estimate_tokens(const json_t *req);
+/* Is a prompt near the context, so worth counting exactly?  estimate +
+ * max_tokens (what the request set; 0 when it set none) over 80% of
+ * context. */
+bool gp_gw_near_context(int64_t estimate, int64_t max_tokens, int64_t context);
+/* The body of a vLLM-style POST /tokenize for a request body: chat
+ * {"model","messages"} (the server applies the chat template, so the count
+ * is what the model sees), completions {"model","prompt"} when the prompt
+ * is one string.  malloc'd; NULL when the request has nothing to send
+ * (token ids, a list of prompts) or out of memory. */
+char *gp_gw_tokenize_body(const json_t *req);
+/* The "count" of a /tokenize answer (the first "count": key; the rest of
+ * the body is not parsed).  0, -ENOENT (no count), -EINVAL (not a
+ * non-negative integer of at most 12 digits). */
+int gp_gw_tokenize_count(const char *p, size_t n, int64_t *ret_count);
+/* The 400 context_length_exceeded message, worded as OpenAI words it.
+ * 0, or -E2BIG when size is too small (buf holds a cut message). */
+int gp_gw_context_message(char *buf, size_t size, int64_t context, int64_t prompt, int64_t max_tokens);
 /* X-Priority value -> tier: "0".."9", "P0".."P9", critical/high/normal/low/background.
  * -EINVAL otherwise. */
 int gp_gw_parse_priority(const char *s);

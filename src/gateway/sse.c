@@ -1,5 +1,7 @@
 /* sse.c - the gateway's pure helpers: the SSE filter of streamed answers,
- * the prompt token estimate and X-Priority parsing (see gateway.h).
+ * the prompt token estimate, the exact count's helpers (when to ask an
+ * upstream's /tokenize, what to send it, reading its answer) and
+ * X-Priority parsing (see gateway.h).
  *
  * The SSE filter works on whole lines: a line is passed on as soon as its
  * newline arrives, so nothing waits for more than the rest of one line.
@@ -8,6 +10,8 @@
 #include "gateway/gateway.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -50,6 +54,73 @@ int64_t gp_gw_estimate_tokens(const json_t *req) {
         if (!p)
                 p = json_object_get(req, "input");
         return text_tokens(content_bytes(p));
+}
+
+bool gp_gw_near_context(int64_t estimate, int64_t max_tokens, int64_t context) {
+        if (estimate > context || max_tokens > context)
+                return true; /* (max_tokens comes from the client: keep the sum below from overflowing) */
+        /* est + max > 0.8 * context, in integers */
+        return (estimate + max_tokens) * 5 > context * 4;
+}
+
+char *gp_gw_tokenize_body(const json_t *req) {
+        const json_t *model = json_object_get(req, "model");
+        const json_t *msgs = json_object_get(req, "messages");
+        const json_t *prompt = json_object_get(req, "prompt");
+        json_t *o = NULL;
+        if (!json_is_string(model))
+                return NULL;
+        if (json_is_array(msgs))
+                o = json_pack("{s:O,s:O}", "model", model, "messages", msgs);
+        else if (json_is_string(prompt))
+                o = json_pack("{s:O,s:O}", "model", model, "prompt", prompt);
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        return s;
+}
+
+int gp_gw_tokenize_count(const char *p, size_t n, int64_t *ret_count) {
+        static const char key[] = "\"count\"";
+        const size_t klen = sizeof(key) - 1;
+        if (!p)
+                return -ENOENT;
+        const char *end = p + n;
+        while ((size_t)(end - p) > klen) {
+                const char *k = memmem(p, (size_t)(end - p), key, klen);
+                if (!k)
+                        break;
+                const char *v = k + klen;
+                while (v < end && (*v == ' ' || *v == '\t' || *v == '\r' || *v == '\n'))
+                        v++;
+                if (v == end || *v != ':') {
+                        p = k + 1; /* a string "count", not the key */
+                        continue;
+                }
+                v++;
+                while (v < end && (*v == ' ' || *v == '\t' || *v == '\r' || *v == '\n'))
+                        v++;
+                int64_t x = 0;
+                const char *d = v;
+                while (v < end && *v >= '0' && *v <= '9' && v - d < 12)
+                        x = x * 10 + (*v++ - '0');
+                if (v == d || v == end || (*v >= '0' && *v <= '9'))
+                        return -EINVAL; /* not a number, cut short, or over 12 digits */
+                if (*v != ',' && *v != '}' && *v != ' ' && *v != '\t' && *v != '\r' && *v != '\n')
+                        return -EINVAL; /* 1.5, 1e3, ... */
+                *ret_count = x;
+                return 0;
+        }
+        return -ENOENT;
+}
+
+int gp_gw_context_message(char *buf, size_t size, int64_t context, int64_t prompt, int64_t max_tokens) {
+        int n = snprintf(buf, size,
+                         "This model's maximum context length is %" PRId64 " tokens. However, you requested %" PRId64
+                         " tokens (%" PRId64 " in the messages, %" PRId64
+                         " in the completion). Please reduce the length of the messages or completion.",
+                         context, max_tokens > INT64_MAX - prompt ? INT64_MAX : prompt + max_tokens, prompt,
+                         max_tokens);
+        return n < 0 || (size_t)n >= size ? -E2BIG : 0;
 }
 
 int gp_gw_parse_priority(const char *s) {

@@ -8,6 +8,13 @@ status with an OpenAI error, "chunks:N" streams N content chunks,
 process exit with CODE (a crashing model server).  Every answer carries
 X-Upstream: NAME; every request is recorded in `received` (body dict,
 arrival time) in arrival order.
+
+POST /tokenize (vLLM style: {"model","messages"} or {"model","prompt"} ->
+{"count":N,"max_model_len":0,"tokens":[...]}) counts a token per
+whitespace-separated word of every message's content (or of the prompt).
+`tokenize` switches it: "off" (the default, like OpenAI's API) answers
+404, "on" counts, "stall" waits `stall_sec` before counting.  Its calls are
+recorded in `tokenized`, not in `received`.
 """
 import json
 import os
@@ -25,6 +32,21 @@ def _text(body):
     return p if isinstance(p, str) else ""
 
 
+def _words(body):
+    """Tokens of a /tokenize body: whitespace-separated words."""
+    msgs = body.get("messages")
+    if isinstance(msgs, list):
+        n = 0
+        for m in msgs:
+            c = m.get("content", "") if isinstance(m, dict) else ""
+            if isinstance(c, list):
+                c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+            n += len(c.split()) if isinstance(c, str) else 0
+        return n
+    p = body.get("prompt", "")
+    return len(p.split()) if isinstance(p, str) else 0
+
+
 def _opt(text, key, default):
     for word in text.split():
         if word.startswith(key + ":"):
@@ -33,8 +55,11 @@ def _opt(text, key, default):
 
 
 class Upstream:
-    def __init__(self, name="up1", port=0):
+    def __init__(self, name="up1", port=0, tokenize="off", stall_sec=3.0):
         self.name = name
+        self.tokenize = tokenize
+        self.stall_sec = stall_sec
+        self.tokenized = []
         self.received = []
         self.lock = threading.Lock()
         up = self
@@ -60,6 +85,9 @@ class Upstream:
                     body = json.loads(raw)
                 except ValueError:
                     body = {}
+                if self.path == "/tokenize":
+                    self.tokenize_(body)
+                    return
                 with up.lock:
                     up.received.append({"path": self.path, "body": body, "t": time.monotonic()})
                 text = _text(body)
@@ -95,6 +123,26 @@ class Upstream:
                 self.send_header("X-Upstream", up.name)
                 self.end_headers()
                 self.wfile.write(data)
+
+            def tokenize_(self, body):
+                with up.lock:
+                    up.tokenized.append({"body": body, "t": time.monotonic(), "mode": up.tokenize})
+                if up.tokenize == "off":
+                    data, code = b'{"detail":"Not Found"}', 404
+                else:
+                    if up.tokenize == "stall":
+                        time.sleep(up.stall_sec)
+                    n = _words(body)
+                    data = json.dumps({"count": n, "max_model_len": 0, "tokens": list(range(1000, 1000 + n))}).encode()
+                    code = 200
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:
+                    pass  # the gateway gave up waiting
 
             def stream(self, body, text):
                 n = int(_opt(text, "chunks", "3"))

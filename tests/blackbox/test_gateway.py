@@ -20,15 +20,16 @@ def h(key):
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
-def config(upstreams, limits="{max_concurrent: 100}", queue="", models_extra="", tenants="", context=4096):
+def config(upstreams, limits="{max_concurrent: 100}", queue="", models_extra="", tenants="", context=4096,
+           model_opts=""):
     ups = ", ".join('"%s"' % u for u in upstreams)
     return ("gpus: {backend: sim}\n"
             "gateway:\n"
             "  %s\n"
             "  limits: %s\n"
             "  models:\n"
-            "    - {name: m1, context: %d, upstreams: [%s]}\n"
-            "%s%s" % (queue or "queue_timeout_sec: 30", limits, context, ups, models_extra, tenants))
+            "    - {name: m1, context: %d, upstreams: [%s]%s}\n"
+            "%s%s" % (queue or "queue_timeout_sec: 30", limits, context, ups, model_opts, models_extra, tenants))
 
 
 @pytest.fixture
@@ -158,6 +159,105 @@ def test_context_length_exceeded_is_refused_before_the_upstream(daemon_factory, 
     assert e["type"] == "invalid_request_error"
     assert "maximum context length is 100 tokens" in e["message"]
     assert up.received == []
+
+
+# Exact prompt tokens from the upstream's /tokenize (gw_upstream counts a
+# token per word; the gateway estimates ~4 bytes a token + 4 per message + 3).
+# context 100: "x" * 400 is one word but an estimate of 107.
+
+def test_prompt_far_from_the_context_never_asks_tokenize(daemon_factory):
+    u = Upstream("up1", tokenize="on")
+    try:
+        d = daemon_factory(config([u.url], context=100))
+        assert chat(d, "hi there").status_code == 200  # estimate 4+2+3 + 16: far below 80
+        assert u.tokenized == []
+        assert stats(d)["tokenize_calls"] == 0
+    finally:
+        u.stop()
+
+
+def test_estimate_over_the_context_but_exact_count_fits_is_forwarded(daemon_factory):
+    u = Upstream("up1", tokenize="on")
+    try:
+        d = daemon_factory(config([u.url], context=100))
+        r = chat(d, "x" * 400, max_tokens=50)  # estimate 107 + 50, exact 1 + 50
+        assert r.status_code == 200, r.text
+        assert len(u.tokenized) == 1
+        assert u.tokenized[0]["body"] == {"model": "m1", "messages": [{"role": "user", "content": "x" * 400}]}
+        assert len(u.received) == 1 and u.received[0]["body"]["max_tokens"] == 50  # forwarded as sent
+        st = stats(d)
+        assert st["tokenize_calls"] == 1 and st["tokenize_fallbacks"] == 0 and st["context_length_errors"] == 0
+    finally:
+        u.stop()
+
+
+def test_exact_count_over_the_context_is_refused_with_the_exact_numbers(daemon_factory):
+    u = Upstream("up1", tokenize="on")
+    try:
+        d = daemon_factory(config([u.url], context=100))
+        # 90 words in 180 bytes: estimate 4+45+3 = 52, + 30 = 82 fits; exact 90 + 30 = 120 does not
+        r = chat(d, "a " * 90, max_tokens=30)
+        assert r.status_code == 400, r.text
+        e = r.json()["error"]
+        assert e["code"] == "context_length_exceeded" and e["type"] == "invalid_request_error"
+        assert "maximum context length is 100 tokens" in e["message"]
+        assert "you requested 120 tokens (90 in the messages, 30 in the completion)" in e["message"]
+        assert u.received == []
+        assert stats(d)["context_length_errors"] == 1
+        # without max_tokens the estimate alone (52) is far from the context: not asked, forwarded
+        r = chat(d, "a " * 90, max_tokens=None)
+        assert r.status_code == 200, r.text
+        assert len(u.tokenized) == 1
+    finally:
+        u.stop()
+
+
+def test_upstream_without_tokenize_is_remembered_and_the_estimate_used(daemon_factory):
+    u = Upstream("up1", tokenize="off")
+    try:
+        d = daemon_factory(config([u.url], context=100))
+        for _ in range(2):
+            r = chat(d, "x" * 400, max_tokens=50)
+            assert r.status_code == 400
+            assert "you requested 157 tokens (107 in the messages, 50 in the completion)" in r.json()["error"]["message"]
+        assert len(u.tokenized) == 1  # the 404 is remembered: asked once
+        r = chat(d, "x" * 300, max_tokens=10)  # estimate 82 + 10: near, fits
+        assert r.status_code == 200
+        assert len(u.tokenized) == 1
+        assert u.received and stats(d)["tokenize_fallbacks"] == 3
+    finally:
+        u.stop()
+
+
+def test_tokenize_off_in_the_config_uses_the_estimate(daemon_factory):
+    u = Upstream("up1", tokenize="on")
+    try:
+        d = daemon_factory(config([u.url], context=100, model_opts=", tokenize: off"))
+        assert chat(d, "x" * 400, max_tokens=50).status_code == 400
+        assert chat(d, "x" * 300, max_tokens=10).status_code == 200
+        assert u.tokenized == []
+    finally:
+        u.stop()
+
+
+def test_stalled_tokenize_falls_back_to_the_estimate_within_the_bound(daemon_factory):
+    u = Upstream("up1", tokenize="stall", stall_sec=5)
+    try:
+        d = daemon_factory(config([u.url], context=100, queue="queue_timeout_sec: 30\n  tokenize_timeout_ms: 300"))
+        t0 = time.monotonic()
+        r = chat(d, "x" * 400, max_tokens=50)  # the estimate refuses once the count does not come
+        dt = time.monotonic() - t0
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+        assert 0.25 <= dt < 2.0, dt
+        t0 = time.monotonic()
+        r = chat(d, "x" * 300, max_tokens=10)  # the estimate lets it through
+        dt = time.monotonic() - t0
+        assert r.status_code == 200
+        assert 0.25 <= dt < 2.0, dt
+        assert len(u.tokenized) == 2  # a timeout is not taken for "no /tokenize"
+        assert stats(d)["tokenize_fallbacks"] == 2
+    finally:
+        u.stop()
 
 
 def test_unknown_model_is_404_in_openai_shape(daemon_factory, up):

@@ -35,6 +35,7 @@ static void test_gateway_section_is_loaded(void **state) {
                         "  models:\n"
                         "    - name: deepseek-7b\n"
                         "      context: 8192\n"
+                        "      tokenize: off\n"
                         "      upstreams: [\"http://127.0.0.1:8000\", \"http://10.0.0.2:8001/prefix\"]\n"
                         "tenants:\n"
                         "  - {id: dept_a, gateway: {max_concurrent: 10, rpm: 600, tpm: 100000}}\n";
@@ -43,6 +44,7 @@ static void test_gateway_section_is_loaded(void **state) {
         assert_int_equal(c.gw.max_queue, 10000);
         assert_int_equal(c.gw.max_concurrent, 100);
         assert_int_equal(c.gw.n_models, 0);
+        assert_int_equal(c.gw.tokenize_timeout_ms, 300);
         if (load(y, &c, err, sizeof(err)) != 0)
                 fail_msg("%s", err);
         assert_int_equal(c.gw.queue_timeout_sec, 12);
@@ -53,6 +55,7 @@ static void test_gateway_section_is_loaded(void **state) {
         assert_int_equal(c.gw.n_models, 1);
         assert_string_equal(c.gw.models[0].name, "deepseek-7b");
         assert_int_equal(c.gw.models[0].context, 8192);
+        assert_true(c.gw.models[0].tokenize_off);
         assert_int_equal(c.gw.models[0].n_upstreams, 2);
         assert_string_equal(c.gw.models[0].upstreams[1], "http://10.0.0.2:8001/prefix");
         assert_int_equal(c.tenants[0].gw_max_concurrent, 10);
@@ -66,6 +69,7 @@ static void test_gateway_section_is_loaded(void **state) {
         if (load(sv, &c, err, sizeof(err)) != 0)
                 fail_msg("%s", err);
         const gp_cfg_serve *s = &c.gw.models[0].serve;
+        assert_false(c.gw.models[0].tokenize_off); /* default auto */
         assert_true(s->enabled);
         assert_int_equal(s->n_command, 5);
         assert_string_equal(s->command[4], "{port}");
@@ -435,6 +439,8 @@ static const struct bad bad_inputs[] = {
         {"gateway:\n  models:\n    - {name: m, serve: {gpus: 1}}\n", "t.yaml:3: gateway.models[0].serve: missing command",
          -EINVAL},
         {"gateway:\n  limits: {max_rps: -1}\n", "t.yaml:2: gateway.limits.max_rps: ", -EINVAL},
+        {"gateway:\n  models:\n    - {name: m, tokenize: always, upstreams: [\"http://h:1\"]}\n",
+         "t.yaml:3: gateway.models[0].tokenize: ", -EINVAL},
         {"tenants:\n  - {id: a, gateway: {rpm: x}}\n", "t.yaml:2: tenants[0].gateway.rpm: ", -EINVAL},
         /* billing: money is exact decimal text, lists need their keys */
         {"billing: {prices: [{gpu_model: \"*\", per_gpu_hour: -2}]}\n",

@@ -1,5 +1,6 @@
 /* test-gateway-sse.c - unit tests of the gateway's pure helpers: the SSE
- * filter of streamed answers, X-Priority parsing and the token estimate. */
+ * filter of streamed answers, X-Priority parsing, the token estimate and
+ * the exact count's helpers (/tokenize). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -117,6 +118,71 @@ static void test_prompt_tokens_are_estimated_from_the_text(void **state) {
         json_decref(j);
 }
 
+static void test_only_prompts_near_the_context_are_counted_exactly(void **state) {
+        assert_false(gp_gw_near_context(100, 16, 4096));
+        assert_false(gp_gw_near_context(3200, 0, 4000));   /* exactly 80%: estimate enough */
+        assert_true(gp_gw_near_context(3201, 0, 4000));
+        assert_true(gp_gw_near_context(3000, 300, 4000));  /* max_tokens counts */
+        assert_true(gp_gw_near_context(5000, 0, 4000));    /* over: confirm before refusing */
+        assert_true(gp_gw_near_context(50000000, 50000000, 100000000));
+}
+
+static void test_tokenize_body_sends_messages_for_chat_and_a_string_prompt(void **state) {
+        json_t *j = json_loads("{\"model\":\"m\",\"max_tokens\":5,\"stream\":true,"
+                               "\"messages\":[{\"role\":\"user\",\"content\":\"a b\"}]}", 0, NULL);
+        char *b = gp_gw_tokenize_body(j);
+        assert_non_null(b);
+        json_t *o = json_loads(b, 0, NULL);
+        assert_string_equal(json_string_value(json_object_get(o, "model")), "m");
+        assert_int_equal(json_array_size(json_object_get(o, "messages")), 1);
+        assert_int_equal(json_object_size(o), 2); /* nothing else of the request */
+        json_decref(o);
+        free(b);
+        json_decref(j);
+        j = json_loads("{\"model\":\"m\",\"prompt\":\"a b c\"}", 0, NULL);
+        b = gp_gw_tokenize_body(j);
+        assert_string_equal(b, "{\"model\":\"m\",\"prompt\":\"a b c\"}");
+        free(b);
+        json_decref(j);
+        /* token ids and prompt lists are not sent: the estimate decides for them */
+        j = json_loads("{\"model\":\"m\",\"prompt\":[1,2,3]}", 0, NULL);
+        assert_null(gp_gw_tokenize_body(j));
+        json_decref(j);
+        j = json_loads("{\"prompt\":\"x\"}", 0, NULL);
+        assert_null(gp_gw_tokenize_body(j));
+        json_decref(j);
+}
+
+static void test_tokenize_count_is_read_from_the_answer(void **state) {
+        int64_t n = -1;
+        const char *vllm = "{\"count\":3,\"max_model_len\":4096,\"tokens\":[1,2,3]}";
+        assert_int_equal(gp_gw_tokenize_count(vllm, strlen(vllm), &n), 0);
+        assert_int_equal(n, 3);
+        const char *spaced = "{\n \"tokens\": [7],\n \"count\" : 12345 \n}";
+        assert_int_equal(gp_gw_tokenize_count(spaced, strlen(spaced), &n), 0);
+        assert_int_equal(n, 12345);
+        /* a token string "count" is not the key */
+        const char *strs = "{\"token_strs\":[\"count\",\"x\"],\"count\":2}";
+        assert_int_equal(gp_gw_tokenize_count(strs, strlen(strs), &n), 0);
+        assert_int_equal(n, 2);
+        n = 99;
+        const char *bad[] = {"{\"tokens\":[1]}", "{\"count\":-1}", "{\"count\":1.5}", "{\"count\":\"3\"}",
+                             "{\"count\":12", "{\"count\":1234567890123}", ""};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                assert_true(gp_gw_tokenize_count(bad[i], strlen(bad[i]), &n) < 0);
+        assert_true(gp_gw_tokenize_count(NULL, 0, &n) < 0);
+        assert_int_equal(n, 99); /* untouched on failure */
+}
+
+static void test_context_message_has_the_numbers(void **state) {
+        char msg[400];
+        assert_int_equal(gp_gw_context_message(msg, sizeof(msg), 100, 90, 20), 0);
+        assert_non_null(strstr(msg, "maximum context length is 100 tokens"));
+        assert_non_null(strstr(msg, "you requested 110 tokens (90 in the messages, 20 in the completion)"));
+        char small[16];
+        assert_int_equal(gp_gw_context_message(small, sizeof(small), 100, 90, 20), -E2BIG);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_usage_chunk_is_stripped_when_the_client_did_not_ask),
@@ -125,6 +191,10 @@ int main(void) {
                 cmocka_unit_test(test_a_line_over_1_mib_is_refused),
                 cmocka_unit_test(test_x_priority_values),
                 cmocka_unit_test(test_prompt_tokens_are_estimated_from_the_text),
+                cmocka_unit_test(test_only_prompts_near_the_context_are_counted_exactly),
+                cmocka_unit_test(test_tokenize_body_sends_messages_for_chat_and_a_string_prompt),
+                cmocka_unit_test(test_tokenize_count_is_read_from_the_answer),
+                cmocka_unit_test(test_context_message_has_the_numbers),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

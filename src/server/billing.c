@@ -41,6 +41,8 @@
 #define PENDING_MAX 100000         /* queued records before the loop refuses token records */
 #define USAGE_GROUPS_MAX 100000    /* groups in one usage answer */
 #define RANGE_MAX_MS (400LL * 86400 * 1000) /* longest from..to of a usage query */
+#define TOKENS_FLUSH_MS 1000       /* gateway token sums are stored this often */
+#define TOKEN_SUMS_MAX 4096        /* (tenant, model) pairs summed between flushes */
 
 typedef struct run {
         int64_t from;               /* next segment starts here */
@@ -78,7 +80,15 @@ typedef struct gp_billing {
         bool meta_credits;          /* store "credits" in this batch */
         bal *bals;                  /* balance cache, under d->lock */
         size_t nbals, capbals;
+        /* gateway tokens summed per (tenant, model) between flushes, under
+         * tok_lock (any thread adds, the loop takes them) */
+        pthread_mutex_t tok_lock;
+        gp_bill_tokens *acc;
+        size_t nacc, capacc;
+        int64_t acc_since_ms;       /* when the oldest sum began, 0 = none */
 } gp_billing;
+
+static void flush_tokens(gp_daemon *d, int64_t now, bool force);
 
 static gp_billing *B(gp_daemon *d) {
         return d->bill;
@@ -109,6 +119,7 @@ int gp_billing_init(gp_daemon *d, char *err, size_t errlen) {
                 return -ENOMEM;
         d->bill = b;
         gp_i64map_init(&b->runs);
+        pthread_mutex_init(&b->tok_lock, NULL);
         const gp_bill_prices *p = &d->cfg.billing;
         for (int i = 0; i < p->n_windows; i++) {
                 if (gp_tz_load(p->windows[i].tz, &b->tz[i]) < 0) {
@@ -145,6 +156,8 @@ void gp_billing_done(gp_daemon *d) {
         free(b->invs);
         free(b->segs);
         free(b->toks);
+        free(b->acc);
+        pthread_mutex_destroy(&b->tok_lock);
         free(b->bals);
         json_decref(b->credits);
         free(b);
@@ -271,6 +284,7 @@ void gp_billing_run_resize(gp_daemon *d, const gp_task *t, int64_t now) {
 
 void gp_billing_tick(gp_daemon *d, int64_t now) {
         gp_billing *b = B(d);
+        flush_tokens(d, now, false);
         int64_t every = (int64_t)d->cfg.billing.record_interval_s * 1000;
         size_t pos = 0;
         int64_t id;
@@ -291,6 +305,10 @@ int64_t gp_billing_next_ms(gp_daemon *d) {
         while ((r = gp_i64map_next(&b->runs, &pos, NULL)))
                 if (r->from + every < next)
                         next = r->from + every;
+        pthread_mutex_lock(&b->tok_lock);
+        if (b->nacc && b->acc_since_ms + TOKENS_FLUSH_MS < next)
+                next = b->acc_since_ms + TOKENS_FLUSH_MS;
+        pthread_mutex_unlock(&b->tok_lock);
         return next;
 }
 
@@ -810,22 +828,69 @@ int gp_billing_record_tokens(gp_daemon *d, const char *tenant, const char *model
             strlen(model) >= GP_MODEL_MAX || !gp_str_is_clean(model, strlen(model)) || prompt < 0 || completion < 0 ||
             prompt > INT64_MAX / 4 || completion > INT64_MAX / 4 || at_ms < 0)
                 return -EINVAL;
-        cmd *c = calloc(1, sizeof(*c));
-        gp_bill_cmd *bc = calloc(1, sizeof(*bc));
-        if (!c || !bc) {
-                free(c);
-                free(bc);
-                return -ENOMEM;
+        gp_billing *b = B(d);
+        int rc = 0;
+        pthread_mutex_lock(&b->tok_lock);
+        size_t i;
+        for (i = 0; i < b->nacc; i++)
+                if (!strcmp(b->acc[i].tenant, tenant) && !strcmp(b->acc[i].model, model))
+                        break;
+        if (i == b->nacc) {
+                gp_bill_tokens *p = b->nacc < TOKEN_SUMS_MAX ? grow(b->acc, &b->capacc, b->nacc, sizeof(*p)) : NULL;
+                if (!p) {
+                        rc = b->nacc < TOKEN_SUMS_MAX ? -ENOMEM : -E2BIG;
+                        goto out;
+                }
+                b->acc = p;
+                memset(&b->acc[i], 0, sizeof(b->acc[i]));
+                gp_strlcpy(b->acc[i].tenant, tenant, sizeof(b->acc[i].tenant));
+                gp_strlcpy(b->acc[i].model, model, sizeof(b->acc[i].model));
+                b->nacc++;
         }
-        c->kind = CMD_USAGE_TOKENS;
-        c->bill = bc;
-        gp_strlcpy(bc->tenant, tenant, sizeof(bc->tenant));
-        gp_strlcpy(bc->model, model, sizeof(bc->model));
-        bc->prompt_tokens = prompt;
-        bc->completion_tokens = completion;
-        bc->at_ms = at_ms;
-        gp_daemon_post(d, c);
-        return 0;
+        if (b->acc[i].prompt_tokens > INT64_MAX / 4 - prompt ||
+            b->acc[i].completion_tokens > INT64_MAX / 4 - completion) {
+                rc = -EOVERFLOW;
+                goto out;
+        }
+        b->acc[i].prompt_tokens += prompt;
+        b->acc[i].completion_tokens += completion;
+        if (!b->acc_since_ms)
+                b->acc_since_ms = at_ms ? at_ms : gp_now_ms();
+out:
+        pthread_mutex_unlock(&b->tok_lock);
+        return rc;
+}
+
+/* Loop: the summed gateway tokens become records of this batch once the
+ * oldest sum is TOKENS_FLUSH_MS old (or now, with force). */
+static void flush_tokens(gp_daemon *d, int64_t now, bool force) {
+        gp_billing *b = B(d);
+        pthread_mutex_lock(&b->tok_lock);
+        if (!b->nacc || (!force && now - b->acc_since_ms < TOKENS_FLUSH_MS)) {
+                pthread_mutex_unlock(&b->tok_lock);
+                return;
+        }
+        gp_bill_tokens *acc = b->acc;
+        size_t n = b->nacc;
+        b->acc = NULL;
+        b->nacc = b->capacc = 0;
+        b->acc_since_ms = 0;
+        pthread_mutex_unlock(&b->tok_lock);
+        for (size_t i = 0; i < n; i++) {
+                gp_bill_tokens *p = grow(b->toks, &b->captoks, b->ntoks, sizeof(*p));
+                if (!p)
+                        oom_stop();
+                b->toks = p;
+                gp_bill_tokens *t = &b->toks[b->ntoks++];
+                *t = acc[i];
+                t->at_ms = now;
+                t->month = gp_bill_month_of(now);
+        }
+        free(acc);
+}
+
+void gp_billing_flush(gp_daemon *d, int64_t now) {
+        flush_tokens(d, now, true);
 }
 
 /* ------------------------------------------------------------------ */

@@ -65,6 +65,9 @@ void gp_billing_run_end(struct gp_daemon *d, const gp_task *t, int64_t end_ms, i
  * the new one): its segment so far is queued at the old share, the next
  * one starts at now_ms with the new share. */
 void gp_billing_run_resize(struct gp_daemon *d, const gp_task *t, int64_t now_ms);
+/* Loop (or after it stopped, single-threaded): queue every summed token
+ * count now, for a last commit. */
+void gp_billing_flush(struct gp_daemon *d, int64_t now_ms);
 /* Loop: interval segments of runs due at now_ms. */
 void gp_billing_tick(struct gp_daemon *d, int64_t now_ms);
 /* Loop: when the next interval segment is due (INT64_MAX if none). */
@@ -84,9 +87,12 @@ void gp_billing_apply(struct gp_daemon *d, struct cmd *c, int64_t now_ms, int *r
                       const char **ret_ctype);
 
 /* The gateway's call: record the tokens of one request (or a batch) for a
- * tenant and model.  Any thread; no lock held by the caller.  The record is
- * posted to the loop and stored with its next batch (not acknowledged).
- * 0, -EINVAL (bad tenant/model text, negative counts), -ENOMEM. */
+ * tenant and model.  Any thread; no lock held by the caller; cheap (a sum
+ * in memory, no store write per request).  Sums per (tenant, model) are
+ * stored by the loop once the oldest is a second old (and when the daemon
+ * stops), one record each: a crash loses at most the last second.
+ * 0, -EINVAL (bad tenant/model text, negative counts), -ENOMEM, -E2BIG
+ * (4096 pairs waiting), -EOVERFLOW. */
 int gp_billing_record_tokens(struct gp_daemon *d, const char *tenant, const char *model, int64_t prompt_tokens,
                              int64_t completion_tokens, int64_t at_ms);
 

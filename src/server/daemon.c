@@ -1210,6 +1210,12 @@ static void *loop_main(void *arg) {
                         wake_followers(d);
                 pthread_mutex_unlock(&d->lock);
         }
+        /* stopping: what the gateway counted since the last flush */
+        pthread_mutex_lock(&d->lock);
+        gp_billing_flush(d, gp_now_ms());
+        batch b = {0};
+        commit(d, &b);
+        pthread_mutex_unlock(&d->lock);
         return NULL;
 }
 

@@ -115,6 +115,16 @@ def test_tokens_of_each_request_are_billed_to_its_tenant_and_model(daemon_factor
     assert g["cost"] == "0.08"
 
 
+def test_tokens_counted_just_before_a_clean_stop_are_stored(daemon_factory, up):
+    d = daemon_factory(config([up.url]))
+    for _ in range(2):
+        assert chat(d, "hi").status_code == 200
+    d.stop()   # SIGTERM within the second the sums wait for
+    d.start()
+    r = session().get(d.url + "/api/v1/usage?tenant=default&group_by=model", timeout=10).json()
+    assert [(g["key"], g["prompt_tokens"], g["completion_tokens"]) for g in r["groups"]] == [("m1", 22, 14)]
+
+
 def test_stream_strips_the_usage_chunk_the_client_did_not_ask_for(daemon_factory, up):
     d = daemon_factory(config([up.url]))
     r = chat(d, "chunks:4", stream=True)

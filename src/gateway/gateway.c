@@ -219,6 +219,16 @@ char *gp_gw_error_body(const char *type, const char *code, const char *message) 
 /* ------------------------------------------------------------------ */
 /* answers on the MHD side                                             */
 
+/* The GPU backend ("sim" or "nvml") named in every answer's
+ * X-Gpupool-Backend header, as the rest of the API does; written once by
+ * gp_gw_set_backend before the loops start, only read afterwards. */
+static const char *backend_name = "unknown";
+
+void gp_gw_set_backend(gp_gw *g, const char *name) {
+        (void)g;
+        backend_name = name;
+}
+
 static enum MHD_Result queue_buf(struct MHD_Connection *conn, int status, char *body, const char *ctype) {
         if (!body)
                 return MHD_NO;
@@ -228,6 +238,7 @@ static enum MHD_Result queue_buf(struct MHD_Connection *conn, int status, char *
                 return MHD_NO;
         }
         MHD_add_response_header(resp, "Content-Type", ctype);
+        MHD_add_response_header(resp, "X-Gpupool-Backend", backend_name);
         enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
         MHD_destroy_response(resp);
         return ret;
@@ -649,6 +660,7 @@ enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) 
                         return MHD_NO;
                 }
                 MHD_add_response_header(resp, "Content-Type", "application/json");
+                MHD_add_response_header(resp, "X-Gpupool-Backend", backend_name);
                 if (rl)
                         add_ratelimit_headers(resp, &lim);
                 enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
@@ -682,6 +694,7 @@ enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) 
         if (!resp)
                 return MHD_NO;
         add_upstream_headers(resp, &q->hdrs);
+        MHD_add_response_header(resp, "X-Gpupool-Backend", backend_name);
         if (q->stream) {
                 MHD_add_response_header(resp, "Cache-Control", "no-cache");
                 MHD_add_response_header(resp, "X-Accel-Buffering", "no");

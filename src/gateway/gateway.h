@@ -127,6 +127,11 @@ typedef void gp_gw_usage_fn(void *ud, const char *tenant, const char *model, int
  * lock held.  Set it before gp_gw_run; NULL = none. */
 void gp_gw_on_usage(gp_gw *g, gp_gw_usage_fn *fn, void *ud);
 
+/* Name the GPU backend ("sim" or "nvml", a string that outlives the
+ * gateway) for the X-Gpupool-Backend header of every /v1 answer, as the
+ * rest of the API does.  Before gp_gw_run. */
+void gp_gw_set_backend(gp_gw *g, const char *name);
+
 /* Append the gateway's Prometheus families to b (gpupool_gateway_configured
  * always; the rest when models are configured).  g may be NULL.  0,
  * -ENOMEM, -E2BIG.  Any thread. */

@@ -1005,6 +1005,7 @@ int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
         }
         d->mhd = d->mhds[0];
         gp_gw_on_usage(d->gw, bill_tokens, d);
+        gp_gw_set_backend(d->gw, d->backend);
         grc = gp_gw_run(d->gw, d->mhds, d->nmhd, err, errlen);
         if (grc < 0) {
                 stop_daemons(d);

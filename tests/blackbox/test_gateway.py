@@ -75,6 +75,7 @@ def test_models_lists_the_configured_models(daemon_factory, up):
     j = r.json()
     assert j["object"] == "list"
     assert [m["id"] for m in j["data"]] == ["m1"]
+    assert r.headers["X-Gpupool-Backend"] == "sim"
 
 
 def test_plain_answer_is_passed_byte_for_byte_and_usage_counted(daemon_factory, up):
@@ -82,6 +83,7 @@ def test_plain_answer_is_passed_byte_for_byte_and_usage_counted(daemon_factory, 
     r = chat(d, "hi")
     assert r.status_code == 200
     assert r.headers["X-Upstream"] == "up1"  # upstream headers kept
+    assert r.headers["X-Gpupool-Backend"] == "sim"  # like every answer of a daemon on simulated GPUs
     assert r.content.startswith(b'{\n "id": "chatcmpl-1"')  # its own formatting, not re-encoded
     assert r.json()["choices"][0]["message"]["content"] == "hello from up1"
     assert up.received[0]["body"]["max_tokens"] == 16

@@ -1080,14 +1080,22 @@ static int parse_reserved(struct ctx *c, const struct field *f, void *base, cons
         return r;
 }
 
+/* Item i of a list of at most max mappings (tenants, models, ...): 0, or
+ * "too many WHAT (at most MAX)" / "expected a mapping SHAPE, got ...". */
+static int mapping_item(struct ctx *c, const yaml_event_t *ev, int i, int max, const char *what, const char *shape) {
+        char d[96];
+        if (i >= max)
+                return fail(c, ev_line(ev), "too many %s (at most %d)", what, max);
+        if (ev->type != YAML_MAPPING_START_EVENT)
+                return fail(c, ev_line(ev), "expected a mapping %s, got %s", shape, describe(ev, d, sizeof(d)));
+        return 0;
+}
+
 static int sim_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         gp_config *cfg = arg;
-        char d[96];
-        if (i >= GP_CFG_MAX_SIM)
-                return fail(c, ev_line(ev), "too many simulated GPU kinds (at most %d)", GP_CFG_MAX_SIM);
-        if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping {name, memory_mb, count}, got %s",
-                            describe(ev, d, sizeof(d)));
+        int r0 = mapping_item(c, ev, i, GP_CFG_MAX_SIM, "simulated GPU kinds", "{name, memory_mb, count}");
+        if (r0 < 0)
+                return r0;
         gp_cfg_sim_gpu *s = &cfg->sim[i];
         memset(s, 0, sizeof(*s));
         s->count = 1;
@@ -1267,12 +1275,9 @@ static int parse_webhook(struct ctx *c, const struct field *f, void *base, const
 
 static int rule_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         gp_config *cfg = arg;
-        char d[96];
-        if (i >= GP_CFG_MAX_ALERT_RULES)
-                return fail(c, ev_line(ev), "too many alert rules (at most %d)", GP_CFG_MAX_ALERT_RULES);
-        if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping {name, when, for_s, clear_s, severity}, got %s",
-                            describe(ev, d, sizeof(d)));
+        int r0 = mapping_item(c, ev, i, GP_CFG_MAX_ALERT_RULES, "alert rules", "{name, when, for_s, clear_s, severity}");
+        if (r0 < 0)
+                return r0;
         gp_cfg_alert_rule *r = &cfg->alert_rules[i];
         memset(r, 0, sizeof(*r));
         r->clear_s = 30;
@@ -1376,12 +1381,9 @@ static int parse_tenant_keys(struct ctx *c, const struct field *f, void *base, c
 
 static int tenant_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         gp_config *cfg = arg;
-        char d[96];
-        if (i >= GP_CFG_MAX_TENANTS)
-                return fail(c, ev_line(ev), "too many tenants (at most %d)", GP_CFG_MAX_TENANTS);
-        if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping {id, keys, max_priority, quota, ...}, got %s",
-                            describe(ev, d, sizeof(d)));
+        int r0 = mapping_item(c, ev, i, GP_CFG_MAX_TENANTS, "tenants", "{id, keys, max_priority, quota, ...}");
+        if (r0 < 0)
+                return r0;
         gp_cfg_tenant *t = &cfg->tenants[i];
         memset(t, 0, sizeof(*t));
         t->default_priority = 5;
@@ -1426,11 +1428,9 @@ static int parse_tenants(struct ctx *c, const struct field *f, void *base, const
  * arg is the array being filled. */
 static int group_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         gp_cfg_group *groups = arg;
-        char d[96];
-        if (i >= GP_CFG_MAX_GROUPS)
-                return fail(c, ev_line(ev), "too many groups (at most %d)", GP_CFG_MAX_GROUPS);
-        if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping {name, share_pct}, got %s", describe(ev, d, sizeof(d)));
+        int r0 = mapping_item(c, ev, i, GP_CFG_MAX_GROUPS, "groups", "{name, share_pct}");
+        if (r0 < 0)
+                return r0;
         gp_cfg_group *g = &groups[i];
         memset(g, 0, sizeof(*g));
         int line = ev_line(ev);
@@ -1590,12 +1590,9 @@ out:
 
 static int time_rule_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         gp_config *cfg = arg;
-        char d[96];
-        if (i >= GP_CFG_MAX_TIME_RULES)
-                return fail(c, ev_line(ev), "too many time rules (at most %d)", GP_CFG_MAX_TIME_RULES);
-        if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping {name, start, end, tz, weights, groups, quotas}, got %s",
-                            describe(ev, d, sizeof(d)));
+        int r0 = mapping_item(c, ev, i, GP_CFG_MAX_TIME_RULES, "time rules", "{name, start, end, tz, weights, groups, quotas}");
+        if (r0 < 0)
+                return r0;
         gp_cfg_time_rule *tr = &cfg->time_rules[i];
         memset(tr, 0, sizeof(*tr));
         tr->start_min = tr->end_min = -1;
@@ -1908,12 +1905,9 @@ static int parse_serve(struct ctx *c, const struct field *f, void *base, const y
 
 static int model_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         gp_cfg_gateway *gw = arg;
-        char d[96];
-        if (i >= GP_CFG_MAX_MODELS)
-                return fail(c, ev_line(ev), "too many models (at most %d)", GP_CFG_MAX_MODELS);
-        if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping {name, context, upstreams, serve}, got %s",
-                            describe(ev, d, sizeof(d)));
+        int r0 = mapping_item(c, ev, i, GP_CFG_MAX_MODELS, "models", "{name, context, upstreams, serve}");
+        if (r0 < 0)
+                return r0;
         gp_cfg_model *m = &gw->models[i];
         memset(m, 0, sizeof(*m));
         m->context = 4096;

@@ -385,7 +385,8 @@ int gp_h1_parse_request(const char *p, size_t n, size_t max, gp_h1_request *r) {
         r->chunked = f.te;
         r->content_length = f.content_length;
         r->keep_alive = persistent(r->minor, &f) && !(f.te && r->minor == 0);
-        r->expect_continue = f.expect_continue;
+        /* RFC 9110 10.1.1: a 1.0 client cannot wait for a 100; ignore its expectation */
+        r->expect_continue = f.expect_continue && r->minor == 1;
         return 0;
 }
 

@@ -170,6 +170,8 @@ static void test_expect_100_continue_and_chunked_request(void **state) {
         assert_true(r.keep_alive);
         assert_int_equal(req("PUT /a HTTP/1.1\r\nExpect: 200-ok\r\nContent-Length: 1\r\n\r\n", &r), 0);
         assert_false(r.expect_continue);
+        assert_int_equal(req("PUT /a HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n", &r), 0);
+        assert_false(r.expect_continue); /* a 1.0 client cannot wait for a 100 (RFC 9110 10.1.1) */
 }
 
 static void test_request_keep_alive_rules(void **state) {

@@ -1,5 +1,5 @@
 /* gateway.c - the inference gateway: event loops that each drive one MHD
- * daemon and one libcurl multi handle on one epoll set, sharing the
+ * daemon and one upstream client (upclient.h) on one epoll set, sharing the
  * admission state (see gateway.h for the threads and a request's life, and
  * docs/internals/gateway.md).
  *
@@ -19,10 +19,9 @@
  *   - the client's socket is in the gateway epoll set (fd_watched) only
  *     while its request waits in the admission queue (the connection is
  *     parked then, so MHD cannot have closed it);
- *   - curl's sockets stay in the epoll set between transfers (fdreg says
- *     with which events) and leave it when curl closes them;
- *   - an easy handle belongs to one request while a transfer runs, and
- *     goes back to the free list after;
+ *   - q->x is the request's upstream exchange while running is set; its
+ *     callbacks (up_ops) run on the owning loop, and the exchange is gone
+ *     once done ran or stop_transfer cancelled it;
  *   - a request has one transfer at a time: its /tokenize call
  *     (tokenizing, before admission; not an upstream's in-flight request)
  *     or its upstream request.
@@ -32,8 +31,8 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "gateway/upclient.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -47,12 +46,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TAG_CURL ((uint64_t)1 << 62)
-#define TAG_MHD ((uint64_t)1)      /* the MHD daemon's epoll fd (evfd is 0) */
+#define TAG_MHD ((uint64_t)1)      /* the MHD daemon's epoll fd (evfd is 0); upstream connections carry GP_UC_EV_TAG */
 #define MAX_HEADER_BYTES (64 * 1024)
 #define STREAM_HIGH_WATER (1 << 20) /* buffered for a slow client: pause the upstream */
-#define MAX_EASY_FREE 512
-#define GW_MAX_FD 65536            /* curl sockets above this are handled without the cache */
+#define TICK_MS 100                /* upstream timeouts are looked at this often */
 
 #define GW_MAX_LOOPS 16
 #define TOKENIZE_MAX_BYTES (4 << 20) /* a /tokenize answer (its token list) read at most */
@@ -113,7 +110,7 @@ typedef struct gw_req {
         char tenant[GP_TENANT_MAX];
         int64_t t0_ms;
         /* the upstream transfer */
-        CURL *easy;
+        gp_uc_xfer *x;
         int up;                    /* index in m->ups, -1 = none */
         int attempts;
         bool tried[GP_CFG_MAX_UPSTREAMS];
@@ -124,8 +121,7 @@ typedef struct gw_req {
         gp_gw_sse sse;
         gp_buf out;                /* bytes for the client */
         size_t out_off;            /* taken by the reader so far */
-        bool running;              /* a transfer is in the multi handle */
-        int64_t last_io_ms;        /* the upstream's last sign of life (idle timeout) */
+        bool running;              /* a transfer runs (x) */
         bool up_done;              /* the upstream answer ended */
         bool up_failed;            /* ... in error */
         bool responding;           /* the MHD response is queued (bytes may have left) */
@@ -146,22 +142,18 @@ typedef struct usage_rec {
 
 /* One event loop thread: its own MHD daemon (all of them listen on the
  * same port with SO_REUSEPORT, so the kernel spreads connections), its own
- * curl multi handle and epoll set.  Requests stay on the loop that got
+ * upstream client and epoll set.  Requests stay on the loop that got
  * their connection; admission state is shared (under g->lock). */
 typedef struct loop {
         gp_gw *g;
         pthread_t thread;
         bool started;
         int epfd, evfd;
-        CURLM *multi;
+        gp_uc *uc;                 /* this loop's upstream connections */
         struct MHD_Daemon *mhd;    /* driven by this loop (external epoll mode) */
         bool mhd_kick;             /* run MHD again before sleeping (a connection was resumed); loop only */
-        int nrunning;              /* transfers in multi; loop only */
-        CURL *easy_free[MAX_EASY_FREE];
-        int neasy_free;
-        int64_t curl_deadline_ms;  /* -1 = none */
-        int64_t next_idle_check_ms;/* when to look for silent upstreams; loop only */
-        uint8_t fdreg[GW_MAX_FD];  /* curl sockets in the epoll set (FD_* bits); loop only */
+        int nrunning;              /* transfers running; loop only */
+        int64_t next_tick_ms;      /* when to look for upstream timeouts; loop only */
         pthread_mutex_t ilock;     /* the inbox (a leaf lock) */
         gw_req *inbox;             /* under ilock */
         gw_req *grave;             /* unreferenced requests, freed by this loop after its batch; loop only */
@@ -183,7 +175,6 @@ struct gp_gw {
         int stopping;               /* set once by gp_gw_stop; __atomic loads and stores */
         int nstopped;              /* loops that answered their requests and left */
         bool stopped;              /* all of them */
-        struct curl_slist *up_headers;
         gp_admit *admit;
         model models[GP_CFG_MAX_MODELS];
         int nmodels;
@@ -605,16 +596,6 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
         return 0;
 }
 
-static bool hop_by_hop(const char *name, size_t n) {
-        static const char *const drop[] = {"connection", "keep-alive", "transfer-encoding", "te", "trailer",
-                                           "upgrade", "proxy-authenticate", "proxy-authorization",
-                                           "content-length", "date", "proxy-connection"};
-        for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
-                if (strlen(drop[i]) == n && !strncasecmp(name, drop[i], n))
-                        return true;
-        return false;
-}
-
 /* Copy the kept upstream headers onto resp. */
 static void add_upstream_headers(struct MHD_Response *resp, gp_buf *h) {
         char *p = h->data;
@@ -721,7 +702,8 @@ void gp_gw_completed(gp_gw *g, void *slot) {
 /* a loop: upstream transfers                                          */
 
 static void finish(gp_gw *g, gw_req *q);
-static int on_close_socket(void *ud, curl_socket_t s);
+static void transfer_done(gp_gw *g, gw_req *q, int rc);
+static void tokenize_done(gp_gw *g, gw_req *q, int rc);
 
 static int pick_upstream(gp_gw *g, gw_req *q, int64_t now) {
         model *m = q->m;
@@ -740,31 +722,57 @@ static int pick_upstream(gp_gw *g, gw_req *q, int64_t now) {
         return best;
 }
 
-static size_t on_header(char *p, size_t size, size_t n, void *ud) {
-        gw_req *q = ud;
-        size_t len = size * n;
-        q->last_io_ms = mono_ms();
-        if (len >= 5 && !strncmp(p, "HTTP/", 5)) {
-                /* a new status line (after 100 Continue or a redirect): start over */
-                gp_buf_reset(&q->hdrs);
-                long st = 0;
-                const char *sp = memchr(p, ' ', len);
-                if (sp && (size_t)(sp - p) + 4 <= len)
-                        st = (sp[1] - '0') * 100 + (sp[2] - '0') * 10 + (sp[3] - '0');
-                q->status = st >= 100 && st <= 599 ? st : 502;
-                return len;
+/* The transfer of q ended (its exchange is gone): the loop's and the
+ * upstream's counts (owning loop). */
+static void transfer_released(gp_gw *g, gw_req *q) {
+        if (!q->running)
+                return;
+        q->x = NULL;
+        q->running = false;
+        q->paused = false;
+        q->L->nrunning--;
+        if (q->up >= 0) {
+                pthread_mutex_lock(&g->lock);
+                q->m->ups[q->up].inflight--;
+                pthread_mutex_unlock(&g->lock);
         }
-        if (len <= 2)
-                return len; /* the blank line */
-        const char *colon = memchr(p, ':', len);
-        if (!colon || hop_by_hop(p, (size_t)(colon - p)))
-                return len;
-        size_t l = len;
-        while (l && (p[l - 1] == '\r' || p[l - 1] == '\n'))
-                l--;
-        if (gp_buf_append(&q->hdrs, p, l) < 0 || gp_buf_append(&q->hdrs, "\r\n", 2) < 0)
-                return 0; /* too many header bytes: fail the transfer */
-        return len;
+}
+
+/* Detach q's transfer, abandoning it when it still runs (owning loop). */
+static void stop_transfer(gp_gw *g, gw_req *q) {
+        if (!q->running)
+                return;
+        gp_uc_cancel(q->L->uc, q->x);
+        transfer_released(g, q);
+}
+
+/* The upstream answer's head: its status, and the headers kept for the
+ * client.  A 5xx is abandoned for another upstream when one is left and
+ * nothing went to the client yet. */
+static int up_head(void *ud, int status, const gp_h1_header *h, size_t n) {
+        gw_req *q = ud;
+        gp_gw *g = q->g;
+        q->status = status;
+        gp_buf_reset(&q->hdrs);
+        if (q->tokenizing)
+                return 0;
+        if (status >= 500 && q->attempts < 2 && !q->responding) {
+                pthread_mutex_lock(&g->lock);
+                bool other = pick_upstream(g, q, mono_ms()) >= 0;
+                pthread_mutex_unlock(&g->lock);
+                if (other) {
+                        q->retry_5xx = true;
+                        return -1;
+                }
+        }
+        for (size_t i = 0; i < n; i++) {
+                if (gp_h1_hop_by_hop(h[i].name, h[i].name_len))
+                        continue;
+                if (gp_buf_append(&q->hdrs, h[i].name, h[i].name_len) < 0 || gp_buf_append(&q->hdrs, ": ", 2) < 0 ||
+                    gp_buf_append(&q->hdrs, h[i].value, h[i].value_len) < 0 || gp_buf_append(&q->hdrs, "\r\n", 2) < 0)
+                        return -1; /* too many header bytes: fail the transfer */
+        }
+        return 0;
 }
 
 static int out_append(void *ud, const char *p, size_t n) {
@@ -772,145 +780,100 @@ static int out_append(void *ud, const char *p, size_t n) {
         return gp_buf_append(&q->out, p, n);
 }
 
-static size_t on_body(char *p, size_t size, size_t n, void *ud) {
+/* The upstream answer's body: kept whole (non-streaming), or filtered and
+ * handed on as it comes (streaming), pausing the upstream while the
+ * client is slow. */
+static int up_data(void *ud, const char *p, size_t len) {
         gw_req *q = ud;
-        gp_gw *g = q->g;
-        size_t len = size * n;
-        q->last_io_ms = mono_ms();
         if (q->client_gone)
-                return 0;
-        if (q->status >= 500 && q->attempts < 2 && !q->responding) {
-                pthread_mutex_lock(&g->lock);
-                bool other = pick_upstream(g, q, mono_ms()) >= 0;
-                pthread_mutex_unlock(&g->lock);
-                if (other) {
-                        q->retry_5xx = true;
-                        return 0;
-                }
+                return -1;
+        if (q->tokenizing)
+                return q->out.len + len > TOKENIZE_MAX_BYTES || gp_buf_append(&q->out, p, len) < 0 ? -1 : 0;
+        if (!q->stream)
+                return gp_buf_append(&q->out, p, len) < 0 ? -1 : 0; /* over max_response_bytes */
+        if (q->status == 200) {
+                if (gp_gw_sse_feed(&q->sse, p, len, out_append, q) < 0)
+                        return -1;
+        } else if (gp_buf_append(&q->out, p, len) < 0) {
+                return -1;
         }
-        if (q->stream) {
-                if (q->out.len - q->out_off >= STREAM_HIGH_WATER) {
-                        q->paused = true;
-                        return CURL_WRITEFUNC_PAUSE;
-                }
-                if (q->status == 200) {
-                        if (gp_gw_sse_feed(&q->sse, p, len, out_append, q) < 0)
-                                return 0;
-                } else if (gp_buf_append(&q->out, p, len) < 0) {
-                        return 0;
-                }
-                if (q->out.len > q->out_off)
-                        wake_conn(q);
-                return len;
+        if (q->out.len > q->out_off)
+                wake_conn(q);
+        if (q->out.len - q->out_off >= STREAM_HIGH_WATER) {
+                q->paused = true;
+                return 1;
         }
-        if (gp_buf_append(&q->out, p, len) < 0)
-                return 0; /* over max_response_bytes */
-        return len;
+        return 0;
 }
 
-static CURL *easy_get(loop *L) {
-        if (L->neasy_free)
-                return L->easy_free[--L->neasy_free];
-        return curl_easy_init();
+static void up_done(void *ud, int rc) {
+        gw_req *q = ud;
+        if (q->tokenizing)
+                tokenize_done(q->g, q, rc);
+        else
+                transfer_done(q->g, q, rc);
 }
 
-static void easy_put(loop *L, CURL *e) {
-        if (L->neasy_free < MAX_EASY_FREE) {
-                /* kept with its options: start() sets the same ones again, and the per-request ones */
-                L->easy_free[L->neasy_free++] = e;
-        } else {
-                curl_easy_cleanup(e);
-        }
+static const gp_uc_ops up_ops = {.head = up_head, .data = up_data, .done = up_done};
+
+/* Send q to upstream u of its model (path, body, timeouts); the loop
+ * counts it running.  -1 when it cannot start. */
+static int send_to(gp_gw *g, gw_req *q, const char *url, const char *path, const char *body, size_t len,
+                   int connect_ms, int total_ms) {
+        gp_uc_req r = {.method = "POST", .path = path, .content_type = "application/json", .body = body,
+                       .body_len = len, .connect_timeout_ms = connect_ms,
+                       .idle_timeout_ms = g->cfg.idle_timeout_sec * 1000, .total_timeout_ms = total_ms};
+        gp_buf_reset(&q->hdrs);
+        gp_buf_reset(&q->out);
+        q->out_off = 0;
+        q->status = 0;
+        if (gp_uc_start(q->L->uc, url, &r, &up_ops, q, &q->x) < 0)
+                return -1;
+        q->running = true;
+        q->L->nrunning++;
+        return 0;
 }
 
 /* Start (or restart) q's transfer on an upstream, on q's loop (the caller
  * is that loop).  -1 when none is left. */
 static int start(gp_gw *g, gw_req *q) {
-        loop *L = q->L;
-        int64_t now = mono_ms();
-        char url[GP_CFG_URL_MAX + 64];
+        char url[GP_CFG_URL_MAX];
         pthread_mutex_lock(&g->lock);
-        int u = pick_upstream(g, q, now);
+        int u = pick_upstream(g, q, mono_ms());
         if (u >= 0) {
-                snprintf(url, sizeof(url), "%s%s", q->m->ups[u].url, q->path);
+                gp_strlcpy(url, q->m->ups[u].url, sizeof(url));
                 q->m->ups[u].inflight++;
                 q->m->ups[u].requests++;
         }
         pthread_mutex_unlock(&g->lock);
         if (u < 0)
                 return -1;
-        CURL *e = easy_get(L);
-        if (!e) {
-                pthread_mutex_lock(&g->lock);
-                q->m->ups[u].inflight--;
-                pthread_mutex_unlock(&g->lock);
-                return -1;
-        }
-        curl_easy_setopt(e, CURLOPT_URL, url);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, q->body);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->body_len);
-        curl_easy_setopt(e, CURLOPT_HTTPHEADER, g->up_headers);
-        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-        curl_easy_setopt(e, CURLOPT_HEADERDATA, q);
-        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(e, CURLOPT_WRITEDATA, q);
-        curl_easy_setopt(e, CURLOPT_PRIVATE, q);
-        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-        curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)g->cfg.connect_timeout_ms);
-        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)g->cfg.request_timeout_sec * 1000L);
-        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
-        curl_easy_setopt(e, CURLOPT_PROXY, ""); /* upstreams are reached directly, whatever http_proxy says */
-        curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
-        curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, L);
-        gp_buf_reset(&q->hdrs);
-        gp_buf_reset(&q->out);
-        q->out_off = 0;
-        q->status = 0;
         q->retry_5xx = false;
         gp_gw_sse_done(&q->sse);
         bool strip = q->sse.strip;
         memset(&q->sse, 0, sizeof(q->sse));
         q->sse.strip = strip;
-        q->easy = e;
         q->up = u;
         q->tried[u] = true;
         q->attempts++;
-        q->running = true;
-        q->last_io_ms = now;
-        L->nrunning++;
-        if (curl_multi_add_handle(L->multi, e) != CURLM_OK) {
-                L->nrunning--;
-                q->running = false;
+        if (send_to(g, q, url, q->path, q->body, q->body_len, g->cfg.connect_timeout_ms,
+                    g->cfg.request_timeout_sec * 1000) < 0) {
                 pthread_mutex_lock(&g->lock);
                 q->m->ups[u].inflight--;
                 pthread_mutex_unlock(&g->lock);
-                q->easy = NULL;
-                easy_put(L, e);
+                q->up = -1;
                 return -1;
         }
         return 0;
-}
-
-/* A /tokenize answer's bytes (bounded; no retry, no streaming). */
-static size_t on_tok_body(char *p, size_t size, size_t n, void *ud) {
-        gw_req *q = ud;
-        size_t len = size * n;
-        q->last_io_ms = mono_ms();
-        if (q->client_gone || q->out.len + len > TOKENIZE_MAX_BYTES || gp_buf_append(&q->out, p, len) < 0)
-                return 0;
-        return len;
 }
 
 /* Ask an upstream of q's model that may have POST /tokenize for the exact
  * prompt tokens (owning loop), bounded by tokenize_timeout_ms.  -1 when
  * none may (the caller goes on with the estimate). */
 static int tokenize_start(gp_gw *g, gw_req *q) {
-        loop *L = q->L;
         model *m = q->m;
         int64_t now = mono_ms();
-        char url[GP_CFG_URL_MAX + 16];
+        char url[GP_CFG_URL_MAX];
         int u = -1;
         pthread_mutex_lock(&g->lock);
         for (int i = 0; i < m->nups; i++) {
@@ -921,70 +884,37 @@ static int tokenize_start(gp_gw *g, gw_req *q) {
                         u = i;
         }
         if (u >= 0) {
-                snprintf(url, sizeof(url), "%s/tokenize", m->ups[u].url);
+                gp_strlcpy(url, m->ups[u].url, sizeof(url));
                 g->tokenize_calls++;
         }
         pthread_mutex_unlock(&g->lock);
         if (u < 0)
                 return -1;
-        CURL *e = easy_get(L);
-        if (!e)
-                return -1;
-        long tmo = g->cfg.tokenize_timeout_ms;
-        curl_easy_setopt(e, CURLOPT_URL, url);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, q->tok_body);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(q->tok_body));
-        curl_easy_setopt(e, CURLOPT_HTTPHEADER, g->up_headers);
-        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-        curl_easy_setopt(e, CURLOPT_HEADERDATA, q);
-        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_tok_body);
-        curl_easy_setopt(e, CURLOPT_WRITEDATA, q);
-        curl_easy_setopt(e, CURLOPT_PRIVATE, q);
-        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-        curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
-                         g->cfg.connect_timeout_ms < tmo ? (long)g->cfg.connect_timeout_ms : tmo);
-        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, tmo);
-        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
-        curl_easy_setopt(e, CURLOPT_PROXY, "");
-        curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
-        curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, L);
-        gp_buf_reset(&q->hdrs);
-        gp_buf_reset(&q->out);
-        q->status = 0;
-        q->easy = e;
+        int tmo = g->cfg.tokenize_timeout_ms;
         q->up = -1; /* not counted in the upstream's in-flight requests */
         q->tok_up = u;
         q->tokenizing = true;
-        q->running = true;
-        q->last_io_ms = now;
-        L->nrunning++;
-        if (curl_multi_add_handle(L->multi, e) != CURLM_OK) {
-                L->nrunning--;
-                q->running = false;
+        if (send_to(g, q, url, "/tokenize", q->tok_body, strlen(q->tok_body),
+                    g->cfg.connect_timeout_ms < tmo ? g->cfg.connect_timeout_ms : tmo, tmo) < 0) {
                 q->tokenizing = false;
-                q->easy = NULL;
-                easy_put(L, e);
                 return -1;
         }
         return 0;
 }
 
 static void counted(gp_gw *g, gw_req *q, int64_t exact);
-static void stop_transfer(gp_gw *g, gw_req *q);
 
 /* The /tokenize call of q ended (owning loop): remember whether the
  * upstream has the endpoint, then the context check with the count, or
  * with the estimate when none came (error, timeout, odd answer). */
-static void tokenize_done(gp_gw *g, gw_req *q, CURLcode rc) {
-        stop_transfer(g, q);
+static void tokenize_done(gp_gw *g, gw_req *q, int rc) {
+        transfer_released(g, q);
         q->tokenizing = false;
         int64_t count = -1;
-        bool ok = rc == CURLE_OK && q->status == 200 && gp_gw_tokenize_count(q->out.data, q->out.len, &count) == 0;
+        bool ok = rc == GP_UC_OK && q->status == 200 && gp_gw_tokenize_count(q->out.data, q->out.len, &count) == 0;
         if (!ok)
                 count = -1;
-        int known = ok ? 1 : rc == CURLE_OK && (q->status == 404 || q->status == 405) ? -1 : 0;
+        int known = ok ? 1 : rc == GP_UC_OK && (q->status == 404 || q->status == 405) ? -1 : 0;
         if (known && q->tok_up >= 0) {
                 char url[GP_CFG_URL_MAX];
                 pthread_mutex_lock(&g->lock);
@@ -1006,22 +936,6 @@ static void tokenize_done(gp_gw *g, gw_req *q, CURLcode rc) {
                 return;
         }
         counted(g, q, count);
-}
-
-/* Detach q's transfer (owning loop). */
-static void stop_transfer(gp_gw *g, gw_req *q) {
-        if (!q->running)
-                return;
-        curl_multi_remove_handle(q->L->multi, q->easy);
-        easy_put(q->L, q->easy);
-        q->L->nrunning--;
-        q->easy = NULL;
-        q->running = false;
-        if (q->up >= 0) {
-                pthread_mutex_lock(&g->lock);
-                q->m->ups[q->up].inflight--;
-                pthread_mutex_unlock(&g->lock);
-        }
 }
 
 /* Answer q with a gateway-made error (the connection is parked). */
@@ -1131,34 +1045,27 @@ static void count_error(gp_gw *g, gw_req *q) {
         pthread_mutex_unlock(&g->lock);
 }
 
-static void transfer_done(gp_gw *g, gw_req *q, CURLcode rc) {
-        if (q->tokenizing) {
-                tokenize_done(g, q, rc);
-                return;
-        }
+/* q's upstream exchange ended with rc (a GP_UC_* result; owning loop):
+ * answered, retried once elsewhere, or a 502. */
+static void transfer_done(gp_gw *g, gw_req *q, int rc) {
         int64_t now = mono_ms();
         upstream *u = q->up >= 0 ? &q->m->ups[q->up] : NULL;
-        stop_transfer(g, q);
+        transfer_released(g, q);
         bool retry5 = q->retry_5xx;
-        if (!retry5 && rc == CURLE_OK && q->status >= 500 && q->attempts < 2 && !q->responding) {
-                pthread_mutex_lock(&g->lock);
-                retry5 = pick_upstream(g, q, now) >= 0;
-                pthread_mutex_unlock(&g->lock);
-        }
         if (q->client_gone) {
                 finish(g, q);
                 return;
         }
-        bool failed = rc != CURLE_OK || retry5;
+        bool failed = rc != GP_UC_OK;
         if (failed && !q->responding) {
-                if (u && !retry5 && rc != CURLE_WRITE_ERROR) {
+                if (u && rc != GP_UC_EABORTED) {
                         char url[GP_CFG_URL_MAX];
                         pthread_mutex_lock(&g->lock);
                         u->failures++;
                         u->down_until_ms = now + (int64_t)g->cfg.upstream_down_sec * 1000;
                         gp_strlcpy(url, u->url, sizeof(url));
                         pthread_mutex_unlock(&g->lock);
-                        gp_warn("gateway: upstream %s failed (%s); down for %ds", url, curl_easy_strerror(rc),
+                        gp_warn("gateway: upstream %s failed (%s); down for %ds", url, gp_uc_strerror(rc),
                                 g->cfg.upstream_down_sec);
                 }
                 if (q->attempts < 2) {
@@ -1170,13 +1077,13 @@ static void transfer_done(gp_gw *g, gw_req *q, CURLcode rc) {
                 }
                 count_error(g, q);
                 char msg[300];
-                if (rc == CURLE_WRITE_ERROR && !q->stream && q->out.len >= q->out.limit)
+                if (rc == GP_UC_EABORTED && !q->stream && q->out.len >= q->out.limit)
                         snprintf(msg, sizeof(msg), "the upstream answer is over %" PRId64 " bytes",
                                  g->cfg.max_response_bytes);
                 else if (retry5)
                         snprintf(msg, sizeof(msg), "the upstream answered %ld", q->status);
                 else
-                        snprintf(msg, sizeof(msg), "the upstream failed: %s", curl_easy_strerror(rc));
+                        snprintf(msg, sizeof(msg), "the upstream failed: %s", gp_uc_strerror(rc));
                 answer(q, 502, "upstream_error", "bad_gateway", msg);
                 finish(g, q);
                 return;
@@ -1189,102 +1096,6 @@ static void transfer_done(gp_gw *g, gw_req *q, CURLcode rc) {
                 count_error(g, q);
         wake_conn(q);
         finish(g, q);
-}
-
-/* Cut this loop's transfers whose upstream was silent idle_timeout_sec
- * (before the first byte or between two; a transfer paused for a slow
- * client is not the upstream's silence).  Owning loop. */
-static void check_idle(gp_gw *g, loop *L, int64_t now) {
-        if (now < L->next_idle_check_ms)
-                return;
-        L->next_idle_check_ms = now + 100;
-        int64_t limit = (int64_t)g->cfg.idle_timeout_sec * 1000;
-        for (size_t i = L->nreqs; i-- > 0;) {
-                if (i >= L->nreqs)
-                        continue;
-                gw_req *q = L->reqs[i];
-                if (q->running && !q->paused && now - q->last_io_ms >= limit)
-                        transfer_done(g, q, CURLE_OPERATION_TIMEDOUT);
-        }
-}
-
-static void check_done(gp_gw *g, loop *L) {
-        CURLMsg *msg;
-        int left;
-        while ((msg = curl_multi_info_read(L->multi, &left))) {
-                if (msg->msg != CURLMSG_DONE)
-                        continue;
-                gw_req *q = NULL;
-                curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&q);
-                if (q)
-                        transfer_done(g, q, msg->data.result);
-        }
-}
-
-/* curl's sockets: registered once and kept in the epoll set while curl
- * keeps the connection (an idle kept-alive connection costs no epoll_ctl
- * per request); fdreg[fd] = registered events | FD_REG, | FD_WANTED while
- * curl asks for events. */
-#define FD_IN 1
-#define FD_OUT 2
-#define FD_REG 4
-#define FD_WANTED 8
-
-static void fd_register(loop *g, curl_socket_t s, uint8_t want) {
-        if (s < 0 || s >= GW_MAX_FD)
-                return;
-        uint8_t st = g->fdreg[s];
-        if ((st & FD_REG) && (st & (FD_IN | FD_OUT)) == want) {
-                g->fdreg[s] = st | FD_WANTED;
-                return;
-        }
-        struct epoll_event ev = {.data.u64 = TAG_CURL | (uint64_t)(uint32_t)s};
-        if (want & FD_IN)
-                ev.events |= EPOLLIN;
-        if (want & FD_OUT)
-                ev.events |= EPOLLOUT;
-        int op = st & FD_REG ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-        if (epoll_ctl(g->epfd, op, s, &ev) < 0) {
-                op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-                if (epoll_ctl(g->epfd, op, s, &ev) < 0)
-                        return;
-        }
-        g->fdreg[s] = (uint8_t)(want | FD_REG | FD_WANTED);
-}
-
-static int on_socket(CURL *e, curl_socket_t s, int what, void *ud, void *sockp) {
-        loop *g = ud;
-        (void)e;
-        (void)sockp;
-        if (what == CURL_POLL_REMOVE) {
-                if (s >= 0 && s < GW_MAX_FD)
-                        g->fdreg[s] &= (uint8_t)~FD_WANTED; /* stays registered for the next transfer */
-                return 0;
-        }
-        uint8_t want = 0;
-        if (what & CURL_POLL_IN)
-                want |= FD_IN;
-        if (what & CURL_POLL_OUT)
-                want |= FD_OUT;
-        fd_register(g, s, want);
-        return 0;
-}
-
-static int on_close_socket(void *ud, curl_socket_t s) {
-        loop *g = ud;
-        if (s >= 0 && s < GW_MAX_FD) {
-                if (g->fdreg[s] & FD_REG)
-                        epoll_ctl(g->epfd, EPOLL_CTL_DEL, s, NULL);
-                g->fdreg[s] = 0;
-        }
-        return close(s);
-}
-
-static int on_timer(CURLM *multi, long timeout_ms, void *ud) {
-        loop *g = ud;
-        (void)multi;
-        g->curl_deadline_ms = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
-        return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1487,7 +1298,7 @@ static void take_inbox(gp_gw *g, loop *L) {
                                         on_admitted(g, q);
                                 if ((what & IN_UNPAUSE) && q->paused && q->running) {
                                         q->paused = false;
-                                        curl_easy_pause(q->easy, CURLPAUSE_CONT);
+                                        gp_uc_resume(L->uc, q->x);
                                 }
                         }
                 }
@@ -1527,20 +1338,19 @@ static void *gw_thread(void *arg) {
         loop *L = arg;
         gp_gw *g = L->g;
         struct epoll_event evs[256];
-        int running;
         tl_loop = L;
         while (!__atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE)) {
                 pthread_mutex_lock(&g->lock);
                 int64_t now = mono_ms();
                 int64_t until = gp_admit_wake_ms(g->admit, now);
                 pthread_mutex_unlock(&g->lock);
-                if (L->curl_deadline_ms >= 0 && L->curl_deadline_ms < until)
-                        until = L->curl_deadline_ms;
+                if (L->nrunning && L->next_tick_ms < until)
+                        until = L->next_tick_ms < now ? now : L->next_tick_ms; /* upstream timeouts */
+                if (gp_uc_due(L->uc))
+                        until = now;
                 MHD_UNSIGNED_LONG_LONG mt;
                 if (L->mhd && MHD_get_timeout(L->mhd, &mt) == MHD_YES && now + (int64_t)mt < until)
                         until = now + (int64_t)mt;
-                if (L->nrunning && L->next_idle_check_ms < until)
-                        until = L->next_idle_check_ms < now ? now : L->next_idle_check_ms; /* idle timeouts */
                 int timeout = until == INT64_MAX ? 1000 : (int)(until - now > 1000 ? 1000 : until - now);
                 pthread_mutex_lock(&L->ilock);
                 if (timeout < 0 || L->inbox)
@@ -1558,23 +1368,8 @@ static void *gw_thread(void *arg) {
                         uint64_t d = evs[i].data.u64;
                         if (d == 0 || d == TAG_MHD) {
                                 /* the inbox is looked at below; MHD ran above */
-                        } else if (d & TAG_CURL) {
-                                int mask = 0;
-                                if (evs[i].events & EPOLLIN)
-                                        mask |= CURL_CSELECT_IN;
-                                if (evs[i].events & EPOLLOUT)
-                                        mask |= CURL_CSELECT_OUT;
-                                if (evs[i].events & (EPOLLERR | EPOLLHUP))
-                                        mask |= CURL_CSELECT_ERR;
-                                curl_socket_t s = (curl_socket_t)(d & 0xffffffffu);
-                                if (s < GW_MAX_FD && !(L->fdreg[s] & FD_WANTED)) {
-                                        /* an idle kept-alive connection spoke or closed: curl
-                                         * finds out when it reuses it; stop listening to it */
-                                        epoll_ctl(L->epfd, EPOLL_CTL_DEL, s, NULL);
-                                        L->fdreg[s] = 0;
-                                        continue;
-                                }
-                                curl_multi_socket_action(L->multi, s, mask, &running);
+                        } else if ((d & GP_UC_EV_MASK) == GP_UC_EV_TAG) {
+                                gp_uc_event(L->uc, d, evs[i].events);
                         } else {
                                 gw_req *q = evs[i].data.ptr;
                                 if (q->fd_watched)
@@ -1582,12 +1377,12 @@ static void *gw_thread(void *arg) {
                         }
                 }
                 take_inbox(g, L);
-                if (L->curl_deadline_ms >= 0 && mono_ms() >= L->curl_deadline_ms) {
-                        L->curl_deadline_ms = -1;
-                        curl_multi_socket_action(L->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+                int64_t t = mono_ms();
+                if (t >= L->next_tick_ms) {
+                        L->next_tick_ms = t + TICK_MS;
+                        gp_uc_tick(L->uc, t);
                 }
-                check_done(g, L);
-                check_idle(g, L, mono_ms());
+                gp_uc_dispatch(L->uc); /* exchanges that failed at their start; closed connections freed */
                 admit_some(g, L);
                 size_t nu = L->nusage;
                 usage_rec *u = NULL;
@@ -1635,38 +1430,22 @@ static void *gw_thread(void *arg) {
 /* ------------------------------------------------------------------ */
 /* lifecycle and visibility                                            */
 
-static void curl_init_once(void) {
-        curl_global_init(CURL_GLOBAL_DEFAULT); /* refcounted by curl; the alerts' call is a no-op after */
-}
-
 static int loop_init(gp_gw *g, loop *L) {
         L->g = g;
-        L->curl_deadline_ms = -1;
         pthread_mutex_init(&L->ilock, NULL);
         L->epfd = epoll_create1(EPOLL_CLOEXEC);
         L->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        L->multi = curl_multi_init();
-        if (L->epfd < 0 || L->evfd < 0 || !L->multi)
+        if (L->epfd < 0 || L->evfd < 0)
                 return -ENOMEM;
         /* edge-triggered: every write to the eventfd is an edge, so it never needs reading */
         struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = 0};
         if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, L->evfd, &ev) < 0)
                 return -errno;
-        curl_multi_setopt(L->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-        curl_multi_setopt(L->multi, CURLMOPT_SOCKETDATA, L);
-        curl_multi_setopt(L->multi, CURLMOPT_TIMERFUNCTION, on_timer);
-        curl_multi_setopt(L->multi, CURLMOPT_TIMERDATA, L);
-        long per = g->cfg.max_upstream_connections / g->nloops;
-        if (per < 1)
-                per = 1;
-        curl_multi_setopt(L->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, per);
-        curl_multi_setopt(L->multi, CURLMOPT_MAXCONNECTS, per);
-        return 0;
+        L->uc = gp_uc_new(L->epfd, g->cfg.max_upstream_connections / g->nloops);
+        return L->uc ? 0 : -ENOMEM;
 }
 
 int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t errlen) {
-        static pthread_once_t once = PTHREAD_ONCE_INIT;
-        pthread_once(&once, curl_init_once);
         if (nloops < 1)
                 nloops = 1;
         if (nloops > GW_MAX_LOOPS)
@@ -1692,10 +1471,7 @@ int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t e
         memcpy(lim.weights, cfg->weights, sizeof(lim.weights));
         g->admit = gp_admit_new(&lim, mono_ms());
         g->loops = calloc((size_t)nloops, sizeof(loop));
-        g->up_headers = curl_slist_append(NULL, "Content-Type: application/json");
-        if (g->up_headers)
-                g->up_headers = curl_slist_append(g->up_headers, "Expect:");
-        bool ok = g->admit && g->loops && g->up_headers;
+        bool ok = g->admit && g->loops;
         if (g->loops) {
                 for (int i = 0; i < nloops; i++) {
                         g->loops[i].epfd = g->loops[i].evfd = -1;
@@ -1768,10 +1544,7 @@ void gp_gw_free(gp_gw *g) {
                         unref(q);
                 }
                 free_grave(L);
-                while (L->neasy_free)
-                        curl_easy_cleanup(L->easy_free[--L->neasy_free]);
-                if (L->multi)
-                        curl_multi_cleanup(L->multi);
+                gp_uc_free(L->uc);
                 if (L->epfd >= 0)
                         close(L->epfd);
                 if (L->evfd >= 0)
@@ -1781,7 +1554,6 @@ void gp_gw_free(gp_gw *g) {
                 pthread_mutex_destroy(&L->ilock);
         }
         free(g->loops);
-        curl_slist_free_all(g->up_headers);
         gp_admit_free(g->admit);
         pthread_mutex_destroy(&g->lock);
         free(g);

@@ -3,8 +3,8 @@
  * port, forwarded to model servers (upstreams) under admission control.
  *
  * Threads: server.http_threads event loops (gp_gw_run).  Each drives its
- * own MHD daemon (external epoll mode, all on one port), its own libcurl
- * multi handle (keep-alive connection pools to the upstreams) and an epoll
+ * own MHD daemon (external epoll mode, all on one port), its own upstream
+ * client (upclient.h: keep-alive connection pools to the upstreams) and an epoll
  * set that also watches queued clients for hang-ups.  MHD calls
  * gp_gw_handle / gp_gw_resume / gp_gw_completed and the response reader
  * on the loop that owns the connection, and that loop alone works on the

@@ -13,9 +13,10 @@
 # rounds of req/s, p50 and p99 per leg, then gpupool/nginx throughput and the
 # latency gpupool and nginx add over direct, against the targets of issue 5
 # (throughput >= 0.9 x nginx, added p50 < 0.3 ms).  At 64 connections every
-# leg is saturated, so its p50 is mostly queueing (about 64 / throughput);
-# the latency a hop adds to one request is measured again with one
-# connection (wrk -t1 -c1, SECS/2, same rounds), and both are printed.
+# leg is saturated, so its p50 is mostly queueing (about 64 / throughput):
+# the throughput target is judged there.  The latency a hop adds to one
+# request is measured with one connection (wrk -t1 -c1, SECS/2, same
+# rounds), and the latency target is judged there; both are printed.
 # All legs and wrk share this machine's cores, so the figures are relative,
 # not absolute.
 # A leg that answers anything but 200 is reported and left out of ratios.
@@ -198,10 +199,9 @@ if [ -f "$tmp/gpupool.rows" ] && [ -f "$tmp/nginx.rows" ]; then
                 -v g99="$gpupool_p99" -v d99="$direct_p99" -v bad="$gpupool_bad" 'BEGIN {
                 r = g / n; a50 = g50 - d50
                 printf "gpupool: %.2f x nginx throughput (%.2f x direct), adds p50 %+.3f ms, p99 %+.3f ms\n", r, g / d, a50, g99 - d99
-                ok = (r >= 0.9 && a50 < 0.3 && bad == 0)
-                printf "targets (>= 0.90 x nginx, added p50 < 0.3 ms, all 200): %s\n", ok ? "MET" : "MISSED"
-                exit ok ? 0 : 3 }' || status=$?
-        [ "$status" = 3 ] && status=0   # a missed target is a result, not a failure of the script
+                ok = (r >= 0.9 && bad == 0)
+                printf "throughput target (>= 0.90 x nginx, all 200): %s\n", ok ? "MET" : "MISSED"
+                exit ok ? 0 : 3 }' && thr_ok=1 || thr_ok=0
 else
         echo "gpupool: no figures (the gpupool leg was skipped; see above)"
         status=2
@@ -214,7 +214,10 @@ if [ -f "$tmp/nginx.light" ]; then
 fi
 if [ -f "$tmp/gpupool.light" ]; then
         awk -v g50="$l_gpupool_p50" -v d50="$l_direct_p50" -v g99="$l_gpupool_p99" -v d99="$l_direct_p99" 'BEGIN {
-                printf "gpupool: adds p50 %+.3f ms, p99 %+.3f ms; added p50 < 0.3 ms: %s\n", g50 - d50, g99 - d99,
-                        (g50 - d50 < 0.3) ? "MET" : "MISSED" }'
+                printf "gpupool: adds p50 %+.3f ms, p99 %+.3f ms; latency target (added p50 < 0.3 ms): %s\n", g50 - d50,
+                        g99 - d99, (g50 - d50 < 0.3) ? "MET" : "MISSED"
+                exit (g50 - d50 < 0.3) ? 0 : 3 }' && lat_ok=1 || lat_ok=0
+        # a missed target is a result, not a failure of the script
+        [ "${thr_ok:-0}" = 1 ] && [ "$lat_ok" = 1 ] && echo "issue 5 targets: MET" || echo "issue 5 targets: MISSED"
 fi
 exit $status

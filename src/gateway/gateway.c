@@ -27,6 +27,7 @@
  *     or its upstream request.
  */
 #include "gateway/gateway.h"
+#include "gateway/gw-internal.h"
 
 #include "base/buf.h"
 #include "base/log.h"
@@ -46,143 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TAG_MHD ((uint64_t)1)      /* the MHD daemon's epoll fd (evfd is 0); upstream connections carry GP_UC_EV_TAG */
-#define MAX_HEADER_BYTES (64 * 1024)
-#define STREAM_HIGH_WATER (1 << 20) /* buffered for a slow client: pause the upstream */
-#define TICK_MS 100                /* upstream timeouts are looked at this often */
-
-#define GW_MAX_LOOPS 16
-#define TOKENIZE_MAX_BYTES (4 << 20) /* a /tokenize answer (its token list) read at most */
-
-enum { IN_NEW = 1, IN_ABORT = 2, IN_UNPAUSE = 4, IN_START = 8, IN_EXPIRED = 16 };
-
-struct loop;
-
-typedef struct upstream {
-        char url[GP_CFG_URL_MAX];
-        bool off;                  /* a served replica that is not (or no longer) ready */
-        int inflight;
-        int64_t down_until_ms;
-        uint64_t requests, failures;
-        int tokenize;              /* its POST /tokenize: 0 unknown, 1 answers, -1 absent (404/405) */
-} upstream;
-
-typedef struct model {
-        const gp_cfg_model *cfg;
-        upstream ups[GP_CFG_MAX_UPSTREAMS];
-        int nups;
-        uint64_t requests;         /* ended requests that were admitted */
-        uint64_t prompt_tokens, completion_tokens;
-        int waiting;               /* its requests in the admission queue now */
-        int in_flight;             /* its admitted requests not ended */
-        int64_t last_used_ms;      /* wall clock of its last request that reached admission, 0 = none */
-        uint64_t unloads;          /* served replicas stopped as the least recently used idle model */
-} model;
-
-typedef struct tstats {
-        uint64_t prompt_tokens, completion_tokens, errors;
-} tstats;
-
-typedef struct gw_req {
-        gp_admit_ticket ticket;
-        gp_gw *g;
-        struct loop *L;            /* the loop whose MHD daemon serves the connection */
-        struct MHD_Connection *conn;
-        int refs;                  /* atomic (__atomic builtins) */
-        int client_fd;
-        bool fd_watched;
-        bool parked;               /* the connection is suspended */
-        bool gw_held;              /* the gateway side still holds it */
-        unsigned inbox;            /* IN_* bits while in the inbox */
-        struct gw_req *inext;
-        /* the request */
-        model *m;
-        char path[40];             /* "/v1/chat/completions" */
-        char *body;                /* what goes upstream (owned) */
-        size_t body_len;
-        bool stream;
-        int64_t prompt_est;
-        int64_t max_tokens;        /* what the request set, -1 = none (the rest of the context) */
-        bool tok_wanted;           /* count the prompt with an upstream's /tokenize before admission */
-        bool tokenizing;           /* the transfer running is the /tokenize call */
-        int tok_up;                /* its upstream (index in m->ups), -1 = none */
-        char *tok_body;            /* what goes to /tokenize (owned) */
-        char tenant[GP_TENANT_MAX];
-        int64_t t0_ms;
-        /* the upstream transfer */
-        gp_uc_xfer *x;
-        int up;                    /* index in m->ups, -1 = none */
-        int attempts;
-        bool tried[GP_CFG_MAX_UPSTREAMS];
-        long status;
-        gp_buf hdrs;               /* "Name: value\r\n" lines kept for the client */
-        bool retry_5xx;            /* abandon this answer and try another upstream */
-        bool paused;
-        gp_gw_sse sse;
-        gp_buf out;                /* bytes for the client */
-        size_t out_off;            /* taken by the reader so far */
-        bool running;              /* a transfer runs (x) */
-        bool up_done;              /* the upstream answer ended */
-        bool up_failed;            /* ... in error */
-        bool responding;           /* the MHD response is queued (bytes may have left) */
-        bool client_gone;
-        bool close_conn;           /* answer by closing the connection */
-        /* an answer made by the gateway (errors, 429) */
-        int ans_status;
-        char *ans_body;
-        gp_admit_ratelimit rl;
-        bool ans_rl;               /* add the rate-limit headers */
-} gw_req;
-
-typedef struct usage_rec {
-        char tenant[GP_TENANT_MAX];
-        char model[GP_CFG_MODEL_NAME_MAX];
-        int64_t prompt, completion;
-} usage_rec;
-
-/* One event loop thread: its own MHD daemon (all of them listen on the
- * same port with SO_REUSEPORT, so the kernel spreads connections), its own
- * upstream client and epoll set.  Requests stay on the loop that got
- * their connection; admission state is shared (under g->lock). */
-typedef struct loop {
-        gp_gw *g;
-        pthread_t thread;
-        bool started;
-        int epfd, evfd;
-        gp_uc *uc;                 /* this loop's upstream connections */
-        struct MHD_Daemon *mhd;    /* driven by this loop (external epoll mode) */
-        bool mhd_kick;             /* run MHD again before sleeping (a connection was resumed); loop only */
-        int nrunning;              /* transfers running; loop only */
-        int64_t next_tick_ms;      /* when to look for upstream timeouts; loop only */
-        pthread_mutex_t ilock;     /* the inbox (a leaf lock) */
-        gw_req *inbox;             /* under ilock */
-        gw_req *grave;             /* unreferenced requests, freed by this loop after its batch; loop only */
-        gw_req **reqs;             /* the requests this loop's gateway side holds; loop only */
-        size_t nreqs, capreqs;
-        struct usage_rec *usage;   /* to report after the batch; loop only */
-        size_t nusage, capusage;
-} loop;
-
-static __thread loop *tl_loop;     /* the loop this thread runs, NULL elsewhere */
-
-struct gp_gw {
-        gp_gw_usage_fn *usage_fn;   /* billing's token record (gp_gw_on_usage), set before the loops run */
-        void *usage_ud;
-        gp_cfg_gateway cfg;
-        pthread_mutex_t lock;
-        loop *loops;               /* [nloops] */
-        int nloops;
-        int stopping;               /* set once by gp_gw_stop; __atomic loads and stores */
-        int nstopped;              /* loops that answered their requests and left */
-        bool stopped;              /* all of them */
-        gp_admit *admit;
-        model models[GP_CFG_MAX_MODELS];
-        int nmodels;
-        tstats tenants[GP_ADMIT_MAX_TENANTS];
-        uint64_t upstream_errors, retries, context_errors;
-        uint64_t models_unloaded;  /* sum of the models' unloads */
-        uint64_t tokenize_calls, tokenize_fallbacks; /* /tokenize asked; ... that gave no count */
-};
+__thread loop *gw_tl_loop;
 
 static int64_t mono_ms(void) {
         struct timespec ts;
@@ -235,18 +100,6 @@ static enum MHD_Result queue_buf(struct MHD_Connection *conn, int status, char *
         return ret;
 }
 
-static enum MHD_Result oai_error(struct MHD_Connection *conn, int status, const char *type, const char *code,
-                                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static enum MHD_Result oai_error(struct MHD_Connection *conn, int status, const char *type, const char *code,
-                                 const char *fmt, ...) {
-        char msg[512];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof(msg), fmt, ap);
-        va_end(ap);
-        return queue_buf(conn, status, gp_gw_error_body(type, code, msg), "application/json");
-}
-
 static void fmt_reset(int64_t ms, char *out, size_t size) {
         if (ms < 1000)
                 snprintf(out, size, "%" PRId64 "ms", ms < 0 ? 0 : ms);
@@ -256,28 +109,29 @@ static void fmt_reset(int64_t ms, char *out, size_t size) {
                 snprintf(out, size, "%" PRId64 "m%" PRId64 "s", ms / 60000, (ms % 60000) / 1000);
 }
 
-static void add_ratelimit_headers(struct MHD_Response *resp, const gp_admit_ratelimit *rl) {
-        char v[48];
-        snprintf(v, sizeof(v), "%" PRId64, (rl->retry_after_ms + 999) / 1000);
-        MHD_add_response_header(resp, "retry-after", v);
-        snprintf(v, sizeof(v), "%" PRId64, rl->retry_after_ms);
-        MHD_add_response_header(resp, "retry-after-ms", v);
-        if (rl->limit_requests) {
-                snprintf(v, sizeof(v), "%" PRId64, rl->limit_requests);
-                MHD_add_response_header(resp, "x-ratelimit-limit-requests", v);
-                snprintf(v, sizeof(v), "%" PRId64, rl->remaining_requests);
-                MHD_add_response_header(resp, "x-ratelimit-remaining-requests", v);
-                fmt_reset(rl->reset_requests_ms, v, sizeof(v));
-                MHD_add_response_header(resp, "x-ratelimit-reset-requests", v);
+int gw_ratelimit_lines(gp_buf *b, const gp_admit_ratelimit *rl) {
+        char r[48];
+        int rc = gp_buf_printf(b, "retry-after: %" PRId64 "\r\nretry-after-ms: %" PRId64 "\r\n",
+                               (rl->retry_after_ms + 999) / 1000, rl->retry_after_ms);
+        if (rc == 0 && rl->limit_requests) {
+                fmt_reset(rl->reset_requests_ms, r, sizeof(r));
+                rc = gp_buf_printf(b,
+                                   "x-ratelimit-limit-requests: %" PRId64 "\r\nx-ratelimit-remaining-requests: %" PRId64
+                                   "\r\nx-ratelimit-reset-requests: %s\r\n",
+                                   rl->limit_requests, rl->remaining_requests, r);
         }
-        if (rl->limit_tokens) {
-                snprintf(v, sizeof(v), "%" PRId64, rl->limit_tokens);
-                MHD_add_response_header(resp, "x-ratelimit-limit-tokens", v);
-                snprintf(v, sizeof(v), "%" PRId64, rl->remaining_tokens);
-                MHD_add_response_header(resp, "x-ratelimit-remaining-tokens", v);
-                fmt_reset(rl->reset_tokens_ms, v, sizeof(v));
-                MHD_add_response_header(resp, "x-ratelimit-reset-tokens", v);
+        if (rc == 0 && rl->limit_tokens) {
+                fmt_reset(rl->reset_tokens_ms, r, sizeof(r));
+                rc = gp_buf_printf(b,
+                                   "x-ratelimit-limit-tokens: %" PRId64 "\r\nx-ratelimit-remaining-tokens: %" PRId64
+                                   "\r\nx-ratelimit-reset-tokens: %s\r\n",
+                                   rl->limit_tokens, rl->remaining_tokens, r);
         }
+        return rc;
+}
+
+const char *gw_backend(void) {
+        return backend_name;
 }
 
 /* ------------------------------------------------------------------ */
@@ -309,7 +163,7 @@ static void post_ref(gw_req *q, unsigned what, bool own) {
         }
         q->inbox |= what;
         pthread_mutex_unlock(&L->ilock);
-        if (was_empty && tl_loop != L)
+        if (was_empty && gw_tl_loop != L)
                 wake_loop(L); /* the loop itself looks at its inbox before it sleeps */
 }
 
@@ -338,6 +192,14 @@ static void unref(gw_req *q) {
         }
 }
 
+void gw_post(gw_req *q, unsigned what) {
+        post_ref(q, what, false);
+}
+
+void gw_unref(gw_req *q) {
+        unref(q);
+}
+
 static void free_grave(loop *L) {
         while (L->grave) {
                 gw_req *q = L->grave;
@@ -356,7 +218,7 @@ static void unwatch(gp_gw *g, gw_req *q) {
 
 /* The connection of q was resumed: its loop must run MHD. */
 static void kick_loop(loop *L) {
-        if (tl_loop == L)
+        if (gw_tl_loop == L)
                 L->mhd_kick = true;
         else
                 wake_loop(L);
@@ -364,6 +226,10 @@ static void kick_loop(loop *L) {
 
 /* Resume the parked connection so its handler runs (owning loop). */
 static void wake_conn(gw_req *q) {
+        if (q->nc) {
+                gw_front_wake(q);
+                return;
+        }
         if (q->parked && !q->client_gone) {
                 q->parked = false;
                 MHD_resume_connection(q->conn);
@@ -381,54 +247,68 @@ static model *find_model(gp_gw *g, const char *name) {
         return NULL;
 }
 
-static enum MHD_Result list_models(gp_gw *g, struct MHD_Connection *conn) {
+/* Fill an immediate answer: an OpenAI-shaped error. */
+static gw_req *ans_error(gw_answer *a, int status, const char *type, const char *code, const char *fmt, ...)
+        __attribute__((format(printf, 5, 6)));
+static gw_req *ans_error(gw_answer *a, int status, const char *type, const char *code, const char *fmt, ...) {
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        a->status = status;
+        a->body = gp_gw_error_body(type, code, msg);
+        return NULL;
+}
+
+static gw_req *ans_json(gw_answer *a, json_t *o) {
+        a->status = 200;
+        a->body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        return NULL;
+}
+
+static json_t *models_json(gp_gw *g) {
         json_t *a = json_array();
         for (int i = 0; i < g->nmodels; i++)
                 json_array_append_new(a, json_pack("{s:s,s:s,s:i,s:s,s:I}", "id", g->models[i].cfg->name, "object",
                                                    "model", "created", 0, "owned_by", "gpupool", "context_length",
                                                    (json_int_t)g->models[i].cfg->context));
-        json_t *o = json_pack("{s:s,s:o}", "object", "list", "data", a);
-        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
-        return queue_buf(conn, 200, s, "application/json");
+        return json_pack("{s:s,s:o}", "object", "list", "data", a);
 }
 
-enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *url, const char *method,
-                             const gp_gw_caller *who, const char *body, size_t len, void **slot) {
+gw_req *gw_request(gp_gw *g, loop *L, const char *url, const char *method, const gp_gw_caller *who,
+                   const char *xp, const char *body, size_t len, gw_answer *ans) {
         bool post_m = !strcmp(method, "POST");
         if (!strcmp(url, "/v1/models")) {
                 if (strcmp(method, "GET") && strcmp(method, "HEAD"))
-                        return oai_error(conn, 405, "invalid_request_error", "method_not_allowed", "use GET");
-                return list_models(g, conn);
+                        return ans_error(ans, 405, "invalid_request_error", "method_not_allowed", "use GET");
+                return ans_json(ans, models_json(g));
         }
         if (!strncmp(url, "/v1/models/", 11)) {
                 model *m = find_model(g, url + 11);
                 if (!m)
-                        return oai_error(conn, 404, "invalid_request_error", "model_not_found",
+                        return ans_error(ans, 404, "invalid_request_error", "model_not_found",
                                          "The model '%.200s' does not exist", url + 11);
-                json_t *o = json_pack("{s:s,s:s,s:i,s:s}", "id", m->cfg->name, "object", "model", "created", 0,
-                                      "owned_by", "gpupool");
-                char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-                json_decref(o);
-                return queue_buf(conn, 200, s, "application/json");
+                return ans_json(ans, json_pack("{s:s,s:s,s:i,s:s}", "id", m->cfg->name, "object", "model", "created",
+                                               0, "owned_by", "gpupool"));
         }
         bool chat = !strcmp(url, "/v1/chat/completions"), compl = !strcmp(url, "/v1/completions"),
              emb = !strcmp(url, "/v1/embeddings");
         if (!chat && !compl && !emb)
-                return oai_error(conn, 404, "invalid_request_error", "not_found", "Unknown path %.200s", url);
+                return ans_error(ans, 404, "invalid_request_error", "not_found", "Unknown path %.200s", url);
         if (!post_m)
-                return oai_error(conn, 405, "invalid_request_error", "method_not_allowed", "use POST");
+                return ans_error(ans, 405, "invalid_request_error", "method_not_allowed", "use POST");
         /* tier: the key's default, or X-Priority asking for a tier no more urgent than the key's max */
         int tier = who->default_priority;
-        const char *xp = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Priority");
         if (xp) {
                 int t = gp_gw_parse_priority(xp);
                 if (t < 0)
-                        return oai_error(conn, 400, "invalid_request_error", "invalid_priority",
+                        return ans_error(ans, 400, "invalid_request_error", "invalid_priority",
                                          "X-Priority: expected 0..9, P0..P9 or critical/high/normal/low/background");
                 if (t < who->max_priority) {
                         if (!who->clamp_priority)
-                                return oai_error(conn, 403, "permission_error", "priority_not_allowed",
+                                return ans_error(ans, 403, "permission_error", "priority_not_allowed",
                                                  "X-Priority %d is more urgent than this key's maximum %d", t,
                                                  who->max_priority);
                         t = who->max_priority;
@@ -439,31 +319,31 @@ enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *
         json_t *j = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &je);
         if (!json_is_object(j)) {
                 json_decref(j);
-                return oai_error(conn, 400, "invalid_request_error", "invalid_json",
+                return ans_error(ans, 400, "invalid_request_error", "invalid_json",
                                  "We could not parse the JSON body of your request: %.200s", je.text);
         }
-        enum MHD_Result ret;
+        gw_req *q = NULL;
         const char *mname = json_string_value(json_object_get(j, "model"));
         if (!mname) {
-                ret = oai_error(conn, 400, "invalid_request_error", "missing_model", "you must provide a model parameter");
+                ans_error(ans, 400, "invalid_request_error", "missing_model", "you must provide a model parameter");
                 goto out;
         }
         model *m = find_model(g, mname);
         if (!m) {
-                ret = oai_error(conn, 404, "invalid_request_error", "model_not_found",
-                                "The model '%.200s' does not exist", mname);
+                ans_error(ans, 404, "invalid_request_error", "model_not_found", "The model '%.200s' does not exist",
+                          mname);
                 goto out;
         }
         if (chat && !json_is_array(json_object_get(j, "messages"))) {
-                ret = oai_error(conn, 400, "invalid_request_error", "invalid_request", "messages: expected an array");
+                ans_error(ans, 400, "invalid_request_error", "invalid_request", "messages: expected an array");
                 goto out;
         }
         json_t *mt = json_object_get(j, "max_completion_tokens");
         if (!mt)
                 mt = json_object_get(j, "max_tokens");
         if (mt && !json_is_null(mt) && (!json_is_integer(mt) || json_integer_value(mt) < 0)) {
-                ret = oai_error(conn, 400, "invalid_request_error", "invalid_request",
-                                "max_tokens: expected a non-negative integer");
+                ans_error(ans, 400, "invalid_request_error", "invalid_request",
+                          "max_tokens: expected a non-negative integer");
                 goto out;
         }
         int64_t prompt = gp_gw_estimate_tokens(j);
@@ -485,8 +365,8 @@ enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *
                 pthread_mutex_lock(&g->lock);
                 g->context_errors++;
                 pthread_mutex_unlock(&g->lock);
-                ret = queue_buf(conn, 400, gp_gw_error_body("invalid_request_error", "context_length_exceeded", msg),
-                                "application/json");
+                ans->status = 400;
+                ans->body = gp_gw_error_body("invalid_request_error", "context_length_exceeded", msg);
                 goto out;
         }
         json_t *st = json_object_get(j, "stream");
@@ -515,16 +395,15 @@ enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *
                         up_body[len] = '\0';
                 }
         }
-        gw_req *q = up_body ? calloc(1, sizeof(*q)) : NULL;
+        q = up_body ? calloc(1, sizeof(*q)) : NULL;
         if (!q) {
                 free(up_body);
                 free(tok_body);
-                ret = oai_error(conn, 503, "server_error", "unavailable", "out of memory");
+                ans_error(ans, 503, "server_error", "unavailable", "out of memory");
                 goto out;
         }
         q->g = g;
-        q->L = tl_loop ? tl_loop : &g->loops[0];
-        q->conn = conn;
+        q->L = L;
         q->m = m;
         gp_strlcpy(q->path, url, sizeof(q->path));
         q->body = up_body;
@@ -540,33 +419,44 @@ enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *
         q->ticket.tokens = prompt + max_tokens;
         q->ticket.ud = q;
         q->up = -1;
+        q->client_fd = -1;
         q->t0_ms = mono_ms();
         gp_strlcpy(q->tenant, who->tenant, sizeof(q->tenant));
         gp_buf_init(&q->hdrs, MAX_HEADER_BYTES);
         gp_buf_init(&q->out, stream ? 0 : (size_t)g->cfg.max_response_bytes);
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        q->client_fd = ci ? ci->connect_fd : -1;
-        q->refs = 2; /* the MHD side and the gateway side */
+        q->refs = 2; /* the client side and the gateway side */
         q->gw_held = true;
-        *slot = q;
         pthread_mutex_lock(&g->lock);
         int tn = gp_admit_tenant(g->admit, who->tenant, &who->limits, mono_ms());
         pthread_mutex_unlock(&g->lock);
         if (tn < 0 || __atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE)) {
-                *slot = NULL;
                 req_free(q);
-                ret = oai_error(conn, 503, "server_error", "unavailable",
-                                tn < 0 ? "too many tenants use the gateway" : "the server is stopping");
+                q = NULL;
+                ans_error(ans, 503, "server_error", "unavailable",
+                          tn < 0 ? "too many tenants use the gateway" : "the server is stopping");
                 goto out;
         }
         q->ticket.tenant = tn;
+out:
+        json_decref(j);
+        return q;
+}
+
+enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *url, const char *method,
+                             const gp_gw_caller *who, const char *body, size_t len, void **slot) {
+        gw_answer a = {0};
+        const char *xp = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Priority");
+        gw_req *q = gw_request(g, gw_tl_loop ? gw_tl_loop : &g->loops[0], url, method, who, xp, body, len, &a);
+        if (!q)
+                return queue_buf(conn, a.status, a.body, "application/json");
+        q->conn = conn;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        q->client_fd = ci ? ci->connect_fd : -1;
+        *slot = q;
         q->parked = true;
         MHD_suspend_connection(conn);
         post(g, q, IN_NEW);
-        ret = MHD_YES;
-out:
-        json_decref(j);
-        return ret;
+        return MHD_YES;
 }
 
 /* The streaming reader: hand out what is buffered, park when nothing is. */
@@ -642,8 +532,13 @@ enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) 
                 }
                 MHD_add_response_header(resp, "Content-Type", "application/json");
                 MHD_add_response_header(resp, "X-Gpupool-Backend", backend_name);
-                if (rl)
-                        add_ratelimit_headers(resp, &lim);
+                if (rl) {
+                        gp_buf lines;
+                        gp_buf_init(&lines, 0);
+                        if (gw_ratelimit_lines(&lines, &lim) == 0)
+                                add_upstream_headers(resp, &lines);
+                        gp_buf_done(&lines);
+                }
                 enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
                 MHD_destroy_response(resp);
                 return ret;
@@ -1338,7 +1233,7 @@ static void *gw_thread(void *arg) {
         loop *L = arg;
         gp_gw *g = L->g;
         struct epoll_event evs[256];
-        tl_loop = L;
+        gw_tl_loop = L;
         while (!__atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE)) {
                 pthread_mutex_lock(&g->lock);
                 int64_t now = mono_ms();
@@ -1370,6 +1265,8 @@ static void *gw_thread(void *arg) {
                                 /* the inbox is looked at below; MHD ran above */
                         } else if ((d & GP_UC_EV_MASK) == GP_UC_EV_TAG) {
                                 gp_uc_event(L->uc, d, evs[i].events);
+                        } else if (d == TAG_LISTEN || (d & TAG_MASK) == TAG_FRONT || (d & TAG_MASK) == TAG_RELAY) {
+                                gw_front_event(L, d, evs[i].events);
                         } else {
                                 gw_req *q = evs[i].data.ptr;
                                 if (q->fd_watched)
@@ -1384,6 +1281,12 @@ static void *gw_thread(void *arg) {
                 }
                 gp_uc_dispatch(L->uc); /* exchanges that failed at their start; closed connections freed */
                 admit_some(g, L);
+                gw_front_flush(L); /* what this batch answered goes out now */
+                gw_front_sweep(L, t);
+                if (__atomic_load_n(&g->quiesce, __ATOMIC_ACQUIRE) && L->lfd >= 0) {
+                        close(L->lfd); /* leaves the epoll set with it */
+                        L->lfd = -1;
+                }
                 size_t nu = L->nusage;
                 usage_rec *u = NULL;
                 if (nu) {
@@ -1414,6 +1317,7 @@ static void *gw_thread(void *arg) {
                 }
                 finish(g, q);
         }
+        gw_front_close_all(L); /* sends the 503s and the ends queued above, then closes */
         free_grave(L);
         pthread_mutex_lock(&g->lock);
         if (++g->nstopped == g->nloops)
@@ -1441,6 +1345,7 @@ static int loop_init(gp_gw *g, loop *L) {
         struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = 0};
         if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, L->evfd, &ev) < 0)
                 return -errno;
+        gw_front_init(L);
         L->uc = gp_uc_new(L->epfd, g->cfg.max_upstream_connections / g->nloops);
         return L->uc ? 0 : -ENOMEM;
 }
@@ -1456,6 +1361,9 @@ int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t e
                 return -ENOMEM;
         }
         g->cfg = cfg->gw;
+        g->front_max_conns = (cfg->max_connections + nloops - 1) / nloops;
+        g->max_body_bytes = cfg->max_body_bytes;
+        g->conn_timeout_ms = cfg->connection_timeout_s * 1000;
         pthread_mutex_init(&g->lock, NULL);
         for (int i = 0; i < g->cfg.n_models; i++) {
                 model *m = &g->models[i];
@@ -1474,7 +1382,7 @@ int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t e
         bool ok = g->admit && g->loops;
         if (g->loops) {
                 for (int i = 0; i < nloops; i++) {
-                        g->loops[i].epfd = g->loops[i].evfd = -1;
+                        g->loops[i].epfd = g->loops[i].evfd = g->loops[i].lfd = -1;
                 }
                 g->nloops = nloops;
                 for (int i = 0; ok && i < nloops; i++)
@@ -1489,11 +1397,27 @@ int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t e
         return 0;
 }
 
-int gp_gw_run(gp_gw *g, struct MHD_Daemon *const *mhds, int n, char *err, size_t errlen) {
+void gp_gw_on_auth(gp_gw *g, gp_gw_auth_fn *fn, void *ud) {
+        g->auth_fn = fn;
+        g->auth_ud = ud;
+}
+
+void gp_gw_quiesce(gp_gw *g) {
+        if (!g || !g->loops)
+                return;
+        __atomic_store_n(&g->quiesce, 1, __ATOMIC_RELEASE);
+        for (int i = 0; i < g->nloops; i++)
+                if (g->loops[i].started)
+                        wake_loop(&g->loops[i]);
+}
+
+int gp_gw_run(gp_gw *g, struct MHD_Daemon *const *mhds, const int *lfds, int n, char *err, size_t errlen) {
         if (n != g->nloops) {
                 snprintf(err, errlen, "%d HTTP daemons for %d loops", n, g->nloops);
                 return -EINVAL;
         }
+        for (int i = 0; i < n; i++)
+                g->loops[i].lfd = lfds ? lfds[i] : -1; /* the loops' own from here on (closed by gp_gw_free at the latest) */
         for (int i = 0; i < n; i++) {
                 loop *L = &g->loops[i];
                 if (mhds && mhds[i]) {
@@ -1505,6 +1429,14 @@ int gp_gw_run(gp_gw *g, struct MHD_Daemon *const *mhds, int n, char *err, size_t
                                 return -EINVAL;
                         }
                         L->mhd = mhds[i];
+                }
+                if (L->lfd >= 0) {
+                        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
+                        if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, L->lfd, &ev) < 0) {
+                                snprintf(err, errlen, "cannot watch the listening socket");
+                                gp_gw_stop(g);
+                                return -EINVAL;
+                        }
                 }
                 if (pthread_create(&L->thread, NULL, gw_thread, L) != 0) {
                         snprintf(err, errlen, "cannot start the gateway thread");
@@ -1544,6 +1476,8 @@ void gp_gw_free(gp_gw *g) {
                         unref(q);
                 }
                 free_grave(L);
+                if (L->lfd >= 0)
+                        close(L->lfd);
                 gp_uc_free(L->uc);
                 if (L->epfd >= 0)
                         close(L->epfd);

@@ -29,6 +29,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <stdbool.h>
+#include <sys/socket.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,12 +52,29 @@ typedef struct gp_gw_caller {
  * in err.  Nothing runs until gp_gw_run. */
 int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t errlen);
 
-/* Start the nloops loop threads.  mhds[i] (started with MHD_USE_EPOLL and
- * no internal thread; all on one port with SO_REUSEPORT) is driven by loop
- * i: one thread serves its connections, their upstream transfers and
- * admission with no hand-off between threads.  0, or -errno with a message
- * in err. */
-int gp_gw_run(gp_gw *g, struct MHD_Daemon *const *mhds, int n, char *err, size_t errlen);
+/* Who calls on a connection the gateway serves itself: from the
+ * Authorization header's value (NULL when absent) and the client's
+ * address, fill who.  0, or the HTTP status to refuse with (401, 403) and
+ * its message in msg.  Any loop thread. */
+typedef int gp_gw_auth_fn(void *ud, const char *authorization, const struct sockaddr *client, gp_gw_caller *who,
+                          char *msg, size_t msglen);
+/* Set before gp_gw_run; without it front connections are refused (403). */
+void gp_gw_on_auth(gp_gw *g, gp_gw_auth_fn *fn, void *ud);
+
+/* Start the nloops loop threads.  Loop i accepts on lfds[i] (listening,
+ * non-blocking; all on one port with SO_REUSEPORT, or -1 for none) and
+ * drives mhds[i] (started with MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET,
+ * no internal thread).  A connection whose first request is for /v1 is
+ * served by the loop itself (front.c); any other is handed to mhds[i]
+ * with MHD_add_connection.  One thread serves its connections, their
+ * upstream transfers and admission with no hand-off between threads.
+ * The loops own the listening sockets from here on.  0, or -errno with a
+ * message in err. */
+int gp_gw_run(gp_gw *g, struct MHD_Daemon *const *mhds, const int *lfds, int n, char *err, size_t errlen);
+
+/* Stop accepting connections (the loops close their listening sockets
+ * soon after); the open ones are served.  Any thread. */
+void gp_gw_quiesce(gp_gw *g);
 
 /* Answer every parked request (503) and resume it, and stop the thread.
  * Call before MHD_stop_daemon.  Takes NULL. */

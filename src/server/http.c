@@ -157,11 +157,9 @@ static int parse_id_path(const char *p, int64_t *ret_id, const char **ret_rest) 
         return 0;
 }
 
-static bool is_loopback(struct MHD_Connection *conn) {
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        if (!ci || !ci->client_addr)
+static bool addr_loopback(const struct sockaddr *sa) {
+        if (!sa)
                 return false;
-        const struct sockaddr *sa = ci->client_addr;
         if (sa->sa_family == AF_INET) {
                 const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
                 return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
@@ -176,44 +174,60 @@ static bool is_loopback(struct MHD_Connection *conn) {
         return false;
 }
 
+static bool is_loopback(struct MHD_Connection *conn) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        return ci && addr_loopback(ci->client_addr);
+}
+
+/* Who is asking, from the Authorization header's value (NULL = none) and
+ * whether the client is on loopback: *admin, tenant and who (a label for
+ * the audit log).  0, or the status to refuse with (401, 403) and msg. */
+static int identify(gp_daemon *d, const char *h, bool loopback, bool *admin, char *tenant, size_t tlen, char *who,
+                    size_t wlen, const char **msg) {
+        pthread_mutex_lock(&d->lock);
+        bool required = gp_tenants_auth_required(d);
+        pthread_mutex_unlock(&d->lock);
+        if (!required) {
+                if (loopback) {
+                        *admin = true;
+                        gp_strlcpy(who, "loopback (no keys configured)", wlen);
+                        return 0;
+                }
+                *msg = "no API keys are configured, so only loopback clients are served";
+                return 403;
+        }
+        if (!h || strncmp(h, "Bearer ", 7) != 0 || strlen(h + 7) == 0 || strlen(h + 7) > 512) {
+                *msg = "an API key is required (Authorization: Bearer KEY)";
+                return 401;
+        }
+        pthread_mutex_lock(&d->lock);
+        int rc = gp_tenants_authenticate(d, h + 7, admin, tenant, tlen);
+        pthread_mutex_unlock(&d->lock);
+        if (rc < 0) {
+                *msg = "unknown API key";
+                return 401;
+        }
+        char hash[72];
+        gp_sha256_key_hash(h + 7, hash);
+        snprintf(who, wlen, "%s key %.15s...", *admin ? "admin" : tenant, hash);
+        return 0;
+}
+
 /* Who is asking: sets r->admin / r->tenant / r->who.  With no key at all
  * (none configured or made) loopback clients are served as admin (the
  * lab workstation case); otherwise a key is needed, and it maps to admin
  * or to one tenant.  0 = allowed; else the answer was queued. */
 static int authorize(hreq *r, const char *url, enum MHD_Result *ret) {
-        gp_daemon *d = r->d;
         /* liveness and readiness probes carry no key */
         if (!strcmp(url, "/healthz") || !strcmp(url, "/readyz"))
                 return 0;
-        pthread_mutex_lock(&d->lock);
-        bool required = gp_tenants_auth_required(d);
-        pthread_mutex_unlock(&d->lock);
-        if (!required) {
-                if (is_loopback(r->conn)) {
-                        r->admin = true;
-                        gp_strlcpy(r->who, "loopback (no keys configured)", sizeof(r->who));
-                        return 0;
-                }
-                *ret = send_error(r, 403, "forbidden",
-                                  "no API keys are configured, so only loopback clients are served");
-                return -1;
-        }
-        const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
-        if (!h || strncmp(h, "Bearer ", 7) != 0 || strlen(h + 7) == 0 || strlen(h + 7) > 512) {
-                *ret = send_error(r, 401, "unauthorized", "an API key is required (Authorization: Bearer KEY)");
-                return -1;
-        }
-        pthread_mutex_lock(&d->lock);
-        int rc = gp_tenants_authenticate(d, h + 7, &r->admin, r->tenant, sizeof(r->tenant));
-        pthread_mutex_unlock(&d->lock);
-        if (rc < 0) {
-                *ret = send_error(r, 401, "unauthorized", "unknown API key");
-                return -1;
-        }
-        char hash[72];
-        gp_sha256_key_hash(h + 7, hash);
-        snprintf(r->who, sizeof(r->who), "%s key %.15s...", r->admin ? "admin" : r->tenant, hash);
-        return 0;
+        const char *msg = NULL;
+        int st = identify(r->d, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization"),
+                          is_loopback(r->conn), &r->admin, r->tenant, sizeof(r->tenant), r->who, sizeof(r->who), &msg);
+        if (!st)
+                return 0;
+        *ret = send_error(r, st, st == 401 ? "unauthorized" : "forbidden", "%s", msg);
+        return -1;
 }
 
 /* May this request see task t?  Admin sees all; a tenant key its own. */
@@ -748,6 +762,44 @@ static enum MHD_Result gpu_cmd(hreq *r, const char *rest) {
 /* ------------------------------------------------------------------ */
 /* the inference gateway (/v1/...)                                     */
 
+/* The key's tenant, its tiers and its gateway limits; admin keys and
+ * keyless loopback callers are the tenant "default". */
+static void gw_caller(gp_daemon *d, const char *tenant, bool admin, gp_gw_caller *who) {
+        *who = (gp_gw_caller){.max_priority = 0, .default_priority = 5, .clamp_priority = d->cfg.clamp_priority,
+                              .limits = {.weight = 1}};
+        gp_strlcpy(who->tenant, tenant[0] ? tenant : "default", sizeof(who->tenant));
+        pthread_mutex_lock(&d->lock);
+        const gp_cfg_tenant *tc = gp_tenants_find(d, who->tenant);
+        if (tc) {
+                if (!admin) {
+                        who->max_priority = tc->max_priority;
+                        who->default_priority = tc->default_priority;
+                }
+                who->limits.max_concurrent = tc->gw_max_concurrent;
+                who->limits.rpm = tc->gw_rpm;
+                who->limits.tpm = tc->gw_tpm;
+                who->limits.weight = (uint32_t)tc->weight;
+        }
+        pthread_mutex_unlock(&d->lock);
+}
+
+/* The gateway's own /v1 connections ask here who calls (gp_gw_on_auth). */
+static int gw_auth(void *ud, const char *authorization, const struct sockaddr *client, gp_gw_caller *who, char *msg,
+                   size_t msglen) {
+        gp_daemon *d = ud;
+        bool admin = false;
+        char tenant[GP_TENANT_MAX] = "", label[128];
+        const char *why = NULL;
+        int st = identify(d, authorization, addr_loopback(client), &admin, tenant, sizeof(tenant), label,
+                          sizeof(label), &why);
+        if (st) {
+                gp_strlcpy(msg, why, msglen);
+                return st;
+        }
+        gw_caller(d, tenant, admin, who);
+        return 0;
+}
+
 static enum MHD_Result gateway_route(hreq *r, const char *url, const char *method) {
         gp_daemon *d = r->d;
         if (r->body_too_big)
@@ -755,24 +807,8 @@ static enum MHD_Result gateway_route(hreq *r, const char *url, const char *metho
                                   d->cfg.max_body_bytes);
         if (!d->gw)
                 return send_error(r, 503, "unavailable", "the gateway is not running");
-        /* the key's tenant, its tiers and its gateway limits; admin keys and
-         * keyless loopback callers are the tenant "default" */
-        gp_gw_caller who = {.max_priority = 0, .default_priority = 5, .clamp_priority = d->cfg.clamp_priority,
-                            .limits = {.weight = 1}};
-        gp_strlcpy(who.tenant, r->tenant[0] ? r->tenant : "default", sizeof(who.tenant));
-        pthread_mutex_lock(&d->lock);
-        const gp_cfg_tenant *tc = gp_tenants_find(d, who.tenant);
-        if (tc) {
-                if (!r->admin) {
-                        who.max_priority = tc->max_priority;
-                        who.default_priority = tc->default_priority;
-                }
-                who.limits.max_concurrent = tc->gw_max_concurrent;
-                who.limits.rpm = tc->gw_rpm;
-                who.limits.tpm = tc->gw_tpm;
-                who.limits.weight = (uint32_t)tc->weight;
-        }
-        pthread_mutex_unlock(&d->lock);
+        gp_gw_caller who;
+        gw_caller(d, r->tenant, r->admin, &who);
         return gp_gw_handle(d->gw, r->conn, url, method, &who, r->body.data, r->body.len, &r->gw);
 }
 
@@ -969,44 +1005,76 @@ static void bill_tokens(void *ud, const char *tenant, const char *model, int64_t
                 gp_warn("gateway: tokens of tenant %s (model %s) not recorded: %s", tenant, model, gp_strerror(rc));
 }
 
+/* One listening socket of the port (SO_REUSEPORT: every loop has its own,
+ * and the kernel spreads the connections).  The fd, or -errno. */
+static int listen_on(const struct sockaddr_in *sa) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        int one = 1;
+        if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+            setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
+            bind(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0 || listen(fd, 4096) < 0) {
+                int e = -errno;
+                close(fd);
+                return e;
+        }
+        return fd;
+}
+
 int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
         struct sockaddr_in sa;
         if (parse_listen(d->cfg.listen, &sa) < 0) {
                 snprintf(err, errlen, "listen: '%s' is not ADDR:PORT (IPv4)", d->cfg.listen);
                 return -EINVAL;
         }
-        /* server.http_threads event loops, each with its own MHD daemon in external epoll
-         * mode on the same port (SO_REUSEPORT spreads the connections); each loop drives its
-         * daemon together with the gateway's upstream transfers (no hand-offs between
-         * threads; see docs/gateway.md) */
+        /* server.http_threads event loops, each with its own listening socket on the same
+         * port (SO_REUSEPORT spreads the connections) and its own MHD daemon in external
+         * epoll mode; a loop serves /v1 connections itself and hands the others to its
+         * daemon, together with the gateway's upstream transfers (no hand-offs between
+         * threads; see docs/internals/gateway.md) */
         int n = d->cfg.http_threads < 1 ? 1 : d->cfg.http_threads;
         if (n > GP_HTTP_MAX_LOOPS)
                 n = GP_HTTP_MAX_LOOPS;
         int grc = gp_gw_new(&d->cfg, n, &d->gw, err, errlen);
         if (grc < 0)
                 return grc;
-        unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+        unsigned flags = MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
         unsigned per = (unsigned)(d->cfg.max_connections + n - 1) / (unsigned)n;
+        int lfds[GP_HTTP_MAX_LOOPS];
+        for (int i = 0; i < n; i++)
+                lfds[i] = -1;
         for (int i = 0; i < n; i++) {
+                lfds[i] = listen_on(&sa);
                 struct MHD_Daemon *m =
-                        MHD_start_daemon(flags, 0, NULL, NULL, handler, d, MHD_OPTION_SOCK_ADDR, &sa,
-                                         MHD_OPTION_CONNECTION_LIMIT, per, MHD_OPTION_CONNECTION_TIMEOUT,
-                                         (unsigned)d->cfg.connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                                         (size_t)16 * 1024, MHD_OPTION_NOTIFY_COMPLETED, completed, d,
-                                         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+                        lfds[i] < 0 ? NULL
+                                    : MHD_start_daemon(flags, 0, NULL, NULL, handler, d, MHD_OPTION_CONNECTION_LIMIT,
+                                                       per, MHD_OPTION_CONNECTION_TIMEOUT,
+                                                       (unsigned)d->cfg.connection_timeout_s,
+                                                       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
+                                                       MHD_OPTION_NOTIFY_COMPLETED, completed, d, MHD_OPTION_END);
                 if (!m) {
+                        int e = lfds[i] < 0 ? lfds[i] : -ENOMEM;
+                        for (int k = 0; k <= i; k++)
+                                if (lfds[k] >= 0)
+                                        close(lfds[k]);
                         stop_daemons(d);
                         gp_gw_free(d->gw);
                         d->gw = NULL;
-                        snprintf(err, errlen, "cannot listen on %s (in use, or not allowed)", d->cfg.listen);
-                        return -EADDRINUSE;
+                        if (e == -ENOMEM)
+                                snprintf(err, errlen, "cannot start the HTTP daemon (out of memory)");
+                        else
+                                snprintf(err, errlen, "cannot listen on %s (%s)", d->cfg.listen,
+                                         e == -EADDRINUSE ? "in use" : strerror(-e));
+                        return e == -ENOMEM ? e : -EADDRINUSE;
                 }
                 d->mhds[d->nmhd++] = m;
         }
         d->mhd = d->mhds[0];
         gp_gw_on_usage(d->gw, bill_tokens, d);
+        gp_gw_on_auth(d->gw, gw_auth, d);
         gp_gw_set_backend(d->gw, d->backend);
-        grc = gp_gw_run(d->gw, d->mhds, d->nmhd, err, errlen);
+        grc = gp_gw_run(d->gw, d->mhds, lfds, d->nmhd, err, errlen);
         if (grc < 0) {
                 stop_daemons(d);
                 d->mhd = NULL;
@@ -1020,11 +1088,7 @@ int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
 void gp_http_stop(gp_daemon *d) {
         if (!d->mhd)
                 return;
-        for (int i = 0; i < d->nmhd; i++) {
-                MHD_socket ls = MHD_quiesce_daemon(d->mhds[i]);
-                if (ls != MHD_INVALID_SOCKET)
-                        close(ls); /* no new connections; the open ones are served */
-        }
+        gp_gw_quiesce(d->gw); /* no new connections; the open ones are served */
         /* the loop answers what is queued; parked reads are woken */
         for (int i = 0; i < 50; i++) {
                 pthread_mutex_lock(&d->qlock);

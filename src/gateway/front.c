@@ -1,0 +1,880 @@
+/* front.c - the /v1 connections the gateway serves itself.
+ *
+ * Each loop accepts on its own listening socket (SO_REUSEPORT).  A new
+ * connection's first bytes are peeked at: a request for /v1 keeps the
+ * connection here, anything else hands the socket to the loop's MHD daemon
+ * (MHD_add_connection) untouched, so the rest of the API is served as
+ * before.  Here a request costs one recv and one send on the client's
+ * socket and no epoll_ctl: the socket is registered once, edge triggered,
+ * and the request waits for admission and its upstream without being
+ * parked anywhere.  A client hang-up (EPOLLRDHUP) ends its request at once,
+ * queued or upstream.
+ *
+ * A later request on such a connection that is not for /v1 cannot be
+ * handed to MHD (its bytes were read): the connection then becomes a relay
+ * to MHD through a socketpair, bytes copied both ways, with the client's
+ * own address given to MHD (auth sees the real client).
+ *
+ * Invariants (all on the owning loop):
+ *   - a connection is in L->fconns from accept to close; a closed one has
+ *     fd -1 and waits in L->fgrave until gw_front_flush ends (an epoll
+ *     batch or the flush list may still name it);
+ *   - fc->q and q->nc name each other while the request is served; the
+ *     front holds one reference of q (gw_request's client side) until the
+ *     answer is sent or the client goes;
+ *   - fc->out holds bytes for the client, sent in order; an answer's head
+ *     is queued once (answering), and done_queued once its last byte is.
+ */
+#include "gateway/gw-internal.h"
+#include "gateway/h1.h"
+
+#include "base/buf.h"
+#include "base/log.h"
+#include "base/util.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FC_HEAD_MAX (64 * 1024)     /* a request head; over it: 431 */
+#define FC_IN_START 8192
+#define FC_OUT_HIGH (1 << 20)       /* streamed bytes a slow client has not taken: move no more */
+#define FC_RELAY_MAX (256 * 1024)   /* relayed bytes waiting in either direction */
+#define FC_URL_MAX 512
+#define FC_ACCEPT_BATCH 64
+#define SWEEP_MS 1000
+
+enum { FS_SNIFF, FS_HEAD, FS_BODY, FS_WAIT, FS_ANSWER, FS_RELAY };
+
+typedef struct fconn {
+        loop *L;
+        int fd;                    /* the client's socket; -1 once closed */
+        int rfd;                   /* relay: our end of the socketpair MHD serves; -1 = none */
+        struct sockaddr_storage addr;
+        socklen_t alen;
+        int state;
+        char *in;                  /* client bytes not used yet */
+        size_t inlen, incap;
+        bool readable;             /* an in edge whose bytes were not all read */
+        bool eof;                  /* the client closed its side */
+        bool reof;                 /* relay: MHD closed its side */
+        /* the request being read */
+        int64_t clen;              /* its body's length; -1 = chunked */
+        gp_h1_chunked ch;
+        gp_buf body;               /* a body that did not come whole with its head */
+        bool keep_alive, http10, head_method;
+        char method[16];
+        char url[FC_URL_MAX];
+        char xprio[32];
+        bool has_xprio;
+        char authz[640];
+        bool has_authz;
+        /* its answer */
+        gw_req *q;
+        gp_buf out;
+        size_t out_off;
+        bool answering;            /* the head is queued */
+        bool streaming;            /* the body goes out as it comes */
+        bool done_queued;          /* the last byte is queued */
+        bool close_after;
+        bool flushing;             /* in L->flush */
+        int64_t deadline_ms;       /* cut the connection then; 0 = none */
+        struct fconn *fnext;       /* L->flush */
+        struct fconn *gnext;       /* L->fgrave */
+        struct fconn *prev, *next; /* L->fconns */
+} fconn;
+
+static int64_t mono_now(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const char *reason(int status) {
+        switch (status) {
+        case 100: return "Continue";
+        case 200: return "OK";
+        case 201: return "Created";
+        case 202: return "Accepted";
+        case 204: return "No Content";
+        case 400: return "Bad Request";
+        case 401: return "Unauthorized";
+        case 402: return "Payment Required";
+        case 403: return "Forbidden";
+        case 404: return "Not Found";
+        case 405: return "Method Not Allowed";
+        case 408: return "Request Timeout";
+        case 409: return "Conflict";
+        case 411: return "Length Required";
+        case 413: return "Content Too Large";
+        case 414: return "URI Too Long";
+        case 422: return "Unprocessable Content";
+        case 429: return "Too Many Requests";
+        case 431: return "Request Header Fields Too Large";
+        case 500: return "Internal Server Error";
+        case 502: return "Bad Gateway";
+        case 503: return "Service Unavailable";
+        case 504: return "Gateway Timeout";
+        default: return status < 300 ? "OK" : status < 400 ? "Redirect" : status < 500 ? "Client Error" : "Server Error";
+        }
+}
+
+static const char *http_date(loop *L) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        if (ts.tv_sec != L->date_s) {
+                struct tm tm;
+                gmtime_r(&ts.tv_sec, &tm);
+                strftime(L->date, sizeof(L->date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+                L->date_s = ts.tv_sec;
+        }
+        return L->date;
+}
+
+/* ------------------------------------------------------------------ */
+/* connections                                                         */
+
+/* Let go of fc's request: the client side's reference (as MHD's
+ * completion callback does). */
+static void drop_request(fconn *fc) {
+        gw_req *q = fc->q;
+        if (!q)
+                return;
+        fc->q = NULL;
+        q->nc = NULL;
+        q->client_gone = true;
+        if (q->gw_held)
+                gw_post(q, IN_ABORT);
+        gw_unref(q);
+}
+
+static void fc_close(fconn *fc) {
+        loop *L = fc->L;
+        if (fc->fd < 0)
+                return;
+        drop_request(fc);
+        if (fc->rfd >= 0)
+                close(fc->rfd);
+        close(fc->fd);
+        fc->fd = fc->rfd = -1;
+        if (fc->prev)
+                fc->prev->next = fc->next;
+        else
+                L->fconns = fc->next;
+        if (fc->next)
+                fc->next->prev = fc->prev;
+        L->nfconns--;
+        fc->gnext = L->fgrave;
+        L->fgrave = fc;
+}
+
+static void fc_free(fconn *fc) {
+        free(fc->in);
+        gp_buf_done(&fc->body);
+        gp_buf_done(&fc->out);
+        free(fc);
+}
+
+static void on_accept(loop *L) {
+        gp_gw *g = L->g;
+        for (int i = 0; i < FC_ACCEPT_BATCH; i++) {
+                struct sockaddr_storage sa;
+                socklen_t sl = sizeof(sa);
+                int fd = accept4(L->lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd < 0) {
+                        if (errno == EINTR || errno == ECONNABORTED)
+                                continue;
+                        if (errno != EAGAIN && errno != EWOULDBLOCK)
+                                gp_warn("gateway: accept: %s", strerror(errno));
+                        return;
+                }
+                fconn *fc = L->nfconns < g->front_max_conns ? calloc(1, sizeof(*fc)) : NULL;
+                if (!fc) {
+                        close(fd); /* over server.max_connections (this loop's share) */
+                        continue;
+                }
+                int one = 1;
+                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                fc->L = L;
+                fc->fd = fd;
+                fc->rfd = -1;
+                memcpy(&fc->addr, &sa, sl);
+                fc->alen = sl;
+                fc->state = FS_SNIFF;
+                fc->deadline_ms = mono_now() + g->conn_timeout_ms;
+                gp_buf_init(&fc->body, (size_t)g->max_body_bytes);
+                gp_buf_init(&fc->out, 0);
+                struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+                                         .data.u64 = (uint64_t)(uintptr_t)fc | TAG_FRONT};
+                if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+                        close(fd);
+                        fc_free(fc);
+                        continue;
+                }
+                fc->next = L->fconns;
+                if (L->fconns)
+                        L->fconns->prev = fc;
+                L->fconns = fc;
+                L->nfconns++;
+        }
+}
+
+/* ------------------------------------------------------------------ */
+/* sending                                                             */
+
+static bool fc_pending(const fconn *fc) {
+        return fc->out.len > fc->out_off;
+}
+
+/* Queue an answer's head.  clen < 0: a streamed body (chunked, or until
+ * the connection closes for an HTTP/1.0 client). */
+static int put_head(fconn *fc, int status, const char *ctype, const gp_buf *lines, int64_t clen) {
+        gp_buf *o = &fc->out;
+        if (!fc->keep_alive || (clen < 0 && fc->http10))
+                fc->close_after = true;
+        int rc = gp_buf_printf(o, "HTTP/1.1 %d %s\r\nDate: %s\r\nX-Gpupool-Backend: %s\r\n", status, reason(status),
+                               http_date(fc->L), gw_backend());
+        if (!rc && ctype)
+                rc = gp_buf_printf(o, "Content-Type: %s\r\n", ctype);
+        if (!rc && lines && lines->len)
+                rc = gp_buf_append(o, lines->data, lines->len);
+        if (!rc && clen >= 0)
+                rc = gp_buf_printf(o, "Content-Length: %" PRId64 "\r\n", clen);
+        else if (!rc && !fc->http10)
+                rc = gp_buf_puts(o, "Transfer-Encoding: chunked\r\n");
+        if (!rc && fc->close_after)
+                rc = gp_buf_puts(o, "Connection: close\r\n");
+        else if (!rc && fc->http10)
+                rc = gp_buf_puts(o, "Connection: keep-alive\r\n");
+        if (!rc)
+                rc = gp_buf_puts(o, "\r\n");
+        fc->answering = true;
+        return rc;
+}
+
+/* fc has something new to send: it goes out when the batch is done (from
+ * gw_front_flush, so one connection's pipelined requests are answered in
+ * a loop, not by recursion). */
+static void fc_wake(fconn *fc) {
+        if (fc->flushing || fc->fd < 0)
+                return;
+        fc->flushing = true;
+        fc->fnext = fc->L->flush;
+        fc->L->flush = fc;
+}
+
+/* Queue a whole answer (body malloc'd, taken; NULL = out of memory). */
+static void answer_whole(fconn *fc, int status, char *body, const gp_buf *lines) {
+        if (!body) {
+                status = 503;
+                fc->close_after = true;
+        }
+        size_t n = body ? strlen(body) : 0;
+        int rc = put_head(fc, status, "application/json", lines, (int64_t)n);
+        if (!rc && n && !fc->head_method)
+                rc = gp_buf_append(&fc->out, body, n);
+        free(body);
+        if (rc)
+                fc->close_after = true;
+        fc->done_queued = true;
+        fc->state = FS_ANSWER;
+        fc_wake(fc);
+}
+
+static void answer_error(fconn *fc, int status, const char *type, const char *code, const char *msg, bool close) {
+        fc->close_after |= close;
+        answer_whole(fc, status, gp_gw_error_body(type, code, msg), NULL);
+}
+
+/* What fc's request has for the client now: the head once there is a
+ * status, then the body (whole, or framed as it comes). */
+static void produce(fconn *fc) {
+        gw_req *q = fc->q;
+        if (!q)
+                return;
+        if (!fc->answering) {
+                if (q->ans_status) {
+                        gp_buf lines;
+                        gp_buf_init(&lines, 0);
+                        if (q->ans_rl)
+                                gw_ratelimit_lines(&lines, &q->rl);
+                        char *b = q->ans_body;
+                        q->ans_body = NULL;
+                        q->responding = true;
+                        answer_whole(fc, q->ans_status, b, &lines);
+                        gp_buf_done(&lines);
+                        return;
+                }
+                if (q->status <= 0 || (!q->up_done && q->out.len == q->out_off))
+                        return;
+                q->responding = true;
+                fc->state = FS_ANSWER;
+                if (q->up_done && !q->up_failed) {
+                        size_t n = q->out.len - q->out_off;
+                        int rc = put_head(fc, (int)q->status, NULL, &q->hdrs, (int64_t)n);
+                        if (!rc && n && !fc->head_method)
+                                rc = gp_buf_append(&fc->out, q->out.data + q->out_off, n);
+                        gp_buf_reset(&q->out);
+                        q->out_off = 0;
+                        if (rc)
+                                fc->close_after = true;
+                        fc->done_queued = true;
+                        return;
+                }
+                fc->streaming = true;
+                gp_buf extra;
+                gp_buf_init(&extra, 0);
+                int rc = gp_buf_append(&extra, q->hdrs.data ? q->hdrs.data : "", q->hdrs.len);
+                if (!rc && q->stream)
+                        rc = gp_buf_puts(&extra, "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
+                if (rc || put_head(fc, (int)q->status, NULL, &extra, -1))
+                        fc->close_after = true;
+                gp_buf_done(&extra);
+        }
+        if (!fc->streaming || fc->done_queued)
+                return;
+        size_t avail = q->out.len - q->out_off;
+        if (avail && fc->out.len - fc->out_off < FC_OUT_HIGH) {
+                int rc = fc->http10 ? 0 : gp_buf_printf(&fc->out, "%zx\r\n", avail);
+                if (!rc)
+                        rc = gp_buf_append(&fc->out, q->out.data + q->out_off, avail);
+                if (!rc && !fc->http10)
+                        rc = gp_buf_puts(&fc->out, "\r\n");
+                if (rc) {
+                        fc->close_after = true;
+                        fc->done_queued = true;
+                        return;
+                }
+                gp_buf_reset(&q->out);
+                q->out_off = 0;
+        }
+        if (q->paused && q->running && fc->out.len - fc->out_off < FC_OUT_HIGH) {
+                q->paused = false;
+                gp_uc_resume(fc->L->uc, q->x); /* may bring more bytes, and wake fc again */
+        }
+        if (q->up_done && q->out.len == q->out_off) {
+                if (q->up_failed)
+                        fc->close_after = true; /* cut short: the client must not take it for whole */
+                else if (!fc->http10 && gp_buf_puts(&fc->out, "0\r\n\r\n"))
+                        fc->close_after = true;
+                fc->done_queued = true;
+        }
+}
+
+static void advance(fconn *fc);
+static void read_more(fconn *fc);
+
+/* The answer is sent: the next request, or close. */
+static void answered(fconn *fc) {
+        drop_request(fc);
+        gp_buf_reset(&fc->out);
+        fc->out_off = 0;
+        if (fc->close_after || !fc->keep_alive || fc->eof) {
+                shutdown(fc->fd, SHUT_WR);
+                fc_close(fc);
+                return;
+        }
+        fc->answering = fc->streaming = fc->done_queued = false;
+        fc->state = FS_HEAD;
+        fc->deadline_ms = mono_now() + fc->L->g->conn_timeout_ms;
+        read_more(fc);
+        advance(fc);
+}
+
+/* Send what is queued; whole answers end their request. */
+static void send_out(fconn *fc) {
+        while (fc_pending(fc)) {
+                ssize_t n = send(fc->fd, fc->out.data + fc->out_off, fc->out.len - fc->out_off, MSG_NOSIGNAL);
+                if (n > 0) {
+                        fc->out_off += (size_t)n;
+                        continue;
+                }
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                        /* a client that takes nothing for the idle timeout is cut */
+                        fc->deadline_ms = mono_now() + fc->L->g->conn_timeout_ms;
+                        return;
+                }
+                fc_close(fc);
+                return;
+        }
+        gp_buf_reset(&fc->out);
+        fc->out_off = 0;
+        if (fc->state == FS_ANSWER)
+                fc->deadline_ms = 0;
+        if (fc->done_queued && fc->state == FS_ANSWER)
+                answered(fc);
+}
+
+void gw_front_wake(gw_req *q) {
+        if (q->nc)
+                fc_wake(q->nc);
+}
+
+void gw_front_flush(loop *L) {
+        while (L->flush) {
+                fconn *fc = L->flush;
+                L->flush = fc->fnext;
+                fc->flushing = false;
+                if (fc->fd < 0)
+                        continue;
+                produce(fc);
+                send_out(fc);
+        }
+        while (L->fgrave) {
+                fconn *fc = L->fgrave;
+                L->fgrave = fc->gnext;
+                fc_free(fc);
+        }
+}
+
+/* ------------------------------------------------------------------ */
+/* reading requests                                                    */
+
+static void read_more(fconn *fc) {
+        gp_gw *g = fc->L->g;
+        size_t limit = FC_HEAD_MAX + (size_t)g->max_body_bytes + 64;
+        while (fc->readable && fc->fd >= 0) {
+                if (fc->inlen == fc->incap) {
+                        if (fc->incap >= limit)
+                                return; /* full: advance refuses what it holds */
+                        size_t cap = fc->incap ? fc->incap * 2 : FC_IN_START;
+                        if (cap > limit)
+                                cap = limit;
+                        char *p = realloc(fc->in, cap);
+                        if (!p) {
+                                fc_close(fc);
+                                return;
+                        }
+                        fc->in = p;
+                        fc->incap = cap;
+                }
+                size_t room = fc->incap - fc->inlen;
+                ssize_t n = recv(fc->fd, fc->in + fc->inlen, room, 0);
+                if (n > 0) {
+                        fc->inlen += (size_t)n;
+                        if ((size_t)n < room)
+                                fc->readable = false; /* drained: the next edge brings more */
+                        continue;
+                }
+                if (n < 0 && errno == EINTR)
+                        continue;
+                fc->readable = false;
+                if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+                        fc->eof = true;
+        }
+}
+
+static void consume(fconn *fc, size_t n) {
+        memmove(fc->in, fc->in + n, fc->inlen - n);
+        fc->inlen -= n;
+}
+
+static int body_out(void *ud, const char *p, size_t n) {
+        fconn *fc = ud;
+        return gp_buf_append(&fc->body, p, n);
+}
+
+static void to_relay(fconn *fc);
+
+/* A whole request: who calls, then the gateway (or an answer now). */
+static void dispatch(fconn *fc, const char *body, size_t len) {
+        loop *L = fc->L;
+        gp_gw *g = L->g;
+        fc->state = FS_WAIT;
+        fc->deadline_ms = 0;
+        gp_gw_caller who;
+        memset(&who, 0, sizeof(who));
+        char msg[256] = "this server takes no /v1 requests here";
+        int st = g->auth_fn ? g->auth_fn(g->auth_ud, fc->has_authz ? fc->authz : NULL, (struct sockaddr *)&fc->addr,
+                                         &who, msg, sizeof(msg))
+                            : 403;
+        if (st) {
+                if (st == 401)
+                        answer_error(fc, 401, "invalid_request_error", "invalid_api_key", msg, false);
+                else
+                        answer_error(fc, st, "permission_error", "forbidden", msg, false);
+                return;
+        }
+        gw_answer a = {0};
+        gw_req *q = gw_request(g, L, fc->url, fc->method, &who, fc->has_xprio ? fc->xprio : NULL, body, len, &a);
+        if (!q) {
+                answer_whole(fc, a.status, a.body, NULL);
+                return;
+        }
+        q->nc = fc;
+        fc->q = q;
+        gw_post(q, IN_NEW);
+}
+
+/* Copy header h's value into dst (NUL-terminated); false when absent or
+ * too long. */
+static bool header_copy(const gp_h1_request *r, const char *name, char *dst, size_t size) {
+        const gp_h1_header *h = gp_h1_find(r->headers, r->nheaders, name);
+        if (!h || h->value_len >= size)
+                return false;
+        memcpy(dst, h->value, h->value_len);
+        dst[h->value_len] = '\0';
+        return true;
+}
+
+/* Parse what fc holds, as far as it goes. */
+static void advance(fconn *fc) {
+        gp_gw *g = fc->L->g;
+        while (fc->fd >= 0) {
+                if (fc->state == FS_HEAD) {
+                        if (!fc->inlen) {
+                                if (fc->eof)
+                                        fc_close(fc);
+                                return;
+                        }
+                        gp_h1_request r;
+                        int rc = gp_h1_parse_request(fc->in, fc->inlen, FC_HEAD_MAX, &r);
+                        if (rc == -EAGAIN) {
+                                if (fc->eof)
+                                        fc_close(fc);
+                                return;
+                        }
+                        if (rc < 0) {
+                                fc->keep_alive = false;
+                                answer_error(fc, rc == -E2BIG ? 431 : 400, "invalid_request_error", "bad_request",
+                                             rc == -E2BIG ? "request head over 64 KiB" : "malformed HTTP request",
+                                             true);
+                                return;
+                        }
+                        if (strncmp(r.target, "/v1", 3) != 0 ||
+                            (r.target_len > 3 && r.target[3] != '/' && r.target[3] != '?')) {
+                                to_relay(fc); /* not ours: MHD serves it, and the rest of the connection */
+                                return;
+                        }
+                        fc->keep_alive = r.keep_alive;
+                        fc->http10 = r.minor == 0;
+                        gp_strlcpy(fc->method, r.method, sizeof(fc->method));
+                        fc->head_method = !strcmp(r.method, "HEAD");
+                        size_t ul = strcspn(r.target, "?");
+                        if (ul > r.target_len)
+                                ul = r.target_len;
+                        fc->has_xprio = header_copy(&r, "X-Priority", fc->xprio, sizeof(fc->xprio));
+                        if (!fc->has_xprio && gp_h1_find(r.headers, r.nheaders, "X-Priority"))
+                                snprintf(fc->xprio, sizeof(fc->xprio), "?"), fc->has_xprio = true; /* too long: invalid */
+                        fc->has_authz = header_copy(&r, "Authorization", fc->authz, sizeof(fc->authz));
+                        if (!fc->has_authz && gp_h1_find(r.headers, r.nheaders, "Authorization"))
+                                snprintf(fc->authz, sizeof(fc->authz), "?"), fc->has_authz = true;
+                        fc->clen = r.chunked ? -1 : r.content_length < 0 ? 0 : r.content_length;
+                        bool expect = r.expect_continue;
+                        if (ul >= sizeof(fc->url)) {
+                                consume(fc, r.head_len);
+                                fc->keep_alive = false;
+                                answer_error(fc, 414, "invalid_request_error", "bad_request", "request target too long",
+                                             true);
+                                return;
+                        }
+                        memcpy(fc->url, r.target, ul);
+                        fc->url[ul] = '\0';
+                        consume(fc, r.head_len);
+                        memset(&fc->ch, 0, sizeof(fc->ch));
+                        gp_buf_reset(&fc->body);
+                        if (fc->clen > g->max_body_bytes) {
+                                char m[96];
+                                snprintf(m, sizeof(m), "request body over %" PRId64 " bytes", g->max_body_bytes);
+                                answer_error(fc, 413, "invalid_request_error", "payload_too_large", m, true);
+                                return;
+                        }
+                        if (expect && fc->clen != 0 && !fc->inlen &&
+                            gp_buf_puts(&fc->out, "HTTP/1.1 100 Continue\r\n\r\n") == 0)
+                                send_out(fc);
+                        fc->state = FS_BODY;
+                        continue;
+                }
+                if (fc->state != FS_BODY)
+                        return;
+                if (fc->clen >= 0) {
+                        size_t need = (size_t)fc->clen - fc->body.len;
+                        if (!fc->body.len && fc->inlen >= need) {
+                                /* the usual case: the body came with its head; no copy */
+                                dispatch(fc, fc->in, need);
+                                consume(fc, need);
+                                return;
+                        }
+                        size_t take = fc->inlen < need ? fc->inlen : need;
+                        if (take && gp_buf_append(&fc->body, fc->in, take) < 0) {
+                                fc_close(fc);
+                                return;
+                        }
+                        consume(fc, take);
+                        if (fc->body.len < (size_t)fc->clen) {
+                                if (fc->eof)
+                                        fc_close(fc);
+                                return;
+                        }
+                } else {
+                        size_t used = 0;
+                        int rc = gp_h1_chunked_feed(&fc->ch, fc->in, fc->inlen, &used, body_out, fc);
+                        consume(fc, used);
+                        if (rc < 0) {
+                                char m[96];
+                                snprintf(m, sizeof(m), "request body over %" PRId64 " bytes", g->max_body_bytes);
+                                fc->keep_alive = false;
+                                answer_error(fc, rc == -E2BIG ? 413 : 400, "invalid_request_error",
+                                             rc == -E2BIG ? "payload_too_large" : "bad_request",
+                                             rc == -E2BIG ? m : "malformed chunked body", true);
+                                return;
+                        }
+                        if (rc == 0) {
+                                if (fc->eof)
+                                        fc_close(fc);
+                                return;
+                        }
+                }
+                dispatch(fc, fc->body.data ? fc->body.data : "", fc->body.len);
+                return;
+        }
+}
+
+/* ------------------------------------------------------------------ */
+/* first bytes, MHD's connections and relays                           */
+
+/* Is the request line in b[0..n) for /v1?  1 yes, 0 no, -1 not known yet. */
+static int sniff_v1(const char *b, size_t n) {
+        static const char want[] = "/v1";
+        size_t i = 0;
+        while (i < n && b[i] != ' ') {
+                if (b[i] < 'A' || b[i] > 'Z')
+                        return 0; /* methods we serve are upper-case tokens; MHD judges the rest */
+                i++;
+        }
+        if (i == n)
+                return n < 16 ? -1 : 0;
+        for (size_t k = 0; k < 4; k++) {
+                if (i + 1 + k >= n)
+                        return -1;
+                char ch = b[i + 1 + k];
+                if (k < 3 ? ch != want[k] : (ch != '/' && ch != '?' && ch != ' '))
+                        return 0;
+        }
+        return 1;
+}
+
+/* Give the connection to MHD as it is (nothing of it was read). */
+static void to_mhd(fconn *fc) {
+        loop *L = fc->L;
+        int fd = fc->fd;
+        epoll_ctl(L->epfd, EPOLL_CTL_DEL, fd, NULL);
+        fc->fd = dup(fd); /* fc_close closes the copy; MHD owns fd from here */
+        if (fc->fd < 0) {
+                fc->fd = fd;
+                fc_close(fc);
+                return;
+        }
+        if (L->mhd && MHD_add_connection(L->mhd, fd, (struct sockaddr *)&fc->addr, fc->alen) == MHD_YES)
+                L->mhd_kick = true;
+        else if (!L->mhd)
+                close(fd);
+        /* (MHD closes fd itself when it refuses it) */
+        fc_close(fc);
+}
+
+static void sniff(fconn *fc) {
+        char b[16];
+        ssize_t n = recv(fc->fd, b, sizeof(b), MSG_PEEK);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                return;
+        if (n <= 0) {
+                fc_close(fc);
+                return;
+        }
+        int v = sniff_v1(b, (size_t)n);
+        if (v < 0)
+                return; /* the next bytes bring an edge */
+        if (v == 0) {
+                to_mhd(fc);
+                return;
+        }
+        fc->state = FS_HEAD;
+        fc->readable = true;
+        read_more(fc);
+        advance(fc);
+}
+
+static void relay_pump(fconn *fc);
+
+/* A request not for /v1 on a connection already read from: MHD serves the
+ * rest of the connection through a socketpair, starting with what fc
+ * holds. */
+static void to_relay(fconn *fc) {
+        loop *L = fc->L;
+        int sp[2];
+        if (!L->mhd || socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) < 0) {
+                fc_close(fc);
+                return;
+        }
+        if (MHD_add_connection(L->mhd, sp[1], (struct sockaddr *)&fc->addr, fc->alen) != MHD_YES) {
+                close(sp[0]); /* MHD closed sp[1] */
+                fc_close(fc);
+                return;
+        }
+        L->mhd_kick = true;
+        fc->rfd = sp[0];
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+                                 .data.u64 = (uint64_t)(uintptr_t)fc | TAG_RELAY};
+        if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, fc->rfd, &ev) < 0) {
+                fc_close(fc);
+                return;
+        }
+        fc->state = FS_RELAY;
+        fc->deadline_ms = 0; /* MHD times its side out */
+        relay_pump(fc);
+}
+
+/* Copy bytes both ways until neither side moves. */
+static void relay_pump(fconn *fc) {
+        bool moved = true;
+        while (moved && fc->fd >= 0) {
+                moved = false;
+                if (fc->inlen) {
+                        ssize_t n = send(fc->rfd, fc->in, fc->inlen, MSG_NOSIGNAL);
+                        if (n > 0) {
+                                consume(fc, (size_t)n);
+                                moved = true;
+                        } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                                fc_close(fc);
+                                return;
+                        }
+                } else if (!fc->eof) {
+                        if (!fc->in && !(fc->in = malloc(FC_IN_START))) {
+                                fc_close(fc);
+                                return;
+                        }
+                        if (!fc->incap)
+                                fc->incap = FC_IN_START;
+                        ssize_t n = recv(fc->fd, fc->in, fc->incap, 0);
+                        if (n > 0) {
+                                fc->inlen = (size_t)n;
+                                moved = true;
+                        } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                                fc->eof = true;
+                                shutdown(fc->rfd, SHUT_WR); /* MHD sees the client's end */
+                                moved = true;
+                        }
+                }
+                if (fc_pending(fc)) {
+                        ssize_t n = send(fc->fd, fc->out.data + fc->out_off, fc->out.len - fc->out_off, MSG_NOSIGNAL);
+                        if (n > 0) {
+                                fc->out_off += (size_t)n;
+                                if (fc->out_off == fc->out.len) {
+                                        gp_buf_reset(&fc->out);
+                                        fc->out_off = 0;
+                                }
+                                moved = true;
+                        } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                                fc_close(fc);
+                                return;
+                        }
+                } else if (!fc->reof) {
+                        char b[16384];
+                        ssize_t n = recv(fc->rfd, b, sizeof(b), 0);
+                        if (n > 0) {
+                                if (gp_buf_append(&fc->out, b, (size_t)n) < 0) {
+                                        fc_close(fc);
+                                        return;
+                                }
+                                moved = true;
+                        } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                                fc->reof = true;
+                                moved = true;
+                        }
+                }
+                if (fc->reof && !fc_pending(fc)) {
+                        fc_close(fc); /* MHD ended the connection and all of it was sent */
+                        return;
+                }
+        }
+}
+
+/* ------------------------------------------------------------------ */
+/* the loop's side                                                     */
+
+void gw_front_event(loop *L, uint64_t data, uint32_t events) {
+        if (data == TAG_LISTEN) {
+                if (L->lfd >= 0)
+                        on_accept(L);
+                return;
+        }
+        fconn *fc = (fconn *)(uintptr_t)(data & ~TAG_MASK);
+        if (fc->fd < 0)
+                return; /* closed earlier in this batch */
+        if ((data & TAG_MASK) == TAG_RELAY || fc->state == FS_RELAY) {
+                relay_pump(fc);
+                return;
+        }
+        if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+                fc->readable = true;
+        switch (fc->state) {
+        case FS_SNIFF:
+                sniff(fc);
+                return;
+        case FS_HEAD:
+        case FS_BODY:
+                read_more(fc);
+                advance(fc);
+                return;
+        case FS_WAIT:
+        case FS_ANSWER:
+                /* the client closed or failed while its request runs: end it now
+                 * (bytes it sent ahead stay unread until the answer is out) */
+                if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+                        fc_close(fc);
+                        return;
+                }
+                if ((events & EPOLLOUT) && fc->state == FS_ANSWER) {
+                        produce(fc);
+                        send_out(fc);
+                }
+                return;
+        }
+}
+
+void gw_front_sweep(loop *L, int64_t now) {
+        if (now < L->next_sweep_ms)
+                return;
+        L->next_sweep_ms = now + SWEEP_MS;
+        for (fconn *fc = L->fconns; fc;) {
+                fconn *next = fc->next;
+                if (fc->deadline_ms && now >= fc->deadline_ms)
+                        fc_close(fc); /* idle, trickling or not reading past server.connection_timeout_s */
+                fc = next;
+        }
+}
+
+void gw_front_init(loop *L) {
+        L->fconns = L->flush = L->fgrave = NULL;
+        L->nfconns = 0;
+}
+
+void gw_front_close_all(loop *L) {
+        gw_front_flush(L);
+        while (L->fconns) {
+                fconn *fc = L->fconns;
+                if (fc->state == FS_ANSWER) {
+                        produce(fc);
+                        send_out(fc);
+                        if (fc->fd < 0)
+                                continue;
+                }
+                fc_close(fc);
+        }
+        if (L->lfd >= 0) {
+                close(L->lfd);
+                L->lfd = -1;
+        }
+        gw_front_flush(L);
+}

@@ -37,6 +37,7 @@
 
 #include "base/buf.h"
 #include "base/util.h"
+#include "gateway/upclient.h"
 
 #define CFG_MAX_INPUT ((size_t)1 << 20) /* bytes of YAML accepted */
 #define MAX_DEPTH 32                /* nested mappings/lists accepted */
@@ -1784,7 +1785,10 @@ static bool upstream_url_ok(const char *s, size_t n) {
         for (size_t i = 0; i < n; i++)
                 if ((unsigned char)s[i] <= ' ' || s[i] == '?' || s[i] == '#' || (unsigned char)s[i] >= 0x7f)
                         return false;
-        return true;
+        char url[GP_CFG_URL_MAX];
+        memcpy(url, s, n);
+        url[n] = '\0';
+        return gp_uc_url_ok(url); /* what the gateway's client can reach: host, port 1..65535 */
 }
 
 static int upstream_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
@@ -1793,7 +1797,7 @@ static int upstream_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg
                 return fail(c, ev_line(ev), "too many upstreams (at most %d)", GP_CFG_MAX_UPSTREAMS);
         if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
             !upstream_url_ok((const char *)ev->data.scalar.value, ev->data.scalar.length))
-                return fail(c, ev_line(ev), "expected an upstream base URL \"http://HOST:PORT\" (no trailing slash)");
+                return fail(c, ev_line(ev), "expected an upstream base URL \"http://HOST[:PORT][/PREFIX]\" (port 1..65535, no trailing slash)");
         memset(m->upstreams[i], 0, sizeof(m->upstreams[i]));
         memcpy(m->upstreams[i], ev->data.scalar.value, ev->data.scalar.length);
         return 0;

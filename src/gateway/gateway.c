@@ -773,7 +773,7 @@ static int tokenize_start(gp_gw *g, gw_req *q) {
         pthread_mutex_lock(&g->lock);
         for (int i = 0; i < m->nups; i++) {
                 const upstream *x = &m->ups[i];
-                if (x->off || x->down_until_ms > now || x->tokenize < 0)
+                if (x->off || x->down_until_ms > now || x->tokenize < 0 || x->tok_skip_until_ms > now)
                         continue;
                 if (u < 0 || x->inflight < m->ups[u].inflight)
                         u = i;
@@ -810,6 +810,13 @@ static void tokenize_done(gp_gw *g, gw_req *q, int rc) {
         if (!ok)
                 count = -1;
         int known = ok ? 1 : rc == GP_UC_OK && (q->status == 404 || q->status == 405) ? -1 : 0;
+        if (rc != GP_UC_OK && rc != GP_UC_EABORTED && q->tok_up >= 0) {
+                /* stalled or unreachable: the next near-limit requests go on with the
+                 * estimate at once instead of each waiting tokenize_timeout_ms */
+                pthread_mutex_lock(&g->lock);
+                q->m->ups[q->tok_up].tok_skip_until_ms = mono_ms() + (int64_t)g->cfg.upstream_down_sec * 1000;
+                pthread_mutex_unlock(&g->lock);
+        }
         if (known && q->tok_up >= 0) {
                 char url[GP_CFG_URL_MAX];
                 pthread_mutex_lock(&g->lock);

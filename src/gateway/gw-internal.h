@@ -38,6 +38,7 @@ typedef struct upstream {
         int64_t down_until_ms;
         uint64_t requests, failures;
         int tokenize;              /* its POST /tokenize: 0 unknown, 1 answers, -1 absent (404/405) */
+        int64_t tok_skip_until_ms; /* its /tokenize timed out or failed: not asked until then */
 } upstream;
 
 typedef struct model {

@@ -255,19 +255,25 @@ def test_tokenize_off_in_the_config_uses_the_estimate(daemon_factory):
 def test_stalled_tokenize_falls_back_to_the_estimate_within_the_bound(daemon_factory):
     u = Upstream("up1", tokenize="stall", stall_sec=5)
     try:
-        d = daemon_factory(config([u.url], context=100, queue="queue_timeout_sec: 30\n  tokenize_timeout_ms: 300"))
+        d = daemon_factory(config([u.url], context=100,
+                                  queue="queue_timeout_sec: 30\n  tokenize_timeout_ms: 300\n  upstream_down_sec: 1"))
         t0 = time.monotonic()
         r = chat(d, "x" * 400, max_tokens=50)  # the estimate refuses once the count does not come
         dt = time.monotonic() - t0
         assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
         assert 0.25 <= dt < 2.0, dt
         t0 = time.monotonic()
-        r = chat(d, "x" * 300, max_tokens=10)  # the estimate lets it through
-        dt = time.monotonic() - t0
+        r = chat(d, "x" * 300, max_tokens=10)  # the estimate lets it through, without waiting again:
+        dt = time.monotonic() - t0             # a stalled /tokenize is not asked for upstream_down_sec
         assert r.status_code == 200
-        assert 0.25 <= dt < 2.0, dt
-        assert len(u.tokenized) == 2  # a timeout is not taken for "no /tokenize"
+        assert dt < 0.25, dt
+        assert len(u.tokenized) == 1
         assert stats(d)["tokenize_fallbacks"] == 2
+        time.sleep(1.2)  # upstream_down_sec (1 here) later it is asked again
+        t0 = time.monotonic()
+        assert chat(d, "x" * 300, max_tokens=10).status_code == 200
+        assert 0.25 <= time.monotonic() - t0 < 2.0
+        assert len(u.tokenized) == 2  # a timeout is not taken for "no /tokenize"
     finally:
         u.stop()
 

@@ -51,8 +51,9 @@
 #define FC_URL_MAX 512
 #define FC_ACCEPT_BATCH 64
 #define SWEEP_MS 1000
+#define LINGER_MS 2000              /* after a closing answer, what the client still sends is read and dropped this long */
 
-enum { FS_SNIFF, FS_HEAD, FS_BODY, FS_WAIT, FS_ANSWER, FS_RELAY };
+enum { FS_SNIFF, FS_HEAD, FS_BODY, FS_WAIT, FS_ANSWER, FS_RELAY, FS_LINGER };
 
 typedef struct fconn {
         loop *L;
@@ -156,14 +157,9 @@ static void drop_request(fconn *fc) {
         gw_unref(q);
 }
 
-static void fc_close(fconn *fc) {
+/* fc leaves the loop (its sockets closed or given away). */
+static void fc_forget(fconn *fc) {
         loop *L = fc->L;
-        if (fc->fd < 0)
-                return;
-        drop_request(fc);
-        if (fc->rfd >= 0)
-                close(fc->rfd);
-        close(fc->fd);
         fc->fd = fc->rfd = -1;
         if (fc->prev)
                 fc->prev->next = fc->next;
@@ -174,6 +170,16 @@ static void fc_close(fconn *fc) {
         L->nfconns--;
         fc->gnext = L->fgrave;
         L->fgrave = fc;
+}
+
+static void fc_close(fconn *fc) {
+        if (fc->fd < 0)
+                return;
+        drop_request(fc);
+        if (fc->rfd >= 0)
+                close(fc->rfd);
+        close(fc->fd);
+        fc_forget(fc);
 }
 
 static void fc_free(fconn *fc) {
@@ -372,14 +378,42 @@ static void produce(fconn *fc) {
 static void advance(fconn *fc);
 static void read_more(fconn *fc);
 
+/* FS_LINGER: drop what comes until the client closes (or the deadline). */
+static void linger_read(fconn *fc) {
+        char b[4096];
+        while (fc->readable) {
+                ssize_t n = recv(fc->fd, b, sizeof(b), 0);
+                if (n > 0)
+                        continue;
+                if (n < 0 && errno == EINTR)
+                        continue;
+                fc->readable = false;
+                if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+                        fc_close(fc);
+                        return;
+                }
+        }
+}
+
 /* The answer is sent: the next request, or close. */
 static void answered(fconn *fc) {
         drop_request(fc);
         gp_buf_reset(&fc->out);
         fc->out_off = 0;
-        if (fc->close_after || !fc->keep_alive || fc->eof) {
+        if (fc->close_after || !fc->keep_alive || (fc->eof && !fc->inlen)) {
+                /* close gently: the answer's end goes first, then what the client
+                 * still sends is read and dropped until it closes too (closing with
+                 * unread bytes would reset the connection and could lose the answer) */
                 shutdown(fc->fd, SHUT_WR);
-                fc_close(fc);
+                if (fc->eof) {
+                        fc_close(fc);
+                        return;
+                }
+                fc->state = FS_LINGER;
+                fc->inlen = 0;
+                fc->deadline_ms = mono_now() + LINGER_MS;
+                fc->readable = true;
+                linger_read(fc);
                 return;
         }
         fc->answering = fc->streaming = fc->done_queued = false;
@@ -411,8 +445,13 @@ static void send_out(fconn *fc) {
         fc->out_off = 0;
         if (fc->state == FS_ANSWER)
                 fc->deadline_ms = 0;
-        if (fc->done_queued && fc->state == FS_ANSWER)
+        if (fc->done_queued && fc->state == FS_ANSWER) {
                 answered(fc);
+                return;
+        }
+        gw_req *q = fc->q;
+        if (fc->streaming && q && (q->out.len > q->out_off || q->paused || q->up_done))
+                fc_wake(fc); /* bytes held back while the client was slow: move them now */
 }
 
 void gw_front_wake(gw_req *q) {
@@ -669,18 +708,11 @@ static void to_mhd(fconn *fc) {
         loop *L = fc->L;
         int fd = fc->fd;
         epoll_ctl(L->epfd, EPOLL_CTL_DEL, fd, NULL);
-        fc->fd = dup(fd); /* fc_close closes the copy; MHD owns fd from here */
-        if (fc->fd < 0) {
-                fc->fd = fd;
-                fc_close(fc);
-                return;
-        }
+        fc_forget(fc); /* MHD owns fd from here (and closes it itself when it refuses it) */
         if (L->mhd && MHD_add_connection(L->mhd, fd, (struct sockaddr *)&fc->addr, fc->alen) == MHD_YES)
                 L->mhd_kick = true;
         else if (!L->mhd)
                 close(fd);
-        /* (MHD closes fd itself when it refuses it) */
-        fc_close(fc);
 }
 
 static void sniff(fconn *fc) {
@@ -749,7 +781,10 @@ static void relay_pump(fconn *fc) {
                                 fc_close(fc);
                                 return;
                         }
-                } else if (!fc->eof) {
+                } else if (fc->eof) {
+                        /* the client closed its side: MHD is not told (it drops a request
+                         * whose client it sees closing); it ends the connection when idle */
+                } else {
                         if (!fc->in && !(fc->in = malloc(FC_IN_START))) {
                                 fc_close(fc);
                                 return;
@@ -762,7 +797,6 @@ static void relay_pump(fconn *fc) {
                                 moved = true;
                         } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
                                 fc->eof = true;
-                                shutdown(fc->rfd, SHUT_WR); /* MHD sees the client's end */
                                 moved = true;
                         }
                 }
@@ -818,6 +852,8 @@ void gw_front_event(loop *L, uint64_t data, uint32_t events) {
         }
         if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 fc->readable = true;
+        if ((events & EPOLLRDHUP) && fc->state <= FS_BODY)
+                fc->eof = true; /* it sends nothing after what is buffered: answer that, then close */
         switch (fc->state) {
         case FS_SNIFF:
                 sniff(fc);
@@ -827,11 +863,16 @@ void gw_front_event(loop *L, uint64_t data, uint32_t events) {
                 read_more(fc);
                 advance(fc);
                 return;
+        case FS_LINGER:
+                linger_read(fc);
+                return;
         case FS_WAIT:
         case FS_ANSWER:
                 /* the client closed or failed while its request runs: end it now
-                 * (bytes it sent ahead stay unread until the answer is out) */
-                if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+                 * (bytes it sent ahead stay unread until the answer is out).  A
+                 * client that closed its side with the request (eof already seen)
+                 * still gets the answer. */
+                if ((events & (EPOLLHUP | EPOLLERR)) || ((events & EPOLLRDHUP) && !fc->eof)) {
                         fc_close(fc);
                         return;
                 }

@@ -1005,6 +1005,21 @@ static void bill_tokens(void *ud, const char *tenant, const char *model, int64_t
                 gp_warn("gateway: tokens of tenant %s (model %s) not recorded: %s", tenant, model, gp_strerror(rc));
 }
 
+/* libmicrohttpd's messages go to our log.  Its complaints that TCP_CORK
+ * cannot be set are dropped: they come for relayed connections (front.c),
+ * which reach it over a socketpair, where there is nothing to push. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+        (void)cls;
+        char msg[512];
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        size_t n = strlen(msg);
+        while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+                msg[--n] = '\0';
+        if (strstr(msg, "TCP_CORK") || strstr(msg, "push the data from buffers"))
+                return;
+        gp_warn("http: %s", msg);
+}
+
 /* One listening socket of the port (SO_REUSEPORT: every loop has its own,
  * and the kernel spreads the connections).  The fd, or -errno. */
 static int listen_on(const struct sockaddr_in *sa) {
@@ -1052,7 +1067,8 @@ int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
                                                        per, MHD_OPTION_CONNECTION_TIMEOUT,
                                                        (unsigned)d->cfg.connection_timeout_s,
                                                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
-                                                       MHD_OPTION_NOTIFY_COMPLETED, completed, d, MHD_OPTION_END);
+                                                       MHD_OPTION_NOTIFY_COMPLETED, completed, d,
+                                                       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
                 if (!m) {
                         int e = lfds[i] < 0 ? lfds[i] : -ENOMEM;
                         for (int k = 0; k <= i; k++)

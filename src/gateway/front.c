@@ -311,7 +311,7 @@ static void produce(fconn *fc) {
                         gp_buf lines;
                         gp_buf_init(&lines, 0);
                         if (q->ans_rl)
-                                gw_ratelimit_lines(&lines, &q->rl);
+                                gw_ratelimit_lines(&lines, &q->rl, true);
                         char *b = q->ans_body;
                         q->ans_body = NULL;
                         q->responding = true;
@@ -323,6 +323,8 @@ static void produce(fconn *fc) {
                         return;
                 q->responding = true;
                 fc->state = FS_ANSWER;
+                if (gw_answer_ratelimit(q, &q->hdrs) < 0)
+                        fc->close_after = true;
                 if (q->up_done && !q->up_failed) {
                         size_t n = q->out.len - q->out_off;
                         int rc = put_head(fc, (int)q->status, NULL, &q->hdrs, (int64_t)n);

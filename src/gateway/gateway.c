@@ -109,10 +109,11 @@ static void fmt_reset(int64_t ms, char *out, size_t size) {
                 snprintf(out, size, "%" PRId64 "m%" PRId64 "s", ms / 60000, (ms % 60000) / 1000);
 }
 
-int gw_ratelimit_lines(gp_buf *b, const gp_admit_ratelimit *rl) {
+int gw_ratelimit_lines(gp_buf *b, const gp_admit_ratelimit *rl, bool retry) {
         char r[48];
-        int rc = gp_buf_printf(b, "retry-after: %" PRId64 "\r\nretry-after-ms: %" PRId64 "\r\n",
-                               (rl->retry_after_ms + 999) / 1000, rl->retry_after_ms);
+        int rc = retry ? gp_buf_printf(b, "retry-after: %" PRId64 "\r\nretry-after-ms: %" PRId64 "\r\n",
+                                       (rl->retry_after_ms + 999) / 1000, rl->retry_after_ms)
+                       : 0;
         if (rc == 0 && rl->limit_requests) {
                 fmt_reset(rl->reset_requests_ms, r, sizeof(r));
                 rc = gp_buf_printf(b,
@@ -128,6 +129,14 @@ int gw_ratelimit_lines(gp_buf *b, const gp_admit_ratelimit *rl) {
                                    rl->limit_tokens, rl->remaining_tokens, r);
         }
         return rc;
+}
+
+int gw_answer_ratelimit(gw_req *q, gp_buf *b) {
+        gp_admit_ratelimit rl;
+        pthread_mutex_lock(&q->g->lock);
+        gp_admit_ratelimit_get(q->g->admit, q->ticket.tenant, mono_ms(), &rl);
+        pthread_mutex_unlock(&q->g->lock);
+        return rl.limit_requests || rl.limit_tokens ? gw_ratelimit_lines(b, &rl, false) : 0;
 }
 
 const char *gw_backend(void) {
@@ -535,7 +544,7 @@ enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) 
                 if (rl) {
                         gp_buf lines;
                         gp_buf_init(&lines, 0);
-                        if (gw_ratelimit_lines(&lines, &lim) == 0)
+                        if (gw_ratelimit_lines(&lines, &lim, true) == 0)
                                 add_upstream_headers(resp, &lines);
                         gp_buf_done(&lines);
                 }
@@ -570,6 +579,11 @@ enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) 
         if (!resp)
                 return MHD_NO;
         add_upstream_headers(resp, &q->hdrs);
+        gp_buf rl;
+        gp_buf_init(&rl, 0);
+        if (gw_answer_ratelimit(q, &rl) == 0)
+                add_upstream_headers(resp, &rl);
+        gp_buf_done(&rl);
         MHD_add_response_header(resp, "X-Gpupool-Backend", backend_name);
         if (q->stream) {
                 MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -661,8 +675,9 @@ static int up_head(void *ud, int status, const gp_h1_header *h, size_t n) {
                 }
         }
         for (size_t i = 0; i < n; i++) {
-                if (gp_h1_hop_by_hop(h[i].name, h[i].name_len))
-                        continue;
+                if (gp_h1_hop_by_hop(h[i].name, h[i].name_len) ||
+                    (h[i].name_len > 12 && !strncasecmp(h[i].name, "x-ratelimit-", 12)))
+                        continue; /* the client's limits are the gateway's (added to the answer), not the upstream's */
                 if (gp_buf_append(&q->hdrs, h[i].name, h[i].name_len) < 0 || gp_buf_append(&q->hdrs, ": ", 2) < 0 ||
                     gp_buf_append(&q->hdrs, h[i].value, h[i].value_len) < 0 || gp_buf_append(&q->hdrs, "\r\n", 2) < 0)
                         return -1; /* too many header bytes: fail the transfer */

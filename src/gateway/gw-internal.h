@@ -190,8 +190,12 @@ gw_req *gw_request(gp_gw *g, loop *L, const char *url, const char *method, const
                    const char *xpriority, const char *body, size_t len, gw_answer *ans);
 void gw_post(gw_req *q, unsigned what);
 void gw_unref(gw_req *q);
-/* Append the retry-after and x-ratelimit-* header lines ("name: value\r\n"). */
-int gw_ratelimit_lines(gp_buf *b, const gp_admit_ratelimit *rl);
+/* Append the x-ratelimit-* header lines ("name: value\r\n") of rl, after
+ * retry-after and retry-after-ms with retry. */
+int gw_ratelimit_lines(gp_buf *b, const gp_admit_ratelimit *rl, bool retry);
+/* The x-ratelimit-* lines of q's tenant now, for an answer from upstream
+ * (none when no request or token limit applies to it).  Any loop. */
+int gw_answer_ratelimit(gw_req *q, gp_buf *b);
 const char *gw_backend(void);
 
 /* front.c, for gateway.c (owning loop) */

@@ -396,8 +396,14 @@ def test_tenant_rpm_limit_answers_429_after_the_queue_timeout(daemon_factory, up
                "  - {id: dept_a, keys: [\"%s\"], gateway: {rpm: 2}}\n" % (h("admin"), h(KEY_A)))
     d = daemon_factory(config([up.url], tenants=tenants, queue="queue_timeout_sec: 1"), key="admin")
     A = {"Authorization": "Bearer " + KEY_A}
-    assert chat(d, "1", headers=A).status_code == 200
-    assert chat(d, "2", headers=A).status_code == 200
+    # every answer tells the client where it stands, as OpenAI's API does
+    r = chat(d, "1", headers=A)
+    assert r.status_code == 200
+    assert r.headers["x-ratelimit-limit-requests"] == "2"
+    assert r.headers["x-ratelimit-remaining-requests"] == "1"
+    assert "x-ratelimit-reset-requests" in r.headers and "retry-after" not in r.headers
+    r = chat(d, "2", headers=A)
+    assert r.status_code == 200 and r.headers["x-ratelimit-remaining-requests"] == "0"
     r = chat(d, "3", headers=A)
     assert r.status_code == 429
     assert r.headers["x-ratelimit-limit-requests"] == "2"

@@ -29,11 +29,14 @@ url=$(tests/pg/start-pg.sh)
 trap 'tests/pg/stop-pg.sh "$url" >/dev/null 2>&1 || true' EXIT
 GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BUILD=build build/tests/test-store
 
-echo "== web dashboard in headless chromium (Playwright), against a real daemon"
-(cd tests/web && npm ci --no-audit --no-fund --loglevel=error && GPUPOOL_BIN="$PWD/../../build/gpupool" node --test dashboard.test.mjs)
+# both npm stages start build/tests/fake-openai as the gateway's upstream
+make -j"$jobs" build/tests/fake-openai
+
+echo "== web dashboard in headless chromium (Playwright), against a real daemon (and fake-openai for the gateway page)"
+(cd tests/web && npm ci --no-audit --no-fund --loglevel=error &&
+        GPUPOOL_BIN="$PWD/../../build/gpupool" FAKE_OPENAI_BIN="$PWD/../../build/tests/fake-openai" node --test dashboard.test.mjs)
 
 echo "== inference gateway driven by the official openai npm client, against a real daemon and fake-openai"
-make -j"$jobs" build/tests/fake-openai
 GPUPOOL_BIN="$PWD/build/gpupool" FAKE_OPENAI_BIN="$PWD/build/tests/fake-openai" tests/gateway/run.sh
 
 echo "== all tests passed"

@@ -5,10 +5,14 @@
 // GPUs (marked sim) and a submitted task, updates without reload when the
 // task ends, cancel works, the queue shows position and reason, the
 // language switch works (and the browser's language is the default), and
-// with keys configured the page asks for a key.  Screenshots go to
-// tests/web/screenshots/ (git-ignored): look at them.
+// with keys configured the page asks for a key, and with a gateway model on
+// a fake-openai upstream (tests/upstream/fake-openai.c) the gateway page
+// shows the model, its upstreams (a failing one marked down), the tiers and
+// the tenant.  Screenshots go to tests/web/screenshots/ (git-ignored): look
+// at them.
 //
-// Run: cd tests/web && npm ci && GPUPOOL_BIN=$PWD/../../build/gpupool node --test dashboard.test.mjs
+// Run: cd tests/web && npm ci && GPUPOOL_BIN=$PWD/../../build/gpupool \
+//   FAKE_OPENAI_BIN=$PWD/../../build/tests/fake-openai node --test dashboard.test.mjs
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -23,6 +27,7 @@ import { chromium } from "playwright-core";
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.resolve(HERE, "..", "..");
 const BIN = process.env.GPUPOOL_BIN || path.join(REPO, "build", "gpupool");
+const FAKE = process.env.FAKE_OPENAI_BIN || path.join(REPO, "build", "tests", "fake-openai");
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const SHOTS = path.join(HERE, "screenshots");
 const FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -89,6 +94,27 @@ async function startDaemon(configText, key) {
     await sleep(50);
   }
   throw new Error("gpupool server not ready: " + d.log());
+}
+
+/* A fake-openai upstream serving model; returns {url, proc, stop()}. */
+async function startUpstream(name, model) {
+  const proc = spawn(FAKE, ["--listen", "127.0.0.1:0", "--name", name, "--model", model, "--die-with-parent"],
+    { stdio: ["ignore", "pipe", "inherit"] });
+  const port = await new Promise((resolve, reject) => {
+    let out = "";
+    proc.on("error", reject);
+    proc.on("exit", (c) => reject(new Error("fake-openai exited " + c + " (FAKE_OPENAI_BIN=" + FAKE + ")")));
+    proc.stdout.on("data", (c) => {
+      out += c;
+      const m = /^ready (\d+)/m.exec(out);
+      if (m) resolve(Number(m[1]));
+    });
+  });
+  const url = "http://127.0.0.1:" + port;
+  return {
+    url, proc,
+    stop() { if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL"); },
+  };
 }
 
 async function openBrowser(opts) {
@@ -255,11 +281,85 @@ test("the gateway page says it is not configured; the alerts page lists the rule
   await b.page.goto(d.url + "/#/gateway");
   await b.page.waitForSelector("#gateway-off:not([hidden])");
   assert.equal(await b.page.locator("#gateway-off h2").textContent(), "Gateway not configured");
+  assert.ok(await b.page.locator("#gateway-on").isHidden(), "no gateway tables without a gateway");
   await shot(b.page, "08-gateway");
   await b.page.click('#nav a[data-page="alerts"]');
   await waitFor(async () => (await b.page.locator("#rules-table tbody tr").count()) === 2, 2500, "the rules");
   await shot(b.page, "09-alerts");
   assert.deepEqual(b.errors, []);
+});
+
+test("with a gateway model the gateway page shows the model, its upstreams, the tiers and the tenant, in English and Chinese", async () => {
+  assert.ok(fs.existsSync(FAKE), "fake-openai not built: " + FAKE);
+  const MODEL = "tiny-chat";
+  const ua = await startUpstream("up-a", MODEL), ub = await startUpstream("up-b", MODEL);
+  let dg, bg;
+  try {
+    dg = await startDaemon("gpus: {backend: sim}\n" +
+      "gateway:\n  max_queue: 500\n  upstream_down_sec: 600\n  models:\n" +
+      `    - {name: ${MODEL}, context: 4096, upstreams: ["${ua.url}", "${ub.url}"]}\n`);
+    bg = await openBrowser({ locale: "en-US" });
+    const chat = () => dg.api("POST", "/v1/chat/completions",
+      { model: MODEL, max_tokens: 8, messages: [{ role: "user", content: "hello there" }] });
+    for (let i = 0; i < 3; i++) {
+      const r = await chat();
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.json.object, "chat.completion");
+    }
+    await bg.page.goto(dg.url + "/#/gateway");
+    await bg.page.waitForSelector("#gateway-on:not([hidden])");
+    assert.ok(await bg.page.locator("#gateway-off").isHidden(), "no 'not configured' notice");
+    // the model: 3 requests (loopback without keys is the tenant "default")
+    const mrow = bg.page.locator(`#gw-models-table tr[data-model="${MODEL}"]`);
+    await mrow.waitFor({ timeout: 2500 });
+    assert.equal(await mrow.locator("td").first().textContent(), MODEL);
+    await waitFor(async () => (await mrow.locator("td.requests").textContent()) === "3", 2500, "the model's 3 requests");
+    assert.equal(await mrow.locator("td").nth(5).textContent(), "24"); // completion tokens: 3 × max_tokens 8
+    assert.ok(await bg.page.locator("#gw-models-empty").isHidden());
+    // both upstreams healthy; the first (least in flight, first listed) took the requests
+    const upA = bg.page.locator(`#gw-upstreams-table tr[data-upstream="${ua.url}"]`);
+    const upB = bg.page.locator(`#gw-upstreams-table tr[data-upstream="${ub.url}"]`);
+    assert.equal(await upA.locator("td.health").textContent(), "healthy");
+    assert.equal(await upB.locator("td.health").textContent(), "healthy");
+    assert.equal(await upA.locator("td.requests").textContent(), "3");
+    assert.equal(await bg.page.locator("#gw-upstreams-table tr.down").count(), 0);
+    // the tenant, the tiers, the summary
+    const ten = bg.page.locator('#gw-tenants-table tr[data-tenant="default"]');
+    assert.equal(await ten.locator("td.requests").textContent(), "3");
+    assert.equal(await bg.page.locator("#gw-queue-table tbody tr").count(), 10);
+    assert.equal(await bg.page.locator('#gw-queue-table tr[data-tier="5"] td').first().textContent(), "P5 · normal");
+    assert.equal(await bg.page.locator("#gw-stats .stat").first().locator(".v").textContent(), "3");
+    assert.equal(await bg.page.locator("#gw-stats .stat").nth(1).locator(".v").textContent(), "0 / 500");
+
+    // the first upstream goes away: the request is retried on the second, the first is marked down
+    // (a 5xx answer is retried too, but does not mark the upstream down)
+    ua.stop();
+    await waitFor(async () => ua.proc.exitCode !== null || ua.proc.signalCode !== null, 2000, "up-a to exit");
+    const r = await chat();
+    assert.equal(r.status, 200, r.text);
+    await waitFor(async () => (await upA.getAttribute("class")) === "down", 2500, "the failed upstream marked down");
+    assert.equal(await upA.locator("td.health").textContent(), "down");
+    assert.equal(await upA.locator("td").nth(5).textContent(), "1"); // failures
+    assert.equal(await upB.locator("td.health").textContent(), "healthy");
+    await waitFor(async () => (await mrow.locator("td.requests").textContent()) === "4", 2500, "the model's 4th request");
+    assert.equal(await bg.page.locator("#gw-stats .stat.bad").count() > 0, true, "a down upstream shows in the summary");
+    await sleep(300);
+    await shot(bg.page, "13-gateway");
+
+    // in Chinese
+    await bg.page.click("#lang");
+    await waitFor(async () => (await bg.page.locator('#page-gateway h2[data-i18n="gw_upstreams"]').textContent()) === "上游", 2000, "the Chinese heading");
+    assert.equal(await bg.page.locator('#page-gateway h2[data-i18n="gw_models"]').textContent(), "模型");
+    await waitFor(async () => (await upA.locator("td.health").textContent()) === "不可用", 2000, "the Chinese health");
+    await sleep(300);
+    await shot(bg.page, "14-gateway-chinese");
+    assert.deepEqual(bg.errors, []);
+  } finally {
+    if (bg) await bg.close();
+    if (dg) await dg.stop();
+    ua.stop();
+    ub.stop();
+  }
 });
 
 test("the language switch turns the page into Chinese and back", async () => {

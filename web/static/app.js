@@ -330,9 +330,66 @@
 
   /* ---- gateway ---- */
 
+  /* Everything comes from the metrics snapshot's gateway object
+   * (gp_gw_stats_json; docs/gateway.md "Watching it").  There is no
+   * gateway history series, so no chart. */
+  function num(n) { return n === null || n === undefined ? t("none") : Number(n).toLocaleString(I18N.lang === "zh" ? "zh-CN" : "en-GB"); }
+  function numTd(n, cls) { return el("td", { class: "num" + (cls ? " " + cls : ""), text: num(n) }); }
+  function lastUsed(ms) {
+    if (!ms) return el("td", { class: "muted", text: t("gw_never") });
+    const s = Math.max(0, (Date.now() - ms) / 1000);
+    return el("td", { title: when(new Date(ms).toISOString()), text: s < 1 ? t("gw_just_now") : t("ago", dur(s)) });
+  }
+
   async function loadGateway() {
     const snap = await api("/api/v1/monitor/metrics");
-    $("gateway-off").hidden = !!(snap.gateway && snap.gateway.configured);
+    const g = snap.gateway;
+    const on = !!(g && g.configured);
+    $("gateway-off").hidden = on;
+    $("gateway-on").hidden = !on;
+    if (!on) return;
+    const ups = g.upstreams || [], models = g.models || [], tenants = g.tenants || [], tiers = g.queue_stats || [];
+    const down = ups.filter((u) => !u.healthy).length;
+
+    const s = $("gw-stats");
+    s.textContent = "";
+    s.appendChild(statBox(num(g.total_admitted), t("gw_stat_admitted")));
+    s.appendChild(statBox(num(g.total_queued_now) + " / " + num(g.max_queue), t("gw_stat_queued")));
+    s.appendChild(statBox(num(g.in_flight), t("gw_stat_in_flight")));
+    s.appendChild(statBox(num(g.rejected_total), t("gw_stat_rejected"), g.rejected_total > 0));
+    s.appendChild(statBox(num(g.timeouts_total), t("gw_stat_timeouts"), g.timeouts_total > 0));
+    s.appendChild(statBox(num(g.upstream_errors), t("gw_stat_upstream_errors"), g.upstream_errors > 0));
+    s.appendChild(statBox(num(g.retries), t("gw_stat_retries")));
+    s.appendChild(statBox(num(g.context_length_errors), t("gw_stat_context")));
+    s.appendChild(statBox((ups.length - down) + " / " + ups.length, t("gw_stat_upstreams_up"), down > 0));
+
+    fill($("gw-models-table").tBodies[0], models.map((m) => el("tr", { "data-model": m.model },
+      el("td", { class: "strong", text: m.model }), numTd(m.in_flight), numTd(m.queued, m.queued ? "warn" : ""),
+      numTd(m.requests, "requests"), numTd(m.prompt_tokens), numTd(m.completion_tokens), lastUsed(m.last_used_ms),
+      numTd(m.unloaded))));
+    $("gw-models-empty").hidden = models.length > 0;
+
+    const sorted = ups.slice().sort((a, b) => (a.healthy - b.healthy) || a.model.localeCompare(b.model) || a.url.localeCompare(b.url));
+    fill($("gw-upstreams-table").tBodies[0], sorted.map((u) => el("tr", { "data-upstream": u.url, "data-model": u.model, class: u.healthy ? "" : "down" },
+      el("td", { text: u.model }), el("td", { class: "mono", text: u.url }),
+      el("td", { class: "health" }, u.healthy ? el("span", { class: "tag ok", text: t("gw_up") }) : el("span", { class: "tag bad", text: t("gw_down") })),
+      numTd(u.in_flight), numTd(u.requests, "requests"), numTd(u.failures, u.failures ? "bad" : ""))));
+    $("gw-upstreams-empty").hidden = ups.length > 0;
+
+    const names = t("tier_names").split(",");
+    fill($("gw-queue-table").tBodies[0], tiers.map((q) => el("tr", { "data-tier": String(q.priority), class: q.current_depth ? "busy" : "" },
+      el("td", { text: t("tier", q.priority) + (names[q.priority] ? " · " + names[q.priority] : "") }),
+      numTd(q.current_depth, "depth"), el("td", { class: "num", text: q.max_depth ? q.utilization_pct.toFixed(1) + "%" : t("none") }),
+      numTd(q.available_slots))));
+    $("gw-queue-note").textContent = t("gw_queue_note", num(g.max_queue), num(g.client_gone_while_queued));
+
+    const ts = tenants.slice().sort((a, b) => b.requests - a.requests || a.tenant_id.localeCompare(b.tenant_id));
+    fill($("gw-tenants-table").tBodies[0], ts.map((x) => el("tr", { "data-tenant": x.tenant_id },
+      el("td", { text: x.tenant_id }), numTd(x.requests, "requests"), numTd(x.in_flight), numTd(x.queued, x.queued ? "warn" : ""),
+      numTd(x.prompt_tokens), numTd(x.completion_tokens), numTd(x.rejected, x.rejected ? "bad" : ""))));
+    $("gw-tenants-empty").hidden = ts.length > 0;
+
+    $("gw-note").textContent = t("gw_note", num(g.tokenize_calls), num(g.tokenize_fallbacks), num(g.models_unloaded));
   }
 
   /* ---- alerts ---- */

@@ -65,6 +65,8 @@ typedef struct fconn {
         size_t inlen, incap;
         bool readable;             /* an in edge whose bytes were not all read */
         bool eof;                  /* the client closed its side */
+        bool hup;                  /* an event said so: read to the end, since no edge follows
+                                    * bytes and a close that came together */
         bool reof;                 /* relay: MHD closed its side */
         /* the request being read */
         int64_t clen;              /* its body's length; -1 = chunked */
@@ -462,7 +464,7 @@ static void read_more(fconn *fc) {
                 ssize_t n = recv(fc->fd, fc->in + fc->inlen, room, 0);
                 if (n > 0) {
                         fc->inlen += (size_t)n;
-                        if ((size_t)n < room)
+                        if ((size_t)n < room && !fc->hup)
                                 fc->readable = false; /* drained: the next edge brings more */
                         continue;
                 }
@@ -818,6 +820,8 @@ void gw_front_event(loop *L, uint64_t data, uint32_t events) {
         }
         if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 fc->readable = true;
+        if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+                fc->hup = true;
         switch (fc->state) {
         case FS_SNIFF:
                 sniff(fc);

@@ -91,6 +91,7 @@ typedef struct gw_req {
         long status;
         gp_buf hdrs;               /* "Name: value\r\n" lines kept for the client */
         bool retry_5xx;            /* abandon this answer and try another upstream */
+        bool too_big;              /* the answer was over max_response_bytes */
         bool paused;
         gp_gw_sse sse;
         gp_buf out;                /* bytes for the client */

@@ -47,7 +47,6 @@
 #define FC_HEAD_MAX (64 * 1024)     /* a request head; over it: 431 */
 #define FC_IN_START 8192
 #define FC_OUT_HIGH (1 << 20)       /* streamed bytes a slow client has not taken: move no more */
-#define FC_RELAY_MAX (256 * 1024)   /* relayed bytes waiting in either direction */
 #define FC_URL_MAX 512
 #define FC_ACCEPT_BATCH 64
 #define SWEEP_MS 1000
@@ -66,6 +65,8 @@ typedef struct fconn {
         size_t inlen, incap;
         bool readable;             /* an in edge whose bytes were not all read */
         bool eof;                  /* the client closed its side */
+        bool hup;                  /* an event said so: read to the end, since no edge follows
+                                    * bytes and a close that came together */
         bool reof;                 /* relay: MHD closed its side */
         /* the request being read */
         int64_t clen;              /* its body's length; -1 = chunked */
@@ -157,6 +158,30 @@ static void drop_request(fconn *fc) {
         gw_unref(q);
 }
 
+/* The loop's connections: its own and its MHD daemon's, against its
+ * share of server.max_connections. */
+static bool loop_full(const loop *L) {
+        return L->nfconns + L->nmhdconns >= L->g->front_max_conns;
+}
+
+/* A connection ended: take waiting ones again if accepting was paused. */
+static void accept_resume(loop *L) {
+        if (L->accept_paused && L->lfd >= 0 && !loop_full(L)) {
+                struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
+                if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, L->lfd, &ev) == 0)
+                        L->accept_paused = false;
+        }
+}
+
+void gp_gw_mhd_conn(int delta) {
+        loop *L = gw_tl_loop;
+        if (!L)
+                return; /* MHD_stop_daemon closing what is left, after the loops */
+        L->nmhdconns += delta;
+        if (delta < 0)
+                accept_resume(L);
+}
+
 /* fc leaves the loop (its sockets closed or given away). */
 static void fc_forget(fconn *fc) {
         loop *L = fc->L;
@@ -170,6 +195,7 @@ static void fc_forget(fconn *fc) {
         L->nfconns--;
         fc->gnext = L->fgrave;
         L->fgrave = fc;
+        accept_resume(L);
 }
 
 static void fc_close(fconn *fc) {
@@ -192,6 +218,13 @@ static void fc_free(fconn *fc) {
 static void on_accept(loop *L) {
         gp_gw *g = L->g;
         for (int i = 0; i < FC_ACCEPT_BATCH; i++) {
+                if (loop_full(L)) {
+                        /* this loop's share of server.max_connections is taken: leave the
+                         * next connections waiting in the kernel until one closes */
+                        if (epoll_ctl(L->epfd, EPOLL_CTL_DEL, L->lfd, NULL) == 0)
+                                L->accept_paused = true;
+                        return;
+                }
                 struct sockaddr_storage sa;
                 socklen_t sl = sizeof(sa);
                 int fd = accept4(L->lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -202,9 +235,9 @@ static void on_accept(loop *L) {
                                 gp_warn("gateway: accept: %s", strerror(errno));
                         return;
                 }
-                fconn *fc = L->nfconns < g->front_max_conns ? calloc(1, sizeof(*fc)) : NULL;
+                fconn *fc = calloc(1, sizeof(*fc));
                 if (!fc) {
-                        close(fd); /* over server.max_connections (this loop's share) */
+                        close(fd);
                         continue;
                 }
                 int one = 1;
@@ -503,7 +536,7 @@ static void read_more(fconn *fc) {
                 ssize_t n = recv(fc->fd, fc->in + fc->inlen, room, 0);
                 if (n > 0) {
                         fc->inlen += (size_t)n;
-                        if ((size_t)n < room)
+                        if ((size_t)n < room && !fc->hup)
                                 fc->readable = false; /* drained: the next edge brings more */
                         continue;
                 }
@@ -710,11 +743,13 @@ static void to_mhd(fconn *fc) {
         loop *L = fc->L;
         int fd = fc->fd;
         epoll_ctl(L->epfd, EPOLL_CTL_DEL, fd, NULL);
-        fc_forget(fc); /* MHD owns fd from here (and closes it itself when it refuses it) */
+        /* MHD owns fd from here (and closes it itself when it refuses it); it counts
+         * against max_connections as MHD's (gp_gw_mhd_conn) before fc stops counting */
         if (L->mhd && MHD_add_connection(L->mhd, fd, (struct sockaddr *)&fc->addr, fc->alen) == MHD_YES)
                 L->mhd_kick = true;
         else if (!L->mhd)
                 close(fd);
+        fc_forget(fc);
 }
 
 static void sniff(fconn *fc) {
@@ -854,6 +889,8 @@ void gw_front_event(loop *L, uint64_t data, uint32_t events) {
         }
         if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 fc->readable = true;
+        if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+                fc->hup = true;
         if ((events & EPOLLRDHUP) && fc->state <= FS_BODY)
                 fc->eof = true; /* it sends nothing after what is buffered: answer that, then close */
         switch (fc->state) {

@@ -699,8 +699,13 @@ static int up_data(void *ud, const char *p, size_t len) {
                 return -1;
         if (q->tokenizing)
                 return q->out.len + len > TOKENIZE_MAX_BYTES || gp_buf_append(&q->out, p, len) < 0 ? -1 : 0;
-        if (!q->stream)
-                return gp_buf_append(&q->out, p, len) < 0 ? -1 : 0; /* over max_response_bytes */
+        if (!q->stream) {
+                if (gp_buf_append(&q->out, p, len) < 0) {
+                        q->too_big = true; /* over max_response_bytes (nothing of p was kept) */
+                        return -1;
+                }
+                return 0;
+        }
         if (q->status == 200) {
                 if (gp_gw_sse_feed(&q->sse, p, len, out_append, q) < 0)
                         return -1;
@@ -758,7 +763,7 @@ static int start(gp_gw *g, gw_req *q) {
         pthread_mutex_unlock(&g->lock);
         if (u < 0)
                 return -1;
-        q->retry_5xx = false;
+        q->retry_5xx = q->too_big = false;
         gp_gw_sse_done(&q->sse);
         bool strip = q->sse.strip;
         memset(&q->sse, 0, sizeof(q->sse));
@@ -994,7 +999,7 @@ static void transfer_done(gp_gw *g, gw_req *q, int rc) {
                 }
                 count_error(g, q);
                 char msg[300];
-                if (rc == GP_UC_EABORTED && !q->stream && q->out.len >= q->out.limit)
+                if (rc == GP_UC_EABORTED && q->too_big)
                         snprintf(msg, sizeof(msg), "the upstream answer is over %" PRId64 " bytes",
                                  g->cfg.max_response_bytes);
                 else if (retry5)

@@ -72,6 +72,12 @@ void gp_gw_on_auth(gp_gw *g, gp_gw_auth_fn *fn, void *ud);
  * message in err. */
 int gp_gw_run(gp_gw *g, struct MHD_Daemon *const *mhds, const int *lfds, int n, char *err, size_t errlen);
 
+/* MHD's connection notification (MHD_OPTION_NOTIFY_CONNECTION): +1 when
+ * one starts, -1 when it closes.  The loop running that daemon counts them
+ * with its own connections against server.max_connections: beyond it new
+ * connections wait in the kernel's queue.  Ignored off the loops. */
+void gp_gw_mhd_conn(int delta);
+
 /* Stop accepting connections (the loops close their listening sockets
  * soon after); the open ones are served.  Any thread. */
 void gp_gw_quiesce(gp_gw *g);

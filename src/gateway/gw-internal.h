@@ -92,6 +92,7 @@ typedef struct gw_req {
         long status;
         gp_buf hdrs;               /* "Name: value\r\n" lines kept for the client */
         bool retry_5xx;            /* abandon this answer and try another upstream */
+        bool too_big;              /* the answer was over max_response_bytes */
         bool paused;
         gp_gw_sse sse;
         gp_buf out;                /* bytes for the client */
@@ -137,8 +138,10 @@ typedef struct loop {
         struct usage_rec *usage;   /* to report after the batch; loop only */
         /* the front (front.c): /v1 connections served without MHD; loop only */
         int lfd;                   /* its listening socket, -1 = none (closed when quiescing) */
+        bool accept_paused;        /* lfd left the epoll set: its share of max_connections is taken */
         struct fconn *fconns;      /* its connections */
         int nfconns;
+        int nmhdconns;             /* its MHD daemon's connections (gp_gw_mhd_conn) */
         struct fconn *flush;       /* connections with something new to send */
         struct fconn *fgrave;      /* closed ones, freed after the batch */
         int64_t next_sweep_ms;

@@ -53,6 +53,8 @@ struct uc_conn {
         uc_pool *pool;
         gp_uc_xfer *x;             /* NULL while idle */
         bool used;                 /* carried an answer before: may have been closed by the upstream */
+        bool hup;                  /* an event said the upstream closed: read to the end, since no
+                                    * edge follows bytes and a close that came together */
         int64_t idle_since_ms;
         uc_conn *prev, *next;      /* the pool's idle list, or the graveyard (next) */
         char *rbuf;
@@ -324,7 +326,7 @@ static void xfer_free(gp_uc *c, gp_uc_xfer *x) {
 static void xfer_end(gp_uc *c, gp_uc_xfer *x, int result) {
         uc_conn *k = x->conn;
         if (k) {
-                if (result == GP_UC_OK && x->keep) {
+                if (result == GP_UC_OK && x->keep && !k->hup) {
                         k->x = NULL;
                         x->conn = NULL;
                         k->used = true;
@@ -636,7 +638,7 @@ static void do_read(gp_uc *c, gp_uc_xfer *x) {
                         k->rlen += (size_t)n;
                         if (process(c, x))
                                 return;
-                        if ((size_t)n < room)
+                        if ((size_t)n < room && !k->hup)
                                 return; /* drained: the next edge brings more */
                         continue;
                 }
@@ -669,6 +671,8 @@ void gp_uc_event(gp_uc *c, uint64_t data, uint32_t events) {
         if (k->fd < 0)
                 return; /* closed earlier in this batch */
         gp_uc_xfer *x = k->x;
+        if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+                k->hup = true;
         if (!x) {
                 /* a kept connection spoke or closed: it cannot carry a request now */
                 if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))

@@ -990,6 +990,14 @@ static int parse_listen(const char *s, struct sockaddr_in *ret) {
         return 0;
 }
 
+static void notify_conn(void *cls, struct MHD_Connection *conn, void **socket_context,
+                        enum MHD_ConnectionNotificationCode toe) {
+        (void)cls;
+        (void)conn;
+        (void)socket_context;
+        gp_gw_mhd_conn(toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+}
+
 static void stop_daemons(gp_daemon *d) {
         for (int i = 0; i < d->nmhd; i++)
                 MHD_stop_daemon(d->mhds[i]);
@@ -1068,6 +1076,7 @@ int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
                                                        (unsigned)d->cfg.connection_timeout_s,
                                                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
                                                        MHD_OPTION_NOTIFY_COMPLETED, completed, d,
+                                                       MHD_OPTION_NOTIFY_CONNECTION, notify_conn, NULL,
                                                        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
                 if (!m) {
                         int e = lfds[i] < 0 ? lfds[i] : -ENOMEM;

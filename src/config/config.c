@@ -37,7 +37,7 @@
 
 #include "base/buf.h"
 #include "base/util.h"
-#include "gateway/upclient.h"
+#include "base/url.h"
 
 #define CFG_MAX_INPUT ((size_t)1 << 20) /* bytes of YAML accepted */
 #define MAX_DEPTH 32                /* nested mappings/lists accepted */
@@ -1788,7 +1788,8 @@ static bool upstream_url_ok(const char *s, size_t n) {
         char url[GP_CFG_URL_MAX];
         memcpy(url, s, n);
         url[n] = '\0';
-        return gp_uc_url_ok(url); /* what the gateway's client can reach: host, port 1..65535 */
+        gp_http_url u;
+        return gp_http_url_parse(url, &u) == 0; /* what the gateway's client can reach: host, port 1..65535 */
 }
 
 static int upstream_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {

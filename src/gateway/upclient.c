@@ -14,6 +14,8 @@
  */
 #include "gateway/upclient.h"
 
+#include "base/url.h"
+
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -125,72 +127,6 @@ const char *gp_uc_strerror(int result) {
 /* ------------------------------------------------------------------ */
 /* URLs                                                                */
 
-typedef struct url_parts {
-        const char *auth;          /* host[:port] */
-        size_t auth_len;
-        const char *host;
-        size_t host_len;
-        char port[8];
-        const char *path;          /* "" or "/prefix" */
-} url_parts;
-
-static int parse_url(const char *url, url_parts *u) {
-        if (strncmp(url, "http://", 7) != 0)
-                return -EINVAL;
-        const char *a = url + 7, *end = a + strcspn(a, "/");
-        if (end == a || (size_t)(end - a) >= 256)
-                return -EINVAL;
-        u->auth = a;
-        u->auth_len = (size_t)(end - a);
-        u->path = end;
-        const char *colon;
-        if (*a == '[') {
-                const char *rb = memchr(a, ']', (size_t)(end - a));
-                if (!rb || rb == a + 1)
-                        return -EINVAL;
-                u->host = a + 1;
-                u->host_len = (size_t)(rb - a - 1);
-                colon = rb + 1 < end ? rb + 1 : NULL;
-                if (colon && *colon != ':')
-                        return -EINVAL;
-        } else {
-                colon = memchr(a, ':', (size_t)(end - a));
-                u->host = a;
-                u->host_len = colon ? (size_t)(colon - a) : (size_t)(end - a);
-                if (!u->host_len)
-                        return -EINVAL;
-        }
-        for (size_t i = 0; i < u->host_len; i++) {
-                unsigned char ch = (unsigned char)u->host[i];
-                if (ch <= ' ' || ch >= 0x7f || ch == '@' || ch == '[' || ch == ']' || ch == '/')
-                        return -EINVAL;
-        }
-        if (colon) {
-                size_t n = (size_t)(end - colon - 1);
-                if (n < 1 || n > 5)
-                        return -EINVAL;
-                long p = 0;
-                for (size_t i = 0; i < n; i++) {
-                        if (colon[1 + i] < '0' || colon[1 + i] > '9')
-                                return -EINVAL;
-                        p = p * 10 + (colon[1 + i] - '0');
-                }
-                if (p < 1 || p > 65535)
-                        return -EINVAL;
-                snprintf(u->port, sizeof(u->port), "%ld", p);
-        } else {
-                strcpy(u->port, "80");
-        }
-        for (const char *p = u->path; *p; p++)
-                if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f || *p == '?' || *p == '#')
-                        return -EINVAL;
-        return 0;
-}
-
-bool gp_uc_url_ok(const char *url) {
-        url_parts u;
-        return parse_url(url, &u) == 0;
-}
 
 /* ------------------------------------------------------------------ */
 /* lists                                                               */
@@ -250,7 +186,7 @@ static void conn_close(gp_uc *c, uc_conn *k) {
         c->nconns--;
 }
 
-static uc_pool *pool_get(gp_uc *c, const url_parts *u) {
+static uc_pool *pool_get(gp_uc *c, const gp_http_url *u) {
         for (uc_pool *p = c->pools; p; p = p->next)
                 if (strlen(p->hostport) == u->auth_len && !memcmp(p->hostport, u->auth, u->auth_len))
                         return p;
@@ -453,8 +389,8 @@ static void try_send(gp_uc *c, gp_uc_xfer *x, bool deferred) {
 }
 
 int gp_uc_start(gp_uc *c, const char *url, const gp_uc_req *r, const gp_uc_ops *ops, void *ud, gp_uc_xfer **ret) {
-        url_parts u;
-        if (parse_url(url, &u) < 0 || !r->method || !r->path)
+        gp_http_url u;
+        if (gp_http_url_parse(url, &u) < 0 || !r->method || !r->path)
                 return -EINVAL;
         gp_uc_xfer *x = calloc(1, sizeof(*x));
         if (!x)

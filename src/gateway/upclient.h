@@ -72,12 +72,9 @@ gp_uc *gp_uc_new(int epfd, int max_conns);
 /* Close every connection; exchanges still running end with no callback. */
 void gp_uc_free(gp_uc *c);
 
-/* Is url an upstream URL we can use: "http://HOST[:PORT][/PATH]" with
- * HOST a name, IPv4 or [IPv6] literal, PORT 1..65535 (default 80)? */
-bool gp_uc_url_ok(const char *url);
-
-/* Start an exchange.  0 and *ret (valid until done or cancel), or -EINVAL
- * (bad URL or request) / -ENOMEM; every other failure comes through done. */
+/* Start an exchange with the upstream at url (base/url.h's form).  0 and
+ * *ret (valid until done or cancel), or -EINVAL (bad URL or request) /
+ * -ENOMEM; every other failure comes through done. */
 int gp_uc_start(gp_uc *c, const char *url, const gp_uc_req *r, const gp_uc_ops *ops, void *ud, gp_uc_xfer **ret);
 /* Abandon a running exchange: no callback after this. */
 void gp_uc_cancel(gp_uc *c, gp_uc_xfer *x);

@@ -78,7 +78,13 @@ def settle(d):
     Returns (running {model: task}, the model that is off), both running
     models answering."""
     def settled():
-        return len(serve_tasks(d)) == 2 and gw_stats(d)["models_unloaded"] == 1
+        # a replica being unloaded still shows as a running task until its
+        # process exits, but its upstream is off at once: settled means the
+        # two running tasks are the two models with a healthy upstream
+        st = gw_stats(d)
+        ready = {u["model"] for u in st["upstreams"] if u["healthy"]}
+        running = serve_tasks(d)
+        return len(running) == 2 and st["models_unloaded"] == 1 and ready == set(running)
     assert wait_for(settled, timeout=30), (serve_tasks(d), gw_stats(d))
     running = serve_tasks(d)
     assert len(running) == 2

@@ -173,7 +173,7 @@ typedef struct gp_config {
         int max_connections;                 /* default 1024 */
         int64_t max_body_bytes;              /* default 1 MiB */
         int connection_timeout_s;            /* idle connection cut-off, default 60 */
-        int http_threads;                    /* MHD worker threads, default 2 */
+        int http_threads;                    /* HTTP event loops (each with an MHD daemon), default 2 */
 
         /* auth */
         char admin_keys[GP_CFG_MAX_ADMIN_KEYS][72]; /* "sha256:<64 hex>" */

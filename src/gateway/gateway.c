@@ -1075,7 +1075,7 @@ static void on_admitted(gp_gw *g, gw_req *q) {
 
 /* Take what admission decided: expired and admitted tickets.  Those of
  * this loop are handled here; those of other loops go to their inboxes
- * (their transfers live in their loops' multi handles). */
+ * (their transfers live in their loops' upstream clients). */
 static void admit_some(gp_gw *g, loop *me) {
         struct {
                 gw_req *q;

@@ -1443,19 +1443,22 @@ int gp_gw_run(gp_gw *g, struct MHD_Daemon *const *mhds, const int *lfds, int n, 
                 snprintf(err, errlen, "%d HTTP daemons for %d loops", n, g->nloops);
                 return -EINVAL;
         }
-        for (int i = 0; i < n; i++)
+        /* every loop's fields before any thread starts: gp_gw_kick (any thread) reads
+         * every loop's mhd once the first loop serves requests */
+        for (int i = 0; i < n; i++) {
                 g->loops[i].lfd = lfds ? lfds[i] : -1; /* the loops' own from here on (closed by gp_gw_free at the latest) */
+                g->loops[i].mhd = mhds ? mhds[i] : NULL;
+        }
         for (int i = 0; i < n; i++) {
                 loop *L = &g->loops[i];
-                if (mhds && mhds[i]) {
-                        const union MHD_DaemonInfo *di = MHD_get_daemon_info(mhds[i], MHD_DAEMON_INFO_EPOLL_FD);
+                if (L->mhd) {
+                        const union MHD_DaemonInfo *di = MHD_get_daemon_info(L->mhd, MHD_DAEMON_INFO_EPOLL_FD);
                         struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_MHD};
                         if (!di || epoll_ctl(L->epfd, EPOLL_CTL_ADD, di->epoll_fd, &ev) < 0) {
                                 snprintf(err, errlen, "cannot watch the HTTP daemon's epoll fd");
                                 gp_gw_stop(g);
                                 return -EINVAL;
                         }
-                        L->mhd = mhds[i];
                 }
                 if (L->lfd >= 0) {
                         struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};

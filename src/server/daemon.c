@@ -675,8 +675,12 @@ static int spawn(gp_daemon *d, gp_task *t) {
         gp_exec_proc p;
         rc = gp_exec_start(d->self_exe, dir, &es, &p);
         if (rc == 0) {
+                /* HTTP threads copy tasks under the lock (gp_daemon_task_lookup); the caller
+                 * does not hold it here */
+                pthread_mutex_lock(&d->lock);
                 t->sup_pid = p.pid;
                 t->sup_start = p.start;
+                pthread_mutex_unlock(&d->lock);
         }
 out:
         if (envs)
@@ -1180,7 +1184,7 @@ static void *loop_main(void *arg) {
         gp_daemon *d = arg;
         struct epoll_event evs[64];
         int64_t exited[64];
-        while (!d->stopping) {
+        while (!__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
                 int n = epoll_wait(d->epfd, evs, 64, loop_timeout(d));
                 size_t nexited = 0;
                 for (int i = 0; i < n; i++) {
@@ -1302,8 +1306,8 @@ static void sample(gp_daemon *d) {
  * loop's commits), so commits pay for one WAL fsync and nothing more. */
 static void *checkpoint_main(void *arg) {
         gp_daemon *d = arg;
-        while (!d->stopping) {
-                for (int i = 0; i < 2 && !d->stopping; i++)
+        while (!__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
+                for (int i = 0; i < 2 && !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE); i++)
                         usleep(100 * 1000);
                 if (gp_store_checkpoint(d->cs, NULL) < 0)
                         gp_warn("WAL checkpoint: %s", gp_store_errmsg(d->cs));
@@ -1318,7 +1322,7 @@ static void *sampler_main(void *arg) {
          * they are refreshed at every monitor tick too (no stale sim cards). */
         bool sim = strcmp(d->backend, "sim") == 0;
         int64_t next_gpu = gp_mono_ms() + d->cfg.gpu_poll_ms, next_mon = gp_mono_ms();
-        while (!d->stopping) {
+        while (!__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
                 int64_t now = gp_mono_ms();
                 if (now >= next_gpu || (sim && now >= next_mon)) {
                         sample(d);
@@ -1331,7 +1335,7 @@ static void *sampler_main(void *arg) {
                 int64_t wait = (next_gpu < next_mon ? next_gpu : next_mon) - gp_mono_ms();
                 if (wait > 100)
                         wait = 100;
-                if (wait > 0 && !d->stopping)
+                if (wait > 0 && !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE))
                         usleep((useconds_t)wait * 1000);
         }
         return NULL;
@@ -1656,7 +1660,7 @@ int gp_daemon_start(gp_daemon *d) {
 }
 
 void gp_daemon_stop(gp_daemon *d) {
-        d->stopping = 1;
+        __atomic_store_n(&d->stopping, 1, __ATOMIC_RELEASE);
         uint64_t one = 1;
         ssize_t w = write(d->evfd, &one, sizeof(one));
         (void)w;

@@ -446,7 +446,8 @@ static enum MHD_Result get_task(hreq *r, int64_t id) {
                 pthread_mutex_unlock(&d->lock);
                 return send_error(r, 404, "not_found", "no task %" PRId64, id); /* 404, not 403: ids do not leak */
         }
-        if (t && t->state == GP_TASK_QUEUED && wait > 0 && r->wait_id == 0 && !d->stopping) {
+        if (t && t->state == GP_TASK_QUEUED && wait > 0 && r->wait_id == 0 &&
+            !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
                 /* long poll: the loop wakes us when it leaves the queue */
                 r->wait_id = id;
                 r->wait_until_ms = gp_now_ms() + wait * 1000;
@@ -495,7 +496,7 @@ static ssize_t log_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         pthread_mutex_lock(&d->lock);
         bool active = gp_i64map_get(&d->tasks, r->log_id) != NULL;
-        if (!active || d->stopping) {
+        if (!active || __atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
                 pthread_mutex_unlock(&d->lock);
                 /* one more read: output written just before the end */
                 if (r->log_fd >= 0) {
@@ -825,7 +826,8 @@ static enum MHD_Result route(hreq *r, const char *url, const char *method) {
         if (!strcmp(url, "/readyz")) {
                 if (!get)
                         return send_error(r, 405, "method_not_allowed", "use GET");
-                if (!__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE) || d->stopping)
+                if (!__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE) ||
+                    __atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE))
                         return send_json(r, 503, json_pack("{s:s}", "status", "starting"));
                 return send_json(r, 200, json_pack("{s:s}", "status", "ready"));
         }
@@ -1124,7 +1126,7 @@ void gp_http_stop(gp_daemon *d) {
                 usleep(20 * 1000);
         }
         pthread_mutex_lock(&d->lock);
-        d->stopping = 1;
+        __atomic_store_n(&d->stopping, 1, __ATOMIC_RELEASE);
         while (d->waiters) {
                 hreq *r = d->waiters;
                 gp_daemon_waiter_del(d, r);

@@ -157,7 +157,7 @@ typedef struct gp_daemon {
         hreq *followers;
         size_t nfollowers;
         bool ready;                 /* /readyz: set (atomically) by the loop after its first full pass */
-        volatile int stopping;
+        int stopping;              /* set once when the daemon stops; __atomic loads and stores (threads poll it) */
         pthread_t loop_thread, sampler_thread, checkpoint_thread;
         struct MHD_Daemon *mhd;     /* mhds[0], NULL when not serving */
 #define GP_HTTP_MAX_LOOPS 16

@@ -625,7 +625,7 @@ static void advance(fconn *fc) {
                                              true);
                                 return;
                         }
-                        if (strncmp(r.target, "/v1", 3) != 0 ||
+                        if (r.target_len < 3 || memcmp(r.target, "/v1", 3) != 0 ||
                             (r.target_len > 3 && r.target[3] != '/' && r.target[3] != '?')) {
                                 to_relay(fc); /* not ours: MHD serves it, and the rest of the connection */
                                 return;
@@ -634,9 +634,9 @@ static void advance(fconn *fc) {
                         fc->http10 = r.minor == 0;
                         gp_strlcpy(fc->method, r.method, sizeof(fc->method));
                         fc->head_method = !strcmp(r.method, "HEAD");
-                        size_t ul = strcspn(r.target, "?");
-                        if (ul > r.target_len)
-                                ul = r.target_len;
+                        /* the target is not NUL-terminated: it ends at target_len */
+                        const char *qm = memchr(r.target, '?', r.target_len);
+                        size_t ul = qm ? (size_t)(qm - r.target) : r.target_len;
                         fc->has_xprio = header_copy(&r, "X-Priority", fc->xprio, sizeof(fc->xprio));
                         if (!fc->has_xprio && gp_h1_find(r.headers, r.nheaders, "X-Priority"))
                                 snprintf(fc->xprio, sizeof(fc->xprio), "?"), fc->has_xprio = true; /* too long: invalid */

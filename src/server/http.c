@@ -1073,13 +1073,13 @@ int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
                 lfds[i] = listen_on(&sa);
                 struct MHD_Daemon *m =
                         lfds[i] < 0 ? NULL
-                                    : MHD_start_daemon(flags, 0, NULL, NULL, handler, d, MHD_OPTION_CONNECTION_LIMIT,
-                                                       per, MHD_OPTION_CONNECTION_TIMEOUT,
+                                    : MHD_start_daemon(flags, 0, NULL, NULL, handler, d,
+                                                       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first: MHD says so */
+                                                       MHD_OPTION_CONNECTION_LIMIT, per, MHD_OPTION_CONNECTION_TIMEOUT,
                                                        (unsigned)d->cfg.connection_timeout_s,
                                                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
                                                        MHD_OPTION_NOTIFY_COMPLETED, completed, d,
-                                                       MHD_OPTION_NOTIFY_CONNECTION, notify_conn, NULL,
-                                                       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+                                                       MHD_OPTION_NOTIFY_CONNECTION, notify_conn, NULL, MHD_OPTION_END);
                 if (!m) {
                         int e = lfds[i] < 0 ? lfds[i] : -ENOMEM;
                         for (int k = 0; k <= i; k++)

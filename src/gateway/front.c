@@ -44,10 +44,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FC_HEAD_MAX (64 * 1024)     /* a request head; over it: 431 */
 #define FC_IN_START 8192
 #define FC_OUT_HIGH (1 << 20)       /* streamed bytes a slow client has not taken: move no more */
-#define FC_URL_MAX 512
 #define FC_ACCEPT_BATCH 64
 #define SWEEP_MS 1000
 #define LINGER_MS 2000              /* after a closing answer, what the client still sends is read and dropped this long */
@@ -73,12 +71,7 @@ typedef struct fconn {
         gp_h1_chunked ch;
         gp_buf body;               /* a body that did not come whole with its head */
         bool keep_alive, http10, head_method;
-        char method[16];
-        char url[FC_URL_MAX];
-        char xprio[32];
-        bool has_xprio;
-        char authz[640];
-        bool has_authz;
+        gw_front_head h;           /* its head, as gw_front_parse_head read it */
         /* its answer */
         gw_req *q;
         gp_buf out;
@@ -516,7 +509,7 @@ void gw_front_flush(loop *L) {
 
 static void read_more(fconn *fc) {
         gp_gw *g = fc->L->g;
-        size_t limit = FC_HEAD_MAX + (size_t)g->max_body_bytes + 64;
+        size_t limit = GW_FRONT_HEAD_MAX + (size_t)g->max_body_bytes + 64;
         while (fc->readable && fc->fd >= 0) {
                 if (fc->inlen == fc->incap) {
                         if (fc->incap >= limit)
@@ -569,7 +562,7 @@ static void dispatch(fconn *fc, const char *body, size_t len) {
         gp_gw_caller who;
         memset(&who, 0, sizeof(who));
         char msg[256] = "this server takes no /v1 requests here";
-        int st = g->auth_fn ? g->auth_fn(g->auth_ud, fc->has_authz ? fc->authz : NULL, (struct sockaddr *)&fc->addr,
+        int st = g->auth_fn ? g->auth_fn(g->auth_ud, fc->h.has_authz ? fc->h.authz : NULL, (struct sockaddr *)&fc->addr,
                                          &who, msg, sizeof(msg))
                             : 403;
         if (st) {
@@ -580,7 +573,8 @@ static void dispatch(fconn *fc, const char *body, size_t len) {
                 return;
         }
         gw_answer a = {0};
-        gw_req *q = gw_request(g, L, fc->url, fc->method, &who, fc->has_xprio ? fc->xprio : NULL, body, len, &a);
+        gw_req *q = gw_request(g, L, fc->h.url, fc->h.method, &who, fc->h.has_xprio ? fc->h.xprio : NULL, body, len,
+                               &a);
         if (!q) {
                 answer_whole(fc, a.status, a.body, NULL);
                 return;
@@ -590,15 +584,49 @@ static void dispatch(fconn *fc, const char *body, size_t len) {
         gw_post(q, IN_NEW);
 }
 
-/* Copy header h's value into dst (NUL-terminated); false when absent or
- * too long. */
-static bool header_copy(const gp_h1_request *r, const char *name, char *dst, size_t size) {
-        const gp_h1_header *h = gp_h1_find(r->headers, r->nheaders, name);
-        if (!h || h->value_len >= size)
-                return false;
-        memcpy(dst, h->value, h->value_len);
-        dst[h->value_len] = '\0';
-        return true;
+/* Read a request head from in[0..n) (pure; see gw-internal.h). */
+int gw_front_parse_head(const char *in, size_t n, gw_front_head *h) {
+        gp_h1_request r;
+        int rc = gp_h1_parse_request(in, n, GW_FRONT_HEAD_MAX, &r);
+        if (rc == -EAGAIN)
+                return rc;
+        if (rc < 0)
+                return rc == -E2BIG ? 431 : 400;
+        memset(h, 0, sizeof(*h));
+        h->head_len = r.head_len;
+        /* the target is not NUL-terminated: it ends at target_len */
+        h->v1 = r.target_len >= 3 && !memcmp(r.target, "/v1", 3) &&
+                (r.target_len == 3 || r.target[3] == '/' || r.target[3] == '?');
+        if (!h->v1)
+                return 0;
+        const char *qm = memchr(r.target, '?', r.target_len);
+        size_t ul = qm ? (size_t)(qm - r.target) : r.target_len;
+        if (ul >= sizeof(h->url))
+                return 414;
+        memcpy(h->url, r.target, ul);
+        h->url[ul] = '\0';
+        gp_strlcpy(h->method, r.method, sizeof(h->method));
+        h->keep_alive = r.keep_alive;
+        h->http10 = r.minor == 0;
+        h->expect = r.expect_continue;
+        h->clen = r.chunked ? -1 : r.content_length < 0 ? 0 : r.content_length;
+        const gp_h1_header *x = gp_h1_find(r.headers, r.nheaders, "X-Priority");
+        if (x) {
+                h->has_xprio = true; /* one too long to copy stays "?": refused as invalid */
+                if (x->value_len < sizeof(h->xprio))
+                        memcpy(h->xprio, x->value, x->value_len);
+                else
+                        strcpy(h->xprio, "?");
+        }
+        const gp_h1_header *au = gp_h1_find(r.headers, r.nheaders, "Authorization");
+        if (au) {
+                h->has_authz = true; /* one too long to copy stays "?": an unknown key */
+                if (au->value_len < sizeof(h->authz))
+                        memcpy(h->authz, au->value, au->value_len);
+                else
+                        strcpy(h->authz, "?");
+        }
+        return 0;
 }
 
 /* Parse what fc holds, as far as it goes. */
@@ -611,50 +639,30 @@ static void advance(fconn *fc) {
                                         fc_close(fc);
                                 return;
                         }
-                        gp_h1_request r;
-                        int rc = gp_h1_parse_request(fc->in, fc->inlen, FC_HEAD_MAX, &r);
+                        int rc = gw_front_parse_head(fc->in, fc->inlen, &fc->h);
                         if (rc == -EAGAIN) {
                                 if (fc->eof)
                                         fc_close(fc);
                                 return;
                         }
-                        if (rc < 0) {
+                        if (rc > 0) {
                                 fc->keep_alive = false;
-                                answer_error(fc, rc == -E2BIG ? 431 : 400, "invalid_request_error", "bad_request",
-                                             rc == -E2BIG ? "request head over 64 KiB" : "malformed HTTP request",
+                                answer_error(fc, rc, "invalid_request_error", "bad_request",
+                                             rc == 431   ? "request head over 64 KiB"
+                                             : rc == 414 ? "request target too long"
+                                                         : "malformed HTTP request",
                                              true);
                                 return;
                         }
-                        if (r.target_len < 3 || memcmp(r.target, "/v1", 3) != 0 ||
-                            (r.target_len > 3 && r.target[3] != '/' && r.target[3] != '?')) {
+                        if (!fc->h.v1) {
                                 to_relay(fc); /* not ours: MHD serves it, and the rest of the connection */
                                 return;
                         }
-                        fc->keep_alive = r.keep_alive;
-                        fc->http10 = r.minor == 0;
-                        gp_strlcpy(fc->method, r.method, sizeof(fc->method));
-                        fc->head_method = !strcmp(r.method, "HEAD");
-                        /* the target is not NUL-terminated: it ends at target_len */
-                        const char *qm = memchr(r.target, '?', r.target_len);
-                        size_t ul = qm ? (size_t)(qm - r.target) : r.target_len;
-                        fc->has_xprio = header_copy(&r, "X-Priority", fc->xprio, sizeof(fc->xprio));
-                        if (!fc->has_xprio && gp_h1_find(r.headers, r.nheaders, "X-Priority"))
-                                snprintf(fc->xprio, sizeof(fc->xprio), "?"), fc->has_xprio = true; /* too long: invalid */
-                        fc->has_authz = header_copy(&r, "Authorization", fc->authz, sizeof(fc->authz));
-                        if (!fc->has_authz && gp_h1_find(r.headers, r.nheaders, "Authorization"))
-                                snprintf(fc->authz, sizeof(fc->authz), "?"), fc->has_authz = true;
-                        fc->clen = r.chunked ? -1 : r.content_length < 0 ? 0 : r.content_length;
-                        bool expect = r.expect_continue;
-                        if (ul >= sizeof(fc->url)) {
-                                consume(fc, r.head_len);
-                                fc->keep_alive = false;
-                                answer_error(fc, 414, "invalid_request_error", "bad_request", "request target too long",
-                                             true);
-                                return;
-                        }
-                        memcpy(fc->url, r.target, ul);
-                        fc->url[ul] = '\0';
-                        consume(fc, r.head_len);
+                        fc->keep_alive = fc->h.keep_alive;
+                        fc->http10 = fc->h.http10;
+                        fc->head_method = !strcmp(fc->h.method, "HEAD");
+                        fc->clen = fc->h.clen;
+                        consume(fc, fc->h.head_len);
                         memset(&fc->ch, 0, sizeof(fc->ch));
                         gp_buf_reset(&fc->body);
                         if (fc->clen > g->max_body_bytes) {
@@ -663,7 +671,7 @@ static void advance(fconn *fc) {
                                 answer_error(fc, 413, "invalid_request_error", "payload_too_large", m, true);
                                 return;
                         }
-                        if (expect && fc->clen != 0 && !fc->inlen &&
+                        if (fc->h.expect && fc->clen != 0 && !fc->inlen &&
                             gp_buf_puts(&fc->out, "HTTP/1.1 100 Continue\r\n\r\n") == 0)
                                 send_out(fc);
                         fc->state = FS_BODY;
@@ -718,7 +726,7 @@ static void advance(fconn *fc) {
 /* first bytes, MHD's connections and relays                           */
 
 /* Is the request line in b[0..n) for /v1?  1 yes, 0 no, -1 not known yet. */
-static int sniff_v1(const char *b, size_t n) {
+int gw_front_sniff(const char *b, size_t n) {
         static const char want[] = "/v1";
         size_t i = 0;
         while (i < n && b[i] != ' ') {
@@ -761,7 +769,7 @@ static void sniff(fconn *fc) {
                 fc_close(fc);
                 return;
         }
-        int v = sniff_v1(b, (size_t)n);
+        int v = gw_front_sniff(b, (size_t)n);
         if (v < 0)
                 return; /* the next bytes bring an edge */
         if (v == 0) {

@@ -201,6 +201,29 @@ int gw_ratelimit_lines(gp_buf *b, const gp_admit_ratelimit *rl, bool retry);
 int gw_answer_ratelimit(gw_req *q, gp_buf *b);
 const char *gw_backend(void);
 
+/* A request head as the front reads it (front.c; pure, fuzzed by
+ * fuzz/fuzz-gateway-front.c).  Strings are NUL-terminated copies. */
+#define GW_FRONT_HEAD_MAX (64 * 1024) /* over it: 431 */
+typedef struct gw_front_head {
+        size_t head_len;           /* bytes of the head */
+        bool v1;                   /* for /v1 (else the rest below is not filled) */
+        char method[16];
+        char url[512];             /* the target up to its query */
+        bool keep_alive, http10, expect;
+        int64_t clen;              /* body bytes; -1 = chunked */
+        bool has_xprio, has_authz; /* the header was sent ("?" when too long to keep) */
+        char xprio[32];
+        char authz[640];
+} gw_front_head;
+/* 0 and *h, -EAGAIN (not whole yet), or the status to refuse with: 400
+ * (malformed), 431 (head over GW_FRONT_HEAD_MAX), 414 (target over 511
+ * bytes). */
+int gw_front_parse_head(const char *in, size_t n, gw_front_head *h);
+/* A connection's first bytes b[0..n) (n <= 16): 1 when its request line is
+ * for /v1 (the front keeps it), 0 when not (MHD gets it), -1 when more
+ * bytes are needed to tell. */
+int gw_front_sniff(const char *b, size_t n);
+
 /* front.c, for gateway.c (owning loop) */
 void gw_front_init(loop *L);
 /* An event of the listening socket (TAG_LISTEN) or of a connection (TAG_FRONT, TAG_RELAY). */

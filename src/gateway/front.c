@@ -584,6 +584,21 @@ static void dispatch(fconn *fc, const char *body, size_t len) {
         gw_post(q, IN_NEW);
 }
 
+/* Copy header name's value into dst (NUL-terminated; "?" when it does not
+ * fit).  Whether the header was sent. */
+static bool header_value(const gp_h1_request *r, const char *name, char *dst, size_t size) {
+        const gp_h1_header *x = gp_h1_find(r->headers, r->nheaders, name);
+        if (!x)
+                return false;
+        if (x->value_len < size) {
+                memcpy(dst, x->value, x->value_len);
+                dst[x->value_len] = '\0';
+        } else {
+                gp_strlcpy(dst, "?", size);
+        }
+        return true;
+}
+
 /* Read a request head from in[0..n) (pure; see gw-internal.h). */
 int gw_front_parse_head(const char *in, size_t n, gw_front_head *h) {
         gp_h1_request r;
@@ -610,22 +625,9 @@ int gw_front_parse_head(const char *in, size_t n, gw_front_head *h) {
         h->http10 = r.minor == 0;
         h->expect = r.expect_continue;
         h->clen = r.chunked ? -1 : r.content_length < 0 ? 0 : r.content_length;
-        const gp_h1_header *x = gp_h1_find(r.headers, r.nheaders, "X-Priority");
-        if (x) {
-                h->has_xprio = true; /* one too long to copy stays "?": refused as invalid */
-                if (x->value_len < sizeof(h->xprio))
-                        memcpy(h->xprio, x->value, x->value_len);
-                else
-                        strcpy(h->xprio, "?");
-        }
-        const gp_h1_header *au = gp_h1_find(r.headers, r.nheaders, "Authorization");
-        if (au) {
-                h->has_authz = true; /* one too long to copy stays "?": an unknown key */
-                if (au->value_len < sizeof(h->authz))
-                        memcpy(h->authz, au->value, au->value_len);
-                else
-                        strcpy(h->authz, "?");
-        }
+        /* a value too long to keep stays "?": an invalid X-Priority, an unknown key */
+        h->has_xprio = header_value(&r, "X-Priority", h->xprio, sizeof(h->xprio));
+        h->has_authz = header_value(&r, "Authorization", h->authz, sizeof(h->authz));
         return 0;
 }
 

@@ -683,18 +683,6 @@ void gp_uc_dispatch(gp_uc *c) {
         }
 }
 
-void gp_uc_counts(const gp_uc *c, int *ret_conns, int *ret_idle, int *ret_waiting) {
-        int idle = 0, waiting = 0;
-        for (const uc_pool *p = c->pools; p; p = p->next)
-                for (const uc_conn *k = p->idle; k; k = k->next)
-                        idle++;
-        for (const gp_uc_xfer *x = c->wait_head; x; x = x->wnext)
-                waiting++;
-        *ret_conns = c->nconns;
-        *ret_idle = idle;
-        *ret_waiting = waiting;
-}
-
 gp_uc *gp_uc_new(int epfd, int max_conns) {
         gp_uc *c = calloc(1, sizeof(*c));
         if (!c)

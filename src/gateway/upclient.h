@@ -92,9 +92,6 @@ void gp_uc_tick(gp_uc *c, int64_t now_ms);
 void gp_uc_dispatch(gp_uc *c);
 bool gp_uc_due(const gp_uc *c);
 
-/* Open connections (kept and busy) and exchanges waiting for one. */
-void gp_uc_counts(const gp_uc *c, int *ret_conns, int *ret_idle, int *ret_waiting);
-
 const char *gp_uc_strerror(int result);
 
 #endif

@@ -85,7 +85,32 @@ void gp_gw_set_backend(gp_gw *g, const char *name) {
         backend_name = name;
 }
 
-static enum MHD_Result queue_buf(struct MHD_Connection *conn, int status, char *body, const char *ctype) {
+/* Copy the kept upstream headers onto resp. */
+static void add_upstream_headers(struct MHD_Response *resp, gp_buf *h) {
+        char *p = h->data;
+        while (p && *p) {
+                char *eol = strstr(p, "\r\n");
+                if (!eol)
+                        break;
+                *eol = '\0';
+                char *colon = strchr(p, ':');
+                if (colon) {
+                        *colon = '\0';
+                        char *v = colon + 1;
+                        while (*v == ' ' || *v == '\t')
+                                v++;
+                        MHD_add_response_header(resp, p, v);
+                        *colon = ':';
+                }
+                *eol = '\r';
+                p = eol + 2;
+        }
+}
+
+/* Queue a whole answer (body malloc'd, taken) with the header lines of
+ * lines ("Name: value\r\n", NULL = none) added. */
+static enum MHD_Result queue_buf(struct MHD_Connection *conn, int status, char *body, const char *ctype,
+                                 gp_buf *lines) {
         if (!body)
                 return MHD_NO;
         struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
@@ -95,6 +120,8 @@ static enum MHD_Result queue_buf(struct MHD_Connection *conn, int status, char *
         }
         MHD_add_response_header(resp, "Content-Type", ctype);
         MHD_add_response_header(resp, "X-Gpupool-Backend", backend_name);
+        if (lines)
+                add_upstream_headers(resp, lines);
         enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
         MHD_destroy_response(resp);
         return ret;
@@ -132,6 +159,8 @@ int gw_ratelimit_lines(gp_buf *b, const gp_admit_ratelimit *rl, bool retry) {
 }
 
 int gw_answer_ratelimit(gw_req *q, gp_buf *b) {
+        if (!q->rate_limited)
+                return 0;
         gp_admit_ratelimit rl;
         pthread_mutex_lock(&q->g->lock);
         gp_admit_ratelimit_get(q->g->admit, q->ticket.tenant, mono_ms(), &rl);
@@ -446,6 +475,9 @@ gw_req *gw_request(gp_gw *g, loop *L, const char *url, const char *method, const
                 goto out;
         }
         q->ticket.tenant = tn;
+        /* the limits gp_admit_ratelimit_get reports: known now, so an answer under none
+         * takes no lock for its headers */
+        q->rate_limited = g->cfg.max_rps > 0 || g->cfg.max_tokens_per_sec > 0 || who->limits.rpm > 0 || who->limits.tpm > 0;
 out:
         json_decref(j);
         return q;
@@ -457,7 +489,7 @@ enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *
         const char *xp = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Priority");
         gw_req *q = gw_request(g, gw_tl_loop ? gw_tl_loop : &g->loops[0], url, method, who, xp, body, len, &a);
         if (!q)
-                return queue_buf(conn, a.status, a.body, "application/json");
+                return queue_buf(conn, a.status, a.body, "application/json", NULL);
         q->conn = conn;
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         q->client_fd = ci ? ci->connect_fd : -1;
@@ -495,28 +527,6 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
         return 0;
 }
 
-/* Copy the kept upstream headers onto resp. */
-static void add_upstream_headers(struct MHD_Response *resp, gp_buf *h) {
-        char *p = h->data;
-        while (p && *p) {
-                char *eol = strstr(p, "\r\n");
-                if (!eol)
-                        break;
-                *eol = '\0';
-                char *colon = strchr(p, ':');
-                if (colon) {
-                        *colon = '\0';
-                        char *v = colon + 1;
-                        while (*v == ' ' || *v == '\t')
-                                v++;
-                        MHD_add_response_header(resp, p, v);
-                        *colon = ':';
-                }
-                *eol = '\r';
-                p = eol + 2;
-        }
-}
-
 enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) {
         gw_req *q = slot;
         if (q->close_conn || q->client_gone)
@@ -526,30 +536,14 @@ enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) 
         if (q->ans_status) {
                 char *body = q->ans_body;
                 q->ans_body = NULL;
-                int status = q->ans_status;
-                bool rl = q->ans_rl;
-                gp_admit_ratelimit lim = q->rl;
                 q->responding = true;
                 unwatch(g, q);
-                if (!body)
-                        return MHD_NO;
-                struct MHD_Response *resp =
-                        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-                if (!resp) {
-                        free(body);
-                        return MHD_NO;
-                }
-                MHD_add_response_header(resp, "Content-Type", "application/json");
-                MHD_add_response_header(resp, "X-Gpupool-Backend", backend_name);
-                if (rl) {
-                        gp_buf lines;
-                        gp_buf_init(&lines, 0);
-                        if (gw_ratelimit_lines(&lines, &lim, true) == 0)
-                                add_upstream_headers(resp, &lines);
-                        gp_buf_done(&lines);
-                }
-                enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
-                MHD_destroy_response(resp);
+                gp_buf lines;
+                gp_buf_init(&lines, 0);
+                if (q->ans_rl && gw_ratelimit_lines(&lines, &q->rl, true) < 0)
+                        gp_buf_reset(&lines);
+                enum MHD_Result ret = queue_buf(conn, q->ans_status, body, "application/json", &lines);
+                gp_buf_done(&lines);
                 return ret;
         }
         bool have = q->status > 0 && (q->up_done || q->out.len > q->out_off);

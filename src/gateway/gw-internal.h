@@ -108,6 +108,7 @@ typedef struct gw_req {
         char *ans_body;
         gp_admit_ratelimit rl;
         bool ans_rl;               /* add the rate-limit headers */
+        bool rate_limited;         /* a request or token rate limit applies to its caller (x-ratelimit-* on every answer) */
 } gw_req;
 
 typedef struct usage_rec {

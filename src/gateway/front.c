@@ -67,10 +67,9 @@ typedef struct fconn {
                                     * bytes and a close that came together */
         bool reof;                 /* relay: MHD closed its side */
         /* the request being read */
-        int64_t clen;              /* its body's length; -1 = chunked */
         gp_h1_chunked ch;
         gp_buf body;               /* a body that did not come whole with its head */
-        bool keep_alive, http10, head_method;
+        bool keep_alive;           /* the head's, until an error answer closes the connection */
         gw_front_head h;           /* its head, as gw_front_parse_head read it */
         /* its answer */
         gw_req *q;
@@ -270,7 +269,7 @@ static bool fc_pending(const fconn *fc) {
  * the connection closes for an HTTP/1.0 client). */
 static int put_head(fconn *fc, int status, const char *ctype, const gp_buf *lines, int64_t clen) {
         gp_buf *o = &fc->out;
-        if (!fc->keep_alive || (clen < 0 && fc->http10))
+        if (!fc->keep_alive || (clen < 0 && fc->h.http10))
                 fc->close_after = true;
         int rc = gp_buf_printf(o, "HTTP/1.1 %d %s\r\nDate: %s\r\nX-Gpupool-Backend: %s\r\n", status, reason(status),
                                http_date(fc->L), gw_backend());
@@ -280,11 +279,11 @@ static int put_head(fconn *fc, int status, const char *ctype, const gp_buf *line
                 rc = gp_buf_append(o, lines->data, lines->len);
         if (!rc && clen >= 0)
                 rc = gp_buf_printf(o, "Content-Length: %" PRId64 "\r\n", clen);
-        else if (!rc && !fc->http10)
+        else if (!rc && !fc->h.http10)
                 rc = gp_buf_puts(o, "Transfer-Encoding: chunked\r\n");
         if (!rc && fc->close_after)
                 rc = gp_buf_puts(o, "Connection: close\r\n");
-        else if (!rc && fc->http10)
+        else if (!rc && fc->h.http10)
                 rc = gp_buf_puts(o, "Connection: keep-alive\r\n");
         if (!rc)
                 rc = gp_buf_puts(o, "\r\n");
@@ -311,7 +310,7 @@ static void answer_whole(fconn *fc, int status, char *body, const gp_buf *lines)
         }
         size_t n = body ? strlen(body) : 0;
         int rc = put_head(fc, status, "application/json", lines, (int64_t)n);
-        if (!rc && n && !fc->head_method)
+        if (!rc && n && !fc->h.head)
                 rc = gp_buf_append(&fc->out, body, n);
         free(body);
         if (rc)
@@ -354,7 +353,7 @@ static void produce(fconn *fc) {
                 if (q->up_done && !q->up_failed) {
                         size_t n = q->out.len - q->out_off;
                         int rc = put_head(fc, (int)q->status, NULL, &q->hdrs, (int64_t)n);
-                        if (!rc && n && !fc->head_method)
+                        if (!rc && n && !fc->h.head)
                                 rc = gp_buf_append(&fc->out, q->out.data + q->out_off, n);
                         gp_buf_reset(&q->out);
                         q->out_off = 0;
@@ -377,10 +376,10 @@ static void produce(fconn *fc) {
                 return;
         size_t avail = q->out.len - q->out_off;
         if (avail && fc->out.len - fc->out_off < FC_OUT_HIGH) {
-                int rc = fc->http10 ? 0 : gp_buf_printf(&fc->out, "%zx\r\n", avail);
+                int rc = fc->h.http10 ? 0 : gp_buf_printf(&fc->out, "%zx\r\n", avail);
                 if (!rc)
                         rc = gp_buf_append(&fc->out, q->out.data + q->out_off, avail);
-                if (!rc && !fc->http10)
+                if (!rc && !fc->h.http10)
                         rc = gp_buf_puts(&fc->out, "\r\n");
                 if (rc) {
                         fc->close_after = true;
@@ -397,7 +396,7 @@ static void produce(fconn *fc) {
         if (q->up_done && q->out.len == q->out_off) {
                 if (q->up_failed)
                         fc->close_after = true; /* cut short: the client must not take it for whole */
-                else if (!fc->http10 && gp_buf_puts(&fc->out, "0\r\n\r\n"))
+                else if (!fc->h.http10 && gp_buf_puts(&fc->out, "0\r\n\r\n"))
                         fc->close_after = true;
                 fc->done_queued = true;
         }
@@ -621,6 +620,7 @@ int gw_front_parse_head(const char *in, size_t n, gw_front_head *h) {
         memcpy(h->url, r.target, ul);
         h->url[ul] = '\0';
         gp_strlcpy(h->method, r.method, sizeof(h->method));
+        h->head = !strcmp(r.method, "HEAD");
         h->keep_alive = r.keep_alive;
         h->http10 = r.minor == 0;
         h->expect = r.expect_continue;
@@ -661,19 +661,16 @@ static void advance(fconn *fc) {
                                 return;
                         }
                         fc->keep_alive = fc->h.keep_alive;
-                        fc->http10 = fc->h.http10;
-                        fc->head_method = !strcmp(fc->h.method, "HEAD");
-                        fc->clen = fc->h.clen;
                         consume(fc, fc->h.head_len);
                         memset(&fc->ch, 0, sizeof(fc->ch));
                         gp_buf_reset(&fc->body);
-                        if (fc->clen > g->max_body_bytes) {
+                        if (fc->h.clen > g->max_body_bytes) {
                                 char m[96];
                                 snprintf(m, sizeof(m), "request body over %" PRId64 " bytes", g->max_body_bytes);
                                 answer_error(fc, 413, "invalid_request_error", "payload_too_large", m, true);
                                 return;
                         }
-                        if (fc->h.expect && fc->clen != 0 && !fc->inlen &&
+                        if (fc->h.expect && fc->h.clen != 0 && !fc->inlen &&
                             gp_buf_puts(&fc->out, "HTTP/1.1 100 Continue\r\n\r\n") == 0)
                                 send_out(fc);
                         fc->state = FS_BODY;
@@ -681,8 +678,8 @@ static void advance(fconn *fc) {
                 }
                 if (fc->state != FS_BODY)
                         return;
-                if (fc->clen >= 0) {
-                        size_t need = (size_t)fc->clen - fc->body.len;
+                if (fc->h.clen >= 0) {
+                        size_t need = (size_t)fc->h.clen - fc->body.len;
                         if (!fc->body.len && fc->inlen >= need) {
                                 /* the usual case: the body came with its head; no copy */
                                 dispatch(fc, fc->in, need);
@@ -695,7 +692,7 @@ static void advance(fconn *fc) {
                                 return;
                         }
                         consume(fc, take);
-                        if (fc->body.len < (size_t)fc->clen) {
+                        if (fc->body.len < (size_t)fc->h.clen) {
                                 if (fc->eof)
                                         fc_close(fc);
                                 return;

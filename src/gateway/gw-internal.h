@@ -209,6 +209,7 @@ typedef struct gw_front_head {
         size_t head_len;           /* bytes of the head */
         bool v1;                   /* for /v1 (else the rest below is not filled) */
         char method[16];
+        bool head;                 /* method HEAD: answers carry no body */
         char url[512];             /* the target up to its query */
         bool keep_alive, http10, expect;
         int64_t clen;              /* body bytes; -1 = chunked */

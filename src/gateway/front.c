@@ -898,8 +898,6 @@ void gw_front_event(loop *L, uint64_t data, uint32_t events) {
                 fc->readable = true;
         if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 fc->hup = true;
-        if ((events & EPOLLRDHUP) && fc->state <= FS_BODY)
-                fc->eof = true; /* it sends nothing after what is buffered: answer that, then close */
         switch (fc->state) {
         case FS_SNIFF:
                 sniff(fc);

@@ -1197,20 +1197,30 @@ static int log_put(run *r, const char *p, size_t n) {
         return w;
 }
 
+/* Output was lost to a full disk: say so in the log, once there is room.
+ * true when nothing (more) is to be said. */
+static bool log_note_lost(run *r) {
+        if (r->lost == 0 || r->logfd < 0 || r->log_broken)
+                return r->lost == 0;
+        char note[128];
+        int m = snprintf(note, sizeof(note), "%s[gpupool: %lld bytes of output lost: the disk was full]\n",
+                         r->last == '\n' ? "" : "\n", (long long)r->lost);
+        int64_t lost = r->lost;
+        r->lost = 0;
+        if (log_put(r, note, (size_t)m) < 0) {
+                r->lost = lost; /* still full: the note is not output */
+                return false;
+        }
+        r->last = '\n';
+        return true;
+}
+
 static void log_write(run *r, const char *p, size_t n) {
         if (r->capped || r->log_broken || n == 0)
                 return;
-        if (r->lost > 0) {
-                char note[128];
-                int m = snprintf(note, sizeof(note), "%s[gpupool: %lld bytes of output lost: the disk was full]\n",
-                                 r->last == '\n' ? "" : "\n", (long long)r->lost);
-                int64_t lost = r->lost;
-                r->lost = 0;
-                if (log_put(r, note, (size_t)m) < 0) {
-                        r->lost = lost + (int64_t)n; /* still full: this chunk is lost too */
-                        return;
-                }
-                r->last = '\n';
+        if (!log_note_lost(r)) {
+                r->lost += (int64_t)n; /* still full: this chunk is lost too */
+                return;
         }
         bool cut = false;
         if ((int64_t)n > r->cap - r->logged) {
@@ -1628,6 +1638,7 @@ int gp_exec_supervise_main(const char *task_dir) {
         }
         result_of(&r, &s, &res);
 write:
+        log_note_lost(&r);
         if (r.logfd >= 0)
                 fsync(r.logfd);
         rc = write_result(dirfd, &res);
@@ -1639,6 +1650,8 @@ write:
                 sleep(1);
                 rc = write_result(dirfd, &res);
         }
+        if (!r.capped && log_note_lost(&r) && r.logfd >= 0) /* room again: say what was lost */
+                fsync(r.logfd);
         if (rc < 0) {
                 say(task_dir, "cannot write " RESULT_NAME, rc);
                 status = 1;

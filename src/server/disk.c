@@ -4,7 +4,7 @@
  * Invariants:
  *   - degraded is only changed by the loop thread (or gp_disk_open before
  *     the threads start); other threads read it with __atomic loads;
- *   - the reserve is held (a file of GP_DISK_RESERVE_BYTES allocated
+ *   - the reserve is held (a file of store.disk_reserve_mb allocated
  *     blocks) only while not degraded, or when nothing could be released;
  *     it is given back the moment the daemon becomes degraded, so the
  *     writes that shrink the work (cancels, releases, task ends) find room;
@@ -42,6 +42,8 @@ struct gp_disk {
         bool pg;                      /* the store is PostgreSQL */
         int degraded;                 /* atomic */
         bool held;                    /* the reserve file is allocated */
+        int64_t reserve_bytes;        /* store.disk_reserve_mb */
+        int64_t low_bytes;            /* store.disk_min_free_mb */
         int64_t next_check_ms;        /* mono ms; degraded only */
 };
 
@@ -58,10 +60,14 @@ static int64_t free_bytes(const struct gp_disk *k) {
 }
 
 static int make_reserve(struct gp_disk *k) {
+        if (k->reserve_bytes == 0)
+                return 0;
         int fd = open(k->reserve, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0)
                 return -errno;
-        int e = posix_fallocate(fd, 0, GP_DISK_RESERVE_BYTES);
+        int e = ftruncate(fd, k->reserve_bytes) < 0 ? errno : 0; /* a larger one from an older config shrinks */
+        if (!e)
+                e = posix_fallocate(fd, 0, k->reserve_bytes);
         close(fd);
         if (e) {
                 unlink(k->reserve); /* a half reserve only hides space */
@@ -95,6 +101,8 @@ int gp_disk_open(gp_daemon *d, char *err, size_t errlen) {
                 return -ENOMEM;
         }
         d->disk = k;
+        k->reserve_bytes = (int64_t)d->cfg.store_disk_reserve_mb << 20;
+        k->low_bytes = (int64_t)d->cfg.store_disk_min_free_mb << 20;
         const char *url = d->cfg.store_url;
         bool in_data_dir = true;
         if (!strncmp(url, "sqlite://", 9)) {
@@ -122,15 +130,18 @@ int gp_disk_open(gp_daemon *d, char *err, size_t errlen) {
         snprintf(k->msg_server, sizeof(k->msg_server), "the PostgreSQL server's disk is full");
         k->msg = k->msg_dir;
         struct stat st;
-        k->held = stat(k->reserve, &st) == 0 && S_ISREG(st.st_mode) && (int64_t)st.st_blocks * 512 >= GP_DISK_RESERVE_BYTES;
+        k->held = stat(k->reserve, &st) == 0 && S_ISREG(st.st_mode);
+        if (k->held && (k->reserve_bytes == 0 || st.st_size != k->reserve_bytes ||
+                        (int64_t)st.st_blocks * 512 < k->reserve_bytes))
+                release_reserve(k); /* none wanted, or not the size configured: made again below */
         int64_t avail = free_bytes(k);
-        if (avail >= 0 && avail < GP_DISK_LOW_BYTES) {
+        if (avail >= 0 && avail < k->low_bytes) {
                 char why[64];
                 snprintf(why, sizeof(why), "%" PRId64 " bytes free at start", avail);
                 enter(k, k->msg_dir, why);
                 return 0;
         }
-        if (!k->held) {
+        if (!k->held && k->reserve_bytes > 0) {
                 int rc = make_reserve(k);
                 if (rc < 0)
                         gp_warn("no disk reserve (%s: %s): on a full disk cancels may not be storable", k->reserve,
@@ -156,7 +167,7 @@ bool gp_disk_check(gp_daemon *d) {
         if (avail < 0)
                 return degraded; /* cannot tell: no change */
         if (!degraded) {
-                if (avail < GP_DISK_LOW_BYTES) {
+                if (avail < k->low_bytes) {
                         char why[64];
                         snprintf(why, sizeof(why), "%" PRId64 " bytes free", avail);
                         enter(k, k->msg_dir, why);
@@ -165,7 +176,7 @@ bool gp_disk_check(gp_daemon *d) {
                 return false;
         }
         k->next_check_ms = now + CHECK_EVERY_MS;
-        if (avail < 2 * GP_DISK_LOW_BYTES + (k->held ? 0 : GP_DISK_RESERVE_BYTES))
+        if (avail < 2 * k->low_bytes + (k->held ? 0 : k->reserve_bytes))
                 return true;
         if (!k->held && make_reserve(k) < 0)
                 return true; /* taken again meanwhile: next time */

@@ -2,14 +2,15 @@
  *
  * The store's directory (the SQLite database's directory; the data dir for
  * PostgreSQL, where task logs and results live) is watched with statvfs.
- * The daemon is "degraded" while it is (nearly) full or a store commit
- * failed for lack of space: the loop then refuses work that grows the
- * store (submits, admin writes) with 507 before applying it, does not start
- * tasks, and still stores what shrinks the work (cancels, releases, task
- * ends) into the space a reserve file (DATA_DIR/gpupool.reserve, made with
- * posix_fallocate at start) gave back when the daemon became degraded.
- * When space is back (checked at most once a second while degraded) the
- * reserve is made again and the daemon goes on by itself.
+ * The daemon is "degraded" while less than store.disk_min_free_mb is free
+ * there or since a store commit failed for lack of space: the loop then
+ * refuses work that grows the store (submits, admin writes) with 507 before
+ * applying it, does not start tasks, and still stores what shrinks the work
+ * (cancels, releases, task ends) into the space a reserve file
+ * (DIR/gpupool.reserve, store.disk_reserve_mb, made with posix_fallocate at
+ * start) gave back when the daemon became degraded.  When the reserve plus
+ * twice the minimum is free again (checked at most once a second while
+ * degraded) the reserve is made again and the daemon goes on by itself.
  *
  * Threads: gp_disk_open/close at start/stop; gp_disk_check and
  * gp_disk_store_full on the loop thread only; gp_disk_degraded,
@@ -27,8 +28,6 @@
 
 struct gp_daemon;
 
-#define GP_DISK_RESERVE_BYTES ((int64_t)4 << 20) /* the reserve file */
-#define GP_DISK_LOW_BYTES ((int64_t)1 << 20)     /* degraded below this much free space */
 #define GP_DISK_RETRY_AFTER_S 30                 /* Retry-After of a 507 */
 
 /* Pick the directory to watch, look at its free space, and make the

@@ -56,6 +56,17 @@ int gp_cli_check(FILE *err, int rc, const gp_cli_resp *r, const gp_buf *msg) {
         json_t *e = json_object_get(r->json, "error");
         const char *code = json_string_value(json_object_get(e, "code"));
         const char *text = json_string_value(json_object_get(e, "message"));
+        if (r->status == 507) { /* Insufficient Storage: nothing was changed, it is worth trying again */
+                fputs("gpupool: the server's disk is full; try again later", err);
+                if (r->retry_after >= 0)
+                        fprintf(err, " (retry after %ld s)", r->retry_after);
+                if (text) {
+                        fputs(": ", err);
+                        msg_clean(err, text);
+                }
+                fputc('\n', err);
+                return GP_CLI_EXIT_REFUSED;
+        }
         if (r->status >= 400 && (code || text)) {
                 fputs("gpupool: ", err);
                 msg_clean(err, code ? code : "error");

@@ -138,6 +138,8 @@ static const struct field fields[] = {
         {"store", K_SECTION, NOSTORE, 0, 0, NULL},
         {"store.url", K_CUSTOM, CFG(store_url), 1, PATH_MAX + 15, parse_store_url},
         {"store.sync", K_CUSTOM, CFG(store_sync_full), 0, 0, parse_store_sync},
+        {"store.disk_reserve_mb", K_INT, CFG(store_disk_reserve_mb), 0, 1024, NULL},
+        {"store.disk_min_free_mb", K_INT, CFG(store_disk_min_free_mb), 0, 1024, NULL},
 
         {"gpus", K_SECTION, NOSTORE, 0, 0, NULL},
         {"gpus.backend", K_CUSTOM, CFG(gpu_backend), 0, 0, parse_backend},
@@ -342,6 +344,8 @@ void gp_config_defaults(gp_config *cfg) {
 
         derive_store_url(cfg->data_dir, cfg->store_url, sizeof(cfg->store_url));
         cfg->store_sync_full = true;
+        cfg->store_disk_reserve_mb = 4;
+        cfg->store_disk_min_free_mb = 1;
 
         gp_strlcpy(cfg->gpu_backend, "auto", sizeof(cfg->gpu_backend));
         gp_strlcpy(cfg->nvml_library, "libnvidia-ml.so.1", sizeof(cfg->nvml_library));

@@ -191,6 +191,8 @@ typedef struct gp_config {
         /* store */
         char store_url[PATH_MAX + 16];       /* default "sqlite://<data_dir>/gpupool.db" */
         bool store_sync_full;                /* store.sync: full (default) | normal */
+        int store_disk_reserve_mb;           /* store.disk_reserve_mb: the full-disk reserve file, 0..1024 */
+        int store_disk_min_free_mb;          /* store.disk_min_free_mb: degraded below this, 0..1024 */
 
         /* gpus */
         char gpu_backend[8];                 /* "auto" (default) | "nvml" | "sim" */

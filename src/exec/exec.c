@@ -62,6 +62,7 @@
 #define START_WAIT_MS 5000                 /* gp_exec_start: supervisor.pid must appear */
 #define GROUP_WAIT_MS 5000                 /* command ended: wait for its group to empty */
 #define DRAIN_WAIT_MS 1000                 /* then for EOF on the output pipe */
+#define RESULT_RETRY_S 86400              /* result.json on a full disk: tries, one a second */
 #define ARG_SHOW_MAX 96                    /* bytes of argv[0]/workdir quoted in messages */
 
 extern char **environ;
@@ -1158,7 +1159,8 @@ typedef struct run {
         int64_t logged;              /* bytes in the log file */
         int64_t cap;                 /* max_log_bytes */
         bool capped;                 /* cap reached: output is discarded */
-        bool log_broken;             /* a write failed: output is discarded */
+        bool log_broken;             /* a write failed (not for space): output is discarded */
+        int64_t lost;                /* bytes dropped while the disk was full, not yet noted in the log */
         char last;                   /* last byte in the log ('\n' when empty) */
         gp_exec_end reason;          /* GP_EXEC_TIMEOUT/CANCELLED once stopping */
         bool stopping;               /* SIGTERM sent to the group */
@@ -1170,20 +1172,64 @@ typedef struct run {
         int64_t finished_ms;         /* wall clock when it was reaped */
 } run;
 
+/* Write to the log; 0, or -ENOSPC/-EDQUOT when the disk is full (what did
+ * not fit is counted in r->lost, and noted in the log once space is back:
+ * a full disk must neither kill the supervisor nor block the command on a
+ * full pipe), or another error (the log is given up). */
+static int log_put(run *r, const char *p, size_t n) {
+        int w = write_all(r->logfd, p, n);
+        if (w == 0) {
+                r->logged += (int64_t)n;
+                return 0;
+        }
+        if (w != -ENOSPC && w != -EDQUOT) {
+                r->log_broken = true;
+                return w;
+        }
+        struct stat st; /* a part may have been written */
+        int64_t wrote = fstat(r->logfd, &st) == 0 && st.st_size > r->logged ? st.st_size - r->logged : 0;
+        if (wrote > (int64_t)n)
+                wrote = (int64_t)n;
+        r->logged += wrote;
+        if (wrote > 0)
+                r->last = p[wrote - 1];
+        r->lost += (int64_t)n - wrote;
+        return w;
+}
+
+/* Output was lost to a full disk: say so in the log, once there is room.
+ * true when nothing (more) is to be said. */
+static bool log_note_lost(run *r) {
+        if (r->lost == 0 || r->logfd < 0 || r->log_broken)
+                return r->lost == 0;
+        char note[128];
+        int m = snprintf(note, sizeof(note), "%s[gpupool: %lld bytes of output lost: the disk was full]\n",
+                         r->last == '\n' ? "" : "\n", (long long)r->lost);
+        int64_t lost = r->lost;
+        r->lost = 0;
+        if (log_put(r, note, (size_t)m) < 0) {
+                r->lost = lost; /* still full: the note is not output */
+                return false;
+        }
+        r->last = '\n';
+        return true;
+}
+
 static void log_write(run *r, const char *p, size_t n) {
         if (r->capped || r->log_broken || n == 0)
                 return;
+        if (!log_note_lost(r)) {
+                r->lost += (int64_t)n; /* still full: this chunk is lost too */
+                return;
+        }
         bool cut = false;
         if ((int64_t)n > r->cap - r->logged) {
                 n = (size_t)(r->cap - r->logged);
                 cut = true;
         }
         if (n > 0) {
-                if (write_all(r->logfd, p, n) < 0) {
-                        r->log_broken = true;
+                if (log_put(r, p, n) < 0)
                         return;
-                }
-                r->logged += (int64_t)n;
                 r->last = p[n - 1];
         }
         if (!cut)
@@ -1192,8 +1238,7 @@ static void log_write(run *r, const char *p, size_t n) {
         char marker[96];
         int m = snprintf(marker, sizeof(marker), "%s[gpupool: log truncated at %lld bytes]\n",
                          r->last == '\n' ? "" : "\n", (long long)r->cap);
-        if (write_all(r->logfd, marker, (size_t)m) < 0)
-                r->log_broken = true;
+        log_put(r, marker, (size_t)m);
         r->capped = true;
 }
 
@@ -1593,9 +1638,20 @@ int gp_exec_supervise_main(const char *task_dir) {
         }
         result_of(&r, &s, &res);
 write:
+        log_note_lost(&r);
         if (r.logfd >= 0)
                 fsync(r.logfd);
         rc = write_result(dirfd, &res);
+        /* a full disk: the end must not become "lost" (the daemon records
+         * what this file says): try again every second, for a day at most */
+        for (int i = 0; (rc == -ENOSPC || rc == -EDQUOT) && i < RESULT_RETRY_S; i++) {
+                if (i == 0)
+                        say(task_dir, "cannot write " RESULT_NAME " (trying again every second)", rc);
+                sleep(1);
+                rc = write_result(dirfd, &res);
+        }
+        if (!r.capped && log_note_lost(&r) && r.logfd >= 0) /* room again: say what was lost */
+                fsync(r.logfd);
         if (rc < 0) {
                 say(task_dir, "cannot write " RESULT_NAME, rc);
                 status = 1;

@@ -335,12 +335,16 @@ int gp_billing_store(gp_daemon *d) {
                 rc = s ? gp_store_meta_set(d->ws, "credits", s) : -ENOMEM;
                 free(s);
         }
+        return rc;
+}
+
+void gp_billing_stored(gp_daemon *d) {
+        gp_billing *b = B(d);
         b->nsegs = b->ntoks = 0;
         for (size_t i = 0; i < b->ninvs; i++)
                 free(b->invs[i].json);
         b->ninvs = 0;
         b->meta_credits = false;
-        return rc;
 }
 
 /* ------------------------------------------------------------------ */

@@ -74,9 +74,12 @@ void gp_billing_tick(struct gp_daemon *d, int64_t now_ms);
 int64_t gp_billing_next_ms(struct gp_daemon *d);
 /* Loop: anything to store in this batch? */
 bool gp_billing_pending(struct gp_daemon *d);
-/* Loop, inside the batch transaction: store what was queued.  0 or a store
- * error (the daemon stops: nothing unstored is acknowledged). */
+/* Loop, inside the batch transaction: store what was queued (kept queued:
+ * a commit that fails is tried again with the same rows).  0 or a store
+ * error. */
 int gp_billing_store(struct gp_daemon *d);
+/* Loop, after the batch's commit succeeded: forget what gp_billing_store wrote. */
+void gp_billing_stored(struct gp_daemon *d);
 
 /* Loop: the 402 check of a submission.  0 when tenant may submit; else
  * -EDQUOT with *ret_body the error to answer. */

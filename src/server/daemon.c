@@ -11,6 +11,7 @@
 #include "server/server-int.h"
 #include "server/tenants.h"
 #include "server/billing.h"
+#include "server/disk.h"
 
 #include "base/err.h"
 #include "base/log.h"
@@ -283,13 +284,11 @@ static int drained_meta(gp_daemon *d, char *buf, size_t size) {
         return 0;
 }
 
-/* Store every dirty task in one transaction.  A store that fails breaks
- * the promise that answered means stored, so the daemon stops (crash-only:
- * the restart recovers from what was stored). */
-static void commit(gp_daemon *d, batch *b) {
-        if (!b->ndirty && !b->meta_drained && !d->meta_tenants && !d->meta_keys && !d->meta_audit &&
-            !d->meta_weights && !gp_billing_pending(d))
-                return;
+/* One attempt at storing the batch: begin, puts, commit.  On failure the
+ * transaction is rolled back and what is to be stored is still queued
+ * (dirty tasks, tenants' and billing's pending rows), so it can be tried
+ * again. */
+static int commit_once(gp_daemon *d, batch *b) {
         int rc = gp_store_begin(d->ws);
         for (size_t i = 0; rc == 0 && i < b->ndirty; i++)
                 rc = gp_store_task_put(d->ws, b->dirty[i]);
@@ -305,11 +304,49 @@ static void commit(gp_daemon *d, batch *b) {
                 rc = gp_billing_store(d); /* usage segments of this batch: same transaction */
         if (rc == 0)
                 rc = gp_store_commit(d->ws);
-        if (rc < 0) {
-                gp_error("store failed (%s); stopping so that nothing unstored is acknowledged",
-                         gp_store_errmsg(d->ws));
-                _exit(70);
+        if (rc < 0)
+                gp_store_rollback(d->ws); /* a no-op when the commit already rolled back */
+        return rc;
+}
+
+/* Store every dirty task in one transaction, before anything of the batch
+ * is answered or started.  A disk that is full makes the daemon degraded
+ * (disk.h): the reserve is given back and the same batch is tried again at
+ * once, then every second until it is stored (d->lock stays held: no
+ * reader sees the unstored batch, and nothing of it is acknowledged; the
+ * loop's gate makes this rare, since a degraded daemon applies only what
+ * shrinks the work).  Any other store failure breaks the promise that
+ * answered means stored, so the daemon stops (crash-only: the restart
+ * recovers from what was stored). */
+static void commit(gp_daemon *d, batch *b) {
+        if (!b->ndirty && !b->meta_drained && !d->meta_tenants && !d->meta_keys && !d->meta_audit &&
+            !d->meta_weights && !gp_billing_pending(d))
+                return;
+        for (int attempt = 0;; attempt++) {
+                int rc = commit_once(d, b);
+                if (rc == 0)
+                        break;
+                if (!gp_store_full(d->ws)) {
+                        gp_error("store failed (%s); stopping so that nothing unstored is acknowledged",
+                                 gp_store_errmsg(d->ws));
+                        _exit(70);
+                }
+                gp_disk_store_full(d, gp_store_errmsg(d->ws));
+                if (attempt == 0)
+                        continue; /* with the reserve given back */
+                if (attempt == 1)
+                        gp_error("a batch of %zu task changes cannot be stored (%s): %s; trying again every "
+                                 "second, its requests wait",
+                                 b->ndirty, gp_store_errmsg(d->ws), gp_disk_message(d));
+                if (__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
+                        gp_error("stopping with a batch that could not be stored; none of it was acknowledged");
+                        _exit(70);
+                }
+                usleep(1000 * 1000);
+                gp_disk_check(d);
         }
+        gp_tenants_stored(d);
+        gp_billing_stored(d);
         d->commits++;
         d->commit_tasks += b->ndirty;
         gp_monitor_store_commit(d->mon, b->ndirty);
@@ -1040,7 +1077,27 @@ static void defer_spawn(gp_daemon *d, int64_t id) {
         d->ndeferred++;
 }
 
+/* Commands that add to what the store holds: refused while the disk is
+ * full.  Cancels, releases, heartbeats, drains and task ends shrink the
+ * work (or write a few bytes) and go on. */
+static bool grows_store(cmd_kind k) {
+        switch (k) {
+        case CMD_SUBMIT:
+        case CMD_TENANT_PUT:
+        case CMD_KEY_CREATE:
+        case CMD_WEIGHTS:
+        case CMD_CREDIT:
+        case CMD_INVOICE:
+                return true;
+        default:
+                return false;
+        }
+}
+
 static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
+        /* before anything is applied: a degraded daemon refuses growth here,
+         * so a failed commit never has to take back what it applied */
+        bool full = gp_disk_check(d);
         int64_t now = gp_now_ms();
         batch b = {0};
         size_t ncmd = 0;
@@ -1054,6 +1111,14 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         pthread_mutex_lock(&d->lock);
         size_t i = 0;
         for (cmd *c = list; c; c = c->next, i++) {
+                if (full && grows_store(c->kind)) {
+                        if (c->kind == CMD_SUBMIT)
+                                gp_monitor_submit_rejected(d->mon, "other");
+                        out[i].status = 507;
+                        out[i].retry_after = GP_DISK_RETRY_AFTER_S;
+                        out[i].body = gp_disk_error_body(d);
+                        continue;
+                }
                 switch (c->kind) {
                 case CMD_SUBMIT: apply_submit(d, &b, c, now, &out[i]); break;
                 case CMD_CANCEL: apply_cancel(d, &b, c, now, &out[i]); break;
@@ -1082,7 +1147,8 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         gp_tenants_tick(d, now, false);
         expire_leases(d, &b, now);
         expire_preempting(d, &b, now);
-        apply_decisions(d, &b, now);
+        if (!full) /* no task starts while its `running` state may not be storable */
+                apply_decisions(d, &b, now);
         gp_billing_tick(d, now); /* interval segments of long runs */
         commit(d, &b);
         i = 0;
@@ -1099,7 +1165,9 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         for (size_t k = 0; k < b.nspawn; k++)
                 defer_spawn(d, b.spawn[k]->id);
         bool lease_grace = d->lpreempting.live > 0; /* read under lock above; only this thread changes it */
-        while (d->ndraining == 0 && !lease_grace && d->ndeferred > 0) {
+        /* nor while the disk is full: a supervisor writes its files in the
+         * data dir (they start when space is back) */
+        while (d->ndraining == 0 && !lease_grace && d->ndeferred > 0 && !gp_disk_degraded(d)) {
                 pthread_mutex_lock(&d->lock);
                 gp_task *t = gp_i64map_get(&d->tasks, d->deferred[--d->ndeferred]);
                 bool go = t && t->state == GP_TASK_RUNNING && !t->is_lease && t->sup_pid == 0 &&
@@ -1309,7 +1377,8 @@ static void *checkpoint_main(void *arg) {
         while (!__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
                 for (int i = 0; i < 2 && !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE); i++)
                         usleep(100 * 1000);
-                if (gp_store_checkpoint(d->cs, NULL) < 0)
+                /* on a full disk it fails each time: said once, by disk.c */
+                if (gp_store_checkpoint(d->cs, NULL) < 0 && !gp_disk_degraded(d) && !gp_store_full(d->cs))
                         gp_warn("WAL checkpoint: %s", gp_store_errmsg(d->cs));
         }
         return NULL;
@@ -1558,6 +1627,8 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
                 snprintf(err, errlen, "tasks dir under %s: cannot create", cfg->data_dir);
                 return rc < 0 ? rc : -ENAMETOOLONG;
         }
+        if ((rc = gp_disk_open(d, err, errlen)) < 0)
+                return rc;
         /* the writer never checkpoints on its commit path: a thread of its
          * own copies the WAL into the database in the background */
         gp_store_options so = {.sync_full = cfg->store_sync_full, .manual_checkpoint = true};
@@ -1622,6 +1693,10 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         /* never-started batch tasks are started by the first loop pass */
         for (size_t i = 0; i < b.nspawn; i++) {
                 gp_task *t = b.spawn[i];
+                if (gp_disk_degraded(d)) {
+                        defer_spawn(d, t->id); /* the loop starts it when space is back */
+                        continue;
+                }
                 int e = spawn(d, t);
                 if (e == 0) {
                         watch_add(d, t);
@@ -1717,6 +1792,7 @@ void gp_daemon_close(gp_daemon *d) {
         gp_store_close(d->rs);
         gp_store_close(d->cs);
         gp_gpu_close(d->gpu);
+        gp_disk_close(d);
         free(d->gpu_ids);
         free(d->gpu_info);
         if (d->evfd >= 0)

@@ -15,6 +15,7 @@
 #include "base/sha256.h"
 #include "base/util.h"
 #include "server/billing.h"
+#include "server/disk.h"
 #include "gateway/gateway.h"
 #include "server/monitor.h"
 #include "server/submit.h"
@@ -820,15 +821,22 @@ static enum MHD_Result route(hreq *r, const char *url, const char *method) {
         gp_daemon *d = r->d;
         bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
         bool post = !strcmp(method, "POST");
+        /* a full disk is "degraded", still 200: a liveness probe must not
+         * restart a daemon that serves reads and cancels (docs/deployment.md) */
         if (!strcmp(url, "/healthz"))
-                return get ? send_json(r, 200, json_pack("{s:s}", "status", "ok"))
-                           : send_error(r, 405, "method_not_allowed", "use GET");
+                return !get                   ? send_error(r, 405, "method_not_allowed", "use GET")
+                       : gp_disk_degraded(d) ? send_json(r, 200, json_pack("{s:s,s:s}", "status", "degraded", "reason",
+                                                                           gp_disk_message(d)))
+                                             : send_json(r, 200, json_pack("{s:s}", "status", "ok"));
         if (!strcmp(url, "/readyz")) {
                 if (!get)
                         return send_error(r, 405, "method_not_allowed", "use GET");
                 if (!__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE) ||
                     __atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE))
                         return send_json(r, 503, json_pack("{s:s}", "status", "starting"));
+                if (gp_disk_degraded(d)) /* still ready: reads and cancels are served */
+                        return send_json(r, 200, json_pack("{s:s,s:s,s:s}", "status", "ready", "store", "degraded",
+                                                           "reason", gp_disk_message(d)));
                 return send_json(r, 200, json_pack("{s:s}", "status", "ready"));
         }
         if (r->body_too_big)

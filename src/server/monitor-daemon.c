@@ -8,6 +8,7 @@
  * call, see http.c).  Nothing here writes the daemon's state.
  */
 #include "gateway/gateway.h"
+#include "server/disk.h"
 #include "server/monitor.h"
 
 #include <errno.h>
@@ -278,6 +279,8 @@ static enum MHD_Result get_prometheus(hreq *r) {
         int rc = gp_monitor_prometheus(d->mon, s, gp_now_ms() - d->started_ms, &b);
         if (rc == 0)
                 rc = gp_gw_prometheus(d->gw, &b);
+        if (rc == 0)
+                rc = gp_disk_prometheus(d, &b);
         free(s);
         return send_buf(r, &b, rc, "text/plain; version=0.0.4; charset=utf-8");
 }

@@ -171,6 +171,7 @@ typedef struct gp_daemon {
         struct gp_monitor *mon;     /* metrics registry and history (monitor.h), thread-safe */
         struct gp_alerts *alerts;   /* alert rules and webhook (alerts.h), thread-safe */
         struct gp_billing *bill;    /* metering, credits, invoices (billing.h) */
+        struct gp_disk *disk;       /* free-space watch, degraded mode, the reserve (disk.h) */
 } gp_daemon;
 
 /* daemon.c */

@@ -645,8 +645,11 @@ int gp_tenants_store(gp_daemon *d) {
                 rc = store_json(d, "weights", weights_json(d->cfg.weights));
         if (rc == 0 && d->meta_audit)
                 rc = store_json(d, "audit", json_incref(d->audit));
-        d->meta_tenants = d->meta_keys = d->meta_audit = d->meta_weights = false;
         return rc;
+}
+
+void gp_tenants_stored(gp_daemon *d) {
+        d->meta_tenants = d->meta_keys = d->meta_audit = d->meta_weights = false;
 }
 
 /* ------------------------------------------------------------------ */

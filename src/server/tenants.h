@@ -75,8 +75,10 @@ void gp_tenants_apply(struct gp_daemon *d, struct cmd *c, int64_t now_ms, int *r
  * with the batch).  Takes ownership of old and new (either may be NULL). */
 void gp_tenants_audit(struct gp_daemon *d, const char *who, const char *action, const char *target,
                       struct json_t *old, struct json_t *new, int64_t now_ms);
-/* Loop thread, inside the batch transaction: store what changed.
- * 0 or a store error. */
+/* Loop thread, inside the batch transaction: store what changed (still
+ * marked changed: a failed commit is tried again).  0 or a store error. */
 int gp_tenants_store(struct gp_daemon *d);
+/* Loop thread, after the batch's commit succeeded: nothing left to store. */
+void gp_tenants_stored(struct gp_daemon *d);
 
 #endif

@@ -195,6 +195,9 @@ static void trimmed(const char *msg, char *out, size_t size) {
 static int pg_err(gp_store *s, const PGresult *res, const char *what) {
         char msg[GP_STORE_ERRMSG_MAX];
         const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+        const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+        if (state && !strcmp(state, "53100")) /* disk_full on the server */
+                s->full = true;
         trimmed(primary ? primary : PQerrorMessage(impl(s)->conn), msg, sizeof(msg));
         if (!msg[0])
                 gp_strlcpy(msg, "no answer from the server", sizeof(msg));

@@ -134,7 +134,13 @@ static sqlite_store *impl(gp_store *s) {
 
 /* Message for a failed SQLite call: the database's own text. */
 static int db_err(gp_store *s, const char *what) {
-        return store_set_err(s, sqlite3_errmsg(impl(s)->db), "%s", what);
+        sqlite3 *db = impl(s)->db;
+        int code = sqlite3_extended_errcode(db), sys = sqlite3_system_errno(db);
+        /* the unix VFS answers SQLITE_FULL for a write that hit ENOSPC; growing
+         * the -shm file or a size hint reports an I/O error with the errno */
+        if ((code & 0xff) == SQLITE_FULL || ((code & 0xff) == SQLITE_IOERR && (sys == ENOSPC || sys == EDQUOT)))
+                s->full = true;
+        return store_set_err(s, sqlite3_errmsg(db), "%s", what);
 }
 
 static void done_stmt(sqlite3_stmt *st) {

@@ -139,6 +139,8 @@ struct gp_store {
         bool doomed;                        /* an operation failed inside the open transaction */
         int fail_after;                     /* fault injection: >0 counts down statements, 0 off */
         bool in_cb;                         /* a list callback is running: refuse re-entry */
+        bool full;                          /* a failure since the last begin was the database's
+                                               storage being full (gp_store_full) */
         char errmsg[GP_STORE_ERRMSG_MAX];   /* last failure, "" if none */
 };
 

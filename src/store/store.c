@@ -136,6 +136,10 @@ const char *gp_store_errmsg(gp_store *s) {
         return s ? s->errmsg : "";
 }
 
+bool gp_store_full(gp_store *s) {
+        return s && s->full;
+}
+
 void gp_store_fail_after(gp_store *s, int n) {
         s->fail_after = n > 0 ? n : 0;
 }
@@ -151,6 +155,8 @@ static int track(gp_store *s, int r) {
 /* Refuse re-entry from a list callback, and work inside a doomed
  * transaction. */
 static int enter(gp_store *s, const char *what) {
+        if (!s->in_tx)
+                s->full = false; /* outside a transaction each call starts afresh */
         if (s->in_cb) {
                 store_set_err(s, "the handle is busy running a list callback", "%s", what);
                 return -EBUSY;
@@ -174,6 +180,7 @@ int gp_store_begin(gp_store *s) {
                 return r;
         if (s->in_tx)
                 return store_set_err(s, "a transaction is already open", "begin");
+        s->full = false;
         r = s->ops->begin(s);
         s->doomed = false;
         sync_tx(s);

@@ -52,6 +52,14 @@ int gp_store_begin(gp_store *s);
 int gp_store_commit(gp_store *s);
 int gp_store_rollback(gp_store *s);
 
+/* Did a failure since the last gp_store_begin (or, outside a transaction,
+ * since the last operation) come from the database's storage being full?
+ * SQLite: SQLITE_FULL, or an I/O error with errno ENOSPC/EDQUOT (the disk
+ * or quota of the database's directory); PostgreSQL: SQLSTATE 53100
+ * (disk_full on the server).  The daemon uses it to tell "the disk is full,
+ * try again later" from other store failures (docs/internals/store.md). */
+bool gp_store_full(gp_store *s);
+
 /* Insert or replace the whole record by id (spec and gpus included).
  * 0, -EINVAL (record that could not be read back: state out of range,
  * n_gpus outside 0..GP_MAX_GANG, a string not NUL-terminated, spec over

@@ -1095,6 +1095,59 @@ static void test_sqlite_normal_sync_store_works(void **state) {
         gp_store_close(s);
 }
 
+/* A database on a full disk (a 2 MiB tmpfs, as root): the commit fails,
+ * gp_store_full says why (and an ordinary failure does not), nothing is
+ * stored, and once space is back the same handle stores again. */
+static void test_sqlite_full_disk_is_told_apart_and_the_handle_recovers(void **state) {
+        FX(state);
+        if (geteuid() != 0)
+                skip(); /* mounting a tmpfs needs root */
+        char cmd[PATH_MAX + 64];
+        snprintf(cmd, sizeof(cmd), "mount -t tmpfs -o size=2m tmpfs '%s' 2>/dev/null", fx->dir);
+        if (system(cmd) != 0)
+                skip();
+        gp_store *s = open_store(fx);
+        char filler[PATH_MAX + 16];
+        snprintf(filler, sizeof(filler), "%s/filler", fx->dir);
+        FILE *f = fopen(filler, "w");
+        assert_non_null(f);
+        static char chunk[4096];
+        while (fwrite(chunk, 1, sizeof(chunk), f) == sizeof(chunk) && fflush(f) == 0)
+                ;
+        fclose(f);
+        char *spec = malloc(512 << 10);
+        assert_non_null(spec);
+        memset(spec, 'x', (512 << 10) - 1);
+        spec[(512 << 10) - 1] = '\0';
+        gp_task t = make_task(1, "a", GP_TASK_QUEUED);
+        t.spec = spec;
+        int rc = gp_store_begin(s);
+        if (rc == 0)
+                rc = gp_store_task_put(s, &t);
+        if (rc == 0)
+                rc = gp_store_commit(s);
+        else
+                gp_store_rollback(s);
+        assert_int_equal(rc, -GP_ESTORE);
+        assert_true(gp_store_full(s));
+        gp_store_fail_after(s, 1); /* an ordinary failure is not "full" */
+        assert_int_equal(gp_store_begin(s), -GP_ESTORE);
+        assert_false(gp_store_full(s));
+        assert_int_equal(unlink(filler), 0);
+        assert_int_equal(gp_store_begin(s), 0);
+        assert_int_equal(gp_store_task_put(s, &t), 0);
+        assert_int_equal(gp_store_commit(s), 0);
+        assert_false(gp_store_full(s));
+        gp_task got;
+        assert_int_equal(gp_store_task_get(s, 1, &got), 0);
+        assert_int_equal(strlen(got.spec), (512 << 10) - 1);
+        gp_task_done(&got);
+        free(spec);
+        gp_store_close(s);
+        snprintf(cmd, sizeof(cmd), "umount '%s'", fx->dir);
+        assert_int_equal(system(cmd), 0);
+}
+
 /* ---- PostgreSQL-only cases ---- */
 
 static gp_bill_segment make_seg(int64_t task, const char *tenant, int64_t start, int64_t end, int month);
@@ -1409,6 +1462,8 @@ int main(void) {
                                                          fx_setup, fx_teardown, (void *)sq),
                 cmocka_unit_test_prestate_setup_teardown(test_sqlite_normal_sync_store_works, fx_setup,
                                                          fx_teardown, (void *)sq),
+                cmocka_unit_test_prestate_setup_teardown(test_sqlite_full_disk_is_told_apart_and_the_handle_recovers,
+                                                         fx_setup, fx_teardown, (void *)sq),
         };
         const backend *pg = &pg_backend;
         const struct CMUnitTest pg_tests[] = {

@@ -906,3 +906,42 @@ int gp_monitor_history_json(gp_monitor *m, const char *metric, const char *label
         free(pts);
         return r;
 }
+
+/* ------------------------------------------------------------------ */
+/* what a tenant key may see                                           */
+
+bool gp_monitor_metric_per_tenant(const char *metric) {
+        return metric && !strncmp(metric, "tenant_", 7);
+}
+
+int gp_monitor_history_label(const char *metric, const char *gpu, const char *tenant, const char *only_tenant,
+                             const char **ret_label) {
+        if (!only_tenant) {
+                *ret_label = gpu ? gpu : tenant;
+                return 0;
+        }
+        /* a tenant key naming another tenant: 404 whatever the metric */
+        if (tenant && strcmp(tenant, only_tenant))
+                return -ENOENT;
+        if (gp_monitor_metric_per_tenant(metric)) {
+                /* its label is a tenant id: gpu= would name one too */
+                if (gpu && strcmp(gpu, only_tenant))
+                        return -ENOENT;
+                *ret_label = only_tenant;
+                return 0;
+        }
+        *ret_label = gpu ? gpu : tenant;
+        return 0;
+}
+
+double gp_monitor_quota_used_pct(int running, int max_concurrent, int queued, int max_queued, int64_t gpus_milli,
+                                 int64_t max_gpus_milli) {
+        double pct = -1;
+        if (max_concurrent > 0 && 100.0 * running / max_concurrent > pct)
+                pct = 100.0 * running / max_concurrent;
+        if (max_queued > 0 && 100.0 * queued / max_queued > pct)
+                pct = 100.0 * queued / max_queued;
+        if (max_gpus_milli > 0 && 100.0 * (double)gpus_milli / (double)max_gpus_milli > pct)
+                pct = 100.0 * (double)gpus_milli / (double)max_gpus_milli;
+        return pct;
+}

@@ -18,6 +18,7 @@
  */
 #include "server/monitor.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -944,4 +945,44 @@ double gp_monitor_quota_used_pct(int running, int max_concurrent, int queued, in
         if (max_gpus_milli > 0 && 100.0 * (double)gpus_milli / (double)max_gpus_milli > pct)
                 pct = 100.0 * (double)gpus_milli / (double)max_gpus_milli;
         return pct;
+}
+
+size_t gp_monitor_hide_task_ids(char *text, size_t size, bool (*visible)(void *ud, int64_t id), void *ud) {
+        static const char other[] = "a task of another tenant";
+        if (!text || size == 0)
+                return 0;
+        char *out = malloc(size);
+        if (!out) { /* cannot rewrite it: say less rather than too much */
+                text[0] = '\0';
+                return 0;
+        }
+        size_t o = 0, replaced = 0;
+        const char *p = text;
+        while (*p && o + 1 < size) {
+                bool word = p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+                if (word && !strncmp(p, "task ", 5) && isdigit((unsigned char)p[5])) {
+                        const char *q = p + 5;
+                        int64_t id = 0;
+                        bool big = false;
+                        while (isdigit((unsigned char)*q)) {
+                                if (id > (INT64_MAX - 9) / 10)
+                                        big = true;
+                                else
+                                        id = id * 10 + (*q - '0');
+                                q++;
+                        }
+                        if (!isalnum((unsigned char)*q) && (big || !visible(ud, id))) {
+                                for (size_t k = 0; other[k] && o + 1 < size; k++)
+                                        out[o++] = other[k];
+                                p = q;
+                                replaced++;
+                                continue;
+                        }
+                }
+                out[o++] = *p++;
+        }
+        out[o] = '\0';
+        memcpy(text, out, o + 1);
+        free(out);
+        return replaced;
 }

@@ -232,6 +232,13 @@ bool gp_monitor_metric_per_tenant(const char *metric);
 struct json_t;
 size_t gp_monitor_json_keep_tenant(struct json_t *a, const char *key, const char *tenant);
 
+/* Where text (a task's reason, NUL-terminated in a buffer of size bytes)
+ * names "task N" and visible(ud, N) is false, write "a task of another
+ * tenant" instead, so a tenant is told why its task waits without another
+ * tenant's task id.  The result is cut to size - 1 bytes at most.
+ * Returns how many were replaced. */
+size_t gp_monitor_hide_task_ids(char *text, size_t size, bool (*visible)(void *ud, int64_t id), void *ud);
+
 /* A tenant's use of its quota in force, in percent: the highest of
  * running/max_concurrent, queued/max_queued and gpus/max_gpus over the
  * limits that are set (> 0); -1 when none is set (no quota: no value, the

@@ -362,6 +362,32 @@ static void test_json_keep_tenant_drops_every_other_tenants_entry(void **state) 
         json_decref(a);
 }
 
+static bool even_ids_visible(void *ud, int64_t id) {
+        (*(int *)ud)++;
+        return id % 2 == 0;
+}
+
+static void test_hide_task_ids_names_only_visible_tasks(void **state) {
+        int calls = 0;
+        char r[128] = "waiting behind task 7 (P0), which is next in line; see task 8";
+        assert_int_equal(gp_monitor_hide_task_ids(r, sizeof(r), even_ids_visible, &calls), 1);
+        assert_string_equal(r, "waiting behind a task of another tenant (P0), which is next in line; see task 8");
+        assert_int_equal(calls, 2);
+        /* only whole words: "subtask 7", "task 7x", "task" alone stay */
+        char s[64] = "subtask 7, task 7x, task, tasks 9";
+        assert_int_equal(gp_monitor_hide_task_ids(s, sizeof(s), even_ids_visible, &calls), 0);
+        assert_string_equal(s, "subtask 7, task 7x, task, tasks 9");
+        /* an id too big to be one is hidden too */
+        char big[64] = "task 99999999999999999999999 ahead";
+        assert_int_equal(gp_monitor_hide_task_ids(big, sizeof(big), even_ids_visible, &calls), 1);
+        assert_string_equal(big, "a task of another tenant ahead");
+        /* the longer text is cut to the buffer, NUL-terminated */
+        char small[16] = "task 3 ahead";
+        assert_int_equal(gp_monitor_hide_task_ids(small, sizeof(small), even_ids_visible, &calls), 1);
+        assert_string_equal(small, "a task of anoth");
+        assert_int_equal(gp_monitor_hide_task_ids(NULL, 0, even_ids_visible, &calls), 0);
+}
+
 static void test_quota_used_pct_is_the_highest_use_of_a_set_limit(void **state) {
         /* no limit set: no value */
         assert_true(gp_monitor_quota_used_pct(5, 0, 3, 0, 2000, 0) < 0);
@@ -390,6 +416,7 @@ int main(void) {
                 cmocka_unit_test(test_history_label_keeps_a_tenant_key_on_its_own_series),
                 cmocka_unit_test(test_json_keep_tenant_drops_every_other_tenants_entry),
                 cmocka_unit_test(test_quota_used_pct_is_the_highest_use_of_a_set_limit),
+                cmocka_unit_test(test_hide_task_ids_names_only_visible_tasks),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

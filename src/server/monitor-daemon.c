@@ -193,12 +193,40 @@ void gp_monitor_collect(gp_daemon *d, gp_mon_sample *s) {
 /* ------------------------------------------------------------------ */
 /* the sampler's tick                                                  */
 
-static void observe_quota(void *ud, const char *tenant, double pct) {
-        gp_alerts_observe(ud, "tenant_quota_used_pct", tenant, pct);
+/* Each tenant's quota use, read under d->lock and observed after it (the
+ * alerts' mutex is never held with d->lock). */
+typedef struct quota_use {
+        char tenant[GP_TENANT_MAX];
+        double pct;
+} quota_use;
+
+typedef struct quota_list {
+        quota_use *v;
+        size_t n, cap;
+} quota_list;
+
+static void keep_quota(void *ud, const char *tenant, double pct) {
+        quota_list *l = ud;
+        if (l->n == l->cap) {
+                size_t cap = l->cap ? 2 * l->cap : 16;
+                quota_use *v = realloc(l->v, cap * sizeof(*v));
+                if (!v)
+                        return; /* this round misses the rest: they count as not observed */
+                l->v = v;
+                l->cap = cap;
+        }
+        gp_strlcpy(l->v[l->n].tenant, tenant, sizeof(l->v[l->n].tenant));
+        l->v[l->n++].pct = pct;
 }
 
 static void evaluate(gp_daemon *d, const gp_mon_sample *s) {
         gp_alerts *a = d->alerts;
+        quota_list quota = {0};
+        if (gp_alerts_wants(a, "tenant_quota_used_pct")) {
+                pthread_mutex_lock(&d->lock);
+                gp_tenants_quota_used(d, s->t_ms, keep_quota, &quota);
+                pthread_mutex_unlock(&d->lock);
+        }
         gp_alerts_begin(a, s->t_ms);
         for (size_t i = 0; i < s->ngpus; i++) {
                 const gp_mon_gpu *g = &s->gpus[i];
@@ -215,12 +243,9 @@ static void evaluate(gp_daemon *d, const gp_mon_sample *s) {
         if (s->queued_total > 0 && util >= 0) /* only while work waits */
                 gp_alerts_observe(a, "util_pct_while_queued", "", util);
         gp_alerts_observe(a, "queued_tasks", "", (double)s->queued_total);
-        if (gp_alerts_wants(a, "tenant_quota_used_pct")) {
-                /* each tenant with a quota in force; d->lock before the alerts' leaf mutex */
-                pthread_mutex_lock(&d->lock);
-                gp_tenants_quota_used(d, s->t_ms, observe_quota, a);
-                pthread_mutex_unlock(&d->lock);
-        }
+        for (size_t i = 0; i < quota.n; i++) /* each tenant with a quota in force */
+                gp_alerts_observe(a, "tenant_quota_used_pct", quota.v[i].tenant, quota.v[i].pct);
+        free(quota.v);
         /* tenant_balance: still inactive (listed with "active": false) */
         gp_alert_change ch[64];
         size_t n = gp_alerts_end(a, ch, GP_ARRAY_SIZE(ch));

@@ -277,13 +277,37 @@ size_t gp_alerts_end(gp_alerts *a, gp_alert_change *ret, size_t max) {
         return n < max ? n : max;
 }
 
-size_t gp_alerts_firing(gp_alerts *a) {
+/* Is a rule's alert about one tenant (its subject a tenant id)? */
+static bool rule_per_tenant(const gp_cfg_alert_rule *r) {
+        return !strncmp(r->metric, "tenant_", 7);
+}
+
+/* May a tenant key of only_tenant (NULL = admin) see an alert of rule r on
+ * subject?  Pool, node and GPU alerts: yes; a tenant's: only its own. */
+static bool visible(const gp_cfg_alert_rule *r, const char *subject, const char *only_tenant) {
+        return !only_tenant || !r || !rule_per_tenant(r) || !strcmp(subject, only_tenant);
+}
+
+/* The rule named name (names are unique), or NULL.  a->mu held. */
+static const gp_cfg_alert_rule *rule_named(const gp_alerts *a, const char *name) {
+        for (int i = 0; i < a->nrules; i++)
+                if (!strcmp(a->rules[i].name, name))
+                        return &a->rules[i];
+        return NULL;
+}
+
+size_t gp_alerts_firing_for(gp_alerts *a, const char *only_tenant) {
         size_t n = 0;
         pthread_mutex_lock(&a->mu);
         for (size_t i = 0; i < a->ninst; i++)
-                n += a->inst[i].sm.state == GP_ALERT_FIRING || a->inst[i].sm.state == GP_ALERT_RESOLVING;
+                n += (a->inst[i].sm.state == GP_ALERT_FIRING || a->inst[i].sm.state == GP_ALERT_RESOLVING) &&
+                     visible(&a->rules[a->inst[i].rule], a->inst[i].subject, only_tenant);
         pthread_mutex_unlock(&a->mu);
         return n;
+}
+
+size_t gp_alerts_firing(gp_alerts *a) {
+        return gp_alerts_firing_for(a, NULL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -331,12 +355,20 @@ static const char *state_name(gp_alert_state s) {
 }
 
 int gp_alerts_json(gp_alerts *a, int64_t now_ms, gp_buf *out) {
+        return gp_alerts_json_for(a, now_ms, NULL, out);
+}
+
+int gp_alerts_json_for(gp_alerts *a, int64_t now_ms, const char *only_tenant, gp_buf *out) {
         int r = gp_buf_puts(out, "{\"alerts\":[");
+        bool first = true;
         pthread_mutex_lock(&a->mu);
         for (size_t i = 0; r == 0 && i < a->ninst; i++) {
                 const instance *in = &a->inst[i];
                 const gp_cfg_alert_rule *ru = &a->rules[in->rule];
-                r = gp_buf_puts(out, i ? ",{\"rule\":" : "{\"rule\":");
+                if (!visible(ru, in->subject, only_tenant))
+                        continue;
+                r = gp_buf_puts(out, first ? "{\"rule\":" : ",{\"rule\":");
+                first = false;
                 r = r ? r : gp_buf_json_str(out, ru->name);
                 r = r ? r : gp_buf_json_field_str(out, "when", ru->when);
                 r = r ? r : gp_buf_json_field_str(out, "severity", ru->severity);
@@ -351,16 +383,20 @@ int gp_alerts_json(gp_alerts *a, int64_t now_ms, gp_buf *out) {
         }
         r = r ? r : gp_buf_puts(out, "],\"resolved\":[");
         /* newest first */
+        first = true;
         for (size_t k = 0; r == 0 && k < a->nhist; k++) {
                 size_t i = (a->hist_next + GP_ALERTS_HISTORY - 1 - k) % GP_ALERTS_HISTORY;
-                r = k ? gp_buf_puts(out, ",") : 0;
+                if (!visible(rule_named(a, a->hist[i].rule), a->hist[i].subject, only_tenant))
+                        continue;
+                r = first ? 0 : gp_buf_puts(out, ",");
+                first = false;
                 r = r ? r : change_fields(out, &a->hist[i]);
                 r = r ? r : gp_buf_puts(out, "}");
         }
         r = r ? r : gp_buf_puts(out, "],\"rules\":[");
         for (int i = 0; r == 0 && i < a->nrules; i++) {
                 const gp_cfg_alert_rule *ru = &a->rules[i];
-                bool inactive = !strncmp(ru->metric, "tenant_", 7);
+                bool inactive = !strcmp(ru->metric, "tenant_balance"); /* not evaluated yet */
                 r = gp_buf_puts(out, i ? ",{\"name\":" : "{\"name\":");
                 r = r ? r : gp_buf_json_str(out, ru->name);
                 r = r ? r : gp_buf_json_field_str(out, "when", ru->when);

@@ -103,11 +103,19 @@ size_t gp_alerts_end(gp_alerts *a, gp_alert_change *ret, size_t max);
 bool gp_alerts_wants(const gp_alerts *a, const char *metric);
 /* Instances firing now (firing or resolving). */
 size_t gp_alerts_firing(gp_alerts *a);
+/* The same, as a tenant key of only_tenant sees them (NULL = all): pool,
+ * node and GPU alerts, and of the per-tenant ones (metrics tenant_*) only
+ * those whose subject is only_tenant. */
+size_t gp_alerts_firing_for(gp_alerts *a, const char *only_tenant);
 
 /* {"alerts":[...active...],"resolved":[...recent...],"rules":[...],
  *  "webhook":{"configured":bool,"queued":n}} minus the closing brace, so
  * the caller may add fields.  Thread-safe.  0, -ENOMEM, -E2BIG. */
 int gp_alerts_json(gp_alerts *a, int64_t now_ms, gp_buf *out);
+/* The same, as a tenant key of only_tenant sees it (NULL = everything):
+ * active and resolved alerts of other tenants (per-tenant rules whose
+ * subject is another tenant) are left out; the rules are listed whole. */
+int gp_alerts_json_for(gp_alerts *a, int64_t now_ms, const char *only_tenant, gp_buf *out);
 
 /* One change as the webhook's JSON body (malloc'd, NULL on no memory). */
 char *gp_alert_change_json(const gp_alert_change *c, const char *backend);

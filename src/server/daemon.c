@@ -96,6 +96,22 @@ static void cuda_devices(const gp_task *t, char *buf, size_t size) {
                 off += (size_t)snprintf(buf + off, size - off, "%s%d", i ? "," : "", t->gpus[i].index);
 }
 
+typedef struct hide_ctx {
+        gp_daemon *d;
+        const char *owner;
+} hide_ctx;
+
+static bool same_tenant(void *ud, int64_t id) {
+        hide_ctx *c = ud;
+        const gp_task *t = gp_i64map_get(&c->d->tasks, id);
+        return t && !strcmp(t->tenant, c->owner);
+}
+
+void gp_daemon_reason_hide(gp_daemon *d, const char *owner, char *reason, size_t size) {
+        hide_ctx c = {.d = d, .owner = owner};
+        gp_monitor_hide_task_ids(reason, size, same_tenant, &c);
+}
+
 /* The one serializer of a task (every answer and list uses it): written
  * straight into the buffer, since it is on the path of every submission. */
 int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
@@ -157,6 +173,7 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         } else {
                 r = r ? r : gp_buf_puts(b, ",\"queue_position\":null");
         }
+        gp_daemon_reason_hide(d, t->tenant, reason, sizeof(reason));
         r = r ? r : gp_buf_json_field_str(b, "reason", reason);
         r = r ? r : gp_buf_printf(b, ",\"preempt_count\":%d,\"retries\":%d", t->preempt_count, t->retries);
         if (t->has_exit_code)

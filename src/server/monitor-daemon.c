@@ -24,6 +24,7 @@
 #include "base/util.h"
 #include "server/alerts.h"
 #include "server/server-int.h"
+#include "server/tenants.h"
 
 #define JSON_TYPE "application/json"
 #define WAIT_WINDOW_MS (5 * 60 * 1000) /* queue wait p95 for alerts: the last 5 minutes */
@@ -64,6 +65,22 @@ void gp_monitor_detach(gp_daemon *d) {
 
 void gp_monitor_gpu_read(gp_daemon *d, bool ok, int64_t now_ms) {
         gp_monitor_gpu_read_at(d->mon, ok, now_ms);
+}
+
+size_t gp_monitor_json_keep_tenant(json_t *a, const char *key, const char *tenant) {
+        size_t dropped = 0;
+        if (!json_is_array(a))
+                return 0;
+        for (size_t i = 0; i < json_array_size(a);) {
+                const char *v = json_string_value(json_object_get(json_array_get(a, i), key));
+                if (v && tenant && !strcmp(v, tenant)) {
+                        i++;
+                        continue;
+                }
+                json_array_remove(a, i);
+                dropped++;
+        }
+        return dropped;
 }
 
 /* ------------------------------------------------------------------ */
@@ -177,8 +194,40 @@ void gp_monitor_collect(gp_daemon *d, gp_mon_sample *s) {
 /* ------------------------------------------------------------------ */
 /* the sampler's tick                                                  */
 
+/* Each tenant's quota use, read under d->lock and observed after it (the
+ * alerts' mutex is never held with d->lock). */
+typedef struct quota_use {
+        char tenant[GP_TENANT_MAX];
+        double pct;
+} quota_use;
+
+typedef struct quota_list {
+        quota_use *v;
+        size_t n, cap;
+} quota_list;
+
+static void keep_quota(void *ud, const char *tenant, double pct) {
+        quota_list *l = ud;
+        if (l->n == l->cap) {
+                size_t cap = l->cap ? 2 * l->cap : 16;
+                quota_use *v = realloc(l->v, cap * sizeof(*v));
+                if (!v)
+                        return; /* this round misses the rest: they count as not observed */
+                l->v = v;
+                l->cap = cap;
+        }
+        gp_strlcpy(l->v[l->n].tenant, tenant, sizeof(l->v[l->n].tenant));
+        l->v[l->n++].pct = pct;
+}
+
 static void evaluate(gp_daemon *d, const gp_mon_sample *s) {
         gp_alerts *a = d->alerts;
+        quota_list quota = {0};
+        if (gp_alerts_wants(a, "tenant_quota_used_pct")) {
+                pthread_mutex_lock(&d->lock);
+                gp_tenants_quota_used(d, s->t_ms, keep_quota, &quota);
+                pthread_mutex_unlock(&d->lock);
+        }
         gp_alerts_begin(a, s->t_ms);
         for (size_t i = 0; i < s->ngpus; i++) {
                 const gp_mon_gpu *g = &s->gpus[i];
@@ -195,7 +244,10 @@ static void evaluate(gp_daemon *d, const gp_mon_sample *s) {
         if (s->queued_total > 0 && util >= 0) /* only while work waits */
                 gp_alerts_observe(a, "util_pct_while_queued", "", util);
         gp_alerts_observe(a, "queued_tasks", "", (double)s->queued_total);
-        /* tenant_quota_used_pct, tenant_balance: inactive until tenants have quotas and balances */
+        for (size_t i = 0; i < quota.n; i++) /* each tenant with a quota in force */
+                gp_alerts_observe(a, "tenant_quota_used_pct", quota.v[i].tenant, quota.v[i].pct);
+        free(quota.v);
+        /* tenant_balance: still inactive (listed with "active": false) */
         gp_alert_change ch[64];
         size_t n = gp_alerts_end(a, ch, GP_ARRAY_SIZE(ch));
         for (size_t i = 0; i < n; i++) {
@@ -378,7 +430,9 @@ static enum MHD_Result get_snapshot(hreq *r) {
         json_object_set_new(j, "queue_wait_p95_5m_s", json_real(gp_monitor_wait_p95(d->mon, s, WAIT_WINDOW_MS)));
         json_object_set_new(j, "decision_latency_p95_s", json_real(c.decision_p95_s));
         json_object_set_new(j, "node_up", json_boolean(s->node_up));
-        json_object_set_new(j, "alerts_firing", json_integer(d->alerts ? (json_int_t)gp_alerts_firing(d->alerts) : 0));
+        const char *only = r->admin ? NULL : r->tenant; /* a tenant key sees its own tenant only */
+        json_object_set_new(j, "alerts_firing",
+                            json_integer(d->alerts ? (json_int_t)gp_alerts_firing_for(d->alerts, only) : 0));
         json_t *cj = json_object();
         json_object_set_new(cj, "submitted", json_integer((json_int_t)c.submitted));
         json_object_set_new(cj, "scheduled", json_integer((json_int_t)c.scheduled));
@@ -431,10 +485,14 @@ static enum MHD_Result get_snapshot(hreq *r) {
                                                             json_object_get(u, "gpu_seconds"), "quota"));
         }
         json_decref(usage);
+        if (only)
+                gp_monitor_json_keep_tenant(ta, "id", only);
         json_object_set_new(j, "tenants", ta);
         json_t *gw = d->gw && d->cfg.gw.n_models ? gp_gw_stats_json(d->gw) : NULL;
         if (gw)
                 json_object_set_new(gw, "configured", json_true());
+        if (gw && only)
+                gp_monitor_json_keep_tenant(json_object_get(gw, "tenants"), "tenant_id", only);
         json_object_set_new(j, "gateway", gw ? gw : json_pack("{s:b}", "configured", 0));
         json_object_set_new(j, "backend", json_string(d->backend));
         free(s);
@@ -475,9 +533,11 @@ static enum MHD_Result get_history(hreq *r) {
         }
         if (since_ms < now - 24LL * 3600 * 1000)
                 since_ms = now - 24LL * 3600 * 1000;
-        const char *label = gpu ? gpu : tenant;
-        if (label && strlen(label) >= GP_TENANT_MAX)
+        if ((gpu && strlen(gpu) >= GP_TENANT_MAX) || (tenant && strlen(tenant) >= GP_TENANT_MAX))
                 return send_err(r, 400, "invalid_request", "gpu/tenant: too long");
+        const char *label = NULL;
+        if (gp_monitor_history_label(metric, gpu, tenant, r->admin ? NULL : r->tenant, &label) < 0)
+                return send_err(r, 404, "not_found", "no such tenant"); /* another tenant's series: ids do not leak */
         int rc = gp_monitor_history_json(d->mon, metric, label, since_ms, now, d->backend, &b);
         if (rc == -ENOENT) {
                 gp_buf_done(&b);
@@ -495,7 +555,7 @@ static enum MHD_Result get_alerts(hreq *r) {
         gp_buf_init(&b, 0);
         int rc;
         if (d->alerts)
-                rc = gp_alerts_json(d->alerts, gp_now_ms(), &b);
+                rc = gp_alerts_json_for(d->alerts, gp_now_ms(), r->admin ? NULL : r->tenant, &b);
         else
                 rc = gp_buf_puts(&b, "{\"alerts\":[],\"resolved\":[],\"rules\":[]");
         rc = rc ? rc : gp_buf_printf(&b, ",\"backend\":\"%s\"}", d->backend);

@@ -18,6 +18,7 @@
  */
 #include "server/monitor.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -905,4 +906,83 @@ int gp_monitor_history_json(gp_monitor *m, const char *metric, const char *label
                                   backend ? backend : "");
         free(pts);
         return r;
+}
+
+/* ------------------------------------------------------------------ */
+/* what a tenant key may see                                           */
+
+bool gp_monitor_metric_per_tenant(const char *metric) {
+        return metric && !strncmp(metric, "tenant_", 7);
+}
+
+int gp_monitor_history_label(const char *metric, const char *gpu, const char *tenant, const char *only_tenant,
+                             const char **ret_label) {
+        if (!only_tenant) {
+                *ret_label = gpu ? gpu : tenant;
+                return 0;
+        }
+        /* a tenant key naming another tenant: 404 whatever the metric */
+        if (tenant && strcmp(tenant, only_tenant))
+                return -ENOENT;
+        if (gp_monitor_metric_per_tenant(metric)) {
+                /* its label is a tenant id: gpu= would name one too */
+                if (gpu && strcmp(gpu, only_tenant))
+                        return -ENOENT;
+                *ret_label = only_tenant;
+                return 0;
+        }
+        *ret_label = gpu ? gpu : tenant;
+        return 0;
+}
+
+double gp_monitor_quota_used_pct(int running, int max_concurrent, int queued, int max_queued, int64_t gpus_milli,
+                                 int64_t max_gpus_milli) {
+        double pct = -1;
+        if (max_concurrent > 0 && 100.0 * running / max_concurrent > pct)
+                pct = 100.0 * running / max_concurrent;
+        if (max_queued > 0 && 100.0 * queued / max_queued > pct)
+                pct = 100.0 * queued / max_queued;
+        if (max_gpus_milli > 0 && 100.0 * (double)gpus_milli / (double)max_gpus_milli > pct)
+                pct = 100.0 * (double)gpus_milli / (double)max_gpus_milli;
+        return pct;
+}
+
+size_t gp_monitor_hide_task_ids(char *text, size_t size, bool (*visible)(void *ud, int64_t id), void *ud) {
+        static const char other[] = "a task of another tenant";
+        if (!text || size == 0 || !strstr(text, "task ")) /* the common case: nothing to look at */
+                return 0;
+        char *out = malloc(size);
+        if (!out) { /* cannot rewrite it: say less rather than too much */
+                text[0] = '\0';
+                return 0;
+        }
+        size_t o = 0, replaced = 0;
+        const char *p = text;
+        while (*p && o + 1 < size) {
+                bool word = p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+                if (word && !strncmp(p, "task ", 5) && isdigit((unsigned char)p[5])) {
+                        const char *q = p + 5;
+                        int64_t id = 0;
+                        bool big = false;
+                        while (isdigit((unsigned char)*q)) {
+                                if (id > (INT64_MAX - 9) / 10)
+                                        big = true;
+                                else
+                                        id = id * 10 + (*q - '0');
+                                q++;
+                        }
+                        if (!isalnum((unsigned char)*q) && (big || !visible(ud, id))) {
+                                for (size_t k = 0; other[k] && o + 1 < size; k++)
+                                        out[o++] = other[k];
+                                p = q;
+                                replaced++;
+                                continue;
+                        }
+                }
+                out[o++] = *p++;
+        }
+        out[o] = '\0';
+        memcpy(text, out, o + 1);
+        free(out);
+        return replaced;
 }

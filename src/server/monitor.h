@@ -209,6 +209,44 @@ int gp_monitor_history_json(gp_monitor *m, const char *metric, const char *label
 /* The names of the history metrics, NULL-terminated. */
 extern const char *const gp_monitor_history_metrics[];
 
+/* ------------------------------------------------------------------ */
+/* what a tenant key may see (pure)                                    */
+
+/* Which history series a request reads: metric with the query's gpu= and
+ * tenant= (NULL when absent), asked by a tenant key of only_tenant (NULL
+ * for an admin key).  An admin reads the series labelled gpu, else
+ * tenant, else all.  A tenant key reads per-tenant metrics (tenant_*)
+ * only under its own label, and may name no other tenant: 0 with
+ * *ret_label (NULL = every series of the metric), or -ENOENT when the
+ * request names another tenant's series (answered 404, as another
+ * tenant's task or tenant is: ids do not leak). */
+int gp_monitor_history_label(const char *metric, const char *gpu, const char *tenant, const char *only_tenant,
+                             const char **ret_label);
+/* true for the history metrics (and alert metrics) that are per tenant. */
+bool gp_monitor_metric_per_tenant(const char *metric);
+
+/* Keep in the JSON array a only the objects whose string member key is
+ * tenant (a tenant key's view of a per-tenant list); drops the others,
+ * and any element that is not such an object.  a may be NULL or not an
+ * array (then nothing happens).  Returns how many were dropped. */
+struct json_t;
+size_t gp_monitor_json_keep_tenant(struct json_t *a, const char *key, const char *tenant);
+
+/* Where text (a task's reason, NUL-terminated in a buffer of size bytes)
+ * names "task N" and visible(ud, N) is false, write "a task of another
+ * tenant" instead, so a tenant is told why its task waits without another
+ * tenant's task id.  The result is cut to size - 1 bytes at most.
+ * Returns how many were replaced. */
+size_t gp_monitor_hide_task_ids(char *text, size_t size, bool (*visible)(void *ud, int64_t id), void *ud);
+
+/* A tenant's use of its quota in force, in percent: the highest of
+ * running/max_concurrent, queued/max_queued and gpus/max_gpus over the
+ * limits that are set (> 0); -1 when none is set (no quota: no value, the
+ * alert tenant_quota_used_pct does not look at the tenant).  GPUs in
+ * 1/1000. */
+double gp_monitor_quota_used_pct(int running, int max_concurrent, int queued, int max_queued, int64_t gpus_milli,
+                                 int64_t max_gpus_milli);
+
 /* Counter values for the JSON snapshot (name -> value), in a fixed order. */
 typedef struct gp_mon_counters {
         uint64_t submitted, scheduled, backfilled, finished, succeeded, failed, cancelled, timeout, lost;

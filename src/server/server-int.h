@@ -185,6 +185,10 @@ void gp_daemon_post(gp_daemon *d, cmd *c);
  * position and reason of a queued task come from the scheduler).
  * 0, -ENOMEM, -E2BIG. */
 int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b);
+/* A reason written for a task of tenant owner names no other tenant's
+ * task: "task N" of another tenant becomes "a task of another tenant"
+ * (gp_monitor_hide_task_ids).  d->lock held. */
+void gp_daemon_reason_hide(gp_daemon *d, const char *owner, char *reason, size_t size);
 /* Look a task up: active from memory, else from the store. Copies into
  * *ret (gp_task_done after). d->lock must be held. 0, -ENOENT, -GP_ESTORE. */
 int gp_daemon_task_lookup(gp_daemon *d, int64_t id, gp_task *ret);

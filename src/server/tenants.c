@@ -14,6 +14,7 @@
 #include "base/tz.h"
 #include "base/util.h"
 #include "server/billing.h"
+#include "server/monitor.h"
 #include "server/server-int.h"
 
 #include <errno.h>
@@ -705,6 +706,20 @@ json_t *gp_tenants_stats_json(gp_daemon *d) {
                                                     quota_json(&e)));
         }
         return json_pack("{s:o,s:o}", "time_rules", rules, "tenants", ts);
+}
+
+void gp_tenants_quota_used(gp_daemon *d, int64_t now_ms, void (*fn)(void *ud, const char *tenant, double pct),
+                           void *ud) {
+        for (size_t i = 0; i < d->ntenants; i++) {
+                gp_cfg_tenant e = effective(d, &d->tenants[i]);
+                struct gp_sched_tenant_usage u;
+                if (gp_sched_tenant_usage(d->sched, e.id, now_ms, &u) < 0)
+                        memset(&u, 0, sizeof(u));
+                double pct = gp_monitor_quota_used_pct(u.running, e.max_concurrent, u.queued, e.max_queued,
+                                                       u.gpus_milli, e.max_gpus_milli);
+                if (pct >= 0)
+                        fn(ud, e.id, pct);
+        }
 }
 
 /* The tenant's gateway requests and tokens (zeros before its first

@@ -62,6 +62,12 @@ void gp_tenants_rules_in_force(const struct gp_daemon *d, char *buf, size_t size
  * json_decref's. d->lock held. */
 struct json_t *gp_tenants_stats_json(struct gp_daemon *d);
 
+/* For the alert tenant_quota_used_pct: fn(ud, id, pct) for each tenant
+ * with a quota in force (gp_monitor_quota_used_pct; tenants without one
+ * are skipped).  d->lock held. */
+void gp_tenants_quota_used(struct gp_daemon *d, int64_t now_ms,
+                           void (*fn)(void *ud, const char *tenant, double pct), void *ud);
+
 /* HTTP: GET /api/v1/tenants[/{id}], PUT /admin/tenants/{id},
  * POST /admin/tenants/{id}/keys, GET /admin/audit.  Returns true when it
  * answered (ret set). */

@@ -171,12 +171,74 @@ static void test_json_lists_active_resolved_and_rules(void **state) {
         assert_non_null(strstr(b.data, "\"resolved\":[{\"rule\":\"hot\""));
         assert_non_null(strstr(b.data, "\"subject\":\"local:1\",\"state\":\"resolved\",\"value\":50"));
         assert_non_null(strstr(b.data, "\"resolved_at\":\"2023-11-14T22:13:21.000Z\""));
-        /* tenant rules are accepted but inactive until tenants have quotas */
+        /* the quota rule is evaluated (tenants with a quota in force) */
         assert_non_null(strstr(b.data, "{\"name\":\"quota\",\"when\":\"tenant_quota_used_pct > 90\","
                                        "\"metric\":\"tenant_quota_used_pct\",\"for_s\":0,\"clear_s\":30,"
-                                       "\"severity\":\"warning\",\"active\":false}"));
+                                       "\"severity\":\"warning\",\"active\":true}"));
         assert_non_null(strstr(b.data, "\"webhook\":{\"configured\":false,\"queued\":0}"));
         gp_buf_done(&b);
+        gp_alerts_free(a);
+}
+
+/* One round observing the quota use of tenants a and b (< 0: not observed). */
+static size_t round_quota(gp_alerts *a, int64_t now, double qa, double qb, gp_alert_change *ch, size_t max) {
+        gp_alerts_begin(a, now);
+        gp_alerts_observe(a, "gpu_temp_c", "local:0", 90);
+        if (qa >= 0)
+                gp_alerts_observe(a, "tenant_quota_used_pct", "acme", qa);
+        if (qb >= 0)
+                gp_alerts_observe(a, "tenant_quota_used_pct", "globex", qb);
+        return gp_alerts_end(a, ch, max);
+}
+
+static void test_tenant_key_sees_pool_alerts_and_only_its_own_tenant_alerts(void **state) {
+        gp_config cfg;
+        gp_alerts *a = rules("alerts:\n  rules:\n"
+                             "    - {name: hot, when: \"gpu_temp_c > 80\", clear_s: 0}\n"
+                             "    - {name: quota, when: \"tenant_quota_used_pct >= 100\", clear_s: 0}\n"
+                             "    - {name: broke, when: \"tenant_balance < 0\"}\n",
+                             &cfg);
+        gp_alert_change ch[8];
+        assert_int_equal(round_quota(a, 1 * S, 100, 150, ch, 8), 3); /* hot, acme, globex fire */
+        assert_int_equal(round_quota(a, 2 * S, 100, 10, ch, 8), 1);  /* globex resolves */
+        assert_int_equal(gp_alerts_firing(a), 2);
+        assert_int_equal(gp_alerts_firing_for(a, NULL), 2);
+        assert_int_equal(gp_alerts_firing_for(a, "acme"), 2);
+        assert_int_equal(gp_alerts_firing_for(a, "globex"), 1); /* the GPU's only */
+        const char *who[] = {NULL, "acme", "globex"};
+        for (int k = 0; k < 3; k++) {
+                gp_buf b;
+                gp_buf_init(&b, 0);
+                assert_int_equal(gp_alerts_json_for(a, 3 * S, who[k], &b), 0);
+                assert_int_equal(gp_buf_puts(&b, "}"), 0);
+                const char *active = strstr(b.data, "\"alerts\":["), *resolved = strstr(b.data, "\"resolved\":[");
+                const char *rulesat = strstr(b.data, "\"rules\":[");
+                assert_non_null(active);
+                assert_non_null(resolved);
+                assert_non_null(rulesat);
+                /* the pool's alert for everyone */
+                assert_non_null(strstr(b.data, "\"subject\":\"local:0\",\"state\":\"firing\""));
+                char *acme = strstr(b.data, "\"subject\":\"acme\"");
+                char *globex = strstr(b.data, "\"subject\":\"globex\"");
+                if (k == 0) { /* admin: acme firing, globex resolved */
+                        assert_true(acme && acme < resolved);
+                        assert_true(globex && globex > resolved && globex < rulesat);
+                } else if (k == 1) {
+                        assert_true(acme && acme < resolved);
+                        assert_null(globex);
+                } else {
+                        assert_null(acme);
+                        assert_true(globex && globex > resolved && globex < rulesat);
+                }
+                /* valid JSON shape: no dangling comma where an alert was left out */
+                assert_null(strstr(b.data, "[,"));
+                assert_null(strstr(b.data, ",,"));
+                /* every rule is listed; tenant_balance is not evaluated yet */
+                assert_non_null(strstr(b.data, "\"name\":\"broke\""));
+                assert_non_null(strstr(b.data, "\"metric\":\"tenant_balance\",\"for_s\":0,\"clear_s\":30,"
+                                               "\"severity\":\"warning\",\"active\":false}"));
+                gp_buf_done(&b);
+        }
         gp_alerts_free(a);
 }
 
@@ -321,6 +383,7 @@ int main(void) {
                 cmocka_unit_test(test_rule_fires_and_resolves_once_per_subject),
                 cmocka_unit_test(test_subject_that_goes_away_resolves),
                 cmocka_unit_test(test_json_lists_active_resolved_and_rules),
+                cmocka_unit_test(test_tenant_key_sees_pool_alerts_and_only_its_own_tenant_alerts),
                 cmocka_unit_test(test_webhook_posts_json_and_retries_after_a_failure),
                 cmocka_unit_test(test_webhook_gives_up_after_its_retries),
         };

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "server/monitor.h"
 
 #define T0 1700000040000LL /* an arbitrary wall-clock ms, a whole minute */
@@ -311,6 +313,94 @@ static void test_wait_p95_counts_recent_starts_and_current_waits(void **state) {
         gp_monitor_free(m);
 }
 
+static void test_history_label_keeps_a_tenant_key_on_its_own_series(void **state) {
+        const char *l = "unset";
+        /* admin: gpu=, else tenant=, else every series */
+        assert_int_equal(gp_monitor_history_label("tenant_running", NULL, "b", NULL, &l), 0);
+        assert_string_equal(l, "b");
+        assert_int_equal(gp_monitor_history_label("gpu_util_pct", "local:0", NULL, NULL, &l), 0);
+        assert_string_equal(l, "local:0");
+        assert_int_equal(gp_monitor_history_label("tenant_running", NULL, NULL, NULL, &l), 0);
+        assert_null(l);
+        /* a tenant key: its own series of a per-tenant metric, whatever it asks */
+        assert_int_equal(gp_monitor_history_label("tenant_running", NULL, NULL, "a", &l), 0);
+        assert_string_equal(l, "a");
+        assert_int_equal(gp_monitor_history_label("tenant_gpus", NULL, "a", "a", &l), 0);
+        assert_string_equal(l, "a");
+        /* another tenant's series: -ENOENT (404), also through gpu= and on pool metrics */
+        l = "unset";
+        assert_int_equal(gp_monitor_history_label("tenant_running", NULL, "b", "a", &l), -ENOENT);
+        assert_int_equal(gp_monitor_history_label("tenant_running", "b", NULL, "a", &l), -ENOENT);
+        assert_int_equal(gp_monitor_history_label("queued", NULL, "b", "a", &l), -ENOENT);
+        assert_string_equal(l, "unset"); /* written only on success */
+        /* pool and GPU metrics read as an admin's */
+        assert_int_equal(gp_monitor_history_label("gpu_temp_c", "local:1", NULL, "a", &l), 0);
+        assert_string_equal(l, "local:1");
+        assert_int_equal(gp_monitor_history_label("running", NULL, NULL, "a", &l), 0);
+        assert_null(l);
+        assert_true(gp_monitor_metric_per_tenant("tenant_queued"));
+        assert_true(gp_monitor_metric_per_tenant("tenant_quota_used_pct"));
+        assert_false(gp_monitor_metric_per_tenant("queued_tasks"));
+        assert_false(gp_monitor_metric_per_tenant(NULL));
+}
+
+static void test_json_keep_tenant_drops_every_other_tenants_entry(void **state) {
+        json_t *a = json_loads("[{\"id\":\"a\",\"n\":1},{\"id\":\"b\",\"n\":2},{\"id\":\"a\",\"n\":3},"
+                               "{\"n\":4},{\"id\":5},7,{\"id\":\"other\"}]",
+                               0, NULL);
+        assert_non_null(a);
+        assert_int_equal(gp_monitor_json_keep_tenant(a, "id", "a"), 5);
+        char *s = json_dumps(a, JSON_COMPACT);
+        assert_string_equal(s, "[{\"id\":\"a\",\"n\":1},{\"id\":\"a\",\"n\":3}]");
+        free(s);
+        assert_int_equal(gp_monitor_json_keep_tenant(a, "id", "zz"), 2);
+        assert_int_equal(json_array_size(a), 0);
+        assert_int_equal(gp_monitor_json_keep_tenant(NULL, "id", "a"), 0);
+        json_t *o = json_object();
+        assert_int_equal(gp_monitor_json_keep_tenant(o, "id", "a"), 0);
+        json_decref(o);
+        json_decref(a);
+}
+
+static bool even_ids_visible(void *ud, int64_t id) {
+        (*(int *)ud)++;
+        return id % 2 == 0;
+}
+
+static void test_hide_task_ids_names_only_visible_tasks(void **state) {
+        int calls = 0;
+        char r[128] = "waiting behind task 7 (P0), which is next in line; see task 8";
+        assert_int_equal(gp_monitor_hide_task_ids(r, sizeof(r), even_ids_visible, &calls), 1);
+        assert_string_equal(r, "waiting behind a task of another tenant (P0), which is next in line; see task 8");
+        assert_int_equal(calls, 2);
+        /* only whole words: "subtask 7", "task 7x", "task" alone stay */
+        char s[64] = "subtask 7, task 7x, task, tasks 9";
+        assert_int_equal(gp_monitor_hide_task_ids(s, sizeof(s), even_ids_visible, &calls), 0);
+        assert_string_equal(s, "subtask 7, task 7x, task, tasks 9");
+        /* an id too big to be one is hidden too */
+        char big[64] = "task 99999999999999999999999 ahead";
+        assert_int_equal(gp_monitor_hide_task_ids(big, sizeof(big), even_ids_visible, &calls), 1);
+        assert_string_equal(big, "a task of another tenant ahead");
+        /* the longer text is cut to the buffer, NUL-terminated */
+        char small[16] = "task 3 ahead";
+        assert_int_equal(gp_monitor_hide_task_ids(small, sizeof(small), even_ids_visible, &calls), 1);
+        assert_string_equal(small, "a task of anoth");
+        assert_int_equal(gp_monitor_hide_task_ids(NULL, 0, even_ids_visible, &calls), 0);
+}
+
+static void test_quota_used_pct_is_the_highest_use_of_a_set_limit(void **state) {
+        /* no limit set: no value */
+        assert_true(gp_monitor_quota_used_pct(5, 0, 3, 0, 2000, 0) < 0);
+        assert_true(fabs(gp_monitor_quota_used_pct(0, 4, 0, 0, 0, 0) - 0) < 1e-9);
+        assert_true(fabs(gp_monitor_quota_used_pct(1, 4, 0, 0, 0, 0) - 25) < 1e-9);
+        /* the highest ratio wins: 2 of 4 tasks, 1.5 of 2 GPUs */
+        assert_true(fabs(gp_monitor_quota_used_pct(2, 4, 0, 0, 1500, 2000) - 75) < 1e-9);
+        /* queue: 6 of 5 queued is over 100 */
+        assert_true(fabs(gp_monitor_quota_used_pct(0, 10, 6, 5, 0, 0) - 120) < 1e-9);
+        /* an unset limit does not count however much is used */
+        assert_true(fabs(gp_monitor_quota_used_pct(100, 0, 0, 0, 500, 1000) - 50) < 1e-9);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_hist_value_goes_to_first_bucket_whose_bound_is_not_below_it),
@@ -323,6 +413,10 @@ int main(void) {
                 cmocka_unit_test(test_prometheus_text_has_help_type_units_and_escaped_labels),
                 cmocka_unit_test(test_record_keeps_history_and_gpu_seconds),
                 cmocka_unit_test(test_wait_p95_counts_recent_starts_and_current_waits),
+                cmocka_unit_test(test_history_label_keeps_a_tenant_key_on_its_own_series),
+                cmocka_unit_test(test_json_keep_tenant_drops_every_other_tenants_entry),
+                cmocka_unit_test(test_quota_used_pct_is_the_highest_use_of_a_set_limit),
+                cmocka_unit_test(test_hide_task_ids_names_only_visible_tasks),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,7 +8,8 @@
 // with keys configured the page asks for a key, and with a gateway model on
 // a fake-openai upstream (tests/upstream/fake-openai.c) the gateway page
 // shows the model, its upstreams (a failing one marked down), the tiers and
-// the tenant.  Screenshots go to tests/web/screenshots/ (git-ignored): look
+// the tenant, and a tenant's key sees only its own tenant and tasks while the
+// admin key sees both.  Screenshots go to tests/web/screenshots/ (git-ignored): look
 // at them.
 //
 // Run: cd tests/web && npm ci && GPUPOOL_BIN=$PWD/../../build/gpupool \
@@ -407,6 +408,45 @@ test("with keys configured the page asks for a key, refuses a wrong one, and sho
     await sleep(800);
     await shot(bk.page, "12-with-key");
     // the only console errors are the browser's notes about the refused requests (401)
+    assert.deepEqual(bk.errors.filter((e) => !/401/.test(e)), []);
+  } finally {
+    await bk.close();
+    await dk.stop();
+  }
+});
+
+test("a tenant key on the page sees its own tenant only; the admin key sees both", async () => {
+  const hex = (k) => crypto.createHash("sha256").update(k).digest("hex");
+  const admin = crypto.randomBytes(16).toString("hex"), ka = crypto.randomBytes(16).toString("hex");
+  const kb = crypto.randomBytes(16).toString("hex");
+  const dk = await startDaemon(`gpus: {backend: sim}\nmonitor: {sample_ms: 500}\nauth: {admin_keys: ["sha256:${hex(admin)}"]}\n` +
+    `tenants:\n  - {id: team-a, keys: ["sha256:${hex(ka)}"]}\n  - {id: team-b, keys: ["sha256:${hex(kb)}"]}\n`, admin);
+  const bk = await openBrowser({ locale: "en-US" });
+  try {
+    for (const [k, name] of [[ka, "a-job"], [kb, "b-secret-job"]]) {
+      const r = await fetch(dk.url + "/api/v1/tasks", { method: "POST", body: JSON.stringify({ name, lease_ttl_s: 600 }),
+        headers: { Authorization: "Bearer " + k, "Content-Type": "application/json" } });
+      assert.equal(r.status, 201, await r.text());
+    }
+    const login = async (key) => {
+      await bk.page.goto(dk.url + "/#/tenants");
+      await bk.page.evaluate(() => localStorage.clear());
+      await bk.page.reload();
+      await bk.page.waitForSelector("#key-dialog[open]");
+      await bk.page.fill("#key-input", key);
+      await bk.page.click("#key-save");
+      await bk.page.locator('#tenants-table tr[data-tenant]').first().waitFor({ timeout: 4000 });
+      await sleep(800);
+      return bk.page.locator("#tenants-table tr[data-tenant]").evaluateAll((rows) => rows.map((r) => r.dataset.tenant));
+    };
+    assert.deepEqual((await login(ka)).sort(), ["team-a"]);
+    await shot(bk.page, "14-tenant-key-tenants");
+    await bk.page.goto(dk.url + "/#/tasks");
+    await bk.page.waitForTimeout(1500);
+    const text = await bk.page.locator("body").innerText();
+    assert.ok(text.includes("a-job"), "its own task is listed");
+    assert.ok(!text.includes("b-secret-job") && !text.includes("team-b"), "the other tenant is not shown");
+    assert.deepEqual((await login(admin)).sort(), ["team-a", "team-b"]);
     assert.deepEqual(bk.errors.filter((e) => !/401/.test(e)), []);
   } finally {
     await bk.close();

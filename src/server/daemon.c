@@ -1512,6 +1512,16 @@ static void restore_drained(gp_daemon *d) {
         }
 }
 
+/* Who this server is, for the data dir lock and the store's claim. */
+static void self_owner(const gp_daemon *d, gp_store_owner *ret) {
+        memset(ret, 0, sizeof(*ret));
+        if (gethostname(ret->host, sizeof(ret->host) - 1) < 0)
+                ret->host[0] = '\0';
+        ret->pid = getpid();
+        gp_strlcpy(ret->listen, d->cfg.listen, sizeof(ret->listen));
+        ret->since_ms = d->started_ms;
+}
+
 int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen) {
         memset(d, 0, sizeof(*d));
         d->cfg = *cfg;
@@ -1546,12 +1556,29 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
                 snprintf(err, errlen, "data dir path too long");
                 return -ENAMETOOLONG;
         }
+        gp_store_owner me;
+        self_owner(d, &me);
         d->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
         if (d->lock_fd < 0 || flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
                 rc = -errno;
-                snprintf(err, errlen, "%s: %s", lock,
-                         rc == -EWOULDBLOCK ? "another gpupool server is using this data dir" : strerror(-rc));
+                if (rc == -EWOULDBLOCK) {
+                        /* the holder wrote who it is into the lock file */
+                        char text[4096], who[640];
+                        gp_store_owner other;
+                        ssize_t got = pread(d->lock_fd, text, sizeof(text), 0);
+                        gp_store_owner_from_text(text, got > 0 ? (size_t)got : 0, &other);
+                        gp_store_owner_format(&other, who, sizeof(who));
+                        snprintf(err, errlen, "%s: another gpupool server is using this data dir (%s)", lock, who);
+                } else {
+                        snprintf(err, errlen, "%s: %s", lock, strerror(-rc));
+                }
                 return rc;
+        }
+        {
+                char text[4096];
+                int tn = gp_store_owner_to_text(&me, text, sizeof(text));
+                if (tn > 0 && (ftruncate(d->lock_fd, 0) < 0 || pwrite(d->lock_fd, text, (size_t)tn, 0) != tn))
+                        gp_warn("%s: cannot record who holds it: %s", lock, strerror(errno));
         }
         if ((size_t)snprintf(d->tasks_dir, sizeof(d->tasks_dir), "%s/tasks", cfg->data_dir) >= sizeof(d->tasks_dir) ||
             (rc = mkdir_p(d->tasks_dir)) < 0) {
@@ -1563,6 +1590,12 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         gp_store_options so = {.sync_full = cfg->store_sync_full, .manual_checkpoint = true};
         if ((rc = gp_store_open(cfg->store_url, &so, &d->ws, err, errlen)) < 0)
                 return rc;
+        /* one live server per store: a second would hand out the same task
+         * ids and GPUs.  The writer handle holds the claim for our life. */
+        if ((rc = gp_store_claim(d->ws, &me, NULL)) < 0) {
+                snprintf(err, errlen, "store: %s", gp_store_errmsg(d->ws));
+                return rc;
+        }
         if ((rc = gp_store_open(cfg->store_url, &so, &d->rs, err, errlen)) < 0)
                 return rc;
         if ((rc = gp_store_open(cfg->store_url, &so, &d->cs, err, errlen)) < 0)

@@ -126,6 +126,10 @@ typedef struct gp_store_ops {
         int (*meta_get)(gp_store *s, const char *key, char *buf, size_t size);
         int (*meta_set)(gp_store *s, const char *key, const char *value);
         int (*checkpoint)(gp_store *s, int *ret_wal_pages); /* NULL: nothing to do */
+        /* gp_store_claim, called outside a transaction with a checked *me:
+         * 0, -EBUSY with *ret_other filled (fields it cannot learn left
+         * empty), or -GP_ESTORE */
+        int (*claim)(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_other);
         int (*usage_add)(gp_store *s, const gp_bill_segment *seg);
         int (*usage_list)(gp_store *s, const gp_usage_filter *f, gp_segment_cb cb, void *ud);
         int (*tokens_add)(gp_store *s, const gp_bill_tokens *t);

@@ -2187,8 +2187,8 @@ int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
         if (s->tiers[s->cfg.policy == GP_SCHED_LAS ? 0 : r->priority].n >= (size_t)s->cfg.max_queue_depth)
                 return -GP_EQUEUEFULL;
         uint32_t tid;
-        if (intern_find(&s->tenants, r->tenant, &tid) == 0 && tid < s->tn_cap && s->tn[tid].max_queued > 0 &&
-            s->tn[tid].queued >= s->tn[tid].max_queued)
+        if (!r->readmit && intern_find(&s->tenants, r->tenant, &tid) == 0 && tid < s->tn_cap &&
+            s->tn[tid].max_queued > 0 && s->tn[tid].queued >= s->tn[tid].max_queued)
                 return -EDQUOT;
         stask *t;
         int rc = task_from_req(s, r, &t);

@@ -184,6 +184,8 @@ typedef struct gp_sched_req {
         int elastic_max_gpus;       /* 0 = not elastic; else gpus < this <= GP_MAX_GANG:
                                        starts on `gpus` (its minimum), may grow to this
                                        (see "Elastic tasks" below) */
+        bool readmit;               /* accepted before (a retry, or queued again after a
+                                       restart): its tenant's max_queued does not apply */
 } gp_sched_req;
 
 /* Can this request ever run on the inventory (ignoring what is busy,
@@ -192,7 +194,9 @@ typedef struct gp_sched_req {
 int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why, size_t size);
 
 /* Queue a task.  0, -EEXIST, -EINVAL, -GP_EQUEUEFULL (its tier is at
- * max_queue_depth), -EDQUOT (its tenant has max_queued tasks queued),
+ * max_queue_depth), -EDQUOT (its tenant has max_queued tasks queued, and
+ * the request is not a readmit: a quota, to be answered as one, never as
+ * the errno's "Disk quota exceeded"),
  * -ENOMEM.  Does not place it: call gp_sched_run. */
 int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r);
 /* Put a task that was running before a restart back on its GPUs.

@@ -370,6 +370,16 @@ static void apply_submit(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o
                         o->body = gp_http_error_body("queue_full",
                                                      "the P%d queue is full (%d tasks); retry later", t->priority,
                                                      d->cfg.max_queue_depth);
+                } else if (rc == -EDQUOT) {
+                        /* a quota, not a full disk: never the errno's text */
+                        struct gp_sched_tenant_usage u = {0};
+                        gp_sched_tenant_usage(d->sched, t->tenant, now, &u);
+                        o->status = 429;
+                        o->retry_after = 5;
+                        o->body = gp_http_error_body("quota_exceeded",
+                                                     "tenant %s has %d tasks queued, its max_queued quota; wait "
+                                                     "for some to start, or cancel some",
+                                                     t->tenant, u.queued);
                 } else if (rc == -EINVAL) {
                         o->status = 422;
                         o->body = gp_http_error_body("unprocessable", "this task can never run here: %s", why);
@@ -560,6 +570,7 @@ static void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why,
                 t->sup_pid = t->sup_start = 0;
                 set_reason(t, "requeued (retry %d of %d): %s", t->retries, t->max_retries, why);
                 gp_sched_req r = sched_req(t);
+                r.readmit = true; /* accepted once: max_queued does not apply again */
                 if (gp_sched_enqueue(d->sched, &r) == 0) {
                         gp_monitor_task_requeued(d->mon);
                         mark(b, t);
@@ -1374,6 +1385,7 @@ static int recover_one(const gp_task *st, void *ud) {
                 return -ENOMEM;
         }
         gp_sched_req r = sched_req(t);
+        r.readmit = true; /* accepted before the restart: max_queued does not apply again */
         if (t->state == GP_TASK_QUEUED && !t->is_lease) {
                 /* preempted just before a crash: its old run may still be
                  * stopping; it drains before any batch task starts */

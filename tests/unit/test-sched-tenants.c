@@ -196,6 +196,12 @@ static void test_max_queued_refuses_with_edquot(void **st) {
         /* a requeued task is never refused */
         assert_int_equal(gp_sched_requeue(s, 1), 0);
         assert_int_equal(usage(s, "t1", SEC).queued, 3);
+        /* nor one accepted before (a retry, or queued again after a restart) */
+        r.id = 6;
+        assert_int_equal(gp_sched_enqueue(s, &r), -EDQUOT);
+        r.readmit = true;
+        assert_int_equal(gp_sched_enqueue(s, &r), 0);
+        assert_int_equal(usage(s, "t1", SEC).queued, 4);
         free(o.d);
         gp_sched_free(s);
 }

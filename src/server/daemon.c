@@ -72,7 +72,7 @@ static gp_sched_req sched_req(const gp_task *t) {
                 .model = t->model, .gpu_model = t->gpu_model, .timeout_ms = t->timeout_s * 1000,
                 .submit_ms = t->submitted_ms,
                 .queue_deadline_ms = t->queue_timeout_s ? t->submitted_ms + t->queue_timeout_s * 1000 : 0,
-                .elastic_max_gpus = t->elastic_max_gpus,
+                .elastic_max_gpus = t->elastic_max_gpus, .borrowing = t->borrowing,
         };
         return r;
 }
@@ -107,6 +107,8 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                                   t->preempt_deadline_ms ? "preempting" : gp_task_state_name(t->state), t->priority,
                                   t->gpu_request, t->memory_mb, t->exclusive ? "true" : "false",
                                   t->preemptible ? "true" : "false");
+        r = r ? r : gp_buf_printf(b, ",\"borrowing\":%s",
+                                  t->borrowing && t->state == GP_TASK_RUNNING ? "true" : "false");
         if (t->elastic_max_gpus > 0)
                 r = r ? r : gp_buf_printf(b, ",\"elastic\":{\"min_gpus\":%d,\"max_gpus\":%d}", t->gpu_request,
                                           t->elastic_max_gpus);
@@ -845,7 +847,12 @@ static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
                 t->reason[0] = '\0';
                 gp_billing_run_start(d, t);
                 gp_monitor_task_started(d->mon, t->tenant, t->priority, now - t->submitted_ms, dec[i].backfilled);
-                if (dec[i].backfilled)
+                t->borrowing = dec[i].borrowing;
+                if (dec[i].borrowing)
+                        set_reason(t, "borrowing: %sstarted on GPUs guaranteed to other tenants, who may take "
+                                      "them back (it is preempted then, like a preemptible task)",
+                                   dec[i].backfilled ? "started by backfill; " : "");
+                else if (dec[i].backfilled)
                         set_reason(t, "started by backfill");
                 mark(b, t);
                 if (t->is_lease && gp_i64map_put(&d->leases, t->id, t) < 0) {

@@ -61,7 +61,7 @@ static const char *const stmt_sql[ST_COUNT] = {
         [ST_ROLLBACK] = "ROLLBACK",
         [ST_PUT] = "INSERT OR REPLACE INTO tasks (" STORE_TASK_COLUMNS ") VALUES "
                    "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-                   "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)",
+                   "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)",
         [ST_GET] = SELECT_TASKS "WHERE id = ?1",
         /* ?1 before_id (INT64_MAX when unbounded), ?2 limit, ?3 state, ?4 tenant */
         [ST_LIST] = SELECT_TASKS "WHERE id < ?1 ORDER BY id DESC LIMIT ?2",
@@ -124,6 +124,7 @@ static const struct {
             "CREATE INDEX tasks_state_id ON tasks (state, id);"
             "CREATE INDEX tasks_tenant_id ON tasks (tenant, id);"},
         {2, "ALTER TABLE tasks ADD COLUMN elastic_max INTEGER NOT NULL DEFAULT 0"},
+        {3, "ALTER TABLE tasks ADD COLUMN borrowing INTEGER NOT NULL DEFAULT 0"},
 };
 
 typedef struct sqlite_store {
@@ -435,6 +436,7 @@ static int sq_task_put(gp_store *s, const gp_task *t) {
         rc |= sqlite3_bind_int64(st, 1 + COL_SUP_PID, t->sup_pid);
         rc |= sqlite3_bind_int64(st, 1 + COL_SUP_START, t->sup_start);
         rc |= sqlite3_bind_int(st, 1 + COL_ELASTIC_MAX, t->elastic_max_gpus);
+        rc |= sqlite3_bind_int(st, 1 + COL_BORROWING, t->borrowing);
         if (t->spec)
                 rc |= sqlite3_bind_text(st, 1 + COL_SPEC, t->spec, -1, SQLITE_STATIC);
         else

@@ -275,6 +275,7 @@ struct gp_sched {
         stask **pv;                /* preemption plan scratch */
         uint32_t pv_n, pv_cap;
         size_t npre;               /* running reclaimable tasks (preemptible or borrowing) */
+        uint32_t n_guar;           /* tenants with a guarantee (0: nothing ever borrows) */
         uint64_t total_preempted;
         stask **el;                /* running elastic tasks (t->el_idx), any order */
         uint32_t nel, el_cap;
@@ -2223,10 +2224,10 @@ int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
  * guaranteed?  It would not if it stays within its own tenant's guarantee,
  * or fits in what is free beyond the other tenants' unused guarantees
  * (free = usable GPUs minus every running share).  Called before t's share
- * is counted.  O(tenants) when some tenant has a guarantee, else O(1). */
+ * is counted.  O(1) while no tenant has a guarantee, else O(tenants). */
 static bool borrows(const gp_sched *s, const stask *t, int64_t share) {
         const stenant *T = &s->tn[t->tenant];
-        if (T->guar_milli > 0 && T->run_milli + share <= T->guar_milli)
+        if (s->n_guar == 0 || (T->guar_milli > 0 && T->run_milli + share <= T->guar_milli))
                 return false;
         int64_t used = 0, lent = 0;
         bool any = false;
@@ -3902,6 +3903,7 @@ int gp_sched_tenant_set(gp_sched *s, const char *tenant, const gp_sched_tenant_c
         T->group = gid;
         T->max_concurrent = cfg->max_concurrent;
         T->max_milli = cfg->max_gpus_milli;
+        s->n_guar += (cfg->guaranteed_gpus_milli > 0) - (T->guar_milli > 0);
         T->guar_milli = cfg->guaranteed_gpus_milli;
         T->max_queued = cfg->max_queued;
         tenant_in(s, T);

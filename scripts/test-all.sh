@@ -4,7 +4,8 @@
 #   2. gcc build with -Werror: unit tests, black-box tests against the real
 #      daemon, replay of every fuzz corpus,
 #   3. the unit and black-box tests again under ASan+UBSan,
-#   4. the store tests against a real PostgreSQL server started here,
+#   4. the store tests (unit, and tests/blackbox/test_one_server.py) against
+#      a real PostgreSQL server started here,
 #   5. the dashboard in headless Chromium and the gateway through the
 #      official openai npm client (npm packages from package-lock.json).
 # Exits non-zero on the first failure.
@@ -28,6 +29,9 @@ echo "== 3/3 store tests against PostgreSQL"
 url=$(tests/pg/start-pg.sh)
 trap 'tests/pg/stop-pg.sh "$url" >/dev/null 2>&1 || true' EXIT
 GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BUILD=build build/tests/test-store
+# the black-box file whose PostgreSQL cases need the server (one live server per store)
+GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BIN="$PWD/build/gpupool" GPUPOOL_BUILD="$PWD/build" \
+        /usr/bin/python3 -m pytest -q tests/blackbox/test_one_server.py
 
 # both npm stages start build/tests/fake-openai as the gateway's upstream
 make -j"$jobs" build/tests/fake-openai

@@ -417,6 +417,8 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
         if (jstr(task, "kind"))
                 CHECK(line_str(out, "kind", jstr(task, "kind")));
         CHECK(line_str(out, "state", state));
+        if (running && jbool(task, "borrowing"))
+                CHECK(line_str(out, "borrowing", "yes: on GPUs guaranteed to other tenants; they may reclaim them"));
         if (queued && jint(task, "queue_position", &n)) {
                 gp_buf_reset(&v);
                 CHECK(gp_buf_printf(&v, "%" PRId64, n));

@@ -112,7 +112,7 @@ typedef struct snode {
         int ngpus, cap;
         uint64_t kinds;
         int idle;
-        int npre;                  /* running preemptible tasks (by first GPU) */
+        int npre;                  /* running reclaimable tasks (preemptible or borrowing; by first GPU) */
         int npre_prio[GP_PRIORITY_LEVELS];
         int64_t pre_min_start, pre_max_start; /* their oldest and newest start (when npre) */
         uint32_t iprev, inext;     /* idle list */
@@ -125,6 +125,8 @@ struct stask {
         uint32_t tenant;
         uint8_t prio, ngpus;
         bool excl, preemptible, running;
+        bool borrowing;            /* while running: started (not preemptible) on capacity
+                                      guaranteed to other tenants, so reclaimable */
         int64_t mem;               /* requested per GPU */
         int64_t charge;            /* memory charged per GPU while running */
         uint32_t model;            /* 0 = none */
@@ -272,7 +274,8 @@ struct gp_sched {
         size_t wcap;
         stask **pv;                /* preemption plan scratch */
         uint32_t pv_n, pv_cap;
-        size_t npre;               /* running preemptible tasks */
+        size_t npre;               /* running reclaimable tasks (preemptible or borrowing) */
+        uint32_t n_guar;           /* tenants with a guarantee (0: nothing ever borrows) */
         uint64_t total_preempted;
         stask **el;                /* running elastic tasks (t->el_idx), any order */
         uint32_t nel, el_cap;
@@ -989,11 +992,17 @@ static void act_del(gp_sched *s, int q, uint32_t tid) {
         s->tn[tid].act_pos[q] = 0;
 }
 
-/* Running preemptible tasks per node and tier, with their oldest and
+/* May t ever be preempted by cfg.preemption: marked preemptible, or
+ * borrowing someone's guarantee (then only by reclaim). */
+static bool reclaimable(const stask *t) {
+        return t->preemptible || t->borrowing;
+}
+
+/* Running reclaimable tasks per node and tier, with their oldest and
  * newest start (to skip or bound nodes quickly).  Called after a start and
  * before a stop (t still on its GPUs). */
 static void pre_count(gp_sched *s, const stask *t, int d) {
-        if (!t->preemptible)
+        if (!reclaimable(t))
                 return;
         snode *n = &s->nodes[s->gpus[t->gpus[0]].node];
         n->npre += d;
@@ -1013,7 +1022,7 @@ static void pre_count(gp_sched *s, const stask *t, int d) {
                 const sgpu *g = &s->gpus[n->gpus[i]];
                 for (int k = 0; k < g->ntasks; k++) {
                         const stask *x = g->tasks[k];
-                        if (x == t || !x->preemptible || x->gpus[0] != n->gpus[i])
+                        if (x == t || !reclaimable(x) || x->gpus[0] != n->gpus[i])
                                 continue;
                         if (first || x->start_ms < n->pre_min_start)
                                 n->pre_min_start = x->start_ms;
@@ -2187,8 +2196,8 @@ int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
         if (s->tiers[s->cfg.policy == GP_SCHED_LAS ? 0 : r->priority].n >= (size_t)s->cfg.max_queue_depth)
                 return -GP_EQUEUEFULL;
         uint32_t tid;
-        if (intern_find(&s->tenants, r->tenant, &tid) == 0 && tid < s->tn_cap && s->tn[tid].max_queued > 0 &&
-            s->tn[tid].queued >= s->tn[tid].max_queued)
+        if (!r->readmit && intern_find(&s->tenants, r->tenant, &tid) == 0 && tid < s->tn_cap &&
+            s->tn[tid].max_queued > 0 && s->tn[tid].queued >= s->tn[tid].max_queued)
                 return -EDQUOT;
         stask *t;
         int rc = task_from_req(s, r, &t);
@@ -2211,7 +2220,36 @@ int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
         return 0;
 }
 
-static int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t now) {
+/* Would t, holding share milli-GPUs, take capacity another tenant is
+ * guaranteed?  It would not if it stays within its own tenant's guarantee,
+ * or fits in what is free beyond the other tenants' unused guarantees
+ * (free = usable GPUs minus every running share).  Called before t's share
+ * is counted.  O(1) while no tenant has a guarantee, else O(tenants). */
+static bool borrows(const gp_sched *s, const stask *t, int64_t share) {
+        const stenant *T = &s->tn[t->tenant];
+        if (s->n_guar == 0 || (T->guar_milli > 0 && T->run_milli + share <= T->guar_milli))
+                return false;
+        int64_t used = 0, lent = 0;
+        bool any = false;
+        for (uint32_t i = 0; i < s->tn_cap; i++) {
+                const stenant *U = &s->tn[i];
+                used += U->run_milli;
+                if (U->guar_milli > 0 && i != t->tenant) {
+                        any = true;
+                        if (U->guar_milli > U->run_milli)
+                                lent += U->guar_milli - U->run_milli;
+                }
+        }
+        if (!any)
+                return false;
+        int64_t free_milli = (int64_t)s->usable_gpus * 1000 - used;
+        return share > free_milli - lent;
+}
+
+/* Start t on gpus.  borrow: 1 or 0 says whether it runs borrowing (a
+ * restore), -1 decides it (see borrows(); preemptible tasks never borrow:
+ * they are reclaimable anyway). */
+static int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t now, int borrow) {
         if (t->nmax) {
                 stask **el = grow(s->el, sizeof(*el), &s->el_cap, s->nel + 1);
                 if (!el)
@@ -2238,6 +2276,7 @@ static int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t 
         }
         s->running++;
         t->share = fit_share(s, t, gpus, n);
+        t->borrowing = !t->preemptible && (borrow >= 0 ? borrow > 0 : borrows(s, t, t->share));
         stenant *T = &s->tn[t->tenant];
         tenant_out(s, T);
         usage_advance(s, T, now);
@@ -2259,6 +2298,7 @@ undo:
 static void stop(gp_sched *s, stask *t, int64_t now) {
         t->attained = attained_at(t, now);
         pre_count(s, t, -1);
+        t->borrowing = false;
         for (int i = 0; i < t->ngpus; i++) {
                 if (t->excl)
                         t->charge = s->gpus[t->gpus[i]].usable;
@@ -2311,7 +2351,7 @@ int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t 
                 task_free(t);
                 return -ENOMEM;
         }
-        if ((rc = start_on(s, t, gpus, n, start_ms)) < 0) {
+        if ((rc = start_on(s, t, gpus, n, start_ms, r->borrowing ? 1 : 0)) < 0) {
                 map_del(s, t->id);
                 task_free(t);
                 return rc;
@@ -2661,13 +2701,13 @@ static void plan_mark(gp_sched *s, stask *v, bool on) {
  * own guarantee (what the marked victims leave it) unless w is the same
  * tenant's and more urgent. */
 static bool victim_ok(const gp_sched *s, const stask *v, const stask *w, int64_t now, bool rule_a, bool reclaim) {
-        if (!v->preemptible || v->pstamp == s->pstamp || v->start_stamp == s->stamp ||
+        if (!reclaimable(v) || v->pstamp == s->pstamp || v->start_stamp == s->stamp ||
             now - v->start_ms < s->cfg.preempt_min_runtime_ms || was_preempted_by(w, v->id))
                 return false;
         const stenant *V = &s->tn[v->tenant];
         bool borrowed = V->run_milli - plan_milli(s, V) - v->share >= V->guar_milli;
-        if (rule_a && v->prio > w->prio && (v->tenant == w->tenant || borrowed))
-                return true;
+        if (rule_a && v->preemptible && v->prio > w->prio && (v->tenant == w->tenant || borrowed))
+                return true; /* a borrowing task that is not preemptible goes only by reclaim */
         return reclaim && v->tenant != w->tenant && borrowed;
 }
 
@@ -3415,7 +3455,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 if (placed) {
                         fits = (fit_memo){.shared_mem = -1}; /* GPUs are taken now */
                         queue_del(s, t);
-                        if ((rc = start_on(s, t, f.gpus, f.n, now)) < 0) {
+                        if ((rc = start_on(s, t, f.gpus, f.n, now, -1)) < 0) {
                                 if (queue_add(s, t) < 0) {
                                         map_del(s, t->id);
                                         task_free(t);
@@ -3426,7 +3466,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         s->tiers[ti].pass += stride(s, ti);
                         s->total_scheduled++;
                         gp_sched_decision d = {.kind = GP_DECIDE_START, .id = t->id, .n_gpus = f.n,
-                                               .backfilled = resv != NULL};
+                                               .backfilled = resv != NULL, .borrowing = t->borrowing};
                         memcpy(d.gpus, f.gpus, (size_t)f.n * sizeof(uint32_t));
                         if (resv)
                                 s->total_backfilled++;
@@ -3494,7 +3534,8 @@ int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now) {
                         const sgpu *g = &s->gpus[gi];
                         for (int k = 0; k < g->ntasks; k++) {
                                 const stask *v = g->tasks[k];
-                                if (v->gpus[0] != gi || !v->preemptible || (v->prio <= qmin && !reclaim))
+                                bool cand = v->preemptible ? v->prio > qmin || reclaim : v->borrowing && reclaim;
+                                if (v->gpus[0] != gi || !cand)
                                         continue;
                                 int64_t at = v->start_ms + s->cfg.preempt_min_runtime_ms;
                                 if (at > now && at < w)
@@ -3626,7 +3667,8 @@ int gp_sched_task_get(gp_sched *s, int64_t id, gp_sched_task_view *ret) {
         stask *t = map_get(s, id);
         if (!t)
                 return -ENOENT;
-        gp_sched_task_view v = {.id = t->id, .running = t->running, .priority = t->prio};
+        gp_sched_task_view v = {.id = t->id, .running = t->running, .priority = t->prio,
+                                .borrowing = t->running && t->borrowing};
         if (t->running) {
                 v.n_gpus = t->ngpus;
                 memcpy(v.gpus, t->gpus, t->ngpus * sizeof(uint32_t));
@@ -3861,6 +3903,7 @@ int gp_sched_tenant_set(gp_sched *s, const char *tenant, const gp_sched_tenant_c
         T->group = gid;
         T->max_concurrent = cfg->max_concurrent;
         T->max_milli = cfg->max_gpus_milli;
+        s->n_guar += (cfg->guaranteed_gpus_milli > 0) - (T->guar_milli > 0);
         T->guar_milli = cfg->guaranteed_gpus_milli;
         T->max_queued = cfg->max_queued;
         tenant_in(s, T);

@@ -184,6 +184,10 @@ typedef struct gp_sched_req {
         int elastic_max_gpus;       /* 0 = not elastic; else gpus < this <= GP_MAX_GANG:
                                        starts on `gpus` (its minimum), may grow to this
                                        (see "Elastic tasks" below) */
+        bool borrowing;             /* gp_sched_restore_running only: it was started
+                                       borrowing (GP_DECIDE_START's borrowing); else ignored */
+        bool readmit;               /* accepted before (a retry, or queued again after a
+                                       restart): its tenant's max_queued does not apply */
 } gp_sched_req;
 
 /* Can this request ever run on the inventory (ignoring what is busy,
@@ -192,7 +196,9 @@ typedef struct gp_sched_req {
 int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why, size_t size);
 
 /* Queue a task.  0, -EEXIST, -EINVAL, -GP_EQUEUEFULL (its tier is at
- * max_queue_depth), -EDQUOT (its tenant has max_queued tasks queued),
+ * max_queue_depth), -EDQUOT (its tenant has max_queued tasks queued, and
+ * the request is not a readmit: a quota, to be answered as one, never as
+ * the errno's "Disk quota exceeded"),
  * -ENOMEM.  Does not place it: call gp_sched_run. */
 int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r);
 /* Put a task that was running before a restart back on its GPUs.
@@ -237,6 +243,8 @@ typedef struct gp_sched_decision {
         int n_gpus;
         uint32_t gpus[GP_MAX_GANG];
         bool backfilled;       /* START past a blocked, reserved task */
+        bool borrowing;        /* START of a task that is not preemptible on capacity guaranteed to
+                                  other tenants: it runs reclaimable (see "Borrowing" below) */
 } gp_sched_decision;
 
 /* Make every decision due at now.  Decisions are appended to *ret (a
@@ -268,6 +276,7 @@ typedef struct gp_sched_task_view {
         uint32_t gpus[GP_MAX_GANG];  /* while running */
         int64_t start_ms;
         int64_t gpus_milli;         /* while running: its GPU share (see gp_sched_tenant_cfg) */
+        bool borrowing;             /* while running: borrowing others' guarantees (reclaimable) */
 } gp_sched_task_view;
 
 /* 0 or -ENOENT.  The queue position is exact and needs no queue walk:
@@ -332,7 +341,18 @@ void gp_sched_get_stats(const gp_sched *s, gp_sched_stats *ret);
  * fewest GPUs, then the least lost work (GPU-time run), then the highest
  * ids; nothing is preempted unless W then starts (gates included).  Each
  * victim comes back as GP_DECIDE_PREEMPT, already queued again at its
- * place by id, and W's START follows in the same run. */
+ * place by id, and W's START follows in the same run.
+ *
+ * Borrowing (as Kueue and Volcano treat it): capacity lent from someone's
+ * guarantee is always reclaimable.  A task that is not preemptible starts
+ * as an ordinary task only within its tenant's own guarantee or within the
+ * capacity nobody else is guaranteed (usable GPUs minus every running
+ * share minus the other tenants' unused guarantees); else it starts
+ * borrowing (GP_DECIDE_START's borrowing, gp_sched_task_view's borrowing)
+ * and, while it runs, is a victim for reclaim (b) like a preemptible task
+ * (never for rule (a)).  Without guarantees nothing ever borrows.  The
+ * flag is fixed for the run; a preempted task decides again at its next
+ * start.  Reclaim needs cfg.preemption. */
 
 typedef struct gp_sched_tenant_cfg {
         uint32_t weight;            /* fair-share weight inside a tier, 1..1000000 (0 = 1) */

@@ -53,6 +53,8 @@ typedef struct gp_task {
         int64_t memory_mb;                /* per GPU; 0 = whole GPU */
         bool exclusive;                   /* whole GPU(s), no sharing */
         bool preemptible;                 /* may be preempted (tenants issue) */
+        bool borrowing;                   /* its current (or last) run started on GPUs guaranteed to
+                                             other tenants: reclaimable though not preemptible */
         bool is_lease;                    /* no command: caller holds the GPUs */
         int64_t timeout_s;                /* run time limit, 0 = none */
         int64_t queue_timeout_s;          /* max wait in queue, 0 = none */

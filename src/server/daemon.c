@@ -73,7 +73,7 @@ static gp_sched_req sched_req(const gp_task *t) {
                 .model = t->model, .gpu_model = t->gpu_model, .timeout_ms = t->timeout_s * 1000,
                 .submit_ms = t->submitted_ms,
                 .queue_deadline_ms = t->queue_timeout_s ? t->submitted_ms + t->queue_timeout_s * 1000 : 0,
-                .elastic_max_gpus = t->elastic_max_gpus,
+                .elastic_max_gpus = t->elastic_max_gpus, .borrowing = t->borrowing,
         };
         return r;
 }
@@ -124,6 +124,8 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                                   t->preempt_deadline_ms ? "preempting" : gp_task_state_name(t->state), t->priority,
                                   t->gpu_request, t->memory_mb, t->exclusive ? "true" : "false",
                                   t->preemptible ? "true" : "false");
+        r = r ? r : gp_buf_printf(b, ",\"borrowing\":%s",
+                                  t->borrowing && t->state == GP_TASK_RUNNING ? "true" : "false");
         if (t->elastic_max_gpus > 0)
                 r = r ? r : gp_buf_printf(b, ",\"elastic\":{\"min_gpus\":%d,\"max_gpus\":%d}", t->gpu_request,
                                           t->elastic_max_gpus);
@@ -424,6 +426,16 @@ static void apply_submit(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o
                         o->body = gp_http_error_body("queue_full",
                                                      "the P%d queue is full (%d tasks); retry later", t->priority,
                                                      d->cfg.max_queue_depth);
+                } else if (rc == -EDQUOT) {
+                        /* a quota, not a full disk: never the errno's text */
+                        struct gp_sched_tenant_usage u = {0};
+                        gp_sched_tenant_usage(d->sched, t->tenant, now, &u);
+                        o->status = 429;
+                        o->retry_after = 5;
+                        o->body = gp_http_error_body("quota_exceeded",
+                                                     "tenant %s has %d tasks queued, its max_queued quota; wait "
+                                                     "for some to start, or cancel some",
+                                                     t->tenant, u.queued);
                 } else if (rc == -EINVAL) {
                         o->status = 422;
                         o->body = gp_http_error_body("unprocessable", "this task can never run here: %s", why);
@@ -614,6 +626,7 @@ static void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why,
                 t->sup_pid = t->sup_start = 0;
                 set_reason(t, "requeued (retry %d of %d): %s", t->retries, t->max_retries, why);
                 gp_sched_req r = sched_req(t);
+                r.readmit = true; /* accepted once: max_queued does not apply again */
                 if (gp_sched_enqueue(d->sched, &r) == 0) {
                         gp_monitor_task_requeued(d->mon);
                         mark(b, t);
@@ -888,7 +901,12 @@ static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
                 t->reason[0] = '\0';
                 gp_billing_run_start(d, t);
                 gp_monitor_task_started(d->mon, t->tenant, t->priority, now - t->submitted_ms, dec[i].backfilled);
-                if (dec[i].backfilled)
+                t->borrowing = dec[i].borrowing;
+                if (dec[i].borrowing)
+                        set_reason(t, "borrowing: %sstarted on GPUs guaranteed to other tenants, who may take "
+                                      "them back (it is preempted then, like a preemptible task)",
+                                   dec[i].backfilled ? "started by backfill; " : "");
+                else if (dec[i].backfilled)
                         set_reason(t, "started by backfill");
                 mark(b, t);
                 if (t->is_lease && gp_i64map_put(&d->leases, t->id, t) < 0) {
@@ -1460,6 +1478,7 @@ static int recover_one(const gp_task *st, void *ud) {
                 return -ENOMEM;
         }
         gp_sched_req r = sched_req(t);
+        r.readmit = true; /* accepted before the restart: max_queued does not apply again */
         if (t->state == GP_TASK_QUEUED && !t->is_lease) {
                 /* preempted just before a crash: its old run may still be
                  * stopping; it drains before any batch task starts */
@@ -1598,6 +1617,16 @@ static void restore_drained(gp_daemon *d) {
         }
 }
 
+/* Who this server is, for the data dir lock and the store's claim. */
+static void self_owner(const gp_daemon *d, gp_store_owner *ret) {
+        memset(ret, 0, sizeof(*ret));
+        if (gethostname(ret->host, sizeof(ret->host) - 1) < 0)
+                ret->host[0] = '\0';
+        ret->pid = getpid();
+        gp_strlcpy(ret->listen, d->cfg.listen, sizeof(ret->listen));
+        ret->since_ms = d->started_ms;
+}
+
 int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen) {
         memset(d, 0, sizeof(*d));
         d->cfg = *cfg;
@@ -1632,12 +1661,29 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
                 snprintf(err, errlen, "data dir path too long");
                 return -ENAMETOOLONG;
         }
+        gp_store_owner me;
+        self_owner(d, &me);
         d->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
         if (d->lock_fd < 0 || flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
                 rc = -errno;
-                snprintf(err, errlen, "%s: %s", lock,
-                         rc == -EWOULDBLOCK ? "another gpupool server is using this data dir" : strerror(-rc));
+                if (rc == -EWOULDBLOCK) {
+                        /* the holder wrote who it is into the lock file */
+                        char text[4096], who[640];
+                        gp_store_owner other;
+                        ssize_t got = pread(d->lock_fd, text, sizeof(text), 0);
+                        gp_store_owner_from_text(text, got > 0 ? (size_t)got : 0, &other);
+                        gp_store_owner_format(&other, who, sizeof(who));
+                        snprintf(err, errlen, "%s: another gpupool server is using this data dir (%s)", lock, who);
+                } else {
+                        snprintf(err, errlen, "%s: %s", lock, strerror(-rc));
+                }
                 return rc;
+        }
+        {
+                char text[4096];
+                int tn = gp_store_owner_to_text(&me, text, sizeof(text));
+                if (tn > 0 && (ftruncate(d->lock_fd, 0) < 0 || pwrite(d->lock_fd, text, (size_t)tn, 0) != tn))
+                        gp_warn("%s: cannot record who holds it: %s", lock, strerror(errno));
         }
         if ((size_t)snprintf(d->tasks_dir, sizeof(d->tasks_dir), "%s/tasks", cfg->data_dir) >= sizeof(d->tasks_dir) ||
             (rc = mkdir_p(d->tasks_dir)) < 0) {
@@ -1651,6 +1697,12 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         gp_store_options so = {.sync_full = cfg->store_sync_full, .manual_checkpoint = true};
         if ((rc = gp_store_open(cfg->store_url, &so, &d->ws, err, errlen)) < 0)
                 return rc;
+        /* one live server per store: a second would hand out the same task
+         * ids and GPUs.  The writer handle holds the claim for our life. */
+        if ((rc = gp_store_claim(d->ws, &me, NULL)) < 0) {
+                snprintf(err, errlen, "store: %s", gp_store_errmsg(d->ws));
+                return rc;
+        }
         if ((rc = gp_store_open(cfg->store_url, &so, &d->rs, err, errlen)) < 0)
                 return rc;
         if ((rc = gp_store_open(cfg->store_url, &so, &d->cs, err, errlen)) < 0)

@@ -602,11 +602,45 @@ static enum MHD_Result get_sched_stats(hreq *r) {
         return send_json(r, 200, out);
 }
 
+/* Queues by depth, busiest first; equal depths: the more urgent tier
+ * first.  (json arrays of {"priority", "depth", ...} objects.) */
+static int depth_of(json_t *q) {
+        return (int)json_integer_value(json_object_get(q, "depth"));
+}
+
+static int busier(const void *a, const void *b) {
+        json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+        int dx = depth_of(x), dy = depth_of(y);
+        if (dx != dy)
+                return dx > dy ? -1 : 1;
+        return (int)json_integer_value(json_object_get(x, "priority")) -
+               (int)json_integer_value(json_object_get(y, "priority"));
+}
+
+/* The top busiest entries of queues (an array it steals), busiest first. */
+static json_t *busiest(json_t *queues, size_t top) {
+        size_t n = json_array_size(queues);
+        json_t *v[GP_PRIORITY_LEVELS * 2], *out = json_array();
+        if (n > GP_ARRAY_SIZE(v))
+                n = GP_ARRAY_SIZE(v);
+        for (size_t i = 0; i < n; i++)
+                v[i] = json_array_get(queues, i);
+        qsort(v, n, sizeof(v[0]), busier);
+        for (size_t i = 0; i < n && i < top; i++)
+                json_array_append(out, v[i]);
+        json_decref(queues);
+        return out;
+}
+
+/* ?top=N: the N busiest queues (tiers), busiest first (all ten without
+ * it); ?tasks=M: the first M queued tasks of each (default 10). */
 static enum MHD_Result get_sched_queues(hreq *r) {
         gp_daemon *d = r->d;
-        int64_t top;
-        if (query_i64(r, "top", 1, 1000, 10, &top) < 0)
-                return send_error(r, 400, "invalid_request", "top: must be 1..1000");
+        int64_t top, per_q;
+        if (query_i64(r, "top", 1, 1000, GP_PRIORITY_LEVELS, &top) < 0)
+                return send_error(r, 400, "invalid_request", "top: must be 1..1000 (queues to show, busiest first)");
+        if (query_i64(r, "tasks", 0, 1000, 10, &per_q) < 0)
+                return send_error(r, 400, "invalid_request", "tasks: must be 0..1000 (tasks shown per queue)");
         json_t *tiers = json_array();
         int per[GP_PRIORITY_LEVELS] = {0};
         json_t *lists[GP_PRIORITY_LEVELS];
@@ -616,12 +650,12 @@ static enum MHD_Result get_sched_queues(hreq *r) {
         gp_sched_stats st;
         gp_sched_get_stats(d->sched, &st);
         size_t total = st.queued_total;
-        int64_t *ids = malloc(sizeof(int64_t) * (total ? total : 1));
+        int64_t *ids = per_q > 0 ? malloc(sizeof(int64_t) * (total ? total : 1)) : NULL;
         if (ids) {
                 gp_sched_queue_order(d->sched, ids, total);
                 for (size_t i = 0; i < total; i++) {
                         gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
-                        if (!t || per[t->priority] >= top)
+                        if (!t || per[t->priority] >= per_q)
                                 continue;
                         per[t->priority]++;
                         json_array_append_new(lists[t->priority],
@@ -634,9 +668,13 @@ static enum MHD_Result get_sched_queues(hreq *r) {
         for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
                 json_array_append_new(tiers, json_pack("{s:i,s:I,s:o}", "priority", i, "depth",
                                                        (json_int_t)st.queued[i], "tasks", lists[i]));
-        json_t *out = json_pack("{s:o}", "queues", tiers);
-        if (out && d->gw)
-                json_object_set_new(out, "gateway_queues", gp_gw_queues_json(d->gw, (int)top));
+        json_t *out = json_pack("{s:o}", "queues", busiest(tiers, (size_t)top));
+        if (out && d->gw) {
+                json_t *gq = gp_gw_queues_json(d->gw, (int)per_q);
+                if (json_is_array(gq))
+                        gq = busiest(gq, (size_t)top);
+                json_object_set_new(out, "gateway_queues", gq);
+        }
         return send_json(r, 200, out);
 }
 
@@ -668,14 +706,16 @@ static enum MHD_Result post_cmd(hreq *r, cmd *c) {
         return MHD_YES;
 }
 
-static enum MHD_Result submit(hreq *r) {
+/* seed: the sketch's short path (/api/tasks), whose priority is 0..100 */
+static enum MHD_Result submit(hreq *r, bool seed) {
         gp_daemon *d = r->d;
         /* the body is parsed as JSON whatever Content-Type says: `curl -d`
          * sends a form type, and a non-JSON body is refused by the parser */
         gp_submit_limits lim = {.default_lease_ttl_s = d->cfg.default_lease_ttl_s,
                                 .max_lease_ttl_s = d->cfg.max_lease_ttl_s,
                                 .default_max_retries = d->cfg.default_max_retries,
-                                .default_priority = 5, .clamp_priority = d->cfg.clamp_priority};
+                                .default_priority = 5, .clamp_priority = d->cfg.clamp_priority,
+                                .default_queue_timeout_s = d->cfg.queue_timeout_sec, .seed_priority = seed};
         if (!r->admin) {
                 /* a tenant key: its tenant, its default tier, its most urgent tier */
                 pthread_mutex_lock(&d->lock);
@@ -851,7 +891,7 @@ static enum MHD_Result route(hreq *r, const char *url, const char *method) {
         if (p) {
                 if (!strcmp(p, "tasks")) {
                         if (post)
-                                return submit(r);
+                                return submit(r, p == url + 5);
                         if (get)
                                 return list_tasks(r);
                         return send_error(r, 405, "method_not_allowed", "use GET or POST");

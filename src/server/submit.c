@@ -54,8 +54,22 @@ static int get_bool(json_t *v, const char *key, bool *ret, char *err, size_t err
         return 0;
 }
 
-static int parse_priority(json_t *v, int *ret, char *err, size_t errlen) {
+int gp_submit_seed_tier(int p) {
+        return ((100 - p) * 9 + 50) / 100;
+}
+
+static int parse_priority(json_t *v, bool seed, int *ret, char *err, size_t errlen) {
         static const char msg[] = "priority: must be 0..9 or a name (critical, high, normal, low, background)";
+        static const char seed_msg[] = "priority: on /api/tasks must be 0..100 (higher is more urgent; "
+                                       "/api/v1/tasks takes tiers 0..9) or a name (critical, high, normal, low, "
+                                       "background)";
+        if (seed && json_is_integer(v)) {
+                json_int_t x = json_integer_value(v);
+                if (x < 0 || x > 100)
+                        return fail(err, errlen, "%s, got %" JSON_INTEGER_FORMAT, seed_msg, x);
+                *ret = gp_submit_seed_tier((int)x);
+                return 0;
+        }
         if (json_is_integer(v)) {
                 json_int_t x = json_integer_value(v);
                 if (x < 0 || x > 9)
@@ -65,7 +79,7 @@ static int parse_priority(json_t *v, int *ret, char *err, size_t errlen) {
         }
         if (json_is_string(v) && json_string_length(v) < 16 && gp_priority_parse(json_string_value(v), ret) == 0)
                 return 0;
-        return fail(err, errlen, "%s", msg);
+        return fail(err, errlen, "%s", seed ? seed_msg : msg);
 }
 
 /* command, env, workdir -> the spec JSON stored with the task. */
@@ -212,6 +226,7 @@ int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, g
         t.gpu_request = 1;
         t.lease_ttl_s = lim->default_lease_ttl_s;
         t.max_retries = lim->default_max_retries;
+        t.queue_timeout_s = lim->default_queue_timeout_s; /* an explicit 0 below means none */
 
         if ((v = json_object_get(root, "tenant_id"))) {
                 if ((rc = get_str(v, "tenant_id", t.tenant, sizeof(t.tenant), err, errlen)) < 0)
@@ -249,7 +264,7 @@ int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, g
         if ((v = json_object_get(root, "preemptible")) &&
             (rc = get_bool(v, "preemptible", &t.preemptible, err, errlen)) < 0)
                 goto out;
-        if ((v = json_object_get(root, "priority")) && (rc = parse_priority(v, &t.priority, err, errlen)) < 0)
+        if ((v = json_object_get(root, "priority")) && (rc = parse_priority(v, lim->seed_priority, &t.priority, err, errlen)) < 0)
                 goto out;
         if (t.priority < lim->max_priority) {
                 if (!lim->clamp_priority) {

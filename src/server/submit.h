@@ -23,12 +23,20 @@ typedef struct gp_submit_limits {
         int default_priority;      /* tier when the body names none (normally 5) */
         int max_priority;          /* most urgent tier allowed (0 = any) */
         bool clamp_priority;       /* a more urgent request is clamped instead of refused */
+        int64_t default_queue_timeout_s; /* queue_timeout_s when absent (0 = none) */
+        bool seed_priority;        /* an integer priority is on the seed's 0..100 scale (higher =
+                                      more urgent; gp_submit_seed_tier), not a tier 0..9 */
 } gp_submit_limits;
 
 #define GP_SUBMIT_MAX_ARGS 256
 #define GP_SUBMIT_MAX_ARG_BYTES 4096
 #define GP_SUBMIT_MAX_ENV 256
 #define GP_SUBMIT_MAX_SPEC_BYTES 65536
+
+/* The tier of a priority on the seed sketch's 0..100 scale (higher is more
+ * urgent): (100 - p) * 9 / 100 rounded half up, so 100 -> P0, 50 -> P5,
+ * 0 -> P9.  p must be 0..100. */
+int gp_submit_seed_tier(int p);
 
 /* Parse body[0..len) into *ret (zeroed first; ret->spec is malloc'd for a
  * batch task, NULL for a lease: free with gp_task_done).  The tenant is

@@ -71,7 +71,7 @@ static const struct {
         [PS_PUT] = {"gp_task_put",
                     "INSERT INTO tasks (" STORE_TASK_COLUMNS ") VALUES "
                     "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, "
-                    "$19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) "
+                    "$19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30) "
                     "ON CONFLICT (id) DO UPDATE SET tenant = EXCLUDED.tenant, name = EXCLUDED.name, "
                     "model = EXCLUDED.model, gpu_model = EXCLUDED.gpu_model, "
                     "priority = EXCLUDED.priority, gpu_request = EXCLUDED.gpu_request, "
@@ -84,7 +84,7 @@ static const struct {
                     "submitted_ms = EXCLUDED.submitted_ms, started_ms = EXCLUDED.started_ms, "
                     "finished_ms = EXCLUDED.finished_ms, heartbeat_ms = EXCLUDED.heartbeat_ms, "
                     "sup_pid = EXCLUDED.sup_pid, sup_start = EXCLUDED.sup_start, spec = EXCLUDED.spec, "
-                    "gpus = EXCLUDED.gpus, elastic_max = EXCLUDED.elastic_max",
+                    "gpus = EXCLUDED.gpus, elastic_max = EXCLUDED.elastic_max, borrowing = EXCLUDED.borrowing",
                     COL_COUNT},
         [PS_GET] = {"gp_task_get", SELECT_TASKS "WHERE id = $1", 1},
         [PS_LIST] = {"gp_task_list", SELECT_TASKS "WHERE id < $1 ORDER BY id DESC LIMIT $2", 2},
@@ -156,10 +156,16 @@ static const struct {
             "CREATE INDEX tasks_state_id ON tasks (state, id);"
             "CREATE INDEX tasks_tenant_id ON tasks (tenant, id);"},
         {2, "ALTER TABLE tasks ADD COLUMN elastic_max BIGINT NOT NULL DEFAULT 0"},
+        {3, "ALTER TABLE tasks ADD COLUMN borrowing BIGINT NOT NULL DEFAULT 0"},
 };
 
 /* Key of the advisory lock held while migrating ("gpupool" in ASCII). */
 #define MIGRATE_LOCK_KEY 0x677075706f6f6cLL
+/* First key of the session advisory lock a server holds for its life
+ * (gp_store_claim; "gpow" in ASCII); the second is hashtext() of the schema
+ * the tables live in, so stores in two schemas of one database are two
+ * stores.  The two-key form never meets the one-key migration lock. */
+#define OWNER_LOCK_CLASS 0x67706f77
 
 #define PIPE_MAX 128 /* writes in flight before we read their answers */
 
@@ -171,6 +177,8 @@ typedef struct pg_store {
         bool pipelined;                 /* in pipeline mode (only inside a transaction) */
         int n_pending;                  /* writes sent since the last sync, <= PIPE_MAX */
         int64_t pending_id[PIPE_MAX];   /* task id of each pending write, -task id for usage, 0 for meta/tokens */
+        bool claimed;                   /* gp_store_claim succeeded: every new session claims again */
+        gp_store_owner me;              /* the record claimed with */
 } pg_store;
 
 static pg_store *impl(gp_store *s) {
@@ -242,6 +250,7 @@ static int prepare_session(gp_store *s) {
 }
 
 static int pipe_leave(gp_store *s);
+static int claim_session(gp_store *s, const gp_store_owner *me, bool have_lock, gp_store_owner *ret_other);
 
 /* Outside a transaction: make sure the connection is up, reconnecting (a
  * fresh session, statements prepared again) if it was lost.
@@ -262,7 +271,25 @@ static int ensure_conn(gp_store *s, const char *what) {
                 if (PQstatus(p->conn) != CONNECTION_OK)
                         return pg_err(s, NULL, what);
         }
-        return prepare_session(s);
+        int r = prepare_session(s);
+        if (r < 0 || !p->claimed)
+                return r;
+        /* the claim was the lost session's: take it again, or refuse to
+         * write behind the back of a server that has the store now */
+        gp_store_owner other;
+        r = claim_session(s, &p->me, false, &other);
+        if (r == 0)
+                return 0;
+        if (r == -EBUSY) {
+                char who[320];
+                gp_store_owner_format(&other, who, sizeof(who));
+                store_set_err(s, who, "%s: the connection was lost and another server has claimed the store since",
+                              what);
+        }
+        PQfinish(p->conn); /* the next call tries again on a fresh session */
+        p->conn = NULL;
+        p->prepared = false;
+        return -GP_ESTORE;
 }
 
 static bool pg_in_tx(gp_store *s) {
@@ -495,6 +522,84 @@ static void pg_close(gp_store *s) {
         s->impl = NULL;
 }
 
+/* ---- one server per store ---- */
+
+#define OWNER_TABLE                                                                                 \
+        "CREATE TABLE IF NOT EXISTS store_owner (id BIGINT PRIMARY KEY, host TEXT NOT NULL, pid BIGINT NOT NULL," \
+        " listen TEXT NOT NULL, since_ms BIGINT NOT NULL)"
+#define OWNER_LOCK_ARGS "%d, hashtext(current_schema())"
+
+/* What the holder recorded, as far as it can be read (best effort: the
+ * lock is the truth, the row only names who holds it). */
+static void read_owner(gp_store *s, gp_store_owner *ret) {
+        PGresult *res = PQexec(impl(s)->conn, "SELECT host, pid, listen, since_ms FROM store_owner WHERE id = 1");
+        if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) == 4) {
+                char text[1024];
+                int n = snprintf(text, sizeof(text), "host=%s\npid=%s\nlisten=%s\nsince_ms=%s\n",
+                                 PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2),
+                                 PQgetvalue(res, 0, 3));
+                if (n > 0)
+                        gp_store_owner_from_text(text, (size_t)n < sizeof(text) ? (size_t)n : sizeof(text) - 1, ret);
+        }
+        PQclear(res);
+}
+
+/* Take the owner lock on the current session (unless have_lock: this
+ * session holds it) and write the row.  0, -EBUSY or -GP_ESTORE; on
+ * failure this call's lock is released. */
+static int claim_session(gp_store *s, const gp_store_owner *me, bool have_lock, gp_store_owner *ret_other) {
+        pg_store *p = impl(s);
+        char sql[128], pid[24], since[24];
+        PGresult *res;
+        int r;
+        if (!have_lock) {
+                snprintf(sql, sizeof(sql), "SELECT pg_try_advisory_lock(" OWNER_LOCK_ARGS ")", OWNER_LOCK_CLASS);
+                res = PQexec(p->conn, sql);
+                if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+                        r = pg_err(s, res, "claim the store: lock");
+                        PQclear(res);
+                        return r;
+                }
+                bool got = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+                PQclear(res);
+                if (!got) {
+                        read_owner(s, ret_other);
+                        return -EBUSY;
+                }
+        }
+        snprintf(pid, sizeof(pid), "%" PRId64, me->pid);
+        snprintf(since, sizeof(since), "%" PRId64, me->since_ms);
+        const char *vals[4] = {me->host, pid, me->listen, since};
+        if ((r = exec_cmd(s, OWNER_TABLE, "claim the store: create store_owner")) < 0)
+                goto unlock;
+        res = PQexecParams(p->conn,
+                           "INSERT INTO store_owner (id, host, pid, listen, since_ms) VALUES (1, $1, $2, $3, $4) "
+                           "ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, "
+                           "listen = EXCLUDED.listen, since_ms = EXCLUDED.since_ms",
+                           4, NULL, vals, NULL, NULL, 0);
+        r = PQresultStatus(res) == PGRES_COMMAND_OK ? 0 : pg_err(s, res, "claim the store: record the owner");
+        PQclear(res);
+        if (r == 0 || have_lock)
+                return r;
+unlock:
+        snprintf(sql, sizeof(sql), "SELECT pg_advisory_unlock(" OWNER_LOCK_ARGS ")", OWNER_LOCK_CLASS);
+        PQclear(PQexec(p->conn, sql));
+        return r;
+}
+
+static int pg_claim(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_other) {
+        pg_store *p = impl(s);
+        int r = ensure_conn(s, "claim the store");
+        if (r < 0)
+                return r;
+        /* held already: session locks stack, so only the row is rewritten */
+        if ((r = claim_session(s, me, p->claimed, ret_other)) < 0)
+                return r;
+        p->me = *me;
+        p->claimed = true;
+        return 0;
+}
+
 /* ---- transactions ---- */
 
 static int tx_cmd(gp_store *s, const char *sql, const char *what) {
@@ -568,12 +673,14 @@ static int pg_task_put(gp_store *s, const gp_task *t) {
                 COL_IS_LEASE, COL_TIMEOUT_S, COL_QUEUE_TIMEOUT_S, COL_LEASE_TTL_S, COL_MAX_RETRIES,
                 COL_RETRIES, COL_PREEMPT_COUNT, COL_EXIT_CODE, COL_SUBMITTED_MS, COL_STARTED_MS,
                 COL_FINISHED_MS, COL_HEARTBEAT_MS, COL_SUP_PID, COL_SUP_START, COL_ELASTIC_MAX,
+                COL_BORROWING,
         };
         const int64_t ints[] = {
                 t->id, t->priority, t->gpu_request, t->memory_mb, t->exclusive, t->preemptible,
                 t->is_lease, t->timeout_s, t->queue_timeout_s, t->lease_ttl_s, t->max_retries,
                 t->retries, t->preempt_count, t->exit_code, t->submitted_ms, t->started_ms,
                 t->finished_ms, t->heartbeat_ms, t->sup_pid, t->sup_start, t->elastic_max_gpus,
+                t->borrowing,
         };
         for (size_t i = 0; i < GP_ARRAY_SIZE(int_cols); i++) {
                 fmt_i64(num[int_cols[i]], sizeof(num[0]), ints[i]);
@@ -879,6 +986,7 @@ const gp_store_ops gp_store_postgres_ops = {
         .task_max_id = pg_task_max_id,
         .meta_get = pg_meta_get,
         .meta_set = pg_meta_set,
+        .claim = pg_claim,
         .usage_add = pg_usage_add,
         .usage_list = pg_usage_list,
         .tokens_add = pg_tokens_add,

@@ -24,7 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/err.h"
 #include "base/util.h"
@@ -58,7 +61,7 @@ static const char *const stmt_sql[ST_COUNT] = {
         [ST_ROLLBACK] = "ROLLBACK",
         [ST_PUT] = "INSERT OR REPLACE INTO tasks (" STORE_TASK_COLUMNS ") VALUES "
                    "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-                   "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)",
+                   "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)",
         [ST_GET] = SELECT_TASKS "WHERE id = ?1",
         /* ?1 before_id (INT64_MAX when unbounded), ?2 limit, ?3 state, ?4 tenant */
         [ST_LIST] = SELECT_TASKS "WHERE id < ?1 ORDER BY id DESC LIMIT ?2",
@@ -121,11 +124,13 @@ static const struct {
             "CREATE INDEX tasks_state_id ON tasks (state, id);"
             "CREATE INDEX tasks_tenant_id ON tasks (tenant, id);"},
         {2, "ALTER TABLE tasks ADD COLUMN elastic_max INTEGER NOT NULL DEFAULT 0"},
+        {3, "ALTER TABLE tasks ADD COLUMN borrowing INTEGER NOT NULL DEFAULT 0"},
 };
 
 typedef struct sqlite_store {
         sqlite3 *db;                    /* the connection */
         sqlite3_stmt *st[ST_COUNT];     /* prepared at open, reset after each use */
+        int owner_fd;                   /* flock'd "<database>-owner" after gp_store_claim, else -1 */
 } sqlite_store;
 
 static sqlite_store *impl(gp_store *s) {
@@ -269,6 +274,7 @@ static int sq_open(gp_store *s, const char *url, const char *path, const gp_stor
         int r;
         if (!q)
                 return store_set_err(s, "out of memory", "open sqlite database");
+        q->owner_fd = -1;
         s->impl = q;
         if ((r = make_parent_dirs(s, path)) < 0)
                 return r;
@@ -319,8 +325,51 @@ static void sq_close(gp_store *s) {
         for (int i = 0; i < ST_COUNT; i++)
                 sqlite3_finalize(q->st[i]);
         sqlite3_close(q->db); /* all statements finalized: cannot be busy */
+        if (q->owner_fd >= 0)
+                close(q->owner_fd); /* ends the claim */
         free(q);
         s->impl = NULL;
+}
+
+/* ---- one server per store ---- */
+
+#define OWNER_TEXT_MAX 4096 /* bytes of the owner file we read */
+
+/* The owner file is a file of its own beside the database, never the
+ * database: closing any descriptor of the database file would drop the
+ * POSIX locks SQLite holds on it in this process. */
+static int sq_claim(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_other) {
+        sqlite_store *q = impl(s);
+        const char *db = sqlite3_db_filename(q->db, "main");
+        char path[PATH_MAX], text[OWNER_TEXT_MAX];
+        if (!db || !*db)
+                return 0; /* an in-memory database: nobody else can open it */
+        if (snprintf(path, sizeof(path), "%s-owner", db) >= (int)sizeof(path))
+                return store_set_err(s, "path too long", "claim the store");
+        int fd = q->owner_fd;
+        if (fd < 0) {
+                fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+                if (fd < 0)
+                        return store_set_err(s, strerror(errno), "claim the store: open %s", path);
+                if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+                        int e = errno;
+                        if (e == EWOULDBLOCK) {
+                                ssize_t n = pread(fd, text, sizeof(text), 0);
+                                gp_store_owner_from_text(text, n > 0 ? (size_t)n : 0, ret_other);
+                                close(fd);
+                                return -EBUSY;
+                        }
+                        close(fd);
+                        return store_set_err(s, strerror(e), "claim the store: lock %s", path);
+                }
+                q->owner_fd = fd;
+        }
+        int n = gp_store_owner_to_text(me, text, sizeof(text));
+        if (n < 0)
+                return store_set_err(s, "owner record too long", "claim the store");
+        if (ftruncate(fd, 0) < 0 || pwrite(fd, text, (size_t)n, 0) != n)
+                return store_set_err(s, strerror(errno), "claim the store: write %s", path);
+        return 0;
 }
 
 /* ---- transactions ---- */
@@ -393,6 +442,7 @@ static int sq_task_put(gp_store *s, const gp_task *t) {
         rc |= sqlite3_bind_int64(st, 1 + COL_SUP_PID, t->sup_pid);
         rc |= sqlite3_bind_int64(st, 1 + COL_SUP_START, t->sup_start);
         rc |= sqlite3_bind_int(st, 1 + COL_ELASTIC_MAX, t->elastic_max_gpus);
+        rc |= sqlite3_bind_int(st, 1 + COL_BORROWING, t->borrowing);
         if (t->spec)
                 rc |= sqlite3_bind_text(st, 1 + COL_SPEC, t->spec, -1, SQLITE_STATIC);
         else
@@ -659,6 +709,7 @@ const gp_store_ops gp_store_sqlite_ops = {
         .meta_get = sq_meta_get,
         .meta_set = sq_meta_set,
         .checkpoint = sq_checkpoint,
+        .claim = sq_claim,
         .usage_add = sq_usage_add,
         .usage_list = sq_usage_list,
         .tokens_add = sq_tokens_add,

@@ -33,7 +33,7 @@
 #define GP_STORE_META_VALUE_MAX (1 << 20) /* bytes of a meta value */
 #define GP_STORE_SPEC_MAX (1 << 20)     /* bytes of a task spec */
 #define GP_STORE_GPUS_JSON_MAX 16384    /* bytes of the stored gpus JSON text */
-#define GP_STORE_SCHEMA_VERSION 2       /* the schema this code writes */
+#define GP_STORE_SCHEMA_VERSION 3       /* the schema this code writes */
 #define GP_STORE_ERRMSG_MAX 512
 
 /* Columns of the tasks table, in the order every backend selects and
@@ -42,7 +42,7 @@
         "id, tenant, name, model, gpu_model, priority, gpu_request, memory_mb, exclusive, " \
         "preemptible, is_lease, timeout_s, queue_timeout_s, lease_ttl_s, max_retries, "     \
         "retries, preempt_count, state, exit_code, reason, submitted_ms, started_ms, "      \
-        "finished_ms, heartbeat_ms, sup_pid, sup_start, spec, gpus, elastic_max"
+        "finished_ms, heartbeat_ms, sup_pid, sup_start, spec, gpus, elastic_max, borrowing"
 
 enum store_col {
         COL_ID, COL_TENANT, COL_NAME, COL_MODEL, COL_GPU_MODEL, COL_PRIORITY, COL_GPU_REQUEST,
@@ -50,6 +50,7 @@ enum store_col {
         COL_QUEUE_TIMEOUT_S, COL_LEASE_TTL_S, COL_MAX_RETRIES, COL_RETRIES, COL_PREEMPT_COUNT,
         COL_STATE, COL_EXIT_CODE, COL_REASON, COL_SUBMITTED_MS, COL_STARTED_MS, COL_FINISHED_MS,
         COL_HEARTBEAT_MS, COL_SUP_PID, COL_SUP_START, COL_SPEC, COL_GPUS, COL_ELASTIC_MAX,
+        COL_BORROWING,
         COL_COUNT,
 };
 
@@ -126,6 +127,10 @@ typedef struct gp_store_ops {
         int (*meta_get)(gp_store *s, const char *key, char *buf, size_t size);
         int (*meta_set)(gp_store *s, const char *key, const char *value);
         int (*checkpoint)(gp_store *s, int *ret_wal_pages); /* NULL: nothing to do */
+        /* gp_store_claim, called outside a transaction with a checked *me:
+         * 0, -EBUSY with *ret_other filled (fields it cannot learn left
+         * empty), or -GP_ESTORE */
+        int (*claim)(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_other);
         int (*usage_add)(gp_store *s, const gp_bill_segment *seg);
         int (*usage_list)(gp_store *s, const gp_usage_filter *f, gp_segment_cb cb, void *ud);
         int (*tokens_add)(gp_store *s, const gp_bill_tokens *t);

@@ -144,6 +144,78 @@ void gp_store_fail_after(gp_store *s, int n) {
         s->fail_after = n > 0 ? n : 0;
 }
 
+void gp_store_owner_format(const gp_store_owner *o, char *out, size_t size) {
+        char since[40] = "";
+        if (!size)
+                return;
+        if (o->since_ms > 0)
+                gp_time_format(o->since_ms, since, sizeof(since));
+        int n = snprintf(out, size, "host %s, pid ", o->host[0] ? o->host : "(unknown)");
+        if (n < 0 || (size_t)n >= size)
+                return;
+        if (o->pid > 0)
+                n += snprintf(out + n, size - (size_t)n, "%" PRId64, o->pid);
+        else
+                n += snprintf(out + n, size - (size_t)n, "(unknown)");
+        if (n < 0 || (size_t)n >= size)
+                return;
+        snprintf(out + n, size - (size_t)n, ", listening on %s, since %s", o->listen[0] ? o->listen : "(unknown)",
+                 since[0] ? since : "(unknown)");
+}
+
+int gp_store_owner_to_text(const gp_store_owner *o, char *out, size_t size) {
+        int n = snprintf(out, size, "host=%s\npid=%" PRId64 "\nlisten=%s\nsince_ms=%" PRId64 "\n", o->host, o->pid,
+                         o->listen, o->since_ms);
+        if (n < 0 || (size_t)n >= size)
+                return -ENOSPC;
+        return n;
+}
+
+/* Copy a field's text (up to the end of its line) without control
+ * characters, so a hostile file cannot forge lines of the message. */
+static void owner_field(const char *v, size_t len, char *out, size_t size) {
+        size_t k = 0;
+        for (size_t i = 0; i < len && k + 1 < size; i++)
+                if ((unsigned char)v[i] >= 0x20 && v[i] != 0x7f)
+                        out[k++] = v[i];
+        out[k] = '\0';
+}
+
+void gp_store_owner_from_text(const char *text, size_t len, gp_store_owner *ret) {
+        memset(ret, 0, sizeof(*ret));
+        size_t i = 0;
+        while (i < len) {
+                const char *line = text + i;
+                const char *nl = memchr(line, '\n', len - i);
+                size_t n = nl ? (size_t)(nl - line) : len - i;
+                i += n + 1;
+                const char *eq = memchr(line, '=', n);
+                if (!eq)
+                        continue;
+                size_t klen = (size_t)(eq - line), vlen = n - klen - 1;
+                const char *v = eq + 1;
+                char num[24];
+                int64_t x;
+                if (klen == 4 && memcmp(line, "host", 4) == 0) {
+                        owner_field(v, vlen, ret->host, sizeof(ret->host));
+                } else if (klen == 6 && memcmp(line, "listen", 6) == 0) {
+                        owner_field(v, vlen, ret->listen, sizeof(ret->listen));
+                } else if ((klen == 3 && memcmp(line, "pid", 3) == 0) ||
+                           (klen == 8 && memcmp(line, "since_ms", 8) == 0)) {
+                        if (vlen >= sizeof(num))
+                                continue;
+                        memcpy(num, v, vlen);
+                        num[vlen] = '\0';
+                        if (gp_parse_i64(num, 0, INT64_MAX, &x) == 0) {
+                                if (klen == 3)
+                                        ret->pid = x;
+                                else
+                                        ret->since_ms = x;
+                        }
+                }
+        }
+}
+
 /* Book-keeping after an operation: a store failure inside a transaction
  * dooms it. */
 static int track(gp_store *s, int r) {
@@ -172,6 +244,34 @@ static void sync_tx(gp_store *s) {
         s->in_tx = s->ops->in_tx(s);
         if (!s->in_tx)
                 s->doomed = false;
+}
+
+int gp_store_claim(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_other) {
+        int r = enter(s, "claim the store");
+        if (r < 0)
+                return r;
+        if (s->in_tx) {
+                store_set_err(s, "inside a transaction", "claim the store");
+                return -EINVAL;
+        }
+        if (!memchr(me->host, '\0', sizeof(me->host)) || !memchr(me->listen, '\0', sizeof(me->listen))) {
+                store_set_err(s, "owner record has a string that is not NUL-terminated", "claim the store");
+                return -EINVAL;
+        }
+        gp_store_owner other;
+        memset(&other, 0, sizeof(other));
+        r = s->ops->claim(s, me, &other);
+        if (r == -EBUSY) {
+                char who[320]; /* the message fits s->errmsg */
+                gp_store_owner_format(&other, who, sizeof(who));
+                snprintf(s->errmsg, sizeof(s->errmsg),
+                         "another gpupool server is using this store (%s); stop it first, or give this server a "
+                         "store of its own: several servers on one store are not supported yet",
+                         who);
+                if (ret_other)
+                        *ret_other = other;
+        }
+        return r;
 }
 
 int gp_store_begin(gp_store *s) {
@@ -364,6 +464,7 @@ static const char *const col_names[COL_COUNT] = {
         "exclusive", "preemptible", "is_lease", "timeout_s", "queue_timeout_s", "lease_ttl_s",
         "max_retries", "retries", "preempt_count", "state", "exit_code", "reason", "submitted_ms",
         "started_ms", "finished_ms", "heartbeat_ms", "sup_pid", "sup_start", "spec", "gpus", "elastic_max",
+        "borrowing",
 };
 
 static int row_err(gp_store *s, int64_t id, int col, const char *why) {
@@ -458,6 +559,9 @@ int store_task_from_row(gp_store *s, const store_row *row, gp_task *ret) {
             (r = row_i64(s, row, t.id, COL_ELASTIC_MAX, 0, GP_MAX_GANG, &v)) < 0)
                 return r;
         t.elastic_max_gpus = (int)v;
+        if ((r = row_i64(s, row, t.id, COL_BORROWING, 0, 1, &v)) < 0)
+                return r;
+        t.borrowing = v != 0;
         if (gp_task_state_parse(state, &t.state) < 0)
                 return row_err(s, t.id, COL_STATE, "unknown state name");
 

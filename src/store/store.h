@@ -35,6 +35,40 @@ typedef struct gp_store_options {
  * -GP_ESTORE (cannot open / migrate), -ENOMEM. */
 int gp_store_open(const char *url, const gp_store_options *opt, gp_store **ret, char *err,
                   size_t errlen);
+/* Who holds a store: one live server at a time (several servers on one
+ * store are not supported yet; docs/internals/store.md "One server per
+ * store").  Strings are NUL-terminated; "" / 0 when unknown. */
+typedef struct gp_store_owner {
+        char host[256];      /* host name of the server's machine */
+        int64_t pid;         /* its process id there */
+        char listen[256];    /* its listen address, "ADDR:PORT" */
+        int64_t since_ms;    /* when it claimed the store (ms since the epoch) */
+} gp_store_owner;
+
+/* Claim the store for this server, for as long as this handle stays open
+ * (or the process lives: a server killed with SIGKILL leaves no claim
+ * behind), and record *me as its owner.  Outside a transaction only.
+ * SQLite: an flock on the file "<database>-owner", which holds the record.
+ * PostgreSQL: a session advisory lock of the connection (keyed by the
+ * schema the tables live in) and a row in the table store_owner; if the
+ * connection is lost, the next call reconnects and claims again, and fails
+ * with -GP_ESTORE while another server holds the store.
+ * 0; -EBUSY when another live server holds it: *ret_other (if not NULL)
+ * gets what that server recorded, and gp_store_errmsg() names it;
+ * -EINVAL (me's strings not NUL-terminated, or inside a transaction);
+ * -GP_ESTORE.  Claiming again on the same handle rewrites the record. */
+int gp_store_claim(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_other);
+
+/* "host H, pid P, listening on L, since T" (T in RFC 3339 UTC; unknown
+ * fields say so).  Never fails; truncates to size. */
+void gp_store_owner_format(const gp_store_owner *o, char *out, size_t size);
+/* The record as the text kept in files ("host=..\npid=..\nlisten=..\n
+ * since_ms=..\n") and back.  to_text: bytes written (< size) or -ENOSPC.
+ * from_text reads what it can: unknown or malformed lines are skipped, so
+ * a torn or empty file gives empty fields, never an error. */
+int gp_store_owner_to_text(const gp_store_owner *o, char *out, size_t size);
+void gp_store_owner_from_text(const char *text, size_t len, gp_store_owner *ret);
+
 /* Close; takes NULL. */
 void gp_store_close(gp_store *s);
 /* Message of the last failure on this handle ("" if none). */

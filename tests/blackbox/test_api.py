@@ -38,7 +38,8 @@ def parse_time(s):
 # ---- the original sketch -------------------------------------------------------
 
 def test_sketch_request_gets_a_running_task_on_a_simulated_gpu(daemon):
-    body = {"tenant_id": "tenant-1", "name": "test-task", "gpu_request": 1, "memory_mb": 4096, "priority": 5}
+    # the sketch's own request, as it is: priority on its 0..100 scale
+    body = {"tenant_id": "tenant-1", "name": "test-task", "gpu_request": 1, "memory_mb": 4096, "priority": 50}
     r = daemon.api("POST", "/api/tasks", json=body)
     assert r.status_code == 201, r.text
     assert r.headers["X-Gpupool-Backend"] == "sim"
@@ -357,6 +358,49 @@ def test_long_poll_returns_as_soon_as_the_task_starts(daemon):
     assert box["t1"] - box["t0"] < 3.0
 
 
+@pytest.mark.parametrize("seed,tier", [(100, 0), (95, 0), (94, 1), (51, 4), (50, 5), (39, 5), (38, 6), (6, 8), (5, 9), (0, 9)])
+def test_short_path_takes_the_sketch_0_to_100_priority(daemon, seed, tier):
+    r = daemon.api("POST", "/api/tasks", json={"priority": seed, "lease_ttl_s": 600})
+    assert r.status_code == 201, r.text
+    assert r.json()["priority"] == tier
+
+
+def test_short_path_priority_range_and_v1_tiers(daemon):
+    assert_error(daemon.api("POST", "/api/tasks", json={"priority": 101}), 400, "invalid_request")
+    assert_error(daemon.api("POST", "/api/tasks", json={"priority": -1}), 400, "invalid_request")
+    r = daemon.api("POST", "/api/tasks", json={"priority": "high", "lease_ttl_s": 600})
+    assert r.status_code == 201 and r.json()["priority"] == 2, r.text  # names mean the same everywhere
+    # /api/v1 keeps tiers 0..9: 50 is refused there, 5 is P5
+    assert_error(daemon.api("POST", "/api/v1/tasks", json={"priority": 50}), 400, "invalid_request")
+    r = daemon.api("POST", "/api/v1/tasks", json={"priority": 5, "lease_ttl_s": 600})
+    assert r.status_code == 201 and r.json()["priority"] == 5, r.text
+    # on the short path 5 is the 0..100 scale's 5: P9
+    r = daemon.api("POST", "/api/tasks", json={"priority": 5, "lease_ttl_s": 600})
+    assert r.status_code == 201 and r.json()["priority"] == 9, r.text
+
+
+def test_scheduler_queue_timeout_sec_is_the_default_queue_timeout(daemon_factory):
+    d = daemon_factory(SIM_CONFIG + "scheduler: {queue_timeout_sec: 1}\n")
+    fill_gpus(d)
+    dflt = lease(d)                         # sets none: the config's 1 s
+    never = lease(d, queue_timeout_s=0)     # an explicit 0: never
+    own = lease(d, queue_timeout_s=3600)    # its own wins
+    assert dflt["queue_timeout_s"] == 1 and never["queue_timeout_s"] == 0 and own["queue_timeout_s"] == 3600
+    done = wait_state(d, dflt["id"], ("timeout", "running", "cancelled", "failed"), timeout=6)
+    assert done["state"] == "timeout", done
+    time.sleep(0.5)
+    assert task(d, never["id"])["state"] == "queued"
+    assert task(d, own["id"])["state"] == "queued"
+
+
+def test_without_queue_timeout_sec_a_task_waits_as_long_as_it_takes(daemon):
+    fill_gpus(daemon)
+    t = lease(daemon)
+    assert t["queue_timeout_s"] == 0
+    time.sleep(1.5)
+    assert task(daemon, t["id"])["state"] == "queued"
+
+
 def test_queue_timeout_ends_a_waiting_task(daemon):
     fill_gpus(daemon)
     t = lease(daemon, queue_timeout_s=1)
@@ -385,6 +429,39 @@ def test_full_tier_queue_answers_429_with_retry_after(daemon_factory):
     # room again once the tier drains
     assert post(d, "/api/v1/tasks/%d/cancel" % q1["id"]).status_code == 200
     assert lease(d, priority=5)["state"] == "queued"
+
+
+def test_over_max_queued_answers_429_quota_exceeded_not_disk_full(daemon_factory):
+    d = daemon_factory(SIM_CONFIG + "tenants:\n  - {id: default, quota: {max_queued: 1}}\n")
+    fill_gpus(d)
+    assert lease(d)["state"] == "queued"
+    for path in ("/api/v1/tasks", "/api/tasks"):
+        r = submit_raw(d, {"lease_ttl_s": 600}, path=path)
+        assert_error(r, 429, "quota_exceeded")
+        assert int(r.headers["Retry-After"]) > 0
+        msg = r.json()["error"]["message"]
+        assert "max_queued" in msg and "default" in msg, msg
+        assert "disk" not in msg.lower(), msg
+    # the CLI shows the quota, not "Disk quota exceeded"
+    c = d.cli("submit", "--", "true")
+    assert c.returncode == 1, c
+    assert "quota_exceeded" in c.stderr and "max_queued" in c.stderr, c.stderr
+    assert "disk" not in c.stderr.lower(), c.stderr
+
+
+def test_admin_queues_top_n_lists_the_busiest_queues_first(daemon):
+    fill_gpus(daemon)
+    for prio, n in ((7, 3), (2, 1), (5, 2)):
+        for _ in range(n):
+            assert lease(daemon, priority=prio)["state"] == "queued"
+    q = daemon.api("GET", "/admin/scheduler/queues?top=2").json()["queues"]
+    assert [(x["priority"], x["depth"]) for x in q] == [(7, 3), (5, 2)]
+    assert len(q[0]["tasks"]) == 3
+    q = daemon.api("GET", "/admin/scheduler/queues?top=3&tasks=1").json()["queues"]
+    assert [(x["priority"], x["depth"], len(x["tasks"])) for x in q] == [(7, 3, 1), (5, 2, 1), (2, 1, 1)]
+    q = daemon.api("GET", "/admin/scheduler/queues").json()["queues"]
+    assert len(q) == 10 and [x["priority"] for x in q[:4]] == [7, 5, 2, 0]
+    assert_error(daemon.api("GET", "/admin/scheduler/queues?top=0"), 400, "invalid_request")
 
 
 @pytest.mark.parametrize("body", [

@@ -11,6 +11,9 @@ import sqlite3
 import pytest
 import requests
 
+from apiutil import reap_supervisors, wait_for
+from conftest import SIM_CONFIG
+
 pytestmark = pytest.mark.e2e
 
 ADMIN, ALPHA, BETA = "admin-secret", "alpha-secret", "beta-secret"
@@ -207,3 +210,45 @@ def test_tier_weights_change_at_run_time_are_stored_and_audited(d):
     d.stop()
     d.start()
     assert call(d, "GET", "/admin/scheduler/weights", ADMIN).json()["weights"][:2] == [512, 64]
+
+
+# ---- guaranteed GPUs are guaranteed (README "Quotas") ----
+
+assert reap_supervisors  # autouse fixture, imported so that it applies here
+
+GUARANTEE_CONFIG = (SIM_CONFIG +
+                    "scheduler: {preemption: {enabled: true, grace_sec: 1, min_runtime_sec: 0}}\n"
+                    "tenants:\n"
+                    "  - {id: owner, quota: {guaranteed_gpus: 1}}\n"
+                    "  - {id: other}\n")
+
+
+def test_guaranteed_gpu_is_reclaimed_from_ordinary_tasks_holding_every_gpu(daemon_factory):
+    """The issue: guaranteed_gpus 1 waited forever while another tenant's
+    ordinary (not preemptible) tasks held all four GPUs."""
+    d = daemon_factory(GUARANTEE_CONFIG)
+    other = []
+    for i in range(4):
+        r = d.api("POST", "/api/v1/tasks", json={"tenant_id": "other", "name": "o%d" % i,
+                                                 "command": ["sleep", "600"]})
+        assert r.status_code == 201, r.text
+        other.append(r.json())
+    assert all(t["state"] == "running" and not t["preemptible"] for t in other)
+    # three fit beside the owner's unused guarantee; the fourth borrows it, and says so
+    assert [t["borrowing"] for t in other] == [False, False, False, True]
+    assert "borrowing" in other[3]["reason"] and "guaranteed" in other[3]["reason"]
+    st = d.cli("status", str(other[3]["id"]))
+    assert st.returncode == 0 and "borrowing" in st.stdout, st
+    assert "borrowing" not in d.cli("status", str(other[0]["id"])).stdout
+    # the owner comes back for its GPU: the borrower is preempted, the owner runs
+    r = d.api("POST", "/api/v1/tasks", json={"tenant_id": "owner", "command": ["sleep", "600"], "priority": 9})
+    assert r.status_code == 201, r.text
+    mine = r.json()["id"]
+    wait_for(lambda: d.api("GET", "/api/v1/tasks/%d" % mine).json()["state"] == "running", timeout=15,
+             what="the owner's task to start")
+    back = d.api("GET", "/api/v1/tasks/%d" % other[3]["id"]).json()
+    assert back["state"] == "queued" and back["preempt_count"] == 1 and back["borrowing"] is False, back
+    for t in other[:3]:  # ordinary tasks that borrowed nothing keep running
+        assert d.api("GET", "/api/v1/tasks/%d" % t["id"]).json()["state"] == "running"
+    for t in other + [{"id": mine}]:
+        d.api("POST", "/api/v1/tasks/%d/cancel" % t["id"])

@@ -108,7 +108,7 @@ static void test_defaults_match_design(void **state) {
         static const uint32_t w[10] = {256, 128, 64, 32, 16, 8, 4, 2, 1, 1};
         assert_memory_equal(c.weights, w, sizeof(w));
         assert_int_equal(c.max_queue_depth, 10000);
-        assert_int_equal(c.queue_timeout_sec, 60);
+        assert_int_equal(c.queue_timeout_sec, 0);
         assert_int_equal(c.memory_safety_margin_mb, 2000);
         assert_int_equal(c.max_models_per_gpu, 2);
         assert_true(c.backfill);

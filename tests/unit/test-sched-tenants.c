@@ -196,6 +196,12 @@ static void test_max_queued_refuses_with_edquot(void **st) {
         /* a requeued task is never refused */
         assert_int_equal(gp_sched_requeue(s, 1), 0);
         assert_int_equal(usage(s, "t1", SEC).queued, 3);
+        /* nor one accepted before (a retry, or queued again after a restart) */
+        r.id = 6;
+        assert_int_equal(gp_sched_enqueue(s, &r), -EDQUOT);
+        r.readmit = true;
+        assert_int_equal(gp_sched_enqueue(s, &r), 0);
+        assert_int_equal(usage(s, "t1", SEC).queued, 4);
         free(o.d);
         gp_sched_free(s);
 }
@@ -760,6 +766,128 @@ static void test_reclaim_returns_guaranteed_gpus_to_their_owner_in_one_run(void 
         gp_sched_free(s);
 }
 
+static bool borrowing_of(gp_sched *s, int64_t id) {
+        gp_sched_task_view v;
+        assert_int_equal(gp_sched_task_get(s, id, &v), 0);
+        return v.borrowing;
+}
+
+/* The issue's case: a tenant with guaranteed_gpus 1 waited forever while
+ * another tenant's ordinary (not preemptible) tasks held every GPU.  A task
+ * that would take capacity guaranteed to someone else starts borrowing,
+ * and borrowed capacity is reclaimed like preemptible work. */
+static void test_guarantee_is_reclaimed_from_ordinary_tasks_that_borrowed_it(void **st) {
+        (void)st;
+        gp_sched *s = mk_cfg(GP_SCHED_HYBRID, true, 60 * SEC);
+        add_node(s, "n", 4);
+        tenant(s, "owner", 1, NULL, 0, 0, 1000, 0);
+        run_out o = {0};
+        for (int i = 1; i <= 4; i++)
+                enq(s, rq(i, "other", 5, 1, 0)); /* not preemptible */
+        assert_int_equal(run(s, 0, &o), 4);
+        /* three fit beside the owner's unused guarantee; the fourth borrows it */
+        for (int i = 1; i <= 3; i++) {
+                assert_false(find(&o, GP_DECIDE_START, i)->borrowing);
+                assert_false(borrowing_of(s, i));
+        }
+        assert_true(find(&o, GP_DECIDE_START, 4)->borrowing);
+        assert_true(borrowing_of(s, 4));
+        /* the owner comes: its task waits until the borrower has run its
+         * least run time, then takes its GPU back */
+        enq(s, rq(10, "owner", 7, 1, 0));
+        assert_int_equal(run(s, 30 * SEC, &o), 0);
+        assert_int_equal(gp_sched_next_wakeup(s, 30 * SEC), 60 * SEC);
+        assert_int_equal(run(s, 60 * SEC, &o), 2);
+        assert_non_null(find(&o, GP_DECIDE_PREEMPT, 4));
+        assert_non_null(find(&o, GP_DECIDE_START, 10));
+        assert_false(find(&o, GP_DECIDE_START, 10)->borrowing); /* within its own guarantee */
+        for (int i = 1; i <= 3; i++)
+                assert_true(is_running(s, i)); /* ordinary tasks that borrowed nothing stay */
+        /* the borrower, queued again, cannot take it back, nor can more urgent
+         * ordinary work of the other tenant (it would only borrow again) */
+        assert_false(borrowing_of(s, 4));
+        enq(s, rq(11, "other", 0, 1, 0));
+        assert_int_equal(run(s, 1000 * SEC, &o), 0);
+        assert_true(is_running(s, 10));
+        free(o.d);
+        gp_sched_free(s);
+}
+
+/* Who borrows: only a task that is not preemptible and would eat into
+ * another tenant's unused guarantee.  Nothing borrows without guarantees
+ * (so traces without them schedule exactly as before). */
+static void test_only_tasks_that_take_others_guarantees_borrow(void **st) {
+        (void)st;
+        gp_sched *s = mk_cfg(GP_SCHED_HYBRID, true, 0);
+        add_node(s, "n", 4);
+        run_out o = {0};
+        for (int i = 1; i <= 4; i++)
+                enq(s, rq(i, "x", 5, 1, 0));
+        assert_int_equal(run(s, 0, &o), 4);
+        for (int i = 1; i <= 4; i++)
+                assert_false(find(&o, GP_DECIDE_START, i)->borrowing); /* no guarantees anywhere */
+        for (int i = 1; i <= 4; i++)
+                assert_int_equal(gp_sched_remove(s, i), 0);
+        /* a: guarantee 2 GPUs, b: 1.  a's own tasks within its guarantee never
+         * borrow, even when that leaves b's guarantee as the only room */
+        tenant(s, "a", 1, NULL, 0, 0, 2000, 0);
+        tenant(s, "b", 1, NULL, 0, 0, 1000, 0);
+        enq(s, rq(5, "a", 5, 1, 0));
+        enq(s, rq(6, "a", 5, 1, 0));
+        assert_int_equal(run(s, SEC, &o), 2);
+        assert_false(find(&o, GP_DECIDE_START, 5)->borrowing || find(&o, GP_DECIDE_START, 6)->borrowing);
+        /* a third of a's: one GPU nobody is guaranteed is left: not borrowing */
+        enq(s, rq(7, "a", 5, 1, 0));
+        assert_int_equal(run(s, 2 * SEC, &o), 1);
+        assert_false(find(&o, GP_DECIDE_START, 7)->borrowing);
+        /* a fourth takes b's unused guarantee: borrowing */
+        enq(s, rq(8, "a", 5, 1, 0));
+        assert_int_equal(run(s, 3 * SEC, &o), 1);
+        assert_true(find(&o, GP_DECIDE_START, 8)->borrowing);
+        /* a preemptible task is reclaimable anyway: never marked */
+        assert_int_equal(gp_sched_remove(s, 8), 0);
+        enq_pre(s, 9, "a", 5, 1);
+        assert_int_equal(run(s, 4 * SEC, &o), 1);
+        assert_false(find(&o, GP_DECIDE_START, 9)->borrowing);
+        /* a memory share counts its fraction: half a GPU fits beside b's
+         * unused guarantee on the GPU 9 frees */
+        assert_int_equal(gp_sched_remove(s, 9), 0);
+        enq(s, rq(12, "c", 5, 1, USABLE / 2));
+        assert_int_equal(run(s, 5 * SEC, &o), 1);
+        assert_true(find(&o, GP_DECIDE_START, 12)->borrowing); /* 0 free beyond b's 1000 */
+        free(o.d);
+        gp_sched_free(s);
+}
+
+/* A restart keeps a borrower reclaimable: restore_running takes the flag. */
+static void test_restored_borrower_is_still_reclaimable(void **st) {
+        (void)st;
+        gp_sched *s = mk_cfg(GP_SCHED_HYBRID, true, 0);
+        add_node(s, "n", 1);
+        tenant(s, "owner", 1, NULL, 0, 0, 1000, 0);
+        gp_sched_req r = rq(1, "other", 5, 1, 0);
+        r.borrowing = true;
+        uint32_t g = 0;
+        assert_int_equal(gp_sched_restore_running(s, &r, &g, 1, 0), 0);
+        assert_true(borrowing_of(s, 1));
+        run_out o = {0};
+        enq(s, rq(2, "owner", 9, 1, 0));
+        assert_int_equal(run(s, SEC, &o), 2);
+        assert_non_null(find(&o, GP_DECIDE_PREEMPT, 1));
+        assert_non_null(find(&o, GP_DECIDE_START, 2));
+        /* restored without the flag it is an ordinary task: kept */
+        gp_sched *s2 = mk_cfg(GP_SCHED_HYBRID, true, 0);
+        add_node(s2, "n", 1);
+        tenant(s2, "owner", 1, NULL, 0, 0, 1000, 0);
+        r.borrowing = false;
+        assert_int_equal(gp_sched_restore_running(s2, &r, &g, 1, 0), 0);
+        enq(s2, rq(2, "owner", 9, 1, 0));
+        assert_int_equal(run(s2, SEC, &o), 0);
+        free(o.d);
+        gp_sched_free(s);
+        gp_sched_free(s2);
+}
+
 /* A task within its tenant's guarantee reclaims even when it is behind a
  * blocked, more urgent task (never on the GPUs reserved for that one). */
 static void test_reclaim_also_happens_behind_a_blocked_task(void **st) {
@@ -787,6 +915,7 @@ static void test_reclaim_also_happens_behind_a_blocked_task(void **st) {
 
 typedef struct prop_stats {
         int starts, preempts;
+        int borrows, reclaimed_borrowers; /* starts that borrowed; borrowers reclaimed */
         uint64_t hash;
 } prop_stats;
 
@@ -807,7 +936,7 @@ static prop_stats random_workload(gp_sched_policy policy, unsigned seed, int ste
         tenant(s, "e", 3, NULL, 0, 0, 1000, 50);
         /* f: never configured */
         static int64_t started[PMAX], tenant_of[PMAX];
-        static bool preemptible[PMAX];
+        static bool preemptible[PMAX], borrowing[PMAX];
         static int prio[PMAX];
         static unsigned char pairs[PMAX / 8][PMAX / 8]; /* (w / 8, v / 8) coarse filter */
         static int64_t pair_w[PMAX * 4], pair_v[PMAX * 4];
@@ -859,6 +988,9 @@ static prop_stats random_workload(gp_sched_policy policy, unsigned seed, int ste
                         if (d->kind == GP_DECIDE_START) {
                                 ps.starts++;
                                 started[d->id] = now;
+                                borrowing[d->id] = d->borrowing;
+                                assert_false(d->borrowing && preemptible[d->id]);
+                                ps.borrows += d->borrowing;
                                 continue;
                         }
                         if (d->kind != GP_DECIDE_PREEMPT)
@@ -870,7 +1002,14 @@ static prop_stats random_workload(gp_sched_policy policy, unsigned seed, int ste
                                 if (o.d[j].kind == GP_DECIDE_START)
                                         w = &o.d[j];
                         assert_non_null(w);
-                        assert_true(preemptible[d->id]);
+                        /* preemptible, or borrowing others' guarantees (then only
+                         * reclaimed by a tenant with a guarantee) */
+                        assert_true(preemptible[d->id] || borrowing[d->id]);
+                        if (!preemptible[d->id]) {
+                                int wt0 = (int)tenant_of[w->id];
+                                assert_true(wt0 == 0 || wt0 == 1 || wt0 == 2 || wt0 == 4);
+                                ps.reclaimed_borrowers++;
+                        }
                         assert_true(now - started[d->id] >= 5 * SEC);
                         assert_true(started[d->id] < now);
                         /* less urgent, or reclaim by a tenant with a guarantee */
@@ -936,8 +1075,10 @@ static void test_random_workloads_preempt_boundedly_without_back_and_forth(void 
                         assert_int_equal(a.starts, b.starts);
                         assert_int_equal(a.preempts, b.preempts);
                         assert_true(a.hash == b.hash);
-                        print_message("policy %d seed %u: %d starts, %d preemptions\n", (int)pol[p], seed, a.starts,
-                                      a.preempts);
+                        assert_int_equal(a.borrows, b.borrows);
+                        print_message("policy %d seed %u: %d starts (%d borrowing), %d preemptions (%d of "
+                                      "borrowers)\n",
+                                      (int)pol[p], seed, a.starts, a.borrows, a.preempts, a.reclaimed_borrowers);
                 }
         }
 }
@@ -948,6 +1089,9 @@ int main(void) {
                 cmocka_unit_test(test_max_gpus_counts_memory_slices_as_shares),
                 cmocka_unit_test(test_quota_reasons_name_gpus_in_use_and_oversized_tasks),
                 cmocka_unit_test(test_max_queued_refuses_with_edquot),
+                cmocka_unit_test(test_guarantee_is_reclaimed_from_ordinary_tasks_that_borrowed_it),
+                cmocka_unit_test(test_only_tasks_that_take_others_guarantees_borrow),
+                cmocka_unit_test(test_restored_borrower_is_still_reclaimable),
                 cmocka_unit_test(test_tenant_and_group_settings_are_checked),
                 cmocka_unit_test(test_tenant_with_heavy_recent_usage_goes_second),
                 cmocka_unit_test(test_weights_3_to_1_give_3_to_1_starts),

@@ -236,6 +236,7 @@ static gp_task make_full_task(int64_t id) {
         t.memory_mb = (int64_t)1 << 40;
         t.exclusive = true;
         t.preemptible = true;
+        t.borrowing = true;
         t.is_lease = false;
         t.timeout_s = 3600;
         t.queue_timeout_s = 60;
@@ -278,6 +279,7 @@ static void assert_task_equal(const gp_task *a, const gp_task *b) {
         assert_int_equal(a->memory_mb, b->memory_mb);
         assert_int_equal(a->exclusive, b->exclusive);
         assert_int_equal(a->preemptible, b->preemptible);
+        assert_int_equal(a->borrowing, b->borrowing);
         assert_int_equal(a->is_lease, b->is_lease);
         assert_int_equal(a->timeout_s, b->timeout_s);
         assert_int_equal(a->queue_timeout_s, b->queue_timeout_s);
@@ -707,7 +709,7 @@ static void test_meta_set_get_and_missing_key(void **state) {
 
         /* the store's own key is readable but reserved */
         assert_int_equal(gp_store_meta_get(s, "schema_version", buf, sizeof(buf)), 0);
-        assert_string_equal(buf, "2");
+        assert_string_equal(buf, "3");
         assert_int_equal(gp_store_meta_set(s, "schema_version", "7"), -EINVAL);
         assert_int_equal(gp_store_meta_set(s, "", "x"), -EINVAL);
 
@@ -984,10 +986,12 @@ static void test_version_1_database_is_migrated_keeping_its_tasks(void **state) 
         gp_store *s = open_store(fx);
         gp_task t = make_full_task(5);
         t.elastic_max_gpus = 0;
+        t.borrowing = false;
         put_ok(s, &t);
         gp_store_close(s);
-        /* back to the schema of version 1: no elastic_max column */
+        /* back to the schema of version 1: no elastic_max nor borrowing column */
         fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN elastic_max");
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN borrowing");
         fx->be->raw_exec(fx, "UPDATE meta SET value = '1' WHERE key = 'schema_version'");
         s = open_store(fx);
         gp_task got;
@@ -996,7 +1000,7 @@ static void test_version_1_database_is_migrated_keeping_its_tasks(void **state) 
         gp_task_done(&got);
         char v[16];
         assert_int_equal(gp_store_meta_get(s, "schema_version", v, sizeof(v)), 0);
-        assert_string_equal(v, "2");
+        assert_string_equal(v, "3");
         gp_task_done(&t);
         gp_store_close(s);
 }
@@ -1266,6 +1270,127 @@ static void test_postgres_reconnects_after_losing_the_connection(void **state) {
 }
 
 
+/* ---- one server per store ---- */
+
+static gp_store_owner owner(const char *host, int64_t pid, const char *listen) {
+        gp_store_owner o;
+        memset(&o, 0, sizeof(o));
+        snprintf(o.host, sizeof(o.host), "%s", host);
+        o.pid = pid;
+        snprintf(o.listen, sizeof(o.listen), "%s", listen);
+        o.since_ms = 1795000000000;
+        return o;
+}
+
+/* A PostgreSQL session ends a moment after its client closed it: retry a
+ * claim that may still meet the closed handle's lock. */
+static int claim_soon(gp_store *s, const gp_store_owner *me) {
+        int r = -EBUSY;
+        for (int i = 0; i < 100 && r == -EBUSY; i++) {
+                if ((r = gp_store_claim(s, me, NULL)) == -EBUSY)
+                        usleep(50 * 1000);
+        }
+        return r;
+}
+
+/* The first server's claim holds until its handle closes; a second is
+ * refused with who holds it, and can claim once the first is gone. */
+static void test_second_claim_is_refused_naming_the_owner(void **state) {
+        FX(state);
+        gp_store *a = open_store(fx), *b = open_store(fx);
+        gp_store_owner me = owner("host-a", 4242, "127.0.0.1:8080"), you = owner("host-b", 77, "0.0.0.0:9090");
+        gp_store_owner other;
+        assert_int_equal(gp_store_claim(a, &me, NULL), 0);
+        assert_int_equal(gp_store_claim(a, &me, NULL), 0); /* again on the same handle: fine */
+        memset(&other, 0, sizeof(other));
+        assert_int_equal(gp_store_claim(b, &you, &other), -EBUSY);
+        assert_string_equal(other.host, "host-a");
+        assert_int_equal(other.pid, 4242);
+        assert_string_equal(other.listen, "127.0.0.1:8080");
+        assert_int_equal(other.since_ms, 1795000000000);
+        const char *msg = gp_store_errmsg(b);
+        assert_non_null(strstr(msg, "another gpupool server"));
+        assert_non_null(strstr(msg, "host host-a, pid 4242, listening on 127.0.0.1:8080, since 2026-"));
+        /* the refused handle still works for plain reads and writes */
+        put_simple(b, 1, "t", GP_TASK_QUEUED);
+        assert_true(exists(a, 1));
+        /* a claim is no use inside a transaction */
+        assert_int_equal(gp_store_begin(a), 0);
+        assert_int_equal(gp_store_claim(a, &me, NULL), -EINVAL);
+        assert_int_equal(gp_store_rollback(a), 0);
+        gp_store_close(a);
+        assert_int_equal(claim_soon(b, &you), 0);
+        gp_store *c = open_store(fx);
+        assert_int_equal(gp_store_claim(c, &me, &other), -EBUSY);
+        assert_string_equal(other.host, "host-b");
+        assert_int_equal(other.pid, 77);
+        gp_store_close(c);
+        gp_store_close(b);
+}
+
+/* The owner text read from a file is bounded and never trusted: torn or
+ * hostile content gives empty fields and no control characters. */
+static void test_owner_text_round_trips_and_survives_garbage(void **state) {
+        (void)state;
+        gp_store_owner o = owner("h", 9, "[::1]:80"), back;
+        char text[1024], msg[700];
+        int n = gp_store_owner_to_text(&o, text, sizeof(text));
+        assert_true(n > 0);
+        gp_store_owner_from_text(text, (size_t)n, &back);
+        assert_memory_equal(&o, &back, sizeof(o));
+        assert_int_equal(gp_store_owner_to_text(&o, text, 8), -ENOSPC);
+        const char junk[] = "pid=-3\nsince_ms=12x\nhost=evil\x1b[2Jname\nlisten\n=\nhost";
+        gp_store_owner_from_text(junk, sizeof(junk) - 1, &back);
+        assert_int_equal(back.pid, 0);
+        assert_int_equal(back.since_ms, 0);
+        assert_string_equal(back.host, "evil[2Jname");
+        assert_string_equal(back.listen, "");
+        gp_store_owner_from_text("", 0, &back);
+        gp_store_owner_format(&back, msg, sizeof(msg));
+        assert_string_equal(msg, "host (unknown), pid (unknown), listening on (unknown), since (unknown)");
+}
+
+/* A lost connection loses the session's lock: the next call takes it
+ * again; if another server took the store meanwhile, calls fail. */
+static void test_postgres_claim_is_taken_again_after_reconnect(void **state) {
+        FX(state);
+        gp_store *a = open_store(fx), *b = open_store(fx);
+        gp_store_owner me = owner("host-a", 1, "a:1"), you = owner("host-b", 2, "b:2"), other;
+        char sql[256];
+        assert_int_equal(gp_store_claim(a, &me, NULL), 0);
+        assert_int_equal(gp_store_claim(b, &you, NULL), -EBUSY);
+        snprintf(sql, sizeof(sql),
+                 "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE application_name = '%s' "
+                 "AND pid <> pg_backend_pid() AND pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory')",
+                 fx->schema);
+        fx->be->raw_exec(fx, sql);
+        gp_task t;
+        assert_int_equal(gp_store_task_get(a, 1, &t), -GP_ESTORE); /* finds the connection dead */
+        put_simple(a, 1, "t", GP_TASK_QUEUED);                      /* reconnected, claimed again */
+        assert_int_equal(gp_store_claim(b, &you, &other), -EBUSY);
+        assert_string_equal(other.host, "host-a");
+        /* now b takes the store while a's session is gone: a must not write */
+        fx->be->raw_exec(fx, sql);
+        assert_int_equal(gp_store_task_get(a, 1, &t), -GP_ESTORE);
+        assert_int_equal(gp_store_claim(b, &you, NULL), 0);
+        t = make_task(2, "t", GP_TASK_QUEUED);
+        assert_int_equal(gp_store_task_put(a, &t), -GP_ESTORE);
+        assert_non_null(strstr(gp_store_errmsg(a), "another server has claimed the store"));
+        assert_non_null(strstr(gp_store_errmsg(a), "host-b"));
+        assert_false(exists(b, 2));
+        gp_store_close(b);
+        /* b gone: a claims again (at its next call, once b's session ended) and goes on */
+        int r = -GP_ESTORE;
+        t = make_task(3, "t", GP_TASK_QUEUED);
+        for (int i = 0; i < 100 && r < 0; i++) {
+                if ((r = gp_store_task_put(a, &t)) < 0)
+                        usleep(50 * 1000);
+        }
+        assert_int_equal(r, 0);
+        assert_true(exists(a, 3));
+        gp_store_close(a);
+}
+
 /* ---- metering ---- */
 
 static gp_bill_segment make_seg(int64_t task, const char *tenant, int64_t start, int64_t end, int month) {
@@ -1447,13 +1572,16 @@ static void test_usage_rows_round_trip_filter_and_follow_the_transaction(void **
                                                  fx_setup, fx_teardown, (void *)(be)),                    \
         cmocka_unit_test_prestate_setup_teardown(                                                        \
                 test_usage_rows_round_trip_filter_and_follow_the_transaction, fx_setup, fx_teardown,     \
-                (void *)(be))
+                (void *)(be)),                                                                           \
+        cmocka_unit_test_prestate_setup_teardown(test_second_claim_is_refused_naming_the_owner, fx_setup, \
+                                                 fx_teardown, (void *)(be))
 
 int main(void) {
         const backend *sq = &sqlite_backend;
         const struct CMUnitTest sqlite_tests[] = {
                 GENERIC_TESTS(sq),
                 cmocka_unit_test(test_sqlite_bad_urls_are_einval_with_message),
+                cmocka_unit_test(test_owner_text_round_trips_and_survives_garbage),
                 cmocka_unit_test_prestate_setup_teardown(test_sqlite_creates_missing_parent_directories,
                                                          fx_setup, fx_teardown, (void *)sq),
                 cmocka_unit_test_prestate_setup_teardown(test_sqlite_unusable_files_are_estore_with_message,
@@ -1474,6 +1602,8 @@ int main(void) {
                 cmocka_unit_test_prestate_setup_teardown(test_postgres_reconnects_after_losing_the_connection,
                                                          fx_setup, fx_teardown, (void *)pg),
                 cmocka_unit_test_prestate_setup_teardown(test_postgres_refused_usage_row_names_its_task,
+                                                         fx_setup, fx_teardown, (void *)pg),
+                cmocka_unit_test_prestate_setup_teardown(test_postgres_claim_is_taken_again_after_reconnect,
                                                          fx_setup, fx_teardown, (void *)pg),
         };
         int failed = cmocka_run_group_tests_name("store-sqlite", sqlite_tests, NULL, NULL);

@@ -433,6 +433,15 @@ static void test_names_must_be_clean_and_short(void **state) {
         PARSE(&p, "submit", "--name", "a\nb", "ls");
         assert_int_equal(p.rc, -EINVAL);
         parse_done(&p);
+        /* the server's text rule (base/text.h): no tab, NEL, line separators or bidi controls */
+        static char *bad[][2] = {{"--name", "a\tb"}, {"--name", "a\xc2\x85" "b"},
+                                 {"--model", "m\xe2\x80\xa8"}, {"--gpu-model", "A100\xe2\x80\xae"}};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                PARSE(&p, "submit", bad[i][0], bad[i][1], "ls");
+                assert_int_equal(p.rc, -EINVAL);
+                assert_non_null(strstr(err_text(&p), bad[i][0]));
+                parse_done(&p);
+        }
         PARSE(&p, "submit", "--name", "训练任务", "ls");
         assert_int_equal(p.rc, 0);
         parse_done(&p);

@@ -772,6 +772,13 @@ static void test_server_strings_cannot_inject_terminal_escapes(void **state) {
         assert_null(strchr(s, '\r'));
         assert_non_null(strstr(s, "evil?[2J??"));
         free(s);
+        /* what the server's text rule refuses is not printed either: NEL, line separators, bidi overrides */
+        s = format_with(gp_cli_format_nodes, "{\"nodes\":[{\"name\":\"a\\u0085b\\u2028c\\u202ed\",\"state\":\"up\","
+                                             "\"gpus\":4,\"gpus_healthy\":4,\"backend\":\"sim\"}]}");
+        assert_non_null(strstr(s, "a?b?c?d"));
+        assert_null(strstr(s, "\xe2\x80\xa8"));
+        assert_null(strstr(s, "\xe2\x80\xae"));
+        free(s);
 }
 
 static void test_usage_and_invoice_tables_show_the_figures_and_no_escapes(void **state) {

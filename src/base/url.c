@@ -58,3 +58,32 @@ int gp_http_url_parse(const char *url, gp_http_url *u) {
         return 0;
 }
 
+
+static int hexval(char c) {
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
+size_t gp_url_unescape(char *s) {
+        char *w = s;
+        const char *r = s;
+        while (*r) {
+                int hi, lo;
+                if (r[0] == '%' && (hi = hexval(r[1])) >= 0 && (lo = hexval(r[2])) >= 0) {
+                        unsigned char ch = (unsigned char)(hi * 16 + lo);
+                        if (ch >= 0x20 && ch != 0x7f && ch != '/') {
+                                *w++ = (char)ch;
+                                r += 3;
+                                continue;
+                        }
+                }
+                *w++ = *r++;
+        }
+        *w = '\0';
+        return (size_t)(w - s);
+}

@@ -1,5 +1,6 @@
 /* util.c - time, strict parsing, strings. */
 #include "base/util.h"
+#include "base/text.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -132,40 +133,5 @@ bool gp_id_ok(const char *s, size_t n) {
 }
 
 bool gp_str_is_clean(const char *s, size_t len) {
-        const unsigned char *p = (const unsigned char *)s, *e = p + len;
-        while (p < e) {
-                unsigned c = *p;
-                if (c < 0x80) {
-                        if ((c < 0x20 && c != '\t') || c == 0x7f)
-                                return false;
-                        p++;
-                        continue;
-                }
-                int n;
-                unsigned cp;
-                if ((c & 0xe0) == 0xc0) {
-                        n = 1;
-                        cp = c & 0x1f;
-                } else if ((c & 0xf0) == 0xe0) {
-                        n = 2;
-                        cp = c & 0x0f;
-                } else if ((c & 0xf8) == 0xf0) {
-                        n = 3;
-                        cp = c & 0x07;
-                } else {
-                        return false;
-                }
-                if (e - p <= n)
-                        return false;
-                for (int i = 1; i <= n; i++) {
-                        if ((p[i] & 0xc0) != 0x80)
-                                return false;
-                        cp = (cp << 6) | (p[i] & 0x3f);
-                }
-                if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
-                    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-                        return false;
-                p += n + 1;
-        }
-        return true;
+        return gp_text_valid(s, len, len);
 }

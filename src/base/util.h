@@ -32,8 +32,8 @@ size_t gp_strlcpy(char *dst, const char *src, size_t size);
  * letters, digits, '-', '_' and '.'. */
 bool gp_id_ok(const char *s, size_t n);
 
-/* true if s is valid UTF-8 with no NUL and no control characters other
- * than tab (for names and reasons shown to people). */
+/* gp_text_valid(s, len, len) (base/text.h): the one text rule, under its
+ * older name for the callers that have it. */
 bool gp_str_is_clean(const char *s, size_t len);
 
 #endif

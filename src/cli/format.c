@@ -2,8 +2,9 @@
  * block of one task and aligned tables (ps, queue, gpus, nodes).
  *
  * Pure: no I/O, no clock (the caller passes now_ms).  Every string that
- * came from the server is sanitised before it is printed (control
- * characters and invalid UTF-8 become '?', so a task name cannot move the
+ * came from the server is sanitised before it is printed (what the text
+ * rule of base/text.h refuses - control characters, line separators, bidi
+ * controls - and invalid UTF-8 become '?', so a task name cannot move the
  * cursor or change the terminal's colours) and long table cells are cut
  * with an ellipsis.  Column widths are measured in terminal columns, so
  * names in Chinese line up.  Missing or mistyped fields print as "-".
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/text.h"
 #include "base/util.h"
 
 /* ---- UTF-8 and widths ------------------------------------------------ */
@@ -96,7 +98,8 @@ static int put_clean(gp_buf *out, const char *s, size_t max_cols) {
                 uint32_t cp;
                 size_t n = utf8_next(p, len, &cp);
                 int cw;
-                bool bad = n == 0 || cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0);
+                /* the text rule (base/text.h) per character: controls, separators, bidi controls */
+                bool bad = n == 0 || !gp_text_valid((const char *)p, n, n);
                 if (n == 0)
                         n = 1;
                 cw = bad ? 1 : cp_width(cp);

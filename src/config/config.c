@@ -36,8 +36,10 @@
 #include <yaml.h>
 
 #include "base/buf.h"
+#include "base/text.h"
 #include "base/util.h"
 #include "base/url.h"
+#include "config/quota.h"
 
 #define CFG_MAX_INPUT ((size_t)1 << 20) /* bytes of YAML accepted */
 #define MAX_DEPTH 32                /* nested mappings/lists accepted */
@@ -85,7 +87,8 @@ static int parse_over_max(struct ctx *c, const struct field *f, void *base, cons
 static int parse_tenants(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_tenant_keys(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_tenant_kind(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_gpus_milli(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_quota(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int field_index(const char *key);
 static int parse_groups(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_time_rules(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_hhmm(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
@@ -201,11 +204,11 @@ static const struct field fields[] = {
         {"tenants[].default_priority", K_INT, TEN(default_priority), 0, GP_PRIORITY_LEVELS - 1, NULL},
         {"tenants[].weight", K_INT, TEN(weight), 1, 1000000, NULL},
         {"tenants[].quota", K_SECTION, NOSTORE, 0, 0, NULL},
-        {"tenants[].quota.max_concurrent", K_INT, TEN(max_concurrent), 0, 1000000, NULL},
-        {"tenants[].quota.max_queued", K_INT, TEN(max_queued), 0, 1000000, NULL},
-        {"tenants[].quota.max_gpus", K_CUSTOM, TEN(max_gpus_milli), 0, 1000000000, parse_gpus_milli},
-        {"tenants[].quota.guaranteed_gpus", K_CUSTOM, TEN(guaranteed_gpus_milli), 0, 1000000000,
-         parse_gpus_milli},
+        /* quota fields: names, types and ranges are config/quota.c's table */
+        {"tenants[].quota.max_concurrent", K_CUSTOM, TEN(max_concurrent), 0, 0, parse_quota},
+        {"tenants[].quota.max_queued", K_CUSTOM, TEN(max_queued), 0, 0, parse_quota},
+        {"tenants[].quota.max_gpus", K_CUSTOM, TEN(max_gpus_milli), 0, 0, parse_quota},
+        {"tenants[].quota.guaranteed_gpus", K_CUSTOM, TEN(guaranteed_gpus_milli), 0, 0, parse_quota},
         {"tenants[].gateway", K_SECTION, NOSTORE, 0, 0, NULL},
         {"tenants[].gateway.max_concurrent", K_INT, TEN(gw_max_concurrent), 0, 1000000, NULL},
         {"tenants[].gateway.rpm", K_I64, TEN(gw_rpm), 0, 100000000, NULL},
@@ -221,11 +224,10 @@ static const struct field fields[] = {
         {"time_rules[].weights", K_CUSTOM, TR(weights), 0, 0, parse_rule_weights},
         {"time_rules[].groups", K_CUSTOM, TR(groups), 0, GP_CFG_MAX_GROUPS, parse_rule_groups},
         {"time_rules[].quotas", K_CUSTOM, TR(quotas), 0, GP_CFG_MAX_RULE_QUOTAS, parse_rule_quotas},
-        {"time_rules[].quotas{}.max_concurrent", K_INT, RQ(max_concurrent), 0, 1000000, NULL},
-        {"time_rules[].quotas{}.max_queued", K_INT, RQ(max_queued), 0, 1000000, NULL},
-        {"time_rules[].quotas{}.max_gpus", K_CUSTOM, RQ(max_gpus_milli), 0, 1000000000, parse_gpus_milli},
-        {"time_rules[].quotas{}.guaranteed_gpus", K_CUSTOM, RQ(guaranteed_gpus_milli), 0, 1000000000,
-         parse_gpus_milli},
+        {"time_rules[].quotas{}.max_concurrent", K_CUSTOM, RQ(max_concurrent), 0, 0, parse_quota},
+        {"time_rules[].quotas{}.max_queued", K_CUSTOM, RQ(max_queued), 0, 0, parse_quota},
+        {"time_rules[].quotas{}.max_gpus", K_CUSTOM, RQ(max_gpus_milli), 0, 0, parse_quota},
+        {"time_rules[].quotas{}.guaranteed_gpus", K_CUSTOM, RQ(guaranteed_gpus_milli), 0, 0, parse_quota},
         {"gateway", K_SECTION, NOSTORE, 0, 0, NULL},
         {"gateway.queue_timeout_sec", K_INT, GW(queue_timeout_sec), 1, 86400, NULL},
         {"gateway.max_queue", K_INT, GW(max_queue), 1, 1000000, NULL},
@@ -296,6 +298,18 @@ const char *const gp_config_alert_metrics[] = {
         "tenant_balance", NULL,
 };
 
+/* Lines (0 = not in the file) of the things the cross-reference checks
+ * (check_refs: keys, groups, tenants named by time rules) report on. */
+struct reflines {
+        int admin_key[GP_CFG_MAX_ADMIN_KEYS];
+        int tenant_key[GP_CFG_MAX_TENANTS][GP_CFG_MAX_TENANT_KEYS];
+        int tenant_group[GP_CFG_MAX_TENANTS];   /* the tenant's own `group:` key */
+        int group[GP_CFG_MAX_GROUPS];           /* groups[] items */
+        int rule_group[GP_CFG_MAX_TIME_RULES][GP_CFG_MAX_GROUPS];
+        int rule_quota[GP_CFG_MAX_TIME_RULES][GP_CFG_MAX_RULE_QUOTAS]; /* the tenant id key */
+        int *cur_group;                         /* where group_item records: group or rule_group[i] */
+};
+
 struct ctx {
         yaml_parser_t parser;
         const char *name;         /* file name for messages */
@@ -310,6 +324,7 @@ struct ctx {
         int key_line;             /* line of the key whose value is being read */
         int line[N_FIELDS];       /* line where each field was set, 0 = not in the file */
         bool store_url_set;
+        struct reflines refs;     /* lines of what check_refs() names */
 };
 
 /* ---- the embedded default ---- */
@@ -648,8 +663,11 @@ static int scalar_str(struct ctx *c, const yaml_event_t *ev, char *dst, size_t s
                 return fail(c, ev_line(ev), "too long (%zu bytes, at most %zu)", n, size - 1);
         if (n < minlen)
                 return fail(c, ev_line(ev), "must not be empty");
-        if (strlen(v) != n || !gp_str_is_clean(v, n))
-                return fail(c, ev_line(ev), "contains control characters");
+        const char *why;
+        if (strlen(v) != n)
+                return fail(c, ev_line(ev), "contains control characters (NUL)");
+        if (gp_text_check(v, n, size - 1, &why) < 0)
+                return fail(c, ev_line(ev), "%s", why);
         memcpy(dst, v, n);
         memset(dst + n, 0, size - n); /* zero-padded: the struct compares with memcmp */
         return 0;
@@ -960,6 +978,26 @@ static int parse_listen(struct ctx *c, const struct field *f, void *base, const 
         return 0;
 }
 
+/* A key hash belongs to one owner: the admin keys or one tenant.  Refuses
+ * `hash`, met at the current line, if an owner read before (the admin keys,
+ * or tenants[0..n_tenants) other than `self`) has it; the message names
+ * that owner and its line. */
+static int key_owned_already(struct ctx *c, const char *hash, int self, int line) {
+        const gp_config *cfg = c->cfg;
+        for (int j = 0; j < cfg->n_admin_keys; j++)
+                if (!strcmp(cfg->admin_keys[j], hash))
+                        return fail(c, line, "this key hash is already an admin key (auth.admin_keys[%d], line %d); "
+                                    "a key belongs to one owner", j, c->refs.admin_key[j]);
+        int nt = self >= 0 ? self : cfg->n_tenants;
+        for (int t = 0; t < nt; t++)
+                for (int k = 0; k < cfg->tenants[t].n_keys; k++)
+                        if (!strcmp(cfg->tenants[t].keys[k], hash))
+                                return fail(c, line, "this key hash is already given to tenant \"%s\" "
+                                            "(tenants[%d].keys[%d], line %d); a key belongs to one owner",
+                                            cfg->tenants[t].id, t, k, c->refs.tenant_key[t][k]);
+        return 0;
+}
+
 static int admin_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         gp_config *cfg = arg;
         char tmp[sizeof(cfg->admin_keys[0])];
@@ -976,7 +1014,11 @@ static int admin_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *ar
                 if (!strcmp(cfg->admin_keys[j], tmp))
                         return fail(c, ev_line(ev), "the same key hash is listed twice (items %d and %d)",
                                     j, i);
+        int r = key_owned_already(c, tmp, -1, ev_line(ev));
+        if (r < 0)
+                return r;
         memcpy(cfg->admin_keys[i], tmp, sizeof(tmp));
+        c->refs.admin_key[i] = ev_line(ev);
         return 0;
 }
 
@@ -1322,42 +1364,28 @@ static int parse_tenant_kind(struct ctx *c, const struct field *f, void *base, c
         return r;
 }
 
-/* A GPU amount: a whole or decimal number of GPUs ("8", "0.5", at most
- * three decimals) -> 1/1000 GPU. */
-static int parse_gpus_milli(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        char d[96];
-        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) || ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-                return fail(c, ev_line(ev), "expected a number of GPUs (e.g. 8 or 0.5), got %s",
-                            describe(ev, d, sizeof(d)));
-        const char *v = (const char *)ev->data.scalar.value;
-        size_t n = ev->data.scalar.length, i = 0;
-        int64_t whole = 0, frac = 0;
-        int nd = 0;
-        if (n == 0 || n > 16)
-                goto bad;
-        for (; i < n && v[i] >= '0' && v[i] <= '9'; i++)
-                whole = whole * 10 + (v[i] - '0');
-        if (i == 0)
-                goto bad;
-        if (i < n && v[i] == '.') {
-                for (i++; i < n && v[i] >= '0' && v[i] <= '9'; i++, nd++)
-                        if (nd < 3)
-                                frac = frac * 10 + (v[i] - '0');
-                if (nd == 0 || nd > 3)
-                        goto bad;
-                for (int k = nd; k < 3; k++)
-                        frac *= 10;
+/* A quota field (tenants[].quota.*, time_rules[].quotas.*.*): read by
+ * config/quota.c, the reader the REST API uses too; the field is the key's
+ * last part, the member an int or an int64_t. */
+static int parse_quota(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        const char *name = strrchr(f->key, '.') + 1;
+        int q = gp_quota_field_find(name, strlen(name));
+        char d[96], why[192];
+        int64_t v;
+        if (q < 0)
+                return fail(c, ev_line(ev), "not a quota field");
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) || ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) {
+                gp_quota_type_error((gp_quota_field)q, describe(ev, d, sizeof(d)), why, sizeof(why));
+                return fail(c, ev_line(ev), "%s", why);
         }
-        if (i != n)
-                goto bad;
-        int64_t milli = whole * 1000 + frac;
-        if (milli < f->min || milli > f->max)
-                return fail(c, ev_line(ev), "must be between 0 and %" PRId64 " GPUs", f->max / 1000);
-        *(int64_t *)((char *)base + f->off) = milli;
+        if (gp_quota_parse((gp_quota_field)q, (const char *)ev->data.scalar.value, ev->data.scalar.length, &v, why,
+                           sizeof(why)) < 0)
+                return fail(c, ev_line(ev), "%s", why);
+        if (f->size == sizeof(int))
+                *(int *)((char *)base + f->off) = (int)v;
+        else
+                *(int64_t *)((char *)base + f->off) = v;
         return 0;
-bad:
-        return fail(c, ev_line(ev), "expected a number of GPUs with at most 3 decimals (e.g. 8 or 0.5), got %s",
-                    describe(ev, d, sizeof(d)));
 }
 
 static int tenant_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
@@ -1369,8 +1397,17 @@ static int tenant_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *a
                 return fail(c, ev_line(ev),
                             "expected \"sha256:\" and 64 lowercase hex digits, the SHA-256 of the key "
                             "(not the key itself; e.g. printf %%s KEY | sha256sum)");
-        memset(t->keys[i], 0, sizeof(t->keys[i]));
-        memcpy(t->keys[i], ev->data.scalar.value, ev->data.scalar.length);
+        char tmp[sizeof(t->keys[i])];
+        memset(tmp, 0, sizeof(tmp));
+        memcpy(tmp, ev->data.scalar.value, ev->data.scalar.length);
+        for (int j = 0; j < i; j++)
+                if (!strcmp(t->keys[j], tmp))
+                        return fail(c, ev_line(ev), "the same key hash is listed twice (items %d and %d)", j, i);
+        int self = (int)(t - c->cfg->tenants), r = key_owned_already(c, tmp, self, ev_line(ev));
+        if (r < 0)
+                return r;
+        memcpy(t->keys[i], tmp, sizeof(tmp));
+        c->refs.tenant_key[self][i] = ev_line(ev);
         return 0;
 }
 
@@ -1393,10 +1430,12 @@ static int tenant_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) 
         memset(t, 0, sizeof(*t));
         t->default_priority = 5;
         t->weight = 1;
-        int line = ev_line(ev);
+        int line = ev_line(ev), gi = field_index("tenants[].group");
+        c->line[gi] = 0; /* set again by parse_map if this tenant names its group */
         int r = parse_map(c, "tenants[]", t);
         if (r < 0)
                 return r;
+        c->refs.tenant_group[i] = c->line[gi];
         if (!t->id[0])
                 return fail(c, line, "missing id");
         if (!gp_id_ok(t->id, strlen(t->id)))
@@ -1410,8 +1449,9 @@ static int tenant_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) 
         if (t->default_priority < t->max_priority)
                 return fail(c, line, "default_priority %d is more urgent than max_priority %d", t->default_priority,
                             t->max_priority);
-        if (t->max_gpus_milli && t->guaranteed_gpus_milli > t->max_gpus_milli)
-                return fail(c, line, "quota.guaranteed_gpus is above quota.max_gpus");
+        char why[128];
+        if (gp_quota_check_pair(t->max_gpus_milli, t->guaranteed_gpus_milli, why, sizeof(why)) < 0)
+                return fail(c, line, "%s", why);
         for (int j = 0; j < i; j++)
                 if (!strcmp(cfg->tenants[j].id, t->id))
                         return fail(c, line, "tenant \"%s\" is defined twice (tenants[%d] too)", t->id, j);
@@ -1444,6 +1484,7 @@ static int group_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
                 return r;
         if (!g->name[0] || !g->share_pct)
                 return fail(c, line, "a group needs name and share_pct");
+        c->refs.cur_group[i] = line;
         for (int j = 0; j < i; j++)
                 if (!strcmp(groups[j].name, g->name))
                         return fail(c, line, "group \"%s\" is defined twice", g->name);
@@ -1454,6 +1495,7 @@ static int parse_groups(struct ctx *c, const struct field *f, void *base, const 
         gp_config *cfg = base;
         int n, r;
         cfg->n_groups = 0;
+        c->refs.cur_group = c->refs.group;
         r = parse_list(c, ev, "a list of {name, share_pct}", group_item, cfg->groups, &n);
         if (r == 0)
                 cfg->n_groups = n;
@@ -1517,6 +1559,7 @@ static int parse_rule_groups(struct ctx *c, const struct field *f, void *base, c
         gp_cfg_time_rule *tr = base;
         int n, r;
         tr->n_groups = 0;
+        c->refs.cur_group = c->refs.rule_group[tr - c->cfg->time_rules];
         r = parse_list(c, ev, "a list of {name, share_pct}", group_item, tr->groups, &n);
         if (r == 0)
                 tr->n_groups = n;
@@ -1566,6 +1609,7 @@ static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, c
                 q->max_concurrent = q->max_queued = -1;
                 q->max_gpus_milli = q->guaranteed_gpus_milli = -1;
                 yaml_event_delete(&kev);
+                c->refs.rule_quota[tr - c->cfg->time_rules][n] = kline;
                 path_push(c, ".%s", q->tenant);
                 for (int j = 0; j < n; j++)
                         if (!strcmp(tr->quotas[j].tenant, q->tenant)) {
@@ -2229,10 +2273,175 @@ static int validate_impl(const gp_config *cfg, const int *lines, char *err, size
         return 0;
 }
 
+/* ---- cross-references: key owners, groups, tenants named by rules ---- */
+
+bool gp_config_group_defined(const gp_config *cfg, const char *name) {
+        for (int g = 0; g < cfg->n_groups; g++)
+                if (!strcmp(cfg->groups[g].name, name))
+                        return true;
+        for (int r = 0; r < cfg->n_time_rules; r++)
+                for (int g = 0; g < cfg->time_rules[r].n_groups; g++)
+                        if (!strcmp(cfg->time_rules[r].groups[g].name, name))
+                                return true;
+        return false;
+}
+
+__attribute__((format(printf, 6, 7))) static int rfail(const gp_config *cfg, char *err, size_t errlen, int line,
+                                                      const char *key, const char *fmt, ...) {
+        char src[PATH_MAX];
+        if (strnlen(cfg->source, sizeof(cfg->source)) < sizeof(cfg->source) && cfg->source[0])
+                gp_strlcpy(src, cfg->source, sizeof(src));
+        else
+                gp_strlcpy(src, "(config)", sizeof(src));
+        va_list ap;
+        va_start(ap, fmt);
+        vmsg(err, errlen, src, line, key, fmt, ap);
+        va_end(ap);
+        return -EINVAL;
+}
+
+/* "a 80, b 30" into out (cut with "..." when long). */
+static void list_shares(const gp_cfg_group *g, int n, const gp_cfg_group *over, int n_over, char *out,
+                        size_t size) {
+        size_t o = 0;
+        out[0] = '\0';
+        for (int i = 0; i < n + n_over && o + 4 < size; i++) {
+                const gp_cfg_group *x = i < n ? &g[i] : &over[i - n];
+                int pct = x->share_pct;
+                bool skip = false;
+                if (i < n) /* a base group: the rule's share wins */
+                        for (int k = 0; k < n_over; k++)
+                                if (!strcmp(over[k].name, x->name))
+                                        pct = over[k].share_pct;
+                if (i >= n) /* a rule's group: listed already if the base has it */
+                        for (int k = 0; k < n; k++)
+                                skip |= !strcmp(g[k].name, x->name);
+                if (skip)
+                        continue;
+                int w = snprintf(out + o, size - o, "%s%s %d", o ? ", " : "", x->name, pct);
+                if (w < 0 || (size_t)w >= size - o) {
+                        memcpy(out + size - 4, "...", 4);
+                        return;
+                }
+                o += (size_t)w;
+        }
+}
+
+/* Checks across sections, after every section was read: a key hash has
+ * one owner, a tenant's group exists, group shares add up to at most 100
+ * (also with each time rule in force), a time rule's quotas name defined
+ * tenants.  refs gives the lines (NULL: gp_config_validate, no lines). */
+static int check_refs(const gp_config *cfg, const struct reflines *refs, char *err, size_t errlen) {
+        char key[128], d[96], list[256];
+        int n_t = cfg->n_tenants < 0 ? 0 : cfg->n_tenants > GP_CFG_MAX_TENANTS ? GP_CFG_MAX_TENANTS : cfg->n_tenants;
+        int n_g = cfg->n_groups < 0 ? 0 : cfg->n_groups > GP_CFG_MAX_GROUPS ? GP_CFG_MAX_GROUPS : cfg->n_groups;
+        int n_r = cfg->n_time_rules < 0 ? 0 : cfg->n_time_rules > GP_CFG_MAX_TIME_RULES ? GP_CFG_MAX_TIME_RULES
+                                                                                            : cfg->n_time_rules;
+        int n_a = cfg->n_admin_keys < 0 ? 0 : cfg->n_admin_keys > GP_CFG_MAX_ADMIN_KEYS ? GP_CFG_MAX_ADMIN_KEYS
+                                                                                         : cfg->n_admin_keys;
+        /* key owners (the loader refuses these at the second key already) */
+        for (int t = 0; t < n_t; t++) {
+                const gp_cfg_tenant *tt = &cfg->tenants[t];
+                for (int k = 0; k < tt->n_keys && k < GP_CFG_MAX_TENANT_KEYS; k++) {
+                        snprintf(key, sizeof(key), "tenants[%d].keys[%d]", t, k);
+                        int line = refs ? refs->tenant_key[t][k] : 0;
+                        for (int a = 0; a < n_a; a++)
+                                if (!strncmp(cfg->admin_keys[a], tt->keys[k], sizeof(tt->keys[k])))
+                                        return rfail(cfg, err, errlen, line, key,
+                                                     "this key hash is already an admin key (auth.admin_keys[%d]); "
+                                                     "a key belongs to one owner", a);
+                        for (int u = 0; u <= t; u++)
+                                for (int m = 0; m < cfg->tenants[u].n_keys && m < GP_CFG_MAX_TENANT_KEYS &&
+                                                (u < t || m < k); m++)
+                                        if (!strncmp(cfg->tenants[u].keys[m], tt->keys[k], sizeof(tt->keys[k])))
+                                                return rfail(cfg, err, errlen, line, key,
+                                                             "this key hash is already given to tenant \"%s\" "
+                                                             "(tenants[%d].keys[%d]); a key belongs to one owner",
+                                                             cfg->tenants[u].id, u, m);
+                }
+        }
+        /* a tenant's group: defined in groups (or a time rule's groups), or its kind (the default) */
+        for (int t = 0; t < n_t; t++) {
+                const gp_cfg_tenant *tt = &cfg->tenants[t];
+                if (gp_config_group_defined(cfg, tt->group) || !strcmp(tt->group, tt->kind))
+                        continue;
+                snprintf(key, sizeof(key), "tenants[%d].group", t);
+                show(tt->group, strnlen(tt->group, sizeof(tt->group)), d, sizeof(d));
+                list[0] = '\0';
+                for (int g = 0; g < n_g; g++) {
+                        size_t o = strlen(list);
+                        snprintf(list + o, sizeof(list) - o, "%s%s", g ? ", " : "", cfg->groups[g].name);
+                }
+                if (n_g)
+                        return rfail(cfg, err, errlen, refs ? refs->tenant_group[t] : 0, key,
+                                     "group \"%s\" is not defined (groups: %s)", d, list);
+                return rfail(cfg, err, errlen, refs ? refs->tenant_group[t] : 0, key,
+                             "group \"%s\" is not defined: add it to groups ([{name: %s, share_pct: N}]) or "
+                             "leave group out (the default is the tenant's kind, %s)", d, d, tt->kind);
+        }
+        /* group shares: at most 100% together, also while a time rule is in force */
+        int sum = 0;
+        for (int g = 0; g < n_g; g++) {
+                sum += cfg->groups[g].share_pct;
+                if (sum > 100) {
+                        list_shares(cfg->groups, g + 1, NULL, 0, list, sizeof(list));
+                        snprintf(key, sizeof(key), "groups[%d]", g);
+                        return rfail(cfg, err, errlen, refs ? refs->group[g] : 0, key,
+                                     "the group shares add up to %d%% (%s); at most 100", sum, list);
+                }
+        }
+        for (int r = 0; r < n_r; r++) {
+                const gp_cfg_time_rule *tr = &cfg->time_rules[r];
+                int ng = tr->n_groups < 0 ? 0 : tr->n_groups > GP_CFG_MAX_GROUPS ? GP_CFG_MAX_GROUPS : tr->n_groups;
+                if (ng == 0)
+                        continue;
+                sum = 0;
+                for (int g = 0; g < n_g; g++) {
+                        int pct = cfg->groups[g].share_pct;
+                        for (int k = 0; k < ng; k++)
+                                if (!strcmp(tr->groups[k].name, cfg->groups[g].name))
+                                        pct = tr->groups[k].share_pct;
+                        sum += pct;
+                }
+                for (int k = 0; k < ng; k++) {
+                        bool base = false;
+                        for (int g = 0; g < n_g; g++)
+                                base |= !strcmp(tr->groups[k].name, cfg->groups[g].name);
+                        if (!base)
+                                sum += tr->groups[k].share_pct;
+                }
+                if (sum > 100) {
+                        list_shares(cfg->groups, n_g, tr->groups, ng, list, sizeof(list));
+                        snprintf(key, sizeof(key), "time_rules[%d].groups", r);
+                        return rfail(cfg, err, errlen, refs ? refs->rule_group[r][ng - 1] : 0, key,
+                                     "while this rule is in force the group shares add up to %d%% (%s); at most 100",
+                                     sum, list);
+                }
+        }
+        /* a time rule's quotas name tenants of the file */
+        for (int r = 0; r < n_r; r++) {
+                const gp_cfg_time_rule *tr = &cfg->time_rules[r];
+                for (int k = 0; k < tr->n_quotas && k < GP_CFG_MAX_RULE_QUOTAS; k++) {
+                        const char *id = tr->quotas[k].tenant;
+                        bool known = false;
+                        for (int t = 0; t < n_t && !known; t++)
+                                known = !strncmp(cfg->tenants[t].id, id, sizeof(tr->quotas[k].tenant));
+                        if (known)
+                                continue;
+                        show(id, strnlen(id, sizeof(tr->quotas[k].tenant)), d, sizeof(d));
+                        snprintf(key, sizeof(key), "time_rules[%d].quotas.%s", r, d);
+                        return rfail(cfg, err, errlen, refs ? refs->rule_quota[r][k] : 0, key,
+                                     "no tenant \"%s\" is defined in tenants", d);
+                }
+        }
+        return 0;
+}
+
 int gp_config_validate(const gp_config *cfg, char *err, size_t errlen) {
         if (err && errlen)
                 err[0] = '\0';
-        return validate_impl(cfg, NULL, err, errlen);
+        int r = validate_impl(cfg, NULL, err, errlen);
+        return r < 0 ? r : check_refs(cfg, NULL, err, errlen);
 }
 
 /* ---- loading ---- */
@@ -2313,6 +2522,8 @@ int gp_config_load_buffer(const char *name, const char *data, size_t len, gp_con
                 }
         }
         r = validate_impl(tmp, c->line, err, errlen);
+        if (r == 0)
+                r = check_refs(tmp, &c->refs, err, errlen);
         if (r < 0)
                 goto free_mem;
         memcpy(cfg, tmp, sizeof(*tmp));

@@ -263,4 +263,9 @@ int gp_config_load_buffer(const char *name, const char *data, size_t len, gp_con
 /* Cross-field checks (also run by the loaders). 0 or -EINVAL with err. */
 int gp_config_validate(const gp_config *cfg, char *err, size_t errlen);
 
+/* Is `name` a group of cfg: in groups, or in a time rule's groups?  A
+ * tenant's group must be one of these or the tenant's kind (the default
+ * group).  Pure. */
+bool gp_config_group_defined(const gp_config *cfg, const char *name);
+
 #endif

@@ -13,6 +13,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/sha256.h"
+#include "base/url.h"
 #include "base/util.h"
 #include "server/billing.h"
 #include "server/disk.h"
@@ -386,7 +387,7 @@ static enum MHD_Result list_tasks(hreq *r) {
                 return send_error(r, 400, "invalid_request", "after: must be a task id");
         const char *state = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "state");
         const char *tenant = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "tenant");
-        if (tenant && (strlen(tenant) == 0 || strlen(tenant) >= GP_TENANT_MAX))
+        if (tenant && (strlen(tenant) >= GP_TENANT_MAX || !gp_id_ok(tenant, strlen(tenant))))
                 return send_error(r, 400, "invalid_request", "tenant: bad tenant id");
         if (!r->admin)
                 tenant = r->tenant; /* a tenant key lists its own tasks only */
@@ -1041,6 +1042,15 @@ static int parse_listen(const char *s, struct sockaddr_in *ret) {
         return 0;
 }
 
+/* MHD's percent-decoder for paths and query arguments: base/url.h's, which
+ * keeps %00..%1F, %7F and %2F as written (no value cut short by a NUL, no
+ * path segment made by an escaped '/'). */
+static size_t unescape(void *cls, struct MHD_Connection *conn, char *s) {
+        (void)cls;
+        (void)conn;
+        return gp_url_unescape(s);
+}
+
 static void notify_conn(void *cls, struct MHD_Connection *conn, void **socket_context,
                         enum MHD_ConnectionNotificationCode toe) {
         (void)cls;
@@ -1127,6 +1137,7 @@ int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
                                                        MHD_OPTION_CONNECTION_LIMIT, per, MHD_OPTION_CONNECTION_TIMEOUT,
                                                        (unsigned)d->cfg.connection_timeout_s,
                                                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
+                                                       MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
                                                        MHD_OPTION_NOTIFY_COMPLETED, completed, d,
                                                        MHD_OPTION_NOTIFY_CONNECTION, notify_conn, NULL, MHD_OPTION_END);
                 if (!m) {

@@ -1,6 +1,7 @@
 /* submit.c - strict parser of task submissions (see submit.h). */
 #include "server/submit.h"
 
+#include "base/text.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -21,16 +22,16 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
         return -EINVAL;
 }
 
-/* A string field into a fixed buffer: must be clean UTF-8 and fit. */
+/* A string field into a fixed buffer: must be text (base/text.h) and fit. */
 static int get_str(json_t *v, const char *key, char *dst, size_t size, char *err, size_t errlen) {
         if (!json_is_string(v))
                 return fail(err, errlen, "%s: must be a string", key);
         size_t n = json_string_length(v);
-        const char *s = json_string_value(v);
+        const char *s = json_string_value(v), *why;
         if (n >= size)
                 return fail(err, errlen, "%s: longer than %zu bytes", key, size - 1);
-        if (!gp_str_is_clean(s, n))
-                return fail(err, errlen, "%s: must be printable UTF-8 text", key);
+        if (gp_text_check(s, n, size - 1, &why) < 0)
+                return fail(err, errlen, "%s: %s", key, why);
         memcpy(dst, s, n + 1);
         return 0;
 }

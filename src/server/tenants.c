@@ -11,8 +11,10 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/sha256.h"
+#include "base/text.h"
 #include "base/tz.h"
 #include "base/util.h"
+#include "config/quota.h"
 #include "server/billing.h"
 #include "server/monitor.h"
 #include "server/server-int.h"
@@ -242,21 +244,40 @@ static json_t *tenant_store_json(const gp_daemon *d, const gp_cfg_tenant *t) {
         return o;
 }
 
-static int get_gpus_milli(json_t *v, const char *key, int64_t *ret, char *err, size_t errlen) {
-        double x;
-        if (json_is_integer(v))
-                x = (double)json_integer_value(v);
-        else if (json_is_real(v))
-                x = json_real_value(v);
-        else {
-                snprintf(err, errlen, "%s: must be a number of GPUs", key);
+/* quota.FIELD of a PUT body or a stored record, read by config/quota.c
+ * (the config file's reader too: same values, same words). */
+static int get_quota_field(json_t *v, gp_quota_field f, gp_cfg_tenant *t, char *err, size_t errlen) {
+        char why[192];
+        int64_t x;
+        int rc;
+        if (json_is_integer(v) || json_is_real(v))
+                rc = gp_quota_parse_json_number(f, json_is_integer(v), json_is_integer(v) ? json_integer_value(v) : 0,
+                                                json_is_real(v) ? json_real_value(v) : 0, &x, why, sizeof(why));
+        else
+                rc = gp_quota_type_error(f, json_is_string(v)   ? "a string"
+                                            : json_is_object(v) ? "an object"
+                                            : json_is_array(v)  ? "a list"
+                                            : json_is_null(v)   ? "null"
+                                                                : "true or false",
+                                         why, sizeof(why));
+        if (rc < 0) {
+                snprintf(err, errlen, "quota.%s: %s", gp_quota_defs[f].name, why);
                 return -EINVAL;
         }
-        if (x < 0 || x > 1000000) {
-                snprintf(err, errlen, "%s: must be 0..1000000 GPUs", key);
-                return -EINVAL;
+        switch (f) {
+        case GP_QUOTA_MAX_CONCURRENT:
+                t->max_concurrent = (int)x;
+                break;
+        case GP_QUOTA_MAX_QUEUED:
+                t->max_queued = (int)x;
+                break;
+        case GP_QUOTA_MAX_GPUS:
+                t->max_gpus_milli = x;
+                break;
+        default:
+                t->guaranteed_gpus_milli = x;
+                break;
         }
-        *ret = (int64_t)(x * 1000.0 + 0.5);
         return 0;
 }
 
@@ -276,9 +297,13 @@ static int get_str_field(json_t *o, const char *key, char *dst, size_t size, cha
         json_t *v = json_object_get(o, key);
         if (!v)
                 return 0;
-        if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= size ||
-            !gp_str_is_clean(json_string_value(v), json_string_length(v))) {
+        const char *why;
+        if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= size) {
                 snprintf(err, errlen, "%s: must be text of 1..%zu bytes", key, size - 1);
+                return -EINVAL;
+        }
+        if (gp_text_check(json_string_value(v), json_string_length(v), size - 1, &why) < 0) {
+                snprintf(err, errlen, "%s: %s", key, why);
                 return -EINVAL;
         }
         memset(dst, 0, size);
@@ -292,7 +317,6 @@ static int tenant_from_json(json_t *o, gp_cfg_tenant *t, char *err, size_t errle
         static const char *const known[] = {"id", "name", "kind", "group", "max_priority", "default_priority",
                                             "weight", "quota", "keys", "gateway", NULL};
         static const char *const gknown[] = {"max_concurrent", "rpm", "tpm", NULL};
-        static const char *const qknown[] = {"max_concurrent", "max_queued", "max_gpus", "guaranteed_gpus", NULL};
         if (!json_is_object(o)) {
                 snprintf(err, errlen, "body must be a JSON object");
                 return -EINVAL;
@@ -331,22 +355,14 @@ static int tenant_from_json(json_t *o, gp_cfg_tenant *t, char *err, size_t errle
                         return -EINVAL;
                 }
                 json_object_foreach(q, k, v) {
-                        bool ok = false;
-                        for (int i = 0; qknown[i]; i++)
-                                ok |= !strcmp(k, qknown[i]);
-                        if (!ok) {
+                        int f = gp_quota_field_find(k, strlen(k));
+                        if (f < 0) {
                                 snprintf(err, errlen, "quota: unknown field '%.64s'", k);
                                 return -EINVAL;
                         }
+                        if ((r = get_quota_field(v, (gp_quota_field)f, &n, err, errlen)) < 0)
+                                return r;
                 }
-                r = get_int_field(q, "max_concurrent", 0, 1000000, &n.max_concurrent, err, errlen);
-                r = r ? r : get_int_field(q, "max_queued", 0, 1000000, &n.max_queued, err, errlen);
-                if (r == 0 && (v = json_object_get(q, "max_gpus")))
-                        r = get_gpus_milli(v, "quota.max_gpus", &n.max_gpus_milli, err, errlen);
-                if (r == 0 && (v = json_object_get(q, "guaranteed_gpus")))
-                        r = get_gpus_milli(v, "quota.guaranteed_gpus", &n.guaranteed_gpus_milli, err, errlen);
-                if (r < 0)
-                        return r;
         }
         json_t *gw = json_object_get(o, "gateway");
         if (gw) {
@@ -389,10 +405,8 @@ static int tenant_from_json(json_t *o, gp_cfg_tenant *t, char *err, size_t errle
                          n.max_priority);
                 return -EINVAL;
         }
-        if (n.max_gpus_milli && n.guaranteed_gpus_milli > n.max_gpus_milli) {
-                snprintf(err, errlen, "quota.guaranteed_gpus is above quota.max_gpus");
+        if (gp_quota_check_pair(n.max_gpus_milli, n.guaranteed_gpus_milli, err, errlen) < 0)
                 return -EINVAL;
-        }
         *t = n;
         return 0;
 }
@@ -777,6 +791,20 @@ static int post_cmd_tenants(hreq *r, cmd *c) {
         return 2; /* parked: the loop answers */
 }
 
+/* The group a PUT names must be one of the config's (as for a tenant of
+ * the file, config.c's check_refs), or the tenant's kind (the default).
+ * d->cfg's groups do not change at run time: no lock. */
+static int group_check(const gp_config *cfg, const gp_cfg_tenant *t, char *err, size_t errlen) {
+        if (gp_config_group_defined(cfg, t->group) || !strcmp(t->group, t->kind))
+                return 0;
+        size_t o = (size_t)snprintf(err, errlen, "group: \"%.63s\" is not a group of the config (groups:", t->group);
+        for (int g = 0; g < cfg->n_groups && o < errlen; g++)
+                o += (size_t)snprintf(err + o, errlen - o, " %s", cfg->groups[g].name);
+        if (o < errlen)
+                snprintf(err + o, errlen - o, "%s; or the tenant's kind, %s)", cfg->n_groups ? "" : " none", t->kind);
+        return -EINVAL;
+}
+
 static int put_tenant(hreq *r, const char *id) {
         gp_daemon *d = r->d;
         json_error_t je;
@@ -804,8 +832,10 @@ static int put_tenant(hreq *r, const char *id) {
                 tenant_defaults(t, id);
         bool too_many = !cur && d->ntenants >= 100000;
         pthread_mutex_unlock(&d->lock);
-        char err[200];
+        char err[256];
         int rc = too_many ? -E2BIG : tenant_from_json(j, t, err, sizeof(err));
+        if (rc == 0 && json_object_get(j, "group"))
+                rc = group_check(&d->cfg, t, err, sizeof(err));
         json_decref(j);
         if (rc < 0) {
                 free(t);

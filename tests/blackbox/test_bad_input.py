@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from apiutil import assert_error, gpus, lease, reap_supervisors, run_server, submit
+from apiutil import assert_error, gpus, lease, reap_supervisors, run_server, sha256_key, submit
 
 pytestmark = pytest.mark.e2e
 assert reap_supervisors  # autouse fixture, imported so that it applies here
@@ -69,6 +69,21 @@ BAD_SUBMITS = [
     ('{"elastic": [1, 4]}', ["elastic"]),
     ('{"gpu_request": 2, "elastic": {"min_gpus": 1, "max_gpus": 4}}', ["differ"]),
     ('{"memory_mb": 1000, "elastic": {"min_gpus": 1, "max_gpus": 4}}', ["whole GPUs"]),
+    # text fields: no control characters (tab, NEL included), line separators or bidi overrides
+    ('{"name": "a\\tb"}', ["name", "control characters"]),
+    ('{"name": "a\\nb"}', ["name", "control characters"]),
+    ('{"name": "a\\u0085b"}', ["name", "control characters"]),
+    ('{"name": "a\\u009bb"}', ["name", "control characters"]),
+    ('{"name": "a\\u007fb"}', ["name", "control characters"]),
+    ('{"name": "a\\u2028b"}', ["name", "line or paragraph separator"]),
+    ('{"name": "a\\u2029b"}', ["name", "line or paragraph separator"]),
+    ('{"name": "invoice\\u202egpj.exe"}', ["name", "bidirectional"]),
+    ('{"name": "a\\u2066b"}', ["name", "bidirectional"]),
+    ('{"name": "a\\u0000b"}', ["JSON"]),
+    ('{"model": "deepseek\\t7b"}', ["model", "control characters"]),
+    ('{"model": "deepseek\\u2028"}', ["model", "line or paragraph separator"]),
+    ('{"gpu_model": "A100\\u0085"}', ["gpu_model", "control characters"]),
+    ('{"tenant_id": "a\\tb"}', ["tenant_id"]),
 ]
 
 
@@ -164,6 +179,17 @@ BAD_REQUESTS = [  # (method, path, status)
     ("GET", "/api/v1/queue?limit=-1", 400),
     ("GET", "/api/v1/tasks/1?wait=61", 400),
     ("GET", "/api/v1/tasks/1?wait=soon", 400),
+    # escapes: %00 must not cut a path or query value short, %2F must not add a path segment
+    ("GET", "/api/v1/tasks?state=queued%00x", 400),
+    ("GET", "/api/v1/tasks?tenant=default%00x", 400),
+    ("GET", "/api/v1/tasks?tenant=a%09b", 400),
+    ("GET", "/api/v1/tasks?limit=5%00", 400),
+    ("GET", "/api/v1/queue?limit=5%00", 400),
+    ("GET", "/api/v1/tenants/default%00x", 404),
+    ("PUT", "/admin/tenants/default%00x", 400),
+    ("PUT", "/admin/tenants/x%2Fkeys", 400),
+    ("POST", "/admin/tenants/default%2Fkeys", 400),
+    ("PUT", "/admin/tenants/a%0Ab", 400),
 ]
 
 
@@ -179,6 +205,36 @@ def test_bad_paths_methods_and_queries_get_clear_errors_and_change_nothing(daemo
             problems.append("%s %s -> %s %s (%s)" % (method, path, r.status_code, r.text[:200], e))
     assert not problems, "\n".join(problems)
     assert_nothing_changed(daemon)
+    # no tenant was made or changed, no key created
+    assert [t["id"] for t in daemon.api("GET", "/api/v1/tenants").json()["tenants"]] in ([], ["default"])
+    assert daemon.api("GET", "/admin/audit").json()["audit"] == []
+
+
+def test_escaped_nul_or_slash_reaches_no_task_and_no_tenant(daemon):
+    # before: MHD decoded %00 into a NUL that cut "1%00" to task 1, "alpha%00x" to tenant alpha,
+    # and %2F into a '/' that turned PUT /admin/tenants/alpha%2Fkeys into a key for alpha
+    t = lease(daemon, memory_mb=1000)
+    assert t["id"] == 1
+    r = daemon.api("PUT", "/admin/tenants/alpha", json={"weight": 2})
+    assert r.status_code == 201, r.text
+    for method, path, status in [("GET", "/api/v1/tasks/1%00", 404), ("GET", "/api/v1/tasks/1%00x", 404),
+                                 ("POST", "/api/v1/tasks/1%00/cancel", 404),
+                                 ("POST", "/api/v1/tasks/1%2Fcancel", 404), ("DELETE", "/api/v1/tasks/1%00", 404),
+                                 ("PUT", "/admin/tenants/alpha%00x", 400), ("POST", "/admin/tenants/alpha%2Fkeys", 400),
+                                 ("GET", "/api/v1/tenants/alpha%00", 404)]:
+        r = daemon.api(method, path, json={"weight": 9} if method == "PUT" else None)
+        code = {400: "invalid_request", 404: "not_found"}[status]
+        assert_error(r, status, code)
+    # nothing changed: the lease runs, alpha has no key and weight 2, no other tenant appeared
+    got = daemon.api("GET", "/api/v1/tasks/1").json()
+    assert got["state"] == "running" and got["gpus"] == t["gpus"], got
+    tenants = daemon.api("GET", "/api/v1/tenants").json()["tenants"]
+    assert [x["id"] for x in tenants if x["id"] != "default"] == ["alpha"], tenants
+    alpha = [x for x in tenants if x["id"] == "alpha"][0]
+    assert alpha["keys"] == 0 and alpha["weight"] == 2, alpha
+    assert [a["action"] for a in daemon.api("GET", "/admin/audit").json()["audit"]] == ["tenant.create"]
+    # an escaped character that is not a control or '/' still works
+    assert daemon.api("GET", "/api/v1/tenants/%61lpha").json()["id"] == "alpha"
 
 
 def test_a_bad_release_body_changes_nothing(daemon):
@@ -202,10 +258,27 @@ BAD_CONFIGS = [
     ("gpus: {backend: sim}\nauth:\n  admin_keys: [\"plaintext-secret\"]\n", 3, "auth.admin_keys"),
     ("gpus: {backend: sim}\nscheduler:\n  weights: [1, 2, 3]\n", 3, "scheduler.weights"),
     ("gpus: {backend: sim}\nnonsense: 1\n", 2, "nonsense"),
+    # quotas: the same reader as PUT /admin/tenants/{id}
+    ("gpus: {backend: sim}\ntenants:\n  - id: a\n    quota: {max_gpus: 0.0004}\n", 4, "tenants[0].quota.max_gpus"),
+    # text: no tab / NEL / line separators in names
+    ("gpus: {backend: sim}\ntenants:\n  - id: a\n    name: \"A\\tB\"\n", 4, "tenants[0].name"),
+    ("gpus: {backend: sim}\ntenants:\n  - id: a\n    name: \"A\\NB\"\n", 4, "tenants[0].name"),
+    ("gpus: {backend: sim}\ntenants:\n  - id: a\n    name: \"A\\LB\"\n", 4, "tenants[0].name"),
+    # a key hash given to two owners: the second is named, and the first
+    ("gpus: {backend: sim}\nauth:\n  admin_keys: [\"%s\"]\ntenants:\n  - id: a\n    keys: [\"%s\"]\n"
+     % (sha256_key("k1"), sha256_key("k1")), 6, "tenants[0].keys[0]: this key hash is already an admin key"),
+    ("gpus: {backend: sim}\ntenants:\n  - {id: a, keys: [\"%s\"]}\n  - id: b\n    keys: [\"%s\"]\n"
+     % (sha256_key("k1"), sha256_key("k1")), 5, "already given to tenant \"a\" (tenants[0].keys[0], line 3)"),
+    # references: an undefined group, shares over 100%, a time rule naming an unknown tenant
+    ("gpus: {backend: sim}\ntenants:\n  - id: a\n    group: gpu_team\n", 4, "tenants[0].group"),
+    ("gpus: {backend: sim}\ngroups:\n  - {name: internal, share_pct: 80}\n  - {name: external, share_pct: 30}\n",
+     4, "groups[1]: the group shares add up to 110%"),
+    ("gpus: {backend: sim}\ntenants: [{id: a}]\ntime_rules:\n  - name: day\n    start: \"08:00\"\n    end: \"18:00\"\n"
+     "    quotas:\n      dept_b: {max_gpus: 2}\n", 8, "time_rules[0].quotas.dept_b"),
 ]
 
 
-@pytest.mark.parametrize("text,line,key", BAD_CONFIGS, ids=[c[2] for c in BAD_CONFIGS])
+@pytest.mark.parametrize("text,line,key", BAD_CONFIGS, ids=[c[2][:40] for c in BAD_CONFIGS])
 def test_a_bad_config_file_stops_the_server_naming_file_line_and_key(tmp_path, text, line, key):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(text)

@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 import requests
 
-from apiutil import reap_supervisors, wait_for
+from apiutil import reap_supervisors, run_server, wait_for
 from conftest import SIM_CONFIG
 
 pytestmark = pytest.mark.e2e
@@ -252,3 +252,78 @@ def test_guaranteed_gpu_is_reclaimed_from_ordinary_tasks_holding_every_gpu(daemo
         assert d.api("GET", "/api/v1/tasks/%d" % t["id"]).json()["state"] == "running"
     for t in other + [{"id": mine}]:
         d.api("POST", "/api/v1/tasks/%d/cancel" % t["id"])
+
+# (PUT body, words the 400 message must contain)
+BAD_TENANT_PUTS = [
+    ({"quota": {"max_gpus": 0.0004}}, ["quota.max_gpus", "at most 3 decimals", "0.0004"]),
+    ({"quota": {"guaranteed_gpus": 0.0001}}, ["quota.guaranteed_gpus", "at most 3 decimals"]),
+    ({"quota": {"max_gpus": 1e-9}}, ["quota.max_gpus", "at most 3 decimals"]),
+    ({"quota": {"max_gpus": -1}}, ["quota.max_gpus", "between 0 and 1000000 GPUs"]),
+    ({"quota": {"max_gpus": 1000000.5}}, ["quota.max_gpus", "between 0 and 1000000 GPUs"]),
+    ({"quota": {"max_gpus": "lots"}}, ["quota.max_gpus", "got a string"]),
+    ({"quota": {"max_gpus": None}}, ["quota.max_gpus", "got null"]),
+    ({"quota": {"max_concurrent": 2.5}}, ["quota.max_concurrent", "whole number"]),
+    ({"quota": {"max_concurrent": 5.0}}, ["quota.max_concurrent", "whole number"]),
+    ({"quota": {"max_concurrent": 1000001}}, ["quota.max_concurrent", "between 0 and 1000000"]),
+    ({"quota": {"max_queued": -1}}, ["quota.max_queued", "between 0 and 1000000"]),
+    ({"quota": {"max_gpuz": 1}}, ["quota", "max_gpuz"]),
+    ({"quota": {"max_gpus": 1, "guaranteed_gpus": 2}}, ["guaranteed_gpus is above quota.max_gpus"]),
+    ({"group": "gpu_team"}, ["group", "gpu_team", "not a group"]),
+    ({"name": "a\tb"}, ["name", "control characters"]),
+    ({"name": "a\u0085b"}, ["name", "control characters"]),
+    ({"name": "a\u2028b"}, ["name", "line or paragraph separator"]),
+    ({"name": "a\u202eb"}, ["name", "bidirectional"]),
+    ({"group": "a\u2029b"}, ["group", "line or paragraph separator"]),
+]
+
+
+def test_bad_tenant_puts_get_400_and_change_nothing(d):
+    before = call(d, "GET", "/api/v1/tenants/alpha", ADMIN).json()
+    problems = []
+    for body, words in BAD_TENANT_PUTS:
+        for tid in ("alpha", "newt"):  # a change, and a creation
+            r = call(d, "PUT", "/admin/tenants/" + tid, ADMIN, json=body)
+            try:
+                assert r.status_code == 400, r.status_code
+                err = r.json()["error"]
+                assert err["code"] == "invalid_request", err
+                for w in words:
+                    assert w in err["message"], "message %r does not name %r" % (err["message"], w)
+            except (AssertionError, ValueError, KeyError) as e:
+                problems.append("%s %s -> %s %s (%s)" % (tid, body, r.status_code, r.text[:200], e))
+    assert not problems, "\n".join(problems)
+    # nothing changed: alpha reads the same, no tenant was made, nothing audited
+    assert call(d, "GET", "/api/v1/tenants/alpha", ADMIN).json() == before
+    assert call(d, "GET", "/api/v1/tenants/newt", ADMIN).status_code == 404
+    assert [t["id"] for t in call(d, "GET", "/api/v1/tenants", ADMIN).json()["tenants"]] == ["alpha", "beta"]
+    assert call(d, "GET", "/admin/audit", ADMIN).json()["audit"] == []
+    # exact values pass and read back as given
+    r = call(d, "PUT", "/admin/tenants/alpha", ADMIN, json={"quota": {"max_gpus": 0.125, "guaranteed_gpus": 0.001}})
+    assert r.status_code == 200, r.text
+    assert r.json()["quota"]["max_gpus"] == 0.125 and r.json()["quota"]["guaranteed_gpus"] == 0.001
+
+
+def test_the_file_and_the_api_refuse_a_quota_in_the_same_words(d, tmp_path):
+    r = call(d, "PUT", "/admin/tenants/alpha", ADMIN, json={"quota": {"max_gpus": 0.0004}})
+    api_msg = r.json()["error"]["message"]
+    assert api_msg.startswith("quota.max_gpus: ")
+    cfg = tmp_path / "q.yaml"
+    cfg.write_text("gpus: {backend: sim}\ntenants:\n  - id: a\n    quota:\n      max_gpus: 0.0004\n")
+    rs = run_server(["--config", str(cfg), "--listen", "127.0.0.1:1", "--data-dir", str(tmp_path / "data")])
+    assert rs.returncode == 1, rs.stderr
+    assert "%s:5: tenants[0].%s" % (cfg, api_msg) in rs.stderr, (api_msg, rs.stderr)
+
+
+def test_a_tenant_may_join_only_a_defined_group_or_its_kind(d, daemon_factory):
+    # no groups in CONFIG: alpha (internal) may not join "external"; beta's own kind is its default group
+    r = call(d, "PUT", "/admin/tenants/alpha", ADMIN, json={"group": "external"})
+    assert r.status_code == 400 and "not a group" in r.json()["error"]["message"], r.text
+    assert call(d, "GET", "/api/v1/tenants/alpha", ADMIN).json()["group"] == "internal"
+    assert call(d, "PUT", "/admin/tenants/beta", ADMIN, json={"group": "external"}).status_code == 200
+    g = daemon_factory(CONFIG + "groups: [{name: gpu_team, share_pct: 50}, {name: internal, share_pct: 50}]\n",
+                       key=ADMIN)
+    r = call(g, "PUT", "/admin/tenants/alpha", ADMIN, json={"group": "gpu_team"})
+    assert r.status_code == 200 and r.json()["group"] == "gpu_team", r.text
+    r = call(g, "PUT", "/admin/tenants/alpha", ADMIN, json={"group": "gpu_teem"})
+    assert r.status_code == 400 and "gpu_team" in r.json()["error"]["message"], r.text
+    assert call(g, "GET", "/api/v1/tenants/alpha", ADMIN).json()["group"] == "gpu_team"

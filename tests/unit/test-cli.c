@@ -433,6 +433,15 @@ static void test_names_must_be_clean_and_short(void **state) {
         PARSE(&p, "submit", "--name", "a\nb", "ls");
         assert_int_equal(p.rc, -EINVAL);
         parse_done(&p);
+        /* the server's text rule (base/text.h): no tab, NEL, line separators or bidi controls */
+        static char *bad[][2] = {{"--name", "a\tb"}, {"--name", "a\xc2\x85" "b"},
+                                 {"--model", "m\xe2\x80\xa8"}, {"--gpu-model", "A100\xe2\x80\xae"}};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                PARSE(&p, "submit", bad[i][0], bad[i][1], "ls");
+                assert_int_equal(p.rc, -EINVAL);
+                assert_non_null(strstr(err_text(&p), bad[i][0]));
+                parse_done(&p);
+        }
         PARSE(&p, "submit", "--name", "训练任务", "ls");
         assert_int_equal(p.rc, 0);
         parse_done(&p);
@@ -762,6 +771,13 @@ static void test_server_strings_cannot_inject_terminal_escapes(void **state) {
         assert_null(strchr(s, '\x1b'));
         assert_null(strchr(s, '\r'));
         assert_non_null(strstr(s, "evil?[2J??"));
+        free(s);
+        /* what the server's text rule refuses is not printed either: NEL, line separators, bidi overrides */
+        s = format_with(gp_cli_format_nodes, "{\"nodes\":[{\"name\":\"a\\u0085b\\u2028c\\u202ed\",\"state\":\"up\","
+                                             "\"gpus\":4,\"gpus_healthy\":4,\"backend\":\"sim\"}]}");
+        assert_non_null(strstr(s, "a?b?c?d"));
+        assert_null(strstr(s, "\xe2\x80\xa8"));
+        assert_null(strstr(s, "\xe2\x80\xae"));
         free(s);
 }
 

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "config/config.h"
+#include "config/quota.h"
 #include "base/tz.h"
 
 #define KEY_A "sha256:8c6976e5b5410415bde908bd4dee15dfb167a9c873fc4bb8a81f6f2ab448a918"
@@ -402,6 +403,69 @@ static const struct bad bad_inputs[] = {
          "t.yaml:2: tenants[0]: default_priority 1 is more urgent than max_priority 3", -EINVAL},
         {"tenants:\n  - {id: a, quota: {max_gpus: 1.2345}}\n", "t.yaml:2: tenants[0].quota.max_gpus: expected a number",
          -EINVAL},
+        /* quotas: config/quota.c's table and reader (the REST API's too) */
+        {"tenants:\n  - {id: a, quota: {max_gpus: 0.0004}}\n",
+         "t.yaml:2: tenants[0].quota.max_gpus: expected a number of GPUs with at most 3 decimals (e.g. 8 or 0.5), "
+         "got 0.0004", -EINVAL},
+        {"tenants:\n  - {id: a, quota: {guaranteed_gpus: -1}}\n",
+         "t.yaml:2: tenants[0].quota.guaranteed_gpus: must be between 0 and 1000000 GPUs, got -1", -EINVAL},
+        {"tenants:\n  - {id: a, quota: {max_gpus: 1000000.5}}\n",
+         "t.yaml:2: tenants[0].quota.max_gpus: must be between 0 and 1000000 GPUs, got 1000000.5", -EINVAL},
+        {"tenants:\n  - {id: a, quota: {max_gpus: 1e3}}\n",
+         "t.yaml:2: tenants[0].quota.max_gpus: expected a number of GPUs with at most 3 decimals", -EINVAL},
+        {"tenants:\n  - {id: a, quota: {max_gpus: \"8\"}}\n",
+         "t.yaml:2: tenants[0].quota.max_gpus: expected a number of GPUs with at most 3 decimals (e.g. 8 or 0.5), "
+         "got the quoted string \"8\"", -EINVAL},
+        {"tenants:\n  - {id: a, quota: {max_concurrent: 1.5}}\n",
+         "t.yaml:2: tenants[0].quota.max_concurrent: expected a whole number between 0 and 1000000, got 1.5", -EINVAL},
+        {"tenants:\n  - {id: a, quota: {max_queued: 1000001}}\n",
+         "t.yaml:2: tenants[0].quota.max_queued: must be between 0 and 1000000, got 1000001", -EINVAL},
+        {"tenants:\n  - {id: a, quota: {max_concurrent: 010}}\n",
+         "t.yaml:2: tenants[0].quota.max_concurrent: expected a whole number between 0 and 1000000, got 010", -EINVAL},
+        {"tenants: [{id: a}]\ntime_rules:\n  - {name: x, start: \"20:00\", end: \"01:00\", quotas: {a: {max_gpus: 0.0001}}}\n",
+         "t.yaml:3: time_rules[0].quotas.a.max_gpus: expected a number of GPUs with at most 3 decimals", -EINVAL},
+        {"tenants: [{id: a}]\ntime_rules:\n  - {name: x, start: \"20:00\", end: \"01:00\", quotas: {a: {max_queued: -2}}}\n",
+         "t.yaml:3: time_rules[0].quotas.a.max_queued: must be between 0 and 1000000, got -2", -EINVAL},
+        /* text: no tab, NEL, line/paragraph separators or bidi controls in names */
+        {"tenants:\n  - {id: a, name: \"x\\ty\"}\n", "t.yaml:2: tenants[0].name: contains control characters", -EINVAL},
+        {"tenants:\n  - {id: a, name: \"x\\Ny\"}\n", "t.yaml:2: tenants[0].name: contains control characters",
+         -EINVAL},
+        {"tenants:\n  - {id: a, name: \"x\\Ly\"}\n",
+         "t.yaml:2: tenants[0].name: contains a line or paragraph separator (U+2028, U+2029)", -EINVAL},
+        {"gateway:\n  models:\n    - {name: \"m\\u202Ex\", upstreams: [\"http://h:1\"]}\n",
+         "t.yaml:3: gateway.models[0].name: contains a bidirectional control character", -EINVAL},
+        {"gpus: {sim: [{name: \"a\\u2029\", memory_mb: 1}]}\n",
+         "t.yaml:1: gpus.sim[0].name: contains a line or paragraph separator", -EINVAL},
+        {"groups: [{name: \"in\\tternal\", share_pct: 10}]\n", "t.yaml:1: groups[0].name: contains control characters",
+         -EINVAL},
+        /* cross-references: a tenant's group, group shares, tenants named by time rules */
+        {"tenants:\n  - {id: a, group: gpu_team}\n",
+         "t.yaml:2: tenants[0].group: group \"gpu_team\" is not defined: add it to groups ([{name: gpu_team, "
+         "share_pct: N}]) or leave group out (the default is the tenant's kind, internal)", -EINVAL},
+        {"groups: [{name: internal, share_pct: 80}]\ntenants:\n  - id: a\n    group: extrenal\n",
+         "t.yaml:4: tenants[0].group: group \"extrenal\" is not defined (groups: internal)", -EINVAL},
+        {"groups:\n  - {name: internal, share_pct: 80}\n  - {name: external, share_pct: 30}\n",
+         "t.yaml:3: groups[1]: the group shares add up to 110% (internal 80, external 30); at most 100", -EINVAL},
+        {"groups: [{name: internal, share_pct: 80}, {name: external, share_pct: 20}]\ntime_rules:\n  - name: night\n"
+         "    start: \"18:00\"\n    end: \"08:00\"\n    groups:\n      - {name: external, share_pct: 90}\n",
+         "t.yaml:7: time_rules[0].groups: while this rule is in force the group shares add up to 170% (internal 80, "
+         "external 90); at most 100", -EINVAL},
+        {"tenants: [{id: a}]\ntime_rules:\n  - name: day\n    start: \"08:00\"\n    end: \"18:00\"\n    quotas:\n"
+         "      a: {max_concurrent: 3}\n      dept_b: {max_gpus: 2}\n",
+         "t.yaml:8: time_rules[0].quotas.dept_b: no tenant \"dept_b\" is defined in tenants", -EINVAL},
+        /* a key hash has one owner: the second one is named, with the first */
+        {"auth: {admin_keys: [\"" KEY_A "\"]}\ntenants:\n  - id: a\n    keys: [\"" KEY_A "\"]\n",
+         "t.yaml:4: tenants[0].keys[0]: this key hash is already an admin key (auth.admin_keys[0], line 1); a key "
+         "belongs to one owner", -EINVAL},
+        {"tenants:\n  - {id: a, keys: [\"" KEY_B "\"]}\n  - id: b\n    keys:\n      - \"" KEY_A "\"\n      - \"" KEY_B
+         "\"\n",
+         "t.yaml:6: tenants[1].keys[1]: this key hash is already given to tenant \"a\" (tenants[0].keys[0], line 2); "
+         "a key belongs to one owner", -EINVAL},
+        {"tenants:\n  - {id: a, keys: [\"" KEY_B "\"]}\nauth:\n  admin_keys: [\"" KEY_B "\"]\n",
+         "t.yaml:4: auth.admin_keys[0]: this key hash is already given to tenant \"a\" (tenants[0].keys[0], line 2)",
+         -EINVAL},
+        {"tenants:\n  - {id: a, keys: [\"" KEY_B "\", \"" KEY_B "\"]}\n",
+         "t.yaml:2: tenants[0].keys[1]: the same key hash is listed twice (items 0 and 1)", -EINVAL},
         {"tenants:\n  - {id: a, quota: {max_gpus: 2, guaranteed_gpus: 3}}\n",
          "t.yaml:2: tenants[0]: quota.guaranteed_gpus is above quota.max_gpus", -EINVAL},
         {"tenants:\n  - {id: a, keys: [secret]}\n", "t.yaml:2: tenants[0].keys[0]: expected \"sha256:\"", -EINVAL},
@@ -775,6 +839,141 @@ static void test_validate_checks_cross_fields_and_ranges(void **state) {
         assert_string_equal(err, "(config): server.data_dir: not NUL-terminated");
 }
 
+/* The quota reader both the file and PUT /admin/tenants/{id} use: values
+ * as written, no rounding, the same words from a YAML scalar and from a
+ * JSON number. */
+static void test_quota_reader_takes_exact_values_and_never_rounds(void **state) {
+        static const struct {
+                gp_quota_field f;
+                const char *text;
+                int64_t want; /* -1: refused */
+        } cases[] = {
+                {GP_QUOTA_MAX_GPUS, "8", 8000},         {GP_QUOTA_MAX_GPUS, "0.5", 500},
+                {GP_QUOTA_MAX_GPUS, "0.125", 125},      {GP_QUOTA_MAX_GPUS, "3.500", 3500},
+                {GP_QUOTA_MAX_GPUS, "1000000", 1000000000}, {GP_QUOTA_MAX_GPUS, "0", 0},
+                {GP_QUOTA_MAX_GPUS, "0.0004", -1},      {GP_QUOTA_MAX_GPUS, "0.0010", -1},
+                {GP_QUOTA_MAX_GPUS, "1000000.001", -1}, {GP_QUOTA_MAX_GPUS, "-0.5", -1},
+                {GP_QUOTA_MAX_GPUS, ".5", -1},          {GP_QUOTA_MAX_GPUS, "5.", -1},
+                {GP_QUOTA_MAX_GPUS, "+1", -1},          {GP_QUOTA_MAX_GPUS, "1e3", -1},
+                {GP_QUOTA_MAX_GPUS, "08", -1},          {GP_QUOTA_MAX_GPUS, "", -1},
+                {GP_QUOTA_MAX_GPUS, "99999999999999999999999999999", -1},
+                {GP_QUOTA_GUARANTEED_GPUS, "0.001", 1}, {GP_QUOTA_MAX_CONCURRENT, "30", 30},
+                {GP_QUOTA_MAX_CONCURRENT, "1000000", 1000000}, {GP_QUOTA_MAX_CONCURRENT, "1000001", -1},
+                {GP_QUOTA_MAX_CONCURRENT, "1.0", -1},   {GP_QUOTA_MAX_QUEUED, "-1", -1},
+                {GP_QUOTA_MAX_QUEUED, "0x10", -1},
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                int64_t v = -7;
+                char why[256] = "";
+                int r = gp_quota_parse(cases[i].f, cases[i].text, strlen(cases[i].text), &v, why, sizeof(why));
+                if (cases[i].want < 0 ? (r == 0 || !why[0] || v != -7) : (r != 0 || v != cases[i].want))
+                        fail_msg("%s \"%s\": got %d, %lld, \"%s\"", gp_quota_defs[cases[i].f].name, cases[i].text, r,
+                                 (long long)v, why);
+        }
+        /* JSON numbers: what a client sends, and what the server stored (%.17g) */
+        int64_t v;
+        char why[256];
+        assert_int_equal(gp_quota_parse_json_number(GP_QUOTA_MAX_GPUS, false, 0, 3.5, &v, why, sizeof(why)), 0);
+        assert_int_equal(v, 3500);
+        assert_int_equal(gp_quota_parse_json_number(GP_QUOTA_MAX_GPUS, false, 0, 0.33300000000000002, &v, why,
+                                                    sizeof(why)), 0);
+        assert_int_equal(v, 333);
+        assert_int_equal(gp_quota_parse_json_number(GP_QUOTA_MAX_GPUS, true, 8, 0, &v, why, sizeof(why)), 0);
+        assert_int_equal(v, 8000);
+        assert_int_equal(gp_quota_parse_json_number(GP_QUOTA_MAX_CONCURRENT, true, 12, 0, &v, why, sizeof(why)), 0);
+        assert_int_equal(v, 12);
+        assert_int_equal(gp_quota_parse_json_number(GP_QUOTA_MAX_GPUS, false, 0, 0.0004, &v, why, sizeof(why)),
+                         -EINVAL);
+        assert_string_equal(why, "expected a number of GPUs with at most 3 decimals (e.g. 8 or 0.5), got 0.0004");
+        assert_int_equal(gp_quota_parse_json_number(GP_QUOTA_MAX_GPUS, false, 0, 1e-300, &v, why, sizeof(why)),
+                         -EINVAL);
+        assert_int_equal(gp_quota_parse_json_number(GP_QUOTA_MAX_GPUS, false, 0, 1e300, &v, why, sizeof(why)),
+                         -ERANGE);
+        assert_string_equal(why, "must be between 0 and 1000000 GPUs, got 1e+300");
+        assert_int_equal(gp_quota_parse_json_number(GP_QUOTA_MAX_CONCURRENT, false, 0, 5.0, &v, why, sizeof(why)),
+                         -EINVAL);
+        assert_string_equal(why, "expected a whole number between 0 and 1000000, got 5.0");
+        assert_int_equal(gp_quota_parse_json_number(GP_QUOTA_MAX_QUEUED, true, -3, 0, &v, why, sizeof(why)), -ERANGE);
+        assert_string_equal(why, "must be between 0 and 1000000, got -3");
+        assert_int_equal(gp_quota_type_error(GP_QUOTA_MAX_GPUS, "a string", why, sizeof(why)), -EINVAL);
+        assert_string_equal(why, "expected a number of GPUs with at most 3 decimals (e.g. 8 or 0.5), got a string");
+        assert_int_equal(gp_quota_field_find("max_gpus", 8), GP_QUOTA_MAX_GPUS);
+        assert_int_equal(gp_quota_field_find("max_gpu", 7), -1);
+        assert_int_equal(gp_quota_check_pair(2000, 3000, why, sizeof(why)), -EINVAL);
+        assert_string_equal(why, "quota.guaranteed_gpus is above quota.max_gpus");
+        assert_int_equal(gp_quota_check_pair(0, 3000, why, sizeof(why)), 0); /* max 0 = unlimited */
+}
+
+/* One validator, one set of words: the file's message for a value is
+ * "FILE:LINE: KEY: " + exactly what the JSON reader says of the same value. */
+static void test_file_and_json_readers_say_the_same_about_a_quota(void **state) {
+        static const struct {
+                const char *field, *yaml;
+                gp_quota_field f;
+                bool is_integer;
+                int64_t i;
+                double x;
+        } cases[] = {
+                {"max_gpus", "0.0004", GP_QUOTA_MAX_GPUS, false, 0, 0.0004},
+                {"max_gpus", "-1", GP_QUOTA_MAX_GPUS, true, -1, 0},
+                {"max_gpus", "2000000", GP_QUOTA_MAX_GPUS, true, 2000000, 0},
+                {"guaranteed_gpus", "0.0625", GP_QUOTA_GUARANTEED_GPUS, false, 0, 0.0625},
+                {"max_concurrent", "2.5", GP_QUOTA_MAX_CONCURRENT, false, 0, 2.5},
+                {"max_queued", "1000001", GP_QUOTA_MAX_QUEUED, true, 1000001, 0},
+        };
+        for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+                gp_config c;
+                char y[256], err[512], why[256], want[600];
+                int64_t v;
+                snprintf(y, sizeof(y), "tenants:\n  - id: a\n    quota:\n      %s: %s\n", cases[k].field, cases[k].yaml);
+                assert_int_equal(load(y, &c, err, sizeof(err)), -EINVAL);
+                assert_true(gp_quota_parse_json_number(cases[k].f, cases[k].is_integer, cases[k].i, cases[k].x, &v, why,
+                                                       sizeof(why)) < 0);
+                snprintf(want, sizeof(want), "t.yaml:4: tenants[0].quota.%s: %s", cases[k].field, why);
+                assert_string_equal(err, want);
+        }
+}
+
+/* gp_config_validate (a struct built in code, no lines) makes the same
+ * cross-reference checks as the loader. */
+static void test_validate_checks_key_owners_groups_and_rule_tenants(void **state) {
+        static gp_config c;
+        char err[512];
+        const char *y = "auth: {admin_keys: [\"" KEY_A "\"]}\n"
+                        "groups: [{name: internal, share_pct: 60}, {name: external, share_pct: 40}]\n"
+                        "tenants:\n  - {id: a, keys: [\"" KEY_B "\"]}\n  - {id: b, kind: external}\n"
+                        "time_rules:\n  - {name: n, start: \"18:00\", end: \"08:00\", quotas: {a: {max_gpus: 1}},\n"
+                        "     groups: [{name: internal, share_pct: 30}, {name: external, share_pct: 70}]}\n";
+        if (load(y, &c, err, sizeof(err)) != 0)
+                fail_msg("%s", err);
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), 0);
+        assert_true(gp_config_group_defined(&c, "internal"));
+        assert_false(gp_config_group_defined(&c, "gpu_team"));
+
+        gp_config bad = c;
+        memcpy(bad.tenants[0].keys[0], KEY_A, sizeof(KEY_A));
+        assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "t.yaml: tenants[0].keys[0]: this key hash is already an admin key "
+                                 "(auth.admin_keys[0]); a key belongs to one owner");
+        bad = c;
+        memcpy(bad.tenants[1].group, "gpu_team", 9);
+        assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "t.yaml: tenants[1].group: group \"gpu_team\" is not defined (groups: internal, external)");
+        bad = c;
+        bad.groups[1].share_pct = 41;
+        assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "t.yaml: groups[1]: the group shares add up to 101% (internal 60, external 41); at most 100");
+        bad = c;
+        bad.time_rules[0].groups[0].share_pct = 31;
+        assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "t.yaml: time_rules[0].groups: while this rule is in force the group shares add up "
+                                 "to 101% (internal 31, external 70); at most 100");
+        bad = c;
+        memcpy(bad.time_rules[0].quotas[0].tenant, "zz", 3);
+        assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "t.yaml: time_rules[0].quotas.zz: no tenant \"zz\" is defined in tenants");
+}
+
 static void test_alerts_section_gives_rules_and_webhook(void **state) {
         gp_config c;
         char err[256];
@@ -914,6 +1113,9 @@ int main(void) {
                 cmocka_unit_test(test_load_reads_a_file_and_names_it_in_errors),
                 cmocka_unit_test(test_small_error_buffer_is_terminated),
                 cmocka_unit_test(test_validate_checks_cross_fields_and_ranges),
+                cmocka_unit_test(test_quota_reader_takes_exact_values_and_never_rounds),
+                cmocka_unit_test(test_file_and_json_readers_say_the_same_about_a_quota),
+                cmocka_unit_test(test_validate_checks_key_owners_groups_and_rule_tenants),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/url.h"
@@ -47,10 +48,35 @@ static void test_refusals(void **state) {
         }
 }
 
+static void expect_unescaped(const char *in, const char *want) {
+        char buf[128];
+        snprintf(buf, sizeof(buf), "%s", in);
+        size_t n = gp_url_unescape(buf);
+        assert_string_equal(buf, want);
+        assert_int_equal(n, strlen(want));
+}
+
+/* the HTTP server's decoder of paths and query values: an escape can
+ * neither cut a value short nor add a path segment */
+static void test_unescape_keeps_nul_controls_and_slash_escaped(void **state) {
+        (void)state;
+        expect_unescaped("/admin/tenants/abc", "/admin/tenants/abc");
+        expect_unescaped("a%20b%2Bc%41%7e", "a b+cA~");
+        expect_unescaped("%e8%ae%ad", "\xe8\xae\xad");
+        expect_unescaped("%25", "%");
+        expect_unescaped("foo%00bar", "foo%00bar");
+        expect_unescaped("foo%0abar%0D%09%1f%7F", "foo%0abar%0D%09%1f%7F");
+        expect_unescaped("a%2Fkeys%2f", "a%2Fkeys%2f");
+        expect_unescaped("bad%zz%4", "bad%zz%4");
+        expect_unescaped("%", "%");
+        expect_unescaped("", "");
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_forms),
                 cmocka_unit_test(test_refusals),
+                cmocka_unit_test(test_unescape_keeps_nul_controls_and_slash_escaped),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

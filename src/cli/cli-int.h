@@ -4,8 +4,9 @@
  * The client is split so that everything but the network can be tested:
  *   args.c    argv -> gp_cli_cmd (validated; the submit body as JSON)
  *   format.c  server JSON -> status block and aligned tables (pure)
- *   http.c    one HTTP exchange (bounded, timed out): http:// itself,
- *   https.c   https:// through libcurl, loaded with dlopen (http-int.h)
+ *   http.c    one HTTP exchange (bounded, timed out): direct http:// itself,
+ *   curl.c    https:// and proxied http:// through libcurl, loaded with
+ *             dlopen (http-int.h)
  *   cli.c     gp_cli_main: dispatch, one function per command
  *   run.c     `gpupool run`: lease, wait, exec locally, heartbeat, release
  * Nothing here keeps global state except run.c's signal bookkeeping.

@@ -1,13 +1,14 @@
 /* http-int.h - what the client's two HTTP transports share (internal to
- * src/cli/http.c and src/cli/https.c).
+ * src/cli/http.c and src/cli/curl.c).
  *
- * http.c does plain http:// itself: a socket, the request written by hand,
- * the answer framed by base/h1.c.  https.c does https:// through libcurl,
- * which it loads with dlopen on first use, so the client binary never links
- * libcurl and its TLS stack.  Both deliver the answer to one gp_cli_xfer:
- * its status first (gp_cli_xfer_status), then its body in pieces
- * (gp_cli_xfer_body), which applies the caps and the streaming rules, so
- * the two transports cannot differ in what they keep or print.
+ * http.c does direct http:// itself: a socket, the request written by
+ * hand, the answer framed by base/h1.c.  curl.c does https://, and http://
+ * when a proxy variable applies, through libcurl, which it loads with
+ * dlopen on first use, so the client binary never links libcurl and its
+ * TLS stack.  Both deliver the answer to one gp_cli_xfer: its status first
+ * (gp_cli_xfer_status), then its body in pieces (gp_cli_xfer_body), which
+ * applies the caps and the streaming rules, so the two transports cannot
+ * differ in what they keep or print.
  */
 #ifndef GP_CLI_HTTP_INT_H
 #define GP_CLI_HTTP_INT_H
@@ -44,11 +45,11 @@ void gp_cli_xfer_retry_after(gp_cli_xfer *x, const char *v, size_t n);
  * for both); -ENOMEM.  The transfer must stop on any error. */
 int gp_cli_xfer_body(gp_cli_xfer *x, const char *p, size_t n);
 
-/* https.c: the exchange x over libcurl to url (x->c->api + x->path).
+/* curl.c: the exchange x over libcurl to url (x->c->api + x->path).
  * Returns 0 when an answer came (status and body delivered to x), else
  * the codes of gp_cli_http_json, plus -ENOPKG when libcurl cannot be
  * loaded (message in x->err).  Thread-safe: libcurl is loaded and
  * initialised once (pthread_once), each call has its own easy handle. */
-int gp_cli_https_exchange(gp_cli_xfer *x, const char *url);
+int gp_cli_curl_exchange(gp_cli_xfer *x, const char *url);
 
 #endif

@@ -4,7 +4,8 @@
  * ("Connection: close"), the request written in one go, the answer's head
  * parsed by base/h1.c (gp_h1_parse_response) and its body framed by
  * Content-Length, chunked coding (gp_h1_chunked_feed) or the connection's
- * end.  https:// goes to https.c (libcurl, loaded with dlopen when first
+ * end.  https://, and http:// when a proxy variable applies to it (see
+ * proxied()), go to curl.c (libcurl, loaded with dlopen when first
  * needed), so `gpupool ps` loads neither libcurl nor its TLS stack.
  *
  * Each call has its own socket and state, so calls may run on several
@@ -18,8 +19,7 @@
  * looks at the flag.  Name resolution (getaddrinfo) is the one wait that
  * is not sliced; numeric addresses and /etc/hosts names do not wait.
  * Sockets are close-on-exec (run.c forks the user's command) and written
- * with MSG_NOSIGNAL (a closed peer is an error, not SIGPIPE).  Proxy
- * variables (http_proxy, ...) are not used for http://.
+ * with MSG_NOSIGNAL (a closed peer is an error, not SIGPIPE).
  */
 #include "cli/http-int.h"
 
@@ -476,8 +476,48 @@ out:
         return rc;
 }
 
+/* Would libcurl send this http:// URL through a proxy?  Yes when
+ * http_proxy, all_proxy or ALL_PROXY is set (libcurl's variables for
+ * http://; it ignores HTTP_PROXY), unless no_proxy (or NO_PROXY) is "*" or
+ * has an entry that is the host or a domain the host is in (a leading '.'
+ * allowed).  An entry read differently here than by libcurl (an address
+ * range, a port) can only make this say yes: libcurl, which then gets the
+ * exchange, applies its own rules. */
+static bool proxied(const char *api) {
+        static const char *const vars[] = {"http_proxy", "all_proxy", "ALL_PROXY"};
+        const char *px = NULL;
+        for (size_t i = 0; i < GP_ARRAY_SIZE(vars) && !(px && *px); i++)
+                px = getenv(vars[i]);
+        if (!px || !*px)
+                return false;
+        gp_http_url u;
+        if (gp_http_url_parse(api, &u) < 0)
+                return true; /* libcurl says what is wrong with it */
+        const char *np = getenv("no_proxy");
+        if (!np || !*np)
+                np = getenv("NO_PROXY");
+        if (!np)
+                return true;
+        if (strcmp(np, "*") == 0)
+                return false;
+        for (const char *p = np; *p;) {
+                p += strspn(p, ", ");
+                size_t n = strcspn(p, ", ");
+                const char *e = p + n;
+                if (n && *p == '.') {
+                        p++;
+                        n--;
+                }
+                if (n && n <= u.host_len && strncasecmp(u.host + u.host_len - n, p, n) == 0 &&
+                    (n == u.host_len || u.host[u.host_len - n - 1] == '.'))
+                        return false;
+                p = e;
+        }
+        return true;
+}
+
 static int exchange(gp_cli_xfer *x) {
-        if (strncmp(x->c->api, "https://", 8) != 0)
+        if (strncmp(x->c->api, "https://", 8) != 0 && !proxied(x->c->api))
                 return h1_exchange(x);
         gp_buf url;
         gp_buf_init(&url, GP_CLI_URL_MAX + 8192);
@@ -485,7 +525,7 @@ static int exchange(gp_cli_xfer *x) {
         if (rc == 0)
                 rc = gp_buf_puts(&url, x->path);
         if (rc == 0)
-                rc = gp_cli_https_exchange(x, url.data);
+                rc = gp_cli_curl_exchange(x, url.data);
         gp_buf_done(&url);
         return rc;
 }

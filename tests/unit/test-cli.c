@@ -1292,6 +1292,48 @@ static void test_own_http_post_without_body_sends_length_0(void **state) {
         srv_stop(&s);
 }
 
+/* http:// through a proxy goes to libcurl (dlopen'ed), which reads the
+ * proxy variables as it always did; no_proxy keeps it direct. */
+static char *route_proxy(struct srv *s, const char *req) {
+        if (starts(req, "GET http://gpupool.invalid:9/api/v1/tasks/17 "))
+                return http_resp(200, NULL, "{\"id\":17,\"state\":\"running\",\"name\":\"via-proxy\"}");
+        return http_resp(404, NULL, "{\"error\":{\"code\":\"not_found\",\"message\":\"no route\"}}");
+}
+
+static void test_http_proxy_variables_are_honoured(void **state) {
+        struct srv s;
+        char proxy[64];
+        struct ran r;
+        srv_start(&s, route_proxy);
+        snprintf(proxy, sizeof(proxy), "http://127.0.0.1:%d", s.port);
+        setenv("http_proxy", proxy, 1);
+        run_cli(&r, ARGC("--api", "http://gpupool.invalid:9", "status", "17"),
+                ARGV("--api", "http://gpupool.invalid:9", "status", "17"));
+        assert_int_equal(r.ex, 0);
+        assert_non_null(strstr(r.out, "via-proxy"));
+        assert_true(starts(s.reqs[0], "GET http://gpupool.invalid:9/api/v1/tasks/17 HTTP/1.1\r\n"));
+        ran_done(&r);
+        srv_stop(&s);
+
+        /* a proxy that refuses everything, and the server listed in no_proxy */
+        srv_start(&s, route_basic);
+        char *api = srv_api(&s);
+        snprintf(proxy, sizeof(proxy), "http://127.0.0.1:%d", free_port());
+        setenv("http_proxy", proxy, 1);
+        setenv("no_proxy", "localhost, .example.com,127.0.0.1", 1);
+        run_cli(&r, ARGC("--api", api, "status", "17"), ARGV("--api", api, "status", "17"));
+        assert_int_equal(r.ex, 0);
+        assert_true(starts(s.reqs[0], "GET /api/v1/tasks/17 HTTP/1.1\r\n"));
+        ran_done(&r);
+        setenv("no_proxy", "127.0.0.10", 1); /* not this host: through the (refusing) proxy */
+        run_cli(&r, ARGC("--api", api, "status", "17"), ARGV("--api", api, "status", "17"));
+        assert_int_equal(r.ex, 3);
+        ran_done(&r);
+        unsetenv("http_proxy");
+        unsetenv("no_proxy");
+        srv_stop(&s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_submit_builds_body_from_every_option),
@@ -1336,6 +1378,7 @@ int main(void) {
                 cmocka_unit_test(test_own_http_reads_chunked_interim_and_close_delimited_answers),
                 cmocka_unit_test(test_own_http_answer_cut_short_or_not_http_exits_3),
                 cmocka_unit_test(test_own_http_post_without_body_sends_length_0),
+                cmocka_unit_test(test_http_proxy_variables_are_honoured),
         };
         unsetenv("GPUPOOL_API");
         unsetenv("GPUPOOL_API_KEY");

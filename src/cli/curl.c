@@ -1,12 +1,15 @@
-/* https.c - the client's https:// exchanges, through libcurl loaded with
+/* curl.c - the client's exchanges that need libcurl: https://, and
+ * http:// through a proxy (http_proxy / all_proxy); libcurl is loaded with
  * dlopen on first use.
  *
- * The gpupool binary does not link libcurl: plain http:// (the common
+ * The gpupool binary does not link libcurl: direct http:// (the common
  * case, and every test) is http.c's own HTTP/1.1, and a command that never
- * talks https never maps libcurl, its TLS library and their dependencies.
+ * needs libcurl never maps it, its TLS library and their dependencies.
  * The library is "libcurl.so.4" (Debian's libcurl4), or the file or name
- * in the environment variable GPUPOOL_LIBCURL; when it cannot be loaded the call fails with -ENOPKG and says so.  It is loaded
- * and curl_global_init'ed once (pthread_once), and never unloaded.
+ * in the environment variable GPUPOOL_LIBCURL; when it cannot be loaded
+ * the call fails with -ENOPKG and says so.  It is loaded and
+ * curl_global_init'ed once (pthread_once), and never unloaded.  libcurl
+ * applies the proxy variables (and no_proxy) itself, as it always did.
  *
  * Each call uses its own easy handle (calls may run on several threads),
  * CURLOPT_NOSIGNAL, connect timeout 5 s, the caller's total timeout, and
@@ -177,7 +180,7 @@ static struct curl_slist *headers(const gp_cli_xfer *x) {
         return h;
 }
 
-int gp_cli_https_exchange(gp_cli_xfer *x, const char *url) {
+int gp_cli_curl_exchange(gp_cli_xfer *x, const char *url) {
         char errbuf[CURL_ERROR_SIZE] = "";
         struct curl_slist *hdrs = NULL;
         struct cx k = {.x = x};
@@ -185,8 +188,10 @@ int gp_cli_https_exchange(gp_cli_xfer *x, const char *url) {
 
         pthread_once(&cu_once, cu_load);
         if (cu_error[0]) {
-                gp_buf_printf(x->err, "https:// needs libcurl, which cannot be loaded (%s); install "
-                              "Debian's libcurl4 or use an http:// URL", cu_error);
+                gp_buf_printf(x->err, "%s needs libcurl, which cannot be loaded (%s); install Debian's "
+                              "libcurl4%s", strncmp(url, "https:", 6) ? "a proxy (http_proxy, all_proxy)"
+                                                                      : "https://", cu_error,
+                              strncmp(url, "https:", 6) ? " or set no_proxy" : " or use an http:// URL");
                 return -ENOPKG;
         }
         k.h = cu.init();
@@ -206,7 +211,7 @@ int gp_cli_https_exchange(gp_cli_xfer *x, const char *url) {
         cu.setopt(k.h, CURLOPT_TIMEOUT, x->timeout_s);
         cu.setopt(k.h, CURLOPT_ERRORBUFFER, errbuf);
         cu.setopt(k.h, CURLOPT_USERAGENT, "gpupool-cli/" GP_VERSION);
-        cu.setopt(k.h, CURLOPT_PROTOCOLS_STR, "https");
+        cu.setopt(k.h, CURLOPT_PROTOCOLS_STR, "http,https");
         cu.setopt(k.h, CURLOPT_TCP_KEEPALIVE, 1L);
         cu.setopt(k.h, CURLOPT_HEADERFUNCTION, on_header);
         cu.setopt(k.h, CURLOPT_HEADERDATA, &k);

@@ -9,7 +9,8 @@
 #   gpupool ps               GET /api/v1/tasks?state=active from the live daemon
 #   sbatch --version         Slurm's client, if installed (optional: this
 #                            script installs nothing; Debian's package is
-#                            slurm-client, `apt-get install -y slurm-client`).
+#                            slurm-client: `apt-get install -y slurm-client`,
+#                            or scripts/install-deps.sh bench).
 #                            sbatch reads its configuration before it looks
 #                            at --version, so unless SLURM_CONF is set it is
 #                            given a four-line slurm.conf made here (no

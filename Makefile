@@ -1,4 +1,7 @@
-# gpupool build. `make` builds build/gpupool; `make check` runs every test;
+# gpupool build. `make` builds build/gpupool (the client and the batch
+# supervisor; links libc and libjansson only) and build/gpupool-server (the
+# server and the simulator, with every library; `gpupool server|simulate`
+# exec()s it from gpupool's directory); `make check` runs every test;
 # `make SAN=1 check` runs them under ASan+UBSan (in build-asan/).
 # Module-specific rules (fake NVML library, fuzzers, ...) live in mk/*.mk.
 #
@@ -24,9 +27,11 @@ CFLAGS += -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -Wshadow -Wno-unused-parame
           -D_GNU_SOURCE -Isrc $(SANFLAGS) -MMD -MP
 LDFLAGS += $(SANFLAGS)
 LIBS = -lmicrohttpd -ljansson -lsqlite3 -lyaml -lcurl -lpq -lpthread -ldl -lm
+# what build/gpupool links: nothing of the server's (https:// dlopen()s libcurl)
+CLIENT_LIBS = -ljansson -lpthread -ldl -lm
 CFLAGS += -I/usr/include/postgresql
 
-SRC := $(sort $(shell find src -name '*.c' ! -path src/main.c))
+SRC := $(sort $(shell find src -name '*.c' ! -path src/main.c ! -path src/main-server.c))
 OBJ := $(SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(sort $(wildcard tests/unit/test-*.c))
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -35,7 +40,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 # Module rules may add to UNIT_EXTRA, BLACKBOX_EXTRA, CHECK_EXTRA.
 -include mk/*.mk
 
-all: $(BUILD)/gpupool
+all: $(BUILD)/gpupool $(BUILD)/gpupool-server
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -45,7 +50,11 @@ $(BUILD)/libgpupool.a: $(OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/gpupool: $(BUILD)/src/main.o $(BUILD)/libgpupool.a
+# Whoever builds gpupool gets gpupool-server too: `gpupool server` needs it.
+$(BUILD)/gpupool: $(BUILD)/src/main.o $(BUILD)/libgpupool.a | $(BUILD)/gpupool-server
+	$(CC) $(LDFLAGS) -Wl,--as-needed -o $@ $^ $(CLIENT_LIBS)
+
+$(BUILD)/gpupool-server: $(BUILD)/src/main-server.o $(BUILD)/libgpupool.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libgpupool.a
@@ -77,4 +86,4 @@ clean:
 .PHONY: all deps run unit blackbox check test clean
 .DELETE_ON_ERROR:
 
--include $(OBJ:.o=.d) $(BUILD)/src/main.d
+-include $(OBJ:.o=.d) $(BUILD)/src/main.d $(BUILD)/src/main-server.d

@@ -1,5 +1,5 @@
 /* fuzz-gateway-h1.c - libFuzzer target for the gateway's HTTP/1.1 framing
- * (src/gateway/h1.c): the input after its first byte is parsed as a
+ * (src/base/h1.c): the input after its first byte is parsed as a
  * response head, as a request head and as a chunked body.  The first byte
  * picks the chunked piece size (low 5 bits) and the heads' max (high 3).
  *
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "base/buf.h"
-#include "gateway/h1.h"
+#include "base/h1.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

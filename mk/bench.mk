@@ -12,3 +12,16 @@ bench-core: $(BUILD)/bench/bench-core
 	$(BUILD)/bench/bench-core
 
 .PHONY: bench-build bench-core
+
+# bench/exectime: times commands from start to exit, many runs interleaved
+# (bench/bench-cli.sh).  libc only and no sanitizers: it is the stopwatch.
+EXECTIME = $(BUILD)/bench/exectime
+
+$(EXECTIME): bench/exectime.c mk/bench.mk
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wshadow -D_GNU_SOURCE -o $@ $<
+
+bench-cli: $(BUILD)/gpupool $(EXECTIME)
+	BUILD=$(BUILD) bench/bench-cli.sh
+
+.PHONY: bench-cli

@@ -9,7 +9,7 @@ test="tzdata libcmocka-dev python3-pytest python3-requests clang libclang-rt-14-
 case "$what" in
   build) pkgs=$build ;;
   test) pkgs="$build $test" ;;
-  bench) pkgs="$build procps curl wrk nginx" ;;   # bench/*.sh; nginx is bench-gateway's baseline
+  bench) pkgs="$build procps curl wrk nginx slurm-client" ;;   # bench/*.sh; nginx is bench-gateway's baseline, sbatch bench-cli's
   all) pkgs="$build $test nginx" ;;
   *) echo "usage: $0 [build|test|bench|all]" >&2; exit 2 ;;
 esac

@@ -4,7 +4,9 @@
  * The client is split so that everything but the network can be tested:
  *   args.c    argv -> gp_cli_cmd (validated; the submit body as JSON)
  *   format.c  server JSON -> status block and aligned tables (pure)
- *   http.c    one HTTP exchange with libcurl (bounded, timed out)
+ *   http.c    one HTTP exchange (bounded, timed out): direct http:// itself,
+ *   curl.c    https:// and proxied http:// through libcurl, loaded with
+ *             dlopen (http-int.h)
  *   cli.c     gp_cli_main: dispatch, one function per command
  *   run.c     `gpupool run`: lease, wait, exec locally, heartbeat, release
  * Nothing here keeps global state except run.c's signal bookkeeping.
@@ -154,7 +156,7 @@ int gp_cli_url_escape(const char *s, gp_buf *out);
  *   -ECANCELED     abort_flag was raised
  *   -E2BIG         the answer is larger than GP_CLI_BODY_MAX
  *   -ENOMEM, -EINVAL (bad URL; message in err)
- * Thread-safe (one curl handle per call; curl_global_init must have run). */
+ * Thread-safe (each call has its own socket or curl handle). */
 int gp_cli_http_json(const gp_cli_conn *c, const char *method, const char *path,
                      const json_t *body, long timeout_s, gp_cli_resp *ret, gp_buf *err);
 /* GET path and copy a 2xx body to out as it arrives (fflush after every

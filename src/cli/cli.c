@@ -9,7 +9,6 @@
  */
 #include "cli/cli-int.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -449,11 +448,6 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
                 ex = cmd_help(gp_cli_verb_name(c.verb), out, err);
                 goto out;
         }
-        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-                fprintf(err, "gpupool: cannot initialise libcurl\n");
-                ex = GP_CLI_EXIT_REFUSED;
-                goto out;
-        }
         switch (c.verb) {
         case GP_CLI_HELP:
                 ex = cmd_help(c.topic, out, err);
@@ -506,7 +500,6 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
                 ex = GP_CLI_EXIT_USAGE;
                 break;
         }
-        curl_global_cleanup();
         if (fflush(out) != 0 && ex == GP_CLI_EXIT_OK) {
                 fprintf(err, "gpupool: cannot write the output: %s\n", strerror(errno));
                 ex = GP_CLI_EXIT_REFUSED;

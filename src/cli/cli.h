@@ -1,9 +1,10 @@
 /* cli.h - the command-line client of gpupool (submit, run, ps, status,
  * cancel, logs, gpus, queue, nodes, version, help).
  *
- * The client talks to a gpupool server over its HTTP API (docs/api.md) with
- * libcurl and prints tables, a status block or the server's JSON.  It keeps
- * no state between runs.  Commands and exit codes: docs/cli.md.
+ * The client talks to a gpupool server over its HTTP API (docs/api.md) -
+ * plain HTTP/1.1 of its own, libcurl (loaded with dlopen) only for
+ * https:// - and prints tables, a status block or the server's JSON.  It
+ * keeps no state between runs.  Commands and exit codes: docs/cli.md.
  */
 #ifndef GP_CLI_CLI_H
 #define GP_CLI_CLI_H

@@ -66,7 +66,8 @@ typedef struct gp_exec_result {
 
 /* Create TASK_DIR (mode 0700, parents too), write spec.json, start the
  * supervisor, and wait (bounded, 5 s) until it has written supervisor.pid.
- * self_exe is the gpupool binary (e.g. from readlink /proc/self/exe).
+ * self_exe runs gp_exec_supervise_main for "__supervise" (the daemon
+ * passes the light `gpupool` next to gpupool-server: base/exe.h).
  * 0, -EINVAL, -ENOMEM, -errno of a failed syscall, -ETIMEDOUT. */
 int gp_exec_start(const char *self_exe, const char *task_dir, const gp_exec_spec *spec,
                   gp_exec_proc *ret);

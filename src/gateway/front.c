@@ -26,7 +26,7 @@
  *     is queued once (answering), and done_queued once its last byte is.
  */
 #include "gateway/gw-internal.h"
-#include "gateway/h1.h"
+#include "base/h1.h"
 
 #include "base/buf.h"
 #include "base/log.h"

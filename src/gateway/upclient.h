@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gateway/h1.h"
+#include "base/h1.h"
 
 /* Results given to done(); 0 is a complete answer. */
 enum {

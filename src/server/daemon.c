@@ -14,6 +14,7 @@
 #include "server/disk.h"
 
 #include "base/err.h"
+#include "base/exe.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "core/billing.h"
@@ -1643,13 +1644,15 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         d->started_ms = gp_now_ms();
         if (gp_monitor_attach(d, err, errlen) < 0)
                 return -ENOMEM;
-        ssize_t n = readlink("/proc/self/exe", d->self_exe, sizeof(d->self_exe) - 1);
-        if (n <= 0) {
-                snprintf(err, errlen, "cannot find my own executable: %s", strerror(errno));
-                return -errno;
+        /* supervisors run `gpupool __supervise`: the light executable next
+         * to this one (base/exe.h), which loads none of the server's libraries */
+        int rc = gp_exe_sibling(GP_EXE_CLIENT, d->self_exe, sizeof(d->self_exe));
+        if (rc < 0) {
+                snprintf(err, errlen, "cannot find %s next to my own executable: %s", GP_EXE_CLIENT,
+                         strerror(-rc));
+                return rc;
         }
-        d->self_exe[n] = '\0';
-        int rc = mkdir_p(cfg->data_dir);
+        rc = mkdir_p(cfg->data_dir);
         if (rc < 0) {
                 snprintf(err, errlen, "data dir %s: %s", cfg->data_dir, strerror(-rc));
                 return rc;

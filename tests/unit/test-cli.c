@@ -1229,6 +1229,127 @@ static void test_run_interrupted_while_queued_cancels_the_lease(void **state) {
         srv_stop(&s);
 }
 
+/* The client's own HTTP/1.1 (src/cli/http.c): every way an answer's
+ * body may be framed, and an answer cut short. */
+static char *route_framing(struct srv *s, const char *req) {
+        if (starts(req, "GET /api/v1/gpus ")) /* chunked, split mid-JSON, with an extension and a trailer */
+                return strdup("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                              "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                              "9;x=y\r\n{\"gpus\":[\r\n"
+                              "3b\r\n{\"node\":\"n1\",\"index\":0,\"name\":\"Sim-Chunked\",\"state\":\"idle\"}\r\n"
+                              "2\r\n]}\r\n0\r\nX-Trailer: 1\r\n\r\n");
+        if (starts(req, "GET /api/v1/nodes ")) /* 100 Continue first, then a body ended by the close */
+                return strdup("HTTP/1.1 100 Continue\r\n\r\n"
+                              "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+                              "{\"nodes\":[{\"name\":\"closed-node\",\"state\":\"up\"}]}");
+        if (starts(req, "GET /api/v1/tasks/5 ")) /* says 100 bytes, sends 10 */
+                return strdup("HTTP/1.1 200 OK\r\nContent-Length: 100\r\nConnection: close\r\n\r\n{\"id\":5,\"s");
+        if (starts(req, "GET /api/v1/tasks/6 "))
+                return strdup("SSH-2.0-OpenSSH_9.2\r\n");
+        if (starts(req, "GET /api/v1/tasks/7/logs")) /* a chunked log stream */
+                return strdup("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n"
+                              "Connection: close\r\n\r\n6\r\nline1\n\r\n6\r\nline2\n\r\n0\r\n\r\n");
+        return http_resp(404, NULL, "{\"error\":{\"code\":\"not_found\",\"message\":\"no route\"}}");
+}
+
+static void test_own_http_reads_chunked_interim_and_close_delimited_answers(void **state) {
+        struct srv s;
+        srv_start(&s, route_framing);
+        char *api = srv_api(&s);
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "gpus"), ARGV("--api", api, "gpus"));
+        assert_int_equal(r.ex, 0);
+        assert_non_null(strstr(r.out, "Sim-Chunked"));
+        assert_true(starts(s.reqs[0], "GET /api/v1/gpus HTTP/1.1\r\n"));
+        char host[80];
+        snprintf(host, sizeof(host), "\r\nHost: 127.0.0.1:%d\r\n", s.port);
+        assert_non_null(strstr(s.reqs[0], host));
+        assert_null(strcasestr(s.reqs[0], "Content-Length")); /* a GET has no body */
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "nodes"), ARGV("--api", api, "nodes"));
+        assert_int_equal(r.ex, 0);
+        assert_non_null(strstr(r.out, "closed-node"));
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "logs", "7"), ARGV("--api", api, "logs", "7"));
+        assert_int_equal(r.ex, 0);
+        assert_string_equal(r.out, "line1\nline2\n");
+        ran_done(&r);
+        srv_stop(&s);
+}
+
+static void test_own_http_answer_cut_short_or_not_http_exits_3(void **state) {
+        struct srv s;
+        srv_start(&s, route_framing);
+        char *api = srv_api(&s);
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "status", "5"), ARGV("--api", api, "status", "5"));
+        assert_int_equal(r.ex, 3);
+        assert_non_null(strstr(r.err, "the connection closed before the answer's end"));
+        assert_string_equal(r.out, "");
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "status", "6"), ARGV("--api", api, "status", "6"));
+        assert_int_equal(r.ex, 3);
+        assert_non_null(strstr(r.err, "the answer is not HTTP/1.x"));
+        ran_done(&r);
+        srv_stop(&s);
+}
+
+static void test_own_http_post_without_body_sends_length_0(void **state) {
+        struct srv s;
+        srv_start(&s, route_basic);
+        char *api = srv_api(&s);
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "cancel", "17"), ARGV("--api", api, "cancel", "17"));
+        assert_int_equal(r.ex, 0);
+        assert_true(starts(s.reqs[0], "POST /api/v1/tasks/17/cancel HTTP/1.1\r\n"));
+        assert_non_null(strcasestr(s.reqs[0], "\r\nContent-Length: 0\r\n"));
+        assert_null(strcasestr(s.reqs[0], "Content-Type"));
+        ran_done(&r);
+        srv_stop(&s);
+}
+
+/* http:// through a proxy goes to libcurl (dlopen'ed), which reads the
+ * proxy variables as it always did; no_proxy keeps it direct. */
+static char *route_proxy(struct srv *s, const char *req) {
+        if (starts(req, "GET http://gpupool.invalid:9/api/v1/tasks/17 "))
+                return http_resp(200, NULL, "{\"id\":17,\"state\":\"running\",\"name\":\"via-proxy\"}");
+        return http_resp(404, NULL, "{\"error\":{\"code\":\"not_found\",\"message\":\"no route\"}}");
+}
+
+static void test_http_proxy_variables_are_honoured(void **state) {
+        struct srv s;
+        char proxy[64];
+        struct ran r;
+        srv_start(&s, route_proxy);
+        snprintf(proxy, sizeof(proxy), "http://127.0.0.1:%d", s.port);
+        setenv("http_proxy", proxy, 1);
+        run_cli(&r, ARGC("--api", "http://gpupool.invalid:9", "status", "17"),
+                ARGV("--api", "http://gpupool.invalid:9", "status", "17"));
+        assert_int_equal(r.ex, 0);
+        assert_non_null(strstr(r.out, "via-proxy"));
+        assert_true(starts(s.reqs[0], "GET http://gpupool.invalid:9/api/v1/tasks/17 HTTP/1.1\r\n"));
+        ran_done(&r);
+        srv_stop(&s);
+
+        /* a proxy that refuses everything, and the server listed in no_proxy */
+        srv_start(&s, route_basic);
+        char *api = srv_api(&s);
+        snprintf(proxy, sizeof(proxy), "http://127.0.0.1:%d", free_port());
+        setenv("http_proxy", proxy, 1);
+        setenv("no_proxy", "localhost, .example.com,127.0.0.1", 1);
+        run_cli(&r, ARGC("--api", api, "status", "17"), ARGV("--api", api, "status", "17"));
+        assert_int_equal(r.ex, 0);
+        assert_true(starts(s.reqs[0], "GET /api/v1/tasks/17 HTTP/1.1\r\n"));
+        ran_done(&r);
+        setenv("no_proxy", "127.0.0.10", 1); /* not this host: through the (refusing) proxy */
+        run_cli(&r, ARGC("--api", api, "status", "17"), ARGV("--api", api, "status", "17"));
+        assert_int_equal(r.ex, 3);
+        ran_done(&r);
+        unsetenv("http_proxy");
+        unsetenv("no_proxy");
+        srv_stop(&s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_submit_builds_body_from_every_option),
@@ -1270,6 +1391,10 @@ int main(void) {
                 cmocka_unit_test(test_run_stops_command_when_lease_is_lost),
                 cmocka_unit_test(test_run_reports_command_not_found_as_127),
                 cmocka_unit_test(test_run_interrupted_while_queued_cancels_the_lease),
+                cmocka_unit_test(test_own_http_reads_chunked_interim_and_close_delimited_answers),
+                cmocka_unit_test(test_own_http_answer_cut_short_or_not_http_exits_3),
+                cmocka_unit_test(test_own_http_post_without_body_sends_length_0),
+                cmocka_unit_test(test_http_proxy_variables_are_honoured),
         };
         unsetenv("GPUPOOL_API");
         unsetenv("GPUPOOL_API_KEY");

@@ -1,4 +1,4 @@
-/* test-gateway-h1.c - unit tests of the HTTP/1.1 framing (src/gateway/h1.c):
+/* test-gateway-h1.c - unit tests of the HTTP/1.1 framing (src/base/h1.c):
  * response and request heads, their refusals, "more" on every prefix of a
  * valid head, and the chunked decoder fed whole and byte by byte. */
 #include <setjmp.h>
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "base/buf.h"
-#include "gateway/h1.h"
+#include "base/h1.h"
 
 #define MAX 8192
 

@@ -16,7 +16,7 @@
  *
  * Hot path (~40k heads/s): one pass, table lookups, no libc parsers, no
  * allocation. */
-#include "gateway/h1.h"
+#include "base/h1.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* h1.h - HTTP/1.1 message framing (RFC 9112) for the gateway's own
- * upstream client and its /v1 front: request and response heads, and
- * chunked bodies.  Pure: no I/O, no allocation; parsed names and values
+ * upstream client and its /v1 front, and for the command-line client
+ * (src/cli/http.c): request and response heads, and chunked bodies.  Pure: no I/O, no allocation; parsed names and values
  * point into the caller's bytes.
  *
  * Heads may end their lines in CRLF or a bare LF.  A head is refused, never
@@ -9,8 +9,8 @@
  * disagrees with another, Content-Length with Transfer-Encoding, or a
  * Transfer-Encoding whose last coding is not chunked (a request) are all
  * -EINVAL. */
-#ifndef GP_GATEWAY_H1_H
-#define GP_GATEWAY_H1_H
+#ifndef GP_BASE_H1_H
+#define GP_BASE_H1_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -257,7 +257,9 @@ int gp_cli_http_json(const gp_cli_conn *c, const char *method, const char *path,
                 rc = -ENOMEM;
                 goto out;
         }
-        hdrs = setup(c, &x, url.data, body != NULL, errbuf, &rc);
+        /* a POST without a body is sent with CURLOPT_POSTFIELDS "", for which curl would
+         * name a form type: the server refuses any type but JSON on a write (415) */
+        hdrs = setup(c, &x, url.data, body != NULL || strcmp(method, "POST") == 0, errbuf, &rc);
         if (rc < 0)
                 goto out;
         curl_easy_setopt(x.h, CURLOPT_TIMEOUT, timeout_s);

@@ -1,8 +1,9 @@
 /* fuzz-gateway-front.c - libFuzzer target for how the gateway's own /v1
  * server reads a request head (gw_front_parse_head in src/gateway/front.c:
  * the h1 parser plus what the front takes from it: the target up to its
- * query, X-Priority, Authorization, body framing), and for the first-bytes
- * test that decides whether a connection is the front's or MHD's.
+ * query, X-Priority, Authorization, the browser check's headers, body
+ * framing), and for the first-bytes test that decides whether a connection
+ * is the front's or MHD's.
  *
  * The input is copied into a buffer of exactly its size, so ASan catches a
  * read past the bytes received (the front's buffers are never
@@ -43,6 +44,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         check_string(h.method, sizeof(h.method));
                         check_string(h.xprio, sizeof(h.xprio));
                         check_string(h.authz, sizeof(h.authz));
+                        check_string(h.ctype, sizeof(h.ctype));
+                        check_string(h.origin, sizeof(h.origin));
+                        check_string(h.sfs, sizeof(h.sfs));
+                        check_string(h.host, sizeof(h.host));
                         size_t ul = strlen(h.url);
                         if (ul < 3 || memcmp(h.url, "/v1", 3) != 0 || !memmem(in, h.head_len, h.url, ul))
                                 abort();

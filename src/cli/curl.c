@@ -161,8 +161,11 @@ static int curl_failure(struct cx *k, CURLcode cc, const char *errbuf) {
 static struct curl_slist *headers(const gp_cli_xfer *x) {
         struct curl_slist *h = NULL, *t;
         char auth[GP_CLI_KEY_MAX + 64];
+        /* a POST without a body goes out with CURLOPT_POSTFIELDS "", for which curl
+         * would name a form type: the server refuses any type but JSON on a write (415) */
+        bool json = x->payload || strcmp(x->method, "POST") == 0;
         const char *lines[4] = {"Accept: application/json, text/plain", "Expect:",
-                                x->payload ? "Content-Type: application/json" : NULL, NULL};
+                                json ? "Content-Type: application/json" : NULL, NULL};
         if (x->c->key) {
                 if (snprintf(auth, sizeof(auth), "Authorization: Bearer %s", x->c->key) >= (int)sizeof(auth))
                         return NULL;

@@ -75,6 +75,7 @@ static int parse_store_url(struct ctx *c, const struct field *f, void *base, con
 static int parse_store_sync(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_backend(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_reserved(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_origins(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_sim(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_policy(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_signal(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
@@ -133,6 +134,7 @@ static const struct field fields[] = {
         {"server.max_body_bytes", K_I64, CFG(max_body_bytes), 1024, (int64_t)1 << 30, NULL},
         {"server.connection_timeout_s", K_INT, CFG(connection_timeout_s), 1, 86400, NULL},
         {"server.http_threads", K_INT, CFG(http_threads), 1, 256, NULL},
+        {"server.allowed_origins", K_CUSTOM, CFG(allowed_origins), 0, GP_MAX_ALLOWED_ORIGINS, parse_origins},
 
         {"auth", K_SECTION, NOSTORE, 0, 0, NULL},
         {"auth.admin_keys", K_CUSTOM, CFG(admin_keys), 0, GP_CFG_MAX_ADMIN_KEYS, parse_admin_keys},
@@ -1124,6 +1126,41 @@ static int parse_reserved(struct ctx *c, const struct field *f, void *base, cons
         r = parse_list(c, ev, "a list of GPU indexes or uuids", reserved_item, cfg, &n);
         if (r == 0)
                 cfg->n_reserved = n;
+        return r;
+}
+
+static int origin_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_config *cfg = arg;
+        char tmp[GP_ORIGIN_MAX], d[96];
+        const char *why;
+        if (i >= GP_MAX_ALLOWED_ORIGINS)
+                return fail(c, ev_line(ev), "too many origins (at most %d)", GP_MAX_ALLOWED_ORIGINS);
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
+                return fail(c, ev_line(ev), "expected an origin such as \"https://ui.example.com\", got %s",
+                            describe(ev, d, sizeof(d)));
+        const char *v = (const char *)ev->data.scalar.value;
+        size_t n = ev->data.scalar.length;
+        if (n >= sizeof(tmp))
+                return fail(c, ev_line(ev), "too long (%zu bytes, at most %d)", n, GP_ORIGIN_MAX - 1);
+        memset(tmp, 0, sizeof(tmp));
+        memcpy(tmp, v, n);
+        if (strlen(tmp) != n || !gp_browser_origin_ok(tmp, &why))
+                return fail(c, ev_line(ev), "%s; expected SCHEME://HOST[:PORT] such as \"https://ui.example.com\", "
+                            "got %s", strlen(tmp) != n ? "contains a NUL" : why, describe(ev, d, sizeof(d)));
+        for (int j = 0; j < i; j++)
+                if (!strcasecmp(cfg->allowed_origins[j], tmp))
+                        return fail(c, ev_line(ev), "origin \"%s\" is listed twice", tmp);
+        memcpy(cfg->allowed_origins[i], tmp, sizeof(tmp));
+        return 0;
+}
+
+static int parse_origins(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        int n, r;
+        cfg->n_allowed_origins = 0;
+        r = parse_list(c, ev, "a list of origins such as \"https://ui.example.com\"", origin_item, cfg, &n);
+        if (r == 0)
+                cfg->n_allowed_origins = n;
         return r;
 }
 
@@ -2199,6 +2236,19 @@ static int validate_impl(const gp_config *cfg, const int *lines, char *err, size
                         snprintf(key, sizeof(key), "gpus.reserved[%d]", i);
                         return vfail(&v, key, "expected a GPU index (0..%d) or a GPU uuid",
                                      MAX_GPU_INDEX);
+                }
+        }
+
+        if (cfg->n_allowed_origins < 0 || cfg->n_allowed_origins > GP_MAX_ALLOWED_ORIGINS)
+                return vfail(&v, "server.allowed_origins", "must have between 0 and %d entries, got %d",
+                             GP_MAX_ALLOWED_ORIGINS, cfg->n_allowed_origins);
+        for (int i = 0; i < cfg->n_allowed_origins; i++) {
+                const char *owhy;
+                if (!terminated(cfg->allowed_origins[i], GP_ORIGIN_MAX) ||
+                    !gp_browser_origin_ok(cfg->allowed_origins[i], &owhy)) {
+                        char key[64];
+                        snprintf(key, sizeof(key), "server.allowed_origins[%d]", i);
+                        return vfail(&v, key, "expected SCHEME://HOST[:PORT]");
                 }
         }
 

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/browser.h"
 #include "core/billing.h"
 #include "core/task.h"
 
@@ -174,6 +175,9 @@ typedef struct gp_config {
         int64_t max_body_bytes;              /* default 1 MiB */
         int connection_timeout_s;            /* idle connection cut-off, default 60 */
         int http_threads;                    /* HTTP event loops (each with an MHD daemon), default 2 */
+        char allowed_origins[GP_MAX_ALLOWED_ORIGINS][GP_ORIGIN_MAX]; /* web origins whose pages may call
+                                                                      * the API (CORS); default none */
+        int n_allowed_origins;
 
         /* auth */
         char admin_keys[GP_CFG_MAX_ADMIN_KEYS][72]; /* "sha256:<64 hex>" */

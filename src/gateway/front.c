@@ -28,6 +28,7 @@
 #include "gateway/gw-internal.h"
 #include "base/h1.h"
 
+#include "base/browser.h"
 #include "base/buf.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -110,6 +111,7 @@ static const char *reason(int status) {
         case 411: return "Length Required";
         case 413: return "Content Too Large";
         case 414: return "URI Too Long";
+        case 415: return "Unsupported Media Type";
         case 422: return "Unprocessable Content";
         case 429: return "Too Many Requests";
         case 431: return "Request Header Fields Too Large";
@@ -277,9 +279,11 @@ static int put_head(fconn *fc, int status, const char *ctype, const gp_buf *line
                 rc = gp_buf_printf(o, "Content-Type: %s\r\n", ctype);
         if (!rc && lines && lines->len)
                 rc = gp_buf_append(o, lines->data, lines->len);
-        if (!rc && clen >= 0)
+        if (!rc && fc->h.cors)
+                rc = gp_buf_printf(o, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", fc->h.cors);
+        if (!rc && clen >= 0 && status != 204) /* a 204 (a CORS preflight's) has no length */
                 rc = gp_buf_printf(o, "Content-Length: %" PRId64 "\r\n", clen);
-        else if (!rc && !fc->h.http10)
+        else if (!rc && clen < 0 && !fc->h.http10)
                 rc = gp_buf_puts(o, "Transfer-Encoding: chunked\r\n");
         if (!rc && fc->close_after)
                 rc = gp_buf_puts(o, "Connection: close\r\n");
@@ -552,12 +556,42 @@ static int body_out(void *ud, const char *p, size_t n) {
 
 static void to_relay(fconn *fc);
 
+/* The browser check of fc's request (base/browser.h; the MHD path's is
+ * gp_http_browser_gate): true when it is answered now (403, 415, or a
+ * CORS preflight's 204). */
+static bool browser_gate(fconn *fc) {
+        gw_front_head *h = &fc->h;
+        gp_gw *g = fc->L->g;
+        gp_browser_req b = {.method = h->method, .content_type = h->has_ctype ? h->ctype : NULL,
+                            .has_body = h->clen != 0, .origin = h->has_origin ? h->origin : NULL,
+                            .sec_fetch_site = h->has_sfs ? h->sfs : NULL, .host = h->has_host ? h->host : NULL};
+        char msg[512];
+        int st = gp_browser_check(&b, (const char (*)[GP_ORIGIN_MAX])g->origins, g->norigins, &h->cors, msg,
+                                  sizeof(msg));
+        if (st == 204) {
+                gp_buf lines;
+                gp_buf_init(&lines, 0);
+                if (gp_buf_printf(&lines, "Access-Control-Allow-Methods: %s\r\nAccess-Control-Allow-Headers: %s\r\n"
+                                  "Access-Control-Max-Age: %s\r\n", GP_CORS_ALLOW_METHODS, GP_CORS_ALLOW_HEADERS,
+                                  GP_CORS_MAX_AGE) < 0)
+                        fc->close_after = true;
+                answer_whole(fc, 204, strdup(""), &lines);
+                gp_buf_done(&lines);
+        } else if (st) {
+                answer_error(fc, st, st == 415 ? "invalid_request_error" : "permission_error",
+                             st == 415 ? "unsupported_media_type" : "cross_site_request", msg, false);
+        }
+        return st != 0;
+}
+
 /* A whole request: who calls, then the gateway (or an answer now). */
 static void dispatch(fconn *fc, const char *body, size_t len) {
         loop *L = fc->L;
         gp_gw *g = L->g;
         fc->state = FS_WAIT;
         fc->deadline_ms = 0;
+        if (browser_gate(fc)) /* no web page may use /v1 from another site, nor with a non-JSON body */
+                return;
         gp_gw_caller who;
         memset(&who, 0, sizeof(who));
         char msg[256] = "this server takes no /v1 requests here";
@@ -628,6 +662,10 @@ int gw_front_parse_head(const char *in, size_t n, gw_front_head *h) {
         /* a value too long to keep stays "?": an invalid X-Priority, an unknown key */
         h->has_xprio = header_value(&r, "X-Priority", h->xprio, sizeof(h->xprio));
         h->has_authz = header_value(&r, "Authorization", h->authz, sizeof(h->authz));
+        h->has_ctype = header_value(&r, "Content-Type", h->ctype, sizeof(h->ctype));
+        h->has_origin = header_value(&r, "Origin", h->origin, sizeof(h->origin));
+        h->has_sfs = header_value(&r, "Sec-Fetch-Site", h->sfs, sizeof(h->sfs));
+        h->has_host = header_value(&r, "Host", h->host, sizeof(h->host));
         return 0;
 }
 

@@ -107,10 +107,19 @@ static void add_upstream_headers(struct MHD_Response *resp, gp_buf *h) {
         }
 }
 
+/* An answer to an origin of server.allowed_origins names it (CORS). */
+static void add_cors(struct MHD_Response *resp, const char *origin) {
+        if (!origin)
+                return;
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(resp, "Vary", "Origin");
+}
+
 /* Queue a whole answer (body malloc'd, taken) with the header lines of
- * lines ("Name: value\r\n", NULL = none) added. */
+ * lines ("Name: value\r\n", NULL = none) and the CORS headers of origin
+ * cors (NULL = none) added. */
 static enum MHD_Result queue_buf(struct MHD_Connection *conn, int status, char *body, const char *ctype,
-                                 gp_buf *lines) {
+                                 gp_buf *lines, const char *cors) {
         if (!body)
                 return MHD_NO;
         struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
@@ -122,6 +131,7 @@ static enum MHD_Result queue_buf(struct MHD_Connection *conn, int status, char *
         MHD_add_response_header(resp, "X-Gpupool-Backend", backend_name);
         if (lines)
                 add_upstream_headers(resp, lines);
+        add_cors(resp, cors);
         enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
         MHD_destroy_response(resp);
         return ret;
@@ -489,8 +499,9 @@ enum MHD_Result gp_gw_handle(gp_gw *g, struct MHD_Connection *conn, const char *
         const char *xp = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Priority");
         gw_req *q = gw_request(g, gw_tl_loop ? gw_tl_loop : &g->loops[0], url, method, who, xp, body, len, &a);
         if (!q)
-                return queue_buf(conn, a.status, a.body, "application/json", NULL);
+                return queue_buf(conn, a.status, a.body, "application/json", NULL, who->cors_origin);
         q->conn = conn;
+        q->cors = who->cors_origin;
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         q->client_fd = ci ? ci->connect_fd : -1;
         *slot = q;
@@ -542,7 +553,7 @@ enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) 
                 gp_buf_init(&lines, 0);
                 if (q->ans_rl && gw_ratelimit_lines(&lines, &q->rl, true) < 0)
                         gp_buf_reset(&lines);
-                enum MHD_Result ret = queue_buf(conn, q->ans_status, body, "application/json", &lines);
+                enum MHD_Result ret = queue_buf(conn, q->ans_status, body, "application/json", &lines, q->cors);
                 gp_buf_done(&lines);
                 return ret;
         }
@@ -579,6 +590,7 @@ enum MHD_Result gp_gw_resume(gp_gw *g, struct MHD_Connection *conn, void *slot) 
                 add_upstream_headers(resp, &rl);
         gp_buf_done(&rl);
         MHD_add_response_header(resp, "X-Gpupool-Backend", backend_name);
+        add_cors(resp, q->cors);
         if (q->stream) {
                 MHD_add_response_header(resp, "Cache-Control", "no-cache");
                 MHD_add_response_header(resp, "X-Accel-Buffering", "no");
@@ -1385,6 +1397,8 @@ int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t e
         g->front_max_conns = (cfg->max_connections + nloops - 1) / nloops;
         g->max_body_bytes = cfg->max_body_bytes;
         g->conn_timeout_ms = cfg->connection_timeout_s * 1000;
+        memcpy(g->origins, cfg->allowed_origins, sizeof(g->origins));
+        g->norigins = (size_t)cfg->n_allowed_origins;
         pthread_mutex_init(&g->lock, NULL);
         for (int i = 0; i < g->cfg.n_models; i++) {
                 model *m = &g->models[i];

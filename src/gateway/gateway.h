@@ -46,6 +46,8 @@ typedef struct gp_gw_caller {
         int default_priority;             /* tier when X-Priority is absent */
         bool clamp_priority;              /* X-Priority above the max: clamp (true) or 403 */
         gp_admit_tenant_limits limits;    /* tenant's gateway limits and weight */
+        const char *cors_origin;          /* MHD path: the allowed origin its answers name in
+                                           * Access-Control-Allow-Origin (outlives the request); NULL = none */
 } gp_gw_caller;
 
 /* Make the gateway from cfg->gw (copied).  0, or -errno with a message

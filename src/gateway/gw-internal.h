@@ -63,6 +63,7 @@ typedef struct gw_req {
         struct loop *L;            /* the loop whose MHD daemon serves the connection */
         struct MHD_Connection *conn; /* the MHD side's connection, or NULL ... */
         struct fconn *nc;          /* ... the front's (front.c), NULL once it let go */
+        const char *cors;          /* MHD side: gp_gw_caller.cors_origin (its answers' CORS headers) */
         int refs;                  /* atomic (__atomic builtins) */
         int client_fd;
         bool fd_watched;
@@ -159,6 +160,8 @@ struct gp_gw {
         int front_max_conns;       /* per loop: server.max_connections / loops */
         int64_t max_body_bytes;    /* server.max_body_bytes */
         int conn_timeout_ms;       /* server.connection_timeout_s */
+        char origins[GP_MAX_ALLOWED_ORIGINS][GP_ORIGIN_MAX]; /* server.allowed_origins (front.c's browser check) */
+        size_t norigins;
         int quiesce;               /* set by gp_gw_quiesce: close the listening sockets; __atomic */
         gp_gw_usage_fn *usage_fn;   /* billing's token record (gp_gw_on_usage), set before the loops run */
         void *usage_ud;
@@ -216,6 +219,10 @@ typedef struct gw_front_head {
         bool has_xprio, has_authz; /* the header was sent ("?" when too long to keep) */
         char xprio[32];
         char authz[640];
+        /* for the browser check (base/browser.h); "?" when too long to keep */
+        bool has_ctype, has_origin, has_sfs, has_host;
+        char ctype[128], origin[GP_ORIGIN_MAX], sfs[32], host[256];
+        const char *cors;          /* set by the check: the allowed origin answers name, or NULL */
 } gw_front_head;
 /* 0 and *h, -EAGAIN (not whole yet), or the status to refuse with: 400
  * (malformed), 431 (head over GW_FRONT_HEAD_MAX), 414 (target over 511

@@ -65,6 +65,7 @@ static enum MHD_Result send_body(hreq *r, int status, char *body, const char *ct
         }
         MHD_add_response_header(resp, "Content-Type", ctype ? ctype : JSON_TYPE);
         MHD_add_response_header(resp, "X-Gpupool-Backend", r->d->backend);
+        gp_http_cors(r, resp);
         if (retry_after > 0) {
                 char ra[16];
                 snprintf(ra, sizeof(ra), "%d", retry_after);
@@ -568,6 +569,7 @@ static enum MHD_Result get_logs(hreq *r, int64_t id) {
         MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
         MHD_add_response_header(resp, "X-Gpupool-Backend", d->backend);
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        gp_http_cors(r, resp);
         enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
         MHD_destroy_response(resp);
         return ret;
@@ -710,8 +712,8 @@ static enum MHD_Result post_cmd(hreq *r, cmd *c) {
 /* seed: the sketch's short path (/api/tasks), whose priority is 0..100 */
 static enum MHD_Result submit(hreq *r, bool seed) {
         gp_daemon *d = r->d;
-        /* the body is parsed as JSON whatever Content-Type says: `curl -d`
-         * sends a form type, and a non-JSON body is refused by the parser */
+        /* Content-Type is application/json here: gp_http_browser_gate refused
+         * any other (415) before routing */
         gp_submit_limits lim = {.default_lease_ttl_s = d->cfg.default_lease_ttl_s,
                                 .max_lease_ttl_s = d->cfg.max_lease_ttl_s,
                                 .default_max_retries = d->cfg.default_max_retries,
@@ -853,6 +855,7 @@ static enum MHD_Result gateway_route(hreq *r, const char *url, const char *metho
                 return send_error(r, 503, "unavailable", "the gateway is not running");
         gp_gw_caller who;
         gw_caller(d, r->tenant, r->admin, &who);
+        who.cors_origin = r->cors;
         return gp_gw_handle(d->gw, r->conn, url, method, &who, r->body.data, r->body.len, &r->gw);
 }
 
@@ -977,6 +980,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
                 r->started = true;
                 r->openai = gp_gw_is_path(url);
                 enum MHD_Result ret;
+                /* no web page may change state here: cross-site and non-JSON writes end now */
+                if (gp_http_browser_gate(r, url, method, &ret) < 0)
+                        return ret;
                 /* the dashboard's page and assets hold no data: they load without a key (the page asks for one) */
                 if (!gp_web_is_public(url, method) && authorize(r, url, &ret) < 0)
                         return ret;

@@ -296,6 +296,7 @@ enum MHD_Result gp_mon_send(hreq *r, int status, char *body, size_t len, const c
         }
         MHD_add_response_header(resp, "Content-Type", ctype);
         MHD_add_response_header(resp, "X-Gpupool-Backend", r->d->backend);
+        gp_http_cors(r, resp);
         if (cache)
                 MHD_add_response_header(resp, "Cache-Control", cache);
         enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);

@@ -93,6 +93,7 @@ typedef struct hreq {
         int64_t follow_idle_ms;
         /* gateway (/v1/...) */
         bool openai;                /* errors in the OpenAI shape */
+        const char *cors;           /* its Origin, when listed in server.allowed_origins (d->cfg's); else NULL */
         void *gw;                   /* the gateway's request while it has one (gateway.h) */
 } hreq;
 
@@ -209,6 +210,13 @@ char *gp_http_error_body(const char *code, const char *fmt, ...) __attribute__((
 /* Send an answer now from an HTTP handler with this Content-Type (NULL =
  * JSON); takes body (malloc'd; NULL answers 503). */
 int gp_http_send_type(hreq *r, int status, char *body, const char *ctype);
+/* cors.c */
+/* The browser check of r (base/browser.h) before it is authorized or
+ * routed: sets r->cors; 0 = serve it, -1 = refused (403, 415) or a CORS
+ * preflight answered (204), with MHD's result in *ret.  Handler thread. */
+int gp_http_browser_gate(hreq *r, const char *url, const char *method, enum MHD_Result *ret);
+/* Add the CORS headers of r's allowed origin (if any) to resp. */
+void gp_http_cors(const hreq *r, struct MHD_Response *resp);
 /* One GPU as JSON; d->lock held. */
 struct json_t *gp_http_gpu_json(gp_daemon *d, uint32_t g);
 int gp_http_start(gp_daemon *d, char *err, size_t errlen);

@@ -16,8 +16,10 @@
 #include <cmocka.h>
 
 #include "config/config.h"
+#include "base/buf.h"
 #include "config/quota.h"
 #include "base/tz.h"
+#include "base/util.h"
 
 #define KEY_A "sha256:8c6976e5b5410415bde908bd4dee15dfb167a9c873fc4bb8a81f6f2ab448a918"
 #define KEY_B "sha256:0000000000000000000000000000000000000000000000000000000000000001"
@@ -275,6 +277,70 @@ static void test_booleans_and_listen_forms_are_accepted(void **state) {
                 assert_int_equal(load(y, &c, err, sizeof(err)), 0);
                 assert_string_equal(c.listen, ok[i]);
         }
+}
+
+static void test_allowed_origins_load_and_bad_ones_are_refused_with_file_line(void **state) {
+        static gp_config c;
+        char err[512];
+        assert_int_equal(load("", &c, err, sizeof(err)), 0);
+        assert_int_equal(c.n_allowed_origins, 0);
+        assert_int_equal(load("server:\n  allowed_origins:\n    - \"https://ui.example.com\"\n"
+                              "    - http://127.0.0.1:3000\n    - \"http://[::1]:8080\"\n",
+                              &c, err, sizeof(err)),
+                         0);
+        assert_int_equal(c.n_allowed_origins, 3);
+        assert_string_equal(c.allowed_origins[0], "https://ui.example.com");
+        assert_string_equal(c.allowed_origins[1], "http://127.0.0.1:3000");
+        assert_string_equal(c.allowed_origins[2], "http://[::1]:8080");
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), 0);
+        static const struct {
+                const char *yaml, *want;
+        } bad[] = {
+                {"server:\n  allowed_origins:\n    - \"https://ui.example.com/\"\n",
+                 "t.yaml:3: server.allowed_origins[0]: an origin has no path"},
+                {"server:\n  allowed_origins: [\"https://a.example\", \"ui.example.com\"]\n",
+                 "t.yaml:2: server.allowed_origins[1]: the scheme must be http:// or https://"},
+                {"server:\n  allowed_origins: [\"https://a.example:443\"]\n",
+                 "t.yaml:2: server.allowed_origins[0]: leave out the scheme's default port"},
+                {"server:\n  allowed_origins: [\"*\"]\n", "t.yaml:2: server.allowed_origins[0]: the scheme"},
+                {"server:\n  allowed_origins: [\"https://a.example\", \"https://A.example\"]\n",
+                 "t.yaml:2: server.allowed_origins[1]: origin \"https://A.example\" is listed twice"},
+                {"server:\n  allowed_origins: \"https://a.example\"\n", "t.yaml:2: server.allowed_origins: expected a list"},
+                {"server:\n  allowed_origins: [{a: 1}]\n", "t.yaml:2: server.allowed_origins[0]: expected an origin"},
+                {"server:\n  allowed_origins: [\"https://a.example:99999\"]\n",
+                 "t.yaml:2: server.allowed_origins[0]: the port must be 1..65535"},
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                gp_config_defaults(&c);
+                c.kill_grace_s = 7;
+                int r = load(bad[i].yaml, &c, err, sizeof(err));
+                if (r != -EINVAL || strncmp(err, bad[i].want, strlen(bad[i].want)) != 0)
+                        fail_msg("input %zu: got %d \"%s\", want \"%s...\"", i, r, err, bad[i].want);
+                assert_int_equal(c.kill_grace_s, 7); /* unchanged */
+                assert_int_equal(c.n_allowed_origins, 0);
+        }
+        /* bounded: at most GP_MAX_ALLOWED_ORIGINS, each under GP_ORIGIN_MAX bytes */
+        gp_buf y;
+        gp_buf_init(&y, 0);
+        assert_int_equal(gp_buf_puts(&y, "server:\n  allowed_origins:\n"), 0);
+        for (int i = 0; i <= GP_MAX_ALLOWED_ORIGINS; i++)
+                assert_int_equal(gp_buf_printf(&y, "    - \"http://h%d.example\"\n", i), 0);
+        assert_int_equal(load(y.data, &c, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "t.yaml:35: server.allowed_origins[32]: too many origins (at most 32)"));
+        gp_buf_reset(&y);
+        assert_int_equal(gp_buf_puts(&y, "server: {allowed_origins: [\"https://"), 0);
+        for (int i = 0; i < GP_ORIGIN_MAX; i++)
+                assert_int_equal(gp_buf_puts(&y, "a"), 0);
+        assert_int_equal(gp_buf_puts(&y, "\"]}\n"), 0);
+        assert_int_equal(load(y.data, &c, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "t.yaml:1: server.allowed_origins[0]: too long"));
+        gp_buf_done(&y);
+        /* validate catches a list written in code */
+        gp_config_defaults(&c);
+        c.n_allowed_origins = 1;
+        gp_strlcpy(c.allowed_origins[0], "https://x/", GP_ORIGIN_MAX);
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "server.allowed_origins[0]"));
 }
 
 static void test_tenants_groups_and_time_rules_load(void **state) {
@@ -1101,6 +1167,7 @@ int main(void) {
                 cmocka_unit_test(test_load_starts_from_defaults_not_from_cfg),
                 cmocka_unit_test(test_store_url_follows_data_dir_unless_set),
                 cmocka_unit_test(test_booleans_and_listen_forms_are_accepted),
+                cmocka_unit_test(test_allowed_origins_load_and_bad_ones_are_refused_with_file_line),
                 cmocka_unit_test(test_tenants_groups_and_time_rules_load),
                 cmocka_unit_test(test_day_to_night_switch_with_a_fake_clock),
                 cmocka_unit_test(test_example_file_loads),

@@ -19,6 +19,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
+import http from "node:http";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -218,6 +219,46 @@ test("a submitted task shows on its GPU and in the task list, and the page updat
   assert.ok(await b.page.locator("#td-cancel").isHidden(), "no cancel button on an ended task");
   await shot(b.page, "04-task-succeeded");
   assert.deepEqual(b.errors, []);
+});
+
+test("a page of another site cannot submit or cancel a task: fetch without preflight and a form post are refused", async () => {
+  // the attack: any web page open in the workstation's browser posts to the loopback daemon
+  const evil = http.createServer((req, res) => {
+    res.writeHead(200, { "Content-Type": "text/html" });
+    res.end("<!doctype html><title>another site</title><body></body>");
+  });
+  await new Promise((r) => evil.listen(0, "127.0.0.1", r));
+  const page = await b.ctx.newPage();
+  try {
+    const victim = await d.api("POST", "/api/v1/tasks", { name: "victim", tenant_id: "lab", lease_ttl_s: 600 });
+    assert.equal(victim.status, 201, victim.text);
+    await page.goto("http://127.0.0.1:" + evil.address().port + "/");
+    const sent = await page.evaluate(async ([api, id]) => {
+      const body = JSON.stringify({ name: "pwned", command: ["sh", "-c", "true"] });
+      const out = [];
+      for (const ct of ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"]) {
+        try { await fetch(api + "/api/v1/tasks", { method: "POST", mode: "no-cors", headers: { "Content-Type": ct }, body }); out.push("sent"); }
+        catch (e) { out.push(String(e)); }
+      }
+      try { await fetch(api + "/api/v1/tasks/" + id + "/cancel", { method: "POST", mode: "no-cors" }); out.push("sent"); }
+      catch (e) { out.push(String(e)); }
+      return out;
+    }, [d.url, victim.json.id]);
+    assert.deepEqual(sent, ["sent", "sent", "sent", "sent"]); // the browser did send them
+    // a form with a text/plain body that reads as JSON: the browser navigates to the answer
+    await page.setContent(`<form method="POST" enctype="text/plain" action="${d.url}/api/v1/tasks">` +
+      `<input name='{"name":"pwned-form","x":"' value='"}'></form>`);
+    await Promise.all([page.waitForNavigation(), page.evaluate(() => document.forms[0].submit())]);
+    const answer = await page.locator("body").textContent();
+    assert.match(answer, /cross_site_request/);
+    const all = await d.api("GET", "/api/v1/tasks?limit=1000");
+    assert.deepEqual(all.json.tasks.filter((t) => t.name.startsWith("pwned")), []);
+    assert.equal(all.json.tasks.find((t) => t.id === victim.json.id).state, "running");
+    await d.api("POST", "/api/v1/tasks/" + victim.json.id + "/cancel");
+  } finally {
+    await page.close();
+    evil.close();
+  }
 });
 
 test("cancel in the task detail cancels a running task", async () => {

@@ -26,6 +26,8 @@
   async function api(path, opts) {
     opts = opts || {};
     const headers = Object.assign({}, opts.headers || {});
+    // the server takes a write's body only as JSON (415 otherwise)
+    if (opts.body !== undefined && !headers["Content-Type"]) headers["Content-Type"] = "application/json";
     if (key()) headers.Authorization = "Bearer " + key();
     let r;
     try {

@@ -390,6 +390,25 @@ void gw_mconn_event(loop *L, uint64_t data) {
         }
 }
 
+int gw_watch_client(loop *L, gw_req *q) {
+        gw_mconn *m = q->conn ? mconn_of(q->conn) : NULL;
+        struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = q};
+        if (m && epoll_ctl(L->epfd, EPOLL_CTL_MOD, q->client_fd, &ev) == 0)
+                return 0;
+        if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, q->client_fd, &ev) < 0) /* not in the set (or no record) */
+                return -errno;
+        return 0;
+}
+
+void gw_unwatch_client(gw_req *q) {
+        gw_mconn *m = q->conn ? mconn_of(q->conn) : NULL;
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLET,
+                                 .data.u64 = (uint64_t)(uintptr_t)m | TAG_MCONN};
+        /* the record's registration back (the set must not name q once it is freed) */
+        if (!m || epoll_ctl(q->L->epfd, EPOLL_CTL_MOD, q->client_fd, &ev) < 0)
+                epoll_ctl(q->L->epfd, EPOLL_CTL_DEL, q->client_fd, NULL);
+}
+
 void gw_mconn_sweep(loop *L, int64_t now) {
         gp_gw *g = L->g;
         for (gw_mconn *m = L->mconns; m; m = m->next) {

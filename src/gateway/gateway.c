@@ -249,7 +249,7 @@ static void free_grave(loop *L) {
 static void unwatch(gp_gw *g, gw_req *q) {
         (void)g;
         if (q->fd_watched) {
-                epoll_ctl(q->L->epfd, EPOLL_CTL_DEL, q->client_fd, NULL);
+                gw_unwatch_client(q);
                 q->fd_watched = false;
         }
 }
@@ -1138,8 +1138,7 @@ static void submit(gp_gw *g, gw_req *q) {
                 pthread_mutex_unlock(&g->lock);
                 if (queued && q->gw_held && q->client_fd >= 0 && !q->fd_watched) {
                         /* it waits: notice its client hanging up */
-                        struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = q};
-                        if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, q->client_fd, &ev) == 0)
+                        if (gw_watch_client(L, q) == 0)
                                 q->fd_watched = true;
                 }
         }

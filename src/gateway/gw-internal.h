@@ -311,6 +311,13 @@ void gw_conns_after_accept(loop *L);
 void gw_conns_balance(loop *L);
 /* An edge on an MHD connection's socket (TAG_MCONN): before MHD runs. */
 void gw_mconn_event(loop *L, uint64_t data);
+/* Watch q's MHD client socket for a hang-up (EPOLLRDHUP, data q) while
+ * its request waits.  The socket is in L's set already when its MHD
+ * connection has a record (TAG_MCONN): the registration is lent to q and
+ * given back by gw_unwatch_client (before the connection closes: MHD's
+ * completion callback comes first).  0 or -errno. */
+int gw_watch_client(loop *L, gw_req *q);
+void gw_unwatch_client(gw_req *q);
 /* Cut MHD connections past their header deadline or below the body rate. */
 void gw_mconn_sweep(loop *L, int64_t now);
 /* Body bytes needed by now from a body that began at t0 (the rate after

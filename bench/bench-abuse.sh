@@ -25,7 +25,9 @@
 # Usage: bench/bench-abuse.sh [SECONDS [ROUNDS [IDLE SLOW]]]
 #        (default 5 s per kind, 3 rounds, 2000 idle, 300 slow)
 # Env: BUILD (default build); GPUPOOL (a gpupool binary to measure instead
-# of $BUILD/gpupool, e.g. an older build for comparison).
+# of $BUILD/gpupool, e.g. an older build for comparison); MAX_CONNECTIONS
+# (server.max_connections, default 8192: room for all; with 1024, the
+# default, the abusers overflow it and idle ones are closed to make room).
 set -eu
 cd "$(dirname "$0")/.."
 secs=${1:-5}
@@ -33,6 +35,7 @@ rounds=${2:-3}
 idle=${3:-2000}
 slow=${4:-300}
 build=${BUILD:-build}
+maxconn=${MAX_CONNECTIONS:-8192}
 ulimit -n 8192 # the daemon and the abusers hold thousands of sockets
 make -s BUILD="$build" "$build/gpupool" "$build/tests/fake-openai" >/dev/null
 case $build in /*) abs=$build ;; *) abs=$PWD/$build ;; esac
@@ -62,7 +65,7 @@ up_port=$(awk '/^ready/ {print $2}' "$tmp/fake.out")
 gp_port=$(port)
 cat > "$tmp/gpupool.yaml" <<EOF
 gpus: {backend: sim}
-server: {max_connections: 8192}
+server: {max_connections: $maxconn}
 scheduler: {max_queue_depth: 1000000}
 gateway:
   limits: {max_concurrent: 0, max_rps: 0, max_tokens_per_sec: 0}
@@ -90,7 +93,8 @@ measure() {
 }
 
 echo "bench-abuse: $rounds rounds, ${secs}s per kind, a new connection per request;" \
-        "abuse: $idle idle + $slow slow-header connections; $(nproc) cores shared by client, abusers and daemon"
+        "abuse: $idle idle + $slow slow-header connections; max_connections $maxconn;" \
+        "$(nproc) cores shared by client, abusers and daemon"
 $tool measure "$gp_port" healthz 1 >/dev/null # warm-up
 for r in $(seq "$rounds"); do
         measure quiet

@@ -133,6 +133,9 @@ static const struct field fields[] = {
         {"server.max_connections", K_INT, CFG(max_connections), 1, 65536, NULL},
         {"server.max_body_bytes", K_I64, CFG(max_body_bytes), 1024, (int64_t)1 << 30, NULL},
         {"server.connection_timeout_s", K_INT, CFG(connection_timeout_s), 1, 86400, NULL},
+        {"server.header_timeout_s", K_INT, CFG(header_timeout_s), 1, 3600, NULL},
+        {"server.min_body_rate_bytes_s", K_I64, CFG(min_body_rate_bytes_s), 1, (int64_t)1 << 30, NULL},
+        {"server.max_connections_per_ip", K_INT, CFG(max_connections_per_ip), 1, 65536, NULL},
         {"server.http_threads", K_INT, CFG(http_threads), 1, 256, NULL},
         {"server.allowed_origins", K_CUSTOM, CFG(allowed_origins), 0, GP_MAX_ALLOWED_ORIGINS, parse_origins},
 
@@ -355,6 +358,9 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->max_connections = 1024;
         cfg->max_body_bytes = (int64_t)1 << 20;
         cfg->connection_timeout_s = 60;
+        cfg->header_timeout_s = 10;
+        cfg->min_body_rate_bytes_s = 1024;
+        cfg->max_connections_per_ip = 256;
         cfg->http_threads = 2;
 
         cfg->n_admin_keys = 0;

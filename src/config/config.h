@@ -174,6 +174,9 @@ typedef struct gp_config {
         int max_connections;                 /* default 1024 */
         int64_t max_body_bytes;              /* default 1 MiB */
         int connection_timeout_s;            /* idle connection cut-off, default 60 */
+        int header_timeout_s;                /* a request head arrives whole within it, default 10 */
+        int64_t min_body_rate_bytes_s;       /* a body's least average rate after that grace, default 1024 */
+        int max_connections_per_ip;          /* open connections from one client address, default 256 */
         int http_threads;                    /* HTTP event loops (each with an MHD daemon), default 2 */
         char allowed_origins[GP_MAX_ALLOWED_ORIGINS][GP_ORIGIN_MAX]; /* web origins whose pages may call
                                                                       * the API (CORS); default none */

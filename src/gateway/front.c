@@ -33,6 +33,7 @@
 #include "base/log.h"
 #include "base/util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -54,11 +55,13 @@
 enum { FS_SNIFF, FS_HEAD, FS_BODY, FS_WAIT, FS_ANSWER, FS_RELAY, FS_LINGER };
 
 typedef struct fconn {
+        gw_idle idle;              /* first member: L's idle list names it (conns.c) */
         loop *L;
         int fd;                    /* the client's socket; -1 once closed */
         int rfd;                   /* relay: our end of the socketpair MHD serves; -1 = none */
         struct sockaddr_storage addr;
         socklen_t alen;
+        bool ip_counted;           /* in the per-address table (gw_ip_take) */
         int state;
         char *in;                  /* client bytes not used yet */
         size_t inlen, incap;
@@ -82,6 +85,9 @@ typedef struct fconn {
         bool close_after;
         bool flushing;             /* in L->flush */
         int64_t deadline_ms;       /* cut the connection then; 0 = none */
+        int64_t req_t0_ms;         /* FS_SNIFF, FS_HEAD: the request's first byte came (accept for the
+                                    * first request); 0 = none yet */
+        int64_t body_t0_ms;        /* FS_BODY: its head was whole then */
         struct fconn *fnext;       /* L->flush */
         struct fconn *gnext;       /* L->fgrave */
         struct fconn *prev, *next; /* L->fconns */
@@ -158,8 +164,7 @@ static bool loop_full(const loop *L) {
         return L->nfconns + L->nmhdconns >= L->g->front_max_conns;
 }
 
-/* A connection ended: take waiting ones again if accepting was paused. */
-static void accept_resume(loop *L) {
+void gw_front_accept_resume(loop *L) {
         if (L->accept_paused && L->lfd >= 0 && !loop_full(L)) {
                 struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
                 if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, L->lfd, &ev) == 0)
@@ -167,18 +172,14 @@ static void accept_resume(loop *L) {
         }
 }
 
-void gp_gw_mhd_conn(int delta) {
-        loop *L = gw_tl_loop;
-        if (!L)
-                return; /* MHD_stop_daemon closing what is left, after the loops */
-        L->nmhdconns += delta;
-        if (delta < 0)
-                accept_resume(L);
-}
-
 /* fc leaves the loop (its sockets closed or given away). */
 static void fc_forget(fconn *fc) {
         loop *L = fc->L;
+        gw_idle_leave(L, &fc->idle);
+        if (fc->ip_counted) {
+                gw_ip_put(L->g, (struct sockaddr *)&fc->addr);
+                fc->ip_counted = false;
+        }
         fc->fd = fc->rfd = -1;
         if (fc->prev)
                 fc->prev->next = fc->next;
@@ -189,7 +190,7 @@ static void fc_forget(fconn *fc) {
         L->nfconns--;
         fc->gnext = L->fgrave;
         L->fgrave = fc;
-        accept_resume(L);
+        gw_front_accept_resume(L);
 }
 
 static void fc_close(fconn *fc) {
@@ -207,6 +208,30 @@ static void fc_free(fconn *fc) {
         gp_buf_done(&fc->body);
         gp_buf_done(&fc->out);
         free(fc);
+}
+
+/* More connections from one address than server.max_connections_per_ip:
+ * refused at once (the answer is best effort: the socket is new). */
+static void refuse_per_ip(loop *L, int fd, const struct sockaddr_storage *sa) {
+        static const char msg[] = "HTTP/1.1 429 Too Many Requests\r\n"
+                                  "Content-Type: application/json\r\n"
+                                  "Content-Length: 93\r\n"
+                                  "Connection: close\r\n\r\n"
+                                  "{\"error\":{\"code\":\"too_many_connections\",\"message\":"
+                                  "\"too many connections from this address\"}}\n";
+        (void)!send(fd, msg, sizeof(msg) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+        close(fd);
+        int64_t now = mono_now();
+        if (now >= L->ip_warn_ms) { /* one line per loop every 10 s, not one per connection */
+                char a[INET6_ADDRSTRLEN] = "?";
+                if (sa->ss_family == AF_INET)
+                        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, a, sizeof(a));
+                else if (sa->ss_family == AF_INET6)
+                        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, a, sizeof(a));
+                gp_warn("http: connections from %s refused: it holds server.max_connections_per_ip (%d)", a,
+                        L->g->max_per_ip);
+                L->ip_warn_ms = now + 10000;
+        }
 }
 
 static void on_accept(loop *L) {
@@ -229,25 +254,37 @@ static void on_accept(loop *L) {
                                 gp_warn("gateway: accept: %s", strerror(errno));
                         return;
                 }
+                int ipc = gw_ip_take(g, (struct sockaddr *)&sa);
+                if (ipc < 0) {
+                        refuse_per_ip(L, fd, &sa);
+                        continue;
+                }
                 fconn *fc = calloc(1, sizeof(*fc));
                 if (!fc) {
+                        if (ipc == 0)
+                                gw_ip_put(g, (struct sockaddr *)&sa);
                         close(fd);
                         continue;
                 }
                 int one = 1;
                 setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
                 fc->L = L;
-                fc->fd = fd;
+                fc->fd = fc->idle.fd = fd;
                 fc->rfd = -1;
                 memcpy(&fc->addr, &sa, sl);
                 fc->alen = sl;
+                fc->ip_counted = ipc == 0;
                 fc->state = FS_SNIFF;
-                fc->deadline_ms = mono_now() + g->conn_timeout_ms;
+                int64_t now = mono_now();
+                fc->deadline_ms = now + g->conn_timeout_ms;
+                fc->req_t0_ms = now; /* the first request's head is timed from accept */
                 gp_buf_init(&fc->body, (size_t)g->max_body_bytes);
                 gp_buf_init(&fc->out, 0);
                 struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
                                          .data.u64 = (uint64_t)(uintptr_t)fc | TAG_FRONT};
                 if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+                        if (fc->ip_counted)
+                                gw_ip_put(g, (struct sockaddr *)&sa);
                         close(fd);
                         fc_free(fc);
                         continue;
@@ -257,6 +294,8 @@ static void on_accept(loop *L) {
                         L->fconns->prev = fc;
                 L->fconns = fc;
                 L->nfconns++;
+                gw_idle_enter(L, &fc->idle, now); /* nothing sent yet */
+                gw_conns_after_accept(L);
         }
 }
 
@@ -449,7 +488,13 @@ static void answered(fconn *fc) {
         }
         fc->answering = fc->streaming = fc->done_queued = false;
         fc->state = FS_HEAD;
-        fc->deadline_ms = mono_now() + fc->L->g->conn_timeout_ms;
+        int64_t now = mono_now();
+        fc->deadline_ms = now + fc->L->g->conn_timeout_ms;
+        fc->req_t0_ms = 0;
+        if (fc->inlen)
+                fc->req_t0_ms = now; /* pipelined: the next head has begun */
+        else
+                gw_idle_enter(fc->L, &fc->idle, now);
         read_more(fc);
         advance(fc);
 }
@@ -532,6 +577,10 @@ static void read_more(fconn *fc) {
                 ssize_t n = recv(fc->fd, fc->in + fc->inlen, room, 0);
                 if (n > 0) {
                         fc->inlen += (size_t)n;
+                        if (!fc->req_t0_ms && fc->state == FS_HEAD) {
+                                fc->req_t0_ms = mono_now(); /* the head's first byte: its clock starts */
+                                gw_idle_leave(fc->L, &fc->idle);
+                        }
                         if ((size_t)n < room && !fc->hup)
                                 fc->readable = false; /* drained: the next edge brings more */
                         continue;
@@ -712,6 +761,7 @@ static void advance(fconn *fc) {
                             gp_buf_puts(&fc->out, "HTTP/1.1 100 Continue\r\n\r\n") == 0)
                                 send_out(fc);
                         fc->state = FS_BODY;
+                        fc->body_t0_ms = mono_now();
                         continue;
                 }
                 if (fc->state != FS_BODY)
@@ -789,11 +839,19 @@ static void to_mhd(fconn *fc) {
         int fd = fc->fd;
         epoll_ctl(L->epfd, EPOLL_CTL_DEL, fd, NULL);
         /* MHD owns fd from here (and closes it itself when it refuses it); it counts
-         * against max_connections as MHD's (gp_gw_mhd_conn) before fc stops counting */
+         * against max_connections as MHD's (gp_gw_mhd_conn_started, called from
+         * MHD_add_connection) before fc stops counting, and takes over the head's clock
+         * and the address's count */
+        L->handoff = true;
+        L->handoff_t0 = fc->req_t0_ms;
+        L->handoff_ip = fc->ip_counted;
         if (L->mhd && MHD_add_connection(L->mhd, fd, (struct sockaddr *)&fc->addr, fc->alen) == MHD_YES)
                 L->mhd_kick = true;
         else if (!L->mhd)
                 close(fd);
+        if (!L->handoff) /* the record took the count */
+                fc->ip_counted = false;
+        L->handoff = false;
         fc_forget(fc);
 }
 
@@ -806,6 +864,7 @@ static void sniff(fconn *fc) {
                 fc_close(fc);
                 return;
         }
+        gw_idle_leave(fc->L, &fc->idle); /* a request has begun */
         int v = gw_front_sniff(b, (size_t)n);
         if (v < 0)
                 return; /* the next bytes bring an edge */
@@ -966,16 +1025,47 @@ void gw_front_event(loop *L, uint64_t data, uint32_t events) {
         }
 }
 
+/* A request that does not arrive in time (server.header_timeout_s for its
+ * head, server.min_body_rate_bytes_s for its body): 408, then the
+ * connection closes (the client's further bytes are read and dropped a
+ * little while, so that the 408 is not lost to a reset). */
+static void too_slow(fconn *fc, bool head) {
+        gp_gw *g = fc->L->g;
+        char m[128];
+        if (head)
+                snprintf(m, sizeof(m), "request head not received within %" PRId64 " s", g->header_timeout_ms / 1000);
+        else
+                snprintf(m, sizeof(m), "request body slower than %" PRId64 " bytes/s", g->min_body_rate);
+        gw_idle_leave(fc->L, &fc->idle);
+        memset(&fc->h, 0, sizeof(fc->h)); /* no request is answered: an HTTP/1.1 answer, with its body */
+        fc->keep_alive = false;
+        fc->inlen = 0;
+        answer_error(fc, 408, "invalid_request_error", "request_timeout", m, true);
+}
+
 void gw_front_sweep(loop *L, int64_t now) {
         if (now < L->next_sweep_ms)
                 return;
         L->next_sweep_ms = now + SWEEP_MS;
+        gp_gw *g = L->g;
         for (fconn *fc = L->fconns; fc;) {
                 fconn *next = fc->next;
                 if (fc->deadline_ms && now >= fc->deadline_ms)
                         fc_close(fc); /* idle, trickling or not reading past server.connection_timeout_s */
+                else if ((fc->state == FS_SNIFF || fc->state == FS_HEAD) && fc->req_t0_ms &&
+                         now - fc->req_t0_ms >= g->header_timeout_ms)
+                        too_slow(fc, true);
+                else if (fc->state == FS_BODY &&
+                         (int64_t)fc->body.len < gw_body_due(fc->body_t0_ms, now, g->header_timeout_ms, g->min_body_rate))
+                        too_slow(fc, false);
                 fc = next;
         }
+        gw_mconn_sweep(L, now);
+}
+
+void gw_front_evict(gw_idle *n) {
+        fconn *fc = (fconn *)n; /* idle is its first member */
+        fc_close(fc);
 }
 
 void gw_front_init(loop *L) {

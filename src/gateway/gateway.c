@@ -259,7 +259,7 @@ static void free_grave(loop *L) {
 static void unwatch(gp_gw *g, gw_req *q) {
         (void)g;
         if (q->fd_watched) {
-                epoll_ctl(q->L->epfd, EPOLL_CTL_DEL, q->client_fd, NULL);
+                gw_unwatch_client(q);
                 q->fd_watched = false;
         }
 }
@@ -1150,8 +1150,7 @@ static void submit(gp_gw *g, gw_req *q) {
                 pthread_mutex_unlock(&g->lock);
                 if (queued && q->gw_held && q->client_fd >= 0 && !q->fd_watched) {
                         /* it waits: notice its client hanging up */
-                        struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = q};
-                        if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, q->client_fd, &ev) == 0)
+                        if (gw_watch_client(L, q) == 0)
                                 q->fd_watched = true;
                 }
         }
@@ -1286,16 +1285,20 @@ static void *gw_thread(void *arg) {
                 pthread_mutex_unlock(&L->ilock);
                 int n = epoll_wait(L->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
                 bool mhd_due = n == 0; /* its timeouts */
-                for (int i = 0; i < n; i++)
-                        mhd_due |= evs[i].data.u64 == TAG_MHD || evs[i].data.u64 == 0; /* 0: a kick, maybe a resume */
+                for (int i = 0; i < n; i++) {
+                        uint64_t d = evs[i].data.u64;
+                        mhd_due |= d == TAG_MHD || d == 0; /* 0: a kick, maybe a resume */
+                        if ((d & TAG_MASK) == TAG_MCONN && d != TAG_MCONN)
+                                gw_mconn_event(L, d); /* before MHD reads what came (conns.c) */
+                }
                 if (mhd_due)
                         run_mhd(L); /* handlers run here */
                 /* requests the events name stay alive until the batch is done: a request
                  * whose last reference goes waits in this loop's graveyard */
                 for (int i = 0; i < n; i++) {
                         uint64_t d = evs[i].data.u64;
-                        if (d == 0 || d == TAG_MHD) {
-                                /* the inbox is looked at below; MHD ran above */
+                        if (d == 0 || d == TAG_MHD || (d & TAG_MASK) == TAG_MCONN) {
+                                /* the inbox is looked at below; MHD ran above; MHD's sockets were seen before it */
                         } else if ((d & GP_UC_EV_MASK) == GP_UC_EV_TAG) {
                                 gp_uc_event(L->uc, d, evs[i].events);
                         } else if (d == TAG_LISTEN || (d & TAG_MASK) == TAG_FRONT || (d & TAG_MASK) == TAG_RELAY) {
@@ -1314,8 +1317,9 @@ static void *gw_thread(void *arg) {
                 }
                 gp_uc_dispatch(L->uc); /* exchanges that failed at their start; closed connections freed */
                 admit_some(g, L);
-                gw_front_flush(L); /* what this batch answered goes out now */
-                gw_front_sweep(L, t);
+                gw_front_sweep(L, t); /* deadlines: connections cut, 408s queued */
+                gw_front_flush(L);    /* what this batch answered goes out now */
+                gw_conns_balance(L);
                 if (__atomic_load_n(&g->quiesce, __ATOMIC_ACQUIRE) && L->lfd >= 0) {
                         close(L->lfd); /* leaves the epoll set with it */
                         L->lfd = -1;
@@ -1399,7 +1403,11 @@ int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t e
         g->conn_timeout_ms = cfg->connection_timeout_s * 1000;
         memcpy(g->origins, cfg->allowed_origins, sizeof(g->origins));
         g->norigins = (size_t)cfg->n_allowed_origins;
+        g->header_timeout_ms = (int64_t)cfg->header_timeout_s * 1000;
+        g->min_body_rate = cfg->min_body_rate_bytes_s;
+        g->max_per_ip = cfg->max_connections_per_ip;
         pthread_mutex_init(&g->lock, NULL);
+        pthread_mutex_init(&g->iplock, NULL);
         for (int i = 0; i < g->cfg.n_models; i++) {
                 model *m = &g->models[i];
                 m->cfg = &g->cfg.models[i];
@@ -1414,7 +1422,7 @@ int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t e
         memcpy(lim.weights, cfg->weights, sizeof(lim.weights));
         g->admit = gp_admit_new(&lim, mono_ms());
         g->loops = calloc((size_t)nloops, sizeof(loop));
-        bool ok = g->admit && g->loops;
+        bool ok = g->admit && g->loops && gw_conns_init(g, cfg->max_connections) == 0;
         if (g->loops) {
                 for (int i = 0; i < nloops; i++) {
                         g->loops[i].epfd = g->loops[i].evfd = g->loops[i].lfd = -1;
@@ -1527,6 +1535,7 @@ void gp_gw_free(gp_gw *g) {
         }
         free(g->loops);
         gp_admit_free(g->admit);
+        gw_conns_done(g);
         pthread_mutex_destroy(&g->lock);
         free(g);
 }

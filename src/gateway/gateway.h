@@ -74,11 +74,25 @@ void gp_gw_on_auth(gp_gw *g, gp_gw_auth_fn *fn, void *ud);
  * message in err. */
 int gp_gw_run(gp_gw *g, struct MHD_Daemon *const *mhds, const int *lfds, int n, char *err, size_t errlen);
 
-/* MHD's connection notification (MHD_OPTION_NOTIFY_CONNECTION): +1 when
- * one starts, -1 when it closes.  The loop running that daemon counts them
- * with its own connections against server.max_connections: beyond it new
- * connections wait in the kernel's queue.  Ignored off the loops. */
-void gp_gw_mhd_conn(int delta);
+/* MHD's connection notification (MHD_OPTION_NOTIFY_CONNECTION), from the
+ * loop running that daemon (or from MHD_stop_daemon once the loops ended).
+ * started: the loop counts the connection with its own ones against
+ * server.max_connections (beyond it new connections wait in the kernel's
+ * queue) and watches it for server.header_timeout_s and
+ * server.min_body_rate_bytes_s (the record goes to *socket_context; none
+ * when out of memory: then it is only counted).  closed: lets go of both. */
+void gp_gw_mhd_conn_started(struct MHD_Connection *conn, void **socket_context);
+void gp_gw_mhd_conn_closed(void **socket_context);
+
+/* What a request on an MHD connection does, for the same timers, from the
+ * access handler before it runs: first (*con_cls was NULL: the head is
+ * whole), body bytes arriving (*upload_data_size), or neither (the body is
+ * whole: the request is served, parked or not, and timed no more).
+ * request_done: MHD_OPTION_NOTIFY_COMPLETED (the connection is idle until
+ * its next request's first bytes).  Loop thread; a connection with no
+ * record is ignored. */
+void gp_gw_mhd_progress(struct MHD_Connection *conn, bool first, size_t body_bytes);
+void gp_gw_mhd_request_done(struct MHD_Connection *conn);
 
 /* Stop accepting connections (the loops close their listening sockets
  * soon after); the open ones are served.  Any thread. */

@@ -14,11 +14,13 @@
  * daemon's epoll fd, TAG_LISTEN its listening socket; otherwise a pointer
  * (8-aligned) with a tag in its low 3 bits: 0 a gw_req whose MHD client is
  * watched for hang-ups, GP_UC_EV_TAG (2) an upstream connection, TAG_FRONT
- * a front connection's client socket, TAG_RELAY its relay to MHD. */
+ * a front connection's client socket, TAG_RELAY its relay to MHD,
+ * TAG_MCONN an MHD connection's socket (a gw_mconn). */
 #define TAG_MHD ((uint64_t)1)
 #define TAG_LISTEN ((uint64_t)3)
 #define TAG_FRONT ((uint64_t)4)
 #define TAG_RELAY ((uint64_t)5)
+#define TAG_MCONN ((uint64_t)6) /* an MHD connection's socket, watched for a request's first bytes (conns.c) */
 #define TAG_MASK ((uint64_t)7)
 #define MAX_HEADER_BYTES (64 * 1024)
 #define STREAM_HIGH_WATER (1 << 20) /* buffered for a slow client: pause the upstream */
@@ -30,6 +32,38 @@
 enum { IN_NEW = 1, IN_ABORT = 2, IN_UNPAUSE = 4, IN_START = 8, IN_EXPIRED = 16 };
 
 struct loop;
+
+/* A connection's place in its loop's idle list (conns.c), front and MHD
+ * connections alike: connections with no request in progress (a new one
+ * that sent nothing yet, a kept-alive one between requests), oldest first.
+ * Near server.max_connections the oldest is closed to make room. */
+typedef struct gw_idle {
+        struct gw_idle *prev, *next;
+        int64_t since_ms;          /* idle since (monotonic) */
+        int fd;                    /* the client's socket (peeked at before closing: has a request begun?) */
+        bool in;                   /* in L->idle */
+        bool mhd;                  /* the record is a gw_mconn (else a front fconn) */
+} gw_idle;
+
+/* An MHD connection as the loop watches it (conns.c): what its current
+ * request is doing, for server.header_timeout_s and
+ * server.min_body_rate_bytes_s, which libmicrohttpd 0.9.75 does not know.
+ * Made by gp_gw_mhd_conn_started, freed by gp_gw_mhd_conn_closed. */
+typedef struct gw_mconn {
+        gw_idle idle;              /* first member: the idle list names it */
+        struct loop *L;
+        struct MHD_Connection *conn;
+        int fd;                    /* MHD's socket; in L's epoll set too (TAG_MCONN), edge-triggered */
+        struct sockaddr_storage addr; /* the client (counted in the per-address table when ip_counted) */
+        bool ip_counted;
+        int phase;                 /* MC_* */
+        int64_t t0_ms;             /* the phase began (head: its first byte, or accept) */
+        uint64_t body_bytes;       /* MC_BODY: received so far */
+        bool cut;                  /* shut down by the loop; MHD closes it on its next pass */
+        struct gw_mconn *prev, *next; /* L->mconns */
+} gw_mconn;
+
+enum { MC_IDLE, MC_HEAD, MC_BODY, MC_BUSY };
 
 typedef struct upstream {
         char url[GP_CFG_URL_MAX];
@@ -147,6 +181,14 @@ typedef struct loop {
         struct fconn *flush;       /* connections with something new to send */
         struct fconn *fgrave;      /* closed ones, freed after the batch */
         int64_t next_sweep_ms;
+        /* connection guard (conns.c); loop only */
+        gw_mconn *mconns;          /* its MHD daemon's connections */
+        gw_idle *idle_head, *idle_tail; /* connections with no request in progress, oldest first */
+        int ncut;                  /* MHD connections shut down whose close MHD has not reported */
+        int64_t ip_warn_ms;        /* the next per-address refusal is logged from then */
+        bool handoff;              /* MHD_add_connection of a front connection runs: ... */
+        int64_t handoff_t0;        /* ... its request began then (accept), ... */
+        bool handoff_ip;           /* ... and it is counted in the per-address table */
         int64_t date_s;            /* the second date[] is for */
         char date[40];             /* the Date header's value */
         size_t nusage, capusage;
@@ -162,6 +204,12 @@ struct gp_gw {
         int conn_timeout_ms;       /* server.connection_timeout_s */
         char origins[GP_MAX_ALLOWED_ORIGINS][GP_ORIGIN_MAX]; /* server.allowed_origins (front.c's browser check) */
         size_t norigins;
+        int64_t header_timeout_ms; /* server.header_timeout_s */
+        int64_t min_body_rate;     /* server.min_body_rate_bytes_s */
+        int max_per_ip;            /* server.max_connections_per_ip */
+        pthread_mutex_t iplock;    /* the per-address table (a leaf lock) */
+        struct gw_ipslot *ipt;     /* open addressing, linear probing; count 0 = free */
+        size_t ipcap;              /* a power of two, over twice server.max_connections */
         int quiesce;               /* set by gp_gw_quiesce: close the listening sockets; __atomic */
         gp_gw_usage_fn *usage_fn;   /* billing's token record (gp_gw_on_usage), set before the loops run */
         void *usage_ud;
@@ -244,5 +292,43 @@ void gw_front_flush(loop *L);
 void gw_front_sweep(loop *L, int64_t now);
 /* The loop stops: send what is due and close every connection. */
 void gw_front_close_all(loop *L);
+/* Close idle front connection n (conns.c chose it as the oldest idle). */
+void gw_front_evict(gw_idle *n);
+/* A connection of L ended: take waiting ones again if accepting was paused. */
+void gw_front_accept_resume(loop *L);
+
+/* conns.c: the connection guard (owning loop unless said) */
+/* The per-address table for max_connections connections (g->iplock is
+ * set up by gp_gw_new); -ENOMEM.  done frees it and destroys the lock. */
+int gw_conns_init(gp_gw *g, int max_connections);
+void gw_conns_done(gp_gw *g);
+/* Count a new connection from sa against server.max_connections_per_ip.
+ * 0 (counted: gw_ip_put it when it closes), 1 (not an IP address: not
+ * counted) or -EMFILE (the address is at its limit).  Any loop. */
+int gw_ip_take(gp_gw *g, const struct sockaddr *sa);
+void gw_ip_put(gp_gw *g, const struct sockaddr *sa);
+/* n has no request in progress from now / has one again. */
+void gw_idle_enter(loop *L, gw_idle *n, int64_t now);
+void gw_idle_leave(loop *L, gw_idle *n);
+/* A connection was accepted: near the loop's share of max_connections
+ * close the oldest idle one. */
+void gw_conns_after_accept(loop *L);
+/* Once per loop pass: while accepting is paused and a connection waits in
+ * the kernel, close the oldest idle one. */
+void gw_conns_balance(loop *L);
+/* An edge on an MHD connection's socket (TAG_MCONN): before MHD runs. */
+void gw_mconn_event(loop *L, uint64_t data);
+/* Watch q's MHD client socket for a hang-up (EPOLLRDHUP, data q) while
+ * its request waits.  The socket is in L's set already when its MHD
+ * connection has a record (TAG_MCONN): the registration is lent to q and
+ * given back by gw_unwatch_client (before the connection closes: MHD's
+ * completion callback comes first).  0 or -errno. */
+int gw_watch_client(loop *L, gw_req *q);
+void gw_unwatch_client(gw_req *q);
+/* Cut MHD connections past their header deadline or below the body rate. */
+void gw_mconn_sweep(loop *L, int64_t now);
+/* Body bytes needed by now from a body that began at t0 (the rate after
+ * a grace of header_timeout): a body with fewer is too slow.  Pure. */
+int64_t gw_body_due(int64_t t0_ms, int64_t now_ms, int64_t grace_ms, int64_t rate);
 
 #endif

@@ -1057,12 +1057,32 @@ static size_t unescape(void *cls, struct MHD_Connection *conn, char *s) {
         return gp_url_unescape(s);
 }
 
+/* Connections start and close: the gateway's loop counts them against
+ * max_connections and times their requests (header_timeout_s,
+ * min_body_rate_bytes_s: libmicrohttpd times idle connections only). */
 static void notify_conn(void *cls, struct MHD_Connection *conn, void **socket_context,
                         enum MHD_ConnectionNotificationCode toe) {
         (void)cls;
-        (void)conn;
-        (void)socket_context;
-        gp_gw_mhd_conn(toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+        if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+                gp_gw_mhd_conn_started(conn, socket_context);
+        else
+                gp_gw_mhd_conn_closed(socket_context);
+}
+
+/* handler(), after telling the gateway's timers how far the request got:
+ * its head is whole (first call), body bytes came, or the body is whole. */
+static enum MHD_Result timed_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                     const char *version, const char *upload_data, size_t *upload_data_size,
+                                     void **con_cls) {
+        gp_gw_mhd_progress(conn, *con_cls == NULL, *upload_data_size);
+        return handler(cls, conn, url, method, version, upload_data, upload_data_size, con_cls);
+}
+
+/* completed(), after telling the timers the connection waits for its next request. */
+static void timed_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                            enum MHD_RequestTerminationCode toe) {
+        gp_gw_mhd_request_done(conn);
+        completed(cls, conn, con_cls, toe);
 }
 
 static void stop_daemons(gp_daemon *d) {
@@ -1138,13 +1158,13 @@ int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
                 lfds[i] = listen_on(&sa);
                 struct MHD_Daemon *m =
                         lfds[i] < 0 ? NULL
-                                    : MHD_start_daemon(flags, 0, NULL, NULL, handler, d,
+                                    : MHD_start_daemon(flags, 0, NULL, NULL, timed_handler, d,
                                                        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first: MHD says so */
                                                        MHD_OPTION_CONNECTION_LIMIT, per, MHD_OPTION_CONNECTION_TIMEOUT,
                                                        (unsigned)d->cfg.connection_timeout_s,
                                                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
                                                        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
-                                                       MHD_OPTION_NOTIFY_COMPLETED, completed, d,
+                                                       MHD_OPTION_NOTIFY_COMPLETED, timed_completed, d,
                                                        MHD_OPTION_NOTIFY_CONNECTION, notify_conn, NULL, MHD_OPTION_END);
                 if (!m) {
                         int e = lfds[i] < 0 ? lfds[i] : -ENOMEM;

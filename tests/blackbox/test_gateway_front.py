@@ -1040,12 +1040,12 @@ def test_v1_needs_a_valid_api_key_when_keys_are_configured(daemon_factory, conns
 def test_connection_beyond_max_connections_waits_until_one_closes(daemon_factory, conns):
     d = daemon_factory(config(server="max_connections: 2, http_threads: 1"))
     time.sleep(0.3)  # the readiness probe's connection is gone
+    # both hold a request in progress: not idle, so not closed to make room (test_connections.py)
     c1 = conns(d.port)
-    c1.send(get("/v1/models"))  # the front's
-    assert c1.response().status == 200
+    c1.send(b"GET /v1/models HTTP/1.1\r\n")  # the front's
     c2 = conns(d.port)
-    c2.send(get("/api/v1/gpus"))  # MHD's
-    assert c2.response().status == 200
+    c2.send(b"GET /api/v1/gpus HTTP/1.1\r\n")  # MHD's
+    time.sleep(0.3)
     c3 = conns(d.port, timeout=1.0)
     c3.send(get("/v1/models"))  # the kernel holds it: nobody takes it yet
     with pytest.raises(socket.timeout):
@@ -1054,6 +1054,8 @@ def test_connection_beyond_max_connections_waits_until_one_closes(daemon_factory
     c1.close()  # a slot frees: the waiting connection is taken and answered
     c3.s.settimeout(5.0)
     assert c3.response().status == 200
+    c2.send(b"Host: x\r\n\r\n")
+    assert c2.response().status == 200
     c2.close()
     c1 = conns(d.port)
     c1.send(get("/api/v1/gpus"))

@@ -94,6 +94,9 @@ static void test_defaults_match_design(void **state) {
         assert_int_equal(c.max_connections, 1024);
         assert_int_equal(c.max_body_bytes, 1 << 20);
         assert_int_equal(c.connection_timeout_s, 60);
+        assert_int_equal(c.header_timeout_s, 10);
+        assert_int_equal(c.min_body_rate_bytes_s, 1024);
+        assert_int_equal(c.max_connections_per_ip, 256);
         assert_int_equal(c.http_threads, 2);
         assert_int_equal(c.n_admin_keys, 0);
         assert_string_equal(c.store_url, "sqlite://./gpupool-data/gpupool.db");
@@ -149,6 +152,9 @@ static const char full_yaml[] =
         "  max_connections: 77\n"
         "  max_body_bytes: 2048\n"
         "  connection_timeout_s: 5\n"
+        "  header_timeout_s: 3\n"
+        "  min_body_rate_bytes_s: 500\n"
+        "  max_connections_per_ip: 9\n"
         "  http_threads: 8\n"
         "auth:\n"
         "  admin_keys: [\"" KEY_A "\", \"" KEY_B "\"]\n"
@@ -195,6 +201,9 @@ static void test_full_file_overrides_every_key(void **state) {
         assert_int_equal(c.max_connections, 77);
         assert_int_equal(c.max_body_bytes, 2048);
         assert_int_equal(c.connection_timeout_s, 5);
+        assert_int_equal(c.header_timeout_s, 3);
+        assert_int_equal(c.min_body_rate_bytes_s, 500);
+        assert_int_equal(c.max_connections_per_ip, 9);
         assert_int_equal(c.http_threads, 8);
         assert_int_equal(c.n_admin_keys, 2);
         assert_string_equal(c.admin_keys[0], KEY_A);
@@ -656,6 +665,18 @@ static const struct bad bad_inputs[] = {
         /* out of range */
         {"server:\n  http_threads: 0\n", "t.yaml:2: server.http_threads: must be between 1 and 256, got 0",
          -EINVAL},
+        {"server:\n  header_timeout_s: 0\n", "t.yaml:2: server.header_timeout_s: must be between 1 and 3600, got 0",
+         -EINVAL},
+        {"server:\n  header_timeout_s: 3601\n",
+         "t.yaml:2: server.header_timeout_s: must be between 1 and 3600, got 3601", -EINVAL},
+        {"server:\n  min_body_rate_bytes_s: 0\n", "t.yaml:2: server.min_body_rate_bytes_s: must be between 1 and",
+         -EINVAL},
+        {"server:\n  min_body_rate_bytes_s: -5\n", "t.yaml:2: server.min_body_rate_bytes_s: must be between 1 and",
+         -EINVAL},
+        {"server:\n  max_connections_per_ip: 0\n",
+         "t.yaml:2: server.max_connections_per_ip: must be between 1 and 65536, got 0", -EINVAL},
+        {"server:\n  max_connections_per_ip: 65537\n",
+         "t.yaml:2: server.max_connections_per_ip: must be between 1 and 65536, got 65537", -EINVAL},
         {"server:\n  max_connections: 99999999999999999999999\n",
          "t.yaml:2: server.max_connections: must be between 1 and 65536, got 99999999999999999999999", -EINVAL},
         {"tasks: {max_log_bytes: 2199023255553}\n", "t.yaml:1: tasks.max_log_bytes: must be between", -EINVAL},

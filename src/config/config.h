@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/user.h"
 #include "core/billing.h"
 #include "core/task.h"
 
@@ -73,6 +74,7 @@ typedef struct gp_cfg_tenant {
         int max_priority;                    /* most urgent tier its keys may use, default 0 */
         int default_priority;                /* tier when a request names none, default 5 */
         int weight;                          /* fair-share weight inside a tier, default 1 */
+        char run_as[GP_USER_NAME_MAX];       /* Unix user its batch tasks run as, "" = the daemon's */
         int max_concurrent;                  /* quota.max_concurrent, 0 = unlimited */
         int max_queued;                      /* quota.max_queued, 0 = unlimited */
         int64_t max_gpus_milli;              /* quota.max_gpus in 1/1000 GPU, 0 = unlimited */
@@ -174,6 +176,7 @@ typedef struct gp_config {
         int64_t max_body_bytes;              /* default 1 MiB */
         int connection_timeout_s;            /* idle connection cut-off, default 60 */
         int http_threads;                    /* HTTP event loops (each with an MHD daemon), default 2 */
+        char server_user[GP_USER_NAME_MAX];  /* drop root to this user after binding, "" = stay (default) */
 
         /* auth */
         char admin_keys[GP_CFG_MAX_ADMIN_KEYS][72]; /* "sha256:<64 hex>" */

@@ -52,6 +52,8 @@ int gp_user_lookup(const char *name, gp_user *ret) {
         gp_strlcpy(u.name, name, sizeof(u.name));
         u.uid = pw.pw_uid;
         u.gid = pw.pw_gid;
+        if (!pw.pw_dir || !pw.pw_dir[0] || gp_strlcpy(u.home, pw.pw_dir, sizeof(u.home)) >= sizeof(u.home))
+                gp_strlcpy(u.home, "/", sizeof(u.home));
         free(buf);   /* pw's strings are not used past here */
         int n = GP_USER_MAX_GROUPS;
         if (getgrouplist(name, u.gid, u.groups, &n) < 0)

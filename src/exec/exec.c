@@ -988,22 +988,29 @@ static bool same_key(const char *a, const char *b) {
 }
 
 /* The command's environment: inherited, minus what the spec or gpupool
- * sets, plus the spec's env (last entry of a key wins), plus gpupool's own
- * three variables, which nobody can override. */
-static int build_env(const spec *s, char ***ret_env, char **own) {
-        gp_buf b[3];
+ * sets, plus (run_as) the user's HOME, USER and LOGNAME unless the spec
+ * sets them, plus the spec's env (last entry of a key wins), plus
+ * gpupool's own three variables, which nobody can override.  own[0..5]
+ * receive the strings made here (caller frees). */
+static int build_env(const spec *s, const gp_user *u, char ***ret_env, char **own) {
+        gp_buf b[6];
         const char *names[3] = {"CUDA_VISIBLE_DEVICES", "GPUPOOL_TASK_ID", "GPUPOOL_GPUS"};
-        for (int i = 0; i < 3; i++)
+        const char *unames[3] = {"HOME", "USER", "LOGNAME"};
+        for (int i = 0; i < 6; i++)
                 gp_buf_init(&b[i], 0);
         int r = 0;
         if (gp_buf_printf(&b[0], "CUDA_VISIBLE_DEVICES=%s", s->cuda) < 0 ||
             gp_buf_printf(&b[1], "GPUPOOL_TASK_ID=%lld", (long long)s->task_id) < 0 ||
             gp_buf_printf(&b[2], "GPUPOOL_GPUS=%s", s->gpus) < 0)
                 r = -ENOMEM;
-        for (int i = 0; i < 3; i++) {
-                own[i] = r == 0 ? gp_buf_steal(&b[i]) : NULL;
+        if (r == 0 && u &&
+            (gp_buf_printf(&b[3], "HOME=%s", u->home) < 0 || gp_buf_printf(&b[4], "USER=%s", u->name) < 0 ||
+             gp_buf_printf(&b[5], "LOGNAME=%s", u->name) < 0))
+                r = -ENOMEM;
+        for (int i = 0; i < 6; i++) {
+                own[i] = r == 0 && (i < 3 || u) ? gp_buf_steal(&b[i]) : NULL;
                 gp_buf_done(&b[i]);
-                if (r == 0 && !own[i])
+                if (r == 0 && (i < 3 || u) && !own[i])
                         r = -ENOMEM;
         }
         if (r < 0)
@@ -1011,7 +1018,7 @@ static int build_env(const spec *s, char ***ret_env, char **own) {
         size_t ninh = 0;
         while (environ && environ[ninh])
                 ninh++;
-        char **env = calloc(ninh + s->envc + 3 + 1, sizeof(*env));
+        char **env = calloc(ninh + s->envc + 6 + 1, sizeof(*env));
         if (!env)
                 return -ENOMEM;
         size_t n = 0;
@@ -1021,11 +1028,18 @@ static int build_env(const spec *s, char ***ret_env, char **own) {
                         continue;
                 bool drop = false;
                 for (int k = 0; k < 3 && !drop; k++)
-                        drop = same_key(e, names[k]);
+                        drop = same_key(e, names[k]) || (u && same_key(e, unames[k]));
                 for (size_t k = 0; k < s->envc && !drop; k++)
                         drop = same_key(e, s->env[k]);
                 if (!drop)
                         env[n++] = (char *)e;
+        }
+        for (int k = 3; k < 6 && u; k++) {
+                bool drop = false;
+                for (size_t i = 0; i < s->envc && !drop; i++)
+                        drop = same_key(own[k], s->env[i]);
+                if (!drop)
+                        env[n++] = own[k];
         }
         for (size_t i = 0; i < s->envc; i++) {
                 bool drop = false;
@@ -1479,14 +1493,14 @@ static int prepare_user(const spec *s, int dirfd, gp_user *u, int *ret_workfd, g
 /* Start the command.  0 with r->pid set and the pipe in r->out, or a
  * spawn failure already described in *res (returns 1), or -errno. */
 static int spawn(run *r, const spec *s, int dirfd, gp_exec_result *res) {
-        char *own[3] = {NULL, NULL, NULL};
+        char *own[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
         char **envp = NULL;
         int out[2] = {-1, -1}, err[2] = {-1, -1}, workfd = -1;
         gp_user user;
         int rc = 0;
         if (s->run_as[0] && (rc = prepare_user(s, dirfd, &user, &workfd, res)) != 0)
                 goto out;
-        rc = build_env(s, &envp, own);
+        rc = build_env(s, workfd >= 0 ? &user : NULL, &envp, own);
         if (rc < 0)
                 goto out;
         if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
@@ -1543,7 +1557,7 @@ out:
         if (workfd >= 0)
                 close(workfd);
         free(envp);
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 6; i++)
                 free(own[i]);
         return rc;
 }

@@ -251,6 +251,11 @@ def test_tasks_run_as_their_tenants_user_and_cannot_read_each_others_files(tmp_p
     tc = finish(d, batch(d, ["id", "-u"], tenant_id="c", memory_mb=10))
     assert tc["state"] == "succeeded" and logs(d, tc["id"]).split()[0] == "0", tc
 
+    # the user's HOME, USER and LOGNAME, unless the task's env says otherwise
+    te = finish(d, batch(d, ["sh", "-c", "echo $USER $LOGNAME $HOME"], tenant_id="a", memory_mb=10,
+                         env={"LOGNAME": "mine"}))
+    assert logs(d, te["id"]).split() == [ua, "mine", pwd.getpwnam(ua).pw_dir], te
+
 
 @needs_root
 def test_run_as_enters_workdir_with_the_users_rights(make_user, shared_dir, daemon_factory):

@@ -234,7 +234,7 @@ int gp_server_main(int argc, char **argv) {
                         close(bound[i]);
                 return 1;
         }
-        memcpy(d.bound_fds, bound, sizeof(bound));
+        memcpy(d.bound_fds, bound, (size_t)nbound * sizeof(bound[0]));
         d.n_bound = nbound;
         gp_serve *serve = NULL;
         if (gp_daemon_start(&d) < 0 || gp_http_start(&d, err, sizeof(err)) < 0) {

@@ -13,10 +13,16 @@
 #                                      to a temp dir, crashes to
 #                                      $(FUZZ_BUILD)/artifacts/<name>/
 #   make fuzz-run FUZZ_TARGETS=config  only some targets (also for fuzz-replay)
+#   make fuzz-run FUZZ_SECONDS=20 FUZZ_KEEP_NEW=0
+#                                      what CI runs (scripts/test-all.sh): the
+#                                      new inputs are deleted after a clean
+#                                      run; a failing run prints the input
+#                                      that failed (base64 and a dump)
 
 FUZZ_BUILD ?= build-fuzz
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
+FUZZ_KEEP_NEW ?= 1
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 # The project's flags, minus the ones that belong to the gcc build: its
 # optimisation and sanitizer choice, and -Werror (clang 14 warns about other
@@ -67,17 +73,29 @@ fuzz-replay: $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz-%)
 	  fi; \
 	done
 
+# A failure prints every input the run left in artifacts/ (crash-, leak-,
+# timeout-, oom-...): base64 (to reproduce anywhere: base64 -d > f) and the
+# first bytes as text.
 fuzz-run: $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz-%)
 	@set -e; for n in $(FUZZ_TARGETS); do \
 	  out=$$(mktemp -d /tmp/gpupool-fuzz-$$n.XXXXXX); \
 	  mkdir -p $(FUZZ_BUILD)/artifacts/$$n fuzz/corpus/$$n; \
+	  stamp=$(FUZZ_BUILD)/artifacts/$$n/.started; touch $$stamp; \
 	  dict=""; [ -f fuzz/fuzz-$$n.dict ] && dict="-dict=fuzz/fuzz-$$n.dict"; \
 	  echo "== fuzz-$$n for $(FUZZ_SECONDS)s; new inputs in $$out"; \
 	  $(FUZZ_ENV) $(FUZZ_BUILD)/fuzz-$$n $(FUZZ_RUN_OPTS) $$dict -max_total_time=$(FUZZ_SECONDS) \
-	    -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$n/ $$out fuzz/corpus/$$n || { \
-	    echo "fuzz-$$n failed; a crash leaves its input in $(FUZZ_BUILD)/artifacts/$$n/ - fix the bug, then add the input to fuzz/corpus/$$n/"; \
+	    -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$n/ $$out fuzz/corpus/$$n >$$out.log 2>&1 || { \
+	    tail -n 80 $$out.log; \
+	    for f in $$(find $(FUZZ_BUILD)/artifacts/$$n -type f -newer $$stamp ! -name '.*'); do \
+	      echo "---- input $$f ($$(wc -c <$$f) bytes), base64:"; base64 $$f; \
+	      echo "---- its first 512 bytes:"; head -c 512 $$f | od -A d -c | head -n 40; \
+	    done; \
+	    echo "fuzz-$$n failed (log: $$out.log); the input is in $(FUZZ_BUILD)/artifacts/$$n/ - fix the bug, then add the input to fuzz/corpus/$$n/"; \
 	    exit 1; }; \
-	  echo "fuzz-$$n: $$(ls $$out | wc -l) new inputs in $$out (merge the interesting ones: see fuzz/README.md)"; \
+	  grep -E '^(stat::number_of_executed_units|Done )' $$out.log || true; \
+	  if [ "$(FUZZ_KEEP_NEW)" = 1 ]; then \
+	    echo "fuzz-$$n: $$(ls $$out | wc -l) new inputs in $$out (merge the interesting ones: see fuzz/README.md)"; \
+	  else rm -rf $$out $$out.log; fi; \
 	done
 
 .PHONY: fuzz fuzz-replay fuzz-run

@@ -4,9 +4,11 @@
 #   2. gcc build with -Werror: unit tests, black-box tests against the real
 #      daemon, replay of every fuzz corpus,
 #   3. the unit and black-box tests again under ASan+UBSan,
-#   4. the store tests (unit, and tests/blackbox/test_one_server.py) against
+#   4. the black-box tests of the threaded paths under ThreadSanitizer,
+#   5. every fuzz target fuzzed for FUZZ_SECONDS (default 20) seconds,
+#   6. the store tests (unit, and tests/blackbox/test_one_server.py) against
 #      a real PostgreSQL server started here,
-#   5. the dashboard in headless Chromium and the gateway through the
+#   7. the dashboard in headless Chromium and the gateway through the
 #      official openai npm client (npm packages from package-lock.json).
 # Exits non-zero on the first failure.
 set -eu
@@ -14,18 +16,42 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
 jobs=$(nproc 2>/dev/null || echo 2)
 
-echo "== 1/3 gcc build, unit + black-box tests, fuzz corpus replay"
+echo "== 1/5 gcc build, unit + black-box tests, fuzz corpus replay"
 scripts/check-layers.sh
 make -j"$jobs" all
 make -j"$jobs" check
 
-echo "== 2/3 ASan+UBSan: unit + black-box tests"
+echo "== 2/5 ASan+UBSan: unit + black-box tests"
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} \
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
 PYTEST_ADDOPTS="-m 'not timing'" \
         make -j"$jobs" SAN=1 unit blackbox
 
-echo "== 3/3 store tests against PostgreSQL"
+# ThreadSanitizer cannot share a build with ASan: its own, in build-tsan/
+# (mk/00-tsan.mk).  Every process writes its reports to $tsan_dir
+# (TSAN_OPTIONS log_path); conftest.py fails the test during which one
+# appeared, with the report, and anything left there afterwards fails here.
+# All black-box files but test_simulate.py (the simulator is one thread,
+# CPU-bound, and ~10x slower under TSan; ASan covers it) and, as under ASan,
+# the `timing` tests.  A new test file is in by default.
+echo "== 3/5 ThreadSanitizer: black-box tests"
+tsan_dir=$(mktemp -d /tmp/gpupool-tsan.XXXXXX)
+chmod 1777 "$tsan_dir"   # daemons that dropped root (server.user) write there too
+TSAN_OPTIONS="log_path=$tsan_dir/tsan second_deadlock_stack=1 ${TSAN_OPTIONS:-}" \
+GPUPOOL_SAN_LOG_DIR="$tsan_dir" \
+PYTEST_ADDOPTS=${GPUPOOL_TSAN_PYTEST:-"-m 'not timing' --ignore=tests/blackbox/test_simulate.py"} \
+        make -j"$jobs" TSAN=1 blackbox
+if [ -n "$(ls -A "$tsan_dir")" ]; then
+        cat "$tsan_dir"/*
+        echo "ThreadSanitizer reports (above) outside any test"
+        exit 1
+fi
+rm -rf "$tsan_dir"
+
+echo "== 4/5 fuzz every target for ${FUZZ_SECONDS:-20} s (new crashes fail, with the input printed)"
+make fuzz-run FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_KEEP_NEW=0
+
+echo "== 5/5 store tests against PostgreSQL"
 url=$(tests/pg/start-pg.sh)
 trap 'tests/pg/stop-pg.sh "$url" >/dev/null 2>&1 || true' EXIT
 GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BUILD=build build/tests/test-store

@@ -40,6 +40,7 @@
 #include "base/util.h"
 #include "base/url.h"
 #include "config/quota.h"
+#include "base/user.h"
 
 #define CFG_MAX_INPUT ((size_t)1 << 20) /* bytes of YAML accepted */
 #define MAX_DEPTH 32                /* nested mappings/lists accepted */
@@ -108,6 +109,7 @@ static int parse_serve_command(struct ctx *c, const struct field *f, void *base,
 static int parse_serve_port(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_autoscale(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_tokenize(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_unix_user(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 
 #define CFG(m) offsetof(gp_config, m), sizeof(((gp_config *)0)->m)
 #define SIM(m) offsetof(gp_cfg_sim_gpu, m), sizeof(((gp_cfg_sim_gpu *)0)->m)
@@ -138,6 +140,7 @@ static const struct field fields[] = {
         {"server.max_connections_per_ip", K_INT, CFG(max_connections_per_ip), 1, 65536, NULL},
         {"server.http_threads", K_INT, CFG(http_threads), 1, 256, NULL},
         {"server.allowed_origins", K_CUSTOM, CFG(allowed_origins), 0, GP_MAX_ALLOWED_ORIGINS, parse_origins},
+        {"server.user", K_CUSTOM, CFG(server_user), 0, 0, parse_unix_user},
 
         {"auth", K_SECTION, NOSTORE, 0, 0, NULL},
         {"auth.admin_keys", K_CUSTOM, CFG(admin_keys), 0, GP_CFG_MAX_ADMIN_KEYS, parse_admin_keys},
@@ -208,6 +211,7 @@ static const struct field fields[] = {
         {"tenants[].max_priority", K_INT, TEN(max_priority), 0, GP_PRIORITY_LEVELS - 1, NULL},
         {"tenants[].default_priority", K_INT, TEN(default_priority), 0, GP_PRIORITY_LEVELS - 1, NULL},
         {"tenants[].weight", K_INT, TEN(weight), 1, 1000000, NULL},
+        {"tenants[].run_as", K_CUSTOM, TEN(run_as), 0, 0, parse_unix_user},
         {"tenants[].quota", K_SECTION, NOSTORE, 0, 0, NULL},
         /* quota fields: names, types and ranges are config/quota.c's table */
         {"tenants[].quota.max_concurrent", K_CUSTOM, TEN(max_concurrent), 0, 0, parse_quota},
@@ -1576,6 +1580,30 @@ static int parse_tz(struct ctx *c, const struct field *f, void *base, const yaml
                 return fail(c, ev_line(ev), "%s is not a time zone this machine knows (an IANA name such as "
                             "Asia/Shanghai or UTC; tzdata holds them)", show(tmp, strlen(tmp), d, sizeof(d)));
         memcpy(r->tz, tmp, sizeof(tmp));
+        return 0;
+}
+
+/* server.user, tenants[].run_as: a user name that exists on this machine
+ * now (checked at load, like time zones, so a typo stops the start with
+ * FILE:LINE; a user deleted later fails at use, with a message). */
+static int parse_unix_user(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        char tmp[GP_USER_NAME_MAX], d[96];
+        int rc = scalar_str(c, ev, tmp, sizeof(tmp), 1);
+        if (rc < 0)
+                return rc;
+        size_t n = strlen(tmp);
+        if (!gp_user_name_ok(tmp, n))
+                return fail(c, ev_line(ev), "%s is not a Unix user name (letters, digits, '_', '-', '.', not all "
+                            "digits)", show(tmp, n, d, sizeof(d)));
+        gp_user u;
+        rc = gp_user_lookup(tmp, &u);
+        if (rc == -ENOENT)
+                return fail(c, ev_line(ev), "no Unix user %s on this machine (getent passwd %s finds nothing; "
+                            "create it first, e.g. useradd --system)", show(tmp, n, d, sizeof(d)), tmp);
+        if (rc < 0)
+                return fail(c, ev_line(ev), "cannot look up Unix user %s: %s", show(tmp, n, d, sizeof(d)),
+                            rc == -E2BIG ? "in too many groups" : strerror(-rc));
+        memcpy((char *)base + f->off, tmp, sizeof(tmp));
         return 0;
 }
 

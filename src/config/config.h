@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "base/browser.h"
+#include "base/user.h"
 #include "core/billing.h"
 #include "core/task.h"
 
@@ -74,6 +75,7 @@ typedef struct gp_cfg_tenant {
         int max_priority;                    /* most urgent tier its keys may use, default 0 */
         int default_priority;                /* tier when a request names none, default 5 */
         int weight;                          /* fair-share weight inside a tier, default 1 */
+        char run_as[GP_USER_NAME_MAX];       /* Unix user its batch tasks run as, "" = the daemon's */
         int max_concurrent;                  /* quota.max_concurrent, 0 = unlimited */
         int max_queued;                      /* quota.max_queued, 0 = unlimited */
         int64_t max_gpus_milli;              /* quota.max_gpus in 1/1000 GPU, 0 = unlimited */
@@ -181,6 +183,7 @@ typedef struct gp_config {
         char allowed_origins[GP_MAX_ALLOWED_ORIGINS][GP_ORIGIN_MAX]; /* web origins whose pages may call
                                                                       * the API (CORS); default none */
         int n_allowed_origins;
+        char server_user[GP_USER_NAME_MAX];  /* drop root to this user after binding, "" = stay (default) */
 
         /* auth */
         char admin_keys[GP_CFG_MAX_ADMIN_KEYS][72]; /* "sha256:<64 hex>" */

@@ -25,6 +25,7 @@
 
 #include "base/buf.h"
 #include "base/err.h"
+#include "base/user.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -50,6 +51,7 @@
 #define RESULT_NAME "result.json"
 #define ALLOC_NAME "alloc.json"
 #define LOG_NAME "log"
+#define WORK_NAME "work"                   /* the command's start dir under run_as */
 
 #define SPEC_MAX_BYTES ((size_t)1 << 20)   /* spec.json, both when written and read */
 #define SPEC_MAX_ARGS 4096                 /* argv entries */
@@ -530,7 +532,8 @@ static int spec_dump(const gp_exec_spec *s, char **ret) {
         if (!s->argv || !s->argv[0] || !s->argv[0][0] || s->task_id <= 0 || s->timeout_s < 0 ||
             s->timeout_s > TIMEOUT_MAX_S || s->kill_grace_s < 0 || s->kill_grace_s > GRACE_MAX_S ||
             s->preempt_grace_s < 0 || s->preempt_grace_s > GRACE_MAX_S || !notify_ok(s->notify_signal) ||
-            s->max_log_bytes <= 0)
+            s->max_log_bytes <= 0 ||
+            (s->run_as && s->run_as[0] && !gp_user_name_ok(s->run_as, strlen(s->run_as))))
                 return -EINVAL;
         json_t *o = json_object();
         if (!o)
@@ -546,7 +549,8 @@ static int spec_dump(const gp_exec_spec *s, char **ret) {
             (r = set_int(o, "kill_grace_s", s->kill_grace_s)) < 0 ||
             (r = set_int(o, "preempt_grace_s", s->preempt_grace_s)) < 0 ||
             (r = set_int(o, "notify_signal", s->notify_signal ? s->notify_signal : SIGUSR1)) < 0 ||
-            (r = set_int(o, "max_log_bytes", s->max_log_bytes)) < 0)
+            (r = set_int(o, "max_log_bytes", s->max_log_bytes)) < 0 ||
+            (r = set_str(o, "run_as", s->run_as)) < 0)
                 goto out;
         char *d = json_dumps(o, JSON_COMPACT);
         if (!d) {
@@ -826,6 +830,7 @@ typedef struct spec {
         int64_t preempt_grace_s;     /* missing in specs of older versions: kill_grace_s */
         int64_t notify_signal;       /* missing: SIGUSR1 */
         int64_t max_log_bytes;
+        const char *run_as;          /* "" = stay the supervisor's user; missing = "" */
 } spec;
 
 static void spec_done(spec *s) {
@@ -956,6 +961,13 @@ static int spec_load(int dirfd, spec *ret, char *why, size_t why_size) {
                 field = "max_log_bytes";
                 goto bad;
         }
+        s.run_as = "";
+        if (json_object_get(s.root, "run_as") &&
+            (get_string(s.root, "run_as", &s.run_as) < 0 ||
+             (s.run_as[0] && !gp_user_name_ok(s.run_as, strlen(s.run_as))))) {
+                field = "run_as";
+                goto bad;
+        }
         *ret = s;
         return 0;
 bad:
@@ -977,22 +989,29 @@ static bool same_key(const char *a, const char *b) {
 }
 
 /* The command's environment: inherited, minus what the spec or gpupool
- * sets, plus the spec's env (last entry of a key wins), plus gpupool's own
- * three variables, which nobody can override. */
-static int build_env(const spec *s, char ***ret_env, char **own) {
-        gp_buf b[3];
+ * sets, plus (run_as) the user's HOME, USER and LOGNAME unless the spec
+ * sets them, plus the spec's env (last entry of a key wins), plus
+ * gpupool's own three variables, which nobody can override.  own[0..5]
+ * receive the strings made here (caller frees). */
+static int build_env(const spec *s, const gp_user *u, char ***ret_env, char **own) {
+        gp_buf b[6];
         const char *names[3] = {"CUDA_VISIBLE_DEVICES", "GPUPOOL_TASK_ID", "GPUPOOL_GPUS"};
-        for (int i = 0; i < 3; i++)
+        const char *unames[3] = {"HOME", "USER", "LOGNAME"};
+        for (int i = 0; i < 6; i++)
                 gp_buf_init(&b[i], 0);
         int r = 0;
         if (gp_buf_printf(&b[0], "CUDA_VISIBLE_DEVICES=%s", s->cuda) < 0 ||
             gp_buf_printf(&b[1], "GPUPOOL_TASK_ID=%lld", (long long)s->task_id) < 0 ||
             gp_buf_printf(&b[2], "GPUPOOL_GPUS=%s", s->gpus) < 0)
                 r = -ENOMEM;
-        for (int i = 0; i < 3; i++) {
-                own[i] = r == 0 ? gp_buf_steal(&b[i]) : NULL;
+        if (r == 0 && u &&
+            (gp_buf_printf(&b[3], "HOME=%s", u->home) < 0 || gp_buf_printf(&b[4], "USER=%s", u->name) < 0 ||
+             gp_buf_printf(&b[5], "LOGNAME=%s", u->name) < 0))
+                r = -ENOMEM;
+        for (int i = 0; i < 6; i++) {
+                own[i] = r == 0 && (i < 3 || u) ? gp_buf_steal(&b[i]) : NULL;
                 gp_buf_done(&b[i]);
-                if (r == 0 && !own[i])
+                if (r == 0 && (i < 3 || u) && !own[i])
                         r = -ENOMEM;
         }
         if (r < 0)
@@ -1000,7 +1019,7 @@ static int build_env(const spec *s, char ***ret_env, char **own) {
         size_t ninh = 0;
         while (environ && environ[ninh])
                 ninh++;
-        char **env = calloc(ninh + s->envc + 3 + 1, sizeof(*env));
+        char **env = calloc(ninh + s->envc + 6 + 1, sizeof(*env));
         if (!env)
                 return -ENOMEM;
         size_t n = 0;
@@ -1010,11 +1029,18 @@ static int build_env(const spec *s, char ***ret_env, char **own) {
                         continue;
                 bool drop = false;
                 for (int k = 0; k < 3 && !drop; k++)
-                        drop = same_key(e, names[k]);
+                        drop = same_key(e, names[k]) || (u && same_key(e, unames[k]));
                 for (size_t k = 0; k < s->envc && !drop; k++)
                         drop = same_key(e, s->env[k]);
                 if (!drop)
                         env[n++] = (char *)e;
+        }
+        for (int k = 3; k < 6 && u; k++) {
+                bool drop = false;
+                for (size_t i = 0; i < s->envc && !drop; i++)
+                        drop = same_key(own[k], s->env[i]);
+                if (!drop)
+                        env[n++] = own[k];
         }
         for (size_t i = 0; i < s->envc; i++) {
                 bool drop = false;
@@ -1122,11 +1148,12 @@ static void spawn_failed(gp_exec_result *res, const char *fmt, ...) {
 }
 
 /* What the command's child reports through its CLOEXEC error pipe. */
-enum { SPAWN_CHDIR = 1, SPAWN_EXEC };
+enum { SPAWN_CHDIR = 1, SPAWN_EXEC, SPAWN_USER };
 
-/* Forked child of the supervisor: becomes the command. */
+/* Forked child of the supervisor: becomes the command.  With user (run_as)
+ * it starts in workfd and becomes user before it enters workdir. */
 static void __attribute__((noreturn))
-command_child(const spec *s, char **envp, int dirfd, int out_w, int err_w) {
+command_child(const spec *s, char **envp, int dirfd, int workfd, const gp_user *user, int out_w, int err_w) {
         setpgid(0, 0);
         struct sigaction dfl;
         memset(&dfl, 0, sizeof(dfl));
@@ -1140,7 +1167,20 @@ command_child(const spec *s, char **envp, int dirfd, int out_w, int err_w) {
         dup2(out_w, STDOUT_FILENO);
         dup2(out_w, STDERR_FILENO);
         close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-        if (fchdir(dirfd) < 0 || (s->workdir[0] && chdir(s->workdir) < 0)) {
+        if (user) {
+                if (fchdir(workfd) < 0) {
+                        start_msg m = {.kind = SPAWN_CHDIR, .val = errno};
+                        (void)!write(err_w, &m, sizeof(m));
+                        _exit(127);
+                }
+                int e = gp_user_become(user);
+                if (e < 0) {
+                        start_msg m = {.kind = SPAWN_USER, .val = -e};
+                        (void)!write(err_w, &m, sizeof(m));
+                        _exit(127);
+                }
+        }
+        if ((!user && fchdir(dirfd) < 0) || (s->workdir[0] && chdir(s->workdir) < 0)) {
                 start_msg m = {.kind = SPAWN_CHDIR, .val = errno};
                 (void)!write(err_w, &m, sizeof(m));
                 _exit(127);
@@ -1459,13 +1499,53 @@ static void say(const char *task_dir, const char *what, int err) {
         (void)!write(STDERR_FILENO, line, len);
 }
 
+/* run_as: look the user up, check that we can become it, and make
+ * TASK_DIR/work its own (0700).  0 with *ret_workfd, or 1 with the spawn
+ * failure described in *res. */
+static int prepare_user(const spec *s, int dirfd, gp_user *u, int *ret_workfd, gp_exec_result *res) {
+        char q[ARG_SHOW_MAX + 8];
+        quote(q, sizeof(q), s->run_as);
+        int e = gp_user_lookup(s->run_as, u);
+        if (e < 0) {
+                spawn_failed(res, "run_as %s: %s", q,
+                             e == -ENOENT ? "no such Unix user on this machine" : gp_strerror(e));
+                return 1;
+        }
+        uid_t me = geteuid();
+        if (me != 0 && me != u->uid) {
+                spawn_failed(res, "run_as %s: the daemon runs as uid %u, not root, so it cannot start "
+                             "tasks as another user (uid %u); the task was not run",
+                             q, (unsigned)me, (unsigned)u->uid);
+                return 1;
+        }
+        if (mkdirat(dirfd, WORK_NAME, 0700) < 0 && errno != EEXIST) {
+                spawn_failed(res, "run_as %s: cannot create the work dir: %s", q, gp_strerror(-errno));
+                return 1;
+        }
+        int fd = openat(dirfd, WORK_NAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || fchown(fd, u->uid, u->gid) < 0 || fchmod(fd, 0700) < 0) {
+                e = -errno;
+                if (fd >= 0)
+                        close(fd);
+                spawn_failed(res, "run_as %s: cannot give the work dir to uid %u: %s", q, (unsigned)u->uid,
+                             gp_strerror(e));
+                return 1;
+        }
+        *ret_workfd = fd;
+        return 0;
+}
+
 /* Start the command.  0 with r->pid set and the pipe in r->out, or a
  * spawn failure already described in *res (returns 1), or -errno. */
 static int spawn(run *r, const spec *s, int dirfd, gp_exec_result *res) {
-        char *own[3] = {NULL, NULL, NULL};
+        char *own[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
         char **envp = NULL;
-        int out[2] = {-1, -1}, err[2] = {-1, -1};
-        int rc = build_env(s, &envp, own);
+        int out[2] = {-1, -1}, err[2] = {-1, -1}, workfd = -1;
+        gp_user user;
+        int rc = 0;
+        if (s->run_as[0] && (rc = prepare_user(s, dirfd, &user, &workfd, res)) != 0)
+                goto out;
+        rc = build_env(s, workfd >= 0 ? &user : NULL, &envp, own);
         if (rc < 0)
                 goto out;
         if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
@@ -1478,7 +1558,7 @@ static int spawn(run *r, const spec *s, int dirfd, gp_exec_result *res) {
                 goto out;
         }
         if (pid == 0)
-                command_child(s, envp, dirfd, out[1], err[1]);
+                command_child(s, envp, dirfd, workfd, workfd >= 0 ? &user : NULL, out[1], err[1]);
         setpgid(pid, pid);   /* also here: no window where kill(-pid) misses */
         close(out[1]);
         close(err[1]);
@@ -1494,8 +1574,12 @@ static int spawn(run *r, const spec *s, int dirfd, gp_exec_result *res) {
                         ;
                 char q[ARG_SHOW_MAX + 8];
                 if (m.kind == SPAWN_CHDIR) {
-                        quote(q, sizeof(q), s->workdir);
-                        spawn_failed(res, "cannot enter workdir %s: %s", q, gp_strerror(m.val));
+                        quote(q, sizeof(q), s->workdir[0] ? s->workdir : WORK_NAME);
+                        spawn_failed(res, "cannot enter workdir %s%s: %s", q, s->run_as[0] ? " as run_as" : "",
+                                     gp_strerror(m.val));
+                } else if (m.kind == SPAWN_USER) {
+                        quote(q, sizeof(q), s->run_as);
+                        spawn_failed(res, "run_as %s: cannot become that user: %s", q, gp_strerror(m.val));
                 } else {
                         quote(q, sizeof(q), s->argv[0]);
                         spawn_failed(res, "cannot run %s: %s", q, gp_strerror(m.val));
@@ -1515,8 +1599,10 @@ out:
                 if (err[i] >= 0)
                         close(err[i]);
         }
+        if (workfd >= 0)
+                close(workfd);
         free(envp);
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 6; i++)
                 free(own[i]);
         return rc;
 }

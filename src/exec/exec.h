@@ -18,6 +18,17 @@
  * Files in TASK_DIR: spec.json (written by gp_exec_start), supervisor.pid,
  * log, result.json, and for elastic tasks alloc.json (gp_exec_write_alloc).
  *
+ * run_as (tenants[].run_as): the supervisor stays the daemon's user; only
+ * the command becomes run_as (its groups, gid, uid, checked: no way back)
+ * between fork and exec.  TASK_DIR stays the daemon's (mode 0700), so the
+ * command can neither read nor forge spec.json, supervisor.pid or
+ * result.json; its output still reaches TASK_DIR/log through the pipe.  It
+ * starts in TASK_DIR/work, a directory the supervisor makes and gives to
+ * run_as (0700); a workdir is entered after the switch, so with run_as's
+ * own rights.  A supervisor that is not root (and not run_as already)
+ * cannot switch: the task ends spawn_failed, with a message naming run_as,
+ * and never runs as the daemon's user instead.
+ *
  * The daemon watches a supervisor with a pidfd (works for non-children and
  * after a daemon restart); when it becomes readable, read result.json.
  * All functions may be called from any thread; none keeps global state.
@@ -41,6 +52,8 @@ typedef struct gp_exec_spec {
         int preempt_grace_s;         /* the same when preempted (SIGUSR2), >= 0 */
         int notify_signal;           /* sent to the task on SIGUSR1; 0 = SIGUSR1 */
         int64_t max_log_bytes;       /* > 0 */
+        const char *run_as;          /* NULL or "" = the supervisor's user; else the command
+                                      * runs as that Unix user (see below) */
 } gp_exec_spec;
 
 typedef struct gp_exec_proc {

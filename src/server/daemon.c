@@ -739,6 +739,7 @@ static int spawn(gp_daemon *d, gp_task *t) {
                 .cuda_visible_devices = cvd, .gpus = gpus, .timeout_s = t->timeout_s,
                 .kill_grace_s = d->cfg.kill_grace_s, .max_log_bytes = d->cfg.max_log_bytes,
                 .preempt_grace_s = d->cfg.preemption_grace_sec, .notify_signal = d->cfg.elastic_signal,
+                .run_as = gp_tenants_run_as(d, t->tenant),
         };
         gp_exec_proc p;
         rc = gp_exec_start(d->self_exe, dir, &es, &p);

@@ -1132,6 +1132,34 @@ static int listen_on(const struct sockaddr_in *sa) {
         return fd;
 }
 
+/* The number of HTTP loops (and listening sockets) of a config. */
+static int http_loops(const gp_config *cfg) {
+        int n = cfg->http_threads < 1 ? 1 : cfg->http_threads;
+        return n > GP_HTTP_MAX_LOOPS ? GP_HTTP_MAX_LOOPS : n;
+}
+
+int gp_http_bind(const gp_config *cfg, int *ret_fds, int *ret_n, char *err, size_t errlen) {
+        struct sockaddr_in sa;
+        if (parse_listen(cfg->listen, &sa) < 0) {
+                snprintf(err, errlen, "listen: '%s' is not ADDR:PORT (IPv4)", cfg->listen);
+                return -EINVAL;
+        }
+        int n = http_loops(cfg);
+        for (int i = 0; i < n; i++) {
+                int fd = listen_on(&sa);
+                if (fd < 0) {
+                        while (i > 0)
+                                close(ret_fds[--i]);
+                        snprintf(err, errlen, "cannot listen on %s (%s)", cfg->listen,
+                                 fd == -EADDRINUSE ? "in use" : strerror(-fd));
+                        return fd;
+                }
+                ret_fds[i] = fd;
+        }
+        *ret_n = n;
+        return 0;
+}
+
 int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
         struct sockaddr_in sa;
         if (parse_listen(d->cfg.listen, &sa) < 0) {
@@ -1155,7 +1183,8 @@ int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
         for (int i = 0; i < n; i++)
                 lfds[i] = -1;
         for (int i = 0; i < n; i++) {
-                lfds[i] = listen_on(&sa);
+                /* sockets bound before the daemon dropped root (gp_http_bind) */
+                lfds[i] = i < d->n_bound ? d->bound_fds[i] : listen_on(&sa);
                 struct MHD_Daemon *m =
                         lfds[i] < 0 ? NULL
                                     : MHD_start_daemon(flags, 0, NULL, NULL, timed_handler, d,

@@ -164,6 +164,8 @@ typedef struct gp_daemon {
 #define GP_HTTP_MAX_LOOPS 16
         struct MHD_Daemon *mhds[GP_HTTP_MAX_LOOPS]; /* one per HTTP loop, all on one port */
         int nmhd;
+        int bound_fds[GP_HTTP_MAX_LOOPS]; /* listening sockets from gp_http_bind, taken by gp_http_start */
+        int n_bound;                /* how many; 0 = gp_http_start binds itself */
         struct gp_gw *gw;           /* the inference gateway (gateway/gateway.h), thread-safe */
         /* counters, under lock */
         uint64_t submitted_total, finished_total, failed_total, cancelled_total;
@@ -220,6 +222,12 @@ void gp_http_cors(const hreq *r, struct MHD_Response *resp);
 /* One GPU as JSON; d->lock held. */
 struct json_t *gp_http_gpu_json(gp_daemon *d, uint32_t g);
 int gp_http_start(gp_daemon *d, char *err, size_t errlen);
+/* Bind the listening sockets of cfg->listen (one per HTTP loop) before the
+ * daemon exists, so that it can drop root (server.user) before it opens
+ * anything else; put them in d->bound_fds/n_bound after gp_daemon_open and
+ * gp_http_start takes them.  0 with *ret_n fds in ret_fds (the caller
+ * closes them if it never starts), or -errno with a message in err. */
+int gp_http_bind(const gp_config *cfg, int *ret_fds, int *ret_n, char *err, size_t errlen);
 void gp_http_stop(gp_daemon *d);
 
 #endif

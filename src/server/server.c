@@ -2,15 +2,20 @@
  * [--data-dir DIR]`: option parsing, config, start-up and shutdown. */
 #include "server/server.h"
 
+#include "base/err.h"
 #include "base/log.h"
+#include "base/user.h"
 #include "base/util.h"
 #include "server/server-int.h"
 #include "server/serve.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The store URL for a log line: userinfo (user:password@) hidden. */
@@ -27,12 +32,119 @@ static void redact_url(const char *url, char *out, size_t size) {
 }
 
 static const char usage[] =
-        "usage: gpupool server [--config FILE] [--listen ADDR:PORT] [--data-dir DIR]\n"
+        "usage: gpupool server [--config FILE] [--listen ADDR:PORT] [--data-dir DIR] [--user USER]\n"
         "  With no config file the embedded default is used: SQLite in ./gpupool-data,\n"
-        "  port 8080, NVML GPUs if the NVIDIA driver is present, else 4 simulated GPUs.\n";
+        "  port 8080, NVML GPUs if the NVIDIA driver is present, else 4 simulated GPUs.\n"
+        "  --user (server.user): started as root, become USER once the port is bound.\n";
+
+/* server.user and tenants[].run_as exclude each other: starting a task as
+ * another user needs root, which server.user gives up.  0 or -EINVAL. */
+static int check_users(const gp_config *cfg, char *err, size_t errlen) {
+        if (!cfg->server_user[0])
+                return 0;
+        for (int i = 0; i < cfg->n_tenants; i++) {
+                const char *ra = cfg->tenants[i].run_as;
+                if (ra[0] && strcmp(ra, cfg->server_user) != 0) {
+                        snprintf(err, errlen,
+                                 "tenants[%d] (%s): run_as '%s' cannot work with server.user '%s': starting tasks "
+                                 "as another user needs the daemon to keep root; drop one of the two",
+                                 i, cfg->tenants[i].id, ra, cfg->server_user);
+                        return -EINVAL;
+                }
+        }
+        return 0;
+}
+
+/* The data dir must be server.user's before the daemon becomes it: made
+ * here (0700, owned by the user) when it does not exist yet (its parent
+ * must); an existing one must already belong to the user - we never chown
+ * a tree we did not make (it may hold links planted to redirect a chown).
+ * 0 or -errno with a message. */
+static int data_dir_for(const gp_config *cfg, const gp_user *u, char *err, size_t errlen) {
+        struct stat st;
+        if (stat(cfg->data_dir, &st) < 0) {
+                if (errno != ENOENT || mkdir(cfg->data_dir, 0700) < 0) {
+                        int e = errno;
+                        snprintf(err, errlen, "data dir %.400s: %s", cfg->data_dir, strerror(e));
+                        return -e;
+                }
+                int fd = open(cfg->data_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0 || fchown(fd, u->uid, u->gid) < 0 || fstat(fd, &st) < 0) {
+                        int e = errno;
+                        if (fd >= 0)
+                                close(fd);
+                        snprintf(err, errlen, "data dir %.400s: cannot give it to server.user '%s': %s", cfg->data_dir,
+                                 u->name, strerror(e));
+                        return -e;
+                }
+                close(fd);
+                gp_info("made data dir %s for server.user '%s'", cfg->data_dir, u->name);
+        }
+        if (!S_ISDIR(st.st_mode)) {
+                snprintf(err, errlen, "data dir %.400s: not a directory", cfg->data_dir);
+                return -ENOTDIR;
+        }
+        if (st.st_uid != u->uid) {
+                snprintf(err, errlen,
+                         "data dir %.400s belongs to uid %u, but server.user '%s' is uid %u: give it to that user "
+                         "(chown -R %s: %.400s) or use another --data-dir",
+                         cfg->data_dir, (unsigned)st.st_uid, u->name, (unsigned)u->uid, u->name, cfg->data_dir);
+                return -EACCES;
+        }
+        return 0;
+}
+
+/* After the port is bound and before anything else is opened: become
+ * server.user for good (groups, gid, uid; checked: setuid(0) fails after).
+ * Without server.user a root daemon only warns.  0 or -errno with a
+ * message; the caller exits on failure. */
+static int drop_root(const gp_config *cfg, char *err, size_t errlen) {
+        uid_t me = geteuid();
+        if (!cfg->server_user[0]) {
+                if (me == 0) {
+                        bool run_as = false;
+                        for (int i = 0; i < cfg->n_tenants; i++)
+                                run_as = run_as || cfg->tenants[i].run_as[0];
+                        gp_warn("running as root without server.user: %s", run_as
+                                ? "kept for tenants[].run_as (the tasks run as their users; the daemon, its "
+                                  "HTTP server and the gateway keep root)"
+                                : "the daemon, its HTTP server, the gateway and every task run as root; set "
+                                  "server.user (or --user) to drop root once the port is bound");
+                }
+                return 0;
+        }
+        gp_user u;
+        int rc = gp_user_lookup(cfg->server_user, &u);
+        if (rc < 0) {
+                snprintf(err, errlen, "server.user '%s': %s", cfg->server_user,
+                         rc == -ENOENT ? "no such Unix user on this machine" : gp_strerror(rc));
+                return rc;
+        }
+        if (me != 0) {
+                if (me == u.uid)
+                        return 0;   /* already that user: nothing to drop */
+                snprintf(err, errlen, "server.user '%s' (uid %u): gpupool server must start as root to become "
+                         "it; it runs as uid %u", u.name, (unsigned)u.uid, (unsigned)me);
+                return -EPERM;
+        }
+        if (u.uid == 0) {
+                gp_warn("server.user '%s' is root: nothing is dropped", u.name);
+                return 0;
+        }
+        if ((rc = data_dir_for(cfg, &u, err, errlen)) < 0)
+                return rc;
+        if ((rc = gp_user_become(&u)) < 0) {
+                snprintf(err, errlen, "cannot become server.user '%s' (uid %u, gid %u): %s", u.name,
+                         (unsigned)u.uid, (unsigned)u.gid, gp_strerror(rc));
+                return rc;
+        }
+        gp_info("dropped root: running as server.user '%s' (uid %u, gid %u, %d groups)", u.name, (unsigned)u.uid,
+                (unsigned)u.gid, u.ngroups);
+        return 0;
+}
 
 int gp_server_main(int argc, char **argv) {
-        const char *config = NULL, *listen = NULL, *data_dir = NULL;
+        const char *config = NULL, *listen = NULL, *data_dir = NULL, *user = NULL;
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i];
                 if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -42,6 +154,7 @@ int gp_server_main(int argc, char **argv) {
                 const char **dst = !strcmp(a, "--config")     ? &config
                                    : !strcmp(a, "--listen")   ? &listen
                                    : !strcmp(a, "--data-dir") ? &data_dir
+                                   : !strcmp(a, "--user")     ? &user
                                                               : NULL;
                 if (!dst || i + 1 >= argc) {
                         fprintf(stderr, "gpupool server: %s '%s'\n%s", dst ? "missing value for" : "unknown option", a,
@@ -81,7 +194,18 @@ int gp_server_main(int argc, char **argv) {
                         }
                 }
         }
-        if (gp_config_validate(&cfg, err, sizeof(err)) < 0) {
+        if (user) {
+                gp_user u;
+                int urc = gp_user_lookup(user, &u);
+                if (urc < 0) {
+                        fprintf(stderr, "gpupool server: --user '%s': %s\n", user,
+                                urc == -ENOENT ? "no such Unix user on this machine"
+                                : urc == -EINVAL ? "not a Unix user name" : gp_strerror(urc));
+                        return urc == -EINVAL ? 2 : 1;
+                }
+                gp_strlcpy(cfg.server_user, u.name, sizeof(cfg.server_user));
+        }
+        if (gp_config_validate(&cfg, err, sizeof(err)) < 0 || check_users(&cfg, err, sizeof(err)) < 0) {
                 fprintf(stderr, "gpupool server: bad config: %s\n", err);
                 return 1;
         }
@@ -93,12 +217,25 @@ int gp_server_main(int argc, char **argv) {
         sigaddset(&set, SIGHUP);
         pthread_sigmask(SIG_BLOCK, &set, NULL); /* threads inherit: only sigwait sees them */
 
+        /* the port first (it may be below 1024), then root goes, then
+         * everything else is opened as server.user */
+        int bound[GP_HTTP_MAX_LOOPS], nbound = 0;
+        if (gp_http_bind(&cfg, bound, &nbound, err, sizeof(err)) < 0 || drop_root(&cfg, err, sizeof(err)) < 0) {
+                fprintf(stderr, "gpupool server: %s\n", err);
+                for (int i = 0; i < nbound; i++)
+                        close(bound[i]);
+                return 1;
+        }
         static gp_daemon d;
         if (gp_daemon_open(&d, &cfg, err, sizeof(err)) < 0) {
                 fprintf(stderr, "gpupool server: %s\n", err);
                 gp_daemon_close(&d);
+                for (int i = 0; i < nbound; i++)
+                        close(bound[i]);
                 return 1;
         }
+        memcpy(d.bound_fds, bound, (size_t)nbound * sizeof(bound[0]));
+        d.n_bound = nbound;
         gp_serve *serve = NULL;
         if (gp_daemon_start(&d) < 0 || gp_http_start(&d, err, sizeof(err)) < 0) {
                 fprintf(stderr, "gpupool server: %s\n", err);

@@ -436,6 +436,13 @@ static json_t *meta_json(gp_daemon *d, const char *key) {
         return j;
 }
 
+const char *gp_tenants_run_as(const gp_daemon *d, const char *id) {
+        for (int i = 0; id && i < d->cfg.n_tenants; i++)
+                if (!strcmp(d->cfg.tenants[i].id, id))
+                        return d->cfg.tenants[i].run_as[0] ? d->cfg.tenants[i].run_as : NULL;
+        return NULL;
+}
+
 int gp_tenants_init(gp_daemon *d, char *err, size_t errlen) {
         int rc;
         for (int i = 0; i < d->cfg.n_admin_keys; i++)

@@ -43,6 +43,12 @@ bool gp_tenants_auth_required(const struct gp_daemon *d);
 int gp_tenants_authenticate(struct gp_daemon *d, const char *key, bool *ret_admin, char *ret_tenant,
                             size_t size);
 
+/* The Unix user the tenant's batch tasks run as (tenants[].run_as of the
+ * config file), or NULL.  Only the file sets it: run-time changes and
+ * tenants made at run time never do, so no API key can choose it.  d->cfg
+ * does not change after start: no lock needed, any thread. */
+const char *gp_tenants_run_as(const struct gp_daemon *d, const char *id);
+
 /* The tenant's record, or NULL. d->lock held; valid until the lock is
  * released. */
 const gp_cfg_tenant *gp_tenants_find(const struct gp_daemon *d, const char *id);

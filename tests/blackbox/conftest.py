@@ -12,6 +12,11 @@ Tests that need the daemon are end-to-end tests: mark them with
 out with `-m e2e` / `-m "not e2e"`.  If $GPUPOOL_BIN does not exist they
 are skipped; if the daemon does not come up they fail with its log.
 
+Sanitizer reports: with $GPUPOOL_SAN_LOG_DIR set to the directory that
+TSAN_OPTIONS (or ASAN_OPTIONS) names in log_path=DIR/NAME, a test during
+which any process (daemon, supervisor, CLI) wrote a report there fails, with
+the report; scripts/test-all.sh's ThreadSanitizer stage sets both.
+
 Run: make blackbox  (or GPUPOOL_BIN=build/gpupool /usr/bin/python3 -m pytest -q tests/blackbox)
 """
 import os
@@ -32,6 +37,30 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "e2e: needs the real gpupool daemon (started by the daemon fixture)")
     config.addinivalue_line("markers", "timing: compares real time with simulated time; left out of the "
                             "sanitizer run, where the daemon is several times slower")
+
+
+SAN_LOG_DIR = os.environ.get("GPUPOOL_SAN_LOG_DIR")
+
+
+@pytest.fixture(autouse=True)
+def no_sanitizer_reports():
+    """Autouse in every test: set up before the daemon fixtures, so checked
+    after they stopped their daemons (reports at exit count too)."""
+    if not SAN_LOG_DIR:
+        yield
+        return
+    before = set(os.listdir(SAN_LOG_DIR))
+    yield
+    new = sorted(set(os.listdir(SAN_LOG_DIR)) - before)
+    if new:
+        texts = []
+        for name in new:
+            try:
+                with open(os.path.join(SAN_LOG_DIR, name), "rb") as f:
+                    texts.append("--- %s\n%s" % (name, f.read(20000).decode("utf-8", "replace")))
+            except OSError as e:
+                texts.append("--- %s: %s" % (name, e))
+        pytest.fail("sanitizer report(s) written during this test in %s:\n%s" % (SAN_LOG_DIR, "\n".join(texts)))
 
 
 def gpupool_bin():

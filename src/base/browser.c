@@ -4,6 +4,7 @@
 
 #include "base/util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -125,6 +126,50 @@ bool gp_browser_origin_ok(const char *s, const char **why) {
                 return false;
         }
         return true;
+}
+
+/* Is h[0..n) (no brackets) an IPv4 or IPv6 address literal? */
+static bool ip_literal(const char *h, size_t n, bool v6) {
+        char buf[64];
+        unsigned char addr[16];
+        if (n >= sizeof(buf))
+                return false;
+        memcpy(buf, h, n);
+        buf[n] = '\0';
+        return inet_pton(v6 ? AF_INET6 : AF_INET, buf, addr) == 1;
+}
+
+static bool host_is(const hostport *hp, const char *name) {
+        return hp->host_len == strlen(name) && !strncasecmp(hp->host, name, hp->host_len);
+}
+
+bool gp_browser_host_local(const char *host, const char *hostname, const char (*allowed)[GP_ORIGIN_MAX],
+                           size_t nallowed) {
+        hostport hp;
+        const char *why;
+        if (!host)
+                return true; /* no Host: an HTTP/1.0 client; every browser sends one */
+        size_t n = strlen(host);
+        if (n == 0 || n >= GP_ORIGIN_MAX || parse_hostport(host, n, &hp, &why) < 0)
+                return false;
+        if (ip_literal(hp.host, hp.host_len, hp.v6))
+                return true;
+        if (host_is(&hp, "localhost"))
+                return true;
+        const char sfx[] = ".localhost"; /* RFC 6761: always loopback */
+        if (hp.host_len > sizeof(sfx) - 1 &&
+            !strncasecmp(hp.host + hp.host_len - (sizeof(sfx) - 1), sfx, sizeof(sfx) - 1))
+                return true;
+        if (hostname && *hostname && host_is(&hp, hostname))
+                return true;
+        for (size_t i = 0; i < nallowed; i++) {
+                hostport ho;
+                int dflt;
+                if (parse_origin(allowed[i], &ho, &dflt, &why) == 0 && ho.host_len == hp.host_len &&
+                    !strncasecmp(ho.host, hp.host, hp.host_len))
+                        return true;
+        }
+        return false;
 }
 
 bool gp_browser_state_changing(const char *method) {

@@ -63,6 +63,19 @@ int gp_browser_check(const gp_browser_req *q, const char (*allowed)[GP_ORIGIN_MA
  * OPTIONS)? */
 bool gp_browser_state_changing(const char *method);
 
+/* The DNS-rebinding guard.  With no API keys configured every loopback
+ * client is admin, and a page of another site whose name the attacker
+ * re-points at 127.0.0.1 is, to the browser, same-origin with this
+ * server: it could read answers and send JSON writes.  Such a request
+ * names the attacker's domain in Host.  True when Host (its value, NULL
+ * when absent) names this machine by address or by a name that cannot be
+ * re-pointed from outside: an IPv4 or [IPv6] literal, "localhost" or
+ * "*.localhost", the machine's host name (hostname, may be NULL), or the
+ * host of an origin in allowed[0..nallowed); any port.  An absent Host is
+ * true (HTTP/1.0 clients; browsers always send it). */
+bool gp_browser_host_local(const char *host, const char *hostname, const char (*allowed)[GP_ORIGIN_MAX],
+                           size_t nallowed);
+
 /* Is s an origin server.allowed_origins may list: "http://" or "https://",
  * a host name, IPv4 or [IPv6] literal, an optional ":PORT" (1..65535, not
  * the scheme's default, which browsers leave out), nothing after it (no

@@ -644,7 +644,8 @@ static void dispatch(fconn *fc, const char *body, size_t len) {
         gp_gw_caller who;
         memset(&who, 0, sizeof(who));
         char msg[256] = "this server takes no /v1 requests here";
-        int st = g->auth_fn ? g->auth_fn(g->auth_ud, fc->h.has_authz ? fc->h.authz : NULL, (struct sockaddr *)&fc->addr,
+        int st = g->auth_fn ? g->auth_fn(g->auth_ud, fc->h.has_authz ? fc->h.authz : NULL,
+                                         fc->h.has_host ? fc->h.host : NULL, (struct sockaddr *)&fc->addr,
                                          &who, msg, sizeof(msg))
                             : 403;
         if (st) {

@@ -1633,6 +1633,9 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         memset(d, 0, sizeof(*d));
         d->cfg = *cfg;
         d->evfd = d->epfd = d->lock_fd = -1;
+        if (gethostname(d->hostname, sizeof(d->hostname)) < 0)
+                d->hostname[0] = '\0';
+        d->hostname[sizeof(d->hostname) - 1] = '\0';
         pthread_mutex_init(&d->lock, NULL);
         pthread_mutex_init(&d->qlock, NULL);
         pthread_mutex_init(&d->rs_lock, NULL);

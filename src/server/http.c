@@ -10,6 +10,7 @@
  */
 #include "server/server-int.h"
 
+#include "base/browser.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/sha256.h"
@@ -182,15 +183,26 @@ static bool is_loopback(struct MHD_Connection *conn) {
         return ci && addr_loopback(ci->client_addr);
 }
 
-/* Who is asking, from the Authorization header's value (NULL = none) and
- * whether the client is on loopback: *admin, tenant and who (a label for
- * the audit log).  0, or the status to refuse with (401, 403) and msg. */
-static int identify(gp_daemon *d, const char *h, bool loopback, bool *admin, char *tenant, size_t tlen, char *who,
-                    size_t wlen, const char **msg) {
+/* Who is asking, from the Authorization header's value (NULL = none),
+ * the Host header's (NULL = none) and whether the client is on loopback:
+ * *admin, tenant and who (a label for the audit log).  0, or the status
+ * to refuse with (401, 403) and msg. */
+static int identify(gp_daemon *d, const char *h, const char *host, bool loopback, bool *admin, char *tenant,
+                    size_t tlen, char *who, size_t wlen, const char **msg) {
         pthread_mutex_lock(&d->lock);
         bool required = gp_tenants_auth_required(d);
         pthread_mutex_unlock(&d->lock);
         if (!required) {
+                /* DNS rebinding (base/browser.h): a page of another site re-pointed at
+                 * 127.0.0.1 names its own domain in Host; it must not be admin */
+                if (loopback && !gp_browser_host_local(host, d->hostname,
+                                                       (const char (*)[GP_ORIGIN_MAX])d->cfg.allowed_origins,
+                                                       (size_t)d->cfg.n_allowed_origins)) {
+                        *msg = "no API keys are configured, so Host must name this server by IP address, "
+                               "localhost or its host name (another domain may be a web page: DNS "
+                               "rebinding); configure keys or server.allowed_origins";
+                        return 403;
+                }
                 if (loopback) {
                         *admin = true;
                         gp_strlcpy(who, "loopback (no keys configured)", wlen);
@@ -226,7 +238,7 @@ static int authorize(hreq *r, const char *url, enum MHD_Result *ret) {
                 return 0;
         const char *msg = NULL;
         int st = identify(r->d, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization"),
-                          is_loopback(r->conn), &r->admin, r->tenant, sizeof(r->tenant), r->who, sizeof(r->who), &msg);
+                          MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host"), is_loopback(r->conn), &r->admin, r->tenant, sizeof(r->tenant), r->who, sizeof(r->who), &msg);
         if (!st)
                 return 0;
         *ret = send_error(r, st, st == 401 ? "unauthorized" : "forbidden", "%s", msg);
@@ -830,13 +842,13 @@ static void gw_caller(gp_daemon *d, const char *tenant, bool admin, gp_gw_caller
 }
 
 /* The gateway's own /v1 connections ask here who calls (gp_gw_on_auth). */
-static int gw_auth(void *ud, const char *authorization, const struct sockaddr *client, gp_gw_caller *who, char *msg,
-                   size_t msglen) {
+static int gw_auth(void *ud, const char *authorization, const char *host, const struct sockaddr *client,
+                   gp_gw_caller *who, char *msg, size_t msglen) {
         gp_daemon *d = ud;
         bool admin = false;
         char tenant[GP_TENANT_MAX] = "", label[128];
         const char *why = NULL;
-        int st = identify(d, authorization, addr_loopback(client), &admin, tenant, sizeof(tenant), label,
+        int st = identify(d, authorization, host, addr_loopback(client), &admin, tenant, sizeof(tenant), label,
                           sizeof(label), &why);
         if (st) {
                 gp_strlcpy(msg, why, msglen);

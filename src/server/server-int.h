@@ -153,6 +153,7 @@ typedef struct gp_daemon {
         int evfd;                   /* wakes the loop */
         int epfd;                   /* evfd + supervisor pidfds */
         int lock_fd;                /* flock on DATA_DIR/gpupool.lock: one daemon per data dir */
+        char hostname[256];         /* gethostname() at start: a Host the DNS-rebinding guard accepts */
         /* long-poll waiters and log followers, under lock */
         hreq *waiters;
         hreq *followers;

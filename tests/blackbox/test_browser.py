@@ -343,3 +343,34 @@ def test_a_valid_key_does_not_let_another_site_in(daemon_factory):
     assert a.status == 415, a
     a = send(d, "POST", "/api/v1/tasks", json.dumps(LEASE).encode(), auth)
     assert a.status == 201, a
+
+
+def test_dns_rebinding_a_foreign_host_is_not_admin_without_keys(daemon_factory, up):
+    """A page at http://evil.example:PORT whose name the attacker re-points at
+    127.0.0.1 is same-origin to the browser: its Origin matches its Host.  With
+    no keys the server answers only requests whose Host names this machine
+    (an IP literal, localhost, its host name, an allowed origin's host)."""
+    import socket
+    d = daemon_factory(config(up.url))
+    evil = "evil.example:%d" % d.port
+    body = json.dumps(LEASE).encode()
+    hdrs = {"Host": evil, "Origin": "http://" + evil, "Sec-Fetch-Site": "same-origin",
+            "Content-Type": "application/json"}
+    a = send(d, "POST", "/api/v1/tasks", body, hdrs)
+    assert a.status == 403 and "DNS rebinding" in a.json()["error"]["message"], a
+    a = send(d, "GET", "/api/v1/tasks", None, {"Host": evil})  # reads leak too
+    assert a.status == 403, a
+    chat = json.dumps({"model": "m1", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    a = send(d, "POST", "/v1/chat/completions", chat, hdrs)  # the gateway's own front
+    assert a.status == 403, a
+    assert up.received == []
+    assert jsend(d, "GET", "/api/v1/tasks")["tasks"] == []
+    # names of this machine work, with any port
+    for host in ("127.0.0.1:%d" % d.port, "localhost:%d" % d.port, "%s:%d" % (socket.gethostname(), d.port),
+                 "ui.example.com"):
+        a = send(d, "GET", "/api/v1/tasks", None, {"Host": host})
+        assert a.status == 200, (host, a)
+    a = send(d, "POST", "/api/v1/tasks", body, {"Host": "localhost:%d" % d.port, "Content-Type": "application/json"})
+    assert a.status == 201, a
+    # probes and the dashboard's page carry no data: they answer whatever the Host
+    assert send(d, "GET", "/healthz", None, {"Host": evil}).status == 200

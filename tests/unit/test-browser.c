@@ -180,6 +180,25 @@ static void test_allowed_origin_syntax(void **state) {
         assert_false(gp_browser_origin_ok(big, &why));
 }
 
+static void test_rebinding_guard_takes_only_names_of_this_machine(void **state) {
+        (void)state;
+        static const char *const local[] = {"127.0.0.1:8080", "127.0.0.1", "10.1.2.3:80", "[::1]:8080", "[::1]",
+                                            "localhost", "LOCALHOST:8080", "gpu.localhost:9", "ws7:8080",
+                                            "WS7", "ui.example.com", "ui.example.com:8080"};
+        static const char *const remote[] = {"evil.example", "evil.example:8080", "127.0.0.1.evil.example",
+                                             "localhost.evil.example", "ws7.evil.example", "localhostx",
+                                             "", "[::1", "evil.example:99999", "a b", "ws", "x.ui.example.com"};
+        for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++)
+                if (!gp_browser_host_local(local[i], "ws7", allowed, 2))
+                        fail_msg("refused Host %s", local[i]);
+        for (size_t i = 0; i < sizeof(remote) / sizeof(remote[0]); i++)
+                if (gp_browser_host_local(remote[i], "ws7", allowed, 2))
+                        fail_msg("accepted Host %s", remote[i]);
+        assert_true(gp_browser_host_local(NULL, "ws7", allowed, 2)); /* HTTP/1.0, no Host */
+        assert_false(gp_browser_host_local("ws7", NULL, NULL, 0));
+        assert_false(gp_browser_host_local("ws7", "", NULL, 0));
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_non_json_bodies_are_refused_with_415),
@@ -191,6 +210,7 @@ int main(void) {
                 cmocka_unit_test(test_preflights),
                 cmocka_unit_test(test_messages_name_the_expected_type_and_cleaned_values),
                 cmocka_unit_test(test_allowed_origin_syntax),
+                cmocka_unit_test(test_rebinding_guard_takes_only_names_of_this_machine),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

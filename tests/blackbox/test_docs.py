@@ -105,14 +105,15 @@ def merge(a, b):
     return a
 
 
-def refuse(tmp_path, cfg):
-    """Start the server with config cfg (a dict) expecting it to refuse; its message."""
+def refuse(tmp_path, cfg, text=None, timeout=5):
+    """Start the server with config cfg (a dict, or the YAML text) expecting
+    it to refuse: its message, or "(accepted...)" when it started."""
     path = tmp_path / "probe.yaml"
-    path.write_text(json.dumps(cfg) + "\n")
+    path.write_text(text if text is not None else json.dumps(cfg) + "\n")
     try:
         p = subprocess.run([gpupool_bin(), "server", "--config", str(path), "--listen",
                             "127.0.0.1:%d" % free_port(), "--data-dir", str(tmp_path / "probe-data")],
-                           capture_output=True, text=True, timeout=5, stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
                            start_new_session=True)
     except subprocess.TimeoutExpired:  # it started: subprocess.run killed it
         return "(accepted: the server started)"
@@ -326,3 +327,45 @@ def test_every_repository_path_and_link_in_the_docs_exists():
                     missing.append("%s:%d: link %s" % (name, n, target))
     assert len(DOC_FILES) > 15
     assert not missing, "paths named in the docs that do not exist:\n" + "\n".join(missing)
+
+
+# ---------------------------------------------------------------- YAML examples
+
+def yaml_blocks():
+    """[(doc, line, text)] of the ```yaml blocks of the docs that are gpupool configs."""
+    blocks = []
+    for doc in DOC_FILES:
+        text = read(doc)
+        for m in re.finditer(r"```ya?ml\n(.*?)```", text, re.S):
+            block = m.group(1)
+            if "scrape_configs" in block:  # Prometheus' config, not ours
+                continue
+            blocks.append((os.path.relpath(doc, REPO), text[:m.start()].count("\n") + 2, block))
+    return blocks
+
+
+def test_config_md_reproduces_examples_gpupool_yaml():
+    text = read(os.path.join(REPO, "docs", "config.md"))
+    tail = text[text.index("## Example"):]
+    block = re.search(r"```yaml\n(.*?)```", tail, re.S).group(1)
+    assert block == read(os.path.join(REPO, "examples", "gpupool.yaml")), \
+        "docs/config.md's ## Example is not examples/gpupool.yaml as it is"
+
+
+def test_every_yaml_example_in_the_docs_is_a_config_the_server_accepts(tmp_path):
+    bad = []
+    n = 0
+    for doc, line, block in yaml_blocks():
+        # placeholders for key hashes: a distinct real hash each
+        counter = iter(range(1, 1000))
+        block = re.sub(r'"sha256:(?:<[^">]*>|\.\.\.)"', lambda _: '"sha256:%064x"' % next(counter), block)
+        msg = refuse(tmp_path, None, text=block, timeout=2)  # a bad config is refused at once
+        n += 1
+        # a fragment may name tenants defined elsewhere on the page
+        # a block naming a PostgreSQL server or NVML that is not here passes its config and fails later
+        if msg.startswith("(accepted") or re.search(r'no tenant "[^"]+" is defined in tenants', msg) or \
+                "connect to postgres" in msg or "cannot load NVML library" in msg:
+            continue
+        bad.append("%s:%d: %s" % (doc, line, msg.strip()))
+    assert n > 5, "only %d YAML examples found" % n
+    assert not bad, "YAML examples in the docs that the server refuses:\n" + "\n".join(bad)

@@ -162,10 +162,12 @@ static const struct {
         const char *usage;
         const char *summary;
 } daemon_verbs[] = {
-        {"server", "gpupool server [--config FILE] [--listen ADDR:PORT] [--data-dir DIR]",
+        {"server", "gpupool server [--config FILE] [--listen ADDR:PORT] [--data-dir DIR] [--user USER]",
          "run the scheduler daemon"},
-        {"agent", "gpupool agent --server URL --token TOKEN [--config FILE]",
-         "join this machine's GPUs to a server"},
+        {"simulate", "gpupool simulate --trace FILE --gpus N [OPTIONS] (all of them: gpupool simulate --help)",
+         "replay a job trace through the scheduler offline"},
+        {"agent", "gpupool agent",
+         "multi-node pools: not part of this version yet (exits 2)"},
 };
 
 static const char client_opts_help[] =

@@ -777,6 +777,7 @@ out:
 static void preempt(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
         gp_billing_run_end(d, t, now, GP_BILL_RUN_END, gp_now_ms());
         t->preempt_count++;
+        gp_monitor_task_preempted(d->mon); /* gpupool_tasks_preempted_total */
         t->state = GP_TASK_QUEUED;
         t->started_ms = 0;
         free(t->gpus);

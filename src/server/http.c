@@ -1144,6 +1144,25 @@ static int listen_on(const struct sockaddr_in *sa) {
         return fd;
 }
 
+/* Whether another process listens on sa already.  SO_REUSEPORT lets
+ * sockets of the same user share a port, so a second gpupool server (or any
+ * program of the same user that sets it) would bind beside a live one and
+ * the kernel would split the connections between the two.  A socket without
+ * SO_REUSEPORT cannot bind where one listens: this probe is bound and
+ * closed before the real sockets are made.  0, or -EADDRINUSE (or -errno). */
+static int port_free(const struct sockaddr_in *sa) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        int one = 1; /* SO_REUSEADDR: a previous run's TIME_WAIT connections do not count */
+        int rc = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+                                 bind(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0
+                         ? -errno
+                         : 0;
+        close(fd);
+        return rc;
+}
+
 /* The number of HTTP loops (and listening sockets) of a config. */
 static int http_loops(const gp_config *cfg) {
         int n = cfg->http_threads < 1 ? 1 : cfg->http_threads;
@@ -1157,6 +1176,12 @@ int gp_http_bind(const gp_config *cfg, int *ret_fds, int *ret_n, char *err, size
                 return -EINVAL;
         }
         int n = http_loops(cfg);
+        int prc = port_free(&sa);
+        if (prc < 0) {
+                snprintf(err, errlen, "cannot listen on %s (%s)", cfg->listen,
+                         prc == -EADDRINUSE ? "in use by another process" : strerror(-prc));
+                return prc;
+        }
         for (int i = 0; i < n; i++) {
                 int fd = listen_on(&sa);
                 if (fd < 0) {

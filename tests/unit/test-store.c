@@ -237,6 +237,9 @@ static gp_task make_full_task(int64_t id) {
         t.exclusive = true;
         t.preemptible = true;
         t.borrowing = true;
+        t.array_id = id > 1 ? id - 1 : id;
+        t.array_index = 1999;
+        t.array_limit = 50;
         t.is_lease = false;
         t.timeout_s = 3600;
         t.queue_timeout_s = 60;
@@ -280,6 +283,9 @@ static void assert_task_equal(const gp_task *a, const gp_task *b) {
         assert_int_equal(a->exclusive, b->exclusive);
         assert_int_equal(a->preemptible, b->preemptible);
         assert_int_equal(a->borrowing, b->borrowing);
+        assert_int_equal(a->array_id, b->array_id);
+        assert_int_equal(a->array_index, b->array_index);
+        assert_int_equal(a->array_limit, b->array_limit);
         assert_int_equal(a->is_lease, b->is_lease);
         assert_int_equal(a->timeout_s, b->timeout_s);
         assert_int_equal(a->queue_timeout_s, b->queue_timeout_s);
@@ -709,7 +715,7 @@ static void test_meta_set_get_and_missing_key(void **state) {
 
         /* the store's own key is readable but reserved */
         assert_int_equal(gp_store_meta_get(s, "schema_version", buf, sizeof(buf)), 0);
-        assert_string_equal(buf, "3");
+        assert_string_equal(buf, "4");
         assert_int_equal(gp_store_meta_set(s, "schema_version", "7"), -EINVAL);
         assert_int_equal(gp_store_meta_set(s, "", "x"), -EINVAL);
 
@@ -987,9 +993,16 @@ static void test_version_1_database_is_migrated_keeping_its_tasks(void **state) 
         gp_task t = make_full_task(5);
         t.elastic_max_gpus = 0;
         t.borrowing = false;
+        t.array_id = 0;
+        t.array_index = 0;
+        t.array_limit = 0;
         put_ok(s, &t);
         gp_store_close(s);
-        /* back to the schema of version 1: no elastic_max nor borrowing column */
+        /* back to the schema of version 1: no elastic_max, borrowing nor array columns */
+        fx->be->raw_exec(fx, "DROP INDEX tasks_array");
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN array_id");
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN array_index");
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN array_limit");
         fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN elastic_max");
         fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN borrowing");
         fx->be->raw_exec(fx, "UPDATE meta SET value = '1' WHERE key = 'schema_version'");
@@ -1000,7 +1013,7 @@ static void test_version_1_database_is_migrated_keeping_its_tasks(void **state) 
         gp_task_done(&got);
         char v[16];
         assert_int_equal(gp_store_meta_get(s, "schema_version", v, sizeof(v)), 0);
-        assert_string_equal(v, "3");
+        assert_string_equal(v, "4");
         gp_task_done(&t);
         gp_store_close(s);
 }

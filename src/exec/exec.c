@@ -546,7 +546,9 @@ static int spec_dump(const gp_exec_spec *s, char **ret) {
             (r = set_int(o, "kill_grace_s", s->kill_grace_s)) < 0 ||
             (r = set_int(o, "preempt_grace_s", s->preempt_grace_s)) < 0 ||
             (r = set_int(o, "notify_signal", s->notify_signal ? s->notify_signal : SIGUSR1)) < 0 ||
-            (r = set_int(o, "max_log_bytes", s->max_log_bytes)) < 0)
+            (r = set_int(o, "max_log_bytes", s->max_log_bytes)) < 0 ||
+            (s->array_id > 0 && ((r = set_int(o, "array_id", s->array_id)) < 0 ||
+                                 (r = set_int(o, "array_index", s->array_index)) < 0)))
                 goto out;
         char *d = json_dumps(o, JSON_COMPACT);
         if (!d) {
@@ -826,6 +828,7 @@ typedef struct spec {
         int64_t preempt_grace_s;     /* missing in specs of older versions: kill_grace_s */
         int64_t notify_signal;       /* missing: SIGUSR1 */
         int64_t max_log_bytes;
+        int64_t array_id, array_index; /* missing: 0 (no array) */
 } spec;
 
 static void spec_done(spec *s) {
@@ -931,6 +934,12 @@ static int spec_load(int dirfd, spec *ret, char *why, size_t why_size) {
                 field = "task_id";
                 goto bad;
         }
+        if (json_object_get(s.root, "array_id") &&
+            (json_int_field(s.root, "array_id", 1, INT64_MAX, &s.array_id) < 0 ||
+             json_int_field(s.root, "array_index", 0, INT32_MAX, &s.array_index) < 0)) {
+                field = "array_id";
+                goto bad;
+        }
         if (json_int_field(s.root, "timeout_s", 0, TIMEOUT_MAX_S, &s.timeout_s) < 0) {
                 field = "timeout_s";
                 goto bad;
@@ -976,20 +985,36 @@ static bool same_key(const char *a, const char *b) {
         return (*a == '=' || *a == '\0') && (*b == '=' || *b == '\0');
 }
 
+#define OWN_VARS 7
+
 /* The command's environment: inherited, minus what the spec or gpupool
  * sets, plus the spec's env (last entry of a key wins), plus gpupool's own
- * three variables, which nobody can override. */
+ * variables, which nobody can override: three, and for a job array element
+ * four more (GPUPOOL_ARRAY_ID/INDEX and Slurm's SLURM_ARRAY_JOB_ID/TASK_ID,
+ * for scripts written for Slurm).  own has OWN_VARS slots. */
 static int build_env(const spec *s, char ***ret_env, char **own) {
-        gp_buf b[3];
-        const char *names[3] = {"CUDA_VISIBLE_DEVICES", "GPUPOOL_TASK_ID", "GPUPOOL_GPUS"};
-        for (int i = 0; i < 3; i++)
+        gp_buf b[OWN_VARS];
+        const char *names[OWN_VARS] = {"CUDA_VISIBLE_DEVICES", "GPUPOOL_TASK_ID", "GPUPOOL_GPUS",
+                                       "GPUPOOL_ARRAY_ID", "GPUPOOL_ARRAY_INDEX", "SLURM_ARRAY_JOB_ID",
+                                       "SLURM_ARRAY_TASK_ID"};
+        int nown = s->array_id > 0 ? OWN_VARS : 3;
+        for (int i = 0; i < OWN_VARS; i++)
                 gp_buf_init(&b[i], 0);
         int r = 0;
         if (gp_buf_printf(&b[0], "CUDA_VISIBLE_DEVICES=%s", s->cuda) < 0 ||
             gp_buf_printf(&b[1], "GPUPOOL_TASK_ID=%lld", (long long)s->task_id) < 0 ||
             gp_buf_printf(&b[2], "GPUPOOL_GPUS=%s", s->gpus) < 0)
                 r = -ENOMEM;
-        for (int i = 0; i < 3; i++) {
+        if (r == 0 && nown > 3 &&
+            (gp_buf_printf(&b[3], "GPUPOOL_ARRAY_ID=%lld", (long long)s->array_id) < 0 ||
+             gp_buf_printf(&b[4], "GPUPOOL_ARRAY_INDEX=%lld", (long long)s->array_index) < 0 ||
+             gp_buf_printf(&b[5], "SLURM_ARRAY_JOB_ID=%lld", (long long)s->array_id) < 0 ||
+             gp_buf_printf(&b[6], "SLURM_ARRAY_TASK_ID=%lld", (long long)s->array_index) < 0))
+                r = -ENOMEM;
+        for (int i = 3; i < OWN_VARS; i++)
+                if (i >= nown)
+                        gp_buf_done(&b[i]);
+        for (int i = 0; i < nown; i++) {
                 own[i] = r == 0 ? gp_buf_steal(&b[i]) : NULL;
                 gp_buf_done(&b[i]);
                 if (r == 0 && !own[i])
@@ -1000,7 +1025,7 @@ static int build_env(const spec *s, char ***ret_env, char **own) {
         size_t ninh = 0;
         while (environ && environ[ninh])
                 ninh++;
-        char **env = calloc(ninh + s->envc + 3 + 1, sizeof(*env));
+        char **env = calloc(ninh + s->envc + OWN_VARS + 1, sizeof(*env));
         if (!env)
                 return -ENOMEM;
         size_t n = 0;
@@ -1009,7 +1034,7 @@ static int build_env(const spec *s, char ***ret_env, char **own) {
                 if (!strchr(e, '=') || e[0] == '=')
                         continue;
                 bool drop = false;
-                for (int k = 0; k < 3 && !drop; k++)
+                for (int k = 0; k < OWN_VARS && !drop; k++)
                         drop = same_key(e, names[k]);
                 for (size_t k = 0; k < s->envc && !drop; k++)
                         drop = same_key(e, s->env[k]);
@@ -1018,14 +1043,14 @@ static int build_env(const spec *s, char ***ret_env, char **own) {
         }
         for (size_t i = 0; i < s->envc; i++) {
                 bool drop = false;
-                for (int k = 0; k < 3 && !drop; k++)
+                for (int k = 0; k < OWN_VARS && !drop; k++)
                         drop = same_key(s->env[i], names[k]);
                 for (size_t k = i + 1; k < s->envc && !drop; k++)
                         drop = same_key(s->env[i], s->env[k]);
                 if (!drop)
                         env[n++] = (char *)s->env[i];
         }
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < nown; k++)
                 env[n++] = own[k];
         env[n] = NULL;
         *ret_env = env;
@@ -1462,7 +1487,7 @@ static void say(const char *task_dir, const char *what, int err) {
 /* Start the command.  0 with r->pid set and the pipe in r->out, or a
  * spawn failure already described in *res (returns 1), or -errno. */
 static int spawn(run *r, const spec *s, int dirfd, gp_exec_result *res) {
-        char *own[3] = {NULL, NULL, NULL};
+        char *own[OWN_VARS] = {NULL};
         char **envp = NULL;
         int out[2] = {-1, -1}, err[2] = {-1, -1};
         int rc = build_env(s, &envp, own);
@@ -1516,7 +1541,7 @@ out:
                         close(err[i]);
         }
         free(envp);
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < OWN_VARS; i++)
                 free(own[i]);
         return rc;
 }

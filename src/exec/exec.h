@@ -41,6 +41,10 @@ typedef struct gp_exec_spec {
         int preempt_grace_s;         /* the same when preempted (SIGUSR2), >= 0 */
         int notify_signal;           /* sent to the task on SIGUSR1; 0 = SIGUSR1 */
         int64_t max_log_bytes;       /* > 0 */
+        int64_t array_id;            /* > 0: a job array element; the task then also gets
+                                        GPUPOOL_ARRAY_ID, GPUPOOL_ARRAY_INDEX, SLURM_ARRAY_JOB_ID and
+                                        SLURM_ARRAY_TASK_ID; 0 = none */
+        int64_t array_index;         /* its index, >= 0 (when array_id) */
 } gp_exec_spec;
 
 typedef struct gp_exec_proc {

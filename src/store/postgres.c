@@ -50,6 +50,7 @@ enum {
         PS_LIST_S,      /* + $3 state */
         PS_LIST_T,      /* + $3 tenant */
         PS_LIST_ST,     /* + $3 state, $4 tenant */
+        PS_LIST_A,      /* + $3 array_id */
         PS_ACTIVE,
         PS_MAX_ID,
         PS_META_GET,
@@ -94,6 +95,7 @@ static const struct {
         [PS_LIST_T] = {"gp_task_list_t", SELECT_TASKS "WHERE tenant = $3 AND id < $1 ORDER BY id DESC LIMIT $2", 3},
         [PS_LIST_ST] = {"gp_task_list_st",
                         SELECT_TASKS "WHERE tenant = $4 AND state = $3 AND id < $1 ORDER BY id DESC LIMIT $2", 4},
+        [PS_LIST_A] = {"gp_task_list_a", SELECT_TASKS "WHERE array_id = $3 AND id < $1 ORDER BY id DESC LIMIT $2", 3},
         [PS_ACTIVE] = {"gp_task_active", SELECT_TASKS "WHERE state IN ('queued', 'running') ORDER BY id ASC", 0},
         [PS_MAX_ID] = {"gp_task_max_id", "SELECT COALESCE(MAX(id), 0) FROM tasks", 0},
         [PS_META_GET] = {"gp_meta_get", "SELECT value FROM meta WHERE key = $1", 1},
@@ -162,7 +164,7 @@ static const struct {
         {4, "ALTER TABLE tasks ADD COLUMN array_id BIGINT NOT NULL DEFAULT 0, "
             "ADD COLUMN array_index BIGINT NOT NULL DEFAULT 0, "
             "ADD COLUMN array_limit BIGINT NOT NULL DEFAULT 0; "
-            "CREATE INDEX tasks_array ON tasks (array_id) WHERE array_id > 0"},
+            "CREATE INDEX tasks_array ON tasks (array_id, id)"},
 };
 
 /* Key of the advisory lock held while migrating ("gpupool" in ASCII). */
@@ -812,7 +814,12 @@ static int pg_task_list(gp_store *s, const gp_task_filter *f, gp_task_cb cb, voi
         int which;
         fmt_i64(before, sizeof(before), f->before_id > 0 ? f->before_id : INT64_MAX);
         fmt_i64(limit, sizeof(limit), f->limit);
-        if (f->state >= 0 && f->tenant) {
+        char arr[24];
+        if (f->array_id > 0) {
+                which = PS_LIST_A;
+                fmt_i64(arr, sizeof(arr), f->array_id);
+                vals[2] = arr;
+        } else if (f->state >= 0 && f->tenant) {
                 which = PS_LIST_ST;
                 vals[2] = gp_task_state_name(f->state);
                 vals[3] = f->tenant;

@@ -134,6 +134,8 @@ static int cmd_submit(const gp_cli_cmd *c, FILE *out, FILE *err) {
         if (ex)
                 return ex;
         json_t *id = json_object_get(r.json, "id");
+        if (!id)
+                id = json_object_get(r.json, "array_id"); /* a job array: its id */
         if (c->json) {
                 print_json(out, r.json);
         } else if (json_is_integer(id)) {
@@ -145,6 +147,8 @@ static int cmd_submit(const gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_cli_resp_done(&r);
         return ex;
 }
+
+#define PS_MAX_ARRAYS 64  /* arrays ps folds (one GET each); more stay one line per element */
 
 static int cmd_ps(const gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_buf path, text;
@@ -175,12 +179,37 @@ static int cmd_ps(const gp_cli_cmd *c, FILE *out, FILE *err) {
         ex = call(c, err, "GET", path.data, NULL, &r);
         if (ex)
                 goto out;
+        json_t *shown = r.json, *folded = NULL;
+        if (!c->expand) {
+                /* each job array as one line: its counts from GET /api/v1/arrays/{id} */
+                int64_t ids[PS_MAX_ARRAYS];
+                json_t *arrays[PS_MAX_ARRAYS] = {NULL};
+                size_t n = gp_cli_ps_array_ids(r.json, ids, PS_MAX_ARRAYS);
+                if (n > PS_MAX_ARRAYS)
+                        n = PS_MAX_ARRAYS; /* the rest stay unfolded */
+                for (size_t k = 0; k < n; k++) {
+                        char ap[64];
+                        gp_cli_resp ar;
+                        snprintf(ap, sizeof(ap), "/api/v1/arrays/%" PRId64, ids[k]);
+                        if (call(c, err, "GET", ap, NULL, &ar) == GP_CLI_EXIT_OK) {
+                                arrays[k] = json_incref(ar.json);
+                                gp_cli_resp_done(&ar);
+                        }
+                }
+                if (n)
+                        folded = gp_cli_ps_fold(r.json, arrays, ids, n);
+                for (size_t k = 0; k < n; k++)
+                        json_decref(arrays[k]);
+                if (folded)
+                        shown = folded;
+        }
         if (c->json) {
-                print_json(out, r.json);
+                print_json(out, shown);
         } else {
-                rc = gp_cli_format_ps(r.json, gp_now_ms(), c->all || c->state || c->tenant, &text);
+                rc = gp_cli_format_ps(shown, gp_now_ms(), c->all || c->state || c->tenant, &text);
                 ex = print_buf(out, err, rc, &text);
         }
+        json_decref(folded);
         gp_cli_resp_done(&r);
 out:
         gp_buf_done(&path);
@@ -218,10 +247,37 @@ static int cmd_status(const gp_cli_cmd *c, FILE *out, FILE *err) {
 
 #define CANCEL_SETTLE_MS 15000  /* how long cancel waits for a running task to stop */
 
+/* cancel --array ID, cancel ID_INDEX */
+static int cmd_cancel_array(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        char path[64];
+        gp_cli_resp r;
+        snprintf(path, sizeof(path), "/api/v1/arrays/%" PRId64 "/cancel", c->id);
+        json_t *body = c->array_index >= 0 ? json_pack("{s:I}", "index", (json_int_t)c->array_index) : json_object();
+        if (!body) {
+                fprintf(err, "gpupool: out of memory\n");
+                return GP_CLI_EXIT_REFUSED;
+        }
+        int ex = call(c, err, "POST", path, body, &r);
+        json_decref(body);
+        if (ex)
+                return ex;
+        if (c->json) {
+                print_json(out, r.json);
+        } else {
+                int64_t nc = json_integer_value(json_object_get(r.json, "cancelled"));
+                int64_t ns = json_integer_value(json_object_get(r.json, "stopping"));
+                fprintf(out, "cancelled %" PRId64 ", stopping %" PRId64 "\n", nc, ns);
+        }
+        gp_cli_resp_done(&r);
+        return ex;
+}
+
 static int cmd_cancel(const gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_buf path;
         gp_cli_resp r;
         int ex;
+        if (c->array)
+                return cmd_cancel_array(c, out, err);
         task_path(&path, c->id, "/cancel");
         ex = call(c, err, "POST", path.data, NULL, &r);
         gp_buf_done(&path);

@@ -149,6 +149,7 @@ static int cmd_submit(const gp_cli_cmd *c, FILE *out, FILE *err) {
 }
 
 #define PS_MAX_ARRAYS 64  /* arrays ps folds (one GET each); more stay one line per element */
+#define PS_MAX_PAGES 10   /* pages of 1000 tasks ps reads to fill its lines when folding */
 
 static int cmd_ps(const gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_buf path, text;
@@ -170,7 +171,11 @@ static int cmd_ps(const gp_cli_cmd *c, FILE *out, FILE *err) {
                 rc |= gp_cli_url_escape(c->tenant, &path);
                 sep = "&";
         }
-        if (c->limit)
+        /* folding: whole pages, so that an array's elements do not crowd
+         * out the other tasks (lines are counted after folding) */
+        if (!c->expand)
+                rc |= gp_buf_printf(&path, "%slimit=1000", sep);
+        else if (c->limit)
                 rc |= gp_buf_printf(&path, "%slimit=%" PRId64, sep, c->limit);
         if (rc) {
                 fprintf(err, "gpupool: out of memory\n");
@@ -180,6 +185,25 @@ static int cmd_ps(const gp_cli_cmd *c, FILE *out, FILE *err) {
         if (ex)
                 goto out;
         json_t *shown = r.json, *folded = NULL;
+        size_t want = c->limit ? (size_t)c->limit : 100;
+        for (int page = 1; !c->expand && page < PS_MAX_PAGES; page++) {
+                /* more pages while the lines so far (arrays folded) are fewer than wanted */
+                json_t *tasks = json_object_get(r.json, "tasks"), *next = json_object_get(r.json, "next_after");
+                int64_t ids[PS_MAX_ARRAYS];
+                size_t narr = gp_cli_ps_array_ids(r.json, ids, PS_MAX_ARRAYS), nplain = 0, i;
+                json_t *t;
+                json_array_foreach(tasks, i, t) if (!json_is_integer(json_object_get(t, "array_id"))) nplain++;
+                if (!json_is_integer(next) || nplain + narr > want)
+                        break;
+                char more[4200];
+                gp_cli_resp r2;
+                snprintf(more, sizeof(more), "%s&after=%" PRId64, path.data, (int64_t)json_integer_value(next));
+                if (call(c, err, "GET", more, NULL, &r2) != GP_CLI_EXIT_OK)
+                        break;
+                json_array_extend(tasks, json_object_get(r2.json, "tasks"));
+                json_object_set(r.json, "next_after", json_object_get(r2.json, "next_after"));
+                gp_cli_resp_done(&r2);
+        }
         if (!c->expand) {
                 /* each job array as one line: its counts from GET /api/v1/arrays/{id} */
                 int64_t ids[PS_MAX_ARRAYS];
@@ -202,6 +226,14 @@ static int cmd_ps(const gp_cli_cmd *c, FILE *out, FILE *err) {
                         json_decref(arrays[k]);
                 if (folded)
                         shown = folded;
+                /* at most `want` lines; the footer says when more exist */
+                json_t *lines = json_object_get(shown, "tasks");
+                if (json_is_array(lines) && json_array_size(lines) > want) {
+                        while (json_array_size(lines) > want)
+                                json_array_remove(lines, json_array_size(lines) - 1);
+                        if (!json_is_integer(json_object_get(shown, "next_after")))
+                                json_object_set_new(shown, "next_after", json_integer(0));
+                }
         }
         if (c->json) {
                 print_json(out, shown);

@@ -171,7 +171,7 @@ static void put(char *buf, size_t size, size_t *need, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
         size_t off = *need < size ? *need : size;
-        int k = vsnprintf(buf + off, size - off, fmt, ap);
+        int k = vsnprintf(size ? buf + off : NULL, size - off, fmt, ap); /* buf may be NULL when size is 0 */
         va_end(ap);
         if (k > 0)
                 *need += (size_t)k;

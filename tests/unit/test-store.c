@@ -693,6 +693,41 @@ static void test_reader_sees_committed_rows_but_not_the_open_transaction(void **
         gp_store_close(w);
 }
 
+static void test_list_by_array_gives_its_elements_newest_first(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        assert_int_equal(gp_store_begin(s), 0);
+        for (int64_t id = 1; id <= 9; id++) {
+                gp_task t = make_task(id, id % 2 ? "a" : "b", GP_TASK_QUEUED);
+                if (id >= 3 && id <= 7) { /* array 3: indices 10, 12, .. 18 */
+                        t.array_id = 3;
+                        t.array_index = (int)(10 + 2 * (id - 3));
+                        t.array_limit = 2;
+                }
+                put_ok(s, &t);
+                gp_task_done(&t);
+        }
+        assert_int_equal(gp_store_commit(s), 0);
+        collect c = {0};
+        gp_task_filter f = {.state = -1, .limit = 1000, .array_id = 3};
+        assert_int_equal(gp_store_task_list(s, &f, collect_cb, &c), 0);
+        int64_t want[] = {7, 6, 5, 4, 3};
+        assert_int_equal(c.n, 5);
+        assert_memory_equal(c.ids, want, sizeof(want));
+        /* paged; state and tenant do not narrow an array listing */
+        memset(&c, 0, sizeof(c));
+        gp_task_filter f2 = {.state = GP_TASK_RUNNING, .tenant = "zz", .limit = 2, .array_id = 3, .before_id = 6};
+        assert_int_equal(gp_store_task_list(s, &f2, collect_cb, &c), 0);
+        assert_int_equal(c.n, 2);
+        assert_int_equal(c.ids[0], 5);
+        assert_int_equal(c.ids[1], 4);
+        memset(&c, 0, sizeof(c));
+        gp_task_filter none = {.state = -1, .limit = 10, .array_id = 99};
+        assert_int_equal(gp_store_task_list(s, &none, collect_cb, &c), 0);
+        assert_int_equal(c.n, 0);
+        gp_store_close(s);
+}
+
 static void test_meta_set_get_and_missing_key(void **state) {
         FX(state);
         gp_store *s = open_store(fx);
@@ -1563,6 +1598,8 @@ static void test_usage_rows_round_trip_filter_and_follow_the_transaction(void **
         cmocka_unit_test_prestate_setup_teardown(                                                        \
                 test_reader_sees_committed_rows_but_not_the_open_transaction, fx_setup, fx_teardown,     \
                 (void *)(be)),                                                                           \
+        cmocka_unit_test_prestate_setup_teardown(test_list_by_array_gives_its_elements_newest_first,    \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
         cmocka_unit_test_prestate_setup_teardown(test_meta_set_get_and_missing_key, fx_setup,            \
                                                  fx_teardown, (void *)(be)),                              \
         cmocka_unit_test_prestate_setup_teardown(test_corrupt_rows_are_reported_not_crashed_on,          \

@@ -5,7 +5,11 @@
  * task is within its documented bounds (priority 0..9, 1..GP_MAX_GANG
  * GPUs, NUL-terminated strings, a spec that is valid JSON for batch tasks
  * and none for leases); on failure the code is -EINVAL or -ENOMEM and the
- * message is a non-empty NUL-terminated string.  Any violation aborts. */
+ * message is a non-empty NUL-terminated string.  Any violation aborts.
+ * Bodies go through gp_submit_parse_array (so "array" specs, core/array.c,
+ * are fuzzed too): a parsed array has 1..max_array_size distinct indices
+ * in ascending order, 0..GP_ARRAY_INDEX_MAX, a limit >= 0, belongs to a
+ * batch task, and formats back to a spec that parses to the same list. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
@@ -28,10 +32,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 data += 2;
                 size -= 2;
         }
+        lim.max_array_size = 5000;
         gp_task t;
+        gp_array_spec a;
         char err[256];
         memset(err, 'x', sizeof(err));
-        int r = gp_submit_parse((const char *)data, size, &lim, &t, err, sizeof(err));
+        int r = gp_submit_parse_array((const char *)data, size, &lim, &t, &a, err, sizeof(err));
         if (r < 0) {
                 if ((r != -EINVAL && r != -ENOMEM && r != -EPERM) || !memchr(err, '\0', sizeof(err)) ||
                     (r != -ENOMEM && !err[0]))
@@ -50,6 +56,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         abort();
                 json_decref(j);
         }
+        if (a.n > 0) {
+                if (a.n > 5000 || !a.idx || t.is_lease || a.limit < 0)
+                        abort();
+                for (size_t i = 0; i < a.n; i++)
+                        if (a.idx[i] < 0 || a.idx[i] > GP_ARRAY_INDEX_MAX || (i && a.idx[i] <= a.idx[i - 1]))
+                                abort();
+                /* format and parse again: the same elements and limit */
+                size_t need = gp_array_spec_format(a.idx, a.n, a.limit, NULL, 0);
+                char *buf = malloc(need + 1);
+                if (!buf)
+                        abort();
+                gp_array_spec_format(a.idx, a.n, a.limit, buf, need + 1);
+                gp_array_spec b;
+                char e2[160];
+                if (need <= GP_ARRAY_SPEC_MAX) {
+                        if (gp_array_spec_parse(buf, need, 5000, &b, e2, sizeof(e2)) != 0 || b.n != a.n ||
+                            b.limit != a.limit || memcmp(a.idx, b.idx, a.n * sizeof(*a.idx)) != 0)
+                                abort();
+                        gp_array_spec_done(&b);
+                }
+                free(buf);
+        } else if (a.idx) {
+                abort();
+        }
+        gp_array_spec_done(&a);
         gp_task_done(&t);
         return 0;
 }

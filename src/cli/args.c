@@ -19,6 +19,7 @@
 #include <strings.h>
 
 #include "base/util.h"
+#include "core/array.h"
 #include "core/billing.h"
 #include "core/task.h"
 
@@ -28,6 +29,7 @@ enum opt_id {
         O_TIMEOUT, O_QTIMEOUT, O_ENV, O_WORKDIR, O_TENANT, O_TTL,
         O_ALL, O_STATE, O_LIMIT, O_FOLLOW,
         O_FROM, O_TO, O_GROUP_BY, O_MONTH,
+        O_ARRAY, O_EXPAND,
 };
 
 #define V(x) (1u << GP_CLI_##x)
@@ -71,6 +73,8 @@ static const struct opt opts[] = {
         {"state", 0, true, O_STATE, V(PS)},
         {"limit", 0, true, O_LIMIT, V(PS) | V(QUEUE)},
         {"follow", 'f', false, O_FOLLOW, V(LOGS)},
+        {"array", 0, true, O_ARRAY, V(SUBMIT) | V(CANCEL)},
+        {"expand", 'r', false, O_EXPAND, V(PS)},
 };
 
 static const struct verb_info {
@@ -88,7 +92,7 @@ static const struct verb_info {
                 "gpupool submit [--gpus N] [--mem MB] [--priority P] [--name S] [--model M]\n"
                 "                      [--gpu-model GLOB] [--exclusive] [--preemptible] [--timeout SEC]\n"
                 "                      [--queue-timeout SEC] [--env K=V]... [--workdir DIR] [--tenant T]\n"
-                "                      [--elastic MIN:MAX] [--] COMMAND [ARG...]",
+                "                      [--elastic MIN:MAX] [--array SPEC] [--] COMMAND [ARG...]",
                 "gpupool submit [--gpus N] [--mem MB] [--priority P] [OPTIONS] [--] COMMAND [ARG...]\n"
                 "       ('gpupool help submit' lists every option)",
                 "queue a batch task; prints its id",
@@ -108,7 +112,12 @@ static const struct verb_info {
                 "  --tenant T           submit for tenant T (when the key allows it)\n"
                 "  --elastic MIN:MAX    elastic: start on MIN whole GPUs, grow to MAX when idle;\n"
                 "                       the task reads its GPUs from $GPUPOOL_ALLOC_FILE on SIGUSR1\n"
-                "Prints the new task's id alone (or the task with --json).\n"},
+                "  --array SPEC         a job array, as sbatch --array: 0-1999, 1,3,5-9, 0-15:4,\n"
+                "                       each with %N to run at most N at once (0-1999%50); every\n"
+                "                       element gets GPUPOOL_ARRAY_ID and GPUPOOL_ARRAY_INDEX\n"
+                "                       (and SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID)\n"
+                "Prints the new task's id alone (or the task with --json); for an array, the\n"
+                "array's id (its first element's task id).\n"},
         [GP_CLI_RUN] = {
                 "run",
                 "gpupool run [submit options] [--ttl SEC] -- COMMAND [ARG...]",
@@ -121,16 +130,22 @@ static const struct verb_info {
                 "with CUDA_VISIBLE_DEVICES, GPUPOOL_TASK_ID and GPUPOOL_GPUS set, forwards\n"
                 "SIGINT/SIGTERM to it, releases the GPUs when it ends and exits with its code.\n"
                 "Ctrl-C while waiting cancels the request.\n"},
-        [GP_CLI_PS] = {"ps", "gpupool ps [--all] [--state S] [--limit N] [--tenant T]", NULL,
+        [GP_CLI_PS] = {"ps", "gpupool ps [--all] [--state S] [--limit N] [--tenant T] [--expand]", NULL,
                        "list tasks (queued and running; --all for every state)",
                        "  --all, -a            include finished tasks\n"
                        "  --state S            only tasks in state S (queued, running, succeeded, failed,\n"
                        "                       cancelled, timeout, lost, or active = queued+running)\n"
                        "  --limit N            at most N tasks, newest first (1..1000, default 100)\n"
-                       "  --tenant T           only tasks of tenant T (admin keys)\n"},
+                       "  --tenant T           only tasks of tenant T (admin keys)\n"
+                       "  --expand, -r         one line per job array element (default: one line per\n"
+                       "                       array, ID_[SPEC], with its elements counted by state)\n"},
         [GP_CLI_STATUS] = {"status", "gpupool status ID", NULL, "show one task in detail", NULL},
-        [GP_CLI_CANCEL] = {"cancel", "gpupool cancel ID", NULL,
-                           "cancel a task (idempotent); prints its resulting state", NULL},
+        [GP_CLI_CANCEL] = {"cancel", "gpupool cancel ID | ID_INDEX | --array ID", NULL,
+                           "cancel a task (idempotent); prints its resulting state",
+                           "  ID                   one task (an array element too, by its task id)\n"
+                           "  ID_INDEX             element INDEX of job array ID (as scancel 12_7)\n"
+                           "  --array ID           every element of job array ID not yet ended (scancel 12);\n"
+                           "                       prints how many were cancelled and how many are stopping\n"},
         [GP_CLI_LOGS] = {"logs", "gpupool logs [-f] ID", NULL, "print a batch task's output",
                          "  -f, --follow         keep printing new output until the task ends\n"},
         [GP_CLI_GPUS] = {"gpus", "gpupool gpus", NULL, "list GPUs with memory, load and tasks", NULL},
@@ -615,6 +630,23 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                                 return r;
                         c->ttl_s = v;
                         break;
+                case O_ARRAY: {
+                        /* checked here too, so a bad spec is a usage error (exit 2);
+                         * the server's max_array_size may be lower */
+                        gp_array_spec a;
+                        char why[160];
+                        r = gp_array_spec_parse(val, strlen(val), GP_ARRAY_MAX_ELEMS, &a, why, sizeof(why));
+                        if (r == -ENOMEM)
+                                return r;
+                        if (r < 0)
+                                return fail(p, "--%s", why);
+                        gp_array_spec_done(&a);
+                        if (run)
+                                return fail(p, "--array applies to submit, not run");
+                        if ((r = body_set(p, "array", json_string(val), "--array")) < 0)
+                                return r;
+                        break;
+                }
                 default:
                         return fail(p, "option --%s does not apply here", o->name);
                 }
@@ -656,6 +688,24 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
 
 static int parse_id(struct parser *p, const char *w) {
         int64_t v;
+        const char *us = strchr(w, '_');
+        if (us && p->c->verb == GP_CLI_CANCEL && !p->c->array) {
+                /* ID_INDEX: one element of a job array (Slurm's 12_7) */
+                char id[24];
+                int64_t ix;
+                size_t n = (size_t)(us - w);
+                if (n == 0 || n >= sizeof(id))
+                        return fail(p, "'%s' is not ID_INDEX (e.g. 12_7)", w);
+                memcpy(id, w, n);
+                id[n] = '\0';
+                if (gp_parse_i64(id, 1, INT64_MAX, &v) < 0 || gp_parse_i64(us + 1, 0, GP_ARRAY_INDEX_MAX, &ix) < 0)
+                        return fail(p, "'%s' is not ID_INDEX (an array id, '_', an index 0..%d; e.g. 12_7)", w,
+                                    GP_ARRAY_INDEX_MAX);
+                p->c->id = v;
+                p->c->array = true;
+                p->c->array_index = ix;
+                return 0;
+        }
         if (gp_parse_i64(w, 1, INT64_MAX, &v) < 0)
                 return fail(p, "'%s' is not a task id (a positive integer)", w);
         p->c->id = v;
@@ -717,6 +767,21 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                         break;
                                 case O_FOLLOW:
                                         c->follow = true;
+                                        break;
+                                case O_EXPAND:
+                                        c->expand = true;
+                                        break;
+                                case O_ARRAY:
+                                        /* cancel --array ID: the whole array */
+                                        if (gp_parse_i64(val, 1, INT64_MAX, &v) < 0)
+                                                return fail(p, "--array: '%s' is not an array id (a positive integer)",
+                                                            val);
+                                        if (npos > 0 || c->array)
+                                                return fail(p, "give one of ID, ID_INDEX or --array ID");
+                                        c->array = true;
+                                        c->array_index = -1;
+                                        c->id = v;
+                                        npos++; /* it is the command's one id */
                                         break;
                                 case O_FROM:
                                 case O_TO: {

@@ -87,6 +87,9 @@ typedef struct gp_cli_cmd {
         const char *from, *to;   /* usage --from/--to (YYYY-MM-DD or RFC 3339), borrowed */
         const char *group_by;    /* usage --group-by day|model|task, borrowed */
         const char *month;       /* invoice --month YYYY-MM, borrowed */
+        bool array;              /* cancel: id is a job array's (cancel --array ID, or ID_INDEX) */
+        int64_t array_index;     /* cancel ID_INDEX: the element, -1 = every element */
+        bool expand;             /* ps --expand / -r: one line per array element */
 } gp_cli_cmd;
 
 /* args.c */
@@ -114,6 +117,17 @@ int gp_cli_help(const char *topic, gp_buf *out);
  * is used for ages; 0 leaves them out. */
 int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out);
 int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *out);
+/* The array ids named by a task list's entries ("array_id"), distinct, in
+ * list order: up to max written to ids, returns how many there are. */
+size_t gp_cli_ps_array_ids(const json_t *resp, int64_t *ids, size_t max);
+/* A task list with each job array folded into one entry: the entry of its
+ * newest listed element is replaced by {"kind": "array", "array_id",
+ * "array", "count", "counts", ... from arrays[i] (GET /api/v1/arrays/{id}
+ * answers, NULL entries for arrays that could not be read: those elements
+ * stay unfolded)} plus the element's name, tenant_id, priority, gpu_request
+ * and submitted_at; the other listed elements are left out.  Returns a new
+ * reference (NULL: out of memory). */
+json_t *gp_cli_ps_fold(const json_t *resp, json_t *const *arrays, const int64_t *ids, size_t n);
 int gp_cli_format_queue(const json_t *resp, gp_buf *out);
 int gp_cli_format_gpus(const json_t *resp, gp_buf *out);
 int gp_cli_format_nodes(const json_t *resp, gp_buf *out);

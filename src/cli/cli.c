@@ -134,6 +134,8 @@ static int cmd_submit(const gp_cli_cmd *c, FILE *out, FILE *err) {
         if (ex)
                 return ex;
         json_t *id = json_object_get(r.json, "id");
+        if (!id)
+                id = json_object_get(r.json, "array_id"); /* a job array: its id */
         if (c->json) {
                 print_json(out, r.json);
         } else if (json_is_integer(id)) {
@@ -145,6 +147,9 @@ static int cmd_submit(const gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_cli_resp_done(&r);
         return ex;
 }
+
+#define PS_MAX_ARRAYS 64  /* arrays ps folds (one GET each); more stay one line per element */
+#define PS_MAX_PAGES 10   /* pages of 1000 tasks ps reads to fill its lines when folding */
 
 static int cmd_ps(const gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_buf path, text;
@@ -166,7 +171,11 @@ static int cmd_ps(const gp_cli_cmd *c, FILE *out, FILE *err) {
                 rc |= gp_cli_url_escape(c->tenant, &path);
                 sep = "&";
         }
-        if (c->limit)
+        /* folding: whole pages, so that an array's elements do not crowd
+         * out the other tasks (lines are counted after folding) */
+        if (!c->expand)
+                rc |= gp_buf_printf(&path, "%slimit=1000", sep);
+        else if (c->limit)
                 rc |= gp_buf_printf(&path, "%slimit=%" PRId64, sep, c->limit);
         if (rc) {
                 fprintf(err, "gpupool: out of memory\n");
@@ -175,12 +184,64 @@ static int cmd_ps(const gp_cli_cmd *c, FILE *out, FILE *err) {
         ex = call(c, err, "GET", path.data, NULL, &r);
         if (ex)
                 goto out;
+        json_t *shown = r.json, *folded = NULL;
+        size_t want = c->limit ? (size_t)c->limit : 100;
+        for (int page = 1; !c->expand && page < PS_MAX_PAGES; page++) {
+                /* more pages while the lines so far (arrays folded) are fewer than wanted */
+                json_t *tasks = json_object_get(r.json, "tasks"), *next = json_object_get(r.json, "next_after");
+                int64_t ids[PS_MAX_ARRAYS];
+                size_t narr = gp_cli_ps_array_ids(r.json, ids, PS_MAX_ARRAYS), nplain = 0, i;
+                json_t *t;
+                json_array_foreach(tasks, i, t) if (!json_is_integer(json_object_get(t, "array_id"))) nplain++;
+                if (!json_is_integer(next) || nplain + narr > want)
+                        break;
+                char more[4200];
+                gp_cli_resp r2;
+                snprintf(more, sizeof(more), "%s&after=%" PRId64, path.data, (int64_t)json_integer_value(next));
+                if (call(c, err, "GET", more, NULL, &r2) != GP_CLI_EXIT_OK)
+                        break;
+                json_array_extend(tasks, json_object_get(r2.json, "tasks"));
+                json_object_set(r.json, "next_after", json_object_get(r2.json, "next_after"));
+                gp_cli_resp_done(&r2);
+        }
+        if (!c->expand) {
+                /* each job array as one line: its counts from GET /api/v1/arrays/{id} */
+                int64_t ids[PS_MAX_ARRAYS];
+                json_t *arrays[PS_MAX_ARRAYS] = {NULL};
+                size_t n = gp_cli_ps_array_ids(r.json, ids, PS_MAX_ARRAYS);
+                if (n > PS_MAX_ARRAYS)
+                        n = PS_MAX_ARRAYS; /* the rest stay unfolded */
+                for (size_t k = 0; k < n; k++) {
+                        char ap[64];
+                        gp_cli_resp ar;
+                        snprintf(ap, sizeof(ap), "/api/v1/arrays/%" PRId64, ids[k]);
+                        if (call(c, err, "GET", ap, NULL, &ar) == GP_CLI_EXIT_OK) {
+                                arrays[k] = json_incref(ar.json);
+                                gp_cli_resp_done(&ar);
+                        }
+                }
+                if (n)
+                        folded = gp_cli_ps_fold(r.json, arrays, ids, n);
+                for (size_t k = 0; k < n; k++)
+                        json_decref(arrays[k]);
+                if (folded)
+                        shown = folded;
+                /* at most `want` lines; the footer says when more exist */
+                json_t *lines = json_object_get(shown, "tasks");
+                if (json_is_array(lines) && json_array_size(lines) > want) {
+                        while (json_array_size(lines) > want)
+                                json_array_remove(lines, json_array_size(lines) - 1);
+                        if (!json_is_integer(json_object_get(shown, "next_after")))
+                                json_object_set_new(shown, "next_after", json_integer(0));
+                }
+        }
         if (c->json) {
-                print_json(out, r.json);
+                print_json(out, shown);
         } else {
-                rc = gp_cli_format_ps(r.json, gp_now_ms(), c->all || c->state || c->tenant, &text);
+                rc = gp_cli_format_ps(shown, gp_now_ms(), c->all || c->state || c->tenant, &text);
                 ex = print_buf(out, err, rc, &text);
         }
+        json_decref(folded);
         gp_cli_resp_done(&r);
 out:
         gp_buf_done(&path);
@@ -218,10 +279,37 @@ static int cmd_status(const gp_cli_cmd *c, FILE *out, FILE *err) {
 
 #define CANCEL_SETTLE_MS 15000  /* how long cancel waits for a running task to stop */
 
+/* cancel --array ID, cancel ID_INDEX */
+static int cmd_cancel_array(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        char path[64];
+        gp_cli_resp r;
+        snprintf(path, sizeof(path), "/api/v1/arrays/%" PRId64 "/cancel", c->id);
+        json_t *body = c->array_index >= 0 ? json_pack("{s:I}", "index", (json_int_t)c->array_index) : json_object();
+        if (!body) {
+                fprintf(err, "gpupool: out of memory\n");
+                return GP_CLI_EXIT_REFUSED;
+        }
+        int ex = call(c, err, "POST", path, body, &r);
+        json_decref(body);
+        if (ex)
+                return ex;
+        if (c->json) {
+                print_json(out, r.json);
+        } else {
+                int64_t nc = json_integer_value(json_object_get(r.json, "cancelled"));
+                int64_t ns = json_integer_value(json_object_get(r.json, "stopping"));
+                fprintf(out, "cancelled %" PRId64 ", stopping %" PRId64 "\n", nc, ns);
+        }
+        gp_cli_resp_done(&r);
+        return ex;
+}
+
 static int cmd_cancel(const gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_buf path;
         gp_cli_resp r;
         int ex;
+        if (c->array)
+                return cmd_cancel_array(c, out, err);
         task_path(&path, c->id, "/cancel");
         ex = call(c, err, "POST", path.data, NULL, &r);
         gp_buf_done(&path);

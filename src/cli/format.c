@@ -554,6 +554,97 @@ static json_t *list_of(const json_t *resp, const char *k) {
         return json_is_array(a) ? a : NULL;
 }
 
+size_t gp_cli_ps_array_ids(const json_t *resp, int64_t *ids, size_t max) {
+        json_t *tasks = json_object_get(resp, "tasks");
+        size_t n = 0, i;
+        json_t *t;
+        if (!json_is_array(tasks))
+                return 0;
+        json_array_foreach(tasks, i, t) {
+                json_t *a = json_object_get(t, "array_id");
+                if (!json_is_integer(a) || json_integer_value(a) <= 0)
+                        continue;
+                int64_t id = json_integer_value(a);
+                bool seen = false;
+                for (size_t k = 0; k < n && k < max && !seen; k++)
+                        seen = ids[k] == id;
+                if (seen)
+                        continue;
+                if (n < max)
+                        ids[n] = id;
+                n++;
+        }
+        return n;
+}
+
+json_t *gp_cli_ps_fold(const json_t *resp, json_t *const *arrays, const int64_t *ids, size_t n) {
+        json_t *outv = json_deep_copy(resp);
+        json_t *list = json_array();
+        json_t *tasks = json_object_get(resp, "tasks");
+        bool *done = calloc(n ? n : 1, sizeof(*done));
+        size_t i;
+        json_t *t;
+        if (!outv || !list || !done)
+                goto oom;
+        if (json_is_array(tasks)) {
+                json_array_foreach(tasks, i, t) {
+                        json_t *a = json_object_get(t, "array_id");
+                        size_t k = n;
+                        if (json_is_integer(a))
+                                for (k = 0; k < n && ids[k] != json_integer_value(a); k++)
+                                        ;
+                        if (k == n || !arrays[k]) {
+                                if (json_array_append(list, t) < 0)
+                                        goto oom;
+                                continue;
+                        }
+                        if (done[k])
+                                continue;
+                        done[k] = true;
+                        json_t *e = json_deep_copy(arrays[k]);
+                        if (!e)
+                                goto oom;
+                        static const char *const keep[] = {"name", "tenant_id", "priority", "gpu_request",
+                                                           "submitted_at"};
+                        for (size_t j = 0; j < GP_ARRAY_SIZE(keep); j++) {
+                                json_t *v = json_object_get(t, keep[j]);
+                                if (v && !json_object_get(e, keep[j]))
+                                        json_object_set(e, keep[j], v);
+                        }
+                        json_object_set_new(e, "kind", json_string("array"));
+                        json_object_del(e, "backend");
+                        if (json_array_append_new(list, e) < 0)
+                                goto oom;
+                }
+        }
+        if (json_object_set_new(outv, "tasks", list) < 0) {
+                list = NULL;
+                goto oom;
+        }
+        free(done);
+        return outv;
+oom:
+        free(done);
+        json_decref(list);
+        json_decref(outv);
+        return NULL;
+}
+
+/* "queued 1900 running 50 succeeded 50": the non-zero counts of an array */
+static int array_counts(gp_buf *b, const json_t *counts) {
+        static const char *const order[] = {"queued", "running", "succeeded", "failed", "cancelled", "timeout", "lost"};
+        int r = 0;
+        bool any = false;
+        for (size_t k = 0; r == 0 && k < GP_ARRAY_SIZE(order); k++) {
+                int64_t v;
+                if (!jint(counts, order[k], &v) || v <= 0)
+                        continue;
+                r = gp_buf_printf(b, "%s%s %" PRId64, any ? " " : "", order[k], v);
+                any = true;
+        }
+        return r;
+}
+
 int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *out) {
         static const struct col cols[] = {
                 {"ID", 0, false},      {"NAME", 32, false}, {"TENANT", 24, false},
@@ -575,6 +666,29 @@ int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *
 #define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
         json_array_foreach(tasks, i, task) {
                 int64_t n;
+                const char *kind = jstr(task, "kind");
+                if (kind && !strcmp(kind, "array")) {
+                        /* a folded job array: 12_[0-1999%50]  queued 1900 running 50 */
+                        int64_t aid = 0;
+                        jint(task, "array_id", &aid);
+                        CHECK(gp_buf_printf(&t.cell, "%" PRId64 "_[", aid));
+                        CHECK(gp_cli_put_clean(&t.cell, jstr(task, "array"), 48));
+                        CHECK(gp_buf_puts(&t.cell, "]"));
+                        CHECK(cell_end(&t));
+                        CHECK(cell_str(&t, jstr(task, "name")));
+                        CHECK(cell_str(&t, jstr(task, "tenant_id")));
+                        CHECK(array_counts(&t.cell, json_object_get(task, "counts")));
+                        CHECK(cell_end(&t));
+                        CHECK(cell_int(&t, task, "priority", "P", ""));
+                        CHECK(cell_int(&t, task, "gpu_request", "", " each"));
+                        CHECK(cell_str(&t, ""));
+                        CHECK(cell_str(&t, ""));
+                        n = age_s(task, "submitted_at", now_ms);
+                        if (n >= 0)
+                                CHECK(fmt_duration(&t.cell, n));
+                        CHECK(cell_end(&t));
+                        continue;
+                }
                 CHECK(cell_int(&t, task, "id", "", ""));
                 CHECK(cell_str(&t, jstr(task, "name")));
                 CHECK(cell_str(&t, jstr(task, "tenant_id")));

@@ -168,6 +168,7 @@ static const struct field fields[] = {
          GP_PRIORITY_LEVELS, NULL},
         {"scheduler.weights", K_CUSTOM, CFG(weights), 1, WEIGHT_MAX, parse_weights},
         {"scheduler.max_queue_depth", K_INT, CFG(max_queue_depth), 1, 1000000, NULL},
+        {"scheduler.max_array_size", K_INT, CFG(max_array_size), 1, 100000, NULL},
         {"scheduler.queue_timeout_sec", K_INT, CFG(queue_timeout_sec), 0, 86400, NULL},
         {"scheduler.memory_safety_margin_mb", K_I64, CFG(memory_safety_margin_mb), 0, 1048576, NULL},
         {"scheduler.max_models_per_gpu", K_INT, CFG(max_models_per_gpu), 1, 64, NULL},
@@ -387,6 +388,7 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->priority_levels = GP_PRIORITY_LEVELS;
         memcpy(cfg->weights, default_weights, sizeof(cfg->weights));
         cfg->max_queue_depth = 10000;
+        cfg->max_array_size = 10000;
         cfg->queue_timeout_sec = 0; /* tasks wait as long as it takes unless the config says */
         cfg->memory_safety_margin_mb = 2000;
         cfg->max_models_per_gpu = 2;

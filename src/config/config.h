@@ -218,6 +218,7 @@ typedef struct gp_config {
         int priority_levels;                 /* must be 10 in this version */
         uint32_t weights[GP_PRIORITY_LEVELS];/* default 256,128,...,1,1; each 1..1000000 */
         int max_queue_depth;                 /* per tier, default 10000 */
+        int max_array_size;                  /* elements of one job array, 1..100000, default 10000 */
         int queue_timeout_sec;               /* queue_timeout_s of a task that sets none, 0 = none (default) */
         int64_t memory_safety_margin_mb;     /* default 2000 */
         int max_models_per_gpu;              /* default 2 */

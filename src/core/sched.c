@@ -73,6 +73,7 @@ enum {
         R_QUOTA_GPUS,   /* a1 = milli-GPUs in use, a2 = max_gpus_milli; ra3 = share needed */
         R_GROUP,        /* a1 = group id, a2 = share_pct */
         R_MODELS,       /* a1 = max_models_per_gpu: every GPU that fits holds that many other models */
+        R_ARRAY,        /* a1 = array id, a2 = its limit (%N): that many of its members run */
 };
 
 #define NAME_MAX_LEN 255
@@ -154,6 +155,7 @@ struct stask {
                                       ngpus is the current count, nmin while queued */
         uint32_t el_idx;           /* index in s->el while running (elastic) */
         int64_t seg_ms;            /* while running: since when it has held ngpus GPUs */
+        struct sarray *arr;        /* its job array (the %N throttle), NULL = none */
 };
 
 /* A tenant's queued tasks of one tier, by id: an array with holes (NULL
@@ -282,6 +284,7 @@ struct gp_sched {
         uint64_t grow_seq;         /* counts GPUs grown onto (last grown = highest) */
         struct eord *eo;           /* grow pass scratch */
         uint32_t eo_cap;
+        gp_i64map arrays;          /* array id -> sarray*, arrays with members queued or running */
 };
 
 /* ------------------------------------------------------------------ */
@@ -1240,9 +1243,22 @@ int gp_sched_new(const gp_sched_config *cfg, gp_sched **ret) {
         return 0;
 }
 
-static void task_free(stask *t) {
+/* An array's running count and limit (the %N throttle); one per array id
+ * with a member queued or running, freed with its last member. */
+typedef struct sarray {
+        int64_t id;
+        int limit;                 /* most members running at once, 0 = no cap */
+        int running;               /* members running */
+        int members;               /* members queued or running */
+} sarray;
+
+static void task_free(gp_sched *s, stask *t) {
         if (!t)
                 return;
+        if (t->arr && --t->arr->members == 0) {
+                gp_i64map_del(&s->arrays, t->arr->id);
+                free(t->arr);
+        }
         free(t->gpu_model);
         free(t->pre_by);
         free(t);
@@ -1254,8 +1270,9 @@ void gp_sched_free(gp_sched *s) {
         size_t pos = 0;
         stask *t;
         while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
-                task_free(t);
+                task_free(s, t);
         gp_i64map_done(&s->tasks);
+        gp_i64map_done(&s->arrays); /* each freed with its last task above */
         for (uint32_t i = 0; i < s->ngpus; i++) {
                 free(s->gpus[i].uuid);
                 free(s->gpus[i].name);
@@ -2075,7 +2092,8 @@ static void queue_del(gp_sched *s, stask *t) {
 static int req_check(const gp_sched_req *r) {
         if (!r || r->id <= 0 || r->priority < 0 || r->priority >= GP_PRIORITY_LEVELS || r->gpus < 1 ||
             r->gpus > GP_MAX_GANG || r->memory_mb < 0 || r->timeout_ms < 0 || r->queue_deadline_ms < 0 ||
-            (r->elastic_max_gpus != 0 && (r->elastic_max_gpus <= r->gpus || r->elastic_max_gpus > GP_MAX_GANG)))
+            (r->elastic_max_gpus != 0 && (r->elastic_max_gpus <= r->gpus || r->elastic_max_gpus > GP_MAX_GANG)) ||
+            r->array_id < 0 || r->array_limit < 0)
                 return -EINVAL;
         return 0;
 }
@@ -2131,10 +2149,25 @@ static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
         }
         t->kinds = kinds_for_glob(s, t->gpu_model);
         t->q = (uint8_t)queue_of(s, t);
+        if (r->array_id > 0) {
+                sarray *a = gp_i64map_get(&s->arrays, r->array_id);
+                if (!a) {
+                        if (!(a = calloc(1, sizeof(*a))))
+                                goto oom;
+                        a->id = r->array_id;
+                        if (gp_i64map_put(&s->arrays, a->id, a) < 0) {
+                                free(a);
+                                goto oom;
+                        }
+                }
+                a->limit = r->array_limit; /* every member carries the same */
+                a->members++;
+                t->arr = a;
+        }
         *ret = t;
         return 0;
 oom:
-        task_free(t);
+        task_free(s, t);
         return -ENOMEM;
 }
 
@@ -2187,6 +2220,18 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
         return -EINVAL;
 }
 
+int gp_sched_enqueue_room(const gp_sched *s, const char *tenant, int priority, size_t n) {
+        if (priority < 0 || priority >= GP_PRIORITY_LEVELS)
+                return -EINVAL;
+        if (s->tiers[s->cfg.policy == GP_SCHED_LAS ? 0 : priority].n + n > (size_t)s->cfg.max_queue_depth)
+                return -GP_EQUEUEFULL;
+        uint32_t tid;
+        if (tenant && intern_find(&s->tenants, tenant, &tid) == 0 && tid < s->tn_cap && s->tn[tid].max_queued > 0 &&
+            (size_t)s->tn[tid].queued + n > (size_t)s->tn[tid].max_queued)
+                return -EDQUOT;
+        return 0;
+}
+
 int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
         if (req_check(r) < 0)
                 return -EINVAL;
@@ -2204,17 +2249,17 @@ int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
         if (rc < 0)
                 return rc;
         if (map_put(s, t) < 0) {
-                task_free(t);
+                task_free(s, t);
                 return -ENOMEM;
         }
         if (t->deadline_ms > 0 && heap_push(s, t->deadline_ms, t->id) < 0) {
                 map_del(s, t->id);
-                task_free(t);
+                task_free(s, t);
                 return -ENOMEM;
         }
         if (queue_add(s, t) < 0) {
                 map_del(s, t->id);
-                task_free(t);
+                task_free(s, t);
                 return -ENOMEM;
         }
         return 0;
@@ -2283,6 +2328,8 @@ static int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t 
         T->running++;
         T->run_milli += t->share;
         tenant_in(s, T);
+        if (t->arr)
+                t->arr->running++;
         pre_count(s, t, 1);
         return 0;
 undo:
@@ -2312,6 +2359,8 @@ static void stop(gp_sched *s, stask *t, int64_t now) {
         T->running--;
         T->run_milli -= t->share;
         tenant_in(s, T);
+        if (t->arr)
+                t->arr->running--;
         t->share = 0;
         if (t->nmax) {
                 stask *last = s->el[--s->nel];
@@ -2343,17 +2392,17 @@ int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t 
                 /* restore is lenient about health (the task is already
                  * there) but not about double-booking */
                 if (g->excl || (t->excl && g->ntasks > 0) || (!t->excl && gpu_free(g) < t->mem)) {
-                        task_free(t);
+                        task_free(s, t);
                         return -EINVAL;
                 }
         }
         if (map_put(s, t) < 0) {
-                task_free(t);
+                task_free(s, t);
                 return -ENOMEM;
         }
         if ((rc = start_on(s, t, gpus, n, start_ms, r->borrowing ? 1 : 0)) < 0) {
                 map_del(s, t->id);
-                task_free(t);
+                task_free(s, t);
                 return rc;
         }
         for (int i = t->nmin; i < n; i++)
@@ -2375,7 +2424,7 @@ int gp_sched_remove_at(gp_sched *s, int64_t id, int64_t now_ms) {
         else
                 queue_del(s, t);
         map_del(s, id);
-        task_free(t);
+        task_free(s, t);
         s->gen++;
         return 0;
 }
@@ -2404,7 +2453,7 @@ int gp_sched_requeue_at(gp_sched *s, int64_t id, int64_t now_ms) {
         if (queue_add(s, t) < 0) {
                 /* cannot queue it again: it is forgotten, the caller must end it */
                 map_del(s, t->id);
-                task_free(t);
+                task_free(s, t);
                 return -ENOMEM;
         }
         return 0;
@@ -2440,7 +2489,7 @@ static int expire_due(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t 
                 heap_pop(s);
                 queue_del(s, t);
                 map_del(s, t->id);
-                task_free(t);
+                task_free(s, t);
                 s->total_expired++;
         }
         return 0;
@@ -2621,7 +2670,7 @@ static int las_preempt(gp_sched *s, stask *v, int64_t now, gp_sched_decision **r
         if (queue_add(s, v) < 0) {
                 /* cannot queue it again: forgotten, like gp_sched_requeue */
                 map_del(s, v->id);
-                task_free(v);
+                task_free(s, v);
                 return -ENOMEM;
         }
         return emit(ret, ret_n, ret_cap, &d);
@@ -2860,7 +2909,7 @@ static int preempt_for(gp_sched *s, stask *v, const stask *w, int64_t now, gp_sc
         if (queue_add(s, v) < 0) {
                 /* cannot queue it again: forgotten, like gp_sched_requeue */
                 map_del(s, v->id);
-                task_free(v);
+                task_free(s, v);
                 return -ENOMEM;
         }
         return 0;
@@ -3207,6 +3256,11 @@ static uint32_t grow_pick(const gp_sched *s, const stask *t) {
         return best;
 }
 
+/* Does t's array run as many members as its %N allows? */
+static bool array_full(const stask *t) {
+        return t->arr && t->arr->limit > 0 && t->arr->running >= t->arr->limit;
+}
+
 static bool gate_holds(const gp_sched *s, const stask *t) {
         int64_t a1, a2, a3;
         return gate(s, t, share_lb(s, t), &a1, &a2, &a3) != 0;
@@ -3361,6 +3415,12 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 stenant *T = &s->tn[t->tenant];
                 int64_t lb = share_lb(s, t), a1 = 0, a2 = 0, a3 = 0;
                 int g;
+                if (array_full(t)) {
+                        /* its array's %N throttle: holds this task only,
+                         * never its tenant (the tenant's other work goes on) */
+                        set_reason(s, t, R_ARRAY, t->arr->id, t->arr->limit);
+                        continue;
+                }
                 if (T->held_stamp == s->stamp) {
                         set_reason(s, t, T->held_code, T->held_a1, T->held_a2);
                         t->ra3 = lb;
@@ -3458,7 +3518,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         if ((rc = start_on(s, t, f.gpus, f.n, now, -1)) < 0) {
                                 if (queue_add(s, t) < 0) {
                                         map_del(s, t->id);
-                                        task_free(t);
+                                        task_free(s, t);
                                 }
                                 return rc;
                         }
@@ -3775,8 +3835,17 @@ int gp_sched_task_reason(gp_sched *s, int64_t id, char *buf, size_t size) {
         const char *kindtxt = t->gpu_model ? t->gpu_model : NULL;
         int code = t->rstamp == s->last_run_stamp ? t->rcode : R_NONE;
         int64_t a1 = t->ra1, a2 = t->ra2, a3 = t->ra3;
+        if (code == R_NONE && array_full(t)) {
+                code = R_ARRAY;
+                a1 = t->arr->id;
+                a2 = t->arr->limit;
+        }
         if (code == R_NONE) /* not examined by the last run: its rules as they are now */
                 code = gate(s, t, share_lb(s, t), &a1, &a2, &a3);
+        if (code == R_ARRAY) {
+                snprintf(buf, size, "array %" PRId64 " runs %" PRId64 " at once (%%%" PRId64 ")", a1, a2, a2);
+                return 0;
+        }
         if (code == R_QUOTA_TASKS || code == R_QUOTA_GPUS || code == R_GROUP) {
                 rule_reason(s, t, code, a1, a2, a3, buf, size);
                 return 0;

@@ -188,7 +188,18 @@ typedef struct gp_sched_req {
                                        borrowing (GP_DECIDE_START's borrowing); else ignored */
         bool readmit;               /* accepted before (a retry, or queued again after a
                                        restart): its tenant's max_queued does not apply */
+        int64_t array_id;           /* > 0: a member of this job array (see "Job arrays"), 0 = none */
+        int array_limit;            /* its array's %N: most members running at once, 0 = no cap;
+                                       every member of one array carries the same */
 } gp_sched_req;
+
+/* Job arrays: members of one array (same array_id) are ordinary tasks in
+ * every respect (order, quotas, placement), except that with array_limit
+ * N > 0 a member does not start while N members of its array run; it
+ * waits with the reason "array ID runs N at once (%N)".  The throttle
+ * holds that member only: its tenant's other tasks, and other arrays, go
+ * on in the same run (each throttled member costs O(1) in a run).  The
+ * running count is rebuilt by gp_sched_restore_running after a restart. */
 
 /* Can this request ever run on the inventory (ignoring what is busy,
  * drained or unhealthy, but not reserved GPUs)?  0, or -EINVAL with a
@@ -201,6 +212,12 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
  * the errno's "Disk quota exceeded"),
  * -ENOMEM.  Does not place it: call gp_sched_run. */
 int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r);
+/* Would n more tasks of tenant with this priority be queued (n calls of
+ * gp_sched_enqueue, not readmits)?  0, -GP_EQUEUEFULL (the tier would
+ * pass max_queue_depth) or -EDQUOT (the tenant would pass max_queued).
+ * The daemon asks it before queueing a job array, so that an array is
+ * taken whole or not at all.  O(1). */
+int gp_sched_enqueue_room(const gp_sched *s, const char *tenant, int priority, size_t n);
 /* Put a task that was running before a restart back on its GPUs.
  * 0, -EEXIST, -EINVAL (GPU ids bad or memory does not fit), -ENOMEM. */
 int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t *gpus, int n,

@@ -71,6 +71,9 @@ typedef struct gp_task {
         int64_t finished_ms;              /* 0 until final */
         int64_t heartbeat_ms;             /* lease: last heartbeat */
         int elastic_max_gpus;             /* 0, or elastic: gpu_request (min) < this <= GP_MAX_GANG */
+        int64_t array_id;                 /* job array it belongs to (the id of its first member), 0 = none */
+        int array_index;                  /* its index in the array (SLURM_ARRAY_TASK_ID), when array_id */
+        int array_limit;                  /* the array's %N (most members running at once), 0 = no cap */
         int64_t preempt_deadline_ms;      /* lease being preempted: the holder must let go by
                                              then (state stays queued; not stored) */
         int n_gpus;                       /* entries in gpus while running, else 0 */

@@ -550,7 +550,9 @@ static int spec_dump(const gp_exec_spec *s, char **ret) {
             (r = set_int(o, "preempt_grace_s", s->preempt_grace_s)) < 0 ||
             (r = set_int(o, "notify_signal", s->notify_signal ? s->notify_signal : SIGUSR1)) < 0 ||
             (r = set_int(o, "max_log_bytes", s->max_log_bytes)) < 0 ||
-            (r = set_str(o, "run_as", s->run_as)) < 0)
+            (r = set_str(o, "run_as", s->run_as)) < 0 ||
+            (s->array_id > 0 && ((r = set_int(o, "array_id", s->array_id)) < 0 ||
+                                 (r = set_int(o, "array_index", s->array_index)) < 0)))
                 goto out;
         char *d = json_dumps(o, JSON_COMPACT);
         if (!d) {
@@ -831,6 +833,7 @@ typedef struct spec {
         int64_t notify_signal;       /* missing: SIGUSR1 */
         int64_t max_log_bytes;
         const char *run_as;          /* "" = stay the supervisor's user; missing = "" */
+        int64_t array_id, array_index; /* missing: 0 (no array) */
 } spec;
 
 static void spec_done(spec *s) {
@@ -936,6 +939,12 @@ static int spec_load(int dirfd, spec *ret, char *why, size_t why_size) {
                 field = "task_id";
                 goto bad;
         }
+        if (json_object_get(s.root, "array_id") &&
+            (json_int_field(s.root, "array_id", 1, INT64_MAX, &s.array_id) < 0 ||
+             json_int_field(s.root, "array_index", 0, INT32_MAX, &s.array_index) < 0)) {
+                field = "array_id";
+                goto bad;
+        }
         if (json_int_field(s.root, "timeout_s", 0, TIMEOUT_MAX_S, &s.timeout_s) < 0) {
                 field = "timeout_s";
                 goto bad;
@@ -988,30 +997,50 @@ static bool same_key(const char *a, const char *b) {
         return (*a == '=' || *a == '\0') && (*b == '=' || *b == '\0');
 }
 
+#define OWN_VARS 7  /* gpupool's own variables (names[] in build_env) */
+#define USER_VARS 3 /* run_as: HOME, USER, LOGNAME */
+#define ENV_MADE (OWN_VARS + USER_VARS)
+
 /* The command's environment: inherited, minus what the spec or gpupool
- * sets, plus (run_as) the user's HOME, USER and LOGNAME unless the spec
- * sets them, plus the spec's env (last entry of a key wins), plus
- * gpupool's own three variables, which nobody can override.  own[0..5]
- * receive the strings made here (caller frees). */
+ * sets, plus (run_as, u != NULL) the user's HOME, USER and LOGNAME unless
+ * the spec sets them, plus the spec's env (last entry of a key wins), plus
+ * gpupool's own variables, which nobody can override: three, and for a job
+ * array element four more (GPUPOOL_ARRAY_ID/INDEX and Slurm's
+ * SLURM_ARRAY_JOB_ID/TASK_ID, for scripts written for Slurm).  own has
+ * ENV_MADE slots and receives the strings made here (caller frees; unused
+ * slots stay NULL). */
 static int build_env(const spec *s, const gp_user *u, char ***ret_env, char **own) {
-        gp_buf b[6];
-        const char *names[3] = {"CUDA_VISIBLE_DEVICES", "GPUPOOL_TASK_ID", "GPUPOOL_GPUS"};
-        const char *unames[3] = {"HOME", "USER", "LOGNAME"};
-        for (int i = 0; i < 6; i++)
+        gp_buf b[ENV_MADE];
+        const char *names[OWN_VARS] = {"CUDA_VISIBLE_DEVICES", "GPUPOOL_TASK_ID", "GPUPOOL_GPUS",
+                                       "GPUPOOL_ARRAY_ID", "GPUPOOL_ARRAY_INDEX", "SLURM_ARRAY_JOB_ID",
+                                       "SLURM_ARRAY_TASK_ID"};
+        const char *unames[USER_VARS] = {"HOME", "USER", "LOGNAME"};
+        int nown = s->array_id > 0 ? OWN_VARS : 3;
+        bool used[ENV_MADE];
+        for (int i = 0; i < ENV_MADE; i++) {
                 gp_buf_init(&b[i], 0);
+                used[i] = i < nown || (i >= OWN_VARS && u);
+        }
         int r = 0;
         if (gp_buf_printf(&b[0], "CUDA_VISIBLE_DEVICES=%s", s->cuda) < 0 ||
             gp_buf_printf(&b[1], "GPUPOOL_TASK_ID=%lld", (long long)s->task_id) < 0 ||
             gp_buf_printf(&b[2], "GPUPOOL_GPUS=%s", s->gpus) < 0)
                 r = -ENOMEM;
-        if (r == 0 && u &&
-            (gp_buf_printf(&b[3], "HOME=%s", u->home) < 0 || gp_buf_printf(&b[4], "USER=%s", u->name) < 0 ||
-             gp_buf_printf(&b[5], "LOGNAME=%s", u->name) < 0))
+        if (r == 0 && nown > 3 &&
+            (gp_buf_printf(&b[3], "GPUPOOL_ARRAY_ID=%lld", (long long)s->array_id) < 0 ||
+             gp_buf_printf(&b[4], "GPUPOOL_ARRAY_INDEX=%lld", (long long)s->array_index) < 0 ||
+             gp_buf_printf(&b[5], "SLURM_ARRAY_JOB_ID=%lld", (long long)s->array_id) < 0 ||
+             gp_buf_printf(&b[6], "SLURM_ARRAY_TASK_ID=%lld", (long long)s->array_index) < 0))
                 r = -ENOMEM;
-        for (int i = 0; i < 6; i++) {
-                own[i] = r == 0 && (i < 3 || u) ? gp_buf_steal(&b[i]) : NULL;
+        if (r == 0 && u &&
+            (gp_buf_printf(&b[OWN_VARS], "HOME=%s", u->home) < 0 ||
+             gp_buf_printf(&b[OWN_VARS + 1], "USER=%s", u->name) < 0 ||
+             gp_buf_printf(&b[OWN_VARS + 2], "LOGNAME=%s", u->name) < 0))
+                r = -ENOMEM;
+        for (int i = 0; i < ENV_MADE; i++) {
+                own[i] = r == 0 && used[i] ? gp_buf_steal(&b[i]) : NULL;
                 gp_buf_done(&b[i]);
-                if (r == 0 && (i < 3 || u) && !own[i])
+                if (r == 0 && used[i] && !own[i])
                         r = -ENOMEM;
         }
         if (r < 0)
@@ -1019,7 +1048,7 @@ static int build_env(const spec *s, const gp_user *u, char ***ret_env, char **ow
         size_t ninh = 0;
         while (environ && environ[ninh])
                 ninh++;
-        char **env = calloc(ninh + s->envc + 6 + 1, sizeof(*env));
+        char **env = calloc(ninh + s->envc + ENV_MADE + 1, sizeof(*env));
         if (!env)
                 return -ENOMEM;
         size_t n = 0;
@@ -1028,14 +1057,16 @@ static int build_env(const spec *s, const gp_user *u, char ***ret_env, char **ow
                 if (!strchr(e, '=') || e[0] == '=')
                         continue;
                 bool drop = false;
-                for (int k = 0; k < 3 && !drop; k++)
-                        drop = same_key(e, names[k]) || (u && same_key(e, unames[k]));
+                for (int k = 0; k < OWN_VARS && !drop; k++)
+                        drop = same_key(e, names[k]);
+                for (int k = 0; k < USER_VARS && u && !drop; k++)
+                        drop = same_key(e, unames[k]);
                 for (size_t k = 0; k < s->envc && !drop; k++)
                         drop = same_key(e, s->env[k]);
                 if (!drop)
                         env[n++] = (char *)e;
         }
-        for (int k = 3; k < 6 && u; k++) {
+        for (int k = OWN_VARS; k < ENV_MADE && u; k++) {
                 bool drop = false;
                 for (size_t i = 0; i < s->envc && !drop; i++)
                         drop = same_key(own[k], s->env[i]);
@@ -1044,14 +1075,14 @@ static int build_env(const spec *s, const gp_user *u, char ***ret_env, char **ow
         }
         for (size_t i = 0; i < s->envc; i++) {
                 bool drop = false;
-                for (int k = 0; k < 3 && !drop; k++)
+                for (int k = 0; k < OWN_VARS && !drop; k++)
                         drop = same_key(s->env[i], names[k]);
                 for (size_t k = i + 1; k < s->envc && !drop; k++)
                         drop = same_key(s->env[i], s->env[k]);
                 if (!drop)
                         env[n++] = (char *)s->env[i];
         }
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < nown; k++)
                 env[n++] = own[k];
         env[n] = NULL;
         *ret_env = env;
@@ -1538,7 +1569,7 @@ static int prepare_user(const spec *s, int dirfd, gp_user *u, int *ret_workfd, g
 /* Start the command.  0 with r->pid set and the pipe in r->out, or a
  * spawn failure already described in *res (returns 1), or -errno. */
 static int spawn(run *r, const spec *s, int dirfd, gp_exec_result *res) {
-        char *own[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+        char *own[ENV_MADE] = {NULL};
         char **envp = NULL;
         int out[2] = {-1, -1}, err[2] = {-1, -1}, workfd = -1;
         gp_user user;
@@ -1602,7 +1633,7 @@ out:
         if (workfd >= 0)
                 close(workfd);
         free(envp);
-        for (int i = 0; i < 6; i++)
+        for (int i = 0; i < ENV_MADE; i++)
                 free(own[i]);
         return rc;
 }

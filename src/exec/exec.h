@@ -54,6 +54,10 @@ typedef struct gp_exec_spec {
         int64_t max_log_bytes;       /* > 0 */
         const char *run_as;          /* NULL or "" = the supervisor's user; else the command
                                       * runs as that Unix user (see below) */
+        int64_t array_id;            /* > 0: a job array element; the task then also gets
+                                        GPUPOOL_ARRAY_ID, GPUPOOL_ARRAY_INDEX, SLURM_ARRAY_JOB_ID and
+                                        SLURM_ARRAY_TASK_ID; 0 = none */
+        int64_t array_index;         /* its index, >= 0 (when array_id) */
 } gp_exec_spec;
 
 typedef struct gp_exec_proc {

@@ -75,6 +75,7 @@ static gp_sched_req sched_req(const gp_task *t) {
                 .submit_ms = t->submitted_ms,
                 .queue_deadline_ms = t->queue_timeout_s ? t->submitted_ms + t->queue_timeout_s * 1000 : 0,
                 .elastic_max_gpus = t->elastic_max_gpus, .borrowing = t->borrowing,
+                .array_id = t->array_id, .array_limit = t->array_limit,
         };
         return r;
 }
@@ -127,6 +128,11 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                                   t->preemptible ? "true" : "false");
         r = r ? r : gp_buf_printf(b, ",\"borrowing\":%s",
                                   t->borrowing && t->state == GP_TASK_RUNNING ? "true" : "false");
+        if (t->array_id > 0)
+                r = r ? r : gp_buf_printf(b, ",\"array_id\":%" PRId64 ",\"array_index\":%d", t->array_id,
+                                          t->array_index);
+        else
+                r = r ? r : gp_buf_puts(b, ",\"array_id\":null,\"array_index\":null");
         if (t->elastic_max_gpus > 0)
                 r = r ? r : gp_buf_printf(b, ",\"elastic\":{\"min_gpus\":%d,\"max_gpus\":%d}", t->gpu_request,
                                           t->elastic_max_gpus);
@@ -391,7 +397,13 @@ static gp_task *active_for(gp_daemon *d, int64_t id, const char *tenant) {
         return t;
 }
 
+static void apply_submit_array(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o);
+
 static void apply_submit(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o) {
+        if (c->array.n > 0) {
+                apply_submit_array(d, b, c, now, o);
+                return;
+        }
         gp_task *t = malloc(sizeof(*t));
         if (!t) {
                 o->status = 503;
@@ -464,6 +476,29 @@ static void apply_submit(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o
         o->task = t;
 }
 
+/* Cancel an active task: a queued task or a lease ends now (true); a
+ * running batch task is told to stop and ends when it has (false). */
+static bool cancel_task(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
+        if (t->state == GP_TASK_QUEUED || t->is_lease) {
+                set_reason(t, "cancelled by request");
+                finish(d, b, t, GP_TASK_CANCELLED, now);
+                return true;
+        }
+        /* running batch task: the supervisor stops it and reports */
+        gp_exec_proc p = {t->sup_pid, t->sup_start};
+        set_reason(t, "cancelling: SIGTERM sent, SIGKILL after %d s", d->cfg.kill_grace_s);
+        if (t->sup_pid > 0 && gp_exec_cancel(&p) == 0)
+                return false;
+        /* no supervisor (it never started, or is gone): the watch will tell,
+         * or nothing will, so end it here */
+        if (!gp_i64map_get(&d->watch, t->id)) {
+                set_reason(t, "cancelled by request");
+                finish(d, b, t, GP_TASK_CANCELLED, now);
+                return true;
+        }
+        return false;
+}
+
 static void apply_cancel(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o) {
         gp_task *t = active_for(d, c->id, c->tenant);
         if (!t) {
@@ -471,22 +506,174 @@ static void apply_cancel(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o
                 return;
         }
         o->task = t;
-        if (t->state == GP_TASK_QUEUED || t->is_lease) {
-                set_reason(t, "cancelled by request");
-                finish(d, b, t, GP_TASK_CANCELLED, now);
+        cancel_task(d, b, t, now);
+}
+
+/* ---- job arrays (docs/api.md "Job arrays") ---- */
+
+/* A job array: every element is queued in this one batch (so stored in one
+ * transaction) or none is.  Ids are consecutive; the array's id is its
+ * first element's task id (as Slurm's SLURM_ARRAY_JOB_ID). */
+static void apply_submit_array(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o) {
+        gp_task *tpl = &c->task;
+        size_t n = c->array.n;
+        tpl->state = GP_TASK_QUEUED;
+        tpl->submitted_ms = now;
+        char *no_money = NULL;
+        if (gp_billing_check_submit(d, tpl->tenant, &no_money) < 0) {
+                gp_monitor_submit_rejected(d->mon, "insufficient_balance");
+                o->status = 402;
+                o->body = no_money;
                 return;
         }
-        /* running batch task: the supervisor stops it and reports */
-        gp_exec_proc p = {t->sup_pid, t->sup_start};
-        set_reason(t, "cancelling: SIGTERM sent, SIGKILL after %d s", d->cfg.kill_grace_s);
-        if (t->sup_pid > 0 && gp_exec_cancel(&p) == 0)
+        tpl->id = d->next_id;
+        gp_sched_req r = sched_req(tpl);
+        char why[256];
+        int rc = gp_sched_check_feasible(d->sched, &r, why, sizeof(why));
+        if (rc < 0) {
+                gp_monitor_submit_rejected(d->mon, "infeasible");
+                o->status = 422;
+                o->body = gp_http_error_body("unprocessable", "this array's tasks can never run here: %s", why);
                 return;
-        /* no supervisor (it never started, or is gone): the watch will tell,
-         * or nothing will, so end it here */
-        if (!gp_i64map_get(&d->watch, t->id)) {
-                set_reason(t, "cancelled by request");
-                finish(d, b, t, GP_TASK_CANCELLED, now);
         }
+        rc = gp_sched_enqueue_room(d->sched, tpl->tenant, tpl->priority, n);
+        if (rc == -GP_EQUEUEFULL || rc == -EDQUOT) {
+                struct gp_sched_tenant_usage u = {0};
+                gp_sched_tenant_usage(d->sched, tpl->tenant, now, &u);
+                gp_monitor_submit_rejected(d->mon, rc == -EDQUOT ? "other" : "queue_full");
+                o->status = 429;
+                o->retry_after = 5;
+                o->body = rc == -EDQUOT
+                                  ? gp_http_error_body("quota_exceeded",
+                                                       "tenant %s has %d tasks queued; its max_queued quota leaves no "
+                                                       "room for all %zu elements of this array (none was queued)",
+                                                       tpl->tenant, u.queued, n)
+                                  : gp_http_error_body("queue_full",
+                                                       "the P%d queue has no room for all %zu elements of this array "
+                                                       "(max_queue_depth %d; none was queued); retry later",
+                                                       tpl->priority, n, d->cfg.max_queue_depth);
+                return;
+        }
+        gp_task **ts = calloc(n, sizeof(*ts));
+        if (!ts)
+                goto oom;
+        size_t k;
+        for (k = 0; k < n; k++) {
+                gp_task *t = malloc(sizeof(*t));
+                if (!t || gp_task_copy(t, tpl) < 0) {
+                        free(t);
+                        goto undo;
+                }
+                t->id = d->next_id + (int64_t)k;
+                t->array_id = d->next_id;
+                t->array_index = c->array.idx[k];
+                t->array_limit = c->array.limit;
+                r = sched_req(t);
+                if (gp_sched_enqueue(d->sched, &r) < 0 || gp_i64map_put(&d->tasks, t->id, t) < 0) {
+                        gp_sched_remove(d->sched, t->id);
+                        gp_task_done(t);
+                        free(t);
+                        goto undo;
+                }
+                ts[k] = t;
+        }
+        for (k = 0; k < n; k++)
+                mark(b, ts[k]);
+        int64_t first = d->next_id;
+        d->next_id += (int64_t)n;
+        d->submitted_total += n;
+        for (k = 0; k < n; k++)
+                gp_monitor_task_submitted(d->mon, tpl->tenant);
+        char spec[256];
+        gp_array_spec_format(c->array.idx, n, c->array.limit, spec, sizeof(spec));
+        gp_buf out;
+        gp_buf_init(&out, 0);
+        int r2 = gp_buf_printf(&out, "{\"array_id\":%" PRId64, first);
+        r2 = r2 ? r2 : gp_buf_json_field_str(&out, "tenant_id", tpl->tenant);
+        r2 = r2 ? r2 : gp_buf_json_field_str(&out, "name", tpl->name);
+        r2 = r2 ? r2 : gp_buf_json_field_str(&out, "array", spec);
+        r2 = r2 ? r2 : gp_buf_printf(&out, ",\"count\":%zu,\"limit\":%d,\"first_task_id\":%" PRId64
+                                          ",\"last_task_id\":%" PRId64 ",\"backend\":\"%s\"}",
+                                     n, c->array.limit, first, first + (int64_t)n - 1, d->backend);
+        if (r2 < 0) {
+                gp_buf_done(&out);
+                o->status = 201;
+                o->task = ts[0]; /* stored all the same: answer with the first element */
+        } else {
+                o->status = 201;
+                o->body = gp_buf_steal(&out);
+        }
+        free(ts);
+        gp_info("array %" PRId64 ": %zu tasks (%s) for tenant %s", first, n, spec, tpl->tenant);
+        return;
+undo:
+        while (k-- > 0) {
+                gp_i64map_del(&d->tasks, ts[k]->id);
+                gp_sched_remove(d->sched, ts[k]->id);
+                gp_task_done(ts[k]);
+                free(ts[k]);
+        }
+        free(ts);
+oom:
+        gp_monitor_submit_rejected(d->mon, "other");
+        o->status = 503;
+        o->body = gp_http_error_body("unavailable", "out of memory (none of the array was queued)");
+}
+
+/* Cancel every active element of an array (array_index -1) or one.  The
+ * answer counts what ended now and what is stopping. */
+static void apply_array_cancel(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o) {
+        size_t pos = 0, nended = 0, nstopping = 0, nseen = 0;
+        gp_task *t;
+        gp_task **hit = NULL;
+        size_t nhit = 0, caphit = 0;
+        while ((t = gp_i64map_next(&d->tasks, &pos, NULL))) {
+                if (t->array_id != c->id || (c->tenant[0] && strcmp(t->tenant, c->tenant) != 0))
+                        continue;
+                nseen++;
+                if (c->array_index >= 0 && t->array_index != c->array_index)
+                        continue;
+                /* collected first: finishing a task changes the map being walked */
+                if (push_ptr(&hit, &nhit, &caphit, t) < 0) {
+                        free(hit);
+                        o->status = 503;
+                        o->body = gp_http_error_body("unavailable", "out of memory");
+                        return;
+                }
+        }
+        for (size_t i = 0; i < nhit; i++) {
+                if (cancel_task(d, b, hit[i], now))
+                        nended++;
+                else
+                        nstopping++;
+        }
+        free(hit);
+        if (nseen == 0) {
+                /* nothing active: an array that has ended (cancel is
+                 * idempotent: 200), or none, or another tenant's (404);
+                 * its first element's id is the array's id */
+                gp_task first;
+                bool found = gp_daemon_task_lookup(d, c->id, &first) == 0;
+                bool ok = found && first.array_id == c->id && (!c->tenant[0] || !strcmp(first.tenant, c->tenant));
+                if (found)
+                        gp_task_done(&first);
+                if (!ok) {
+                        o->status = 404;
+                        o->body = gp_http_error_body("not_found", "no array %" PRId64, c->id);
+                        return;
+                }
+        }
+        o->status = 200;
+        gp_buf out;
+        gp_buf_init(&out, 0);
+        if (gp_buf_printf(&out, "{\"array_id\":%" PRId64 ",\"cancelled\":%zu,\"stopping\":%zu}", c->id, nended,
+                          nstopping) < 0) {
+                gp_buf_done(&out);
+                o->status = 503;
+                o->body = gp_http_error_body("unavailable", "out of memory");
+                return;
+        }
+        o->body = gp_buf_steal(&out);
 }
 
 static void apply_release(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o) {
@@ -736,6 +923,7 @@ static int spawn(gp_daemon *d, gp_task *t) {
                                         t->gpus[i].index);
         gp_exec_spec es = {
                 .task_id = t->id, .argv = argv, .env = envv, .workdir = json_string_value(wd),
+                .array_id = t->array_id, .array_index = t->array_index,
                 .cuda_visible_devices = cvd, .gpus = gpus, .timeout_s = t->timeout_s,
                 .kill_grace_s = d->cfg.kill_grace_s, .max_log_bytes = d->cfg.max_log_bytes,
                 .preempt_grace_s = d->cfg.preemption_grace_sec, .notify_signal = d->cfg.elastic_signal,
@@ -1159,6 +1347,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                 }
                 switch (c->kind) {
                 case CMD_SUBMIT: apply_submit(d, &b, c, now, &out[i]); break;
+                case CMD_ARRAY_CANCEL: apply_array_cancel(d, &b, c, now, &out[i]); break;
                 case CMD_CANCEL: apply_cancel(d, &b, c, now, &out[i]); break;
                 case CMD_RELEASE: apply_release(d, &b, c, now, &out[i]); break;
                 case CMD_HEARTBEAT: apply_heartbeat(d, c, now, &out[i]); break;
@@ -1237,6 +1426,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         while (list) {
                 cmd *next = list->next;
                 gp_task_done(&list->task);
+                gp_array_spec_done(&list->array);
                 free(list->tenant_rec);
                 free(list->bill);
                 free(list);

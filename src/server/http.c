@@ -374,11 +374,27 @@ typedef struct list_ctx {
         gp_buf *out;
         int64_t last;
         int count;
+        /* array listings only (the store pages by array alone): */
+        const char *tenant;        /* NULL = any */
+        int state;                 /* -1 = any */
+        bool active;               /* queued or running only */
+        int rows, limit;           /* rows seen in this page; stop (1) at limit answers */
+        int64_t last_row;
 } list_ctx;
 
 static int list_cb(const gp_task *st, void *ud) {
         list_ctx *c = ud;
         gp_task *mem = gp_i64map_get(&c->d->tasks, st->id);
+        if (c->limit) {
+                c->rows++;
+                c->last_row = st->id;
+                const gp_task *t = mem ? mem : st;
+                if ((c->tenant && strcmp(t->tenant, c->tenant) != 0) || (c->state >= 0 && (int)t->state != c->state) ||
+                    (c->active && gp_task_state_is_final(t->state)))
+                        return 0;
+                if (c->count >= c->limit)
+                        return 1;
+        }
         int r = c->count ? gp_buf_puts(c->out, ",") : 0;
         r = r ? r : gp_daemon_task_write(c->d, mem ? mem : st, c->out);
         c->last = st->id;
@@ -398,6 +414,9 @@ static enum MHD_Result list_tasks(hreq *r) {
                 return send_error(r, 400, "invalid_request", "limit: must be an integer 1..1000");
         if (query_i64(r, "after", 1, INT64_MAX, 0, &after) < 0)
                 return send_error(r, 400, "invalid_request", "after: must be a task id");
+        int64_t array_id;
+        if (query_i64(r, "array", 1, INT64_MAX, 0, &array_id) < 0)
+                return send_error(r, 400, "invalid_request", "array: must be an array id");
         const char *state = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "state");
         const char *tenant = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "tenant");
         if (tenant && (strlen(tenant) >= GP_TENANT_MAX || !gp_id_ok(tenant, strlen(tenant))))
@@ -411,10 +430,26 @@ static enum MHD_Result list_tasks(hreq *r) {
                                   "state: one of queued, running, succeeded, failed, cancelled, timeout, lost, active");
         gp_buf out;
         gp_buf_init(&out, 0);
-        list_ctx c = {.d = d, .out = &out};
+        list_ctx c = {.d = d, .out = &out, .tenant = tenant, .state = state && !active ? (int)st : -1,
+                      .active = active};
         int rc = gp_buf_puts(&out, "{\"tasks\":[");
         pthread_mutex_lock(&d->lock);
-        if (active) {
+        if (array_id > 0) {
+                /* one array's elements (state and tenant filter the rows) */
+                gp_task_filter f = {.state = -1, .before_id = after, .limit = 1000, .array_id = array_id};
+                pthread_mutex_lock(&d->rs_lock);
+                while (rc == 0 && c.count < limit) {
+                        c.rows = 0;
+                        c.limit = (int)limit;
+                        rc = gp_store_task_list(d->rs, &f, list_cb, &c);
+                        if (rc == 1)
+                                rc = 0; /* page filled */
+                        if (c.rows < f.limit || c.count >= limit)
+                                break;
+                        f.before_id = c.last_row;
+                }
+                pthread_mutex_unlock(&d->rs_lock);
+        } else if (active) {
                 size_t n = d->tasks.live, k = 0, pos = 0;
                 int64_t *ids = malloc(sizeof(int64_t) * (n ? n : 1));
                 gp_task *t;
@@ -730,7 +765,8 @@ static enum MHD_Result submit(hreq *r, bool seed) {
                                 .max_lease_ttl_s = d->cfg.max_lease_ttl_s,
                                 .default_max_retries = d->cfg.default_max_retries,
                                 .default_priority = 5, .clamp_priority = d->cfg.clamp_priority,
-                                .default_queue_timeout_s = d->cfg.queue_timeout_sec, .seed_priority = seed};
+                                .default_queue_timeout_s = d->cfg.queue_timeout_sec, .seed_priority = seed,
+                                .max_array_size = d->cfg.max_array_size};
         if (!r->admin) {
                 /* a tenant key: its tenant, its default tier, its most urgent tier */
                 pthread_mutex_lock(&d->lock);
@@ -746,7 +782,8 @@ static enum MHD_Result submit(hreq *r, bool seed) {
         if (!c)
                 return send_error(r, 503, "unavailable", "out of memory");
         char err[256];
-        int rc = gp_submit_parse(r->body.data ? r->body.data : "", r->body.len, &lim, &c->task, err, sizeof(err));
+        int rc = gp_submit_parse_array(r->body.data ? r->body.data : "", r->body.len, &lim, &c->task, &c->array, err,
+                                       sizeof(err));
         if (rc < 0) {
                 free(c);
                 if (rc == -ENOMEM)
@@ -785,6 +822,139 @@ static enum MHD_Result task_cmd(hreq *r, cmd_kind kind, int64_t id) {
                                           "release body must be {} or {\"exit_code\": 0..255}");
                 }
         }
+        return post_cmd(r, c);
+}
+
+/* ---- job arrays ---- */
+
+typedef struct array_ctx {
+        const char *tenant;        /* the caller's tenant, NULL = admin */
+        bool denied;               /* an element of another tenant was seen */
+        gp_daemon *d;
+        int64_t counts[GP_TASK_STATE_COUNT];
+        int32_t *idx;
+        size_t n, cap;
+        int limit;
+        int64_t first, last;
+        char tenant_id[GP_TENANT_MAX], name[GP_NAME_MAX];
+        int rows;
+        int64_t last_row;
+} array_ctx;
+
+static int array_cb(const gp_task *st, void *ud) {
+        array_ctx *a = ud;
+        a->rows++;
+        a->last_row = st->id;
+        const gp_task *mem = gp_i64map_get(&a->d->tasks, st->id);
+        const gp_task *t = mem ? mem : st;
+        if (a->tenant && strcmp(t->tenant, a->tenant) != 0) {
+                a->denied = true;
+                return 1;
+        }
+        if (a->n == a->cap) {
+                size_t cap = a->cap ? a->cap * 2 : 1024;
+                int32_t *p = realloc(a->idx, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                a->idx = p;
+                a->cap = cap;
+        }
+        a->idx[a->n++] = t->array_index;
+        if ((unsigned)t->state < GP_TASK_STATE_COUNT)
+                a->counts[t->state]++;
+        a->first = t->id; /* newest first: the last row seen is the first element */
+        if (!a->last)
+                a->last = t->id;
+        a->limit = t->array_limit;
+        gp_strlcpy(a->tenant_id, t->tenant, sizeof(a->tenant_id));
+        gp_strlcpy(a->name, t->name, sizeof(a->name));
+        return 0;
+}
+
+static int cmp_i32(const void *x, const void *y) {
+        int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+        return (a > b) - (a < b);
+}
+
+/* GET /api/v1/arrays/{id}: the array with its elements counted by state
+ * (read from the store, which holds every element's latest state). */
+static enum MHD_Result get_array(hreq *r, int64_t id) {
+        gp_daemon *d = r->d;
+        array_ctx a = {.tenant = r->admin ? NULL : r->tenant, .d = d};
+        gp_task_filter f = {.state = -1, .limit = 1000, .array_id = id};
+        int rc = 0;
+        pthread_mutex_lock(&d->lock);
+        pthread_mutex_lock(&d->rs_lock);
+        for (;;) {
+                a.rows = 0;
+                rc = gp_store_task_list(d->rs, &f, array_cb, &a);
+                if (rc != 0 || a.rows < f.limit)
+                        break;
+                f.before_id = a.last_row;
+        }
+        pthread_mutex_unlock(&d->rs_lock);
+        pthread_mutex_unlock(&d->lock);
+        if (rc < 0 && !a.denied) {
+                free(a.idx);
+                return send_error(r, 503, "unavailable", "cannot read array %" PRId64 ": %s", id, gp_strerror(rc));
+        }
+        if (a.denied || a.n == 0 || a.first != id) {
+                free(a.idx);
+                return send_error(r, 404, "not_found", "no array %" PRId64, id); /* ids do not leak */
+        }
+        qsort(a.idx, a.n, sizeof(*a.idx), cmp_i32);
+        char spec[256];
+        gp_array_spec_format(a.idx, a.n, a.limit, spec, sizeof(spec));
+        free(a.idx);
+        gp_buf out;
+        gp_buf_init(&out, 0);
+        rc = gp_buf_printf(&out, "{\"array_id\":%" PRId64, id);
+        rc = rc ? rc : gp_buf_json_field_str(&out, "tenant_id", a.tenant_id);
+        rc = rc ? rc : gp_buf_json_field_str(&out, "name", a.name);
+        rc = rc ? rc : gp_buf_json_field_str(&out, "array", spec);
+        rc = rc ? rc : gp_buf_printf(&out, ",\"count\":%zu,\"limit\":%d,\"first_task_id\":%" PRId64
+                                           ",\"last_task_id\":%" PRId64 ",\"counts\":{",
+                                     a.n, a.limit, a.first, a.last);
+        for (int s = 0; rc == 0 && s < GP_TASK_STATE_COUNT; s++)
+                rc = gp_buf_printf(&out, "%s\"%s\":%" PRId64, s ? "," : "", gp_task_state_name((gp_task_state)s),
+                                   a.counts[s]);
+        rc = rc ? rc : gp_buf_printf(&out, "},\"backend\":\"%s\"}", d->backend);
+        if (rc < 0) {
+                gp_buf_done(&out);
+                return send_error(r, 503, "unavailable", "out of memory");
+        }
+        return send_body(r, 200, gp_buf_steal(&out), JSON_TYPE, 0);
+}
+
+/* POST /api/v1/arrays/{id}/cancel with no body, {} (every element not yet
+ * ended) or {"index": N} (one element). */
+static enum MHD_Result array_cancel(hreq *r, int64_t id) {
+        int64_t index = -1;
+        if (r->body.len > 0) {
+                json_error_t je;
+                json_t *j = json_loadb(r->body.data, r->body.len, JSON_REJECT_DUPLICATES, &je);
+                if (!j)
+                        return send_error(r, 415, "unsupported_media_type",
+                                          "the body must be JSON: {} or {\"index\": N}");
+                json_t *ix = json_object_get(j, "index");
+                bool ok = json_is_object(j) && json_object_size(j) == (ix ? 1u : 0u) &&
+                          (!ix || (json_is_integer(ix) && json_integer_value(ix) >= 0 &&
+                                   json_integer_value(ix) <= GP_ARRAY_INDEX_MAX));
+                if (ok && ix)
+                        index = json_integer_value(ix);
+                json_decref(j);
+                if (!ok)
+                        return send_error(r, 400, "invalid_request",
+                                          "cancel body must be {} or {\"index\": 0..%d}", GP_ARRAY_INDEX_MAX);
+        }
+        cmd *c = calloc(1, sizeof(*c));
+        if (!c)
+                return send_error(r, 503, "unavailable", "out of memory");
+        c->kind = CMD_ARRAY_CANCEL;
+        c->id = id;
+        c->array_index = index;
+        if (!r->admin)
+                gp_strlcpy(c->tenant, r->tenant, sizeof(c->tenant)); /* others' arrays answer 404 */
         return post_cmd(r, c);
 }
 
@@ -936,6 +1106,17 @@ static enum MHD_Result route(hreq *r, const char *url, const char *method) {
                         else
                                 return send_error(r, 404, "not_found", "no such path");
                         return post ? task_cmd(r, k, id) : send_error(r, 405, "method_not_allowed", "use POST");
+                }
+                if (!strncmp(p, "arrays/", 7)) {
+                        int64_t id;
+                        const char *rest;
+                        if (parse_id_path(p + 7, &id, &rest) < 0)
+                                return send_error(r, 404, "not_found", "array ids are positive integers");
+                        if (!*rest)
+                                return get ? get_array(r, id) : send_error(r, 405, "method_not_allowed", "use GET");
+                        if (!strcmp(rest, "cancel"))
+                                return post ? array_cancel(r, id) : send_error(r, 405, "method_not_allowed", "use POST");
+                        return send_error(r, 404, "not_found", "no such path");
                 }
                 static const struct {
                         const char *path;

@@ -23,6 +23,7 @@
 #include "base/buf.h"
 #include "base/i64map.h"
 #include "config/config.h"
+#include "core/array.h"
 #include "core/sched.h"
 #include "core/task.h"
 #include "gpu/gpu.h"
@@ -42,6 +43,7 @@ typedef enum cmd_kind {
         CMD_CREDIT,                 /* POST /admin/tenants/{id}/credit (billing.c) */
         CMD_USAGE_TOKENS,           /* gp_billing_record_tokens: gateway tokens to store */
         CMD_INVOICE,                /* GET /api/v1/invoices of a closed month not yet issued */
+        CMD_ARRAY_CANCEL,           /* POST /api/v1/arrays/{id}/cancel: id, array_index */
 } cmd_kind;
 
 struct hreq;
@@ -50,6 +52,8 @@ typedef struct cmd {
         cmd_kind kind;
         struct cmd *next;
         gp_task task;               /* SUBMIT: the new task (moved in) */
+        gp_array_spec array;        /* SUBMIT: a job array (n > 0): task is every element's template */
+        int64_t array_index;        /* ARRAY_CANCEL: the element's index, -1 = every element */
         int64_t id;                 /* task id (CANCEL, RELEASE, HEARTBEAT) */
         char tenant[GP_TENANT_MAX]; /* "" = any (admin / no auth) */
         bool has_exit_code;         /* RELEASE */

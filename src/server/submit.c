@@ -190,11 +190,26 @@ static int parse_elastic(json_t *v, json_t *gpu_request, gp_task *t, char *err, 
 
 int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, gp_task *ret, char *err,
                     size_t errlen) {
+        return gp_submit_parse_array(body, len, lim, ret, NULL, err, errlen);
+}
+
+/* "array": a spec string into *arr. */
+static int parse_array(json_t *v, const gp_submit_limits *lim, gp_array_spec *arr, char *err, size_t errlen) {
+        if (!json_is_string(v))
+                return fail(err, errlen, "array: must be a string such as \"0-99\", \"1,3,5-9\" or \"0-15:4%%2\"");
+        size_t max = lim->max_array_size > 0 ? (size_t)lim->max_array_size : GP_ARRAY_MAX_ELEMS;
+        int rc = gp_array_spec_parse(json_string_value(v), json_string_length(v), max, arr, err, errlen);
+        return rc == -E2BIG ? -EINVAL : rc;
+}
+
+int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *lim, gp_task *ret,
+                          gp_array_spec *ret_array, char *err, size_t errlen) {
         static const char *const known[] = {
                 "tenant_id", "name", "gpu_request", "memory_mb", "exclusive", "priority", "command",
                 "env", "workdir", "model", "gpu_model", "preemptible", "timeout_s", "queue_timeout_s",
-                "lease_ttl_s", "max_retries", "elastic", NULL,
+                "lease_ttl_s", "max_retries", "elastic", "array", NULL,
         };
+        gp_array_spec arr = {0};
         if (errlen)
                 err[0] = '\0';
         json_error_t jerr;
@@ -215,7 +230,7 @@ int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, g
         json_object_foreach(root, key, v) {
                 bool ok = false;
                 for (int i = 0; known[i]; i++)
-                        if (!strcmp(key, known[i]))
+                        if (!strcmp(key, known[i]) && (ret_array || strcmp(key, "array") != 0))
                                 ok = true;
                 if (!ok) {
                         rc = fail(err, errlen, "unknown field '%.64s'", key);
@@ -319,10 +334,21 @@ int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, g
         }
         if (t.memory_mb == 0)
                 t.exclusive = true;
+        if ((v = json_object_get(root, "array")) && !json_is_null(v)) {
+                if (t.is_lease) {
+                        rc = fail(err, errlen, "array: only for batch tasks (with command)");
+                        goto out;
+                }
+                if ((rc = parse_array(v, lim, &arr, err, errlen)) < 0)
+                        goto out;
+        }
         *ret = t;
+        if (ret_array)
+                *ret_array = arr;
         json_decref(root);
         return 0;
 out:
+        gp_array_spec_done(&arr);
         gp_task_done(&t);
         json_decref(root);
         return rc;

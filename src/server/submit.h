@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/array.h"
 #include "core/task.h"
 
 typedef struct gp_submit_limits {
@@ -26,6 +27,7 @@ typedef struct gp_submit_limits {
         int64_t default_queue_timeout_s; /* queue_timeout_s when absent (0 = none) */
         bool seed_priority;        /* an integer priority is on the seed's 0..100 scale (higher =
                                       more urgent; gp_submit_seed_tier), not a tier 0..9 */
+        int max_array_size;        /* most elements of a job array ("array"), 0 = GP_ARRAY_MAX_ELEMS */
 } gp_submit_limits;
 
 #define GP_SUBMIT_MAX_ARGS 256
@@ -48,5 +50,16 @@ int gp_submit_seed_tier(int p);
  * On failure *ret holds nothing to free. */
 int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, gp_task *ret, char *err,
                     size_t errlen);
+
+/* The same, also taking "array" (a job array spec, core/array.h: "0-1999%50",
+ * "1,3,5-9", "0-15:4"): with ret_array non-NULL an "array" field is parsed
+ * into *ret_array (zeroed when absent; free with gp_array_spec_done), the
+ * task being the template of every element (batch tasks only: an array
+ * without "command" is refused); with ret_array NULL, "array" is refused.
+ * Errors as gp_submit_parse (a spec over lim->max_array_size elements is
+ * -EINVAL, message naming max_array_size).  On failure neither output holds
+ * anything to free. */
+int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *lim, gp_task *ret,
+                          gp_array_spec *ret_array, char *err, size_t errlen);
 
 #endif

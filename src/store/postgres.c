@@ -50,6 +50,7 @@ enum {
         PS_LIST_S,      /* + $3 state */
         PS_LIST_T,      /* + $3 tenant */
         PS_LIST_ST,     /* + $3 state, $4 tenant */
+        PS_LIST_A,      /* + $3 array_id */
         PS_ACTIVE,
         PS_MAX_ID,
         PS_META_GET,
@@ -71,7 +72,7 @@ static const struct {
         [PS_PUT] = {"gp_task_put",
                     "INSERT INTO tasks (" STORE_TASK_COLUMNS ") VALUES "
                     "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, "
-                    "$19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30) "
+                    "$19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33) "
                     "ON CONFLICT (id) DO UPDATE SET tenant = EXCLUDED.tenant, name = EXCLUDED.name, "
                     "model = EXCLUDED.model, gpu_model = EXCLUDED.gpu_model, "
                     "priority = EXCLUDED.priority, gpu_request = EXCLUDED.gpu_request, "
@@ -84,7 +85,9 @@ static const struct {
                     "submitted_ms = EXCLUDED.submitted_ms, started_ms = EXCLUDED.started_ms, "
                     "finished_ms = EXCLUDED.finished_ms, heartbeat_ms = EXCLUDED.heartbeat_ms, "
                     "sup_pid = EXCLUDED.sup_pid, sup_start = EXCLUDED.sup_start, spec = EXCLUDED.spec, "
-                    "gpus = EXCLUDED.gpus, elastic_max = EXCLUDED.elastic_max, borrowing = EXCLUDED.borrowing",
+                    "gpus = EXCLUDED.gpus, elastic_max = EXCLUDED.elastic_max, borrowing = EXCLUDED.borrowing, "
+                    "array_id = EXCLUDED.array_id, array_index = EXCLUDED.array_index, "
+                    "array_limit = EXCLUDED.array_limit",
                     COL_COUNT},
         [PS_GET] = {"gp_task_get", SELECT_TASKS "WHERE id = $1", 1},
         [PS_LIST] = {"gp_task_list", SELECT_TASKS "WHERE id < $1 ORDER BY id DESC LIMIT $2", 2},
@@ -92,6 +95,7 @@ static const struct {
         [PS_LIST_T] = {"gp_task_list_t", SELECT_TASKS "WHERE tenant = $3 AND id < $1 ORDER BY id DESC LIMIT $2", 3},
         [PS_LIST_ST] = {"gp_task_list_st",
                         SELECT_TASKS "WHERE tenant = $4 AND state = $3 AND id < $1 ORDER BY id DESC LIMIT $2", 4},
+        [PS_LIST_A] = {"gp_task_list_a", SELECT_TASKS "WHERE array_id = $3 AND id < $1 ORDER BY id DESC LIMIT $2", 3},
         [PS_ACTIVE] = {"gp_task_active", SELECT_TASKS "WHERE state IN ('queued', 'running') ORDER BY id ASC", 0},
         [PS_MAX_ID] = {"gp_task_max_id", "SELECT COALESCE(MAX(id), 0) FROM tasks", 0},
         [PS_META_GET] = {"gp_meta_get", "SELECT value FROM meta WHERE key = $1", 1},
@@ -157,6 +161,10 @@ static const struct {
             "CREATE INDEX tasks_tenant_id ON tasks (tenant, id);"},
         {2, "ALTER TABLE tasks ADD COLUMN elastic_max BIGINT NOT NULL DEFAULT 0"},
         {3, "ALTER TABLE tasks ADD COLUMN borrowing BIGINT NOT NULL DEFAULT 0"},
+        {4, "ALTER TABLE tasks ADD COLUMN array_id BIGINT NOT NULL DEFAULT 0, "
+            "ADD COLUMN array_index BIGINT NOT NULL DEFAULT 0, "
+            "ADD COLUMN array_limit BIGINT NOT NULL DEFAULT 0; "
+            "CREATE INDEX tasks_array ON tasks (array_id, id)"},
 };
 
 /* Key of the advisory lock held while migrating ("gpupool" in ASCII). */
@@ -673,14 +681,14 @@ static int pg_task_put(gp_store *s, const gp_task *t) {
                 COL_IS_LEASE, COL_TIMEOUT_S, COL_QUEUE_TIMEOUT_S, COL_LEASE_TTL_S, COL_MAX_RETRIES,
                 COL_RETRIES, COL_PREEMPT_COUNT, COL_EXIT_CODE, COL_SUBMITTED_MS, COL_STARTED_MS,
                 COL_FINISHED_MS, COL_HEARTBEAT_MS, COL_SUP_PID, COL_SUP_START, COL_ELASTIC_MAX,
-                COL_BORROWING,
+                COL_BORROWING, COL_ARRAY_ID, COL_ARRAY_INDEX, COL_ARRAY_LIMIT,
         };
         const int64_t ints[] = {
                 t->id, t->priority, t->gpu_request, t->memory_mb, t->exclusive, t->preemptible,
                 t->is_lease, t->timeout_s, t->queue_timeout_s, t->lease_ttl_s, t->max_retries,
                 t->retries, t->preempt_count, t->exit_code, t->submitted_ms, t->started_ms,
                 t->finished_ms, t->heartbeat_ms, t->sup_pid, t->sup_start, t->elastic_max_gpus,
-                t->borrowing,
+                t->borrowing, t->array_id, t->array_index, t->array_limit,
         };
         for (size_t i = 0; i < GP_ARRAY_SIZE(int_cols); i++) {
                 fmt_i64(num[int_cols[i]], sizeof(num[0]), ints[i]);
@@ -806,7 +814,12 @@ static int pg_task_list(gp_store *s, const gp_task_filter *f, gp_task_cb cb, voi
         int which;
         fmt_i64(before, sizeof(before), f->before_id > 0 ? f->before_id : INT64_MAX);
         fmt_i64(limit, sizeof(limit), f->limit);
-        if (f->state >= 0 && f->tenant) {
+        char arr[24];
+        if (f->array_id > 0) {
+                which = PS_LIST_A;
+                fmt_i64(arr, sizeof(arr), f->array_id);
+                vals[2] = arr;
+        } else if (f->state >= 0 && f->tenant) {
                 which = PS_LIST_ST;
                 vals[2] = gp_task_state_name(f->state);
                 vals[3] = f->tenant;

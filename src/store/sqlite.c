@@ -42,6 +42,7 @@ enum {
         ST_LIST_S,      /* by state */
         ST_LIST_T,      /* by tenant */
         ST_LIST_ST,     /* by state and tenant */
+        ST_LIST_A,      /* by job array */
         ST_ACTIVE,
         ST_MAX_ID,
         ST_META_GET,
@@ -61,7 +62,7 @@ static const char *const stmt_sql[ST_COUNT] = {
         [ST_ROLLBACK] = "ROLLBACK",
         [ST_PUT] = "INSERT OR REPLACE INTO tasks (" STORE_TASK_COLUMNS ") VALUES "
                    "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-                   "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)",
+                   "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)",
         [ST_GET] = SELECT_TASKS "WHERE id = ?1",
         /* ?1 before_id (INT64_MAX when unbounded), ?2 limit, ?3 state, ?4 tenant */
         [ST_LIST] = SELECT_TASKS "WHERE id < ?1 ORDER BY id DESC LIMIT ?2",
@@ -69,6 +70,7 @@ static const char *const stmt_sql[ST_COUNT] = {
         [ST_LIST_T] = SELECT_TASKS "WHERE tenant = ?4 AND id < ?1 ORDER BY id DESC LIMIT ?2",
         [ST_LIST_ST] = SELECT_TASKS "WHERE tenant = ?4 AND state = ?3 AND id < ?1 "
                                     "ORDER BY id DESC LIMIT ?2",
+        [ST_LIST_A] = SELECT_TASKS "WHERE array_id = ?3 AND id < ?1 ORDER BY id DESC LIMIT ?2",
         [ST_ACTIVE] = SELECT_TASKS "WHERE state IN ('queued', 'running') ORDER BY id ASC",
         [ST_MAX_ID] = "SELECT COALESCE(MAX(id), 0) FROM tasks",
         [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
@@ -125,6 +127,10 @@ static const struct {
             "CREATE INDEX tasks_tenant_id ON tasks (tenant, id);"},
         {2, "ALTER TABLE tasks ADD COLUMN elastic_max INTEGER NOT NULL DEFAULT 0"},
         {3, "ALTER TABLE tasks ADD COLUMN borrowing INTEGER NOT NULL DEFAULT 0"},
+        {4, "ALTER TABLE tasks ADD COLUMN array_id INTEGER NOT NULL DEFAULT 0;"
+            "ALTER TABLE tasks ADD COLUMN array_index INTEGER NOT NULL DEFAULT 0;"
+            "ALTER TABLE tasks ADD COLUMN array_limit INTEGER NOT NULL DEFAULT 0;"
+            "CREATE INDEX tasks_array ON tasks (array_id, id)"},
 };
 
 typedef struct sqlite_store {
@@ -443,6 +449,9 @@ static int sq_task_put(gp_store *s, const gp_task *t) {
         rc |= sqlite3_bind_int64(st, 1 + COL_SUP_START, t->sup_start);
         rc |= sqlite3_bind_int(st, 1 + COL_ELASTIC_MAX, t->elastic_max_gpus);
         rc |= sqlite3_bind_int(st, 1 + COL_BORROWING, t->borrowing);
+        rc |= sqlite3_bind_int64(st, 1 + COL_ARRAY_ID, t->array_id);
+        rc |= sqlite3_bind_int(st, 1 + COL_ARRAY_INDEX, t->array_index);
+        rc |= sqlite3_bind_int(st, 1 + COL_ARRAY_LIMIT, t->array_limit);
         if (t->spec)
                 rc |= sqlite3_bind_text(st, 1 + COL_SPEC, t->spec, -1, SQLITE_STATIC);
         else
@@ -532,13 +541,17 @@ static int sq_task_get(gp_store *s, int64_t id, gp_task *ret) {
 }
 
 static int sq_task_list(gp_store *s, const gp_task_filter *f, gp_task_cb cb, void *ud) {
-        int which = f->state >= 0 ? (f->tenant ? ST_LIST_ST : ST_LIST_S) : (f->tenant ? ST_LIST_T : ST_LIST);
+        int which = f->array_id > 0 ? ST_LIST_A
+                    : f->state >= 0 ? (f->tenant ? ST_LIST_ST : ST_LIST_S)
+                                    : (f->tenant ? ST_LIST_T : ST_LIST);
         sqlite3_stmt *st = impl(s)->st[which];
         int rc = sqlite3_bind_int64(st, 1, f->before_id > 0 ? f->before_id : INT64_MAX);
         rc |= sqlite3_bind_int(st, 2, f->limit);
-        if (f->state >= 0)
+        if (f->array_id > 0)
+                rc |= sqlite3_bind_int64(st, 3, f->array_id);
+        else if (f->state >= 0)
                 rc |= sqlite3_bind_text(st, 3, gp_task_state_name(f->state), -1, SQLITE_STATIC);
-        if (f->tenant)
+        if (f->tenant && f->array_id <= 0)
                 rc |= sqlite3_bind_text(st, 4, f->tenant, -1, SQLITE_STATIC);
         if (rc != SQLITE_OK) {
                 done_stmt(st);

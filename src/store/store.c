@@ -464,7 +464,7 @@ static const char *const col_names[COL_COUNT] = {
         "exclusive", "preemptible", "is_lease", "timeout_s", "queue_timeout_s", "lease_ttl_s",
         "max_retries", "retries", "preempt_count", "state", "exit_code", "reason", "submitted_ms",
         "started_ms", "finished_ms", "heartbeat_ms", "sup_pid", "sup_start", "spec", "gpus", "elastic_max",
-        "borrowing",
+        "borrowing", "array_id", "array_index", "array_limit",
 };
 
 static int row_err(gp_store *s, int64_t id, int col, const char *why) {
@@ -562,6 +562,13 @@ int store_task_from_row(gp_store *s, const store_row *row, gp_task *ret) {
         if ((r = row_i64(s, row, t.id, COL_BORROWING, 0, 1, &v)) < 0)
                 return r;
         t.borrowing = v != 0;
+        if ((r = row_i64(s, row, t.id, COL_ARRAY_ID, 0, INT64_MAX, &t.array_id)) < 0 ||
+            (r = row_i64(s, row, t.id, COL_ARRAY_INDEX, 0, INT32_MAX, &v)) < 0)
+                return r;
+        t.array_index = (int)v;
+        if ((r = row_i64(s, row, t.id, COL_ARRAY_LIMIT, 0, INT32_MAX, &v)) < 0)
+                return r;
+        t.array_limit = (int)v;
         if (gp_task_state_parse(state, &t.state) < 0)
                 return row_err(s, t.id, COL_STATE, "unknown state name");
 

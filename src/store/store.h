@@ -111,6 +111,8 @@ typedef struct gp_task_filter {
         const char *tenant;  /* NULL for any */
         int64_t before_id;   /* only ids < before_id; 0 = no bound */
         int limit;           /* 1..1000 */
+        int64_t array_id;    /* > 0: only this job array's elements (state and tenant then
+                                ignored: the caller checks the rows); 0 = any */
 } gp_task_filter;
 
 /* Callback gets a record valid only during the call; return 0 to go on,

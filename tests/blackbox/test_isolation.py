@@ -149,6 +149,13 @@ def fresh_a_lease(w):
     return r.json()["id"]
 
 
+def fresh_a_array(w):
+    r = call(w.d, "POST", "/api/v1/tasks", KEY_A,
+             json={"name": "aardvark-arr", "memory_mb": 10, "command": ["sleep", "60"], "array": "0-1%1"})
+    assert r.status_code == 201, r.text
+    return r.json()["array_id"]
+
+
 def chat_body():
     return {"model": "m1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
@@ -175,6 +182,9 @@ MATRIX = [
     ("POST", "/api/v1/tasks/{}/release", "tenant",
      lambda w: ("/api/v1/tasks/%d/release" % fresh_a_lease(w), {}, 200)),
     ("GET", "/api/v1/tasks/{}/logs", "tenant", lambda w: ("/api/v1/tasks/%d/logs" % w.a_batch, None, 200)),
+    ("GET", "/api/v1/arrays/{}", "tenant", lambda w: ("/api/v1/arrays/%d" % fresh_a_array(w), None, 200)),
+    ("POST", "/api/v1/arrays/{}/cancel", "tenant",
+     lambda w: ("/api/v1/arrays/%d/cancel" % fresh_a_array(w), {}, 200)),
     ("GET", "/api/v1/gpus", "tenant", lambda w: ("/api/v1/gpus", None, 200)),
     ("GET", "/api/v1/nodes", "tenant", lambda w: ("/api/v1/nodes", None, 200)),
     ("GET", "/api/v1/queue", "tenant", lambda w: ("/api/v1/queue?limit=10000", None, 200)),
@@ -220,6 +230,8 @@ B_PROBES = [
     ("DELETE", lambda w: "/api/v1/tasks/%d" % w.b_lease),
     ("POST", lambda w: "/api/v1/tasks/%d/heartbeat" % w.b_lease),
     ("POST", lambda w: "/api/v1/tasks/%d/release" % w.b_lease),
+    ("GET", lambda w: "/api/v1/arrays/%d" % w.b_array),
+    ("POST", lambda w: "/api/v1/arrays/%d/cancel" % w.b_array),
     ("GET", lambda w: "/api/v1/tenants/" + B),
     ("GET", lambda w: "/api/tenants/" + B),
     ("GET", lambda w: "/api/v1/usage?tenant=" + B),
@@ -253,6 +265,10 @@ def world(daemon_factory):
 
     w.b_lease = sub(KEY_B, name="zebrafish-lease", lease_ttl_s=600)["id"]
     w.b_batch = sub(KEY_B, name="zebrafish-batch", command=["sh", "-c", "echo zebrafish-output"])["id"]
+    # a job array of B's that has ended (so the pool figures below stay B's lease alone)
+    w.b_array = sub(KEY_B, name="zebrafish-array", command=["true"], array="0-2")["array_id"]
+    wait_for(lambda: call(d, "GET", "/api/v1/arrays/%d" % w.b_array, KEY_B).json()["counts"]["succeeded"] == 3,
+             what="B's array to end")
     w.a_lease = sub(KEY_A, name="aardvark-lease", lease_ttl_s=600)["id"]
     w.a_batch = sub(KEY_A, name="aardvark-batch", command=["sh", "-c", "echo aardvark-output"])["id"]
     # a finished lease each: a billing segment each
@@ -402,7 +418,7 @@ def test_tenant_key_naming_the_other_tenant_gets_404_like_an_unknown_id(world):
         assert r.status_code == 404, (method, p, r.status_code, r.text[:200])
         assert r.json()["error"]["code"] == "not_found"
         # (a task's 404 names the id the caller gave: that tells it nothing)
-        assert not leaks(re.sub(r"no task \d+", "", r.text), world), (method, p, r.text)
+        assert not leaks(re.sub(r"no (task|array) \d+", "", r.text), world), (method, p, r.text)
         # the same answer as for an id nobody has
         unknown = p.replace(B, "nobody-here").replace("/%d" % world.b_lease, "/999999") \
                    .replace("/%d" % world.b_batch, "/999998")
@@ -411,6 +427,11 @@ def test_tenant_key_naming_the_other_tenant_gets_404_like_an_unknown_id(world):
     # B's things are still there: A's calls changed nothing
     t = call(world.d, "GET", "/api/v1/tasks/%d" % world.b_lease, KEY_B).json()
     assert t["state"] == "running"
+    a = call(world.d, "GET", "/api/v1/arrays/%d" % world.b_array, KEY_B).json()
+    assert a["counts"]["succeeded"] == 3 and a["count"] == 3, a
+    # listing B's array's elements with A's key: none of them
+    r = call(world.d, "GET", "/api/v1/tasks?array=%d" % world.b_array, KEY_A)
+    assert r.status_code == 200 and r.json()["tasks"] == [], r.text[:300]
 
 
 def test_admin_sees_both_tenants(world):

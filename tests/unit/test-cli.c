@@ -998,12 +998,19 @@ static void test_ps_asks_for_active_tasks_and_prints_table(void **state) {
         run_cli(&r, ARGC("--api", api, "ps", "--limit", "3", "--tenant", "a b"),
                 ARGV("--api", api, "ps", "--limit", "3", "--tenant", "a b"));
         assert_int_equal(r.ex, 0);
-        assert_true(starts(s.reqs[0], "GET /api/v1/tasks?state=active&tenant=a%20b&limit=3 HTTP/1.1"));
+        /* folding job arrays, ps reads whole pages and shows --limit lines */
+        assert_true(starts(s.reqs[0], "GET /api/v1/tasks?state=active&tenant=a%20b&limit=1000 HTTP/1.1"));
         assert_non_null(strstr(r.out, "backend: sim (simulated GPUs)\nID  NAME  TENANT   STATE"));
         ran_done(&r);
         run_cli(&r, ARGC("--api", api, "ps", "--all"), ARGV("--api", api, "ps", "--all"));
         assert_int_equal(r.ex, 0);
-        assert_true(starts(s.reqs[1], "GET /api/v1/tasks HTTP/1.1"));
+        assert_true(starts(s.reqs[1], "GET /api/v1/tasks?limit=1000 HTTP/1.1"));
+        ran_done(&r);
+        /* expanded (-r), one line per task: the server pages by --limit */
+        run_cli(&r, ARGC("--api", api, "ps", "-r", "--limit", "3", "--tenant", "a b"),
+                ARGV("--api", api, "ps", "-r", "--limit", "3", "--tenant", "a b"));
+        assert_int_equal(r.ex, 0);
+        assert_true(starts(s.reqs[2], "GET /api/v1/tasks?state=active&tenant=a%20b&limit=3 HTTP/1.1"));
         ran_done(&r);
         srv_stop(&s);
 }

@@ -237,6 +237,9 @@ static gp_task make_full_task(int64_t id) {
         t.exclusive = true;
         t.preemptible = true;
         t.borrowing = true;
+        t.array_id = id > 1 ? id - 1 : id;
+        t.array_index = 1999;
+        t.array_limit = 50;
         t.is_lease = false;
         t.timeout_s = 3600;
         t.queue_timeout_s = 60;
@@ -280,6 +283,9 @@ static void assert_task_equal(const gp_task *a, const gp_task *b) {
         assert_int_equal(a->exclusive, b->exclusive);
         assert_int_equal(a->preemptible, b->preemptible);
         assert_int_equal(a->borrowing, b->borrowing);
+        assert_int_equal(a->array_id, b->array_id);
+        assert_int_equal(a->array_index, b->array_index);
+        assert_int_equal(a->array_limit, b->array_limit);
         assert_int_equal(a->is_lease, b->is_lease);
         assert_int_equal(a->timeout_s, b->timeout_s);
         assert_int_equal(a->queue_timeout_s, b->queue_timeout_s);
@@ -687,6 +693,41 @@ static void test_reader_sees_committed_rows_but_not_the_open_transaction(void **
         gp_store_close(w);
 }
 
+static void test_list_by_array_gives_its_elements_newest_first(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        assert_int_equal(gp_store_begin(s), 0);
+        for (int64_t id = 1; id <= 9; id++) {
+                gp_task t = make_task(id, id % 2 ? "a" : "b", GP_TASK_QUEUED);
+                if (id >= 3 && id <= 7) { /* array 3: indices 10, 12, .. 18 */
+                        t.array_id = 3;
+                        t.array_index = (int)(10 + 2 * (id - 3));
+                        t.array_limit = 2;
+                }
+                put_ok(s, &t);
+                gp_task_done(&t);
+        }
+        assert_int_equal(gp_store_commit(s), 0);
+        collect c = {0};
+        gp_task_filter f = {.state = -1, .limit = 1000, .array_id = 3};
+        assert_int_equal(gp_store_task_list(s, &f, collect_cb, &c), 0);
+        int64_t want[] = {7, 6, 5, 4, 3};
+        assert_int_equal(c.n, 5);
+        assert_memory_equal(c.ids, want, sizeof(want));
+        /* paged; state and tenant do not narrow an array listing */
+        memset(&c, 0, sizeof(c));
+        gp_task_filter f2 = {.state = GP_TASK_RUNNING, .tenant = "zz", .limit = 2, .array_id = 3, .before_id = 6};
+        assert_int_equal(gp_store_task_list(s, &f2, collect_cb, &c), 0);
+        assert_int_equal(c.n, 2);
+        assert_int_equal(c.ids[0], 5);
+        assert_int_equal(c.ids[1], 4);
+        memset(&c, 0, sizeof(c));
+        gp_task_filter none = {.state = -1, .limit = 10, .array_id = 99};
+        assert_int_equal(gp_store_task_list(s, &none, collect_cb, &c), 0);
+        assert_int_equal(c.n, 0);
+        gp_store_close(s);
+}
+
 static void test_meta_set_get_and_missing_key(void **state) {
         FX(state);
         gp_store *s = open_store(fx);
@@ -709,7 +750,7 @@ static void test_meta_set_get_and_missing_key(void **state) {
 
         /* the store's own key is readable but reserved */
         assert_int_equal(gp_store_meta_get(s, "schema_version", buf, sizeof(buf)), 0);
-        assert_string_equal(buf, "3");
+        assert_string_equal(buf, "4");
         assert_int_equal(gp_store_meta_set(s, "schema_version", "7"), -EINVAL);
         assert_int_equal(gp_store_meta_set(s, "", "x"), -EINVAL);
 
@@ -987,9 +1028,16 @@ static void test_version_1_database_is_migrated_keeping_its_tasks(void **state) 
         gp_task t = make_full_task(5);
         t.elastic_max_gpus = 0;
         t.borrowing = false;
+        t.array_id = 0;
+        t.array_index = 0;
+        t.array_limit = 0;
         put_ok(s, &t);
         gp_store_close(s);
-        /* back to the schema of version 1: no elastic_max nor borrowing column */
+        /* back to the schema of version 1: no elastic_max, borrowing nor array columns */
+        fx->be->raw_exec(fx, "DROP INDEX tasks_array");
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN array_id");
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN array_index");
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN array_limit");
         fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN elastic_max");
         fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN borrowing");
         fx->be->raw_exec(fx, "UPDATE meta SET value = '1' WHERE key = 'schema_version'");
@@ -1000,7 +1048,7 @@ static void test_version_1_database_is_migrated_keeping_its_tasks(void **state) 
         gp_task_done(&got);
         char v[16];
         assert_int_equal(gp_store_meta_get(s, "schema_version", v, sizeof(v)), 0);
-        assert_string_equal(v, "3");
+        assert_string_equal(v, "4");
         gp_task_done(&t);
         gp_store_close(s);
 }
@@ -1550,6 +1598,8 @@ static void test_usage_rows_round_trip_filter_and_follow_the_transaction(void **
         cmocka_unit_test_prestate_setup_teardown(                                                        \
                 test_reader_sees_committed_rows_but_not_the_open_transaction, fx_setup, fx_teardown,     \
                 (void *)(be)),                                                                           \
+        cmocka_unit_test_prestate_setup_teardown(test_list_by_array_gives_its_elements_newest_first,    \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
         cmocka_unit_test_prestate_setup_teardown(test_meta_set_get_and_missing_key, fx_setup,            \
                                                  fx_teardown, (void *)(be)),                              \
         cmocka_unit_test_prestate_setup_teardown(test_corrupt_rows_are_reported_not_crashed_on,          \

@@ -34,10 +34,12 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -156,8 +158,9 @@ out_close:
         return r;
 }
 
-/* Replace NAME in dirfd with data: NAME.tmp, fsync, rename, fsync dir. */
-static int write_atomic_at(int dirfd, const char *name, const void *data, size_t len) {
+/* Replace NAME in dirfd with data: NAME.tmp, fsync, rename, fsync dir
+ * (without the fsyncs when !sync: readers still see a whole file). */
+static int write_replace_at(int dirfd, const char *name, const void *data, size_t len, bool sync) {
         char tmp[64];
         int n = snprintf(tmp, sizeof(tmp), "%s.tmp", name);
         if (n < 0 || (size_t)n >= sizeof(tmp))
@@ -166,7 +169,7 @@ static int write_atomic_at(int dirfd, const char *name, const void *data, size_t
         if (fd < 0)
                 return -errno;
         int r = write_all(fd, data, len);
-        if (r == 0 && fsync(fd) < 0)
+        if (r == 0 && sync && fsync(fd) < 0)
                 r = -errno;
         if (close(fd) < 0 && r == 0 && errno != EINTR)
                 r = -errno;
@@ -176,9 +179,13 @@ static int write_atomic_at(int dirfd, const char *name, const void *data, size_t
                 unlinkat(dirfd, tmp, 0);
                 return r;
         }
-        if (fsync(dirfd) < 0)
+        if (sync && fsync(dirfd) < 0)
                 return -errno;
         return 0;
+}
+
+static int write_atomic_at(int dirfd, const char *name, const void *data, size_t len) {
+        return write_replace_at(dirfd, name, data, len, true);
 }
 
 /* State (field 3) and start time (field 22) of /proc/PID/stat.  comm (field
@@ -813,6 +820,119 @@ out:
                 close(dirfd);
         free(json);
         return r;
+}
+
+/* The signals the supervisor reads from its signalfd: blocked from the
+ * moment it exists, so one sent before it set up is kept pending. */
+static void supervisor_sigset(sigset_t *set) {
+        sigemptyset(set);
+        sigaddset(set, SIGTERM);
+        sigaddset(set, SIGINT);
+        sigaddset(set, SIGCHLD);
+        sigaddset(set, SIGUSR1);
+        sigaddset(set, SIGUSR2);
+}
+
+int gp_exec_launch(const char *self_exe, const char *task_dir, const gp_exec_spec *spec, unsigned flags,
+                   gp_exec_proc *ret) {
+        if (!self_exe || !self_exe[0] || !task_dir || !task_dir[0] || !spec || !ret)
+                return -EINVAL;
+        char *json = NULL;
+        int r = spec_dump(spec, &json);
+        if (r < 0)
+                return r;
+        int dirfd = -1;
+        bool fa_init = false, attr_init = false;
+        posix_spawn_file_actions_t fa;
+        posix_spawnattr_t attr;
+        r = mkdir_p(task_dir, 0700);
+        if (r < 0)
+                goto out;
+        dirfd = open_dir(task_dir);
+        if (dirfd < 0) {
+                r = dirfd;
+                goto out;
+        }
+        if (flags & GP_EXEC_FRESH) {
+                if (faccessat(dirfd, PIDFILE_NAME, F_OK, 0) == 0 || faccessat(dirfd, RESULT_NAME, F_OK, 0) == 0) {
+                        r = -EEXIST;
+                        goto out;
+                }
+        } else {
+                gp_exec_proc old;
+                if (read_pidfile_at(dirfd, &old) == 0 && gp_exec_alive(&old) &&
+                    faccessat(dirfd, RESULT_NAME, F_OK, 0) < 0) {
+                        r = -EBUSY;
+                        goto out;
+                }
+                static const char *const stale[] = {PIDFILE_NAME, PIDFILE_NAME ".tmp", RESULT_NAME,
+                                                    RESULT_NAME ".tmp"};
+                for (size_t i = 0; i < GP_ARRAY_SIZE(stale); i++)
+                        if (unlinkat(dirfd, stale[i], 0) < 0 && errno != ENOENT) {
+                                r = -errno;
+                                goto out;
+                        }
+        }
+        r = write_replace_at(dirfd, SPEC_NAME, json, strlen(json), false);
+        if (r < 0)
+                goto out;
+        char *argv[] = {(char *)self_exe, (char *)"__supervise", (char *)task_dir, NULL};
+        sigset_t mask, all;
+        supervisor_sigset(&mask);
+        sigfillset(&all);
+        if ((r = -posix_spawn_file_actions_init(&fa)) < 0)
+                goto out;
+        fa_init = true;
+        if ((r = -posix_spawnattr_init(&attr)) < 0)
+                goto out;
+        attr_init = true;
+        /* stdin and stdout /dev/null; stderr stays (the supervisor reports
+         * setup failures there); nothing else of ours crosses the exec */
+        r = -posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDWR, 0);
+        r = r ? r : -posix_spawn_file_actions_adddup2(&fa, STDIN_FILENO, STDOUT_FILENO);
+        r = r ? r : -posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
+        r = r ? r : -posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
+                                                             POSIX_SPAWN_SETSIGDEF);
+        r = r ? r : -posix_spawnattr_setsigmask(&attr, &mask);
+        r = r ? r : -posix_spawnattr_setsigdefault(&attr, &all);
+        if (r < 0)
+                goto out;
+        pid_t pid;
+        /* vfork-like (CLONE_VM|CLONE_VFORK): no copy of the daemon's memory;
+         * an exec error comes back here */
+        r = -posix_spawn(&pid, self_exe, &fa, &attr, argv, environ);
+        if (r < 0)
+                goto out;
+        /* our child, not reaped before gp_exec_reap: its pid and /proc entry
+         * stay ours, so the start time read now is its own */
+        char state;
+        int64_t start;
+        r = proc_stat(pid, &state, &start);
+        if (r < 0)
+                goto out; /* cannot happen; its watch would find it gone */
+        ret->pid = pid;
+        ret->start = start;
+out:
+        if (fa_init)
+                posix_spawn_file_actions_destroy(&fa);
+        if (attr_init)
+                posix_spawnattr_destroy(&attr);
+        if (dirfd >= 0)
+                close(dirfd);
+        free(json);
+        return r;
+}
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+int gp_exec_reap(int pidfd) {
+        siginfo_t si;
+        memset(&si, 0, sizeof(si));
+        if (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG) < 0)
+                return errno == ECHILD ? 1 : -errno;
+        return si.si_pid != 0 ? 1 : 0;
 }
 
 /* ---- the supervisor ---- */
@@ -1510,6 +1630,26 @@ static int setup_stdio(void) {
         return 0;
 }
 
+/* Take the task dir's lock (flock on lockfd, its own open file
+ * description: the command never holds it), waiting up to START_WAIT_MS
+ * for an earlier supervisor that is still closing up.  Then, since every
+ * start removes supervisor.pid and result.json before it starts us, finding
+ * one means another supervisor already ran this start: -EEXIST. */
+static int claim_dir(int lockfd, int dirfd) {
+        int64_t deadline = gp_mono_ms() + START_WAIT_MS;
+        while (flock(lockfd, LOCK_EX | LOCK_NB) < 0) {
+                if (errno != EWOULDBLOCK && errno != EINTR)
+                        return -errno;
+                if (gp_mono_ms() >= deadline)
+                        return -ETIMEDOUT;
+                struct timespec ts = {.tv_sec = 0, .tv_nsec = 2 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+        }
+        if (faccessat(dirfd, PIDFILE_NAME, F_OK, 0) == 0 || faccessat(dirfd, RESULT_NAME, F_OK, 0) == 0)
+                return -EEXIST;
+        return 0;
+}
+
 static int write_own_pidfile(int dirfd) {
         int64_t start;
         int r = proc_stat(getpid(), NULL, &start);
@@ -1666,12 +1806,7 @@ int gp_exec_supervise_main(const char *task_dir) {
         /* Signals first: nobody may kill us with SIGTERM once our pid is
          * known, it has to become a cancel. */
         sigset_t mask;
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGINT);
-        sigaddset(&mask, SIGCHLD);
-        sigaddset(&mask, SIGUSR1);
-        sigaddset(&mask, SIGUSR2);
+        supervisor_sigset(&mask);
         sigprocmask(SIG_SETMASK, &mask, NULL);
         struct sigaction sa;
         memset(&sa, 0, sizeof(sa));
@@ -1683,7 +1818,7 @@ int gp_exec_supervise_main(const char *task_dir) {
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGCHLD, &sa, NULL);
 
-        int status = 1, dirfd = -1, sigfd = -1;
+        int status = 1, dirfd = -1, sigfd = -1, lockfd = -1;
         spec s;
         memset(&s, 0, sizeof(s));
         run r;
@@ -1701,6 +1836,16 @@ int gp_exec_supervise_main(const char *task_dir) {
         if (dirfd < 0) {
                 say(task_dir, "cannot open task dir", dirfd);
                 return 1;
+        }
+        /* one supervisor per start: a second one (started again by a daemon
+         * that crashed before this one wrote its pidfile) waits for the
+         * first, then finds its files and leaves without touching anything */
+        lockfd = open_dir(task_dir);
+        rc = lockfd < 0 ? lockfd : claim_dir(lockfd, dirfd);
+        if (rc < 0) {
+                say(task_dir, rc == -EEXIST ? "another supervisor already ran this start here" :
+                                              "cannot lock task dir", rc);
+                goto out;
         }
         (void)!chdir("/");   /* hold no mount busy; every path below goes through dirfd */
         /* orphans of the command become our children, so we can reap them */
@@ -1784,6 +1929,8 @@ out:
                 close(sigfd);
         if (dirfd >= 0)
                 close(dirfd);
+        if (lockfd >= 0)
+                close(lockfd); /* the next start in this dir may go */
         spec_done(&s);
         return status;
 }

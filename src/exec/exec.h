@@ -89,6 +89,32 @@ typedef struct gp_exec_result {
 int gp_exec_start(const char *self_exe, const char *task_dir, const gp_exec_spec *spec,
                   gp_exec_proc *ret);
 
+/* gp_exec_launch flags */
+#define GP_EXEC_FRESH 1u             /* only where no supervisor ran yet (no supervisor.pid/result.json) */
+
+/* Start the supervisor without waiting for it: create TASK_DIR, write
+ * spec.json (renamed into place, not fsynced: only the supervisor reads
+ * it, and a lost one after a power cut is a task that never started),
+ * posix_spawn "SELF_EXE __supervise TASK_DIR" in a session of its own with
+ * the supervisor's signals already blocked (a cancel sent at once is kept
+ * pending, never kills it), and return its {pid, start} as soon as the
+ * exec succeeded.  The supervisor is the caller's child: whoever watches
+ * it reaps it (gp_exec_reap); if the caller dies, init adopts it and it
+ * carries on.  A supervisor refuses to run the command when another one
+ * holds TASK_DIR or already ran there for this start (see exec.md).
+ * With GP_EXEC_FRESH it returns -EEXIST instead of starting when
+ * supervisor.pid or result.json exists (recovery: a supervisor started
+ * before a crash).  Otherwise like gp_exec_start: -EBUSY while a live
+ * supervisor owns TASK_DIR, stale files of an earlier run are removed.
+ * 0, -EINVAL, -ENOMEM, -EEXIST, -EBUSY, -errno.  Any thread. */
+int gp_exec_launch(const char *self_exe, const char *task_dir, const gp_exec_spec *spec, unsigned flags,
+                   gp_exec_proc *ret);
+
+/* Reap pidfd's process if it is the caller's child and has exited.
+ * 1: reaped, or not our child (nothing to reap: close the fd); 0: our
+ * child, still running (reap it later); -errno. */
+int gp_exec_reap(int pidfd);
+
 /* The supervisor's main (main.c calls it for "__supervise TASK_DIR").
  * Returns the process exit status for the supervisor itself. */
 int gp_exec_supervise_main(const char *task_dir);

@@ -789,12 +789,35 @@ static void watch_add(gp_daemon *d, gp_task *t) {
         gp_i64map_put(&d->watch, t->id, (void *)(intptr_t)(fd + 1));
 }
 
+/* Done with a supervisor's pidfd: reap it if it is our child and has
+ * ended; one of ours still running goes to the spawner thread, which reaps
+ * it when it ends (no zombies).  Under lock or before the threads run. */
+static void pidfd_done(gp_daemon *d, int fd) {
+        epoll_ctl(d->epfd, EPOLL_CTL_DEL, fd, NULL);
+        if (gp_exec_reap(fd) != 0) {
+                close(fd);
+                return;
+        }
+        pthread_mutex_lock(&d->sp_lock);
+        if (d->nstrays == d->capstrays) {
+                size_t c = d->capstrays ? d->capstrays * 2 : 16;
+                int *v = realloc(d->strays, c * sizeof(*v));
+                if (!v) {
+                        gp_error("out of memory; stopping");
+                        _exit(70);
+                }
+                d->strays = v;
+                d->capstrays = c;
+        }
+        d->strays[d->nstrays++] = fd;
+        pthread_cond_signal(&d->sp_cond);
+        pthread_mutex_unlock(&d->sp_lock);
+}
+
 static void watch_del(gp_daemon *d, int64_t id) {
         intptr_t v = (intptr_t)gp_i64map_del(&d->watch, id);
-        if (v > 0) {
-                epoll_ctl(d->epfd, EPOLL_CTL_DEL, (int)(v - 1), NULL);
-                close((int)(v - 1));
-        }
+        if (v > 0)
+                pidfd_done(d, (int)(v - 1));
 }
 
 /* A running task lost its GPU (or its GPU left the pool): back to the
@@ -839,6 +862,16 @@ static void apply_exit(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
                 return;
         }
         gp_exec_result res;
+        gp_exec_proc other;
+        if (gp_exec_read_result(dir, &res) < 0 && gp_exec_read_pidfile(dir, &other) == 0 &&
+            (other.pid != t->sup_pid || other.start != t->sup_start)) {
+                /* ours left without running it: a supervisor started before
+                 * a crash owns this start (exec.md); follow that one */
+                t->sup_pid = other.pid;
+                t->sup_start = other.start;
+                watch_add(d, t);
+                return;
+        }
         if (gp_exec_read_result(dir, &res) < 0) {
                 set_reason(t, "its supervisor ended without recording a result");
                 finish(d, b, t, GP_TASK_LOST, now);
@@ -868,8 +901,9 @@ static void apply_exit(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
 
 static char *alloc_json(const gp_task *t);
 
-/* Build the argv/env of a batch task from its spec. */
-static int spawn(gp_daemon *d, gp_task *t) {
+/* Build the argv/env of a batch task from its spec and start its
+ * supervisor (gp_exec_launch).  t is the spawner's own copy: no lock. */
+static int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
         json_t *spec = json_loads(t->spec ? t->spec : "", 0, NULL);
         if (!spec)
                 return -EINVAL;
@@ -929,16 +963,7 @@ static int spawn(gp_daemon *d, gp_task *t) {
                 .preempt_grace_s = d->cfg.preemption_grace_sec, .notify_signal = d->cfg.elastic_signal,
                 .run_as = gp_tenants_run_as(d, t->tenant),
         };
-        gp_exec_proc p;
-        rc = gp_exec_start(d->self_exe, dir, &es, &p);
-        if (rc == 0) {
-                /* HTTP threads copy tasks under the lock (gp_daemon_task_lookup); the caller
-                 * does not hold it here */
-                pthread_mutex_lock(&d->lock);
-                t->sup_pid = p.pid;
-                t->sup_start = p.start;
-                pthread_mutex_unlock(&d->lock);
-        }
+        rc = gp_exec_launch(d->self_exe, dir, &es, flags, ret);
 out:
         if (envs)
                 for (size_t i = 0; i < nenv + 3; i++)
@@ -987,9 +1012,7 @@ static void preempt(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
                 if (w && gp_exec_preempt(&p) == 0 && gp_i64map_put(&d->draining, t->id, w) == 0) {
                         d->ndraining++;
                 } else if (w) {
-                        intptr_t fd = (intptr_t)w - 1;
-                        epoll_ctl(d->epfd, EPOLL_CTL_DEL, (int)fd, NULL);
-                        close((int)fd);
+                        pidfd_done(d, (int)((intptr_t)w - 1));
                 }
                 t->sup_pid = t->sup_start = 0;
         }
@@ -1003,8 +1026,7 @@ static bool drained(gp_daemon *d, int64_t id) {
         intptr_t v = (intptr_t)gp_i64map_del(&d->draining, id);
         if (v <= 0)
                 return false;
-        epoll_ctl(d->epfd, EPOLL_CTL_DEL, (int)(v - 1), NULL);
-        close((int)(v - 1));
+        pidfd_done(d, (int)(v - 1));
         d->ndraining--;
         return true;
 }
@@ -1303,6 +1325,155 @@ static void defer_spawn(gp_daemon *d, int64_t id) {
         d->ndeferred++;
 }
 
+static void push_id(int64_t **v, size_t *n, size_t *cap, int64_t id) {
+        grow_ids(v, *n, cap);
+        (*v)[(*n)++] = id;
+}
+
+/* Supervisors the spawner could not start: the task fails (or, while an
+ * earlier run still owns its dir, waits to be started again).  Loop
+ * thread, under lock. */
+static void take_spawn_failures(gp_daemon *d, batch *b, int64_t now) {
+        pthread_mutex_lock(&d->sp_lock);
+        int64_t *v = d->spfail;
+        size_t n = d->nspfail;
+        d->spfail = NULL;
+        d->nspfail = d->capspfail = 0;
+        pthread_mutex_unlock(&d->sp_lock);
+        for (size_t i = 0; i + 1 < n; i += 2) {
+                gp_task *t = gp_i64map_get(&d->tasks, v[i]);
+                if (!t || t->state != GP_TASK_RUNNING || t->is_lease || t->sup_pid != 0 ||
+                    gp_i64map_get(&d->watch, t->id))
+                        continue;
+                int rc = (int)v[i + 1];
+                if (rc == -EBUSY) {
+                        defer_spawn(d, t->id);
+                        continue;
+                }
+                set_reason(t, "could not start its supervisor: %s", gp_strerror(rc));
+                finish(d, b, t, GP_TASK_FAILED, now);
+        }
+        free(v);
+}
+
+/* Start one batch task's supervisor.  The task is read under the lock
+ * (its own copy), started without it, and bound to its supervisor under
+ * it again, if it is still the same run; otherwise (cancelled, preempted
+ * meanwhile) that supervisor is told to stop and reaped later. */
+static void spawn_one(gp_daemon *d, int64_t id) {
+        pthread_mutex_lock(&d->lock);
+        gp_task *t = gp_i64map_get(&d->tasks, id);
+        bool go = t && t->state == GP_TASK_RUNNING && !t->is_lease && t->sup_pid == 0 &&
+                  !gp_i64map_get(&d->watch, id);
+        unsigned flags = go && gp_i64map_del(&d->fresh, id) ? GP_EXEC_FRESH : 0;
+        gp_task copy;
+        bool oom = false;
+        if (go && gp_task_copy(&copy, t) < 0) {
+                go = false;
+                oom = true; /* reported below as a failed start */
+        }
+        int64_t started = t ? t->started_ms : 0;
+        pthread_mutex_unlock(&d->lock);
+        if (!go && !oom)
+                return; /* ended, started already or no longer running */
+        gp_exec_proc p = {0, 0};
+        int rc = go ? spawn(d, &copy, flags, &p) : -ENOMEM;
+        if (go)
+                gp_task_done(&copy);
+        char dir[PATH_MAX];
+        task_dir(d, id, dir, sizeof(dir));
+        if (rc == -EEXIST) {
+                /* recovery: a supervisor started before the crash ran or runs
+                 * this start; follow it (no pidfile: its result says) */
+                if (gp_exec_read_pidfile(dir, &p) < 0)
+                        p.pid = p.start = 0;
+                rc = 0;
+        }
+        pthread_mutex_lock(&d->lock);
+        t = gp_i64map_get(&d->tasks, id);
+        bool same = t && t->state == GP_TASK_RUNNING && t->started_ms == started && t->sup_pid == 0 &&
+                    !gp_i64map_get(&d->watch, id);
+        if (rc == 0 && same) {
+                t->sup_pid = p.pid;
+                t->sup_start = p.start;
+                watch_add(d, t); /* gone already: the loop reads its result */
+        } else if (rc == 0 && p.pid > 0) {
+                gp_exec_cancel(&p);
+                int fd;
+                if (gp_exec_watch(&p, &fd) == 0)
+                        pidfd_done(d, fd);
+        }
+        pthread_mutex_unlock(&d->lock);
+        if (rc < 0 && same) {
+                pthread_mutex_lock(&d->sp_lock);
+                push_id(&d->spfail, &d->nspfail, &d->capspfail, id);
+                push_id(&d->spfail, &d->nspfail, &d->capspfail, rc);
+                pthread_mutex_unlock(&d->sp_lock);
+                uint64_t one = 1;
+                ssize_t w = write(d->evfd, &one, sizeof(one));
+                (void)w;
+        }
+}
+
+static void reap_strays(gp_daemon *d) {
+        pthread_mutex_lock(&d->sp_lock);
+        size_t k = 0;
+        for (size_t i = 0; i < d->nstrays; i++) {
+                if (gp_exec_reap(d->strays[i]) != 0)
+                        close(d->strays[i]);
+                else
+                        d->strays[k++] = d->strays[i];
+        }
+        d->nstrays = k;
+        pthread_mutex_unlock(&d->sp_lock);
+}
+
+/* The spawner thread: takes every queued start at once and starts them one
+ * after another (posix_spawn: a few hundred microseconds each, no fsync,
+ * no waiting for the supervisor), while the loop goes on storing and
+ * answering. */
+static void *spawner_main(void *arg) {
+        gp_daemon *d = arg;
+        int64_t *ids = NULL;
+        size_t cap = 0;
+        for (;;) {
+                pthread_mutex_lock(&d->sp_lock);
+                while (d->nspq == 0 && !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
+                        if (d->nstrays == 0) {
+                                pthread_cond_wait(&d->sp_cond, &d->sp_lock);
+                                continue;
+                        }
+                        struct timespec ts;
+                        clock_gettime(CLOCK_REALTIME, &ts);
+                        ts.tv_nsec += 100 * 1000 * 1000;
+                        if (ts.tv_nsec >= 1000000000L) {
+                                ts.tv_sec++;
+                                ts.tv_nsec -= 1000000000L;
+                        }
+                        pthread_cond_timedwait(&d->sp_cond, &d->sp_lock, &ts);
+                        break;
+                }
+                if (__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
+                        pthread_mutex_unlock(&d->sp_lock);
+                        break;
+                }
+                /* swap: the loop fills a fresh list meanwhile */
+                int64_t *v = d->spq;
+                size_t n = d->nspq, c = d->capspq;
+                d->spq = ids;
+                d->nspq = 0;
+                d->capspq = cap;
+                ids = v;
+                cap = c;
+                pthread_mutex_unlock(&d->sp_lock);
+                for (size_t i = 0; i < n && !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE); i++)
+                        spawn_one(d, ids[i]);
+                reap_strays(d);
+        }
+        free(ids);
+        return NULL;
+}
+
 /* Commands that add to what the store holds: refused while the disk is
  * full.  Cancels, releases, heartbeats, drains and task ends shrink the
  * work (or write a few bytes) and go on. */
@@ -1371,6 +1542,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                 if (t && t->state == GP_TASK_RUNNING)
                         apply_exit(d, &b, t, now);
         }
+        take_spawn_failures(d, &b, now);
         gp_tenants_tick(d, now, false);
         expire_leases(d, &b, now);
         expire_preempting(d, &b, now);
@@ -1386,42 +1558,21 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         pthread_mutex_unlock(&d->lock);
 
         notify_resized(d);
-        /* start supervisors only now that `running` is stored, and only
-         * once no preempted run is still stopping */
-        batch b2 = {0};
+        /* start supervisors only now that `running` is stored (and the
+         * answers are out), and only once no preempted run is still
+         * stopping: the spawner thread starts them, many at once */
         for (size_t k = 0; k < b.nspawn; k++)
                 defer_spawn(d, b.spawn[k]->id);
         bool lease_grace = d->lpreempting.live > 0; /* read under lock above; only this thread changes it */
         /* nor while the disk is full: a supervisor writes its files in the
          * data dir (they start when space is back) */
-        while (d->ndraining == 0 && !lease_grace && d->ndeferred > 0 && !gp_disk_degraded(d)) {
-                pthread_mutex_lock(&d->lock);
-                gp_task *t = gp_i64map_get(&d->tasks, d->deferred[--d->ndeferred]);
-                bool go = t && t->state == GP_TASK_RUNNING && !t->is_lease && t->sup_pid == 0 &&
-                          !gp_i64map_get(&d->watch, t->id);
-                pthread_mutex_unlock(&d->lock);
-                if (!go)
-                        continue;
-                int rc = spawn(d, t);
-                pthread_mutex_lock(&d->lock);
-                if (gp_i64map_get(&d->tasks, t->id) != t) {
-                        pthread_mutex_unlock(&d->lock);
-                        continue;
-                }
-                if (rc < 0) {
-                        set_reason(t, "could not start its supervisor: %s", gp_strerror(rc));
-                        finish(d, &b2, t, GP_TASK_FAILED, gp_now_ms());
-                } else {
-                        watch_add(d, t);
-                        mark(&b2, t);
-                }
-                pthread_mutex_unlock(&d->lock);
-        }
-        if (b2.ndirty) {
-                pthread_mutex_lock(&d->lock);
-                commit(d, &b2);
-                free_final(d, &b2);
-                pthread_mutex_unlock(&d->lock);
+        if (d->ndraining == 0 && !lease_grace && d->ndeferred > 0 && !gp_disk_degraded(d)) {
+                pthread_mutex_lock(&d->sp_lock);
+                for (size_t k = d->ndeferred; k > 0; k--) /* the list is in start order from its end */
+                        push_id(&d->spq, &d->nspq, &d->capspq, d->deferred[k - 1]);
+                d->ndeferred = 0;
+                pthread_cond_signal(&d->sp_cond);
+                pthread_mutex_unlock(&d->sp_lock);
         }
         while (list) {
                 cmd *next = list->next;
@@ -1435,8 +1586,6 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         free(out);
         free(b.dirty);
         free(b.spawn);
-        free(b2.dirty);
-        free(b2.spawn);
 }
 
 static int loop_timeout(gp_daemon *d) {
@@ -1493,8 +1642,10 @@ static void *loop_main(void *arg) {
                         }
                 }
                 /* supervisors found gone without a pidfd */
+                pthread_mutex_lock(&d->lock);
                 while (d->ngone && nexited < 64)
                         exited[nexited++] = d->gone[--d->ngone];
+                pthread_mutex_unlock(&d->lock);
                 pthread_mutex_lock(&d->qlock);
                 cmd *list = d->qhead;
                 d->qhead = d->qtail = NULL;
@@ -1503,7 +1654,7 @@ static void *loop_main(void *arg) {
                 process(d, list, exited, nexited);
                 /* ready once recovery's leftovers (tasks that ended while
                  * the daemon was down) are recorded and the queue ran */
-                if (!d->ngone && !__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE))
+                if (!__atomic_load_n(&d->ngone, __ATOMIC_ACQUIRE) && !__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE))
                         __atomic_store_n(&d->ready, true, __ATOMIC_RELEASE);
                 pthread_mutex_lock(&d->lock);
                 if (d->followers)
@@ -1710,7 +1861,12 @@ static int recover_one(const gp_task *st, void *ud) {
         if (t->n_gpus < t->gpu_request || t->n_gpus > most || map_gpus(d, t, ids) < 0 ||
             gp_sched_restore_running(d->sched, &r, ids, t->n_gpus, t->started_ms) < 0) {
                 if (!t->is_lease) {
+                        /* its pidfile names it (the stored pid may not be there yet) */
+                        char sdir[PATH_MAX];
                         gp_exec_proc p = {t->sup_pid, t->sup_start};
+                        task_dir(d, t->id, sdir, sizeof(sdir));
+                        if (gp_exec_read_pidfile(sdir, &p) < 0)
+                                p = (gp_exec_proc){t->sup_pid, t->sup_start};
                         gp_exec_cancel(&p);
                 }
                 requeue_or_fail(d, rc->b, t, "its GPUs are no longer in the pool", rc->now);
@@ -1741,8 +1897,11 @@ static int recover_one(const gp_task *st, void *ud) {
                 gone_add(d, t->id);
                 return 0;
         }
-        /* never started: start it now */
-        if (push_ptr(&rc->b->spawn, &rc->b->nspawn, &rc->b->capspawn, t) < 0)
+        /* never started, or started just before the crash and not yet
+         * written its pidfile: the spawner starts it only where no
+         * supervisor ran (GP_EXEC_FRESH), else follows that one */
+        if (push_ptr(&rc->b->spawn, &rc->b->nspawn, &rc->b->capspawn, t) < 0 ||
+            gp_i64map_put(&d->fresh, t->id, (void *)1) < 0)
                 return -ENOMEM;
         return 0;
 }
@@ -1830,6 +1989,9 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         pthread_mutex_init(&d->lock, NULL);
         pthread_mutex_init(&d->qlock, NULL);
         pthread_mutex_init(&d->rs_lock, NULL);
+        pthread_mutex_init(&d->sp_lock, NULL);
+        pthread_cond_init(&d->sp_cond, NULL);
+        gp_i64map_init(&d->fresh);
         gp_i64map_init(&d->tasks);
         gp_i64map_init(&d->leases);
         gp_i64map_init(&d->requeue);
@@ -1957,25 +2119,10 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         gp_info("recovered %zu queued and %zu running tasks (%zu could not be queued again), next id %" PRId64
                 "; tasks that ended while the daemon was down are recorded next",
                 rctx.queued, rctx.running, rctx.ended, d->next_id);
-        /* never-started batch tasks are started by the first loop pass */
-        for (size_t i = 0; i < b.nspawn; i++) {
-                gp_task *t = b.spawn[i];
-                if (gp_disk_degraded(d)) {
-                        defer_spawn(d, t->id); /* the loop starts it when space is back */
-                        continue;
-                }
-                int e = spawn(d, t);
-                if (e == 0) {
-                        watch_add(d, t);
-                } else {
-                        batch b2 = {0};
-                        set_reason(t, "could not start its supervisor: %s", gp_strerror(e));
-                        finish(d, &b2, t, GP_TASK_FAILED, gp_now_ms());
-                        commit(d, &b2);
-                        free_final(d, &b2);
-                        free(b2.dirty);
-                }
-        }
+        /* never-started batch tasks are started after the first loop pass
+         * (by the spawner thread, once the disk has room) */
+        for (size_t i = 0; i < b.nspawn; i++)
+                defer_spawn(d, b.spawn[i]->id);
         free(b.dirty);
         free(b.spawn);
         return 0;
@@ -1991,6 +2138,9 @@ int gp_daemon_start(gp_daemon *d) {
         if (rc)
                 return -rc;
         rc = pthread_create(&d->checkpoint_thread, NULL, checkpoint_main, d);
+        if (rc)
+                return -rc;
+        rc = pthread_create(&d->spawner_thread, NULL, spawner_main, d);
         if (rc)
                 return -rc;
         if ((rc = gp_monitor_start(d)) < 0)
@@ -2012,7 +2162,13 @@ void gp_daemon_stop(gp_daemon *d) {
                 pthread_join(d->sampler_thread, NULL);
         if (d->checkpoint_thread)
                 pthread_join(d->checkpoint_thread, NULL);
-        d->loop_thread = d->sampler_thread = d->checkpoint_thread = 0;
+        if (d->spawner_thread) {
+                pthread_mutex_lock(&d->sp_lock);
+                pthread_cond_broadcast(&d->sp_cond);
+                pthread_mutex_unlock(&d->sp_lock);
+                pthread_join(d->spawner_thread, NULL);
+        }
+        d->loop_thread = d->sampler_thread = d->checkpoint_thread = d->spawner_thread = 0;
 }
 
 void gp_daemon_close(gp_daemon *d) {
@@ -2042,6 +2198,12 @@ void gp_daemon_close(gp_daemon *d) {
                 close((int)((intptr_t)v - 1));
         gp_i64map_done(&d->watch);
         free(d->gone);
+        gp_i64map_done(&d->fresh);
+        free(d->spq);
+        free(d->spfail);
+        for (size_t i = 0; i < d->nstrays; i++)
+                close(d->strays[i]); /* still running: init adopts them when we exit */
+        free(d->strays);
         cmd *c = d->qhead;
         while (c) {
                 cmd *n = c->next;

@@ -122,7 +122,7 @@ typedef struct gp_daemon {
         pthread_mutex_t lock;
         gp_i64map tasks;            /* active (queued/running) gp_task*, under lock */
         gp_i64map leases;           /* the running leases among them (TTL checks), under lock */
-        gp_i64map watch;            /* task id -> pidfd+1 (as intptr), loop thread */
+        gp_i64map watch;            /* task id -> pidfd+1 (as intptr), under lock */
         gp_i64map requeue;          /* batch task id -> malloc'd reason: requeue (not end) when its
                                        supervisor reports, because its GPU failed; loop thread */
         int64_t *gone;              /* tasks whose supervisor is gone, unprocessed; loop thread */
@@ -135,6 +135,17 @@ typedef struct gp_daemon {
         size_t nresized, capresized;
         int64_t *deferred;          /* batch tasks to spawn once nothing drains; loop thread */
         size_t ndeferred, capdeferred;
+        /* the spawner thread starts supervisors off the loop's path (daemon.c) */
+        pthread_t spawner_thread;
+        pthread_mutex_t sp_lock;    /* guards the three lists below */
+        pthread_cond_t sp_cond;
+        int64_t *spq;               /* batch tasks to start, handed over by the loop */
+        size_t nspq, capspq;
+        int64_t *spfail;            /* (id, -errno) pairs back to the loop: could not start */
+        size_t nspfail, capspfail;
+        int *strays;                /* pidfds of our children (supervisors) not reaped yet */
+        size_t nstrays, capstrays;
+        gp_i64map fresh;            /* recovered tasks never started: only where no supervisor ran, under lock */
         uint32_t rules_mask;        /* time rules in force (bit i = time_rules[i]), under lock */
         struct gp_tz *rule_tz[GP_CFG_MAX_TIME_RULES]; /* their zones, loaded at start */
         int64_t next_rule_check_ms; /* loop thread */

@@ -165,7 +165,8 @@ function gwtest(name, opts, body) {
 function config({ upstreams, tenants = [], limits = "{max_concurrent: 100, max_rps: 0, max_tokens_per_sec: 0}",
   maxQueue = 10000, queueTimeout = 30, context = 4096, extra = "" }) {
   let y = "gpus: {backend: sim}\n";
-  y += "server: {max_connections: 4096}\n";
+  // 1,000 requests at once from one client: over the per-address default (256)
+  y += "server: {max_connections: 4096, max_connections_per_ip: 2048}\n";
   y += `auth: {admin_keys: ["${sha(ADMIN)}"]}\n`;
   y += "scheduler: {weights: [256, 128, 64, 32, 16, 8, 4, 2, 1, 1]}\n";
   y += "tenants:\n";

@@ -699,6 +699,22 @@ static int wait_pidfile(int dirfd, pid_t pid, int pidfd, int64_t deadline, gp_ex
         }
 }
 
+/* A new start in task dir dirfd: refused (-EBUSY) while a live supervisor
+ * still owns it (once it has written result.json it only closes files and
+ * exits, so it no longer counts); else the stale files of an earlier
+ * attempt, which would be mistaken for the new one's, are removed.  0 or
+ * -errno. */
+static int take_dir(int dirfd) {
+        gp_exec_proc old;
+        if (read_pidfile_at(dirfd, &old) == 0 && gp_exec_alive(&old) && faccessat(dirfd, RESULT_NAME, F_OK, 0) < 0)
+                return -EBUSY;
+        const char *const stale[] = {PIDFILE_NAME, PIDFILE_NAME ".tmp", RESULT_NAME, RESULT_NAME ".tmp"};
+        for (size_t i = 0; i < GP_ARRAY_SIZE(stale); i++)
+                if (unlinkat(dirfd, stale[i], 0) < 0 && errno != ENOENT)
+                        return -errno;
+        return 0;
+}
+
 int gp_exec_start(const char *self_exe, const char *task_dir, const gp_exec_spec *spec,
                   gp_exec_proc *ret) {
         if (!self_exe || !self_exe[0] || !task_dir || !task_dir[0] || !spec || !ret)
@@ -718,23 +734,8 @@ int gp_exec_start(const char *self_exe, const char *task_dir, const gp_exec_spec
                 r = dirfd;
                 goto out;
         }
-        /* a live supervisor still owns this directory: refuse.  Once it has
-         * written result.json it only closes files and exits, so it no
-         * longer counts. */
-        gp_exec_proc old;
-        if (read_pidfile_at(dirfd, &old) == 0 && gp_exec_alive(&old) &&
-            faccessat(dirfd, RESULT_NAME, F_OK, 0) < 0) {
-                r = -EBUSY;
+        if ((r = take_dir(dirfd)) < 0)
                 goto out;
-        }
-        /* stale files of an earlier attempt would be mistaken for ours */
-        static const char *const stale[] = {PIDFILE_NAME, PIDFILE_NAME ".tmp", RESULT_NAME,
-                                            RESULT_NAME ".tmp"};
-        for (size_t i = 0; i < GP_ARRAY_SIZE(stale); i++)
-                if (unlinkat(dirfd, stale[i], 0) < 0 && errno != ENOENT) {
-                        r = -errno;
-                        goto out;
-                }
         r = write_atomic_at(dirfd, SPEC_NAME, json, strlen(json));
         if (r < 0)
                 goto out;
@@ -858,20 +859,8 @@ int gp_exec_launch(const char *self_exe, const char *task_dir, const gp_exec_spe
                         r = -EEXIST;
                         goto out;
                 }
-        } else {
-                gp_exec_proc old;
-                if (read_pidfile_at(dirfd, &old) == 0 && gp_exec_alive(&old) &&
-                    faccessat(dirfd, RESULT_NAME, F_OK, 0) < 0) {
-                        r = -EBUSY;
-                        goto out;
-                }
-                static const char *const stale[] = {PIDFILE_NAME, PIDFILE_NAME ".tmp", RESULT_NAME,
-                                                    RESULT_NAME ".tmp"};
-                for (size_t i = 0; i < GP_ARRAY_SIZE(stale); i++)
-                        if (unlinkat(dirfd, stale[i], 0) < 0 && errno != ENOENT) {
-                                r = -errno;
-                                goto out;
-                        }
+        } else if ((r = take_dir(dirfd)) < 0) {
+                goto out;
         }
         r = write_replace_at(dirfd, SPEC_NAME, json, strlen(json), false);
         if (r < 0)

@@ -162,6 +162,10 @@ bool gp_browser_host_local(const char *host, const char *hostname, const char (*
                 return true;
         if (hostname && *hostname && host_is(&hp, hostname))
                 return true;
+        /* a single label ("gpubox", an /etc/hosts alias) is resolved on this network, never
+         * through a domain an attacker's page could be served from */
+        if (!memchr(hp.host, '.', hp.host_len))
+                return true;
         for (size_t i = 0; i < nallowed; i++) {
                 hostport ho;
                 int dflt;

@@ -70,8 +70,10 @@ bool gp_browser_state_changing(const char *method);
  * names the attacker's domain in Host.  True when Host (its value, NULL
  * when absent) names this machine by address or by a name that cannot be
  * re-pointed from outside: an IPv4 or [IPv6] literal, "localhost" or
- * "*.localhost", the machine's host name (hostname, may be NULL), or the
- * host of an origin in allowed[0..nallowed); any port.  An absent Host is
+ * "*.localhost", the machine's host name (hostname, may be NULL), a
+ * single label with no dot (an /etc/hosts alias: no public DNS name an
+ * attacker's page could live at), or the host of an origin in
+ * allowed[0..nallowed); any port.  An absent Host is
  * true (HTTP/1.0 clients; browsers always send it). */
 bool gp_browser_host_local(const char *host, const char *hostname, const char (*allowed)[GP_ORIGIN_MAX],
                            size_t nallowed);

@@ -184,10 +184,11 @@ static void test_rebinding_guard_takes_only_names_of_this_machine(void **state) 
         (void)state;
         static const char *const local[] = {"127.0.0.1:8080", "127.0.0.1", "10.1.2.3:80", "[::1]:8080", "[::1]",
                                             "localhost", "LOCALHOST:8080", "gpu.localhost:9", "ws7:8080",
-                                            "WS7", "ui.example.com", "ui.example.com:8080"};
+                                            "WS7", "ui.example.com", "ui.example.com:8080", "gpubox",
+                                            "x:80"};
         static const char *const remote[] = {"evil.example", "evil.example:8080", "127.0.0.1.evil.example",
-                                             "localhost.evil.example", "ws7.evil.example", "localhostx",
-                                             "", "[::1", "evil.example:99999", "a b", "ws", "x.ui.example.com"};
+                                             "localhost.evil.example", "ws7.evil.example", "ws7.",
+                                             "", "[::1", "evil.example:99999", "a b", "x.ui.example.com"};
         for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++)
                 if (!gp_browser_host_local(local[i], "ws7", allowed, 2))
                         fail_msg("refused Host %s", local[i]);
@@ -195,8 +196,9 @@ static void test_rebinding_guard_takes_only_names_of_this_machine(void **state) 
                 if (gp_browser_host_local(remote[i], "ws7", allowed, 2))
                         fail_msg("accepted Host %s", remote[i]);
         assert_true(gp_browser_host_local(NULL, "ws7", allowed, 2)); /* HTTP/1.0, no Host */
-        assert_false(gp_browser_host_local("ws7", NULL, NULL, 0));
-        assert_false(gp_browser_host_local("ws7", "", NULL, 0));
+        assert_false(gp_browser_host_local("ws7.lab.example", NULL, NULL, 0));
+        assert_false(gp_browser_host_local("ws7.lab.example", "", NULL, 0));
+        assert_true(gp_browser_host_local("ws7.lab.example", "ws7.lab.example", NULL, 0));
 }
 
 int main(void) {

@@ -10,13 +10,19 @@
 #            gateway limit 0 = unlimited) -> fake-openai
 # Load: wrk -t2 -c64 -dSECS, keep-alive, each request a short chat completion
 # (one user message, max_tokens 8, not streamed).  Prints the median over the
-# rounds of req/s, p50 and p99 per leg, then gpupool/nginx throughput and the
-# latency gpupool and nginx add over direct, against the targets of issue 5
-# (throughput >= 0.9 x nginx, added p50 < 0.3 ms).  At 64 connections every
+# rounds of req/s, p50 and p99 per leg (with the min-max over the rounds),
+# then gpupool/nginx throughput and the latency gpupool and nginx add over
+# direct, against the targets of issue 5 (throughput >= 0.9 x nginx, added
+# p50 < 0.3 ms).  At 64 connections every
 # leg is saturated, so its p50 is mostly queueing (about 64 / throughput):
 # the throughput target is judged there.  The latency a hop adds to one
 # request is measured with one connection (wrk -t1 -c1, SECS/2, same
 # rounds), and the latency target is judged there; both are printed.
+# Streaming: the same request with "stream": true (about 10 server-sent
+# events) at one connection, same rounds; the latency a hop adds to the
+# whole stream is compared with what nginx adds (goal: gpupool <= 1.1 x
+# nginx).  Every figure is a median [min-max] over the rounds, and each
+# "adds" is also taken round by round (same round, same machine load).
 # All legs and wrk share this machine's cores, so the figures are relative,
 # not absolute.
 # A leg that answers anything but 200 is reported and left out of ratios.
@@ -143,14 +149,21 @@ wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = '$body'
 EOF
+body_stream='{"model":"bench-model","messages":[{"role":"user","content":"Say hello in five words."}],"max_tokens":8,"stream":true}'
+cat > "$tmp/stream.lua" <<EOF
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '$body_stream'
+EOF
 
 # wrk latency "950.00us" / "1.20ms" / "2.00s" -> ms
 to_ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /[0-9]s$/ && v !~ /ms$/) n *= 1000; printf "%.3f", n }'; }
 
-# run LEG URL SECONDS [SUFFIX THREADS CONNS]: appends "req/s p50_ms p99_ms
-# non2xx errors" to $tmp/LEG.rows (or LEG.SUFFIX)
+# run LEG URL SECONDS [SUFFIX THREADS CONNS SCRIPT]: appends "req/s p50_ms
+# p99_ms non2xx errors" to $tmp/LEG.rows (or LEG.SUFFIX)
 run() {
-        wrk -t"${5:-2}" -c"${6:-64}" -d"$3s" --latency -s "$tmp/chat.lua" "$2/v1/chat/completions" >"$tmp/wrk.out" 2>&1 || true
+        wrk -t"${5:-2}" -c"${6:-64}" -d"$3s" --latency -s "$tmp/${7:-chat}.lua" "$2/v1/chat/completions" \
+                >"$tmp/wrk.out" 2>&1 || true
         rps=$(awk '/^Requests\/sec/ {print $2}' "$tmp/wrk.out")
         p50=$(to_ms "$(awk '$1=="50%" {print $2}' "$tmp/wrk.out")")
         p99=$(to_ms "$(awk '$1=="99%" {print $2}' "$tmp/wrk.out")")
@@ -168,21 +181,27 @@ lsecs=$(( secs / 2 > 2 ? secs / 2 : 2 ))
 for r in $(seq "$rounds"); do
         for leg in $legs; do run "$leg" "$(url_of "$leg")" "$secs"; done
         for leg in $legs; do run "$leg" "$(url_of "$leg")" "$lsecs" light 1 1; done
+        for leg in $legs; do run "$leg" "$(url_of "$leg")" "$lsecs" stream 1 1 stream; done
         echo "  round $r/$rounds done" >&2
 done
 
 # median of column C of FILE
 median() { awk -v c="$2" '{print $c}' "$1" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
+# "median [min-max]" of column C of FILE with printf format F
+mmm() { awk -v c="$2" '{print $c}' "$1" | sort -g | awk -v f="$3" '{a[NR] = $1} END {
+        m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
+        printf f " [" f " - " f "]", m, a[1], a[NR] }'; }
+
 # table SUFFIX PREFIX: one line per leg; sets PREFIX<leg>_rps/_p50/_p99/_bad
 table() {
-        printf '%-8s %10s %9s %9s %9s %8s\n' leg "req/s" "p50 ms" "p99 ms" non-2xx errors
+        printf '%-8s %26s %24s %24s %8s %7s\n' leg "req/s" "p50 ms" "p99 ms" non-2xx errors
         for leg in direct nginx gpupool; do
                 f="$tmp/$leg.$1"
                 if [ ! -f "$f" ]; then printf '%-8s %10s\n' "$leg" "skipped"; continue; fi
                 bad=$(awk '{s += $4} END {print s}' "$f"); err=$(awk '{s += $5} END {print s}' "$f")
-                printf '%-8s %10.0f %9.3f %9.3f %9s %8s\n' "$leg" "$(median "$f" 1)" "$(median "$f" 2)" \
-                        "$(median "$f" 3)" "$bad" "$err"
+                printf '%-8s %26s %24s %24s %8s %7s\n' "$leg" "$(mmm "$f" 1 %.0f)" "$(mmm "$f" 2 %.3f)" \
+                        "$(mmm "$f" 3 %.3f)" "$bad" "$err"
                 eval "$2${leg}_rps=$(median "$f" 1) $2${leg}_p50=$(median "$f" 2) $2${leg}_p99=$(median "$f" 3) $2${leg}_bad=$bad"
         done
 }
@@ -219,5 +238,25 @@ if [ -f "$tmp/gpupool.light" ]; then
                 exit (g50 - d50 < 0.3) ? 0 : 3 }' && lat_ok=1 || lat_ok=0
         # a missed target is a result, not a failure of the script
         [ "${thr_ok:-0}" = 1 ] && [ "$lat_ok" = 1 ] && echo "issue 5 targets: MET" || echo "issue 5 targets: MISSED"
+fi
+# adds LEG SUFFIX: "median [min-max]" of LEG's p50 minus direct's, round by round
+adds() { paste -d' ' "$tmp/$1.$2" "$tmp/direct.$2" | awk '{print $2 - $7}' > "$tmp/adds1"; mmm "$tmp/adds1" 1 %+.3f; }
+echo "added p50 over direct at 1 connection, round by round, median [min - max] ms:"
+for leg in nginx gpupool; do
+        [ -f "$tmp/$leg.light" ] && echo "  $leg: $(adds "$leg" light)"
+done
+echo "-- 1 connection, streamed (stream: true, max_tokens 8: the whole event stream)"
+table stream s_
+echo "added p50 over direct, streamed, round by round, median [min - max] ms:"
+for leg in nginx gpupool; do
+        [ -f "$tmp/$leg.stream" ] && echo "  $leg: $(adds "$leg" stream)"
+done
+if [ -f "$tmp/gpupool.stream" ] && [ -f "$tmp/nginx.stream" ]; then
+        paste -d' ' "$tmp/gpupool.stream" "$tmp/nginx.stream" "$tmp/direct.stream" |
+                awk '{ n = $7 - $12; g = $2 - $12; print (n > 0 ? g / n : 999) }' > "$tmp/sratio"
+        awk -v g50="$s_gpupool_p50" -v n50="$s_nginx_p50" -v d50="$s_direct_p50" -v rr="$(mmm "$tmp/sratio" 1 %.2f)" 'BEGIN {
+                n = n50 - d50; g = g50 - d50
+                printf "streaming: gpupool adds %+.3f ms, nginx %+.3f ms (medians): %.2f x nginx; round by round %s x; goal <= 1.10 x: %s\n",
+                        g, n, n > 0 ? g / n : 999, rr, (n > 0 && g / n <= 1.1) ? "MET" : "MISSED" }'
 fi
 exit $status

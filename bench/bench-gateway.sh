@@ -257,6 +257,6 @@ if [ -f "$tmp/gpupool.stream" ] && [ -f "$tmp/nginx.stream" ]; then
         awk -v g50="$s_gpupool_p50" -v n50="$s_nginx_p50" -v d50="$s_direct_p50" -v rr="$(mmm "$tmp/sratio" 1 %.2f)" 'BEGIN {
                 n = n50 - d50; g = g50 - d50
                 printf "streaming: gpupool adds %+.3f ms, nginx %+.3f ms (medians): %.2f x nginx; round by round %s x; goal <= 1.10 x: %s\n",
-                        g, n, n > 0 ? g / n : 999, rr, (n > 0 && g / n <= 1.1) ? "MET" : "MISSED" }'
+                        g, n, (n > 0 ? g / n : 999), rr, ((n > 0 && g / n <= 1.1) ? "MET" : "MISSED") }'
 fi
 exit $status

@@ -276,7 +276,7 @@ int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now_ms);
  * gp_sched_run, which decided nothing), no task has a time limit and the
  * fair-share order of the tenants is the same at now_ms as at that run.
  * A run left out leaves the waiting tasks' reasons as the last run set
- * them (the daemon always runs).  O(GPUs per node + tenants log tenants). */
+ * them (the daemon always runs).  O(GPUs + tenants log tenants). */
 bool gp_sched_run_idle(const gp_sched *s, int64_t now_ms, bool unchanged);
 
 typedef struct gp_sched_task_view {

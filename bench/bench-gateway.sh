@@ -29,6 +29,9 @@
 #
 # Usage: bench/bench-gateway.sh [SECONDS [ROUNDS]]   (default 10 s, 3 rounds)
 # Env: BUILD (default build) - the make build dir to use and build into.
+#      BASE_BIN - a gpupool binary of another commit: a fourth leg "base",
+#      the same gateway config on its own port, interleaved with the others
+#      (compare a change with its parent in the same run).
 # Needs: wrk, nginx, curl (scripts/install-deps.sh bench).
 set -eu
 cd "$(dirname "$0")/.."
@@ -113,6 +116,14 @@ EOF
         >"$tmp/gpupool.log" 2>&1 &
 pids="$pids $!"
 gp="http://127.0.0.1:$gp_port"
+base=""
+if [ -n "${BASE_BIN:-}" ]; then
+        base_port=$(port)
+        "$BASE_BIN" server --config "$tmp/gpupool.yaml" --listen "127.0.0.1:$base_port" --data-dir "$tmp/data-base" \
+                >"$tmp/base.log" 2>&1 &
+        pids="$pids $!"
+        base="http://127.0.0.1:$base_port"
+fi
 # if this script is killed without running its EXIT trap (SIGKILL), end the
 # three servers anyway: a watcher that outlives it by at most a second
 ( while kill -0 $$ 2>/dev/null; do sleep 1; done; for p in $pids; do kill "$p" 2>/dev/null; done
@@ -143,6 +154,12 @@ if wait_ok "$gp"; then legs="$legs gpupool"; else
         echo >&2
         tail -5 "$tmp/gpupool.log" >&2 || true
 fi
+if [ -n "$base" ]; then
+        if wait_ok "$base"; then legs="$legs base"; else
+                echo "bench-gateway: base leg SKIPPED: no 200 from BASE_BIN=$BASE_BIN" >&2
+                tail -5 "$tmp/base.log" >&2 || true
+        fi
+fi
 
 cat > "$tmp/chat.lua" <<EOF
 wrk.method = "POST"
@@ -172,7 +189,7 @@ run() {
         echo "${rps:-0} $p50 $p99 ${bad:-0} ${err:-0}" >> "$tmp/$1.${4:-rows}"
 }
 
-url_of() { case $1 in direct) echo "$direct" ;; nginx) echo "$nginx" ;; gpupool) echo "$gp" ;; esac; }
+url_of() { case $1 in direct) echo "$direct" ;; nginx) echo "$nginx" ;; gpupool) echo "$gp" ;; base) echo "$base" ;; esac; }
 
 echo "bench-gateway: wrk -t2 -c64 -d${secs}s, short chat completions (max_tokens 8), $rounds rounds" \
         "interleaved, $(nproc) cores shared by wrk, fake-openai, nginx and gpupool"
@@ -196,7 +213,7 @@ mmm() { awk -v c="$2" '{print $c}' "$1" | sort -g | awk -v f="$3" '{a[NR] = $1} 
 # table SUFFIX PREFIX: one line per leg; sets PREFIX<leg>_rps/_p50/_p99/_bad
 table() {
         printf '%-8s %26s %24s %24s %8s %7s\n' leg "req/s" "p50 ms" "p99 ms" non-2xx errors
-        for leg in direct nginx gpupool; do
+        for leg in direct nginx gpupool $( [ -n "$base" ] && echo base); do
                 f="$tmp/$leg.$1"
                 if [ ! -f "$f" ]; then printf '%-8s %10s\n' "$leg" "skipped"; continue; fi
                 bad=$(awk '{s += $4} END {print s}' "$f"); err=$(awk '{s += $5} END {print s}' "$f")
@@ -242,21 +259,23 @@ fi
 # adds LEG SUFFIX: "median [min-max]" of LEG's p50 minus direct's, round by round
 adds() { paste -d' ' "$tmp/$1.$2" "$tmp/direct.$2" | awk '{print $2 - $7}' > "$tmp/adds1"; mmm "$tmp/adds1" 1 %+.3f; }
 echo "added p50 over direct at 1 connection, round by round, median [min - max] ms:"
-for leg in nginx gpupool; do
+for leg in nginx gpupool base; do
         [ -f "$tmp/$leg.light" ] && echo "  $leg: $(adds "$leg" light)"
 done
 echo "-- 1 connection, streamed (stream: true, max_tokens 8: the whole event stream)"
 table stream s_
 echo "added p50 over direct, streamed, round by round, median [min - max] ms:"
-for leg in nginx gpupool; do
+for leg in nginx gpupool base; do
         [ -f "$tmp/$leg.stream" ] && echo "  $leg: $(adds "$leg" stream)"
 done
-if [ -f "$tmp/gpupool.stream" ] && [ -f "$tmp/nginx.stream" ]; then
-        paste -d' ' "$tmp/gpupool.stream" "$tmp/nginx.stream" "$tmp/direct.stream" |
+for leg in gpupool base; do
+        [ -f "$tmp/$leg.stream" ] && [ -f "$tmp/nginx.stream" ] || continue
+        paste -d' ' "$tmp/$leg.stream" "$tmp/nginx.stream" "$tmp/direct.stream" |
                 awk '{ n = $7 - $12; g = $2 - $12; print (n > 0 ? g / n : 999) }' > "$tmp/sratio"
-        awk -v g50="$s_gpupool_p50" -v n50="$s_nginx_p50" -v d50="$s_direct_p50" -v rr="$(mmm "$tmp/sratio" 1 %.2f)" 'BEGIN {
+        eval "g50=\$s_${leg}_p50"
+        awk -v who="$leg" -v g50="$g50" -v n50="$s_nginx_p50" -v d50="$s_direct_p50" -v rr="$(mmm "$tmp/sratio" 1 %.2f)" 'BEGIN {
                 n = n50 - d50; g = g50 - d50
-                printf "streaming: gpupool adds %+.3f ms, nginx %+.3f ms (medians): %.2f x nginx; round by round %s x; goal <= 1.10 x: %s\n",
-                        g, n, (n > 0 ? g / n : 999), rr, ((n > 0 && g / n <= 1.1) ? "MET" : "MISSED") }'
-fi
+                printf "streaming: %s adds %+.3f ms, nginx %+.3f ms (medians): %.2f x nginx; round by round %s x; goal <= 1.10 x: %s\n",
+                        who, g, n, (n > 0 ? g / n : 999), rr, ((n > 0 && g / n <= 1.1) ? "MET" : "MISSED") }'
+done
 exit $status

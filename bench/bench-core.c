@@ -1,16 +1,34 @@
 /* bench-core.c - the scheduling core alone: place 100,000 queued tasks onto
  * 10,000 simulated GPUs (1,250 nodes of 8) and report decisions per second.
  *
- * Usage: bench-core [--tasks N] [--nodes N] [--gpus-per-node N] [--seed S]
- * Prints one line per scenario; the baseline in the same run is the FIFO
- * policy without backfill, so the figures are comparable as ratios.
- * Workloads (seeded, reproducible), on 80 GB GPUs:
+ * Usage: bench-core [--rounds R] [--tasks N] [--nodes N] [--gpus-per-node N] [--seed S]
+ * Every scenario is run R times (default 7), the scenarios interleaved
+ * (round 1 of each in turn, then round 2, ...), and each figure is printed
+ * as the median and the min-max over the rounds.  The baselines are in the
+ * same run: FIFO without backfill for the single-tenant lines, and the
+ * plain hybrid scenario on the same clock for the multi-tenant ones, whose
+ * ratios are taken round by round (same round, so the same machine load)
+ * before their median.
+ * Workloads (seeded, reproducible: the counts are checked to be the same
+ * in every round), on 80 GB GPUs:
  *   all-fit: 100% shared single-GPU tasks of 1-8 GB, so every task is
  *            placed in the first run (the "place 100,000 tasks" figure);
  *   mixed:   60% shared single-GPU tasks of 1-16 GB, 25% whole GPUs, 15%
  *            gangs of 2/4/8 whole GPUs: the cluster fills, the rest waits,
  *            then 1,000 task ends are replayed one run each (steady state).
  * Priorities 0..9 at random; half the tasks have a timeout.
+ *
+ * Times are the CPU time of the benchmark's thread (CLOCK_THREAD_CPUTIME_ID):
+ * on a shared machine the time it waits for a core is not the core's.
+ * What is timed: "first run" is the one gp_sched_run that places the
+ * freshly queued tasks (decisions/s = tasks it started / its time; the
+ * tasks were just written by the enqueue loop, as in a daemon that has
+ * just taken a burst).  "steady" is the time of one gp_sched_run after a
+ * task end (us/run), averaged over the 1,000 ends; each end's
+ * gp_sched_remove_at is timed with its run, as the daemon does both.
+ * Decisions per steady run depend on the workload (with preemption a start
+ * may come with preemptions), so the steady comparison is time per run,
+ * not decisions per second.
  *
  * Multi-tenant scenarios run the same tasks (same shapes, priorities and
  * timeouts) spread over 100 tenants: weights 1..4, a fifth of them with
@@ -19,8 +37,9 @@
  * "external" (20%); half the tasks are preemptible.  Their steady state
  * advances the clock 1 s per task end (usage accrues, least run times
  * pass), and the plain hybrid scenario is run on the same clock as their
- * reference: each line ends with decisions/s as a ratio of that plain
- * figure (first run and steady state; decisions = starts + preemptions). */
+ * reference: "vs plain" is the multi-tenant decisions/s over the plain
+ * one (first run) and the plain us/run over the multi-tenant one (steady),
+ * so 1.00 is as fast as plain and 0.50 half as fast. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +48,11 @@
 
 #include "core/sched.h"
 
+/* The benchmark's own CPU time: the machine is shared (other builds and
+ * tests), and time spent descheduled is not the scheduler's. */
 static double now_s(void) {
         struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
         return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
@@ -54,7 +75,6 @@ typedef struct scenario {
         bool reference;    /* the plain figure the multi-tenant lines compare to */
 } scenario;
 
-static double ref_first = 0, ref_steady = 0;
 
 static uint64_t rng2 = 0x9e3779b97f4a7c15ULL; /* tenants and preemptible: keeps the task shapes of rng */
 static uint64_t xr2(void) {
@@ -81,7 +101,19 @@ static int setup_tenants(gp_sched *s, int n) {
         return 0;
 }
 
-static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint64_t seed) {
+/* one round of one scenario */
+typedef struct result {
+        double enqueue_kps;        /* enqueues per ms */
+        size_t started;            /* by the first run (deterministic) */
+        double first_ms, first_dps;
+        size_t steady_decisions;   /* deterministic */
+        double steady_us;          /* per end: remove + run */
+        unsigned busy, total;
+        size_t queued;
+        uint64_t preempted;
+} result;
+
+static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint64_t seed, result *res) {
         gp_sched_config c;
         gp_sched_config_defaults(&c);
         c.policy = sc->policy;
@@ -132,9 +164,15 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
                 if (gp_sched_enqueue(s, &r) < 0)
                         return 1;
         }
+        /* the decisions buffer is the caller's and a daemon reuses it from
+         * run to run: have it allocated and touched before the clock starts
+         * (else the first run's time is mostly page faults of its growth) */
+        size_t n = 0, cap = (size_t)ntasks + 64;
+        gp_sched_decision *d = malloc(cap * sizeof(*d));
+        if (!d)
+                return 1;
+        memset(d, 0, cap * sizeof(*d));
         double t1 = now_s();
-        gp_sched_decision *d = NULL;
-        size_t n = 0, cap = 0;
         if (gp_sched_run(s, 1000, &d, &n, &cap) < 0)
                 return 1;
         double t2 = now_s();
@@ -178,20 +216,10 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
         double t4 = now_s();
         gp_sched_stats st;
         gp_sched_get_stats(s, &st);
-        double first = started / (t2 - t1), steady = more / (t4 - t3);
-        printf("%-26s enqueue %7.0f k/s | first run: %6zu started in %7.1f ms = %8.0f decisions/s | "
-               "steady: %4d ends, %5zu decisions, %6.1f us/run = %7.0f decisions/s | busy %u/%u GPUs, queued %zu",
-               sc->name, ntasks / (t1 - t0) / 1000, started, (t2 - t1) * 1000, first, rounds, more,
-               (t4 - t3) / rounds * 1e6, steady, st.gpus_busy, st.gpus_total, st.queued_total);
-        if (sc->preempt)
-                printf(", preempted %" PRIu64, st.total_preempted);
-        if (sc->reference) {
-                ref_first = first;
-                ref_steady = steady;
-        } else if (sc->tenants && ref_first > 0 && ref_steady > 0) {
-                printf(" | vs plain: first %.2f, steady %.2f", first / ref_first, steady / ref_steady);
-        }
-        printf("\n");
+        *res = (result){.enqueue_kps = ntasks / (t1 - t0) / 1000, .started = started, .first_ms = (t2 - t1) * 1000,
+                        .first_dps = started / (t2 - t1), .steady_decisions = more,
+                        .steady_us = (t4 - t3) / rounds * 1e6, .busy = st.gpus_busy, .total = st.gpus_total,
+                        .queued = st.queued_total, .preempted = st.total_preempted};
         (void)starts;
         free(ids);
         free(d);
@@ -199,8 +227,26 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
         return 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+        double x = *(const double *)a, y = *(const double *)b;
+        return (x > y) - (x < y);
+}
+
+/* "median [min-max]" of v[0..n) with printf format f (v is sorted) */
+static void stat3(char *buf, size_t size, const char *f, double *v, int n) {
+        qsort(v, (size_t)n, sizeof(*v), cmp_double);
+        double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+        char a[32], b[32], c[32];
+        snprintf(a, sizeof(a), f, med);
+        snprintf(b, sizeof(b), f, v[0]);
+        snprintf(c, sizeof(c), f, v[n - 1]);
+        snprintf(buf, size, "%s [%s-%s]", a, b, c);
+}
+
+#define MAX_ROUNDS 99
+
 int main(int argc, char **argv) {
-        int ntasks = 100000, nodes = 1250, per_node = 8;
+        int ntasks = 100000, nodes = 1250, per_node = 8, nrounds = 7;
         uint64_t seed = 42;
         for (int i = 1; i + 1 < argc; i += 2) {
                 if (!strcmp(argv[i], "--tasks"))
@@ -211,17 +257,20 @@ int main(int argc, char **argv) {
                         per_node = atoi(argv[i + 1]);
                 else if (!strcmp(argv[i], "--seed"))
                         seed = strtoull(argv[i + 1], NULL, 10);
-                else {
-                        fprintf(stderr, "usage: %s [--tasks N] [--nodes N] [--gpus-per-node N] [--seed S]\n", argv[0]);
-                        return 2;
-                }
+                else if (!strcmp(argv[i], "--rounds"))
+                        nrounds = atoi(argv[i + 1]);
+                else
+                        break;
         }
-        if (ntasks < 1 || nodes < 1 || per_node < 1 || per_node > 256) {
-                fprintf(stderr, "bench-core: bad sizes\n");
+        if (argc % 2 == 0) {
+                fprintf(stderr, "usage: %s [--rounds R] [--tasks N] [--nodes N] [--gpus-per-node N] [--seed S]\n",
+                        argv[0]);
                 return 2;
         }
-        printf("bench-core: %d queued tasks onto %d GPUs (%d nodes x %d), seed %" PRIu64 "\n", ntasks,
-               nodes * per_node, nodes, per_node, seed);
+        if (ntasks < 1 || nodes < 1 || per_node < 1 || per_node > 256 || nrounds < 1 || nrounds > MAX_ROUNDS) {
+                fprintf(stderr, "bench-core: bad sizes (rounds 1..%d)\n", MAX_ROUNDS);
+                return 2;
+        }
         static const scenario sc[] = {
                 {.name = "all-fit fifo", .policy = GP_SCHED_FIFO, .all_fit = true},
                 {.name = "all-fit hybrid+bf", .policy = GP_SCHED_HYBRID, .backfill = true, .all_fit = true},
@@ -234,8 +283,66 @@ int main(int argc, char **argv) {
                 {.name = "100 tenants + preemption", .policy = GP_SCHED_HYBRID, .backfill = true, .tenants = 100,
                  .preempt = true, .step_ms = 1000},
         };
-        for (size_t i = 0; i < sizeof(sc) / sizeof(sc[0]); i++)
-                if (run_one(&sc[i], ntasks, nodes, per_node, seed))
-                        return 1;
+        enum { NSC = sizeof(sc) / sizeof(sc[0]) };
+        static result res[NSC][MAX_ROUNDS];
+        int ref = -1;
+        for (int i = 0; i < NSC; i++)
+                if (sc[i].reference)
+                        ref = i;
+        printf("bench-core: %d queued tasks onto %d GPUs (%d nodes x %d), seed %" PRIu64
+               "; %d rounds, scenarios interleaved;\nfigures: median [min-max] over the rounds, thread CPU time\n",
+               ntasks, nodes * per_node, nodes, per_node, seed, nrounds);
+        fflush(stdout);
+        for (int r = 0; r < nrounds; r++)
+                for (int k = 0; k < NSC; k++) {
+                        int i = (k + r) % NSC; /* rotate which goes first */
+                        if (run_one(&sc[i], ntasks, nodes, per_node, seed, &res[i][r]))
+                                return 1;
+                        const result *a = &res[i][0], *b = &res[i][r];
+                        if (a->started != b->started || a->steady_decisions != b->steady_decisions ||
+                            a->queued != b->queued || a->preempted != b->preempted) {
+                                fprintf(stderr, "bench-core: %s: round %d made other decisions than round 1\n",
+                                        sc[i].name, r + 1);
+                                return 1;
+                        }
+                }
+        printf("%-26s %8s %19s %27s %8s %23s %s\n", "scenario", "started", "first run ms", "first run decisions/s",
+               "steady", "steady us/run", "state after");
+        for (int i = 0; i < NSC; i++) {
+                double v[MAX_ROUNDS];
+                char fm[112], fd[112], su[112];
+                for (int r = 0; r < nrounds; r++)
+                        v[r] = res[i][r].first_ms;
+                stat3(fm, sizeof(fm), "%.1f", v, nrounds);
+                for (int r = 0; r < nrounds; r++)
+                        v[r] = res[i][r].first_dps / 1e6;
+                stat3(fd, sizeof(fd), "%.2fM", v, nrounds);
+                for (int r = 0; r < nrounds; r++)
+                        v[r] = res[i][r].steady_us;
+                stat3(su, sizeof(su), "%.0f", v, nrounds);
+                const result *a = &res[i][0];
+                printf("%-26s %8zu %19s %27s %8zu %23s busy %u/%u, queued %zu", sc[i].name, a->started, fm, fd,
+                       a->steady_decisions, su, a->busy, a->total, a->queued);
+                if (sc[i].preempt)
+                        printf(", preempted %" PRIu64, a->preempted);
+                printf("\n");
+        }
+        if (ref >= 0) {
+                printf("vs plain (%s, same round), then median [min-max]:\n", sc[ref].name);
+                printf("  first run: decisions/s over plain's; steady: plain's us/run over its own (1.00 = as fast)\n");
+                for (int i = 0; i < NSC; i++) {
+                        if (!sc[i].tenants)
+                                continue;
+                        double f[MAX_ROUNDS], st[MAX_ROUNDS];
+                        char a[112], b[112];
+                        for (int r = 0; r < nrounds; r++) {
+                                f[r] = res[i][r].first_dps / res[ref][r].first_dps;
+                                st[r] = res[ref][r].steady_us / res[i][r].steady_us;
+                        }
+                        stat3(a, sizeof(a), "%.2f", f, nrounds);
+                        stat3(b, sizeof(b), "%.2f", st, nrounds);
+                        printf("  %-26s first run %s, steady %s\n", sc[i].name, a, b);
+                }
+        }
         return 0;
 }

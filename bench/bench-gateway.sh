@@ -10,19 +10,28 @@
 #            gateway limit 0 = unlimited) -> fake-openai
 # Load: wrk -t2 -c64 -dSECS, keep-alive, each request a short chat completion
 # (one user message, max_tokens 8, not streamed).  Prints the median over the
-# rounds of req/s, p50 and p99 per leg, then gpupool/nginx throughput and the
-# latency gpupool and nginx add over direct, against the targets of issue 5
-# (throughput >= 0.9 x nginx, added p50 < 0.3 ms).  At 64 connections every
+# rounds of req/s, p50 and p99 per leg (with the min-max over the rounds),
+# then gpupool/nginx throughput and the latency gpupool and nginx add over
+# direct, against the targets of issue 5 (throughput >= 0.9 x nginx, added
+# p50 < 0.3 ms).  At 64 connections every
 # leg is saturated, so its p50 is mostly queueing (about 64 / throughput):
 # the throughput target is judged there.  The latency a hop adds to one
 # request is measured with one connection (wrk -t1 -c1, SECS/2, same
 # rounds), and the latency target is judged there; both are printed.
+# Streaming: the same request with "stream": true (about 10 server-sent
+# events) at one connection, same rounds; the latency a hop adds to the
+# whole stream is compared with what nginx adds (goal: gpupool <= 1.1 x
+# nginx).  Every figure is a median [min-max] over the rounds, and each
+# "adds" is also taken round by round (same round, same machine load).
 # All legs and wrk share this machine's cores, so the figures are relative,
 # not absolute.
 # A leg that answers anything but 200 is reported and left out of ratios.
 #
 # Usage: bench/bench-gateway.sh [SECONDS [ROUNDS]]   (default 10 s, 3 rounds)
 # Env: BUILD (default build) - the make build dir to use and build into.
+#      BASE_BIN - a gpupool binary of another commit: a fourth leg "base",
+#      the same gateway config on its own port, interleaved with the others
+#      (compare a change with its parent in the same run).
 # Needs: wrk, nginx, curl (scripts/install-deps.sh bench).
 set -eu
 cd "$(dirname "$0")/.."
@@ -107,6 +116,14 @@ EOF
         >"$tmp/gpupool.log" 2>&1 &
 pids="$pids $!"
 gp="http://127.0.0.1:$gp_port"
+base=""
+if [ -n "${BASE_BIN:-}" ]; then
+        base_port=$(port)
+        "$BASE_BIN" server --config "$tmp/gpupool.yaml" --listen "127.0.0.1:$base_port" --data-dir "$tmp/data-base" \
+                >"$tmp/base.log" 2>&1 &
+        pids="$pids $!"
+        base="http://127.0.0.1:$base_port"
+fi
 # if this script is killed without running its EXIT trap (SIGKILL), end the
 # three servers anyway: a watcher that outlives it by at most a second
 ( while kill -0 $$ 2>/dev/null; do sleep 1; done; for p in $pids; do kill "$p" 2>/dev/null; done
@@ -137,20 +154,33 @@ if wait_ok "$gp"; then legs="$legs gpupool"; else
         echo >&2
         tail -5 "$tmp/gpupool.log" >&2 || true
 fi
+if [ -n "$base" ]; then
+        if wait_ok "$base"; then legs="$legs base"; else
+                echo "bench-gateway: base leg SKIPPED: no 200 from BASE_BIN=$BASE_BIN" >&2
+                tail -5 "$tmp/base.log" >&2 || true
+        fi
+fi
 
 cat > "$tmp/chat.lua" <<EOF
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = '$body'
 EOF
+body_stream='{"model":"bench-model","messages":[{"role":"user","content":"Say hello in five words."}],"max_tokens":8,"stream":true}'
+cat > "$tmp/stream.lua" <<EOF
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '$body_stream'
+EOF
 
 # wrk latency "950.00us" / "1.20ms" / "2.00s" -> ms
 to_ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /[0-9]s$/ && v !~ /ms$/) n *= 1000; printf "%.3f", n }'; }
 
-# run LEG URL SECONDS [SUFFIX THREADS CONNS]: appends "req/s p50_ms p99_ms
-# non2xx errors" to $tmp/LEG.rows (or LEG.SUFFIX)
+# run LEG URL SECONDS [SUFFIX THREADS CONNS SCRIPT]: appends "req/s p50_ms
+# p99_ms non2xx errors" to $tmp/LEG.rows (or LEG.SUFFIX)
 run() {
-        wrk -t"${5:-2}" -c"${6:-64}" -d"$3s" --latency -s "$tmp/chat.lua" "$2/v1/chat/completions" >"$tmp/wrk.out" 2>&1 || true
+        wrk -t"${5:-2}" -c"${6:-64}" -d"$3s" --latency -s "$tmp/${7:-chat}.lua" "$2/v1/chat/completions" \
+                >"$tmp/wrk.out" 2>&1 || true
         rps=$(awk '/^Requests\/sec/ {print $2}' "$tmp/wrk.out")
         p50=$(to_ms "$(awk '$1=="50%" {print $2}' "$tmp/wrk.out")")
         p99=$(to_ms "$(awk '$1=="99%" {print $2}' "$tmp/wrk.out")")
@@ -159,7 +189,7 @@ run() {
         echo "${rps:-0} $p50 $p99 ${bad:-0} ${err:-0}" >> "$tmp/$1.${4:-rows}"
 }
 
-url_of() { case $1 in direct) echo "$direct" ;; nginx) echo "$nginx" ;; gpupool) echo "$gp" ;; esac; }
+url_of() { case $1 in direct) echo "$direct" ;; nginx) echo "$nginx" ;; gpupool) echo "$gp" ;; base) echo "$base" ;; esac; }
 
 echo "bench-gateway: wrk -t2 -c64 -d${secs}s, short chat completions (max_tokens 8), $rounds rounds" \
         "interleaved, $(nproc) cores shared by wrk, fake-openai, nginx and gpupool"
@@ -168,21 +198,27 @@ lsecs=$(( secs / 2 > 2 ? secs / 2 : 2 ))
 for r in $(seq "$rounds"); do
         for leg in $legs; do run "$leg" "$(url_of "$leg")" "$secs"; done
         for leg in $legs; do run "$leg" "$(url_of "$leg")" "$lsecs" light 1 1; done
+        for leg in $legs; do run "$leg" "$(url_of "$leg")" "$lsecs" stream 1 1 stream; done
         echo "  round $r/$rounds done" >&2
 done
 
 # median of column C of FILE
 median() { awk -v c="$2" '{print $c}' "$1" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
+# "median [min-max]" of column C of FILE with printf format F
+mmm() { awk -v c="$2" '{print $c}' "$1" | sort -g | awk -v f="$3" '{a[NR] = $1} END {
+        m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
+        printf f " [" f " - " f "]", m, a[1], a[NR] }'; }
+
 # table SUFFIX PREFIX: one line per leg; sets PREFIX<leg>_rps/_p50/_p99/_bad
 table() {
-        printf '%-8s %10s %9s %9s %9s %8s\n' leg "req/s" "p50 ms" "p99 ms" non-2xx errors
-        for leg in direct nginx gpupool; do
+        printf '%-8s %26s %24s %24s %8s %7s\n' leg "req/s" "p50 ms" "p99 ms" non-2xx errors
+        for leg in direct nginx gpupool $( [ -n "$base" ] && echo base); do
                 f="$tmp/$leg.$1"
                 if [ ! -f "$f" ]; then printf '%-8s %10s\n' "$leg" "skipped"; continue; fi
                 bad=$(awk '{s += $4} END {print s}' "$f"); err=$(awk '{s += $5} END {print s}' "$f")
-                printf '%-8s %10.0f %9.3f %9.3f %9s %8s\n' "$leg" "$(median "$f" 1)" "$(median "$f" 2)" \
-                        "$(median "$f" 3)" "$bad" "$err"
+                printf '%-8s %26s %24s %24s %8s %7s\n' "$leg" "$(mmm "$f" 1 %.0f)" "$(mmm "$f" 2 %.3f)" \
+                        "$(mmm "$f" 3 %.3f)" "$bad" "$err"
                 eval "$2${leg}_rps=$(median "$f" 1) $2${leg}_p50=$(median "$f" 2) $2${leg}_p99=$(median "$f" 3) $2${leg}_bad=$bad"
         done
 }
@@ -220,4 +256,28 @@ if [ -f "$tmp/gpupool.light" ]; then
         # a missed target is a result, not a failure of the script
         [ "${thr_ok:-0}" = 1 ] && [ "$lat_ok" = 1 ] && echo "issue 5 targets: MET" || echo "issue 5 targets: MISSED"
 fi
+# adds LEG SUFFIX: "median [min-max]" of LEG's p50 minus direct's, round by round
+adds() { paste -d' ' "$tmp/$1.$2" "$tmp/direct.$2" | awk '{print $2 - $7}' > "$tmp/adds1"; mmm "$tmp/adds1" 1 %+.3f; }
+echo "added p50 over direct at 1 connection, round by round, median [min - max] ms:"
+for leg in nginx gpupool base; do
+        [ -f "$tmp/$leg.light" ] && echo "  $leg: $(adds "$leg" light)"
+done
+echo "-- 1 connection, streamed (stream: true, max_tokens 8: the whole event stream)"
+table stream s_
+echo "added p50 over direct, streamed, round by round, median [min - max] ms:"
+for leg in nginx gpupool base; do
+        [ -f "$tmp/$leg.stream" ] && echo "  $leg: $(adds "$leg" stream)"
+done
+for leg in gpupool base; do
+        [ -f "$tmp/$leg.stream" ] && [ -f "$tmp/nginx.stream" ] || continue
+        paste -d' ' "$tmp/$leg.stream" "$tmp/nginx.stream" "$tmp/direct.stream" |
+                awk '{ n = $7 - $12; g = $2 - $12; print (n > 0 ? g / n : 999) }' > "$tmp/sratio"
+        eval "g50=\$s_${leg}_p50"
+        # judged round by round (the legs of one round share the machine's
+        # load; medians of different rounds need not)
+        awk -v who="$leg" -v g50="$g50" -v n50="$s_nginx_p50" -v d50="$s_direct_p50" -v rr="$(mmm "$tmp/sratio" 1 %.2f)" 'BEGIN {
+                n = n50 - d50; g = g50 - d50; split(rr, a, " "); r = a[1] + 0
+                printf "streaming: %s adds %.2f x what nginx adds, round by round: %s (medians of the legs: %+.3f vs %+.3f ms); goal <= 1.10 x: %s\n",
+                        who, r, rr, g, n, (r <= 1.1 ? "MET" : "MISSED") }'
+done
 exit $status

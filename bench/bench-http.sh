@@ -9,15 +9,19 @@
 #              the WAL and fsynced before its 201 is sent (the default)
 #   os-durable POST /api/v1/tasks, store.sync normal: written to the OS
 #              before the answer (survives a daemon crash, not power loss)
-# After each submit run it checks that the database holds exactly as many
+# After each submit run it checks that the database holds at least as many
 # tasks as wrk received 201 answers, so no figure counts an unstored task.
-# Usage: bench/bench-http.sh [SECONDS]   (default 10)
+# ROUNDS rounds (default 3) of the three modes in turn (fresh daemons each
+# round); prints per mode the median [min-max] over the rounds of req/s,
+# p50 and p99 (ms), and of req/s over the baseline of the same round.
+# Usage: bench/bench-http.sh [SECONDS [ROUNDS]]   (default 10 3)
 set -eu
 cd "$(dirname "$0")/.."
 secs=${1:-10}
+rounds=${2:-3}
 command -v wrk >/dev/null || { echo "bench-http: needs wrk (apt-get install wrk)" >&2; exit 1; }
 command -v sqlite3 >/dev/null || { echo "bench-http: needs sqlite3 (apt-get install sqlite3)" >&2; exit 1; }
-make -s build/gpupool >/dev/null
+make -s build/gpupool build/gpupool-server >/dev/null
 bin=$PWD/build/gpupool
 tmp=$(mktemp -d /tmp/gp-bench-XXXXXX)
 pid=""
@@ -47,44 +51,72 @@ start() { # $1 = sync mode
 
 stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""; }
 
+# wrk latency "950.00us" / "1.20ms" / "2.00s" -> ms
+to_ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /[0-9]s$/ && v !~ /ms$/) n *= 1000; printf "%.3f", n }'; }
+
 # run NAME [wrk args...]: prints "NAME req/s p50_ms p99_ms requests non2xx"
 run() {
         name=$1; shift
         wrk -t2 -c64 -d"${secs}s" --latency "$@" > "$tmp/wrk.out" 2>&1
         rps=$(awk '/^Requests\/sec/ {print $2}' "$tmp/wrk.out")
-        p50=$(awk '$1=="50%" {print $2}' "$tmp/wrk.out")
-        p99=$(awk '$1=="99%" {print $2}' "$tmp/wrk.out")
+        p50=$(to_ms "$(awk '$1=="50%" {print $2}' "$tmp/wrk.out")")
+        p99=$(to_ms "$(awk '$1=="99%" {print $2}' "$tmp/wrk.out")")
         n=$(awk '/requests in/ {print $1}' "$tmp/wrk.out")
         bad=$(awk '/Non-2xx/ {print $NF}' "$tmp/wrk.out")
         echo "$name $rps $p50 $p99 $n ${bad:-0}"
 }
 
-echo "bench-http: wrk -t2 -c64 -d${secs}s on 127.0.0.1, $(nproc) cores shared by wrk and the daemon"
-start full
-base=$(run baseline "$url/healthz")
-full=$(run durable -s bench/submit.lua "$url")
-stop
-stored_full=$(sqlite3 "$tmp/data/gpupool.db" 'select count(*) from tasks')
-start normal
-norm=$(run os-durable -s bench/submit.lua "$url")
-stop
-stored_norm=$(sqlite3 "$tmp/data/gpupool.db" 'select count(*) from tasks')
-
-printf '%-11s %10s %9s %9s %10s  %s\n' mode "req/s" p50 p99 "x baseline" "stored = answered?"
-for row in "$base" "$full" "$norm"; do
-        set -- $row
-        ratio=$(awk -v a="$2" -v b="$(echo "$base" | cut -d' ' -f2)" 'BEGIN {printf "%.2f", a / b}')
-        case $1 in
-        durable) check="$stored_full stored / $5 answered, $6 non-2xx" ;;
-        os-durable) check="$stored_norm stored / $5 answered, $6 non-2xx" ;;
-        *) check="-" ;;
-        esac
-        printf '%-11s %10s %9s %9s %10s  %s\n' "$1" "$2" "$3" "$4" "$ratio" "$check"
+echo "bench-http: wrk -t2 -c64 -d${secs}s on 127.0.0.1, $rounds rounds of the modes in turn," \
+        "$(nproc) cores shared by wrk and the daemon"
+: > "$tmp/rows"
+fail=0
+for r in $(seq "$rounds"); do
+        start full
+        base=$(run baseline "$url/healthz")
+        full=$(run durable -s bench/submit.lua "$url")
+        stop
+        stored_full=$(sqlite3 "$tmp/data/gpupool.db" 'select count(*) from tasks')
+        start normal
+        norm=$(run os-durable -s bench/submit.lua "$url")
+        stop
+        stored_norm=$(sqlite3 "$tmp/data/gpupool.db" 'select count(*) from tasks')
+        b=$(echo "$base" | cut -d' ' -f2)
+        echo "$base - 0" >> "$tmp/rows"
+        echo "$full $stored_full" >> "$tmp/rows"
+        echo "$norm $stored_norm" >> "$tmp/rows"
+        for row in "$full $stored_full" "$norm $stored_norm"; do
+                set -- $row
+                # wrk may cut connections at the end with answers in flight: stored >= answered
+                if [ "$7" -lt $(($5 - $6)) ]; then
+                        echo "bench-http: round $r $1: $7 stored < $(($5 - $6)) answered: durability broken" >&2
+                        fail=1
+                fi
+        done
+        echo "  round $r/$rounds: baseline $b req/s, durable $(echo "$full" | cut -d' ' -f2), os-durable $(echo "$norm" | cut -d' ' -f2)" >&2
 done
-full_n=$(echo "$full" | cut -d' ' -f5); full_bad=$(echo "$full" | cut -d' ' -f6)
-norm_n=$(echo "$norm" | cut -d' ' -f5); norm_bad=$(echo "$norm" | cut -d' ' -f6)
-# wrk may cut connections at the end with answers in flight: stored >= answered
-if [ "$stored_full" -lt $((full_n - full_bad)) ] || [ "$stored_norm" -lt $((norm_n - norm_bad)) ]; then
+/usr/bin/python3 - "$tmp/rows" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+def stat(v, f):
+    v = sorted(v); n = len(v)
+    m = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+    return ("%s [%s-%s]" % (f, f, f)) % (m, v[0], v[-1])
+base = [float(r[1]) for r in rows if r[0] == "baseline"]
+print("median [min-max] over %d rounds" % len(base))
+print("%-11s %26s %24s %24s %18s  %s" % ("mode", "req/s", "p50 ms", "p99 ms", "x baseline", "stored >= answered (all rounds)"))
+for mode in ("baseline", "durable", "os-durable"):
+    rs = [r for r in rows if r[0] == mode]
+    rps = [float(r[1]) for r in rs]
+    ratio = [x / b for x, b in zip(rps, base)]
+    if mode == "baseline":
+        check = "-"
+    else:
+        check = "%d stored / %d answered, %d non-2xx" % (sum(int(r[6]) for r in rs), sum(int(r[4]) for r in rs),
+                                                          sum(int(r[5]) for r in rs))
+    print("%-11s %26s %24s %24s %18s  %s" % (mode, stat(rps, "%.0f"), stat([float(r[2]) for r in rs], "%.2f"),
+                                            stat([float(r[3]) for r in rs], "%.2f"), stat(ratio, "%.2f"), check))
+PY
+if [ "$fail" = 1 ]; then
         echo "bench-http: FEWER tasks stored than answered: durability broken" >&2
         exit 1
 fi

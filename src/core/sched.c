@@ -251,6 +251,7 @@ struct gp_sched {
         uint64_t vtime;
         /* task map: open addressing; key 0 empty, -1 tombstone */
         gp_i64map tasks;           /* id -> stask*, every queued or running task */
+        size_t ntimed;             /* of them, with a time limit (timeout_ms > 0) */
         heap_ent *heap;
         size_t heap_n, heap_cap;
         intern tenants, models;
@@ -381,10 +382,16 @@ static stask *map_get(const gp_sched *s, int64_t id) {
 }
 
 static int map_put(gp_sched *s, stask *t) {
-        return gp_i64map_put(&s->tasks, t->id, t);
+        int rc = gp_i64map_put(&s->tasks, t->id, t);
+        if (rc >= 0 && t->timeout_ms > 0)
+                s->ntimed++;
+        return rc;
 }
 
 static void map_del(gp_sched *s, int64_t id) {
+        const stask *t = map_get(s, id);
+        if (t && t->timeout_ms > 0)
+                s->ntimed--;
         gp_i64map_del(&s->tasks, id);
 }
 
@@ -1902,7 +1909,19 @@ static int64_t reserve(gp_sched *s, stask *t, int64_t now) {
                 }
                 if (m < t->ngpus)
                         continue;
-                qsort(ge, (size_t)m, sizeof(ge[0]), cmp_gpu_end);
+                /* at most a node's GPUs: insertion sort (cmp_gpu_end is a
+                 * total order, so the result is qsort's; this runs for
+                 * every node in every blocked run, where qsort's own cost
+                 * dominated) */
+                for (int i = 1; i < m; i++) {
+                        gpu_end x = ge[i];
+                        int j = i;
+                        while (j > 0 && cmp_gpu_end(&ge[j - 1], &x) > 0) {
+                                ge[j] = ge[j - 1];
+                                j--;
+                        }
+                        ge[j] = x;
+                }
                 int64_t node_t = ge[t->ngpus - 1].t;
                 if (!found || node_t < best_t || (node_t == best_t && ready > best_ready)) {
                         found = true;
@@ -3383,11 +3402,13 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 return rc;
 
         walk w;
-        uint64_t lp[GP_PRIORITY_LEVELS];
+        uint64_t lp[GP_PRIORITY_LEVELS], st[GP_PRIORITY_LEVELS];
         if ((rc = walk_init(s, &w, true)) < 0)
                 return rc;
-        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
                 lp[i] = s->tiers[i].pass;
+                st[i] = stride(s, i); /* a division: once per run, not per task */
+        }
         stask *resv = NULL;
         int64_t shadow = TIME_INF;
         int examined = 0;
@@ -3407,7 +3428,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 }
                 stask *t = w.cur[ti];
                 walk_advance(s, &w, ti);
-                lp[ti] += stride(s, ti);
+                lp[ti] += st[ti];
                 t->resv_holder = false;
 
                 /* the rules of its tenant and group come first (a held
@@ -3523,7 +3544,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 return rc;
                         }
                         s->vtime = s->tiers[ti].pass;
-                        s->tiers[ti].pass += stride(s, ti);
+                        s->tiers[ti].pass += st[ti];
                         s->total_scheduled++;
                         gp_sched_decision d = {.kind = GP_DECIDE_START, .id = t->id, .n_gpus = f.n,
                                                .backfilled = resv != NULL, .borrowing = t->borrowing};
@@ -3631,6 +3652,108 @@ int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now) {
                 }
         }
         return w;
+}
+
+/* Could a run at now decide anything that the GPUs' state alone does not
+ * rule out?  False only when no deadline is due, preemption (tiers,
+ * guarantees, LAS) has nothing to act on and no elastic task runs. */
+static bool run_may_act(const gp_sched *s, int64_t now) {
+        if (s->heap_n && s->heap[0].deadline <= now) /* stale entries: only "yes" more often */
+                return true;
+        if (s->nel)
+                return true;
+        if (s->cfg.policy == GP_SCHED_LAS)
+                return s->cfg.las_preempt && s->running > 0;
+        if (!s->cfg.preemption || !s->npre)
+                return false;
+        /* make_room: with no guarantee anywhere nothing is reclaimed, and
+         * a task preempts only preemptible tasks less urgent than itself */
+        if (s->n_guar)
+                return true;
+        int qmin = -1;
+        for (int i = 0; i < GP_PRIORITY_LEVELS && qmin < 0; i++)
+                if (s->tiers[i].n)
+                        qmin = i;
+        if (qmin < 0)
+                return false;
+        for (uint32_t gi = 0; gi < s->ngpus; gi++) {
+                const sgpu *g = &s->gpus[gi];
+                for (int k = 0; k < g->ntasks; k++)
+                        if (g->tasks[k]->preemptible && g->tasks[k]->prio > qmin)
+                                return true;
+        }
+        return false;
+}
+
+/* No GPU could take any task: every usable GPU is held whole (no idle GPU,
+ * none shared). */
+static bool no_gpu_free(const gp_sched *s) {
+        for (int k = 1; k <= s->max_idle && k <= MAX_NODE_GPUS; k++)
+                if (s->idle_lists[k] != NIL)
+                        return false;
+        for (int k = 0; k < s->nkinds; k++)
+                for (int b = 0; b < NBUCKETS; b++)
+                        if (s->buckets[k][b] != NIL)
+                                return false;
+        return true;
+}
+
+typedef struct tkey {
+        uint8_t cls;
+        double then, now;
+} tkey;
+
+static int cmp_tkey(const void *a, const void *b) {
+        const tkey *x = a, *y = b;
+        if (x->cls != y->cls)
+                return x->cls < y->cls ? -1 : 1;
+        return x->then < y->then ? -1 : x->then > y->then;
+}
+
+/* Does every tier order its tenants the same at now as at the last run?
+ * The walk of a fair policy merges the tenants' lists by (class, usage per
+ * weight), ties by task id; classes do not change with time, usage
+ * decays: the merge is the same when every pair of tenants of one class
+ * compares the same way (<, = or >) at both times.  Sorted by the old key,
+ * that is: equal old keys stay equal, increasing ones stay increasing. */
+static bool fair_order_kept(const gp_sched *s, int64_t now) {
+        if (!fair_policy(s))
+                return true;
+        tkey k[64];
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
+                const tier *tr = &s->tiers[i];
+                if (tr->nact < 2)
+                        continue;
+                if (tr->nact > 64)
+                        return false; /* bounded work; just run */
+                for (uint32_t j = 0; j < tr->nact; j++) {
+                        const stenant *T = &s->tn[tr->act[j]];
+                        /* the formula of tenant_key, bit for bit */
+                        k[j] = (tkey){.cls = tenant_class(s, T),
+                                      .then = usage_at(s, T, s->last_run_ms) / T->weight,
+                                      .now = usage_at(s, T, now) / T->weight};
+                }
+                qsort(k, tr->nact, sizeof(k[0]), cmp_tkey);
+                for (uint32_t j = 1; j < tr->nact; j++) {
+                        if (k[j].cls != k[j - 1].cls)
+                                continue;
+                        if (k[j].then == k[j - 1].then ? k[j].now != k[j - 1].now : !(k[j - 1].now < k[j].now))
+                                return false;
+                }
+        }
+        return true;
+}
+
+bool gp_sched_run_idle(const gp_sched *s, int64_t now_ms, bool unchanged) {
+        if (run_may_act(s, now_ms))
+                return false;
+        if (no_gpu_free(s))
+                return true;
+        /* the same inputs as the last run, which decided nothing: the same
+         * walk, unless time changes it (time limits move the reservation's
+         * horizon and what may backfill before it; decay moves the order) */
+        return unchanged && s->last_run_stamp && s->ntimed == 0 && now_ms >= s->last_run_ms &&
+               fair_order_kept(s, now_ms);
 }
 
 /* ------------------------------------------------------------------ */

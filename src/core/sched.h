@@ -284,6 +284,18 @@ int64_t gp_sched_next_deadline(const gp_sched *s);
  * continuously. */
 int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now_ms);
 
+/* For replays (gpupool simulate), which call gp_sched_run at every event
+ * and tick: true when a run at now_ms can be left out because it would
+ * decide nothing, and nothing a later run decides depends on it.  That is
+ * when no deadline is due, preemption has nothing to act on and no elastic
+ * task runs, and either no GPU could take any task (every usable GPU is
+ * held whole), or `unchanged` (the caller changed nothing since the last
+ * gp_sched_run, which decided nothing), no task has a time limit and the
+ * fair-share order of the tenants is the same at now_ms as at that run.
+ * A run left out leaves the waiting tasks' reasons as the last run set
+ * them (the daemon always runs).  O(GPUs + tenants log tenants). */
+bool gp_sched_run_idle(const gp_sched *s, int64_t now_ms, bool unchanged);
+
 typedef struct gp_sched_task_view {
         int64_t id;
         bool running;

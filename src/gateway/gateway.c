@@ -425,7 +425,26 @@ gw_req *gw_request(gp_gw *g, loop *L, const char *url, const char *method, const
         if (stream) {
                 json_t *so = json_object_get(j, "stream_options");
                 client_usage = json_is_object(so) && json_is_true(json_object_get(so, "include_usage"));
-                if (!client_usage) {
+                if (!client_usage && !so && json_object_size(j) > 0) {
+                        /* ask for the usage chunk on the way up (stripped on the way
+                         * down): with no stream_options in the body (duplicates are
+                         * refused), the key goes in before the object's closing brace
+                         * of the client's own text, which saves serializing the whole
+                         * request again on every streamed request */
+                        static const char key[] = ",\"stream_options\":{\"include_usage\":true}";
+                        size_t k = len;
+                        while (k > 0 && (body[k - 1] == ' ' || body[k - 1] == '\t' || body[k - 1] == '\n' ||
+                                         body[k - 1] == '\r'))
+                                k--;
+                        if (k > 0 && body[k - 1] == '}' && (up_body = malloc(len + sizeof(key)))) {
+                                memcpy(up_body, body, k - 1);
+                                memcpy(up_body + k - 1, key, sizeof(key) - 1);
+                                memcpy(up_body + k - 1 + sizeof(key) - 1, body + k - 1, len - (k - 1));
+                                up_len = len + sizeof(key) - 1;
+                                up_body[up_len] = '\0';
+                        }
+                }
+                if (!client_usage && !up_body) {
                         /* ask for the usage chunk on the way up; it is stripped on the way down */
                         if (!json_is_object(so)) {
                                 so = json_object();

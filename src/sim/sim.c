@@ -283,6 +283,9 @@ static int replay(sim *m, char *err, size_t errlen) {
         size_t ndec = 0, capdec = 0, next = 0;
         int64_t last_t = m->n ? m->jobs[0].submit_ms : 0, wake = INT64_MAX;
         int rc = 0;
+        /* nothing changed in the core since its last run, which decided
+         * nothing (see gp_sched_run_idle) */
+        bool quiet = false;
         r->first_submit_ms = last_t;
         r->last_finish_ms = last_t;
         for (;;) {
@@ -324,6 +327,7 @@ static int replay(sim *m, char *err, size_t errlen) {
                                 set_err(err, errlen, "job %zu: the core lost it (%s)", e.job, gp_strerror(rc));
                                 goto out;
                         }
+                        quiet = false;
                         js->running = false;
                         js->remaining_ms = 0;
                         r->jobs[e.job].finish_ms = t;
@@ -349,11 +353,17 @@ static int replay(sim *m, char *err, size_t errlen) {
                                         rc == -EINVAL && why[0] ? why : gp_strerror(rc));
                                 goto out;
                         }
+                        quiet = false;
                         m->queued++;
                         next++;
                 }
+                /* a run the core says would decide nothing is left out
+                 * (and counted: the daemon would have made it) */
                 ndec = 0;
-                rc = gp_sched_run(m->s, t, &dec, &ndec, &capdec);
+                if (!gp_sched_run_idle(m->s, t, quiet)) {
+                        rc = gp_sched_run(m->s, t, &dec, &ndec, &capdec);
+                        quiet = rc == 0 && ndec == 0;
+                }
                 r->runs++;
                 if (rc < 0) {
                         set_err(err, errlen, "scheduling at %" PRId64 " ms: %s", t, gp_strerror(rc));

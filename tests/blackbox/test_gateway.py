@@ -141,6 +141,27 @@ def test_stream_strips_the_usage_chunk_the_client_did_not_ask_for(daemon_factory
     assert up.received[0]["body"]["stream_options"]["include_usage"] is True
 
 
+@pytest.mark.parametrize("tail", [
+    b"}",                          # no stream_options: spliced into the client's text
+    b"}\r\n \t",                  # whitespace after the object
+    b', "stream_options": {}}',    # present without include_usage: rebuilt
+    b', "stream_options": null}',
+])
+def test_stream_asks_the_upstream_for_usage_and_keeps_the_rest_of_the_body(daemon_factory, up, tail):
+    d = daemon_factory(config([up.url]))
+    raw = (b'{"model": "m1", "messages": [{"role": "user", "content": "chunks:3"}], "max_tokens": 16,'
+           b' "stream": true, "user": "u\\"}", "n": 1' + tail)
+    r = session().post(d.url + "/v1/chat/completions", data=raw, headers={"Content-Type": "application/json"},
+                       timeout=30, stream=True)
+    assert r.status_code == 200
+    data = [l for l in r.iter_lines() if l.startswith(b"data: ")]
+    assert data[-1] == b"data: [DONE]"
+    assert all(json.loads(l[6:])["choices"] for l in data[:-1])  # the usage chunk was dropped
+    got = up.received[0]["body"]
+    assert got == {"model": "m1", "messages": [{"role": "user", "content": "chunks:3"}], "max_tokens": 16,
+                   "stream": True, "user": 'u"}', "n": 1, "stream_options": {"include_usage": True}}
+
+
 def test_stream_keeps_the_usage_chunk_when_asked(daemon_factory, up):
     d = daemon_factory(config([up.url]))
     r = chat(d, "chunks:2", stream=True, stream_options={"include_usage": True})

@@ -1083,8 +1083,138 @@ static void test_random_workloads_preempt_boundedly_without_back_and_forth(void 
         }
 }
 
+/* gp_sched_run_idle, as gpupool simulate uses it: twin schedulers get the
+ * same random whole-GPU workload (tenants of different weights, ticks with
+ * nothing new, ends, preemptible tasks); A runs at every step, B leaves out
+ * the runs gp_sched_run_idle calls idle.  Every run left out must be one
+ * where A decided nothing, and B must decide exactly what A decides. */
+static void twin_replay(gp_sched_policy policy, bool preemption, bool timeouts, unsigned seed, int *skipped,
+                        int *skipped_free) {
+        gp_sched *sc[2];
+        for (int k = 0; k < 2; k++) {
+                gp_sched_config c;
+                gp_sched_config_defaults(&c);
+                c.policy = policy;
+                c.preemption = preemption;
+                c.las_preempt = preemption;
+                c.preempt_min_runtime_ms = 30 * SEC;
+                c.las_min_run_ms = 30 * SEC;
+                c.fairshare_half_life_ms = 600 * SEC; /* decay within the test's span */
+                assert_int_equal(gp_sched_new(&c, &sc[k]), 0);
+                add_node(sc[k], "a", 4);
+                add_node(sc[k], "b", 4);
+                tenant(sc[k], "t1", 1, NULL, 0, 0, 0, 0);
+                tenant(sc[k], "t2", 2, NULL, 0, 0, 0, 0);
+                tenant(sc[k], "t3", 3, NULL, 0, 0, 0, 0);
+        }
+        static const char *names[] = {"t1", "t2", "t3"};
+        run_out o[2] = {{0}};
+        srand(seed);
+        int64_t next = 1, now = 0, live[512];
+        int nlive = 0;
+        bool quiet = false;
+        for (int step = 0; step < 3000; step++) {
+                now += SEC * (1 + rand() % 120);
+                int op = rand() % 4; /* 0: submit, 1: end, 2-3: tick */
+                if (op == 0 && nlive < 500) {
+                        gp_sched_req r = rq(next, names[rand() % 3], rand() % 3 ? 5 : 3, 1 + rand() % 4, 0);
+                        r.preemptible = rand() % 2;
+                        r.timeout_ms = timeouts && rand() % 2 ? SEC * (1 + rand() % 600) : 0;
+                        for (int k = 0; k < 2; k++)
+                                enq(sc[k], r);
+                        live[nlive++] = next++;
+                        quiet = false;
+                } else if (op == 1 && nlive) {
+                        int i = rand() % nlive;
+                        for (int k = 0; k < 2; k++)
+                                assert_int_equal(gp_sched_remove_at(sc[k], live[i], now), 0);
+                        live[i] = live[--nlive];
+                        quiet = false;
+                }
+                size_t na = run(sc[0], now, &o[0]);
+                if (gp_sched_run_idle(sc[1], now, quiet)) {
+                        assert_int_equal(na, 0); /* a run left out decides nothing */
+                        ++*skipped;
+                        gp_sched_stats st;
+                        gp_sched_get_stats(sc[1], &st);
+                        *skipped_free += st.gpus_busy < st.gpus_total;
+                } else {
+                        size_t nb = run(sc[1], now, &o[1]);
+                        assert_int_equal(na, nb);
+                        for (size_t i = 0; i < na; i++) {
+                                assert_int_equal(o[0].d[i].kind, o[1].d[i].kind);
+                                assert_int_equal(o[0].d[i].id, o[1].d[i].id);
+                                assert_memory_equal(o[0].d[i].gpus, o[1].d[i].gpus,
+                                                    sizeof(uint32_t) * (size_t)o[0].d[i].n_gpus);
+                        }
+                        quiet = nb == 0;
+                }
+                /* the simulator forgets tasks that ended or were preempted
+                 * only through the core: drop what is no longer known */
+                for (int i = 0; i < nlive;) {
+                        gp_sched_task_view v;
+                        if (gp_sched_task_get(sc[0], live[i], &v) < 0)
+                                live[i] = live[--nlive];
+                        else
+                                i++;
+                }
+        }
+        for (int k = 0; k < 2; k++) {
+                free(o[k].d);
+                gp_sched_free(sc[k]);
+        }
+}
+
+static void test_run_idle_leaves_out_only_runs_that_decide_nothing(void **st) {
+        (void)st;
+        static const struct {
+                gp_sched_policy policy;
+                bool preemption, timeouts;
+        } cases[] = {
+                {GP_SCHED_HYBRID, true, false}, {GP_SCHED_HYBRID, false, false}, {GP_SCHED_STRICT, true, false},
+                {GP_SCHED_FIFO, true, false},   {GP_SCHED_LAS, true, false},     {GP_SCHED_LAS, false, false},
+                {GP_SCHED_HYBRID, true, true},
+        };
+        int total = 0, total_free = 0;
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                int skipped = 0, skipped_free = 0;
+                twin_replay(cases[i].policy, cases[i].preemption, cases[i].timeouts, 1000 + (unsigned)i, &skipped,
+                            &skipped_free);
+                total += skipped;
+                total_free += skipped_free;
+        }
+        /* both kinds of runs left out were exercised */
+        assert_true(total > 1000);
+        assert_true(total_free > 100);
+}
+
+static void test_run_idle_is_false_when_a_run_could_act(void **st) {
+        (void)st;
+        gp_sched *s = mk_cfg(GP_SCHED_HYBRID, true, 0);
+        add_node(s, "a", 2);
+        run_out o = {0};
+        enq_pre(s, 1, "x", 9, 1);
+        enq_pre(s, 2, "x", 9, 1);
+        assert_false(gp_sched_run_idle(s, 0, false)); /* idle GPUs */
+        assert_int_equal(run(s, 0, &o), 2);
+        enq_pre(s, 3, "x", 9, 1);
+        assert_true(gp_sched_run_idle(s, SEC, false)); /* every GPU held, nothing less urgent */
+        enq_pre(s, 4, "y", 0, 1);
+        /* a more urgent task could preempt a P9 one */
+        assert_false(gp_sched_run_idle(s, 2 * SEC, false));
+        assert_int_equal(run(s, 2 * SEC, &o), 2);
+        assert_int_equal(count_kind(&o, GP_DECIDE_PREEMPT), 1);
+        assert_int_equal(gp_sched_remove_at(s, 4, 3 * SEC), 0);
+        /* a GPU is free again */
+        assert_false(gp_sched_run_idle(s, 3 * SEC, false));
+        free(o.d);
+        gp_sched_free(s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_run_idle_leaves_out_only_runs_that_decide_nothing),
+                cmocka_unit_test(test_run_idle_is_false_when_a_run_could_act),
                 cmocka_unit_test(test_max_concurrent_holds_a_tenant_without_blocking_others),
                 cmocka_unit_test(test_max_gpus_counts_memory_slices_as_shares),
                 cmocka_unit_test(test_quota_reasons_name_gpus_in_use_and_oversized_tasks),

@@ -13,7 +13,7 @@
 #                                      to a temp dir, crashes to
 #                                      $(FUZZ_BUILD)/artifacts/<name>/
 #   make fuzz-run FUZZ_TARGETS=config  only some targets (also for fuzz-replay)
-#   make fuzz-run FUZZ_SECONDS=20 FUZZ_KEEP_NEW=0
+#   make fuzz-run FUZZ_SECONDS=10 FUZZ_KEEP_NEW=0
 #                                      what CI runs (scripts/test-all.sh): the
 #                                      new inputs are deleted after a clean
 #                                      run; a failing run prints the input

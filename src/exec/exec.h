@@ -1,9 +1,11 @@
 /* exec.h - running batch tasks under a supervisor that outlives the daemon.
  *
  * Every batch task gets a directory (DATA_DIR/tasks/<id>/) and a supervisor
- * process of its own: gp_exec_start() double-forks and execs
- * "SELF_EXE __supervise TASK_DIR", so the supervisor is not the daemon's
- * child and survives a daemon crash.  The supervisor:
+ * process of its own, in a session of its own, that survives a daemon
+ * crash: gp_exec_launch() posix_spawn()s "SELF_EXE __supervise TASK_DIR"
+ * (the caller's child, reaped with gp_exec_reap; init adopts it if the
+ * caller dies), gp_exec_start() double-forks so that it is nobody's
+ * child.  The supervisor:
  *   1. writes TASK_DIR/supervisor.pid ("PID STARTTIME\n", atomically),
  *   2. starts the command in a new process group with stdout+stderr going
  *      through a pipe into TASK_DIR/log (capped at max_log_bytes; beyond the

@@ -26,9 +26,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,6 +55,32 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
         if (p > 0 && !(si && si->si_code == SI_KERNEL))
                 kill(p, sig);
         errno = saved;
+}
+
+/* Wait for the command pid to end without reaping it, so its pid stays
+ * ours.  Through its pidfd, waking at least every 100 ms: a signal that
+ * came just before the wait is then handled (and forwarded) even where
+ * the handler's run is held back until the next libc call, as under
+ * ThreadSanitizer, instead of the wait blocking with the command never
+ * told.  Without a pidfd, a plain blocking waitid. */
+static void wait_exit(pid_t pid) {
+        int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        for (;;) {
+                siginfo_t si;
+                memset(&si, 0, sizeof(si));
+                if (pfd < 0) {
+                        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) == 0 || errno != EINTR)
+                                break;
+                        continue;
+                }
+                struct pollfd p = {.fd = pfd, .events = POLLIN};
+                if (poll(&p, 1, 100) <= 0)
+                        continue; /* timeout or EINTR: look again */
+                if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT | WNOHANG) < 0 ? errno != EINTR : si.si_pid != 0)
+                        break;
+        }
+        if (pfd >= 0)
+                close(pfd);
 }
 
 static const int caught[] = {SIGINT, SIGTERM, SIGHUP};
@@ -507,13 +535,7 @@ int gp_cli_cmd_run(const gp_cli_cmd *c, FILE *out, FILE *err) {
                                      " will expire after %" PRId64 " s\n", id, c->ttl_s);
         }
 
-        /* wait for the command without reaping it, so its pid stays ours */
-        for (;;) {
-                siginfo_t si;
-                memset(&si, 0, sizeof(si));
-                if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) == 0 || errno != EINTR)
-                        break;
-        }
+        wait_exit(pid);
         pthread_mutex_lock(&h.mu);
         h.reaped = true;
         child_pid = 0;

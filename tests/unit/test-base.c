@@ -1,0 +1,106 @@
+/* test-base.c - the base mechanics every module uses: gp_vec_grow
+ * (growing by doubling) and gp_list (the intrusive list). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+
+#include "base/list.h"
+#include "base/vec.h"
+
+static void test_vec_grows_by_doubling_and_keeps_items(void **state) {
+        (void)state;
+        int *a = NULL;
+        size_t cap = 0, n = 0;
+        for (int i = 0; i < 1000; i++) {
+                int *p = gp_vec_grow(a, &cap, n + 1, sizeof *a, 4);
+                assert_non_null(p);
+                a = p;
+                a[n++] = i;
+                assert_true(cap >= n);
+        }
+        assert_int_equal(cap, 1024); /* 4, 8, ..., 1024 */
+        for (int i = 0; i < 1000; i++)
+                assert_int_equal(a[i], i);
+        /* room already there: the same array, cap unchanged */
+        assert_ptr_equal(gp_vec_grow(a, &cap, 10, sizeof *a, 4), a);
+        assert_int_equal(cap, 1024);
+        /* a jump past double: still a power of two at least need */
+        int *p = gp_vec_grow(a, &cap, 5000, sizeof *a, 4);
+        assert_non_null(p);
+        a = p;
+        assert_int_equal(cap, 8192);
+        free(a);
+}
+
+static void test_vec_refuses_overflow_and_leaves_the_array(void **state) {
+        (void)state;
+        size_t cap = 0;
+        long *a = gp_vec_grow(NULL, &cap, 3, sizeof *a, 0); /* first 0 means 1 */
+        assert_non_null(a);
+        assert_int_equal(cap, 4);
+        a[0] = 7;
+        assert_null(gp_vec_grow(a, &cap, SIZE_MAX / 2, sizeof *a, 4));
+        assert_null(gp_vec_grow(a, &cap, SIZE_MAX, sizeof *a, 4));
+        assert_int_equal(cap, 4);
+        assert_int_equal(a[0], 7);
+        free(a);
+}
+
+typedef struct item {
+        int v;
+        gp_list link;
+} item;
+
+static void expect_order(gp_list *h, const int *want, int n) {
+        int i = 0;
+        GP_LIST_FOR_EACH(l, h) {
+                assert_true(i < n);
+                assert_int_equal(GP_LIST_ENTRY(l, item, link)->v, want[i]);
+                i++;
+        }
+        assert_int_equal(i, n);
+}
+
+static void test_list_keeps_order_through_adds_and_deletes(void **state) {
+        (void)state;
+        item it[5];
+        gp_list h;
+        gp_list_init(&h);
+        assert_true(gp_list_empty(&h));
+        assert_null(gp_list_first(&h));
+        for (int i = 0; i < 5; i++) {
+                it[i].v = i;
+                gp_list_init(&it[i].link);
+        }
+        gp_list_add_tail(&h, &it[1].link);
+        gp_list_add_tail(&h, &it[2].link);
+        gp_list_add_head(&h, &it[0].link);
+        gp_list_insert_after(&it[2].link, &it[4].link);
+        gp_list_insert_after(&it[2].link, &it[3].link);
+        expect_order(&h, (int[]){0, 1, 2, 3, 4}, 5);
+        assert_ptr_equal(gp_list_first(&h), &it[0].link);
+        assert_ptr_equal(gp_list_last(&h), &it[4].link);
+
+        gp_list_del(&it[0].link); /* first */
+        gp_list_del(&it[4].link); /* last */
+        gp_list_del(&it[2].link); /* middle */
+        gp_list_del(&it[2].link); /* again: it is in no list, nothing changes */
+        expect_order(&h, (int[]){1, 3}, 2);
+
+        GP_LIST_FOR_EACH_SAFE(l, &h) gp_list_del(l); /* unlinking while walking */
+        assert_true(gp_list_empty(&h));
+        assert_null(gp_list_last(&h));
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_vec_grows_by_doubling_and_keeps_items),
+                cmocka_unit_test(test_vec_refuses_overflow_and_leaves_the_array),
+                cmocka_unit_test(test_list_keeps_order_through_adds_and_deletes),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -51,8 +51,9 @@ static void kick_loop(gp_daemon *d) {
         (void)w;
 }
 
-/* Send what is in list (outside mu); *fresh: durable, else answered 503
- * (stopping: never an unstored state). */
+/* Send what is in list: fresh, durable; else answered 503 (stopping:
+ * never an unstored state).  d->lock held, not mu: completed() (http.c)
+ * takes d->lock before a request is freed, so r stays valid here. */
 static void send_list(pending *p, bool fresh) {
         while (p) {
                 pending *next = p->next;
@@ -104,7 +105,11 @@ static void *sync_main(void *arg) {
                 c->sending++;
                 pthread_cond_broadcast(&c->done);
                 pthread_mutex_unlock(&c->mu);
-                send_list(out, true);
+                if (out) {
+                        pthread_mutex_lock(&d->lock);
+                        send_list(out, true);
+                        pthread_mutex_unlock(&d->lock);
+                }
                 if (wake)
                         kick_loop(d);
                 pthread_mutex_lock(&c->mu);
@@ -218,6 +223,7 @@ void gp_commit_stored(gp_daemon *d, uint64_t gen) {
         pthread_mutex_unlock(&c->mu);
 }
 
+/* Loop thread, d->lock held. */
 void gp_commit_answer(gp_daemon *d, uint64_t gen, hreq *r, int status, char *body, int retry_after) {
         gp_commit *c = d->cm;
         pending *p = calloc(1, sizeof(*p));
@@ -321,7 +327,11 @@ void gp_commit_http_closing(gp_daemon *d) {
         c->head = c->tail = NULL;
         c->sending++;
         pthread_mutex_unlock(&c->mu);
-        send_list(rest, false);
+        if (rest) {
+                pthread_mutex_lock(&d->lock);
+                send_list(rest, false);
+                pthread_mutex_unlock(&d->lock);
+        }
         pthread_mutex_lock(&c->mu);
         c->sending--;
         while (c->sending) /* the sync thread's last answers are out before MHD stops */

@@ -20,7 +20,8 @@
  *
  * Threads: the loop thread calls next/stored/answer/hold/release; the sync
  * thread (started by gp_commit_start) runs gp_store_sync on d->ws and sends
- * what became durable; MHD threads call gp_commit_wait.  c->mu is a leaf
+ * what became durable (under d->lock, as the loop does: a request is
+ * freed only under it); MHD threads call gp_commit_wait.  c->mu is a leaf
  * lock (nothing else is taken while it is held).
  */
 #ifndef GP_SERVER_COMMIT_H
@@ -55,7 +56,7 @@ void gp_commit_stored(struct gp_daemon *d, uint64_t gen);
 uint64_t gp_commit_applied(struct gp_daemon *d);
 
 /* Answer r (gp_http_answer) once generation gen is durable: now, if it
- * is; else from the sync thread.  Takes body. */
+ * is; else from the sync thread.  Takes body.  d->lock held. */
 void gp_commit_answer(struct gp_daemon *d, uint64_t gen, struct hreq *r, int status, char *body, int retry_after);
 
 /* Effects of a batch the loop holds until it is durable (loop thread). */

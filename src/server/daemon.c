@@ -3,12 +3,15 @@
  *
  * Invariant: every change to a task is stored (one transaction per loop
  * batch) before any request that caused it is answered and before any
- * reader can see it (the loop holds d->lock from applying to committing).
- * A batch task's supervisor is started only after its `running` state is
- * stored, so a crash can never run a task twice; on restart a running task
- * without a supervisor pid file is started then.
+ * reader can see it: the loop holds d->lock from applying to committing,
+ * and with a deferred fsync (commit.h) answers and readers wait for the
+ * batch's generation to be durable.  A batch task's supervisor is started
+ * only after its `running` state is durable, so a crash can never run a
+ * task twice; on restart a running task without a supervisor pid file is
+ * started then.
  */
 #include "server/server-int.h"
+#include "server/commit.h"
 #include "server/tenants.h"
 #include "server/billing.h"
 #include "server/disk.h"
@@ -348,6 +351,8 @@ static void commit(gp_daemon *d, batch *b) {
         if (!b->ndirty && !b->meta_drained && !d->meta_tenants && !d->meta_keys && !d->meta_audit &&
             !d->meta_weights && !gp_billing_pending(d))
                 return;
+        /* from here on a reader waits for this batch to be durable */
+        uint64_t gen = gp_commit_next(d);
         for (int attempt = 0;; attempt++) {
                 int rc = commit_once(d, b);
                 if (rc == 0)
@@ -371,6 +376,7 @@ static void commit(gp_daemon *d, batch *b) {
                 usleep(1000 * 1000);
                 gp_disk_check(d);
         }
+        gp_commit_stored(d, gen); /* durable now, or once the sync thread's fsync covers it */
         gp_tenants_stored(d);
         gp_billing_stored(d);
         d->commits++;
@@ -1165,20 +1171,22 @@ static char *render_task(gp_daemon *d, const gp_task *t) {
 
 static char *render_gpu(gp_daemon *d, uint32_t g);
 
-static void answer(gp_daemon *d, cmd *c, outcome *o) {
+/* Render the answer of c now (d->lock held); it goes out once generation
+ * gen (what it shows) is durable. */
+static void answer(gp_daemon *d, uint64_t gen, cmd *c, outcome *o) {
         if (!c->req)
                 return;
         if (o->body) {
                 c->req->ctype = o->ctype;
-                gp_http_answer(c->req, o->status, o->body, o->retry_after);
+                gp_commit_answer(d, gen, c->req, o->status, o->body, o->retry_after);
                 return;
         }
         if (c->kind == CMD_DRAIN || c->kind == CMD_UNDRAIN) {
-                gp_http_answer(c->req, 200, render_gpu(d, c->gpu), 0);
+                gp_commit_answer(d, gen, c->req, 200, render_gpu(d, c->gpu), 0);
                 return;
         }
         if (o->task) {
-                gp_http_answer(c->req, o->status ? o->status : 200, render_task(d, o->task), 0);
+                gp_commit_answer(d, gen, c->req, o->status ? o->status : 200, render_task(d, o->task), 0);
                 return;
         }
         gp_task t;
@@ -1186,17 +1194,17 @@ static void answer(gp_daemon *d, cmd *c, outcome *o) {
         if (rc < 0 || (c->tenant[0] && strcmp(t.tenant, c->tenant) != 0)) {
                 if (rc == 0)
                         gp_task_done(&t);
-                gp_http_answer(c->req, 404,
-                               gp_http_error_body("not_found", "no task %" PRId64, o->lookup_id), 0);
+                gp_commit_answer(d, gen, c->req, 404,
+                                 gp_http_error_body("not_found", "no task %" PRId64, o->lookup_id), 0);
                 return;
         }
         if (o->status == 409 && c->kind == CMD_HEARTBEAT)
-                gp_http_answer(c->req, 409,
-                               gp_http_error_body("conflict", "lease %" PRId64 " is %s: %s", t.id,
-                                                  gp_task_state_name(t.state), t.reason),
-                               0);
+                gp_commit_answer(d, gen, c->req, 409,
+                                 gp_http_error_body("conflict", "lease %" PRId64 " is %s: %s", t.id,
+                                                    gp_task_state_name(t.state), t.reason),
+                                 0);
         else
-                gp_http_answer(c->req, 200, render_task(d, &t), 0);
+                gp_commit_answer(d, gen, c->req, 200, render_task(d, &t), 0);
         gp_task_done(&t);
 }
 
@@ -1415,6 +1423,27 @@ static void spawn_one(gp_daemon *d, int64_t id) {
         }
 }
 
+/* The held effects of batches that are durable now: resized tasks are
+ * told (notify_resized), supervisors go to the deferred starts.  Loop
+ * thread, without d->lock. */
+static void release_durable(gp_daemon *d) {
+        size_t n;
+        const gp_commit_held *rel = gp_commit_release(d, &n);
+        for (size_t k = 0; k < n; k++) {
+                if (rel[k].resized) {
+                        grow_ids(&d->resized, d->nresized, &d->capresized);
+                        d->resized[d->nresized++] = rel[k].id;
+                } else {
+                        /* start supervisors only now that `running` is durable
+                         * (and the answers are out), and only once no preempted
+                         * run is still stopping: the spawner thread starts them,
+                         * many at once */
+                        defer_spawn(d, rel[k].id);
+                }
+        }
+        notify_resized(d);
+}
+
 static void reap_strays(gp_daemon *d) {
         pthread_mutex_lock(&d->sp_lock);
         size_t k = 0;
@@ -1550,19 +1579,23 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                 apply_decisions(d, &b, now);
         gp_billing_tick(d, now); /* interval segments of long runs */
         commit(d, &b);
+        /* what the answers show: this batch, or an earlier one whose fsync
+         * may still run; they go out once that is durable */
+        uint64_t gen = gp_commit_applied(d);
         i = 0;
         for (cmd *c = list; c; c = c->next, i++)
-                answer(d, c, &out[i]);
+                answer(d, gen, c, &out[i]);
+        /* supervisor starts and resize signals wait for the disk too */
+        for (size_t k = 0; k < b.nspawn; k++)
+                gp_commit_hold(d, gen, b.spawn[k]->id, false);
+        for (size_t k = 0; k < d->nresized; k++)
+                gp_commit_hold(d, gen, d->resized[k], true);
+        d->nresized = 0;
         free_final(d, &b);
         wake_waiters(d, now);
         pthread_mutex_unlock(&d->lock);
 
-        notify_resized(d);
-        /* start supervisors only now that `running` is stored (and the
-         * answers are out), and only once no preempted run is still
-         * stopping: the spawner thread starts them, many at once */
-        for (size_t k = 0; k < b.nspawn; k++)
-                defer_spawn(d, b.spawn[k]->id);
+        release_durable(d);
         bool lease_grace = d->lpreempting.live > 0; /* read under lock above; only this thread changes it */
         /* nor while the disk is full: a supervisor writes its files in the
          * data dir (they start when space is back) */
@@ -2052,10 +2085,15 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         }
         if ((rc = gp_disk_open(d, err, errlen)) < 0)
                 return rc;
+        if ((rc = gp_commit_open(d)) < 0)
+                return rc;
         /* the writer never checkpoints on its commit path: a thread of its
          * own copies the WAL into the database in the background */
         gp_store_options so = {.sync_full = cfg->store_sync_full, .manual_checkpoint = true};
-        if ((rc = gp_store_open(cfg->store_url, &so, &d->ws, err, errlen)) < 0)
+        /* the writer's fsyncs run on the sync thread, beside the next batch (commit.h) */
+        gp_store_options wso = so;
+        wso.deferred_sync = true;
+        if ((rc = gp_store_open(cfg->store_url, &wso, &d->ws, err, errlen)) < 0)
                 return rc;
         /* one live server per store: a second would hand out the same task
          * ids and GPUs.  The writer handle holds the claim for our life. */
@@ -2143,6 +2181,8 @@ int gp_daemon_start(gp_daemon *d) {
         rc = pthread_create(&d->spawner_thread, NULL, spawner_main, d);
         if (rc)
                 return -rc;
+        if ((rc = gp_commit_start(d)) < 0)
+                return rc;
         if ((rc = gp_monitor_start(d)) < 0)
                 return rc;
         uint64_t one = 1; /* first pass: schedule what was recovered */
@@ -2158,6 +2198,7 @@ void gp_daemon_stop(gp_daemon *d) {
         (void)w;
         if (d->loop_thread)
                 pthread_join(d->loop_thread, NULL);
+        gp_commit_stop(d); /* after the loop's last commit: synced, answered */
         if (d->sampler_thread)
                 pthread_join(d->sampler_thread, NULL);
         if (d->checkpoint_thread)
@@ -2222,6 +2263,7 @@ void gp_daemon_close(gp_daemon *d) {
         gp_store_close(d->cs);
         gp_gpu_close(d->gpu);
         gp_disk_close(d);
+        gp_commit_close(d);
         free(d->gpu_ids);
         free(d->gpu_info);
         if (d->evfd >= 0)

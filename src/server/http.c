@@ -17,6 +17,7 @@
 #include "base/url.h"
 #include "base/util.h"
 #include "server/billing.h"
+#include "server/commit.h"
 #include "server/disk.h"
 #include "gateway/gateway.h"
 #include "server/monitor.h"
@@ -53,7 +54,23 @@ char *gp_http_error_body(const char *code, const char *fmt, ...) {
         return s;
 }
 
+static enum MHD_Result send_now(hreq *r, int status, char *body, const char *ctype, int retry_after);
+
+/* Every answer a handler makes from what it read: sent once all it could
+ * have seen is durable (commit.h), or 503 when the disk takes too long. */
 static enum MHD_Result send_body(hreq *r, int status, char *body, const char *ctype, int retry_after) {
+        if (gp_commit_wait(r->d) < 0) {
+                free(body);
+                return send_now(r, 503,
+                                gp_http_error_body("unavailable", "the store has not confirmed recent changes "
+                                                                  "in time; try again"),
+                                JSON_TYPE, 5);
+        }
+        return send_now(r, status, body, ctype, retry_after);
+}
+
+/* Send an answer as it is: the loop's answers come here once durable. */
+static enum MHD_Result send_now(hreq *r, int status, char *body, const char *ctype, int retry_after) {
         if (!body)
                 body = gp_http_error_body("unavailable", "out of memory");
         if (!body)
@@ -613,6 +630,10 @@ static enum MHD_Result get_logs(hreq *r, int64_t id) {
         }
         if (!resp)
                 return send_error(r, 503, "unavailable", "cannot read the log");
+        if (gp_commit_wait(d) < 0) {
+                MHD_destroy_response(resp);
+                return send_error(r, 503, "unavailable", "the store has not confirmed recent changes in time");
+        }
         MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
         MHD_add_response_header(resp, "X-Gpupool-Backend", d->backend);
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -1165,7 +1186,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
                 char *body = r->resp;
                 r->resp = NULL;
                 r->answered = false;
-                return send_body(r, r->status, body, r->ctype ? r->ctype : JSON_TYPE, r->retry_after);
+                return send_now(r, r->status, body, r->ctype ? r->ctype : JSON_TYPE, r->retry_after);
         }
         if (r->wait_id && !r->waiting) /* woken long poll: answer with the task now */
                 return get_task(r, r->wait_id);
@@ -1475,6 +1496,7 @@ void gp_http_stop(gp_daemon *d) {
         }
         pthread_mutex_unlock(&d->lock);
         usleep(100 * 1000); /* the loop thread still drives MHD: woken requests are answered */
+        gp_commit_http_closing(d); /* answers waiting for the disk go out; later ones are 503 */
         gp_gw_stop(d->gw);  /* answers parked gateway requests, then the loops (and MHD driving) end */
         stop_daemons(d);
         d->mhd = NULL;

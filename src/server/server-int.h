@@ -5,9 +5,13 @@
  *   - MHD worker threads parse requests.  Reads take d->lock briefly; writes
  *     become a cmd on d's queue and the connection is suspended.
  *   - The loop thread is the only writer: it takes a batch of commands,
- *     applies them and runs the scheduler under d->lock, stores every
- *     changed task in one transaction, and only then answers (resumes) the
- *     connections.  Readers never see a change that is not stored.
+ *     applies them and runs the scheduler under d->lock, and stores every
+ *     changed task in one transaction.  With store.sync: full the fsync of
+ *     that transaction runs on the sync thread (commit.h) while the loop
+ *     goes on with the next batch; the batch's answers, supervisor starts
+ *     and resize signals go out only once it is durable, and a reader's
+ *     answer waits until what it read is (gp_commit_wait).  Readers never
+ *     see a change that is not stored.
  *   - The sampler thread reads the GPUs every gpu_poll_ms.
  * Lock order: d->lock before d->rs_lock; d->qlock is a leaf.
  */
@@ -191,6 +195,7 @@ typedef struct gp_daemon {
         struct gp_alerts *alerts;   /* alert rules and webhook (alerts.h), thread-safe */
         struct gp_billing *bill;    /* metering, credits, invoices (billing.h) */
         struct gp_disk *disk;       /* free-space watch, degraded mode, the reserve (disk.h) */
+        struct gp_commit *cm;       /* durable commits: generations, the sync thread (commit.h) */
 } gp_daemon;
 
 /* daemon.c */

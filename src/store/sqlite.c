@@ -137,6 +137,8 @@ typedef struct sqlite_store {
         sqlite3 *db;                    /* the connection */
         sqlite3_stmt *st[ST_COUNT];     /* prepared at open, reset after each use */
         int owner_fd;                   /* flock'd "<database>-owner" after gp_store_claim, else -1 */
+        int wal_fd;                     /* deferred_sync: the WAL file, for gp_store_sync; else -1 */
+        char wal_path[PATH_MAX];        /* its name, for messages */
 } sqlite_store;
 
 static sqlite_store *impl(gp_store *s) {
@@ -274,13 +276,53 @@ rollback:
         return r;
 }
 
+/* deferred_sync (store.h): commits run with synchronous=NORMAL, so they
+ * append to the WAL without an fsync; gp_store_sync fdatasyncs the WAL
+ * through a descriptor of our own, which makes every commit before it as
+ * durable as synchronous=FULL would (the WAL's header and frames are in
+ * that one file; SQLite keeps it for as long as a connection is open, and
+ * reuses it from its start after a checkpoint, whose own syncs are FULL on
+ * the checkpointing handle).  Its directory entry is synced once here.
+ * Where the WAL cannot be opened, commits fall back to synchronous=FULL. */
+static int wal_sync_open(gp_store *s) {
+        sqlite_store *q = impl(s);
+        const char *wal = sqlite3_filename_wal(sqlite3_db_filename(q->db, "main"));
+        if (wal && gp_strlcpy(q->wal_path, wal, sizeof(q->wal_path)) < sizeof(q->wal_path))
+                q->wal_fd = open(q->wal_path, O_RDONLY | O_CLOEXEC);
+        if (q->wal_fd < 0)
+                return exec_sql(s, "PRAGMA synchronous = FULL", "set synchronous");
+        char dir[PATH_MAX];
+        gp_strlcpy(dir, q->wal_path, sizeof(dir));
+        char *slash = strrchr(dir, '/');
+        if (slash)
+                *(slash == dir ? slash + 1 : slash) = '\0';
+        int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0 || fsync(dfd) < 0) {
+                int e = errno;
+                if (dfd >= 0)
+                        close(dfd);
+                return store_set_err(s, strerror(e), "sync the directory of %s", q->wal_path);
+        }
+        close(dfd);
+        s->deferred_sync = true;
+        return 0;
+}
+
+static int sq_sync(gp_store *s, char *err, size_t errlen) {
+        sqlite_store *q = impl(s);
+        if (q->wal_fd < 0 || fdatasync(q->wal_fd) == 0)
+                return 0;
+        snprintf(err, errlen, "fsync %s: %s", q->wal_path, strerror(errno));
+        return -GP_ESTORE;
+}
+
 static int sq_open(gp_store *s, const char *url, const char *path, const gp_store_options *opt) {
         sqlite_store *q = calloc(1, sizeof(*q));
         char what[PATH_MAX + 64];
         int r;
         if (!q)
                 return store_set_err(s, "out of memory", "open sqlite database");
-        q->owner_fd = -1;
+        q->owner_fd = q->wal_fd = -1;
         s->impl = q;
         if ((r = make_parent_dirs(s, path)) < 0)
                 return r;
@@ -304,7 +346,9 @@ static int sq_open(gp_store *s, const char *url, const char *path, const gp_stor
                 return db_err(s, "set journal_mode WAL");
         if (!wal)
                 return store_set_err(s, "database refuses WAL mode", "%s", what);
-        if ((r = exec_sql(s, opt->sync_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL",
+        /* deferred_sync: NORMAL, the fsync of the WAL is gp_store_sync's (wal_sync_open) */
+        if ((r = exec_sql(s, opt->sync_full && !opt->deferred_sync ? "PRAGMA synchronous = FULL"
+                                                                   : "PRAGMA synchronous = NORMAL",
                           "set synchronous")) < 0 ||
             (r = exec_sql(s, "PRAGMA foreign_keys = OFF", "set foreign_keys")) < 0)
                 return r;
@@ -321,6 +365,8 @@ static int sq_open(gp_store *s, const char *url, const char *path, const gp_stor
                     SQLITE_OK)
                         return db_err(s, "prepare statements");
         }
+        if (opt->sync_full && opt->deferred_sync)
+                return wal_sync_open(s);
         return 0;
 }
 
@@ -333,6 +379,8 @@ static void sq_close(gp_store *s) {
         sqlite3_close(q->db); /* all statements finalized: cannot be busy */
         if (q->owner_fd >= 0)
                 close(q->owner_fd); /* ends the claim */
+        if (q->wal_fd >= 0)
+                close(q->wal_fd);
         free(q);
         s->impl = NULL;
 }
@@ -722,6 +770,7 @@ const gp_store_ops gp_store_sqlite_ops = {
         .meta_get = sq_meta_get,
         .meta_set = sq_meta_set,
         .checkpoint = sq_checkpoint,
+        .sync = sq_sync,
         .claim = sq_claim,
         .usage_add = sq_usage_add,
         .usage_list = sq_usage_list,

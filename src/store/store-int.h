@@ -128,6 +128,8 @@ typedef struct gp_store_ops {
         int (*meta_get)(gp_store *s, const char *key, char *buf, size_t size);
         int (*meta_set)(gp_store *s, const char *key, const char *value);
         int (*checkpoint)(gp_store *s, int *ret_wal_pages); /* NULL: nothing to do */
+        /* gp_store_sync on a handle with deferred_sync set; any thread (NULL: never deferred) */
+        int (*sync)(gp_store *s, char *err, size_t errlen);
         /* gp_store_claim, called outside a transaction with a checked *me:
          * 0, -EBUSY with *ret_other filled (fields it cannot learn left
          * empty), or -GP_ESTORE */
@@ -142,6 +144,7 @@ struct gp_store {
         const gp_store_ops *ops;            /* the backend */
         void *impl;                         /* backend state */
         bool in_tx;                         /* between a successful begin and commit/rollback */
+        bool deferred_sync;                 /* commits wait for gp_store_sync (set by the backend's open) */
         bool doomed;                        /* an operation failed inside the open transaction */
         int fail_after;                     /* fault injection: >0 counts down statements, 0 off */
         bool in_cb;                         /* a list callback is running: refuse re-entry */

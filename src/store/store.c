@@ -100,6 +100,7 @@ int gp_store_open(const char *url, const gp_store_options *opt, gp_store **ret, 
         if (opt) {
                 defaults.sync_full = opt->sync_full;
                 defaults.manual_checkpoint = opt->manual_checkpoint;
+                defaults.deferred_sync = opt->deferred_sync;
                 if (opt->busy_timeout_ms < 0) {
                         set_open_err(err, errlen, "store busy_timeout_ms is negative");
                         return -EINVAL;
@@ -310,6 +311,16 @@ int gp_store_commit(gp_store *s) {
         if (s->in_tx)
                 s->doomed = true;
         return r;
+}
+
+bool gp_store_sync_deferred(const gp_store *s) {
+        return s->deferred_sync;
+}
+
+int gp_store_sync(gp_store *s, char *err, size_t errlen) {
+        if (!s->deferred_sync || !s->ops->sync)
+                return 0;
+        return s->ops->sync(s, err, errlen);
 }
 
 int gp_store_rollback(gp_store *s) {

@@ -9,7 +9,9 @@
  * the last failure is available from gp_store_errmsg().
  *
  * Durability: a change is durable once gp_store_commit() returned 0 (or,
- * outside a transaction, once gp_store_task_put() returned 0).
+ * outside a transaction, once gp_store_task_put() returned 0); on a handle
+ * opened with deferred_sync, once a gp_store_sync() that began after that
+ * commit returned 0.
  */
 #ifndef GP_STORE_STORE_H
 #define GP_STORE_STORE_H
@@ -29,6 +31,10 @@ typedef struct gp_store_options {
         int busy_timeout_ms; /* wait for locks, default 5000 when 0 (PostgreSQL: lock_timeout) */
         bool manual_checkpoint; /* SQLite: commits never checkpoint the WAL themselves;
                                    gp_store_checkpoint on another handle does (PostgreSQL: ignored) */
+        bool deferred_sync;     /* SQLite with sync_full: a commit appends to the WAL without waiting
+                                   for the disk; gp_store_sync makes it durable (group commit: one
+                                   fsync for every commit before it).  PostgreSQL: ignored (its
+                                   commit is as durable as its server makes it) */
 } gp_store_options;
 
 /* Open (creating the schema if needed). 0, -EINVAL (bad url, message in err),
@@ -85,6 +91,19 @@ const char *gp_store_errmsg(gp_store *s);
 int gp_store_begin(gp_store *s);
 int gp_store_commit(gp_store *s);
 int gp_store_rollback(gp_store *s);
+
+/* Does a commit on s need gp_store_sync to be durable (opened with
+ * deferred_sync and sync_full, on SQLite)? */
+bool gp_store_sync_deferred(const gp_store *s);
+/* Make every commit that returned before this call durable: SQLite
+ * fdatasyncs the WAL file.  Unlike every other call it may run on another
+ * thread while the handle's owner goes on using it (it touches only a
+ * descriptor of its own, and reports in err, never in gp_store_errmsg).
+ * 0 (also when there is nothing to do), or -GP_ESTORE with the reason in
+ * err: the writes since the last good sync may be lost (a failed fsync
+ * may drop them from the page cache), so nothing committed since may be
+ * acknowledged. */
+int gp_store_sync(gp_store *s, char *err, size_t errlen);
 
 /* Did a failure since the last gp_store_begin (or, outside a transaction,
  * since the last operation) come from the database's storage being full?

@@ -215,10 +215,10 @@ static const struct field fields[] = {
         {"tenants[].run_as", K_CUSTOM, TEN(run_as), 0, 0, parse_unix_user},
         {"tenants[].quota", K_SECTION, NOSTORE, 0, 0, NULL},
         /* quota fields: names, types and ranges are config/quota.c's table */
-        {"tenants[].quota.max_concurrent", K_CUSTOM, TEN(max_concurrent), 0, 0, parse_quota},
-        {"tenants[].quota.max_queued", K_CUSTOM, TEN(max_queued), 0, 0, parse_quota},
-        {"tenants[].quota.max_gpus", K_CUSTOM, TEN(max_gpus_milli), 0, 0, parse_quota},
-        {"tenants[].quota.guaranteed_gpus", K_CUSTOM, TEN(guaranteed_gpus_milli), 0, 0, parse_quota},
+        {"tenants[].quota.max_concurrent", K_CUSTOM, TEN(quota), 0, 0, parse_quota},
+        {"tenants[].quota.max_queued", K_CUSTOM, TEN(quota), 0, 0, parse_quota},
+        {"tenants[].quota.max_gpus", K_CUSTOM, TEN(quota), 0, 0, parse_quota},
+        {"tenants[].quota.guaranteed_gpus", K_CUSTOM, TEN(quota), 0, 0, parse_quota},
         {"tenants[].gateway", K_SECTION, NOSTORE, 0, 0, NULL},
         {"tenants[].gateway.max_concurrent", K_INT, TEN(gw_max_concurrent), 0, 1000000, NULL},
         {"tenants[].gateway.rpm", K_I64, TEN(gw_rpm), 0, 100000000, NULL},
@@ -234,10 +234,10 @@ static const struct field fields[] = {
         {"time_rules[].weights", K_CUSTOM, TR(weights), 0, 0, parse_rule_weights},
         {"time_rules[].groups", K_CUSTOM, TR(groups), 0, GP_CFG_MAX_GROUPS, parse_rule_groups},
         {"time_rules[].quotas", K_CUSTOM, TR(quotas), 0, GP_CFG_MAX_RULE_QUOTAS, parse_rule_quotas},
-        {"time_rules[].quotas{}.max_concurrent", K_CUSTOM, RQ(max_concurrent), 0, 0, parse_quota},
-        {"time_rules[].quotas{}.max_queued", K_CUSTOM, RQ(max_queued), 0, 0, parse_quota},
-        {"time_rules[].quotas{}.max_gpus", K_CUSTOM, RQ(max_gpus_milli), 0, 0, parse_quota},
-        {"time_rules[].quotas{}.guaranteed_gpus", K_CUSTOM, RQ(guaranteed_gpus_milli), 0, 0, parse_quota},
+        {"time_rules[].quotas{}.max_concurrent", K_CUSTOM, RQ(quota), 0, 0, parse_quota},
+        {"time_rules[].quotas{}.max_queued", K_CUSTOM, RQ(quota), 0, 0, parse_quota},
+        {"time_rules[].quotas{}.max_gpus", K_CUSTOM, RQ(quota), 0, 0, parse_quota},
+        {"time_rules[].quotas{}.guaranteed_gpus", K_CUSTOM, RQ(quota), 0, 0, parse_quota},
         {"gateway", K_SECTION, NOSTORE, 0, 0, NULL},
         {"gateway.queue_timeout_sec", K_INT, GW(queue_timeout_sec), 1, 86400, NULL},
         {"gateway.max_queue", K_INT, GW(max_queue), 1, 1000000, NULL},
@@ -1415,7 +1415,7 @@ static int parse_tenant_kind(struct ctx *c, const struct field *f, void *base, c
 
 /* A quota field (tenants[].quota.*, time_rules[].quotas.*.*): read by
  * config/quota.c, the reader the REST API uses too; the field is the key's
- * last part, the member an int or an int64_t. */
+ * last part, the member (f->off) the gp_quota it goes into. */
 static int parse_quota(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         const char *name = strrchr(f->key, '.') + 1;
         int q = gp_quota_field_find(name, strlen(name));
@@ -1430,10 +1430,7 @@ static int parse_quota(struct ctx *c, const struct field *f, void *base, const y
         if (gp_quota_parse((gp_quota_field)q, (const char *)ev->data.scalar.value, ev->data.scalar.length, &v, why,
                            sizeof(why)) < 0)
                 return fail(c, ev_line(ev), "%s", why);
-        if (f->size == sizeof(int))
-                *(int *)((char *)base + f->off) = (int)v;
-        else
-                *(int64_t *)((char *)base + f->off) = v;
+        gp_quota_set((gp_quota *)((char *)base + f->off), (gp_quota_field)q, v);
         return 0;
 }
 
@@ -1499,7 +1496,7 @@ static int tenant_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) 
                 return fail(c, line, "default_priority %d is more urgent than max_priority %d", t->default_priority,
                             t->max_priority);
         char why[128];
-        if (gp_quota_check_pair(t->max_gpus_milli, t->guaranteed_gpus_milli, why, sizeof(why)) < 0)
+        if (gp_quota_check(&t->quota, why, sizeof(why)) < 0)
                 return fail(c, line, "%s", why);
         for (int j = 0; j < i; j++)
                 if (!strcmp(cfg->tenants[j].id, t->id))
@@ -1679,8 +1676,7 @@ static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, c
                 gp_cfg_rule_quota *q = &tr->quotas[n];
                 memset(q, 0, sizeof(*q));
                 memcpy(q->tenant, kev.data.scalar.value, kev.data.scalar.length);
-                q->max_concurrent = q->max_queued = -1;
-                q->max_gpus_milli = q->guaranteed_gpus_milli = -1;
+                q->quota = GP_QUOTA_OVERLAY_NONE;
                 yaml_event_delete(&kev);
                 c->refs.rule_quota[tr - c->cfg->time_rules][n] = kline;
                 path_push(c, ".%s", q->tenant);

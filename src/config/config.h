@@ -17,6 +17,7 @@
 #include "base/browser.h"
 #include "base/user.h"
 #include "core/billing.h"
+#include "core/quota.h"
 #include "core/task.h"
 
 #define GP_CFG_MAX_SIM 16        /* entries in gpus.sim */
@@ -76,10 +77,7 @@ typedef struct gp_cfg_tenant {
         int default_priority;                /* tier when a request names none, default 5 */
         int weight;                          /* fair-share weight inside a tier, default 1 */
         char run_as[GP_USER_NAME_MAX];       /* Unix user its batch tasks run as, "" = the daemon's */
-        int max_concurrent;                  /* quota.max_concurrent, 0 = unlimited */
-        int max_queued;                      /* quota.max_queued, 0 = unlimited */
-        int64_t max_gpus_milli;              /* quota.max_gpus in 1/1000 GPU, 0 = unlimited */
-        int64_t guaranteed_gpus_milli;       /* quota.guaranteed_gpus in 1/1000 GPU */
+        gp_quota quota;                      /* quota.*: 0 = unlimited (guaranteed_gpus: none) */
         int gw_max_concurrent;               /* gateway.max_concurrent: requests in flight, 0 = unlimited */
         int64_t gw_rpm;                      /* gateway.rpm: requests per minute, 0 = unlimited */
         int64_t gw_tpm;                      /* gateway.tpm: tokens per minute, 0 = unlimited */
@@ -93,13 +91,12 @@ typedef struct gp_cfg_group {
 #define GP_CFG_MAX_TIME_RULES 16
 #define GP_CFG_MAX_RULE_QUOTAS 32
 
-/* A tenant's quota while a time rule is in force; -1 = unchanged. */
+/* A tenant's quota while a time rule is in force: an overlay whose fields
+ * are GP_QUOTA_UNCHANGED (-1) unless the rule gives them
+ * (gp_quota_overlay). */
 typedef struct gp_cfg_rule_quota {
         char tenant[GP_TENANT_MAX];
-        int max_concurrent;
-        int max_queued;
-        int64_t max_gpus_milli;
-        int64_t guaranteed_gpus_milli;
+        gp_quota quota;
 } gp_cfg_rule_quota;
 
 /* A daily window (DESIGN.md "Time rule") that swaps weights, group shares

@@ -566,10 +566,8 @@ int gp_simulate_main(int argc, char **argv) {
         for (int i = 0; i < cfg.n_tenants; i++) {
                 const gp_cfg_tenant *t = &cfg.tenants[i];
                 tnames[i] = t->id;
-                tcfgs[i] = (gp_sched_tenant_cfg){.weight = (uint32_t)t->weight, .group = t->group,
-                                                 .max_concurrent = t->max_concurrent,
-                                                 .max_gpus_milli = t->max_gpus_milli,
-                                                 .guaranteed_gpus_milli = t->guaranteed_gpus_milli};
+                tcfgs[i] = (gp_sched_tenant_cfg){.weight = (uint32_t)t->weight, .group = t->group, .quota = t->quota};
+                tcfgs[i].quota.max_queued = 0;
         }
         for (int i = 0; i < cfg.n_groups; i++) {
                 gnames[i] = cfg.groups[i].name;

@@ -1037,28 +1037,35 @@ static void test_validate_checks_key_owners_groups_and_rule_tenants(void **state
         assert_true(gp_config_group_defined(&c, "internal"));
         assert_false(gp_config_group_defined(&c, "gpu_team"));
 
-        gp_config bad = c;
+        static gp_config bad;
+        assert_int_equal(gp_config_copy(&bad, &c), 0);
         memcpy(bad.tenants[0].keys[0], KEY_A, sizeof(KEY_A));
         assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
         assert_string_equal(err, "t.yaml: tenants[0].keys[0]: this key hash is already an admin key "
                                  "(auth.admin_keys[0]); a key belongs to one owner");
-        bad = c;
+        gp_config_free(&bad);
+        assert_int_equal(gp_config_copy(&bad, &c), 0);
         memcpy(bad.tenants[1].group, "gpu_team", 9);
         assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
         assert_string_equal(err, "t.yaml: tenants[1].group: group \"gpu_team\" is not defined (groups: internal, external)");
-        bad = c;
+        gp_config_free(&bad);
+        assert_int_equal(gp_config_copy(&bad, &c), 0);
         bad.groups[1].share_pct = 41;
         assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
         assert_string_equal(err, "t.yaml: groups[1]: the group shares add up to 101% (internal 60, external 41); at most 100");
-        bad = c;
+        gp_config_free(&bad);
+        assert_int_equal(gp_config_copy(&bad, &c), 0);
         bad.time_rules[0].groups[0].share_pct = 31;
         assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
         assert_string_equal(err, "t.yaml: time_rules[0].groups: while this rule is in force the group shares add up "
                                  "to 101% (internal 31, external 70); at most 100");
-        bad = c;
+        gp_config_free(&bad);
+        assert_int_equal(gp_config_copy(&bad, &c), 0);
         memcpy(bad.time_rules[0].quotas[0].tenant, "zz", 3);
         assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
         assert_string_equal(err, "t.yaml: time_rules[0].quotas.zz: no tenant \"zz\" is defined in tenants");
+        gp_config_free(&bad);
+        gp_config_free(&c);
 }
 
 static void test_alerts_section_gives_rules_and_webhook(void **state) {

@@ -40,6 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         fprintf(stderr, "loaded config fails validation: %s\n", err);
                         abort();
                 }
+                gp_config_free(&cfg);
                 return 0;
         }
         if (r != -EINVAL && r != -ENOMEM && r != -E2BIG) {

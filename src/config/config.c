@@ -39,6 +39,7 @@
 #include "base/text.h"
 #include "base/util.h"
 #include "base/url.h"
+#include "base/vec.h"
 #include "config/quota.h"
 #include "base/user.h"
 
@@ -71,41 +72,28 @@ struct field {
 };
 
 static int parse_listen(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_admin_keys(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_store_url(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_store_sync(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_backend(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_reserved(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_origins(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_sim(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_policy(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_signal(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_webhook(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_alert_rules(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_when(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_severity(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_over_max(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_tenants(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_tenant_keys(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_tenant_kind(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_quota(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_items(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int field_index(const char *key);
-static int parse_groups(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_time_rules(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_hhmm(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_rule_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_rule_groups(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_money(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_secs_ms(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_bill_list(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_bill_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_models(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_upstreams(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_serve(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_serve_command(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_serve_port(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_autoscale(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_tokenize(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
@@ -139,11 +127,11 @@ static const struct field fields[] = {
         {"server.min_body_rate_bytes_s", K_I64, CFG(min_body_rate_bytes_s), 1, (int64_t)1 << 30, NULL},
         {"server.max_connections_per_ip", K_INT, CFG(max_connections_per_ip), 1, 65536, NULL},
         {"server.http_threads", K_INT, CFG(http_threads), 1, 256, NULL},
-        {"server.allowed_origins", K_CUSTOM, CFG(allowed_origins), 0, GP_MAX_ALLOWED_ORIGINS, parse_origins},
+        {"server.allowed_origins", K_CUSTOM, CFG(allowed_origins), 0, GP_MAX_ALLOWED_ORIGINS, parse_items},
         {"server.user", K_CUSTOM, CFG(server_user), 0, 0, parse_unix_user},
 
         {"auth", K_SECTION, NOSTORE, 0, 0, NULL},
-        {"auth.admin_keys", K_CUSTOM, CFG(admin_keys), 0, GP_CFG_MAX_ADMIN_KEYS, parse_admin_keys},
+        {"auth.admin_keys", K_CUSTOM, CFG(admin_keys), 0, GP_CFG_MAX_ADMIN_KEYS, parse_items},
         {"auth.over_max_priority", K_CUSTOM, CFG(clamp_priority), 0, 0, parse_over_max},
 
         {"store", K_SECTION, NOSTORE, 0, 0, NULL},
@@ -155,8 +143,8 @@ static const struct field fields[] = {
         {"gpus", K_SECTION, NOSTORE, 0, 0, NULL},
         {"gpus.backend", K_CUSTOM, CFG(gpu_backend), 0, 0, parse_backend},
         {"gpus.nvml_library", K_STR, CFG(nvml_library), 1, PATH_MAX - 1, NULL},
-        {"gpus.reserved", K_CUSTOM, CFG(reserved), 0, GP_CFG_MAX_RESERVED, parse_reserved},
-        {"gpus.sim", K_CUSTOM, CFG(sim), 0, GP_CFG_MAX_SIM, parse_sim},
+        {"gpus.reserved", K_CUSTOM, CFG(reserved), 0, GP_CFG_MAX_RESERVED, parse_items},
+        {"gpus.sim", K_CUSTOM, CFG(sim), 0, GP_CFG_MAX_SIM, parse_items},
         {"gpus.sim[].name", K_STR, SIM(name), 1, GP_NAME_MAX - 1, NULL},
         {"gpus.sim[].memory_mb", K_I64, SIM(memory_mb), 1, 1048576, NULL},
         {"gpus.sim[].count", K_INT, SIM(count), 1, 64, NULL},
@@ -196,48 +184,48 @@ static const struct field fields[] = {
         {"alerts.webhook", K_CUSTOM, CFG(alert_webhook), 0, GP_CFG_WEBHOOK_MAX - 1, parse_webhook},
         {"alerts.webhook_timeout_s", K_INT, CFG(alert_webhook_timeout_s), 1, 300, NULL},
         {"alerts.webhook_retries", K_INT, CFG(alert_webhook_retries), 0, 100, NULL},
-        {"alerts.rules", K_CUSTOM, CFG(alert_rules), 0, GP_CFG_MAX_ALERT_RULES, parse_alert_rules},
+        {"alerts.rules", K_CUSTOM, CFG(alert_rules), 0, GP_CFG_MAX_ALERT_RULES, parse_items},
         {"alerts.rules[].name", K_STR, RULE(name), 1, GP_CFG_ALERT_NAME_MAX - 1, NULL},
         {"alerts.rules[].when", K_CUSTOM, RULE(when), 1, GP_CFG_ALERT_WHEN_MAX - 1, parse_when},
         {"alerts.rules[].for_s", K_INT, RULE(for_s), 0, 86400, NULL},
         {"alerts.rules[].clear_s", K_INT, RULE(clear_s), 0, 86400, NULL},
         {"alerts.rules[].severity", K_CUSTOM, RULE(severity), 0, 0, parse_severity},
 
-        {"tenants", K_CUSTOM, CFG(tenants), 0, GP_CFG_MAX_TENANTS, parse_tenants},
+        {"tenants", K_CUSTOM, CFG(tenants), 0, GP_CFG_MAX_TENANTS, parse_items},
         {"tenants[].id", K_STR, TEN(id), 1, GP_TENANT_MAX - 1, NULL},
         {"tenants[].name", K_STR, TEN(name), 0, GP_NAME_MAX - 1, NULL},
         {"tenants[].kind", K_CUSTOM, TEN(kind), 0, 0, parse_tenant_kind},
         {"tenants[].group", K_STR, TEN(group), 1, GP_TENANT_MAX - 1, NULL},
-        {"tenants[].keys", K_CUSTOM, TEN(keys), 0, GP_CFG_MAX_TENANT_KEYS, parse_tenant_keys},
+        {"tenants[].keys", K_CUSTOM, TEN(keys), 0, GP_CFG_MAX_TENANT_KEYS, parse_items},
         {"tenants[].max_priority", K_INT, TEN(max_priority), 0, GP_PRIORITY_LEVELS - 1, NULL},
         {"tenants[].default_priority", K_INT, TEN(default_priority), 0, GP_PRIORITY_LEVELS - 1, NULL},
         {"tenants[].weight", K_INT, TEN(weight), 1, 1000000, NULL},
         {"tenants[].run_as", K_CUSTOM, TEN(run_as), 0, 0, parse_unix_user},
         {"tenants[].quota", K_SECTION, NOSTORE, 0, 0, NULL},
         /* quota fields: names, types and ranges are config/quota.c's table */
-        {"tenants[].quota.max_concurrent", K_CUSTOM, TEN(max_concurrent), 0, 0, parse_quota},
-        {"tenants[].quota.max_queued", K_CUSTOM, TEN(max_queued), 0, 0, parse_quota},
-        {"tenants[].quota.max_gpus", K_CUSTOM, TEN(max_gpus_milli), 0, 0, parse_quota},
-        {"tenants[].quota.guaranteed_gpus", K_CUSTOM, TEN(guaranteed_gpus_milli), 0, 0, parse_quota},
+        {"tenants[].quota.max_concurrent", K_CUSTOM, TEN(quota), 0, 0, parse_quota},
+        {"tenants[].quota.max_queued", K_CUSTOM, TEN(quota), 0, 0, parse_quota},
+        {"tenants[].quota.max_gpus", K_CUSTOM, TEN(quota), 0, 0, parse_quota},
+        {"tenants[].quota.guaranteed_gpus", K_CUSTOM, TEN(quota), 0, 0, parse_quota},
         {"tenants[].gateway", K_SECTION, NOSTORE, 0, 0, NULL},
         {"tenants[].gateway.max_concurrent", K_INT, TEN(gw_max_concurrent), 0, 1000000, NULL},
         {"tenants[].gateway.rpm", K_I64, TEN(gw_rpm), 0, 100000000, NULL},
         {"tenants[].gateway.tpm", K_I64, TEN(gw_tpm), 0, (int64_t)1 << 40, NULL},
-        {"groups", K_CUSTOM, CFG(groups), 0, GP_CFG_MAX_GROUPS, parse_groups},
+        {"groups", K_CUSTOM, CFG(groups), 0, GP_CFG_MAX_GROUPS, parse_items},
         {"groups[].name", K_STR, GRP(name), 1, GP_TENANT_MAX - 1, NULL},
         {"groups[].share_pct", K_INT, GRP(share_pct), 1, 100, NULL},
-        {"time_rules", K_CUSTOM, CFG(time_rules), 0, GP_CFG_MAX_TIME_RULES, parse_time_rules},
+        {"time_rules", K_CUSTOM, CFG(time_rules), 0, GP_CFG_MAX_TIME_RULES, parse_items},
         {"time_rules[].name", K_STR, TR(name), 1, 63, NULL},
         {"time_rules[].start", K_CUSTOM, TR(start_min), 0, 0, parse_hhmm},
         {"time_rules[].end", K_CUSTOM, TR(end_min), 0, 0, parse_hhmm},
         {"time_rules[].tz", K_CUSTOM, TR(tz), 0, 0, parse_tz},
         {"time_rules[].weights", K_CUSTOM, TR(weights), 0, 0, parse_rule_weights},
-        {"time_rules[].groups", K_CUSTOM, TR(groups), 0, GP_CFG_MAX_GROUPS, parse_rule_groups},
+        {"time_rules[].groups", K_CUSTOM, TR(groups), 0, GP_CFG_MAX_GROUPS, parse_items},
         {"time_rules[].quotas", K_CUSTOM, TR(quotas), 0, GP_CFG_MAX_RULE_QUOTAS, parse_rule_quotas},
-        {"time_rules[].quotas{}.max_concurrent", K_CUSTOM, RQ(max_concurrent), 0, 0, parse_quota},
-        {"time_rules[].quotas{}.max_queued", K_CUSTOM, RQ(max_queued), 0, 0, parse_quota},
-        {"time_rules[].quotas{}.max_gpus", K_CUSTOM, RQ(max_gpus_milli), 0, 0, parse_quota},
-        {"time_rules[].quotas{}.guaranteed_gpus", K_CUSTOM, RQ(guaranteed_gpus_milli), 0, 0, parse_quota},
+        {"time_rules[].quotas{}.max_concurrent", K_CUSTOM, RQ(quota), 0, 0, parse_quota},
+        {"time_rules[].quotas{}.max_queued", K_CUSTOM, RQ(quota), 0, 0, parse_quota},
+        {"time_rules[].quotas{}.max_gpus", K_CUSTOM, RQ(quota), 0, 0, parse_quota},
+        {"time_rules[].quotas{}.guaranteed_gpus", K_CUSTOM, RQ(quota), 0, 0, parse_quota},
         {"gateway", K_SECTION, NOSTORE, 0, 0, NULL},
         {"gateway.queue_timeout_sec", K_INT, GW(queue_timeout_sec), 1, 86400, NULL},
         {"gateway.max_queue", K_INT, GW(max_queue), 1, 1000000, NULL},
@@ -252,14 +240,14 @@ static const struct field fields[] = {
         {"gateway.max_upstream_connections", K_INT, GW(max_upstream_connections), 1, 65536, NULL},
         {"gateway.upstream_down_sec", K_INT, GW(upstream_down_sec), 1, 3600, NULL},
         {"gateway.tokenize_timeout_ms", K_INT, GW(tokenize_timeout_ms), 10, 60000, NULL},
-        {"gateway.models", K_CUSTOM, GW(models), 0, GP_CFG_MAX_MODELS, parse_models},
+        {"gateway.models", K_CUSTOM, GW(models), 0, GP_CFG_MAX_MODELS, parse_items},
         {"gateway.models[].name", K_STR, MOD(name), 1, GP_CFG_MODEL_NAME_MAX - 1, NULL},
         {"gateway.models[].context", K_I64, MOD(context), 1, 100000000, NULL},
         {"gateway.models[].tokenize", K_CUSTOM, MOD(tokenize_off), 0, 0, parse_tokenize},
-        {"gateway.models[].upstreams", K_CUSTOM, MOD(upstreams), 0, GP_CFG_MAX_UPSTREAMS, parse_upstreams},
+        {"gateway.models[].upstreams", K_CUSTOM, MOD(upstreams), 0, GP_CFG_MAX_UPSTREAMS, parse_items},
         {"gateway.models[].serve", K_CUSTOM, MOD(serve), 0, 0, parse_serve},
         {"gateway.models[].serve.command", K_CUSTOM, SRV(command), 1, GP_CFG_MAX_SERVE_ARGS,
-         parse_serve_command},
+         parse_items},
         {"gateway.models[].serve.gpus", K_INT, SRV(gpus), 1, 64, NULL},
         {"gateway.models[].serve.memory_mb", K_I64, SRV(memory_mb), 0, 1048576, NULL},
         {"gateway.models[].serve.port", K_CUSTOM, SRV(port), 0, 65535, parse_serve_port},
@@ -274,19 +262,19 @@ static const struct field fields[] = {
         {"billing.record_interval_s", K_INT, BILL(record_interval_s), 1, 86400, NULL},
         {"billing.min_billing_sec", K_CUSTOM, BILL(min_billing_ms), 0, 86400, parse_secs_ms},
         {"billing.enforce_balance", K_BOOL, BILL(enforce_balance), 0, 0, NULL},
-        {"billing.prices", K_CUSTOM, BILL(gpu), 0, GP_BILL_MAX_GPU_PRICES, parse_bill_list},
+        {"billing.prices", K_CUSTOM, BILL(gpu), 0, GP_BILL_MAX_GPU_PRICES, parse_items},
         {"billing.prices[].gpu_model", K_STR, BGP(gpu_model), 1, GP_MODEL_MAX - 1, NULL},
         {"billing.prices[].per_gpu_hour", K_CUSTOM, BGP(per_gpu_hour), 0, GP_BILL_MONEY_MAX, parse_money},
-        {"billing.token_prices", K_CUSTOM, BILL(tokens), 0, GP_BILL_MAX_TOKEN_PRICES, parse_bill_list},
+        {"billing.token_prices", K_CUSTOM, BILL(tokens), 0, GP_BILL_MAX_TOKEN_PRICES, parse_items},
         {"billing.token_prices[].model", K_STR, BTP(model), 1, GP_MODEL_MAX - 1, NULL},
         {"billing.token_prices[].per_1k_tokens", K_CUSTOM, BTP(per_1k_prompt), 1, GP_BILL_MONEY_MAX, parse_money},
         {"billing.token_prices[].per_1k_prompt", K_CUSTOM, BTP(per_1k_prompt), 0, GP_BILL_MONEY_MAX, parse_money},
         {"billing.token_prices[].per_1k_completion", K_CUSTOM, BTP(per_1k_completion), 0, GP_BILL_MONEY_MAX,
          parse_money},
-        {"billing.volume_discounts", K_CUSTOM, BILL(tiers), 0, GP_BILL_MAX_TIERS, parse_bill_list},
+        {"billing.volume_discounts", K_CUSTOM, BILL(tiers), 0, GP_BILL_MAX_TIERS, parse_items},
         {"billing.volume_discounts[].gpu_hours", K_I64, BTI(gpu_hours), 1, 100000000, NULL},
         {"billing.volume_discounts[].factor", K_CUSTOM, BTI(factor_ppm), 0, 1000000, parse_money},
-        {"billing.time_windows", K_CUSTOM, BILL(windows), 0, GP_BILL_MAX_WINDOWS, parse_bill_list},
+        {"billing.time_windows", K_CUSTOM, BILL(windows), 0, GP_BILL_MAX_WINDOWS, parse_items},
         {"billing.time_windows[].name", K_STR, BWI(name), 1, 63, NULL},
         {"billing.time_windows[].start", K_CUSTOM, BWI(start_min), 0, 0, parse_hhmm},
         {"billing.time_windows[].end", K_CUSTOM, BWI(end_min), 0, 0, parse_hhmm},
@@ -317,7 +305,6 @@ struct reflines {
         int group[GP_CFG_MAX_GROUPS];           /* groups[] items */
         int rule_group[GP_CFG_MAX_TIME_RULES][GP_CFG_MAX_GROUPS];
         int rule_quota[GP_CFG_MAX_TIME_RULES][GP_CFG_MAX_RULE_QUOTAS]; /* the tenant id key */
-        int *cur_group;                         /* where group_item records: group or rule_group[i] */
 };
 
 struct ctx {
@@ -1036,16 +1023,6 @@ static int admin_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *ar
         return 0;
 }
 
-static int parse_admin_keys(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_config *cfg = base;
-        int n, r;
-        cfg->n_admin_keys = 0;
-        r = parse_list(c, ev, "a list of \"sha256:<hex>\" strings", admin_key_item, cfg, &n);
-        if (r == 0)
-                cfg->n_admin_keys = n;
-        return r;
-}
-
 static int parse_store_url(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         gp_config *cfg = base;
         char tmp[sizeof(cfg->store_url)], d[96];
@@ -1131,16 +1108,6 @@ static int reserved_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg
         return 0;
 }
 
-static int parse_reserved(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_config *cfg = base;
-        int n, r;
-        cfg->n_reserved = 0;
-        r = parse_list(c, ev, "a list of GPU indexes or uuids", reserved_item, cfg, &n);
-        if (r == 0)
-                cfg->n_reserved = n;
-        return r;
-}
-
 static int origin_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         gp_config *cfg = arg;
         char tmp[GP_ORIGIN_MAX], d[96];
@@ -1166,54 +1133,17 @@ static int origin_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) 
         return 0;
 }
 
-static int parse_origins(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_config *cfg = base;
-        int n, r;
-        cfg->n_allowed_origins = 0;
-        r = parse_list(c, ev, "a list of origins such as \"https://ui.example.com\"", origin_item, cfg, &n);
-        if (r == 0)
-                cfg->n_allowed_origins = n;
-        return r;
+static void sim_init(struct ctx *c, void *item) {
+        ((gp_cfg_sim_gpu *)item)->count = 1;
 }
 
-/* Item i of a list of at most max mappings (tenants, models, ...): 0, or
- * "too many WHAT (at most MAX)" / "expected a mapping SHAPE, got ...". */
-static int mapping_item(struct ctx *c, const yaml_event_t *ev, int i, int max, const char *what, const char *shape) {
-        char d[96];
-        if (i >= max)
-                return fail(c, ev_line(ev), "too many %s (at most %d)", what, max);
-        if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping %s, got %s", shape, describe(ev, d, sizeof(d)));
-        return 0;
-}
-
-static int sim_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
-        gp_config *cfg = arg;
-        int r0 = mapping_item(c, ev, i, GP_CFG_MAX_SIM, "simulated GPU kinds", "{name, memory_mb, count}");
-        if (r0 < 0)
-                return r0;
-        gp_cfg_sim_gpu *s = &cfg->sim[i];
-        memset(s, 0, sizeof(*s));
-        s->count = 1;
-        int line = ev_line(ev);
-        int r = parse_map(c, "gpus.sim[]", s);
-        if (r < 0)
-                return r;
+static int sim_done(struct ctx *c, void *owner, void *item, int i, int line) {
+        gp_cfg_sim_gpu *s = item;
         if (!s->name[0])
                 return fail(c, line, "missing name");
         if (s->memory_mb <= 0)
                 return fail(c, line, "missing memory_mb");
         return 0;
-}
-
-static int parse_sim(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_config *cfg = base;
-        int n, r;
-        cfg->n_sim = 0;
-        r = parse_list(c, ev, "a list of {name, memory_mb, count}", sim_item, cfg, &n);
-        if (r == 0)
-                cfg->n_sim = n;
-        return r;
 }
 
 static int weight_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
@@ -1369,19 +1299,15 @@ static int parse_webhook(struct ctx *c, const struct field *f, void *base, const
         return 0;
 }
 
-static int rule_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
-        gp_config *cfg = arg;
-        int r0 = mapping_item(c, ev, i, GP_CFG_MAX_ALERT_RULES, "alert rules", "{name, when, for_s, clear_s, severity}");
-        if (r0 < 0)
-                return r0;
-        gp_cfg_alert_rule *r = &cfg->alert_rules[i];
-        memset(r, 0, sizeof(*r));
+static void rule_init(struct ctx *c, void *item) {
+        gp_cfg_alert_rule *r = item;
         r->clear_s = 30;
         gp_strlcpy(r->severity, "warning", sizeof(r->severity));
-        int line = ev_line(ev);
-        int rc = parse_map(c, "alerts.rules[]", r);
-        if (rc < 0)
-                return rc;
+}
+
+static int rule_done(struct ctx *c, void *owner, void *item, int i, int line) {
+        gp_config *cfg = owner;
+        gp_cfg_alert_rule *r = item;
         if (!r->name[0])
                 return fail(c, line, "missing name");
         if (!r->when[0])
@@ -1415,7 +1341,7 @@ static int parse_tenant_kind(struct ctx *c, const struct field *f, void *base, c
 
 /* A quota field (tenants[].quota.*, time_rules[].quotas.*.*): read by
  * config/quota.c, the reader the REST API uses too; the field is the key's
- * last part, the member an int or an int64_t. */
+ * last part, the member (f->off) the gp_quota it goes into. */
 static int parse_quota(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         const char *name = strrchr(f->key, '.') + 1;
         int q = gp_quota_field_find(name, strlen(name));
@@ -1430,10 +1356,7 @@ static int parse_quota(struct ctx *c, const struct field *f, void *base, const y
         if (gp_quota_parse((gp_quota_field)q, (const char *)ev->data.scalar.value, ev->data.scalar.length, &v, why,
                            sizeof(why)) < 0)
                 return fail(c, ev_line(ev), "%s", why);
-        if (f->size == sizeof(int))
-                *(int *)((char *)base + f->off) = (int)v;
-        else
-                *(int64_t *)((char *)base + f->off) = v;
+        gp_quota_set((gp_quota *)((char *)base + f->off), (gp_quota_field)q, v);
         return 0;
 }
 
@@ -1460,31 +1383,17 @@ static int tenant_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *a
         return 0;
 }
 
-static int parse_tenant_keys(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_tenant *t = base;
-        int n, r;
-        t->n_keys = 0;
-        r = parse_list(c, ev, "a list of \"sha256:<hex>\" strings", tenant_key_item, t, &n);
-        if (r == 0)
-                t->n_keys = n;
-        return r;
-}
-
-static int tenant_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
-        gp_config *cfg = arg;
-        int r0 = mapping_item(c, ev, i, GP_CFG_MAX_TENANTS, "tenants", "{id, keys, max_priority, quota, ...}");
-        if (r0 < 0)
-                return r0;
-        gp_cfg_tenant *t = &cfg->tenants[i];
-        memset(t, 0, sizeof(*t));
+static void tenant_init(struct ctx *c, void *item) {
+        gp_cfg_tenant *t = item;
         t->default_priority = 5;
         t->weight = 1;
-        int line = ev_line(ev), gi = field_index("tenants[].group");
-        c->line[gi] = 0; /* set again by parse_map if this tenant names its group */
-        int r = parse_map(c, "tenants[]", t);
-        if (r < 0)
-                return r;
-        c->refs.tenant_group[i] = c->line[gi];
+        c->line[field_index("tenants[].group")] = 0; /* set again by parse_map if this tenant names its group */
+}
+
+static int tenant_done(struct ctx *c, void *owner, void *item, int i, int line) {
+        gp_config *cfg = owner;
+        gp_cfg_tenant *t = item;
+        c->refs.tenant_group[i] = c->line[field_index("tenants[].group")];
         if (!t->id[0])
                 return fail(c, line, "missing id");
         if (!gp_id_ok(t->id, strlen(t->id)))
@@ -1499,7 +1408,7 @@ static int tenant_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) 
                 return fail(c, line, "default_priority %d is more urgent than max_priority %d", t->default_priority,
                             t->max_priority);
         char why[128];
-        if (gp_quota_check_pair(t->max_gpus_milli, t->guaranteed_gpus_milli, why, sizeof(why)) < 0)
+        if (gp_quota_check(&t->quota, why, sizeof(why)) < 0)
                 return fail(c, line, "%s", why);
         for (int j = 0; j < i; j++)
                 if (!strcmp(cfg->tenants[j].id, t->id))
@@ -1507,48 +1416,26 @@ static int tenant_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) 
         return 0;
 }
 
-static int parse_tenants(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_config *cfg = base;
-        int n, r;
-        cfg->n_tenants = 0;
-        r = parse_list(c, ev, "a list of tenants {id, keys, max_priority, default_priority, weight, quota}",
-                       tenant_item, cfg, &n);
-        if (r == 0)
-                cfg->n_tenants = n;
-        return r;
-}
-
-/* One item of a `groups` list (the top-level one or a time rule's):
- * arg is the array being filled. */
-static int group_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
-        gp_cfg_group *groups = arg;
-        int r0 = mapping_item(c, ev, i, GP_CFG_MAX_GROUPS, "groups", "{name, share_pct}");
-        if (r0 < 0)
-                return r0;
-        gp_cfg_group *g = &groups[i];
-        memset(g, 0, sizeof(*g));
-        int line = ev_line(ev);
-        int r = parse_map(c, "groups[]", g);
-        if (r < 0)
-                return r;
+/* Item i of a `groups` list (the top-level one or a time rule's), in
+ * `groups`; its line goes to refline[i]. */
+static int group_check(struct ctx *c, const gp_cfg_group *groups, int i, int line, int *refline) {
+        const gp_cfg_group *g = &groups[i];
         if (!g->name[0] || !g->share_pct)
                 return fail(c, line, "a group needs name and share_pct");
-        c->refs.cur_group[i] = line;
+        refline[i] = line;
         for (int j = 0; j < i; j++)
                 if (!strcmp(groups[j].name, g->name))
                         return fail(c, line, "group \"%s\" is defined twice", g->name);
         return 0;
 }
 
-static int parse_groups(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_config *cfg = base;
-        int n, r;
-        cfg->n_groups = 0;
-        c->refs.cur_group = c->refs.group;
-        r = parse_list(c, ev, "a list of {name, share_pct}", group_item, cfg->groups, &n);
-        if (r == 0)
-                cfg->n_groups = n;
-        return r;
+static int group_done(struct ctx *c, void *owner, void *item, int i, int line) {
+        return group_check(c, ((gp_config *)owner)->groups, i, line, c->refs.group);
+}
+
+static int rule_group_done(struct ctx *c, void *owner, void *item, int i, int line) {
+        gp_cfg_time_rule *tr = owner;
+        return group_check(c, tr->groups, i, line, c->refs.rule_group[tr - c->cfg->time_rules]);
 }
 
 bool gp_time_rule_covers(const gp_cfg_time_rule *r, int m) {
@@ -1628,17 +1515,6 @@ static int parse_rule_weights(struct ctx *c, const struct field *f, void *base, 
         return 0;
 }
 
-static int parse_rule_groups(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_time_rule *tr = base;
-        int n, r;
-        tr->n_groups = 0;
-        c->refs.cur_group = c->refs.rule_group[tr - c->cfg->time_rules];
-        r = parse_list(c, ev, "a list of {name, share_pct}", group_item, tr->groups, &n);
-        if (r == 0)
-                tr->n_groups = n;
-        return r;
-}
-
 /* quotas: {TENANT: {max_concurrent, max_gpus, guaranteed_gpus, max_queued}, ...} */
 static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         gp_cfg_time_rule *tr = base;
@@ -1679,8 +1555,7 @@ static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, c
                 gp_cfg_rule_quota *q = &tr->quotas[n];
                 memset(q, 0, sizeof(*q));
                 memcpy(q->tenant, kev.data.scalar.value, kev.data.scalar.length);
-                q->max_concurrent = q->max_queued = -1;
-                q->max_gpus_milli = q->guaranteed_gpus_milli = -1;
+                q->quota = GP_QUOTA_OVERLAY_NONE;
                 yaml_event_delete(&kev);
                 c->refs.rule_quota[tr - c->cfg->time_rules][n] = kline;
                 path_push(c, ".%s", q->tenant);
@@ -1710,19 +1585,15 @@ out:
         return r;
 }
 
-static int time_rule_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
-        gp_config *cfg = arg;
-        int r0 = mapping_item(c, ev, i, GP_CFG_MAX_TIME_RULES, "time rules", "{name, start, end, tz, weights, groups, quotas}");
-        if (r0 < 0)
-                return r0;
-        gp_cfg_time_rule *tr = &cfg->time_rules[i];
-        memset(tr, 0, sizeof(*tr));
+static void time_rule_init(struct ctx *c, void *item) {
+        gp_cfg_time_rule *tr = item;
         tr->start_min = tr->end_min = -1;
         gp_strlcpy(tr->tz, "UTC", sizeof(tr->tz));
-        int line = ev_line(ev);
-        int r = parse_map(c, "time_rules[]", tr);
-        if (r < 0)
-                return r;
+}
+
+static int time_rule_done(struct ctx *c, void *owner, void *item, int i, int line) {
+        gp_config *cfg = owner;
+        gp_cfg_time_rule *tr = item;
         if (!tr->name[0])
                 return fail(c, line, "missing name");
         if (tr->start_min < 0 || tr->end_min < 0)
@@ -1733,26 +1604,6 @@ static int time_rule_item(struct ctx *c, int i, const yaml_event_t *ev, void *ar
                 if (!strcmp(cfg->time_rules[j].name, tr->name))
                         return fail(c, line, "the name \"%s\" is used by time_rules[%d] too", tr->name, j);
         return 0;
-}
-
-static int parse_time_rules(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_config *cfg = base;
-        int n, r;
-        cfg->n_time_rules = 0;
-        r = parse_list(c, ev, "a list of {name, start, end, tz, weights, groups, quotas}", time_rule_item, cfg, &n);
-        if (r == 0)
-                cfg->n_time_rules = n;
-        return r;
-}
-
-static int parse_alert_rules(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_config *cfg = base;
-        int n, r;
-        cfg->n_alert_rules = 0;
-        r = parse_list(c, ev, "a list of {name, when, for_s, clear_s, severity}", rule_item, cfg, &n);
-        if (r == 0)
-                cfg->n_alert_rules = n;
-        return r;
 }
 
 /* ---- billing ---- */
@@ -1804,66 +1655,58 @@ static int parse_bill_tz(struct ctx *c, const struct field *f, void *base, const
         return 0;
 }
 
-struct bill_list {
-        const struct field *f;
-        gp_bill_prices *p;
-};
+static void bill_gpu_init(struct ctx *c, void *item) {
+        gp_bill_gpu_price *g = item;
+        g->gpu_model[0] = '*';
+        g->per_gpu_hour = -1;
+}
 
-static int bill_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
-        struct bill_list *bl = arg;
-        gp_bill_prices *p = bl->p;
-        const char *key = bl->f->key;
-        char d[96], prefix[64];
-        if (i >= bl->f->max)
-                return fail(c, ev_line(ev), "too many entries (at most %lld)", (long long)bl->f->max);
-        if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping, got %s", describe(ev, d, sizeof(d)));
-        snprintf(prefix, sizeof(prefix), "%s[]", key);
-        int line = ev_line(ev), r;
-        if (!strcmp(key, "billing.prices")) {
-                gp_bill_gpu_price *g = &p->gpu[i];
-                memset(g, 0, sizeof(*g));
-                g->gpu_model[0] = '*';
-                g->per_gpu_hour = -1;
-                if ((r = parse_map(c, prefix, g)) < 0)
-                        return r;
-                if (g->per_gpu_hour < 0)
-                        return fail(c, line, "a price needs per_gpu_hour");
-                return 0;
-        }
-        if (!strcmp(key, "billing.token_prices")) {
-                gp_bill_token_price *t = &p->tokens[i];
-                memset(t, 0, sizeof(*t));
-                t->per_1k_prompt = t->per_1k_completion = -1;
-                if ((r = parse_map(c, prefix, t)) < 0)
-                        return r;
-                if (!t->model[0])
-                        return fail(c, line, "a token price needs model (a glob such as \"llama*\")");
-                if (t->per_1k_prompt < 0 || t->per_1k_completion < 0)
-                        return fail(c, line, "a token price needs per_1k_tokens, or per_1k_prompt and "
-                                    "per_1k_completion");
-                return 0;
-        }
-        if (!strcmp(key, "billing.volume_discounts")) {
-                gp_bill_tier *t = &p->tiers[i];
-                memset(t, 0, sizeof(*t));
-                t->factor_ppm = -1;
-                if ((r = parse_map(c, prefix, t)) < 0)
-                        return r;
-                if (t->gpu_hours <= 0 || t->factor_ppm < 0)
-                        return fail(c, line, "a volume discount needs gpu_hours and factor (e.g. {gpu_hours: 100, "
-                                    "factor: 0.9})");
-                if (i > 0 && t->gpu_hours <= p->tiers[i - 1].gpu_hours)
-                        return fail(c, line, "gpu_hours must grow from one volume discount to the next");
-                return 0;
-        }
-        gp_bill_window *w = &p->windows[i];
-        memset(w, 0, sizeof(*w));
+static int bill_gpu_done(struct ctx *c, void *owner, void *item, int i, int line) {
+        if (((gp_bill_gpu_price *)item)->per_gpu_hour < 0)
+                return fail(c, line, "a price needs per_gpu_hour");
+        return 0;
+}
+
+static void bill_token_init(struct ctx *c, void *item) {
+        gp_bill_token_price *t = item;
+        t->per_1k_prompt = t->per_1k_completion = -1;
+}
+
+static int bill_token_done(struct ctx *c, void *owner, void *item, int i, int line) {
+        gp_bill_token_price *t = item;
+        if (!t->model[0])
+                return fail(c, line, "a token price needs model (a glob such as \"llama*\")");
+        if (t->per_1k_prompt < 0 || t->per_1k_completion < 0)
+                return fail(c, line, "a token price needs per_1k_tokens, or per_1k_prompt and "
+                            "per_1k_completion");
+        return 0;
+}
+
+static void bill_tier_init(struct ctx *c, void *item) {
+        ((gp_bill_tier *)item)->factor_ppm = -1;
+}
+
+static int bill_tier_done(struct ctx *c, void *owner, void *item, int i, int line) {
+        const gp_bill_prices *p = &((gp_config *)owner)->billing;
+        gp_bill_tier *t = item;
+        if (t->gpu_hours <= 0 || t->factor_ppm < 0)
+                return fail(c, line, "a volume discount needs gpu_hours and factor (e.g. {gpu_hours: 100, "
+                            "factor: 0.9})");
+        if (i > 0 && t->gpu_hours <= p->tiers[i - 1].gpu_hours)
+                return fail(c, line, "gpu_hours must grow from one volume discount to the next");
+        return 0;
+}
+
+static void bill_window_init(struct ctx *c, void *item) {
+        gp_bill_window *w = item;
         w->start_min = w->end_min = -1;
         w->multiplier_ppm = -1;
         gp_strlcpy(w->tz, "UTC", sizeof(w->tz));
-        if ((r = parse_map(c, prefix, w)) < 0)
-                return r;
+}
+
+static int bill_window_done(struct ctx *c, void *owner, void *item, int i, int line) {
+        const gp_bill_prices *p = &((gp_config *)owner)->billing;
+        gp_bill_window *w = item;
         if (!w->name[0] || w->start_min < 0 || w->end_min < 0 || w->multiplier_ppm < 0)
                 return fail(c, line, "a time window needs name, start, end (\"HH:MM\") and multiplier");
         if (w->start_min == w->end_min)
@@ -1874,23 +1717,8 @@ static int bill_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         return 0;
 }
 
-static int parse_bill_list(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_config *cfg = base;
-        struct bill_list bl = {f, &cfg->billing};
-        int n = 0;
-        int r = parse_list(c, ev, "a list of mappings", bill_item, &bl, &n);
-        if (r < 0)
-                return r;
-        if (!strcmp(f->key, "billing.prices"))
-                cfg->billing.n_gpu = n;
-        else if (!strcmp(f->key, "billing.token_prices"))
-                cfg->billing.n_tokens = n;
-        else if (!strcmp(f->key, "billing.volume_discounts"))
-                cfg->billing.n_tiers = n;
-        else
-                cfg->billing.n_windows = n;
-        cfg->billing.enabled = true;
-        return 0;
+static void bill_after(void *owner) {
+        ((gp_config *)owner)->billing.enabled = true;
 }
 
 /* First pass: the whole stream is well-formed YAML and nested at most
@@ -1925,16 +1753,6 @@ static int upstream_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg
         return 0;
 }
 
-static int parse_upstreams(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_model *m = base;
-        int n, r;
-        m->n_upstreams = 0;
-        r = parse_list(c, ev, "a list of \"http://HOST:PORT\" URLs", upstream_item, m, &n);
-        if (r == 0)
-                m->n_upstreams = n;
-        return r;
-}
-
 static int serve_arg_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         gp_cfg_serve *sv = arg;
         if (i >= GP_CFG_MAX_SERVE_ARGS)
@@ -1942,16 +1760,6 @@ static int serve_arg_item(struct ctx *c, int i, const yaml_event_t *ev, void *ar
         if (ev->type != YAML_SCALAR_EVENT)
                 return fail(c, ev_line(ev), "expected a string");
         return scalar_str(c, ev, sv->command[i], sizeof(sv->command[i]), i == 0 ? 1 : 0);
-}
-
-static int parse_serve_command(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_serve *sv = base;
-        int n, r;
-        sv->n_command = 0;
-        r = parse_list(c, ev, "a list of strings (the argv of the model server)", serve_arg_item, sv, &n);
-        if (r == 0)
-                sv->n_command = n;
-        return r;
 }
 
 static int parse_serve_port(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
@@ -2029,18 +1837,13 @@ static int parse_serve(struct ctx *c, const struct field *f, void *base, const y
         return 0;
 }
 
-static int model_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
-        gp_cfg_gateway *gw = arg;
-        int r0 = mapping_item(c, ev, i, GP_CFG_MAX_MODELS, "models", "{name, context, upstreams, serve}");
-        if (r0 < 0)
-                return r0;
-        gp_cfg_model *m = &gw->models[i];
-        memset(m, 0, sizeof(*m));
-        m->context = 4096;
-        int line = ev_line(ev);
-        int r = parse_map(c, "gateway.models[]", m);
-        if (r < 0)
-                return r;
+static void model_init(struct ctx *c, void *item) {
+        ((gp_cfg_model *)item)->context = 4096;
+}
+
+static int model_done(struct ctx *c, void *owner, void *item, int i, int line) {
+        gp_cfg_gateway *gw = &((gp_config *)owner)->gw;
+        gp_cfg_model *m = item;
         if (!m->name[0])
                 return fail(c, line, "missing name");
         if (!gp_str_is_clean(m->name, strlen(m->name)) || strchr(m->name, '"') || strchr(m->name, '\\'))
@@ -2053,15 +1856,191 @@ static int model_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         return 0;
 }
 
-static int parse_models(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_config *cfg = base;
-        int n, r;
-        cfg->gw.n_models = 0;
-        r = parse_list(c, ev, "a list of models {name, context, upstreams, serve}", model_item, &cfg->gw, &n);
-        if (r == 0)
-                cfg->gw.n_models = n;
-        return r;
+/* ---- lists: one table, one walker ---- */
+
+/* Every list key of the schema (a K_CUSTOM row whose fn is parse_items):
+ * where its items and their count live in the owner (the struct the row's
+ * offset is relative to), and how an item is read.  A list of mappings
+ * (size > 0) has its items checked to be mappings within the row's max,
+ * zeroed, given their defaults (init), read by the schema rows under
+ * item_prefix and checked as a whole (done); a heap list (cap_off) grows
+ * with gp_vec_grow.  A list of scalars hands each item to `scalar`.
+ * Adding a list = one row here + its rows in fields[]. */
+struct list_def {
+        const char *key;         /* the fields[] key */
+        const char *expected;    /* "expected EXPECTED, got ..." for a value that is not a list */
+        size_t n_off;            /* the int count in the owner */
+        item_fn scalar;          /* a list of scalars: reads item i into the owner */
+        size_t size;             /* a list of mappings: one item */
+        size_t cap_off;          /* heap lists: the size_t capacity in the owner (the row's member is the pointer) */
+        const char *item_prefix; /* schema key of an item, default KEY "[]" */
+        const char *what;        /* "too many WHAT (at most MAX)" */
+        const char *shape;       /* "expected a mapping SHAPE, got ..." ("" = none) */
+        void (*init)(struct ctx *c, void *item);
+        int (*done)(struct ctx *c, void *owner, void *item, int i, int line);
+        void (*after)(void *owner); /* once the list was read */
+};
+
+/* a list of scalars: item_fn reads item i into the owner */
+#define SCALARS(k, exp, type, n, fn) {.key = k, .expected = exp, .n_off = offsetof(type, n), .scalar = fn}
+/* a list of mappings in a fixed array (the row's member) */
+#define MAPPINGS(k, exp, type, n, item, wh, sh, in, dn) \
+        {.key = k, .expected = exp, .n_off = offsetof(type, n), .size = sizeof(item), .what = wh, .shape = sh, \
+         .init = in, .done = dn}
+/* a list of mappings on the heap (the row's member points to it) */
+#define HEAP_MAPPINGS(k, exp, type, n, cap, item, wh, sh, in, dn) \
+        {.key = k, .expected = exp, .n_off = offsetof(type, n), .size = sizeof(item), .cap_off = offsetof(type, cap), \
+         .what = wh, .shape = sh, .init = in, .done = dn}
+#define BILLING(k, n, item, in, dn) \
+        {.key = k, .expected = "a list of mappings", .n_off = offsetof(gp_config, billing.n), .size = sizeof(item), \
+         .what = "entries", .shape = "", .init = in, .done = dn, .after = bill_after}
+
+static const struct list_def lists[] = {
+        SCALARS("server.allowed_origins", "a list of origins such as \"https://ui.example.com\"", gp_config,
+                n_allowed_origins, origin_item),
+        SCALARS("auth.admin_keys", "a list of \"sha256:<hex>\" strings", gp_config, n_admin_keys, admin_key_item),
+        SCALARS("gpus.reserved", "a list of GPU indexes or uuids", gp_config, n_reserved, reserved_item),
+        MAPPINGS("gpus.sim", "a list of {name, memory_mb, count}", gp_config, n_sim, gp_cfg_sim_gpu,
+                 "simulated GPU kinds", "{name, memory_mb, count}", sim_init, sim_done),
+        MAPPINGS("alerts.rules", "a list of {name, when, for_s, clear_s, severity}", gp_config, n_alert_rules,
+                 gp_cfg_alert_rule, "alert rules", "{name, when, for_s, clear_s, severity}", rule_init, rule_done),
+        HEAP_MAPPINGS("tenants", "a list of tenants {id, keys, max_priority, default_priority, weight, quota}",
+                      gp_config, n_tenants, cap_tenants, gp_cfg_tenant, "tenants", "{id, keys, max_priority, quota, ...}",
+                      tenant_init, tenant_done),
+        SCALARS("tenants[].keys", "a list of \"sha256:<hex>\" strings", gp_cfg_tenant, n_keys, tenant_key_item),
+        MAPPINGS("groups", "a list of {name, share_pct}", gp_config, n_groups, gp_cfg_group, "groups",
+                 "{name, share_pct}", NULL, group_done),
+        HEAP_MAPPINGS("time_rules", "a list of {name, start, end, tz, weights, groups, quotas}", gp_config,
+                      n_time_rules, cap_time_rules, gp_cfg_time_rule, "time rules",
+                      "{name, start, end, tz, weights, groups, quotas}", time_rule_init, time_rule_done),
+        {.key = "time_rules[].groups", .expected = "a list of {name, share_pct}",
+         .n_off = offsetof(gp_cfg_time_rule, n_groups), .size = sizeof(gp_cfg_group), .item_prefix = "groups[]",
+         .what = "groups", .shape = "{name, share_pct}", .done = rule_group_done},
+        HEAP_MAPPINGS("gateway.models", "a list of models {name, context, upstreams, serve}", gp_config, gw.n_models,
+                      gw.cap_models, gp_cfg_model, "models", "{name, context, upstreams, serve}", model_init,
+                      model_done),
+        SCALARS("gateway.models[].upstreams", "a list of \"http://HOST:PORT\" URLs", gp_cfg_model, n_upstreams,
+                upstream_item),
+        SCALARS("gateway.models[].serve.command", "a list of strings (the argv of the model server)", gp_cfg_serve,
+                n_command, serve_arg_item),
+        BILLING("billing.prices", n_gpu, gp_bill_gpu_price, bill_gpu_init, bill_gpu_done),
+        BILLING("billing.token_prices", n_tokens, gp_bill_token_price, bill_token_init, bill_token_done),
+        BILLING("billing.volume_discounts", n_tiers, gp_bill_tier, bill_tier_init, bill_tier_done),
+        BILLING("billing.time_windows", n_windows, gp_bill_window, bill_window_init, bill_window_done),
+};
+
+struct items {
+        const struct list_def *l;
+        const struct field *f;
+        void *owner;
+        char prefix[64];
+};
+
+/* Room for item i: the array itself, or the heap array grown. */
+static void *item_slot(struct ctx *c, struct items *it, int i, int line) {
+        const struct list_def *l = it->l;
+        char *owner = it->owner;
+        if (!l->cap_off)
+                return owner + it->f->off + (size_t)i * l->size;
+        void *arr;
+        memcpy(&arr, owner + it->f->off, sizeof(arr));
+        void *p = gp_vec_grow(arr, (size_t *)(void *)(owner + l->cap_off), (size_t)i + 1, l->size, 4);
+        if (!p) {
+                fail(c, line, "out of memory");
+                return NULL;
+        }
+        memcpy(owner + it->f->off, &p, sizeof(p));
+        return (char *)p + (size_t)i * l->size;
 }
+
+static int map_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        struct items *it = arg;
+        const struct list_def *l = it->l;
+        char d[96];
+        int line = ev_line(ev);
+        if (i >= it->f->max)
+                return fail(c, line, "too many %s (at most %lld)", l->what, (long long)it->f->max);
+        if (ev->type != YAML_MAPPING_START_EVENT)
+                return fail(c, line, "expected a mapping%s%s, got %s", *l->shape ? " " : "", l->shape,
+                            describe(ev, d, sizeof(d)));
+        void *item = item_slot(c, it, i, line);
+        if (!item)
+                return -ENOMEM;
+        memset(item, 0, l->size);
+        if (l->init)
+                l->init(c, item);
+        int r = parse_map(c, it->prefix, item);
+        if (r < 0)
+                return r;
+        return l->done ? l->done(c, it->owner, item, i, line) : 0;
+}
+
+static int parse_items(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        struct items it = {NULL, f, base, ""};
+        for (size_t i = 0; i < GP_ARRAY_SIZE(lists) && !it.l; i++)
+                if (!strcmp(lists[i].key, f->key))
+                        it.l = &lists[i];
+        if (!it.l)
+                return fail(c, ev_line(ev), "not a list of the schema");
+        int *count = (int *)(void *)((char *)base + it.l->n_off), n = 0, r;
+        if (it.l->item_prefix)
+                gp_strlcpy(it.prefix, it.l->item_prefix, sizeof(it.prefix));
+        else
+                snprintf(it.prefix, sizeof(it.prefix), "%s[]", f->key);
+        *count = 0;
+        if (it.l->scalar)
+                r = parse_list(c, ev, it.l->expected, it.l->scalar, base, &n);
+        else
+                r = parse_list(c, ev, it.l->expected, map_item, &it, &n);
+        if (r < 0)
+                return r;
+        *count = n;
+        if (it.l->after)
+                it.l->after(base);
+        return 0;
+}
+
+/* Free the heap lists of cfg (those with a cap_off in lists[] whose
+ * owner is gp_config itself). */
+void gp_config_free(gp_config *cfg) {
+        if (!cfg)
+                return;
+        free(cfg->tenants);
+        free(cfg->time_rules);
+        free(cfg->gw.models);
+        cfg->tenants = NULL;
+        cfg->time_rules = NULL;
+        cfg->gw.models = NULL;
+        cfg->n_tenants = cfg->n_time_rules = cfg->gw.n_models = 0;
+        cfg->cap_tenants = cfg->cap_time_rules = cfg->gw.cap_models = 0;
+}
+
+static void *dup_items(const void *items, int n, size_t size, size_t *cap) {
+        *cap = 0;
+        if (n <= 0 || !items)
+                return NULL;
+        void *p = malloc((size_t)n * size);
+        if (p) {
+                memcpy(p, items, (size_t)n * size);
+                *cap = (size_t)n;
+        }
+        return p;
+}
+
+int gp_config_copy(gp_config *dst, const gp_config *src) {
+        gp_config t = *src;
+        t.tenants = dup_items(src->tenants, src->n_tenants, sizeof(*src->tenants), &t.cap_tenants);
+        t.time_rules = dup_items(src->time_rules, src->n_time_rules, sizeof(*src->time_rules), &t.cap_time_rules);
+        t.gw.models = dup_items(src->gw.models, src->gw.n_models, sizeof(*src->gw.models), &t.gw.cap_models);
+        if ((src->n_tenants > 0 && !t.tenants) || (src->n_time_rules > 0 && !t.time_rules) ||
+            (src->gw.n_models > 0 && !t.gw.models)) {
+                gp_config_free(&t);
+                return -ENOMEM;
+        }
+        *dst = t;
+        return 0;
+}
+
 
 static int check_syntax(struct ctx *c) {
         int depth = 0, docs = 0;
@@ -2612,10 +2591,15 @@ int gp_config_load_buffer(const char *name, const char *data, size_t len, gp_con
                 r = check_refs(tmp, &c->refs, err, errlen);
         if (r < 0)
                 goto free_mem;
-        memcpy(cfg, tmp, sizeof(*tmp));
+        memcpy(cfg, tmp, sizeof(*tmp)); /* cfg owns tmp's lists from now on */
         if (err && errlen)
                 err[0] = '\0';
+        free(c);
+        free(tmp);
+        return 0;
 free_mem:
+        if (tmp)
+                gp_config_free(tmp);
         free(c);
         free(tmp);
         return r;

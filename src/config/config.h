@@ -4,6 +4,9 @@
  * key has a default, so an empty file or no file is a valid config.
  * gp_config_load() overlays a YAML file on the defaults and refuses a bad
  * file with a message naming FILE:LINE and the dotted key.
+ * The big lists (tenants, time_rules, gateway.models) are heap arrays the
+ * config owns (gp_config_free, gp_config_copy), sized to what the file
+ * gives; GP_CFG_MAX_* stay the limits a file may reach.
  * Plain data; no threads.  Lives in config/ (above base/, beside core/).
  */
 #ifndef GP_CONFIG_CONFIG_H
@@ -17,6 +20,7 @@
 #include "base/browser.h"
 #include "base/user.h"
 #include "core/billing.h"
+#include "core/quota.h"
 #include "core/task.h"
 
 #define GP_CFG_MAX_SIM 16        /* entries in gpus.sim */
@@ -76,10 +80,7 @@ typedef struct gp_cfg_tenant {
         int default_priority;                /* tier when a request names none, default 5 */
         int weight;                          /* fair-share weight inside a tier, default 1 */
         char run_as[GP_USER_NAME_MAX];       /* Unix user its batch tasks run as, "" = the daemon's */
-        int max_concurrent;                  /* quota.max_concurrent, 0 = unlimited */
-        int max_queued;                      /* quota.max_queued, 0 = unlimited */
-        int64_t max_gpus_milli;              /* quota.max_gpus in 1/1000 GPU, 0 = unlimited */
-        int64_t guaranteed_gpus_milli;       /* quota.guaranteed_gpus in 1/1000 GPU */
+        gp_quota quota;                      /* quota.*: 0 = unlimited (guaranteed_gpus: none) */
         int gw_max_concurrent;               /* gateway.max_concurrent: requests in flight, 0 = unlimited */
         int64_t gw_rpm;                      /* gateway.rpm: requests per minute, 0 = unlimited */
         int64_t gw_tpm;                      /* gateway.tpm: tokens per minute, 0 = unlimited */
@@ -93,13 +94,12 @@ typedef struct gp_cfg_group {
 #define GP_CFG_MAX_TIME_RULES 16
 #define GP_CFG_MAX_RULE_QUOTAS 32
 
-/* A tenant's quota while a time rule is in force; -1 = unchanged. */
+/* A tenant's quota while a time rule is in force: an overlay whose fields
+ * are GP_QUOTA_UNCHANGED (-1) unless the rule gives them
+ * (gp_quota_overlay). */
 typedef struct gp_cfg_rule_quota {
         char tenant[GP_TENANT_MAX];
-        int max_concurrent;
-        int max_queued;
-        int64_t max_gpus_milli;
-        int64_t guaranteed_gpus_milli;
+        gp_quota quota;
 } gp_cfg_rule_quota;
 
 /* A daily window (DESIGN.md "Time rule") that swaps weights, group shares
@@ -163,8 +163,9 @@ typedef struct gp_cfg_gateway {
         int max_upstream_connections;        /* kept-alive + active, all upstreams, default 256 */
         int upstream_down_sec;               /* a failed upstream is skipped this long, default 5 */
         int tokenize_timeout_ms;             /* an upstream /tokenize call, whole, default 300 */
-        gp_cfg_model models[GP_CFG_MAX_MODELS];
+        gp_cfg_model *models;                /* n_models (at most GP_CFG_MAX_MODELS), heap, owned */
         int n_models;
+        size_t cap_models;
 } gp_cfg_gateway;
 
 typedef struct gp_config {
@@ -191,12 +192,14 @@ typedef struct gp_config {
         bool clamp_priority;                 /* auth.over_max_priority: clamp (true) | refuse (default) */
 
         /* tenants and groups */
-        gp_cfg_tenant tenants[GP_CFG_MAX_TENANTS];
+        gp_cfg_tenant *tenants;              /* n_tenants (at most GP_CFG_MAX_TENANTS), heap, owned */
         int n_tenants;
+        size_t cap_tenants;
         gp_cfg_group groups[GP_CFG_MAX_GROUPS];
         int n_groups;
-        gp_cfg_time_rule time_rules[GP_CFG_MAX_TIME_RULES];
+        gp_cfg_time_rule *time_rules;        /* n_time_rules (at most GP_CFG_MAX_TIME_RULES), heap, owned */
         int n_time_rules;
+        size_t cap_time_rules;
 
         /* store */
         char store_url[PATH_MAX + 16];       /* default "sqlite://<data_dir>/gpupool.db" */
@@ -257,13 +260,25 @@ typedef struct gp_config {
  * whose end is not after its start wraps midnight.  Pure. */
 bool gp_time_rule_covers(const gp_cfg_time_rule *r, int m);
 
-/* Fill cfg with the embedded default.  Never fails. */
+/* Fill cfg with the embedded default.  Never fails, allocates nothing (the
+ * default lists of tenants, time rules and models are empty); whatever cfg
+ * held before is overwritten, not freed. */
 void gp_config_defaults(gp_config *cfg);
 
-/* Load a YAML file over the defaults into *cfg.  On failure returns
- * -EINVAL (bad content), -ENOENT/-EACCES (cannot read) or -ENOMEM, writes
- * "FILE:LINE: KEY: what is wrong" into err (always NUL-terminated when
- * errlen > 0), and leaves *cfg untouched. */
+/* Free the lists a loaded config owns (tenants, time_rules, gw.models) and
+ * leave cfg as gp_config_defaults() makes it.  NULL is a no-op. */
+void gp_config_free(gp_config *cfg);
+
+/* *dst = a deep copy of *src (dst's previous content is overwritten, not
+ * freed).  0, or -ENOMEM with *dst untouched. */
+int gp_config_copy(gp_config *dst, const gp_config *src);
+
+/* Load a YAML file over the defaults into *cfg (its previous content is
+ * overwritten, not freed: gp_config_free it first when it held a loaded
+ * config).  On failure returns -EINVAL (bad content), -ENOENT/-EACCES
+ * (cannot read) or -ENOMEM, writes "FILE:LINE: KEY: what is wrong" into err
+ * (always NUL-terminated when errlen > 0), and leaves *cfg untouched.  On
+ * success *cfg owns heap lists: gp_config_free when done. */
 int gp_config_load(const char *path, gp_config *cfg, char *err, size_t errlen);
 
 /* The same from a buffer (fuzzing, tests); `name` stands for the file name

@@ -12,12 +12,27 @@
 
 #include "base/util.h"
 
+#define Q(m) offsetof(gp_quota, m), sizeof(((gp_quota *)0)->m)
+
 const gp_quota_def gp_quota_defs[GP_QUOTA_NFIELDS] = {
-        [GP_QUOTA_MAX_CONCURRENT] = {"max_concurrent", 0, 1000000, 1},
-        [GP_QUOTA_MAX_QUEUED] = {"max_queued", 0, 1000000, 1},
-        [GP_QUOTA_MAX_GPUS] = {"max_gpus", 3, 1000000, 1000},
-        [GP_QUOTA_GUARANTEED_GPUS] = {"guaranteed_gpus", 3, 1000000, 1000},
+        [GP_QUOTA_MAX_CONCURRENT] = {"max_concurrent", 0, 1000000, 1, Q(max_concurrent)},
+        [GP_QUOTA_MAX_QUEUED] = {"max_queued", 0, 1000000, 1, Q(max_queued)},
+        [GP_QUOTA_MAX_GPUS] = {"max_gpus", 3, 1000000, 1000, Q(max_gpus_milli)},
+        [GP_QUOTA_GUARANTEED_GPUS] = {"guaranteed_gpus", 3, 1000000, 1000, Q(guaranteed_gpus_milli)},
 };
+
+void gp_quota_set(gp_quota *q, gp_quota_field f, int64_t v) {
+        char *p = (char *)q + gp_quota_defs[f].off;
+        if (gp_quota_defs[f].size == sizeof(int))
+                *(int *)p = (int)v; /* in range: gp_quota_parse's max fits an int */
+        else
+                *(int64_t *)p = v;
+}
+
+int64_t gp_quota_get(const gp_quota *q, gp_quota_field f) {
+        const char *p = (const char *)q + gp_quota_defs[f].off;
+        return gp_quota_defs[f].size == sizeof(int) ? *(const int *)p : *(const int64_t *)p;
+}
 
 #define MAX_TEXT 32 /* longest number text read: more is refused, never cut */
 
@@ -131,12 +146,4 @@ int gp_quota_parse_json_number(gp_quota_field f, bool is_integer, int64_t i, dou
                         snprintf(text, sizeof(text), "%.20f", x);
         }
         return gp_quota_parse(f, text, strlen(text), ret, why, whylen);
-}
-
-int gp_quota_check_pair(int64_t max_gpus_milli, int64_t guaranteed_gpus_milli, char *why, size_t whylen) {
-        if (max_gpus_milli > 0 && guaranteed_gpus_milli > max_gpus_milli) {
-                snprintf(why, whylen, "quota.guaranteed_gpus is above quota.max_gpus");
-                return -EINVAL;
-        }
-        return 0;
 }

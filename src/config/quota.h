@@ -1,12 +1,14 @@
 /* quota.h - a tenant's quota fields, read the same way everywhere.
  *
- * The four quota fields (tenants[].quota and time_rules[].quotas in the
- * config file, "quota" of PUT /admin/tenants/{id}) have one table here:
- * name, decimals allowed, range.  The config reader and the REST reader
- * both read a value through gp_quota_parse / gp_quota_parse_json_number,
- * so they accept the same values and refuse the others with the same
- * words; neither rounds (0.0004 GPUs is refused, never read as 0, which
- * would mean unlimited).  Pure; thread-safe; no allocation.
+ * The values live in one type, gp_quota (core/quota.h).  Its four fields
+ * (tenants[].quota and time_rules[].quotas in the config file, "quota" of
+ * PUT /admin/tenants/{id}) have one table here: name, decimals allowed,
+ * range, place in gp_quota.  The config reader and the REST reader both
+ * look a key up with gp_quota_field_find, read its value through
+ * gp_quota_parse / gp_quota_parse_json_number and store it with
+ * gp_quota_set, so they accept the same values and refuse the others with
+ * the same words; neither rounds (0.0004 GPUs is refused, never read as 0,
+ * which would mean unlimited).  Pure; thread-safe; no allocation.
  */
 #ifndef GP_CONFIG_QUOTA_H
 #define GP_CONFIG_QUOTA_H
@@ -14,6 +16,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "core/quota.h"
 
 typedef enum {
         GP_QUOTA_MAX_CONCURRENT = 0, /* running tasks, int */
@@ -28,6 +32,8 @@ typedef struct gp_quota_def {
         int decimals;      /* decimals allowed as written: 0 (a count) or 3 (GPUs) */
         int64_t max;       /* largest value as written; the smallest is 0 (0 = unlimited, guaranteed: none) */
         int64_t scale;     /* stored value = written value * scale (1, or 1000 for GPUs) */
+        size_t off;        /* the member of gp_quota */
+        size_t size;       /* sizeof the member: an int or an int64_t */
 } gp_quota_def;
 
 /* The table, indexed by gp_quota_field. */
@@ -54,8 +60,13 @@ int gp_quota_parse_json_number(gp_quota_field f, bool is_integer, int64_t i, dou
  * (WHAT: "a string", "a list", ...).  Returns -EINVAL. */
 int gp_quota_type_error(gp_quota_field f, const char *what, char *why, size_t whylen);
 
-/* guaranteed_gpus must not exceed max_gpus unless max_gpus is 0
- * (unlimited).  0, or -EINVAL with why. */
-int gp_quota_check_pair(int64_t max_gpus_milli, int64_t guaranteed_gpus_milli, char *why, size_t whylen);
+/* Store a value read by gp_quota_parse* into field f of *q. */
+void gp_quota_set(gp_quota *q, gp_quota_field f, int64_t v);
+
+/* Field f of *q. */
+int64_t gp_quota_get(const gp_quota *q, gp_quota_field f);
+
+/* (The rule on a whole quota, guaranteed_gpus <= max_gpus, is
+ * gp_quota_check in core/quota.h.) */
 
 #endif

@@ -4082,8 +4082,7 @@ static bool name_ok(const char *n, bool empty_ok) {
 
 int gp_sched_tenant_set(gp_sched *s, const char *tenant, const gp_sched_tenant_cfg *cfg) {
         if (!name_ok(tenant, false) || !cfg || !name_ok(cfg->group, true) || cfg->weight > WEIGHT_MAX ||
-            cfg->max_concurrent < 0 || cfg->max_gpus_milli < 0 || cfg->guaranteed_gpus_milli < 0 ||
-            cfg->max_queued < 0)
+            !gp_quota_nonneg(&cfg->quota))
                 return -EINVAL;
         uint32_t tid, gid;
         if (intern_get(&s->tenants, tenant, &tid) < 0 || tenant_ensure(s, tid) < 0 ||
@@ -4093,11 +4092,11 @@ int gp_sched_tenant_set(gp_sched *s, const char *tenant, const gp_sched_tenant_c
         tenant_out(s, T);
         T->weight = cfg->weight ? cfg->weight : 1;
         T->group = gid;
-        T->max_concurrent = cfg->max_concurrent;
-        T->max_milli = cfg->max_gpus_milli;
-        s->n_guar += (cfg->guaranteed_gpus_milli > 0) - (T->guar_milli > 0);
-        T->guar_milli = cfg->guaranteed_gpus_milli;
-        T->max_queued = cfg->max_queued;
+        T->max_concurrent = cfg->quota.max_concurrent;
+        T->max_milli = cfg->quota.max_gpus_milli;
+        s->n_guar += (cfg->quota.guaranteed_gpus_milli > 0) - (T->guar_milli > 0);
+        T->guar_milli = cfg->quota.guaranteed_gpus_milli;
+        T->max_queued = cfg->quota.max_queued;
         tenant_in(s, T);
         s->gen++;
         return 0;

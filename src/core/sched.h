@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/quota.h"
 #include "core/task.h"
 
 typedef struct gp_sched gp_sched;
@@ -386,10 +387,9 @@ void gp_sched_get_stats(const gp_sched *s, gp_sched_stats *ret);
 typedef struct gp_sched_tenant_cfg {
         uint32_t weight;            /* fair-share weight inside a tier, 1..1000000 (0 = 1) */
         const char *group;          /* NULL/"" = no group; copied */
-        int max_concurrent;         /* running tasks, 0 = unlimited */
-        int64_t max_gpus_milli;     /* GPU share in 1/1000 GPU, 0 = unlimited */
-        int64_t guaranteed_gpus_milli; /* 0 = none */
-        int max_queued;             /* queued tasks, 0 = unlimited (gp_sched_enqueue: -EDQUOT) */
+        gp_quota quota;             /* max_concurrent (running tasks), max_queued (queued tasks:
+                                       gp_sched_enqueue -EDQUOT), max_gpus_milli, guaranteed_gpus_milli;
+                                       0 = unlimited / none */
 } gp_sched_tenant_cfg;
 
 /* Create a tenant or change all of its settings at once (tasks already

@@ -2014,7 +2014,7 @@ static void self_owner(const gp_daemon *d, gp_store_owner *ret) {
 
 int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen) {
         memset(d, 0, sizeof(*d));
-        d->cfg = *cfg;
+        int crc = gp_config_copy(&d->cfg, cfg); /* d's own (gp_daemon_close frees it) */
         d->evfd = d->epfd = d->lock_fd = -1;
         if (gethostname(d->hostname, sizeof(d->hostname)) < 0)
                 d->hostname[0] = '\0';
@@ -2032,6 +2032,10 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         gp_i64map_init(&d->lpreempting);
         gp_i64map_init(&d->watch);
         d->started_ms = gp_now_ms();
+        if (crc < 0) {
+                snprintf(err, errlen, "out of memory");
+                return crc;
+        }
         if (gp_monitor_attach(d, err, errlen) < 0)
                 return -ENOMEM;
         /* supervisors run `gpupool __supervise`: the light executable next
@@ -2272,4 +2276,5 @@ void gp_daemon_close(gp_daemon *d) {
                 close(d->epfd);
         if (d->lock_fd >= 0)
                 close(d->lock_fd); /* releases the data dir lock */
+        gp_config_free(&d->cfg);
 }

@@ -163,7 +163,7 @@ int gp_server_main(int argc, char **argv) {
                 }
                 *dst = argv[++i];
         }
-        static gp_config cfg;
+        gp_config cfg __attribute__((cleanup(gp_config_free))); /* its lists are freed on every return */
         char err[1024];
         gp_config_defaults(&cfg);
         if (config && gp_config_load(config, &cfg, err, sizeof(err)) < 0) {

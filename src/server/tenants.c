@@ -114,14 +114,7 @@ static gp_cfg_tenant effective(const gp_daemon *d, const gp_cfg_tenant *t) {
                         const gp_cfg_rule_quota *q = &r->quotas[k];
                         if (strcmp(q->tenant, t->id))
                                 continue;
-                        if (q->max_concurrent >= 0)
-                                e.max_concurrent = q->max_concurrent;
-                        if (q->max_queued >= 0)
-                                e.max_queued = q->max_queued;
-                        if (q->max_gpus_milli >= 0)
-                                e.max_gpus_milli = q->max_gpus_milli;
-                        if (q->guaranteed_gpus_milli >= 0)
-                                e.guaranteed_gpus_milli = q->guaranteed_gpus_milli;
+                        gp_quota_overlay(&e.quota, &q->quota);
                 }
         }
         return e;
@@ -170,9 +163,7 @@ static void sync_sched(gp_daemon *d) {
         for (size_t i = 0; i < d->ntenants; i++) {
                 gp_cfg_tenant t = effective(d, &d->tenants[i]);
                 gp_sched_tenant_cfg c = {
-                        .weight = (uint32_t)t.weight, .group = t.group, .max_concurrent = t.max_concurrent,
-                        .max_gpus_milli = t.max_gpus_milli, .guaranteed_gpus_milli = t.guaranteed_gpus_milli,
-                        .max_queued = t.max_queued,
+                        .weight = (uint32_t)t.weight, .group = t.group, .quota = t.quota,
                 };
                 if (gp_sched_tenant_set(d->sched, t.id, &c) < 0)
                         gp_warn("tenant %s: the scheduler refused its settings", t.id);
@@ -213,9 +204,10 @@ static json_t *gpus_json(int64_t milli) {
  * `quota` is the one in force now, `quota_configured` its own when a time
  * rule changes it. */
 static json_t *quota_json(const gp_cfg_tenant *t) {
-        return json_pack("{s:i,s:i,s:o,s:o}", "max_concurrent", t->max_concurrent, "max_queued", t->max_queued,
-                         "max_gpus", gpus_json(t->max_gpus_milli), "guaranteed_gpus",
-                         gpus_json(t->guaranteed_gpus_milli));
+        const gp_quota *q = &t->quota;
+        return json_pack("{s:i,s:i,s:o,s:o}", "max_concurrent", q->max_concurrent, "max_queued", q->max_queued,
+                         "max_gpus", gpus_json(q->max_gpus_milli), "guaranteed_gpus",
+                         gpus_json(q->guaranteed_gpus_milli));
 }
 
 static json_t *tenant_json(const gp_daemon *d, const gp_cfg_tenant *base) {
@@ -264,20 +256,7 @@ static int get_quota_field(json_t *v, gp_quota_field f, gp_cfg_tenant *t, char *
                 snprintf(err, errlen, "quota.%s: %s", gp_quota_defs[f].name, why);
                 return -EINVAL;
         }
-        switch (f) {
-        case GP_QUOTA_MAX_CONCURRENT:
-                t->max_concurrent = (int)x;
-                break;
-        case GP_QUOTA_MAX_QUEUED:
-                t->max_queued = (int)x;
-                break;
-        case GP_QUOTA_MAX_GPUS:
-                t->max_gpus_milli = x;
-                break;
-        default:
-                t->guaranteed_gpus_milli = x;
-                break;
-        }
+        gp_quota_set(&t->quota, f, x);
         return 0;
 }
 
@@ -405,7 +384,7 @@ static int tenant_from_json(json_t *o, gp_cfg_tenant *t, char *err, size_t errle
                          n.max_priority);
                 return -EINVAL;
         }
-        if (gp_quota_check_pair(n.max_gpus_milli, n.guaranteed_gpus_milli, err, errlen) < 0)
+        if (gp_quota_check(&n.quota, err, errlen) < 0)
                 return -EINVAL;
         *t = n;
         return 0;
@@ -736,8 +715,8 @@ void gp_tenants_quota_used(gp_daemon *d, int64_t now_ms, void (*fn)(void *ud, co
                 struct gp_sched_tenant_usage u;
                 if (gp_sched_tenant_usage(d->sched, e.id, now_ms, &u) < 0)
                         memset(&u, 0, sizeof(u));
-                double pct = gp_monitor_quota_used_pct(u.running, e.max_concurrent, u.queued, e.max_queued,
-                                                       u.gpus_milli, e.max_gpus_milli);
+                double pct = gp_monitor_quota_used_pct(u.running, e.quota.max_concurrent, u.queued,
+                                                       e.quota.max_queued, u.gpus_milli, e.quota.max_gpus_milli);
                 if (pct >= 0)
                         fn(ud, e.id, pct);
         }

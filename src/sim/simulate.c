@@ -503,9 +503,9 @@ int gp_simulate_main(int argc, char **argv) {
         uint32_t nnames = 0;
         run runs[MAX_RUNS];
         int nruns = 0;
-        static const char *tnames[GP_CFG_MAX_TENANTS], *gnames[GP_CFG_MAX_GROUPS];
-        static gp_sched_tenant_cfg tcfgs[GP_CFG_MAX_TENANTS];
-        static uint32_t gshares[GP_CFG_MAX_GROUPS];
+        const char **tnames = NULL, *gnames[GP_CFG_MAX_GROUPS];
+        gp_sched_tenant_cfg *tcfgs = NULL;
+        uint32_t gshares[GP_CFG_MAX_GROUPS];
         memset(runs, 0, sizeof(runs));
 
         gp_config_defaults(&cfg);
@@ -563,13 +563,14 @@ int gp_simulate_main(int argc, char **argv) {
         /* tenants and groups of the config, as the daemon gives them to its
          * core (without time rules: virtual time has no time of day; and
          * without max_queued: every trace job is queued) */
+        if (cfg.n_tenants > 0 && (!(tnames = calloc((size_t)cfg.n_tenants, sizeof(*tnames))) ||
+                                  !(tcfgs = calloc((size_t)cfg.n_tenants, sizeof(*tcfgs)))))
+                goto oom;
         for (int i = 0; i < cfg.n_tenants; i++) {
                 const gp_cfg_tenant *t = &cfg.tenants[i];
                 tnames[i] = t->id;
-                tcfgs[i] = (gp_sched_tenant_cfg){.weight = (uint32_t)t->weight, .group = t->group,
-                                                 .max_concurrent = t->max_concurrent,
-                                                 .max_gpus_milli = t->max_gpus_milli,
-                                                 .guaranteed_gpus_milli = t->guaranteed_gpus_milli};
+                tcfgs[i] = (gp_sched_tenant_cfg){.weight = (uint32_t)t->weight, .group = t->group, .quota = t->quota};
+                tcfgs[i].quota.max_queued = 0;
         }
         for (int i = 0; i < cfg.n_groups; i++) {
                 gnames[i] = cfg.groups[i].name;
@@ -662,6 +663,9 @@ out:
         }
         free(names);
         free(jobs);
+        free(tnames);
+        free(tcfgs);
+        gp_config_free(&cfg);
         gp_trace_map_free(map);
         gp_trace_free(tr);
         return exit_code;

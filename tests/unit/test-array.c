@@ -240,7 +240,7 @@ static void test_enqueue_room_is_all_or_nothing(void **state) {
         gp_sched *s;
         assert_int_equal(gp_sched_new(&cfg, &s), 0);
         add_node(s, "n", 1);
-        gp_sched_tenant_cfg tc = {.weight = 1, .max_queued = 5};
+        gp_sched_tenant_cfg tc = {.weight = 1, .quota = {.max_queued = 5}};
         assert_int_equal(gp_sched_tenant_set(s, "t", &tc), 0);
         assert_int_equal(gp_sched_enqueue_room(s, "t", 5, 5), 0);
         assert_int_equal(gp_sched_enqueue_room(s, "t", 5, 6), -EDQUOT);

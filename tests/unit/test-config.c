@@ -372,9 +372,9 @@ static void test_tenants_groups_and_time_rules_load(void **state) {
         assert_string_equal(c.tenants[0].id, "dept_a");
         assert_int_equal(c.tenants[0].n_keys, 1);
         assert_int_equal(c.tenants[0].weight, 4);
-        assert_int_equal(c.tenants[0].max_concurrent, 30);
-        assert_int_equal(c.tenants[0].max_gpus_milli, 8000);
-        assert_int_equal(c.tenants[0].guaranteed_gpus_milli, 500);
+        assert_int_equal(c.tenants[0].quota.max_concurrent, 30);
+        assert_int_equal(c.tenants[0].quota.max_gpus_milli, 8000);
+        assert_int_equal(c.tenants[0].quota.guaranteed_gpus_milli, 500);
         assert_string_equal(c.tenants[0].group, "internal");
         assert_string_equal(c.tenants[1].group, "external");
         assert_string_equal(c.tenants[1].name, "cust_free");
@@ -390,8 +390,8 @@ static void test_tenants_groups_and_time_rules_load(void **state) {
         assert_int_equal(tr->n_groups, 2);
         assert_int_equal(tr->groups[1].share_pct, 80);
         assert_int_equal(tr->n_quotas, 1);
-        assert_int_equal(tr->quotas[0].max_gpus_milli, 2000);
-        assert_int_equal(tr->quotas[0].max_concurrent, -1); /* unchanged */
+        assert_int_equal(tr->quotas[0].quota.max_gpus_milli, 2000);
+        assert_int_equal(tr->quotas[0].quota.max_concurrent, -1); /* unchanged */
         /* 18:00-08:00 wraps midnight */
         assert_true(gp_time_rule_covers(tr, 18 * 60));
         assert_true(gp_time_rule_covers(tr, 23 * 60 + 59));
@@ -432,7 +432,7 @@ static void test_day_to_night_switch_with_a_fake_clock(void **state) {
         assert_int_equal(day->groups[0].share_pct, 80);
         assert_int_equal(night->groups[0].share_pct, 20);
         assert_string_equal(night->quotas[0].tenant, "premium");
-        assert_int_equal(night->quotas[0].max_gpus_milli, 6000);
+        assert_int_equal(night->quotas[0].quota.max_gpus_milli, 6000);
 }
 
 static void test_example_file_loads(void **state) {
@@ -986,9 +986,9 @@ static void test_quota_reader_takes_exact_values_and_never_rounds(void **state) 
         assert_string_equal(why, "expected a number of GPUs with at most 3 decimals (e.g. 8 or 0.5), got a string");
         assert_int_equal(gp_quota_field_find("max_gpus", 8), GP_QUOTA_MAX_GPUS);
         assert_int_equal(gp_quota_field_find("max_gpu", 7), -1);
-        assert_int_equal(gp_quota_check_pair(2000, 3000, why, sizeof(why)), -EINVAL);
+        assert_int_equal(gp_quota_check(&(gp_quota){.max_gpus_milli = 2000, .guaranteed_gpus_milli = 3000}, why, sizeof(why)), -EINVAL);
         assert_string_equal(why, "quota.guaranteed_gpus is above quota.max_gpus");
-        assert_int_equal(gp_quota_check_pair(0, 3000, why, sizeof(why)), 0); /* max 0 = unlimited */
+        assert_int_equal(gp_quota_check(&(gp_quota){.guaranteed_gpus_milli = 3000}, why, sizeof(why)), 0); /* max 0 = unlimited */
 }
 
 /* One validator, one set of words: the file's message for a value is
@@ -1037,28 +1037,35 @@ static void test_validate_checks_key_owners_groups_and_rule_tenants(void **state
         assert_true(gp_config_group_defined(&c, "internal"));
         assert_false(gp_config_group_defined(&c, "gpu_team"));
 
-        gp_config bad = c;
+        static gp_config bad;
+        assert_int_equal(gp_config_copy(&bad, &c), 0);
         memcpy(bad.tenants[0].keys[0], KEY_A, sizeof(KEY_A));
         assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
         assert_string_equal(err, "t.yaml: tenants[0].keys[0]: this key hash is already an admin key "
                                  "(auth.admin_keys[0]); a key belongs to one owner");
-        bad = c;
+        gp_config_free(&bad);
+        assert_int_equal(gp_config_copy(&bad, &c), 0);
         memcpy(bad.tenants[1].group, "gpu_team", 9);
         assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
         assert_string_equal(err, "t.yaml: tenants[1].group: group \"gpu_team\" is not defined (groups: internal, external)");
-        bad = c;
+        gp_config_free(&bad);
+        assert_int_equal(gp_config_copy(&bad, &c), 0);
         bad.groups[1].share_pct = 41;
         assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
         assert_string_equal(err, "t.yaml: groups[1]: the group shares add up to 101% (internal 60, external 41); at most 100");
-        bad = c;
+        gp_config_free(&bad);
+        assert_int_equal(gp_config_copy(&bad, &c), 0);
         bad.time_rules[0].groups[0].share_pct = 31;
         assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
         assert_string_equal(err, "t.yaml: time_rules[0].groups: while this rule is in force the group shares add up "
                                  "to 101% (internal 31, external 70); at most 100");
-        bad = c;
+        gp_config_free(&bad);
+        assert_int_equal(gp_config_copy(&bad, &c), 0);
         memcpy(bad.time_rules[0].quotas[0].tenant, "zz", 3);
         assert_int_equal(gp_config_validate(&bad, err, sizeof(err)), -EINVAL);
         assert_string_equal(err, "t.yaml: time_rules[0].quotas.zz: no tenant \"zz\" is defined in tenants");
+        gp_config_free(&bad);
+        gp_config_free(&c);
 }
 
 static void test_alerts_section_gives_rules_and_webhook(void **state) {

@@ -52,7 +52,7 @@ static gp_sched_req erq(int64_t id, const char *tenant, int prio, int min, int m
 }
 
 static void tenant(gp_sched *s, const char *name, const char *group, int max_conc, int64_t max_milli) {
-        gp_sched_tenant_cfg c = {.weight = 1, .group = group, .max_concurrent = max_conc, .max_gpus_milli = max_milli};
+        gp_sched_tenant_cfg c = {.weight = 1, .group = group, .quota = {.max_concurrent = max_conc, .max_gpus_milli = max_milli}};
         assert_int_equal(gp_sched_tenant_set(s, name, &c), 0);
 }
 
@@ -578,7 +578,7 @@ static void test_reclaim_behind_the_reservation_shrinks_first(void **st) {
         gp_sched *s = mk_cfg(GP_SCHED_HYBRID, true, 0);
         add_node(s, "a", 4);
         add_node(s, "b", 2);
-        gp_sched_tenant_cfg own = {.weight = 1, .guaranteed_gpus_milli = 2000};
+        gp_sched_tenant_cfg own = {.weight = 1, .quota = {.guaranteed_gpus_milli = 2000}};
         assert_int_equal(gp_sched_tenant_set(s, "own", &own), 0);
         run_out o = {0};
         gp_sched_req big = rq(1, "t", 5, 4);

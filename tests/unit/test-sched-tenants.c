@@ -47,9 +47,9 @@ static void enq_pre(gp_sched *s, int64_t id, const char *tenant, int prio, int g
 
 static void tenant(gp_sched *s, const char *name, uint32_t weight, const char *group, int max_conc,
                    int64_t max_milli, int64_t guar_milli, int max_queued) {
-        gp_sched_tenant_cfg c = {.weight = weight, .group = group, .max_concurrent = max_conc,
-                                 .max_gpus_milli = max_milli, .guaranteed_gpus_milli = guar_milli,
-                                 .max_queued = max_queued};
+        gp_sched_tenant_cfg c = {.weight = weight, .group = group,
+                                 .quota = {.max_concurrent = max_conc, .max_gpus_milli = max_milli,
+                                           .guaranteed_gpus_milli = guar_milli, .max_queued = max_queued}};
         assert_int_equal(gp_sched_tenant_set(s, name, &c), 0);
 }
 
@@ -213,11 +213,11 @@ static void test_tenant_and_group_settings_are_checked(void **st) {
         assert_int_equal(gp_sched_tenant_set(s, "", &c), -EINVAL);
         assert_int_equal(gp_sched_tenant_set(s, NULL, &c), -EINVAL);
         assert_int_equal(gp_sched_tenant_set(s, "a", NULL), -EINVAL);
-        c.max_concurrent = -1;
+        c.quota.max_concurrent = -1;
         assert_int_equal(gp_sched_tenant_set(s, "a", &c), -EINVAL);
         c = (gp_sched_tenant_cfg){.weight = 1000001};
         assert_int_equal(gp_sched_tenant_set(s, "a", &c), -EINVAL);
-        c = (gp_sched_tenant_cfg){.max_gpus_milli = -5};
+        c = (gp_sched_tenant_cfg){.quota = {.max_gpus_milli = -5}};
         assert_int_equal(gp_sched_tenant_set(s, "a", &c), -EINVAL);
         char longname[300];
         memset(longname, 'x', sizeof(longname) - 1);

@@ -332,7 +332,7 @@ static void test_tenant_settings_are_given_to_the_core(void **st) {
         assert_int_equal(r->jobs[2].start_ms, 2000);
         gp_sim_result_free(r);
         static const char *const names[] = {"A"};
-        static const gp_sched_tenant_cfg cfgs[] = {{.weight = 1, .max_concurrent = 1}};
+        static const gp_sched_tenant_cfg cfgs[] = {{.weight = 1, .quota = {.max_concurrent = 1}}};
         o.cfg_tenant_names = names;
         o.cfg_tenants = cfgs;
         o.ncfg_tenants = 1;

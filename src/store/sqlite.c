@@ -187,8 +187,8 @@ static void mig_rollback(gp_store *s) {
 static int mig_read_version(gp_store *s, char *buf, size_t size) {
         sqlite3_stmt *st = NULL;
         int r = 0;
-        if (sqlite3_prepare_v2(impl(s)->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &st,
-                               NULL) != SQLITE_OK)
+        if (sqlite3_prepare_v2(impl(s)->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &st, NULL) !=
+            SQLITE_OK)
                 return db_err(s, "read schema_version");
         int rc = sqlite3_step(st);
         if (rc == SQLITE_DONE) {

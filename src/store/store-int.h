@@ -94,8 +94,8 @@ enum store_tcol {
 int store_bill_row(gp_store *s, const store_row *row, int kind, void *cb, void *ud);
 
 typedef struct gp_store_ops {
-        const char *name;   /* "sqlite", "postgres" */
-        size_t impl_size;   /* bytes of the backend state store.c allocates (zeroed) as s->impl */
+        const char *name; /* "sqlite", "postgres" */
+        size_t impl_size; /* bytes of the backend state store.c allocates (zeroed) as s->impl */
         /* target: the URL without "scheme://" for sqlite, the whole URL for
          * postgres.  s->impl is allocated and zeroed; on failure the message
          * is left in s->errmsg and store.c calls close. */

@@ -765,37 +765,37 @@ int gp_store_meta_set(gp_store *s, const char *key, const char *value) {
 
 /* The tasks table of schema version 1; INT is the integer column type
  * (SQLite INTEGER, so id is the rowid; PostgreSQL BIGINT). */
-#define TASKS_V1(INT)                                                                                   \
-        "CREATE TABLE tasks ("                                                                          \
-        " id " INT " PRIMARY KEY,"                                                                      \
-        " tenant TEXT NOT NULL,"                                                                        \
-        " name TEXT NOT NULL,"                                                                          \
-        " model TEXT NOT NULL,"                                                                         \
-        " gpu_model TEXT NOT NULL,"                                                                     \
-        " priority " INT " NOT NULL,"                                                                   \
-        " gpu_request " INT " NOT NULL,"                                                                \
-        " memory_mb " INT " NOT NULL,"                                                                  \
-        " exclusive " INT " NOT NULL,"                                                                  \
-        " preemptible " INT " NOT NULL,"                                                                \
-        " is_lease " INT " NOT NULL,"                                                                   \
-        " timeout_s " INT " NOT NULL,"                                                                  \
-        " queue_timeout_s " INT " NOT NULL,"                                                            \
-        " lease_ttl_s " INT " NOT NULL,"                                                                \
-        " max_retries " INT " NOT NULL,"                                                                \
-        " retries " INT " NOT NULL,"                                                                    \
-        " preempt_count " INT " NOT NULL,"                                                              \
-        " state TEXT NOT NULL,"                                                                         \
-        " exit_code " INT ","                                                                           \
-        " reason TEXT NOT NULL,"                                                                        \
-        " submitted_ms " INT " NOT NULL,"                                                               \
-        " started_ms " INT " NOT NULL,"                                                                 \
-        " finished_ms " INT " NOT NULL,"                                                                \
-        " heartbeat_ms " INT " NOT NULL,"                                                               \
-        " sup_pid " INT " NOT NULL,"                                                                    \
-        " sup_start " INT " NOT NULL,"                                                                  \
-        " spec TEXT,"                                                                                   \
-        " gpus TEXT);"                                                                                  \
-        "CREATE INDEX tasks_state_id ON tasks (state, id);"                                             \
+#define TASKS_V1(INT)                                       \
+        "CREATE TABLE tasks ("                              \
+        " id " INT " PRIMARY KEY,"                          \
+        " tenant TEXT NOT NULL,"                            \
+        " name TEXT NOT NULL,"                              \
+        " model TEXT NOT NULL,"                             \
+        " gpu_model TEXT NOT NULL,"                         \
+        " priority " INT " NOT NULL,"                       \
+        " gpu_request " INT " NOT NULL,"                    \
+        " memory_mb " INT " NOT NULL,"                      \
+        " exclusive " INT " NOT NULL,"                      \
+        " preemptible " INT " NOT NULL,"                    \
+        " is_lease " INT " NOT NULL,"                       \
+        " timeout_s " INT " NOT NULL,"                      \
+        " queue_timeout_s " INT " NOT NULL,"                \
+        " lease_ttl_s " INT " NOT NULL,"                    \
+        " max_retries " INT " NOT NULL,"                    \
+        " retries " INT " NOT NULL,"                        \
+        " preempt_count " INT " NOT NULL,"                  \
+        " state TEXT NOT NULL,"                             \
+        " exit_code " INT ","                               \
+        " reason TEXT NOT NULL,"                            \
+        " submitted_ms " INT " NOT NULL,"                   \
+        " started_ms " INT " NOT NULL,"                     \
+        " finished_ms " INT " NOT NULL,"                    \
+        " heartbeat_ms " INT " NOT NULL,"                   \
+        " sup_pid " INT " NOT NULL,"                        \
+        " sup_start " INT " NOT NULL,"                      \
+        " spec TEXT,"                                       \
+        " gpus TEXT);"                                      \
+        "CREATE INDEX tasks_state_id ON tasks (state, id);" \
         "CREATE INDEX tasks_tenant_id ON tasks (tenant, id);"
 
 /* Schema migrations, applied in order by store_migrate.  To change the
@@ -805,7 +805,7 @@ int gp_store_meta_set(gp_store *s, const char *key, const char *value) {
  * schema_version) exists before any of them. */
 static const struct store_migration {
         int version;
-        const char *sql[STORE_DIALECTS];                           /* run first; NULL: none */
+        const char *sql[STORE_DIALECTS];                     /* run first; NULL: none */
         int (*fn)(gp_store *s, const store_schema_ops *ops); /* then this, if set */
 } migrations[] = {
         {1, {[STORE_SQLITE] = TASKS_V1("INTEGER"), [STORE_POSTGRES] = TASKS_V1("BIGINT")}, NULL},
@@ -840,18 +840,18 @@ _Static_assert(GP_ARRAY_SIZE(migrations) == GP_STORE_SCHEMA_VERSION,
 /* The metering tables, created if missing at every open, after the
  * versioned migrations (no schema version of their own: CREATE ... IF NOT
  * EXISTS is the migration). */
-#define BILLING_SCHEMA(INTEGER, SERIAL)                                                                 \
-        "CREATE TABLE IF NOT EXISTS usage (id " SERIAL ", task_id " INTEGER " NOT NULL,"                \
-        " tenant TEXT NOT NULL, gpu_model TEXT NOT NULL, gpus_milli " INTEGER " NOT NULL,"              \
-        " memory_mb " INTEGER " NOT NULL, start_ms " INTEGER " NOT NULL, end_ms " INTEGER " NOT NULL,"  \
-        " gpu_ms " INTEGER " NOT NULL, run_start_ms " INTEGER " NOT NULL,"                              \
-        " end_kind " INTEGER " NOT NULL, month " INTEGER " NOT NULL);"                                  \
-        "CREATE INDEX IF NOT EXISTS usage_tenant_month ON usage (tenant, month);"                       \
-        "CREATE INDEX IF NOT EXISTS usage_task ON usage (task_id);"                                     \
-        "CREATE TABLE IF NOT EXISTS usage_tokens (id " SERIAL ", tenant TEXT NOT NULL,"                 \
-        " model TEXT NOT NULL, prompt_tokens " INTEGER " NOT NULL,"                                     \
-        " completion_tokens " INTEGER " NOT NULL, at_ms " INTEGER " NOT NULL,"                          \
-        " month " INTEGER " NOT NULL);"                                                                 \
+#define BILLING_SCHEMA(INTEGER, SERIAL)                                                                \
+        "CREATE TABLE IF NOT EXISTS usage (id " SERIAL ", task_id " INTEGER " NOT NULL,"               \
+        " tenant TEXT NOT NULL, gpu_model TEXT NOT NULL, gpus_milli " INTEGER " NOT NULL,"             \
+        " memory_mb " INTEGER " NOT NULL, start_ms " INTEGER " NOT NULL, end_ms " INTEGER " NOT NULL," \
+        " gpu_ms " INTEGER " NOT NULL, run_start_ms " INTEGER " NOT NULL,"                             \
+        " end_kind " INTEGER " NOT NULL, month " INTEGER " NOT NULL);"                                 \
+        "CREATE INDEX IF NOT EXISTS usage_tenant_month ON usage (tenant, month);"                      \
+        "CREATE INDEX IF NOT EXISTS usage_task ON usage (task_id);"                                    \
+        "CREATE TABLE IF NOT EXISTS usage_tokens (id " SERIAL ", tenant TEXT NOT NULL,"                \
+        " model TEXT NOT NULL, prompt_tokens " INTEGER " NOT NULL,"                                    \
+        " completion_tokens " INTEGER " NOT NULL, at_ms " INTEGER " NOT NULL,"                         \
+        " month " INTEGER " NOT NULL);"                                                                \
         "CREATE INDEX IF NOT EXISTS usage_tokens_tenant_month ON usage_tokens (tenant, month);"
 
 static const char *const billing_sql[STORE_DIALECTS] = {
@@ -903,8 +903,7 @@ int store_migrate(gp_store *s, const store_schema_ops *ops) {
                 if ((r = ops->exec(s, sql, what)) < 0)
                         goto rollback;
         }
-        if ((r = ops->exec(s, billing_sql[ops->dialect], "create metering tables")) < 0 ||
-            (r = ops->commit(s)) < 0)
+        if ((r = ops->exec(s, billing_sql[ops->dialect], "create metering tables")) < 0 || (r = ops->commit(s)) < 0)
                 goto rollback;
         return 0;
 rollback:

@@ -368,7 +368,7 @@ static void commit(gp_daemon *d, batch *b) {
                         gp_error("stopping with a batch that could not be stored; none of it was acknowledged");
                         _exit(70);
                 }
-                usleep(1000 * 1000);
+                sleep(1);
                 gp_disk_check(d);
         }
         gp_tenants_stored(d);

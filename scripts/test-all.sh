@@ -1,14 +1,15 @@
 #!/bin/sh
 # The whole test suite, as the README names it and CI (.ci/run) runs it:
 #   1. installs the Debian packages the tests need (if missing),
-#   2. gcc build with -Werror: unit tests, black-box tests against the real
+#   2. cppcheck over src/ (`make lint`, mk/lint.mk: about 30 s, no build),
+#   3. gcc build with -Werror: unit tests, black-box tests against the real
 #      daemon, replay of every fuzz corpus,
-#   3. the unit and black-box tests again under ASan+UBSan,
-#   4. the black-box tests of the threaded paths under ThreadSanitizer,
-#   5. every fuzz target fuzzed for FUZZ_SECONDS (default 10) seconds,
-#   6. the store tests (unit, and tests/blackbox/test_one_server.py) against
+#   4. the unit and black-box tests again under ASan+UBSan,
+#   5. the black-box tests of the threaded paths under ThreadSanitizer,
+#   6. every fuzz target fuzzed for FUZZ_SECONDS (default 10) seconds,
+#   7. the store tests (unit, and tests/blackbox/test_one_server.py) against
 #      a real PostgreSQL server started here,
-#   7. the dashboard in headless Chromium and the gateway through the
+#   8. the dashboard in headless Chromium and the gateway through the
 #      official openai npm client (npm packages from package-lock.json).
 # Exits non-zero on the first failure.
 set -eu
@@ -16,12 +17,15 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
 jobs=$(nproc 2>/dev/null || echo 2)
 
-echo "== 1/7 gcc build, unit + black-box tests, fuzz corpus replay"
+echo "== 1/8 cppcheck over src/ (make lint)"
+make lint LINT_JOBS="$jobs"
+
+echo "== 2/8 gcc build, unit + black-box tests, fuzz corpus replay"
 scripts/check-layers.sh
 make -j"$jobs" all
 make -j"$jobs" check
 
-echo "== 2/7 ASan+UBSan: unit + black-box tests"
+echo "== 3/8 ASan+UBSan: unit + black-box tests"
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} \
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
 PYTEST_ADDOPTS="-m 'not timing'" \
@@ -34,7 +38,7 @@ PYTEST_ADDOPTS="-m 'not timing'" \
 # All black-box files but test_simulate.py (the simulator is one thread,
 # CPU-bound, and ~10x slower under TSan; ASan covers it) and, as under ASan,
 # the `timing` tests.  A new test file is in by default.
-echo "== 3/7 ThreadSanitizer: black-box tests"
+echo "== 4/8 ThreadSanitizer: black-box tests"
 tsan_dir=$(mktemp -d /tmp/gpupool-tsan.XXXXXX)
 chmod 1777 "$tsan_dir"   # daemons that dropped root (server.user) write there too
 TSAN_OPTIONS="log_path=$tsan_dir/tsan second_deadlock_stack=1 ${TSAN_OPTIONS:-}" \
@@ -48,10 +52,10 @@ if [ -n "$(ls -A "$tsan_dir")" ]; then
 fi
 rm -rf "$tsan_dir"
 
-echo "== 4/7 fuzz every target for ${FUZZ_SECONDS:-10} s (new crashes fail, with the input printed)"
+echo "== 5/8 fuzz every target for ${FUZZ_SECONDS:-10} s (new crashes fail, with the input printed)"
 make fuzz-run FUZZ_SECONDS="${FUZZ_SECONDS:-10}" FUZZ_KEEP_NEW=0
 
-echo "== 5/7 store tests against PostgreSQL"
+echo "== 6/8 store tests against PostgreSQL"
 url=$(tests/pg/start-pg.sh)
 trap 'tests/pg/stop-pg.sh "$url" >/dev/null 2>&1 || true' EXIT
 GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BUILD=build build/tests/test-store
@@ -62,11 +66,11 @@ GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BIN="$PWD/build/gpupool" GPUPOOL_BUILD="$PWD/
 # both npm stages start build/tests/fake-openai as the gateway's upstream
 make -j"$jobs" build/tests/fake-openai
 
-echo "== 6/7 web dashboard in headless chromium (Playwright), against a real daemon (and fake-openai for the gateway page)"
+echo "== 7/8 web dashboard in headless chromium (Playwright), against a real daemon (and fake-openai for the gateway page)"
 (cd tests/web && npm ci --no-audit --no-fund --loglevel=error &&
         GPUPOOL_BIN="$PWD/../../build/gpupool" FAKE_OPENAI_BIN="$PWD/../../build/tests/fake-openai" node --test dashboard.test.mjs)
 
-echo "== 7/7 inference gateway driven by the official openai npm client, against a real daemon and fake-openai"
+echo "== 8/8 inference gateway driven by the official openai npm client, against a real daemon and fake-openai"
 GPUPOOL_BIN="$PWD/build/gpupool" FAKE_OPENAI_BIN="$PWD/build/tests/fake-openai" tests/gateway/run.sh
 
 echo "== all tests passed"

@@ -786,7 +786,7 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                 case O_FROM:
                                 case O_TO: {
                                         int64_t ms;
-                                        char full[40];
+                                        char full[40] = "";
                                         bool day = strlen(val) == 10 && val[4] == '-' && val[7] == '-';
                                         if (day)
                                                 snprintf(full, sizeof(full), "%sT00:00:00Z", val);

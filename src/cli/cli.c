@@ -301,7 +301,7 @@ static int cmd_cancel_array(const gp_cli_cmd *c, FILE *out, FILE *err) {
                 fprintf(out, "cancelled %" PRId64 ", stopping %" PRId64 "\n", nc, ns);
         }
         gp_cli_resp_done(&r);
-        return ex;
+        return GP_CLI_EXIT_OK;
 }
 
 static int cmd_cancel(const gp_cli_cmd *c, FILE *out, FILE *err) {
@@ -345,7 +345,7 @@ static int cmd_cancel(const gp_cli_cmd *c, FILE *out, FILE *err) {
         else if (state && strcmp(state, "cancelled") != 0 && strcmp(state, "queued") != 0)
                 fprintf(err, "gpupool: task %" PRId64 " had already ended\n", c->id);
         gp_cli_resp_done(&r);
-        return ex;
+        return GP_CLI_EXIT_OK;
 }
 
 /* The task's state into *ret_state ("" if missing).  Returns an exit code. */
@@ -417,7 +417,10 @@ static int cmd_logs(const gp_cli_cmd *c, FILE *out, FILE *err) {
                         continue;
                 }
                 idle_ends = bytes > before ? 0 : idle_ends + 1;
-                usleep(idle_ends > 2 ? 1000 * 1000 : 200 * 1000);
+                if (idle_ends > 2)
+                        sleep(1);
+                else
+                        usleep(200 * 1000);
         }
         return ex;
 }

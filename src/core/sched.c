@@ -182,7 +182,7 @@ typedef struct stenant {
         uint32_t act_pos[GP_PRIORITY_LEVELS]; /* 1 + index in tiers[q].act, 0 = absent */
         uint32_t held_stamp;       /* == run stamp: held by its quota in that run */
         uint8_t held_code;         /* ... with this reason */
-        int64_t held_a1, held_a2, held_a3;
+        int64_t held_a1, held_a2;
         uint32_t reclaim_stamp;    /* == run stamp: a reclaim failed in that run */
         uint32_t plan_stamp;       /* preemption planning: plan_milli valid */
         int64_t plan_milli;        /* share of its tasks marked as victims */
@@ -1642,6 +1642,7 @@ static void choose_close(const gp_sched *s, const snode *nd, const uint32_t *can
                                         bj = j;
                                 }
                         }
+                        // cppcheck-suppress negativeIndex ; n < m here, so an unused candidate (bj >= 0) always exists
                         used[bj] = true;
                         pick[np++] = cand[bj];
                 }

@@ -295,6 +295,7 @@ static int read_pidfile_at(int dirfd, gp_exec_proc *ret) {
 
 static int open_dir(const char *path) {
         int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        // cppcheck-suppress resourceLeak ; the descriptor is what we return
         return fd < 0 ? -errno : fd;
 }
 

@@ -46,12 +46,14 @@ typedef int nvmlGpuTopologyLevel_t;       /* enum */
 
 typedef struct nvmlMemory_st {
         unsigned long long total;         /* bytes */
+        // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
         unsigned long long free;
         unsigned long long used;
 } nvmlMemory_t;
 
 typedef struct nvmlUtilization_st {
         unsigned int gpu;                 /* percent of time a kernel ran */
+        // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
         unsigned int memory;              /* percent of time memory was read/written */
 } nvmlUtilization_t;
 

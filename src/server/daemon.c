@@ -373,7 +373,7 @@ static void commit(gp_daemon *d, batch *b) {
                         gp_error("stopping with a batch that could not be stored; none of it was acknowledged");
                         _exit(70);
                 }
-                usleep(1000 * 1000);
+                sleep(1);
                 gp_disk_check(d);
         }
         gp_commit_stored(d, gen); /* durable now, or once the sync thread's fsync covers it */

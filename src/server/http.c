@@ -696,6 +696,7 @@ static json_t *busiest(json_t *queues, size_t top) {
                 n = GP_ARRAY_SIZE(v);
         for (size_t i = 0; i < n; i++)
                 v[i] = json_array_get(queues, i);
+        // cppcheck-suppress uninitvar ; v[0..n) were set just above
         qsort(v, n, sizeof(v[0]), busier);
         for (size_t i = 0; i < n && i < top; i++)
                 json_array_append(out, v[i]);

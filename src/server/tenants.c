@@ -448,6 +448,7 @@ int gp_tenants_init(gp_daemon *d, char *err, size_t errlen) {
                         t = &n;
                 }
                 char e[200];
+                // cppcheck-suppress uninitvar ; t is a stored tenant or n, which tenant_defaults() filled
                 gp_cfg_tenant tmp = *t;
                 if (tenant_from_json(v, &tmp, e, sizeof(e)) < 0) {
                         gp_warn("stored tenant %s ignored: %s", id, e);
@@ -490,6 +491,7 @@ int gp_tenants_init(gp_daemon *d, char *err, size_t errlen) {
                                 w[i] = (uint32_t)json_integer_value(wv);
                 }
                 if (ok) /* a stored run-time change wins over the file */
+                        // cppcheck-suppress uninitvar ; ok: the array had GP_PRIORITY_LEVELS entries, each stored in w
                         memcpy(d->cfg.weights, w, sizeof(w));
         }
         json_decref(ws);
@@ -961,6 +963,7 @@ bool gp_tenants_route(hreq *r, const char *url, const char *method, int *ret) {
                 *ret = MHD_YES;
                 return true;
         }
+        // cppcheck-suppress unreadVariable ; it is read below (the block-scope extern misleads cppcheck)
         char *body = r->resp;
         r->resp = NULL;
         extern int gp_http_send(hreq * r, int status, char *body, int retry_after);

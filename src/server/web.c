@@ -38,6 +38,7 @@ static const size_t web_nfiles = 0;
             "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 
 static const web_file *find(const char *path) {
+        // cppcheck-suppress unsignedLessThanZero ; web_nfiles is 0 in a build without the generated assets
         for (size_t i = 0; i < web_nfiles; i++)
                 if (web_files[i].path && !strcmp(web_files[i].path, path))
                         return &web_files[i];

@@ -150,6 +150,7 @@ static bool next_line(const char *data, size_t len, size_t *pos, const char **li
         const char *nl = memchr(p, '\n', len - *pos);
         size_t k = nl ? (size_t)(nl - p) : len - *pos;
         *pos += k + (nl ? 1 : 0);
+        // cppcheck-suppress knownConditionTrueFalse ; k is 0 for an empty line (nl == p)
         if (k > 0 && p[k - 1] == '\r')
                 k--;
         *line = p;
@@ -288,6 +289,7 @@ int gp_trace_parse(const char *name, const char *data, size_t len, const gp_trac
                 fail(err, errlen, name, ln, "contains a NUL byte");
                 return -GP_EPARSE;
         }
+        // cppcheck-suppress unreadVariable ; a defensive start value: every path to fail sets rc
         int rc = 0;
         interner in = {0};
         id_line *ids = NULL;

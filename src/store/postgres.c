@@ -122,51 +122,6 @@ static const struct {
                             5},
 };
 
-/* Schema migrations, applied in order in one transaction at open, under an
- * advisory lock so two daemons starting together do not race. */
-static const struct {
-        int version;
-        const char *sql;
-} migrations[] = {
-        {1, "CREATE TABLE tasks ("
-            " id BIGINT PRIMARY KEY,"
-            " tenant TEXT NOT NULL,"
-            " name TEXT NOT NULL,"
-            " model TEXT NOT NULL,"
-            " gpu_model TEXT NOT NULL,"
-            " priority BIGINT NOT NULL,"
-            " gpu_request BIGINT NOT NULL,"
-            " memory_mb BIGINT NOT NULL,"
-            " exclusive BIGINT NOT NULL,"
-            " preemptible BIGINT NOT NULL,"
-            " is_lease BIGINT NOT NULL,"
-            " timeout_s BIGINT NOT NULL,"
-            " queue_timeout_s BIGINT NOT NULL,"
-            " lease_ttl_s BIGINT NOT NULL,"
-            " max_retries BIGINT NOT NULL,"
-            " retries BIGINT NOT NULL,"
-            " preempt_count BIGINT NOT NULL,"
-            " state TEXT NOT NULL,"
-            " exit_code BIGINT,"
-            " reason TEXT NOT NULL,"
-            " submitted_ms BIGINT NOT NULL,"
-            " started_ms BIGINT NOT NULL,"
-            " finished_ms BIGINT NOT NULL,"
-            " heartbeat_ms BIGINT NOT NULL,"
-            " sup_pid BIGINT NOT NULL,"
-            " sup_start BIGINT NOT NULL,"
-            " spec TEXT,"
-            " gpus TEXT);"
-            "CREATE INDEX tasks_state_id ON tasks (state, id);"
-            "CREATE INDEX tasks_tenant_id ON tasks (tenant, id);"},
-        {2, "ALTER TABLE tasks ADD COLUMN elastic_max BIGINT NOT NULL DEFAULT 0"},
-        {3, "ALTER TABLE tasks ADD COLUMN borrowing BIGINT NOT NULL DEFAULT 0"},
-        {4, "ALTER TABLE tasks ADD COLUMN array_id BIGINT NOT NULL DEFAULT 0, "
-            "ADD COLUMN array_index BIGINT NOT NULL DEFAULT 0, "
-            "ADD COLUMN array_limit BIGINT NOT NULL DEFAULT 0; "
-            "CREATE INDEX tasks_array ON tasks (array_id, id)"},
-};
-
 /* Key of the advisory lock held while migrating ("gpupool" in ASCII). */
 #define MIGRATE_LOCK_KEY 0x677075706f6f6cLL
 /* First key of the session advisory lock a server holds for its life
@@ -439,66 +394,53 @@ static int run_one(gp_store *s, int which, const char *const *vals, const char *
 
 /* ---- open / close / schema ---- */
 
-static int schema_version(gp_store *s, int64_t *ret) {
+/* Schema primitives for store_migrate (store.c): the migration runs in one
+ * transaction under an advisory lock, so two daemons starting together
+ * against a fresh database do not race on CREATE TABLE. */
+static int mig_begin(gp_store *s) {
+        char sql[64];
+        int r;
+        if ((r = exec_cmd(s, "BEGIN", "migrate: begin")) < 0)
+                return r;
+        snprintf(sql, sizeof(sql), "SELECT pg_advisory_xact_lock(%lld)", (long long)MIGRATE_LOCK_KEY);
+        if ((r = exec_cmd(s, sql, "migrate: lock")) < 0)
+                PQclear(PQexec(impl(s)->conn, "ROLLBACK"));
+        return r;
+}
+
+static int mig_commit(gp_store *s) {
+        return exec_cmd(s, "COMMIT", "migrate: commit");
+}
+
+static void mig_rollback(gp_store *s) {
+        PQclear(PQexec(impl(s)->conn, "ROLLBACK"));
+}
+
+static int mig_read_version(gp_store *s, char *buf, size_t size) {
         PGresult *res = PQexec(impl(s)->conn, "SELECT value FROM meta WHERE key = 'schema_version'");
         int r = 0;
         if (PQresultStatus(res) != PGRES_TUPLES_OK)
                 r = pg_err(s, res, "read schema_version");
         else if (PQntuples(res) == 0)
-                *ret = 0;
-        else if (gp_parse_i64(PQgetvalue(res, 0, 0), 0, INT32_MAX, ret) < 0)
-                r = store_set_err(s, "not a number", "read schema_version");
+                r = -ENOENT;
+        else if (gp_strlcpy(buf, PQgetvalue(res, 0, 0), size) >= size)
+                r = -E2BIG;
         PQclear(res);
         return r;
 }
 
-static int migrate(gp_store *s) {
-        int64_t version = 0;
-        char sql[192];
-        int r;
-        if ((r = exec_cmd(s, "BEGIN", "migrate: begin")) < 0)
-                return r;
-        snprintf(sql, sizeof(sql), "SELECT pg_advisory_xact_lock(%lld)", (long long)MIGRATE_LOCK_KEY);
-        if ((r = exec_cmd(s, sql, "migrate: lock")) < 0 ||
-            (r = exec_cmd(s, "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-                          "migrate: create meta table")) < 0 ||
-            (r = schema_version(s, &version)) < 0)
-                goto rollback;
-        if (version > GP_STORE_SCHEMA_VERSION) {
-                char msg[128];
-                snprintf(msg, sizeof(msg), "database schema version %" PRId64 " is newer than this gpupool's (%d)",
-                         version, GP_STORE_SCHEMA_VERSION);
-                r = store_set_err(s, msg, "migrate");
-                goto rollback;
-        }
-        for (size_t i = 0; i < GP_ARRAY_SIZE(migrations); i++) {
-                if (migrations[i].version <= version)
-                        continue;
-                char what[64];
-                snprintf(what, sizeof(what), "migrate to schema version %d", migrations[i].version);
-                if ((r = exec_cmd(s, migrations[i].sql, what)) < 0)
-                        goto rollback;
-                snprintf(sql, sizeof(sql),
-                         "INSERT INTO meta (key, value) VALUES ('schema_version', '%d') "
-                         "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                         migrations[i].version);
-                if ((r = exec_cmd(s, sql, what)) < 0)
-                        goto rollback;
-        }
-        if ((r = exec_cmd(s, STORE_BILLING_SCHEMA("BIGINT", "BIGSERIAL PRIMARY KEY"), "create metering tables")) < 0)
-                goto rollback;
-        return exec_cmd(s, "COMMIT", "migrate: commit");
-rollback:
-        PQclear(PQexec(impl(s)->conn, "ROLLBACK"));
-        return r;
-}
+static const store_schema_ops pg_schema = {
+        .dialect = STORE_POSTGRES,
+        .begin = mig_begin,
+        .commit = mig_commit,
+        .rollback = mig_rollback,
+        .exec = exec_cmd,
+        .read_version = mig_read_version,
+};
 
 static int pg_open(gp_store *s, const char *url, const char *target, const gp_store_options *opt) {
-        pg_store *p = calloc(1, sizeof(*p));
+        pg_store *p = impl(s);
         int r;
-        if (!p)
-                return store_set_err(s, "out of memory", "open postgres database");
-        s->impl = p;
         p->lock_timeout_ms = opt->busy_timeout_ms;
         p->url = strdup(url);
         if (!p->url)
@@ -513,21 +455,17 @@ static int pg_open(gp_store *s, const char *url, const char *target, const gp_st
          * lock_timeout too; statements are prepared again once tables exist */
         char sql[96];
         snprintf(sql, sizeof(sql), "SET lock_timeout = %d", p->lock_timeout_ms);
-        if ((r = exec_cmd(s, sql, "set lock_timeout")) < 0 || (r = migrate(s)) < 0)
+        if ((r = exec_cmd(s, sql, "set lock_timeout")) < 0 || (r = store_migrate(s, &pg_schema)) < 0)
                 return r;
         return prepare_session(s);
 }
 
 static void pg_close(gp_store *s) {
         pg_store *p = impl(s);
-        if (!p)
-                return;
         PQfinish(p->conn);
         if (p->url)
                 explicit_bzero(p->url, strlen(p->url));
         free(p->url);
-        free(p);
-        s->impl = NULL;
 }
 
 /* ---- one server per store ---- */
@@ -650,15 +588,7 @@ static int pg_commit(gp_store *s) {
                         r = 0;
                 PQclear(res);
         }
-        if (r < 0 && pg_in_tx(s)) {
-                char msg[GP_STORE_ERRMSG_MAX];
-                gp_strlcpy(msg, s->errmsg, sizeof(msg));
-                if (pg_rollback(s) == 0)
-                        store_set_err(s, msg, "transaction rolled back");
-                else
-                        store_set_err(s, s->errmsg, "%s; then", msg);
-        }
-        return r;
+        return r < 0 ? store_commit_failed(s, r) : 0;
 }
 
 /* ---- tasks ---- */
@@ -867,16 +797,8 @@ static int pg_meta_get(gp_store *s, const char *key, char *buf, size_t size) {
                 store_set_err(s, "no such key", "%s", what);
         if (r < 0)
                 return r;
-        size_t n = (size_t)PQgetlength(res, 0, 0);
-        if (PQgetisnull(res, 0, 0)) {
-                r = store_set_err(s, "value is NULL", "%s", what);
-        } else if (n >= size) {
-                r = -E2BIG;
-                store_set_err(s, "value does not fit the buffer", "%s", what);
-        } else {
-                memcpy(buf, PQgetvalue(res, 0, 0), n);
-                buf[n] = '\0';
-        }
+        r = store_meta_copy(s, what, PQgetisnull(res, 0, 0) ? NULL : PQgetvalue(res, 0, 0),
+                            (size_t)PQgetlength(res, 0, 0), buf, size);
         PQclear(res);
         return r;
 }
@@ -986,6 +908,7 @@ static int pg_tokens_list(gp_store *s, const gp_usage_filter *f, gp_tokens_cb cb
 
 const gp_store_ops gp_store_postgres_ops = {
         .name = "postgres",
+        .impl_size = sizeof(pg_store),
         .open = pg_open,
         .close = pg_close,
         .begin = pg_begin,

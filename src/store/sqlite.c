@@ -88,51 +88,6 @@ static const char *const stmt_sql[ST_COUNT] = {
                            "ORDER BY at_ms, id",
 };
 
-/* Schema migrations, applied in order inside one transaction at open; the
- * meta table (which holds schema_version) exists before any of them. */
-static const struct {
-        int version;
-        const char *sql;
-} migrations[] = {
-        {1, "CREATE TABLE tasks ("
-            " id INTEGER PRIMARY KEY,"
-            " tenant TEXT NOT NULL,"
-            " name TEXT NOT NULL,"
-            " model TEXT NOT NULL,"
-            " gpu_model TEXT NOT NULL,"
-            " priority INTEGER NOT NULL,"
-            " gpu_request INTEGER NOT NULL,"
-            " memory_mb INTEGER NOT NULL,"
-            " exclusive INTEGER NOT NULL,"
-            " preemptible INTEGER NOT NULL,"
-            " is_lease INTEGER NOT NULL,"
-            " timeout_s INTEGER NOT NULL,"
-            " queue_timeout_s INTEGER NOT NULL,"
-            " lease_ttl_s INTEGER NOT NULL,"
-            " max_retries INTEGER NOT NULL,"
-            " retries INTEGER NOT NULL,"
-            " preempt_count INTEGER NOT NULL,"
-            " state TEXT NOT NULL,"
-            " exit_code INTEGER,"
-            " reason TEXT NOT NULL,"
-            " submitted_ms INTEGER NOT NULL,"
-            " started_ms INTEGER NOT NULL,"
-            " finished_ms INTEGER NOT NULL,"
-            " heartbeat_ms INTEGER NOT NULL,"
-            " sup_pid INTEGER NOT NULL,"
-            " sup_start INTEGER NOT NULL,"
-            " spec TEXT,"
-            " gpus TEXT);"
-            "CREATE INDEX tasks_state_id ON tasks (state, id);"
-            "CREATE INDEX tasks_tenant_id ON tasks (tenant, id);"},
-        {2, "ALTER TABLE tasks ADD COLUMN elastic_max INTEGER NOT NULL DEFAULT 0"},
-        {3, "ALTER TABLE tasks ADD COLUMN borrowing INTEGER NOT NULL DEFAULT 0"},
-        {4, "ALTER TABLE tasks ADD COLUMN array_id INTEGER NOT NULL DEFAULT 0;"
-            "ALTER TABLE tasks ADD COLUMN array_index INTEGER NOT NULL DEFAULT 0;"
-            "ALTER TABLE tasks ADD COLUMN array_limit INTEGER NOT NULL DEFAULT 0;"
-            "CREATE INDEX tasks_array ON tasks (array_id, id)"},
-};
-
 typedef struct sqlite_store {
         sqlite3 *db;                    /* the connection */
         sqlite3_stmt *st[ST_COUNT];     /* prepared at open, reset after each use */
@@ -217,20 +172,33 @@ static int exec_sql(gp_store *s, const char *sql, const char *what) {
         return 0;
 }
 
-/* Read meta.schema_version (0 when absent). */
-static int schema_version(gp_store *s, int64_t *ret) {
+/* ---- schema primitives for store_migrate (store.c) ---- */
+
+static int mig_begin(gp_store *s) {
+        return exec_sql(s, "BEGIN IMMEDIATE", "migrate: begin");
+}
+
+static int mig_commit(gp_store *s) {
+        return exec_sql(s, "COMMIT", "migrate: commit");
+}
+
+static void mig_rollback(gp_store *s) {
+        sqlite3_exec(impl(s)->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+static int mig_read_version(gp_store *s, char *buf, size_t size) {
         sqlite3_stmt *st = NULL;
         int r = 0;
-        if (sqlite3_prepare_v2(impl(s)->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1,
-                               &st, NULL) != SQLITE_OK)
+        if (sqlite3_prepare_v2(impl(s)->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &st, NULL) !=
+            SQLITE_OK)
                 return db_err(s, "read schema_version");
         int rc = sqlite3_step(st);
         if (rc == SQLITE_DONE) {
-                *ret = 0;
+                r = -ENOENT;
         } else if (rc == SQLITE_ROW) {
                 const char *v = (const char *)sqlite3_column_text(st, 0);
-                if (!v || gp_parse_i64(v, 0, INT32_MAX, ret) < 0)
-                        r = store_set_err(s, "not a number", "read schema_version");
+                if (gp_strlcpy(buf, v ? v : "", size) >= size)
+                        r = -E2BIG;
         } else {
                 r = db_err(s, "read schema_version");
         }
@@ -238,43 +206,14 @@ static int schema_version(gp_store *s, int64_t *ret) {
         return r;
 }
 
-static int migrate(gp_store *s) {
-        int64_t version = 0;
-        int r = exec_sql(s, "BEGIN IMMEDIATE", "migrate: begin");
-        if (r < 0)
-                return r;
-        r = exec_sql(s, "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)",
-                     "migrate: create meta table");
-        if (r < 0)
-                goto rollback;
-        if ((r = schema_version(s, &version)) < 0)
-                goto rollback;
-        if (version > GP_STORE_SCHEMA_VERSION) {
-                char msg[128];
-                snprintf(msg, sizeof(msg), "database schema version %" PRId64 " is newer than this gpupool's (%d)",
-                         version, GP_STORE_SCHEMA_VERSION);
-                r = store_set_err(s, msg, "migrate");
-                goto rollback;
-        }
-        for (size_t i = 0; i < GP_ARRAY_SIZE(migrations); i++) {
-                if (migrations[i].version <= version)
-                        continue;
-                char what[64], sql[128];
-                snprintf(what, sizeof(what), "migrate to schema version %d", migrations[i].version);
-                if ((r = exec_sql(s, migrations[i].sql, what)) < 0)
-                        goto rollback;
-                snprintf(sql, sizeof(sql),
-                         "INSERT INTO meta (key, value) VALUES ('schema_version', '%d') "
-                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                         migrations[i].version);
-                if ((r = exec_sql(s, sql, what)) < 0)
-                        goto rollback;
-        }
-        return exec_sql(s, "COMMIT", "migrate: commit");
-rollback:
-        sqlite3_exec(impl(s)->db, "ROLLBACK", NULL, NULL, NULL);
-        return r;
-}
+static const store_schema_ops sq_schema = {
+        .dialect = STORE_SQLITE,
+        .begin = mig_begin,
+        .commit = mig_commit,
+        .rollback = mig_rollback,
+        .exec = exec_sql,
+        .read_version = mig_read_version,
+};
 
 /* deferred_sync (store.h): commits run with synchronous=NORMAL, so they
  * append to the WAL without an fsync; gp_store_sync fdatasyncs the WAL
@@ -317,13 +256,10 @@ static int sq_sync(gp_store *s, char *err, size_t errlen) {
 }
 
 static int sq_open(gp_store *s, const char *url, const char *path, const gp_store_options *opt) {
-        sqlite_store *q = calloc(1, sizeof(*q));
+        sqlite_store *q = impl(s);
         char what[PATH_MAX + 64];
         int r;
-        if (!q)
-                return store_set_err(s, "out of memory", "open sqlite database");
         q->owner_fd = q->wal_fd = -1;
-        s->impl = q;
         if ((r = make_parent_dirs(s, path)) < 0)
                 return r;
         snprintf(what, sizeof(what), "open sqlite database %s", path);
@@ -357,8 +293,7 @@ static int sq_open(gp_store *s, const char *url, const char *path, const gp_stor
          * gp_store_checkpoint on another handle */
         if (opt->manual_checkpoint && (r = exec_sql(s, "PRAGMA wal_autocheckpoint = 0", "set wal_autocheckpoint")) < 0)
                 return r;
-        if ((r = migrate(s)) < 0 ||
-            (r = exec_sql(s, STORE_BILLING_SCHEMA("INTEGER", "INTEGER PRIMARY KEY"), "create metering tables")) < 0)
+        if ((r = store_migrate(s, &sq_schema)) < 0)
                 return r;
         for (int i = 0; i < ST_COUNT; i++) {
                 if (sqlite3_prepare_v3(q->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &q->st[i], NULL) !=
@@ -372,8 +307,6 @@ static int sq_open(gp_store *s, const char *url, const char *path, const gp_stor
 
 static void sq_close(gp_store *s) {
         sqlite_store *q = impl(s);
-        if (!q)
-                return;
         for (int i = 0; i < ST_COUNT; i++)
                 sqlite3_finalize(q->st[i]);
         sqlite3_close(q->db); /* all statements finalized: cannot be busy */
@@ -381,8 +314,6 @@ static void sq_close(gp_store *s) {
                 close(q->owner_fd); /* ends the claim */
         if (q->wal_fd >= 0)
                 close(q->wal_fd);
-        free(q);
-        s->impl = NULL;
 }
 
 /* ---- one server per store ---- */
@@ -444,15 +375,7 @@ static int sq_rollback(gp_store *s) {
 
 static int sq_commit(gp_store *s) {
         int r = run(s, ST_COMMIT, "commit");
-        if (r < 0 && sq_in_tx(s)) {
-                char msg[GP_STORE_ERRMSG_MAX];
-                gp_strlcpy(msg, s->errmsg, sizeof(msg));
-                if (sq_rollback(s) == 0)
-                        store_set_err(s, msg, "transaction rolled back");
-                else
-                        store_set_err(s, s->errmsg, "%s; then", msg);
-        }
-        return r;
+        return r < 0 ? store_commit_failed(s, r) : 0;
 }
 
 /* ---- tasks ---- */
@@ -641,16 +564,7 @@ static int sq_meta_get(gp_store *s, const char *key, char *buf, size_t size) {
                 store_set_err(s, "no such key", "%s", what);
         } else if (rc == SQLITE_ROW) {
                 const char *p = (const char *)sqlite3_column_text(st, 0);
-                size_t n = (size_t)sqlite3_column_bytes(st, 0);
-                if (!p) {
-                        r = store_set_err(s, "value is NULL", "%s", what);
-                } else if (n >= size) {
-                        r = -E2BIG;
-                        store_set_err(s, "value does not fit the buffer", "%s", what);
-                } else {
-                        memcpy(buf, p, n);
-                        buf[n] = '\0';
-                }
+                r = store_meta_copy(s, what, p, (size_t)sqlite3_column_bytes(st, 0), buf, size);
         }
         done_stmt(st);
         return r;
@@ -756,6 +670,7 @@ static int sq_tokens_list(gp_store *s, const gp_usage_filter *f, gp_tokens_cb cb
 
 const gp_store_ops gp_store_sqlite_ops = {
         .name = "sqlite",
+        .impl_size = sizeof(sqlite_store),
         .open = sq_open,
         .close = sq_close,
         .begin = sq_begin,

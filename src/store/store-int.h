@@ -88,22 +88,6 @@ enum store_tcol {
         TCOL_COUNT,
 };
 
-/* The metering tables, created if missing at every open (no schema
- * version of their own: CREATE ... IF NOT EXISTS is the migration). */
-#define STORE_BILLING_SCHEMA(INTEGER, SERIAL)                                                   \
-        "CREATE TABLE IF NOT EXISTS usage (id " SERIAL ", task_id " INTEGER " NOT NULL,"           \
-        " tenant TEXT NOT NULL, gpu_model TEXT NOT NULL, gpus_milli " INTEGER " NOT NULL,"         \
-        " memory_mb " INTEGER " NOT NULL, start_ms " INTEGER " NOT NULL, end_ms " INTEGER " NOT NULL," \
-        " gpu_ms " INTEGER " NOT NULL, run_start_ms " INTEGER " NOT NULL,"                          \
-        " end_kind " INTEGER " NOT NULL, month " INTEGER " NOT NULL);"                              \
-        "CREATE INDEX IF NOT EXISTS usage_tenant_month ON usage (tenant, month);"                 \
-        "CREATE INDEX IF NOT EXISTS usage_task ON usage (task_id);"                                \
-        "CREATE TABLE IF NOT EXISTS usage_tokens (id " SERIAL ", tenant TEXT NOT NULL,"            \
-        " model TEXT NOT NULL, prompt_tokens " INTEGER " NOT NULL,"                                \
-        " completion_tokens " INTEGER " NOT NULL, at_ms " INTEGER " NOT NULL,"                     \
-        " month " INTEGER " NOT NULL);"                                                             \
-        "CREATE INDEX IF NOT EXISTS usage_tokens_tenant_month ON usage_tokens (tenant, month);"
-
 /* Decode one usage (kind 0) or tokens (kind 1) row and hand it to cb
  * (a gp_segment_cb or gp_tokens_cb).  A bad row gives -GP_ESTORE with the
  * column named; else the callback's value. */
@@ -111,11 +95,14 @@ int store_bill_row(gp_store *s, const store_row *row, int kind, void *cb, void *
 
 typedef struct gp_store_ops {
         const char *name; /* "sqlite", "postgres" */
+        size_t impl_size; /* bytes of the backend state store.c allocates (zeroed) as s->impl */
         /* target: the URL without "scheme://" for sqlite, the whole URL for
-         * postgres.  Sets s->impl on success; on failure frees what it made
-         * and leaves the message in s->errmsg. */
+         * postgres.  s->impl is allocated and zeroed; on failure the message
+         * is left in s->errmsg and store.c calls close. */
         int (*open)(gp_store *s, const char *url, const char *target, const gp_store_options *opt);
-        void (*close)(gp_store *s); /* frees s->impl (may be half-built) */
+        /* frees what s->impl holds (may be half-built by a failed open);
+         * store.c frees s->impl itself */
+        void (*close)(gp_store *s);
         int (*begin)(gp_store *s);
         int (*commit)(gp_store *s);
         int (*rollback)(gp_store *s); /* a no-op returning 0 if the database already left the transaction */
@@ -167,6 +154,51 @@ static inline bool store_fault(gp_store *s) {
                 return false;
         return --s->fail_after == 0;
 }
+
+/* A backend's commit that failed (r < 0): if the connection is still
+ * inside the transaction, roll it back, so the database is left outside
+ * any transaction with the changes undone; the message says whether the
+ * rollback worked.  Returns r. */
+int store_commit_failed(gp_store *s, int r);
+
+/* Copy a meta value the database returned (p, n bytes; p NULL for SQL NULL)
+ * into the caller's buffer.  0, -E2BIG (does not fit) or -GP_ESTORE (NULL),
+ * with the message naming what. */
+int store_meta_copy(gp_store *s, const char *what, const char *p, size_t n, char *buf, size_t size);
+
+/* ---- schema: one migration runner for every backend ----
+ *
+ * store.c holds the migrations (version, SQL text per dialect, optionally a
+ * function) and runs them; a backend supplies only these primitives. */
+enum store_dialect {
+        STORE_SQLITE,
+        STORE_POSTGRES,
+        STORE_DIALECTS,
+};
+
+typedef struct store_schema_ops {
+        enum store_dialect dialect; /* which SQL text of a migration this backend runs */
+        /* Open the migration transaction and take what serialises two
+         * processes migrating one database at once (SQLite: BEGIN IMMEDIATE,
+         * the write lock; PostgreSQL: an advisory transaction lock).  On
+         * failure no transaction is left open. */
+        int (*begin)(gp_store *s);
+        int (*commit)(gp_store *s);
+        void (*rollback)(gp_store *s); /* best effort; leaves s->errmsg as it is */
+        /* Run SQL text: one or more statements, no rows wanted. */
+        int (*exec)(gp_store *s, const char *sql, const char *what);
+        /* meta.schema_version as text into buf (NUL-terminated): 0, -ENOENT
+         * (no such row), -E2BIG (longer than size - 1) or -GP_ESTORE. */
+        int (*read_version)(gp_store *s, char *buf, size_t size);
+} store_schema_ops;
+
+/* Bring the schema to GP_STORE_SCHEMA_VERSION in one transaction: create
+ * the meta table if missing, read schema_version (absent: 0), refuse a
+ * version newer than this code's, apply every migration above it in order
+ * recording each version, and create the metering tables if missing.
+ * Called by a backend's open before it prepares statements.  0 or
+ * -GP_ESTORE with the message; on failure nothing of it is stored. */
+int store_migrate(gp_store *s, const store_schema_ops *ops);
 
 /* Check a record before writing it: state in range, n_gpus in
  * 0..GP_MAX_GANG with gpus set when > 0, every fixed string NUL-terminated

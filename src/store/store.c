@@ -9,7 +9,9 @@
  *     and commit rolls back and fails.  A database may end a transaction on
  *     its own after an error (SQLite on I/O errors, PostgreSQL aborts it);
  *     refusing keeps later puts from being stored one by one outside it;
- *   - error messages never contain a postgres URL (it may hold a password).
+ *   - error messages never contain a postgres URL (it may hold a password);
+ *   - the schema is written in one place: migrations[] below, run by
+ *     store_migrate for every backend through its store_schema_ops.
  */
 #include "store/store-int.h"
 
@@ -115,11 +117,16 @@ int gp_store_open(const char *url, const gp_store_options *opt, gp_store **ret, 
                 return -ENOMEM;
         }
         s->ops = ops;
+        s->impl = calloc(1, ops->impl_size);
+        if (!s->impl) {
+                free(s);
+                set_open_err(err, errlen, "out of memory opening the store");
+                return -ENOMEM;
+        }
         int r = ops->open(s, url, target, &defaults);
         if (r < 0) {
                 set_open_err(err, errlen, s->errmsg);
-                ops->close(s);
-                free(s);
+                gp_store_close(s);
                 return r;
         }
         *ret = s;
@@ -130,6 +137,7 @@ void gp_store_close(gp_store *s) {
         if (!s)
                 return;
         s->ops->close(s);
+        free(s->impl);
         free(s);
 }
 
@@ -321,6 +329,18 @@ int gp_store_sync(gp_store *s, char *err, size_t errlen) {
         if (!s->deferred_sync || !s->ops->sync)
                 return 0;
         return s->ops->sync(s, err, errlen);
+}
+
+int store_commit_failed(gp_store *s, int r) {
+        if (!s->ops->in_tx(s))
+                return r;
+        char msg[GP_STORE_ERRMSG_MAX];
+        gp_strlcpy(msg, s->errmsg, sizeof(msg));
+        if (s->ops->rollback(s) == 0)
+                store_set_err(s, msg, "transaction rolled back");
+        else
+                store_set_err(s, s->errmsg, "%s; then", msg);
+        return r;
 }
 
 int gp_store_rollback(gp_store *s) {
@@ -707,6 +727,18 @@ int gp_store_meta_get(gp_store *s, const char *key, char *buf, size_t size) {
         return track(s, s->ops->meta_get(s, key, buf, size));
 }
 
+int store_meta_copy(gp_store *s, const char *what, const char *p, size_t n, char *buf, size_t size) {
+        if (!p)
+                return store_set_err(s, "value is NULL", "%s", what);
+        if (n >= size) {
+                store_set_err(s, "value does not fit the buffer", "%s", what);
+                return -E2BIG;
+        }
+        memcpy(buf, p, n);
+        buf[n] = '\0';
+        return 0;
+}
+
 int gp_store_checkpoint(gp_store *s, int *ret_wal_pages) {
         int r = enter(s, "checkpoint");
         if (r < 0)
@@ -737,6 +769,157 @@ int gp_store_meta_set(gp_store *s, const char *key, const char *value) {
                 return -EINVAL;
         }
         return track(s, s->ops->meta_set(s, key, value));
+}
+
+/* ------------------------------------------------------------------ */
+/* schema                                                              */
+
+/* The tasks table of schema version 1; INT is the integer column type
+ * (SQLite INTEGER, so id is the rowid; PostgreSQL BIGINT). */
+#define TASKS_V1(INT)                                       \
+        "CREATE TABLE tasks ("                              \
+        " id " INT " PRIMARY KEY,"                          \
+        " tenant TEXT NOT NULL,"                            \
+        " name TEXT NOT NULL,"                              \
+        " model TEXT NOT NULL,"                             \
+        " gpu_model TEXT NOT NULL,"                         \
+        " priority " INT " NOT NULL,"                       \
+        " gpu_request " INT " NOT NULL,"                    \
+        " memory_mb " INT " NOT NULL,"                      \
+        " exclusive " INT " NOT NULL,"                      \
+        " preemptible " INT " NOT NULL,"                    \
+        " is_lease " INT " NOT NULL,"                       \
+        " timeout_s " INT " NOT NULL,"                      \
+        " queue_timeout_s " INT " NOT NULL,"                \
+        " lease_ttl_s " INT " NOT NULL,"                    \
+        " max_retries " INT " NOT NULL,"                    \
+        " retries " INT " NOT NULL,"                        \
+        " preempt_count " INT " NOT NULL,"                  \
+        " state TEXT NOT NULL,"                             \
+        " exit_code " INT ","                               \
+        " reason TEXT NOT NULL,"                            \
+        " submitted_ms " INT " NOT NULL,"                   \
+        " started_ms " INT " NOT NULL,"                     \
+        " finished_ms " INT " NOT NULL,"                    \
+        " heartbeat_ms " INT " NOT NULL,"                   \
+        " sup_pid " INT " NOT NULL,"                        \
+        " sup_start " INT " NOT NULL,"                      \
+        " spec TEXT,"                                       \
+        " gpus TEXT);"                                      \
+        "CREATE INDEX tasks_state_id ON tasks (state, id);" \
+        "CREATE INDEX tasks_tenant_id ON tasks (tenant, id);"
+
+/* Schema migrations, applied in order by store_migrate.  To change the
+ * schema append a version (SQL for every dialect, and/or fn for what SQL
+ * cannot say), raise GP_STORE_SCHEMA_VERSION and extend the column lists;
+ * never edit an applied migration.  The meta table (which holds
+ * schema_version) exists before any of them. */
+static const struct store_migration {
+        int version;
+        const char *sql[STORE_DIALECTS];                     /* run first; NULL: none */
+        int (*fn)(gp_store *s, const store_schema_ops *ops); /* then this, if set */
+} migrations[] = {
+        {1, {[STORE_SQLITE] = TASKS_V1("INTEGER"), [STORE_POSTGRES] = TASKS_V1("BIGINT")}, NULL},
+        /* an elastic task's most GPUs */
+        {2,
+         {[STORE_SQLITE] = "ALTER TABLE tasks ADD COLUMN elastic_max INTEGER NOT NULL DEFAULT 0",
+          [STORE_POSTGRES] = "ALTER TABLE tasks ADD COLUMN elastic_max BIGINT NOT NULL DEFAULT 0"},
+         NULL},
+        /* 0/1: the run started on GPUs guaranteed to other tenants */
+        {3,
+         {[STORE_SQLITE] = "ALTER TABLE tasks ADD COLUMN borrowing INTEGER NOT NULL DEFAULT 0",
+          [STORE_POSTGRES] = "ALTER TABLE tasks ADD COLUMN borrowing BIGINT NOT NULL DEFAULT 0"},
+         NULL},
+        /* job arrays (SQLite adds one column per ALTER) */
+        {4,
+         {[STORE_SQLITE] = "ALTER TABLE tasks ADD COLUMN array_id INTEGER NOT NULL DEFAULT 0;"
+                           "ALTER TABLE tasks ADD COLUMN array_index INTEGER NOT NULL DEFAULT 0;"
+                           "ALTER TABLE tasks ADD COLUMN array_limit INTEGER NOT NULL DEFAULT 0;"
+                           "CREATE INDEX tasks_array ON tasks (array_id, id)",
+          [STORE_POSTGRES] = "ALTER TABLE tasks ADD COLUMN array_id BIGINT NOT NULL DEFAULT 0, "
+                             "ADD COLUMN array_index BIGINT NOT NULL DEFAULT 0, "
+                             "ADD COLUMN array_limit BIGINT NOT NULL DEFAULT 0; "
+                             "CREATE INDEX tasks_array ON tasks (array_id, id)"},
+         NULL},
+};
+
+_Static_assert(GP_ARRAY_SIZE(migrations) == GP_STORE_SCHEMA_VERSION,
+               "one migration per schema version, the last one GP_STORE_SCHEMA_VERSION");
+
+#define META_TABLE_SQL "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)"
+
+/* The metering tables, created if missing at every open, after the
+ * versioned migrations (no schema version of their own: CREATE ... IF NOT
+ * EXISTS is the migration). */
+#define BILLING_SCHEMA(INTEGER, SERIAL)                                                                \
+        "CREATE TABLE IF NOT EXISTS usage (id " SERIAL ", task_id " INTEGER " NOT NULL,"               \
+        " tenant TEXT NOT NULL, gpu_model TEXT NOT NULL, gpus_milli " INTEGER " NOT NULL,"             \
+        " memory_mb " INTEGER " NOT NULL, start_ms " INTEGER " NOT NULL, end_ms " INTEGER " NOT NULL," \
+        " gpu_ms " INTEGER " NOT NULL, run_start_ms " INTEGER " NOT NULL,"                             \
+        " end_kind " INTEGER " NOT NULL, month " INTEGER " NOT NULL);"                                 \
+        "CREATE INDEX IF NOT EXISTS usage_tenant_month ON usage (tenant, month);"                      \
+        "CREATE INDEX IF NOT EXISTS usage_task ON usage (task_id);"                                    \
+        "CREATE TABLE IF NOT EXISTS usage_tokens (id " SERIAL ", tenant TEXT NOT NULL,"                \
+        " model TEXT NOT NULL, prompt_tokens " INTEGER " NOT NULL,"                                    \
+        " completion_tokens " INTEGER " NOT NULL, at_ms " INTEGER " NOT NULL,"                         \
+        " month " INTEGER " NOT NULL);"                                                                \
+        "CREATE INDEX IF NOT EXISTS usage_tokens_tenant_month ON usage_tokens (tenant, month);"
+
+static const char *const billing_sql[STORE_DIALECTS] = {
+        [STORE_SQLITE] = BILLING_SCHEMA("INTEGER", "INTEGER PRIMARY KEY"),
+        [STORE_POSTGRES] = BILLING_SCHEMA("BIGINT", "BIGSERIAL PRIMARY KEY"),
+};
+
+static int read_schema_version(gp_store *s, const store_schema_ops *ops, int64_t *ret) {
+        char text[32];
+        int r = ops->read_version(s, text, sizeof(text));
+        if (r == -ENOENT) {
+                *ret = 0;
+                return 0;
+        }
+        if (r == -E2BIG || (r == 0 && gp_parse_i64(text, 0, INT32_MAX, ret) < 0))
+                return store_set_err(s, "not a number", "read schema_version");
+        return r;
+}
+
+int store_migrate(gp_store *s, const store_schema_ops *ops) {
+        int64_t version = 0;
+        int r = ops->begin(s);
+        if (r < 0)
+                return r;
+        if ((r = ops->exec(s, META_TABLE_SQL, "migrate: create meta table")) < 0 ||
+            (r = read_schema_version(s, ops, &version)) < 0)
+                goto rollback;
+        if (version > GP_STORE_SCHEMA_VERSION) {
+                char msg[128];
+                snprintf(msg, sizeof(msg), "database schema version %" PRId64 " is newer than this gpupool's (%d)",
+                         version, GP_STORE_SCHEMA_VERSION);
+                r = store_set_err(s, msg, "migrate");
+                goto rollback;
+        }
+        for (size_t i = 0; i < GP_ARRAY_SIZE(migrations); i++) {
+                const struct store_migration *m = &migrations[i];
+                if (m->version <= version)
+                        continue;
+                char what[64], sql[160];
+                snprintf(what, sizeof(what), "migrate to schema version %d", m->version);
+                if (m->sql[ops->dialect] && (r = ops->exec(s, m->sql[ops->dialect], what)) < 0)
+                        goto rollback;
+                if (m->fn && (r = m->fn(s, ops)) < 0)
+                        goto rollback;
+                snprintf(sql, sizeof(sql),
+                         "INSERT INTO meta (key, value) VALUES ('schema_version', '%d') "
+                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                         m->version);
+                if ((r = ops->exec(s, sql, what)) < 0)
+                        goto rollback;
+        }
+        if ((r = ops->exec(s, billing_sql[ops->dialect], "create metering tables")) < 0 || (r = ops->commit(s)) < 0)
+                goto rollback;
+        return 0;
+rollback:
+        ops->rollback(s);
+        return r;
 }
 
 /* ------------------------------------------------------------------ */

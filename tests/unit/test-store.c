@@ -1022,37 +1022,6 @@ static void test_newer_schema_version_is_refused(void **state) {
         assert_non_null(strstr(err, "newer"));
 }
 
-static void test_version_1_database_is_migrated_keeping_its_tasks(void **state) {
-        FX(state);
-        gp_store *s = open_store(fx);
-        gp_task t = make_full_task(5);
-        t.elastic_max_gpus = 0;
-        t.borrowing = false;
-        t.array_id = 0;
-        t.array_index = 0;
-        t.array_limit = 0;
-        put_ok(s, &t);
-        gp_store_close(s);
-        /* back to the schema of version 1: no elastic_max, borrowing nor array columns */
-        fx->be->raw_exec(fx, "DROP INDEX tasks_array");
-        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN array_id");
-        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN array_index");
-        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN array_limit");
-        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN elastic_max");
-        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN borrowing");
-        fx->be->raw_exec(fx, "UPDATE meta SET value = '1' WHERE key = 'schema_version'");
-        s = open_store(fx);
-        gp_task got;
-        assert_int_equal(gp_store_task_get(s, 5, &got), 0);
-        assert_task_equal(&t, &got);
-        gp_task_done(&got);
-        char v[16];
-        assert_int_equal(gp_store_meta_get(s, "schema_version", v, sizeof(v)), 0);
-        assert_string_equal(v, "4");
-        gp_task_done(&t);
-        gp_store_close(s);
-}
-
 /* ---- SQLite-only cases ---- */
 
 static void test_sqlite_bad_urls_are_einval_with_message(void **state) {
@@ -1576,6 +1545,127 @@ static void test_usage_rows_round_trip_filter_and_follow_the_transaction(void **
         gp_store_close(s);
 }
 
+/* ---- schema migrations ---- */
+
+/* Take the database the fixture's store made back to the schema of
+ * version v (1..3): drop what later versions added, and record v.  A
+ * version 1 database also loses the metering tables (they came later and
+ * are created if missing at every open). */
+static void downgrade_to(fixture *fx, int v) {
+        char sql[128];
+        fx->be->raw_exec(fx, "DROP INDEX tasks_array");
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN array_id");
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN array_index");
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN array_limit");
+        if (v < 3)
+                fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN borrowing");
+        if (v < 2)
+                fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN elastic_max");
+        if (v < 2) {
+                fx->be->raw_exec(fx, "DROP TABLE usage");
+                fx->be->raw_exec(fx, "DROP TABLE usage_tokens");
+        }
+        snprintf(sql, sizeof(sql), "UPDATE meta SET value = '%d' WHERE key = 'schema_version'", v);
+        fx->be->raw_exec(fx, sql);
+}
+
+/* A database of schema version v opens, is migrated to the current
+ * version, keeps its tasks (the columns added later read as 0) and its
+ * usage rows, and takes records with every field afterwards. */
+static void check_migrates_from(fixture *fx, int v) {
+        gp_store *s = open_store(fx);
+        gp_task t = make_full_task(5);
+        t.array_id = 0; /* columns of version 4 */
+        t.array_index = 0;
+        t.array_limit = 0;
+        if (v < 3)
+                t.borrowing = false;
+        if (v < 2)
+                t.elastic_max_gpus = 0;
+        put_ok(s, &t);
+        gp_bill_segment g = make_seg(5, "a", 1000, 5000, 202611);
+        assert_int_equal(gp_store_usage_add(s, &g), 0);
+        gp_store_close(s);
+        downgrade_to(fx, v);
+
+        s = open_store(fx);
+        char ver[16];
+        assert_int_equal(gp_store_meta_get(s, "schema_version", ver, sizeof(ver)), 0);
+        assert_string_equal(ver, "4");
+        gp_task got;
+        assert_int_equal(gp_store_task_get(s, 5, &got), 0);
+        assert_task_equal(&t, &got);
+        gp_task_done(&got);
+        seg_collect c = {.n = 0};
+        gp_usage_filter all = {0};
+        assert_int_equal(gp_store_usage_list(s, &all, seg_cb, &c), 0);
+        assert_int_equal(c.n, v < 2 ? 0 : 1); /* version 1 had no usage table */
+        assert_int_equal(gp_store_usage_add(s, &g), 0);
+        gp_task full = make_full_task(6);
+        put_ok(s, &full);
+        assert_int_equal(gp_store_task_get(s, 6, &got), 0);
+        assert_task_equal(&full, &got);
+        gp_task_done(&got);
+        gp_task_done(&full);
+        gp_task_done(&t);
+        gp_store_close(s);
+        /* opening again finds nothing to do */
+        s = open_store(fx);
+        assert_int_equal(max_id(s), 6);
+        gp_store_close(s);
+}
+
+static void test_version_1_database_is_migrated_keeping_its_tasks(void **state) {
+        FX(state);
+        check_migrates_from(fx, 1);
+}
+
+static void test_version_2_database_is_migrated_keeping_its_tasks(void **state) {
+        FX(state);
+        check_migrates_from(fx, 2);
+}
+
+static void test_version_3_database_is_migrated_keeping_its_tasks(void **state) {
+        FX(state);
+        check_migrates_from(fx, 3);
+}
+
+/* A migration that fails half-way stores nothing of the whole run: here
+ * version 2 applies, version 3 meets a column that is already there, and
+ * the database is left at version 1 as it was, so it migrates once the
+ * obstacle is gone. */
+static void test_failed_migration_leaves_the_old_version_whole(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        put_simple(s, 1, "a", GP_TASK_QUEUED);
+        gp_store_close(s);
+        downgrade_to(fx, 1);
+        fx->be->raw_exec(fx, "ALTER TABLE tasks ADD COLUMN borrowing INTEGER NOT NULL DEFAULT 0");
+        char err[512] = "";
+        assert_int_equal(gp_store_open(fx->url, NULL, &s, err, sizeof(err)), -GP_ESTORE);
+        assert_non_null(strstr(err, "migrate to schema version 3"));
+        /* version 2's column was rolled back with the rest */
+        fx->be->raw_exec(fx, "ALTER TABLE tasks ADD COLUMN elastic_max INTEGER NOT NULL DEFAULT 0");
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN elastic_max");
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN borrowing");
+        s = open_store(fx);
+        assert_true(exists(s, 1));
+        char ver[16];
+        assert_int_equal(gp_store_meta_get(s, "schema_version", ver, sizeof(ver)), 0);
+        assert_string_equal(ver, "4");
+        gp_store_close(s);
+}
+
+static void test_schema_version_that_is_not_a_number_is_refused(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        gp_store_close(s);
+        fx->be->raw_exec(fx, "UPDATE meta SET value = '2x' WHERE key = 'schema_version'");
+        char err[512] = "";
+        assert_int_equal(gp_store_open(fx->url, NULL, &s, err, sizeof(err)), -GP_ESTORE);
+        assert_non_null(strstr(err, "schema_version: not a number"));
+}
+
 #define GENERIC_TESTS(be)                                                                               \
         cmocka_unit_test_prestate_setup_teardown(test_put_get_round_trips_every_field, fx_setup,         \
                                                  fx_teardown, (void *)(be)),                              \
@@ -1619,6 +1709,14 @@ static void test_usage_rows_round_trip_filter_and_follow_the_transaction(void **
         cmocka_unit_test_prestate_setup_teardown(test_newer_schema_version_is_refused, fx_setup,         \
                                                  fx_teardown, (void *)(be)),                              \
         cmocka_unit_test_prestate_setup_teardown(test_version_1_database_is_migrated_keeping_its_tasks,  \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(test_version_2_database_is_migrated_keeping_its_tasks,  \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(test_version_3_database_is_migrated_keeping_its_tasks,  \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(test_failed_migration_leaves_the_old_version_whole,     \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(test_schema_version_that_is_not_a_number_is_refused,    \
                                                  fx_setup, fx_teardown, (void *)(be)),                    \
         cmocka_unit_test_prestate_setup_teardown(                                                        \
                 test_usage_rows_round_trip_filter_and_follow_the_transaction, fx_setup, fx_teardown,     \

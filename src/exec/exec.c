@@ -716,17 +716,20 @@ static int take_dir(int dirfd) {
         return 0;
 }
 
-int gp_exec_start(const char *self_exe, const char *task_dir, const gp_exec_spec *spec,
-                  gp_exec_proc *ret) {
+/* What gp_exec_start and gp_exec_launch do first: check the arguments,
+ * make the task dir and take it for this start (fresh: refused with
+ * -EEXIST when an earlier start left its files there; else take_dir), and
+ * write the spec into it (sync: fsync'd).  The dir's fd (the caller
+ * closes it), or -errno. */
+static int prepare_dir(const char *self_exe, const char *task_dir, const gp_exec_spec *spec, bool fresh, bool sync,
+                       const gp_exec_proc *ret) {
         if (!self_exe || !self_exe[0] || !task_dir || !task_dir[0] || !spec || !ret)
                 return -EINVAL;
-        int64_t deadline = gp_mono_ms() + START_WAIT_MS;
         char *json = NULL;
         int r = spec_dump(spec, &json);
         if (r < 0)
                 return r;
-        int dirfd = -1, devnull = -1, msg[2] = {-1, -1}, pidfd = -1;
-        pid_t child = -1, sup = 0;
+        int dirfd = -1;
         r = mkdir_p(task_dir, 0700);
         if (r < 0)
                 goto out;
@@ -735,11 +738,33 @@ int gp_exec_start(const char *self_exe, const char *task_dir, const gp_exec_spec
                 r = dirfd;
                 goto out;
         }
-        if ((r = take_dir(dirfd)) < 0)
+        if (fresh) {
+                if (faccessat(dirfd, PIDFILE_NAME, F_OK, 0) == 0 || faccessat(dirfd, RESULT_NAME, F_OK, 0) == 0) {
+                        r = -EEXIST;
+                        goto out;
+                }
+        } else if ((r = take_dir(dirfd)) < 0) {
                 goto out;
-        r = write_atomic_at(dirfd, SPEC_NAME, json, strlen(json));
-        if (r < 0)
-                goto out;
+        }
+        r = write_replace_at(dirfd, SPEC_NAME, json, strlen(json), sync);
+out:
+        free(json);
+        if (r < 0) {
+                if (dirfd >= 0)
+                        close(dirfd);
+                return r;
+        }
+        return dirfd;
+}
+
+int gp_exec_start(const char *self_exe, const char *task_dir, const gp_exec_spec *spec,
+                  gp_exec_proc *ret) {
+        int64_t deadline = gp_mono_ms() + START_WAIT_MS;
+        int dirfd = prepare_dir(self_exe, task_dir, spec, false, true, ret);
+        if (dirfd < 0)
+                return dirfd;
+        int r, devnull = -1, msg[2] = {-1, -1}, pidfd = -1;
+        pid_t child = -1, sup = 0;
 
         /* everything the children need, prepared before fork */
         char *argv[] = {(char *)self_exe, (char *)"__supervise", (char *)task_dir, NULL};
@@ -818,9 +843,7 @@ out:
                 close(msg[1]);
         if (devnull >= 0)
                 close(devnull);
-        if (dirfd >= 0)
-                close(dirfd);
-        free(json);
+        close(dirfd);
         return r;
 }
 
@@ -837,35 +860,13 @@ static void supervisor_sigset(sigset_t *set) {
 
 int gp_exec_launch(const char *self_exe, const char *task_dir, const gp_exec_spec *spec, unsigned flags,
                    gp_exec_proc *ret) {
-        if (!self_exe || !self_exe[0] || !task_dir || !task_dir[0] || !spec || !ret)
-                return -EINVAL;
-        char *json = NULL;
-        int r = spec_dump(spec, &json);
-        if (r < 0)
-                return r;
-        int dirfd = -1;
+        int dirfd = prepare_dir(self_exe, task_dir, spec, flags & GP_EXEC_FRESH, false, ret);
+        if (dirfd < 0)
+                return dirfd;
+        int r;
         bool fa_init = false, attr_init = false;
         posix_spawn_file_actions_t fa;
         posix_spawnattr_t attr;
-        r = mkdir_p(task_dir, 0700);
-        if (r < 0)
-                goto out;
-        dirfd = open_dir(task_dir);
-        if (dirfd < 0) {
-                r = dirfd;
-                goto out;
-        }
-        if (flags & GP_EXEC_FRESH) {
-                if (faccessat(dirfd, PIDFILE_NAME, F_OK, 0) == 0 || faccessat(dirfd, RESULT_NAME, F_OK, 0) == 0) {
-                        r = -EEXIST;
-                        goto out;
-                }
-        } else if ((r = take_dir(dirfd)) < 0) {
-                goto out;
-        }
-        r = write_replace_at(dirfd, SPEC_NAME, json, strlen(json), false);
-        if (r < 0)
-                goto out;
         char *argv[] = {(char *)self_exe, (char *)"__supervise", (char *)task_dir, NULL};
         sigset_t mask, all;
         supervisor_sigset(&mask);
@@ -907,9 +908,7 @@ out:
                 posix_spawn_file_actions_destroy(&fa);
         if (attr_init)
                 posix_spawnattr_destroy(&attr);
-        if (dirfd >= 0)
-                close(dirfd);
-        free(json);
+        close(dirfd);
         return r;
 }
 

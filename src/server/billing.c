@@ -605,7 +605,7 @@ json_t *gp_billing_tenant_json(gp_daemon *d, const char *tenant) {
 int gp_billing_check_submit(gp_daemon *d, const char *tenant, char **ret_body) {
         if (!d->cfg.billing.enforce_balance)
                 return 0;
-        const gp_cfg_tenant *t = gp_tenants_find(d, tenant);
+        const gp_cfg_tenant *t = gp_tenants_find(d->tenants, tenant);
         if (!t || strcmp(t->kind, "external"))
                 return 0; /* internal departments get statements, not a stop */
         int64_t total = 0;
@@ -688,8 +688,8 @@ static char *invoice_csv(const char *text) {
 
 static void apply_credit(gp_daemon *d, cmd *c, int64_t now, int *ret_status, char **ret_body) {
         gp_billing *b = B(d);
-        gp_bill_cmd *bc = c->bill;
-        if (!gp_tenants_find(d, bc->tenant)) {
+        gp_bill_cmd *bc = c->bill.p;
+        if (!gp_tenants_find(d->tenants, bc->tenant)) {
                 *ret_status = 404;
                 *ret_body = gp_http_error_body("not_found", "no tenant %s", bc->tenant);
                 return;
@@ -711,8 +711,8 @@ static void apply_credit(gp_daemon *d, cmd *c, int64_t now, int *ret_status, cha
         json_t *n = json_pack("{s:I,s:o,s:I,s:o,s:s}", "credits_cents", (json_int_t)nw, "credits", money(nw),
                               "amount_cents", (json_int_t)bc->amount_cents, "amount", money(bc->amount_cents), "note",
                               bc->note);
-        gp_tenants_audit(d, c->who, "tenant.credit", bc->tenant, o, n, now);
-        gp_info("tenant %s credited %" PRId64 " cents by %s", bc->tenant, bc->amount_cents, c->who);
+        gp_tenants_audit(d->tenants, c->bill.who, "tenant.credit", bc->tenant, o, n, now);
+        gp_info("tenant %s credited %" PRId64 " cents by %s", bc->tenant, bc->amount_cents, c->bill.who);
         int64_t total = 0;
         int rc = charges(d, d->ws, bc->tenant, now, &total, NULL);
         json_t *ans = json_pack("{s:s,s:s,s:I,s:o,s:I,s:o}", "tenant_id", bc->tenant, "currency",
@@ -730,7 +730,7 @@ static void apply_credit(gp_daemon *d, cmd *c, int64_t now, int *ret_status, cha
 static void apply_invoice(gp_daemon *d, cmd *c, int64_t now, int *ret_status, char **ret_body,
                           const char **ret_ctype) {
         gp_billing *b = B(d);
-        gp_bill_cmd *bc = c->bill;
+        gp_bill_cmd *bc = c->bill.p;
         char key[GP_TENANT_MAX + 24];
         invoice_key(bc->tenant, bc->month, key, sizeof(key));
         char *text = NULL;
@@ -789,7 +789,7 @@ static void apply_invoice(gp_daemon *d, cmd *c, int64_t now, int *ret_status, ch
 
 void gp_billing_apply(gp_daemon *d, cmd *c, int64_t now, int *ret_status, char **ret_body, const char **ret_ctype) {
         gp_billing *b = B(d);
-        if (!c->bill) {
+        if (!c->bill.p) {
                 *ret_status = 503;
                 *ret_body = gp_http_error_body("unavailable", "out of memory");
                 return;
@@ -801,7 +801,7 @@ void gp_billing_apply(gp_daemon *d, cmd *c, int64_t now, int *ret_status, char *
         } else { /* CMD_USAGE_TOKENS */
                 gp_bill_tokens *p = grow(b->toks, &b->captoks, b->ntoks, sizeof(*p));
                 if (!p || b->ntoks >= PENDING_MAX) {
-                        gp_warn("token record of %s dropped: %s", c->bill->tenant, p ? "too many queued" : "out of memory");
+                        gp_warn("token record of %s dropped: %s", c->bill.p->tenant, p ? "too many queued" : "out of memory");
                         if (p)
                                 b->toks = p;
                         return;
@@ -809,11 +809,11 @@ void gp_billing_apply(gp_daemon *d, cmd *c, int64_t now, int *ret_status, char *
                 b->toks = p;
                 gp_bill_tokens *t = &b->toks[b->ntoks++];
                 memset(t, 0, sizeof(*t));
-                gp_strlcpy(t->tenant, c->bill->tenant, sizeof(t->tenant));
-                gp_strlcpy(t->model, c->bill->model, sizeof(t->model));
-                t->prompt_tokens = c->bill->prompt_tokens;
-                t->completion_tokens = c->bill->completion_tokens;
-                t->at_ms = c->bill->at_ms > 0 ? c->bill->at_ms : now;
+                gp_strlcpy(t->tenant, c->bill.p->tenant, sizeof(t->tenant));
+                gp_strlcpy(t->model, c->bill.p->model, sizeof(t->model));
+                t->prompt_tokens = c->bill.p->prompt_tokens;
+                t->completion_tokens = c->bill.p->completion_tokens;
+                t->at_ms = c->bill.p->at_ms > 0 ? c->bill.p->at_ms : now;
                 t->month = gp_bill_month_of(now); /* recorded now: see the invariants */
                 *ret_status = 200;
                 if (c->req) { /* POST /admin/usage/tokens: answered once stored */
@@ -1183,7 +1183,7 @@ static int get_usage(hreq *r) {
 
 static int park_cmd(hreq *r, cmd *c) {
         c->req = r;
-        gp_strlcpy(c->who, r->who, sizeof(c->who));
+        gp_strlcpy(c->bill.who, r->who, sizeof(c->bill.who));
         r->suspended = true;
         MHD_suspend_connection(r->conn);
         gp_daemon_post(r->d, c);
@@ -1216,15 +1216,14 @@ static int get_invoice(hreq *r) {
                                       c ? CSV_TYPE : NULL);
                 }
                 /* first request after the month closed: the loop issues and stores it */
-                cmd *c = calloc(1, sizeof(*c));
+                cmd *c = gp_cmd_new(CMD_INVOICE);
                 gp_bill_cmd *bc = calloc(1, sizeof(*bc));
                 if (!c || !bc) {
                         free(c);
                         free(bc);
                         return answer_err(r, 503, "unavailable", "out of memory");
                 }
-                c->kind = CMD_INVOICE;
-                c->bill = bc;
+                c->bill.p = bc;
                 gp_strlcpy(bc->tenant, tenant, sizeof(bc->tenant));
                 bc->month = month;
                 bc->csv = csv;
@@ -1321,7 +1320,7 @@ static int post_credit(hreq *r, const char *tenant) {
                 json_decref(j);
                 return answer_err(r, 400, "invalid_request", err[0] ? err : "note: text of at most 159 bytes");
         }
-        cmd *c = calloc(1, sizeof(*c));
+        cmd *c = gp_cmd_new(CMD_CREDIT);
         gp_bill_cmd *bc = calloc(1, sizeof(*bc));
         if (!c || !bc) {
                 free(c);
@@ -1329,8 +1328,7 @@ static int post_credit(hreq *r, const char *tenant) {
                 json_decref(j);
                 return answer_err(r, 503, "unavailable", "out of memory");
         }
-        c->kind = CMD_CREDIT;
-        c->bill = bc;
+        c->bill.p = bc;
         gp_strlcpy(bc->tenant, tenant, sizeof(bc->tenant));
         bc->amount_cents = cents;
         if (note)
@@ -1353,7 +1351,7 @@ static int post_tokens(hreq *r) {
                   *model && strlen(model) < GP_MODEL_MAX && gp_str_is_clean(model, strlen(model)) &&
                   json_integer_value(pt) >= 0 && json_integer_value(ct) >= 0 &&
                   json_integer_value(pt) <= INT64_MAX / 4 && json_integer_value(ct) <= INT64_MAX / 4;
-        cmd *c = ok ? calloc(1, sizeof(*c)) : NULL;
+        cmd *c = ok ? gp_cmd_new(CMD_USAGE_TOKENS) : NULL;
         gp_bill_cmd *bc = ok ? calloc(1, sizeof(*bc)) : NULL;
         if (!ok || !c || !bc) {
                 json_decref(j);
@@ -1364,8 +1362,7 @@ static int post_tokens(hreq *r) {
                                        "body must be {\"tenant_id\": ID, \"model\": TEXT, \"prompt_tokens\": N, "
                                        "\"completion_tokens\": N}");
         }
-        c->kind = CMD_USAGE_TOKENS;
-        c->bill = bc;
+        c->bill.p = bc;
         gp_strlcpy(bc->tenant, tenant, sizeof(bc->tenant));
         gp_strlcpy(bc->model, model, sizeof(bc->model));
         bc->prompt_tokens = json_integer_value(pt);

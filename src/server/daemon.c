@@ -20,6 +20,7 @@
 #include "base/exe.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "base/vec.h"
 #include "core/billing.h"
 #include "exec/exec.h"
 #include "server/monitor.h"
@@ -171,7 +172,7 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                  * share holds it), then why it is back in the queue */
                 gp_sched_task_reason(d->sched, t->id, reason, sizeof(reason));
                 char rules[128];
-                gp_tenants_rules_in_force(d, rules, sizeof(rules));
+                gp_tenants_rules_in_force(d->tenants, rules, sizeof(rules));
                 size_t l = strlen(reason);
                 if (rules[0] && (strstr(reason, "quota") || strstr(reason, "share")) &&
                     l + strlen(rules) + 32 < sizeof(reason)) {
@@ -227,33 +228,30 @@ typedef struct batch {
         bool meta_drained;          /* store the drained set too */
 } batch;
 
-/* Room for one more id at the end of a growing array; out of memory ends
- * the daemon (crash-only: the restart recovers from the store). */
-static void grow_ids(int64_t **v, size_t n, size_t *cap) {
-        if (n < *cap)
-                return;
-        size_t c = *cap ? *cap * 2 : 64;
-        int64_t *p = realloc(*v, c * sizeof(*p));
+/* gp_vec_grow, where out of memory ends the daemon (crash-only: the
+ * restart recovers from the store). */
+static void *grow_or_exit(void *items, size_t *cap, size_t need, size_t size) {
+        void *p = gp_vec_grow(items, cap, need, size, 64);
         if (!p) {
                 gp_error("out of memory; stopping");
                 _exit(70);
         }
-        *v = p;
-        *cap = c;
+        return p;
+}
+
+/* Room for one more id at the end of a growing array. */
+static void grow_ids(int64_t **v, size_t n, size_t *cap) {
+        *v = grow_or_exit(*v, cap, n + 1, sizeof(**v));
 }
 
 static int push_ptr(gp_task ***v, size_t *n, size_t *cap, gp_task *t) {
         for (size_t i = 0; i < *n; i++)
                 if ((*v)[i] == t)
                         return 0;
-        if (*n == *cap) {
-                size_t c = *cap ? *cap * 2 : 64;
-                gp_task **p = realloc(*v, c * sizeof(*p));
-                if (!p)
-                        return -ENOMEM;
-                *v = p;
-                *cap = c;
-        }
+        gp_task **p = gp_vec_grow(*v, cap, *n + 1, sizeof(*p), 64);
+        if (!p)
+                return -ENOMEM;
+        *v = p;
         (*v)[(*n)++] = t;
         return 0;
 }
@@ -328,7 +326,7 @@ static int commit_once(gp_daemon *d, batch *b) {
                         rc = gp_store_meta_set(d->ws, "drained", buf);
         }
         if (rc == 0)
-                rc = gp_tenants_store(d);
+                rc = gp_tenants_store(d->tenants);
         if (rc == 0)
                 rc = gp_billing_store(d); /* usage segments of this batch: same transaction */
         if (rc == 0)
@@ -348,8 +346,7 @@ static int commit_once(gp_daemon *d, batch *b) {
  * answered means stored, so the daemon stops (crash-only: the restart
  * recovers from what was stored). */
 static void commit(gp_daemon *d, batch *b) {
-        if (!b->ndirty && !b->meta_drained && !d->meta_tenants && !d->meta_keys && !d->meta_audit &&
-            !d->meta_weights && !gp_billing_pending(d))
+        if (!b->ndirty && !b->meta_drained && !gp_tenants_pending(d->tenants) && !gp_billing_pending(d))
                 return;
         /* from here on a reader waits for this batch to be durable */
         uint64_t gen = gp_commit_next(d);
@@ -377,7 +374,7 @@ static void commit(gp_daemon *d, batch *b) {
                 gp_disk_check(d);
         }
         gp_commit_stored(d, gen); /* durable now, or once the sync thread's fsync covers it */
-        gp_tenants_stored(d);
+        gp_tenants_stored(d->tenants);
         gp_billing_stored(d);
         d->commits++;
         d->commit_tasks += b->ndirty;
@@ -405,8 +402,20 @@ static gp_task *active_for(gp_daemon *d, int64_t id, const char *tenant) {
 
 static void apply_submit_array(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o);
 
+/* May the tenant submit (billing.h: a tenant whose balance is used up may
+ * not)?  false with the 402 answer in *o. */
+static bool balance_ok(gp_daemon *d, const char *tenant, outcome *o) {
+        char *no_money = NULL;
+        if (gp_billing_check_submit(d, tenant, &no_money) == 0)
+                return true;
+        gp_monitor_submit_rejected(d->mon, "insufficient_balance");
+        o->status = 402;
+        o->body = no_money;
+        return false;
+}
+
 static void apply_submit(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o) {
-        if (c->array.n > 0) {
+        if (c->submit.array.n > 0) {
                 apply_submit_array(d, b, c, now, o);
                 return;
         }
@@ -416,16 +425,12 @@ static void apply_submit(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o
                 o->body = gp_http_error_body("unavailable", "out of memory");
                 return;
         }
-        *t = c->task;
-        memset(&c->task, 0, sizeof(c->task));
+        *t = c->submit.task;
+        memset(&c->submit.task, 0, sizeof(c->submit.task));
         t->id = d->next_id;
         t->state = GP_TASK_QUEUED;
         t->submitted_ms = now;
-        char *no_money = NULL;
-        if (gp_billing_check_submit(d, t->tenant, &no_money) < 0) {
-                gp_monitor_submit_rejected(d->mon, "insufficient_balance");
-                o->status = 402;
-                o->body = no_money;
+        if (!balance_ok(d, t->tenant, o)) {
                 gp_task_done(t);
                 free(t);
                 return;
@@ -506,9 +511,9 @@ static bool cancel_task(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
 }
 
 static void apply_cancel(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o) {
-        gp_task *t = active_for(d, c->id, c->tenant);
+        gp_task *t = active_for(d, c->op.id, c->op.tenant);
         if (!t) {
-                o->lookup_id = c->id; /* final or unknown: answered from the store */
+                o->lookup_id = c->op.id; /* final or unknown: answered from the store */
                 return;
         }
         o->task = t;
@@ -521,17 +526,13 @@ static void apply_cancel(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o
  * transaction) or none is.  Ids are consecutive; the array's id is its
  * first element's task id (as Slurm's SLURM_ARRAY_JOB_ID). */
 static void apply_submit_array(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o) {
-        gp_task *tpl = &c->task;
-        size_t n = c->array.n;
+        gp_task *tpl = &c->submit.task;
+        const gp_array_spec *spec_in = &c->submit.array;
+        size_t n = spec_in->n;
         tpl->state = GP_TASK_QUEUED;
         tpl->submitted_ms = now;
-        char *no_money = NULL;
-        if (gp_billing_check_submit(d, tpl->tenant, &no_money) < 0) {
-                gp_monitor_submit_rejected(d->mon, "insufficient_balance");
-                o->status = 402;
-                o->body = no_money;
+        if (!balance_ok(d, tpl->tenant, o))
                 return;
-        }
         tpl->id = d->next_id;
         gp_sched_req r = sched_req(tpl);
         char why[256];
@@ -572,8 +573,8 @@ static void apply_submit_array(gp_daemon *d, batch *b, cmd *c, int64_t now, outc
                 }
                 t->id = d->next_id + (int64_t)k;
                 t->array_id = d->next_id;
-                t->array_index = c->array.idx[k];
-                t->array_limit = c->array.limit;
+                t->array_index = spec_in->idx[k];
+                t->array_limit = spec_in->limit;
                 r = sched_req(t);
                 if (gp_sched_enqueue(d->sched, &r) < 0 || gp_i64map_put(&d->tasks, t->id, t) < 0) {
                         gp_sched_remove(d->sched, t->id);
@@ -591,7 +592,7 @@ static void apply_submit_array(gp_daemon *d, batch *b, cmd *c, int64_t now, outc
         for (k = 0; k < n; k++)
                 gp_monitor_task_submitted(d->mon, tpl->tenant);
         char spec[256];
-        gp_array_spec_format(c->array.idx, n, c->array.limit, spec, sizeof(spec));
+        gp_array_spec_format(spec_in->idx, n, spec_in->limit, spec, sizeof(spec));
         gp_buf out;
         gp_buf_init(&out, 0);
         int r2 = gp_buf_printf(&out, "{\"array_id\":%" PRId64, first);
@@ -600,7 +601,7 @@ static void apply_submit_array(gp_daemon *d, batch *b, cmd *c, int64_t now, outc
         r2 = r2 ? r2 : gp_buf_json_field_str(&out, "array", spec);
         r2 = r2 ? r2 : gp_buf_printf(&out, ",\"count\":%zu,\"limit\":%d,\"first_task_id\":%" PRId64
                                           ",\"last_task_id\":%" PRId64 ",\"backend\":\"%s\"}",
-                                     n, c->array.limit, first, first + (int64_t)n - 1, d->backend);
+                                     n, spec_in->limit, first, first + (int64_t)n - 1, d->backend);
         if (r2 < 0) {
                 gp_buf_done(&out);
                 o->status = 201;
@@ -634,10 +635,10 @@ static void apply_array_cancel(gp_daemon *d, batch *b, cmd *c, int64_t now, outc
         gp_task **hit = NULL;
         size_t nhit = 0, caphit = 0;
         while ((t = gp_i64map_next(&d->tasks, &pos, NULL))) {
-                if (t->array_id != c->id || (c->tenant[0] && strcmp(t->tenant, c->tenant) != 0))
+                if (t->array_id != c->op.id || (c->op.tenant[0] && strcmp(t->tenant, c->op.tenant) != 0))
                         continue;
                 nseen++;
-                if (c->array_index >= 0 && t->array_index != c->array_index)
+                if (c->op.array_index >= 0 && t->array_index != c->op.array_index)
                         continue;
                 /* collected first: finishing a task changes the map being walked */
                 if (push_ptr(&hit, &nhit, &caphit, t) < 0) {
@@ -659,20 +660,20 @@ static void apply_array_cancel(gp_daemon *d, batch *b, cmd *c, int64_t now, outc
                  * idempotent: 200), or none, or another tenant's (404);
                  * its first element's id is the array's id */
                 gp_task first;
-                bool found = gp_daemon_task_lookup(d, c->id, &first) == 0;
-                bool ok = found && first.array_id == c->id && (!c->tenant[0] || !strcmp(first.tenant, c->tenant));
+                bool found = gp_daemon_task_lookup(d, c->op.id, &first) == 0;
+                bool ok = found && first.array_id == c->op.id && (!c->op.tenant[0] || !strcmp(first.tenant, c->op.tenant));
                 if (found)
                         gp_task_done(&first);
                 if (!ok) {
                         o->status = 404;
-                        o->body = gp_http_error_body("not_found", "no array %" PRId64, c->id);
+                        o->body = gp_http_error_body("not_found", "no array %" PRId64, c->op.id);
                         return;
                 }
         }
         o->status = 200;
         gp_buf out;
         gp_buf_init(&out, 0);
-        if (gp_buf_printf(&out, "{\"array_id\":%" PRId64 ",\"cancelled\":%zu,\"stopping\":%zu}", c->id, nended,
+        if (gp_buf_printf(&out, "{\"array_id\":%" PRId64 ",\"cancelled\":%zu,\"stopping\":%zu}", c->op.id, nended,
                           nstopping) < 0) {
                 gp_buf_done(&out);
                 o->status = 503;
@@ -683,9 +684,9 @@ static void apply_array_cancel(gp_daemon *d, batch *b, cmd *c, int64_t now, outc
 }
 
 static void apply_release(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o) {
-        gp_task *t = active_for(d, c->id, c->tenant);
+        gp_task *t = active_for(d, c->op.id, c->op.tenant);
         if (!t) {
-                o->lookup_id = c->id;
+                o->lookup_id = c->op.id;
                 return;
         }
         if (!t->is_lease) {
@@ -700,10 +701,10 @@ static void apply_release(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *
                 finish(d, b, t, GP_TASK_CANCELLED, now);
                 return;
         }
-        t->has_exit_code = c->has_exit_code;
-        t->exit_code = c->exit_code;
-        if (c->has_exit_code && c->exit_code != 0) {
-                set_reason(t, "released by the holder with exit code %d%s", c->exit_code,
+        t->has_exit_code = c->op.has_exit_code;
+        t->exit_code = c->op.exit_code;
+        if (c->op.has_exit_code && c->op.exit_code != 0) {
+                set_reason(t, "released by the holder with exit code %d%s", c->op.exit_code,
                            t->preempt_deadline_ms ? " after it was preempted" : "");
                 finish(d, b, t, GP_TASK_FAILED, now);
         } else {
@@ -713,9 +714,9 @@ static void apply_release(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *
 }
 
 static void apply_heartbeat(gp_daemon *d, cmd *c, int64_t now, outcome *o) {
-        gp_task *t = active_for(d, c->id, c->tenant);
+        gp_task *t = active_for(d, c->op.id, c->op.tenant);
         if (!t) {
-                o->lookup_id = c->id;
+                o->lookup_id = c->op.id;
                 o->status = 409; /* a final lease cannot be kept alive */
                 return;
         }
@@ -736,7 +737,7 @@ static void apply_heartbeat(gp_daemon *d, cmd *c, int64_t now, outcome *o) {
 }
 
 static void apply_drain(gp_daemon *d, batch *b, cmd *c, outcome *o) {
-        gp_sched_gpu_set_drained(d->sched, c->gpu, c->kind == CMD_DRAIN);
+        gp_sched_gpu_set_drained(d->sched, c->gpu.gpu, c->kind == CMD_DRAIN);
         b->meta_drained = true;
         o->status = 200;
 }
@@ -745,11 +746,11 @@ static void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why,
 
 static void apply_gpu_failed(gp_daemon *d, batch *b, cmd *c, int64_t now) {
         int64_t ids[256];
-        int n = gp_sched_gpu_tasks(d->sched, c->gpu, ids, 256);
+        int n = gp_sched_gpu_tasks(d->sched, c->gpu.gpu, ids, 256);
         gp_sched_gpu_view v;
-        gp_sched_gpu_get(d->sched, c->gpu, &v);
+        gp_sched_gpu_get(d->sched, c->gpu.gpu, &v);
         char why[GP_REASON_MAX];
-        if (snprintf(why, sizeof(why), "GPU %s:%d failed: %s", v.node, v.index, c->why) >= (int)sizeof(why))
+        if (snprintf(why, sizeof(why), "GPU %s:%d failed: %s", v.node, v.index, c->gpu.why) >= (int)sizeof(why))
                 why[sizeof(why) - 2] = '.'; /* truncated: the log line above has it whole */
         for (int i = 0; i < n && i < 256; i++) {
                 gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
@@ -805,16 +806,7 @@ static void pidfd_done(gp_daemon *d, int fd) {
                 return;
         }
         pthread_mutex_lock(&d->sp_lock);
-        if (d->nstrays == d->capstrays) {
-                size_t c = d->capstrays ? d->capstrays * 2 : 16;
-                int *v = realloc(d->strays, c * sizeof(*v));
-                if (!v) {
-                        gp_error("out of memory; stopping");
-                        _exit(70);
-                }
-                d->strays = v;
-                d->capstrays = c;
-        }
+        d->strays = grow_or_exit(d->strays, &d->capstrays, d->nstrays + 1, sizeof(*d->strays));
         d->strays[d->nstrays++] = fd;
         pthread_cond_signal(&d->sp_cond);
         pthread_mutex_unlock(&d->sp_lock);
@@ -967,7 +959,7 @@ static int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *r
                 .cuda_visible_devices = cvd, .gpus = gpus, .timeout_s = t->timeout_s,
                 .kill_grace_s = d->cfg.kill_grace_s, .max_log_bytes = d->cfg.max_log_bytes,
                 .preempt_grace_s = d->cfg.preemption_grace_sec, .notify_signal = d->cfg.elastic_signal,
-                .run_as = gp_tenants_run_as(d, t->tenant),
+                .run_as = gp_tenants_run_as(d->tenants, t->tenant),
         };
         rc = gp_exec_launch(d->self_exe, dir, &es, flags, ret);
 out:
@@ -1182,16 +1174,18 @@ static void answer(gp_daemon *d, uint64_t gen, cmd *c, outcome *o) {
                 return;
         }
         if (c->kind == CMD_DRAIN || c->kind == CMD_UNDRAIN) {
-                gp_commit_answer(d, gen, c->req, 200, render_gpu(d, c->gpu), 0);
+                gp_commit_answer(d, gen, c->req, 200, render_gpu(d, c->gpu.gpu), 0);
                 return;
         }
         if (o->task) {
                 gp_commit_answer(d, gen, c->req, o->status ? o->status : 200, render_task(d, o->task), 0);
                 return;
         }
+        /* a task command (cmd_op) whose task is final or unknown */
+        const char *owner = c->op.tenant;
         gp_task t;
         int rc = gp_daemon_task_lookup(d, o->lookup_id, &t);
-        if (rc < 0 || (c->tenant[0] && strcmp(t.tenant, c->tenant) != 0)) {
+        if (rc < 0 || (owner[0] && strcmp(t.tenant, owner) != 0)) {
                 if (rc == 0)
                         gp_task_done(&t);
                 gp_commit_answer(d, gen, c->req, 404,
@@ -1217,49 +1211,34 @@ static char *render_gpu(gp_daemon *d, uint32_t g) {
 
 void gp_daemon_waiter_add(gp_daemon *d, hreq *r) {
         r->waiting = true;
-        r->wprev = NULL;
-        r->wnext = d->waiters;
-        if (d->waiters)
-                d->waiters->wprev = r;
-        d->waiters = r;
+        gp_list_add_head(&d->waiters, &r->wlink);
 }
 
 void gp_daemon_waiter_del(gp_daemon *d, hreq *r) {
         if (!r->waiting)
                 return;
-        if (r->wprev)
-                r->wprev->wnext = r->wnext;
-        else
-                d->waiters = r->wnext;
-        if (r->wnext)
-                r->wnext->wprev = r->wprev;
-        r->wprev = r->wnext = NULL;
+        gp_list_del(&r->wlink);
         r->waiting = false;
 }
 
 static void wake_waiters(gp_daemon *d, int64_t now) {
-        hreq *r = d->waiters;
-        while (r) {
-                hreq *next = r->wnext;
+        GP_LIST_FOR_EACH_SAFE(l, &d->waiters) {
+                hreq *r = GP_LIST_ENTRY(l, hreq, wlink);
                 gp_task *t = gp_i64map_get(&d->tasks, r->wait_id);
                 if (!t || t->state != GP_TASK_QUEUED || now >= r->wait_until_ms) {
                         gp_daemon_waiter_del(d, r);
                         gp_http_wake(r);
                 }
-                r = next;
         }
 }
 
 static void wake_followers(gp_daemon *d) {
-        hreq *r = d->followers;
-        d->followers = NULL;
-        d->nfollowers = 0;
-        while (r) {
-                hreq *next = r->wnext;
-                r->wnext = r->wprev = NULL;
+        gp_list *l;
+        while ((l = gp_list_first(&d->followers))) {
+                hreq *r = GP_LIST_ENTRY(l, hreq, wlink);
+                gp_list_del(l);
                 r->following = false;
                 gp_http_wake(r);
-                r = next;
         }
 }
 
@@ -1556,7 +1535,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                 case CMD_GPU_FAILED: apply_gpu_failed(d, &b, c, now); break;
                 case CMD_TENANT_PUT:
                 case CMD_KEY_CREATE:
-                case CMD_WEIGHTS: gp_tenants_apply(d, c, now, &out[i].status, &out[i].body); break;
+                case CMD_WEIGHTS: gp_tenants_apply(d->tenants, c, now, &out[i].status, &out[i].body); break;
                 case CMD_CREDIT:
                 case CMD_USAGE_TOKENS:
                 case CMD_INVOICE:
@@ -1572,7 +1551,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                         apply_exit(d, &b, t, now);
         }
         take_spawn_failures(d, &b, now);
-        gp_tenants_tick(d, now, false);
+        gp_tenants_tick(d->tenants, now, false);
         expire_leases(d, &b, now);
         expire_preempting(d, &b, now);
         if (!full) /* no task starts while its `running` state may not be storable */
@@ -1609,11 +1588,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         }
         while (list) {
                 cmd *next = list->next;
-                gp_task_done(&list->task);
-                gp_array_spec_done(&list->array);
-                free(list->tenant_rec);
-                free(list->bill);
-                free(list);
+                gp_cmd_free(list);
                 list = next;
         }
         free(out);
@@ -1640,10 +1615,12 @@ static int loop_timeout(gp_daemon *d) {
         while ((t = gp_i64map_next(&d->lpreempting, &pos, NULL)))
                 if (t->preempt_deadline_ms < next)
                         next = t->preempt_deadline_ms;
-        for (hreq *r = d->waiters; r; r = r->wnext)
+        GP_LIST_FOR_EACH(l, &d->waiters) {
+                const hreq *r = GP_LIST_ENTRY(l, hreq, wlink);
                 if (r->wait_until_ms < next)
                         next = r->wait_until_ms;
-        if (d->followers && now + 200 < next)
+        }
+        if (!gp_list_empty(&d->followers) && now + 200 < next)
                 next = now + 200;
         int64_t bill = gp_billing_next_ms(d);
         if (bill < next)
@@ -1690,7 +1667,7 @@ static void *loop_main(void *arg) {
                 if (!__atomic_load_n(&d->ngone, __ATOMIC_ACQUIRE) && !__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE))
                         __atomic_store_n(&d->ready, true, __ATOMIC_RELEASE);
                 pthread_mutex_lock(&d->lock);
-                if (d->followers)
+                if (!gp_list_empty(&d->followers))
                         wake_followers(d);
                 pthread_mutex_unlock(&d->lock);
         }
@@ -1701,6 +1678,31 @@ static void *loop_main(void *arg) {
         commit(d, &b);
         pthread_mutex_unlock(&d->lock);
         return NULL;
+}
+
+cmd *gp_cmd_new(cmd_kind kind) {
+        cmd *c = calloc(1, sizeof(*c));
+        if (c)
+                c->kind = kind;
+        return c;
+}
+
+void gp_cmd_free(cmd *c) {
+        if (!c)
+                return;
+        switch (c->kind) {
+        case CMD_SUBMIT:
+                gp_task_done(&c->submit.task);
+                gp_array_spec_done(&c->submit.array);
+                break;
+        case CMD_TENANT_PUT: free(c->tenant_put.rec); break;
+        case CMD_KEY_CREATE: explicit_bzero(c->key_create.key, sizeof(c->key_create.key)); break;
+        case CMD_CREDIT:
+        case CMD_USAGE_TOKENS:
+        case CMD_INVOICE: free(c->bill.p); break;
+        default: break;
+        }
+        free(c);
 }
 
 void gp_daemon_post(gp_daemon *d, cmd *c) {
@@ -1757,11 +1759,10 @@ static void sample(gp_daemon *d) {
                         changed = true;
                         if (!info[i].healthy) {
                                 gp_warn("GPU local:%zu unhealthy: %s", i, info[i].health_reason);
-                                cmd *c = calloc(1, sizeof(*c));
+                                cmd *c = gp_cmd_new(CMD_GPU_FAILED);
                                 if (c) {
-                                        c->kind = CMD_GPU_FAILED;
-                                        c->gpu = g;
-                                        gp_strlcpy(c->why, info[i].health_reason, sizeof(c->why));
+                                        c->gpu.gpu = g;
+                                        gp_strlcpy(c->gpu.why, info[i].health_reason, sizeof(c->gpu.why));
                                         failed[nfailed++] = c;
                                 }
                         } else {
@@ -2012,8 +2013,9 @@ static void self_owner(const gp_daemon *d, gp_store_owner *ret) {
         ret->since_ms = d->started_ms;
 }
 
-int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen) {
-        memset(d, 0, sizeof(*d));
+/* gp_daemon_open's work on a zeroed d; on failure gp_daemon_close takes
+ * what was opened. */
+static int open_daemon(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen) {
         int crc = gp_config_copy(&d->cfg, cfg); /* d's own (gp_daemon_close frees it) */
         d->evfd = d->epfd = d->lock_fd = -1;
         if (gethostname(d->hostname, sizeof(d->hostname)) < 0)
@@ -2024,6 +2026,8 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
         pthread_mutex_init(&d->rs_lock, NULL);
         pthread_mutex_init(&d->sp_lock, NULL);
         pthread_cond_init(&d->sp_cond, NULL);
+        gp_list_init(&d->waiters);
+        gp_list_init(&d->followers);
         gp_i64map_init(&d->fresh);
         gp_i64map_init(&d->tasks);
         gp_i64map_init(&d->leases);
@@ -2109,10 +2113,6 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
                 return rc;
         if ((rc = gp_store_open(cfg->store_url, &so, &d->cs, err, errlen)) < 0)
                 return rc;
-        if ((rc = gp_tenants_init(d, err, errlen)) < 0)
-                return rc;
-        if ((rc = gp_billing_init(d, err, errlen)) < 0)
-                return rc;
         gp_sched_config sc;
         gp_sched_config_defaults(&sc);
         sc.policy = (gp_sched_policy)cfg->policy;
@@ -2129,9 +2129,13 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
                 snprintf(err, errlen, "scheduler config: %s", gp_strerror(rc));
                 return rc;
         }
+        if ((rc = gp_tenants_open(&d->tenants, &d->cfg, d->ws, d->sched, err, errlen)) < 0)
+                return rc;
+        if ((rc = gp_billing_init(d, err, errlen)) < 0)
+                return rc;
         if ((rc = open_gpus(d, err, errlen)) < 0)
                 return rc;
-        gp_tenants_tick(d, gp_now_ms(), true); /* tenants, groups and time rules into the core */
+        gp_tenants_tick(d->tenants, gp_now_ms(), true); /* tenants, groups and time rules into the core */
         restore_drained(d);
         int64_t max_id = 0;
         if ((rc = gp_store_task_max_id(d->ws, &max_id)) < 0) {
@@ -2167,6 +2171,22 @@ int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen)
                 defer_spawn(d, b.spawn[i]->id);
         free(b.dirty);
         free(b.spawn);
+        return 0;
+}
+
+int gp_daemon_open(gp_daemon **ret, const gp_config *cfg, char *err, size_t errlen) {
+        *ret = NULL;
+        gp_daemon *d = calloc(1, sizeof(*d));
+        if (!d) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        int rc = open_daemon(d, cfg, err, errlen);
+        if (rc < 0) {
+                gp_daemon_close(d);
+                return rc;
+        }
+        *ret = d;
         return 0;
 }
 
@@ -2217,6 +2237,8 @@ void gp_daemon_stop(gp_daemon *d) {
 }
 
 void gp_daemon_close(gp_daemon *d) {
+        if (!d)
+                return;
         size_t pos = 0;
         gp_task *t;
         while ((t = gp_i64map_next(&d->tasks, &pos, NULL))) {
@@ -2252,14 +2274,11 @@ void gp_daemon_close(gp_daemon *d) {
         cmd *c = d->qhead;
         while (c) {
                 cmd *n = c->next;
-                gp_task_done(&c->task);
-                free(c->tenant_rec);
-                free(c->bill);
-                free(c);
+                gp_cmd_free(c);
                 c = n;
         }
         gp_monitor_detach(d);
-        gp_tenants_done(d);
+        gp_tenants_close(d->tenants);
         gp_billing_done(d);
         gp_sched_free(d->sched);
         gp_store_close(d->ws);
@@ -2277,4 +2296,5 @@ void gp_daemon_close(gp_daemon *d) {
         if (d->lock_fd >= 0)
                 close(d->lock_fd); /* releases the data dir lock */
         gp_config_free(&d->cfg);
+        free(d);
 }

@@ -207,7 +207,7 @@ static bool is_loopback(struct MHD_Connection *conn) {
 static int identify(gp_daemon *d, const char *h, const char *host, bool loopback, bool *admin, char *tenant,
                     size_t tlen, char *who, size_t wlen, const char **msg) {
         pthread_mutex_lock(&d->lock);
-        bool required = gp_tenants_auth_required(d);
+        bool required = gp_tenants_auth_required(d->tenants);
         pthread_mutex_unlock(&d->lock);
         if (!required) {
                 /* DNS rebinding (base/browser.h): a page of another site re-pointed at
@@ -233,7 +233,7 @@ static int identify(gp_daemon *d, const char *h, const char *host, bool loopback
                 return 401;
         }
         pthread_mutex_lock(&d->lock);
-        int rc = gp_tenants_authenticate(d, h + 7, admin, tenant, tlen);
+        int rc = gp_tenants_authenticate(d->tenants, h + 7, admin, tenant, tlen);
         pthread_mutex_unlock(&d->lock);
         if (rc < 0) {
                 *msg = "unknown API key";
@@ -576,10 +576,7 @@ static ssize_t log_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         /* nothing new yet: park until the next follower tick */
         r->following = true;
-        r->wnext = d->followers;
-        r->wprev = NULL;
-        d->followers = r;
-        d->nfollowers++;
+        gp_list_add_head(&d->followers, &r->wlink);
         park(r);
         pthread_mutex_unlock(&d->lock);
         uint64_t one = 1;
@@ -651,7 +648,7 @@ static enum MHD_Result get_sched_stats(hreq *r) {
         pthread_mutex_lock(&d->lock);
         gp_sched_get_stats(d->sched, &st);
         int depth = gp_sched_get_config(d->sched)->max_queue_depth;
-        json_t *extra = gp_tenants_stats_json(d);
+        json_t *extra = gp_tenants_stats_json(d->tenants);
         pthread_mutex_unlock(&d->lock);
         json_t *qs = json_array();
         for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
@@ -792,7 +789,7 @@ static enum MHD_Result submit(hreq *r, bool seed) {
         if (!r->admin) {
                 /* a tenant key: its tenant, its default tier, its most urgent tier */
                 pthread_mutex_lock(&d->lock);
-                const gp_cfg_tenant *tc = gp_tenants_find(d, r->tenant);
+                const gp_cfg_tenant *tc = gp_tenants_find(d->tenants, r->tenant);
                 if (tc) {
                         lim.default_priority = tc->default_priority;
                         lim.max_priority = tc->max_priority;
@@ -804,7 +801,7 @@ static enum MHD_Result submit(hreq *r, bool seed) {
         if (!c)
                 return send_error(r, 503, "unavailable", "out of memory");
         char err[256];
-        int rc = gp_submit_parse_array(r->body.data ? r->body.data : "", r->body.len, &lim, &c->task, &c->array, err,
+        int rc = gp_submit_parse_array(r->body.data ? r->body.data : "", r->body.len, &lim, &c->submit.task, &c->submit.array, err,
                                        sizeof(err));
         if (rc < 0) {
                 free(c);
@@ -823,9 +820,9 @@ static enum MHD_Result task_cmd(hreq *r, cmd_kind kind, int64_t id) {
         if (!c)
                 return send_error(r, 503, "unavailable", "out of memory");
         c->kind = kind;
-        c->id = id;
+        c->op.id = id;
         if (!r->admin)
-                gp_strlcpy(c->tenant, r->tenant, sizeof(c->tenant)); /* others' tasks answer 404 */
+                gp_strlcpy(c->op.tenant, r->tenant, sizeof(c->op.tenant)); /* others' tasks answer 404 */
         if (kind == CMD_RELEASE && r->body.len > 0) {
                 json_error_t je;
                 json_t *j = json_loadb(r->body.data, r->body.len, JSON_REJECT_DUPLICATES, &je);
@@ -834,8 +831,8 @@ static enum MHD_Result task_cmd(hreq *r, cmd_kind kind, int64_t id) {
                           (!ec || (json_is_integer(ec) && json_integer_value(ec) >= 0 &&
                                    json_integer_value(ec) <= 255));
                 if (ok && ec) {
-                        c->has_exit_code = true;
-                        c->exit_code = (int)json_integer_value(ec);
+                        c->op.has_exit_code = true;
+                        c->op.exit_code = (int)json_integer_value(ec);
                 }
                 json_decref(j);
                 if (!ok) {
@@ -973,10 +970,10 @@ static enum MHD_Result array_cancel(hreq *r, int64_t id) {
         if (!c)
                 return send_error(r, 503, "unavailable", "out of memory");
         c->kind = CMD_ARRAY_CANCEL;
-        c->id = id;
-        c->array_index = index;
+        c->op.id = id;
+        c->op.array_index = index;
         if (!r->admin)
-                gp_strlcpy(c->tenant, r->tenant, sizeof(c->tenant)); /* others' arrays answer 404 */
+                gp_strlcpy(c->op.tenant, r->tenant, sizeof(c->op.tenant)); /* others' arrays answer 404 */
         return post_cmd(r, c);
 }
 
@@ -1005,7 +1002,7 @@ static enum MHD_Result gpu_cmd(hreq *r, const char *rest) {
         if (!c)
                 return send_error(r, 503, "unavailable", "out of memory");
         c->kind = kind;
-        c->gpu = g;
+        c->gpu.gpu = g;
         return post_cmd(r, c);
 }
 
@@ -1019,7 +1016,7 @@ static void gw_caller(gp_daemon *d, const char *tenant, bool admin, gp_gw_caller
                               .limits = {.weight = 1}};
         gp_strlcpy(who->tenant, tenant[0] ? tenant : "default", sizeof(who->tenant));
         pthread_mutex_lock(&d->lock);
-        const gp_cfg_tenant *tc = gp_tenants_find(d, who->tenant);
+        const gp_cfg_tenant *tc = gp_tenants_find(d->tenants, who->tenant);
         if (tc) {
                 if (!admin) {
                         who->max_priority = tc->max_priority;
@@ -1225,13 +1222,8 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 return;
         pthread_mutex_lock(&d->lock);
         gp_daemon_waiter_del(d, r);
-        if (r->following) {
-                hreq **pp = &d->followers;
-                while (*pp && *pp != r)
-                        pp = &(*pp)->wnext;
-                if (*pp)
-                        *pp = r->wnext;
-        }
+        if (r->following)
+                gp_list_del(&r->wlink);
         pthread_mutex_unlock(&d->lock);
         if (r->gw)
                 gp_gw_completed(d->gw, r->gw);
@@ -1482,18 +1474,17 @@ void gp_http_stop(gp_daemon *d) {
         }
         pthread_mutex_lock(&d->lock);
         __atomic_store_n(&d->stopping, 1, __ATOMIC_RELEASE);
-        while (d->waiters) {
-                hreq *r = d->waiters;
+        gp_list *l;
+        while ((l = gp_list_first(&d->waiters))) {
+                hreq *r = GP_LIST_ENTRY(l, hreq, wlink);
                 gp_daemon_waiter_del(d, r);
                 gp_http_wake(r);
         }
-        hreq *f = d->followers;
-        d->followers = NULL;
-        while (f) {
-                hreq *n = f->wnext;
+        while ((l = gp_list_first(&d->followers))) {
+                hreq *f = GP_LIST_ENTRY(l, hreq, wlink);
+                gp_list_del(l);
                 f->following = false;
                 gp_http_wake(f);
-                f = n;
         }
         pthread_mutex_unlock(&d->lock);
         usleep(100 * 1000); /* the loop thread still drives MHD: woken requests are answered */

@@ -225,7 +225,7 @@ static void evaluate(gp_daemon *d, const gp_mon_sample *s) {
         quota_list quota = {0};
         if (gp_alerts_wants(a, "tenant_quota_used_pct")) {
                 pthread_mutex_lock(&d->lock);
-                gp_tenants_quota_used(d, s->t_ms, keep_quota, &quota);
+                gp_tenants_quota_used(d->tenants, s->t_ms, keep_quota, &quota);
                 pthread_mutex_unlock(&d->lock);
         }
         gp_alerts_begin(a, s->t_ms);

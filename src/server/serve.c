@@ -144,7 +144,7 @@ static void submit(gp_serve *s, replica *r, int64_t now) {
                                 .max_lease_ttl_s = d->cfg.max_lease_ttl_s,
                                 .default_max_retries = d->cfg.default_max_retries,
                                 .default_priority = 0};
-        if (!c || gp_submit_parse(txt, strlen(txt), &lim, &c->task, err, sizeof(err)) < 0) {
+        if (!c || gp_submit_parse(txt, strlen(txt), &lim, &c->submit.task, err, sizeof(err)) < 0) {
                 gp_error("serve %s: cannot make its task: %s", r->name, c ? err : "out of memory");
                 free(c);
                 free(txt);
@@ -200,7 +200,7 @@ static void cancel_task(gp_serve *s, replica *r) {
         if (!c)
                 return;
         c->kind = CMD_CANCEL;
-        c->id = r->task_id;
+        c->op.id = r->task_id;
         gp_daemon_post(s->d, c);
 }
 

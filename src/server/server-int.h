@@ -26,6 +26,7 @@
 
 #include "base/buf.h"
 #include "base/i64map.h"
+#include "base/list.h"
 #include "config/config.h"
 #include "core/array.h"
 #include "core/sched.h"
@@ -52,25 +53,56 @@ typedef enum cmd_kind {
 
 struct hreq;
 
-typedef struct cmd {
-        cmd_kind kind;
-        struct cmd *next;
-        gp_task task;               /* SUBMIT: the new task (moved in) */
-        gp_array_spec array;        /* SUBMIT: a job array (n > 0): task is every element's template */
+/* A command on one task or job array (CANCEL, RELEASE, HEARTBEAT, ARRAY_CANCEL). */
+typedef struct cmd_op {
+        int64_t id;                 /* the task's, or ARRAY_CANCEL: the array's */
+        char tenant[GP_TENANT_MAX]; /* "" = any (admin / no auth); another tenant's task answers 404 */
         int64_t array_index;        /* ARRAY_CANCEL: the element's index, -1 = every element */
-        int64_t id;                 /* task id (CANCEL, RELEASE, HEARTBEAT) */
-        char tenant[GP_TENANT_MAX]; /* "" = any (admin / no auth) */
         bool has_exit_code;         /* RELEASE */
         int exit_code;
-        uint32_t gpu;               /* DRAIN / UNDRAIN / GPU_FAILED */
-        char why[GP_REASON_MAX];    /* GPU_FAILED: what the backend said */
-        gp_cfg_tenant *tenant_rec;  /* TENANT_PUT: the new record (owned) */
-        char key[80];               /* KEY_CREATE: the new key, shown once */
-        uint32_t weights[GP_PRIORITY_LEVELS]; /* WEIGHTS */
-        char who[96];               /* TENANT_PUT / KEY_CREATE / CREDIT: the actor, for the audit log */
-        struct gp_bill_cmd *bill;   /* CREDIT / USAGE_TOKENS / INVOICE: payload (owned) */
+} cmd_op;
+
+/* A command is its kind and that kind's payload, nothing else: only the
+ * member of the union its kind names is used.  Make it with gp_cmd_new and
+ * free it with gp_cmd_free (what its payload owns too). */
+typedef struct cmd {
+        cmd_kind kind;
+        struct cmd *next;           /* in the queue */
         struct hreq *req;           /* answered when done; NULL for none */
+        union {
+                struct {            /* SUBMIT */
+                        gp_task task;        /* the new task (moved in) */
+                        gp_array_spec array; /* a job array (n > 0): task is every element's template */
+                } submit;
+                cmd_op op;          /* CANCEL, RELEASE, HEARTBEAT, ARRAY_CANCEL */
+                struct {            /* DRAIN, UNDRAIN, GPU_FAILED */
+                        uint32_t gpu;
+                        char why[GP_REASON_MAX]; /* GPU_FAILED: what the backend said */
+                } gpu;
+                struct {            /* TENANT_PUT */
+                        char who[96];            /* the actor, for the audit log */
+                        gp_cfg_tenant *rec;      /* the new record (owned) */
+                } tenant_put;
+                struct cmd_key_create { /* KEY_CREATE */
+                        char who[96];
+                        char tenant[GP_TENANT_MAX];
+                        char key[80];            /* the new key, shown once */
+                } key_create;
+                struct {            /* WEIGHTS */
+                        char who[96];
+                        uint32_t weights[GP_PRIORITY_LEVELS];
+                } weights;
+                struct {            /* CREDIT, USAGE_TOKENS, INVOICE (billing.c) */
+                        char who[96];
+                        struct gp_bill_cmd *p;   /* payload (owned) */
+                } bill;
+        };
 } cmd;
+
+/* A zeroed command of this kind; NULL when the memory is short. */
+cmd *gp_cmd_new(cmd_kind kind);
+/* Free c and what its payload owns; takes NULL. */
+void gp_cmd_free(cmd *c);
 
 /* One HTTP request (MHD's con_cls). */
 typedef struct hreq {
@@ -92,7 +124,7 @@ typedef struct hreq {
         int64_t wait_id;
         int64_t wait_until_ms;
         bool waiting;
-        struct hreq *wprev, *wnext;
+        gp_list wlink;              /* in d->waiters (waiting) or d->followers (following) */
         /* log follow */
         int log_fd;
         int64_t log_id;
@@ -104,13 +136,6 @@ typedef struct hreq {
         const char *cors;           /* its Origin, when listed in server.allowed_origins (d->cfg's); else NULL */
         void *gw;                   /* the gateway's request while it has one (gateway.h) */
 } hreq;
-
-typedef struct gp_key {
-        char hash[GP_CFG_KEY_HASH_MAX];  /* "sha256:<hex>" */
-        char tenant[GP_TENANT_MAX];      /* "" = admin key */
-        bool runtime;                    /* made by the API (stored), not from the config */
-        int64_t created_ms;
-} gp_key;
 
 typedef struct gp_daemon {
         gp_config cfg;
@@ -150,16 +175,8 @@ typedef struct gp_daemon {
         int *strays;                /* pidfds of our children (supervisors) not reaped yet */
         size_t nstrays, capstrays;
         gp_i64map fresh;            /* recovered tasks never started: only where no supervisor ran, under lock */
-        uint32_t rules_mask;        /* time rules in force (bit i = time_rules[i]), under lock */
-        struct gp_tz *rule_tz[GP_CFG_MAX_TIME_RULES]; /* their zones, loaded at start */
         int64_t next_rule_check_ms; /* loop thread */
-        /* tenants and keys (tenants.c), under lock */
-        gp_cfg_tenant *tenants;
-        size_t ntenants, captenants;
-        struct gp_key *keys;
-        size_t nkeys, capkeys;
-        struct json_t *audit;       /* array of the last GP_AUDIT_MAX changes */
-        bool meta_tenants, meta_keys, meta_audit, meta_weights; /* to store in this batch; loop thread */
+        struct gp_tenants *tenants; /* tenants, keys, time rules, the audit log (tenants.h), under lock */
         size_t ngone, capgone;
         int64_t next_id;            /* under lock */
         uint32_t *gpu_ids;          /* backend index -> sched gpu id */
@@ -173,10 +190,9 @@ typedef struct gp_daemon {
         int epfd;                   /* evfd + supervisor pidfds */
         int lock_fd;                /* flock on DATA_DIR/gpupool.lock: one daemon per data dir */
         char hostname[256];         /* gethostname() at start: a Host the DNS-rebinding guard accepts */
-        /* long-poll waiters and log followers, under lock */
-        hreq *waiters;
-        hreq *followers;
-        size_t nfollowers;
+        /* long-poll waiters and log followers (hreq.wlink), under lock */
+        gp_list waiters;
+        gp_list followers;
         bool ready;                 /* /readyz: set (atomically) by the loop after its first full pass */
         int stopping;              /* set once when the daemon stops; __atomic loads and stores (threads poll it) */
         pthread_t loop_thread, sampler_thread, checkpoint_thread;
@@ -199,9 +215,13 @@ typedef struct gp_daemon {
 } gp_daemon;
 
 /* daemon.c */
-int gp_daemon_open(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen);
+/* A new daemon (on the heap) for cfg (copied): store opened and claimed,
+ * tasks recovered; no thread runs yet.  0 with *ret, or a negative code
+ * with a message in err (nothing left open, *ret NULL). */
+int gp_daemon_open(gp_daemon **ret, const gp_config *cfg, char *err, size_t errlen);
 int gp_daemon_start(gp_daemon *d);
 void gp_daemon_stop(gp_daemon *d);
+/* Close what d holds and free it (after gp_daemon_stop); takes NULL. */
 void gp_daemon_close(gp_daemon *d);
 /* Queue a command for the loop thread (takes ownership of c). */
 void gp_daemon_post(gp_daemon *d, cmd *c);

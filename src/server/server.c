@@ -226,37 +226,36 @@ int gp_server_main(int argc, char **argv) {
                         close(bound[i]);
                 return 1;
         }
-        static gp_daemon d;
+        gp_daemon *d;
         if (gp_daemon_open(&d, &cfg, err, sizeof(err)) < 0) {
                 fprintf(stderr, "gpupool server: %s\n", err);
-                gp_daemon_close(&d);
                 for (int i = 0; i < nbound; i++)
                         close(bound[i]);
                 return 1;
         }
-        memcpy(d.bound_fds, bound, (size_t)nbound * sizeof(bound[0]));
-        d.n_bound = nbound;
+        memcpy(d->bound_fds, bound, (size_t)nbound * sizeof(bound[0]));
+        d->n_bound = nbound;
         gp_serve *serve = NULL;
-        if (gp_daemon_start(&d) < 0 || gp_http_start(&d, err, sizeof(err)) < 0) {
+        if (gp_daemon_start(d) < 0 || gp_http_start(d, err, sizeof(err)) < 0) {
                 fprintf(stderr, "gpupool server: %s\n", err);
-                gp_daemon_stop(&d);
-                gp_daemon_close(&d);
+                gp_daemon_stop(d);
+                gp_daemon_close(d);
                 return 1;
         }
-        if (gp_serve_start(&d, &serve) < 0)
+        if (gp_serve_start(d, &serve) < 0)
                 gp_error("cannot start the model servers of gateway.models[].serve (out of memory or threads)");
         char store[sizeof(cfg.store_url)];
         redact_url(cfg.store_url, store, sizeof(store));
         gp_info("gpupool server listening on %s, data in %s, store %s, %zu GPU(s) from backend %s%s", cfg.listen,
-                cfg.data_dir, store, d.ngpus, d.backend,
-                !strcmp(d.backend, "sim") ? " (SIMULATED GPUs: no NVIDIA driver found or sim configured)" : "");
+                cfg.data_dir, store, d->ngpus, d->backend,
+                !strcmp(d->backend, "sim") ? " (SIMULATED GPUs: no NVIDIA driver found or sim configured)" : "");
         int sig = 0;
         while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
                 gp_warn("SIGHUP ignored: this version does not reload its config; restart it to apply changes");
         gp_info("signal %d: stopping (running tasks keep running under their supervisors)", sig);
         gp_serve_stop(serve);
-        gp_http_stop(&d);
-        gp_daemon_stop(&d);
-        gp_daemon_close(&d);
+        gp_http_stop(d);
+        gp_daemon_stop(d);
+        gp_daemon_close(d);
         return 0;
 }

@@ -1,9 +1,9 @@
 /* tenants.c - tenants, API keys and the audit log (see tenants.h).
  *
- * Invariants: d->tenants holds every tenant, the config's first (changed
- * in place by a stored PUT), then ones created at run time; ids are
- * unique.  d->keys maps key hashes to a tenant id or to admin ("");
- * hashes are unique.  Nothing here keeps a key in the clear.
+ * Invariants: ts->v holds every tenant, the config's first (changed in
+ * place by a stored PUT), then ones created at run time; ids are unique.
+ * ts->keys maps key hashes to a tenant id or to admin (""); hashes are
+ * unique.  Nothing here keeps a key in the clear.
  */
 #include "server/tenants.h"
 #include "gateway/gateway.h"
@@ -17,6 +17,7 @@
 #include "config/quota.h"
 #include "server/billing.h"
 #include "server/monitor.h"
+#include "base/vec.h"
 #include "server/server-int.h"
 
 #include <errno.h>
@@ -28,54 +29,70 @@
 #include <string.h>
 #include <sys/random.h>
 
+typedef struct gp_key {
+        char hash[GP_CFG_KEY_HASH_MAX];  /* "sha256:<hex>" */
+        char tenant[GP_TENANT_MAX];      /* "" = admin key */
+        bool runtime;                    /* made by the API (stored), not from the config */
+        int64_t created_ms;
+} gp_key;
+
+/* Everything here is under the daemon's lock (tenants.h), the flags and
+ * the audit log changed by the loop thread only. */
+struct gp_tenants {
+        const gp_config *cfg;       /* the file's tenants, keys, groups and time rules; never changed */
+        gp_sched *sched;            /* where tenant settings, group shares and weights go */
+        gp_store *ws;               /* the loop thread's store: read at start, written in its batch */
+        uint32_t weights[GP_PRIORITY_LEVELS]; /* base weights: the file's, or a stored run-time change */
+        gp_cfg_tenant *v;           /* every tenant */
+        size_t n, cap;
+        gp_key *keys;
+        size_t nkeys, capkeys;
+        json_t *audit;              /* array of the last GP_AUDIT_MAX changes */
+        bool meta_tenants, meta_keys, meta_audit, meta_weights; /* to store in this batch */
+        uint32_t rules_mask;        /* time rules in force (bit i = time_rules[i]) */
+        gp_tz *rule_tz[GP_CFG_MAX_TIME_RULES]; /* their zones, loaded at start */
+};
+
 /* ------------------------------------------------------------------ */
 /* tables                                                              */
 
-static gp_cfg_tenant *find_mut(gp_daemon *d, const char *id) {
-        for (size_t i = 0; i < d->ntenants; i++)
-                if (!strcmp(d->tenants[i].id, id))
-                        return &d->tenants[i];
+static gp_cfg_tenant *find_mut(gp_tenants *ts, const char *id) {
+        for (size_t i = 0; i < ts->n; i++)
+                if (!strcmp(ts->v[i].id, id))
+                        return &ts->v[i];
         return NULL;
 }
 
-const gp_cfg_tenant *gp_tenants_find(const gp_daemon *d, const char *id) {
-        return find_mut((gp_daemon *)d, id);
+const gp_cfg_tenant *gp_tenants_find(const gp_tenants *ts, const char *id) {
+        return find_mut((gp_tenants *)ts, id);
 }
 
-static int tenant_add(gp_daemon *d, const gp_cfg_tenant *t) {
-        if (d->ntenants == d->captenants) {
-                size_t c = d->captenants ? d->captenants * 2 : 16;
-                gp_cfg_tenant *p = realloc(d->tenants, c * sizeof(*p));
-                if (!p)
-                        return -ENOMEM;
-                d->tenants = p;
-                d->captenants = c;
-        }
-        d->tenants[d->ntenants++] = *t;
+static int tenant_add(gp_tenants *ts, const gp_cfg_tenant *t) {
+        gp_cfg_tenant *p = gp_vec_grow(ts->v, &ts->cap, ts->n + 1, sizeof(*p), 16);
+        if (!p)
+                return -ENOMEM;
+        ts->v = p;
+        ts->v[ts->n++] = *t;
         return 0;
 }
 
-static gp_key *key_find(gp_daemon *d, const char *hash) {
-        for (size_t i = 0; i < d->nkeys; i++)
-                if (!strcmp(d->keys[i].hash, hash))
-                        return &d->keys[i];
+static gp_key *key_find(gp_tenants *ts, const char *hash) {
+        for (size_t i = 0; i < ts->nkeys; i++)
+                if (!strcmp(ts->keys[i].hash, hash))
+                        return &ts->keys[i];
         return NULL;
 }
 
-static int key_add(gp_daemon *d, const char *hash, const char *tenant, bool runtime, int64_t created) {
-        if (key_find(d, hash))
+static int key_add(gp_tenants *ts, const char *hash, const char *tenant, bool runtime, int64_t created) {
+        if (key_find(ts, hash))
                 return -EEXIST;
-        if (d->nkeys >= GP_KEYS_MAX)
+        if (ts->nkeys >= GP_KEYS_MAX)
                 return -E2BIG;
-        if (d->nkeys == d->capkeys) {
-                size_t c = d->capkeys ? d->capkeys * 2 : 16;
-                gp_key *p = realloc(d->keys, c * sizeof(*p));
-                if (!p)
-                        return -ENOMEM;
-                d->keys = p;
-                d->capkeys = c;
-        }
-        gp_key *k = &d->keys[d->nkeys++];
+        gp_key *p = gp_vec_grow(ts->keys, &ts->capkeys, ts->nkeys + 1, sizeof(*p), 16);
+        if (!p)
+                return -ENOMEM;
+        ts->keys = p;
+        gp_key *k = &ts->keys[ts->nkeys++];
         memset(k, 0, sizeof(*k));
         gp_strlcpy(k->hash, hash, sizeof(k->hash));
         gp_strlcpy(k->tenant, tenant, sizeof(k->tenant));
@@ -84,14 +101,14 @@ static int key_add(gp_daemon *d, const char *hash, const char *tenant, bool runt
         return 0;
 }
 
-bool gp_tenants_auth_required(const gp_daemon *d) {
-        return d->nkeys > 0;
+bool gp_tenants_auth_required(const gp_tenants *ts) {
+        return ts->nkeys > 0;
 }
 
-int gp_tenants_authenticate(gp_daemon *d, const char *key, bool *ret_admin, char *ret_tenant, size_t size) {
+int gp_tenants_authenticate(gp_tenants *ts, const char *key, bool *ret_admin, char *ret_tenant, size_t size) {
         char hash[72];
         gp_sha256_key_hash(key, hash);
-        gp_key *k = key_find(d, hash);
+        gp_key *k = key_find(ts, hash);
         if (!k)
                 return -ENOENT;
         *ret_admin = k->tenant[0] == '\0';
@@ -104,12 +121,12 @@ int gp_tenants_authenticate(gp_daemon *d, const char *key, bool *ret_admin, char
 
 /* The tenant as in force now: its own settings with the quotas of the
  * time rules in force laid over them, later rules winning. */
-static gp_cfg_tenant effective(const gp_daemon *d, const gp_cfg_tenant *t) {
+static gp_cfg_tenant effective(const gp_tenants *ts, const gp_cfg_tenant *t) {
         gp_cfg_tenant e = *t;
-        for (int i = 0; i < d->cfg.n_time_rules; i++) {
-                if (!(d->rules_mask & (1u << i)))
+        for (int i = 0; i < ts->cfg->n_time_rules; i++) {
+                if (!(ts->rules_mask & (1u << i)))
                         continue;
-                const gp_cfg_time_rule *r = &d->cfg.time_rules[i];
+                const gp_cfg_time_rule *r = &ts->cfg->time_rules[i];
                 for (int k = 0; k < r->n_quotas; k++) {
                         const gp_cfg_rule_quota *q = &r->quotas[k];
                         if (strcmp(q->tenant, t->id))
@@ -120,76 +137,76 @@ static gp_cfg_tenant effective(const gp_daemon *d, const gp_cfg_tenant *t) {
         return e;
 }
 
-static uint32_t active_mask(const gp_daemon *d, int64_t now) {
+static uint32_t active_mask(const gp_tenants *ts, int64_t now) {
         uint32_t m = 0;
-        for (int i = 0; i < d->cfg.n_time_rules; i++)
-                if (d->rule_tz[i] &&
-                    gp_time_rule_covers(&d->cfg.time_rules[i], gp_tz_minute_of_day(d->rule_tz[i], now)))
+        for (int i = 0; i < ts->cfg->n_time_rules; i++)
+                if (ts->rule_tz[i] &&
+                    gp_time_rule_covers(&ts->cfg->time_rules[i], gp_tz_minute_of_day(ts->rule_tz[i], now)))
                         m |= 1u << i;
         return m;
 }
 
-static void sync_sched(gp_daemon *d) {
+static void sync_sched(gp_tenants *ts) {
         uint32_t w[GP_PRIORITY_LEVELS];
-        memcpy(w, d->cfg.weights, sizeof(w));
-        for (int i = 0; i < d->cfg.n_time_rules; i++)
-                if ((d->rules_mask & (1u << i)) && d->cfg.time_rules[i].has_weights)
-                        memcpy(w, d->cfg.time_rules[i].weights, sizeof(w));
-        gp_sched_set_weights(d->sched, w);
-        for (int g = 0; g < d->cfg.n_groups; g++) {
-                uint32_t share = (uint32_t)d->cfg.groups[g].share_pct;
-                for (int i = 0; i < d->cfg.n_time_rules; i++) {
-                        const gp_cfg_time_rule *r = &d->cfg.time_rules[i];
-                        if (!(d->rules_mask & (1u << i)))
+        memcpy(w, ts->weights, sizeof(w));
+        for (int i = 0; i < ts->cfg->n_time_rules; i++)
+                if ((ts->rules_mask & (1u << i)) && ts->cfg->time_rules[i].has_weights)
+                        memcpy(w, ts->cfg->time_rules[i].weights, sizeof(w));
+        gp_sched_set_weights(ts->sched, w);
+        for (int g = 0; g < ts->cfg->n_groups; g++) {
+                uint32_t share = (uint32_t)ts->cfg->groups[g].share_pct;
+                for (int i = 0; i < ts->cfg->n_time_rules; i++) {
+                        const gp_cfg_time_rule *r = &ts->cfg->time_rules[i];
+                        if (!(ts->rules_mask & (1u << i)))
                                 continue;
                         for (int k = 0; k < r->n_groups; k++)
-                                if (!strcmp(r->groups[k].name, d->cfg.groups[g].name))
+                                if (!strcmp(r->groups[k].name, ts->cfg->groups[g].name))
                                         share = (uint32_t)r->groups[k].share_pct;
                 }
-                gp_sched_group_set(d->sched, d->cfg.groups[g].name, share);
+                gp_sched_group_set(ts->sched, ts->cfg->groups[g].name, share);
         }
         /* groups named only by time rules */
-        for (int i = 0; i < d->cfg.n_time_rules; i++) {
-                const gp_cfg_time_rule *r = &d->cfg.time_rules[i];
-                if (d->rules_mask & (1u << i))
+        for (int i = 0; i < ts->cfg->n_time_rules; i++) {
+                const gp_cfg_time_rule *r = &ts->cfg->time_rules[i];
+                if (ts->rules_mask & (1u << i))
                         for (int k = 0; k < r->n_groups; k++) {
                                 bool base = false;
-                                for (int g = 0; g < d->cfg.n_groups; g++)
-                                        base |= !strcmp(d->cfg.groups[g].name, r->groups[k].name);
+                                for (int g = 0; g < ts->cfg->n_groups; g++)
+                                        base |= !strcmp(ts->cfg->groups[g].name, r->groups[k].name);
                                 if (!base)
-                                        gp_sched_group_set(d->sched, r->groups[k].name, (uint32_t)r->groups[k].share_pct);
+                                        gp_sched_group_set(ts->sched, r->groups[k].name, (uint32_t)r->groups[k].share_pct);
                         }
         }
-        for (size_t i = 0; i < d->ntenants; i++) {
-                gp_cfg_tenant t = effective(d, &d->tenants[i]);
+        for (size_t i = 0; i < ts->n; i++) {
+                gp_cfg_tenant t = effective(ts, &ts->v[i]);
                 gp_sched_tenant_cfg c = {
                         .weight = (uint32_t)t.weight, .group = t.group, .quota = t.quota,
                 };
-                if (gp_sched_tenant_set(d->sched, t.id, &c) < 0)
+                if (gp_sched_tenant_set(ts->sched, t.id, &c) < 0)
                         gp_warn("tenant %s: the scheduler refused its settings", t.id);
         }
 }
 
-static void audit(gp_daemon *d, const char *who, const char *action, const char *target, json_t *old, json_t *new,
+static void audit(gp_tenants *ts, const char *who, const char *action, const char *target, json_t *old, json_t *new,
                   int64_t now);
 
-bool gp_tenants_tick(gp_daemon *d, int64_t now, bool force) {
-        uint32_t m = active_mask(d, now);
-        if (m == d->rules_mask && !force)
+bool gp_tenants_tick(gp_tenants *ts, int64_t now, bool force) {
+        uint32_t m = active_mask(ts, now);
+        if (m == ts->rules_mask && !force)
                 return false;
-        for (int i = 0; i < d->cfg.n_time_rules; i++) {
+        for (int i = 0; i < ts->cfg->n_time_rules; i++) {
                 uint32_t bit = 1u << i;
-                if ((m & bit) == (d->rules_mask & bit) && !(force && (m & bit)))
+                if ((m & bit) == (ts->rules_mask & bit) && !(force && (m & bit)))
                         continue;
-                const gp_cfg_time_rule *r = &d->cfg.time_rules[i];
+                const gp_cfg_time_rule *r = &ts->cfg->time_rules[i];
                 bool on = m & bit;
                 gp_info("time rule %s (%02d:%02d-%02d:%02d %s) %s", r->name, r->start_min / 60, r->start_min % 60,
                         r->end_min / 60, r->end_min % 60, r->tz, on ? "is in force" : "ended");
                 if (!force)
-                        audit(d, "time rule", on ? "time_rule.start" : "time_rule.end", r->name, NULL, NULL, now);
+                        audit(ts, "time rule", on ? "time_rule.start" : "time_rule.end", r->name, NULL, NULL, now);
         }
-        d->rules_mask = m;
-        sync_sched(d);
+        ts->rules_mask = m;
+        sync_sched(ts);
         return true;
 }
 
@@ -210,11 +227,11 @@ static json_t *quota_json(const gp_cfg_tenant *t) {
                          gpus_json(q->guaranteed_gpus_milli));
 }
 
-static json_t *tenant_json(const gp_daemon *d, const gp_cfg_tenant *base) {
-        gp_cfg_tenant now = effective(d, base), *t = &now;
+static json_t *tenant_json(const gp_tenants *ts, const gp_cfg_tenant *base) {
+        gp_cfg_tenant now = effective(ts, base), *t = &now;
         int keys = 0;
-        for (size_t i = 0; i < d->nkeys; i++)
-                keys += !strcmp(d->keys[i].tenant, t->id);
+        for (size_t i = 0; i < ts->nkeys; i++)
+                keys += !strcmp(ts->keys[i].tenant, t->id);
         json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:o,s:i}", "id", t->id, "name", t->name, "kind", t->kind,
                               "group", t->group, "max_priority", t->max_priority, "default_priority",
                               t->default_priority, "weight", t->weight, "quota", quota_json(t), "keys", keys);
@@ -226,8 +243,8 @@ static json_t *tenant_json(const gp_daemon *d, const gp_cfg_tenant *base) {
 }
 
 /* The stored form: as the API shows it, plus the config's key hashes. */
-static json_t *tenant_store_json(const gp_daemon *d, const gp_cfg_tenant *t) {
-        json_t *o = tenant_json(d, t);
+static json_t *tenant_store_json(const gp_tenants *ts, const gp_cfg_tenant *t) {
+        json_t *o = tenant_json(ts, t);
         json_object_del(o, "keys");
         json_t *base = json_object_get(o, "quota_configured");
         if (base) /* store the tenant's own quota, not the one a time rule put in force */
@@ -403,46 +420,46 @@ static void tenant_defaults(gp_cfg_tenant *t, const char *id) {
 /* ------------------------------------------------------------------ */
 /* start-up                                                            */
 
-static json_t *meta_json(gp_daemon *d, const char *key) {
+static json_t *meta_json(gp_tenants *ts, const char *key) {
         size_t size = 2 * 1024 * 1024;
         char *buf = malloc(size);
         if (!buf)
                 return NULL;
         json_t *j = NULL;
-        if (gp_store_meta_get(d->ws, key, buf, size) == 0)
+        if (gp_store_meta_get(ts->ws, key, buf, size) == 0)
                 j = json_loads(buf, 0, NULL);
         free(buf);
         return j;
 }
 
-const char *gp_tenants_run_as(const gp_daemon *d, const char *id) {
-        for (int i = 0; id && i < d->cfg.n_tenants; i++)
-                if (!strcmp(d->cfg.tenants[i].id, id))
-                        return d->cfg.tenants[i].run_as[0] ? d->cfg.tenants[i].run_as : NULL;
+const char *gp_tenants_run_as(const gp_tenants *ts, const char *id) {
+        for (int i = 0; id && i < ts->cfg->n_tenants; i++)
+                if (!strcmp(ts->cfg->tenants[i].id, id))
+                        return ts->cfg->tenants[i].run_as[0] ? ts->cfg->tenants[i].run_as : NULL;
         return NULL;
 }
 
-int gp_tenants_init(gp_daemon *d, char *err, size_t errlen) {
+static int load(gp_tenants *ts, char *err, size_t errlen) {
         int rc;
-        for (int i = 0; i < d->cfg.n_admin_keys; i++)
-                if ((rc = key_add(d, d->cfg.admin_keys[i], "", false, 0)) < 0)
+        for (int i = 0; i < ts->cfg->n_admin_keys; i++)
+                if ((rc = key_add(ts, ts->cfg->admin_keys[i], "", false, 0)) < 0)
                         goto dup;
-        for (int i = 0; i < d->cfg.n_tenants; i++) {
-                const gp_cfg_tenant *t = &d->cfg.tenants[i];
-                if ((rc = tenant_add(d, t)) < 0)
+        for (int i = 0; i < ts->cfg->n_tenants; i++) {
+                const gp_cfg_tenant *t = &ts->cfg->tenants[i];
+                if ((rc = tenant_add(ts, t)) < 0)
                         return rc;
                 for (int k = 0; k < t->n_keys; k++)
-                        if ((rc = key_add(d, t->keys[k], t->id, false, 0)) < 0)
+                        if ((rc = key_add(ts, t->keys[k], t->id, false, 0)) < 0)
                                 goto dup;
         }
         /* run-time changes stored by earlier runs win over the file */
-        json_t *ts = meta_json(d, "tenants"), *v;
+        json_t *stored = meta_json(ts, "tenants"), *v;
         size_t i;
-        json_array_foreach(ts, i, v) {
+        json_array_foreach(stored, i, v) {
                 const char *id = json_string_value(json_object_get(v, "id"));
                 if (!id || strlen(id) >= GP_TENANT_MAX)
                         continue;
-                gp_cfg_tenant *t = find_mut(d, id), n;
+                gp_cfg_tenant *t = find_mut(ts, id), n;
                 if (!t) {
                         tenant_defaults(&n, id);
                         t = &n;
@@ -455,33 +472,33 @@ int gp_tenants_init(gp_daemon *d, char *err, size_t errlen) {
                         continue;
                 }
                 if (t == &n) {
-                        if (tenant_add(d, &tmp) < 0) {
-                                json_decref(ts);
+                        if (tenant_add(ts, &tmp) < 0) {
+                                json_decref(stored);
                                 return -ENOMEM;
                         }
                 } else {
                         *t = tmp;
                 }
         }
-        json_decref(ts);
-        json_t *ks = meta_json(d, "keys");
+        json_decref(stored);
+        json_t *ks = meta_json(ts, "keys");
         json_array_foreach(ks, i, v) {
                 const char *h = json_string_value(json_object_get(v, "hash"));
                 const char *tn = json_string_value(json_object_get(v, "tenant"));
                 json_int_t at = json_integer_value(json_object_get(v, "created_ms"));
                 if (h && tn && strlen(h) < GP_CFG_KEY_HASH_MAX && strlen(tn) < GP_TENANT_MAX)
-                        key_add(d, h, tn, true, at);
+                        key_add(ts, h, tn, true, at);
         }
         json_decref(ks);
-        for (int r = 0; r < d->cfg.n_time_rules; r++) {
-                d->rule_tz[r] = malloc(sizeof(gp_tz));
-                if (!d->rule_tz[r] || gp_tz_load(d->cfg.time_rules[r].tz, d->rule_tz[r]) < 0) {
-                        snprintf(err, errlen, "time rule %s: cannot load time zone %s", d->cfg.time_rules[r].name,
-                                 d->cfg.time_rules[r].tz);
+        for (int r = 0; r < ts->cfg->n_time_rules; r++) {
+                ts->rule_tz[r] = malloc(sizeof(gp_tz));
+                if (!ts->rule_tz[r] || gp_tz_load(ts->cfg->time_rules[r].tz, ts->rule_tz[r]) < 0) {
+                        snprintf(err, errlen, "time rule %s: cannot load time zone %s", ts->cfg->time_rules[r].name,
+                                 ts->cfg->time_rules[r].tz);
                         return -EINVAL;
                 }
         }
-        json_t *ws = meta_json(d, "weights"), *wv;
+        json_t *ws = meta_json(ts, "weights"), *wv;
         if (json_is_array(ws) && json_array_size(ws) == GP_PRIORITY_LEVELS) {
                 uint32_t w[GP_PRIORITY_LEVELS];
                 bool ok = true;
@@ -492,15 +509,15 @@ int gp_tenants_init(gp_daemon *d, char *err, size_t errlen) {
                 }
                 if (ok) /* a stored run-time change wins over the file */
                         // cppcheck-suppress uninitvar ; ok: the array had GP_PRIORITY_LEVELS entries, each stored in w
-                        memcpy(d->cfg.weights, w, sizeof(w));
+                        memcpy(ts->weights, w, sizeof(w));
         }
         json_decref(ws);
-        d->audit = meta_json(d, "audit");
-        if (!json_is_array(d->audit)) {
-                json_decref(d->audit);
-                d->audit = json_array();
+        ts->audit = meta_json(ts, "audit");
+        if (!json_is_array(ts->audit)) {
+                json_decref(ts->audit);
+                ts->audit = json_array();
         }
-        return d->audit ? 0 : -ENOMEM;
+        return ts->audit ? 0 : -ENOMEM;
 dup:
         if (rc == -EEXIST)
                 snprintf(err, errlen, "config: the same key hash is given to two owners (admin or tenants)");
@@ -509,38 +526,55 @@ dup:
         return -EINVAL;
 }
 
-void gp_tenants_done(gp_daemon *d) {
-        for (int i = 0; i < GP_CFG_MAX_TIME_RULES; i++) {
-                free(d->rule_tz[i]);
-                d->rule_tz[i] = NULL;
+int gp_tenants_open(gp_tenants **ret, const gp_config *cfg, gp_store *ws, gp_sched *sched, char *err,
+                    size_t errlen) {
+        gp_tenants *ts = calloc(1, sizeof(*ts));
+        if (!ts) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
         }
-        free(d->tenants);
-        free(d->keys);
-        json_decref(d->audit);
-        d->tenants = NULL;
-        d->keys = NULL;
-        d->audit = NULL;
-        d->ntenants = d->nkeys = 0;
+        ts->cfg = cfg;
+        ts->ws = ws;
+        ts->sched = sched;
+        memcpy(ts->weights, cfg->weights, sizeof(ts->weights));
+        int rc = load(ts, err, errlen);
+        if (rc < 0) {
+                gp_tenants_close(ts);
+                return rc;
+        }
+        *ret = ts;
+        return 0;
+}
+
+void gp_tenants_close(gp_tenants *ts) {
+        if (!ts)
+                return;
+        for (int i = 0; i < GP_CFG_MAX_TIME_RULES; i++)
+                free(ts->rule_tz[i]);
+        free(ts->v);
+        free(ts->keys);
+        json_decref(ts->audit);
+        free(ts);
 }
 
 /* ------------------------------------------------------------------ */
 /* changes (loop thread)                                               */
 
-static void audit(gp_daemon *d, const char *who, const char *action, const char *target, json_t *old, json_t *new,
+static void audit(gp_tenants *ts, const char *who, const char *action, const char *target, json_t *old, json_t *new,
                   int64_t now) {
         char at[40];
         gp_time_format(now, at, sizeof(at));
-        json_array_append_new(d->audit, json_pack("{s:s,s:s,s:s,s:s,s:o,s:o}", "at", at, "who", who, "action",
+        json_array_append_new(ts->audit, json_pack("{s:s,s:s,s:s,s:s,s:o,s:o}", "at", at, "who", who, "action",
                                                   action, "target", target, "old", old ? old : json_null(),
                                                   "new", new ? new : json_null()));
-        while (json_array_size(d->audit) > GP_AUDIT_MAX)
-                json_array_remove(d->audit, 0);
-        d->meta_audit = true;
+        while (json_array_size(ts->audit) > GP_AUDIT_MAX)
+                json_array_remove(ts->audit, 0);
+        ts->meta_audit = true;
 }
 
-void gp_tenants_audit(gp_daemon *d, const char *who, const char *action, const char *target, json_t *old,
+void gp_tenants_audit(gp_tenants *ts, const char *who, const char *action, const char *target, json_t *old,
                       json_t *new, int64_t now) {
-        audit(d, who, action, target, old, new, now);
+        audit(ts, who, action, target, old, new, now);
 }
 
 static char *body_of(json_t *j) {
@@ -556,103 +590,115 @@ static json_t *weights_json(const uint32_t *w) {
         return a;
 }
 
-void gp_tenants_apply(gp_daemon *d, cmd *c, int64_t now, int *ret_status, char **ret_body) {
+void gp_tenants_apply(gp_tenants *ts, cmd *c, int64_t now, int *ret_status, char **ret_body) {
         if (c->kind == CMD_WEIGHTS) {
+                const char *who = c->weights.who;
                 /* the base weights (time rules with weights still win while in force) */
-                json_t *old = weights_json(d->cfg.weights);
-                memcpy(d->cfg.weights, c->weights, sizeof(d->cfg.weights));
-                sync_sched(d);
-                d->meta_weights = true;
-                audit(d, c->who, "scheduler.weights", "P0..P9", old, weights_json(c->weights), now);
-                gp_info("tier weights changed by %s", c->who);
+                json_t *old = weights_json(ts->weights);
+                memcpy(ts->weights, c->weights.weights, sizeof(ts->weights));
+                sync_sched(ts);
+                ts->meta_weights = true;
+                audit(ts, who, "scheduler.weights", "P0..P9", old, weights_json(c->weights.weights), now);
+                gp_info("tier weights changed by %s", who);
                 *ret_status = 200;
-                *ret_body = body_of(json_pack("{s:o,s:o}", "weights", weights_json(d->cfg.weights), "in_force",
-                                              weights_json(gp_sched_get_config(d->sched)->weights)));
+                *ret_body = body_of(json_pack("{s:o,s:o}", "weights", weights_json(ts->weights), "in_force",
+                                              weights_json(gp_sched_get_config(ts->sched)->weights)));
                 return;
         }
         if (c->kind == CMD_TENANT_PUT) {
-                gp_cfg_tenant *t = find_mut(d, c->tenant_rec->id);
-                json_t *old = t ? tenant_json(d, t) : NULL;
+                const gp_cfg_tenant *rec = c->tenant_put.rec;
+                const char *who = c->tenant_put.who;
+                gp_cfg_tenant *t = find_mut(ts, rec->id);
+                json_t *old = t ? tenant_json(ts, t) : NULL;
                 bool created = !t;
-                if (created && tenant_add(d, c->tenant_rec) < 0) {
+                if (created && tenant_add(ts, rec) < 0) {
                         json_decref(old);
                         *ret_status = 503;
                         *ret_body = gp_http_error_body("unavailable", "out of memory");
                         return;
                 }
                 if (!created)
-                        *t = *c->tenant_rec;
-                t = find_mut(d, c->tenant_rec->id);
-                sync_sched(d);
-                d->meta_tenants = true;
-                audit(d, c->who, created ? "tenant.create" : "tenant.update", t->id, old, tenant_json(d, t), now);
-                gp_info("tenant %s %s by %s", t->id, created ? "created" : "changed", c->who);
+                        *t = *rec;
+                t = find_mut(ts, rec->id);
+                sync_sched(ts);
+                ts->meta_tenants = true;
+                audit(ts, who, created ? "tenant.create" : "tenant.update", t->id, old, tenant_json(ts, t), now);
+                gp_info("tenant %s %s by %s", t->id, created ? "created" : "changed", who);
                 *ret_status = created ? 201 : 200;
-                *ret_body = body_of(tenant_json(d, t));
+                *ret_body = body_of(tenant_json(ts, t));
                 return;
         }
-        /* CMD_KEY_CREATE: c->tenant names the tenant, c->key the new key */
+        /* CMD_KEY_CREATE: k->tenant names the tenant, k->key the new key */
+        struct cmd_key_create *k = &c->key_create;
         char hash[72];
-        gp_sha256_key_hash(c->key, hash);
-        if (!find_mut(d, c->tenant)) {
+        gp_sha256_key_hash(k->key, hash);
+        if (!find_mut(ts, k->tenant)) {
                 *ret_status = 404;
-                *ret_body = gp_http_error_body("not_found", "no tenant %s", c->tenant);
+                *ret_body = gp_http_error_body("not_found", "no tenant %s", k->tenant);
                 return;
         }
-        int rc = key_add(d, hash, c->tenant, true, now);
+        int rc = key_add(ts, hash, k->tenant, true, now);
         if (rc < 0) {
                 *ret_status = rc == -E2BIG ? 409 : 503;
                 *ret_body = gp_http_error_body(rc == -E2BIG ? "conflict" : "unavailable", "cannot add a key: %s",
                                                gp_strerror(rc));
                 return;
         }
-        d->meta_keys = true;
+        ts->meta_keys = true;
         char shown[24];
         snprintf(shown, sizeof(shown), "%.14s...", hash);
-        audit(d, c->who, "key.create", c->tenant, NULL, json_string(shown), now);
-        gp_info("key %s made for tenant %s by %s", shown, c->tenant, c->who);
+        audit(ts, k->who, "key.create", k->tenant, NULL, json_string(shown), now);
+        gp_info("key %s made for tenant %s by %s", shown, k->tenant, k->who);
         *ret_status = 201;
-        *ret_body = body_of(json_pack("{s:s,s:s,s:s,s:s}", "key", c->key, "tenant_id", c->tenant, "hash", hash,
+        *ret_body = body_of(json_pack("{s:s,s:s,s:s,s:s}", "key", k->key, "tenant_id", k->tenant, "hash", hash,
                                       "note", "shown once: only its hash is stored"));
-        explicit_bzero(c->key, sizeof(c->key));
+        explicit_bzero(k->key, sizeof(k->key));
 }
 
-static int store_json(gp_daemon *d, const char *key, json_t *j) {
+static int store_json(gp_tenants *ts, const char *key, json_t *j) {
         char *s = json_dumps(j, JSON_COMPACT);
         json_decref(j);
         if (!s)
                 return -ENOMEM;
-        int rc = gp_store_meta_set(d->ws, key, s);
+        int rc = gp_store_meta_set(ts->ws, key, s);
         free(s);
         return rc;
 }
 
-int gp_tenants_store(gp_daemon *d) {
+int gp_tenants_store(gp_tenants *ts) {
         int rc = 0;
-        if (d->meta_tenants) {
+        if (ts->meta_tenants) {
                 json_t *a = json_array();
-                for (size_t i = 0; i < d->ntenants; i++)
-                        json_array_append_new(a, tenant_store_json(d, &d->tenants[i]));
-                rc = store_json(d, "tenants", a);
+                for (size_t i = 0; i < ts->n; i++)
+                        json_array_append_new(a, tenant_store_json(ts, &ts->v[i]));
+                rc = store_json(ts, "tenants", a);
         }
-        if (rc == 0 && d->meta_keys) {
+        if (rc == 0 && ts->meta_keys) {
                 json_t *a = json_array();
-                for (size_t i = 0; i < d->nkeys; i++)
-                        if (d->keys[i].runtime)
-                                json_array_append_new(a, json_pack("{s:s,s:s,s:I}", "hash", d->keys[i].hash, "tenant",
-                                                                   d->keys[i].tenant,
-                                                                   "created_ms", (json_int_t)d->keys[i].created_ms));
-                rc = store_json(d, "keys", a);
+                for (size_t i = 0; i < ts->nkeys; i++)
+                        if (ts->keys[i].runtime)
+                                json_array_append_new(a, json_pack("{s:s,s:s,s:I}", "hash", ts->keys[i].hash, "tenant",
+                                                                   ts->keys[i].tenant,
+                                                                   "created_ms", (json_int_t)ts->keys[i].created_ms));
+                rc = store_json(ts, "keys", a);
         }
-        if (rc == 0 && d->meta_weights)
-                rc = store_json(d, "weights", weights_json(d->cfg.weights));
-        if (rc == 0 && d->meta_audit)
-                rc = store_json(d, "audit", json_incref(d->audit));
+        if (rc == 0 && ts->meta_weights)
+                rc = store_json(ts, "weights", weights_json(ts->weights));
+        if (rc == 0 && ts->meta_audit)
+                rc = store_json(ts, "audit", json_incref(ts->audit));
         return rc;
 }
 
-void gp_tenants_stored(gp_daemon *d) {
-        d->meta_tenants = d->meta_keys = d->meta_audit = d->meta_weights = false;
+json_t *gp_tenants_audit_list(const gp_tenants *ts) {
+        return json_deep_copy(ts->audit);
+}
+
+bool gp_tenants_pending(const gp_tenants *ts) {
+        return ts->meta_tenants || ts->meta_keys || ts->meta_audit || ts->meta_weights;
+}
+
+void gp_tenants_stored(gp_tenants *ts) {
+        ts->meta_tenants = ts->meta_keys = ts->meta_audit = ts->meta_weights = false;
 }
 
 /* ------------------------------------------------------------------ */
@@ -676,46 +722,46 @@ static int answer_err(hreq *r, int status, const char *code, const char *msg) {
 
 /* Usage now, for GET /api/v1/tenants[/{id}]: running and queued tasks,
  * GPUs in use (a memory share counts its fraction) and the decayed usage
- * fair share orders by. d->lock held. */
-static json_t *usage_json(gp_daemon *d, const char *id) {
+ * fair share orders by. ts->lock held. */
+static json_t *usage_json(gp_tenants *ts, const char *id) {
         struct gp_sched_tenant_usage u;
-        if (gp_sched_tenant_usage(d->sched, id, gp_now_ms(), &u) < 0)
+        if (gp_sched_tenant_usage(ts->sched, id, gp_now_ms(), &u) < 0)
                 memset(&u, 0, sizeof(u));
         return json_pack("{s:i,s:i,s:o,s:f}", "running", u.running, "queued", u.queued, "gpus",
                          gpus_json(u.gpus_milli), "fair_share_usage_gpu_s", u.fair_share_usage);
 }
 
-void gp_tenants_rules_in_force(const gp_daemon *d, char *buf, size_t size) {
+void gp_tenants_rules_in_force(const gp_tenants *ts, char *buf, size_t size) {
         size_t off = 0;
         buf[0] = '\0';
-        for (int i = 0; i < d->cfg.n_time_rules && off < size; i++)
-                if (d->rules_mask & (1u << i)) {
-                        int n = snprintf(buf + off, size - off, "%s%s", off ? ", " : "", d->cfg.time_rules[i].name);
+        for (int i = 0; i < ts->cfg->n_time_rules && off < size; i++)
+                if (ts->rules_mask & (1u << i)) {
+                        int n = snprintf(buf + off, size - off, "%s%s", off ? ", " : "", ts->cfg->time_rules[i].name);
                         if (n < 0)
                                 break;
                         off += (size_t)n;
                 }
 }
 
-json_t *gp_tenants_stats_json(gp_daemon *d) {
-        json_t *rules = json_array(), *ts = json_array();
-        for (int i = 0; i < d->cfg.n_time_rules; i++)
-                json_array_append_new(rules, json_pack("{s:s,s:b}", "name", d->cfg.time_rules[i].name, "in_force",
-                                                       (d->rules_mask & (1u << i)) != 0));
-        for (size_t i = 0; i < d->ntenants; i++) {
-                gp_cfg_tenant e = effective(d, &d->tenants[i]);
-                json_array_append_new(ts, json_pack("{s:s,s:o,s:o}", "id", e.id, "usage", usage_json(d, e.id), "quota",
+json_t *gp_tenants_stats_json(gp_tenants *ts) {
+        json_t *rules = json_array(), *list = json_array();
+        for (int i = 0; i < ts->cfg->n_time_rules; i++)
+                json_array_append_new(rules, json_pack("{s:s,s:b}", "name", ts->cfg->time_rules[i].name, "in_force",
+                                                       (ts->rules_mask & (1u << i)) != 0));
+        for (size_t i = 0; i < ts->n; i++) {
+                gp_cfg_tenant e = effective(ts, &ts->v[i]);
+                json_array_append_new(list, json_pack("{s:s,s:o,s:o}", "id", e.id, "usage", usage_json(ts, e.id), "quota",
                                                     quota_json(&e)));
         }
-        return json_pack("{s:o,s:o}", "time_rules", rules, "tenants", ts);
+        return json_pack("{s:o,s:o}", "time_rules", rules, "tenants", list);
 }
 
-void gp_tenants_quota_used(gp_daemon *d, int64_t now_ms, void (*fn)(void *ud, const char *tenant, double pct),
+void gp_tenants_quota_used(gp_tenants *ts, int64_t now_ms, void (*fn)(void *ud, const char *tenant, double pct),
                            void *ud) {
-        for (size_t i = 0; i < d->ntenants; i++) {
-                gp_cfg_tenant e = effective(d, &d->tenants[i]);
+        for (size_t i = 0; i < ts->n; i++) {
+                gp_cfg_tenant e = effective(ts, &ts->v[i]);
                 struct gp_sched_tenant_usage u;
-                if (gp_sched_tenant_usage(d->sched, e.id, now_ms, &u) < 0)
+                if (gp_sched_tenant_usage(ts->sched, e.id, now_ms, &u) < 0)
                         memset(&u, 0, sizeof(u));
                 double pct = gp_monitor_quota_used_pct(u.running, e.quota.max_concurrent, u.queued,
                                                        e.quota.max_queued, u.gpus_milli, e.quota.max_gpus_milli);
@@ -739,25 +785,25 @@ static int get_tenants(hreq *r, const char *id) {
         pthread_mutex_lock(&d->lock);
         json_t *out;
         if (id) {
-                const gp_cfg_tenant *t = gp_tenants_find(d, id);
+                const gp_cfg_tenant *t = gp_tenants_find(d->tenants, id);
                 if (!t || (!r->admin && strcmp(r->tenant, id))) {
                         pthread_mutex_unlock(&d->lock);
                         return answer_err(r, 404, "not_found", "no such tenant");
                 }
-                out = tenant_json(d, t);
-                json_object_set_new(out, "usage", usage_json(d, t->id));
+                out = tenant_json(d->tenants, t);
+                json_object_set_new(out, "usage", usage_json(d->tenants, t->id));
                 json_t *bill = gp_billing_tenant_json(d, t->id);
                 if (bill)
                         json_object_set_new(out, "billing", bill);
                 gateway_usage(d, out, t->id);
         } else {
                 json_t *a = json_array();
-                for (size_t i = 0; i < d->ntenants; i++) {
-                        const gp_cfg_tenant *t = &d->tenants[i];
+                for (size_t i = 0; i < d->tenants->n; i++) {
+                        const gp_cfg_tenant *t = &d->tenants->v[i];
                         if (!r->admin && strcmp(r->tenant, t->id))
                                 continue;
-                        json_t *o = tenant_json(d, t);
-                        json_object_set_new(o, "usage", usage_json(d, t->id));
+                        json_t *o = tenant_json(d->tenants, t);
+                        json_object_set_new(o, "usage", usage_json(d->tenants, t->id));
                         json_t *bill = gp_billing_tenant_json(d, t->id);
                         if (bill)
                                 json_object_set_new(o, "billing", bill);
@@ -770,9 +816,10 @@ static int get_tenants(hreq *r, const char *id) {
         return answer_json(r, 200, out);
 }
 
-static int post_cmd_tenants(hreq *r, cmd *c) {
+/* who: the command's actor field (the audit log's "who"). */
+static int post_cmd_tenants(hreq *r, cmd *c, char *who, size_t size) {
         c->req = r;
-        gp_strlcpy(c->who, r->who, sizeof(c->who));
+        gp_strlcpy(who, r->who, size);
         r->suspended = true;
         MHD_suspend_connection(r->conn);
         gp_daemon_post(r->d, c);
@@ -813,12 +860,12 @@ static int put_tenant(hreq *r, const char *id) {
                 return answer_err(r, 503, "unavailable", "out of memory");
         }
         pthread_mutex_lock(&d->lock);
-        const gp_cfg_tenant *cur = gp_tenants_find(d, id);
+        const gp_cfg_tenant *cur = gp_tenants_find(d->tenants, id);
         if (cur)
                 *t = *cur;
         else
                 tenant_defaults(t, id);
-        bool too_many = !cur && d->ntenants >= 100000;
+        bool too_many = !cur && d->tenants->n >= 100000;
         pthread_mutex_unlock(&d->lock);
         char err[256];
         int rc = too_many ? -E2BIG : tenant_from_json(j, t, err, sizeof(err));
@@ -830,33 +877,32 @@ static int put_tenant(hreq *r, const char *id) {
                 return answer_err(r, rc == -E2BIG ? 409 : 400, rc == -E2BIG ? "conflict" : "invalid_request",
                                   rc == -E2BIG ? "too many tenants" : err);
         }
-        cmd *c = calloc(1, sizeof(*c));
+        cmd *c = gp_cmd_new(CMD_TENANT_PUT);
         if (!c) {
                 free(t);
                 return answer_err(r, 503, "unavailable", "out of memory");
         }
-        c->kind = CMD_TENANT_PUT;
-        c->tenant_rec = t;
-        return post_cmd_tenants(r, c);
+        c->tenant_put.rec = t;
+        return post_cmd_tenants(r, c, c->tenant_put.who, sizeof(c->tenant_put.who));
 }
 
 static int create_key(hreq *r, const char *id) {
         uint8_t raw[24];
         if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
                 return answer_err(r, 503, "unavailable", "no randomness for a key");
-        cmd *c = calloc(1, sizeof(*c));
+        cmd *c = gp_cmd_new(CMD_KEY_CREATE);
         if (!c)
                 return answer_err(r, 503, "unavailable", "out of memory");
-        c->kind = CMD_KEY_CREATE;
-        gp_strlcpy(c->tenant, id, sizeof(c->tenant));
+        struct cmd_key_create *k = &c->key_create;
+        gp_strlcpy(k->tenant, id, sizeof(k->tenant));
         static const char hex[] = "0123456789abcdef";
-        memcpy(c->key, "gpk_", 4);
+        memcpy(k->key, "gpk_", 4);
         for (size_t i = 0; i < sizeof(raw); i++) {
-                c->key[4 + 2 * i] = hex[raw[i] >> 4];
-                c->key[5 + 2 * i] = hex[raw[i] & 15];
+                k->key[4 + 2 * i] = hex[raw[i] >> 4];
+                k->key[5 + 2 * i] = hex[raw[i] & 15];
         }
-        c->key[4 + 2 * sizeof(raw)] = '\0';
-        return post_cmd_tenants(r, c);
+        k->key[4 + 2 * sizeof(raw)] = '\0';
+        return post_cmd_tenants(r, c, k->who, sizeof(k->who));
 }
 
 static int put_weights(hreq *r) {
@@ -865,29 +911,28 @@ static int put_weights(hreq *r) {
         json_t *w = j ? json_object_get(j, "weights") : NULL, *v;
         cmd *c = NULL;
         bool ok = json_is_object(j) && json_object_size(j) == 1 && json_is_array(w) &&
-                  json_array_size(w) == GP_PRIORITY_LEVELS && (c = calloc(1, sizeof(*c)));
+                  json_array_size(w) == GP_PRIORITY_LEVELS && (c = gp_cmd_new(CMD_WEIGHTS));
         size_t i;
         json_array_foreach(w, i, v) {
                 if (!ok)
                         break;
                 ok = json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= 1000000;
                 if (ok)
-                        c->weights[i] = (uint32_t)json_integer_value(v);
+                        c->weights.weights[i] = (uint32_t)json_integer_value(v);
         }
         json_decref(j);
         if (!ok) {
-                free(c);
+                gp_cmd_free(c);
                 return answer_err(r, 400, "invalid_request",
                                   "body must be {\"weights\": [10 integers 1..1000000, P0..P9]}");
         }
-        c->kind = CMD_WEIGHTS;
-        return post_cmd_tenants(r, c);
+        return post_cmd_tenants(r, c, c->weights.who, sizeof(c->weights.who));
 }
 
 static int get_audit(hreq *r) {
         gp_daemon *d = r->d;
         pthread_mutex_lock(&d->lock);
-        json_t *a = json_deep_copy(d->audit);
+        json_t *a = gp_tenants_audit_list(d->tenants);
         pthread_mutex_unlock(&d->lock);
         return answer_json(r, 200, json_pack("{s:o}", "audit", a ? a : json_array()));
 }
@@ -917,7 +962,7 @@ static int route(hreq *r, const char *url, const char *method) {
                 if (get) {
                         gp_daemon *d = r->d;
                         pthread_mutex_lock(&d->lock);
-                        json_t *o = json_pack("{s:o,s:o}", "weights", weights_json(d->cfg.weights), "in_force",
+                        json_t *o = json_pack("{s:o,s:o}", "weights", weights_json(d->tenants->weights), "in_force",
                                               weights_json(gp_sched_get_config(d->sched)->weights));
                         pthread_mutex_unlock(&d->lock);
                         return answer_json(r, 200, o);

@@ -287,7 +287,6 @@ static bool gate_holds(const gp_sched *s, const stask *t) {
  * queue first; hybrid: P0 first).  O(tenants with tasks queued x queues),
  * asked only when some elastic task could grow. */
 static bool may_start_any(const gp_sched *s) {
-        gp_sched_policy pol = s->cfg.policy;
         for (int q = 0; q < GP_PRIORITY_LEVELS; q++) {
                 const tier *tr = &s->tiers[q];
                 for (uint32_t j = 0; j < tr->nact; j++) {
@@ -300,10 +299,7 @@ static bool may_start_any(const gp_sched *s) {
                                 if (q2 == q || !T->q[q2].n)
                                         continue;
                                 const stask *h2 = T->q[q2].v[T->q[q2].lo];
-                                bool before = pol == GP_SCHED_FIFO ? h2->id < h->id
-                                              : pol == GP_SCHED_HYBRID ? q2 == 0
-                                                                       : q2 < q;
-                                held = before && gate_holds(s, h2);
+                                held = s->pol->before(q2, h2, q, h) && gate_holds(s, h2);
                         }
                         if (!held)
                                 return true;
@@ -338,10 +334,7 @@ int grow_all(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, s
                 stask *t = s->el[i];
                 if (!can_grow(s, t))
                         continue;
-                int key = s->cfg.policy == GP_SCHED_LAS    ? las_level(s, attained_at(t, now))
-                          : s->cfg.policy == GP_SCHED_FIFO ? 0
-                                                           : t->prio;
-                eo[m++] = (eord){key, t->id, t, t->ngpus};
+                eo[m++] = (eord){s->pol->grow_key(s, t, now), t->id, t, t->ngpus};
         }
         qsort(eo, m, sizeof(*eo), cmp_eord);
         int rc = 0;

@@ -95,12 +95,6 @@ bool fair_order_kept(const gp_sched *s, int64_t now) {
 /* ------------------------------------------------------------------ */
 /* queue positions under fair share                                   */
 
-/* Position of a queued task without walking the queue.  Stride scheduling
- * gives tier j's m-th task (0-based) the virtual time pass_j + m*stride_j;
- * the dispatch order merges tiers by (virtual time, tier index), so the
- * tasks ahead of t (k-th in tier i, at time V) are, per other tier, those
- * with an earlier time (or an equal one in a lower tier), capped at the
- * tier's length.  Exactly the order compute_positions() simulates. */
 /* Under hybrid and strict, tasks ahead of t inside its tier: those of
  * tenants that go before t's (class, then usage/weight), and of tenants
  * that tie with it those with a lower id (the walk merges ties by id).

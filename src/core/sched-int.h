@@ -161,6 +161,8 @@ struct stask {
         uint32_t el_idx;           /* index in s->el while running (elastic) */
         int64_t seg_ms;            /* while running: since when it has held ngpus GPUs */
         struct sarray *arr;        /* its job array (the %N throttle), NULL = none */
+        int64_t okey;              /* order in its tier: by (okey, id); the policy's
+                                      order_key, 0 under policies that order by id */
 };
 
 /* A tenant's queued tasks of one tier, by id: an array with holes (NULL
@@ -241,8 +243,48 @@ typedef struct intern {
         uint32_t nslots;
 } intern;
 
+/* A queue policy (sched-policy.c): everything that differs from one
+ * policy to another; the rest of the core asks s->pol, never the policy's
+ * number.  One entry per gp_sched_policy in policy_ops[]. */
+typedef struct gp_sched_policy_ops {
+        const char *name;          /* scheduler.policy, gpupool simulate --policy */
+        bool daemon;               /* offered by the daemon's config (scheduler.policy) */
+        bool fair;                 /* tenants by fair share inside a tier (walk heaps, fair_rank) */
+        bool las;                  /* LAS: the las_* settings are checked and used, LAS preemption */
+        bool tier_preempt;         /* cfg.preemption applies (tiers and guarantees) */
+        /* the queue (tier) of a task of priority prio with this attained service */
+        int (*queue_of)(const gp_sched *s, int prio, int64_t attained);
+        /* a queued task's order key: a tier is ordered by (key, id); NULL = 0 */
+        int64_t (*order_key)(const stask *t);
+        /* which tier goes next, given per-tier cursors and virtual passes; -1 none */
+        int (*pick_tier)(const gp_sched *s, stask *const cur[], const uint64_t lp[]);
+        /* 1-based position of queued task t in the dispatch order */
+        uint32_t (*position)(gp_sched *s, const stask *t);
+        /* may_start_any: does h2, first of its tenant in queue q2, come before
+         * h, first of the same tenant in queue q? */
+        bool (*before)(int q2, const stask *h2, int q, const stask *h);
+        /* the grow pass's order of a running elastic task (then by id) */
+        int64_t (*grow_key)(const gp_sched *s, const stask *t, int64_t now);
+} gp_sched_policy_ops;
+
+extern const gp_sched_policy_ops *const policy_ops[]; /* GP_SCHED_NPOLICIES entries */
+
+typedef struct fit fit;
+
+/* A placement (sched-place.c): which GPUs a task goes to among those that
+ * fit.  One entry per gp_sched_placement in placement_ops[]. */
+typedef struct gp_sched_placement_ops {
+        const char *name;          /* scheduler.placement, gpupool simulate --placement */
+        /* choose t's GPUs (avoid: not the reserved ones); false if none fit */
+        bool (*place)(const gp_sched *s, const stask *t, bool avoid, fit *f);
+} gp_sched_placement_ops;
+
+extern const gp_sched_placement_ops *const placement_ops[]; /* GP_PLACE_N entries */
+
 struct gp_sched {
         gp_sched_config cfg;
+        const gp_sched_policy_ops *pol;        /* policy_ops[cfg.policy] */
+        const gp_sched_placement_ops *plc;     /* placement_ops[cfg.placement] */
         sgpu *gpus;
         uint32_t ngpus, gpus_cap;
         snode *nodes;
@@ -377,10 +419,10 @@ typedef struct sarray {
         int members;               /* members queued or running */
 } sarray;
 
-typedef struct fit {
+struct fit {
         int n;
         uint32_t gpus[GP_MAX_GANG];
-} fit;
+};
 
 static inline bool kind_ok(const stask *t, const sgpu *g) {
         return (t->kinds >> g->kind) & 1;
@@ -475,8 +517,6 @@ uint64_t fair_rank(gp_sched *s, const stask *t);
 bool fair_policy(const gp_sched *s);
 int pick_tier(const gp_sched *s, stask *const cur[], const uint64_t lp[]);
 int queue_of(const gp_sched *s, const stask *t);
-void compute_positions(gp_sched *s);
-uint32_t position_of(gp_sched *s, const stask *t);
 
 /* sched-place.c */
 int gpu_attach(gp_sched *s, uint32_t gi, stask *t);

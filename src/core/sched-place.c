@@ -603,12 +603,111 @@ static bool place_shared_gang(const gp_sched *s, const stask *t, bool avoid, fit
         return best_m > 0;
 }
 
-bool place(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+/* pack (the default): fullest first, keeping whole GPUs free */
+static bool place_pack(const gp_sched *s, const stask *t, bool avoid, fit *f) {
         if (t->excl)
                 return place_whole(s, t, avoid, f);
         if (t->ngpus == 1)
                 return place_shared1(s, t, avoid, f);
         return place_shared_gang(s, t, avoid, f);
+}
+
+/* spread: is GPU a better than GPU b?  More free memory (an idle GPU has
+ * all its usable memory free), then lower utilisation, then lower
+ * temperature (unknown readings, -1, count as lowest), then lower id. */
+static bool spread_better(const gp_sched *s, uint32_t a, uint32_t b) {
+        const sgpu *x = &s->gpus[a], *y = &s->gpus[b];
+        int64_t fx = x->ntasks ? gpu_free(x) : x->usable, fy = y->ntasks ? gpu_free(y) : y->usable;
+        if (fx != fy)
+                return fx > fy;
+        if (x->util != y->util)
+                return x->util < y->util;
+        if (x->temp != y->temp)
+                return x->temp < y->temp;
+        return a < b;
+}
+
+/* spread (load balance): a single GPU is the best by spread_better of all
+ * that fit (model affinity first, as under pack); whole GPUs and gangs go
+ * to the node with the most GPUs that fit (then the lowest node), on its
+ * best GPUs.  A scan of every GPU per placement: O(GPUs). */
+static bool place_spread(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+        int n = t->ngpus;
+        if (!t->excl && n == 1 && t->model && t->model < s->model_gpus_len) {
+                uint32_t bi = NIL;
+                for (int i = 0; i < s->model_gpus_n[t->model]; i++) {
+                        uint32_t gi = s->model_gpus[t->model][i];
+                        if (shared_fits(s, t, &s->gpus[gi], avoid) && (bi == NIL || spread_better(s, gi, bi)))
+                                bi = gi;
+                }
+                if (bi != NIL) {
+                        f->n = 1;
+                        f->gpus[0] = bi;
+                        return true;
+                }
+        }
+        int best_m = 0;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                if (!(nd->kinds & t->kinds) || nd->ngpus < n)
+                        continue;
+                uint32_t cand[MAX_NODE_GPUS];
+                int m = 0;
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (t->excl ? idle_fits(s, t, g, avoid) : shared_fits(s, t, g, avoid))
+                                cand[m++] = nd->gpus[i];
+                }
+                if (m < n)
+                        continue;
+                /* its best n GPUs, best first (insertion sort: m <= 256) */
+                for (int i = 1; i < m; i++) {
+                        uint32_t x = cand[i];
+                        int j = i;
+                        while (j > 0 && spread_better(s, x, cand[j - 1])) {
+                                cand[j] = cand[j - 1];
+                                j--;
+                        }
+                        cand[j] = x;
+                }
+                bool better = n == 1 ? !best_m || spread_better(s, cand[0], f->gpus[0]) : m > best_m;
+                if (better) {
+                        best_m = m;
+                        f->n = n;
+                        memcpy(f->gpus, cand, (size_t)n * sizeof(uint32_t));
+                }
+        }
+        return best_m > 0;
+}
+
+static const gp_sched_placement_ops pack_ops = {.name = "pack", .place = place_pack};
+static const gp_sched_placement_ops spread_ops = {.name = "spread", .place = place_spread};
+
+/* Its length is its highest entry + 1: a placement added to the enum but
+ * not here is a compile error. */
+const gp_sched_placement_ops *const placement_ops[] = {
+        [GP_PLACE_PACK] = &pack_ops,
+        [GP_PLACE_SPREAD] = &spread_ops,
+};
+_Static_assert(sizeof(placement_ops) / sizeof(placement_ops[0]) == GP_PLACE_N,
+               "placement_ops[] needs one entry per gp_sched_placement");
+
+const char *gp_sched_placement_name(gp_sched_placement p) {
+        return (unsigned)p < GP_PLACE_N ? placement_ops[p]->name : NULL;
+}
+
+int gp_sched_placement_parse(const char *name, gp_sched_placement *ret) {
+        for (int i = 0; name && i < GP_PLACE_N; i++)
+                if (!strcmp(placement_ops[i]->name, name)) {
+                        *ret = (gp_sched_placement)i;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
+/* t's GPUs under the configured placement (s->plc); false if none fit */
+bool place(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+        return s->plc->place(s, t, avoid, f);
 }
 
 /* Why t cannot be placed right now (for the blocked task: full scan). */

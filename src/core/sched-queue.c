@@ -456,7 +456,7 @@ static int tier_insert(gp_sched *s, stask *t) {
         if (q->n == 0 && q->pass < s->vtime)
                 q->pass = s->vtime;
         stask *after = q->tail;
-        while (after && after->id > t->id)
+        while (after && (after->okey > t->okey || (after->okey == t->okey && after->id > t->id)))
                 after = after->prev;
         bool at_tail = after == q->tail;
         if (at_tail && q->next_seq + 1 >= q->fen_cap) {

@@ -56,6 +56,7 @@ static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
         }
         t->kinds = kinds_for_glob(s, t->gpu_model);
         t->q = (uint8_t)queue_of(s, t);
+        t->okey = s->pol->order_key ? s->pol->order_key(t) : 0;
         if (r->array_id > 0) {
                 sarray *a = gp_i64map_get(&s->arrays, r->array_id);
                 if (!a) {
@@ -130,7 +131,7 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
 int gp_sched_enqueue_room(const gp_sched *s, const char *tenant, int priority, size_t n) {
         if (priority < 0 || priority >= GP_PRIORITY_LEVELS)
                 return -EINVAL;
-        if (s->tiers[s->cfg.policy == GP_SCHED_LAS ? 0 : priority].n + n > (size_t)s->cfg.max_queue_depth)
+        if (s->tiers[s->pol->queue_of(s, priority, 0)].n + n > (size_t)s->cfg.max_queue_depth)
                 return -GP_EQUEUEFULL;
         uint32_t tid;
         if (tenant && intern_find(&s->tenants, tenant, &tid) == 0 && tid < s->tn_cap && s->tn[tid].max_queued > 0 &&
@@ -145,7 +146,7 @@ int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
         if (map_get(s, r->id))
                 return -EEXIST;
         /* a new task enters tier = its priority (LAS: queue 0) */
-        if (s->tiers[s->cfg.policy == GP_SCHED_LAS ? 0 : r->priority].n >= (size_t)s->cfg.max_queue_depth)
+        if (s->tiers[s->pol->queue_of(s, r->priority, 0)].n >= (size_t)s->cfg.max_queue_depth)
                 return -GP_EQUEUEFULL;
         uint32_t tid;
         if (!r->readmit && intern_find(&s->tenants, r->tenant, &tid) == 0 && tid < s->tn_cap &&

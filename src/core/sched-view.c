@@ -55,11 +55,8 @@ int gp_sched_task_get(gp_sched *s, int64_t id, gp_sched_task_view *ret) {
                 memcpy(v.gpus, t->gpus, t->ngpus * sizeof(uint32_t));
                 v.start_ms = t->start_ms;
                 v.gpus_milli = t->share;
-        } else if (s->cfg.policy == GP_SCHED_FIFO) {
-                compute_positions(s);
-                v.queue_position = (int)t->pos;
         } else {
-                v.queue_position = (int)position_of(s, t);
+                v.queue_position = (int)s->pol->position(s, t);
         }
         *ret = v;
         return 0;

@@ -30,7 +30,7 @@ void gp_sched_config_defaults(gp_sched_config *cfg) {
 }
 
 static int check_las(const gp_sched_config *cfg) {
-        if (cfg->policy != GP_SCHED_LAS)
+        if (!policy_ops[cfg->policy]->las)
                 return 0;
         if (cfg->las_levels < 1 || cfg->las_levels > GP_SCHED_LAS_MAX_LEVELS || cfg->las_min_run_ms < 0)
                 return -EINVAL;
@@ -48,7 +48,7 @@ static int check_weights(const uint32_t *w) {
 }
 
 int gp_sched_new(const gp_sched_config *cfg, gp_sched **ret) {
-        if (!cfg || cfg->policy > GP_SCHED_LAS || check_weights(cfg->weights) < 0 ||
+        if (!cfg || (unsigned)cfg->policy >= GP_SCHED_NPOLICIES || (unsigned)cfg->placement >= GP_PLACE_N || check_weights(cfg->weights) < 0 ||
             cfg->max_queue_depth < 1 || cfg->memory_safety_margin_mb < 0 || cfg->backfill_depth < 0 ||
             check_las(cfg) < 0 || cfg->fairshare_half_life_ms < 0 || cfg->preempt_min_runtime_ms < 0 ||
             cfg->max_models_per_gpu < 0)
@@ -57,6 +57,8 @@ int gp_sched_new(const gp_sched_config *cfg, gp_sched **ret) {
         if (!s)
                 return -ENOMEM;
         s->cfg = *cfg;
+        s->pol = policy_ops[cfg->policy];
+        s->plc = placement_ops[cfg->placement];
         memset(s->buckets, 0xff, sizeof(s->buckets));
         memset(s->idle_lists, 0xff, sizeof(s->idle_lists));
         *ret = s;
@@ -285,7 +287,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
         stask *resv = NULL;
         int64_t shadow = TIME_INF;
         int examined = 0;
-        bool preempt_on = s->cfg.preemption && s->cfg.policy != GP_SCHED_LAS;
+        bool preempt_on = s->cfg.preemption && s->pol->tier_preempt;
         for (;;) {
                 /* fair walks: which tier goes next depends only on which
                  * are non-empty (and their passes), so only the chosen
@@ -391,7 +393,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 placed = place(s, t, avoid, &f);
                         }
                 }
-                if (!placed && !resv && s->cfg.policy == GP_SCHED_LAS && s->cfg.las_preempt) {
+                if (!placed && !resv && s->pol->las && s->cfg.las_preempt) {
                         int pr = las_make_room(s, t, now, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
@@ -479,7 +481,7 @@ int64_t gp_sched_next_deadline(const gp_sched *s) {
 
 int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now) {
         int64_t w = gp_sched_next_deadline(s);
-        if (s->cfg.policy != GP_SCHED_LAS && s->cfg.preemption && s->npre) {
+        if (s->pol->tier_preempt && s->cfg.preemption && s->npre) {
                 /* a waiting task may preempt once a task passes its least
                  * run time: a task less urgent than the most urgent waiting
                  * one, or any while a tenant below its guarantee waits */
@@ -504,7 +506,7 @@ int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now) {
                 }
                 return w;
         }
-        if (s->cfg.policy != GP_SCHED_LAS || !s->cfg.las_preempt)
+        if (!s->pol->las || !s->cfg.las_preempt)
                 return w;
         int qmin = -1;
         for (int i = 0; i < GP_PRIORITY_LEVELS && qmin < 0; i++)
@@ -544,9 +546,9 @@ static bool run_may_act(const gp_sched *s, int64_t now) {
                 return true;
         if (s->nel)
                 return true;
-        if (s->cfg.policy == GP_SCHED_LAS)
+        if (s->pol->las)
                 return s->cfg.las_preempt && s->running > 0;
-        if (!s->cfg.preemption || !s->npre)
+        if (!s->pol->tier_preempt || !s->cfg.preemption || !s->npre)
                 return false;
         /* make_room: with no guarantee anywhere nothing is reclaimed, and
          * a task preempts only preemptible tasks less urgent than itself */

@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench-policies.sh - replay the one-day Philly and ITP slices on contended
-# clusters under every policy (fifo, strict, hybrid, las, sef; backfill on and
+# clusters under every policy (fifo, strict, hybrid, las; backfill on and
 # off) and print one table; then time the full Philly trace.
 #
 #   bench/bench-policies.sh [ROUNDS]     build build/gpupool if needed, run

@@ -27,16 +27,15 @@ tmp=$(mktemp -d /tmp/gpupool-simcheck.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 map=$here/bench/maps/philly-ecommerce.map
 
-# one case a line: trace | options (the bench-policies scenarios, with the
-# policies named, not `all`, so that a build with more policies compares; then other
+# one case a line: trace | options (the bench-policies scenarios, then other
 # code paths: exact estimates, restart on preemption, LAS knobs, no tick,
 # other node shapes, tenants and timeline output)
-cases="philly_pollux_2017-10-16.csv|--gpus 32 --policy fifo,strict,hybrid,las --backfill both --restart-overhead 30 --json
-philly_pollux_2017-10-16.csv|--gpus 64 --policy fifo,strict,hybrid,las --backfill both --restart-overhead 30 --json
-philly_pollux_2017-10-16.csv|--gpus 32 --policy fifo,strict,hybrid,las --backfill both --restart-overhead 30 --json --map $map
-itp_elasticflow_day27.csv|--gpus 128 --policy fifo,strict,hybrid,las --backfill both --restart-overhead 30 --json --oversize skip
-philly_pollux_2017-10-16.csv|--gpus 32 --policy fifo,strict,hybrid,las --backfill both --estimates exact --tenants
-philly_pollux_2017-10-16.csv|--gpus 48 --gpus-per-node 4 --oversize skip --policy fifo,strict,hybrid,las --on-preempt restart --tick 0
+cases="philly_pollux_2017-10-16.csv|--gpus 32 --policy all --backfill both --restart-overhead 30 --json
+philly_pollux_2017-10-16.csv|--gpus 64 --policy all --backfill both --restart-overhead 30 --json
+philly_pollux_2017-10-16.csv|--gpus 32 --policy all --backfill both --restart-overhead 30 --json --map $map
+itp_elasticflow_day27.csv|--gpus 128 --policy all --backfill both --restart-overhead 30 --json --oversize skip
+philly_pollux_2017-10-16.csv|--gpus 32 --policy all --backfill both --estimates exact --tenants
+philly_pollux_2017-10-16.csv|--gpus 48 --gpus-per-node 4 --oversize skip --policy all --on-preempt restart --tick 0
 philly_pollux_2017-10-16.csv|--gpus 64 --policy las --las-thresholds 600,7200,72000 --las-min-run 30 --tenants
 itp_elasticflow_day27.csv|--gpus 256 --policy hybrid,las --oversize skip --map $map --estimates exact"
 if [ "$mode" = full ]; then

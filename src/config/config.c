@@ -76,6 +76,7 @@ static int parse_store_url(struct ctx *c, const struct field *f, void *base, con
 static int parse_store_sync(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_backend(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_policy(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_placement(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_signal(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_webhook(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
@@ -152,6 +153,7 @@ static const struct field fields[] = {
 
         {"scheduler", K_SECTION, NOSTORE, 0, 0, NULL},
         {"scheduler.policy", K_CUSTOM, CFG(policy), 0, 0, parse_policy},
+        {"scheduler.placement", K_CUSTOM, CFG(placement), 0, 0, parse_placement},
         {"scheduler.priority_levels", K_INT, CFG(priority_levels), GP_PRIORITY_LEVELS,
          GP_PRIORITY_LEVELS, NULL},
         {"scheduler.weights", K_CUSTOM, CFG(weights), 1, WEIGHT_MAX, parse_weights},
@@ -285,7 +287,6 @@ static const struct field fields[] = {
 #define N_FIELDS GP_ARRAY_SIZE(fields)
 
 static const char *const backend_names[] = {"auto", "nvml", "sim"};
-static const char *const policy_names[] = {"hybrid", "strict", "fifo"}; /* gp_policy order */
 static const char *const sync_names[] = {"full", "normal"};
 static const char *const severity_names[] = {"info", "warning", "critical"};
 static const char *const cmp_names[] = {">", ">=", "<", "<=", "==", "!="}; /* gp_cmp order */
@@ -371,7 +372,8 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->n_sim = 1;
         cfg->gpu_poll_ms = 2000;
 
-        cfg->policy = GP_POLICY_HYBRID;
+        cfg->policy = GP_SCHED_HYBRID;
+        cfg->placement = GP_PLACE_PACK;
         cfg->priority_levels = GP_PRIORITY_LEVELS;
         memcpy(cfg->weights, default_weights, sizeof(cfg->weights));
         cfg->max_queue_depth = 10000;
@@ -1075,11 +1077,35 @@ static int parse_signal(struct ctx *c, const struct field *f, void *base, const 
         return r;
 }
 
+/* The policies the daemon runs, by name from the core's table. */
+static size_t daemon_policies(const char *names[GP_SCHED_NPOLICIES], gp_sched_policy pols[GP_SCHED_NPOLICIES]) {
+        size_t n = 0;
+        for (int p = 0; p < GP_SCHED_NPOLICIES; p++)
+                if (gp_sched_policy_daemon((gp_sched_policy)p)) {
+                        pols[n] = (gp_sched_policy)p;
+                        names[n++] = gp_sched_policy_name((gp_sched_policy)p);
+                }
+        return n;
+}
+
 static int parse_policy(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        size_t i;
-        int r = scalar_enum(c, ev, policy_names, GP_ARRAY_SIZE(policy_names), &i);
+        const char *names[GP_SCHED_NPOLICIES];
+        gp_sched_policy pols[GP_SCHED_NPOLICIES];
+        size_t i, n = daemon_policies(names, pols);
+        int r = scalar_enum(c, ev, names, n, &i);
         if (r == 0)
-                ((gp_config *)base)->policy = (gp_policy)i;
+                ((gp_config *)base)->policy = pols[i];
+        return r;
+}
+
+static int parse_placement(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        const char *names[GP_PLACE_N];
+        for (int p = 0; p < GP_PLACE_N; p++)
+                names[p] = gp_sched_placement_name((gp_sched_placement)p);
+        size_t i;
+        int r = scalar_enum(c, ev, names, GP_PLACE_N, &i);
+        if (r == 0)
+                ((gp_config *)base)->placement = (gp_sched_placement)i;
         return r;
 }
 
@@ -2276,8 +2302,17 @@ static int validate_impl(const gp_config *cfg, const int *lines, char *err, size
                         return r;
         }
 
-        if ((unsigned)cfg->policy > GP_POLICY_FIFO)
-                return vfail(&v, "scheduler.policy", "expected one of hybrid, strict, fifo");
+        if (!gp_sched_policy_daemon(cfg->policy)) {
+                const char *names[GP_SCHED_NPOLICIES];
+                gp_sched_policy pols[GP_SCHED_NPOLICIES];
+                size_t n = daemon_policies(names, pols);
+                char list[128] = "";
+                for (size_t i = 0; i < n; i++)
+                        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "", names[i]);
+                return vfail(&v, "scheduler.policy", "expected one of %s", list);
+        }
+        if ((unsigned)cfg->placement >= GP_PLACE_N)
+                return vfail(&v, "scheduler.placement", "expected one of pack, spread");
         for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
                 if (cfg->weights[i] < 1 || cfg->weights[i] > WEIGHT_MAX) {
                         char key[64];

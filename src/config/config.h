@@ -21,6 +21,7 @@
 #include "base/user.h"
 #include "core/billing.h"
 #include "core/quota.h"
+#include "core/sched.h"
 #include "core/task.h"
 
 #define GP_CFG_MAX_SIM 16        /* entries in gpus.sim */
@@ -32,7 +33,6 @@
 #define GP_CFG_ALERT_METRIC_MAX 32
 #define GP_CFG_WEBHOOK_MAX 1024
 
-typedef enum { GP_POLICY_HYBRID = 0, GP_POLICY_STRICT, GP_POLICY_FIFO } gp_policy;
 
 typedef struct gp_cfg_sim_gpu {
         char name[GP_NAME_MAX];   /* e.g. "NVIDIA GeForce RTX 4090" */
@@ -217,7 +217,8 @@ typedef struct gp_config {
         int gpu_poll_ms;                     /* GPU sampling interval, default 2000 */
 
         /* scheduler */
-        gp_policy policy;                    /* default hybrid */
+        gp_sched_policy policy;              /* default hybrid; one the daemon runs (gp_sched_policy_daemon) */
+        gp_sched_placement placement;        /* default pack */
         int priority_levels;                 /* must be 10 in this version */
         uint32_t weights[GP_PRIORITY_LEVELS];/* default 256,128,...,1,1; each 1..1000000 */
         int max_queue_depth;                 /* per tier, default 10000 */

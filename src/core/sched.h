@@ -8,7 +8,7 @@
  * One call, gp_sched_run(), makes every decision that is due at `now`:
  * queued tasks whose queue timeout passed are expired, then tasks are taken
  * in policy order (hybrid: P0 strict, P1..P9 by weighted fair queuing;
- * strict; fifo; las, see below) and placed.  When the task whose turn it is cannot be placed
+ * strict; fifo; las, see below; sef) and placed.  When the task whose turn it is cannot be placed
  * it gets a reservation (the GPUs it will start on first) and, with backfill
  * on, later tasks may start only where they cannot delay it (EASY backfill).
  *
@@ -19,6 +19,11 @@
  * exclusive and gang work; exclusive tasks take idle GPUs on the node with
  * the fewest idle GPUs that fits (best fit); a multi-GPU task is all or
  * nothing on one node, choosing the closest GPUs when topology is known.
+ * That is placement "pack"; "spread" (cfg.placement) balances load instead:
+ * a task goes to the GPUs with the most free memory (an idle GPU before a
+ * shared one), then the lowest utilisation, then the lowest temperature
+ * (then the lowest id); whole GPUs and gangs go to the node with the most
+ * that fit.  Model affinity comes first under both.
  *
  * Ids: GPUs are numbered 0..n-1 in the order added; tasks keep the caller's
  * int64 id, and FIFO order inside a tier is by that id (the daemon assigns
@@ -51,7 +56,33 @@ typedef enum gp_sched_policy {
         GP_SCHED_STRICT,      /* lowest tier number first */
         GP_SCHED_FIFO,        /* submission order, tiers ignored */
         GP_SCHED_LAS,         /* least attained service first (see "LAS" below) */
+        GP_SCHED_SEF,         /* shortest expected first: by timeout_ms (the run-time
+                                 estimate), tasks without one last, ties by id; tiers
+                                 ignored as in fifo; never preempts */
+        GP_SCHED_NPOLICIES    /* not a policy: the count */
 } gp_sched_policy;
+
+/* The policy's name ("hybrid", "strict", "fifo", "las", "sef"), or NULL
+ * for a value that is not a policy. */
+const char *gp_sched_policy_name(gp_sched_policy p);
+/* The policy of a name.  0 or -EINVAL (not a policy's name). */
+int gp_sched_policy_parse(const char *name, gp_sched_policy *ret);
+/* Can the daemon run it (scheduler.policy)?  las is for replays only
+ * (gpupool simulate): its settings are not config keys. */
+bool gp_sched_policy_daemon(gp_sched_policy p);
+
+/* Placement: which GPU a task goes to among those it fits (see
+ * "Placement" above for pack; gp_sched_config.placement). */
+typedef enum gp_sched_placement {
+        GP_PLACE_PACK = 0,    /* fullest first, keeping whole GPUs free (the default) */
+        GP_PLACE_SPREAD,      /* load balance: most free memory, then lowest
+                                 utilisation, then lowest temperature */
+        GP_PLACE_N            /* not a placement: the count */
+} gp_sched_placement;
+
+/* "pack", "spread", or NULL; and back: 0 or -EINVAL. */
+const char *gp_sched_placement_name(gp_sched_placement p);
+int gp_sched_placement_parse(const char *name, gp_sched_placement *ret);
 
 /* LAS (in the manner of Tiresias' discretized 2D-LAS): a task's attained
  * service is the GPU time it has held so far (GPUs x run time, summed over
@@ -88,6 +119,7 @@ typedef struct gp_sched_config {
         int64_t preempt_min_runtime_ms;       /* least run time before a task may be preempted, >= 0 */
         int max_models_per_gpu;               /* distinct models on one GPU, >= 0; 0 = unlimited
                                                  (see "Models per GPU" below) */
+        gp_sched_placement placement;         /* GP_PLACE_PACK (0) unless set */
 } gp_sched_config;
 
 /* Models per GPU: with max_models_per_gpu > 0, a task with a model is not

@@ -2115,7 +2115,8 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, char *err, size_t err
                 return rc;
         gp_sched_config sc;
         gp_sched_config_defaults(&sc);
-        sc.policy = (gp_sched_policy)cfg->policy;
+        sc.policy = cfg->policy;
+        sc.placement = cfg->placement;
         memcpy(sc.weights, cfg->weights, sizeof(sc.weights));
         sc.max_queue_depth = 1 << 30; /* recovery must queue everything stored */
         sc.memory_safety_margin_mb = cfg->memory_safety_margin_mb;

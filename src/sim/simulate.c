@@ -25,12 +25,13 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_POLICIES 4
+#define MAX_POLICIES GP_SCHED_NPOLICIES
 #define MAX_RUNS (MAX_POLICIES * 2)
 
 static const char USAGE[] =
         "usage: gpupool simulate --trace FILE --gpus N [--nodes N] [--gpus-per-node N]\n"
         "                        [--config FILE] [--policy P[,P...]|all] [--backfill on|off|both]\n"
+        "                        [--placement pack|spread]\n"
         "                        [--map FILE] [--oversize error|skip] [--estimates none|exact]\n"
         "                        [--las-thresholds S[,S...]] [--las-min-run S] [--restart-overhead S]\n"
         "                        [--on-preempt resume|restart] [--tick S]\n"
@@ -46,7 +47,8 @@ static const char USAGE[] =
         "  --gpus-per-node N       GPUs per node, 1..256 (default 8); a job runs on one node\n"
         "  --config FILE           gpupool YAML config: scheduler (policy, weights, backfill,\n"
         "                          preemption, fair share), tenants and groups, gpus.sim[0]\n"
-        "  --policy LIST           fifo, strict, hybrid, las, or all (default: the config's)\n"
+        "  --policy LIST           fifo, strict, hybrid, las, sef, or all (default: the config's)\n"
+        "  --placement P           pack or spread (default: the config's)\n"
         "  --backfill on|off|both  (default: the config's)\n"
         "  --map FILE              tenant map: lines 'tenant,priority[,new_tenant]', '*' = default\n"
         "  --oversize error|skip   a job wider than a node: fail (default) or leave it out\n"
@@ -70,6 +72,7 @@ typedef struct opts {
         int policies[MAX_POLICIES];
         int npolicies;
         int backfill;              /* -1 config, 0 off, 1 on, 2 both */
+        int placement;             /* -1 config, else a gp_sched_placement */
         bool skip_oversize, exact, json, tenants, timing, restart_lost;
         int las_levels;            /* 0: default */
         int64_t las_thr_ms[GP_SCHED_LAS_MAX_LEVELS - 1];
@@ -86,7 +89,6 @@ typedef struct run {
         double wall_ms;
 } run;
 
-static const char *const POLICY_NAMES[] = {"hybrid", "strict", "fifo", "las"};
 
 static int usage_error(const char *fmt, const char *arg) {
         fprintf(stderr, "gpupool simulate: ");
@@ -104,18 +106,17 @@ static int parse_policies(const char *s, opts *o) {
         for (char *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
                 int list[MAX_POLICIES], nl = 0;
                 if (!strcmp(p, "all")) {
+                        /* the comparison set the tables and tests know
+                         * (policies added later are named: --policy sef) */
                         list[nl++] = GP_SCHED_FIFO;
                         list[nl++] = GP_SCHED_STRICT;
                         list[nl++] = GP_SCHED_HYBRID;
                         list[nl++] = GP_SCHED_LAS;
                 } else {
-                        int k = -1;
-                        for (int i = 0; i < MAX_POLICIES; i++)
-                                if (!strcmp(p, POLICY_NAMES[i]))
-                                        k = i;
-                        if (k < 0)
+                        gp_sched_policy k;
+                        if (gp_sched_policy_parse(p, &k) < 0)
                                 return -EINVAL;
-                        list[nl++] = k;
+                        list[nl++] = (int)k;
                 }
                 for (int i = 0; i < nl; i++) {
                         bool dup = false;
@@ -150,7 +151,7 @@ static int parse_thresholds(const char *s, opts *o) {
 
 /* 0, or the exit code of a usage error. */
 static int parse_args(int argc, char **argv, opts *o) {
-        *o = (opts){.gpn = 0, .backfill = -1, .las_min_run_s = -1, .tick_s = 60};
+        *o = (opts){.gpn = 0, .backfill = -1, .placement = -1, .las_min_run_s = -1, .tick_s = 60};
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i], *val = NULL;
                 char name[32];
@@ -207,8 +208,13 @@ static int parse_args(int argc, char **argv, opts *o) {
                                 return usage_error("--gpus-per-node: expected 1..256, got '%s'", val);
                 } else if (!strcmp(name, "--policy")) {
                         if (parse_policies(val, o) < 0)
-                                return usage_error("--policy: expected a list of fifo, strict, hybrid, las or all, got '%s'",
+                                return usage_error("--policy: expected a list of fifo, strict, hybrid, las, sef or all, got '%s'",
                                                    val);
+                } else if (!strcmp(name, "--placement")) {
+                        gp_sched_placement pl;
+                        if (gp_sched_placement_parse(val, &pl) < 0)
+                                return usage_error("--placement: expected pack or spread, got '%s'", val);
+                        o->placement = (int)pl;
                 } else if (!strcmp(name, "--backfill")) {
                         if (!strcmp(val, "on"))
                                 o->backfill = 1;
@@ -281,7 +287,8 @@ static int parse_args(int argc, char **argv, opts *o) {
 /* output helpers                                                      */
 
 static const char *policy_name(int p) {
-        return p >= 0 && p < MAX_POLICIES ? POLICY_NAMES[p] : "?";
+        const char *n = gp_sched_policy_name((gp_sched_policy)p);
+        return n ? n : "?";
 }
 
 /* ms as seconds: "12" or "12.345". */
@@ -579,7 +586,7 @@ int gp_simulate_main(int argc, char **argv) {
         const char *gpu_name = cfg.n_sim > 0 ? cfg.sim[0].name : "NVIDIA GeForce RTX 4090";
         int64_t gpu_mem = cfg.n_sim > 0 ? cfg.sim[0].memory_mb : 24564;
         if (!o.npolicies) {
-                o.policies[0] = (int)cfg.policy; /* gp_policy and gp_sched_policy share hybrid/strict/fifo */
+                o.policies[0] = (int)cfg.policy;
                 o.npolicies = 1;
         }
         int bf_from = o.backfill == -1 ? (cfg.backfill ? 1 : 0) : o.backfill == 2 ? 1 : o.backfill;
@@ -605,6 +612,7 @@ int gp_simulate_main(int argc, char **argv) {
                         /* as the daemon builds its scheduler (daemon.c) */
                         gp_sched_config_defaults(&so.sched);
                         so.sched.policy = (gp_sched_policy)r->policy;
+                        so.sched.placement = o.placement >= 0 ? (gp_sched_placement)o.placement : cfg.placement;
                         memcpy(so.sched.weights, cfg.weights, sizeof(so.sched.weights));
                         so.sched.memory_safety_margin_mb = cfg.memory_safety_margin_mb;
                         so.sched.backfill = bf;

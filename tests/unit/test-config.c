@@ -109,7 +109,7 @@ static void test_defaults_match_design(void **state) {
         assert_int_equal(c.sim[0].memory_mb, 24564);
         assert_int_equal(c.sim[0].count, 4);
         assert_int_equal(c.gpu_poll_ms, 2000);
-        assert_int_equal(c.policy, GP_POLICY_HYBRID);
+        assert_int_equal(c.policy, GP_SCHED_HYBRID);
         assert_int_equal(c.priority_levels, 10);
         static const uint32_t w[10] = {256, 128, 64, 32, 16, 8, 4, 2, 1, 1};
         assert_memory_equal(c.weights, w, sizeof(w));
@@ -224,7 +224,7 @@ static void test_full_file_overrides_every_key(void **state) {
         assert_int_equal(c.sim[1].memory_mb, 15360);
         assert_int_equal(c.sim[1].count, 1); /* count defaults to 1 */
         assert_int_equal(c.gpu_poll_ms, 500);
-        assert_int_equal(c.policy, GP_POLICY_STRICT);
+        assert_int_equal(c.policy, GP_SCHED_STRICT);
         assert_int_equal(c.priority_levels, 10);
         static const uint32_t w[10] = {1000, 500, 100, 50, 20, 10, 5, 3, 2, 1};
         assert_memory_equal(c.weights, w, sizeof(w));
@@ -655,7 +655,7 @@ static const struct bad bad_inputs[] = {
         {"server: {data_dir: {a: 1}}\n", "t.yaml:1: server.data_dir: expected a string, got a mapping", -EINVAL},
         {"- server\n", "t.yaml:1: expected a mapping of sections", -EINVAL},
         {"scheduler: {policy: wfq}\n",
-         "t.yaml:1: scheduler.policy: expected one of hybrid, strict, fifo; got wfq", -EINVAL},
+         "t.yaml:1: scheduler.policy: expected one of hybrid, strict, fifo, sef; got wfq", -EINVAL},
         {"gpus: {backend: cuda}\n", "t.yaml:1: gpus.backend: expected one of auto, nvml, sim; got cuda", -EINVAL},
         {"store: {sync: off}\n", "t.yaml:1: store.sync: expected one of full, normal; got off", -EINVAL},
         {"tasks: {elastic_signal: SIGKILL}\n",

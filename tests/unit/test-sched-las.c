@@ -281,7 +281,7 @@ static void test_las_config_is_checked_only_for_las(void **st) {
         c.las_levels = 2;
         c.las_min_run_ms = -1;
         assert_int_equal(gp_sched_new(&c, &s), -EINVAL);
-        c.policy = (gp_sched_policy)(GP_SCHED_LAS + 1);
+        c.policy = GP_SCHED_NPOLICIES; /* the first value that is no policy */
         c.las_min_run_ms = 0;
         assert_int_equal(gp_sched_new(&c, &s), -EINVAL);
 }

@@ -1,0 +1,546 @@
+/* sched-int.h - the scheduling core's private header: its state, the helpers
+ * its files share, and where each rule lives (below).  Only src/core/sched*.c
+ * include it; everyone else uses sched.h.
+ *
+ * Layout of the state:
+ *   - gpus[]: one entry per GPU; a usable GPU (healthy, not drained, not
+ *     reserved) that holds shared work (ntasks > 0, not exclusive) sits in
+ *     one of the free-memory buckets of its kind (kind = interned GPU name),
+ *     so the best shared GPU is found without scanning every GPU.
+ *   - nodes[]: GPUs grouped by node; a node with k usable idle GPUs sits in
+ *     idle list k, so whole-GPU and gang requests find the best-fitting node
+ *     without scanning every node.
+ *   - tiers[]: one FIFO of queued tasks per queue index q, ordered by id;
+ *     q is the priority, except under LAS where it is the task's
+ *     attained-service queue (fixed while queued, recomputed on requeue).
+ *   - tasks: hash map id -> task for every queued or running task.
+ *   - heap: queue deadlines (lazy deletion: stale entries are skipped).
+ *   - tn[]: per tenant (id from the tenants intern): settings, running
+ *     count and GPU share, decayed usage, and per tier a sorted array of
+ *     its queued tasks (tlist) with a Fenwick tree, so the fair-share order
+ *     and exact queue positions need no walk of the queue; tiers[q].act
+ *     lists the tenants with tasks queued in tier q.
+ *   - gr[]: per group (id from the groups intern): share, running share,
+ *     tasks waiting; `needy_groups` counts groups below their share with
+ *     tasks waiting (what caps the other groups).
+ *   - el[]: the running elastic tasks.  An elastic task holds whole GPUs
+ *     (excl, mem 0) on one node: gpus[0..nmin) as it started, then the
+ *     GPUs it grew onto in the order it took them (each GPU's grow_seq
+ *     says when), so a shrink drops a suffix; ngpus is the current count
+ *     (nmin while queued), and seg_ms starts the interval over which it
+ *     has held ngpus GPUs (attained counts the closed ones).
+ * Invariants: a GPU is in a bucket iff usable && !excl && ntasks > 0; a
+ * node is in idle list k iff k == its count of usable idle GPUs and k > 0;
+ * alloc on a GPU is the sum of the charges of the tasks on it; a queued
+ * task is in its tier list and in its tenant's tlist for that tier; a
+ * tenant's run_milli is the sum of `share` over its running tasks, and a
+ * group's run_milli and waiting are the sums over its tenants (waiting
+ * counts the queued tasks of tenants not at their quota); a task is in
+ * el[] (at el_idx) iff it is running and elastic, with nmin <= ngpus <=
+ * nmax and share == 1000 * ngpus.
+ */
+#ifndef GP_CORE_SCHED_INT_H
+#define GP_CORE_SCHED_INT_H
+
+#include "core/sched.h"
+
+#include "base/err.h"
+#include "base/i64map.h"
+#include "base/util.h"
+
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NIL UINT32_MAX
+#define BUCKET_MB 512
+#define NBUCKETS 256
+#define MAX_KINDS 64
+#define MAX_NODE_GPUS 256
+#define TOPO_MAX 16                /* topology kept for the first 16 GPUs of a node */
+#define STRIDE1 ((uint64_t)1 << 24)
+#define TIME_INF INT64_MAX
+
+enum {
+        R_NONE = 0,     /* not examined by the last run */
+        R_NO_MEM,       /* a1 = MB needed, a2 = most free on a matching GPU (-1 unknown) */
+        R_NO_WHOLE,     /* a1 = GPUs needed, a2 = most idle on one node (-1 unknown) */
+        R_GANG_SHARED,  /* a1 = GPUs needed, a2 = MB each */
+        R_NO_USABLE,    /* every matching GPU is drained, unhealthy or reserved */
+        R_BEHIND_HIGHER,/* a1 = reserved task id, a2 = its priority */
+        R_WOULD_DELAY,  /* a1 = reserved task id, a2 = seconds until its estimated start (-1 unknown) */
+        R_DEPTH,        /* a1 = backfill depth */
+        R_HOL,          /* a1 = blocked task id (backfill off) */
+        R_QUOTA_TASKS,  /* a1 = tasks running, a2 = max_concurrent */
+        R_QUOTA_GPUS,   /* a1 = milli-GPUs in use, a2 = max_gpus_milli; ra3 = share needed */
+        R_GROUP,        /* a1 = group id, a2 = share_pct */
+        R_MODELS,       /* a1 = max_models_per_gpu: every GPU that fits holds that many other models */
+        R_ARRAY,        /* a1 = array id, a2 = its limit (%N): that many of its members run */
+};
+
+#define NAME_MAX_LEN 255
+#define WEIGHT_MAX 1000000
+
+typedef struct stask stask;
+
+typedef struct model_ref {
+        uint32_t model;
+        int count;
+} model_ref;
+
+typedef struct sgpu {
+        uint32_t node;
+        int index;
+        char *uuid;
+        char *name;
+        uint8_t kind;
+        int64_t total, usable, alloc;
+        int util, temp;
+        bool healthy, drained, reserved, excl;
+        int ntasks;
+        stask **tasks;
+        int tasks_cap;
+        model_ref *models;
+        int nmodels, models_cap;
+        uint32_t bprev, bnext;     /* free-memory bucket list */
+        int bucket;                /* -1 when not listed */
+        uint32_t resv_stamp;       /* == run stamp: reserved for the blocked task */
+        int slot;                  /* position in its node's gpu list */
+        uint64_t grow_seq;         /* when an elastic task grew onto it (s->grow_seq) */
+} sgpu;
+
+typedef struct snode {
+        char *name;
+        uint32_t *gpus;
+        int ngpus, cap;
+        uint64_t kinds;
+        int idle;
+        int npre;                  /* running reclaimable tasks (preemptible or borrowing; by first GPU) */
+        int npre_prio[GP_PRIORITY_LEVELS];
+        int64_t pre_min_start, pre_max_start; /* their oldest and newest start (when npre) */
+        uint32_t iprev, inext;     /* idle list */
+        bool has_dist;
+        uint8_t dist[TOPO_MAX][TOPO_MAX];
+} snode;
+
+struct stask {
+        int64_t id;
+        uint32_t tenant;
+        uint8_t prio, ngpus;
+        bool excl, preemptible, running;
+        bool borrowing;            /* while running: started (not preemptible) on capacity
+                                      guaranteed to other tenants, so reclaimable */
+        int64_t mem;               /* requested per GPU */
+        int64_t charge;            /* memory charged per GPU while running */
+        uint32_t model;            /* 0 = none */
+        char *gpu_model;           /* NULL = any */
+        uint64_t kinds;            /* allowed GPU kinds */
+        int64_t timeout_ms, submit_ms, deadline_ms, start_ms;
+        uint32_t gpus[GP_MAX_GANG];
+        stask *prev, *next;        /* tier queue */
+        uint8_t rcode;
+        bool resv_holder;
+        uint32_t rstamp;           /* run in which rcode was set */
+        int64_t ra1, ra2;
+        uint32_t pos;              /* queue position (valid when pos_gen matches; fifo) */
+        uint32_t seq;              /* order in its tier (see tier.fen) */
+        uint8_t q;                 /* tier it is (or will be) queued in */
+        int64_t attained;          /* GPU-ms held in finished runs (LAS) */
+        uint32_t pstamp;           /* == s->pstamp: marked as a preemption victim */
+        int64_t ra3;               /* third reason argument */
+        uint32_t tl_idx;           /* index in its tenant's tlist of tier q (while queued) */
+        uint32_t start_stamp;      /* run stamp of its latest start */
+        int64_t share;             /* milli-GPUs held while running */
+        int64_t *pre_by;           /* ids of the tasks it was preempted for */
+        int n_pre_by, pre_by_cap;
+        uint8_t nmin, nmax;        /* elastic: least and most GPUs (nmax 0 = not elastic);
+                                      ngpus is the current count, nmin while queued */
+        uint32_t el_idx;           /* index in s->el while running (elastic) */
+        int64_t seg_ms;            /* while running: since when it has held ngpus GPUs */
+        struct sarray *arr;        /* its job array (the %N throttle), NULL = none */
+        int64_t okey;              /* order in its tier: by (okey, id); the policy's
+                                      order_key, 0 under policies that order by id */
+};
+
+/* A tenant's queued tasks of one tier, by id: an array with holes (NULL
+ * for removed tasks, their ids kept so the array stays sorted) and a
+ * Fenwick tree over the slots counting live ones.  lo is the first live
+ * slot; holes are compacted away when they outnumber live slots. */
+typedef struct tlist {
+        stask **v;
+        int64_t *ids;
+        uint32_t *fen;             /* 1-based, cap entries */
+        uint32_t lo, len, cap, n;
+} tlist;
+
+typedef struct stenant {
+        uint32_t weight;           /* >= 1 */
+        uint32_t group;            /* group id, 0 = none */
+        int max_concurrent, max_queued;   /* 0 = unlimited */
+        int64_t max_milli, guar_milli;    /* 0 = unlimited / none */
+        int running, queued;
+        int64_t run_milli;         /* sum of share over its running tasks */
+        double usage;              /* decayed milli-GPU-ms, as of usage_ms */
+        int64_t usage_ms;
+        tlist q[GP_PRIORITY_LEVELS];
+        uint32_t act_pos[GP_PRIORITY_LEVELS]; /* 1 + index in tiers[q].act, 0 = absent */
+        uint32_t held_stamp;       /* == run stamp: held by its quota in that run */
+        uint8_t held_code;         /* ... with this reason */
+        int64_t held_a1, held_a2;
+        uint32_t reclaim_stamp;    /* == run stamp: a reclaim failed in that run */
+        uint32_t plan_stamp;       /* preemption planning: plan_milli valid */
+        int64_t plan_milli;        /* share of its tasks marked as victims */
+        double key;                /* cache: usage/weight at key_ms */
+        int64_t key_ms;
+        bool key_ok;
+} stenant;
+
+typedef struct sgroup {
+        uint32_t share_pct;        /* 1..100 */
+        int64_t run_milli;
+        int64_t waiting;           /* queued tasks of its tenants not at quota */
+        int queued;
+        bool needy;                /* waiting && run_milli < its share */
+        uint32_t held_stamp;       /* == run stamp: at its share in that run */
+} sgroup;
+
+/* One tenant's cursor in a tier during a walk of the fair-share order. */
+typedef struct went {
+        double key;
+        int64_t id;                /* id of cur */
+        stask *cur;
+        uint32_t tenant;
+        uint32_t idx;              /* cur's slot in its tlist when last seen (a hint) */
+        uint8_t cls;
+} went;
+
+typedef struct tier {
+        stask *head, *tail;
+        size_t n;
+        uint64_t pass;
+        /* order statistics: seq numbers follow list order; fen is a Fenwick
+         * tree over seq (1-based) counting live tasks, so "how many ahead of
+         * t in its tier" is O(log n) */
+        uint32_t *fen;
+        uint32_t fen_cap;          /* seqs 1..fen_cap-1 usable */
+        uint32_t next_seq;
+        uint32_t *act;             /* tenants with tasks queued here, any order */
+        uint32_t nact, act_cap;
+} tier;
+
+typedef struct heap_ent {
+        int64_t deadline;
+        int64_t id;
+} heap_ent;
+
+typedef struct intern {
+        char **names;              /* names[0] = "" */
+        uint32_t n, cap;
+        uint32_t *slots;           /* hash -> id+1, 0 empty */
+        uint32_t nslots;
+} intern;
+
+/* A queue policy (sched-policy.c): everything that differs from one
+ * policy to another; the rest of the core asks s->pol, never the policy's
+ * number.  One entry per gp_sched_policy in policy_ops[]. */
+typedef struct gp_sched_policy_ops {
+        const char *name;          /* scheduler.policy, gpupool simulate --policy */
+        bool daemon;               /* offered by the daemon's config (scheduler.policy) */
+        bool fair;                 /* tenants by fair share inside a tier (walk heaps, fair_rank) */
+        bool las;                  /* LAS: the las_* settings are checked and used, LAS preemption */
+        bool tier_preempt;         /* cfg.preemption applies (tiers and guarantees) */
+        /* the queue (tier) of a task of priority prio with this attained service */
+        int (*queue_of)(const gp_sched *s, int prio, int64_t attained);
+        /* a queued task's order key: a tier is ordered by (key, id); NULL = 0 */
+        int64_t (*order_key)(const stask *t);
+        /* which tier goes next, given per-tier cursors and virtual passes; -1 none */
+        int (*pick_tier)(const gp_sched *s, stask *const cur[], const uint64_t lp[]);
+        /* 1-based position of queued task t in the dispatch order */
+        uint32_t (*position)(gp_sched *s, const stask *t);
+        /* may_start_any: does h2, first of its tenant in queue q2, come before
+         * h, first of the same tenant in queue q? */
+        bool (*before)(int q2, const stask *h2, int q, const stask *h);
+        /* the grow pass's order of a running elastic task (then by id) */
+        int64_t (*grow_key)(const gp_sched *s, const stask *t, int64_t now);
+} gp_sched_policy_ops;
+
+extern const gp_sched_policy_ops *const policy_ops[]; /* GP_SCHED_NPOLICIES entries */
+
+typedef struct fit fit;
+
+/* A placement (sched-place.c): which GPUs a task goes to among those that
+ * fit.  One entry per gp_sched_placement in placement_ops[]. */
+typedef struct gp_sched_placement_ops {
+        const char *name;          /* scheduler.placement, gpupool simulate --placement */
+        /* choose t's GPUs (avoid: not the reserved ones); false if none fit */
+        bool (*place)(const gp_sched *s, const stask *t, bool avoid, fit *f);
+} gp_sched_placement_ops;
+
+extern const gp_sched_placement_ops *const placement_ops[]; /* GP_PLACE_N entries */
+
+struct gp_sched {
+        gp_sched_config cfg;
+        const gp_sched_policy_ops *pol;        /* policy_ops[cfg.policy] */
+        const gp_sched_placement_ops *plc;     /* placement_ops[cfg.placement] */
+        sgpu *gpus;
+        uint32_t ngpus, gpus_cap;
+        snode *nodes;
+        uint32_t nnodes, nodes_cap;
+        char *kind_names[MAX_KINDS];
+        int nkinds;
+        uint32_t buckets[MAX_KINDS][NBUCKETS];
+        uint32_t idle_lists[MAX_NODE_GPUS + 1];
+        int max_idle;              /* upper bound of non-empty idle list index */
+        tier tiers[GP_PRIORITY_LEVELS];
+        uint64_t vtime;
+        /* task map: open addressing; key 0 empty, -1 tombstone */
+        gp_i64map tasks;           /* id -> stask*, every queued or running task */
+        size_t ntimed;             /* of them, with a time limit (timeout_ms > 0) */
+        heap_ent *heap;
+        size_t heap_n, heap_cap;
+        intern tenants, models;
+        uint32_t **model_gpus;     /* per model id: gpu ids where loaded */
+        int *model_gpus_n, *model_gpus_cap;
+        uint32_t model_gpus_len;
+        uint32_t stamp, last_run_stamp;
+        int64_t last_resv_id;
+        int64_t last_shadow_ms, last_run_ms;
+        uint64_t gen, pos_gen;
+        size_t running;
+        uint64_t total_scheduled, total_backfilled, total_expired;
+        uint32_t pstamp;           /* LAS victim marks (see las_plan) */
+        stenant *tn;               /* per tenant id */
+        uint32_t tn_cap;
+        intern groups;
+        sgroup *gr;                /* per group id (0 unused) */
+        uint32_t gr_cap;
+        int needy_groups;
+        uint32_t usable_gpus;
+        int64_t kind_usable[MAX_KINDS]; /* largest usable MB of a GPU of the kind */
+        went *wbuf;                /* walk scratch */
+        size_t wcap;
+        stask **pv;                /* preemption plan scratch */
+        uint32_t pv_n, pv_cap;
+        size_t npre;               /* running reclaimable tasks (preemptible or borrowing) */
+        uint32_t n_guar;           /* tenants with a guarantee (0: nothing ever borrows) */
+        uint64_t total_preempted;
+        stask **el;                /* running elastic tasks (t->el_idx), any order */
+        uint32_t nel, el_cap;
+        uint64_t grow_seq;         /* counts GPUs grown onto (last grown = highest) */
+        struct eord *eo;           /* grow pass scratch */
+        uint32_t eo_cap;
+        gp_i64map arrays;          /* array id -> sarray*, arrays with members queued or running */
+};
+
+static inline const char *intern_name(const intern *in, uint32_t id) {
+        return id < in->n ? in->names[id] : "";
+}
+
+/* The map of every queued or running task by id (base/i64map). */
+static inline stask *map_get(const gp_sched *s, int64_t id) {
+        return gp_i64map_get(&s->tasks, id);
+}
+
+static inline bool gpu_usable(const sgpu *g) {
+        return g->healthy && !g->drained && !g->reserved;
+}
+
+static inline int64_t gpu_free(const sgpu *g) {
+        return g->excl ? 0 : g->usable - g->alloc;
+}
+
+static inline int bucket_of(int64_t free_mb) {
+        int64_t b = free_mb / BUCKET_MB;
+        if (b < 0)
+                return 0;
+        return b >= NBUCKETS ? NBUCKETS - 1 : (int)b;
+}
+
+/* share_pct of the usable GPUs, in milli-GPUs */
+static inline int64_t group_cap(const gp_sched *s, const sgroup *g) {
+        return (int64_t)g->share_pct * s->usable_gpus * 10;
+}
+
+static inline bool tenant_full(const stenant *T) {
+        return (T->max_concurrent > 0 && T->running >= T->max_concurrent) ||
+               (T->max_milli > 0 && T->run_milli >= T->max_milli);
+}
+
+/* Is T's group held in this run (T not exempt by its guarantee)? */
+static inline bool group_held(const gp_sched *s, const stenant *T) {
+        return T->group && s->gr[T->group].held_stamp == s->stamp &&
+               !(T->guar_milli > 0 && T->run_milli < T->guar_milli);
+}
+
+/* 0: below its guarantee; 1: no group, or its group below its share;
+ * 2: its group at or over its share.  Lower goes first inside a tier. */
+static inline uint8_t tenant_class(const gp_sched *s, const stenant *T) {
+        if (T->guar_milli > 0 && T->run_milli < T->guar_milli)
+                return 0;
+        if (T->group && s->gr[T->group].run_milli >= group_cap(s, &s->gr[T->group]))
+                return 2;
+        return 1;
+}
+
+/* milli-GPUs a task with mem MB per GPU holds on a GPU with `usable` MB */
+static inline int64_t gpu_share_of(bool excl, int64_t mem, int64_t usable) {
+        if (excl || usable <= 0 || mem >= usable)
+                return 1000;
+        return (1000 * mem + usable - 1) / usable;
+}
+
+/* May t ever be preempted by cfg.preemption: marked preemptible, or
+ * borrowing someone's guarantee (then only by reclaim). */
+static inline bool reclaimable(const stask *t) {
+        return t->preemptible || t->borrowing;
+}
+
+/* Per tier, the next task: under hybrid and strict a heap of tenants by
+ * (class, usage/weight, id of their next task), else the tier list.  A
+ * live walk (a run) drops tenants and groups held in this run and re-checks
+ * the class of the tenant on top, which only grows as tasks start (a
+ * preemption lowers it: walk_refresh). */
+typedef struct walk {
+        bool fair, live;
+        stask *cur[GP_PRIORITY_LEVELS];
+        went *h[GP_PRIORITY_LEVELS];
+        uint32_t hn[GP_PRIORITY_LEVELS];
+} walk;
+
+/* An array's running count and limit (the %N throttle); one per array id
+ * with a member queued or running, freed with its last member. */
+typedef struct sarray {
+        int64_t id;
+        int limit;                 /* most members running at once, 0 = no cap */
+        int running;               /* members running */
+        int members;               /* members queued or running */
+} sarray;
+
+struct fit {
+        int n;
+        uint32_t gpus[GP_MAX_GANG];
+};
+
+static inline bool kind_ok(const stask *t, const sgpu *g) {
+        return (t->kinds >> g->kind) & 1;
+}
+
+static inline int64_t task_end(const stask *t) {
+        return t->timeout_ms > 0 ? t->start_ms + t->timeout_ms : TIME_INF;
+}
+
+static inline uint64_t stride(const gp_sched *s, int tier_i) {
+        return STRIDE1 / s->cfg.weights[tier_i];
+}
+
+/* LAS queue of a given attained service. */
+static inline int las_level(const gp_sched *s, int64_t attained) {
+        int l = 0;
+        while (l < s->cfg.las_levels - 1 && attained >= s->cfg.las_thresholds_ms[l])
+                l++;
+        return l;
+}
+
+/* GPU-ms t has held, counting a running task up to now (attained holds
+ * its finished runs and the closed intervals of this run: an elastic task
+ * closes one at each resize). */
+static inline int64_t attained_at(const stask *t, int64_t now) {
+        if (!t->running || now <= t->seg_ms)
+                return t->attained;
+        return t->attained + (int64_t)t->ngpus * (now - t->seg_ms);
+}
+
+static inline uint32_t task_node(const gp_sched *s, const stask *t) {
+        return s->gpus[t->gpus[0]].node;
+}
+
+/* Policy order of running elastic tasks for the grow pass (key = tier),
+ * or their order by node for shrink planning (key = node). */
+typedef struct eord {
+        int64_t key;
+        int64_t id;
+        stask *t;
+        int before;                /* grow pass: its GPU count before the pass */
+} eord;
+
+/* Does t's array run as many members as its %N allows? */
+static inline bool array_full(const stask *t) {
+        return t->arr && t->arr->limit > 0 && t->arr->running >= t->arr->limit;
+}
+
+/* sched-util.c */
+void *grow(void *p, size_t elem, uint32_t *cap, uint32_t need);
+void intern_done(intern *in);
+int intern_get(intern *in, const char *s, uint32_t *ret);
+int map_put(gp_sched *s, stask *t);
+void map_del(gp_sched *s, int64_t id);
+int heap_push(gp_sched *s, int64_t deadline, int64_t id);
+void heap_pop(gp_sched *s);
+int intern_find(const intern *in, const char *s, uint32_t *ret);
+
+/* sched.c */
+int emit(gp_sched_decision **ret, size_t *n, size_t *cap, const gp_sched_decision *d);
+
+/* sched-task.c */
+void task_free(gp_sched *s, stask *t);
+int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t now, int borrow);
+void stop(gp_sched *s, stask *t, int64_t now);
+
+/* sched-queue.c */
+int tenant_ensure(gp_sched *s, uint32_t id);
+void groups_refresh_all(gp_sched *s);
+void tenant_out(gp_sched *s, stenant *T);
+void tenant_in(gp_sched *s, stenant *T);
+bool group_holds(const gp_sched *s, const stenant *T, int64_t share);
+int gate(const gp_sched *s, const stask *t, int64_t share, int64_t *a1, int64_t *a2, int64_t *a3);
+uint32_t tl_fen_sum(const tlist *l, uint32_t pos);
+uint32_t tl_below(const tlist *l, int64_t id);
+int walk_init(gp_sched *s, walk *w, bool live);
+void walk_refresh(gp_sched *s, walk *w);
+void walk_head(gp_sched *s, walk *w, int i);
+void walk_advance(gp_sched *s, walk *w, int i);
+uint32_t fen_sum(const tier *q, uint32_t i);
+int queue_add(gp_sched *s, stask *t);
+void queue_del(gp_sched *s, stask *t);
+bool name_ok(const char *n, bool empty_ok);
+
+/* sched-fair.c */
+void usage_advance(gp_sched *s, stenant *T, int64_t now);
+double tenant_key(const gp_sched *s, stenant *T);
+bool fair_order_kept(const gp_sched *s, int64_t now);
+uint64_t fair_rank(gp_sched *s, const stask *t);
+
+/* sched-policy.c */
+bool fair_policy(const gp_sched *s);
+int pick_tier(const gp_sched *s, stask *const cur[], const uint64_t lp[]);
+int queue_of(const gp_sched *s, const stask *t);
+
+/* sched-place.c */
+int gpu_attach(gp_sched *s, uint32_t gi, stask *t);
+void gpu_detach(gp_sched *s, uint32_t gi, stask *t);
+int64_t share_lb(const gp_sched *s, const stask *t);
+int64_t fit_share(const gp_sched *s, const stask *t, const uint32_t *gpus, int n);
+uint64_t kinds_for_glob(const gp_sched *s, const char *glob);
+bool shared_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid);
+bool idle_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid);
+bool place(const gp_sched *s, const stask *t, bool avoid, fit *f);
+void diagnose(gp_sched *s, stask *t);
+int64_t reserve(gp_sched *s, stask *t, int64_t now);
+
+/* sched-preempt.c */
+void pre_count(gp_sched *s, const stask *t, int d);
+int las_make_room(gp_sched *s, stask *t, int64_t now, gp_sched_decision **ret, size_t *ret_n,
+                  size_t *ret_cap);
+bool gpu_could(const gp_sched *s, const sgpu *g, const stask *w, bool avoid);
+int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv, bool avoid, gp_sched_decision **ret,
+              size_t *ret_n, size_t *ret_cap);
+
+/* sched-elastic.c */
+int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit *f, gp_sched_decision **ret,
+               size_t *ret_n, size_t *ret_cap);
+int grow_all(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap);
+
+#endif

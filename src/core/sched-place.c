@@ -1,0 +1,866 @@
+/* sched-place.c - the GPU inventory and where a task goes: the GPU
+ * indexes (free-memory buckets, idle lists by node, models loaded), GPU
+ * shares, the placement rules (pack, spread: see gp_sched_placement), the
+ * reason a task does not fit, and the reservation for the blocked task
+ * (EASY backfill). */
+#include "core/sched-int.h"
+
+/* ------------------------------------------------------------------ */
+/* GPU indexes                                                        */
+
+static void idle_list_del(gp_sched *s, uint32_t ni) {
+        snode *n = &s->nodes[ni];
+        if (n->iprev != NIL)
+                s->nodes[n->iprev].inext = n->inext;
+        else
+                s->idle_lists[n->idle] = n->inext;
+        if (n->inext != NIL)
+                s->nodes[n->inext].iprev = n->iprev;
+        n->iprev = n->inext = NIL;
+}
+
+static void idle_list_add(gp_sched *s, uint32_t ni) {
+        snode *n = &s->nodes[ni];
+        /* keep lists in node order so choices are deterministic */
+        uint32_t *head = &s->idle_lists[n->idle];
+        uint32_t prev = NIL, cur = *head;
+        while (cur != NIL && cur < ni) {
+                prev = cur;
+                cur = s->nodes[cur].inext;
+        }
+        n->iprev = prev;
+        n->inext = cur;
+        if (prev != NIL)
+                s->nodes[prev].inext = ni;
+        else
+                *head = ni;
+        if (cur != NIL)
+                s->nodes[cur].iprev = ni;
+        if (n->idle > s->max_idle)
+                s->max_idle = n->idle;
+}
+
+/* Take a GPU out of every index before its state changes. */
+static void gpu_unlink(gp_sched *s, uint32_t gi) {
+        sgpu *g = &s->gpus[gi];
+        if (g->bucket >= 0) {
+                if (g->bprev != NIL)
+                        s->gpus[g->bprev].bnext = g->bnext;
+                else
+                        s->buckets[g->kind][g->bucket] = g->bnext;
+                if (g->bnext != NIL)
+                        s->gpus[g->bnext].bprev = g->bprev;
+                g->bucket = -1;
+                g->bprev = g->bnext = NIL;
+        }
+        if (gpu_usable(g) && g->ntasks == 0) {
+                snode *n = &s->nodes[g->node];
+                if (n->idle > 0)
+                        idle_list_del(s, g->node);
+                n->idle--;
+                if (n->idle > 0)
+                        idle_list_add(s, g->node);
+        }
+}
+
+/* Put a GPU back into the indexes after its state changed. */
+static void gpu_link(gp_sched *s, uint32_t gi) {
+        sgpu *g = &s->gpus[gi];
+        if (!gpu_usable(g))
+                return;
+        if (g->ntasks == 0) {
+                snode *n = &s->nodes[g->node];
+                if (n->idle > 0)
+                        idle_list_del(s, g->node);
+                n->idle++;
+                idle_list_add(s, g->node);
+        } else if (!g->excl) {
+                int b = bucket_of(gpu_free(g));
+                g->bucket = b;
+                g->bprev = NIL;
+                g->bnext = s->buckets[g->kind][b];
+                if (g->bnext != NIL)
+                        s->gpus[g->bnext].bprev = gi;
+                s->buckets[g->kind][b] = gi;
+        }
+}
+
+static int model_gpus_add(gp_sched *s, uint32_t model, uint32_t gi) {
+        if (model >= s->model_gpus_len) {
+                uint32_t n = s->model_gpus_len ? s->model_gpus_len : 8;
+                while (n <= model)
+                        n *= 2;
+                uint32_t **a = realloc(s->model_gpus, n * sizeof(*a));
+                if (!a)
+                        return -ENOMEM;
+                s->model_gpus = a;
+                int *b = realloc(s->model_gpus_n, n * sizeof(*b));
+                if (!b)
+                        return -ENOMEM;
+                s->model_gpus_n = b;
+                int *c = realloc(s->model_gpus_cap, n * sizeof(*c));
+                if (!c)
+                        return -ENOMEM;
+                s->model_gpus_cap = c;
+                for (uint32_t i = s->model_gpus_len; i < n; i++) {
+                        a[i] = NULL;
+                        b[i] = c[i] = 0;
+                }
+                s->model_gpus_len = n;
+        }
+        uint32_t cap = (uint32_t)s->model_gpus_cap[model];
+        uint32_t *v = grow(s->model_gpus[model], sizeof(uint32_t), &cap, (uint32_t)s->model_gpus_n[model] + 1);
+        if (!v)
+                return -ENOMEM;
+        s->model_gpus[model] = v;
+        s->model_gpus_cap[model] = (int)cap;
+        v[s->model_gpus_n[model]++] = gi;
+        return 0;
+}
+
+static void model_gpus_del(gp_sched *s, uint32_t model, uint32_t gi) {
+        uint32_t *v = s->model_gpus[model];
+        int n = s->model_gpus_n[model];
+        for (int i = 0; i < n; i++)
+                if (v[i] == gi) {
+                        v[i] = v[n - 1];
+                        s->model_gpus_n[model]--;
+                        return;
+                }
+}
+
+/* Put a task on a GPU (index bookkeeping included). */
+int gpu_attach(gp_sched *s, uint32_t gi, stask *t) {
+        sgpu *g = &s->gpus[gi];
+        uint32_t cap = (uint32_t)g->tasks_cap;
+        stask **v = grow(g->tasks, sizeof(*v), &cap, (uint32_t)g->ntasks + 1);
+        if (!v)
+                return -ENOMEM;
+        g->tasks = v;
+        g->tasks_cap = (int)cap;
+        if (t->model) {
+                int i;
+                for (i = 0; i < g->nmodels; i++)
+                        if (g->models[i].model == t->model)
+                                break;
+                if (i == g->nmodels) {
+                        uint32_t mc = (uint32_t)g->models_cap;
+                        model_ref *m = grow(g->models, sizeof(*m), &mc, (uint32_t)g->nmodels + 1);
+                        if (!m)
+                                return -ENOMEM;
+                        g->models = m;
+                        g->models_cap = (int)mc;
+                        if (model_gpus_add(s, t->model, gi) < 0)
+                                return -ENOMEM;
+                        g->models[g->nmodels++] = (model_ref){t->model, 0};
+                }
+                g->models[i].count++;
+        }
+        gpu_unlink(s, gi);
+        g->tasks[g->ntasks++] = t;
+        g->alloc += t->charge;
+        if (t->excl)
+                g->excl = true;
+        gpu_link(s, gi);
+        return 0;
+}
+
+void gpu_detach(gp_sched *s, uint32_t gi, stask *t) {
+        sgpu *g = &s->gpus[gi];
+        gpu_unlink(s, gi);
+        for (int i = 0; i < g->ntasks; i++)
+                if (g->tasks[i] == t) {
+                        memmove(&g->tasks[i], &g->tasks[i + 1], (size_t)(g->ntasks - i - 1) * sizeof(stask *));
+                        g->ntasks--;
+                        break;
+                }
+        g->alloc -= t->charge;
+        if (t->excl)
+                g->excl = false;
+        if (t->model)
+                for (int i = 0; i < g->nmodels; i++)
+                        if (g->models[i].model == t->model) {
+                                if (--g->models[i].count == 0) {
+                                        model_gpus_del(s, t->model, gi);
+                                        g->models[i] = g->models[--g->nmodels];
+                                }
+                                break;
+                        }
+        gpu_link(s, gi);
+}
+
+/* ------------------------------------------------------------------ */
+/* GPU shares                                                         */
+
+/* Least share t can take on any GPU it may use. */
+int64_t share_lb(const gp_sched *s, const stask *t) {
+        if (t->excl)
+                return 1000 * (int64_t)t->ngpus;
+        int64_t best = 0;
+        for (int k = 0; k < s->nkinds; k++)
+                if (((t->kinds >> k) & 1) && s->kind_usable[k] > best)
+                        best = s->kind_usable[k];
+        return (int64_t)t->ngpus * gpu_share_of(false, t->mem, best);
+}
+
+/* ------------------------------------------------------------------ */
+/* tenants, groups and their per-tier queues                          */
+
+int64_t fit_share(const gp_sched *s, const stask *t, const uint32_t *gpus, int n) {
+        int64_t sh = 0;
+        for (int i = 0; i < n; i++)
+                sh += gpu_share_of(t->excl, t->mem, s->gpus[gpus[i]].usable);
+        return sh;
+}
+
+/* ------------------------------------------------------------------ */
+/* inventory                                                          */
+
+uint64_t kinds_for_glob(const gp_sched *s, const char *glob) {
+        if (!glob)
+                return ~(uint64_t)0;
+        uint64_t m = 0;
+        for (int k = 0; k < s->nkinds; k++)
+                if (fnmatch(glob, s->kind_names[k], 0) == 0)
+                        m |= (uint64_t)1 << k;
+        return m;
+}
+
+static int find_node(const gp_sched *s, const char *name, uint32_t *ret) {
+        for (uint32_t i = 0; i < s->nnodes; i++)
+                if (strcmp(s->nodes[i].name, name) == 0) {
+                        *ret = i;
+                        return 0;
+                }
+        return -ENOENT;
+}
+
+int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu) {
+        if (!d || !d->node || !*d->node || !d->uuid || !d->name || d->index < 0 || d->memory_total_mb <= 0)
+                return -EINVAL;
+        uint32_t ni;
+        if (find_node(s, d->node, &ni) == 0) {
+                snode *n = &s->nodes[ni];
+                if (n->ngpus >= MAX_NODE_GPUS)
+                        return -E2BIG;
+                for (int i = 0; i < n->ngpus; i++)
+                        if (s->gpus[n->gpus[i]].index == d->index)
+                                return -EEXIST;
+        } else {
+                ni = NIL;
+        }
+        int kind = -1;
+        for (int k = 0; k < s->nkinds; k++)
+                if (strcmp(s->kind_names[k], d->name) == 0)
+                        kind = k;
+        if (kind < 0 && s->nkinds >= MAX_KINDS)
+                return -E2BIG;
+
+        sgpu *gpus = grow(s->gpus, sizeof(sgpu), &s->gpus_cap, s->ngpus + 1);
+        if (!gpus)
+                return -ENOMEM;
+        s->gpus = gpus;
+        if (ni == NIL) {
+                snode *nodes = grow(s->nodes, sizeof(snode), &s->nodes_cap, s->nnodes + 1);
+                if (!nodes)
+                        return -ENOMEM;
+                s->nodes = nodes;
+                snode *n = &nodes[s->nnodes];
+                memset(n, 0, sizeof(*n));
+                if (!(n->name = strdup(d->node)))
+                        return -ENOMEM;
+                n->iprev = n->inext = NIL;
+                ni = s->nnodes++;
+        }
+        snode *n = &s->nodes[ni];
+        uint32_t ncap = (uint32_t)n->cap;
+        uint32_t *ng = grow(n->gpus, sizeof(uint32_t), &ncap, (uint32_t)n->ngpus + 1);
+        if (!ng)
+                return -ENOMEM;
+        n->gpus = ng;
+        n->cap = (int)ncap;
+
+        sgpu *g = &s->gpus[s->ngpus];
+        memset(g, 0, sizeof(*g));
+        g->uuid = strdup(d->uuid);
+        g->name = strdup(d->name);
+        if (!g->uuid || !g->name) {
+                free(g->uuid);
+                free(g->name);
+                return -ENOMEM;
+        }
+        if (kind < 0) {
+                if (!(s->kind_names[s->nkinds] = strdup(d->name))) {
+                        free(g->uuid);
+                        free(g->name);
+                        return -ENOMEM;
+                }
+                kind = s->nkinds++;
+                /* a new kind: queued and running tasks with a glob may now match it */
+                size_t pos = 0;
+                stask *t;
+                while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
+                        if (t->gpu_model)
+                                t->kinds = kinds_for_glob(s, t->gpu_model);
+        }
+        g->node = ni;
+        g->index = d->index;
+        g->kind = (uint8_t)kind;
+        g->total = d->memory_total_mb;
+        g->usable = d->memory_total_mb - s->cfg.memory_safety_margin_mb;
+        if (g->usable < 0)
+                g->usable = 0;
+        g->util = g->temp = -1;
+        g->healthy = true;
+        g->reserved = d->reserved;
+        g->bucket = -1;
+        g->bprev = g->bnext = NIL;
+        g->slot = n->ngpus;
+        uint32_t gi = s->ngpus++;
+        n->gpus[n->ngpus++] = gi;
+        n->kinds |= (uint64_t)1 << kind;
+        gpu_link(s, gi);
+        if (g->usable > s->kind_usable[kind])
+                s->kind_usable[kind] = g->usable;
+        if (gpu_usable(g)) {
+                s->usable_gpus++;
+                groups_refresh_all(s);
+        }
+        s->gen++;
+        if (ret_gpu)
+                *ret_gpu = gi;
+        return 0;
+}
+
+int gp_sched_gpu_set_distance(gp_sched *s, uint32_t a, uint32_t b, int distance) {
+        if (a >= s->ngpus || b >= s->ngpus || distance < 0 || distance > 255)
+                return -EINVAL;
+        sgpu *ga = &s->gpus[a], *gb = &s->gpus[b];
+        if (ga->node != gb->node)
+                return -EINVAL;
+        if (ga->slot >= TOPO_MAX || gb->slot >= TOPO_MAX)
+                return 0; /* beyond what we keep: treated as unknown */
+        snode *n = &s->nodes[ga->node];
+        if (!n->has_dist) {
+                memset(n->dist, 1, sizeof(n->dist));
+                n->has_dist = true;
+        }
+        n->dist[ga->slot][gb->slot] = n->dist[gb->slot][ga->slot] = (uint8_t)distance;
+        return 0;
+}
+
+static int gpu_set_flag(gp_sched *s, uint32_t gi, bool *flag, bool v) {
+        if (gi >= s->ngpus)
+                return -ENOENT;
+        if (*flag == v)
+                return 0;
+        bool was = gpu_usable(&s->gpus[gi]);
+        gpu_unlink(s, gi);
+        *flag = v;
+        gpu_link(s, gi);
+        if (was != gpu_usable(&s->gpus[gi])) {
+                s->usable_gpus += was ? -1u : 1u;
+                groups_refresh_all(s); /* group shares are of the usable GPUs */
+        }
+        s->gen++;
+        return 0;
+}
+
+int gp_sched_gpu_set_healthy(gp_sched *s, uint32_t gpu, bool healthy) {
+        if (gpu >= s->ngpus)
+                return -ENOENT;
+        return gpu_set_flag(s, gpu, &s->gpus[gpu].healthy, healthy);
+}
+
+int gp_sched_gpu_set_drained(gp_sched *s, uint32_t gpu, bool drained) {
+        if (gpu >= s->ngpus)
+                return -ENOENT;
+        return gpu_set_flag(s, gpu, &s->gpus[gpu].drained, drained);
+}
+
+int gp_sched_gpu_set_load(gp_sched *s, uint32_t gpu, int util_pct, int temp_c) {
+        if (gpu >= s->ngpus)
+                return -ENOENT;
+        s->gpus[gpu].util = util_pct;
+        s->gpus[gpu].temp = temp_c;
+        return 0;
+}
+
+int gp_sched_gpu_find(const gp_sched *s, const char *node, int index, uint32_t *ret_gpu) {
+        uint32_t ni;
+        if (!node || find_node(s, node, &ni) < 0)
+                return -ENOENT;
+        const snode *n = &s->nodes[ni];
+        for (int i = 0; i < n->ngpus; i++)
+                if (s->gpus[n->gpus[i]].index == index) {
+                        *ret_gpu = n->gpus[i];
+                        return 0;
+                }
+        return -ENOENT;
+}
+
+int gp_sched_gpu_find_uuid(const gp_sched *s, const char *uuid, uint32_t *ret_gpu) {
+        for (uint32_t i = 0; uuid && i < s->ngpus; i++)
+                if (strcmp(s->gpus[i].uuid, uuid) == 0) {
+                        *ret_gpu = i;
+                        return 0;
+                }
+        return -ENOENT;
+}
+
+uint32_t gp_sched_gpu_count(const gp_sched *s) {
+        return s->ngpus;
+}
+
+/* ------------------------------------------------------------------ */
+/* placement                                                          */
+
+/* Does max_models_per_gpu keep t off GPU g?  Only when t has a model that
+ * g does not hold and g already holds the maximum of other models. */
+static bool models_full(const gp_sched *s, const stask *t, const sgpu *g) {
+        int max = s->cfg.max_models_per_gpu;
+        if (max <= 0 || !t->model || g->nmodels < max)
+                return false;
+        for (int i = 0; i < g->nmodels; i++)
+                if (g->models[i].model == t->model)
+                        return false;
+        return true;
+}
+
+/* Can GPU g take shared task t now? */
+bool shared_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid) {
+        return gpu_usable(g) && !g->excl && kind_ok(t, g) && gpu_free(g) >= t->mem &&
+               !(avoid && g->resv_stamp == s->stamp) && !models_full(s, t, g);
+}
+
+bool idle_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid) {
+        return gpu_usable(g) && g->ntasks == 0 && kind_ok(t, g) && g->usable >= t->mem &&
+               !(avoid && g->resv_stamp == s->stamp);
+}
+
+/* Better tie-break between two GPUs with equal standing: cooler, less busy, lower id. */
+static bool load_better(const sgpu *a, const sgpu *b) {
+        if (a->util != b->util)
+                return a->util < b->util;
+        return a->temp < b->temp;
+}
+
+/* Choose n GPUs among cand[0..m) of one node, closest together when the
+ * node's topology is known, else the first n (lowest index). */
+static void choose_close(const gp_sched *s, const snode *nd, const uint32_t *cand, int m, int n,
+                         uint32_t *out) {
+        if (!nd->has_dist || n == 1 || m == n) {
+                memcpy(out, cand, (size_t)n * sizeof(uint32_t));
+                return;
+        }
+        int best_cost = -1;
+        for (int seed = 0; seed < m; seed++) {
+                int sa = s->gpus[cand[seed]].slot;
+                uint32_t pick[GP_MAX_GANG];
+                bool used[MAX_NODE_GPUS] = {false};
+                int np = 0;
+                pick[np++] = cand[seed];
+                used[seed] = true;
+                while (np < n) {
+                        int bj = -1, bd = 1 << 30;
+                        for (int j = 0; j < m; j++) {
+                                if (used[j])
+                                        continue;
+                                int sb = s->gpus[cand[j]].slot;
+                                int d = (sa < TOPO_MAX && sb < TOPO_MAX) ? nd->dist[sa][sb] : 255;
+                                if (d < bd) {
+                                        bd = d;
+                                        bj = j;
+                                }
+                        }
+                        // cppcheck-suppress negativeIndex ; n < m here, so an unused candidate (bj >= 0) always exists
+                        used[bj] = true;
+                        pick[np++] = cand[bj];
+                }
+                int cost = 0;
+                for (int i = 0; i < n; i++)
+                        for (int j = i + 1; j < n; j++) {
+                                int x = s->gpus[pick[i]].slot, y = s->gpus[pick[j]].slot;
+                                cost += (x < TOPO_MAX && y < TOPO_MAX) ? nd->dist[x][y] : 255;
+                        }
+                if (best_cost < 0 || cost < best_cost) {
+                        best_cost = cost;
+                        memcpy(out, pick, (size_t)n * sizeof(uint32_t));
+                }
+        }
+}
+
+/* Whole GPUs: best-fit node (fewest idle GPUs that still fit). */
+static bool place_whole(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+        int n = t->ngpus;
+        for (int k = n; k <= s->max_idle; k++) {
+                for (uint32_t ni = s->idle_lists[k]; ni != NIL; ni = s->nodes[ni].inext) {
+                        const snode *nd = &s->nodes[ni];
+                        if (!(nd->kinds & t->kinds))
+                                continue;
+                        uint32_t cand[MAX_NODE_GPUS];
+                        int m = 0;
+                        for (int i = 0; i < nd->ngpus; i++)
+                                if (idle_fits(s, t, &s->gpus[nd->gpus[i]], avoid))
+                                        cand[m++] = nd->gpus[i];
+                        if (m < n)
+                                continue;
+                        choose_close(s, nd, cand, m, n, f->gpus);
+                        f->n = n;
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* One shared GPU: model affinity first, then the shared GPU with the most
+ * free memory, then an idle GPU on the best-fitting node. */
+static bool place_shared1(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+        const sgpu *best = NULL;
+        uint32_t bi = NIL;
+        if (t->model && t->model < s->model_gpus_len) {
+                for (int i = 0; i < s->model_gpus_n[t->model]; i++) {
+                        uint32_t gi = s->model_gpus[t->model][i];
+                        const sgpu *g = &s->gpus[gi];
+                        if (!shared_fits(s, t, g, avoid))
+                                continue;
+                        if (!best || gpu_free(g) > gpu_free(best) ||
+                            (gpu_free(g) == gpu_free(best) && gi < bi)) {
+                                best = g;
+                                bi = gi;
+                        }
+                }
+                if (best)
+                        goto found;
+        }
+        int lo = bucket_of(t->mem);
+        for (int k = 0; k < s->nkinds; k++) {
+                if (!((t->kinds >> k) & 1))
+                        continue;
+                for (int b = NBUCKETS - 1; b >= lo; b--) {
+                        uint32_t gi = s->buckets[k][b];
+                        if (gi == NIL)
+                                continue;
+                        if (best && b < bucket_of(gpu_free(best)))
+                                break;
+                        const sgpu *kb = NULL;
+                        uint32_t kbi = NIL;
+                        int looked = 0;
+                        for (; gi != NIL && looked < 8; gi = s->gpus[gi].bnext) {
+                                const sgpu *g = &s->gpus[gi];
+                                if (!shared_fits(s, t, g, avoid))
+                                        continue;
+                                looked++;
+                                if (!kb || gpu_free(g) > gpu_free(kb) ||
+                                    (gpu_free(g) == gpu_free(kb) && load_better(g, kb)) ||
+                                    (gpu_free(g) == gpu_free(kb) && !load_better(kb, g) && gi < kbi)) {
+                                        kb = g;
+                                        kbi = gi;
+                                }
+                        }
+                        if (!kb)
+                                continue;
+                        if (!best || gpu_free(kb) > gpu_free(best) ||
+                            (gpu_free(kb) == gpu_free(best) && kbi < bi)) {
+                                best = kb;
+                                bi = kbi;
+                        }
+                        break;
+                }
+        }
+        if (best)
+                goto found;
+        return place_whole(s, t, avoid, f);
+found:
+        f->n = 1;
+        f->gpus[0] = bi;
+        return true;
+}
+
+/* Several shared GPUs on one node: the node with the fewest fitting GPUs
+ * that still has enough (best fit); already-shared GPUs before idle ones. */
+static bool place_shared_gang(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+        int n = t->ngpus, best_m = 0;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                if (!(nd->kinds & t->kinds) || nd->ngpus < n)
+                        continue;
+                uint32_t cand[MAX_NODE_GPUS];
+                int m = 0;
+                for (int pass = 0; pass < 2; pass++)
+                        for (int i = 0; i < nd->ngpus; i++) {
+                                const sgpu *g = &s->gpus[nd->gpus[i]];
+                                if (shared_fits(s, t, g, avoid) && ((g->ntasks > 0) == (pass == 0)))
+                                        cand[m++] = nd->gpus[i];
+                        }
+                if (m < n || (best_m && m >= best_m))
+                        continue;
+                best_m = m;
+                choose_close(s, nd, cand, m, n, f->gpus);
+                f->n = n;
+                if (m == n)
+                        break;
+        }
+        return best_m > 0;
+}
+
+/* pack (the default): fullest first, keeping whole GPUs free */
+static bool place_pack(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+        if (t->excl)
+                return place_whole(s, t, avoid, f);
+        if (t->ngpus == 1)
+                return place_shared1(s, t, avoid, f);
+        return place_shared_gang(s, t, avoid, f);
+}
+
+/* spread: is GPU a better than GPU b?  More free memory (an idle GPU has
+ * all its usable memory free), then lower utilisation, then lower
+ * temperature (unknown readings, -1, count as lowest), then lower id. */
+static bool spread_better(const gp_sched *s, uint32_t a, uint32_t b) {
+        const sgpu *x = &s->gpus[a], *y = &s->gpus[b];
+        int64_t fx = x->ntasks ? gpu_free(x) : x->usable, fy = y->ntasks ? gpu_free(y) : y->usable;
+        if (fx != fy)
+                return fx > fy;
+        if (x->util != y->util)
+                return x->util < y->util;
+        if (x->temp != y->temp)
+                return x->temp < y->temp;
+        return a < b;
+}
+
+/* spread (load balance): a single GPU is the best by spread_better of all
+ * that fit (model affinity first, as under pack); whole GPUs and gangs go
+ * to the node with the most GPUs that fit (then the lowest node), on its
+ * best GPUs.  A scan of every GPU per placement: O(GPUs). */
+static bool place_spread(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+        int n = t->ngpus;
+        if (!t->excl && n == 1 && t->model && t->model < s->model_gpus_len) {
+                uint32_t bi = NIL;
+                for (int i = 0; i < s->model_gpus_n[t->model]; i++) {
+                        uint32_t gi = s->model_gpus[t->model][i];
+                        if (shared_fits(s, t, &s->gpus[gi], avoid) && (bi == NIL || spread_better(s, gi, bi)))
+                                bi = gi;
+                }
+                if (bi != NIL) {
+                        f->n = 1;
+                        f->gpus[0] = bi;
+                        return true;
+                }
+        }
+        int best_m = 0;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                if (!(nd->kinds & t->kinds) || nd->ngpus < n)
+                        continue;
+                uint32_t cand[MAX_NODE_GPUS];
+                int m = 0;
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (t->excl ? idle_fits(s, t, g, avoid) : shared_fits(s, t, g, avoid))
+                                cand[m++] = nd->gpus[i];
+                }
+                if (m < n)
+                        continue;
+                /* its best n GPUs, best first (insertion sort: m <= 256) */
+                for (int i = 1; i < m; i++) {
+                        uint32_t x = cand[i];
+                        int j = i;
+                        while (j > 0 && spread_better(s, x, cand[j - 1])) {
+                                cand[j] = cand[j - 1];
+                                j--;
+                        }
+                        cand[j] = x;
+                }
+                bool better = n == 1 ? !best_m || spread_better(s, cand[0], f->gpus[0]) : m > best_m;
+                if (better) {
+                        best_m = m;
+                        f->n = n;
+                        memcpy(f->gpus, cand, (size_t)n * sizeof(uint32_t));
+                }
+        }
+        return best_m > 0;
+}
+
+static const gp_sched_placement_ops pack_ops = {.name = "pack", .place = place_pack};
+static const gp_sched_placement_ops spread_ops = {.name = "spread", .place = place_spread};
+
+/* Its length is its highest entry + 1: a placement added to the enum but
+ * not here is a compile error. */
+const gp_sched_placement_ops *const placement_ops[] = {
+        [GP_PLACE_PACK] = &pack_ops,
+        [GP_PLACE_SPREAD] = &spread_ops,
+};
+_Static_assert(sizeof(placement_ops) / sizeof(placement_ops[0]) == GP_PLACE_N,
+               "placement_ops[] needs one entry per gp_sched_placement");
+
+const char *gp_sched_placement_name(gp_sched_placement p) {
+        return (unsigned)p < GP_PLACE_N ? placement_ops[p]->name : NULL;
+}
+
+int gp_sched_placement_parse(const char *name, gp_sched_placement *ret) {
+        for (int i = 0; name && i < GP_PLACE_N; i++)
+                if (!strcmp(placement_ops[i]->name, name)) {
+                        *ret = (gp_sched_placement)i;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
+/* t's GPUs under the configured placement (s->plc); false if none fit */
+bool place(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+        return s->plc->place(s, t, avoid, f);
+}
+
+/* Why t cannot be placed right now (for the blocked task: full scan). */
+void diagnose(gp_sched *s, stask *t) {
+        int64_t most_free = -1;
+        int most_whole = 0;
+        bool any_usable = false;
+        int mem_fits = 0, model_full = 0; /* single shared GPUs with room; of them, full of other models */
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                int whole = 0;
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (!kind_ok(t, g) || !gpu_usable(g))
+                                continue;
+                        any_usable = true;
+                        if (!g->excl && gpu_free(g) >= t->mem) {
+                                mem_fits++;
+                                model_full += models_full(s, t, g);
+                        }
+                        if (gpu_free(g) > most_free)
+                                most_free = gpu_free(g);
+                        if (g->ntasks == 0 && g->usable >= t->mem)
+                                whole++;
+                }
+                if (whole > most_whole)
+                        most_whole = whole;
+        }
+        t->rstamp = s->stamp;
+        if (!any_usable) {
+                t->rcode = R_NO_USABLE;
+        } else if (t->excl) {
+                t->rcode = R_NO_WHOLE;
+                t->ra1 = t->ngpus;
+                t->ra2 = most_whole;
+        } else if (t->ngpus == 1 && mem_fits > 0 && model_full == mem_fits) {
+                t->rcode = R_MODELS;
+                t->ra1 = s->cfg.max_models_per_gpu;
+                t->ra2 = 0;
+        } else if (t->ngpus == 1) {
+                t->rcode = R_NO_MEM;
+                t->ra1 = t->mem;
+                t->ra2 = most_free;
+        } else {
+                t->rcode = R_GANG_SHARED;
+                t->ra1 = t->ngpus;
+                t->ra2 = t->mem;
+        }
+}
+
+/* ------------------------------------------------------------------ */
+/* reservation for the blocked task (EASY backfill)                   */
+
+typedef struct gpu_end {
+        int64_t t;
+        uint32_t gi;
+} gpu_end;
+
+static int cmp_gpu_end(const void *a, const void *b) {
+        const gpu_end *x = a, *y = b;
+        if (x->t != y->t)
+                return (x->t > y->t) - (x->t < y->t);
+        return (x->gi > y->gi) - (x->gi < y->gi);
+}
+
+/* Earliest time GPU g could host t, from the running tasks' end bounds
+ * (TIME_INF when a task in the way has no bound). */
+static int64_t gpu_ready_at(const gp_sched *s, const sgpu *g, const stask *t, int64_t now) {
+        /* full of other models: free for t at the latest when all on it ended */
+        if (t->excl || g->excl || models_full(s, t, g)) {
+                int64_t m = now;
+                for (int i = 0; i < g->ntasks; i++)
+                        if (task_end(g->tasks[i]) > m)
+                                m = task_end(g->tasks[i]);
+                return m;
+        }
+        if (gpu_free(g) >= t->mem)
+                return now;
+        if (g->ntasks > 64)
+                return TIME_INF;
+        /* free memory grows as tasks end, earliest end first */
+        const stask *sorted[64];
+        int n = g->ntasks;
+        for (int i = 0; i < n; i++) {
+                int j = i;
+                while (j > 0 && task_end(sorted[j - 1]) > task_end(g->tasks[i])) {
+                        sorted[j] = sorted[j - 1];
+                        j--;
+                }
+                sorted[j] = g->tasks[i];
+        }
+        int64_t freed = gpu_free(g);
+        for (int i = 0; i < n; i++) {
+                freed += sorted[i]->charge;
+                if (freed >= t->mem)
+                        return task_end(sorted[i]) > now ? task_end(sorted[i]) : now;
+        }
+        return TIME_INF;
+}
+
+/* Mark the GPUs the blocked task t will start on first; returns the
+ * estimated start (TIME_INF when unknown or impossible). */
+int64_t reserve(gp_sched *s, stask *t, int64_t now) {
+        int64_t best_t = TIME_INF;
+        int best_ready = -1;
+        uint32_t best_gpus[GP_MAX_GANG];
+        bool found = false;
+        gpu_end ge[MAX_NODE_GPUS];
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                if (!(nd->kinds & t->kinds) || nd->ngpus < t->ngpus)
+                        continue;
+                int m = 0, ready = 0;
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (!gpu_usable(g) || !kind_ok(t, g) || g->usable < t->mem)
+                                continue;
+                        if (!t->excl && g->excl && g->ntasks == 0)
+                                continue;
+                        ge[m].gi = nd->gpus[i];
+                        ge[m].t = gpu_ready_at(s, g, t, now);
+                        if (ge[m].t == now)
+                                ready++;
+                        m++;
+                }
+                if (m < t->ngpus)
+                        continue;
+                /* at most a node's GPUs: insertion sort (cmp_gpu_end is a
+                 * total order, so the result is qsort's; this runs for
+                 * every node in every blocked run, where qsort's own cost
+                 * dominated) */
+                for (int i = 1; i < m; i++) {
+                        gpu_end x = ge[i];
+                        int j = i;
+                        while (j > 0 && cmp_gpu_end(&ge[j - 1], &x) > 0) {
+                                ge[j] = ge[j - 1];
+                                j--;
+                        }
+                        ge[j] = x;
+                }
+                int64_t node_t = ge[t->ngpus - 1].t;
+                if (!found || node_t < best_t || (node_t == best_t && ready > best_ready)) {
+                        found = true;
+                        best_t = node_t;
+                        best_ready = ready;
+                        for (int i = 0; i < t->ngpus; i++)
+                                best_gpus[i] = ge[i].gi;
+                }
+        }
+        if (!found)
+                return TIME_INF;
+        for (int i = 0; i < t->ngpus; i++)
+                s->gpus[best_gpus[i]].resv_stamp = s->stamp;
+        return best_t;
+}

@@ -1,0 +1,459 @@
+/* sched-preempt.c - preemption: the counts of preemptible work per node,
+ * LAS preemption (later attained-service queues make room), and
+ * preemption for tiers and guarantees (cfg.preemption, reclaim). */
+#include "core/sched-int.h"
+
+/* ------------------------------------------------------------------ */
+/* tenants, groups and their per-tier queues                          */
+
+/* Running reclaimable tasks per node and tier, with their oldest and
+ * newest start (to skip or bound nodes quickly).  Called after a start and
+ * before a stop (t still on its GPUs). */
+void pre_count(gp_sched *s, const stask *t, int d) {
+        if (!reclaimable(t))
+                return;
+        snode *n = &s->nodes[s->gpus[t->gpus[0]].node];
+        n->npre += d;
+        n->npre_prio[t->prio] += d;
+        s->npre += (size_t)(ptrdiff_t)d;
+        if (d > 0) {
+                if (n->npre == 1 || t->start_ms < n->pre_min_start)
+                        n->pre_min_start = t->start_ms;
+                if (n->npre == 1 || t->start_ms > n->pre_max_start)
+                        n->pre_max_start = t->start_ms;
+                return;
+        }
+        if (!n->npre || (t->start_ms != n->pre_min_start && t->start_ms != n->pre_max_start))
+                return;
+        bool first = true;
+        for (int i = 0; i < n->ngpus; i++) {
+                const sgpu *g = &s->gpus[n->gpus[i]];
+                for (int k = 0; k < g->ntasks; k++) {
+                        const stask *x = g->tasks[k];
+                        if (x == t || !reclaimable(x) || x->gpus[0] != n->gpus[i])
+                                continue;
+                        if (first || x->start_ms < n->pre_min_start)
+                                n->pre_min_start = x->start_ms;
+                        if (first || x->start_ms > n->pre_max_start)
+                                n->pre_max_start = x->start_ms;
+                        first = false;
+                }
+        }
+}
+
+static bool was_preempted_by(const stask *t, int64_t id) {
+        for (int i = 0; i < t->n_pre_by; i++)
+                if (t->pre_by[i] == id)
+                        return true;
+        return false;
+}
+
+/* ------------------------------------------------------------------ */
+/* LAS preemption                                                     */
+
+/* May running task v be preempted for a task of queue q? */
+static bool las_victim(const gp_sched *s, const stask *v, int q, int64_t now) {
+        return v->running && v->preemptible && now - v->start_ms >= s->cfg.las_min_run_ms &&
+               las_level(s, attained_at(v, now)) > q;
+}
+
+/* Can GPU g take t once the tasks marked with the current pstamp are gone? */
+static bool gpu_freed(const gp_sched *s, const sgpu *g, const stask *t) {
+        if (!gpu_usable(g) || !kind_ok(t, g) || g->usable < t->mem)
+                return false;
+        for (int i = 0; i < g->ntasks; i++)
+                if (g->tasks[i]->pstamp != s->pstamp)
+                        return false;
+        return true;
+}
+
+/* Mark (with a fresh pstamp) the victims that would free enough whole GPUs
+ * for t on node ni: most attained service first, then latest start, then
+ * highest id.  Returns the GPUs the marked victims hold in all (the cost),
+ * or -1 when the node cannot make room. */
+static int las_plan(gp_sched *s, const stask *t, uint32_t ni, int64_t now) {
+        const snode *nd = &s->nodes[ni];
+        if (!(nd->kinds & t->kinds) || nd->ngpus < t->ngpus)
+                return -1;
+        if (++s->pstamp == 0) {
+                /* wrapped: clear every mark so none is mistaken for current */
+                size_t pos = 0;
+                stask *pt;
+                while ((pt = gp_i64map_next(&s->tasks, &pos, NULL)))
+                        pt->pstamp = 0;
+                s->pstamp = 1;
+        }
+        int cost = 0;
+        for (;;) {
+                int freed = 0;
+                for (int i = 0; i < nd->ngpus; i++)
+                        freed += gpu_freed(s, &s->gpus[nd->gpus[i]], t);
+                if (freed >= t->ngpus)
+                        return cost;
+                /* the GPU whose least-served unmarked task is the most served */
+                const sgpu *best = NULL;
+                int64_t best_a = 0, best_start = 0, best_id = 0;
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (g->ntasks == 0 || !gpu_usable(g) || !kind_ok(t, g) || g->usable < t->mem)
+                                continue;
+                        bool ok = true, any = false;
+                        int64_t a = INT64_MAX, st = 0, id = 0;
+                        for (int k = 0; k < g->ntasks && ok; k++) {
+                                const stask *v = g->tasks[k];
+                                if (v->pstamp == s->pstamp)
+                                        continue;
+                                if (!las_victim(s, v, t->q, now)) {
+                                        ok = false;
+                                        break;
+                                }
+                                int64_t va = attained_at(v, now);
+                                if (!any || va < a || (va == a && (v->start_ms < st || (v->start_ms == st && v->id < id)))) {
+                                        a = va;
+                                        st = v->start_ms;
+                                        id = v->id;
+                                }
+                                any = true;
+                        }
+                        if (!ok || !any)
+                                continue;
+                        if (!best || a > best_a || (a == best_a && (st > best_start || (st == best_start && id > best_id)))) {
+                                best = g;
+                                best_a = a;
+                                best_start = st;
+                                best_id = id;
+                        }
+                }
+                if (!best)
+                        return -1;
+                for (int k = 0; k < best->ntasks; k++) {
+                        stask *v = best->tasks[k];
+                        if (v->pstamp != s->pstamp) {
+                                v->pstamp = s->pstamp;
+                                cost += v->ngpus;
+                        }
+                }
+        }
+}
+
+/* Stop running task v and queue it again (its run counts as service). */
+static int las_preempt(gp_sched *s, stask *v, int64_t now, gp_sched_decision **ret, size_t *ret_n,
+                       size_t *ret_cap) {
+        gp_sched_decision d = {.kind = GP_DECIDE_PREEMPT, .id = v->id, .n_gpus = v->ngpus};
+        memcpy(d.gpus, v->gpus, (size_t)v->ngpus * sizeof(uint32_t));
+        stop(s, v, now);
+        v->rcode = R_NONE;
+        v->q = (uint8_t)queue_of(s, v);
+        s->total_preempted++;
+        if (queue_add(s, v) < 0) {
+                /* cannot queue it again: forgotten, like gp_sched_requeue */
+                map_del(s, v->id);
+                task_free(s, v);
+                return -ENOMEM;
+        }
+        return emit(ret, ret_n, ret_cap, &d);
+}
+
+/* Make room for t, the task whose turn it is, by preempting tasks of later
+ * queues on the node where that costs the fewest GPUs (then the lowest
+ * node).  1 if something was preempted, 0 if no node can make room (nothing
+ * changed), -ENOMEM. */
+int las_make_room(gp_sched *s, stask *t, int64_t now, gp_sched_decision **ret, size_t *ret_n,
+                  size_t *ret_cap) {
+        int best_cost = -1;
+        uint32_t best = NIL;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                int c = las_plan(s, t, ni, now);
+                if (c > 0 && (best_cost < 0 || c < best_cost)) {
+                        best_cost = c;
+                        best = ni;
+                }
+        }
+        if (best == NIL)
+                return 0;
+        las_plan(s, t, best, now); /* mark that node's victims again */
+        const snode *nd = &s->nodes[best];
+        for (;;) {
+                stask *v = NULL;
+                for (int i = 0; i < nd->ngpus && !v; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        for (int k = 0; k < g->ntasks; k++)
+                                if (g->tasks[k]->pstamp == s->pstamp) {
+                                        v = g->tasks[k];
+                                        break;
+                                }
+                }
+                if (!v)
+                        return 1;
+                int rc = las_preempt(s, v, now, ret, ret_n, ret_cap);
+                if (rc < 0)
+                        return rc;
+        }
+}
+
+/* ------------------------------------------------------------------ */
+/* preemption for tiers and guarantees (cfg.preemption)               */
+
+static void pstamp_next(gp_sched *s) {
+        if (++s->pstamp == 0) {
+                /* wrapped: clear every mark so none is mistaken for current */
+                size_t pos = 0;
+                stask *pt;
+                while ((pt = gp_i64map_next(&s->tasks, &pos, NULL)))
+                        pt->pstamp = 0;
+                for (uint32_t i = 0; i < s->tn_cap; i++)
+                        s->tn[i].plan_stamp = 0;
+                s->pstamp = 1;
+        }
+}
+
+/* share of T's tasks marked as victims in the current plan */
+static int64_t plan_milli(const gp_sched *s, const stenant *T) {
+        return T->plan_stamp == s->pstamp ? T->plan_milli : 0;
+}
+
+static void plan_mark(gp_sched *s, stask *v, bool on) {
+        stenant *V = &s->tn[v->tenant];
+        if (V->plan_stamp != s->pstamp) {
+                V->plan_stamp = s->pstamp;
+                V->plan_milli = 0;
+        }
+        V->plan_milli += on ? v->share : -v->share;
+        v->pstamp = on ? s->pstamp : 0;
+}
+
+/* May running task v be preempted to make room for w?  rule_a: w is the
+ * task whose turn it is, so less urgent tiers may go; reclaim: w's tenant
+ * stays within its guarantee by starting w.  A victim's tenant keeps its
+ * own guarantee (what the marked victims leave it) unless w is the same
+ * tenant's and more urgent. */
+static bool victim_ok(const gp_sched *s, const stask *v, const stask *w, int64_t now, bool rule_a, bool reclaim) {
+        if (!reclaimable(v) || v->pstamp == s->pstamp || v->start_stamp == s->stamp ||
+            now - v->start_ms < s->cfg.preempt_min_runtime_ms || was_preempted_by(w, v->id))
+                return false;
+        const stenant *V = &s->tn[v->tenant];
+        bool borrowed = V->run_milli - plan_milli(s, V) - v->share >= V->guar_milli;
+        if (rule_a && v->preemptible && v->prio > w->prio && (v->tenant == w->tenant || borrowed))
+                return true; /* a borrowing task that is not preemptible goes only by reclaim */
+        return reclaim && v->tenant != w->tenant && borrowed;
+}
+
+/* Fewer GPUs, then the shorter run so far, then the higher id. */
+static bool victim_better(const stask *a, const stask *b) {
+        if (a->ngpus != b->ngpus)
+                return a->ngpus < b->ngpus;
+        if (a->start_ms != b->start_ms)
+                return a->start_ms > b->start_ms;
+        return a->id > b->id;
+}
+
+/* Could w use GPU g at all (ignoring what runs on it)? */
+bool gpu_could(const gp_sched *s, const sgpu *g, const stask *w, bool avoid) {
+        return gpu_usable(g) && kind_ok(w, g) && g->usable >= w->mem && !(avoid && g->resv_stamp == s->stamp);
+}
+
+/* Can GPU g host w once the marked victims are gone? */
+static bool gpu_room(const gp_sched *s, const sgpu *g, const stask *w, bool avoid) {
+        if (!gpu_could(s, g, w, avoid))
+                return false;
+        int64_t used = 0;
+        for (int k = 0; k < g->ntasks; k++) {
+                const stask *x = g->tasks[k];
+                if (x->pstamp == s->pstamp)
+                        continue;
+                if (w->excl || x->excl)
+                        return false;
+                used += x->charge;
+        }
+        return g->usable - used >= w->mem;
+}
+
+static bool node_room(const gp_sched *s, const snode *nd, const stask *w, bool avoid) {
+        int n = 0;
+        for (int i = 0; i < nd->ngpus; i++)
+                if (gpu_room(s, &s->gpus[nd->gpus[i]], w, avoid) && ++n >= w->ngpus)
+                        return true;
+        return false;
+}
+
+/* Most share w can take on node nd (its quota is checked with this). */
+static int64_t node_share_ub(const gp_sched *s, const stask *w, const snode *nd) {
+        int64_t m = 0;
+        for (int i = 0; i < nd->ngpus; i++) {
+                const sgpu *g = &s->gpus[nd->gpus[i]];
+                if (kind_ok(w, g) && g->usable >= w->mem) {
+                        int64_t sh = gpu_share_of(w->excl, w->mem, g->usable);
+                        if (sh > m)
+                                m = sh;
+                }
+        }
+        return m * w->ngpus;
+}
+
+static bool less_urgent_on(const snode *nd, int prio) {
+        for (int p = prio + 1; p < GP_PRIORITY_LEVELS; p++)
+                if (nd->npre_prio[p])
+                        return true;
+        return false;
+}
+
+/* Mark (fresh pstamp; list in s->pv) the victims that make room for w on
+ * node ni: greedily the best victim on a GPU that can be freed for w, until
+ * w fits; then the marks not needed after all are dropped, worst first.
+ * Returns the GPUs the victims hold (their lost GPU-ms in *ret_lost), or
+ * -1 when the node cannot make room, -ENOMEM. */
+static int plan_node(gp_sched *s, const stask *w, uint32_t ni, int64_t now, bool rule_a, bool reclaim, bool avoid,
+                     int64_t *ret_lost) {
+        const snode *nd = &s->nodes[ni];
+        pstamp_next(s);
+        s->pv_n = 0;
+        while (!node_room(s, nd, w, avoid)) {
+                stask *best = NULL;
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (g->ntasks == 0 || !gpu_could(s, g, w, avoid) || gpu_room(s, g, w, avoid))
+                                continue;
+                        int64_t keep = 0;
+                        bool blocked = false;
+                        stask *gb = NULL;
+                        for (int k = 0; k < g->ntasks && !blocked; k++) {
+                                stask *x = g->tasks[k];
+                                if (x->pstamp == s->pstamp)
+                                        continue;
+                                if (victim_ok(s, x, w, now, rule_a, reclaim)) {
+                                        if (!gb || victim_better(x, gb))
+                                                gb = x;
+                                } else if (w->excl || x->excl) {
+                                        blocked = true;
+                                } else {
+                                        keep += x->charge;
+                                }
+                        }
+                        if (blocked || !gb || g->usable - keep < w->mem)
+                                continue;
+                        if (!best || victim_better(gb, best))
+                                best = gb;
+                }
+                if (!best)
+                        return -1;
+                stask **pv = grow(s->pv, sizeof(*pv), &s->pv_cap, s->pv_n + 1);
+                if (!pv)
+                        return -ENOMEM;
+                s->pv = pv;
+                pv[s->pv_n++] = best;
+                plan_mark(s, best, true);
+        }
+        for (uint32_t i = s->pv_n; i-- > 0;) {
+                stask *v = s->pv[i];
+                plan_mark(s, v, false);
+                if (node_room(s, nd, w, avoid)) {
+                        memmove(&s->pv[i], &s->pv[i + 1], (s->pv_n - i - 1) * sizeof(*s->pv));
+                        s->pv_n--;
+                } else {
+                        plan_mark(s, v, true);
+                }
+        }
+        int gpus = 0;
+        int64_t lost = 0;
+        for (uint32_t i = 0; i < s->pv_n; i++) {
+                gpus += s->pv[i]->ngpus;
+                lost += (int64_t)s->pv[i]->ngpus * (now - s->pv[i]->start_ms);
+        }
+        *ret_lost = lost;
+        return gpus;
+}
+
+/* Stop v for w and queue it again at its place by id. */
+static int preempt_for(gp_sched *s, stask *v, const stask *w, int64_t now, gp_sched_decision **ret,
+                       size_t *ret_n, size_t *ret_cap) {
+        if (!was_preempted_by(v, w->id) && v->n_pre_by == v->pre_by_cap) {
+                int cap = v->pre_by_cap ? 2 * v->pre_by_cap : 4;
+                int64_t *p = realloc(v->pre_by, (size_t)cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                v->pre_by = p;
+                v->pre_by_cap = cap;
+        }
+        gp_sched_decision d = {.kind = GP_DECIDE_PREEMPT, .id = v->id, .n_gpus = v->ngpus};
+        memcpy(d.gpus, v->gpus, (size_t)v->ngpus * sizeof(uint32_t));
+        if (emit(ret, ret_n, ret_cap, &d) < 0)
+                return -ENOMEM;
+        if (!was_preempted_by(v, w->id))
+                v->pre_by[v->n_pre_by++] = w->id;
+        stop(s, v, now);
+        v->rcode = R_NONE;
+        v->q = (uint8_t)queue_of(s, v);
+        s->total_preempted++;
+        if (queue_add(s, v) < 0) {
+                /* cannot queue it again: forgotten, like gp_sched_requeue */
+                map_del(s, v->id);
+                task_free(s, v);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+/* Make room for w by preempting on the node where that costs the fewest
+ * GPUs, then the least lost work, then the lowest node.  after_resv: w is
+ * behind the reserved task, so only reclaim applies and never on reserved
+ * GPUs (avoid).  1 if victims were preempted (w then fits, its rules
+ * included), 0 if nothing changed, -ENOMEM. */
+int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv, bool avoid, gp_sched_decision **ret,
+              size_t *ret_n, size_t *ret_cap) {
+        if (!s->npre)
+                return 0;
+        const stenant *T = &s->tn[w->tenant];
+        bool rule_a = !after_resv;
+        bool reclaim_any = T->guar_milli > 0 && T->run_milli + share_lb(s, w) <= T->guar_milli;
+        if (!rule_a && !reclaim_any)
+                return 0;
+        int best = -1;
+        int64_t best_lost = 0;
+        uint32_t bn = NIL;
+        bool ba = false, br = false;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                if (!nd->npre || !(nd->kinds & w->kinds) || nd->ngpus < w->ngpus ||
+                    now - nd->pre_min_start < s->cfg.preempt_min_runtime_ms)
+                        continue; /* no victim there, or none has run long enough */
+                if (best >= 0) {
+                        /* cannot beat the best plan: fewer GPUs than it would
+                         * need, or as many and at least as much lost work */
+                        int glb = w->excl && w->ngpus > nd->idle ? w->ngpus - nd->idle : 1;
+                        int64_t llb = (int64_t)glb * (now - nd->pre_max_start);
+                        if (glb > best || (glb == best && llb >= best_lost))
+                                continue;
+                }
+                bool a = rule_a && less_urgent_on(nd, w->prio);
+                bool r = reclaim_any && T->run_milli + node_share_ub(s, w, nd) <= T->guar_milli;
+                if (!a && !r)
+                        continue;
+                int64_t lost;
+                int c = plan_node(s, w, ni, now, a, r, avoid, &lost);
+                if (c == -ENOMEM)
+                        return c;
+                if (c <= 0)
+                        continue;
+                if (best < 0 || c < best || (c == best && lost < best_lost)) {
+                        best = c;
+                        best_lost = lost;
+                        bn = ni;
+                        ba = a;
+                        br = r;
+                }
+        }
+        if (bn == NIL)
+                return 0;
+        int64_t lost, a1, a2, a3;
+        if (gate(s, w, node_share_ub(s, w, &s->nodes[bn]), &a1, &a2, &a3))
+                return 0; /* it could not start there after all */
+        int c = plan_node(s, w, bn, now, ba, br, avoid, &lost); /* mark that node's victims again */
+        if (c <= 0)
+                return c < 0 && c != -1 ? c : 0;
+        for (uint32_t i = 0; i < s->pv_n; i++) {
+                int rc = preempt_for(s, s->pv[i], w, now, ret, ret_n, ret_cap);
+                if (rc < 0)
+                        return rc;
+        }
+        return 1;
+}

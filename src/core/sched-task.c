@@ -1,0 +1,368 @@
+/* sched-task.c - tasks: checking and building a request, queueing it,
+ * starting it on GPUs and stopping it (shares, usage, counts), restoring
+ * running tasks, removing and requeueing. */
+#include "core/sched-int.h"
+
+/* ------------------------------------------------------------------ */
+/* tasks                                                              */
+
+void task_free(gp_sched *s, stask *t) {
+        if (!t)
+                return;
+        if (t->arr && --t->arr->members == 0) {
+                gp_i64map_del(&s->arrays, t->arr->id);
+                free(t->arr);
+        }
+        free(t->gpu_model);
+        free(t->pre_by);
+        free(t);
+}
+
+static int req_check(const gp_sched_req *r) {
+        if (!r || r->id <= 0 || r->priority < 0 || r->priority >= GP_PRIORITY_LEVELS || r->gpus < 1 ||
+            r->gpus > GP_MAX_GANG || r->memory_mb < 0 || r->timeout_ms < 0 || r->queue_deadline_ms < 0 ||
+            (r->elastic_max_gpus != 0 && (r->elastic_max_gpus <= r->gpus || r->elastic_max_gpus > GP_MAX_GANG)) ||
+            r->array_id < 0 || r->array_limit < 0)
+                return -EINVAL;
+        return 0;
+}
+
+static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
+        stask *t = calloc(1, sizeof(*t));
+        if (!t)
+                return -ENOMEM;
+        t->id = r->id;
+        t->prio = (uint8_t)r->priority;
+        t->ngpus = (uint8_t)r->gpus;
+        t->excl = r->exclusive || r->memory_mb == 0;
+        t->preemptible = r->preemptible;
+        t->mem = r->memory_mb;
+        t->timeout_ms = r->timeout_ms;
+        t->submit_ms = r->submit_ms;
+        t->deadline_ms = r->queue_deadline_ms;
+        t->nmin = (uint8_t)r->gpus;
+        t->nmax = (uint8_t)r->elastic_max_gpus;
+        if (t->nmax) {
+                /* elastic tasks hold whole GPUs */
+                t->excl = true;
+                t->mem = 0;
+        }
+        if (intern_get(&s->tenants, r->tenant, &t->tenant) < 0 || tenant_ensure(s, t->tenant) < 0 ||
+            intern_get(&s->models, r->model, &t->model) < 0)
+                goto oom;
+        if (r->gpu_model && *r->gpu_model) {
+                if (!(t->gpu_model = strdup(r->gpu_model)))
+                        goto oom;
+        }
+        t->kinds = kinds_for_glob(s, t->gpu_model);
+        t->q = (uint8_t)queue_of(s, t);
+        t->okey = s->pol->order_key ? s->pol->order_key(t) : 0;
+        if (r->array_id > 0) {
+                sarray *a = gp_i64map_get(&s->arrays, r->array_id);
+                if (!a) {
+                        if (!(a = calloc(1, sizeof(*a))))
+                                goto oom;
+                        a->id = r->array_id;
+                        if (gp_i64map_put(&s->arrays, a->id, a) < 0) {
+                                free(a);
+                                goto oom;
+                        }
+                }
+                a->limit = r->array_limit; /* every member carries the same */
+                a->members++;
+                t->arr = a;
+        }
+        *ret = t;
+        return 0;
+oom:
+        task_free(s, t);
+        return -ENOMEM;
+}
+
+int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why, size_t size) {
+        if (why && size)
+                why[0] = '\0';
+        if (req_check(r) < 0) {
+                if (why)
+                        snprintf(why, size, "invalid request");
+                return -EINVAL;
+        }
+        uint64_t kinds = kinds_for_glob(s, (r->gpu_model && *r->gpu_model) ? r->gpu_model : NULL);
+        int64_t mem = r->elastic_max_gpus ? 0 : r->memory_mb; /* elastic: whole GPUs */
+        int64_t largest = 0;
+        int most_on_node = 0;
+        bool kind_seen = false;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                int cnt = 0;
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (g->reserved || !((kinds >> g->kind) & 1))
+                                continue;
+                        kind_seen = true;
+                        if (g->usable > largest)
+                                largest = g->usable;
+                        if (g->usable >= mem && g->usable > 0)
+                                cnt++;
+                }
+                if (cnt >= r->gpus)
+                        return 0;
+                if (cnt > most_on_node)
+                        most_on_node = cnt;
+        }
+        if (!why)
+                return -EINVAL;
+        if (s->ngpus == 0)
+                snprintf(why, size, "the pool has no GPUs");
+        else if (!kind_seen)
+                snprintf(why, size, "no GPU matches gpu_model '%s'",
+                         r->gpu_model && *r->gpu_model ? r->gpu_model : "*");
+        else if (largest < mem)
+                snprintf(why, size,
+                         "no GPU has %" PRId64 " MB usable (largest: %" PRId64 " MB after the %" PRId64
+                         " MB safety margin)",
+                         r->memory_mb, largest, s->cfg.memory_safety_margin_mb);
+        else
+                snprintf(why, size, "no node has %d GPUs that fit (most on one node: %d)", r->gpus,
+                         most_on_node);
+        return -EINVAL;
+}
+
+int gp_sched_enqueue_room(const gp_sched *s, const char *tenant, int priority, size_t n) {
+        if (priority < 0 || priority >= GP_PRIORITY_LEVELS)
+                return -EINVAL;
+        if (s->tiers[s->pol->queue_of(s, priority, 0)].n + n > (size_t)s->cfg.max_queue_depth)
+                return -GP_EQUEUEFULL;
+        uint32_t tid;
+        if (tenant && intern_find(&s->tenants, tenant, &tid) == 0 && tid < s->tn_cap && s->tn[tid].max_queued > 0 &&
+            (size_t)s->tn[tid].queued + n > (size_t)s->tn[tid].max_queued)
+                return -EDQUOT;
+        return 0;
+}
+
+int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
+        if (req_check(r) < 0)
+                return -EINVAL;
+        if (map_get(s, r->id))
+                return -EEXIST;
+        /* a new task enters tier = its priority (LAS: queue 0) */
+        if (s->tiers[s->pol->queue_of(s, r->priority, 0)].n >= (size_t)s->cfg.max_queue_depth)
+                return -GP_EQUEUEFULL;
+        uint32_t tid;
+        if (!r->readmit && intern_find(&s->tenants, r->tenant, &tid) == 0 && tid < s->tn_cap &&
+            s->tn[tid].max_queued > 0 && s->tn[tid].queued >= s->tn[tid].max_queued)
+                return -EDQUOT;
+        stask *t;
+        int rc = task_from_req(s, r, &t);
+        if (rc < 0)
+                return rc;
+        if (map_put(s, t) < 0) {
+                task_free(s, t);
+                return -ENOMEM;
+        }
+        if (t->deadline_ms > 0 && heap_push(s, t->deadline_ms, t->id) < 0) {
+                map_del(s, t->id);
+                task_free(s, t);
+                return -ENOMEM;
+        }
+        if (queue_add(s, t) < 0) {
+                map_del(s, t->id);
+                task_free(s, t);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+/* Would t, holding share milli-GPUs, take capacity another tenant is
+ * guaranteed?  It would not if it stays within its own tenant's guarantee,
+ * or fits in what is free beyond the other tenants' unused guarantees
+ * (free = usable GPUs minus every running share).  Called before t's share
+ * is counted.  O(1) while no tenant has a guarantee, else O(tenants). */
+static bool borrows(const gp_sched *s, const stask *t, int64_t share) {
+        const stenant *T = &s->tn[t->tenant];
+        if (s->n_guar == 0 || (T->guar_milli > 0 && T->run_milli + share <= T->guar_milli))
+                return false;
+        int64_t used = 0, lent = 0;
+        bool any = false;
+        for (uint32_t i = 0; i < s->tn_cap; i++) {
+                const stenant *U = &s->tn[i];
+                used += U->run_milli;
+                if (U->guar_milli > 0 && i != t->tenant) {
+                        any = true;
+                        if (U->guar_milli > U->run_milli)
+                                lent += U->guar_milli - U->run_milli;
+                }
+        }
+        if (!any)
+                return false;
+        int64_t free_milli = (int64_t)s->usable_gpus * 1000 - used;
+        return share > free_milli - lent;
+}
+
+/* Start t on gpus.  borrow: 1 or 0 says whether it runs borrowing (a
+ * restore), -1 decides it (see borrows(); preemptible tasks never borrow:
+ * they are reclaimable anyway). */
+int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t now, int borrow) {
+        if (t->nmax) {
+                stask **el = grow(s->el, sizeof(*el), &s->el_cap, s->nel + 1);
+                if (!el)
+                        return -ENOMEM;
+                s->el = el;
+        }
+        t->charge = t->excl ? 0 : t->mem;
+        int i;
+        for (i = 0; i < n; i++) {
+                if (t->excl)
+                        t->charge = s->gpus[gpus[i]].usable;
+                int rc = gpu_attach(s, gpus[i], t);
+                if (rc < 0)
+                        goto undo;
+                t->gpus[i] = gpus[i];
+        }
+        t->running = true;
+        t->ngpus = (uint8_t)n;
+        t->start_ms = t->seg_ms = now;
+        t->start_stamp = s->stamp;
+        if (t->nmax) {
+                t->el_idx = s->nel;
+                s->el[s->nel++] = t;
+        }
+        s->running++;
+        t->share = fit_share(s, t, gpus, n);
+        t->borrowing = !t->preemptible && (borrow >= 0 ? borrow > 0 : borrows(s, t, t->share));
+        stenant *T = &s->tn[t->tenant];
+        tenant_out(s, T);
+        usage_advance(s, T, now);
+        T->running++;
+        T->run_milli += t->share;
+        tenant_in(s, T);
+        if (t->arr)
+                t->arr->running++;
+        pre_count(s, t, 1);
+        return 0;
+undo:
+        while (i-- > 0) {
+                if (t->excl)
+                        t->charge = s->gpus[gpus[i]].usable;
+                gpu_detach(s, gpus[i], t);
+        }
+        return -ENOMEM;
+}
+
+/* Free t's GPUs; its run up to `now` counts as attained service. */
+void stop(gp_sched *s, stask *t, int64_t now) {
+        t->attained = attained_at(t, now);
+        pre_count(s, t, -1);
+        t->borrowing = false;
+        for (int i = 0; i < t->ngpus; i++) {
+                if (t->excl)
+                        t->charge = s->gpus[t->gpus[i]].usable;
+                gpu_detach(s, t->gpus[i], t);
+        }
+        t->running = false;
+        s->running--;
+        stenant *T = &s->tn[t->tenant];
+        tenant_out(s, T);
+        usage_advance(s, T, now);
+        T->running--;
+        T->run_milli -= t->share;
+        tenant_in(s, T);
+        if (t->arr)
+                t->arr->running--;
+        t->share = 0;
+        if (t->nmax) {
+                stask *last = s->el[--s->nel];
+                s->el[t->el_idx] = last;
+                last->el_idx = t->el_idx;
+                t->ngpus = t->nmin; /* queued again at its minimum */
+        }
+}
+
+int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t *gpus, int n,
+                             int64_t start_ms) {
+        if (req_check(r) < 0 || n < r->gpus || n > (r->elastic_max_gpus ? r->elastic_max_gpus : r->gpus))
+                return -EINVAL;
+        if (map_get(s, r->id))
+                return -EEXIST;
+        for (int i = 0; i < n; i++) {
+                if (gpus[i] >= s->ngpus)
+                        return -EINVAL;
+                for (int j = 0; j < i; j++)
+                        if (gpus[j] == gpus[i])
+                                return -EINVAL;
+        }
+        stask *t;
+        int rc = task_from_req(s, r, &t);
+        if (rc < 0)
+                return rc;
+        for (int i = 0; i < n; i++) {
+                const sgpu *g = &s->gpus[gpus[i]];
+                /* restore is lenient about health (the task is already
+                 * there) but not about double-booking */
+                if (g->excl || (t->excl && g->ntasks > 0) || (!t->excl && gpu_free(g) < t->mem)) {
+                        task_free(s, t);
+                        return -EINVAL;
+                }
+        }
+        if (map_put(s, t) < 0) {
+                task_free(s, t);
+                return -ENOMEM;
+        }
+        if ((rc = start_on(s, t, gpus, n, start_ms, r->borrowing ? 1 : 0)) < 0) {
+                map_del(s, t->id);
+                task_free(s, t);
+                return rc;
+        }
+        for (int i = t->nmin; i < n; i++)
+                s->gpus[gpus[i]].grow_seq = ++s->grow_seq; /* grown in the order given */
+        s->gen++;
+        return 0;
+}
+
+int gp_sched_remove(gp_sched *s, int64_t id) {
+        return gp_sched_remove_at(s, id, s->last_run_ms);
+}
+
+int gp_sched_remove_at(gp_sched *s, int64_t id, int64_t now_ms) {
+        stask *t = map_get(s, id);
+        if (!t)
+                return -ENOENT;
+        if (t->running)
+                stop(s, t, now_ms);
+        else
+                queue_del(s, t);
+        map_del(s, id);
+        task_free(s, t);
+        s->gen++;
+        return 0;
+}
+
+int gp_sched_task_attained(const gp_sched *s, int64_t id, int64_t now_ms, int64_t *ret_gpu_ms) {
+        const stask *t = map_get(s, id);
+        if (!t)
+                return -ENOENT;
+        *ret_gpu_ms = attained_at(t, now_ms);
+        return 0;
+}
+
+int gp_sched_requeue(gp_sched *s, int64_t id) {
+        return gp_sched_requeue_at(s, id, s->last_run_ms);
+}
+
+int gp_sched_requeue_at(gp_sched *s, int64_t id, int64_t now_ms) {
+        stask *t = map_get(s, id);
+        if (!t)
+                return -ENOENT;
+        if (!t->running)
+                return -GP_ESTATE;
+        stop(s, t, now_ms);
+        t->rcode = R_NONE;
+        t->q = (uint8_t)queue_of(s, t);
+        if (queue_add(s, t) < 0) {
+                /* cannot queue it again: it is forgotten, the caller must end it */
+                map_del(s, t->id);
+                task_free(s, t);
+                return -ENOMEM;
+        }
+        return 0;
+}

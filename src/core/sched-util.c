@@ -1,0 +1,167 @@
+/* sched-util.c - the scheduling core's small containers: string interning
+ * (tenants, groups, models), the task map by id and the queue-deadline
+ * heap.  No scheduling rule lives here. */
+#include "core/sched-int.h"
+
+/* ------------------------------------------------------------------ */
+/* small helpers                                                      */
+
+void *grow(void *p, size_t elem, uint32_t *cap, uint32_t need) {
+        if (need <= *cap)
+                return p;
+        uint32_t n = *cap ? *cap : 8;
+        while (n < need)
+                n *= 2;
+        void *q = realloc(p, (size_t)n * elem);
+        if (!q)
+                return NULL;
+        *cap = n;
+        return q;
+}
+
+static uint64_t hash_str(const char *s) {
+        uint64_t h = 1469598103934665603ULL;
+        for (; *s; s++)
+                h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+        return h;
+}
+
+void intern_done(intern *in) {
+        for (uint32_t i = 0; i < in->n; i++)
+                free(in->names[i]);
+        free(in->names);
+        free(in->slots);
+}
+
+static int intern_rehash(intern *in, uint32_t nslots) {
+        uint32_t *slots = calloc(nslots, sizeof(*slots));
+        if (!slots)
+                return -ENOMEM;
+        for (uint32_t id = 1; id < in->n; id++) {
+                uint32_t h = (uint32_t)hash_str(in->names[id]) & (nslots - 1);
+                while (slots[h])
+                        h = (h + 1) & (nslots - 1);
+                slots[h] = id + 1;
+        }
+        free(in->slots);
+        in->slots = slots;
+        in->nslots = nslots;
+        return 0;
+}
+
+/* id of s (0 for NULL or ""), interning it. 0 / -ENOMEM. */
+int intern_get(intern *in, const char *s, uint32_t *ret) {
+        if (!s || !*s) {
+                *ret = 0;
+                return 0;
+        }
+        if (in->n == 0) {
+                in->names = calloc(8, sizeof(char *));
+                if (!in->names || !(in->names[0] = strdup("")))
+                        return -ENOMEM;
+                in->n = 1;
+                in->cap = 8;
+        }
+        if ((in->n + 1) * 2 > in->nslots && intern_rehash(in, in->nslots ? in->nslots * 2 : 64) < 0)
+                return -ENOMEM;
+        uint32_t h = (uint32_t)hash_str(s) & (in->nslots - 1);
+        while (in->slots[h]) {
+                uint32_t id = in->slots[h] - 1;
+                if (strcmp(in->names[id], s) == 0) {
+                        *ret = id;
+                        return 0;
+                }
+                h = (h + 1) & (in->nslots - 1);
+        }
+        char **names = grow(in->names, sizeof(char *), &in->cap, in->n + 1);
+        if (!names)
+                return -ENOMEM;
+        in->names = names;
+        if (!(names[in->n] = strdup(s)))
+                return -ENOMEM;
+        in->slots[h] = in->n + 1;
+        *ret = in->n++;
+        return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* task map                                                           */
+
+int map_put(gp_sched *s, stask *t) {
+        int rc = gp_i64map_put(&s->tasks, t->id, t);
+        if (rc >= 0 && t->timeout_ms > 0)
+                s->ntimed++;
+        return rc;
+}
+
+void map_del(gp_sched *s, int64_t id) {
+        const stask *t = map_get(s, id);
+        if (t && t->timeout_ms > 0)
+                s->ntimed--;
+        gp_i64map_del(&s->tasks, id);
+}
+
+/* ------------------------------------------------------------------ */
+/* deadline heap                                                      */
+
+int heap_push(gp_sched *s, int64_t deadline, int64_t id) {
+        if (s->heap_n == s->heap_cap) {
+                size_t n = s->heap_cap ? s->heap_cap * 2 : 64;
+                heap_ent *h = realloc(s->heap, n * sizeof(*h));
+                if (!h)
+                        return -ENOMEM;
+                s->heap = h;
+                s->heap_cap = n;
+        }
+        size_t i = s->heap_n++;
+        while (i > 0) {
+                size_t p = (i - 1) / 2;
+                if (s->heap[p].deadline <= deadline)
+                        break;
+                s->heap[i] = s->heap[p];
+                i = p;
+        }
+        s->heap[i] = (heap_ent){deadline, id};
+        return 0;
+}
+
+void heap_pop(gp_sched *s) {
+        heap_ent last = s->heap[--s->heap_n];
+        size_t i = 0, n = s->heap_n;
+        for (;;) {
+                size_t c = 2 * i + 1;
+                if (c >= n)
+                        break;
+                if (c + 1 < n && s->heap[c + 1].deadline < s->heap[c].deadline)
+                        c++;
+                if (last.deadline <= s->heap[c].deadline)
+                        break;
+                s->heap[i] = s->heap[c];
+                i = c;
+        }
+        if (n)
+                s->heap[i] = last;
+}
+
+/* ------------------------------------------------------------------ */
+/* small helpers                                                      */
+
+/* id of s if interned (0 for NULL or ""), without interning it. */
+int intern_find(const intern *in, const char *s, uint32_t *ret) {
+        if (!s || !*s) {
+                *ret = 0;
+                return 0;
+        }
+        if (!in->nslots)
+                return -ENOENT;
+        uint32_t h = (uint32_t)hash_str(s) & (in->nslots - 1);
+        while (in->slots[h]) {
+                uint32_t id = in->slots[h] - 1;
+                if (strcmp(in->names[id], s) == 0) {
+                        *ret = id;
+                        return 0;
+                }
+                h = (h + 1) & (in->nslots - 1);
+        }
+        return -ENOENT;
+}

@@ -32,6 +32,8 @@ CLIENT_LIBS = -ljansson -lpthread -ldl -lm
 CFLAGS += -I/usr/include/postgresql
 
 SRC := $(sort $(shell find src -name '*.c' ! -path src/main.c ! -path src/main-server.c))
+# the scheduler's files are compiled as one unit, src/core/sched-all.c (see SCHED_PRIVATE in sched-int.h)
+SRC := $(filter-out $(filter-out src/core/sched-all.c,$(wildcard src/core/sched.c src/core/sched-*.c)),$(SRC))
 OBJ := $(SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(sort $(wildcard tests/unit/test-*.c))
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)

@@ -135,7 +135,7 @@ static int cmp_eord(const void *a, const void *b) {
  * success the shrinks are applied and reported (RESIZE), *f is w's
  * placement and 1 is returned; 0 if no node can make room or w's gates
  * hold it there (nothing changed); -ENOMEM. */
-int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit *f, gp_sched_decision **ret,
+SCHED_PRIVATE int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit *f, gp_sched_decision **ret,
                size_t *ret_n, size_t *ret_cap) {
         /* the running elastic tasks above their minimum, by node */
         uint32_t m = 0;
@@ -319,7 +319,7 @@ static bool can_grow(const gp_sched *s, const stask *t) {
  * grows (a growth may end another group's claim on idle GPUs and so let
  * a task of the group grow); each grown task is reported once.  0 or
  * -ENOMEM. */
-int grow_all(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap) {
+SCHED_PRIVATE int grow_all(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap) {
         uint32_t m = 0;
         for (uint32_t i = 0; i < s->nel; i++)
                 m += can_grow(s, s->el[i]);

@@ -23,7 +23,7 @@ static double usage_at(const gp_sched *s, const stenant *T, int64_t now) {
 /* ------------------------------------------------------------------ */
 /* tenants, groups and their per-tier queues                          */
 
-void usage_advance(gp_sched *s, stenant *T, int64_t now) {
+SCHED_PRIVATE void usage_advance(gp_sched *s, stenant *T, int64_t now) {
         if (now > T->usage_ms) {
                 T->usage = usage_at(s, T, now);
                 T->usage_ms = now;
@@ -31,7 +31,7 @@ void usage_advance(gp_sched *s, stenant *T, int64_t now) {
 }
 
 /* decayed usage per unit of weight at the last run (cached) */
-double tenant_key(const gp_sched *s, stenant *T) {
+SCHED_PRIVATE double tenant_key(const gp_sched *s, stenant *T) {
         if (!T->key_ok || T->key_ms != s->last_run_ms) {
                 T->key = usage_at(s, T, s->last_run_ms) / T->weight;
                 T->key_ms = s->last_run_ms;
@@ -64,7 +64,7 @@ static int cmp_tkey(const void *a, const void *b) {
  * decays: the merge is the same when every pair of tenants of one class
  * compares the same way (<, = or >) at both times.  Sorted by the old key,
  * that is: equal old keys stay equal, increasing ones stay increasing. */
-bool fair_order_kept(const gp_sched *s, int64_t now) {
+SCHED_PRIVATE bool fair_order_kept(const gp_sched *s, int64_t now) {
         if (!fair_policy(s))
                 return true;
         tkey k[64];
@@ -99,7 +99,7 @@ bool fair_order_kept(const gp_sched *s, int64_t now) {
  * tenants that go before t's (class, then usage/weight), and of tenants
  * that tie with it those with a lower id (the walk merges ties by id).
  * O(tenants queued in the tier x log n). */
-uint64_t fair_rank(gp_sched *s, const stask *t) {
+SCHED_PRIVATE uint64_t fair_rank(gp_sched *s, const stask *t) {
         stenant *T = &s->tn[t->tenant];
         int i = t->q;
         uint8_t c = tenant_class(s, T);

@@ -55,6 +55,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* SCHED_PRIVATE marks a function of the scheduler that its files share.
+ * The build compiles the files as one unit, src/core/sched-all.c (as
+ * SQLite builds its amalgamation, where SQLITE_PRIVATE is static): there
+ * these functions are static, so libgpupool.a exports no place() or stop()
+ * and the compiler inlines across the files as it did when the scheduler
+ * was one file.  Each file still compiles alone (cppcheck reads them so). */
+#ifdef GP_SCHED_ONE_UNIT
+#define SCHED_PRIVATE static
+#else
+#define SCHED_PRIVATE
+#endif
+
 #define NIL UINT32_MAX
 #define BUCKET_MB 512
 #define NBUCKETS 256
@@ -472,75 +484,75 @@ static inline bool array_full(const stask *t) {
 }
 
 /* sched-util.c */
-void *grow(void *p, size_t elem, uint32_t *cap, uint32_t need);
-void intern_done(intern *in);
-int intern_get(intern *in, const char *s, uint32_t *ret);
-int map_put(gp_sched *s, stask *t);
-void map_del(gp_sched *s, int64_t id);
-int heap_push(gp_sched *s, int64_t deadline, int64_t id);
-void heap_pop(gp_sched *s);
-int intern_find(const intern *in, const char *s, uint32_t *ret);
+SCHED_PRIVATE void *grow(void *p, size_t elem, uint32_t *cap, uint32_t need);
+SCHED_PRIVATE void intern_done(intern *in);
+SCHED_PRIVATE int intern_get(intern *in, const char *s, uint32_t *ret);
+SCHED_PRIVATE int map_put(gp_sched *s, stask *t);
+SCHED_PRIVATE void map_del(gp_sched *s, int64_t id);
+SCHED_PRIVATE int heap_push(gp_sched *s, int64_t deadline, int64_t id);
+SCHED_PRIVATE void heap_pop(gp_sched *s);
+SCHED_PRIVATE int intern_find(const intern *in, const char *s, uint32_t *ret);
 
 /* sched.c */
-int emit(gp_sched_decision **ret, size_t *n, size_t *cap, const gp_sched_decision *d);
+SCHED_PRIVATE int emit(gp_sched_decision **ret, size_t *n, size_t *cap, const gp_sched_decision *d);
 
 /* sched-task.c */
-void task_free(gp_sched *s, stask *t);
-int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t now, int borrow);
-void stop(gp_sched *s, stask *t, int64_t now);
+SCHED_PRIVATE void task_free(gp_sched *s, stask *t);
+SCHED_PRIVATE int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t now, int borrow);
+SCHED_PRIVATE void stop(gp_sched *s, stask *t, int64_t now);
 
 /* sched-queue.c */
-int tenant_ensure(gp_sched *s, uint32_t id);
-void groups_refresh_all(gp_sched *s);
-void tenant_out(gp_sched *s, stenant *T);
-void tenant_in(gp_sched *s, stenant *T);
-bool group_holds(const gp_sched *s, const stenant *T, int64_t share);
-int gate(const gp_sched *s, const stask *t, int64_t share, int64_t *a1, int64_t *a2, int64_t *a3);
-uint32_t tl_fen_sum(const tlist *l, uint32_t pos);
-uint32_t tl_below(const tlist *l, int64_t id);
-int walk_init(gp_sched *s, walk *w, bool live);
-void walk_refresh(gp_sched *s, walk *w);
-void walk_head(gp_sched *s, walk *w, int i);
-void walk_advance(gp_sched *s, walk *w, int i);
-uint32_t fen_sum(const tier *q, uint32_t i);
-int queue_add(gp_sched *s, stask *t);
-void queue_del(gp_sched *s, stask *t);
-bool name_ok(const char *n, bool empty_ok);
+SCHED_PRIVATE int tenant_ensure(gp_sched *s, uint32_t id);
+SCHED_PRIVATE void groups_refresh_all(gp_sched *s);
+SCHED_PRIVATE void tenant_out(gp_sched *s, stenant *T);
+SCHED_PRIVATE void tenant_in(gp_sched *s, stenant *T);
+SCHED_PRIVATE bool group_holds(const gp_sched *s, const stenant *T, int64_t share);
+SCHED_PRIVATE int gate(const gp_sched *s, const stask *t, int64_t share, int64_t *a1, int64_t *a2, int64_t *a3);
+SCHED_PRIVATE uint32_t tl_fen_sum(const tlist *l, uint32_t pos);
+SCHED_PRIVATE uint32_t tl_below(const tlist *l, int64_t id);
+SCHED_PRIVATE int walk_init(gp_sched *s, walk *w, bool live);
+SCHED_PRIVATE void walk_refresh(gp_sched *s, walk *w);
+SCHED_PRIVATE void walk_head(gp_sched *s, walk *w, int i);
+SCHED_PRIVATE void walk_advance(gp_sched *s, walk *w, int i);
+SCHED_PRIVATE uint32_t fen_sum(const tier *q, uint32_t i);
+SCHED_PRIVATE int queue_add(gp_sched *s, stask *t);
+SCHED_PRIVATE void queue_del(gp_sched *s, stask *t);
+SCHED_PRIVATE bool name_ok(const char *n, bool empty_ok);
 
 /* sched-fair.c */
-void usage_advance(gp_sched *s, stenant *T, int64_t now);
-double tenant_key(const gp_sched *s, stenant *T);
-bool fair_order_kept(const gp_sched *s, int64_t now);
-uint64_t fair_rank(gp_sched *s, const stask *t);
+SCHED_PRIVATE void usage_advance(gp_sched *s, stenant *T, int64_t now);
+SCHED_PRIVATE double tenant_key(const gp_sched *s, stenant *T);
+SCHED_PRIVATE bool fair_order_kept(const gp_sched *s, int64_t now);
+SCHED_PRIVATE uint64_t fair_rank(gp_sched *s, const stask *t);
 
 /* sched-policy.c */
-bool fair_policy(const gp_sched *s);
-int pick_tier(const gp_sched *s, stask *const cur[], const uint64_t lp[]);
-int queue_of(const gp_sched *s, const stask *t);
+SCHED_PRIVATE bool fair_policy(const gp_sched *s);
+SCHED_PRIVATE int pick_tier(const gp_sched *s, stask *const cur[], const uint64_t lp[]);
+SCHED_PRIVATE int queue_of(const gp_sched *s, const stask *t);
 
 /* sched-place.c */
-int gpu_attach(gp_sched *s, uint32_t gi, stask *t);
-void gpu_detach(gp_sched *s, uint32_t gi, stask *t);
-int64_t share_lb(const gp_sched *s, const stask *t);
-int64_t fit_share(const gp_sched *s, const stask *t, const uint32_t *gpus, int n);
-uint64_t kinds_for_glob(const gp_sched *s, const char *glob);
-bool shared_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid);
-bool idle_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid);
-bool place(const gp_sched *s, const stask *t, bool avoid, fit *f);
-void diagnose(gp_sched *s, stask *t);
-int64_t reserve(gp_sched *s, stask *t, int64_t now);
+SCHED_PRIVATE int gpu_attach(gp_sched *s, uint32_t gi, stask *t);
+SCHED_PRIVATE void gpu_detach(gp_sched *s, uint32_t gi, stask *t);
+SCHED_PRIVATE int64_t share_lb(const gp_sched *s, const stask *t);
+SCHED_PRIVATE int64_t fit_share(const gp_sched *s, const stask *t, const uint32_t *gpus, int n);
+SCHED_PRIVATE uint64_t kinds_for_glob(const gp_sched *s, const char *glob);
+SCHED_PRIVATE bool shared_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid);
+SCHED_PRIVATE bool idle_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid);
+SCHED_PRIVATE bool place(const gp_sched *s, const stask *t, bool avoid, fit *f);
+SCHED_PRIVATE void diagnose(gp_sched *s, stask *t);
+SCHED_PRIVATE int64_t reserve(gp_sched *s, stask *t, int64_t now);
 
 /* sched-preempt.c */
-void pre_count(gp_sched *s, const stask *t, int d);
-int las_make_room(gp_sched *s, stask *t, int64_t now, gp_sched_decision **ret, size_t *ret_n,
+SCHED_PRIVATE void pre_count(gp_sched *s, const stask *t, int d);
+SCHED_PRIVATE int las_make_room(gp_sched *s, stask *t, int64_t now, gp_sched_decision **ret, size_t *ret_n,
                   size_t *ret_cap);
-bool gpu_could(const gp_sched *s, const sgpu *g, const stask *w, bool avoid);
-int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv, bool avoid, gp_sched_decision **ret,
+SCHED_PRIVATE bool gpu_could(const gp_sched *s, const sgpu *g, const stask *w, bool avoid);
+SCHED_PRIVATE int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv, bool avoid, gp_sched_decision **ret,
               size_t *ret_n, size_t *ret_cap);
 
 /* sched-elastic.c */
-int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit *f, gp_sched_decision **ret,
+SCHED_PRIVATE int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit *f, gp_sched_decision **ret,
                size_t *ret_n, size_t *ret_cap);
-int grow_all(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap);
+SCHED_PRIVATE int grow_all(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap);
 
 #endif

@@ -130,7 +130,7 @@ static void model_gpus_del(gp_sched *s, uint32_t model, uint32_t gi) {
 }
 
 /* Put a task on a GPU (index bookkeeping included). */
-int gpu_attach(gp_sched *s, uint32_t gi, stask *t) {
+SCHED_PRIVATE int gpu_attach(gp_sched *s, uint32_t gi, stask *t) {
         sgpu *g = &s->gpus[gi];
         uint32_t cap = (uint32_t)g->tasks_cap;
         stask **v = grow(g->tasks, sizeof(*v), &cap, (uint32_t)g->ntasks + 1);
@@ -165,7 +165,7 @@ int gpu_attach(gp_sched *s, uint32_t gi, stask *t) {
         return 0;
 }
 
-void gpu_detach(gp_sched *s, uint32_t gi, stask *t) {
+SCHED_PRIVATE void gpu_detach(gp_sched *s, uint32_t gi, stask *t) {
         sgpu *g = &s->gpus[gi];
         gpu_unlink(s, gi);
         for (int i = 0; i < g->ntasks; i++)
@@ -193,7 +193,7 @@ void gpu_detach(gp_sched *s, uint32_t gi, stask *t) {
 /* GPU shares                                                         */
 
 /* Least share t can take on any GPU it may use. */
-int64_t share_lb(const gp_sched *s, const stask *t) {
+SCHED_PRIVATE int64_t share_lb(const gp_sched *s, const stask *t) {
         if (t->excl)
                 return 1000 * (int64_t)t->ngpus;
         int64_t best = 0;
@@ -206,7 +206,7 @@ int64_t share_lb(const gp_sched *s, const stask *t) {
 /* ------------------------------------------------------------------ */
 /* tenants, groups and their per-tier queues                          */
 
-int64_t fit_share(const gp_sched *s, const stask *t, const uint32_t *gpus, int n) {
+SCHED_PRIVATE int64_t fit_share(const gp_sched *s, const stask *t, const uint32_t *gpus, int n) {
         int64_t sh = 0;
         for (int i = 0; i < n; i++)
                 sh += gpu_share_of(t->excl, t->mem, s->gpus[gpus[i]].usable);
@@ -216,7 +216,7 @@ int64_t fit_share(const gp_sched *s, const stask *t, const uint32_t *gpus, int n
 /* ------------------------------------------------------------------ */
 /* inventory                                                          */
 
-uint64_t kinds_for_glob(const gp_sched *s, const char *glob) {
+SCHED_PRIVATE uint64_t kinds_for_glob(const gp_sched *s, const char *glob) {
         if (!glob)
                 return ~(uint64_t)0;
         uint64_t m = 0;
@@ -428,12 +428,12 @@ static bool models_full(const gp_sched *s, const stask *t, const sgpu *g) {
 }
 
 /* Can GPU g take shared task t now? */
-bool shared_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid) {
+SCHED_PRIVATE bool shared_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid) {
         return gpu_usable(g) && !g->excl && kind_ok(t, g) && gpu_free(g) >= t->mem &&
                !(avoid && g->resv_stamp == s->stamp) && !models_full(s, t, g);
 }
 
-bool idle_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid) {
+SCHED_PRIVATE bool idle_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid) {
         return gpu_usable(g) && g->ntasks == 0 && kind_ok(t, g) && g->usable >= t->mem &&
                !(avoid && g->resv_stamp == s->stamp);
 }
@@ -707,12 +707,12 @@ int gp_sched_placement_parse(const char *name, gp_sched_placement *ret) {
 }
 
 /* t's GPUs under the configured placement (s->plc); false if none fit */
-bool place(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+SCHED_PRIVATE bool place(const gp_sched *s, const stask *t, bool avoid, fit *f) {
         return s->plc->place(s, t, avoid, f);
 }
 
 /* Why t cannot be placed right now (for the blocked task: full scan). */
-void diagnose(gp_sched *s, stask *t) {
+SCHED_PRIVATE void diagnose(gp_sched *s, stask *t) {
         int64_t most_free = -1;
         int most_whole = 0;
         bool any_usable = false;
@@ -811,7 +811,7 @@ static int64_t gpu_ready_at(const gp_sched *s, const sgpu *g, const stask *t, in
 
 /* Mark the GPUs the blocked task t will start on first; returns the
  * estimated start (TIME_INF when unknown or impossible). */
-int64_t reserve(gp_sched *s, stask *t, int64_t now) {
+SCHED_PRIVATE int64_t reserve(gp_sched *s, stask *t, int64_t now) {
         int64_t best_t = TIME_INF;
         int best_ready = -1;
         uint32_t best_gpus[GP_MAX_GANG];

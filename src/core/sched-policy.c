@@ -8,17 +8,17 @@
 /* ------------------------------------------------------------------ */
 /* what the rest of the core asks                                     */
 
-bool fair_policy(const gp_sched *s) {
+SCHED_PRIVATE bool fair_policy(const gp_sched *s) {
         return s->pol->fair;
 }
 
 /* Which tier goes next, given per-tier cursors and virtual passes. */
-int pick_tier(const gp_sched *s, stask *const cur[], const uint64_t lp[]) {
+SCHED_PRIVATE int pick_tier(const gp_sched *s, stask *const cur[], const uint64_t lp[]) {
         return s->pol->pick_tier(s, cur, lp);
 }
 
 /* The tier a (not running) task belongs in. */
-int queue_of(const gp_sched *s, const stask *t) {
+SCHED_PRIVATE int queue_of(const gp_sched *s, const stask *t) {
         return s->pol->queue_of(s, t->prio, t->attained);
 }
 

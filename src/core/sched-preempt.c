@@ -9,7 +9,7 @@
 /* Running reclaimable tasks per node and tier, with their oldest and
  * newest start (to skip or bound nodes quickly).  Called after a start and
  * before a stop (t still on its GPUs). */
-void pre_count(gp_sched *s, const stask *t, int d) {
+SCHED_PRIVATE void pre_count(gp_sched *s, const stask *t, int d) {
         if (!reclaimable(t))
                 return;
         snode *n = &s->nodes[s->gpus[t->gpus[0]].node];
@@ -158,7 +158,7 @@ static int las_preempt(gp_sched *s, stask *v, int64_t now, gp_sched_decision **r
  * queues on the node where that costs the fewest GPUs (then the lowest
  * node).  1 if something was preempted, 0 if no node can make room (nothing
  * changed), -ENOMEM. */
-int las_make_room(gp_sched *s, stask *t, int64_t now, gp_sched_decision **ret, size_t *ret_n,
+SCHED_PRIVATE int las_make_room(gp_sched *s, stask *t, int64_t now, gp_sched_decision **ret, size_t *ret_n,
                   size_t *ret_cap) {
         int best_cost = -1;
         uint32_t best = NIL;
@@ -248,7 +248,7 @@ static bool victim_better(const stask *a, const stask *b) {
 }
 
 /* Could w use GPU g at all (ignoring what runs on it)? */
-bool gpu_could(const gp_sched *s, const sgpu *g, const stask *w, bool avoid) {
+SCHED_PRIVATE bool gpu_could(const gp_sched *s, const sgpu *g, const stask *w, bool avoid) {
         return gpu_usable(g) && kind_ok(w, g) && g->usable >= w->mem && !(avoid && g->resv_stamp == s->stamp);
 }
 
@@ -398,7 +398,7 @@ static int preempt_for(gp_sched *s, stask *v, const stask *w, int64_t now, gp_sc
  * behind the reserved task, so only reclaim applies and never on reserved
  * GPUs (avoid).  1 if victims were preempted (w then fits, its rules
  * included), 0 if nothing changed, -ENOMEM. */
-int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv, bool avoid, gp_sched_decision **ret,
+SCHED_PRIVATE int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv, bool avoid, gp_sched_decision **ret,
               size_t *ret_n, size_t *ret_cap) {
         if (!s->npre)
                 return 0;

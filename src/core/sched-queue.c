@@ -8,7 +8,7 @@
 /* tenants and groups                                                 */
 
 /* Make tn[id] exist (a new tenant: weight 1, no limits). 0 / -ENOMEM. */
-int tenant_ensure(gp_sched *s, uint32_t id) {
+SCHED_PRIVATE int tenant_ensure(gp_sched *s, uint32_t id) {
         if (id < s->tn_cap)
                 return 0;
         uint32_t cap = s->tn_cap ? s->tn_cap : 16;
@@ -56,14 +56,14 @@ static void group_refresh(gp_sched *s, uint32_t gi) {
         }
 }
 
-void groups_refresh_all(gp_sched *s) {
+SCHED_PRIVATE void groups_refresh_all(gp_sched *s) {
         for (uint32_t gi = 1; gi < s->groups.n; gi++)
                 group_refresh(s, gi);
 }
 
 /* Every change to a tenant is bracketed by tenant_out / tenant_in, which
  * take its contribution out of its group and put it back. */
-void tenant_out(gp_sched *s, stenant *T) {
+SCHED_PRIVATE void tenant_out(gp_sched *s, stenant *T) {
         T->key_ok = false;
         if (!T->group)
                 return;
@@ -75,7 +75,7 @@ void tenant_out(gp_sched *s, stenant *T) {
         group_refresh(s, T->group);
 }
 
-void tenant_in(gp_sched *s, stenant *T) {
+SCHED_PRIVATE void tenant_in(gp_sched *s, stenant *T) {
         if (!T->group)
                 return;
         sgroup *g = &s->gr[T->group];
@@ -92,7 +92,7 @@ void tenant_in(gp_sched *s, stenant *T) {
 /* Would a group cap hold a task of tenant T taking `share`?  Not while T
  * stays within its guarantee, nor while no task of another group that is
  * below its own share waits. */
-bool group_holds(const gp_sched *s, const stenant *T, int64_t share) {
+SCHED_PRIVATE bool group_holds(const gp_sched *s, const stenant *T, int64_t share) {
         const sgroup *g = &s->gr[T->group];
         if (T->guar_milli > 0 && T->run_milli + share <= T->guar_milli)
                 return false;
@@ -103,7 +103,7 @@ bool group_holds(const gp_sched *s, const stenant *T, int64_t share) {
 
 /* The rule of t's tenant or group that holds t back if it takes `share`:
  * a reason code (0 = none) and its arguments. */
-int gate(const gp_sched *s, const stask *t, int64_t share, int64_t *a1, int64_t *a2, int64_t *a3) {
+SCHED_PRIVATE int gate(const gp_sched *s, const stask *t, int64_t share, int64_t *a1, int64_t *a2, int64_t *a3) {
         const stenant *T = &s->tn[t->tenant];
         if (T->max_concurrent > 0 && T->running >= T->max_concurrent) {
                 *a1 = T->running;
@@ -135,7 +135,7 @@ static void tl_fen_add(tlist *l, uint32_t pos, int d) {
 /* ------------------------------------------------------------------ */
 /* tenants, groups and their per-tier queues                          */
 
-uint32_t tl_fen_sum(const tlist *l, uint32_t pos) {
+SCHED_PRIVATE uint32_t tl_fen_sum(const tlist *l, uint32_t pos) {
         uint32_t r = 0;
         for (; pos > 0; pos -= pos & (~pos + 1))
                 r += l->fen[pos];
@@ -249,7 +249,7 @@ static void tl_remove(tlist *l, stask *t) {
 }
 
 /* queued tasks of l with an id below `id` */
-uint32_t tl_below(const tlist *l, int64_t id) {
+SCHED_PRIVATE uint32_t tl_below(const tlist *l, int64_t id) {
         uint32_t a = l->lo, b = l->len;
         while (a < b) {
                 uint32_t m = a + (b - a) / 2;
@@ -318,7 +318,7 @@ static void went_heapify(went *h, uint32_t n) {
                 went_down(h, n, i);
 }
 
-int walk_init(gp_sched *s, walk *w, bool live) {
+SCHED_PRIVATE int walk_init(gp_sched *s, walk *w, bool live) {
         memset(w, 0, sizeof(*w));
         w->fair = fair_policy(s);
         w->live = live;
@@ -359,7 +359,7 @@ int walk_init(gp_sched *s, walk *w, bool live) {
 }
 
 /* Classes may have dropped (a preemption freed share): re-sort. */
-void walk_refresh(gp_sched *s, walk *w) {
+SCHED_PRIVATE void walk_refresh(gp_sched *s, walk *w) {
         if (!w->fair)
                 return;
         for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
@@ -370,7 +370,7 @@ void walk_refresh(gp_sched *s, walk *w) {
 }
 
 /* Bring w->cur[i] up to date (live walks). */
-void walk_head(gp_sched *s, walk *w, int i) {
+SCHED_PRIVATE void walk_head(gp_sched *s, walk *w, int i) {
         went *h = w->h[i];
         while (w->hn[i]) {
                 const stenant *T = &s->tn[h[0].tenant];
@@ -392,7 +392,7 @@ void walk_head(gp_sched *s, walk *w, int i) {
 }
 
 /* w->cur[i] has been taken: move on (before the task changes state). */
-void walk_advance(gp_sched *s, walk *w, int i) {
+SCHED_PRIVATE void walk_advance(gp_sched *s, walk *w, int i) {
         if (!w->fair) {
                 w->cur[i] = w->cur[i]->next;
                 return;
@@ -423,7 +423,7 @@ static void fen_add(tier *q, uint32_t i, int v) {
                 q->fen[i] += (uint32_t)v;
 }
 
-uint32_t fen_sum(const tier *q, uint32_t i) {
+SCHED_PRIVATE uint32_t fen_sum(const tier *q, uint32_t i) {
         uint32_t r = 0;
         for (; i > 0; i -= i & (~i + 1))
                 r += q->fen[i];
@@ -518,7 +518,7 @@ static void tier_remove(gp_sched *s, stask *t) {
 
 /* Queue t in its tier t->q and in its tenant's list. 0 or -ENOMEM
  * (nothing changed). */
-int queue_add(gp_sched *s, stask *t) {
+SCHED_PRIVATE int queue_add(gp_sched *s, stask *t) {
         stenant *T = &s->tn[t->tenant];
         tlist *l = &T->q[t->q];
         if (l->n == 0 && act_add(s, t->q, t->tenant) < 0)
@@ -540,7 +540,7 @@ int queue_add(gp_sched *s, stask *t) {
         return 0;
 }
 
-void queue_del(gp_sched *s, stask *t) {
+SCHED_PRIVATE void queue_del(gp_sched *s, stask *t) {
         stenant *T = &s->tn[t->tenant];
         tlist *l = &T->q[t->q];
         tier_remove(s, t);
@@ -555,7 +555,7 @@ void queue_del(gp_sched *s, stask *t) {
 /* ------------------------------------------------------------------ */
 /* tenant and group settings                                          */
 
-bool name_ok(const char *n, bool empty_ok) {
+SCHED_PRIVATE bool name_ok(const char *n, bool empty_ok) {
         if (!n || !*n)
                 return empty_ok;
         return strnlen(n, NAME_MAX_LEN + 1) <= NAME_MAX_LEN;

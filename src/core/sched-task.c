@@ -6,7 +6,7 @@
 /* ------------------------------------------------------------------ */
 /* tasks                                                              */
 
-void task_free(gp_sched *s, stask *t) {
+SCHED_PRIVATE void task_free(gp_sched *s, stask *t) {
         if (!t)
                 return;
         if (t->arr && --t->arr->members == 0) {
@@ -202,7 +202,7 @@ static bool borrows(const gp_sched *s, const stask *t, int64_t share) {
 /* Start t on gpus.  borrow: 1 or 0 says whether it runs borrowing (a
  * restore), -1 decides it (see borrows(); preemptible tasks never borrow:
  * they are reclaimable anyway). */
-int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t now, int borrow) {
+SCHED_PRIVATE int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t now, int borrow) {
         if (t->nmax) {
                 stask **el = grow(s->el, sizeof(*el), &s->el_cap, s->nel + 1);
                 if (!el)
@@ -250,7 +250,7 @@ undo:
 }
 
 /* Free t's GPUs; its run up to `now` counts as attained service. */
-void stop(gp_sched *s, stask *t, int64_t now) {
+SCHED_PRIVATE void stop(gp_sched *s, stask *t, int64_t now) {
         t->attained = attained_at(t, now);
         pre_count(s, t, -1);
         t->borrowing = false;

@@ -6,7 +6,7 @@
 /* ------------------------------------------------------------------ */
 /* small helpers                                                      */
 
-void *grow(void *p, size_t elem, uint32_t *cap, uint32_t need) {
+SCHED_PRIVATE void *grow(void *p, size_t elem, uint32_t *cap, uint32_t need) {
         if (need <= *cap)
                 return p;
         uint32_t n = *cap ? *cap : 8;
@@ -26,7 +26,7 @@ static uint64_t hash_str(const char *s) {
         return h;
 }
 
-void intern_done(intern *in) {
+SCHED_PRIVATE void intern_done(intern *in) {
         for (uint32_t i = 0; i < in->n; i++)
                 free(in->names[i]);
         free(in->names);
@@ -50,7 +50,7 @@ static int intern_rehash(intern *in, uint32_t nslots) {
 }
 
 /* id of s (0 for NULL or ""), interning it. 0 / -ENOMEM. */
-int intern_get(intern *in, const char *s, uint32_t *ret) {
+SCHED_PRIVATE int intern_get(intern *in, const char *s, uint32_t *ret) {
         if (!s || !*s) {
                 *ret = 0;
                 return 0;
@@ -87,14 +87,14 @@ int intern_get(intern *in, const char *s, uint32_t *ret) {
 /* ------------------------------------------------------------------ */
 /* task map                                                           */
 
-int map_put(gp_sched *s, stask *t) {
+SCHED_PRIVATE int map_put(gp_sched *s, stask *t) {
         int rc = gp_i64map_put(&s->tasks, t->id, t);
         if (rc >= 0 && t->timeout_ms > 0)
                 s->ntimed++;
         return rc;
 }
 
-void map_del(gp_sched *s, int64_t id) {
+SCHED_PRIVATE void map_del(gp_sched *s, int64_t id) {
         const stask *t = map_get(s, id);
         if (t && t->timeout_ms > 0)
                 s->ntimed--;
@@ -104,7 +104,7 @@ void map_del(gp_sched *s, int64_t id) {
 /* ------------------------------------------------------------------ */
 /* deadline heap                                                      */
 
-int heap_push(gp_sched *s, int64_t deadline, int64_t id) {
+SCHED_PRIVATE int heap_push(gp_sched *s, int64_t deadline, int64_t id) {
         if (s->heap_n == s->heap_cap) {
                 size_t n = s->heap_cap ? s->heap_cap * 2 : 64;
                 heap_ent *h = realloc(s->heap, n * sizeof(*h));
@@ -125,7 +125,7 @@ int heap_push(gp_sched *s, int64_t deadline, int64_t id) {
         return 0;
 }
 
-void heap_pop(gp_sched *s) {
+SCHED_PRIVATE void heap_pop(gp_sched *s) {
         heap_ent last = s->heap[--s->heap_n];
         size_t i = 0, n = s->heap_n;
         for (;;) {
@@ -147,7 +147,7 @@ void heap_pop(gp_sched *s) {
 /* small helpers                                                      */
 
 /* id of s if interned (0 for NULL or ""), without interning it. */
-int intern_find(const intern *in, const char *s, uint32_t *ret) {
+SCHED_PRIVATE int intern_find(const intern *in, const char *s, uint32_t *ret) {
         if (!s || !*s) {
                 *ret = 0;
                 return 0;

@@ -138,7 +138,7 @@ const gp_sched_config *gp_sched_get_config(const gp_sched *s) {
 /* ------------------------------------------------------------------ */
 /* the decision loop                                                  */
 
-int emit(gp_sched_decision **ret, size_t *n, size_t *cap, const gp_sched_decision *d) {
+SCHED_PRIVATE int emit(gp_sched_decision **ret, size_t *n, size_t *cap, const gp_sched_decision *d) {
         if (*n == *cap) {
                 size_t c = *cap ? *cap * 2 : 64;
                 gp_sched_decision *p = realloc(*ret, c * sizeof(*p));

@@ -74,10 +74,9 @@ struct json_t *gp_tenants_stats_json(struct gp_daemon *d);
 void gp_tenants_quota_used(struct gp_daemon *d, int64_t now_ms,
                            void (*fn)(void *ud, const char *tenant, double pct), void *ud);
 
-/* HTTP: GET /api/v1/tenants[/{id}], PUT /admin/tenants/{id},
- * POST /admin/tenants/{id}/keys, GET /admin/audit.  Returns true when it
- * answered (ret set). */
-bool gp_tenants_route(struct hreq *r, const char *url, const char *method, int *ret);
+/* HTTP: GET /api/v1/tenants[/{id}], GET|PUT /admin/tenants/{id},
+ * POST /admin/tenants/{id}/keys, GET /admin/audit and GET|PUT
+ * /admin/scheduler/weights are gp_tenants_routes (routes.h). */
 
 /* Loop thread: apply a CMD_TENANT_PUT / CMD_KEY_CREATE.  Marks what must
  * be stored in this batch (d->meta_*) and gives the answer to send once

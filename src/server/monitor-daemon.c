@@ -567,12 +567,6 @@ static enum MHD_Result get_alerts(hreq *r) {
 /* ------------------------------------------------------------------ */
 /* routing                                                             */
 
-bool gp_web_is_public(const char *url, const char *method) {
-        bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-        return get && (!strcmp(url, "/") || !strcmp(url, "/index.html") || !strncmp(url, "/static/", 8) ||
-                       !strcmp(url, "/favicon.ico"));
-}
-
 /* this module's rows of the route table (routes.h) */
 
 static int h_prometheus(hreq *r, const gp_route_arg *a) {
@@ -595,7 +589,8 @@ static int h_alerts(hreq *r, const gp_route_arg *a) {
         return get_alerts(r);
 }
 
-/* the dashboard (web.c): "/", "/index.html", "/favicon.ico", "/static/..." */
+/* the dashboard (web.c): "/", "/index.html", "/favicon.ico", "/static/...";
+ * open rows: the page and its assets hold no data (the page asks for a key) */
 static int h_web(hreq *r, const gp_route_arg *a) {
         enum MHD_Result ret = MHD_NO;
         gp_web_route(r, a->url, !strcmp(a->method, "HEAD"), &ret);

@@ -288,9 +288,6 @@ int64_t gp_monitor_now_ns(void);
 /* Routes of the monitoring and the dashboard (/metrics,
  * /api/v1/monitor/{metrics,history}, /api/v1/alerts, /, /static/...) are
  * gp_monitor_routes (routes.h). */
-/* true for the paths that load without a key (the page and its assets:
- * they hold no data; the page asks for a key). */
-bool gp_web_is_public(const char *url, const char *method);
 /* web.c: serve a dashboard file.  true and *ret when url names one. */
 bool gp_web_route(struct hreq *r, const char *url, bool head, enum MHD_Result *ret);
 /* Queue an answer (body malloc'd, taken; NULL = out of memory) with the

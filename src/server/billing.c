@@ -26,6 +26,7 @@
 #include "base/tz.h"
 #include "base/util.h"
 #include "core/billing.h"
+#include "server/routes.h"
 #include "server/server-int.h"
 #include "server/tenants.h"
 
@@ -1371,55 +1372,31 @@ static int post_tokens(hreq *r) {
         return park_cmd(r, c);
 }
 
-bool gp_billing_route(hreq *r, const char *url, const char *method, int *ret) {
-        bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-        const char *p = NULL;
-        if (!strncmp(url, "/api/v1/", 8))
-                p = url + 8;
-        else if (!strncmp(url, "/api/", 5))
-                p = url + 5;
-        if (p && !strcmp(p, "usage")) {
-                *ret = get ? get_usage(r) : answer_err(r, 405, "method_not_allowed", "use GET");
-                return true;
-        }
-        if (p && !strcmp(p, "invoices")) {
-                *ret = get ? get_invoice(r) : answer_err(r, 405, "method_not_allowed", "use GET");
-                return true;
-        }
-        if (!strcmp(url, "/admin/usage/tokens")) {
-                if (!r->admin)
-                        *ret = answer_err(r, 403, "forbidden", "needs an admin key");
-                else if (strcmp(method, "POST"))
-                        *ret = answer_err(r, 405, "method_not_allowed", "use POST");
-                else if (r->body_too_big)
-                        *ret = answer_err(r, 413, "payload_too_large", "request body too large");
-                else
-                        *ret = post_tokens(r);
-                return true;
-        }
-        size_t n = strlen(url);
-        if (strncmp(url, "/admin/tenants/", 15) || n < 15 + 7 || strcmp(url + n - 7, "/credit"))
-                return false;
-        if (!r->admin) {
-                *ret = answer_err(r, 403, "forbidden", "needs an admin key");
-                return true;
-        }
-        size_t idn = n - 15 - 7;
-        char tid[GP_TENANT_MAX];
-        if (idn == 0 || idn >= sizeof(tid) || !gp_id_ok(url + 15, idn)) {
-                *ret = answer_err(r, 400, "invalid_request", "tenant ids are letters, digits, '-', '_' and '.'");
-                return true;
-        }
-        memcpy(tid, url + 15, idn);
-        tid[idn] = '\0';
-        if (strcmp(method, "POST")) {
-                *ret = answer_err(r, 405, "method_not_allowed", "use POST");
-                return true;
-        }
-        if (r->body_too_big) {
-                *ret = answer_err(r, 413, "payload_too_large", "request body too large");
-                return true;
-        }
-        *ret = post_credit(r, tid);
-        return true;
+/* this module's rows of the route table (routes.h) */
+
+static int h_usage(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return get_usage(r);
 }
+
+static int h_invoices(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return get_invoice(r);
+}
+
+static int h_tokens(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return post_tokens(r);
+}
+
+static int h_credit(hreq *r, const gp_route_arg *a) {
+        return post_credit(r, a->name);
+}
+
+const gp_route gp_billing_routes[] = {
+        {GP_GET, "/api/v1/usage", GP_ROUTE_TENANT, h_usage, NULL, 0},
+        {GP_GET, "/api/v1/invoices", GP_ROUTE_TENANT, h_invoices, NULL, 0},
+        {GP_POST, "/admin/usage/tokens", GP_ROUTE_ADMIN, h_tokens, NULL, 0},
+        {GP_POST, "/admin/tenants/{tenant}/credit", GP_ROUTE_ADMIN, h_credit, NULL, 0},
+        {0, NULL, 0, NULL, NULL, 0},
+};

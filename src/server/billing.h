@@ -104,8 +104,7 @@ int gp_billing_record_tokens(struct gp_daemon *d, const char *tenant, const char
  * through d->rs.  Caller json_decref's; NULL on failure. */
 struct json_t *gp_billing_tenant_json(struct gp_daemon *d, const char *tenant);
 
-/* HTTP: GET /api/v1/usage, GET /api/v1/invoices, POST
- * /admin/tenants/{id}/credit.  true when it answered or parked (*ret). */
-bool gp_billing_route(struct hreq *r, const char *url, const char *method, int *ret);
+/* HTTP: GET /api/v1/usage, GET /api/v1/invoices, POST /admin/usage/tokens
+ * and POST /admin/tenants/{id}/credit are gp_billing_routes (routes.h). */
 
 #endif

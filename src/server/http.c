@@ -22,6 +22,7 @@
 #include "gateway/gateway.h"
 #include "server/monitor.h"
 #include "server/submit.h"
+#include "server/routes.h"
 #include "server/tenants.h"
 
 #include <arpa/inet.h>
@@ -54,23 +55,10 @@ char *gp_http_error_body(const char *code, const char *fmt, ...) {
         return s;
 }
 
-static enum MHD_Result send_now(hreq *r, int status, char *body, const char *ctype, int retry_after);
-
-/* Every answer a handler makes from what it read: sent once all it could
- * have seen is durable (commit.h), or 503 when the disk takes too long. */
-static enum MHD_Result send_body(hreq *r, int status, char *body, const char *ctype, int retry_after) {
-        if (gp_commit_wait(r->d) < 0) {
-                free(body);
-                return send_now(r, 503,
-                                gp_http_error_body("unavailable", "the store has not confirmed recent changes "
-                                                                  "in time; try again"),
-                                JSON_TYPE, 5);
-        }
-        return send_now(r, status, body, ctype, retry_after);
-}
-
-/* Send an answer as it is: the loop's answers come here once durable. */
-static enum MHD_Result send_now(hreq *r, int status, char *body, const char *ctype, int retry_after) {
+/* Queue body (malloc'd, taken) as r's answer as it is; allow, when set, is
+ * the value of an Allow header (a 405, which shows no state). */
+static enum MHD_Result send_answer(hreq *r, int status, char *body, const char *ctype, int retry_after,
+                                   const char *allow) {
         if (!body)
                 body = gp_http_error_body("unavailable", "out of memory");
         if (!body)
@@ -89,14 +77,37 @@ static enum MHD_Result send_now(hreq *r, int status, char *body, const char *cty
                 snprintf(ra, sizeof(ra), "%d", retry_after);
                 MHD_add_response_header(resp, "Retry-After", ra);
         }
+        if (allow)
+                MHD_add_response_header(resp, "Allow", allow);
         enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
         MHD_destroy_response(resp);
         return ret;
 }
 
-int gp_http_send(hreq *r, int status, char *body, int retry_after);
+/* Send an answer as it is: the loop's answers come here once durable. */
+static enum MHD_Result send_now(hreq *r, int status, char *body, const char *ctype, int retry_after) {
+        return send_answer(r, status, body, ctype, retry_after, NULL);
+}
+
+/* Every answer a handler makes from what it read: sent once all it could
+ * have seen is durable (commit.h), or 503 when the disk takes too long. */
+static enum MHD_Result send_body(hreq *r, int status, char *body, const char *ctype, int retry_after) {
+        if (gp_commit_wait(r->d) < 0) {
+                free(body);
+                return send_now(r, 503,
+                                gp_http_error_body("unavailable", "the store has not confirmed recent changes "
+                                                                  "in time; try again"),
+                                JSON_TYPE, 5);
+        }
+        return send_now(r, status, body, ctype, retry_after);
+}
+
 int gp_http_send(hreq *r, int status, char *body, int retry_after) {
         return send_body(r, status, body, JSON_TYPE, retry_after);
+}
+
+int gp_http_send_allow(hreq *r, int status, char *body, const char *allow) {
+        return send_answer(r, status, body, JSON_TYPE, 0, allow);
 }
 
 int gp_http_send_type(hreq *r, int status, char *body, const char *ctype) {
@@ -162,20 +173,6 @@ static int query_i64(hreq *r, const char *key, int64_t min, int64_t max, int64_t
                 return 0;
         }
         return gp_parse_i64(v, min, max, ret);
-}
-
-/* "/api/v1/tasks/42/cancel" after prefix "/api/v1/tasks/" -> id 42, rest "cancel". */
-static int parse_id_path(const char *p, int64_t *ret_id, const char **ret_rest) {
-        char num[24];
-        size_t n = strcspn(p, "/");
-        if (n == 0 || n >= sizeof(num))
-                return -EINVAL;
-        memcpy(num, p, n);
-        num[n] = '\0';
-        if (gp_parse_i64(num, 1, INT64_MAX, ret_id) < 0)
-                return -EINVAL;
-        *ret_rest = p[n] == '/' ? p + n + 1 : p + n;
-        return 0;
 }
 
 static bool addr_loopback(const struct sockaddr *sa) {
@@ -249,10 +246,7 @@ static int identify(gp_daemon *d, const char *h, const char *host, bool loopback
  * (none configured or made) loopback clients are served as admin (the
  * lab workstation case); otherwise a key is needed, and it maps to admin
  * or to one tenant.  0 = allowed; else the answer was queued. */
-static int authorize(hreq *r, const char *url, enum MHD_Result *ret) {
-        /* liveness and readiness probes carry no key */
-        if (!strcmp(url, "/healthz") || !strcmp(url, "/readyz"))
-                return 0;
+static int authorize(hreq *r, enum MHD_Result *ret) {
         const char *msg = NULL;
         int st = identify(r->d, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization"),
                           MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host"), is_loopback(r->conn), &r->admin, r->tenant, sizeof(r->tenant), r->who, sizeof(r->who), &msg);
@@ -977,21 +971,9 @@ static enum MHD_Result array_cancel(hreq *r, int64_t id) {
         return post_cmd(r, c);
 }
 
-static enum MHD_Result gpu_cmd(hreq *r, const char *rest) {
+/* POST /admin/gpus/{gpu}/drain|undrain: gid as the path names it. */
+static enum MHD_Result gpu_cmd(hreq *r, cmd_kind kind, const char *gid) {
         gp_daemon *d = r->d;
-        const char *slash = strrchr(rest, '/');
-        if (!slash || slash == rest || (size_t)(slash - rest) >= 128)
-                return send_error(r, 404, "not_found", "no such path");
-        char gid[128];
-        memcpy(gid, rest, (size_t)(slash - rest));
-        gid[slash - rest] = '\0';
-        cmd_kind kind;
-        if (!strcmp(slash + 1, "drain"))
-                kind = CMD_DRAIN;
-        else if (!strcmp(slash + 1, "undrain"))
-                kind = CMD_UNDRAIN;
-        else
-                return send_error(r, 404, "not_found", "no such path");
         uint32_t g;
         pthread_mutex_lock(&d->lock);
         int rc = resolve_gpu(d, gid, &g);
@@ -1061,100 +1043,132 @@ static enum MHD_Result gateway_route(hreq *r, const char *url, const char *metho
 }
 
 /* ------------------------------------------------------------------ */
-/* routing                                                             */
+/* routing: this file's rows of the route table (routes.h)              */
 
-static enum MHD_Result route(hreq *r, const char *url, const char *method) {
+/* a full disk is "degraded", still 200: a liveness probe must not
+ * restart a daemon that serves reads and cancels (docs/deployment.md) */
+static int h_healthz(hreq *r, const gp_route_arg *a) {
+        (void)a;
         gp_daemon *d = r->d;
-        bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-        bool post = !strcmp(method, "POST");
-        /* a full disk is "degraded", still 200: a liveness probe must not
-         * restart a daemon that serves reads and cancels (docs/deployment.md) */
-        if (!strcmp(url, "/healthz"))
-                return !get                   ? send_error(r, 405, "method_not_allowed", "use GET")
-                       : gp_disk_degraded(d) ? send_json(r, 200, json_pack("{s:s,s:s}", "status", "degraded", "reason",
-                                                                           gp_disk_message(d)))
-                                             : send_json(r, 200, json_pack("{s:s}", "status", "ok"));
-        if (!strcmp(url, "/readyz")) {
-                if (!get)
-                        return send_error(r, 405, "method_not_allowed", "use GET");
-                if (!__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE) ||
-                    __atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE))
-                        return send_json(r, 503, json_pack("{s:s}", "status", "starting"));
-                if (gp_disk_degraded(d)) /* still ready: reads and cancels are served */
-                        return send_json(r, 200, json_pack("{s:s,s:s,s:s}", "status", "ready", "store", "degraded",
-                                                           "reason", gp_disk_message(d)));
-                return send_json(r, 200, json_pack("{s:s}", "status", "ready"));
-        }
-        if (r->body_too_big)
-                return send_error(r, 413, "payload_too_large", "request body over %" PRId64 " bytes",
-                                  d->cfg.max_body_bytes);
-        const char *p = NULL;
-        if (!strncmp(url, "/api/v1/", 8))
-                p = url + 8;
-        else if (!strncmp(url, "/api/", 5))
-                p = url + 5;
-        if (p) {
-                if (!strcmp(p, "tasks")) {
-                        if (post)
-                                return submit(r, p == url + 5);
-                        if (get)
-                                return list_tasks(r);
-                        return send_error(r, 405, "method_not_allowed", "use GET or POST");
-                }
-                if (!strncmp(p, "tasks/", 6)) {
-                        int64_t id;
-                        const char *rest;
-                        if (parse_id_path(p + 6, &id, &rest) < 0)
-                                return send_error(r, 404, "not_found", "task ids are positive integers");
-                        if (!*rest) {
-                                if (get)
-                                        return get_task(r, id);
-                                if (!strcmp(method, "DELETE"))
-                                        return task_cmd(r, CMD_CANCEL, id);
-                                return send_error(r, 405, "method_not_allowed", "use GET or DELETE");
-                        }
-                        if (!strcmp(rest, "logs"))
-                                return get ? get_logs(r, id) : send_error(r, 405, "method_not_allowed", "use GET");
-                        cmd_kind k;
-                        if (!strcmp(rest, "cancel"))
-                                k = CMD_CANCEL;
-                        else if (!strcmp(rest, "heartbeat"))
-                                k = CMD_HEARTBEAT;
-                        else if (!strcmp(rest, "release"))
-                                k = CMD_RELEASE;
-                        else
-                                return send_error(r, 404, "not_found", "no such path");
-                        return post ? task_cmd(r, k, id) : send_error(r, 405, "method_not_allowed", "use POST");
-                }
-                if (!strncmp(p, "arrays/", 7)) {
-                        int64_t id;
-                        const char *rest;
-                        if (parse_id_path(p + 7, &id, &rest) < 0)
-                                return send_error(r, 404, "not_found", "array ids are positive integers");
-                        if (!*rest)
-                                return get ? get_array(r, id) : send_error(r, 405, "method_not_allowed", "use GET");
-                        if (!strcmp(rest, "cancel"))
-                                return post ? array_cancel(r, id) : send_error(r, 405, "method_not_allowed", "use POST");
-                        return send_error(r, 404, "not_found", "no such path");
-                }
-                static const struct {
-                        const char *path;
-                        enum MHD_Result (*fn)(hreq *);
-                } reads[] = {{"gpus", get_gpus}, {"nodes", get_nodes}, {"queue", get_queue}};
-                for (size_t i = 0; i < GP_ARRAY_SIZE(reads); i++)
-                        if (!strcmp(p, reads[i].path))
-                                return get ? reads[i].fn(r) : send_error(r, 405, "method_not_allowed", "use GET");
-        }
-        if (!strncmp(url, "/admin/", 7) && !r->admin)
-                return send_error(r, 403, "forbidden", "%s needs an admin key", url);
-        if (!strcmp(url, "/admin/scheduler/stats"))
-                return get ? get_sched_stats(r) : send_error(r, 405, "method_not_allowed", "use GET");
-        if (!strcmp(url, "/admin/scheduler/queues"))
-                return get ? get_sched_queues(r) : send_error(r, 405, "method_not_allowed", "use GET");
-        if (!strncmp(url, "/admin/gpus/", 12))
-                return post ? gpu_cmd(r, url + 12) : send_error(r, 405, "method_not_allowed", "use POST");
-        return send_error(r, 404, "not_found", "no such path: %s %s", method, url);
+        return gp_disk_degraded(d) ? send_json(r, 200, json_pack("{s:s,s:s}", "status", "degraded", "reason",
+                                                                 gp_disk_message(d)))
+                                   : send_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
+
+static int h_readyz(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        gp_daemon *d = r->d;
+        if (!__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE) || __atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE))
+                return send_json(r, 503, json_pack("{s:s}", "status", "starting"));
+        if (gp_disk_degraded(d)) /* still ready: reads and cancels are served */
+                return send_json(r, 200, json_pack("{s:s,s:s,s:s}", "status", "ready", "store", "degraded", "reason",
+                                                   gp_disk_message(d)));
+        return send_json(r, 200, json_pack("{s:s}", "status", "ready"));
+}
+
+/* POST /api/tasks (the alias) is the sketch's short path, whose priority is 0..100 */
+static int h_submit(hreq *r, const gp_route_arg *a) {
+        return submit(r, a->alias);
+}
+
+static int h_list_tasks(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return list_tasks(r);
+}
+
+static int h_get_task(hreq *r, const gp_route_arg *a) {
+        return get_task(r, a->id);
+}
+
+static int h_cancel(hreq *r, const gp_route_arg *a) {
+        return task_cmd(r, CMD_CANCEL, a->id);
+}
+
+static int h_heartbeat(hreq *r, const gp_route_arg *a) {
+        return task_cmd(r, CMD_HEARTBEAT, a->id);
+}
+
+static int h_release(hreq *r, const gp_route_arg *a) {
+        return task_cmd(r, CMD_RELEASE, a->id);
+}
+
+static int h_logs(hreq *r, const gp_route_arg *a) {
+        return get_logs(r, a->id);
+}
+
+static int h_get_array(hreq *r, const gp_route_arg *a) {
+        return get_array(r, a->id);
+}
+
+static int h_array_cancel(hreq *r, const gp_route_arg *a) {
+        return array_cancel(r, a->id);
+}
+
+static int h_gpus(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return get_gpus(r);
+}
+
+static int h_nodes(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return get_nodes(r);
+}
+
+static int h_queue(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return get_queue(r);
+}
+
+static int h_sched_stats(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return get_sched_stats(r);
+}
+
+static int h_sched_queues(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return get_sched_queues(r);
+}
+
+static int h_drain(hreq *r, const gp_route_arg *a) {
+        return gpu_cmd(r, CMD_DRAIN, a->name);
+}
+
+static int h_undrain(hreq *r, const gp_route_arg *a) {
+        return gpu_cmd(r, CMD_UNDRAIN, a->name);
+}
+
+/* the gateway's rows: handler() sends every /v1 path to it before the table */
+static int h_gateway(hreq *r, const gp_route_arg *a) {
+        return gateway_route(r, a->url, a->method);
+}
+
+const gp_route gp_http_routes[] = {
+        {GP_GET, "/healthz", GP_ROUTE_OPEN, h_healthz, NULL, 0},
+        {GP_GET, "/readyz", GP_ROUTE_OPEN, h_readyz, NULL, 0},
+        {GP_GET, "/api/v1/tasks", GP_ROUTE_TENANT, h_list_tasks, NULL, 0},
+        {GP_POST, "/api/v1/tasks", GP_ROUTE_TENANT, h_submit, NULL, 0},
+        {GP_GET, "/api/v1/tasks/{task}", GP_ROUTE_TENANT, h_get_task, NULL, 0},
+        {GP_DELETE, "/api/v1/tasks/{task}", GP_ROUTE_TENANT, h_cancel, NULL, 0},
+        {GP_POST, "/api/v1/tasks/{task}/cancel", GP_ROUTE_TENANT, h_cancel, NULL, 0},
+        {GP_POST, "/api/v1/tasks/{task}/heartbeat", GP_ROUTE_TENANT, h_heartbeat, NULL, 0},
+        {GP_POST, "/api/v1/tasks/{task}/release", GP_ROUTE_TENANT, h_release, NULL, 0},
+        {GP_GET, "/api/v1/tasks/{task}/logs", GP_ROUTE_TENANT, h_logs, NULL, 0},
+        {GP_GET, "/api/v1/arrays/{array}", GP_ROUTE_TENANT, h_get_array, NULL, 0},
+        {GP_POST, "/api/v1/arrays/{array}/cancel", GP_ROUTE_TENANT, h_array_cancel, NULL, 0},
+        {GP_GET, "/api/v1/gpus", GP_ROUTE_TENANT, h_gpus, NULL, 0},
+        {GP_GET, "/api/v1/nodes", GP_ROUTE_TENANT, h_nodes, NULL, 0},
+        {GP_GET, "/api/v1/queue", GP_ROUTE_TENANT, h_queue, NULL, 0},
+        {GP_GET, "/admin/scheduler/stats", GP_ROUTE_ADMIN, h_sched_stats, NULL, 0},
+        {GP_GET, "/admin/scheduler/queues", GP_ROUTE_ADMIN, h_sched_queues, NULL, 0},
+        {GP_POST, "/admin/gpus/{gpu}/drain", GP_ROUTE_ADMIN, h_drain, NULL, 0},
+        {GP_POST, "/admin/gpus/{gpu}/undrain", GP_ROUTE_ADMIN, h_undrain, NULL, 0},
+        {GP_GET, "/v1/models", GP_ROUTE_TENANT, h_gateway, NULL, GP_ROUTE_GATEWAY},
+        {GP_GET, "/v1/models/{model*}", GP_ROUTE_TENANT, h_gateway, NULL, GP_ROUTE_GATEWAY},
+        {GP_POST, "/v1/chat/completions", GP_ROUTE_TENANT, h_gateway, NULL, GP_ROUTE_GATEWAY},
+        {GP_POST, "/v1/completions", GP_ROUTE_TENANT, h_gateway, NULL, GP_ROUTE_GATEWAY},
+        {GP_POST, "/v1/embeddings", GP_ROUTE_TENANT, h_gateway, NULL, GP_ROUTE_GATEWAY},
+        {0, NULL, 0, NULL, NULL, 0},
+};
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                const char *version, const char *upload_data, size_t *upload_data_size,
@@ -1195,23 +1209,22 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
                 /* no web page may change state here: cross-site and non-JSON writes end now */
                 if (gp_http_browser_gate(r, url, method, &ret) < 0)
                         return ret;
-                /* the dashboard's page and assets hold no data: they load without a key (the page asks for one) */
-                if (!gp_web_is_public(url, method) && authorize(r, url, &ret) < 0)
+                if (r->openai) /* the gateway answers every /v1 path (its rows are listed only) */
+                        return authorize(r, &ret) < 0 ? ret : gateway_route(r, url, method);
+                /* the route table (routes.h): open paths (probes, the dashboard's page and assets,
+                 * which hold no data) carry no key; the others are identified first */
+                gp_route_match m;
+                gp_route_find(url, method, &m);
+                if (!m.open && authorize(r, &ret) < 0)
                         return ret;
+                return (enum MHD_Result)gp_route_serve(r, &m);
         }
-        enum MHD_Result mret;
-        int tret;
+        /* called again with nothing queued for it: route it again, as on its first call */
         if (r->openai)
                 return gateway_route(r, url, method);
-        if (gp_billing_route(r, url, method, &tret)) /* before tenants: /admin/tenants/{id}/credit */
-                return (enum MHD_Result)tret;
-        if (gp_tenants_route(r, url, method, &tret))
-                return (enum MHD_Result)tret;
-        if (!strcmp(url, "/metrics") && !r->admin && !gp_web_is_public(url, method))
-                return send_error(r, 403, "forbidden", "/metrics needs an admin key (it covers every tenant)");
-        if (gp_monitor_route(r, url, method, &mret)) /* /metrics, /api/v1/monitor/..., /api/v1/alerts, / */
-                return mret;
-        return route(r, url, method);
+        gp_route_match m;
+        gp_route_find(url, method, &m);
+        return (enum MHD_Result)gp_route_serve(r, &m);
 }
 
 static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,

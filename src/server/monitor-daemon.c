@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "server/alerts.h"
+#include "server/routes.h"
 #include "server/server-int.h"
 #include "server/tenants.h"
 
@@ -566,39 +567,44 @@ static enum MHD_Result get_alerts(hreq *r) {
 /* ------------------------------------------------------------------ */
 /* routing                                                             */
 
-bool gp_web_is_public(const char *url, const char *method) {
-        bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-        return get && (!strcmp(url, "/") || !strcmp(url, "/index.html") || !strncmp(url, "/static/", 8) ||
-                       !strcmp(url, "/favicon.ico"));
+/* this module's rows of the route table (routes.h) */
+
+static int h_prometheus(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return get_prometheus(r);
 }
 
-bool gp_monitor_route(hreq *r, const char *url, const char *method, enum MHD_Result *ret) {
-        bool head = !strcmp(method, "HEAD");
-        bool get = !strcmp(method, "GET") || head;
-        const char *p = NULL;
-        if (!strncmp(url, "/api/v1/", 8))
-                p = url + 8;
-        else if (!strncmp(url, "/api/", 5))
-                p = url + 5;
-        enum MHD_Result (*fn)(hreq *) = NULL;
-        if (!strcmp(url, "/metrics"))
-                fn = get_prometheus;
-        else if (p && !strcmp(p, "monitor/metrics"))
-                fn = get_snapshot;
-        else if (p && !strcmp(p, "monitor/history"))
-                fn = get_history;
-        else if (p && !strcmp(p, "alerts"))
-                fn = get_alerts;
-        if (fn) {
-                *ret = get ? fn(r) : send_err(r, 405, "method_not_allowed", "use GET");
-                return true;
-        }
-        if (gp_web_is_public(url, get ? "GET" : method) || !strncmp(url, "/static/", 8) || !strcmp(url, "/")) {
-                if (!get) {
-                        *ret = send_err(r, 405, "method_not_allowed", "use GET");
-                        return true;
-                }
-                return gp_web_route(r, url, head, ret);
-        }
-        return false;
+static int h_snapshot(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return get_snapshot(r);
 }
+
+static int h_history(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return get_history(r);
+}
+
+static int h_alerts(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return get_alerts(r);
+}
+
+/* the dashboard (web.c): "/", "/index.html", "/favicon.ico", "/static/...";
+ * open rows: the page and its assets hold no data (the page asks for a key) */
+static int h_web(hreq *r, const gp_route_arg *a) {
+        enum MHD_Result ret = MHD_NO;
+        gp_web_route(r, a->url, !strcmp(a->method, "HEAD"), &ret);
+        return ret;
+}
+
+const gp_route gp_monitor_routes[] = {
+        {GP_GET, "/metrics", GP_ROUTE_ADMIN, h_prometheus, "/metrics needs an admin key (it covers every tenant)", 0},
+        {GP_GET, "/api/v1/monitor/metrics", GP_ROUTE_TENANT, h_snapshot, NULL, 0},
+        {GP_GET, "/api/v1/monitor/history", GP_ROUTE_TENANT, h_history, NULL, 0},
+        {GP_GET, "/api/v1/alerts", GP_ROUTE_TENANT, h_alerts, NULL, 0},
+        {GP_GET, "/", GP_ROUTE_OPEN, h_web, NULL, 0},
+        {GP_GET, "/index.html", GP_ROUTE_OPEN, h_web, NULL, 0},
+        {GP_GET, "/favicon.ico", GP_ROUTE_OPEN, h_web, NULL, 0},
+        {GP_GET, "/static/{file*}", GP_ROUTE_OPEN, h_web, NULL, 0},
+        {0, NULL, 0, NULL, NULL, 0},
+};

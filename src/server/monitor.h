@@ -8,7 +8,7 @@
  *     registry itself): no I/O, no clock reads, no locks of the daemon;
  *     time is passed in.  Unit-tested alone (tests/unit/test-monitor.c).
  *   - the daemon glue (gp_monitor_collect, gp_monitor_tick,
- *     gp_monitor_route, gp_monitor_attach): reads gp_daemon under its lock,
+ *     gp_monitor_routes, gp_monitor_attach): reads gp_daemon under its lock,
  *     answers HTTP.  Declared at the end; needs server-int.h.
  *
  * Bounded: label values are GPUs (capped at GP_MON_MAX_GPUS for history),
@@ -285,13 +285,9 @@ void gp_monitor_gpu_read(struct gp_daemon *d, bool ok, int64_t now_ms);
 /* Monotonic nanoseconds, for durations. */
 int64_t gp_monitor_now_ns(void);
 
-/* Routes of the monitoring and the dashboard: /metrics,
- * /api/v1/monitor/{metrics,history}, /api/v1/alerts, /, /static/...
- * Returns true and sets *ret when the path is one of them. */
-bool gp_monitor_route(struct hreq *r, const char *url, const char *method, enum MHD_Result *ret);
-/* true for the paths that load without a key (the page and its assets:
- * they hold no data; the page asks for a key). */
-bool gp_web_is_public(const char *url, const char *method);
+/* Routes of the monitoring and the dashboard (/metrics,
+ * /api/v1/monitor/{metrics,history}, /api/v1/alerts, /, /static/...) are
+ * gp_monitor_routes (routes.h). */
 /* web.c: serve a dashboard file.  true and *ret when url names one. */
 bool gp_web_route(struct hreq *r, const char *url, bool head, enum MHD_Result *ret);
 /* Queue an answer (body malloc'd, taken; NULL = out of memory) with the

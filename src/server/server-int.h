@@ -253,6 +253,10 @@ char *gp_http_error_body(const char *code, const char *fmt, ...) __attribute__((
 /* Send an answer now from an HTTP handler with this Content-Type (NULL =
  * JSON); takes body (malloc'd; NULL answers 503). */
 int gp_http_send_type(hreq *r, int status, char *body, const char *ctype);
+/* The same as JSON, with a Retry-After header when retry_after > 0. */
+int gp_http_send(hreq *r, int status, char *body, int retry_after);
+/* The same as JSON with an Allow header (a 405's methods). */
+int gp_http_send_allow(hreq *r, int status, char *body, const char *allow);
 /* cors.c */
 /* The browser check of r (base/browser.h) before it is authorized or
  * routed: sets r->cors; 0 = serve it, -1 = refused (403, 415) or a CORS

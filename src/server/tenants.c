@@ -18,6 +18,7 @@
 #include "server/billing.h"
 #include "server/monitor.h"
 #include "base/vec.h"
+#include "server/routes.h"
 #include "server/server-int.h"
 
 #include <errno.h>
@@ -937,81 +938,63 @@ static int get_audit(hreq *r) {
         return answer_json(r, 200, json_pack("{s:o}", "audit", a ? a : json_array()));
 }
 
-/* 1 = answer r->status/r->resp now, 2 = parked, 0 = not ours. */
-static int route(hreq *r, const char *url, const char *method) {
-        bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-        const char *p = NULL;
-        if (!strncmp(url, "/api/v1/tenants", 15))
-                p = url + 15;
-        else if (!strncmp(url, "/api/tenants", 12))
-                p = url + 12;
-        if (p && (*p == '\0' || *p == '/')) {
-                if (!get)
-                        return answer_err(r, 405, "method_not_allowed", "use GET");
-                if (*p == '\0' || !strcmp(p, "/"))
-                        return get_tenants(r, NULL);
-                if (!gp_id_ok(p + 1, strlen(p + 1)) || strlen(p + 1) >= GP_TENANT_MAX)
-                        return answer_err(r, 404, "not_found", "no such tenant");
-                return get_tenants(r, p + 1);
-        }
-        if (!strcmp(url, "/admin/scheduler/weights")) {
-                if (!r->admin)
-                        return answer_err(r, 403, "forbidden", "needs an admin key");
-                if (!strcmp(method, "PUT"))
-                        return put_weights(r);
-                if (get) {
-                        gp_daemon *d = r->d;
-                        pthread_mutex_lock(&d->lock);
-                        json_t *o = json_pack("{s:o,s:o}", "weights", weights_json(d->tenants->weights), "in_force",
-                                              weights_json(gp_sched_get_config(d->sched)->weights));
-                        pthread_mutex_unlock(&d->lock);
-                        return answer_json(r, 200, o);
-                }
-                return answer_err(r, 405, "method_not_allowed", "use GET or PUT");
-        }
-        if (!strcmp(url, "/admin/audit")) {
-                if (!r->admin)
-                        return answer_err(r, 403, "forbidden", "needs an admin key");
-                return get ? get_audit(r) : answer_err(r, 405, "method_not_allowed", "use GET");
-        }
-        if (strncmp(url, "/admin/tenants/", 15))
-                return 0;
-        if (!r->admin)
-                return answer_err(r, 403, "forbidden", "needs an admin key");
-        const char *id = url + 15, *slash = strchr(id, '/');
-        size_t n = slash ? (size_t)(slash - id) : strlen(id);
-        if (!gp_id_ok(id, n) || n >= GP_TENANT_MAX)
-                return answer_err(r, 400, "invalid_request", "tenant ids are letters, digits, '-', '_' and '.'");
-        char tid[GP_TENANT_MAX];
-        memcpy(tid, id, n);
-        tid[n] = '\0';
-        if (!slash) {
-                if (!strcmp(method, "PUT"))
-                        return put_tenant(r, tid);
-                if (get)
-                        return get_tenants(r, tid);
-                return answer_err(r, 405, "method_not_allowed", "use PUT or GET");
-        }
-        if (!strcmp(slash, "/keys")) {
-                if (strcmp(method, "POST"))
-                        return answer_err(r, 405, "method_not_allowed", "use POST");
-                return create_key(r, tid);
-        }
-        return answer_err(r, 404, "not_found", "no such path");
-}
+/* this module's rows of the route table (routes.h) */
 
-bool gp_tenants_route(hreq *r, const char *url, const char *method, int *ret) {
-        int how = route(r, url, method);
-        if (how == 0)
-                return false;
-        if (how == 2) {
-                *ret = MHD_YES;
-                return true;
-        }
-        // cppcheck-suppress unreadVariable ; it is read below (the block-scope extern misleads cppcheck)
+/* The handlers above answer 1 (r->status and r->resp to send now) or 2
+ * (parked: the loop answers): MHD's result. */
+static int finish(hreq *r, int how) {
+        if (how == 2)
+                return MHD_YES;
         char *body = r->resp;
         r->resp = NULL;
-        extern int gp_http_send(hreq * r, int status, char *body, int retry_after);
-        *ret = gp_http_send(r, r->status, body, 0);
-        return true;
+        return gp_http_send(r, r->status, body, 0);
 }
+
+/* GET /api/v1/tenants[/{id}] ("/tenants/" lists them too) */
+static int h_tenants(hreq *r, const gp_route_arg *a) {
+        return finish(r, get_tenants(r, a->name[0] ? a->name : NULL));
+}
+
+static int h_get_weights(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        gp_daemon *d = r->d;
+        pthread_mutex_lock(&d->lock);
+        json_t *o = json_pack("{s:o,s:o}", "weights", weights_json(d->tenants->weights), "in_force",
+                              weights_json(gp_sched_get_config(d->sched)->weights));
+        pthread_mutex_unlock(&d->lock);
+        return finish(r, answer_json(r, 200, o));
+}
+
+static int h_put_weights(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return finish(r, put_weights(r));
+}
+
+static int h_audit(hreq *r, const gp_route_arg *a) {
+        (void)a;
+        return finish(r, get_audit(r));
+}
+
+static int h_put_tenant(hreq *r, const gp_route_arg *a) {
+        return finish(r, put_tenant(r, a->name));
+}
+
+static int h_admin_tenant(hreq *r, const gp_route_arg *a) {
+        return finish(r, get_tenants(r, a->name));
+}
+
+static int h_create_key(hreq *r, const gp_route_arg *a) {
+        return finish(r, create_key(r, a->name));
+}
+
+const gp_route gp_tenants_routes[] = {
+        {GP_GET, "/api/v1/tenants", GP_ROUTE_TENANT, h_tenants, NULL, 0},
+        {GP_GET, "/api/v1/tenants/{tenant}", GP_ROUTE_TENANT, h_tenants, NULL, GP_ROUTE_BAD_404 | GP_ROUTE_EMPTY_OK},
+        {GP_GET, "/admin/scheduler/weights", GP_ROUTE_ADMIN, h_get_weights, NULL, 0},
+        {GP_PUT, "/admin/scheduler/weights", GP_ROUTE_ADMIN, h_put_weights, NULL, 0},
+        {GP_GET, "/admin/audit", GP_ROUTE_ADMIN, h_audit, NULL, 0},
+        {GP_PUT, "/admin/tenants/{tenant}", GP_ROUTE_ADMIN, h_put_tenant, NULL, 0},
+        {GP_GET, "/admin/tenants/{tenant}", GP_ROUTE_ADMIN, h_admin_tenant, NULL, 0},
+        {GP_POST, "/admin/tenants/{tenant}/keys", GP_ROUTE_ADMIN, h_create_key, NULL, 0},
+        {0, NULL, 0, NULL, NULL, 0},
+};

@@ -87,10 +87,9 @@ struct json_t *gp_tenants_stats_json(gp_tenants *ts);
 void gp_tenants_quota_used(gp_tenants *ts, int64_t now_ms,
                            void (*fn)(void *ud, const char *tenant, double pct), void *ud);
 
-/* HTTP: GET /api/v1/tenants[/{id}], PUT /admin/tenants/{id},
- * POST /admin/tenants/{id}/keys, GET /admin/audit.  Returns true when it
- * answered (ret set). */
-bool gp_tenants_route(struct hreq *r, const char *url, const char *method, int *ret);
+/* HTTP: GET /api/v1/tenants[/{id}], GET|PUT /admin/tenants/{id},
+ * POST /admin/tenants/{id}/keys, GET /admin/audit and GET|PUT
+ * /admin/scheduler/weights are gp_tenants_routes (routes.h). */
 
 /* Loop thread: apply a CMD_TENANT_PUT / CMD_KEY_CREATE / CMD_WEIGHTS.
  * Marks what must be stored in this batch and gives the answer to send

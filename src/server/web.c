@@ -7,7 +7,8 @@
  * with no body, so a new binary's page is picked up at once while an
  * unchanged one costs no transfer.  The page gets a Content-Security-Policy
  * that allows only its own origin: it loads nothing from the internet.
- * The files hold no data; the page asks for a key (see gp_web_is_public).
+ * The files hold no data; the page asks for a key (their rows in
+ * gp_monitor_routes are open).
  */
 #include "server/monitor.h"
 

@@ -14,14 +14,16 @@ open / tenant / admin) is walked:
     for B by id answers 404 (ids do not leak);
   - the admin key sees both.
 
-The table must cover every route the server has.  server_routes() is the
-source of truth: today it parses docs/api.md (every "METHOD /path" the
-reference documents, and the access column of its "Who may call what"
-table); when the C code gets one route table, server_routes() reads that
-instead and nothing else here changes.  The test fails when a documented
-route is missing from MATRIX, when MATRIX has a route the reference does
-not document, or when the documented access differs from MATRIX's.  A few
-undocumented paths are probed for 404.
+The table must cover every route the server has.  live_routes() is the
+source of truth: the server's own route table (src/server/routes.h), read
+from GET /admin/routes ({method, path, who, aliases} per row).  The test
+fails when a row of the live table is missing from MATRIX, when MATRIX has
+a route the table does not, or when the table's "who" differs from
+MATRIX's; and the same between the table and docs/api.md (every
+"METHOD /path" the reference documents, and the access column of its "Who
+may call what" table: documented_routes()).  Each live row's "who" is then
+walked with no key, the other tenant's ids, A's own key and the admin key.
+A few undocumented paths are probed for 404.
 
 A second test sets a quota, fills it and sees the tenant_quota_used_pct
 alert fire through GET /api/v1/alerts (for the admin and the tenant, not
@@ -113,12 +115,9 @@ def expand(path):
     return expand(path[:m.start()] + path[m.end():]) + expand(path[:m.start()] + m.group(1) + path[m.end():])
 
 
-def server_routes():
-    """Every (METHOD, path template) the server answers, with its access
-    ('open' | 'tenant' | 'admin', or None where the source does not say).
-
-    Today: what docs/api.md documents.  Swap this for the C route table
-    when there is one."""
+def documented_routes():
+    """Every (METHOD, path template) docs/api.md documents, with its access
+    ('open' | 'tenant' | 'admin', or None where the docs do not say)."""
     with open(API_MD, encoding="utf-8") as f:
         text = f.read()
     routes = {}
@@ -135,6 +134,37 @@ def server_routes():
             for p in expand(path):
                 routes[(method, normalize(p))] = cells[1]
     return routes
+
+
+def live_routes(d):
+    """The server's route table: {(METHOD, path template): who} for every
+    row, and for every /api/v1/ row its /api/ alias (the same who); and the
+    set of the rows themselves (aliases left out)."""
+    r = call(d, "GET", "/admin/routes", ADMIN)
+    assert r.status_code == 200, r.text
+    routes, rows = {}, set()
+    for row in r.json()["routes"]:
+        assert row["who"] in ("open", "tenant", "admin"), row
+        key = (row["method"], normalize(row["path"]))
+        assert key not in rows, "the route table has %s %s twice" % key
+        rows.add(key)
+        routes[key] = row["who"]
+        for alias in row["aliases"]:
+            routes[(row["method"], normalize(alias))] = row["who"]
+    return routes, rows
+
+
+def compare(table, rows, other, name):
+    """other ({route: access}) against the live table: every row of the table
+    is in other, everything in other is a row or an alias of one, with the
+    same access."""
+    missing = sorted(rows - set(other))
+    assert not missing, "routes of the server's table missing from %s: %s" % (name, missing)
+    extra = sorted(set(other) - set(table))
+    assert not extra, "routes in %s that the server's table does not have: %s" % (name, extra)
+    for route, acc in other.items():
+        assert acc == table[route], "%s %s: the server's table says %s, %s says %s" % (
+            route + (table[route], name, acc))
 
 
 # ---- the matrix --------------------------------------------------------------
@@ -210,6 +240,7 @@ MATRIX = [
     ("PUT", "/admin/scheduler/weights", "admin",
      lambda w: ("/admin/scheduler/weights", {"weights": [256, 128, 64, 32, 16, 8, 4, 2, 1, 1]}, 200)),
     ("GET", "/admin/audit", "admin", lambda w: ("/admin/audit", None, 200)),
+    ("GET", "/admin/routes", "admin", lambda w: ("/admin/routes", None, 200)),
     ("POST", "/admin/gpus/{}/drain", "admin", lambda w: ("/admin/gpus/local:3/drain", {}, 200)),
     ("POST", "/admin/gpus/{}/undrain", "admin", lambda w: ("/admin/gpus/local:3/undrain", {}, 200)),
     ("GET", "/admin/tenants/{}", "admin", lambda w: ("/admin/tenants/" + A, None, 200)),
@@ -323,8 +354,57 @@ def leaks(text, w):
 
 # ---- the tests -----------------------------------------------------------------
 
-def test_matrix_covers_every_route_the_server_has():
-    documented = server_routes()
+def test_matrix_covers_every_route_the_server_has(world):
+    table, rows = live_routes(world.d)
+    matrix = {(m, p): acc for m, p, acc, _ in MATRIX}
+    compare(table, rows, matrix, "the isolation MATRIX")
+    documented = documented_routes()
+    for route, acc in documented.items():
+        assert acc is not None, "%s %s has no row in docs/api.md's 'Who may call what' table" % route
+    compare(table, rows, documented, "docs/api.md")
+
+
+def test_every_row_of_the_live_table_enforces_its_who(world):
+    """Each row of the server's table, as the table says: no key is 401 but
+    where it is open; A's key on an admin row is 403; a tenant row answers A
+    (what it answers is checked against B's data elsewhere); an admin row
+    answers the admin key."""
+    table, rows = live_routes(world.d)
+    how = {(m, p): f for m, p, _, f in MATRIX}
+    for method, path in sorted(rows):
+        who = table[(method, path)]
+        concrete, body, want = how[(method, path)](world) if who == "open" or method == "GET" else \
+            (re.sub(r"\{\}", "1", path), {}, None)
+        r = call(world.d, method, concrete, None, json=body)
+        assert r.status_code == (200 if who == "open" else 401), (method, concrete, who, r.status_code, r.text[:200])
+        if who == "admin":
+            r = call(world.d, method, concrete, KEY_A, json=body)
+            assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", (method, concrete, r.text[:200])
+        if method == "GET":  # (the writes are answered in the tests below, on fresh tasks)
+            key = ADMIN if who == "admin" else KEY_A
+            r = call(world.d, method, concrete, key, json=body)
+            assert r.status_code == want, (method, concrete, who, r.status_code, r.text[:200])
+
+
+def test_a_method_a_path_lacks_gets_405_with_the_paths_methods(world):
+    d = world.d
+    for method, path, allow, use in (("PUT", "/api/v1/tasks", "GET, HEAD, POST", "use GET or POST"),
+                                     ("PATCH", "/api/tasks/1", "GET, HEAD, DELETE", "use GET or DELETE"),
+                                     ("GET", "/api/v1/tasks/1/cancel", "POST", "use POST"),
+                                     ("DELETE", "/admin/tenants/" + A, "PUT, GET, HEAD", "use PUT or GET"),
+                                     ("POST", "/admin/scheduler/weights", "GET, HEAD, PUT", "use GET or PUT"),
+                                     ("POST", "/healthz", "GET, HEAD", "use GET")):
+        r = call(d, method, path, ADMIN, json={} if method != "GET" else None)
+        assert r.status_code == 405, (method, path, r.status_code, r.text[:200])
+        assert r.json()["error"] == {"code": "method_not_allowed", "message": use}, (method, path, r.text)
+        assert r.headers["Allow"] == allow, (method, path, r.headers)
+    # a tenant key on an admin path: 403 before the method is looked at
+    r = call(d, "DELETE", "/admin/tenants/" + A, KEY_A)
+    assert r.status_code == 403 and "Allow" not in r.headers, r.text
+
+
+def test_matrix_matches_the_docs():
+    documented = documented_routes()
     matrix = {(m, p): acc for m, p, acc, _ in MATRIX}
     assert len(matrix) == len(MATRIX), "a route is twice in MATRIX"
     missing = sorted(set(documented) - set(matrix))

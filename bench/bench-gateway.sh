@@ -32,6 +32,9 @@
 #      BASE_BIN - a gpupool binary of another commit: a fourth leg "base",
 #      the same gateway config on its own port, interleaved with the others
 #      (compare a change with its parent in the same run).
+#      STREAM_ONLY=1 - only the streamed runs at one connection (SECS/2
+#      each), so that more rounds fit in the same time: the streaming
+#      ratio is the noisiest figure here.
 # Needs: wrk, nginx, curl (scripts/install-deps.sh bench).
 set -eu
 cd "$(dirname "$0")/.."
@@ -195,9 +198,13 @@ echo "bench-gateway: wrk -t2 -c64 -d${secs}s, short chat completions (max_tokens
         "interleaved, $(nproc) cores shared by wrk, fake-openai, nginx and gpupool"
 for leg in $legs; do run "$leg" "$(url_of "$leg")" 1; rm -f "$tmp/$leg.rows"; done   # warm-up
 lsecs=$(( secs / 2 > 2 ? secs / 2 : 2 ))
+only=${STREAM_ONLY:-0}
+status=0
 for r in $(seq "$rounds"); do
-        for leg in $legs; do run "$leg" "$(url_of "$leg")" "$secs"; done
-        for leg in $legs; do run "$leg" "$(url_of "$leg")" "$lsecs" light 1 1; done
+        if [ "$only" != 1 ]; then
+                for leg in $legs; do run "$leg" "$(url_of "$leg")" "$secs"; done
+                for leg in $legs; do run "$leg" "$(url_of "$leg")" "$lsecs" light 1 1; done
+        fi
         for leg in $legs; do run "$leg" "$(url_of "$leg")" "$lsecs" stream 1 1 stream; done
         echo "  round $r/$rounds done" >&2
 done
@@ -222,10 +229,14 @@ table() {
                 eval "$2${leg}_rps=$(median "$f" 1) $2${leg}_p50=$(median "$f" 2) $2${leg}_p99=$(median "$f" 3) $2${leg}_bad=$bad"
         done
 }
+# adds LEG SUFFIX: "median [min-max]" of LEG's p50 minus direct's, round by round
+adds() { paste -d' ' "$tmp/$1.$2" "$tmp/direct.$2" | awk '{print $2 - $7}' > "$tmp/adds1"; mmm "$tmp/adds1" 1 %+.3f; }
+if [ "$only" = 1 ]; then
+        echo "-- (STREAM_ONLY=1: the 64-connection and unstreamed runs skipped)"
+else
 echo "-- 64 connections (saturated)"
 table rows ""
 
-status=0
 if [ -f "$tmp/nginx.rows" ]; then
         awk -v n="$nginx_rps" -v d="$direct_rps" -v n50="$nginx_p50" -v d50="$direct_p50" -v n99="$nginx_p99" \
                 -v d99="$direct_p99" 'BEGIN { printf "nginx:   %.2f x direct throughput, adds p50 %+.3f ms, p99 %+.3f ms\n", n / d, n50 - d50, n99 - d99 }'
@@ -256,12 +267,11 @@ if [ -f "$tmp/gpupool.light" ]; then
         # a missed target is a result, not a failure of the script
         [ "${thr_ok:-0}" = 1 ] && [ "$lat_ok" = 1 ] && echo "issue 5 targets: MET" || echo "issue 5 targets: MISSED"
 fi
-# adds LEG SUFFIX: "median [min-max]" of LEG's p50 minus direct's, round by round
-adds() { paste -d' ' "$tmp/$1.$2" "$tmp/direct.$2" | awk '{print $2 - $7}' > "$tmp/adds1"; mmm "$tmp/adds1" 1 %+.3f; }
 echo "added p50 over direct at 1 connection, round by round, median [min - max] ms:"
 for leg in nginx gpupool base; do
         [ -f "$tmp/$leg.light" ] && echo "  $leg: $(adds "$leg" light)"
 done
+fi
 echo "-- 1 connection, streamed (stream: true, max_tokens 8: the whole event stream)"
 table stream s_
 echo "added p50 over direct, streamed, round by round, median [min - max] ms:"

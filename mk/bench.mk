@@ -25,3 +25,16 @@ bench-cli: $(BUILD)/gpupool $(EXECTIME)
 	BUILD=$(BUILD) bench/bench-cli.sh
 
 .PHONY: bench-cli
+
+# bench/spawn: fork+exec, vfork+exec and posix_spawn from a process with a
+# large heap (bench/bench-spawn.sh).  libc only, like exectime.
+SPAWNBENCH = $(BUILD)/bench/spawn
+
+$(SPAWNBENCH): bench/spawn.c mk/bench.mk
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wshadow -D_GNU_SOURCE -o $@ $<
+
+bench-spawn: $(BUILD)/gpupool $(SPAWNBENCH)
+	BUILD=$(BUILD) bench/bench-spawn.sh
+
+.PHONY: bench-spawn

@@ -308,20 +308,66 @@ static bool fc_pending(const fconn *fc) {
 
 /* Queue an answer's head.  clen < 0: a streamed body (chunked, or until
  * the connection closes for an HTTP/1.0 client). */
+/* v in decimal, as printf's %d would write it. */
+static int put_dec(gp_buf *o, int64_t v) {
+        char d[24], *e = d + sizeof(d), *p = e;
+        uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+        do
+                *--p = (char)('0' + u % 10);
+        while (u /= 10);
+        if (v < 0)
+                *--p = '-';
+        return gp_buf_append(o, p, (size_t)(e - p));
+}
+
+/* A chunk's size line, as printf's "%zx\r\n" would write it (once per
+ * piece of a streamed answer). */
+static int put_chunk_size(gp_buf *o, size_t n) {
+        char d[24], *e = d + sizeof(d), *p = e - 2;
+        e[-2] = '\r';
+        e[-1] = '\n';
+        do
+                *--p = "0123456789abcdef"[n % 16];
+        while (n /= 16);
+        return gp_buf_append(o, p, (size_t)(e - p));
+}
+
+static int put3(gp_buf *o, const char *a, const char *b, const char *c) {
+        int rc = gp_buf_puts(o, a);
+        if (!rc)
+                rc = gp_buf_puts(o, b);
+        if (!rc)
+                rc = gp_buf_puts(o, c);
+        return rc;
+}
+
 static int put_head(fconn *fc, int status, const char *ctype, const gp_buf *lines, int64_t clen) {
         gp_buf *o = &fc->out;
         if (!fc->keep_alive || (clen < 0 && fc->h.http10))
                 fc->close_after = true;
-        int rc = gp_buf_printf(o, "HTTP/1.1 %d %s\r\nDate: %s\r\nX-Gpupool-Backend: %s\r\n", status, reason(status),
-                               http_date(fc->L), gw_backend());
+        /* appended piece by piece: no printf on every answer's way out */
+        int rc = gp_buf_puts(o, "HTTP/1.1 ");
+        if (!rc)
+                rc = put_dec(o, status);
+        if (!rc)
+                rc = put3(o, " ", reason(status), "\r\nDate: ");
+        if (!rc)
+                rc = put3(o, http_date(fc->L), "\r\nX-Gpupool-Backend: ", gw_backend());
+        if (!rc)
+                rc = gp_buf_puts(o, "\r\n");
         if (!rc && ctype)
-                rc = gp_buf_printf(o, "Content-Type: %s\r\n", ctype);
+                rc = put3(o, "Content-Type: ", ctype, "\r\n");
         if (!rc && lines && lines->len)
                 rc = gp_buf_append(o, lines->data, lines->len);
         if (!rc && fc->h.cors)
-                rc = gp_buf_printf(o, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", fc->h.cors);
-        if (!rc && clen >= 0 && status != 204) /* a 204 (a CORS preflight's) has no length */
-                rc = gp_buf_printf(o, "Content-Length: %" PRId64 "\r\n", clen);
+                rc = put3(o, "Access-Control-Allow-Origin: ", fc->h.cors, "\r\nVary: Origin\r\n");
+        if (!rc && clen >= 0 && status != 204) { /* a 204 (a CORS preflight's) has no length */
+                rc = gp_buf_puts(o, "Content-Length: ");
+                if (!rc)
+                        rc = put_dec(o, clen);
+                if (!rc)
+                        rc = gp_buf_puts(o, "\r\n");
+        }
         else if (!rc && clen < 0 && !fc->h.http10)
                 rc = gp_buf_puts(o, "Transfer-Encoding: chunked\r\n");
         if (!rc && fc->close_after)
@@ -419,7 +465,7 @@ static void produce(fconn *fc) {
                 return;
         size_t avail = q->out.len - q->out_off;
         if (avail && fc->out.len - fc->out_off < FC_OUT_HIGH) {
-                int rc = fc->h.http10 ? 0 : gp_buf_printf(&fc->out, "%zx\r\n", avail);
+                int rc = fc->h.http10 ? 0 : put_chunk_size(&fc->out, avail);
                 if (!rc)
                         rc = gp_buf_append(&fc->out, q->out.data + q->out_off, avail);
                 if (!rc && !fc->h.http10)

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +60,68 @@ static void test_stream_passes_unchanged_when_usage_was_asked(void **state) {
         assert_true(s.usage_seen);
         gp_gw_sse_done(&s);
         gp_buf_done(&b);
+}
+
+/* The usage read from one event: the plain shapes and every way off them
+ * (escapes, other bytes, duplicates, reals, bad JSON) give what jansson
+ * reads, whichever reader takes the line. */
+static void test_usage_is_read_the_same_from_every_shape(void **state) {
+        static const struct {
+                const char *json;
+                bool seen, dropped;
+                int64_t prompt, completion, chunks;
+        } cases[] = {
+                {"{\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}", true, true, 5, 2, 0},
+                {"{\"choices\":[{\"delta\":{}}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}", true, false, 5,
+                 2, 1},
+                {"{\"usage\":{\"prompt_tokens\":5.0,\"completion_tokens\":\"2\"}}", true, true, 0, 0, 0},
+                {"{\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1},\"choices\":[],"
+                 "\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}",
+                 true, true, 7, 3, 0},
+                {"{\"usage\":{\"prompt_tokens\":1},\"usage\":null}", false, false, 0, 0, 1},
+                {"{\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":1},\"x\":\"\\u00e9\\n\"}", true,
+                 true, 4, 1, 0},
+                {"{\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":1},\"x\":\"\xc3\xa9\"}", true,
+                 true, 4, 1, 0},
+                {"{\"usage\":{\"prompt_tokens\":4}", false, false, 0, 0, 0},
+                {"{\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":1}} x", false, false, 0, 0, 0},
+                {"{\"usage\":nullx}", false, false, 0, 0, 0},
+                {"{\"choices\":[],\"usage\":{\"prompt_tokens\":1e2,\"completion_tokens\":1}}", true, true, 0, 1, 0},
+                {"{\"choices\":[],\"usage\":{\"prompt_tokens\":99999999999999999999,\"completion_tokens\":1}}", false,
+                 false, 0, 0, 0},
+                {"{\"choices\":[],\"usage\":{\"prompt_tokens\":123456789012345678,\"completion_tokens\":1}}", true,
+                 true, 123456789012345678, 1, 0},
+                {"{\"usage\":{\"prompt_tokens\":01}}", false, false, 0, 0, 0},
+                {"[\"usage\"]", false, false, 0, 0, 1},
+                {"{\"choices\":[],\"usage\":{\"prompt_tokens\":-3,\"completion_tokens\":0}}", true, true, -3, 0, 0},
+                {"{\"choices\":{},\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":2}}", true, false, 2, 2, 1},
+                {"{\"choices\":[{\"usage\":{\"prompt_tokens\":9}}]}", false, false, 0, 0, 1},
+                {"{ \"choices\" : [ ] , \"usage\" : { \"prompt_tokens\" : 6 ,\t\"completion_tokens\" : 1 } } ", true,
+                 true, 6, 1, 0},
+                {"{\"usage\":{},\"x\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+                 true, true, 0, 0, 0},
+                {"{\"usage\":{\"prompt_tokens\":true,\"completion_tokens\":null},\"choices\":[1]}", true, false, 0, 0,
+                 1},
+                {"{\"usage\":{\"prompt_tokens\":3}", false, false, 0, 0, 0},
+                {"{\"usage\":{\"prompt_tokens\":3},}", false, false, 0, 0, 0},
+                {"{\"usage\":{\"prompt_tokens\":-}}", false, false, 0, 0, 0},
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                char in[512];
+                snprintf(in, sizeof(in), "data: %s\n\n", cases[i].json);
+                gp_gw_sse s = {.strip = true};
+                gp_buf b;
+                gp_buf_init(&b, 0);
+                feed(&s, &b, in, 1000);
+                print_message("case %zu: %s\n", i, cases[i].json);
+                assert_int_equal(s.usage_seen, cases[i].seen);
+                assert_int_equal(s.prompt_tokens, cases[i].prompt);
+                assert_int_equal(s.completion_tokens, cases[i].completion);
+                assert_int_equal(s.chunks, cases[i].chunks);
+                assert_string_equal(b.data ? b.data : "", cases[i].dropped ? "" : in);
+                gp_gw_sse_done(&s);
+                gp_buf_done(&b);
+        }
 }
 
 static void test_crlf_lines_and_a_last_line_without_newline_pass(void **state) {
@@ -187,6 +250,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_usage_chunk_is_stripped_when_the_client_did_not_ask),
                 cmocka_unit_test(test_stream_passes_unchanged_when_usage_was_asked),
+                cmocka_unit_test(test_usage_is_read_the_same_from_every_shape),
                 cmocka_unit_test(test_crlf_lines_and_a_last_line_without_newline_pass),
                 cmocka_unit_test(test_a_line_over_1_mib_is_refused),
                 cmocka_unit_test(test_x_priority_values),

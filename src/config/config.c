@@ -1482,20 +1482,32 @@ static int parse_hhmm(struct ctx *c, const struct field *f, void *base, const ya
         return 0;
 }
 
-static int parse_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_time_rule *r = base;
-        char tmp[sizeof(r->tz)], d[96];
+/* A time zone's name (a scalar of at most n-1 bytes) into out[n], only if
+ * this machine knows the zone; out is unchanged otherwise.  The zone is
+ * loaded on the heap (gp_tz is large), so the loader stays re-entrant. */
+static int read_tz(struct ctx *c, const yaml_event_t *ev, char *out, size_t n) {
+        char tmp[GP_TZ_NAME_MAX], d[96];
+        if (n > sizeof(tmp))
+                n = sizeof(tmp);
         memset(tmp, 0, sizeof(tmp));
-        int rc = scalar_str(c, ev, tmp, sizeof(tmp), 1);
+        int rc = scalar_str(c, ev, tmp, n, 1);
         if (rc < 0)
                 return rc;
-        static gp_tz z; /* large; the loader is not re-entered */
-        rc = gp_tz_load(tmp, &z);
+        gp_tz *z = malloc(sizeof(*z));
+        if (!z)
+                return fail(c, ev_line(ev), "out of memory");
+        rc = gp_tz_load(tmp, z);
+        free(z);
         if (rc < 0)
                 return fail(c, ev_line(ev), "%s is not a time zone this machine knows (an IANA name such as "
                             "Asia/Shanghai or UTC; tzdata holds them)", show(tmp, strlen(tmp), d, sizeof(d)));
-        memcpy(r->tz, tmp, sizeof(tmp));
+        memcpy(out, tmp, n);
         return 0;
+}
+
+static int parse_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_time_rule *r = base;
+        return read_tz(c, ev, r->tz, sizeof(r->tz));
 }
 
 /* server.user, tenants[].run_as: a user name that exists on this machine
@@ -1668,17 +1680,7 @@ static int parse_secs_ms(struct ctx *c, const struct field *f, void *base, const
 
 static int parse_bill_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         gp_bill_window *w = base;
-        char tmp[sizeof(w->tz)], d[96];
-        memset(tmp, 0, sizeof(tmp));
-        int rc = scalar_str(c, ev, tmp, sizeof(tmp), 1);
-        if (rc < 0)
-                return rc;
-        static gp_tz z; /* large; the loader is not re-entered */
-        if (gp_tz_load(tmp, &z) < 0)
-                return fail(c, ev_line(ev), "%s is not a time zone this machine knows (an IANA name such as "
-                            "Asia/Shanghai or UTC; tzdata holds them)", show(tmp, strlen(tmp), d, sizeof(d)));
-        memcpy(w->tz, tmp, sizeof(tmp));
-        return 0;
+        return read_tz(c, ev, w->tz, sizeof(w->tz));
 }
 
 static void bill_gpu_init(struct ctx *c, void *item) {

@@ -92,9 +92,9 @@ static int setup_tenants(gp_sched *s, int n) {
                 snprintf(name, sizeof(name), "t%03d", i);
                 gp_sched_tenant_cfg c = {.weight = 1 + (uint32_t)(i % 4),
                                          .group = i < n * 6 / 10 ? "internal" : "external",
-                                         .max_concurrent = i % 5 == 0 ? 300 : 0,
-                                         .max_gpus_milli = i % 7 == 0 ? 150000 : 0,
-                                         .guaranteed_gpus_milli = i % 10 == 0 ? 40000 : 0};
+                                         .quota = {.max_concurrent = i % 5 == 0 ? 300 : 0,
+                                                   .max_gpus_milli = i % 7 == 0 ? 150000 : 0,
+                                                   .guaranteed_gpus_milli = i % 10 == 0 ? 40000 : 0}};
                 if (gp_sched_tenant_set(s, name, &c) < 0)
                         return -1;
         }

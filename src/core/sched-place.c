@@ -87,17 +87,19 @@ static void gpu_link(gp_sched *s, uint32_t gi) {
 
 static int model_gpus_add(gp_sched *s, uint32_t model, uint32_t gi) {
         if (model >= s->model_gpus_len) {
-                /* three parallel arrays of one length: each grows alike */
-                uint32_t n = s->model_gpus_len, nb = n, nc = n;
+                /* three parallel arrays of one length: each grows alike from it */
+                uint32_t n = s->model_gpus_len;
                 uint32_t **a = grow(s->model_gpus, sizeof(*a), &n, model + 1);
                 if (!a)
                         return -ENOMEM;
                 s->model_gpus = a;
-                int *b = grow(s->model_gpus_n, sizeof(*b), &nb, model + 1);
+                n = s->model_gpus_len;
+                int *b = grow(s->model_gpus_n, sizeof(*b), &n, model + 1);
                 if (!b)
                         return -ENOMEM;
                 s->model_gpus_n = b;
-                int *c = grow(s->model_gpus_cap, sizeof(*c), &nc, model + 1);
+                n = s->model_gpus_len;
+                int *c = grow(s->model_gpus_cap, sizeof(*c), &n, model + 1);
                 if (!c)
                         return -ENOMEM;
                 s->model_gpus_cap = c;

@@ -488,21 +488,23 @@ void gp_trace_map_free(gp_trace_map *m) {
 
 static int map_add(gp_trace_map *m, const char *tenant, size_t tl, int prio, const char *rn, size_t rl) {
         if (m->n == m->cap) {
-                /* three parallel arrays of one capacity: each grows alike */
-                size_t ca = m->cap, cb = m->cap, cr = m->cap;
-                char **a = gp_vec_grow(m->tenant, &ca, m->n + 1, sizeof(*a), 16);
+                /* three parallel arrays of one capacity: each grows alike from m->cap */
+                size_t c = m->cap;
+                char **a = gp_vec_grow(m->tenant, &c, m->n + 1, sizeof(*a), 16);
                 if (!a)
                         return -ENOMEM;
                 m->tenant = a;
-                int *b = gp_vec_grow(m->prio, &cb, m->n + 1, sizeof(*b), 16);
+                c = m->cap;
+                int *b = gp_vec_grow(m->prio, &c, m->n + 1, sizeof(*b), 16);
                 if (!b)
                         return -ENOMEM;
                 m->prio = b;
-                char **r = gp_vec_grow(m->rename, &cr, m->n + 1, sizeof(*r), 16);
+                c = m->cap;
+                char **r = gp_vec_grow(m->rename, &c, m->n + 1, sizeof(*r), 16);
                 if (!r)
                         return -ENOMEM;
                 m->rename = r;
-                m->cap = ca;
+                m->cap = c;
         }
         char *t = strndup(tenant, tl), *r = rn ? strndup(rn, rl) : NULL;
         if (!t || (rn && !r)) {

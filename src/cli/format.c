@@ -18,6 +18,7 @@
 
 #include "base/text.h"
 #include "base/util.h"
+#include "base/vec.h"
 
 /* ---- UTF-8 and widths ------------------------------------------------ */
 
@@ -261,16 +262,12 @@ static int table_push(struct table *t) {
         gp_buf_reset(&t->cell);
         if (r < 0)
                 goto fail;
-        if (t->n == t->alloc) {
-                size_t na = t->alloc ? t->alloc * 2 : 64;
-                char **nc = realloc(t->cells, sizeof(*nc) * na);
-                if (!nc) {
-                        r = -ENOMEM;
-                        goto fail;
-                }
-                t->cells = nc;
-                t->alloc = na;
+        char **nc = gp_vec_grow(t->cells, &t->alloc, t->n + 1, sizeof(*nc), 64);
+        if (!nc) {
+                r = -ENOMEM;
+                goto fail;
         }
+        t->cells = nc;
         t->cells[t->n] = gp_buf_steal(&clean);
         if (!t->cells[t->n])
                 return -ENOMEM;

@@ -37,6 +37,7 @@
 
 #include "base/err.h"
 #include "base/util.h"
+#include "base/vec.h"
 
 extern char **environ;
 
@@ -202,14 +203,10 @@ static int env_set(struct envv *e, const char *kv) {
                         e->v[i] = kv;
                         return 0;
                 }
-        if (e->n + 2 > e->alloc) {
-                size_t na = e->alloc ? e->alloc * 2 : 64;
-                const char **nv = realloc(e->v, sizeof(*nv) * na);
-                if (!nv)
-                        return -ENOMEM;
-                e->v = nv;
-                e->alloc = na;
-        }
+        const char **nv = gp_vec_grow(e->v, &e->alloc, e->n + 2, sizeof(*nv), 64); /* and the NULL */
+        if (!nv)
+                return -ENOMEM;
+        e->v = nv;
         e->v[e->n++] = kv;
         e->v[e->n] = NULL;
         return 0;

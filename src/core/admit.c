@@ -18,6 +18,10 @@
 
 #define STRIDE_ONE ((uint64_t)1 << 32)
 
+/* The ticket of a link in a tenant FIFO / in the global FIFO. */
+#define TICKET(l) GP_LIST_ENTRY(l, gp_admit_ticket, link)
+#define FTICKET(l) GP_LIST_ENTRY(l, gp_admit_ticket, flink)
+
 typedef struct bucket {
         int64_t cap;       /* units per period; 0 = unlimited */
         int64_t period_ms; /* 1000 or 60000 */
@@ -26,7 +30,7 @@ typedef struct bucket {
 } bucket;
 
 typedef struct tq {
-        gp_admit_ticket *head, *tail;
+        gp_list fifo;      /* of gp_admit_ticket.link */
         size_t n;
         uint64_t pass;     /* stride pass of this tenant inside the tier */
         uint64_t epoch;    /* busy period the pass belongs to */
@@ -56,7 +60,7 @@ struct gp_admit {
         uint64_t epoch;    /* busy period: grows each time the queue runs empty */
         tenant *tenants;   /* [GP_ADMIT_MAX_TENANTS] */
         size_t ntenants;
-        gp_admit_ticket *fhead, *ftail;
+        gp_list fifo;      /* of gp_admit_ticket.flink: all queued, oldest first */
         uint64_t queued, running, seq;
         uint64_t admitted_total, rejected_total, expired_total, cancelled_total;
         int64_t blocked_until_ms; /* a rate bucket holds the queue back until then; 0 = none */
@@ -138,7 +142,10 @@ gp_admit *gp_admit_new(const gp_admit_limits *lim, int64_t now_ms) {
                 a->tiers[i].q = calloc(GP_ADMIT_MAX_TENANTS, sizeof(tq));
                 if (!a->tiers[i].q)
                         goto fail;
+                for (int j = 0; j < GP_ADMIT_MAX_TENANTS; j++)
+                        gp_list_init(&a->tiers[i].q[j].fifo);
         }
+        gp_list_init(&a->fifo);
         gp_admit_set_limits(a, lim, now_ms);
         return a;
 fail:
@@ -198,23 +205,8 @@ static uint64_t tier_stride(const gp_admit *a, int i) {
 static void unlink_ticket(gp_admit *a, gp_admit_ticket *t) {
         tier *tr = &a->tiers[t->tier];
         tq *q = &tr->q[t->tenant];
-        if (t->prev)
-                t->prev->next = t->next;
-        else
-                q->head = t->next;
-        if (t->next)
-                t->next->prev = t->prev;
-        else
-                q->tail = t->prev;
-        if (t->fprev)
-                t->fprev->fnext = t->fnext;
-        else
-                a->fhead = t->fnext;
-        if (t->fnext)
-                t->fnext->fprev = t->fprev;
-        else
-                a->ftail = t->fprev;
-        t->prev = t->next = t->fprev = t->fnext = NULL;
+        gp_list_del(&t->link);
+        gp_list_del(&t->flink);
         q->n--;
         tr->n--;
         a->queued--;
@@ -250,20 +242,8 @@ int gp_admit_submit(gp_admit *a, gp_admit_ticket *t, int64_t now_ms) {
         t->state = GP_ADMIT_QUEUED;
         t->enqueued_ms = now_ms;
         t->seq = ++a->seq;
-        t->next = NULL;
-        t->prev = q->tail;
-        if (q->tail)
-                q->tail->next = t;
-        else
-                q->head = t;
-        q->tail = t;
-        t->fnext = NULL;
-        t->fprev = a->ftail;
-        if (a->ftail)
-                a->ftail->fnext = t;
-        else
-                a->fhead = t;
-        a->ftail = t;
+        gp_list_add_tail(&q->fifo, &t->link);
+        gp_list_add_tail(&a->fifo, &t->flink);
         q->n++;
         tr->n++;
         a->queued++;
@@ -307,11 +287,12 @@ static int pick_tenant(gp_admit *a, tier *tr, int64_t now) {
                 if (q->n == 0)
                         continue;
                 int64_t w;
-                if (!tenant_ok(a, i, q->head, now, &w)) {
+                const gp_admit_ticket *head = TICKET(q->fifo.next);
+                if (!tenant_ok(a, i, head, now, &w)) {
                         note_wait(a, now, w);
                         continue;
                 }
-                if (best < 0 || q->pass < best_pass || (q->pass == best_pass && q->head->seq < tr->q[best].head->seq)) {
+                if (best < 0 || q->pass < best_pass || (q->pass == best_pass && head->seq < TICKET(tr->q[best].fifo.next)->seq)) {
                         best = (int)i;
                         best_pass = q->pass;
                 }
@@ -357,7 +338,7 @@ gp_admit_ticket *gp_admit_next(gp_admit *a, int64_t now_ms) {
                 return NULL;
         tier *tr = &a->tiers[ti];
         tq *q = &tr->q[tn];
-        gp_admit_ticket *t = q->head;
+        gp_admit_ticket *t = TICKET(q->fifo.next);
         /* the global token rate holds the line in order: no overtaking by smaller requests */
         if (!bucket_ok(&a->tps, t->tokens, now_ms)) {
                 note_wait(a, now_ms, bucket_wait_ms(&a->tps, t->tokens));
@@ -386,8 +367,10 @@ gp_admit_ticket *gp_admit_next(gp_admit *a, int64_t now_ms) {
 }
 
 gp_admit_ticket *gp_admit_expired(gp_admit *a, int64_t now_ms) {
-        gp_admit_ticket *t = a->fhead;
-        if (!t || now_ms - t->enqueued_ms < a->lim.queue_timeout_ms)
+        if (gp_list_empty(&a->fifo))
+                return NULL;
+        gp_admit_ticket *t = FTICKET(a->fifo.next);
+        if (now_ms - t->enqueued_ms < a->lim.queue_timeout_ms)
                 return NULL;
         unlink_ticket(a, t);
         t->state = GP_ADMIT_NEW;
@@ -428,9 +411,9 @@ void gp_admit_done(gp_admit *a, gp_admit_ticket *t, int64_t real_tokens, int64_t
 }
 
 int64_t gp_admit_wake_ms(const gp_admit *a, int64_t now_ms) {
-        if (!a->fhead)
+        if (gp_list_empty(&a->fifo))
                 return INT64_MAX;
-        int64_t w = a->fhead->enqueued_ms + a->lim.queue_timeout_ms;
+        int64_t w = FTICKET(a->fifo.next)->enqueued_ms + a->lim.queue_timeout_ms;
         if (a->blocked_until_ms && a->blocked_until_ms < w)
                 w = a->blocked_until_ms;
         return w < now_ms ? now_ms : w;
@@ -520,7 +503,7 @@ int gp_admit_tenant_stats_get(const gp_admit *a, size_t i, gp_admit_tenant_stats
 }
 
 void gp_admit_foreach_queued(const gp_admit *a, int (*fn)(const gp_admit_ticket *t, void *ud), void *ud) {
-        for (const gp_admit_ticket *t = a->fhead; t; t = t->fnext)
-                if (fn(t, ud))
+        GP_LIST_FOR_EACH(l, &a->fifo)
+                if (fn(FTICKET(l), ud))
                         return;
 }

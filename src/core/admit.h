@@ -40,6 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/list.h"
 #include "core/task.h"
 
 #define GP_ADMIT_MAX_TENANTS 512
@@ -80,8 +81,8 @@ typedef struct gp_admit_ticket {
         gp_admit_state state;
         int64_t enqueued_ms;                  /* when submitted */
         uint64_t seq;                         /* submission number */
-        struct gp_admit_ticket *prev, *next;  /* in its (tier, tenant) FIFO */
-        struct gp_admit_ticket *fprev, *fnext;/* in the FIFO of all waiting tickets */
+        gp_list link;                         /* in its (tier, tenant) FIFO */
+        gp_list flink;                        /* in the FIFO of all waiting tickets */
 } gp_admit_ticket;
 
 /* A new admission state.  NULL on out of memory.  Free with gp_admit_free

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "base/util.h"
+#include "base/vec.h"
 
 typedef __int128 i128;
 
@@ -141,14 +142,10 @@ static acc_line *line_for(acc *a, int kind, const char *name) {
         for (size_t i = 0; i < a->n; i++)
                 if (a->lines[i].l.kind == kind && !strcmp(a->lines[i].l.name, name))
                         return &a->lines[i];
-        if (a->n == a->cap) {
-                size_t c = a->cap ? a->cap * 2 : 8;
-                acc_line *nl = realloc(a->lines, c * sizeof(*nl));
-                if (!nl)
-                        return NULL;
-                a->lines = nl;
-                a->cap = c;
-        }
+        acc_line *nl = gp_vec_grow(a->lines, &a->cap, a->n + 1, sizeof(*nl), 8);
+        if (!nl)
+                return NULL;
+        a->lines = nl;
         acc_line *l = &a->lines[a->n++];
         memset(l, 0, sizeof(*l));
         l->l.kind = kind;

@@ -56,15 +56,11 @@ static int emit_resize(const stask *t, gp_sched_decision **ret, size_t *ret_n, s
  * be split by a failed allocation. */
 static int emit_room(gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap, size_t extra) {
         if (*ret_n + extra <= *ret_cap)
-                return 0;
-        size_t c = *ret_cap ? *ret_cap : 64;
-        while (c < *ret_n + extra)
-                c *= 2;
-        gp_sched_decision *p = realloc(*ret, c * sizeof(*p));
+                return 0; /* even with no array yet, when extra is 0 */
+        gp_sched_decision *p = gp_vec_grow(*ret, ret_cap, *ret_n + extra, sizeof(*p), 64);
         if (!p)
                 return -ENOMEM;
         *ret = p;
-        *ret_cap = c;
         return 0;
 }
 

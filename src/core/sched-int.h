@@ -47,6 +47,7 @@
 #include "base/err.h"
 #include "base/i64map.h"
 #include "base/util.h"
+#include "base/vec.h"
 
 #include <fnmatch.h>
 #include <inttypes.h>
@@ -484,6 +485,7 @@ static inline bool array_full(const stask *t) {
 }
 
 /* sched-util.c */
+SCHED_PRIVATE void *grow_from(void *p, size_t elem, uint32_t *cap, uint32_t need, uint32_t first);
 SCHED_PRIVATE void *grow(void *p, size_t elem, uint32_t *cap, uint32_t need);
 SCHED_PRIVATE void intern_done(intern *in);
 SCHED_PRIVATE int intern_get(intern *in, const char *s, uint32_t *ret);

@@ -87,18 +87,19 @@ static void gpu_link(gp_sched *s, uint32_t gi) {
 
 static int model_gpus_add(gp_sched *s, uint32_t model, uint32_t gi) {
         if (model >= s->model_gpus_len) {
-                uint32_t n = s->model_gpus_len ? s->model_gpus_len : 8;
-                while (n <= model)
-                        n *= 2;
-                uint32_t **a = realloc(s->model_gpus, n * sizeof(*a));
+                /* three parallel arrays of one length: each grows alike from it */
+                uint32_t n = s->model_gpus_len;
+                uint32_t **a = grow(s->model_gpus, sizeof(*a), &n, model + 1);
                 if (!a)
                         return -ENOMEM;
                 s->model_gpus = a;
-                int *b = realloc(s->model_gpus_n, n * sizeof(*b));
+                n = s->model_gpus_len;
+                int *b = grow(s->model_gpus_n, sizeof(*b), &n, model + 1);
                 if (!b)
                         return -ENOMEM;
                 s->model_gpus_n = b;
-                int *c = realloc(s->model_gpus_cap, n * sizeof(*c));
+                n = s->model_gpus_len;
+                int *c = grow(s->model_gpus_cap, sizeof(*c), &n, model + 1);
                 if (!c)
                         return -ENOMEM;
                 s->model_gpus_cap = c;

@@ -366,13 +366,13 @@ static int plan_node(gp_sched *s, const stask *w, uint32_t ni, int64_t now, bool
 /* Stop v for w and queue it again at its place by id. */
 static int preempt_for(gp_sched *s, stask *v, const stask *w, int64_t now, gp_sched_decision **ret,
                        size_t *ret_n, size_t *ret_cap) {
-        if (!was_preempted_by(v, w->id) && v->n_pre_by == v->pre_by_cap) {
-                int cap = v->pre_by_cap ? 2 * v->pre_by_cap : 4;
-                int64_t *p = realloc(v->pre_by, (size_t)cap * sizeof(*p));
+        if (!was_preempted_by(v, w->id)) {
+                uint32_t cap = (uint32_t)v->pre_by_cap;
+                int64_t *p = grow_from(v->pre_by, sizeof(*p), &cap, (uint32_t)v->n_pre_by + 1, 4);
                 if (!p)
                         return -ENOMEM;
                 v->pre_by = p;
-                v->pre_by_cap = cap;
+                v->pre_by_cap = (int)cap;
         }
         gp_sched_decision d = {.kind = GP_DECIDE_PREEMPT, .id = v->id, .n_gpus = v->ngpus};
         memcpy(d.gpus, v->gpus, (size_t)v->ngpus * sizeof(uint32_t));

@@ -11,10 +11,8 @@
 SCHED_PRIVATE int tenant_ensure(gp_sched *s, uint32_t id) {
         if (id < s->tn_cap)
                 return 0;
-        uint32_t cap = s->tn_cap ? s->tn_cap : 16;
-        while (cap <= id)
-                cap *= 2;
-        stenant *tn = realloc(s->tn, (size_t)cap * sizeof(*tn));
+        uint32_t cap = s->tn_cap;
+        stenant *tn = grow_from(s->tn, sizeof(*tn), &cap, id + 1, 16);
         if (!tn)
                 return -ENOMEM;
         memset(tn + s->tn_cap, 0, (size_t)(cap - s->tn_cap) * sizeof(*tn));
@@ -31,10 +29,8 @@ SCHED_PRIVATE int tenant_ensure(gp_sched *s, uint32_t id) {
 static int group_ensure(gp_sched *s, uint32_t id) {
         if (id < s->gr_cap)
                 return 0;
-        uint32_t cap = s->gr_cap ? s->gr_cap : 8;
-        while (cap <= id)
-                cap *= 2;
-        sgroup *gr = realloc(s->gr, (size_t)cap * sizeof(*gr));
+        uint32_t cap = s->gr_cap;
+        sgroup *gr = grow(s->gr, sizeof(*gr), &cap, id + 1);
         if (!gr)
                 return -ENOMEM;
         memset(gr + s->gr_cap, 0, (size_t)(cap - s->gr_cap) * sizeof(*gr));
@@ -331,14 +327,10 @@ SCHED_PRIVATE int walk_init(gp_sched *s, walk *w, bool live) {
         for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
                 total += s->tiers[i].nact;
         if (total > s->wcap) {
-                size_t cap = s->wcap ? s->wcap : 64;
-                while (cap < total)
-                        cap *= 2;
-                went *b = realloc(s->wbuf, cap * sizeof(*b));
-                if (!b)
+                went *nb = gp_vec_grow(s->wbuf, &s->wcap, total, sizeof(*nb), 64);
+                if (!nb)
                         return -ENOMEM;
-                s->wbuf = b;
-                s->wcap = cap;
+                s->wbuf = nb;
         }
         went *b = s->wbuf;
         for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {

@@ -6,17 +6,23 @@
 /* ------------------------------------------------------------------ */
 /* small helpers                                                      */
 
-SCHED_PRIVATE void *grow(void *p, size_t elem, uint32_t *cap, uint32_t need) {
+/* gp_vec_grow for the core's uint32_t capacities, doubling from `first`.
+ * A capacity doubled up to `need` stays under 2 * need, so need <= 2^31
+ * keeps it a uint32_t; a larger need is refused (NULL, nothing changed). */
+SCHED_PRIVATE void *grow_from(void *p, size_t elem, uint32_t *cap, uint32_t need, uint32_t first) {
         if (need <= *cap)
-                return p;
-        uint32_t n = *cap ? *cap : 8;
-        while (n < need)
-                n *= 2;
-        void *q = realloc(p, (size_t)n * elem);
-        if (!q)
+                return p; /* the common case stays inline (bench-core: a call per decision shows) */
+        if (need > (UINT32_C(1) << 31))
                 return NULL;
-        *cap = n;
+        size_t c = *cap;
+        void *q = gp_vec_grow(p, &c, need, elem, first);
+        if (q)
+                *cap = (uint32_t)c;
         return q;
+}
+
+SCHED_PRIVATE void *grow(void *p, size_t elem, uint32_t *cap, uint32_t need) {
+        return grow_from(p, elem, cap, need, 8);
 }
 
 static uint64_t hash_str(const char *s) {
@@ -106,12 +112,10 @@ SCHED_PRIVATE void map_del(gp_sched *s, int64_t id) {
 
 SCHED_PRIVATE int heap_push(gp_sched *s, int64_t deadline, int64_t id) {
         if (s->heap_n == s->heap_cap) {
-                size_t n = s->heap_cap ? s->heap_cap * 2 : 64;
-                heap_ent *h = realloc(s->heap, n * sizeof(*h));
+                heap_ent *h = gp_vec_grow(s->heap, &s->heap_cap, s->heap_n + 1, sizeof(*h), 64);
                 if (!h)
                         return -ENOMEM;
                 s->heap = h;
-                s->heap_cap = n;
         }
         size_t i = s->heap_n++;
         while (i > 0) {

@@ -139,13 +139,11 @@ const gp_sched_config *gp_sched_get_config(const gp_sched *s) {
 /* the decision loop                                                  */
 
 SCHED_PRIVATE int emit(gp_sched_decision **ret, size_t *n, size_t *cap, const gp_sched_decision *d) {
-        if (*n == *cap) {
-                size_t c = *cap ? *cap * 2 : 64;
-                gp_sched_decision *p = realloc(*ret, c * sizeof(*p));
+        if (*n == *cap) { /* only then: a call per decision shows in bench-core */
+                gp_sched_decision *p = gp_vec_grow(*ret, cap, *n + 1, sizeof(*p), 64);
                 if (!p)
                         return -ENOMEM;
                 *ret = p;
-                *cap = c;
         }
         (*ret)[(*n)++] = *d;
         return 0;

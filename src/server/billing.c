@@ -25,6 +25,7 @@
 #include "base/log.h"
 #include "base/tz.h"
 #include "base/util.h"
+#include "base/vec.h"
 #include "core/billing.h"
 #include "server/routes.h"
 #include "server/server-int.h"
@@ -95,15 +96,9 @@ static gp_billing *B(gp_daemon *d) {
         return d->bill;
 }
 
+/* Room for element n (the next one) of an array. */
 static void *grow(void *p, size_t *cap, size_t n, size_t elem) {
-        if (n < *cap)
-                return p;
-        size_t c = *cap ? *cap * 2 : 16;
-        void *np = realloc(p, c * elem);
-        if (!np)
-                return NULL;
-        *cap = c;
-        return np;
+        return gp_vec_grow(p, cap, n + 1, elem, 16);
 }
 
 static void oom_stop(void) {

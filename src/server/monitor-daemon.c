@@ -22,6 +22,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "base/vec.h"
 #include "server/alerts.h"
 #include "server/routes.h"
 #include "server/server-int.h"
@@ -209,14 +210,10 @@ typedef struct quota_list {
 
 static void keep_quota(void *ud, const char *tenant, double pct) {
         quota_list *l = ud;
-        if (l->n == l->cap) {
-                size_t cap = l->cap ? 2 * l->cap : 16;
-                quota_use *v = realloc(l->v, cap * sizeof(*v));
-                if (!v)
-                        return; /* this round misses the rest: they count as not observed */
-                l->v = v;
-                l->cap = cap;
-        }
+        quota_use *v = gp_vec_grow(l->v, &l->cap, l->n + 1, sizeof(*v), 16);
+        if (!v)
+                return; /* this round misses the rest: they count as not observed */
+        l->v = v;
         gp_strlcpy(l->v[l->n].tenant, tenant, sizeof(l->v[l->n].tenant));
         l->v[l->n++].pct = pct;
 }

@@ -12,6 +12,7 @@
 #include "sim/sim.h"
 
 #include "base/err.h"
+#include "base/vec.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -43,14 +44,10 @@ static bool ent_less(const end_ent *a, const end_ent *b) {
 }
 
 static int heap_push(heap *h, end_ent e) {
-        if (h->n == h->cap) {
-                size_t c = h->cap ? h->cap * 2 : 1024;
-                end_ent *v = realloc(h->v, c * sizeof(*v));
-                if (!v)
-                        return -ENOMEM;
-                h->v = v;
-                h->cap = c;
-        }
+        end_ent *v = gp_vec_grow(h->v, &h->cap, h->n + 1, sizeof(*v), 1024);
+        if (!v)
+                return -ENOMEM;
+        h->v = v;
         size_t i = h->n++;
         while (i > 0) {
                 size_t p = (i - 1) / 2;
@@ -200,14 +197,10 @@ static int sample(sim *m, int64_t t) {
                         return 0;
                 }
         }
-        if (r->ntimeline == m->timeline_cap) {
-                size_t c = m->timeline_cap ? m->timeline_cap * 2 : 4096;
-                gp_sim_sample *v = realloc(r->timeline, c * sizeof(*v));
-                if (!v)
-                        return -ENOMEM;
-                r->timeline = v;
-                m->timeline_cap = c;
-        }
+        gp_sim_sample *v = gp_vec_grow(r->timeline, &m->timeline_cap, r->ntimeline + 1, sizeof(*v), 4096);
+        if (!v)
+                return -ENOMEM;
+        r->timeline = v;
         r->timeline[r->ntimeline++] = (gp_sim_sample){t, m->busy, m->queued, m->running};
         return 0;
 }

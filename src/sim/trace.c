@@ -11,6 +11,7 @@
 
 #include "base/err.h"
 #include "base/util.h"
+#include "base/vec.h"
 #include "core/task.h"
 
 #include <errno.h>
@@ -193,14 +194,12 @@ static int intern(interner *in, const char *p, size_t n, uint32_t *ret) {
         }
         if (in->n >= GP_TRACE_MAX_TENANTS)
                 return -E2BIG;
-        if (in->n == in->cap) {
-                uint32_t c = in->cap ? in->cap * 2 : 16;
-                char **v = realloc(in->names, c * sizeof(*v));
-                if (!v)
-                        return -ENOMEM;
-                in->names = v;
-                in->cap = c;
-        }
+        size_t c = in->cap; /* n is bounded by GP_TRACE_MAX_TENANTS */
+        char **v = gp_vec_grow(in->names, &c, (size_t)in->n + 1, sizeof(*v), 16);
+        if (!v)
+                return -ENOMEM;
+        in->names = v;
+        in->cap = (uint32_t)c;
         if (!(in->names[in->n] = strndup(p, n)))
                 return -ENOMEM;
         in->slots[h] = in->n + 1;
@@ -412,15 +411,13 @@ int gp_trace_parse(const char *name, const char *data, size_t len, const gp_trac
                                 rc = -E2BIG;
                                 goto fail;
                         }
-                        size_t c = cap ? cap * 2 : 1024;
-                        gp_trace_job *v = realloc(t->jobs, c * sizeof(*v));
+                        gp_trace_job *v = gp_vec_grow(t->jobs, &cap, t->n + 1, sizeof(*v), 1024);
                         if (!v) {
                                 fail(err, errlen, name, line, "out of memory");
                                 rc = -ENOMEM;
                                 goto fail;
                         }
                         t->jobs = v;
-                        cap = c;
                 }
                 t->jobs[t->n++] = j;
         }
@@ -491,16 +488,19 @@ void gp_trace_map_free(gp_trace_map *m) {
 
 static int map_add(gp_trace_map *m, const char *tenant, size_t tl, int prio, const char *rn, size_t rl) {
         if (m->n == m->cap) {
-                size_t c = m->cap ? m->cap * 2 : 16;
-                char **a = realloc(m->tenant, c * sizeof(*a));
+                /* three parallel arrays of one capacity: each grows alike from m->cap */
+                size_t c = m->cap;
+                char **a = gp_vec_grow(m->tenant, &c, m->n + 1, sizeof(*a), 16);
                 if (!a)
                         return -ENOMEM;
                 m->tenant = a;
-                int *b = realloc(m->prio, c * sizeof(*b));
+                c = m->cap;
+                int *b = gp_vec_grow(m->prio, &c, m->n + 1, sizeof(*b), 16);
                 if (!b)
                         return -ENOMEM;
                 m->prio = b;
-                char **r = realloc(m->rename, c * sizeof(*r));
+                c = m->cap;
+                char **r = gp_vec_grow(m->rename, &c, m->n + 1, sizeof(*r), 16);
                 if (!r)
                         return -ENOMEM;
                 m->rename = r;

@@ -69,6 +69,7 @@ static void test_gateway_section_is_loaded(void **state) {
                          "    - name: m\n"
                          "      serve: {command: [vllm, serve, x, --port, \"{port}\"], gpus: 2, memory_mb: 20000,\n"
                          "              port: auto, ready: /v1/models, replicas: 3}\n";
+        gp_config_free(&c); /* a loaded config owns heap lists (config.h) */
         if (load(sv, &c, err, sizeof(err)) != 0)
                 fail_msg("%s", err);
         const gp_cfg_serve *s = &c.gw.models[0].serve;
@@ -82,6 +83,7 @@ static void test_gateway_section_is_loaded(void **state) {
         assert_string_equal(s->ready, "/v1/models");
         assert_int_equal(s->replicas, 3);
         assert_int_equal(c.gw.models[0].n_upstreams, 0);
+        gp_config_free(&c);
 }
 
 static void test_defaults_match_design(void **state) {

@@ -492,7 +492,7 @@ gw_req *gw_request(gp_gw *g, loop *L, const char *url, const char *method, const
         gp_buf_init(&q->hdrs, MAX_HEADER_BYTES);
         gp_buf_init(&q->out, stream ? 0 : (size_t)g->cfg.max_response_bytes);
         if (stream && (q->out.data = malloc(STREAM_OUT_START))) {
-                /* one allocation where doubling from 64 bytes took six reallocs on
+                /* one allocation where doubling from 64 bytes took four more reallocs on
                  * every streamed request (the buffer is drained, not freed, per pass) */
                 q->out.alloc = STREAM_OUT_START;
                 q->out.data[0] = '\0';

@@ -48,7 +48,13 @@ int gp_http_url_parse(const char *url, gp_http_url *u) {
                 }
                 if (p < 1 || p > 65535)
                         return -EINVAL;
-                snprintf(u->port, sizeof(u->port), "%ld", p);
+                char *w = u->port + sizeof(u->port); /* "%ld" by hand: this runs once per upstream request */
+                *--w = '\0';
+                do {
+                        *--w = (char)('0' + p % 10);
+                        p /= 10;
+                } while (p);
+                memmove(u->port, w, (size_t)(u->port + sizeof(u->port) - w));
         } else {
                 strcpy(u->port, "80");
         }

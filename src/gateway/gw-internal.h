@@ -24,6 +24,7 @@
 #define TAG_MASK ((uint64_t)7)
 #define MAX_HEADER_BYTES (64 * 1024)
 #define STREAM_HIGH_WATER (1 << 20) /* buffered for a slow client: pause the upstream */
+#define STREAM_OUT_START 4096     /* a streamed answer's buffer to begin with (grows by doubling) */
 #define TICK_MS 100                /* upstream timeouts are looked at this often */
 
 #define GW_MAX_LOOPS 16

@@ -73,6 +73,16 @@ static void send_list(pending *p, bool fresh) {
 }
 
 /* Make durable what was committed: the disk first, then the answers. */
+/* fsync what was committed, or stop: what a failed fsync covered may be
+ * lost (Linux may drop the unsynced pages), so it is never acknowledged. */
+static void sync_or_stop(gp_daemon *d) {
+        char err[512] = "";
+        if (gp_store_sync(d->ws, err, sizeof(err)) < 0) {
+                gp_error("store sync failed (%s); stopping so that nothing unstored is acknowledged", err);
+                _exit(70);
+        }
+}
+
 static void *sync_main(void *arg) {
         gp_commit *c = arg;
         gp_daemon *d = c->d;
@@ -84,12 +94,7 @@ static void *sync_main(void *arg) {
                         break; /* stopping, all synced */
                 uint64_t target = c->committed;
                 pthread_mutex_unlock(&c->mu);
-                char err[512] = "";
-                if (gp_store_sync(d->ws, err, sizeof(err)) < 0) {
-                        /* what the fsync covered may be lost: never acknowledge it */
-                        gp_error("store sync failed (%s); stopping so that nothing unstored is acknowledged", err);
-                        _exit(70);
-                }
+                sync_or_stop(d);
                 pthread_mutex_lock(&c->mu);
                 __atomic_store_n(&c->durable, target, __ATOMIC_RELEASE);
                 pending *out = c->head, **pp = &out;
@@ -211,11 +216,7 @@ void gp_commit_stored(gp_daemon *d, uint64_t gen) {
         }
         pthread_mutex_unlock(&c->mu);
         /* no sync thread (start-up, or a store durable at its commit) */
-        char err[512] = "";
-        if (gp_store_sync(d->ws, err, sizeof(err)) < 0) {
-                gp_error("store sync failed (%s); stopping so that nothing unstored is acknowledged", err);
-                _exit(70);
-        }
+        sync_or_stop(d);
         pthread_mutex_lock(&c->mu);
         c->committed = gen;
         __atomic_store_n(&c->durable, gen, __ATOMIC_RELEASE);

@@ -137,10 +137,10 @@ static int las_plan(gp_sched *s, const stask *t, uint32_t ni, int64_t now) {
 }
 
 /* Stop running task v and queue it again (its run counts as service). */
-static int las_preempt(gp_sched *s, stask *v, int64_t now, gp_sched_decision **ret, size_t *ret_n,
-                       size_t *ret_cap) {
-        gp_sched_decision d = {.kind = GP_DECIDE_PREEMPT, .id = v->id, .n_gpus = v->ngpus};
-        memcpy(d.gpus, v->gpus, (size_t)v->ngpus * sizeof(uint32_t));
+/* A preempted task v: stopped, and queued again at its place by id (its
+ * queue recomputed); forgotten, like gp_sched_requeue, when it cannot be
+ * queued.  0 or -ENOMEM. */
+static int requeue_preempted(gp_sched *s, stask *v, int64_t now) {
         stop(s, v, now);
         v->rcode = R_NONE;
         v->q = (uint8_t)queue_of(s, v);
@@ -151,6 +151,15 @@ static int las_preempt(gp_sched *s, stask *v, int64_t now, gp_sched_decision **r
                 task_free(s, v);
                 return -ENOMEM;
         }
+        return 0;
+}
+
+static int las_preempt(gp_sched *s, stask *v, int64_t now, gp_sched_decision **ret, size_t *ret_n,
+                       size_t *ret_cap) {
+        gp_sched_decision d = {.kind = GP_DECIDE_PREEMPT, .id = v->id, .n_gpus = v->ngpus};
+        memcpy(d.gpus, v->gpus, (size_t)v->ngpus * sizeof(uint32_t));
+        if (requeue_preempted(s, v, now) < 0)
+                return -ENOMEM;
         return emit(ret, ret_n, ret_cap, &d);
 }
 
@@ -380,17 +389,7 @@ static int preempt_for(gp_sched *s, stask *v, const stask *w, int64_t now, gp_sc
                 return -ENOMEM;
         if (!was_preempted_by(v, w->id))
                 v->pre_by[v->n_pre_by++] = w->id;
-        stop(s, v, now);
-        v->rcode = R_NONE;
-        v->q = (uint8_t)queue_of(s, v);
-        s->total_preempted++;
-        if (queue_add(s, v) < 0) {
-                /* cannot queue it again: forgotten, like gp_sched_requeue */
-                map_del(s, v->id);
-                task_free(s, v);
-                return -ENOMEM;
-        }
-        return 0;
+        return requeue_preempted(s, v, now);
 }
 
 /* Make room for w by preempting on the node where that costs the fewest

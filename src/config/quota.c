@@ -29,11 +29,6 @@ void gp_quota_set(gp_quota *q, gp_quota_field f, int64_t v) {
                 *(int64_t *)p = v;
 }
 
-int64_t gp_quota_get(const gp_quota *q, gp_quota_field f) {
-        const char *p = (const char *)q + gp_quota_defs[f].off;
-        return gp_quota_defs[f].size == sizeof(int) ? *(const int *)p : *(const int64_t *)p;
-}
-
 #define MAX_TEXT 32 /* longest number text read: more is refused, never cut */
 
 int gp_quota_field_find(const char *name, size_t n) {

@@ -63,9 +63,6 @@ int gp_quota_type_error(gp_quota_field f, const char *what, char *why, size_t wh
 /* Store a value read by gp_quota_parse* into field f of *q. */
 void gp_quota_set(gp_quota *q, gp_quota_field f, int64_t v);
 
-/* Field f of *q. */
-int64_t gp_quota_get(const gp_quota *q, gp_quota_field f);
-
 /* (The rule on a whole quota, guaranteed_gpus <= max_gpus, is
  * gp_quota_check in core/quota.h.) */
 

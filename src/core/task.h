@@ -83,6 +83,14 @@ typedef struct gp_task {
         char *spec;                       /* batch: JSON {"command":[..],"env":{..},"workdir":".."}; NULL for a lease; owned */
 } gp_task;
 
+/* Which start of the task its current (or last) run is: 1, 2, ...  Every
+ * way back to the queue (a retry after its GPU or node failed, a
+ * preemption) counts once, so the number grows with every start; agents
+ * tell a current run from a stale one by it (docs/internals/cluster.md). */
+static inline int64_t gp_task_run_epoch(const gp_task *t) {
+        return 1 + (int64_t)t->retries + (int64_t)t->preempt_count;
+}
+
 /* "queued", "running", ...; "unknown" for out-of-range values. */
 const char *gp_task_state_name(gp_task_state s);
 /* Parse a state name. 0 or -EINVAL. */

@@ -24,6 +24,7 @@
 #define GP_REASON_MAX 200
 #define GP_NODE_MAX 48
 #define GP_UUID_MAX 64
+#define GP_SELECTOR_MAX 512     /* a node selector as text: "k=v,k2=v2", sorted by key */
 
 typedef enum gp_task_state {
         GP_TASK_QUEUED = 0,
@@ -48,6 +49,8 @@ typedef struct gp_task {
         char name[GP_NAME_MAX];           /* free text, may be "" */
         char model[GP_MODEL_MAX];         /* model the task loads (affinity), may be "" */
         char gpu_model[GP_MODEL_MAX];     /* glob on the GPU's name, "" = any */
+        char node_selector[GP_SELECTOR_MAX]; /* labels its nodes must have, "k=v,k2=v2" sorted by
+                                             key; "" = any node */
         int priority;                     /* 0 (most urgent) .. 9 */
         int gpu_request;                  /* GPUs wanted, 1..GP_MAX_GANG */
         int64_t memory_mb;                /* per GPU; 0 = whole GPU */

@@ -370,6 +370,7 @@ int store_task_check(gp_store *s, const gp_task *t) {
         else if (!str_fits(t->tenant, sizeof(t->tenant)) || !str_fits(t->name, sizeof(t->name)) ||
                  !str_fits(t->model, sizeof(t->model)) ||
                  !str_fits(t->gpu_model, sizeof(t->gpu_model)) ||
+                 !str_fits(t->node_selector, sizeof(t->node_selector)) ||
                  !str_fits(t->reason, sizeof(t->reason)))
                 bad = "a string field is not NUL-terminated";
         else if (t->spec && strnlen(t->spec, GP_STORE_SPEC_MAX + 1) > GP_STORE_SPEC_MAX)
@@ -495,7 +496,7 @@ static const char *const col_names[COL_COUNT] = {
         "exclusive", "preemptible", "is_lease", "timeout_s", "queue_timeout_s", "lease_ttl_s",
         "max_retries", "retries", "preempt_count", "state", "exit_code", "reason", "submitted_ms",
         "started_ms", "finished_ms", "heartbeat_ms", "sup_pid", "sup_start", "spec", "gpus", "elastic_max",
-        "borrowing", "array_id", "array_index", "array_limit",
+        "borrowing", "array_id", "array_index", "array_limit", "node_selector",
 };
 
 static int row_err(gp_store *s, int64_t id, int col, const char *why) {
@@ -567,6 +568,7 @@ int store_task_from_row(gp_store *s, const store_row *row, gp_task *ret) {
             (r = row_str(s, row, t.id, COL_NAME, t.name, sizeof(t.name))) < 0 ||
             (r = row_str(s, row, t.id, COL_MODEL, t.model, sizeof(t.model))) < 0 ||
             (r = row_str(s, row, t.id, COL_GPU_MODEL, t.gpu_model, sizeof(t.gpu_model))) < 0 ||
+            (r = row_str(s, row, t.id, COL_NODE_SELECTOR, t.node_selector, sizeof(t.node_selector))) < 0 ||
             (r = row_int(s, row, t.id, COL_PRIORITY, &t.priority)) < 0 ||
             (r = row_int(s, row, t.id, COL_GPU_REQUEST, &t.gpu_request)) < 0 ||
             (r = row_i64(s, row, t.id, COL_MEMORY_MB, INT64_MIN, INT64_MAX, &t.memory_mb)) < 0 ||
@@ -840,6 +842,11 @@ static const struct store_migration {
                              "ADD COLUMN array_index BIGINT NOT NULL DEFAULT 0, "
                              "ADD COLUMN array_limit BIGINT NOT NULL DEFAULT 0; "
                              "CREATE INDEX tasks_array ON tasks (array_id, id)"},
+         NULL},
+        /* the labels a task's nodes must have (issue 15) */
+        {5,
+         {[STORE_SQLITE] = "ALTER TABLE tasks ADD COLUMN node_selector TEXT NOT NULL DEFAULT ''",
+          [STORE_POSTGRES] = "ALTER TABLE tasks ADD COLUMN node_selector TEXT NOT NULL DEFAULT ''"},
          NULL},
 };
 

@@ -14,7 +14,9 @@ allowed() {
         exec) echo "base exec" ;;
         sim) echo "base core config sim" ;;
         gateway) echo "base core config gateway" ;;
-        server) echo "base core config gpu store exec gateway server" ;;
+        server) echo "base core config gpu store exec gateway cluster server" ;;
+        cluster) echo "base core exec cluster" ;;
+        agent) echo "base core config gpu exec cluster agent" ;;
         cli) echo "base core cli" ;;
         *) echo "" ;;
         esac

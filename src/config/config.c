@@ -37,6 +37,7 @@
 
 #include "base/buf.h"
 #include "base/text.h"
+#include "base/labels.h"
 #include "base/util.h"
 #include "base/url.h"
 #include "base/vec.h"
@@ -99,6 +100,8 @@ static int parse_serve_port(struct ctx *c, const struct field *f, void *base, co
 static int parse_autoscale(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_tokenize(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_unix_user(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_node_name(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_node_labels(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 
 #define CFG(m) offsetof(gp_config, m), sizeof(((gp_config *)0)->m)
 #define SIM(m) offsetof(gp_cfg_sim_gpu, m), sizeof(((gp_cfg_sim_gpu *)0)->m)
@@ -150,6 +153,19 @@ static const struct field fields[] = {
         {"gpus.sim[].memory_mb", K_I64, SIM(memory_mb), 1, 1048576, NULL},
         {"gpus.sim[].count", K_INT, SIM(count), 1, 64, NULL},
         {"gpus.poll_ms", K_INT, CFG(gpu_poll_ms), 100, 3600000, NULL},
+
+        {"agent", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"agent.listen", K_CUSTOM, CFG(agent_listen), 1, 127, parse_listen},
+        {"agent.data_dir", K_STR, CFG(agent_data_dir), 1, PATH_MAX - 1, NULL},
+        {"agent.heartbeat_s", K_INT, CFG(agent_heartbeat_s), 1, 60, NULL},
+
+        {"node", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"node.name", K_CUSTOM, CFG(node_name), 0, 0, parse_node_name},
+        {"node.labels", K_CUSTOM, CFG(node_labels), 0, 0, parse_node_labels},
+
+        {"cluster", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"cluster.join_tokens", K_CUSTOM, CFG(join_tokens), 0, GP_CFG_MAX_JOIN_TOKENS, parse_items},
+        {"cluster.node_timeout_s", K_INT, CFG(node_timeout_s), 2, 3600, NULL},
 
         {"scheduler", K_SECTION, NOSTORE, 0, 0, NULL},
         {"scheduler.policy", K_CUSTOM, CFG(policy), 0, 0, parse_policy},
@@ -286,7 +302,7 @@ static const struct field fields[] = {
 
 #define N_FIELDS GP_ARRAY_SIZE(fields)
 
-static const char *const backend_names[] = {"auto", "nvml", "sim"};
+static const char *const backend_names[] = {"auto", "nvml", "sim", "none"};
 static const char *const sync_names[] = {"full", "normal"};
 static const char *const severity_names[] = {"info", "warning", "critical"};
 static const char *const cmp_names[] = {">", ">=", "<", "<=", "==", "!="}; /* gp_cmp order */
@@ -371,6 +387,11 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->sim[0].count = 4;
         cfg->n_sim = 1;
         cfg->gpu_poll_ms = 2000;
+
+        gp_strlcpy(cfg->agent_listen, "0.0.0.0:8081", sizeof(cfg->agent_listen));
+        gp_strlcpy(cfg->agent_data_dir, "./gpupool-agent-data", sizeof(cfg->agent_data_dir));
+        cfg->agent_heartbeat_s = 2;
+        cfg->node_timeout_s = 10;
 
         cfg->policy = GP_SCHED_HYBRID;
         cfg->placement = GP_PLACE_PACK;
@@ -1022,6 +1043,109 @@ static int admin_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *ar
                 return r;
         memcpy(cfg->admin_keys[i], tmp, sizeof(tmp));
         c->refs.admin_key[i] = ev_line(ev);
+        return 0;
+}
+
+/* cluster.join_tokens[]: hashes only, like admin keys (a join token is a
+ * secret; the server never stores one in clear). */
+static int join_token_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_config *cfg = arg;
+        char tmp[sizeof(cfg->join_tokens[0])];
+        memset(tmp, 0, sizeof(tmp));
+        if (i >= GP_CFG_MAX_JOIN_TOKENS)
+                return fail(c, ev_line(ev), "too many join tokens (at most %d)", GP_CFG_MAX_JOIN_TOKENS);
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
+            !admin_key_ok((const char *)ev->data.scalar.value, ev->data.scalar.length))
+                return fail(c, ev_line(ev),
+                            "expected \"sha256:\" and 64 lowercase hex digits, the SHA-256 of the join token "
+                            "(not the token itself; e.g. printf %%s gpj_... | sha256sum)");
+        memcpy(tmp, ev->data.scalar.value, ev->data.scalar.length);
+        for (int j = 0; j < i; j++)
+                if (!strcmp(cfg->join_tokens[j], tmp))
+                        return fail(c, ev_line(ev), "the same token hash is listed twice (items %d and %d)", j, i);
+        memcpy(cfg->join_tokens[i], tmp, sizeof(tmp));
+        return 0;
+}
+
+/* node.name: "" = the host name at run time; else what the agent protocol
+ * accepts (cluster/proto.h gp_proto_node_name_ok: the same rule). */
+static int parse_node_name(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        char tmp[sizeof(cfg->node_name) + 1], d[96];
+        memset(tmp, 0, sizeof(tmp));
+        if (ev->type == YAML_SCALAR_EVENT && ev->data.scalar.length >= sizeof(cfg->node_name))
+                return fail(c, ev_line(ev), "a node name is at most %zu bytes", sizeof(cfg->node_name) - 1);
+        int r = scalar_str(c, ev, tmp, sizeof(tmp), 0);
+        if (r < 0)
+                return r;
+        size_t n = strlen(tmp);
+        if (n > 0 && (!gp_id_ok(tmp, n) || !strcmp(tmp, "local")))
+                return fail(c, ev_line(ev), "%s is not a node name (1..%zu of [A-Za-z0-9._-], not \"local\"; "
+                            "\"\" = the host name)", show(tmp, n, d, sizeof(d)), sizeof(cfg->node_name) - 1);
+        memcpy(cfg->node_name, tmp, sizeof(cfg->node_name));
+        return 0;
+}
+
+/* node.labels: a mapping of key: value, kept in canonical form. */
+static int parse_node_labels(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        char flat[GP_LABELS_N * (2 * GP_LABEL_PART_MAX + 2) + 1], canon[sizeof(cfg->node_labels)], d[96], why[200];
+        size_t o = 0;
+        int n = 0, r = 0;
+        flat[0] = '\0';
+        memset(canon, 0, sizeof(canon));
+        if (is_null(ev)) {
+                cfg->node_labels[0] = '\0';
+                return 0;
+        }
+        if (ev->type != YAML_MAPPING_START_EVENT)
+                return fail(c, ev_line(ev), "expected a mapping of labels {key: value}, got %s",
+                            describe(ev, d, sizeof(d)));
+        for (;;) {
+                yaml_event_t kev, vev;
+                if ((r = next(c, &kev)) < 0)
+                        return r;
+                if (kev.type == YAML_MAPPING_END_EVENT) {
+                        yaml_event_delete(&kev);
+                        break;
+                }
+                int line = ev_line(&kev);
+                if (kev.type != YAML_SCALAR_EVENT) {
+                        yaml_event_delete(&kev);
+                        return fail(c, line, "expected a label key");
+                }
+                const char *k = (const char *)kev.data.scalar.value;
+                size_t kn = kev.data.scalar.length;
+                if (!gp_label_key_ok(k, kn)) {
+                        r = fail(c, line, "label key %s: 1..%d of [A-Za-z0-9._/-]", show(k, kn, d, sizeof(d)),
+                                 GP_LABEL_PART_MAX);
+                        yaml_event_delete(&kev);
+                        return r;
+                }
+                if ((r = next(c, &vev)) < 0) {
+                        yaml_event_delete(&kev);
+                        return r;
+                }
+                const char *v = (const char *)vev.data.scalar.value;
+                size_t vn = vev.type == YAML_SCALAR_EVENT ? vev.data.scalar.length : 0;
+                if (vev.type != YAML_SCALAR_EVENT || !gp_label_value_ok(v, vn) || ++n > GP_LABELS_N) {
+                        if (n > GP_LABELS_N)
+                                r = fail(c, line, "more than %d labels", GP_LABELS_N);
+                        else
+                                r = fail(c, line, "label %s: the value must be 0..%d of [A-Za-z0-9._/-]",
+                                         show(k, kn, d, sizeof(d)), GP_LABEL_PART_MAX);
+                        yaml_event_delete(&kev);
+                        yaml_event_delete(&vev);
+                        return r;
+                }
+                o += (size_t)snprintf(flat + o, sizeof(flat) - o, "%s%.*s=%.*s", o ? "," : "", (int)kn, k, (int)vn,
+                                      v);
+                yaml_event_delete(&kev);
+                yaml_event_delete(&vev);
+        }
+        if (gp_labels_canon(flat, canon, sizeof(canon), why, sizeof(why)) < 0)
+                return fail(c, c->key_line, "%s", why);
+        memcpy(cfg->node_labels, canon, sizeof(canon));
         return 0;
 }
 
@@ -1927,6 +2051,8 @@ static const struct list_def lists[] = {
         SCALARS("server.allowed_origins", "a list of origins such as \"https://ui.example.com\"", gp_config,
                 n_allowed_origins, origin_item),
         SCALARS("auth.admin_keys", "a list of \"sha256:<hex>\" strings", gp_config, n_admin_keys, admin_key_item),
+        SCALARS("cluster.join_tokens", "a list of \"sha256:<hex>\" strings", gp_config, n_join_tokens,
+                join_token_item),
         SCALARS("gpus.reserved", "a list of GPU indexes or uuids", gp_config, n_reserved, reserved_item),
         MAPPINGS("gpus.sim", "a list of {name, memory_mb, count}", gp_config, n_sim, gp_cfg_sim_gpu,
                  "simulated GPU kinds", "{name, memory_mb, count}", sim_init, sim_done),

@@ -27,6 +27,7 @@
 #define GP_CFG_MAX_SIM 16        /* entries in gpus.sim */
 #define GP_CFG_MAX_RESERVED 64   /* entries in gpus.reserved */
 #define GP_CFG_MAX_ADMIN_KEYS 16
+#define GP_CFG_MAX_JOIN_TOKENS 16  /* entries in cluster.join_tokens */
 #define GP_CFG_MAX_ALERT_RULES 64
 #define GP_CFG_ALERT_NAME_MAX 64   /* alerts.rules[].name, with the NUL */
 #define GP_CFG_ALERT_WHEN_MAX 128  /* alerts.rules[].when, with the NUL */
@@ -208,7 +209,8 @@ typedef struct gp_config {
         int store_disk_min_free_mb;          /* store.disk_min_free_mb: degraded below this, 0..1024 */
 
         /* gpus */
-        char gpu_backend[8];                 /* "auto" (default) | "nvml" | "sim" */
+        char gpu_backend[8];                 /* "auto" (default) | "nvml" | "sim" | "none" (no GPUs of its own:
+                                                a server that is a control plane only) */
         char nvml_library[PATH_MAX];         /* default "libnvidia-ml.so.1" */
         char reserved[GP_CFG_MAX_RESERVED][GP_UUID_MAX]; /* GPU index ("1") or uuid */
         int n_reserved;
@@ -255,6 +257,19 @@ typedef struct gp_config {
         gp_bill_prices billing;              /* default: no prices, record_interval_s 300 */
         /* gateway */
         gp_cfg_gateway gw;
+
+        /* agent (gpupool agent on a GPU machine; docs/internals/cluster.md) */
+        char agent_listen[128];              /* its read-only status API, "ADDR:PORT", default "0.0.0.0:8081" */
+        char agent_data_dir[PATH_MAX];       /* node.json, runs/; default "./gpupool-agent-data" */
+        int agent_heartbeat_s;               /* sync interval (long-poll wait), 1..60, default 2 */
+        /* node (what an agent joins as) */
+        char node_name[GP_NODE_MAX];         /* "" (default) = the short host name at run time; else
+                                                1..47 of [A-Za-z0-9._-], not "local" */
+        char node_labels[2048];              /* canonical "k=v,k2=v2" sorted by key (base/labels.h), "" = none */
+        /* cluster (the server's side) */
+        char join_tokens[GP_CFG_MAX_JOIN_TOKENS][72]; /* "sha256:<64 hex>" of join tokens */
+        int n_join_tokens;
+        int node_timeout_s;                  /* a node without a sync this long is lost, 2..3600, default 10 */
 } gp_config;
 
 /* Is local minute-of-day m (0..1439) inside the rule's window?  A window

@@ -462,7 +462,7 @@ static const struct bad bad_inputs[] = {
         /* unknown key, with the valid keys listed */
         {"server:\n  listen: \"1.2.3.4:80\"\n  lisen: x\n",
          "t.yaml:3: server.lisen: unknown key (valid keys of server: listen, data_dir,", -EINVAL},
-        {"# c\nfoo: 1\n", "t.yaml:2: foo: unknown key (valid keys: server, auth, store, gpus, scheduler, tasks, monitor, alerts, tenants, groups, time_rules, gateway, billing)",
+        {"# c\nfoo: 1\n", "t.yaml:2: foo: unknown key (valid keys: server, auth, store, gpus, agent, node, cluster, scheduler, tasks, monitor, alerts, tenants, groups, time_rules, gateway, billing)",
          -EINVAL},
         {"scheduler:\n  preemption:\n    grace: 3\n", "t.yaml:3: scheduler.preemption.grace: unknown key",
          -EINVAL},
@@ -658,7 +658,7 @@ static const struct bad bad_inputs[] = {
         {"- server\n", "t.yaml:1: expected a mapping of sections", -EINVAL},
         {"scheduler: {policy: wfq}\n",
          "t.yaml:1: scheduler.policy: expected one of hybrid, strict, fifo, sef; got wfq", -EINVAL},
-        {"gpus: {backend: cuda}\n", "t.yaml:1: gpus.backend: expected one of auto, nvml, sim; got cuda", -EINVAL},
+        {"gpus: {backend: cuda}\n", "t.yaml:1: gpus.backend: expected one of auto, nvml, sim, none; got cuda", -EINVAL},
         {"store: {sync: off}\n", "t.yaml:1: store.sync: expected one of full, normal; got off", -EINVAL},
         {"tasks: {elastic_signal: SIGKILL}\n",
          "t.yaml:1: tasks.elastic_signal: expected one of SIGUSR1, SIGUSR2, SIGHUP, SIGWINCH, SIGURG, SIGCONT; got SIGKILL",

@@ -1,0 +1,484 @@
+/* test-proto.c - unit tests of the agent messages (src/cluster/proto.c),
+ * base64 (src/base/base64.c) and node labels (src/base/labels.c): every
+ * message renders and parses back to the same struct, and every bound of
+ * docs/internals/cluster.md is refused with a message naming the field,
+ * leaving the output struct untouched. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base64.h"
+#include "base/labels.h"
+#include "cluster/proto.h"
+
+#define CRED "gpn_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+static bool id_eq(const gp_proto_run_id *a, const gp_proto_run_id *b) {
+        return a->task == b->task && a->epoch == b->epoch && a->rank == b->rank;
+}
+
+static void test_base64_round_trips_and_refuses_non_canonical(void **state) {
+        (void)state;
+        const char *vec[][2] = {{"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"}, {"foob", "Zm9vYg=="},
+                                {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"}};
+        for (size_t i = 0; i < sizeof(vec) / sizeof(vec[0]); i++) {
+                char enc[16], dec[16];
+                size_t n;
+                assert_int_equal(gp_base64_encode(vec[i][0], strlen(vec[i][0]), enc, sizeof(enc)), 0);
+                assert_string_equal(enc, vec[i][1]);
+                assert_int_equal(gp_base64_decode(enc, strlen(enc), dec, sizeof(dec), &n), 0);
+                assert_int_equal(n, strlen(vec[i][0]));
+                assert_memory_equal(dec, vec[i][0], n);
+        }
+        unsigned char all[256], back[256];
+        char enc[400];
+        size_t n;
+        for (int i = 0; i < 256; i++)
+                all[i] = (unsigned char)i;
+        assert_int_equal(gp_base64_encode(all, 256, enc, sizeof(enc)), 0);
+        assert_int_equal(gp_base64_decode(enc, strlen(enc), back, 255, &n), -E2BIG);
+        assert_int_equal(gp_base64_decode(enc, strlen(enc), back, sizeof(back), &n), 0);
+        assert_int_equal(n, 256);
+        assert_memory_equal(back, all, 256);
+        const char *bad[] = {"Zg=", "Zh==", "Zm9=", "Zg==Zg==", "Z===", "Zm 9", "Zm9v\n", "====", "Zm-_", "Zm8=a"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                unsigned char out[16];
+                assert_int_equal(gp_base64_decode(bad[i], strlen(bad[i]), out, sizeof(out), &n), -EINVAL);
+        }
+        char small[4];
+        assert_int_equal(gp_base64_encode("foo", 3, small, sizeof(small)), -E2BIG);
+}
+
+static void test_labels_canonical_sorted_and_refusals(void **state) {
+        (void)state;
+        char out[GP_LABELS_MAX], err[200];
+        assert_int_equal(gp_labels_canon("zone=a,ib=yes,gpu.kind=h100", out, sizeof(out), err, sizeof(err)), 0);
+        assert_string_equal(out, "gpu.kind=h100,ib=yes,zone=a");
+        assert_int_equal(gp_labels_canon("", out, sizeof(out), err, sizeof(err)), 0);
+        assert_string_equal(out, "");
+        assert_int_equal(gp_labels_canon("k=", out, sizeof(out), err, sizeof(err)), 0);
+        assert_string_equal(out, "k=");
+        strcpy(out, "unchanged");
+        const char *bad[] = {"a", "a=1,a=2", "=v", "a=b c", "a=1,", ",a=1", "a=x=y", "k\xc3\xa9=v"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                err[0] = '\0';
+                assert_int_equal(gp_labels_canon(bad[i], out, sizeof(out), err, sizeof(err)), -EINVAL);
+                assert_string_equal(out, "unchanged");
+                assert_true(err[0] != '\0');
+        }
+        char many[600] = "";
+        for (int i = 0; i < 33; i++)
+                snprintf(many + strlen(many), sizeof(many) - strlen(many), "%sk%d=v", i ? "," : "", i);
+        assert_int_equal(gp_labels_canon(many, out, sizeof(out), err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "more than 32"));
+        assert_int_equal(gp_labels_canon("a=1,b=2", out, 6, err, sizeof(err)), -EINVAL);
+        assert_string_equal(out, "unchanged");
+        size_t pos = 0, kn, vn;
+        const char *k, *v;
+        int n = 0;
+        while (gp_labels_next("a=1,bb=", &pos, &k, &kn, &v, &vn))
+                n++;
+        assert_int_equal(n, 2);
+}
+
+static void test_node_names_and_secrets(void **state) {
+        (void)state;
+        assert_true(gp_proto_node_name_ok("gpu-a.1_x"));
+        assert_false(gp_proto_node_name_ok(""));
+        assert_false(gp_proto_node_name_ok("local"));
+        assert_false(gp_proto_node_name_ok("a b"));
+        assert_false(gp_proto_node_name_ok("123456789012345678901234567890123456789012345678"));
+        assert_true(gp_proto_node_name_ok("12345678901234567890123456789012345678901234567"));
+        assert_true(gp_proto_credential_ok(CRED));
+        assert_false(gp_proto_join_token_ok(CRED));
+        assert_false(gp_proto_credential_ok("gpn_0123"));
+        assert_false(gp_proto_credential_ok(CRED "0"));
+}
+
+static void test_join_round_trip(void **state) {
+        (void)state;
+        gp_proto_gpu g[2] = {{.index = 0, .uuid = "GPU-1", .name = "NVIDIA H100", .memory_mb = 81559, .healthy = true},
+                             {.index = 1, .uuid = "GPU-2", .name = "", .memory_mb = 0, .healthy = false}};
+        gp_proto_join m = {.name = "gpu-a", .version = "0.10.0", .address = "http://10.0.0.7:8081",
+                           .labels = "ib=yes,zone=a", .backend = "nvml", .n_gpus = 2, .gpus = g};
+        char *s, err[200];
+        assert_int_equal(gp_proto_join_render(&m, &s), 0);
+        gp_proto_join p;
+        assert_int_equal(gp_proto_join_parse(s, strlen(s), &p, err, sizeof(err)), 0);
+        free(s);
+        assert_string_equal(p.name, "gpu-a");
+        assert_string_equal(p.version, "0.10.0");
+        assert_string_equal(p.address, "http://10.0.0.7:8081");
+        assert_string_equal(p.labels, "ib=yes,zone=a");
+        assert_string_equal(p.backend, "nvml");
+        assert_int_equal(p.n_gpus, 2);
+        assert_memory_equal(p.gpus, g, sizeof(g));
+        gp_proto_join_done(&p);
+        /* labels of a join come as an object in any order */
+        const char *in = "{\"name\":\"n1\",\"labels\":{\"zone\":\"b\",\"a\":\"\"}}";
+        assert_int_equal(gp_proto_join_parse(in, strlen(in), &p, err, sizeof(err)), 0);
+        assert_string_equal(p.labels, "a=,zone=b");
+        assert_int_equal(p.n_gpus, 0);
+        assert_null(p.gpus);
+        gp_proto_join_done(&p);
+        gp_proto_join_done(NULL);
+
+        gp_proto_join_answer a = {.node = "gpu-a", .credential = CRED, .heartbeat_s = 2, .node_timeout_s = 10}, pa;
+        assert_int_equal(gp_proto_join_answer_render(&a, &s), 0);
+        assert_int_equal(gp_proto_join_answer_parse(s, strlen(s), &pa, err, sizeof(err)), 0);
+        free(s);
+        assert_memory_equal(&a, &pa, sizeof(a));
+}
+
+static void test_sync_round_trip_with_logs_and_results(void **state) {
+        (void)state;
+        gp_proto_gpu g = {.index = 3, .uuid = "SIM-0-3", .name = "sim", .memory_mb = 1000, .healthy = true};
+        gp_proto_run runs[2] = {{.id = {7, 2, 0}, .state = GP_PROTO_RUNNING},
+                                {.id = {5, 1, 3}, .state = GP_PROTO_EXITED,
+                                 .result = {.end = GP_EXEC_SIGNALED, .exit_code = 137, .signal = 9,
+                                            .finished_ms = 1732512345000, .message = "killed by signal 9"}}};
+        unsigned char bin[300];
+        for (int i = 0; i < 300; i++)
+                bin[i] = (unsigned char)(i * 7);
+        gp_proto_log logs[1] = {{.id = {7, 2, 0}, .offset = 4096, .len = sizeof(bin), .data = bin}};
+        gp_proto_sync m = {.node = "gpu-a", .seq = 1732512345678001, .full = true, .wait_ms = 2000, .has_gpus = true,
+                           .n_gpus = 1, .gpus = &g, .n_runs = 2, .runs = runs, .n_logs = 1, .logs = logs};
+        char *s, err[200];
+        assert_int_equal(gp_proto_sync_render(&m, &s), 0);
+        gp_proto_sync p;
+        assert_int_equal(gp_proto_sync_parse(s, strlen(s), &p, err, sizeof(err)), 0);
+        free(s);
+        assert_string_equal(p.node, "gpu-a");
+        assert_int_equal(p.seq, 1732512345678001);
+        assert_true(p.full);
+        assert_int_equal(p.wait_ms, 2000);
+        assert_true(p.has_gpus);
+        assert_int_equal(p.n_gpus, 1);
+        assert_memory_equal(p.gpus, &g, sizeof(g));
+        assert_int_equal(p.n_runs, 2);
+        for (int i = 0; i < 2; i++) {
+                assert_true(id_eq(&p.runs[i].id, &runs[i].id));
+                assert_int_equal(p.runs[i].state, runs[i].state);
+                assert_int_equal(p.runs[i].result.end, runs[i].result.end);
+                assert_int_equal(p.runs[i].result.exit_code, runs[i].result.exit_code);
+                assert_int_equal(p.runs[i].result.signal, runs[i].result.signal);
+                assert_int_equal(p.runs[i].result.finished_ms, runs[i].result.finished_ms);
+                assert_string_equal(p.runs[i].result.message, runs[i].result.message);
+        }
+        assert_int_equal(p.n_logs, 1);
+        assert_int_equal(p.logs[0].offset, 4096);
+        assert_int_equal(p.logs[0].len, sizeof(bin));
+        assert_memory_equal(p.logs[0].data, bin, sizeof(bin));
+        gp_proto_sync_done(&p);
+        /* an idle heartbeat is {"node","seq","wait_ms"} */
+        gp_proto_sync idle = {.node = "n", .seq = 9, .wait_ms = 0};
+        assert_int_equal(gp_proto_sync_render(&idle, &s), 0);
+        assert_string_equal(s, "{\"node\":\"n\",\"seq\":9,\"wait_ms\":0}");
+        assert_int_equal(gp_proto_sync_parse(s, strlen(s), &p, err, sizeof(err)), 0);
+        free(s);
+        assert_false(p.full);
+        assert_false(p.has_gpus);
+        assert_int_equal(p.n_runs + p.n_logs, 0);
+        gp_proto_sync_done(&p);
+        gp_proto_sync_done(NULL);
+}
+
+static void test_sync_answer_round_trip_and_start_copy(void **state) {
+        (void)state;
+        char *argv[] = {"python3", "train.py", "--x=ü", NULL};
+        char *env[] = {"K=V", "EMPTY=", "_a1=x=y", NULL};
+        gp_proto_start st = {.id = {9, 1, 1}, .nnodes = 2, .master_addr = "10.0.0.7", .master_port = 29509,
+                             .tenant = "dept_a", .n_argv = 3, .argv = argv, .n_env = 3, .env = env,
+                             .workdir = "/tmp/w", .cuda_visible_devices = "0,1", .gpus = "gpu-a:0,gpu-a:1",
+                             .timeout_s = 60, .kill_grace_s = 10, .preempt_grace_s = 30, .max_log_bytes = 104857600,
+                             .run_as = "alice", .array_id = 4, .array_index = 2};
+        gp_proto_run_id ack[1] = {{5, 1, 0}};
+        gp_proto_stop stop[2] = {{{7, 2, 0}, GP_PROTO_STOP_PREEMPT}, {{8, 1, 0}, GP_PROTO_STOP_STALE}};
+        gp_proto_offset offs[1] = {{{7, 2, 0}, 4096}};
+        gp_proto_sync_answer m = {.seq = 77, .heartbeat_s = 3, .want_full = true, .n_ack = 1, .ack = ack,
+                                  .n_start = 1, .start = &st, .n_stop = 2, .stop = stop, .n_offsets = 1,
+                                  .offsets = offs};
+        char *s, err[200];
+        assert_int_equal(gp_proto_sync_answer_render(&m, &s), 0);
+        gp_proto_sync_answer p;
+        assert_int_equal(gp_proto_sync_answer_parse(s, strlen(s), &p, err, sizeof(err)), 0);
+        free(s);
+        assert_int_equal(p.seq, 77);
+        assert_int_equal(p.heartbeat_s, 3);
+        assert_true(p.want_full);
+        assert_int_equal(p.n_ack, 1);
+        assert_true(id_eq(&p.ack[0], &ack[0]));
+        assert_int_equal(p.n_stop, 2);
+        for (int i = 0; i < 2; i++) {
+                assert_true(id_eq(&p.stop[i].id, &stop[i].id));
+                assert_int_equal(p.stop[i].why, stop[i].why);
+        }
+        assert_int_equal(p.n_offsets, 1);
+        assert_true(id_eq(&p.offsets[0].id, &offs[0].id));
+        assert_int_equal(p.offsets[0].offset, 4096);
+        assert_int_equal(p.n_start, 1);
+        gp_proto_start c;
+        assert_int_equal(gp_proto_start_copy(&p.start[0], &c), 0);
+        gp_proto_sync_answer_done(&p);
+        assert_true(id_eq(&c.id, &st.id));
+        assert_int_equal(c.nnodes, 2);
+        assert_string_equal(c.master_addr, "10.0.0.7");
+        assert_int_equal(c.master_port, 29509);
+        assert_string_equal(c.tenant, "dept_a");
+        assert_int_equal(c.n_argv, 3);
+        for (int i = 0; i < 3; i++)
+                assert_string_equal(c.argv[i], argv[i]);
+        assert_null(c.argv[3]);
+        assert_int_equal(c.n_env, 3);
+        int found = 0;
+        for (int i = 0; i < 3; i++)
+                for (int k = 0; k < 3; k++)
+                        found += !strcmp(c.env[i], env[k]);
+        assert_int_equal(found, 3);
+        assert_null(c.env[3]);
+        assert_string_equal(c.workdir, "/tmp/w");
+        assert_string_equal(c.cuda_visible_devices, "0,1");
+        assert_string_equal(c.gpus, "gpu-a:0,gpu-a:1");
+        assert_int_equal(c.timeout_s, 60);
+        assert_int_equal(c.kill_grace_s, 10);
+        assert_int_equal(c.preempt_grace_s, 30);
+        assert_int_equal(c.max_log_bytes, 104857600);
+        assert_string_equal(c.run_as, "alice");
+        assert_int_equal(c.array_id, 4);
+        assert_int_equal(c.array_index, 2);
+        gp_proto_start_done(&c);
+        gp_proto_start_done(NULL);
+        /* an empty answer: defaults */
+        const char *e = "{\"seq\":5}";
+        assert_int_equal(gp_proto_sync_answer_parse(e, strlen(e), &p, err, sizeof(err)), 0);
+        assert_int_equal(p.heartbeat_s, 2);
+        assert_int_equal(p.n_start + p.n_ack + p.n_stop + p.n_offsets, 0);
+        gp_proto_sync_answer_done(&p);
+        char *er = gp_proto_error_render("node removed");
+        assert_string_equal(er, "{\"error\":\"node removed\"}");
+        free(er);
+}
+
+/* A message refused: -EINVAL, err contains want, the output untouched. */
+enum { JOIN, JOIN_ANSWER, SYNC, SYNC_ANSWER };
+
+static void expect_refused(int kind, const char *msg, const char *want) {
+        union {
+                gp_proto_join j;
+                gp_proto_join_answer ja;
+                gp_proto_sync s;
+                gp_proto_sync_answer sa;
+        } out, before;
+        char err[300] = "";
+        int r;
+        memset(&out, 0xa5, sizeof(out));
+        memcpy(&before, &out, sizeof(out));
+        size_t n = strlen(msg);
+        switch (kind) {
+        case JOIN: r = gp_proto_join_parse(msg, n, &out.j, err, sizeof(err)); break;
+        case JOIN_ANSWER: r = gp_proto_join_answer_parse(msg, n, &out.ja, err, sizeof(err)); break;
+        case SYNC: r = gp_proto_sync_parse(msg, n, &out.s, err, sizeof(err)); break;
+        default: r = gp_proto_sync_answer_parse(msg, n, &out.sa, err, sizeof(err)); break;
+        }
+        if (r != -EINVAL || !strstr(err, want))
+                fail_msg("%.200s: got %d '%s', wanted -EINVAL with '%s'", msg, r, err, want);
+        assert_memory_equal(&out, &before, sizeof(out));
+}
+
+static char *with_runs(int n) {
+        size_t cap = (size_t)n * 64 + 100, o = 0;
+        char *s = malloc(cap);
+        o += (size_t)snprintf(s, cap, "{\"node\":\"a\",\"seq\":1,\"runs\":[");
+        for (int i = 0; i < n; i++)
+                o += (size_t)snprintf(s + o, cap - o, "%s{\"task\":%d,\"epoch\":1,\"state\":\"running\"}",
+                                      i ? "," : "", i + 1);
+        snprintf(s + o, cap - o, "]}");
+        return s;
+}
+
+static void test_every_bound_is_refused(void **state) {
+        (void)state;
+        expect_refused(JOIN, "[]", "JSON object");
+        expect_refused(JOIN, "{", "not JSON");
+        expect_refused(JOIN, "{\"name\":\"a\",\"name\":\"b\"}", "not JSON");
+        expect_refused(JOIN, "{}", "name is missing");
+        expect_refused(JOIN, "{\"name\":\"local\"}", "not 'local'");
+        expect_refused(JOIN, "{\"name\":\"a b\"}", "[A-Za-z0-9._-]");
+        expect_refused(JOIN, "{\"name\":\"a234567890123456789012345678901234567890123456789\"}", "name");
+        expect_refused(JOIN, "{\"name\":7}", "name must be a string");
+        expect_refused(JOIN, "{\"name\":\"a\",\"backend\":\"cuda\"}", "backend");
+        expect_refused(JOIN, "{\"name\":\"a\",\"version\":\"a\\nb\"}", "version");
+        expect_refused(JOIN, "{\"name\":\"a\",\"labels\":[]}", "labels must be an object");
+        expect_refused(JOIN, "{\"name\":\"a\",\"labels\":{\"k\":1}}", "label k: value");
+        expect_refused(JOIN, "{\"name\":\"a\",\"labels\":{\"k,x=y\":\"v\"}}", "label keys");
+        expect_refused(JOIN, "{\"name\":\"a\",\"labels\":{\"k\":\"v,x=y\"}}", "label k: value");
+        expect_refused(JOIN, "{\"name\":\"a\",\"gpus\":{}}", "gpus must be an array");
+        expect_refused(JOIN, "{\"name\":\"a\",\"gpus\":[{\"index\":0,\"memory_mb\":1}]}", "gpus[0].uuid is missing");
+        expect_refused(JOIN, "{\"name\":\"a\",\"gpus\":[{\"index\":256,\"uuid\":\"u\",\"memory_mb\":1}]}",
+                       "gpus[0].index must be an integer 0..255");
+        expect_refused(JOIN, "{\"name\":\"a\",\"gpus\":[{\"index\":0,\"uuid\":\"u\",\"memory_mb\":-1}]}", "memory_mb");
+        expect_refused(JOIN,
+                       "{\"name\":\"a\",\"gpus\":[{\"index\":0,\"uuid\":\"u\",\"memory_mb\":1},"
+                       "{\"index\":0,\"uuid\":\"v\",\"memory_mb\":1}]}",
+                       "gpus[1].index 0 given twice");
+        expect_refused(JOIN, "{\"name\":\"a\",\"gpus\":[{\"index\":0,\"uuid\":\"u\",\"memory_mb\":1,\"healthy\":1}]}",
+                       "healthy must be true or false");
+        {
+                char big[400 * 60] = "{\"name\":\"a\",\"gpus\":[";
+                for (int i = 0; i < 257; i++)
+                        snprintf(big + strlen(big), sizeof(big) - strlen(big),
+                                 "%s{\"index\":%d,\"uuid\":\"u\",\"memory_mb\":1}", i ? "," : "", i % 256);
+                strcat(big, "]}");
+                expect_refused(JOIN, big, "more than 256");
+        }
+        expect_refused(JOIN_ANSWER, "{\"node\":\"a\",\"credential\":\"gpn_12\"}", "credential must be");
+        expect_refused(JOIN_ANSWER, "{\"node\":\"a\",\"credential\":\"" CRED "\",\"heartbeat_s\":0}", "heartbeat_s");
+        expect_refused(JOIN_ANSWER, "{\"node\":\"a\",\"credential\":\"" CRED "\",\"node_timeout_s\":1}",
+                       "node_timeout_s");
+
+        expect_refused(SYNC, "{\"node\":\"a\"}", "seq is missing");
+        expect_refused(SYNC, "{\"node\":\"a\",\"seq\":0}", "seq must be an integer 1..");
+        expect_refused(SYNC, "{\"node\":\"a\",\"seq\":1.5}", "seq");
+        expect_refused(SYNC, "{\"node\":\"a\",\"seq\":1,\"wait_ms\":30001}", "wait_ms must be an integer 0..30000");
+        expect_refused(SYNC, "{\"node\":\"a\",\"seq\":1,\"full\":\"yes\"}", "full must be true or false");
+        expect_refused(SYNC, "{\"node\":\"a\",\"seq\":1,\"runs\":[{\"task\":0,\"epoch\":1,\"state\":\"running\"}]}",
+                       "runs[0].task");
+        expect_refused(SYNC, "{\"node\":\"a\",\"seq\":1,\"runs\":[{\"task\":1,\"epoch\":0,\"state\":\"running\"}]}",
+                       "runs[0].epoch");
+        expect_refused(SYNC,
+                       "{\"node\":\"a\",\"seq\":1,\"runs\":[{\"task\":1,\"epoch\":1,\"rank\":65536,"
+                       "\"state\":\"running\"}]}",
+                       "runs[0].rank");
+        expect_refused(SYNC, "{\"node\":\"a\",\"seq\":1,\"runs\":[{\"task\":1,\"epoch\":1,\"state\":\"gone\"}]}",
+                       "state must be running or exited");
+        expect_refused(SYNC, "{\"node\":\"a\",\"seq\":1,\"runs\":[{\"task\":1,\"epoch\":1,\"state\":\"exited\"}]}",
+                       "without a result");
+        expect_refused(SYNC,
+                       "{\"node\":\"a\",\"seq\":1,\"runs\":[{\"task\":1,\"epoch\":1,\"state\":\"exited\","
+                       "\"result\":{\"end\":\"died\"}}]}",
+                       "runs[0].result.end must be");
+        expect_refused(SYNC,
+                       "{\"node\":\"a\",\"seq\":1,\"runs\":[{\"task\":1,\"epoch\":1,\"state\":\"exited\","
+                       "\"result\":{\"end\":\"exited\",\"message\":\"a\\u0000b\"}}]}",
+                       "u0000");
+        expect_refused(SYNC,
+                       "{\"node\":\"a\",\"seq\":1,\"runs\":[{\"task\":1,\"epoch\":1,\"state\":\"running\"},"
+                       "{\"task\":1,\"epoch\":1,\"rank\":0,\"state\":\"running\"}]}",
+                       "names run 1.1.0 twice");
+        expect_refused(SYNC, "{\"node\":\"a\",\"seq\":1,\"logs\":[{\"task\":1,\"epoch\":1,\"offset\":0}]}",
+                       "logs[0].data is missing");
+        expect_refused(SYNC, "{\"node\":\"a\",\"seq\":1,\"logs\":[{\"task\":1,\"epoch\":1,\"offset\":0,\"data\":\"\"}]}",
+                       "logs[0].data is empty");
+        expect_refused(SYNC,
+                       "{\"node\":\"a\",\"seq\":1,\"logs\":[{\"task\":1,\"epoch\":1,\"offset\":0,\"data\":\"Zg=\"}]}",
+                       "not base64");
+        expect_refused(SYNC,
+                       "{\"node\":\"a\",\"seq\":1,\"logs\":[{\"task\":1,\"epoch\":1,\"offset\":-1,\"data\":\"Zg==\"}]}",
+                       "logs[0].offset");
+        {
+                /* 64 KiB + 3 bytes in one chunk; five 60 KiB chunks in one message */
+                size_t n = gp_base64_encoded_len(65539);
+                char *b = malloc(n + 1), *msg = malloc(n + 200);
+                char *raw = calloc(1, 65539);
+                gp_base64_encode(raw, 65539, b, n + 1);
+                snprintf(msg, n + 200, "{\"node\":\"a\",\"seq\":1,\"logs\":[{\"task\":1,\"epoch\":1,\"offset\":0,"
+                                       "\"data\":\"%s\"}]}", b);
+                expect_refused(SYNC, msg, "logs[0].data is longer than");
+                free(msg);
+                n = gp_base64_encoded_len(60000);
+                gp_base64_encode(raw, 60000, b, n + 1);
+                size_t cap = 5 * (n + 80) + 100, o = 0;
+                msg = malloc(cap);
+                o += (size_t)snprintf(msg, cap, "{\"node\":\"a\",\"seq\":1,\"logs\":[");
+                for (int i = 0; i < 5; i++)
+                        o += (size_t)snprintf(msg + o, cap - o, "%s{\"task\":%d,\"epoch\":1,\"offset\":0,\"data\":\"%s\"}",
+                                              i ? "," : "", i + 1, b);
+                snprintf(msg + o, cap - o, "]}");
+                expect_refused(SYNC, msg, "logs carry more than 262144 bytes");
+                free(msg);
+                free(b);
+                free(raw);
+        }
+        {
+                char *ok = with_runs(4096), *over = with_runs(4097);
+                gp_proto_sync p;
+                char err[200];
+                assert_int_equal(gp_proto_sync_parse(ok, strlen(ok), &p, err, sizeof(err)), 0);
+                assert_int_equal(p.n_runs, 4096);
+                gp_proto_sync_done(&p);
+                expect_refused(SYNC, over, "runs has more than 4096");
+                free(ok);
+                free(over);
+                char *huge = malloc(GP_PROTO_MAX_BODY + 2);
+                memset(huge, ' ', GP_PROTO_MAX_BODY + 1);
+                huge[GP_PROTO_MAX_BODY + 1] = '\0';
+                expect_refused(SYNC, huge, "at most 1048576");
+                free(huge);
+        }
+
+        expect_refused(SYNC_ANSWER, "{}", "seq is missing");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"ack\":[{\"task\":1}]}", "ack[0].epoch is missing");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"stop\":[{\"task\":1,\"epoch\":1,\"why\":\"now\"}]}",
+                       "stop[0].why must be cancel, preempt or stale");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"log_offsets\":[{\"task\":1,\"epoch\":1}]}",
+                       "log_offsets[0].offset is missing");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1}]}", "start[0].argv must be");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[]}]}", "1..4096");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"\"]}]}",
+                       "argv[0] is empty");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"a\",3]}]}",
+                       "start[0].argv[1] must be a string");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"a\\u0000b\"]}]}",
+                       "u0000");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"a\"],\"env\":{\"1A\":\"v\"}}]}",
+                       "a key must be");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"a\"],\"env\":{\"A-B\":\"v\"}}]}",
+                       "a key must be");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"a\"],\"env\":{\"A\":1}}]}",
+                       "env value must be a string");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"a\"],\"env\":[]}]}",
+                       "env must be an object");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"rank\":2,\"nnodes\":2,\"argv\":[\"a\"]}]}",
+                       "rank must be below nnodes");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"a\"],\"master_port\":70000}]}",
+                       "master_port");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"a\"],\"run_as\":\"a b\"}]}",
+                       "run_as");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"a\"],\"max_log_bytes\":0}]}",
+                       "max_log_bytes");
+        expect_refused(SYNC_ANSWER,
+                       "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"a\"]},{\"task\":1,\"epoch\":1,\"argv\":[\"b\"]}]}",
+                       "start names run 1.1.0 twice");
+        {
+                size_t cap = 4097 * 4 + 200, o = 0;
+                char *msg = malloc(cap);
+                o += (size_t)snprintf(msg, cap, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[");
+                for (int i = 0; i < 4097; i++)
+                        o += (size_t)snprintf(msg + o, cap - o, "%s\"a\"", i ? "," : "");
+                snprintf(msg + o, cap - o, "]}]}");
+                expect_refused(SYNC_ANSWER, msg, "1..4096");
+                free(msg);
+        }
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_base64_round_trips_and_refuses_non_canonical),
+                cmocka_unit_test(test_labels_canonical_sorted_and_refusals),
+                cmocka_unit_test(test_node_names_and_secrets),
+                cmocka_unit_test(test_join_round_trip),
+                cmocka_unit_test(test_sync_round_trip_with_logs_and_results),
+                cmocka_unit_test(test_sync_answer_round_trip_and_start_copy),
+                cmocka_unit_test(test_every_bound_is_refused),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -10,6 +10,11 @@
 #define GP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Wall-clock time in milliseconds since the epoch. */
+/* The version of gpupool (CLI, server and agent: one binary set). */
+#ifndef GP_VERSION
+#define GP_VERSION "0.1.0"
+#endif
+
 int64_t gp_now_ms(void);
 /* Monotonic time in milliseconds (for deadlines inside one process). */
 int64_t gp_mono_ms(void);

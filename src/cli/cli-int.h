@@ -21,11 +21,8 @@
 #include <stdio.h>
 
 #include "base/buf.h"
+#include "base/util.h"
 #include "cli/cli.h"
-
-#ifndef GP_VERSION
-#define GP_VERSION "0.1.0"
-#endif
 
 #define GP_CLI_DEFAULT_API "http://127.0.0.1:8080"
 #define GP_CLI_BODY_MAX ((size_t)16 << 20)  /* largest JSON answer read */

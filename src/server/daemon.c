@@ -24,6 +24,7 @@
 #include "core/billing.h"
 #include "exec/exec.h"
 #include "server/monitor.h"
+#include "server/nodes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -330,6 +331,8 @@ static int commit_once(gp_daemon *d, batch *b) {
         if (rc == 0)
                 rc = gp_billing_store(d); /* usage segments of this batch: same transaction */
         if (rc == 0)
+                rc = gp_nodes_store(d); /* node records and join tokens changed by this batch */
+        if (rc == 0)
                 rc = gp_store_commit(d->ws);
         if (rc < 0)
                 gp_store_rollback(d->ws); /* a no-op when the commit already rolled back */
@@ -494,6 +497,11 @@ static bool cancel_task(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
                 set_reason(t, "cancelled by request");
                 finish(d, b, t, GP_TASK_CANCELLED, now);
                 return true;
+        }
+        if (gp_nodes_remote(t)) { /* its agents stop it and report */
+                gp_nodes_stop(d, t, GP_PROTO_STOP_CANCEL);
+                set_reason(t, "cancelling: SIGTERM sent, SIGKILL after %d s", d->cfg.kill_grace_s);
+                return false;
         }
         /* running batch task: the supervisor stops it and reports */
         gp_exec_proc p = {t->sup_pid, t->sup_start};
@@ -847,6 +855,8 @@ static void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why,
         finish(d, b, t, GP_TASK_FAILED, now);
 }
 
+static void end_with_result(gp_daemon *d, batch *b, gp_task *t, const gp_exec_result *res, int64_t now);
+
 /* The supervisor of t is gone: read how the task ended. */
 static void apply_exit(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
         char dir[PATH_MAX];
@@ -875,6 +885,13 @@ static void apply_exit(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
                 finish(d, b, t, GP_TASK_LOST, now);
                 return;
         }
+        end_with_result(d, b, t, &res, now);
+}
+
+/* t ended as res says (its supervisor's result.json, or its agent's
+ * report). */
+static void end_with_result(gp_daemon *d, batch *b, gp_task *t, const gp_exec_result *rp, int64_t now) {
+        gp_exec_result res = *rp;
         gp_strlcpy(t->reason, res.message, sizeof(t->reason));
         t->has_exit_code = true;
         t->exit_code = res.exit_code;
@@ -895,6 +912,82 @@ static void apply_exit(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
                 finish(d, b, t, GP_TASK_FAILED, at);
                 break;
         }
+}
+
+/* ---- tasks on agent nodes (nodes.h) ---- */
+
+/* The ranks of a multi-node task that ended well, while others run
+ * (memory only: an agent repeats an end until the task's end is stored). */
+typedef struct rank_set {
+        int n, done;
+        unsigned char bit[];
+} rank_set;
+
+static int task_nnodes(const gp_task *t) {
+        int k = 0;
+        for (int i = 0; i < t->n_gpus; i++)
+                if (i == 0 || strcmp(t->gpus[i - 1].node, t->gpus[i].node))
+                        k++;
+        return k;
+}
+
+static void forget_ranks(gp_daemon *d, int64_t id) {
+        free(gp_i64map_del(&d->ranks, id));
+}
+
+/* A current run of t on an agent node ended.  One node: the task ends
+ * with it.  Several: a failure ends the task at once (the other ranks are
+ * stopped); a success waits for every rank. */
+static void remote_run_ended(gp_daemon *d, batch *b, gp_task *t, int rank, const gp_exec_result *res, int64_t now) {
+        int nn = task_nnodes(t);
+        bool ok = res->end == GP_EXEC_EXITED && res->exit_code == 0;
+        if (nn > 1 && ok) {
+                rank_set *rs = gp_i64map_get(&d->ranks, t->id);
+                if (!rs) {
+                        rs = calloc(1, sizeof(*rs) + (size_t)(nn + 7) / 8);
+                        if (!rs || gp_i64map_put(&d->ranks, t->id, rs) < 0) {
+                                gp_error("out of memory; stopping");
+                                _exit(70);
+                        }
+                        rs->n = nn;
+                }
+                if (rank >= 0 && rank < rs->n && !(rs->bit[rank / 8] & (1u << (rank % 8)))) {
+                        rs->bit[rank / 8] |= (unsigned char)(1u << (rank % 8));
+                        rs->done++;
+                }
+                if (rs->done < rs->n)
+                        return;
+        } else if (nn > 1) {
+                gp_nodes_stop(d, t, GP_PROTO_STOP_STALE); /* the other ranks: the task has ended */
+        }
+        forget_ranks(d, t->id);
+        end_with_result(d, b, t, res, now);
+}
+
+/* What the node registry found out about tasks: runs that ended, nodes
+ * and runs that were lost. */
+static void apply_node_events(gp_daemon *d, batch *b, int64_t now) {
+        size_t n;
+        const gp_node_ev *ev = gp_nodes_events(d, &n);
+        for (size_t i = 0; i < n; i++) {
+                gp_task *t = gp_i64map_get(&d->tasks, ev[i].task);
+                if (!t || t->state != GP_TASK_RUNNING)
+                        continue;
+                if (ev[i].kind == GP_NODE_EV_RUN_ENDED) {
+                        remote_run_ended(d, b, t, ev[i].rank, &ev[i].result, now);
+                        continue;
+                }
+                gp_warn("task %" PRId64 ": %s", t->id, ev[i].why);
+                forget_ranks(d, t->id);
+                if (t->is_lease) {
+                        set_reason(t, "%s", ev[i].why);
+                        finish(d, b, t, GP_TASK_LOST, now);
+                        continue;
+                }
+                gp_nodes_stop(d, t, GP_PROTO_STOP_STALE); /* its runs on the other nodes */
+                requeue_or_fail(d, b, t, ev[i].why, now);
+        }
+        gp_nodes_events_clear(d);
 }
 
 static char *alloc_json(const gp_task *t);
@@ -986,6 +1079,9 @@ out:
  * What is stored is the truth after the grace: queued again.  Its run is
  * metered up to now (the grace is not billed). */
 static void preempt(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
+        if (!t->is_lease && gp_nodes_remote(t)) /* its agents stop the run of this epoch */
+                gp_nodes_stop(d, t, GP_PROTO_STOP_PREEMPT);
+        gp_i64map_del(&d->ranks, t->id);
         gp_billing_run_end(d, t, now, GP_BILL_RUN_END, gp_now_ms());
         t->preempt_count++;
         gp_monitor_task_preempted(d->mon); /* gpupool_tasks_preempted_total */
@@ -1168,6 +1264,13 @@ static char *render_gpu(gp_daemon *d, uint32_t g);
 static void answer(gp_daemon *d, uint64_t gen, cmd *c, outcome *o) {
         if (!c->req)
                 return;
+        if (c->kind == CMD_NODE && c->node->op == GP_NODE_OP_SYNC) {
+                int status;
+                char *body;
+                gp_nodes_answer(d, c, &status, &body);
+                gp_commit_answer(d, gen, c->req, body ? status : 503, body, body ? 0 : 1);
+                return;
+        }
         if (o->body) {
                 c->req->ctype = o->ctype;
                 gp_commit_answer(d, gen, c->req, o->status, o->body, o->retry_after);
@@ -1416,9 +1519,21 @@ static void release_durable(gp_daemon *d) {
                         /* start supervisors only now that `running` is durable
                          * (and the answers are out), and only once no preempted
                          * run is still stopping: the spawner thread starts them,
-                         * many at once */
-                        defer_spawn(d, rel[k].id);
+                         * many at once; on agent nodes, their agents do */
+                        pthread_mutex_lock(&d->lock);
+                        gp_task *t = gp_i64map_get(&d->tasks, rel[k].id);
+                        bool remote = t && gp_nodes_remote(t);
+                        if (remote && t->state == GP_TASK_RUNNING)
+                                gp_nodes_start(d, t);
+                        pthread_mutex_unlock(&d->lock);
+                        if (!remote)
+                                defer_spawn(d, rel[k].id);
                 }
+        }
+        if (n) {
+                pthread_mutex_lock(&d->lock);
+                gp_nodes_flush(d, gp_commit_applied(d));
+                pthread_mutex_unlock(&d->lock);
         }
         notify_resized(d);
 }
@@ -1541,8 +1656,10 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                 case CMD_INVOICE:
                         gp_billing_apply(d, c, now, &out[i].status, &out[i].body, &out[i].ctype);
                         break;
+                case CMD_NODE: gp_nodes_apply(d, c, now, &out[i].status, &out[i].body); break;
                 }
         }
+        apply_node_events(d, &b, now);
         for (size_t k = 0; k < nexited; k++) {
                 if (drained(d, exited[k]))
                         continue;
@@ -1554,6 +1671,12 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         gp_tenants_tick(d->tenants, now, false);
         expire_leases(d, &b, now);
         expire_preempting(d, &b, now);
+        gp_nodes_tick(d, now);
+        apply_node_events(d, &b, now);
+        if (d->nodes_local_drain_changed) {
+                b.meta_drained = true;
+                d->nodes_local_drain_changed = false;
+        }
         if (!full) /* no task starts while its `running` state may not be storable */
                 apply_decisions(d, &b, now);
         gp_billing_tick(d, now); /* interval segments of long runs */
@@ -1572,6 +1695,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         d->nresized = 0;
         free_final(d, &b);
         wake_waiters(d, now);
+        gp_nodes_flush(d, gen);
         pthread_mutex_unlock(&d->lock);
 
         release_durable(d);
@@ -1625,6 +1749,9 @@ static int loop_timeout(gp_daemon *d) {
         int64_t bill = gp_billing_next_ms(d);
         if (bill < next)
                 next = bill;
+        int64_t nd = gp_nodes_next_ms(d);
+        if (nd < next)
+                next = nd;
         if (d->cfg.n_time_rules > 0) {
                 int64_t minute = (now / 60000 + 1) * 60000; /* windows change on minute boundaries */
                 if (minute < next)
@@ -1696,6 +1823,7 @@ void gp_cmd_free(cmd *c) {
                 gp_array_spec_done(&c->submit.array);
                 break;
         case CMD_TENANT_PUT: free(c->tenant_put.rec); break;
+        case CMD_NODE: gp_node_cmd_free(c->node); break;
         case CMD_KEY_CREATE: explicit_bzero(c->key_create.key, sizeof(c->key_create.key)); break;
         case CMD_CREDIT:
         case CMD_USAGE_TOKENS:
@@ -1703,6 +1831,12 @@ void gp_cmd_free(cmd *c) {
         default: break;
         }
         free(c);
+}
+
+void gp_daemon_kick(gp_daemon *d) {
+        uint64_t one = 1;
+        ssize_t w = write(d->evfd, &one, sizeof(one));
+        (void)w;
 }
 
 void gp_daemon_post(gp_daemon *d, cmd *c) {
@@ -1741,6 +1875,8 @@ static void sample(gp_daemon *d) {
                 }
                 pthread_mutex_unlock(&d->lock);
         }
+        if (!d->gpu)
+                return;
         if (gp_gpu_read(d->gpu, &info, &n) < 0) {
                 gp_monitor_gpu_read(d, false, gp_now_ms());
                 return;
@@ -1912,6 +2048,8 @@ static int recover_one(const gp_task *st, void *ud) {
                 t->heartbeat_ms = rc->now; /* a full TTL for the holder to come back */
                 return gp_i64map_put(&d->leases, t->id, t);
         }
+        if (gp_nodes_remote(t))
+                return 0; /* its agents report it in their first full sync (nodes.c) */
         char dir[PATH_MAX];
         task_dir(d, t->id, dir, sizeof(dir));
         gp_exec_result res;
@@ -1943,6 +2081,11 @@ static int recover_one(const gp_task *st, void *ud) {
 static int open_gpus(gp_daemon *d, char *err, size_t errlen) {
         gp_gpu_options go = {.backend = d->cfg.gpu_backend, .nvml_library = d->cfg.nvml_library,
                              .sim = d->cfg.sim, .n_sim = d->cfg.n_sim};
+        if (!strcmp(d->cfg.gpu_backend, "none")) { /* a control plane: only agent nodes have GPUs */
+                d->backend = "none";
+                d->gpu_ids = calloc(1, sizeof(uint32_t));
+                return d->gpu_ids ? 0 : -ENOMEM;
+        }
         int rc = gp_gpu_open(&go, &d->gpu, err, errlen);
         if (rc < 0)
                 return rc;
@@ -2033,6 +2176,7 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, char *err, size_t err
         gp_i64map_init(&d->leases);
         gp_i64map_init(&d->requeue);
         gp_i64map_init(&d->draining);
+        gp_i64map_init(&d->ranks);
         gp_i64map_init(&d->lpreempting);
         gp_i64map_init(&d->watch);
         d->started_ms = gp_now_ms();
@@ -2137,6 +2281,8 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, char *err, size_t err
         if ((rc = open_gpus(d, err, errlen)) < 0)
                 return rc;
         gp_tenants_tick(d->tenants, gp_now_ms(), true); /* tenants, groups and time rules into the core */
+        if ((rc = gp_nodes_open(d, err, errlen)) < 0) /* their GPUs, before the tasks that run on them */
+                return rc;
         restore_drained(d);
         int64_t max_id = 0;
         if ((rc = gp_store_task_max_id(d->ws, &max_id)) < 0) {
@@ -2258,6 +2404,11 @@ void gp_daemon_close(gp_daemon *d) {
         while ((v = gp_i64map_next(&d->draining, &pos, NULL)))
                 close((int)((intptr_t)v - 1));
         gp_i64map_done(&d->draining);
+        pos = 0;
+        while ((v = gp_i64map_next(&d->ranks, &pos, NULL)))
+                free(v);
+        gp_i64map_done(&d->ranks);
+        gp_nodes_close(d);
         gp_i64map_done(&d->lpreempting);
         free(d->resized);
         free(d->deferred);

@@ -22,6 +22,7 @@
 #include "gateway/gateway.h"
 #include "server/monitor.h"
 #include "server/submit.h"
+#include "server/nodes.h"
 #include "server/routes.h"
 #include "server/tenants.h"
 
@@ -161,6 +162,10 @@ void gp_http_wake(hreq *r) {
 static void park(hreq *r) {
         r->suspended = true;
         MHD_suspend_connection(r->conn);
+}
+
+void gp_http_park(hreq *r) {
+        park(r);
 }
 
 /* ------------------------------------------------------------------ */
@@ -769,6 +774,10 @@ static enum MHD_Result post_cmd(hreq *r, cmd *c) {
         return MHD_YES;
 }
 
+int gp_http_post(hreq *r, cmd *c) {
+        return post_cmd(r, c);
+}
+
 /* seed: the sketch's short path (/api/tasks), whose priority is 0..100 */
 static enum MHD_Result submit(hreq *r, bool seed) {
         gp_daemon *d = r->d;
@@ -1235,6 +1244,7 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 return;
         pthread_mutex_lock(&d->lock);
         gp_daemon_waiter_del(d, r);
+        gp_nodes_req_gone(d, r);
         if (r->following)
                 gp_list_del(&r->wlink);
         pthread_mutex_unlock(&d->lock);

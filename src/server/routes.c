@@ -25,7 +25,7 @@ static const gp_route self_routes[] = {
 };
 
 static const gp_route *const tables[] = {gp_http_routes, gp_billing_routes, gp_tenants_routes, gp_monitor_routes,
-                                         self_routes};
+                                         gp_nodes_routes, self_routes};
 
 static unsigned method_bit(const char *m) {
         if (!strcmp(m, "GET") || !strcmp(m, "HEAD"))
@@ -133,7 +133,7 @@ void gp_route_find(const char *url, const char *method, gp_route_match *m) {
                                 m->open = true;
                         }
                         m->allow |= row->methods;
-                        m->open = m->open && row->who == GP_ROUTE_OPEN;
+                        m->open = m->open && (row->who == GP_ROUTE_OPEN || row->who == GP_ROUTE_AGENT);
                         if ((row->methods & want) && !m->row)
                                 m->row = row;
                 }
@@ -203,7 +203,7 @@ int gp_route_serve(hreq *r, const gp_route_match *m) {
 }
 
 static const char *who_name(gp_route_who w) {
-        return w == GP_ROUTE_OPEN ? "open" : w == GP_ROUTE_TENANT ? "tenant" : "admin";
+        return w == GP_ROUTE_OPEN ? "open" : w == GP_ROUTE_TENANT ? "tenant" : w == GP_ROUTE_AGENT ? "agent" : "admin";
 }
 
 int gp_route_list(hreq *r, const gp_route_arg *a) {

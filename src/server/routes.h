@@ -47,6 +47,8 @@ typedef enum gp_route_who {
         GP_ROUTE_OPEN,   /* no key needed */
         GP_ROUTE_TENANT, /* any valid key; a tenant key is scoped to its own tenant */
         GP_ROUTE_ADMIN,  /* an admin key (or keyless loopback) */
+        GP_ROUTE_AGENT,  /* no API key: the handler checks a join token or the node's credential
+                            (nodes.c); bodies are capped as for keyed rows */
 } gp_route_who;
 
 /* methods (GET answers HEAD too) */
@@ -86,6 +88,7 @@ extern const gp_route gp_http_routes[];
 extern const gp_route gp_billing_routes[];
 extern const gp_route gp_tenants_routes[];
 extern const gp_route gp_monitor_routes[];
+extern const gp_route gp_nodes_routes[];
 
 typedef struct gp_route_match {
         const gp_route *row;  /* the row of the path and method; NULL = none */

@@ -49,6 +49,7 @@ typedef enum cmd_kind {
         CMD_USAGE_TOKENS,           /* gp_billing_record_tokens: gateway tokens to store */
         CMD_INVOICE,                /* GET /api/v1/invoices of a closed month not yet issued */
         CMD_ARRAY_CANCEL,           /* POST /api/v1/arrays/{id}/cancel: id, array_index */
+        CMD_NODE,                   /* an agent's join or sync, a node or join-token admin call (nodes.h) */
 } cmd_kind;
 
 struct hreq;
@@ -92,6 +93,7 @@ typedef struct cmd {
                         char who[96];
                         uint32_t weights[GP_PRIORITY_LEVELS];
                 } weights;
+                struct gp_node_cmd *node; /* NODE (owned) */
                 struct {            /* CREDIT, USAGE_TOKENS, INVOICE (billing.c) */
                         char who[96];
                         struct gp_bill_cmd *p;   /* payload (owned) */
@@ -135,6 +137,7 @@ typedef struct hreq {
         bool openai;                /* errors in the OpenAI shape */
         const char *cors;           /* its Origin, when listed in server.allowed_origins (d->cfg's); else NULL */
         void *gw;                   /* the gateway's request while it has one (gateway.h) */
+        struct gp_node *node_held;  /* an agent's sync held by its node (nodes.c), under d->lock */
 } hreq;
 
 typedef struct gp_daemon {
@@ -157,6 +160,7 @@ typedef struct gp_daemon {
         int64_t *gone;              /* tasks whose supervisor is gone, unprocessed; loop thread */
         gp_i64map draining;         /* preempted task id -> pidfd+1 of its old run, still stopping; loop thread */
         size_t ndraining;
+        gp_i64map ranks;            /* multi-node task id -> ranks that ended well (daemon.c); loop thread */
         gp_i64map lpreempting;      /* preempted leases in their grace period: id -> gp_task*
                                        (t->preempt_deadline_ms set), under lock */
         int64_t *resized;           /* batch tasks resized in this batch: alloc.json + signal after
@@ -212,6 +216,8 @@ typedef struct gp_daemon {
         struct gp_billing *bill;    /* metering, credits, invoices (billing.h) */
         struct gp_disk *disk;       /* free-space watch, degraded mode, the reserve (disk.h) */
         struct gp_commit *cm;       /* durable commits: generations, the sync thread (commit.h) */
+        struct gp_nodes *nodes;     /* agent nodes and join tokens (nodes.h), under lock */
+        bool nodes_local_drain_changed; /* node local drained or undrained: store "drained" (loop thread) */
 } gp_daemon;
 
 /* daemon.c */
@@ -242,6 +248,8 @@ void gp_daemon_waiter_add(gp_daemon *d, hreq *r);
 void gp_daemon_waiter_del(gp_daemon *d, hreq *r);
 /* DATA_DIR/tasks/ID[/FILE] into buf. 0 or -ENAMETOOLONG. */
 int gp_daemon_task_path(const gp_daemon *d, int64_t id, const char *file, char *buf, size_t size);
+/* Wake the loop thread (a deadline it does not know yet). */
+void gp_daemon_kick(gp_daemon *d);
 /* Answer a request from the loop thread (resumes the connection). */
 void gp_http_answer(hreq *r, int status, char *body, int retry_after);
 /* Resume a parked request (long poll / follow) so its handler runs again. */
@@ -255,6 +263,10 @@ char *gp_http_error_body(const char *code, const char *fmt, ...) __attribute__((
 int gp_http_send_type(hreq *r, int status, char *body, const char *ctype);
 /* The same as JSON, with a Retry-After header when retry_after > 0. */
 int gp_http_send(hreq *r, int status, char *body, int retry_after);
+/* Suspend r until gp_http_answer / gp_http_wake (its handler returns MHD_YES). */
+void gp_http_park(hreq *r);
+/* Hand c to the loop thread for r, which is answered when c is done.  MHD_YES. */
+int gp_http_post(hreq *r, cmd *c);
 /* The same as JSON with an Allow header (a 405's methods). */
 int gp_http_send_allow(hreq *r, int status, char *body, const char *allow);
 /* cors.c */

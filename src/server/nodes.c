@@ -1,0 +1,1538 @@
+/* nodes.c - the pool's nodes: join, sync, liveness, drain and removal
+ * (docs/internals/cluster.md is the contract; nodes.h the boundaries).
+ *
+ * Threads: the handlers of the agent routes run on MHD threads.  They parse and
+ * authenticate, and a sync that only says "alive" (no runs, GPUs or logs)
+ * is answered there, or held until there is something to send; every
+ * other message becomes a command for the loop thread, which applies it
+ * in its batch and answers once the batch is durable.  Everything here is
+ * under d->lock.
+ */
+#include "server/nodes.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "base/labels.h"
+#include "base/list.h"
+#include "base/log.h"
+#include "base/sha256.h"
+#include "base/util.h"
+#include "base/vec.h"
+#include "server/commit.h"
+#include "server/server-int.h"
+#include "server/tenants.h"
+
+#define MAX_NODES 5000          /* nodes one server keeps (left ones included) */
+#define MAX_TOKENS 1000         /* join tokens made through the API */
+#define NODE_META_MAX (1 << 20) /* a stored node record or index */
+
+typedef struct node_gpu {
+        gp_proto_gpu g;
+        uint32_t sid;               /* the scheduler's GPU id */
+} node_gpu;
+
+typedef struct gp_node {
+        char name[GP_NODE_MAX];
+        gp_node_state state;
+        bool drain;                 /* drained by an admin (kept while lost) */
+        char cred[65];              /* hex SHA-256 of its credential; "" = none (left) */
+        char address[GP_PROTO_ADDR_MAX];
+        char labels[GP_LABELS_MAX]; /* canonical, without the implicit gpupool/node */
+        char version[GP_PROTO_VERSION_MAX];
+        char backend[GP_PROTO_BACKEND_MAX];
+        int64_t joined_ms, left_ms, hb_ms;
+        int64_t seq;                /* the last sync's seq taken (memory only) */
+        bool synced;                /* a full sync since the server started */
+        bool dirty;                 /* its record is to be stored */
+        int ngpus;
+        node_gpu *gpus;
+        gp_list hb;                 /* in by_hb while ready or draining */
+        struct hreq *held;          /* a sync held until there is something to send */
+        int64_t held_seq, held_until;
+        gp_list hl;                 /* in held, while held */
+        gp_proto_run_id *ostart;    /* runs to start */
+        size_t nostart, capostart;
+        gp_proto_stop *ostop;       /* runs to stop */
+        size_t nostop, capostop;
+        gp_i64map seen;             /* task -> epoch: runs its agent reported since the server started */
+        gp_i64map stopping;         /* task -> (epoch << 2 | why) + 1: a stop sent again until its end */
+} gp_node;
+
+typedef struct jtoken {
+        char id[24];
+        char hash[72];              /* "sha256:<hex>" */
+        int64_t created_ms, expires_ms;
+        bool revoked;
+} jtoken;
+
+/* What the loop found for the answer of one sync (the cmd's reply). */
+typedef struct node_reply {
+        bool want_full;
+        int status;                 /* 0 = 200 */
+        char error[160];
+        gp_proto_offset *off;
+        size_t noff, capoff;
+} node_reply;
+
+struct gp_nodes {
+        gp_node **v;
+        size_t n, cap;
+        gp_i64map by_name;          /* FNV-1a of the name -> gp_node* */
+        gp_list by_hb;              /* oldest heartbeat first */
+        gp_list held;               /* held syncs, the earliest deadline first */
+        jtoken *tok;
+        size_t ntok, captok;
+        int64_t next_tok;
+        bool tok_dirty, index_dirty;
+        gp_node_ev *ev;
+        size_t nev, capev;
+};
+
+static const char *const state_names[] = {"ready", "draining", "lost", "left"};
+
+const char *gp_node_state_name(gp_node_state s) {
+        return (unsigned)s < GP_ARRAY_SIZE(state_names) ? state_names[s] : "unknown";
+}
+
+static int state_parse(const char *s, gp_node_state *ret) {
+        for (size_t i = 0; i < GP_ARRAY_SIZE(state_names); i++)
+                if (s && !strcmp(s, state_names[i])) {
+                        *ret = (gp_node_state)i;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
+static int64_t name_key(const char *s) {
+        uint64_t h = 1469598103934665603ull;
+        for (; *s; s++)
+                h = (h ^ (unsigned char)*s) * 1099511628211ull;
+        return (int64_t)(h >> 1);
+}
+
+static void oom(void) {
+        gp_error("out of memory in the node registry; stopping");
+        _exit(70);
+}
+
+static gp_node *find(gp_nodes *ns, const char *name) {
+        gp_node *n = gp_i64map_get(&ns->by_name, name_key(name));
+        return n && !strcmp(n->name, name) ? n : NULL;
+}
+
+/* ---- events and outboxes ---- */
+
+static gp_node_ev *event(gp_nodes *ns, gp_node_ev_kind kind, int64_t task, int rank) {
+        gp_node_ev *v = gp_vec_grow(ns->ev, &ns->capev, ns->nev + 1, sizeof(*v), 16);
+        if (!v)
+                oom();
+        ns->ev = v;
+        gp_node_ev *e = &v[ns->nev++];
+        memset(e, 0, sizeof(*e));
+        e->kind = kind;
+        e->task = task;
+        e->rank = rank;
+        return e;
+}
+
+static void push_start(gp_node *n, gp_proto_run_id id) {
+        for (size_t i = 0; i < n->nostart; i++)
+                if (n->ostart[i].task == id.task && n->ostart[i].epoch == id.epoch)
+                        return;
+        gp_proto_run_id *v = gp_vec_grow(n->ostart, &n->capostart, n->nostart + 1, sizeof(*v), 8);
+        if (!v)
+                oom();
+        n->ostart = v;
+        v[n->nostart++] = id;
+}
+
+static void push_stop(gp_node *n, gp_proto_run_id id, gp_proto_stop_why why) {
+        for (size_t i = 0; i < n->nostop; i++)
+                if (n->ostop[i].id.task == id.task && n->ostop[i].id.epoch == id.epoch &&
+                    n->ostop[i].id.rank == id.rank)
+                        return;
+        gp_proto_stop *v = gp_vec_grow(n->ostop, &n->capostop, n->nostop + 1, sizeof(*v), 8);
+        if (!v)
+                oom();
+        n->ostop = v;
+        v[n->nostop++] = (gp_proto_stop){id, why};
+}
+
+/* ---- a task's nodes ---- */
+
+bool gp_nodes_remote(const gp_task *t) {
+        return t->n_gpus > 0 && strcmp(t->gpus[0].node, "local") != 0;
+}
+
+/* The rank of node `name` among t's nodes (distinct, in GPU order), or -1. */
+static int rank_of(const gp_task *t, const char *name) {
+        int rank = -1;
+        const char *prev = NULL;
+        for (int i = 0; i < t->n_gpus; i++) {
+                if (!prev || strcmp(prev, t->gpus[i].node)) {
+                        rank++;
+                        prev = t->gpus[i].node;
+                        if (!strcmp(prev, name))
+                                return rank;
+                }
+        }
+        return -1;
+}
+
+static int nnodes(const gp_task *t) {
+        int k = 0;
+        for (int i = 0; i < t->n_gpus; i++)
+                if (i == 0 || strcmp(t->gpus[i - 1].node, t->gpus[i].node))
+                        k++;
+        return k;
+}
+
+/* The node of rank `rank` of t (NULL if none). */
+static const char *node_at(const gp_task *t, int rank) {
+        int k = -1;
+        for (int i = 0; i < t->n_gpus; i++)
+                if (i == 0 || strcmp(t->gpus[i - 1].node, t->gpus[i].node))
+                        if (++k == rank)
+                                return t->gpus[i].node;
+        return NULL;
+}
+
+/* Is this run t's current run on node n? */
+static bool current(const gp_task *t, const gp_node *n, gp_proto_run_id id) {
+        return t && t->state == GP_TASK_RUNNING && !t->is_lease && gp_nodes_remote(t) &&
+               id.epoch == gp_task_run_epoch(t) && rank_of(t, n->name) == id.rank;
+}
+
+/* ---- the registry ---- */
+
+static void hb_touch(gp_nodes *ns, gp_node *n, int64_t now) {
+        n->hb_ms = now;
+        gp_list_del(&n->hb);
+        if (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING)
+                gp_list_add_tail(&ns->by_hb, &n->hb);
+}
+
+static gp_node *node_new(gp_nodes *ns, const char *name) {
+        if (ns->n >= MAX_NODES)
+                return NULL;
+        gp_node *n = calloc(1, sizeof(*n));
+        gp_node **v = gp_vec_grow(ns->v, &ns->cap, ns->n + 1, sizeof(*v), 16);
+        if (!n || !v) {
+                free(n);
+                if (v)
+                        ns->v = v;
+                return NULL;
+        }
+        ns->v = v;
+        gp_strlcpy(n->name, name, sizeof(n->name));
+        gp_list_init(&n->hb);
+        gp_list_init(&n->hl);
+        gp_i64map_init(&n->seen);
+        gp_i64map_init(&n->stopping);
+        if (gp_i64map_put(&ns->by_name, name_key(name), n) < 0) {
+                free(n);
+                return NULL;
+        }
+        v[ns->n++] = n;
+        ns->index_dirty = true;
+        return n;
+}
+
+static void sched_labels(gp_daemon *d, const char *node, const char *canon) {
+        (void)d, (void)node, (void)canon;
+}
+
+/* Put node n's GPUs into the scheduler (or revive them) with its labels;
+ * usable unless the node is lost or left; drained with the node. */
+static void node_inventory(gp_daemon *d, gp_node *n) {
+        for (int i = 0; i < n->ngpus; i++) {
+                node_gpu *g = &n->gpus[i];
+                gp_sched_gpu_desc desc = {.node = n->name, .index = g->g.index, .uuid = g->g.uuid,
+                                          .name = g->g.name, .memory_total_mb = g->g.memory_mb > 0 ? g->g.memory_mb : 1};
+                int rc = gp_sched_gpu_add(d->sched, &desc, &g->sid);
+                if (rc == -EEXIST)
+                        rc = gp_sched_gpu_find(d->sched, n->name, g->g.index, &g->sid);
+                if (rc < 0) {
+                        gp_warn("node %s: GPU %d not added to the pool: %s", n->name, g->g.index, gp_strerror(rc));
+                        g->sid = UINT32_MAX;
+                        continue;
+                }
+                bool up = g->g.healthy && (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING);
+                gp_sched_gpu_set_healthy(d->sched, g->sid, up);
+                gp_sched_gpu_set_drained(d->sched, g->sid, n->drain || n->state == GP_NODE_LEFT);
+        }
+        char labels[GP_LABELS_MAX + 80], canon[GP_LABELS_MAX], err[160];
+        snprintf(labels, sizeof(labels), "%s%sgpupool/node=%s", n->labels, n->labels[0] ? "," : "", n->name);
+        if (gp_labels_canon(labels, canon, sizeof(canon), err, sizeof(err)) == 0)
+                sched_labels(d, n->name, canon);
+}
+
+static void set_gpus(gp_node *n, const gp_proto_gpu *g, int ng) {
+        node_gpu *v = ng ? calloc((size_t)ng, sizeof(*v)) : NULL;
+        if (ng && !v)
+                oom();
+        for (int i = 0; i < ng; i++) {
+                v[i].g = g[i];
+                v[i].sid = UINT32_MAX;
+        }
+        free(n->gpus);
+        n->gpus = v;
+        n->ngpus = ng;
+}
+
+/* Every active task with a GPU on node n: ids into *ret (malloc'd). */
+static size_t node_tasks(gp_daemon *d, const gp_node *n, int64_t **ret) {
+        int64_t *v = NULL;
+        size_t nv = 0, cap = 0;
+        for (int i = 0; i < n->ngpus; i++) {
+                if (n->gpus[i].sid == UINT32_MAX)
+                        continue;
+                int64_t ids[64];
+                int k = gp_sched_gpu_tasks(d->sched, n->gpus[i].sid, ids, 64);
+                for (int j = 0; j < k && j < 64; j++) {
+                        bool dup = false;
+                        for (size_t x = 0; x < nv && !dup; x++)
+                                dup = v[x] == ids[j];
+                        if (dup)
+                                continue;
+                        int64_t *w = gp_vec_grow(v, &cap, nv + 1, sizeof(*w), 16);
+                        if (!w)
+                                oom();
+                        v = w;
+                        v[nv++] = ids[j];
+                }
+        }
+        *ret = v;
+        return nv;
+}
+
+/* Node n is gone for its tasks (lost, removed): every task on it gets an
+ * event, and what was to be sent to it is dropped. */
+static void node_gone(gp_daemon *d, gp_node *n, const char *why) {
+        int64_t *ids;
+        size_t k = node_tasks(d, n, &ids);
+        for (size_t i = 0; i < k; i++) {
+                gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
+                if (!t || t->state != GP_TASK_RUNNING)
+                        continue;
+                gp_node_ev *e = event(d->nodes, GP_NODE_EV_LOST, t->id, rank_of(t, n->name));
+                gp_strlcpy(e->why, why, sizeof(e->why));
+        }
+        free(ids);
+        n->nostart = n->nostop = 0;
+        gp_i64map_done(&n->seen);
+        gp_i64map_init(&n->seen);
+        gp_i64map_done(&n->stopping);
+        gp_i64map_init(&n->stopping);
+        for (int i = 0; i < n->ngpus; i++)
+                if (n->gpus[i].sid != UINT32_MAX)
+                        gp_sched_gpu_set_healthy(d->sched, n->gpus[i].sid, false);
+}
+
+/* ---- storing ---- */
+
+static json_t *gpus_json(const node_gpu *g, int n) {
+        json_t *a = json_array();
+        for (int i = 0; a && i < n; i++)
+                json_array_append_new(a, json_pack("{s:i,s:s,s:s,s:I,s:b}", "index", g[i].g.index, "uuid", g[i].g.uuid,
+                                                   "name", g[i].g.name, "memory_mb", (json_int_t)g[i].g.memory_mb,
+                                                   "healthy", g[i].g.healthy));
+        return a;
+}
+
+static char *node_record(const gp_node *n) {
+        json_t *j = json_pack("{s:s,s:s,s:b,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o}", "name", n->name, "state",
+                              gp_node_state_name(n->state), "drain", n->drain, "cred", n->cred, "address", n->address,
+                              "labels", n->labels, "version", n->version, "backend", n->backend, "joined_ms",
+                              (json_int_t)n->joined_ms, "left_ms", (json_int_t)n->left_ms, "gpus",
+                              gpus_json(n->gpus, n->ngpus));
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        return s;
+}
+
+static int str_field(json_t *j, const char *key, char *dst, size_t size) {
+        const char *v = json_string_value(json_object_get(j, key));
+        if (!v || strlen(v) >= size)
+                return -EINVAL;
+        memcpy(dst, v, strlen(v) + 1);
+        return 0;
+}
+
+/* A stored record back into n (name already set).  0 or -EINVAL. */
+static int node_from_record(gp_node *n, const char *text) {
+        json_t *j = json_loads(text, 0, NULL);
+        char st[16];
+        int rc = -EINVAL;
+        if (!j || str_field(j, "state", st, sizeof(st)) < 0 || state_parse(st, &n->state) < 0 ||
+            str_field(j, "cred", n->cred, sizeof(n->cred)) < 0 || str_field(j, "address", n->address, sizeof(n->address)) < 0 ||
+            str_field(j, "labels", n->labels, sizeof(n->labels)) < 0 ||
+            str_field(j, "version", n->version, sizeof(n->version)) < 0 ||
+            str_field(j, "backend", n->backend, sizeof(n->backend)) < 0)
+                goto out;
+        n->drain = json_is_true(json_object_get(j, "drain"));
+        n->joined_ms = json_integer_value(json_object_get(j, "joined_ms"));
+        n->left_ms = json_integer_value(json_object_get(j, "left_ms"));
+        json_t *ga = json_object_get(j, "gpus");
+        size_t ng = json_array_size(ga);
+        if (ng > GP_PROTO_MAX_GPUS)
+                goto out;
+        gp_proto_gpu g[GP_PROTO_MAX_GPUS];
+        for (size_t i = 0; i < ng; i++) {
+                json_t *x = json_array_get(ga, i);
+                memset(&g[i], 0, sizeof(g[i]));
+                g[i].index = (int)json_integer_value(json_object_get(x, "index"));
+                g[i].memory_mb = json_integer_value(json_object_get(x, "memory_mb"));
+                g[i].healthy = json_is_true(json_object_get(x, "healthy"));
+                if (str_field(x, "uuid", g[i].uuid, sizeof(g[i].uuid)) < 0 ||
+                    str_field(x, "name", g[i].name, sizeof(g[i].name)) < 0 || g[i].index < 0 ||
+                    g[i].index >= GP_PROTO_MAX_GPUS)
+                        goto out;
+        }
+        set_gpus(n, g, (int)ng);
+        rc = 0;
+out:
+        json_decref(j);
+        return rc;
+}
+
+static char *tokens_record(const gp_nodes *ns) {
+        json_t *a = json_array();
+        for (size_t i = 0; a && i < ns->ntok; i++)
+                json_array_append_new(a, json_pack("{s:s,s:s,s:I,s:I,s:b}", "id", ns->tok[i].id, "hash", ns->tok[i].hash,
+                                                   "created_ms", (json_int_t)ns->tok[i].created_ms, "expires_ms",
+                                                   (json_int_t)ns->tok[i].expires_ms, "revoked", ns->tok[i].revoked));
+        json_t *j = json_pack("{s:I,s:o}", "next", (json_int_t)ns->next_tok, "tokens", a);
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        return s;
+}
+
+static int tokens_from_record(gp_nodes *ns, const char *text) {
+        json_t *j = json_loads(text, 0, NULL);
+        json_t *a = json_object_get(j, "tokens");
+        int rc = -EINVAL;
+        if (!j || !json_is_array(a) || json_array_size(a) > MAX_TOKENS)
+                goto out;
+        ns->next_tok = json_integer_value(json_object_get(j, "next"));
+        for (size_t i = 0; i < json_array_size(a); i++) {
+                json_t *x = json_array_get(a, i);
+                jtoken t = {0};
+                if (str_field(x, "id", t.id, sizeof(t.id)) < 0 || str_field(x, "hash", t.hash, sizeof(t.hash)) < 0)
+                        goto out;
+                t.created_ms = json_integer_value(json_object_get(x, "created_ms"));
+                t.expires_ms = json_integer_value(json_object_get(x, "expires_ms"));
+                t.revoked = json_is_true(json_object_get(x, "revoked"));
+                jtoken *v = gp_vec_grow(ns->tok, &ns->captok, ns->ntok + 1, sizeof(*v), 8);
+                if (!v) {
+                        rc = -ENOMEM;
+                        goto out;
+                }
+                ns->tok = v;
+                v[ns->ntok++] = t;
+        }
+        rc = 0;
+out:
+        json_decref(j);
+        return rc;
+}
+
+int gp_nodes_store(gp_daemon *d) {
+        gp_nodes *ns = d->nodes;
+        char key[GP_NODE_MAX + 8];
+        for (size_t i = 0; i < ns->n; i++) {
+                gp_node *n = ns->v[i];
+                if (!n->dirty)
+                        continue;
+                char *rec = node_record(n);
+                snprintf(key, sizeof(key), "node:%s", n->name);
+                int rc = rec ? gp_store_meta_set(d->ws, key, rec) : -ENOMEM;
+                free(rec);
+                if (rc < 0)
+                        return rc == -ENOMEM ? -GP_ESTORE : rc;
+        }
+        if (ns->index_dirty) {
+                gp_buf b;
+                gp_buf_init(&b, NODE_META_MAX);
+                for (size_t i = 0; i < ns->n; i++)
+                        gp_buf_printf(&b, "%s%s", i ? "\n" : "", ns->v[i]->name);
+                int rc = gp_buf_append(&b, "", 1) == 0 ? gp_store_meta_set(d->ws, "nodes", b.data) : -GP_ESTORE;
+                gp_buf_done(&b);
+                if (rc < 0)
+                        return rc;
+        }
+        if (ns->tok_dirty) {
+                char *rec = tokens_record(ns);
+                int rc = rec ? gp_store_meta_set(d->ws, "join_tokens", rec) : -GP_ESTORE;
+                free(rec);
+                if (rc < 0)
+                        return rc;
+        }
+        /* stored with this transaction (if it fails, the batch is tried again
+         * with the same records: they are rewritten whole) */
+        for (size_t i = 0; i < ns->n; i++)
+                ns->v[i]->dirty = false;
+        ns->index_dirty = ns->tok_dirty = false;
+        return 0;
+}
+
+int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
+        gp_nodes *ns = calloc(1, sizeof(*ns));
+        char *buf = malloc(NODE_META_MAX);
+        if (!ns || !buf) {
+                free(ns);
+                free(buf);
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        gp_i64map_init(&ns->by_name);
+        gp_list_init(&ns->by_hb);
+        gp_list_init(&ns->held);
+        d->nodes = ns;
+        int64_t now = gp_now_ms();
+        int rc = gp_store_meta_get(d->ws, "join_tokens", buf, NODE_META_MAX);
+        if (rc == 0 && tokens_from_record(ns, buf) < 0) {
+                snprintf(err, errlen, "the stored join tokens are damaged");
+                free(buf);
+                return -GP_ESTORE;
+        }
+        rc = gp_store_meta_get(d->ws, "nodes", buf, NODE_META_MAX);
+        char *index = rc == 0 ? strdup(buf) : NULL;
+        char *save = NULL;
+        for (char *name = index ? strtok_r(index, "\n", &save) : NULL; name; name = strtok_r(NULL, "\n", &save)) {
+                char key[GP_NODE_MAX + 8];
+                snprintf(key, sizeof(key), "node:%s", name);
+                gp_node *n = gp_proto_node_name_ok(name) ? node_new(ns, name) : NULL;
+                if (!n || gp_store_meta_get(d->ws, key, buf, NODE_META_MAX) < 0 || node_from_record(n, buf) < 0) {
+                        snprintf(err, errlen, "the stored record of node %.48s is missing or damaged", name);
+                        free(index);
+                        free(buf);
+                        return -GP_ESTORE;
+                }
+                if (n->state != GP_NODE_LEFT)
+                        node_inventory(d, n);
+                hb_touch(ns, n, now); /* node_timeout_s of grace from the server's start */
+        }
+        ns->index_dirty = false;
+        free(index);
+        free(buf);
+        return 0;
+}
+
+void gp_nodes_close(gp_daemon *d) {
+        gp_nodes *ns = d->nodes;
+        if (!ns)
+                return;
+        for (size_t i = 0; i < ns->n; i++) {
+                gp_node *n = ns->v[i];
+                free(n->gpus);
+                free(n->ostart);
+                free(n->ostop);
+                gp_i64map_done(&n->seen);
+                gp_i64map_done(&n->stopping);
+                free(n);
+        }
+        free(ns->v);
+        gp_i64map_done(&ns->by_name);
+        free(ns->tok);
+        free(ns->ev);
+        free(ns);
+        d->nodes = NULL;
+}
+
+/* ---- answers ---- */
+
+/* t's start on node n at rank, as the agent gets it.  0 or -EINVAL (its
+ * spec is not what submit stored). */
+static int start_of(gp_daemon *d, const gp_task *t, const gp_node *n, int rank, gp_proto_start *s) {
+        memset(s, 0, sizeof(*s));
+        json_t *spec = json_loads(t->spec ? t->spec : "", 0, NULL);
+        json_t *cmdv = json_object_get(spec, "command"), *env = json_object_get(spec, "env");
+        size_t na = json_array_size(cmdv), ne = json_object_size(env);
+        if (!spec || na == 0 || na > GP_PROTO_MAX_ARGV || ne + 1 > GP_PROTO_MAX_ENV) {
+                json_decref(spec);
+                return -EINVAL;
+        }
+        s->id = (gp_proto_run_id){t->id, gp_task_run_epoch(t), rank};
+        s->nnodes = nnodes(t);
+        gp_nodes_host(d, node_at(t, 0), s->master_addr, sizeof(s->master_addr));
+        s->master_port = 29500 + (int)(t->id % 1000);
+        gp_strlcpy(s->tenant, t->tenant, sizeof(s->tenant));
+        s->argv = calloc(na + 1, sizeof(char *));
+        s->env = calloc(ne + 2, sizeof(char *));
+        if (!s->argv || !s->env)
+                oom();
+        for (size_t i = 0; i < na; i++)
+                if (!(s->argv[s->n_argv++] = strdup(json_string_value(json_array_get(cmdv, i)) ?: "")))
+                        oom();
+        const char *k;
+        json_t *v;
+        json_object_foreach(env, k, v) {
+                if (asprintf(&s->env[s->n_env], "%s=%s", k, json_string_value(v) ?: "") < 0)
+                        oom();
+                s->n_env++;
+        }
+        if (!(s->env[s->n_env++] = strdup("CUDA_DEVICE_ORDER=PCI_BUS_ID")))
+                oom();
+        s->workdir = strdup(json_string_value(json_object_get(spec, "workdir")) ?: "");
+        if (!s->workdir)
+                oom();
+        json_decref(spec);
+        size_t oc = 0, og = 0;
+        for (int i = 0; i < t->n_gpus; i++) {
+                if (strcmp(t->gpus[i].node, n->name))
+                        continue;
+                oc += (size_t)snprintf(s->cuda_visible_devices + oc, oc < sizeof(s->cuda_visible_devices) ? sizeof(s->cuda_visible_devices) - oc : 0,
+                                       "%s%d", oc ? "," : "", t->gpus[i].index);
+                og += (size_t)snprintf(s->gpus + og, og < sizeof(s->gpus) ? sizeof(s->gpus) - og : 0, "%s%s:%d",
+                                       og ? "," : "", n->name, t->gpus[i].index);
+        }
+        s->timeout_s = t->timeout_s;
+        s->kill_grace_s = d->cfg.kill_grace_s;
+        s->preempt_grace_s = d->cfg.preemption_grace_sec;
+        s->max_log_bytes = d->cfg.max_log_bytes;
+        const char *ra = gp_tenants_run_as(d->tenants, t->tenant);
+        gp_strlcpy(s->run_as, ra ? ra : "", sizeof(s->run_as));
+        s->array_id = t->array_id;
+        s->array_index = t->array_index;
+        return 0;
+}
+
+/* The answer to a sync of node n with seq: the exited runs of msg that
+ * are no longer current are acknowledged (their end is stored), and what
+ * waits for n goes out.  Takes n's outbox.  NULL when out of memory. */
+static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto_sync *msg, const node_reply *rp) {
+        gp_proto_sync_answer a = {.seq = seq, .heartbeat_s = d->cfg.agent_heartbeat_s,
+                                  .want_full = (rp && rp->want_full) || (!n->synced && !(msg && msg->full))};
+        if (msg && msg->n_runs) {
+                a.ack = calloc((size_t)msg->n_runs, sizeof(*a.ack));
+                if (!a.ack)
+                        oom();
+                for (int i = 0; i < msg->n_runs; i++) {
+                        const gp_proto_run *r = &msg->runs[i];
+                        if (r->state == GP_PROTO_EXITED && !current(gp_i64map_get(&d->tasks, r->id.task), n, r->id))
+                                a.ack[a.n_ack++] = r->id;
+                }
+        }
+        if (n->nostart) {
+                a.start = calloc(n->nostart, sizeof(*a.start));
+                if (!a.start)
+                        oom();
+                for (size_t i = 0; i < n->nostart; i++) {
+                        gp_task *t = gp_i64map_get(&d->tasks, n->ostart[i].task);
+                        if (!current(t, n, n->ostart[i]))
+                                continue; /* ended or moved meanwhile */
+                        if (start_of(d, t, n, n->ostart[i].rank, &a.start[a.n_start]) < 0) {
+                                gp_warn("task %" PRId64 ": its stored spec cannot be sent to node %s", t->id, n->name);
+                                continue;
+                        }
+                        a.n_start++;
+                }
+                n->nostart = 0;
+        }
+        a.stop = n->ostop;
+        a.n_stop = (int)n->nostop;
+        if (rp) {
+                a.offsets = rp->off;
+                a.n_offsets = (int)rp->noff;
+        }
+        char *body = NULL;
+        if (gp_proto_sync_answer_render(&a, &body) < 0)
+                body = NULL;
+        n->nostop = 0;
+        a.stop = NULL;
+        a.n_stop = 0;
+        a.offsets = NULL;
+        a.n_offsets = 0;
+        gp_proto_sync_answer_done(&a);
+        return body;
+}
+
+static void unhold(gp_nodes *ns, gp_node *n) {
+        gp_list_del(&n->hl);
+        n->held = NULL;
+        (void)ns;
+}
+
+/* Answer n's held sync now (from any thread, d->lock held). */
+static void answer_held(gp_daemon *d, gp_node *n, uint64_t gen, bool loop) {
+        struct hreq *r = n->held;
+        int64_t seq = n->held_seq;
+        unhold(d->nodes, n);
+        char *body = render_answer(d, n, seq, NULL, NULL);
+        if (loop)
+                gp_commit_answer(d, gen, r, body ? 200 : 503, body, body ? 0 : 1);
+        else
+                gp_http_answer(r, body ? 200 : 503, body, body ? 0 : 1);
+}
+
+void gp_nodes_req_gone(gp_daemon *d, struct hreq *r) {
+        gp_nodes *ns = d->nodes;
+        if (!ns || !r->node_held)
+                return;
+        gp_node *n = r->node_held;
+        if (n->held == r)
+                unhold(ns, n);
+        r->node_held = NULL;
+}
+
+void gp_nodes_flush(gp_daemon *d, uint64_t gen) {
+        gp_nodes *ns = d->nodes;
+        GP_LIST_FOR_EACH_SAFE(l, &ns->held) {
+                gp_node *n = GP_LIST_ENTRY(l, gp_node, hl);
+                if (n->nostart || n->nostop)
+                        answer_held(d, n, gen, true);
+        }
+}
+
+/* ---- time ---- */
+
+void gp_nodes_tick(gp_daemon *d, int64_t now) {
+        gp_nodes *ns = d->nodes;
+        gp_list *l;
+        while ((l = gp_list_first(&ns->held))) {
+                gp_node *n = GP_LIST_ENTRY(l, gp_node, hl);
+                if (n->held_until > now)
+                        break;
+                answer_held(d, n, gp_commit_applied(d), true);
+        }
+        int64_t timeout = (int64_t)d->cfg.node_timeout_s * 1000;
+        while ((l = gp_list_first(&ns->by_hb))) {
+                gp_node *n = GP_LIST_ENTRY(l, gp_node, hb);
+                if (n->hb_ms + timeout > now)
+                        break;
+                gp_list_del(&n->hb);
+                n->state = GP_NODE_LOST;
+                n->dirty = true;
+                if (n->held)
+                        answer_held(d, n, gp_commit_applied(d), true);
+                char why[GP_REASON_MAX];
+                snprintf(why, sizeof(why), "node %s lost: no heartbeat for %d s", n->name, d->cfg.node_timeout_s);
+                gp_warn("%s", why);
+                node_gone(d, n, why);
+        }
+}
+
+int64_t gp_nodes_next_ms(gp_daemon *d) {
+        gp_nodes *ns = d->nodes;
+        int64_t next = INT64_MAX;
+        gp_list *l = gp_list_first(&ns->held);
+        if (l)
+                next = GP_LIST_ENTRY(l, gp_node, hl)->held_until;
+        l = gp_list_first(&ns->by_hb);
+        if (l) {
+                int64_t e = GP_LIST_ENTRY(l, gp_node, hb)->hb_ms + (int64_t)d->cfg.node_timeout_s * 1000;
+                if (e < next)
+                        next = e;
+        }
+        return next;
+}
+
+/* ---- starts and stops ---- */
+
+void gp_nodes_start(gp_daemon *d, const gp_task *t) {
+        int64_t epoch = gp_task_run_epoch(t);
+        char dir[PATH_MAX];
+        if (gp_daemon_task_path(d, t->id, NULL, dir, sizeof(dir)) == 0)
+                mkdir(dir, 0700); /* its logs are copied here */
+        for (int rank = 0;; rank++) {
+                const char *name = node_at(t, rank);
+                if (!name)
+                        break;
+                gp_node *n = find(d->nodes, name);
+                if (n)
+                        push_start(n, (gp_proto_run_id){t->id, epoch, rank});
+        }
+}
+
+void gp_nodes_stop(gp_daemon *d, const gp_task *t, gp_proto_stop_why why) {
+        int64_t epoch = gp_task_run_epoch(t);
+        for (int rank = 0;; rank++) {
+                const char *name = node_at(t, rank);
+                if (!name)
+                        break;
+                gp_node *n = find(d->nodes, name);
+                if (!n)
+                        continue;
+                gp_proto_run_id id = {t->id, epoch, rank};
+                /* a start not sent yet is not sent at all */
+                for (size_t i = 0; i < n->nostart; i++)
+                        if (n->ostart[i].task == t->id) {
+                                n->ostart[i] = n->ostart[--n->nostart];
+                                break;
+                        }
+                push_stop(n, id, why);
+                if (why != GP_PROTO_STOP_STALE &&
+                    gp_i64map_put(&n->stopping, t->id, (void *)(intptr_t)(((epoch << 2) | why) + 1)) < 0)
+                        oom();
+        }
+}
+
+const gp_node_ev *gp_nodes_events(gp_daemon *d, size_t *ret_n) {
+        *ret_n = d->nodes->nev;
+        return d->nodes->ev;
+}
+
+void gp_nodes_events_clear(gp_daemon *d) {
+        d->nodes->nev = 0;
+}
+
+void gp_nodes_host(gp_daemon *d, const char *node, char *buf, size_t size) {
+        buf[0] = '\0';
+        gp_node *n = node ? find(d->nodes, node) : NULL;
+        if (!n)
+                return;
+        const char *p = strstr(n->address, "://");
+        p = p ? p + 3 : n->address;
+        size_t len;
+        if (*p == '[') { /* [v6]:port */
+                const char *e = strchr(p, ']');
+                len = e ? (size_t)(e - p + 1) : strlen(p);
+        } else {
+                len = strcspn(p, ":/");
+        }
+        if (len >= size)
+                len = size - 1;
+        memcpy(buf, p, len);
+        buf[len] = '\0';
+}
+
+/* ---- applying the commands ---- */
+
+static void reply_offset(node_reply *rp, gp_proto_run_id id, int64_t off) {
+        gp_proto_offset *v = gp_vec_grow(rp->off, &rp->capoff, rp->noff + 1, sizeof(*v), 8);
+        if (!v)
+                oom();
+        rp->off = v;
+        v[rp->noff++] = (gp_proto_offset){id, off};
+}
+
+static void log_path(gp_daemon *d, int64_t task, int rank, char *buf, size_t size) {
+        char file[24];
+        if (rank == 0)
+                snprintf(file, sizeof(file), "log");
+        else
+                snprintf(file, sizeof(file), "log.r%d", rank);
+        if (gp_daemon_task_path(d, task, file, buf, size) < 0)
+                buf[0] = '\0';
+}
+
+/* The size of the server's copy of a run's log (0 when none). */
+static int64_t log_size(gp_daemon *d, gp_proto_run_id id) {
+        char path[PATH_MAX];
+        struct stat st;
+        log_path(d, id.task, id.rank, path, sizeof(path));
+        return path[0] && stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
+}
+
+/* Append a chunk of a current run's output where the copy ends; any other
+ * offset is a repeat or a gap and is left out (the answer says where the
+ * copy ends). */
+static void take_log(gp_daemon *d, const gp_proto_log *lg, node_reply *rp) {
+        char path[PATH_MAX];
+        log_path(d, lg->id.task, lg->id.rank, path, sizeof(path));
+        int fd = path[0] ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600) : -1;
+        if (fd < 0) {
+                char dir[PATH_MAX];
+                if (gp_daemon_task_path(d, lg->id.task, NULL, dir, sizeof(dir)) == 0 && mkdir(dir, 0700) == 0)
+                        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        }
+        if (fd < 0)
+                return;
+        struct stat st;
+        int64_t size = fstat(fd, &st) == 0 ? (int64_t)st.st_size : -1;
+        if (size == lg->offset && d->cfg.max_log_bytes > size) {
+                size_t len = lg->len;
+                if ((int64_t)len > d->cfg.max_log_bytes - size)
+                        len = (size_t)(d->cfg.max_log_bytes - size);
+                ssize_t w = write(fd, lg->data, len);
+                if (w > 0)
+                        size += w;
+        }
+        close(fd);
+        if (size >= 0)
+                reply_offset(rp, lg->id, size);
+}
+
+/* A GPU report of node n: health changes go to the scheduler; a GPU that
+ * failed under a task takes the task with it (an event). */
+static void take_gpus(gp_daemon *d, gp_node *n, const gp_proto_sync *m) {
+        for (int i = 0; i < m->n_gpus; i++) {
+                const gp_proto_gpu *g = &m->gpus[i];
+                node_gpu *mine = NULL;
+                for (int k = 0; k < n->ngpus && !mine; k++)
+                        if (n->gpus[k].g.index == g->index)
+                                mine = &n->gpus[k];
+                if (!mine || mine->sid == UINT32_MAX)
+                        continue; /* GPUs are named at join: a new one needs a new join */
+                bool was = mine->g.healthy;
+                mine->g.healthy = g->healthy;
+                mine->g.memory_mb = g->memory_mb > 0 ? g->memory_mb : mine->g.memory_mb;
+                gp_sched_gpu_set_healthy(d->sched, mine->sid, g->healthy);
+                if (was && !g->healthy) {
+                        int64_t ids[64];
+                        int k = gp_sched_gpu_tasks(d->sched, mine->sid, ids, 64);
+                        for (int j = 0; j < k && j < 64; j++) {
+                                gp_task *t = gp_i64map_get(&d->tasks, ids[j]);
+                                if (!t || t->state != GP_TASK_RUNNING)
+                                        continue;
+                                gp_node_ev *e = event(d->nodes, GP_NODE_EV_LOST, t->id, rank_of(t, n->name));
+                                snprintf(e->why, sizeof(e->why), "GPU %s:%d failed", n->name, g->index);
+                        }
+                }
+        }
+}
+
+static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t now) {
+        gp_nodes *ns = d->nodes;
+        const gp_proto_sync *m = &nc->sync;
+        gp_node *n = find(ns, m->node);
+        if (!n || n->state == GP_NODE_LEFT) {
+                rp->status = 401;
+                snprintf(rp->error, sizeof(rp->error), "node removed");
+                return;
+        }
+        if (n->state == GP_NODE_LOST) {
+                n->state = n->drain ? GP_NODE_DRAINING : GP_NODE_READY;
+                n->dirty = true;
+                hb_touch(ns, n, now);
+                node_inventory(d, n);
+                gp_info("node %s is back (%s)", n->name, gp_node_state_name(n->state));
+        }
+        if (m->has_gpus)
+                take_gpus(d, n, m);
+        for (int i = 0; i < m->n_logs; i++) {
+                const gp_proto_log *lg = &m->logs[i];
+                if (current(gp_i64map_get(&d->tasks, lg->id.task), n, lg->id))
+                        take_log(d, lg, rp);
+        }
+        for (int i = 0; i < m->n_runs; i++) {
+                const gp_proto_run *r = &m->runs[i];
+                gp_task *t = gp_i64map_get(&d->tasks, r->id.task);
+                bool cur = current(t, n, r->id);
+                if (r->state == GP_PROTO_RUNNING) {
+                        if (!cur) {
+                                push_stop(n, r->id, GP_PROTO_STOP_STALE);
+                                continue;
+                        }
+                        if (gp_i64map_put(&n->seen, r->id.task, (void *)(intptr_t)r->id.epoch) < 0)
+                                oom();
+                        intptr_t st = (intptr_t)gp_i64map_get(&n->stopping, r->id.task);
+                        if (st && m->full && ((st - 1) >> 2) == r->id.epoch)
+                                push_stop(n, r->id, (gp_proto_stop_why)((st - 1) & 3));
+                        if (m->full)
+                                reply_offset(rp, r->id, log_size(d, r->id));
+                        continue;
+                }
+                /* exited: the end of a current run is the task's business;
+                 * any other is only acknowledged */
+                gp_i64map_del(&n->seen, r->id.task);
+                gp_i64map_del(&n->stopping, r->id.task);
+                if (cur) {
+                        gp_node_ev *e = event(ns, GP_NODE_EV_RUN_ENDED, r->id.task, r->id.rank);
+                        e->result = r->result;
+                }
+        }
+        if (m->full) {
+                /* runs the server knows here that the agent does not hold */
+                int64_t *ids;
+                size_t k = node_tasks(d, n, &ids);
+                for (size_t i = 0; i < k; i++) {
+                        gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
+                        if (!t || t->state != GP_TASK_RUNNING || t->is_lease || !gp_nodes_remote(t))
+                                continue;
+                        gp_proto_run_id id = {t->id, gp_task_run_epoch(t), rank_of(t, n->name)};
+                        bool held = false;
+                        for (int j = 0; j < m->n_runs && !held; j++)
+                                held = m->runs[j].id.task == id.task && m->runs[j].id.epoch == id.epoch &&
+                                       m->runs[j].id.rank == id.rank;
+                        if (held)
+                                continue;
+                        if ((intptr_t)gp_i64map_get(&n->seen, t->id) == id.epoch) {
+                                gp_node_ev *e = event(ns, GP_NODE_EV_LOST, t->id, id.rank);
+                                snprintf(e->why, sizeof(e->why), "node %s lost its run", n->name);
+                                gp_i64map_del(&n->seen, t->id);
+                        } else {
+                                push_start(n, id); /* it may never have got it */
+                        }
+                }
+                free(ids);
+                n->synced = true;
+        } else if (!n->synced) {
+                rp->want_full = true;
+        }
+}
+
+static bool token_ok(gp_daemon *d, const char *token, int64_t now) {
+        char h[72];
+        gp_sha256_key_hash(token, h);
+        bool ok = false;
+        for (int i = 0; i < d->cfg.n_join_tokens; i++)
+                ok |= !strcmp(h, d->cfg.join_tokens[i]);
+        gp_nodes *ns = d->nodes;
+        for (size_t i = 0; i < ns->ntok; i++)
+                if (!ns->tok[i].revoked && (!ns->tok[i].expires_ms || ns->tok[i].expires_ms > now))
+                        ok |= !strcmp(h, ns->tok[i].hash);
+        explicit_bzero(h, sizeof(h));
+        return ok;
+}
+
+
+/* ---- node JSON (GET /api/v1/nodes, admin answers) ---- */
+
+static json_t *labels_json(const char *canon, const char *name) {
+        json_t *o = gp_proto_labels_to_json(canon);
+        if (o)
+                json_object_set_new(o, "gpupool/node", json_string(name));
+        return o;
+}
+
+/* A node's GPUs as the scheduler sees them, with busy and run counts. */
+static json_t *sched_gpus_json(gp_daemon *d, const char *node, const uint32_t *sids, int n, int *busy, int *runs) {
+        json_t *a = json_array();
+        gp_i64map seen;
+        gp_i64map_init(&seen);
+        *busy = *runs = 0;
+        for (int i = 0; a && i < n; i++) {
+                gp_sched_gpu_view v;
+                if (sids[i] == UINT32_MAX || gp_sched_gpu_get(d->sched, sids[i], &v) < 0)
+                        continue;
+                int64_t ids[64];
+                int k = gp_sched_gpu_tasks(d->sched, sids[i], ids, 64);
+                for (int j = 0; j < k && j < 64; j++)
+                        if (!gp_i64map_get(&seen, ids[j]) && gp_i64map_put(&seen, ids[j], (void *)1) == 0)
+                                (*runs)++;
+                if (v.ntasks > 0)
+                        (*busy)++;
+                json_array_append_new(a, json_pack("{s:i,s:s,s:s,s:I,s:b,s:b,s:i}", "index", v.index, "uuid", v.uuid,
+                                                   "name", v.name, "memory_mb", (json_int_t)v.memory_total_mb, "healthy",
+                                                   v.healthy, "drained", v.drained, "tasks", v.ntasks));
+        }
+        gp_i64map_done(&seen);
+        (void)node;
+        return a;
+}
+
+static json_t *node_json(gp_daemon *d, const gp_node *n) {
+        uint32_t *sids = n->ngpus ? calloc((size_t)n->ngpus, sizeof(*sids)) : NULL;
+        if (n->ngpus && !sids)
+                return NULL;
+        for (int i = 0; i < n->ngpus; i++)
+                sids[i] = n->state == GP_NODE_LEFT ? UINT32_MAX : n->gpus[i].sid;
+        int busy, runs;
+        json_t *g = sched_gpus_json(d, n->name, sids, n->ngpus, &busy, &runs);
+        free(sids);
+        if (n->state == GP_NODE_LEFT) { /* its GPUs as it had them */
+                json_decref(g);
+                g = json_array();
+                for (int i = 0; g && i < n->ngpus; i++)
+                        json_array_append_new(g, json_pack("{s:i,s:s,s:s,s:I,s:b,s:b,s:i}", "index", n->gpus[i].g.index,
+                                                           "uuid", n->gpus[i].g.uuid, "name", n->gpus[i].g.name,
+                                                           "memory_mb", (json_int_t)n->gpus[i].g.memory_mb, "healthy",
+                                                           false, "drained", true, "tasks", 0));
+        }
+        return json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o}", "name", n->name, "state",
+                         gp_node_state_name(n->state), "address", n->address, "labels", labels_json(n->labels, n->name),
+                         "version", n->version, "backend", n->backend, "last_heartbeat_ms", (json_int_t)n->hb_ms,
+                         "joined_ms", (json_int_t)n->joined_ms, "gpus_total", n->ngpus, "gpus_busy", busy, "runs", runs,
+                         "gpus", g);
+}
+
+/* The server's own GPUs as node "local" (NULL when it has none). */
+static json_t *local_json(gp_daemon *d) {
+        if (d->ngpus == 0)
+                return NULL;
+        int busy, runs;
+        json_t *g = sched_gpus_json(d, "local", d->gpu_ids, (int)d->ngpus, &busy, &runs);
+        bool drained = true;
+        for (size_t i = 0; i < d->ngpus; i++) {
+                gp_sched_gpu_view v;
+                if (gp_sched_gpu_get(d->sched, d->gpu_ids[i], &v) == 0)
+                        drained = drained && v.drained;
+        }
+        return json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o}", "name", "local", "state",
+                         drained ? "draining" : "ready", "address", "", "labels", labels_json("", "local"), "version",
+                         GP_VERSION, "backend", d->backend, "last_heartbeat_ms", (json_int_t)gp_now_ms(), "joined_ms",
+                         (json_int_t)d->started_ms, "gpus_total", (int)d->ngpus, "gpus_busy", busy, "runs", runs, "gpus",
+                         g);
+}
+
+static char *dump(json_t *j) {
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        return s;
+}
+
+static char *error_body(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *error_body(const char *code, const char *fmt, ...) {
+        char msg[400];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        return gp_http_error_body(code, "%s", msg);
+}
+
+/* ---- the loop's side of the commands ---- */
+
+static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, char **body) {
+        gp_nodes *ns = d->nodes;
+        gp_proto_join *j = &nc->join;
+        if (!token_ok(d, nc->token, now)) {
+                *status = 401;
+                *body = gp_proto_error_render("bad join token (unknown, revoked or expired)");
+                return;
+        }
+        gp_node *n = find(ns, j->name);
+        if (!n && gp_i64map_get(&ns->by_name, name_key(j->name))) {
+                *status = 409;
+                *body = gp_proto_error_render("that node name cannot be used here; choose another (--name)");
+                return;
+        }
+        bool fresh = !n;
+        if (!n && !(n = node_new(ns, j->name))) {
+                *status = 409;
+                *body = gp_proto_error_render("the server holds its most nodes (5000); remove some that left");
+                return;
+        }
+        if (!fresh) {
+                /* a new install under a known name: what ran there is the new
+                 * agent's to report (not held: lost, or started again) */
+                if (n->held)
+                        answer_held(d, n, gp_commit_applied(d), true);
+                gp_i64map_done(&n->seen);
+                gp_i64map_init(&n->seen);
+        }
+        char h[72];
+        gp_sha256_key_hash(nc->secret, h);
+        gp_strlcpy(n->cred, h + 7, sizeof(n->cred));
+        explicit_bzero(h, sizeof(h));
+        gp_strlcpy(n->address, j->address, sizeof(n->address));
+        gp_strlcpy(n->labels, j->labels, sizeof(n->labels));
+        gp_strlcpy(n->version, j->version, sizeof(n->version));
+        gp_strlcpy(n->backend, j->backend, sizeof(n->backend));
+        set_gpus(n, j->gpus, j->n_gpus);
+        if (fresh || n->state == GP_NODE_LEFT) {
+                n->joined_ms = now;
+                n->left_ms = 0;
+                n->drain = false;
+        }
+        n->state = n->drain ? GP_NODE_DRAINING : GP_NODE_READY;
+        n->synced = false;
+        n->seq = 0;
+        n->dirty = true;
+        hb_touch(ns, n, now);
+        node_inventory(d, n);
+        gp_info("node %s joined (%d GPUs, %s, %s)", n->name, n->ngpus, n->backend, n->address[0] ? n->address : "no address");
+        gp_proto_join_answer a = {.heartbeat_s = d->cfg.agent_heartbeat_s, .node_timeout_s = d->cfg.node_timeout_s};
+        gp_strlcpy(a.node, n->name, sizeof(a.node));
+        gp_strlcpy(a.credential, nc->secret, sizeof(a.credential));
+        *status = 200;
+        if (gp_proto_join_answer_render(&a, body) < 0)
+                *body = NULL;
+        explicit_bzero(&a, sizeof(a));
+}
+
+static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, char **body) {
+        gp_nodes *ns = d->nodes;
+        if (!strcmp(nc->node, "local")) {
+                if (nc->op == GP_NODE_OP_REMOVE) {
+                        *status = 409;
+                        *body = error_body("conflict", "node local is this server's own GPUs; it cannot be removed");
+                        return;
+                }
+                for (size_t i = 0; i < d->ngpus; i++)
+                        gp_sched_gpu_set_drained(d->sched, d->gpu_ids[i], nc->op == GP_NODE_OP_DRAIN);
+                d->nodes_local_drain_changed = true;
+                gp_info("node local %s by %s", nc->op == GP_NODE_OP_DRAIN ? "drained" : "undrained", nc->who);
+                *status = 200;
+                *body = dump(local_json(d));
+                return;
+        }
+        gp_node *n = find(ns, nc->node);
+        if (!n) {
+                *status = 404;
+                *body = error_body("not_found", "no node %s", nc->node);
+                return;
+        }
+        if (n->state == GP_NODE_LEFT) {
+                *status = 409;
+                *body = error_body("conflict", "node %s has left the pool (it may join again)", n->name);
+                return;
+        }
+        switch (nc->op) {
+        case GP_NODE_OP_DRAIN:
+        case GP_NODE_OP_UNDRAIN:
+                n->drain = nc->op == GP_NODE_OP_DRAIN;
+                if (n->state != GP_NODE_LOST)
+                        n->state = n->drain ? GP_NODE_DRAINING : GP_NODE_READY;
+                for (int i = 0; i < n->ngpus; i++)
+                        if (n->gpus[i].sid != UINT32_MAX)
+                                gp_sched_gpu_set_drained(d->sched, n->gpus[i].sid, n->drain);
+                break;
+        case GP_NODE_OP_REMOVE: {
+                char why[GP_REASON_MAX];
+                snprintf(why, sizeof(why), "node %s was removed from the pool", n->name);
+                /* what runs there is stopped and goes back to the queue */
+                int64_t *ids;
+                size_t k = node_tasks(d, n, &ids);
+                for (size_t i = 0; i < k; i++) {
+                        gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
+                        if (t && t->state == GP_TASK_RUNNING && !t->is_lease)
+                                push_stop(n, (gp_proto_run_id){t->id, gp_task_run_epoch(t), rank_of(t, n->name)},
+                                          GP_PROTO_STOP_STALE);
+                }
+                free(ids);
+                node_gone(d, n, why);
+                if (n->held)
+                        answer_held(d, n, gp_commit_applied(d), true);
+                n->state = GP_NODE_LEFT;
+                n->left_ms = now;
+                n->cred[0] = '\0';
+                gp_list_del(&n->hb);
+                for (int i = 0; i < n->ngpus; i++)
+                        if (n->gpus[i].sid != UINT32_MAX)
+                                gp_sched_gpu_set_drained(d->sched, n->gpus[i].sid, true);
+                break;
+        }
+        default:
+                break;
+        }
+        n->dirty = true;
+        gp_info("node %s: %s by %s", n->name, gp_node_state_name(n->state), nc->who);
+        *status = 200;
+        *body = dump(node_json(d, n));
+}
+
+static void apply_token(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, char **body) {
+        gp_nodes *ns = d->nodes;
+        if (nc->op == GP_NODE_OP_TOKEN_REVOKE) {
+                for (size_t i = 0; i < ns->ntok; i++)
+                        if (!strcmp(ns->tok[i].id, nc->token_id)) {
+                                ns->tok[i].revoked = true;
+                                ns->tok_dirty = true;
+                                gp_info("join token %s revoked by %s", nc->token_id, nc->who);
+                                *status = 200;
+                                *body = dump(json_pack("{s:s,s:b}", "id", nc->token_id, "revoked", true));
+                                return;
+                        }
+                *status = 404;
+                *body = error_body("not_found", "no join token %s", nc->token_id);
+                return;
+        }
+        if (ns->ntok >= MAX_TOKENS) {
+                *status = 409;
+                *body = error_body("conflict", "%d join tokens exist; revoke some first", MAX_TOKENS);
+                return;
+        }
+        jtoken *v = gp_vec_grow(ns->tok, &ns->captok, ns->ntok + 1, sizeof(*v), 8);
+        if (!v)
+                oom();
+        ns->tok = v;
+        jtoken *t = &v[ns->ntok++];
+        memset(t, 0, sizeof(*t));
+        snprintf(t->id, sizeof(t->id), "jt_%" PRId64, ++ns->next_tok);
+        gp_sha256_key_hash(nc->secret, t->hash);
+        t->created_ms = now;
+        t->expires_ms = nc->ttl_s > 0 ? now + nc->ttl_s * 1000 : 0;
+        ns->tok_dirty = true;
+        gp_info("join token %s made by %s", t->id, nc->who);
+        *status = 201;
+        *body = dump(json_pack("{s:s,s:s,s:I}", "id", t->id, "token", nc->secret, "expires_ms", (json_int_t)t->expires_ms));
+}
+
+void gp_nodes_apply(gp_daemon *d, struct cmd *c, int64_t now, int *status, char **body) {
+        gp_node_cmd *nc = c->node;
+        *status = 200;
+        *body = NULL;
+        switch (nc->op) {
+        case GP_NODE_OP_JOIN: apply_join(d, nc, now, status, body); break;
+        case GP_NODE_OP_SYNC:
+                nc->reply = calloc(1, sizeof(*nc->reply));
+                if (!nc->reply)
+                        oom();
+                apply_sync(d, nc, nc->reply, now);
+                break;
+        case GP_NODE_OP_DRAIN:
+        case GP_NODE_OP_UNDRAIN:
+        case GP_NODE_OP_REMOVE: apply_admin(d, nc, now, status, body); break;
+        case GP_NODE_OP_TOKEN_CREATE:
+        case GP_NODE_OP_TOKEN_REVOKE: apply_token(d, nc, now, status, body); break;
+        }
+}
+
+void gp_nodes_answer(gp_daemon *d, struct cmd *c, int *status, char **body) {
+        gp_node_cmd *nc = c->node;
+        node_reply *rp = nc->reply;
+        gp_node *n = find(d->nodes, nc->sync.node);
+        if (!rp || rp->status || !n) {
+                *status = rp && rp->status ? rp->status : 401;
+                *body = gp_proto_error_render(rp && rp->error[0] ? rp->error : "node removed");
+                return;
+        }
+        *status = 200;
+        *body = render_answer(d, n, nc->sync.seq, &nc->sync, rp);
+}
+
+void gp_node_cmd_free(gp_node_cmd *nc) {
+        if (!nc)
+                return;
+        gp_proto_join_done(&nc->join);
+        gp_proto_sync_done(&nc->sync);
+        if (nc->reply)
+                free(nc->reply->off);
+        free(nc->reply);
+        explicit_bzero(nc->secret, sizeof(nc->secret));
+        explicit_bzero(nc->token, sizeof(nc->token));
+        free(nc);
+}
+
+/* ---- HTTP handlers (MHD threads) ---- */
+
+/* The bearer secret of r into out (checked by ok), or -1. */
+static int bearer(struct hreq *r, bool (*ok)(const char *), char *out, size_t size) {
+        const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        if (!h || strncmp(h, "Bearer ", 7) || strlen(h + 7) >= size || !ok(h + 7))
+                return -1;
+        gp_strlcpy(out, h + 7, size);
+        return 0;
+}
+
+static int send_proto_error(struct hreq *r, int status, const char *msg) {
+        return gp_http_send(r, status, gp_proto_error_render(msg), status == 503 ? 1 : 0);
+}
+
+static gp_node_cmd *node_cmd(gp_node_op op) {
+        gp_node_cmd *nc = calloc(1, sizeof(*nc));
+        if (nc)
+                nc->op = op;
+        return nc;
+}
+
+static int post(struct hreq *r, gp_node_cmd *nc) {
+        cmd *c = gp_cmd_new(CMD_NODE);
+        if (!c) {
+                gp_node_cmd_free(nc);
+                return gp_http_send(r, 503, NULL, 1);
+        }
+        c->node = nc;
+        return gp_http_post(r, c);
+}
+
+static int make_secret(const char *prefix, char out[GP_PROTO_CRED_LEN + 1]) {
+        uint8_t raw[32];
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+                return -EIO;
+        size_t o = (size_t)snprintf(out, GP_PROTO_CRED_LEN + 1, "%s", prefix);
+        for (size_t i = 0; i < sizeof(raw); i++)
+                o += (size_t)snprintf(out + o, GP_PROTO_CRED_LEN + 1 - o, "%02x", raw[i]);
+        explicit_bzero(raw, sizeof(raw));
+        return 0;
+}
+
+static int h_join(struct hreq *r, const gp_route_arg *a) {
+        (void)a;
+        gp_node_cmd *nc = node_cmd(GP_NODE_OP_JOIN);
+        char err[256];
+        if (!nc)
+                return gp_http_send(r, 503, NULL, 1);
+        if (bearer(r, gp_proto_join_token_ok, nc->token, sizeof(nc->token)) < 0) {
+                gp_node_cmd_free(nc);
+                return send_proto_error(r, 401, "a join token is required (Authorization: Bearer gpj_...)");
+        }
+        int rc = gp_proto_join_parse(r->body.data ? r->body.data : "", r->body.len, &nc->join, err, sizeof(err));
+        if (rc < 0 || make_secret("gpn_", nc->secret) < 0) {
+                gp_node_cmd_free(nc);
+                return send_proto_error(r, rc == -EINVAL ? 400 : 503, rc == -EINVAL ? err : "try again");
+        }
+        return post(r, nc);
+}
+
+static bool equal_hash(const char *cred, const char *hex) {
+        char h[72];
+        gp_sha256_key_hash(cred, h);
+        bool ok = hex[0] && !strcmp(h + 7, hex);
+        explicit_bzero(h, sizeof(h));
+        return ok;
+}
+
+static int h_sync(struct hreq *r, const gp_route_arg *a) {
+        (void)a;
+        gp_daemon *d = r->d;
+        char cred[GP_PROTO_CRED_LEN + 1], err[256];
+        if (bearer(r, gp_proto_credential_ok, cred, sizeof(cred)) < 0)
+                return send_proto_error(r, 401, "the node's credential is required (Authorization: Bearer gpn_...)");
+        gp_node_cmd *nc = node_cmd(GP_NODE_OP_SYNC);
+        if (!nc)
+                return gp_http_send(r, 503, NULL, 1);
+        int rc = gp_proto_sync_parse(r->body.data ? r->body.data : "", r->body.len, &nc->sync, err, sizeof(err));
+        if (rc < 0) {
+                gp_node_cmd_free(nc);
+                return send_proto_error(r, rc == -EINVAL ? 400 : 503, rc == -EINVAL ? err : "try again");
+        }
+        const gp_proto_sync *m = &nc->sync;
+        int64_t now = gp_now_ms();
+        pthread_mutex_lock(&d->lock);
+        gp_node *n = find(d->nodes, m->node);
+        int status = 0;
+        const char *msg = NULL;
+        if (!n || !equal_hash(cred, n->cred)) {
+                status = 401;
+                msg = n && n->state == GP_NODE_LEFT ? "node removed" : "bad credential for this node";
+        } else if (m->seq <= n->seq) {
+                status = 409;
+                msg = "replayed message: seq is not above the last one taken";
+        }
+        explicit_bzero(cred, sizeof(cred));
+        if (status) {
+                pthread_mutex_unlock(&d->lock);
+                gp_node_cmd_free(nc);
+                return send_proto_error(r, status, msg);
+        }
+        n->seq = m->seq;
+        if (n->state != GP_NODE_LOST)
+                hb_touch(d->nodes, n, now);
+        if (n->held) /* a newer sync: the held one goes now, empty */
+                answer_held(d, n, 0, false);
+        bool quiet = !m->full && !m->has_gpus && m->n_runs == 0 && m->n_logs == 0 && n->synced &&
+                     n->state != GP_NODE_LOST;
+        if (!quiet) {
+                pthread_mutex_unlock(&d->lock);
+                return post(r, nc);
+        }
+        if (n->nostart == 0 && n->nostop == 0 && m->wait_ms > 0) {
+                int64_t wait = m->wait_ms;
+                if (wait > (int64_t)d->cfg.node_timeout_s * 500)
+                        wait = (int64_t)d->cfg.node_timeout_s * 500;
+                n->held = r;
+                n->held_seq = m->seq;
+                n->held_until = now + wait;
+                r->node_held = n;
+                gp_list_add_tail(&d->nodes->held, &n->hl); /* same wait for all: stays in deadline order */
+                gp_http_park(r);
+                pthread_mutex_unlock(&d->lock);
+                gp_daemon_kick(d); /* the loop learns the new deadline */
+                gp_node_cmd_free(nc);
+                return MHD_YES;
+        }
+        char *body = render_answer(d, n, m->seq, NULL, NULL);
+        pthread_mutex_unlock(&d->lock);
+        gp_node_cmd_free(nc);
+        return gp_http_send(r, body ? 200 : 503, body, body ? 0 : 1);
+}
+
+static int h_nodes(struct hreq *r, const gp_route_arg *a) {
+        gp_daemon *d = r->d;
+        pthread_mutex_lock(&d->lock);
+        json_t *out;
+        if (a->name[0]) {
+                gp_node *n = find(d->nodes, a->name);
+                out = !strcmp(a->name, "local") ? local_json(d) : n ? node_json(d, n) : NULL;
+                if (!out) {
+                        pthread_mutex_unlock(&d->lock);
+                        return gp_http_send(r, 404, error_body("not_found", "no node %s", a->name), 0);
+                }
+        } else {
+                json_t *list = json_array();
+                json_t *l = local_json(d);
+                if (l)
+                        json_array_append_new(list, l);
+                for (size_t i = 0; list && i < d->nodes->n; i++)
+                        json_array_append_new(list, node_json(d, d->nodes->v[i]));
+                out = json_pack("{s:s,s:o}", "backend", d->backend, "nodes", list);
+        }
+        pthread_mutex_unlock(&d->lock);
+        char *body = dump(out);
+        if (gp_commit_wait(d) < 0) {
+                free(body);
+                return gp_http_send(r, 503, error_body("unavailable", "the disk is slow; try again"), 1);
+        }
+        return gp_http_send(r, body ? 200 : 503, body, 0);
+}
+
+static int h_node_op(struct hreq *r, const gp_route_arg *a) {
+        const char *tail = strrchr(a->url, '/');
+        gp_node_op op = !strcmp(tail, "/drain") ? GP_NODE_OP_DRAIN : !strcmp(tail, "/undrain") ? GP_NODE_OP_UNDRAIN : GP_NODE_OP_REMOVE;
+        gp_node_cmd *nc = node_cmd(op);
+        if (!nc)
+                return gp_http_send(r, 503, NULL, 1);
+        gp_strlcpy(nc->node, a->name, sizeof(nc->node));
+        gp_strlcpy(nc->who, r->who, sizeof(nc->who));
+        return post(r, nc);
+}
+
+static int h_token_create(struct hreq *r, const gp_route_arg *a) {
+        (void)a;
+        int64_t ttl = 0;
+        if (r->body.len) {
+                json_error_t je;
+                json_t *j = json_loadb(r->body.data, r->body.len, 0, &je);
+                json_t *v = json_object_get(j, "ttl_s");
+                bool ok = json_is_object(j) && (!v || (json_is_integer(v) && json_integer_value(v) >= 0 &&
+                                                       json_integer_value(v) <= 10LL * 365 * 86400));
+                ttl = v ? json_integer_value(v) : 0;
+                json_decref(j);
+                if (!ok)
+                        return gp_http_send(r, 400, error_body("invalid_request", "expected {\"ttl_s\": seconds, 0..315360000}"), 0);
+        }
+        gp_node_cmd *nc = node_cmd(GP_NODE_OP_TOKEN_CREATE);
+        if (!nc || make_secret("gpj_", nc->secret) < 0) {
+                gp_node_cmd_free(nc);
+                return gp_http_send(r, 503, NULL, 1);
+        }
+        nc->ttl_s = ttl;
+        gp_strlcpy(nc->who, r->who, sizeof(nc->who));
+        return post(r, nc);
+}
+
+static int h_token_revoke(struct hreq *r, const gp_route_arg *a) {
+        gp_node_cmd *nc = node_cmd(GP_NODE_OP_TOKEN_REVOKE);
+        if (!nc)
+                return gp_http_send(r, 503, NULL, 1);
+        gp_strlcpy(nc->token_id, a->name, sizeof(nc->token_id));
+        gp_strlcpy(nc->who, r->who, sizeof(nc->who));
+        return post(r, nc);
+}
+
+static int h_tokens(struct hreq *r, const gp_route_arg *a) {
+        (void)a;
+        gp_daemon *d = r->d;
+        json_t *list = json_array();
+        pthread_mutex_lock(&d->lock);
+        for (int i = 0; list && i < d->cfg.n_join_tokens; i++)
+                json_array_append_new(list, json_pack("{s:s,s:I,s:I,s:b,s:s}", "id", "config", "created_ms", (json_int_t)0,
+                                                      "expires_ms", (json_int_t)0, "revoked", false, "source", "config"));
+        for (size_t i = 0; list && i < d->nodes->ntok; i++) {
+                const jtoken *t = &d->nodes->tok[i];
+                json_array_append_new(list, json_pack("{s:s,s:I,s:I,s:b,s:s}", "id", t->id, "created_ms",
+                                                      (json_int_t)t->created_ms, "expires_ms", (json_int_t)t->expires_ms,
+                                                      "revoked", t->revoked, "source", "api"));
+        }
+        pthread_mutex_unlock(&d->lock);
+        return gp_http_send(r, list ? 200 : 503, dump(json_pack("{s:o}", "tokens", list)), 0);
+}
+
+const gp_route gp_nodes_routes[] = {
+        {GP_POST, "/agent/v1/join", GP_ROUTE_AGENT, h_join, NULL, 0},
+        {GP_POST, "/agent/v1/sync", GP_ROUTE_AGENT, h_sync, NULL, 0},
+        {GP_GET, "/api/v1/nodes", GP_ROUTE_TENANT, h_nodes, NULL, 0},
+        {GP_GET, "/api/v1/nodes/{gpu}", GP_ROUTE_TENANT, h_nodes, NULL, 0},
+        {GP_POST, "/admin/nodes/{gpu}/drain", GP_ROUTE_ADMIN, h_node_op, NULL, 0},
+        {GP_POST, "/admin/nodes/{gpu}/undrain", GP_ROUTE_ADMIN, h_node_op, NULL, 0},
+        {GP_POST, "/admin/nodes/{gpu}/remove", GP_ROUTE_ADMIN, h_node_op, NULL, 0},
+        {GP_GET, "/admin/join-tokens", GP_ROUTE_ADMIN, h_tokens, NULL, 0},
+        {GP_POST, "/admin/join-tokens", GP_ROUTE_ADMIN, h_token_create, NULL, 0},
+        {GP_DELETE, "/admin/join-tokens/{gpu}", GP_ROUTE_ADMIN, h_token_revoke, NULL, 0},
+        {0, NULL, 0, NULL, NULL, 0},
+};

@@ -1,0 +1,139 @@
+/* nodes.h - the pool's nodes: agents that join, sync and run tasks.
+ *
+ * The server's side of docs/internals/cluster.md.  The registry holds every
+ * node that joined (its credential's hash, state, labels, GPUs, address),
+ * the join tokens made through the API, and per node what is to be sent
+ * (starts, stops) and what its agent reported (the runs it confirmed).
+ * Nodes and tokens are stored in the store's meta table ("node:NAME" and
+ * the index "nodes"; "join_tokens"), in the batch transaction that changed
+ * them.
+ *
+ * Boundaries: this module changes nodes and the scheduler's inventory
+ * (GPUs, health, labels, drain); it never changes a task.  What happened
+ * to tasks (a run ended with a result; a task lost its node) comes back
+ * to the daemon as events (gp_node_ev), which daemon.c applies with its
+ * own rules (finish, requeue, retries).  All functions run with d->lock
+ * held, on the loop thread unless they say otherwise.
+ */
+#ifndef GP_SERVER_NODES_H
+#define GP_SERVER_NODES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster/proto.h"
+#include "core/task.h"
+#include "exec/exec.h"
+#include "server/routes.h"
+
+struct gp_daemon;
+struct hreq;
+struct cmd;
+
+typedef struct gp_nodes gp_nodes;
+
+typedef enum gp_node_state {
+        GP_NODE_READY = 0,
+        GP_NODE_DRAINING,
+        GP_NODE_LOST,
+        GP_NODE_LEFT,
+} gp_node_state;
+
+const char *gp_node_state_name(gp_node_state s);
+
+/* What happened to a task on a node, for daemon.c to apply. */
+typedef enum gp_node_ev_kind {
+        GP_NODE_EV_RUN_ENDED = 0, /* a current run ended: result (rank of the task's nodes) */
+        GP_NODE_EV_LOST,          /* the task lost a node (or its run there): why */
+} gp_node_ev_kind;
+
+typedef struct gp_node_ev {
+        gp_node_ev_kind kind;
+        int64_t task;
+        int rank;
+        gp_exec_result result;
+        char why[GP_REASON_MAX];
+} gp_node_ev;
+
+/* The commands of the agent routes and the admin routes (cmd payload). */
+typedef enum gp_node_op {
+        GP_NODE_OP_JOIN = 0,      /* msg.join, credential made by the handler */
+        GP_NODE_OP_SYNC,          /* msg.sync */
+        GP_NODE_OP_DRAIN,
+        GP_NODE_OP_UNDRAIN,
+        GP_NODE_OP_REMOVE,
+        GP_NODE_OP_TOKEN_CREATE,  /* ttl_s; token made by the handler */
+        GP_NODE_OP_TOKEN_REVOKE,  /* token_id */
+} gp_node_op;
+
+typedef struct gp_node_cmd {
+        gp_node_op op;
+        char node[GP_NODE_MAX];
+        char who[96];
+        gp_proto_join join;
+        gp_proto_sync sync;
+        char token[GP_PROTO_CRED_LEN + 1];  /* JOIN: the join token it came with */
+        char secret[GP_PROTO_CRED_LEN + 1]; /* JOIN: the new credential; TOKEN_CREATE: the token */
+        int64_t ttl_s;
+        char token_id[24];
+        struct node_reply *reply;           /* SYNC: what the loop found for the answer (nodes.c) */
+} gp_node_cmd;
+
+void gp_node_cmd_free(gp_node_cmd *c);
+
+/* Open the registry: load nodes and tokens from d->ws and put the GPUs of
+ * every node not left into the scheduler (lost ones unhealthy), so that
+ * recovered tasks find them.  Every node gets node_timeout_s of grace from
+ * now and is asked for a full sync.  0 or a negative code with err. */
+int gp_nodes_open(struct gp_daemon *d, char *err, size_t errlen);
+void gp_nodes_close(struct gp_daemon *d);
+
+/* true when t's GPUs are on agent nodes (not "local"). */
+bool gp_nodes_remote(const gp_task *t);
+
+/* Apply a node command (loop thread).  Writes the answer's status and
+ * body (malloc'd) for commands that have no sync answer (everything but
+ * SYNC, whose answer gp_nodes_answer renders after the batch). */
+void gp_nodes_apply(struct gp_daemon *d, struct cmd *c, int64_t now, int *status, char **body);
+/* The answer of a SYNC command, rendered now (the node's acks of this
+ * pass, its pending starts and stops): status and body. */
+void gp_nodes_answer(struct gp_daemon *d, struct cmd *c, int *status, char **body);
+
+/* Events for the daemon since the last take: *ret_n of them, valid until
+ * the next call of any gp_nodes_ function that makes events. */
+const gp_node_ev *gp_nodes_events(struct gp_daemon *d, size_t *ret_n);
+void gp_nodes_events_clear(struct gp_daemon *d);
+
+/* A task started on agent nodes is durable: queue its starts (one per
+ * node, ranks in node order). */
+void gp_nodes_start(struct gp_daemon *d, const gp_task *t);
+/* Stop t's current runs on its nodes (cancel, preempt, stale).  For
+ * cancel and preempt the stop is sent again until the run's end is
+ * reported.  Call before the task's epoch changes. */
+void gp_nodes_stop(struct gp_daemon *d, const gp_task *t, gp_proto_stop_why why);
+/* A task ended: forget what its runs reported (the acks of their ends are
+ * sent as the agents report them). */
+void gp_nodes_forget(struct gp_daemon *d, const gp_task *t);
+
+/* Nodes whose heartbeats stopped become lost (events for their tasks);
+ * held syncs whose wait is over are answered. */
+void gp_nodes_tick(struct gp_daemon *d, int64_t now);
+/* The earliest time gp_nodes_tick has something to do (INT64_MAX: none). */
+int64_t gp_nodes_next_ms(struct gp_daemon *d);
+/* Answer every held sync whose node has something to send (after a
+ * batch is applied and after its effects are released). */
+void gp_nodes_flush(struct gp_daemon *d, uint64_t gen);
+/* Write the changed node records and tokens into the open transaction
+ * of d->ws.  0 or -GP_ESTORE. */
+int gp_nodes_store(struct gp_daemon *d);
+/* A request went away (MHD completed it): forget it if it was held. */
+void gp_nodes_req_gone(struct gp_daemon *d, struct hreq *r);
+
+/* The node's host for model servers and MASTER_ADDR ("" for local or
+ * unknown) into buf. */
+void gp_nodes_host(struct gp_daemon *d, const char *node, char *buf, size_t size);
+
+extern const gp_route gp_nodes_routes[];
+
+#endif

@@ -1476,7 +1476,7 @@ static void test_bad_node_selectors_are_usage_errors_naming_the_problem(void **s
         /* at most 16 pairs */
         char gp[] = "gpupool", sub[] = "submit", ns[] = "--node-selector", tr[] = "true";
         char *argv[64] = {gp, sub};
-        char kv[17][8];
+        char kv[17][16];
         int argc = 2;
         for (int i = 0; i < 17; i++) {
                 snprintf(kv[i], sizeof(kv[i]), "k%d=v", i);

@@ -15,6 +15,14 @@
 #include "base/util.h"
 #include "cli/cli-int.h"
 
+static int nodes_at(const json_t *j, gp_buf *b) {
+        return gp_cli_format_nodes(j, 1795000000000, b);
+}
+
+static int join_tokens_at(const json_t *j, gp_buf *b) {
+        return gp_cli_format_join_tokens(j, 1795000000000, b);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check_text(const gp_buf *b) {
@@ -51,6 +59,14 @@ static int ps_at(const json_t *j, gp_buf *b) {
         return gp_cli_format_ps(j, 1795000000000, false, b);
 }
 
+static int nodes_at(const json_t *j, gp_buf *b) {
+        return gp_cli_format_nodes(j, 1795000000000, b);
+}
+
+static int join_tokens_at(const json_t *j, gp_buf *b) {
+        return gp_cli_format_join_tokens(j, 1795000000000, b);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         json_t *j = json_loadb((const char *)data, size, 0, NULL);
         if (!j)
@@ -59,7 +75,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         run(ps_at, j);
         run(gp_cli_format_queue, j);
         run(gp_cli_format_gpus, j);
-        run(gp_cli_format_nodes, j);
+        run(nodes_at, j);
+        run(join_tokens_at, j);
         run(gp_cli_format_usage, j);
         run(gp_cli_format_invoice, j);
         json_decref(j);

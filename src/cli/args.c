@@ -29,7 +29,7 @@ enum opt_id {
         O_TIMEOUT, O_QTIMEOUT, O_ENV, O_WORKDIR, O_TENANT, O_TTL,
         O_ALL, O_STATE, O_LIMIT, O_FOLLOW,
         O_FROM, O_TO, O_GROUP_BY, O_MONTH,
-        O_ARRAY, O_EXPAND,
+        O_ARRAY, O_EXPAND, O_NODE_SELECTOR, O_NODE,
 };
 
 #define V(x) (1u << GP_CLI_##x)
@@ -68,7 +68,9 @@ static const struct opt opts[] = {
         {"to", 0, true, O_TO, V(USAGE)},
         {"group-by", 0, true, O_GROUP_BY, V(USAGE)},
         {"month", 0, true, O_MONTH, V(INVOICE)},
-        {"ttl", 0, true, O_TTL, V(RUN)},
+        {"ttl", 0, true, O_TTL, V(RUN) | V(JOIN_TOKEN)},
+        {"node-selector", 0, true, O_NODE_SELECTOR, V(SUBMIT) | V(RUN)},
+        {"node", 0, true, O_NODE, V(RUN)},
         {"all", 'a', false, O_ALL, V(PS)},
         {"state", 0, true, O_STATE, V(PS)},
         {"limit", 0, true, O_LIMIT, V(PS) | V(QUEUE)},
@@ -92,11 +94,13 @@ static const struct verb_info {
                 "gpupool submit [--gpus N] [--mem MB] [--priority P] [--name S] [--model M]\n"
                 "                      [--gpu-model GLOB] [--exclusive] [--preemptible] [--timeout SEC]\n"
                 "                      [--queue-timeout SEC] [--env K=V]... [--workdir DIR] [--tenant T]\n"
-                "                      [--elastic MIN:MAX] [--array SPEC] [--] COMMAND [ARG...]",
+                "                      [--node-selector K=V]... [--elastic MIN:MAX] [--array SPEC]\n"
+                "                      [--] COMMAND [ARG...]",
                 "gpupool submit [--gpus N] [--mem MB] [--priority P] [OPTIONS] [--] COMMAND [ARG...]\n"
                 "       ('gpupool help submit' lists every option)",
                 "queue a batch task; prints its id",
-                "  --gpus N             GPUs wanted, 1..16 (default 1)\n"
+                "  --gpus N             GPUs wanted, 1..1024 (default 1); more than a node has:\n"
+                "                       whole nodes (a multi-node task, e.g. torchrun)\n"
                 "  --mem MB             GPU memory per GPU in MB (default: the whole GPU)\n"
                 "  --priority P         0..9, P0..P9 or critical|high|normal|low|background\n"
                 "                       (0 most urgent; default: the tenant's default)\n"
@@ -110,6 +114,8 @@ static const struct verb_info {
                 "  --env K=V            set an environment variable (repeatable)\n"
                 "  --workdir DIR        working directory on the GPU node\n"
                 "  --tenant T           submit for tenant T (when the key allows it)\n"
+                "  --node-selector K=V  only nodes with label K=V (repeatable, all must match;\n"
+                "                       every node has gpupool/node=NAME)\n"
                 "  --elastic MIN:MAX    elastic: start on MIN whole GPUs, grow to MAX when idle;\n"
                 "                       the task reads its GPUs from $GPUPOOL_ALLOC_FILE on SIGUSR1\n"
                 "  --array SPEC         a job array, as sbatch --array: 0-1999, 1,3,5-9, 0-15:4,\n"
@@ -120,12 +126,14 @@ static const struct verb_info {
                 "array's id (its first element's task id).\n"},
         [GP_CLI_RUN] = {
                 "run",
-                "gpupool run [submit options] [--ttl SEC] -- COMMAND [ARG...]",
-                "gpupool run [--gpus N] [--mem MB] [--priority P] [OPTIONS] [--ttl SEC] -- COMMAND [ARG...]\n"
+                "gpupool run [submit options] [--node NAME] [--ttl SEC] -- COMMAND [ARG...]",
+                "gpupool run [--gpus N] [--mem MB] [--priority P] [--node NAME] [OPTIONS] [--ttl SEC] -- COMMAND [ARG...]\n"
                 "       ('gpupool help run' lists every option)",
                 "hold GPUs, run a command here with them, release them",
                 "  Takes the options of submit (--env and --workdir apply to the local command).\n"
                 "  --ttl SEC            lease time-to-live: heartbeats every SEC/3 (default 30)\n"
+                "  --node NAME          GPUs of node NAME, the machine COMMAND runs on (= --node-selector\n"
+                "                       gpupool/node=NAME; default: $GPUPOOL_NODE when set)\n"
                 "Waits while queued (\"waiting for N GPU(s): reason\" on stderr), then runs COMMAND\n"
                 "with CUDA_VISIBLE_DEVICES, GPUPOOL_TASK_ID and GPUPOOL_GPUS set, forwards\n"
                 "SIGINT/SIGTERM to it, releases the GPUs when it ends and exits with its code.\n"
@@ -151,7 +159,21 @@ static const struct verb_info {
         [GP_CLI_GPUS] = {"gpus", "gpupool gpus", NULL, "list GPUs with memory, load and tasks", NULL},
         [GP_CLI_QUEUE] = {"queue", "gpupool queue [--limit N]", NULL,
                           "list queued tasks in scheduling order", NULL},
-        [GP_CLI_NODES] = {"nodes", "gpupool nodes", NULL, "list nodes", NULL},
+        [GP_CLI_NODES] = {"nodes", "gpupool nodes", NULL, "list nodes: state, GPUs busy/total, labels, heartbeat",
+                          "Labels are shown without gpupool/node (every node has it: its name).\n"},
+        [GP_CLI_NODE] = {"node", "gpupool node drain|undrain|remove NAME", NULL,
+                         "drain, undrain or remove a node (admin key); prints its new state",
+                         "  drain NAME           no new work on the node; what runs there finishes\n"
+                         "  undrain NAME         take new work again\n"
+                         "  remove NAME          stop and requeue its runs, revoke its credential (state\n"
+                         "                       left); the node 'local' cannot be removed\n"},
+        [GP_CLI_JOIN_TOKEN] = {"join-token", "gpupool join-token create [--ttl DURATION] | list | revoke ID", NULL,
+                               "make, list or revoke tokens agents join with (admin key)",
+                               "  create [--ttl D]     a new token, printed once (only its hash is stored);\n"
+                               "                       --ttl: 3600, 90s, 30m, 12h or 7d (default 0 = no expiry)\n"
+                               "  list                 every token: id, created, expires, revoked, source\n"
+                               "  revoke ID            the token no longer joins new nodes (joined ones stay)\n"
+                               "On a GPU machine: gpupool agent --server URL --token TOKEN\n"},
         [GP_CLI_TENANTS] = {"tenants", "gpupool tenants", NULL,
                             "list tenants with their tiers, quotas and usage (a tenant key sees its own)", NULL},
         [GP_CLI_KEY] = {"key", "gpupool key create --tenant T", NULL,
@@ -181,8 +203,8 @@ static const struct {
          "run the scheduler daemon"},
         {"simulate", "gpupool simulate --trace FILE --gpus N [OPTIONS] (all of them: gpupool simulate --help)",
          "replay a job trace through the scheduler offline"},
-        {"agent", "gpupool agent",
-         "multi-node pools: not part of this version yet (exits 2)"},
+        {"agent", "gpupool agent --server URL --token TOKEN [OPTIONS] (all of them: gpupool agent --help)",
+         "join this machine to a server as a node (see docs/deployment.md)"},
 };
 
 static const char client_opts_help[] =
@@ -227,15 +249,16 @@ int gp_cli_help(const char *topic, gp_buf *out) {
                                       "Commands:\n");
                 static const gp_cli_verb order[] = {
                         GP_CLI_SUBMIT, GP_CLI_RUN, GP_CLI_PS, GP_CLI_STATUS, GP_CLI_CANCEL,
-                        GP_CLI_LOGS, GP_CLI_GPUS, GP_CLI_QUEUE, GP_CLI_NODES, GP_CLI_TENANTS, GP_CLI_KEY,
+                        GP_CLI_LOGS, GP_CLI_GPUS, GP_CLI_QUEUE, GP_CLI_NODES, GP_CLI_NODE, GP_CLI_JOIN_TOKEN,
+                        GP_CLI_TENANTS, GP_CLI_KEY,
                         GP_CLI_USAGE, GP_CLI_INVOICE, GP_CLI_VERSION,
                         GP_CLI_HELP,
                 };
                 for (size_t i = 0; i < GP_ARRAY_SIZE(order); i++)
-                        r |= gp_buf_printf(out, "  %-8s %s\n", verbs[order[i]].name,
+                        r |= gp_buf_printf(out, "  %-10s %s\n", verbs[order[i]].name,
                                            verbs[order[i]].summary);
                 for (size_t i = 0; i < GP_ARRAY_SIZE(daemon_verbs); i++)
-                        r |= gp_buf_printf(out, "  %-8s %s\n", daemon_verbs[i].name,
+                        r |= gp_buf_printf(out, "  %-10s %s\n", daemon_verbs[i].name,
                                            daemon_verbs[i].summary);
                 r |= gp_buf_puts(out, "\n");
                 r |= gp_buf_puts(out, client_opts_help);
@@ -504,6 +527,92 @@ static int add_env(struct parser *p, const char *kv, json_t **env_obj) {
         return 0;
 }
 
+/* A label key (1..63) or value (0..63) of [A-Za-z0-9._/-]. */
+static bool label_ok(const char *s, size_t n, bool key) {
+        if ((key && n == 0) || n > (key ? GP_CLI_LABEL_KEY_MAX : GP_CLI_LABEL_VALUE_MAX))
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char ch = s[i];
+                if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                      ch == '.' || ch == '_' || ch == '/' || ch == '-'))
+                        return false;
+        }
+        return true;
+}
+
+/* A node name: 1..47 bytes of [A-Za-z0-9._-]. */
+static bool node_name_ok(const char *s) {
+        size_t n = strlen(s);
+        return n > 0 && n <= GP_CLI_NODE_NAME_MAX && !strchr(s, '/') && label_ok(s, n, true);
+}
+
+/* Add key=value to the body's "node_selector" (made on first use).  what
+ * names the source in messages ("--node-selector", "--node"). */
+static int add_selector(struct parser *p, const char *what, const char *key, size_t klen, const char *val) {
+        json_t *sel = json_object_get(p->c->body, "node_selector");
+        char k[GP_CLI_LABEL_KEY_MAX + 1];
+        if (!label_ok(key, klen, true))
+                return fail(p, "%s: bad label key '%.*s': 1..%d characters of A-Z a-z 0-9 . _ / -", what,
+                            (int)(klen > 80 ? 80 : klen), key, GP_CLI_LABEL_KEY_MAX);
+        if (!label_ok(val, strlen(val), false))
+                return fail(p, "%s: bad label value '%.80s': 0..%d characters of A-Z a-z 0-9 . _ / -", what, val,
+                            GP_CLI_LABEL_VALUE_MAX);
+        memcpy(k, key, klen);
+        k[klen] = '\0';
+        if (!sel) {
+                sel = json_object();
+                if (!sel || json_object_set_new(p->c->body, "node_selector", sel) < 0)
+                        return -ENOMEM;
+        }
+        if (json_object_get(sel, k))
+                return fail(p, "%s: label '%s' is selected twice%s", what, k,
+                            strcmp(k, GP_CLI_NODE_LABEL) == 0 ? " (--node sets gpupool/node)" : "");
+        if (json_object_size(sel) >= GP_CLI_SELECTOR_MAX)
+                return fail(p, "%s: at most %d labels", what, GP_CLI_SELECTOR_MAX);
+        if (json_object_set_new(sel, k, json_string(val)) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+/* --node-selector K=V */
+static int add_selector_kv(struct parser *p, const char *kv) {
+        const char *eq = strchr(kv, '=');
+        if (!eq)
+                return fail(p, "--node-selector: expected KEY=VALUE, got '%.80s' (no '=')", kv);
+        return add_selector(p, "--node-selector", kv, (size_t)(eq - kv), eq + 1);
+}
+
+/* --node NAME (or GPUPOOL_NODE): the selector gpupool/node=NAME */
+static int add_node(struct parser *p, const char *what, const char *name) {
+        if (!node_name_ok(name))
+                return fail(p, "%s: '%.80s' is not a node name (1..%d characters of A-Z a-z 0-9 . _ -)", what, name,
+                            GP_CLI_NODE_NAME_MAX);
+        return add_selector(p, what, GP_CLI_NODE_LABEL, strlen(GP_CLI_NODE_LABEL), name);
+}
+
+/* A duration: N seconds, or N with s, m, h or d. */
+static int parse_duration(const char *s, int64_t max, int64_t *ret) {
+        static const struct {
+                char unit;
+                int64_t mul;
+        } units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}};
+        size_t n = strlen(s);
+        char num[24];
+        int64_t mul = 1, v;
+        if (n == 0 || n >= sizeof(num))
+                return -EINVAL;
+        memcpy(num, s, n + 1);
+        for (size_t i = 0; i < GP_ARRAY_SIZE(units); i++)
+                if (n > 1 && num[n - 1] == units[i].unit) {
+                        mul = units[i].mul;
+                        num[n - 1] = '\0';
+                }
+        if (gp_parse_i64(num, 0, max / mul, &v) < 0)
+                return -EINVAL;
+        *ret = v * mul;
+        return 0;
+}
+
 /* submit and run: options, then COMMAND. */
 static int parse_submit(struct parser *p, int argc, char **argv, int i) {
         gp_cli_cmd *c = p->c;
@@ -533,7 +642,7 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                         continue;
                 switch (o->id) {
                 case O_GPUS:
-                        if ((r = want_int(p, "--gpus", val, 1, GP_MAX_GANG, &v)) < 0 ||
+                        if ((r = want_int(p, "--gpus", val, 1, GP_CLI_GPUS_MAX, &v)) < 0 ||
                             (r = body_set(p, "gpu_request", json_integer(v), "--gpus")) < 0)
                                 return r;
                         break;
@@ -647,12 +756,26 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                                 return r;
                         break;
                 }
+                case O_NODE_SELECTOR:
+                        if ((r = add_selector_kv(p, val)) < 0)
+                                return r;
+                        break;
+                case O_NODE:
+                        if ((r = add_node(p, "--node", val)) < 0)
+                                return r;
+                        break;
                 default:
                         return fail(p, "option --%s does not apply here", o->name);
                 }
         }
         if (c->help)
                 return 0;
+        /* run: the GPUs of the machine it runs on, when GPUPOOL_NODE says which
+         * (unless --node or --node-selector gpupool/node= chose) */
+        if (run && c->env_node && *c->env_node &&
+            !json_object_get(json_object_get(c->body, "node_selector"), GP_CLI_NODE_LABEL) &&
+            (r = add_node(p, "GPUPOOL_NODE", c->env_node)) < 0)
+                return r;
         if (i >= argc) {
                 if (run)
                         return fail(p, "missing COMMAND to run (after --)");
@@ -717,7 +840,7 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
         gp_cli_cmd *c = p->c;
         unsigned mask = 1u << c->verb;
         int npos = 0;
-        bool dashdash = false;
+        bool dashdash = false, ttl_given = false;
         int64_t v;
         int r;
 
@@ -767,6 +890,16 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                         break;
                                 case O_FOLLOW:
                                         c->follow = true;
+                                        break;
+                                case O_TTL:
+                                        /* join-token create --ttl DURATION */
+                                        if (parse_duration(val, GP_CLI_JOIN_TTL_MAX, &v) < 0)
+                                                return fail(p, "--ttl: expected a duration such as 3600, 90s, 30m, "
+                                                               "12h or 7d (0 = no expiry; at most 10 years), got "
+                                                               "'%.80s'",
+                                                            val);
+                                        c->join_ttl_s = v;
+                                        ttl_given = true;
                                         break;
                                 case O_EXPAND:
                                         c->expand = true;
@@ -837,6 +970,40 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                         if (npos > 1 || strcmp(w, "create") != 0)
                                 return fail(p, "unexpected argument '%s' (the subcommand is 'create')", w);
                         break;
+                case GP_CLI_NODE:
+                        if (npos == 1) {
+                                if (strcmp(w, "drain") && strcmp(w, "undrain") && strcmp(w, "remove"))
+                                        return fail(p, "unknown subcommand '%.80s': expected drain, undrain or "
+                                                       "remove",
+                                                    w);
+                                c->sub = w;
+                        } else if (npos == 2) {
+                                if (!node_name_ok(w))
+                                        return fail(p, "'%.80s' is not a node name (1..%d characters of A-Z a-z "
+                                                       "0-9 . _ -)",
+                                                    w, GP_CLI_NODE_NAME_MAX);
+                                c->target = w;
+                        } else {
+                                return fail(p, "unexpected argument '%.80s' (one node NAME)", w);
+                        }
+                        break;
+                case GP_CLI_JOIN_TOKEN:
+                        if (npos == 1) {
+                                if (strcmp(w, "create") && strcmp(w, "list") && strcmp(w, "revoke"))
+                                        return fail(p, "unknown subcommand '%.80s': expected create, list or "
+                                                       "revoke",
+                                                    w);
+                                c->sub = w;
+                        } else if (npos == 2 && strcmp(c->sub, "revoke") == 0) {
+                                if (!node_name_ok(w))
+                                        return fail(p, "'%.80s' is not a token id (such as jt_3; "
+                                                       "'gpupool join-token list' shows them)",
+                                                    w);
+                                c->target = w;
+                        } else {
+                                return fail(p, "unexpected argument '%.80s'", w);
+                        }
+                        break;
                 default:
                         return fail(p, "unexpected argument '%s'", w);
                 }
@@ -849,6 +1016,16 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
         if (c->verb == GP_CLI_KEY && (npos == 0 || !c->tenant))
                 return fail(p, npos == 0 ? "missing subcommand: gpupool key create --tenant T"
                                          : "missing --tenant T: whose key is it?");
+        if (c->verb == GP_CLI_NODE && !c->target)
+                return fail(p, npos == 0 ? "missing subcommand: drain, undrain or remove" : "missing node NAME");
+        if (c->verb == GP_CLI_JOIN_TOKEN) {
+                if (!c->sub)
+                        return fail(p, "missing subcommand: create, list or revoke");
+                if (strcmp(c->sub, "revoke") == 0 && !c->target)
+                        return fail(p, "missing token ID ('gpupool join-token list' shows them)");
+                if (ttl_given && strcmp(c->sub, "create") != 0)
+                        return fail(p, "--ttl applies to 'create' only");
+        }
         return 0;
 }
 

@@ -39,6 +39,13 @@
 #define GP_CLI_TTL_MIN 3
 #define GP_CLI_TTL_MAX 86400
 #define GP_CLI_LIMIT_MAX 1000
+#define GP_CLI_GPUS_MAX 1024                /* --gpus: a task wider than a node takes whole nodes */
+#define GP_CLI_SELECTOR_MAX 16              /* --node-selector pairs */
+#define GP_CLI_LABEL_KEY_MAX 63             /* label key 1..63 bytes of [A-Za-z0-9._/-] */
+#define GP_CLI_LABEL_VALUE_MAX 63           /* label value 0..63 bytes of the same */
+#define GP_CLI_NODE_NAME_MAX 47             /* node name 1..47 bytes of [A-Za-z0-9._-] */
+#define GP_CLI_NODE_LABEL "gpupool/node"    /* the label every node carries: its name */
+#define GP_CLI_JOIN_TTL_MAX ((int64_t)10 * 366 * 86400)  /* join-token create --ttl: 10 years */
 
 typedef enum gp_cli_verb {
         GP_CLI_HELP = 0,
@@ -52,6 +59,8 @@ typedef enum gp_cli_verb {
         GP_CLI_GPUS,
         GP_CLI_QUEUE,
         GP_CLI_NODES,
+        GP_CLI_NODE,
+        GP_CLI_JOIN_TOKEN,
         GP_CLI_TENANTS,
         GP_CLI_KEY,
         GP_CLI_USAGE,
@@ -87,6 +96,11 @@ typedef struct gp_cli_cmd {
         bool array;              /* cancel: id is a job array's (cancel --array ID, or ID_INDEX) */
         int64_t array_index;     /* cancel ID_INDEX: the element, -1 = every element */
         bool expand;             /* ps --expand / -r: one line per array element */
+        const char *sub;         /* node / join-token: the subcommand ("drain", "create"), borrowed */
+        const char *target;      /* node NAME / join-token revoke ID, borrowed */
+        int64_t join_ttl_s;      /* join-token create --ttl, 0 = no expiry */
+        const char *env_node;    /* set by the caller before gp_cli_parse: GPUPOOL_NODE (run's
+                                  * default --node), borrowed, NULL = unset */
 } gp_cli_cmd;
 
 /* args.c */
@@ -127,7 +141,11 @@ size_t gp_cli_ps_array_ids(const json_t *resp, int64_t *ids, size_t max);
 json_t *gp_cli_ps_fold(const json_t *resp, json_t *const *arrays, const int64_t *ids, size_t n);
 int gp_cli_format_queue(const json_t *resp, gp_buf *out);
 int gp_cli_format_gpus(const json_t *resp, gp_buf *out);
-int gp_cli_format_nodes(const json_t *resp, gp_buf *out);
+/* GET /api/v1/nodes: NAME STATE GPUS(busy/total) GPU MODEL LABELS (without
+ * gpupool/node) HEARTBEAT ("2s ago", from last_heartbeat_ms) ADDRESS. */
+int gp_cli_format_nodes(const json_t *resp, int64_t now_ms, gp_buf *out);
+/* GET /admin/join-tokens: ID CREATED EXPIRES STATE SOURCE. */
+int gp_cli_format_join_tokens(const json_t *resp, int64_t now_ms, gp_buf *out);
 int gp_cli_format_tenants(const json_t *resp, gp_buf *out);
 /* GET /api/v1/usage and /api/v1/invoices answers as tables. */
 int gp_cli_format_usage(const json_t *resp, gp_buf *out);

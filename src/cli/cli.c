@@ -55,6 +55,8 @@ int gp_cli_check(FILE *err, int rc, const gp_cli_resp *r, const gp_buf *msg) {
         json_t *e = json_object_get(r->json, "error");
         const char *code = json_string_value(json_object_get(e, "code"));
         const char *text = json_string_value(json_object_get(e, "message"));
+        if (json_is_string(e)) /* {"error": "..."}: the agent routes' shape */
+                text = json_string_value(e);
         if (r->status == 507) { /* Insufficient Storage: nothing was changed, it is worth trying again */
                 fputs("gpupool: the server's disk is full; try again later", err);
                 if (r->retry_after >= 0)
@@ -473,6 +475,110 @@ static int cmd_key_create(const gp_cli_cmd *c, FILE *out, FILE *err) {
         return GP_CLI_EXIT_OK;
 }
 
+static int cmd_nodes(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        gp_cli_resp r;
+        gp_buf text;
+        int ex = call(c, err, "GET", "/api/v1/nodes", NULL, &r);
+        if (ex)
+                return ex;
+        gp_buf_init(&text, GP_CLI_BODY_MAX);
+        if (c->json)
+                print_json(out, r.json);
+        else
+                ex = print_buf(out, err, gp_cli_format_nodes(r.json, gp_now_ms(), &text), &text);
+        gp_buf_done(&text);
+        gp_cli_resp_done(&r);
+        return ex;
+}
+
+/* node drain|undrain|remove NAME: prints "NAME: STATE" (the node's new state). */
+static int cmd_node(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        char path[128];
+        gp_cli_resp r;
+        /* the name is [A-Za-z0-9._-] (args.c): nothing to escape */
+        snprintf(path, sizeof(path), "/admin/nodes/%s/%s", c->target, c->sub);
+        int ex = call(c, err, "POST", path, NULL, &r);
+        if (ex)
+                return ex;
+        if (c->json) {
+                print_json(out, r.json);
+        } else {
+                const char *name = json_string_value(json_object_get(r.json, "name"));
+                const char *st = json_string_value(json_object_get(r.json, "state"));
+                gp_buf b;
+                gp_buf_init(&b, 4096);
+                gp_cli_put_clean(&b, name ? name : c->target, 64);
+                gp_buf_puts(&b, ": ");
+                gp_cli_put_clean(&b, st ? st : "unknown", 32);
+                fprintf(out, "%s\n", b.data ? b.data : "");
+                gp_buf_done(&b);
+        }
+        gp_cli_resp_done(&r);
+        return GP_CLI_EXIT_OK;
+}
+
+/* join-token create|list|revoke */
+static int cmd_join_token(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        gp_cli_resp r;
+        int ex;
+        if (strcmp(c->sub, "list") == 0) {
+                gp_buf text;
+                if ((ex = call(c, err, "GET", "/admin/join-tokens", NULL, &r)))
+                        return ex;
+                gp_buf_init(&text, GP_CLI_BODY_MAX);
+                if (c->json)
+                        print_json(out, r.json);
+                else
+                        ex = print_buf(out, err, gp_cli_format_join_tokens(r.json, gp_now_ms(), &text), &text);
+                gp_buf_done(&text);
+                gp_cli_resp_done(&r);
+                return ex;
+        }
+        if (strcmp(c->sub, "revoke") == 0) {
+                char path[128];
+                snprintf(path, sizeof(path), "/admin/join-tokens/%s", c->target); /* [A-Za-z0-9._-] (args.c) */
+                if ((ex = call(c, err, "DELETE", path, NULL, &r)))
+                        return ex;
+                if (c->json) {
+                        print_json(out, r.json);
+                } else {
+                        gp_buf b;
+                        gp_buf_init(&b, 4096);
+                        const char *id = json_string_value(json_object_get(r.json, "id"));
+                        gp_cli_put_clean(&b, id ? id : c->target, 64);
+                        fprintf(out, "%s: revoked\n", b.data ? b.data : "");
+                        gp_buf_done(&b);
+                }
+                gp_cli_resp_done(&r);
+                return GP_CLI_EXIT_OK;
+        }
+        /* create: the token alone on stdout (shown only now), how to use it on stderr */
+        json_t *body = json_pack("{s:I}", "ttl_s", (json_int_t)c->join_ttl_s);
+        if (!body) {
+                fprintf(err, "gpupool: out of memory\n");
+                return GP_CLI_EXIT_REFUSED;
+        }
+        ex = call(c, err, "POST", "/admin/join-tokens", body, &r);
+        json_decref(body);
+        if (ex)
+                return ex;
+        const char *tok = json_string_value(json_object_get(r.json, "token"));
+        if (c->json) {
+                print_json(out, r.json);
+        } else if (!tok || !*tok || strspn(tok, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+                                               strlen(tok)) {
+                fprintf(err, "gpupool: the server's answer has no usable token\n");
+                ex = GP_CLI_EXIT_REFUSED;
+        } else {
+                fprintf(out, "%s\n", tok);
+                /* c->api is checked printable ASCII without spaces (args.c) */
+                fprintf(err, "gpupool: join token made; only its hash is stored, so keep it now. On each GPU "
+                             "machine:\n  gpupool agent --server %s --token %s\n", c->api, tok);
+        }
+        gp_cli_resp_done(&r);
+        return ex;
+}
+
 /* Append "&name=value" (first one with '?'), escaped. */
 static int query_add(gp_buf *b, const char *name, const char *value) {
         if (!value)
@@ -525,6 +631,7 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
         int ex;
 
         gp_cli_cmd_init(&c);
+        c.env_node = getenv("GPUPOOL_NODE");
         gp_buf_init(&msg, 64 * 1024);
         int r = gp_cli_parse(argc, argv, getenv("GPUPOOL_API"), getenv("GPUPOOL_API_KEY"), &c, &msg);
         if (r < 0) {
@@ -575,7 +682,13 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
                 ex = cmd_queue(&c, out, err);
                 break;
         case GP_CLI_NODES:
-                ex = cmd_list(&c, out, err, "/api/v1/nodes", gp_cli_format_nodes);
+                ex = cmd_nodes(&c, out, err);
+                break;
+        case GP_CLI_NODE:
+                ex = cmd_node(&c, out, err);
+                break;
+        case GP_CLI_JOIN_TOKEN:
+                ex = cmd_join_token(&c, out, err);
                 break;
         case GP_CLI_TENANTS:
                 ex = cmd_list(&c, out, err, "/api/v1/tenants", gp_cli_format_tenants);

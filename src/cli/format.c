@@ -1,5 +1,5 @@
 /* format.c - the server's JSON turned into what people read: the status
- * block of one task and aligned tables (ps, queue, gpus, nodes).
+ * block of one task and aligned tables (ps, queue, gpus, nodes, join tokens).
  *
  * Pure: no I/O, no clock (the caller passes now_ms).  Every string that
  * came from the server is sanitised before it is printed (what the text
@@ -361,6 +361,24 @@ out:
         return r;
 }
 
+/* "k=v,k2=v2" of a label object (strings only); hide_node leaves out the
+ * implicit gpupool/node. */
+static int put_labels(gp_buf *b, const json_t *labels, bool hide_node) {
+        const char *k;
+        json_t *val;
+        bool first = true;
+        int r = 0;
+        json_object_foreach((json_t *)labels, k, val) {
+                if (hide_node && strcmp(k, GP_CLI_NODE_LABEL) == 0)
+                        continue;
+                r = gp_buf_printf(b, "%s%s=%s", first ? "" : ",", k, json_is_string(val) ? json_string_value(val) : "?");
+                if (r < 0)
+                        return r;
+                first = false;
+        }
+        return r;
+}
+
 /* ---- status --------------------------------------------------------- */
 
 #define LABEL "%-22s"
@@ -463,6 +481,24 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
                                 CHECK(gp_buf_printf(&v, " (%s)", uuid));
                 }
                 CHECK(line_str(out, "GPUs", v.data));
+        }
+        json_t *nodes = json_object_get(task, "nodes");
+        if (json_is_array(nodes) && json_array_size(nodes) > 0) {
+                /* a task's nodes in rank order (rank 0 first: MASTER_ADDR's) */
+                size_t i;
+                json_t *nd;
+                gp_buf_reset(&v);
+                json_array_foreach(nodes, i, nd) {
+                        CHECK(gp_buf_puts(&v, i ? ", " : ""));
+                        CHECK(gp_buf_puts(&v, json_is_string(nd) ? json_string_value(nd) : "?"));
+                }
+                CHECK(line_str(out, json_array_size(nodes) > 1 ? "nodes (by rank)" : "node", v.data));
+        }
+        json_t *sel = json_object_get(task, "node_selector");
+        if (json_is_object(sel) && json_object_size(sel) > 0) {
+                gp_buf_reset(&v);
+                CHECK(put_labels(&v, sel, false));
+                CHECK(line_str(out, "node selector", v.data));
         }
         const char *cvd = jstr(task, "cuda_visible_devices");
         if (running || (cvd && *cvd))
@@ -830,10 +866,40 @@ out:
         return r;
 }
 
-int gp_cli_format_nodes(const json_t *resp, gp_buf *out) {
+/* The distinct GPU names of a node's "gpus", comma-separated. */
+static int put_gpu_models(gp_buf *b, const json_t *gpus) {
+        size_t i, k;
+        json_t *g;
+        int r = 0;
+        json_array_foreach(gpus, i, g) {
+                const char *name = jstr(g, "name");
+                bool seen = false;
+                if (!name || !*name)
+                        continue;
+                for (k = 0; k < i && !seen; k++) {
+                        const char *o = jstr(json_array_get(gpus, k), "name");
+                        seen = o && strcmp(o, name) == 0;
+                }
+                if (!seen && (r = gp_buf_printf(b, "%s%s", b->len ? ", " : "", name)) < 0)
+                        return r;
+        }
+        return r;
+}
+
+/* "2s ago" for a time in ms since the epoch (field k); nothing when absent. */
+static int put_age_ms(gp_buf *b, const json_t *o, const char *k, int64_t now_ms) {
+        int64_t ms;
+        if (!now_ms || !jint(o, k, &ms) || ms <= 0)
+                return 0;
+        int r = fmt_duration(b, now_ms > ms ? (now_ms - ms) / 1000 : 0);
+        return r ? r : gp_buf_puts(b, " ago");
+}
+
+int gp_cli_format_nodes(const json_t *resp, int64_t now_ms, gp_buf *out) {
         static const struct col cols[] = {
-                {"NAME", 48, false}, {"STATE", 0, false}, {"GPUS", 0, false},
-                {"HEALTHY", 0, false}, {"BACKEND", 0, false},
+                {"NAME", 48, false},      {"STATE", 0, false},   {"GPUS", 0, false},
+                {"GPU MODEL", 40, false}, {"LABELS", 60, false}, {"HEARTBEAT", 0, false},
+                {"ADDRESS", 64, false},
         };
         json_t *nodes = list_of(resp, "nodes");
         struct table t;
@@ -847,11 +913,67 @@ int gp_cli_format_nodes(const json_t *resp, gp_buf *out) {
         table_init(&t, cols, GP_ARRAY_SIZE(cols));
 #define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
         json_array_foreach(nodes, i, nd) {
+                int64_t busy, total;
                 CHECK(cell_str(&t, jstr(nd, "name")));
                 CHECK(cell_str(&t, jstr(nd, "state")));
-                CHECK(cell_int(&t, nd, "gpus", "", ""));
-                CHECK(cell_int(&t, nd, "gpus_healthy", "", ""));
-                CHECK(cell_str(&t, jstr(nd, "backend")));
+                if (!jint(nd, "gpus_total", &total) && !jint(nd, "gpus", &total))
+                        total = -1;
+                if (!jint(nd, "gpus_busy", &busy))
+                        busy = -1;
+                if (total >= 0)
+                        CHECK(busy >= 0 ? gp_buf_printf(&t.cell, "%" PRId64 "/%" PRId64, busy, total)
+                                        : gp_buf_printf(&t.cell, "%" PRId64, total));
+                CHECK(cell_end(&t));
+                json_t *gpus = json_object_get(nd, "gpus");
+                if (json_is_array(gpus))
+                        CHECK(put_gpu_models(&t.cell, gpus));
+                CHECK(cell_end(&t));
+                json_t *labels = json_object_get(nd, "labels");
+                if (json_is_object(labels))
+                        CHECK(put_labels(&t.cell, labels, true));
+                CHECK(cell_end(&t));
+                CHECK(put_age_ms(&t.cell, nd, "last_heartbeat_ms", now_ms));
+                CHECK(cell_end(&t));
+                CHECK(cell_str(&t, jstr(nd, "address")));
+        }
+        CHECK(table_print(&t, out));
+#undef CHECK
+out:
+        table_done(&t);
+        return r;
+}
+
+int gp_cli_format_join_tokens(const json_t *resp, int64_t now_ms, gp_buf *out) {
+        static const struct col cols[] = {
+                {"ID", 32, false},    {"CREATED", 0, false}, {"EXPIRES", 0, false},
+                {"STATE", 0, false},  {"SOURCE", 16, false},
+        };
+        json_t *toks = list_of(resp, "tokens"), *tk;
+        struct table t;
+        size_t i;
+        int r = 0;
+        if (!toks || json_array_size(toks) == 0)
+                return gp_buf_puts(out, "no join tokens ('gpupool join-token create' makes one)\n");
+        table_init(&t, cols, GP_ARRAY_SIZE(cols));
+#define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
+        json_array_foreach(toks, i, tk) {
+                int64_t exp = 0;
+                bool expired = false;
+                CHECK(cell_str(&t, jstr(tk, "id")));
+                CHECK(put_age_ms(&t.cell, tk, "created_ms", now_ms));
+                CHECK(cell_end(&t));
+                if (!jint(tk, "expires_ms", &exp) || exp <= 0) {
+                        CHECK(gp_buf_puts(&t.cell, "never"));
+                } else if (now_ms && exp <= now_ms) {
+                        expired = true;
+                        CHECK(put_age_ms(&t.cell, tk, "expires_ms", now_ms));
+                } else if (now_ms) {
+                        CHECK(gp_buf_puts(&t.cell, "in "));
+                        CHECK(fmt_duration(&t.cell, (exp - now_ms + 999) / 1000));
+                }
+                CHECK(cell_end(&t));
+                CHECK(cell_str(&t, jbool(tk, "revoked") ? "revoked" : expired ? "expired" : "active"));
+                CHECK(cell_str(&t, jstr(tk, "source")));
         }
         CHECK(table_print(&t, out));
 #undef CHECK

@@ -375,7 +375,7 @@ static void test_priority_out_of_range_is_usage_error_naming_range(void **state)
 
 static void test_numbers_are_strict_and_bounded(void **state) {
         static char *cases[][2] = {
-                {"--gpus", "0"},      {"--gpus", "17"},     {"--gpus", "2x"},   {"--gpus", " 2"},
+                {"--gpus", "0"},      {"--gpus", "1025"},    {"--gpus", "2x"},   {"--gpus", " 2"},
                 {"--gpus", ""},       {"--gpus", "+2"},     {"--mem", "-1"},    {"--mem", "1e3"},
                 {"--timeout", "-5"},  {"--timeout", "1.5"}, {"--queue-timeout", "x"},
                 {"--mem", "99999999999999999999"},
@@ -643,6 +643,17 @@ static char *format_with(int (*fn)(const json_t *, gp_buf *), const char *js) {
         return gp_buf_steal(&b);
 }
 
+/* the clock of the node and join-token tables in these tests */
+#define NOW_MS INT64_C(1795000000000)
+
+static int nodes_now(const json_t *j, gp_buf *b) {
+        return gp_cli_format_nodes(j, NOW_MS, b);
+}
+
+static int tokens_now(const json_t *j, gp_buf *b) {
+        return gp_cli_format_join_tokens(j, NOW_MS, b);
+}
+
 static void test_status_block_shows_queue_position_and_reason_while_queued(void **state) {
         json_t *t = load("{\"id\":42,\"tenant_id\":\"default\",\"name\":\"test-task\",\"kind\":\"batch\","
                          "\"state\":\"queued\",\"priority\":5,\"gpu_request\":2,\"memory_mb\":4096,"
@@ -765,7 +776,7 @@ static void test_empty_lists_say_so(void **state) {
 }
 
 static void test_server_strings_cannot_inject_terminal_escapes(void **state) {
-        char *s = format_with(gp_cli_format_nodes,
+        char *s = format_with(nodes_now,
                               "{\"nodes\":[{\"name\":\"evil\\u001b[2J\\r\\n\",\"state\":\"up\",\"gpus\":4,"
                               "\"gpus_healthy\":4,\"backend\":\"sim\"}]}");
         assert_null(strchr(s, '\x1b'));
@@ -773,7 +784,7 @@ static void test_server_strings_cannot_inject_terminal_escapes(void **state) {
         assert_non_null(strstr(s, "evil?[2J??"));
         free(s);
         /* what the server's text rule refuses is not printed either: NEL, line separators, bidi overrides */
-        s = format_with(gp_cli_format_nodes, "{\"nodes\":[{\"name\":\"a\\u0085b\\u2028c\\u202ed\",\"state\":\"up\","
+        s = format_with(nodes_now, "{\"nodes\":[{\"name\":\"a\\u0085b\\u2028c\\u202ed\",\"state\":\"up\","
                                              "\"gpus\":4,\"gpus_healthy\":4,\"backend\":\"sim\"}]}");
         assert_non_null(strstr(s, "a?b?c?d"));
         assert_null(strstr(s, "\xe2\x80\xa8"));
@@ -869,7 +880,7 @@ static void test_exit_2_with_message_for_usage_errors(void **state) {
         struct ran r;
         run_cli(&r, ARGC("submit", "--gpus", "many", "--", "true"), ARGV("submit", "--gpus", "many", "--", "true"));
         assert_int_equal(r.ex, 2);
-        assert_non_null(strstr(r.err, "gpupool submit: --gpus: expected an integer 1..16, got 'many'\n"));
+        assert_non_null(strstr(r.err, "gpupool submit: --gpus: expected an integer 1..1024, got 'many'\n"));
         assert_non_null(strstr(r.err, "usage: gpupool submit"));
         ran_done(&r);
         run_cli(&r, 1, ARGV(NULL));
@@ -1357,6 +1368,330 @@ static void test_http_proxy_variables_are_honoured(void **state) {
         srv_stop(&s);
 }
 
+/* ---- nodes and join tokens ----------------------------------------- */
+
+static void test_node_selector_and_node_build_the_body(void **state) {
+        struct parsed p;
+        PARSE(&p, "submit", "--gpus", "16", "--node-selector", "zone=a", "--node-selector=ib=", "--", "true");
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(body_int(&p.c, "gpu_request"), 16);
+        json_t *sel = json_object_get(p.c.body, "node_selector");
+        assert_int_equal(json_object_size(sel), 2);
+        assert_string_equal(json_string_value(json_object_get(sel, "zone")), "a");
+        assert_string_equal(json_string_value(json_object_get(sel, "ib")), "");
+        parse_done(&p);
+        PARSE(&p, "submit", "--gpus", "1024", "true");
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(body_int(&p.c, "gpu_request"), 1024);
+        parse_done(&p);
+        /* run --node NAME is the selector gpupool/node=NAME, sent with the lease */
+        PARSE(&p, "run", "--node", "gpu-a", "--node-selector", "k8s.io/zone=eu-1", "--", "nvidia-smi");
+        assert_int_equal(p.rc, 0);
+        sel = json_object_get(p.c.body, "node_selector");
+        assert_string_equal(json_string_value(json_object_get(sel, "gpupool/node")), "gpu-a");
+        assert_string_equal(json_string_value(json_object_get(sel, "k8s.io/zone")), "eu-1");
+        parse_done(&p);
+        /* no selector unless asked: the body stays what the server knew */
+        PARSE(&p, "submit", "true");
+        assert_null(json_object_get(p.c.body, "node_selector"));
+        parse_done(&p);
+}
+
+static void test_run_node_defaults_to_gpupool_node_env(void **state) {
+        struct parsed p;
+        gp_cli_cmd_init(&p.c);
+        gp_buf_init(&p.err, 1 << 16);
+        p.c.env_node = "gpu-b";
+        p.rc = gp_cli_parse(ARGC("run", "--", "true"), ARGV("run", "--", "true"), NULL, NULL, &p.c, &p.err);
+        assert_int_equal(p.rc, 0);
+        json_t *sel = json_object_get(p.c.body, "node_selector");
+        assert_string_equal(json_string_value(json_object_get(sel, "gpupool/node")), "gpu-b");
+        parse_done(&p);
+        /* --node (or an explicit gpupool/node selector) wins over the environment */
+        gp_cli_cmd_init(&p.c);
+        gp_buf_init(&p.err, 1 << 16);
+        p.c.env_node = "gpu-b";
+        p.rc = gp_cli_parse(ARGC("run", "--node", "gpu-c", "true"), ARGV("run", "--node", "gpu-c", "true"), NULL,
+                            NULL, &p.c, &p.err);
+        assert_int_equal(p.rc, 0);
+        sel = json_object_get(p.c.body, "node_selector");
+        assert_string_equal(json_string_value(json_object_get(sel, "gpupool/node")), "gpu-c");
+        parse_done(&p);
+        /* submit ignores it: a batch task runs where the scheduler puts it */
+        gp_cli_cmd_init(&p.c);
+        gp_buf_init(&p.err, 1 << 16);
+        p.c.env_node = "gpu-b";
+        p.rc = gp_cli_parse(ARGC("submit", "true"), ARGV("submit", "true"), NULL, NULL, &p.c, &p.err);
+        assert_int_equal(p.rc, 0);
+        assert_null(json_object_get(p.c.body, "node_selector"));
+        parse_done(&p);
+        /* a bad value in the environment is a usage error naming it */
+        gp_cli_cmd_init(&p.c);
+        gp_buf_init(&p.err, 1 << 16);
+        p.c.env_node = "gpu b";
+        p.rc = gp_cli_parse(ARGC("run", "true"), ARGV("run", "true"), NULL, NULL, &p.c, &p.err);
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "GPUPOOL_NODE: 'gpu b' is not a node name"));
+        parse_done(&p);
+}
+
+static void test_bad_node_selectors_are_usage_errors_naming_the_problem(void **state) {
+        static const struct {
+                const char *arg, *want;
+        } bad[] = {
+                {"zone", "--node-selector: expected KEY=VALUE, got 'zone' (no '=')"},
+                {"=a", "--node-selector: bad label key ''"},
+                {"zo ne=a", "--node-selector: bad label key 'zo ne'"},
+                {"zone=a b", "--node-selector: bad label value 'a b'"},
+                {"zone=a=b", "--node-selector: bad label value 'a=b'"},
+                {"zone=\xc3\xa9", "--node-selector: bad label value"},
+                {"k=0123456789012345678901234567890123456789012345678901234567890123", "bad label value"},
+                {"k123456789012345678901234567890123456789012345678901234567890123=v", "bad label key"},
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                struct parsed p;
+                PARSE(&p, "submit", "--node-selector", (char *)bad[i].arg, "--", "true");
+                assert_int_equal(p.rc, -EINVAL);
+                if (!strstr(err_text(&p), bad[i].want))
+                        fail_msg("%s: got %s", bad[i].arg, err_text(&p));
+                assert_non_null(strstr(err_text(&p), "\nusage: gpupool submit"));
+                parse_done(&p);
+        }
+        struct parsed p;
+        /* 63 bytes each are fine */
+        PARSE(&p, "submit", "--node-selector",
+              "k12345678901234567890123456789012345678901234567890123456789012="
+              "012345678901234567890123456789012345678901234567890123456789012",
+              "true");
+        assert_int_equal(p.rc, 0);
+        parse_done(&p);
+        PARSE(&p, "submit", "--node-selector", "a=1", "--node-selector", "a=2", "true");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "label 'a' is selected twice"));
+        parse_done(&p);
+        PARSE(&p, "run", "--node", "x", "--node-selector", "gpupool/node=y", "true");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "(--node sets gpupool/node)"));
+        parse_done(&p);
+        /* at most 16 pairs */
+        char gp[] = "gpupool", sub[] = "submit", ns[] = "--node-selector", tr[] = "true";
+        char *argv[64] = {gp, sub};
+        char kv[17][16];
+        int argc = 2;
+        for (int i = 0; i < 17; i++) {
+                snprintf(kv[i], sizeof(kv[i]), "k%d=v", i);
+                argv[argc++] = ns;
+                argv[argc++] = kv[i];
+        }
+        argv[argc++] = tr;
+        argv[argc] = NULL;
+        parse_env(&p, argc, argv, NULL, NULL);
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "at most 16 labels"));
+        parse_done(&p);
+        PARSE(&p, "run", "--node", "no/slash", "true");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "--node: 'no/slash' is not a node name"));
+        parse_done(&p);
+        PARSE(&p, "submit", "--node", "gpu-a", "true");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "option --node does not apply here"));
+        parse_done(&p);
+        PARSE(&p, "submit", "--gpus", "1025", "true");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "--gpus: 1025 is out of range 1..1024"));
+        parse_done(&p);
+}
+
+static void test_node_and_join_token_subcommands_are_checked(void **state) {
+        struct parsed p;
+        PARSE(&p, "node", "drain", "gpu-a");
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(p.c.verb, GP_CLI_NODE);
+        assert_string_equal(p.c.sub, "drain");
+        assert_string_equal(p.c.target, "gpu-a");
+        parse_done(&p);
+        PARSE(&p, "join-token", "create", "--ttl", "12h");
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(p.c.verb, GP_CLI_JOIN_TOKEN);
+        assert_int_equal(p.c.join_ttl_s, 12 * 3600);
+        parse_done(&p);
+        static const struct {
+                const char *ttl;
+                int64_t s;
+        } ttls[] = {{"0", 0}, {"3600", 3600}, {"90s", 90}, {"30m", 1800}, {"7d", 7 * 86400}};
+        for (size_t i = 0; i < sizeof(ttls) / sizeof(ttls[0]); i++) {
+                PARSE(&p, "join-token", "create", "--ttl", (char *)ttls[i].ttl);
+                assert_int_equal(p.rc, 0);
+                assert_int_equal(p.c.join_ttl_s, ttls[i].s);
+                parse_done(&p);
+        }
+        PARSE(&p, "join-token", "revoke", "jt_3");
+        assert_int_equal(p.rc, 0);
+        assert_string_equal(p.c.target, "jt_3");
+        parse_done(&p);
+        static const struct {
+                const char *a[4];
+                const char *want;
+        } bad[] = {
+                {{"node"}, "missing subcommand: drain, undrain or remove"},
+                {{"node", "drain"}, "missing node NAME"},
+                {{"node", "reboot", "gpu-a"}, "unknown subcommand 'reboot'"},
+                {{"node", "drain", "a b"}, "'a b' is not a node name"},
+                {{"node", "drain", "a", "b"}, "unexpected argument 'b'"},
+                {{"join-token"}, "missing subcommand: create, list or revoke"},
+                {{"join-token", "revoke"}, "missing token ID"},
+                {{"join-token", "list", "x"}, "unexpected argument 'x'"},
+                {{"join-token", "revoke", "a/b"}, "'a/b' is not a token id"},
+                {{"join-token", "create", "--ttl", "-1"}, "--ttl: expected a duration"},
+                {{"join-token", "create", "--ttl", "5x"}, "--ttl: expected a duration"},
+                {{"join-token", "create", "--ttl", "4000d"}, "--ttl: expected a duration"},
+                {{"join-token", "list", "--ttl", "1h"}, "--ttl applies to 'create' only"},
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                char gp[] = "gpupool";
+                char *argv[8] = {gp};
+                int argc = 1;
+                for (int k = 0; k < 4 && bad[i].a[k]; k++)
+                        argv[argc++] = (char *)bad[i].a[k];
+                argv[argc] = NULL;
+                parse_env(&p, argc, argv, NULL, NULL);
+                assert_int_equal(p.rc, -EINVAL);
+                if (!strstr(err_text(&p), bad[i].want))
+                        fail_msg("case %zu: got %s", i, err_text(&p));
+                assert_non_null(strstr(err_text(&p), "\nusage: gpupool "));
+                parse_done(&p);
+        }
+}
+
+static void test_nodes_table_shows_busy_total_model_labels_and_heartbeat_age(void **state) {
+        char *s = format_with(nodes_now,
+                "{\"backend\":\"nvml\",\"nodes\":["
+                "{\"name\":\"local\",\"state\":\"ready\",\"address\":\"\",\"labels\":{\"gpupool/node\":\"local\"},"
+                "\"last_heartbeat_ms\":1795000000000,\"gpus_total\":0,\"gpus_busy\":0,\"runs\":0,\"gpus\":[]},"
+                "{\"name\":\"gpu-a\",\"state\":\"draining\",\"address\":\"http://10.0.0.7:8081\","
+                "\"labels\":{\"zone\":\"a\",\"gpupool/node\":\"gpu-a\",\"ib\":\"yes\"},"
+                "\"last_heartbeat_ms\":1794999998000,\"gpus_total\":8,\"gpus_busy\":2,\"runs\":3,"
+                "\"gpus\":[{\"index\":0,\"name\":\"NVIDIA H100 80GB HBM3\"},{\"index\":1,\"name\":\"NVIDIA H100 80GB HBM3\"}]},"
+                "{\"name\":\"gpu-b\",\"state\":\"lost\",\"address\":\"http://10.0.0.8:8081\",\"labels\":{},"
+                "\"last_heartbeat_ms\":1794999700000,\"gpus_total\":2,\"gpus_busy\":0,"
+                "\"gpus\":[{\"name\":\"NVIDIA A100\"},{\"name\":\"NVIDIA L4\"}]}]}");
+        assert_non_null(strstr(s, "backend: nvml\nNAME   STATE     GPUS  GPU MODEL"));
+        assert_true(strstr(s, "\nlocal  ready     0/0   -  ") != NULL);
+        assert_non_null(strstr(s, "gpu-a  draining  2/8   NVIDIA H100 80GB HBM3  "));
+        assert_non_null(strstr(s, "zone=a,ib=yes"));
+        assert_null(strstr(s, "gpupool/node")); /* the implicit label is not shown */
+        assert_non_null(strstr(s, "2s ago"));
+        assert_non_null(strstr(s, "5m00s ago"));
+        assert_non_null(strstr(s, "http://10.0.0.7:8081\n"));
+        assert_non_null(strstr(s, "NVIDIA A100, NVIDIA L4"));
+        assert_non_null(strstr(s, "gpu-b  lost      0/2"));
+        free(s);
+        /* an older server's answer (no busy count, no heartbeat): what there is */
+        s = format_with(nodes_now, "{\"nodes\":[{\"name\":\"local\",\"gpus\":4,\"state\":\"up\"}]}");
+        assert_string_equal(s, "NAME   STATE  GPUS  GPU MODEL  LABELS  HEARTBEAT  ADDRESS\n"
+                               "local  up     4     -          -       -          -\n");
+        free(s);
+}
+
+static void test_join_token_table_says_active_expired_or_revoked(void **state) {
+        char *s = format_with(tokens_now,
+                "{\"tokens\":[{\"id\":\"jt_1\",\"created_ms\":1794999940000,\"expires_ms\":0,\"revoked\":false,"
+                "\"source\":\"api\"},"
+                "{\"id\":\"jt_2\",\"created_ms\":1794990000000,\"expires_ms\":1795003600000,\"revoked\":false,"
+                "\"source\":\"api\"},"
+                "{\"id\":\"jt_3\",\"created_ms\":1794990000000,\"expires_ms\":1794999000000,\"revoked\":false,"
+                "\"source\":\"api\"},"
+                "{\"id\":\"cfg_1\",\"created_ms\":0,\"expires_ms\":0,\"revoked\":true,\"source\":\"config\"}]}");
+        assert_string_equal(s, "ID     CREATED    EXPIRES     STATE    SOURCE\n"
+                               "jt_1   1m00s ago  never       active   api\n"
+                               "jt_2   2h46m ago  in 1h00m    active   api\n"
+                               "jt_3   2h46m ago  16m40s ago  expired  api\n"
+                               "cfg_1  -          never       revoked  config\n");
+        free(s);
+        s = format_with(tokens_now, "{\"tokens\":[]}");
+        assert_string_equal(s, "no join tokens ('gpupool join-token create' makes one)\n");
+        free(s);
+}
+
+static void test_status_shows_nodes_by_rank_and_node_selector(void **state) {
+        json_t *t = load("{\"id\":9,\"state\":\"running\",\"gpu_request\":16,\"nodes\":[\"gpu-b\",\"gpu-a\"],"
+                         "\"node_selector\":{\"zone\":\"a\"},\"gpus\":[],\"backend\":\"nvml\"}");
+        gp_buf b;
+        gp_buf_init(&b, 0);
+        assert_int_equal(gp_cli_format_status(t, 0, &b), 0);
+        assert_non_null(strstr(b.data, "\nnodes (by rank):      gpu-b, gpu-a\n"));
+        assert_non_null(strstr(b.data, "\nnode selector:        zone=a\n"));
+        json_decref(t);
+        gp_buf_done(&b);
+        t = load("{\"id\":9,\"state\":\"queued\",\"gpu_request\":1,\"nodes\":[],\"gpus\":[]}");
+        gp_buf_init(&b, 0);
+        assert_int_equal(gp_cli_format_status(t, 0, &b), 0);
+        assert_null(strstr(b.data, "node"));
+        json_decref(t);
+        gp_buf_done(&b);
+}
+
+static char *route_nodes(struct srv *s, const char *req) {
+        if (starts(req, "POST /admin/nodes/gpu-a/drain "))
+                return http_resp(200, NULL, "{\"name\":\"gpu-a\",\"state\":\"draining\",\"backend\":\"nvml\"}");
+        if (starts(req, "POST /admin/nodes/local/remove "))
+                return http_resp(409, NULL, "{\"error\":{\"code\":\"conflict\",\"message\":\"the node local cannot be removed\"}}");
+        if (starts(req, "POST /admin/nodes/ghost/undrain "))
+                return http_resp(404, NULL, "{\"error\":\"no node ghost\"}");
+        if (starts(req, "POST /admin/join-tokens "))
+                return http_resp(201, NULL, "{\"id\":\"jt_3\",\"token\":\"gpj_0123abcd\",\"expires_ms\":0}");
+        if (starts(req, "GET /admin/join-tokens "))
+                return http_resp(200, NULL, "{\"tokens\":[{\"id\":\"jt_3\",\"created_ms\":1,\"expires_ms\":0,"
+                                            "\"revoked\":false,\"source\":\"api\"}]}");
+        if (starts(req, "DELETE /admin/join-tokens/jt_3 "))
+                return http_resp(200, NULL, "{\"id\":\"jt_3\",\"revoked\":true}");
+        return http_resp(404, NULL, "{\"error\":{\"code\":\"not_found\",\"message\":\"no route\"}}");
+}
+
+static void test_node_and_join_token_commands_send_and_print(void **state) {
+        struct srv s;
+        srv_start(&s, route_nodes);
+        char *api = srv_api(&s);
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "node", "drain", "gpu-a"), ARGV("--api", api, "node", "drain", "gpu-a"));
+        assert_int_equal(r.ex, 0);
+        assert_string_equal(r.out, "gpu-a: draining\n");
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "node", "remove", "local"), ARGV("--api", api, "node", "remove", "local"));
+        assert_int_equal(r.ex, 1);
+        assert_string_equal(r.err, "gpupool: conflict: the node local cannot be removed\n");
+        ran_done(&r);
+        /* an error that is a plain string is shown too */
+        run_cli(&r, ARGC("--api", api, "node", "undrain", "ghost"), ARGV("--api", api, "node", "undrain", "ghost"));
+        assert_int_equal(r.ex, 1);
+        assert_string_equal(r.err, "gpupool: error: no node ghost\n");
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "join-token", "create", "--ttl", "1h"),
+                ARGV("--api", api, "join-token", "create", "--ttl", "1h"));
+        assert_int_equal(r.ex, 0);
+        assert_string_equal(r.out, "gpj_0123abcd\n");
+        assert_non_null(strstr(r.err, "gpupool agent --server http://127.0.0.1:"));
+        assert_non_null(strstr(r.err, " --token gpj_0123abcd\n"));
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "join-token", "list"), ARGV("--api", api, "join-token", "list"));
+        assert_int_equal(r.ex, 0);
+        assert_non_null(strstr(r.out, "jt_3"));
+        assert_non_null(strstr(r.out, "active"));
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "join-token", "revoke", "jt_3"), ARGV("--api", api, "join-token", "revoke", "jt_3"));
+        assert_int_equal(r.ex, 0);
+        assert_string_equal(r.out, "jt_3: revoked\n");
+        ran_done(&r);
+        assert_int_equal(s.nreq, 6);
+        assert_true(starts(s.reqs[0], "POST /admin/nodes/gpu-a/drain HTTP/1.1\r\n"));
+        json_t *b = load(body_of(s.reqs[3]));
+        assert_int_equal(json_integer_value(json_object_get(b, "ttl_s")), 3600);
+        json_decref(b);
+        assert_true(starts(s.reqs[5], "DELETE /admin/join-tokens/jt_3 HTTP/1.1\r\n"));
+        srv_stop(&s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_submit_builds_body_from_every_option),
@@ -1402,6 +1737,14 @@ int main(void) {
                 cmocka_unit_test(test_own_http_answer_cut_short_or_not_http_exits_3),
                 cmocka_unit_test(test_own_http_post_without_body_sends_length_0),
                 cmocka_unit_test(test_http_proxy_variables_are_honoured),
+                cmocka_unit_test(test_node_selector_and_node_build_the_body),
+                cmocka_unit_test(test_run_node_defaults_to_gpupool_node_env),
+                cmocka_unit_test(test_bad_node_selectors_are_usage_errors_naming_the_problem),
+                cmocka_unit_test(test_node_and_join_token_subcommands_are_checked),
+                cmocka_unit_test(test_nodes_table_shows_busy_total_model_labels_and_heartbeat_age),
+                cmocka_unit_test(test_join_token_table_says_active_expired_or_revoked),
+                cmocka_unit_test(test_status_shows_nodes_by_rank_and_node_selector),
+                cmocka_unit_test(test_node_and_join_token_commands_send_and_print),
         };
         unsetenv("GPUPOOL_API");
         unsetenv("GPUPOOL_API_KEY");

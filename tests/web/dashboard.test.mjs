@@ -319,6 +319,27 @@ test("the queue page lists waiting tasks with their position and reason; tenants
   assert.deepEqual(b.errors, []);
 });
 
+test("the nodes page lists node local with its state, GPUs busy/total and a fresh heartbeat", async () => {
+  // needs the server side of issue 15 (GET /api/v1/nodes with gpus_total/gpus_busy/last_heartbeat_ms)
+  const sub = await d.api("POST", "/api/v1/tasks", { name: "node-hold", tenant_id: "lab", lease_ttl_s: 600 });
+  assert.equal(sub.status, 201, sub.text);
+  await b.page.goto(d.url + "/#/nodes");
+  const row = b.page.locator('#nodes-table tr[data-node="local"]');
+  await row.waitFor({ timeout: 2500 });
+  assert.equal(await b.page.locator("#nav a.active").textContent(), "Nodes");
+  assert.equal(await row.locator(".node-state").textContent(), "ready");
+  assert.match(await row.locator(".node-state").getAttribute("class"), /\bready\b/);
+  await waitFor(async () => (await row.locator("td.gpus").textContent()) === "1 / 4", 2500, "1 of 4 GPUs busy");
+  assert.match(await row.locator("td.heartbeat").textContent(), /ago$/);
+  assert.equal(await row.locator("td.labels").textContent(), "—"); // gpupool/node is not shown
+  assert.ok(await b.page.locator("#nodes-empty").isHidden());
+  // refreshed like the rest: the lease ends, the row follows without a reload
+  await d.api("POST", "/api/v1/tasks/" + sub.json.id + "/cancel");
+  await waitFor(async () => (await row.locator("td.gpus").textContent()) === "0 / 4", 2500, "0 of 4 GPUs busy");
+  await shot(b.page, "08a-nodes");
+  assert.deepEqual(b.errors, []);
+});
+
 test("the gateway page says it is not configured; the alerts page lists the rules", async () => {
   await b.page.goto(d.url + "/#/gateway");
   await b.page.waitForSelector("#gateway-off:not([hidden])");

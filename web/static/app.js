@@ -1,7 +1,7 @@
 /* app.js - the gpupool dashboard.  Plain JavaScript, no build step.
  *
  * Pages are sections of index.html chosen by the URL hash (#/overview,
- * #/queue, #/tasks, #/tenants, #/gateway, #/alerts).  The current page
+ * #/queue, #/tasks, #/nodes, #/tenants, #/gateway, #/alerts).  The current page
  * polls the HTTP API once a second (history charts every 5 s), so what it
  * shows is at most about a second old; nothing reloads.  Every request
  * carries the API key kept in localStorage (if any); a 401 opens the key
@@ -291,6 +291,30 @@
     await tick();
   }
 
+  /* ---- nodes ---- */
+
+  /* GET /api/v1/nodes: the server's own GPUs (node "local") and every node
+   * that joined through gpupool agent (docs/api.md). */
+  async function loadNodes() {
+    const r = await api("/api/v1/nodes");
+    const nodes = r.nodes || [];
+    const now = Date.now();
+    fill($("nodes-table").tBodies[0], nodes.map((n) => {
+      const models = [...new Set((n.gpus || []).map((g) => g.name).filter((x) => x))].join(", ");
+      const labels = Object.keys(n.labels || {}).filter((k) => k !== "gpupool/node").map((k) => k + "=" + n.labels[k]).join(", ");
+      const hb = n.last_heartbeat_ms ? t("ago", dur(Math.max(0, (now - n.last_heartbeat_ms) / 1000))) : t("none");
+      const total = n.gpus_total !== undefined ? n.gpus_total : n.gpus;
+      const busy = n.gpus_busy !== undefined ? n.gpus_busy + " / " : "";
+      return el("tr", { "data-node": n.name, class: n.state === "lost" ? "down" : "" },
+        el("td", { class: "strong", text: n.name }),
+        el("td", {}, el("span", { class: "node-state " + n.state, text: t("node_" + n.state) === "node_" + n.state ? n.state : t("node_" + n.state) })),
+        el("td", { class: "num gpus", text: busy + (total === undefined ? t("none") : String(total)) }),
+        el("td", { text: models || t("none") }), el("td", { class: "labels", text: labels || t("none") }),
+        el("td", { class: "heartbeat", text: hb }), el("td", { class: "mono", text: n.address || t("none") }));
+    }));
+    $("nodes-empty").hidden = nodes.length > 0;
+  }
+
   /* ---- tenants ---- */
 
   async function loadTenants() {
@@ -427,7 +451,7 @@
 
   /* ---- the loop ---- */
 
-  const loaders = { overview: loadOverview, queue: loadQueue, tasks: loadTasks, tenants: loadTenants, gateway: loadGateway, alerts: loadAlerts };
+  const loaders = { overview: loadOverview, queue: loadQueue, tasks: loadTasks, nodes: loadNodes, tenants: loadTenants, gateway: loadGateway, alerts: loadAlerts };
 
   async function tick() {
     if (state.busy || $("key-dialog").open) return;

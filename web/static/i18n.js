@@ -65,6 +65,10 @@
     loopback_only: "No API keys are configured on this server, so only clients on the server's own machine are served.",
     unreachable: "Cannot reach the server; retrying…", none: "—", seconds: "{0} s", minutes: "{0} min",
     hours: "{0} h", ago: "{0} ago",
+    nav_nodes: "Nodes", nodes_title: "Nodes", nodes_empty: "No nodes.", col_node: "Node", col_gpus_busy: "GPUs busy",
+    col_gpu_model: "GPU model", col_labels: "Labels", col_heartbeat: "Last heartbeat", col_address: "Address",
+    node_ready: "ready", node_draining: "draining", node_lost: "lost", node_left: "left",
+    nodes_note: "Every node also has the label gpupool/node=NAME. Nodes join with gpupool agent (docs/deployment.md).",
   };
   const zh = {
     sim_badge: "模拟 GPU", nav_overview: "概览", nav_queue: "队列", nav_tasks: "任务", nav_tenants: "租户",
@@ -120,6 +124,10 @@
     key_forget: "忘记密钥", forbidden: "此密钥无权查看此页面。",
     loopback_only: "此服务器未配置 API 密钥，因此只服务本机的客户端。", unreachable: "无法连接服务器，正在重试…",
     none: "—", seconds: "{0} 秒", minutes: "{0} 分钟", hours: "{0} 小时", ago: "{0}前",
+    nav_nodes: "节点", nodes_title: "节点", nodes_empty: "没有节点。", col_node: "节点", col_gpus_busy: "GPU 忙/总",
+    col_gpu_model: "GPU 型号", col_labels: "标签", col_heartbeat: "最近心跳", col_address: "地址",
+    node_ready: "就绪", node_draining: "排空中", node_lost: "失联", node_left: "已移除",
+    nodes_note: "每个节点还带有标签 gpupool/node=名称。节点通过 gpupool agent 加入（见 docs/deployment.md）。",
   };
   const dicts = { en: en, zh: zh };
   function pick() {

@@ -25,6 +25,7 @@
 #include "exec/exec.h"
 #include "server/monitor.h"
 #include "server/nodes.h"
+#include "base/labels.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -145,6 +146,17 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 r = r ? r : gp_buf_json_field_time(b, "preempt_deadline", t->preempt_deadline_ms);
         r = r ? r : gp_buf_json_field_str(b, "model", t->model);
         r = r ? r : gp_buf_json_field_str(b, "gpu_model", t->gpu_model);
+        /* labels and node names are of [A-Za-z0-9._/-]: nothing to escape */
+        r = r ? r : gp_buf_puts(b, ",\"node_selector\":{");
+        size_t lp = 0, kl, vl;
+        const char *lk, *lv;
+        for (bool first = true; r == 0 && gp_labels_next(t->node_selector, &lp, &lk, &kl, &lv, &vl); first = false)
+                r = gp_buf_printf(b, "%s\"%.*s\":\"%.*s\"", first ? "" : ",", (int)kl, lk, (int)vl, lv);
+        r = r ? r : gp_buf_puts(b, "},\"nodes\":[");
+        for (int i = 0; r == 0 && i < t->n_gpus; i++)
+                if (i == 0 || strcmp(t->gpus[i - 1].node, t->gpus[i].node))
+                        r = gp_buf_printf(b, "%s\"%s\"", i ? "," : "", t->gpus[i].node);
+        r = r ? r : gp_buf_puts(b, "]");
         if (r == 0 && t->spec) {
                 json_t *spec = json_loads(t->spec, 0, NULL);
                 json_t *cmdv = spec ? json_object_get(spec, "command") : NULL;
@@ -349,7 +361,8 @@ static int commit_once(gp_daemon *d, batch *b) {
  * answered means stored, so the daemon stops (crash-only: the restart
  * recovers from what was stored). */
 static void commit(gp_daemon *d, batch *b) {
-        if (!b->ndirty && !b->meta_drained && !gp_tenants_pending(d->tenants) && !gp_billing_pending(d))
+        if (!b->ndirty && !b->meta_drained && !gp_tenants_pending(d->tenants) && !gp_billing_pending(d) &&
+            !gp_nodes_pending(d))
                 return;
         /* from here on a reader waits for this batch to be durable */
         uint64_t gen = gp_commit_next(d);
@@ -379,6 +392,7 @@ static void commit(gp_daemon *d, batch *b) {
         gp_commit_stored(d, gen); /* durable now, or once the sync thread's fsync covers it */
         gp_tenants_stored(d->tenants);
         gp_billing_stored(d);
+        gp_nodes_stored(d);
         d->commits++;
         d->commit_tasks += b->ndirty;
         gp_monitor_store_commit(d->mon, b->ndirty);

@@ -336,22 +336,6 @@ static enum MHD_Result get_gpus(hreq *r) {
         return send_json(r, 200, json_pack("{s:o}", "gpus", a));
 }
 
-static enum MHD_Result get_nodes(hreq *r) {
-        gp_daemon *d = r->d;
-        int total = 0, healthy = 0;
-        pthread_mutex_lock(&d->lock);
-        for (uint32_t g = 0; g < gp_sched_gpu_count(d->sched); g++) {
-                gp_sched_gpu_view v;
-                gp_sched_gpu_get(d->sched, g, &v);
-                total++;
-                healthy += v.healthy;
-        }
-        pthread_mutex_unlock(&d->lock);
-        json_t *n = json_pack("{s:s,s:i,s:i,s:s,s:s}", "name", "local", "gpus", total, "gpus_healthy", healthy,
-                              "state", "up", "backend", d->backend);
-        return send_json(r, 200, json_pack("{s:[o]}", "nodes", n));
-}
-
 static enum MHD_Result get_queue(hreq *r) {
         gp_daemon *d = r->d;
         int64_t limit;
@@ -1118,11 +1102,6 @@ static int h_gpus(hreq *r, const gp_route_arg *a) {
         return get_gpus(r);
 }
 
-static int h_nodes(hreq *r, const gp_route_arg *a) {
-        (void)a;
-        return get_nodes(r);
-}
-
 static int h_queue(hreq *r, const gp_route_arg *a) {
         (void)a;
         return get_queue(r);
@@ -1165,7 +1144,6 @@ const gp_route gp_http_routes[] = {
         {GP_GET, "/api/v1/arrays/{array}", GP_ROUTE_TENANT, h_get_array, NULL, 0},
         {GP_POST, "/api/v1/arrays/{array}/cancel", GP_ROUTE_TENANT, h_array_cancel, NULL, 0},
         {GP_GET, "/api/v1/gpus", GP_ROUTE_TENANT, h_gpus, NULL, 0},
-        {GP_GET, "/api/v1/nodes", GP_ROUTE_TENANT, h_nodes, NULL, 0},
         {GP_GET, "/api/v1/queue", GP_ROUTE_TENANT, h_queue, NULL, 0},
         {GP_GET, "/admin/scheduler/stats", GP_ROUTE_ADMIN, h_sched_stats, NULL, 0},
         {GP_GET, "/admin/scheduler/queues", GP_ROUTE_ADMIN, h_sched_queues, NULL, 0},

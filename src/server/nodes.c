@@ -479,12 +479,24 @@ int gp_nodes_store(gp_daemon *d) {
                 if (rc < 0)
                         return rc;
         }
-        /* stored with this transaction (if it fails, the batch is tried again
-         * with the same records: they are rewritten whole) */
+        return 0;
+}
+
+bool gp_nodes_pending(const gp_daemon *d) {
+        const gp_nodes *ns = d->nodes;
+        if (ns->index_dirty || ns->tok_dirty)
+                return true;
+        for (size_t i = 0; i < ns->n; i++)
+                if (ns->v[i]->dirty)
+                        return true;
+        return false;
+}
+
+void gp_nodes_stored(gp_daemon *d) {
+        gp_nodes *ns = d->nodes;
         for (size_t i = 0; i < ns->n; i++)
                 ns->v[i]->dirty = false;
         ns->index_dirty = ns->tok_dirty = false;
-        return 0;
 }
 
 int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {

@@ -127,6 +127,9 @@ void gp_nodes_flush(struct gp_daemon *d, uint64_t gen);
 /* Write the changed node records and tokens into the open transaction
  * of d->ws.  0 or -GP_ESTORE. */
 int gp_nodes_store(struct gp_daemon *d);
+/* Is anything to be stored?  And: it was (the transaction committed). */
+bool gp_nodes_pending(const struct gp_daemon *d);
+void gp_nodes_stored(struct gp_daemon *d);
 /* A request went away (MHD completed it): forget it if it was held. */
 void gp_nodes_req_gone(struct gp_daemon *d, struct hreq *r);
 

@@ -1,6 +1,9 @@
 /* submit.c - strict parser of task submissions (see submit.h). */
 #include "server/submit.h"
 
+#include "base/labels.h"
+#include "cluster/proto.h"
+
 #include "base/text.h"
 #include "base/util.h"
 
@@ -188,6 +191,22 @@ static int parse_elastic(json_t *v, json_t *gpu_request, gp_task *t, char *err, 
         return 0;
 }
 
+/* "node_selector": {"k": "v", ...}: the labels its nodes must have, kept
+ * in their canonical text (base/labels.h). */
+static int parse_selector(json_t *v, gp_task *t, char *err, size_t errlen) {
+        char canon[GP_LABELS_MAX], why[200];
+        if (!json_is_object(v))
+                return fail(err, errlen, "node_selector: expected an object of labels, e.g. {\"zone\": \"a\"}");
+        if (json_object_size(v) > 16)
+                return fail(err, errlen, "node_selector: at most 16 labels");
+        if (gp_proto_labels_from_json(v, canon, why, sizeof(why)) < 0)
+                return fail(err, errlen, "node_selector: %s", why);
+        if (strlen(canon) >= sizeof(t->node_selector))
+                return fail(err, errlen, "node_selector: longer than %zu bytes in all", sizeof(t->node_selector) - 1);
+        memcpy(t->node_selector, canon, strlen(canon) + 1);
+        return 0;
+}
+
 int gp_submit_parse(const char *body, size_t len, const gp_submit_limits *lim, gp_task *ret, char *err,
                     size_t errlen) {
         return gp_submit_parse_array(body, len, lim, ret, NULL, err, errlen);
@@ -207,7 +226,7 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         static const char *const known[] = {
                 "tenant_id", "name", "gpu_request", "memory_mb", "exclusive", "priority", "command",
                 "env", "workdir", "model", "gpu_model", "preemptible", "timeout_s", "queue_timeout_s",
-                "lease_ttl_s", "max_retries", "elastic", "array", NULL,
+                "lease_ttl_s", "max_retries", "elastic", "array", "node_selector", NULL,
         };
         gp_array_spec arr = {0};
         if (errlen)
@@ -261,6 +280,8 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 goto out;
         if ((v = json_object_get(root, "model")) &&
             (rc = get_str(v, "model", t.model, sizeof(t.model), err, errlen)) < 0)
+                goto out;
+        if ((v = json_object_get(root, "node_selector")) && (rc = parse_selector(v, &t, err, errlen)) < 0)
                 goto out;
         if ((v = json_object_get(root, "gpu_model")) &&
             (rc = get_str(v, "gpu_model", t.gpu_model, sizeof(t.gpu_model), err, errlen)) < 0)

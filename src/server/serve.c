@@ -18,6 +18,7 @@
  * time: the next only after the previous replica's task ended.
  */
 #include "server/serve.h"
+#include "server/nodes.h"
 
 #include "base/log.h"
 #include "base/util.h"
@@ -47,6 +48,7 @@ typedef struct replica {
         char name[GP_NAME_MAX];    /* task name "serve:MODEL:N" */
         int64_t task_id;           /* its active task, 0 = none known */
         int port;
+        char host[256];            /* where it runs: 127.0.0.1, or its agent node's host */
         bool ready;                /* an upstream of the gateway now */
         char url[GP_CFG_URL_MAX];
         int64_t next_ms;           /* not before: submit (again) */
@@ -172,8 +174,8 @@ static int spec_port(const char *spec) {
 
 /* Is the replica's readiness path answering 200? */
 static bool probe_ready(gp_serve *s, replica *r) {
-        char url[GP_CFG_URL_MAX + 64];
-        snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", r->port, r->m->serve.ready);
+        char url[GP_CFG_URL_MAX + 320];
+        snprintf(url, sizeof(url), "http://%s:%d%s", r->host[0] ? r->host : "127.0.0.1", r->port, r->m->serve.ready);
         CURL *e = s->probe;
         curl_easy_reset(e);
         curl_easy_setopt(e, CURLOPT_URL, url);
@@ -439,6 +441,11 @@ static void tick(gp_serve *s, int64_t now) {
                                 running = t->state == GP_TASK_RUNNING;
                                 id = t->id;
                                 port = spec_port(t->spec);
+                                /* on an agent node the gateway goes to that node */
+                                if (running && gp_nodes_remote(t))
+                                        gp_nodes_host(d, t->gpus[0].node, r->host, sizeof(r->host));
+                                else
+                                        gp_strlcpy(r->host, "127.0.0.1", sizeof(r->host));
                                 if (running && r->task_id != id)
                                         r->started_ms = t->started_ms;
                                 break;
@@ -487,7 +494,7 @@ static void tick(gp_serve *s, int64_t now) {
                 if (!running || r->ready || now < r->poll_ms || !r->port)
                         continue;
                 if (probe_ready(s, r)) {
-                        snprintf(r->url, sizeof(r->url), "http://127.0.0.1:%d", r->port);
+                        snprintf(r->url, sizeof(r->url), "http://%s:%d", r->host[0] ? r->host : "127.0.0.1", r->port);
                         int rc = gp_gw_upstream_set(d->gw, r->m->name, r->url, true);
                         if (rc < 0) {
                                 gp_error("serve %s: cannot add %s to the gateway: %s", r->name, r->url,

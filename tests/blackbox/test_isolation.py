@@ -128,7 +128,7 @@ def documented_routes():
     section = text.split("### Who may call what", 1)[1].split("\n## ", 1)[0]
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 3 or cells[1] not in ("open", "tenant", "admin"):
+        if len(cells) < 3 or cells[1] not in ("open", "tenant", "admin", "agent"):
             continue
         for method, path in ROUTE_RE.findall(cells[0]):
             for p in expand(path):
@@ -144,7 +144,7 @@ def live_routes(d):
     assert r.status_code == 200, r.text
     routes, rows = {}, set()
     for row in r.json()["routes"]:
-        assert row["who"] in ("open", "tenant", "admin"), row
+        assert row["who"] in ("open", "tenant", "admin", "agent"), row
         key = (row["method"], normalize(row["path"]))
         assert key not in rows, "the route table has %s %s twice" % key
         rows.add(key)
@@ -217,6 +217,10 @@ MATRIX = [
      lambda w: ("/api/v1/arrays/%d/cancel" % fresh_a_array(w), {}, 200)),
     ("GET", "/api/v1/gpus", "tenant", lambda w: ("/api/v1/gpus", None, 200)),
     ("GET", "/api/v1/nodes", "tenant", lambda w: ("/api/v1/nodes", None, 200)),
+    ("GET", "/api/v1/nodes/{}", "tenant", lambda w: ("/api/v1/nodes/local", None, 200)),
+    # agents carry a join token or their node's credential, never an API key
+    ("POST", "/agent/v1/join", "agent", lambda w: ("/agent/v1/join", {"name": "aardvark-node"}, 401)),
+    ("POST", "/agent/v1/sync", "agent", lambda w: ("/agent/v1/sync", {"node": "aardvark-node", "seq": 1}, 401)),
     ("GET", "/api/v1/queue", "tenant", lambda w: ("/api/v1/queue?limit=10000", None, 200)),
     ("GET", "/api/v1/tenants", "tenant", lambda w: ("/api/v1/tenants", None, 200)),
     ("GET", "/api/v1/tenants/{}", "tenant", lambda w: ("/api/v1/tenants/" + A, None, 200)),
@@ -243,6 +247,12 @@ MATRIX = [
     ("GET", "/admin/routes", "admin", lambda w: ("/admin/routes", None, 200)),
     ("POST", "/admin/gpus/{}/drain", "admin", lambda w: ("/admin/gpus/local:3/drain", {}, 200)),
     ("POST", "/admin/gpus/{}/undrain", "admin", lambda w: ("/admin/gpus/local:3/undrain", {}, 200)),
+    ("POST", "/admin/nodes/{}/drain", "admin", lambda w: ("/admin/nodes/local/drain", {}, 200)),
+    ("POST", "/admin/nodes/{}/undrain", "admin", lambda w: ("/admin/nodes/local/undrain", {}, 200)),
+    ("POST", "/admin/nodes/{}/remove", "admin", lambda w: ("/admin/nodes/local/remove", {}, 409)),
+    ("GET", "/admin/join-tokens", "admin", lambda w: ("/admin/join-tokens", None, 200)),
+    ("POST", "/admin/join-tokens", "admin", lambda w: ("/admin/join-tokens", {}, 201)),
+    ("DELETE", "/admin/join-tokens/{}", "admin", lambda w: ("/admin/join-tokens/jt_999", None, 404)),
     ("GET", "/admin/tenants/{}", "admin", lambda w: ("/admin/tenants/" + A, None, 200)),
     ("PUT", "/admin/tenants/{}", "admin", lambda w: ("/admin/tenants/" + A, {"weight": 1}, 200)),
     ("POST", "/admin/tenants/{}/keys", "admin", lambda w: ("/admin/tenants/%s/keys" % A, {}, 201)),

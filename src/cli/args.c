@@ -181,8 +181,9 @@ static const struct {
          "run the scheduler daemon"},
         {"simulate", "gpupool simulate --trace FILE --gpus N [OPTIONS] (all of them: gpupool simulate --help)",
          "replay a job trace through the scheduler offline"},
-        {"agent", "gpupool agent",
-         "multi-node pools: not part of this version yet (exits 2)"},
+        {"agent", "gpupool agent --server URL[,URL...] --token TOKEN [--config FILE] [--name NODE] [--listen ADDR:PORT] "
+                  "[--data-dir DIR] [--sim-nodes N]",
+         "join a server as a GPU node and run its tasks here"},
 };
 
 static const char client_opts_help[] =

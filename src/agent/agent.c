@@ -310,6 +310,11 @@ static void collect(agent *a, node *n, run *r) {
                 res.finished_ms = gp_now_ms();
                 snprintf(res.message, sizeof(res.message), "its supervisor ended without a result");
         }
+        char log[PATH_MAX + 80];
+        struct stat st;
+        snprintf(log, sizeof(log), "%s/log", dir);
+        if (stat(log, &st) == 0)
+                r->log_size = st.st_size; /* its end waits for this much output to be shipped */
         end_run(n, r, &res);
 }
 
@@ -636,6 +641,8 @@ static void start_sync(agent *a, node *n, int wait_ms) {
                 m.n_logs++;
                 total += (size_t)got;
         }
+        m.runs = runs;
+        m.logs = logs;
         int rc = gp_proto_sync_render(&m, &x->body);
         for (int i = 0; i < m.n_logs; i++)
                 free(logs[i].data);

@@ -4,7 +4,7 @@
  * nothing else, so a command (and each task's supervisor) starts in about
  * the time of a program that links libc alone.
  *
- * The server-side roles (`gpupool server`, `gpupool simulate`) need the
+ * The server-side roles (`gpupool server`, `gpupool simulate`, `gpupool agent`) need the
  * heavy libraries (libmicrohttpd, SQLite, libpq, libyaml, libcurl): they
  * are a second executable, gpupool-server (src/main-server.c), installed
  * next to this one, which these two words exec() with the same argv - the
@@ -33,13 +33,9 @@ static int exec_server(char **argv) {
 }
 
 int main(int argc, char **argv) {
-        if (argc >= 2 && (!strcmp(argv[1], "server") || !strcmp(argv[1], "simulate")))
+        if (argc >= 2 && (!strcmp(argv[1], "server") || !strcmp(argv[1], "simulate") || !strcmp(argv[1], "agent")))
                 return exec_server(argv);
         if (argc == 3 && !strcmp(argv[1], "__supervise"))
                 return gp_exec_supervise_main(argv[2]);
-        if (argc >= 2 && !strcmp(argv[1], "agent")) {
-                fprintf(stderr, "gpupool agent: multi-node pools are not part of this version yet\n");
-                return 2;
-        }
         return gp_cli_main(argc, argv);
 }

@@ -203,8 +203,9 @@ static const struct {
          "run the scheduler daemon"},
         {"simulate", "gpupool simulate --trace FILE --gpus N [OPTIONS] (all of them: gpupool simulate --help)",
          "replay a job trace through the scheduler offline"},
-        {"agent", "gpupool agent --server URL --token TOKEN [OPTIONS] (all of them: gpupool agent --help)",
-         "join this machine to a server as a node (see docs/deployment.md)"},
+        {"agent", "gpupool agent --server URL[,URL...] --token TOKEN [--config FILE] [--name NODE] [--listen ADDR:PORT] "
+                  "[--data-dir DIR] [--sim-nodes N]",
+         "join this machine to a server as a node and run its tasks here (see docs/deployment.md)"},
 };
 
 static const char client_opts_help[] =

@@ -1,0 +1,59 @@
+/* agent-util.c - pure helpers of the agent (see agent-util.h). */
+#include "agent/agent-util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+int gp_agent_run_name(const gp_proto_run_id *id, char *out, size_t size) {
+        int n = snprintf(out, size, "%lld.%lld.%d", (long long)id->task, (long long)id->epoch, id->rank);
+        return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+/* One decimal field of a name, up to stop ('\0' or '.'). */
+static int field(const char **p, char stop, int64_t min, int64_t max, int64_t *ret) {
+        const char *s = *p;
+        int64_t v = 0;
+        size_t n = 0;
+        while (s[n] >= '0' && s[n] <= '9') {
+                if (v > (max - (s[n] - '0')) / 10)
+                        return -EINVAL;
+                v = v * 10 + (s[n] - '0');
+                n++;
+        }
+        if (n == 0 || s[n] != stop || (n > 1 && s[0] == '0') || v < min)
+                return -EINVAL;
+        *p = s + n + (stop != '\0');
+        *ret = v;
+        return 0;
+}
+
+int gp_agent_run_name_parse(const char *name, gp_proto_run_id *ret) {
+        int64_t t, e, r;
+        const char *p = name;
+        if (field(&p, '.', 1, (int64_t)1 << 53, &t) < 0 || field(&p, '.', 1, (int64_t)1 << 53, &e) < 0 ||
+            field(&p, '\0', 0, GP_PROTO_MAX_RANK, &r) < 0)
+                return -EINVAL;
+        ret->task = t;
+        ret->epoch = e;
+        ret->rank = (int)r;
+        return 0;
+}
+
+int64_t gp_agent_backoff_ms(int failures, uint32_t rnd) {
+        int64_t cap = GP_AGENT_BACKOFF_MIN_MS;
+        for (int i = 1; i < failures && cap < GP_AGENT_BACKOFF_MAX_MS; i++)
+                cap *= 2;
+        if (cap > GP_AGENT_BACKOFF_MAX_MS)
+                cap = GP_AGENT_BACKOFF_MAX_MS;
+        int64_t half = cap / 2;
+        return half + (int64_t)(rnd % (uint32_t)(cap - half + 1));
+}
+
+int64_t gp_agent_next_seq(int64_t last, int64_t now_us) {
+        return now_us > last ? now_us : last + 1;
+}
+
+bool gp_agent_run_in_delta(int state, int reported) {
+        return state != reported || state == GP_PROTO_EXITED;
+}

@@ -1,0 +1,38 @@
+/* agent-util.h - the pure pieces of `gpupool agent` (src/agent/agent.c),
+ * kept apart so unit tests reach them: run directory names, the retry
+ * backoff, the sync sequence number and the run table's bookkeeping of
+ * what was reported.  No I/O; thread-safe as their arguments are. */
+#ifndef GP_AGENT_UTIL_H
+#define GP_AGENT_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster/proto.h"
+
+/* A run's directory name under DATA_DIR/runs: "TASK.EPOCH.RANK".  0, or
+ * -ENAMETOOLONG when size is short. */
+int gp_agent_run_name(const gp_proto_run_id *id, char *out, size_t size);
+/* Parse such a name (strict: decimal, no sign, no leading zeros, in the
+ * protocol's ranges).  0 or -EINVAL. */
+int gp_agent_run_name_parse(const char *name, gp_proto_run_id *ret);
+
+#define GP_AGENT_BACKOFF_MIN_MS 200
+#define GP_AGENT_BACKOFF_MAX_MS 10000
+
+/* Delay before retry number `failures` (1 = after the first failure):
+ * 200 ms doubling up to 10 s, then "full jitter" between half of that and
+ * all of it, from rnd (any 32-bit value).  Always within
+ * [GP_AGENT_BACKOFF_MIN_MS / 2, GP_AGENT_BACKOFF_MAX_MS]. */
+int64_t gp_agent_backoff_ms(int failures, uint32_t rnd);
+
+/* The next sync seq: now_us, or last + 1 when the clock went back. */
+int64_t gp_agent_next_seq(int64_t last, int64_t now_us);
+
+/* Does a run in state `state`, last reported in an answered sync as
+ * `reported` (-1: never), go in a delta sync?  Changed runs do, and an
+ * exited run is repeated until the server acknowledges it. */
+bool gp_agent_run_in_delta(int state, int reported);
+
+#endif

@@ -1,0 +1,1198 @@
+/* agent.c - `gpupool agent` (see agent.h and docs/internals/cluster.md).
+ *
+ * One thread drives everything: a curl multi handle carries every node's
+ * syncs (one node, or N with --sim-nodes), and curl_multi_poll() also
+ * waits on the pidfds of the supervisors, so a run's end wakes the loop.
+ * Each node has at most two syncs in flight: one held by the server
+ * (long-poll, wait_ms = heartbeat_s * 1000) and, when it has something to
+ * report meanwhile, one with wait_ms 0 (which makes the server answer the
+ * held one).  The status API (libmicrohttpd, its own thread) serves a
+ * JSON snapshot the loop renders once a second under `lock`.
+ *
+ * Invariants: a run is in a node's table from its start (or its discovery
+ * in DATA_DIR/runs at start-up) until the server acks its result; its
+ * directory goes only after that ack.  A start of a run in the table is
+ * ignored.  A node sends a full sync first, after any failure, and when
+ * told to (want_full); otherwise deltas (agent-util.h). */
+#include "agent/agent.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/agent-util.h"
+#include "base/buf.h"
+#include "base/err.h"
+#include "base/exe.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "base/vec.h"
+#include "cluster/proto.h"
+#include "config/config.h"
+#include "exec/exec.h"
+#include "gpu/gpu.h"
+
+#define AGENT_VERSION "0.10.0"
+#define EXIT_REFUSED 77
+#define EXIT_REMOVED 78
+#define MAX_URLS 16
+#define GPU_POLL_MS 5000
+#define LOG_GRACE_MS 10000 /* an ended run is reported once its log is shipped, or this long after */
+#define MAX_SIM_NODES 5000
+
+typedef struct run {
+        gp_proto_run_id id;
+        char name[64];                /* TASK.EPOCH.RANK */
+        int state;                    /* GP_PROTO_RUNNING | GP_PROTO_EXITED */
+        int reported;                 /* state in the last answered sync, -1 never */
+        gp_exec_proc proc;
+        int pidfd;                    /* -1 when not watched */
+        gp_exec_result result;        /* when EXITED */
+        int64_t log_pos;              /* log bytes the server has, as far as we know */
+        int64_t log_size;             /* size of the log file at the last look */
+        int64_t ended_mono;           /* when it ended */
+        int64_t sim_end_mono;         /* sim: when the run ends */
+} run;
+
+typedef struct node node;
+
+typedef struct xfer {
+        node *n;
+        CURL *h;
+        struct curl_slist *hdrs;
+        char *body;
+        gp_buf resp;
+        bool join, held, full;
+        int nrep;                     /* runs reported, with the state sent */
+        gp_proto_run_id *rep_ids;
+        int *rep_states;
+        int nlogs;
+        gp_proto_run_id *log_ids;
+        int64_t *log_ends;
+} xfer;
+
+struct node {
+        char name[GP_NODE_MAX];
+        char cred[GP_PROTO_CRED_LEN + 1];
+        int64_t seq;
+        bool need_full, dirty, gpus_dirty, reachable;
+        run *runs;
+        size_t n_runs, cap_runs;
+        int inflight;
+        int failures;
+        int64_t next_mono;            /* no new sync before (backoff) */
+        int url;                      /* index into the server URLs */
+        int heartbeat_s;
+        gp_proto_gpu *gpus;           /* sim nodes: their own copies (uuids name the node) */
+        int n_gpus;
+};
+
+typedef struct agent {
+        gp_config cfg;
+        bool sim;
+        int n_nodes;
+        node *nodes;
+        char *urls[MAX_URLS];
+        int n_urls;
+        char token[80];
+        char data_dir[PATH_MAX];
+        char runs_dir[PATH_MAX];
+        char self_exe[PATH_MAX];
+        char address[300];
+        gp_gpu_backend *gpu;
+        gp_proto_gpu *gpus;
+        int n_gpus;
+        CURLM *multi;
+        const char *backend;
+        pthread_mutex_t lock;
+        char *status_json;            /* under lock */
+        char *health_json;            /* under lock */
+        struct MHD_Daemon *mhd;
+        int exit_code;                /* >= 0: stop with it */
+} agent;
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) {
+        (void)sig;
+        stop_signal = 1;
+}
+
+/* ---------------------------------------------------------------- files */
+
+static int mkdirs(const char *path) {
+        char tmp[PATH_MAX];
+        if (gp_strlcpy(tmp, path, sizeof(tmp)) >= sizeof(tmp))
+                return -ENAMETOOLONG;
+        for (char *p = tmp + 1; *p; p++)
+                if (*p == '/') {
+                        *p = '\0';
+                        if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+                                return -errno;
+                        *p = '/';
+                }
+        if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        return 0;
+}
+
+/* Write data to path atomically (tmp, fsync, rename, fsync the dir), mode 0600. */
+static int write_atomic(const char *dir, const char *path, const char *data) {
+        char tmp[PATH_MAX + 64];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return -errno;
+        size_t len = strlen(data), off = 0;
+        int rc = 0;
+        while (off < len) {
+                ssize_t w = write(fd, data + off, len - off);
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w < 0) {
+                        rc = -errno;
+                        break;
+                }
+                off += (size_t)w;
+        }
+        if (rc == 0 && fsync(fd) < 0)
+                rc = -errno;
+        close(fd);
+        if (rc == 0 && rename(tmp, path) < 0)
+                rc = -errno;
+        if (rc < 0) {
+                unlink(tmp);
+                return rc;
+        }
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+                fsync(dfd);
+                close(dfd);
+        }
+        return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+        (void)st;
+        (void)ftw;
+        if (flag == FTW_DP)
+                rmdir(path);
+        else
+                unlink(path);
+        return 0;
+}
+
+static void rm_tree(const char *path) {
+        nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Credentials: node.json {"name","credential"}; sim-nodes.json {"nodes": {NAME: CRED}}. */
+static int save_creds(agent *a) {
+        char path[PATH_MAX + 32];
+        json_t *j;
+        if (a->sim) {
+                json_t *m = json_object();
+                for (int i = 0; m && i < a->n_nodes; i++)
+                        if (a->nodes[i].cred[0])
+                                json_object_set_new(m, a->nodes[i].name, json_string(a->nodes[i].cred));
+                j = json_pack("{s:o*}", "nodes", m);
+                snprintf(path, sizeof(path), "%s/sim-nodes.json", a->data_dir);
+        } else {
+                j = json_pack("{s:s, s:s}", "name", a->nodes[0].name, "credential", a->nodes[0].cred);
+                snprintf(path, sizeof(path), "%s/node.json", a->data_dir);
+        }
+        char *s = j ? json_dumps(j, JSON_INDENT(1)) : NULL;
+        json_decref(j);
+        if (!s)
+                return -ENOMEM;
+        int rc = write_atomic(a->data_dir, path, s);
+        free(s);
+        return rc;
+}
+
+static void load_creds(agent *a) {
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof(path), "%s/%s", a->data_dir, a->sim ? "sim-nodes.json" : "node.json");
+        json_t *j = json_load_file(path, 0, NULL);
+        if (!j)
+                return;
+        for (int i = 0; i < a->n_nodes; i++) {
+                node *n = &a->nodes[i];
+                const char *cred;
+                if (a->sim) {
+                        cred = json_string_value(json_object_get(json_object_get(j, "nodes"), n->name));
+                } else {
+                        const char *name = json_string_value(json_object_get(j, "name"));
+                        cred = name && !strcmp(name, n->name) ? json_string_value(json_object_get(j, "credential"))
+                                                               : NULL;
+                        if (name && strcmp(name, n->name))
+                                gp_warn("%s is for node %s, not %s: joining again", path, name, n->name);
+                }
+                if (cred && gp_proto_credential_ok(cred))
+                        gp_strlcpy(n->cred, cred, sizeof(n->cred));
+        }
+        json_decref(j);
+}
+
+/* ---------------------------------------------------------------- runs */
+
+static run *find_run(node *n, const gp_proto_run_id *id) {
+        for (size_t i = 0; i < n->n_runs; i++)
+                if (n->runs[i].id.task == id->task && n->runs[i].id.epoch == id->epoch && n->runs[i].id.rank == id->rank)
+                        return &n->runs[i];
+        return NULL;
+}
+
+static run *add_run(node *n, const gp_proto_run_id *id) {
+        run *p = gp_vec_grow(n->runs, &n->cap_runs, n->n_runs + 1, sizeof(*n->runs), 8);
+        if (!p)
+                return NULL;
+        n->runs = p;
+        run *r = &n->runs[n->n_runs++];
+        memset(r, 0, sizeof(*r));
+        r->id = *id;
+        gp_agent_run_name(id, r->name, sizeof(r->name));
+        r->reported = -1;
+        r->pidfd = -1;
+        return r;
+}
+
+static void drop_run(node *n, run *r) {
+        if (r->pidfd >= 0)
+                close(r->pidfd);
+        *r = n->runs[--n->n_runs];
+}
+
+static void run_dir(const agent *a, const run *r, char *out, size_t size) {
+        snprintf(out, size, "%s/%s", a->runs_dir, r->name);
+}
+
+static void end_run(node *n, run *r, const gp_exec_result *res) {
+        r->state = GP_PROTO_EXITED;
+        r->result = *res;
+        r->ended_mono = gp_mono_ms();
+        if (r->pidfd >= 0) {
+                close(r->pidfd);
+                r->pidfd = -1;
+        }
+        n->dirty = true;
+        gp_info("run %s ended: %s", r->name, res->message);
+}
+
+/* The supervisor of r is gone (or was at start-up): take its result. */
+static void collect(agent *a, node *n, run *r) {
+        char dir[PATH_MAX + 64];
+        gp_exec_result res;
+        run_dir(a, r, dir, sizeof(dir));
+        if (r->pidfd >= 0)
+                gp_exec_reap(r->pidfd);
+        if (gp_exec_read_result(dir, &res) < 0) {
+                memset(&res, 0, sizeof(res));
+                res.end = GP_EXEC_SIGNALED;
+                res.exit_code = 137;
+                res.signal = 9;
+                res.finished_ms = gp_now_ms();
+                snprintf(res.message, sizeof(res.message), "its supervisor ended without a result");
+        }
+        char log[PATH_MAX + 80];
+        struct stat st;
+        snprintf(log, sizeof(log), "%s/log", dir);
+        if (stat(log, &st) == 0)
+                r->log_size = st.st_size; /* its end waits for this much output to be shipped */
+        end_run(n, r, &res);
+}
+
+/* Watch the supervisor of r (recorded in its pidfile), or collect it. */
+static void attach(agent *a, node *n, run *r) {
+        char dir[PATH_MAX + 64];
+        run_dir(a, r, dir, sizeof(dir));
+        if (gp_exec_read_pidfile(dir, &r->proc) == 0 && gp_exec_alive(&r->proc) &&
+            gp_exec_watch(&r->proc, &r->pidfd) == 0) {
+                r->state = GP_PROTO_RUNNING;
+                return;
+        }
+        collect(a, n, r);
+}
+
+/* Start-up: every run directory is a run this node holds. */
+static void scan_runs(agent *a, node *n) {
+        DIR *d = opendir(a->runs_dir);
+        struct dirent *e;
+        if (!d)
+                return;
+        while ((e = readdir(d))) {
+                gp_proto_run_id id;
+                if (e->d_name[0] == '.' || gp_agent_run_name_parse(e->d_name, &id) < 0)
+                        continue;
+                run *r = add_run(n, &id);
+                if (!r)
+                        break;
+                attach(a, n, r);
+                gp_info("run %s found at start-up: %s", r->name,
+                        r->state == GP_PROTO_RUNNING ? "running, re-attached" : r->result.message);
+        }
+        closedir(d);
+}
+
+static void start_run(agent *a, node *n, const gp_proto_start *s) {
+        run *r = find_run(n, &s->id);
+        if (r)
+                return; /* idempotent: the server may send a start again */
+        if (!(r = add_run(n, &s->id)))
+                return;
+        n->dirty = true;
+        if (a->sim) {
+                r->state = GP_PROTO_RUNNING;
+                double secs = 0;
+                if (!strcmp(s->argv[0], "sleep") && s->n_argv >= 2)
+                        secs = strtod(s->argv[1], NULL);
+                if (!(secs >= 0 && secs < 1e7))
+                        secs = 0;
+                r->sim_end_mono = gp_mono_ms() + (int64_t)(secs * 1000);
+                gp_debug("run %s started on %s (sim)", r->name, n->name);
+                return;
+        }
+        char dir[PATH_MAX + 64];
+        run_dir(a, r, dir, sizeof(dir));
+        const char **env = calloc((size_t)s->n_env + 8, sizeof(char *));
+        char extra[6][320];
+        gp_exec_result fail = {.end = GP_EXEC_SPAWN_FAILED, .exit_code = 127};
+        if (!env) {
+                fail.finished_ms = gp_now_ms();
+                snprintf(fail.message, sizeof(fail.message), "out of memory starting it");
+                end_run(n, r, &fail);
+                return;
+        }
+        int ne = 0;
+        for (int i = 0; i < s->n_env; i++)
+                env[ne++] = s->env[i];
+        snprintf(extra[0], sizeof(extra[0]), "GPUPOOL_NODE=%s", n->name);
+        snprintf(extra[1], sizeof(extra[1]), "GPUPOOL_NODE_RANK=%d", s->id.rank);
+        snprintf(extra[2], sizeof(extra[2]), "GPUPOOL_NNODES=%d", s->nnodes);
+        snprintf(extra[3], sizeof(extra[3]), "MASTER_ADDR=%s", s->master_addr);
+        snprintf(extra[4], sizeof(extra[4]), "MASTER_PORT=%d", s->master_port);
+        snprintf(extra[5], sizeof(extra[5]), "CUDA_DEVICE_ORDER=PCI_BUS_ID");
+        for (int i = 0; i < 6; i++)
+                env[ne++] = extra[i];
+        gp_exec_spec spec = {
+                .task_id = s->id.task, .argv = (const char *const *)s->argv, .env = env,
+                .workdir = s->workdir, .cuda_visible_devices = s->cuda_visible_devices, .gpus = s->gpus,
+                .timeout_s = s->timeout_s, .kill_grace_s = s->kill_grace_s, .preempt_grace_s = s->preempt_grace_s,
+                .max_log_bytes = s->max_log_bytes, .run_as = s->run_as, .array_id = s->array_id,
+                .array_index = s->array_index,
+        };
+        int rc = gp_exec_launch(a->self_exe, dir, &spec, GP_EXEC_FRESH, &r->proc);
+        free(env);
+        if (rc == -EEXIST) {
+                attach(a, n, r); /* a supervisor ran there already: never twice */
+                return;
+        }
+        if (rc < 0) {
+                fail.finished_ms = gp_now_ms();
+                snprintf(fail.message, sizeof(fail.message), "could not start its supervisor: %s", gp_strerror(rc));
+                end_run(n, r, &fail);
+                return;
+        }
+        r->state = GP_PROTO_RUNNING;
+        if (gp_exec_watch(&r->proc, &r->pidfd) < 0)
+                collect(a, n, r);
+        else
+                gp_info("run %s started (tenant %s, %s)", r->name, s->tenant, s->argv[0]);
+}
+
+static void stop_run(agent *a, node *n, const gp_proto_stop *s) {
+        run *r = find_run(n, &s->id);
+        if (!r || r->state != GP_PROTO_RUNNING)
+                return;
+        gp_info("run %s %s: stopping it", r->name, s->why == GP_PROTO_STOP_STALE ? "stale" : gp_proto_stop_name(s->why));
+        if (a->sim) {
+                gp_exec_result res = {.end = GP_EXEC_CANCELLED, .exit_code = 143, .signal = 15,
+                                      .finished_ms = gp_now_ms()};
+                snprintf(res.message, sizeof(res.message), "%s",
+                         s->why == GP_PROTO_STOP_PREEMPT ? "preempted" : "cancelled");
+                end_run(n, r, &res);
+                return;
+        }
+        if (s->why == GP_PROTO_STOP_PREEMPT)
+                gp_exec_preempt(&r->proc);
+        else
+                gp_exec_cancel(&r->proc);
+}
+
+static void ack_run(agent *a, node *n, const gp_proto_run_id *id) {
+        run *r = find_run(n, id);
+        if (!r || r->state != GP_PROTO_EXITED)
+                return;
+        if (!a->sim) {
+                char dir[PATH_MAX + 64];
+                run_dir(a, r, dir, sizeof(dir));
+                rm_tree(dir);
+        }
+        gp_info("run %s acked", r->name);
+        drop_run(n, r);
+}
+
+/* The state a run is reported in: an ended run stays "running" until its
+ * log is shipped (or LOG_GRACE_MS passed), so its end never overtakes its
+ * output. */
+static int shown_state(const agent *a, const run *r, int64_t now) {
+        if (r->state != GP_PROTO_EXITED || a->sim)
+                return r->state;
+        return r->log_pos >= r->log_size || now - r->ended_mono >= LOG_GRACE_MS ? GP_PROTO_EXITED : GP_PROTO_RUNNING;
+}
+
+static void look_at_logs(agent *a, node *n) {
+        for (size_t i = 0; i < n->n_runs; i++) {
+                run *r = &n->runs[i];
+                char path[PATH_MAX + 80];
+                struct stat st;
+                snprintf(path, sizeof(path), "%s/%s/log", a->runs_dir, r->name);
+                if (stat(path, &st) == 0) {
+                        r->log_size = st.st_size;
+                        if (r->log_pos < r->log_size)
+                                n->dirty = true;
+                }
+        }
+}
+
+/* ---------------------------------------------------------------- GPUs */
+
+static int read_gpus(agent *a, bool *ret_changed) {
+        gp_gpu_info *g;
+        size_t ng;
+        int rc = gp_gpu_read(a->gpu, &g, &ng);
+        if (rc < 0)
+                return rc;
+        if (ng > GP_PROTO_MAX_GPUS)
+                ng = GP_PROTO_MAX_GPUS;
+        gp_proto_gpu *p = calloc(ng ? ng : 1, sizeof(*p));
+        if (!p) {
+                free(g);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < ng; i++) {
+                p[i].index = g[i].index;
+                gp_strlcpy(p[i].uuid, g[i].uuid, sizeof(p[i].uuid));
+                gp_strlcpy(p[i].name, g[i].name, sizeof(p[i].name));
+                p[i].memory_mb = g[i].memory_total_mb;
+                p[i].healthy = g[i].healthy;
+        }
+        free(g);
+        bool changed = (int)ng != a->n_gpus;
+        for (size_t i = 0; !changed && i < ng; i++)
+                changed = p[i].healthy != a->gpus[i].healthy || p[i].memory_mb != a->gpus[i].memory_mb ||
+                          p[i].index != a->gpus[i].index;
+        free(a->gpus);
+        a->gpus = p;
+        a->n_gpus = (int)ng;
+        *ret_changed = changed;
+        return 0;
+}
+
+static void node_gpus(const agent *a, const node *n, const gp_proto_gpu **ret, int *ret_n) {
+        *ret = a->sim ? n->gpus : a->gpus;
+        *ret_n = a->sim ? n->n_gpus : a->n_gpus;
+}
+
+/* ---------------------------------------------------------------- HTTP client */
+
+static size_t on_data(char *p, size_t size, size_t nmemb, void *ud) {
+        xfer *x = ud;
+        return gp_buf_append(&x->resp, p, size * nmemb) == 0 ? size * nmemb : 0;
+}
+
+static void xfer_free(xfer *x) {
+        if (!x)
+                return;
+        if (x->h)
+                curl_easy_cleanup(x->h);
+        curl_slist_free_all(x->hdrs);
+        free(x->body);
+        gp_buf_done(&x->resp);
+        free(x->rep_ids);
+        free(x->rep_states);
+        free(x->log_ids);
+        free(x->log_ends);
+        free(x);
+}
+
+static int send_xfer(agent *a, xfer *x, const char *path, const char *bearer, int wait_ms) {
+        node *n = x->n;
+        char url[1100], auth[120];
+        snprintf(url, sizeof(url), "%s%s", a->urls[n->url], path);
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", bearer);
+        gp_buf_init(&x->resp, GP_PROTO_MAX_ANSWER);
+        x->h = curl_easy_init();
+        x->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+        struct curl_slist *h2 = x->hdrs ? curl_slist_append(x->hdrs, auth) : NULL;
+        if (!x->h || !h2)
+                return -ENOMEM;
+        x->hdrs = h2;
+        curl_easy_setopt(x->h, CURLOPT_URL, url);
+        curl_easy_setopt(x->h, CURLOPT_POSTFIELDS, x->body);
+        curl_easy_setopt(x->h, CURLOPT_HTTPHEADER, x->hdrs);
+        curl_easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data);
+        curl_easy_setopt(x->h, CURLOPT_WRITEDATA, x);
+        curl_easy_setopt(x->h, CURLOPT_PRIVATE, x);
+        curl_easy_setopt(x->h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(x->h, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
+        curl_easy_setopt(x->h, CURLOPT_TIMEOUT_MS, (long)wait_ms + 15000L);
+        curl_easy_setopt(x->h, CURLOPT_PROTOCOLS_STR, "http,https");
+        if (curl_multi_add_handle(a->multi, x->h) != CURLM_OK)
+                return -ENOMEM;
+        n->inflight++;
+        return 0;
+}
+
+static void start_join(agent *a, node *n) {
+        const gp_proto_gpu *g;
+        int ng;
+        node_gpus(a, n, &g, &ng);
+        gp_proto_join m = {.n_gpus = ng, .gpus = (gp_proto_gpu *)g};
+        gp_strlcpy(m.name, n->name, sizeof(m.name));
+        gp_strlcpy(m.version, AGENT_VERSION, sizeof(m.version));
+        gp_strlcpy(m.address, a->address, sizeof(m.address));
+        gp_strlcpy(m.labels, a->cfg.node_labels, sizeof(m.labels));
+        gp_strlcpy(m.backend, a->backend, sizeof(m.backend));
+        xfer *x = calloc(1, sizeof(*x));
+        if (!x)
+                return;
+        x->n = n;
+        x->join = true;
+        if (gp_proto_join_render(&m, &x->body) < 0 || send_xfer(a, x, "/agent/v1/join", a->token, 0) < 0) {
+                xfer_free(x);
+                n->next_mono = gp_mono_ms() + 1000;
+        }
+}
+
+static void start_sync(agent *a, node *n, int wait_ms) {
+        int64_t now = gp_mono_ms();
+        xfer *x = calloc(1, sizeof(*x));
+        gp_proto_sync m = {.wait_ms = wait_ms, .full = n->need_full};
+        gp_proto_run *runs = calloc(n->n_runs ? n->n_runs : 1, sizeof(*runs));
+        gp_proto_log *logs = calloc(n->n_runs ? n->n_runs : 1, sizeof(*logs));
+        if (!x || !runs || !logs)
+                goto fail;
+        x->n = n;
+        x->full = m.full;
+        x->held = wait_ms > 0;
+        x->rep_ids = calloc(n->n_runs ? n->n_runs : 1, sizeof(*x->rep_ids));
+        x->rep_states = calloc(n->n_runs ? n->n_runs : 1, sizeof(*x->rep_states));
+        x->log_ids = calloc(n->n_runs ? n->n_runs : 1, sizeof(*x->log_ids));
+        x->log_ends = calloc(n->n_runs ? n->n_runs : 1, sizeof(*x->log_ends));
+        if (!x->rep_ids || !x->rep_states || !x->log_ids || !x->log_ends)
+                goto fail;
+        gp_strlcpy(m.node, n->name, sizeof(m.node));
+        n->seq = gp_agent_next_seq(n->seq, gp_now_ms() * 1000 + (int64_t)(gp_mono_ms() % 1000));
+        m.seq = n->seq;
+        if (m.full || n->gpus_dirty) {
+                const gp_proto_gpu *g;
+                node_gpus(a, n, &g, &m.n_gpus);
+                m.gpus = (gp_proto_gpu *)g;
+                m.has_gpus = true;
+        }
+        size_t total = 0;
+        for (size_t i = 0; i < n->n_runs && m.n_runs < GP_PROTO_MAX_RUNS; i++) {
+                run *r = &n->runs[i];
+                int st = shown_state(a, r, now);
+                if (m.full || gp_agent_run_in_delta(st, r->reported)) {
+                        runs[m.n_runs] = (gp_proto_run){.id = r->id, .state = st, .result = r->result};
+                        x->rep_ids[x->nrep] = r->id;
+                        x->rep_states[x->nrep++] = st;
+                        m.n_runs++;
+                }
+                if (a->sim || r->log_pos >= r->log_size || total >= GP_PROTO_LOG_TOTAL)
+                        continue;
+                size_t want = (size_t)(r->log_size - r->log_pos);
+                if (want > GP_PROTO_LOG_CHUNK)
+                        want = GP_PROTO_LOG_CHUNK;
+                if (want > GP_PROTO_LOG_TOTAL - total)
+                        want = GP_PROTO_LOG_TOTAL - total;
+                char path[PATH_MAX + 80];
+                snprintf(path, sizeof(path), "%s/%s/log", a->runs_dir, r->name);
+                int fd = open(path, O_RDONLY | O_CLOEXEC);
+                unsigned char *buf = fd >= 0 ? malloc(want) : NULL;
+                ssize_t got = buf ? pread(fd, buf, want, r->log_pos) : -1;
+                if (fd >= 0)
+                        close(fd);
+                if (got <= 0) {
+                        free(buf);
+                        continue;
+                }
+                logs[m.n_logs] = (gp_proto_log){.id = r->id, .offset = r->log_pos, .len = (size_t)got, .data = buf};
+                x->log_ids[x->nlogs] = r->id;
+                x->log_ends[x->nlogs++] = r->log_pos + got;
+                m.n_logs++;
+                total += (size_t)got;
+        }
+        m.runs = runs;
+        m.logs = logs;
+        int rc = gp_proto_sync_render(&m, &x->body);
+        for (int i = 0; i < m.n_logs; i++)
+                free(logs[i].data);
+        free(logs);
+        free(runs);
+        logs = NULL;
+        runs = NULL;
+        if (rc < 0 || send_xfer(a, x, "/agent/v1/sync", n->cred, wait_ms) < 0)
+                goto fail;
+        n->dirty = false;
+        n->gpus_dirty = false;
+        return;
+fail:
+        free(runs);
+        if (logs)
+                for (int i = 0; i < m.n_logs; i++)
+                        free(logs[i].data);
+        free(logs);
+        xfer_free(x);
+        n->next_mono = gp_mono_ms() + 1000;
+}
+
+static void failed(agent *a, node *n, const char *why) {
+        n->failures++;
+        n->need_full = true;
+        n->dirty = true;
+        n->reachable = false;
+        int64_t d = gp_agent_backoff_ms(n->failures, (uint32_t)random());
+        n->next_mono = gp_mono_ms() + d;
+        if (n->failures == 1 || n->failures % 20 == 0 || !a->sim)
+                gp_warn("node %s: %s %s (try %d; next in %lld ms)", n->name, a->urls[n->url], why, n->failures,
+                        (long long)d);
+        if (a->n_urls > 1)
+                n->url = (n->url + 1) % a->n_urls;
+}
+
+static void stop_all_runs(agent *a, node *n) {
+        for (size_t i = 0; i < n->n_runs; i++)
+                if (n->runs[i].state == GP_PROTO_RUNNING && !a->sim)
+                        gp_exec_cancel(&n->runs[i].proc);
+}
+
+static void done_join(agent *a, xfer *x, long status) {
+        node *n = x->n;
+        char err[256];
+        gp_proto_join_answer ans;
+        if (status == 200 && gp_proto_join_answer_parse(x->resp.data ? x->resp.data : "", x->resp.len, &ans, err,
+                                                        sizeof(err)) == 0) {
+                gp_strlcpy(n->cred, ans.credential, sizeof(n->cred));
+                n->heartbeat_s = ans.heartbeat_s;
+                n->failures = 0;
+                n->need_full = true;
+                n->reachable = true;
+                if (strcmp(ans.node, n->name))
+                        gp_warn("the server calls this node %s, not %s", ans.node, n->name);
+                int rc = save_creds(a);
+                if (rc < 0) {
+                        gp_error("cannot keep the node credential in %s: %s", a->data_dir, strerror(-rc));
+                        a->exit_code = 1;
+                }
+                if (!a->sim || n == &a->nodes[0] || n == &a->nodes[a->n_nodes - 1])
+                        gp_info("joined as %s", n->name);
+                return;
+        }
+        if (status == 401 || status == 403) {
+                gp_error("node %s: the join token was refused (%ld): %.200s", n->name, status,
+                         x->resp.data ? x->resp.data : "");
+                a->exit_code = EXIT_REFUSED;
+                return;
+        }
+        if (status == 400) {
+                gp_error("node %s: the server refused the join: %.300s", n->name, x->resp.data ? x->resp.data : "");
+                a->exit_code = 1;
+                return;
+        }
+        snprintf(err, sizeof(err), "answered the join with %ld", status);
+        failed(a, n, err);
+}
+
+static void done_sync(agent *a, xfer *x, long status) {
+        node *n = x->n;
+        char err[256];
+        gp_proto_sync_answer ans;
+        if (status == 401) {
+                const char *body = x->resp.data ? x->resp.data : "";
+                if (strstr(body, "removed")) {
+                        gp_error("node %s was removed from the cluster: stopping its runs", n->name);
+                        stop_all_runs(a, n);
+                        a->exit_code = EXIT_REMOVED;
+                } else {
+                        gp_error("node %s: the server refused its credential: %.200s (remove %s/node.json and join "
+                                 "again with a token)", n->name, body, a->data_dir);
+                        a->exit_code = EXIT_REFUSED;
+                }
+                return;
+        }
+        if (status != 200) {
+                snprintf(err, sizeof(err), "answered a sync with %ld: %.150s", status,
+                         x->resp.data ? x->resp.data : "");
+                failed(a, n, err);
+                return;
+        }
+        if (gp_proto_sync_answer_parse(x->resp.data ? x->resp.data : "", x->resp.len, &ans, err, sizeof(err)) < 0) {
+                char why[300];
+                snprintf(why, sizeof(why), "sent a bad sync answer: %s", err);
+                failed(a, n, why);
+                return;
+        }
+        if (!n->reachable || n->failures)
+                gp_info("node %s: synced with %s", n->name, a->urls[n->url]);
+        n->failures = 0;
+        n->reachable = true;
+        if (x->full)
+                n->need_full = false;
+        n->heartbeat_s = ans.heartbeat_s;
+        for (int i = 0; i < x->nrep; i++) {
+                run *r = find_run(n, &x->rep_ids[i]);
+                if (r)
+                        r->reported = x->rep_states[i];
+        }
+        for (int i = 0; i < x->nlogs; i++) {
+                run *r = find_run(n, &x->log_ids[i]);
+                if (r && r->log_pos < x->log_ends[i])
+                        r->log_pos = x->log_ends[i];
+        }
+        for (int i = 0; i < ans.n_offsets; i++) {
+                run *r = find_run(n, &ans.offsets[i].id);
+                if (r)
+                        r->log_pos = ans.offsets[i].offset;
+        }
+        for (int i = 0; i < ans.n_ack; i++)
+                ack_run(a, n, &ans.ack[i]);
+        for (int i = 0; i < ans.n_stop; i++)
+                stop_run(a, n, &ans.stop[i]);
+        for (int i = 0; i < ans.n_start; i++)
+                start_run(a, n, &ans.start[i]);
+        if (ans.want_full) {
+                n->need_full = true;
+                n->dirty = true;
+        }
+        gp_proto_sync_answer_done(&ans);
+}
+
+static void take_answers(agent *a) {
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(a->multi, &left))) {
+                if (msg->msg != CURLMSG_DONE)
+                        continue;
+                xfer *x = NULL;
+                long status = 0;
+                curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+                curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
+                CURLcode cc = msg->data.result;
+                curl_multi_remove_handle(a->multi, msg->easy_handle);
+                x->n->inflight--;
+                if (cc != CURLE_OK) {
+                        char why[300];
+                        snprintf(why, sizeof(why), "unreachable: %s", curl_easy_strerror(cc));
+                        failed(a, x->n, why);
+                } else if (x->join) {
+                        done_join(a, x, status);
+                } else {
+                        done_sync(a, x, status);
+                }
+                xfer_free(x);
+        }
+}
+
+/* ---------------------------------------------------------------- status API */
+
+static void render_status(agent *a) {
+        json_t *runs = json_array();
+        size_t total = 0;
+        bool reachable = false;
+        for (int i = 0; i < a->n_nodes; i++) {
+                node *n = &a->nodes[i];
+                reachable |= n->reachable;
+                total += n->n_runs;
+                for (size_t k = 0; runs && k < n->n_runs && json_array_size(runs) < 10000; k++) {
+                        run *r = &n->runs[k];
+                        json_t *o = json_pack("{s:s, s:I, s:I, s:i, s:s}", "node", n->name, "task",
+                                              (json_int_t)r->id.task, "epoch", (json_int_t)r->id.epoch, "rank",
+                                              r->id.rank, "state",
+                                              r->state == GP_PROTO_RUNNING ? "running" : "exited");
+                        if (o && r->state == GP_PROTO_EXITED)
+                                json_object_set_new(o, "message", json_string(r->result.message));
+                        json_array_append_new(runs, o);
+                }
+        }
+        json_t *st = json_pack("{s:s, s:s, s:i, s:b, s:o*}", "node", a->nodes[0].name, "backend", a->backend, "nodes",
+                               a->n_nodes, "server_reachable", reachable, "runs", runs);
+        json_t *h = json_pack("{s:s, s:s, s:b, s:I, s:i}", "node", a->nodes[0].name, "backend", a->backend,
+                              "server_reachable", reachable, "runs", (json_int_t)total, "nodes", a->n_nodes);
+        char *s1 = st ? json_dumps(st, JSON_COMPACT) : NULL, *s2 = h ? json_dumps(h, JSON_COMPACT) : NULL;
+        json_decref(st);
+        json_decref(h);
+        pthread_mutex_lock(&a->lock);
+        if (s1) {
+                free(a->status_json);
+                a->status_json = s1;
+        }
+        if (s2) {
+                free(a->health_json);
+                a->health_json = s2;
+        }
+        pthread_mutex_unlock(&a->lock);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+        (void)version;
+        (void)upload;
+        (void)con_cls;
+        agent *a = cls;
+        char *body = NULL;
+        unsigned status = 200;
+        if (*upload_size)
+                return MHD_NO;
+        if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
+                status = 405;
+                body = strdup("{\"error\":\"read-only: GET only\"}");
+        } else {
+                pthread_mutex_lock(&a->lock);
+                if (!strcmp(url, "/health"))
+                        body = strdup(a->health_json ? a->health_json : "{}");
+                else if (!strcmp(url, "/v1/status"))
+                        body = strdup(a->status_json ? a->status_json : "{}");
+                pthread_mutex_unlock(&a->lock);
+                if (!body && strcmp(url, "/health") && strcmp(url, "/v1/status")) {
+                        status = 404;
+                        body = strdup("{\"error\":\"not found: GET /health or /v1/status\"}");
+                }
+        }
+        if (!body)
+                return MHD_NO;
+        struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+                free(body);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+        enum MHD_Result ret = MHD_queue_response(c, status, resp);
+        MHD_destroy_response(resp);
+        return ret;
+}
+
+static int start_listener(agent *a, const char *listen_addr) {
+        char host[128];
+        const char *colon = strrchr(listen_addr, ':');
+        if (!colon || (size_t)(colon - listen_addr) >= sizeof(host))
+                return -EINVAL;
+        memcpy(host, listen_addr, (size_t)(colon - listen_addr));
+        host[colon - listen_addr] = '\0';
+        int64_t port;
+        if (gp_parse_i64(colon + 1, 1, 65535, &port) < 0)
+                return -EINVAL;
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+                return -EINVAL;
+        a->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)port, NULL, NULL, on_request, a,
+                                  MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_LIMIT, 64u,
+                                  MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+        if (!a->mhd)
+                return -EADDRINUSE;
+        char hn[256] = "";
+        if (!strcmp(host, "0.0.0.0") && gethostname(hn, sizeof(hn) - 1) == 0 && hn[0])
+                snprintf(a->address, sizeof(a->address), "http://%s:%lld", hn, (long long)port);
+        else
+                snprintf(a->address, sizeof(a->address), "http://%s:%lld", host, (long long)port);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- main */
+
+static void usage(FILE *f) {
+        fprintf(f, "usage: gpupool agent --server URL[,URL...] --token TOKEN [--config FILE] [--name NODE]\n"
+                   "                     [--listen ADDR:PORT] [--data-dir DIR] [--sim-nodes N]\n"
+                   "  --server also from GPUPOOL_SERVER_URLS, --token from GPUPOOL_JOIN_TOKEN (needed only to join)\n"
+                   "  exit codes: 0 stopped by SIGTERM (runs go on), 1 could not start, 2 usage,\n"
+                   "              77 join token or credential refused, 78 node removed\n");
+}
+
+static void short_host(char *out, size_t size) {
+        char hn[256] = "";
+        gethostname(hn, sizeof(hn) - 1);
+        hn[strcspn(hn, ".")] = '\0';
+        for (char *p = hn; *p; p++)
+                if (!gp_id_ok(p, 1))
+                        *p = '-';
+        if (!hn[0] || !strcmp(hn, "local"))
+                gp_strlcpy(hn, "node", sizeof(hn));
+        hn[size > 1 && size - 1 < sizeof(hn) ? size - 1 : sizeof(hn) - 1] = '\0';
+        gp_strlcpy(out, hn, size);
+}
+
+static int split_urls(agent *a, const char *list) {
+        char tmp[4096];
+        if (gp_strlcpy(tmp, list, sizeof(tmp)) >= sizeof(tmp))
+                return -EINVAL;
+        for (char *save = NULL, *u = strtok_r(tmp, ",", &save); u; u = strtok_r(NULL, ",", &save)) {
+                size_t n = strlen(u);
+                while (n > 0 && u[n - 1] == '/')
+                        u[--n] = '\0';
+                if (a->n_urls == MAX_URLS || n > 1000 || (strncmp(u, "http://", 7) && strncmp(u, "https://", 8)))
+                        return -EINVAL;
+                if (!(a->urls[a->n_urls++] = strdup(u)))
+                        return -ENOMEM;
+        }
+        return a->n_urls > 0 ? 0 : -EINVAL;
+}
+
+static void loop(agent *a) {
+        int64_t next_gpus = gp_mono_ms() + GPU_POLL_MS, next_logs = 0, next_status = 0;
+        struct curl_waitfd *wfd = NULL;
+        size_t cap_wfd = 0;
+        while (a->exit_code < 0 && !stop_signal) {
+                int64_t now = gp_mono_ms();
+                if (!a->sim && now >= next_gpus) {
+                        bool changed = false;
+                        next_gpus = now + GPU_POLL_MS;
+                        if (read_gpus(a, &changed) == 0 && changed) {
+                                a->nodes[0].gpus_dirty = true;
+                                a->nodes[0].dirty = true;
+                                gp_info("GPUs changed: reporting them");
+                        }
+                }
+                bool logs_now = now >= next_logs;
+                if (logs_now)
+                        next_logs = now + 1000;
+                size_t nw = 0;
+                for (int i = 0; i < a->n_nodes; i++) {
+                        node *n = &a->nodes[i];
+                        for (size_t k = 0; k < n->n_runs; k++) {
+                                run *r = &n->runs[k];
+                                if (a->sim && r->state == GP_PROTO_RUNNING && now >= r->sim_end_mono) {
+                                        gp_exec_result res = {.end = GP_EXEC_EXITED, .finished_ms = gp_now_ms()};
+                                        snprintf(res.message, sizeof(res.message), "exited with code 0");
+                                        end_run(n, r, &res);
+                                }
+                                if (r->state == GP_PROTO_EXITED && r->reported != GP_PROTO_EXITED &&
+                                    shown_state(a, r, now) == GP_PROTO_EXITED)
+                                        n->dirty = true;
+                                if (r->pidfd >= 0) {
+                                        struct curl_waitfd *p = gp_vec_grow(wfd, &cap_wfd, nw + 1, sizeof(*wfd), 16);
+                                        if (p) {
+                                                wfd = p;
+                                                wfd[nw++] = (struct curl_waitfd){.fd = r->pidfd, .events = CURL_WAIT_POLLIN};
+                                        }
+                                }
+                        }
+                        if (!a->sim && logs_now)
+                                look_at_logs(a, n);
+                        if (now < n->next_mono || n->inflight >= 2)
+                                continue;
+                        if (!n->cred[0]) {
+                                if (n->inflight == 0)
+                                        start_join(a, n);
+                        } else if (n->inflight == 0) {
+                                start_sync(a, n, n->dirty || n->need_full ? 0 : n->heartbeat_s * 1000);
+                        } else if (n->dirty && !n->need_full) {
+                                start_sync(a, n, 0); /* answers the held one at once */
+                        }
+                }
+                int running;
+                curl_multi_perform(a->multi, &running);
+                take_answers(a);
+                if (now >= next_status) {
+                        render_status(a);
+                        next_status = now + 1000;
+                }
+                if (a->exit_code >= 0)
+                        break;
+                curl_multi_poll(a->multi, wfd, (unsigned)nw, 200, NULL);
+                /* a supervisor ended: its pidfd is readable */
+                for (size_t w = 0; w < nw; w++) {
+                        if (!(wfd[w].revents & CURL_WAIT_POLLIN))
+                                continue;
+                        for (int i = 0; i < a->n_nodes; i++)
+                                for (size_t k = 0; k < a->nodes[i].n_runs; k++)
+                                        if (a->nodes[i].runs[k].pidfd == wfd[w].fd)
+                                                collect(a, &a->nodes[i], &a->nodes[i].runs[k]);
+                }
+        }
+        free(wfd);
+}
+
+int gp_agent_main(int argc, char **argv) {
+        static const struct option opts[] = {
+                {"server", required_argument, NULL, 's'}, {"token", required_argument, NULL, 't'},
+                {"config", required_argument, NULL, 'c'}, {"name", required_argument, NULL, 'n'},
+                {"listen", required_argument, NULL, 'l'}, {"data-dir", required_argument, NULL, 'd'},
+                {"sim-nodes", required_argument, NULL, 'N'}, {"help", no_argument, NULL, 'h'},
+                {NULL, 0, NULL, 0},
+        };
+        const char *servers = getenv("GPUPOOL_SERVER_URLS"), *token = getenv("GPUPOOL_JOIN_TOKEN");
+        const char *config = NULL, *name = NULL, *listen_addr = NULL, *data_dir = NULL;
+        int64_t sim_nodes = 0;
+        int c, rc = 1;
+        optind = 1;
+        while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+                switch (c) {
+                case 's': servers = optarg; break;
+                case 't': token = optarg; break;
+                case 'c': config = optarg; break;
+                case 'n': name = optarg; break;
+                case 'l': listen_addr = optarg; break;
+                case 'd': data_dir = optarg; break;
+                case 'N':
+                        if (gp_parse_i64(optarg, 1, MAX_SIM_NODES, &sim_nodes) < 0) {
+                                fprintf(stderr, "gpupool agent: --sim-nodes must be 1..%d\n", MAX_SIM_NODES);
+                                return 2;
+                        }
+                        break;
+                case 'h': usage(stdout); return 0;
+                default: usage(stderr); return 2;
+                }
+        }
+        if (optind < argc) {
+                fprintf(stderr, "gpupool agent: unexpected argument %s\n", argv[optind]);
+                usage(stderr);
+                return 2;
+        }
+        static agent a0;
+        agent *a = &a0;
+        a->exit_code = -1;
+        pthread_mutex_init(&a->lock, NULL);
+        char err[1024];
+        gp_config_defaults(&a->cfg);
+        if (config && gp_config_load(config, &a->cfg, err, sizeof(err)) < 0) {
+                fprintf(stderr, "gpupool agent: %s\n", err);
+                return 1;
+        }
+        if (!servers || split_urls(a, servers) < 0) {
+                fprintf(stderr, "gpupool agent: --server URL[,URL...] (http:// or https://, at most %d) is needed\n",
+                        MAX_URLS);
+                return 2;
+        }
+        if (token) {
+                if (!gp_proto_join_token_ok(token)) {
+                        fprintf(stderr, "gpupool agent: a join token is gpj_ and 64 lowercase hex digits\n");
+                        return 2;
+                }
+                gp_strlcpy(a->token, token, sizeof(a->token));
+        }
+        char base[GP_NODE_MAX];
+        if (name) {
+                if (!gp_proto_node_name_ok(name)) {
+                        fprintf(stderr, "gpupool agent: --name must be 1..%d of [A-Za-z0-9._-], not local\n",
+                                GP_NODE_MAX - 1);
+                        return 2;
+                }
+                gp_strlcpy(base, name, sizeof(base));
+        } else if (a->cfg.node_name[0]) {
+                gp_strlcpy(base, a->cfg.node_name, sizeof(base));
+        } else {
+                short_host(base, sizeof(base));
+        }
+        if (sim_nodes > 0 && strlen(base) > GP_NODE_MAX - 6)
+                base[GP_NODE_MAX - 6] = '\0';
+        gp_strlcpy(a->data_dir, data_dir ? data_dir : a->cfg.agent_data_dir, sizeof(a->data_dir));
+        snprintf(a->runs_dir, sizeof(a->runs_dir), "%.*s/runs", PATH_MAX - 8, a->data_dir);
+        if ((rc = mkdirs(a->runs_dir)) < 0) {
+                fprintf(stderr, "gpupool agent: cannot make %s: %s\n", a->runs_dir, strerror(-rc));
+                return 1;
+        }
+        a->sim = sim_nodes > 0;
+        if (!a->sim && (rc = gp_exe_sibling(GP_EXE_CLIENT, a->self_exe, sizeof(a->self_exe))) < 0) {
+                fprintf(stderr, "gpupool agent: cannot find %s next to this program: %s\n", GP_EXE_CLIENT,
+                        strerror(-rc));
+                return 1;
+        }
+        if (!strcmp(a->cfg.gpu_backend, "none")) {
+                fprintf(stderr, "gpupool agent: gpus.backend none is for a server; an agent needs GPUs\n");
+                return 1;
+        }
+        gp_gpu_options go = {.backend = a->sim ? "sim" : a->cfg.gpu_backend, .nvml_library = a->cfg.nvml_library,
+                             .sim = a->cfg.sim, .n_sim = a->cfg.n_sim};
+        if ((rc = gp_gpu_open(&go, &a->gpu, err, sizeof(err))) < 0) {
+                fprintf(stderr, "gpupool agent: %s\n", err);
+                return 1;
+        }
+        a->backend = gp_gpu_backend_name(a->gpu);
+        bool unused;
+        if ((rc = read_gpus(a, &unused)) < 0) {
+                fprintf(stderr, "gpupool agent: cannot read the GPUs: %s\n", gp_strerror(rc));
+                return 1;
+        }
+        a->n_nodes = a->sim ? (int)sim_nodes : 1;
+        a->nodes = calloc((size_t)a->n_nodes, sizeof(*a->nodes));
+        if (!a->nodes)
+                return 1;
+        for (int i = 0; i < a->n_nodes; i++) {
+                node *n = &a->nodes[i];
+                if (a->sim)
+                        snprintf(n->name, sizeof(n->name), "%s-%04d", base, i);
+                else
+                        gp_strlcpy(n->name, base, sizeof(n->name));
+                n->need_full = true;
+                n->heartbeat_s = a->cfg.agent_heartbeat_s;
+                n->url = i % a->n_urls;
+                n->next_mono = gp_mono_ms() + (a->sim ? (int64_t)i * 2 : 0); /* spread the joins */
+                if (a->sim) {
+                        n->gpus = calloc(a->n_gpus ? (size_t)a->n_gpus : 1, sizeof(*n->gpus));
+                        if (!n->gpus)
+                                return 1;
+                        n->n_gpus = a->n_gpus;
+                        for (int g = 0; g < a->n_gpus; g++) {
+                                n->gpus[g] = a->gpus[g];
+                                snprintf(n->gpus[g].uuid, sizeof(n->gpus[g].uuid), "SIM-%.40s-%d", n->name, g);
+                        }
+                }
+        }
+        load_creds(a);
+        for (int i = 0; i < a->n_nodes; i++)
+                if (!a->nodes[i].cred[0] && !a->token[0]) {
+                        fprintf(stderr, "gpupool agent: node %s has not joined yet: give --token (or "
+                                        "GPUPOOL_JOIN_TOKEN)\n", a->nodes[i].name);
+                        return 2;
+                }
+        if (!a->sim)
+                scan_runs(a, &a->nodes[0]);
+        struct rlimit rl;
+        if (a->sim && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                setrlimit(RLIMIT_NOFILE, &rl);
+        }
+        if ((rc = start_listener(a, listen_addr ? listen_addr : a->cfg.agent_listen)) < 0) {
+                fprintf(stderr, "gpupool agent: cannot listen on %s: %s\n",
+                        listen_addr ? listen_addr : a->cfg.agent_listen,
+                        rc == -EINVAL ? "expected IPv4ADDR:PORT" : "in use or not allowed");
+                return 1;
+        }
+        struct sigaction sa = {.sa_handler = on_signal};
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        srandom((unsigned)(gp_now_ms() ^ getpid()));
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        a->multi = curl_multi_init();
+        if (!a->multi)
+                return 1;
+        gp_info("gpupool agent %s: %s%s, backend %s, %d GPUs, %s, data in %s, status on %s", AGENT_VERSION,
+                a->sim ? "simulating nodes from " : "node ", a->nodes[0].name, a->backend, a->n_gpus, a->urls[0],
+                a->data_dir, a->address);
+        render_status(a);
+        loop(a);
+        rc = a->exit_code >= 0 ? a->exit_code : 0;
+        gp_info("gpupool agent stops (%d); runs go on under their supervisors", rc);
+        MHD_stop_daemon(a->mhd);
+        /* leave in-flight syncs: exiting closes them */
+        return rc;
+}

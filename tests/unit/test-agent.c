@@ -1,0 +1,74 @@
+/* test-agent.c - unit tests of the agent's pure pieces
+ * (src/agent/agent-util.c): run directory names, the retry backoff, the
+ * sync seq, and which runs a delta sync carries. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <string.h>
+
+#include "agent/agent-util.h"
+
+static void test_run_names_round_trip_and_refuse_junk(void **state) {
+        (void)state;
+        gp_proto_run_id id = {.task = 7, .epoch = 2, .rank = 3}, back;
+        char name[64];
+        assert_int_equal(gp_agent_run_name(&id, name, sizeof(name)), 0);
+        assert_string_equal(name, "7.2.3");
+        assert_int_equal(gp_agent_run_name_parse(name, &back), 0);
+        assert_int_equal(back.task, 7);
+        assert_int_equal(back.epoch, 2);
+        assert_int_equal(back.rank, 3);
+        assert_int_equal(gp_agent_run_name(&id, name, 5), -ENAMETOOLONG);
+        const char *bad[] = {"", "7", "7.2", "7.2.", "0.1.0", "7.0.0", "07.1.0", "7.1.65536", "7.1.0.1", "-7.1.0",
+                             "7.1.x", "99999999999999999999.1.0", ".tmp", "7.1.0 "};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                assert_int_equal(gp_agent_run_name_parse(bad[i], &back), -EINVAL);
+        assert_int_equal(gp_agent_run_name_parse("9007199254740992.1.65535", &back), 0);
+}
+
+static void test_backoff_doubles_to_ten_seconds_with_jitter(void **state) {
+        (void)state;
+        for (int f = 1; f < 40; f++) {
+                int64_t cap = 200;
+                for (int i = 1; i < f && cap < 10000; i++)
+                        cap *= 2;
+                if (cap > 10000)
+                        cap = 10000;
+                for (uint32_t rnd = 0; rnd < 5000; rnd += 97) {
+                        int64_t d = gp_agent_backoff_ms(f, rnd * 2654435761u);
+                        assert_true(d >= cap / 2 && d <= cap);
+                }
+        }
+        assert_true(gp_agent_backoff_ms(1, 0) == 100);
+        assert_true(gp_agent_backoff_ms(100, 0xffffffffu) <= 10000);
+}
+
+static void test_seq_grows_even_when_the_clock_goes_back(void **state) {
+        (void)state;
+        assert_int_equal(gp_agent_next_seq(0, 1000), 1000);
+        assert_int_equal(gp_agent_next_seq(1000, 900), 1001);
+        assert_int_equal(gp_agent_next_seq(1000, 1000), 1001);
+        assert_int_equal(gp_agent_next_seq(1000, 5000), 5000);
+}
+
+static void test_delta_carries_changes_and_unacked_exits(void **state) {
+        (void)state;
+        assert_true(gp_agent_run_in_delta(GP_PROTO_RUNNING, -1));
+        assert_false(gp_agent_run_in_delta(GP_PROTO_RUNNING, GP_PROTO_RUNNING));
+        assert_true(gp_agent_run_in_delta(GP_PROTO_EXITED, GP_PROTO_RUNNING));
+        assert_true(gp_agent_run_in_delta(GP_PROTO_EXITED, GP_PROTO_EXITED));
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_run_names_round_trip_and_refuse_junk),
+                cmocka_unit_test(test_backoff_doubles_to_ten_seconds_with_jitter),
+                cmocka_unit_test(test_seq_grows_even_when_the_clock_goes_back),
+                cmocka_unit_test(test_delta_carries_changes_and_unacked_exits),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

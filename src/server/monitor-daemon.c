@@ -10,6 +10,7 @@
 #include "gateway/gateway.h"
 #include "server/disk.h"
 #include "server/monitor.h"
+#include "server/nodes.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -184,6 +185,8 @@ void gp_monitor_collect(gp_daemon *d, gp_mon_sample *s) {
                         }
                 }
         }
+        s->local = d->gpu != NULL;
+        s->nnodes = gp_nodes_mon(d, s);
         pthread_mutex_unlock(&d->lock);
         s->last_gpu_read_ms = gp_monitor_last_gpu_read(d->mon);
         int64_t stale = 3 * (int64_t)d->cfg.gpu_poll_ms;
@@ -235,7 +238,10 @@ static void evaluate(gp_daemon *d, const gp_mon_sample *s) {
                 if (g->ecc_uncorrected >= 0)
                         gp_alerts_observe(a, "gpu_ecc_uncorrected", g->id, (double)g->ecc_uncorrected);
         }
-        gp_alerts_observe(a, "node_lost", "local", s->node_up ? 0 : 1);
+        if (s->local)
+                gp_alerts_observe(a, "node_lost", "local", s->node_up ? 0 : 1);
+        for (size_t i = 0; i < s->nnodes; i++)
+                gp_alerts_observe(a, "node_lost", s->nodes[i].name, s->nodes[i].up ? 0 : 1);
         if (gp_alerts_wants(a, "queue_wait_p95_s"))
                 gp_alerts_observe(a, "queue_wait_p95_s", "", gp_monitor_wait_p95(d->mon, s, WAIT_WINDOW_MS));
         double util = gp_mon_sample_util(s);

@@ -770,8 +770,11 @@ int gp_monitor_prometheus(gp_monitor *m, const gp_mon_sample *s, int64_t uptime_
         gpu_family(&e, s, "gpupool_gpu_tasks", "gauge", "Tasks running on the GPU.", g_tasks);
 
         /* ---- cluster and queue ---- */
-        family(&e, "gpupool_node_up", "gauge", "1 while the node's GPUs were read recently.");
-        line1(&e, "gpupool_node_up", "node", "local", s->node_up ? 1 : 0);
+        family(&e, "gpupool_node_up", "gauge", "1 while the node is up: local's GPUs read recently, an agent's heartbeats arriving.");
+        if (s->local)
+                line1(&e, "gpupool_node_up", "node", "local", s->node_up ? 1 : 0);
+        for (size_t i = 0; i < s->nnodes; i++)
+                line1(&e, "gpupool_node_up", "node", s->nodes[i].name, s->nodes[i].up ? 1 : 0);
         family(&e, "gpupool_gpus", "gauge", "GPUs by state: total, usable (healthy, not drained or reserved), busy (at least one task), healthy.");
         line1(&e, "gpupool_gpus", "state", "total", s->gpus_total);
         line1(&e, "gpupool_gpus", "state", "usable", s->gpus_usable);

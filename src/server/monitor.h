@@ -31,6 +31,7 @@
 
 #define GP_MON_MAX_TENANTS 64      /* distinct tenant label values, then "other" */
 #define GP_MON_MAX_GPUS 256        /* GPUs described per sample */
+#define GP_MON_MAX_NODES 256       /* agent nodes described per sample (alerts, node_up) */
 #define GP_MON_MAX_SERIES 1024     /* history series */
 #define GP_MON_FINE_STEP_MS 1000
 #define GP_MON_FINE_SLOTS 600      /* 10 minutes at 1 s */
@@ -138,6 +139,12 @@ typedef struct gp_mon_sample {
         gp_hist queued_wait;                  /* how long each queued task has waited so far (s) */
         double oldest_wait_s;                 /* longest current wait, 0 when none */
         bool node_up;                         /* the GPUs were read recently */
+        bool local;                           /* the server has GPUs of its own (node "local") */
+        size_t nnodes;                        /* agent nodes that have not left */
+        struct {
+                char name[GP_NODE_MAX];
+                bool up;                      /* ready or draining (not lost) */
+        } nodes[GP_MON_MAX_NODES];
         int64_t last_gpu_read_ms;             /* 0 = never */
 } gp_mon_sample;
 

@@ -30,6 +30,7 @@
 #include "base/util.h"
 #include "base/vec.h"
 #include "server/commit.h"
+#include "server/monitor.h"
 #include "server/server-int.h"
 #include "server/tenants.h"
 
@@ -1533,6 +1534,19 @@ static int h_tokens(struct hreq *r, const gp_route_arg *a) {
         }
         pthread_mutex_unlock(&d->lock);
         return gp_http_send(r, list ? 200 : 503, dump(json_pack("{s:o}", "tokens", list)), 0);
+}
+
+size_t gp_nodes_mon(gp_daemon *d, struct gp_mon_sample *s) {
+        size_t k = 0;
+        for (size_t i = 0; d->nodes && i < d->nodes->n && k < GP_MON_MAX_NODES; i++) {
+                const gp_node *n = d->nodes->v[i];
+                if (n->state == GP_NODE_LEFT)
+                        continue;
+                gp_strlcpy(s->nodes[k].name, n->name, sizeof(s->nodes[k].name));
+                s->nodes[k].up = n->state != GP_NODE_LOST;
+                k++;
+        }
+        return k;
 }
 
 const gp_route gp_nodes_routes[] = {

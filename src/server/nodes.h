@@ -137,6 +137,11 @@ void gp_nodes_req_gone(struct gp_daemon *d, struct hreq *r);
  * unknown) into buf. */
 void gp_nodes_host(struct gp_daemon *d, const char *node, char *buf, size_t size);
 
+/* The agent nodes that have not left, for the monitor (names and whether
+ * they are up), at most GP_MON_MAX_NODES; returns how many were written. */
+struct gp_mon_sample;
+size_t gp_nodes_mon(struct gp_daemon *d, struct gp_mon_sample *s);
+
 extern const gp_route gp_nodes_routes[];
 
 #endif

@@ -160,7 +160,7 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 r = r ? r : gp_buf_json_field_str(b, "uuid", t->gpus[i].uuid);
                 r = r ? r : gp_buf_puts(b, "}");
         }
-        char cvd[GP_MAX_GANG * 8];
+        char cvd[GP_MAX_GPUS * 8];
         cuda_devices(t, cvd, sizeof(cvd));
         r = r ? r : gp_buf_printf(b, "],\"cuda_visible_devices\":\"%s\"", cvd);
         char reason[GP_REASON_MAX];
@@ -946,7 +946,7 @@ static int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *r
                 }
                 envv[ei + 1] = envs[ei + 1];
         }
-        char cvd[GP_MAX_GANG * 8], gpus[GP_MAX_GANG * (GP_NODE_MAX + 8)];
+        char cvd[GP_MAX_GPUS * 8], gpus[GP_MAX_GPUS * (GP_NODE_MAX + 8)];
         cuda_devices(t, cvd, sizeof(cvd));
         size_t off = 0;
         gpus[0] = '\0';
@@ -1260,7 +1260,7 @@ static void free_final(gp_daemon *d, batch *b) {
 static char *alloc_json(const gp_task *t) {
         gp_buf b;
         gp_buf_init(&b, 0);
-        char cvd[GP_MAX_GANG * 8];
+        char cvd[GP_MAX_GPUS * 8];
         cuda_devices(t, cvd, sizeof(cvd));
         int r = gp_buf_printf(&b, "{\"task_id\":%" PRId64 ",\"n_gpus\":%d,\"min_gpus\":%d,\"max_gpus\":%d", t->id,
                               t->n_gpus, t->gpu_request, t->elastic_max_gpus);
@@ -1890,8 +1890,8 @@ static int recover_one(const gp_task *st, void *ud) {
         }
         /* running: metered on from its last stored segment */
         gp_billing_recover(d, t);
-        uint32_t ids[GP_MAX_GANG];
-        int most = t->elastic_max_gpus > 0 ? t->elastic_max_gpus : t->gpu_request; /* a grown elastic task */
+        uint32_t ids[GP_MAX_GPUS];
+        int most = t->elastic_max_gpus > 0 ? t->elastic_max_gpus : GP_MAX_GPUS; /* grown elastic; whole nodes */
         if (t->n_gpus < t->gpu_request || t->n_gpus > most || map_gpus(d, t, ids) < 0 ||
             gp_sched_restore_running(d->sched, &r, ids, t->n_gpus, t->started_ms) < 0) {
                 if (!t->is_lease) {

@@ -368,6 +368,7 @@ struct gp_sched {
         uint32_t *mn;              /* multi-node scratch (node ids) */
         uint32_t mn_cap;
         struct arena_blk *arena;   /* decisions' GPU arrays (reset by each run) */
+        struct arena_blk *arena_cur; /* the block in use (NULL: none yet in this run) */
 };
 
 static inline const char *intern_name(const intern *in, uint32_t id) {

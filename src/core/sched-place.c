@@ -1014,7 +1014,7 @@ static void whole_nodes_fit(const gp_sched *s, uint32_t *nodes, int k, fit *f) {
  * the fully idle nodes it may take, largest first (then lowest number),
  * as few as cover t->ngpus; then each chosen one, the last first, swapped
  * for the smallest unchosen node that still covers the request. */
-static bool place_multi(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+__attribute__((noinline)) static bool place_multi(const gp_sched *s, const stask *t, bool avoid, fit *f) {
         /* candidates in s->mn: idle list k holds nodes with k idle GPUs; a
          * node is wholly free when that is its size (a drained or
          * unhealthy GPU makes it smaller) */
@@ -1191,7 +1191,7 @@ static int cmp_node_end(const void *a, const void *b) {
  * be free first (a node is free when every task on it may have ended; a
  * drained or unhealthy GPU keeps it from being free at a known time), in
  * that order until they hold t->ngpus GPUs; every GPU of them is marked. */
-static int64_t reserve_multi(gp_sched *s, stask *t, int64_t now) {
+__attribute__((noinline)) static int64_t reserve_multi(gp_sched *s, stask *t, int64_t now) {
         gpu_end *e = malloc((size_t)s->nnodes * sizeof(*e) + 1);
         if (!e)
                 return TIME_INF; /* no reservation: backfill goes on as if none */

@@ -151,13 +151,15 @@ const gp_sched_config *gp_sched_get_config(const gp_sched *s) {
 static void arena_reset(gp_sched *s) {
         for (struct arena_blk *b = s->arena; b; b = b->next)
                 b->used = 0;
+        s->arena_cur = NULL;
 }
 
 /* A copy of v[0..n) that lives until the next run (NULL: out of memory).
  * Blocks are never moved, so earlier copies stay where they are. */
 SCHED_PRIVATE const uint32_t *arena_copy(gp_sched *s, const uint32_t *v, int n) {
         size_t need = n > 0 ? (size_t)n : 1;
-        struct arena_blk **pp = &s->arena;
+        /* from the block in use: the ones before it are full */
+        struct arena_blk **pp = s->arena_cur ? &s->arena_cur : &s->arena;
         while (*pp && (*pp)->cap - (*pp)->used < need)
                 pp = &(*pp)->next;
         if (!*pp) {
@@ -170,6 +172,7 @@ SCHED_PRIVATE const uint32_t *arena_copy(gp_sched *s, const uint32_t *v, int n) 
                 b->used = 0;
                 *pp = b;
         }
+        s->arena_cur = *pp;
         uint32_t *p = (*pp)->v + (*pp)->used;
         (*pp)->used += need;
         if (n > 0)

@@ -114,7 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 memset(g, 0, sizeof(*g));
                 g->task_id = (int64_t)(take(&r, 1) % 8) + 1;
                 snprintf(g->gpu_model, sizeof(g->gpu_model), "%s", names[take(&r, 1) % 5]);
-                g->gpus_milli = (int64_t)(take(&r, 2) % (GP_MAX_GANG * 1000 + 2));
+                g->gpus_milli = (int64_t)(take(&r, 2) % (GP_MAX_GPUS * 1000 + 2));
                 g->start_ms = (int64_t)(take(&r, 6) % ((int64_t)1 << 42));
                 g->end_ms = g->start_ms + (int64_t)(take(&r, 5) % (GP_BILL_SPAN_MAX_MS + 2));
                 g->run_start_ms = g->start_ms - (int64_t)(take(&r, 4) % 1000000);

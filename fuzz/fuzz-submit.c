@@ -2,7 +2,7 @@
  * (POST /api/v1/tasks bodies, src/server/submit.c).
  *
  * Checks the contract, not only the absence of crashes: on success the
- * task is within its documented bounds (priority 0..9, 1..GP_MAX_GANG
+ * task is within its documented bounds (priority 0..9, 1..GP_MAX_GPUS
  * GPUs, NUL-terminated strings, a spec that is valid JSON for batch tasks
  * and none for leases); on failure the code is -EINVAL or -ENOMEM and the
  * message is a non-empty NUL-terminated string.  Any violation aborts.
@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         abort();
                 return 0;
         }
-        if (t.priority < 0 || t.priority > 9 || t.gpu_request < 1 || t.gpu_request > GP_MAX_GANG ||
+        if (t.priority < 0 || t.priority > 9 || t.gpu_request < 1 || t.gpu_request > GP_MAX_GPUS ||
             t.memory_mb < 0 || !memchr(t.tenant, '\0', sizeof(t.tenant)) || !memchr(t.name, '\0', sizeof(t.name)) ||
             !memchr(t.model, '\0', sizeof(t.model)) || !memchr(t.gpu_model, '\0', sizeof(t.gpu_model)) ||
             t.is_lease != (t.spec == NULL) || (t.memory_mb == 0 && !t.exclusive) ||

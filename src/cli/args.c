@@ -643,7 +643,7 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                         continue;
                 switch (o->id) {
                 case O_GPUS:
-                        if ((r = want_int(p, "--gpus", val, 1, GP_CLI_GPUS_MAX, &v)) < 0 ||
+                        if ((r = want_int(p, "--gpus", val, 1, GP_MAX_GPUS, &v)) < 0 ||
                             (r = body_set(p, "gpu_request", json_integer(v), "--gpus")) < 0)
                                 return r;
                         break;
@@ -696,8 +696,8 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                         lo[nlo] = '\0';
                         gp_strlcpy(hi, colon + 1, sizeof(hi));
                         int64_t mn, mx;
-                        if ((r = want_int(p, "--elastic MIN", lo, 1, GP_MAX_GANG, &mn)) < 0 ||
-                            (r = want_int(p, "--elastic MAX", hi, 1, GP_MAX_GANG, &mx)) < 0)
+                        if ((r = want_int(p, "--elastic MIN", lo, 1, GP_NODE_MAX_GPUS, &mn)) < 0 ||
+                            (r = want_int(p, "--elastic MAX", hi, 1, GP_NODE_MAX_GPUS, &mx)) < 0)
                                 return r;
                         json_t *e = json_pack("{s:I, s:I}", "min_gpus", (json_int_t)mn, "max_gpus", (json_int_t)mx);
                         if ((r = body_set(p, "elastic", e, "--elastic")) < 0)

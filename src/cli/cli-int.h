@@ -39,7 +39,6 @@
 #define GP_CLI_TTL_MIN 3
 #define GP_CLI_TTL_MAX 86400
 #define GP_CLI_LIMIT_MAX 1000
-#define GP_CLI_GPUS_MAX 1024                /* --gpus: a task wider than a node takes whole nodes */
 #define GP_CLI_SELECTOR_MAX 16              /* --node-selector pairs */
 #define GP_CLI_LABEL_KEY_MAX 63             /* label key 1..63 bytes of [A-Za-z0-9._/-] */
 #define GP_CLI_LABEL_VALUE_MAX 63           /* label value 0..63 bytes of the same */

@@ -127,8 +127,8 @@ typedef struct gp_proto_start {
         int n_env;                   /* 0..GP_PROTO_MAX_ENV */
         char **env;                  /* owned, "K=V" strings + a NULL (K: [A-Za-z_][A-Za-z0-9_]*) */
         char *workdir;               /* owned, "" = the run's directory */
-        char cuda_visible_devices[GP_MAX_GANG * 8];
-        char gpus[GP_MAX_GANG * (GP_NODE_MAX + 8)]; /* GPUPOOL_GPUS, "node:i,..." */
+        char cuda_visible_devices[GP_PROTO_MAX_GPUS * 5];  /* this node's GPUs, "0,1,..." */
+        char gpus[GP_PROTO_MAX_GPUS * (GP_NODE_MAX + 5)]; /* GPUPOOL_GPUS, "node:i,..." (this node's) */
         int64_t timeout_s;           /* >= 0 */
         int kill_grace_s;            /* 0..86400 */
         int preempt_grace_s;         /* 0..86400 */

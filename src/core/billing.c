@@ -244,7 +244,7 @@ int gp_bill_price(const gp_bill_prices *p, const gp_bill_zones *z, const gp_bill
                 /* records beyond any real use (a decade, 16 GPUs) are refused, not wrapped */
                 if (s->start_ms < 0 || s->run_start_ms < 0 || s->end_ms < s->start_ms || s->gpu_ms < 0 || s->end_ms > INT64_MAX / 4 ||
                     s->end_ms - s->start_ms > GP_BILL_SPAN_MAX_MS || s->end_ms - s->run_start_ms > GP_BILL_SPAN_MAX_MS ||
-                    s->gpus_milli < 0 || s->gpus_milli > GP_MAX_GANG * 1000) {
+                    s->gpus_milli < 0 || s->gpus_milli > GP_MAX_GPUS * 1000) {
                         rc = -ERANGE;
                         goto out;
                 }
@@ -360,7 +360,7 @@ int64_t gp_bill_segment_list_micros(const gp_bill_prices *p, const gp_bill_zones
         acc_line l;
         memset(&l, 0, sizeof(l));
         l.l.unit_price = gpu_price(p, s->gpu_model);
-        if (s->end_ms > s->start_ms && s->gpus_milli > 0 && s->gpus_milli <= GP_MAX_GANG * 1000 &&
+        if (s->end_ms > s->start_ms && s->gpus_milli > 0 && s->gpus_milli <= GP_MAX_GPUS * 1000 &&
             s->end_ms - s->start_ms <= GP_BILL_SPAN_MAX_MS)
                 add_span(&a, &l, s->start_ms, s->end_ms, s->gpus_milli);
         int64_t v = 0;

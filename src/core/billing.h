@@ -141,7 +141,7 @@ typedef struct gp_bill_invoice {
  * *ret (caller calls gp_bill_invoice_done).  Everything else - which
  * records belong to the month - is the caller's business.
  * 0, -ENOMEM, -ERANGE (a segment longer than GP_BILL_SPAN_MAX_MS or with
- * more than GP_MAX_GANG GPUs, or an amount beyond what the sums hold). */
+ * more than GP_MAX_GPUS GPUs, or an amount beyond what the sums hold). */
 int gp_bill_price(const gp_bill_prices *p, const gp_bill_zones *z, const gp_bill_segment *segs, size_t nsegs,
                   const gp_bill_tokens *toks, size_t ntoks, gp_bill_invoice *ret);
 void gp_bill_invoice_done(gp_bill_invoice *inv);

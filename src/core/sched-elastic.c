@@ -46,10 +46,10 @@ static void shrink_one(gp_sched *s, stask *t, int64_t now) {
         tenant_in(s, T);
 }
 
-static int emit_resize(const stask *t, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap) {
-        gp_sched_decision d = {.kind = GP_DECIDE_RESIZE, .id = t->id, .n_gpus = t->ngpus};
-        memcpy(d.gpus, t->gpus, (size_t)t->ngpus * sizeof(uint32_t));
-        return emit(ret, ret_n, ret_cap, &d);
+static int emit_resize(gp_sched *s, const stask *t, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap) {
+        gp_sched_decision d = {.kind = GP_DECIDE_RESIZE, .id = t->id, .n_gpus = t->ngpus,
+                               .gpus = arena_copy(s, t->gpus, t->ngpus)};
+        return d.gpus ? emit(ret, ret_n, ret_cap, &d) : -ENOMEM;
 }
 
 /* Room for `extra` more decisions, so that a change and its report cannot
@@ -175,11 +175,15 @@ SCHED_PRIVATE int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit
         /* each shrunk task's RESIZE and w's START */
         if (emit_room(ret, ret_n, ret_cap, (size_t)n + 1) < 0)
                 return -ENOMEM;
-        uint32_t gone[MAX_NODE_GPUS][GP_MAX_GANG];
-        uint8_t had[MAX_NODE_GPUS];
+        /* the GPUs each held (all on one node: at most MAX_NODE_GPUS in all) */
+        uint32_t gone[MAX_NODE_GPUS];
+        int off[MAX_NODE_GPUS], used = 0;
+        uint16_t had[MAX_NODE_GPUS];
         for (int i = 0; i < n; i++) {
                 had[i] = el[i]->ngpus;
-                memcpy(gone[i], el[i]->gpus, sizeof(gone[i]));
+                off[i] = used;
+                memcpy(&gone[used], el[i]->gpus, (size_t)el[i]->ngpus * sizeof(uint32_t));
+                used += el[i]->ngpus;
                 while (el[i]->ngpus > have[i])
                         shrink_one(s, el[i], now);
         }
@@ -189,7 +193,7 @@ SCHED_PRIVATE int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit
                  * (their GPUs keep the room they had, nothing to allocate) */
                 for (int i = 0; i < n; i++)
                         while (el[i]->ngpus < had[i]) {
-                                uint32_t gi = gone[i][el[i]->ngpus];
+                                uint32_t gi = gone[off[i] + el[i]->ngpus];
                                 uint64_t seq = s->gpus[gi].grow_seq;
                                 int rc = grow_onto(s, el[i], gi, now);
                                 if (rc < 0) {
@@ -197,7 +201,7 @@ SCHED_PRIVATE int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit
                                          * what changed, as it is */
                                         for (int k = 0; k < n; k++)
                                                 if (el[k]->ngpus != had[k])
-                                                        emit_resize(el[k], ret, ret_n, ret_cap);
+                                                        emit_resize(s, el[k], ret, ret_n, ret_cap);
                                         return rc;
                                 }
                                 s->gpus[gi].grow_seq = seq;
@@ -205,7 +209,7 @@ SCHED_PRIVATE int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit
                 return 0;
         }
         for (int i = 0; i < n; i++)
-                if (el[i]->ngpus < had[i] && emit_resize(el[i], ret, ret_n, ret_cap) < 0)
+                if (el[i]->ngpus < had[i] && emit_resize(s, el[i], ret, ret_n, ret_cap) < 0)
                         return -ENOMEM; /* cannot happen: room was made */
         return 1;
 }
@@ -351,6 +355,6 @@ SCHED_PRIVATE int grow_all(gp_sched *s, int64_t now, gp_sched_decision **ret, si
         }
         for (uint32_t i = 0; i < m; i++)
                 if (eo[i].t->ngpus > eo[i].before)
-                        emit_resize(eo[i].t, ret, ret_n, ret_cap); /* room was made */
+                        emit_resize(s, eo[i].t, ret, ret_n, ret_cap); /* room was made */
         return rc;
 }

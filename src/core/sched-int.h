@@ -92,8 +92,11 @@ enum {
         R_GROUP,        /* a1 = group id, a2 = share_pct */
         R_MODELS,       /* a1 = max_models_per_gpu: every GPU that fits holds that many other models */
         R_ARRAY,        /* a1 = array id, a2 = its limit (%N): that many of its members run */
+        R_NODES,        /* multi-node: a1 = GPUs needed, a2 = whole nodes free that it may use */
 };
 
+#define GP_LABELS_MAX 32           /* label pairs of a node, or of a node_selector */
+#define LABEL_PART_MAX 63          /* bytes of a label's key or value */
 #define NAME_MAX_LEN 255
 #define WEIGHT_MAX 1000000
 
@@ -113,6 +116,7 @@ typedef struct sgpu {
         int64_t total, usable, alloc;
         int util, temp;
         bool healthy, drained, reserved, excl;
+        bool removed;              /* its node was removed: in no index, counted nowhere */
         int ntasks;
         stask **tasks;
         int tasks_cap;
@@ -137,13 +141,24 @@ typedef struct snode {
         uint32_t iprev, inext;     /* idle list */
         bool has_dist;
         uint8_t dist[TOPO_MAX][TOPO_MAX];
+        int size;                  /* its GPUs neither removed nor reserved (what a whole-node take holds) */
+        uint64_t wkinds;           /* kinds of those GPUs */
+        uint32_t *labels;          /* interned "k=v" ids (s->labels), sorted */
+        int nlabels;
 } snode;
 
 struct stask {
         int64_t id;
         uint32_t tenant;
-        uint8_t prio, ngpus;
+        uint8_t prio;
+        uint16_t ngpus;            /* GPUs in gpus while running (a multi-node task holds
+                                      whole nodes, an elastic one what it grew to), else nmin */
         bool excl, preemptible, running;
+        bool excl_req;             /* excl as asked (excl is forced on while multi) */
+        bool multi;                /* takes whole nodes (multi_gen == s->node_gen) */
+        uint32_t multi_gen;
+        uint32_t *sel;             /* node_selector: interned "k=v" ids (s->labels), NULL = any */
+        int nsel;
         bool borrowing;            /* while running: started (not preemptible) on capacity
                                       guaranteed to other tenants, so reclaimable */
         int64_t mem;               /* requested per GPU */
@@ -152,7 +167,9 @@ struct stask {
         char *gpu_model;           /* NULL = any */
         uint64_t kinds;            /* allowed GPU kinds */
         int64_t timeout_ms, submit_ms, deadline_ms, start_ms;
-        uint32_t gpus[GP_MAX_GANG];
+        uint32_t *gpus;            /* ngpus GPUs while running: gpu1 or the heap (gcap) */
+        uint32_t gpu1[2];
+        uint32_t gcap;
         stask *prev, *next;        /* tier queue */
         uint8_t rcode;
         bool resv_holder;
@@ -169,7 +186,7 @@ struct stask {
         int64_t share;             /* milli-GPUs held while running */
         int64_t *pre_by;           /* ids of the tasks it was preempted for */
         int n_pre_by, pre_by_cap;
-        uint8_t nmin, nmax;        /* elastic: least and most GPUs (nmax 0 = not elastic);
+        uint16_t nmin, nmax;       /* elastic: least and most GPUs (nmax 0 = not elastic);
                                       ngpus is the current count, nmin while queued */
         uint32_t el_idx;           /* index in s->el while running (elastic) */
         int64_t seg_ms;            /* while running: since when it has held ngpus GPUs */
@@ -346,6 +363,12 @@ struct gp_sched {
         struct eord *eo;           /* grow pass scratch */
         uint32_t eo_cap;
         gp_i64map arrays;          /* array id -> sarray*, arrays with members queued or running */
+        intern labels;             /* "k=v" pairs of node labels and selectors */
+        uint32_t node_gen;         /* bumped when nodes' sizes, kinds or labels change */
+        uint32_t *mn;              /* multi-node scratch (node ids) */
+        uint32_t mn_cap;
+        struct arena_blk *arena;   /* decisions' GPU arrays (reset by each run) */
+        struct arena_blk *arena_cur; /* the block in use (NULL: none yet in this run) */
 };
 
 static inline const char *intern_name(const intern *in, uint32_t id) {
@@ -358,7 +381,7 @@ static inline stask *map_get(const gp_sched *s, int64_t id) {
 }
 
 static inline bool gpu_usable(const sgpu *g) {
-        return g->healthy && !g->drained && !g->reserved;
+        return g->healthy && !g->drained && !g->reserved && !g->removed;
 }
 
 static inline int64_t gpu_free(const sgpu *g) {
@@ -432,10 +455,34 @@ typedef struct sarray {
         int members;               /* members queued or running */
 } sarray;
 
+/* A block of the decisions' GPU arrays (sched.c, arena_copy). */
+struct arena_blk {
+        struct arena_blk *next;
+        size_t cap, used;          /* in ids */
+        uint32_t v[];
+};
+
 struct fit {
         int n;
-        uint32_t gpus[GP_MAX_GANG];
+        uint32_t gpus[GP_MAX_GPUS];
 };
+
+/* Does node n carry every label of ids[0..k)? */
+static inline bool labels_hold(const snode *n, const uint32_t *ids, int k) {
+        for (int i = 0; i < k; i++) {
+                int j = 0;
+                while (j < n->nlabels && n->labels[j] != ids[i])
+                        j++;
+                if (j == n->nlabels)
+                        return false;
+        }
+        return true;
+}
+
+/* Does node ni carry every label t's node_selector asks for? */
+static inline bool sel_ok(const gp_sched *s, const stask *t, uint32_t ni) {
+        return !t->nsel || labels_hold(&s->nodes[ni], t->sel, t->nsel);
+}
 
 static inline bool kind_ok(const stask *t, const sgpu *g) {
         return (t->kinds >> g->kind) & 1;
@@ -496,11 +543,13 @@ SCHED_PRIVATE void heap_pop(gp_sched *s);
 SCHED_PRIVATE int intern_find(const intern *in, const char *s, uint32_t *ret);
 
 /* sched.c */
+SCHED_PRIVATE const uint32_t *arena_copy(gp_sched *s, const uint32_t *v, int n);
 SCHED_PRIVATE int emit(gp_sched_decision **ret, size_t *n, size_t *cap, const gp_sched_decision *d);
 
 /* sched-task.c */
 SCHED_PRIVATE void task_free(gp_sched *s, stask *t);
 SCHED_PRIVATE int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t now, int borrow);
+SCHED_PRIVATE int task_gpus_cap(stask *t, uint32_t n);
 SCHED_PRIVATE void stop(gp_sched *s, stask *t, int64_t now);
 
 /* sched-queue.c */
@@ -541,6 +590,9 @@ SCHED_PRIVATE uint64_t kinds_for_glob(const gp_sched *s, const char *glob);
 SCHED_PRIVATE bool shared_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid);
 SCHED_PRIVATE bool idle_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid);
 SCHED_PRIVATE bool place(const gp_sched *s, const stask *t, bool avoid, fit *f);
+SCHED_PRIVATE void multi_refresh(gp_sched *s, stask *t);
+SCHED_PRIVATE int pairs_parse(intern *add, const intern *find, const char *text, uint32_t *ids, int max);
+SCHED_PRIVATE int find_node(const gp_sched *s, const char *name, uint32_t *ret);
 SCHED_PRIVATE void diagnose(gp_sched *s, stask *t);
 SCHED_PRIVATE int64_t reserve(gp_sched *s, stask *t, int64_t now);
 

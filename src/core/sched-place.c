@@ -227,7 +227,7 @@ SCHED_PRIVATE uint64_t kinds_for_glob(const gp_sched *s, const char *glob) {
         return m;
 }
 
-static int find_node(const gp_sched *s, const char *name, uint32_t *ret) {
+SCHED_PRIVATE int find_node(const gp_sched *s, const char *name, uint32_t *ret) {
         for (uint32_t i = 0; i < s->nnodes; i++)
                 if (strcmp(s->nodes[i].name, name) == 0) {
                         *ret = i;
@@ -236,17 +236,108 @@ static int find_node(const gp_sched *s, const char *name, uint32_t *ret) {
         return -ENOENT;
 }
 
+/* A node's size, kinds and whole-node kinds from its GPUs as they are
+ * now (after a GPU was added, removed or revived). */
+static void node_refresh(gp_sched *s, uint32_t ni) {
+        snode *n = &s->nodes[ni];
+        n->size = 0;
+        n->kinds = n->wkinds = 0;
+        for (int i = 0; i < n->ngpus; i++) {
+                const sgpu *g = &s->gpus[n->gpus[i]];
+                if (g->removed)
+                        continue;
+                n->kinds |= (uint64_t)1 << g->kind;
+                if (!g->reserved) {
+                        n->size++;
+                        n->wkinds |= (uint64_t)1 << g->kind;
+                }
+        }
+        s->node_gen++;
+}
+
+/* The largest usable MB of each kind, over the GPUs not removed. */
+static void kind_usable_refresh(gp_sched *s) {
+        memset(s->kind_usable, 0, sizeof(s->kind_usable));
+        for (uint32_t i = 0; i < s->ngpus; i++) {
+                const sgpu *g = &s->gpus[i];
+                if (!g->removed && g->usable > s->kind_usable[g->kind])
+                        s->kind_usable[g->kind] = g->usable;
+        }
+}
+
+/* The kind of GPU name `name`, made if new (-E2BIG past 64, -ENOMEM). */
+static int kind_get(gp_sched *s, const char *name) {
+        for (int k = 0; k < s->nkinds; k++)
+                if (strcmp(s->kind_names[k], name) == 0)
+                        return k;
+        if (s->nkinds >= MAX_KINDS)
+                return -E2BIG;
+        if (!(s->kind_names[s->nkinds] = strdup(name)))
+                return -ENOMEM;
+        int kind = s->nkinds++;
+        /* a new kind: queued and running tasks with a glob may now match it */
+        size_t pos = 0;
+        stask *t;
+        while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
+                if (t->gpu_model)
+                        t->kinds = kinds_for_glob(s, t->gpu_model);
+        return kind;
+}
+
+/* Bring back removed GPU gi with d's description (same id). */
+static int gpu_revive(gp_sched *s, uint32_t gi, const gp_sched_gpu_desc *d) {
+        char *uuid = strdup(d->uuid), *name = strdup(d->name);
+        int kind = uuid && name ? kind_get(s, d->name) : -ENOMEM;
+        if (kind < 0) {
+                free(uuid);
+                free(name);
+                return kind;
+        }
+        sgpu *g = &s->gpus[gi];
+        free(g->uuid);
+        free(g->name);
+        g->uuid = uuid;
+        g->name = name;
+        g->kind = (uint8_t)kind;
+        g->total = d->memory_total_mb;
+        g->usable = d->memory_total_mb - s->cfg.memory_safety_margin_mb;
+        if (g->usable < 0)
+                g->usable = 0;
+        g->util = g->temp = -1;
+        g->healthy = true;
+        g->drained = false;
+        g->reserved = d->reserved;
+        g->removed = false;
+        gpu_link(s, gi);
+        if (g->usable > s->kind_usable[kind])
+                s->kind_usable[kind] = g->usable;
+        if (gpu_usable(g)) {
+                s->usable_gpus++;
+                groups_refresh_all(s);
+        }
+        node_refresh(s, g->node);
+        s->gen++;
+        return 0;
+}
+
 int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu) {
         if (!d || !d->node || !*d->node || !d->uuid || !d->name || d->index < 0 || d->memory_total_mb <= 0)
                 return -EINVAL;
         uint32_t ni;
         if (find_node(s, d->node, &ni) == 0) {
                 snode *n = &s->nodes[ni];
+                for (int i = 0; i < n->ngpus; i++)
+                        if (s->gpus[n->gpus[i]].index == d->index) {
+                                uint32_t gi = n->gpus[i];
+                                if (!s->gpus[gi].removed)
+                                        return -EEXIST;
+                                int rc = gpu_revive(s, gi, d);
+                                if (rc == 0 && ret_gpu)
+                                        *ret_gpu = gi;
+                                return rc;
+                        }
                 if (n->ngpus >= MAX_NODE_GPUS)
                         return -E2BIG;
-                for (int i = 0; i < n->ngpus; i++)
-                        if (s->gpus[n->gpus[i]].index == d->index)
-                                return -EEXIST;
         } else {
                 ni = NIL;
         }
@@ -272,6 +363,10 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
                         return -ENOMEM;
                 n->iprev = n->inext = NIL;
                 ni = s->nnodes++;
+                uint32_t *mn = grow(s->mn, sizeof(uint32_t), &s->mn_cap, s->nnodes);
+                if (!mn)
+                        return -ENOMEM; /* (the node stays, with no GPU yet) */
+                s->mn = mn;
         }
         snode *n = &s->nodes[ni];
         uint32_t ncap = (uint32_t)n->cap;
@@ -290,19 +385,10 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
                 free(g->name);
                 return -ENOMEM;
         }
-        if (kind < 0) {
-                if (!(s->kind_names[s->nkinds] = strdup(d->name))) {
-                        free(g->uuid);
-                        free(g->name);
-                        return -ENOMEM;
-                }
-                kind = s->nkinds++;
-                /* a new kind: queued and running tasks with a glob may now match it */
-                size_t pos = 0;
-                stask *t;
-                while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
-                        if (t->gpu_model)
-                                t->kinds = kinds_for_glob(s, t->gpu_model);
+        if (kind < 0 && (kind = kind_get(s, d->name)) < 0) {
+                free(g->uuid);
+                free(g->name);
+                return kind;
         }
         g->node = ni;
         g->index = d->index;
@@ -320,6 +406,11 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
         uint32_t gi = s->ngpus++;
         n->gpus[n->ngpus++] = gi;
         n->kinds |= (uint64_t)1 << kind;
+        if (!g->reserved) {
+                n->size++;
+                n->wkinds |= (uint64_t)1 << kind;
+        }
+        s->node_gen++;
         gpu_link(s, gi);
         if (g->usable > s->kind_usable[kind])
                 s->kind_usable[kind] = g->usable;
@@ -331,6 +422,154 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
         if (ret_gpu)
                 *ret_gpu = gi;
         return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* nodes: labels, drain, remove                                       */
+
+static bool label_char(char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+               c == '_' || c == '/' || c == '-';
+}
+
+static int cmp_u32(const void *a, const void *b) {
+        uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+        return (x > y) - (x < y);
+}
+
+/* Parse "k=v,k2=v2" (NULL or "" = none): at most GP_LABELS_MAX pairs,
+ * key 1..63 and value 0..63 bytes of [A-Za-z0-9._/-].  Each pair's id:
+ * interned into `add` when given, else looked up in `find` (an unknown
+ * pair gets NIL, which no node carries), else only checked.  ids (max
+ * entries) sorted, repeats dropped.  The count, or -EINVAL, -ENOMEM. */
+SCHED_PRIVATE int pairs_parse(intern *add, const intern *find, const char *text, uint32_t *ids, int max) {
+        int n = 0;
+        if (!text || !*text)
+                return 0;
+        const char *p = text;
+        for (;;) {
+                const char *k = p;
+                while (label_char(*p))
+                        p++;
+                size_t kl = (size_t)(p - k);
+                if (kl < 1 || kl > LABEL_PART_MAX || *p != '=')
+                        return -EINVAL;
+                const char *v = ++p;
+                while (label_char(*p))
+                        p++;
+                size_t vl = (size_t)(p - v);
+                if (vl > LABEL_PART_MAX || (*p != ',' && *p != '\0') || n >= GP_LABELS_MAX)
+                        return -EINVAL;
+                if (add || find) {
+                        if (n >= max)
+                                return -EINVAL;
+                        char pair[2 * LABEL_PART_MAX + 2];
+                        memcpy(pair, k, kl + 1 + vl);
+                        pair[kl + 1 + vl] = '\0';
+                        uint32_t id = NIL;
+                        if (add) {
+                                if (intern_get(add, pair, &id) < 0)
+                                        return -ENOMEM;
+                        } else if (intern_find(find, pair, &id) < 0) {
+                                id = NIL;
+                        }
+                        ids[n] = id;
+                }
+                n++;
+                if (*p == '\0')
+                        break;
+                p++;
+        }
+        if (add || find) {
+                qsort(ids, (size_t)n, sizeof(*ids), cmp_u32);
+                int m = 0;
+                for (int i = 0; i < n; i++)
+                        if (!m || ids[m - 1] != ids[i])
+                                ids[m++] = ids[i];
+                n = m;
+        }
+        return n;
+}
+
+int gp_sched_node_set_labels(gp_sched *s, const char *node, const char *labels) {
+        uint32_t ni;
+        if (!node || find_node(s, node, &ni) < 0)
+                return -ENOENT;
+        if (pairs_parse(NULL, NULL, labels, NULL, 0) < 0)
+                return -EINVAL;
+        uint32_t ids[GP_LABELS_MAX];
+        int n = pairs_parse(&s->labels, NULL, labels, ids, GP_LABELS_MAX);
+        if (n < 0)
+                return n;
+        uint32_t *v = NULL;
+        if (n > 0) {
+                if (!(v = malloc((size_t)n * sizeof(*v))))
+                        return -ENOMEM;
+                memcpy(v, ids, (size_t)n * sizeof(*v));
+        }
+        snode *nd = &s->nodes[ni];
+        free(nd->labels);
+        nd->labels = v;
+        nd->nlabels = n;
+        s->node_gen++;
+        s->gen++;
+        return 0;
+}
+
+int gp_sched_node_set_drained(gp_sched *s, const char *node, bool drained) {
+        uint32_t ni;
+        if (!node || find_node(s, node, &ni) < 0)
+                return -ENOENT;
+        const snode *nd = &s->nodes[ni];
+        for (int i = 0; i < nd->ngpus; i++)
+                gp_sched_gpu_set_drained(s, nd->gpus[i], drained);
+        return 0;
+}
+
+int gp_sched_node_remove(gp_sched *s, const char *node) {
+        uint32_t ni;
+        if (!node || find_node(s, node, &ni) < 0)
+                return -ENOENT;
+        const snode *nd = &s->nodes[ni];
+        for (int i = 0; i < nd->ngpus; i++)
+                if (s->gpus[nd->gpus[i]].ntasks > 0)
+                        return -EBUSY;
+        bool usable_changed = false;
+        for (int i = 0; i < nd->ngpus; i++) {
+                uint32_t gi = nd->gpus[i];
+                sgpu *g = &s->gpus[gi];
+                if (g->removed)
+                        continue;
+                if (gpu_usable(g)) {
+                        s->usable_gpus--;
+                        usable_changed = true;
+                }
+                gpu_unlink(s, gi);
+                g->removed = true;
+        }
+        if (usable_changed)
+                groups_refresh_all(s);
+        kind_usable_refresh(s);
+        node_refresh(s, ni);
+        s->gen++;
+        return 0;
+}
+
+int gp_sched_node_count(const gp_sched *s) {
+        int n = 0;
+        for (uint32_t i = 0; i < s->nnodes; i++)
+                n += s->nodes[i].kinds != 0;
+        return n;
+}
+
+int gp_sched_node_gpus(const gp_sched *s, const char *node, uint32_t *ids, int max) {
+        uint32_t ni;
+        if (!node || find_node(s, node, &ni) < 0)
+                return -ENOENT;
+        const snode *nd = &s->nodes[ni];
+        for (int i = 0; i < nd->ngpus && i < max; i++)
+                ids[i] = nd->gpus[i];
+        return nd->ngpus;
 }
 
 int gp_sched_gpu_set_distance(gp_sched *s, uint32_t a, uint32_t b, int distance) {
@@ -431,12 +670,12 @@ static bool models_full(const gp_sched *s, const stask *t, const sgpu *g) {
 /* Can GPU g take shared task t now? */
 SCHED_PRIVATE bool shared_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid) {
         return gpu_usable(g) && !g->excl && kind_ok(t, g) && gpu_free(g) >= t->mem &&
-               !(avoid && g->resv_stamp == s->stamp) && !models_full(s, t, g);
+               !(avoid && g->resv_stamp == s->stamp) && !models_full(s, t, g) && sel_ok(s, t, g->node);
 }
 
 SCHED_PRIVATE bool idle_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid) {
         return gpu_usable(g) && g->ntasks == 0 && kind_ok(t, g) && g->usable >= t->mem &&
-               !(avoid && g->resv_stamp == s->stamp);
+               !(avoid && g->resv_stamp == s->stamp) && sel_ok(s, t, g->node);
 }
 
 /* Better tie-break between two GPUs with equal standing: cooler, less busy, lower id. */
@@ -457,7 +696,7 @@ static void choose_close(const gp_sched *s, const snode *nd, const uint32_t *can
         int best_cost = -1;
         for (int seed = 0; seed < m; seed++) {
                 int sa = s->gpus[cand[seed]].slot;
-                uint32_t pick[GP_MAX_GANG];
+                uint32_t pick[MAX_NODE_GPUS];
                 bool used[MAX_NODE_GPUS] = {false};
                 int np = 0;
                 pick[np++] = cand[seed];
@@ -497,7 +736,7 @@ static bool place_whole(const gp_sched *s, const stask *t, bool avoid, fit *f) {
         for (int k = n; k <= s->max_idle; k++) {
                 for (uint32_t ni = s->idle_lists[k]; ni != NIL; ni = s->nodes[ni].inext) {
                         const snode *nd = &s->nodes[ni];
-                        if (!(nd->kinds & t->kinds))
+                        if (!(nd->kinds & t->kinds) || !sel_ok(s, t, ni))
                                 continue;
                         uint32_t cand[MAX_NODE_GPUS];
                         int m = 0;
@@ -707,13 +946,145 @@ int gp_sched_placement_parse(const char *name, gp_sched_placement *ret) {
         return -EINVAL;
 }
 
+/* ------------------------------------------------------------------ */
+/* multi-node tasks: whole nodes                                      */
+
+/* Is t multi-node: more GPUs than the largest node it may use holds
+ * (its kinds, not reserved or removed, on nodes its selector allows)?
+ * Elastic tasks never are.  Cached until the nodes change (node_gen); a
+ * multi-node task takes whole GPUs (excl). */
+SCHED_PRIVATE void multi_refresh(gp_sched *s, stask *t) {
+        if (t->ngpus <= 1 || t->nmax) {
+                t->multi = false;
+                return;
+        }
+        if (t->multi_gen == s->node_gen)
+                return;
+        int most = 0;
+        for (uint32_t ni = 0; ni < s->nnodes && most < t->ngpus; ni++) {
+                const snode *nd = &s->nodes[ni];
+                if (!(nd->wkinds & t->kinds) || nd->size <= most || !sel_ok(s, t, ni))
+                        continue;
+                int c = 0;
+                if (!(nd->wkinds & ~t->kinds))
+                        c = nd->size;
+                else
+                        for (int i = 0; i < nd->ngpus; i++) {
+                                const sgpu *g = &s->gpus[nd->gpus[i]];
+                                c += !g->removed && !g->reserved && kind_ok(t, g);
+                        }
+                if (c > most)
+                        most = c;
+        }
+        t->multi = most > 0 && t->ngpus > most;
+        t->multi_gen = s->node_gen;
+        t->excl = t->multi || t->excl_req;
+}
+
+/* May multi-node task t take node nd whole (ignoring what runs there)?
+ * Every GPU it would hold matches t's kinds and holds t's memory. */
+static bool whole_node_ok(const gp_sched *s, const stask *t, uint32_t ni) {
+        const snode *nd = &s->nodes[ni];
+        if (nd->size == 0 || (nd->wkinds & ~t->kinds) || !sel_ok(s, t, ni))
+                return false;
+        if (t->mem > 0)
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (!g->removed && !g->reserved && g->usable < t->mem)
+                                return false;
+                }
+        return true;
+}
+
+/* Write the GPUs of nodes[0..k) (sorted by node number here) to f. */
+static void whole_nodes_fit(const gp_sched *s, uint32_t *nodes, int k, fit *f) {
+        qsort(nodes, (size_t)k, sizeof(*nodes), cmp_u32);
+        f->n = 0;
+        for (int j = 0; j < k; j++) {
+                const snode *nd = &s->nodes[nodes[j]];
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (!g->removed && !g->reserved)
+                                f->gpus[f->n++] = nd->gpus[i];
+                }
+        }
+}
+
+/* Whole nodes for multi-node task t (see "Multi-node tasks" in sched.h):
+ * the fully idle nodes it may take, largest first (then lowest number),
+ * as few as cover t->ngpus; then each chosen one, the last first, swapped
+ * for the smallest unchosen node that still covers the request. */
+__attribute__((noinline)) static bool place_multi(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+        /* candidates in s->mn: idle list k holds nodes with k idle GPUs; a
+         * node is wholly free when that is its size (a drained or
+         * unhealthy GPU makes it smaller) */
+        uint32_t *c = s->mn;
+        int nc = 0;
+        int64_t total = 0;
+        for (int k = s->max_idle; k >= 1; k--)
+                for (uint32_t ni = s->idle_lists[k]; ni != NIL; ni = s->nodes[ni].inext) {
+                        const snode *nd = &s->nodes[ni];
+                        if (nd->idle != nd->size || !whole_node_ok(s, t, ni))
+                                continue;
+                        bool resv = false;
+                        for (int i = 0; avoid && i < nd->ngpus && !resv; i++)
+                                resv = s->gpus[nd->gpus[i]].resv_stamp == s->stamp;
+                        if (resv)
+                                continue;
+                        c[nc++] = ni;
+                        total += nd->size;
+                }
+        if (total < t->ngpus)
+                return false;
+        int k = 0;
+        int64_t sum = 0;
+        while (sum < t->ngpus)
+                sum += s->nodes[c[k++]].size;
+        /* c[0..k) chosen, c[k..nc) not, both largest first */
+        if (s->nodes[c[nc - 1]].size != s->nodes[c[0]].size)
+                for (int j = k - 1; j >= 0; j--) {
+                        int sj = s->nodes[c[j]].size, best = -1;
+                        for (int u = k; u < nc; u++) {
+                                int su = s->nodes[c[u]].size;
+                                if (su >= sj || sum - sj + su < t->ngpus)
+                                        continue;
+                                if (best < 0 || su < s->nodes[c[best]].size ||
+                                    (su == s->nodes[c[best]].size && c[u] < c[best]))
+                                        best = u;
+                        }
+                        if (best >= 0) {
+                                uint32_t x = c[j];
+                                sum += s->nodes[c[best]].size - sj;
+                                c[j] = c[best];
+                                c[best] = x;
+                        }
+                }
+        whole_nodes_fit(s, c, k, f);
+        return true;
+}
+
 /* t's GPUs under the configured placement (s->plc); false if none fit */
 SCHED_PRIVATE bool place(const gp_sched *s, const stask *t, bool avoid, fit *f) {
+        if (t->multi)
+                return place_multi(s, t, avoid, f);
         return s->plc->place(s, t, avoid, f);
 }
 
 /* Why t cannot be placed right now (for the blocked task: full scan). */
 SCHED_PRIVATE void diagnose(gp_sched *s, stask *t) {
+        if (t->multi) {
+                int64_t free_gpus = 0;
+                for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                        const snode *nd = &s->nodes[ni];
+                        if (nd->size > 0 && nd->idle == nd->size && whole_node_ok(s, t, ni))
+                                free_gpus += nd->size;
+                }
+                t->rstamp = s->stamp;
+                t->rcode = R_NODES;
+                t->ra1 = t->ngpus;
+                t->ra2 = free_gpus;
+                return;
+        }
         int64_t most_free = -1;
         int most_whole = 0;
         bool any_usable = false;
@@ -721,6 +1092,8 @@ SCHED_PRIVATE void diagnose(gp_sched *s, stask *t) {
         for (uint32_t ni = 0; ni < s->nnodes; ni++) {
                 const snode *nd = &s->nodes[ni];
                 int whole = 0;
+                if (!sel_ok(s, t, ni))
+                        continue;
                 for (int i = 0; i < nd->ngpus; i++) {
                         const sgpu *g = &s->gpus[nd->gpus[i]];
                         if (!kind_ok(t, g) || !gpu_usable(g))
@@ -810,17 +1183,67 @@ static int64_t gpu_ready_at(const gp_sched *s, const sgpu *g, const stask *t, in
         return TIME_INF;
 }
 
+static int cmp_node_end(const void *a, const void *b) {
+        return cmp_gpu_end(a, b); /* (time, node id) */
+}
+
+/* The multi-node case of reserve(): the nodes t may take whole that will
+ * be free first (a node is free when every task on it may have ended; a
+ * drained or unhealthy GPU keeps it from being free at a known time), in
+ * that order until they hold t->ngpus GPUs; every GPU of them is marked. */
+__attribute__((noinline)) static int64_t reserve_multi(gp_sched *s, stask *t, int64_t now) {
+        gpu_end *e = malloc((size_t)s->nnodes * sizeof(*e) + 1);
+        if (!e)
+                return TIME_INF; /* no reservation: backfill goes on as if none */
+        int m = 0;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                if (!whole_node_ok(s, t, ni))
+                        continue;
+                int64_t ready = now;
+                for (int i = 0; i < nd->ngpus && ready != TIME_INF; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (g->removed || g->reserved)
+                                continue;
+                        int64_t r = gpu_usable(g) ? gpu_ready_at(s, g, t, now) : TIME_INF;
+                        if (r > ready)
+                                ready = r;
+                }
+                e[m++] = (gpu_end){ready, ni};
+        }
+        qsort(e, (size_t)m, sizeof(*e), cmp_node_end);
+        int64_t sum = 0, at = TIME_INF;
+        int k = 0;
+        while (k < m && sum < t->ngpus) {
+                sum += s->nodes[e[k].gi].size;
+                at = e[k++].t;
+        }
+        if (sum < t->ngpus) {
+                free(e);
+                return TIME_INF;
+        }
+        for (int j = 0; j < k; j++) {
+                const snode *nd = &s->nodes[e[j].gi];
+                for (int i = 0; i < nd->ngpus; i++)
+                        s->gpus[nd->gpus[i]].resv_stamp = s->stamp;
+        }
+        free(e);
+        return at;
+}
+
 /* Mark the GPUs the blocked task t will start on first; returns the
  * estimated start (TIME_INF when unknown or impossible). */
 SCHED_PRIVATE int64_t reserve(gp_sched *s, stask *t, int64_t now) {
+        if (t->multi)
+                return reserve_multi(s, t, now);
         int64_t best_t = TIME_INF;
         int best_ready = -1;
-        uint32_t best_gpus[GP_MAX_GANG];
+        uint32_t best_gpus[MAX_NODE_GPUS];
         bool found = false;
         gpu_end ge[MAX_NODE_GPUS];
         for (uint32_t ni = 0; ni < s->nnodes; ni++) {
                 const snode *nd = &s->nodes[ni];
-                if (!(nd->kinds & t->kinds) || nd->ngpus < t->ngpus)
+                if (!(nd->kinds & t->kinds) || nd->ngpus < t->ngpus || !sel_ok(s, t, ni))
                         continue;
                 int m = 0, ready = 0;
                 for (int i = 0; i < nd->ngpus; i++) {

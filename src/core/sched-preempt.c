@@ -156,9 +156,9 @@ static int requeue_preempted(gp_sched *s, stask *v, int64_t now) {
 
 static int las_preempt(gp_sched *s, stask *v, int64_t now, gp_sched_decision **ret, size_t *ret_n,
                        size_t *ret_cap) {
-        gp_sched_decision d = {.kind = GP_DECIDE_PREEMPT, .id = v->id, .n_gpus = v->ngpus};
-        memcpy(d.gpus, v->gpus, (size_t)v->ngpus * sizeof(uint32_t));
-        if (requeue_preempted(s, v, now) < 0)
+        gp_sched_decision d = {.kind = GP_DECIDE_PREEMPT, .id = v->id, .n_gpus = v->ngpus,
+                               .gpus = arena_copy(s, v->gpus, v->ngpus)};
+        if (!d.gpus || requeue_preempted(s, v, now) < 0)
                 return -ENOMEM;
         return emit(ret, ret_n, ret_cap, &d);
 }
@@ -383,9 +383,9 @@ static int preempt_for(gp_sched *s, stask *v, const stask *w, int64_t now, gp_sc
                 v->pre_by = p;
                 v->pre_by_cap = (int)cap;
         }
-        gp_sched_decision d = {.kind = GP_DECIDE_PREEMPT, .id = v->id, .n_gpus = v->ngpus};
-        memcpy(d.gpus, v->gpus, (size_t)v->ngpus * sizeof(uint32_t));
-        if (emit(ret, ret_n, ret_cap, &d) < 0)
+        gp_sched_decision d = {.kind = GP_DECIDE_PREEMPT, .id = v->id, .n_gpus = v->ngpus,
+                               .gpus = arena_copy(s, v->gpus, v->ngpus)};
+        if (!d.gpus || emit(ret, ret_n, ret_cap, &d) < 0)
                 return -ENOMEM;
         if (!was_preempted_by(v, w->id))
                 v->pre_by[v->n_pre_by++] = w->id;

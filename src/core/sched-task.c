@@ -15,15 +15,35 @@ SCHED_PRIVATE void task_free(gp_sched *s, stask *t) {
         }
         free(t->gpu_model);
         free(t->pre_by);
+        free(t->sel);
+        if (t->gpus != t->gpu1)
+                free(t->gpus);
         free(t);
 }
 
 static int req_check(const gp_sched_req *r) {
         if (!r || r->id <= 0 || r->priority < 0 || r->priority >= GP_PRIORITY_LEVELS || r->gpus < 1 ||
-            r->gpus > GP_MAX_GANG || r->memory_mb < 0 || r->timeout_ms < 0 || r->queue_deadline_ms < 0 ||
-            (r->elastic_max_gpus != 0 && (r->elastic_max_gpus <= r->gpus || r->elastic_max_gpus > GP_MAX_GANG)) ||
-            r->array_id < 0 || r->array_limit < 0)
+            r->gpus > GP_MAX_GPUS || r->memory_mb < 0 || r->timeout_ms < 0 || r->queue_deadline_ms < 0 ||
+            (r->elastic_max_gpus != 0 &&
+             (r->elastic_max_gpus <= r->gpus || r->elastic_max_gpus > GP_NODE_MAX_GPUS)) ||
+            r->array_id < 0 || r->array_limit < 0 || pairs_parse(NULL, NULL, r->node_selector, NULL, 0) < 0)
                 return -EINVAL;
+        return 0;
+}
+
+/* Room for n GPU ids in t->gpus (the two inline slots, else the heap);
+ * the ids held are kept.  0 or -ENOMEM. */
+SCHED_PRIVATE int task_gpus_cap(stask *t, uint32_t n) {
+        if (n <= t->gcap)
+                return 0;
+        uint32_t *v = malloc((size_t)n * sizeof(*v));
+        if (!v)
+                return -ENOMEM;
+        memcpy(v, t->gpus, (size_t)t->gcap * sizeof(*v));
+        if (t->gpus != t->gpu1)
+                free(t->gpus);
+        t->gpus = v;
+        t->gcap = n;
         return 0;
 }
 
@@ -33,19 +53,36 @@ static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
                 return -ENOMEM;
         t->id = r->id;
         t->prio = (uint8_t)r->priority;
-        t->ngpus = (uint8_t)r->gpus;
+        t->ngpus = (uint16_t)r->gpus;
+        t->gpus = t->gpu1;
+        t->gcap = (uint32_t)(sizeof(t->gpu1) / sizeof(t->gpu1[0]));
         t->excl = r->exclusive || r->memory_mb == 0;
         t->preemptible = r->preemptible;
         t->mem = r->memory_mb;
         t->timeout_ms = r->timeout_ms;
         t->submit_ms = r->submit_ms;
         t->deadline_ms = r->queue_deadline_ms;
-        t->nmin = (uint8_t)r->gpus;
-        t->nmax = (uint8_t)r->elastic_max_gpus;
+        t->nmin = (uint16_t)r->gpus;
+        t->nmax = (uint16_t)r->elastic_max_gpus;
         if (t->nmax) {
                 /* elastic tasks hold whole GPUs */
                 t->excl = true;
                 t->mem = 0;
+        }
+        t->excl_req = t->excl;
+        if (r->node_selector && *r->node_selector) {
+                uint32_t ids[GP_LABELS_MAX];
+                int n = pairs_parse(&s->labels, NULL, r->node_selector, ids, GP_LABELS_MAX);
+                if (n < 0) {
+                        task_free(s, t);
+                        return n;
+                }
+                if (n > 0) {
+                        if (!(t->sel = malloc((size_t)n * sizeof(*t->sel))))
+                                goto oom;
+                        memcpy(t->sel, ids, (size_t)n * sizeof(*ids));
+                        t->nsel = n;
+                }
         }
         if (intern_get(&s->tenants, r->tenant, &t->tenant) < 0 || tenant_ensure(s, t->tenant) < 0 ||
             intern_get(&s->models, r->model, &t->model) < 0)
@@ -89,31 +126,62 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
         }
         uint64_t kinds = kinds_for_glob(s, (r->gpu_model && *r->gpu_model) ? r->gpu_model : NULL);
         int64_t mem = r->elastic_max_gpus ? 0 : r->memory_mb; /* elastic: whole GPUs */
+        uint32_t sel[GP_LABELS_MAX];
+        int nsel = pairs_parse(NULL, &s->labels, r->node_selector, sel, GP_LABELS_MAX);
+        if (nsel < 0)
+                nsel = 0; /* (cannot happen: req_check parsed it) */
         int64_t largest = 0;
-        int most_on_node = 0;
-        bool kind_seen = false;
+        int most_on_node = 0, most_kind = 0, whole_n = 0, whole_max = 0;
+        int64_t whole_sum = 0;
+        bool kind_seen = false, any_gpu = false, sel_seen = false;
         for (uint32_t ni = 0; ni < s->nnodes; ni++) {
                 const snode *nd = &s->nodes[ni];
-                int cnt = 0;
+                if (!nd->kinds)
+                        continue; /* removed */
+                any_gpu = true;
+                if (!labels_hold(nd, sel, nsel))
+                        continue;
+                sel_seen = true;
+                int cnt = 0, cnt_kind = 0;
+                bool whole = nd->size > 0 && !(nd->wkinds & ~kinds);
                 for (int i = 0; i < nd->ngpus; i++) {
                         const sgpu *g = &s->gpus[nd->gpus[i]];
-                        if (g->reserved || !((kinds >> g->kind) & 1))
+                        if (g->reserved || g->removed)
+                                continue;
+                        if (!((kinds >> g->kind) & 1))
                                 continue;
                         kind_seen = true;
+                        cnt_kind++;
                         if (g->usable > largest)
                                 largest = g->usable;
                         if (g->usable >= mem && g->usable > 0)
                                 cnt++;
+                        else
+                                whole = false;
                 }
                 if (cnt >= r->gpus)
                         return 0;
                 if (cnt > most_on_node)
                         most_on_node = cnt;
+                if (cnt_kind > most_kind)
+                        most_kind = cnt_kind;
+                if (whole) {
+                        whole_n++;
+                        whole_sum += nd->size;
+                        if (nd->size > whole_max)
+                                whole_max = nd->size;
+                }
         }
+        /* more GPUs than the largest node it may use: whole nodes */
+        bool multi = !r->elastic_max_gpus && most_kind > 0 && r->gpus > most_kind;
+        if (multi && whole_sum >= r->gpus)
+                return 0;
         if (!why)
                 return -EINVAL;
-        if (s->ngpus == 0)
+        if (!any_gpu)
                 snprintf(why, size, "the pool has no GPUs");
+        else if (!sel_seen)
+                snprintf(why, size, "no node has the labels '%s' (node_selector)", r->node_selector);
         else if (!kind_seen)
                 snprintf(why, size, "no GPU matches gpu_model '%s'",
                          r->gpu_model && *r->gpu_model ? r->gpu_model : "*");
@@ -122,9 +190,16 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
                          "no GPU has %" PRId64 " MB usable (largest: %" PRId64 " MB after the %" PRId64
                          " MB safety margin)",
                          r->memory_mb, largest, s->cfg.memory_safety_margin_mb);
+        else if (multi && whole_n == 0)
+                snprintf(why, size, "needs whole nodes with %d GPUs in all, and no node fits whole", r->gpus);
+        else if (multi)
+                snprintf(why, size, "needs %d whole nodes of %d GPUs, %d exist%s", (r->gpus + whole_max - 1) / whole_max,
+                         whole_max, whole_n, whole_n == 1 ? "s" : "");
+        else if (r->elastic_max_gpus)
+                snprintf(why, size, "an elastic task runs on one node: no node has %d GPUs that fit (most on one node: %d)",
+                         r->gpus, most_on_node);
         else
-                snprintf(why, size, "no node has %d GPUs that fit (most on one node: %d)", r->gpus,
-                         most_on_node);
+                snprintf(why, size, "no node has %d GPUs that fit (most on one node: %d)", r->gpus, most_on_node);
         return -EINVAL;
 }
 
@@ -209,6 +284,8 @@ SCHED_PRIVATE int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, i
                         return -ENOMEM;
                 s->el = el;
         }
+        if (task_gpus_cap(t, (uint32_t)(n > t->nmax ? n : t->nmax)) < 0)
+                return -ENOMEM;
         t->charge = t->excl ? 0 : t->mem;
         int i;
         for (i = 0; i < n; i++) {
@@ -220,7 +297,7 @@ SCHED_PRIVATE int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, i
                 t->gpus[i] = gpus[i];
         }
         t->running = true;
-        t->ngpus = (uint8_t)n;
+        t->ngpus = (uint16_t)n;
         t->start_ms = t->seg_ms = now;
         t->start_stamp = s->stamp;
         if (t->nmax) {
@@ -274,13 +351,14 @@ SCHED_PRIVATE void stop(gp_sched *s, stask *t, int64_t now) {
                 stask *last = s->el[--s->nel];
                 s->el[t->el_idx] = last;
                 last->el_idx = t->el_idx;
-                t->ngpus = t->nmin; /* queued again at its minimum */
         }
+        t->ngpus = t->nmin; /* queued again asking for what it asked (elastic: its minimum) */
 }
 
 int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t *gpus, int n,
                              int64_t start_ms) {
-        if (req_check(r) < 0 || n < r->gpus || n > (r->elastic_max_gpus ? r->elastic_max_gpus : r->gpus))
+        /* a multi-node task holds whole nodes: more GPUs than it asked for */
+        if (req_check(r) < 0 || n < r->gpus || n > (r->elastic_max_gpus ? r->elastic_max_gpus : GP_MAX_GPUS))
                 return -EINVAL;
         if (map_get(s, r->id))
                 return -EEXIST;
@@ -295,6 +373,21 @@ int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t 
         int rc = task_from_req(s, r, &t);
         if (rc < 0)
                 return rc;
+        if (n > r->gpus && !t->nmax) {
+                /* only a multi-node task holds more than it asked for */
+                bool nodes = false;
+                for (int i = 1; i < n && !nodes; i++)
+                        nodes = s->gpus[gpus[i]].node != s->gpus[gpus[0]].node;
+                if (!nodes) {
+                        task_free(s, t);
+                        return -EINVAL;
+                }
+                /* it ran on whole nodes: whole GPUs; whether it is still
+                 * multi-node is decided again if it is queued again */
+                t->excl = true;
+                t->multi = true;
+                t->multi_gen = s->node_gen - 1;
+        }
         for (int i = 0; i < n; i++) {
                 const sgpu *g = &s->gpus[gpus[i]];
                 /* restore is lenient about health (the task is already

@@ -15,7 +15,7 @@ int gp_sched_gpu_get(const gp_sched *s, uint32_t gpu, gp_sched_gpu_view *ret) {
                 .index = g->index, .memory_total_mb = g->total, .memory_usable_mb = g->usable,
                 .memory_allocated_mb = g->alloc, .ntasks = g->ntasks, .exclusive_held = g->excl,
                 .healthy = g->healthy, .drained = g->drained, .reserved = g->reserved,
-                .util_pct = g->util, .temp_c = g->temp,
+                .removed = g->removed, .util_pct = g->util, .temp_c = g->temp,
         };
         return 0;
 }
@@ -52,7 +52,7 @@ int gp_sched_task_get(gp_sched *s, int64_t id, gp_sched_task_view *ret) {
                                 .borrowing = t->running && t->borrowing};
         if (t->running) {
                 v.n_gpus = t->ngpus;
-                memcpy(v.gpus, t->gpus, t->ngpus * sizeof(uint32_t));
+                v.gpus = t->gpus;
                 v.start_ms = t->start_ms;
                 v.gpus_milli = t->share;
         } else {
@@ -168,9 +168,14 @@ int gp_sched_task_reason(gp_sched *s, int64_t id, char *buf, size_t size) {
                 rule_reason(s, t, code, a1, a2, a3, buf, size);
                 return 0;
         }
-        char extra[64] = "";
+        char extra[192] = "";
         if (kindtxt)
                 snprintf(extra, sizeof(extra), " matching '%s'", kindtxt);
+        for (int i = 0; i < t->nsel; i++) {
+                size_t l = strlen(extra);
+                snprintf(extra + l, sizeof(extra) - l, "%s%s", i ? "," : " on nodes labelled ",
+                         t->sel[i] == NIL ? "?" : intern_name(&s->labels, t->sel[i]));
+        }
         switch (code) {
         case R_NO_MEM:
                 if (t->ra2 >= 0)
@@ -193,6 +198,15 @@ int gp_sched_task_reason(gp_sched *s, int64_t id, char *buf, size_t size) {
         case R_MODELS:
                 snprintf(buf, size, "every GPU%s that fits holds %" PRId64 " models (max_models_per_gpu)", extra,
                          t->ra1);
+                break;
+        case R_NODES:
+                if (t->ra2 >= 0)
+                        snprintf(buf, size,
+                                 "waiting for whole nodes%s with %" PRId64 " GPUs in all (free whole nodes hold %" PRId64
+                                 ")",
+                                 extra, t->ra1, t->ra2);
+                else
+                        snprintf(buf, size, "waiting for whole nodes%s with %" PRId64 " GPUs in all", extra, t->ra1);
                 break;
         case R_GANG_SHARED:
                 snprintf(buf, size, "waiting for a gang of %d GPUs%s with %" PRId64 " MB free each on one node",
@@ -252,9 +266,11 @@ void gp_sched_get_stats(const gp_sched *s, gp_sched_stats *ret) {
         st.total_backfilled = s->total_backfilled;
         st.total_expired = s->total_expired;
         st.total_preempted = s->total_preempted;
-        st.gpus_total = s->ngpus;
         for (uint32_t i = 0; i < s->ngpus; i++) {
                 const sgpu *g = &s->gpus[i];
+                if (g->removed)
+                        continue;
+                st.gpus_total++;
                 if (gpu_usable(g)) {
                         st.gpus_usable++;
                         st.memory_usable_mb += g->usable;

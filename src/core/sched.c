@@ -84,6 +84,7 @@ void gp_sched_free(gp_sched *s) {
         for (uint32_t i = 0; i < s->nnodes; i++) {
                 free(s->nodes[i].name);
                 free(s->nodes[i].gpus);
+                free(s->nodes[i].labels);
         }
         free(s->nodes);
         for (int i = 0; i < s->nkinds; i++)
@@ -113,6 +114,13 @@ void gp_sched_free(gp_sched *s) {
         intern_done(&s->tenants);
         intern_done(&s->models);
         intern_done(&s->groups);
+        intern_done(&s->labels);
+        free(s->mn);
+        while (s->arena) {
+                struct arena_blk *b = s->arena;
+                s->arena = b->next;
+                free(b);
+        }
         free(s);
 }
 
@@ -133,6 +141,43 @@ int gp_sched_set_max_queue_depth(gp_sched *s, int depth) {
 
 const gp_sched_config *gp_sched_get_config(const gp_sched *s) {
         return &s->cfg;
+}
+
+/* ------------------------------------------------------------------ */
+/* the decisions' GPU arrays: an arena of blocks that each run reuses */
+
+#define ARENA_BLK 4096             /* ids in a block (a larger request gets its own) */
+
+static void arena_reset(gp_sched *s) {
+        for (struct arena_blk *b = s->arena; b; b = b->next)
+                b->used = 0;
+        s->arena_cur = NULL;
+}
+
+/* A copy of v[0..n) that lives until the next run (NULL: out of memory).
+ * Blocks are never moved, so earlier copies stay where they are. */
+SCHED_PRIVATE const uint32_t *arena_copy(gp_sched *s, const uint32_t *v, int n) {
+        size_t need = n > 0 ? (size_t)n : 1;
+        /* from the block in use: the ones before it are full */
+        struct arena_blk **pp = s->arena_cur ? &s->arena_cur : &s->arena;
+        while (*pp && (*pp)->cap - (*pp)->used < need)
+                pp = &(*pp)->next;
+        if (!*pp) {
+                size_t cap = need > ARENA_BLK ? need : ARENA_BLK;
+                struct arena_blk *b = malloc(sizeof(*b) + cap * sizeof(uint32_t));
+                if (!b)
+                        return NULL;
+                b->next = NULL;
+                b->cap = cap;
+                b->used = 0;
+                *pp = b;
+        }
+        s->arena_cur = *pp;
+        uint32_t *p = (*pp)->v + (*pp)->used;
+        (*pp)->used += need;
+        if (n > 0)
+                memcpy(p, v, (size_t)n * sizeof(uint32_t));
+        return p;
 }
 
 /* ------------------------------------------------------------------ */
@@ -186,7 +231,7 @@ typedef struct fail_memo {
 /* Not for a shared task with a model under max_models_per_gpu: whether it
  * fits depends on its model, not only on its size. */
 static bool memo_applies(const gp_sched *s, const stask *t) {
-        return !t->gpu_model && (t->excl || t->ngpus == 1) &&
+        return !t->gpu_model && !t->nsel && !t->multi && (t->excl || t->ngpus == 1) &&
                (t->excl || !t->model || s->cfg.max_models_per_gpu <= 0);
 }
 
@@ -271,6 +316,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
         s->last_run_stamp = s->stamp;
         s->last_run_ms = now;
         s->last_resv_id = 0;
+        arena_reset(s);
         if ((rc = expire_due(s, now, ret, ret_n, ret_cap)) < 0)
                 return rc;
 
@@ -303,6 +349,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 walk_advance(s, &w, ti);
                 lp[ti] += st[ti];
                 t->resv_holder = false;
+                multi_refresh(s, t);
 
                 /* the rules of its tenant and group come first (a held
                  * task takes no reservation and blocks no one) */
@@ -366,7 +413,8 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                  * preempted or reserved: for the task whose turn it is,
                  * and for one that may reclaim behind the reservation */
                 bool may_reclaim = preempt_on && resv && guaranteed && T->reclaim_stamp != s->stamp;
-                if (!placed && s->nel && (!resv || may_reclaim)) {
+                /* (a multi-node task waits for whole nodes: it neither shrinks nor preempts) */
+                if (!placed && s->nel && (!resv || may_reclaim) && !t->multi) {
                         int pr = shrink_for(s, t, now, avoid, &f, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
@@ -377,7 +425,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 placed = true;
                         }
                 }
-                if (!placed && preempt_on && (!resv || may_reclaim)) {
+                if (!placed && preempt_on && (!resv || may_reclaim) && !t->multi) {
                         int pr = make_room(s, t, now, resv != NULL, avoid, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
@@ -391,7 +439,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 placed = place(s, t, avoid, &f);
                         }
                 }
-                if (!placed && !resv && s->pol->las && s->cfg.las_preempt) {
+                if (!placed && !resv && s->pol->las && s->cfg.las_preempt && !t->multi) {
                         int pr = las_make_room(s, t, now, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
@@ -408,6 +456,9 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 }
                 if (placed) {
                         fits = (fit_memo){.shared_mem = -1}; /* GPUs are taken now */
+                        const uint32_t *dg = arena_copy(s, f.gpus, f.n);
+                        if (!dg)
+                                return -ENOMEM;
                         queue_del(s, t);
                         if ((rc = start_on(s, t, f.gpus, f.n, now, -1)) < 0) {
                                 if (queue_add(s, t) < 0) {
@@ -420,8 +471,8 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         s->tiers[ti].pass += st[ti];
                         s->total_scheduled++;
                         gp_sched_decision d = {.kind = GP_DECIDE_START, .id = t->id, .n_gpus = f.n,
-                                               .backfilled = resv != NULL, .borrowing = t->borrowing};
-                        memcpy(d.gpus, f.gpus, (size_t)f.n * sizeof(uint32_t));
+                                               .gpus = dg, .backfilled = resv != NULL,
+                                               .borrowing = t->borrowing};
                         if (resv)
                                 s->total_backfilled++;
                         if ((rc = emit(ret, ret_n, ret_cap, &d)) < 0)
@@ -449,6 +500,8 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 if (fits_resv)
                         set_reason(s, t, R_WOULD_DELAY, resv->id,
                                    shadow == TIME_INF ? -1 : (shadow - now + 999) / 1000);
+                else if (t->multi)
+                        set_reason(s, t, R_NODES, t->ngpus, -1);
                 else if (t->excl)
                         set_reason(s, t, R_NO_WHOLE, t->ngpus, -1);
                 else if (t->ngpus == 1 && t->model && s->cfg.max_models_per_gpu > 0)

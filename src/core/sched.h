@@ -19,6 +19,8 @@
  * exclusive and gang work; exclusive tasks take idle GPUs on the node with
  * the fewest idle GPUs that fits (best fit); a multi-GPU task is all or
  * nothing on one node, choosing the closest GPUs when topology is known.
+ * A task that asks for more GPUs than the largest node it may use holds
+ * takes whole nodes instead: see "Multi-node tasks" below.
  * That is placement "pack"; "spread" (cfg.placement) balances load instead:
  * a task goes to the GPUs with the most free memory (an idle GPU before a
  * shared one), then the lowest utilisation, then the lowest temperature
@@ -163,7 +165,9 @@ typedef struct gp_sched_gpu_desc {
 
 /* Add a GPU. Nodes are created on first use. 0, -EINVAL, -EEXIST (same
  * node+index twice), -E2BIG (more than 256 GPUs on a node or 64 GPU
- * names), -ENOMEM. */
+ * names), -ENOMEM.  Adding a node+index whose GPU was removed (with its
+ * node, gp_sched_node_remove) revives that GPU under its old id, with the
+ * uuid, name, memory and reserved flag of d, healthy and not drained. */
 int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu);
 /* Topology distance between two GPUs of one node (0 closest .. 3). */
 int gp_sched_gpu_set_distance(gp_sched *s, uint32_t a, uint32_t b, int distance);
@@ -177,7 +181,37 @@ int gp_sched_gpu_set_load(gp_sched *s, uint32_t gpu, int util_pct, int temp_c);
 int gp_sched_gpu_find(const gp_sched *s, const char *node, int index, uint32_t *ret_gpu);
 /* Find a GPU by uuid. 0 or -ENOENT. */
 int gp_sched_gpu_find_uuid(const gp_sched *s, const char *uuid, uint32_t *ret_gpu);
+/* GPU ids are 0..gp_sched_gpu_count()-1, removed GPUs included (their
+ * view says `removed`). */
 uint32_t gp_sched_gpu_count(const gp_sched *s);
+
+/* ---- nodes ----
+ *
+ * A node is the GPUs added under one name.  Labels ("k=v" pairs) let a
+ * task choose nodes (gp_sched_req.node_selector).  A removed node's GPUs
+ * leave the inventory: they get no work and count nowhere (stats, group
+ * shares, multi-node sizes, feasibility); gp_sched_gpu_get still answers
+ * for their ids with `removed` set, and gp_sched_gpu_find still finds
+ * them (so the caller can tell a removed GPU from an unknown one).  Adding
+ * a GPU to the node again revives it (gp_sched_gpu_add). */
+
+/* Set a node's labels, replacing any: "k=v,k2=v2" (NULL or "" = none);
+ * at most 32 pairs, key 1..63 and value 0..63 bytes of [A-Za-z0-9._/-].
+ * 0, -ENOENT (no such node), -EINVAL (bad labels; nothing changed),
+ * -ENOMEM. */
+int gp_sched_node_set_labels(gp_sched *s, const char *node, const char *labels);
+/* Drain or undrain every GPU of a node (gp_sched_gpu_set_drained).
+ * 0 or -ENOENT. */
+int gp_sched_node_set_drained(gp_sched *s, const char *node, bool drained);
+/* Take a node's GPUs out of the inventory.  0, -ENOENT, -EBUSY (a task
+ * runs on one of its GPUs: requeue or remove it first; nothing changed).
+ * Removing a removed node again is 0. */
+int gp_sched_node_remove(gp_sched *s, const char *node);
+/* Nodes with at least one GPU that is not removed. */
+int gp_sched_node_count(const gp_sched *s);
+/* Ids of a node's GPUs (removed ones included), in the order added:
+ * writes up to max, returns how many there are, or -ENOENT. */
+int gp_sched_node_gpus(const gp_sched *s, const char *node, uint32_t *ids, int max);
 
 typedef struct gp_sched_gpu_view {
         const char *node, *uuid, *name;   /* owned by the scheduler, valid until it changes */
@@ -187,6 +221,7 @@ typedef struct gp_sched_gpu_view {
         int64_t memory_allocated_mb;      /* sum over tasks on it (whole = usable) */
         int ntasks;
         bool exclusive_held, healthy, drained, reserved;
+        bool removed;                     /* its node was removed (gp_sched_node_remove) */
         int util_pct, temp_c;
 } gp_sched_gpu_view;
 
@@ -205,7 +240,7 @@ typedef struct gp_sched_req {
         int64_t id;                 /* > 0, unique */
         const char *tenant;         /* interned by the scheduler */
         int priority;               /* 0..9 */
-        int gpus;                   /* 1..GP_MAX_GANG */
+        int gpus;                   /* 1..GP_MAX_GPUS (more than a node holds: whole nodes) */
         int64_t memory_mb;          /* per GPU; 0 = whole GPU */
         bool exclusive;             /* whole GPUs even with memory_mb */
         bool preemptible;
@@ -214,7 +249,7 @@ typedef struct gp_sched_req {
         int64_t timeout_ms;         /* expected run time bound, 0 = unknown */
         int64_t submit_ms;
         int64_t queue_deadline_ms;  /* expire if still queued then; 0 = never */
-        int elastic_max_gpus;       /* 0 = not elastic; else gpus < this <= GP_MAX_GANG:
+        int elastic_max_gpus;       /* 0 = not elastic; else gpus < this <= GP_NODE_MAX_GPUS:
                                        starts on `gpus` (its minimum), may grow to this
                                        (see "Elastic tasks" below) */
         bool borrowing;             /* gp_sched_restore_running only: it was started
@@ -224,7 +259,29 @@ typedef struct gp_sched_req {
         int64_t array_id;           /* > 0: a member of this job array (see "Job arrays"), 0 = none */
         int array_limit;            /* its array's %N: most members running at once, 0 = no cap;
                                        every member of one array carries the same */
+        const char *node_selector;  /* "k=v,k2=v2": only nodes whose labels hold every pair;
+                                       NULL or "" = any node (syntax as gp_sched_node_set_labels) */
 } gp_sched_req;
+
+/* Multi-node tasks: a task whose `gpus` is more than the GPUs (not
+ * reserved) of the largest node it may use (GPUs matching gpu_model, on
+ * nodes matching node_selector, not removed) takes whole nodes: every GPU
+ * of each node it takes (reserved ones aside), all idle, healthy and not
+ * drained; only nodes all of whose GPUs match its gpu_model and hold its
+ * memory_mb; all or nothing.  The nodes: as few as possible (largest
+ * first, then lowest node number), then each chosen node, the last first,
+ * is swapped for the smallest node not chosen that still covers the
+ * request (fewest GPUs beyond it; ties: lowest node number).  Its START
+ * lists every GPU of those nodes grouped by node, nodes in node order, so
+ * a 12-GPU task on 8-GPU nodes holds 16 GPUs, and its share, quotas and
+ * usage count the 16.  When it is the task whose turn it is and cannot
+ * start, it reserves the nodes that will be free first by the running
+ * tasks' time limits (EASY backfill: later tasks start on them only when
+ * they end before that).  A multi-node task may be preempted (all its GPUs
+ * are freed) but does not itself preempt or shrink elastic tasks: it waits
+ * for whole nodes.  Elastic tasks are never multi-node (one node: a
+ * request whose minimum no node holds is infeasible).  Which tasks are
+ * multi-node is decided again when the inventory or labels change. */
 
 /* Job arrays: members of one array (same array_id) are ordinary tasks in
  * every respect (order, quotas, placement), except that with array_limit
@@ -235,8 +292,9 @@ typedef struct gp_sched_req {
  * running count is rebuilt by gp_sched_restore_running after a restart. */
 
 /* Can this request ever run on the inventory (ignoring what is busy,
- * drained or unhealthy, but not reserved GPUs)?  0, or -EINVAL with a
- * reason in why ("no GPU has 90000 MB usable (largest: 22564 MB)"). */
+ * drained or unhealthy, but not reserved or removed GPUs)?  0, or -EINVAL
+ * with a reason in why ("no GPU has 90000 MB usable (largest: 22564 MB)",
+ * "needs 4 whole nodes of 8 GPUs, 3 exist"). */
 int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why, size_t size);
 
 /* Queue a task.  0, -EEXIST, -EINVAL, -GP_EQUEUEFULL (its tier is at
@@ -291,7 +349,9 @@ typedef struct gp_sched_decision {
         gp_sched_decision_kind kind;
         int64_t id;
         int n_gpus;
-        uint32_t gpus[GP_MAX_GANG];
+        const uint32_t *gpus;  /* n_gpus GPU ids (dec.gpus[j]); they live in an arena the
+                                  scheduler owns: valid until the next gp_sched_run or
+                                  gp_sched_free (copy what must outlive that) */
         bool backfilled;       /* START past a blocked, reserved task */
         bool borrowing;        /* START of a task that is not preemptible on capacity guaranteed to
                                   other tenants: it runs reclaimable (see "Borrowing" below) */
@@ -301,7 +361,10 @@ typedef struct gp_sched_decision {
  * growing array the caller owns and frees; *ret_n updated).  The state is
  * already updated when it returns (started tasks are running on their GPUs,
  * expired ones are gone).  0 or -ENOMEM (state consistent: decisions made
- * before the failure are kept and reported). */
+ * before the failure are kept and reported).  The GPU arrays of the
+ * decisions of earlier runs are invalid once it is called (see
+ * gp_sched_decision.gpus): the caller should start each run with *ret_n
+ * at 0. */
 int gp_sched_run(gp_sched *s, int64_t now_ms, gp_sched_decision **ret, size_t *ret_n,
                  size_t *ret_cap);
 
@@ -335,7 +398,9 @@ typedef struct gp_sched_task_view {
         int priority;
         int queue_position;         /* 1-based while queued, 0 when running */
         int n_gpus;
-        uint32_t gpus[GP_MAX_GANG];  /* while running */
+        const uint32_t *gpus;       /* while running, n_gpus ids; owned by the scheduler, valid
+                                       until the task's state next changes (a run, a requeue,
+                                       a remove) */
         int64_t start_ms;
         int64_t gpus_milli;         /* while running: its GPU share (see gp_sched_tenant_cfg) */
         bool borrowing;             /* while running: borrowing others' guarantees (reclaimable) */

@@ -17,7 +17,9 @@
 #include <stdint.h>
 
 #define GP_PRIORITY_LEVELS 10
-#define GP_MAX_GANG 16          /* most GPUs one task may ask for */
+#define GP_MAX_GPUS 1024        /* most GPUs one task may hold (a multi-node task: whole nodes) */
+#define GP_NODE_MAX_GPUS 256    /* most GPUs of one node, and the most an elastic task may grow to
+                                   (elastic tasks run on one node) */
 #define GP_TENANT_MAX 64
 #define GP_NAME_MAX 128
 #define GP_MODEL_MAX 128
@@ -52,7 +54,7 @@ typedef struct gp_task {
         char node_selector[GP_SELECTOR_MAX]; /* labels its nodes must have, "k=v,k2=v2" sorted by
                                              key; "" = any node */
         int priority;                     /* 0 (most urgent) .. 9 */
-        int gpu_request;                  /* GPUs wanted, 1..GP_MAX_GANG */
+        int gpu_request;                  /* GPUs wanted, 1..GP_MAX_GPUS */
         int64_t memory_mb;                /* per GPU; 0 = whole GPU */
         bool exclusive;                   /* whole GPU(s), no sharing */
         bool preemptible;                 /* may be preempted (tenants issue) */
@@ -73,7 +75,7 @@ typedef struct gp_task {
         int64_t started_ms;               /* 0 while never started */
         int64_t finished_ms;              /* 0 until final */
         int64_t heartbeat_ms;             /* lease: last heartbeat */
-        int elastic_max_gpus;             /* 0, or elastic: gpu_request (min) < this <= GP_MAX_GANG */
+        int elastic_max_gpus;             /* 0, or elastic: gpu_request (min) < this <= GP_NODE_MAX_GPUS */
         int64_t array_id;                 /* job array it belongs to (the id of its first member), 0 = none */
         int array_index;                  /* its index in the array (SLURM_ARRAY_TASK_ID), when array_id */
         int array_limit;                  /* the array's %N (most members running at once), 0 = no cap */

@@ -77,7 +77,7 @@ static gp_sched_req sched_req(const gp_task *t) {
         gp_sched_req r = {
                 .id = t->id, .tenant = t->tenant, .priority = t->priority, .gpus = t->gpu_request,
                 .memory_mb = t->memory_mb, .exclusive = t->exclusive, .preemptible = t->preemptible,
-                .model = t->model, .gpu_model = t->gpu_model, .timeout_ms = t->timeout_s * 1000,
+                .model = t->model, .gpu_model = t->gpu_model, .node_selector = t->node_selector, .timeout_ms = t->timeout_s * 1000,
                 .submit_ms = t->submitted_ms,
                 .queue_deadline_ms = t->queue_timeout_s ? t->submitted_ms + t->queue_timeout_s * 1000 : 0,
                 .elastic_max_gpus = t->elastic_max_gpus, .borrowing = t->borrowing,
@@ -173,7 +173,7 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 r = r ? r : gp_buf_json_field_str(b, "uuid", t->gpus[i].uuid);
                 r = r ? r : gp_buf_puts(b, "}");
         }
-        char cvd[GP_MAX_GANG * 8];
+        char cvd[GP_MAX_GPUS * 8];
         cuda_devices(t, cvd, sizeof(cvd));
         r = r ? r : gp_buf_printf(b, "],\"cuda_visible_devices\":\"%s\"", cvd);
         char reason[GP_REASON_MAX];
@@ -1053,7 +1053,7 @@ static int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *r
                 }
                 envv[ei + 1] = envs[ei + 1];
         }
-        char cvd[GP_MAX_GANG * 8], gpus[GP_MAX_GANG * (GP_NODE_MAX + 8)];
+        char cvd[GP_MAX_GPUS * 8], gpus[GP_MAX_GPUS * (GP_NODE_MAX + 8)];
         cuda_devices(t, cvd, sizeof(cvd));
         size_t off = 0;
         gpus[0] = '\0';
@@ -1377,7 +1377,7 @@ static void free_final(gp_daemon *d, batch *b) {
 static char *alloc_json(const gp_task *t) {
         gp_buf b;
         gp_buf_init(&b, 0);
-        char cvd[GP_MAX_GANG * 8];
+        char cvd[GP_MAX_GPUS * 8];
         cuda_devices(t, cvd, sizeof(cvd));
         int r = gp_buf_printf(&b, "{\"task_id\":%" PRId64 ",\"n_gpus\":%d,\"min_gpus\":%d,\"max_gpus\":%d", t->id,
                               t->n_gpus, t->gpu_request, t->elastic_max_gpus);
@@ -1687,6 +1687,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         expire_preempting(d, &b, now);
         gp_nodes_tick(d, now);
         apply_node_events(d, &b, now);
+        gp_nodes_settle(d);
         if (d->nodes_local_drain_changed) {
                 b.meta_drained = true;
                 d->nodes_local_drain_changed = false;
@@ -2040,8 +2041,8 @@ static int recover_one(const gp_task *st, void *ud) {
         }
         /* running: metered on from its last stored segment */
         gp_billing_recover(d, t);
-        uint32_t ids[GP_MAX_GANG];
-        int most = t->elastic_max_gpus > 0 ? t->elastic_max_gpus : t->gpu_request; /* a grown elastic task */
+        uint32_t ids[GP_MAX_GPUS];
+        int most = t->elastic_max_gpus > 0 ? t->elastic_max_gpus : GP_MAX_GPUS; /* grown elastic; whole nodes */
         if (t->n_gpus < t->gpu_request || t->n_gpus > most || map_gpus(d, t, ids) < 0 ||
             gp_sched_restore_running(d->sched, &r, ids, t->n_gpus, t->started_ms) < 0) {
                 if (!t->is_lease) {

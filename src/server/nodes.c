@@ -56,6 +56,7 @@ typedef struct gp_node {
         int64_t seq;                /* the last sync's seq taken (memory only) */
         bool synced;                /* a full sync since the server started */
         bool dirty;                 /* its record is to be stored */
+        bool leaving;               /* removed: its GPUs are still in the scheduler */
         int ngpus;
         node_gpu *gpus;
         gp_list hb;                 /* in by_hb while ready or draining */
@@ -250,10 +251,6 @@ static gp_node *node_new(gp_nodes *ns, const char *name) {
         return n;
 }
 
-static void sched_labels(gp_daemon *d, const char *node, const char *canon) {
-        (void)d, (void)node, (void)canon;
-}
-
 /* Put node n's GPUs into the scheduler (or revive them) with its labels;
  * usable unless the node is lost or left; drained with the node. */
 static void node_inventory(gp_daemon *d, gp_node *n) {
@@ -271,12 +268,12 @@ static void node_inventory(gp_daemon *d, gp_node *n) {
                 }
                 bool up = g->g.healthy && (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING);
                 gp_sched_gpu_set_healthy(d->sched, g->sid, up);
-                gp_sched_gpu_set_drained(d->sched, g->sid, n->drain || n->state == GP_NODE_LEFT);
         }
+        gp_sched_node_set_drained(d->sched, n->name, n->drain);
         char labels[GP_LABELS_MAX + 80], canon[GP_LABELS_MAX], err[160];
         snprintf(labels, sizeof(labels), "%s%sgpupool/node=%s", n->labels, n->labels[0] ? "," : "", n->name);
         if (gp_labels_canon(labels, canon, sizeof(canon), err, sizeof(err)) == 0)
-                sched_labels(d, n->name, canon);
+                gp_sched_node_set_labels(d->sched, n->name, canon);
 }
 
 static void set_gpus(gp_node *n, const gp_proto_gpu *g, int ng) {
@@ -535,6 +532,8 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
                 }
                 if (n->state != GP_NODE_LEFT)
                         node_inventory(d, n);
+                else
+                        set_gpus(n, NULL, 0); /* left: its GPUs are not the pool's */
                 hb_touch(ns, n, now); /* node_timeout_s of grace from the server's start */
         }
         ns->index_dirty = false;
@@ -734,6 +733,20 @@ void gp_nodes_tick(gp_daemon *d, int64_t now) {
                 snprintf(why, sizeof(why), "node %s lost: no heartbeat for %d s", n->name, d->cfg.node_timeout_s);
                 gp_warn("%s", why);
                 node_gone(d, n, why);
+        }
+}
+
+void gp_nodes_settle(gp_daemon *d) {
+        gp_nodes *ns = d->nodes;
+        for (size_t i = 0; i < ns->n; i++) {
+                gp_node *n = ns->v[i];
+                if (!n->leaving)
+                        continue;
+                int rc = gp_sched_node_remove(d->sched, n->name);
+                if (rc == 0 || rc == -ENOENT)
+                        n->leaving = false;
+                else if (rc != -EBUSY)
+                        gp_warn("node %s: its GPUs could not leave the pool: %s", n->name, gp_strerror(rc));
         }
 }
 
@@ -1190,9 +1203,7 @@ static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
                 n->drain = nc->op == GP_NODE_OP_DRAIN;
                 if (n->state != GP_NODE_LOST)
                         n->state = n->drain ? GP_NODE_DRAINING : GP_NODE_READY;
-                for (int i = 0; i < n->ngpus; i++)
-                        if (n->gpus[i].sid != UINT32_MAX)
-                                gp_sched_gpu_set_drained(d->sched, n->gpus[i].sid, n->drain);
+                gp_sched_node_set_drained(d->sched, n->name, n->drain);
                 break;
         case GP_NODE_OP_REMOVE: {
                 char why[GP_REASON_MAX];
@@ -1214,9 +1225,7 @@ static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
                 n->left_ms = now;
                 n->cred[0] = '\0';
                 gp_list_del(&n->hb);
-                for (int i = 0; i < n->ngpus; i++)
-                        if (n->gpus[i].sid != UINT32_MAX)
-                                gp_sched_gpu_set_drained(d->sched, n->gpus[i].sid, true);
+                n->leaving = true; /* its GPUs leave the inventory once its tasks let go (gp_nodes_settle) */
                 break;
         }
         default:

@@ -121,6 +121,9 @@ void gp_nodes_forget(struct gp_daemon *d, const gp_task *t);
 void gp_nodes_tick(struct gp_daemon *d, int64_t now);
 /* The earliest time gp_nodes_tick has something to do (INT64_MAX: none). */
 int64_t gp_nodes_next_ms(struct gp_daemon *d);
+/* Removed nodes whose tasks have let go leave the scheduler's inventory
+ * (after the daemon applied the events). */
+void gp_nodes_settle(struct gp_daemon *d);
 /* Answer every held sync whose node has something to send (after a
  * batch is applied and after its effects are released). */
 void gp_nodes_flush(struct gp_daemon *d, uint64_t gen);

@@ -170,11 +170,11 @@ static int parse_elastic(json_t *v, json_t *gpu_request, gp_task *t, char *err, 
         int64_t min = t->gpu_request, max;
         int rc;
         if ((x = json_object_get(v, "min_gpus")) &&
-            (rc = get_int(x, "elastic.min_gpus", 1, GP_MAX_GANG - 1, &min, err, errlen)) < 0)
+            (rc = get_int(x, "elastic.min_gpus", 1, GP_NODE_MAX_GPUS - 1, &min, err, errlen)) < 0)
                 return rc;
         if (!(x = json_object_get(v, "max_gpus")))
                 return fail(err, errlen, "elastic.max_gpus: missing");
-        if ((rc = get_int(x, "elastic.max_gpus", 2, GP_MAX_GANG, &max, err, errlen)) < 0)
+        if ((rc = get_int(x, "elastic.max_gpus", 2, GP_NODE_MAX_GPUS, &max, err, errlen)) < 0)
                 return rc;
         if (max <= min)
                 return fail(err, errlen, "elastic: max_gpus (%" PRId64 ") must be greater than min_gpus (%" PRId64 ")",
@@ -287,7 +287,7 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
             (rc = get_str(v, "gpu_model", t.gpu_model, sizeof(t.gpu_model), err, errlen)) < 0)
                 goto out;
         if ((v = json_object_get(root, "gpu_request"))) {
-                if ((rc = get_int(v, "gpu_request", 1, GP_MAX_GANG, &x, err, errlen)) < 0)
+                if ((rc = get_int(v, "gpu_request", 1, GP_MAX_GPUS, &x, err, errlen)) < 0)
                         goto out;
                 t.gpu_request = (int)x;
         }

@@ -31,6 +31,7 @@ typedef struct jstate {
         int64_t run_len_ms;        /* length of the current run (remaining + overhead) */
         int64_t run_start_ms;
         uint32_t gen;
+        int held;                  /* GPUs held while running (whole nodes: more than asked) */
         bool started, running;
 } jstate;
 
@@ -107,6 +108,8 @@ void gp_sim_node_name(int k, int nodes, char *buf, size_t size) {
 void gp_sim_result_free(gp_sim_result *r) {
         if (!r)
                 return;
+        for (size_t i = 0; r->jobs && i < r->n; i++)
+                free(r->jobs[i].gpus);
         free(r->jobs);
         free(r->tenant_gpu_ms);
         free(r->tenant_contended_gpu_ms);
@@ -218,7 +221,7 @@ static int apply(sim *m, const gp_sched_decision *d, size_t nd, int64_t t, char 
                 gp_sim_job_result *jr = &m->r->jobs[k];
                 switch (d[i].kind) {
                 case GP_DECIDE_START:
-                        if (js->running || d[i].n_gpus != j->gpus) {
+                        if (js->running || d[i].n_gpus < j->gpus) {
                                 set_err(err, errlen, "core started job %zu twice or on %d GPUs", k, d[i].n_gpus);
                                 return -EINVAL;
                         }
@@ -226,7 +229,10 @@ static int apply(sim *m, const gp_sched_decision *d, size_t nd, int64_t t, char 
                                 js->started = true;
                                 jr->start_ms = t;
                                 jr->start_seq = m->nstarted++;
+                                if (!(jr->gpus = malloc((size_t)d[i].n_gpus * sizeof(uint32_t))))
+                                        return -ENOMEM;
                                 memcpy(jr->gpus, d[i].gpus, (size_t)d[i].n_gpus * sizeof(uint32_t));
+                                jr->n_gpus = d[i].n_gpus;
                                 js->run_len_ms = js->remaining_ms;
                         } else {
                                 js->run_len_ms = js->remaining_ms + m->o->restart_overhead_ms;
@@ -235,8 +241,9 @@ static int apply(sim *m, const gp_sched_decision *d, size_t nd, int64_t t, char 
                         js->run_start_ms = t;
                         if (heap_push(&m->ends, (end_ent){t + js->run_len_ms, k, js->gen}) < 0)
                                 return -ENOMEM;
-                        m->busy += j->gpus;
-                        m->tenant_busy[j->tenant] += j->gpus;
+                        js->held = d[i].n_gpus;
+                        m->busy += js->held;
+                        m->tenant_busy[j->tenant] += js->held;
                         m->queued--;
                         m->running++;
                         break;
@@ -254,8 +261,8 @@ static int apply(sim *m, const gp_sched_decision *d, size_t nd, int64_t t, char 
                         js->gen++;
                         jr->preemptions++;
                         m->r->preemptions++;
-                        m->busy -= j->gpus;
-                        m->tenant_busy[j->tenant] -= j->gpus;
+                        m->busy -= js->held;
+                        m->tenant_busy[j->tenant] -= js->held;
                         m->queued++;
                         m->running--;
                         break;
@@ -325,8 +332,8 @@ static int replay(sim *m, char *err, size_t errlen) {
                         js->remaining_ms = 0;
                         r->jobs[e.job].finish_ms = t;
                         r->last_finish_ms = t;
-                        m->busy -= j->gpus;
-                        m->tenant_busy[j->tenant] -= j->gpus;
+                        m->busy -= js->held;
+                        m->tenant_busy[j->tenant] -= js->held;
                         m->running--;
                 }
                 /* arrivals at t */

@@ -30,7 +30,7 @@
 typedef struct gp_sim_job {
         int64_t submit_ms;           /* >= 0, non-decreasing over the array */
         int64_t duration_ms;         /* > 0: run time when never preempted */
-        int gpus;                    /* 1..GP_MAX_GANG and <= gpus_per_node */
+        int gpus;                    /* 1..GP_MAX_GPUS; more than gpus_per_node: whole nodes */
         int priority;                /* 0..9 */
         uint32_t tenant;             /* index into options.tenant_names */
 } gp_sim_job;
@@ -67,7 +67,9 @@ typedef struct gp_sim_job_result {
         int64_t finish_ms;
         int preemptions;
         size_t start_seq;            /* rank of its first START among all first starts (0-based) */
-        uint32_t gpus[GP_MAX_GANG];  /* GPUs (gp_sim_result.gpu_labels index) of the first start */
+        uint32_t *gpus;              /* GPUs (gp_sim_result.gpu_labels index) of the first start,
+                                        n_gpus of them (a multi-node job: every GPU of its nodes) */
+        int n_gpus;
 } gp_sim_job_result;
 
 typedef struct gp_sim_sample {

@@ -44,14 +44,15 @@ static const char USAGE[] =
         "  --trace FILE            the trace (required)\n"
         "  --gpus N                cluster size (or --nodes N x --gpus-per-node)\n"
         "  --nodes N               number of nodes (default: gpus / gpus-per-node, rounded up)\n"
-        "  --gpus-per-node N       GPUs per node, 1..256 (default 8); a job runs on one node\n"
+        "  --gpus-per-node N       GPUs per node, 1..256 (default 8); a job wider than a\n"
+        "                          node takes whole nodes, as few as possible\n"
         "  --config FILE           gpupool YAML config: scheduler (policy, weights, backfill,\n"
         "                          preemption, fair share), tenants and groups, gpus.sim[0]\n"
         "  --policy LIST           fifo, strict, hybrid, las, sef, or all (default: the config's)\n"
         "  --placement P           pack or spread (default: the config's)\n"
         "  --backfill on|off|both  (default: the config's)\n"
         "  --map FILE              tenant map: lines 'tenant,priority[,new_tenant]', '*' = default\n"
-        "  --oversize error|skip   a job wider than a node: fail (default) or leave it out\n"
+        "  --oversize error|skip   a job wider than the cluster: fail (default) or leave it out\n"
         "  --estimates none|exact  tell the scheduler each job's run time (default none)\n"
         "  --las-thresholds LIST   LAS queue limits in GPU-seconds (default 3600,36000)\n"
         "  --las-min-run S         least run time before a LAS preemption (default: config, 60)\n"
@@ -473,7 +474,7 @@ static int write_jobs(const char *path, const run *runs, int nruns, const gp_tra
                         fprintf(f, "%s,%s,%" PRId64 ",%s,%d,%d,%s,%s,%s,%s,%s,%s,%d,%zu,", policy_name(runs[i].policy),
                                 runs[i].backfill ? "on" : "off", tr->jobs[k].job_id, tenant_names[j->tenant],
                                 j->priority, j->gpus, sub, dur, st, fin, jct, wait, jr->preemptions, jr->start_seq);
-                        for (int g = 0; g < j->gpus; g++)
+                        for (int g = 0; g < jr->n_gpus; g++)
                                 fprintf(f, "%s%s", g ? " " : "", r->gpu_labels[jr->gpus[g]]);
                         fputc('\n', f);
                 }
@@ -524,17 +525,19 @@ int gp_simulate_main(int argc, char **argv) {
                 fprintf(stderr, "gpupool simulate: %s\n", err);
                 goto out;
         }
-        int max_gpus = (int)(o.gpn < GP_MAX_GANG ? o.gpn : GP_MAX_GANG);
+        /* a job wider than a node takes whole nodes: only one wider than
+         * the cluster (or than one task may hold) cannot run */
+        int max_gpus = (int)(o.gpus < GP_MAX_GPUS ? o.gpus : GP_MAX_GPUS);
         char why[96];
-        if (o.gpn <= GP_MAX_GANG)
-                snprintf(why, sizeof(why), "a job runs on one node, and nodes have %" PRId64 " GPUs", o.gpn);
+        if (o.gpus <= GP_MAX_GPUS)
+                snprintf(why, sizeof(why), "the cluster has %" PRId64 " GPUs", o.gpus);
         else
-                snprintf(why, sizeof(why), "the scheduler gives one task at most %d GPUs", GP_MAX_GANG);
+                snprintf(why, sizeof(why), "the scheduler gives one task at most %d GPUs", GP_MAX_GPUS);
         gp_trace_limits lim = {.max_gpus = max_gpus, .max_gpus_why = why, .skip_oversize = o.skip_oversize};
         if ((rc = gp_trace_load(o.trace, &lim, &tr, err, sizeof(err))) < 0) {
                 fprintf(stderr, "gpupool simulate: %s\n", err);
                 if (rc == -GP_EPARSE && strstr(err, "num_gpus") && strstr(err, "more than"))
-                        fprintf(stderr, "(use --oversize skip to leave such jobs out, or a larger --gpus-per-node)\n");
+                        fprintf(stderr, "(use --oversize skip to leave such jobs out, or a larger --gpus)\n");
                 goto out;
         }
 

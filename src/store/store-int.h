@@ -69,7 +69,7 @@ typedef struct store_row {
 /* Decode and validate one tasks row into *ret (owned by the caller, who
  * calls gp_task_done).  Never overflows a fixed buffer: a string too long,
  * an unknown state name, a bad integer, gpus JSON that is invalid or has
- * more than GP_MAX_GANG entries give -GP_ESTORE with the column named in
+ * more than GP_MAX_GPUS entries give -GP_ESTORE with the column named in
  * s->errmsg.  -ENOMEM possible.  *ret written only on success. */
 int store_task_from_row(gp_store *s, const store_row *row, gp_task *ret);
 
@@ -201,7 +201,7 @@ typedef struct store_schema_ops {
 int store_migrate(gp_store *s, const store_schema_ops *ops);
 
 /* Check a record before writing it: state in range, n_gpus in
- * 0..GP_MAX_GANG with gpus set when > 0, every fixed string NUL-terminated
+ * 0..GP_MAX_GPUS with gpus set when > 0, every fixed string NUL-terminated
  * inside its buffer, spec within GP_STORE_SPEC_MAX.  0 or -EINVAL with the
  * reason in s->errmsg. */
 int store_task_check(gp_store *s, const gp_task *t);

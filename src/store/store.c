@@ -363,8 +363,8 @@ int store_task_check(gp_store *s, const gp_task *t) {
         const char *bad = NULL;
         if ((unsigned)t->state >= GP_TASK_STATE_COUNT)
                 bad = "state out of range";
-        else if (t->n_gpus < 0 || t->n_gpus > GP_MAX_GANG)
-                bad = "n_gpus outside 0..GP_MAX_GANG";
+        else if (t->n_gpus < 0 || t->n_gpus > GP_MAX_GPUS)
+                bad = "n_gpus outside 0..GP_MAX_GPUS";
         else if (t->n_gpus > 0 && !t->gpus)
                 bad = "n_gpus > 0 but gpus is NULL";
         else if (!str_fits(t->tenant, sizeof(t->tenant)) || !str_fits(t->name, sizeof(t->name)) ||
@@ -428,7 +428,7 @@ static int copy_json_str(char *dst, size_t size, json_t *v) {
 }
 
 /* Parse stored gpus JSON into a malloc'd array (NULL and 0 for "[]").
- * Rejects anything but an array of at most GP_MAX_GANG objects with node
+ * Rejects anything but an array of at most GP_MAX_GPUS objects with node
  * (string < GP_NODE_MAX), index (integer >= 0 that fits an int) and uuid
  * (string < GP_UUID_MAX), and text over GP_STORE_GPUS_JSON_MAX.
  * 0, -GP_EPARSE (reason in why), -ENOMEM. */
@@ -453,8 +453,8 @@ static int gpus_from_json(const char *text, size_t len, gp_task_gpu **ret, int *
                 goto out;
         }
         size_t n = json_array_size(root);
-        if (n > GP_MAX_GANG) {
-                snprintf(why, whylen, "gpus JSON has %zu entries, more than %d", n, GP_MAX_GANG);
+        if (n > GP_MAX_GPUS) {
+                snprintf(why, whylen, "gpus JSON has %zu entries, more than %d", n, GP_MAX_GPUS);
                 goto out;
         }
         if (n > 0) {
@@ -589,7 +589,7 @@ int store_task_from_row(gp_store *s, const store_row *row, gp_task *ret) {
             (r = row_i64(s, row, t.id, COL_HEARTBEAT_MS, INT64_MIN, INT64_MAX, &t.heartbeat_ms)) < 0 ||
             (r = row_i64(s, row, t.id, COL_SUP_PID, INT64_MIN, INT64_MAX, &t.sup_pid)) < 0 ||
             (r = row_i64(s, row, t.id, COL_SUP_START, INT64_MIN, INT64_MAX, &t.sup_start)) < 0 ||
-            (r = row_i64(s, row, t.id, COL_ELASTIC_MAX, 0, GP_MAX_GANG, &v)) < 0)
+            (r = row_i64(s, row, t.id, COL_ELASTIC_MAX, 0, GP_MAX_GPUS, &v)) < 0)
                 return r;
         t.elastic_max_gpus = (int)v;
         if ((r = row_i64(s, row, t.id, COL_BORROWING, 0, 1, &v)) < 0)

@@ -115,7 +115,7 @@ bool gp_store_full(gp_store *s);
 
 /* Insert or replace the whole record by id (spec and gpus included).
  * 0, -EINVAL (record that could not be read back: state out of range,
- * n_gpus outside 0..GP_MAX_GANG, a string not NUL-terminated, spec over
+ * n_gpus outside 0..GP_MAX_GPUS, a string not NUL-terminated, spec over
  * 1 MiB; nothing written) or -GP_ESTORE.  Inside a transaction a backend
  * may report a put the database refused at a later call of the same
  * transaction, at the latest at commit (PostgreSQL pipelines puts); either

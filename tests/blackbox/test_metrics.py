@@ -117,7 +117,7 @@ def test_metrics_pass_promtool_and_keep_labels_bounded(daemon):
     batch = submit(daemon, tenant_id="lab", gpu_request=2, command=["sleep", "1"])
     for i in range(70):
         submit(daemon, tenant_id="team-%02d" % i, lease_ttl_s=600)
-    refused = daemon.api("POST", "/api/v1/tasks", json={"gpu_request": 17}, timeout=10)
+    refused = daemon.api("POST", "/api/v1/tasks", json={"gpu_request": 1025}, timeout=10)
     assert refused.status_code == 400
     infeasible = daemon.api("POST", "/api/v1/tasks", json={"gpu_request": 8}, timeout=10)
     assert infeasible.status_code == 422

@@ -206,7 +206,7 @@ static void test_absurd_records_and_prices_are_refused_not_wrapped(void **st) {
         /* longer than ten years, or more GPUs than a gang may hold */
         gp_bill_segment s = seg(1, "A100", 1000, 0, GP_BILL_SPAN_MAX_MS + 1, GP_BILL_TASK_END);
         assert_int_equal(gp_bill_price(&p, &z, &s, 1, NULL, 0, &inv), -ERANGE);
-        s = seg(1, "A100", (GP_MAX_GANG + 1) * 1000, 0, H, GP_BILL_TASK_END);
+        s = seg(1, "A100", (GP_MAX_GPUS + 1) * 1000, 0, H, GP_BILL_TASK_END);
         assert_int_equal(gp_bill_price(&p, &z, &s, 1, NULL, 0, &inv), -ERANGE);
         /* the largest prices on the longest runs: more cents than int64 holds
          * (each such segment is 1.4e14 cents; 70000 of them pass 9.2e18) */
@@ -217,7 +217,7 @@ static void test_absurd_records_and_prices_are_refused_not_wrapped(void **st) {
         gp_bill_segment *many = calloc(N, sizeof(*many));
         assert_non_null(many);
         for (int i = 0; i < N; i++)
-                many[i] = seg(i + 1, "A100", GP_MAX_GANG * 1000, 0, GP_BILL_SPAN_MAX_MS, GP_BILL_TASK_END);
+                many[i] = seg(i + 1, "A100", GP_MAX_GPUS * 1000, 0, GP_BILL_SPAN_MAX_MS, GP_BILL_TASK_END);
         assert_int_equal(gp_bill_price(&p, &z, many, N, NULL, 0, &inv), -ERANGE);
         gp_bill_tokens t;
         memset(&t, 0, sizeof(t));

@@ -101,9 +101,9 @@ static void test_elastic_max_must_exceed_min_and_stay_within_a_gang(void **st) {
         assert_int_equal(gp_sched_enqueue(s, &r), -EINVAL);
         r = erq(1, "t", 5, 2, -1);
         assert_int_equal(gp_sched_enqueue(s, &r), -EINVAL);
-        r = erq(1, "t", 5, 2, GP_MAX_GANG + 1);
+        r = erq(1, "t", 5, 2, GP_NODE_MAX_GPUS + 1);
         assert_int_equal(gp_sched_enqueue(s, &r), -EINVAL);
-        r = erq(1, "t", 5, 2, GP_MAX_GANG);
+        r = erq(1, "t", 5, 2, GP_NODE_MAX_GPUS);
         assert_int_equal(gp_sched_enqueue(s, &r), 0);
         r = rq(2, "t", 5, 2); /* 0: not elastic */
         assert_int_equal(gp_sched_enqueue(s, &r), 0);
@@ -746,7 +746,7 @@ typedef struct ptask {
         int tenant;
         bool preemptible;
         int n;                     /* GPUs held as last reported (0 = not running) */
-        uint32_t gpus[GP_MAX_GANG];
+        uint32_t gpus[GP_NODE_MAX_GPUS];
 } ptask;
 
 static void check_invariants(gp_sched *s, const ptask *pt, const int64_t *live, int nlive, int64_t now) {
@@ -923,7 +923,7 @@ static prop_stats random_elastic_workload(gp_sched_policy policy, bool preemptio
                 /* bounded: every preemption or shrink is for a start of this
                  * run; a shrink gives at least one GPU the started task
                  * takes; each task grows at most once per run (above) */
-                assert_true(changes <= GP_MAX_GANG * starts);
+                assert_true(changes <= GP_NODE_MAX_GPUS * starts);
                 assert_true(shrinks <= started_gpus);
                 assert_true(grows <= nlive);
                 check_invariants(s, pt, live, nlive, now);

@@ -179,7 +179,7 @@ static void test_bad_requests_are_refused(void **st) {
         assert_int_equal(gp_sched_enqueue(s, &r), -EINVAL);
         r = req(1, 5, 0, 0);
         assert_int_equal(gp_sched_enqueue(s, &r), -EINVAL);
-        r = req(1, 5, GP_MAX_GANG + 1, 0);
+        r = req(1, 5, GP_MAX_GPUS + 1, 0);
         assert_int_equal(gp_sched_enqueue(s, &r), -EINVAL);
         r = req(1, 5, 1, -5);
         assert_int_equal(gp_sched_enqueue(s, &r), -EINVAL);

@@ -257,7 +257,7 @@ static gp_task make_full_task(int64_t id) {
         t.heartbeat_ms = INT64_MIN;
         t.sup_pid = 4242;
         t.sup_start = 987654321;
-        t.elastic_max_gpus = GP_MAX_GANG;
+        t.elastic_max_gpus = GP_MAX_GPUS;
         t.spec = strdup("{\"command\":[\"python3\",\"train.py\",\"--x=\\\"y\\\"\"],"
                         "\"env\":{\"K\":\"V \xe4\xb8\xad\"},\"workdir\":\"/data\"}");
         t.n_gpus = 3;
@@ -959,9 +959,9 @@ static void test_invalid_record_is_refused_and_nothing_written(void **state) {
         FX(state);
         gp_store *s = open_store(fx);
         gp_task t = make_task(9, "a", GP_TASK_RUNNING);
-        gp_task_gpu gpus[GP_MAX_GANG + 1];
+        gp_task_gpu gpus[GP_MAX_GPUS + 1];
         memset(gpus, 0, sizeof(gpus));
-        t.n_gpus = GP_MAX_GANG + 1;
+        t.n_gpus = GP_MAX_GPUS + 1;
         t.gpus = gpus;
         assert_int_equal(gp_store_task_put(s, &t), -EINVAL);
         assert_non_null(strstr(gp_store_errmsg(s), "n_gpus"));

@@ -1137,9 +1137,11 @@ int gp_agent_main(int argc, char **argv) {
                 return 1;
         for (int i = 0; i < a->n_nodes; i++) {
                 node *n = &a->nodes[i];
-                if (a->sim)
-                        snprintf(n->name, sizeof(n->name), "%s-%04d", base, i);
-                else
+                if (a->sim) {
+                        char tmp[GP_NODE_MAX + 16]; /* base was cut to fit NAME-0000 */
+                        snprintf(tmp, sizeof(tmp), "%s-%04d", base, i);
+                        gp_strlcpy(n->name, tmp, sizeof(n->name));
+                } else
                         gp_strlcpy(n->name, base, sizeof(n->name));
                 n->need_full = true;
                 n->heartbeat_s = a->cfg.agent_heartbeat_s;

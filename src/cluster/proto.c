@@ -292,6 +292,7 @@ int gp_proto_labels_from_json(const json_t *obj, char out[GP_LABELS_MAX], char *
         size_t o = 0;
         const char *k;
         json_t *v;
+        flat[0] = '\0';
         json_object_foreach((json_t *)obj, k, v) {
                 size_t kn = strlen(k);
                 if (!gp_label_key_ok(k, kn))

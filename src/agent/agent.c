@@ -336,6 +336,7 @@ static void scan_runs(agent *a, node *n) {
         struct dirent *e;
         if (!d)
                 return;
+        /* cppcheck-suppress readdirCalled ; one thread reads this directory stream */
         while ((e = readdir(d))) {
                 gp_proto_run_id id;
                 if (e->d_name[0] == '.' || gp_agent_run_name_parse(e->d_name, &id) < 0)

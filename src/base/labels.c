@@ -72,7 +72,8 @@ int gp_labels_canon(const char *in, char *out, size_t size, char *err, size_t er
                         return -EINVAL;
                 }
         }
-        qsort(s, n, sizeof(*s), span_cmp);
+        if (n > 1)
+                qsort(s, n, sizeof(*s), span_cmp);
         size_t need = 1;
         for (size_t i = 0; i < n; i++) {
                 if (i > 0 && span_cmp(&s[i - 1], &s[i]) == 0) {

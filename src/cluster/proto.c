@@ -780,12 +780,16 @@ int gp_proto_start_copy(const gp_proto_start *s, gp_proto_start *ret) {
         c.workdir = strdup(s->workdir ? s->workdir : "");
         c.n_argv = c.n_env = 0;
         bool ok = c.argv && c.env && c.workdir;
-        for (int i = 0; ok && i < s->n_argv; i++)
-                if ((ok = (c.argv[i] = strdup(s->argv[i])) != NULL))
-                        c.n_argv++;
-        for (int i = 0; ok && i < s->n_env; i++)
-                if ((ok = (c.env[i] = strdup(s->env[i])) != NULL))
-                        c.n_env++;
+        for (int i = 0; ok && i < s->n_argv; i++) {
+                c.argv[i] = strdup(s->argv[i]);
+                ok = c.argv[i] != NULL;
+                c.n_argv += ok;
+        }
+        for (int i = 0; ok && i < s->n_env; i++) {
+                c.env[i] = strdup(s->env[i]);
+                ok = c.env[i] != NULL;
+                c.n_env += ok;
+        }
         if (!ok) {
                 if (!c.argv)
                         c.n_argv = 0;

@@ -1091,7 +1091,7 @@ static int parse_node_labels(struct ctx *c, const struct field *f, void *base, c
         gp_config *cfg = base;
         char flat[GP_LABELS_N * (2 * GP_LABEL_PART_MAX + 2) + 1], canon[sizeof(cfg->node_labels)], d[96], why[200];
         size_t o = 0;
-        int n = 0, r = 0;
+        int n = 0, r;
         flat[0] = '\0';
         memset(canon, 0, sizeof(canon));
         if (is_null(ev)) {

@@ -621,6 +621,22 @@ static int start_of(gp_daemon *d, const gp_task *t, const gp_node *n, int rank, 
         return 0;
 }
 
+/* Is a preempted run still stopping on n?  Then nothing starts there (its
+ * GPUs are not free until it has), as on node local (daemon.c). */
+static bool preempting(const gp_node *n) {
+        size_t pos = 0;
+        void *v;
+        while ((v = gp_i64map_next(&n->stopping, &pos, NULL)))
+                if ((((intptr_t)v - 1) & 3) == GP_PROTO_STOP_PREEMPT)
+                        return true;
+        return false;
+}
+
+/* Has n anything to be sent now? */
+static bool sendable(const gp_node *n) {
+        return n->nostop || (n->nostart && !preempting(n));
+}
+
 /* The answer to a sync of node n with seq: the exited runs of msg that
  * are no longer current are acknowledged (their end is stored), and what
  * waits for n goes out.  Takes n's outbox.  NULL when out of memory. */
@@ -637,7 +653,7 @@ static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto
                                 a.ack[a.n_ack++] = r->id;
                 }
         }
-        if (n->nostart) {
+        if (n->nostart && !preempting(n)) {
                 a.start = calloc(n->nostart, sizeof(*a.start));
                 if (!a.start)
                         oom();
@@ -703,7 +719,7 @@ void gp_nodes_flush(gp_daemon *d, uint64_t gen) {
         gp_nodes *ns = d->nodes;
         GP_LIST_FOR_EACH_SAFE(l, &ns->held) {
                 gp_node *n = GP_LIST_ENTRY(l, gp_node, hl);
-                if (n->nostart || n->nostop)
+                if (sendable(n))
                         answer_held(d, n, gen, true);
         }
 }
@@ -963,8 +979,11 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                 }
                 /* exited: the end of a current run is the task's business;
                  * any other is only acknowledged */
-                gp_i64map_del(&n->seen, r->id.task);
-                gp_i64map_del(&n->stopping, r->id.task);
+                if ((intptr_t)gp_i64map_get(&n->seen, r->id.task) == r->id.epoch)
+                        gp_i64map_del(&n->seen, r->id.task);
+                intptr_t st = (intptr_t)gp_i64map_get(&n->stopping, r->id.task);
+                if (st && ((st - 1) >> 2) == r->id.epoch)
+                        gp_i64map_del(&n->stopping, r->id.task);
                 if (cur) {
                         gp_node_ev *e = event(ns, GP_NODE_EV_RUN_ENDED, r->id.task, r->id.rank);
                         e->result = r->result;
@@ -994,6 +1013,19 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                         }
                 }
                 free(ids);
+                /* a stop waits for a run's end; a run the agent does not hold has none to come */
+                size_t pos = 0;
+                int64_t task;
+                void *v;
+                while ((v = gp_i64map_next(&n->stopping, &pos, &task))) {
+                        bool held = false;
+                        for (int j = 0; j < m->n_runs && !held; j++)
+                                held = m->runs[j].id.task == task;
+                        if (!held) {
+                                gp_i64map_del(&n->stopping, task);
+                                pos = 0; /* the map changed under the walk: start again */
+                        }
+                }
                 n->synced = true;
         } else if (!n->synced) {
                 rp->want_full = true;
@@ -1433,7 +1465,7 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
                 pthread_mutex_unlock(&d->lock);
                 return post(r, nc);
         }
-        if (n->nostart == 0 && n->nostop == 0 && m->wait_ms > 0) {
+        if (!sendable(n) && m->wait_ms > 0) {
                 int64_t wait = m->wait_ms;
                 if (wait > (int64_t)d->cfg.node_timeout_s * 500)
                         wait = (int64_t)d->cfg.node_timeout_s * 500;

@@ -205,7 +205,7 @@ static const struct {
          "replay a job trace through the scheduler offline"},
         {"agent", "gpupool agent --server URL[,URL...] --token TOKEN [--config FILE] [--name NODE] [--listen ADDR:PORT] "
                   "[--data-dir DIR] [--sim-nodes N]",
-         "join this machine to a server as a node and run its tasks here (see docs/deployment.md)"},
+         "join this machine to a server as a node (see docs/deployment.md)"},
 };
 
 static const char client_opts_help[] =

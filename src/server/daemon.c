@@ -2139,6 +2139,8 @@ static int open_gpus(gp_daemon *d, char *err, size_t errlen) {
                 gp_sched_gpu_set_load(d->sched, d->gpu_ids[i], info[i].util_pct, info[i].temp_c);
         }
         d->ngpus = n;
+        if (n > 0) /* every node carries its name as a label (node_selector gpupool/node=local) */
+                gp_sched_node_set_labels(d->sched, LOCAL_NODE, "gpupool/node=" LOCAL_NODE);
         for (size_t i = 0; i < n; i++)
                 for (size_t j = i + 1; j < n; j++) {
                         int dist;

@@ -782,7 +782,7 @@ static void expect_corrupt(fixture *fx, gp_store *s, int64_t id, const char *col
 static void test_corrupt_rows_are_reported_not_crashed_on(void **state) {
         FX(state);
         gp_store *s = open_store(fx);
-        char sql[2048];
+        static char sql[80000]; /* the longest: GP_MAX_GPUS + 1 gpus entries */
         put_simple(s, 1, "a", GP_TASK_QUEUED);
         gp_task full = make_full_task(2);
         put_ok(s, &full);
@@ -802,14 +802,14 @@ static void test_corrupt_rows_are_reported_not_crashed_on(void **state) {
                 {"gpus", "'[{\"node\":\"n\",\"index\":1}]'"},
                 {"tenant", NULL}, /* 300 bytes: filled below */
                 {"reason", NULL},
-                {"gpus", NULL},   /* 17 entries */
+                {"gpus", NULL},   /* GP_MAX_GPUS + 1 entries */
                 {"gpus", NULL},   /* node too long */
                 {"priority", "1099511627776"},
                 {"exclusive", "2"},
                 {"exit_code", "-1099511627776"},
         };
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-                char big[1024];
+                static char big[72000];
                 const char *bad = cases[i].bad;
                 if (!bad && (strcmp(cases[i].column, "tenant") == 0 || strcmp(cases[i].column, "reason") == 0)) {
                         memset(big, 'x', 300);
@@ -819,7 +819,7 @@ static void test_corrupt_rows_are_reported_not_crashed_on(void **state) {
                         bad = big;
                 } else if (!bad && i == 9) {
                         size_t n = (size_t)snprintf(big, sizeof(big), "'[");
-                        for (int g = 0; g < 17; g++)
+                        for (int g = 0; g < GP_MAX_GPUS + 1; g++)
                                 n += (size_t)snprintf(big + n, sizeof(big) - n,
                                                       "%s{\"node\":\"n\",\"index\":%d,\"uuid\":\"u\"}",
                                                       g ? "," : "", g);

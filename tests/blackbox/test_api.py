@@ -87,8 +87,9 @@ def test_inventory_health_and_scheduler_stats_answer_with_the_backend(daemon):
     for path, check in (
             ("/healthz", lambda j: j["status"] == "ok"),
             ("/readyz", lambda j: j["status"] == "ready"),
-            ("/api/v1/nodes", lambda j: j["nodes"] == [{"name": "local", "gpus": 4, "gpus_healthy": 4,
-                                                          "state": "up", "backend": "sim"}]),
+            ("/api/v1/nodes", lambda j: [(n["name"], n["state"], n["gpus_total"], n["backend"],
+                                          sum(g["healthy"] for g in n["gpus"])) for n in j["nodes"]]
+             == [("local", "ready", 4, "sim", 4)]),
             ("/api/v1/queue", lambda j: j["total"] == 0 and j["tasks"] == []),
             ("/admin/scheduler/stats", lambda j: len(j["queue_stats"]) == 10 and j["total_queued_now"] == 0
              and j["queue_stats"][0]["priority"] == 0 and j["queue_stats"][0]["max_depth"] > 0

@@ -106,7 +106,7 @@ def test_one_day_slices_replay_sane_and_deterministic(trace, gpus, extra):
     assert a.stdout == b.stdout, "two replays of the same input differ"
     out = json.loads(a.stdout)
     jobs = read_trace(trace)
-    kept = [j for j in jobs if int(j["num_gpus"]) <= 8]
+    kept = [j for j in jobs if int(j["num_gpus"]) <= int(gpus)]  # wider than a node: whole nodes
     assert out["jobs"] == len(kept)
     assert out["skipped_jobs"] == len(jobs) - len(kept)
     ntenants = len({j["tenant"] for j in kept})
@@ -168,9 +168,12 @@ def test_bad_input_is_refused_with_file_line_and_exit_codes(tmp_path):
     assert p.returncode == 1
     assert "bad.csv:3: duration_s" in p.stderr
     wide = tmp_path / "wide.csv"
-    wide.write_text("job_id,submit_time_s,duration_s,num_gpus,tenant\n0,0,10,16,a\n")
+    wide.write_text("job_id,submit_time_s,duration_s,num_gpus,tenant\n0,0,10,128,a\n")
     p = simulate("--trace", wide, "--gpus", 64, check=False)
     assert p.returncode == 1 and "wide.csv:2: num_gpus" in p.stderr and "--oversize skip" in p.stderr
+    # wider than a node but not than the cluster: runs on whole nodes
+    wide.write_text("job_id,submit_time_s,duration_s,num_gpus,tenant\n0,0,10,12,a\n")
+    assert simulate("--trace", wide, "--gpus", 64, check=False).returncode == 0
     assert simulate("--trace", bad, check=False).returncode == 2            # no --gpus
     assert simulate("--gpus", 4, check=False).returncode == 2               # no --trace
     assert simulate("--trace", bad, "--gpus", 4, "--policy", "sjf", check=False).returncode == 2

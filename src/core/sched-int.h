@@ -145,6 +145,7 @@ typedef struct snode {
         uint64_t wkinds;           /* kinds of those GPUs */
         uint32_t *labels;          /* interned "k=v" ids (s->labels), sorted */
         int nlabels;
+        unsigned allow;            /* GP_SCHED_NODE_MULTI | GP_SCHED_NODE_ELASTIC: what else it may hold */
 } snode;
 
 struct stask {
@@ -481,7 +482,8 @@ static inline bool labels_hold(const snode *n, const uint32_t *ids, int k) {
 
 /* Does node ni carry every label t's node_selector asks for? */
 static inline bool sel_ok(const gp_sched *s, const stask *t, uint32_t ni) {
-        return !t->nsel || labels_hold(&s->nodes[ni], t->sel, t->nsel);
+        return (!t->nsel || labels_hold(&s->nodes[ni], t->sel, t->nsel)) &&
+               (!t->nmax || (s->nodes[ni].allow & GP_SCHED_NODE_ELASTIC));
 }
 
 static inline bool kind_ok(const stask *t, const sgpu *g) {

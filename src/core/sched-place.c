@@ -362,6 +362,7 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
                 if (!(n->name = strdup(d->node)))
                         return -ENOMEM;
                 n->iprev = n->inext = NIL;
+                n->allow = GP_SCHED_NODE_MULTI | GP_SCHED_NODE_ELASTIC;
                 ni = s->nnodes++;
                 uint32_t *mn = grow(s->mn, sizeof(uint32_t), &s->mn_cap, s->nnodes);
                 if (!mn)
@@ -523,6 +524,17 @@ int gp_sched_node_set_drained(gp_sched *s, const char *node, bool drained) {
         const snode *nd = &s->nodes[ni];
         for (int i = 0; i < nd->ngpus; i++)
                 gp_sched_gpu_set_drained(s, nd->gpus[i], drained);
+        return 0;
+}
+
+int gp_sched_node_set_allow(gp_sched *s, const char *node, unsigned allow) {
+        uint32_t ni;
+        if (!node || find_node(s, node, &ni) < 0)
+                return -ENOENT;
+        if (allow & ~(unsigned)(GP_SCHED_NODE_MULTI | GP_SCHED_NODE_ELASTIC))
+                return -EINVAL;
+        s->nodes[ni].allow = allow;
+        s->node_gen++; /* cached multi-node answers and memos see it */
         return 0;
 }
 
@@ -985,7 +997,7 @@ SCHED_PRIVATE void multi_refresh(gp_sched *s, stask *t) {
  * Every GPU it would hold matches t's kinds and holds t's memory. */
 static bool whole_node_ok(const gp_sched *s, const stask *t, uint32_t ni) {
         const snode *nd = &s->nodes[ni];
-        if (nd->size == 0 || (nd->wkinds & ~t->kinds) || !sel_ok(s, t, ni))
+        if (nd->size == 0 || (nd->wkinds & ~t->kinds) || !(nd->allow & GP_SCHED_NODE_MULTI) || !sel_ok(s, t, ni))
                 return false;
         if (t->mem > 0)
                 for (int i = 0; i < nd->ngpus; i++) {

@@ -142,8 +142,10 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
                 if (!labels_hold(nd, sel, nsel))
                         continue;
                 sel_seen = true;
+                if (r->elastic_max_gpus && !(nd->allow & GP_SCHED_NODE_ELASTIC))
+                        continue;
                 int cnt = 0, cnt_kind = 0;
-                bool whole = nd->size > 0 && !(nd->wkinds & ~kinds);
+                bool whole = nd->size > 0 && !(nd->wkinds & ~kinds) && (nd->allow & GP_SCHED_NODE_MULTI);
                 for (int i = 0; i < nd->ngpus; i++) {
                         const sgpu *g = &s->gpus[nd->gpus[i]];
                         if (g->reserved || g->removed)

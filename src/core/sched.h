@@ -207,6 +207,14 @@ int gp_sched_node_set_drained(gp_sched *s, const char *node, bool drained);
  * runs on one of its GPUs: requeue or remove it first; nothing changed).
  * Removing a removed node again is 0. */
 int gp_sched_node_remove(gp_sched *s, const char *node);
+/* What a node may hold besides one-node tasks that are not elastic
+ * (both, unless set): a part of a multi-node task (GP_SCHED_NODE_MULTI),
+ * an elastic task (GP_SCHED_NODE_ELASTIC).  The daemon keeps multi-node
+ * tasks off its own GPUs (node local) and elastic tasks on them only.
+ * 0, -ENOENT, -EINVAL (another bit). */
+#define GP_SCHED_NODE_MULTI 1u
+#define GP_SCHED_NODE_ELASTIC 2u
+int gp_sched_node_set_allow(gp_sched *s, const char *node, unsigned allow);
 /* Nodes with at least one GPU that is not removed. */
 int gp_sched_node_count(const gp_sched *s);
 /* Ids of a node's GPUs (removed ones included), in the order added:

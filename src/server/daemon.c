@@ -2139,8 +2139,13 @@ static int open_gpus(gp_daemon *d, char *err, size_t errlen) {
                 gp_sched_gpu_set_load(d->sched, d->gpu_ids[i], info[i].util_pct, info[i].temp_c);
         }
         d->ngpus = n;
-        if (n > 0) /* every node carries its name as a label (node_selector gpupool/node=local) */
+        if (n > 0) {
+                /* every node carries its name as a label (node_selector gpupool/node=local); the
+                 * server's own GPUs take elastic tasks (their supervisors here are told of
+                 * resizes) and no part of a multi-node task (its ranks run under agents) */
                 gp_sched_node_set_labels(d->sched, LOCAL_NODE, "gpupool/node=" LOCAL_NODE);
+                gp_sched_node_set_allow(d->sched, LOCAL_NODE, GP_SCHED_NODE_ELASTIC);
+        }
         for (size_t i = 0; i < n; i++)
                 for (size_t j = i + 1; j < n; j++) {
                         int dist;

@@ -270,6 +270,9 @@ static void node_inventory(gp_daemon *d, gp_node *n) {
                 gp_sched_gpu_set_healthy(d->sched, g->sid, up);
         }
         gp_sched_node_set_drained(d->sched, n->name, n->drain);
+        /* an agent runs parts of multi-node tasks; elastic tasks stay on node local, whose
+         * supervisors are told of resizes (agents are not, yet) */
+        gp_sched_node_set_allow(d->sched, n->name, GP_SCHED_NODE_MULTI);
         char labels[GP_LABELS_MAX + 80], canon[GP_LABELS_MAX], err[160];
         snprintf(labels, sizeof(labels), "%s%sgpupool/node=%s", n->labels, n->labels[0] ? "," : "", n->name);
         if (gp_labels_canon(labels, canon, sizeof(canon), err, sizeof(err)) == 0)

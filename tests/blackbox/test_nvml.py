@@ -71,7 +71,8 @@ def test_scripted_gpus_are_reported_with_backend_nvml(nvml_daemon):
     for g in gs:
         assert g["healthy"] is True and g["backend"] == "nvml" and g["id"] == "local:%d" % g["index"]
     n = d.api("GET", "/api/v1/nodes").json()["nodes"][0]
-    assert n["backend"] == "nvml" and n["gpus"] == 2 and n["gpus_healthy"] == 2
+    assert n["name"] == "local" and n["backend"] == "nvml" and n["gpus_total"] == 2
+    assert [g["healthy"] for g in n["gpus"]] == [True, True]
     m = d.api("GET", "/api/v1/monitor/metrics")
     assert m.headers["X-Gpupool-Backend"] == "nvml" and m.json()["gpus_total"] == 2
     h = d.api("GET", "/healthz")
@@ -105,7 +106,7 @@ def test_a_gpu_whose_nvml_calls_fail_turns_unhealthy_and_gets_no_new_work(nvml_d
     assert "Memory" in bad["health_reason"] or "memory" in bad["health_reason"]
     assert gpu(d, 0)["healthy"] is True
     n = d.api("GET", "/api/v1/nodes").json()["nodes"][0]
-    assert n["gpus"] == 2 and n["gpus_healthy"] == 1
+    assert n["gpus_total"] == 2 and [g["healthy"] for g in n["gpus"]] == [True, False]
     # new work avoids it: one exclusive task runs on the 4090, the next waits
     first = lease(d)
     assert first["state"] == "running" and first["gpus"][0]["index"] == 0

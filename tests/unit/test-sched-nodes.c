@@ -413,6 +413,50 @@ static void test_feasibility_messages(void **st) {
         gp_sched_free(s);
 }
 
+
+/* What a node may hold: "local" (GPUs 0..3) takes no part of a multi-node
+ * task and the agent nodes (a: 4..7, b: 8..11) no elastic task. */
+static void test_node_allow_keeps_gangs_and_elastic_apart(void **st) {
+        (void)st;
+        gp_sched *s = mk();
+        add_node(s, "local", 4);
+        add_node(s, "a", 4);
+        add_node(s, "b", 4);
+        assert_int_equal(gp_sched_node_set_allow(s, "local", GP_SCHED_NODE_ELASTIC), 0);
+        assert_int_equal(gp_sched_node_set_allow(s, "a", GP_SCHED_NODE_MULTI), 0);
+        assert_int_equal(gp_sched_node_set_allow(s, "b", GP_SCHED_NODE_MULTI), 0);
+        assert_int_equal(gp_sched_node_set_allow(s, "nope", 0), -ENOENT);
+        assert_int_equal(gp_sched_node_set_allow(s, "a", 4), -EINVAL);
+        /* 8 GPUs: the two agent nodes, never local although it is first */
+        enq(s, whole(1, 8));
+        /* elastic 1..4: only on local */
+        gp_sched_req e = whole(2, 1);
+        e.elastic_max_gpus = 4;
+        char why[160];
+        assert_int_equal(gp_sched_check_feasible(s, &e, why, sizeof(why)), 0);
+        enq(s, e);
+        run_out o = {0};
+        run(s, 0, &o);
+        assert_gpus(find(&o, GP_DECIDE_START, 1), 4, 8);
+        const gp_sched_decision *de = find(&o, GP_DECIDE_START, 2);
+        assert_non_null(de);
+        for (int i = 0; i < de->n_gpus; i++)
+                assert_true(de->gpus[i] < 4);
+        /* 12 GPUs would need local too: never, though 12 exist */
+        gp_sched_req w = whole(3, 12);
+        assert_int_equal(gp_sched_check_feasible(s, &w, why, sizeof(why)), -EINVAL);
+        assert_int_equal(gp_sched_remove(s, 1), 0);
+        assert_int_equal(gp_sched_remove(s, 2), 0);
+        enq(s, w);
+        run(s, 1, &o);
+        assert_null(find(&o, GP_DECIDE_START, 3));
+        /* with no node that takes elastic tasks, one can never run */
+        assert_int_equal(gp_sched_node_set_allow(s, "local", 0), 0);
+        assert_int_equal(gp_sched_check_feasible(s, &e, why, sizeof(why)), -EINVAL);
+        free(o.d);
+        gp_sched_free(s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_twelve_gpus_take_two_whole_nodes),
@@ -424,6 +468,7 @@ int main(void) {
                 cmocka_unit_test(test_drain_remove_revive),
                 cmocka_unit_test(test_multi_node_task_is_preempted_whole),
                 cmocka_unit_test(test_feasibility_messages),
+                cmocka_unit_test(test_node_allow_keeps_gangs_and_elastic_apart),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,7 +48,7 @@
 #include "exec/exec.h"
 #include "gpu/gpu.h"
 
-#define AGENT_VERSION "0.10.0"
+
 #define EXIT_REFUSED 77
 #define EXIT_REMOVED 78
 #define MAX_URLS 16
@@ -567,7 +567,7 @@ static void start_join(agent *a, node *n) {
         node_gpus(a, n, &g, &ng);
         gp_proto_join m = {.n_gpus = ng, .gpus = (gp_proto_gpu *)g};
         gp_strlcpy(m.name, n->name, sizeof(m.name));
-        gp_strlcpy(m.version, AGENT_VERSION, sizeof(m.version));
+        gp_strlcpy(m.version, GP_VERSION, sizeof(m.version));
         gp_strlcpy(m.address, a->address, sizeof(m.address));
         gp_strlcpy(m.labels, a->cfg.node_labels, sizeof(m.labels));
         gp_strlcpy(m.backend, a->backend, sizeof(m.backend));
@@ -1188,7 +1188,7 @@ int gp_agent_main(int argc, char **argv) {
         a->multi = curl_multi_init();
         if (!a->multi)
                 return 1;
-        gp_info("gpupool agent %s: %s%s, backend %s, %d GPUs, %s, data in %s, status on %s", AGENT_VERSION,
+        gp_info("gpupool agent %s: %s%s, backend %s, %d GPUs, %s, data in %s, status on %s", GP_VERSION,
                 a->sim ? "simulating nodes from " : "node ", a->nodes[0].name, a->backend, a->n_gpus, a->urls[0],
                 a->data_dir, a->address);
         render_status(a);

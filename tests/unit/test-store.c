@@ -159,11 +159,12 @@ static void pg_teardown(fixture *fx) {
 }
 
 static void pg_raw_exec(fixture *fx, const char *sql) {
-        char full[4096];
+        char *full = NULL;
         PGconn *c = pg_raw_connect();
         assert_non_null(c);
-        snprintf(full, sizeof(full), "SET search_path TO %s; %s", fx->schema, sql);
+        assert_true(asprintf(&full, "SET search_path TO %s; %s", fx->schema, sql) > 0);
         int r = pg_exec_on(c, full);
+        free(full);
         PQfinish(c);
         assert_int_equal(r, 0);
 }

@@ -1,0 +1,178 @@
+"""Black-box tests of a cluster (issue 15, "many machines"): a real control
+plane (`gpupool server` with `gpus: {backend: none}`) and real `gpupool
+agent` processes on loopback with simulated GPUs (one with the fake NVML),
+tested against what DESIGN.md "Cluster", docs/internals/cluster.md,
+docs/api.md (Nodes, Agents), docs/deployment.md ("A cluster: three nodes")
+and docs/cli.md promise: joining and its refusals, tasks on nodes (their
+environment, logs -f, cancel, exit codes, timeouts, node selectors, run
+--node), drain/undrain/remove, node loss and return (stale runs killed,
+never twice at once), agent and server kill -9 and restart, multi-node
+tasks.  The network partition is in test_cluster_partition.py.
+
+Run: GPUPOOL_BIN=$PWD/build/gpupool GPUPOOL_BUILD=$PWD/build \
+     /usr/bin/python3 -m pytest -q tests/blackbox/test_cluster.py
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+import requests
+
+from apiutil import pid_alive, reap_supervisors, wait_for
+from clusterutil import (NODE_TIMEOUT_S, PY, TOKEN, agent_post, assert_no_overlap, cluster, live_tickers, log_has,
+                         now_us, runs_from_marks, server_config, sim_gpus, ticker_cmd, ticker_pids)
+from conftest import REPO
+
+pytestmark = pytest.mark.e2e
+assert reap_supervisors and cluster  # fixtures, imported so that they apply here
+
+
+def ok(r):
+    assert r.returncode == 0, (r.args, r.returncode, r.stdout, r.stderr)
+    return r.stdout
+
+
+# ---- joining ------------------------------------------------------------------
+
+def test_join_with_config_token_shows_node_with_gpus_labels_and_heartbeat(cluster):
+    s = cluster.start_server()
+    before_ms = int(time.time() * 1000)
+    a = cluster.agent("gpu-a", gpus=sim_gpus(2, "Sim A100", 40000), labels={"zone": "a", "ib": "yes"})
+    log_has(a.log_path, "joined as gpu-a")
+    log_has(s.log_path, "node gpu-a joined (2 GPUs")
+    n = cluster.node("gpu-a")
+    assert n["state"] == "ready"
+    assert n["labels"] == {"zone": "a", "ib": "yes", "gpupool/node": "gpu-a"}
+    assert n["address"] == "http://127.0.0.1:%d" % a.port
+    assert n["gpus_total"] == 2 and n["gpus_busy"] == 0 and n["runs"] == 0
+    assert [(g["index"], g["name"], g["memory_mb"], g["healthy"], g["drained"]) for g in n["gpus"]] == \
+        [(0, "Sim A100", 40000, True, False), (1, "Sim A100", 40000, True, False)]
+    assert n["version"] and n["backend"] == "sim"
+    assert n["joined_ms"] >= before_ms - 1000
+    # heartbeats keep coming (agent heartbeat_s 1)
+    hb1 = n["last_heartbeat_ms"]
+    wait_for(lambda: cluster.node("gpu-a")["last_heartbeat_ms"] > hb1, 5, "a newer heartbeat")
+    # the node file holds the credential, mode 0600; the token is not in it
+    st = os.stat(os.path.join(a.data_dir, "node.json"))
+    assert st.st_mode & 0o777 == 0o600
+    assert re.fullmatch(r"gpn_[0-9a-f]{64}", a.credential())
+    # the control plane has no local GPUs; its GPU list is the node's GPUs
+    gl = s.api("GET", "/api/v1/gpus").json()
+    assert gl["backend"] == "none"
+    assert sorted(g["id"] for g in gl["gpus"]) == ["gpu-a:0", "gpu-a:1"]
+    # gpupool nodes: a row with the state, GPUs, model, labels, address
+    out = ok(cluster.cli("nodes"))
+    row = [ln for ln in out.splitlines() if ln.startswith("gpu-a ")]
+    assert row, out
+    assert re.search(r"\bready\b", row[0]) and "0/2" in row[0] and "Sim A100" in row[0], row
+    assert "zone=a" in row[0] and "ib=yes" in row[0] and "gpupool/node" not in row[0], row
+    assert "http://127.0.0.1:%d" % a.port in row[0]
+    # the agent's own status API
+    # (rendered once a second by the agent's loop)
+    h = wait_for(lambda: (lambda h: h["server_reachable"] and h)(requests.get(a.status_url() + "/health",
+                                                                             timeout=5).json()),
+                 5, "the agent's /health saying the server is reachable")
+    assert h["node"] == "gpu-a" and h["backend"] == "sim" and h["runs"] == 0, h
+    assert a.running()
+
+
+def test_join_with_created_token_and_refusals(cluster):
+    cluster.start_server()
+    # a token made with `gpupool join-token create` joins
+    r = cluster.cli("join-token", "create")
+    tok = ok(r).strip()
+    assert re.fullmatch(r"gpj_[0-9a-f]{64}", tok), r.stdout
+    assert "gpupool agent --server" in r.stderr
+    a = cluster.agent("api-node", token=tok)
+    assert cluster.node("api-node")["state"] == "ready"
+    # ... and is listed, without the token itself
+    lst = ok(cluster.cli("join-token", "list"))
+    assert tok not in lst and "api" in lst and "config" in lst, lst
+    # revoked: no new node joins with it (exit 77); the node that joined stays
+    tid = [t["id"] for t in cluster.server.api("GET", "/admin/join-tokens").json()["tokens"]
+           if t["source"] == "api"][0]
+    assert ok(cluster.cli("join-token", "revoke", tid)).strip() == "%s: revoked" % tid
+    b = cluster.agent("revoked-node", token=tok, wait=False)
+    assert b.wait_exit() == 77, b.log()
+    assert cluster.node("revoked-node") is None
+    assert cluster.node("api-node")["state"] == "ready" and a.running()
+    # expired (--ttl 1s): refused once the second has passed
+    tok2 = ok(cluster.cli("join-token", "create", "--ttl", "1s")).strip()
+    time.sleep(1.3)
+    c = cluster.agent("late-node", token=tok2, wait=False)
+    assert c.wait_exit() == 77, c.log()
+    assert cluster.node("late-node") is None
+    # a token the server never made: refused
+    d = cluster.agent("stranger", token="gpj_" + "0" * 64, wait=False)
+    assert d.wait_exit() == 77, d.log()
+    assert cluster.node("stranger") is None
+
+
+def test_wrong_token_cannot_take_over_a_node_and_credentials_are_per_node(cluster):
+    s = cluster.start_server()
+    a = cluster.agent("gpu-a")
+    b = cluster.agent("gpu-b")
+    # a second agent under gpu-a's name with a wrong token: it has no credential and cannot join
+    imp = cluster.agent("gpu-a", token="gpj_" + "1" * 64, wait=False)
+    assert imp.wait_exit() == 77, imp.log()
+    assert not os.path.exists(os.path.join(imp.data_dir, "node.json"))
+    # a sync with no node credential (the join token, an API-style key, nothing) is 401
+    for bearer in (TOKEN, "gpn_" + "0" * 64, ""):
+        st, body = agent_post(s.url, "/agent/v1/sync", {"node": "gpu-a", "seq": now_us(), "wait_ms": 0}, bearer)
+        assert st == 401, (bearer, st, body)
+    assert cluster.node("gpu-a")["state"] == "ready" and a.running()
+    # a task runs on one node X; a full sync naming X with the other node's credential and no
+    # runs (it would lose X's run if it were taken) is 401 and changes nothing
+    t = cluster.submit(ticker_cmd(cluster.tmp / "tb"))
+    t = cluster.wait_task(t["id"], "running")
+    x = t["nodes"][0]
+    other = {"gpu-a": b, "gpu-b": a}[x]
+    st, body = agent_post(s.url, "/agent/v1/sync", {"node": x, "seq": now_us() + 10 ** 9, "full": True,
+                                                     "wait_ms": 0, "runs": []}, other.credential())
+    assert st == 401, body
+    assert "error" in body
+    time.sleep(0.5)
+    t2 = cluster.task(t["id"])
+    assert t2["state"] == "running" and t2["retries"] == 0 and t2["nodes"] == [x], t2
+    assert cluster.node(x)["state"] == "ready" and a.running() and b.running()
+    assert len(live_tickers(cluster.tmp / "tb")) == 1
+
+
+def test_replayed_sync_is_409_and_changes_nothing(cluster):
+    s = cluster.start_server()
+    a = cluster.agent("gpu-a")
+    t = cluster.submit(ticker_cmd(cluster.tmp / "t"))
+    t = cluster.wait_task(t["id"], "running")
+    wait_for(lambda: live_tickers(cluster.tmp / "t"), 10, "the task's process")
+    # freeze the agent so that the test speaks for the node alone
+    a.signal(signal.SIGSTOP)
+    try:
+        cred = a.credential()
+        seq = now_us() + 1000   # above anything the agent sent (it is stopped)
+        run = {"task": t["id"], "epoch": 1, "rank": 0, "state": "running"}
+        st, body = agent_post(s.url, "/agent/v1/sync", {"node": "gpu-a", "seq": seq, "full": True, "wait_ms": 0,
+                                                         "runs": [run]}, cred)
+        assert st == 200, body
+        assert body["seq"] == seq and not body.get("stop"), body
+        # the same seq again, now claiming the run ended with 0: 409, and the task still runs
+        ended = dict(run, state="exited", result={"end": "exited", "exit_code": 0, "signal": 0,
+                                                  "finished_ms": int(time.time() * 1000),
+                                                  "message": "exited with code 0"})
+        for sq in (seq, seq - 1):
+            st, body = agent_post(s.url, "/agent/v1/sync", {"node": "gpu-a", "seq": sq, "full": True,
+                                                             "wait_ms": 0, "runs": [ended]}, cred)
+            assert st == 409, (sq, st, body)
+            assert "error" in body
+        time.sleep(0.3)
+        t2 = cluster.task(t["id"])
+        assert t2["state"] == "running" and t2["exit_code"] is None, t2
+    finally:
+        a.signal(signal.SIGCONT)
+    # the agent goes on (its seq is wall-clock microseconds; a 409 makes it back off and send full)
+    cluster.cli("cancel", t["id"])
+    cluster.wait_task(t["id"], "cancelled", timeout=20)
+    assert a.running()

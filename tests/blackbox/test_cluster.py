@@ -176,3 +176,121 @@ def test_replayed_sync_is_409_and_changes_nothing(cluster):
     cluster.cli("cancel", t["id"])
     cluster.wait_task(t["id"], "cancelled", timeout=20)
     assert a.running()
+
+
+# ---- tasks on nodes -------------------------------------------------------------
+
+ENV_CMD = ("echo NODE=$GPUPOOL_NODE; echo CVD=$CUDA_VISIBLE_DEVICES; echo RANK=$GPUPOOL_NODE_RANK; "
+           "echo NNODES=$GPUPOOL_NNODES; echo TASK=$GPUPOOL_TASK_ID; echo GPUS=$GPUPOOL_GPUS; "
+           "for i in 1 2 3; do echo line$i; sleep 0.3; done; echo bye; exit 7")
+
+
+def test_task_on_a_node_env_logs_follow_and_exit_code(cluster):
+    cluster.start_server()
+    a = cluster.agent("gpu-a")
+    r = cluster.cli("submit", "--gpus", "2", "--name", "envy", "--", "sh", "-c", ENV_CMD)
+    tid = int(ok(r).strip())
+    # logs -f streams the remote task to its end and then exits
+    f = cluster.cli("logs", "-f", tid, timeout=30)
+    assert f.returncode == 0, (f.returncode, f.stderr)
+    out = f.stdout
+    assert "NODE=gpu-a\n" in out and "RANK=0\n" in out and "NNODES=1\n" in out, out
+    assert "TASK=%d\n" % tid in out
+    assert "CVD=0,1\n" in out and "GPUS=gpu-a:0,gpu-a:1\n" in out, out
+    assert out.index("line1") < out.index("line2") < out.index("line3") < out.index("bye"), out
+    t = cluster.wait_task(tid, "failed")
+    assert t["exit_code"] == 7 and t["nodes"] == [] and t["gpus"] == []
+    assert "7" in t["reason"], t
+    # the server keeps the log (it outlives the node's copy)
+    assert cluster.logs(tid) == out
+    st = ok(cluster.cli("status", tid))
+    assert re.search(r"exit code:\s+7", st), st
+    log_has(a.log_path, "run %d.1.0 acked" % tid)
+    assert not os.path.exists(os.path.join(a.data_dir, "runs", "%d.1.0" % tid))
+    # exit 0 is succeeded
+    t0 = cluster.submit(["sh", "-c", "echo fine"])
+    t0 = cluster.wait_task(t0["id"], "succeeded")
+    assert t0["exit_code"] == 0 and cluster.logs(t0["id"]) == "fine\n"
+
+
+def test_cancel_and_timeout_end_remote_runs(cluster):
+    cluster.start_server()
+    cluster.agent("gpu-a")
+    d1, d2 = cluster.tmp / "c1", cluster.tmp / "c2"
+    t1 = cluster.submit(ticker_cmd(d1))
+    t2 = cluster.submit(ticker_cmd(d2), timeout_s=1)
+    cluster.wait_task(t1["id"], "running")
+    wait_for(lambda: live_tickers(d1), 10, "task 1's process")
+    r = cluster.cli("cancel", t1["id"], timeout=30)
+    assert ok(r).strip() == "cancelled", (r.stdout, r.stderr)
+    t1 = cluster.wait_task(t1["id"], "cancelled")
+    pid1 = list(ticker_pids(d1))[0]
+    wait_for(lambda: not pid_alive(pid1), 5, "the cancelled run's process to end")
+    assert runs_from_marks(d1)[pid1][3], "the run got SIGTERM (its end mark)"
+    t2 = cluster.wait_task(t2["id"], "timeout", timeout=15)
+    assert t2["reason"] == "timed out after 1 s" and t2["exit_code"] == 143, t2
+    assert not live_tickers(d2)
+    (first, last, node, ended), = runs_from_marks(d2).values()
+    assert ended and node == "gpu-a" and 0.8 <= last - first <= 4, (first, last)
+
+
+def test_two_agents_share_the_queue(cluster):
+    cluster.start_server()
+    cluster.agent("gpu-a", gpus=sim_gpus(1))
+    cluster.agent("gpu-b", gpus=sim_gpus(1))
+    ids = [cluster.submit(["sh", "-c", "echo $GPUPOOL_NODE; sleep 0.8"])["id"] for _ in range(4)]
+    # two at a time, one on each node
+    wait_for(lambda: sorted(n for i in ids for n in cluster.task(i)["nodes"]) == ["gpu-a", "gpu-b"], 10,
+             "one task running on each node")
+    q = [cluster.task(i) for i in ids]
+    assert sum(t["state"] == "queued" for t in q) == 2, q
+    for i in ids:
+        cluster.wait_task(i, "succeeded", timeout=20)
+    where = sorted(cluster.logs(i).strip() for i in ids)
+    assert where == ["gpu-a", "gpu-a", "gpu-b", "gpu-b"], where
+
+
+def test_node_selector_places_only_on_matching_nodes(cluster):
+    cluster.start_server()
+    cluster.agent("gpu-a", labels={"zone": "a"})
+    cluster.agent("gpu-b", labels={"zone": "b"})
+    ids = [int(ok(cluster.cli("submit", "--node-selector", "zone=b", "--", "sh", "-c",
+                              "echo $GPUPOOL_NODE; sleep 0.3")).strip()) for _ in range(3)]
+    pinned = int(ok(cluster.cli("submit", "--node-selector", "gpupool/node=gpu-a", "--", "sh", "-c",
+                                "echo $GPUPOOL_NODE")).strip())
+    for i in ids + [pinned]:
+        cluster.wait_task(i, "succeeded", timeout=20)
+    assert [cluster.logs(i) for i in ids] == ["gpu-b\n"] * 3
+    assert cluster.logs(pinned) == "gpu-a\n"
+    assert cluster.task(ids[0])["node_selector"] == {"zone": "b"}
+    # no node has zone=c: it waits, and says why
+    w = int(ok(cluster.cli("submit", "--node-selector", "zone=c", "--", "true")).strip())
+    time.sleep(1.0)
+    t = cluster.task(w)
+    assert t["state"] == "queued", t
+    assert t["reason"] and ("zone" in t["reason"] or "selector" in t["reason"] or "label" in t["reason"]), t
+    st = ok(cluster.cli("status", w))
+    assert "node selector" in st and "zone=c" in st, st
+
+
+def test_run_node_holds_a_lease_on_that_node(cluster):
+    cluster.start_server()
+    cluster.agent("gpu-a")
+    cluster.agent("gpu-b")
+    for node in ("gpu-b", "gpu-a", "gpu-b"):
+        r = cluster.cli("run", "--node", node, "--gpus", "2", "--", "sh", "-c",
+                        "curl -s $GPUPOOL_API/api/v1/tasks/$GPUPOOL_TASK_ID; echo; echo CVD=$CUDA_VISIBLE_DEVICES",
+                        timeout=30)
+        assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+        first = r.stdout.splitlines()[0]
+        t = json.loads(first)
+        assert t["kind"] == "lease" and t["state"] == "running", t
+        assert t["nodes"] == [node] and {g["node"] for g in t["gpus"]} == {node}, t
+        assert t["node_selector"] == {"gpupool/node": node}, t
+        assert "CVD=0,1" in r.stdout
+        assert cluster.task(t["id"])["state"] == "succeeded"
+    # GPUPOOL_NODE in the environment does the same
+    r = cluster.cli("run", "--", "sh", "-c", "curl -s $GPUPOOL_API/api/v1/tasks/$GPUPOOL_TASK_ID",
+                    env=cluster.server.env(GPUPOOL_NODE="gpu-a"), timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["nodes"] == ["gpu-a"]

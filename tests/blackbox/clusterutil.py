@@ -13,7 +13,8 @@ config, data dir and status port.
   server's tasks/*/) is killed with its session (apiutil.reap_supervisors).
 - `ticker_cmd(dir)`: a task command (python3) that writes its pid to
   DIR/pid.<pid>, appends "start/tick/end PID NODE EPOCH_TIME" lines to
-  DIR/marks every 0.1 s and ends on SIGTERM with an end mark (exit 143),
+  DIR/marks every 0.1 s and ends on SIGTERM with an end mark (exit 143,
+  after term_delay seconds more of ticks),
   so that tests can see which runs of a task were alive when and check that
   no two overlapped (`runs_from_marks`, `assert_no_overlap`).
 """
@@ -324,7 +325,7 @@ def cluster(tmp_path):
 
 TICKER = r"""
 import os, signal, sys, time
-d, secs, code = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+d, secs, code, term_delay = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 node = os.environ.get("GPUPOOL_NODE", "?")
 rank = os.environ.get("GPUPOOL_NODE_RANK", "?")
 me = os.getpid()
@@ -332,6 +333,10 @@ def mark(what):
     with open(os.path.join(d, "marks"), "a") as f:
         f.write("%s %d %s %s %.3f\n" % (what, me, node, rank, time.time()))
 def term(*_):
+    stop = time.time() + term_delay    # a run that takes its time to stop (a checkpoint)
+    while time.time() < stop:
+        mark("tick")
+        time.sleep(0.1)
     mark("end")
     os._exit(143)
 signal.signal(signal.SIGTERM, term)
@@ -350,10 +355,11 @@ sys.exit(code)
 TICKER_TAG = "gpupool-ctest-ticker"
 
 
-def ticker_cmd(d, secs=60, code=0):
-    """The command of a task that ticks into directory d (see the module doc)."""
+def ticker_cmd(d, secs=60, code=0, term_delay=0):
+    """The command of a task that ticks into directory d (see the module doc);
+    on SIGTERM it goes on ticking term_delay seconds before it ends."""
     os.makedirs(str(d), exist_ok=True)
-    return [PY, "-c", TICKER, str(d), str(secs), str(code), TICKER_TAG]
+    return [PY, "-c", TICKER, str(d), str(secs), str(code), str(term_delay), TICKER_TAG]
 
 
 def is_ticker(pid):

@@ -294,3 +294,192 @@ def test_run_node_holds_a_lease_on_that_node(cluster):
                     env=cluster.server.env(GPUPOOL_NODE="gpu-a"), timeout=30)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["nodes"] == ["gpu-a"]
+
+
+# ---- drain, undrain, remove ----------------------------------------------------
+
+def test_drain_takes_no_new_work_and_lets_runs_finish_then_undrain(cluster):
+    cluster.start_server()
+    cluster.agent("gpu-a", gpus=sim_gpus(1))
+    cluster.agent("gpu-b", gpus=sim_gpus(1))
+    t1 = cluster.submit(ticker_cmd(cluster.tmp / "t1", secs=1.5))
+    t1 = cluster.wait_task(t1["id"], "running")
+    x = t1["nodes"][0]
+    y = {"gpu-a": "gpu-b", "gpu-b": "gpu-a"}[x]
+    assert ok(cluster.cli("node", "drain", x)).strip() == "%s: draining" % x
+    assert ok(cluster.cli("node", "drain", x)).strip() == "%s: draining" % x   # idempotent
+    n = cluster.node(x)
+    assert n["state"] == "draining" and all(g["drained"] for g in n["gpus"]), n
+    row = [ln for ln in ok(cluster.cli("nodes")).splitlines() if ln.startswith(x + " ")]
+    assert row and "draining" in row[0], row
+    # new work goes to the other node only; the draining node's run goes on to its end
+    t2 = cluster.submit(ticker_cmd(cluster.tmp / "t2"))
+    t2 = cluster.wait_task(t2["id"], "running")
+    assert t2["nodes"] == [y], t2
+    t3 = cluster.submit(["sh", "-c", "echo $GPUPOOL_NODE"])
+    t1 = cluster.wait_task(t1["id"], "succeeded", timeout=10)
+    assert t1["exit_code"] == 0 and "ticker done" in cluster.logs(t1["id"])
+    time.sleep(0.7)
+    t3 = cluster.task(t3["id"])
+    assert t3["state"] == "queued", t3       # x is idle but draining, y is busy
+    assert cluster.node(x)["gpus_busy"] == 0
+    # undrain: x takes work again
+    assert ok(cluster.cli("node", "undrain", x)).strip() == "%s: ready" % x
+    t3 = cluster.wait_task(t3["id"], "succeeded", timeout=10)
+    assert cluster.logs(t3["id"]) == x + "\n"
+    assert cluster.node(x)["state"] == "ready"
+    cluster.cli("cancel", t2["id"])
+
+
+def test_remove_requeues_runs_revokes_the_credential_and_the_agent_exits_78(cluster):
+    s = cluster.start_server()
+    agents = {"gpu-a": cluster.agent("gpu-a", gpus=sim_gpus(1)), "gpu-b": cluster.agent("gpu-b", gpus=sim_gpus(1))}
+    d = cluster.tmp / "t1"
+    t1 = cluster.submit(ticker_cmd(d), max_retries=1)
+    t1 = cluster.wait_task(t1["id"], "running")
+    x = t1["nodes"][0]
+    y = {"gpu-a": "gpu-b", "gpu-b": "gpu-a"}[x]
+    ax = agents[x]
+    wait_for(lambda: live_tickers(d), 10, "the run on " + x)
+    old_pid = live_tickers(d)[0]
+    cred = ax.credential()
+    r = cluster.cli("node", "remove", x)
+    assert r.returncode == 0, r.stderr
+    assert "left" in r.stdout, r.stdout
+    # the agent learns it was removed, stops its runs and exits 78
+    assert ax.wait_exit(timeout=15) == 78, ax.log()
+    assert "removed" in ax.log()
+    wait_for(lambda: not pid_alive(old_pid), 10, "the removed node's run to be stopped")
+    # its task went back to the queue (one retry) and runs on the other node
+    t1 = cluster.wait_task(t1["id"], "running", where=lambda t: t["nodes"] == [y], timeout=15)
+    assert t1["retries"] == 1, t1
+    n = cluster.node(x)
+    assert n["state"] == "left", n
+    # its GPUs leave the pool: no longer counted, never usable
+    m = s.api("GET", "/api/v1/monitor/metrics").json()
+    assert m["gpus_usable"] == 1, m
+    left = [g for g in s.api("GET", "/api/v1/gpus").json()["gpus"] if g["node"] == x]
+    assert all(not g["healthy"] or g["drained"] for g in left), left
+    # its credential works no more
+    st, body = agent_post(s.url, "/agent/v1/sync", {"node": x, "seq": now_us(), "wait_ms": 0}, cred)
+    assert st == 401 and "removed" in json.dumps(body), (st, body)
+    # removing it again, removing local, an unknown node: exit 1
+    r = cluster.cli("node", "remove", x)
+    assert r.returncode == 1 and "conflict" in r.stderr, r.stderr
+    r = cluster.cli("node", "remove", "no-such-node")
+    assert r.returncode == 1 and "not_found" in r.stderr, r.stderr
+    row = [ln for ln in ok(cluster.cli("nodes")).splitlines() if ln.startswith(x + " ")]
+    assert row and "left" in row[0], row
+    cluster.cli("cancel", t1["id"])
+    cluster.wait_task(t1["id"], "cancelled")
+
+
+def test_removed_node_gpus_leave_the_inventory(cluster):
+    # api.md: "its GPUs leave the pool"; cluster.md: "its GPUs leave the inventory"
+    s = cluster.start_server()
+    cluster.agent("gpu-a", gpus=sim_gpus(1))
+    cluster.agent("gpu-b", gpus=sim_gpus(1))
+    ok(cluster.cli("node", "remove", "gpu-a"))
+    m = s.api("GET", "/api/v1/monitor/metrics").json()
+    assert m["gpus_usable"] == 1
+    assert [g["id"] for g in s.api("GET", "/api/v1/gpus").json()["gpus"]] == ["gpu-b:0"]
+    assert m["gpus_total"] == 1, m
+
+
+def test_remove_of_a_reachable_node_never_runs_a_task_twice_at_once(cluster):
+    # the removed node still answers: its run is stopped (SIGTERM, kill_grace_s) and the
+    # task goes back to the queue; it must not start elsewhere while the old run still runs
+    cluster.start_server()
+    cluster.agent("gpu-a", gpus=sim_gpus(1))
+    cluster.agent("gpu-b", gpus=sim_gpus(1))
+    d = cluster.tmp / "t"
+    t = cluster.submit(ticker_cmd(d, term_delay=1.0), max_retries=1)
+    t = cluster.wait_task(t["id"], "running")
+    x = t["nodes"][0]
+    wait_for(lambda: live_tickers(d), 10, "the run on " + x)
+    ok(cluster.cli("node", "remove", x))
+    cluster.wait_task(t["id"], "running", where=lambda t: t["nodes"] and t["nodes"][0] != x, timeout=15)
+    wait_for(lambda: len(ticker_pids(d)) == 2, 10, "the second run")
+    time.sleep(1.5)
+    assert_no_overlap(d)
+    cluster.cli("cancel", t["id"])
+
+
+# ---- node loss ------------------------------------------------------------------
+
+def test_lost_node_requeues_or_fails_its_tasks_ends_leases_and_kills_stale_runs_when_back(cluster):
+    s = cluster.start_server()
+    a = cluster.agent("gpu-a", gpus=sim_gpus(3))
+    d1, d2 = cluster.tmp / "retry", cluster.tmp / "noretry"
+    t1 = cluster.submit(ticker_cmd(d1), max_retries=1)
+    t2 = cluster.submit(ticker_cmd(d2), max_retries=0)
+    r = s.api("POST", "/api/v1/tasks", json={"gpu_request": 1, "lease_ttl_s": 600}, timeout=10)
+    assert r.status_code == 201, r.text
+    lease = r.json()
+    for t in (t1, t2, lease):
+        cluster.wait_task(t["id"], "running", where=lambda t: t["nodes"] == ["gpu-a"])
+    wait_for(lambda: len(live_tickers(d1)) == 1 and len(live_tickers(d2)) == 1, 10, "both runs")
+    p1, p2 = live_tickers(d1)[0], live_tickers(d2)[0]
+    a.signal(signal.SIGSTOP)
+    stopped = time.time()
+    try:
+        cluster.wait_node("gpu-a", "lost", timeout=NODE_TIMEOUT_S + 5)
+        lost_after = time.time() - stopped
+        assert lost_after >= NODE_TIMEOUT_S - 1.5, lost_after
+        t1 = cluster.wait_task(t1["id"], "queued", timeout=5)
+        assert t1["retries"] == 1 and "gpu-a" in t1["reason"], t1
+        t2 = cluster.wait_task(t2["id"], "failed", timeout=5)
+        assert "gpu-a" in t2["reason"], t2
+        lz = cluster.wait_task(lease["id"], "lost", timeout=5)
+        assert "gpu-a" in lz["reason"], lz
+        row = [ln for ln in ok(cluster.cli("nodes")).splitlines() if ln.startswith("gpu-a ")]
+        assert row and "lost" in row[0], row
+        assert "node gpu-a lost" in s.full_log()
+        # a cut-off node's runs go on while it is away (as under Slurm or Kubernetes)
+        assert pid_alive(p1) and pid_alive(p2)
+    finally:
+        a.signal(signal.SIGCONT)
+    back = time.time()
+    # the agent is back: the node is ready, the runs given away are stale and killed
+    cluster.wait_node("gpu-a", "ready", timeout=10)
+    wait_for(lambda: not pid_alive(p1) and not pid_alive(p2), 10, "the stale runs to be killed")
+    log_has(a.log_path, "run %d.1.0 stale: stopping it" % t1["id"])
+    # the task that had a retry left starts again there (epoch 2), after the old run ended
+    t1 = cluster.wait_task(t1["id"], "running", timeout=10)
+    wait_for(lambda: len(ticker_pids(d1)) == 2, 10, "the second run of task %d" % t1["id"])
+    runs = assert_no_overlap(d1)
+    assert len(runs) == 2 and runs[0][1] <= back + 5, runs
+    assert live_tickers(d1) != [p1] and len(live_tickers(d1)) == 1
+    assert cluster.task(t2["id"])["state"] == "failed"
+    assert cluster.task(lease["id"])["state"] == "lost"
+    cluster.cli("cancel", t1["id"])
+
+
+def test_agent_killed_and_restarted_elsewhere_while_lost_only_one_run_remains(cluster):
+    cluster.start_server()
+    agents = {"gpu-a": cluster.agent("gpu-a", gpus=sim_gpus(1)), "gpu-b": cluster.agent("gpu-b", gpus=sim_gpus(1))}
+    d = cluster.tmp / "t"
+    t = cluster.submit(ticker_cmd(d), max_retries=2)
+    t = cluster.wait_task(t["id"], "running")
+    x = t["nodes"][0]
+    y = {"gpu-a": "gpu-b", "gpu-b": "gpu-a"}[x]
+    wait_for(lambda: live_tickers(d), 10, "the run on " + x)
+    old = live_tickers(d)[0]
+    agents[x].kill9()
+    assert pid_alive(old), "the run goes on under its supervisor"
+    cluster.wait_node(x, "lost", timeout=NODE_TIMEOUT_S + 5)
+    t = cluster.wait_task(t["id"], "running", where=lambda t: t["nodes"] == [y], timeout=10)
+    assert t["retries"] == 1
+    wait_for(lambda: len(ticker_pids(d)) == 2, 10, "the run on " + y)
+    # x's agent comes back: it finds its old run at start-up and the server has it stopped as stale
+    agents[x].start()
+    cluster.wait_node(x, "ready", timeout=10)
+    log_has(agents[x].log_path, "found at start-up: running, re-attached")
+    wait_for(lambda: not pid_alive(old), 10, "the stale run on %s to be killed" % x)
+    log_has(agents[x].log_path, "stale: stopping it")
+    time.sleep(0.5)
+    live = live_tickers(d)
+    assert len(live) == 1 and ticker_pids(d)[live[0]][0] == y, (live, ticker_pids(d))
+    t = cluster.task(t["id"])
+    assert t["state"] == "running" and t["nodes"] == [y] and t["retries"] == 1, t
+    cluster.cli("cancel", t["id"])

@@ -12,6 +12,7 @@ tasks.  The network partition is in test_cluster_partition.py.
 Run: GPUPOOL_BIN=$PWD/build/gpupool GPUPOOL_BUILD=$PWD/build \
      /usr/bin/python3 -m pytest -q tests/blackbox/test_cluster.py
 """
+import hashlib
 import json
 import os
 import re
@@ -482,4 +483,216 @@ def test_agent_killed_and_restarted_elsewhere_while_lost_only_one_run_remains(cl
     assert len(live) == 1 and ticker_pids(d)[live[0]][0] == y, (live, ticker_pids(d))
     t = cluster.task(t["id"])
     assert t["state"] == "running" and t["nodes"] == [y] and t["retries"] == 1, t
+    cluster.cli("cancel", t["id"])
+
+
+# ---- agent and server restarts ------------------------------------------------------
+
+def test_agent_kill9_and_restart_reattaches_and_the_task_ends_once(cluster):
+    cluster.start_server()
+    a = cluster.agent("gpu-a")
+    d = cluster.tmp / "t"
+    t = cluster.submit(ticker_cmd(d, secs=3))
+    t = cluster.wait_task(t["id"], "running")
+    wait_for(lambda: live_tickers(d), 10, "the run")
+    pid = live_tickers(d)[0]
+    a.kill9()
+    time.sleep(0.5)
+    assert pid_alive(pid), "the run goes on under its supervisor"
+    assert cluster.task(t["id"])["state"] == "running"
+    a.start()       # well within node_timeout_s: the node is never lost
+    log_has(a.log_path, "run %d.1.0 found at start-up: running, re-attached" % t["id"])
+    t = cluster.wait_task(t["id"], "succeeded", timeout=15)
+    assert t["exit_code"] == 0 and t["retries"] == 0, t
+    assert list(ticker_pids(d)) == [pid], "it ran once"
+    log = cluster.logs(t["id"])
+    assert log.startswith("ticker %d on gpu-a rank 0\n" % pid) and log.endswith("ticker done\n"), log
+    assert "lost" not in cluster.server.full_log()
+    log_has(a.log_path, "run %d.1.0 acked" % t["id"])
+
+
+def nvml_agent(cluster, name, n=2):
+    """An agent on the fake NVML with GPUs whose uuids are its own (GPU-<name>-...)."""
+    lib = fake_nvml_lib()
+    script = cluster.tmp / ("nvml-%s.conf" % name)
+    tag = hashlib.sha256(name.encode()).hexdigest()[:8]
+    script.write_text("".join('gpu name="NVIDIA H100 80GB HBM3" uuid=GPU-%s-0000-0000-0000-%012d mem_total_mb=81559\n'
+                              % (tag, i) for i in range(n)))
+    return cluster.agent(name, gpus='gpus: {backend: nvml, nvml_library: "%s"}\n' % lib,
+                         env={"FAKE_NVML_CONFIG": str(script)})
+
+
+def test_server_kill9_and_restart_stops_nothing_and_loses_nothing(cluster):
+    s = cluster.start_server()
+    nvml_agent(cluster, "gpu-a")
+    nvml_agent(cluster, "gpu-b")
+    d1, d2 = cluster.tmp / "t1", cluster.tmp / "t2"
+    t1 = cluster.submit(ticker_cmd(d1, secs=4))
+    t2 = cluster.submit(ticker_cmd(d2, secs=4))
+    short = cluster.submit(["sh", "-c", "echo short-start; sleep 1; echo short-end"])
+    for t in (t1, t2, short):
+        cluster.wait_task(t["id"], "running")
+    # acknowledged while every node is partly busy: a whole node is needed, so it waits
+    big = cluster.submit(["sh", "-c", "echo big on $GPUPOOL_NODE"], gpu_request=2)
+    assert big["state"] == "queued", big
+    wait_for(lambda: live_tickers(d1) and live_tickers(d2), 10, "both runs")
+    p1, p2 = live_tickers(d1)[0], live_tickers(d2)[0]
+    s.kill9()
+    time.sleep(1.5)              # the short task ends while the server is down
+    assert pid_alive(p1) and pid_alive(p2), "runs go on without the server"
+    s.start()
+    for a in cluster.agents:
+        assert a.running(), a.log()
+    t1 = cluster.wait_task(t1["id"], "succeeded", timeout=20)
+    t2 = cluster.wait_task(t2["id"], "succeeded", timeout=20)
+    short = cluster.wait_task(short["id"], "succeeded", timeout=20)
+    assert cluster.logs(short["id"]) == "short-start\nshort-end\n"
+    big = cluster.wait_task(big["id"], "succeeded", timeout=20)
+    assert cluster.logs(big["id"]).startswith("big on gpu-")
+    for t in (t1, t2, short, big):
+        assert t["retries"] == 0 and t["exit_code"] == 0, (t["id"], t["reason"], s.full_log()[-3000:])
+    assert list(ticker_pids(d1)) == [p1] and list(ticker_pids(d2)) == [p2], "each ran once"
+    for n in ("gpu-a", "gpu-b"):
+        assert cluster.node(n)["state"] == "ready"
+    assert " lost" not in s.full_log(), s.full_log()[-3000:]
+
+
+def test_server_restart_keeps_remote_tasks_on_sim_gpus_of_several_nodes(cluster):
+    # every sim agent's GPU 0 has the uuid SIM-00000000-...: a restart must still put each
+    # running task back on its own node's GPU, not requeue it
+    s = cluster.start_server()
+    cluster.agent("gpu-a", gpus=sim_gpus(1))
+    cluster.agent("gpu-b", gpus=sim_gpus(1))
+    ts = [cluster.submit(ticker_cmd(cluster.tmp / ("t%d" % i)))["id"] for i in range(2)]
+    for i in ts:
+        cluster.wait_task(i, "running")
+    s.kill9()
+    s.start()
+    time.sleep(1.5)
+    for i in ts:
+        t = cluster.task(i)
+        assert t["state"] == "running" and t["retries"] == 0, (t, s.full_log()[-2000:])
+    for i in range(2):
+        assert len(ticker_pids(cluster.tmp / ("t%d" % i))) == 1
+
+
+# ---- the fake NVML on an agent ---------------------------------------------------------
+
+def fake_nvml_lib():
+    build = os.environ.get("GPUPOOL_BUILD") or os.path.join(REPO, "build")
+    lib = os.path.join(build, "fakenvml", "libnvidia-ml.so.1")
+    if not os.path.exists(lib):
+        pytest.skip("fake NVML not built (%s); run make blackbox" % lib)
+    return os.path.abspath(lib)
+
+
+def test_agent_on_nvml_reports_its_gpus_and_runs_tasks_on_them(cluster):
+    lib = fake_nvml_lib()
+    script = cluster.tmp / "fake-nvml.conf"
+    script.write_text(
+        'gpu name="NVIDIA H100 80GB HBM3" uuid=GPU-11111111-0000-0000-0000-000000000001 mem_total_mb=81559\n'
+        'gpu name="NVIDIA H100 80GB HBM3" uuid=GPU-11111111-0000-0000-0000-000000000002 mem_total_mb=81559 '
+        'mem_used_mb=1200 util=40\n')
+    cluster.start_server()
+    a = cluster.agent("h100", gpus='gpus: {backend: nvml, nvml_library: "%s"}\n' % lib,
+                      env={"FAKE_NVML_CONFIG": str(script)})
+    n = cluster.node("h100")
+    assert n["backend"] == "nvml" and n["gpus_total"] == 2, n
+    assert [(g["index"], g["uuid"], g["name"], g["memory_mb"]) for g in n["gpus"]] == [
+        (0, "GPU-11111111-0000-0000-0000-000000000001", "NVIDIA H100 80GB HBM3", 81559),
+        (1, "GPU-11111111-0000-0000-0000-000000000002", "NVIDIA H100 80GB HBM3", 81559)]
+    row = [ln for ln in ok(cluster.cli("nodes")).splitlines() if ln.startswith("h100 ")]
+    assert row and "NVIDIA H100 80GB HBM3" in row[0] and "0/2" in row[0], row
+    t = cluster.submit(["sh", "-c", "echo $CUDA_VISIBLE_DEVICES $GPUPOOL_GPUS $CUDA_DEVICE_ORDER"],
+                       gpu_request=2, gpu_model="*H100*")
+    t = cluster.wait_task(t["id"], "succeeded")
+    assert cluster.logs(t["id"]) == "0,1 h100:0,h100:1 PCI_BUS_ID\n"
+    # a gpu_model no node has can never be placed
+    r = cluster.server.api("POST", "/api/v1/tasks", json={"command": ["true"], "gpu_model": "*4090*"})
+    assert r.status_code in (201, 422), r.text
+    assert a.running()
+
+
+def test_server_sigterm_with_agents_connected_exits_cleanly(cluster):
+    # agents hold a long-poll sync at the server at almost every moment
+    s = cluster.start_server()
+    cluster.agent("gpu-a")
+    cluster.agent("gpu-b")
+    time.sleep(1.2)
+    s.proc.send_signal(signal.SIGTERM)
+    rc = s.proc.wait(timeout=10)
+    log = s.full_log()
+    assert "Fatal error" not in log, log[-2000:]
+    assert rc == 0, (rc, log[-2000:])
+
+
+# ---- multi-node tasks (whole nodes, fewest, all or nothing) ----------------------------
+
+RANK_CMD = ("echo rank=$GPUPOOL_NODE_RANK nnodes=$GPUPOOL_NNODES node=$GPUPOOL_NODE master=$MASTER_ADDR:$MASTER_PORT "
+            "cvd=$CUDA_VISIBLE_DEVICES >> %s/ranks; sleep 0.5")
+
+
+def three_nodes(cluster):
+    cluster.start_server()
+    return {n: cluster.agent(n, gpus=sim_gpus(2)) for n in ("gpu-a", "gpu-b", "gpu-c")}
+
+
+def test_multinode_task_takes_two_whole_nodes_with_torchrun_variables(cluster):
+    three_nodes(cluster)
+    d = cluster.tmp / "mn"
+    d.mkdir()
+    r = cluster.cli("submit", "--gpus", "4", "--", "sh", "-c", RANK_CMD % d)
+    tid = int(ok(r).strip())
+    t = cluster.wait_task(tid, "running", timeout=10)
+    assert len(t["nodes"]) == 2 and len(set(t["nodes"])) == 2, t
+    assert len(t["gpus"]) == 4 and {g["node"] for g in t["gpus"]} == set(t["nodes"]), t
+    st = ok(cluster.cli("status", tid))
+    assert "nodes (by rank)" in st, st
+    t = cluster.wait_task(tid, "succeeded", timeout=15)
+    lines = sorted(open(d / "ranks").read().splitlines())
+    assert len(lines) == 2, lines
+    nodes = cluster.nodes()
+    rank0 = [ln for ln in lines if ln.startswith("rank=0 ")][0]
+    rank1 = [ln for ln in lines if ln.startswith("rank=1 ")][0]
+    host0 = rank0.split("node=")[1].split()[0]
+    master_host = nodes[host0]["address"].split("//")[1].rsplit(":", 1)[0]
+    port = 29500 + tid % 1000
+    for ln in (rank0, rank1):
+        assert "nnodes=2" in ln and "master=%s:%d" % (master_host, port) in ln and "cvd=0,1" in ln, lines
+    assert rank0.split("node=")[1].split()[0] != rank1.split("node=")[1].split()[0]
+    assert t["exit_code"] == 0
+
+
+def test_multinode_one_rank_failing_fails_the_task_and_stops_the_other(cluster):
+    three_nodes(cluster)
+    d = cluster.tmp / "mn"
+    os.makedirs(d)
+    # rank 1 fails after 0.5 s; rank 0 would tick for a minute
+    cmd = ["sh", "-c", 'if [ "$GPUPOOL_NODE_RANK" = 1 ]; then sleep 0.5; exit 3; fi; exec "$@"', "sh"] + ticker_cmd(d)
+    t = cluster.submit(cmd, gpu_request=4)
+    t = cluster.wait_task(t["id"], ("failed",), timeout=20)
+    assert t["exit_code"] == 3, t
+    wait_for(lambda: ticker_pids(d) and not live_tickers(d), 10, "rank 0 to be stopped")
+    assert len(ticker_pids(d)) == 1
+
+
+def test_multinode_task_requeued_whole_when_one_node_is_lost(cluster):
+    agents = three_nodes(cluster)
+    d = cluster.tmp / "mn"
+    t = cluster.submit(ticker_cmd(d), gpu_request=4, max_retries=1)
+    t = cluster.wait_task(t["id"], "running", timeout=10)
+    first = list(t["nodes"])
+    wait_for(lambda: len(live_tickers(d)) == 2, 10, "both ranks")
+    gone = first[1]
+    agents[gone].kill9()
+    cluster.wait_node(gone, "lost", timeout=NODE_TIMEOUT_S + 5)
+    # the rank on the surviving node is stopped, and the task runs again on two live nodes
+    t = cluster.wait_task(t["id"], "running", where=lambda t: gone not in t["nodes"] and t["retries"] == 1,
+                          timeout=15)
+    assert len(t["nodes"]) == 2, t
+    survivor_pid = [p for p, (n, _) in ticker_pids(d).items() if n == first[0]][0]
+    wait_for(lambda: not pid_alive(survivor_pid), 10, "the surviving rank of the first run to be stopped")
+    wait_for(lambda: len(live_tickers(d)) >= 2, 10, "the second run's ranks")
+    live_nodes = sorted(ticker_pids(d)[p][0] for p in live_tickers(d) if ticker_pids(d)[p][0] != gone)
+    assert live_nodes == sorted(t["nodes"]), (live_nodes, t)
     cluster.cli("cancel", t["id"])

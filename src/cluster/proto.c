@@ -288,7 +288,7 @@ int gp_proto_labels_from_json(const json_t *obj, char out[GP_LABELS_MAX], char *
                 return fail(err, errlen, "more than %d labels", GP_LABELS_N);
         /* every key and value is checked before it is joined, so no ',' or
          * '=' can smuggle in another label */
-        char flat[GP_LABELS_N * (2 * GP_LABEL_PART_MAX + 2) + 1];
+        char flat[GP_LABELS_N * (2 * GP_LABEL_PART_MAX + 2) + 1] = ""; /* {} is no labels */
         size_t o = 0;
         const char *k;
         json_t *v;

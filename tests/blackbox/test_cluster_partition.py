@@ -1,0 +1,117 @@
+"""A network partition between a node and the server (issue 15): the agent
+of node gpu-a runs in its own network namespace, joined to the root
+namespace by a veth pair (10.213.N.1/30 on the server's side, .2 in the
+namespace); the server listens on 0.0.0.0.  Cutting the link past
+node_timeout_s makes gpu-a lost and its task is requeued and started on
+gpu-b (a loopback agent); restoring it brings gpu-a back, its old run is
+stopped as stale and only one run of the task remains.
+
+Needs root and `ip netns`; skipped (with the reason) otherwise.
+Run: GPUPOOL_BIN=$PWD/build/gpupool GPUPOOL_BUILD=$PWD/build \
+     /usr/bin/python3 -m pytest -q tests/blackbox/test_cluster_partition.py
+"""
+import os
+import subprocess
+import time
+
+import pytest
+
+from apiutil import pid_alive, reap_supervisors, wait_for
+from clusterutil import (NODE_TIMEOUT_S, PY, Cluster, _require_bin, live_tickers, log_has, runs_from_marks, sim_gpus,
+                         ticker_cmd, ticker_pids)
+
+pytestmark = pytest.mark.e2e
+assert reap_supervisors  # autouse fixture, imported so that it applies here
+
+
+def ip(*args, check=True):
+    r = subprocess.run(["ip"] + list(args), capture_output=True, text=True, timeout=10)
+    if check and r.returncode != 0:
+        raise RuntimeError("ip %s: %s" % (" ".join(args), r.stderr.strip()))
+    return r
+
+
+@pytest.fixture
+def netns():
+    """(namespace, root-side veth, root address, namespace address), cleaned up at the end."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a network namespace")
+    tag = "gpct%d" % (os.getpid() % 100000)
+    ns, v0, v1 = tag, tag + "a", tag + "b"
+    try:
+        r = ip("netns", "add", ns, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        pytest.skip("ip netns is unavailable: %s" % e)
+    if r.returncode != 0:
+        pytest.skip("ip netns is unavailable: %s" % r.stderr.strip())
+    net = "10.213.%d" % (os.getpid() % 250)
+    try:
+        ip("link", "add", v0, "type", "veth", "peer", "name", v1)
+        ip("link", "set", v1, "netns", ns)
+        ip("addr", "add", net + ".1/30", "dev", v0)
+        ip("link", "set", v0, "up")
+        ip("netns", "exec", ns, "ip", "addr", "add", net + ".2/30", "dev", v1)
+        ip("netns", "exec", ns, "ip", "link", "set", v1, "up")
+        ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        # the link carries packets once a TCP connect to the root side gets an answer (refused is fine)
+        probe = ("import socket\ntry:\n socket.create_connection(('%s.1', 9), timeout=1)\n"
+                 "except ConnectionRefusedError:\n pass\n" % net)
+        wait_for(lambda: subprocess.run(["ip", "netns", "exec", ns, PY, "-c", probe],
+                                        capture_output=True, timeout=10).returncode == 0, 10, "the veth link")
+        yield ns, v0, net + ".1", net + ".2"
+    except (RuntimeError, FileNotFoundError) as e:
+        pytest.skip("cannot set up the namespace: %s" % e)
+    finally:
+        ip("link", "del", v0, check=False)
+        ip("netns", "del", ns, check=False)
+
+
+@pytest.fixture
+def pcluster(tmp_path, netns):
+    _require_bin()
+    c = Cluster(tmp_path)
+    yield c, netns
+    c.close()
+
+
+def test_partitioned_node_is_lost_task_moves_and_the_stale_run_is_stopped_on_return(pcluster):
+    cluster, (ns, v0, root_addr, ns_addr) = pcluster
+    s = cluster.start_server(listen_host="0.0.0.0")
+    a = cluster.agent("gpu-a", gpus=sim_gpus(1), netns=ns, listen_host=ns_addr,
+                      server_url="http://%s:%d" % (root_addr, s.port))
+    assert cluster.node("gpu-a")["address"] == "http://%s:%d" % (ns_addr, a.port)
+    d = cluster.tmp / "t"
+    t = cluster.submit(ticker_cmd(d), max_retries=2)
+    t = cluster.wait_task(t["id"], "running", where=lambda t: t["nodes"] == ["gpu-a"])
+    cluster.agent("gpu-b", gpus=sim_gpus(1))
+    wait_for(lambda: live_tickers(d), 10, "the run on gpu-a")
+    old = live_tickers(d)[0]
+    # cut the link
+    ip("link", "set", v0, "down")
+    cut = time.time()
+    restored = None
+    try:
+        cluster.wait_node("gpu-a", "lost", timeout=NODE_TIMEOUT_S + 6)
+        assert time.time() - cut >= NODE_TIMEOUT_S - 1.5
+        t = cluster.wait_task(t["id"], "running", where=lambda t: t["nodes"] == ["gpu-b"], timeout=10)
+        assert t["retries"] == 1, t
+        wait_for(lambda: len(ticker_pids(d)) == 2, 10, "the run on gpu-b")
+        # the cut-off node's run goes on meanwhile (as under Slurm or Kubernetes)
+        assert pid_alive(old)
+        assert a.running()
+    finally:
+        ip("link", "set", v0, "up")
+        restored = time.time()
+    # back: ready again, the old run is stale and stopped; one run remains, on gpu-b
+    cluster.wait_node("gpu-a", "ready", timeout=20)
+    wait_for(lambda: not pid_alive(old), 15, "the stale run on gpu-a to be stopped")
+    log_has(a.log_path, "run %d.1.0 stale: stopping it" % t["id"])
+    live = live_tickers(d)
+    assert len(live) == 1 and ticker_pids(d)[live[0]][0] == "gpu-b", (live, ticker_pids(d))
+    old_run = runs_from_marks(d)[old]
+    assert old_run[1] <= time.time(), old_run
+    t = cluster.task(t["id"])
+    assert t["state"] == "running" and t["nodes"] == ["gpu-b"] and t["retries"] == 1, t
+    assert restored is not None
+    cluster.cli("cancel", t["id"])
+    cluster.wait_task(t["id"], "cancelled")

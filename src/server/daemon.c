@@ -419,6 +419,17 @@ static gp_task *active_for(gp_daemon *d, int64_t id, const char *tenant) {
 
 static void apply_submit_array(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o);
 
+/* Can the request ever run?  On one machine a request no GPU can hold is
+ * refused (422).  A pool that nodes join (join tokens, or agent nodes
+ * known) may grow: there it waits, and its reason says why, as a pod waits
+ * for a node in Kubernetes. */
+static int feasible(gp_daemon *d, const gp_sched_req *r, char *why, size_t size) {
+        int rc = gp_sched_check_feasible(d->sched, r, why, size);
+        if (rc == -EINVAL && strcmp(why, "invalid request") && gp_nodes_growable(d))
+                return 0;
+        return rc;
+}
+
 /* May the tenant submit (billing.h: a tenant whose balance is used up may
  * not)?  false with the 402 answer in *o. */
 static bool balance_ok(gp_daemon *d, const char *tenant, outcome *o) {
@@ -454,7 +465,7 @@ static void apply_submit(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o
         }
         gp_sched_req r = sched_req(t);
         char why[256];
-        int rc = gp_sched_check_feasible(d->sched, &r, why, sizeof(why));
+        int rc = feasible(d, &r, why, sizeof(why));
         if (rc == 0)
                 rc = gp_sched_enqueue(d->sched, &r);
         if (rc < 0) {
@@ -558,7 +569,7 @@ static void apply_submit_array(gp_daemon *d, batch *b, cmd *c, int64_t now, outc
         tpl->id = d->next_id;
         gp_sched_req r = sched_req(tpl);
         char why[256];
-        int rc = gp_sched_check_feasible(d->sched, &r, why, sizeof(why));
+        int rc = feasible(d, &r, why, sizeof(why));
         if (rc < 0) {
                 gp_monitor_submit_rejected(d->mon, "infeasible");
                 o->status = 422;
@@ -1984,9 +1995,14 @@ typedef struct recover_ctx {
         size_t queued, running, ended;
 } recover_ctx;
 
+/* The scheduler's ids of t's GPUs.  Node local's by uuid first (the
+ * driver may number them differently after a reboot); an agent node's by
+ * node and index, as its agent names them (uuids of simulated GPUs repeat
+ * from node to node). */
 static int map_gpus(gp_daemon *d, const gp_task *t, uint32_t *ids) {
         for (int i = 0; i < t->n_gpus; i++) {
-                if (gp_sched_gpu_find_uuid(d->sched, t->gpus[i].uuid, &ids[i]) < 0 &&
+                bool local = !strcmp(t->gpus[i].node, LOCAL_NODE);
+                if ((!local || gp_sched_gpu_find_uuid(d->sched, t->gpus[i].uuid, &ids[i]) < 0) &&
                     gp_sched_gpu_find(d->sched, t->gpus[i].node, t->gpus[i].index, &ids[i]) < 0)
                         return -ENOENT;
         }

@@ -318,6 +318,9 @@ static enum MHD_Result get_gpus(hreq *r) {
         json_t *a = json_array();
         pthread_mutex_lock(&d->lock);
         for (uint32_t g = 0; g < gp_sched_gpu_count(d->sched); g++) {
+                gp_sched_gpu_view gv;
+                if (gp_sched_gpu_get(d->sched, g, &gv) < 0 || gv.removed)
+                        continue; /* its node left the pool */
                 json_t *o = gp_http_gpu_json(d, g);
                 if (o && !r->admin) {
                         /* a tenant sees which GPUs are busy, but only its own task ids */
@@ -1487,6 +1490,7 @@ void gp_http_stop(gp_daemon *d) {
                 f->following = false;
                 gp_http_wake(f);
         }
+        gp_nodes_release(d); /* agents' held syncs: answered now (they come back to the next server) */
         pthread_mutex_unlock(&d->lock);
         usleep(100 * 1000); /* the loop thread still drives MHD: woken requests are answered */
         gp_commit_http_closing(d); /* answers waiting for the disk go out; later ones are 503 */

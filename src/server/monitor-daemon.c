@@ -124,7 +124,7 @@ void gp_monitor_collect(gp_daemon *d, gp_mon_sample *s) {
         uint32_t n = gp_sched_gpu_count(d->sched);
         for (uint32_t g = 0; g < n && s->ngpus < GP_MON_MAX_GPUS; g++) {
                 gp_sched_gpu_view v;
-                if (gp_sched_gpu_get(d->sched, g, &v) < 0)
+                if (gp_sched_gpu_get(d->sched, g, &v) < 0 || v.removed)
                         continue;
                 gp_mon_gpu *o = &s->gpus[s->ngpus++];
                 snprintf(o->id, sizeof(o->id), "%s:%d", v.node, v.index);

@@ -57,6 +57,7 @@ typedef struct gp_node {
         bool synced;                /* a full sync since the server started */
         bool dirty;                 /* its record is to be stored */
         bool leaving;               /* removed: its GPUs are still in the scheduler */
+        bool removing;              /* removal asked: its runs are stopping; it leaves when they ended */
         int ngpus;
         node_gpu *gpus;
         gp_list hb;                 /* in by_hb while ready or draining */
@@ -353,8 +354,8 @@ static json_t *gpus_json(const node_gpu *g, int n) {
 }
 
 static char *node_record(const gp_node *n) {
-        json_t *j = json_pack("{s:s,s:s,s:b,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o}", "name", n->name, "state",
-                              gp_node_state_name(n->state), "drain", n->drain, "cred", n->cred, "address", n->address,
+        json_t *j = json_pack("{s:s,s:s,s:b,s:b,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o}", "name", n->name, "state",
+                              gp_node_state_name(n->state), "drain", n->drain, "removing", n->removing, "cred", n->cred, "address", n->address,
                               "labels", n->labels, "version", n->version, "backend", n->backend, "joined_ms",
                               (json_int_t)n->joined_ms, "left_ms", (json_int_t)n->left_ms, "gpus",
                               gpus_json(n->gpus, n->ngpus));
@@ -383,6 +384,7 @@ static int node_from_record(gp_node *n, const char *text) {
             str_field(j, "backend", n->backend, sizeof(n->backend)) < 0)
                 goto out;
         n->drain = json_is_true(json_object_get(j, "drain"));
+        n->removing = json_is_true(json_object_get(j, "removing"));
         n->joined_ms = json_integer_value(json_object_get(j, "joined_ms"));
         n->left_ms = json_integer_value(json_object_get(j, "left_ms"));
         json_t *ga = json_object_get(j, "gpus");
@@ -718,6 +720,16 @@ void gp_nodes_req_gone(gp_daemon *d, struct hreq *r) {
         r->node_held = NULL;
 }
 
+bool gp_nodes_growable(const gp_daemon *d) {
+        return d->cfg.n_join_tokens > 0 || d->nodes->ntok > 0 || d->nodes->n > 0;
+}
+
+void gp_nodes_release(gp_daemon *d) {
+        gp_list *l;
+        while (d->nodes && (l = gp_list_first(&d->nodes->held)))
+                answer_held(d, GP_LIST_ENTRY(l, gp_node, hl), 0, false);
+}
+
 void gp_nodes_flush(gp_daemon *d, uint64_t gen) {
         gp_nodes *ns = d->nodes;
         GP_LIST_FOR_EACH_SAFE(l, &ns->held) {
@@ -725,6 +737,25 @@ void gp_nodes_flush(gp_daemon *d, uint64_t gen) {
                 if (sendable(n))
                         answer_held(d, n, gen, true);
         }
+}
+
+/* A removed node whose runs have all ended (or that is lost) leaves: its
+ * credential stops working, its tasks (if any are left) are requeued, its
+ * GPUs leave the inventory once they let go. */
+static void finish_remove(gp_daemon *d, gp_node *n, int64_t now) {
+        char why[GP_REASON_MAX];
+        snprintf(why, sizeof(why), "node %s was removed from the pool", n->name);
+        node_gone(d, n, why);
+        if (n->held)
+                answer_held(d, n, gp_commit_applied(d), true);
+        n->removing = false;
+        n->state = GP_NODE_LEFT;
+        n->left_ms = now;
+        n->cred[0] = '\0';
+        n->dirty = true;
+        gp_list_del(&n->hb);
+        n->leaving = true;
+        gp_info("node %s has left the pool", n->name);
 }
 
 /* ---- time ---- */
@@ -752,6 +783,8 @@ void gp_nodes_tick(gp_daemon *d, int64_t now) {
                 snprintf(why, sizeof(why), "node %s lost: no heartbeat for %d s", n->name, d->cfg.node_timeout_s);
                 gp_warn("%s", why);
                 node_gone(d, n, why);
+                if (n->removing)
+                        finish_remove(d, n, now);
         }
 }
 
@@ -759,6 +792,13 @@ void gp_nodes_settle(gp_daemon *d) {
         gp_nodes *ns = d->nodes;
         for (size_t i = 0; i < ns->n; i++) {
                 gp_node *n = ns->v[i];
+                if (n->removing) {
+                        int64_t *ids;
+                        size_t k = node_tasks(d, n, &ids);
+                        free(ids);
+                        if (k == 0)
+                                finish_remove(d, n, gp_now_ms());
+                }
                 if (!n->leaving)
                         continue;
                 int rc = gp_sched_node_remove(d->sched, n->name);
@@ -987,7 +1027,10 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                 intptr_t st = (intptr_t)gp_i64map_get(&n->stopping, r->id.task);
                 if (st && ((st - 1) >> 2) == r->id.epoch)
                         gp_i64map_del(&n->stopping, r->id.task);
-                if (cur) {
+                if (cur && n->removing) { /* stopped for the removal: back to the queue */
+                        gp_node_ev *e = event(ns, GP_NODE_EV_LOST, r->id.task, r->id.rank);
+                        snprintf(e->why, sizeof(e->why), "node %s was removed from the pool", n->name);
+                } else if (cur) {
                         gp_node_ev *e = event(ns, GP_NODE_EV_RUN_ENDED, r->id.task, r->id.rank);
                         e->result = r->result;
                 }
@@ -1241,26 +1284,34 @@ static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
                 gp_sched_node_set_drained(d->sched, n->name, n->drain);
                 break;
         case GP_NODE_OP_REMOVE: {
-                char why[GP_REASON_MAX];
-                snprintf(why, sizeof(why), "node %s was removed from the pool", n->name);
-                /* what runs there is stopped and goes back to the queue */
+                /* its runs are stopped; each task goes back to the queue once its
+                 * run has ended (so it never runs twice at once), at once if the
+                 * node is lost; then the node has left (gp_nodes_settle) */
+                n->removing = true;
+                n->drain = true;
+                if (n->state != GP_NODE_LOST)
+                        n->state = GP_NODE_DRAINING;
+                gp_sched_node_set_drained(d->sched, n->name, true);
                 int64_t *ids;
                 size_t k = node_tasks(d, n, &ids);
                 for (size_t i = 0; i < k; i++) {
                         gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
-                        if (t && t->state == GP_TASK_RUNNING && !t->is_lease)
-                                push_stop(n, (gp_proto_run_id){t->id, gp_task_run_epoch(t), rank_of(t, n->name)},
-                                          GP_PROTO_STOP_STALE);
+                        if (!t || t->state != GP_TASK_RUNNING)
+                                continue;
+                        if (t->is_lease) { /* no process to wait for */
+                                gp_node_ev *e = event(ns, GP_NODE_EV_LOST, t->id, rank_of(t, n->name));
+                                snprintf(e->why, sizeof(e->why), "node %s was removed from the pool", n->name);
+                                continue;
+                        }
+                        gp_proto_run_id id = {t->id, gp_task_run_epoch(t), rank_of(t, n->name)};
+                        push_stop(n, id, GP_PROTO_STOP_STALE);
+                        if (gp_i64map_put(&n->stopping, t->id,
+                                          (void *)(intptr_t)(((id.epoch << 2) | GP_PROTO_STOP_STALE) + 1)) < 0)
+                                oom();
                 }
                 free(ids);
-                node_gone(d, n, why);
-                if (n->held)
-                        answer_held(d, n, gp_commit_applied(d), true);
-                n->state = GP_NODE_LEFT;
-                n->left_ms = now;
-                n->cred[0] = '\0';
-                gp_list_del(&n->hb);
-                n->leaving = true; /* its GPUs leave the inventory once its tasks let go (gp_nodes_settle) */
+                if (n->state == GP_NODE_LOST)
+                        finish_remove(d, n, now);
                 break;
         }
         default:
@@ -1468,7 +1519,7 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
                 pthread_mutex_unlock(&d->lock);
                 return post(r, nc);
         }
-        if (!sendable(n) && m->wait_ms > 0) {
+        if (!sendable(n) && m->wait_ms > 0 && !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
                 int64_t wait = m->wait_ms;
                 if (wait > (int64_t)d->cfg.node_timeout_s * 500)
                         wait = (int64_t)d->cfg.node_timeout_s * 500;

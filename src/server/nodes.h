@@ -133,6 +133,11 @@ int gp_nodes_store(struct gp_daemon *d);
 /* Is anything to be stored?  And: it was (the transaction committed). */
 bool gp_nodes_pending(const struct gp_daemon *d);
 void gp_nodes_stored(struct gp_daemon *d);
+/* May the pool grow (join tokens exist, or agent nodes are known)? */
+bool gp_nodes_growable(const struct gp_daemon *d);
+/* The server stops: every held sync is answered now (MHD thread or the
+ * stopping thread, d->lock held). */
+void gp_nodes_release(struct gp_daemon *d);
 /* A request went away (MHD completed it): forget it if it was held. */
 void gp_nodes_req_gone(struct gp_daemon *d, struct hreq *r);
 

@@ -314,7 +314,7 @@ static bool unload_lets_start(gp_daemon *d, const replica *w, const gp_task *gon
         uint32_t n = gp_sched_gpu_count(d->sched);
         for (uint32_t gi = 0; gi < n; gi++) {
                 gp_sched_gpu_view v;
-                if (gp_sched_gpu_get(d->sched, gi, &v) < 0)
+                if (gp_sched_gpu_get(d->sched, gi, &v) < 0 || v.removed)
                         continue;
                 int k = 0;
                 while (k < nn && strcmp(node[k], v.node))

@@ -475,20 +475,13 @@ static int cmd_key_create(const gp_cli_cmd *c, FILE *out, FILE *err) {
         return GP_CLI_EXIT_OK;
 }
 
-static int cmd_nodes(const gp_cli_cmd *c, FILE *out, FILE *err) {
-        gp_cli_resp r;
-        gp_buf text;
-        int ex = call(c, err, "GET", "/api/v1/nodes", NULL, &r);
-        if (ex)
-                return ex;
-        gp_buf_init(&text, GP_CLI_BODY_MAX);
-        if (c->json)
-                print_json(out, r.json);
-        else
-                ex = print_buf(out, err, gp_cli_format_nodes(r.json, gp_now_ms(), &text), &text);
-        gp_buf_done(&text);
-        gp_cli_resp_done(&r);
-        return ex;
+/* The tables that show ages ("2s ago") take the time now. */
+static int fmt_nodes(const json_t *resp, gp_buf *out) {
+        return gp_cli_format_nodes(resp, gp_now_ms(), out);
+}
+
+static int fmt_join_tokens(const json_t *resp, gp_buf *out) {
+        return gp_cli_format_join_tokens(resp, gp_now_ms(), out);
 }
 
 /* node drain|undrain|remove NAME: prints "NAME: STATE" (the node's new state). */
@@ -521,19 +514,8 @@ static int cmd_node(const gp_cli_cmd *c, FILE *out, FILE *err) {
 static int cmd_join_token(const gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_cli_resp r;
         int ex;
-        if (strcmp(c->sub, "list") == 0) {
-                gp_buf text;
-                if ((ex = call(c, err, "GET", "/admin/join-tokens", NULL, &r)))
-                        return ex;
-                gp_buf_init(&text, GP_CLI_BODY_MAX);
-                if (c->json)
-                        print_json(out, r.json);
-                else
-                        ex = print_buf(out, err, gp_cli_format_join_tokens(r.json, gp_now_ms(), &text), &text);
-                gp_buf_done(&text);
-                gp_cli_resp_done(&r);
-                return ex;
-        }
+        if (strcmp(c->sub, "list") == 0)
+                return cmd_list(c, out, err, "/admin/join-tokens", fmt_join_tokens);
         if (strcmp(c->sub, "revoke") == 0) {
                 char path[128];
                 snprintf(path, sizeof(path), "/admin/join-tokens/%s", c->target); /* [A-Za-z0-9._-] (args.c) */
@@ -682,7 +664,7 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
                 ex = cmd_queue(&c, out, err);
                 break;
         case GP_CLI_NODES:
-                ex = cmd_nodes(&c, out, err);
+                ex = cmd_list(&c, out, err, "/api/v1/nodes", fmt_nodes);
                 break;
         case GP_CLI_NODE:
                 ex = cmd_node(&c, out, err);

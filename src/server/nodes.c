@@ -1569,15 +1569,25 @@ static int h_nodes(struct hreq *r, const gp_route_arg *a) {
         return gp_http_send(r, body ? 200 : 503, body, 0);
 }
 
-static int h_node_op(struct hreq *r, const gp_route_arg *a) {
-        const char *tail = strrchr(a->url, '/');
-        gp_node_op op = !strcmp(tail, "/drain") ? GP_NODE_OP_DRAIN : !strcmp(tail, "/undrain") ? GP_NODE_OP_UNDRAIN : GP_NODE_OP_REMOVE;
+/* An admin's command on a node or a join token (name), handed to the loop. */
+static int post_admin(struct hreq *r, gp_node_op op, const char *name) {
         gp_node_cmd *nc = node_cmd(op);
         if (!nc)
                 return gp_http_send(r, 503, NULL, 1);
-        gp_strlcpy(nc->node, a->name, sizeof(nc->node));
         gp_strlcpy(nc->who, r->who, sizeof(nc->who));
+        if (op == GP_NODE_OP_TOKEN_REVOKE)
+                gp_strlcpy(nc->token_id, name, sizeof(nc->token_id));
+        else
+                gp_strlcpy(nc->node, name, sizeof(nc->node));
         return post(r, nc);
+}
+
+static int h_node_op(struct hreq *r, const gp_route_arg *a) {
+        const char *tail = strrchr(a->url, '/');
+        return post_admin(r, !strcmp(tail, "/drain")     ? GP_NODE_OP_DRAIN
+                             : !strcmp(tail, "/undrain") ? GP_NODE_OP_UNDRAIN
+                                                         : GP_NODE_OP_REMOVE,
+                          a->name);
 }
 
 static int h_token_create(struct hreq *r, const gp_route_arg *a) {
@@ -1605,12 +1615,7 @@ static int h_token_create(struct hreq *r, const gp_route_arg *a) {
 }
 
 static int h_token_revoke(struct hreq *r, const gp_route_arg *a) {
-        gp_node_cmd *nc = node_cmd(GP_NODE_OP_TOKEN_REVOKE);
-        if (!nc)
-                return gp_http_send(r, 503, NULL, 1);
-        gp_strlcpy(nc->token_id, a->name, sizeof(nc->token_id));
-        gp_strlcpy(nc->who, r->who, sizeof(nc->who));
-        return post(r, nc);
+        return post_admin(r, GP_NODE_OP_TOKEN_REVOKE, a->name);
 }
 
 static int h_tokens(struct hreq *r, const gp_route_arg *a) {

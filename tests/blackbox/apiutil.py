@@ -175,12 +175,13 @@ def session_members(sid):
     return out
 
 
-def kill_supervisor_sessions(root):
+def kill_supervisor_sessions(root, dirname="tasks"):
     """SIGKILL every supervisor whose pid file is under root and every
     process in its session (the daemon's starter child calls setsid before
     it forks the supervisor, so that session holds the supervisor and its
-    task's process group and nothing else)."""
-    for pf in glob.glob(os.path.join(str(root), "**", "tasks", "*", "supervisor.pid"), recursive=True):
+    task's process group and nothing else).  The daemon's supervisors are in
+    DATA_DIR/tasks/ID/; an agent's (dirname "runs") in DATA_DIR/runs/T.E.R/."""
+    for pf in glob.glob(os.path.join(str(root), "**", dirname, "*", "supervisor.pid"), recursive=True):
         try:
             with open(pf) as f:
                 pid, start = (int(x) for x in f.read().split()[:2])

@@ -31,8 +31,8 @@ import urllib.request
 import pytest
 import requests
 
-from apiutil import _stat, kill_supervisor_sessions, session_members, wait_for
-from conftest import Daemon, _require_bin, free_port, gpupool_bin
+from apiutil import kill_supervisor_sessions, wait_for
+from conftest import Daemon, _require_bin, free_port, gpupool_bin, log_tail
 
 TOKEN = "gpj_" + "5a" * 32                 # the config's join token
 NODE_TIMEOUT_S = 3
@@ -176,11 +176,7 @@ class Agent:
             self._log = None
 
     def log(self):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read()[-8000:].decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return log_tail(self.log_path)
 
     def credential(self):
         with open(os.path.join(self.data_dir, "node.json")) as f:
@@ -283,25 +279,9 @@ class Cluster:
 
 
 def kill_run_sessions(root):
-    """Kill every agent-run supervisor under root with its session (the
-    agent's runs live in DATA_DIR/runs/T.E.R/ with exec.c's supervisor.pid)."""
-    for pf in glob.glob(os.path.join(str(root), "**", "runs", "*", "supervisor.pid"), recursive=True):
-        try:
-            with open(pf) as f:
-                pid, start = (int(x) for x in f.read().split()[:2])
-        except (OSError, ValueError):
-            continue
-        st = _stat(pid)
-        if st is None or int(st[19]) != start:
-            continue
-        sid = int(st[3])
-        if sid <= 1 or sid == os.getsid(0):
-            continue
-        for p in [pid] + session_members(sid):
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
+    """Kill every supervisor under root with its session: the agents' runs
+    and the server's tasks, then ticker tasks whose supervisor is gone."""
+    kill_supervisor_sessions(root, "runs")
     kill_supervisor_sessions(root)
     # ticker tasks whose supervisor is already gone: their pid files say who they are
     for pf in glob.glob(os.path.join(str(root), "**", "pid.*"), recursive=True):

@@ -63,6 +63,15 @@ def no_sanitizer_reports():
         pytest.fail("sanitizer report(s) written during this test in %s:\n%s" % (SAN_LOG_DIR, "\n".join(texts)))
 
 
+def log_tail(path, size=8000):
+    """The last size bytes of a process's log file, as text ("" if none)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()[-size:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def gpupool_bin():
     return os.environ.get("GPUPOOL_BIN") or os.path.join(REPO, "build", "gpupool")
 
@@ -135,11 +144,7 @@ class Daemon:
             self._log = None
 
     def log(self):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read()[-8000:].decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return log_tail(self.log_path)
 
     # --- helpers for tests ---
     def env(self, **extra):

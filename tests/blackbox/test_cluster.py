@@ -17,15 +17,14 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 
 import pytest
 import requests
 
 from apiutil import pid_alive, reap_supervisors, wait_for
-from clusterutil import (NODE_TIMEOUT_S, PY, TOKEN, agent_post, assert_no_overlap, cluster, live_tickers, log_has,
-                         now_us, runs_from_marks, server_config, sim_gpus, ticker_cmd, ticker_pids)
+from clusterutil import (NODE_TIMEOUT_S, TOKEN, agent_post, assert_no_overlap, cluster, live_tickers, log_has,
+                         now_us, runs_from_marks, sim_gpus, ticker_cmd, ticker_pids)
 from conftest import REPO
 
 pytestmark = pytest.mark.e2e

@@ -1292,8 +1292,8 @@ static void answer(gp_daemon *d, uint64_t gen, cmd *c, outcome *o) {
         if (c->kind == CMD_NODE && c->node->op == GP_NODE_OP_SYNC) {
                 int status;
                 char *body;
-                gp_nodes_answer(d, c, &status, &body);
-                gp_commit_answer(d, gen, c->req, body ? status : 503, body, body ? 0 : 1);
+                if (gp_nodes_answer(d, c, &status, &body))
+                        gp_commit_answer(d, gen, c->req, body ? status : 503, body, body ? 0 : 1);
                 return;
         }
         if (o->body) {

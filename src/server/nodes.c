@@ -692,6 +692,22 @@ static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto
         return body;
 }
 
+/* Hold r (a sync of n with seq) until there is something to send or its
+ * wait (at most half of node_timeout_s) is over.  d->lock held. */
+static void hold(gp_daemon *d, gp_node *n, struct hreq *r, int64_t seq, int64_t wait, int64_t now) {
+        if (wait > (int64_t)d->cfg.node_timeout_s * 500)
+                wait = (int64_t)d->cfg.node_timeout_s * 500;
+        n->held = r;
+        n->held_seq = seq;
+        n->held_until = now + wait;
+        r->node_held = n;
+        /* the list stays in deadline order only while every wait is alike: insert by deadline */
+        gp_list *at = &d->nodes->held;
+        while (at->prev != &d->nodes->held && GP_LIST_ENTRY(at->prev, gp_node, hl)->held_until > n->held_until)
+                at = at->prev;
+        gp_list_insert_after(at->prev, &n->hl);
+}
+
 static void unhold(gp_nodes *ns, gp_node *n) {
         gp_list_del(&n->hl);
         n->held = NULL;
@@ -1380,17 +1396,37 @@ void gp_nodes_apply(gp_daemon *d, struct cmd *c, int64_t now, int *status, char 
         }
 }
 
-void gp_nodes_answer(gp_daemon *d, struct cmd *c, int *status, char **body) {
+/* Would the answer to msg be empty (nothing acknowledged, sent or asked)? */
+static bool answer_empty(gp_daemon *d, const gp_node *n, const gp_proto_sync *msg, const node_reply *rp) {
+        if (sendable(n) || rp->noff || rp->want_full || (!n->synced && !msg->full))
+                return false;
+        for (int i = 0; i < msg->n_runs; i++)
+                if (msg->runs[i].state == GP_PROTO_EXITED &&
+                    !current(gp_i64map_get(&d->tasks, msg->runs[i].id.task), n, msg->runs[i].id))
+                        return false;
+        return true;
+}
+
+bool gp_nodes_answer(gp_daemon *d, struct cmd *c, int *status, char **body) {
         gp_node_cmd *nc = c->node;
         node_reply *rp = nc->reply;
         gp_node *n = find(d->nodes, nc->sync.node);
         if (!rp || rp->status || !n) {
                 *status = rp && rp->status ? rp->status : 401;
                 *body = gp_proto_error_render(rp && rp->error[0] ? rp->error : "node removed");
-                return;
+                return true;
+        }
+        /* nothing to say (e.g. a multi-node rank's end repeated until its task
+         * ends): held like a quiet sync, so that the agent does not ask again
+         * at once */
+        if (answer_empty(d, n, &nc->sync, rp) && nc->sync.wait_ms > 0 && !n->held && nc->sync.seq == n->seq &&
+            !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
+                hold(d, n, c->req, nc->sync.seq, nc->sync.wait_ms, gp_now_ms());
+                return false;
         }
         *status = 200;
         *body = render_answer(d, n, nc->sync.seq, &nc->sync, rp);
+        return true;
 }
 
 void gp_node_cmd_free(gp_node_cmd *nc) {
@@ -1520,14 +1556,7 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
                 return post(r, nc);
         }
         if (!sendable(n) && m->wait_ms > 0 && !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
-                int64_t wait = m->wait_ms;
-                if (wait > (int64_t)d->cfg.node_timeout_s * 500)
-                        wait = (int64_t)d->cfg.node_timeout_s * 500;
-                n->held = r;
-                n->held_seq = m->seq;
-                n->held_until = now + wait;
-                r->node_held = n;
-                gp_list_add_tail(&d->nodes->held, &n->hl); /* same wait for all: stays in deadline order */
+                hold(d, n, r, m->seq, m->wait_ms, now);
                 gp_http_park(r);
                 pthread_mutex_unlock(&d->lock);
                 gp_daemon_kick(d); /* the loop learns the new deadline */

@@ -97,8 +97,10 @@ bool gp_nodes_remote(const gp_task *t);
  * SYNC, whose answer gp_nodes_answer renders after the batch). */
 void gp_nodes_apply(struct gp_daemon *d, struct cmd *c, int64_t now, int *status, char **body);
 /* The answer of a SYNC command, rendered now (the node's acks of this
- * pass, its pending starts and stops): status and body. */
-void gp_nodes_answer(struct gp_daemon *d, struct cmd *c, int *status, char **body);
+ * pass, its pending starts and stops): status and body, and true.  Or
+ * false: nothing to say now, the request is held by its node (answered
+ * later by gp_nodes_flush / gp_nodes_tick); the caller leaves it alone. */
+bool gp_nodes_answer(struct gp_daemon *d, struct cmd *c, int *status, char **body);
 
 /* Events for the daemon since the last take: *ret_n of them, valid until
  * the next call of any gp_nodes_ function that makes events. */

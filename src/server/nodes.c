@@ -55,7 +55,8 @@ typedef struct gp_node {
         int64_t joined_ms, left_ms, hb_ms;
         int64_t seq;                /* the last sync's seq taken (memory only) */
         bool synced;                /* a full sync since the server started */
-        bool dirty;                 /* its record is to be stored */
+        bool dirty;                 /* its record is to be stored (in nodes->dirty) */
+        bool touched;               /* in nodes->touched: got starts or stops since the last flush */
         bool leaving;               /* removed: its GPUs are still in the scheduler */
         bool removing;              /* removal asked: its runs are stopping; it leaves when they ended */
         int ngpus;
@@ -98,6 +99,10 @@ struct gp_nodes {
         size_t ntok, captok;
         int64_t next_tok;
         bool tok_dirty, index_dirty;
+        gp_node **dirty;            /* nodes whose record is to be stored */
+        size_t ndirty, capdirty;
+        gp_node **touched;          /* nodes that got starts or stops since the last flush */
+        size_t ntouched, captouched;
         gp_node_ev *ev;
         size_t nev, capev;
 };
@@ -129,6 +134,31 @@ static void oom(void) {
         _exit(70);
 }
 
+/* n's record is to be stored with this batch. */
+static void mark_dirty(gp_nodes *ns, gp_node *n) {
+        if (n->dirty)
+                return;
+        gp_node **v = gp_vec_grow(ns->dirty, &ns->capdirty, ns->ndirty + 1, sizeof(*v), 16);
+        if (!v)
+                oom();
+        ns->dirty = v;
+        v[ns->ndirty++] = n;
+        n->dirty = true;
+}
+
+/* n has something new to send: gp_nodes_flush looks at it (and only the
+ * nodes so marked, never all of them). */
+static void touch(gp_nodes *ns, gp_node *n) {
+        if (n->touched)
+                return;
+        gp_node **v = gp_vec_grow(ns->touched, &ns->captouched, ns->ntouched + 1, sizeof(*v), 16);
+        if (!v)
+                oom();
+        ns->touched = v;
+        v[ns->ntouched++] = n;
+        n->touched = true;
+}
+
 static gp_node *find(gp_nodes *ns, const char *name) {
         gp_node *n = gp_i64map_get(&ns->by_name, name_key(name));
         return n && !strcmp(n->name, name) ? n : NULL;
@@ -149,7 +179,8 @@ static gp_node_ev *event(gp_nodes *ns, gp_node_ev_kind kind, int64_t task, int r
         return e;
 }
 
-static void push_start(gp_node *n, gp_proto_run_id id) {
+static void push_start(gp_nodes *ns, gp_node *n, gp_proto_run_id id) {
+        touch(ns, n);
         for (size_t i = 0; i < n->nostart; i++)
                 if (n->ostart[i].task == id.task && n->ostart[i].epoch == id.epoch)
                         return;
@@ -160,7 +191,8 @@ static void push_start(gp_node *n, gp_proto_run_id id) {
         v[n->nostart++] = id;
 }
 
-static void push_stop(gp_node *n, gp_proto_run_id id, gp_proto_stop_why why) {
+static void push_stop(gp_nodes *ns, gp_node *n, gp_proto_run_id id, gp_proto_stop_why why) {
+        touch(ns, n);
         for (size_t i = 0; i < n->nostop; i++)
                 if (n->ostop[i].id.task == id.task && n->ostop[i].id.epoch == id.epoch &&
                     n->ostop[i].id.rank == id.rank)
@@ -454,10 +486,8 @@ out:
 int gp_nodes_store(gp_daemon *d) {
         gp_nodes *ns = d->nodes;
         char key[GP_NODE_MAX + 8];
-        for (size_t i = 0; i < ns->n; i++) {
-                gp_node *n = ns->v[i];
-                if (!n->dirty)
-                        continue;
+        for (size_t i = 0; i < ns->ndirty; i++) {
+                gp_node *n = ns->dirty[i];
                 char *rec = node_record(n);
                 snprintf(key, sizeof(key), "node:%s", n->name);
                 int rc = rec ? gp_store_meta_set(d->ws, key, rec) : -ENOMEM;
@@ -487,18 +517,14 @@ int gp_nodes_store(gp_daemon *d) {
 
 bool gp_nodes_pending(const gp_daemon *d) {
         const gp_nodes *ns = d->nodes;
-        if (ns->index_dirty || ns->tok_dirty)
-                return true;
-        for (size_t i = 0; i < ns->n; i++)
-                if (ns->v[i]->dirty)
-                        return true;
-        return false;
+        return ns->ndirty || ns->index_dirty || ns->tok_dirty;
 }
 
 void gp_nodes_stored(gp_daemon *d) {
         gp_nodes *ns = d->nodes;
-        for (size_t i = 0; i < ns->n; i++)
-                ns->v[i]->dirty = false;
+        for (size_t i = 0; i < ns->ndirty; i++)
+                ns->dirty[i]->dirty = false;
+        ns->ndirty = 0;
         ns->index_dirty = ns->tok_dirty = false;
 }
 
@@ -564,6 +590,8 @@ void gp_nodes_close(gp_daemon *d) {
         gp_i64map_done(&ns->by_name);
         free(ns->tok);
         free(ns->ev);
+        free(ns->dirty);
+        free(ns->touched);
         free(ns);
         d->nodes = NULL;
 }
@@ -699,7 +727,7 @@ static void hold(gp_daemon *d, gp_node *n, struct hreq *r, int64_t seq, int64_t 
                 wait = (int64_t)d->cfg.node_timeout_s * 500;
         n->held = r;
         n->held_seq = seq;
-        n->held_until = now + wait;
+        n->held_until = (now + wait + 99) / 100 * 100; /* on 100 ms ticks: the loop ends many in one pass */
         r->node_held = n;
         /* the list stays in deadline order only while every wait is alike: insert by deadline */
         gp_list *at = &d->nodes->held;
@@ -748,11 +776,17 @@ void gp_nodes_release(gp_daemon *d) {
 
 void gp_nodes_flush(gp_daemon *d, uint64_t gen) {
         gp_nodes *ns = d->nodes;
-        GP_LIST_FOR_EACH_SAFE(l, &ns->held) {
-                gp_node *n = GP_LIST_ENTRY(l, gp_node, hl);
-                if (sendable(n))
+        size_t k = 0;
+        for (size_t i = 0; i < ns->ntouched; i++) {
+                gp_node *n = ns->touched[i];
+                if (n->held && sendable(n))
                         answer_held(d, n, gen, true);
+                if (sendable(n) && !n->held)
+                        ns->touched[k++] = n; /* starts held back (a preempted run stopping): look again */
+                else
+                        n->touched = false;
         }
+        ns->ntouched = k;
 }
 
 /* A removed node whose runs have all ended (or that is lost) leaves: its
@@ -768,7 +802,7 @@ static void finish_remove(gp_daemon *d, gp_node *n, int64_t now) {
         n->state = GP_NODE_LEFT;
         n->left_ms = now;
         n->cred[0] = '\0';
-        n->dirty = true;
+        mark_dirty(d->nodes, n);
         gp_list_del(&n->hb);
         n->leaving = true;
         gp_info("node %s has left the pool", n->name);
@@ -792,7 +826,7 @@ void gp_nodes_tick(gp_daemon *d, int64_t now) {
                         break;
                 gp_list_del(&n->hb);
                 n->state = GP_NODE_LOST;
-                n->dirty = true;
+                mark_dirty(d->nodes, n);
                 if (n->held)
                         answer_held(d, n, gp_commit_applied(d), true);
                 char why[GP_REASON_MAX];
@@ -853,7 +887,7 @@ void gp_nodes_start(gp_daemon *d, const gp_task *t) {
                         break;
                 gp_node *n = find(d->nodes, name);
                 if (n)
-                        push_start(n, (gp_proto_run_id){t->id, epoch, rank});
+                        push_start(d->nodes, n, (gp_proto_run_id){t->id, epoch, rank});
         }
 }
 
@@ -873,7 +907,7 @@ void gp_nodes_stop(gp_daemon *d, const gp_task *t, gp_proto_stop_why why) {
                                 n->ostart[i] = n->ostart[--n->nostart];
                                 break;
                         }
-                push_stop(n, id, why);
+                push_stop(d->nodes, n, id, why);
                 if (why != GP_PROTO_STOP_STALE &&
                     gp_i64map_put(&n->stopping, t->id, (void *)(intptr_t)(((epoch << 2) | why) + 1)) < 0)
                         oom();
@@ -1006,7 +1040,7 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
         }
         if (n->state == GP_NODE_LOST) {
                 n->state = n->drain ? GP_NODE_DRAINING : GP_NODE_READY;
-                n->dirty = true;
+                mark_dirty(d->nodes, n);
                 hb_touch(ns, n, now);
                 node_inventory(d, n);
                 gp_info("node %s is back (%s)", n->name, gp_node_state_name(n->state));
@@ -1024,14 +1058,14 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                 bool cur = current(t, n, r->id);
                 if (r->state == GP_PROTO_RUNNING) {
                         if (!cur) {
-                                push_stop(n, r->id, GP_PROTO_STOP_STALE);
+                                push_stop(d->nodes, n, r->id, GP_PROTO_STOP_STALE);
                                 continue;
                         }
                         if (gp_i64map_put(&n->seen, r->id.task, (void *)(intptr_t)r->id.epoch) < 0)
                                 oom();
                         intptr_t st = (intptr_t)gp_i64map_get(&n->stopping, r->id.task);
                         if (st && m->full && ((st - 1) >> 2) == r->id.epoch)
-                                push_stop(n, r->id, (gp_proto_stop_why)((st - 1) & 3));
+                                push_stop(d->nodes, n, r->id, (gp_proto_stop_why)((st - 1) & 3));
                         if (m->full)
                                 reply_offset(rp, r->id, log_size(d, r->id));
                         continue;
@@ -1071,7 +1105,7 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                                 snprintf(e->why, sizeof(e->why), "node %s lost its run", n->name);
                                 gp_i64map_del(&n->seen, t->id);
                         } else {
-                                push_start(n, id); /* it may never have got it */
+                                push_start(d->nodes, n, id); /* it may never have got it */
                         }
                 }
                 free(ids);
@@ -1251,7 +1285,7 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
         n->state = n->drain ? GP_NODE_DRAINING : GP_NODE_READY;
         n->synced = false;
         n->seq = 0;
-        n->dirty = true;
+        mark_dirty(d->nodes, n);
         hb_touch(ns, n, now);
         node_inventory(d, n);
         gp_info("node %s joined (%d GPUs, %s, %s)", n->name, n->ngpus, n->backend, n->address[0] ? n->address : "no address");
@@ -1320,7 +1354,7 @@ static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
                                 continue;
                         }
                         gp_proto_run_id id = {t->id, gp_task_run_epoch(t), rank_of(t, n->name)};
-                        push_stop(n, id, GP_PROTO_STOP_STALE);
+                        push_stop(d->nodes, n, id, GP_PROTO_STOP_STALE);
                         if (gp_i64map_put(&n->stopping, t->id,
                                           (void *)(intptr_t)(((id.epoch << 2) | GP_PROTO_STOP_STALE) + 1)) < 0)
                                 oom();
@@ -1333,7 +1367,7 @@ static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
         default:
                 break;
         }
-        n->dirty = true;
+        mark_dirty(d->nodes, n);
         gp_info("node %s: %s by %s", n->name, gp_node_state_name(n->state), nc->who);
         *status = 200;
         *body = dump(node_json(d, n));

@@ -149,9 +149,12 @@ def one_round(a, r, tmp):
     os.makedirs(d)
     token = "gpj_" + secrets.token_hex(32)
     with open(d + "/server.yaml", "w") as f:
+        # every simulated node comes from 127.0.0.1 and holds one or two
+        # connections (its held sync, and one to report): room for them all
         f.write("scheduler: {max_queue_depth: 1000000}\ngpus: {backend: none}\nagent: {heartbeat_s: 2}\n"
+                "server: {max_connections: %d, max_connections_per_ip: %d}\n"
                 "cluster: {join_tokens: [\"sha256:%s\"], node_timeout_s: 10}\n"
-                % hashlib.sha256(token.encode()).hexdigest())
+                % (max(1024, 4 * a.nodes + 64), max(256, 4 * a.nodes + 64), hashlib.sha256(token.encode()).hexdigest()))
     # a label on every node: a join with no labels at all may be refused
     # ("label 1 is not key=value", see the docs' section)
     with open(d + "/agent.yaml", "w") as f:
@@ -253,7 +256,15 @@ def one_round(a, r, tmp):
     res["lease_s"] = created / dur if dur else 0.0
     res["lease_refused"] = refused
     stop(sim)
+    # a held sync whose agent has gone is answered at its wait's end (2 s);
+    # a SIGTERM before that aborts the server (see the docs' section)
+    time.sleep(2.5)
     stop(srv)
+    if srv.returncode != 0:
+        print("bench-cluster: round %d: the server exited %d on SIGTERM; see %s/server.log"
+              % (r, srv.returncode, d), file=sys.stderr)
+        res["server_rc"] = srv.returncode
+        return res
     shutil.rmtree(d, ignore_errors=True)
     return res
 

@@ -1,0 +1,34 @@
+#!/bin/sh
+# bench-cluster.sh - one server and many simulated nodes (issue 15): tasks/s
+# through the agents against the same client's lease submits/s, the server's
+# CPU for idle nodes' heartbeats, and the time from a node's death to its
+# task queued again.
+#
+# Each round starts a fresh server (gpus.backend none: a control plane;
+# store.sync at its default, full; data under /tmp, not a tmpfs here) with
+# agent.heartbeat_s 2 and cluster.node_timeout_s 10, one agent
+# `--sim-nodes 1 --name victim` holding a task `sleep 600` (node_selector
+# gpupool/node=victim-0000), and one agent `--sim-nodes NODES` (8 simulated
+# H100s a node; a simulated node runs no command: `true` succeeds at once,
+# `sleep S` ends after S s). Then, on that server (bench/cluster.py):
+#   idle   server CPU (utime+stime of /proc/PID/stat) over IDLE s, % of a core
+#   death  SIGSTOP the victim agent, poll its task every 50 ms until it is
+#          queued again: seconds from its last heartbeat (as the server saw
+#          it) and from the SIGSTOP
+#   batch  wrk -t1 -c8 (bench/cluster.lua) POSTs TASKS one-GPU tasks `true`,
+#          one per request; tasks/s = TASKS / (last finished_at - first
+#          submitted_at), the server's timestamps: the figure of the issue
+#   array  the same TASKS tasks in one POST (a job array): the scheduling and
+#          dispatch path alone
+#   lease  the same wrk client for LEASE_S s: bare lease submits/s
+# Prints each round, then median [min-max] over the rounds and the goals.
+# Usage: bench/bench-cluster.sh [ROUNDS [NODES [TASKS [IDLE_S]]]]
+#        (default 3 1000 20000 30); env BUILD (build), LEASE_S (5)
+set -eu
+cd "$(dirname "$0")/.."
+rounds=${1:-3}; nodes=${2:-1000}; tasks=${3:-20000}; idle=${4:-30}
+build=${BUILD:-build}
+command -v wrk >/dev/null || { echo "bench-cluster: needs wrk (apt-get install wrk)" >&2; exit 1; }
+make -s "$build/gpupool" "$build/gpupool-server" >/dev/null
+exec /usr/bin/python3 bench/cluster.py --build "$build" --rounds "$rounds" --nodes "$nodes" --tasks "$tasks" \
+        --idle "$idle" --lease-s "${LEASE_S:-5}"

@@ -727,7 +727,7 @@ static void hold(gp_daemon *d, gp_node *n, struct hreq *r, int64_t seq, int64_t 
                 wait = (int64_t)d->cfg.node_timeout_s * 500;
         n->held = r;
         n->held_seq = seq;
-        n->held_until = (now + wait + 99) / 100 * 100; /* on 100 ms ticks: the loop ends many in one pass */
+        n->held_until = (now + wait) / 100 * 100; /* on 100 ms ticks, never past the agent's wait: the loop ends many in one pass */
         r->node_held = n;
         /* the list stays in deadline order only while every wait is alike: insert by deadline */
         gp_list *at = &d->nodes->held;

@@ -323,6 +323,7 @@ struct gp_sched {
         char *kind_names[MAX_KINDS];
         int nkinds;
         uint32_t buckets[MAX_KINDS][NBUCKETS];
+        uint64_t bmask[MAX_KINDS][NBUCKETS / 64]; /* bit b set iff buckets[k][b] is not empty */
         uint32_t idle_lists[MAX_NODE_GPUS + 1];
         int max_idle;              /* upper bound of non-empty idle list index */
         tier tiers[GP_PRIORITY_LEVELS];
@@ -387,6 +388,21 @@ static inline bool gpu_usable(const sgpu *g) {
 
 static inline int64_t gpu_free(const sgpu *g) {
         return g->excl ? 0 : g->usable - g->alloc;
+}
+
+/* The highest non-empty bucket of kind k at or below b, -1 none: what
+ * walks the buckets from the fullest down skips the empty ones with. */
+static inline int bucket_below(const gp_sched *s, int k, int b) {
+        if (b < 0)
+                return -1;
+        int w = b >> 6;
+        uint64_t m = s->bmask[k][w] & (~(uint64_t)0 >> (63 - (b & 63)));
+        while (!m) {
+                if (--w < 0)
+                        return -1;
+                m = s->bmask[k][w];
+        }
+        return (w << 6) + 63 - __builtin_clzll(m);
 }
 
 static inline int bucket_of(int64_t free_mb) {

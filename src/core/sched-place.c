@@ -46,8 +46,8 @@ static void gpu_unlink(gp_sched *s, uint32_t gi) {
         if (g->bucket >= 0) {
                 if (g->bprev != NIL)
                         s->gpus[g->bprev].bnext = g->bnext;
-                else
-                        s->buckets[g->kind][g->bucket] = g->bnext;
+                else if ((s->buckets[g->kind][g->bucket] = g->bnext) == NIL)
+                        s->bmask[g->kind][g->bucket >> 6] &= ~((uint64_t)1 << (g->bucket & 63));
                 if (g->bnext != NIL)
                         s->gpus[g->bnext].bprev = g->bprev;
                 g->bucket = -1;
@@ -82,6 +82,7 @@ static void gpu_link(gp_sched *s, uint32_t gi) {
                 if (g->bnext != NIL)
                         s->gpus[g->bnext].bprev = gi;
                 s->buckets[g->kind][b] = gi;
+                s->bmask[g->kind][b >> 6] |= (uint64_t)1 << (b & 63);
         }
 }
 
@@ -789,10 +790,9 @@ static bool place_shared1(const gp_sched *s, const stask *t, bool avoid, fit *f)
         for (int k = 0; k < s->nkinds; k++) {
                 if (!((t->kinds >> k) & 1))
                         continue;
-                for (int b = NBUCKETS - 1; b >= lo; b--) {
+                /* the non-empty buckets, fullest first */
+                for (int b = bucket_below(s, k, NBUCKETS - 1); b >= lo; b = bucket_below(s, k, b - 1)) {
                         uint32_t gi = s->buckets[k][b];
-                        if (gi == NIL)
-                                continue;
                         if (best && b < bucket_of(gpu_free(best)))
                                 break;
                         const sgpu *kb = NULL;

@@ -108,24 +108,29 @@ typedef struct model_ref {
 } model_ref;
 
 typedef struct sgpu {
+        /* first, in one 64-byte block: what the placement scans (diagnose,
+         * reserve, place_*) read of each GPU they look at */
         uint32_t node;
+        uint8_t kind;
+        bool healthy, drained, reserved;
+        bool removed;              /* its node was removed: in no index, counted nowhere */
+        bool excl;
+        int ntasks;
+        int64_t usable, alloc;
+        stask **tasks;
+        uint32_t bprev, bnext;     /* free-memory bucket list */
+        uint32_t resv_stamp;       /* == run stamp: reserved for the blocked task */
+        int nmodels;
+        model_ref *models;
+        /* the rest */
+        int util, temp;
         int index;
+        int slot;                  /* position in its node's gpu list */
+        int bucket;                /* -1 when not listed */
+        int tasks_cap, models_cap;
         char *uuid;
         char *name;
-        uint8_t kind;
-        int64_t total, usable, alloc;
-        int util, temp;
-        bool healthy, drained, reserved, excl;
-        bool removed;              /* its node was removed: in no index, counted nowhere */
-        int ntasks;
-        stask **tasks;
-        int tasks_cap;
-        model_ref *models;
-        int nmodels, models_cap;
-        uint32_t bprev, bnext;     /* free-memory bucket list */
-        int bucket;                /* -1 when not listed */
-        uint32_t resv_stamp;       /* == run stamp: reserved for the blocked task */
-        int slot;                  /* position in its node's gpu list */
+        int64_t total;
         uint64_t grow_seq;         /* when an elastic task grew onto it (s->grow_seq) */
 } sgpu;
 

@@ -6,7 +6,9 @@
  *   - gpus[]: one entry per GPU; a usable GPU (healthy, not drained, not
  *     reserved) that holds shared work (ntasks > 0, not exclusive) sits in
  *     one of the free-memory buckets of its kind (kind = interned GPU name),
- *     so the best shared GPU is found without scanning every GPU.
+ *     so the best shared GPU is found without scanning every GPU;
+ *     bmask[kind] has a bit per bucket, set iff the bucket is not empty,
+ *     so that search skips the empty ones (bucket_below).
  *   - nodes[]: GPUs grouped by node; a node with k usable idle GPUs sits in
  *     idle list k, so whole-GPU and gang requests find the best-fitting node
  *     without scanning every node.

@@ -6,7 +6,9 @@
  *   - gpus[]: one entry per GPU; a usable GPU (healthy, not drained, not
  *     reserved) that holds shared work (ntasks > 0, not exclusive) sits in
  *     one of the free-memory buckets of its kind (kind = interned GPU name),
- *     so the best shared GPU is found without scanning every GPU.
+ *     so the best shared GPU is found without scanning every GPU;
+ *     bmask[kind] has a bit per bucket, set iff the bucket is not empty,
+ *     so that search skips the empty ones (bucket_below).
  *   - nodes[]: GPUs grouped by node; a node with k usable idle GPUs sits in
  *     idle list k, so whole-GPU and gang requests find the best-fitting node
  *     without scanning every node.
@@ -108,24 +110,29 @@ typedef struct model_ref {
 } model_ref;
 
 typedef struct sgpu {
+        /* first, in one 64-byte block: what the placement scans (diagnose,
+         * reserve, place_*) read of each GPU they look at */
         uint32_t node;
+        uint8_t kind;
+        bool healthy, drained, reserved;
+        bool removed;              /* its node was removed: in no index, counted nowhere */
+        bool excl;
+        int ntasks;
+        int64_t usable, alloc;
+        stask **tasks;
+        uint32_t bprev, bnext;     /* free-memory bucket list */
+        uint32_t resv_stamp;       /* == run stamp: reserved for the blocked task */
+        int nmodels;
+        model_ref *models;
+        /* the rest */
+        int util, temp;
         int index;
+        int slot;                  /* position in its node's gpu list */
+        int bucket;                /* -1 when not listed */
+        int tasks_cap, models_cap;
         char *uuid;
         char *name;
-        uint8_t kind;
-        int64_t total, usable, alloc;
-        int util, temp;
-        bool healthy, drained, reserved, excl;
-        bool removed;              /* its node was removed: in no index, counted nowhere */
-        int ntasks;
-        stask **tasks;
-        int tasks_cap;
-        model_ref *models;
-        int nmodels, models_cap;
-        uint32_t bprev, bnext;     /* free-memory bucket list */
-        int bucket;                /* -1 when not listed */
-        uint32_t resv_stamp;       /* == run stamp: reserved for the blocked task */
-        int slot;                  /* position in its node's gpu list */
+        int64_t total;
         uint64_t grow_seq;         /* when an elastic task grew onto it (s->grow_seq) */
 } sgpu;
 
@@ -323,6 +330,7 @@ struct gp_sched {
         char *kind_names[MAX_KINDS];
         int nkinds;
         uint32_t buckets[MAX_KINDS][NBUCKETS];
+        uint64_t bmask[MAX_KINDS][NBUCKETS / 64]; /* bit b set iff buckets[k][b] is not empty */
         uint32_t idle_lists[MAX_NODE_GPUS + 1];
         int max_idle;              /* upper bound of non-empty idle list index */
         tier tiers[GP_PRIORITY_LEVELS];
@@ -387,6 +395,21 @@ static inline bool gpu_usable(const sgpu *g) {
 
 static inline int64_t gpu_free(const sgpu *g) {
         return g->excl ? 0 : g->usable - g->alloc;
+}
+
+/* The highest non-empty bucket of kind k at or below b, -1 none: what
+ * walks the buckets from the fullest down skips the empty ones with. */
+static inline int bucket_below(const gp_sched *s, int k, int b) {
+        if (b < 0)
+                return -1;
+        int w = b >> 6;
+        uint64_t m = s->bmask[k][w] & (~(uint64_t)0 >> (63 - (b & 63)));
+        while (!m) {
+                if (--w < 0)
+                        return -1;
+                m = s->bmask[k][w];
+        }
+        return (w << 6) + 63 - __builtin_clzll(m);
 }
 
 static inline int bucket_of(int64_t free_mb) {

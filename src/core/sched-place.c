@@ -46,8 +46,8 @@ static void gpu_unlink(gp_sched *s, uint32_t gi) {
         if (g->bucket >= 0) {
                 if (g->bprev != NIL)
                         s->gpus[g->bprev].bnext = g->bnext;
-                else
-                        s->buckets[g->kind][g->bucket] = g->bnext;
+                else if ((s->buckets[g->kind][g->bucket] = g->bnext) == NIL)
+                        s->bmask[g->kind][g->bucket >> 6] &= ~((uint64_t)1 << (g->bucket & 63));
                 if (g->bnext != NIL)
                         s->gpus[g->bnext].bprev = g->bprev;
                 g->bucket = -1;
@@ -82,6 +82,7 @@ static void gpu_link(gp_sched *s, uint32_t gi) {
                 if (g->bnext != NIL)
                         s->gpus[g->bnext].bprev = gi;
                 s->buckets[g->kind][b] = gi;
+                s->bmask[g->kind][b >> 6] |= (uint64_t)1 << (b & 63);
         }
 }
 
@@ -789,10 +790,9 @@ static bool place_shared1(const gp_sched *s, const stask *t, bool avoid, fit *f)
         for (int k = 0; k < s->nkinds; k++) {
                 if (!((t->kinds >> k) & 1))
                         continue;
-                for (int b = NBUCKETS - 1; b >= lo; b--) {
+                /* the non-empty buckets, fullest first */
+                for (int b = bucket_below(s, k, NBUCKETS - 1); b >= lo; b = bucket_below(s, k, b - 1)) {
                         uint32_t gi = s->buckets[k][b];
-                        if (gi == NIL)
-                                continue;
                         if (best && b < bucket_of(gpu_free(best)))
                                 break;
                         const sgpu *kb = NULL;
@@ -1162,7 +1162,11 @@ static int cmp_gpu_end(const void *a, const void *b) {
 
 /* Earliest time GPU g could host t, from the running tasks' end bounds
  * (TIME_INF when a task in the way has no bound). */
-static int64_t gpu_ready_at(const gp_sched *s, const sgpu *g, const stask *t, int64_t now) {
+/* (inlined into reserve's per-GPU loop, which runs over every GPU in each
+ * blocked run: as a call, with reserve_multi its second caller, it cost
+ * bench-core's steady runs ~10%) */
+__attribute__((always_inline)) static inline int64_t gpu_ready_at(const gp_sched *s, const sgpu *g, const stask *t,
+                                                                  int64_t now) {
         /* full of other models: free for t at the latest when all on it ended */
         if (t->excl || g->excl || models_full(s, t, g)) {
                 int64_t m = now;

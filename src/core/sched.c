@@ -230,7 +230,7 @@ typedef struct fail_memo {
 
 /* Not for a shared task with a model under max_models_per_gpu: whether it
  * fits depends on its model, not only on its size. */
-static bool memo_applies(const gp_sched *s, const stask *t) {
+static inline bool memo_applies(const gp_sched *s, const stask *t) {
         return !t->gpu_model && !t->nsel && !t->multi && !t->nmax && (t->excl || t->ngpus == 1) &&
                (t->excl || !t->model || s->cfg.max_models_per_gpu <= 0);
 }

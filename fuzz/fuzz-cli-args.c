@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli/cli-int.h"
+#include "core/task.h"
 
 #define MAX_WORDS 64
 
@@ -65,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                 abort();
                         if (c.verb == GP_CLI_RUN && (cmd || c.argc_cmd < 1 || c.argv_cmd[c.argc_cmd] != NULL))
                                 abort();
-                        check_int(c.body, "gpu_request", 1, 16);
+                        check_int(c.body, "gpu_request", 1, GP_MAX_GPUS);
                         check_int(c.body, "priority", 0, 9);
                         check_int(c.body, "memory_mb", 0, GP_CLI_MEM_MAX_MB);
                         check_int(c.body, "lease_ttl_s", GP_CLI_TTL_MIN, GP_CLI_TTL_MAX);

@@ -15,14 +15,6 @@
 #include "base/util.h"
 #include "cli/cli-int.h"
 
-static int nodes_at(const json_t *j, gp_buf *b) {
-        return gp_cli_format_nodes(j, 1795000000000, b);
-}
-
-static int join_tokens_at(const json_t *j, gp_buf *b) {
-        return gp_cli_format_join_tokens(j, 1795000000000, b);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check_text(const gp_buf *b) {

@@ -89,6 +89,7 @@ extern const gp_route gp_billing_routes[];
 extern const gp_route gp_tenants_routes[];
 extern const gp_route gp_monitor_routes[];
 extern const gp_route gp_nodes_routes[];
+extern const gp_route gp_coord_routes[];
 
 typedef struct gp_route_match {
         const gp_route *row;  /* the row of the path and method; NULL = none */

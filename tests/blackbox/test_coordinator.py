@@ -7,7 +7,12 @@ who may call what, and `gpupool servers`.
 """
 import hashlib
 import json
+import os
+import shutil
+import subprocess
 import time
+import urllib.parse
+import uuid
 
 import pytest
 import requests
@@ -72,6 +77,10 @@ def test_own_registration_and_heartbeats(srv):
 
 
 def test_register_heartbeat_inactive_unregister(srv):
+    registry_body(srv)
+
+
+def registry_body(srv):
     r = post(srv, "/servers/register", {"server_id": "s2", "url": "http://127.0.0.1:9"})
     assert r.status_code == 200, r.text
     assert r.json()["server_id"] == "s2" and r.json()["role"] == "follower" and r.json()["active"]
@@ -143,6 +152,10 @@ def release(d, lock, owner):
 
 
 def test_locks_exclusion_renew_expiry_and_release(srv):
+    locks_body(srv)
+
+
+def locks_body(srv):
     a = acquire(srv, "dl", "w1", timeout=2)
     assert a.status_code == 200, a.text
     tok1 = a.json()["fencing_token"]
@@ -279,3 +292,38 @@ def test_gpupool_servers(srv):
     ids = [s["server_id"] for s in json.loads(p.stdout)["servers"]]
     assert ids == ["s1", "s2"]
     assert "servers" in srv.cli("help").stdout
+
+
+# ---- the same on PostgreSQL (GPUPOOL_TEST_PG_URL, tests/pg/start-pg.sh) ----
+
+@pytest.fixture
+def pg_srv(tmp_path):
+    _require_bin()
+    base = os.environ.get("GPUPOOL_TEST_PG_URL")
+    if not base:
+        pytest.skip("GPUPOOL_TEST_PG_URL is not set (tests/pg/start-pg.sh starts a server)")
+    if not shutil.which("psql"):
+        pytest.skip("psql not installed")
+    name = "gp_coord_%s" % uuid.uuid4().hex[:12]
+    subprocess.run(["psql", base, "-v", "ON_ERROR_STOP=1", "-qc", "CREATE DATABASE %s" % name],
+                   check=True, capture_output=True, timeout=60)
+    u = urllib.parse.urlsplit(base)
+    url = "%s://%s/%s%s" % (u.scheme, u.netloc, name, "?" + u.query if u.query else "")
+    d = Daemon(tmp_path, cfg(extra='store: {url: "%s"}\n' % url))
+    try:
+        d.start()
+        yield d
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    finally:
+        d.stop()
+        subprocess.run(["psql", base, "-qc", "DROP DATABASE IF EXISTS %s WITH (FORCE)" % name],
+                       capture_output=True, timeout=60)
+
+
+def test_registry_on_postgres(pg_srv):
+    registry_body(pg_srv)
+
+
+def test_locks_on_postgres(pg_srv):
+    locks_body(pg_srv)

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -1891,6 +1892,72 @@ static void test_coord_lock_fault_at_every_step_grants_nothing(void **state) {
         gp_store_close(s);
 }
 
+
+/* Several handles (servers) race for the same locks at once: each lock is
+ * granted to exactly one owner, every token once. */
+enum { RACERS = 4, RACE_LOCKS = 25 };
+
+struct racer {
+        fixture *fx;
+        int idx;
+        int64_t tokens[RACE_LOCKS];  /* 0 = not granted */
+        int errors;
+};
+
+static void *race_main(void *arg) {
+        struct racer *rc = arg;
+        gp_store *s = NULL;
+        char err[512];
+        gp_store_options opt = {.sync_full = true, .busy_timeout_ms = 10000};
+        if (gp_store_open(rc->fx->url, &opt, &s, err, sizeof(err)) < 0) {
+                rc->errors++;
+                return NULL;
+        }
+        char owner[16], id[16];
+        snprintf(owner, sizeof(owner), "racer-%d", rc->idx);
+        for (int i = 0; i < RACE_LOCKS; i++) {
+                gp_coord_lock l;
+                snprintf(id, sizeof(id), "race-%d", i);
+                int r = gp_store_coord_lock_acquire(s, id, owner, 60000, &l);
+                if (r == 0)
+                        rc->tokens[i] = l.fencing_token;
+                else if (r != -EBUSY)
+                        rc->errors++;
+        }
+        gp_store_close(s);
+        return NULL;
+}
+
+static void test_coord_racing_servers_never_share_a_lock(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx); /* the schema, before the racers */
+        struct racer rc[RACERS];
+        pthread_t th[RACERS];
+        for (int i = 0; i < RACERS; i++) {
+                memset(&rc[i], 0, sizeof(rc[i]));
+                rc[i].fx = fx;
+                rc[i].idx = i;
+                assert_int_equal(pthread_create(&th[i], NULL, race_main, &rc[i]), 0);
+        }
+        for (int i = 0; i < RACERS; i++)
+                pthread_join(th[i], NULL);
+        int64_t seen[RACE_LOCKS];
+        for (int k = 0; k < RACE_LOCKS; k++) {
+                int holders = 0;
+                for (int i = 0; i < RACERS; i++) {
+                        assert_int_equal(rc[i].errors, 0);
+                        if (rc[i].tokens[k]) {
+                                holders++;
+                                seen[k] = rc[i].tokens[k];
+                        }
+                }
+                assert_int_equal(holders, 1);
+                for (int j = 0; j < k; j++)
+                        assert_true(seen[j] != seen[k]);
+        }
+        gp_store_close(s);
+}
+
 #define GENERIC_TESTS(be)                                                                               \
         cmocka_unit_test_prestate_setup_teardown(test_put_get_round_trips_every_field, fx_setup,         \
                                                  fx_teardown, (void *)(be)),                              \
@@ -1957,6 +2024,8 @@ static void test_coord_lock_fault_at_every_step_grants_nothing(void **state) {
         cmocka_unit_test_prestate_setup_teardown(test_coord_locks_exclusion_renew_expiry_release,        \
                                                  fx_setup, fx_teardown, (void *)(be)),                    \
         cmocka_unit_test_prestate_setup_teardown(test_coord_lock_fault_at_every_step_grants_nothing,    \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(test_coord_racing_servers_never_share_a_lock,          \
                                                  fx_setup, fx_teardown, (void *)(be))
 
 int main(void) {

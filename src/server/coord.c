@@ -133,7 +133,8 @@ int gp_coord_open(gp_daemon *d, char *err, size_t errlen) {
                          c->id);
                 return -EINVAL;
         }
-        gp_store_options so = {.sync_full = cfg->store_sync_full};
+        /* as the daemon's other handles: the checkpoint thread copies the WAL */
+        gp_store_options so = {.sync_full = cfg->store_sync_full, .manual_checkpoint = true};
         int rc = gp_store_open(cfg->store_url, &so, &c->s, err, errlen);
         if (rc < 0)
                 return rc;

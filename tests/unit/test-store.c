@@ -1913,7 +1913,7 @@ static void *race_main(void *arg) {
                 rc->errors++;
                 return NULL;
         }
-        char owner[16], id[16];
+        char owner[32], id[32];
         snprintf(owner, sizeof(owner), "racer-%d", rc->idx);
         for (int i = 0; i < RACE_LOCKS; i++) {
                 gp_coord_lock l;

@@ -161,6 +161,9 @@ static const struct verb_info {
                           "list queued tasks in scheduling order", NULL},
         [GP_CLI_NODES] = {"nodes", "gpupool nodes", NULL, "list nodes: state, GPUs busy/total, labels, heartbeat",
                           "Labels are shown without gpupool/node (every node has it: its name).\n"},
+        [GP_CLI_SERVERS] = {"servers", "gpupool servers", NULL,
+                            "list the servers of the cluster: role, active, last heartbeat (admin key)",
+                            "A server is active while its last heartbeat is within cluster.server_timeout_s.\n"},
         [GP_CLI_NODE] = {"node", "gpupool node drain|undrain|remove NAME", NULL,
                          "drain, undrain or remove a node (admin key); prints its new state",
                          "  drain NAME           no new work on the node; what runs there finishes\n"
@@ -251,7 +254,7 @@ int gp_cli_help(const char *topic, gp_buf *out) {
                 static const gp_cli_verb order[] = {
                         GP_CLI_SUBMIT, GP_CLI_RUN, GP_CLI_PS, GP_CLI_STATUS, GP_CLI_CANCEL,
                         GP_CLI_LOGS, GP_CLI_GPUS, GP_CLI_QUEUE, GP_CLI_NODES, GP_CLI_NODE, GP_CLI_JOIN_TOKEN,
-                        GP_CLI_TENANTS, GP_CLI_KEY,
+                        GP_CLI_SERVERS, GP_CLI_TENANTS, GP_CLI_KEY,
                         GP_CLI_USAGE, GP_CLI_INVOICE, GP_CLI_VERSION,
                         GP_CLI_HELP,
                 };

@@ -64,6 +64,7 @@ typedef enum gp_cli_verb {
         GP_CLI_KEY,
         GP_CLI_USAGE,
         GP_CLI_INVOICE,
+        GP_CLI_SERVERS,
         GP_CLI_VERB_COUNT,
 } gp_cli_verb;
 
@@ -143,6 +144,9 @@ int gp_cli_format_gpus(const json_t *resp, gp_buf *out);
 /* GET /api/v1/nodes: NAME STATE GPUS(busy/total) GPU MODEL LABELS (without
  * gpupool/node) HEARTBEAT ("2s ago", from last_heartbeat_ms) ADDRESS. */
 int gp_cli_format_nodes(const json_t *resp, int64_t now_ms, gp_buf *out);
+/* GET /api/v1/coordinator/servers: SERVER URL ROLE STATE HEARTBEAT LOAD,
+ * "no servers" when empty. */
+int gp_cli_format_servers(const json_t *resp, int64_t now_ms, gp_buf *out);
 /* GET /admin/join-tokens: ID CREATED EXPIRES STATE SOURCE. */
 int gp_cli_format_join_tokens(const json_t *resp, int64_t now_ms, gp_buf *out);
 int gp_cli_format_tenants(const json_t *resp, gp_buf *out);

@@ -484,6 +484,22 @@ static int fmt_join_tokens(const json_t *resp, gp_buf *out) {
         return gp_cli_format_join_tokens(resp, gp_now_ms(), out);
 }
 
+static int cmd_servers(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        gp_cli_resp r;
+        gp_buf text;
+        int ex = call(c, err, "GET", "/api/v1/coordinator/servers", NULL, &r);
+        if (ex)
+                return ex;
+        gp_buf_init(&text, GP_CLI_BODY_MAX);
+        if (c->json)
+                print_json(out, r.json);
+        else
+                ex = print_buf(out, err, gp_cli_format_servers(r.json, gp_now_ms(), &text), &text);
+        gp_buf_done(&text);
+        gp_cli_resp_done(&r);
+        return ex;
+}
+
 /* node drain|undrain|remove NAME: prints "NAME: STATE" (the node's new state). */
 static int cmd_node(const gp_cli_cmd *c, FILE *out, FILE *err) {
         char path[128];
@@ -665,6 +681,9 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
                 break;
         case GP_CLI_NODES:
                 ex = cmd_list(&c, out, err, "/api/v1/nodes", fmt_nodes);
+                break;
+        case GP_CLI_SERVERS:
+                ex = cmd_servers(&c, out, err);
                 break;
         case GP_CLI_NODE:
                 ex = cmd_node(&c, out, err);

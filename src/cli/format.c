@@ -943,6 +943,38 @@ out:
         return r;
 }
 
+int gp_cli_format_servers(const json_t *resp, int64_t now_ms, gp_buf *out) {
+        static const struct col cols[] = {
+                {"SERVER", 48, false}, {"URL", 64, false},     {"ROLE", 0, false},
+                {"STATE", 0, false},   {"HEARTBEAT", 0, false}, {"LOAD", 0, false},
+        };
+        json_t *servers = list_of(resp, "servers"), *sv;
+        struct table t;
+        size_t i;
+        int r = 0;
+        if (!servers || json_array_size(servers) == 0)
+                return gp_buf_puts(out, "no servers\n");
+        table_init(&t, cols, GP_ARRAY_SIZE(cols));
+#define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
+        json_array_foreach(servers, i, sv) {
+                CHECK(cell_str(&t, jstr(sv, "server_id")));
+                CHECK(cell_str(&t, jstr(sv, "url")));
+                CHECK(cell_str(&t, jstr(sv, "role")));
+                CHECK(cell_str(&t, json_is_true(json_object_get(sv, "active")) ? "active" : "inactive"));
+                CHECK(put_age_ms(&t.cell, sv, "last_heartbeat_ms", now_ms));
+                CHECK(cell_end(&t));
+                json_t *load = json_object_get(sv, "load");
+                if (json_is_number(load))
+                        CHECK(gp_buf_printf(&t.cell, "%.0f%%", json_number_value(load) * 100.0));
+                CHECK(cell_end(&t));
+        }
+        CHECK(table_print(&t, out));
+#undef CHECK
+out:
+        table_done(&t);
+        return r;
+}
+
 int gp_cli_format_join_tokens(const json_t *resp, int64_t now_ms, gp_buf *out) {
         static const struct col cols[] = {
                 {"ID", 32, false},    {"CREATED", 0, false}, {"EXPIRES", 0, false},

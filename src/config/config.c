@@ -166,6 +166,10 @@ static const struct field fields[] = {
         {"cluster", K_SECTION, NOSTORE, 0, 0, NULL},
         {"cluster.join_tokens", K_CUSTOM, CFG(join_tokens), 0, GP_CFG_MAX_JOIN_TOKENS, parse_items},
         {"cluster.node_timeout_s", K_INT, CFG(node_timeout_s), 2, 3600, NULL},
+        {"cluster.server_id", K_STR, CFG(server_id), 0, 63, NULL},
+        {"cluster.advertise_url", K_STR, CFG(advertise_url), 0, 255, NULL},
+        {"cluster.heartbeat_interval_s", K_INT, CFG(heartbeat_interval_s), 1, 3600, NULL},
+        {"cluster.server_timeout_s", K_INT, CFG(server_timeout_s), 2, 86400, NULL},
 
         {"scheduler", K_SECTION, NOSTORE, 0, 0, NULL},
         {"scheduler.policy", K_CUSTOM, CFG(policy), 0, 0, parse_policy},
@@ -392,6 +396,8 @@ void gp_config_defaults(gp_config *cfg) {
         gp_strlcpy(cfg->agent_data_dir, "./gpupool-agent-data", sizeof(cfg->agent_data_dir));
         cfg->agent_heartbeat_s = 2;
         cfg->node_timeout_s = 10;
+        cfg->heartbeat_interval_s = 15;
+        cfg->server_timeout_s = 60;
 
         cfg->policy = GP_SCHED_HYBRID;
         cfg->placement = GP_PLACE_PACK;

@@ -25,6 +25,7 @@
 #include "exec/exec.h"
 #include "server/monitor.h"
 #include "server/nodes.h"
+#include "server/coord.h"
 #include "base/labels.h"
 
 #include <errno.h>
@@ -2322,6 +2323,8 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, char *err, size_t err
         if ((rc = gp_nodes_open(d, err, errlen)) < 0) /* their GPUs, before the tasks that run on them */
                 return rc;
         restore_drained(d);
+        if ((rc = gp_coord_open(d, err, errlen)) < 0) /* this server into the registry */
+                return rc;
         int64_t max_id = 0;
         if ((rc = gp_store_task_max_id(d->ws, &max_id)) < 0) {
                 snprintf(err, errlen, "store: %s", gp_store_errmsg(d->ws));
@@ -2394,6 +2397,8 @@ int gp_daemon_start(gp_daemon *d) {
                 return rc;
         if ((rc = gp_monitor_start(d)) < 0)
                 return rc;
+        if ((rc = gp_coord_start(d)) < 0)
+                return rc;
         uint64_t one = 1; /* first pass: schedule what was recovered */
         ssize_t w = write(d->evfd, &one, sizeof(one));
         (void)w; /* the loop thread sets d->ready after that pass */
@@ -2412,6 +2417,7 @@ void gp_daemon_stop(gp_daemon *d) {
                 pthread_join(d->sampler_thread, NULL);
         if (d->checkpoint_thread)
                 pthread_join(d->checkpoint_thread, NULL);
+        gp_coord_stop(d);
         if (d->spawner_thread) {
                 pthread_mutex_lock(&d->sp_lock);
                 pthread_cond_broadcast(&d->sp_cond);
@@ -2447,6 +2453,7 @@ void gp_daemon_close(gp_daemon *d) {
                 free(v);
         gp_i64map_done(&d->ranks);
         gp_nodes_close(d);
+        gp_coord_close(d);
         gp_i64map_done(&d->lpreempting);
         free(d->resized);
         free(d->deferred);

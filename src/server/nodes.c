@@ -1699,6 +1699,13 @@ static int h_tokens(struct hreq *r, const gp_route_arg *a) {
         return gp_http_send(r, list ? 200 : 503, dump(json_pack("{s:o}", "tokens", list)), 0);
 }
 
+int gp_nodes_count_ready(gp_daemon *d) {
+        int n = d->ngpus > 0;
+        for (size_t i = 0; d->nodes && i < d->nodes->n; i++)
+                n += d->nodes->v[i]->state == GP_NODE_READY || d->nodes->v[i]->state == GP_NODE_DRAINING;
+        return n;
+}
+
 size_t gp_nodes_mon(gp_daemon *d, struct gp_mon_sample *s) {
         size_t k = 0;
         for (size_t i = 0; d->nodes && i < d->nodes->n && k < GP_MON_MAX_NODES; i++) {

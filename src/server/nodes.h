@@ -152,6 +152,10 @@ void gp_nodes_host(struct gp_daemon *d, const char *node, char *buf, size_t size
 struct gp_mon_sample;
 size_t gp_nodes_mon(struct gp_daemon *d, struct gp_mon_sample *s);
 
+/* The pool's workers for /coordinator/cluster: agent nodes ready or
+ * draining, plus 1 for node local when it has GPUs. */
+int gp_nodes_count_ready(struct gp_daemon *d);
+
 extern const gp_route gp_nodes_routes[];
 
 #endif

@@ -3,8 +3,8 @@
  * Every path the server answers on its libmicrohttpd side is a row: the
  * method(s), the path pattern, who may call it and the handler.  Each
  * module exports its rows (gp_http_routes in http.c, gp_billing_routes,
- * gp_tenants_routes, gp_monitor_routes, terminated by a row with path
- * NULL); routes.c walks them in that order.  Adding an endpoint is one row
+ * gp_tenants_routes, gp_monitor_routes, gp_nodes_routes, gp_coord_routes,
+ * terminated by a row with path NULL); routes.c walks them in that order.  Adding an endpoint is one row
  * plus one handler.
  *
  * Patterns: literal segments and one parameter per path, "{kind}", parsed
@@ -89,6 +89,7 @@ extern const gp_route gp_billing_routes[];
 extern const gp_route gp_tenants_routes[];
 extern const gp_route gp_monitor_routes[];
 extern const gp_route gp_nodes_routes[];
+extern const gp_route gp_coord_routes[];
 
 typedef struct gp_route_match {
         const gp_route *row;  /* the row of the path and method; NULL = none */

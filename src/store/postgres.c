@@ -907,6 +907,37 @@ static int pg_tokens_list(gp_store *s, const gp_usage_filter *f, gp_tokens_cb cb
         return bill_rows(s, PS_TOKENS_LIST, 1, vals, (void *)cb, ud, "tokens list");
 }
 
+/* ---- the coordinator's statements (coord.c) ---- */
+
+/* Unprepared (PQexecParams, text in and out); they are few and small. */
+static int pg_query(gp_store *s, const char *sql, int n, const char *const *params, store_text_cb cb, void *ud,
+                    const char *what) {
+        pg_store *p = impl(s);
+        int r;
+        if ((r = start_call(s, what)) < 0 || (r = pipe_leave(s)) < 0)
+                return r;
+        if (store_fault(s))
+                return store_set_err(s, "injected fault", "%s", what);
+        PGresult *res = PQexecParams(p->conn, sql, n, NULL, params, NULL, NULL, 0);
+        ExecStatusType st = PQresultStatus(res);
+        if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+                r = pg_err(s, res, what);
+                PQclear(res);
+                return r;
+        }
+        int nc = PQnfields(res);
+        if (nc > STORE_QUERY_MAX_COLS)
+                nc = STORE_QUERY_MAX_COLS;
+        for (int row = 0; cb && row < PQntuples(res) && r == 0; row++) {
+                const char *cols[STORE_QUERY_MAX_COLS];
+                for (int i = 0; i < nc; i++)
+                        cols[i] = PQgetisnull(res, row, i) ? NULL : PQgetvalue(res, row, i);
+                r = cb(ud, nc, cols);
+        }
+        PQclear(res);
+        return r;
+}
+
 const gp_store_ops gp_store_postgres_ops = {
         .name = "postgres",
         .impl_size = sizeof(pg_store),
@@ -928,4 +959,5 @@ const gp_store_ops gp_store_postgres_ops = {
         .usage_list = pg_usage_list,
         .tokens_add = pg_tokens_add,
         .tokens_list = pg_tokens_list,
+        .query = pg_query,
 };

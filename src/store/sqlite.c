@@ -669,6 +669,50 @@ static int sq_tokens_list(gp_store *s, const gp_usage_filter *f, gp_tokens_cb cb
         return bill_list(s, ST_TOKENS_LIST, 1, f, (void *)cb, ud, "tokens list");
 }
 
+/* ---- the coordinator's statements (coord.c) ---- */
+
+/* Prepared per call (they are few and small); "$N" becomes "?N". */
+static int sq_query(gp_store *s, const char *sql, int n, const char *const *params, store_text_cb cb, void *ud,
+                    const char *what) {
+        size_t len = strlen(sql);
+        char *text = malloc(len + 1);
+        if (!text)
+                return store_set_err(s, "out of memory", "%s", what);
+        for (size_t i = 0; i <= len; i++)
+                text[i] = sql[i] == '$' && sql[i + 1] >= '0' && sql[i + 1] <= '9' ? '?' : sql[i];
+        sqlite3_stmt *st = NULL;
+        int rc = sqlite3_prepare_v2(impl(s)->db, text, -1, &st, NULL);
+        free(text);
+        if (rc != SQLITE_OK)
+                return db_err(s, what);
+        for (int i = 0; i < n && rc == SQLITE_OK; i++)
+                rc = params[i] ? sqlite3_bind_text(st, i + 1, params[i], -1, SQLITE_STATIC) : sqlite3_bind_null(st, i + 1);
+        int r = 0;
+        if (rc != SQLITE_OK) {
+                r = db_err(s, what);
+                sqlite3_finalize(st);
+                return r;
+        }
+        rc = step_first(s, st, what);
+        while (rc == SQLITE_ROW) {
+                const char *cols[STORE_QUERY_MAX_COLS];
+                int nc = sqlite3_column_count(st);
+                if (nc > STORE_QUERY_MAX_COLS)
+                        nc = STORE_QUERY_MAX_COLS;
+                for (int i = 0; i < nc; i++)
+                        cols[i] = (const char *)sqlite3_column_text(st, i);
+                if (cb && (r = cb(ud, nc, cols)) != 0)
+                        break;
+                rc = sqlite3_step(st);
+                if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+                        r = db_err(s, what);
+        }
+        if (rc < 0)
+                r = rc;
+        sqlite3_finalize(st);
+        return r;
+}
+
 const gp_store_ops gp_store_sqlite_ops = {
         .name = "sqlite",
         .impl_size = sizeof(sqlite_store),
@@ -692,4 +736,5 @@ const gp_store_ops gp_store_sqlite_ops = {
         .usage_list = sq_usage_list,
         .tokens_add = sq_tokens_add,
         .tokens_list = sq_tokens_list,
+        .query = sq_query,
 };

@@ -93,6 +93,11 @@ enum store_tcol {
  * column named; else the callback's value. */
 int store_bill_row(gp_store *s, const store_row *row, int kind, void *cb, void *ud);
 
+/* One result row of gp_store_ops.query: n columns as text (NULL for SQL
+ * NULL), valid during the call.  0 goes on; anything else stops. */
+typedef int (*store_text_cb)(void *ud, int n, const char *const *cols);
+#define STORE_QUERY_MAX_COLS 8
+
 typedef struct gp_store_ops {
         const char *name; /* "sqlite", "postgres" */
         size_t impl_size; /* bytes of the backend state store.c allocates (zeroed) as s->impl */
@@ -125,6 +130,12 @@ typedef struct gp_store_ops {
         int (*usage_list)(gp_store *s, const gp_usage_filter *f, gp_segment_cb cb, void *ud);
         int (*tokens_add)(gp_store *s, const gp_bill_tokens *t);
         int (*tokens_list)(gp_store *s, const gp_usage_filter *f, gp_tokens_cb cb, void *ud);
+        /* Run one statement (coord.c) with n text parameters ($1..$n in the
+         * SQL; SQLite reads them as ?1..?n; NULL = SQL NULL), each result row
+         * (at most STORE_QUERY_MAX_COLS columns) to cb (NULL: rows are
+         * ignored).  A fault-injection point.  0, cb's value or -GP_ESTORE. */
+        int (*query)(gp_store *s, const char *sql, int n, const char *const *params, store_text_cb cb, void *ud,
+                     const char *what);
 } gp_store_ops;
 
 struct gp_store {
@@ -199,6 +210,10 @@ typedef struct store_schema_ops {
  * Called by a backend's open before it prepares statements.  0 or
  * -GP_ESTORE with the message; on failure nothing of it is stored. */
 int store_migrate(gp_store *s, const store_schema_ops *ops);
+
+/* The coordinator's tables (coord.c), the same SQL for every backend:
+ * CREATE ... IF NOT EXISTS, run by store_migrate at every open. */
+extern const char store_coord_schema_sql[];
 
 /* Check a record before writing it: state in range, n_gpus in
  * 0..GP_MAX_GPUS with gpus set when > 0, every fixed string NUL-terminated

@@ -921,7 +921,8 @@ int store_migrate(gp_store *s, const store_schema_ops *ops) {
                 if ((r = ops->exec(s, sql, what)) < 0)
                         goto rollback;
         }
-        if ((r = ops->exec(s, billing_sql[ops->dialect], "create metering tables")) < 0 || (r = ops->commit(s)) < 0)
+        if ((r = ops->exec(s, billing_sql[ops->dialect], "create metering tables")) < 0 ||
+            (r = ops->exec(s, store_coord_schema_sql, "create coordinator tables")) < 0 || (r = ops->commit(s)) < 0)
                 goto rollback;
         return 0;
 rollback:

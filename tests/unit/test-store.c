@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 
 #include "base/err.h"
 #include "store/store.h"
+#include "store/coord.h"
 
 /* ---- fixture: one database per test ---- */
 
@@ -1681,6 +1683,281 @@ static void test_schema_version_that_is_not_a_number_is_refused(void **state) {
         assert_non_null(strstr(err, "schema_version: not a number"));
 }
 
+
+/* ---- the coordinator's tables (store/coord.h) ---- */
+
+static gp_coord_server make_server(const char *id, const char *role, int64_t load) {
+        gp_coord_server sv;
+        memset(&sv, 0, sizeof(sv));
+        snprintf(sv.server_id, sizeof(sv.server_id), "%s", id);
+        snprintf(sv.url, sizeof(sv.url), "http://%s:8080", id);
+        snprintf(sv.role, sizeof(sv.role), "%s", role);
+        sv.load_milli = load;
+        return sv;
+}
+
+struct sv_list {
+        gp_coord_server v[8];
+        int n;
+};
+
+static int sv_collect(const gp_coord_server *sv, void *ud) {
+        struct sv_list *l = ud;
+        if (l->n < 8)
+                l->v[l->n] = *sv;
+        l->n++;
+        return 0;
+}
+
+static void test_coord_registry_heartbeats_and_unregister(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        int64_t now1 = 0, now2 = 0, clock = 0;
+        gp_coord_server a = make_server("s1", "leader", 250), b = make_server("s2", "follower", 0);
+        assert_int_equal(gp_store_coord_heartbeat(s, &a, true, &now1), 0);
+        assert_int_equal(gp_store_coord_heartbeat(s, &b, false, NULL), 0); /* a new one registers */
+        assert_int_equal(gp_store_coord_now(s, &clock), 0);
+        assert_true(clock >= now1 && clock > 1700000000000);
+        struct sv_list l = {0};
+        assert_int_equal(gp_store_coord_servers(s, sv_collect, &l, NULL), 0);
+        assert_int_equal(l.n, 2);
+        assert_string_equal(l.v[0].server_id, "s1");
+        assert_string_equal(l.v[0].url, "http://s1:8080");
+        assert_string_equal(l.v[0].role, "leader");
+        assert_int_equal(l.v[0].load_milli, 250);
+        assert_int_equal(l.v[0].started_ms, now1);
+        assert_int_equal(l.v[0].last_heartbeat_ms, now1);
+        assert_string_equal(l.v[1].server_id, "s2");
+        int64_t started2 = l.v[1].started_ms;
+
+        /* a heartbeat moves last_heartbeat_ms, keeps started_ms; register resets it */
+        usleep(5000);
+        b.load_milli = 900;
+        snprintf(b.role, sizeof(b.role), "standby");
+        assert_int_equal(gp_store_coord_heartbeat(s, &b, false, &now2), 0);
+        assert_true(now2 > now1);
+        memset(&l, 0, sizeof(l));
+        assert_int_equal(gp_store_coord_servers(s, sv_collect, &l, NULL), 0);
+        assert_int_equal(l.v[1].last_heartbeat_ms, now2);
+        assert_int_equal(l.v[1].started_ms, started2);
+        assert_int_equal(l.v[1].load_milli, 900);
+        assert_string_equal(l.v[1].role, "standby");
+        assert_int_equal(gp_store_coord_heartbeat(s, &b, true, &now2), 0);
+        memset(&l, 0, sizeof(l));
+        assert_int_equal(gp_store_coord_servers(s, sv_collect, &l, NULL), 0);
+        assert_int_equal(l.v[1].started_ms, now2);
+
+        /* bad records change nothing */
+        gp_coord_server bad = make_server("s3", "king", 0);
+        assert_int_equal(gp_store_coord_heartbeat(s, &bad, true, NULL), -EINVAL);
+        bad = make_server("s3", "leader", 1001);
+        assert_int_equal(gp_store_coord_heartbeat(s, &bad, true, NULL), -EINVAL);
+        bad = make_server("", "leader", 0);
+        assert_int_equal(gp_store_coord_heartbeat(s, &bad, true, NULL), -EINVAL);
+        bad = make_server("s3", "leader", 0);
+        memset(bad.server_id, 'x', sizeof(bad.server_id)); /* not NUL-terminated */
+        assert_int_equal(gp_store_coord_heartbeat(s, &bad, true, NULL), -EINVAL);
+        /* inside another transaction: refused */
+        assert_int_equal(gp_store_begin(s), 0);
+        assert_int_equal(gp_store_coord_heartbeat(s, &a, false, NULL), -EINVAL);
+        assert_int_equal(gp_store_rollback(s), 0);
+
+        assert_int_equal(gp_store_coord_unregister(s, "s2"), 0);
+        assert_int_equal(gp_store_coord_unregister(s, "s2"), -ENOENT);
+        memset(&l, 0, sizeof(l));
+        assert_int_equal(gp_store_coord_servers(s, sv_collect, &l, NULL), 0);
+        assert_int_equal(l.n, 1);
+
+        /* durable: another handle (another server) sees it */
+        gp_store *s2 = open_store(fx);
+        memset(&l, 0, sizeof(l));
+        assert_int_equal(gp_store_coord_servers(s2, sv_collect, &l, NULL), 0);
+        assert_int_equal(l.n, 1);
+        assert_string_equal(l.v[0].server_id, "s1");
+        gp_store_close(s2);
+        gp_store_close(s);
+}
+
+static void test_coord_registry_is_bounded(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        char id[32];
+        for (int i = 0; i < GP_COORD_MAX_SERVERS; i++) {
+                snprintf(id, sizeof(id), "srv-%04d", i);
+                gp_coord_server sv = make_server(id, "follower", 0);
+                assert_int_equal(gp_store_coord_heartbeat(s, &sv, true, NULL), 0);
+        }
+        gp_coord_server extra = make_server("one-too-many", "follower", 0);
+        assert_int_equal(gp_store_coord_heartbeat(s, &extra, true, NULL), -ENOSPC);
+        gp_coord_server known = make_server("srv-0007", "standby", 0);
+        assert_int_equal(gp_store_coord_heartbeat(s, &known, false, NULL), 0); /* known ones still beat */
+        struct sv_list l = {0};
+        assert_int_equal(gp_store_coord_servers(s, sv_collect, &l, NULL), 0);
+        assert_int_equal(l.n, GP_COORD_MAX_SERVERS);
+        gp_store_close(s);
+}
+
+struct lock_list {
+        gp_coord_lock v[8];
+        int n;
+};
+
+static int lock_collect(const gp_coord_lock *lk, void *ud) {
+        struct lock_list *l = ud;
+        if (l->n < 8)
+                l->v[l->n] = *lk;
+        l->n++;
+        return 0;
+}
+
+static void test_coord_locks_exclusion_renew_expiry_release(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx), *t = open_store(fx); /* two servers on one store */
+        gp_coord_lock l, h;
+        assert_int_equal(gp_store_coord_lock_acquire(s, "dl", "w1", 60000, &l), 0);
+        int64_t tok1 = l.fencing_token;
+        assert_true(tok1 >= 1);
+        assert_string_equal(l.owner, "w1");
+        assert_true(l.expires_ms - l.acquired_ms == 60000);
+        /* another owner, through the other handle: busy, told who holds it */
+        assert_int_equal(gp_store_coord_lock_acquire(t, "dl", "w2", 60000, &h), -EBUSY);
+        assert_string_equal(h.owner, "w1");
+        assert_int_equal(h.fencing_token, tok1);
+        /* the owner renews: the same token */
+        assert_int_equal(gp_store_coord_lock_acquire(t, "dl", "w1", 120000, &l), 0);
+        assert_int_equal(l.fencing_token, tok1);
+        assert_true(l.expires_ms - l.acquired_ms >= 120000);
+        /* another lock: a larger token */
+        assert_int_equal(gp_store_coord_lock_acquire(s, "other", "w1", 1, &l), 0);
+        int64_t tok2 = l.fencing_token;
+        assert_true(tok2 > tok1);
+        /* it expires: another owner gets it with a larger token still */
+        usleep(20000);
+        struct lock_list ll = {0};
+        assert_int_equal(gp_store_coord_locks(s, lock_collect, &ll, NULL), 0);
+        assert_int_equal(ll.n, 1);
+        assert_string_equal(ll.v[0].lock_id, "dl");
+        assert_int_equal(gp_store_coord_lock_release(s, "other", "w1", &h), -ENOENT);
+        assert_int_equal(gp_store_coord_lock_acquire(t, "other", "w2", 60000, &l), 0);
+        assert_true(l.fencing_token > tok2);
+        int64_t tok3 = l.fencing_token;
+        /* release checks the owner */
+        assert_int_equal(gp_store_coord_lock_release(s, "dl", "w2", &h), -EBUSY);
+        assert_string_equal(h.owner, "w1");
+        assert_int_equal(gp_store_coord_lock_release(s, "nope", "w2", &h), -ENOENT);
+        assert_int_equal(gp_store_coord_lock_release(s, "dl", "w1", &h), 0);
+        assert_int_equal(h.fencing_token, tok1);
+        assert_int_equal(gp_store_coord_lock_release(s, "dl", "w1", &h), -ENOENT);
+        assert_int_equal(gp_store_coord_lock_acquire(t, "dl", "w2", 60000, &l), 0);
+        assert_true(l.fencing_token > tok3);
+        /* bad arguments change nothing */
+        char longer[GP_COORD_ID_MAX + 2];
+        memset(longer, 'a', sizeof(longer) - 1);
+        longer[sizeof(longer) - 1] = '\0';
+        assert_int_equal(gp_store_coord_lock_acquire(s, "", "w1", 1000, &l), -EINVAL);
+        assert_int_equal(gp_store_coord_lock_acquire(s, longer, "w1", 1000, &l), -EINVAL);
+        assert_int_equal(gp_store_coord_lock_acquire(s, "x", "w1", 0, &l), -EINVAL);
+        assert_int_equal(gp_store_coord_lock_acquire(s, "x", "w1", GP_COORD_TIMEOUT_MAX_MS + 1, &l), -EINVAL);
+        assert_int_equal(gp_store_coord_lock_release(s, "x", "", &l), -EINVAL);
+        memset(&ll, 0, sizeof(ll));
+        assert_int_equal(gp_store_coord_locks(t, lock_collect, &ll, NULL), 0);
+        assert_int_equal(ll.n, 2);
+        assert_string_equal(ll.v[0].lock_id, "dl");
+        assert_string_equal(ll.v[0].owner, "w2");
+        assert_string_equal(ll.v[1].lock_id, "other");
+        gp_store_close(t);
+        gp_store_close(s);
+}
+
+static void test_coord_lock_fault_at_every_step_grants_nothing(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        gp_coord_lock l, h;
+        assert_int_equal(gp_store_coord_lock_acquire(s, "base", "w0", 60000, &l), 0);
+        int64_t base = l.fencing_token;
+        int failed = 0;
+        for (int n = 1; n < 20; n++) {
+                gp_store_fail_after(s, n);
+                int r = gp_store_coord_lock_acquire(s, "x", "w1", 60000, &l);
+                gp_store_fail_after(s, 0);
+                if (r == 0)
+                        break;
+                assert_int_equal(r, -GP_ESTORE);
+                failed++;
+                /* nothing of it stuck: not held, and the counter did not move */
+                assert_int_equal(gp_store_coord_lock_release(s, "x", "w1", &h), -ENOENT);
+        }
+        assert_true(failed >= 5);
+        assert_int_equal(l.fencing_token, base + 1);
+        gp_store_close(s);
+}
+
+
+/* Several handles (servers) race for the same locks at once: each lock is
+ * granted to exactly one owner, every token once. */
+enum { RACERS = 4, RACE_LOCKS = 25 };
+
+struct racer {
+        fixture *fx;
+        int idx;
+        int64_t tokens[RACE_LOCKS];  /* 0 = not granted */
+        int errors;
+};
+
+static void *race_main(void *arg) {
+        struct racer *rc = arg;
+        gp_store *s = NULL;
+        char err[512];
+        gp_store_options opt = {.sync_full = true, .busy_timeout_ms = 10000};
+        if (gp_store_open(rc->fx->url, &opt, &s, err, sizeof(err)) < 0) {
+                rc->errors++;
+                return NULL;
+        }
+        char owner[32], id[32];
+        snprintf(owner, sizeof(owner), "racer-%d", rc->idx);
+        for (int i = 0; i < RACE_LOCKS; i++) {
+                gp_coord_lock l;
+                snprintf(id, sizeof(id), "race-%d", i);
+                int r = gp_store_coord_lock_acquire(s, id, owner, 60000, &l);
+                if (r == 0)
+                        rc->tokens[i] = l.fencing_token;
+                else if (r != -EBUSY)
+                        rc->errors++;
+        }
+        gp_store_close(s);
+        return NULL;
+}
+
+static void test_coord_racing_servers_never_share_a_lock(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx); /* the schema, before the racers */
+        struct racer rc[RACERS];
+        pthread_t th[RACERS];
+        for (int i = 0; i < RACERS; i++) {
+                memset(&rc[i], 0, sizeof(rc[i]));
+                rc[i].fx = fx;
+                rc[i].idx = i;
+                assert_int_equal(pthread_create(&th[i], NULL, race_main, &rc[i]), 0);
+        }
+        for (int i = 0; i < RACERS; i++)
+                pthread_join(th[i], NULL);
+        int64_t seen[RACE_LOCKS];
+        for (int k = 0; k < RACE_LOCKS; k++) {
+                int holders = 0;
+                for (int i = 0; i < RACERS; i++) {
+                        assert_int_equal(rc[i].errors, 0);
+                        if (rc[i].tokens[k]) {
+                                holders++;
+                                seen[k] = rc[i].tokens[k];
+                        }
+                }
+                assert_int_equal(holders, 1);
+                for (int j = 0; j < k; j++)
+                        assert_true(seen[j] != seen[k]);
+        }
+        gp_store_close(s);
+}
+
 #define GENERIC_TESTS(be)                                                                               \
         cmocka_unit_test_prestate_setup_teardown(test_put_get_round_trips_every_field, fx_setup,         \
                                                  fx_teardown, (void *)(be)),                              \
@@ -1739,7 +2016,17 @@ static void test_schema_version_that_is_not_a_number_is_refused(void **state) {
                 test_usage_rows_round_trip_filter_and_follow_the_transaction, fx_setup, fx_teardown,     \
                 (void *)(be)),                                                                           \
         cmocka_unit_test_prestate_setup_teardown(test_second_claim_is_refused_naming_the_owner, fx_setup, \
-                                                 fx_teardown, (void *)(be))
+                                                 fx_teardown, (void *)(be)),                              \
+        cmocka_unit_test_prestate_setup_teardown(test_coord_registry_heartbeats_and_unregister, fx_setup, \
+                                                 fx_teardown, (void *)(be)),                              \
+        cmocka_unit_test_prestate_setup_teardown(test_coord_registry_is_bounded, fx_setup, fx_teardown,   \
+                                                 (void *)(be)),                                           \
+        cmocka_unit_test_prestate_setup_teardown(test_coord_locks_exclusion_renew_expiry_release,        \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(test_coord_lock_fault_at_every_step_grants_nothing,    \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(test_coord_racing_servers_never_share_a_lock,          \
+                                                 fx_setup, fx_teardown, (void *)(be))
 
 int main(void) {
         const backend *sq = &sqlite_backend;

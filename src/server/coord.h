@@ -1,0 +1,42 @@
+/* coord.h - the coordinator API (docs/api.md "Coordinator"): the server
+ * registry with heartbeats, the cluster's view, named distributed locks
+ * with fencing tokens, and this server's health.
+ *
+ * State lives in the store (store/coord.h), written through a handle this
+ * module owns (store handles are per thread: one for the coordinator,
+ * used under its own mutex by the HTTP handlers and the heartbeat thread),
+ * each change a transaction of its own, durable before the answer.  The
+ * heartbeat thread records this server's own heartbeat every
+ * cluster.heartbeat_interval_s directly in the store.  A server is active
+ * while its last heartbeat is within cluster.server_timeout_s of the
+ * store's clock.  Single server on SQLite: a registry of one, working
+ * locks.
+ */
+#ifndef GP_SERVER_COORD_H
+#define GP_SERVER_COORD_H
+
+#include <stddef.h>
+
+#include "server/routes.h"
+
+struct gp_daemon;
+
+/* This server's id (cluster.server_id, or the host name when that is "")
+ * and url (cluster.advertise_url, or http://server.listen); opens the
+ * coordinator's store handle and registers this server.  0 or a negative
+ * code with err.  Before gp_daemon_start. */
+int gp_coord_open(struct gp_daemon *d, char *err, size_t errlen);
+/* Start / stop the heartbeat thread.  start: 0 or -errno. */
+int gp_coord_start(struct gp_daemon *d);
+void gp_coord_stop(struct gp_daemon *d);
+/* Close the handle (takes a daemon without one). */
+void gp_coord_close(struct gp_daemon *d);
+
+/* The id of the server that leads the cluster; "" when unknown.
+ * Until leadership is a lease in the store, this server leads (it is the
+ * only one the store allows); the lease replaces this function. */
+const char *gp_coord_leader(struct gp_daemon *d);
+
+extern const gp_route gp_coord_routes[];
+
+#endif

@@ -23,6 +23,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "base/vec.h"
 #include "core/sched.h"
 #include "server/nodes.h"
 #include "server/server-int.h"
@@ -264,22 +265,16 @@ static json_t *server_json(gp_daemon *d, const gp_coord_server *sv, int64_t now)
 }
 
 struct servers_ctx {
-        gp_daemon *d;
-        json_t *list;
         gp_coord_server *v;
         size_t n, cap;
 };
 
 static int collect_server(const gp_coord_server *sv, void *ud) {
         struct servers_ctx *x = ud;
-        if (x->n == x->cap) {
-                size_t cap = x->cap ? x->cap * 2 : 16;
-                gp_coord_server *v = realloc(x->v, cap * sizeof(*v));
-                if (!v)
-                        return -ENOMEM;
-                x->v = v;
-                x->cap = cap;
-        }
+        gp_coord_server *v = gp_vec_grow(x->v, &x->cap, x->n + 1, sizeof(*v), 16);
+        if (!v)
+                return -ENOMEM;
+        x->v = v;
         x->v[x->n++] = *sv;
         return 0;
 }
@@ -289,7 +284,7 @@ static int collect_server(const gp_coord_server *sv, void *ud) {
 static json_t *servers_list(hreq *r, int64_t *ret_active, int *ret_answer) {
         gp_daemon *d = r->d;
         gp_coord *c = d->coord;
-        struct servers_ctx x = {.d = d};
+        struct servers_ctx x = {0};
         int64_t now = 0;
         pthread_mutex_lock(&c->mu);
         int rc = gp_store_coord_servers(c->s, collect_server, &x, &now);

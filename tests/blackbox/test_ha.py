@@ -166,6 +166,9 @@ def test_kill9_of_the_leader_hands_over_within_the_lease(pair):
     assert r.returncode == 0, r.stderr
     assert str(tid) in r.stdout
     assert "s2" in s2.log() and "leads (epoch 2)" in s2.log(), s2.log()
+    # its supervisor outlived s1 (same machine, sim GPUs): s2 follows it
+    time.sleep(2)
+    assert task(s2, tid)["state"] == "running"
 
 
 def test_a_frozen_leader_is_fenced_and_steps_down(pair):

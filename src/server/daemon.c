@@ -1622,6 +1622,37 @@ static void *spawner_main(void *arg) {
         return NULL;
 }
 
+/* A commit of the leader's writer found its term taken over (store.h
+ * gp_store_set_fence): nothing of it was stored; stop at once, before
+ * anything more is answered or started.  systemd restarts us as a standby. */
+static int64_t lead_epoch;
+static void lost_the_lead(void *ud) {
+        (void)ud;
+        gp_error("lost the lead (epoch %" PRId64 "): stepping down", lead_epoch);
+        _exit(75);
+}
+
+/* gp_mono_ms until which the lease surely holds (server.c sets it at each
+ * renewal: the database's expiry is later still); 0 = no lease. */
+static int64_t lead_until;
+
+void gp_daemon_lead_until(int64_t mono_ms) {
+        __atomic_store_n(&lead_until, mono_ms, __ATOMIC_RELEASE);
+}
+
+/* Before a pass acts (signals a supervisor, answers): a leader whose lease
+ * may have run out (it was frozen, or could not renew) stops here, without
+ * waiting for the fence of its next commit. */
+static void check_lead(void) {
+        int64_t until = __atomic_load_n(&lead_until, __ATOMIC_ACQUIRE);
+        if (until && gp_mono_ms() >= until) {
+                gp_error("lost the lead (epoch %" PRId64 "): stepping down (the lease ran out before it was "
+                         "renewed)",
+                         lead_epoch);
+                _exit(75);
+        }
+}
+
 /* Commands that add to what the store holds: refused while the disk is
  * full.  Cancels, releases, heartbeats, drains and task ends shrink the
  * work (or write a few bytes) and go on. */
@@ -1640,6 +1671,7 @@ static bool grows_store(cmd_kind k) {
 }
 
 static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
+        check_lead();
         /* before anything is applied: a degraded daemon refuses growth here,
          * so a failed commit never has to take back what it applied */
         bool full = gp_disk_check(d);
@@ -2196,16 +2228,6 @@ static void self_owner(const gp_daemon *d, gp_store_owner *ret) {
 
 /* gp_daemon_open's work on a zeroed d; on failure gp_daemon_close takes
  * what was opened. */
-/* A commit of the leader's writer found its term taken over (store.h
- * gp_store_set_fence): nothing of it was stored; stop at once, before
- * anything more is answered or started.  systemd restarts us as a standby. */
-static int64_t lead_epoch;
-static void lost_the_lead(void *ud) {
-        (void)ud;
-        gp_error("lost the lead (epoch %" PRId64 "): stepping down", lead_epoch);
-        _exit(75);
-}
-
 static int open_daemon(gp_daemon *d, const gp_config *cfg, int64_t epoch, char *err, size_t errlen) {
         int crc = gp_config_copy(&d->cfg, cfg); /* d's own (gp_daemon_close frees it) */
         d->evfd = d->epfd = d->lock_fd = -1;

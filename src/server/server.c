@@ -175,6 +175,7 @@ static void *lease_main(void *arg) {
                 int r = gp_store_lease_renew(l->ls, l->id, l->epoch, l->lease_ms);
                 if (r == 0) {
                         l->last_ok = sent;
+                        gp_daemon_lead_until(sent + l->lease_ms);
                         continue;
                 }
                 if (r == -ESTALE || gp_mono_ms() - l->last_ok >= l->lease_ms) {
@@ -206,6 +207,7 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
                 int r = gp_store_lease_acquire(l->ls, l->id, l->lease_ms, &l->epoch);
                 if (r == 0) {
                         l->last_ok = sent;
+                        gp_daemon_lead_until(sent + l->lease_ms);
                         gp_standby_stop(sb);
                         gp_info("server %s leads (epoch %" PRId64 ")", l->id, l->epoch);
                         return 1;

@@ -55,9 +55,9 @@ class Server(Daemon):
     """A server of the cluster: start() waits for its /healthz (leader or
     standby), not for /readyz."""
 
-    def __init__(self, tmp_path, name, pg):
+    def __init__(self, tmp_path, name, pg, lease_s=LEASE_S):
         (tmp_path / name).mkdir()
-        cfg = SIM_CONFIG + 'store: {url: "%s"}\ncluster: {server_id: %s, lease_s: %d}\n' % (pg, name, LEASE_S)
+        cfg = SIM_CONFIG + 'store: {url: "%s"}\ncluster: {server_id: %s, lease_s: %d}\n' % (pg, name, lease_s)
         super().__init__(tmp_path / name, cfg)
         self.name = name
 
@@ -202,3 +202,40 @@ def test_a_frozen_leader_is_fenced_and_steps_down(pair):
     s1.start()
     wait_for(lambda: s1.health() == "standby", 10, "s1 to come back as standby")
     _assert_standby(s1, "s2")
+
+
+def _psql(url, sql):
+    r = subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-Atqc", sql], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_a_commit_after_the_lease_was_taken_stores_nothing(tmp_path, pg_db):
+    """The fence itself: the lease row changes hands behind the leader's
+    back (its own lease_s is long, so neither its renewal nor its local
+    lease clock notices first); the next thing it commits is refused by the
+    database, and it steps down."""
+    _require_bin()
+    s1 = Server(tmp_path, "s1", pg_db, lease_s=60)
+    try:
+        s1.start()
+        wait_for(s1.ready, 20, "s1 to lead")
+        run = batch(s1, ["sh", "-c", "sleep 60"], gpu_request=1)["id"]
+        wait_state(s1, run, "running")
+        queued = batch(s1, ["sh", "-c", "sleep 60"], gpu_request=4)["id"]
+        assert task(s1, queued)["state"] == "queued"
+        _psql(pg_db, "UPDATE leader SET holder = 's9', epoch = epoch + 1, expires_at = now() + interval '1 hour'")
+        try:
+            answered = requests.post(s1.url + "/api/v1/tasks/%d/cancel" % queued, timeout=10).status_code
+        except requests.RequestException:
+            answered = None
+        s1.proc.wait(timeout=10)
+        assert s1.proc.returncode == 75, s1.log()
+        assert answered is None or answered >= 500, answered
+        log = s1.log()
+        assert "lost the lead (epoch 1): stepping down\n" in log, log
+        assert _psql(pg_db, "SELECT state FROM tasks WHERE id = %d" % queued) == "queued"
+        assert _psql(pg_db, "SELECT state FROM tasks WHERE id = %d" % run) == "running"
+    finally:
+        s1.stop()

@@ -155,6 +155,8 @@ typedef struct lead {
         int64_t epoch;
         int64_t lease_ms;
         int64_t last_ok;     /* gp_mono_ms when the last successful acquire/renew was sent */
+        pthread_mutex_t mu;  /* the lease thread's renewals vs the release at a clean stop */
+        bool done;           /* under mu: released, renew no more */
 } lead;
 
 static void sleep_ms(int64_t ms) {
@@ -172,7 +174,13 @@ static void *lease_main(void *arg) {
         for (;;) {
                 sleep_ms(l->lease_ms / 3);
                 int64_t sent = gp_mono_ms();
+                pthread_mutex_lock(&l->mu);
+                if (l->done) {
+                        pthread_mutex_unlock(&l->mu);
+                        return NULL;
+                }
                 int r = gp_store_lease_renew(l->ls, l->id, l->epoch, l->lease_ms);
+                pthread_mutex_unlock(&l->mu);
                 if (r == 0) {
                         l->last_ok = sent;
                         gp_daemon_lead_until(sent + l->lease_ms);
@@ -338,7 +346,7 @@ int gp_server_main(int argc, char **argv) {
                         close(bound[i]);
                 return 1;
         }
-        static lead l; /* the lease thread reads it for the life of the process */
+        static lead l = {.mu = PTHREAD_MUTEX_INITIALIZER}; /* the lease thread's, for the life of the process */
         if (cfg.server_id[0]) {
                 int wr = wait_for_lead(&cfg, bound, nbound, &set, &l);
                 pthread_t lt;
@@ -386,5 +394,12 @@ int gp_server_main(int argc, char **argv) {
         gp_http_stop(d);
         gp_daemon_stop(d);
         gp_daemon_close(d);
+        if (l.ls) { /* nothing more is stored: a standby may lead at once */
+                pthread_mutex_lock(&l.mu);
+                l.done = true;
+                if (gp_store_lease_release(l.ls, l.id, l.epoch) == 0)
+                        gp_info("server %s released the lead (epoch %" PRId64 ")", l.id, l.epoch);
+                pthread_mutex_unlock(&l.mu);
+        }
         return 0;
 }

@@ -169,6 +169,21 @@ def test_kill9_of_the_leader_hands_over_within_the_lease(pair):
     # its supervisor outlived s1 (same machine, sim GPUs): s2 follows it
     time.sleep(2)
     assert task(s2, tid)["state"] == "running"
+    # s1 comes back as a standby; a clean stop of s2 releases the lease, so
+    # s1 leads without waiting for it to expire
+    s1.stop()
+    s1.start()
+    wait_for(lambda: s1.health() == "standby", 10, "s1 to come back as standby")
+    _assert_standby(s1, "s2")
+    s2.proc.send_signal(signal.SIGTERM)
+    assert s2.proc.wait(timeout=10) == 0
+    t0 = time.monotonic()
+    wait_for(s1.ready, LEASE_S + 10, "s1 to lead again")
+    took = time.monotonic() - t0
+    print("after a clean stop of the leader: s1 ready in %.2f s" % took)
+    assert took < LEASE_S, took
+    assert "released the lead (epoch 2)" in s2.log()
+    assert task(s1, queued)["state"] == "queued"
 
 
 def test_a_frozen_leader_is_fenced_and_steps_down(pair):

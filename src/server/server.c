@@ -159,6 +159,8 @@ typedef struct lead {
         bool done;           /* under mu: released, renew no more */
 } lead;
 
+#define GP_STORE_ERRMSG_COPY 512 /* a store message, as logged */
+
 static void sleep_ms(int64_t ms) {
         struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
@@ -179,7 +181,9 @@ static void *lease_main(void *arg) {
                         pthread_mutex_unlock(&l->mu);
                         return NULL;
                 }
+                char why[GP_STORE_ERRMSG_COPY];
                 int r = gp_store_lease_renew(l->ls, l->id, l->epoch, l->lease_ms);
+                gp_strlcpy(why, gp_store_errmsg(l->ls), sizeof(why));
                 pthread_mutex_unlock(&l->mu);
                 if (r == 0) {
                         l->last_ok = sent;
@@ -187,12 +191,10 @@ static void *lease_main(void *arg) {
                         continue;
                 }
                 if (r == -ESTALE || gp_mono_ms() - l->last_ok >= l->lease_ms) {
-                        gp_error("lost the lead (epoch %" PRId64 "): stepping down (%s)", l->epoch,
-                                 gp_store_errmsg(l->ls));
+                        gp_error("lost the lead (epoch %" PRId64 "): stepping down (%s)", l->epoch, why);
                         _exit(75);
                 }
-                gp_warn("cannot renew the leader lease (epoch %" PRId64 "), trying again: %s", l->epoch,
-                        gp_store_errmsg(l->ls));
+                gp_warn("cannot renew the leader lease (epoch %" PRId64 "), trying again: %s", l->epoch, why);
         }
         return NULL;
 }
@@ -209,7 +211,7 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
         l->id = cfg->server_id;
         l->lease_ms = (int64_t)cfg->lease_s * 1000;
         gp_standby *sb = NULL;
-        bool said = false;
+        bool said = false, failing = false;
         for (;;) {
                 int64_t sent = gp_mono_ms();
                 int r = gp_store_lease_acquire(l->ls, l->id, l->lease_ms, &l->epoch);
@@ -230,9 +232,11 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
                                         "); trying for the lead every %" PRId64 " ms",
                                         l->id, holder[0] ? holder : "unknown", epoch, l->lease_ms / 3);
                         said = true;
-                } else {
-                        gp_warn("server %s: cannot read the leader lease: %s", l->id, gp_store_errmsg(l->ls));
+                } else if (!failing) { /* once per outage: it is tried every lease_s / 3 */
+                        gp_warn("server %s: cannot read the leader lease (trying again): %s", l->id,
+                                gp_store_errmsg(l->ls));
                 }
+                failing = r != -EBUSY;
                 if (!sb) {
                         int sr = gp_standby_start(l->id, bound, nbound, &sb);
                         if (sr < 0) {
@@ -399,6 +403,8 @@ int gp_server_main(int argc, char **argv) {
                 l.done = true;
                 if (gp_store_lease_release(l.ls, l.id, l.epoch) == 0)
                         gp_info("server %s released the lead (epoch %" PRId64 ")", l.id, l.epoch);
+                gp_store_close(l.ls); /* the lease thread looks at done first */
+                l.ls = NULL;
                 pthread_mutex_unlock(&l.mu);
         }
         return 0;

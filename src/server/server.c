@@ -222,14 +222,19 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
                         gp_info("server %s leads (epoch %" PRId64 ")", l->id, l->epoch);
                         return 1;
                 }
+                int64_t ms = l->lease_ms / 3;
                 if (r == -EBUSY) {
                         char holder[64] = "";
                         int64_t epoch = 0, left = 0;
-                        if (gp_store_lease_get(l->ls, holder, sizeof(holder), &epoch, &left) == 0)
+                        if (gp_store_lease_get(l->ls, holder, sizeof(holder), &epoch, &left) == 0) {
                                 gp_standby_set_leader(sb, holder);
+                                /* try again as the lease runs out, not up to lease_s / 3 later */
+                                if (left + 20 < ms)
+                                        ms = left + 20 > 20 ? left + 20 : 20;
+                        }
                         if (!said)
                                 gp_info("server %s is standby: the leader is %s (epoch %" PRId64
-                                        "); trying for the lead every %" PRId64 " ms",
+                                        "); trying for the lead every %" PRId64 " ms and as its lease runs out",
                                         l->id, holder[0] ? holder : "unknown", epoch, l->lease_ms / 3);
                         said = true;
                 } else if (!failing) { /* once per outage: it is tried every lease_s / 3 */
@@ -249,7 +254,6 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
                                         gp_standby_set_leader(sb, holder);
                         }
                 }
-                int64_t ms = l->lease_ms / 3;
                 struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
                 int sig = sigtimedwait(set, NULL, &ts);
                 if (sig == SIGHUP)

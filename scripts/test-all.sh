@@ -7,7 +7,7 @@
 #   4. the unit and black-box tests again under ASan+UBSan,
 #   5. the black-box tests of the threaded paths under ThreadSanitizer,
 #   6. every fuzz target fuzzed for FUZZ_SECONDS (default 10) seconds,
-#   7. the store tests (unit, and tests/blackbox/test_one_server.py) against
+#   7. the store tests (unit, tests/blackbox/test_one_server.py and test_ha.py) against
 #      a real PostgreSQL server started here,
 #   8. the dashboard in headless Chromium and the gateway through the
 #      official openai npm client (npm packages from package-lock.json).
@@ -59,9 +59,10 @@ echo "== 6/8 store tests against PostgreSQL"
 url=$(tests/pg/start-pg.sh)
 trap 'tests/pg/stop-pg.sh "$url" >/dev/null 2>&1 || true' EXIT
 GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BUILD=build build/tests/test-store
-# the black-box file whose PostgreSQL cases need the server (one live server per store)
+# the black-box files whose PostgreSQL cases need the server (one live server per store;
+# several servers: leader, standby, fenced failover)
 GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BIN="$PWD/build/gpupool" GPUPOOL_BUILD="$PWD/build" \
-        /usr/bin/python3 -m pytest -q tests/blackbox/test_one_server.py
+        /usr/bin/python3 -m pytest -q tests/blackbox/test_one_server.py tests/blackbox/test_ha.py
 
 # both npm stages start build/tests/fake-openai as the gateway's upstream
 make -j"$jobs" build/tests/fake-openai

@@ -13,6 +13,7 @@ const char *gp_strerror(int code) {
         case GP_EPARSE: return "malformed input";
         case GP_ESTORE: return "store failure";
         case GP_ENOGPU: return "no GPU backend available";
+        case GP_EFENCED: return "fenced: another server holds the leader lease";
         default: break;
         }
         if (code < GP_EFIRST)

@@ -17,6 +17,7 @@ enum {
         GP_EPARSE,      /* malformed input */
         GP_ESTORE,      /* the store failed */
         GP_ENOGPU,      /* no GPU backend could be opened */
+        GP_EFENCED,     /* the store handle's leader lease was taken over: nothing was stored */
         GP_ELAST,
 };
 

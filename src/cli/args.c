@@ -213,7 +213,8 @@ static const struct {
 
 static const char client_opts_help[] =
         "Client options (before or among a command's options):\n"
-        "  --api URL     server address (env GPUPOOL_API, default " GP_CLI_DEFAULT_API ")\n"
+        "  --api URL     server address (env GPUPOOL_API, default " GP_CLI_DEFAULT_API "); several servers:\n"
+        "                URL1,URL2,... (tried in order past one that is down or standby)\n"
         "  --key KEY     API key, sent as Authorization: Bearer (env GPUPOOL_API_KEY)\n"
         "  --json        print the server's JSON instead of a table\n"
         "Exit codes: 0 ok, 1 the server said no, 2 usage error, 3 cannot reach the server.\n";
@@ -324,7 +325,38 @@ static int fail(struct parser *p, const char *fmt, ...) {
         return -EINVAL;
 }
 
+static int set_one_api(struct parser *p, const char *url, const char *source);
+
+/* --api / GPUPOOL_API: one URL, or several separated by commas (several
+ * servers: http.c tries them in order), each checked and normalised. */
 static int set_api(struct parser *p, const char *url, const char *source) {
+        if (!strchr(url, ','))
+                return set_one_api(p, url, source);
+        if (strlen(url) > GP_CLI_URL_MAX)
+                return fail(p, "%s: expected http:// or https:// URLs of at most %d bytes in all", source,
+                            GP_CLI_URL_MAX);
+        gp_buf all;
+        gp_buf_init(&all, GP_CLI_URL_MAX + 16 * 64);
+        for (const char *q = url;;) {
+                size_t n = strcspn(q, ",");
+                char one[GP_CLI_URL_MAX + 1];
+                memcpy(one, q, n);
+                one[n] = '\0';
+                int r = set_one_api(p, one, source);
+                if (r < 0 || gp_buf_printf(&all, "%s%s", all.len ? "," : "", p->c->api) < 0) {
+                        gp_buf_done(&all);
+                        return r < 0 ? r : -ENOMEM;
+                }
+                if (!q[n])
+                        break;
+                q += n + 1;
+        }
+        free(p->c->api);
+        p->c->api = gp_buf_steal(&all);
+        return p->c->api ? 0 : -ENOMEM;
+}
+
+static int set_one_api(struct parser *p, const char *url, const char *source) {
         size_t n = strlen(url);
         if (n == 0 || n > GP_CLI_URL_MAX)
                 return fail(p, "%s: expected an http:// or https:// URL of at most %d bytes", source,

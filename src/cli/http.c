@@ -530,8 +530,65 @@ static int exchange(gp_cli_xfer *x) {
         return rc;
 }
 
+/* Several servers (c->api "URL1,URL2,..."): is this outcome one to try the
+ * next URL after?  Unreachable, or a standby's 503 (it did nothing). */
+static bool move_on(int rc, const gp_cli_resp *r) {
+        if (rc == -EHOSTUNREACH)
+                return true;
+        if (rc < 0 || r->status != 503 || !r->json)
+                return false;
+        const char *code = json_string_value(json_object_get(json_object_get(r->json, "error"), "code"));
+        return code && !strcmp(code, "standby");
+}
+
+static int http_json_one(const gp_cli_conn *c, const char *method, const char *path, const json_t *body,
+                         long timeout_s, gp_cli_resp *ret, gp_buf *err);
+static int http_stream_one(const gp_cli_conn *c, const char *path, FILE *out, int64_t *io_bytes,
+                           gp_cli_resp *ret, gp_buf *err);
+
+/* Each URL of the list in turn, while the outcome says move on; the last
+ * URL's outcome is the answer.  The messages of the ones passed over are
+ * dropped (the last one says what went wrong). */
+static int each_api(const gp_cli_conn *c, const char *method, const char *path, const json_t *body,
+                    long timeout_s, FILE *out, int64_t *io_bytes, gp_cli_resp *ret, gp_buf *err) {
+        char one[GP_CLI_URL_MAX + 1];
+        gp_cli_conn c1 = *c;
+        for (const char *q = c->api;;) {
+                size_t n = strcspn(q, ",");
+                if (n > GP_CLI_URL_MAX)
+                        n = GP_CLI_URL_MAX;
+                memcpy(one, q, n);
+                one[n] = '\0';
+                c1.api = one;
+                bool last = !q[strcspn(q, ",")];
+                size_t mark = err ? err->len : 0;
+                int64_t before = io_bytes ? *io_bytes : 0;
+                gp_cli_resp r = {.retry_after = -1};
+                int rc = out ? http_stream_one(&c1, path, out, io_bytes, &r, err)
+                             : http_json_one(&c1, method, path, body, timeout_s, &r, err);
+                if (last || !move_on(rc, &r) || (io_bytes && *io_bytes != before)) {
+                        if (rc == 0)
+                                *ret = r;
+                        return rc;
+                }
+                gp_cli_resp_done(&r);
+                if (err && err->data) { /* the next server answers instead */
+                        err->len = mark;
+                        err->data[mark] = '\0';
+                }
+                q += strcspn(q, ",") + 1;
+        }
+}
+
 int gp_cli_http_json(const gp_cli_conn *c, const char *method, const char *path,
                      const json_t *body, long timeout_s, gp_cli_resp *ret, gp_buf *err) {
+        if (strchr(c->api, ','))
+                return each_api(c, method, path, body, timeout_s, NULL, NULL, ret, err);
+        return http_json_one(c, method, path, body, timeout_s, ret, err);
+}
+
+static int http_json_one(const gp_cli_conn *c, const char *method, const char *path, const json_t *body,
+                         long timeout_s, gp_cli_resp *ret, gp_buf *err) {
         gp_cli_xfer x = {.c = c, .method = method, .path = path, .timeout_s = timeout_s,
                          .retry_after = -1, .err = err};
         char *payload = NULL;
@@ -558,6 +615,13 @@ out:
 
 int gp_cli_http_stream(const gp_cli_conn *c, const char *path, FILE *out, int64_t *io_bytes,
                        gp_cli_resp *ret, gp_buf *err) {
+        if (strchr(c->api, ','))
+                return each_api(c, "GET", path, NULL, 0, out, io_bytes, ret, err);
+        return http_stream_one(c, path, out, io_bytes, ret, err);
+}
+
+static int http_stream_one(const gp_cli_conn *c, const char *path, FILE *out, int64_t *io_bytes,
+                           gp_cli_resp *ret, gp_buf *err) {
         gp_cli_xfer x = {.c = c, .method = "GET", .path = path, .out = out, .io_bytes = io_bytes,
                          .retry_after = -1, .err = err};
         gp_buf_init(&x.body, GP_CLI_ERRBODY_MAX + 1);

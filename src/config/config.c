@@ -21,6 +21,7 @@
 #include "base/tz.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <fcntl.h>
@@ -168,6 +169,7 @@ static const struct field fields[] = {
         {"cluster.node_timeout_s", K_INT, CFG(node_timeout_s), 2, 3600, NULL},
         {"cluster.server_id", K_STR, CFG(server_id), 0, 63, NULL},
         {"cluster.advertise_url", K_STR, CFG(advertise_url), 0, 255, NULL},
+        {"cluster.lease_s", K_INT, CFG(lease_s), 2, 600, NULL},
         {"cluster.heartbeat_interval_s", K_INT, CFG(heartbeat_interval_s), 1, 3600, NULL},
         {"cluster.server_timeout_s", K_INT, CFG(server_timeout_s), 2, 86400, NULL},
 
@@ -396,6 +398,7 @@ void gp_config_defaults(gp_config *cfg) {
         gp_strlcpy(cfg->agent_data_dir, "./gpupool-agent-data", sizeof(cfg->agent_data_dir));
         cfg->agent_heartbeat_s = 2;
         cfg->node_timeout_s = 10;
+        cfg->lease_s = 6;
         cfg->heartbeat_interval_s = 15;
         cfg->server_timeout_s = 60;
 
@@ -2393,6 +2396,15 @@ static int validate_impl(const gp_config *cfg, const int *lines, char *err, size
 
         if (!terminated(cfg->store_url, sizeof(cfg->store_url)) || !store_url_ok(cfg->store_url))
                 return vfail(&v, "store.url", "expected sqlite://PATH, postgres://... or postgresql://...");
+        if (!terminated(cfg->server_id, sizeof(cfg->server_id)))
+                return vfail(&v, "cluster.server_id", "not NUL-terminated");
+        for (const char *q = cfg->server_id; *q; q++)
+                if (!isalnum((unsigned char)*q) && *q != '.' && *q != '_' && *q != '-')
+                        return vfail(&v, "cluster.server_id", "expected 1..63 of A-Z a-z 0-9 . _ -");
+        if (cfg->server_id[0] && !strncmp(cfg->store_url, "sqlite://", 9))
+                return vfail(&v, "cluster.server_id",
+                             "several servers need a shared PostgreSQL store (store.url: postgres://...), "
+                             "not sqlite://");
 
         bool backend_ok = false;
         if (terminated(cfg->gpu_backend, sizeof(cfg->gpu_backend)))

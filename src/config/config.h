@@ -270,11 +270,13 @@ typedef struct gp_config {
         char join_tokens[GP_CFG_MAX_JOIN_TOKENS][72]; /* "sha256:<64 hex>" of join tokens */
         int n_join_tokens;
         int node_timeout_s;                  /* a node without a sync this long is lost, 2..3600, default 10 */
-        /* cluster: several servers on one store (the coordinator, server/coord.h) */
-        char server_id[64];                  /* "" (default) = a single server: its host name at run time */
-        char advertise_url[256];             /* how the other servers reach it; "" = from server.listen */
-        int heartbeat_interval_s;            /* its heartbeat into the registry, 1..3600, default 15 */
-        int server_timeout_s;                /* a server without a heartbeat this long is inactive, 2..86400, default 60 */
+        /* several servers on one PostgreSQL (docs/deployment.md) */
+        char server_id[64];                  /* "" (default) = a single server; else 1..63 of [A-Za-z0-9._-];
+                                                env GPUPOOL_SERVER_ID overrides it (server.c) */
+        char advertise_url[256];             /* how the others reach this server, "" = unknown */
+        int lease_s;                         /* leader lease, renewed every lease_s / 3; 2..600, default 6 */
+        int heartbeat_interval_s;            /* registry heartbeat, 1..3600, default 15 */
+        int server_timeout_s;                /* a server silent this long is inactive, 2..86400, default 60 */
 } gp_config;
 
 /* Is local minute-of-day m (0..1439) inside the rule's window?  A window

@@ -1623,6 +1623,37 @@ static void *spawner_main(void *arg) {
         return NULL;
 }
 
+/* A commit of the leader's writer found its term taken over (store.h
+ * gp_store_set_fence): nothing of it was stored; stop at once, before
+ * anything more is answered or started.  systemd restarts us as a standby. */
+static int64_t lead_epoch;
+static void lost_the_lead(void *ud) {
+        (void)ud;
+        gp_error("lost the lead (epoch %" PRId64 "): stepping down", lead_epoch);
+        _exit(75);
+}
+
+/* gp_mono_ms until which the lease surely holds (server.c sets it at each
+ * renewal: the database's expiry is later still); 0 = no lease. */
+static int64_t lead_until;
+
+void gp_daemon_lead_until(int64_t mono_ms) {
+        __atomic_store_n(&lead_until, mono_ms, __ATOMIC_RELEASE);
+}
+
+/* Before a pass acts (signals a supervisor, answers): a leader whose lease
+ * may have run out (it was frozen, or could not renew) stops here, without
+ * waiting for the fence of its next commit. */
+static void check_lead(void) {
+        int64_t until = __atomic_load_n(&lead_until, __ATOMIC_ACQUIRE);
+        if (until && gp_mono_ms() >= until) {
+                gp_error("lost the lead (epoch %" PRId64 "): stepping down (the lease ran out before it was "
+                         "renewed)",
+                         lead_epoch);
+                _exit(75);
+        }
+}
+
 /* Commands that add to what the store holds: refused while the disk is
  * full.  Cancels, releases, heartbeats, drains and task ends shrink the
  * work (or write a few bytes) and go on. */
@@ -1641,6 +1672,7 @@ static bool grows_store(cmd_kind k) {
 }
 
 static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
+        check_lead();
         /* before anything is applied: a degraded daemon refuses growth here,
          * so a failed commit never has to take back what it applied */
         bool full = gp_disk_check(d);
@@ -2197,7 +2229,7 @@ static void self_owner(const gp_daemon *d, gp_store_owner *ret) {
 
 /* gp_daemon_open's work on a zeroed d; on failure gp_daemon_close takes
  * what was opened. */
-static int open_daemon(gp_daemon *d, const gp_config *cfg, char *err, size_t errlen) {
+static int open_daemon(gp_daemon *d, const gp_config *cfg, int64_t epoch, char *err, size_t errlen) {
         int crc = gp_config_copy(&d->cfg, cfg); /* d's own (gp_daemon_close frees it) */
         d->evfd = d->epfd = d->lock_fd = -1;
         if (gethostname(d->hostname, sizeof(d->hostname)) < 0)
@@ -2241,7 +2273,9 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, char *err, size_t err
         /* one daemon per data dir: two would hand out the same ids and
          * share task directories.  CLOEXEC, so supervisors never hold it. */
         char lock[PATH_MAX];
-        if (snprintf(lock, sizeof(lock), "%s/gpupool.lock", cfg->data_dir) >= (int)sizeof(lock)) {
+        /* per server id: several servers of one store never share a data dir */
+        if (snprintf(lock, sizeof(lock), "%s/gpupool%s%s.lock", cfg->data_dir, cfg->server_id[0] ? "-" : "",
+                     cfg->server_id) >= (int)sizeof(lock)) {
                 snprintf(err, errlen, "data dir path too long");
                 return -ENAMETOOLONG;
         }
@@ -2286,9 +2320,18 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, char *err, size_t err
         wso.deferred_sync = true;
         if ((rc = gp_store_open(cfg->store_url, &wso, &d->ws, err, errlen)) < 0)
                 return rc;
+        /* several servers: the lease decides who writes, and every commit
+         * checks it (fenced) */
+        if (cfg->server_id[0]) {
+                lead_epoch = epoch;
+                if ((rc = gp_store_set_fence(d->ws, cfg->server_id, epoch, lost_the_lead, NULL)) < 0) {
+                        snprintf(err, errlen, "store: cannot fence the writer: %s", gp_store_errmsg(d->ws));
+                        return rc;
+                }
+        }
         /* one live server per store: a second would hand out the same task
          * ids and GPUs.  The writer handle holds the claim for our life. */
-        if ((rc = gp_store_claim(d->ws, &me, NULL)) < 0) {
+        else if ((rc = gp_store_claim(d->ws, &me, NULL)) < 0) {
                 snprintf(err, errlen, "store: %s", gp_store_errmsg(d->ws));
                 return rc;
         }
@@ -2363,13 +2406,22 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, char *err, size_t err
 }
 
 int gp_daemon_open(gp_daemon **ret, const gp_config *cfg, char *err, size_t errlen) {
+        return gp_daemon_open_lead(ret, cfg, 0, err, errlen);
+}
+
+int gp_daemon_open_lead(gp_daemon **ret, const gp_config *cfg, int64_t epoch, char *err, size_t errlen) {
         *ret = NULL;
         gp_daemon *d = calloc(1, sizeof(*d));
         if (!d) {
                 snprintf(err, errlen, "out of memory");
                 return -ENOMEM;
         }
-        int rc = open_daemon(d, cfg, err, errlen);
+        if (cfg->server_id[0] && epoch < 1) {
+                free(d);
+                snprintf(err, errlen, "cluster.server_id is set: this server opens its store only as the leader");
+                return -EINVAL;
+        }
+        int rc = open_daemon(d, cfg, epoch, err, errlen);
         if (rc < 0) {
                 gp_daemon_close(d);
                 return rc;

@@ -226,6 +226,15 @@ typedef struct gp_daemon {
  * tasks recovered; no thread runs yet.  0 with *ret, or a negative code
  * with a message in err (nothing left open, *ret NULL). */
 int gp_daemon_open(gp_daemon **ret, const gp_config *cfg, char *err, size_t errlen);
+/* The same for the leader of several servers (cfg->server_id set): instead
+ * of claiming the store, its writer handle is fenced with the leader term
+ * `epoch` (gp_store_set_fence): a commit that finds the term taken over
+ * logs "lost the lead" and exits the process with 75 at once. */
+int gp_daemon_open_lead(gp_daemon **ret, const gp_config *cfg, int64_t epoch, char *err, size_t errlen);
+/* The leader's lease surely holds until gp_mono_ms() reaches mono_ms
+ * (server.c, at each renewal); each pass of the loop checks it first and
+ * steps down (exit 75) past it.  Any thread. */
+void gp_daemon_lead_until(int64_t mono_ms);
 int gp_daemon_start(gp_daemon *d);
 void gp_daemon_stop(gp_daemon *d);
 /* Close what d holds and free it (after gp_daemon_stop); takes NULL. */

@@ -8,9 +8,13 @@
 #include "base/util.h"
 #include "server/server-int.h"
 #include "server/serve.h"
+#include "server/standby.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,6 +147,125 @@ static int drop_root(const gp_config *cfg, char *err, size_t errlen) {
         return 0;
 }
 
+/* ---- several servers on one PostgreSQL: standby, then leader ---- */
+
+typedef struct lead {
+        gp_store *ls;        /* the lease's own handle (the daemon's are fenced) */
+        const char *id;
+        int64_t epoch;
+        int64_t lease_ms;
+        int64_t last_ok;     /* gp_mono_ms when the last successful acquire/renew was sent */
+        pthread_mutex_t mu;  /* the lease thread's renewals vs the release at a clean stop */
+        bool done;           /* under mu: released, renew no more */
+} lead;
+
+#define GP_STORE_ERRMSG_COPY 512 /* a store message, as logged */
+
+static void sleep_ms(int64_t ms) {
+        struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+}
+
+/* Renew the lease every lease_s / 3 for the life of the process; when
+ * another took it over, or it could not be renewed for lease_s (it may
+ * have expired: another may lead now), step down at once.  The fence
+ * (daemon.c) stops a commit that comes first. */
+static void *lease_main(void *arg) {
+        lead *l = arg;
+        for (;;) {
+                sleep_ms(l->lease_ms / 3);
+                int64_t sent = gp_mono_ms();
+                pthread_mutex_lock(&l->mu);
+                if (l->done) {
+                        pthread_mutex_unlock(&l->mu);
+                        return NULL;
+                }
+                char why[GP_STORE_ERRMSG_COPY];
+                int r = gp_store_lease_renew(l->ls, l->id, l->epoch, l->lease_ms);
+                gp_strlcpy(why, gp_store_errmsg(l->ls), sizeof(why));
+                pthread_mutex_unlock(&l->mu);
+                if (r == 0) {
+                        l->last_ok = sent;
+                        gp_daemon_lead_until(sent + l->lease_ms);
+                        continue;
+                }
+                if (r == -ESTALE || gp_mono_ms() - l->last_ok >= l->lease_ms) {
+                        gp_error("lost the lead (epoch %" PRId64 "): stepping down (%s)", l->epoch, why);
+                        _exit(75);
+                }
+                gp_warn("cannot renew the leader lease (epoch %" PRId64 "), trying again: %s", l->epoch, why);
+        }
+        return NULL;
+}
+
+/* Answer as a standby until this server gets the leader lease: 1 (l
+ * filled), 0 (a stopping signal came first), -1 (error, printed). */
+static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sigset_t *set, lead *l) {
+        char err[1024];
+        gp_store_options so = {.busy_timeout_ms = 5000};
+        if (gp_store_open(cfg->store_url, &so, &l->ls, err, sizeof(err)) < 0) {
+                fprintf(stderr, "gpupool server: store: %s\n", err);
+                return -1;
+        }
+        l->id = cfg->server_id;
+        l->lease_ms = (int64_t)cfg->lease_s * 1000;
+        gp_standby *sb = NULL;
+        bool said = false, failing = false;
+        for (;;) {
+                int64_t sent = gp_mono_ms();
+                int r = gp_store_lease_acquire(l->ls, l->id, l->lease_ms, &l->epoch);
+                if (r == 0) {
+                        l->last_ok = sent;
+                        gp_daemon_lead_until(sent + l->lease_ms);
+                        gp_standby_stop(sb);
+                        gp_info("server %s leads (epoch %" PRId64 ")", l->id, l->epoch);
+                        return 1;
+                }
+                int64_t ms = l->lease_ms / 3;
+                if (r == -EBUSY) {
+                        char holder[64] = "";
+                        int64_t epoch = 0, left = 0;
+                        if (gp_store_lease_get(l->ls, holder, sizeof(holder), &epoch, &left) == 0) {
+                                gp_standby_set_leader(sb, holder);
+                                /* try again as the lease runs out, not up to lease_s / 3 later */
+                                if (left + 20 < ms)
+                                        ms = left + 20 > 20 ? left + 20 : 20;
+                        }
+                        if (!said)
+                                gp_info("server %s is standby: the leader is %s (epoch %" PRId64
+                                        "); trying for the lead every %" PRId64 " ms and as its lease runs out",
+                                        l->id, holder[0] ? holder : "unknown", epoch, l->lease_ms / 3);
+                        said = true;
+                } else if (!failing) { /* once per outage: it is tried every lease_s / 3 */
+                        gp_warn("server %s: cannot read the leader lease (trying again): %s", l->id,
+                                gp_store_errmsg(l->ls));
+                }
+                failing = r != -EBUSY;
+                if (!sb) {
+                        int sr = gp_standby_start(l->id, bound, nbound, &sb);
+                        if (sr < 0) {
+                                fprintf(stderr, "gpupool server: cannot serve as standby: %s\n", strerror(-sr));
+                                return -1;
+                        }
+                        if (r == -EBUSY) { /* name the leader from the first answer on */
+                                char holder[64] = "";
+                                if (gp_store_lease_get(l->ls, holder, sizeof(holder), NULL, NULL) == 0)
+                                        gp_standby_set_leader(sb, holder);
+                        }
+                }
+                struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+                int sig = sigtimedwait(set, NULL, &ts);
+                if (sig == SIGHUP)
+                        continue;
+                if (sig > 0) {
+                        gp_info("signal %d: stopping (standby)", sig);
+                        gp_standby_stop(sb);
+                        return 0;
+                }
+        }
+}
+
 int gp_server_main(int argc, char **argv) {
         const char *config = NULL, *listen = NULL, *data_dir = NULL, *user = NULL;
         for (int i = 1; i < argc; i++) {
@@ -205,6 +328,11 @@ int gp_server_main(int argc, char **argv) {
                 }
                 gp_strlcpy(cfg.server_user, u.name, sizeof(cfg.server_user));
         }
+        const char *sid = getenv("GPUPOOL_SERVER_ID"); /* overrides cluster.server_id */
+        if (sid && *sid && gp_strlcpy(cfg.server_id, sid, sizeof(cfg.server_id)) >= sizeof(cfg.server_id)) {
+                fprintf(stderr, "gpupool server: GPUPOOL_SERVER_ID longer than 63 bytes\n");
+                return 2;
+        }
         if (gp_config_validate(&cfg, err, sizeof(err)) < 0 || check_users(&cfg, err, sizeof(err)) < 0) {
                 fprintf(stderr, "gpupool server: bad config: %s\n", err);
                 return 1;
@@ -226,8 +354,25 @@ int gp_server_main(int argc, char **argv) {
                         close(bound[i]);
                 return 1;
         }
+        static lead l = {.mu = PTHREAD_MUTEX_INITIALIZER}; /* the lease thread's, for the life of the process */
+        if (cfg.server_id[0]) {
+                int wr = wait_for_lead(&cfg, bound, nbound, &set, &l);
+                pthread_t lt;
+                if (wr > 0 && pthread_create(&lt, NULL, lease_main, &l) != 0) {
+                        fprintf(stderr, "gpupool server: cannot start the lease thread\n");
+                        wr = -1;
+                }
+                if (wr <= 0) {
+                        for (int i = 0; i < nbound; i++)
+                                close(bound[i]);
+                        gp_store_close(l.ls);
+                        return wr < 0 ? 1 : 0;
+                }
+                pthread_detach(lt);
+        }
         gp_daemon *d;
-        if (gp_daemon_open(&d, &cfg, err, sizeof(err)) < 0) {
+        if ((cfg.server_id[0] ? gp_daemon_open_lead(&d, &cfg, l.epoch, err, sizeof(err))
+                              : gp_daemon_open(&d, &cfg, err, sizeof(err))) < 0) {
                 fprintf(stderr, "gpupool server: %s\n", err);
                 for (int i = 0; i < nbound; i++)
                         close(bound[i]);
@@ -257,5 +402,14 @@ int gp_server_main(int argc, char **argv) {
         gp_http_stop(d);
         gp_daemon_stop(d);
         gp_daemon_close(d);
+        if (l.ls) { /* nothing more is stored: a standby may lead at once */
+                pthread_mutex_lock(&l.mu);
+                l.done = true;
+                if (gp_store_lease_release(l.ls, l.id, l.epoch) == 0)
+                        gp_info("server %s released the lead (epoch %" PRId64 ")", l.id, l.epoch);
+                gp_store_close(l.ls); /* the lease thread looks at done first */
+                l.ls = NULL;
+                pthread_mutex_unlock(&l.mu);
+        }
         return 0;
 }

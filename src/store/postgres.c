@@ -354,7 +354,34 @@ static int send_write(gp_store *s, int which, const char *const *vals, int64_t i
         return p->n_pending >= PIPE_MAX ? pipe_sync(s) : 0;
 }
 
-/* Run a prepared statement that returns no rows (fault-injection point). */
+/* Inside a transaction of a fenced handle (gp_store_set_fence): does the
+ * leader row still hold our server id and epoch?  FOR SHARE keeps a
+ * takeover (an UPDATE of the row) waiting until this transaction ends, so
+ * what it commits was written under our term.  0, -GP_EFENCED, -GP_ESTORE. */
+static int fence_check(gp_store *s, const char *what) {
+        char epoch[24];
+        snprintf(epoch, sizeof(epoch), "%" PRId64, s->fence_epoch);
+        const char *vals[2] = {s->fence_id, epoch};
+        PGresult *res = PQexecParams(impl(s)->conn,
+                                     "SELECT 1 FROM leader WHERE id = 1 AND holder = $1 AND epoch = $2 FOR SHARE", 2,
+                                     NULL, vals, NULL, NULL, 0);
+        int r = 0;
+        if (PQresultStatus(res) != PGRES_TUPLES_OK)
+                r = pg_err(s, res, what);
+        else if (PQntuples(res) != 1) {
+                char msg[160];
+                snprintf(msg, sizeof(msg), "server %s lost the leader lease (epoch %" PRId64 "): nothing stored",
+                         s->fence_id, s->fence_epoch);
+                store_set_err(s, msg, "%s", what);
+                r = -GP_EFENCED;
+        }
+        PQclear(res);
+        return r;
+}
+
+/* Run a prepared statement that returns no rows (fault-injection point).
+ * Outside a transaction on a fenced handle it runs in one of its own, after
+ * the fence check. */
 static int run_cmd(gp_store *s, int which, const char *const *vals, const char *what) {
         pg_store *p = impl(s);
         int r;
@@ -362,9 +389,21 @@ static int run_cmd(gp_store *s, int which, const char *const *vals, const char *
                 return r;
         if (store_fault(s))
                 return store_set_err(s, "injected fault", "%s", what);
+        bool own_tx = !s->in_tx && s->fence_id[0];
+        if (own_tx && ((r = exec_cmd(s, "BEGIN", what)) < 0 || (r = fence_check(s, what)) < 0)) {
+                if (pg_in_tx(s))
+                        PQclear(PQexec(p->conn, "ROLLBACK"));
+                return r;
+        }
         PGresult *res = PQexecPrepared(p->conn, stmts[which].name, stmts[which].nparams, vals, NULL, NULL, 0);
         r = PQresultStatus(res) == PGRES_COMMAND_OK ? 0 : pg_err(s, res, what);
         PQclear(res);
+        if (own_tx) {
+                if (r == 0)
+                        r = exec_cmd(s, "COMMIT", what);
+                if (pg_in_tx(s))
+                        PQclear(PQexec(p->conn, "ROLLBACK"));
+        }
         return r;
 }
 
@@ -546,6 +585,124 @@ static int pg_claim(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_o
         return 0;
 }
 
+/* ---- the leader lease (store.h) ---- */
+
+static void fmt_i64(char *buf, size_t size, int64_t v);
+
+static int lease_exec(gp_store *s, const char *sql, int n, const char *const *vals, const char *what,
+                      PGresult **ret_res) {
+        int r = ensure_conn(s, what);
+        if (r < 0)
+                return r;
+        if (store_fault(s))
+                return store_set_err(s, "injected fault", "%s", what);
+        PGresult *res = PQexecParams(impl(s)->conn, sql, n, NULL, vals, NULL, NULL, 0);
+        ExecStatusType st = PQresultStatus(res);
+        if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+                r = pg_err(s, res, what);
+                PQclear(res);
+                return r;
+        }
+        *ret_res = res;
+        return 0;
+}
+
+static int pg_lease_get(gp_store *s, char *holder, size_t size, int64_t *ret_epoch, int64_t *ret_left_ms) {
+        PGresult *res;
+        int r = lease_exec(s,
+                           "SELECT holder, epoch, (EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::bigint "
+                           "FROM leader WHERE id = 1",
+                           0, NULL, "read the leader lease", &res);
+        if (r < 0)
+                return r;
+        int64_t epoch = 0, left = 0;
+        if (PQntuples(res) == 1 && (gp_parse_i64(PQgetvalue(res, 0, 1), 0, INT64_MAX, &epoch) < 0 ||
+                                    gp_parse_i64(PQgetvalue(res, 0, 2), INT64_MIN, INT64_MAX, &left) < 0)) {
+                PQclear(res);
+                return store_set_err(s, "not a number", "read the leader lease");
+        }
+        if (holder && size)
+                gp_strlcpy(holder, PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "", size);
+        PQclear(res);
+        if (ret_epoch)
+                *ret_epoch = epoch;
+        if (ret_left_ms)
+                *ret_left_ms = left;
+        return 0;
+}
+
+static int pg_lease_acquire(gp_store *s, const char *id, int64_t lease_ms, int64_t *ret_epoch) {
+        char ms[24];
+        fmt_i64(ms, sizeof(ms), lease_ms);
+        const char *vals[2] = {id, ms};
+        PGresult *res;
+        /* one statement: two servers trying at once are serialised on the
+         * row, and the second sees the first's unexpired lease */
+        int r = lease_exec(s,
+                           "INSERT INTO leader (id, holder, epoch, expires_at) "
+                           "VALUES (1, $1, 1, now() + $2::bigint * interval '1 millisecond') "
+                           "ON CONFLICT (id) DO UPDATE SET holder = EXCLUDED.holder, epoch = leader.epoch + 1, "
+                           "expires_at = EXCLUDED.expires_at "
+                           "WHERE leader.holder = EXCLUDED.holder OR leader.expires_at <= now() RETURNING epoch",
+                           2, vals, "acquire the leader lease", &res);
+        if (r < 0)
+                return r;
+        int64_t epoch = 0;
+        if (PQntuples(res) == 1) {
+                r = gp_parse_i64(PQgetvalue(res, 0, 0), 1, INT64_MAX, &epoch) < 0
+                            ? store_set_err(s, "not a number", "acquire the leader lease")
+                            : 0;
+                PQclear(res);
+                if (r == 0)
+                        *ret_epoch = epoch;
+                return r;
+        }
+        PQclear(res);
+        char holder[64] = "", msg[160];
+        int64_t left = 0;
+        if ((r = pg_lease_get(s, holder, sizeof(holder), &epoch, &left)) < 0)
+                return r;
+        snprintf(msg, sizeof(msg), "held by server %s (epoch %" PRId64 ") for %" PRId64 " ms more", holder, epoch,
+                 left);
+        store_set_err(s, msg, "acquire the leader lease");
+        return -EBUSY;
+}
+
+static int pg_lease_renew(gp_store *s, const char *id, int64_t epoch, int64_t lease_ms) {
+        char ms[24], ep[24];
+        fmt_i64(ms, sizeof(ms), lease_ms);
+        fmt_i64(ep, sizeof(ep), epoch);
+        const char *vals[3] = {id, ep, ms};
+        PGresult *res;
+        int r = lease_exec(s,
+                           "UPDATE leader SET expires_at = now() + $3::bigint * interval '1 millisecond' "
+                           "WHERE id = 1 AND holder = $1 AND epoch = $2::bigint",
+                           3, vals, "renew the leader lease", &res);
+        if (r < 0)
+                return r;
+        bool ours = !strcmp(PQcmdTuples(res), "1");
+        PQclear(res);
+        if (!ours) {
+                store_set_err(s, "another server took it over", "renew the leader lease");
+                return -ESTALE;
+        }
+        return 0;
+}
+
+static int pg_lease_release(gp_store *s, const char *id, int64_t epoch) {
+        char ep[24];
+        fmt_i64(ep, sizeof(ep), epoch);
+        const char *vals[2] = {id, ep};
+        PGresult *res;
+        int r = lease_exec(s,
+                           "UPDATE leader SET expires_at = now() - interval '1 millisecond' "
+                           "WHERE id = 1 AND holder = $1 AND epoch = $2::bigint",
+                           2, vals, "release the leader lease", &res);
+        if (r == 0)
+                PQclear(res);
+        return r;
+}
+
 /* ---- transactions ---- */
 
 static int tx_cmd(gp_store *s, const char *sql, const char *what) {
@@ -575,6 +732,8 @@ static int pg_commit(gp_store *s) {
         int r = pipe_leave(s);
         if (r < 0) {
                 /* a write was refused: the transaction is aborted */
+        } else if (s->fence_id[0] && (r = fence_check(s, "commit")) < 0) {
+                /* deposed (or the check failed): store_commit_failed rolls back */
         } else if (store_fault(s)) {
                 r = store_set_err(s, "injected fault", "commit");
         } else {
@@ -960,4 +1119,8 @@ const gp_store_ops gp_store_postgres_ops = {
         .tokens_add = pg_tokens_add,
         .tokens_list = pg_tokens_list,
         .query = pg_query,
+        .lease_acquire = pg_lease_acquire,
+        .lease_renew = pg_lease_renew,
+        .lease_get = pg_lease_get,
+        .lease_release = pg_lease_release,
 };

@@ -136,6 +136,14 @@ typedef struct gp_store_ops {
          * ignored).  A fault-injection point.  0, cb's value or -GP_ESTORE. */
         int (*query)(gp_store *s, const char *sql, int n, const char *const *params, store_text_cb cb, void *ud,
                      const char *what);
+        /* the leader lease (gp_store_lease_*), outside a transaction with
+         * checked arguments; NULL: -ENOTSUP.  The fence itself is
+         * s->fence_id / fence_epoch, which the backend checks in commit and
+         * in every write outside a transaction, failing with -GP_EFENCED. */
+        int (*lease_acquire)(gp_store *s, const char *id, int64_t lease_ms, int64_t *ret_epoch);
+        int (*lease_renew)(gp_store *s, const char *id, int64_t epoch, int64_t lease_ms);
+        int (*lease_get)(gp_store *s, char *holder, size_t size, int64_t *ret_epoch, int64_t *ret_left_ms);
+        int (*lease_release)(gp_store *s, const char *id, int64_t epoch);
 } gp_store_ops;
 
 struct gp_store {
@@ -149,6 +157,10 @@ struct gp_store {
         bool full;                          /* a failure since the last begin was the database's
                                                storage being full (gp_store_full) */
         char errmsg[GP_STORE_ERRMSG_MAX];   /* last failure, "" if none */
+        char fence_id[64];                  /* gp_store_set_fence: "" = not fenced */
+        int64_t fence_epoch;
+        void (*on_fenced)(void *ud);
+        void *on_fenced_ud;
 };
 
 extern const gp_store_ops gp_store_sqlite_ops;

@@ -230,6 +230,8 @@ void gp_store_owner_from_text(const char *text, size_t len, gp_store_owner *ret)
 static int track(gp_store *s, int r) {
         if (r == -GP_ESTORE && s->in_tx)
                 s->doomed = true;
+        if (r == -GP_EFENCED && s->on_fenced)
+                s->on_fenced(s->on_fenced_ud);
         return r;
 }
 
@@ -283,6 +285,77 @@ int gp_store_claim(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_ot
         return r;
 }
 
+/* ---- the leader lease ---- */
+
+static int lease_args(gp_store *s, const char *what, const char *id, int64_t lease_ms) {
+        int r = enter(s, what);
+        if (r < 0)
+                return r;
+        if (s->in_tx) {
+                store_set_err(s, "inside a transaction", "%s", what);
+                return -EINVAL;
+        }
+        if (id && (!id[0] || strnlen(id, sizeof(s->fence_id)) >= sizeof(s->fence_id))) {
+                store_set_err(s, "server id empty or longer than 63 bytes", "%s", what);
+                return -EINVAL;
+        }
+        if (lease_ms < 1 || lease_ms > 86400000) {
+                store_set_err(s, "lease out of range (1 ms..1 day)", "%s", what);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+int gp_store_lease_acquire(gp_store *s, const char *server_id, int64_t lease_ms, int64_t *ret_epoch) {
+        int r = lease_args(s, "acquire the leader lease", server_id, lease_ms);
+        if (r < 0)
+                return r;
+        if (!s->ops->lease_acquire)
+                return -ENOTSUP;
+        return s->ops->lease_acquire(s, server_id, lease_ms, ret_epoch);
+}
+
+int gp_store_lease_renew(gp_store *s, const char *server_id, int64_t epoch, int64_t lease_ms) {
+        int r = lease_args(s, "renew the leader lease", server_id, lease_ms);
+        if (r < 0)
+                return r;
+        if (!s->ops->lease_renew)
+                return -ENOTSUP;
+        return s->ops->lease_renew(s, server_id, epoch, lease_ms);
+}
+
+int gp_store_lease_get(gp_store *s, char *holder, size_t size, int64_t *ret_epoch, int64_t *ret_left_ms) {
+        int r = lease_args(s, "read the leader lease", NULL, 1);
+        if (r < 0)
+                return r;
+        if (!s->ops->lease_get)
+                return -ENOTSUP;
+        return s->ops->lease_get(s, holder, size, ret_epoch, ret_left_ms);
+}
+
+int gp_store_lease_release(gp_store *s, const char *server_id, int64_t epoch) {
+        int r = lease_args(s, "release the leader lease", server_id, 1);
+        if (r < 0)
+                return r;
+        if (!s->ops->lease_release)
+                return -ENOTSUP;
+        return s->ops->lease_release(s, server_id, epoch);
+}
+
+int gp_store_set_fence(gp_store *s, const char *server_id, int64_t epoch, void (*on_fenced)(void *ud),
+                       void *ud) {
+        int r = lease_args(s, "fence the handle", server_id, 1);
+        if (r < 0)
+                return r;
+        if (!s->ops->lease_acquire)
+                return -ENOTSUP;
+        gp_strlcpy(s->fence_id, server_id, sizeof(s->fence_id));
+        s->fence_epoch = epoch;
+        s->on_fenced = on_fenced;
+        s->on_fenced_ud = ud;
+        return 0;
+}
+
 int gp_store_begin(gp_store *s) {
         int r = enter(s, "begin");
         if (r < 0)
@@ -318,6 +391,8 @@ int gp_store_commit(gp_store *s) {
         sync_tx(s);
         if (s->in_tx)
                 s->doomed = true;
+        if (r == -GP_EFENCED && s->on_fenced)
+                s->on_fenced(s->on_fenced_ud);
         return r;
 }
 
@@ -874,7 +949,10 @@ _Static_assert(GP_ARRAY_SIZE(migrations) == GP_STORE_SCHEMA_VERSION,
 
 static const char *const billing_sql[STORE_DIALECTS] = {
         [STORE_SQLITE] = BILLING_SCHEMA("INTEGER", "INTEGER PRIMARY KEY"),
-        [STORE_POSTGRES] = BILLING_SCHEMA("BIGINT", "BIGSERIAL PRIMARY KEY"),
+        [STORE_POSTGRES] = BILLING_SCHEMA("BIGINT", "BIGSERIAL PRIMARY KEY")
+                /* the leader lease of several servers (gp_store_lease_*) */
+                "CREATE TABLE IF NOT EXISTS leader (id INT PRIMARY KEY CHECK (id = 1), holder TEXT NOT NULL,"
+                " epoch BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL);",
 };
 
 static int read_schema_version(gp_store *s, const store_schema_ops *ops, int64_t *ret) {

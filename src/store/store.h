@@ -65,6 +65,39 @@ typedef struct gp_store_owner {
  * -GP_ESTORE.  Claiming again on the same handle rewrites the record. */
 int gp_store_claim(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_other);
 
+/* ---- one leader among several servers (PostgreSQL only) ----
+ *
+ * The leader lease is one row of the table leader (id 1: holder, epoch,
+ * expires_at), read and written with the database's clock (now()), never
+ * the servers'.  server_id: 1..63 bytes.  SQLite: every call -ENOTSUP.
+ *
+ * acquire: take the lease for lease_ms when it is free, expired or already
+ * held by server_id; every acquire starts a new term, so the epoch grows by
+ * one (a restarted server with the same id fences its old incarnation too).
+ * 0 with *ret_epoch, -EBUSY while another holds an unexpired lease (the
+ * holder named in gp_store_errmsg), -EINVAL, -GP_ESTORE.
+ * renew: push the expiry to now() + lease_ms while the row still says
+ * server_id and epoch: 0, -ESTALE when it does not (another took over),
+ * -GP_ESTORE.
+ * get: the holder ("" when nobody ever held it), its epoch and the ms left
+ * until it expires by the database's clock (<= 0: expired).  0, -GP_ESTORE.
+ * release: let the lease expire now if server_id and epoch still hold it
+ * (the next acquire takes it at once).  0 (also when not held), -GP_ESTORE. */
+int gp_store_lease_acquire(gp_store *s, const char *server_id, int64_t lease_ms, int64_t *ret_epoch);
+int gp_store_lease_renew(gp_store *s, const char *server_id, int64_t epoch, int64_t lease_ms);
+int gp_store_lease_get(gp_store *s, char *holder, size_t size, int64_t *ret_epoch, int64_t *ret_left_ms);
+int gp_store_lease_release(gp_store *s, const char *server_id, int64_t epoch);
+
+/* Fence this handle with a lease term: from now on every transaction it
+ * commits (and every write outside one, which runs as its own transaction)
+ * first checks, inside that transaction, that the leader row still holds
+ * server_id and epoch (and keeps the row from changing until it commits);
+ * when it does not, nothing of it is stored, the call fails with
+ * -GP_EFENCED, and on_fenced (if not NULL) is called with ud - once per
+ * failure, from the thread that called.  0, -EINVAL, -ENOTSUP (SQLite). */
+int gp_store_set_fence(gp_store *s, const char *server_id, int64_t epoch, void (*on_fenced)(void *ud),
+                       void *ud);
+
 /* "host H, pid P, listening on L, since T" (T in RFC 3339 UTC; unknown
  * fields say so).  Never fails; truncates to size. */
 void gp_store_owner_format(const gp_store_owner *o, char *out, size_t size);

@@ -514,7 +514,12 @@ static void test_api_and_key_come_from_env_unless_given(void **state) {
         assert_int_equal(p.rc, 0);
         assert_string_equal(p.c.api, "http://Gpu.Example:1");
         parse_done(&p);
-        static char *bad_api[] = {"/", "http://", "http:///x", "ftp://h", "http://h/?q=1", "http://h #"};
+        PARSE(&p, "ps", "--api", "h:1,HTTP://g:2/,https://k");
+        assert_int_equal(p.rc, 0);
+        assert_string_equal(p.c.api, "http://h:1,http://g:2,https://k");
+        parse_done(&p);
+        static char *bad_api[] = {"/", "http://", "http:///x", "ftp://h", "http://h/?q=1", "http://h #",
+                                  "http://h:1,ftp://g", "http://h:1,", ",http://h:1"};
         for (size_t i = 0; i < GP_ARRAY_SIZE(bad_api); i++) {
                 PARSE(&p, "ps", "--api", bad_api[i]);
                 assert_int_equal(p.rc, -EINVAL);
@@ -945,6 +950,55 @@ static char *route_basic(struct srv *s, const char *req) {
 static char *route_quota(struct srv *s, const char *req) {
         return http_resp(429, "Retry-After: 30\r\n",
                          "{\"error\":{\"code\":\"quota_exceeded\",\"message\":\"tenant default may hold 4 GPUs\"}}");
+}
+
+static char *route_standby(struct srv *s, const char *req) {
+        return http_resp(503, "Retry-After: 1\r\n",
+                         "{\"error\":{\"code\":\"standby\",\"message\":\"server s2 is standby; the leader is s1\"}}");
+}
+
+static char *route_busy(struct srv *s, const char *req) {
+        return http_resp(503, "Retry-After: 5\r\n",
+                         "{\"error\":{\"code\":\"store_unavailable\",\"message\":\"the store is down\"}}");
+}
+
+/* GPUPOOL_API / --api "URL1,URL2,...": tried in order, past one that does
+ * not answer or answers 503 standby (it did nothing); any other answer,
+ * a 503 of another kind included, is the answer. */
+static void test_api_list_moves_past_unreachable_and_standby_servers(void **state) {
+        struct srv standby, busy, leader;
+        srv_start(&standby, route_standby);
+        srv_start(&busy, route_busy);
+        srv_start(&leader, route_basic);
+        char api[256], a_standby[64], a_busy[64];
+        snprintf(a_standby, sizeof(a_standby), "%s", srv_api(&standby));
+        snprintf(a_busy, sizeof(a_busy), "%s", srv_api(&busy));
+        snprintf(api, sizeof(api), "http://127.0.0.1:%d,%s/,%s", free_port(), a_standby, srv_api(&leader));
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "submit", "--gpus", "1", "--", "true"),
+                ARGV("--api", api, "submit", "--gpus", "1", "--", "true"));
+        assert_int_equal(r.ex, 0);
+        assert_string_equal(r.out, "17\n");
+        assert_string_equal(r.err, "");
+        assert_int_equal(standby.nreq, 1);
+        assert_int_equal(leader.nreq, 1);
+        ran_done(&r);
+        /* a 503 that is not a standby's stops there: the next is not asked */
+        snprintf(api, sizeof(api), "%s,%s", a_busy, srv_api(&leader));
+        run_cli(&r, ARGC("--api", api, "ps"), ARGV("--api", api, "ps"));
+        assert_int_not_equal(r.ex, 0);
+        assert_non_null(strstr(r.err, "the store is down"));
+        assert_int_equal(leader.nreq, 1);
+        ran_done(&r);
+        /* all standby: the last answer is shown */
+        snprintf(api, sizeof(api), "%s,%s", a_standby, a_standby);
+        run_cli(&r, ARGC("--api", api, "ps"), ARGV("--api", api, "ps"));
+        assert_int_not_equal(r.ex, 0);
+        assert_non_null(strstr(r.err, "standby"));
+        ran_done(&r);
+        srv_stop(&standby);
+        srv_stop(&busy);
+        srv_stop(&leader);
 }
 
 static void test_submit_prints_id_and_sends_key_and_body(void **state) {
@@ -1721,6 +1775,7 @@ int main(void) {
                 cmocka_unit_test(test_long_cells_are_cut_with_ellipsis),
                 cmocka_unit_test(test_display_width_counts_wide_and_combining),
                 cmocka_unit_test(test_exit_3_when_nothing_listens),
+                cmocka_unit_test(test_api_list_moves_past_unreachable_and_standby_servers),
                 cmocka_unit_test(test_exit_2_with_message_for_usage_errors),
                 cmocka_unit_test(test_submit_prints_id_and_sends_key_and_body),
                 cmocka_unit_test(test_exit_1_prints_server_error_code_and_message),

@@ -885,6 +885,48 @@ static void test_small_error_buffer_is_terminated(void **state) {
         assert_int_equal(load("nope: 1\n", &c, NULL, 0), -EINVAL);
 }
 
+/* cluster.server_id and the lease keys (several servers on one PostgreSQL) */
+static void test_cluster_server_keys_load_and_are_checked(void **state) {
+        gp_config c;
+        char err[512];
+        gp_config_defaults(&c);
+        assert_string_equal(c.server_id, "");
+        assert_string_equal(c.advertise_url, "");
+        assert_int_equal(c.lease_s, 6);
+        assert_int_equal(c.heartbeat_interval_s, 15);
+        assert_int_equal(c.server_timeout_s, 60);
+        assert_int_equal(load("store: {url: \"postgres://db/gp\"}\n"
+                              "cluster: {server_id: s-1.a_b, advertise_url: \"http://10.0.0.5:8080\", lease_s: 2,\n"
+                              "          heartbeat_interval_s: 1, server_timeout_s: 86400}\n",
+                              &c, err, sizeof(err)),
+                         0);
+        assert_string_equal(c.server_id, "s-1.a_b");
+        assert_string_equal(c.advertise_url, "http://10.0.0.5:8080");
+        assert_int_equal(c.lease_s, 2);
+        assert_int_equal(c.heartbeat_interval_s, 1);
+        assert_int_equal(c.server_timeout_s, 86400);
+        gp_config_free(&c);
+        /* several servers need PostgreSQL */
+        gp_config_defaults(&c);
+        assert_int_equal(load("cluster: {server_id: s1}\n", &c, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "cluster.server_id"));
+        assert_non_null(strstr(err, "PostgreSQL"));
+        static const char *const bad[] = {
+                "store: {url: \"postgres://db/gp\"}\ncluster: {server_id: \"a b\"}\n",
+                "store: {url: \"postgres://db/gp\"}\ncluster: {server_id: \"a/b\"}\n",
+                "cluster: {lease_s: 1}\n",
+                "cluster: {lease_s: 601}\n",
+                "cluster: {heartbeat_interval_s: 0}\n",
+                "cluster: {server_timeout_s: 1}\n",
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                gp_config_defaults(&c);
+                assert_int_equal(load(bad[i], &c, err, sizeof(err)), -EINVAL);
+                assert_non_null(strstr(err, "cluster."));
+                assert_string_equal(c.server_id, "");
+        }
+}
+
 static void test_validate_checks_cross_fields_and_ranges(void **state) {
         gp_config c;
         char err[512];
@@ -1210,6 +1252,7 @@ int main(void) {
                 cmocka_unit_test(test_load_reads_a_file_and_names_it_in_errors),
                 cmocka_unit_test(test_small_error_buffer_is_terminated),
                 cmocka_unit_test(test_validate_checks_cross_fields_and_ranges),
+                cmocka_unit_test(test_cluster_server_keys_load_and_are_checked),
                 cmocka_unit_test(test_quota_reader_takes_exact_values_and_never_rounds),
                 cmocka_unit_test(test_file_and_json_readers_say_the_same_about_a_quota),
                 cmocka_unit_test(test_validate_checks_key_owners_groups_and_rule_tenants),

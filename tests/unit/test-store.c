@@ -1413,6 +1413,121 @@ static void test_postgres_claim_is_taken_again_after_reconnect(void **state) {
         gp_store_close(a);
 }
 
+/* ---- the leader lease and the fence ---- */
+
+static gp_task_state state_of_in(gp_store *s, int64_t id) {
+        gp_task t;
+        assert_int_equal(gp_store_task_get(s, id, &t), 0);
+        gp_task_state st = t.state;
+        gp_task_done(&t);
+        return st;
+}
+
+static int fenced_calls;
+static void count_fenced(void *ud) {
+        (void)ud;
+        fenced_calls++;
+}
+
+static void test_postgres_lease_acquire_renew_expire_takeover(void **state) {
+        FX(state);
+        gp_store *a = open_store(fx), *b = open_store(fx);
+        int64_t ea = 0, eb = 0, ep = 0, left = 0;
+        char holder[64];
+        assert_int_equal(gp_store_lease_get(a, holder, sizeof(holder), &ep, &left), 0);
+        assert_string_equal(holder, "");
+        assert_int_equal(gp_store_lease_acquire(a, "s1", 1000, &ea), 0);
+        assert_int_equal(ea, 1);
+        assert_int_equal(gp_store_lease_acquire(b, "s2", 1000, &eb), -EBUSY);
+        assert_non_null(strstr(gp_store_errmsg(b), "s1"));
+        assert_int_equal(gp_store_lease_get(b, holder, sizeof(holder), &ep, &left), 0);
+        assert_string_equal(holder, "s1");
+        assert_int_equal(ep, 1);
+        assert_true(left > 0 && left <= 1000);
+        /* renewing keeps it past its first expiry */
+        for (int i = 0; i < 4; i++) {
+                usleep(400 * 1000);
+                assert_int_equal(gp_store_lease_renew(a, "s1", ea, 1000), 0);
+                assert_int_equal(gp_store_lease_acquire(b, "s2", 1000, &eb), -EBUSY);
+        }
+        /* left to expire: the other takes it over, with the next epoch */
+        usleep(1100 * 1000);
+        assert_int_equal(gp_store_lease_acquire(b, "s2", 1000, &eb), 0);
+        assert_int_equal(eb, 2);
+        assert_int_equal(gp_store_lease_renew(a, "s1", ea, 1000), -ESTALE);
+        assert_int_equal(gp_store_lease_renew(b, "s2", eb, 1000), 0);
+        /* released: taken at once, epoch 3; a stale release changes nothing */
+        assert_int_equal(gp_store_lease_release(a, "s1", ea), 0);
+        assert_int_equal(gp_store_lease_acquire(a, "s1", 1000, &ea), -EBUSY);
+        assert_int_equal(gp_store_lease_release(b, "s2", eb), 0);
+        assert_int_equal(gp_store_lease_acquire(a, "s1", 1000, &ea), 0);
+        assert_int_equal(ea, 3);
+        /* bad arguments change nothing */
+        assert_int_equal(gp_store_lease_acquire(a, "", 1000, &ea), -EINVAL);
+        assert_int_equal(gp_store_lease_acquire(a, "s1", 0, &ea), -EINVAL);
+        assert_int_equal(ea, 3);
+        gp_store_close(a);
+        gp_store_close(b);
+}
+
+static void test_postgres_fenced_handle_stores_nothing_after_a_takeover(void **state) {
+        FX(state);
+        gp_store *a = open_store(fx), *b = open_store(fx);
+        int64_t ea = 0, eb = 0;
+        assert_int_equal(gp_store_lease_acquire(a, "s1", 500, &ea), 0);
+        fenced_calls = 0;
+        assert_int_equal(gp_store_set_fence(a, "s1", ea, count_fenced, NULL), 0);
+        /* while it leads, its writes go through, in and outside transactions */
+        put_simple(a, 1, "t", GP_TASK_QUEUED);
+        assert_int_equal(gp_store_begin(a), 0);
+        gp_task t = make_task(2, "t", GP_TASK_QUEUED);
+        assert_int_equal(gp_store_task_put(a, &t), 0);
+        assert_int_equal(gp_store_commit(a), 0);
+        assert_true(exists(b, 1) && exists(b, 2));
+        /* a pauses past its lease; b takes over */
+        usleep(600 * 1000);
+        assert_int_equal(gp_store_lease_acquire(b, "s2", 5000, &eb), 0);
+        assert_true(eb > ea);
+        /* a's transaction is refused whole, and it is told so */
+        assert_int_equal(gp_store_begin(a), 0);
+        t = make_task(3, "t", GP_TASK_QUEUED);
+        assert_int_equal(gp_store_task_put(a, &t), 0);
+        t = make_task(1, "t", GP_TASK_CANCELLED);
+        assert_int_equal(gp_store_task_put(a, &t), 0);
+        assert_int_equal(gp_store_commit(a), -GP_EFENCED);
+        assert_non_null(strstr(gp_store_errmsg(a), "lost the leader lease"));
+        assert_int_equal(fenced_calls, 1);
+        assert_false(exists(b, 3));
+        assert_int_equal(state_of_in(b, 1), GP_TASK_QUEUED);
+        /* so is a write outside a transaction, and a meta set */
+        t = make_task(4, "t", GP_TASK_QUEUED);
+        assert_int_equal(gp_store_task_put(a, &t), -GP_EFENCED);
+        assert_int_equal(gp_store_meta_set(a, "k", "v"), -GP_EFENCED);
+        assert_int_equal(fenced_calls, 3);
+        assert_false(exists(b, 4));
+        char buf[8];
+        assert_int_equal(gp_store_meta_get(b, "k", buf, sizeof(buf)), -ENOENT);
+        /* the handle is still usable for reads, outside any transaction */
+        assert_true(exists(a, 1));
+        /* b, fenced with its own term, writes */
+        assert_int_equal(gp_store_set_fence(b, "s2", eb, NULL, NULL), 0);
+        put_simple(b, 5, "t", GP_TASK_QUEUED);
+        assert_true(exists(a, 5));
+        gp_store_close(a);
+        gp_store_close(b);
+}
+
+static void test_sqlite_lease_is_not_supported(void **state) {
+        FX(state);
+        gp_store *a = open_store(fx);
+        int64_t e = 0;
+        assert_int_equal(gp_store_lease_acquire(a, "s1", 1000, &e), -ENOTSUP);
+        assert_int_equal(gp_store_set_fence(a, "s1", 1, NULL, NULL), -ENOTSUP);
+        put_simple(a, 1, "t", GP_TASK_QUEUED);
+        assert_true(exists(a, 1));
+        gp_store_close(a);
+}
+
 /* ---- metering ---- */
 
 static gp_bill_segment make_seg(int64_t task, const char *tenant, int64_t start, int64_t end, int month) {
@@ -2042,6 +2157,8 @@ int main(void) {
                                                          fx_setup, fx_teardown, (void *)sq),
                 cmocka_unit_test_prestate_setup_teardown(test_sqlite_normal_sync_store_works, fx_setup,
                                                          fx_teardown, (void *)sq),
+                cmocka_unit_test_prestate_setup_teardown(test_sqlite_lease_is_not_supported, fx_setup,
+                                                         fx_teardown, (void *)sq),
                 cmocka_unit_test_prestate_setup_teardown(test_sqlite_full_disk_is_told_apart_and_the_handle_recovers,
                                                          fx_setup, fx_teardown, (void *)sq),
         };
@@ -2056,6 +2173,10 @@ int main(void) {
                 cmocka_unit_test_prestate_setup_teardown(test_postgres_refused_usage_row_names_its_task,
                                                          fx_setup, fx_teardown, (void *)pg),
                 cmocka_unit_test_prestate_setup_teardown(test_postgres_claim_is_taken_again_after_reconnect,
+                                                         fx_setup, fx_teardown, (void *)pg),
+                cmocka_unit_test_prestate_setup_teardown(test_postgres_lease_acquire_renew_expire_takeover,
+                                                         fx_setup, fx_teardown, (void *)pg),
+                cmocka_unit_test_prestate_setup_teardown(test_postgres_fenced_handle_stores_nothing_after_a_takeover,
                                                          fx_setup, fx_teardown, (void *)pg),
         };
         int failed = cmocka_run_group_tests_name("store-sqlite", sqlite_tests, NULL, NULL);

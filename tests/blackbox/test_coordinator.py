@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 import urllib.parse
@@ -27,9 +28,15 @@ C = "/api/v1/coordinator"
 HB_S, TIMEOUT_S = 1, 3
 
 
-def cfg(server_id="s1", extra=""):
+# A single server on SQLite has no server_id (several servers need PostgreSQL): its id in the
+# registry is its host name.  On PostgreSQL the tests name it s1 (it leads: no other server).
+ME = socket.gethostname()
+
+
+def cfg(server_id=None, extra=""):
+    sid = "server_id: %s, " % server_id if server_id else ""
     return ("gpus: {backend: sim, sim: [{name: \"Sim 16G\", memory_mb: 16000, count: 2}]}\n"
-            "cluster: {server_id: %s, heartbeat_interval_s: %d, server_timeout_s: %d}\n" % (server_id, HB_S, TIMEOUT_S)
+            "cluster: {%sheartbeat_interval_s: %d, server_timeout_s: %d}\n" % (sid, HB_S, TIMEOUT_S)
             + extra)
 
 
@@ -37,6 +44,7 @@ def cfg(server_id="s1", extra=""):
 def srv(tmp_path):
     _require_bin()
     d = Daemon(tmp_path, cfg())
+    d.me = ME
     try:
         d.start()
     except RuntimeError as e:
@@ -63,16 +71,16 @@ def servers(d):
 
 def test_own_registration_and_heartbeats(srv):
     s = servers(srv)
-    assert list(s) == ["s1"]
-    me = s["s1"]
+    assert list(s) == [srv.me]
+    me = s[srv.me]
     assert me["url"] == srv.url and me["role"] == "leader" and me["active"] is True
     assert me["started_ms"] <= me["last_heartbeat_ms"]
     first = me["last_heartbeat_ms"]
     time.sleep(HB_S * 2 + 0.5)
-    assert servers(srv)["s1"]["last_heartbeat_ms"] > first
+    assert servers(srv)[srv.me]["last_heartbeat_ms"] > first
     h = requests.get(srv.url + C + "/health", timeout=10)
     assert h.status_code == 200
-    assert h.json() == {"server_id": "s1", "store_reachable": True, "leader_known": True, "leader": "s1",
+    assert h.json() == {"server_id": srv.me, "store_reachable": True, "leader_known": True, "leader": srv.me,
                         "role": "leader"}
 
 
@@ -86,19 +94,19 @@ def registry_body(srv):
     assert r.json()["server_id"] == "s2" and r.json()["role"] == "follower" and r.json()["active"]
     r = post(srv, "/heartbeat", {"server_id": "s3", "url": "http://127.0.0.1:10", "role": "standby", "load": 0.5})
     assert r.status_code == 200, r.text
-    assert r.json()["leader"] == "s1"
+    assert r.json()["leader"] == srv.me
     s = servers(srv)
-    assert set(s) == {"s1", "s2", "s3"}
+    assert set(s) == {srv.me, "s2", "s3"}
     assert s["s3"]["role"] == "standby" and s["s3"]["load"] == 0.5 and s["s3"]["active"]
     # a follower that claims to lead is shown as a follower: s1 leads
     assert post(srv, "/heartbeat", {"server_id": "s2", "url": "http://127.0.0.1:9", "role": "leader"}).status_code == 200
     assert servers(srv)["s2"]["role"] == "follower"
     c = get(srv, "/cluster").json()
-    assert c["active_servers"] == 3 and c["leader"] == "s1"
+    assert c["active_servers"] == 3 and c["leader"] == srv.me
     # no heartbeats from s2 and s3 for server_timeout_s: inactive; s1 beats itself
     time.sleep(TIMEOUT_S + 1.0)
     s = servers(srv)
-    assert not s["s2"]["active"] and not s["s3"]["active"] and s["s1"]["active"]
+    assert not s["s2"]["active"] and not s["s3"]["active"] and s[srv.me]["active"]
     c = get(srv, "/cluster").json()
     assert c["active_servers"] == 1 and len(c["servers"]) == 3
     # a heartbeat makes it active again
@@ -111,20 +119,20 @@ def registry_body(srv):
     # the registry is in the store: a restart keeps it
     srv.stop()
     srv.start()
-    assert set(servers(srv)) == {"s1", "s3"}
+    assert set(servers(srv)) == {srv.me, "s3"}
 
 
 def test_cluster_figures_with_an_agent_node(cluster):  # noqa: F811
     cluster.start_server("gpus: {backend: none}\n"
-                         "cluster: {join_tokens: [\"%s\"], node_timeout_s: 3, server_id: cp1}\n"
+                         "cluster: {join_tokens: [\"%s\"], node_timeout_s: 3}\n"
                          "tasks: {kill_grace_s: 2}\n" % sha(TOKEN))
     d = cluster.server
     c = get(d, "/cluster").json()
-    assert c["total_workers"] == 0 and c["total_load"] == 0 and c["leader"] == "cp1"
+    assert c["total_workers"] == 0 and c["total_load"] == 0 and c["leader"] == ME
     cluster.agent("gpu-a", gpus=sim_gpus(2))
     c = get(d, "/cluster").json()
     assert c["total_workers"] == 1 and c["total_load"] == 0
-    assert c["active_servers"] == 1 and [s["server_id"] for s in c["servers"]] == ["cp1"]
+    assert c["active_servers"] == 1 and [s["server_id"] for s in c["servers"]] == [ME]
     t = cluster.submit(["sleep", "60"], gpu_request=1)
     cluster.wait_task(t["id"], "running")
     c = get(d, "/cluster").json()
@@ -268,10 +276,10 @@ def test_admin_only_except_health(tmp_path):
         # nothing changed: s1 still registered, no lock held
         hdr = {"Authorization": "Bearer " + ADMIN}
         s = d.api("GET", C + "/servers", headers=hdr, timeout=10).json()["servers"]
-        assert [x["server_id"] for x in s] == ["s1"]
+        assert [x["server_id"] for x in s] == [ME]
         assert d.api("GET", C + "/locks", headers=hdr, timeout=10).json()["locks"] == []
         r = d.api("GET", C + "/health", timeout=10)
-        assert r.status_code == 200 and r.json()["server_id"] == "s1"
+        assert r.status_code == 200 and r.json()["server_id"] == ME
         # the /api/ alias answers the same
         assert d.api("GET", "/api/coordinator/cluster", headers=hdr, timeout=10).status_code == 200
     finally:
@@ -285,12 +293,12 @@ def test_gpupool_servers(srv):
     lines = p.stdout.splitlines()
     assert lines[0].split() == ["SERVER", "URL", "ROLE", "STATE", "HEARTBEAT", "LOAD"]
     rows = {ln.split()[0]: ln.split() for ln in lines[1:]}
-    assert rows["s1"][1] == srv.url and rows["s1"][2] == "leader" and rows["s1"][3] == "active"
+    assert rows[srv.me][1] == srv.url and rows[srv.me][2] == "leader" and rows[srv.me][3] == "active"
     assert rows["s2"][2] == "follower"
     p = srv.cli("--json", "servers")
     assert p.returncode == 0, p.stderr
     ids = [s["server_id"] for s in json.loads(p.stdout)["servers"]]
-    assert ids == ["s1", "s2"]
+    assert ids == sorted([srv.me, "s2"])
     assert "servers" in srv.cli("help").stdout
 
 
@@ -309,7 +317,8 @@ def pg_srv(tmp_path):
                    check=True, capture_output=True, timeout=60)
     u = urllib.parse.urlsplit(base)
     url = "%s://%s/%s%s" % (u.scheme, u.netloc, name, "?" + u.query if u.query else "")
-    d = Daemon(tmp_path, cfg(extra='store: {url: "%s"}\n' % url))
+    d = Daemon(tmp_path, cfg("s1", extra='store: {url: "%s"}\n' % url))
+    d.me = "s1"
     try:
         d.start()
         yield d

@@ -151,10 +151,13 @@ def one_round(a, r, tmp):
     with open(d + "/server.yaml", "w") as f:
         # every simulated node comes from 127.0.0.1 and holds one or two
         # connections (its held sync, and one to report): room for them all
-        f.write("scheduler: {max_queue_depth: 1000000}\ngpus: {backend: none}\nagent: {heartbeat_s: 2}\n"
+        # and one job array of all the tasks (the array leg)
+        f.write("scheduler: {max_queue_depth: 1000000, max_array_size: %d}\ngpus: {backend: none}\n"
+                "agent: {heartbeat_s: 2}\n"
                 "server: {max_connections: %d, max_connections_per_ip: %d}\n"
                 "cluster: {join_tokens: [\"sha256:%s\"], node_timeout_s: 10}\n"
-                % (max(1024, 4 * a.nodes + 64), max(256, 4 * a.nodes + 64), hashlib.sha256(token.encode()).hexdigest()))
+                % (min(100000, max(10000, a.tasks)), max(1024, 4 * a.nodes + 64), max(256, 4 * a.nodes + 64),
+                   hashlib.sha256(token.encode()).hexdigest()))
     # a label on every node: a join with no labels at all may be refused
     # ("label 1 is not key=value", see the docs' section)
     with open(d + "/agent.yaml", "w") as f:

@@ -325,6 +325,22 @@ static void set_gpus(gp_node *n, const gp_proto_gpu *g, int ng) {
         n->ngpus = ng;
 }
 
+/* Every task on GPU sid (all of them, however many share it): *ret_n ids
+ * in a malloc'd array. */
+static int64_t *gpu_tasks(gp_daemon *d, uint32_t sid, int *ret_n) {
+        int64_t few[64];
+        int k = gp_sched_gpu_tasks(d->sched, sid, few, 64);
+        int64_t *v = malloc((size_t)(k > 0 ? k : 1) * sizeof(*v));
+        if (!v)
+                oom();
+        if (k <= 64)
+                memcpy(v, few, (size_t)k * sizeof(*v));
+        else
+                k = gp_sched_gpu_tasks(d->sched, sid, v, k);
+        *ret_n = k;
+        return v;
+}
+
 /* Every active task with a GPU on node n: ids into *ret (malloc'd). */
 static size_t node_tasks(gp_daemon *d, const gp_node *n, int64_t **ret) {
         int64_t *v = NULL;
@@ -332,9 +348,9 @@ static size_t node_tasks(gp_daemon *d, const gp_node *n, int64_t **ret) {
         for (int i = 0; i < n->ngpus; i++) {
                 if (n->gpus[i].sid == UINT32_MAX)
                         continue;
-                int64_t ids[64];
-                int k = gp_sched_gpu_tasks(d->sched, n->gpus[i].sid, ids, 64);
-                for (int j = 0; j < k && j < 64; j++) {
+                int k;
+                int64_t *ids = gpu_tasks(d, n->gpus[i].sid, &k);
+                for (int j = 0; j < k; j++) {
                         bool dup = false;
                         for (size_t x = 0; x < nv && !dup; x++)
                                 dup = v[x] == ids[j];
@@ -346,6 +362,7 @@ static size_t node_tasks(gp_daemon *d, const gp_node *n, int64_t **ret) {
                         v = w;
                         v[nv++] = ids[j];
                 }
+                free(ids);
         }
         *ret = v;
         return nv;
@@ -1016,15 +1033,16 @@ static void take_gpus(gp_daemon *d, gp_node *n, const gp_proto_sync *m) {
                 mine->g.memory_mb = g->memory_mb > 0 ? g->memory_mb : mine->g.memory_mb;
                 gp_sched_gpu_set_healthy(d->sched, mine->sid, g->healthy);
                 if (was && !g->healthy) {
-                        int64_t ids[64];
-                        int k = gp_sched_gpu_tasks(d->sched, mine->sid, ids, 64);
-                        for (int j = 0; j < k && j < 64; j++) {
+                        int k;
+                        int64_t *ids = gpu_tasks(d, mine->sid, &k);
+                        for (int j = 0; j < k; j++) {
                                 gp_task *t = gp_i64map_get(&d->tasks, ids[j]);
                                 if (!t || t->state != GP_TASK_RUNNING)
                                         continue;
                                 gp_node_ev *e = event(d->nodes, GP_NODE_EV_LOST, t->id, rank_of(t, n->name));
                                 snprintf(e->why, sizeof(e->why), "GPU %s:%d failed", n->name, g->index);
                         }
+                        free(ids);
                 }
         }
 }
@@ -1281,7 +1299,9 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
                 n->joined_ms = now;
                 n->left_ms = 0;
                 n->drain = false;
+                n->leaving = false; /* its GPUs are the pool's again (node_inventory revives them) */
         }
+        n->removing = false; /* a new install under its name: the removal is over */
         n->state = n->drain ? GP_NODE_DRAINING : GP_NODE_READY;
         n->synced = false;
         n->seq = 0;

@@ -760,11 +760,22 @@ static void unhold(gp_nodes *ns, gp_node *n) {
 }
 
 /* Answer n's held sync now (from any thread, d->lock held). */
-static void answer_held(gp_daemon *d, gp_node *n, uint64_t gen, bool loop) {
+/* Answer n's held sync: with what waits for n (send), or empty (the wait
+ * is over, a newer sync came, the node is lost, removed or joined anew,
+ * the server stops: what waits stays for the next sync, or is moot). */
+static void answer_held(gp_daemon *d, gp_node *n, uint64_t gen, bool loop, bool send) {
         struct hreq *r = n->held;
         int64_t seq = n->held_seq;
         unhold(d->nodes, n);
-        char *body = render_answer(d, n, seq, NULL, NULL);
+        char *body = NULL;
+        if (send) {
+                body = render_answer(d, n, seq, NULL, NULL);
+        } else {
+                gp_proto_sync_answer a = {.seq = seq, .heartbeat_s = d->cfg.agent_heartbeat_s,
+                                          .want_full = !n->synced};
+                if (gp_proto_sync_answer_render(&a, &body) < 0)
+                        body = NULL;
+        }
         if (loop)
                 gp_commit_answer(d, gen, r, body ? 200 : 503, body, body ? 0 : 1);
         else
@@ -788,7 +799,7 @@ bool gp_nodes_growable(const gp_daemon *d) {
 void gp_nodes_release(gp_daemon *d) {
         gp_list *l;
         while (d->nodes && (l = gp_list_first(&d->nodes->held)))
-                answer_held(d, GP_LIST_ENTRY(l, gp_node, hl), 0, false);
+                answer_held(d, GP_LIST_ENTRY(l, gp_node, hl), 0, false, false);
 }
 
 void gp_nodes_flush(gp_daemon *d, uint64_t gen) {
@@ -797,7 +808,7 @@ void gp_nodes_flush(gp_daemon *d, uint64_t gen) {
         for (size_t i = 0; i < ns->ntouched; i++) {
                 gp_node *n = ns->touched[i];
                 if (n->held && sendable(n))
-                        answer_held(d, n, gen, true);
+                        answer_held(d, n, gen, true, true);
                 if (sendable(n) && !n->held)
                         ns->touched[k++] = n; /* starts held back (a preempted run stopping): look again */
                 else
@@ -814,7 +825,7 @@ static void finish_remove(gp_daemon *d, gp_node *n, int64_t now) {
         snprintf(why, sizeof(why), "node %s was removed from the pool", n->name);
         node_gone(d, n, why);
         if (n->held)
-                answer_held(d, n, gp_commit_applied(d), true);
+                answer_held(d, n, gp_commit_applied(d), true, false);
         n->removing = false;
         n->state = GP_NODE_LEFT;
         n->left_ms = now;
@@ -834,7 +845,7 @@ void gp_nodes_tick(gp_daemon *d, int64_t now) {
                 gp_node *n = GP_LIST_ENTRY(l, gp_node, hl);
                 if (n->held_until > now)
                         break;
-                answer_held(d, n, gp_commit_applied(d), true);
+                answer_held(d, n, gp_commit_applied(d), true, true); /* its wait is over: whatever waits goes */
         }
         int64_t timeout = (int64_t)d->cfg.node_timeout_s * 1000;
         while ((l = gp_list_first(&ns->by_hb))) {
@@ -845,7 +856,7 @@ void gp_nodes_tick(gp_daemon *d, int64_t now) {
                 n->state = GP_NODE_LOST;
                 mark_dirty(d->nodes, n);
                 if (n->held)
-                        answer_held(d, n, gp_commit_applied(d), true);
+                        answer_held(d, n, gp_commit_applied(d), true, false);
                 char why[GP_REASON_MAX];
                 snprintf(why, sizeof(why), "node %s lost: no heartbeat for %d s", n->name, d->cfg.node_timeout_s);
                 gp_warn("%s", why);
@@ -1282,7 +1293,7 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
                 /* a new install under a known name: what ran there is the new
                  * agent's to report (not held: lost, or started again) */
                 if (n->held)
-                        answer_held(d, n, gp_commit_applied(d), true);
+                        answer_held(d, n, gp_commit_applied(d), true, false);
                 gp_i64map_done(&n->seen);
                 gp_i64map_init(&n->seen);
         }
@@ -1602,7 +1613,7 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
         if (n->state != GP_NODE_LOST)
                 hb_touch(d->nodes, n, now);
         if (n->held) /* a newer sync: the held one goes now, empty */
-                answer_held(d, n, 0, false);
+                answer_held(d, n, 0, false, false);
         bool quiet = !m->full && !m->has_gpus && m->n_runs == 0 && m->n_logs == 0 && n->synced &&
                      n->state != GP_NODE_LOST;
         if (!quiet) {

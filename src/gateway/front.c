@@ -692,7 +692,7 @@ static void dispatch(fconn *fc, const char *body, size_t len) {
         char msg[256] = "this server takes no /v1 requests here";
         int st = g->auth_fn ? g->auth_fn(g->auth_ud, fc->h.has_authz ? fc->h.authz : NULL,
                                          fc->h.has_host ? fc->h.host : NULL, (struct sockaddr *)&fc->addr,
-                                         &who, msg, sizeof(msg))
+                                         fc->h.has_fwd_for ? fc->h.fwd_for : NULL, &who, msg, sizeof(msg))
                             : 403;
         if (st) {
                 if (st == 401)
@@ -762,6 +762,8 @@ int gw_front_parse_head(const char *in, size_t n, gw_front_head *h) {
         h->has_origin = header_value(&r, "Origin", h->origin, sizeof(h->origin));
         h->has_sfs = header_value(&r, "Sec-Fetch-Site", h->sfs, sizeof(h->sfs));
         h->has_host = header_value(&r, "Host", h->host, sizeof(h->host));
+        /* a follower's (server/forward.h): a value too long to keep stays "?", not loopback */
+        h->has_fwd_for = header_value(&r, "X-Gpupool-Forwarded-For", h->fwd_for, sizeof(h->fwd_for));
         return 0;
 }
 

@@ -55,11 +55,11 @@ typedef struct gp_gw_caller {
 int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t errlen);
 
 /* Who calls on a connection the gateway serves itself: from the
- * Authorization and Host headers' values (NULL when absent) and the
- * client's address, fill who.  0, or the HTTP status to refuse with (401,
+ * Authorization, Host and X-Gpupool-Forwarded-For headers' values (NULL
+ * when absent) and the client's address, fill who.  0, or the HTTP status to refuse with (401,
  * 403) and its message in msg.  Any loop thread. */
 typedef int gp_gw_auth_fn(void *ud, const char *authorization, const char *host, const struct sockaddr *client,
-                          gp_gw_caller *who, char *msg, size_t msglen);
+                          const char *forwarded_for, gp_gw_caller *who, char *msg, size_t msglen);
 /* Set before gp_gw_run; without it front connections are refused (403). */
 void gp_gw_on_auth(gp_gw *g, gp_gw_auth_fn *fn, void *ud);
 

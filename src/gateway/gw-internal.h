@@ -271,6 +271,8 @@ typedef struct gw_front_head {
         /* for the browser check (base/browser.h); "?" when too long to keep */
         bool has_ctype, has_origin, has_sfs, has_host;
         char ctype[128], origin[GP_ORIGIN_MAX], sfs[32], host[256];
+        bool has_fwd_for;          /* X-Gpupool-Forwarded-For (server/forward.h); "?" when too long */
+        char fwd_for[256];
         const char *cors;          /* set by the check: the allowed origin answers name, or NULL */
 } gw_front_head;
 /* 0 and *h, -EAGAIN (not whole yet), or the status to refuse with: 400

@@ -46,8 +46,6 @@ typedef struct gp_coord {
 /* ---- identity, own heartbeat ---- */
 
 const char *gp_coord_leader(gp_daemon *d) {
-        /* the lease (one leader in the store, fenced) replaces this: until
-         * then the store allows one server, and it leads */
         return d->coord ? d->coord->id : "";
 }
 
@@ -113,6 +111,13 @@ static bool text_ok(const char *s, size_t max) {
         return n >= 1 && n <= max && gp_str_is_clean(s, n);
 }
 
+void gp_coord_self_url(const gp_config *cfg, char *out, size_t size) {
+        if (cfg->advertise_url[0])
+                gp_strlcpy(out, cfg->advertise_url, size);
+        else
+                snprintf(out, size, "http://%s", cfg->listen);
+}
+
 int gp_coord_open(gp_daemon *d, char *err, size_t errlen) {
         gp_coord *c = calloc(1, sizeof(*c));
         if (!c) {
@@ -125,10 +130,7 @@ int gp_coord_open(gp_daemon *d, char *err, size_t errlen) {
         d->coord = c;
         const gp_config *cfg = &d->cfg;
         gp_strlcpy(c->id, cfg->server_id[0] ? cfg->server_id : d->hostname, sizeof(c->id));
-        if (cfg->advertise_url[0])
-                gp_strlcpy(c->url, cfg->advertise_url, sizeof(c->url));
-        else
-                snprintf(c->url, sizeof(c->url), "http://%s", cfg->listen);
+        gp_coord_self_url(cfg, c->url, sizeof(c->url));
         if (!text_ok(c->id, GP_COORD_ID_MAX) || strchr(c->id, '/')) {
                 snprintf(err, errlen, "cluster.server_id: \"%s\" is not a usable server id (clean text, no '/')",
                          c->id);

@@ -20,21 +20,25 @@
 #include "server/routes.h"
 
 struct gp_daemon;
+struct gp_config;
 
 /* This server's id (cluster.server_id, or the host name when that is "")
  * and url (cluster.advertise_url, or http://server.listen); opens the
  * coordinator's store handle and registers this server.  0 or a negative
  * code with err.  Before gp_daemon_start. */
 int gp_coord_open(struct gp_daemon *d, char *err, size_t errlen);
+/* This server's url as the registry shows it: cluster.advertise_url, or
+ * http://server.listen.  Truncated to size. */
+void gp_coord_self_url(const struct gp_config *cfg, char *out, size_t size);
 /* Start / stop the heartbeat thread.  start: 0 or -errno. */
 int gp_coord_start(struct gp_daemon *d);
 void gp_coord_stop(struct gp_daemon *d);
 /* Close the handle (takes a daemon without one). */
 void gp_coord_close(struct gp_daemon *d);
 
-/* The id of the server that leads the cluster; "" when unknown.
- * Until leadership is a lease in the store, this server leads (it is the
- * only one the store allows); the lease replaces this function. */
+/* The id of the server that leads the cluster: this one, since only the
+ * leader (or the one server of a store) opens the daemon; followers keep
+ * their registry rows from server.c. */
 const char *gp_coord_leader(struct gp_daemon *d);
 
 extern const gp_route gp_coord_routes[];

@@ -19,6 +19,7 @@
 #include "server/billing.h"
 #include "server/commit.h"
 #include "server/disk.h"
+#include "server/forward.h"
 #include "gateway/gateway.h"
 #include "server/monitor.h"
 #include "server/submit.h"
@@ -197,9 +198,12 @@ static bool addr_loopback(const struct sockaddr *sa) {
         return false;
 }
 
+/* A loopback peer, and (a request a follower forwarded) a loopback
+ * client behind it (forward.h). */
 static bool is_loopback(struct MHD_Connection *conn) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        return ci && addr_loopback(ci->client_addr);
+        return ci && addr_loopback(ci->client_addr) &&
+               gp_fwd_loopback(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, GP_FWD_FOR));
 }
 
 /* Who is asking, from the Authorization header's value (NULL = none),
@@ -1010,12 +1014,12 @@ static void gw_caller(gp_daemon *d, const char *tenant, bool admin, gp_gw_caller
 
 /* The gateway's own /v1 connections ask here who calls (gp_gw_on_auth). */
 static int gw_auth(void *ud, const char *authorization, const char *host, const struct sockaddr *client,
-                   gp_gw_caller *who, char *msg, size_t msglen) {
+                   const char *forwarded_for, gp_gw_caller *who, char *msg, size_t msglen) {
         gp_daemon *d = ud;
         bool admin = false;
         char tenant[GP_TENANT_MAX] = "", label[128];
         const char *why = NULL;
-        int st = identify(d, authorization, host, addr_loopback(client), &admin, tenant, sizeof(tenant), label,
+        int st = identify(d, authorization, host, addr_loopback(client) && gp_fwd_loopback(forwarded_for), &admin, tenant, sizeof(tenant), label,
                           sizeof(label), &why);
         if (st) {
                 gp_strlcpy(msg, why, msglen);

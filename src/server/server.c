@@ -8,7 +8,9 @@
 #include "base/util.h"
 #include "server/server-int.h"
 #include "server/serve.h"
-#include "server/standby.h"
+#include "server/coord.h"
+#include "server/follower.h"
+#include "store/coord.h"
 #include "store/store.h"
 
 #include <errno.h>
@@ -147,7 +149,7 @@ static int drop_root(const gp_config *cfg, char *err, size_t errlen) {
         return 0;
 }
 
-/* ---- several servers on one PostgreSQL: standby, then leader ---- */
+/* ---- several servers on one PostgreSQL: follower, then leader ---- */
 
 typedef struct lead {
         gp_store *ls;        /* the lease's own handle (the daemon's are fenced) */
@@ -199,8 +201,48 @@ static void *lease_main(void *arg) {
         return NULL;
 }
 
-/* Answer as a standby until this server gets the leader lease: 1 (l
- * filled), 0 (a stopping signal came first), -1 (error, printed). */
+typedef struct find_url {
+        const char *id;
+        char url[GP_COORD_URL_MAX + 1];
+} find_url;
+
+static int url_of(const gp_coord_server *sv, void *ud) {
+        find_url *f = ud;
+        if (strcmp(sv->server_id, f->id))
+                return 0;
+        gp_strlcpy(f->url, sv->url, sizeof(f->url));
+        return 1;
+}
+
+/* Tell the follower who leads and where (the holder's registry row). */
+static void track_leader(lead *l, gp_follower *fw, const char *holder) {
+        find_url f = {.id = holder};
+        if (holder[0] && gp_store_coord_servers(l->ls, url_of, &f, NULL) < 0)
+                return; /* the store is failing: keep what we had */
+        gp_follower_set_leader(fw, holder, f.url);
+}
+
+/* The follower's own row in the registry (role follower), every
+ * heartbeat_interval_s; the first registers it. */
+static void follower_beat(const gp_config *cfg, lead *l, int64_t *next, bool *registered) {
+        int64_t now = gp_mono_ms();
+        if (now < *next)
+                return;
+        gp_coord_server sv = {.load_milli = 0};
+        gp_strlcpy(sv.server_id, l->id, sizeof(sv.server_id));
+        gp_coord_self_url(cfg, sv.url, sizeof(sv.url));
+        gp_strlcpy(sv.role, "follower", sizeof(sv.role));
+        if (gp_store_coord_heartbeat(l->ls, &sv, !*registered, NULL) == 0) {
+                *registered = true;
+                *next = now + (int64_t)cfg->heartbeat_interval_s * 1000;
+        } else {
+                *next = now + l->lease_ms / 3; /* the store is failing: try again sooner */
+        }
+}
+
+/* Follow (answer by forwarding to the leader) until this server gets the
+ * leader lease: 1 (l filled), 0 (a stopping signal came first), -1
+ * (error, printed). */
 static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sigset_t *set, lead *l) {
         char err[1024];
         gp_store_options so = {.busy_timeout_ms = 5000};
@@ -210,57 +252,55 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
         }
         l->id = cfg->server_id;
         l->lease_ms = (int64_t)cfg->lease_s * 1000;
-        gp_standby *sb = NULL;
-        bool said = false, failing = false;
+        gp_follower *fw = NULL;
+        bool said = false, failing = false, registered = false;
+        int64_t next_beat = 0;
         for (;;) {
                 int64_t sent = gp_mono_ms();
                 int r = gp_store_lease_acquire(l->ls, l->id, l->lease_ms, &l->epoch);
                 if (r == 0) {
                         l->last_ok = sent;
                         gp_daemon_lead_until(sent + l->lease_ms);
-                        gp_standby_stop(sb);
+                        gp_follower_stop(fw);
                         gp_info("server %s leads (epoch %" PRId64 ")", l->id, l->epoch);
                         return 1;
+                }
+                if (!fw) {
+                        int sr = gp_follower_start(l->id, cfg->max_body_bytes, bound, nbound, &fw);
+                        if (sr < 0) {
+                                fprintf(stderr, "gpupool server: cannot serve as follower: %s\n", strerror(-sr));
+                                return -1;
+                        }
                 }
                 int64_t ms = l->lease_ms / 3;
                 if (r == -EBUSY) {
                         char holder[64] = "";
                         int64_t epoch = 0, left = 0;
                         if (gp_store_lease_get(l->ls, holder, sizeof(holder), &epoch, &left) == 0) {
-                                gp_standby_set_leader(sb, holder);
+                                track_leader(l, fw, holder);
                                 /* try again as the lease runs out, not up to lease_s / 3 later */
                                 if (left + 20 < ms)
                                         ms = left + 20 > 20 ? left + 20 : 20;
                         }
                         if (!said)
-                                gp_info("server %s is standby: the leader is %s (epoch %" PRId64
-                                        "); trying for the lead every %" PRId64 " ms and as its lease runs out",
+                                gp_info("server %s follows: the leader is %s (epoch %" PRId64
+                                        "); requests are forwarded to it; trying for the lead every %" PRId64
+                                        " ms and as its lease runs out",
                                         l->id, holder[0] ? holder : "unknown", epoch, l->lease_ms / 3);
                         said = true;
+                        follower_beat(cfg, l, &next_beat, &registered);
                 } else if (!failing) { /* once per outage: it is tried every lease_s / 3 */
                         gp_warn("server %s: cannot read the leader lease (trying again): %s", l->id,
                                 gp_store_errmsg(l->ls));
                 }
                 failing = r != -EBUSY;
-                if (!sb) {
-                        int sr = gp_standby_start(l->id, bound, nbound, &sb);
-                        if (sr < 0) {
-                                fprintf(stderr, "gpupool server: cannot serve as standby: %s\n", strerror(-sr));
-                                return -1;
-                        }
-                        if (r == -EBUSY) { /* name the leader from the first answer on */
-                                char holder[64] = "";
-                                if (gp_store_lease_get(l->ls, holder, sizeof(holder), NULL, NULL) == 0)
-                                        gp_standby_set_leader(sb, holder);
-                        }
-                }
                 struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
                 int sig = sigtimedwait(set, NULL, &ts);
                 if (sig == SIGHUP)
                         continue;
                 if (sig > 0) {
-                        gp_info("signal %d: stopping (standby)", sig);
-                        gp_standby_stop(sb);
+                        gp_info("signal %d: stopping (follower)", sig);
+                        gp_follower_stop(fw);
                         return 0;
                 }
         }
@@ -402,7 +442,7 @@ int gp_server_main(int argc, char **argv) {
         gp_http_stop(d);
         gp_daemon_stop(d);
         gp_daemon_close(d);
-        if (l.ls) { /* nothing more is stored: a standby may lead at once */
+        if (l.ls) { /* nothing more is stored: a follower may lead at once */
                 pthread_mutex_lock(&l.mu);
                 l.done = true;
                 if (gp_store_lease_release(l.ls, l.id, l.epoch) == 0)

@@ -1,0 +1,24 @@
+/* follower.h - a server that does not lead (follower.c): it answers the
+ * whole API by forwarding each request to the leader (forward.h). */
+#ifndef GP_SERVER_FOLLOWER_H
+#define GP_SERVER_FOLLOWER_H
+
+#include <stdint.h>
+
+#define GP_FOLLOWER_MAX_FDS 16
+
+typedef struct gp_follower gp_follower;
+
+/* Serve on dups of the n listening sockets fds (the caller keeps its
+ * own); request bodies over max_body bytes get 413.  0, -ENOMEM or
+ * -errno. */
+int gp_follower_start(const char *server_id, int64_t max_body, const int *fds, int n, gp_follower **ret);
+/* The leader to forward to: its id and URL ("" = not known; a URL that
+ * is not http://HOST[:PORT] or names no reachable host, such as 0.0.0.0,
+ * is kept but not used).  Any thread; takes fw NULL. */
+void gp_follower_set_leader(gp_follower *fw, const char *leader, const char *url);
+/* Stop serving: forwards in progress end, open connections are closed;
+ * takes NULL. */
+void gp_follower_stop(gp_follower *fw);
+
+#endif

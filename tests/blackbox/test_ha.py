@@ -11,6 +11,8 @@ Needs GPUPOOL_TEST_PG_URL (tests/pg/start-pg.sh prints one; the PostgreSQL
 stage of scripts/test-all.sh sets it) and psql; skipped without them.
 """
 import os
+import pwd
+import shlex
 import shutil
 import signal
 import subprocess
@@ -376,3 +378,70 @@ def test_failover_under_submits_through_a_follower_loses_nothing(pair):
     assert set(answered) <= stored, sorted(set(answered) - stored)
     # the 1 task of _assert_follower, and at most one per unsure answer
     assert len(stored) <= len(answered) + 1 + len(unsure), (len(stored), len(answered), len(unsure))
+
+
+class _Postgres:
+    """The test's PostgreSQL server (tests/pg/start-pg.sh): stopped and
+    started again with the options it was started with (postmaster.opts)."""
+
+    def __init__(self, url):
+        q = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+        self.base = q["host"][0]
+        self.data = os.path.join(self.base, "data")
+        with open(os.path.join(self.data, "postmaster.opts")) as f:
+            argv = shlex.split(f.read())
+        self.pg_ctl = os.path.join(os.path.dirname(argv[0]), "pg_ctl")
+        self.opts = " ".join(shlex.quote(a) for a in argv[3:])  # after postgres "-D" DIR
+        st = os.stat(self.data)
+        self.run = [] if os.getuid() == st.st_uid else ["runuser", "-u", pwd.getpwuid(st.st_uid).pw_name, "--"]
+
+    def _ctl(self, *args):
+        subprocess.run(self.run + [self.pg_ctl, "-D", self.data, "-w", "-t", "60"] + list(args),
+                       check=True, capture_output=True, timeout=90)
+
+    def stop(self):
+        self._ctl("stop", "-m", "fast")
+
+    def start(self):
+        self._ctl("-l", os.path.join(self.base, "server.log"), "-o", self.opts, "start")
+
+
+def test_postgresql_going_away_and_coming_back(pair):
+    """PostgreSQL stops under two servers.  The leader answers reads from
+    what it holds while its lease lasts, cannot renew it and steps down
+    (exit 75: nothing more is acknowledged); the follower then answers 503
+    with Retry-After (nothing to forward to, nothing to store in) and keeps
+    trying the database.  When PostgreSQL is back, the follower leads; every
+    task acknowledged before the outage is there, and nothing else."""
+    s1, s2 = pair
+    wait_for(lambda: s2.health() == "follower", 10, "s2 to follow")
+    acked = [batch(s2, ["true"], gpu_request=1)["id"] for _ in range(5)]
+    running = batch(s2, ["sh", "-c", "sleep 60"], gpu_request=1)["id"]
+    wait_state(s1, running, "running")
+    pg = _Postgres(s1.store_url)
+    pg.stop()
+    try:
+        t0 = time.monotonic()
+        # a running task, through s2, from what s1 holds (a finished one is read from the store: 503)
+        r = requests.get(s2.url + "/api/v1/tasks/%d" % running, timeout=5)
+        assert r.status_code == 200 and r.json()["state"] == "running", r.text
+        s1.proc.wait(timeout=LEASE_S + 10)
+        print("leader stepped down %.2f s after PostgreSQL stopped" % (time.monotonic() - t0))
+        assert s1.proc.returncode == 75, s1.log()
+        for method, path in (("POST", "/api/v1/tasks"), ("GET", "/api/v1/tasks")):
+            r = requests.request(method, s2.url + path, json={"gpu_request": 1, "command": ["true"]}, timeout=10)
+            assert r.status_code == 503, r.text
+            assert r.headers.get("Retry-After") == "1"
+            assert r.json()["error"]["code"] == "standby"
+        assert s2.proc.poll() is None
+    finally:
+        pg.start()
+    t1 = time.monotonic()
+    wait_for(lambda: s2.health() == "ok", 30, "s2 to lead once PostgreSQL is back")
+    print("s2 leads %.2f s after PostgreSQL started again" % (time.monotonic() - t1))
+    stored = set(int(x) for x in _psql(s2.store_url, "SELECT id FROM tasks").split())
+    assert stored == set(acked) | {running}, stored
+    assert task(s2, running)["state"] in ("queued", "running")
+    s1.stop()
+    s1.start()
+    _assert_follower(s1, "s2")

@@ -445,3 +445,53 @@ def test_postgresql_going_away_and_coming_back(pair):
     s1.stop()
     s1.start()
     _assert_follower(s1, "s2")
+
+
+def test_failover_keeps_a_task_on_an_agent_node_running(tmp_path, pg_db):
+    """Two control-plane servers (no GPUs of their own) and one agent whose
+    --server lists the follower first: the follower sends it on to the
+    leader (503 standby on /agent/...).  A task runs on the agent's node;
+    the leader is killed -9; the follower leads, the agent reconnects to it,
+    and the task's one run keeps running to its end, which the new leader
+    records."""
+    import clusterutil as cu
+    _require_bin()
+    cfg = cu.server_config() + 'store: {url: "%s"}\n' % pg_db
+    servers = {}
+    for name in ("s1", "s2"):
+        (tmp_path / name).mkdir()
+        s = Server.__new__(Server)
+        Daemon.__init__(s, tmp_path / name,
+                        cfg.replace("cluster: {", "cluster: {server_id: %s, lease_s: %d, " % (name, LEASE_S), 1))
+        s.name, s.store_url = name, pg_db
+        servers[name] = s
+    s1, s2 = servers["s1"], servers["s2"]
+    agent = None
+    try:
+        s1.start()
+        wait_for(s1.ready, 20, "s1 to lead")
+        s2.start()
+        wait_for(lambda: s2.health() == "follower", 10, "s2 to follow")
+        agent = cu.Agent(tmp_path, "%s,%s" % (s2.url, s1.url), "n1").start()
+        wait_for(lambda: any(n["name"] == "n1" and n["state"] == "ready"
+                             for n in requests.get(s2.url + "/api/v1/nodes", timeout=5).json()["nodes"]),
+                 20, "n1 to join (through the URL list)")
+        marks = tmp_path / "marks"
+        tid = batch(s2, cu.ticker_cmd(marks, secs=LEASE_S + 6), gpu_request=1)["id"]
+        wait_state(s2, tid, "running", timeout=15)
+        wait_for(lambda: len(cu.ticker_pids(marks)) == 1, 10, "the task to start on n1")
+        assert task(s2, tid)["nodes"] == ["n1"]
+        os.kill(s1.proc.pid, signal.SIGKILL)
+        s1.proc.wait(timeout=10)
+        wait_for(lambda: s2.health() == "ok", LEASE_S + 2 + 10, "s2 to lead")
+        wait_state(s2, tid, "succeeded", timeout=LEASE_S + 20)
+        runs = cu.assert_no_overlap(marks)
+        assert len(runs) == 1 and runs[0][3], runs  # one run, never restarted, ended by itself
+        assert len(cu.ticker_pids(marks)) == 1
+        assert task(s2, tid)["exit_code"] == 0
+    finally:
+        if agent:
+            agent.stop()
+        for s in (s1, s2):
+            s.stop()
+        cu.kill_run_sessions(tmp_path)

@@ -19,7 +19,7 @@ int gp_agent_run_name(const gp_proto_run_id *id, char *out, size_t size);
 int gp_agent_run_name_parse(const char *name, gp_proto_run_id *ret);
 
 #define GP_AGENT_BACKOFF_MIN_MS 200
-#define GP_AGENT_BACKOFF_MAX_MS 10000
+#define GP_AGENT_BACKOFF_MAX_MS GP_PROTO_RETRY_MAX_MS
 
 /* Delay before retry number `failures` (1 = after the first failure):
  * 200 ms doubling up to 10 s, then "full jitter" between half of that and

@@ -33,6 +33,7 @@
 #define GP_PROTO_MAX_GPUS 256              /* GPUs of one node */
 #define GP_PROTO_MAX_RUNS 4096             /* runs / acks / starts / stops / logs / offsets per message */
 #define GP_PROTO_LOG_CHUNK (64 * 1024)     /* most log bytes of one run in one sync */
+#define GP_PROTO_RETRY_MAX_MS 10000        /* longest an agent waits between tries while the server is away */
 #define GP_PROTO_LOG_TOTAL (256 * 1024)    /* most log bytes in one sync */
 #define GP_PROTO_MAX_WAIT_MS 30000
 #define GP_PROTO_MAX_ARGV 4096             /* argv entries of a start (at least 1) */

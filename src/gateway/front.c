@@ -697,6 +697,8 @@ static void dispatch(fconn *fc, const char *body, size_t len) {
         if (st) {
                 if (st == 401)
                         answer_error(fc, 401, "invalid_request_error", "invalid_api_key", msg, false);
+                else if (st == 503)
+                        answer_error(fc, 503, "server_error", "unavailable", msg, false);
                 else
                         answer_error(fc, st, "permission_error", "forbidden", msg, false);
                 return;

@@ -300,6 +300,8 @@ int gp_commit_wait(gp_daemon *d) {
         uint64_t g = __atomic_load_n(&c->applied, __ATOMIC_SEQ_CST);
         if (durable_now(c) >= g)
                 return 0;
+        if (gp_daemon_deposed()) /* a leader that lost the lead stores nothing more */
+                return -ETIMEDOUT;
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_sec += GP_COMMIT_WAIT_MS / 1000;

@@ -73,7 +73,8 @@ const gp_commit_held *gp_commit_release(struct gp_daemon *d, size_t *ret_n);
 
 /* A reader, before it sends what it read (MHD thread, no lock held): wait
  * until every change it could have seen is durable.  0, or -ETIMEDOUT
- * after GP_COMMIT_WAIT_MS (the disk is stuck or full: answer 503). */
+ * after GP_COMMIT_WAIT_MS (the disk is stuck or full: answer 503), or at
+ * once when this leader was deposed with a batch unstored. */
 int gp_commit_wait(struct gp_daemon *d);
 
 /* gp_http_stop, before MHD stops: waits (bounded) for the answers still

@@ -361,16 +361,28 @@ static int commit_once(gp_daemon *d, batch *b) {
  * shrinks the work).  Any other store failure breaks the promise that
  * answered means stored, so the daemon stops (crash-only: the restart
  * recovers from what was stored). */
-static void commit(gp_daemon *d, batch *b) {
+static int64_t lead_epoch; /* the term of a leader of several servers; 0: a single server */
+
+/* Store the batch: true once stored; false when a leader could not
+ * store it (the database went away): it is deposed, and nothing of the
+ * batch is acknowledged, started or shown to readers.  A single server
+ * that cannot store exits instead. */
+static bool commit(gp_daemon *d, batch *b) {
         if (!b->ndirty && !b->meta_drained && !gp_tenants_pending(d->tenants) && !gp_billing_pending(d) &&
             !gp_nodes_pending(d))
-                return;
+                return true;
         /* from here on a reader waits for this batch to be durable */
         uint64_t gen = gp_commit_next(d);
         for (int attempt = 0;; attempt++) {
                 int rc = commit_once(d, b);
                 if (rc == 0)
                         break;
+                if (!gp_store_full(d->ws) && lead_epoch > 0) {
+                        char why[600];
+                        snprintf(why, sizeof(why), "a commit failed (%s)", gp_store_errmsg(d->ws));
+                        gp_daemon_depose(why);
+                        return false;
+                }
                 if (!gp_store_full(d->ws)) {
                         gp_error("store failed (%s); stopping so that nothing unstored is acknowledged",
                                  gp_store_errmsg(d->ws));
@@ -397,6 +409,7 @@ static void commit(gp_daemon *d, batch *b) {
         d->commits++;
         d->commit_tasks += b->ndirty;
         gp_monitor_store_commit(d->mon, b->ndirty);
+        return true;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1625,8 +1638,7 @@ static void *spawner_main(void *arg) {
 
 /* A commit of the leader's writer found its term taken over (store.h
  * gp_store_set_fence): nothing of it was stored; stop at once, before
- * anything more is answered or started.  systemd restarts us as a standby. */
-static int64_t lead_epoch;
+ * anything more is answered or started.  systemd restarts us as a follower. */
 static void lost_the_lead(void *ud) {
         (void)ud;
         gp_error("lost the lead (epoch %" PRId64 "): stepping down", lead_epoch);
@@ -1641,16 +1653,62 @@ void gp_daemon_lead_until(int64_t mono_ms) {
         __atomic_store_n(&lead_until, mono_ms, __ATOMIC_RELEASE);
 }
 
+static bool deposed;
+static char deposed_why[256]; /* written once, before deposed is set */
+
+void gp_daemon_depose(const char *why) {
+        static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+        pthread_mutex_lock(&mu);
+        if (!__atomic_load_n(&deposed, __ATOMIC_ACQUIRE)) {
+                gp_strlcpy(deposed_why, why, sizeof(deposed_why));
+                __atomic_store_n(&deposed, true, __ATOMIC_RELEASE);
+                gp_error("lost the lead (epoch %" PRId64 "): %s; acting on nothing, answering reads only, "
+                         "until the database answers again",
+                         lead_epoch, why);
+        }
+        pthread_mutex_unlock(&mu);
+}
+
+bool gp_daemon_deposed(void) {
+        return __atomic_load_n(&deposed, __ATOMIC_ACQUIRE);
+}
+
 /* Before a pass acts (signals a supervisor, answers): a leader whose lease
- * may have run out (it was frozen, or could not renew) stops here, without
- * waiting for the fence of its next commit. */
-static void check_lead(void) {
+ * may have run out (it was frozen, or could not renew) acts on nothing
+ * more, without waiting for the fence of its next commit.  True when it
+ * may act. */
+static bool check_lead(void) {
         int64_t until = __atomic_load_n(&lead_until, __ATOMIC_ACQUIRE);
-        if (until && gp_mono_ms() >= until) {
-                gp_error("lost the lead (epoch %" PRId64 "): stepping down (the lease ran out before it was "
-                         "renewed)",
-                         lead_epoch);
-                _exit(75);
+        if (until && gp_mono_ms() >= until)
+                gp_daemon_depose("the lease ran out before it was renewed");
+        return !gp_daemon_deposed();
+}
+
+/* Answer every command of list 503 with Retry-After, at once (generation
+ * 0: the answer shows nothing unstored).  d->lock held. */
+static void refuse_answers(gp_daemon *d, cmd *list) {
+        for (cmd *c = list; c; c = c->next) {
+                if (!c->req)
+                        continue;
+                char *body = gp_http_error_body("unavailable", "this server lost the lead (%s): it answers reads "
+                                                "only; try again (another server leads once the database "
+                                                "answers)",
+                                                deposed_why);
+                gp_commit_answer(d, 0, c->req, 503, body, 1);
+        }
+}
+
+/* A pass of a deposed leader: every command is answered 503 with
+ * Retry-After, an agent's sync too (what waits for it is not sent), and
+ * nothing else happens: no task starts, ends or is stored. */
+static void refuse_all(gp_daemon *d, cmd *list) {
+        pthread_mutex_lock(&d->lock);
+        refuse_answers(d, list);
+        pthread_mutex_unlock(&d->lock);
+        while (list) {
+                cmd *next = list->next;
+                gp_cmd_free(list);
+                list = next;
         }
 }
 
@@ -1672,7 +1730,10 @@ static bool grows_store(cmd_kind k) {
 }
 
 static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
-        check_lead();
+        if (!check_lead()) {
+                refuse_all(d, list);
+                return;
+        }
         /* before anything is applied: a degraded daemon refuses growth here,
          * so a failed commit never has to take back what it applied */
         bool full = gp_disk_check(d);
@@ -1739,12 +1800,17 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         if (!full) /* no task starts while its `running` state may not be storable */
                 apply_decisions(d, &b, now);
         gp_billing_tick(d, now); /* interval segments of long runs */
-        commit(d, &b);
+        bool stored = commit(d, &b);
         /* what the answers show: this batch, or an earlier one whose fsync
          * may still run; they go out once that is durable */
         uint64_t gen = gp_commit_applied(d);
         i = 0;
-        for (cmd *c = list; c; c = c->next, i++)
+        if (!stored) {
+                refuse_answers(d, list);
+                for (cmd *c = list; c; c = c->next, i++)
+                        free(out[i].body);
+        }
+        for (cmd *c = list; stored && c; c = c->next, i++)
                 answer(d, gen, c, &out[i]);
         /* supervisor starts and resize signals wait for the disk too */
         for (size_t k = 0; k < b.nspawn; k++)

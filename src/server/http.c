@@ -1016,6 +1016,11 @@ static void gw_caller(gp_daemon *d, const char *tenant, bool admin, gp_gw_caller
 static int gw_auth(void *ud, const char *authorization, const char *host, const struct sockaddr *client,
                    const char *forwarded_for, gp_gw_caller *who, char *msg, size_t msglen) {
         gp_daemon *d = ud;
+        if (gp_daemon_deposed()) { /* usage could not be stored */
+                gp_strlcpy(msg, "this server lost the lead: try again (another server leads once the database answers)",
+                           msglen);
+                return 503;
+        }
         bool admin = false;
         char tenant[GP_TENANT_MAX] = "", label[128];
         const char *why = NULL;
@@ -1045,11 +1050,23 @@ static enum MHD_Result gateway_route(hreq *r, const char *url, const char *metho
 /* ------------------------------------------------------------------ */
 /* routing: this file's rows of the route table (routes.h)              */
 
+/* What /healthz and /readyz of a deposed leader say, at once (they show
+ * nothing a batch it could not store changed). */
+static char *deposed_body(gp_daemon *d) {
+        json_t *j = json_pack("{s:s,s:s,s:s}", "status", "degraded", "reason",
+                              "lost the lead: the database cannot be reached; reads only", "backend", d->backend);
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        return s;
+}
+
 /* a full disk is "degraded", still 200: a liveness probe must not
  * restart a daemon that serves reads and cancels (docs/deployment.md) */
 static int h_healthz(hreq *r, const gp_route_arg *a) {
         (void)a;
         gp_daemon *d = r->d;
+        if (gp_daemon_deposed()) /* alive, reads served: a restart would not bring the database back */
+                return send_now(r, 200, deposed_body(r->d), JSON_TYPE, 0);
         return gp_disk_degraded(d) ? send_json(r, 200, json_pack("{s:s,s:s}", "status", "degraded", "reason",
                                                                  gp_disk_message(d)))
                                    : send_json(r, 200, json_pack("{s:s}", "status", "ok"));
@@ -1060,6 +1077,8 @@ static int h_readyz(hreq *r, const gp_route_arg *a) {
         gp_daemon *d = r->d;
         if (!__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE) || __atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE))
                 return send_json(r, 503, json_pack("{s:s}", "status", "starting"));
+        if (gp_daemon_deposed())
+                return send_now(r, 503, deposed_body(r->d), JSON_TYPE, 0);
         if (gp_disk_degraded(d)) /* still ready: reads and cancels are served */
                 return send_json(r, 200, json_pack("{s:s,s:s,s:s}", "status", "ready", "store", "degraded", "reason",
                                                    gp_disk_message(d)));

@@ -94,6 +94,7 @@ struct gp_nodes {
         size_t n, cap;
         gp_i64map by_name;          /* FNV-1a of the name -> gp_node* */
         gp_list by_hb;              /* oldest heartbeat first */
+        gp_list unseen;             /* known at start, no sync since: lost at grace_until */
         gp_list held;               /* held syncs, the earliest deadline first */
         jtoken *tok;
         size_t ntok, captok;
@@ -105,6 +106,7 @@ struct gp_nodes {
         size_t ntouched, captouched;
         gp_node_ev *ev;
         size_t nev, capev;
+        int64_t grace_until;        /* when the nodes still unseen are lost */
 };
 
 static const char *const state_names[] = {"ready", "draining", "lost", "left"};
@@ -556,6 +558,7 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
         }
         gp_i64map_init(&ns->by_name);
         gp_list_init(&ns->by_hb);
+        gp_list_init(&ns->unseen);
         gp_list_init(&ns->held);
         d->nodes = ns;
         int64_t now = gp_now_ms();
@@ -582,8 +585,15 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
                         node_inventory(d, n);
                 else
                         set_gpus(n, NULL, 0); /* left: its GPUs are not the pool's */
-                hb_touch(ns, n, now); /* node_timeout_s of grace from the server's start */
+                n->hb_ms = now;
+                if (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING)
+                        gp_list_add_tail(&ns->unseen, &n->hb); /* its first sync moves it to by_hb */
         }
+        /* a start, a restart or a failover: agents that kept trying while
+         * no server answered wait up to GP_PROTO_RETRY_MAX_MS between
+         * tries, so a node known from the store is lost only when it has
+         * not synced node_timeout_s after that (its tasks run on meanwhile) */
+        ns->grace_until = now + GP_PROTO_RETRY_MAX_MS + (int64_t)d->cfg.node_timeout_s * 1000;
         ns->index_dirty = false;
         free(index);
         free(buf);
@@ -838,6 +848,21 @@ static void finish_remove(gp_daemon *d, gp_node *n, int64_t now) {
 
 /* ---- time ---- */
 
+/* No sync from n for node_timeout_s (or since the start's grace). */
+static void lose(gp_daemon *d, gp_node *n, int64_t now) {
+        gp_list_del(&n->hb);
+        n->state = GP_NODE_LOST;
+        mark_dirty(d->nodes, n);
+        if (n->held)
+                answer_held(d, n, gp_commit_applied(d), true, false);
+        char why[GP_REASON_MAX];
+        snprintf(why, sizeof(why), "node %s lost: no heartbeat for %d s", n->name, d->cfg.node_timeout_s);
+        gp_warn("%s", why);
+        node_gone(d, n, why);
+        if (n->removing)
+                finish_remove(d, n, now);
+}
+
 void gp_nodes_tick(gp_daemon *d, int64_t now) {
         gp_nodes *ns = d->nodes;
         gp_list *l;
@@ -848,22 +873,10 @@ void gp_nodes_tick(gp_daemon *d, int64_t now) {
                 answer_held(d, n, gp_commit_applied(d), true, true); /* its wait is over: whatever waits goes */
         }
         int64_t timeout = (int64_t)d->cfg.node_timeout_s * 1000;
-        while ((l = gp_list_first(&ns->by_hb))) {
-                gp_node *n = GP_LIST_ENTRY(l, gp_node, hb);
-                if (n->hb_ms + timeout > now)
-                        break;
-                gp_list_del(&n->hb);
-                n->state = GP_NODE_LOST;
-                mark_dirty(d->nodes, n);
-                if (n->held)
-                        answer_held(d, n, gp_commit_applied(d), true, false);
-                char why[GP_REASON_MAX];
-                snprintf(why, sizeof(why), "node %s lost: no heartbeat for %d s", n->name, d->cfg.node_timeout_s);
-                gp_warn("%s", why);
-                node_gone(d, n, why);
-                if (n->removing)
-                        finish_remove(d, n, now);
-        }
+        while ((l = gp_list_first(&ns->by_hb)) && GP_LIST_ENTRY(l, gp_node, hb)->hb_ms + timeout <= now)
+                lose(d, GP_LIST_ENTRY(l, gp_node, hb), now);
+        while (now >= ns->grace_until && (l = gp_list_first(&ns->unseen)))
+                lose(d, GP_LIST_ENTRY(l, gp_node, hb), now);
 }
 
 void gp_nodes_settle(gp_daemon *d) {
@@ -899,6 +912,8 @@ int64_t gp_nodes_next_ms(gp_daemon *d) {
                 if (e < next)
                         next = e;
         }
+        if (!gp_list_empty(&ns->unseen) && ns->grace_until < next)
+                next = ns->grace_until;
         return next;
 }
 

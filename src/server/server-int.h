@@ -233,8 +233,19 @@ int gp_daemon_open(gp_daemon **ret, const gp_config *cfg, char *err, size_t errl
 int gp_daemon_open_lead(gp_daemon **ret, const gp_config *cfg, int64_t epoch, char *err, size_t errlen);
 /* The leader's lease surely holds until gp_mono_ms() reaches mono_ms
  * (server.c, at each renewal); each pass of the loop checks it first and
- * steps down (exit 75) past it.  Any thread. */
+ * stops acting past it (gp_daemon_depose).  Any thread. */
 void gp_daemon_lead_until(int64_t mono_ms);
+/* This leader may no longer act (its lease ran out: it was frozen, or the
+ * database cannot be reached): from now on it only answers reads of what
+ * it holds in memory.  Every command (submits, cancels, agent syncs and
+ * joins, admin writes) gets 503 with Retry-After, /v1 too, /readyz is 503
+ * and /healthz says why; nothing is applied, started, signalled or
+ * stored.  There is no way back: server.c exits (75) as soon as the
+ * database answers again, and the restarted server follows or leads
+ * afresh from what is stored.  Logs why once.  Any thread. */
+void gp_daemon_depose(const char *why);
+/* Has gp_daemon_depose been called?  Any thread. */
+bool gp_daemon_deposed(void);
 int gp_daemon_start(gp_daemon *d);
 void gp_daemon_stop(gp_daemon *d);
 /* Close what d holds and free it (after gp_daemon_stop); takes NULL. */

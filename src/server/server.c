@@ -169,10 +169,12 @@ static void sleep_ms(int64_t ms) {
                 ;
 }
 
-/* Renew the lease every lease_s / 3 for the life of the process; when
- * another took it over, or it could not be renewed for lease_s (it may
- * have expired: another may lead now), step down at once.  The fence
- * (daemon.c) stops a commit that comes first. */
+/* Renew the lease every lease_s / 3 for the life of the process.  When
+ * another took it over, step down at once (exit 75).  When it could not
+ * be renewed for lease_s (the database cannot be reached; another may
+ * lead once it can), act on nothing more and answer reads only
+ * (gp_daemon_depose), and step down as soon as the database answers
+ * again.  The fence (daemon.c) stops a commit that comes first. */
 static void *lease_main(void *arg) {
         lead *l = arg;
         for (;;) {
@@ -187,14 +189,28 @@ static void *lease_main(void *arg) {
                 int r = gp_store_lease_renew(l->ls, l->id, l->epoch, l->lease_ms);
                 gp_strlcpy(why, gp_store_errmsg(l->ls), sizeof(why));
                 pthread_mutex_unlock(&l->mu);
+                if (gp_daemon_deposed() && (r == 0 || r == -ESTALE)) {
+                        /* what it skipped meanwhile is not in its memory: start afresh */
+                        gp_error("lost the lead (epoch %" PRId64 "): stepping down (the database answers again)",
+                                 l->epoch);
+                        _exit(75);
+                }
                 if (r == 0) {
                         l->last_ok = sent;
                         gp_daemon_lead_until(sent + l->lease_ms);
                         continue;
                 }
-                if (r == -ESTALE || gp_mono_ms() - l->last_ok >= l->lease_ms) {
+                if (r == -ESTALE) {
                         gp_error("lost the lead (epoch %" PRId64 "): stepping down (%s)", l->epoch, why);
                         _exit(75);
+                }
+                if (gp_daemon_deposed())
+                        continue;
+                if (gp_mono_ms() - l->last_ok >= l->lease_ms) {
+                        char msg[GP_STORE_ERRMSG_COPY + 64];
+                        snprintf(msg, sizeof(msg), "the lease could not be renewed for lease_s (%s)", why);
+                        gp_daemon_depose(msg);
+                        continue;
                 }
                 gp_warn("cannot renew the leader lease (epoch %" PRId64 "), trying again: %s", l->epoch, why);
         }

@@ -407,44 +407,93 @@ class _Postgres:
 
 
 def test_postgresql_going_away_and_coming_back(pair):
-    """PostgreSQL stops under two servers.  The leader answers reads from
-    what it holds while its lease lasts, cannot renew it and steps down
-    (exit 75: nothing more is acknowledged); the follower then answers 503
-    with Retry-After (nothing to forward to, nothing to store in) and keeps
-    trying the database.  When PostgreSQL is back, the follower leads; every
-    task acknowledged before the outage is there, and nothing else."""
+    """PostgreSQL stops under a leader and a follower.  The leader cannot
+    renew its lease; once lease_s has passed it acts on nothing more (it
+    cannot prove it leads) but goes on answering reads of what it holds, on
+    its own port and through the follower, while every write gets 503 with
+    Retry-After and changes nothing.  When PostgreSQL is back, the old
+    leader steps down (75) and the follower leads; every task acknowledged
+    before the outage is there, and nothing else."""
     s1, s2 = pair
-    wait_for(lambda: s2.health() == "follower", 10, "s2 to follow")
-    acked = [batch(s2, ["true"], gpu_request=1)["id"] for _ in range(5)]
-    running = batch(s2, ["sh", "-c", "sleep 60"], gpu_request=1)["id"]
-    wait_state(s1, running, "running")
+    acked, running = _before_the_outage(s1, s2)
     pg = _Postgres(s1.store_url)
     pg.stop()
     try:
         t0 = time.monotonic()
-        # a running task, through s2, from what s1 holds (a finished one is read from the store: 503)
-        r = requests.get(s2.url + "/api/v1/tasks/%d" % running, timeout=5)
-        assert r.status_code == 200 and r.json()["state"] == "running", r.text
-        s1.proc.wait(timeout=LEASE_S + 10)
-        print("leader stepped down %.2f s after PostgreSQL stopped" % (time.monotonic() - t0))
-        assert s1.proc.returncode == 75, s1.log()
-        for method, path in (("POST", "/api/v1/tasks"), ("GET", "/api/v1/tasks")):
-            r = requests.request(method, s2.url + path, json={"gpu_request": 1, "command": ["true"]}, timeout=10)
+        wait_for(lambda: s1.health() == "degraded", LEASE_S + 5, "s1 to stop acting")
+        print("leader read-only %.2f s after PostgreSQL stopped" % (time.monotonic() - t0))
+        assert "acting on nothing, answering reads only" in s1.log(), s1.log()
+        assert requests.get(s1.url + "/readyz", timeout=5).status_code == 503
+        time.sleep(LEASE_S)  # well past its lease: still serving
+        for s in (s1, s2):
+            # a running task, from what s1 holds (a finished one is read from the store: 503)
+            r = requests.get(s.url + "/api/v1/tasks/%d" % running, timeout=5)
+            assert r.status_code == 200 and r.json()["state"] == "running", r.text
+            for method, path in (("POST", "/api/v1/tasks"), ("POST", "/api/v1/tasks/%d/cancel" % running)):
+                r = requests.request(method, s.url + path, json={"gpu_request": 1, "command": ["true"]},
+                                     timeout=10)
+                assert r.status_code == 503, r.text
+                assert r.headers.get("Retry-After") == "1"
+                assert r.json()["error"]["code"] == "unavailable", r.text
+            r = requests.post(s.url + "/v1/chat/completions", json={"model": "m", "messages": []}, timeout=10)
             assert r.status_code == 503, r.text
-            assert r.headers.get("Retry-After") == "1"
-            assert r.json()["error"]["code"] == "standby"
-        assert s2.proc.poll() is None
+        assert s1.proc.poll() is None and s2.proc.poll() is None
     finally:
         pg.start()
+    _after_the_outage(s1, s2, set(acked) | {running}, running)
+
+
+def _before_the_outage(s1, s2):
+    """Five finished tasks and a running one, submitted through s2."""
+    wait_for(lambda: s2.health() == "follower", 10, "s2 to follow")
+    acked = [batch(s2, ["true"], gpu_request=1)["id"] for _ in range(5)]
+    running = batch(s2, ["sh", "-c", "sleep 60"], gpu_request=1)["id"]
+    wait_state(s1, running, "running")
+    for tid in acked:  # their ends are stored: nothing is left to store during the outage
+        wait_state(s1, tid, "succeeded")
+    return acked, running
+
+
+def _after_the_outage(s1, s2, expected, running):
+    """PostgreSQL is back: the old leader steps down (75), the follower
+    leads, the store holds exactly the expected tasks, and the old leader
+    restarted follows."""
     t1 = time.monotonic()
+    s1.proc.wait(timeout=LEASE_S + 10)
+    assert s1.proc.returncode == 75, s1.log()
+    assert "stepping down (the database answers again)" in s1.log(), s1.log()
     wait_for(lambda: s2.health() == "ok", 30, "s2 to lead once PostgreSQL is back")
     print("s2 leads %.2f s after PostgreSQL started again" % (time.monotonic() - t1))
     stored = set(int(x) for x in _psql(s2.store_url, "SELECT id FROM tasks").split())
-    assert stored == set(acked) | {running}, stored
-    assert task(s2, running)["state"] in ("queued", "running")
+    assert stored == expected, stored
+    assert task(s2, running)["state"] == "running"
     s1.stop()
     s1.start()
     _assert_follower(s1, "s2")
+
+
+def test_a_write_when_postgresql_is_gone_is_refused_and_stores_nothing(pair):
+    """PostgreSQL stops and a submit comes at once, before the leader's
+    lease has run out: its commit fails, so the leader acts on nothing more
+    (without exiting) and the submit gets 503 with Retry-After, never 201.
+    What it applied but could not store is shown to no reader (503), and it
+    is not in the store once PostgreSQL is back."""
+    s1, s2 = pair
+    acked, running = _before_the_outage(s1, s2)
+    pg = _Postgres(s1.store_url)
+    pg.stop()
+    try:
+        r = requests.post(s2.url + "/api/v1/tasks", json={"gpu_request": 1, "command": ["true"]}, timeout=15)
+        assert r.status_code == 503 and r.headers.get("Retry-After") == "1", r.text
+        assert r.json()["error"]["code"] == "unavailable", r.text
+        assert "a commit failed" in s1.log(), s1.log()
+        assert s1.health() == "degraded"
+        r = requests.get(s1.url + "/api/v1/tasks/%d" % running, timeout=15)
+        assert r.status_code == 503, r.text  # it could show the unstored submit
+        assert s1.proc.poll() is None
+    finally:
+        pg.start()
+    _after_the_outage(s1, s2, set(acked) | {running}, running)
 
 
 def test_failover_keeps_a_task_on_an_agent_node_running(tmp_path, pg_db):

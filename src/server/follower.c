@@ -53,7 +53,7 @@
 
 #define FOLLOWER_CONN_LIMIT 256u
 #define CONNECT_MS 3000         /* to the leader */
-#define ANSWER_MS 60000         /* request sent and the answer's head back: a durable submit waits at most 10 s */
+#define ANSWER_MS 75000         /* request sent and the answer's head back: a long poll (?wait=) holds it 60 s at most */
 #define SLICE_MS 200            /* every wait looks at stopping this often */
 #define RELAY_BLOCK (16 * 1024)
 

@@ -329,56 +329,111 @@ def test_a_follower_answers_the_whole_api(pair):
     assert r.status_code == 200, r.text
 
 
-def test_failover_under_submits_through_a_follower_loses_nothing(pair):
-    """Submits go to s2 without pause while s1, the leader, is killed -9:
-    s2 forwards them, then refuses (503 standby, nothing sent) while no
-    server leads, then leads and stores them itself.  Every 201 is stored,
-    no id is answered twice, and nothing is stored that was not asked for."""
+def test_failover_under_load_through_a_follower_loses_nothing(pair):
+    """Clients write to s2 without pause while s1, the leader, is killed -9:
+    submits, cancels of their own queued tasks, credits (1 cent each) and
+    token usage records (1 prompt token each).  s2 forwards them, then
+    refuses them (503 standby: nothing was sent) while no server leads,
+    then leads and stores them itself.  Afterwards the store holds every
+    acknowledged write exactly once: every 201 task, every acknowledged
+    cancel as cancelled, credits and tokens equal to the acknowledged ones
+    (give or take the few answers that were cut off: 502, a connection
+    error), and nothing that was not asked for."""
     s1, s2 = pair
     _assert_follower(s2, "s1")
+    r = requests.put(s2.url + "/admin/tenants/acme", json={"weight": 1}, timeout=15)
+    assert r.status_code == 201, r.text
+    blocker = batch(s2, ["sh", "-c", "sleep 60"], gpu_request=4)["id"]  # the submits below stay queued
     stop = threading.Event()
-    answered, refused, unsure = [], [], []
+    lock = threading.Lock()
+    acked = {"submit": [], "cancel": [], "credit": 0, "tokens": 0}
+    unsure = {"submit": 0, "cancel": 0, "credit": 0, "tokens": 0}
+    refused = [0]
 
-    def submit_loop():
-        sess = requests.Session()
+    def call(kind, method, path, body):
+        """The answer's JSON when acknowledged, None when refused or unsure."""
+        try:
+            r = requests.request(method, s2.url + path, json=body, timeout=15)
+        except requests.RequestException:
+            with lock:
+                unsure[kind] += 1
+            time.sleep(0.05)
+            return None
+        if r.status_code in (200, 201):
+            return r.json()
+        if r.status_code == 503:
+            assert r.json()["error"]["code"] == "standby", r.text
+            with lock:
+                refused[0] += 1
+            time.sleep(0.05)
+            return None
+        assert r.status_code == 502 and r.json()["error"]["code"] == "leader_unreachable", r.text
+        with lock:
+            unsure[kind] += 1
+        return None
+
+    def submitter(cancel_every):
+        n = 0
         while not stop.is_set():
-            try:
-                r = sess.post(s2.url + "/api/v1/tasks", json={"gpu_request": 1, "command": ["true"]}, timeout=15)
-            except requests.RequestException:
-                unsure.append(None)
-                time.sleep(0.05)
+            t = call("submit", "POST", "/api/v1/tasks", {"gpu_request": 1, "command": ["true"]})
+            if not t:
                 continue
-            if r.status_code == 201:
-                answered.append(r.json()["id"])
-            elif r.status_code == 503:
-                assert r.json()["error"]["code"] == "standby", r.text
-                refused.append(1)
-                time.sleep(0.05)
-            else:
-                assert r.status_code == 502, r.text
-                unsure.append(r.status_code)
+            with lock:
+                acked["submit"].append(t["id"])
+            n += 1
+            if cancel_every and n % cancel_every == 0:
+                while not stop.is_set():
+                    c = call("cancel", "POST", "/api/v1/tasks/%d/cancel" % t["id"], None)
+                    if c:
+                        assert c["state"] == "cancelled", c
+                        with lock:
+                            acked["cancel"].append(t["id"])
+                        break
 
-    threads = [threading.Thread(target=submit_loop) for _ in range(4)]
+    def biller(kind, path, body):
+        while not stop.is_set():
+            if call(kind, "POST", path, body):
+                with lock:
+                    acked[kind] += 1
+
+    threads = [threading.Thread(target=submitter, args=(k,)) for k in (0, 2)]
+    threads.append(threading.Thread(target=biller, args=("credit", "/admin/tenants/acme/credit",
+                                                         {"amount_cents": 1})))
+    threads.append(threading.Thread(target=biller, args=("tokens", "/admin/usage/tokens",
+                                                         {"tenant_id": "acme", "model": "m", "prompt_tokens": 1,
+                                                          "completion_tokens": 0})))
     for t in threads:
         t.start()
     try:
-        wait_for(lambda: len(answered) >= 40, 30, "submits forwarded to s1")
-        before = len(answered)
+        wait_for(lambda: len(acked["submit"]) >= 30 and acked["credit"] >= 10, 30, "writes forwarded to s1")
+        before = dict(submit=len(acked["submit"]), credit=acked["credit"])
         os.kill(s1.proc.pid, signal.SIGKILL)
         s1.proc.wait(timeout=10)
         wait_for(lambda: s2.health() == "ok", LEASE_S + 2 + 10, "s2 to lead")
-        wait_for(lambda: len(answered) >= before + 40, 30, "submits stored by s2 as leader")
+        wait_for(lambda: len(acked["submit"]) >= before["submit"] + 30 and acked["credit"] >= before["credit"] + 10,
+                 30, "writes stored by s2 as leader")
     finally:
         stop.set()
         for t in threads:
             t.join(timeout=30)
-    print("answered %d, refused %d (no leader), unsure %d" % (len(answered), len(refused), len(unsure)))
-    assert len(set(answered)) == len(answered)
-    stored = set(int(x) for x in _psql(s2.store_url, "SELECT id FROM tasks").split())
-    assert set(answered) <= stored, sorted(set(answered) - stored)
-    # the 1 task of _assert_follower, and at most one per unsure answer
-    assert len(stored) <= len(answered) + 1 + len(unsure), (len(stored), len(answered), len(unsure))
-
+    print("acknowledged %d submits, %d cancels, %d credits, %d token records; refused %d; unsure %r"
+          % (len(acked["submit"]), len(acked["cancel"]), acked["credit"], acked["tokens"], refused[0], unsure))
+    ids = acked["submit"]
+    assert len(set(ids)) == len(ids)
+    rows = dict(line.split("|") for line in _psql(s2.store_url, "SELECT id, state FROM tasks").split())
+    stored = {int(k): v for k, v in rows.items()}
+    assert set(ids) <= set(stored), sorted(set(ids) - set(stored))
+    # the _assert_follower task, the blocker, and at most one per cut-off submit
+    assert len(stored) <= len(ids) + 2 + unsure["submit"], (len(stored), len(ids), unsure)
+    for tid in acked["cancel"]:
+        assert stored[tid] == "cancelled", (tid, stored[tid])
+    assert stored[blocker] == "running"
+    # credits live in a meta row of the store; s2 read them from there when it took over
+    credits = requests.get(s2.url + "/api/v1/tenants/acme", timeout=10).json()["billing"]["credits_cents"]
+    assert acked["credit"] <= credits <= acked["credit"] + unsure["credit"], (credits, acked["credit"], unsure)
+    tokens = int(_psql(s2.store_url, "SELECT coalesce(sum(prompt_tokens), 0) FROM usage_tokens "
+                                     "WHERE tenant = 'acme'"))
+    assert acked["tokens"] <= tokens <= acked["tokens"] + unsure["tokens"], (tokens, acked["tokens"], unsure)
 
 class _Postgres:
     """The test's PostgreSQL server (tests/pg/start-pg.sh): stopped and

@@ -11,7 +11,7 @@
 #                    server (no cluster section)
 #   postgres-leader  the same with cluster {server_id: s1, lease_s: 6}: the
 #                    fenced leader path (every commit checks the lease epoch
-#                    in its own transaction)
+#                    in the same transaction)
 # The PostgreSQL is the bench's own (tests/pg/start-pg.sh turns fsync off for
 # test speed): initdb in the temp dir, a unix socket there only (no TCP
 # port), durable settings (fsync, synchronous_commit, full_page_writes on),
@@ -24,9 +24,12 @@
 # counts an unstored task.  Prints per leg the median [min-max] over the
 # rounds of req/s, p50 and p99 (ms), and of req/s over the sqlite leg's of
 # the same round (the issue's goal: postgres at least 0.5).
-# A leg is a function leg_NAME (NAME with '-' as '_') listed in $legs: it
-# starts its server(s) with server_start, measures with measure (which
-# appends the row) and stops them with servers_stop.
+# A leg is a function leg_NAME ROUND (NAME with '-' as '_') listed in $legs:
+# it makes its database (pg_newdb), starts its server(s) with server_start
+# (several may run at once: a follower leg starts the leader, then a server
+# that forwards to it, and measures through the latter), measures with
+# measure, stops them with servers_stop, and appends its row with the count
+# of stored tasks.
 # Usage: bench/bench-pg.sh [SECONDS [ROUNDS]]   (default 10 3)
 # Env: PGBIN (default: newest /usr/lib/postgresql/*/bin)
 set -eu
@@ -120,9 +123,10 @@ pg_dropdb() { psql "$pgurl" -qc "DROP DATABASE IF EXISTS $1 WITH (FORCE)" >/dev/
 
 # ---- gpupool servers ----
 
-# server_start NAME STORE_YAML [CLUSTER_YAML]: a fresh data dir $tmp/NAME,
-# waits for /readyz (for a cluster member: until it leads, or is a ready
-# standby); sets url, appends to pids.
+# server_start NAME STORE_YAML [CLUSTER_YAML [READY_PATH]]: a fresh data dir
+# $tmp/NAME; waits until READY_PATH (default /readyz: for a cluster member,
+# until it leads; /healthz for one that stands by) answers 200; sets url,
+# appends to pids.
 server_start() {
         d="$tmp/$1"
         rm -rf "$d"
@@ -136,7 +140,7 @@ server_start() {
         pids="$pids $!"
         ok=""
         for _ in $(seq 300); do
-                curl -fs "http://127.0.0.1:$p/readyz" >/dev/null 2>&1 && { ok=1; break; }
+                curl -fs "http://127.0.0.1:$p${4:-/readyz}" >/dev/null 2>&1 && { ok=1; break; }
                 sleep 0.1
         done
         if [ -z "$ok" ]; then
@@ -209,6 +213,8 @@ echo "bench-pg: wrk -t2 -c64 -d${secs}s on 127.0.0.1 (bench/submit.lua), $rounds
         "$(nproc) cores shared by wrk, the daemon and PostgreSQL; files on $(df -PT "$tmp" | awk 'NR==2 {print $2}')," \
         "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 : > "$tmp/rows"
+: > "$tmp/rounds"
+fail=0
 nlegs=$(echo $legs | wc -w)
 for r in $(seq "$rounds"); do
         # rotate: round 1 runs the legs as listed, round 2 from the second, ...
@@ -224,7 +230,14 @@ for r in $(seq "$rounds"); do
         order="$*"
         for leg in $order; do
                 "leg_$(echo "$leg" | tr - _)" "$r"
-                echo "$r $(tail -n 1 "$tmp/rows")" >> "$tmp/rounds"
+                last=$(tail -n 1 "$tmp/rows")
+                echo "$r $last" >> "$tmp/rounds"
+                set -- $last
+                # wrk may cut connections at the end with answers in flight: stored >= answered
+                if [ "$7" -lt $(($5 - $6)) ]; then
+                        echo "bench-pg: round $r $1: $7 stored < $(($5 - $6)) answered: durability broken" >&2
+                        fail=1
+                fi
         done
         line=""
         sq=$(awk -v r="$r" '$1 == r && $2 == "sqlite" {print $3}' "$tmp/rounds")
@@ -258,14 +271,6 @@ for leg in legs:
     print("%-16s %22s %20s %22s %18s  %s" % (leg, stat(rps, "%.0f"), stat([float(r[3]) for r in rs], "%.2f"),
                                             stat([float(r[4]) for r in rs], "%.2f"), stat(ratio, "%.2f"), check))
 PY
-fail=0
-while read -r r leg rps p50 p99 n bad stored; do
-        # wrk may cut connections at the end with answers in flight: stored >= answered
-        if [ "$stored" -lt $((n - bad)) ]; then
-                echo "bench-pg: round $r $leg: $stored stored < $((n - bad)) answered: durability broken" >&2
-                fail=1
-        fi
-done < "$tmp/rounds"
 if [ "$fail" = 1 ]; then
         echo "bench-pg: FEWER tasks stored than answered: durability broken" >&2
         exit 1

@@ -10,7 +10,7 @@ test="tzdata libcmocka-dev python3-pytest python3-requests clang libclang-rt-14-
 case "$what" in
   build) pkgs=$build ;;
   test) pkgs="$build $test" ;;
-  bench) pkgs="$build procps curl wrk nginx slurm-client" ;;   # bench/*.sh; nginx is bench-gateway's baseline, sbatch bench-cli's
+  bench) pkgs="$build procps curl wrk nginx slurm-client sqlite3 postgresql" ;;   # bench/*.sh; nginx is bench-gateway's baseline, sbatch bench-cli's; sqlite3 and postgresql (initdb, psql) bench-http's and bench-pg's
   all) pkgs="$build $test nginx" ;;
   *) echo "usage: $0 [build|test|bench|all]" >&2; exit 2 ;;
 esac

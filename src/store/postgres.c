@@ -8,13 +8,17 @@
  * Row-returning calls run in single-row mode so load_active does not hold
  * every active task in memory at once.
  *
- * Writes inside a transaction are pipelined (libpq pipeline mode): a put
- * is sent without waiting for its answer, so a batch costs one round trip
- * per PIPE_MAX writes instead of one per write.  The answers are read at the
- * next sync point: every PIPE_MAX writes, before any other call on the
- * handle, and at commit.  A write the server refused is therefore reported
- * by that later call (naming the task id), which fails, and dooms the
- * transaction like any failure (store.c); commit then rolls it back.
+ * A transaction is pipelined (libpq pipeline mode): BEGIN and each write
+ * are sent without waiting for their answers, and commit sends the fence
+ * check (a fenced handle) and COMMIT behind them, so a batch of up to
+ * PIPE_MAX writes costs one round trip, not one per statement.  The answers
+ * are read at the next sync point: every PIPE_MAX writes, before any other
+ * call on the handle, and at commit.  A write the server refused is
+ * therefore reported by that later call (naming the task id), which fails,
+ * and dooms the transaction like any failure (store.c); the server skips
+ * the rest of the pipeline, COMMIT included, and commit rolls it back.
+ * The fence check raises an error when the lease is not ours, so a deposed
+ * leader's COMMIT is skipped by the server itself.
  *
  * Invariants:
  *   - the library never prints: libpq notices are swallowed, errors go to
@@ -59,6 +63,7 @@ enum {
         PS_USAGE_LIST,  /* $1 tenant or NULL, $2 task id or 0, $3..$4 months, $5..$6 times */
         PS_TOKENS_ADD,
         PS_TOKENS_LIST, /* $1 tenant or NULL, $2..$3 months, $4..$5 times */
+        PS_FENCE,       /* $1 server id, $2 epoch: fails (division by zero) unless the lease is theirs */
         PS_COUNT,
 };
 
@@ -120,6 +125,14 @@ static const struct {
                             "tenant = $1) AND month >= $2 AND month <= $3 AND at_ms >= $4 AND at_ms < $5 "
                             "ORDER BY at_ms, id",
                             5},
+        /* FOR SHARE keeps a takeover (an UPDATE of the row) waiting until
+         * this transaction ends, so what it commits was written under our
+         * term; the error (not an empty answer) aborts the transaction in
+         * the server, so a COMMIT pipelined behind it is never carried out */
+        [PS_FENCE] = {"gp_fence",
+                      "SELECT 1 / (SELECT count(*)::int FROM (SELECT 1 FROM leader WHERE id = 1 AND holder = $1 "
+                      "AND epoch = $2::bigint FOR SHARE) l)",
+                      2},
 };
 
 /* Key of the advisory lock held while migrating ("gpupool" in ASCII). */
@@ -132,14 +145,25 @@ static const struct {
 
 #define PIPE_MAX 128 /* writes in flight before we read their answers */
 
+/* What a pipelined statement was, to name it in a refusal (pipe_sync). */
+enum {
+        PK_BEGIN,
+        PK_TASK,  /* a task put: pending_id is its id */
+        PK_USAGE, /* a usage row: pending_id is its task's id */
+        PK_OTHER, /* meta set or tokens add */
+        PK_FENCE,
+        PK_COMMIT,
+};
+
 typedef struct pg_store {
         PGconn *conn;                   /* the connection */
         char *url;                      /* to reconnect (may hold a password: never shown) */
         bool prepared;                  /* stmts are prepared on the current session */
         int lock_timeout_ms;            /* from busy_timeout_ms, set on every session */
         bool pipelined;                 /* in pipeline mode (only inside a transaction) */
-        int n_pending;                  /* writes sent since the last sync, <= PIPE_MAX */
-        int64_t pending_id[PIPE_MAX];   /* task id of each pending write, -task id for usage, 0 for meta/tokens */
+        int n_pending;                  /* statements sent since the last sync: < PIPE_MAX, + fence and COMMIT */
+        unsigned char pending_kind[PIPE_MAX + 2]; /* PK_* of each pending statement */
+        int64_t pending_id[PIPE_MAX + 2];         /* its task id (PK_TASK, PK_USAGE), else 0 */
         bool claimed;                   /* gp_store_claim succeeded: every new session claims again */
         gp_store_owner me;              /* the record claimed with */
 } pg_store;
@@ -275,8 +299,25 @@ static int start_call(gp_store *s, const char *what) {
         return 0;
 }
 
-/* Read the answers of the pending writes up to a sync point.  The first
- * refused write is reported (with its task id); -GP_ESTORE. */
+/* The answer of the fence check (PS_FENCE) for what: 0 when the lease is
+ * ours, else -GP_EFENCED (it raised division by zero: the transaction is
+ * aborted) or -GP_ESTORE. */
+static int fence_result(gp_store *s, const PGresult *res, const char *what) {
+        if (PQresultStatus(res) == PGRES_TUPLES_OK)
+                return 0;
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        if (!state || strcmp(state, "22012") != 0)
+                return pg_err(s, res, what);
+        char msg[160];
+        snprintf(msg, sizeof(msg), "server %s lost the leader lease (epoch %" PRId64 "): nothing stored", s->fence_id,
+                 s->fence_epoch);
+        store_set_err(s, msg, "%s", what);
+        return -GP_EFENCED;
+}
+
+/* Read the answers of the pending statements up to a sync point.  The
+ * first failure is reported (a write with its task id): -GP_ESTORE, or
+ * -GP_EFENCED from the fence check; the server skipped what followed it. */
 static int pipe_sync(gp_store *s) {
         pg_store *p = impl(s);
         int r = 0, k = 0, nulls = 0;
@@ -287,8 +328,8 @@ static int pipe_sync(gp_store *s) {
         for (;;) {
                 PGresult *res = PQgetResult(p->conn);
                 if (!res) {
-                        /* one NULL ends each write's answers; two in a row
-                         * means the sync will never come (connection lost) */
+                        /* one NULL ends each statement's answers; two in a
+                         * row means the sync will never come (connection lost) */
                         if (++nulls > 1 || PQstatus(p->conn) != CONNECTION_OK) {
                                 if (r == 0)
                                         r = pg_err(s, NULL, "pipelined writes");
@@ -302,18 +343,29 @@ static int pipe_sync(gp_store *s) {
                         PQclear(res);
                         break;
                 }
-                if (st != PGRES_COMMAND_OK && st != PGRES_PIPELINE_ABORTED && r == 0) {
-                        char what[64];
-                        int64_t id = k < p->n_pending ? p->pending_id[k] : 0;
-                        if (id > 0)
-                                snprintf(what, sizeof(what), "task put (id %" PRId64 ")", id);
-                        else if (id < 0)
-                                snprintf(what, sizeof(what), "usage add (task %" PRId64 ")", -id);
-                        else
-                                snprintf(what, sizeof(what), "meta set or tokens add");
-                        r = pg_err(s, res, what);
-                }
+                int kind = k < p->n_pending ? p->pending_kind[k] : PK_OTHER;
+                int64_t id = k < p->n_pending ? p->pending_id[k] : 0;
                 k++;
+                if (st == PGRES_PIPELINE_ABORTED || r < 0) {
+                        /* skipped by the server after the first failure */
+                } else if (kind == PK_FENCE) {
+                        r = fence_result(s, res, "commit");
+                } else if (st != PGRES_COMMAND_OK) {
+                        char what[64];
+                        if (kind == PK_TASK)
+                                snprintf(what, sizeof(what), "task put (id %" PRId64 ")", id);
+                        else if (kind == PK_USAGE)
+                                snprintf(what, sizeof(what), "usage add (task %" PRId64 ")", id);
+                        else
+                                snprintf(what, sizeof(what), "%s",
+                                         kind == PK_BEGIN    ? "begin"
+                                         : kind == PK_COMMIT ? "commit"
+                                                             : "meta set or tokens add");
+                        r = pg_err(s, res, what);
+                } else if (kind == PK_COMMIT && strcmp(PQcmdStatus(res), "COMMIT") != 0) {
+                        /* COMMIT of an aborted transaction answers ROLLBACK */
+                        r = store_set_err(s, "the server rolled the transaction back", "commit");
+                }
                 PQclear(res);
         }
         p->n_pending = 0;
@@ -321,7 +373,7 @@ static int pipe_sync(gp_store *s) {
 }
 
 /* Leave pipeline mode (reading what is pending) before a call that needs
- * an answer now.  0 or the first refused write's -GP_ESTORE. */
+ * an answer now.  0 or the first refused statement's -GP_ESTORE. */
 static int pipe_leave(gp_store *s) {
         pg_store *p = impl(s);
         int r = 0;
@@ -335,46 +387,49 @@ static int pipe_leave(gp_store *s) {
         return r;
 }
 
-/* Send a write inside a transaction without waiting for its answer. */
-static int send_write(gp_store *s, int which, const char *const *vals, int64_t id, const char *what) {
+/* Send a statement (prepared stmts[which], or sql when which < 0) without
+ * waiting for its answer, entering pipeline mode if need be.  Not a
+ * fault-injection point.  0 or -GP_ESTORE. */
+static int pipe_send(gp_store *s, int which, const char *sql, const char *const *vals, int kind, int64_t id,
+                     const char *what) {
         pg_store *p = impl(s);
-        int r = start_call(s, what);
-        if (r < 0)
-                return r;
         if (!p->pipelined) {
                 if (PQenterPipelineMode(p->conn) != 1)
                         return pg_err(s, NULL, what);
                 p->pipelined = true;
         }
+        int ok = which < 0 ? PQsendQueryParams(p->conn, sql, 0, NULL, NULL, NULL, NULL, 0)
+                           : PQsendQueryPrepared(p->conn, stmts[which].name, stmts[which].nparams, vals, NULL, NULL, 0);
+        if (ok != 1)
+                return pg_err(s, NULL, what);
+        p->pending_kind[p->n_pending] = (unsigned char)kind;
+        p->pending_id[p->n_pending++] = id;
+        return 0;
+}
+
+/* Send a write inside a transaction without waiting for its answer. */
+static int send_write(gp_store *s, int which, const char *const *vals, int kind, int64_t id, const char *what) {
+        pg_store *p = impl(s);
+        int r = start_call(s, what);
+        if (r < 0)
+                return r;
         if (store_fault(s))
                 return store_set_err(s, "injected fault", "%s", what);
-        if (PQsendQueryPrepared(p->conn, stmts[which].name, stmts[which].nparams, vals, NULL, NULL, 0) != 1)
-                return pg_err(s, NULL, what);
-        p->pending_id[p->n_pending++] = id;
+        if ((r = pipe_send(s, which, NULL, vals, kind, id, what)) < 0)
+                return r;
         return p->n_pending >= PIPE_MAX ? pipe_sync(s) : 0;
 }
 
 /* Inside a transaction of a fenced handle (gp_store_set_fence): does the
- * leader row still hold our server id and epoch?  FOR SHARE keeps a
- * takeover (an UPDATE of the row) waiting until this transaction ends, so
- * what it commits was written under our term.  0, -GP_EFENCED, -GP_ESTORE. */
+ * leader row still hold our server id and epoch (PS_FENCE, which makes a
+ * takeover wait for this transaction)?  0, -GP_EFENCED (the transaction is
+ * aborted), -GP_ESTORE. */
 static int fence_check(gp_store *s, const char *what) {
         char epoch[24];
         snprintf(epoch, sizeof(epoch), "%" PRId64, s->fence_epoch);
         const char *vals[2] = {s->fence_id, epoch};
-        PGresult *res = PQexecParams(impl(s)->conn,
-                                     "SELECT 1 FROM leader WHERE id = 1 AND holder = $1 AND epoch = $2 FOR SHARE", 2,
-                                     NULL, vals, NULL, NULL, 0);
-        int r = 0;
-        if (PQresultStatus(res) != PGRES_TUPLES_OK)
-                r = pg_err(s, res, what);
-        else if (PQntuples(res) != 1) {
-                char msg[160];
-                snprintf(msg, sizeof(msg), "server %s lost the leader lease (epoch %" PRId64 "): nothing stored",
-                         s->fence_id, s->fence_epoch);
-                store_set_err(s, msg, "%s", what);
-                r = -GP_EFENCED;
-        }
+        PGresult *res = PQexecPrepared(impl(s)->conn, stmts[PS_FENCE].name, 2, vals, NULL, NULL, 0);
+        int r = fence_result(s, res, what);
         PQclear(res);
         return r;
 }
@@ -711,11 +766,15 @@ static int tx_cmd(gp_store *s, const char *sql, const char *what) {
         return exec_cmd(s, sql, what);
 }
 
+/* BEGIN goes out with the batch's first writes (pipelined): its answer is
+ * read at the first sync point, and a refusal is reported there. */
 static int pg_begin(gp_store *s) {
         int r = ensure_conn(s, "begin");
         if (r < 0)
                 return r;
-        return tx_cmd(s, "BEGIN", "begin");
+        if (store_fault(s))
+                return store_set_err(s, "injected fault", "begin");
+        return pipe_send(s, -1, "BEGIN", NULL, PK_BEGIN, 0, "begin");
 }
 
 static int pg_rollback(gp_store *s) {
@@ -728,24 +787,29 @@ static int pg_rollback(gp_store *s) {
         return tx_cmd(s, "ROLLBACK", "rollback");
 }
 
+/* The fence check (a fenced handle) and COMMIT go out behind the pending
+ * writes, and one sync reads every answer: a batch's last round trip.  A
+ * refused write or a failed fence check makes the server skip the COMMIT;
+ * store_commit_failed then rolls back. */
 static int pg_commit(gp_store *s) {
-        int r = pipe_leave(s);
-        if (r < 0) {
-                /* a write was refused: the transaction is aborted */
-        } else if (s->fence_id[0] && (r = fence_check(s, "commit")) < 0) {
-                /* deposed (or the check failed): store_commit_failed rolls back */
-        } else if (store_fault(s)) {
+        pg_store *p = impl(s);
+        int r = 0;
+        if (store_fault(s)) {
                 r = store_set_err(s, "injected fault", "commit");
         } else {
-                PGresult *res = PQexec(impl(s)->conn, "COMMIT");
-                if (PQresultStatus(res) != PGRES_COMMAND_OK)
-                        r = pg_err(s, res, "commit");
-                else if (strcmp(PQcmdStatus(res), "COMMIT") != 0)
-                        /* COMMIT of an aborted transaction answers ROLLBACK */
-                        r = store_set_err(s, "the server rolled the transaction back", "commit");
-                else
-                        r = 0;
-                PQclear(res);
+                char epoch[24];
+                snprintf(epoch, sizeof(epoch), "%" PRId64, s->fence_epoch);
+                const char *vals[2] = {s->fence_id, epoch};
+                if (s->fence_id[0])
+                        r = pipe_send(s, PS_FENCE, NULL, vals, PK_FENCE, 0, "commit");
+                if (r == 0)
+                        r = pipe_send(s, -1, "COMMIT", NULL, PK_COMMIT, 0, "commit");
+                int r2 = pipe_sync(s); /* reads whatever was sent, even after a failed send */
+                if (r == 0)
+                        r = r2;
+                if (PQexitPipelineMode(p->conn) != 1 && r == 0)
+                        r = pg_err(s, NULL, "leave pipeline mode");
+                p->pipelined = PQpipelineStatus(p->conn) != PQ_PIPELINE_OFF;
         }
         return r < 0 ? store_commit_failed(s, r) : 0;
 }
@@ -795,7 +859,7 @@ static int pg_task_put(gp_store *s, const gp_task *t) {
         vals[COL_SPEC] = t->spec;
         vals[COL_GPUS] = gpus;
 
-        int r = s->in_tx ? send_write(s, PS_PUT, vals, t->id, what) : run_cmd(s, PS_PUT, vals, what);
+        int r = s->in_tx ? send_write(s, PS_PUT, vals, PK_TASK, t->id, what) : run_cmd(s, PS_PUT, vals, what);
         free(gpus); /* libpq copied the parameters into its output buffer */
         return r;
 }
@@ -967,7 +1031,7 @@ static int pg_meta_set(gp_store *s, const char *key, const char *value) {
         const char *vals[2] = {key, value};
         char what[GP_STORE_META_KEY_MAX + 32];
         snprintf(what, sizeof(what), "meta set %s", key);
-        return s->in_tx ? send_write(s, PS_META_SET, vals, 0, what) : run_cmd(s, PS_META_SET, vals, what);
+        return s->in_tx ? send_write(s, PS_META_SET, vals, PK_OTHER, 0, what) : run_cmd(s, PS_META_SET, vals, what);
 }
 
 /* ---- metering ---- */
@@ -986,8 +1050,7 @@ static int pg_usage_add(gp_store *s, const gp_bill_segment *g) {
         }
         vals[UCOL_TENANT] = g->tenant;
         vals[UCOL_GPU_MODEL] = g->gpu_model;
-        /* a negative pending id names a usage row in a refusal (pipe_sync) */
-        return s->in_tx ? send_write(s, PS_USAGE_ADD, vals, g->task_id > 0 ? -g->task_id : 0, "usage add")
+        return s->in_tx ? send_write(s, PS_USAGE_ADD, vals, PK_USAGE, g->task_id, "usage add")
                         : run_cmd(s, PS_USAGE_ADD, vals, "usage add");
 }
 
@@ -1004,7 +1067,7 @@ static int pg_tokens_add(gp_store *s, const gp_bill_tokens *t) {
         }
         vals[TCOL_TENANT] = t->tenant;
         vals[TCOL_MODEL] = t->model;
-        return s->in_tx ? send_write(s, PS_TOKENS_ADD, vals, 0, "tokens add")
+        return s->in_tx ? send_write(s, PS_TOKENS_ADD, vals, PK_OTHER, 0, "tokens add")
                         : run_cmd(s, PS_TOKENS_ADD, vals, "tokens add");
 }
 

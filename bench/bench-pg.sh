@@ -12,6 +12,10 @@
 #   postgres-leader  the same with cluster {server_id: s1, lease_s: 6}: the
 #                    fenced leader path (every commit checks the lease epoch
 #                    in the same transaction)
+#   postgres-follower the leader above and a follower (server_id s2) on the
+#                    same database; wrk submits to the follower, which
+#                    forwards each request to the leader (one connection to
+#                    it per request) and relays its 201
 # The PostgreSQL is the bench's own (tests/pg/start-pg.sh turns fsync off for
 # test speed): initdb in the temp dir, a unix socket there only (no TCP
 # port), durable settings (fsync, synchronous_commit, full_page_writes on),
@@ -36,7 +40,7 @@ set -eu
 cd "$(dirname "$0")/.."
 secs=${1:-10}
 rounds=${2:-3}
-legs="sqlite postgres postgres-leader"
+legs="sqlite postgres postgres-leader postgres-follower"
 command -v wrk >/dev/null || { echo "bench-pg: needs wrk (apt-get install wrk)" >&2; exit 1; }
 command -v sqlite3 >/dev/null || { echo "bench-pg: needs sqlite3 (apt-get install sqlite3)" >&2; exit 1; }
 command -v psql >/dev/null || { echo "bench-pg: needs psql (apt-get install postgresql)" >&2; exit 1; }
@@ -206,6 +210,18 @@ leg_postgres_leader() {
         stored=$(psql "$dburl" -Atc 'select count(*) from tasks')
         echo "$row $stored" >> "$tmp/rows"
         pg_dropdb "gp_bench_leader_$1"
+}
+
+leg_postgres_follower() {
+        pg_newdb "gp_bench_follower_$1"
+        server_start s1 "{url: \"$dburl\"}" '{server_id: s1, lease_s: 6}'
+        # ready once a request through it reaches the leader (it found its URL)
+        server_start s2 "{url: \"$dburl\"}" '{server_id: s2, lease_s: 6}' '/api/v1/tasks'
+        measure postgres-follower "$url"
+        servers_stop
+        stored=$(psql "$dburl" -Atc 'select count(*) from tasks')
+        echo "$row $stored" >> "$tmp/rows"
+        pg_dropdb "gp_bench_follower_$1"
 }
 
 pg_start

@@ -16,6 +16,11 @@ set -eu
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
 jobs=$(nproc 2>/dev/null || echo 2)
+# The black-box tests wait on processes and sockets more than they compute:
+# pytest-xdist runs them on 2 x nproc workers, each test file on one worker
+# (a file's tests share fixtures and assumptions); the `timing` tests, which
+# compare real time with simulated time, run alone afterwards.
+xdist="-n $((jobs * 2)) --dist loadfile"
 
 echo "== 1/8 cppcheck over src/ (make lint)"
 make lint LINT_JOBS="$jobs"
@@ -23,12 +28,13 @@ make lint LINT_JOBS="$jobs"
 echo "== 2/8 gcc build, unit + black-box tests, fuzz corpus replay"
 scripts/check-layers.sh
 make -j"$jobs" all
-make -j"$jobs" check
+PYTEST_ADDOPTS="$xdist -m 'not timing'" make -j"$jobs" check
+PYTEST_ADDOPTS="-m timing" make blackbox
 
 echo "== 3/8 ASan+UBSan: unit + black-box tests"
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} \
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-PYTEST_ADDOPTS="-m 'not timing'" \
+PYTEST_ADDOPTS="$xdist -m 'not timing'" \
         make -j"$jobs" SAN=1 unit blackbox
 
 # ThreadSanitizer cannot share a build with ASan: its own, in build-tsan/
@@ -43,7 +49,7 @@ tsan_dir=$(mktemp -d /tmp/gpupool-tsan.XXXXXX)
 chmod 1777 "$tsan_dir"   # daemons that dropped root (server.user) write there too
 TSAN_OPTIONS="log_path=$tsan_dir/tsan second_deadlock_stack=1 ${TSAN_OPTIONS:-}" \
 GPUPOOL_SAN_LOG_DIR="$tsan_dir" \
-PYTEST_ADDOPTS=${GPUPOOL_TSAN_PYTEST:-"-m 'not timing' --ignore=tests/blackbox/test_simulate.py"} \
+PYTEST_ADDOPTS=${GPUPOOL_TSAN_PYTEST:-"$xdist -m 'not timing' --ignore=tests/blackbox/test_simulate.py"} \
         make -j"$jobs" TSAN=1 blackbox
 if [ -n "$(ls -A "$tsan_dir")" ]; then
         cat "$tsan_dir"/*

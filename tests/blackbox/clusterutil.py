@@ -320,8 +320,10 @@ def term(*_):
     mark("end")
     os._exit(143)
 signal.signal(signal.SIGTERM, term)
-with open(os.path.join(d, "pid.%d" % me), "w") as f:
+tmp = os.path.join(d, ".pid.%d" % me)   # renamed into place whole: a reader never sees it half written
+with open(tmp, "w") as f:
     f.write("%d %s %s\n" % (me, node, rank))
+os.rename(tmp, os.path.join(d, "pid.%d" % me))
 mark("start")
 print("ticker", me, "on", node, "rank", rank, flush=True)
 end = time.time() + secs

@@ -22,8 +22,11 @@
  *   - the leader went away after the request was sent, before its answer
  *     came: 502 leader_unreachable, which says it may have been carried
  *     out (a submit may be stored: check before sending it again).
- * One connection to the leader per request; a body over max_body bytes
- * is read to its end and dropped, then answered 413 (as the leader does). */
+ * A client connection keeps its connection to the leader for its next
+ * request while the leader keeps it open and it was idle less than KEEP_MS
+ * (the leader closes idle ones after server.connection_timeout_s, 60 s by
+ * default); a body over max_body bytes is read to its end and dropped,
+ * then answered 413 (as the leader does). */
 #include "server/follower.h"
 
 #include <errno.h>
@@ -56,6 +59,7 @@
 #define ANSWER_MS 75000         /* request sent and the answer's head back: a long poll (?wait=) holds it 60 s at most */
 #define SLICE_MS 200            /* every wait looks at stopping this often */
 #define RELAY_BLOCK (16 * 1024)
+#define KEEP_MS 2000            /* reuse a connection to the leader idle this long at most */
 
 struct gp_follower {
         struct MHD_Daemon *mhd[GP_FOLLOWER_MAX_FDS];
@@ -67,6 +71,17 @@ struct gp_follower {
         char leader[64];        /* under lock: "" = unknown */
         char leader_url[256];   /* under lock: "" = unknown */
 };
+
+/* One client connection (MHD_OPTION_NOTIFY_CONNECTION): the connection
+ * to the leader it keeps between requests.  Held by the client connection
+ * and by the relay of its answer in progress (which may outlive it). */
+typedef struct fconn {
+        pthread_mutex_t mu;
+        int refs;               /* under mu */
+        int up;                 /* under mu: -1 = none kept */
+        char url[256];          /* the leader URL up is connected to */
+        int64_t idle_since;     /* gp_mono_ms when up was kept */
+} fconn;
 
 /* One request, from its URI (MHD_OPTION_URI_LOG_CALLBACK) to its end. */
 typedef struct freq {
@@ -80,6 +95,9 @@ typedef struct freq {
 /* The leader's answer on its way to the client; owned by the MHD response. */
 typedef struct relay {
         gp_follower *fw;
+        fconn *fc;              /* a reference: up goes back to it when the answer ended cleanly */
+        char url[256];
+        bool keep;              /* the leader keeps the connection open after this answer */
         int up;
         char in[RELAY_BLOCK];   /* bytes read from up, not yet passed on */
         size_t inlen, inoff;
@@ -298,10 +316,57 @@ static ssize_t relay_read(void *cls, uint64_t pos, char *buf, size_t max) {
         }
 }
 
+static void fconn_unref(fconn *fc) {
+        pthread_mutex_lock(&fc->mu);
+        bool last = --fc->refs == 0;
+        pthread_mutex_unlock(&fc->mu);
+        if (!last)
+                return;
+        if (fc->up >= 0)
+                close(fc->up);
+        pthread_mutex_destroy(&fc->mu);
+        free(fc);
+}
+
+/* Keep fd (connected to url) for the client connection's next request. */
+static void fconn_keep(fconn *fc, int fd, const char *url) {
+        pthread_mutex_lock(&fc->mu);
+        int old = fc->up;
+        fc->up = fd;
+        gp_strlcpy(fc->url, url, sizeof(fc->url));
+        fc->idle_since = gp_mono_ms();
+        pthread_mutex_unlock(&fc->mu);
+        if (old >= 0)
+                close(old);
+}
+
+/* The kept connection to url, if it is fresh and the leader has not
+ * closed it; else -1 (a stale one is closed). */
+static int fconn_take(fconn *fc, const char *url) {
+        pthread_mutex_lock(&fc->mu);
+        int fd = fc->up;
+        bool fresh = fd >= 0 && !strcmp(fc->url, url) && gp_mono_ms() - fc->idle_since < KEEP_MS;
+        fc->up = -1;
+        pthread_mutex_unlock(&fc->mu);
+        if (fd < 0)
+                return -1;
+        struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+        if (!fresh || poll(&p, 1, 0) != 0) { /* readable now: closed, or bytes nobody asked for */
+                close(fd);
+                return -1;
+        }
+        return fd;
+}
+
 static void relay_free(void *cls) {
         relay *r = cls;
-        if (r->up >= 0)
+        /* the whole answer read, nothing after it: the next request may use it */
+        if (r->up >= 0 && r->fc && r->keep && r->eof && r->inoff == r->inlen && !r->out.len)
+                fconn_keep(r->fc, r->up, r->url);
+        else if (r->up >= 0)
                 close(r->up);
+        if (r->fc)
+                fconn_unref(r->fc);
         gp_buf_done(&r->out);
         free(r);
 }
@@ -392,7 +457,11 @@ static enum MHD_Result forward(gp_follower *fw, struct MHD_Connection *c, freq *
                                                     rc == -E2BIG ? "request head too large to forward"
                                                                  : "request cannot be forwarded: malformed head");
         }
-        int fd = dial(fw, url);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        fconn *fc = ci ? ci->socket_context : NULL;
+        int fd = fc ? fconn_take(fc, url) : -1;
+        if (fd < 0)
+                fd = dial(fw, url);
         if (fd < 0) {
                 gp_buf_done(&head);
                 char why[600];
@@ -409,6 +478,13 @@ static enum MHD_Result forward(gp_follower *fw, struct MHD_Connection *c, freq *
         }
         r->fw = fw;
         r->up = fd;
+        gp_strlcpy(r->url, url, sizeof(r->url));
+        if (fc) {
+                pthread_mutex_lock(&fc->mu);
+                fc->refs++;
+                pthread_mutex_unlock(&fc->mu);
+                r->fc = fc;
+        }
         gp_buf_init(&r->out, 0);
         int64_t deadline = gp_mono_ms() + ANSWER_MS;
         gp_h1_response resp;
@@ -428,6 +504,7 @@ static enum MHD_Result forward(gp_follower *fw, struct MHD_Connection *c, freq *
         r->chunked = resp.chunked;
         bool bodyless = !strcmp(method, "HEAD") || resp.status == 204 || resp.status == 304;
         r->left = resp.chunked ? -1 : resp.content_length;
+        r->keep = resp.keep_alive && (bodyless || r->left >= 0 || resp.chunked);
         if (bodyless || r->left == 0)
                 r->eof = true;
         uint64_t size = bodyless ? 0 : (!resp.chunked && resp.content_length >= 0) ? (uint64_t)resp.content_length
@@ -521,6 +598,24 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         *con_cls = NULL;
 }
 
+static void notify_conn(void *cls, struct MHD_Connection *c, void **socket_context,
+                        enum MHD_ConnectionNotificationCode toe) {
+        (void)cls;
+        (void)c;
+        if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+                fconn *fc = calloc(1, sizeof(*fc));
+                if (fc) {
+                        pthread_mutex_init(&fc->mu, NULL);
+                        fc->refs = 1;
+                        fc->up = -1;
+                }
+                *socket_context = fc; /* NULL: its requests dial each time */
+        } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+                fconn_unref(*socket_context);
+                *socket_context = NULL;
+        }
+}
+
 static void quiet(void *cls, const char *fmt, va_list ap) {
         (void)cls;
         (void)fmt;
@@ -546,7 +641,7 @@ int gp_follower_start(const char *server_id, int64_t max_body, const int *fds, i
                         0, NULL, NULL, handler, fw, MHD_OPTION_EXTERNAL_LOGGER, quiet, NULL, MHD_OPTION_LISTEN_SOCKET,
                         fd, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_CONNECTION_LIMIT, FOLLOWER_CONN_LIMIT,
                         MHD_OPTION_URI_LOG_CALLBACK, uri_logged, fw, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
-                        MHD_OPTION_END);
+                        MHD_OPTION_NOTIFY_CONNECTION, notify_conn, NULL, MHD_OPTION_END);
                 if (!fw->mhd[i]) {
                         close(fd);
                         gp_follower_stop(fw);

@@ -82,7 +82,7 @@ int gp_fwd_request_head(gp_buf *out, const char *method, const char *target, con
         }
         if (!rc)
                 rc = gp_buf_printf(out,
-                                   "Content-Length: %lld\r\nConnection: close\r\n" GP_FWD_BY ": %s\r\n" GP_FWD_FOR
+                                   "Content-Length: %lld\r\n" GP_FWD_BY ": %s\r\n" GP_FWD_FOR
                                    ": %s\r\n\r\n",
                                    (long long)body_len, server_id, client);
         if (!rc && out->len > GP_FWD_HEAD_MAX)

@@ -52,8 +52,7 @@ typedef struct gp_fwd_header {
  * target (raw, as the client sent it: an origin-form path and query),
  * the client's headers but the hop-by-hop ones (gp_h1_hop_by_hop),
  * Expect and our own X-Gpupool-Forwarded-*, then Host (the client's, or
- * fallback_host when it sent none), Content-Length: body_len,
- * Connection: close (one exchange per connection), and
+ * fallback_host when it sent none), Content-Length: body_len, and
  * X-Gpupool-Forwarded-By: server_id / -For: client.  0; -EINVAL when the
  * method is not a token, the target not origin form (or over
  * GP_FWD_TARGET_MAX), or a name or value holds what a head cannot carry;

@@ -60,12 +60,7 @@ pids=""
 pgrun=""
 pg_up=""
 cleanup() {
-        for p in $pids; do
-                kill "$p" 2>/dev/null || true
-        done
-        for p in $pids; do
-                wait "$p" 2>/dev/null || true
-        done
+        servers_stop
         if [ -n "$pg_up" ]; then
                 $pgrun "$PGBIN/pg_ctl" -D "$pg/data" stop -m fast -w >/dev/null 2>&1 ||
                         $pgrun "$PGBIN/pg_ctl" -D "$pg/data" stop -m immediate -w >/dev/null 2>&1 || true

@@ -20,30 +20,19 @@
 
 #include "base/browser.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz-fields.h"
 
-static char *field(const uint8_t **p, const uint8_t *end) {
-        const uint8_t *nl = memchr(*p, '\n', (size_t)(end - *p));
-        const uint8_t *e = nl ? nl : end;
-        size_t n = (size_t)(e - *p);
-        char *s = malloc(n + 1);
-        if (s) {
-                memcpy(s, *p, n);
-                s[n] = '\0';
-        }
-        *p = nl ? nl + 1 : end;
-        return s;
-}
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         static char allowed[GP_MAX_ALLOWED_ORIGINS][GP_ORIGIN_MAX];
         const uint8_t *p = data, *end = data + size;
         char *f[5] = {0};
         for (int i = 0; i < 5; i++)
-                f[i] = field(&p, end);
+                f[i] = fuzz_field(&p, end);
         size_t nallowed = 0;
         while (p < end && nallowed < GP_MAX_ALLOWED_ORIGINS) {
-                char *a = field(&p, end);
+                char *a = fuzz_field(&p, end);
                 const char *why = NULL;
                 if (a && gp_browser_origin_ok(a, &why)) {
                         if (strlen(a) >= GP_ORIGIN_MAX)

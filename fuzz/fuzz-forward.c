@@ -23,31 +23,20 @@
 #include "base/h1.h"
 #include "server/forward.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz-fields.h"
 
-static char *field(const uint8_t **p, const uint8_t *end) {
-        const uint8_t *nl = memchr(*p, '\n', (size_t)(end - *p));
-        const uint8_t *e = nl ? nl : end;
-        size_t n = (size_t)(e - *p);
-        char *s = malloc(n + 1);
-        if (s) {
-                memcpy(s, *p, n);
-                s[n] = '\0';
-        }
-        *p = nl ? nl + 1 : end;
-        return s;
-}
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define MAXH (GP_H1_MAX_HEADERS - 8) /* room for Host and ours */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const uint8_t *p = data, *end = data + size;
-        char *method = field(&p, end), *target = field(&p, end), *ff = field(&p, end);
+        char *method = fuzz_field(&p, end), *target = fuzz_field(&p, end), *ff = fuzz_field(&p, end);
         char *lines[MAXH] = {0};
         gp_fwd_header h[MAXH];
         size_t nh = 0;
         while (p < end && nh < MAXH) {
-                char *l = field(&p, end);
+                char *l = fuzz_field(&p, end);
                 if (!l)
                         break;
                 char *colon = strchr(l, ':');

@@ -7,8 +7,8 @@
 #   4. the unit and black-box tests again under ASan+UBSan,
 #   5. the black-box tests of the threaded paths under ThreadSanitizer,
 #   6. every fuzz target fuzzed for FUZZ_SECONDS (default 10) seconds,
-#   7. the store tests (unit, tests/blackbox/test_one_server.py and test_ha.py) against
-#      a real PostgreSQL server started here,
+#   7. the store tests (unit, tests/blackbox/test_one_server.py and test_ha.py, the
+#      latter under ThreadSanitizer too) against a real PostgreSQL server started here,
 #   8. the dashboard in headless Chromium and the gateway through the
 #      official openai npm client (npm packages from package-lock.json).
 # Exits non-zero on the first failure.
@@ -69,6 +69,19 @@ GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BUILD=build build/tests/test-store
 # several servers: leader, standby, fenced failover)
 GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BIN="$PWD/build/gpupool" GPUPOOL_BUILD="$PWD/build" \
         /usr/bin/python3 -m pytest -q tests/blackbox/test_one_server.py tests/blackbox/test_ha.py
+# several servers again under ThreadSanitizer (stage 4's build): the follower's
+# connection threads, the lease thread and a deposed leader's threads
+tsan_dir=$(mktemp -d /tmp/gpupool-tsan.XXXXXX)
+chmod 1777 "$tsan_dir"
+TSAN_OPTIONS="log_path=$tsan_dir/tsan second_deadlock_stack=1 ${TSAN_OPTIONS:-}" GPUPOOL_SAN_LOG_DIR="$tsan_dir" \
+GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BIN="$PWD/build-tsan/gpupool" GPUPOOL_BUILD="$PWD/build-tsan" \
+        /usr/bin/python3 -m pytest -q tests/blackbox/test_ha.py
+if [ -n "$(ls -A "$tsan_dir")" ]; then
+        cat "$tsan_dir"/*
+        echo "ThreadSanitizer reports (above) outside any test"
+        exit 1
+fi
+rm -rf "$tsan_dir"
 
 # both npm stages start build/tests/fake-openai as the gateway's upstream
 make -j"$jobs" build/tests/fake-openai

@@ -11,9 +11,9 @@ leader, kill -9s the leader, and measures
   ready:  the kill to the other server's /readyz 200 (it leads);
   submit: the kill to the first 201 of a submit tried every 50 ms through
           the URL list "URL1,URL2" as the CLI does (past a dead one or a
-          503 standby);
+          503 standby: a follower with no leader to forward to);
 checks that every task submitted before a kill is still there (queued or
-running) on the new leader, and starts the killed server again (a standby).
+running) on the new leader, and starts the killed server again (a follower).
 Prints one line per kill and then median and worst of each.
 Needs build/gpupool (GPUPOOL_BIN overrides) and psql.
 """
@@ -164,7 +164,7 @@ def main():
             submit_t.append(got_submit)
             print("kill %2d: ready %.2f s, first submit %.2f s, %d tasks all there" % (i + 1, got_ready, got_submit,
                                                                                    len(ids)), flush=True)
-            leader.start()  # back as a standby
+            leader.start()  # back as a follower
             leader, standby = standby, leader
             # leases of the tasks hold GPUs: cancel them all now and then
             if len(ids) >= 3:

@@ -393,6 +393,11 @@ int gp_server_main(int argc, char **argv) {
                 fprintf(stderr, "gpupool server: bad config: %s\n", err);
                 return 1;
         }
+        if (cfg.server_id[0] && !cfg.advertise_url[0] &&
+            (!strncmp(cfg.listen, "0.0.0.0:", 8) || !strncmp(cfg.listen, "[::]:", 5)))
+                gp_warn("cluster.advertise_url is not set and server.listen (%s) names no address the other "
+                        "servers can reach: they cannot forward requests to this one while it leads",
+                        cfg.listen);
         signal(SIGPIPE, SIG_IGN);
         sigset_t set;
         sigemptyset(&set);

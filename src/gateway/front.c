@@ -697,8 +697,13 @@ static void dispatch(fconn *fc, const char *body, size_t len) {
         if (st) {
                 if (st == 401)
                         answer_error(fc, 401, "invalid_request_error", "invalid_api_key", msg, false);
-                else if (st == 503)
-                        answer_error(fc, 503, "server_error", "unavailable", msg, false);
+                else if (st == 503) { /* this server cannot take it now: another will */
+                        gp_buf lines;
+                        gp_buf_init(&lines, 0);
+                        gp_buf_puts(&lines, "retry-after: 1\r\n");
+                        answer_whole(fc, 503, gp_gw_error_body("server_error", "unavailable", msg), &lines);
+                        gp_buf_done(&lines);
+                }
                 else
                         answer_error(fc, st, "permission_error", "forbidden", msg, false);
                 return;

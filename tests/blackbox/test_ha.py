@@ -491,7 +491,7 @@ def test_postgresql_going_away_and_coming_back(pair):
                 assert r.headers.get("Retry-After") == "1"
                 assert r.json()["error"]["code"] == "unavailable", r.text
             r = requests.post(s.url + "/v1/chat/completions", json={"model": "m", "messages": []}, timeout=10)
-            assert r.status_code == 503, r.text
+            assert r.status_code == 503 and r.headers.get("Retry-After") == "1", r.text
         assert s1.proc.poll() is None and s2.proc.poll() is None
     finally:
         pg.start()

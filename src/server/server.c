@@ -217,27 +217,6 @@ static void *lease_main(void *arg) {
         return NULL;
 }
 
-typedef struct find_url {
-        const char *id;
-        char url[GP_COORD_URL_MAX + 1];
-} find_url;
-
-static int url_of(const gp_coord_server *sv, void *ud) {
-        find_url *f = ud;
-        if (strcmp(sv->server_id, f->id))
-                return 0;
-        gp_strlcpy(f->url, sv->url, sizeof(f->url));
-        return 1;
-}
-
-/* Tell the follower who leads and where (the holder's registry row). */
-static void track_leader(lead *l, gp_follower *fw, const char *holder) {
-        find_url f = {.id = holder};
-        if (holder[0] && gp_store_coord_servers(l->ls, url_of, &f, NULL) < 0)
-                return; /* the store is failing: keep what we had */
-        gp_follower_set_leader(fw, holder, f.url);
-}
-
 /* The follower's own row in the registry (role follower), every
  * heartbeat_interval_s; the first registers it. */
 static void follower_beat(const gp_config *cfg, lead *l, int64_t *next, bool *registered) {
@@ -271,9 +250,11 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
         gp_follower *fw = NULL;
         bool said = false, failing = false, registered = false;
         int64_t next_beat = 0;
+        char self_url[GP_STORE_LEASE_URL_MAX + 1];
+        gp_coord_self_url(cfg, self_url, sizeof(self_url));
         for (;;) {
                 int64_t sent = gp_mono_ms();
-                int r = gp_store_lease_acquire(l->ls, l->id, l->lease_ms, &l->epoch);
+                int r = gp_store_lease_acquire(l->ls, l->id, self_url, l->lease_ms, &l->epoch);
                 if (r == 0) {
                         l->last_ok = sent;
                         gp_daemon_lead_until(sent + l->lease_ms);
@@ -290,19 +271,20 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
                 }
                 int64_t ms = l->lease_ms / 3;
                 if (r == -EBUSY) {
-                        char holder[64] = "";
-                        int64_t epoch = 0, left = 0;
-                        if (gp_store_lease_get(l->ls, holder, sizeof(holder), &epoch, &left) == 0) {
-                                track_leader(l, fw, holder);
+                        gp_store_lease held = {.epoch = 0};
+                        /* where the leader is: the url it wrote with its lease (nothing else names it) */
+                        if (gp_store_lease_get(l->ls, &held) == 0) {
+                                gp_follower_set_leader(fw, held.holder, held.url);
                                 /* try again as the lease runs out, not up to lease_s / 3 later */
-                                if (left + 20 < ms)
-                                        ms = left + 20 > 20 ? left + 20 : 20;
+                                if (held.left_ms + 20 < ms)
+                                        ms = held.left_ms + 20 > 20 ? held.left_ms + 20 : 20;
                         }
                         if (!said)
-                                gp_info("server %s follows: the leader is %s (epoch %" PRId64
-                                        "); requests are forwarded to it; trying for the lead every %" PRId64
+                                gp_info("server %s follows: the leader is %s (epoch %" PRId64 ", at %s); requests "
+                                        "are forwarded to it; trying for the lead every %" PRId64
                                         " ms and as its lease runs out",
-                                        l->id, holder[0] ? holder : "unknown", epoch, l->lease_ms / 3);
+                                        l->id, held.holder[0] ? held.holder : "unknown", held.epoch,
+                                        held.url[0] ? held.url : "an unknown url", l->lease_ms / 3);
                         said = true;
                         follower_beat(cfg, l, &next_beat, &registered);
                 } else if (!failing) { /* once per outage: it is tried every lease_s / 3 */

@@ -662,44 +662,43 @@ static int lease_exec(gp_store *s, const char *sql, int n, const char *const *va
         return 0;
 }
 
-static int pg_lease_get(gp_store *s, char *holder, size_t size, int64_t *ret_epoch, int64_t *ret_left_ms) {
+static int pg_lease_get(gp_store *s, gp_store_lease *ret) {
         PGresult *res;
         int r = lease_exec(s,
-                           "SELECT holder, epoch, (EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::bigint "
+                           "SELECT holder, epoch, (EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::bigint, url "
                            "FROM leader WHERE id = 1",
                            0, NULL, "read the leader lease", &res);
         if (r < 0)
                 return r;
-        int64_t epoch = 0, left = 0;
-        if (PQntuples(res) == 1 && (gp_parse_i64(PQgetvalue(res, 0, 1), 0, INT64_MAX, &epoch) < 0 ||
-                                    gp_parse_i64(PQgetvalue(res, 0, 2), INT64_MIN, INT64_MAX, &left) < 0)) {
+        gp_store_lease l = {.epoch = 0};
+        if (PQntuples(res) == 1 && (gp_parse_i64(PQgetvalue(res, 0, 1), 0, INT64_MAX, &l.epoch) < 0 ||
+                                    gp_parse_i64(PQgetvalue(res, 0, 2), INT64_MIN, INT64_MAX, &l.left_ms) < 0)) {
                 PQclear(res);
                 return store_set_err(s, "not a number", "read the leader lease");
         }
-        if (holder && size)
-                gp_strlcpy(holder, PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "", size);
+        if (PQntuples(res) == 1) {
+                gp_strlcpy(l.holder, PQgetvalue(res, 0, 0), sizeof(l.holder));
+                gp_strlcpy(l.url, PQgetvalue(res, 0, 3), sizeof(l.url));
+        }
         PQclear(res);
-        if (ret_epoch)
-                *ret_epoch = epoch;
-        if (ret_left_ms)
-                *ret_left_ms = left;
+        *ret = l;
         return 0;
 }
 
-static int pg_lease_acquire(gp_store *s, const char *id, int64_t lease_ms, int64_t *ret_epoch) {
+static int pg_lease_acquire(gp_store *s, const char *id, const char *url, int64_t lease_ms, int64_t *ret_epoch) {
         char ms[24];
         fmt_i64(ms, sizeof(ms), lease_ms);
-        const char *vals[2] = {id, ms};
+        const char *vals[3] = {id, ms, url};
         PGresult *res;
         /* one statement: two servers trying at once are serialised on the
          * row, and the second sees the first's unexpired lease */
         int r = lease_exec(s,
-                           "INSERT INTO leader (id, holder, epoch, expires_at) "
-                           "VALUES (1, $1, 1, now() + $2::bigint * interval '1 millisecond') "
+                           "INSERT INTO leader (id, holder, epoch, expires_at, url) "
+                           "VALUES (1, $1, 1, now() + $2::bigint * interval '1 millisecond', $3) "
                            "ON CONFLICT (id) DO UPDATE SET holder = EXCLUDED.holder, epoch = leader.epoch + 1, "
-                           "expires_at = EXCLUDED.expires_at "
+                           "expires_at = EXCLUDED.expires_at, url = EXCLUDED.url "
                            "WHERE leader.holder = EXCLUDED.holder OR leader.expires_at <= now() RETURNING epoch",
-                           2, vals, "acquire the leader lease", &res);
+                           3, vals, "acquire the leader lease", &res);
         if (r < 0)
                 return r;
         int64_t epoch = 0;
@@ -713,12 +712,12 @@ static int pg_lease_acquire(gp_store *s, const char *id, int64_t lease_ms, int64
                 return r;
         }
         PQclear(res);
-        char holder[64] = "", msg[160];
-        int64_t left = 0;
-        if ((r = pg_lease_get(s, holder, sizeof(holder), &epoch, &left)) < 0)
+        gp_store_lease held;
+        char msg[160];
+        if ((r = pg_lease_get(s, &held)) < 0)
                 return r;
-        snprintf(msg, sizeof(msg), "held by server %s (epoch %" PRId64 ") for %" PRId64 " ms more", holder, epoch,
-                 left);
+        snprintf(msg, sizeof(msg), "held by server %s (epoch %" PRId64 ") for %" PRId64 " ms more", held.holder,
+                 held.epoch, held.left_ms);
         store_set_err(s, msg, "acquire the leader lease");
         return -EBUSY;
 }

@@ -140,9 +140,9 @@ typedef struct gp_store_ops {
          * checked arguments; NULL: -ENOTSUP.  The fence itself is
          * s->fence_id / fence_epoch, which the backend checks in commit and
          * in every write outside a transaction, failing with -GP_EFENCED. */
-        int (*lease_acquire)(gp_store *s, const char *id, int64_t lease_ms, int64_t *ret_epoch);
+        int (*lease_acquire)(gp_store *s, const char *id, const char *url, int64_t lease_ms, int64_t *ret_epoch);
         int (*lease_renew)(gp_store *s, const char *id, int64_t epoch, int64_t lease_ms);
-        int (*lease_get)(gp_store *s, char *holder, size_t size, int64_t *ret_epoch, int64_t *ret_left_ms);
+        int (*lease_get)(gp_store *s, gp_store_lease *ret);
         int (*lease_release)(gp_store *s, const char *id, int64_t epoch);
 } gp_store_ops;
 

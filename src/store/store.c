@@ -306,13 +306,19 @@ static int lease_args(gp_store *s, const char *what, const char *id, int64_t lea
         return 0;
 }
 
-int gp_store_lease_acquire(gp_store *s, const char *server_id, int64_t lease_ms, int64_t *ret_epoch) {
+int gp_store_lease_acquire(gp_store *s, const char *server_id, const char *url, int64_t lease_ms,
+                           int64_t *ret_epoch) {
         int r = lease_args(s, "acquire the leader lease", server_id, lease_ms);
         if (r < 0)
                 return r;
+        size_t n = url ? strnlen(url, GP_STORE_LEASE_URL_MAX + 1) : 0;
+        if (!url || n > GP_STORE_LEASE_URL_MAX || !gp_str_is_clean(url, n)) {
+                store_set_err(s, "url missing, longer than 255 bytes or not clean text", "acquire the leader lease");
+                return -EINVAL;
+        }
         if (!s->ops->lease_acquire)
                 return -ENOTSUP;
-        return s->ops->lease_acquire(s, server_id, lease_ms, ret_epoch);
+        return s->ops->lease_acquire(s, server_id, url, lease_ms, ret_epoch);
 }
 
 int gp_store_lease_renew(gp_store *s, const char *server_id, int64_t epoch, int64_t lease_ms) {
@@ -324,13 +330,13 @@ int gp_store_lease_renew(gp_store *s, const char *server_id, int64_t epoch, int6
         return s->ops->lease_renew(s, server_id, epoch, lease_ms);
 }
 
-int gp_store_lease_get(gp_store *s, char *holder, size_t size, int64_t *ret_epoch, int64_t *ret_left_ms) {
+int gp_store_lease_get(gp_store *s, gp_store_lease *ret) {
         int r = lease_args(s, "read the leader lease", NULL, 1);
         if (r < 0)
                 return r;
         if (!s->ops->lease_get)
                 return -ENOTSUP;
-        return s->ops->lease_get(s, holder, size, ret_epoch, ret_left_ms);
+        return s->ops->lease_get(s, ret);
 }
 
 int gp_store_lease_release(gp_store *s, const char *server_id, int64_t epoch) {
@@ -952,7 +958,7 @@ static const char *const billing_sql[STORE_DIALECTS] = {
         [STORE_POSTGRES] = BILLING_SCHEMA("BIGINT", "BIGSERIAL PRIMARY KEY")
                 /* the leader lease of several servers (gp_store_lease_*) */
                 "CREATE TABLE IF NOT EXISTS leader (id INT PRIMARY KEY CHECK (id = 1), holder TEXT NOT NULL,"
-                " epoch BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL);",
+                " epoch BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL, url TEXT NOT NULL DEFAULT '');",
 };
 
 static int read_schema_version(gp_store *s, const store_schema_ops *ops, int64_t *ret) {

@@ -74,18 +74,30 @@ int gp_store_claim(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_ot
  * acquire: take the lease for lease_ms when it is free, expired or already
  * held by server_id; every acquire starts a new term, so the epoch grows by
  * one (a restarted server with the same id fences its old incarnation too).
+ * url (0..GP_STORE_LEASE_URL_MAX bytes of clean text) is where the others
+ * reach the new holder: it is written with the holder, in the same row, so
+ * only the leader itself ever names where the leader is.
  * 0 with *ret_epoch, -EBUSY while another holds an unexpired lease (the
  * holder named in gp_store_errmsg), -EINVAL, -GP_ESTORE.
  * renew: push the expiry to now() + lease_ms while the row still says
  * server_id and epoch: 0, -ESTALE when it does not (another took over),
  * -GP_ESTORE.
- * get: the holder ("" when nobody ever held it), its epoch and the ms left
- * until it expires by the database's clock (<= 0: expired).  0, -GP_ESTORE.
+ * get: the holder ("" when nobody ever held it), its url, its epoch and the
+ * ms left until it expires by the database's clock (<= 0: expired).  0,
+ * -GP_ESTORE.
  * release: let the lease expire now if server_id and epoch still hold it
  * (the next acquire takes it at once).  0 (also when not held), -GP_ESTORE. */
-int gp_store_lease_acquire(gp_store *s, const char *server_id, int64_t lease_ms, int64_t *ret_epoch);
+#define GP_STORE_LEASE_URL_MAX 255
+typedef struct gp_store_lease {
+        char holder[64];
+        char url[GP_STORE_LEASE_URL_MAX + 1];
+        int64_t epoch;
+        int64_t left_ms;
+} gp_store_lease;
+int gp_store_lease_acquire(gp_store *s, const char *server_id, const char *url, int64_t lease_ms,
+                           int64_t *ret_epoch);
 int gp_store_lease_renew(gp_store *s, const char *server_id, int64_t epoch, int64_t lease_ms);
-int gp_store_lease_get(gp_store *s, char *holder, size_t size, int64_t *ret_epoch, int64_t *ret_left_ms);
+int gp_store_lease_get(gp_store *s, gp_store_lease *ret);
 int gp_store_lease_release(gp_store *s, const char *server_id, int64_t epoch);
 
 /* Fence this handle with a lease term: from now on every transaction it

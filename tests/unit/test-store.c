@@ -1432,39 +1432,46 @@ static void count_fenced(void *ud) {
 static void test_postgres_lease_acquire_renew_expire_takeover(void **state) {
         FX(state);
         gp_store *a = open_store(fx), *b = open_store(fx);
-        int64_t ea = 0, eb = 0, ep = 0, left = 0;
-        char holder[64];
-        assert_int_equal(gp_store_lease_get(a, holder, sizeof(holder), &ep, &left), 0);
-        assert_string_equal(holder, "");
-        assert_int_equal(gp_store_lease_acquire(a, "s1", 1000, &ea), 0);
+        int64_t ea = 0, eb = 0;
+        gp_store_lease held;
+        assert_int_equal(gp_store_lease_get(a, &held), 0);
+        assert_string_equal(held.holder, "");
+        assert_string_equal(held.url, "");
+        assert_int_equal(gp_store_lease_acquire(a, "s1", "http://10.0.0.5:8080", 1000, &ea), 0);
         assert_int_equal(ea, 1);
-        assert_int_equal(gp_store_lease_acquire(b, "s2", 1000, &eb), -EBUSY);
+        assert_int_equal(gp_store_lease_acquire(b, "s2", "http://10.0.0.6:8080", 1000, &eb), -EBUSY);
         assert_non_null(strstr(gp_store_errmsg(b), "s1"));
-        assert_int_equal(gp_store_lease_get(b, holder, sizeof(holder), &ep, &left), 0);
-        assert_string_equal(holder, "s1");
-        assert_int_equal(ep, 1);
-        assert_true(left > 0 && left <= 1000);
+        assert_int_equal(gp_store_lease_get(b, &held), 0);
+        assert_string_equal(held.holder, "s1");
+        assert_string_equal(held.url, "http://10.0.0.5:8080"); /* a refused acquire did not touch it */
+        assert_int_equal(held.epoch, 1);
+        assert_true(held.left_ms > 0 && held.left_ms <= 1000);
         /* renewing keeps it past its first expiry */
         for (int i = 0; i < 4; i++) {
                 usleep(400 * 1000);
                 assert_int_equal(gp_store_lease_renew(a, "s1", ea, 1000), 0);
-                assert_int_equal(gp_store_lease_acquire(b, "s2", 1000, &eb), -EBUSY);
+                assert_int_equal(gp_store_lease_acquire(b, "s2", "", 1000, &eb), -EBUSY);
         }
         /* left to expire: the other takes it over, with the next epoch */
         usleep(1100 * 1000);
-        assert_int_equal(gp_store_lease_acquire(b, "s2", 1000, &eb), 0);
+        assert_int_equal(gp_store_lease_acquire(b, "s2", "http://10.0.0.6:8080", 1000, &eb), 0);
         assert_int_equal(eb, 2);
+        assert_int_equal(gp_store_lease_get(a, &held), 0);
+        assert_string_equal(held.holder, "s2");
+        assert_string_equal(held.url, "http://10.0.0.6:8080"); /* the url comes with the lease */
         assert_int_equal(gp_store_lease_renew(a, "s1", ea, 1000), -ESTALE);
         assert_int_equal(gp_store_lease_renew(b, "s2", eb, 1000), 0);
         /* released: taken at once, epoch 3; a stale release changes nothing */
         assert_int_equal(gp_store_lease_release(a, "s1", ea), 0);
-        assert_int_equal(gp_store_lease_acquire(a, "s1", 1000, &ea), -EBUSY);
+        assert_int_equal(gp_store_lease_acquire(a, "s1", "", 1000, &ea), -EBUSY);
         assert_int_equal(gp_store_lease_release(b, "s2", eb), 0);
-        assert_int_equal(gp_store_lease_acquire(a, "s1", 1000, &ea), 0);
+        assert_int_equal(gp_store_lease_acquire(a, "s1", "", 1000, &ea), 0);
         assert_int_equal(ea, 3);
         /* bad arguments change nothing */
-        assert_int_equal(gp_store_lease_acquire(a, "", 1000, &ea), -EINVAL);
-        assert_int_equal(gp_store_lease_acquire(a, "s1", 0, &ea), -EINVAL);
+        assert_int_equal(gp_store_lease_acquire(a, "", "", 1000, &ea), -EINVAL);
+        assert_int_equal(gp_store_lease_acquire(a, "s1", "", 0, &ea), -EINVAL);
+        assert_int_equal(gp_store_lease_acquire(a, "s1", "http://x\r\nHost: evil", 1000, &ea), -EINVAL);
+        assert_int_equal(gp_store_lease_acquire(a, "s1", NULL, 1000, &ea), -EINVAL);
         assert_int_equal(ea, 3);
         gp_store_close(a);
         gp_store_close(b);
@@ -1474,7 +1481,7 @@ static void test_postgres_fenced_handle_stores_nothing_after_a_takeover(void **s
         FX(state);
         gp_store *a = open_store(fx), *b = open_store(fx);
         int64_t ea = 0, eb = 0;
-        assert_int_equal(gp_store_lease_acquire(a, "s1", 500, &ea), 0);
+        assert_int_equal(gp_store_lease_acquire(a, "s1", "", 500, &ea), 0);
         fenced_calls = 0;
         assert_int_equal(gp_store_set_fence(a, "s1", ea, count_fenced, NULL), 0);
         /* while it leads, its writes go through, in and outside transactions */
@@ -1486,7 +1493,7 @@ static void test_postgres_fenced_handle_stores_nothing_after_a_takeover(void **s
         assert_true(exists(b, 1) && exists(b, 2));
         /* a pauses past its lease; b takes over */
         usleep(600 * 1000);
-        assert_int_equal(gp_store_lease_acquire(b, "s2", 5000, &eb), 0);
+        assert_int_equal(gp_store_lease_acquire(b, "s2", "", 5000, &eb), 0);
         assert_true(eb > ea);
         /* a's transaction is refused whole, and it is told so */
         assert_int_equal(gp_store_begin(a), 0);
@@ -1521,7 +1528,7 @@ static void test_sqlite_lease_is_not_supported(void **state) {
         FX(state);
         gp_store *a = open_store(fx);
         int64_t e = 0;
-        assert_int_equal(gp_store_lease_acquire(a, "s1", 1000, &e), -ENOTSUP);
+        assert_int_equal(gp_store_lease_acquire(a, "s1", "", 1000, &e), -ENOTSUP);
         assert_int_equal(gp_store_set_fence(a, "s1", 1, NULL, NULL), -ENOTSUP);
         put_simple(a, 1, "t", GP_TASK_QUEUED);
         assert_true(exists(a, 1));

@@ -67,6 +67,7 @@ struct gp_follower {
         char id[64];            /* this server's id */
         int64_t max_body;
         atomic_bool stopping;
+        atomic_int inflight;    /* requests between their URI and their end */
         pthread_mutex_t lock;
         char leader[64];        /* under lock: "" = unknown */
         char leader_url[256];   /* under lock: "" = unknown */
@@ -491,10 +492,8 @@ static enum MHD_Result forward(gp_follower *fw, struct MHD_Connection *c, freq *
         bool sent = send_all(fw, fd, head.data, head.len, deadline) == 0 &&
                     (!q->body.len || send_all(fw, fd, q->body.data, q->body.len, deadline) == 0);
         gp_buf_done(&head);
-        if (!sent || read_head(r, &resp, deadline) < 0) {
+        if (!sent || read_head(r, &resp, deadline) < 0) { /* also when this server takes the lead meanwhile */
                 relay_free(r);
-                if (atomic_load(&fw->stopping))
-                        return answer_standby(fw, c, "this server is taking the lead");
                 return answer_error(c, 502, "leader_unreachable",
                                     "the leader went away while this request was on its way: it may have been "
                                     "carried out; check before sending it again");
@@ -541,6 +540,7 @@ static void *uri_logged(void *cls, const char *uri, struct MHD_Connection *c) {
         if (!q)
                 return NULL;
         q->fw = cls;
+        atomic_fetch_add(&q->fw->inflight, 1);
         q->target = strdup(uri ? uri : "");
         gp_buf_init(&q->body, (size_t)q->fw->max_body);
         return q;
@@ -591,6 +591,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         (void)toe;
         freq *q = *con_cls;
         if (q) {
+                atomic_fetch_sub(&q->fw->inflight, 1);
                 gp_buf_done(&q->body);
                 free(q->target);
                 free(q);
@@ -628,6 +629,7 @@ int gp_follower_start(const char *server_id, int64_t max_body, const int *fds, i
                 return -ENOMEM;
         pthread_mutex_init(&fw->lock, NULL);
         atomic_init(&fw->stopping, false);
+        atomic_init(&fw->inflight, 0);
         gp_strlcpy(fw->id, server_id, sizeof(fw->id));
         fw->max_body = max_body;
         for (int i = 0; i < n && i < GP_FOLLOWER_MAX_FDS; i++) {
@@ -666,14 +668,21 @@ void gp_follower_stop(gp_follower *fw) {
         if (!fw)
                 return;
         atomic_store(&fw->stopping, true); /* forwards in progress end within SLICE_MS */
+        /* quiesced first: stopping alone would shutdown() the socket,
+         * which the dup shares with the daemon's */
+        MHD_socket lfd[GP_FOLLOWER_MAX_FDS];
+        for (int i = 0; i < fw->n; i++)
+                lfd[i] = fw->mhd[i] ? MHD_quiesce_daemon(fw->mhd[i]) : MHD_INVALID_SOCKET;
+        /* the requests in progress answer (503 standby: this server takes
+         * the lead) before their connections are closed */
+        for (int64_t until = gp_mono_ms() + 2 * SLICE_MS + 500;
+             atomic_load(&fw->inflight) > 0 && gp_mono_ms() < until;)
+                usleep(10 * 1000);
         for (int i = 0; i < fw->n; i++)
                 if (fw->mhd[i]) {
-                        /* quiesced first: stopping alone would shutdown() the
-                         * socket, which the dup shares with the daemon's */
-                        MHD_socket fd = MHD_quiesce_daemon(fw->mhd[i]);
                         MHD_stop_daemon(fw->mhd[i]);
-                        if (fd != MHD_INVALID_SOCKET)
-                                close(fd);
+                        if (lfd[i] != MHD_INVALID_SOCKET)
+                                close(lfd[i]);
                 }
         pthread_mutex_destroy(&fw->lock);
         free(fw);

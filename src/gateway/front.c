@@ -769,8 +769,12 @@ int gw_front_parse_head(const char *in, size_t n, gw_front_head *h) {
         h->has_origin = header_value(&r, "Origin", h->origin, sizeof(h->origin));
         h->has_sfs = header_value(&r, "Sec-Fetch-Site", h->sfs, sizeof(h->sfs));
         h->has_host = header_value(&r, "Host", h->host, sizeof(h->host));
-        /* a follower's (server/forward.h): a value too long to keep stays "?", not loopback */
+        /* a follower's (server/forward.h): a value too long to keep stays "?", not loopback,
+         * and so do two lines of it (a follower sends one) */
         h->has_fwd_for = header_value(&r, "X-Gpupool-Forwarded-For", h->fwd_for, sizeof(h->fwd_for));
+        const gp_h1_header *first = gp_h1_find(r.headers, r.nheaders, "X-Gpupool-Forwarded-For");
+        if (first && gp_h1_find(first + 1, r.nheaders - (size_t)(first + 1 - r.headers), "X-Gpupool-Forwarded-For"))
+                gp_strlcpy(h->fwd_for, "?", sizeof(h->fwd_for));
         return 0;
 }
 

@@ -9,10 +9,16 @@
 
 typedef struct gp_follower gp_follower;
 
+struct gp_config;
+
 /* Serve on dups of the n listening sockets fds (the caller keeps its
- * own); request bodies over max_body bytes get 413.  0, -ENOMEM or
- * -errno. */
-int gp_follower_start(const char *server_id, int64_t max_body, const int *fds, int n, gp_follower **ret);
+ * own), with the server's limits of cfg as a leader would: request bodies
+ * over server.max_body_bytes get 413, a request head must come within
+ * server.header_timeout_s, at most server.max_connections connections, of
+ * which server.max_connections_per_ip from one address (more are closed
+ * at once).  0, -ENOMEM or -errno. */
+int gp_follower_start(const char *server_id, const struct gp_config *cfg, const int *fds, int n,
+                      gp_follower **ret);
 /* The leader to forward to: its id and URL ("" = not known; a URL that
  * is not http://HOST[:PORT] or names no reachable host, such as 0.0.0.0,
  * is kept but not used).  Any thread; takes fw NULL. */

@@ -4,6 +4,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -88,6 +91,54 @@ int gp_fwd_request_head(gp_buf *out, const char *method, const char *target, con
         if (!rc && out->len > GP_FWD_HEAD_MAX)
                 rc = -E2BIG;
         return rc;
+}
+
+const char *gp_fwd_framing_error(int n_cl, int n_te, const char *te) {
+        if (n_cl > 1)
+                return "more than one Content-Length";
+        if (n_te && n_cl)
+                return "Content-Length and Transfer-Encoding together";
+        if (n_te > 1 || (n_te && (!te || strcasecmp(te, "chunked"))))
+                return "a Transfer-Encoding other than chunked";
+        return NULL;
+}
+
+typedef struct framing {
+        int n_cl, n_te;
+        const char *te;
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+        (void)kind;
+        framing *f = cls;
+        if (!strcasecmp(key, "Content-Length"))
+                f->n_cl++;
+        else if (!strcasecmp(key, "Transfer-Encoding") && !f->n_te++)
+                f->te = value;
+        return MHD_YES;
+}
+
+bool gp_fwd_mhd_refuse_bad_framing(struct MHD_Connection *c, enum MHD_Result *ret) {
+        framing f = {0, 0, NULL};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+        const char *why = gp_fwd_framing_error(f.n_cl, f.n_te, f.te);
+        if (!why)
+                return false;
+        json_t *j = json_pack("{s:{s:s,s:s}}", "error", "code", "invalid_request", "message", why);
+        char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        struct MHD_Response *resp =
+                body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE) : NULL;
+        if (!resp) {
+                free(body);
+                *ret = MHD_NO;
+                return true;
+        }
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+        MHD_add_response_header(resp, "Connection", "close");
+        *ret = MHD_queue_response(c, 400, resp);
+        MHD_destroy_response(resp);
+        return true;
 }
 
 static bool loopback_literal(const char *s, size_t n) {

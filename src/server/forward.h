@@ -1,5 +1,6 @@
 /* forward.h - what a follower sends the leader in place of its client,
- * and how the leader reads it back (pure: no I/O).
+ * and how the leader reads it back (pure: no I/O, but for
+ * gp_fwd_mhd_framing_error).
  *
  * Several servers on one PostgreSQL (docs/deployment.md, "Several
  * servers"): a follower answers the whole API by forwarding each request
@@ -24,6 +25,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <microhttpd.h>
 
 #include "base/buf.h"
 
@@ -60,6 +63,20 @@ typedef struct gp_fwd_header {
  * holds a partial head: reset it. */
 int gp_fwd_request_head(gp_buf *out, const char *method, const char *target, const gp_fwd_header *h, size_t nh,
                         const char *fallback_host, const char *server_id, const char *client, int64_t body_len);
+
+/* Is a request's framing one every server reads the same way (RFC 9112
+ * 6.1-6.3)?  NULL, or why it is not: more than one Content-Length line,
+ * Content-Length and Transfer-Encoding together, more than one
+ * Transfer-Encoding line, or a Transfer-Encoding other than chunked.
+ * n_cl and n_te count the lines, te is the (first) Transfer-Encoding
+ * value or NULL. */
+const char *gp_fwd_framing_error(int n_cl, int n_te, const char *te);
+/* For a request MHD has read the head of (MHD's first call of a handler;
+ * the one function of this file that is not pure): when its framing is
+ * ambiguous, queue 400 invalid_request with Connection: close (nothing
+ * more of it is read: the rest could pass for a second request), set *ret
+ * and return true; else false. */
+bool gp_fwd_mhd_refuse_bad_framing(struct MHD_Connection *c, enum MHD_Result *ret);
 
 /* May a keyless request be served as a loopback client, given its
  * X-Gpupool-Forwarded-For value (NULL: not forwarded)?  True for NULL, and

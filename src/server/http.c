@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -198,12 +199,24 @@ static bool addr_loopback(const struct sockaddr *sa) {
         return false;
 }
 
+static enum MHD_Result count_fwd_for(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+        (void)kind;
+        (void)value;
+        if (!strcasecmp(key, GP_FWD_FOR))
+                ++*(int *)cls;
+        return MHD_YES;
+}
+
 /* A loopback peer, and (a request a follower forwarded) a loopback
- * client behind it (forward.h). */
+ * client behind it (forward.h): one X-Gpupool-Forwarded-For line (a
+ * follower sends one) naming only loopback addresses. */
 static bool is_loopback(struct MHD_Connection *conn) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        return ci && addr_loopback(ci->client_addr) &&
-               gp_fwd_loopback(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, GP_FWD_FOR));
+        if (!ci || !addr_loopback(ci->client_addr))
+                return false;
+        int lines = 0;
+        MHD_get_connection_values(conn, MHD_HEADER_KIND, count_fwd_for, &lines);
+        return lines <= 1 && gp_fwd_loopback(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, GP_FWD_FOR));
 }
 
 /* Who is asking, from the Authorization header's value (NULL = none),
@@ -1197,7 +1210,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
                 r->log_fd = -1;
                 gp_buf_init(&r->body, (size_t)d->cfg.max_body_bytes);
                 *con_cls = r;
-                return MHD_YES;
+                enum MHD_Result ret;
+                return gp_fwd_mhd_refuse_bad_framing(conn, &ret) ? ret : MHD_YES;
         }
         if (*upload_data_size) {
                 if (!r->body_too_big && gp_buf_append(&r->body, upload_data, *upload_data_size) < 0)

@@ -263,7 +263,7 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
                         return 1;
                 }
                 if (!fw) {
-                        int sr = gp_follower_start(l->id, cfg->max_body_bytes, bound, nbound, &fw);
+                        int sr = gp_follower_start(l->id, cfg, bound, nbound, &fw);
                         if (sr < 0) {
                                 fprintf(stderr, "gpupool server: cannot serve as follower: %s\n", strerror(-sr));
                                 return -1;

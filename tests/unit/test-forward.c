@@ -128,6 +128,20 @@ static void test_loopback_rule(void **state) {
         assert_false(gp_fwd_loopback("::ffff:10.0.0.1"));
 }
 
+static void test_framing(void **state) {
+        (void)state;
+        assert_null(gp_fwd_framing_error(0, 0, NULL));
+        assert_null(gp_fwd_framing_error(1, 0, NULL));
+        assert_null(gp_fwd_framing_error(0, 1, "chunked"));
+        assert_null(gp_fwd_framing_error(0, 1, "Chunked"));
+        assert_non_null(gp_fwd_framing_error(2, 0, NULL));          /* two lengths: which one? */
+        assert_non_null(gp_fwd_framing_error(1, 1, "chunked"));     /* a length and chunks */
+        assert_non_null(gp_fwd_framing_error(0, 1, "gzip"));        /* a coding we cannot frame */
+        assert_non_null(gp_fwd_framing_error(0, 1, "gzip, chunked")); /* refused as a whole: we decode none */
+        assert_non_null(gp_fwd_framing_error(0, 2, "chunked"));
+        assert_non_null(gp_fwd_framing_error(0, 1, NULL));
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_routes),
@@ -135,6 +149,7 @@ int main(void) {
                 cmocka_unit_test(test_no_host_takes_the_fallback),
                 cmocka_unit_test(test_refusals),
                 cmocka_unit_test(test_loopback_rule),
+                cmocka_unit_test(test_framing),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,508 @@
+"""Attacks on a follower (docs/deployment.md, "Several servers"; docs/api.md,
+"Several servers"): an outside client talks to s2, the follower that
+forwards every request to s1, the leader, and tries to gain something on
+the way.
+
+The servers are test_ha.py's (Server, pg_db, _psql, LEASE_S).  Here s1
+advertises the URL of a recording TCP relay (Relay) in front of its port,
+so the follower's requests pass through it on their way to the leader and
+the test can read exactly what the leader was sent (how many requests,
+with which heads and bodies).  Every attack then checks that the client
+got a clear error (or a faithful answer), that nothing was stored (psql on
+the shared database, and a read through the leader) and that the next
+ordinary request through the follower works.
+
+Needs GPUPOOL_TEST_PG_URL and psql, as test_ha.py.
+"""
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+import requests
+
+from apiutil import batch, reap_supervisors, wait_for  # noqa: F401  (reap_supervisors: autouse)
+from conftest import SIM_CONFIG, _require_bin, free_port
+from test_ha import LEASE_S, Server, _psql, pair, pg_db  # noqa: F401  (pair, pg_db: fixtures)
+
+pytestmark = pytest.mark.e2e
+
+
+# ---- a recording relay between the follower and the leader --------------------
+
+class Relay:
+    """Listens on 127.0.0.1:port and relays every connection to target
+    (set once the leader has started), recording the bytes sent toward
+    the leader, per connection."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(512)
+        self.port = self.sock.getsockname()[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.target = None
+        self.lock = threading.Lock()
+        self.conns = []        # [bytearray sent toward the leader] per connection
+        self.open = 0          # connections open right now
+        self.stopped = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stopped:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                u = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+                u.settimeout(None)
+            except OSError:
+                c.close()
+                continue
+            rec = bytearray()
+            with self.lock:
+                self.conns.append(rec)
+                self.open += 1
+            done = threading.Event()
+            threading.Thread(target=self._pipe, args=(c, u, rec, done), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(u, c, None, done), daemon=True).start()
+
+    def _pipe(self, src, dst, rec, done):
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if rec is not None:
+                    with self.lock:
+                        rec += b
+                dst.sendall(b)
+        except OSError:
+            pass
+        for s, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
+            try:
+                s.shutdown(how)
+            except OSError:
+                pass
+        if done.is_set():  # the second direction ended too: the connection is over
+            src.close()
+            dst.close()
+            with self.lock:
+                self.open -= 1
+        done.set()
+
+    def stop(self):
+        self.stopped = True
+        self.sock.close()
+
+    def mark(self):
+        """A point in the recording: requests() after it."""
+        with self.lock:
+            return [len(r) for r in self.conns]
+
+    def requests(self, since=None):
+        """The requests the leader was sent (after mark() since), parsed
+        as HTTP/1.1 frames them: [(method, target, {header: [values]},
+        body)].  Garbage that is no request head is returned as
+        ("?", bytes, {}, b"")."""
+        with self.lock:
+            streams = [bytes(r) for r in self.conns]
+        out = []
+        for i, s in enumerate(streams):
+            if since is not None:
+                s = s[since[i]:] if i < len(since) else s
+            out.extend(parse_requests(s))
+        return out
+
+
+def parse_requests(s):
+    out = []
+    while s:
+        end = s.find(b"\r\n\r\n")
+        if end < 0:
+            out.append(("?", s, {}, b""))
+            break
+        head, s = s[:end].decode("latin-1"), s[end + 4:]
+        lines = head.split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            out.append(("?", head.encode("latin-1"), {}, b""))
+            break
+        hdrs = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            hdrs.setdefault(k.strip().lower(), []).append(v.strip())
+        body = b""
+        if "chunked" in ",".join(hdrs.get("transfer-encoding", [])).lower():
+            while True:
+                nl = s.find(b"\r\n")
+                if nl < 0:
+                    break
+                n = int(s[:nl].split(b";")[0], 16)
+                body += s[nl + 2:nl + 2 + n]
+                s = s[nl + 2 + n + 2:]
+                if n == 0:
+                    break
+        elif "content-length" in hdrs:
+            n = int(hdrs["content-length"][0])
+            body, s = s[:n], s[n:]
+        out.append((parts[0], parts[1], hdrs, body))
+    return out
+
+
+# ---- the servers ----------------------------------------------------------------
+
+ADMIN, KEY_A, KEY_B = "attack-admin-key", "attack-key-of-a", "attack-key-of-b"
+A, B = "tenant-a", "tenant-b"
+
+
+def h(key):
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+KEYED = ("auth: {admin_keys: [\"%s\"]}\n"
+         "tenants:\n"
+         "  - {id: %s, keys: [\"%s\"], max_priority: 0, default_priority: 5}\n"
+         "  - {id: %s, keys: [\"%s\"], max_priority: 0, default_priority: 5}\n"
+         % (h(ADMIN), A, h(KEY_A), B, h(KEY_B)))
+
+
+class Srv(Server):
+    """test_ha's Server with more config and a chosen advertise_url."""
+
+    def __init__(self, tmp_path, name, pg, extra="", advertise=None):
+        super().__init__(tmp_path, name, pg)
+        cluster = "cluster: {server_id: %s, lease_s: %d%s}\n" % (
+            name, LEASE_S, ', advertise_url: "%s"' % advertise if advertise else "")
+        self.config_text = SIM_CONFIG + extra + 'store: {url: "%s"}\n' % pg + cluster
+
+
+class Cluster:
+    def __init__(self, s1, s2, relay):
+        self.s1, self.s2, self.relay = s1, s2, relay
+
+
+def stop_cluster(c):
+    for s in (c.s1, c.s2):
+        if s.proc and s.proc.poll() is None:
+            try:
+                os.kill(s.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        s.stop()
+    c.relay.stop()
+
+
+@pytest.fixture
+def make_cluster(tmp_path, pg_db):
+    """make_cluster(extra_config): s1 leading, s2 following, s1 advertising
+    the relay; both stopped when the test ends."""
+    _require_bin()
+    made = []
+
+    def make(extra=""):
+        sub = tmp_path / ("c%d" % len(made))
+        sub.mkdir()
+        relay = Relay()
+        s1 = Srv(sub, "s1", pg_db, extra, advertise=relay.url)
+        s2 = Srv(sub, "s2", pg_db, extra)
+        c = Cluster(s1, s2, relay)
+        made.append(c)
+        s1.start()
+        relay.target = s1.port
+        wait_for(s1.ready, 20, "s1 to lead")
+        s2.start()
+        wait_for(lambda: s2.health() == "follower", 10, "s2 to follow")
+        return c
+
+    try:
+        yield make
+    finally:
+        for c in made:
+            stop_cluster(c)
+
+
+@pytest.fixture
+def plain(make_cluster):
+    """No keys: loopback clients only."""
+    return make_cluster()
+
+
+@pytest.fixture
+def keyed(make_cluster):
+    """An admin key and tenants A and B with a key each."""
+    return make_cluster(KEYED)
+
+
+def session():
+    s = requests.Session()
+    s.trust_env = False
+    return s
+
+
+def call(url, method, path, key=None, **kw):
+    headers = kw.pop("headers", {})
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    kw.setdefault("timeout", 15)
+    return session().request(method, url + path, headers=headers, **kw)
+
+
+def err(r):
+    try:
+        return r.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+# ---- raw sockets ----------------------------------------------------------------
+
+def nonloopback_source():
+    """A local IPv4 address that is not loopback, usable as the source of a
+    connection to 127.0.0.1 (the server then sees a non-loopback peer); None
+    when the machine has none."""
+    cands = []
+    try:
+        out = subprocess.run(["ip", "-o", "-4", "addr", "show", "scope", "global"], capture_output=True,
+                             text=True, timeout=5).stdout
+        cands = re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", out)
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for a in cands:
+        if a.startswith("127."):
+            continue
+        l = socket.socket()
+        try:
+            l.bind(("127.0.0.1", 0))
+            l.listen(1)
+            c = socket.socket()
+            c.settimeout(2)
+            c.bind((a, 0))
+            c.connect(l.getsockname())
+            peer = l.accept()[0]
+            ok = peer.getpeername()[0] == a
+            peer.close()
+            c.close()
+            if ok:
+                return a
+        except OSError:
+            continue
+        finally:
+            l.close()
+    return None
+
+
+class Raw:
+    """One client connection on a raw socket."""
+
+    def __init__(self, port, source="127.0.0.1", timeout=10.0):
+        self.s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.s.settimeout(timeout)
+        self.s.bind((source, 0))
+        self.s.connect(("127.0.0.1", port))
+        self.buf = b""
+
+    def send(self, data):
+        self.s.sendall(data)
+
+    def _fill(self):
+        b = self.s.recv(65536)
+        if not b:
+            raise EOFError("closed")
+        self.buf += b
+
+    def response(self, timeout=10.0):
+        """One whole answer: (status, {header: value}, body).  Raises
+        EOFError when the server closed before a whole answer (the bytes it
+        sent are in the message), socket.timeout when none came in time."""
+        self.s.settimeout(timeout)
+        try:
+            while b"\r\n\r\n" not in self.buf:
+                self._fill()
+            head, rest = self.buf.split(b"\r\n\r\n", 1)
+            lines = head.decode("latin-1").split("\r\n")
+            status = int(lines[0].split(" ")[1])
+            hdrs = {}
+            for line in lines[1:]:
+                k, _, v = line.partition(":")
+                hdrs[k.strip().lower()] = v.strip()
+            self.buf = rest
+            body = b""
+            if "chunked" in hdrs.get("transfer-encoding", "").lower():
+                while True:
+                    while b"\r\n" not in self.buf:
+                        self._fill()
+                    size, self.buf = self.buf.split(b"\r\n", 1)
+                    n = int(size.split(b";")[0], 16)
+                    while len(self.buf) < n + 2:
+                        self._fill()
+                    body += self.buf[:n]
+                    self.buf = self.buf[n + 2:]
+                    if n == 0:
+                        break
+            elif "content-length" in hdrs:
+                n = int(hdrs["content-length"])
+                while len(self.buf) < n:
+                    self._fill()
+                body, self.buf = self.buf[:n], self.buf[n:]
+            return status, hdrs, body
+        except EOFError:
+            raise EOFError("closed before a whole answer: %r" % self.buf[:300])
+
+    def closed(self, timeout=5.0):
+        """True when the server closes the connection (after what it already
+        sent) within timeout; False if it is still open then."""
+        self.s.settimeout(timeout)
+        try:
+            while True:
+                b = self.s.recv(65536)
+                if not b:
+                    return True
+                self.buf += b
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+
+    def close(self):
+        self.s.close()
+
+
+@pytest.fixture
+def raw():
+    made = []
+
+    def make(port, source="127.0.0.1", timeout=10.0):
+        c = Raw(port, source, timeout)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def one(port, data, source="127.0.0.1", timeout=10.0):
+    """Send data on a new connection; the first answer as (status, headers,
+    body), or ("closed", bytes) / ("timeout", bytes) when none came whole."""
+    c = Raw(port, source, timeout)
+    try:
+        c.send(data)
+        return c.response(timeout)
+    except EOFError as e:
+        return ("closed", str(e))
+    except socket.timeout:
+        return ("timeout", c.buf)
+    except ConnectionResetError:
+        return ("reset", c.buf)
+    finally:
+        c.close()
+
+
+SUBMIT = b'{"gpu_request": 1, "command": ["true"], "name": "%s"}'
+
+
+def submit_bytes(name, extra=b"", body=None):
+    """A raw POST /api/v1/tasks whose body names the task."""
+    body = SUBMIT % name.encode() if body is None else body
+    return (b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra
+            + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+
+def stored_names(c):
+    out = _psql(c.s1.store_url, "SELECT name FROM tasks ORDER BY id")
+    return out.split("\n") if out else []
+
+
+def follower_works(c, key=None):
+    """An ordinary request through the follower is answered at once, by the leader."""
+    t0 = time.monotonic()
+    r = call(c.s2.url, "GET", "/api/v1/tasks", key, timeout=10)
+    assert r.status_code == 200, r.text
+    assert r.headers.get("X-Gpupool-Forwarded-By") == "s2"
+    assert time.monotonic() - t0 < 3, time.monotonic() - t0
+    assert c.s1.proc.poll() is None and c.s2.proc.poll() is None
+
+
+# ---- keys -------------------------------------------------------------------------
+
+def test_keys_are_checked_through_the_follower_as_by_the_leader(keyed):
+    """No key, a wrong key, tenant A on tenant B's task, a tenant key on
+    /admin/*: through the follower the same answer as from the leader
+    directly, and nothing changes."""
+    c = keyed
+    r = call(c.s1.url, "POST", "/api/v1/tasks", KEY_B, json={"gpu_request": 1, "command": ["sleep", "60"],
+                                                             "name": "b-task"})
+    assert r.status_code == 201, r.text
+    tb = r.json()["id"]
+    r = call(c.s1.url, "POST", "/api/v1/tasks", KEY_A, json={"gpu_request": 1, "command": ["sleep", "60"],
+                                                             "name": "a-task"})
+    assert r.status_code == 201, r.text
+    ta = r.json()["id"]
+    wait_for(lambda: call(c.s1.url, "GET", "/api/v1/tasks/%d" % tb, KEY_B).json()["state"] == "running", 10,
+             "b-task to run")
+    before = _psql(c.s1.store_url, "SELECT id, tenant, state FROM tasks ORDER BY id")
+    lo = {"X-Gpupool-Forwarded-For": "127.0.0.1"}
+    cases = [
+        # method, path, key, body, headers, expected status, code
+        ("GET", "/api/v1/tasks", None, None, {}, 401, "unauthorized"),
+        ("GET", "/api/v1/tasks", "not-a-key", None, {}, 401, "unauthorized"),
+        ("GET", "/api/v1/tasks", None, None, lo, 401, "unauthorized"),
+        ("GET", "/api/v1/tasks", None, None, {"X-Gpupool-Forwarded-By": "s2"}, None, None),
+        ("POST", "/api/v1/tasks", None, {"gpu_request": 1, "command": ["true"], "name": "nokey"}, {}, 401,
+         "unauthorized"),
+        ("POST", "/api/v1/tasks", "not-a-key", {"gpu_request": 1, "command": ["true"], "name": "badkey"}, {},
+         401, "unauthorized"),
+        ("POST", "/api/v1/tasks", KEY_A, {"gpu_request": 1, "command": ["true"], "name": "as-b",
+                                          "tenant_id": B}, {}, 403, "forbidden"),
+        ("GET", "/api/v1/tasks/%d" % tb, KEY_A, None, {}, 404, "not_found"),
+        ("GET", "/api/v1/tasks/%d/logs" % tb, KEY_A, None, {}, 404, "not_found"),
+        ("POST", "/api/v1/tasks/%d/cancel" % tb, KEY_A, None, {}, 404, "not_found"),
+        ("DELETE", "/api/v1/tasks/%d" % tb, KEY_A, None, {}, 404, "not_found"),
+        ("POST", "/api/v1/tasks/%d/cancel" % tb, None, None, {}, 401, "unauthorized"),
+        ("GET", "/api/v1/tenants/%s" % B, KEY_A, None, {}, 404, "not_found"),
+        ("GET", "/admin/scheduler/stats", KEY_A, None, {}, 403, "forbidden"),
+        ("GET", "/admin/scheduler/stats", KEY_A, None, lo, 403, "forbidden"),
+        ("GET", "/metrics", KEY_A, None, {}, 403, "forbidden"),
+        ("PUT", "/admin/tenants/evil", KEY_A, {"weight": 1}, {}, 403, "forbidden"),
+        ("POST", "/admin/tenants/%s/credit" % A, KEY_A, {"amount_cents": 100000}, {}, 403, "forbidden"),
+        ("POST", "/admin/tenants/%s/keys" % A, KEY_A, None, {}, 403, "forbidden"),
+        ("POST", "/api/v1/coordinator/servers/register", KEY_A, {"server_id": "s1", "url": "http://127.0.0.1:9"},
+         {}, 403, "forbidden"),
+        ("POST", "/admin/tenants/%s/credit" % A, None, {"amount_cents": 100000}, {}, 401, "unauthorized"),
+    ]
+    for method, path, key, body, hdrs, status, code in cases:
+        got = []
+        for s in (c.s1, c.s2):  # directly, then through the follower
+            kw = {"headers": dict(hdrs)}
+            if body is not None:
+                kw["json"] = body
+            r = call(s.url, method, path, key, **kw)
+            got.append((r.status_code, err(r)))
+        what = (method, path, key, hdrs)
+        if status is None:  # a client's X-Gpupool-Forwarded-By: not forwarded again (503), the leader's 401
+            assert got == [(401, "unauthorized"), (503, "standby")], (what, got)
+        else:
+            assert got == [(status, code), (status, code)], (what, got)
+    # nothing changed: the store, and the leader's answers
+    assert _psql(c.s1.store_url, "SELECT id, tenant, state FROM tasks ORDER BY id") == before
+    assert set(stored_names(c)) == {"a-task", "b-task"}
+    assert call(c.s1.url, "GET", "/api/v1/tasks/%d" % tb, KEY_B).json()["state"] == "running"
+    assert call(c.s1.url, "GET", "/api/v1/tasks/%d" % ta, KEY_A).json()["state"] == "running"
+    assert call(c.s1.url, "GET", "/admin/tenants/evil", ADMIN).status_code == 404
+    bal = call(c.s1.url, "GET", "/api/v1/tenants/%s" % A, ADMIN).json()["billing"]["credits_cents"]
+    assert bal == 0, bal
+    srv = _psql(c.s1.store_url, "SELECT url FROM coord_servers WHERE server_id = 's1'")
+    assert srv == c.relay.url, srv
+    # the owners still see their own through the follower
+    r = call(c.s2.url, "GET", "/api/v1/tasks", KEY_A)
+    assert r.status_code == 200 and [t["id"] for t in r.json()["tasks"]] == [ta], r.text
+    follower_works(c, ADMIN)

@@ -506,3 +506,123 @@ def test_keys_are_checked_through_the_follower_as_by_the_leader(keyed):
     r = call(c.s2.url, "GET", "/api/v1/tasks", KEY_A)
     assert r.status_code == 200 and [t["id"] for t in r.json()["tasks"]] == [ta], r.text
     follower_works(c, ADMIN)
+
+
+# ---- X-Gpupool-Forwarded-For / -By sent by a client ----------------------------------
+
+def code_of(answer):
+    """The error code of a raw answer (status, headers, body), or None."""
+    try:
+        return json.loads(answer[2])["error"]["code"]
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def get_bytes(path=b"/api/v1/tasks", extra=b""):
+    return b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n" + extra + b"\r\n"
+
+
+def test_forwarded_for_from_a_client_only_lowers_its_rights(plain):
+    """No keys: only loopback clients are served.  Sent to the leader
+    directly, an X-Gpupool-Forwarded-For that names any non-loopback address
+    (alone or in a list) is 403; a client on a non-loopback
+    address gets 403 from the leader and through the follower whatever
+    headers it sends, and the follower tells the leader its real address."""
+    c = plain
+    refused = [b"10.1.2.3", b"127.0.0.1, 10.1.2.3", b"10.1.2.3, 127.0.0.1", b"::1,10.1.2.3", b"localhost",
+               b"0.0.0.0", b"192.0.2.77"]
+    for v in refused:
+        for path in (b"/api/v1/tasks", b"/admin/scheduler/stats", b"/v1/models"):
+            a = one(c.s1.port, get_bytes(path, b"X-Gpupool-Forwarded-For: " + v + b"\r\n"))
+            assert a[0] == 403 and code_of(a) == "forbidden", (v, path, a)
+    a = one(c.s1.port, submit_bytes("direct-xff", b"X-Gpupool-Forwarded-For: 10.1.2.3\r\n"))
+    assert a[0] == 403, a
+    assert stored_names(c) == []
+
+    ext = nonloopback_source()
+    if ext is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to connect from")
+    lo = b"X-Gpupool-Forwarded-For: 127.0.0.1\r\n"
+    attempts = [
+        get_bytes(),
+        get_bytes(extra=lo),
+        get_bytes(extra=b"x-gpupool-forwarded-for: 127.0.0.1\r\n"),
+        get_bytes(extra=lo + lo),
+        get_bytes(extra=b"X-Gpupool-Forwarded-For: ::1\r\n"),
+        get_bytes(extra=b"X-A: b\nX-Gpupool-Forwarded-For: 127.0.0.1\r\n"),   # a bare LF in the head
+        get_bytes(b"/admin/scheduler/stats", lo),
+        get_bytes(b"/v1/models", lo),
+        submit_bytes("ext-1"),
+        submit_bytes("ext-2", lo),
+    ]
+    m = c.relay.mark()
+    for req in attempts:
+        for port in (c.s2.port, c.s1.port):
+            a = one(port, req, source=ext)
+            if isinstance(a[0], int) and a[0] == 400 and port == c.s2.port:
+                continue  # a head the follower refuses to forward is fine
+            assert a[0] == 403 and code_of(a) == "forbidden", (port, req[:120], a)
+        # straight to the leader, claiming to be the follower
+        a = one(c.s1.port, req.replace(b"Host: x\r\n", b"Host: x\r\nX-Gpupool-Forwarded-By: s2\r\n" + lo),
+                source=ext)
+        assert a[0] == 403 and code_of(a) == "forbidden", (req[:120], a)
+    seen = c.relay.requests(m)
+    assert seen, "nothing was forwarded"
+    for method, target, hdrs, _ in seen:
+        xff = ",".join(hdrs.get("x-gpupool-forwarded-for", []))
+        assert ext in [a.strip() for a in xff.split(",")], (method, target, hdrs)
+    assert stored_names(c) == []
+    follower_works(c)
+
+
+def test_a_second_forwarded_for_line_counts_too(plain):
+    """Sent to the leader directly, two X-Gpupool-Forwarded-For lines are
+    one list (RFC 9110 5.3: field lines of one name are combined with
+    commas), so "127.0.0.1" then "10.1.2.3" names a non-loopback address:
+    403, as for "127.0.0.1, 10.1.2.3" on one line (docs/api.md: "every
+    address listed here")."""
+    c = plain
+    for lines in ((b"10.1.2.3", b"127.0.0.1"), (b"127.0.0.1", b"10.1.2.3")):
+        extra = b"".join(b"X-Gpupool-Forwarded-For: %s\r\n" % v for v in lines)
+        a = one(c.s1.port, get_bytes(b"/api/v1/tasks", extra))
+        assert a[0] == 403 and code_of(a) == "forbidden", (lines, a)
+        a = one(c.s1.port, submit_bytes("two-lines", extra + b"X-Gpupool-Forwarded-By: s2\r\n"))
+        assert a[0] == 403 and code_of(a) == "forbidden", (lines, a)
+    assert stored_names(c) == []
+
+
+def test_a_client_cannot_make_the_follower_loop_or_forward_elsewhere(plain):
+    """A request that carries X-Gpupool-Forwarded-By (any spelling) is not
+    forwarded (503 standby); an absolute-form target or a Host naming
+    another server sends nothing anywhere but to the leader, once."""
+    c = plain
+    trap = socket.socket()
+    trap.bind(("127.0.0.1", 0))
+    trap.listen(8)
+    trap.settimeout(0.5)
+    trap_port = trap.getsockname()[1]
+    m = c.relay.mark()
+    for extra in (b"X-Gpupool-Forwarded-By: s9\r\n", b"X-Gpupool-Forwarded-By:\r\n",
+                  b"x-gpupool-forwarded-by: s1\r\n", b"X-GPUPOOL-FORWARDED-BY: s2\r\n",
+                  b"X-A: b\nX-Gpupool-Forwarded-By: s9\r\n"):
+        for req in (get_bytes(extra=extra), submit_bytes("loop", extra)):
+            a = one(c.s2.port, req)
+            assert a[0] == 503 and code_of(a) == "standby", (extra, a)
+            assert a[1].get("retry-after") == "1", a
+    assert c.relay.requests(m) == []
+    for target in (b"http://127.0.0.1:%d/api/v1/tasks" % trap_port, b"//127.0.0.1:%d/api/v1/tasks" % trap_port,
+                   b"http://127.0.0.1:%d/api/v1/tasks" % c.s2.port):
+        a = one(c.s2.port, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert isinstance(a[0], int) and 400 <= a[0] < 500, (target, a)
+    a = one(c.s2.port, get_bytes(extra=b"").replace(b"Host: x", b"Host: 127.0.0.1:%d" % trap_port))
+    assert a[0] == 200, a
+    a = one(c.s2.port, get_bytes().replace(b"Host: x", b"Host: 127.0.0.1:%d" % c.s2.port))
+    assert a[0] == 200, a
+    with pytest.raises(socket.timeout):
+        trap.accept()
+    trap.close()
+    seen = c.relay.requests(m)
+    # the two with a Host of their own reached the leader once each; "//host/path" may reach it as a path
+    assert [t for _, t, _, _ in seen if t == "/api/v1/tasks"] == ["/api/v1/tasks"] * 2, seen
+    assert len(seen) <= 3, seen
+    follower_works(c)

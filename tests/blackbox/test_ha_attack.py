@@ -320,6 +320,13 @@ class Raw:
         self.buf += b
 
     def response(self, timeout=10.0):
+        """One whole final answer (interim 1xx ones are skipped)."""
+        while True:
+            a = self._response(timeout)
+            if not 100 <= a[0] < 200:
+                return a
+
+    def _response(self, timeout):
         """One whole answer: (status, {header: value}, body).  Raises
         EOFError when the server closed before a whole answer (the bytes it
         sent are in the message), socket.timeout when none came in time."""
@@ -625,4 +632,183 @@ def test_a_client_cannot_make_the_follower_loop_or_forward_elsewhere(plain):
     # the two with a Host of their own reached the leader once each; "//host/path" may reach it as a path
     assert [t for _, t, _, _ in seen if t == "/api/v1/tasks"] == ["/api/v1/tasks"] * 2, seen
     assert len(seen) <= 3, seen
+    follower_works(c)
+
+
+# ---- malformed requests and smuggling ----------------------------------------------------
+
+def send_big(port, head, body_piece, total, timeout=10.0, tail=b""):
+    """Send head, then body_piece until total bytes of body were sent or the
+    server stopped reading, then tail; the answer as one() gives it."""
+    r = Raw(port, timeout=timeout)
+    try:
+        r.send(head)
+        sent = 0
+        try:
+            while sent < total:
+                r.send(body_piece)
+                sent += len(body_piece)
+            r.send(tail)
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            pass
+        try:
+            return r.response(timeout)
+        except EOFError as e:
+            return ("closed", str(e))
+        except socket.timeout:
+            return ("timeout", r.buf)
+        except ConnectionResetError:
+            return ("reset", r.buf)
+    finally:
+        r.close()
+
+
+def test_malformed_requests_get_an_error_or_reach_the_leader_once(plain):
+    """Raw requests to the follower: each gets an error from the follower
+    (nothing forwarded) or is forwarded once, faithfully, and the leader's
+    answer is relayed.  Only what was asked for is stored."""
+    c = plain
+    chunk_body = SUBMIT % b"chunked-ok"
+    cases = [
+        # label, request, statuses accepted, forwarded: 0, 1 or None (0 or 1)
+        ("bare CR in a header value", get_bytes(extra=b"X-A: b\rX-Gpupool-Forwarded-By: s9\r\n"), {400}, 0),
+        ("NUL in a header value", get_bytes(extra=b"X-A: a\x00b\r\n"), {400, 200}, None),
+        ("obs-fold", get_bytes(extra=b"X-A: b\r\n X-B: c\r\n"), {400}, 0),
+        ("a header over 64 KiB", get_bytes(extra=b"X-Big: " + b"a" * (70 << 10) + b"\r\n"), {400, 413, 431}, 0),
+        ("2000 headers, 80 KiB", get_bytes(extra=b"".join(b"X-H%04d: %s\r\n" % (i, b"v" * 30) for i in range(2000))),
+         {400, 413, 431}, 0),
+        ("a URL of 100 KiB", get_bytes(b"/api/v1/tasks?x=" + b"a" * (100 << 10)), {400, 414, 431}, 0),
+        ("a bad method", b"FOO /api/v1/tasks HTTP/1.1\r\nHost: x\r\n\r\n", {400, 405, 501}, None),
+        ("a bad version", b"GET /api/v1/tasks HTTP/9.9\r\nHost: x\r\n\r\n", {400, 505}, 0),
+        ("no version", b"GET /api/v1/tasks\r\nHost: x\r\n\r\n", {400}, 0),
+        ("Content-Length -1", submit_bytes("neg-cl").replace(b"Content-Length: ", b"Content-Length: -"), {400}, 0),
+        ("Content-Length 1e20", b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         b"Content-Length: 100000000000000000000\r\n\r\n" + SUBMIT % b"huge-cl", {400, 413}, 0),
+        ("Content-Length with a list", submit_bytes("cl-list").replace(b"Content-Length: ", b"Content-Length: 5, "),
+         {400}, 0),
+        ("a chunk size that overflows", b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\n" + SUBMIT % b"chunk-overflow", {400, 413}, 0),
+        ("a chunked body", b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(chunk_body), chunk_body), {201}, 1),
+        ("Expect: 100-continue", submit_bytes("expect-ok", b"Expect: 100-continue\r\n"), {201}, 1),
+        ("HTTP/1.0, no Host", b"GET /api/v1/tasks HTTP/1.0\r\n\r\n", {200}, 1),
+    ]
+    for label, req, ok, fwd in cases:
+        m = c.relay.mark()
+        a = one(c.s2.port, req, timeout=5)
+        assert a[0] in ok, (label, a)
+        seen = c.relay.requests(m)
+        if fwd == 0:
+            assert seen == [], (label, seen)
+        else:
+            assert len(seen) == (fwd if fwd is not None else len(seen)) and len(seen) <= 1, (label, seen)
+            if seen:
+                assert a[1].get("x-gpupool-forwarded-by") == "s2", (label, a)
+        for _, _, hdrs, _ in seen:  # RFC 9110 5.5: never forwarded as it came
+            assert "\x00" not in repr(hdrs) and "\\x00" not in repr(hdrs), (label, hdrs)
+        if label == "a chunked body":
+            assert seen[0][3] == chunk_body, seen
+    # bodies over server.max_body_bytes (1 MiB): 413 from the follower, nothing forwarded
+    m = c.relay.mark()
+    big = 2 << 20
+    a = send_big(c.s2.port, b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % big, b" " * 65536, big)
+    assert a[0] == 413, a
+    piece = b"%x\r\n%s\r\n" % (65536, b" " * 65536)
+    a = send_big(c.s2.port, b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n", piece, big, tail=b"0\r\n\r\n")
+    assert a[0] == 413, a
+    assert c.relay.requests(m) == []
+    # two requests pipelined on one connection: two answers, in order; the leader saw two
+    m = c.relay.mark()
+    r = Raw(c.s2.port)
+    try:
+        r.send(submit_bytes("pipe-1") + get_bytes(b"/api/v1/tasks/999999") + submit_bytes("pipe-2"))
+        answers = [r.response(5) for _ in range(3)]
+    finally:
+        r.close()
+    assert [a[0] for a in answers] == [201, 404, 201], answers
+    assert json.loads(answers[0][2])["name"] == "pipe-1" and json.loads(answers[2][2])["name"] == "pipe-2"
+    assert [(mt, t) for mt, t, _, _ in c.relay.requests(m)] == [
+        ("POST", "/api/v1/tasks"), ("GET", "/api/v1/tasks/999999"), ("POST", "/api/v1/tasks")]
+    assert sorted(stored_names(c)) == ["chunked-ok", "expect-ok", "pipe-1", "pipe-2"]
+    follower_works(c)
+
+
+def read_all(port, data, timeout=2.0):
+    """Send data, then read every answer until the server closes or is
+    silent for timeout: ([(status, headers, body)], closed)."""
+    r = Raw(port, timeout=timeout)
+    answers = []
+    try:
+        r.send(data)
+        while True:
+            try:
+                answers.append(r.response(timeout))
+            except (EOFError, ConnectionResetError):
+                return answers, True
+            except socket.timeout:
+                return answers, False
+    finally:
+        r.close()
+
+
+def test_two_content_lengths_are_refused(plain):
+    """A request with two different Content-Length values has no framing
+    anyone can agree on (RFC 9112 6.3: the server MUST answer 400 and close
+    the connection).  Read by its second Content-Length it is one submit
+    whose body ends with what looks like a second request; the follower
+    must not turn that into a second request to the leader."""
+    c = plain
+    outer = SUBMIT % b"outer-2cl"
+    inner = submit_bytes("smuggled-2cl")
+    req = (b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(outer), len(outer) + len(inner)) + outer + inner)
+    m = c.relay.mark()
+    answers, closed = read_all(c.s2.port, req)
+    seen = [(mt, t, b) for mt, t, _, b in c.relay.requests(m)]
+    names = stored_names(c)
+    assert [a[0] for a in answers] == [400], (answers, seen, names)
+    assert seen == [] and names == [], (seen, names)
+    assert closed
+    follower_works(c)
+
+
+def test_content_length_and_chunked_reach_the_leader_once_at_most(plain):
+    """Transfer-Encoding: chunked and a Content-Length on one request (RFC
+    9112 6.1 and 6.3: chunked wins, and the server MUST close the
+    connection after answering, or refuse it with 400).  By its
+    Content-Length the request is one submit whose body holds "0" and a
+    whole second request; the follower must not forward that second one."""
+    c = plain
+    inner = submit_bytes("smuggled-te")
+    req = (b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" % (5 + len(inner)) + inner)
+    m = c.relay.mark()
+    answers, closed = read_all(c.s2.port, req)
+    seen = [(mt, t, b) for mt, t, _, b in c.relay.requests(m)]
+    names = stored_names(c)
+    assert len(answers) <= 1 and len(seen) <= 1, (answers, seen, names)
+    assert "smuggled-te" not in names, (answers, seen, names)
+    assert closed, answers
+    follower_works(c)
+
+
+def test_a_transfer_coding_that_is_not_chunked_is_refused_at_once(plain):
+    """Transfer-Encoding other than chunked (RFC 9112 6.1: chunked not the
+    final coding of a request: the server MUST answer 400 and close; 6.1,
+    an unknown coding: 501).  The follower answers at once and forwards
+    nothing; it does not sit on the connection until its header timeout."""
+    c = plain
+    body = SUBMIT % b"te-gzip"
+    for te in (b"gzip", b"identity"):
+        req = (b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Transfer-Encoding: %s\r\nContent-Length: %d\r\n\r\n" % (te, len(body)) + body)
+        m = c.relay.mark()
+        t0 = time.monotonic()
+        a = one(c.s2.port, req, timeout=5)
+        took = time.monotonic() - t0
+        assert a[0] in (400, 501), (te, a, "%.1f s" % took)
+        assert c.relay.requests(m) == []
+    assert stored_names(c) == []
     follower_works(c)

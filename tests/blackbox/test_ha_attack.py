@@ -812,3 +812,130 @@ def test_a_transfer_coding_that_is_not_chunked_is_refused_at_once(plain):
         assert c.relay.requests(m) == []
     assert stored_names(c) == []
     follower_works(c)
+
+
+# ---- slow clients ---------------------------------------------------------------------
+
+HEADER_TIMEOUT = 3  # a server.header_timeout_s shorter than the default 10 s: the same code, sooner
+
+
+def slow_clients(port):
+    """50 clients that send half a head and stop, 25 that send a whole head
+    and the start of a 1000-byte body, 100 that send nothing."""
+    slow = []
+    for _ in range(50):
+        r = Raw(port, source="127.0.0.2")
+        r.send(b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: appl")
+        slow.append(r)
+    for _ in range(25):
+        r = Raw(port, source="127.0.0.3")
+        r.send(b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: 1000\r\n\r\n{\"gpu_request\": 1, ")
+        slow.append(r)
+    slow.extend(Raw(port, source="127.0.0.4") for _ in range(100))
+    return slow
+
+
+def test_slow_clients_of_the_follower_hold_up_nobody(plain):
+    """While 175 slow or silent clients hold connections to the follower,
+    other clients are served through it at once, and none of the slow
+    requests reaches the leader."""
+    c = plain
+    m = c.relay.mark()
+    slow = slow_clients(c.s2.port)
+    try:
+        t0 = time.monotonic()
+        for _ in range(5):
+            follower_works(c)
+        r = call(c.s2.url, "POST", "/api/v1/tasks", json={"gpu_request": 1, "command": ["true"], "name": "normal"})
+        assert r.status_code == 201, r.text
+        assert time.monotonic() - t0 < 5
+        assert not any(x.closed(0.001) for x in slow), "a slow client was cut before server.header_timeout_s"
+    finally:
+        for x in slow:
+            x.close()
+    assert [(mt, t) for mt, t, _, _ in c.relay.requests(m)] == [("GET", "/api/v1/tasks")] * 5 + [
+        ("POST", "/api/v1/tasks")]
+    assert stored_names(c) == ["normal"]
+    follower_works(c)
+
+
+def test_the_follower_cuts_slow_clients_after_its_header_timeout(make_cluster):
+    """server.header_timeout_s (and min_body_rate_bytes_s after it) bound a
+    slow client "on every path" (docs/config.md); the follower is a server
+    like any: with header_timeout_s 3 the slow clients above are cut about
+    3 s after they came (the loop looks about once a second), as the leader
+    cuts the same clients sent to it directly."""
+    c = make_cluster("server: {header_timeout_s: %d}\n" % HEADER_TIMEOUT)
+    cut = {}
+    for s in (c.s1, c.s2):
+        slow = slow_clients(s.port)
+        t0 = time.monotonic()
+        try:
+            try:
+                wait_for(lambda: all(x.closed(0.001) for x in slow), HEADER_TIMEOUT + 4, "%s to cut them" % s.name)
+                cut[s.name] = "cut after %.1f s" % (time.monotonic() - t0)
+            except AssertionError:
+                cut[s.name] = "%d of %d still open after %.1f s" % (
+                    sum(1 for x in slow if not x.closed(0.001)), len(slow), time.monotonic() - t0)
+        finally:
+            for x in slow:
+                x.close()
+    print("slow clients cut after: %r" % cut)
+    for name in cut:
+        assert cut[name].startswith("cut after "), cut
+        took = float(cut[name].split()[2])
+        assert HEADER_TIMEOUT - 0.5 <= took <= HEADER_TIMEOUT + 2.5, cut
+    follower_works(c)
+
+
+def test_one_address_cannot_take_every_connection_of_the_follower(plain):
+    """server.max_connections_per_ip (default 256) holds on a follower as on
+    any server: of 600 connections from one address, 256 are kept and the
+    rest refused (429 too_many_connections, or closed), and a client on
+    another address is served.  The leader, given the same 600 directly,
+    does so."""
+    c = plain
+    for s in (c.s1, c.s2):  # the leader first: what a server does
+        conns = [Raw(s.port, source="127.0.0.4") for _ in range(600)]
+        try:
+            time.sleep(0.5)
+            refused = [x for x in conns if x.closed(0.001)]
+            for x in refused:
+                assert x.buf == b"" or (x.buf.startswith(b"HTTP/1.1 429 ") and b"too_many_connections" in x.buf), \
+                    x.buf[:300]
+            try:
+                r = call(s.url, "GET", "/api/v1/tasks", timeout=5)
+                other = r.status_code
+            except requests.RequestException as e:
+                other = repr(e)
+            assert (len(refused), other) == (600 - 256, 200), s.name
+        finally:
+            for x in conns:
+                x.close()
+    follower_works(c)
+
+
+def test_clients_of_the_follower_do_not_use_up_the_leaders_limit_for_it(plain):
+    """Each client keeps within its own limits: 150 long polls from each of
+    two addresses through the follower (well under 256 each).  The follower
+    carries them to the leader on connections of its own, all from its one
+    address; a third client, with one request through the follower, must
+    still be served, not refused with the leader's 429
+    too_many_connections ("too many connections from this address": its
+    address holds one)."""
+    c = plain
+    blocker = batch(c.s1, ["sleep", "60"], gpu_request=4)["id"]
+    queued = batch(c.s1, ["true"], gpu_request=1)["id"]
+    polls = []
+    try:
+        for i in range(300):
+            r = Raw(c.s2.port, source="127.0.0.%d" % (2 + i % 2))
+            r.send(get_bytes(b"/api/v1/tasks/%d?wait=30" % queued))
+            polls.append(r)
+        wait_for(lambda: len(c.relay.conns) >= 300, 10, "the long polls to be forwarded")
+        r = call(c.s2.url, "GET", "/api/v1/tasks/%d" % blocker, timeout=10)
+        assert r.status_code == 200, (r.status_code, r.text)
+    finally:
+        for x in polls:
+            x.close()

@@ -20,6 +20,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -52,6 +53,7 @@ class Relay:
         self.lock = threading.Lock()
         self.conns = []        # [bytearray sent toward the leader] per connection
         self.open = 0          # connections open right now
+        self.alive = []        # per connection: still open (both ways)
         self.stopped = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -70,12 +72,14 @@ class Relay:
             rec = bytearray()
             with self.lock:
                 self.conns.append(rec)
+                self.alive.append(True)
                 self.open += 1
+                n = len(self.conns) - 1
             done = threading.Event()
-            threading.Thread(target=self._pipe, args=(c, u, rec, done), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(u, c, None, done), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(c, u, rec, done, n), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(u, c, None, done, n), daemon=True).start()
 
-    def _pipe(self, src, dst, rec, done):
+    def _pipe(self, src, dst, rec, done, n):
         try:
             while True:
                 b = src.recv(65536)
@@ -97,11 +101,19 @@ class Relay:
             dst.close()
             with self.lock:
                 self.open -= 1
+                self.alive[n] = False
         done.set()
 
     def stop(self):
         self.stopped = True
         self.sock.close()
+
+    def open_carrying(self, needle):
+        """How many open connections carried a request whose target holds needle."""
+        with self.lock:
+            streams = [(bytes(r), a) for r, a in zip(self.conns, self.alive)]
+        return sum(1 for st, a in streams if a and any(needle in q[1] for q in parse_requests(st)
+                                                         if isinstance(q[1], str)))
 
     def mark(self):
         """A point in the recording: requests() after it."""
@@ -939,3 +951,47 @@ def test_clients_of_the_follower_do_not_use_up_the_leaders_limit_for_it(plain):
     finally:
         for x in polls:
             x.close()
+
+
+
+# ---- streams -------------------------------------------------------------------------
+
+def test_a_followed_log_through_the_follower_survives_clients_that_hang_up(plain):
+    """`gpupool logs -f` through the follower streams a task's output as it
+    is written, to its end.  A client that goes away in the middle (the CLI
+    killed, a raw client that resets its connection) leaves nothing behind:
+    the follower lets go of the leader's stream, and the next requests,
+    and the next followed log, work."""
+    c = plain
+    ticker = batch(c.s2, ["sh", "-c", "while :; do echo tick; sleep 0.2; done"], gpu_request=1)["id"]
+    short = batch(c.s2, ["sh", "-c", "for i in 1 2 3 4 5 6; do echo line$i; sleep 0.3; done"], gpu_request=1)["id"]
+    env = c.s2.env(GPUPOOL_API=c.s2.url)
+    for _ in range(3):
+        p = subprocess.Popen([c.s2.bin, "logs", "-f", str(ticker)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        try:
+            assert p.stdout.readline() == b"tick\n"
+            wait_for(lambda: c.relay.open_carrying("follow=") == 1, 5, "the stream to be carried to the leader")
+        finally:
+            p.kill()
+            p.wait()
+        wait_for(lambda: c.relay.open_carrying("follow=") == 0, 5, "the follower to let go of the leader's stream")
+        follower_works(c)
+    for _ in range(3):
+        r = Raw(c.s2.port)
+        r.send(get_bytes(b"/api/v1/tasks/%d/logs?follow=1" % ticker))
+        wait_for(lambda: r.closed(0.05) or b"tick" in r.buf, 5, "output")
+        assert b"tick" in r.buf and r.buf.startswith(b"HTTP/1.1 200 "), r.buf[:300]
+        r.s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        r.close()  # a reset
+        wait_for(lambda: c.relay.open_carrying("follow=") == 0, 5, "the follower to let go of the leader's stream")
+        follower_works(c)
+    r = subprocess.run([c.s2.bin, "logs", "-f", str(short)], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["line%d" % i for i in range(1, 7)], r.stdout
+    r = call(c.s2.url, "POST", "/api/v1/tasks/%d/cancel" % ticker)
+    assert r.status_code == 200 and r.json()["state"] in ("running", "cancelled"), r.text
+    wait_for(lambda: _psql(c.s1.store_url, "SELECT state FROM tasks WHERE id = %d" % ticker) == "cancelled", 12,
+             "the ticker to be cancelled")
+    assert c.s1.ready() and c.s2.health() == "follower"
+    follower_works(c)

@@ -995,3 +995,85 @@ def test_a_followed_log_through_the_follower_survives_clients_that_hang_up(plain
              "the ticker to be cancelled")
     assert c.s1.ready() and c.s2.health() == "follower"
     follower_works(c)
+
+
+# ---- the leader goes away while a request is on its way ------------------------------------
+
+def long_poll_in_flight(c, tid, wait_s):
+    """GET /api/v1/tasks/{tid}?wait= through the follower in a thread, once
+    the leader has been sent it: returns a box that gets "status" (the
+    answer's status and error code, or the exception's name) and "took"."""
+    box = {}
+    m = c.relay.mark()
+
+    def run():
+        t0 = time.monotonic()
+        try:
+            r = call(c.s2.url, "GET", "/api/v1/tasks/%d?wait=%d" % (tid, wait_s), timeout=80)
+            box["status"] = (r.status_code, err(r))
+        except requests.RequestException as e:
+            box["status"] = type(e).__name__ + ": " + str(e)[:200]
+        box["took"] = time.monotonic() - t0
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    box["thread"] = th
+    wait_for(lambda: any(("?wait=%d" % wait_s) in t for _, t, _, _ in c.relay.requests(m)), 10,
+             "the long poll to reach the leader")
+    return box
+
+
+def queued_task(c):
+    """A task that stays queued (a task holding all 4 GPUs goes first)."""
+    blocker = batch(c.s2, ["sleep", "60"], gpu_request=4)["id"]
+    tid = batch(c.s2, ["true"], gpu_request=1, name="waits")["id"]
+    return blocker, tid
+
+
+def after_the_takeover(c, tid):
+    """s2 leads; requests to it work; what was stored is there."""
+    wait_for(lambda: c.s2.health() == "ok", LEASE_S + 10, "s2 to lead")
+    r = call(c.s2.url, "GET", "/api/v1/tasks/%d" % tid)
+    assert r.status_code == 200 and r.json()["state"] == "queued", r.text
+    r = call(c.s2.url, "POST", "/api/v1/tasks", json={"gpu_request": 1, "command": ["true"], "name": "after"})
+    assert r.status_code == 201, r.text
+    assert _psql(c.s2.store_url, "SELECT count(*) FROM tasks WHERE name = 'after'") == "1"
+    assert c.s2.ready()
+
+
+def test_kill9_of_the_leader_during_a_forwarded_long_poll(plain):
+    """The leader dies (kill -9) while the follower waits for its answer to
+    a long poll: the client gets 502 leader_unreachable (or the answer) at
+    once, not a hang, and once the follower leads it serves."""
+    c = plain
+    _, tid = queued_task(c)
+    box = long_poll_in_flight(c, tid, 5)
+    os.kill(c.s1.proc.pid, signal.SIGKILL)
+    c.s1.proc.wait(timeout=10)
+    c.relay.stop()  # as a dead leader's port: refused from now on
+    box["thread"].join(80)
+    print("long poll through the follower, leader killed: %r" % box)
+    assert box.get("status") in ((502, "leader_unreachable"), (200, None)), box
+    assert box["took"] < 10, box
+    after_the_takeover(c, tid)
+
+
+def test_a_frozen_leader_during_a_forwarded_long_poll(plain):
+    """The leader freezes (SIGSTOP, as a VM pause or a partition) while the
+    follower waits for its answer to a long poll; the follower takes over
+    when the lease runs out.  The client gets 502 leader_unreachable (the
+    leader went away before its answer came: docs/api.md) or the answer,
+    not a hang past about 75 s and not a connection closed without an
+    answer."""
+    c = plain
+    _, tid = queued_task(c)
+    box = long_poll_in_flight(c, tid, 2)
+    os.kill(c.s1.proc.pid, signal.SIGSTOP)
+    try:
+        box["thread"].join(80)
+        print("long poll through the follower, leader frozen: %r" % box)
+        assert box.get("status") in ((502, "leader_unreachable"), (200, None)), (box, c.s2.log())
+        assert box["took"] < 75, box
+        after_the_takeover(c, tid)
+    finally:
+        os.kill(c.s1.proc.pid, signal.SIGCONT)

@@ -1077,3 +1077,77 @@ def test_a_frozen_leader_during_a_forwarded_long_poll(plain):
         after_the_takeover(c, tid)
     finally:
         os.kill(c.s1.proc.pid, signal.SIGCONT)
+
+
+class Trap:
+    """A listener that records what each connection sends it for a moment
+    and answers nothing."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            c.settimeout(0.3)
+            got = b""
+            try:
+                while b"\r\n\r\n" not in got:
+                    b = c.recv(65536)
+                    if not b:
+                        break
+                    got += b
+            except OSError:
+                pass
+            c.close()
+            self.conns.append(got)
+
+    def stop(self):
+        self.sock.close()
+
+
+# ---- the registry names where the follower forwards ----------------------------------------
+
+def test_an_api_client_cannot_redirect_the_followers_traffic(keyed):
+    """The follower forwards to the URL the registry holds for the leader.
+    Registering the leader's id again through the API (an admin key may
+    call POST /api/v1/coordinator/servers/register) must not make the
+    follower loop, nor send the other clients' requests, with their API
+    keys, to a URL of the caller's choosing."""
+    c = keyed
+    # the follower's own URL: no loop, a clear 503 standby at worst, then back to the leader
+    r = call(c.s2.url, "POST", "/api/v1/coordinator/servers/register", ADMIN,
+             json={"server_id": "s1", "url": c.s2.url, "role": "leader"})
+    assert r.status_code == 200, r.text
+    for _ in range(10):
+        t0 = time.monotonic()
+        r = call(c.s2.url, "GET", "/api/v1/tasks", KEY_A, timeout=10)
+        assert (r.status_code, err(r)) in ((200, None), (503, "standby")), r.text
+        assert time.monotonic() - t0 < 2
+        time.sleep(0.1)
+    # a URL of the caller's: a listener that records what it is sent
+    trap = Trap()
+    try:
+        r = call(c.s1.url, "POST", "/api/v1/coordinator/servers/register", ADMIN,
+                 json={"server_id": "s1", "url": trap.url, "role": "leader"})
+        assert r.status_code == 200, r.text
+        deadline = time.monotonic() + 2 * LEASE_S
+        while time.monotonic() < deadline:
+            try:
+                call(c.s2.url, "GET", "/api/v1/tasks", KEY_A, timeout=5)
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        leaked = [b for b in trap.conns if KEY_A.encode() in b]
+        assert not trap.conns, "the follower sent %d connection(s) to the registered URL, %d with tenant A's key" % (
+            len(trap.conns), len(leaked))
+    finally:
+        trap.stop()

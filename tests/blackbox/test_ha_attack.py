@@ -29,8 +29,8 @@ import pytest
 import requests
 
 from apiutil import batch, reap_supervisors, wait_for  # noqa: F401  (reap_supervisors: autouse)
-from conftest import SIM_CONFIG, _require_bin, free_port
-from test_ha import LEASE_S, Server, _psql, pair, pg_db  # noqa: F401  (pair, pg_db: fixtures)
+from conftest import SIM_CONFIG, _require_bin
+from test_ha import LEASE_S, Server, _psql, pg_db  # noqa: F401  (pg_db: a fixture)
 
 pytestmark = pytest.mark.e2e
 
@@ -765,16 +765,23 @@ def read_all(port, data, timeout=2.0):
         r.close()
 
 
-def test_two_content_lengths_are_refused(plain):
+SMUGGLE_PATHS = [b"/api/v1/tasks", b"/v1/chat/completions"]
+
+
+@pytest.mark.parametrize("path", SMUGGLE_PATHS, ids=lambda p: p.decode())
+def test_two_content_lengths_are_refused(plain, path):
     """A request with two different Content-Length values has no framing
     anyone can agree on (RFC 9112 6.3: the server MUST answer 400 and close
     the connection).  Read by its second Content-Length it is one submit
     whose body ends with what looks like a second request; the follower
-    must not turn that into a second request to the leader."""
+    must not turn that into a second request to the leader.  (The leader,
+    sent the same bytes directly, answers 400 and closes on /v1 paths, its
+    gateway's own front; on /api/v1 paths it also takes the first
+    Content-Length and stores both.)"""
     c = plain
     outer = SUBMIT % b"outer-2cl"
     inner = submit_bytes("smuggled-2cl")
-    req = (b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    req = (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
            b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(outer), len(outer) + len(inner)) + outer + inner)
     m = c.relay.mark()
     answers, closed = read_all(c.s2.port, req)
@@ -786,15 +793,18 @@ def test_two_content_lengths_are_refused(plain):
     follower_works(c)
 
 
-def test_content_length_and_chunked_reach_the_leader_once_at_most(plain):
+@pytest.mark.parametrize("path", SMUGGLE_PATHS, ids=lambda p: p.decode())
+def test_content_length_and_chunked_reach_the_leader_once_at_most(plain, path):
     """Transfer-Encoding: chunked and a Content-Length on one request (RFC
     9112 6.1 and 6.3: chunked wins, and the server MUST close the
     connection after answering, or refuse it with 400).  By its
     Content-Length the request is one submit whose body holds "0" and a
-    whole second request; the follower must not forward that second one."""
+    whole second request; the follower must not forward that second one.
+    (The leader, sent the same bytes directly, answers 400 and closes on
+    /v1 paths; on /api/v1 paths it also serves both.)"""
     c = plain
     inner = submit_bytes("smuggled-te")
-    req = (b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    req = (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
            b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" % (5 + len(inner)) + inner)
     m = c.relay.mark()
     answers, closed = read_all(c.s2.port, req)
@@ -810,7 +820,9 @@ def test_a_transfer_coding_that_is_not_chunked_is_refused_at_once(plain):
     """Transfer-Encoding other than chunked (RFC 9112 6.1: chunked not the
     final coding of a request: the server MUST answer 400 and close; 6.1,
     an unknown coding: 501).  The follower answers at once and forwards
-    nothing; it does not sit on the connection until its header timeout."""
+    nothing; it does not sit on the connection until its header timeout.
+    (The leader, sent the same directly, also waits: 408 after its
+    header_timeout_s.)"""
     c = plain
     body = SUBMIT % b"te-gzip"
     for te in (b"gzip", b"identity"):
@@ -921,7 +933,8 @@ def test_one_address_cannot_take_every_connection_of_the_follower(plain):
                 other = r.status_code
             except requests.RequestException as e:
                 other = repr(e)
-            assert (len(refused), other) == (600 - 256, 200), s.name
+            assert (len(refused), other) == (600 - 256, 200), (s.name, "refused", len(refused), "another address got",
+                                                               other)
         finally:
             for x in conns:
                 x.close()

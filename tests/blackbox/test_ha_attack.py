@@ -402,20 +402,6 @@ class Raw:
         self.s.close()
 
 
-@pytest.fixture
-def raw():
-    made = []
-
-    def make(port, source="127.0.0.1", timeout=10.0):
-        c = Raw(port, source, timeout)
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.close()
-
-
 def one(port, data, source="127.0.0.1", timeout=10.0):
     """Send data on a new connection; the first answer as (status, headers,
     body), or ("closed", bytes) / ("timeout", bytes) when none came whole."""

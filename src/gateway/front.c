@@ -703,9 +703,9 @@ static void dispatch(fconn *fc, const char *body, size_t len) {
                         gp_buf_puts(&lines, "retry-after: 1\r\n");
                         answer_whole(fc, 503, gp_gw_error_body("server_error", "unavailable", msg), &lines);
                         gp_buf_done(&lines);
-                }
-                else
+                } else {
                         answer_error(fc, st, "permission_error", "forbidden", msg, false);
+                }
                 return;
         }
         gw_answer a = {0};

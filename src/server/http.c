@@ -1037,8 +1037,9 @@ static int gw_auth(void *ud, const char *authorization, const char *host, const 
         bool admin = false;
         char tenant[GP_TENANT_MAX] = "", label[128];
         const char *why = NULL;
-        int st = identify(d, authorization, host, addr_loopback(client) && gp_fwd_loopback(forwarded_for), &admin, tenant, sizeof(tenant), label,
-                          sizeof(label), &why);
+        bool loopback = addr_loopback(client) && gp_fwd_loopback(forwarded_for);
+        int st = identify(d, authorization, host, loopback, &admin, tenant, sizeof(tenant), label, sizeof(label),
+                          &why);
         if (st) {
                 gp_strlcpy(msg, why, msglen);
                 return st;

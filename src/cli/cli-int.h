@@ -157,7 +157,8 @@ int gp_cli_format_invoice(const json_t *resp, gp_buf *out);
  * combining marks = 0, invalid bytes = 1 each). */
 size_t gp_cli_display_width(const char *s);
 /* Append s made safe for a terminal (control characters and invalid UTF-8
- * become '?'), cut to max_cols columns with an ellipsis (0 = no limit). */
+ * become '?'), cut to max_cols columns with an ellipsis (0 = no limit);
+ * NULL appends nothing. */
 int gp_cli_put_clean(gp_buf *out, const char *s, size_t max_cols);
 /* Append s shell-quoted (only when needed) to out. */
 int gp_cli_shell_quote(const char *s, gp_buf *out);

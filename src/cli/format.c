@@ -89,8 +89,11 @@ size_t gp_cli_display_width(const char *s) {
 }
 
 /* Append s made safe for a terminal; at most max_cols columns (0 = no
- * limit), cut with an ellipsis. */
+ * limit), cut with an ellipsis.  NULL (a field the server's answer
+ * lacks) is "". */
 static int put_clean(gp_buf *out, const char *s, size_t max_cols) {
+        if (!s)
+                s = "";
         const unsigned char *p = (const unsigned char *)s;
         size_t len = strlen(s), w = 0;
         size_t total = max_cols ? gp_cli_display_width(s) : 0;

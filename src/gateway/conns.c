@@ -8,8 +8,8 @@
  *     trickling header bytes was never cut;
  *   - server.min_body_rate_bytes_s: after a grace of header_timeout_s a
  *     body comes at least this fast on average (gw_body_due);
- *   - server.max_connections_per_ip: a table of open connections per
- *     client address, shared by the loops (g->iplock, a leaf lock).
+ *   - server.max_connections_per_ip: open connections per client address
+ *     (g->ipl, base/iplimit.h), shared by the loops.
  * And near server.max_connections (over 90% of the loop's share) the
  * oldest idle connection (a new one that sent nothing yet, or a kept-alive
  * one between requests) is closed to make room for the one accepted.
@@ -38,128 +38,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-typedef struct gw_ipslot {
-        uint8_t key[16];           /* IPv6, or IPv4 mapped (::ffff:a.b.c.d) */
-        uint32_t count;            /* open connections; 0 = a free slot */
-} gw_ipslot;
-
-static uint64_t ip_seed; /* keys the hash: an outsider cannot pick addresses that collide */
 
 static int64_t mono_now(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* ------------------------------------------------------------------ */
-/* connections per client address                                      */
-
-static bool ip_key(const struct sockaddr *sa, uint8_t key[16]) {
-        if (sa->sa_family == AF_INET) {
-                const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
-                memset(key, 0, 10);
-                key[10] = key[11] = 0xff;
-                memcpy(key + 12, &s4->sin_addr, 4);
-                return true;
-        }
-        if (sa->sa_family == AF_INET6) {
-                memcpy(key, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
-                return true;
-        }
-        return false; /* a relay's socketpair: not a client address */
-}
-
-static size_t ip_hash(const uint8_t key[16]) {
-        uint64_t h = 1469598103934665603ULL ^ ip_seed;
-        for (int i = 0; i < 16; i++) {
-                h ^= key[i];
-                h *= 1099511628211ULL;
-        }
-        return (size_t)(h ^ (h >> 29));
-}
-
-int gw_conns_init(gp_gw *g, int max_connections) {
-        if (!ip_seed && getrandom(&ip_seed, sizeof(ip_seed), GRND_NONBLOCK) != sizeof(ip_seed))
-                ip_seed = (uint64_t)mono_now() * 0x9e3779b97f4a7c15ULL;
-        /* every open connection holds at most one slot: at most half full */
-        size_t cap = 64;
-        while (cap < 2 * ((size_t)max_connections + 64))
-                cap *= 2;
-        g->ipt = calloc(cap, sizeof(gw_ipslot));
-        if (!g->ipt)
-                return -ENOMEM;
-        g->ipcap = cap;
-        return 0;
-}
-
-void gw_conns_done(gp_gw *g) {
-        free(g->ipt);
-        g->ipt = NULL;
-        pthread_mutex_destroy(&g->iplock);
-}
-
-int gw_ip_take(gp_gw *g, const struct sockaddr *sa) {
-        uint8_t key[16];
-        if (!g->ipt || !ip_key(sa, key))
-                return 1;
-        int rc = 1;
-        size_t mask = g->ipcap - 1;
-        pthread_mutex_lock(&g->iplock);
-        for (size_t i = ip_hash(key) & mask, n = 0; n < g->ipcap; i = (i + 1) & mask, n++) {
-                gw_ipslot *s = &g->ipt[i];
-                if (!s->count) {
-                        memcpy(s->key, key, 16);
-                        s->count = 1;
-                        rc = 0;
-                        break;
-                }
-                if (!memcmp(s->key, key, 16)) {
-                        if (s->count >= (uint32_t)g->max_per_ip) {
-                                rc = -EMFILE;
-                        } else {
-                                s->count++;
-                                rc = 0;
-                        }
-                        break;
-                }
-        }
-        pthread_mutex_unlock(&g->iplock);
-        return rc; /* a full table (cannot happen: see gw_conns_init) counts nothing */
-}
-
-void gw_ip_put(gp_gw *g, const struct sockaddr *sa) {
-        uint8_t key[16];
-        if (!g->ipt || !ip_key(sa, key))
-                return;
-        size_t mask = g->ipcap - 1;
-        pthread_mutex_lock(&g->iplock);
-        size_t i = ip_hash(key) & mask, n = 0;
-        while (n < g->ipcap && g->ipt[i].count && memcmp(g->ipt[i].key, key, 16)) {
-                i = (i + 1) & mask;
-                n++;
-        }
-        if (n < g->ipcap && g->ipt[i].count && --g->ipt[i].count == 0) {
-                /* free slot i by shifting back the entries after it that probed past it */
-                size_t j = i;
-                for (;;) {
-                        j = (j + 1) & mask;
-                        if (!g->ipt[j].count)
-                                break;
-                        size_t k = ip_hash(g->ipt[j].key) & mask;
-                        bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
-                        if (stays)
-                                continue;
-                        g->ipt[i] = g->ipt[j];
-                        i = j;
-                }
-                g->ipt[i].count = 0;
-        }
-        pthread_mutex_unlock(&g->iplock);
 }
 
 /* ------------------------------------------------------------------ */
@@ -296,7 +182,7 @@ void gp_gw_mhd_conn_started(struct MHD_Connection *conn, void **socket_context) 
         if (!m || !fi) {
                 free(m);
                 if (handoff && ip && ai && ai->client_addr)
-                        gw_ip_put(L->g, ai->client_addr); /* only counted against max_connections */
+                        gp_iplimit_put(&L->g->ipl, ai->client_addr); /* only counted against max_connections */
                 return;
         }
         m->idle.mhd = true;
@@ -342,7 +228,7 @@ void gp_gw_mhd_conn_closed(void **socket_context) {
                 if (m->next)
                         m->next->prev = m->prev;
                 if (m->ip_counted)
-                        gw_ip_put(ML->g, (struct sockaddr *)&m->addr);
+                        gp_iplimit_put(&ML->g->ipl, (struct sockaddr *)&m->addr);
                 free(m);
                 *socket_context = NULL;
         }

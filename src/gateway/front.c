@@ -61,7 +61,7 @@ typedef struct fconn {
         int rfd;                   /* relay: our end of the socketpair MHD serves; -1 = none */
         struct sockaddr_storage addr;
         socklen_t alen;
-        bool ip_counted;           /* in the per-address table (gw_ip_take) */
+        bool ip_counted;           /* in the per-address table (gp_iplimit_take) */
         int state;
         char *in;                  /* client bytes not used yet */
         size_t inlen, incap;
@@ -177,7 +177,7 @@ static void fc_forget(fconn *fc) {
         loop *L = fc->L;
         gw_idle_leave(L, &fc->idle);
         if (fc->ip_counted) {
-                gw_ip_put(L->g, (struct sockaddr *)&fc->addr);
+                gp_iplimit_put(&L->g->ipl, (struct sockaddr *)&fc->addr);
                 fc->ip_counted = false;
         }
         fc->fd = fc->rfd = -1;
@@ -229,7 +229,7 @@ static void refuse_per_ip(loop *L, int fd, const struct sockaddr_storage *sa) {
                 else if (sa->ss_family == AF_INET6)
                         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, a, sizeof(a));
                 gp_warn("http: connections from %s refused: it holds server.max_connections_per_ip (%d)", a,
-                        L->g->max_per_ip);
+                        L->g->ipl.per_ip);
                 L->ip_warn_ms = now + 10000;
         }
 }
@@ -254,7 +254,7 @@ static void on_accept(loop *L) {
                                 gp_warn("gateway: accept: %s", strerror(errno));
                         return;
                 }
-                int ipc = gw_ip_take(g, (struct sockaddr *)&sa);
+                int ipc = gp_iplimit_take(&g->ipl, (struct sockaddr *)&sa);
                 if (ipc < 0) {
                         refuse_per_ip(L, fd, &sa);
                         continue;
@@ -262,7 +262,7 @@ static void on_accept(loop *L) {
                 fconn *fc = calloc(1, sizeof(*fc));
                 if (!fc) {
                         if (ipc == 0)
-                                gw_ip_put(g, (struct sockaddr *)&sa);
+                                gp_iplimit_put(&g->ipl, (struct sockaddr *)&sa);
                         close(fd);
                         continue;
                 }
@@ -284,7 +284,7 @@ static void on_accept(loop *L) {
                                          .data.u64 = (uint64_t)(uintptr_t)fc | TAG_FRONT};
                 if (epoll_ctl(L->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
                         if (fc->ip_counted)
-                                gw_ip_put(g, (struct sockaddr *)&sa);
+                                gp_iplimit_put(&g->ipl, (struct sockaddr *)&sa);
                         close(fd);
                         fc_free(fc);
                         continue;

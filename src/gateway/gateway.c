@@ -1430,9 +1430,7 @@ int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t e
         g->norigins = (size_t)cfg->n_allowed_origins;
         g->header_timeout_ms = (int64_t)cfg->header_timeout_s * 1000;
         g->min_body_rate = cfg->min_body_rate_bytes_s;
-        g->max_per_ip = cfg->max_connections_per_ip;
         pthread_mutex_init(&g->lock, NULL);
-        pthread_mutex_init(&g->iplock, NULL);
         for (int i = 0; i < g->cfg.n_models; i++) {
                 model *m = &g->models[i];
                 m->cfg = &g->cfg.models[i];
@@ -1447,7 +1445,7 @@ int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t e
         memcpy(lim.weights, cfg->weights, sizeof(lim.weights));
         g->admit = gp_admit_new(&lim, mono_ms());
         g->loops = calloc((size_t)nloops, sizeof(loop));
-        bool ok = g->admit && g->loops && gw_conns_init(g, cfg->max_connections) == 0;
+        bool ok = g->admit && g->loops && gp_iplimit_init(&g->ipl, cfg->max_connections_per_ip, cfg->max_connections) == 0;
         if (g->loops) {
                 for (int i = 0; i < nloops; i++) {
                         g->loops[i].epfd = g->loops[i].evfd = g->loops[i].lfd = -1;
@@ -1560,7 +1558,7 @@ void gp_gw_free(gp_gw *g) {
         }
         free(g->loops);
         gp_admit_free(g->admit);
-        gw_conns_done(g);
+        gp_iplimit_done(&g->ipl);
         pthread_mutex_destroy(&g->lock);
         free(g);
 }

@@ -4,6 +4,7 @@
 #ifndef GP_GATEWAY_GW_INTERNAL_H
 #define GP_GATEWAY_GW_INTERNAL_H
 
+#include "base/iplimit.h"
 #include "gateway/gateway.h"
 #include "gateway/upclient.h"
 
@@ -207,10 +208,7 @@ struct gp_gw {
         size_t norigins;
         int64_t header_timeout_ms; /* server.header_timeout_s */
         int64_t min_body_rate;     /* server.min_body_rate_bytes_s */
-        int max_per_ip;            /* server.max_connections_per_ip */
-        pthread_mutex_t iplock;    /* the per-address table (a leaf lock) */
-        struct gw_ipslot *ipt;     /* open addressing, linear probing; count 0 = free */
-        size_t ipcap;              /* a power of two, over twice server.max_connections */
+        gp_iplimit ipl;            /* server.max_connections_per_ip, shared by the loops */
         int quiesce;               /* set by gp_gw_quiesce: close the listening sockets; __atomic */
         gp_gw_usage_fn *usage_fn;   /* billing's token record (gp_gw_on_usage), set before the loops run */
         void *usage_ud;
@@ -301,15 +299,6 @@ void gw_front_evict(gw_idle *n);
 void gw_front_accept_resume(loop *L);
 
 /* conns.c: the connection guard (owning loop unless said) */
-/* The per-address table for max_connections connections (g->iplock is
- * set up by gp_gw_new); -ENOMEM.  done frees it and destroys the lock. */
-int gw_conns_init(gp_gw *g, int max_connections);
-void gw_conns_done(gp_gw *g);
-/* Count a new connection from sa against server.max_connections_per_ip.
- * 0 (counted: gw_ip_put it when it closes), 1 (not an IP address: not
- * counted) or -EMFILE (the address is at its limit).  Any loop. */
-int gw_ip_take(gp_gw *g, const struct sockaddr *sa);
-void gw_ip_put(gp_gw *g, const struct sockaddr *sa);
 /* n has no request in progress from now / has one again. */
 void gw_idle_enter(loop *L, gw_idle *n, int64_t now);
 void gw_idle_leave(loop *L, gw_idle *n);

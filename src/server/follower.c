@@ -50,6 +50,7 @@
 
 #include "base/buf.h"
 #include "base/h1.h"
+#include "base/iplimit.h"
 #include "base/url.h"
 #include "base/util.h"
 #include "config/config.h"
@@ -66,13 +67,7 @@ struct gp_follower {
         int n;
         char id[64];            /* this server's id */
         int64_t max_body;
-        int per_ip;             /* server.max_connections_per_ip */
-        pthread_mutex_t iplock; /* ipt */
-        struct ipslot {
-                uint8_t key[16];    /* the address, IPv4 mapped */
-                uint32_t count;     /* its open connections; 0 = a free slot */
-        } *ipt;
-        size_t ipcap;           /* a power of two, at least twice the connections */
+        gp_iplimit ipl;         /* server.max_connections_per_ip, across the daemons */
         atomic_bool stopping;
         atomic_int inflight;    /* requests between their URI and their end */
         pthread_mutex_t lock;
@@ -607,83 +602,23 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         *con_cls = NULL;
 }
 
-/* ---- connections per address (server.max_connections_per_ip, shared by
- * the daemons of every listening socket) ---- */
-
-static bool ip_key(const struct sockaddr *sa, uint8_t key[16]) {
-        memset(key, 0, 16);
-        if (sa && sa->sa_family == AF_INET) {
-                key[10] = key[11] = 0xff;
-                memcpy(key + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
-                return true;
-        }
-        if (sa && sa->sa_family == AF_INET6) {
-                memcpy(key, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
-                return true;
-        }
-        return false;
-}
-
-/* The slot of key (a free one when it has none), or NULL when full. */
-static struct ipslot *ip_slot(gp_follower *fw, const uint8_t key[16]) {
-        uint32_t h = 2166136261u;
-        for (int i = 0; i < 16; i++)
-                h = (h ^ key[i]) * 16777619u;
-        for (size_t i = h & (fw->ipcap - 1), n = 0; n < fw->ipcap; i = (i + 1) & (fw->ipcap - 1), n++)
-                if (!fw->ipt[i].count || !memcmp(fw->ipt[i].key, key, 16))
-                        return &fw->ipt[i];
-        return NULL;
-}
-
 /* MHD_OPTION_APC: accept the connection while its address holds fewer
- * than per_ip; counted here, given back when it closes (notify_conn). */
+ * than max_connections_per_ip (counted here, given back when it closes:
+ * notify_conn). */
 static enum MHD_Result accept_ip(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
         (void)addrlen;
         gp_follower *fw = cls;
-        uint8_t key[16];
-        if (!ip_key(addr, key))
-                return MHD_YES;
-        pthread_mutex_lock(&fw->iplock);
-        struct ipslot *s = ip_slot(fw, key);
-        bool ok = s && s->count < (uint32_t)fw->per_ip;
-        if (ok) {
-                memcpy(s->key, key, 16);
-                s->count++;
-        }
-        pthread_mutex_unlock(&fw->iplock);
-        return ok ? MHD_YES : MHD_NO;
-}
-
-static void release_ip(gp_follower *fw, struct MHD_Connection *c) {
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        uint8_t key[16];
-        if (!ci || !ip_key(ci->client_addr, key))
-                return;
-        pthread_mutex_lock(&fw->iplock);
-        struct ipslot *s = ip_slot(fw, key);
-        if (s && s->count && !memcmp(s->key, key, 16) && --s->count == 0) {
-                /* backward-shift deletion keeps every other key findable from its home slot */
-                size_t mask = fw->ipcap - 1, i = (size_t)(s - fw->ipt);
-                for (size_t j = (i + 1) & mask; fw->ipt[j].count; j = (j + 1) & mask) {
-                        uint32_t h = 2166136261u;
-                        for (int k = 0; k < 16; k++)
-                                h = (h ^ fw->ipt[j].key[k]) * 16777619u;
-                        size_t home = h & mask;
-                        if (((j - home) & mask) >= ((j - i) & mask)) {
-                                fw->ipt[i] = fw->ipt[j];
-                                fw->ipt[j].count = 0;
-                                i = j;
-                        }
-                }
-        }
-        pthread_mutex_unlock(&fw->iplock);
+        return gp_iplimit_take(&fw->ipl, addr) < 0 ? MHD_NO : MHD_YES;
 }
 
 static void notify_conn(void *cls, struct MHD_Connection *c, void **socket_context,
                         enum MHD_ConnectionNotificationCode toe) {
         gp_follower *fw = cls;
-        if (toe == MHD_CONNECTION_NOTIFY_CLOSED)
-                release_ip(fw, c);
+        if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+                const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+                if (ci && ci->client_addr)
+                        gp_iplimit_put(&fw->ipl, ci->client_addr);
+        }
         if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
                 fconn *fc = calloc(1, sizeof(*fc));
                 if (fc) {
@@ -709,15 +644,11 @@ int gp_follower_start(const char *server_id, const gp_config *cfg, const int *fd
         if (!fw)
                 return -ENOMEM;
         pthread_mutex_init(&fw->lock, NULL);
-        pthread_mutex_init(&fw->iplock, NULL);
         atomic_init(&fw->stopping, false);
         atomic_init(&fw->inflight, 0);
         gp_strlcpy(fw->id, server_id, sizeof(fw->id));
         fw->max_body = cfg->max_body_bytes;
-        fw->per_ip = cfg->max_connections_per_ip;
-        for (fw->ipcap = 64; fw->ipcap < 2 * (size_t)cfg->max_connections; fw->ipcap *= 2)
-                ;
-        if (!(fw->ipt = calloc(fw->ipcap, sizeof(*fw->ipt)))) {
+        if (gp_iplimit_init(&fw->ipl, cfg->max_connections_per_ip, cfg->max_connections) < 0) {
                 gp_follower_stop(fw);
                 return -ENOMEM;
         }
@@ -777,7 +708,6 @@ void gp_follower_stop(gp_follower *fw) {
                                 close(lfd[i]);
                 }
         pthread_mutex_destroy(&fw->lock);
-        pthread_mutex_destroy(&fw->iplock);
-        free(fw->ipt);
+        gp_iplimit_done(&fw->ipl);
         free(fw);
 }

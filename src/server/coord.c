@@ -65,15 +65,19 @@ static const char *my_role(gp_daemon *d) {
         return !strcmp(gp_coord_leader(d), d->coord->id) ? "leader" : "follower";
 }
 
+int gp_coord_record(gp_store *s, const char *id, const char *url, const char *role, int64_t load_milli,
+                    bool register_) {
+        gp_coord_server sv = {.load_milli = load_milli};
+        gp_strlcpy(sv.server_id, id, sizeof(sv.server_id));
+        gp_strlcpy(sv.url, url, sizeof(sv.url));
+        gp_strlcpy(sv.role, role, sizeof(sv.role));
+        return gp_store_coord_heartbeat(s, &sv, register_, NULL);
+}
+
 /* Record this server's heartbeat (c->mu held).  0 or the store's code. */
 static int beat(gp_daemon *d, bool register_) {
         gp_coord *c = d->coord;
-        gp_coord_server sv = {0};
-        gp_strlcpy(sv.server_id, c->id, sizeof(sv.server_id));
-        gp_strlcpy(sv.url, c->url, sizeof(sv.url));
-        gp_strlcpy(sv.role, my_role(d), sizeof(sv.role));
-        sv.load_milli = load_milli(d);
-        int r = gp_store_coord_heartbeat(c->s, &sv, register_, NULL);
+        int r = gp_coord_record(c->s, c->id, c->url, my_role(d), load_milli(d), register_);
         c->store_ok = r != -GP_ESTORE;
         return r;
 }

@@ -15,7 +15,9 @@
 #ifndef GP_SERVER_COORD_H
 #define GP_SERVER_COORD_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "server/routes.h"
 
@@ -30,6 +32,13 @@ int gp_coord_open(struct gp_daemon *d, char *err, size_t errlen);
 /* This server's url as the registry shows it: cluster.advertise_url, or
  * http://server.listen.  Truncated to size. */
 void gp_coord_self_url(const struct gp_config *cfg, char *out, size_t size);
+/* A server's heartbeat in the registry on s (its row: id, url, role
+ * "leader" or "follower", load 0..1000; register_ sets its start): the
+ * leader's thread and a follower (server.c) both write theirs so.  0 or
+ * gp_store_coord_heartbeat's code. */
+struct gp_store;
+int gp_coord_record(struct gp_store *s, const char *id, const char *url, const char *role, int64_t load_milli,
+                    bool register_);
 /* Start / stop the heartbeat thread.  start: 0 or -errno. */
 int gp_coord_start(struct gp_daemon *d);
 void gp_coord_stop(struct gp_daemon *d);

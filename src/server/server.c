@@ -223,11 +223,9 @@ static void follower_beat(const gp_config *cfg, lead *l, int64_t *next, bool *re
         int64_t now = gp_mono_ms();
         if (now < *next)
                 return;
-        gp_coord_server sv = {.load_milli = 0};
-        gp_strlcpy(sv.server_id, l->id, sizeof(sv.server_id));
-        gp_coord_self_url(cfg, sv.url, sizeof(sv.url));
-        gp_strlcpy(sv.role, "follower", sizeof(sv.role));
-        if (gp_store_coord_heartbeat(l->ls, &sv, !*registered, NULL) == 0) {
+        char url[GP_COORD_URL_MAX + 1];
+        gp_coord_self_url(cfg, url, sizeof(url));
+        if (gp_coord_record(l->ls, l->id, url, "follower", 0, !*registered) == 0) {
                 *registered = true;
                 *next = now + (int64_t)cfg->heartbeat_interval_s * 1000;
         } else {

@@ -681,20 +681,31 @@ static int start_of(gp_daemon *d, const gp_task *t, const gp_node *n, int rank, 
         return 0;
 }
 
-/* Is a preempted run still stopping on n?  Then nothing starts there (its
- * GPUs are not free until it has), as on node local (daemon.c). */
-static bool preempting(const gp_node *n) {
+/* Is a run whose GPUs went back to the pool still stopping on n (one
+ * preempted, or a rank of a multi-node task that was requeued or ended
+ * elsewhere)?  Then nothing starts there: its GPUs are not free until it
+ * has stopped, and the next run of its own task must not overlap it.  (A
+ * cancelled run keeps its GPUs until it ends.) */
+static bool stops_pending(const gp_node *n) {
         size_t pos = 0;
         void *v;
         while ((v = gp_i64map_next(&n->stopping, &pos, NULL)))
-                if ((((intptr_t)v - 1) & 3) == GP_PROTO_STOP_PREEMPT)
+                if ((((intptr_t)v - 1) & 3) != GP_PROTO_STOP_CANCEL)
                         return true;
         return false;
 }
 
+/* The run id of n has ended (its end reported or acknowledged): a stop
+ * of it no longer holds anything back. */
+static void stop_done(gp_node *n, gp_proto_run_id id) {
+        intptr_t st = (intptr_t)gp_i64map_get(&n->stopping, id.task);
+        if (st && ((st - 1) >> 2) == id.epoch)
+                gp_i64map_del(&n->stopping, id.task);
+}
+
 /* Has n anything to be sent now? */
 static bool sendable(const gp_node *n) {
-        return n->nostop || (n->nostart && !preempting(n));
+        return n->nostop || (n->nostart && !stops_pending(n));
 }
 
 /* The answer to a sync of node n with seq: the exited runs of msg that
@@ -709,11 +720,13 @@ static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto
                         oom();
                 for (int i = 0; i < msg->n_runs; i++) {
                         const gp_proto_run *r = &msg->runs[i];
-                        if (r->state == GP_PROTO_EXITED && !current(gp_i64map_get(&d->tasks, r->id.task), n, r->id))
+                        if (r->state == GP_PROTO_EXITED && !current(gp_i64map_get(&d->tasks, r->id.task), n, r->id)) {
                                 a.ack[a.n_ack++] = r->id;
+                                stop_done(n, r->id);
+                        }
                 }
         }
-        if (n->nostart && !preempting(n)) {
+        if (n->nostart && !stops_pending(n)) {
                 a.start = calloc(n->nostart, sizeof(*a.start));
                 if (!a.start)
                         oom();
@@ -820,7 +833,7 @@ void gp_nodes_flush(gp_daemon *d, uint64_t gen) {
                 if (n->held && sendable(n))
                         answer_held(d, n, gen, true, true);
                 if (sendable(n) && !n->held)
-                        ns->touched[k++] = n; /* starts held back (a preempted run stopping): look again */
+                        ns->touched[k++] = n; /* starts held back (a run stopping): look again */
                 else
                         n->touched = false;
         }
@@ -944,15 +957,16 @@ void gp_nodes_stop(gp_daemon *d, const gp_task *t, gp_proto_stop_why why) {
                 if (!n)
                         continue;
                 gp_proto_run_id id = {t->id, epoch, rank};
-                /* a start not sent yet is not sent at all */
-                for (size_t i = 0; i < n->nostart; i++)
+                /* a start not sent yet is not sent at all, and there is no
+                 * run to wait for (a stop of an older run stays pending) */
+                bool unsent = false;
+                for (size_t i = 0; i < n->nostart && !unsent; i++)
                         if (n->ostart[i].task == t->id) {
                                 n->ostart[i] = n->ostart[--n->nostart];
-                                break;
+                                unsent = true;
                         }
                 push_stop(d->nodes, n, id, why);
-                if (why != GP_PROTO_STOP_STALE &&
-                    gp_i64map_put(&n->stopping, t->id, (void *)(intptr_t)(((epoch << 2) | why) + 1)) < 0)
+                if (!unsent && gp_i64map_put(&n->stopping, t->id, (void *)(intptr_t)(((epoch << 2) | why) + 1)) < 0)
                         oom();
         }
 }
@@ -1102,7 +1116,13 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                 bool cur = current(t, n, r->id);
                 if (r->state == GP_PROTO_RUNNING) {
                         if (!cur) {
+                                /* an old run (its node was lost, or its task
+                                 * moved on): nothing starts here until it ends */
                                 push_stop(d->nodes, n, r->id, GP_PROTO_STOP_STALE);
+                                if (!gp_i64map_get(&n->stopping, r->id.task) &&
+                                    gp_i64map_put(&n->stopping, r->id.task,
+                                                  (void *)(intptr_t)(((r->id.epoch << 2) | GP_PROTO_STOP_STALE) + 1)) < 0)
+                                        oom();
                                 continue;
                         }
                         if (gp_i64map_put(&n->seen, r->id.task, (void *)(intptr_t)r->id.epoch) < 0)
@@ -1118,9 +1138,7 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                  * any other is only acknowledged */
                 if ((intptr_t)gp_i64map_get(&n->seen, r->id.task) == r->id.epoch)
                         gp_i64map_del(&n->seen, r->id.task);
-                intptr_t st = (intptr_t)gp_i64map_get(&n->stopping, r->id.task);
-                if (st && ((st - 1) >> 2) == r->id.epoch)
-                        gp_i64map_del(&n->stopping, r->id.task);
+                stop_done(n, r->id);
                 if (cur && n->removing) { /* stopped for the removal: back to the queue */
                         gp_node_ev *e = event(ns, GP_NODE_EV_LOST, r->id.task, r->id.rank);
                         snprintf(e->why, sizeof(e->why), "node %s was removed from the pool", n->name);

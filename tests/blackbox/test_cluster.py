@@ -460,7 +460,8 @@ def test_agent_killed_and_restarted_elsewhere_while_lost_only_one_run_remains(cl
     cluster.start_server()
     agents = {"gpu-a": cluster.agent("gpu-a", gpus=sim_gpus(1)), "gpu-b": cluster.agent("gpu-b", gpus=sim_gpus(1))}
     d = cluster.tmp / "t"
-    t = cluster.submit(ticker_cmd(d), max_retries=2)
+    # the run takes 1.5 s to stop after SIGTERM (a checkpoint)
+    t = cluster.submit(ticker_cmd(d, term_delay=1.5), max_retries=2)
     t = cluster.wait_task(t["id"], "running")
     x = t["nodes"][0]
     y = {"gpu-a": "gpu-b", "gpu-b": "gpu-a"}[x]
@@ -472,6 +473,9 @@ def test_agent_killed_and_restarted_elsewhere_while_lost_only_one_run_remains(cl
     t = cluster.wait_task(t["id"], "running", where=lambda t: t["nodes"] == [y], timeout=10)
     assert t["retries"] == 1
     wait_for(lambda: len(ticker_pids(d)) == 2, 10, "the run on " + y)
+    # a task for x's GPU, queued while x is away
+    d2 = cluster.tmp / "u"
+    u = cluster.submit(ticker_cmd(d2, secs=1), node_selector={"gpupool/node": x})
     # x's agent comes back: it finds its old run at start-up and the server has it stopped as stale
     agents[x].start()
     cluster.wait_node(x, "ready", timeout=10)
@@ -483,6 +487,11 @@ def test_agent_killed_and_restarted_elsewhere_while_lost_only_one_run_remains(cl
     assert len(live) == 1 and ticker_pids(d)[live[0]][0] == y, (live, ticker_pids(d))
     t = cluster.task(t["id"])
     assert t["state"] == "running" and t["nodes"] == [y] and t["retries"] == 1, t
+    # the queued task started on x only once the stale run had let go of its GPU
+    u = cluster.wait_task(u["id"], "succeeded", timeout=15)
+    stale = runs_from_marks(d)[old]
+    (u_run,) = runs_from_marks(d2).values()
+    assert stale[3] and u_run[0] >= stale[1], (stale, u_run)
     cluster.cli("cancel", t["id"])
 
 
@@ -679,10 +688,13 @@ def test_multinode_one_rank_failing_fails_the_task_and_stops_the_other(cluster):
 def test_multinode_task_requeued_whole_when_one_node_is_lost(cluster):
     agents = three_nodes(cluster)
     d = cluster.tmp / "mn"
-    t = cluster.submit(ticker_cmd(d), gpu_request=4, max_retries=1)
+    # a rank takes 1.5 s to stop after SIGTERM (a checkpoint): the second run must not start beside it
+    t = cluster.submit(ticker_cmd(d, term_delay=1.5), gpu_request=4, max_retries=1)
     t = cluster.wait_task(t["id"], "running", timeout=10)
     first = list(t["nodes"])
     wait_for(lambda: len(live_tickers(d)) == 2, 10, "both ranks")
+    # the first run's pids, taken now: the second run may start on first[0] too
+    survivor_pid = [p for p, (n, _) in ticker_pids(d).items() if n == first[0]][0]
     gone = first[1]
     agents[gone].kill9()
     cluster.wait_node(gone, "lost", timeout=NODE_TIMEOUT_S + 5)
@@ -690,7 +702,6 @@ def test_multinode_task_requeued_whole_when_one_node_is_lost(cluster):
     t = cluster.wait_task(t["id"], "running", where=lambda t: gone not in t["nodes"] and t["retries"] == 1,
                           timeout=15)
     assert len(t["nodes"]) == 2, t
-    survivor_pid = [p for p, (n, _) in ticker_pids(d).items() if n == first[0]][0]
     wait_for(lambda: not pid_alive(survivor_pid), 10, "the surviving rank of the first run to be stopped")
     # (the lost node's run lives on under its supervisor: its agent is gone, not its runs)
     def live_elsewhere():
@@ -698,4 +709,10 @@ def test_multinode_task_requeued_whole_when_one_node_is_lost(cluster):
     wait_for(lambda: len(live_elsewhere()) >= 2, 10, "the second run's ranks")
     live_nodes = sorted(ticker_pids(d)[p][0] for p in live_elsewhere())
     assert live_nodes == sorted(t["nodes"]), (live_nodes, t)
+    # on the surviving node the second run started only once the first had ended
+    runs = runs_from_marks(d)
+    old = runs[survivor_pid]
+    assert old[3], old
+    new = [r for p, r in runs.items() if p != survivor_pid and r[2] == first[0]]
+    assert len(new) == 1 and new[0][0] >= old[1], (old, new)
     cluster.cli("cancel", t["id"])

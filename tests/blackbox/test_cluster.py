@@ -676,13 +676,24 @@ def test_multinode_one_rank_failing_fails_the_task_and_stops_the_other(cluster):
     three_nodes(cluster)
     d = cluster.tmp / "mn"
     os.makedirs(d)
-    # rank 1 fails after 0.5 s; rank 0 would tick for a minute
-    cmd = ["sh", "-c", 'if [ "$GPUPOOL_NODE_RANK" = 1 ]; then sleep 0.5; exit 3; fi; exec "$@"', "sh"] + ticker_cmd(d)
+    # rank 1 fails after 1 s; rank 0 would tick for a minute, and takes 1.5 s to stop after SIGTERM
+    cmd = (["sh", "-c", 'if [ "$GPUPOOL_NODE_RANK" = 1 ]; then sleep 1; exit 3; fi; exec "$@"', "sh"] +
+           ticker_cmd(d, term_delay=1.5))
     t = cluster.submit(cmd, gpu_request=4)
+    t = cluster.wait_task(t["id"], "running", timeout=10)
+    rank0 = t["nodes"][0]
+    # a task for rank 0's GPUs waits in the queue meanwhile
+    d2 = cluster.tmp / "u"
+    u = cluster.submit(ticker_cmd(d2, secs=1), gpu_request=2, node_selector={"gpupool/node": rank0})
     t = cluster.wait_task(t["id"], ("failed",), timeout=20)
     assert t["exit_code"] == 3, t
     wait_for(lambda: ticker_pids(d) and not live_tickers(d), 10, "rank 0 to be stopped")
     assert len(ticker_pids(d)) == 1
+    # it got them only once rank 0 had let go
+    u = cluster.wait_task(u["id"], "succeeded", timeout=15)
+    (r0,) = runs_from_marks(d).values()
+    (u_run,) = runs_from_marks(d2).values()
+    assert r0[3] and u_run[2] == rank0 and u_run[0] >= r0[1], (r0, u_run)
 
 
 def test_multinode_task_requeued_whole_when_one_node_is_lost(cluster):

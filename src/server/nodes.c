@@ -1176,9 +1176,10 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                 int64_t task;
                 void *v;
                 while ((v = gp_i64map_next(&n->stopping, &pos, &task))) {
+                        int64_t epoch = ((intptr_t)v - 1) >> 2;
                         bool held = false;
                         for (int j = 0; j < m->n_runs && !held; j++)
-                                held = m->runs[j].id.task == task;
+                                held = m->runs[j].id.task == task && m->runs[j].id.epoch == epoch;
                         if (!held) {
                                 gp_i64map_del(&n->stopping, task);
                                 pos = 0; /* the map changed under the walk: start again */

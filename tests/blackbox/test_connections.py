@@ -14,11 +14,12 @@ no client holds the server.
 
 The daemon runs with small timeouts (header_timeout_s: 2) so that the
 tests take seconds; a cut is looked for once a second, hence the slack."""
-import socket
 import time
 
 import pytest
 import requests
+
+from rawhttp import RawConn
 
 pytestmark = pytest.mark.e2e
 
@@ -43,62 +44,8 @@ def session():
     return s
 
 
-class Raw:
+class Raw(RawConn):
     """One client connection, from a given loopback address."""
-
-    def __init__(self, port, source="127.0.0.1", timeout=10.0):
-        self.t0 = time.monotonic()
-        self.s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.s.settimeout(timeout)
-        self.s.bind((source, 0))
-        self.s.connect(("127.0.0.1", port))
-        self.buf = b""
-
-    def send(self, data):
-        self.s.sendall(data)
-
-    def response(self, timeout=5.0):
-        """The status of one whole answer (Content-Length framed)."""
-        self.s.settimeout(timeout)
-        while b"\r\n\r\n" not in self.buf:
-            b = self.s.recv(65536)
-            if not b:
-                raise EOFError("closed before an answer: %r" % self.buf)
-            self.buf += b
-        head, rest = self.buf.split(b"\r\n\r\n", 1)
-        n = 0
-        for line in head.split(b"\r\n")[1:]:
-            k, v = line.split(b":", 1)
-            if k.strip().lower() == b"content-length":
-                n = int(v)
-        while len(rest) < n:
-            b = self.s.recv(65536)
-            if not b:
-                raise EOFError("closed inside an answer")
-            rest += b
-        self.buf = rest[n:]
-        return int(head.split(b" ")[1])
-
-    def ended(self, timeout):
-        """(seconds until the server closed, bytes it sent before) or
-        (None, bytes) when it stayed open that long."""
-        t0 = time.monotonic()
-        end = t0 + timeout
-        got = b""
-        while True:
-            left = end - time.monotonic()
-            if left <= 0:
-                return None, got
-            self.s.settimeout(left)
-            try:
-                b = self.s.recv(65536)
-            except socket.timeout:
-                return None, got
-            except ConnectionResetError:
-                return time.monotonic() - t0, got
-            if not b:
-                return time.monotonic() - t0, got
-            got += b
 
     def trickle_until_cut(self, piece, every, limit):
         """Send piece every `every` seconds until the server ends the
@@ -115,9 +62,6 @@ class Raw:
             if t is not None:
                 return time.monotonic() - self.t0, got
         return None, got
-
-    def close(self):
-        self.s.close()
 
 
 @pytest.fixture
@@ -172,12 +116,12 @@ def test_trickled_head_of_a_kept_alive_connections_second_request_is_cut(daemon_
     d = daemon_factory(config())
     c = raw(d.port)
     c.send(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
-    assert c.response() == 200
+    assert c.response().status == 200
     # idle longer than header_timeout_s: that is connection_timeout_s's business, not a late head
     t, _ = c.ended(HEADER_TIMEOUT + SWEEP + 0.5)
     assert t is None, "an idle kept-alive connection was cut by the header timeout"
     c.send(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
-    assert c.response() == 200  # still served
+    assert c.response().status == 200  # still served
     time.sleep(0.5)
     start = time.monotonic()
     c.send(b"GET %s HTTP/1.1\r\n" % path.encode())  # the next head begins: its clock starts
@@ -247,7 +191,7 @@ def test_body_at_a_fair_rate_is_taken_whole(daemon_factory, raw, path):
     for i in range(0, len(body), 800):  # 4000 B/s for 2 s: over the rate, longer than the grace
         c.send(body[i:i + 800])
         time.sleep(0.2)
-    st = c.response()
+    st = c.response().status
     assert st != 408 and 200 <= st < 500, st  # the request was judged on its content
 
 
@@ -267,19 +211,19 @@ def test_connections_over_the_per_address_limit_are_refused_while_others_are_ser
     held = [c for i, c in enumerate(cs) if i not in refused]
     # the four are served, on both paths
     held[0].send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert held[0].response() == 200
+    assert held[0].response().status == 200
     held[1].send(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert held[1].response() == 200
+    assert held[1].response().status == 200
     # another address is not limited by this one's connections
     other = raw(d.port, source="127.0.0.2")
     other.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert other.response() == 200
+    assert other.response().status == 200
     # a closed connection frees its place
     held[3].close()
     time.sleep(0.2)
     again = raw(d.port)
     again.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert again.response() == 200
+    assert again.response().status == 200
 
 
 def test_per_address_count_follows_connections_handed_to_libmicrohttpd(daemon_factory, raw):
@@ -288,7 +232,7 @@ def test_per_address_count_follows_connections_handed_to_libmicrohttpd(daemon_fa
     for _ in range(5):  # MHD's connections open and close: each close frees its place
         a = raw(d.port)
         a.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        assert a.response() == 200
+        assert a.response().status == 200
         t, _ = a.ended(2)
         assert t is not None
         a.close()
@@ -296,7 +240,7 @@ def test_per_address_count_follows_connections_handed_to_libmicrohttpd(daemon_fa
     b = raw(d.port)
     a.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
     b.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert a.response() == 200 and b.response() == 200
+    assert a.response().status == 200 and b.response().status == 200
     c = raw(d.port)
     t, _ = c.ended(2)
     assert t is not None and t < 1.0, "a third connection was kept"
@@ -312,11 +256,11 @@ def test_near_the_limit_the_oldest_idle_connections_are_closed_first(daemon_fact
     time.sleep(0.3)
     old_rest = raw(d.port)
     old_rest.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert old_rest.response() == 200  # kept alive, idle from here (libmicrohttpd's)
+    assert old_rest.response().status == 200  # kept alive, idle from here (libmicrohttpd's)
     time.sleep(0.1)
     old_front = raw(d.port)
     old_front.send(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert old_front.response() == 200  # kept alive, idle (the front's)
+    assert old_front.response().status == 200  # kept alive, idle (the front's)
     busy = []
     for i in range(7):  # requests in progress: never closed to make room
         c = raw(d.port)
@@ -326,15 +270,15 @@ def test_near_the_limit_the_oldest_idle_connections_are_closed_first(daemon_fact
     assert old_rest.ended(0.2)[0] is None and old_front.ended(0.2)[0] is None  # 9 open: nothing closed yet
     n1 = raw(d.port)
     n1.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert n1.response() == 200
+    assert n1.response().status == 200
     t, _ = old_rest.ended(2)
     assert t is not None, "the oldest idle connection was not closed"
     assert old_front.ended(0.3)[0] is None, "more than one idle connection was closed for one new one"
     n2 = raw(d.port)
     n2.send(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert n2.response() == 200
+    assert n2.response().status == 200
     t, _ = old_front.ended(2)
     assert t is not None, "the next oldest idle connection was not closed"
     for c in busy:  # the requests in progress were left alone and are answered
         c.send(b"\r\n")
-        assert c.response() == 200
+        assert c.response().status == 200

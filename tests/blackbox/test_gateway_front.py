@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from gw_upstream import Upstream
+from rawhttp import RawConn
 
 pytestmark = pytest.mark.e2e
 
@@ -87,111 +88,13 @@ def get(path, version="1.1", method="GET", extra=b""):
 # ---------------------------------------------------------------------------
 # a raw client
 
-class Resp:
-    def __init__(self, version, status, headers, body, framing):
-        self.version = version
-        self.status = status
-        self.headers = headers        # [(name, value)] as sent
-        self.body = body
-        self.framing = framing        # "length", "chunked", "close" or "none"
-
-    def header(self, name):
-        vals = [v for n, v in self.headers if n.lower() == name.lower()]
-        return vals[0] if vals else None
-
-    def json(self):
-        return json.loads(self.body)
-
-
-class Conn:
-    """One client connection; responses are parsed from one buffer, so
-    pipelined answers are read one after the other."""
-
-    def __init__(self, port, timeout=5.0):
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.buf = b""
-
-    def send(self, data):
-        self.s.sendall(data)
-
-    def _fill(self):
-        b = self.s.recv(65536)
-        if not b:
-            raise EOFError("connection closed; %d bytes unparsed: %r" % (len(self.buf), self.buf[:200]))
-        self.buf += b
-
-    def _line(self):
-        while b"\r\n" not in self.buf:
-            self._fill()
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def _exact(self, n):
-        while len(self.buf) < n:
-            self._fill()
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
-
-    def response(self, head_method=False):
-        line = self._line()
-        version, status = line.split(b" ", 2)[:2]
-        headers = []
-        while True:
-            l = self._line()
-            if not l:
-                break
-            n, v = l.split(b":", 1)
-            headers.append((n.decode(), v.strip().decode()))
-        r = Resp(version.decode(), int(status), headers, b"", "none")
-        if head_method or r.status < 200 or r.status in (204, 304):
-            return r
-        if (r.header("Transfer-Encoding") or "").lower() == "chunked":
-            r.framing = "chunked"
-            body = b""
-            while True:
-                size = int(self._line().split(b";")[0], 16)
-                if size == 0:
-                    while self._line():
-                        pass
-                    break
-                body += self._exact(size)
-                assert self._exact(2) == b"\r\n"
-            r.body = body
-        elif r.header("Content-Length") is not None:
-            r.framing = "length"
-            r.body = self._exact(int(r.header("Content-Length")))
-        else:
-            r.framing = "close"
-            r.body = self.rest()
-        return r
-
-    def rest(self, timeout=5.0):
-        """Everything until the server closes."""
-        self.s.settimeout(timeout)
-        try:
-            while True:
-                self._fill()
-        except EOFError:
-            pass
-        out, self.buf = self.buf, b""
-        return out
-
+class Conn(RawConn):
     def closed_within(self, timeout):
         """Seconds until the server closed the connection (nothing more
         sent), or None when it stayed open that long."""
-        t0 = time.monotonic()
-        self.s.settimeout(timeout)
-        try:
-            b = self.s.recv(1)
-        except socket.timeout:
-            return None
-        except ConnectionResetError:
-            return time.monotonic() - t0
-        assert b == b"", "unexpected bytes %r" % b
-        return time.monotonic() - t0
-
-    def close(self):
-        self.s.close()
+        t, got = self.ended(timeout)
+        assert got == b"", "unexpected bytes %r" % got
+        return t
 
 
 @pytest.fixture
@@ -199,7 +102,7 @@ def conns():
     made = []
 
     def make(port, timeout=5.0):
-        c = Conn(port, timeout)
+        c = Conn(port, timeout=timeout)
         made.append(c)
         return c
 
@@ -637,10 +540,9 @@ def test_client_hang_up_mid_stream_ends_the_request_at_once(daemon_factory, conn
     d = daemon_factory(config([up.url]))
     c = conns(d.port)
     c.send(post("/v1/chat/completions", chat_body("chunks:20 gap:0.2", stream=True)))
-    r_head = c._line()
-    assert r_head.startswith(b"HTTP/1.1 200")
     while b"data: " not in c.buf:
         c._fill()
+    assert c.buf.startswith(b"HTTP/1.1 200")
     assert stats(d)["in_flight"] == 1
     t0 = time.monotonic()
     c.close()

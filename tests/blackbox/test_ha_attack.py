@@ -36,6 +36,7 @@ import pytest
 import requests
 
 from apiutil import batch, reap_supervisors, wait_for  # noqa: F401  (reap_supervisors: autouse)
+from rawhttp import RawConn
 from conftest import SIM_CONFIG, _require_bin
 from test_ha import LEASE_S, Server, _psql, pg_db  # noqa: F401  (pg_db: a fixture)
 
@@ -319,95 +320,32 @@ def nonloopback_source():
     return None
 
 
-class Raw:
-    """One client connection on a raw socket."""
+class Raw(RawConn):
+    """One client connection on a raw socket; answers as (status,
+    {header: value}, body)."""
 
     def __init__(self, port, source="127.0.0.1", timeout=10.0):
-        self.s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.s.settimeout(timeout)
-        self.s.bind((source, 0))
-        self.s.connect(("127.0.0.1", port))
-        self.buf = b""
-
-    def send(self, data):
-        self.s.sendall(data)
-
-    def _fill(self):
-        b = self.s.recv(65536)
-        if not b:
-            raise EOFError("closed")
-        self.buf += b
+        super().__init__(port, source, timeout)
 
     def response(self, timeout=10.0):
-        """One whole final answer (interim 1xx ones are skipped)."""
-        while True:
-            a = self._response(timeout)
-            if not 100 <= a[0] < 200:
-                return a
-
-    def _response(self, timeout):
-        """One whole answer: (status, {header: value}, body).  Raises
+        """One whole final answer (interim 1xx ones are skipped).  Raises
         EOFError when the server closed before a whole answer (the bytes it
         sent are in the message), socket.timeout when none came in time."""
-        self.s.settimeout(timeout)
-        try:
-            while b"\r\n\r\n" not in self.buf:
-                self._fill()
-            head, rest = self.buf.split(b"\r\n\r\n", 1)
-            lines = head.decode("latin-1").split("\r\n")
-            status = int(lines[0].split(" ")[1])
-            hdrs = {}
-            for line in lines[1:]:
-                k, _, v = line.partition(":")
-                hdrs[k.strip().lower()] = v.strip()
-            self.buf = rest
-            body = b""
-            if "chunked" in hdrs.get("transfer-encoding", "").lower():
-                while True:
-                    while b"\r\n" not in self.buf:
-                        self._fill()
-                    size, self.buf = self.buf.split(b"\r\n", 1)
-                    n = int(size.split(b";")[0], 16)
-                    while len(self.buf) < n + 2:
-                        self._fill()
-                    body += self.buf[:n]
-                    self.buf = self.buf[n + 2:]
-                    if n == 0:
-                        break
-            elif "content-length" in hdrs:
-                n = int(hdrs["content-length"])
-                while len(self.buf) < n:
-                    self._fill()
-                body, self.buf = self.buf[:n], self.buf[n:]
-            return status, hdrs, body
-        except EOFError:
-            raise EOFError("closed before a whole answer: %r" % self.buf[:300])
+        while True:
+            r = super().response(timeout=timeout)
+            if not 100 <= r.status < 200:
+                return r.status, {k.lower(): v for k, v in r.headers}, r.body
 
     def closed(self, timeout=5.0):
         """True when the server closes the connection (after what it already
         sent) within timeout; False if it is still open then."""
-        self.s.settimeout(timeout)
-        try:
-            while True:
-                b = self.s.recv(65536)
-                if not b:
-                    return True
-                self.buf += b
-        except socket.timeout:
-            return False
-        except ConnectionResetError:
-            return True
-
-    def close(self):
-        self.s.close()
+        return self.ended(timeout)[0] is not None
 
 
-def one(port, data, source="127.0.0.1", timeout=10.0):
-    """Send data on a new connection; the first answer as (status, headers,
-    body), or ("closed", bytes) / ("timeout", bytes) when none came whole."""
-    c = Raw(port, source, timeout)
+def answer(c, timeout):
+    """c's next answer as Raw.response gives it, or ("closed", message) /
+    ("timeout", bytes) / ("reset", bytes) when none came whole."""
     try:
-        c.send(data)
         return c.response(timeout)
     except EOFError as e:
         return ("closed", str(e))
@@ -415,6 +353,14 @@ def one(port, data, source="127.0.0.1", timeout=10.0):
         return ("timeout", c.buf)
     except ConnectionResetError:
         return ("reset", c.buf)
+
+
+def one(port, data, source="127.0.0.1", timeout=10.0):
+    """Send data on a new connection; the first answer as answer() gives it."""
+    c = Raw(port, source, timeout)
+    try:
+        c.send(data)
+        return answer(c, timeout)
     finally:
         c.close()
 
@@ -656,14 +602,7 @@ def send_big(port, head, body_piece, total, timeout=10.0, tail=b""):
             r.send(tail)
         except (BrokenPipeError, ConnectionResetError, socket.timeout):
             pass
-        try:
-            return r.response(timeout)
-        except EOFError as e:
-            return ("closed", str(e))
-        except socket.timeout:
-            return ("timeout", r.buf)
-        except ConnectionResetError:
-            return ("reset", r.buf)
+        return answer(r, timeout)
     finally:
         r.close()
 

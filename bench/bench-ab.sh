@@ -33,19 +33,16 @@ echo "bench-ab: building $base_sha (base) and the working tree (new)" >&2
 make -s -C "$tmp/base" -j2 all build/bench/bench-core >/dev/null
 make -s -j2 all build/bench/bench-core >/dev/null
 
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. bench/lib.sh
 
 # http WHO BIN: one durable leg; prints "http WHO req/s"
 http() {
         rm -rf "$tmp/data"
         printf 'scheduler: {max_queue_depth: 1000000}\nstore: {sync: full}\ngpus: {backend: sim}\n' > "$tmp/cfg.yaml"
-        p=$(port)
+        p=$(free_port)
         "$2" server --config "$tmp/cfg.yaml" --listen "127.0.0.1:$p" --data-dir "$tmp/data" 2>"$tmp/server.log" &
         pid=$!
-        for _ in $(seq 100); do
-                curl -fs "http://127.0.0.1:$p/readyz" >/dev/null 2>&1 && break
-                sleep 0.1
-        done
+        wait_up "bench-ab: server $1" "http://127.0.0.1:$p/readyz" "$tmp/server.log"
         wrk -t2 -c64 -d"${secs}s" -s bench/submit.lua "http://127.0.0.1:$p" > "$tmp/wrk.out" 2>&1
         kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
         echo "http $1 $(awk '/^Requests\/sec/ {print $2}' "$tmp/wrk.out")"

@@ -54,7 +54,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. bench/lib.sh
 
 "$fake" --listen 127.0.0.1:0 --model bench-model --name bench --die-with-parent >"$tmp/fake.out" 2>&1 &
 pids="$pids $!"
@@ -62,7 +62,7 @@ for _ in $(seq 50); do grep -q '^ready' "$tmp/fake.out" 2>/dev/null && break; sl
 up_port=$(awk '/^ready/ {print $2}' "$tmp/fake.out")
 [ -n "$up_port" ] || { echo "bench-abuse: fake-openai did not start:" >&2; cat "$tmp/fake.out" >&2; exit 1; }
 
-gp_port=$(port)
+gp_port=$(free_port)
 cat > "$tmp/gpupool.yaml" <<EOF
 gpus: {backend: sim}
 server: {max_connections: $maxconn}
@@ -75,12 +75,7 @@ EOF
 "$gpupool" server --config "$tmp/gpupool.yaml" --listen "127.0.0.1:$gp_port" --data-dir "$tmp/data" \
         >"$tmp/gpupool.log" 2>&1 &
 pids="$pids $!"
-ok=""
-for _ in $(seq 100); do
-        curl -fs "http://127.0.0.1:$gp_port/readyz" >/dev/null 2>&1 && { ok=1; break; }
-        sleep 0.1
-done
-[ -n "$ok" ] || { echo "bench-abuse: the server did not come up:" >&2; cat "$tmp/gpupool.log" >&2; exit 1; }
+wait_up "bench-abuse: the server" "http://127.0.0.1:$gp_port/readyz" "$tmp/gpupool.log"
 
 kinds="healthz submit models chat"
 # measure PHASE: one line per kind appended to $tmp/KIND.PHASE ("p99 fail n")

@@ -16,6 +16,7 @@
 # Env: BUILD (default build).
 set -eu
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 rounds=${1:-3}
 spec=${2:-0-1999}
 build=${BUILD:-build}
@@ -33,15 +34,10 @@ while [ "$r" -le "$rounds" ]; do
         d=$tmp/r$r
         mkdir -p "$d"
         printf 'gpus: {backend: sim}\n' > "$d/cfg.yaml"
-        port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+        port=$(free_port)
         "$bin" server --config "$d/cfg.yaml" --listen "127.0.0.1:$port" --data-dir "$d/data" >"$d/server.log" 2>&1 &
         pid=$!
-        i=0
-        until curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; do
-                i=$((i + 1))
-                [ "$i" -lt 200 ] || { echo "daemon not ready"; cat "$d/server.log"; exit 1; }
-                sleep 0.05
-        done
+        wait_up "bench-array: the server" "http://127.0.0.1:$port/readyz" "$d/server.log"
         t=$(GPUPOOL_API=http://127.0.0.1:$port /usr/bin/python3 - "$bin" "$spec" <<'PY'
 import subprocess, sys, time
 t0 = time.monotonic()

@@ -28,6 +28,7 @@
 # Env: BUILD (default build), BASE_BIN.
 set -eu
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 runs=${1:-200}
 rounds=${2:-3}
 build=${BUILD:-build}
@@ -39,7 +40,7 @@ pid=""
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 url="http://127.0.0.1:$port"
 printf 'gpus: {backend: sim}\n' > "$tmp/cfg.yaml"
 "$bin" server --config "$tmp/cfg.yaml" --listen "127.0.0.1:$port" --data-dir "$tmp/data" 2>"$tmp/server.log" &

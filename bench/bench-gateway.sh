@@ -62,7 +62,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. bench/lib.sh
 
 # --- the upstream
 "$fake" --listen 127.0.0.1:0 --model bench-model --name bench --die-with-parent >"$tmp/fake.out" 2>&1 &
@@ -73,7 +73,7 @@ up_port=$(awk '/^ready/ {print $2}' "$tmp/fake.out")
 direct="http://127.0.0.1:$up_port"
 
 # --- nginx, a plain reverse proxy
-ng_port=$(port)
+ng_port=$(free_port)
 mkdir -p "$tmp/nginx/logs"
 cat > "$tmp/nginx/nginx.conf" <<EOF
 worker_processes 2;
@@ -105,7 +105,7 @@ pids="$pids $!"
 nginx="http://127.0.0.1:$ng_port"
 
 # --- gpupool with a gateway model on the same upstream
-gp_port=$(port)
+gp_port=$(free_port)
 cat > "$tmp/gpupool.yaml" <<EOF
 gpus: {backend: sim}
 gateway:
@@ -121,7 +121,7 @@ pids="$pids $!"
 gp="http://127.0.0.1:$gp_port"
 base=""
 if [ -n "${BASE_BIN:-}" ]; then
-        base_port=$(port)
+        base_port=$(free_port)
         "$BASE_BIN" server --config "$tmp/gpupool.yaml" --listen "127.0.0.1:$base_port" --data-dir "$tmp/data-base" \
                 >"$tmp/base.log" 2>&1 &
         pids="$pids $!"

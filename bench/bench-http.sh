@@ -40,24 +40,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. bench/lib.sh
 
 start() { # $1 = sync mode
         rm -rf "$tmp/data"
         printf 'scheduler: {max_queue_depth: 1000000}\nstore: {sync: %s}\ngpus: {backend: sim}\n' "$1" > "$tmp/cfg.yaml"
-        p=$(port)
+        p=$(free_port)
         "$bin" server --config "$tmp/cfg.yaml" --listen "127.0.0.1:$p" --data-dir "$tmp/data" 2>"$tmp/server.log" &
         pid=$!
-        ok=""
-        for _ in $(seq 100); do
-                curl -fs "http://127.0.0.1:$p/readyz" >/dev/null 2>&1 && { ok=1; break; }
-                sleep 0.1
-        done
-        if [ -z "$ok" ]; then
-                echo "bench-http: the server did not come up:" >&2
-                cat "$tmp/server.log" >&2
-                exit 1
-        fi
+        wait_up "bench-http: the server" "http://127.0.0.1:$p/readyz" "$tmp/server.log"
         url="http://127.0.0.1:$p"
 }
 
@@ -72,7 +63,7 @@ nginx_start() {
         chmod 755 "$tmp" "$n" "$n/html"
         printf '{"status":"ok","note":"a small static file served by nginx for bench-http"}\n' > "$n/html/small.json"
         chmod 644 "$n/html/small.json"
-        np=$(port)
+        np=$(free_port)
         cat > "$n/nginx.conf" <<EOF
 daemon off;
 worker_processes auto;

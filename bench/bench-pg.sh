@@ -70,7 +70,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. bench/lib.sh
 
 # ---- the bench's own PostgreSQL: durable, on a unix socket in $pg ----
 
@@ -134,19 +134,10 @@ server_start() {
                 printf 'scheduler: {max_queue_depth: 1000000}\nstore: %s\ngpus: {backend: sim}\n' "$2"
                 [ -z "${3:-}" ] || printf 'cluster: %s\n' "$3"
         } > "$d/cfg.yaml"
-        p=$(port)
+        p=$(free_port)
         "$bin" server --config "$d/cfg.yaml" --listen "127.0.0.1:$p" --data-dir "$d/data" 2>"$d/server.log" &
         pids="$pids $!"
-        ok=""
-        for _ in $(seq 300); do
-                curl -fs "http://127.0.0.1:$p${4:-/readyz}" >/dev/null 2>&1 && { ok=1; break; }
-                sleep 0.1
-        done
-        if [ -z "$ok" ]; then
-                echo "bench-pg: server $1 did not come up:" >&2
-                cat "$d/server.log" >&2
-                exit 1
-        fi
+        wait_up "bench-pg: server $1" "http://127.0.0.1:$p${4:-/readyz}" "$d/server.log" 300
         url="http://127.0.0.1:$p"
 }
 

@@ -23,19 +23,16 @@ tmp=$(mktemp -d /tmp/gp-bsub-XXXXXX)
 pids=""
 cleanup() { for p in $pids; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. bench/lib.sh
 
 start() { # $1 = build dir, $2 = tag; sets url
         rm -rf "$tmp/$2"; mkdir -p "$tmp/$2"
         printf 'scheduler: {max_queue_depth: 1000000}\ngpus: {backend: sim, sim: [{name: x, memory_mb: 24564, count: 64}]}\n' > "$tmp/$2/cfg.yaml"
-        p=$(port)
+        p=$(free_port)
         "$1/gpupool-server" server --config "$tmp/$2/cfg.yaml" --listen "127.0.0.1:$p" --data-dir "$tmp/$2/data" >/dev/null 2>"$tmp/$2/server.log" &
         pids="$pids $!"; echo $! > "$tmp/$2/pid"
-        for _ in $(seq 100); do
-                curl -fs "http://127.0.0.1:$p/readyz" >/dev/null 2>&1 && { url="http://127.0.0.1:$p"; return; }
-                sleep 0.1
-        done
-        echo "bench-submit: server $1 did not come up" >&2; cat "$tmp/$2/server.log" >&2; exit 1
+        wait_up "bench-submit: server $1" "http://127.0.0.1:$p/readyz" "$tmp/$2/server.log"
+        url="http://127.0.0.1:$p"
 }
 stop() { p=$(cat "$tmp/$1/pid"); kill "$p"; wait "$p" 2>/dev/null || true; }
 rate() { wrk -t1 -c8 -d"${secs}s" -s "$1" "$2" 2>&1 | awk '/^Requests\/sec/ {print $2}'; }

@@ -16,7 +16,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 secs=${1:-5}; rounds=${2:-3}; ntasks=${3:-2000}
-shift 3 2>/dev/null || shift $#
+if [ $# -ge 3 ]; then shift 3; else shift $#; fi  # (a short shift ends dash)
 [ $# -gt 0 ] || set -- build
 command -v wrk >/dev/null || { echo "bench-submit: needs wrk" >&2; exit 1; }
 tmp=$(mktemp -d /tmp/gp-bsub-XXXXXX)

@@ -2348,14 +2348,12 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, int64_t epoch, char *
         gp_store_owner me;
         self_owner(d, &me);
         d->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (d->lock_fd < 0 || flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-                rc = -errno;
+        gp_store_owner other;
+        rc = d->lock_fd < 0 ? -errno : gp_store_flock_owner_file(d->lock_fd, &other);
+        if (rc < 0) {
                 if (rc == -EWOULDBLOCK) {
                         /* the holder wrote who it is into the lock file */
-                        char text[4096], who[640];
-                        gp_store_owner other;
-                        ssize_t got = pread(d->lock_fd, text, sizeof(text), 0);
-                        gp_store_owner_from_text(text, got > 0 ? (size_t)got : 0, &other);
+                        char who[640];
                         gp_store_owner_format(&other, who, sizeof(who));
                         snprintf(err, errlen, "%s: another gpupool server is using this data dir (%s)", lock, who);
                 } else {

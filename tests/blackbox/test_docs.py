@@ -329,6 +329,31 @@ def test_every_repository_path_and_link_in_the_docs_exists():
     assert not missing, "paths named in the docs that do not exist:\n" + "\n".join(missing)
 
 
+MD_NAME_RE = re.compile(r"(?<![\w/.-])([A-Za-z][\w.-]*\.md)\b")
+OUTSIDE_RE = re.compile(r"(?<![\w.])\.\./[\w.-]+")
+
+
+def test_the_docs_name_no_file_a_fresh_clone_lacks():
+    """A user has the repository, nothing beside it: no ../ paths (such as the
+    developers' trace folder) and no Markdown file that is not in the tree."""
+    have = set()
+    for root, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "build")]
+        have.update(f for f in files if f.endswith(".md"))
+    bad = []
+    for doc in DOC_FILES:
+        name = os.path.relpath(doc, REPO)
+        for n, line in enumerate(read(doc).splitlines(), 1):
+            for m in OUTSIDE_RE.finditer(line):
+                if os.path.exists(os.path.normpath(os.path.join(os.path.dirname(doc), m.group(0)))):
+                    continue  # a relative link inside the tree (docs/internals -> ../api.md)
+                bad.append("%s:%d: %s" % (name, n, m.group(0)))
+            for m in MD_NAME_RE.finditer(line):
+                if os.path.basename(m.group(1)) not in have:
+                    bad.append("%s:%d: %s" % (name, n, m.group(1)))
+    assert not bad, "files the docs name that a fresh clone does not have:\n" + "\n".join(bad)
+
+
 # ---------------------------------------------------------------- YAML examples
 
 def yaml_blocks():

@@ -1909,6 +1909,15 @@ static int upstream_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg
         if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
             !upstream_url_ok((const char *)ev->data.scalar.value, ev->data.scalar.length))
                 return fail(c, ev_line(ev), "expected an upstream base URL \"http://HOST[:PORT][/PREFIX]\" (port 1..65535, no trailing slash)");
+        /* the OpenAI habit: a base URL ending in /v1 would make every request /v1/v1/... (404) */
+        const char *v = (const char *)ev->data.scalar.value;
+        size_t vn = ev->data.scalar.length;
+        if (vn >= 3 && !strncmp(v + vn - 3, "/v1", 3)) {
+                char fix[GP_CFG_URL_MAX];
+                snprintf(fix, sizeof(fix), "%.*s", (int)(vn - 3), v);
+                return fail(c, ev_line(ev), "an upstream is the server's base URL without /v1 (the gateway adds "
+                            "/v1/... itself, as it received it): write \"%s\"", fix);
+        }
         memset(m->upstreams[i], 0, sizeof(m->upstreams[i]));
         memcpy(m->upstreams[i], ev->data.scalar.value, ev->data.scalar.length);
         return 0;

@@ -1045,7 +1045,7 @@ static int gw_auth(void *ud, const char *authorization, const char *host, const 
                 return st;
         }
         gw_caller(d, tenant, admin, who);
-        return 0;
+        return gp_billing_check_gateway(d, who->tenant, msg, msglen);
 }
 
 static enum MHD_Result gateway_route(hreq *r, const char *url, const char *method) {
@@ -1057,6 +1057,9 @@ static enum MHD_Result gateway_route(hreq *r, const char *url, const char *metho
                 return send_error(r, 503, "unavailable", "the gateway is not running");
         gp_gw_caller who;
         gw_caller(d, r->tenant, r->admin, &who);
+        char msg[256];
+        if (gp_billing_check_gateway(d, who.tenant, msg, sizeof(msg)))
+                return send_error(r, 402, "insufficient_balance", "%s", msg);
         who.cors_origin = r->cors;
         return gp_gw_handle(d->gw, r->conn, url, method, &who, r->body.data, r->body.len, &r->gw);
 }

@@ -68,6 +68,14 @@ const gp_cfg_tenant *gp_tenants_find(const gp_tenants *ts, const char *id) {
         return find_mut((gp_tenants *)ts, id);
 }
 
+size_t gp_tenants_count(const gp_tenants *ts) {
+        return ts->n;
+}
+
+const gp_cfg_tenant *gp_tenants_at(const gp_tenants *ts, size_t i) {
+        return i < ts->n ? &ts->v[i] : NULL;
+}
+
 static int tenant_add(gp_tenants *ts, const gp_cfg_tenant *t) {
         gp_cfg_tenant *p = gp_vec_grow(ts->v, &ts->cap, ts->n + 1, sizeof(*p), 16);
         if (!p)

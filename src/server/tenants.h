@@ -65,6 +65,10 @@ const char *gp_tenants_run_as(const gp_tenants *ts, const char *id);
 /* The tenant's record, or NULL. d->lock held; valid until the lock is
  * released. */
 const gp_cfg_tenant *gp_tenants_find(const gp_tenants *ts, const char *id);
+/* The i-th tenant (0 <= i < gp_tenants_count), for walking them all.
+ * d->lock held; valid until the lock is released. */
+size_t gp_tenants_count(const gp_tenants *ts);
+const gp_cfg_tenant *gp_tenants_at(const gp_tenants *ts, size_t i);
 
 /* Which time rules are in force at now_ms; when that changed (or force),
  * push the effective weights, group shares and tenant settings into the

@@ -345,6 +345,9 @@ struct gp_sched {
         int *model_gpus_n, *model_gpus_cap;
         uint32_t model_gpus_len;
         uint32_t stamp, last_run_stamp;
+        /* the run's second pass (work conservation): group shares hold
+         * nothing back, only the idle capacity left is handed out */
+        bool groups_off;
         int64_t last_resv_id;
         int64_t last_shadow_ms, last_run_ms;
         uint64_t gen, pos_gen;
@@ -431,7 +434,7 @@ static inline bool tenant_full(const stenant *T) {
 
 /* Is T's group held in this run (T not exempt by its guarantee)? */
 static inline bool group_held(const gp_sched *s, const stenant *T) {
-        return T->group && s->gr[T->group].held_stamp == s->stamp &&
+        return T->group && !s->groups_off && s->gr[T->group].held_stamp == s->stamp &&
                !(T->guar_milli > 0 && T->run_milli < T->guar_milli);
 }
 

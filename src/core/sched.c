@@ -294,6 +294,11 @@ static void memo_record(const gp_sched *s, fail_memo *m, const stask *t, bool av
 static void hold(gp_sched *s, stask *t, int code, int64_t a1, int64_t a2, int64_t a3) {
         set_reason(s, t, code, a1, a2);
         t->ra3 = a3;
+        /* a task its tenant's max_gpus can never admit (a3, its share, is over
+         * a2, the max: a quota lowered after it was queued) waits alone: the
+         * tenant's other tasks could not delay it */
+        if (code == R_QUOTA_GPUS && a3 > a2)
+                return;
         if (code == R_GROUP) {
                 s->gr[a1].held_stamp = s->stamp;
                 return;
@@ -332,6 +337,27 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
         int64_t shadow = TIME_INF;
         int examined = 0;
         bool preempt_on = s->cfg.preemption && s->pol->tier_preempt;
+        /* Two passes.  The first applies every rule.  A group's share may
+         * then have held back tasks while the capacity it kept for other
+         * groups stays idle, because their own next tasks do not fit in
+         * what is left of their shares (70/30 of 4 GPUs: 2.8 and 1.2): so
+         * shares are not allowed to idle a GPU, and a second pass hands
+         * the capacity still free to the tasks the shares held, in the same
+         * order, under every other rule (quotas, reservations, backfill).
+         * It runs only when a share held something. */
+        bool share_held = false;
+        for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+                if (!share_held)
+                        break;
+                s->groups_off = true;
+                if ((rc = walk_init(s, &w, true)) < 0)
+                        break;
+                for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                        lp[i] = s->tiers[i].pass;
+                /* memo stays: GPUs were only taken since, so what failed fails */
+                examined = 0;
+        }
         for (;;) {
                 /* fair walks: which tier goes next depends only on which
                  * are non-empty (and their passes), so only the chosen
@@ -348,7 +374,11 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 stask *t = w.cur[ti];
                 walk_advance(s, &w, ti);
                 lp[ti] += st[ti];
-                t->resv_holder = false;
+                /* the second pass: the tasks a share held (those whose group
+                 * was held the walk skipped, so the first pass never saw) */
+                if (pass == 1 && t->rstamp == s->stamp && t->rcode != R_GROUP)
+                        continue;
+                t->resv_holder = t == resv;
                 multi_refresh(s, t);
 
                 /* the rules of its tenant and group come first (a held
@@ -369,10 +399,12 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 }
                 if (group_held(s, T)) {
                         set_reason(s, t, R_GROUP, T->group, s->gr[T->group].share_pct);
+                        share_held = true;
                         continue;
                 }
                 if ((g = gate(s, t, lb, &a1, &a2, &a3))) {
                         hold(s, t, g, a1, a2, a3);
+                        share_held |= g == R_GROUP;
                         continue;
                 }
                 /* within its tenant's guarantee: may reclaim, and is not
@@ -406,6 +438,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         int64_t sh = fit_share(s, t, f.gpus, f.n);
                         if (sh > lb && (g = gate(s, t, sh, &a1, &a2, &a3))) {
                                 hold(s, t, g, a1, a2, a3);
+                                share_held |= g == R_GROUP;
                                 continue;
                         }
                 }
@@ -414,7 +447,8 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                  * and for one that may reclaim behind the reservation */
                 bool may_reclaim = preempt_on && resv && guaranteed && T->reclaim_stamp != s->stamp;
                 /* (a multi-node task waits for whole nodes: it neither shrinks nor preempts) */
-                if (!placed && s->nel && (!resv || may_reclaim) && !t->multi) {
+                /* the second pass only hands out what is free */
+                if (!placed && s->nel && pass == 0 && (!resv || may_reclaim) && !t->multi) {
                         int pr = shrink_for(s, t, now, avoid, &f, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
@@ -425,7 +459,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 placed = true;
                         }
                 }
-                if (!placed && preempt_on && (!resv || may_reclaim) && !t->multi) {
+                if (!placed && preempt_on && pass == 0 && (!resv || may_reclaim) && !t->multi) {
                         int pr = make_room(s, t, now, resv != NULL, avoid, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
@@ -439,7 +473,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 placed = place(s, t, avoid, &f);
                         }
                 }
-                if (!placed && !resv && s->pol->las && s->cfg.las_preempt && !t->multi) {
+                if (!placed && !resv && pass == 0 && s->pol->las && s->cfg.las_preempt && !t->multi) {
                         int pr = las_make_room(s, t, now, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
@@ -481,6 +515,21 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 }
                 if (!known_fail)
                         memo_record(s, &memo, t, avoid);
+                if (pass == 1) { /* no room left for it: its share says why it waits */
+                        if (++examined >= s->cfg.backfill_depth)
+                                break; /* bounded as backfill is: what is left waits a run */
+                        if (T->group)
+                                set_reason(s, t, R_GROUP, T->group, s->gr[T->group].share_pct);
+                        else if (t->multi)
+                                set_reason(s, t, R_NODES, t->ngpus, -1);
+                        else if (t->excl)
+                                set_reason(s, t, R_NO_WHOLE, t->ngpus, -1);
+                        else if (t->ngpus == 1)
+                                set_reason(s, t, R_NO_MEM, t->mem, -1);
+                        else
+                                set_reason(s, t, R_GANG_SHARED, t->ngpus, t->mem);
+                        continue;
+                }
                 if (!resv) {
                         resv = t;
                         diagnose(s, t);
@@ -511,6 +560,10 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 else
                         set_reason(s, t, R_GANG_SHARED, t->ngpus, t->mem);
         }
+        }
+        s->groups_off = false;
+        if (rc < 0)
+                return rc;
         /* elastic tasks grow if no task that may start is left waiting
          * (the reservation too may be moot: its holder can be held by
          * what started after it in this run) */

@@ -441,7 +441,20 @@ static int feasible(gp_daemon *d, const gp_sched_req *r, char *why, size_t size)
         int rc = gp_sched_check_feasible(d->sched, r, why, size);
         if (rc == -EINVAL && strcmp(why, "invalid request") && gp_nodes_growable(d))
                 return 0;
-        return rc;
+        if (rc < 0)
+                return rc;
+        /* nor a request its tenant's quota can never admit (whole GPUs: a
+         * memory share's size depends on the GPU it lands on) */
+        int64_t most = gp_tenants_max_gpus_ever(d->tenants, r->tenant);
+        bool whole = r->exclusive || r->memory_mb == 0;
+        if (most > 0 && whole && (int64_t)r->gpus * 1000 > most) {
+                snprintf(why, size,
+                         "tenant %s quota: this task needs %d GPUs, more than its max_gpus of %" PRId64 ".%03" PRId64
+                         " (in every time rule too)",
+                         r->tenant, r->gpus, most / 1000, most % 1000);
+                return -EINVAL;
+        }
+        return 0;
 }
 
 /* May the tenant submit (billing.h: a tenant whose balance is used up may

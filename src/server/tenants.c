@@ -68,6 +68,26 @@ const gp_cfg_tenant *gp_tenants_find(const gp_tenants *ts, const char *id) {
         return find_mut((gp_tenants *)ts, id);
 }
 
+int64_t gp_tenants_max_gpus_ever(const gp_tenants *ts, const char *id) {
+        const gp_cfg_tenant *t = gp_tenants_find(ts, id);
+        if (!t || t->quota.max_gpus_milli <= 0)
+                return 0;
+        int64_t most = t->quota.max_gpus_milli;
+        for (int i = 0; i < ts->cfg->n_time_rules; i++) {
+                const gp_cfg_time_rule *r = &ts->cfg->time_rules[i];
+                for (int k = 0; k < r->n_quotas; k++) {
+                        if (strcmp(r->quotas[k].tenant, id))
+                                continue;
+                        int64_t m = r->quotas[k].quota.max_gpus_milli;
+                        if (m == 0)
+                                return 0; /* this rule lifts the limit */
+                        if (m > most)
+                                most = m;
+                }
+        }
+        return most;
+}
+
 size_t gp_tenants_count(const gp_tenants *ts) {
         return ts->n;
 }

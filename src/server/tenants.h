@@ -67,6 +67,11 @@ const char *gp_tenants_run_as(const gp_tenants *ts, const char *id);
 const gp_cfg_tenant *gp_tenants_find(const gp_tenants *ts, const char *id);
 /* The i-th tenant (0 <= i < gp_tenants_count), for walking them all.
  * d->lock held; valid until the lock is released. */
+/* The most GPUs (1/1000) the tenant may ever hold at once: its
+ * quota.max_gpus, or a time rule's when that is larger; 0 when some rule
+ * (or the quota itself) sets no limit, or the tenant is unknown.  A task
+ * needing more can never be admitted.  d->lock held. */
+int64_t gp_tenants_max_gpus_ever(const gp_tenants *ts, const char *id);
 size_t gp_tenants_count(const gp_tenants *ts);
 const gp_cfg_tenant *gp_tenants_at(const gp_tenants *ts, size_t i);
 

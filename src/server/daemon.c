@@ -116,6 +116,18 @@ static bool same_tenant(void *ud, int64_t id) {
         return t && !strcmp(t->tenant, c->owner);
 }
 
+void gp_daemon_task_reason(gp_daemon *d, const gp_task *t, char *reason, size_t size) {
+        gp_sched_task_reason(d->sched, t->id, reason, size);
+        /* a request no node of the pool can hold now waits only while the
+         * pool may grow (feasible(): else it was refused): say so */
+        gp_sched_req r = sched_req(t);
+        char why[256], grow[128];
+        if (gp_sched_check_feasible(d->sched, &r, why, sizeof(why)) == -EINVAL &&
+            gp_nodes_growable(d, gp_now_ms(), grow, sizeof(grow)))
+                snprintf(reason, size, "no node in the pool can hold it now (%s); it waits for one to join: %s", why,
+                         grow);
+}
+
 void gp_daemon_reason_hide(gp_daemon *d, const char *owner, char *reason, size_t size) {
         hide_ctx c = {.d = d, .owner = owner};
         gp_monitor_hide_task_ids(reason, size, same_tenant, &c);
@@ -184,7 +196,7 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 r = r ? r : gp_buf_printf(b, ",\"queue_position\":%d", v.queue_position);
                 /* why it waits now (naming the time rule whose quota or
                  * share holds it), then why it is back in the queue */
-                gp_sched_task_reason(d->sched, t->id, reason, sizeof(reason));
+                gp_daemon_task_reason(d, t, reason, sizeof(reason));
                 char rules[128];
                 gp_tenants_rules_in_force(d->tenants, rules, sizeof(rules));
                 size_t l = strlen(reason);
@@ -439,7 +451,8 @@ static void apply_submit_array(gp_daemon *d, batch *b, cmd *c, int64_t now, outc
  * for a node in Kubernetes. */
 static int feasible(gp_daemon *d, const gp_sched_req *r, char *why, size_t size) {
         int rc = gp_sched_check_feasible(d->sched, r, why, size);
-        if (rc == -EINVAL && strcmp(why, "invalid request") && gp_nodes_growable(d))
+        char grow[128];
+        if (rc == -EINVAL && strcmp(why, "invalid request") && gp_nodes_growable(d, gp_now_ms(), grow, sizeof(grow)))
                 return 0;
         if (rc < 0)
                 return rc;

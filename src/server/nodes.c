@@ -815,8 +815,21 @@ void gp_nodes_req_gone(gp_daemon *d, struct hreq *r) {
         r->node_held = NULL;
 }
 
-bool gp_nodes_growable(const gp_daemon *d) {
-        return d->cfg.n_join_tokens > 0 || d->nodes->ntok > 0 || d->nodes->n > 0;
+bool gp_nodes_growable(const gp_daemon *d, int64_t now, char *why, size_t size) {
+        const gp_nodes *ns = d->nodes;
+        bool live = d->cfg.n_join_tokens > 0;
+        for (size_t i = 0; !live && i < ns->ntok; i++)
+                live = !ns->tok[i].revoked && (ns->tok[i].expires_ms <= 0 || ns->tok[i].expires_ms > now);
+        if (live) {
+                snprintf(why, size, "a join token is live");
+                return true;
+        }
+        for (size_t i = 0; i < ns->n; i++)
+                if (ns->v[i]->state == GP_NODE_LOST) {
+                        snprintf(why, size, "node %s is lost and may come back", ns->v[i]->name);
+                        return true;
+                }
+        return false;
 }
 
 void gp_nodes_release(gp_daemon *d) {

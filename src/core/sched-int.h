@@ -327,6 +327,11 @@ struct gp_sched {
         uint32_t ngpus, gpus_cap;
         snode *nodes;
         uint32_t nnodes, nodes_cap;
+        /* nodes by name: open addressing, linear probing, node index or NIL;
+         * a power of two, at most half full (nodes are never deleted: a
+         * removed node keeps its index) */
+        uint32_t *node_ht;
+        uint32_t node_ht_cap;
         char *kind_names[MAX_KINDS];
         int nkinds;
         uint32_t buckets[MAX_KINDS][NBUCKETS];

@@ -87,6 +87,7 @@ void gp_sched_free(gp_sched *s) {
                 free(s->nodes[i].labels);
         }
         free(s->nodes);
+        free(s->node_ht);
         for (int i = 0; i < s->nkinds; i++)
                 free(s->kind_names[i]);
         for (uint32_t i = 0; i < s->model_gpus_len; i++)

@@ -394,3 +394,18 @@ def test_every_yaml_example_in_the_docs_is_a_config_the_server_accepts(tmp_path)
         bad.append("%s:%d: %s" % (doc, line, msg.strip()))
     assert n > 5, "only %d YAML examples found" % n
     assert not bad, "YAML examples in the docs that the server refuses:\n" + "\n".join(bad)
+
+
+def test_the_chinese_readme_comments_its_code_in_chinese_and_says_token():
+    """README.zh-CN.md: every comment in its code blocks is Chinese (11 of 24
+    were English), and an LLM token is "token", as Chinese LLM users write it
+    (令牌 reads as an auth token)."""
+    text = read(os.path.join(REPO, "README.zh-CN.md"))
+    english = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            m = re.search(r"(?:^|\s)#\s+(\S.*)$", line)
+            if m and not re.search("[\u4e00-\u9fff]", m.group(1)):
+                english.append(line.strip())
+    assert not english, "English comments in README.zh-CN.md's code:\n" + "\n".join(english)
+    assert "令牌" not in text

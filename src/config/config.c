@@ -93,6 +93,7 @@ static int parse_hhmm(struct ctx *c, const struct field *f, void *base, const ya
 static int parse_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_rule_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_rule_gw(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_money(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_secs_ms(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_bill_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
@@ -111,6 +112,7 @@ static int parse_node_labels(struct ctx *c, const struct field *f, void *base, c
 #define GRP(m) offsetof(gp_cfg_group, m), sizeof(((gp_cfg_group *)0)->m)
 #define TR(m) offsetof(gp_cfg_time_rule, m), sizeof(((gp_cfg_time_rule *)0)->m)
 #define RQ(m) offsetof(gp_cfg_rule_quota, m), sizeof(((gp_cfg_rule_quota *)0)->m)
+#define RG(m) offsetof(gp_cfg_rule_gw, m), sizeof(((gp_cfg_rule_gw *)0)->m)
 #define BILL(m) offsetof(gp_config, billing.m), sizeof(((gp_config *)0)->billing.m)
 #define BGP(m) offsetof(gp_bill_gpu_price, m), sizeof(((gp_bill_gpu_price *)0)->m)
 #define BTP(m) offsetof(gp_bill_token_price, m), sizeof(((gp_bill_token_price *)0)->m)
@@ -246,6 +248,10 @@ static const struct field fields[] = {
         {"time_rules[].weights", K_CUSTOM, TR(weights), 0, 0, parse_rule_weights},
         {"time_rules[].groups", K_CUSTOM, TR(groups), 0, GP_CFG_MAX_GROUPS, parse_items},
         {"time_rules[].quotas", K_CUSTOM, TR(quotas), 0, GP_CFG_MAX_RULE_QUOTAS, parse_rule_quotas},
+        {"time_rules[].gateway", K_CUSTOM, TR(gw), 0, GP_CFG_MAX_RULE_GW, parse_rule_gw},
+        {"time_rules[].gateway{}.max_concurrent", K_INT, RG(max_concurrent), 0, 1000000, NULL},
+        {"time_rules[].gateway{}.rpm", K_I64, RG(rpm), 0, 100000000, NULL},
+        {"time_rules[].gateway{}.tpm", K_I64, RG(tpm), 0, (int64_t)1 << 40, NULL},
         {"time_rules[].quotas{}.max_concurrent", K_CUSTOM, RQ(quota), 0, 0, parse_quota},
         {"time_rules[].quotas{}.max_queued", K_CUSTOM, RQ(quota), 0, 0, parse_quota},
         {"time_rules[].quotas{}.max_gpus", K_CUSTOM, RQ(quota), 0, 0, parse_quota},
@@ -328,6 +334,7 @@ struct reflines {
         int group[GP_CFG_MAX_GROUPS];           /* groups[] items */
         int rule_group[GP_CFG_MAX_TIME_RULES][GP_CFG_MAX_GROUPS];
         int rule_quota[GP_CFG_MAX_TIME_RULES][GP_CFG_MAX_RULE_QUOTAS]; /* the tenant id key */
+        int rule_gw[GP_CFG_MAX_TIME_RULES][GP_CFG_MAX_RULE_GW];        /* the tenant or group key */
 };
 
 struct ctx {
@@ -1687,16 +1694,34 @@ static int parse_rule_weights(struct ctx *c, const struct field *f, void *base, 
 }
 
 /* quotas: {TENANT: {max_concurrent, max_gpus, guaranteed_gpus, max_queued}, ...} */
-static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_time_rule *tr = base;
+/* A time rule's mapping of names to settings ({dept_a: {max_gpus: 8}}):
+ * each key a name (1..GP_TENANT_MAX-1 bytes, listed once), each value a
+ * mapping parsed by parse_map under `prefix`.  The items are `size` bytes
+ * apart from `items`, each starting with its name (char[GP_TENANT_MAX]);
+ * init fills an item before its mapping is read; lines[i] gets the line of
+ * item i's key.  null empties it. */
+struct keyed {
+        const char *prefix;       /* "time_rules[].quotas{}" */
+        const char *keys;         /* what the keys are: "tenant ids" */
+        const char *value;        /* the value's keys, for messages: "{max_concurrent, max_gpus, ...}" */
+        const char *example;      /* "{dept_a: {max_gpus: 8}}" */
+        void *items;
+        size_t size;
+        int max;
+        void (*init)(void *item);
+        int *lines;
+        int *ret_n;
+};
+
+static int parse_keyed(struct ctx *c, const yaml_event_t *ev, const struct keyed *k) {
         char d[96];
         if (is_null(ev)) {
-                tr->n_quotas = 0;
+                *k->ret_n = 0;
                 return 0;
         }
         if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping of tenant ids to quotas, e.g. {dept_a: {max_gpus: 8}}, "
-                            "got %s", describe(ev, d, sizeof(d)));
+                return fail(c, ev_line(ev), "expected a mapping of %s to settings, e.g. %s, got %s", k->keys,
+                            k->example, describe(ev, d, sizeof(d)));
         int n = 0, r = 0;
         if (++c->depth > MAX_DEPTH) {
                 r = fail(c, ev_line(ev), "nested too deeply (more than %d levels)", MAX_DEPTH);
@@ -1714,46 +1739,76 @@ static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, c
                 size_t saved = c->pathlen;
                 if (kev.type != YAML_SCALAR_EVENT || kev.data.scalar.length == 0 ||
                     kev.data.scalar.length >= GP_TENANT_MAX) {
-                        r = fail(c, kline, "expected a tenant id as the key, got %s", describe(&kev, d, sizeof(d)));
+                        r = fail(c, kline, "expected one of the %s as the key, got %s", k->keys,
+                                 describe(&kev, d, sizeof(d)));
                         yaml_event_delete(&kev);
                         goto out;
                 }
-                if (n >= GP_CFG_MAX_RULE_QUOTAS) {
-                        r = fail(c, kline, "too many tenants (at most %d)", GP_CFG_MAX_RULE_QUOTAS);
+                if (n >= k->max) {
+                        r = fail(c, kline, "too many %s (at most %d)", k->keys, k->max);
                         yaml_event_delete(&kev);
                         goto out;
                 }
-                gp_cfg_rule_quota *q = &tr->quotas[n];
-                memset(q, 0, sizeof(*q));
-                memcpy(q->tenant, kev.data.scalar.value, kev.data.scalar.length);
-                q->quota = GP_QUOTA_OVERLAY_NONE;
+                char *item = (char *)k->items + (size_t)n * k->size;
+                memset(item, 0, k->size);
+                memcpy(item, kev.data.scalar.value, kev.data.scalar.length);
+                k->init(item);
                 yaml_event_delete(&kev);
-                c->refs.rule_quota[tr - c->cfg->time_rules][n] = kline;
-                path_push(c, ".%s", q->tenant);
+                k->lines[n] = kline;
+                path_push(c, ".%s", item);
                 for (int j = 0; j < n; j++)
-                        if (!strcmp(tr->quotas[j].tenant, q->tenant)) {
-                                r = fail(c, kline, "tenant listed twice");
+                        if (!strcmp((const char *)k->items + (size_t)j * k->size, item)) {
+                                r = fail(c, kline, "listed twice");
                                 goto out;
                         }
                 if ((r = next(c, &vev)) < 0)
                         goto out;
                 if (vev.type != YAML_MAPPING_START_EVENT) {
-                        r = fail(c, kline, "expected a mapping {max_concurrent, max_gpus, guaranteed_gpus, max_queued}, "
-                                 "got %s", describe(&vev, d, sizeof(d)));
+                        r = fail(c, kline, "expected a mapping %s, got %s", k->value, describe(&vev, d, sizeof(d)));
                         yaml_event_delete(&vev);
                         goto out;
                 }
                 yaml_event_delete(&vev);
                 c->key_line = kline;
-                if ((r = parse_map(c, "time_rules[].quotas{}", q)) < 0)
+                if ((r = parse_map(c, k->prefix, item)) < 0)
                         goto out;
                 path_pop(c, saved);
                 n++;
         }
-        tr->n_quotas = n;
+        *k->ret_n = n;
 out:
         c->depth--;
         return r;
+}
+
+static void rule_quota_init(void *item) {
+        ((gp_cfg_rule_quota *)item)->quota = GP_QUOTA_OVERLAY_NONE;
+}
+
+static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_time_rule *tr = base;
+        const struct keyed k = {.prefix = "time_rules[].quotas{}", .keys = "tenant ids",
+                                .value = "{max_concurrent, max_gpus, guaranteed_gpus, max_queued}",
+                                .example = "{dept_a: {max_gpus: 8}}", .items = tr->quotas,
+                                .size = sizeof(tr->quotas[0]), .max = GP_CFG_MAX_RULE_QUOTAS, .init = rule_quota_init,
+                                .lines = c->refs.rule_quota[tr - c->cfg->time_rules], .ret_n = &tr->n_quotas};
+        return parse_keyed(c, ev, &k);
+}
+
+static void rule_gw_init(void *item) {
+        gp_cfg_rule_gw *g = item;
+        g->max_concurrent = GP_QUOTA_UNCHANGED;
+        g->rpm = g->tpm = GP_QUOTA_UNCHANGED;
+}
+
+static int parse_rule_gw(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_time_rule *tr = base;
+        const struct keyed k = {.prefix = "time_rules[].gateway{}", .keys = "tenant ids and group names",
+                                .value = "{max_concurrent, rpm, tpm}", .example = "{external: {max_concurrent: 8}}",
+                                .items = tr->gw, .size = sizeof(tr->gw[0]), .max = GP_CFG_MAX_RULE_GW,
+                                .init = rule_gw_init, .lines = c->refs.rule_gw[tr - c->cfg->time_rules],
+                                .ret_n = &tr->n_gw};
+        return parse_keyed(c, ev, &k);
 }
 
 static void time_rule_init(struct ctx *c, void *item) {
@@ -2687,6 +2742,21 @@ static int check_refs(const gp_config *cfg, const struct reflines *refs, char *e
                         snprintf(key, sizeof(key), "time_rules[%d].quotas.%s", r, d);
                         return rfail(cfg, err, errlen, refs ? refs->rule_quota[r][k] : 0, key,
                                      "no tenant \"%s\" is defined in tenants", d);
+                }
+                /* its gateway limits name tenants or groups */
+                for (int k = 0; k < tr->n_gw && k < GP_CFG_MAX_RULE_GW; k++) {
+                        const char *id = tr->gw[k].name;
+                        size_t idn = strnlen(id, sizeof(tr->gw[k].name));
+                        bool known = idn < sizeof(tr->gw[k].name) && gp_config_group_defined(cfg, id);
+                        for (int t = 0; t < n_t && !known; t++)
+                                known = !strncmp(cfg->tenants[t].id, id, sizeof(tr->gw[k].name)) ||
+                                        !strncmp(cfg->tenants[t].group, id, sizeof(tr->gw[k].name));
+                        if (known)
+                                continue;
+                        show(id, idn, d, sizeof(d));
+                        snprintf(key, sizeof(key), "time_rules[%d].gateway.%s", r, d);
+                        return rfail(cfg, err, errlen, refs ? refs->rule_gw[r][k] : 0, key,
+                                     "\"%s\" is neither a tenant of tenants nor a group", d);
                 }
         }
         return 0;

@@ -1017,9 +1017,9 @@ static void gw_caller(gp_daemon *d, const char *tenant, bool admin, gp_gw_caller
                         who->max_priority = tc->max_priority;
                         who->default_priority = tc->default_priority;
                 }
-                who->limits.max_concurrent = tc->gw_max_concurrent;
-                who->limits.rpm = tc->gw_rpm;
-                who->limits.tpm = tc->gw_tpm;
+                /* tenants[].gateway, or a time rule's limits while it is in force */
+                gp_tenants_gw_limits(d->tenants, tc, &who->limits.max_concurrent, &who->limits.rpm,
+                                     &who->limits.tpm);
                 who->limits.weight = (uint32_t)tc->weight;
         }
         pthread_mutex_unlock(&d->lock);

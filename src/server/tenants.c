@@ -88,6 +88,35 @@ int64_t gp_tenants_max_gpus_ever(const gp_tenants *ts, const char *id) {
         return most;
 }
 
+static void gw_overlay(const gp_cfg_rule_gw *g, int *mc, int64_t *rpm, int64_t *tpm) {
+        if (g->max_concurrent != GP_QUOTA_UNCHANGED)
+                *mc = g->max_concurrent;
+        if (g->rpm != GP_QUOTA_UNCHANGED)
+                *rpm = g->rpm;
+        if (g->tpm != GP_QUOTA_UNCHANGED)
+                *tpm = g->tpm;
+}
+
+void gp_tenants_gw_limits(const gp_tenants *ts, const gp_cfg_tenant *t, int *ret_mc, int64_t *ret_rpm,
+                          int64_t *ret_tpm) {
+        int mc = t->gw_max_concurrent;
+        int64_t rpm = t->gw_rpm, tpm = t->gw_tpm;
+        for (int i = 0; i < ts->cfg->n_time_rules; i++) {
+                if (!(ts->rules_mask & (1u << i)))
+                        continue;
+                const gp_cfg_time_rule *r = &ts->cfg->time_rules[i];
+                for (int k = 0; k < r->n_gw; k++) /* the group's first: the tenant's own wins */
+                        if (!strcmp(r->gw[k].name, t->group) && strcmp(t->group, t->id))
+                                gw_overlay(&r->gw[k], &mc, &rpm, &tpm);
+                for (int k = 0; k < r->n_gw; k++)
+                        if (!strcmp(r->gw[k].name, t->id))
+                                gw_overlay(&r->gw[k], &mc, &rpm, &tpm);
+        }
+        *ret_mc = mc;
+        *ret_rpm = rpm;
+        *ret_tpm = tpm;
+}
+
 size_t gp_tenants_count(const gp_tenants *ts) {
         return ts->n;
 }

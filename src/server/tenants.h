@@ -72,6 +72,11 @@ const gp_cfg_tenant *gp_tenants_find(const gp_tenants *ts, const char *id);
  * (or the quota itself) sets no limit, or the tenant is unknown.  A task
  * needing more can never be admitted.  d->lock held. */
 int64_t gp_tenants_max_gpus_ever(const gp_tenants *ts, const char *id);
+/* The tenant's gateway limits now: tenants[].gateway, overlaid by the
+ * time rules in force (each rule's entry for the tenant's group, then its
+ * entry for the tenant; later rules win).  0 = unlimited.  d->lock held. */
+void gp_tenants_gw_limits(const gp_tenants *ts, const gp_cfg_tenant *t, int *ret_max_concurrent, int64_t *ret_rpm,
+                          int64_t *ret_tpm);
 size_t gp_tenants_count(const gp_tenants *ts);
 const gp_cfg_tenant *gp_tenants_at(const gp_tenants *ts, size_t i);
 

@@ -377,9 +377,10 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 lp[ti] += st[ti];
                 /* the second pass: the tasks a share held (those whose group
                  * was held the walk skipped, so the first pass never saw) */
+                // cppcheck-suppress knownConditionTrueFalse ; pass 1 runs when share_held was set in pass 0
                 if (pass == 1 && t->rstamp == s->stamp && t->rcode != R_GROUP)
                         continue;
-                t->resv_holder = t == resv;
+                t->resv_holder = false;
                 multi_refresh(s, t);
 
                 /* the rules of its tenant and group come first (a held

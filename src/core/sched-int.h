@@ -175,6 +175,7 @@ struct stask {
         char *gpu_model;           /* NULL = any */
         uint64_t kinds;            /* allowed GPU kinds */
         int64_t timeout_ms, submit_ms, deadline_ms, start_ms;
+        int64_t estimate_ms;       /* predicted run time, 0 = none */
         uint32_t *gpus;            /* ngpus GPUs while running: gpu1 or the heap (gcap) */
         uint32_t gpu1[2];
         uint32_t gcap;

@@ -187,8 +187,11 @@ static const gp_sched_policy_ops las_ops = {
 /* ------------------------------------------------------------------ */
 /* sef: shortest expected first (Slurm's order by time limit)         */
 
-/* timeout_ms is the run-time estimate; a task without one goes last */
+/* the predicted run time, else timeout_ms (an upper bound); a task
+ * without either goes last */
 static int64_t key_sef(const stask *t) {
+        if (t->estimate_ms > 0)
+                return t->timeout_ms > 0 && t->timeout_ms < t->estimate_ms ? t->timeout_ms : t->estimate_ms;
         return t->timeout_ms > 0 ? t->timeout_ms : INT64_MAX;
 }
 

@@ -255,6 +255,8 @@ typedef struct gp_sched_req {
         const char *model;          /* NULL or "" = none */
         const char *gpu_model;      /* glob on the GPU name; NULL or "" = any */
         int64_t timeout_ms;         /* expected run time bound, 0 = unknown */
+        int64_t estimate_ms;        /* predicted run time (core/predict.h), 0 = none: orders sef
+                                       when set, and is never a limit (nothing is stopped by it) */
         int64_t submit_ms;
         int64_t queue_deadline_ms;  /* expire if still queued then; 0 = never */
         int elastic_max_gpus;       /* 0 = not elastic; else gpus < this <= GP_NODE_MAX_GPUS:

@@ -19,6 +19,7 @@
 #include "base/text.h"
 #include "base/util.h"
 #include "base/vec.h"
+#include "server/submit.h"
 
 /* ---- UTF-8 and widths ------------------------------------------------ */
 
@@ -510,8 +511,24 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
         if (json_is_array(cmd)) {
                 size_t i;
                 json_t *w;
+                /* a script stored at submit (server/submit.c's runner): its
+                 * first line, size and arguments, not the runner */
+                const char *a3 = json_string_value(json_array_get(cmd, 3));
+                const char *sc = json_string_value(json_array_get(cmd, 4));
+                bool script = a3 && sc && !strcmp(a3, GP_SUBMIT_SCRIPT_ARGV0);
                 gp_buf_reset(&v);
+                if (script) {
+                        char *first = strndup(sc, strcspn(sc, "\n"));
+                        if (!first)
+                                CHECK(-ENOMEM);
+                        r = gp_buf_printf(&v, "script (%zu bytes, ", strlen(sc));
+                        r = r < 0 ? r : gp_cli_put_clean(&v, first, 60);
+                        free(first);
+                        CHECK(r < 0 ? r : gp_buf_puts(&v, ")"));
+                }
                 json_array_foreach(cmd, i, w) {
+                        if (script && i < 5)
+                                continue;
                         if (i)
                                 CHECK(gp_buf_puts(&v, " "));
                         CHECK(gp_cli_shell_quote(json_is_string(w) ? json_string_value(w) : "?", &v));
@@ -725,7 +742,14 @@ int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *
                         CHECK(cell_end(&t));
                         continue;
                 }
-                CHECK(cell_int(&t, task, "id", "", ""));
+                int64_t aid, ix;
+                if (jint(task, "array_id", &aid) && jint(task, "array_index", &ix)) {
+                        /* an array element as Slurm's squeue -r shows it: ID_INDEX */
+                        CHECK(gp_buf_printf(&t.cell, "%" PRId64 "_%" PRId64, aid, ix));
+                        CHECK(cell_end(&t));
+                } else {
+                        CHECK(cell_int(&t, task, "id", "", ""));
+                }
                 CHECK(cell_str(&t, jstr(task, "name")));
                 CHECK(cell_str(&t, jstr(task, "tenant_id")));
                 CHECK(cell_str(&t, jstr(task, "state")));

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "base/keyhash.h"
 #include "base/units.h"
 
 #define BIG INT64_MAX
@@ -133,6 +134,39 @@ static void test_size_garbage_and_bounds(void **state) {
         assert_int_equal(v, 16384);
 }
 
+#define HEX "13fb1766986b7ae3f577f97332f1967b0d15ff975d5af88f0b5a6aaad78d4760"
+
+static void key_ok(const char *s) {
+        char out[72] = "untouched";
+        if (!gp_key_hash_parse(s, strlen(s), out))
+                fail_msg("refused \"%s\"", s);
+        assert_string_equal(out, "sha256:" HEX);
+}
+
+static void key_bad(const char *s) {
+        char out[72] = "untouched";
+        if (gp_key_hash_parse(s, strlen(s), out))
+                fail_msg("accepted \"%s\"", s);
+        assert_string_equal(out, "untouched");
+}
+
+static void test_key_hash_as_written_and_as_sha256sum_prints_it(void **state) {
+        (void)state;
+        key_ok("sha256:" HEX);
+        key_ok(HEX "  -");          /* printf %s KEY | sha256sum */
+        key_ok(HEX " -");
+        key_ok("sha256:" HEX "  -");
+        key_bad(HEX);               /* 64 bare hex digits could be the key itself */
+        key_bad(HEX "  key.txt");   /* sha256sum FILE: a file's hash */
+        key_bad(HEX "  - ");
+        key_bad(HEX "-");
+        key_bad("sha256:" HEX "0");
+        key_bad("sha256:13FB1766986B7AE3F577F97332F1967B0D15FF975D5AF88F0B5A6AAAD78D4760");
+        key_bad("sha256:" HEX "\n");
+        key_bad("sha256:");
+        key_bad("");
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_duration_units_and_plain_seconds),
@@ -142,6 +176,7 @@ int main(void) {
                 cmocka_unit_test(test_duration_bounds_and_overflow),
                 cmocka_unit_test(test_size_units),
                 cmocka_unit_test(test_size_garbage_and_bounds),
+                cmocka_unit_test(test_key_hash_as_written_and_as_sha256sum_prints_it),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -234,14 +234,15 @@ int gp_cli_cmd_submit(int argc, char **argv, const gp_cli_cmd *c, FILE *out, FIL
         gp_buf_init(&msg, 64 * 1024);
         gp_buf_init(&warn, 64 * 1024);
         if (c->no_command) {
-                if (isatty(STDIN_FILENO)) {
+                /* a terminal, or nothing on stdin: no script either */
+                r = isatty(STDIN_FILENO) ? 0 : read_all(STDIN_FILENO, &text, &len);
+                if (r == 0 && len == 0) {
                         fprintf(err, "gpupool submit: missing COMMAND (or a script on stdin; to hold GPUs for a "
                                      "command run here, use gpupool run)\n\nusage: %s\n",
                                 gp_cli_usage(GP_CLI_SUBMIT));
                         goto out;
                 }
                 name = "stdin";
-                r = read_all(STDIN_FILENO, &text, &len);
         } else {
                 name = c->argv_cmd[0];
                 r = local_script(name, &text, &len);

@@ -46,7 +46,8 @@
 #define GP_CLI_NODE_LABEL "gpupool/node"    /* the label every node carries: its name */
 #define GP_CLI_JOIN_TTL_MAX ((int64_t)10 * 366 * 86400)  /* join-token create --ttl: 10 years */
 #define GP_CLI_CANCEL_IDS_MAX 1000          /* ids on one cancel command line */
-#define GP_CLI_SCRIPT_MAX ((size_t)60 * 1024) /* a submitted script (the server's bound: submit.h) */
+#define GP_CLI_SCRIPT_MAX ((size_t)48 * 1024) /* a submitted script (= server/submit.h's GP_SUBMIT_MAX_SCRIPT_BYTES) */
+#define GP_CLI_SCRIPT_ARGV0 "gpupool-script"  /* how a stored script's runner names it (= GP_SUBMIT_SCRIPT_ARGV0) */
 
 typedef enum gp_cli_verb {
         GP_CLI_HELP = 0,

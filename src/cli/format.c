@@ -19,7 +19,6 @@
 #include "base/text.h"
 #include "base/util.h"
 #include "base/vec.h"
-#include "server/submit.h"
 
 /* ---- UTF-8 and widths ------------------------------------------------ */
 
@@ -515,7 +514,7 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
                  * first line, size and arguments, not the runner */
                 const char *a3 = json_string_value(json_array_get(cmd, 3));
                 const char *sc = json_string_value(json_array_get(cmd, 4));
-                bool script = a3 && sc && !strcmp(a3, GP_SUBMIT_SCRIPT_ARGV0);
+                bool script = a3 && sc && !strcmp(a3, GP_CLI_SCRIPT_ARGV0);
                 gp_buf_reset(&v);
                 if (script) {
                         char *first = strndup(sc, strcspn(sc, "\n"));

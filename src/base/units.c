@@ -20,7 +20,7 @@ static int digits(const char *s, size_t n, int64_t limit, int64_t *ret) {
                 if (s[i] < '0' || s[i] > '9')
                         return -EINVAL;
                 int d = s[i] - '0';
-                if (v > (limit - d) / 10)
+                if (d > limit || v > (limit - d) / 10)
                         return -ERANGE;
                 v = v * 10 + d;
         }

@@ -642,7 +642,7 @@ static int cmd_queue(const gp_cli_cmd *c, FILE *out, FILE *err) {
 
 /* key create --admin: made here, as nothing but the config can hold an
  * admin key.  The key alone on stdout; its config line on stderr. */
-static int key_create_admin(FILE *out, FILE *err) {
+static int key_create_admin(bool json, FILE *out, FILE *err) {
         static const char hex[] = "0123456789abcdef";
         uint8_t raw[24];
         char key[4 + 2 * sizeof(raw) + 1] = "gpa_", hash[72];
@@ -656,6 +656,11 @@ static int key_create_admin(FILE *out, FILE *err) {
         }
         key[sizeof(key) - 1] = '\0';
         gp_sha256_key_hash(key, hash);
+        if (json) {
+                /* key and hash are [a-z0-9_:] only: nothing to escape */
+                fprintf(out, "{\n  \"key\": \"%s\",\n  \"hash\": \"%s\"\n}\n", key, hash);
+                return GP_CLI_EXIT_OK;
+        }
         fprintf(out, "%s\n", key);
         fprintf(err, "gpupool: admin key made; nothing stores it, so keep it now. Paste its hash into the server's "
                      "config and restart the server:\n"
@@ -705,7 +710,7 @@ static int cmd_config_check(const gp_cli_cmd *c, FILE *out, FILE *err) {
 static int cmd_key_create(const gp_cli_cmd *c, FILE *out, FILE *err) {
         char path[128];
         if (c->admin)
-                return key_create_admin(out, err);
+                return key_create_admin(c->json, out, err);
         if (snprintf(path, sizeof(path), "/admin/tenants/%s/keys", c->tenant) >= (int)sizeof(path)) {
                 fprintf(err, "gpupool key: --tenant is too long\n");
                 return GP_CLI_EXIT_USAGE;

@@ -674,15 +674,37 @@ static bool key_is_secs(const char *key) {
                (n > 4 && !strcmp(key + n - 4, "_sec"));
 }
 
+/* MB (*_mb): an integer, or a size as the CLI takes it (8G, 8192M). */
+static int scalar_mb(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_t max, int64_t *ret) {
+        char d[96];
+        int64_t x;
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
+                return scalar_int(c, ev, min, max, ret); /* its message for what is not a scalar */
+        const char *v = (const char *)ev->data.scalar.value;
+        size_t sign = v[0] == '-' ? 1 : 0;
+        if (strlen(v) != ev->data.scalar.length || strspn(v + sign, "0123456789") == ev->data.scalar.length - sign)
+                return scalar_int(c, ev, min, max, ret);
+        int r = gp_size_mb_parse(v, max, &x);
+        if (r == -ERANGE || (r == 0 && x < min))
+                return fail(c, ev_line(ev), "must be between %lld and %lld MB, got %s", (long long)min, (long long)max,
+                            describe(ev, d, sizeof(d)));
+        if (r < 0)
+                return fail(c, ev_line(ev), "expected MB or a size such as 8G or 8192M, got %s",
+                            describe(ev, d, sizeof(d)));
+        *ret = x;
+        return 0;
+}
+
 /* Seconds: an integer, or a duration as the CLI takes it (base/units.h:
  * 90s, 30m, 12h, 7d, [D-]HH:MM:SS). */
 static int scalar_secs(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_t max, int64_t *ret) {
         char d[96];
         int64_t x;
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
+                return scalar_int(c, ev, min, max, ret); /* its message for what is not a scalar */
         const char *v = (const char *)ev->data.scalar.value;
-        size_t sign = v && v[0] == '-' ? 1 : 0;
-        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) || strlen(v) != ev->data.scalar.length ||
-            strspn(v + sign, "0123456789") == ev->data.scalar.length - sign)
+        size_t sign = v[0] == '-' ? 1 : 0;
+        if (strlen(v) != ev->data.scalar.length || strspn(v + sign, "0123456789") == ev->data.scalar.length - sign)
                 return scalar_int(c, ev, min, max, ret);
         int r = gp_duration_parse(v, GP_DUR_PLAIN_SECONDS, max, &x);
         if (r == -ERANGE || (r == 0 && x < min))
@@ -893,15 +915,20 @@ static int parse_value(struct ctx *c, const struct field *f, void *base, const y
                                     describe(ev, d, sizeof(d)));
                 return parse_map(c, f->key, base);
         case K_INT:
-                r = key_is_secs(f->key) ? scalar_secs(c, ev, f->min, f->max, &x) : scalar_int(c, ev, f->min, f->max, &x);
-                if (r == 0)
+        case K_I64: {
+                size_t kl = strlen(f->key);
+                if (key_is_secs(f->key))
+                        r = scalar_secs(c, ev, f->min, f->max, &x);
+                else if (kl > 3 && !strcmp(f->key + kl - 3, "_mb"))
+                        r = scalar_mb(c, ev, f->min, f->max, &x);
+                else
+                        r = scalar_int(c, ev, f->min, f->max, &x);
+                if (r == 0 && f->kind == K_INT)
                         *(int *)p = (int)x;
-                return r;
-        case K_I64:
-                r = key_is_secs(f->key) ? scalar_secs(c, ev, f->min, f->max, &x) : scalar_int(c, ev, f->min, f->max, &x);
-                if (r == 0)
+                if (r == 0 && f->kind == K_I64)
                         *(int64_t *)p = x;
                 return r;
+        }
         case K_BOOL:
                 r = scalar_bool(c, ev, &b);
                 if (r == 0)

@@ -425,6 +425,13 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 }
                 if ((rc = parse_array(v, lim, &arr, err, errlen)) < 0)
                         goto out;
+                /* each element stores its own copy of the spec (a script's too) */
+                if (script && !json_is_null(script) && arr.n * strlen(t.spec) > GP_SUBMIT_MAX_ARRAY_SCRIPT_BYTES) {
+                        rc = fail(err, errlen, "script: %zu elements each storing this %zu-byte script exceed %d "
+                                  "bytes in all; use fewer elements or a smaller script",
+                                  arr.n, strlen(t.spec), GP_SUBMIT_MAX_ARRAY_SCRIPT_BYTES);
+                        goto out;
+                }
         }
         *ret = t;
         if (ret_array)

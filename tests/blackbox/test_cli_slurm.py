@@ -8,6 +8,7 @@ ids and by --state, ID_INDEX in status/logs/ps -r, `key create --admin` and
 Run: GPUPOOL_BIN=$PWD/build/gpupool /usr/bin/python3 -m pytest -q tests/blackbox/test_cli_slurm.py
 """
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -251,6 +252,35 @@ def test_admin_key_create_pasted_as_sha256sum_works(daemon_factory, tmp_path):
     assert d.cli("ps").returncode == 1
     r = d.cli("--key", key, "ps")
     assert r.returncode == 0, r.stderr
+
+
+def test_admin_key_json_has_the_key_and_its_hash():
+    r = run_plain("key", "create", "--admin", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["hash"] == "sha256:" + hashlib.sha256(j["key"].encode()).hexdigest()
+
+
+def test_submit_api_script_field_is_checked_and_bounded(daemon):
+    d = daemon
+
+    def post(body):
+        return d.api("POST", "/api/v1/tasks", json=body)
+
+    r = post({"script": "#!/bin/sh\necho \"$1\"\n", "command": ["arg one"]})
+    assert r.status_code == 201, r.text
+    tid = r.json()["id"]
+    wait_state(d, tid, ("succeeded",))
+    assert d.cli("logs", tid).stdout == "arg one\n"
+    for body, needle in (({"script": "echo no shebang\n"}, "must start with #!"),
+                         ({"script": 7}, "must be a string"),
+                         ({"script": "#!/bin/sh\n" + "x" * 49152}, "longer than 49152 bytes"),
+                         ({"script": "#!/bin/sh\n", "command": "a"}, "the script's arguments"),
+                         ({"script": "#!/bin/sh\n", "command": [1]}, "command[0]"),
+                         ({"script": "#!/bin/sh\n" + "x" * 40000, "array": "0-1999"}, "exceed")):
+        r = post(body)
+        assert r.status_code == 400 and needle in r.text, (needle, r.status_code, r.text)
+    assert [t["id"] for t in all_tasks(d)] == [tid]   # nothing else was queued
 
 
 def test_config_check_reports_file_line_and_exit_codes(tmp_path):

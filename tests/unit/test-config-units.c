@@ -1,6 +1,7 @@
 /* test-config-units.c - what a config takes as people write it: seconds as
- * durations (90s, 2m, 1:30, 1h) in every *_s / *_sec key, with FILE:LINE
- * errors naming the bounds, and a key hash pasted from sha256sum. */
+ * durations (90s, 2m, 1:30, 1h) in every *_s / *_sec key, MB as sizes (8G)
+ * in every *_mb key, with FILE:LINE errors naming the bounds, and a key
+ * hash pasted from sha256sum. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -56,6 +57,25 @@ static void test_bad_durations_name_file_line_and_bounds(void **state) {
         assert_null(strstr(err, "duration"));
 }
 
+static void test_mb_keys_take_sizes(void **state) {
+        (void)state;
+        gp_config c;
+        char err[512];
+        int r = load("scheduler:\n  memory_safety_margin_mb: 2G\nstore:\n  disk_reserve_mb: 512M\n"
+                     "gpus:\n  backend: sim\n  sim:\n    - {name: X, memory_mb: 80G, count: 2}\n",
+                     &c, err, sizeof(err));
+        if (r != 0)
+                fail_msg("%s", err);
+        assert_int_equal(c.memory_safety_margin_mb, 2048);
+        assert_int_equal(c.store_disk_reserve_mb, 512);
+        assert_int_equal(c.sim[0].memory_mb, 81920);
+        gp_config_free(&c);
+        assert_int_equal(load("store:\n  disk_reserve_mb: 2G\n", &c, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "t.yaml:2: store.disk_reserve_mb: must be between 0 and 1024 MB, got 2G"));
+        assert_int_equal(load("store:\n  disk_reserve_mb: 2Q\n", &c, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "such as 8G"));
+}
+
 static void test_pasted_sha256sum_line_is_a_key_hash(void **state) {
         (void)state;
         gp_config c;
@@ -87,6 +107,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_seconds_take_durations),
                 cmocka_unit_test(test_bad_durations_name_file_line_and_bounds),
+                cmocka_unit_test(test_mb_keys_take_sizes),
                 cmocka_unit_test(test_pasted_sha256sum_line_is_a_key_hash),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -77,6 +77,8 @@ static void test_duration_bounds_and_overflow(void **state) {
         assert_int_equal(gp_duration_parse("10d", 0, 864000, &v), 0);
         assert_int_equal(v, 864000);
         dur_bad("10d", 0, 863999, -ERANGE);
+        dur_bad("9", 0, 5, -ERANGE);
+        dur_bad("2d", 0, 86400, -ERANGE);
         dur_bad("864001", 0, 864000, -ERANGE);
         dur_bad("99999999999999999999", 0, BIG, -ERANGE);
         dur_bad("9223372036854775807d", 0, BIG, -ERANGE);
@@ -126,6 +128,8 @@ static void test_size_garbage_and_bounds(void **state) {
                 mb_bad(bad[i], BIG, -EINVAL);
         mb_bad(NULL, BIG, -EINVAL);
         mb_bad("16G", 16383, -ERANGE);
+        mb_bad("2G", 1024, -ERANGE);  /* a digit above a small bound */
+        mb_bad("9", 5, -ERANGE);
         mb_bad("16385", 16384, -ERANGE);
         mb_bad("99999999999999999999T", BIG, -ERANGE);
         mb_bad("9223372036854775807K", 100, -ERANGE);

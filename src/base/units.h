@@ -11,12 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GP_UNITS_MAX_LEN 32  /* longer strings are refused (-EINVAL) */
+#define GP_UNITS_MAX_LEN 32 /* longer strings are refused (-EINVAL) */
 
 /* How a bare number ("90") is read by gp_duration_parse. */
 enum {
-        GP_DUR_PLAIN_SECONDS = 0,  /* gpupool's own options and the config: 90 = 90 s */
-        GP_DUR_PLAIN_MINUTES = 1,  /* Slurm's --time: 90 = 90 min, 5:30 = 5 min 30 s */
+        GP_DUR_PLAIN_SECONDS = 0, /* gpupool's own options and the config: 90 = 90 s */
+        GP_DUR_PLAIN_MINUTES = 1, /* Slurm's --time: 90 = 90 min, 5:30 = 5 min 30 s */
 };
 
 /* Parse a duration into whole seconds, 0..max:

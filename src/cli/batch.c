@@ -26,8 +26,8 @@
 
 #include "base/err.h"
 
-#define WAIT_POLL_S 30               /* ?wait= of the long poll while queued */
-#define WAIT_UNREACHABLE_MS 60000    /* --wait rides out a server outage this long */
+#define WAIT_POLL_S 30            /* ?wait= of the long poll while queued */
+#define WAIT_UNREACHABLE_MS 60000 /* --wait rides out a server outage this long */
 
 /* Read at most GP_CLI_SCRIPT_MAX + 1 bytes of fd into *ret (NUL-terminated,
  * owned).  0 or -errno. */
@@ -181,8 +181,9 @@ static int wait_end(const gp_cli_cmd *c, FILE *err, int64_t id, bool array) {
                         if (q + run == 0) {
                                 if (ok == all)
                                         return GP_CLI_EXIT_OK;
-                                fprintf(err, "gpupool: job array %" PRId64 ": %" PRId64 " of %" PRId64
-                                             " elements did not succeed ('gpupool ps -a -r' lists them)\n",
+                                fprintf(err,
+                                        "gpupool: job array %" PRId64 ": %" PRId64 " of %" PRId64
+                                        " elements did not succeed ('gpupool ps -a -r' lists them)\n",
                                         id, all - ok, all);
                                 return 1;
                         }
@@ -237,8 +238,9 @@ int gp_cli_cmd_submit(int argc, char **argv, const gp_cli_cmd *c, FILE *out, FIL
                 /* a terminal, or nothing on stdin: no script either */
                 r = isatty(STDIN_FILENO) ? 0 : read_all(STDIN_FILENO, &text, &len);
                 if (r == 0 && len == 0) {
-                        fprintf(err, "gpupool submit: missing COMMAND (or a script on stdin; to hold GPUs for a "
-                                     "command run here, use gpupool run)\n\nusage: %s\n",
+                        fprintf(err,
+                                "gpupool submit: missing COMMAND (or a script on stdin; to hold GPUs for a "
+                                "command run here, use gpupool run)\n\nusage: %s\n",
                                 gp_cli_usage(GP_CLI_SUBMIT));
                         goto out;
                 }

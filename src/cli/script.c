@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LINE_MAX_BYTES 4096   /* a directive line longer than this is an error */
+#define LINE_MAX_BYTES 4096 /* a directive line longer than this is an error */
 
 void gp_cli_directives_done(gp_cli_directives *d) {
         if (!d)
@@ -90,14 +90,10 @@ static int split(const char *s, size_t n, char *out, size_t *ret_count) {
 static const struct sbatch_opt {
         const char *name;
         char shortc;
-        const char *gp;         /* NULL: special (gres, gpus) */
+        const char *gp; /* NULL: special (gres, gpus) */
 } sbatch_opts[] = {
-        {"gpus", 'G', NULL},
-        {"gres", 0, NULL},
-        {"time", 't', "--time"},
-        {"job-name", 'J', "--name"},
-        {"mem-per-gpu", 0, "--mem"},
-        {"array", 'a', "--array"},
+        {"gpus", 'G', NULL},         {"gres", 0, NULL},           {"time", 't', "--time"},
+        {"job-name", 'J', "--name"}, {"mem-per-gpu", 0, "--mem"}, {"array", 'a', "--array"},
         {"chdir", 'D', "--workdir"},
 };
 
@@ -257,8 +253,9 @@ int gp_cli_script_directives(const char *name, const char *text, size_t len, gp_
                 return -EINVAL;
         }
         if (len < 2 || text[0] != '#' || text[1] != '!') {
-                gp_buf_printf(err, "%s: not a script: the first line must start with #! and the interpreter "
-                                   "(e.g. #!/bin/bash)",
+                gp_buf_printf(err,
+                              "%s: not a script: the first line must start with #! and the interpreter "
+                              "(e.g. #!/bin/bash)",
                               name);
                 return -EINVAL;
         }
@@ -283,17 +280,16 @@ int gp_cli_script_directives(const char *name, const char *text, size_t len, gp_
                 while (lead < n && (s[lead] == ' ' || s[lead] == '\t'))
                         lead++;
                 if (lead == n)
-                        continue;         /* blank */
+                        continue; /* blank */
                 if (s[lead] != '#')
-                        break;            /* the first command: directives end */
+                        break; /* the first command: directives end */
                 bool gp = n >= 8 && !memcmp(s, "#GPUPOOL", 8) && (n == 8 || s[8] == ' ' || s[8] == '\t');
                 bool sb = n >= 7 && !memcmp(s, "#SBATCH", 7) && (n == 7 || s[7] == ' ' || s[7] == '\t');
                 if (!gp && !sb)
-                        continue;         /* a comment */
+                        continue; /* a comment */
                 size_t skip = gp ? 8 : 7;
                 if (n - skip > LINE_MAX_BYTES) {
-                        gp_buf_printf(err, "%s:%d: a directive line longer than %d bytes", name, line,
-                                      LINE_MAX_BYTES);
+                        gp_buf_printf(err, "%s:%d: a directive line longer than %d bytes", name, line, LINE_MAX_BYTES);
                         r = -EINVAL;
                         goto out;
                 }
@@ -316,8 +312,8 @@ int gp_cli_script_directives(const char *name, const char *text, size_t len, gp_
                         r = sbatch_line(&d, name, line, w, count, warn, err);
                 }
                 if (r == -E2BIG) {
-                        gp_buf_printf(err, "%s:%d: more than %d option words in the script's directives", name,
-                                      line, GP_CLI_DIRECTIVE_WORDS_MAX);
+                        gp_buf_printf(err, "%s:%d: more than %d option words in the script's directives", name, line,
+                                      GP_CLI_DIRECTIVE_WORDS_MAX);
                         r = -EINVAL;
                 }
                 if (r < 0)

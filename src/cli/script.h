@@ -9,13 +9,13 @@
 #include "base/buf.h"
 #include "cli/cli-int.h"
 
-#define GP_CLI_DIRECTIVE_WORDS_MAX 512  /* option words from one script's directives */
+#define GP_CLI_DIRECTIVE_WORDS_MAX 512 /* option words from one script's directives */
 
 /* The options of a script's directives, in order: words[i] came from
  * line lines[i] of the script (1 = the #! line). */
 typedef struct gp_cli_directives {
-        char **words;   /* owned, each owned */
-        int *lines;     /* owned */
+        char **words; /* owned, each owned */
+        int *lines;   /* owned */
         size_t n, cap;
 } gp_cli_directives;
 

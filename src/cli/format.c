@@ -433,6 +433,13 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
                 CHECK(gp_buf_printf(&v, "%" PRId64, n));
                 CHECK(line_str(out, "id", v.data));
         }
+        int64_t aid, aix;
+        if (jint(task, "array_id", &aid) && jint(task, "array_index", &aix)) {
+                gp_buf_reset(&v);
+                CHECK(gp_buf_printf(&v, "%" PRId64 "_%" PRId64 " (element %" PRId64 " of job array %" PRId64 ")", aid,
+                                    aix, aix, aid));
+                CHECK(line_str(out, "array", v.data));
+        }
         CHECK(line_str(out, "name", jstr(task, "name")));
         CHECK(line_str(out, "tenant", jstr(task, "tenant_id")));
         if (jstr(task, "kind"))
@@ -697,6 +704,17 @@ static int array_counts(gp_buf *b, const json_t *counts) {
         return r;
 }
 
+/* A task's id cell: an array element as Slurm's squeue -r shows it,
+ * ID_INDEX (12_7), the form status, logs and cancel take; else its id. */
+static int cell_task_id(struct table *t, const json_t *task) {
+        int64_t aid, ix;
+        if (jint(task, "array_id", &aid) && jint(task, "array_index", &ix)) {
+                int r = gp_buf_printf(&t->cell, "%" PRId64 "_%" PRId64, aid, ix);
+                return r < 0 ? r : cell_end(t);
+        }
+        return cell_int(t, task, "id", "", "");
+}
+
 int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *out) {
         static const struct col cols[] = {
                 {"ID", 0, false},      {"NAME", 32, false}, {"TENANT", 24, false},
@@ -741,14 +759,7 @@ int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *
                         CHECK(cell_end(&t));
                         continue;
                 }
-                int64_t aid, ix;
-                if (jint(task, "array_id", &aid) && jint(task, "array_index", &ix)) {
-                        /* an array element as Slurm's squeue -r shows it: ID_INDEX */
-                        CHECK(gp_buf_printf(&t.cell, "%" PRId64 "_%" PRId64, aid, ix));
-                        CHECK(cell_end(&t));
-                } else {
-                        CHECK(cell_int(&t, task, "id", "", ""));
-                }
+                CHECK(cell_task_id(&t, task));
                 CHECK(cell_str(&t, jstr(task, "name")));
                 CHECK(cell_str(&t, jstr(task, "tenant_id")));
                 CHECK(cell_str(&t, jstr(task, "state")));
@@ -793,7 +804,7 @@ int gp_cli_format_queue(const json_t *resp, gp_buf *out) {
         json_array_foreach(tasks, i, task) {
                 int64_t n;
                 CHECK(cell_int(&t, task, "queue_position", "", ""));
-                CHECK(cell_int(&t, task, "id", "", ""));
+                CHECK(cell_task_id(&t, task));
                 CHECK(cell_str(&t, jstr(task, "name")));
                 CHECK(cell_str(&t, jstr(task, "tenant_id")));
                 CHECK(cell_int(&t, task, "priority", "P", ""));

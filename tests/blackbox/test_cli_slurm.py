@@ -204,12 +204,24 @@ def test_id_index_in_status_logs_and_ps(daemon):
     r = d.cli("status", "%d_5" % aid)
     assert r.returncode == 0, r.stderr
     assert re.search(r"^id:\s+%d$" % (aid + 1), r.stdout, re.M), r.stdout
+    assert re.search(r"^array:\s+%d_5 \(element 5 of job array %d\)$" % (aid, aid), r.stdout, re.M), r.stdout
     assert d.cli("logs", "%d_7" % aid).stdout == "idx=7\n"
     r = d.cli("status", "%d_3" % aid)
     assert r.returncode == 1 and "has no element 3" in r.stderr, r.stderr
     ps = d.cli("ps", "-a", "-r").stdout
     ids = [l.split()[0] for l in ps.splitlines()[2:]]
     assert ids == ["%d_7" % aid, "%d_5" % aid, "%d_1" % aid], ps
+
+
+def test_queue_shows_array_elements_as_id_index(daemon):
+    d = daemon
+    aid = submit(d, "--gpus", "4", "--array", "0-2", "--", "sleep", "60")   # one runs, two wait
+    wait_state(d, aid, ("running",))
+    q = d.cli("queue")
+    assert q.returncode == 0, q.stderr
+    ids = [l.split()[1] for l in q.stdout.splitlines()[2:] if l.strip() and not l.startswith("(")]
+    assert ids == ["%d_1" % aid, "%d_2" % aid], q.stdout
+    assert d.cli("cancel", "--array", aid).returncode == 0
 
 
 def test_cancel_of_an_arrays_id_warns_and_says_how_to_cancel_all(daemon):

@@ -507,12 +507,15 @@ static int next_opt(struct parser *p, unsigned mask, int argc, char **argv, int 
                         }
                 if (eq)
                         val = eq + 1;
-        } else if (w[2] == '\0') {
+        } else {
+                /* -X, or -XVALUE for an option that takes one (-G2, -t60, as getopt) */
                 for (size_t k = 0; k < GP_ARRAY_SIZE(opts); k++)
-                        if (opts[k].shortc == w[1]) {
+                        if (opts[k].shortc == w[1] && (w[2] == '\0' || opts[k].arg)) {
                                 o = &opts[k];
                                 break;
                         }
+                if (o && w[2] != '\0')
+                        val = w + 2;
         }
         if (!o)
                 return fail(p, "unknown option '%s'", w);

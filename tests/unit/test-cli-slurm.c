@@ -131,6 +131,15 @@ static void test_slurm_short_options_and_memory_sizes(void **state) {
         assert_string_equal(json_string_value(json_object_get(p.c.body, "workdir")), "/d");
         assert_int_equal(body_int(&p.c, "memory_mb"), 8192);
         done(&p);
+        PARSE(&p, "submit", "-G2", "-t90", "-Jx", "true"); /* getopt's attached values */
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(body_int(&p.c, "gpu_request"), 2);
+        assert_int_equal(body_int(&p.c, "timeout_s"), 5400);
+        assert_string_equal(json_string_value(json_object_get(p.c.body, "name")), "x");
+        done(&p);
+        PARSE(&p, "ps", "-ax"); /* flags do not take a value */
+        assert_int_equal(p.rc, -EINVAL);
+        done(&p);
         PARSE(&p, "submit", "--mem", "4096", "true"); /* plain MB, as before */
         assert_int_equal(p.rc, 0);
         assert_int_equal(body_int(&p.c, "memory_mb"), 4096);

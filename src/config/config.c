@@ -37,7 +37,9 @@
 #include <yaml.h>
 
 #include "base/buf.h"
+#include "base/keyhash.h"
 #include "base/text.h"
+#include "base/units.h"
 #include "base/labels.h"
 #include "base/util.h"
 #include "base/url.h"
@@ -672,6 +674,56 @@ static int scalar_int(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_
         return 0;
 }
 
+/* A key in seconds (*_s, *_sec; not a rate such as *_bytes_s). */
+static bool key_is_secs(const char *key) {
+        size_t n = strlen(key);
+        return (n > 2 && !strcmp(key + n - 2, "_s") && !(n > 8 && !strcmp(key + n - 8, "_bytes_s"))) ||
+               (n > 4 && !strcmp(key + n - 4, "_sec"));
+}
+
+/* MB (*_mb): an integer, or a size as the CLI takes it (8G, 8192M). */
+static int scalar_mb(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_t max, int64_t *ret) {
+        char d[96];
+        int64_t x;
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
+                return scalar_int(c, ev, min, max, ret); /* its message for what is not a scalar */
+        const char *v = (const char *)ev->data.scalar.value;
+        size_t sign = v[0] == '-' ? 1 : 0;
+        if (strlen(v) != ev->data.scalar.length || strspn(v + sign, "0123456789") == ev->data.scalar.length - sign)
+                return scalar_int(c, ev, min, max, ret);
+        int r = gp_size_mb_parse(v, max, &x);
+        if (r == -ERANGE || (r == 0 && x < min))
+                return fail(c, ev_line(ev), "must be between %lld and %lld MB, got %s", (long long)min, (long long)max,
+                            describe(ev, d, sizeof(d)));
+        if (r < 0)
+                return fail(c, ev_line(ev), "expected MB or a size such as 8G or 8192M, got %s",
+                            describe(ev, d, sizeof(d)));
+        *ret = x;
+        return 0;
+}
+
+/* Seconds: an integer, or a duration as the CLI takes it (base/units.h:
+ * 90s, 30m, 12h, 7d, [D-]HH:MM:SS). */
+static int scalar_secs(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_t max, int64_t *ret) {
+        char d[96];
+        int64_t x;
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
+                return scalar_int(c, ev, min, max, ret); /* its message for what is not a scalar */
+        const char *v = (const char *)ev->data.scalar.value;
+        size_t sign = v[0] == '-' ? 1 : 0;
+        if (strlen(v) != ev->data.scalar.length || strspn(v + sign, "0123456789") == ev->data.scalar.length - sign)
+                return scalar_int(c, ev, min, max, ret);
+        int r = gp_duration_parse(v, GP_DUR_PLAIN_SECONDS, max, &x);
+        if (r == -ERANGE || (r == 0 && x < min))
+                return fail(c, ev_line(ev), "must be between %llds and %llds, got %s", (long long)min, (long long)max,
+                            describe(ev, d, sizeof(d)));
+        if (r < 0)
+                return fail(c, ev_line(ev), "expected seconds or a duration such as 90s, 30m, 12h, 7d or HH:MM:SS, "
+                            "got %s", describe(ev, d, sizeof(d)));
+        *ret = x;
+        return 0;
+}
+
 static int scalar_bool(struct ctx *c, const yaml_event_t *ev, bool *ret) {
         char d[96];
         if (ev->type == YAML_SCALAR_EVENT && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
@@ -870,15 +922,20 @@ static int parse_value(struct ctx *c, const struct field *f, void *base, const y
                                     describe(ev, d, sizeof(d)));
                 return parse_map(c, f->key, base);
         case K_INT:
-                r = scalar_int(c, ev, f->min, f->max, &x);
-                if (r == 0)
+        case K_I64: {
+                size_t kl = strlen(f->key);
+                if (key_is_secs(f->key))
+                        r = scalar_secs(c, ev, f->min, f->max, &x);
+                else if (kl > 3 && !strcmp(f->key + kl - 3, "_mb"))
+                        r = scalar_mb(c, ev, f->min, f->max, &x);
+                else
+                        r = scalar_int(c, ev, f->min, f->max, &x);
+                if (r == 0 && f->kind == K_INT)
                         *(int *)p = (int)x;
-                return r;
-        case K_I64:
-                r = scalar_int(c, ev, f->min, f->max, &x);
-                if (r == 0)
+                if (r == 0 && f->kind == K_I64)
                         *(int64_t *)p = x;
                 return r;
+        }
         case K_BOOL:
                 r = scalar_bool(c, ev, &b);
                 if (r == 0)
@@ -1045,11 +1102,10 @@ static int admin_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *ar
         if (i >= GP_CFG_MAX_ADMIN_KEYS)
                 return fail(c, ev_line(ev), "too many admin keys (at most %d)", GP_CFG_MAX_ADMIN_KEYS);
         if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
-            !admin_key_ok((const char *)ev->data.scalar.value, ev->data.scalar.length))
+            !gp_key_hash_parse((const char *)ev->data.scalar.value, ev->data.scalar.length, tmp))
                 return fail(c, ev_line(ev),
                             "expected \"sha256:\" and 64 lowercase hex digits, the SHA-256 of the key "
-                            "(not the key itself; e.g. printf %%s KEY | sha256sum)");
-        memcpy(tmp, ev->data.scalar.value, ev->data.scalar.length);
+                            "(not the key itself; e.g. printf %%s KEY | sha256sum, or gpupool key create --admin)");
         for (int j = 0; j < i; j++)
                 if (!strcmp(cfg->admin_keys[j], tmp))
                         return fail(c, ev_line(ev), "the same key hash is listed twice (items %d and %d)",
@@ -1071,11 +1127,10 @@ static int join_token_item(struct ctx *c, int i, const yaml_event_t *ev, void *a
         if (i >= GP_CFG_MAX_JOIN_TOKENS)
                 return fail(c, ev_line(ev), "too many join tokens (at most %d)", GP_CFG_MAX_JOIN_TOKENS);
         if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
-            !admin_key_ok((const char *)ev->data.scalar.value, ev->data.scalar.length))
+            !gp_key_hash_parse((const char *)ev->data.scalar.value, ev->data.scalar.length, tmp))
                 return fail(c, ev_line(ev),
                             "expected \"sha256:\" and 64 lowercase hex digits, the SHA-256 of the join token "
                             "(not the token itself; e.g. printf %%s gpj_... | sha256sum)");
-        memcpy(tmp, ev->data.scalar.value, ev->data.scalar.length);
         for (int j = 0; j < i; j++)
                 if (!strcmp(cfg->join_tokens[j], tmp))
                         return fail(c, ev_line(ev), "the same token hash is listed twice (items %d and %d)", j, i);
@@ -1530,14 +1585,13 @@ static int tenant_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *a
         gp_cfg_tenant *t = arg;
         if (i >= GP_CFG_MAX_TENANT_KEYS)
                 return fail(c, ev_line(ev), "too many keys (at most %d)", GP_CFG_MAX_TENANT_KEYS);
+        char tmp[sizeof(t->keys[i])];
+        memset(tmp, 0, sizeof(tmp));
         if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
-            !admin_key_ok((const char *)ev->data.scalar.value, ev->data.scalar.length))
+            !gp_key_hash_parse((const char *)ev->data.scalar.value, ev->data.scalar.length, tmp))
                 return fail(c, ev_line(ev),
                             "expected \"sha256:\" and 64 lowercase hex digits, the SHA-256 of the key "
                             "(not the key itself; e.g. printf %%s KEY | sha256sum)");
-        char tmp[sizeof(t->keys[i])];
-        memset(tmp, 0, sizeof(tmp));
-        memcpy(tmp, ev->data.scalar.value, ev->data.scalar.length);
         for (int j = 0; j < i; j++)
                 if (!strcmp(t->keys[j], tmp))
                         return fail(c, ev_line(ev), "the same key hash is listed twice (items %d and %d)", j, i);
@@ -1860,7 +1914,7 @@ static int parse_money(struct ctx *c, const struct field *f, void *base, const y
 /* Whole seconds (f->min..f->max) stored as milliseconds. */
 static int parse_secs_ms(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         int64_t x;
-        int r = scalar_int(c, ev, f->min, f->max, &x);
+        int r = scalar_secs(c, ev, f->min, f->max, &x);
         if (r == 0)
                 *(int64_t *)((char *)base + f->off) = x * 1000;
         return r;

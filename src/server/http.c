@@ -377,12 +377,16 @@ static enum MHD_Result get_queue(hreq *r) {
                 gp_daemon_task_reason(d, t, reason, sizeof(reason));
                 gp_daemon_reason_hide(d, t->tenant, reason, sizeof(reason));
                 gp_time_format(t->submitted_ms, sub, sizeof(sub));
-                json_array_append_new(a, json_pack("{s:I,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:s,s:I}", "id",
-                                                   (json_int_t)t->id, "tenant_id", t->tenant, "name", t->name,
-                                                   "priority", t->priority, "gpu_request", t->gpu_request,
-                                                   "memory_mb", (json_int_t)t->memory_mb, "queue_position",
-                                                   (json_int_t)(i + 1), "reason", reason, "submitted_at", sub,
-                                                   "wait_s", (json_int_t)((now - t->submitted_ms) / 1000)));
+                json_t *e = json_pack("{s:I,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:s,s:I}", "id", (json_int_t)t->id,
+                                      "tenant_id", t->tenant, "name", t->name, "priority", t->priority,
+                                      "gpu_request", t->gpu_request, "memory_mb", (json_int_t)t->memory_mb,
+                                      "queue_position", (json_int_t)(i + 1), "reason", reason, "submitted_at", sub,
+                                      "wait_s", (json_int_t)((now - t->submitted_ms) / 1000));
+                if (e && t->array_id > 0) { /* an array element: as in the task object */
+                        json_object_set_new(e, "array_id", json_integer(t->array_id));
+                        json_object_set_new(e, "array_index", json_integer(t->array_index));
+                }
+                json_array_append_new(a, e);
         }
         pthread_mutex_unlock(&d->lock);
         free(ids);

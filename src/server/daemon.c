@@ -1,5 +1,6 @@
-/* daemon.c - the daemon's state: recovery at start, the decision loop, the
- * GPU sampler.  See server-int.h for the threads and the lock order.
+/* daemon.c - the daemon's state and its decision loop (start, stop, recovery
+ * and the GPU sampler are in daemon-open.c, the spawner thread in
+ * spawner.c).  See server-int.h for the threads and the lock order.
  *
  * Invariant: every change to a task is stored (one transaction per loop
  * batch) before any request that caused it is answered and before any

@@ -294,7 +294,7 @@ typedef struct gp_sched_policy_ops {
         /* the queue (tier) of a task of priority prio with this attained service */
         int (*queue_of)(const gp_sched *s, int prio, int64_t attained);
         /* a queued task's order key: a tier is ordered by (key, id); NULL = 0 */
-        int64_t (*order_key)(const stask *t);
+        int64_t (*order_key)(const gp_sched *s, const stask *t);
         /* which tier goes next, given per-tier cursors and virtual passes; -1 none */
         int (*pick_tier)(const gp_sched *s, stask *const cur[], const uint64_t lp[]);
         /* 1-based position of queued task t in the dispatch order */

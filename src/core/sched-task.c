@@ -94,7 +94,7 @@ static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
         }
         t->kinds = kinds_for_glob(s, t->gpu_model);
         t->q = (uint8_t)queue_of(s, t);
-        t->okey = s->pol->order_key ? s->pol->order_key(t) : 0;
+        t->okey = s->pol->order_key ? s->pol->order_key(s, t) : 0;
         if (r->array_id > 0) {
                 sarray *a = gp_i64map_get(&s->arrays, r->array_id);
                 if (!a) {

@@ -27,6 +27,7 @@ void gp_sched_config_defaults(gp_sched_config *cfg) {
         cfg->fairshare_half_life_ms = 24LL * 3600 * 1000;
         cfg->preemption = false;
         cfg->preempt_min_runtime_ms = 60 * 1000;
+        cfg->spf_aging_pct = 100;
 }
 
 static int check_las(const gp_sched_config *cfg) {
@@ -51,7 +52,7 @@ int gp_sched_new(const gp_sched_config *cfg, gp_sched **ret) {
         if (!cfg || (unsigned)cfg->policy >= GP_SCHED_NPOLICIES || (unsigned)cfg->placement >= GP_PLACE_N || check_weights(cfg->weights) < 0 ||
             cfg->max_queue_depth < 1 || cfg->memory_safety_margin_mb < 0 || cfg->backfill_depth < 0 ||
             check_las(cfg) < 0 || cfg->fairshare_half_life_ms < 0 || cfg->preempt_min_runtime_ms < 0 ||
-            cfg->max_models_per_gpu < 0)
+            cfg->max_models_per_gpu < 0 || cfg->spf_aging_pct < 0 || cfg->spf_aging_pct > 100000)
                 return -EINVAL;
         gp_sched *s = calloc(1, sizeof(*s));
         if (!s)

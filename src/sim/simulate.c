@@ -58,6 +58,7 @@ static const char USAGE[] =
         "                          that ended before it (by tenant and size; sef orders by it)\n"
         "  --las-thresholds LIST   LAS queue limits in GPU-seconds (default 3600,36000)\n"
         "  --las-min-run S         least run time before a LAS preemption (default: config, 60)\n"
+        "  --spf-aging PCT         spf: GPU-ms of credit per 100 ms a job waits (default 100)\n"
         "  --restart-overhead S    seconds added each time a preempted job restarts (default 0)\n"
         "  --on-preempt MODE       resume: a preempted job keeps its progress (default);\n"
         "                          restart: it starts over, as a killed batch task does\n"
@@ -80,6 +81,7 @@ typedef struct opts {
         int las_levels;            /* 0: default */
         int64_t las_thr_ms[GP_SCHED_LAS_MAX_LEVELS - 1];
         int64_t las_min_run_s;     /* -1: config */
+        int64_t spf_aging_pct;     /* -1: the core's default */
         int64_t restart_overhead_s;
         int64_t tick_s;
 } opts;
@@ -154,7 +156,7 @@ static int parse_thresholds(const char *s, opts *o) {
 
 /* 0, or the exit code of a usage error. */
 static int parse_args(int argc, char **argv, opts *o) {
-        *o = (opts){.gpn = 0, .backfill = -1, .placement = -1, .las_min_run_s = -1, .tick_s = 60};
+        *o = (opts){.gpn = 0, .backfill = -1, .placement = -1, .las_min_run_s = -1, .spf_aging_pct = -1, .tick_s = 60};
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i], *val = NULL;
                 char name[32];
@@ -243,6 +245,10 @@ static int parse_args(int argc, char **argv, opts *o) {
                         if (parse_thresholds(val, o) < 0)
                                 return usage_error("--las-thresholds: expected 1..9 increasing GPU-seconds, got '%s'",
                                                    val);
+                } else if (!strcmp(name, "--spf-aging")) {
+                        if (gp_parse_i64(val, 0, 100000, &v) < 0)
+                                return usage_error("--spf-aging: expected percent 0..100000, got '%s'", val);
+                        o->spf_aging_pct = v;
                 } else if (!strcmp(name, "--las-min-run")) {
                         if (gp_parse_i64(val, 0, 10000000, &v) < 0)
                                 return usage_error("--las-min-run: expected seconds 0..10000000, got '%s'", val);
@@ -638,6 +644,8 @@ int gp_simulate_main(int argc, char **argv) {
                         so.sched.las_preempt = cfg.preemption_enabled;
                         so.sched.las_min_run_ms =
                                 (o.las_min_run_s >= 0 ? o.las_min_run_s : cfg.preemption_min_runtime_sec) * 1000LL;
+                        if (o.spf_aging_pct >= 0)
+                                so.sched.spf_aging_pct = (int)o.spf_aging_pct;
                         if (o.las_levels) {
                                 so.sched.las_levels = o.las_levels;
                                 memcpy(so.sched.las_thresholds_ms, o.las_thr_ms, sizeof(o.las_thr_ms));

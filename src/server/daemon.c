@@ -165,6 +165,9 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 if (cs)
                         r = gp_buf_printf(b, ",\"command\":%s", cs);
                 free(cs);
+                const char *onl = spec ? json_string_value(json_object_get(spec, "on_node_lost")) : NULL;
+                r = r ? r : gp_buf_printf(b, ",\"on_node_lost\":\"%s\"",
+                                          onl && !strcmp(onl, "requeue") ? "requeue" : "fence");
                 json_decref(spec);
         }
         r = r ? r : gp_buf_puts(b, ",\"gpus\":[");

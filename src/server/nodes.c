@@ -56,6 +56,7 @@ typedef struct gp_node {
         int64_t joined_ms, left_ms, hb_ms;
         int64_t seq;                /* the last sync's seq taken (memory only) */
         bool synced;                /* a full sync since the server started */
+        bool restored;              /* known from the store at this start, not heard from since: no new work */
         bool dirty;                 /* its record is to be stored (in nodes->dirty) */
         bool touched;               /* in nodes->touched: got starts or stops since the last flush */
         bool leaving;               /* removed: its GPUs are still in the scheduler */
@@ -319,7 +320,7 @@ static void node_inventory(gp_daemon *d, gp_node *n) {
                         continue;
                 }
                 /* no new work before its agent synced since this server started */
-                bool up = g->g.healthy && n->synced && (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING);
+                bool up = g->g.healthy && !n->restored && (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING);
                 gp_sched_gpu_set_healthy(d->sched, g->sid, up);
         }
         gp_sched_node_set_drained(d->sched, n->name, n->drain);
@@ -604,6 +605,7 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
                         free(buf);
                         return -GP_ESTORE;
                 }
+                n->restored = n->state != GP_NODE_LEFT; /* no new work there before it synced */
                 if (n->state != GP_NODE_LEFT)
                         node_inventory(d, n);
                 else
@@ -1140,7 +1142,7 @@ static void take_gpus(gp_daemon *d, gp_node *n, const gp_proto_sync *m) {
                 bool was = mine->g.healthy;
                 mine->g.healthy = g->healthy;
                 mine->g.memory_mb = g->memory_mb > 0 ? g->memory_mb : mine->g.memory_mb;
-                gp_sched_gpu_set_healthy(d->sched, mine->sid, g->healthy && n->synced);
+                gp_sched_gpu_set_healthy(d->sched, mine->sid, g->healthy && !n->restored);
                 if (was && !g->healthy) {
                         int k;
                         int64_t *ids = gpu_tasks(d, mine->sid, &k);
@@ -1258,8 +1260,9 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                                 pos = 0; /* the map changed under the walk: start again */
                         }
                 }
-                if (!n->synced) {
-                        n->synced = true;
+                n->synced = true;
+                if (n->restored) {
+                        n->restored = false;
                         node_inventory(d, n); /* its GPUs take new work from now on */
                 }
         } else if (!n->synced) {
@@ -1339,7 +1342,7 @@ static json_t *node_json(gp_daemon *d, const gp_node *n) {
                          gp_node_state_name(n->state), "address", n->address, "labels", labels_json(n->labels, n->name),
                          "version", n->version, "backend", n->backend, "last_heartbeat_ms", (json_int_t)n->hb_ms,
                          "joined_ms", (json_int_t)n->joined_ms, "gpus_total", n->ngpus, "gpus_busy", busy, "runs", runs,
-                         "gpus", g, "synced", n->synced);
+                         "gpus", g, "synced", !n->restored);
 }
 
 /* The server's own GPUs as node "local" (NULL when it has none). */
@@ -1425,6 +1428,7 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
         n->removing = false; /* a new install under its name: the removal is over */
         n->state = n->drain ? GP_NODE_DRAINING : GP_NODE_READY;
         n->synced = false;
+        n->restored = false; /* a join is contact: its GPUs take work */
         n->seq = 0;
         mark_dirty(d->nodes, n);
         hb_touch(ns, n, now);

@@ -38,6 +38,10 @@ const char *gp_agent_fence_file(const gp_agent_fence *f, bool want) {
         return want && f->fence_s > 0 ? f->path : NULL;
 }
 
+bool gp_agent_fence_passed_at(const gp_agent_fence *f, int64_t now) {
+        return f->fence_s > 0 && f->until > 0 && now >= f->until;
+}
+
 bool gp_agent_fence_passed(gp_agent_fence *f, int64_t now) {
         if (f->until <= 0 || now < f->until || f->passed)
                 return false;

@@ -26,6 +26,8 @@ int gp_agent_fence_synced(gp_agent_fence *f, int64_t sent_mono, int fence_s);
 /* The file runs started now are to watch: the path, or NULL when the
  * server asks for no fencing or the task opted out (want false). */
 const char *gp_agent_fence_file(const gp_agent_fence *f, bool want);
+/* Has the deadline passed at now (runs that fence stop; none may start)? */
+bool gp_agent_fence_passed_at(const gp_agent_fence *f, int64_t now);
 /* true once, when the deadline has passed at now (for a log line). */
 bool gp_agent_fence_passed(gp_agent_fence *f, int64_t now);
 

@@ -786,8 +786,17 @@ static void done_sync(agent *a, xfer *x, long status) {
                 ack_run(a, n, &ans.ack[i]);
         for (int i = 0; i < ans.n_stop; i++)
                 stop_run(a, n, &ans.stop[i]);
-        for (int i = 0; i < ans.n_start; i++)
-                start_run(a, n, &ans.start[i]);
+        if (ans.n_start && !a->sim && gp_agent_fence_passed_at(&a->fence, gp_mono_ms())) {
+                /* an answer that came too late (this agent was stopped): its starts may have been given
+                 * away since; a full sync has the server send the current ones again */
+                gp_warn("node %s: an answer came after the fence deadline: its %d starts are left out", n->name,
+                        ans.n_start);
+                n->need_full = true;
+                n->dirty = true;
+        } else {
+                for (int i = 0; i < ans.n_start; i++)
+                        start_run(a, n, &ans.start[i]);
+        }
         if (ans.want_full) {
                 n->need_full = true;
                 n->dirty = true;

@@ -1898,6 +1898,13 @@ int gp_exec_supervise_main(const char *task_dir) {
                 spawn_failed(&res, "cannot open log: %s", gp_strerror(rc));
                 goto write;
         }
+        if (s.fence_file[0] && fenced(&s, gp_mono_ms())) { /* its node lost contact before it started */
+                res.end = GP_EXEC_FENCED;
+                res.exit_code = 127;
+                res.finished_ms = gp_now_ms();
+                set_message(&res, "fenced before it started: its node lost contact with the server");
+                goto write;
+        }
         rc = spawn(&r, &s, dirfd, &res);
         if (rc < 0) {
                 spawn_failed(&res, "supervisor cannot start the command: %s", gp_strerror(rc));

@@ -17,6 +17,7 @@ fairly (issue 22; docs/internals/cluster.md "Fencing").
 Run: GPUPOOL_BIN=$PWD/build/gpupool GPUPOOL_BUILD=$PWD/build \
      /usr/bin/python3 -m pytest -q tests/blackbox/test_cluster_fence.py
 """
+import json
 import signal
 import threading
 import time
@@ -288,3 +289,9 @@ def test_on_node_lost_takes_fence_or_requeue_only(cluster):
         assert r.status_code == 400 and "on_node_lost" in r.text, r.text
     r = s.api("POST", "/api/v1/tasks", json={"gpu_request": 1, "on_node_lost": "requeue"}, timeout=10)
     assert r.status_code == 400 and "on_node_lost" in r.text, r.text
+    # the CLI's flag
+    r = cluster.cli("submit", "--json", "--on-node-lost", "requeue", "--", "true")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert json.loads(r.stdout)["on_node_lost"] == "requeue"
+    r = cluster.cli("submit", "--on-node-lost", "twice", "--", "true")
+    assert r.returncode == 2 and "fence or requeue" in r.stderr, (r.stdout, r.stderr)

@@ -64,6 +64,7 @@ typedef struct gp_node {
         int ngpus;
         node_gpu *gpus;
         gp_list hb;                 /* in by_hb while ready or draining */
+        int64_t hb_mono;            /* hb_ms on the monotonic clock: liveness and fencing count on it */
         int64_t paused_at;          /* the server's paused_ms at hb_ms (nodes-fence.h) */
         gp_list fl;                 /* in fencing while lost and its runs may still run */
         struct hreq *held;          /* a sync held until there is something to send */
@@ -264,6 +265,7 @@ static void look_at_clock(gp_nodes *ns);
 static void hb_touch(gp_nodes *ns, gp_node *n, int64_t now) {
         look_at_clock(ns); /* a pause found now is not this node's */
         n->hb_ms = now;
+        n->hb_mono = gp_mono_ms();
         n->paused_at = ns->pause.paused_ms;
         gp_list_del(&n->hb);
         if (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING) {
@@ -272,9 +274,10 @@ static void hb_touch(gp_nodes *ns, gp_node *n, int64_t now) {
         }
 }
 
-/* When n has been silent for ms of the server's running time. */
+/* When (monotonic) n has been silent for ms of the server's running time:
+ * a step of the wall clock neither hastens a give-away nor a loss. */
 static int64_t silent_until(const gp_nodes *ns, const gp_node *n, int64_t ms) {
-        return n->hb_ms + ms + (ns->pause.paused_ms - n->paused_at);
+        return n->hb_mono + ms + (ns->pause.paused_ms - n->paused_at);
 }
 
 static gp_node *node_new(gp_nodes *ns, const char *name) {
@@ -611,6 +614,7 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
                 else
                         set_gpus(n, NULL, 0); /* left: its GPUs are not the pool's */
                 n->hb_ms = now;
+                n->hb_mono = gp_mono_ms();
                 if (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING)
                         gp_list_add_tail(&ns->unseen, &n->hb); /* its first sync moves it to by_hb */
         }
@@ -892,7 +896,7 @@ static void finish_remove(gp_daemon *d, gp_node *n, int64_t now) {
 /* No sync from n for node_timeout_s (or since the start's grace): no new
  * work there, its leases and tasks that do not fence go now; the others
  * once its runs have surely fenced (fenced()). */
-static void lose(gp_daemon *d, gp_node *n, int64_t now) {
+static void lose(gp_daemon *d, gp_node *n) {
         gp_list_del(&n->hb);
         n->state = GP_NODE_LOST;
         mark_dirty(d->nodes, n);
@@ -905,7 +909,6 @@ static void lose(gp_daemon *d, gp_node *n, int64_t now) {
         node_gone(d, n, why, true);
         gp_list_del(&n->fl);
         gp_list_add_tail(&d->nodes->fencing, &n->fl);
-        (void)now;
 }
 
 /* Lost node n's runs have fenced (fence_s + kill grace after its last
@@ -944,15 +947,15 @@ void gp_nodes_tick(gp_daemon *d, int64_t now) {
                 answer_held(d, n, gp_commit_applied(d), true, true); /* its wait is over: whatever waits goes */
         }
         look_at_clock(ns);
-        int64_t timeout = (int64_t)d->cfg.node_timeout_s * 1000;
-        while ((l = gp_list_first(&ns->by_hb)) && silent_until(ns, GP_LIST_ENTRY(l, gp_node, hb), timeout) <= now)
-                lose(d, GP_LIST_ENTRY(l, gp_node, hb), now);
+        int64_t timeout = (int64_t)d->cfg.node_timeout_s * 1000, mono = gp_mono_ms();
+        while ((l = gp_list_first(&ns->by_hb)) && silent_until(ns, GP_LIST_ENTRY(l, gp_node, hb), timeout) <= mono)
+                lose(d, GP_LIST_ENTRY(l, gp_node, hb));
         while (now >= ns->grace_until && (l = gp_list_first(&ns->unseen)))
-                lose(d, GP_LIST_ENTRY(l, gp_node, hb), now);
+                lose(d, GP_LIST_ENTRY(l, gp_node, hb));
         int64_t give = gp_fence_giveaway_ms(d->cfg.fence_s, d->cfg.kill_grace_s);
         GP_LIST_FOR_EACH_SAFE(f, &ns->fencing) { /* lost nodes: few */
                 gp_node *n = GP_LIST_ENTRY(f, gp_node, fl);
-                if (silent_until(ns, n, give) <= now)
+                if (silent_until(ns, n, give) <= mono)
                         fenced(d, n, now);
         }
 }
@@ -980,13 +983,14 @@ void gp_nodes_settle(gp_daemon *d) {
 
 int64_t gp_nodes_next_ms(gp_daemon *d) {
         gp_nodes *ns = d->nodes;
-        int64_t next = INT64_MAX;
+        int64_t next = INT64_MAX, now = gp_now_ms(), mono = gp_mono_ms(); /* monotonic deadlines as wall time */
         gp_list *l = gp_list_first(&ns->held);
         if (l)
                 next = GP_LIST_ENTRY(l, gp_node, hl)->held_until;
         l = gp_list_first(&ns->by_hb);
         if (l) {
-                int64_t e = silent_until(ns, GP_LIST_ENTRY(l, gp_node, hb), (int64_t)d->cfg.node_timeout_s * 1000);
+                int64_t e = now + silent_until(ns, GP_LIST_ENTRY(l, gp_node, hb),
+                                               (int64_t)d->cfg.node_timeout_s * 1000) - mono;
                 if (e < next)
                         next = e;
         }
@@ -994,7 +998,7 @@ int64_t gp_nodes_next_ms(gp_daemon *d) {
                 next = ns->grace_until;
         int64_t give = gp_fence_giveaway_ms(d->cfg.fence_s, d->cfg.kill_grace_s);
         GP_LIST_FOR_EACH(f, &ns->fencing) {
-                int64_t e = silent_until(ns, GP_LIST_ENTRY(f, gp_node, fl), give);
+                int64_t e = now + silent_until(ns, GP_LIST_ENTRY(f, gp_node, fl), give) - mono;
                 if (e < next)
                         next = e;
         }

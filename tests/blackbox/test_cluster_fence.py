@@ -68,7 +68,8 @@ class Sampler:
 
 def fence_server(c, **kw):
     return c.start_server(server_config(node_timeout_s=kw.pop("node_timeout_s", NODE_TIMEOUT_S),
-                                        fence_s=kw.pop("fence_s", FENCE_S), kill_grace_s=KILL_GRACE_S), **kw)
+                                        fence_s=kw.pop("fence_s", FENCE_S),
+                                        kill_grace_s=kw.pop("kill_grace_s", KILL_GRACE_S)), **kw)
 
 
 def start_on(c, name, d, **body):
@@ -158,6 +159,39 @@ def test_partition_shorter_than_fence_stops_nothing_even_when_the_node_was_lost(
     assert live_tickers(d) == [old], (live_tickers(d), ticker_pids(d))
     t = c.task(t["id"])
     assert t["state"] == "running" and t["nodes"] == ["gpu-a"] and t["retries"] == 0, t
+    c.cli("cancel", t["id"])
+
+
+def test_node_back_after_its_run_fenced_but_before_the_give_away_requeues_the_task(fcluster):
+    """fence_s 4, kill grace 10: the server would give the task away 16 s
+    after the last sync; the link is back after 6.5 s, when the run has
+    fenced itself: its agent reports the end `fenced` of a run that is still
+    current, and the task is requeued (not failed), once."""
+    c, (ns, v0, root_addr, ns_addr) = fcluster
+    s = fence_server(c, listen_host="0.0.0.0", kill_grace_s=10)
+    a = c.agent("gpu-a", gpus=sim_gpus(1), netns=ns, listen_host=ns_addr,
+                server_url="http://%s:%d" % (root_addr, s.port))
+    d = c.tmp / "t"
+    t, old = start_on(c, "gpu-a", d, max_retries=1)
+    sampler = Sampler(d)
+    ip("link", "set", v0, "down")
+    try:
+        c.wait_node("gpu-a", "lost", timeout=NODE_TIMEOUT_S + 4)
+        wait_for(lambda: not pid_alive(old), FENCE_S + 3, "the cut-off run to fence itself")
+        time.sleep(0.5)
+        assert c.task(t["id"])["retries"] == 0
+    finally:
+        ip("link", "set", v0, "up")
+    t = c.wait_task(t["id"], "running", where=lambda t: t["retries"] == 1, timeout=12)
+    wait_for(lambda: len(live_tickers(d)) == 1 and live_tickers(d) != [old], 10, "the second run")
+    time.sleep(0.3)
+    sampler.stop()
+    assert sampler.most == 1, sampler.when_two
+    log_has(c.server.log_path, "node gpu-a lost contact with the server; its run was fenced")
+    runs = runs_from_marks(d)
+    new = [r for p, r in runs.items() if p != old]
+    assert len(new) == 1 and runs[old][3] and runs[old][1] < new[0][0], (runs[old], new)
+    assert "fenced: its node lost contact" in open(a.log_path).read()
     c.cli("cancel", t["id"])
 
 

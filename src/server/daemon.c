@@ -188,6 +188,7 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 /* why it waits now (naming the time rule whose quota or
                  * share holds it), then why it is back in the queue */
                 gp_sched_task_reason(d->sched, t->id, reason, sizeof(reason));
+                gp_nodes_reason_note(d, reason, sizeof(reason));
                 char rules[128];
                 gp_tenants_rules_in_force(d->tenants, rules, sizeof(rules));
                 size_t l = strlen(reason);

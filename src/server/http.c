@@ -375,6 +375,7 @@ static enum MHD_Result get_queue(hreq *r) {
                         continue; /* positions stay global: others' tasks are counted, not shown */
                 char reason[GP_REASON_MAX], sub[40];
                 gp_sched_task_reason(d->sched, t->id, reason, sizeof(reason));
+                gp_nodes_reason_note(d, reason, sizeof(reason));
                 gp_daemon_reason_hide(d, t->tenant, reason, sizeof(reason));
                 gp_time_format(t->submitted_ms, sub, sizeof(sub));
                 json_array_append_new(a, json_pack("{s:I,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:s,s:I}", "id",

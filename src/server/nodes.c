@@ -114,6 +114,7 @@ struct gp_nodes {
         int64_t grace_until;        /* when the nodes still unseen are lost */
         gp_list fencing;            /* lost nodes whose tasks that fence wait for it (nodes-fence.h) */
         gp_pause_clock pause;       /* time the server did not run, held against no node */
+        int nrestored;              /* nodes with restored set */
 };
 
 static const char *const state_names[] = {"ready", "draining", "lost", "left"};
@@ -609,6 +610,7 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
                         return -GP_ESTORE;
                 }
                 n->restored = n->state != GP_NODE_LEFT; /* no new work there before it synced */
+                ns->nrestored += n->restored;
                 if (n->state != GP_NODE_LEFT)
                         node_inventory(d, n);
                 else
@@ -1055,6 +1057,14 @@ void gp_nodes_events_clear(gp_daemon *d) {
         d->nodes->nev = 0;
 }
 
+void gp_nodes_reason_note(gp_daemon *d, char *reason, size_t size) {
+        int k = d->nodes ? d->nodes->nrestored : 0;
+        size_t l = strlen(reason);
+        if (k > 0 && strstr(reason, "unhealthy") && l < size)
+                snprintf(reason + l, size - l, " (%d node%s not synced since the server started: no work there until "
+                         "its agent reports)", k, k == 1 ? "" : "s");
+}
+
 void gp_nodes_host(gp_daemon *d, const char *node, char *buf, size_t size) {
         buf[0] = '\0';
         gp_node *n = node ? find(d->nodes, node) : NULL;
@@ -1267,6 +1277,7 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                 n->synced = true;
                 if (n->restored) {
                         n->restored = false;
+                        ns->nrestored--;
                         node_inventory(d, n); /* its GPUs take new work from now on */
                 }
         } else if (!n->synced) {
@@ -1432,6 +1443,7 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
         n->removing = false; /* a new install under its name: the removal is over */
         n->state = n->drain ? GP_NODE_DRAINING : GP_NODE_READY;
         n->synced = false;
+        ns->nrestored -= n->restored;
         n->restored = false; /* a join is contact: its GPUs take work */
         n->seq = 0;
         mark_dirty(d->nodes, n);

@@ -285,6 +285,7 @@ def test_restarted_server_places_no_work_on_a_node_whose_agent_is_gone(cluster):
     time.sleep(3)
     t = cluster.task(t["id"])
     assert t["state"] == "queued" and t["retries"] == 0, t
+    assert "1 node not synced since the server started" in t["reason"], t
     assert not ticker_pids(d)
     # its agent comes back: it syncs, and then the task starts there
     a.start()

@@ -30,7 +30,7 @@ enum opt_id {
         O_TIMEOUT, O_QTIMEOUT, O_ENV, O_WORKDIR, O_TENANT, O_TTL,
         O_ALL, O_STATE, O_LIMIT, O_FOLLOW,
         O_FROM, O_TO, O_GROUP_BY, O_MONTH,
-        O_ARRAY, O_EXPAND, O_NODE_SELECTOR, O_NODE,
+        O_ARRAY, O_EXPAND, O_NODE_SELECTOR, O_NODE, O_ON_NODE_LOST,
         O_TIME, O_WAIT, O_ADMIN,
 };
 
@@ -78,6 +78,7 @@ static const struct opt opts[] = {
         {"ttl", 0, true, O_TTL, V(RUN) | V(JOIN_TOKEN)},
         {"node-selector", 0, true, O_NODE_SELECTOR, V(SUBMIT) | V(RUN)},
         {"node", 0, true, O_NODE, V(RUN)},
+        {"on-node-lost", 0, true, O_ON_NODE_LOST, V(SUBMIT)},
         {"all", 'a', false, O_ALL, V(PS)},
         {"state", 0, true, O_STATE, V(PS) | V(CANCEL)},
         {"limit", 0, true, O_LIMIT, V(PS) | V(QUEUE)},
@@ -102,6 +103,7 @@ static const struct verb_info {
                 "                      [--gpu-model GLOB] [--exclusive] [--preemptible] [--timeout DURATION]\n"
                 "                      [--queue-timeout DURATION] [--env K=V]... [--workdir DIR] [--tenant T]\n"
                 "                      [--node-selector K=V]... [--elastic MIN:MAX] [--array SPEC] [--wait]\n"
+                "                      [--on-node-lost fence|requeue]\n"
                 "                      [--] COMMAND [ARG...] | SCRIPT [ARG...] | < SCRIPT",
                 "gpupool submit [--gpus N] [--mem SIZE] [--priority P] [OPTIONS] [--] COMMAND [ARG...]\n"
                 "       gpupool submit [OPTIONS] SCRIPT [ARG...]     gpupool submit [OPTIONS] < SCRIPT\n"
@@ -135,6 +137,10 @@ static const struct verb_info {
                 "                       (and SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID)\n"
                 "  --wait, -W           wait until the task (every element of an array) ends and\n"
                 "                       exit with its exit code (an array: 0 if all succeeded, else 1)\n"
+                "  --on-node-lost fence|requeue  when its node loses contact with the server: fence\n"
+                "                       (default) stops the run there before the task starts elsewhere\n"
+                "                       (after cluster.fence_s); requeue starts it elsewhere at once:\n"
+                "                       it may run twice at once\n"
                 "Prints the new task's id alone (or the task with --json); for an array, the\n"
                 "array's id (its first element's task id).\n"
                 "SCRIPT: a local file starting with #! (or, without COMMAND, the script read from\n"
@@ -838,6 +844,12 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                 }
                 case O_NODE_SELECTOR:
                         if ((r = add_selector_kv(p, val)) < 0)
+                                return r;
+                        break;
+                case O_ON_NODE_LOST:
+                        if (strcmp(val, "fence") && strcmp(val, "requeue"))
+                                return fail(p, "--on-node-lost: expected fence or requeue, got '%.32s'", val);
+                        if ((r = body_set(p, "on_node_lost", json_string(val), "--on-node-lost")) < 0)
                                 return r;
                         break;
                 case O_NODE:

@@ -171,6 +171,7 @@ static const struct field fields[] = {
         {"cluster", K_SECTION, NOSTORE, 0, 0, NULL},
         {"cluster.join_tokens", K_CUSTOM, CFG(join_tokens), 0, GP_CFG_MAX_JOIN_TOKENS, parse_items},
         {"cluster.node_timeout_s", K_INT, CFG(node_timeout_s), 2, 3600, NULL},
+        {"cluster.fence_s", K_INT, CFG(fence_s), 2, 3600, NULL},
         {"cluster.server_id", K_STR, CFG(server_id), 0, 63, NULL},
         {"cluster.advertise_url", K_STR, CFG(advertise_url), 0, 255, NULL},
         {"cluster.lease_s", K_INT, CFG(lease_s), 2, 600, NULL},
@@ -407,6 +408,7 @@ void gp_config_defaults(gp_config *cfg) {
         gp_strlcpy(cfg->agent_data_dir, "./gpupool-agent-data", sizeof(cfg->agent_data_dir));
         cfg->agent_heartbeat_s = 2;
         cfg->node_timeout_s = 10;
+        cfg->fence_s = 30;
         cfg->lease_s = 6;
         cfg->heartbeat_interval_s = 15;
         cfg->server_timeout_s = 60;
@@ -2629,6 +2631,12 @@ static int validate_impl(const gp_config *cfg, const int *lines, char *err, size
                              "must be at least tasks.default_lease_ttl_s (%d), got %d",
                              cfg->default_lease_ttl_s, cfg->max_lease_ttl_s);
         }
+        if (cfg->fence_s < cfg->node_timeout_s) {
+                /* a node still ready must not have fenced its runs */
+                return vfail(&v, "cluster.fence_s",
+                             "cluster.fence_s (%d) must be at least cluster.node_timeout_s (%d)", cfg->fence_s,
+                             cfg->node_timeout_s);
+        }
         if (!strcmp(cfg->gpu_backend, "sim") && cfg->n_sim < 1) {
                 bool sim_set = lines && lines[field_index("gpus.sim")];
                 return vfail(&v, sim_set ? "gpus.sim" : "gpus.backend",
@@ -2900,6 +2908,8 @@ int gp_config_load_buffer(const char *name, const char *data, size_t len, gp_con
                         goto free_mem;
                 }
         }
+        if (!c->line[field_index("cluster.fence_s")] && tmp->fence_s < tmp->node_timeout_s)
+                tmp->fence_s = tmp->node_timeout_s; /* the default follows a long node_timeout_s */
         r = validate_impl(tmp, c->line, err, errlen);
         if (r == 0)
                 r = check_refs(tmp, &c->refs, err, errlen);

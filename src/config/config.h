@@ -283,6 +283,9 @@ typedef struct gp_config {
         char join_tokens[GP_CFG_MAX_JOIN_TOKENS][72]; /* "sha256:<64 hex>" of join tokens */
         int n_join_tokens;
         int node_timeout_s;                  /* a node without a sync this long is lost, 2..3600, default 10 */
+        int fence_s;                         /* an agent without a sync this long stops (fences) its runs; a
+                                                lost node's tasks are given away only after it (+ kill grace):
+                                                node_timeout_s..3600, default 30 (docs/config.md) */
         /* several servers on one PostgreSQL (docs/deployment.md) */
         char server_id[64];                  /* "" (default) = a single server; else 1..63 of [A-Za-z0-9._-];
                                                 env GPUPOOL_SERVER_ID overrides it (server.c) */

@@ -176,6 +176,9 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 if (cs)
                         r = gp_buf_printf(b, ",\"command\":%s", cs);
                 free(cs);
+                const char *onl = spec ? json_string_value(json_object_get(spec, "on_node_lost")) : NULL;
+                r = r ? r : gp_buf_printf(b, ",\"on_node_lost\":\"%s\"",
+                                          onl && !strcmp(onl, "requeue") ? "requeue" : "fence");
                 json_decref(spec);
         }
         r = r ? r : gp_buf_puts(b, ",\"gpus\":[");
@@ -196,6 +199,7 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 /* why it waits now (naming the time rule whose quota or
                  * share holds it), then why it is back in the queue */
                 gp_daemon_task_reason(d, t, reason, sizeof(reason));
+                gp_nodes_reason_note(d, reason, sizeof(reason));
                 char rules[128];
                 gp_tenants_rules_in_force(d->tenants, rules, sizeof(rules));
                 size_t l = strlen(reason);

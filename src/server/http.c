@@ -375,6 +375,7 @@ static enum MHD_Result get_queue(hreq *r) {
                         continue; /* positions stay global: others' tasks are counted, not shown */
                 char reason[GP_REASON_MAX], sub[40];
                 gp_daemon_task_reason(d, t, reason, sizeof(reason));
+                gp_nodes_reason_note(d, reason, sizeof(reason));
                 gp_daemon_reason_hide(d, t->tenant, reason, sizeof(reason));
                 gp_time_format(t->submitted_ms, sub, sizeof(sub));
                 json_t *e = json_pack("{s:I,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:s,s:I}", "id", (json_int_t)t->id,

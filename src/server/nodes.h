@@ -146,6 +146,12 @@ void gp_nodes_release(struct gp_daemon *d);
 /* A request went away (MHD completed it): forget it if it was held. */
 void gp_nodes_req_gone(struct gp_daemon *d, struct hreq *r);
 
+/* A queued task's reason that names unhealthy GPUs: say so when nodes
+ * known from the store have not synced since the server started (they
+ * take no work until they have).  Appends to reason (NUL-terminated, size
+ * bytes); d->lock held. */
+void gp_nodes_reason_note(struct gp_daemon *d, char *reason, size_t size);
+
 /* The node's host for model servers and MASTER_ADDR ("" for local or
  * unknown) into buf. */
 void gp_nodes_host(struct gp_daemon *d, const char *node, char *buf, size_t size);

@@ -86,8 +86,11 @@ static int parse_priority(json_t *v, bool seed, int *ret, char *err, size_t errl
         return fail(err, errlen, "%s", seed ? seed_msg : msg);
 }
 
-/* command, env, workdir -> the spec JSON stored with the task. */
-static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, char **ret, char *err,
+/* command, env, workdir, on_node_lost -> the spec JSON stored with the
+ * task (script: command[4] is a stored script, allowed its own size bound;
+ * "on_node_lost" only when "requeue": the default, "fence", is its
+ * absence, so specs stored before it mean the same). */
+static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, json_t *onl, char **ret, char *err,
                       size_t errlen) {
         if (!json_is_array(cmd))
                 return fail(err, errlen, "command: must be an array of strings, e.g. [\"python3\", \"train.py\"]");
@@ -137,6 +140,15 @@ static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, ch
                     memchr(json_string_value(workdir), '\0', json_string_length(workdir)))
                         return fail(err, errlen, "workdir: must be an absolute path");
         }
+        bool requeue = false;
+        if (onl && !json_is_null(onl)) {
+                const char *o = json_string_value(onl);
+                if (!o || (strcmp(o, "fence") && strcmp(o, "requeue")))
+                        return fail(err, errlen, "on_node_lost: must be \"fence\" (the default: a run on a node "
+                                                 "that lost contact is stopped before the task starts elsewhere) "
+                                                 "or \"requeue\" (at once; the task may run twice at once)");
+                requeue = !strcmp(o, "requeue");
+        }
         json_t *spec = json_object();
         if (!spec)
                 return -ENOMEM;
@@ -145,6 +157,8 @@ static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, ch
                 json_object_set(spec, "env", env);
         if (workdir)
                 json_object_set(spec, "workdir", workdir);
+        if (requeue)
+                json_object_set_new(spec, "on_node_lost", json_string("requeue"));
         char *s = json_dumps(spec, JSON_COMPACT);
         json_decref(spec);
         if (!s)
@@ -278,7 +292,7 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         static const char *const known[] = {
                 "tenant_id", "name", "gpu_request", "memory_mb", "exclusive", "priority", "command",
                 "env", "workdir", "model", "gpu_model", "preemptible", "timeout_s", "queue_timeout_s",
-                "lease_ttl_s", "max_retries", "elastic", "array", "node_selector", "script", NULL,
+                "lease_ttl_s", "max_retries", "elastic", "array", "node_selector", "script", "on_node_lost", NULL,
         };
         gp_array_spec arr = {0};
         if (errlen)
@@ -385,19 +399,20 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         json_t *cmd = json_object_get(root, "command");
         json_t *env = json_object_get(root, "env");
         json_t *wd = json_object_get(root, "workdir");
+        json_t *onl = json_object_get(root, "on_node_lost");
         json_t *script = json_object_get(root, "script"), *runner = NULL;
         if (script && !json_is_null(script)) {
                 /* a script: "command" holds its arguments */
                 if ((rc = script_command(script, json_is_null(cmd) ? NULL : cmd, &runner, err, errlen)) < 0)
                         goto out;
-                rc = build_spec(runner, env, wd, true, &t.spec, err, errlen);
+                rc = build_spec(runner, env, wd, true, onl, &t.spec, err, errlen);
                 json_decref(runner);
                 if (rc < 0)
                         goto out;
                 cmd = script;
         }
         if (cmd && !json_is_null(cmd)) {
-                if (!t.spec && (rc = build_spec(cmd, env, wd, false, &t.spec, err, errlen)) < 0)
+                if (!t.spec && (rc = build_spec(cmd, env, wd, false, onl, &t.spec, err, errlen)) < 0)
                         goto out;
                 if (json_object_get(root, "lease_ttl_s")) {
                         rc = fail(err, errlen, "lease_ttl_s: only for leases (tasks without command)");
@@ -405,8 +420,9 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 }
                 t.lease_ttl_s = 0;
         } else {
-                if (env || wd) {
-                        rc = fail(err, errlen, "%s: only for batch tasks (with command)", env ? "env" : "workdir");
+                if (env || wd || (onl && !json_is_null(onl))) {
+                        rc = fail(err, errlen, "%s: only for batch tasks (with command)",
+                                  env ? "env" : wd ? "workdir" : "on_node_lost");
                         goto out;
                 }
                 t.is_lease = true;

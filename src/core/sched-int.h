@@ -343,7 +343,7 @@ struct gp_sched {
         uint64_t vtime;
         /* task map: open addressing; key 0 empty, -1 tombstone */
         gp_i64map tasks;           /* id -> stask*, every queued or running task */
-        size_t ntimed;             /* of them, with a time limit (timeout_ms > 0) */
+        size_t ntimed;             /* of them, with a time limit or a predicted run time (run_bound) */
         heap_ent *heap;
         size_t heap_n, heap_cap;
         intern tenants, models;
@@ -522,8 +522,16 @@ static inline bool kind_ok(const stask *t, const sgpu *g) {
         return (t->kinds >> g->kind) & 1;
 }
 
+/* How long the task is expected to run: its time limit, else its
+ * predicted run time (estimate_ms: never a limit), else 0 = unknown.
+ * Backfill and reservations use it; a task past its prediction is taken
+ * to end now, so what it protects is recomputed every run. */
+static inline int64_t run_bound(const stask *t) {
+        return t->timeout_ms > 0 ? t->timeout_ms : t->estimate_ms;
+}
+
 static inline int64_t task_end(const stask *t) {
-        return t->timeout_ms > 0 ? t->start_ms + t->timeout_ms : TIME_INF;
+        return run_bound(t) > 0 ? t->start_ms + run_bound(t) : TIME_INF;
 }
 
 static inline uint64_t stride(const gp_sched *s, int tier_i) {

@@ -427,11 +427,11 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 set_reason(s, t, R_DEPTH, s->cfg.backfill_depth, 0);
                                 break;
                         }
-                        if (t->timeout_ms == 0 && t->q > resv->q && !guaranteed) {
+                        if (run_bound(t) == 0 && t->q > resv->q && !guaranteed) {
                                 set_reason(s, t, R_BEHIND_HIGHER, resv->id, resv->prio);
                                 continue;
                         }
-                        avoid = !(t->timeout_ms > 0 && shadow != TIME_INF && now + t->timeout_ms <= shadow);
+                        avoid = !(run_bound(t) > 0 && shadow != TIME_INF && now + run_bound(t) <= shadow);
                 }
                 fit f;
                 bool known_fail = memo_fails(s, &memo, t, avoid);

@@ -177,6 +177,9 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 if (cs)
                         r = gp_buf_printf(b, ",\"command\":%s", cs);
                 free(cs);
+                const char *wd = spec ? json_string_value(json_object_get(spec, "workdir")) : NULL;
+                if (wd && *wd) /* the dashboard's Tasks page shows it */
+                        r = r ? r : gp_buf_json_field_str(b, "workdir", wd);
                 json_decref(spec);
         }
         r = r ? r : gp_buf_puts(b, ",\"gpus\":[");

@@ -2,7 +2,9 @@
 front of an OpenAI-like upstream (gw_upstream.py) started by the test."""
 import hashlib
 import json
+import shutil
 import socket
+import subprocess
 import threading
 import time
 
@@ -90,6 +92,10 @@ def test_plain_answer_is_passed_byte_for_byte_and_usage_counted(daemon_factory, 
     st = stats(d)
     assert st["total_admitted"] == 1
     assert st["in_flight"] == 0
+    for o in st["tenants"] + st["models"]:  # timings (test_latency_first_token_...): one measured
+        timing = {k: o.pop(k) for k in ("latency_s_p50", "latency_s_p95", "ttft_s_p50", "ttft_s_p95",
+                                        "tokens_per_s_p50", "tokens_per_s_p95", "timed_requests")}
+        assert timing["timed_requests"] == 1 and 0 <= timing["ttft_s_p50"] <= timing["latency_s_p50"] < 10, timing
     assert st["tenants"] == [{"tenant_id": "default", "requests": 1, "in_flight": 0, "queued": 0,
                               "prompt_tokens": 11, "completion_tokens": 7, "rejected": 0}]
     assert abs(st["models"][0].pop("last_used_ms") / 1000 - time.time()) < 60  # wall clock of the request
@@ -655,14 +661,18 @@ def test_latency_first_token_and_tokens_per_second_per_model_and_tenant(daemon_f
         assert 0.69 <= b["latency_s_" + q] <= 0.9, b
         assert 0.19 <= b["ttft_s_" + q] <= 0.35, b
         # decoding rate: 5 tokens from the first byte to the end (5 gaps of 0.1 s)
-        assert 5 / 0.6 <= b["tokens_per_s_" + q] <= 5 / 0.49, str(b) + str(a)
+        assert 5 / 0.6 <= b["tokens_per_s_" + q] <= 5 / 0.49, b
     m = {x["model"]: x for x in g["models"]}["m1"]
     assert m["timed_requests"] == 7
     assert 0.29 <= m["latency_s_p50"] <= 0.45, m  # 4 of 7 near 0.3 s (a histogram bucket wide)
     assert 0.69 <= m["latency_s_p95"] <= 0.9, m
     assert 0.19 <= m["ttft_s_p50"] <= 0.45, m
     # the same in /metrics: histograms by model and by tenant
-    s = prom_samples(session().get(d.url + "/metrics", headers={"Authorization": "Bearer admin"}, timeout=10).text)
+    text = session().get(d.url + "/metrics", headers={"Authorization": "Bearer admin"}, timeout=10).text
+    p = subprocess.run([shutil.which("promtool") or "promtool", "check", "metrics"], input=text, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    s = prom_samples(text)
     assert s['gpupool_gateway_request_duration_seconds_count{model="m1"}'] == 7
     assert s['gpupool_gateway_request_duration_seconds_bucket{model="m1",le="0.25"}'] == 0
     assert s['gpupool_gateway_request_duration_seconds_bucket{model="m1",le="0.5"}'] == 4

@@ -505,6 +505,7 @@
   /* Timings (gp_gw_stats_json: seconds, tokens/s; null before the first). */
   function secs(v) {
     if (v === null || v === undefined) return t("none");
+    if (v < 0.01) return (v * 1000).toFixed(1) + " ms";
     return v < 1 ? Math.round(v * 1000) + " ms" : v.toFixed(v < 10 ? 2 : 1) + " s";
   }
   function rate(v) { return v === null || v === undefined ? t("none") : (v < 10 ? v.toFixed(1) : String(Math.round(v))); }

@@ -77,8 +77,8 @@ static int label_pair(gp_buf *b, const char *label, const char *value) {
 
 int gw_hist_prom(gp_buf *b, const char *name, const char *label, const char *value, const gw_hist *h, gw_scale s) {
         const double *les = s == GW_SCALE_SECONDS ? PROM_SECONDS : PROM_RATE;
-        size_t nles = s == GW_SCALE_SECONDS ? sizeof(PROM_SECONDS) / sizeof(PROM_SECONDS[0])
-                                            : sizeof(PROM_RATE) / sizeof(PROM_RATE[0]);
+        _Static_assert(sizeof(PROM_SECONDS) == sizeof(PROM_RATE), "one count of coarse bounds for both scales");
+        const size_t nles = sizeof(PROM_SECONDS) / sizeof(PROM_SECONDS[0]);
         uint64_t cum = 0;
         int i = 0;
         for (size_t k = 0; k <= nles; k++) {

@@ -149,6 +149,12 @@ async function waitFor(fn, ms, what) {
 
 let d, b;
 
+/* "HH:MM" in UTC, min minutes from now. */
+function hhmm(min) {
+  const t = new Date(Date.now() + min * 60e3);
+  return String(t.getUTCHours()).padStart(2, "0") + ":" + String(t.getUTCMinutes()).padStart(2, "0");
+}
+
 before(async () => {
   assert.ok(fs.existsSync(BIN), "gpupool binary not built: " + BIN);
   assert.ok(fs.existsSync(CHROMIUM), "chromium not installed: " + CHROMIUM);
@@ -400,7 +406,9 @@ test("configured tenants show their quota in force beside their use, and a balan
     "billing: {prices: [{gpu_model: \"*\", per_gpu_hour: 3600}]}\n" +
     "tenants:\n" +
     "  - {id: dept-a, kind: internal, quota: {max_gpus: 2, max_concurrent: 3, guaranteed_gpus: 1}}\n" +
-    "  - {id: acme, kind: external}\n");
+    "  - {id: acme, kind: external}\n" +
+    // a time rule in force now (UTC, from an hour ago to an hour ahead) raises dept-a's max_gpus
+    `time_rules:\n  - {name: now, start: "${hhmm(-60)}", end: "${hhmm(60)}", quotas: {dept-a: {max_gpus: 3}}}\n`);
   const bq = await openBrowser({ locale: "en-US" });
   try {
     for (const [tenant, n] of [["dept-a", 1], ["acme", 1]]) {
@@ -413,8 +421,9 @@ test("configured tenants show their quota in force beside their use, and a balan
     const a = bq.page.locator('#tenants-table tr[data-tenant="dept-a"]');
     const x = bq.page.locator('#tenants-table tr[data-tenant="acme"]');
     await a.waitFor({ timeout: 3000 });
-    await waitFor(async () => (await a.locator("td.quota").textContent()) === "GPUs 1 / 2 · running 1 / 3 · guaranteed 1 GPUs",
-      3000, "dept-a's quota beside its use");
+    await waitFor(async () => (await a.locator("td.quota").textContent()) === "GPUs 1 / 3 · running 1 / 3 · guaranteed 1 GPUstime rule",
+      3000, "dept-a's quota in force beside its use");
+    assert.match(await a.locator("td.quota .tag.rule").getAttribute("title"), /configured: max_gpus 2, max_concurrent 3/);
     assert.equal(await x.locator("td.quota").textContent(), "none");
     // dept-a is an internal department: not billed; acme has a balance (no credit, some use: at or below zero)
     assert.equal(await a.locator("td.balance").textContent(), "not billed");

@@ -179,6 +179,9 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 const char *onl = spec ? json_string_value(json_object_get(spec, "on_node_lost")) : NULL;
                 r = r ? r : gp_buf_printf(b, ",\"on_node_lost\":\"%s\"",
                                           onl && !strcmp(onl, "requeue") ? "requeue" : "fence");
+                const char *wd = spec ? json_string_value(json_object_get(spec, "workdir")) : NULL;
+                if (wd && *wd) /* the dashboard's Tasks page shows it */
+                        r = r ? r : gp_buf_json_field_str(b, "workdir", wd);
                 json_decref(spec);
         }
         r = r ? r : gp_buf_puts(b, ",\"gpus\":[");

@@ -455,6 +455,33 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
         const char *reason = jstr(task, "reason");
         if (reason && *reason)
                 CHECK(line_str(out, "reason", reason));
+        const json_t *est = json_object_get(task, "estimate");
+        int64_t est_s = 0, est_runs = 0;
+        if (json_is_object(est) && jint(est, "run_s", &est_s) && jint(est, "runs", &est_runs) && jstr(est, "from")) {
+                /* what history predicts: "~1h02m (12 runs of this task, confidence 0.73)" */
+                gp_buf_reset(&v);
+                CHECK(gp_buf_puts(&v, "~"));
+                CHECK(fmt_duration(&v, est_s));
+                const json_t *c = json_object_get(est, "confidence");
+                CHECK(gp_buf_printf(&v, " (from %" PRId64 " run%s of its %s, confidence %.2f)", est_runs,
+                                    est_runs == 1 ? "" : "s", jstr(est, "from"),
+                                    json_is_number(c) ? json_number_value(c) : 0.0));
+                CHECK(line_str(out, "run time", v.data));
+        }
+        const char *exp_at = jstr(task, "expected_start_at");
+        int64_t exp_ms;
+        if (queued && exp_at && gp_time_parse(exp_at, &exp_ms) == 0) {
+                gp_buf_reset(&v);
+                const json_t *c = json_object_get(task, "expected_start_confidence");
+                if (now_ms && exp_ms > now_ms) {
+                        CHECK(gp_buf_puts(&v, "in ~"));
+                        CHECK(fmt_duration(&v, (exp_ms - now_ms + 999) / 1000));
+                } else {
+                        CHECK(gp_buf_puts(&v, "now, once the scheduler runs"));
+                }
+                CHECK(gp_buf_printf(&v, " (%s, confidence %.2f)", exp_at, json_is_number(c) ? json_number_value(c) : 0.0));
+                CHECK(line_str(out, "expected start", v.data));
+        }
         if (jint(task, "priority", &n)) {
                 gp_buf_reset(&v);
                 const char *pn = prio_name(n);
@@ -787,7 +814,7 @@ int gp_cli_format_queue(const json_t *resp, gp_buf *out) {
         static const struct col cols[] = {
                 {"POS", 0, false},  {"ID", 0, false},   {"NAME", 32, false}, {"TENANT", 24, false},
                 {"PRIO", 0, false}, {"GPUS", 0, false}, {"MEM", 0, false},   {"WAIT", 0, false},
-                {"REASON", 200, true},
+                {"EXPECTED START", 0, false}, {"REASON", 200, true},
         };
         json_t *tasks = list_of(resp, "tasks");
         struct table t;
@@ -817,6 +844,13 @@ int gp_cli_format_queue(const json_t *resp, gp_buf *out) {
                 if (jint(task, "wait_s", &n))
                         CHECK(fmt_duration(&t.cell, n));
                 CHECK(cell_end(&t));
+                /* squeue --start's column: when history says it starts (UTC, to the minute) */
+                const char *es = jstr(task, "expected_start_at");
+                if (es && strlen(es) >= 16)
+                        CHECK(gp_buf_printf(&t.cell, "%.10s %.5sZ", es, es + 11));
+                else
+                        CHECK(gp_buf_puts(&t.cell, "-"));
+                CHECK(table_push(&t));
                 CHECK(cell_str(&t, jstr(task, "reason")));
         }
         CHECK(table_print(&t, out));

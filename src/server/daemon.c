@@ -27,6 +27,7 @@
 #include "server/monitor.h"
 #include "server/nodes.h"
 #include "server/coord.h"
+#include "server/estimates.h"
 #include "base/labels.h"
 
 #include <errno.h>
@@ -82,7 +83,7 @@ gp_sched_req sched_req(const gp_task *t) {
                 .submit_ms = t->submitted_ms,
                 .queue_deadline_ms = t->queue_timeout_s ? t->submitted_ms + t->queue_timeout_s * 1000 : 0,
                 .elastic_max_gpus = t->elastic_max_gpus, .borrowing = t->borrowing,
-                .array_id = t->array_id, .array_limit = t->array_limit,
+                .array_id = t->array_id, .array_limit = t->array_limit, .estimate_ms = t->estimate_ms,
         };
         return r;
 }
@@ -220,6 +221,7 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         }
         gp_daemon_reason_hide(d, t->tenant, reason, sizeof(reason));
         r = r ? r : gp_buf_json_field_str(b, "reason", reason);
+        r = r ? r : gp_est_write(d, t, gp_now_ms(), b); /* queued or running: what history predicts */
         r = r ? r : gp_buf_printf(b, ",\"preempt_count\":%d,\"retries\":%d", t->preempt_count, t->retries);
         if (t->has_exit_code)
                 r = r ? r : gp_buf_printf(b, ",\"exit_code\":%d", t->exit_code);
@@ -305,6 +307,7 @@ void finish(gp_daemon *d, batch *b, gp_task *t, gp_task_state st, int64_t now) {
         lease_let_go(d, t);
         t->state = st;
         t->finished_ms = now;
+        gp_est_ended(d, t); /* a success teaches its run time */
         free(t->gpus);
         t->gpus = NULL;
         /* keep n_gpus at 0 but the record of where it ran is in the log line */
@@ -501,6 +504,7 @@ static void apply_submit(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o
                 free(t);
                 return;
         }
+        t->estimate_ms = gp_est_predict(d, t, NULL); /* what its like taught so far */
         gp_sched_req r = sched_req(t);
         char why[256];
         int rc = feasible(d, &r, why, sizeof(why));
@@ -605,6 +609,7 @@ static void apply_submit_array(gp_daemon *d, batch *b, cmd *c, int64_t now, outc
         if (!balance_ok(d, tpl->tenant, o))
                 return;
         tpl->id = d->next_id;
+        tpl->estimate_ms = gp_est_predict(d, tpl, NULL); /* one for every element: the same job */
         gp_sched_req r = sched_req(tpl);
         char why[256];
         int rc = feasible(d, &r, why, sizeof(why));

@@ -24,6 +24,7 @@
 #include "server/monitor.h"
 #include "server/submit.h"
 #include "server/nodes.h"
+#include "server/estimates.h"
 #include "server/routes.h"
 #include "server/tenants.h"
 
@@ -366,9 +367,15 @@ static enum MHD_Result get_queue(hreq *r) {
                 return send_error(r, 503, "unavailable", "out of memory");
         json_t *a = json_array();
         int64_t now = gp_now_ms();
+        /* expected starts of the first GP_EST_AHEAD, in the same order (estimates.h) */
+        int64_t *eids = malloc(GP_EST_AHEAD * sizeof(*eids)), *starts = malloc(GP_EST_AHEAD * sizeof(*starts));
+        double *confs = malloc(GP_EST_AHEAD * sizeof(*confs));
+        size_t nest = 0;
         pthread_mutex_lock(&d->lock);
         size_t total = gp_sched_queue_order(d->sched, ids, (size_t)limit);
         size_t n = total < (size_t)limit ? total : (size_t)limit;
+        if (eids && starts && confs && gp_est_starts(d, now, eids, starts, confs, &nest) < 0)
+                nest = 0;
         for (size_t i = 0; i < n; i++) {
                 gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
                 if (!t || !may_see(r, t->tenant))
@@ -387,10 +394,19 @@ static enum MHD_Result get_queue(hreq *r) {
                         json_object_set_new(e, "array_id", json_integer(t->array_id));
                         json_object_set_new(e, "array_index", json_integer(t->array_index));
                 }
+                if (e && i < nest && eids[i] == t->id) {
+                        char at[40];
+                        gp_time_format(starts[i], at, sizeof(at));
+                        json_object_set_new(e, "expected_start_at", json_string(at));
+                        json_object_set_new(e, "expected_start_confidence", json_real((double)(int)(confs[i] * 100) / 100));
+                }
                 json_array_append_new(a, e);
         }
         pthread_mutex_unlock(&d->lock);
         free(ids);
+        free(eids);
+        free(starts);
+        free(confs);
         return send_json(r, 200, json_pack("{s:I,s:o}", "total", (json_int_t)total, "tasks", a));
 }
 

@@ -217,6 +217,7 @@ typedef struct gp_daemon {
         struct gp_disk *disk;       /* free-space watch, degraded mode, the reserve (disk.h) */
         struct gp_commit *cm;       /* durable commits: generations, the sync thread (commit.h) */
         struct gp_nodes *nodes;     /* agent nodes and join tokens (nodes.h), under lock */
+        struct gp_estimates *est;   /* run-time predictions (estimates.h), under lock */
         struct gp_coord *coord;     /* the coordinator API's handle and heartbeat thread (coord.h) */
         bool nodes_local_drain_changed; /* node local drained or undrained: store "drained" (loop thread) */
 } gp_daemon;

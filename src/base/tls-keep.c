@@ -335,8 +335,13 @@ int gp_tls_keep_check(gp_tls_keep *k, bool force) {
         gp_tls_creds_unref(k->cur);
         k->cur = c;
         r = 1;
-        gp_info("tls: certificate reloaded from %s (valid until %ld, CA %s)", k->path[F_CERT],
-                        (long)gp_tls_creds_not_after(c), gp_tls_creds_ca_hash(c));
+        char until[32] = "?";
+        struct tm tm;
+        time_t na = gp_tls_creds_not_after(c);
+        if (gmtime_r(&na, &tm))
+                strftime(until, sizeof(until), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        gp_info("tls: certificate reloaded from %s (valid until %s, CA %s)", k->path[F_CERT], until,
+                gp_tls_creds_ca_hash(c));
 out:
         pthread_mutex_unlock(&k->mu);
         return r;

@@ -432,15 +432,7 @@ def test_follower_serves_tls_and_forwards_to_an_https_leader(daemon_factory, mon
     p2 = conftest.free_port()
     cfg2 = SIM_CONFIG + ('store: {url: "%s"}\ncluster: {server_id: s2, lease_s: 2, advertise_url: "https://localhost:%d"}\n'
                          "server:\n  tls: {cert: %s, key: %s, ca: %s}\n" % (pg_db, p2, c2, k2, pki.ca))
-    (tmp_path / "s2").mkdir()
-    s2 = conftest.Daemon(tmp_path / "s2", cfg2)
-    os.makedirs(s2.data_dir, exist_ok=True)
-    with open(s2.config_path, "w") as f:
-        f.write(cfg2)
-    log = open(s2.log_path, "ab")
-    s2.proc = subprocess.Popen([s2.bin, "server", "--config", s2.config_path, "--listen", "127.0.0.1:%d" % p2,
-                                "--data-dir", s2.data_dir], stdin=subprocess.DEVNULL, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+    s2, log = start_follower(tmp_path, "s2", cfg2, p2)
     try:
         wait_for(lambda: follower_health(p2, pki.ca) == "follower", 20, "s2 to follow over TLS")
         # over TLS to the follower, forwarded over TLS to the leader
@@ -473,15 +465,7 @@ def test_follower_refuses_a_leader_whose_certificate_does_not_verify(daemon_fact
     p2 = conftest.free_port()
     cfg2 = SIM_CONFIG + ('store: {url: "%s"}\ncluster: {server_id: s2, lease_s: 2, advertise_url: "https://localhost:%d"}\n'
                          "server:\n  tls: {cert: %s, key: %s, ca: %s}\n" % (pg_db, p2, c2, k2, good.ca))
-    (tmp_path / "s2").mkdir()
-    s2 = conftest.Daemon(tmp_path / "s2", cfg2)
-    os.makedirs(s2.data_dir, exist_ok=True)
-    with open(s2.config_path, "w") as f:
-        f.write(cfg2)
-    log = open(s2.log_path, "ab")
-    s2.proc = subprocess.Popen([s2.bin, "server", "--config", s2.config_path, "--listen", "127.0.0.1:%d" % p2,
-                                "--data-dir", s2.data_dir], stdin=subprocess.DEVNULL, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+    s2, log = start_follower(tmp_path, "s2", cfg2, p2)
     try:
         wait_for(lambda: follower_health(p2, good.ca) == "follower", 20, "s2 to follow")
         r = requests.post("https://localhost:%d/api/v1/tasks" % p2, json={"gpu_request": 1, "command": ["true"]},
@@ -491,6 +475,52 @@ def test_follower_refuses_a_leader_whose_certificate_does_not_verify(daemon_fact
         # nothing reached the leader
         r = requests.get("https://localhost:%d/api/v1/tasks" % p1, verify=evil.ca, timeout=15)
         assert r.status_code == 200 and r.json()["tasks"] == [], r.text
+    finally:
+        s2.stop()
+        log.close()
+
+
+def start_follower(tmp_path, name, cfg, port):
+    """A server started by hand (it follows: its /readyz stays 503); (Daemon, log file)."""
+    (tmp_path / name).mkdir()
+    s = conftest.Daemon(tmp_path / name, cfg)
+    os.makedirs(s.data_dir, exist_ok=True)
+    with open(s.config_path, "w") as f:
+        f.write(cfg)
+    log = open(s.log_path, "ab")
+    s.proc = subprocess.Popen([s.bin, "server", "--config", s.config_path, "--listen", "127.0.0.1:%d" % port,
+                               "--data-dir", s.data_dir], stdin=subprocess.DEVNULL, stdout=log,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    return s, log
+
+
+def test_servers_of_one_store_share_the_generated_ca_and_forward_over_tls(daemon_factory, monkeypatch, pg_db,
+                                                                        tmp_path):
+    p1 = conftest.free_port()
+    monkeypatch.setattr(conftest, "free_port", lambda: p1)
+    cfg = SIM_CONFIG + 'store: {url: "%s"}\ncluster: {server_id: %s, lease_s: 2, advertise_url: "https://localhost:%d"}\n'
+    s1 = daemon_factory(cfg % (pg_db, "s1", p1))
+    monkeypatch.undo()
+    p2 = conftest.free_port()
+    s2, log = start_follower(tmp_path, "s2", cfg % (pg_db, "s2", p2), p2)
+    try:
+        ca1 = os.path.join(s1.data_dir, "tls", "ca.crt")
+        ca2 = os.path.join(s2.data_dir, "tls", "ca.crt")
+        wait_for(lambda: follower_health(p2, ca1) == "follower", 30, "s2 to follow, verified with s1's CA")
+        with open(ca1) as f1, open(ca2) as f2:
+            assert f1.read() == f2.read()  # one CA: agents pinned to it can follow either server
+        assert openssl_pin(ca1) in s2.log()
+        assert "now the cluster's" in s1.log() and "is now this server's" in s2.log()
+        # each server has a certificate of its own from that CA
+        assert run("openssl", "verify", "-CAfile", ca1, os.path.join(s2.data_dir, "tls", "server.crt")).returncode == 0
+        assert served_cn(p1, ca1) and served_cn(p2, ca1)
+        # a request to the follower over TLS reaches the leader over TLS (verified with the shared CA)
+        r = requests.post("https://localhost:%d/api/v1/tasks" % p2, json={"gpu_request": 1, "command": ["true"]},
+                          verify=ca1, timeout=15)
+        assert r.status_code == 201, (r.text, s2.log())
+        assert r.headers.get("X-Gpupool-Forwarded-By") == "s2"
+        r = requests.get("https://localhost:%d/api/v1/tasks/%d" % (p1, r.json()["id"]), verify=ca1, timeout=15)
+        assert r.status_code == 200
     finally:
         s2.stop()
         log.close()

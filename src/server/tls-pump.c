@@ -164,6 +164,7 @@ struct gp_tls_acceptor {
         int lfd;
         gp_tls_keep *k;
         int timeout_ms;
+        gp_iplimit *ipl;          /* server.max_connections_per_ip */
         gp_tls_handoff_fn fn;
         void *ud;
         volatile bool stop;
@@ -178,6 +179,7 @@ typedef struct conn {
         int fd;
         struct sockaddr_storage sa;
         socklen_t sl;
+        bool counted;             /* in a->ipl until handed over */
 } conn;
 
 static bool loopback(const struct sockaddr_storage *sa) {
@@ -188,6 +190,24 @@ static bool loopback(const struct sockaddr_storage *sa) {
                 return IN6_IS_ADDR_LOOPBACK(x) || (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127);
         }
         return false;
+}
+
+/* c's connection was not handed over: its address's count goes back. */
+static void uncount(conn *c) {
+        if (c->counted)
+                gp_iplimit_put(c->a->ipl, (struct sockaddr *)&c->sa);
+        c->counted = false;
+}
+
+static void refuse_per_ip(int fd) {
+        static const char msg[] = "HTTP/1.1 429 Too Many Requests\r\n"
+                                  "Content-Type: application/json\r\n"
+                                  "Content-Length: 93\r\n"
+                                  "Connection: close\r\n\r\n"
+                                  "{\"error\":{\"code\":\"too_many_connections\",\"message\":"
+                                  "\"too many connections from this address\"}}\n";
+        (void)!send(fd, msg, sizeof(msg) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+        close(fd);
 }
 
 static void handed(gp_tls_acceptor *a) {
@@ -226,21 +246,25 @@ static void *conn_main(void *arg) {
                 int64_t left = deadline - gp_mono_ms();
                 if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || left <= 0 || a->stop) {
                         close(c->fd);
+                        uncount(c);
                         goto done;
                 }
                 struct pollfd f = {.fd = c->fd, .events = POLLIN};
                 poll(&f, 1, (int)(left < SLICE_MS ? left : SLICE_MS));
         }
         if (first != 0x16) {
-                if (!gp_tls_keep_plaintext_any(a->k) && !loopback(&c->sa))
+                if (!gp_tls_keep_plaintext_any(a->k) && !loopback(&c->sa)) {
                         refuse_plaintext(c->fd);
-                else
-                        a->fn(a->ud, c->fd, (struct sockaddr *)&c->sa, c->sl);
+                        uncount(c);
+                } else if (a->fn(a->ud, c->fd, (struct sockaddr *)&c->sa, c->sl) < 0) {
+                        uncount(c);
+                }
                 goto done;
         }
         pump *p = calloc(1, sizeof(*p));
         if (!p) {
                 close(c->fd);
+                uncount(c);
                 goto done;
         }
         p->tfd = c->fd;
@@ -268,6 +292,7 @@ static void *conn_main(void *arg) {
         return NULL;
 fail:
         pump_free(p);
+        uncount(c);
 done:
         handed(a);
         free(c);
@@ -290,6 +315,13 @@ static void *accept_main(void *arg) {
                         continue;
                 }
                 c->a = a;
+                int ipc = gp_iplimit_take(a->ipl, (struct sockaddr *)&c->sa);
+                if (ipc < 0) { /* its address holds server.max_connections_per_ip already */
+                        refuse_per_ip(c->fd);
+                        free(c);
+                        continue;
+                }
+                c->counted = ipc == 0;
                 pthread_mutex_lock(&a->mu);
                 bool room = a->live < MAX_WAITING;
                 if (room)
@@ -299,13 +331,14 @@ static void *accept_main(void *arg) {
                         if (room)
                                 handed(a);
                         close(c->fd);
+                        uncount(c);
                         free(c);
                 }
         }
         return NULL;
 }
 
-int gp_tls_acceptor_start(int lfd, gp_tls_keep *k, int timeout_ms, gp_tls_handoff_fn fn, void *ud,
+int gp_tls_acceptor_start(int lfd, gp_tls_keep *k, int timeout_ms, gp_iplimit *ipl, gp_tls_handoff_fn fn, void *ud,
                           gp_tls_acceptor **ret) {
         gp_tls_acceptor *a = calloc(1, sizeof(*a));
         if (!a)
@@ -313,6 +346,7 @@ int gp_tls_acceptor_start(int lfd, gp_tls_keep *k, int timeout_ms, gp_tls_handof
         a->lfd = lfd;
         a->k = k;
         a->timeout_ms = timeout_ms;
+        a->ipl = ipl;
         a->fn = fn;
         a->ud = ud;
         pthread_mutex_init(&a->mu, NULL);

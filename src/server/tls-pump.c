@@ -139,7 +139,7 @@ static int spawn(void *(*fn)(void *), void *arg) {
 }
 
 /* Drive the handshake of p->s until done, the deadline or *stop: 0 or -EPROTO/-ETIMEDOUT. */
-static int handshake(pump *p, int64_t deadline, const volatile bool *stop) {
+static int handshake(pump *p, int64_t deadline, const bool *stop) {
         for (;;) {
                 int r = gnutls_handshake(p->s);
                 if (r == 0)
@@ -149,7 +149,7 @@ static int handshake(pump *p, int64_t deadline, const volatile bool *stop) {
                         return -EPROTO;
                 }
                 int64_t left = deadline - gp_mono_ms();
-                if (left <= 0 || (stop && *stop))
+                if (left <= 0 || (stop && __atomic_load_n(stop, __ATOMIC_RELAXED)))
                         return -ETIMEDOUT;
                 struct pollfd f = {.fd = p->tfd,
                                    .events = gnutls_record_get_direction(p->s) ? POLLOUT : POLLIN};
@@ -167,7 +167,7 @@ struct gp_tls_acceptor {
         gp_iplimit *ipl;          /* server.max_connections_per_ip */
         gp_tls_handoff_fn fn;
         void *ud;
-        volatile bool stop;
+        bool stop;                /* atomic */
         pthread_t thread;
         pthread_mutex_t mu;       /* live */
         pthread_cond_t cv;
@@ -244,7 +244,8 @@ static void *conn_main(void *arg) {
                 if (n == 1)
                         break;
                 int64_t left = deadline - gp_mono_ms();
-                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || left <= 0 || a->stop) {
+                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || left <= 0 ||
+                    __atomic_load_n(&a->stop, __ATOMIC_RELAXED)) {
                         close(c->fd);
                         uncount(c);
                         goto done;
@@ -301,7 +302,7 @@ done:
 
 static void *accept_main(void *arg) {
         gp_tls_acceptor *a = arg;
-        while (!a->stop) {
+        while (!__atomic_load_n(&a->stop, __ATOMIC_RELAXED)) {
                 struct pollfd f = {.fd = a->lfd, .events = POLLIN};
                 if (poll(&f, 1, SLICE_MS) <= 0)
                         continue;
@@ -365,7 +366,7 @@ int gp_tls_acceptor_start(int lfd, gp_tls_keep *k, int timeout_ms, gp_iplimit *i
 void gp_tls_acceptor_stop(gp_tls_acceptor *a) {
         if (!a)
                 return;
-        a->stop = true;
+        __atomic_store_n(&a->stop, true, __ATOMIC_RELAXED);
         pthread_join(a->thread, NULL);
         pthread_mutex_lock(&a->mu);
         while (a->live > 0)

@@ -171,6 +171,19 @@ def test_generated_ca_verifies_with_curl_and_openssl_on_every_path(daemon_factor
     c.close()
 
 
+def test_the_client_binary_links_no_tls_library():
+    """TLS is the server's (build/gpupool-server): the CLI, build/gpupool,
+    keeps libc and libjansson (mk/tls.mk)."""
+    import shutil
+    if not shutil.which("ldd") or not os.access(gpupool_bin(), os.X_OK):
+        pytest.skip("needs ldd and the built client")
+    libs = run("ldd", gpupool_bin()).stdout
+    assert "libjansson" in libs, libs
+    assert "gnutls" not in libs and "libssl" not in libs and "libmicrohttpd" not in libs, libs
+    server = os.path.join(os.path.dirname(gpupool_bin()), "gpupool-server")
+    assert "libgnutls" in run("ldd", server).stdout
+
+
 def test_wrong_ca_fails_verification(daemon, tmp_path):
     other = Pki(tmp_path / "other", "not-the-server-ca")
     rc, code, body, err = curl("https://127.0.0.1:%d/healthz" % daemon.port, "--cacert", other.ca)

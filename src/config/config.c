@@ -198,6 +198,7 @@ static const struct field fields[] = {
         {"scheduler.max_models_per_gpu", K_INT, CFG(max_models_per_gpu), 1, 64, NULL},
         {"scheduler.backfill", K_BOOL, CFG(backfill), 0, 0, NULL},
         {"scheduler.backfill_depth", K_INT, CFG(backfill_depth), 1, 1000000, NULL},
+        {"scheduler.spf_aging_pct", K_INT, CFG(spf_aging_pct), 0, 100000, NULL},
         {"scheduler.preemption", K_SECTION, NOSTORE, 0, 0, NULL},
         {"scheduler.preemption.enabled", K_BOOL, CFG(preemption_enabled), 0, 0, NULL},
         {"scheduler.preemption.grace_sec", K_INT, CFG(preemption_grace_sec), 0, 86400, NULL},
@@ -432,6 +433,7 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->max_models_per_gpu = 2;
         cfg->backfill = true;
         cfg->backfill_depth = 1000;
+        cfg->spf_aging_pct = 3;
         cfg->preemption_enabled = true;
         cfg->preemption_grace_sec = 30;
         cfg->preemption_min_runtime_sec = 60;

@@ -469,6 +469,7 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, int64_t epoch, char *
         sc.memory_safety_margin_mb = cfg->memory_safety_margin_mb;
         sc.backfill = cfg->backfill;
         sc.backfill_depth = cfg->backfill_depth;
+        sc.spf_aging_pct = cfg->spf_aging_pct;
         sc.preemption = cfg->preemption_enabled;
         sc.preempt_min_runtime_ms = (int64_t)cfg->preemption_min_runtime_sec * 1000;
         sc.fairshare_half_life_ms = (int64_t)cfg->fairshare_half_life_s * 1000;

@@ -15,6 +15,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "server/monitor.h"
 #include "server/server-int.h"
 #include "store/store.h"
 
@@ -132,8 +133,10 @@ void gp_est_ended(gp_daemon *d, const gp_task *t) {
         if (!d->est || ms <= 0)
                 return;
         if (t->estimate_ms > 0) {
+                bool close = t->estimate_ms <= 2 * ms && ms <= 2 * t->estimate_ms;
                 d->est->estimated++;
-                d->est->within_2x += t->estimate_ms <= 2 * ms && ms <= 2 * t->estimate_ms;
+                d->est->within_2x += close;
+                gp_monitor_estimate(d->mon, close);
         }
         gp_pred_key k;
         key_of(t, &k);

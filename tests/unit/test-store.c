@@ -757,7 +757,7 @@ static void test_meta_set_get_and_missing_key(void **state) {
 
         /* the store's own key is readable but reserved */
         assert_int_equal(gp_store_meta_get(s, "schema_version", buf, sizeof(buf)), 0);
-        assert_string_equal(buf, "5");
+        assert_string_equal(buf, "6");
         assert_int_equal(gp_store_meta_set(s, "schema_version", "7"), -EINVAL);
         assert_int_equal(gp_store_meta_set(s, "", "x"), -EINVAL);
 
@@ -1802,7 +1802,7 @@ static void test_failed_migration_leaves_the_old_version_whole(void **state) {
         assert_true(exists(s, 1));
         char ver[16];
         assert_int_equal(gp_store_meta_get(s, "schema_version", ver, sizeof(ver)), 0);
-        assert_string_equal(ver, "5");
+        assert_string_equal(ver, "6");
         gp_store_close(s);
 }
 

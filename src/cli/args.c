@@ -18,6 +18,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/user.h"
 #include "base/util.h"
 #include "core/array.h"
 #include "core/billing.h"
@@ -30,6 +31,7 @@ enum opt_id {
         O_ALL, O_STATE, O_LIMIT, O_FOLLOW,
         O_FROM, O_TO, O_GROUP_BY, O_MONTH,
         O_ARRAY, O_EXPAND, O_NODE_SELECTOR, O_NODE,
+        O_EXPORT, O_USER, O_ME, /* local users (unix.c) */
 };
 
 #define V(x) (1u << GP_CLI_##x)
@@ -77,6 +79,10 @@ static const struct opt opts[] = {
         {"follow", 'f', false, O_FOLLOW, V(LOGS)},
         {"array", 0, true, O_ARRAY, V(SUBMIT) | V(CANCEL)},
         {"expand", 'r', false, O_EXPAND, V(PS)},
+        /* local users (unix.c): sbatch --export, squeue/scancel -u, --me */
+        {"export", 0, true, O_EXPORT, V(SUBMIT)},
+        {"user", 'u', true, O_USER, V(PS) | V(CANCEL)},
+        {"me", 0, false, O_ME, V(PS) | V(CANCEL)},
 };
 
 static const struct verb_info {
@@ -753,6 +759,11 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                         if ((r = add_env(p, val, &env_obj)) < 0)
                                 return r;
                         break;
+                case O_EXPORT:
+                        if (val[0] == '\0' || strlen(val) > 65536)
+                                return fail(p, "--export: expected ALL, NONE or NAME[=VALUE],...");
+                        c->export_env = val;
+                        break;
                 case O_WORKDIR:
                         if (val[0] == '\0' || strlen(val) >= 4096)
                                 return fail(p, "--workdir: expected a directory (1..4095 bytes)");
@@ -940,6 +951,14 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                 case O_EXPAND:
                                         c->expand = true;
                                         break;
+                                case O_USER:
+                                        if (!gp_user_name_ok(val, strlen(val)) || strlen(val) >= GP_USER_NAME_MAX)
+                                                return fail(p, "--user: '%.64s' is not a Unix user name", val);
+                                        c->user = val;
+                                        break;
+                                case O_ME:
+                                        c->me = true;
+                                        break;
                                 case O_ARRAY:
                                         /* cancel --array ID: the whole array */
                                         if (gp_parse_i64(val, 1, INT64_MAX, &v) < 0)
@@ -1047,7 +1066,8 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
         }
         if (c->help)
                 return 0;
-        if ((c->verb == GP_CLI_STATUS || c->verb == GP_CLI_CANCEL || c->verb == GP_CLI_LOGS) && npos == 0)
+        if ((c->verb == GP_CLI_STATUS || (c->verb == GP_CLI_CANCEL && !c->user && !c->me) || c->verb == GP_CLI_LOGS) &&
+            npos == 0)
                 return fail(p, "missing task ID");
         if (c->verb == GP_CLI_KEY && (npos == 0 || !c->tenant))
                 return fail(p, npos == 0 ? "missing subcommand: gpupool key create --tenant T"

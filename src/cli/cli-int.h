@@ -99,6 +99,9 @@ typedef struct gp_cli_cmd {
         const char *sub;         /* node / join-token: the subcommand ("drain", "create"), borrowed */
         const char *target;      /* node NAME / join-token revoke ID, borrowed */
         int64_t join_ttl_s;      /* join-token create --ttl, 0 = no expiry */
+        const char *export_env;  /* submit --export ALL|NONE|NAME[=V],..., borrowed, NULL = not given */
+        const char *user;        /* ps/cancel -u USER, borrowed, NULL = none */
+        bool me;                 /* ps/cancel --me: -u of this process's user */
         const char *env_node;    /* set by the caller before gp_cli_parse: GPUPOOL_NODE (run's
                                   * default --node), borrowed, NULL = unset */
 } gp_cli_cmd;

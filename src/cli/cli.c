@@ -8,6 +8,7 @@
  * messages to `err`; nothing else is written.
  */
 #include "cli/cli-int.h"
+#include "cli/unix.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -130,8 +131,14 @@ static int call(const gp_cli_cmd *c, FILE *err, const char *method, const char *
         return ex;
 }
 
-static int cmd_submit(const gp_cli_cmd *c, FILE *out, FILE *err) {
+static int cmd_submit(gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_cli_resp r;
+        int orc = gp_cli_add_origin(c, err); /* where it was made: directory and environment (unix.h) */
+        if (orc < 0) {
+                if (orc == -ENOMEM)
+                        fprintf(err, "gpupool: out of memory\n");
+                return orc == -ENOMEM ? GP_CLI_EXIT_REFUSED : GP_CLI_EXIT_USAGE;
+        }
         int ex = call(c, err, "POST", "/api/v1/tasks", c->body, &r);
         if (ex)
                 return ex;
@@ -171,6 +178,13 @@ static int cmd_ps(const gp_cli_cmd *c, FILE *out, FILE *err) {
         if (c->tenant) {
                 rc |= gp_buf_printf(&path, "%stenant=", sep);
                 rc |= gp_cli_url_escape(c->tenant, &path);
+                sep = "&";
+        }
+        char me[64];
+        const char *user = c->me && gp_cli_self_name(me, sizeof(me)) == 0 ? me : c->user;
+        if (user) {
+                rc |= gp_buf_printf(&path, "%suser=", sep);
+                rc |= gp_cli_url_escape(user, &path);
                 sep = "&";
         }
         /* folding: whole pages, so that an array's elements do not crowd
@@ -306,12 +320,51 @@ static int cmd_cancel_array(const gp_cli_cmd *c, FILE *out, FILE *err) {
         return GP_CLI_EXIT_OK;
 }
 
+/* cancel -u USER / --me (scancel -u): every active task of the user. */
+static int cmd_cancel_user(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        char me[64], path[200];
+        const char *user = c->me ? (gp_cli_self_name(me, sizeof(me)) == 0 ? me : NULL) : c->user;
+        if (!user) {
+                fprintf(err, "gpupool: cannot tell your user name\n");
+                return GP_CLI_EXIT_REFUSED;
+        }
+        int64_t n = 0, failed = 0;
+        for (int round = 0; round < 100; round++) {
+                gp_cli_resp r;
+                snprintf(path, sizeof(path), "/api/v1/tasks?state=active&limit=1000&user=%s", user);
+                int ex = call(c, err, "GET", path, NULL, &r);
+                if (ex)
+                        return ex;
+                json_t *tasks = json_object_get(r.json, "tasks"), *t;
+                size_t i, left = 0;
+                json_array_foreach(tasks, i, t) {
+                        json_int_t id = json_integer_value(json_object_get(t, "id"));
+                        gp_cli_resp cr;
+                        snprintf(path, sizeof(path), "/api/v1/tasks/%" JSON_INTEGER_FORMAT "/cancel", id);
+                        if (call(c, err, "POST", path, NULL, &cr) == GP_CLI_EXIT_OK) {
+                                gp_cli_resp_done(&cr);
+                                n++;
+                        } else {
+                                failed++;
+                        }
+                        left++;
+                }
+                gp_cli_resp_done(&r);
+                if (left < 1000)
+                        break;
+        }
+        fprintf(out, "cancelled %" PRId64 " task(s) of %s\n", n, user);
+        return failed ? GP_CLI_EXIT_REFUSED : GP_CLI_EXIT_OK;
+}
+
 static int cmd_cancel(const gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_buf path;
         gp_cli_resp r;
         int ex;
         if (c->array)
                 return cmd_cancel_array(c, out, err);
+        if (!c->id)
+                return cmd_cancel_user(c, out, err);
         task_path(&path, c->id, "/cancel");
         ex = call(c, err, "POST", path.data, NULL, &r);
         gp_buf_done(&path);

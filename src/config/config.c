@@ -134,9 +134,11 @@ static const struct field fields[] = {
         {"server.http_threads", K_INT, CFG(http_threads), 1, 256, NULL},
         {"server.allowed_origins", K_CUSTOM, CFG(allowed_origins), 0, GP_MAX_ALLOWED_ORIGINS, parse_items},
         {"server.user", K_CUSTOM, CFG(server_user), 0, 0, parse_unix_user},
+        {"server.socket", K_STR, CFG(server_socket), 0, 107, NULL},
 
         {"auth", K_SECTION, NOSTORE, 0, 0, NULL},
         {"auth.admin_keys", K_CUSTOM, CFG(admin_keys), 0, GP_CFG_MAX_ADMIN_KEYS, parse_items},
+        {"auth.admin_group", K_STR, CFG(admin_group), 0, GP_USER_NAME_MAX - 1, NULL},
         {"auth.over_max_priority", K_CUSTOM, CFG(clamp_priority), 0, 0, parse_over_max},
 
         {"store", K_SECTION, NOSTORE, 0, 0, NULL},

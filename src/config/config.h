@@ -186,6 +186,10 @@ typedef struct gp_config {
                                                                       * the API (CORS); default none */
         int n_allowed_origins;
         char server_user[GP_USER_NAME_MAX];  /* drop root to this user after binding, "" = stay (default) */
+        char server_socket[108];             /* the local Unix socket (peer credentials name the caller):
+                                                "" = /run/gpupool/PORT.sock as root, else
+                                                /tmp/gpupool-UID/PORT.sock; "off" = none */
+        char admin_group[GP_USER_NAME_MAX];  /* local users in this Unix group are admins; "" = root only */
 
         /* auth */
         char admin_keys[GP_CFG_MAX_ADMIN_KEYS][72]; /* "sha256:<64 hex>" */

@@ -60,6 +60,10 @@ typedef struct gp_exec_spec {
                                         GPUPOOL_ARRAY_ID, GPUPOOL_ARRAY_INDEX, SLURM_ARRAY_JOB_ID and
                                         SLURM_ARRAY_TASK_ID; 0 = none */
         int64_t array_index;         /* its index, >= 0 (when array_id) */
+        bool clean_env;              /* true: nothing of the supervisor's environment is inherited; the
+                                        command gets its user's HOME, USER, LOGNAME, SHELL, a default
+                                        PATH, then env, then gpupool's variables (a submitter's
+                                        environment as sent: sbatch --export) */
 } gp_exec_spec;
 
 typedef struct gp_exec_proc {

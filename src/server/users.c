@@ -12,8 +12,9 @@
  * A daemon that is not root keeps today's rule on TCP (keyless loopback is
  * admin, its tasks run as the daemon's user).
  *
- * submit() asks gp_http_submit_user which user the new task records: the
- * caller's when named, else its tenant's run_as, else the daemon's own.
+ * submit() asks gp_http_submit_user which user the new task records: a
+ * named caller's own (an admin's only when the task's tenant has no
+ * run_as), else the tenant's run_as, else the daemon's own.
  */
 #include "server/server-int.h"
 
@@ -87,7 +88,14 @@ int gp_http_submit_user(hreq *r, gp_task *t, char *err, size_t errlen) {
         gp_daemon *d = r->d;
         bool batch = !t->is_lease && t->spec;
         uid_t me = geteuid();
-        if (r->peer) {
+        pthread_mutex_lock(&d->lock);
+        const char *ra = gp_tenants_run_as(d->tenants, t->tenant);
+        if (ra)
+                gp_strlcpy(t->user, ra, sizeof(t->user));
+        pthread_mutex_unlock(&d->lock);
+        /* an admin submitting for a tenant with run_as: that user (as before);
+         * anyone else named by the kernel: itself */
+        if (r->peer && (!r->admin || !t->user[0])) {
                 if (batch && me != 0 && me != r->uid) {
                         char self[GP_USER_NAME_MAX];
                         gp_peer_self_name(self, sizeof(self));
@@ -102,11 +110,6 @@ int gp_http_submit_user(hreq *r, gp_task *t, char *err, size_t errlen) {
                         return mark_clean_env(t);
                 return 0;
         }
-        pthread_mutex_lock(&d->lock);
-        const char *ra = gp_tenants_run_as(d->tenants, t->tenant);
-        if (ra)
-                gp_strlcpy(t->user, ra, sizeof(t->user));
-        pthread_mutex_unlock(&d->lock);
         if (t->user[0])
                 return 0;
         if (r->anonymous && batch && me == 0) {

@@ -118,7 +118,10 @@ static const struct verb_info {
                 "  --timeout SEC        run time limit (0 = none)\n"
                 "  --queue-timeout SEC  give up if not started within SEC (0 = none)\n"
                 "  --env K=V            set an environment variable (repeatable)\n"
-                "  --workdir DIR        working directory on the GPU node\n"
+                "  --workdir DIR        working directory on the GPU node (default, local server:\n"
+                "                       the current directory)\n"
+                "  --export ALL|NONE|NAME[=V],...  submit: the environment sent (sbatch --export;\n"
+                "                       default ALL for a local server)\n"
                 "  --tenant T           submit for tenant T (when the key allows it)\n"
                 "  --node-selector K=V  only nodes with label K=V (repeatable, all must match;\n"
                 "                       every node has gpupool/node=NAME)\n"
@@ -151,15 +154,18 @@ static const struct verb_info {
                        "                       cancelled, timeout, lost, or active = queued+running)\n"
                        "  --limit N            at most N tasks, newest first (1..1000, default 100)\n"
                        "  --tenant T           only tasks of tenant T (admin keys)\n"
+                       "  -u, --user USER      only tasks of Unix user USER (squeue -u); --me: yours\n"
                        "  --expand, -r         one line per job array element (default: one line per\n"
                        "                       array, ID_[SPEC], with its elements counted by state)\n"},
         [GP_CLI_STATUS] = {"status", "gpupool status ID", NULL, "show one task in detail", NULL},
-        [GP_CLI_CANCEL] = {"cancel", "gpupool cancel ID | ID_INDEX | --array ID", NULL,
+        [GP_CLI_CANCEL] = {"cancel", "gpupool cancel ID | ID_INDEX | --array ID | -u USER | --me", NULL,
                            "cancel a task (idempotent); prints its resulting state",
                            "  ID                   one task (an array element too, by its task id)\n"
                            "  ID_INDEX             element INDEX of job array ID (as scancel 12_7)\n"
                            "  --array ID           every element of job array ID not yet ended (scancel 12);\n"
-                           "                       prints how many were cancelled and how many are stopping\n"},
+                           "                       prints how many were cancelled and how many are stopping\n"
+                           "  -u, --user USER      every queued or running task of Unix user USER (scancel -u);\n"
+                           "                       --me: yours\n"},
         [GP_CLI_LOGS] = {"logs", "gpupool logs [-f] ID", NULL, "print a batch task's output",
                          "  -f, --follow         keep printing new output until the task ends\n"},
         [GP_CLI_GPUS] = {"gpus", "gpupool gpus", NULL, "list GPUs with memory, load and tasks", NULL},

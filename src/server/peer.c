@@ -219,16 +219,30 @@ int gp_peer_tcp_line(const char *line, uint32_t *laddr, uint16_t *lport, uint32_
         }
         while (*p == ' ')
                 p++;
-        int64_t u = 0;
+        int64_t u = 0, ino = 0;
         int n = 0;
         for (; *p >= '0' && *p <= '9' && n < 10; p++, n++)
                 u = u * 10 + (*p - '0');
-        if (n == 0 || (*p != ' ' && *p != '\0' && *p != '\n') || u > UINT32_MAX)
+        if (n == 0 || *p != ' ' || u > UINT32_MAX)
+                return -EINVAL;
+        /* timeout, then inode: 0 for a socket no process holds any more (closed, in
+         * FIN_WAIT or TIME_WAIT), whose uid column the kernel prints as 0 (root) */
+        while (*p == ' ')
+                p++;
+        while (*p >= '0' && *p <= '9')
+                p++;
+        while (*p == ' ')
+                p++;
+        for (n = 0; *p >= '0' && *p <= '9' && n < 20; p++, n++)
+                ino = ino * 10 + (*p - '0');
+        if (n == 0 || (*p != ' ' && *p != '\0' && *p != '\n'))
                 return -EINVAL;
         *laddr = la;
         *lport = lp;
         *raddr = ra;
         *rport = rp;
+        if (ino == 0)
+                return -ESRCH;
         *uid = (uid_t)u;
         return 0;
 }
@@ -244,11 +258,14 @@ static int tcp_owner(const struct sockaddr_in *cli, const struct sockaddr_in *sr
         int rc = -ENOENT;
         int lines = 0;
         while (rc == -ENOENT && lines++ < 1000000 && fgets(line, sizeof(line), f)) {
-                uint32_t la, ra;
-                uint16_t lp, rp;
-                uid_t u;
-                if (gp_peer_tcp_line(line, &la, &lp, &ra, &rp, &u) == 0 && la == cli->sin_addr.s_addr &&
-                    lp == ntohs(cli->sin_port) && ra == srv->sin_addr.s_addr && rp == ntohs(srv->sin_port)) {
+                uint32_t la = 0, ra = 0;
+                uint16_t lp = 0, rp = 0;
+                uid_t u = 0;
+                int r = gp_peer_tcp_line(line, &la, &lp, &ra, &rp, &u);
+                if (r != -EINVAL && la == cli->sin_addr.s_addr && lp == ntohs(cli->sin_port) &&
+                    ra == srv->sin_addr.s_addr && rp == ntohs(srv->sin_port)) {
+                        if (r < 0)
+                                break; /* the client's end is closed: nobody to name */
                         *ret = u;
                         rc = 0;
                 }

@@ -71,7 +71,9 @@ const char *gp_peer_run_as(const char *name);
 void gp_peer_self_name(char *buf, size_t size);
 
 /* Parse one line of /proc/net/tcp: its local and remote address and port
- * (IPv4, network byte order as in struct sockaddr_in) and uid.  0 or
+ * (IPv4, network byte order as in struct sockaddr_in) and uid.  0;
+ * -ESRCH when no process holds the socket any more (inode 0: the kernel
+ * then prints uid 0, which must not name root; addresses are written);
  * -EINVAL.  Pure (tested by test-peer). */
 int gp_peer_tcp_line(const char *line, uint32_t *laddr, uint16_t *lport, uint32_t *raddr, uint16_t *rport,
                      uid_t *uid);

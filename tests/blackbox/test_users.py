@@ -273,6 +273,24 @@ def test_keyless_tcp_names_the_socket_owner_and_no_one_runs_nothing_as_root(serv
     assert t and t["user"] == a.name, r.stdout
     assert wait_final(server, t["id"])["state"] == "succeeded"
     assert log_of(server, t["id"]).strip() == str(a.uid)
+    # a client that closes its socket right after its request: the kernel then shows the
+    # socket as nobody's (uid 0); that must never make the request root's
+    code = ("import socket, sys\n"
+            "body = b'{\"command\": [\"id\", \"-u\"]}'\n"
+            "req = (b'POST /api/v1/tasks HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nContent-Type: application/json\\r\\n'\n"
+            "       b'Content-Length: %d\\r\\n\\r\\n' % len(body)) + body\n"
+            "for _ in range(30):\n"
+            "    s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
+            "    s.sendall(req)\n"
+            "    s.close()\n")
+    subprocess.run(["/usr/bin/python3", "-c", code, str(server.port)], check=True, timeout=60,
+                   preexec_fn=lambda: (os.setgid(a.gid), os.setuid(a.uid)))
+    time.sleep(1)
+    for t in server.api("GET", "/api/v1/tasks?limit=1000").json()["tasks"]:
+        if t["kind"] == "batch":
+            assert t["user"] == a.name, t
+            wait_final(server, t["id"])
+            assert log_of(server, t["id"]).strip() == str(a.uid), t
 
 
 def test_the_socket_is_used_by_default_and_names_the_caller(server, users):

@@ -48,6 +48,21 @@ static void test_tcp_line_refuses_the_header_and_garbage(void **state) {
         assert_int_equal(uid, 77); /* nothing written on failure */
 }
 
+/* A socket no process holds (closed: FIN_WAIT2, TIME_WAIT) has inode 0
+ * and the kernel prints uid 0 for it: that must never name root. */
+static void test_tcp_line_of_a_closed_socket_names_no_one(void **state) {
+        (void)state;
+        const char *line = "   4: 0100007F:B3A6 0100007F:1F90 05 00000000:00000000 00:00000000 00000000     0        0 "
+                           "0 1 0000000000000000 20 4 30 10 -1\n";
+        uint32_t la = 0, ra = 0;
+        uint16_t lp = 0, rp = 0;
+        uid_t uid = 77;
+        assert_int_equal(gp_peer_tcp_line(line, &la, &lp, &ra, &rp, &uid), -ESRCH);
+        assert_int_equal(uid, 77);
+        assert_int_equal(lp, 0xB3A6); /* the ends are given, so the caller knows it was its client */
+        assert_int_equal(rp, 8080);
+}
+
 static void test_socket_path_follows_the_config(void **state) {
         (void)state;
         gp_config cfg;
@@ -73,6 +88,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_tcp_line_gives_both_ends_and_the_owner),
                 cmocka_unit_test(test_tcp_line_refuses_the_header_and_garbage),
+                cmocka_unit_test(test_tcp_line_of_a_closed_socket_names_no_one),
                 cmocka_unit_test(test_socket_path_follows_the_config),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -32,6 +32,9 @@
 
 #define GP_FWD_BY "X-Gpupool-Forwarded-By"
 #define GP_FWD_FOR "X-Gpupool-Forwarded-For"
+#define GP_FWD_UID "X-Gpupool-Forwarded-Uid" /* a loopback client's uid, as the follower's kernel said
+                                                (peer.h); the leader believes it only from a peer of
+                                                its own uid on its own machine */
 #define GP_FWD_TARGET_MAX 8192          /* request target, bytes */
 #define GP_FWD_HEAD_MAX (64 * 1024)     /* request or response head, bytes */
 

@@ -328,6 +328,14 @@ int gp_peer_of_conn(struct MHD_Connection *conn, const char *admin_group, gp_pee
         return fill(uid, gid, admin_group, ret);
 }
 
+int gp_peer_of_uid(uid_t uid, const char *admin_group, gp_peer *ret) {
+        char buf[1024];
+        struct passwd pw, *found = NULL;
+        if (getpwuid_r(uid, &pw, buf, sizeof(buf), &found) != 0 || !found)
+                return -ENOENT;
+        return fill(uid, pw.pw_gid, admin_group, ret);
+}
+
 const char *gp_peer_run_as(const char *name) {
         char buf[1024];
         struct passwd pw, *found = NULL;

@@ -63,6 +63,9 @@ const char *gp_peer_path(const gp_peer_srv *s);
  * (or the uid has no passwd entry); -errno.  Any thread. */
 int gp_peer_of_conn(struct MHD_Connection *conn, const char *admin_group, gp_peer *ret);
 
+/* The same for a uid (a follower forwarded its client's, forward.h). */
+int gp_peer_of_uid(uid_t uid, const char *admin_group, gp_peer *ret);
+
 /* The user a task of user name runs as, for exec's run_as: NULL when name
  * is the daemon's own user (no switch), else name.  Any thread. */
 const char *gp_peer_run_as(const char *name);

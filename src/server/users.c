@@ -60,12 +60,17 @@ int gp_http_identify_user(hreq *r, bool unix_sock, bool has_key, const char **ms
         }
         if (keyed || !r->admin || geteuid() != 0)
                 return 0; /* a key's caller, or a daemon that cannot switch users anyway */
-        /* keyless loopback on a root daemon: the owner of the client's socket */
-        if (!MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, GP_FWD_FOR) &&
-            gp_peer_of_conn(r->conn, d->cfg.admin_group, &p) == 0)
-                name_caller(r, &p, false, false);
-        else
+        /* keyless loopback on a root daemon: the owner of the client's socket; or, for a
+         * request a follower on this machine forwarded, the uid its kernel named */
+        bool fwd = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, GP_FWD_FOR) != NULL;
+        const char *fu = fwd ? MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, GP_FWD_UID) : NULL;
+        int64_t uid;
+        if (gp_peer_of_conn(r->conn, d->cfg.admin_group, &p) < 0 ||
+            (fwd && (!fu || p.uid != geteuid() || gp_parse_i64(fu, 0, UINT32_MAX - 1, &uid) < 0 ||
+                     gp_peer_of_uid((uid_t)uid, d->cfg.admin_group, &p) < 0)))
                 r->anonymous = true;
+        else
+                name_caller(r, &p, false, false);
         return 0;
 }
 

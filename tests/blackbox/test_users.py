@@ -355,3 +355,37 @@ def test_readme_tour_runs_verbatim_as_a_new_user(server, users):
     assert "tool on" in out
     sh("gpupool gpus")
     sh("gpupool queue")
+
+
+# ---- several servers (PostgreSQL): a follower forwards its local client's identity ----
+
+from test_ha import pair, pg_db  # noqa: E402,F401  (fixtures; skipped without GPUPOOL_TEST_PG_URL)
+
+
+def test_a_local_user_submitting_through_a_follower_runs_as_itself(pair, users):
+    s1, s2 = pair
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and s2.health() != "follower":
+        time.sleep(0.1)
+    a = users("f")
+    # the CLI through the follower's TCP port: the follower's kernel names A, the leader believes it
+    tid = submit(a, s2, "--", "id", "-u", env=a.env(s2, GPUPOOL_SOCKET="off"))
+    t = wait_final(s1, tid)
+    assert t["user"] == a.name and t["state"] == "succeeded", t
+    assert log_of(s1, tid).strip() == str(a.uid)
+
+    def as_a():
+        os.setgid(a.gid)
+        os.setuid(a.uid)
+    forged = ["-H", "X-Gpupool-Forwarded-Uid: 0", "-H", "Content-Type: application/json",
+              "-d", '{"command": ["id", "-u"]}']
+    # a uid A writes itself is dropped by the follower, which names A
+    r = subprocess.run(["curl", "-s", "-X", "POST"] + forged + [s2.url + "/api/v1/tasks"],
+                       preexec_fn=as_a, capture_output=True, text=True)
+    t = __import__("json").loads(r.stdout)
+    assert t["user"] == a.name, r.stdout
+    # sent straight to the leader as if forwarded: not from a server's uid, so nobody: 403
+    r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "-H",
+                        "X-Gpupool-Forwarded-For: 127.0.0.1"] + forged + [s1.url + "/api/v1/tasks"],
+                       preexec_fn=as_a, capture_output=True, text=True)
+    assert r.stdout == "403", r.stdout

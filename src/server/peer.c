@@ -12,6 +12,9 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -247,10 +250,72 @@ int gp_peer_tcp_line(const char *line, uint32_t *laddr, uint16_t *lport, uint32_
         return 0;
 }
 
+/* The same through sock_diag (what ss uses): one exact lookup of the
+ * socket by its four-tuple in the kernel's hash, where /proc/net/tcp is a
+ * scan of every socket.  0; -ESRCH (no process holds it); -ENOENT (no
+ * such socket); -EOPNOTSUPP and other -errno: try /proc. */
+static int tcp_owner_diag(const struct sockaddr_in *cli, const struct sockaddr_in *srv, uid_t *ret) {
+        int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+        if (fd < 0)
+                return -EOPNOTSUPP;
+        struct timeval tv = {.tv_sec = 1};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        struct {
+                struct nlmsghdr nlh;
+                struct inet_diag_req_v2 r;
+        } req;
+        memset(&req, 0, sizeof(req));
+        req.nlh.nlmsg_len = sizeof(req);
+        req.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+        req.nlh.nlmsg_flags = NLM_F_REQUEST;
+        req.nlh.nlmsg_seq = 1;
+        req.r.sdiag_family = AF_INET;
+        req.r.sdiag_protocol = IPPROTO_TCP;
+        req.r.idiag_states = ~0u;
+        req.r.id.idiag_sport = cli->sin_port;   /* the socket's own end: the client's */
+        req.r.id.idiag_dport = srv->sin_port;
+        req.r.id.idiag_src[0] = cli->sin_addr.s_addr;
+        req.r.id.idiag_dst[0] = srv->sin_addr.s_addr;
+        req.r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+        req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+        union {
+                struct nlmsghdr h;
+                char b[8192];
+        } ans;
+        ssize_t n = -1;
+        int rc = -EOPNOTSUPP;
+        if (send(fd, &req, sizeof(req), 0) == (ssize_t)sizeof(req))
+                n = recv(fd, ans.b, sizeof(ans.b), 0);
+        close(fd);
+        const struct nlmsghdr *h = &ans.h;
+        if (n > 0 && NLMSG_OK(h, (size_t)n)) {
+                if (h->nlmsg_type == NLMSG_ERROR && h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct nlmsgerr))) {
+                        const struct nlmsgerr *e = NLMSG_DATA(h);
+                        rc = e->error == -ENOENT ? -ENOENT : -EOPNOTSUPP;
+                } else if (h->nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+                           h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg))) {
+                        const struct inet_diag_msg *m = NLMSG_DATA(h);
+                        if (m->id.idiag_sport != cli->sin_port || m->id.idiag_dport != srv->sin_port ||
+                            m->id.idiag_src[0] != cli->sin_addr.s_addr || m->id.idiag_dst[0] != srv->sin_addr.s_addr)
+                                rc = -ENOENT;
+                        else if (m->idiag_inode == 0)
+                                rc = -ESRCH; /* closed, TIME_WAIT: the kernel says uid 0 for those */
+                        else {
+                                *ret = m->idiag_uid;
+                                rc = 0;
+                        }
+                }
+        }
+        return rc;
+}
+
 /* The uid owning the TCP socket at cli (the client's end of our
- * connection whose local end is srv): the /proc/net/tcp line whose local
- * end is cli and remote end srv. */
+ * connection whose local end is srv): sock_diag, else the /proc/net/tcp
+ * line whose local end is cli and remote end srv. */
 static int tcp_owner(const struct sockaddr_in *cli, const struct sockaddr_in *srv, uid_t *ret) {
+        int d = tcp_owner_diag(cli, srv, ret);
+        if (d == 0 || d == -ESRCH || d == -ENOENT)
+                return d;
         FILE *f = fopen("/proc/net/tcp", "re");
         if (!f)
                 return -errno;

@@ -3,8 +3,8 @@
  * A local user is named by the kernel: on the server's Unix socket
  * (server.socket) by the connection's peer credentials (SO_PEERCRED), and
  * on TCP loopback, when the daemon runs as root, by the owner of the
- * client's socket in the kernel's socket table (/proc/net/tcp, as ss -e
- * and identd read it).  Such a caller is a user: a name, uid and gid, an
+ * client's socket in the kernel's socket table (sock_diag, one exact
+ * lookup as ss -e does; /proc/net/tcp where that is missing).  Such a caller is a user: a name, uid and gid, an
  * admin when uid 0 or a member of auth.admin_group; its tasks record it
  * and run as it (exec.h), and it sees and cancels its own tasks only
  * unless it is an admin.

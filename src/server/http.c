@@ -1557,6 +1557,7 @@ void gp_http_stop(gp_daemon *d) {
         if (!d->mhd)
                 return;
         gp_gw_quiesce(d->gw); /* no new connections; the open ones are served */
+        gp_peer_quiesce(d->peer_srv);
         /* the loop answers what is queued; parked reads are woken */
         for (int i = 0; i < 50; i++) {
                 pthread_mutex_lock(&d->qlock);

@@ -144,6 +144,15 @@ int gp_peer_serve(const gp_config *cfg, MHD_AccessHandlerCallback handler, MHD_R
         return 0;
 }
 
+void gp_peer_quiesce(gp_peer_srv *s) {
+        if (!s)
+                return;
+        MHD_socket fd = MHD_quiesce_daemon(s->mhd);
+        if (fd != MHD_INVALID_SOCKET)
+                close(fd);
+        unlink(s->path);
+}
+
 void gp_peer_stop(gp_peer_srv *s) {
         if (!s)
                 return;

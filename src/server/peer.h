@@ -48,6 +48,10 @@ int gp_peer_socket_path(const gp_config *cfg, char *path, size_t size);
 int gp_peer_serve(const gp_config *cfg, MHD_AccessHandlerCallback handler, MHD_RequestCompletedCallback completed,
                   void *cls, gp_peer_srv **ret, char *err, size_t errlen);
 
+/* Accept no new connection (the open ones are served); the socket file
+ * goes.  Takes NULL. */
+void gp_peer_quiesce(gp_peer_srv *s);
+
 /* Stop serving, remove the socket file, free.  Takes NULL. */
 void gp_peer_stop(gp_peer_srv *s);
 

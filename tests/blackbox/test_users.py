@@ -310,6 +310,9 @@ def test_the_socket_is_used_by_default_and_names_the_caller(server, users):
     # the gateway is not served on the socket
     r = subprocess.run(["curl", "-s", "--unix-socket", path, "http://x/v1/models"], capture_output=True, text=True)
     assert "not on the local socket" in r.stdout
+    # a server that stops takes its socket away
+    server.stop()
+    assert not os.path.exists(path)
 
 
 def test_readme_tour_runs_verbatim_as_a_new_user(server, users):

@@ -43,6 +43,7 @@ class User:
         subprocess.run(["pkill", "-KILL", "-u", str(self.uid)], capture_output=True)
         subprocess.run(["userdel", "-r", self.name], capture_output=True)
         shutil.rmtree(self.work, ignore_errors=True)
+        shutil.rmtree("/tmp/gpupool-%d" % self.uid, ignore_errors=True)   # a server of this user's socket dir
 
     def env(self, daemon, **extra):
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.home, "USER": self.name,
@@ -313,6 +314,39 @@ def test_the_socket_is_used_by_default_and_names_the_caller(server, users):
     # a server that stops takes its socket away
     server.stop()
     assert not os.path.exists(path)
+
+
+def test_a_server_that_is_not_root_serves_its_own_user_and_runs_nothing_as_another(tmp_path, users):
+    from conftest import Daemon
+    a, b = users("o"), users("p")
+    d = Daemon(tmp_path, "gpus: {backend: sim}\nserver: {user: %s}\n" % a.name)
+    d.data_dir = os.path.join(a.work, "data")   # the server's user must reach and own it
+    os.mkdir(d.data_dir, 0o700)
+    os.chown(d.data_dir, a.uid, a.gid)
+    d.start()
+    try:
+        _not_root_server(d, a, b)
+    finally:
+        d.stop()
+
+
+def _not_root_server(d, a, b):
+    path = "/tmp/gpupool-%d/%d.sock" % (a.uid, d.port)
+    st = os.stat(path)
+    assert st.st_uid == a.uid
+    # its own user: over the socket (found by the CLI), as itself, where it was
+    tid = submit(a, d, "--", "sh", "-c", "id -u; pwd")
+    t = wait_final(d, tid)
+    assert t["user"] == a.name and t["state"] == "succeeded", t
+    assert log_of(d, tid).split() == [str(a.uid), a.work]
+    # another user on that socket: the server cannot run as it, so it refuses (never runs as A)
+    r = subprocess.run(["curl", "-s", "--unix-socket", path, "-H", "Content-Type: application/json", "-d",
+                        '{"command": ["true"]}', "http://localhost/api/v1/tasks"],
+                       preexec_fn=lambda: (os.setgid(b.gid), os.setuid(b.uid)), capture_output=True, text=True)
+    assert "cannot run tasks as %s" % b.name in r.stdout, r.stdout
+    # B's CLI does not use a socket of another user's server: plain TCP, as before this change
+    r = b.cli(d, "ps")
+    assert r.returncode == 0, r.stderr
 
 
 def test_readme_tour_runs_verbatim_as_a_new_user(server, users):

@@ -11,6 +11,7 @@
 #include "base/util.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <grp.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
@@ -28,6 +29,7 @@
 struct gp_peer_srv {
         struct MHD_Daemon *mhd;
         char path[108];
+        bool dflt;                  /* in a default directory: removed when empty */
 };
 
 static int listen_port(const char *listen) {
@@ -87,6 +89,35 @@ static bool stale(const struct sockaddr_un *sa) {
         return rc < 0 && e == ECONNREFUSED;
 }
 
+/* The default directory holds one socket per port: those of servers that
+ * died (kill -9 leaves its file) go, so the directory does not fill up. */
+static void sweep(const char *path) {
+        char dir[108];
+        gp_strlcpy(dir, path, sizeof(dir));
+        char *slash = strrchr(dir, '/');
+        if (!slash)
+                return;
+        *slash = '\0';
+        DIR *dp = opendir(dir);
+        if (!dp)
+                return;
+        struct dirent *e;
+        int seen = 0;
+        while ((e = readdir(dp)) && seen++ < 4096) {
+                size_t n = strlen(e->d_name);
+                struct sockaddr_un sa;
+                memset(&sa, 0, sizeof(sa));
+                sa.sun_family = AF_UNIX;
+                if (n < 6 || strcmp(e->d_name + n - 5, ".sock") != 0 ||
+                    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/%s", dir, e->d_name) >= (int)sizeof(sa.sun_path))
+                        continue;
+                struct stat st;
+                if (lstat(sa.sun_path, &st) == 0 && st.st_uid == geteuid() && stale(&sa))
+                        unlink(sa.sun_path);
+        }
+        closedir(dp);
+}
+
 int gp_peer_serve(const gp_config *cfg, MHD_AccessHandlerCallback handler, MHD_RequestCompletedCallback completed,
                   void *cls, gp_peer_srv **ret, char *err, size_t errlen) {
         *ret = NULL;
@@ -103,19 +134,35 @@ int gp_peer_serve(const gp_config *cfg, MHD_AccessHandlerCallback handler, MHD_R
                 snprintf(err, errlen, "server.socket: %s is not an absolute path (or \"off\")", sa.sun_path);
                 return -EINVAL;
         }
-        int rc = cfg->server_socket[0] ? 0 : make_dir(sa.sun_path, err, errlen);
+        bool dflt = !cfg->server_socket[0];
+        int rc = dflt ? make_dir(sa.sun_path, err, errlen) : 0;
         if (rc < 0)
                 return rc;
-        if (stale(&sa))
-                unlink(sa.sun_path);
+        if (dflt)
+                sweep(sa.sun_path);
+        /* bound and listening under a name of its own first, then renamed into place:
+         * another server's sweep never sees it bound but not yet listening */
+        struct sockaddr_un tmp = sa;
+        if (snprintf(tmp.sun_path, sizeof(tmp.sun_path), "%s.%d", sa.sun_path, (int)getpid()) >=
+            (int)sizeof(tmp.sun_path)) {
+                snprintf(err, errlen, "server.socket: the path is longer than %zu bytes", sizeof(sa.sun_path) - 8);
+                return -ENAMETOOLONG;
+        }
+        unlink(tmp.sun_path);
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0 || bind(fd, (const struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-            chmod(sa.sun_path, 0666) < 0 || listen(fd, 128) < 0) {
+        /* another server that stops may remove the empty directory just now: once more */
+        bool bound = fd >= 0 && (bind(fd, (const struct sockaddr *)&tmp, sizeof(tmp)) == 0 ||
+                                 (errno == ENOENT && dflt && make_dir(sa.sun_path, err, errlen) == 0 &&
+                                  bind(fd, (const struct sockaddr *)&tmp, sizeof(tmp)) == 0));
+        if (!bound || chmod(tmp.sun_path, 0666) < 0 || listen(fd, 128) < 0 ||
+            (!dflt && stale(&sa) && unlink(sa.sun_path) < 0 && errno != ENOENT) ||
+            (access(sa.sun_path, F_OK) == 0 && (errno = EADDRINUSE)) || rename(tmp.sun_path, sa.sun_path) < 0) {
                 int e = errno;
                 snprintf(err, errlen, "server.socket: cannot listen on %s: %s", sa.sun_path,
                          e == EADDRINUSE ? "in use (another server?)" : strerror(e));
                 if (fd >= 0)
                         close(fd);
+                unlink(tmp.sun_path);
                 return -e;
         }
         gp_peer_srv *s = calloc(1, sizeof(*s));
@@ -126,6 +173,7 @@ int gp_peer_serve(const gp_config *cfg, MHD_AccessHandlerCallback handler, MHD_R
                 return -ENOMEM;
         }
         gp_strlcpy(s->path, sa.sun_path, sizeof(s->path));
+        s->dflt = dflt;
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                          MHD_USE_ERROR_LOG;
         s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, handler, cls, MHD_OPTION_LISTEN_SOCKET, fd,
@@ -144,20 +192,33 @@ int gp_peer_serve(const gp_config *cfg, MHD_AccessHandlerCallback handler, MHD_R
         return 0;
 }
 
+/* The socket file goes, and a default directory left empty with it. */
+static void unlink_socket(const gp_peer_srv *s) {
+        if (unlink(s->path) < 0 || !s->dflt)
+                return;
+        char dir[108];
+        gp_strlcpy(dir, s->path, sizeof(dir));
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+                *slash = '\0';
+                rmdir(dir); /* fails while another server's socket is there: that is fine */
+        }
+}
+
 void gp_peer_quiesce(gp_peer_srv *s) {
         if (!s)
                 return;
         MHD_socket fd = MHD_quiesce_daemon(s->mhd);
         if (fd != MHD_INVALID_SOCKET)
                 close(fd);
-        unlink(s->path);
+        unlink_socket(s);
 }
 
 void gp_peer_stop(gp_peer_srv *s) {
         if (!s)
                 return;
         MHD_stop_daemon(s->mhd);   /* closes the listening socket */
-        unlink(s->path);
+        unlink_socket(s);
         free(s);
 }
 

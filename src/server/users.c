@@ -58,8 +58,9 @@ int gp_http_identify_user(hreq *r, bool unix_sock, bool has_key, const char **ms
                 name_caller(r, &p, keyed, true);
                 return 0;
         }
-        if (keyed || !r->admin || geteuid() != 0)
-                return 0; /* a key's caller, or a daemon that cannot switch users anyway */
+        if (keyed || !r->admin || geteuid() != 0 || r->openai)
+                return 0; /* a key's caller, a daemon that cannot switch users anyway, or the
+                           * gateway (/v1 runs no command; its keyless loopback callers stay as before) */
         /* keyless loopback on a root daemon: the owner of the client's socket; or, for a
          * request a follower on this machine forwarded, the uid its kernel named */
         bool fwd = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, GP_FWD_FOR) != NULL;

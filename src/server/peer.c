@@ -103,6 +103,7 @@ static void sweep(const char *path) {
                 return;
         struct dirent *e;
         int seen = 0;
+        // cppcheck-suppress readdirCalled ; one thread (start-up) reads this directory stream
         while ((e = readdir(dp)) && seen++ < 4096) {
                 size_t n = strlen(e->d_name);
                 struct sockaddr_un sa;

@@ -349,6 +349,22 @@ def _not_root_server(d, a, b):
     assert r.returncode == 0, r.stderr
 
 
+def test_a_queued_users_task_keeps_its_user_directory_and_environment_across_a_restart(server, users):
+    from apiutil import restart
+    a = users("q")
+    # every GPU held by a lease: A's task waits in the queue
+    r = server.api("POST", "/api/v1/tasks", json={"gpu_request": 4, "lease_ttl_s": 120})
+    assert r.status_code == 201, r.text
+    lease = r.json()["id"]
+    tid = submit(a, server, "--", "sh", "-c", 'id -u; pwd; echo "V=$V"', env=a.env(server, V="kept"))
+    assert task(server, tid)["state"] == "queued"
+    restart(server)
+    assert task(server, tid)["user"] == a.name
+    assert server.api("POST", "/api/v1/tasks/%d/release" % lease).status_code == 200
+    assert wait_final(server, tid)["state"] == "succeeded"
+    assert log_of(server, tid).splitlines() == [str(a.uid), a.work, "V=kept"]
+
+
 def test_readme_tour_runs_verbatim_as_a_new_user(server, users):
     """The README's tour, each line as written (ids as the server gave them), by a real user."""
     u = users("r")

@@ -435,6 +435,10 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
         }
         CHECK(line_str(out, "name", jstr(task, "name")));
         CHECK(line_str(out, "tenant", jstr(task, "tenant_id")));
+        if (jstr(task, "user"))
+                CHECK(line_str(out, "user", jstr(task, "user")));
+        if (jstr(task, "workdir"))
+                CHECK(line_str(out, "workdir", jstr(task, "workdir")));
         if (jstr(task, "kind"))
                 CHECK(line_str(out, "kind", jstr(task, "kind")));
         CHECK(line_str(out, "state", state));

@@ -1087,6 +1087,19 @@ static void test_user_options_parse_and_ps_sends_user(void **state) {
         srv_stop(&s);
 }
 
+static void test_status_names_the_user_and_directory(void **state) {
+        json_t *j = load("{\"id\":2,\"name\":\"a\",\"tenant_id\":\"default\",\"user\":\"alice\","
+                         "\"workdir\":\"/home/alice/run\",\"state\":\"running\",\"priority\":5}");
+        gp_buf b;
+        gp_buf_init(&b, 0);
+        assert_int_equal(gp_cli_format_status(j, 0, &b), 0);
+        assert_non_null(strstr(b.data, "user:"));
+        assert_non_null(strstr(b.data, " alice\n"));
+        assert_non_null(strstr(b.data, " /home/alice/run\n"));
+        json_decref(j);
+        gp_buf_done(&b);
+}
+
 static void test_ps_shows_a_user_column_when_tasks_have_users(void **state) {
         json_t *j = load("{\"backend\":\"sim\",\"tasks\":[{\"id\":2,\"name\":\"a\",\"tenant_id\":\"default\","
                          "\"user\":\"alice\",\"state\":\"running\",\"priority\":5,\"gpu_request\":1}]}");
@@ -1866,6 +1879,7 @@ int main(void) {
                 cmocka_unit_test(test_ps_options_are_validated),
                 cmocka_unit_test(test_user_options_parse_and_ps_sends_user),
                 cmocka_unit_test(test_ps_shows_a_user_column_when_tasks_have_users),
+                cmocka_unit_test(test_status_names_the_user_and_directory),
                 cmocka_unit_test(test_submit_to_a_local_server_sends_its_directory_and_environment),
                 cmocka_unit_test(test_task_ids_are_strict),
                 cmocka_unit_test(test_unknown_options_and_commands_are_named),

@@ -39,8 +39,13 @@ class User:
         os.chown(self.work, self.uid, self.gid)
 
     def remove(self):
-        # what it still runs (a test that failed half-way) goes first
-        subprocess.run(["pkill", "-KILL", "-u", str(self.uid)], capture_output=True)
+        # what it still runs (a test that failed half-way) goes first: its processes, by pid
+        for p in os.listdir("/proc"):
+            try:
+                if p.isdigit() and os.stat("/proc/" + p).st_uid == self.uid:
+                    os.kill(int(p), 9)
+            except OSError:
+                pass
         subprocess.run(["userdel", "-r", self.name], capture_output=True)
         shutil.rmtree(self.work, ignore_errors=True)
         shutil.rmtree("/tmp/gpupool-%d" % self.uid, ignore_errors=True)   # a server of this user's socket dir

@@ -442,6 +442,10 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
         }
         CHECK(line_str(out, "name", jstr(task, "name")));
         CHECK(line_str(out, "tenant", jstr(task, "tenant_id")));
+        if (jstr(task, "user"))
+                CHECK(line_str(out, "user", jstr(task, "user")));
+        if (jstr(task, "workdir"))
+                CHECK(line_str(out, "workdir", jstr(task, "workdir")));
         if (jstr(task, "kind"))
                 CHECK(line_str(out, "kind", jstr(task, "kind")));
         CHECK(line_str(out, "state", state));
@@ -690,8 +694,8 @@ json_t *gp_cli_ps_fold(const json_t *resp, json_t *const *arrays, const int64_t 
                         json_t *e = json_deep_copy(arrays[k]);
                         if (!e)
                                 goto oom;
-                        static const char *const keep[] = {"name", "tenant_id", "priority", "gpu_request",
-                                                           "submitted_at"};
+                        static const char *const keep[] = {"name", "tenant_id", "user", "priority",
+                                                           "gpu_request", "submitted_at"};
                         for (size_t j = 0; j < GP_ARRAY_SIZE(keep); j++) {
                                 json_t *v = json_object_get(t, keep[j]);
                                 if (v && !json_object_get(e, keep[j]))
@@ -745,8 +749,9 @@ static int cell_task_id(struct table *t, const json_t *task) {
 int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *out) {
         static const struct col cols[] = {
                 {"ID", 0, false},      {"NAME", 32, false}, {"TENANT", 24, false},
-                {"STATE", 0, false},   {"PRIO", 0, false},  {"GPUS", 0, false},
-                {"DEVICES", 24, false}, {"EXIT", 0, true},  {"AGE", 0, false},
+                {"USER", 32, true},    {"STATE", 0, false}, {"PRIO", 0, false},
+                {"GPUS", 0, false},    {"DEVICES", 24, false}, {"EXIT", 0, true},
+                {"AGE", 0, false},
         };
         json_t *tasks = list_of(resp, "tasks");
         struct table t;
@@ -774,6 +779,7 @@ int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *
                         CHECK(cell_end(&t));
                         CHECK(cell_str(&t, jstr(task, "name")));
                         CHECK(cell_str(&t, jstr(task, "tenant_id")));
+                        CHECK(cell_str(&t, jstr(task, "user")));
                         CHECK(array_counts(&t.cell, json_object_get(task, "counts")));
                         CHECK(cell_end(&t));
                         CHECK(cell_int(&t, task, "priority", "P", ""));
@@ -789,6 +795,7 @@ int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *
                 CHECK(cell_task_id(&t, task));
                 CHECK(cell_str(&t, jstr(task, "name")));
                 CHECK(cell_str(&t, jstr(task, "tenant_id")));
+                CHECK(cell_str(&t, jstr(task, "user")));
                 CHECK(cell_str(&t, jstr(task, "state")));
                 CHECK(cell_int(&t, task, "priority", "P", ""));
                 CHECK(cell_gpus(&t, task));

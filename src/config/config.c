@@ -145,9 +145,11 @@ static const struct field fields[] = {
         {"server.tls.ca", K_STR, CFG(tls_ca), 0, PATH_MAX - 1, NULL},
         {"server.tls.sans", K_CUSTOM, CFG(tls_sans), 0, GP_CFG_MAX_TLS_SANS, parse_items},
         {"server.tls.plaintext", K_CUSTOM, CFG(tls_plaintext_any), 0, 0, parse_tls_plaintext},
+        {"server.socket", K_STR, CFG(server_socket), 0, 107, NULL},
 
         {"auth", K_SECTION, NOSTORE, 0, 0, NULL},
         {"auth.admin_keys", K_CUSTOM, CFG(admin_keys), 0, GP_CFG_MAX_ADMIN_KEYS, parse_items},
+        {"auth.admin_group", K_STR, CFG(admin_group), 0, GP_USER_NAME_MAX - 1, NULL},
         {"auth.over_max_priority", K_CUSTOM, CFG(clamp_priority), 0, 0, parse_over_max},
 
         {"store", K_SECTION, NOSTORE, 0, 0, NULL},

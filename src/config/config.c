@@ -435,7 +435,7 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->max_models_per_gpu = 2;
         cfg->backfill = true;
         cfg->backfill_depth = 1000;
-        cfg->spf_aging_pct = 3;
+        cfg->spf_aging_pct = 1;
         cfg->preemption_enabled = true;
         cfg->preemption_grace_sec = 30;
         cfg->preemption_min_runtime_sec = 60;

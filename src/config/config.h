@@ -255,7 +255,7 @@ typedef struct gp_config {
         int max_models_per_gpu;              /* default 2 */
         bool backfill;                       /* default true */
         int backfill_depth;                  /* queued tasks examined for backfill, default 1000 */
-        int spf_aging_pct;                   /* spf: GPU-ms of credit per 100 ms waited, default 3 */
+        int spf_aging_pct;                   /* spf: GPU-ms of credit per 100 ms waited, default 1 */
         bool preemption_enabled;             /* default true */
         int preemption_grace_sec;            /* default 30 */
         int preemption_min_runtime_sec;      /* default 60 */

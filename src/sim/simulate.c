@@ -58,7 +58,7 @@ static const char USAGE[] =
         "                          that ended before it (by tenant and size; sef orders by it)\n"
         "  --las-thresholds LIST   LAS queue limits in GPU-seconds (default 3600,36000)\n"
         "  --las-min-run S         least run time before a LAS preemption (default: config, 60)\n"
-        "  --spf-aging PCT         spf: GPU-ms of credit per 100 ms a job waits (default: the config's, 3)\n"
+        "  --spf-aging PCT         spf: GPU-ms of credit per 100 ms a job waits (default: the config's, 1)\n"
         "  --restart-overhead S    seconds added each time a preempted job restarts (default 0)\n"
         "  --on-preempt MODE       resume: a preempted job keeps its progress (default);\n"
         "                          restart: it starts over, as a killed batch task does\n"

@@ -901,6 +901,9 @@ static void done_sync(agent *a, xfer *x, long status) {
                 if (r)
                         r->log_pos = ans.offsets[i].offset;
         }
+        for (size_t i = 0; x->nlogs > 0 && i < n->n_runs; i++)
+                if (n->runs[i].log_pos < n->runs[i].log_size)
+                        n->dirty = true; /* more output waits: the next sync at once, not in a second */
         for (int i = 0; i < ans.n_ack; i++)
                 ack_run(a, n, &ans.ack[i]);
         for (int i = 0; i < ans.n_stop; i++)
@@ -1145,7 +1148,15 @@ static void loop(agent *a) {
                 }
                 if (a->exit_code >= 0)
                         break;
-                curl_multi_poll(a->multi, wfd, (unsigned)nw, 200, NULL);
+                /* a node with more to send now (the next page, more output) does not wait */
+                int wait = 200;
+                for (int i = 0; i < a->n_nodes && wait; i++) {
+                        const node *n = &a->nodes[i];
+                        if (n->dirty && n->cred[0] && now >= n->next_mono &&
+                            (n->inflight == 0 || (n->inflight == 1 && !n->need_full)))
+                                wait = 0;
+                }
+                curl_multi_poll(a->multi, wfd, (unsigned)nw, wait, NULL);
                 /* a supervisor ended: its pidfd is readable */
                 for (size_t w = 0; w < nw; w++) {
                         if (!(wfd[w].revents & CURL_WAIT_POLLIN))

@@ -1424,7 +1424,7 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
         case GP_IDENT_JOIN_LIVE:
                 *status = 409;
                 snprintf(msg, sizeof(msg), "node %s is live (another machine holds that name); to replace a machine: "
-                         "gpupool nodes remove %s (POST /admin/nodes/%s/remove), then join", n->name, n->name, n->name);
+                         "gpupool node remove %s (POST /admin/nodes/%s/remove), then join", n->name, n->name, n->name);
                 break;
         }
         if (!msg[0] && join_limits(d, n, j, status, msg, sizeof(msg)) == 0 && !n && !(n = node_room(d, j->name))) {

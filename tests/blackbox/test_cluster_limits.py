@@ -112,7 +112,7 @@ def test_join_under_a_live_name_is_refused_and_the_first_agent_keeps_its_one_run
     # a second machine (its own data dir, so its own machine key) under the same name
     b = cluster.agent("gpu-a", wait=False)
     wait_for(lambda: "is live" in b.log(), 10, "the refusal in the second agent's log")
-    assert "gpupool nodes remove gpu-a" in b.log(), b.log()
+    assert "gpupool node remove gpu-a" in b.log(), b.log()
     time.sleep(2.5)     # the first agent syncs on; the second keeps being refused
     assert a.running() and b.running(), (a.log(), b.log())
     assert not os.path.exists(os.path.join(b.data_dir, "node.json"))
@@ -139,7 +139,7 @@ def test_replayed_join_changes_nothing_and_only_the_same_machine_rejoins_a_live_
     assert sync_ok(s.url, "forged", cred)[0] == 200
     # another machine with a fresh seq while the node is live: refused, naming the way to replace it
     st, ans = agent_post(s.url, "/agent/v1/join", join_body("forged", now_us(), MACHINE_B), TOKEN)
-    assert st == 409 and "gpupool nodes remove forged" in ans["error"] and "/admin/nodes/forged/remove" in ans["error"]
+    assert st == 409 and "gpupool node remove forged" in ans["error"] and "/admin/nodes/forged/remove" in ans["error"]
     assert sync_ok(s.url, "forged", cred)[0] == 200
     # a join without seq or machine (an older agent) is 400
     for drop in ("seq", "machine"):

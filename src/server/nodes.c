@@ -728,11 +728,12 @@ static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto
                 /* a page of the starts: at most GP_PROTO_MAX_RUNS and about
                  * ANSWER_BUDGET bytes (at least one); the rest goes with the
                  * next answer, which comes at once (sendable) */
-                size_t cap = n->nostart < GP_PROTO_MAX_RUNS ? n->nostart : GP_PROTO_MAX_RUNS, i = 0, bytes = 0;
-                a.start = calloc(cap, sizeof(*a.start));
+                int cap = n->nostart < GP_PROTO_MAX_RUNS ? (int)n->nostart : GP_PROTO_MAX_RUNS;
+                size_t i = 0, bytes = 0;
+                a.start = calloc((size_t)cap, sizeof(*a.start));
                 if (!a.start)
                         oom();
-                for (; i < n->nostart && (size_t)a.n_start < cap && (a.n_start == 0 || bytes < ANSWER_BUDGET); i++) {
+                for (; i < n->nostart && a.n_start < cap && (a.n_start == 0 || bytes < ANSWER_BUDGET); i++) {
                         gp_task *t = gp_i64map_get(&d->tasks, n->ostart[i].task);
                         if (!current(t, n, n->ostart[i]))
                                 continue; /* ended or moved meanwhile */
@@ -1751,16 +1752,21 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
         gp_node *n = find(d->nodes, m->node);
         int status = 0;
         const char *msg = NULL;
-        gp_ident_seq sv = GP_IDENT_SEQ_OK;
         if (!n || !equal_hash(cred, n->cred)) {
                 status = 401;
                 msg = n && n->state == GP_NODE_LEFT ? "node removed" : "bad credential for this node";
-        } else if ((sv = gp_ident_seq_check(m->seq, n->seq, now * 1000)) == GP_IDENT_SEQ_REPLAY) {
-                status = 409; /* with the last seq taken, so that the real agent goes on above it */
-                msg = "replayed message: seq is not above the last one taken";
-        } else if (sv == GP_IDENT_SEQ_AHEAD) {
-                status = 400;
-                msg = "seq is more than an hour ahead of the server's clock (check the clocks); nothing changed";
+        } else {
+                switch (gp_ident_seq_check(m->seq, n->seq, now * 1000)) {
+                case GP_IDENT_SEQ_OK: break;
+                case GP_IDENT_SEQ_REPLAY:
+                        status = 409; /* with the last seq taken, so that the real agent goes on above it */
+                        msg = "replayed message: seq is not above the last one taken";
+                        break;
+                case GP_IDENT_SEQ_AHEAD:
+                        status = 400;
+                        msg = "seq is more than an hour ahead of the server's clock (check the clocks); nothing changed";
+                        break;
+                }
         }
         explicit_bzero(cred, sizeof(cred));
         if (status) {

@@ -48,7 +48,7 @@ static void reason_has(gp_sched *s, int64_t id, const char *want) {
 static void test_gpu_model_table_is_bounded_and_freed_by_removal(void **st) {
         (void)st;
         gp_sched *s = mk();
-        char node[16], model[16];
+        char node[24], model[24];
         for (int i = 0; i < 64; i++) {
                 snprintf(node, sizeof(node), "n%d", i);
                 snprintf(model, sizeof(model), "Model %d", i);

@@ -30,6 +30,13 @@ def join_body(name, seq, machine=MACHINE_A, gpus=None, labels=None):
             "labels": labels or {}, "gpus": gpus}
 
 
+def cred_of(agent):
+    """The agent's credential (its node.json is written just after the server says ready)."""
+    path = os.path.join(agent.data_dir, "node.json")
+    wait_for(lambda: os.path.exists(path), 10, "the agent's node.json")
+    return agent.credential()
+
+
 def sync_ok(url, name, cred):
     st, body = agent_post(url, "/agent/v1/sync", {"node": name, "seq": now_us(), "full": True, "wait_ms": 0,
                                                   "runs": []}, cred)
@@ -120,7 +127,7 @@ def test_join_under_a_live_name_is_refused_and_the_first_agent_keeps_its_one_run
     t2 = cluster.task(t["id"])
     assert t2["state"] == "running" and t2["retries"] == 0, t2
     assert len(live_tickers(cluster.tmp / "t")) == 1
-    st, _ = sync_ok(cluster.server.url, "gpu-a", a.credential())
+    st, _ = sync_ok(cluster.server.url, "gpu-a", cred_of(a))
     assert st in (200, 409)     # the first agent's credential still works (409: its own seq raced ahead)
 
 
@@ -182,7 +189,7 @@ def test_agent_restarted_keeps_its_identity_and_a_fresh_data_dir_waits_for_lost(
 def test_forged_huge_seq_does_not_lock_out_the_real_agent(cluster):
     s = cluster.start_server()
     a = cluster.agent("gpu-a")
-    cred = a.credential()
+    cred = cred_of(a)
     for seq in (2 ** 63 - 1, now_us() + 2 * 3600 * 10 ** 6):
         st, body = agent_post(s.url, "/agent/v1/sync", {"node": "gpu-a", "seq": seq, "wait_ms": 0}, cred)
         assert st == 400 and "ahead" in body["error"], (seq, st, body)
@@ -204,7 +211,7 @@ def test_replayed_sync_is_refused_after_a_server_restart(cluster):
     t = cluster.wait_task(t["id"], "running")
     a.signal(signal.SIGSTOP)
     try:
-        cred = a.credential()
+        cred = cred_of(a)
         seq = now_us() + 1000
         run = {"task": t["id"], "epoch": 1, "rank": 0, "state": "running"}
         st, body = agent_post(s.url, "/agent/v1/sync", {"node": "gpu-a", "seq": seq, "full": True, "wait_ms": 0,
@@ -251,8 +258,10 @@ def test_more_than_4096_runs_on_one_node_all_start_and_a_full_sync_loses_none(cl
     # a server restart: the agent's full sync (in pages) lists every run; none is lost or started again
     s.kill9()
     s.start()
-    wait_for(lambda: "synced with" in a.log().split("answered")[-1] or True, 1, "")
-    time.sleep(4)       # the agent's full sync, and then some heartbeats
+    # the agent's first sync is refused (the stored seq floor), then its full sync goes in pages
+    wait_for(lambda: "synced with" in a.log().rsplit("answered a sync with 409", 1)[-1], 30,
+             "the agent syncing with the restarted server", interval=0.2)
+    time.sleep(3)       # its last page, and then some heartbeats
     c = array_counts(cluster, aid)
     assert c["running"] == n and c["queued"] == 0 and c["lost"] == 0, c
     assert a.health()["runs"] == n

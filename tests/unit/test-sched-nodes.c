@@ -70,6 +70,7 @@ static void test_gpu_model_table_is_bounded_and_freed_by_removal(void **st) {
         run_out o = {0};
         run(s, 0, &o);
         assert_gpus(find(&o, GP_DECIDE_START, 1), gi, 1);
+        free(o.d);
         /* the removed node's model is not in the table any more: it cannot come back now */
         gp_sched_gpu_desc back = {.node = "n7", .index = 0, .uuid = "n7", .name = "Model 7", .memory_total_mb = 1000};
         assert_int_equal(gp_sched_gpu_add(s, &back, NULL), -E2BIG);

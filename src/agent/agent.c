@@ -829,7 +829,12 @@ static void done_join(agent *a, xfer *x, long status) {
                 a->exit_code = 1;
                 return;
         }
-        /* 409: another machine holds the name (the node is live), or a replay: try again later */
+        /* 409: another machine holds the name (the node is live), or a replay: try again later,
+         * above the node's join seq when the answer says it */
+        int64_t last;
+        if (status == 409 && x->resp.data && gp_proto_replay_parse(x->resp.data, x->resp.len, &last) == 0 &&
+            last > n->seq)
+                n->seq = last;
         snprintf(err, sizeof(err), "answered the join with %ld: %.200s", status, x->resp.data ? x->resp.data : "");
         failed(a, n, err);
 }

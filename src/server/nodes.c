@@ -1409,7 +1409,8 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
                 k.join_seq = n->join_seq;
                 k.machine = n->machine;
         }
-        switch (gp_ident_join_check(&k, j->seq, mh[0] ? mh + 7 : "", now * 1000)) {
+        gp_ident_join verdict = gp_ident_join_check(&k, j->seq, mh[0] ? mh + 7 : "", now * 1000);
+        switch (verdict) {
         case GP_IDENT_JOIN_OK: break;
         case GP_IDENT_JOIN_INCOMPLETE:
                 *status = 400;
@@ -1437,7 +1438,9 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
         }
         if (msg[0]) {
                 explicit_bzero(mh, sizeof(mh));
-                *body = gp_proto_error_render(msg);
+                /* a replay's 409 says the node's join seq, so that a real agent's next join goes above it */
+                *body = verdict == GP_IDENT_JOIN_REPLAY ? gp_proto_replay_render(msg, k.join_seq)
+                                                        : gp_proto_error_render(msg);
                 return;
         }
         bool fresh = !k.exists;

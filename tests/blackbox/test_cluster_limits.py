@@ -143,6 +143,7 @@ def test_replayed_join_changes_nothing_and_only_the_same_machine_rejoins_a_live_
     # the same request again: 409, no new credential, the first still works
     st, ans = agent_post(s.url, "/agent/v1/join", body, TOKEN)
     assert st == 409 and "replayed join" in ans["error"] and "credential" not in ans, ans
+    assert ans["seq"] == seq, ans      # the node's join seq: a real agent's next join goes above it
     assert sync_ok(s.url, "forged", cred)[0] == 200
     # another machine with a fresh seq while the node is live: refused, naming the way to replace it
     st, ans = agent_post(s.url, "/agent/v1/join", join_body("forged", now_us(), MACHINE_B), TOKEN)

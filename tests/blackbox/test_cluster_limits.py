@@ -244,7 +244,7 @@ def array_counts(cluster, aid):
     return r.json()["counts"]
 
 
-def test_more_than_4096_runs_on_one_node_all_start_and_a_full_sync_loses_none(cluster, sims):
+def test_more_than_4096_runs_on_one_node_all_start_a_full_sync_loses_none_and_all_stop(cluster, sims):
     # one simulated node with one big GPU; 4,200 small tasks share it
     s = cluster.start_server(server_config(extra="scheduler: {max_array_size: 10000}\n"))
     a = start_sim(cluster, sims, "big", 1, sim_gpus(1, name="Sim GPU 640G", memory_mb=640000))
@@ -268,6 +268,11 @@ def test_more_than_4096_runs_on_one_node_all_start_and_a_full_sync_loses_none(cl
     assert a.health()["runs"] == n
     assert "lost its run" not in s.log() and "lost its run" not in s.full_log()
     assert cluster.node("big-0000")["state"] == "ready"
+    # 4,200 stops for one node (paged too): every run stops, every task ends cancelled
+    r = s.api("POST", "/api/v1/arrays/%d/cancel" % aid, timeout=60)
+    assert r.status_code == 200, r.text
+    wait_for(lambda: array_counts(cluster, aid)["cancelled"] == n, 60, "all %d cancelled" % n, interval=0.5)
+    wait_for(lambda: a.health()["runs"] == 0, 30, "the agent holding no run", interval=0.5)
 
 
 def test_small_max_body_with_a_chatty_task_keeps_syncing(cluster):

@@ -1303,14 +1303,24 @@ static bool node_live(gp_daemon *d, gp_node *n) {
  * -EINVAL with *status and msg: labels under gpupool/ (the server's),
  * GPU uuids repeated or another node's, more GPU models than a node or
  * the scheduler may have. */
+static int refuse(int *status, int st, char *msg, size_t size, const char *fmt, ...)
+        __attribute__((format(printf, 5, 6)));
+static int refuse(int *status, int st, char *msg, size_t size, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, size, fmt, ap);
+        va_end(ap);
+        *status = st;
+        return -EINVAL;
+}
+
 static int join_limits(gp_daemon *d, const gp_node *n, const gp_proto_join *j, int *status, char *msg, size_t size) {
         size_t pos = 0, kn, vn;
         const char *k, *v;
-        *status = 400;
         while (gp_labels_next(j->labels, &pos, &k, &kn, &v, &vn))
                 if (kn >= 8 && !strncmp(k, "gpupool/", 8))
-                        return snprintf(msg, size, "label %.*s: keys under gpupool/ are the server's (gpupool/node is "
-                                        "every node's name)", (int)kn, k), -EINVAL;
+                        return refuse(status, 400, msg, size, "label %.*s: keys under gpupool/ are the server's "
+                                      "(gpupool/node is every node's name)", (int)kn, k);
         const char *names[GP_PROTO_MAX_GPUS];
         int nmodels = 0;
         for (int i = 0; i < j->n_gpus; i++) {
@@ -1318,30 +1328,28 @@ static int join_limits(gp_daemon *d, const gp_node *n, const gp_proto_join *j, i
                 bool seen = false;
                 for (int x = 0; x < i; x++) {
                         if (!strcmp(j->gpus[x].uuid, uuid))
-                                return snprintf(msg, size, "GPUs %d and %d have the same uuid %s", j->gpus[x].index,
-                                                j->gpus[i].index, uuid), -EINVAL;
+                                return refuse(status, 400, msg, size, "GPUs %d and %d have the same uuid %s",
+                                              j->gpus[x].index, j->gpus[i].index, uuid);
                         seen |= !strcmp(j->gpus[x].name, j->gpus[i].name);
                 }
                 if (!seen)
                         names[nmodels++] = j->gpus[i].name;
-                *status = 409;
                 const gp_node *o = gp_i64map_get(&d->nodes->by_uuid, name_key(uuid));
-                gp_sched_gpu_view gv;
                 if (o && o != n)
-                        return snprintf(msg, size, "GPU %d: uuid %s is a GPU of node %s (a GPU is in the pool once)",
-                                        j->gpus[i].index, uuid, o->name), -EINVAL;
+                        return refuse(status, 409, msg, size, "GPU %d: uuid %s is a GPU of node %s (a GPU is in "
+                                      "the pool once)", j->gpus[i].index, uuid, o->name);
+                gp_sched_gpu_view gv;
                 for (size_t x = 0; x < d->ngpus; x++)
                         if (gp_sched_gpu_get(d->sched, d->gpu_ids[x], &gv) == 0 && !strcmp(gv.uuid, uuid))
-                                return snprintf(msg, size, "GPU %d: uuid %s is a GPU of node local (this server's)",
-                                                j->gpus[i].index, uuid), -EINVAL;
-                *status = 400;
+                                return refuse(status, 409, msg, size, "GPU %d: uuid %s is a GPU of node local "
+                                              "(this server's)", j->gpus[i].index, uuid);
         }
-        *status = 409;
         if (nmodels > NODE_MODELS_MAX)
-                return snprintf(msg, size, "%d GPU models on one node; at most %d", nmodels, NODE_MODELS_MAX), -EINVAL;
+                return refuse(status, 409, msg, size, "%d GPU models on one node; at most %d", nmodels,
+                              NODE_MODELS_MAX);
         if (gp_sched_gpu_models_room(d->sched, names, nmodels) < 0)
-                return snprintf(msg, size, "the pool knows 64 GPU models, its most, and this node's would add more; "
-                                "remove nodes whose models are no longer needed"), -EINVAL;
+                return refuse(status, 409, msg, size, "the pool knows 64 GPU models, its most, and this node's "
+                              "would add more; remove nodes whose models are no longer needed");
         return 0;
 }
 

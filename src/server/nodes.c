@@ -757,10 +757,9 @@ static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto
         char *body = NULL;
         if (gp_proto_sync_answer_render(&a, &body) < 0)
                 body = NULL;
-        if (nstop) {
+        if (n->ostop) /* NULL while no stop was ever queued */
                 memmove(n->ostop, n->ostop + nstop, (n->nostop - nstop) * sizeof(*n->ostop));
-                n->nostop -= nstop;
-        }
+        n->nostop -= nstop;
         a.stop = NULL;
         a.n_stop = 0;
         a.offsets = NULL;

@@ -28,6 +28,8 @@
 #define GP_CFG_MAX_RESERVED 64   /* entries in gpus.reserved */
 #define GP_CFG_MAX_ADMIN_KEYS 16
 #define GP_CFG_MAX_JOIN_TOKENS 16  /* entries in cluster.join_tokens */
+#define GP_CFG_MAX_TLS_SANS 32     /* entries in server.tls.sans */
+#define GP_CFG_TLS_SAN_MAX 254     /* bytes of one of them, with its NUL (a DNS name's 253) */
 #define GP_CFG_MAX_ALERT_RULES 64
 #define GP_CFG_ALERT_NAME_MAX 64   /* alerts.rules[].name, with the NUL */
 #define GP_CFG_ALERT_WHEN_MAX 128  /* alerts.rules[].when, with the NUL */
@@ -103,9 +105,20 @@ typedef struct gp_cfg_rule_quota {
         gp_quota quota;
 } gp_cfg_rule_quota;
 
-/* A daily window (DESIGN.md "Time rule") that swaps weights, group shares
- * and quotas while local time in `tz` is in [start, end) (end <= start
- * wraps midnight: 22:00-06:00). */
+/* Gateway limits of a tenant, or of every tenant of a group, while a time
+ * rule is in force: -1 (GP_QUOTA_UNCHANGED) keeps the tenant's own
+ * tenants[].gateway value, 0 lifts the limit.  A tenant's own entry wins
+ * over its group's. */
+#define GP_CFG_MAX_RULE_GW 32
+typedef struct gp_cfg_rule_gw {
+        char name[GP_TENANT_MAX];            /* a tenant id or a group name */
+        int max_concurrent;
+        int64_t rpm, tpm;
+} gp_cfg_rule_gw;
+
+/* A daily window (time rules in docs/config.md) that swaps weights, group
+ * shares, quotas and gateway limits while local time in `tz` is in [start,
+ * end) (end <= start wraps midnight: 22:00-06:00). */
 typedef struct gp_cfg_time_rule {
         char name[64];
         int start_min, end_min;              /* minutes after local midnight */
@@ -116,6 +129,8 @@ typedef struct gp_cfg_time_rule {
         int n_groups;
         gp_cfg_rule_quota quotas[GP_CFG_MAX_RULE_QUOTAS];
         int n_quotas;
+        gp_cfg_rule_gw gw[GP_CFG_MAX_RULE_GW];
+        int n_gw;
 } gp_cfg_time_rule;
 
 #define GP_CFG_MAX_MODELS 16
@@ -186,6 +201,12 @@ typedef struct gp_config {
                                                                       * the API (CORS); default none */
         int n_allowed_origins;
         char server_user[GP_USER_NAME_MAX];  /* drop root to this user after binding, "" = stay (default) */
+        char tls_cert[PATH_MAX];             /* server.tls.cert: PEM file, "" = the generated one (default) */
+        char tls_key[PATH_MAX];              /* server.tls.key: its key, "" with cert "" */
+        char tls_ca[PATH_MAX];               /* server.tls.ca: the CA agents pin, "" = the chain's last */
+        char tls_sans[GP_CFG_MAX_TLS_SANS][GP_CFG_TLS_SAN_MAX]; /* names added to a generated certificate */
+        int n_tls_sans;
+        bool tls_plaintext_any;              /* server.tls.plaintext: any (opt-out) | loopback (default) */
 
         /* auth */
         char admin_keys[GP_CFG_MAX_ADMIN_KEYS][72]; /* "sha256:<64 hex>" */
@@ -270,6 +291,9 @@ typedef struct gp_config {
         char join_tokens[GP_CFG_MAX_JOIN_TOKENS][72]; /* "sha256:<64 hex>" of join tokens */
         int n_join_tokens;
         int node_timeout_s;                  /* a node without a sync this long is lost, 2..3600, default 10 */
+        int fence_s;                         /* an agent without a sync this long stops (fences) its runs; a
+                                                lost node's tasks are given away only after it (+ kill grace):
+                                                node_timeout_s..3600, default 30 (docs/config.md) */
         /* several servers on one PostgreSQL (docs/deployment.md) */
         char server_id[64];                  /* "" (default) = a single server; else 1..63 of [A-Za-z0-9._-];
                                                 env GPUPOOL_SERVER_ID overrides it (server.c) */

@@ -86,6 +86,8 @@ typedef struct gp_task {
         int64_t sup_pid;                  /* batch: supervisor pid, 0 if none */
         int64_t sup_start;                /* batch: supervisor start time (clock ticks) */
         char *spec;                       /* batch: JSON {"command":[..],"env":{..},"workdir":".."}; NULL for a lease; owned */
+        int64_t estimate_ms;              /* predicted run time when it was queued (server/estimates.h), 0 =
+                                             none; not stored: predicted again at recovery */
 } gp_task;
 
 /* Which start of the task its current (or last) run is: 1, 2, ...  Every

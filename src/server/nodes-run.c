@@ -16,6 +16,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "server/nodes-fence.h"
 #include "server/nodes.h"
 #include "server/server-int.h"
 #include "server/tenants.h"
@@ -94,6 +95,7 @@ int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank
         gp_strlcpy(s->run_as, ra ? ra : "", sizeof(s->run_as));
         s->array_id = t->array_id;
         s->array_index = t->array_index;
+        s->fence = gp_task_fences(t);
         return 0;
 }
 
@@ -140,4 +142,58 @@ int gp_nodes_take_log(gp_daemon *d, const gp_proto_log *lg, int64_t *ret_size) {
                 return -EIO;
         *ret_size = size;
         return 0;
+}
+
+/* ---- node JSON (GET /api/v1/nodes) ---- */
+
+json_t *gp_nodes_labels_json(const char *canon, const char *name) {
+        json_t *o = gp_proto_labels_to_json(canon);
+        if (o)
+                json_object_set_new(o, "gpupool/node", json_string(name));
+        return o;
+}
+
+/* A node's GPUs as the scheduler sees them, with busy and run counts. */
+json_t *gp_nodes_sched_gpus_json(gp_daemon *d, const char *node, const uint32_t *sids, int n, int *busy, int *runs) {
+        json_t *a = json_array();
+        gp_i64map seen;
+        gp_i64map_init(&seen);
+        *busy = *runs = 0;
+        for (int i = 0; a && i < n; i++) {
+                gp_sched_gpu_view v;
+                if (sids[i] == UINT32_MAX || gp_sched_gpu_get(d->sched, sids[i], &v) < 0)
+                        continue;
+                int64_t ids[64];
+                int k = gp_sched_gpu_tasks(d->sched, sids[i], ids, 64);
+                for (int j = 0; j < k && j < 64; j++)
+                        if (!gp_i64map_get(&seen, ids[j]) && gp_i64map_put(&seen, ids[j], (void *)1) == 0)
+                                (*runs)++;
+                if (v.ntasks > 0)
+                        (*busy)++;
+                json_array_append_new(a, json_pack("{s:i,s:s,s:s,s:I,s:b,s:b,s:i}", "index", v.index, "uuid", v.uuid,
+                                                   "name", v.name, "memory_mb", (json_int_t)v.memory_total_mb, "healthy",
+                                                   v.healthy, "drained", v.drained, "tasks", v.ntasks));
+        }
+        gp_i64map_done(&seen);
+        (void)node;
+        return a;
+}
+
+/* The server's own GPUs as node "local" (NULL when it has none). */
+json_t *gp_nodes_local_json(gp_daemon *d) {
+        if (d->ngpus == 0)
+                return NULL;
+        int busy, runs;
+        json_t *g = gp_nodes_sched_gpus_json(d, "local", d->gpu_ids, (int)d->ngpus, &busy, &runs);
+        bool drained = true;
+        for (size_t i = 0; i < d->ngpus; i++) {
+                gp_sched_gpu_view v;
+                if (gp_sched_gpu_get(d->sched, d->gpu_ids[i], &v) == 0)
+                        drained = drained && v.drained;
+        }
+        return json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o}", "name", "local", "state",
+                         drained ? "draining" : "ready", "address", "", "labels", gp_nodes_labels_json("", "local"), "version",
+                         GP_VERSION, "backend", d->backend, "last_heartbeat_ms", (json_int_t)gp_now_ms(), "joined_ms",
+                         (json_int_t)d->started_ms, "gpus_total", (int)d->ngpus, "gpus_busy", busy, "runs", runs, "gpus",
+                         g);
 }

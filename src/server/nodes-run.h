@@ -1,7 +1,7 @@
 /* nodes-run.h - the server's side of one run on an agent node: its start
  * as the agent gets it, and the server's copy of its log
- * (docs/internals/cluster.md "Logs").  Split from nodes.c; loop thread,
- * d->lock held, like nodes.h. */
+ * (docs/internals/cluster.md "Logs"), and pieces of the nodes' JSON.
+ * Split from nodes.c; d->lock held, like nodes.h. */
 #ifndef GP_SERVER_NODES_RUN_H
 #define GP_SERVER_NODES_RUN_H
 
@@ -23,5 +23,16 @@ int gp_nodes_start_of(struct gp_daemon *d, const gp_task *t, const char *node, i
 int gp_nodes_take_log(struct gp_daemon *d, const gp_proto_log *lg, int64_t *ret_size);
 /* The size of the server's copy of a run's log (0 when none). */
 int64_t gp_nodes_log_size(struct gp_daemon *d, gp_proto_run_id id);
+
+/* The JSON of GET /api/v1/nodes pieces (new references, NULL when out of
+ * memory): a node's labels with the implicit gpupool/node; its GPUs
+ * (scheduler ids sids, UINT32_MAX = none) as the scheduler sees them, with
+ * *busy GPUs and *runs tasks counted; the server's own GPUs as node
+ * "local" (NULL when it has none). */
+struct json_t;
+struct json_t *gp_nodes_labels_json(const char *canon, const char *name);
+struct json_t *gp_nodes_sched_gpus_json(struct gp_daemon *d, const char *node, const uint32_t *sids, int n, int *busy,
+                                        int *runs);
+struct json_t *gp_nodes_local_json(struct gp_daemon *d);
 
 #endif

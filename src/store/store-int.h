@@ -126,6 +126,10 @@ typedef struct gp_store_ops {
          * 0, -EBUSY with *ret_other filled (fields it cannot learn left
          * empty), or -GP_ESTORE */
         int (*claim)(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_other);
+        /* gp_store_claim_member, the same way, with a checked id: 0, -EBUSY
+         * (a single server), -EEXIST (a live server with id), -GP_ESTORE;
+         * NULL: -ENOTSUP */
+        int (*claim_member)(gp_store *s, const char *id, const gp_store_owner *me, gp_store_owner *ret_other);
         int (*usage_add)(gp_store *s, const gp_bill_segment *seg);
         int (*usage_list)(gp_store *s, const gp_usage_filter *f, gp_segment_cb cb, void *ud);
         int (*tokens_add)(gp_store *s, const gp_bill_tokens *t);

@@ -26,6 +26,7 @@
 #include "server/monitor.h"
 #include "server/nodes.h"
 #include "server/coord.h"
+#include "server/idem.h"
 #include "base/labels.h"
 
 #include <errno.h>
@@ -346,6 +347,8 @@ static int commit_once(gp_daemon *d, batch *b) {
         if (rc == 0)
                 rc = gp_nodes_store(d); /* node records and join tokens changed by this batch */
         if (rc == 0)
+                rc = gp_idem_store(d); /* the answers of keyed requests, with their changes */
+        if (rc == 0)
                 rc = gp_store_commit(d->ws);
         if (rc < 0)
                 gp_store_rollback(d->ws); /* a no-op when the commit already rolled back */
@@ -369,7 +372,7 @@ static int64_t lead_epoch; /* the term of a leader of several servers; 0: a sing
  * that cannot store exits instead. */
 static bool commit(gp_daemon *d, batch *b) {
         if (!b->ndirty && !b->meta_drained && !gp_tenants_pending(d->tenants) && !gp_billing_pending(d) &&
-            !gp_nodes_pending(d))
+            !gp_nodes_pending(d) && !gp_idem_pending(d))
                 return true;
         /* from here on a reader waits for this batch to be durable */
         uint64_t gen = gp_commit_next(d);
@@ -1298,6 +1301,44 @@ static char *render_task(gp_daemon *d, const gp_task *t) {
 
 static char *render_gpu(gp_daemon *d, uint32_t g);
 
+/* The answer of c (not an agent's sync) as o->status and o->body, from
+ * what the batch applied (d->lock held).  Made before the batch's commit
+ * for a request with an Idempotency-Key (its answer is stored with it),
+ * else after; nothing changes in between, so both show the same. */
+static void render(gp_daemon *d, cmd *c, outcome *o) {
+        if (o->body)
+                return;
+        if (c->kind == CMD_DRAIN || c->kind == CMD_UNDRAIN) {
+                o->status = 200;
+                o->body = render_gpu(d, c->gpu.gpu);
+                return;
+        }
+        if (o->task) {
+                o->status = o->status ? o->status : 200;
+                o->body = render_task(d, o->task);
+                return;
+        }
+        /* a task command (cmd_op) whose task is final or unknown */
+        const char *owner = c->op.tenant;
+        gp_task t;
+        int rc = gp_daemon_task_lookup(d, o->lookup_id, &t);
+        if (rc < 0 || (owner[0] && strcmp(t.tenant, owner) != 0)) {
+                if (rc == 0)
+                        gp_task_done(&t);
+                o->status = 404;
+                o->body = gp_http_error_body("not_found", "no task %" PRId64, o->lookup_id);
+                return;
+        }
+        if (o->status == 409 && c->kind == CMD_HEARTBEAT) {
+                o->body = gp_http_error_body("conflict", "lease %" PRId64 " is %s: %s", t.id,
+                                             gp_task_state_name(t.state), t.reason);
+        } else {
+                o->status = 200;
+                o->body = render_task(d, &t);
+        }
+        gp_task_done(&t);
+}
+
 /* Render the answer of c now (d->lock held); it goes out once generation
  * gen (what it shows) is durable. */
 static void answer(gp_daemon *d, uint64_t gen, cmd *c, outcome *o) {
@@ -1310,38 +1351,10 @@ static void answer(gp_daemon *d, uint64_t gen, cmd *c, outcome *o) {
                         gp_commit_answer(d, gen, c->req, body ? status : 503, body, body ? 0 : 1);
                 return;
         }
-        if (o->body) {
-                c->req->ctype = o->ctype;
-                gp_commit_answer(d, gen, c->req, o->status, o->body, o->retry_after);
-                return;
-        }
-        if (c->kind == CMD_DRAIN || c->kind == CMD_UNDRAIN) {
-                gp_commit_answer(d, gen, c->req, 200, render_gpu(d, c->gpu.gpu), 0);
-                return;
-        }
-        if (o->task) {
-                gp_commit_answer(d, gen, c->req, o->status ? o->status : 200, render_task(d, o->task), 0);
-                return;
-        }
-        /* a task command (cmd_op) whose task is final or unknown */
-        const char *owner = c->op.tenant;
-        gp_task t;
-        int rc = gp_daemon_task_lookup(d, o->lookup_id, &t);
-        if (rc < 0 || (owner[0] && strcmp(t.tenant, owner) != 0)) {
-                if (rc == 0)
-                        gp_task_done(&t);
-                gp_commit_answer(d, gen, c->req, 404,
-                                 gp_http_error_body("not_found", "no task %" PRId64, o->lookup_id), 0);
-                return;
-        }
-        if (o->status == 409 && c->kind == CMD_HEARTBEAT)
-                gp_commit_answer(d, gen, c->req, 409,
-                                 gp_http_error_body("conflict", "lease %" PRId64 " is %s: %s", t.id,
-                                                    gp_task_state_name(t.state), t.reason),
-                                 0);
-        else
-                gp_commit_answer(d, gen, c->req, 200, render_task(d, &t), 0);
-        gp_task_done(&t);
+        render(d, c, o);
+        c->req->ctype = o->ctype;
+        gp_commit_answer(d, gen, c->req, o->status, o->body, o->retry_after);
+        o->body = NULL;
 }
 
 static char *render_gpu(gp_daemon *d, uint32_t g) {
@@ -1800,7 +1813,14 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         if (!full) /* no task starts while its `running` state may not be storable */
                 apply_decisions(d, &b, now);
         gp_billing_tick(d, now); /* interval segments of long runs */
+        i = 0;
+        for (cmd *c = list; c; c = c->next, i++) /* keyed requests: their answers are stored with the batch */
+                if (c->req && c->req->idem && !(c->kind == CMD_NODE && c->node->op == GP_NODE_OP_SYNC)) {
+                        render(d, c, &out[i]);
+                        gp_idem_record(d, c->req, out[i].status, out[i].ctype, out[i].body);
+                }
         bool stored = commit(d, &b);
+        gp_idem_batch_done(d);
         /* what the answers show: this batch, or an earlier one whose fsync
          * may still run; they go out once that is durable */
         uint64_t gen = gp_commit_applied(d);
@@ -2376,7 +2396,7 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, int64_t epoch, char *
         }
         if ((rc = gp_disk_open(d, err, errlen)) < 0)
                 return rc;
-        if ((rc = gp_commit_open(d)) < 0)
+        if ((rc = gp_commit_open(d)) < 0 || (rc = gp_idem_open(d)) < 0)
                 return rc;
         /* the writer never checkpoints on its commit path: a thread of its
          * own copies the WAL into the database in the background */
@@ -2602,6 +2622,7 @@ void gp_daemon_close(gp_daemon *d) {
         gp_gpu_close(d->gpu);
         gp_disk_close(d);
         gp_commit_close(d);
+        gp_idem_close(d);
         free(d->gpu_ids);
         free(d->gpu_info);
         if (d->evfd >= 0)

@@ -20,6 +20,7 @@
 #include "server/commit.h"
 #include "server/disk.h"
 #include "server/forward.h"
+#include "server/idem.h"
 #include "gateway/gateway.h"
 #include "server/monitor.h"
 #include "server/submit.h"
@@ -82,6 +83,8 @@ static enum MHD_Result send_answer(hreq *r, int status, char *body, const char *
         }
         if (allow)
                 MHD_add_response_header(resp, "Allow", allow);
+        if (r->idem_replayed)
+                MHD_add_response_header(resp, "Idempotent-Replayed", "true");
         enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
         MHD_destroy_response(resp);
         return ret;
@@ -1245,6 +1248,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
                 gp_route_find(url, method, &m);
                 if (!m.open && authorize(r, &ret) < 0)
                         return ret;
+                int iret;
+                if (gp_idem_begin(r, &m, url, method, &iret)) /* a kept answer, or the key refused */
+                        return (enum MHD_Result)iret;
                 return (enum MHD_Result)gp_route_serve(r, &m);
         }
         /* called again with nothing queued for it: route it again, as on its first call */
@@ -1271,6 +1277,7 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 gp_gw_completed(d->gw, r->gw);
         if (r->log_fd >= 0)
                 close(r->log_fd);
+        gp_idem_end(r);
         free(r->resp);
         gp_buf_done(&r->body);
         free(r);

@@ -138,6 +138,8 @@ typedef struct hreq {
         const char *cors;           /* its Origin, when listed in server.allowed_origins (d->cfg's); else NULL */
         void *gw;                   /* the gateway's request while it has one (gateway.h) */
         struct gp_node *node_held;  /* an agent's sync held by its node (nodes.c), under d->lock */
+        struct gp_idem_req *idem;   /* its Idempotency-Key while in flight (idem.h), else NULL */
+        bool idem_replayed;         /* the answer is a kept one: Idempotent-Replayed: true */
 } hreq;
 
 typedef struct gp_daemon {
@@ -218,6 +220,7 @@ typedef struct gp_daemon {
         struct gp_commit *cm;       /* durable commits: generations, the sync thread (commit.h) */
         struct gp_nodes *nodes;     /* agent nodes and join tokens (nodes.h), under lock */
         struct gp_coord *coord;     /* the coordinator API's handle and heartbeat thread (coord.h) */
+        struct gp_idem *idem;       /* Idempotency-Key: keys in flight, answers to keep (idem.h) */
         bool nodes_local_drain_changed; /* node local drained or undrained: store "drained" (loop thread) */
 } gp_daemon;
 

@@ -230,6 +230,7 @@ int store_migrate(gp_store *s, const store_schema_ops *ops);
 /* The coordinator's tables (coord.c), the same SQL for every backend:
  * CREATE ... IF NOT EXISTS, run by store_migrate at every open. */
 extern const char store_coord_schema_sql[];
+extern const char store_idem_schema_sql[]; /* idem.c */
 
 /* Check a record before writing it: state in range, n_gpus in
  * 0..GP_MAX_GPUS with gpus set when > 0, every fixed string NUL-terminated

@@ -1047,7 +1047,8 @@ int store_migrate(gp_store *s, const store_schema_ops *ops) {
                         goto rollback;
         }
         if ((r = ops->exec(s, billing_sql[ops->dialect], "create metering tables")) < 0 ||
-            (r = ops->exec(s, store_coord_schema_sql, "create coordinator tables")) < 0 || (r = ops->commit(s)) < 0)
+            (r = ops->exec(s, store_coord_schema_sql, "create coordinator tables")) < 0 ||
+            (r = ops->exec(s, store_idem_schema_sql, "create the idempotency table")) < 0 || (r = ops->commit(s)) < 0)
                 goto rollback;
         return 0;
 rollback:

@@ -128,7 +128,7 @@ int gp_store_idem_get(gp_store *s, const char *caller, const char *key, gp_store
 int gp_store_idem_prune(gp_store *s, int64_t before_ms, int64_t keep_max) {
         char before[24], keep[24];
         snprintf(before, sizeof(before), "%" PRId64, before_ms);
-        snprintf(keep, sizeof(keep), "%" PRId64, keep_max > 0 ? keep_max : 1);
+        snprintf(keep, sizeof(keep), "%" PRId64, keep_max > 1 ? keep_max - 1 : 0); /* the keep_max-th newest stays */
         const char *p[1] = {before};
         int r = q(s, "DELETE FROM idempotency WHERE created_ms < $1", 1, p, NULL, NULL, "prune idempotent answers");
         if (r < 0)

@@ -1675,8 +1675,9 @@ void gp_daemon_depose(const char *why) {
         if (!__atomic_load_n(&deposed, __ATOMIC_ACQUIRE)) {
                 gp_strlcpy(deposed_why, why, sizeof(deposed_why));
                 __atomic_store_n(&deposed, true, __ATOMIC_RELEASE);
-                gp_error("lost the lead (epoch %" PRId64 "): %s; acting on nothing, answering reads only, "
-                         "until the database answers again",
+                gp_error("lost the lead (epoch %" PRId64 "): %s; acting on nothing and answering nothing but "
+                         "/healthz and /readyz (503: it may no longer be current), until the database answers "
+                         "again",
                          lead_epoch, why);
         }
         pthread_mutex_unlock(&mu);
@@ -1697,14 +1698,18 @@ static bool check_lead(void) {
         return !gp_daemon_deposed();
 }
 
+bool gp_daemon_lead_lost(void) {
+        return !check_lead();
+}
+
 /* Answer every command of list 503 with Retry-After, at once (generation
  * 0: the answer shows nothing unstored).  d->lock held. */
 static void refuse_answers(gp_daemon *d, cmd *list) {
         for (cmd *c = list; c; c = c->next) {
                 if (!c->req)
                         continue;
-                char *body = gp_http_error_body("unavailable", "this server lost the lead (%s): it answers reads "
-                                                "only; try again (another server leads once the database "
+                char *body = gp_http_error_body("unavailable", "this server lost the lead (%s): it carries out "
+                                                "nothing; try again (another server leads once the database "
                                                 "answers)",
                                                 deposed_why);
                 gp_commit_answer(d, 0, c->req, 503, body, 1);

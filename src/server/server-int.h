@@ -249,6 +249,10 @@ void gp_daemon_lead_until(int64_t mono_ms);
 void gp_daemon_depose(const char *why);
 /* Has gp_daemon_depose been called?  Any thread. */
 bool gp_daemon_deposed(void);
+/* A leader that may have lost its lease (deposed, or its lease clock ran
+ * out: it deposes itself here): it answers nothing from memory as if it
+ * were current.  false for a single server.  Any thread. */
+bool gp_daemon_lead_lost(void);
 int gp_daemon_start(gp_daemon *d);
 void gp_daemon_stop(gp_daemon *d);
 /* Close what d holds and free it (after gp_daemon_stop); takes NULL. */

@@ -172,7 +172,7 @@ static void sleep_ms(int64_t ms) {
 /* Renew the lease every lease_s / 3 for the life of the process.  When
  * another took it over, step down at once (exit 75).  When it could not
  * be renewed for lease_s (the database cannot be reached; another may
- * lead once it can), act on nothing more and answer reads only
+ * lead once it can), act on nothing more and answer nothing but the probes
  * (gp_daemon_depose), and step down as soon as the database answers
  * again.  The fence (daemon.c) stops a commit that comes first. */
 static void *lease_main(void *arg) {

@@ -9,7 +9,6 @@
 
 #include "base/err.h"
 #include "base/log.h"
-#include "base/sha256.h"
 #include "base/util.h"
 #include "base/vec.h"
 #include "server/routes.h"
@@ -68,32 +67,9 @@ static bool is_write(const char *method) {
         return !strcmp(method, "POST") || !strcmp(method, "PUT") || !strcmp(method, "DELETE");
 }
 
-/* SHA-256 hex of "METHOD\nPATH\nBODY", the path under /api/v1/ whichever
- * alias was called. */
+/* The request's fingerprint (store/idem.h: the same a follower computes). */
 static int fingerprint(const hreq *r, const char *url, const char *method, char out[GP_IDEM_FP_LEN + 1]) {
-        char head[640];
-        const char *rest = NULL;
-        if (!strncmp(url, "/api/v1/", 8))
-                rest = url + 8;
-        else if (!strncmp(url, "/api/", 5))
-                rest = url + 5;
-        int n = rest ? snprintf(head, sizeof(head), "%s\n/api/v1/%s\n", method, rest)
-                     : snprintf(head, sizeof(head), "%s\n%s\n", method, url);
-        if (n < 0 || (size_t)n >= sizeof(head))
-                return -E2BIG;
-        size_t blen = r->body.len;
-        char *all = malloc((size_t)n + blen + 1);
-        if (!all)
-                return -ENOMEM;
-        memcpy(all, head, (size_t)n);
-        if (blen)
-                memcpy(all + n, r->body.data, blen);
-        uint8_t h[32];
-        gp_sha256(all, (size_t)n + blen, h);
-        free(all);
-        for (int i = 0; i < 32; i++)
-                snprintf(out + 2 * i, 3, "%02x", h[i]);
-        return 0;
+        return gp_store_idem_fingerprint(method, url, r->body.data, r->body.len, out);
 }
 
 static int answer_err(hreq *r, int status, const char *code, int retry_after, const char *msg) {

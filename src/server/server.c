@@ -283,10 +283,16 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
                 if (r == 0) {
                         l->last_ok = sent;
                         gp_daemon_lead_until(sent + l->lease_ms);
+                        gp_follower_leads(fw); /* the writes it forwarded to the old leader are decidable now */
                         gp_follower_stop(fw);
                         gp_info("server %s leads (epoch %" PRId64 ")", l->id, l->epoch);
                         return 1;
                 }
+                int64_t ms = l->lease_ms / 3;
+                gp_store_lease held = {.epoch = 0};
+                /* where the leader is: the url it wrote with its lease (nothing else names it);
+                 * read before the follower first serves, so it never starts without it */
+                bool known = r == -EBUSY && gp_store_lease_get(l->ls, &held) == 0;
                 if (!fw) {
                         int sr = gp_follower_start(l->id, cfg, bound, nbound, &fw);
                         if (sr < 0) {
@@ -294,11 +300,9 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
                                 return -1;
                         }
                 }
-                int64_t ms = l->lease_ms / 3;
                 if (r == -EBUSY) {
-                        gp_store_lease held = {.epoch = 0};
-                        /* where the leader is: the url it wrote with its lease (nothing else names it) */
-                        if (gp_store_lease_get(l->ls, &held) == 0) {
+                        if (known) {
+                                gp_follower_set_epoch(fw, held.epoch); /* before the url it goes with */
                                 gp_follower_set_leader(fw, held.holder, held.url);
                                 /* try again as the lease runs out, not up to lease_s / 3 later */
                                 if (held.left_ms + 20 < ms)

@@ -39,6 +39,12 @@ typedef struct gp_store_idem {
 /* Is k (n bytes) a valid key: 1..GP_IDEM_KEY_MAX bytes 0x20..0x7e? */
 bool gp_store_idem_key_ok(const char *k, size_t n);
 
+/* out = SHA-256 hex of "METHOD\nPATH\nBODY", PATH under /api/v1/ when
+ * path is under the /api/ alias (the same request either way).  path is
+ * percent-decoded, without its query.  0, -E2BIG (path over 1 KiB),
+ * -ENOMEM.  Pure. */
+int gp_store_idem_fingerprint(const char *method, const char *path, const char *body, size_t len,
+                              char out[GP_IDEM_FP_LEN + 1]);
 /* Inside a transaction: keep rec's answer (a row that exists already is
  * left as it is: the first answer wins).  0 or -EINVAL (bad sizes, not in a
  * transaction) or -GP_ESTORE (the transaction is doomed). */
@@ -47,6 +53,11 @@ int gp_store_idem_put(gp_store *s, const gp_store_idem *rec);
  * body malloc'd, the caller frees it).  0, -ENOENT, -EINVAL, -ENOMEM,
  * -GP_ESTORE. */
 int gp_store_idem_get(gp_store *s, const char *caller, const char *key, gp_store_idem *ret);
+/* Outside a transaction: the kept answer for key whose fingerprint is fp,
+ * whoever the caller (a follower resolving a write it forwarded, which
+ * knows no caller).  0 with *ret (body malloc'd), -ENOENT (no row has the
+ * key), -EEXIST (rows have the key, none with fp), -GP_ESTORE, -EINVAL. */
+int gp_store_idem_find(gp_store *s, const char *key, const char *fp, gp_store_idem *ret);
 /* Inside a transaction: drop the rows created before before_ms, and the
  * oldest beyond keep_max rows.  0 or -GP_ESTORE. */
 int gp_store_idem_prune(gp_store *s, int64_t before_ms, int64_t keep_max);

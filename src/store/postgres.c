@@ -429,6 +429,29 @@ static int send_write(gp_store *s, int which, const char *const *vals, int kind,
         return p->n_pending >= PIPE_MAX ? pipe_sync(s) : 0;
 }
 
+/* gp_store_ops.write: a write with n text parameters inside a
+ * transaction, pipelined like the task puts (no round trip before the
+ * commit: a leader frozen mid-batch never holds the rows of an open
+ * transaction for long); its answer is read at the commit. */
+static int pg_write(gp_store *s, const char *sql, int n, const char *const *params, const char *what) {
+        pg_store *p = impl(s);
+        int r = start_call(s, what);
+        if (r < 0)
+                return r;
+        if (store_fault(s))
+                return store_set_err(s, "injected fault", "%s", what);
+        if (!p->pipelined) {
+                if (PQenterPipelineMode(p->conn) != 1)
+                        return pg_err(s, NULL, what);
+                p->pipelined = true;
+        }
+        if (PQsendQueryParams(p->conn, sql, n, NULL, params, NULL, NULL, 0) != 1)
+                return pg_err(s, NULL, what);
+        p->pending_kind[p->n_pending] = PK_OTHER;
+        p->pending_id[p->n_pending++] = 0;
+        return p->n_pending >= PIPE_MAX ? pipe_sync(s) : 0;
+}
+
 /* Inside a transaction of a fenced handle (gp_store_set_fence): does the
  * leader row still hold our server id and epoch (PS_FENCE, which makes a
  * takeover wait for this transaction)?  0, -GP_EFENCED (the transaction is
@@ -1312,6 +1335,7 @@ const gp_store_ops gp_store_postgres_ops = {
         .tokens_add = pg_tokens_add,
         .tokens_list = pg_tokens_list,
         .query = pg_query,
+        .write = pg_write,
         .lease_acquire = pg_lease_acquire,
         .lease_renew = pg_lease_renew,
         .lease_get = pg_lease_get,

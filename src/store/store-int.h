@@ -140,6 +140,10 @@ typedef struct gp_store_ops {
          * ignored).  A fault-injection point.  0, cb's value or -GP_ESTORE. */
         int (*query)(gp_store *s, const char *sql, int n, const char *const *params, store_text_cb cb, void *ud,
                      const char *what);
+        /* A write (no rows) inside a transaction, sent without waiting for
+         * its answer, which the commit reads (a refusal fails the commit).
+         * NULL: query is used.  0 or -GP_ESTORE. */
+        int (*write)(gp_store *s, const char *sql, int n, const char *const *params, const char *what);
         /* the leader lease (gp_store_lease_*), outside a transaction with
          * checked arguments; NULL: -ENOTSUP.  The fence itself is
          * s->fence_id / fence_epoch, which the backend checks in commit and

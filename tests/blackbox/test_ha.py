@@ -337,8 +337,9 @@ def test_failover_under_load_through_a_follower_loses_nothing(pair):
     then leads and stores them itself.  Afterwards the store holds every
     acknowledged write exactly once: every 201 task, every acknowledged
     cancel as cancelled, credits and tokens equal to the acknowledged ones
-    (give or take the few answers that were cut off: 502, a connection
-    error), and nothing that was not asked for."""
+    (give or take the few answers whose connection broke), and nothing that
+    was not asked for; a write s2 had sent to s1 when it died is answered
+    once s1 is fenced: its stored answer, or 503 not_carried_out."""
     s1, s2 = pair
     _assert_follower(s2, "s1")
     r = requests.put(s2.url + "/admin/tenants/acme", json={"weight": 1}, timeout=15)
@@ -361,15 +362,12 @@ def test_failover_under_load_through_a_follower_loses_nothing(pair):
             return None
         if r.status_code in (200, 201):
             return r.json()
-        if r.status_code == 503:
-            assert r.json()["error"]["code"] == "standby", r.text
-            with lock:
-                refused[0] += 1
-            time.sleep(0.05)
-            return None
-        assert r.status_code == 502 and r.json()["error"]["code"] == "leader_unreachable", r.text
+        # a write cut off by the kill is resolved by s2 once s1 is fenced (issue 22): never 502 "maybe"
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] in ("standby", "not_carried_out"), r.text
         with lock:
-            unsure[kind] += 1
+            refused[0] += 1
+        time.sleep(0.05)
         return None
 
     def submitter(cancel_every):
@@ -535,16 +533,21 @@ def test_a_write_when_postgresql_is_gone_is_refused_and_stores_nothing(pair):
     lease has run out: its commit fails, so the leader acts on nothing more
     (without exiting) and the submit gets 503 with Retry-After, never 201.
     What it applied but could not store is shown to no reader (503), and it
-    is not in the store once PostgreSQL is back."""
+    is not in the store once PostgreSQL is back.  (Sent to s1 without an
+    Idempotency-Key: one, which s2 adds to every write it forwards, makes
+    s1 look its answer up first, and that lookup's 503 comes before any
+    commit; the keyed write through s2 is refused too.)"""
     s1, s2 = pair
     acked, running = _before_the_outage(s1, s2)
     pg = _Postgres(s1.store_url)
     pg.stop()
     try:
-        r = requests.post(s2.url + "/api/v1/tasks", json={"gpu_request": 1, "command": ["true"]}, timeout=15)
+        r = requests.post(s1.url + "/api/v1/tasks", json={"gpu_request": 1, "command": ["true"]}, timeout=15)
         assert r.status_code == 503 and r.headers.get("Retry-After") == "1", r.text
         assert r.json()["error"]["code"] == "unavailable", r.text
         assert "a commit failed" in s1.log(), s1.log()
+        r = requests.post(s2.url + "/api/v1/tasks", json={"gpu_request": 1, "command": ["true"]}, timeout=15)
+        assert r.status_code == 503 and r.headers.get("Retry-After") == "1", r.text
         assert s1.health() == "degraded"
         r = requests.get(s1.url + "/api/v1/tasks/%d" % running, timeout=15)
         assert r.status_code == 503, r.text  # it could show the unstored submit

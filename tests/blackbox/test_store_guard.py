@@ -180,8 +180,14 @@ def _writer(url, stop, out, n_max=400):
                 continue
             if r.status_code == 201:
                 answered = r.json()["id"]
+                if r.headers.get("Idempotent-Replayed") == "true":
+                    out.append(("replayed", key))
             elif r.status_code == 503:
-                time.sleep(0.2)  # definite: not carried out (standby, or "send it again")
+                code = r.json()["error"]["code"]
+                out.append(("503", key, code))
+                if code == "leader_unreachable":  # undecided: it names the key to send again with
+                    assert r.headers.get("Idempotency-Key") == key, r.headers
+                time.sleep(0.2)  # not carried out (standby, not_carried_out) or undecided: send it again
             else:
                 out.append(("bad", key, r.status_code, r.text))
                 return
@@ -220,6 +226,9 @@ def test_writes_through_a_follower_across_a_leader_failure_are_stored_exactly_on
             assert s1.proc.returncode == 75
         rows = [r for o in outs for r in o]
         assert not [r for r in rows if r[0] == "bad"], rows
+        print("503s: %s; replayed: %d; acknowledged: %d" % (
+            sorted(set(r[2] for r in rows if r[0] == "503")), len([r for r in rows if r[0] == "replayed"]),
+            len([r for r in rows if r[0] == "ok"])))
         done = [r for r in rows if r[0] == "ok"]
         assert done and all(r[2] is not None for r in done), rows
         # every write answered once is stored exactly once, and nothing else is stored

@@ -125,11 +125,14 @@ int gp_fres_key_add(gp_fres *r, const char *method, const char *target, const ch
                 return -ENOMEM;
         gp_url_unescape(path);
         int rc = gp_store_idem_fingerprint(method, path, body, len, ret->fp);
-        free(path);
-        if (rc < 0)
+        if (rc < 0) {
+                free(path);
                 return rc;
+        }
         ret->epoch = gp_fres_epoch(r);
         ret->keyed = true;
+        ret->by_owner = !strncmp(path, "/api/v1/coordinator/", 20) || !strncmp(path, "/api/coordinator/", 17);
+        free(path);
         return 0;
 }
 
@@ -184,6 +187,13 @@ static char *error_body(const char *code, const char *msg) {
 enum MHD_Result gp_fres_answer(gp_fres *r, struct MHD_Connection *c, const gp_fres_req *q,
                                const atomic_bool *stopping, const char *fwd_by) {
         char msg[600];
+        if (q->by_owner) /* the store has no answer to look for: the caller sends it again */
+                return queue(c, 503,
+                             error_body("leader_unreachable",
+                                        "the leader went away while this coordinator call was on its way; "
+                                        "coordinator calls are idempotent for their owner (a renewal, the same "
+                                        "fencing token): send it again"),
+                             NULL, q, false, true, fwd_by);
         int64_t until = gp_mono_ms() + 2 * r->lease_ms + 5000;
         int f = 0;
         /* a stop that is not a takeover by this server decides nothing */

@@ -46,6 +46,8 @@ void gp_fres_leads(gp_fres *r);
  * gp_fres_key_add. */
 typedef struct gp_fres_req {
         bool keyed;                            /* a write: resolved at a failover */
+        bool by_owner;                         /* a coordinator call: the leader keeps no answer for it, and
+                                                  sending it again is safe (idempotent for its owner) */
         char key[GP_IDEM_KEY_MAX + 1];
         char fp[GP_IDEM_FP_LEN + 1];
         char line[GP_IDEM_KEY_MAX + 1];        /* the header value added, when made here */

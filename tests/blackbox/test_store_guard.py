@@ -245,3 +245,57 @@ def test_writes_through_a_follower_across_a_leader_failure_are_stored_exactly_on
                 except ProcessLookupError:
                     pass
             s.stop()
+
+
+def test_a_leader_woken_after_a_takeover_and_cut_off_shows_nothing_stale(tmp_path, pg_db):
+    """s1 leads and is frozen; s2 takes over and cancels a task s1 holds as
+    queued; PostgreSQL stops and s1 wakes: it cannot learn that it was
+    deposed, but its lease ran out, so for as long as it is cut off every
+    request it answers is 503 (never the task as queued, issue 22); when
+    PostgreSQL is back it steps down (75)."""
+    from test_ha import _Postgres
+    _require_bin()
+    s1 = Server(tmp_path, "s1", pg_db)
+    s2 = Server(tmp_path, "s2", pg_db)
+    pg = _Postgres(pg_db)
+    stopped = False
+    try:
+        s1.start()
+        wait_for(s1.ready, 20, "s1 to lead")
+        s2.start()
+        wait_for(lambda: s2.health() == "follower", 20, "s2 to follow")
+        blocker = requests.post(s1.url + "/api/v1/tasks", json={"gpu_request": 4, "command": ["sleep", "600"]},
+                                timeout=15).json()["id"]
+        tid = _submit(s1.url).json()["id"]
+        assert requests.get(s1.url + "/api/v1/tasks/%d" % tid, timeout=10).json()["state"] == "queued"
+        os.kill(s1.proc.pid, signal.SIGSTOP)
+        wait_for(s2.ready, 30, "s2 to lead")
+        r = requests.post(s2.url + "/api/v1/tasks/%d/cancel" % tid, timeout=15)
+        assert r.status_code == 200 and r.json()["state"] == "cancelled", r.text
+        pg.stop()
+        stopped = True
+        os.kill(s1.proc.pid, signal.SIGCONT)
+        answers = 0
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            for path in ("/api/v1/tasks/%d" % tid, "/api/v1/tasks", "/api/v1/tasks/%d" % blocker, "/api/v1/gpus"):
+                r = requests.get(s1.url + path, timeout=5)
+                assert r.status_code == 503 and r.headers.get("Retry-After") == "1", r.text
+                answers += 1
+            time.sleep(0.1)
+        assert answers >= 8 and s1.proc.poll() is None
+        assert s1.health() == "degraded"
+        pg.start()
+        stopped = False
+        s1.proc.wait(30)
+        assert s1.proc.returncode == 75, s1.log()
+    finally:
+        if stopped:
+            pg.start()
+        for s in (s1, s2):
+            if s.proc and s.proc.poll() is None:
+                try:
+                    os.kill(s.proc.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            s.stop()

@@ -169,7 +169,8 @@ void gp_idem_end(hreq *r) {
 void gp_idem_record(gp_daemon *d, hreq *r, int status, const char *ctype, const char *body) {
         gp_idem *x = d->idem;
         gp_idem_req *q = r ? r->idem : NULL;
-        if (!x || !q || status >= 500 || status < 100)
+        /* a "try again later" changed nothing: sent again, it is judged again */
+        if (!x || !q || status >= 500 || status < 100 || status == 429)
                 return;
         gp_store_idem *v = gp_vec_grow(x->rows, &x->caprows, x->nrows + 1, sizeof(*x->rows), 16);
         if (!v) {

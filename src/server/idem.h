@@ -14,7 +14,8 @@
  *   - K with another fingerprint: 422; K while its first request is still
  *     being handled: 409 with Retry-After.
  * Answers that change nothing are not kept (a 4xx a handler gives before
- * the loop, a 503 or 507 refusal): sent again, the request is judged again.
+ * the loop, a 429, 503 or 507 refusal): sent again, the request is judged
+ * again.
  * Kept for at least 24 h; at most GP_IDEM_KEEP_MAX rows (the oldest go).
  *
  * Threads: begin/end on MHD threads (in-flight set under its own leaf
@@ -47,8 +48,8 @@ int gp_idem_begin(struct hreq *r, const struct gp_route_match *m, const char *ur
 void gp_idem_end(struct hreq *r);
 
 /* Loop thread, d->lock held, before the batch's commit: keep r's answer
- * (copied) with the batch when r carries a key and the answer changed
- * something (not 5xx). */
+ * (copied) with the batch when r carries a key and the answer is final
+ * (not 429 nor 5xx). */
 void gp_idem_record(struct gp_daemon *d, struct hreq *r, int status, const char *ctype, const char *body);
 /* Inside the batch's transaction on d->ws: write what was recorded.
  * 0 or a store error. */

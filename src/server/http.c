@@ -85,6 +85,9 @@ static enum MHD_Result send_answer(hreq *r, int status, char *body, const char *
                 MHD_add_response_header(resp, "Allow", allow);
         if (r->idem_replayed)
                 MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+        /* its answer is decided (a kept one is stored by now): a repeat may
+         * come the moment the client reads it, before MHD completes r */
+        gp_idem_end(r);
         enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
         MHD_destroy_response(resp);
         return ret;

@@ -1,9 +1,10 @@
 /* idem.c - Idempotency-Key on the API's write routes (see idem.h).
  *
  * Invariants: a key is in the in-flight set from gp_idem_begin until its
- * request is completed (after its answer went out, so after its batch was
- * committed), so a repeat either finds it in flight (409) or finds its row
- * in the store (replay) or, when the first one changed nothing, runs again.
+ * answer is queued (after its batch was committed and made durable: the
+ * loop's answers wait for that), so a repeat either finds it in flight
+ * (409) or finds its row in the store (replay) or, when the first one
+ * changed nothing, runs again.
  * Rows are written only by the loop, in the batch's transaction. */
 #include "server/idem.h"
 

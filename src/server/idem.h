@@ -44,7 +44,8 @@ void gp_idem_close(struct gp_daemon *d);
  * result): a bad key (400), a replay, 422, 409, a store failure (503);
  * 0 to go on (r->idem set when the request carries a key to keep). */
 int gp_idem_begin(struct hreq *r, const struct gp_route_match *m, const char *url, const char *method, int *ret);
-/* r is done (MHD's completed): its key is no longer in flight. */
+/* r's answer is queued (or r is done): its key is no longer in flight.
+ * Takes r without a key; MHD thread of r. */
 void gp_idem_end(struct hreq *r);
 
 /* Loop thread, d->lock held, before the batch's commit: keep r's answer

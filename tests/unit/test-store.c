@@ -1392,7 +1392,7 @@ static void test_idem_answers_follow_their_transaction_and_are_pruned(void **sta
         assert_int_equal(gp_store_idem_get(s, "tenant:u", "k1", &got), -ENOENT); /* per caller */
         assert_int_equal(gp_store_begin(s), 0);
         for (int i = 2; i <= 5; i++) {
-                char k[8];
+                char k[16];
                 snprintf(k, sizeof(k), "k%d", i);
                 gp_store_idem r = idem_row(k, 200, "x", 1000 * i);
                 snprintf(r.ctype, sizeof(r.ctype), "text/csv");

@@ -299,3 +299,49 @@ def test_a_leader_woken_after_a_takeover_and_cut_off_shows_nothing_stale(tmp_pat
                 except ProcessLookupError:
                     pass
             s.stop()
+
+
+def test_a_write_on_its_way_to_a_frozen_leader_gets_a_definite_answer(tmp_path, pg_db):
+    """The leader is frozen, then a submit comes through the follower: it
+    is sent (the frozen process's socket takes it) and no answer comes.
+    The follower takes over; the old leader is fenced, the store has no
+    answer for the write's key: 503 not_carried_out, not a 'maybe'.  Sent
+    again with the key the answer names, it is stored once; a resumed old
+    leader stores nothing of it."""
+    _require_bin()
+    s1 = Server(tmp_path, "s1", pg_db)
+    s2 = Server(tmp_path, "s2", pg_db)
+    try:
+        s1.start()
+        wait_for(s1.ready, 20, "s1 to lead")
+        s2.start()
+        wait_for(lambda: s2.health() == "follower", 20, "s2 to follow")
+        assert _submit(s2.url).status_code == 201  # task 1, through the follower
+        os.kill(s1.proc.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        r = requests.post(s2.url + "/api/v1/tasks", json={"gpu_request": 1, "command": ["sleep", "600"]},
+                          timeout=60)  # no key: the follower adds one
+        took = time.monotonic() - t0
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "not_carried_out", r.text
+        assert r.headers.get("Retry-After") == "1"
+        key = r.headers.get("Idempotency-Key")
+        assert key and key.startswith("gpf-"), r.headers
+        print("definite answer %.2f s after the write was sent to the frozen leader" % took)
+        assert _task_count(pg_db) == 1
+        wait_for(s2.ready, 30, "s2 to lead")
+        a = _submit(s2.url, key)
+        b = _submit(s2.url, key)
+        assert a.status_code == 201 and b.status_code == 201 and a.json()["id"] == b.json()["id"], (a.text, b.text)
+        os.kill(s1.proc.pid, signal.SIGCONT)
+        s1.proc.wait(30)
+        assert s1.proc.returncode == 75
+        assert _task_count(pg_db) == 2
+    finally:
+        for s in (s1, s2):
+            if s.proc and s.proc.poll() is None:
+                try:
+                    os.kill(s.proc.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            s.stop()

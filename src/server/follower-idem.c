@@ -27,12 +27,12 @@
 #define POLL_MS 200
 
 struct gp_fres {
-        pthread_mutex_t mu;        /* the store handle */
-        gp_store *s;               /* opened at the first resolution; NULL until then (or after a failure) */
-        char *url;                 /* store.url */
+        pthread_mutex_t mu; /* the store handle */
+        gp_store *s;        /* opened at the first resolution; NULL until then (or after a failure) */
+        char *url;          /* store.url */
         int64_t lease_ms;
-        _Atomic int64_t epoch;     /* the leader's, as the follower knows it */
-        atomic_bool leads;         /* this server took the lease */
+        _Atomic int64_t epoch; /* the leader's, as the follower knows it */
+        atomic_bool leads;     /* this server took the lease */
 };
 
 /* Under r->mu: the handle, opened if needed. */
@@ -93,8 +93,8 @@ static bool is_write(const char *m) {
         return !strcmp(m, "POST") || !strcmp(m, "PUT") || !strcmp(m, "DELETE");
 }
 
-int gp_fres_key_add(gp_fres *r, const char *method, const char *target, const char *body, size_t len,
-                    gp_fwd_header *h, size_t *n, size_t max, gp_fres_req *ret) {
+int gp_fres_key_add(gp_fres *r, const char *method, const char *target, const char *body, size_t len, gp_fwd_header *h,
+                    size_t *n, size_t max, gp_fres_req *ret) {
         memset(ret, 0, sizeof(*ret));
         if (!is_write(method) || !strncmp(target, "/v1/", 4) || !strncmp(target, "/agent/", 7))
                 return 0; /* the gateway and the agents take no key */
@@ -184,8 +184,8 @@ static char *error_body(const char *code, const char *msg) {
         return s;
 }
 
-enum MHD_Result gp_fres_answer(gp_fres *r, struct MHD_Connection *c, const gp_fres_req *q,
-                               const atomic_bool *stopping, const char *fwd_by) {
+enum MHD_Result gp_fres_answer(gp_fres *r, struct MHD_Connection *c, const gp_fres_req *q, const atomic_bool *stopping,
+                               const char *fwd_by) {
         char msg[600];
         if (q->by_owner) /* the store has no answer to look for: the caller sends it again */
                 return queue(c, 503,

@@ -45,13 +45,13 @@ void gp_fres_leads(gp_fres *r);
 /* One forwarded write's key and fingerprint (store/idem.h's), filled by
  * gp_fres_key_add. */
 typedef struct gp_fres_req {
-        bool keyed;                            /* a write: resolved at a failover */
-        bool by_owner;                         /* a coordinator call: the leader keeps no answer for it, and
-                                                  sending it again is safe (idempotent for its owner) */
+        bool keyed;    /* a write: resolved at a failover */
+        bool by_owner; /* a coordinator call: the leader keeps no answer for it, and
+                          sending it again is safe (idempotent for its owner) */
         char key[GP_IDEM_KEY_MAX + 1];
         char fp[GP_IDEM_FP_LEN + 1];
-        char line[GP_IDEM_KEY_MAX + 1];        /* the header value added, when made here */
-        int64_t epoch;                         /* the leader's epoch when it was sent */
+        char line[GP_IDEM_KEY_MAX + 1]; /* the header value added, when made here */
+        int64_t epoch;                  /* the leader's epoch when it was sent */
 } gp_fres_req;
 
 /* For a write: the request's key (the client's Idempotency-Key, or a new
@@ -59,13 +59,13 @@ typedef struct gp_fres_req {
  * over method, the target's path (percent-decoded as the leader decodes
  * it) and body.  *ret->keyed false for a read or a key the leader would
  * refuse (it answers that itself).  0 or -EIO (no random bytes). */
-int gp_fres_key_add(gp_fres *r, const char *method, const char *target, const char *body, size_t len,
-                    gp_fwd_header *h, size_t *n, size_t max, gp_fres_req *ret);
+int gp_fres_key_add(gp_fres *r, const char *method, const char *target, const char *body, size_t len, gp_fwd_header *h,
+                    size_t *n, size_t max, gp_fres_req *ret);
 
 /* The leader went away after q was sent: the answer to queue on c (see
  * above); stopping is the follower's flag, fwd_by its id for
  * X-Gpupool-Forwarded-By. */
-enum MHD_Result gp_fres_answer(gp_fres *r, struct MHD_Connection *c, const gp_fres_req *q,
-                               const atomic_bool *stopping, const char *fwd_by);
+enum MHD_Result gp_fres_answer(gp_fres *r, struct MHD_Connection *c, const gp_fres_req *q, const atomic_bool *stopping,
+                               const char *fwd_by);
 
 #endif

@@ -23,18 +23,18 @@
 #include <unistd.h>
 
 typedef struct gp_idem_req {
-        struct gp_idem_req *next;          /* in the in-flight list */
+        struct gp_idem_req *next; /* in the in-flight list */
         char caller[GP_IDEM_CALLER_MAX + 1];
         char key[GP_IDEM_KEY_MAX + 1];
         char fp[GP_IDEM_FP_LEN + 1];
 } gp_idem_req;
 
 typedef struct gp_idem {
-        pthread_mutex_t mu;                /* leaf: the in-flight list */
+        pthread_mutex_t mu; /* leaf: the in-flight list */
         gp_idem_req *inflight;
         size_t ninflight;
         /* loop thread only */
-        gp_store_idem *rows;               /* recorded in this batch */
+        gp_store_idem *rows; /* recorded in this batch */
         size_t nrows, caprows;
         int64_t last_prune_ms;
 } gp_idem;
@@ -140,9 +140,9 @@ int gp_idem_begin(hreq *r, const gp_route_match *m, const char *url, const char 
         }
         if (strcmp(rec.fp, q->fp) != 0) {
                 free(rec.body);
-                *ret = answer_err(r, 422, "idempotency_key_reused",
-                                  0, "this Idempotency-Key was sent with another request (method, path or body "
-                                     "differ); use a new key for a new request");
+                *ret = answer_err(r, 422, "idempotency_key_reused", 0,
+                                  "this Idempotency-Key was sent with another request (method, path or body "
+                                  "differ); use a new key for a new request");
                 return 1;
         }
         r->idem_replayed = true;
@@ -190,8 +190,10 @@ void gp_idem_record(gp_daemon *d, hreq *r, int status, const char *ctype, const 
         size_t blen = body ? strlen(body) : 0;
         if (blen > GP_IDEM_BODY_MAX) { /* the request ran once; its answer is too big to keep whole */
                 row->ctype[0] = '\0';
-                row->body = gp_http_error_body("replay_too_large", "the first answer (%zu bytes) was carried out "
-                                               "once; it is over 1 MiB and was not kept", blen);
+                row->body = gp_http_error_body("replay_too_large",
+                                               "the first answer (%zu bytes) was carried out "
+                                               "once; it is over 1 MiB and was not kept",
+                                               blen);
         } else {
                 row->body = strdup(body ? body : "");
         }

@@ -120,7 +120,8 @@ int gp_store_idem_get(gp_store *s, const char *caller, const char *key, gp_store
         gp_strlcpy(rec.key, key, sizeof(rec.key));
         struct get_ud g = {.rec = &rec};
         const char *p[2] = {caller, key};
-        int r = q(s, "SELECT fingerprint, status, ctype, body, created_ms FROM idempotency WHERE caller = $1 AND key = $2",
+        int r = q(s,
+                  "SELECT fingerprint, status, ctype, body, created_ms FROM idempotency WHERE caller = $1 AND key = $2",
                   2, p, get_cb, &g, what);
         if (r < 0) {
                 free(rec.body);
@@ -202,8 +203,8 @@ int gp_store_idem_find(gp_store *s, const char *key, const char *fp, gp_store_id
         struct find_ud f = {.fp = fp, .rec = &rec};
         const char *p[1] = {key};
         /* at most a few rows: a key is random, one per caller at most */
-        int r = q(s, "SELECT fingerprint, status, ctype, body, created_ms FROM idempotency WHERE key = $1 LIMIT 64",
-                  1, p, find_cb, &f, what);
+        int r = q(s, "SELECT fingerprint, status, ctype, body, created_ms FROM idempotency WHERE key = $1 LIMIT 64", 1,
+                  p, find_cb, &f, what);
         if (r < 0 || f.nomem || f.bad) {
                 free(rec.body);
                 return r < 0 ? r : f.nomem ? -ENOMEM : store_set_err(s, "a stored row is malformed", "%s", what);

@@ -164,14 +164,20 @@ static struct curl_slist *headers(const gp_cli_xfer *x) {
         /* a POST without a body goes out with CURLOPT_POSTFIELDS "", for which curl
          * would name a form type: the server refuses any type but JSON on a write (415) */
         bool json = x->payload || strcmp(x->method, "POST") == 0;
-        const char *lines[4] = {"Accept: application/json, text/plain", "Expect:",
-                                json ? "Content-Type: application/json" : NULL, NULL};
+        char idem[GP_CLI_IDEM_KEY_MAX + 32];
+        const char *lines[5] = {"Accept: application/json, text/plain", "Expect:",
+                                json ? "Content-Type: application/json" : NULL, NULL, NULL};
         if (x->c->key) {
                 if (snprintf(auth, sizeof(auth), "Authorization: Bearer %s", x->c->key) >= (int)sizeof(auth))
                         return NULL;
                 lines[3] = auth;
         }
-        for (size_t i = 0; i < 4; i++) {
+        if (x->idem_key) {
+                if (snprintf(idem, sizeof(idem), "Idempotency-Key: %s", x->idem_key) >= (int)sizeof(idem))
+                        return NULL;
+                lines[4] = idem;
+        }
+        for (size_t i = 0; i < 5; i++) {
                 if (!lines[i])
                         continue;
                 if (!(t = cu.slist_append(h, lines[i]))) {
@@ -236,6 +242,9 @@ int gp_cli_curl_exchange(gp_cli_xfer *x, const char *url) {
         }
         CURLcode cc = cu.perform(k.h);
         if (cc != CURLE_OK) {
+                /* nothing reached a server only when none was connected to */
+                x->sent = cc != CURLE_COULDNT_CONNECT && cc != CURLE_COULDNT_RESOLVE_HOST &&
+                          cc != CURLE_COULDNT_RESOLVE_PROXY;
                 rc = curl_failure(&k, cc, errbuf);
                 goto out;
         }

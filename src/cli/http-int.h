@@ -16,6 +16,7 @@
 #include "cli/cli-int.h"
 
 #define GP_CLI_ERRBODY_MAX (64 * 1024) /* non-2xx body kept from a stream */
+#define GP_CLI_IDEM_KEY_MAX 36          /* "gpc-" + 32 hex digits: the Idempotency-Key of a write */
 
 /* One exchange in progress.  Owned by the gp_cli_http_* call that made it;
  * never shared between threads. */
@@ -33,6 +34,8 @@ typedef struct gp_cli_xfer {
         long retry_after;          /* Retry-After in seconds, -1 if absent */
         gp_buf body;               /* the answer (capped), or a stream's error body */
         gp_buf *err;               /* messages for the user */
+        const char *idem_key;      /* Idempotency-Key header (a write), or NULL */
+        bool sent;                 /* the request may have reached the server (set on failure too) */
 } gp_cli_xfer;
 
 /* The answer's status is known.  Call once, before any body byte. */

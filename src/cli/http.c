@@ -33,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -307,6 +309,8 @@ static int request_head(const gp_cli_xfer *x, const gp_http_url *u, gp_buf *req)
                 r = gp_buf_puts(req, "Content-Type: application/json\r\n");
         if (r == 0 && x->c->key)
                 r = gp_buf_printf(req, "Authorization: Bearer %s\r\n", x->c->key);
+        if (r == 0 && x->idem_key)
+                r = gp_buf_printf(req, "Idempotency-Key: %s\r\n", x->idem_key);
         if (r == 0 && (x->payload || strcmp(x->method, "POST") == 0 || strcmp(x->method, "PUT") == 0))
                 r = gp_buf_printf(req, "Content-Length: %zu\r\n", x->payload ? x->payload_len : 0);
         if (r == 0)
@@ -463,6 +467,7 @@ static int h1_exchange(gp_cli_xfer *x) {
         }
         if ((rc = dial(x, &u, deadline, &fd)) < 0)
                 goto out;
+        x->sent = true; /* from here on the server may have it */
         rc = write_all(fd, req.data, req.len, x->payload_len ? MSG_MORE : 0, deadline, x->c->abort_flag);
         if (rc == 0 && x->payload_len)
                 rc = write_all(fd, x->payload, x->payload_len, 0, deadline, x->c->abort_flag);
@@ -549,6 +554,8 @@ static bool move_on(int rc, const gp_cli_resp *r) {
 
 static int http_json_one(const gp_cli_conn *c, const char *method, const char *path, const json_t *body,
                          long timeout_s, gp_cli_resp *ret, gp_buf *err);
+static int http_json_keyed(const gp_cli_conn *c, const char *method, const char *path, const json_t *body,
+                           long timeout_s, const char *key, bool *ret_sent, gp_cli_resp *ret, gp_buf *err);
 static int http_stream_one(const gp_cli_conn *c, const char *path, FILE *out, int64_t *io_bytes,
                            gp_cli_resp *ret, gp_buf *err);
 
@@ -586,8 +593,124 @@ static int each_api(const gp_cli_conn *c, const char *method, const char *path, 
         }
 }
 
+/* ---- writes: one Idempotency-Key, sent again until a definite answer ---- */
+
+static bool is_write(const char *method) {
+        return !strcmp(method, "POST") || !strcmp(method, "PUT") || !strcmp(method, "DELETE");
+}
+
+/* "gpc-" and 32 random hex digits. 0 or -EIO. */
+static int new_idem_key(char out[GP_CLI_IDEM_KEY_MAX + 1]) {
+        unsigned char b[16];
+        if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
+                return -EIO;
+        memcpy(out, "gpc-", 4);
+        for (size_t i = 0; i < sizeof(b); i++)
+                snprintf(out + 4 + 2 * i, 3, "%02x", b[i]);
+        return 0;
+}
+
+/* May a keyed write be sent again (to the next URL, or in the next
+ * round)?  No answer came, or one that says it was not carried out or not
+ * yet decided: 502, 503, 409 idempotency_in_flight.  The key makes a
+ * second delivery of something already carried out a replay. */
+static bool send_again(int rc, const gp_cli_resp *r) {
+        if (rc == -EHOSTUNREACH)
+                return true;
+        if (rc < 0)
+                return false;
+        if (r->status == 502 || r->status == 503)
+                return true;
+        const char *code =
+                r->json ? json_string_value(json_object_get(json_object_get(r->json, "error"), "code")) : NULL;
+        return r->status == 409 && code && !strcmp(code, "idempotency_in_flight");
+}
+
+/* How long a write keeps being sent again: GPUPOOL_WRITE_RETRY_S (0..3600),
+ * default WRITE_RETRY_S; covers a failover (the lease runs out, a follower
+ * leads). */
+#define WRITE_RETRY_S 20
+static int64_t retry_window_ms(void) {
+        const char *v = getenv("GPUPOOL_WRITE_RETRY_S");
+        int64_t s = WRITE_RETRY_S;
+        if (v && *v && gp_parse_i64(v, 0, 3600, &s) < 0)
+                s = WRITE_RETRY_S;
+        return s * 1000;
+}
+
+/* Sleep ms in slices, looking at the abort flag: 0 or -ECANCELED. */
+static int pause_ms(const gp_cli_conn *c, int64_t ms) {
+        int64_t until = gp_mono_ms() + ms;
+        for (int64_t now = gp_mono_ms(); now < until; now = gp_mono_ms()) {
+                if (c->abort_flag && *c->abort_flag)
+                        return -ECANCELED;
+                int64_t step = until - now < SLICE_MS ? until - now : SLICE_MS;
+                struct timespec ts = {.tv_sec = 0, .tv_nsec = step * 1000000};
+                nanosleep(&ts, NULL);
+        }
+        return 0;
+}
+
+/* A write (POST, PUT, DELETE): one random Idempotency-Key for all its
+ * tries.  Each URL of the list in turn while the outcome says send again;
+ * then, while a round had an answer or a request that may have arrived,
+ * the list again after a pause (0.2 s doubling to 2 s, or Retry-After up
+ * to 2 s) until the retry window is spent.  The last outcome is the
+ * answer; the messages of the others are dropped. */
+static int write_walk(const gp_cli_conn *c, const char *method, const char *path, const json_t *body,
+                      long timeout_s, gp_cli_resp *ret, gp_buf *err) {
+        char key[GP_CLI_IDEM_KEY_MAX + 1], one[GP_CLI_URL_MAX + 1];
+        int rc = new_idem_key(key);
+        if (rc < 0) {
+                gp_buf_printf(err, "cannot make an Idempotency-Key: no random bytes");
+                return rc;
+        }
+        gp_cli_conn c1 = *c;
+        int64_t until = gp_mono_ms() + retry_window_ms(), pause = 200;
+        for (;;) {
+                bool worth = false;
+                long hint = -1;
+                for (const char *q = c->api;;) {
+                        size_t n = strcspn(q, ",");
+                        size_t m = n > GP_CLI_URL_MAX ? GP_CLI_URL_MAX : n;
+                        memcpy(one, q, m);
+                        one[m] = '\0';
+                        c1.api = one;
+                        bool last_url = !q[n];
+                        size_t mark = err ? err->len : 0;
+                        gp_cli_resp r = {.retry_after = -1};
+                        bool sent = false;
+                        rc = http_json_keyed(&c1, method, path, body, timeout_s, key, &sent, &r, err);
+                        bool again = send_again(rc, &r);
+                        worth = worth || (again && (rc == 0 || sent));
+                        if (rc == 0 && r.retry_after >= 0)
+                                hint = r.retry_after;
+                        bool out_of_time = gp_mono_ms() + pause > until;
+                        if (!again || (last_url && (!worth || out_of_time))) {
+                                if (rc == 0)
+                                        *ret = r;
+                                return rc;
+                        }
+                        gp_cli_resp_done(&r);
+                        if (err && err->data) { /* the next try answers instead */
+                                err->len = mark;
+                                err->data[mark] = '\0';
+                        }
+                        if (last_url)
+                                break;
+                        q += n + 1;
+                }
+                int64_t wait = hint >= 0 ? (hint * 1000 < 2000 ? hint * 1000 : 2000) : pause;
+                if ((rc = pause_ms(c, wait)) < 0)
+                        return rc;
+                pause = pause * 2 < 2000 ? pause * 2 : 2000;
+        }
+}
+
 int gp_cli_http_json(const gp_cli_conn *c, const char *method, const char *path,
                      const json_t *body, long timeout_s, gp_cli_resp *ret, gp_buf *err) {
+        if (is_write(method))
+                return write_walk(c, method, path, body, timeout_s, ret, err);
         if (strchr(c->api, ','))
                 return each_api(c, method, path, body, timeout_s, NULL, NULL, ret, err);
         return http_json_one(c, method, path, body, timeout_s, ret, err);
@@ -595,8 +718,15 @@ int gp_cli_http_json(const gp_cli_conn *c, const char *method, const char *path,
 
 static int http_json_one(const gp_cli_conn *c, const char *method, const char *path, const json_t *body,
                          long timeout_s, gp_cli_resp *ret, gp_buf *err) {
+        return http_json_keyed(c, method, path, body, timeout_s, NULL, NULL, ret, err);
+}
+
+/* One exchange, with key as its Idempotency-Key (NULL: none); *ret_sent
+ * (if not NULL): whether the request may have reached the server. */
+static int http_json_keyed(const gp_cli_conn *c, const char *method, const char *path, const json_t *body,
+                           long timeout_s, const char *key, bool *ret_sent, gp_cli_resp *ret, gp_buf *err) {
         gp_cli_xfer x = {.c = c, .method = method, .path = path, .timeout_s = timeout_s,
-                         .retry_after = -1, .err = err};
+                         .retry_after = -1, .err = err, .idem_key = key};
         char *payload = NULL;
         int rc;
 
@@ -611,6 +741,8 @@ static int http_json_one(const gp_cli_conn *c, const char *method, const char *p
                 x.payload_len = strlen(payload);
         }
         rc = exchange(&x);
+        if (ret_sent)
+                *ret_sent = x.sent;
         if (rc == 0)
                 rc = take_answer(&x, ret);
 out:

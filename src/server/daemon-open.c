@@ -26,6 +26,7 @@
 #include "server/nodes.h"
 #include "server/coord.h"
 #include "server/estimates.h"
+#include "server/idem.h"
 #include "base/labels.h"
 
 #include <errno.h>
@@ -431,7 +432,7 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, int64_t epoch, char *
         }
         if ((rc = gp_disk_open(d, err, errlen)) < 0)
                 return rc;
-        if ((rc = gp_commit_open(d)) < 0)
+        if ((rc = gp_commit_open(d)) < 0 || (rc = gp_idem_open(d)) < 0)
                 return rc;
         /* the writer never checkpoints on its commit path: a thread of its
          * own copies the WAL into the database in the background */
@@ -663,6 +664,7 @@ void gp_daemon_close(gp_daemon *d) {
         gp_gpu_close(d->gpu);
         gp_disk_close(d);
         gp_commit_close(d);
+        gp_idem_close(d);
         free(d->gpu_ids);
         free(d->gpu_info);
         if (d->evfd >= 0)

@@ -29,6 +29,7 @@
 #include "server/peer.h"
 #include "server/coord.h"
 #include "server/estimates.h"
+#include "server/idem.h"
 #include "base/labels.h"
 
 #include <errno.h>
@@ -361,6 +362,8 @@ static int commit_once(gp_daemon *d, batch *b) {
         if (rc == 0)
                 rc = gp_nodes_store(d); /* node records and join tokens changed by this batch */
         if (rc == 0)
+                rc = gp_idem_store(d); /* the answers of keyed requests, with their changes */
+        if (rc == 0)
                 rc = gp_store_commit(d->ws);
         if (rc < 0)
                 gp_store_rollback(d->ws); /* a no-op when the commit already rolled back */
@@ -384,7 +387,7 @@ int64_t lead_epoch; /* the term of a leader of several servers; 0: a single serv
  * that cannot store exits instead. */
 bool commit(gp_daemon *d, batch *b) {
         if (!b->ndirty && !b->meta_drained && !gp_tenants_pending(d->tenants) && !gp_billing_pending(d) &&
-            !gp_nodes_pending(d))
+            !gp_nodes_pending(d) && !gp_idem_pending(d))
                 return true;
         /* from here on a reader waits for this batch to be durable */
         uint64_t gen = gp_commit_next(d);
@@ -1331,6 +1334,43 @@ static char *render_task(gp_daemon *d, const gp_task *t) {
 
 static char *render_gpu(gp_daemon *d, uint32_t g);
 
+/* The answer of c (not an agent's sync) as o->status and o->body, from
+ * what the batch applied (d->lock held).  Made before the batch's commit
+ * for a request with an Idempotency-Key (its answer is stored with it),
+ * else after; nothing changes in between, so both show the same. */
+static void render(gp_daemon *d, cmd *c, outcome *o) {
+        if (o->body)
+                return;
+        if (c->kind == CMD_DRAIN || c->kind == CMD_UNDRAIN) {
+                o->status = 200;
+                o->body = render_gpu(d, c->gpu.gpu);
+                return;
+        }
+        if (o->task) {
+                o->status = o->status ? o->status : 200;
+                o->body = render_task(d, o->task);
+                return;
+        }
+        /* a task command (cmd_op) whose task is final or unknown */
+        gp_task t;
+        int rc = gp_daemon_task_lookup(d, o->lookup_id, &t);
+        if (rc < 0 || !op_owns(&c->op, &t)) {
+                if (rc == 0)
+                        gp_task_done(&t);
+                o->status = 404;
+                o->body = gp_http_error_body("not_found", "no task %" PRId64, o->lookup_id);
+                return;
+        }
+        if (o->status == 409 && c->kind == CMD_HEARTBEAT) {
+                o->body = gp_http_error_body("conflict", "lease %" PRId64 " is %s: %s", t.id,
+                                             gp_task_state_name(t.state), t.reason);
+        } else {
+                o->status = 200;
+                o->body = render_task(d, &t);
+        }
+        gp_task_done(&t);
+}
+
 /* Render the answer of c now (d->lock held); it goes out once generation
  * gen (what it shows) is durable. */
 static void answer(gp_daemon *d, uint64_t gen, cmd *c, outcome *o) {
@@ -1343,37 +1383,10 @@ static void answer(gp_daemon *d, uint64_t gen, cmd *c, outcome *o) {
                         gp_commit_answer(d, gen, c->req, body ? status : 503, body, body ? 0 : 1);
                 return;
         }
-        if (o->body) {
-                c->req->ctype = o->ctype;
-                gp_commit_answer(d, gen, c->req, o->status, o->body, o->retry_after);
-                return;
-        }
-        if (c->kind == CMD_DRAIN || c->kind == CMD_UNDRAIN) {
-                gp_commit_answer(d, gen, c->req, 200, render_gpu(d, c->gpu.gpu), 0);
-                return;
-        }
-        if (o->task) {
-                gp_commit_answer(d, gen, c->req, o->status ? o->status : 200, render_task(d, o->task), 0);
-                return;
-        }
-        /* a task command (cmd_op) whose task is final or unknown */
-        gp_task t;
-        int rc = gp_daemon_task_lookup(d, o->lookup_id, &t);
-        if (rc < 0 || !op_owns(&c->op, &t)) {
-                if (rc == 0)
-                        gp_task_done(&t);
-                gp_commit_answer(d, gen, c->req, 404,
-                                 gp_http_error_body("not_found", "no task %" PRId64, o->lookup_id), 0);
-                return;
-        }
-        if (o->status == 409 && c->kind == CMD_HEARTBEAT)
-                gp_commit_answer(d, gen, c->req, 409,
-                                 gp_http_error_body("conflict", "lease %" PRId64 " is %s: %s", t.id,
-                                                    gp_task_state_name(t.state), t.reason),
-                                 0);
-        else
-                gp_commit_answer(d, gen, c->req, 200, render_task(d, &t), 0);
-        gp_task_done(&t);
+        render(d, c, o);
+        c->req->ctype = o->ctype;
+        gp_commit_answer(d, gen, c->req, o->status, o->body, o->retry_after);
+        o->body = NULL;
 }
 
 static char *render_gpu(gp_daemon *d, uint32_t g) {
@@ -1504,8 +1517,9 @@ void gp_daemon_depose(const char *why) {
         if (!__atomic_load_n(&deposed, __ATOMIC_ACQUIRE)) {
                 gp_strlcpy(deposed_why, why, sizeof(deposed_why));
                 __atomic_store_n(&deposed, true, __ATOMIC_RELEASE);
-                gp_error("lost the lead (epoch %" PRId64 "): %s; acting on nothing, answering reads only, "
-                         "until the database answers again",
+                gp_error("lost the lead (epoch %" PRId64 "): %s; acting on nothing and answering nothing but "
+                         "/healthz and /readyz (503: it may no longer be current), until the database answers "
+                         "again",
                          lead_epoch, why);
         }
         pthread_mutex_unlock(&mu);
@@ -1526,14 +1540,18 @@ static bool check_lead(void) {
         return !gp_daemon_deposed();
 }
 
+bool gp_daemon_lead_lost(void) {
+        return !check_lead();
+}
+
 /* Answer every command of list 503 with Retry-After, at once (generation
  * 0: the answer shows nothing unstored).  d->lock held. */
 static void refuse_answers(gp_daemon *d, cmd *list) {
         for (cmd *c = list; c; c = c->next) {
                 if (!c->req)
                         continue;
-                char *body = gp_http_error_body("unavailable", "this server lost the lead (%s): it answers reads "
-                                                "only; try again (another server leads once the database "
+                char *body = gp_http_error_body("unavailable", "this server lost the lead (%s): it carries out "
+                                                "nothing; try again (another server leads once the database "
                                                 "answers)",
                                                 deposed_why);
                 gp_commit_answer(d, 0, c->req, 503, body, 1);
@@ -1642,7 +1660,14 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         if (!full) /* no task starts while its `running` state may not be storable */
                 apply_decisions(d, &b, now);
         gp_billing_tick(d, now); /* interval segments of long runs */
+        i = 0;
+        for (cmd *c = list; c; c = c->next, i++) /* keyed requests: their answers are stored with the batch */
+                if (c->req && c->req->idem && !(c->kind == CMD_NODE && c->node->op == GP_NODE_OP_SYNC)) {
+                        render(d, c, &out[i]);
+                        gp_idem_record(d, c->req, out[i].status, out[i].ctype, out[i].body);
+                }
         bool stored = commit(d, &b);
+        gp_idem_batch_done(d);
         /* what the answers show: this batch, or an earlier one whose fsync
          * may still run; they go out once that is durable */
         uint64_t gen = gp_commit_applied(d);

@@ -20,8 +20,10 @@
  *     timed out): 503 standby with Retry-After: 1, nothing was sent, so the
  *     CLI moves on to the next URL of its list;
  *   - the leader went away after the request was sent, before its answer
- *     came: 502 leader_unreachable, which says it may have been carried
- *     out (a submit may be stored: check before sending it again).
+ *     came: a write (it carries an Idempotency-Key, the client's or one
+ *     added here) gets a definite answer once the old leader is fenced
+ *     (follower-idem.h): its kept answer, or 503 not_carried_out; a read
+ *     gets 502 leader_unreachable (nothing to carry out twice).
  * A client connection keeps its connection to the leader for its next
  * request while the leader keeps it open and it was idle less than KEEP_MS
  * (the leader closes idle ones after server.connection_timeout_s, 60 s by
@@ -62,6 +64,7 @@
 #include "base/util.h"
 #include "base/tls-keep.h"
 #include "config/config.h"
+#include "server/follower-idem.h"
 #include "server/forward.h"
 #include "server/tls-pump.h"
 #include "server/peer.h"
@@ -86,6 +89,7 @@ struct gp_follower {
         pthread_mutex_t lock;
         char leader[64];        /* under lock: "" = unknown */
         char leader_url[256];   /* under lock: "" = unknown */
+        gp_fres *res;           /* writes cut off by a failover: resolved, never "maybe" (follower-idem.h) */
 };
 
 /* One client connection (MHD_OPTION_NOTIFY_CONNECTION): the connection
@@ -482,6 +486,10 @@ static enum MHD_Result forward(gp_follower *fw, struct MHD_Connection *c, freq *
         MHD_get_connection_values(c, MHD_HEADER_KIND, collect, &hs);
         if (hs.over)
                 return answer_error(c, 431, "invalid_request", "more than 64 request headers");
+        gp_fres_req fq; /* after leader_of: its epoch is at least the one of url's leader */
+        if (gp_fres_key_add(fw->res, method, q->target, q->body.data, q->body.len, hs.h, &hs.n, GP_H1_MAX_HEADERS,
+                            &fq) < 0)
+                return answer_standby(fw, c, "no random bytes for an Idempotency-Key");
         char client[INET6_ADDRSTRLEN + 1];
         client_addr(c, client, sizeof(client));
         gp_http_url u;
@@ -545,6 +553,8 @@ static enum MHD_Result forward(gp_follower *fw, struct MHD_Connection *c, freq *
         gp_buf_done(&head);
         if (!sent || read_head(r, &resp, deadline) < 0) { /* also when this server takes the lead meanwhile */
                 relay_free(r);
+                if (fq.keyed) /* a write: carried out or not, said once the old leader is fenced */
+                        return gp_fres_answer(fw->res, c, &fq, &fw->stopping, fw->id);
                 return answer_error(c, 502, "leader_unreachable",
                                     "the leader went away while this request was on its way: it may have been "
                                     "carried out; check before sending it again");
@@ -704,7 +714,8 @@ int gp_follower_start(const char *server_id, const gp_config *cfg, const int *fd
         atomic_init(&fw->inflight, 0);
         gp_strlcpy(fw->id, server_id, sizeof(fw->id));
         fw->max_body = cfg->max_body_bytes;
-        if (gp_iplimit_init(&fw->ipl, cfg->max_connections_per_ip, cfg->max_connections) < 0) {
+        if (gp_iplimit_init(&fw->ipl, cfg->max_connections_per_ip, cfg->max_connections) < 0 ||
+            gp_fres_new(cfg, &fw->res) < 0) {
                 gp_follower_stop(fw);
                 return -ENOMEM;
         }
@@ -785,5 +796,16 @@ void gp_follower_stop(gp_follower *fw) {
                 }
         pthread_mutex_destroy(&fw->lock);
         gp_iplimit_done(&fw->ipl);
+        gp_fres_free(fw->res);
         free(fw);
+}
+
+void gp_follower_set_epoch(gp_follower *fw, int64_t epoch) {
+        if (fw)
+                gp_fres_set_epoch(fw->res, epoch);
+}
+
+void gp_follower_leads(gp_follower *fw) {
+        if (fw)
+                gp_fres_leads(fw->res);
 }

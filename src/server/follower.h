@@ -23,6 +23,13 @@ int gp_follower_start(const char *server_id, const struct gp_config *cfg, const 
  * is not http://HOST[:PORT] or names no reachable host, such as 0.0.0.0,
  * is kept but not used).  Any thread; takes fw NULL. */
 void gp_follower_set_leader(gp_follower *fw, const char *leader, const char *url);
+/* The lease epoch of that leader: set it BEFORE gp_follower_set_leader
+ * names a new one (a write cut off by a failover is resolved once a
+ * newer epoch holds the lease: follower-idem.h).  Any thread; takes NULL. */
+void gp_follower_set_epoch(gp_follower *fw, int64_t epoch);
+/* This server took the lease (its epoch is the newest): call before
+ * gp_follower_stop, so the writes cut off meanwhile are resolved at once. */
+void gp_follower_leads(gp_follower *fw);
 /* Stop serving: forwards in progress end, open connections are closed;
  * takes NULL. */
 void gp_follower_stop(gp_follower *fw);

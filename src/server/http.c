@@ -20,6 +20,7 @@
 #include "server/commit.h"
 #include "server/disk.h"
 #include "server/forward.h"
+#include "server/idem.h"
 #include "gateway/gateway.h"
 #include "server/monitor.h"
 #include "server/submit.h"
@@ -84,6 +85,11 @@ static enum MHD_Result send_answer(hreq *r, int status, char *body, const char *
         }
         if (allow)
                 MHD_add_response_header(resp, "Allow", allow);
+        if (r->idem_replayed)
+                MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+        /* its answer is decided (a kept one is stored by now): a repeat may
+         * come the moment the client reads it, before MHD completes r */
+        gp_idem_end(r);
         enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
         MHD_destroy_response(resp);
         return ret;
@@ -1124,7 +1130,7 @@ static enum MHD_Result gateway_route(hreq *r, const char *url, const char *metho
  * nothing a batch it could not store changed). */
 static char *deposed_body(gp_daemon *d) {
         json_t *j = json_pack("{s:s,s:s,s:s}", "status", "degraded", "reason",
-                              "lost the lead: the database cannot be reached; reads only", "backend", d->backend);
+                              "lost the lead: the database cannot be reached; answering nothing", "backend", d->backend);
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
         return s;
@@ -1135,7 +1141,7 @@ static char *deposed_body(gp_daemon *d) {
 static int h_healthz(hreq *r, const gp_route_arg *a) {
         (void)a;
         gp_daemon *d = r->d;
-        if (gp_daemon_deposed()) /* alive, reads served: a restart would not bring the database back */
+        if (gp_daemon_deposed()) /* alive: a restart would not bring the database back */
                 return send_now(r, 200, deposed_body(r->d), JSON_TYPE, 0);
         return gp_disk_degraded(d) ? send_json(r, 200, json_pack("{s:s,s:s}", "status", "degraded", "reason",
                                                                  gp_disk_message(d)))
@@ -1304,6 +1310,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
                 gp_route_find(url, method, &m);
                 if (!m.open && authorize(r, &ret) < 0)
                         return ret;
+                if (!m.open && gp_daemon_lead_lost()) /* another server may lead: what we hold may be stale */
+                        return send_now(r, 503,
+                                        gp_http_error_body("unavailable",
+                                                           "this server lost the lead (it cannot reach the "
+                                                           "database to prove it still leads): it answers "
+                                                           "nothing from what it holds, which may be stale; try "
+                                                           "another server, or again in a moment"),
+                                        JSON_TYPE, 1);
+                int iret;
+                if (gp_idem_begin(r, &m, url, method, &iret)) /* a kept answer, or the key refused */
+                        return (enum MHD_Result)iret;
                 return (enum MHD_Result)gp_route_serve(r, &m);
         }
         /* called again with nothing queued for it: route it again, as on its first call */
@@ -1330,6 +1347,7 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 gp_gw_completed(d->gw, r->gw);
         if (r->log_fd >= 0)
                 close(r->log_fd);
+        gp_idem_end(r);
         free(r->resp);
         gp_buf_done(&r->body);
         free(r);

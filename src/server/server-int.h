@@ -145,6 +145,8 @@ typedef struct hreq {
         const char *cors;           /* its Origin, when listed in server.allowed_origins (d->cfg's); else NULL */
         void *gw;                   /* the gateway's request while it has one (gateway.h) */
         struct gp_node *node_held;  /* an agent's sync held by its node (nodes.c), under d->lock */
+        struct gp_idem_req *idem;   /* its Idempotency-Key while in flight (idem.h), else NULL */
+        bool idem_replayed;         /* the answer is a kept one: Idempotent-Replayed: true */
 } hreq;
 
 typedef struct gp_daemon {
@@ -227,6 +229,7 @@ typedef struct gp_daemon {
         struct gp_nodes *nodes;     /* agent nodes and join tokens (nodes.h), under lock */
         struct gp_estimates *est;   /* run-time predictions (estimates.h), under lock */
         struct gp_coord *coord;     /* the coordinator API's handle and heartbeat thread (coord.h) */
+        struct gp_idem *idem;       /* Idempotency-Key: keys in flight, answers to keep (idem.h) */
         bool nodes_local_drain_changed; /* node local drained or undrained: store "drained" (loop thread) */
 } gp_daemon;
 
@@ -255,6 +258,10 @@ void gp_daemon_lead_until(int64_t mono_ms);
 void gp_daemon_depose(const char *why);
 /* Has gp_daemon_depose been called?  Any thread. */
 bool gp_daemon_deposed(void);
+/* A leader that may have lost its lease (deposed, or its lease clock ran
+ * out: it deposes itself here): it answers nothing from memory as if it
+ * were current.  false for a single server.  Any thread. */
+bool gp_daemon_lead_lost(void);
 int gp_daemon_start(gp_daemon *d);
 void gp_daemon_stop(gp_daemon *d);
 /* Close what d holds and free it (after gp_daemon_stop); takes NULL. */

@@ -173,7 +173,7 @@ static void sleep_ms(int64_t ms) {
 /* Renew the lease every lease_s / 3 for the life of the process.  When
  * another took it over, step down at once (exit 75).  When it could not
  * be renewed for lease_s (the database cannot be reached; another may
- * lead once it can), act on nothing more and answer reads only
+ * lead once it can), act on nothing more and answer nothing but the probes
  * (gp_daemon_depose), and step down as soon as the database answers
  * again.  The fence (daemon.c) stops a commit that comes first. */
 static void *lease_main(void *arg) {
@@ -234,9 +234,33 @@ static void follower_beat(const gp_config *cfg, lead *l, int64_t *next, bool *re
         }
 }
 
+/* This server as a member of the store's cluster, on the lease's handle
+ * for the life of the process (store.h gp_store_claim_member): no single
+ * server beside it, no other live process with its server_id.  0, -1
+ * (error, printed), GP_SERVER_EXIT_CONFLICT (refused, printed). */
+static int claim_member(const gp_config *cfg, gp_store *ls) {
+        gp_store_owner me;
+        memset(&me, 0, sizeof(me));
+        if (gethostname(me.host, sizeof(me.host) - 1) < 0)
+                me.host[0] = '\0';
+        me.pid = getpid();
+        gp_strlcpy(me.listen, cfg->listen, sizeof(me.listen));
+        me.since_ms = gp_now_ms();
+        int r = gp_store_claim_member(ls, cfg->server_id, &me, NULL);
+        if (r == 0)
+                return 0;
+        fprintf(stderr, "gpupool server: store: %s\n", gp_store_errmsg(ls));
+        if (r != -EBUSY && r != -EEXIST)
+                return -1;
+        fprintf(stderr, "gpupool server: refused to start (exit %d: a configuration conflict; restarting will not "
+                        "help until the configuration is changed)\n", GP_SERVER_EXIT_CONFLICT);
+        return -GP_SERVER_EXIT_CONFLICT;
+}
+
 /* Follow (answer by forwarding to the leader) until this server gets the
  * leader lease: 1 (l filled), 0 (a stopping signal came first), -1
- * (error, printed). */
+ * (error, printed), -GP_SERVER_EXIT_CONFLICT (refused: another server
+ * holds the store or this server_id; printed). */
 static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sigset_t *set, lead *l) {
         char err[1024];
         gp_store_options so = {.busy_timeout_ms = 5000};
@@ -246,6 +270,9 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
         }
         l->id = cfg->server_id;
         l->lease_ms = (int64_t)cfg->lease_s * 1000;
+        int cr = claim_member(cfg, l->ls);
+        if (cr < 0)
+                return cr;
         gp_follower *fw = NULL;
         bool said = false, failing = false, registered = false;
         int64_t next_beat = 0;
@@ -257,10 +284,16 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
                 if (r == 0) {
                         l->last_ok = sent;
                         gp_daemon_lead_until(sent + l->lease_ms);
+                        gp_follower_leads(fw); /* the writes it forwarded to the old leader are decidable now */
                         gp_follower_stop(fw);
                         gp_info("server %s leads (epoch %" PRId64 ")", l->id, l->epoch);
                         return 1;
                 }
+                int64_t ms = l->lease_ms / 3;
+                gp_store_lease held = {.epoch = 0};
+                /* where the leader is: the url it wrote with its lease (nothing else names it);
+                 * read before the follower first serves, so it never starts without it */
+                bool known = r == -EBUSY && gp_store_lease_get(l->ls, &held) == 0;
                 if (!fw) {
                         int sr = gp_follower_start(l->id, cfg, bound, nbound, &fw);
                         if (sr < 0) {
@@ -268,11 +301,9 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
                                 return -1;
                         }
                 }
-                int64_t ms = l->lease_ms / 3;
                 if (r == -EBUSY) {
-                        gp_store_lease held = {.epoch = 0};
-                        /* where the leader is: the url it wrote with its lease (nothing else names it) */
-                        if (gp_store_lease_get(l->ls, &held) == 0) {
+                        if (known) {
+                                gp_follower_set_epoch(fw, held.epoch); /* before the url it goes with */
                                 gp_follower_set_leader(fw, held.holder, held.url);
                                 /* try again as the lease runs out, not up to lease_s / 3 later */
                                 if (held.left_ms + 20 < ms)
@@ -411,17 +442,23 @@ int gp_server_main(int argc, char **argv) {
                         for (int i = 0; i < nbound; i++)
                                 close(bound[i]);
                         gp_store_close(l.ls);
-                        return wr < 0 ? 1 : 0;
+                        return wr == -GP_SERVER_EXIT_CONFLICT ? GP_SERVER_EXIT_CONFLICT : wr < 0 ? 1 : 0;
                 }
                 pthread_detach(lt);
         }
         gp_daemon *d;
-        if ((cfg.server_id[0] ? gp_daemon_open_lead(&d, &cfg, l.epoch, err, sizeof(err))
-                              : gp_daemon_open(&d, &cfg, err, sizeof(err))) < 0) {
+        int orc = cfg.server_id[0] ? gp_daemon_open_lead(&d, &cfg, l.epoch, err, sizeof(err))
+                                   : gp_daemon_open(&d, &cfg, err, sizeof(err));
+        if (orc < 0) {
                 fprintf(stderr, "gpupool server: %s\n", err);
                 for (int i = 0; i < nbound; i++)
                         close(bound[i]);
-                return 1;
+                if (orc != -EADDRINUSE)
+                        return 1;
+                /* a single server on a cluster's store */
+                fprintf(stderr, "gpupool server: refused to start (exit %d: a configuration conflict; restarting "
+                                "will not help until the configuration is changed)\n", GP_SERVER_EXIT_CONFLICT);
+                return GP_SERVER_EXIT_CONFLICT;
         }
         memcpy(d->bound_fds, bound, (size_t)nbound * sizeof(bound[0]));
         d->n_bound = nbound;

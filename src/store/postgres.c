@@ -142,6 +142,12 @@ static const struct {
  * the tables live in, so stores in two schemas of one database are two
  * stores.  The two-key form never meets the one-key migration lock. */
 #define OWNER_LOCK_CLASS 0x67706f77
+/* First key of the session lock a server of a cluster holds on its
+ * server_id for its life (gp_store_claim_member; "gpmb"); the second is
+ * hashtext() of the schema, '/' and the id.  A member also holds the owner
+ * lock above in SHARE mode, so a single server (EXCLUSIVE) and the members
+ * of a cluster exclude each other whichever starts first. */
+#define MEMBER_LOCK_CLASS 0x67706d62
 
 #define PIPE_MAX 128 /* writes in flight before we read their answers */
 
@@ -166,6 +172,8 @@ typedef struct pg_store {
         int64_t pending_id[PIPE_MAX + 2];         /* its task id (PK_TASK, PK_USAGE), else 0 */
         bool claimed;                   /* gp_store_claim succeeded: every new session claims again */
         gp_store_owner me;              /* the record claimed with */
+        char member_id[64];             /* gp_store_claim_member succeeded with this id ("": not a member);
+                                           every new session claims again */
 } pg_store;
 
 static pg_store *impl(gp_store *s) {
@@ -238,6 +246,7 @@ static int prepare_session(gp_store *s) {
 
 static int pipe_leave(gp_store *s);
 static int claim_session(gp_store *s, const gp_store_owner *me, bool have_lock, gp_store_owner *ret_other);
+static int member_session(gp_store *s, const char *id, const gp_store_owner *me, gp_store_owner *ret_other);
 
 /* Outside a transaction: make sure the connection is up, reconnecting (a
  * fresh session, statements prepared again) if it was lost.
@@ -259,15 +268,15 @@ static int ensure_conn(gp_store *s, const char *what) {
                         return pg_err(s, NULL, what);
         }
         int r = prepare_session(s);
-        if (r < 0 || !p->claimed)
+        if (r < 0 || (!p->claimed && !p->member_id[0]))
                 return r;
         /* the claim was the lost session's: take it again, or refuse to
          * write behind the back of a server that has the store now */
         gp_store_owner other;
-        r = claim_session(s, &p->me, false, &other);
+        r = p->member_id[0] ? member_session(s, p->member_id, &p->me, &other) : claim_session(s, &p->me, false, &other);
         if (r == 0)
                 return 0;
-        if (r == -EBUSY) {
+        if (r == -EBUSY || r == -EEXIST) {
                 char who[320];
                 gp_store_owner_format(&other, who, sizeof(who));
                 store_set_err(s, who, "%s: the connection was lost and another server has claimed the store since",
@@ -417,6 +426,29 @@ static int send_write(gp_store *s, int which, const char *const *vals, int kind,
                 return store_set_err(s, "injected fault", "%s", what);
         if ((r = pipe_send(s, which, NULL, vals, kind, id, what)) < 0)
                 return r;
+        return p->n_pending >= PIPE_MAX ? pipe_sync(s) : 0;
+}
+
+/* gp_store_ops.write: a write with n text parameters inside a
+ * transaction, pipelined like the task puts (no round trip before the
+ * commit: a leader frozen mid-batch never holds the rows of an open
+ * transaction for long); its answer is read at the commit. */
+static int pg_write(gp_store *s, const char *sql, int n, const char *const *params, const char *what) {
+        pg_store *p = impl(s);
+        int r = start_call(s, what);
+        if (r < 0)
+                return r;
+        if (store_fault(s))
+                return store_set_err(s, "injected fault", "%s", what);
+        if (!p->pipelined) {
+                if (PQenterPipelineMode(p->conn) != 1)
+                        return pg_err(s, NULL, what);
+                p->pipelined = true;
+        }
+        if (PQsendQueryParams(p->conn, sql, n, NULL, params, NULL, NULL, 0) != 1)
+                return pg_err(s, NULL, what);
+        p->pending_kind[p->n_pending] = PK_OTHER;
+        p->pending_id[p->n_pending++] = 0;
         return p->n_pending >= PIPE_MAX ? pipe_sync(s) : 0;
 }
 
@@ -584,6 +616,36 @@ static void read_owner(gp_store *s, gp_store_owner *ret) {
         PQclear(res);
 }
 
+/* The owner lock is held: by a single server (EXCLUSIVE: -EBUSY, its row
+ * into *ret_other) or by the servers of a cluster (SHARE: -EADDRINUSE, the
+ * message names the leader). */
+static int held_by_whom(gp_store *s, gp_store_owner *ret_other) {
+        char sql[160];
+        snprintf(sql, sizeof(sql), "SELECT pg_try_advisory_lock_shared(" OWNER_LOCK_ARGS ")", OWNER_LOCK_CLASS);
+        PGresult *res = PQexec(impl(s)->conn, sql);
+        bool shared = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+                      strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+        PQclear(res);
+        if (!shared) {
+                read_owner(s, ret_other);
+                return -EBUSY;
+        }
+        snprintf(sql, sizeof(sql), "SELECT pg_advisory_unlock_shared(" OWNER_LOCK_ARGS ")", OWNER_LOCK_CLASS);
+        PQclear(PQexec(impl(s)->conn, sql));
+        char leader[400] = "no server leads it now";
+        res = PQexec(impl(s)->conn, "SELECT holder, url, (expires_at > now()) FROM leader WHERE id = 1");
+        if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) == 3)
+                snprintf(leader, sizeof(leader), "%s server %.63s at %.255s",
+                         strcmp(PQgetvalue(res, 0, 2), "t") == 0 ? "led by" : "last led by", PQgetvalue(res, 0, 0),
+                         PQgetvalue(res, 0, 1));
+        PQclear(res);
+        store_set_err(s, leader,
+                      "claim the store: the servers of a cluster (cluster.server_id set) are using this store; a "
+                      "server without cluster.server_id would hand out the same task ids: give this one a "
+                      "cluster.server_id of its own to join them, or a store of its own");
+        return -EADDRINUSE;
+}
+
 /* Take the owner lock on the current session (unless have_lock: this
  * session holds it) and write the row.  0, -EBUSY or -GP_ESTORE; on
  * failure this call's lock is released. */
@@ -602,10 +664,8 @@ static int claim_session(gp_store *s, const gp_store_owner *me, bool have_lock, 
                 }
                 bool got = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
                 PQclear(res);
-                if (!got) {
-                        read_owner(s, ret_other);
-                        return -EBUSY;
-                }
+                if (!got)
+                        return held_by_whom(s, ret_other);
         }
         snprintf(pid, sizeof(pid), "%" PRId64, me->pid);
         snprintf(since, sizeof(since), "%" PRId64, me->since_ms);
@@ -637,6 +697,99 @@ static int pg_claim(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_o
                 return r;
         p->me = *me;
         p->claimed = true;
+        return 0;
+}
+
+#define MEMBER_TABLE                                                                                  \
+        "CREATE TABLE IF NOT EXISTS store_members (server_id TEXT PRIMARY KEY, host TEXT NOT NULL,"         \
+        " pid BIGINT NOT NULL, listen TEXT NOT NULL, since_ms BIGINT NOT NULL)"
+#define MEMBER_LOCK_SQL(fn) \
+        "SELECT " fn "(%d, hashtext(current_schema() || '/' || $1))"
+
+/* One statement with the server id as $1; its one boolean. -GP_ESTORE, 0 (f), 1 (t). */
+static int member_bool(gp_store *s, const char *fn, const char *id, const char *what) {
+        char sql[128];
+        snprintf(sql, sizeof(sql), MEMBER_LOCK_SQL("%s"), fn, MEMBER_LOCK_CLASS);
+        const char *vals[1] = {id};
+        PGresult *res = PQexecParams(impl(s)->conn, sql, 1, NULL, vals, NULL, NULL, 0);
+        int r = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1
+                        ? strcmp(PQgetvalue(res, 0, 0), "t") == 0
+                        : pg_err(s, res, what);
+        PQclear(res);
+        return r;
+}
+
+/* The SHARE owner lock and the lock of id on the current session, and
+ * id's row in store_members.  0, -EBUSY (a single server holds the
+ * store), -EEXIST (a live server holds id) with *ret_other, -GP_ESTORE;
+ * on failure this call's locks are released. */
+static int member_session(gp_store *s, const char *id, const gp_store_owner *me, gp_store_owner *ret_other) {
+        pg_store *p = impl(s);
+        char sql[160], pid[24], since[24];
+        snprintf(sql, sizeof(sql), "SELECT pg_try_advisory_lock_shared(" OWNER_LOCK_ARGS ")", OWNER_LOCK_CLASS);
+        PGresult *res = PQexec(p->conn, sql);
+        if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+                int r = pg_err(s, res, "join the cluster: lock");
+                PQclear(res);
+                return r;
+        }
+        bool got = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+        PQclear(res);
+        if (!got) {
+                read_owner(s, ret_other);
+                return -EBUSY;
+        }
+        int r = member_bool(s, "pg_try_advisory_lock", id, "join the cluster: lock the server id");
+        if (r == 0) {
+                const char *vals[1] = {id};
+                res = PQexecParams(p->conn, "SELECT host, pid, listen, since_ms FROM store_members WHERE server_id = $1",
+                                   1, NULL, vals, NULL, NULL, 0);
+                if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) == 4) {
+                        char text[1024];
+                        int n = snprintf(text, sizeof(text), "host=%s\npid=%s\nlisten=%s\nsince_ms=%s\n",
+                                         PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2),
+                                         PQgetvalue(res, 0, 3));
+                        if (n > 0)
+                                gp_store_owner_from_text(text, (size_t)n < sizeof(text) ? (size_t)n : sizeof(text) - 1,
+                                                         ret_other);
+                }
+                PQclear(res);
+                r = -EEXIST;
+                goto unlock_shared;
+        }
+        if (r < 0)
+                goto unlock_shared;
+        snprintf(pid, sizeof(pid), "%" PRId64, me->pid);
+        snprintf(since, sizeof(since), "%" PRId64, me->since_ms);
+        const char *vals[5] = {id, me->host, pid, me->listen, since};
+        if ((r = exec_cmd(s, MEMBER_TABLE, "join the cluster: create store_members")) < 0)
+                goto unlock;
+        res = PQexecParams(p->conn,
+                           "INSERT INTO store_members (server_id, host, pid, listen, since_ms) "
+                           "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (server_id) DO UPDATE SET host = EXCLUDED.host, "
+                           "pid = EXCLUDED.pid, listen = EXCLUDED.listen, since_ms = EXCLUDED.since_ms",
+                           5, NULL, vals, NULL, NULL, 0);
+        r = PQresultStatus(res) == PGRES_COMMAND_OK ? 0 : pg_err(s, res, "join the cluster: record the server");
+        PQclear(res);
+        if (r == 0)
+                return 0;
+unlock:
+        member_bool(s, "pg_advisory_unlock", id, "join the cluster: unlock");
+unlock_shared:
+        snprintf(sql, sizeof(sql), "SELECT pg_advisory_unlock_shared(" OWNER_LOCK_ARGS ")", OWNER_LOCK_CLASS);
+        PQclear(PQexec(p->conn, sql));
+        return r;
+}
+
+static int pg_claim_member(gp_store *s, const char *id, const gp_store_owner *me, gp_store_owner *ret_other) {
+        pg_store *p = impl(s);
+        if (p->claimed || p->member_id[0])
+                return store_set_err(s, "this handle has claimed the store already", "join the cluster");
+        int r = ensure_conn(s, "join the cluster");
+        if (r < 0 || (r = member_session(s, id, me, ret_other)) < 0)
+                return r;
+        p->me = *me;
+        gp_strlcpy(p->member_id, id, sizeof(p->member_id));
         return 0;
 }
 
@@ -1177,11 +1330,13 @@ const gp_store_ops gp_store_postgres_ops = {
         .meta_get = pg_meta_get,
         .meta_set = pg_meta_set,
         .claim = pg_claim,
+        .claim_member = pg_claim_member,
         .usage_add = pg_usage_add,
         .usage_list = pg_usage_list,
         .tokens_add = pg_tokens_add,
         .tokens_list = pg_tokens_list,
         .query = pg_query,
+        .write = pg_write,
         .lease_acquire = pg_lease_acquire,
         .lease_renew = pg_lease_renew,
         .lease_get = pg_lease_get,

@@ -126,6 +126,10 @@ typedef struct gp_store_ops {
          * 0, -EBUSY with *ret_other filled (fields it cannot learn left
          * empty), or -GP_ESTORE */
         int (*claim)(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_other);
+        /* gp_store_claim_member, the same way, with a checked id: 0, -EBUSY
+         * (a single server), -EEXIST (a live server with id), -GP_ESTORE;
+         * NULL: -ENOTSUP */
+        int (*claim_member)(gp_store *s, const char *id, const gp_store_owner *me, gp_store_owner *ret_other);
         int (*usage_add)(gp_store *s, const gp_bill_segment *seg);
         int (*usage_list)(gp_store *s, const gp_usage_filter *f, gp_segment_cb cb, void *ud);
         int (*tokens_add)(gp_store *s, const gp_bill_tokens *t);
@@ -136,6 +140,10 @@ typedef struct gp_store_ops {
          * ignored).  A fault-injection point.  0, cb's value or -GP_ESTORE. */
         int (*query)(gp_store *s, const char *sql, int n, const char *const *params, store_text_cb cb, void *ud,
                      const char *what);
+        /* A write (no rows) inside a transaction, sent without waiting for
+         * its answer, which the commit reads (a refusal fails the commit).
+         * NULL: query is used.  0 or -GP_ESTORE. */
+        int (*write)(gp_store *s, const char *sql, int n, const char *const *params, const char *what);
         /* the leader lease (gp_store_lease_*), outside a transaction with
          * checked arguments; NULL: -ENOTSUP.  The fence itself is
          * s->fence_id / fence_epoch, which the backend checks in commit and
@@ -226,6 +234,7 @@ int store_migrate(gp_store *s, const store_schema_ops *ops);
 /* The coordinator's tables (coord.c), the same SQL for every backend:
  * CREATE ... IF NOT EXISTS, run by store_migrate at every open. */
 extern const char store_coord_schema_sql[];
+extern const char store_idem_schema_sql[]; /* idem.c */
 
 /* Check a record before writing it: state in range, n_gpus in
  * 0..GP_MAX_GPUS with gpus set when > 0, every fixed string NUL-terminated

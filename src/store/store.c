@@ -308,12 +308,53 @@ int gp_store_claim(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_ot
                 char who[320]; /* the message fits s->errmsg */
                 gp_store_owner_format(&other, who, sizeof(who));
                 snprintf(s->errmsg, sizeof(s->errmsg),
-                         "another gpupool server is using this store (%s); stop it first, or give this server a "
-                         "store of its own: several servers on one store are not supported yet",
+                         "another gpupool server is using this store (%.200s); stop it first, or give this server "
+                         "a store of its own (servers share a PostgreSQL store only as a cluster: each with its "
+                         "own cluster.server_id)",
                          who);
                 if (ret_other)
                         *ret_other = other;
         }
+        return r;
+}
+
+int gp_store_claim_member(gp_store *s, const char *server_id, const gp_store_owner *me, gp_store_owner *ret_other) {
+        int r = enter(s, "join the cluster");
+        if (r < 0)
+                return r;
+        if (s->in_tx) {
+                store_set_err(s, "inside a transaction", "join the cluster");
+                return -EINVAL;
+        }
+        if (!server_id || !server_id[0] || strnlen(server_id, sizeof(s->fence_id)) >= sizeof(s->fence_id) ||
+            !memchr(me->host, '\0', sizeof(me->host)) || !memchr(me->listen, '\0', sizeof(me->listen))) {
+                store_set_err(s, "server id empty or longer than 63 bytes, or a string not NUL-terminated",
+                              "join the cluster");
+                return -EINVAL;
+        }
+        if (!s->ops->claim_member) {
+                store_set_err(s, "only a PostgreSQL store has a cluster", "join the cluster");
+                return -ENOTSUP;
+        }
+        gp_store_owner other;
+        memset(&other, 0, sizeof(other));
+        r = s->ops->claim_member(s, server_id, me, &other);
+        char who[320];
+        gp_store_owner_format(&other, who, sizeof(who));
+        if (r == -EBUSY)
+                snprintf(s->errmsg, sizeof(s->errmsg),
+                         "a gpupool server without cluster.server_id is using this store (%.200s): a cluster and a "
+                         "single server on one store would hand out the same task ids; stop it, or give it a "
+                         "cluster.server_id of its own so that it joins the cluster",
+                         who);
+        else if (r == -EEXIST)
+                snprintf(s->errmsg, sizeof(s->errmsg),
+                         "server_id '%.63s' is in use by a live server of this store (%.200s): every server of a "
+                         "cluster needs a cluster.server_id (or GPUPOOL_SERVER_ID) of its own; give this one "
+                         "another, or stop the other",
+                         server_id, who);
+        if ((r == -EBUSY || r == -EEXIST) && ret_other)
+                *ret_other = other;
         return r;
 }
 
@@ -1045,7 +1086,8 @@ int store_migrate(gp_store *s, const store_schema_ops *ops) {
                         goto rollback;
         }
         if ((r = ops->exec(s, billing_sql[ops->dialect], "create metering tables")) < 0 ||
-            (r = ops->exec(s, store_coord_schema_sql, "create coordinator tables")) < 0 || (r = ops->commit(s)) < 0)
+            (r = ops->exec(s, store_coord_schema_sql, "create coordinator tables")) < 0 ||
+            (r = ops->exec(s, store_idem_schema_sql, "create the idempotency table")) < 0 || (r = ops->commit(s)) < 0)
                 goto rollback;
         return 0;
 rollback:

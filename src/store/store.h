@@ -64,6 +64,19 @@ typedef struct gp_store_owner {
  * -EINVAL (me's strings not NUL-terminated, or inside a transaction);
  * -GP_ESTORE.  Claiming again on the same handle rewrites the record. */
 int gp_store_claim(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_other);
+/* Claim the store as server server_id of a cluster (PostgreSQL only), for
+ * as long as this handle stays open: the owner lock above in SHARE mode
+ * (so neither a single server and a cluster, nor two single servers, use
+ * one store, whichever starts first) plus a session lock on the server id
+ * (so two live processes never run with one id), and the row of id in
+ * store_members (*me).  Reconnects claim again, as gp_store_claim.
+ * 0; -EBUSY: a server without a server id holds the store; -EEXIST: a
+ * live server holds server_id; both with *ret_other (if not NULL) and a
+ * message for the operator in gp_store_errmsg(); -ENOTSUP (SQLite);
+ * -EINVAL; -GP_ESTORE.  A plain gp_store_claim, on its side, fails with
+ * -EADDRINUSE ("the servers of a cluster ...", naming the leader) while
+ * members hold the store. */
+int gp_store_claim_member(gp_store *s, const char *server_id, const gp_store_owner *me, gp_store_owner *ret_other);
 
 /* ---- one leader among several servers (PostgreSQL only) ----
  *

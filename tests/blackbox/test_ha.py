@@ -337,8 +337,9 @@ def test_failover_under_load_through_a_follower_loses_nothing(pair):
     then leads and stores them itself.  Afterwards the store holds every
     acknowledged write exactly once: every 201 task, every acknowledged
     cancel as cancelled, credits and tokens equal to the acknowledged ones
-    (give or take the few answers that were cut off: 502, a connection
-    error), and nothing that was not asked for."""
+    (give or take the few answers whose connection broke), and nothing that
+    was not asked for; a write s2 had sent to s1 when it died is answered
+    once s1 is fenced: its stored answer, or 503 not_carried_out."""
     s1, s2 = pair
     _assert_follower(s2, "s1")
     r = requests.put(s2.url + "/admin/tenants/acme", json={"weight": 1}, timeout=15)
@@ -361,15 +362,12 @@ def test_failover_under_load_through_a_follower_loses_nothing(pair):
             return None
         if r.status_code in (200, 201):
             return r.json()
-        if r.status_code == 503:
-            assert r.json()["error"]["code"] == "standby", r.text
-            with lock:
-                refused[0] += 1
-            time.sleep(0.05)
-            return None
-        assert r.status_code == 502 and r.json()["error"]["code"] == "leader_unreachable", r.text
+        # a write cut off by the kill is resolved by s2 once s1 is fenced (issue 22): never 502 "maybe"
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] in ("standby", "not_carried_out"), r.text
         with lock:
-            unsure[kind] += 1
+            refused[0] += 1
+        time.sleep(0.05)
         return None
 
     def submitter(cancel_every):
@@ -464,9 +462,10 @@ class _Postgres:
 def test_postgresql_going_away_and_coming_back(pair):
     """PostgreSQL stops under a leader and a follower.  The leader cannot
     renew its lease; once lease_s has passed it acts on nothing more (it
-    cannot prove it leads) but goes on answering reads of what it holds, on
-    its own port and through the follower, while every write gets 503 with
-    Retry-After and changes nothing.  When PostgreSQL is back, the old
+    cannot prove it leads) and answers nothing from what it holds (another
+    server may lead by then, and what it holds may be stale: issue 22), on
+    its own port and through the follower: reads and writes alike get 503
+    with Retry-After and change nothing.  When PostgreSQL is back, the old
     leader steps down (75) and the follower leads; every task acknowledged
     before the outage is there, and nothing else."""
     s1, s2 = pair
@@ -477,13 +476,15 @@ def test_postgresql_going_away_and_coming_back(pair):
         t0 = time.monotonic()
         wait_for(lambda: s1.health() == "degraded", LEASE_S + 5, "s1 to stop acting")
         print("leader read-only %.2f s after PostgreSQL stopped" % (time.monotonic() - t0))
-        assert "acting on nothing, answering reads only" in s1.log(), s1.log()
+        assert "acting on nothing and answering nothing but /healthz" in s1.log(), s1.log()
         assert requests.get(s1.url + "/readyz", timeout=5).status_code == 503
-        time.sleep(LEASE_S)  # well past its lease: still serving
+        time.sleep(LEASE_S)  # well past its lease
         for s in (s1, s2):
-            # a running task, from what s1 holds (a finished one is read from the store: 503)
-            r = requests.get(s.url + "/api/v1/tasks/%d" % running, timeout=5)
-            assert r.status_code == 200 and r.json()["state"] == "running", r.text
+            # a running task s1 holds in memory: not shown as if current
+            for path in ("/api/v1/tasks/%d" % running, "/api/v1/tasks", "/api/v1/gpus"):
+                r = requests.get(s.url + path, timeout=5)
+                assert r.status_code == 503 and r.headers.get("Retry-After") == "1", r.text
+                assert r.json()["error"]["code"] in ("unavailable", "standby"), r.text
             for method, path in (("POST", "/api/v1/tasks"), ("POST", "/api/v1/tasks/%d/cancel" % running)):
                 r = requests.request(method, s.url + path, json={"gpu_request": 1, "command": ["true"]},
                                      timeout=10)
@@ -532,16 +533,21 @@ def test_a_write_when_postgresql_is_gone_is_refused_and_stores_nothing(pair):
     lease has run out: its commit fails, so the leader acts on nothing more
     (without exiting) and the submit gets 503 with Retry-After, never 201.
     What it applied but could not store is shown to no reader (503), and it
-    is not in the store once PostgreSQL is back."""
+    is not in the store once PostgreSQL is back.  (Sent to s1 without an
+    Idempotency-Key: one, which s2 adds to every write it forwards, makes
+    s1 look its answer up first, and that lookup's 503 comes before any
+    commit; the keyed write through s2 is refused too.)"""
     s1, s2 = pair
     acked, running = _before_the_outage(s1, s2)
     pg = _Postgres(s1.store_url)
     pg.stop()
     try:
-        r = requests.post(s2.url + "/api/v1/tasks", json={"gpu_request": 1, "command": ["true"]}, timeout=15)
+        r = requests.post(s1.url + "/api/v1/tasks", json={"gpu_request": 1, "command": ["true"]}, timeout=15)
         assert r.status_code == 503 and r.headers.get("Retry-After") == "1", r.text
         assert r.json()["error"]["code"] == "unavailable", r.text
         assert "a commit failed" in s1.log(), s1.log()
+        r = requests.post(s2.url + "/api/v1/tasks", json={"gpu_request": 1, "command": ["true"]}, timeout=15)
+        assert r.status_code == 503 and r.headers.get("Retry-After") == "1", r.text
         assert s1.health() == "degraded"
         r = requests.get(s1.url + "/api/v1/tasks/%d" % running, timeout=15)
         assert r.status_code == 503, r.text  # it could show the unstored submit

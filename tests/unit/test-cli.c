@@ -1120,6 +1120,90 @@ static void test_ps_shows_a_user_column_when_tasks_have_users(void **state) {
         gp_buf_done(&b);
 }
 
+static char *route_flaky(struct srv *s, const char *req) {
+        pthread_mutex_lock(&s->mu);
+        int n = s->n_wait++;
+        pthread_mutex_unlock(&s->mu);
+        if (n == 0)
+                return http_resp(502, NULL, "{\"error\":{\"code\":\"leader_unreachable\",\"message\":\"gone\"}}");
+        if (n == 1)
+                return http_resp(409, "Retry-After: 1\r\n",
+                                 "{\"error\":{\"code\":\"idempotency_in_flight\",\"message\":\"busy\"}}");
+        return route_basic(s, req);
+}
+
+/* The Idempotency-Key line of request req, or "" (into out). */
+static void idem_key_of(const char *req, char *out, size_t size) {
+        const char *k = strstr(req, "\r\nIdempotency-Key: ");
+        out[0] = '\0';
+        if (!k)
+                return;
+        k += strlen("\r\nIdempotency-Key: ");
+        size_t n = strcspn(k, "\r");
+        snprintf(out, size, "%.*s", (int)n, k);
+}
+
+/* A write carries one random Idempotency-Key; a 502, a 503 of any kind, a
+ * 409 idempotency_in_flight or a lost connection sends it again, with the
+ * same key, through the URL list and again after a pause, until a definite
+ * answer; a read carries no key. */
+static void test_a_write_is_sent_again_with_one_key_until_a_definite_answer(void **state) {
+        struct srv flaky, busy;
+        srv_start(&flaky, route_flaky);
+        srv_start(&busy, route_busy);
+        char api[256];
+        snprintf(api, sizeof(api), "%s,", srv_api(&busy));
+        snprintf(api + strlen(api), sizeof(api) - strlen(api), "%s", srv_api(&flaky));
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "submit", "--gpus", "1", "--", "true"),
+                ARGV("--api", api, "submit", "--gpus", "1", "--", "true"));
+        assert_int_equal(r.ex, 0);
+        assert_string_equal(r.out, "17\n");
+        assert_int_equal(flaky.nreq, 3);
+        assert_int_equal(busy.nreq, 3); /* asked first in each round */
+        char k0[64], k[64];
+        idem_key_of(flaky.reqs[0], k0, sizeof(k0));
+        assert_int_equal(strlen(k0), 36);
+        assert_true(!strncmp(k0, "gpc-", 4));
+        for (int i = 0; i < 3; i++) {
+                idem_key_of(flaky.reqs[i], k, sizeof(k));
+                assert_string_equal(k, k0);
+                idem_key_of(busy.reqs[i], k, sizeof(k));
+                assert_string_equal(k, k0);
+        }
+        ran_done(&r);
+        /* another command: another key */
+        run_cli(&r, ARGC("--api", srv_api(&flaky), "cancel", "17"), ARGV("--api", srv_api(&flaky), "cancel", "17"));
+        assert_int_equal(r.ex, 0);
+        idem_key_of(flaky.reqs[3], k, sizeof(k));
+        assert_int_equal(strlen(k), 36);
+        assert_string_not_equal(k, k0);
+        ran_done(&r);
+        /* a read has no key */
+        run_cli(&r, ARGC("--api", srv_api(&flaky), "ps"), ARGV("--api", srv_api(&flaky), "ps"));
+        idem_key_of(flaky.reqs[4], k, sizeof(k));
+        assert_string_equal(k, "");
+        ran_done(&r);
+        /* a server that only ever says 503: the window ends it, with its answer */
+        setenv("GPUPOOL_WRITE_RETRY_S", "1", 1);
+        run_cli(&r, ARGC("--api", srv_api(&busy), "cancel", "17"), ARGV("--api", srv_api(&busy), "cancel", "17"));
+        unsetenv("GPUPOOL_WRITE_RETRY_S");
+        assert_int_not_equal(r.ex, 0);
+        assert_non_null(strstr(r.err, "the store is down"));
+        assert_true(busy.nreq >= 5);
+        ran_done(&r);
+        /* nothing listening: nothing was sent, so no second round */
+        char dead[64];
+        snprintf(dead, sizeof(dead), "http://127.0.0.1:%d", free_port());
+        int64_t t0 = gp_mono_ms();
+        run_cli(&r, ARGC("--api", dead, "cancel", "17"), ARGV("--api", dead, "cancel", "17"));
+        assert_int_equal(r.ex, 3);
+        assert_true(gp_mono_ms() - t0 < 1000);
+        ran_done(&r);
+        srv_stop(&flaky);
+        srv_stop(&busy);
+}
+
 static void test_submit_prints_id_and_sends_key_and_body(void **state) {
         struct srv s;
         srv_start(&s, route_basic);
@@ -1904,6 +1988,7 @@ int main(void) {
                 cmocka_unit_test(test_display_width_counts_wide_and_combining),
                 cmocka_unit_test(test_exit_3_when_nothing_listens),
                 cmocka_unit_test(test_api_list_moves_past_unreachable_and_standby_servers),
+                cmocka_unit_test(test_a_write_is_sent_again_with_one_key_until_a_definite_answer),
                 cmocka_unit_test(test_exit_2_with_message_for_usage_errors),
                 cmocka_unit_test(test_submit_prints_id_and_sends_key_and_body),
                 cmocka_unit_test(test_exit_1_prints_server_error_code_and_message),

@@ -30,6 +30,7 @@
 #include "base/err.h"
 #include "store/store.h"
 #include "store/coord.h"
+#include "store/idem.h"
 
 /* ---- fixture: one database per test ---- */
 
@@ -1352,6 +1353,101 @@ static void test_second_claim_is_refused_naming_the_owner(void **state) {
         gp_store_close(b);
 }
 
+static gp_store_idem idem_row(const char *key, int status, const char *body, int64_t created) {
+        gp_store_idem r;
+        memset(&r, 0, sizeof(r));
+        snprintf(r.caller, sizeof(r.caller), "tenant:t");
+        snprintf(r.key, sizeof(r.key), "%s", key);
+        memset(r.fp, 'a', GP_IDEM_FP_LEN);
+        r.status = status;
+        r.body = (char *)body;
+        r.created_ms = created;
+        return r;
+}
+
+/* A kept answer is there exactly when its transaction committed; the
+ * first answer of a key wins; bad rows are refused; pruning drops the old
+ * and keeps the newest within the bound. */
+static void test_idem_answers_follow_their_transaction_and_are_pruned(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        gp_store_idem a = idem_row("k1", 201, "{\"id\":1}", 1000), got;
+        assert_int_equal(gp_store_idem_put(s, &a), -EINVAL); /* outside a transaction */
+        assert_int_equal(gp_store_begin(s), 0);
+        assert_int_equal(gp_store_idem_put(s, &a), 0);
+        assert_int_equal(gp_store_rollback(s), 0);
+        assert_int_equal(gp_store_idem_get(s, "tenant:t", "k1", &got), -ENOENT);
+        assert_int_equal(gp_store_begin(s), 0);
+        assert_int_equal(gp_store_idem_put(s, &a), 0);
+        gp_store_idem again = idem_row("k1", 409, "{}", 2000);
+        assert_int_equal(gp_store_idem_put(s, &again), 0); /* the first answer wins */
+        gp_store_idem bad = idem_row("k\x01", 201, "{}", 1000);
+        assert_int_equal(gp_store_idem_put(s, &bad), -EINVAL);
+        assert_int_equal(gp_store_commit(s), 0);
+        assert_int_equal(gp_store_idem_get(s, "tenant:t", "k1", &got), 0);
+        assert_int_equal(got.status, 201);
+        assert_string_equal(got.body, "{\"id\":1}");
+        assert_string_equal(got.ctype, "");
+        assert_int_equal(got.created_ms, 1000);
+        assert_int_equal(strlen(got.fp), GP_IDEM_FP_LEN);
+        free(got.body);
+        assert_int_equal(gp_store_idem_get(s, "tenant:u", "k1", &got), -ENOENT); /* per caller */
+        assert_int_equal(gp_store_begin(s), 0);
+        for (int i = 2; i <= 5; i++) {
+                char k[16];
+                snprintf(k, sizeof(k), "k%d", i);
+                gp_store_idem r = idem_row(k, 200, "x", 1000 * i);
+                snprintf(r.ctype, sizeof(r.ctype), "text/csv");
+                assert_int_equal(gp_store_idem_put(s, &r), 0);
+        }
+        assert_int_equal(gp_store_idem_prune(s, 2000, 100), 0); /* k1 (1000) goes */
+        assert_int_equal(gp_store_commit(s), 0);
+        assert_int_equal(gp_store_idem_get(s, "tenant:t", "k1", &got), -ENOENT);
+        assert_int_equal(gp_store_idem_get(s, "tenant:t", "k2", &got), 0);
+        assert_string_equal(got.ctype, "text/csv");
+        free(got.body);
+        assert_int_equal(gp_store_begin(s), 0);
+        assert_int_equal(gp_store_idem_prune(s, 0, 2), 0); /* the newest two stay */
+        assert_int_equal(gp_store_commit(s), 0);
+        assert_int_equal(gp_store_idem_get(s, "tenant:t", "k3", &got), -ENOENT);
+        assert_int_equal(gp_store_idem_get(s, "tenant:t", "k4", &got), 0);
+        free(got.body);
+        assert_int_equal(gp_store_idem_get(s, "tenant:t", "k5", &got), 0);
+        free(got.body);
+        assert_int_equal(gp_store_idem_get(s, "tenant:t", "", &got), -EINVAL);
+        gp_store_close(s);
+}
+
+/* A cluster's members share the store, one live process per server id,
+ * and a single server and members exclude each other either way round. */
+static void test_postgres_members_and_a_single_server_exclude_each_other(void **state) {
+        FX(state);
+        gp_store *a = open_store(fx), *b = open_store(fx), *c = open_store(fx);
+        gp_store_owner me = owner("host-a", 11, "127.0.0.1:1"), you = owner("host-b", 22, "127.0.0.1:2"), other;
+        assert_int_equal(gp_store_claim_member(a, "s1", &me, NULL), 0);
+        memset(&other, 0, sizeof(other));
+        assert_int_equal(gp_store_claim_member(b, "s1", &you, &other), -EEXIST);
+        assert_int_equal(other.pid, 11);
+        assert_non_null(strstr(gp_store_errmsg(b), "server_id 's1' is in use by a live server"));
+        assert_int_equal(gp_store_claim_member(b, "s2", &you, NULL), 0);
+        assert_int_equal(gp_store_claim(c, &me, NULL), -EADDRINUSE);
+        assert_non_null(strstr(gp_store_errmsg(c), "the servers of a cluster"));
+        gp_store_close(a);
+        gp_store_close(b);
+        int r = -EADDRINUSE;
+        for (int i = 0; i < 100 && r == -EADDRINUSE; i++) /* the closed sessions end a moment later */
+                if ((r = gp_store_claim(c, &me, NULL)) == -EADDRINUSE)
+                        usleep(50 * 1000);
+        assert_int_equal(r, 0);
+        gp_store *d = open_store(fx);
+        memset(&other, 0, sizeof(other));
+        assert_int_equal(gp_store_claim_member(d, "s1", &you, &other), -EBUSY);
+        assert_int_equal(other.pid, 11);
+        assert_non_null(strstr(gp_store_errmsg(d), "without cluster.server_id"));
+        gp_store_close(d);
+        gp_store_close(c);
+}
+
 /* The owner text read from a file is bounded and never trusted: torn or
  * hostile content gives empty fields and no control characters. */
 static void test_owner_text_round_trips_and_survives_garbage(void **state) {
@@ -2161,6 +2257,8 @@ static void test_coord_racing_servers_never_share_a_lock(void **state) {
         cmocka_unit_test_prestate_setup_teardown(test_coord_lock_fault_at_every_step_grants_nothing,    \
                                                  fx_setup, fx_teardown, (void *)(be)),                    \
         cmocka_unit_test_prestate_setup_teardown(test_coord_racing_servers_never_share_a_lock,          \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(test_idem_answers_follow_their_transaction_and_are_pruned, \
                                                  fx_setup, fx_teardown, (void *)(be))
 
 int main(void) {
@@ -2197,6 +2295,8 @@ int main(void) {
                 cmocka_unit_test_prestate_setup_teardown(test_postgres_lease_acquire_renew_expire_takeover,
                                                          fx_setup, fx_teardown, (void *)pg),
                 cmocka_unit_test_prestate_setup_teardown(test_postgres_fenced_handle_stores_nothing_after_a_takeover,
+                                                         fx_setup, fx_teardown, (void *)pg),
+                cmocka_unit_test_prestate_setup_teardown(test_postgres_members_and_a_single_server_exclude_each_other,
                                                          fx_setup, fx_teardown, (void *)pg),
         };
         int failed = cmocka_run_group_tests_name("store-sqlite", sqlite_tests, NULL, NULL);

@@ -1,0 +1,229 @@
+/* test-tls.c - unit tests of src/base/tls.c against the openssl command:
+ * the CA pin equals kubeadm's recipe computed by openssl, the generated CA
+ * and server certificate form a chain `openssl verify` accepts for the
+ * names asked, and credentials refuse a key of another certificate. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "base/tls.h"
+
+static char dir[64];
+
+static int setup(void **state) {
+        (void)state;
+        snprintf(dir, sizeof(dir), "/tmp/test-tls-XXXXXX");
+        return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+        (void)state;
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Runs a shell command in dir; its exit status; its first line of output in out. */
+static int sh(char *out, size_t outlen, const char *fmt, ...) {
+        char cmd[2048], full[2200];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(cmd, sizeof(cmd), fmt, ap);
+        va_end(ap);
+        snprintf(full, sizeof(full), "cd %s && (%s) 2>/dev/null", dir, cmd);
+        FILE *p = popen(full, "r");
+        assert_non_null(p);
+        char line[4096] = "";
+        if (out && outlen) {
+                out[0] = 0;
+                while (fgets(line, sizeof(line), p))
+                        if (!out[0])
+                                snprintf(out, outlen, "%s", line);
+        } else {
+                while (fgets(line, sizeof(line), p))
+                        ;
+        }
+        int st = pclose(p);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char *slurp(const char *name) {
+        char path[256];
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        char *s = NULL;
+        assert_int_equal(gp_tls_read_pem(path, &s, NULL), 0);
+        return s;
+}
+
+static void spit(const char *name, const char *s) {
+        char path[256];
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        assert_int_equal(fputs(s, f) >= 0, 1);
+        assert_int_equal(fclose(f), 0);
+}
+
+/* kubeadm's recipe: sha256 of the DER public key of the certificate in file. */
+static void openssl_pin(const char *file, char out[GP_TLS_HASH_LEN]) {
+        char line[256];
+        assert_int_equal(sh(line, sizeof(line),
+                            "openssl x509 -in %s -pubkey -noout | openssl pkey -pubin -outform DER | sha256sum", file),
+                         0);
+        assert_true(strlen(line) > 64);
+        snprintf(out, GP_TLS_HASH_LEN, "sha256:%.64s", line);
+}
+
+static void expect_pin_of(const char *file) {
+        char want[GP_TLS_HASH_LEN], got[GP_TLS_HASH_LEN];
+        openssl_pin(file, want);
+        char *pem = slurp(file);
+        assert_int_equal(gp_tls_ca_hash_pem(pem, strlen(pem), got), 0);
+        assert_string_equal(got, want);
+        free(pem);
+}
+
+static void test_ca_hash_equals_openssl_pubkey_sha256(void **state) {
+        (void)state;
+        assert_int_equal(sh(NULL, 0,
+                            "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ec.key "
+                            "-out ec.crt -days 30 -subj /CN=ec-ca"),
+                         0);
+        expect_pin_of("ec.crt");
+        assert_int_equal(sh(NULL, 0,
+                            "openssl req -x509 -newkey rsa:2048 -nodes -keyout rsa.key -out rsa.crt -days 30 "
+                            "-subj /CN=rsa-ca"),
+                         0);
+        expect_pin_of("rsa.crt");
+        /* a bundle: the pin is the first certificate's */
+        char *ec = slurp("ec.crt"), *rsa = slurp("rsa.crt");
+        char both[16384], a[GP_TLS_HASH_LEN], b[GP_TLS_HASH_LEN];
+        snprintf(both, sizeof(both), "%s%s", rsa, ec);
+        assert_int_equal(gp_tls_ca_hash_pem(both, strlen(both), a), 0);
+        assert_int_equal(gp_tls_ca_hash_pem(rsa, strlen(rsa), b), 0);
+        assert_string_equal(a, b);
+        free(ec);
+        free(rsa);
+}
+
+static void test_ca_hash_refuses_what_is_no_certificate(void **state) {
+        (void)state;
+        char out[GP_TLS_HASH_LEN] = "untouched";
+        static const char junk[] = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        assert_int_equal(gp_tls_ca_hash_pem(junk, sizeof(junk) - 1, out), -GP_EPARSE);
+        assert_int_equal(gp_tls_ca_hash_pem("", 0, out), -GP_EPARSE);
+        assert_int_equal(gp_tls_ca_hash_pem("hello", 5, out), -GP_EPARSE);
+        assert_string_equal(out, "untouched");
+}
+
+static void test_generated_chain_verifies_with_the_sans_asked(void **state) {
+        (void)state;
+        char *ca = NULL, *cakey = NULL, *crt = NULL, *key = NULL;
+        assert_int_equal(gp_tls_make_ca("gpupool-ca", 3650, &ca, &cakey), 0);
+        static const char *const sans[] = {"localhost", "127.0.0.1", "::1", "gp.example.org", "10.1.2.3", "localhost"};
+        assert_int_equal(gp_tls_make_cert(ca, cakey, "gpupool-server", sans, 6, 0, 365, &crt, &key), 0);
+        spit("gca.crt", ca);
+        spit("gserver.crt", crt);
+        spit("gserver.key", key);
+        assert_int_equal(sh(NULL, 0, "openssl verify -CAfile gca.crt gserver.crt"), 0);
+        assert_int_equal(sh(NULL, 0, "openssl verify -CAfile gca.crt -verify_hostname gp.example.org gserver.crt"), 0);
+        assert_int_equal(sh(NULL, 0, "openssl verify -CAfile gca.crt -verify_ip 10.1.2.3 gserver.crt"), 0);
+        assert_int_equal(sh(NULL, 0, "openssl verify -CAfile gca.crt -verify_ip ::1 gserver.crt"), 0);
+        /* a name not asked is not in it */
+        assert_int_not_equal(sh(NULL, 0, "openssl verify -CAfile gca.crt -verify_hostname other.org gserver.crt"), 0);
+        assert_int_not_equal(sh(NULL, 0, "openssl verify -CAfile gca.crt -verify_ip 10.1.2.4 gserver.crt"), 0);
+        /* the CA is a P-256 CA valid for ten years; the key matches the certificate */
+        char line[512];
+        assert_int_equal(sh(line, sizeof(line), "openssl x509 -in gca.crt -noout -text | grep -c 'CA:TRUE'"), 0);
+        assert_int_equal(sh(line, sizeof(line), "openssl x509 -in gca.crt -noout -text | grep 'NIST CURVE'"), 0);
+        assert_non_null(strstr(line, "P-256"));
+        assert_int_equal(sh(NULL, 0, "openssl x509 -in gca.crt -noout -checkend %d", 3640 * 86400), 0);
+        assert_int_not_equal(sh(NULL, 0, "openssl x509 -in gca.crt -noout -checkend %d", 3651 * 86400), 0);
+        assert_int_equal(sh(NULL, 0,
+                            "test \"$(openssl x509 -in gserver.crt -pubkey -noout)\" = "
+                            "\"$(openssl pkey -in gserver.key -pubout)\""),
+                         0);
+        expect_pin_of("gca.crt");
+
+        /* the credentials pin the CA given, or else the last certificate of the file */
+        gp_tls_creds *c = NULL;
+        char err[256] = "";
+        assert_int_equal(gp_tls_creds_new(crt, key, ca, &c, err, sizeof(err)), 0);
+        char want[GP_TLS_HASH_LEN];
+        openssl_pin("gca.crt", want);
+        assert_string_equal(gp_tls_creds_ca_hash(c), want);
+        size_t len = 0;
+        assert_string_equal(gp_tls_creds_ca_pem(c, &len), ca);
+        assert_int_equal(len, strlen(ca));
+        time_t na = gp_tls_creds_not_after(c);
+        assert_true(na > time(NULL) + 363 * 86400 && na < time(NULL) + 366 * 86400);
+        assert_ptr_equal(gp_tls_creds_ref(c), c);
+        gp_tls_creds_unref(c);
+        gp_tls_creds_unref(c);
+        char chain[16384];
+        snprintf(chain, sizeof(chain), "%s%s", crt, ca);
+        assert_int_equal(gp_tls_creds_new(chain, key, NULL, &c, err, sizeof(err)), 0);
+        assert_string_equal(gp_tls_creds_ca_hash(c), want);
+        gp_tls_creds_unref(c);
+
+        /* a certificate that starts later (for tests of not-yet-valid peers) */
+        char *late = NULL, *latekey = NULL;
+        assert_int_equal(gp_tls_make_cert(ca, cakey, "late", sans, 1, 86400, 1, &late, &latekey), 0);
+        spit("late.crt", late);
+        assert_int_not_equal(sh(NULL, 0, "openssl verify -CAfile gca.crt late.crt"), 0);
+        free(late);
+        free(latekey);
+        free(ca);
+        free(cakey);
+        free(crt);
+        free(key);
+}
+
+static void test_creds_refuse_a_key_of_another_certificate(void **state) {
+        (void)state;
+        char *ca = NULL, *cakey = NULL, *crt = NULL, *key = NULL, *crt2 = NULL, *key2 = NULL;
+        static const char *const sans[] = {"localhost"};
+        assert_int_equal(gp_tls_make_ca("ca", 10, &ca, &cakey), 0);
+        assert_int_equal(gp_tls_make_cert(ca, cakey, "a", sans, 1, 0, 10, &crt, &key), 0);
+        assert_int_equal(gp_tls_make_cert(ca, cakey, "b", sans, 1, 0, 10, &crt2, &key2), 0);
+        gp_tls_creds *c = NULL;
+        char err[256] = "";
+        assert_int_equal(gp_tls_creds_new(crt, key2, ca, &c, err, sizeof(err)), -EINVAL);
+        assert_null(c);
+        assert_true(strlen(err) > 0);
+        assert_int_equal(gp_tls_creds_new("garbage", key, NULL, &c, err, sizeof(err)), -EINVAL);
+        assert_null(c);
+        /* files: a missing one is named in the message */
+        assert_int_equal(gp_tls_creds_load("/nonexistent/x.crt", "/nonexistent/x.key", NULL, &c, err, sizeof(err)),
+                         -EINVAL);
+        assert_non_null(strstr(err, "/nonexistent/x.crt"));
+        /* a CA that is not a certificate is refused */
+        assert_int_equal(gp_tls_make_cert("junk", cakey, "x", sans, 1, 0, 10, &crt2, &key2), -EINVAL);
+        assert_int_equal(gp_tls_make_ca("", 10, &crt2, &key2), -EINVAL);
+        free(ca);
+        free(cakey);
+        free(crt);
+        free(key);
+        free(crt2);
+        free(key2);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_ca_hash_equals_openssl_pubkey_sha256),
+                cmocka_unit_test(test_ca_hash_refuses_what_is_no_certificate),
+                cmocka_unit_test(test_generated_chain_verifies_with_the_sans_asked),
+                cmocka_unit_test(test_creds_refuse_a_key_of_another_certificate),
+        };
+        return cmocka_run_group_tests(tests, setup, teardown);
+}

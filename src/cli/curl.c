@@ -216,6 +216,10 @@ int gp_cli_curl_exchange(gp_cli_xfer *x, const char *url) {
         cu.setopt(k.h, CURLOPT_USERAGENT, "gpupool-cli/" GP_VERSION);
         cu.setopt(k.h, CURLOPT_PROTOCOLS_STR, "http,https");
         cu.setopt(k.h, CURLOPT_TCP_KEEPALIVE, 1L);
+        if (x->c->cacert) { /* that CA alone, peer and host checked (libcurl's default) */
+                cu.setopt(k.h, CURLOPT_CAINFO, x->c->cacert);
+                cu.setopt(k.h, CURLOPT_CAPATH, NULL);
+        }
         cu.setopt(k.h, CURLOPT_HEADERFUNCTION, on_header);
         cu.setopt(k.h, CURLOPT_HEADERDATA, &k);
         cu.setopt(k.h, CURLOPT_WRITEFUNCTION, on_body);

@@ -88,6 +88,7 @@ static int parse_over_max(struct ctx *c, const struct field *f, void *base, cons
 static int parse_tenant_kind(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_quota(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_items(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_tls_plaintext(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int field_index(const char *key);
 static int parse_hhmm(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
@@ -134,6 +135,12 @@ static const struct field fields[] = {
         {"server.http_threads", K_INT, CFG(http_threads), 1, 256, NULL},
         {"server.allowed_origins", K_CUSTOM, CFG(allowed_origins), 0, GP_MAX_ALLOWED_ORIGINS, parse_items},
         {"server.user", K_CUSTOM, CFG(server_user), 0, 0, parse_unix_user},
+        {"server.tls", K_SECTION, NOSTORE, 0, 0, NULL},
+        {"server.tls.cert", K_STR, CFG(tls_cert), 0, PATH_MAX - 1, NULL},
+        {"server.tls.key", K_STR, CFG(tls_key), 0, PATH_MAX - 1, NULL},
+        {"server.tls.ca", K_STR, CFG(tls_ca), 0, PATH_MAX - 1, NULL},
+        {"server.tls.sans", K_CUSTOM, CFG(tls_sans), 0, GP_CFG_MAX_TLS_SANS, parse_items},
+        {"server.tls.plaintext", K_CUSTOM, CFG(tls_plaintext_any), 0, 0, parse_tls_plaintext},
 
         {"auth", K_SECTION, NOSTORE, 0, 0, NULL},
         {"auth.admin_keys", K_CUSTOM, CFG(admin_keys), 0, GP_CFG_MAX_ADMIN_KEYS, parse_items},
@@ -310,6 +317,7 @@ static const struct field fields[] = {
 
 static const char *const backend_names[] = {"auto", "nvml", "sim", "none"};
 static const char *const sync_names[] = {"full", "normal"};
+static const char *const plaintext_names[] = {"loopback", "any"};
 static const char *const severity_names[] = {"info", "warning", "critical"};
 static const char *const cmp_names[] = {">", ">=", "<", "<=", "==", "!="}; /* gp_cmp order */
 
@@ -1186,6 +1194,35 @@ static int parse_store_sync(struct ctx *c, const struct field *f, void *base, co
         return r;
 }
 
+static int parse_tls_plaintext(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        size_t i;
+        int r = scalar_enum(c, ev, plaintext_names, GP_ARRAY_SIZE(plaintext_names), &i);
+        if (r == 0)
+                ((gp_config *)base)->tls_plaintext_any = i == 1;
+        return r;
+}
+
+/* server.tls.sans[]: a host name or an IP address, as a certificate names it. */
+static int tls_san_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        gp_config *cfg = arg;
+        char d[96];
+        if (i >= GP_CFG_MAX_TLS_SANS)
+                return fail(c, ev_line(ev), "too many names (at most %d)", GP_CFG_MAX_TLS_SANS);
+        const char *v = (const char *)ev->data.scalar.value;
+        size_t n = ev->type == YAML_SCALAR_EVENT ? ev->data.scalar.length : 0;
+        bool ok = ev->type == YAML_SCALAR_EVENT && !is_null(ev) && n > 0 && n < GP_CFG_TLS_SAN_MAX;
+        for (size_t k = 0; ok && k < n; k++)
+                ok = (v[k] >= 'a' && v[k] <= 'z') || (v[k] >= 'A' && v[k] <= 'Z') || (v[k] >= '0' && v[k] <= '9') ||
+                     v[k] == '.' || v[k] == '-' || v[k] == ':' || v[k] == '*';
+        if (!ok)
+                return fail(c, ev_line(ev), "expected a host name or an IP address (at most %d bytes) such as "
+                            "\"gpupool.example.com\" or \"10.0.0.5\", got %s", GP_CFG_TLS_SAN_MAX - 1,
+                            describe(ev, d, sizeof(d)));
+        memset(cfg->tls_sans[i], 0, sizeof(cfg->tls_sans[i]));
+        memcpy(cfg->tls_sans[i], v, n);
+        return 0;
+}
+
 static int parse_backend(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         gp_config *cfg = base;
         size_t i;
@@ -2059,6 +2096,7 @@ struct list_def {
 static const struct list_def lists[] = {
         SCALARS("server.allowed_origins", "a list of origins such as \"https://ui.example.com\"", gp_config,
                 n_allowed_origins, origin_item),
+        SCALARS("server.tls.sans", "a list of host names and IP addresses", gp_config, n_tls_sans, tls_san_item),
         SCALARS("auth.admin_keys", "a list of \"sha256:<hex>\" strings", gp_config, n_admin_keys, admin_key_item),
         SCALARS("cluster.join_tokens", "a list of \"sha256:<hex>\" strings", gp_config, n_join_tokens,
                 join_token_item),
@@ -2381,6 +2419,12 @@ static int validate_impl(const gp_config *cfg, const int *lines, char *err, size
                 return vfail(&v, "server.listen", "not NUL-terminated");
         if (check_listen(cfg->listen, &why) < 0)
                 return vfail(&v, "server.listen", "%s", why);
+        if (!cfg->tls_cert[0] != !cfg->tls_key[0])
+                return vfail(&v, cfg->tls_cert[0] ? "server.tls.cert" : "server.tls.key",
+                             "server.tls.cert and server.tls.key go together: set both, or neither (the server "
+                             "then makes its own CA and certificate in DATA_DIR/tls)");
+        if (cfg->tls_ca[0] && !cfg->tls_cert[0])
+                return vfail(&v, "server.tls.ca", "needs server.tls.cert and server.tls.key");
 
         if (cfg->n_admin_keys < 0 || cfg->n_admin_keys > GP_CFG_MAX_ADMIN_KEYS)
                 return vfail(&v, "auth.admin_keys", "must have between 0 and %d keys, got %d",

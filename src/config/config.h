@@ -28,6 +28,8 @@
 #define GP_CFG_MAX_RESERVED 64   /* entries in gpus.reserved */
 #define GP_CFG_MAX_ADMIN_KEYS 16
 #define GP_CFG_MAX_JOIN_TOKENS 16  /* entries in cluster.join_tokens */
+#define GP_CFG_MAX_TLS_SANS 32     /* entries in server.tls.sans */
+#define GP_CFG_TLS_SAN_MAX 254     /* bytes of one of them, with its NUL (a DNS name's 253) */
 #define GP_CFG_MAX_ALERT_RULES 64
 #define GP_CFG_ALERT_NAME_MAX 64   /* alerts.rules[].name, with the NUL */
 #define GP_CFG_ALERT_WHEN_MAX 128  /* alerts.rules[].when, with the NUL */
@@ -186,6 +188,12 @@ typedef struct gp_config {
                                                                       * the API (CORS); default none */
         int n_allowed_origins;
         char server_user[GP_USER_NAME_MAX];  /* drop root to this user after binding, "" = stay (default) */
+        char tls_cert[PATH_MAX];             /* server.tls.cert: PEM file, "" = the generated one (default) */
+        char tls_key[PATH_MAX];              /* server.tls.key: its key, "" with cert "" */
+        char tls_ca[PATH_MAX];               /* server.tls.ca: the CA agents pin, "" = the chain's last */
+        char tls_sans[GP_CFG_MAX_TLS_SANS][GP_CFG_TLS_SAN_MAX]; /* names added to a generated certificate */
+        int n_tls_sans;
+        bool tls_plaintext_any;              /* server.tls.plaintext: any (opt-out) | loopback (default) */
 
         /* auth */
         char admin_keys[GP_CFG_MAX_ADMIN_KEYS][72]; /* "sha256:<64 hex>" */

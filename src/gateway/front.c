@@ -15,6 +15,16 @@
  * to MHD through a socketpair, bytes copied both ways, with the client's
  * own address given to MHD (auth sees the real client).
  *
+ * TLS (base/tls-keep.h, when the process has a listener keeper): a first
+ * byte 0x16 (a ClientHello) starts a GnuTLS session on the connection
+ * (FS_TLS until its handshake is done, within server.header_timeout_s of
+ * accept); its decrypted requests take the paths above, except that a
+ * first request not for /v1 goes to MHD through the relay too (MHD stays
+ * plaintext).  GnuTLS reads whole records: a TLS connection is read until
+ * GnuTLS says EAGAIN with nothing pending, never judged drained by a short
+ * read.  A plaintext connection from an address off loopback gets a 400
+ * saying to use https:// unless server.tls.plaintext is any.
+ *
  * Invariants (all on the owning loop):
  *   - a connection is in L->fconns from accept to close; a closed one has
  *     fd -1 and waits in L->fgrave until gw_front_flush ends (an epoll
@@ -31,10 +41,12 @@
 #include "base/browser.h"
 #include "base/buf.h"
 #include "base/log.h"
+#include "base/tls-keep.h"
 #include "base/util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <gnutls/gnutls.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -52,7 +64,7 @@
 #define SWEEP_MS 1000
 #define LINGER_MS 2000              /* after a closing answer, what the client still sends is read and dropped this long */
 
-enum { FS_SNIFF, FS_HEAD, FS_BODY, FS_WAIT, FS_ANSWER, FS_RELAY, FS_LINGER };
+enum { FS_SNIFF, FS_TLS, FS_HEAD, FS_BODY, FS_WAIT, FS_ANSWER, FS_RELAY, FS_LINGER };
 
 typedef struct fconn {
         gw_idle idle;              /* first member: L's idle list names it (conns.c) */
@@ -61,6 +73,9 @@ typedef struct fconn {
         int rfd;                   /* relay: our end of the socketpair MHD serves; -1 = none */
         struct sockaddr_storage addr;
         socklen_t alen;
+        gnutls_session_t tls;      /* TLS: the session (NULL = plaintext) */
+        gp_tls_creds *creds;       /* TLS: its credentials' reference */
+        bool tls_wpend;            /* TLS: a record_send said EAGAIN: the next send repeats it */
         bool ip_counted;           /* in the per-address table (gp_iplimit_take) */
         int state;
         char *in;                  /* client bytes not used yet */
@@ -70,6 +85,7 @@ typedef struct fconn {
         bool hup;                  /* an event said so: read to the end, since no edge follows
                                     * bytes and a close that came together */
         bool reof;                 /* relay: MHD closed its side */
+        bool rshut;                /* relay: MHD was told the client closed (TLS) */
         /* the request being read */
         gp_h1_chunked ch;
         gp_buf body;               /* a body that did not come whole with its head */
@@ -204,10 +220,60 @@ static void fc_close(fconn *fc) {
 }
 
 static void fc_free(fconn *fc) {
+        if (fc->tls)
+                gnutls_deinit(fc->tls);
+        gp_tls_creds_unref(fc->creds);
         free(fc->in);
         gp_buf_done(&fc->body);
         gp_buf_done(&fc->out);
         free(fc);
+}
+
+/* recv(2) and send(2) on fc's client socket, through its TLS session if
+ * it has one, with their errno conventions (EAGAIN: wait for an edge). */
+static ssize_t fc_recv(fconn *fc, char *p, size_t n) {
+        if (!fc->tls)
+                return recv(fc->fd, p, n, 0);
+        for (int tries = 0;; tries++) {
+                ssize_t r = gnutls_record_recv(fc->tls, p, n);
+                if (r >= 0)
+                        return r;
+                if (r == GNUTLS_E_PREMATURE_TERMINATION)
+                        return 0;
+                if (r == GNUTLS_E_INTERRUPTED || (r == GNUTLS_E_AGAIN && gnutls_record_check_pending(fc->tls) &&
+                                                  tries < 8))
+                        continue;
+                errno = r == GNUTLS_E_AGAIN ? EAGAIN : ECONNRESET;
+                return -1;
+        }
+}
+
+static ssize_t fc_send(fconn *fc, const char *p, size_t n) {
+        if (!fc->tls)
+                return send(fc->fd, p, n, MSG_NOSIGNAL);
+        /* after EAGAIN GnuTLS holds the record it made: it is sent again, not made anew */
+        ssize_t r = fc->tls_wpend ? gnutls_record_send(fc->tls, NULL, 0) : gnutls_record_send(fc->tls, p, n);
+        if (r >= 0) {
+                fc->tls_wpend = false;
+                return r;
+        }
+        if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED) {
+                fc->tls_wpend = true;
+                errno = r == GNUTLS_E_AGAIN ? EAGAIN : EINTR;
+                return -1;
+        }
+        errno = EPIPE;
+        return -1;
+}
+
+static bool is_loopback(const struct sockaddr_storage *sa) {
+        if (sa->ss_family == AF_INET)
+                return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+        if (sa->ss_family == AF_INET6) {
+                const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+                return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+        }
+        return sa->ss_family == AF_UNIX;
 }
 
 /* More connections from one address than server.max_connections_per_ip:
@@ -520,6 +586,8 @@ static void answered(fconn *fc) {
                 /* close gently: the answer's end goes first, then what the client
                  * still sends is read and dropped until it closes too (closing with
                  * unread bytes would reset the connection and could lose the answer) */
+                if (fc->tls)
+                        (void)gnutls_bye(fc->tls, GNUTLS_SHUT_WR); /* best effort: close_notify */
                 shutdown(fc->fd, SHUT_WR);
                 if (fc->eof) {
                         fc_close(fc);
@@ -548,7 +616,7 @@ static void answered(fconn *fc) {
 /* Send what is queued; whole answers end their request. */
 static void send_out(fconn *fc) {
         while (fc_pending(fc)) {
-                ssize_t n = send(fc->fd, fc->out.data + fc->out_off, fc->out.len - fc->out_off, MSG_NOSIGNAL);
+                ssize_t n = fc_send(fc, fc->out.data + fc->out_off, fc->out.len - fc->out_off);
                 if (n > 0) {
                         fc->out_off += (size_t)n;
                         continue;
@@ -620,14 +688,14 @@ static void read_more(fconn *fc) {
                         fc->incap = cap;
                 }
                 size_t room = fc->incap - fc->inlen;
-                ssize_t n = recv(fc->fd, fc->in + fc->inlen, room, 0);
+                ssize_t n = fc_recv(fc, fc->in + fc->inlen, room);
                 if (n > 0) {
                         fc->inlen += (size_t)n;
                         if (!fc->req_t0_ms && fc->state == FS_HEAD) {
                                 fc->req_t0_ms = mono_now(); /* the head's first byte: its clock starts */
                                 gw_idle_leave(fc->L, &fc->idle);
                         }
-                        if ((size_t)n < room && !fc->hup)
+                        if ((size_t)n < room && !fc->hup && !fc->tls)
                                 fc->readable = false; /* drained: the next edge brings more */
                         continue;
                 }
@@ -915,6 +983,40 @@ static void to_mhd(fconn *fc) {
         fc_forget(fc);
 }
 
+/* The TLS handshake, as far as it goes; once done, requests are read. */
+static void tls_handshake(fconn *fc) {
+        int r = gnutls_handshake(fc->tls);
+        if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED)
+                return; /* an edge brings the rest */
+        if (r < 0) {
+                gp_debug("tls: handshake failed: %s", gnutls_strerror(r));
+                fc_close(fc);
+                return;
+        }
+        fc->state = FS_HEAD;
+        fc->readable = true;
+        read_more(fc);
+        advance(fc);
+}
+
+static void start_tls(fconn *fc, gp_tls_keep *k) {
+        fc->creds = gp_tls_keep_get(k); /* this session keeps these, whatever a reload brings */
+        if (gnutls_init(&fc->tls, GNUTLS_SERVER | GNUTLS_NONBLOCK | GNUTLS_NO_SIGNAL) < 0) {
+                fc->tls = NULL;
+                fc_close(fc);
+                return;
+        }
+        if (gnutls_set_default_priority(fc->tls) < 0 ||
+            gnutls_credentials_set(fc->tls, GNUTLS_CRD_CERTIFICATE, gp_tls_creds_gnutls(fc->creds)) < 0) {
+                fc_close(fc);
+                return;
+        }
+        gnutls_certificate_server_set_request(fc->tls, GNUTLS_CERT_IGNORE);
+        gnutls_transport_set_int(fc->tls, fc->fd);
+        fc->state = FS_TLS;
+        tls_handshake(fc);
+}
+
 static void sniff(fconn *fc) {
         char b[16];
         ssize_t n = recv(fc->fd, b, sizeof(b), MSG_PEEK);
@@ -925,6 +1027,17 @@ static void sniff(fconn *fc) {
                 return;
         }
         gw_idle_leave(fc->L, &fc->idle); /* a request has begun */
+        gp_tls_keep *k = gp_tls_listener();
+        if (k && (unsigned char)b[0] == 0x16) {
+                start_tls(fc, k);
+                return;
+        }
+        if (k && !gp_tls_keep_plaintext_any(k) && !is_loopback(&fc->addr)) {
+                /* as nginx answers plain HTTP on its https port */
+                answer_error(fc, 400, "invalid_request_error", "tls_required",
+                             "this port speaks TLS to addresses off loopback: use https://", true);
+                return;
+        }
         int v = gw_front_sniff(b, (size_t)n);
         if (v < 0)
                 return; /* the next bytes bring an edge */
@@ -984,7 +1097,14 @@ static void relay_pump(fconn *fc) {
                         }
                 } else if (fc->eof) {
                         /* the client closed its side: MHD is not told (it drops a request
-                         * whose client it sees closing); it ends the connection when idle */
+                         * whose client it sees closing); it ends the connection when idle.
+                         * Except over TLS, where every first request not for /v1 comes
+                         * this way: MHD is told, or each closed connection would hold its
+                         * place (and its address's) until MHD's idle timeout */
+                        if (fc->tls && !fc->rshut) {
+                                shutdown(fc->rfd, SHUT_WR);
+                                fc->rshut = true;
+                        }
                 } else {
                         if (!fc->in && !(fc->in = malloc(FC_IN_START))) {
                                 fc_close(fc);
@@ -992,7 +1112,7 @@ static void relay_pump(fconn *fc) {
                         }
                         if (!fc->incap)
                                 fc->incap = FC_IN_START;
-                        ssize_t n = recv(fc->fd, fc->in, fc->incap, 0);
+                        ssize_t n = fc_recv(fc, fc->in, fc->incap);
                         if (n > 0) {
                                 fc->inlen = (size_t)n;
                                 moved = true;
@@ -1002,7 +1122,7 @@ static void relay_pump(fconn *fc) {
                         }
                 }
                 if (fc_pending(fc)) {
-                        ssize_t n = send(fc->fd, fc->out.data + fc->out_off, fc->out.len - fc->out_off, MSG_NOSIGNAL);
+                        ssize_t n = fc_send(fc, fc->out.data + fc->out_off, fc->out.len - fc->out_off);
                         if (n > 0) {
                                 fc->out_off += (size_t)n;
                                 if (fc->out_off == fc->out.len) {
@@ -1059,6 +1179,9 @@ void gw_front_event(loop *L, uint64_t data, uint32_t events) {
         case FS_SNIFF:
                 sniff(fc);
                 return;
+        case FS_TLS:
+                tls_handshake(fc);
+                return;
         case FS_HEAD:
         case FS_BODY:
                 read_more(fc);
@@ -1112,6 +1235,8 @@ void gw_front_sweep(loop *L, int64_t now) {
                 fconn *next = fc->next;
                 if (fc->deadline_ms && now >= fc->deadline_ms)
                         fc_close(fc); /* idle, trickling or not reading past server.connection_timeout_s */
+                else if (fc->state == FS_TLS && now - fc->req_t0_ms >= g->header_timeout_ms)
+                        fc_close(fc); /* no handshake within server.header_timeout_s: no way to answer */
                 else if ((fc->state == FS_SNIFF || fc->state == FS_HEAD) && fc->req_t0_ms &&
                          now - fc->req_t0_ms >= g->header_timeout_ms)
                         too_slow(fc, true);

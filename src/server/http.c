@@ -1359,7 +1359,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
         size_t n = strlen(msg);
         while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
                 msg[--n] = '\0';
-        if (strstr(msg, "TCP_CORK") || strstr(msg, "push the data from buffers"))
+        if (strstr(msg, "TCP_CORK") || strstr(msg, "TCP_NODELAY") || strstr(msg, "push the data from buffers"))
                 return;
         gp_warn("http: %s", msg);
 }

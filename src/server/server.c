@@ -10,6 +10,7 @@
 #include "server/serve.h"
 #include "server/coord.h"
 #include "server/follower.h"
+#include "server/tls-setup.h"
 #include "store/coord.h"
 #include "store/store.h"
 
@@ -292,8 +293,10 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
                 failing = r != -EBUSY;
                 struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
                 int sig = sigtimedwait(set, NULL, &ts);
-                if (sig == SIGHUP)
+                if (sig == SIGHUP) {
+                        gp_server_tls_reload();
                         continue;
+                }
                 if (sig > 0) {
                         gp_info("signal %d: stopping (follower)", sig);
                         gp_follower_stop(fw);
@@ -389,7 +392,8 @@ int gp_server_main(int argc, char **argv) {
         /* the port first (it may be below 1024), then root goes, then
          * everything else is opened as server.user */
         int bound[GP_HTTP_MAX_LOOPS], nbound = 0;
-        if (gp_http_bind(&cfg, bound, &nbound, err, sizeof(err)) < 0 || drop_root(&cfg, err, sizeof(err)) < 0) {
+        if (gp_http_bind(&cfg, bound, &nbound, err, sizeof(err)) < 0 || drop_root(&cfg, err, sizeof(err)) < 0 ||
+            gp_server_tls_start(&cfg, err, sizeof(err)) < 0) {
                 fprintf(stderr, "gpupool server: %s\n", err);
                 for (int i = 0; i < nbound; i++)
                         close(bound[i]);
@@ -432,15 +436,16 @@ int gp_server_main(int argc, char **argv) {
                 gp_error("cannot start the model servers of gateway.models[].serve (out of memory or threads)");
         char store[sizeof(cfg.store_url)];
         redact_url(cfg.store_url, store, sizeof(store));
-        gp_info("gpupool server listening on %s, data in %s, store %s, %zu GPU(s) from backend %s%s", cfg.listen,
-                cfg.data_dir, store, d->ngpus, d->backend,
+        gp_info("gpupool server listening on %s (%s), data in %s, store %s, %zu GPU(s) from backend %s%s",
+                cfg.listen, gp_server_tls_mode(), cfg.data_dir, store, d->ngpus, d->backend,
                 !strcmp(d->backend, "sim") ? " (SIMULATED GPUs: no NVIDIA driver found or sim configured)" : "");
         int sig = 0;
         while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
-                gp_warn("SIGHUP ignored: this version does not reload its config; restart it to apply changes");
+                gp_server_tls_reload();
         gp_info("signal %d: stopping (running tasks keep running under their supervisors)", sig);
         gp_serve_stop(serve);
         gp_http_stop(d);
+        gp_server_tls_stop();
         gp_daemon_stop(d);
         gp_daemon_close(d);
         if (l.ls) { /* nothing more is stored: a follower may lead at once */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/tls-keep.h"
 #include "base/tls.h"
 
 static char dir[64];
@@ -218,12 +219,126 @@ static void test_creds_refuse_a_key_of_another_certificate(void **state) {
         free(key2);
 }
 
+static gp_tls_keep *open_generated(const char *sub, const char *const *sans, size_t nsans) {
+        char d[256], err[512] = "";
+        snprintf(d, sizeof(d), "%s/%s", dir, sub);
+        gp_tls_keep_opts o = {.dir = d, .sans = sans, .nsans = nsans};
+        gp_tls_keep *k = NULL;
+        int r = gp_tls_keep_open(&o, &k, err, sizeof(err));
+        if (r < 0)
+                fail_msg("gp_tls_keep_open: %s", err);
+        return k;
+}
+
+static void test_keeper_makes_files_once_and_reissues_when_due(void **state) {
+        (void)state;
+        static const char *const sans[] = {"localhost", "127.0.0.1"};
+        gp_tls_keep *k = open_generated("gen", sans, 2);
+        assert_true(gp_tls_keep_generated(k));
+        char line[256];
+        assert_int_equal(sh(line, sizeof(line), "stat -c %%a gen/ca.key gen/server.key | sort -u"), 0);
+        assert_string_equal(line, "600\n");
+        assert_int_equal(sh(NULL, 0, "openssl verify -CAfile gen/ca.crt -verify_ip 127.0.0.1 gen/server.crt"), 0);
+        gp_tls_creds *c = gp_tls_keep_get(k);
+        char pin[GP_TLS_HASH_LEN];
+        openssl_pin("gen/ca.crt", pin);
+        assert_string_equal(gp_tls_creds_ca_hash(c), pin);
+        time_t na = gp_tls_creds_not_after(c);
+        gp_tls_creds_unref(c);
+        gp_tls_keep_free(k);
+        char fp1[256], fp2[256];
+        assert_int_equal(sh(fp1, sizeof(fp1), "openssl x509 -in gen/server.crt -noout -fingerprint"), 0);
+
+        /* opened again: the same CA and certificate */
+        k = open_generated("gen", sans, 2);
+        c = gp_tls_keep_get(k);
+        assert_string_equal(gp_tls_creds_ca_hash(c), pin);
+        gp_tls_creds_unref(c);
+        gp_tls_keep_free(k);
+        assert_int_equal(sh(fp2, sizeof(fp2), "openssl x509 -in gen/server.crt -noout -fingerprint"), 0);
+        assert_string_equal(fp1, fp2);
+
+        /* a name asked that the certificate lacks: a new one, from the same CA */
+        static const char *const more[] = {"localhost", "127.0.0.1", "gp.example.net"};
+        k = open_generated("gen", more, 3);
+        gp_tls_keep_free(k);
+        assert_int_equal(sh(NULL, 0, "openssl verify -CAfile gen/ca.crt -verify_hostname gp.example.net "
+                                     "gen/server.crt"), 0);
+        openssl_pin("gen/ca.crt", fp2);
+        assert_string_equal(fp2, pin);
+
+        /* a certificate within 30 days of its end: made again, for a year */
+        char *ca = slurp("gen/ca.crt"), *cakey = slurp("gen/ca.key"), *crt = NULL, *key = NULL;
+        assert_int_equal(gp_tls_make_cert(ca, cakey, "short", more, 3, 0, 20, &crt, &key), 0);
+        spit("gen/server.crt", crt);
+        spit("gen/server.key", key);
+        k = open_generated("gen", more, 3);
+        c = gp_tls_keep_get(k);
+        assert_true(gp_tls_creds_not_after(c) >= na - 86400);
+        gp_tls_creds_unref(c);
+        /* a check does nothing more while nothing changed */
+        assert_int_equal(gp_tls_keep_check(k, false), 0);
+        gp_tls_keep_free(k);
+        free(ca);
+        free(cakey);
+        free(crt);
+        free(key);
+}
+
+static void test_keeper_refuses_a_bad_new_file_and_keeps_the_old(void **state) {
+        (void)state;
+        char *ca = NULL, *cakey = NULL, *crt = NULL, *key = NULL, *crt2 = NULL, *key2 = NULL;
+        static const char *const sans[] = {"localhost"};
+        assert_int_equal(gp_tls_make_ca("ca", 10, &ca, &cakey), 0);
+        assert_int_equal(gp_tls_make_cert(ca, cakey, "one", sans, 1, 0, 10, &crt, &key), 0);
+        assert_int_equal(gp_tls_make_cert(ca, cakey, "two", sans, 1, 0, 20, &crt2, &key2), 0);
+        spit("k.crt", crt);
+        spit("k.key", key);
+        char c1[256], k1[256];
+        snprintf(c1, sizeof(c1), "%s/k.crt", dir);
+        snprintf(k1, sizeof(k1), "%s/k.key", dir);
+        gp_tls_keep_opts o = {.cert = c1, .key = k1};
+        gp_tls_keep *k = NULL;
+        char err[512];
+        assert_int_equal(gp_tls_keep_open(&o, &k, err, sizeof(err)), 0);
+        assert_false(gp_tls_keep_generated(k));
+        gp_tls_creds *old = gp_tls_keep_get(k);
+        time_t na = gp_tls_creds_not_after(old);
+        assert_int_equal(gp_tls_keep_check(k, false), 0);
+        /* a key of another certificate: refused, the old credentials stay */
+        spit("k.key", key2);
+        assert_true(gp_tls_keep_check(k, false) < 0);
+        gp_tls_creds *c = gp_tls_keep_get(k);
+        assert_ptr_equal(c, old);
+        gp_tls_creds_unref(c);
+        /* refused once: not read again until it changes */
+        assert_int_equal(gp_tls_keep_check(k, false), 0);
+        /* now both: the new ones; the old ones live on while referenced */
+        spit("k.crt", crt2);
+        assert_int_equal(gp_tls_keep_check(k, false), 1);
+        c = gp_tls_keep_get(k);
+        assert_ptr_not_equal(c, old);
+        assert_true(gp_tls_creds_not_after(c) > na + 5 * 86400);
+        assert_int_equal(gp_tls_creds_not_after(old), na);
+        gp_tls_creds_unref(c);
+        gp_tls_creds_unref(old);
+        gp_tls_keep_free(k);
+        free(ca);
+        free(cakey);
+        free(crt);
+        free(key);
+        free(crt2);
+        free(key2);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_ca_hash_equals_openssl_pubkey_sha256),
                 cmocka_unit_test(test_ca_hash_refuses_what_is_no_certificate),
                 cmocka_unit_test(test_generated_chain_verifies_with_the_sans_asked),
                 cmocka_unit_test(test_creds_refuse_a_key_of_another_certificate),
+                cmocka_unit_test(test_keeper_makes_files_once_and_reissues_when_due),
+                cmocka_unit_test(test_keeper_refuses_a_bad_new_file_and_keeps_the_old),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

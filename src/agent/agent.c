@@ -850,7 +850,7 @@ static void render_status(agent *a) {
         }
         json_t *st = json_pack("{s:s, s:s, s:i, s:b, s:o*}", "node", a->nodes[0].name, "backend", a->backend, "nodes",
                                a->n_nodes, "server_reachable", reachable, "runs", runs);
-        json_t *h = json_pack("{s:s, s:s, s:b, s:I, s:i, s:s, s:s?}", "node", a->nodes[0].name, "backend", a->backend,
+        json_t *h = json_pack("{s:s, s:s, s:b, s:I, s:i, s:s, s:s*}", "node", a->nodes[0].name, "backend", a->backend,
                               "server_reachable", reachable, "runs", (json_int_t)total, "nodes", a->n_nodes, "tls",
                               a->trust.mode[0] ? a->trust.mode : "pending", "warning",
                               a->trust.warning[0] ? a->trust.warning : NULL);

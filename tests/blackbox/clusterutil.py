@@ -222,6 +222,12 @@ class Cluster:
     def node(self, name):
         return self.nodes().get(name)
 
+    def pinned_token(self, token=TOKEN):
+        """token as users get it: SECRET.CA_HASH, for agents on https:// (issue 22)."""
+        r = self.server.api("GET", "/agent/v1/ca", timeout=10)
+        assert r.status_code == 200, r.text
+        return token + "." + r.json()["ca_hash"][len("sha256:"):]
+
     def wait_node(self, name, state, timeout=15, agent=None):
         box = {}
 

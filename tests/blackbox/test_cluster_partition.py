@@ -78,7 +78,7 @@ def test_partitioned_node_is_lost_task_moves_and_the_stale_run_is_stopped_on_ret
     cluster, (ns, v0, root_addr, ns_addr) = pcluster
     s = cluster.start_server(listen_host="0.0.0.0")
     a = cluster.agent("gpu-a", gpus=sim_gpus(1), netns=ns, listen_host=ns_addr,
-                      server_url="http://%s:%d" % (root_addr, s.port))
+                      server_url="https://%s:%d" % (root_addr, s.port), token=cluster.pinned_token())
     assert cluster.node("gpu-a")["address"] == "http://%s:%d" % (ns_addr, a.port)
     d = cluster.tmp / "t"
     t = cluster.submit(ticker_cmd(d), max_retries=2)

@@ -448,3 +448,71 @@ def test_plaintext_off_loopback_is_refused_without_the_opt_out(cluster):
     # on loopback plaintext is fine (and says so)
     b = cluster.agent("gpu-b", token=TOKEN)
     assert health(b)["tls"] == "loopback" and "warning" not in health(b)
+
+
+def ip(*args, check=True):
+    r = subprocess.run(["ip"] + list(args), capture_output=True, text=True, timeout=10)
+    if check and r.returncode != 0:
+        raise RuntimeError("ip %s: %s" % (" ".join(args), r.stderr.strip()))
+    return r
+
+
+@pytest.fixture
+def netns():
+    """A network namespace named for this test's pid, linked to ours by a veth
+    pair: (namespace, root address, namespace address); removed at the end."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a network namespace")
+    tag = "gptls%d" % (os.getpid() % 100000)
+    ns, v0, v1 = tag, tag + "a", tag + "b"
+    try:
+        r = ip("netns", "add", ns, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        pytest.skip("ip netns is unavailable: %s" % e)
+    if r.returncode != 0:
+        pytest.skip("ip netns is unavailable: %s" % r.stderr.strip())
+    net = "10.214.%d" % (os.getpid() % 250)
+    try:
+        ip("link", "add", v0, "type", "veth", "peer", "name", v1)
+        ip("link", "set", v1, "netns", ns)
+        ip("addr", "add", net + ".1/30", "dev", v0)
+        ip("link", "set", v0, "up")
+        ip("netns", "exec", ns, "ip", "addr", "add", net + ".2/30", "dev", v1)
+        ip("netns", "exec", ns, "ip", "link", "set", v1, "up")
+        ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        probe = ("import socket\ntry:\n socket.create_connection(('%s.1', 9), timeout=1)\n"
+                 "except ConnectionRefusedError:\n pass\n" % net)
+        wait_for(lambda: subprocess.run(["ip", "netns", "exec", ns, PY, "-c", probe],
+                                        capture_output=True, timeout=10).returncode == 0, 10, "the veth link")
+        yield ns, net + ".1", net + ".2"
+    except (RuntimeError, FileNotFoundError) as e:
+        pytest.skip("cannot set up the namespace: %s" % e)
+    finally:
+        ip("link", "del", v0, check=False)
+        ip("netns", "del", ns, check=False)
+
+
+def test_plaintext_off_loopback_only_with_the_logged_opt_out_and_https_there_is_checked(cluster, netns):
+    ns, root_addr, ns_addr = netns
+    s = cluster.start_server(config_text=None, listen_host="0.0.0.0")
+    plain = "http://%s:%d" % (root_addr, s.port)
+    # from another machine (the namespace): refused by the agent before it connects
+    a = cluster.agent("gpu-a", wait=False, netns=ns, listen_host=ns_addr, server_url=plain, token=TOKEN)
+    assert a.wait_exit() == 2
+    assert "in clear to " + plain in a.log()
+    # https:// from there: the server's certificate names its addresses, checked against the pinned CA
+    b = cluster.agent("gpu-b", netns=ns, listen_host=ns_addr, server_url="https://%s:%d" % (root_addr, s.port),
+                      token=pinned(TOKEN, ca_hash_of(server_ca(s))))
+    assert health(b)["tls"] == "verified"
+    # the opt-out on both sides: it works, and both the agent's log and its /health say what it costs
+    s.stop()
+    s.config_text += "server: {tls: {plaintext: any}}\n"
+    s.start()
+    c = cluster.agent("gpu-c", netns=ns, listen_host=ns_addr, server_url=plain, token=TOKEN,
+                      extra=["--insecure-plaintext"])
+    assert "--insecure-plaintext" in c.log() and "in clear to " + plain in c.log()
+    out = subprocess.run(["ip", "netns", "exec", ns, PY, "-c",
+                          "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(%r).read().decode())"
+                          % (c.status_url() + "/health")], capture_output=True, text=True, timeout=20)
+    h = json.loads(out.stdout)
+    assert h["tls"] == "plaintext" and "root" in h["warning"], h

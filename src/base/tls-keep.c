@@ -82,9 +82,7 @@ static bool fid_eq(const fid *a, const fid *b) {
                a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
 }
 
-/* Writes s to dir/name through a temporary file and a rename; mode from
- * its creation.  0 or -errno. */
-static int write_file(const char *dir, const char *name, const char *s, mode_t mode) {
+int gp_tls_write_file(const char *dir, const char *name, const char *s, mode_t mode) {
         char path[4200], tmp[4220];
         snprintf(path, sizeof(path), "%s/%s", dir, name);
         snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid());
@@ -173,9 +171,9 @@ static int make_files(gp_tls_keep *k, char *err, size_t errlen) {
         if (access(p, F_OK) < 0) {
                 r = gp_tls_make_ca("gpupool CA", GP_TLS_CA_DAYS, &ca, &cakey);
                 if (r == 0)
-                        r = write_file(k->dir, "ca.key", cakey, 0600);
+                        r = gp_tls_write_file(k->dir, "ca.key", cakey, 0600);
                 if (r == 0)
-                        r = write_file(k->dir, "ca.crt", ca, 0644);
+                        r = gp_tls_write_file(k->dir, "ca.crt", ca, 0644);
                 if (r < 0) {
                         snprintf(err, errlen, "cannot make a CA in %s: %s", k->dir, strerror(-r));
                         goto out;
@@ -203,9 +201,9 @@ static int make_files(gp_tls_keep *k, char *err, size_t errlen) {
                 gp_strlcpy(host, "gpupool", sizeof(host));
         r = gp_tls_make_cert(ca, cakey, host, (const char *const *)k->sans, k->nsans, 0, GP_TLS_CERT_DAYS, &crt, &key);
         if (r == 0)
-                r = write_file(k->dir, "server.key", key, 0600);
+                r = gp_tls_write_file(k->dir, "server.key", key, 0600);
         if (r == 0)
-                r = write_file(k->dir, "server.crt", crt, 0644);
+                r = gp_tls_write_file(k->dir, "server.crt", crt, 0644);
         if (r < 0) {
                 snprintf(err, errlen, "cannot make a server certificate in %s: %s", k->dir, strerror(-r));
                 goto out;

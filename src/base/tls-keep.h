@@ -21,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "base/tls.h"
 
@@ -66,6 +67,10 @@ void gp_tls_keep_poke(gp_tls_keep *k);
 bool gp_tls_keep_plaintext_any(const gp_tls_keep *k);
 /* Whether the credentials are the generated ones. */
 bool gp_tls_keep_generated(const gp_tls_keep *k);
+
+/* Writes s to dir/name through a temporary file and a rename, fsync'd;
+ * the file has mode from its creation (0600 for a key).  0 or -errno. */
+int gp_tls_write_file(const char *dir, const char *name, const char *s, mode_t mode);
 
 /* The keeper of this process's listeners (the server's main listener and
  * a follower's), set once at start-up before they accept; NULL: no TLS,

@@ -26,7 +26,14 @@
  * request while the leader keeps it open and it was idle less than KEEP_MS
  * (the leader closes idle ones after server.connection_timeout_s, 60 s by
  * default); a body over max_body bytes is read to its end and dropped,
- * then answered 413 (as the leader does). */
+ * then answered 413 (as the leader does).
+ *
+ * TLS (a listener keeper set: base/tls-keep.h): the MHD daemons listen on
+ * no socket; a tls-pump.h acceptor takes the connections and hands them
+ * over (a TLS client's as plaintext on a socketpair, with its address),
+ * with the main listener's rule for plaintext off loopback.  A leader
+ * whose URL is https:// is reached over TLS, verified against the CA of
+ * this server's credentials (the cluster's, when the servers share it). */
 #include "server/follower.h"
 
 #include <errno.h>
@@ -53,8 +60,10 @@
 #include "base/iplimit.h"
 #include "base/url.h"
 #include "base/util.h"
+#include "base/tls-keep.h"
 #include "config/config.h"
 #include "server/forward.h"
+#include "server/tls-pump.h"
 
 #define CONNECT_MS 3000         /* to the leader */
 #define ANSWER_MS 75000         /* request sent and the answer's head back: a long poll (?wait=) holds it 60 s at most */
@@ -65,6 +74,9 @@
 struct gp_follower {
         struct MHD_Daemon *mhd[GP_FOLLOWER_MAX_FDS];
         int n;
+        gp_tls_acceptor *acc[GP_FOLLOWER_MAX_FDS]; /* TLS: what accepts for mhd[i] */
+        int accfd[GP_FOLLOWER_MAX_FDS];            /* TLS: its dup of the listening socket; -1 none */
+        struct hand { gp_follower *fw; int i; } hand[GP_FOLLOWER_MAX_FDS];
         char id[64];            /* this server's id */
         int64_t max_body;
         gp_iplimit ipl;         /* server.max_connections_per_ip, across the daemons */
@@ -184,11 +196,26 @@ static int wait_fd(gp_follower *fw, int fd, short events, int64_t deadline) {
         }
 }
 
-/* A connected socket to url's host and port, or -errno. */
+/* url parsed into u (pointing into buf), http:// or https:// (*tls). */
+static int leader_url(const char *url, char *buf, size_t size, gp_http_url *u, bool *tls) {
+        *tls = !strncmp(url, "https://", 8);
+        if (!*tls && strncmp(url, "http://", 7))
+                return -EINVAL;
+        if ((size_t)snprintf(buf, size, "http://%s", url + (*tls ? 8 : 7)) >= size || gp_http_url_parse(buf, u) < 0)
+                return -EINVAL;
+        size_t pl = strlen(u->port);
+        if (*tls && !(u->auth_len > pl && u->auth[u->auth_len - pl - 1] == ':'))
+                gp_strlcpy(u->port, "443", sizeof(u->port)); /* no port written: https's */
+        return 0;
+}
+
+/* A connected socket to url's host and port (for https://, the plain end
+ * of a TLS pump), or -errno. */
 static int dial(gp_follower *fw, const char *url) {
         gp_http_url u;
-        char host[256];
-        if (gp_http_url_parse(url, &u) < 0 || u.host_len >= sizeof(host))
+        char host[256], ubuf[300];
+        bool tls;
+        if (leader_url(url, ubuf, sizeof(ubuf), &u, &tls) < 0 || u.host_len >= sizeof(host))
                 return -EINVAL;
         memcpy(host, u.host, u.host_len);
         host[u.host_len] = '\0';
@@ -227,6 +254,19 @@ static int dial(gp_follower *fw, const char *url) {
                 break;
         }
         freeaddrinfo(ai);
+        if (fd >= 0 && tls) {
+                gp_tls_keep *k = gp_tls_listener();
+                gp_tls_creds *c = k ? gp_tls_keep_get(k) : NULL;
+                size_t calen = 0;
+                const char *ca = c ? gp_tls_creds_ca_pem(c, &calen) : NULL;
+                if (!ca) {
+                        close(fd);
+                        fd = -EPROTO;
+                } else {
+                        fd = gp_tls_pump_dial(fd, host, ca, calen, CONNECT_MS);
+                }
+                gp_tls_creds_unref(c);
+        }
         return fd;
 }
 
@@ -444,8 +484,9 @@ static enum MHD_Result forward(gp_follower *fw, struct MHD_Connection *c, freq *
         char client[INET6_ADDRSTRLEN + 1];
         client_addr(c, client, sizeof(client));
         gp_http_url u;
-        char host[256] = "localhost";
-        if (gp_http_url_parse(url, &u) == 0 && u.auth_len < sizeof(host)) {
+        char host[256] = "localhost", ubuf[300];
+        bool tls;
+        if (leader_url(url, ubuf, sizeof(ubuf), &u, &tls) == 0 && u.auth_len < sizeof(host)) {
                 memcpy(host, u.auth, u.auth_len);
                 host[u.auth_len] = '\0';
         }
@@ -470,6 +511,8 @@ static enum MHD_Result forward(gp_follower *fw, struct MHD_Connection *c, freq *
                 char why[600];
                 snprintf(why, sizeof(why), "the leader %s at %s cannot be reached (%s)", leader, url,
                          fd == -EDESTADDRREQ ? "it advertises a wildcard address: set its cluster.advertise_url"
+                         : fd == -EPROTO     ? "TLS failed: its certificate does not verify against this "
+                                               "server's CA, or does not name the host of its URL"
                                              : strerror(-fd));
                 return answer_standby(fw, c, why);
         }
@@ -633,6 +676,21 @@ static void notify_conn(void *cls, struct MHD_Connection *c, void **socket_conte
         }
 }
 
+/* A connection the TLS acceptor of mhd[i] took (gp_tls_handoff_fn). */
+static int handoff(void *ud, int fd, const struct sockaddr *sa, socklen_t sl) {
+        struct hand *h = ud;
+        gp_follower *fw = h->fw;
+        if (gp_iplimit_take(&fw->ipl, sa) < 0) {
+                close(fd);
+                return -1;
+        }
+        if (MHD_add_connection(fw->mhd[h->i], fd, sa, sl) != MHD_YES) { /* MHD closed fd */
+                gp_iplimit_put(&fw->ipl, sa);
+                return -1;
+        }
+        return 0;
+}
+
 static void quiet(void *cls, const char *fmt, va_list ap) {
         (void)cls;
         (void)fmt;
@@ -653,26 +711,41 @@ int gp_follower_start(const char *server_id, const gp_config *cfg, const int *fd
                 return -ENOMEM;
         }
         unsigned per = (unsigned)(cfg->max_connections + n - 1) / (unsigned)(n > 0 ? n : 1);
+        gp_tls_keep *k = gp_tls_listener();
+        for (int i = 0; i < GP_FOLLOWER_MAX_FDS; i++)
+                fw->accfd[i] = -1;
         for (int i = 0; i < n && i < GP_FOLLOWER_MAX_FDS; i++) {
-                int fd = dup(fds[i]); /* MHD closes its own; fds[i] stays for the daemon */
+                int fd = dup(fds[i]); /* MHD (or the acceptor) closes its own; fds[i] stays for the daemon */
                 if (fd < 0) {
                         gp_follower_stop(fw);
                         return -errno;
                 }
+                /* with TLS the acceptor takes the connections: MHD listens on nothing */
+                struct MHD_OptionItem lopt[2] = {{k ? MHD_OPTION_END : MHD_OPTION_LISTEN_SOCKET, fd, NULL},
+                                                 {MHD_OPTION_END, 0, NULL}};
+                fw->accfd[i] = k ? fd : -1;
                 /* a thread per connection: a small stack (the deepest is forward(), a few KiB) */
                 fw->mhd[i] = MHD_start_daemon(
-                        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC,
+                        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
+                                (k ? MHD_USE_NO_LISTEN_SOCKET : 0),
                         0, accept_ip, fw, handler, fw, MHD_OPTION_EXTERNAL_LOGGER, quiet, NULL,
-                        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->header_timeout_s,
+                        MHD_OPTION_ARRAY, lopt, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->header_timeout_s,
                         MHD_OPTION_CONNECTION_LIMIT, per, MHD_OPTION_THREAD_STACK_SIZE, (size_t)512 * 1024,
                         MHD_OPTION_URI_LOG_CALLBACK, uri_logged, fw, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
                         MHD_OPTION_NOTIFY_CONNECTION, notify_conn, fw, MHD_OPTION_END);
                 if (!fw->mhd[i]) {
                         close(fd);
+                        fw->accfd[i] = -1;
                         gp_follower_stop(fw);
                         return -ENOMEM;
                 }
                 fw->n = i + 1;
+                fw->hand[i] = (struct hand){fw, i};
+                if (k && gp_tls_acceptor_start(fd, k, cfg->header_timeout_s * 1000, handoff, &fw->hand[i],
+                                               &fw->acc[i]) < 0) {
+                        gp_follower_stop(fw);
+                        return -ENOMEM;
+                }
         }
         *ret = fw;
         return 0;
@@ -691,6 +764,11 @@ void gp_follower_stop(gp_follower *fw) {
         if (!fw)
                 return;
         atomic_store(&fw->stopping, true); /* forwards in progress end within SLICE_MS */
+        for (int i = 0; i < GP_FOLLOWER_MAX_FDS; i++) { /* TLS: nothing is handed to MHD after this */
+                gp_tls_acceptor_stop(fw->acc[i]);
+                if (fw->accfd[i] >= 0)
+                        close(fw->accfd[i]);
+        }
         /* quiesced first: stopping alone would shutdown() the socket,
          * which the dup shares with the daemon's */
         MHD_socket lfd[GP_FOLLOWER_MAX_FDS];

@@ -19,6 +19,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "server/tls-share.h"
 
 #define MAX_NAMES (GP_CFG_MAX_TLS_SANS + 64)
 
@@ -106,6 +107,13 @@ int gp_server_tls_start(const gp_config *cfg, char *err, size_t errlen) {
                 free(ns);
                 snprintf(err, errlen, "data dir %s: %s", cfg->data_dir, strerror(e));
                 return -e;
+        }
+        if (!cfg->tls_cert[0] && cfg->server_id[0]) { /* several servers: one CA */
+                int sr = gp_tls_share_ca(cfg, dir, err, errlen);
+                if (sr < 0) {
+                        free(ns);
+                        return sr;
+                }
         }
         gp_tls_keep_opts o = {.dir = dir, .cert = cfg->tls_cert, .key = cfg->tls_key, .ca = cfg->tls_ca,
                               .sans = ns->p, .nsans = ns->n, .plaintext_any = cfg->tls_plaintext_any};

@@ -382,3 +382,145 @@ def test_plaintext_any_serves_plaintext_off_loopback_and_says_so(daemon_factory,
     ca = os.path.join(d.data_dir, "tls", "ca.crt")
     rc, code, body, err = reach(ns, "https://%s:%d/healthz" % (host, d.port), "--cacert", ca)
     assert (rc, code) == (0, "200"), (rc, err)
+
+
+# --- several servers: a follower's listener and its forwarding to an https:// leader ---
+
+
+@pytest.fixture
+def pg_db():
+    """A fresh database on GPUPOOL_TEST_PG_URL's server; skipped without one."""
+    import shutil
+    import urllib.parse
+    import uuid
+    base = os.environ.get("GPUPOOL_TEST_PG_URL")
+    if not base or not shutil.which("psql"):
+        pytest.skip("GPUPOOL_TEST_PG_URL is not set or psql is missing (tests/pg/start-pg.sh starts a server)")
+    name = "gp_tls_%s" % uuid.uuid4().hex[:12]
+    subprocess.run(["psql", base, "-v", "ON_ERROR_STOP=1", "-qc", "CREATE DATABASE %s" % name],
+                   check=True, capture_output=True, timeout=60)
+    u = urllib.parse.urlsplit(base)
+    yield "%s://%s/%s%s" % (u.scheme, u.netloc, name, "?" + u.query if u.query else "")
+    subprocess.run(["psql", base, "-qc", "DROP DATABASE IF EXISTS %s WITH (FORCE)" % name],
+                   capture_output=True, timeout=60)
+
+
+def cluster_server(daemon_factory, monkeypatch, name, pg, crt, key, ca):
+    """A server of a cluster on pg, advertising https://localhost:PORT, with the given certificate."""
+    port = conftest.free_port()
+    monkeypatch.setattr(conftest, "free_port", lambda: port)
+    cfg = SIM_CONFIG + ('store: {url: "%s"}\ncluster: {server_id: %s, lease_s: 2, advertise_url: "https://localhost:%d"}\n'
+                        "server:\n  tls: {cert: %s, key: %s, ca: %s}\n" % (pg, name, port, crt, key, ca))
+    return daemon_factory(cfg), port
+
+
+def follower_health(port, ca):
+    try:
+        r = requests.get("https://localhost:%d/healthz" % port, verify=ca, timeout=2)
+        return r.json().get("status") if r.status_code == 200 else None
+    except (requests.RequestException, ValueError):
+        return None
+
+
+def test_follower_serves_tls_and_forwards_to_an_https_leader(daemon_factory, monkeypatch, pg_db, tmp_path):
+    pki = Pki(tmp_path / "pki")
+    c1, k1 = pki.issue("s1")
+    c2, k2 = pki.issue("s2")
+    s1, p1 = cluster_server(daemon_factory, monkeypatch, "s1", pg_db, c1, k1, pki.ca)
+    # daemon_factory waits for /readyz: s1 leads.  s2 follows: its /readyz is 503, so start it by hand
+    monkeypatch.undo()
+    p2 = conftest.free_port()
+    cfg2 = SIM_CONFIG + ('store: {url: "%s"}\ncluster: {server_id: s2, lease_s: 2, advertise_url: "https://localhost:%d"}\n'
+                         "server:\n  tls: {cert: %s, key: %s, ca: %s}\n" % (pg_db, p2, c2, k2, pki.ca))
+    s2, log = start_follower(tmp_path, "s2", cfg2, p2)
+    try:
+        wait_for(lambda: follower_health(p2, pki.ca) == "follower", 20, "s2 to follow over TLS")
+        # over TLS to the follower, forwarded over TLS to the leader
+        r = requests.post("https://localhost:%d/api/v1/tasks" % p2, json={"gpu_request": 1, "command": ["true"]},
+                          verify=pki.ca, timeout=15)
+        assert r.status_code == 201, (r.text, s2.log())
+        assert r.headers.get("X-Gpupool-Forwarded-By") == "s2"
+        tid = r.json()["id"]
+        r = requests.get("https://localhost:%d/api/v1/tasks/%d" % (p1, tid), verify=pki.ca, timeout=15)
+        assert r.status_code == 200 and r.json()["id"] == tid
+        # loopback plaintext to the follower still works (and is forwarded over TLS too)
+        r = requests.get("http://127.0.0.1:%d/api/v1/tasks/%d" % (p2, tid), timeout=15)
+        assert r.status_code == 200 and r.json()["id"] == tid
+        # openssl verifies the follower's listener
+        o = run("openssl", "s_client", "-connect", "127.0.0.1:%d" % p2, "-CAfile", pki.ca, "-verify_return_error",
+                "-verify_hostname", "localhost", input="")
+        assert "Verify return code: 0 (ok)" in o.stdout
+        assert served_cn(p2, pki.ca) == "s2"
+    finally:
+        s2.stop()
+        log.close()
+
+
+def test_follower_refuses_a_leader_whose_certificate_does_not_verify(daemon_factory, monkeypatch, pg_db, tmp_path):
+    good, evil = Pki(tmp_path / "good"), Pki(tmp_path / "evil", "another-ca")
+    c1, k1 = evil.issue("s1")  # the leader's certificate is not from the follower's CA
+    c2, k2 = good.issue("s2")
+    s1, p1 = cluster_server(daemon_factory, monkeypatch, "s1", pg_db, c1, k1, evil.ca)
+    monkeypatch.undo()
+    p2 = conftest.free_port()
+    cfg2 = SIM_CONFIG + ('store: {url: "%s"}\ncluster: {server_id: s2, lease_s: 2, advertise_url: "https://localhost:%d"}\n'
+                         "server:\n  tls: {cert: %s, key: %s, ca: %s}\n" % (pg_db, p2, c2, k2, good.ca))
+    s2, log = start_follower(tmp_path, "s2", cfg2, p2)
+    try:
+        wait_for(lambda: follower_health(p2, good.ca) == "follower", 20, "s2 to follow")
+        r = requests.post("https://localhost:%d/api/v1/tasks" % p2, json={"gpu_request": 1, "command": ["true"]},
+                          verify=good.ca, timeout=15)
+        assert r.status_code == 503, r.text
+        assert "TLS failed" in r.text
+        # nothing reached the leader
+        r = requests.get("https://localhost:%d/api/v1/tasks" % p1, verify=evil.ca, timeout=15)
+        assert r.status_code == 200 and r.json()["tasks"] == [], r.text
+    finally:
+        s2.stop()
+        log.close()
+
+
+def start_follower(tmp_path, name, cfg, port):
+    """A server started by hand (it follows: its /readyz stays 503); (Daemon, log file)."""
+    (tmp_path / name).mkdir()
+    s = conftest.Daemon(tmp_path / name, cfg)
+    os.makedirs(s.data_dir, exist_ok=True)
+    with open(s.config_path, "w") as f:
+        f.write(cfg)
+    log = open(s.log_path, "ab")
+    s.proc = subprocess.Popen([s.bin, "server", "--config", s.config_path, "--listen", "127.0.0.1:%d" % port,
+                               "--data-dir", s.data_dir], stdin=subprocess.DEVNULL, stdout=log,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    return s, log
+
+
+def test_servers_of_one_store_share_the_generated_ca_and_forward_over_tls(daemon_factory, monkeypatch, pg_db,
+                                                                        tmp_path):
+    p1 = conftest.free_port()
+    monkeypatch.setattr(conftest, "free_port", lambda: p1)
+    cfg = SIM_CONFIG + 'store: {url: "%s"}\ncluster: {server_id: %s, lease_s: 2, advertise_url: "https://localhost:%d"}\n'
+    s1 = daemon_factory(cfg % (pg_db, "s1", p1))
+    monkeypatch.undo()
+    p2 = conftest.free_port()
+    s2, log = start_follower(tmp_path, "s2", cfg % (pg_db, "s2", p2), p2)
+    try:
+        ca1 = os.path.join(s1.data_dir, "tls", "ca.crt")
+        ca2 = os.path.join(s2.data_dir, "tls", "ca.crt")
+        wait_for(lambda: follower_health(p2, ca1) == "follower", 30, "s2 to follow, verified with s1's CA")
+        with open(ca1) as f1, open(ca2) as f2:
+            assert f1.read() == f2.read()  # one CA: agents pinned to it can follow either server
+        assert openssl_pin(ca1) in s2.log()
+        assert "now the cluster's" in s1.log() and "is now this server's" in s2.log()
+        # each server has a certificate of its own from that CA
+        assert run("openssl", "verify", "-CAfile", ca1, os.path.join(s2.data_dir, "tls", "server.crt")).returncode == 0
+        assert served_cn(p1, ca1) and served_cn(p2, ca1)
+        # a request to the follower over TLS reaches the leader over TLS (verified with the shared CA)
+        r = requests.post("https://localhost:%d/api/v1/tasks" % p2, json={"gpu_request": 1, "command": ["true"]},
+                          verify=ca1, timeout=15)
+        assert r.status_code == 201, (r.text, s2.log())
+        assert r.headers.get("X-Gpupool-Forwarded-By") == "s2"
+        r = requests.get("https://localhost:%d/api/v1/tasks/%d" % (p1, r.json()["id"]), verify=ca1, timeout=15)
+        assert r.status_code == 200
+    finally:
+        s2.stop()
+        log.close()

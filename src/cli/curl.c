@@ -150,6 +150,13 @@ static int curl_failure(struct cx *k, CURLcode cc, const char *errbuf) {
                 else
                         gp_buf_printf(x->err, "timed out (%s)", errbuf[0] ? errbuf : cu.strerror(cc));
                 break;
+        case CURLE_PEER_FAILED_VERIFICATION:
+                /* nothing was sent: the server's certificate failed the check */
+                gp_buf_printf(x->err, "%s (its certificate is not signed by %s; a gpupool server's own CA is its "
+                              "DATA_DIR/tls/ca.crt: pass --cacert FILE or set GPUPOOL_CACERT)",
+                              errbuf[0] ? errbuf : cu.strerror(cc),
+                              x->c->cacert ? x->c->cacert : "a CA of this system");
+                break;
         default:
                 gp_buf_puts(x->err, errbuf[0] ? errbuf : cu.strerror(cc));
                 break;

@@ -278,7 +278,7 @@ def test_join_over_https_with_the_pinned_token_and_a_restart_uses_the_kept_ca(cl
     assert out.returncode == 0 and out.stdout.strip() == want, (out.stdout, out.stderr)
     # without the CA, https from the CLI is refused by the check (exit 3, nothing sent)
     out = s.cli("--api", https_url(s), "ca")
-    assert out.returncode == 3, (out.stdout, out.stderr)
+    assert out.returncode == 3 and "--cacert" in out.stderr, (out.stdout, out.stderr)
     a = cluster.agent("gpu-a", server_url=https_url(s), token=pinned(TOKEN, want))
     log_has(a.log_path, "joined as gpu-a")
     assert open(os.path.join(a.data_dir, "ca.crt")).read() == open(server_ca(s)).read()
@@ -314,6 +314,28 @@ def test_created_token_carries_the_ca_hash_and_joins(cluster):
     # GPUPOOL_CACERT does what --cacert does
     out = s.cli("--api", https_url(s), "nodes", env=s.env(GPUPOOL_CACERT=server_ca(s)))
     assert out.returncode == 0 and "gpu-a" in out.stdout, out.stderr
+
+
+def test_a_kept_ca_the_token_does_not_name_is_fetched_again(cluster, tmp_path):
+    s = cluster.start_server()
+    evil_ca, _, _ = make_evil_pki(tmp_path / "evil")
+    a = cluster.agent("gpu-a", wait=False, server_url=https_url(s), token=pinned(TOKEN, ca_hash_of(server_ca(s))))
+    a.stop()
+    os.makedirs(a.data_dir, exist_ok=True)
+    with open(os.path.join(a.data_dir, "ca.crt"), "w") as f:     # left from another cluster
+        f.write(open(evil_ca).read())
+    a.start()
+    cluster.wait_node("gpu-a", "ready", agent=a)
+    assert open(os.path.join(a.data_dir, "ca.crt")).read() == open(server_ca(s)).read()
+    assert "not the CA the join token names" in a.log()
+    # without a token, a kept CA that is not the server's: every sync fails the check, nothing is sent
+    a.stop()
+    with open(os.path.join(a.data_dir, "ca.crt"), "w") as f:
+        f.write(open(evil_ca).read())
+    a.token = None
+    a.start()
+    log_has(a.log_path, "failed the check against the CA")
+    assert a.running()
 
 
 def test_https_without_a_hash_is_refused_and_ca_cert_or_skip_verify_are_explicit(cluster):

@@ -213,7 +213,7 @@ static const struct {
         {"simulate", "gpupool simulate --trace FILE --gpus N [OPTIONS] (all of them: gpupool simulate --help)",
          "replay a job trace through the scheduler offline"},
         {"agent", "gpupool agent --server URL[,URL...] --token TOKEN [--config FILE] [--name NODE] [--listen ADDR:PORT] "
-                  "[--data-dir DIR] [--sim-nodes N]",
+                  "[--data-dir DIR] [--sim-nodes N] [--ca-cert FILE]",
          "join this machine to a server as a node (see docs/deployment.md)"},
 };
 

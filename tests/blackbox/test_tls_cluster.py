@@ -423,6 +423,28 @@ def test_a_forged_start_is_never_run_by_a_joined_agent(cluster, relays, tmp_path
              "the forged start on the agent that checks nothing")
 
 
+def test_every_server_url_of_an_agent_is_checked_against_the_same_ca(cluster, relays, tmp_path):
+    s = cluster.start_server()
+    evil_ca, crt, key = make_evil_pki(tmp_path / "evil")
+    marker = tmp_path / "forged-ran"
+    fake = Relay(s.port, "fake", crt, key, ca_pem=open(evil_ca).read(), forged=forged_start(marker))
+    relays.append(fake)
+    # two servers in its list: the real one first (it joins there), then one that is not
+    a = cluster.agent("gpu-a", server_url=https_url(s) + "," + fake.url,
+                      token=pinned(TOKEN, ca_hash_of(server_ca(s))))
+    s.kill9()       # the agent moves on to the next URL
+    wait_for(lambda: len(fake.conns) >= 2, 20, "the agent trying the second URL")
+    log_has(a.log_path, fake.url + " failed the check against the CA")
+    time.sleep(1)
+    with fake.lock:
+        assert all(not r["c2s"] for r in fake.conns), fake.conns
+    assert not marker.exists() and os.listdir(os.path.join(a.data_dir, "runs")) == []
+    # the real server back: the agent syncs with it again
+    s.start()
+    log_has(a.log_path, "gpu-a: synced with " + https_url(s), timeout=30)
+    cluster.wait_node("gpu-a", "ready", agent=a, timeout=30)
+
+
 # ---- a sniffer on the wire, and a replay of what it recorded ------------------------------
 
 def test_a_sniffer_sees_no_token_credential_env_or_log_and_its_replay_does_nothing(cluster, relays, tmp_path):

@@ -111,6 +111,7 @@ typedef struct result {
         unsigned busy, total;
         size_t queued;
         uint64_t preempted;
+        double build_ms;           /* the pool: every gp_sched_gpu_add */
 } result;
 
 static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint64_t seed, result *res) {
@@ -130,6 +131,7 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
                 snprintf(names[i], sizeof(names[i]), "t%03d", i);
         rng2 = 0x9e3779b97f4a7c15ULL;
         char node[32], uuid[48];
+        double tb = now_s();
         for (int n = 0; n < nodes; n++)
                 for (int i = 0; i < per_node; i++) {
                         snprintf(node, sizeof(node), "node%04d", n);
@@ -139,6 +141,7 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
                         if (gp_sched_gpu_add(s, &d, NULL) < 0)
                                 return 1;
                 }
+        double build_ms = (now_s() - tb) * 1000;
         rng = seed;
         double t0 = now_s();
         for (int i = 0; i < ntasks; i++) {
@@ -219,7 +222,7 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
         *res = (result){.enqueue_kps = ntasks / (t1 - t0) / 1000, .started = started, .first_ms = (t2 - t1) * 1000,
                         .first_dps = started / (t2 - t1), .steady_decisions = more,
                         .steady_us = (t4 - t3) / rounds * 1e6, .busy = st.gpus_busy, .total = st.gpus_total,
-                        .queued = st.queued_total, .preempted = st.total_preempted};
+                        .queued = st.queued_total, .preempted = st.total_preempted, .build_ms = build_ms};
         (void)starts;
         free(ids);
         free(d);
@@ -326,6 +329,18 @@ int main(int argc, char **argv) {
                 if (sc[i].preempt)
                         printf(", preempted %" PRIu64, a->preempted);
                 printf("\n");
+        }
+        {
+                /* the pool is the same in every scenario and round */
+                double v[NSC * MAX_ROUNDS];
+                int nv = 0;
+                char fb[112];
+                for (int i = 0; i < NSC; i++)
+                        for (int r = 0; r < nrounds; r++)
+                                v[nv++] = res[i][r].build_ms;
+                stat3(fb, sizeof(fb), "%.1f", v, nv);
+                printf("pool of %d nodes x %d GPUs built (gp_sched_gpu_add each) in ms: %s over every scenario and round\n",
+                       nodes, per_node, fb);
         }
         if (ref >= 0) {
                 printf("vs plain (%s, same round), then median [min-max]:\n", sc[ref].name);

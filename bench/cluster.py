@@ -191,7 +191,8 @@ def one_round(a, r, tmp, leg):
     until("the victim's join", lambda: ready_nodes(ctl) == 1, 20)
     vt = req(ctl + "/api/v1/tasks", "POST", {"tenant_id": "bench", "name": "victim", "gpu_request": 1,
                                              "node_selector": {"gpupool/node": "victim-0000"},
-                                             "command": ["sleep", "600"]})["id"]
+                                             # opted out of fencing: what is timed is the loss detection
+                                             "on_node_lost": "requeue", "command": ["sleep", "600"]})["id"]
     until("the victim's task to run", lambda: req(ctl + "/api/v1/tasks/%d" % vt)["state"] == "running", 20)
 
     t0 = time.monotonic()

@@ -6,7 +6,7 @@
  * message that names the problem and ends with a usage line, or -ENOMEM;
  * a success has an http(s) API URL without a trailing '/', and for submit
  * and run a body within the documented bounds (a non-empty command array
- * for submit, none and a lease TTL for run).  Any violation aborts. */
+ * for submit unless no COMMAND was given, none and a lease TTL for run).  Any violation aborts. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
@@ -57,12 +57,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         abort();
                 if ((unsigned)c.verb >= GP_CLI_VERB_COUNT)
                         abort();
+                /* cancel --state S alone names no id */
                 if ((c.verb == GP_CLI_STATUS || c.verb == GP_CLI_CANCEL || c.verb == GP_CLI_LOGS) &&
-                    !c.help && c.id <= 0)
+                    !c.help && c.id <= 0 && !(c.verb == GP_CLI_CANCEL && c.n_refs == 0 && c.cancel_state))
+                        abort();
+                if (c.n_refs > GP_CLI_CANCEL_IDS_MAX)
                         abort();
                 if ((c.verb == GP_CLI_SUBMIT || c.verb == GP_CLI_RUN) && !c.help) {
                         json_t *cmd = json_object_get(c.body, "command");
-                        if (c.verb == GP_CLI_SUBMIT && (!json_is_array(cmd) || json_array_size(cmd) == 0))
+                        /* submit without COMMAND: the script comes from stdin (batch.c) */
+                        if (c.verb == GP_CLI_SUBMIT && !c.no_command &&
+                            (!json_is_array(cmd) || json_array_size(cmd) == 0))
+                                abort();
+                        if (c.verb == GP_CLI_SUBMIT && c.no_command && cmd)
                                 abort();
                         if (c.verb == GP_CLI_RUN && (cmd || c.argc_cmd < 1 || c.argv_cmd[c.argc_cmd] != NULL))
                                 abort();

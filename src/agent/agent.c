@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/agent-fence.h"
 #include "agent/agent-util.h"
 #include "agent/trust.h"
 #include "base/buf.h"
@@ -86,6 +87,7 @@ typedef struct xfer {
         int nlogs;
         gp_proto_run_id *log_ids;
         int64_t *log_ends;
+        int64_t sent_mono;            /* when it was sent (the fence deadline counts from it) */
 } xfer;
 
 struct node {
@@ -128,6 +130,7 @@ typedef struct agent {
         char *health_json;            /* under lock */
         struct MHD_Daemon *mhd;
         int exit_code;                /* >= 0: stop with it */
+        gp_agent_fence fence;         /* DATA_DIR/fence for the supervisors (not with --sim-nodes) */
 } agent;
 
 static volatile sig_atomic_t stop_signal;
@@ -399,7 +402,7 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
                 .workdir = s->workdir, .cuda_visible_devices = s->cuda_visible_devices, .gpus = s->gpus,
                 .timeout_s = s->timeout_s, .kill_grace_s = s->kill_grace_s, .preempt_grace_s = s->preempt_grace_s,
                 .max_log_bytes = s->max_log_bytes, .run_as = s->run_as, .array_id = s->array_id,
-                .array_index = s->array_index,
+                .array_index = s->array_index, .fence_file = gp_agent_fence_file(&a->fence, s->fence),
         };
         int rc = gp_exec_launch(a->self_exe, dir, &spec, GP_EXEC_FRESH, &r->proc);
         free(env);
@@ -556,11 +559,12 @@ static int send_xfer(agent *a, xfer *x, const char *path, const char *bearer, in
         curl_easy_setopt(x->h, CURLOPT_PRIVATE, x);
         curl_easy_setopt(x->h, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(x->h, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
-        curl_easy_setopt(x->h, CURLOPT_TIMEOUT_MS, (long)wait_ms + 15000L);
+        curl_easy_setopt(x->h, CURLOPT_TIMEOUT_MS, (long)wait_ms + (long)GP_PROTO_ANSWER_SLACK_MS);
         curl_easy_setopt(x->h, CURLOPT_PROTOCOLS_STR, "http,https");
         gp_agent_trust_apply(&a->trust, x->h);
         if (curl_multi_add_handle(a->multi, x->h) != CURLM_OK)
                 return -ENOMEM;
+        x->sent_mono = gp_mono_ms();
         n->inflight++;
         return 0;
 }
@@ -763,6 +767,10 @@ static void done_sync(agent *a, xfer *x, long status) {
         if (x->full)
                 n->need_full = false;
         n->heartbeat_s = ans.heartbeat_s;
+        int frc = a->sim ? 0 : gp_agent_fence_synced(&a->fence, x->sent_mono, ans.fence_s);
+        if (frc < 0)
+                gp_warn("cannot write %s: %s (runs fence at the deadline written before)", a->fence.path,
+                        strerror(-frc));
         for (int i = 0; i < x->nrep; i++) {
                 run *r = find_run(n, &x->rep_ids[i]);
                 if (r)
@@ -782,8 +790,17 @@ static void done_sync(agent *a, xfer *x, long status) {
                 ack_run(a, n, &ans.ack[i]);
         for (int i = 0; i < ans.n_stop; i++)
                 stop_run(a, n, &ans.stop[i]);
-        for (int i = 0; i < ans.n_start; i++)
-                start_run(a, n, &ans.start[i]);
+        if (ans.n_start && !a->sim && gp_agent_fence_passed_at(&a->fence, gp_mono_ms())) {
+                /* an answer that came too late (this agent was stopped): its starts may have been given
+                 * away since; a full sync has the server send the current ones again */
+                gp_warn("node %s: an answer came after the fence deadline: its %d starts are left out", n->name,
+                        ans.n_start);
+                n->need_full = true;
+                n->dirty = true;
+        } else {
+                for (int i = 0; i < ans.n_start; i++)
+                        start_run(a, n, &ans.start[i]);
+        }
         if (ans.want_full) {
                 n->need_full = true;
                 n->dirty = true;
@@ -991,6 +1008,9 @@ static void loop(agent *a) {
                                 gp_info("GPUs changed: reporting them");
                         }
                 }
+                if (!a->sim && gp_agent_fence_passed(&a->fence, now))
+                        gp_warn("no answered sync for %d s: the runs that fence are stopped by their supervisors",
+                                a->fence.fence_s);
                 bool logs_now = now >= next_logs;
                 if (logs_now)
                         next_logs = now + 1000;
@@ -1141,6 +1161,10 @@ int gp_agent_main(int argc, char **argv) {
                 return 1;
         }
         a->sim = sim_nodes > 0;
+        if (!a->sim && (rc = gp_agent_fence_init(&a->fence, a->data_dir)) < 0) {
+                fprintf(stderr, "gpupool agent: cannot name the fence file in %s: %s\n", a->data_dir, strerror(-rc));
+                return 1;
+        }
         if (!a->sim && (rc = gp_exe_sibling(GP_EXE_CLIENT, a->self_exe, sizeof(a->self_exe))) < 0) {
                 fprintf(stderr, "gpupool agent: cannot find %s next to this program: %s\n", GP_EXE_CLIENT,
                         strerror(-rc));

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/units.h"
 #include "base/util.h"
 #include "core/array.h"
 #include "core/billing.h"
@@ -29,7 +30,8 @@ enum opt_id {
         O_TIMEOUT, O_QTIMEOUT, O_ENV, O_WORKDIR, O_TENANT, O_TTL,
         O_ALL, O_STATE, O_LIMIT, O_FOLLOW,
         O_FROM, O_TO, O_GROUP_BY, O_MONTH,
-        O_ARRAY, O_EXPAND, O_NODE_SELECTOR, O_NODE, O_CACERT,
+        O_ARRAY, O_EXPAND, O_NODE_SELECTOR, O_NODE, O_ON_NODE_LOST,
+        O_TIME, O_WAIT, O_ADMIN, O_CACERT,
 };
 
 #define V(x) (1u << GP_CLI_##x)
@@ -51,7 +53,7 @@ static const struct opt opts[] = {
         {"json", 0, false, O_JSON, ANY},
         {"help", 'h', false, O_HELP, ANY},
         {"version", 0, false, O_VERSION, PRE},
-        {"gpus", 0, true, O_GPUS, V(SUBMIT) | V(RUN)},
+        {"gpus", 'G', true, O_GPUS, V(SUBMIT) | V(RUN)},
         {"mem", 0, true, O_MEM, V(SUBMIT) | V(RUN)},
         {"priority", 0, true, O_PRIO, V(SUBMIT) | V(RUN)},
         {"name", 0, true, O_NAME, V(SUBMIT) | V(RUN)},
@@ -61,10 +63,15 @@ static const struct opt opts[] = {
         {"preemptible", 0, false, O_PREEMPT, V(SUBMIT) | V(RUN)},
         {"elastic", 0, true, O_ELASTIC, V(SUBMIT)},
         {"timeout", 0, true, O_TIMEOUT, V(SUBMIT) | V(RUN)},
+        {"time", 't', true, O_TIME, V(SUBMIT) | V(RUN)},          /* Slurm's: a bare number is minutes */
+        {"job-name", 'J', true, O_NAME, V(SUBMIT) | V(RUN)},      /* Slurm's --name */
+        {"chdir", 'D', true, O_WORKDIR, V(SUBMIT) | V(RUN)},      /* Slurm's --workdir */
+        {"wait", 'W', false, O_WAIT, V(SUBMIT)},
+        {"admin", 0, false, O_ADMIN, V(KEY)},
         {"queue-timeout", 0, true, O_QTIMEOUT, V(SUBMIT) | V(RUN)},
         {"env", 0, true, O_ENV, V(SUBMIT) | V(RUN)},
         {"workdir", 0, true, O_WORKDIR, V(SUBMIT) | V(RUN)},
-        {"tenant", 0, true, O_TENANT, V(SUBMIT) | V(RUN) | V(PS) | V(KEY) | V(USAGE) | V(INVOICE)},
+        {"tenant", 0, true, O_TENANT, V(SUBMIT) | V(RUN) | V(PS) | V(CANCEL) | V(KEY) | V(USAGE) | V(INVOICE)},
         {"from", 0, true, O_FROM, V(USAGE)},
         {"to", 0, true, O_TO, V(USAGE)},
         {"group-by", 0, true, O_GROUP_BY, V(USAGE)},
@@ -72,8 +79,9 @@ static const struct opt opts[] = {
         {"ttl", 0, true, O_TTL, V(RUN) | V(JOIN_TOKEN)},
         {"node-selector", 0, true, O_NODE_SELECTOR, V(SUBMIT) | V(RUN)},
         {"node", 0, true, O_NODE, V(RUN)},
+        {"on-node-lost", 0, true, O_ON_NODE_LOST, V(SUBMIT)},
         {"all", 'a', false, O_ALL, V(PS)},
-        {"state", 0, true, O_STATE, V(PS)},
+        {"state", 0, true, O_STATE, V(PS) | V(CANCEL)},
         {"limit", 0, true, O_LIMIT, V(PS) | V(QUEUE)},
         {"follow", 'f', false, O_FOLLOW, V(LOGS)},
         {"array", 0, true, O_ARRAY, V(SUBMIT) | V(CANCEL)},
@@ -92,28 +100,33 @@ static const struct verb_info {
         [GP_CLI_VERSION] = {"version", "gpupool version", NULL, "print the client version", NULL},
         [GP_CLI_SUBMIT] = {
                 "submit",
-                "gpupool submit [--gpus N] [--mem MB] [--priority P] [--name S] [--model M]\n"
-                "                      [--gpu-model GLOB] [--exclusive] [--preemptible] [--timeout SEC]\n"
-                "                      [--queue-timeout SEC] [--env K=V]... [--workdir DIR] [--tenant T]\n"
-                "                      [--node-selector K=V]... [--elastic MIN:MAX] [--array SPEC]\n"
-                "                      [--] COMMAND [ARG...]",
-                "gpupool submit [--gpus N] [--mem MB] [--priority P] [OPTIONS] [--] COMMAND [ARG...]\n"
+                "gpupool submit [--gpus N] [--mem SIZE] [--priority P] [--name S] [--model M]\n"
+                "                      [--gpu-model GLOB] [--exclusive] [--preemptible] [--timeout DURATION]\n"
+                "                      [--queue-timeout DURATION] [--env K=V]... [--workdir DIR] [--tenant T]\n"
+                "                      [--node-selector K=V]... [--elastic MIN:MAX] [--array SPEC] [--wait]\n"
+                "                      [--on-node-lost fence|requeue]\n"
+                "                      [--] COMMAND [ARG...] | SCRIPT [ARG...] | < SCRIPT",
+                "gpupool submit [--gpus N] [--mem SIZE] [--priority P] [OPTIONS] [--] COMMAND [ARG...]\n"
+                "       gpupool submit [OPTIONS] SCRIPT [ARG...]     gpupool submit [OPTIONS] < SCRIPT\n"
                 "       ('gpupool help submit' lists every option)",
                 "queue a batch task; prints its id",
-                "  --gpus N             GPUs wanted, 1..1024 (default 1); more than a node has:\n"
+                "  --gpus N, -G N       GPUs wanted, 1..1024 (default 1); more than a node has:\n"
                 "                       whole nodes (a multi-node task, e.g. torchrun)\n"
-                "  --mem MB             GPU memory per GPU in MB (default: the whole GPU)\n"
+                "  --mem SIZE           GPU memory per GPU: MB, or 8G, 8192M (default: the whole GPU)\n"
                 "  --priority P         0..9, P0..P9 or critical|high|normal|low|background\n"
                 "                       (0 most urgent; default: the tenant's default)\n"
-                "  --name S             a name to recognise the task by\n"
+                "  --name S, -J S       a name to recognise the task by (also --job-name)\n"
                 "  --model M            model the task loads (placed near GPUs that hold it)\n"
                 "  --gpu-model GLOB     only GPUs whose name matches, e.g. '*4090*'\n"
                 "  --exclusive          whole GPUs, shared with no other task\n"
                 "  --preemptible        the task may be stopped and requeued for a more urgent one\n"
-                "  --timeout SEC        run time limit (0 = none)\n"
-                "  --queue-timeout SEC  give up if not started within SEC (0 = none)\n"
+                "  --timeout DURATION   run time limit: 3600, 90s, 30m, 12h, 7d or [D-]HH:MM:SS\n"
+                "                       (0 = none)\n"
+                "  --time D, -t D       the same as sbatch --time: a bare number is minutes (60 =\n"
+                "                       1 hour), MM:SS, HH:MM:SS, D-HH[:MM[:SS]], or 90s, 12h...\n"
+                "  --queue-timeout D    give up if not started within D (0 = none)\n"
                 "  --env K=V            set an environment variable (repeatable)\n"
-                "  --workdir DIR        working directory on the GPU node\n"
+                "  --workdir DIR        working directory on the GPU node (also -D, --chdir)\n"
                 "  --tenant T           submit for tenant T (when the key allows it)\n"
                 "  --node-selector K=V  only nodes with label K=V (repeatable, all must match;\n"
                 "                       every node has gpupool/node=NAME)\n"
@@ -123,16 +136,29 @@ static const struct verb_info {
                 "                       each with %N to run at most N at once (0-1999%50); every\n"
                 "                       element gets GPUPOOL_ARRAY_ID and GPUPOOL_ARRAY_INDEX\n"
                 "                       (and SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID)\n"
+                "  --wait, -W           wait until the task (every element of an array) ends and\n"
+                "                       exit with its exit code (an array: 0 if all succeeded, else 1)\n"
+                "  --on-node-lost fence|requeue  when its node loses contact with the server: fence\n"
+                "                       (default) stops the run there before the task starts elsewhere\n"
+                "                       (after cluster.fence_s); requeue starts it elsewhere at once:\n"
+                "                       it may run twice at once\n"
                 "Prints the new task's id alone (or the task with --json); for an array, the\n"
-                "array's id (its first element's task id).\n"},
+                "array's id (its first element's task id).\n"
+                "SCRIPT: a local file starting with #! (or, without COMMAND, the script read from\n"
+                "stdin) is sent and stored with the task, as sbatch does: the task runs that copy\n"
+                "with its #! interpreter, ARGs as its arguments.  Lines '#GPUPOOL OPTIONS' before\n"
+                "its first command set options; '#SBATCH' lines are read too for -G/--gpus,\n"
+                "--gres=gpu:N, -t/--time, -J/--job-name, --mem-per-gpu, -a/--array, -D/--chdir\n"
+                "(other #SBATCH options are named on stderr and ignored).  Options given here\n"
+                "override the script's.  To run a file that is on the GPU node instead: sh FILE.\n"},
         [GP_CLI_RUN] = {
                 "run",
-                "gpupool run [submit options] [--node NAME] [--ttl SEC] -- COMMAND [ARG...]",
-                "gpupool run [--gpus N] [--mem MB] [--priority P] [--node NAME] [OPTIONS] [--ttl SEC] -- COMMAND [ARG...]\n"
+                "gpupool run [submit options] [--node NAME] [--ttl DURATION] -- COMMAND [ARG...]",
+                "gpupool run [--gpus N] [--mem SIZE] [--priority P] [--node NAME] [OPTIONS] [--ttl D] -- COMMAND [ARG...]\n"
                 "       ('gpupool help run' lists every option)",
                 "hold GPUs, run a command here with them, release them",
                 "  Takes the options of submit (--env and --workdir apply to the local command).\n"
-                "  --ttl SEC            lease time-to-live: heartbeats every SEC/3 (default 30)\n"
+                "  --ttl DURATION       lease time-to-live, 3s..1d: heartbeats every TTL/3 (default 30)\n"
                 "  --node NAME          GPUs of node NAME, the machine COMMAND runs on (= --node-selector\n"
                 "                       gpupool/node=NAME; default: $GPUPOOL_NODE when set)\n"
                 "Waits while queued (\"waiting for N GPU(s): reason\" on stderr), then runs COMMAND\n"
@@ -148,14 +174,20 @@ static const struct verb_info {
                        "  --tenant T           only tasks of tenant T (admin keys)\n"
                        "  --expand, -r         one line per job array element (default: one line per\n"
                        "                       array, ID_[SPEC], with its elements counted by state)\n"},
-        [GP_CLI_STATUS] = {"status", "gpupool status ID", NULL, "show one task in detail", NULL},
-        [GP_CLI_CANCEL] = {"cancel", "gpupool cancel ID | ID_INDEX | --array ID", NULL,
-                           "cancel a task (idempotent); prints its resulting state",
-                           "  ID                   one task (an array element too, by its task id)\n"
+        [GP_CLI_STATUS] = {"status", "gpupool status ID | ID_INDEX", NULL, "show one task in detail",
+                           "  ID_INDEX             element INDEX of job array ID (12_7)\n"},
+        [GP_CLI_CANCEL] = {"cancel", "gpupool cancel [--state S] [ID | ID_INDEX | --array ID]...", NULL,
+                           "cancel tasks (idempotent); prints each one's resulting state",
+                           "  ID                   one task (an array element too, by its task id; the\n"
+                           "                       array's id names its first element: a warning says so)\n"
                            "  ID_INDEX             element INDEX of job array ID (as scancel 12_7)\n"
                            "  --array ID           every element of job array ID not yet ended (scancel 12);\n"
-                           "                       prints how many were cancelled and how many are stopping\n"},
-        [GP_CLI_LOGS] = {"logs", "gpupool logs [-f] ID", NULL, "print a batch task's output",
+                           "                       prints how many were cancelled and how many are stopping\n"
+                           "  --state S            only tasks in state S (queued, running or active); with no\n"
+                           "                       ID: every task in state S the key may cancel (scancel\n"
+                           "                       --state), --tenant T: only tenant T's\n"
+                           "Several ids are cancelled one after the other; the exit code is 1 if any failed.\n"},
+        [GP_CLI_LOGS] = {"logs", "gpupool logs [-f] ID | ID_INDEX", NULL, "print a batch task's output",
                          "  -f, --follow         keep printing new output until the task ends\n"},
         [GP_CLI_GPUS] = {"gpus", "gpupool gpus", NULL, "list GPUs with memory, load and tasks", NULL},
         [GP_CLI_QUEUE] = {"queue", "gpupool queue [--limit N]", NULL,
@@ -185,10 +217,17 @@ static const struct verb_info {
                                "On a GPU machine: gpupool agent --server URL --token TOKEN\n"},
         [GP_CLI_TENANTS] = {"tenants", "gpupool tenants", NULL,
                             "list tenants with their tiers, quotas and usage (a tenant key sees its own)", NULL},
-        [GP_CLI_KEY] = {"key", "gpupool key create --tenant T", NULL,
-                        "make an API key for tenant T (admin key); it is shown once",
-                        "  --tenant T           the tenant the key belongs to\n"
+        [GP_CLI_KEY] = {"key", "gpupool key create --tenant T | --admin", NULL,
+                        "make an API key for tenant T (admin key), or an admin key; it is shown once",
+                        "  --tenant T           the tenant the key belongs to (made by the server)\n"
+                        "  --admin              an admin key, made here without a server: prints the key,\n"
+                        "                       and on stderr the line to paste under auth.admin_keys\n"
                         "Prints the key. The server keeps only its SHA-256 hash, so store the key now.\n"},
+        [GP_CLI_CONFIG] = {"config", "gpupool config check FILE", NULL,
+                           "check a server config file without starting a server",
+                           "  check FILE           read FILE as 'gpupool server --config FILE' would: every\n"
+                           "                       error as FILE:LINE: message (exit 1), or a summary of\n"
+                           "                       what it sets (exit 0)\n"},
         [GP_CLI_USAGE] = {"usage", "gpupool usage [--tenant T] [--from DATE] [--to DATE] [--group-by day|model|task]",
                           NULL, "GPU time, tokens and list cost (a tenant key sees its own)",
                           "  --tenant T           only tenant T (admin keys; default: every tenant)\n"
@@ -263,7 +302,7 @@ int gp_cli_help(const char *topic, gp_buf *out) {
                 static const gp_cli_verb order[] = {
                         GP_CLI_SUBMIT, GP_CLI_RUN, GP_CLI_PS, GP_CLI_STATUS, GP_CLI_CANCEL,
                         GP_CLI_LOGS, GP_CLI_GPUS, GP_CLI_QUEUE, GP_CLI_NODES, GP_CLI_NODE, GP_CLI_JOIN_TOKEN,
-                        GP_CLI_SERVERS, GP_CLI_CA, GP_CLI_TENANTS, GP_CLI_KEY,
+                        GP_CLI_SERVERS, GP_CLI_CA, GP_CLI_TENANTS, GP_CLI_KEY, GP_CLI_CONFIG,
                         GP_CLI_USAGE, GP_CLI_INVOICE, GP_CLI_VERSION,
                         GP_CLI_HELP,
                 };
@@ -311,6 +350,9 @@ void gp_cli_cmd_done(gp_cli_cmd *c) {
         free(c->env);
         c->env = NULL;
         c->n_env = 0;
+        free(c->refs);
+        c->refs = NULL;
+        c->n_refs = 0;
 }
 
 /* Parsing state shared by the helpers below. */
@@ -479,12 +521,15 @@ static int next_opt(struct parser *p, unsigned mask, int argc, char **argv, int 
                         }
                 if (eq)
                         val = eq + 1;
-        } else if (w[2] == '\0') {
+        } else {
+                /* -X, or -XVALUE for an option that takes one (-G2, -t60, as getopt) */
                 for (size_t k = 0; k < GP_ARRAY_SIZE(opts); k++)
-                        if (opts[k].shortc == w[1]) {
+                        if (opts[k].shortc == w[1] && (w[2] == '\0' || opts[k].arg)) {
                                 o = &opts[k];
                                 break;
                         }
+                if (o && w[2] != '\0')
+                        val = w + 2;
         }
         if (!o)
                 return fail(p, "unknown option '%s'", w);
@@ -639,26 +684,19 @@ static int add_node(struct parser *p, const char *what, const char *name) {
         return add_selector(p, what, GP_CLI_NODE_LABEL, strlen(GP_CLI_NODE_LABEL), name);
 }
 
-/* A duration: N seconds, or N with s, m, h or d. */
-static int parse_duration(const char *s, int64_t max, int64_t *ret) {
-        static const struct {
-                char unit;
-                int64_t mul;
-        } units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}};
-        size_t n = strlen(s);
-        char num[24];
-        int64_t mul = 1, v;
-        if (n == 0 || n >= sizeof(num))
-                return -EINVAL;
-        memcpy(num, s, n + 1);
-        for (size_t i = 0; i < GP_ARRAY_SIZE(units); i++)
-                if (n > 1 && num[n - 1] == units[i].unit) {
-                        mul = units[i].mul;
-                        num[n - 1] = '\0';
-                }
-        if (gp_parse_i64(num, 0, max / mul, &v) < 0)
-                return -EINVAL;
-        *ret = v * mul;
+/* A duration option (base/units.h), bounded; a usage error names the forms. */
+static int want_dur(struct parser *p, const char *opt, const char *val, int flags, int64_t min, int64_t max,
+                    int64_t *ret) {
+        int64_t v;
+        int r = gp_duration_parse(val, flags, max, &v);
+        if (r == 0 && v < min)
+                r = -ERANGE;
+        if (r == -ERANGE)
+                return fail(p, "%s: '%.80s' is out of range %llds..%llds", opt, val, (long long)min, (long long)max);
+        if (r < 0)
+                return fail(p, "%s: expected a duration such as %s, 90s, 30m, 12h, 7d or [D-]HH:MM:SS, got '%.80s'",
+                            opt, flags == GP_DUR_PLAIN_MINUTES ? "60 (minutes)" : "3600", val);
+        *ret = v;
         return 0;
 }
 
@@ -696,8 +734,12 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                                 return r;
                         break;
                 case O_MEM:
-                        if ((r = want_int(p, "--mem", val, 0, GP_CLI_MEM_MAX_MB, &v)) < 0 ||
-                            (r = body_set(p, "memory_mb", json_integer(v), "--mem")) < 0)
+                        r = gp_size_mb_parse(val, GP_CLI_MEM_MAX_MB, &v);
+                        if (r < 0)
+                                return fail(p, "--mem: expected MB or a size such as 8G or 8192M (at most %lld MB), "
+                                               "got '%.80s'",
+                                            (long long)GP_CLI_MEM_MAX_MB, val);
+                        if ((r = body_set(p, "memory_mb", json_integer(v), "--mem")) < 0)
                                 return r;
                         break;
                 case O_PRIO: {
@@ -753,12 +795,19 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                         break;
                 }
                 case O_TIMEOUT:
-                        if ((r = want_int(p, "--timeout", val, 0, GP_CLI_SECONDS_MAX, &v)) < 0 ||
+                case O_TIME:
+                        if ((r = want_dur(p, o->id == O_TIME ? "--time" : "--timeout", val,
+                                          o->id == O_TIME ? GP_DUR_PLAIN_MINUTES : GP_DUR_PLAIN_SECONDS, 0,
+                                          GP_CLI_SECONDS_MAX, &v)) < 0 ||
                             (r = body_set(p, "timeout_s", json_integer(v), "--timeout")) < 0)
                                 return r;
                         break;
+                case O_WAIT:
+                        c->wait = true;
+                        break;
                 case O_QTIMEOUT:
-                        if ((r = want_int(p, "--queue-timeout", val, 0, GP_CLI_SECONDS_MAX, &v)) < 0 ||
+                        if ((r = want_dur(p, "--queue-timeout", val, GP_DUR_PLAIN_SECONDS, 0, GP_CLI_SECONDS_MAX,
+                                          &v)) < 0 ||
                             (r = body_set(p, "queue_timeout_s", json_integer(v), "--queue-timeout")) < 0)
                                 return r;
                         break;
@@ -784,7 +833,8 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                                 return r;
                         break;
                 case O_TTL:
-                        if ((r = want_int(p, "--ttl", val, GP_CLI_TTL_MIN, GP_CLI_TTL_MAX, &v)) < 0)
+                        if ((r = want_dur(p, "--ttl", val, GP_DUR_PLAIN_SECONDS, GP_CLI_TTL_MIN, GP_CLI_TTL_MAX,
+                                          &v)) < 0)
                                 return r;
                         c->ttl_s = v;
                         break;
@@ -809,6 +859,12 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                         if ((r = add_selector_kv(p, val)) < 0)
                                 return r;
                         break;
+                case O_ON_NODE_LOST:
+                        if (strcmp(val, "fence") && strcmp(val, "requeue"))
+                                return fail(p, "--on-node-lost: expected fence or requeue, got '%.32s'", val);
+                        if ((r = body_set(p, "on_node_lost", json_string(val), "--on-node-lost")) < 0)
+                                return r;
+                        break;
                 case O_NODE:
                         if ((r = add_node(p, "--node", val)) < 0)
                                 return r;
@@ -825,10 +881,14 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
             !json_object_get(json_object_get(c->body, "node_selector"), GP_CLI_NODE_LABEL) &&
             (r = add_node(p, "GPUPOOL_NODE", c->env_node)) < 0)
                 return r;
+        c->cmd_at = i;
         if (i >= argc) {
                 if (run)
                         return fail(p, "missing COMMAND to run (after --)");
-                return fail(p, "missing COMMAND (to hold GPUs for a command run here, use gpupool run)");
+                /* submit: the script comes from stdin (cli.c reads it, or says
+                 * "missing COMMAND" when stdin is a terminal) */
+                c->no_command = true;
+                return 0;
         }
         int n = argc - i;
         if (n > GP_CLI_ARGS_MAX)
@@ -837,9 +897,9 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                 if (strlen(argv[k]) > GP_CLI_ARG_LEN_MAX)
                         return fail(p, "COMMAND word %d is longer than %d bytes", k - i + 1,
                                     GP_CLI_ARG_LEN_MAX);
+        c->argv_cmd = &argv[i];
+        c->argc_cmd = n;
         if (run) {
-                c->argv_cmd = &argv[i];
-                c->argc_cmd = n;
                 if (json_object_set_new(c->body, "lease_ttl_s", json_integer(c->ttl_s)) < 0)
                         return -ENOMEM;
                 return 0;
@@ -858,29 +918,46 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
         return 0;
 }
 
-static int parse_id(struct parser *p, const char *w) {
+/* ID, or ID_INDEX (Slurm's 12_7: element 7 of job array 12) where the
+ * command takes one. */
+static int parse_ref(struct parser *p, const char *w, gp_cli_ref *ret) {
         int64_t v;
         const char *us = strchr(w, '_');
-        if (us && p->c->verb == GP_CLI_CANCEL && !p->c->array) {
-                /* ID_INDEX: one element of a job array (Slurm's 12_7) */
+        if (us) {
                 char id[24];
                 int64_t ix;
                 size_t n = (size_t)(us - w);
                 if (n == 0 || n >= sizeof(id))
-                        return fail(p, "'%s' is not ID_INDEX (e.g. 12_7)", w);
+                        return fail(p, "'%.80s' is not ID_INDEX (e.g. 12_7)", w);
                 memcpy(id, w, n);
                 id[n] = '\0';
                 if (gp_parse_i64(id, 1, INT64_MAX, &v) < 0 || gp_parse_i64(us + 1, 0, GP_ARRAY_INDEX_MAX, &ix) < 0)
-                        return fail(p, "'%s' is not ID_INDEX (an array id, '_', an index 0..%d; e.g. 12_7)", w,
+                        return fail(p, "'%.80s' is not ID_INDEX (an array id, '_', an index 0..%d; e.g. 12_7)", w,
                                     GP_ARRAY_INDEX_MAX);
-                p->c->id = v;
-                p->c->array = true;
-                p->c->array_index = ix;
+                *ret = (gp_cli_ref){.id = v, .array = true, .index = ix};
                 return 0;
         }
         if (gp_parse_i64(w, 1, INT64_MAX, &v) < 0)
-                return fail(p, "'%s' is not a task id (a positive integer)", w);
-        p->c->id = v;
+                return fail(p, "'%.80s' is not a task id (a positive integer, or ID_INDEX such as 12_7)", w);
+        *ret = (gp_cli_ref){.id = v, .array = false, .index = -1};
+        return 0;
+}
+
+/* Add one id to the command; the first also fills id/array/array_index. */
+static int add_ref(struct parser *p, const gp_cli_ref *ref) {
+        gp_cli_cmd *c = p->c;
+        if (c->n_refs >= GP_CLI_CANCEL_IDS_MAX)
+                return fail(p, "at most %d ids at once", GP_CLI_CANCEL_IDS_MAX);
+        gp_cli_ref *n = realloc(c->refs, sizeof(*n) * (c->n_refs + 1));
+        if (!n)
+                return -ENOMEM;
+        c->refs = n;
+        n[c->n_refs++] = *ref;
+        if (c->n_refs == 1) {
+                c->id = ref->id;
+                c->array = ref->array;
+                c->array_index = ref->index;
+        }
         return 0;
 }
 
@@ -917,6 +994,16 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                         break;
                                 case O_STATE: {
                                         gp_task_state st;
+                                        if (c->verb == GP_CLI_CANCEL) {
+                                                if (strcmp(val, "active") && strcmp(val, "queued") &&
+                                                    strcmp(val, "running"))
+                                                        return fail(p, "--state: expected queued, running or "
+                                                                       "active (the states a task can be "
+                                                                       "cancelled in), got '%.80s'",
+                                                                    val);
+                                                c->cancel_state = val;
+                                                break;
+                                        }
                                         if (strcmp(val, "active") != 0 && gp_task_state_parse(val, &st) < 0)
                                                 return fail(p, "--state: '%s' is not a state: expected queued, "
                                                                "running, succeeded, failed, cancelled, "
@@ -942,10 +1029,10 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                         break;
                                 case O_TTL:
                                         /* join-token create --ttl DURATION */
-                                        if (parse_duration(val, GP_CLI_JOIN_TTL_MAX, &v) < 0)
+                                        if (gp_duration_parse(val, GP_DUR_PLAIN_SECONDS, GP_CLI_JOIN_TTL_MAX, &v) < 0)
                                                 return fail(p, "--ttl: expected a duration such as 3600, 90s, 30m, "
-                                                               "12h or 7d (0 = no expiry; at most 10 years), got "
-                                                               "'%.80s'",
+                                                               "12h, 7d or [D-]HH:MM:SS (0 = no expiry; at most "
+                                                               "10 years), got '%.80s'",
                                                             val);
                                         c->join_ttl_s = v;
                                         ttl_given = true;
@@ -958,12 +1045,11 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                         if (gp_parse_i64(val, 1, INT64_MAX, &v) < 0)
                                                 return fail(p, "--array: '%s' is not an array id (a positive integer)",
                                                             val);
-                                        if (npos > 0 || c->array)
-                                                return fail(p, "give one of ID, ID_INDEX or --array ID");
-                                        c->array = true;
-                                        c->array_index = -1;
-                                        c->id = v;
-                                        npos++; /* it is the command's one id */
+                                        if ((r = add_ref(p, &(gp_cli_ref){.id = v, .array = true, .index = -1})) < 0)
+                                                return r;
+                                        break;
+                                case O_ADMIN:
+                                        c->admin = true;
                                         break;
                                 case O_FROM:
                                 case O_TO: {
@@ -1004,11 +1090,21 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                 switch (c->verb) {
                 case GP_CLI_STATUS:
                 case GP_CLI_CANCEL:
-                case GP_CLI_LOGS:
-                        if (npos > 1)
-                                return fail(p, "unexpected argument '%s' (one task id)", w);
-                        if ((r = parse_id(p, w)) < 0)
+                case GP_CLI_LOGS: {
+                        gp_cli_ref ref;
+                        if (npos > 1 && c->verb != GP_CLI_CANCEL)
+                                return fail(p, "unexpected argument '%.80s' (one task id)", w);
+                        if ((r = parse_ref(p, w, &ref)) < 0 || (r = add_ref(p, &ref)) < 0)
                                 return r;
+                        break;
+                }
+                case GP_CLI_CONFIG:
+                        if (npos == 1 && strcmp(w, "check") != 0)
+                                return fail(p, "unknown subcommand '%.80s': expected check", w);
+                        if (npos == 2)
+                                c->file = w;
+                        if (npos > 2)
+                                return fail(p, "unexpected argument '%.80s' (one FILE)", w);
                         break;
                 case GP_CLI_HELP:
                         if (npos > 1)
@@ -1060,11 +1156,19 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
         }
         if (c->help)
                 return 0;
-        if ((c->verb == GP_CLI_STATUS || c->verb == GP_CLI_CANCEL || c->verb == GP_CLI_LOGS) && npos == 0)
+        if ((c->verb == GP_CLI_STATUS || c->verb == GP_CLI_LOGS) && c->n_refs == 0)
                 return fail(p, "missing task ID");
-        if (c->verb == GP_CLI_KEY && (npos == 0 || !c->tenant))
-                return fail(p, npos == 0 ? "missing subcommand: gpupool key create --tenant T"
-                                         : "missing --tenant T: whose key is it?");
+        if (c->verb == GP_CLI_CANCEL && c->n_refs == 0 && !c->cancel_state)
+                return fail(p, "missing task ID (or --state S for every task in state S)");
+        if (c->verb == GP_CLI_CANCEL && c->tenant && c->n_refs > 0)
+                return fail(p, "--tenant applies to cancel --state without ids");
+        if (c->verb == GP_CLI_KEY && (npos == 0 || !(c->tenant || c->admin)))
+                return fail(p, npos == 0 ? "missing subcommand: gpupool key create --tenant T | --admin"
+                                         : "missing --tenant T or --admin: whose key is it?");
+        if (c->verb == GP_CLI_KEY && c->tenant && c->admin)
+                return fail(p, "give --tenant T (a tenant's key) or --admin (an admin key), not both");
+        if (c->verb == GP_CLI_CONFIG && !c->file)
+                return fail(p, npos == 0 ? "missing subcommand: gpupool config check FILE" : "missing FILE");
         if (c->verb == GP_CLI_NODE && !c->target)
                 return fail(p, npos == 0 ? "missing subcommand: drain, undrain or remove" : "missing node NAME");
         if (c->verb == GP_CLI_JOIN_TOKEN) {
@@ -1134,6 +1238,7 @@ int gp_cli_parse(int argc, char **argv, const char *env_api, const char *env_key
                 goto usage;
         }
         p.verb_known = true;
+        c->verb_at = i;
         char who[64];
         snprintf(who, sizeof(who), "gpupool %s", verbs[c->verb].name);
         p.who = who;

@@ -45,6 +45,9 @@
 #define GP_CLI_NODE_NAME_MAX 47             /* node name 1..47 bytes of [A-Za-z0-9._-] */
 #define GP_CLI_NODE_LABEL "gpupool/node"    /* the label every node carries: its name */
 #define GP_CLI_JOIN_TTL_MAX ((int64_t)10 * 366 * 86400)  /* join-token create --ttl: 10 years */
+#define GP_CLI_CANCEL_IDS_MAX 1000          /* ids on one cancel command line */
+#define GP_CLI_SCRIPT_MAX ((size_t)48 * 1024) /* a submitted script (= server/submit.h's GP_SUBMIT_MAX_SCRIPT_BYTES) */
+#define GP_CLI_SCRIPT_ARGV0 "gpupool-script"  /* how a stored script's runner names it (= GP_SUBMIT_SCRIPT_ARGV0) */
 
 typedef enum gp_cli_verb {
         GP_CLI_HELP = 0,
@@ -65,12 +68,21 @@ typedef enum gp_cli_verb {
         GP_CLI_USAGE,
         GP_CLI_INVOICE,
         GP_CLI_SERVERS,
+        GP_CLI_CONFIG,
         GP_CLI_CA,
         GP_CLI_VERB_COUNT,
 } gp_cli_verb;
 
 /* A parsed command line.  Strings marked "borrowed" point into argv or the
  * environment and live as long as they do. */
+/* One id on the command line: a task (ID), an element of a job array
+ * (ID_INDEX, index >= 0) or a whole array (cancel --array ID, index -1). */
+typedef struct gp_cli_ref {
+        int64_t id;              /* task id, or the array's id */
+        bool array;              /* id names a job array */
+        int64_t index;           /* ID_INDEX: the element; -1 = every element */
+} gp_cli_ref;
+
 typedef struct gp_cli_cmd {
         gp_cli_verb verb;
         char *api;               /* base URL without trailing '/', owned */
@@ -103,6 +115,16 @@ typedef struct gp_cli_cmd {
         const char *sub;         /* node / join-token: the subcommand ("drain", "create"), borrowed */
         const char *target;      /* node NAME / join-token revoke ID, borrowed */
         int64_t join_ttl_s;      /* join-token create --ttl, 0 = no expiry */
+        gp_cli_ref *refs;        /* cancel: every id given, in order (owned); refs[0] mirrors id/array/array_index */
+        size_t n_refs;           /* entries in refs */
+        const char *cancel_state; /* cancel --state: only tasks in this state, borrowed */
+        bool wait;               /* submit --wait: until the task ends, exit with its code */
+        bool admin;              /* key create --admin: a new admin key, made here */
+        const char *file;        /* config check FILE, borrowed */
+        int verb_at;             /* argv index of the command word */
+        int cmd_at;              /* submit: argv index where COMMAND starts (argc when none) */
+        bool no_command;         /* submit: no COMMAND given (the script comes from stdin) */
+        const char *script;      /* submit: the script's text (set by cli.c, borrowed), NULL = none */
         const char *env_node;    /* set by the caller before gp_cli_parse: GPUPOOL_NODE (run's
                                   * default --node), borrowed, NULL = unset */
 } gp_cli_cmd;
@@ -212,6 +234,21 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err);
  * reason to err: 0 if rc == 0 and the status is 2xx with a JSON object,
  * else 1 (the server said no / answered nonsense) or 3 (unreachable). */
 int gp_cli_check(FILE *err, int rc, const gp_cli_resp *r, const gp_buf *msg);
+
+/* One JSON call through gp_cli_http_json with the command's API and key;
+ * on GP_CLI_EXIT_OK *ret holds the answer (gp_cli_resp_done it), else the
+ * reason has been printed to err and *ret is empty.  Returns an exit code. */
+int gp_cli_call(const gp_cli_cmd *c, FILE *err, const char *method, const char *path, const json_t *body,
+                gp_cli_resp *ret);
+/* ID_INDEX -> the element's task id, from GET /api/v1/arrays/{id} (its
+ * spec and first task id).  A plain id is returned as is.  Returns an exit
+ * code (1 with a message when the array has no such element). */
+int gp_cli_resolve_ref(const gp_cli_cmd *c, FILE *err, const gp_cli_ref *ref, int64_t *ret_id);
+
+/* batch.c: `gpupool submit` (a COMMAND, a script file or stdin; --wait).
+ * argv is the whole command line (a script's directives are parsed again
+ * with it, so that its own options win). */
+int gp_cli_cmd_submit(int argc, char **argv, const gp_cli_cmd *c, FILE *out, FILE *err);
 
 /* run.c */
 int gp_cli_cmd_run(const gp_cli_cmd *c, FILE *out, FILE *err);

@@ -11,13 +11,19 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/exe.h"
+#include "base/sha256.h"
 #include "base/util.h"
+#include "core/array.h"
 
 #define LOGS_RETRIES 10   /* reconnects of `logs -f` after a dropped stream */
 
@@ -130,22 +136,50 @@ static int call(const gp_cli_cmd *c, FILE *err, const char *method, const char *
         return ex;
 }
 
-static int cmd_submit(const gp_cli_cmd *c, FILE *out, FILE *err) {
+int gp_cli_call(const gp_cli_cmd *c, FILE *err, const char *method, const char *path, const json_t *body,
+                gp_cli_resp *ret) {
+        return call(c, err, method, path, body, ret);
+}
+
+int gp_cli_resolve_ref(const gp_cli_cmd *c, FILE *err, const gp_cli_ref *ref, int64_t *ret_id) {
+        if (!ref->array || ref->index < 0) {
+                *ret_id = ref->id;
+                return GP_CLI_EXIT_OK;
+        }
+        char path[64];
         gp_cli_resp r;
-        int ex = call(c, err, "POST", "/api/v1/tasks", c->body, &r);
+        snprintf(path, sizeof(path), "/api/v1/arrays/%" PRId64, ref->id);
+        int ex = call(c, err, "GET", path, NULL, &r);
         if (ex)
                 return ex;
-        json_t *id = json_object_get(r.json, "id");
-        if (!id)
-                id = json_object_get(r.json, "array_id"); /* a job array: its id */
-        if (c->json) {
-                print_json(out, r.json);
-        } else if (json_is_integer(id)) {
-                fprintf(out, "%" PRId64 "\n", (int64_t)json_integer_value(id));
-        } else {
-                fprintf(err, "gpupool: the server's answer has no task id\n");
-                ex = GP_CLI_EXIT_REFUSED;
+        /* elements have consecutive task ids in index order (docs/api.md) */
+        const char *spec = json_string_value(json_object_get(r.json, "array"));
+        json_t *first = json_object_get(r.json, "first_task_id");
+        gp_array_spec a = {0};
+        char why[160];
+        ex = GP_CLI_EXIT_REFUSED;
+        if (!spec || !json_is_integer(first) ||
+            gp_array_spec_parse(spec, strlen(spec), GP_ARRAY_MAX_ELEMS, &a, why, sizeof(why)) < 0) {
+                fprintf(err, "gpupool: unexpected answer from the server (array %" PRId64 " without its spec)\n",
+                        ref->id);
+                goto out;
         }
+        size_t lo = 0, hi = a.n;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (a.idx[mid] < ref->index)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        if (lo >= a.n || a.idx[lo] != ref->index) {
+                fprintf(err, "gpupool: job array %" PRId64 " has no element %" PRId64 "\n", ref->id, ref->index);
+                goto out;
+        }
+        *ret_id = (int64_t)json_integer_value(first) + (int64_t)lo;
+        ex = GP_CLI_EXIT_OK;
+out:
+        gp_array_spec_done(&a);
         gp_cli_resp_done(&r);
         return ex;
 }
@@ -281,12 +315,13 @@ static int cmd_status(const gp_cli_cmd *c, FILE *out, FILE *err) {
 
 #define CANCEL_SETTLE_MS 15000  /* how long cancel waits for a running task to stop */
 
-/* cancel --array ID, cancel ID_INDEX */
-static int cmd_cancel_array(const gp_cli_cmd *c, FILE *out, FILE *err) {
+/* cancel --array ID, cancel ID_INDEX.  pre: "ID: " before the line when
+ * several ids are cancelled. */
+static int cancel_array(const gp_cli_cmd *c, const gp_cli_ref *ref, const char *pre, FILE *out, FILE *err) {
         char path[64];
         gp_cli_resp r;
-        snprintf(path, sizeof(path), "/api/v1/arrays/%" PRId64 "/cancel", c->id);
-        json_t *body = c->array_index >= 0 ? json_pack("{s:I}", "index", (json_int_t)c->array_index) : json_object();
+        snprintf(path, sizeof(path), "/api/v1/arrays/%" PRId64 "/cancel", ref->id);
+        json_t *body = ref->index >= 0 ? json_pack("{s:I}", "index", (json_int_t)ref->index) : json_object();
         if (!body) {
                 fprintf(err, "gpupool: out of memory\n");
                 return GP_CLI_EXIT_REFUSED;
@@ -300,28 +335,35 @@ static int cmd_cancel_array(const gp_cli_cmd *c, FILE *out, FILE *err) {
         } else {
                 int64_t nc = json_integer_value(json_object_get(r.json, "cancelled"));
                 int64_t ns = json_integer_value(json_object_get(r.json, "stopping"));
-                fprintf(out, "cancelled %" PRId64 ", stopping %" PRId64 "\n", nc, ns);
+                fprintf(out, "%scancelled %" PRId64 ", stopping %" PRId64 "\n", pre, nc, ns);
         }
         gp_cli_resp_done(&r);
         return GP_CLI_EXIT_OK;
 }
 
-static int cmd_cancel(const gp_cli_cmd *c, FILE *out, FILE *err) {
+/* Cancel task id; prints its resulting state (after a running one has had
+ * a little time to stop). */
+static int cancel_task(const gp_cli_cmd *c, int64_t id, const char *pre, FILE *out, FILE *err) {
         gp_buf path;
         gp_cli_resp r;
         int ex;
-        if (c->array)
-                return cmd_cancel_array(c, out, err);
-        task_path(&path, c->id, "/cancel");
+        task_path(&path, id, "/cancel");
         ex = call(c, err, "POST", path.data, NULL, &r);
         gp_buf_done(&path);
         if (ex)
                 return ex;
+        /* the array's id names its first element: say that only it was cancelled */
+        json_t *aid = json_object_get(r.json, "array_id");
+        if (json_is_integer(aid) && json_integer_value(aid) == id)
+                fprintf(err, "gpupool: %" PRId64 " is job array %" PRId64 "'s first element (%" PRId64 "_%" PRId64
+                             "): only it is cancelled; to cancel the whole array: gpupool cancel --array %" PRId64
+                             "\n",
+                        id, id, id, (int64_t)json_integer_value(json_object_get(r.json, "array_index")), id);
         /* A running batch task stops asynchronously (its supervisor gets
          * SIGTERM); wait a little so the state printed is the result. */
         const char *state = json_string_value(json_object_get(r.json, "state"));
         int64_t deadline = gp_mono_ms() + CANCEL_SETTLE_MS;
-        task_path(&path, c->id, "");
+        task_path(&path, id, "");
         while (state && strcmp(state, "running") == 0 && gp_mono_ms() < deadline) {
                 gp_cli_resp again;
                 usleep(200 * 1000);
@@ -338,16 +380,161 @@ static int cmd_cancel(const gp_cli_cmd *c, FILE *out, FILE *err) {
                 gp_buf b;
                 gp_buf_init(&b, 256);
                 gp_cli_put_clean(&b, state ? state : "unknown", 32);
-                fprintf(out, "%s\n", b.data ? b.data : "");
+                fprintf(out, "%s%s\n", pre, b.data ? b.data : "");
                 gp_buf_done(&b);
         }
         if (state && strcmp(state, "running") == 0)
                 fprintf(err, "gpupool: task %" PRId64 " is still stopping; 'gpupool status %" PRId64
-                             "' shows when it has\n", c->id, c->id);
+                             "' shows when it has\n", id, id);
         else if (state && strcmp(state, "cancelled") != 0 && strcmp(state, "queued") != 0)
-                fprintf(err, "gpupool: task %" PRId64 " had already ended\n", c->id);
+                fprintf(err, "gpupool: task %" PRId64 " had already ended\n", id);
         gp_cli_resp_done(&r);
         return GP_CLI_EXIT_OK;
+}
+
+#define CANCEL_LIST_MAX 100000  /* tasks one cancel --state may name (the largest job array) */
+
+static bool state_matches(const char *want, const char *st) {
+        if (!st)
+                return false;
+        if (!strcmp(want, "active"))
+                return !strcmp(st, "queued") || !strcmp(st, "running");
+        return !strcmp(want, st);
+}
+
+/* The ids of the tasks in state c->cancel_state that a list query names
+ * (GET /api/v1/tasks?state=..., every page), at most CANCEL_LIST_MAX. */
+static int list_ids(const gp_cli_cmd *c, FILE *err, int64_t array_id, int64_t **ret, size_t *ret_n) {
+        int64_t *ids = NULL, after = 0;
+        size_t n = 0, cap = 0;
+        for (;;) {
+                gp_buf path;
+                gp_cli_resp r;
+                gp_buf_init(&path, 4096);
+                int rc = gp_buf_printf(&path, "/api/v1/tasks?limit=1000&state=");
+                rc |= gp_cli_url_escape(c->cancel_state, &path);
+                if (c->tenant) {
+                        rc |= gp_buf_puts(&path, "&tenant=");
+                        rc |= gp_cli_url_escape(c->tenant, &path);
+                }
+                if (array_id > 0)
+                        rc |= gp_buf_printf(&path, "&array=%" PRId64, array_id);
+                if (after > 0)
+                        rc |= gp_buf_printf(&path, "&after=%" PRId64, after);
+                int ex = rc ? GP_CLI_EXIT_REFUSED : call(c, err, "GET", path.data, NULL, &r);
+                gp_buf_done(&path);
+                if (ex) {
+                        free(ids);
+                        return ex;
+                }
+                size_t i;
+                json_t *t;
+                json_array_foreach(json_object_get(r.json, "tasks"), i, t) {
+                        json_t *id = json_object_get(t, "id");
+                        if (!json_is_integer(id) ||
+                            !state_matches(c->cancel_state, json_string_value(json_object_get(t, "state"))))
+                                continue;
+                        if (n >= CANCEL_LIST_MAX)
+                                break;
+                        if (n == cap) {
+                                size_t nc = cap ? cap * 2 : 64;
+                                int64_t *g = realloc(ids, nc * sizeof(*g));
+                                if (!g) {
+                                        free(ids);
+                                        gp_cli_resp_done(&r);
+                                        return GP_CLI_EXIT_REFUSED;
+                                }
+                                ids = g;
+                                cap = nc;
+                        }
+                        ids[n++] = (int64_t)json_integer_value(id);
+                }
+                json_t *next = json_object_get(r.json, "next_after");
+                after = json_is_integer(next) ? (int64_t)json_integer_value(next) : 0;
+                gp_cli_resp_done(&r);
+                if (after <= 0 || n >= CANCEL_LIST_MAX)
+                        break;
+        }
+        *ret = ids;
+        *ret_n = n;
+        return GP_CLI_EXIT_OK;
+}
+
+/* cancel --state S [--tenant T] (no id), or cancel --state S --array ID:
+ * every task listed in state S, one line each. */
+static int cancel_listed(const gp_cli_cmd *c, int64_t array_id, FILE *out, FILE *err) {
+        int64_t *ids = NULL;
+        size_t n = 0;
+        int ex = list_ids(c, err, array_id, &ids, &n), worst = ex;
+        for (size_t i = 0; i < n; i++) {
+                char pre[32];
+                snprintf(pre, sizeof(pre), "%" PRId64 ": ", ids[i]);
+                ex = cancel_task(c, ids[i], pre, out, err);
+                if (ex > worst)
+                        worst = ex;
+        }
+        if (worst == GP_CLI_EXIT_OK && n == 0)
+                fprintf(err, "gpupool: no task is %s\n", c->cancel_state);
+        free(ids);
+        return worst;
+}
+
+static int cancel_ref(const gp_cli_cmd *c, const gp_cli_ref *ref, bool several, FILE *out, FILE *err) {
+        char pre[48] = "";
+        if (several) {
+                if (ref->array && ref->index >= 0)
+                        snprintf(pre, sizeof(pre), "%" PRId64 "_%" PRId64 ": ", ref->id, ref->index);
+                else
+                        snprintf(pre, sizeof(pre), "%" PRId64 ": ", ref->id);
+        }
+        if (ref->array && ref->index < 0)
+                return c->cancel_state ? cancel_listed(c, ref->id, out, err) : cancel_array(c, ref, pre, out, err);
+        if (c->cancel_state) {
+                /* only when the task is in that state now */
+                int64_t id;
+                gp_buf path;
+                gp_cli_resp r;
+                int ex = gp_cli_resolve_ref(c, err, ref, &id);
+                if (ex)
+                        return ex;
+                task_path(&path, id, "");
+                ex = call(c, err, "GET", path.data, NULL, &r);
+                gp_buf_done(&path);
+                if (ex)
+                        return ex;
+                const char *st = json_string_value(json_object_get(r.json, "state"));
+                bool match = state_matches(c->cancel_state, st);
+                if (!match) {
+                        gp_buf b;
+                        gp_buf_init(&b, 256);
+                        gp_cli_put_clean(&b, st ? st : "unknown", 32);
+                        fprintf(out, "%s%s (not %s: left alone)\n", pre, b.data ? b.data : "", c->cancel_state);
+                        gp_buf_done(&b);
+                }
+                gp_cli_resp_done(&r);
+                if (!match)
+                        return GP_CLI_EXIT_OK;
+                if (ref->array)
+                        return cancel_array(c, ref, pre, out, err);
+                return cancel_task(c, id, pre, out, err);
+        }
+        if (ref->array)
+                return cancel_array(c, ref, pre, out, err);
+        return cancel_task(c, ref->id, pre, out, err);
+}
+
+/* cancel [--state S] [ID | ID_INDEX | --array ID]...: each in turn; the
+ * exit code is the worst one's. */
+static int cmd_cancel(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        if (c->n_refs == 0)
+                return cancel_listed(c, 0, out, err);
+        int worst = GP_CLI_EXIT_OK;
+        for (size_t i = 0; i < c->n_refs; i++) {
+                int ex = cancel_ref(c, &c->refs[i], c->n_refs > 1, out, err);
+                if (ex > worst)
+                        worst = ex;
+        }
+        return worst;
 }
 
 /* The task's state into *ret_state ("" if missing).  Returns an exit code. */
@@ -453,9 +640,77 @@ static int cmd_queue(const gp_cli_cmd *c, FILE *out, FILE *err) {
         return cmd_list(c, out, err, path, gp_cli_format_queue);
 }
 
+/* key create --admin: made here, as nothing but the config can hold an
+ * admin key.  The key alone on stdout; its config line on stderr. */
+static int key_create_admin(bool json, FILE *out, FILE *err) {
+        static const char hex[] = "0123456789abcdef";
+        uint8_t raw[24];
+        char key[4 + 2 * sizeof(raw) + 1] = "gpa_", hash[72];
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+                fprintf(err, "gpupool key: no randomness for a key: %s\n", strerror(errno));
+                return GP_CLI_EXIT_REFUSED;
+        }
+        for (size_t i = 0; i < sizeof(raw); i++) {
+                key[4 + 2 * i] = hex[raw[i] >> 4];
+                key[5 + 2 * i] = hex[raw[i] & 15];
+        }
+        key[sizeof(key) - 1] = '\0';
+        gp_sha256_key_hash(key, hash);
+        if (json) {
+                /* key and hash are [a-z0-9_:] only: nothing to escape */
+                fprintf(out, "{\n  \"key\": \"%s\",\n  \"hash\": \"%s\"\n}\n", key, hash);
+                return GP_CLI_EXIT_OK;
+        }
+        fprintf(out, "%s\n", key);
+        fprintf(err, "gpupool: admin key made; nothing stores it, so keep it now. Paste its hash into the server's "
+                     "config and restart the server:\n"
+                     "auth:\n"
+                     "  admin_keys:\n"
+                     "    - \"%s\"\n",
+                hash);
+        return GP_CLI_EXIT_OK;
+}
+
+/* config check FILE: gpupool-server --check-config FILE (the config parser
+ * links libyaml, which this client does not), its output and exit code. */
+static int cmd_config_check(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        char path[PATH_MAX];
+        int rc = gp_exe_sibling(GP_EXE_SERVER, path, sizeof(path));
+        if (rc < 0) {
+                fprintf(err, "gpupool config: cannot run %s (it is installed next to gpupool): %s\n", GP_EXE_SERVER,
+                        strerror(-rc));
+                return GP_CLI_EXIT_REFUSED;
+        }
+        fflush(out);
+        fflush(err);
+        pid_t pid = fork();
+        if (pid < 0) {
+                fprintf(err, "gpupool config: fork: %s\n", strerror(errno));
+                return GP_CLI_EXIT_REFUSED;
+        }
+        if (pid == 0) {
+                char *argv[] = {(char *)GP_EXE_SERVER, (char *)"--check-config", (char *)c->file, NULL};
+                if (dup2(fileno(out), STDOUT_FILENO) < 0 || dup2(fileno(err), STDERR_FILENO) < 0)
+                        _exit(GP_CLI_EXIT_REFUSED);
+                execv(path, argv);
+                _exit(127);
+        }
+        int st;
+        while (waitpid(pid, &st, 0) < 0)
+                if (errno != EINTR)
+                        return GP_CLI_EXIT_REFUSED;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 127) {
+                fprintf(err, "gpupool config: cannot run %s\n", path);
+                return GP_CLI_EXIT_REFUSED;
+        }
+        return WIFEXITED(st) ? WEXITSTATUS(st) : GP_CLI_EXIT_REFUSED;
+}
+
 /* POST /admin/tenants/T/keys: prints the new key once. */
 static int cmd_key_create(const gp_cli_cmd *c, FILE *out, FILE *err) {
         char path[128];
+        if (c->admin)
+                return key_create_admin(c->json, out, err);
         if (snprintf(path, sizeof(path), "/admin/tenants/%s/keys", c->tenant) >= (int)sizeof(path)) {
                 fprintf(err, "gpupool key: --tenant is too long\n");
                 return GP_CLI_EXIT_USAGE;
@@ -679,7 +934,7 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
                 ex = GP_CLI_EXIT_OK;
                 break;
         case GP_CLI_SUBMIT:
-                ex = cmd_submit(&c, out, err);
+                ex = gp_cli_cmd_submit(argc, argv, &c, out, err);
                 break;
         case GP_CLI_RUN:
                 ex = gp_cli_cmd_run(&c, out, err);
@@ -688,13 +943,14 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
                 ex = cmd_ps(&c, out, err);
                 break;
         case GP_CLI_STATUS:
-                ex = cmd_status(&c, out, err);
+        case GP_CLI_LOGS:
+                /* ID_INDEX: the element's own task id */
+                if ((ex = gp_cli_resolve_ref(&c, err, &c.refs[0], &c.id)) != GP_CLI_EXIT_OK)
+                        break;
+                ex = c.verb == GP_CLI_STATUS ? cmd_status(&c, out, err) : cmd_logs(&c, out, err);
                 break;
         case GP_CLI_CANCEL:
                 ex = cmd_cancel(&c, out, err);
-                break;
-        case GP_CLI_LOGS:
-                ex = cmd_logs(&c, out, err);
                 break;
         case GP_CLI_GPUS:
                 ex = cmd_list(&c, out, err, "/api/v1/gpus", gp_cli_format_gpus);
@@ -726,6 +982,9 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
         case GP_CLI_USAGE:
         case GP_CLI_INVOICE:
                 ex = cmd_billing(&c, out, err);
+                break;
+        case GP_CLI_CONFIG:
+                ex = cmd_config_check(&c, out, err);
                 break;
         default:
                 ex = GP_CLI_EXIT_USAGE;

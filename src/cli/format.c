@@ -433,6 +433,13 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
                 CHECK(gp_buf_printf(&v, "%" PRId64, n));
                 CHECK(line_str(out, "id", v.data));
         }
+        int64_t aid, aix;
+        if (jint(task, "array_id", &aid) && jint(task, "array_index", &aix)) {
+                gp_buf_reset(&v);
+                CHECK(gp_buf_printf(&v, "%" PRId64 "_%" PRId64 " (element %" PRId64 " of job array %" PRId64 ")", aid,
+                                    aix, aix, aid));
+                CHECK(line_str(out, "array", v.data));
+        }
         CHECK(line_str(out, "name", jstr(task, "name")));
         CHECK(line_str(out, "tenant", jstr(task, "tenant_id")));
         if (jstr(task, "kind"))
@@ -510,8 +517,24 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
         if (json_is_array(cmd)) {
                 size_t i;
                 json_t *w;
+                /* a script stored at submit (server/submit.c's runner): its
+                 * first line, size and arguments, not the runner */
+                const char *a3 = json_string_value(json_array_get(cmd, 3));
+                const char *sc = json_string_value(json_array_get(cmd, 4));
+                bool script = a3 && sc && !strcmp(a3, GP_CLI_SCRIPT_ARGV0);
                 gp_buf_reset(&v);
+                if (script) {
+                        char *first = strndup(sc, strcspn(sc, "\n"));
+                        if (!first)
+                                CHECK(-ENOMEM);
+                        r = gp_buf_printf(&v, "script (%zu bytes, ", strlen(sc));
+                        r = r < 0 ? r : gp_cli_put_clean(&v, first, 60);
+                        free(first);
+                        CHECK(r < 0 ? r : gp_buf_puts(&v, ")"));
+                }
                 json_array_foreach(cmd, i, w) {
+                        if (script && i < 5)
+                                continue;
                         if (i)
                                 CHECK(gp_buf_puts(&v, " "));
                         CHECK(gp_cli_shell_quote(json_is_string(w) ? json_string_value(w) : "?", &v));
@@ -681,6 +704,17 @@ static int array_counts(gp_buf *b, const json_t *counts) {
         return r;
 }
 
+/* A task's id cell: an array element as Slurm's squeue -r shows it,
+ * ID_INDEX (12_7), the form status, logs and cancel take; else its id. */
+static int cell_task_id(struct table *t, const json_t *task) {
+        int64_t aid, ix;
+        if (jint(task, "array_id", &aid) && jint(task, "array_index", &ix)) {
+                int r = gp_buf_printf(&t->cell, "%" PRId64 "_%" PRId64, aid, ix);
+                return r < 0 ? r : cell_end(t);
+        }
+        return cell_int(t, task, "id", "", "");
+}
+
 int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *out) {
         static const struct col cols[] = {
                 {"ID", 0, false},      {"NAME", 32, false}, {"TENANT", 24, false},
@@ -725,7 +759,7 @@ int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *
                         CHECK(cell_end(&t));
                         continue;
                 }
-                CHECK(cell_int(&t, task, "id", "", ""));
+                CHECK(cell_task_id(&t, task));
                 CHECK(cell_str(&t, jstr(task, "name")));
                 CHECK(cell_str(&t, jstr(task, "tenant_id")));
                 CHECK(cell_str(&t, jstr(task, "state")));
@@ -770,7 +804,7 @@ int gp_cli_format_queue(const json_t *resp, gp_buf *out) {
         json_array_foreach(tasks, i, task) {
                 int64_t n;
                 CHECK(cell_int(&t, task, "queue_position", "", ""));
-                CHECK(cell_int(&t, task, "id", "", ""));
+                CHECK(cell_task_id(&t, task));
                 CHECK(cell_str(&t, jstr(task, "name")));
                 CHECK(cell_str(&t, jstr(task, "tenant_id")));
                 CHECK(cell_int(&t, task, "priority", "P", ""));

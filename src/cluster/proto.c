@@ -81,7 +81,7 @@ int gp_proto_join_token_split(const char *s, char ret_secret[GP_PROTO_CRED_LEN +
         return 0;
 }
 
-static const char *const end_names[] = {"exited", "signaled", "timeout", "cancelled", "spawn_failed"};
+static const char *const end_names[] = {"exited", "signaled", "timeout", "cancelled", "spawn_failed", "fenced"};
 static const char *const stop_names[] = {"cancel", "preempt", "stale"};
 
 const char *gp_proto_end_name(gp_exec_end end) {
@@ -444,7 +444,8 @@ int gp_proto_join_answer_parse(const char *data, size_t len, gp_proto_join_answe
             (r = get_str(j, "credential", true, STR_ANY, m.credential, sizeof(m.credential), "", err, errlen)) <
                     0 ||
             (r = get_int32(j, "heartbeat_s", false, 1, 60, 2, &m.heartbeat_s, "", err, errlen)) < 0 ||
-            (r = get_int32(j, "node_timeout_s", false, 2, 3600, 10, &m.node_timeout_s, "", err, errlen)) < 0)
+            (r = get_int32(j, "node_timeout_s", false, 2, 3600, 10, &m.node_timeout_s, "", err, errlen)) < 0 ||
+            (r = get_int32(j, "fence_s", false, 0, 3600, 0, &m.fence_s, "", err, errlen)) < 0)
                 goto out;
         if (!gp_proto_credential_ok(m.credential)) {
                 r = fail(err, errlen, "credential must be gpn_ and 64 lowercase hex digits");
@@ -457,8 +458,9 @@ out:
 }
 
 int gp_proto_join_answer_render(const gp_proto_join_answer *m, char **ret) {
-        return dump(json_pack("{s:s, s:s, s:i, s:i}", "node", m->node, "credential", m->credential, "heartbeat_s",
-                              m->heartbeat_s, "node_timeout_s", m->node_timeout_s),
+        return dump(json_pack("{s:s, s:s, s:i, s:i, s:i}", "node", m->node, "credential", m->credential,
+                              "heartbeat_s", m->heartbeat_s, "node_timeout_s", m->node_timeout_s, "fence_s",
+                              m->fence_s),
                     ret);
 }
 
@@ -742,7 +744,8 @@ static int parse_start(const json_t *o, gp_proto_start *s, const char *where, ch
                          errlen)) < 0 ||
             (r = get_str(o, "run_as", false, STR_CLEAN, s->run_as, sizeof(s->run_as), where, err, errlen)) < 0 ||
             (r = get_int(o, "array_id", false, 0, INT53, 0, &s->array_id, where, err, errlen)) < 0 ||
-            (r = get_int(o, "array_index", false, 0, INT_MAX, 0, &s->array_index, where, err, errlen)) < 0)
+            (r = get_int(o, "array_index", false, 0, INT_MAX, 0, &s->array_index, where, err, errlen)) < 0 ||
+            (r = get_bool(o, "fence", false, false, &s->fence, where, err, errlen)) < 0)
                 return r;
         if (s->id.rank >= s->nnodes)
                 return fail(err, errlen, "%s.rank must be below nnodes", where);
@@ -893,6 +896,7 @@ int gp_proto_sync_answer_parse(const char *data, size_t len, gp_proto_sync_answe
                 return r;
         if ((r = get_int(j, "seq", true, 1, INT64_MAX, 0, &m.seq, "", err, errlen)) < 0 ||
             (r = get_int32(j, "heartbeat_s", false, 1, 60, 2, &m.heartbeat_s, "", err, errlen)) < 0 ||
+            (r = get_int32(j, "fence_s", false, 0, 3600, 0, &m.fence_s, "", err, errlen)) < 0 ||
             (r = get_bool(j, "want_full", false, false, &m.want_full, "", err, errlen)) < 0 ||
             (r = get_array(j, "ack", GP_PROTO_MAX_RUNS, &ack, err, errlen)) < 0 ||
             (r = get_array(j, "start", GP_PROTO_MAX_RUNS, &start, err, errlen)) < 0 ||
@@ -934,7 +938,7 @@ static json_t *start_to_json(const gp_proto_start *s) {
                 key[kn] = '\0';
                 r = set(env, key, json_string(eq + 1));
         }
-        json_t *rest = r == 0 ? json_pack("{s:i, s:s, s:i, s:s, s:s, s:s, s:s, s:I, s:i, s:i, s:I, s:s, s:I, s:I}",
+        json_t *rest = r == 0 ? json_pack("{s:i, s:s, s:i, s:s, s:s, s:s, s:s, s:I, s:i, s:i, s:I, s:s, s:I, s:I, s:b}",
                                           "nnodes", s->nnodes, "master_addr", s->master_addr, "master_port",
                                           s->master_port, "tenant", s->tenant, "workdir",
                                           s->workdir ? s->workdir : "", "cuda_visible_devices",
@@ -942,7 +946,8 @@ static json_t *start_to_json(const gp_proto_start *s) {
                                           (json_int_t)s->timeout_s, "kill_grace_s", s->kill_grace_s,
                                           "preempt_grace_s", s->preempt_grace_s, "max_log_bytes",
                                           (json_int_t)s->max_log_bytes, "run_as", s->run_as, "array_id",
-                                          (json_int_t)s->array_id, "array_index", (json_int_t)s->array_index)
+                                          (json_int_t)s->array_id, "array_index", (json_int_t)s->array_index,
+                                          "fence", s->fence)
                                 : NULL;
         if (!rest || json_object_update(o, rest) < 0 || set(o, "argv", argv) < 0) {
                 json_decref(rest);
@@ -965,8 +970,8 @@ int gp_proto_sync_answer_render(const gp_proto_sync_answer *m, char **ret) {
         if (m->n_ack < 0 || m->n_ack > GP_PROTO_MAX_RUNS || m->n_start < 0 || m->n_start > GP_PROTO_MAX_RUNS ||
             m->n_stop < 0 || m->n_stop > GP_PROTO_MAX_RUNS || m->n_offsets < 0 || m->n_offsets > GP_PROTO_MAX_RUNS)
                 return -EINVAL;
-        json_t *j = json_pack("{s:I, s:i, s:b}", "seq", (json_int_t)m->seq, "heartbeat_s", m->heartbeat_s,
-                              "want_full", m->want_full);
+        json_t *j = json_pack("{s:I, s:i, s:i, s:b}", "seq", (json_int_t)m->seq, "heartbeat_s", m->heartbeat_s,
+                              "fence_s", m->fence_s, "want_full", m->want_full);
         json_t *ack = json_array(), *start = json_array(), *stop = json_array(), *offs = json_array();
         int r = j ? 0 : -ENOMEM;
         for (int i = 0; r == 0 && i < m->n_ack; i++)

@@ -34,6 +34,7 @@
 #define GP_PROTO_MAX_RUNS 4096             /* runs / acks / starts / stops / logs / offsets per message */
 #define GP_PROTO_LOG_CHUNK (64 * 1024)     /* most log bytes of one run in one sync */
 #define GP_PROTO_RETRY_MAX_MS 10000        /* longest an agent waits between tries while the server is away */
+#define GP_PROTO_ANSWER_SLACK_MS 15000     /* an agent waits this long for an answer beyond its wait_ms */
 #define GP_PROTO_LOG_TOTAL (256 * 1024)    /* most log bytes in one sync */
 #define GP_PROTO_MAX_WAIT_MS 30000
 #define GP_PROTO_MAX_ARGV 4096             /* argv entries of a start (at least 1) */
@@ -95,6 +96,8 @@ typedef struct gp_proto_join_answer {
         char credential[GP_PROTO_CRED_LEN + 1]; /* gp_proto_credential_ok */
         int heartbeat_s;                        /* 1..60 */
         int node_timeout_s;                     /* 2..3600 */
+        int fence_s;                            /* 0..3600: runs that fence stop after this long without
+                                                 * an answered sync (0 = the server does not ask it) */
 } gp_proto_join_answer;
 
 typedef enum gp_proto_run_state {
@@ -150,6 +153,8 @@ typedef struct gp_proto_start {
         char run_as[64];             /* "" or a Unix user name */
         int64_t array_id;            /* >= 0 */
         int64_t array_index;         /* >= 0 */
+        bool fence;                  /* stopped when the node loses contact (the answer's fence_s);
+                                        false: the task opted out (on_node_lost requeue) */
 } gp_proto_start;
 
 typedef enum gp_proto_stop_why {
@@ -171,6 +176,7 @@ typedef struct gp_proto_offset {
 typedef struct gp_proto_sync_answer {
         int64_t seq;                 /* the sync's seq, > 0 */
         int heartbeat_s;             /* 1..60 */
+        int fence_s;                 /* 0..3600, as in the join answer */
         bool want_full;
         int n_ack;
         gp_proto_run_id *ack;

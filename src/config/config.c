@@ -37,7 +37,9 @@
 #include <yaml.h>
 
 #include "base/buf.h"
+#include "base/keyhash.h"
 #include "base/text.h"
+#include "base/units.h"
 #include "base/labels.h"
 #include "base/util.h"
 #include "base/url.h"
@@ -94,6 +96,7 @@ static int parse_hhmm(struct ctx *c, const struct field *f, void *base, const ya
 static int parse_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_rule_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+static int parse_rule_gw(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_money(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_secs_ms(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 static int parse_bill_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
@@ -112,6 +115,7 @@ static int parse_node_labels(struct ctx *c, const struct field *f, void *base, c
 #define GRP(m) offsetof(gp_cfg_group, m), sizeof(((gp_cfg_group *)0)->m)
 #define TR(m) offsetof(gp_cfg_time_rule, m), sizeof(((gp_cfg_time_rule *)0)->m)
 #define RQ(m) offsetof(gp_cfg_rule_quota, m), sizeof(((gp_cfg_rule_quota *)0)->m)
+#define RG(m) offsetof(gp_cfg_rule_gw, m), sizeof(((gp_cfg_rule_gw *)0)->m)
 #define BILL(m) offsetof(gp_config, billing.m), sizeof(((gp_config *)0)->billing.m)
 #define BGP(m) offsetof(gp_bill_gpu_price, m), sizeof(((gp_bill_gpu_price *)0)->m)
 #define BTP(m) offsetof(gp_bill_token_price, m), sizeof(((gp_bill_token_price *)0)->m)
@@ -174,6 +178,7 @@ static const struct field fields[] = {
         {"cluster", K_SECTION, NOSTORE, 0, 0, NULL},
         {"cluster.join_tokens", K_CUSTOM, CFG(join_tokens), 0, GP_CFG_MAX_JOIN_TOKENS, parse_items},
         {"cluster.node_timeout_s", K_INT, CFG(node_timeout_s), 2, 3600, NULL},
+        {"cluster.fence_s", K_INT, CFG(fence_s), 2, 3600, NULL},
         {"cluster.server_id", K_STR, CFG(server_id), 0, 63, NULL},
         {"cluster.advertise_url", K_STR, CFG(advertise_url), 0, 255, NULL},
         {"cluster.lease_s", K_INT, CFG(lease_s), 2, 600, NULL},
@@ -253,6 +258,10 @@ static const struct field fields[] = {
         {"time_rules[].weights", K_CUSTOM, TR(weights), 0, 0, parse_rule_weights},
         {"time_rules[].groups", K_CUSTOM, TR(groups), 0, GP_CFG_MAX_GROUPS, parse_items},
         {"time_rules[].quotas", K_CUSTOM, TR(quotas), 0, GP_CFG_MAX_RULE_QUOTAS, parse_rule_quotas},
+        {"time_rules[].gateway", K_CUSTOM, TR(gw), 0, GP_CFG_MAX_RULE_GW, parse_rule_gw},
+        {"time_rules[].gateway{}.max_concurrent", K_INT, RG(max_concurrent), 0, 1000000, NULL},
+        {"time_rules[].gateway{}.rpm", K_I64, RG(rpm), 0, 100000000, NULL},
+        {"time_rules[].gateway{}.tpm", K_I64, RG(tpm), 0, (int64_t)1 << 40, NULL},
         {"time_rules[].quotas{}.max_concurrent", K_CUSTOM, RQ(quota), 0, 0, parse_quota},
         {"time_rules[].quotas{}.max_queued", K_CUSTOM, RQ(quota), 0, 0, parse_quota},
         {"time_rules[].quotas{}.max_gpus", K_CUSTOM, RQ(quota), 0, 0, parse_quota},
@@ -336,6 +345,7 @@ struct reflines {
         int group[GP_CFG_MAX_GROUPS];           /* groups[] items */
         int rule_group[GP_CFG_MAX_TIME_RULES][GP_CFG_MAX_GROUPS];
         int rule_quota[GP_CFG_MAX_TIME_RULES][GP_CFG_MAX_RULE_QUOTAS]; /* the tenant id key */
+        int rule_gw[GP_CFG_MAX_TIME_RULES][GP_CFG_MAX_RULE_GW];        /* the tenant or group key */
 };
 
 struct ctx {
@@ -406,6 +416,7 @@ void gp_config_defaults(gp_config *cfg) {
         gp_strlcpy(cfg->agent_data_dir, "./gpupool-agent-data", sizeof(cfg->agent_data_dir));
         cfg->agent_heartbeat_s = 2;
         cfg->node_timeout_s = 10;
+        cfg->fence_s = 30;
         cfg->lease_s = 6;
         cfg->heartbeat_interval_s = 15;
         cfg->server_timeout_s = 60;
@@ -673,6 +684,56 @@ static int scalar_int(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_
         return 0;
 }
 
+/* A key in seconds (*_s, *_sec; not a rate such as *_bytes_s). */
+static bool key_is_secs(const char *key) {
+        size_t n = strlen(key);
+        return (n > 2 && !strcmp(key + n - 2, "_s") && !(n > 8 && !strcmp(key + n - 8, "_bytes_s"))) ||
+               (n > 4 && !strcmp(key + n - 4, "_sec"));
+}
+
+/* MB (*_mb): an integer, or a size as the CLI takes it (8G, 8192M). */
+static int scalar_mb(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_t max, int64_t *ret) {
+        char d[96];
+        int64_t x;
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
+                return scalar_int(c, ev, min, max, ret); /* its message for what is not a scalar */
+        const char *v = (const char *)ev->data.scalar.value;
+        size_t sign = v[0] == '-' ? 1 : 0;
+        if (strlen(v) != ev->data.scalar.length || strspn(v + sign, "0123456789") == ev->data.scalar.length - sign)
+                return scalar_int(c, ev, min, max, ret);
+        int r = gp_size_mb_parse(v, max, &x);
+        if (r == -ERANGE || (r == 0 && x < min))
+                return fail(c, ev_line(ev), "must be between %lld and %lld MB, got %s", (long long)min, (long long)max,
+                            describe(ev, d, sizeof(d)));
+        if (r < 0)
+                return fail(c, ev_line(ev), "expected MB or a size such as 8G or 8192M, got %s",
+                            describe(ev, d, sizeof(d)));
+        *ret = x;
+        return 0;
+}
+
+/* Seconds: an integer, or a duration as the CLI takes it (base/units.h:
+ * 90s, 30m, 12h, 7d, [D-]HH:MM:SS). */
+static int scalar_secs(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_t max, int64_t *ret) {
+        char d[96];
+        int64_t x;
+        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
+                return scalar_int(c, ev, min, max, ret); /* its message for what is not a scalar */
+        const char *v = (const char *)ev->data.scalar.value;
+        size_t sign = v[0] == '-' ? 1 : 0;
+        if (strlen(v) != ev->data.scalar.length || strspn(v + sign, "0123456789") == ev->data.scalar.length - sign)
+                return scalar_int(c, ev, min, max, ret);
+        int r = gp_duration_parse(v, GP_DUR_PLAIN_SECONDS, max, &x);
+        if (r == -ERANGE || (r == 0 && x < min))
+                return fail(c, ev_line(ev), "must be between %llds and %llds, got %s", (long long)min, (long long)max,
+                            describe(ev, d, sizeof(d)));
+        if (r < 0)
+                return fail(c, ev_line(ev), "expected seconds or a duration such as 90s, 30m, 12h, 7d or HH:MM:SS, "
+                            "got %s", describe(ev, d, sizeof(d)));
+        *ret = x;
+        return 0;
+}
+
 static int scalar_bool(struct ctx *c, const yaml_event_t *ev, bool *ret) {
         char d[96];
         if (ev->type == YAML_SCALAR_EVENT && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
@@ -871,15 +932,20 @@ static int parse_value(struct ctx *c, const struct field *f, void *base, const y
                                     describe(ev, d, sizeof(d)));
                 return parse_map(c, f->key, base);
         case K_INT:
-                r = scalar_int(c, ev, f->min, f->max, &x);
-                if (r == 0)
+        case K_I64: {
+                size_t kl = strlen(f->key);
+                if (key_is_secs(f->key))
+                        r = scalar_secs(c, ev, f->min, f->max, &x);
+                else if (kl > 3 && !strcmp(f->key + kl - 3, "_mb"))
+                        r = scalar_mb(c, ev, f->min, f->max, &x);
+                else
+                        r = scalar_int(c, ev, f->min, f->max, &x);
+                if (r == 0 && f->kind == K_INT)
                         *(int *)p = (int)x;
-                return r;
-        case K_I64:
-                r = scalar_int(c, ev, f->min, f->max, &x);
-                if (r == 0)
+                if (r == 0 && f->kind == K_I64)
                         *(int64_t *)p = x;
                 return r;
+        }
         case K_BOOL:
                 r = scalar_bool(c, ev, &b);
                 if (r == 0)
@@ -1046,11 +1112,10 @@ static int admin_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *ar
         if (i >= GP_CFG_MAX_ADMIN_KEYS)
                 return fail(c, ev_line(ev), "too many admin keys (at most %d)", GP_CFG_MAX_ADMIN_KEYS);
         if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
-            !admin_key_ok((const char *)ev->data.scalar.value, ev->data.scalar.length))
+            !gp_key_hash_parse((const char *)ev->data.scalar.value, ev->data.scalar.length, tmp))
                 return fail(c, ev_line(ev),
                             "expected \"sha256:\" and 64 lowercase hex digits, the SHA-256 of the key "
-                            "(not the key itself; e.g. printf %%s KEY | sha256sum)");
-        memcpy(tmp, ev->data.scalar.value, ev->data.scalar.length);
+                            "(not the key itself; e.g. printf %%s KEY | sha256sum, or gpupool key create --admin)");
         for (int j = 0; j < i; j++)
                 if (!strcmp(cfg->admin_keys[j], tmp))
                         return fail(c, ev_line(ev), "the same key hash is listed twice (items %d and %d)",
@@ -1072,11 +1137,10 @@ static int join_token_item(struct ctx *c, int i, const yaml_event_t *ev, void *a
         if (i >= GP_CFG_MAX_JOIN_TOKENS)
                 return fail(c, ev_line(ev), "too many join tokens (at most %d)", GP_CFG_MAX_JOIN_TOKENS);
         if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
-            !admin_key_ok((const char *)ev->data.scalar.value, ev->data.scalar.length))
+            !gp_key_hash_parse((const char *)ev->data.scalar.value, ev->data.scalar.length, tmp))
                 return fail(c, ev_line(ev),
                             "expected \"sha256:\" and 64 lowercase hex digits, the SHA-256 of the join token "
                             "(not the token itself; e.g. printf %%s gpj_... | sha256sum)");
-        memcpy(tmp, ev->data.scalar.value, ev->data.scalar.length);
         for (int j = 0; j < i; j++)
                 if (!strcmp(cfg->join_tokens[j], tmp))
                         return fail(c, ev_line(ev), "the same token hash is listed twice (items %d and %d)", j, i);
@@ -1560,14 +1624,13 @@ static int tenant_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *a
         gp_cfg_tenant *t = arg;
         if (i >= GP_CFG_MAX_TENANT_KEYS)
                 return fail(c, ev_line(ev), "too many keys (at most %d)", GP_CFG_MAX_TENANT_KEYS);
+        char tmp[sizeof(t->keys[i])];
+        memset(tmp, 0, sizeof(tmp));
         if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
-            !admin_key_ok((const char *)ev->data.scalar.value, ev->data.scalar.length))
+            !gp_key_hash_parse((const char *)ev->data.scalar.value, ev->data.scalar.length, tmp))
                 return fail(c, ev_line(ev),
                             "expected \"sha256:\" and 64 lowercase hex digits, the SHA-256 of the key "
                             "(not the key itself; e.g. printf %%s KEY | sha256sum)");
-        char tmp[sizeof(t->keys[i])];
-        memset(tmp, 0, sizeof(tmp));
-        memcpy(tmp, ev->data.scalar.value, ev->data.scalar.length);
         for (int j = 0; j < i; j++)
                 if (!strcmp(t->keys[j], tmp))
                         return fail(c, ev_line(ev), "the same key hash is listed twice (items %d and %d)", j, i);
@@ -1724,16 +1787,34 @@ static int parse_rule_weights(struct ctx *c, const struct field *f, void *base, 
 }
 
 /* quotas: {TENANT: {max_concurrent, max_gpus, guaranteed_gpus, max_queued}, ...} */
-static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_time_rule *tr = base;
+/* A time rule's mapping of names to settings ({dept_a: {max_gpus: 8}}):
+ * each key a name (1..GP_TENANT_MAX-1 bytes, listed once), each value a
+ * mapping parsed by parse_map under `prefix`.  The items are `size` bytes
+ * apart from `items`, each starting with its name (char[GP_TENANT_MAX]);
+ * init fills an item before its mapping is read; lines[i] gets the line of
+ * item i's key.  null empties it. */
+struct keyed {
+        const char *prefix;       /* "time_rules[].quotas{}" */
+        const char *keys;         /* what the keys are: "tenant ids" */
+        const char *value;        /* the value's keys, for messages: "{max_concurrent, max_gpus, ...}" */
+        const char *example;      /* "{dept_a: {max_gpus: 8}}" */
+        void *items;
+        size_t size;
+        int max;
+        void (*init)(void *item);
+        int *lines;
+        int *ret_n;
+};
+
+static int parse_keyed(struct ctx *c, const yaml_event_t *ev, const struct keyed *k) {
         char d[96];
         if (is_null(ev)) {
-                tr->n_quotas = 0;
+                *k->ret_n = 0;
                 return 0;
         }
         if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping of tenant ids to quotas, e.g. {dept_a: {max_gpus: 8}}, "
-                            "got %s", describe(ev, d, sizeof(d)));
+                return fail(c, ev_line(ev), "expected a mapping of %s to settings, e.g. %s, got %s", k->keys,
+                            k->example, describe(ev, d, sizeof(d)));
         int n = 0, r = 0;
         if (++c->depth > MAX_DEPTH) {
                 r = fail(c, ev_line(ev), "nested too deeply (more than %d levels)", MAX_DEPTH);
@@ -1751,46 +1832,76 @@ static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, c
                 size_t saved = c->pathlen;
                 if (kev.type != YAML_SCALAR_EVENT || kev.data.scalar.length == 0 ||
                     kev.data.scalar.length >= GP_TENANT_MAX) {
-                        r = fail(c, kline, "expected a tenant id as the key, got %s", describe(&kev, d, sizeof(d)));
+                        r = fail(c, kline, "expected one of the %s as the key, got %s", k->keys,
+                                 describe(&kev, d, sizeof(d)));
                         yaml_event_delete(&kev);
                         goto out;
                 }
-                if (n >= GP_CFG_MAX_RULE_QUOTAS) {
-                        r = fail(c, kline, "too many tenants (at most %d)", GP_CFG_MAX_RULE_QUOTAS);
+                if (n >= k->max) {
+                        r = fail(c, kline, "too many %s (at most %d)", k->keys, k->max);
                         yaml_event_delete(&kev);
                         goto out;
                 }
-                gp_cfg_rule_quota *q = &tr->quotas[n];
-                memset(q, 0, sizeof(*q));
-                memcpy(q->tenant, kev.data.scalar.value, kev.data.scalar.length);
-                q->quota = GP_QUOTA_OVERLAY_NONE;
+                char *item = (char *)k->items + (size_t)n * k->size;
+                memset(item, 0, k->size);
+                memcpy(item, kev.data.scalar.value, kev.data.scalar.length);
+                k->init(item);
                 yaml_event_delete(&kev);
-                c->refs.rule_quota[tr - c->cfg->time_rules][n] = kline;
-                path_push(c, ".%s", q->tenant);
+                k->lines[n] = kline;
+                path_push(c, ".%s", item);
                 for (int j = 0; j < n; j++)
-                        if (!strcmp(tr->quotas[j].tenant, q->tenant)) {
-                                r = fail(c, kline, "tenant listed twice");
+                        if (!strcmp((const char *)k->items + (size_t)j * k->size, item)) {
+                                r = fail(c, kline, "listed twice");
                                 goto out;
                         }
                 if ((r = next(c, &vev)) < 0)
                         goto out;
                 if (vev.type != YAML_MAPPING_START_EVENT) {
-                        r = fail(c, kline, "expected a mapping {max_concurrent, max_gpus, guaranteed_gpus, max_queued}, "
-                                 "got %s", describe(&vev, d, sizeof(d)));
+                        r = fail(c, kline, "expected a mapping %s, got %s", k->value, describe(&vev, d, sizeof(d)));
                         yaml_event_delete(&vev);
                         goto out;
                 }
                 yaml_event_delete(&vev);
                 c->key_line = kline;
-                if ((r = parse_map(c, "time_rules[].quotas{}", q)) < 0)
+                if ((r = parse_map(c, k->prefix, item)) < 0)
                         goto out;
                 path_pop(c, saved);
                 n++;
         }
-        tr->n_quotas = n;
+        *k->ret_n = n;
 out:
         c->depth--;
         return r;
+}
+
+static void rule_quota_init(void *item) {
+        ((gp_cfg_rule_quota *)item)->quota = GP_QUOTA_OVERLAY_NONE;
+}
+
+static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_time_rule *tr = base;
+        const struct keyed k = {.prefix = "time_rules[].quotas{}", .keys = "tenant ids",
+                                .value = "{max_concurrent, max_gpus, guaranteed_gpus, max_queued}",
+                                .example = "{dept_a: {max_gpus: 8}}", .items = tr->quotas,
+                                .size = sizeof(tr->quotas[0]), .max = GP_CFG_MAX_RULE_QUOTAS, .init = rule_quota_init,
+                                .lines = c->refs.rule_quota[tr - c->cfg->time_rules], .ret_n = &tr->n_quotas};
+        return parse_keyed(c, ev, &k);
+}
+
+static void rule_gw_init(void *item) {
+        gp_cfg_rule_gw *g = item;
+        g->max_concurrent = GP_QUOTA_UNCHANGED;
+        g->rpm = g->tpm = GP_QUOTA_UNCHANGED;
+}
+
+static int parse_rule_gw(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_cfg_time_rule *tr = base;
+        const struct keyed k = {.prefix = "time_rules[].gateway{}", .keys = "tenant ids and group names",
+                                .value = "{max_concurrent, rpm, tpm}", .example = "{external: {max_concurrent: 8}}",
+                                .items = tr->gw, .size = sizeof(tr->gw[0]), .max = GP_CFG_MAX_RULE_GW,
+                                .init = rule_gw_init, .lines = c->refs.rule_gw[tr - c->cfg->time_rules],
+                                .ret_n = &tr->n_gw};
+        return parse_keyed(c, ev, &k);
 }
 
 static void time_rule_init(struct ctx *c, void *item) {
@@ -1842,7 +1953,7 @@ static int parse_money(struct ctx *c, const struct field *f, void *base, const y
 /* Whole seconds (f->min..f->max) stored as milliseconds. */
 static int parse_secs_ms(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         int64_t x;
-        int r = scalar_int(c, ev, f->min, f->max, &x);
+        int r = scalar_secs(c, ev, f->min, f->max, &x);
         if (r == 0)
                 *(int64_t *)((char *)base + f->off) = x * 1000;
         return r;
@@ -1946,6 +2057,15 @@ static int upstream_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg
         if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
             !upstream_url_ok((const char *)ev->data.scalar.value, ev->data.scalar.length))
                 return fail(c, ev_line(ev), "expected an upstream base URL \"http://HOST[:PORT][/PREFIX]\" (port 1..65535, no trailing slash)");
+        /* the OpenAI habit: a base URL ending in /v1 would make every request /v1/v1/... (404) */
+        const char *v = (const char *)ev->data.scalar.value;
+        size_t vn = ev->data.scalar.length;
+        if (vn >= 3 && !strncmp(v + vn - 3, "/v1", 3)) {
+                char fix[GP_CFG_URL_MAX];
+                snprintf(fix, sizeof(fix), "%.*s", (int)(vn - 3), v);
+                return fail(c, ev_line(ev), "an upstream is the server's base URL without /v1 (the gateway adds "
+                            "/v1/... itself, as it received it): write \"%s\"", fix);
+        }
         memset(m->upstreams[i], 0, sizeof(m->upstreams[i]));
         memcpy(m->upstreams[i], ev->data.scalar.value, ev->data.scalar.length);
         return 0;
@@ -2555,6 +2675,12 @@ static int validate_impl(const gp_config *cfg, const int *lines, char *err, size
                              "must be at least tasks.default_lease_ttl_s (%d), got %d",
                              cfg->default_lease_ttl_s, cfg->max_lease_ttl_s);
         }
+        if (cfg->fence_s < cfg->node_timeout_s) {
+                /* a node still ready must not have fenced its runs */
+                return vfail(&v, "cluster.fence_s",
+                             "cluster.fence_s (%d) must be at least cluster.node_timeout_s (%d)", cfg->fence_s,
+                             cfg->node_timeout_s);
+        }
         if (!strcmp(cfg->gpu_backend, "sim") && cfg->n_sim < 1) {
                 bool sim_set = lines && lines[field_index("gpus.sim")];
                 return vfail(&v, sim_set ? "gpus.sim" : "gpus.backend",
@@ -2723,6 +2849,21 @@ static int check_refs(const gp_config *cfg, const struct reflines *refs, char *e
                         return rfail(cfg, err, errlen, refs ? refs->rule_quota[r][k] : 0, key,
                                      "no tenant \"%s\" is defined in tenants", d);
                 }
+                /* its gateway limits name tenants or groups */
+                for (int k = 0; k < tr->n_gw && k < GP_CFG_MAX_RULE_GW; k++) {
+                        const char *id = tr->gw[k].name;
+                        size_t idn = strnlen(id, sizeof(tr->gw[k].name));
+                        bool known = idn < sizeof(tr->gw[k].name) && gp_config_group_defined(cfg, id);
+                        for (int t = 0; t < n_t && !known; t++)
+                                known = !strncmp(cfg->tenants[t].id, id, sizeof(tr->gw[k].name)) ||
+                                        !strncmp(cfg->tenants[t].group, id, sizeof(tr->gw[k].name));
+                        if (known)
+                                continue;
+                        show(id, idn, d, sizeof(d));
+                        snprintf(key, sizeof(key), "time_rules[%d].gateway.%s", r, d);
+                        return rfail(cfg, err, errlen, refs ? refs->rule_gw[r][k] : 0, key,
+                                     "\"%s\" is neither a tenant of tenants nor a group", d);
+                }
         }
         return 0;
 }
@@ -2811,6 +2952,8 @@ int gp_config_load_buffer(const char *name, const char *data, size_t len, gp_con
                         goto free_mem;
                 }
         }
+        if (!c->line[field_index("cluster.fence_s")] && tmp->fence_s < tmp->node_timeout_s)
+                tmp->fence_s = tmp->node_timeout_s; /* the default follows a long node_timeout_s */
         r = validate_impl(tmp, c->line, err, errlen);
         if (r == 0)
                 r = check_refs(tmp, &c->refs, err, errlen);

@@ -105,9 +105,20 @@ typedef struct gp_cfg_rule_quota {
         gp_quota quota;
 } gp_cfg_rule_quota;
 
-/* A daily window (DESIGN.md "Time rule") that swaps weights, group shares
- * and quotas while local time in `tz` is in [start, end) (end <= start
- * wraps midnight: 22:00-06:00). */
+/* Gateway limits of a tenant, or of every tenant of a group, while a time
+ * rule is in force: -1 (GP_QUOTA_UNCHANGED) keeps the tenant's own
+ * tenants[].gateway value, 0 lifts the limit.  A tenant's own entry wins
+ * over its group's. */
+#define GP_CFG_MAX_RULE_GW 32
+typedef struct gp_cfg_rule_gw {
+        char name[GP_TENANT_MAX];            /* a tenant id or a group name */
+        int max_concurrent;
+        int64_t rpm, tpm;
+} gp_cfg_rule_gw;
+
+/* A daily window (time rules in docs/config.md) that swaps weights, group
+ * shares, quotas and gateway limits while local time in `tz` is in [start,
+ * end) (end <= start wraps midnight: 22:00-06:00). */
 typedef struct gp_cfg_time_rule {
         char name[64];
         int start_min, end_min;              /* minutes after local midnight */
@@ -118,6 +129,8 @@ typedef struct gp_cfg_time_rule {
         int n_groups;
         gp_cfg_rule_quota quotas[GP_CFG_MAX_RULE_QUOTAS];
         int n_quotas;
+        gp_cfg_rule_gw gw[GP_CFG_MAX_RULE_GW];
+        int n_gw;
 } gp_cfg_time_rule;
 
 #define GP_CFG_MAX_MODELS 16
@@ -278,6 +291,9 @@ typedef struct gp_config {
         char join_tokens[GP_CFG_MAX_JOIN_TOKENS][72]; /* "sha256:<64 hex>" of join tokens */
         int n_join_tokens;
         int node_timeout_s;                  /* a node without a sync this long is lost, 2..3600, default 10 */
+        int fence_s;                         /* an agent without a sync this long stops (fences) its runs; a
+                                                lost node's tasks are given away only after it (+ kill grace):
+                                                node_timeout_s..3600, default 30 (docs/config.md) */
         /* several servers on one PostgreSQL (docs/deployment.md) */
         char server_id[64];                  /* "" (default) = a single server; else 1..63 of [A-Za-z0-9._-];
                                                 env GPUPOOL_SERVER_ID overrides it (server.c) */

@@ -175,6 +175,7 @@ struct stask {
         char *gpu_model;           /* NULL = any */
         uint64_t kinds;            /* allowed GPU kinds */
         int64_t timeout_ms, submit_ms, deadline_ms, start_ms;
+        int64_t estimate_ms;       /* predicted run time, 0 = none */
         uint32_t *gpus;            /* ngpus GPUs while running: gpu1 or the heap (gcap) */
         uint32_t gpu1[2];
         uint32_t gcap;
@@ -293,7 +294,7 @@ typedef struct gp_sched_policy_ops {
         /* the queue (tier) of a task of priority prio with this attained service */
         int (*queue_of)(const gp_sched *s, int prio, int64_t attained);
         /* a queued task's order key: a tier is ordered by (key, id); NULL = 0 */
-        int64_t (*order_key)(const stask *t);
+        int64_t (*order_key)(const gp_sched *s, const stask *t);
         /* which tier goes next, given per-tier cursors and virtual passes; -1 none */
         int (*pick_tier)(const gp_sched *s, stask *const cur[], const uint64_t lp[]);
         /* 1-based position of queued task t in the dispatch order */
@@ -327,6 +328,11 @@ struct gp_sched {
         uint32_t ngpus, gpus_cap;
         snode *nodes;
         uint32_t nnodes, nodes_cap;
+        /* nodes by name: open addressing, linear probing, node index or NIL;
+         * a power of two, at most half full (nodes are never deleted: a
+         * removed node keeps its index) */
+        uint32_t *node_ht;
+        uint32_t node_ht_cap;
         char *kind_names[MAX_KINDS];
         int nkinds;
         uint32_t buckets[MAX_KINDS][NBUCKETS];
@@ -337,7 +343,7 @@ struct gp_sched {
         uint64_t vtime;
         /* task map: open addressing; key 0 empty, -1 tombstone */
         gp_i64map tasks;           /* id -> stask*, every queued or running task */
-        size_t ntimed;             /* of them, with a time limit (timeout_ms > 0) */
+        size_t ntimed;             /* of them, with a time limit or a predicted run time (run_bound) */
         heap_ent *heap;
         size_t heap_n, heap_cap;
         intern tenants, models;
@@ -345,6 +351,9 @@ struct gp_sched {
         int *model_gpus_n, *model_gpus_cap;
         uint32_t model_gpus_len;
         uint32_t stamp, last_run_stamp;
+        /* the run's second pass (work conservation): group shares hold
+         * nothing back, only the idle capacity left is handed out */
+        bool groups_off;
         int64_t last_resv_id;
         int64_t last_shadow_ms, last_run_ms;
         uint64_t gen, pos_gen;
@@ -431,7 +440,7 @@ static inline bool tenant_full(const stenant *T) {
 
 /* Is T's group held in this run (T not exempt by its guarantee)? */
 static inline bool group_held(const gp_sched *s, const stenant *T) {
-        return T->group && s->gr[T->group].held_stamp == s->stamp &&
+        return T->group && !s->groups_off && s->gr[T->group].held_stamp == s->stamp &&
                !(T->guar_milli > 0 && T->run_milli < T->guar_milli);
 }
 
@@ -513,8 +522,16 @@ static inline bool kind_ok(const stask *t, const sgpu *g) {
         return (t->kinds >> g->kind) & 1;
 }
 
+/* How long the task is expected to run: its time limit, else its
+ * predicted run time (estimate_ms: never a limit), else 0 = unknown.
+ * Backfill and reservations use it; a task past its prediction is taken
+ * to end now, so what it protects is recomputed every run. */
+static inline int64_t run_bound(const stask *t) {
+        return t->timeout_ms > 0 ? t->timeout_ms : t->estimate_ms;
+}
+
 static inline int64_t task_end(const stask *t) {
-        return t->timeout_ms > 0 ? t->start_ms + t->timeout_ms : TIME_INF;
+        return run_bound(t) > 0 ? t->start_ms + run_bound(t) : TIME_INF;
 }
 
 static inline uint64_t stride(const gp_sched *s, int tier_i) {

@@ -228,13 +228,56 @@ SCHED_PRIVATE uint64_t kinds_for_glob(const gp_sched *s, const char *glob) {
         return m;
 }
 
+static uint32_t name_hash(const char *name) {
+        uint32_t h = 2166136261u; /* FNV-1a */
+        for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+                h = (h ^ *p) * 16777619u;
+        return h;
+}
+
 SCHED_PRIVATE int find_node(const gp_sched *s, const char *name, uint32_t *ret) {
-        for (uint32_t i = 0; i < s->nnodes; i++)
-                if (strcmp(s->nodes[i].name, name) == 0) {
-                        *ret = i;
+        if (!s->node_ht_cap)
+                return -ENOENT;
+        uint32_t mask = s->node_ht_cap - 1;
+        for (uint32_t i = name_hash(name) & mask;; i = (i + 1) & mask) {
+                uint32_t ni = s->node_ht[i];
+                if (ni == NIL)
+                        return -ENOENT;
+                if (strcmp(s->nodes[ni].name, name) == 0) {
+                        *ret = ni;
                         return 0;
                 }
-        return -ENOENT;
+        }
+}
+
+/* Index node ni (its name set) by name; grows the table to keep it at
+ * most half full.  0 or -ENOMEM (then the table is as it was). */
+static int index_node(gp_sched *s, uint32_t ni) {
+        if (2 * ((uint64_t)s->nnodes + 1) > s->node_ht_cap) {
+                uint32_t cap = s->node_ht_cap ? 2 * s->node_ht_cap : 64;
+                uint32_t *ht = malloc((size_t)cap * sizeof(*ht));
+                if (!ht)
+                        return -ENOMEM;
+                for (uint32_t i = 0; i < cap; i++)
+                        ht[i] = NIL;
+                for (uint32_t k = 0; k < s->node_ht_cap; k++) {
+                        uint32_t x = s->node_ht[k];
+                        if (x == NIL)
+                                continue;
+                        uint32_t i = name_hash(s->nodes[x].name) & (cap - 1);
+                        while (ht[i] != NIL)
+                                i = (i + 1) & (cap - 1);
+                        ht[i] = x;
+                }
+                free(s->node_ht);
+                s->node_ht = ht;
+                s->node_ht_cap = cap;
+        }
+        uint32_t mask = s->node_ht_cap - 1, i = name_hash(s->nodes[ni].name) & mask;
+        while (s->node_ht[i] != NIL)
+                i = (i + 1) & mask;
+        s->node_ht[i] = ni;
+        return 0;
 }
 
 /* A node's size, kinds and whole-node kinds from its GPUs as they are
@@ -364,6 +407,10 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
                         return -ENOMEM;
                 n->iprev = n->inext = NIL;
                 n->allow = GP_SCHED_NODE_MULTI | GP_SCHED_NODE_ELASTIC;
+                if (index_node(s, s->nnodes) < 0) {
+                        free(n->name);
+                        return -ENOMEM;
+                }
                 ni = s->nnodes++;
                 uint32_t *mn = grow(s->mn, sizeof(uint32_t), &s->mn_cap, s->nnodes);
                 if (!mn)

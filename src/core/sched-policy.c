@@ -187,8 +187,11 @@ static const gp_sched_policy_ops las_ops = {
 /* ------------------------------------------------------------------ */
 /* sef: shortest expected first (Slurm's order by time limit)         */
 
-/* timeout_ms is the run-time estimate; a task without one goes last */
-static int64_t key_sef(const stask *t) {
+/* the predicted run time, else timeout_ms (an upper bound); a task
+ * without either goes last */
+static int64_t key_sef(const gp_sched *s, const stask *t) {
+        if (t->estimate_ms > 0)
+                return t->timeout_ms > 0 && t->timeout_ms < t->estimate_ms ? t->timeout_ms : t->estimate_ms;
         return t->timeout_ms > 0 ? t->timeout_ms : INT64_MAX;
 }
 
@@ -220,6 +223,34 @@ static const gp_sched_policy_ops sef_ops = {
 };
 
 /* ------------------------------------------------------------------ */
+/* spf: shortest predicted GPU time first within a tier, aged          */
+
+/* The predicted GPU time (estimate, capped by the time limit, x GPUs)
+ * plus the aging credit as a fixed point: every task ages at the same
+ * rate, so "predicted GPU time - rate x wait" orders as "predicted GPU
+ * time + rate x submit time", a key that never changes while the task
+ * waits.  A task submitted W ms before another is overtaken by it only if
+ * the other's predicted GPU time is rate x W smaller: how long a task can
+ * be passed over is bounded by its own prediction over the rate. */
+static int64_t key_spf(const gp_sched *s, const stask *t) {
+        int64_t est = t->estimate_ms;
+        if (t->timeout_ms > 0 && (est <= 0 || t->timeout_ms < est))
+                est = t->timeout_ms;
+        if (est < 0)
+                est = 0;
+        if (est > INT64_MAX / 4 / (t->ngpus > 0 ? t->ngpus : 1))
+                est = INT64_MAX / 4 / (t->ngpus > 0 ? t->ngpus : 1);
+        int64_t age = t->submit_ms > INT64_MAX / 4 / 1001 ? INT64_MAX / 4 : t->submit_ms * s->cfg.spf_aging_pct / 100;
+        return est * (t->ngpus > 0 ? t->ngpus : 1) + age;
+}
+
+static const gp_sched_policy_ops spf_ops = {
+        .name = "spf", .daemon = false,
+        .queue_of = queue_by_prio, .order_key = key_spf, .pick_tier = pick_first, .position = position_walk,
+        .before = before_tier, .grow_key = grow_sef,
+};
+
+/* ------------------------------------------------------------------ */
 /* the table and the names                                            */
 
 const gp_sched_policy_ops *const policy_ops[] = {
@@ -228,6 +259,7 @@ const gp_sched_policy_ops *const policy_ops[] = {
         [GP_SCHED_FIFO] = &fifo_ops,
         [GP_SCHED_LAS] = &las_ops,
         [GP_SCHED_SEF] = &sef_ops,
+        [GP_SCHED_SPF] = &spf_ops,
 };
 
 /* The table's length is its highest entry + 1: a policy added to the enum

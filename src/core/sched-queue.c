@@ -89,6 +89,8 @@ SCHED_PRIVATE void tenant_in(gp_sched *s, stenant *T) {
  * stays within its guarantee, nor while no task of another group that is
  * below its own share waits. */
 SCHED_PRIVATE bool group_holds(const gp_sched *s, const stenant *T, int64_t share) {
+        if (s->groups_off)
+                return false;
         const sgroup *g = &s->gr[T->group];
         if (T->guar_milli > 0 && T->run_milli + share <= T->guar_milli)
                 return false;

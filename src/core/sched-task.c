@@ -23,7 +23,7 @@ SCHED_PRIVATE void task_free(gp_sched *s, stask *t) {
 
 static int req_check(const gp_sched_req *r) {
         if (!r || r->id <= 0 || r->priority < 0 || r->priority >= GP_PRIORITY_LEVELS || r->gpus < 1 ||
-            r->gpus > GP_MAX_GPUS || r->memory_mb < 0 || r->timeout_ms < 0 || r->queue_deadline_ms < 0 ||
+            r->gpus > GP_MAX_GPUS || r->memory_mb < 0 || r->timeout_ms < 0 || r->estimate_ms < 0 || r->queue_deadline_ms < 0 ||
             (r->elastic_max_gpus != 0 &&
              (r->elastic_max_gpus <= r->gpus || r->elastic_max_gpus > GP_NODE_MAX_GPUS)) ||
             r->array_id < 0 || r->array_limit < 0 || pairs_parse(NULL, NULL, r->node_selector, NULL, 0) < 0)
@@ -60,6 +60,7 @@ static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
         t->preemptible = r->preemptible;
         t->mem = r->memory_mb;
         t->timeout_ms = r->timeout_ms;
+        t->estimate_ms = r->estimate_ms;
         t->submit_ms = r->submit_ms;
         t->deadline_ms = r->queue_deadline_ms;
         t->nmin = (uint16_t)r->gpus;
@@ -93,7 +94,7 @@ static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
         }
         t->kinds = kinds_for_glob(s, t->gpu_model);
         t->q = (uint8_t)queue_of(s, t);
-        t->okey = s->pol->order_key ? s->pol->order_key(t) : 0;
+        t->okey = s->pol->order_key ? s->pol->order_key(s, t) : 0;
         if (r->array_id > 0) {
                 sarray *a = gp_i64map_get(&s->arrays, r->array_id);
                 if (!a) {

@@ -95,14 +95,14 @@ SCHED_PRIVATE int intern_get(intern *in, const char *s, uint32_t *ret) {
 
 SCHED_PRIVATE int map_put(gp_sched *s, stask *t) {
         int rc = gp_i64map_put(&s->tasks, t->id, t);
-        if (rc >= 0 && t->timeout_ms > 0)
+        if (rc >= 0 && run_bound(t) > 0)
                 s->ntimed++;
         return rc;
 }
 
 SCHED_PRIVATE void map_del(gp_sched *s, int64_t id) {
         const stask *t = map_get(s, id);
-        if (t && t->timeout_ms > 0)
+        if (t && run_bound(t) > 0)
                 s->ntimed--;
         gp_i64map_del(&s->tasks, id);
 }

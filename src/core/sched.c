@@ -27,6 +27,7 @@ void gp_sched_config_defaults(gp_sched_config *cfg) {
         cfg->fairshare_half_life_ms = 24LL * 3600 * 1000;
         cfg->preemption = false;
         cfg->preempt_min_runtime_ms = 60 * 1000;
+        cfg->spf_aging_pct = 100;
 }
 
 static int check_las(const gp_sched_config *cfg) {
@@ -51,7 +52,7 @@ int gp_sched_new(const gp_sched_config *cfg, gp_sched **ret) {
         if (!cfg || (unsigned)cfg->policy >= GP_SCHED_NPOLICIES || (unsigned)cfg->placement >= GP_PLACE_N || check_weights(cfg->weights) < 0 ||
             cfg->max_queue_depth < 1 || cfg->memory_safety_margin_mb < 0 || cfg->backfill_depth < 0 ||
             check_las(cfg) < 0 || cfg->fairshare_half_life_ms < 0 || cfg->preempt_min_runtime_ms < 0 ||
-            cfg->max_models_per_gpu < 0)
+            cfg->max_models_per_gpu < 0 || cfg->spf_aging_pct < 0 || cfg->spf_aging_pct > 100000)
                 return -EINVAL;
         gp_sched *s = calloc(1, sizeof(*s));
         if (!s)
@@ -87,6 +88,7 @@ void gp_sched_free(gp_sched *s) {
                 free(s->nodes[i].labels);
         }
         free(s->nodes);
+        free(s->node_ht);
         for (int i = 0; i < s->nkinds; i++)
                 free(s->kind_names[i]);
         for (uint32_t i = 0; i < s->model_gpus_len; i++)
@@ -294,6 +296,11 @@ static void memo_record(const gp_sched *s, fail_memo *m, const stask *t, bool av
 static void hold(gp_sched *s, stask *t, int code, int64_t a1, int64_t a2, int64_t a3) {
         set_reason(s, t, code, a1, a2);
         t->ra3 = a3;
+        /* a task its tenant's max_gpus can never admit (a3, its share, is over
+         * a2, the max: a quota lowered after it was queued) waits alone: the
+         * tenant's other tasks could not delay it */
+        if (code == R_QUOTA_GPUS && a3 > a2)
+                return;
         if (code == R_GROUP) {
                 s->gr[a1].held_stamp = s->stamp;
                 return;
@@ -332,6 +339,27 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
         int64_t shadow = TIME_INF;
         int examined = 0;
         bool preempt_on = s->cfg.preemption && s->pol->tier_preempt;
+        /* Two passes.  The first applies every rule.  A group's share may
+         * then have held back tasks while the capacity it kept for other
+         * groups stays idle, because their own next tasks do not fit in
+         * what is left of their shares (70/30 of 4 GPUs: 2.8 and 1.2): so
+         * shares are not allowed to idle a GPU, and a second pass hands
+         * the capacity still free to the tasks the shares held, in the same
+         * order, under every other rule (quotas, reservations, backfill).
+         * It runs only when a share held something. */
+        bool share_held = false;
+        for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+                if (!share_held)
+                        break;
+                s->groups_off = true;
+                if ((rc = walk_init(s, &w, true)) < 0)
+                        break;
+                for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                        lp[i] = s->tiers[i].pass;
+                /* memo stays: GPUs were only taken since, so what failed fails */
+                examined = 0;
+        }
         for (;;) {
                 /* fair walks: which tier goes next depends only on which
                  * are non-empty (and their passes), so only the chosen
@@ -348,6 +376,11 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 stask *t = w.cur[ti];
                 walk_advance(s, &w, ti);
                 lp[ti] += st[ti];
+                /* the second pass: the tasks a share held (those whose group
+                 * was held the walk skipped, so the first pass never saw) */
+                // cppcheck-suppress knownConditionTrueFalse ; pass 1 runs when share_held was set in pass 0
+                if (pass == 1 && t->rstamp == s->stamp && t->rcode != R_GROUP)
+                        continue;
                 t->resv_holder = false;
                 multi_refresh(s, t);
 
@@ -369,10 +402,12 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 }
                 if (group_held(s, T)) {
                         set_reason(s, t, R_GROUP, T->group, s->gr[T->group].share_pct);
+                        share_held = true;
                         continue;
                 }
                 if ((g = gate(s, t, lb, &a1, &a2, &a3))) {
                         hold(s, t, g, a1, a2, a3);
+                        share_held |= g == R_GROUP;
                         continue;
                 }
                 /* within its tenant's guarantee: may reclaim, and is not
@@ -392,11 +427,11 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 set_reason(s, t, R_DEPTH, s->cfg.backfill_depth, 0);
                                 break;
                         }
-                        if (t->timeout_ms == 0 && t->q > resv->q && !guaranteed) {
+                        if (run_bound(t) == 0 && t->q > resv->q && !guaranteed) {
                                 set_reason(s, t, R_BEHIND_HIGHER, resv->id, resv->prio);
                                 continue;
                         }
-                        avoid = !(t->timeout_ms > 0 && shadow != TIME_INF && now + t->timeout_ms <= shadow);
+                        avoid = !(run_bound(t) > 0 && shadow != TIME_INF && now + run_bound(t) <= shadow);
                 }
                 fit f;
                 bool known_fail = memo_fails(s, &memo, t, avoid);
@@ -406,6 +441,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         int64_t sh = fit_share(s, t, f.gpus, f.n);
                         if (sh > lb && (g = gate(s, t, sh, &a1, &a2, &a3))) {
                                 hold(s, t, g, a1, a2, a3);
+                                share_held |= g == R_GROUP;
                                 continue;
                         }
                 }
@@ -414,7 +450,8 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                  * and for one that may reclaim behind the reservation */
                 bool may_reclaim = preempt_on && resv && guaranteed && T->reclaim_stamp != s->stamp;
                 /* (a multi-node task waits for whole nodes: it neither shrinks nor preempts) */
-                if (!placed && s->nel && (!resv || may_reclaim) && !t->multi) {
+                /* the second pass only hands out what is free */
+                if (!placed && s->nel && pass == 0 && (!resv || may_reclaim) && !t->multi) {
                         int pr = shrink_for(s, t, now, avoid, &f, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
@@ -425,7 +462,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 placed = true;
                         }
                 }
-                if (!placed && preempt_on && (!resv || may_reclaim) && !t->multi) {
+                if (!placed && preempt_on && pass == 0 && (!resv || may_reclaim) && !t->multi) {
                         int pr = make_room(s, t, now, resv != NULL, avoid, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
@@ -439,7 +476,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 placed = place(s, t, avoid, &f);
                         }
                 }
-                if (!placed && !resv && s->pol->las && s->cfg.las_preempt && !t->multi) {
+                if (!placed && !resv && pass == 0 && s->pol->las && s->cfg.las_preempt && !t->multi) {
                         int pr = las_make_room(s, t, now, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
@@ -481,6 +518,21 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 }
                 if (!known_fail)
                         memo_record(s, &memo, t, avoid);
+                if (pass == 1) { /* no room left for it: its share says why it waits */
+                        if (++examined >= s->cfg.backfill_depth)
+                                break; /* bounded as backfill is: what is left waits a run */
+                        if (T->group)
+                                set_reason(s, t, R_GROUP, T->group, s->gr[T->group].share_pct);
+                        else if (t->multi)
+                                set_reason(s, t, R_NODES, t->ngpus, -1);
+                        else if (t->excl)
+                                set_reason(s, t, R_NO_WHOLE, t->ngpus, -1);
+                        else if (t->ngpus == 1)
+                                set_reason(s, t, R_NO_MEM, t->mem, -1);
+                        else
+                                set_reason(s, t, R_GANG_SHARED, t->ngpus, t->mem);
+                        continue;
+                }
                 if (!resv) {
                         resv = t;
                         diagnose(s, t);
@@ -511,6 +563,10 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 else
                         set_reason(s, t, R_GANG_SHARED, t->ngpus, t->mem);
         }
+        }
+        s->groups_off = false;
+        if (rc < 0)
+                return rc;
         /* elastic tasks grow if no task that may start is left waiting
          * (the reservation too may be moot: its holder can be held by
          * what started after it in this run) */

@@ -61,6 +61,11 @@ typedef enum gp_sched_policy {
         GP_SCHED_SEF,         /* shortest expected first: by timeout_ms (the run-time
                                  estimate), tasks without one last, ties by id; tiers
                                  ignored as in fifo; never preempts */
+        GP_SCHED_SPF,         /* shortest predicted GPU time first within a tier, aged:
+                                 by estimate_ms (else timeout_ms) x GPUs, less
+                                 spf_aging_pct/100 GPU-ms for each ms waited, so no
+                                 wait grows without bound; a task with no estimate is
+                                 taken as short (as LAS takes a new job); tiers strict */
         GP_SCHED_NPOLICIES    /* not a policy: the count */
 } gp_sched_policy;
 
@@ -115,6 +120,7 @@ typedef struct gp_sched_config {
                                                  first las_levels-1 used, > 0, increasing */
         bool las_preempt;                     /* preempt tasks of later queues */
         int64_t las_min_run_ms;               /* least run time before a preemption, >= 0 */
+        int spf_aging_pct;                    /* spf: GPU-ms of credit per 100 ms waited, 0..100000 */
         /* fair share and preemption (hybrid, strict, fifo; see below): */
         int64_t fairshare_half_life_ms;       /* decay of tenant usage, >= 0; 0 = never decays */
         bool preemption;                      /* preempt less urgent / borrowed work */
@@ -255,6 +261,8 @@ typedef struct gp_sched_req {
         const char *model;          /* NULL or "" = none */
         const char *gpu_model;      /* glob on the GPU name; NULL or "" = any */
         int64_t timeout_ms;         /* expected run time bound, 0 = unknown */
+        int64_t estimate_ms;        /* predicted run time (core/predict.h), 0 = none: orders sef
+                                       when set, and is never a limit (nothing is stopped by it) */
         int64_t submit_ms;
         int64_t queue_deadline_ms;  /* expire if still queued then; 0 = never */
         int elastic_max_gpus;       /* 0 = not elastic; else gpus < this <= GP_NODE_MAX_GPUS:

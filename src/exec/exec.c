@@ -27,6 +27,7 @@
 #include "base/err.h"
 #include "base/user.h"
 #include "base/util.h"
+#include "exec/fence.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -307,6 +308,7 @@ static const char *const end_names[] = {
         [GP_EXEC_TIMEOUT] = "timeout",
         [GP_EXEC_CANCELLED] = "cancelled",
         [GP_EXEC_SPAWN_FAILED] = "spawn_failed",
+        [GP_EXEC_FENCED] = "fenced",
 };
 
 static int json_int_field(json_t *o, const char *key, int64_t min, int64_t max, int64_t *ret) {
@@ -540,7 +542,7 @@ static int spec_dump(const gp_exec_spec *s, char **ret) {
         if (!s->argv || !s->argv[0] || !s->argv[0][0] || s->task_id <= 0 || s->timeout_s < 0 ||
             s->timeout_s > TIMEOUT_MAX_S || s->kill_grace_s < 0 || s->kill_grace_s > GRACE_MAX_S ||
             s->preempt_grace_s < 0 || s->preempt_grace_s > GRACE_MAX_S || !notify_ok(s->notify_signal) ||
-            s->max_log_bytes <= 0 ||
+            s->max_log_bytes <= 0 || (s->fence_file && s->fence_file[0] && s->fence_file[0] != '/') ||
             (s->run_as && s->run_as[0] && !gp_user_name_ok(s->run_as, strlen(s->run_as))))
                 return -EINVAL;
         json_t *o = json_object();
@@ -559,6 +561,7 @@ static int spec_dump(const gp_exec_spec *s, char **ret) {
             (r = set_int(o, "notify_signal", s->notify_signal ? s->notify_signal : SIGUSR1)) < 0 ||
             (r = set_int(o, "max_log_bytes", s->max_log_bytes)) < 0 ||
             (r = set_str(o, "run_as", s->run_as)) < 0 ||
+            (s->fence_file && s->fence_file[0] && (r = set_str(o, "fence_file", s->fence_file)) < 0) ||
             (s->array_id > 0 && ((r = set_int(o, "array_id", s->array_id)) < 0 ||
                                  (r = set_int(o, "array_index", s->array_index)) < 0)))
                 goto out;
@@ -943,6 +946,7 @@ typedef struct spec {
         int64_t max_log_bytes;
         const char *run_as;          /* "" = stay the supervisor's user; missing = "" */
         int64_t array_id, array_index; /* missing: 0 (no array) */
+        const char *fence_file;      /* "" = none (missing); else absolute (exec/fence.h) */
 } spec;
 
 static void spec_done(spec *s) {
@@ -1084,6 +1088,12 @@ static int spec_load(int dirfd, spec *ret, char *why, size_t why_size) {
             (get_string(s.root, "run_as", &s.run_as) < 0 ||
              (s.run_as[0] && !gp_user_name_ok(s.run_as, strlen(s.run_as))))) {
                 field = "run_as";
+                goto bad;
+        }
+        s.fence_file = "";
+        if (json_object_get(s.root, "fence_file") &&
+            (get_string(s.root, "fence_file", &s.fence_file) < 0 || (s.fence_file[0] && s.fence_file[0] != '/'))) {
+                field = "fence_file";
                 goto bad;
         }
         *ret = s;
@@ -1350,6 +1360,7 @@ typedef struct run {
         bool exited;                 /* the command has been reaped */
         int status;                  /* its wait status */
         int64_t finished_ms;         /* wall clock when it was reaped */
+        int64_t fence_next;          /* mono ms to read the fence file next (spec fence_file) */
 } run;
 
 /* Write to the log; 0, or -ENOSPC/-EDQUOT when the disk is full (what did
@@ -1521,6 +1532,14 @@ static void handle_signals(run *r, int sigfd, const spec *s) {
         }
 }
 
+/* Has the fence deadline of s passed (or its file gone)?  A file that
+ * cannot be read for another reason is read again at the next poll. */
+static bool fenced(const spec *s, int64_t now) {
+        int64_t until;
+        int rc = gp_fence_read(s->fence_file, &until);
+        return rc == -ENOENT || rc == -EINVAL || (rc == 0 && now >= until);
+}
+
 /* Copy output, enforce the deadlines, until the command is reaped, its group
  * is empty (bounded) and the pipe is drained (bounded). */
 static void supervise(run *r, const spec *s, int sigfd) {
@@ -1532,6 +1551,14 @@ static void supervise(run *r, const spec *s, int sigfd) {
                 int64_t now = gp_mono_ms();
                 int wait_ms = -1;
                 if (!r->exited) {
+                        if (!r->stopping && s->fence_file[0] && now >= r->fence_next) {
+                                r->fence_next = now + GP_FENCE_POLL_MS;
+                                if (fenced(s, now)) {
+                                        reap(r);   /* ended on its own meanwhile: not fenced */
+                                        if (!r->exited)
+                                                stop_group(r, GP_EXEC_FENCED, s->kill_grace_s);
+                                }
+                        }
                         if (!r->stopping && deadline && now >= deadline) {
                                 reap(r);   /* ended just in time? then no timeout */
                                 if (!r->exited)
@@ -1543,6 +1570,8 @@ static void supervise(run *r, const spec *s, int sigfd) {
                                 r->kill_at = 0;
                         }
                         int64_t next = !r->stopping && deadline ? deadline : r->kill_at;
+                        if (!r->stopping && s->fence_file[0] && (!next || r->fence_next < next))
+                                next = r->fence_next;
                         if (next)
                                 wait_ms = (int)(next - now > INT_MAX ? INT_MAX : next - now);
                 } else if (!group_gone) {
@@ -1585,6 +1614,8 @@ static void result_of(const run *r, const spec *s, gp_exec_result *res) {
                 res->exit_code = 128 + res->signal;
                 if (r->reason == GP_EXEC_TIMEOUT)
                         set_message(res, "timed out after %lld s", (long long)s->timeout_s);
+                else if (r->reason == GP_EXEC_FENCED)
+                        set_message(res, "fenced: its node lost contact with the server");
                 else
                         set_message(res, r->preempted ? "preempted" : "cancelled");
         } else if (WIFSIGNALED(st)) {
@@ -1865,6 +1896,13 @@ int gp_exec_supervise_main(const char *task_dir) {
         rc = open_log(&r, dirfd);
         if (rc < 0) {
                 spawn_failed(&res, "cannot open log: %s", gp_strerror(rc));
+                goto write;
+        }
+        if (s.fence_file[0] && fenced(&s, gp_mono_ms())) { /* its node lost contact before it started */
+                res.end = GP_EXEC_FENCED;
+                res.exit_code = 127;
+                res.finished_ms = gp_now_ms();
+                set_message(&res, "fenced before it started: its node lost contact with the server");
                 goto write;
         }
         rc = spawn(&r, &s, dirfd, &res);

@@ -60,6 +60,10 @@ typedef struct gp_exec_spec {
                                         GPUPOOL_ARRAY_ID, GPUPOOL_ARRAY_INDEX, SLURM_ARRAY_JOB_ID and
                                         SLURM_ARRAY_TASK_ID; 0 = none */
         int64_t array_index;         /* its index, >= 0 (when array_id) */
+        const char *fence_file;      /* NULL or "" = none; else an absolute path (exec/fence.h): the
+                                      * supervisor stops the command (as for a cancel, end `fenced`)
+                                      * once the monotonic deadline written there has passed or the
+                                      * file is gone */
 } gp_exec_spec;
 
 typedef struct gp_exec_proc {
@@ -73,6 +77,7 @@ typedef enum gp_exec_end {
         GP_EXEC_TIMEOUT,             /* we killed it: timeout_s passed */
         GP_EXEC_CANCELLED,           /* we killed it: supervisor got SIGTERM */
         GP_EXEC_SPAWN_FAILED,        /* command could not be started (message says why) */
+        GP_EXEC_FENCED,              /* we killed it: its fence deadline passed (spec fence_file) */
 } gp_exec_end;
 
 typedef struct gp_exec_result {

@@ -765,6 +765,8 @@ static void dispatch(fconn *fc, const char *body, size_t len) {
         if (st) {
                 if (st == 401)
                         answer_error(fc, 401, "invalid_request_error", "invalid_api_key", msg, false);
+                else if (st == 402) /* billing.enforce_balance: the tenant's balance is used up */
+                        answer_error(fc, 402, "invalid_request_error", "insufficient_balance", msg, false);
                 else if (st == 503) { /* this server cannot take it now: another will */
                         gp_buf lines;
                         gp_buf_init(&lines, 0);

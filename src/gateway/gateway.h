@@ -57,7 +57,7 @@ int gp_gw_new(const gp_config *cfg, int nloops, gp_gw **ret, char *err, size_t e
 /* Who calls on a connection the gateway serves itself: from the
  * Authorization, Host and X-Gpupool-Forwarded-For headers' values (NULL
  * when absent) and the client's address, fill who.  0, or the HTTP status to refuse with (401,
- * 403, 503) and its message in msg.  Any loop thread. */
+ * 402, 403, 503) and its message in msg.  Any loop thread. */
 typedef int gp_gw_auth_fn(void *ud, const char *authorization, const char *host, const struct sockaddr *client,
                           const char *forwarded_for, gp_gw_caller *who, char *msg, size_t msglen);
 /* Set before gp_gw_run; without it front connections are refused (403). */

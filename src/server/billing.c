@@ -88,9 +88,18 @@ typedef struct gp_billing {
         gp_bill_tokens *acc;
         size_t nacc, capacc;
         int64_t acc_since_ms;       /* when the oldest sum began, 0 = none */
+        /* external tenants whose balance is used up (enforce_balance), for
+         * the gateway: the loop recomputes it every GP_BILL_DEBT_EVERY_MS
+         * and swaps it in under tok_lock; gateway threads read it there */
+        char (*debt)[GP_TENANT_MAX];
+        size_t ndebt;
+        int64_t debt_at_ms;         /* when the loop last recomputed it */
 } gp_billing;
 
 static void flush_tokens(gp_daemon *d, int64_t now, bool force);
+static int charges(gp_daemon *d, gp_store *s, const char *tenant, int64_t now, int64_t *ret_total,
+                   int64_t *ret_month);
+static int64_t credits_of(gp_daemon *d, const char *tenant);
 
 static gp_billing *B(gp_daemon *d) {
         return d->bill;
@@ -153,6 +162,7 @@ void gp_billing_done(gp_daemon *d) {
         free(b->segs);
         free(b->toks);
         free(b->acc);
+        free(b->debt);
         pthread_mutex_destroy(&b->tok_lock);
         free(b->bals);
         json_decref(b->credits);
@@ -278,8 +288,53 @@ void gp_billing_run_resize(gp_daemon *d, const gp_task *t, int64_t now) {
         run_put(d, t); /* the new share, as the scheduler holds it now */
 }
 
+/* The external tenants in debt, recomputed (loop, d->lock held). */
+static void refresh_debt(gp_daemon *d, int64_t now) {
+        gp_billing *b = B(d);
+        if (!d->cfg.billing.enforce_balance || now - b->debt_at_ms < GP_BILL_DEBT_EVERY_MS)
+                return;
+        b->debt_at_ms = now;
+        size_t n = gp_tenants_count(d->tenants), k = 0;
+        char(*v)[GP_TENANT_MAX] = n ? calloc(n, sizeof(*v)) : NULL;
+        if (n && !v)
+                return; /* the old set stays; tried again next time */
+        for (size_t i = 0; i < n; i++) {
+                const gp_cfg_tenant *t = gp_tenants_at(d->tenants, i);
+                int64_t total = 0;
+                if (strcmp(t->kind, "external") || charges(d, d->ws, t->id, now, &total, NULL) < 0)
+                        continue; /* as on submit: a balance that cannot be computed does not stop anyone */
+                if (credits_of(d, t->id) - total <= 0)
+                        gp_strlcpy(v[k++], t->id, GP_TENANT_MAX);
+        }
+        pthread_mutex_lock(&b->tok_lock);
+        char(*old)[GP_TENANT_MAX] = b->debt;
+        b->debt = v;
+        b->ndebt = k;
+        pthread_mutex_unlock(&b->tok_lock);
+        free(old);
+}
+
+int gp_billing_check_gateway(gp_daemon *d, const char *tenant, char *msg, size_t msglen) {
+        gp_billing *b = B(d);
+        if (!d->cfg.billing.enforce_balance || !b)
+                return 0;
+        bool debt = false;
+        pthread_mutex_lock(&b->tok_lock);
+        for (size_t i = 0; i < b->ndebt && !debt; i++)
+                debt = !strcmp(b->debt[i], tenant);
+        pthread_mutex_unlock(&b->tok_lock);
+        if (!debt)
+                return 0;
+        snprintf(msg, msglen,
+                 "tenant %s has used up its balance: add credit (POST /admin/tenants/%s/credit) before sending "
+                 "more requests",
+                 tenant, tenant);
+        return 402;
+}
+
 void gp_billing_tick(gp_daemon *d, int64_t now) {
         gp_billing *b = B(d);
+        refresh_debt(d, now);
         flush_tokens(d, now, false);
         int64_t every = (int64_t)d->cfg.billing.record_interval_s * 1000;
         size_t pos = 0;
@@ -305,6 +360,8 @@ int64_t gp_billing_next_ms(gp_daemon *d) {
         if (b->nacc && b->acc_since_ms + TOKENS_FLUSH_MS < next)
                 next = b->acc_since_ms + TOKENS_FLUSH_MS;
         pthread_mutex_unlock(&b->tok_lock);
+        if (d->cfg.billing.enforce_balance && b->debt_at_ms + GP_BILL_DEBT_EVERY_MS < next)
+                next = b->debt_at_ms + GP_BILL_DEBT_EVERY_MS;
         return next;
 }
 

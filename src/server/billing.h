@@ -84,6 +84,13 @@ void gp_billing_stored(struct gp_daemon *d);
 /* Loop: the 402 check of a submission.  0 when tenant may submit; else
  * -EDQUOT with *ret_body the error to answer. */
 int gp_billing_check_submit(struct gp_daemon *d, const char *tenant, char **ret_body);
+/* The gateway's 402 check (billing.enforce_balance covers /v1 too): 0 when
+ * the tenant may send a request; 402 with the message in msg when its
+ * balance is used up.  Any thread, no lock held; cheap (a lookup in the
+ * set of tenants in debt that the loop recomputes every
+ * GP_BILL_DEBT_EVERY_MS, so a credit takes effect within that). */
+#define GP_BILL_DEBT_EVERY_MS 1000
+int gp_billing_check_gateway(struct gp_daemon *d, const char *tenant, char *msg, size_t msglen);
 /* Loop: apply CMD_CREDIT / CMD_USAGE_TOKENS / CMD_INVOICE; the answer is
  * sent after the batch is stored (*ret_body malloc'd, *ret_ctype static). */
 void gp_billing_apply(struct gp_daemon *d, struct cmd *c, int64_t now_ms, int *ret_status, char **ret_body,

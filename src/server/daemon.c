@@ -1,5 +1,6 @@
-/* daemon.c - the daemon's state: recovery at start, the decision loop, the
- * GPU sampler.  See server-int.h for the threads and the lock order.
+/* daemon.c - the daemon's state and its decision loop (start, stop, recovery
+ * and the GPU sampler are in daemon-open.c, the spawner thread in
+ * spawner.c).  See server-int.h for the threads and the lock order.
  *
  * Invariant: every change to a task is stored (one transaction per loop
  * batch) before any request that caused it is answered and before any
@@ -10,7 +11,7 @@
  * task twice; on restart a running task without a supervisor pid file is
  * started then.
  */
-#include "server/server-int.h"
+#include "server/daemon-int.h"
 #include "server/commit.h"
 #include "server/tenants.h"
 #include "server/billing.h"
@@ -41,13 +42,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define LOCAL_NODE "local"
 #define BATCH_MAX 4096
 
 /* ------------------------------------------------------------------ */
 /* helpers                                                             */
 
-static int mkdir_p(const char *path) {
+int mkdir_p(const char *path) {
         char tmp[PATH_MAX];
         if (gp_strlcpy(tmp, path, sizeof(tmp)) >= sizeof(tmp))
                 return -ENAMETOOLONG;
@@ -68,13 +68,13 @@ int gp_daemon_task_path(const gp_daemon *d, int64_t id, const char *file, char *
         return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
-static void task_dir(const gp_daemon *d, int64_t id, char *buf, size_t size) {
+void task_dir(const gp_daemon *d, int64_t id, char *buf, size_t size) {
         if (gp_daemon_task_path(d, id, NULL, buf, size) < 0)
                 buf[0] = '\0'; /* tasks_dir was checked at start: cannot happen */
 }
 
 /* The scheduler's view of a task. */
-static gp_sched_req sched_req(const gp_task *t) {
+gp_sched_req sched_req(const gp_task *t) {
         gp_sched_req r = {
                 .id = t->id, .tenant = t->tenant, .priority = t->priority, .gpus = t->gpu_request,
                 .memory_mb = t->memory_mb, .exclusive = t->exclusive, .preemptible = t->preemptible,
@@ -87,8 +87,7 @@ static gp_sched_req sched_req(const gp_task *t) {
         return r;
 }
 
-static void set_reason(gp_task *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_reason(gp_task *t, const char *fmt, ...) {
+void set_reason(gp_task *t, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(t->reason, sizeof(t->reason), fmt, ap);
@@ -114,6 +113,18 @@ static bool same_tenant(void *ud, int64_t id) {
         hide_ctx *c = ud;
         const gp_task *t = gp_i64map_get(&c->d->tasks, id);
         return t && !strcmp(t->tenant, c->owner);
+}
+
+void gp_daemon_task_reason(gp_daemon *d, const gp_task *t, char *reason, size_t size) {
+        gp_sched_task_reason(d->sched, t->id, reason, size);
+        /* a request no node of the pool can hold now waits only while the
+         * pool may grow (feasible(): else it was refused): say so */
+        gp_sched_req r = sched_req(t);
+        char why[256], grow[128];
+        if (gp_sched_check_feasible(d->sched, &r, why, sizeof(why)) == -EINVAL &&
+            gp_nodes_growable(d, gp_now_ms(), grow, sizeof(grow)))
+                snprintf(reason, size, "no node in the pool can hold it now (%s); it waits for one to join: %s", why,
+                         grow);
 }
 
 void gp_daemon_reason_hide(gp_daemon *d, const char *owner, char *reason, size_t size) {
@@ -165,6 +176,9 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 if (cs)
                         r = gp_buf_printf(b, ",\"command\":%s", cs);
                 free(cs);
+                const char *onl = spec ? json_string_value(json_object_get(spec, "on_node_lost")) : NULL;
+                r = r ? r : gp_buf_printf(b, ",\"on_node_lost\":\"%s\"",
+                                          onl && !strcmp(onl, "requeue") ? "requeue" : "fence");
                 json_decref(spec);
         }
         r = r ? r : gp_buf_puts(b, ",\"gpus\":[");
@@ -184,7 +198,8 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 r = r ? r : gp_buf_printf(b, ",\"queue_position\":%d", v.queue_position);
                 /* why it waits now (naming the time rule whose quota or
                  * share holds it), then why it is back in the queue */
-                gp_sched_task_reason(d->sched, t->id, reason, sizeof(reason));
+                gp_daemon_task_reason(d, t, reason, sizeof(reason));
+                gp_nodes_reason_note(d, reason, sizeof(reason));
                 char rules[128];
                 gp_tenants_rules_in_force(d->tenants, rules, sizeof(rules));
                 size_t l = strlen(reason);
@@ -234,14 +249,6 @@ int gp_daemon_task_lookup(gp_daemon *d, int64_t id, gp_task *ret) {
 /* ------------------------------------------------------------------ */
 /* the batch: dirty tasks, answers, spawns                             */
 
-typedef struct batch {
-        gp_task **dirty;            /* tasks to store (no duplicates) */
-        size_t ndirty, capdirty;
-        gp_task **spawn;            /* batch tasks to start after commit */
-        size_t nspawn, capspawn;
-        bool meta_drained;          /* store the drained set too */
-} batch;
-
 /* gp_vec_grow, where out of memory ends the daemon (crash-only: the
  * restart recovers from the store). */
 static void *grow_or_exit(void *items, size_t *cap, size_t need, size_t size) {
@@ -254,11 +261,11 @@ static void *grow_or_exit(void *items, size_t *cap, size_t need, size_t size) {
 }
 
 /* Room for one more id at the end of a growing array. */
-static void grow_ids(int64_t **v, size_t n, size_t *cap) {
+void grow_ids(int64_t **v, size_t n, size_t *cap) {
         *v = grow_or_exit(*v, cap, n + 1, sizeof(**v));
 }
 
-static int push_ptr(gp_task ***v, size_t *n, size_t *cap, gp_task *t) {
+int push_ptr(gp_task ***v, size_t *n, size_t *cap, gp_task *t) {
         for (size_t i = 0; i < *n; i++)
                 if ((*v)[i] == t)
                         return 0;
@@ -287,7 +294,7 @@ static void lease_let_go(gp_daemon *d, gp_task *t) {
 }
 
 /* End a task: final state, reason, times; frees its GPUs in the scheduler. */
-static void finish(gp_daemon *d, batch *b, gp_task *t, gp_task_state st, int64_t now) {
+void finish(gp_daemon *d, batch *b, gp_task *t, gp_task_state st, int64_t now) {
         /* its last usage segment, stored with this end (a no-op if it never ran) */
         gp_billing_run_end(d, t, now, GP_BILL_TASK_END, gp_now_ms());
         gp_sched_remove_at(d->sched, t->id, now); /* its run counts for fair share up to now */
@@ -361,13 +368,13 @@ static int commit_once(gp_daemon *d, batch *b) {
  * shrinks the work).  Any other store failure breaks the promise that
  * answered means stored, so the daemon stops (crash-only: the restart
  * recovers from what was stored). */
-static int64_t lead_epoch; /* the term of a leader of several servers; 0: a single server */
+int64_t lead_epoch; /* the term of a leader of several servers; 0: a single server */
 
 /* Store the batch: true once stored; false when a leader could not
  * store it (the database went away): it is deposed, and nothing of the
  * batch is acknowledged, started or shown to readers.  A single server
  * that cannot store exits instead. */
-static bool commit(gp_daemon *d, batch *b) {
+bool commit(gp_daemon *d, batch *b) {
         if (!b->ndirty && !b->meta_drained && !gp_tenants_pending(d->tenants) && !gp_billing_pending(d) &&
             !gp_nodes_pending(d))
                 return true;
@@ -439,9 +446,23 @@ static void apply_submit_array(gp_daemon *d, batch *b, cmd *c, int64_t now, outc
  * for a node in Kubernetes. */
 static int feasible(gp_daemon *d, const gp_sched_req *r, char *why, size_t size) {
         int rc = gp_sched_check_feasible(d->sched, r, why, size);
-        if (rc == -EINVAL && strcmp(why, "invalid request") && gp_nodes_growable(d))
+        char grow[128];
+        if (rc == -EINVAL && strcmp(why, "invalid request") && gp_nodes_growable(d, gp_now_ms(), grow, sizeof(grow)))
                 return 0;
-        return rc;
+        if (rc < 0)
+                return rc;
+        /* nor a request its tenant's quota can never admit (whole GPUs: a
+         * memory share's size depends on the GPU it lands on) */
+        int64_t most = gp_tenants_max_gpus_ever(d->tenants, r->tenant);
+        bool whole = r->exclusive || r->memory_mb == 0;
+        if (most > 0 && whole && (int64_t)r->gpus * 1000 > most) {
+                snprintf(why, size,
+                         "tenant %s quota: this task needs %d GPUs, more than its max_gpus of %" PRId64 ".%03" PRId64
+                         " (in every time rule too)",
+                         r->tenant, r->gpus, most / 1000, most % 1000);
+                return -EINVAL;
+        }
+        return 0;
 }
 
 /* May the tenant submit (billing.h: a tenant whose balance is used up may
@@ -789,7 +810,6 @@ static void apply_drain(gp_daemon *d, batch *b, cmd *c, outcome *o) {
         o->status = 200;
 }
 
-static void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now);
 
 static void apply_gpu_failed(gp_daemon *d, batch *b, cmd *c, int64_t now) {
         int64_t ids[256];
@@ -823,7 +843,7 @@ static void apply_gpu_failed(gp_daemon *d, batch *b, cmd *c, int64_t now) {
 
 /* A supervisor known to be gone already (no pidfd to wait on): the next
  * loop pass reads its result.  Loop thread (or start-up) only. */
-static void gone_add(gp_daemon *d, int64_t id) {
+void gone_add(gp_daemon *d, int64_t id) {
         grow_ids(&d->gone, d->ngone, &d->capgone);
         d->gone[d->ngone++] = id;
         uint64_t one = 1;
@@ -831,7 +851,7 @@ static void gone_add(gp_daemon *d, int64_t id) {
         (void)w;
 }
 
-static void watch_add(gp_daemon *d, gp_task *t) {
+void watch_add(gp_daemon *d, gp_task *t) {
         gp_exec_proc p = {t->sup_pid, t->sup_start};
         int fd;
         if (gp_exec_watch(&p, &fd) < 0) {
@@ -846,7 +866,7 @@ static void watch_add(gp_daemon *d, gp_task *t) {
 /* Done with a supervisor's pidfd: reap it if it is our child and has
  * ended; one of ours still running goes to the spawner thread, which reaps
  * it when it ends (no zombies).  Under lock or before the threads run. */
-static void pidfd_done(gp_daemon *d, int fd) {
+void pidfd_done(gp_daemon *d, int fd) {
         epoll_ctl(d->epfd, EPOLL_CTL_DEL, fd, NULL);
         if (gp_exec_reap(fd) != 0) {
                 close(fd);
@@ -867,7 +887,7 @@ static void watch_del(gp_daemon *d, int64_t id) {
 
 /* A running task lost its GPU (or its GPU left the pool): back to the
  * queue while it has retries left, else failed with the reason. */
-static void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now) {
+void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now) {
         /* the run ends here, not by the tenant's doing: no minimum period */
         gp_billing_run_end(d, t, now, GP_BILL_RUN_END, gp_now_ms());
         gp_sched_remove_at(d->sched, t->id, now); /* -ENOENT during recovery: not placed */
@@ -1033,7 +1053,7 @@ static char *alloc_json(const gp_task *t);
 
 /* Build the argv/env of a batch task from its spec and start its
  * supervisor (gp_exec_launch).  t is the spawner's own copy: no lock. */
-static int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
+int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
         json_t *spec = json_loads(t->spec ? t->spec : "", 0, NULL);
         if (!spec)
                 return -EINVAL;
@@ -1384,7 +1404,7 @@ static void wake_followers(gp_daemon *d) {
         }
 }
 
-static void free_final(gp_daemon *d, batch *b) {
+void free_final(gp_daemon *d, batch *b) {
         for (size_t i = 0; i < b->ndirty; i++) {
                 gp_task *t = b->dirty[i];
                 if (!gp_task_state_is_final(t->state))
@@ -1424,7 +1444,7 @@ static char *alloc_json(const gp_task *t) {
 
 /* Resized batch tasks (stored now): write their alloc.json, then signal
  * them.  One not started yet gets its file when it starts. */
-static void notify_resized(gp_daemon *d) {
+void notify_resized(gp_daemon *d) {
         for (size_t i = 0; i < d->nresized; i++) {
                 pthread_mutex_lock(&d->lock);
                 gp_task *t = gp_i64map_get(&d->tasks, d->resized[i]);
@@ -1446,200 +1466,10 @@ static void notify_resized(gp_daemon *d) {
         d->nresized = 0;
 }
 
-static void defer_spawn(gp_daemon *d, int64_t id) {
-        grow_ids(&d->deferred, d->ndeferred, &d->capdeferred);
-        /* kept in start order: the list is taken from its end */
-        memmove(d->deferred + 1, d->deferred, d->ndeferred * sizeof(*d->deferred));
-        d->deferred[0] = id;
-        d->ndeferred++;
-}
-
-static void push_id(int64_t **v, size_t *n, size_t *cap, int64_t id) {
-        grow_ids(v, *n, cap);
-        (*v)[(*n)++] = id;
-}
-
-/* Supervisors the spawner could not start: the task fails (or, while an
- * earlier run still owns its dir, waits to be started again).  Loop
- * thread, under lock. */
-static void take_spawn_failures(gp_daemon *d, batch *b, int64_t now) {
-        pthread_mutex_lock(&d->sp_lock);
-        int64_t *v = d->spfail;
-        size_t n = d->nspfail;
-        d->spfail = NULL;
-        d->nspfail = d->capspfail = 0;
-        pthread_mutex_unlock(&d->sp_lock);
-        for (size_t i = 0; i + 1 < n; i += 2) {
-                gp_task *t = gp_i64map_get(&d->tasks, v[i]);
-                if (!t || t->state != GP_TASK_RUNNING || t->is_lease || t->sup_pid != 0 ||
-                    gp_i64map_get(&d->watch, t->id))
-                        continue;
-                int rc = (int)v[i + 1];
-                if (rc == -EBUSY) {
-                        defer_spawn(d, t->id);
-                        continue;
-                }
-                set_reason(t, "could not start its supervisor: %s", gp_strerror(rc));
-                finish(d, b, t, GP_TASK_FAILED, now);
-        }
-        free(v);
-}
-
-/* Start one batch task's supervisor.  The task is read under the lock
- * (its own copy), started without it, and bound to its supervisor under
- * it again, if it is still the same run; otherwise (cancelled, preempted
- * meanwhile) that supervisor is told to stop and reaped later. */
-static void spawn_one(gp_daemon *d, int64_t id) {
-        pthread_mutex_lock(&d->lock);
-        gp_task *t = gp_i64map_get(&d->tasks, id);
-        bool go = t && t->state == GP_TASK_RUNNING && !t->is_lease && t->sup_pid == 0 &&
-                  !gp_i64map_get(&d->watch, id);
-        unsigned flags = go && gp_i64map_del(&d->fresh, id) ? GP_EXEC_FRESH : 0;
-        gp_task copy;
-        bool oom = false;
-        if (go && gp_task_copy(&copy, t) < 0) {
-                go = false;
-                oom = true; /* reported below as a failed start */
-        }
-        int64_t started = t ? t->started_ms : 0;
-        pthread_mutex_unlock(&d->lock);
-        if (!go && !oom)
-                return; /* ended, started already or no longer running */
-        gp_exec_proc p = {0, 0};
-        int rc = go ? spawn(d, &copy, flags, &p) : -ENOMEM;
-        if (go)
-                gp_task_done(&copy);
-        char dir[PATH_MAX];
-        task_dir(d, id, dir, sizeof(dir));
-        if (rc == -EEXIST) {
-                /* recovery: a supervisor started before the crash ran or runs
-                 * this start; follow it (no pidfile: its result says) */
-                if (gp_exec_read_pidfile(dir, &p) < 0)
-                        p.pid = p.start = 0;
-                rc = 0;
-        }
-        pthread_mutex_lock(&d->lock);
-        t = gp_i64map_get(&d->tasks, id);
-        bool same = t && t->state == GP_TASK_RUNNING && t->started_ms == started && t->sup_pid == 0 &&
-                    !gp_i64map_get(&d->watch, id);
-        if (rc == 0 && same) {
-                t->sup_pid = p.pid;
-                t->sup_start = p.start;
-                watch_add(d, t); /* gone already: the loop reads its result */
-        } else if (rc == 0 && p.pid > 0) {
-                gp_exec_cancel(&p);
-                int fd;
-                if (gp_exec_watch(&p, &fd) == 0)
-                        pidfd_done(d, fd);
-        }
-        pthread_mutex_unlock(&d->lock);
-        if (rc < 0 && same) {
-                pthread_mutex_lock(&d->sp_lock);
-                push_id(&d->spfail, &d->nspfail, &d->capspfail, id);
-                push_id(&d->spfail, &d->nspfail, &d->capspfail, rc);
-                pthread_mutex_unlock(&d->sp_lock);
-                uint64_t one = 1;
-                ssize_t w = write(d->evfd, &one, sizeof(one));
-                (void)w;
-        }
-}
-
-/* The held effects of batches that are durable now: resized tasks are
- * told (notify_resized), supervisors go to the deferred starts.  Loop
- * thread, without d->lock. */
-static void release_durable(gp_daemon *d) {
-        size_t n;
-        const gp_commit_held *rel = gp_commit_release(d, &n);
-        for (size_t k = 0; k < n; k++) {
-                if (rel[k].resized) {
-                        grow_ids(&d->resized, d->nresized, &d->capresized);
-                        d->resized[d->nresized++] = rel[k].id;
-                } else {
-                        /* start supervisors only now that `running` is durable
-                         * (and the answers are out), and only once no preempted
-                         * run is still stopping: the spawner thread starts them,
-                         * many at once; on agent nodes, their agents do */
-                        pthread_mutex_lock(&d->lock);
-                        gp_task *t = gp_i64map_get(&d->tasks, rel[k].id);
-                        bool remote = t && gp_nodes_remote(t);
-                        if (remote && t->state == GP_TASK_RUNNING)
-                                gp_nodes_start(d, t);
-                        pthread_mutex_unlock(&d->lock);
-                        if (!remote)
-                                defer_spawn(d, rel[k].id);
-                }
-        }
-        if (n) {
-                pthread_mutex_lock(&d->lock);
-                gp_nodes_flush(d, gp_commit_applied(d));
-                pthread_mutex_unlock(&d->lock);
-        }
-        notify_resized(d);
-}
-
-static void reap_strays(gp_daemon *d) {
-        pthread_mutex_lock(&d->sp_lock);
-        size_t k = 0;
-        for (size_t i = 0; i < d->nstrays; i++) {
-                if (gp_exec_reap(d->strays[i]) != 0)
-                        close(d->strays[i]);
-                else
-                        d->strays[k++] = d->strays[i];
-        }
-        d->nstrays = k;
-        pthread_mutex_unlock(&d->sp_lock);
-}
-
-/* The spawner thread: takes every queued start at once and starts them one
- * after another (posix_spawn: a few hundred microseconds each, no fsync,
- * no waiting for the supervisor), while the loop goes on storing and
- * answering. */
-static void *spawner_main(void *arg) {
-        gp_daemon *d = arg;
-        int64_t *ids = NULL;
-        size_t cap = 0;
-        for (;;) {
-                pthread_mutex_lock(&d->sp_lock);
-                while (d->nspq == 0 && !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
-                        if (d->nstrays == 0) {
-                                pthread_cond_wait(&d->sp_cond, &d->sp_lock);
-                                continue;
-                        }
-                        struct timespec ts;
-                        clock_gettime(CLOCK_REALTIME, &ts);
-                        ts.tv_nsec += 100 * 1000 * 1000;
-                        if (ts.tv_nsec >= 1000000000L) {
-                                ts.tv_sec++;
-                                ts.tv_nsec -= 1000000000L;
-                        }
-                        pthread_cond_timedwait(&d->sp_cond, &d->sp_lock, &ts);
-                        break;
-                }
-                if (__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
-                        pthread_mutex_unlock(&d->sp_lock);
-                        break;
-                }
-                /* swap: the loop fills a fresh list meanwhile */
-                int64_t *v = d->spq;
-                size_t n = d->nspq, c = d->capspq;
-                d->spq = ids;
-                d->nspq = 0;
-                d->capspq = cap;
-                ids = v;
-                cap = c;
-                pthread_mutex_unlock(&d->sp_lock);
-                for (size_t i = 0; i < n && !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE); i++)
-                        spawn_one(d, ids[i]);
-                reap_strays(d);
-        }
-        free(ids);
-        return NULL;
-}
-
 /* A commit of the leader's writer found its term taken over (store.h
  * gp_store_set_fence): nothing of it was stored; stop at once, before
  * anything more is answered or started.  systemd restarts us as a follower. */
-static void lost_the_lead(void *ud) {
+void lost_the_lead(void *ud) {
         (void)ud;
         gp_error("lost the lead (epoch %" PRId64 "): stepping down", lead_epoch);
         _exit(75);
@@ -1887,7 +1717,7 @@ static int loop_timeout(gp_daemon *d) {
         return ms < 0 ? 0 : (int)ms;
 }
 
-static void *loop_main(void *arg) {
+void *loop_main(void *arg) {
         gp_daemon *d = arg;
         struct epoll_event evs[64];
         int64_t exited[64];
@@ -1983,633 +1813,4 @@ void gp_daemon_post(gp_daemon *d, cmd *c) {
                 ssize_t w = write(d->evfd, &one, sizeof(one));
                 (void)w;
         }
-}
-
-/* ------------------------------------------------------------------ */
-/* GPU sampler                                                         */
-
-static void sample(gp_daemon *d) {
-        gp_gpu_info *info = NULL;
-        size_t n = 0;
-        if (strcmp(d->backend, "sim") == 0) {
-                pthread_mutex_lock(&d->lock);
-                for (size_t i = 0; i < d->ngpus; i++) {
-                        gp_sched_gpu_view v;
-                        gp_sched_gpu_get(d->sched, d->gpu_ids[i], &v);
-                        gp_gpu_sim_set_load(d->gpu, (int)i, v.memory_allocated_mb, v.ntasks);
-                }
-                pthread_mutex_unlock(&d->lock);
-        }
-        if (!d->gpu)
-                return;
-        if (gp_gpu_read(d->gpu, &info, &n) < 0) {
-                gp_monitor_gpu_read(d, false, gp_now_ms());
-                return;
-        }
-        gp_monitor_gpu_read(d, true, gp_now_ms());
-        bool changed = false;
-        cmd *failed[64];
-        size_t nfailed = 0;
-        pthread_mutex_lock(&d->lock);
-        for (size_t i = 0; i < n && i < d->ngpus && nfailed < 64; i++) {
-                uint32_t g = d->gpu_ids[i];
-                gp_sched_gpu_view v;
-                gp_sched_gpu_get(d->sched, g, &v);
-                if (v.healthy != info[i].healthy) {
-                        gp_sched_gpu_set_healthy(d->sched, g, info[i].healthy);
-                        changed = true;
-                        if (!info[i].healthy) {
-                                gp_warn("GPU local:%zu unhealthy: %s", i, info[i].health_reason);
-                                cmd *c = gp_cmd_new(CMD_GPU_FAILED);
-                                if (c) {
-                                        c->gpu.gpu = g;
-                                        gp_strlcpy(c->gpu.why, info[i].health_reason, sizeof(c->gpu.why));
-                                        failed[nfailed++] = c;
-                                }
-                        } else {
-                                gp_info("GPU local:%zu healthy again", i);
-                        }
-                }
-                gp_sched_gpu_set_load(d->sched, g, info[i].util_pct, info[i].temp_c);
-        }
-        free(d->gpu_info);
-        d->gpu_info = info;
-        pthread_mutex_unlock(&d->lock);
-        for (size_t k = 0; k < nfailed; k++)
-                gp_daemon_post(d, failed[k]);
-        if (changed) {
-                uint64_t one = 1;
-                ssize_t w = write(d->evfd, &one, sizeof(one));
-                (void)w;
-        }
-}
-
-/* Copy the WAL into the database every 200 ms (PASSIVE: never blocks the
- * loop's commits), so commits pay for one WAL fsync and nothing more. */
-static void *checkpoint_main(void *arg) {
-        gp_daemon *d = arg;
-        while (!__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
-                for (int i = 0; i < 2 && !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE); i++)
-                        usleep(100 * 1000);
-                /* on a full disk it fails each time: said once, by disk.c */
-                if (gp_store_checkpoint(d->cs, NULL) < 0 && !gp_disk_degraded(d) && !gp_store_full(d->cs))
-                        gp_warn("WAL checkpoint: %s", gp_store_errmsg(d->cs));
-        }
-        return NULL;
-}
-
-static void *sampler_main(void *arg) {
-        gp_daemon *d = arg;
-        /* GPUs every gpu_poll_ms; metrics history and alerts every monitor_sample_ms.
-         * Simulated readings cost nothing and follow the scheduler's state, so
-         * they are refreshed at every monitor tick too (no stale sim cards). */
-        bool sim = strcmp(d->backend, "sim") == 0;
-        int64_t next_gpu = gp_mono_ms() + d->cfg.gpu_poll_ms, next_mon = gp_mono_ms();
-        while (!__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
-                int64_t now = gp_mono_ms();
-                if (now >= next_gpu || (sim && now >= next_mon)) {
-                        sample(d);
-                        next_gpu = now + d->cfg.gpu_poll_ms;
-                }
-                if (now >= next_mon) {
-                        gp_monitor_tick(d);
-                        next_mon = now + d->cfg.monitor_sample_ms;
-                }
-                int64_t wait = (next_gpu < next_mon ? next_gpu : next_mon) - gp_mono_ms();
-                if (wait > 100)
-                        wait = 100;
-                if (wait > 0 && !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE))
-                        usleep((useconds_t)wait * 1000);
-        }
-        return NULL;
-}
-
-/* ------------------------------------------------------------------ */
-/* start-up and recovery                                               */
-
-typedef struct recover_ctx {
-        gp_daemon *d;
-        batch *b;
-        int64_t now;
-        size_t queued, running, ended;
-} recover_ctx;
-
-/* The scheduler's ids of t's GPUs.  Node local's by uuid first (the
- * driver may number them differently after a reboot); an agent node's by
- * node and index, as its agent names them (uuids of simulated GPUs repeat
- * from node to node). */
-static int map_gpus(gp_daemon *d, const gp_task *t, uint32_t *ids) {
-        for (int i = 0; i < t->n_gpus; i++) {
-                bool local = !strcmp(t->gpus[i].node, LOCAL_NODE);
-                if ((!local || gp_sched_gpu_find_uuid(d->sched, t->gpus[i].uuid, &ids[i]) < 0) &&
-                    gp_sched_gpu_find(d->sched, t->gpus[i].node, t->gpus[i].index, &ids[i]) < 0)
-                        return -ENOENT;
-        }
-        return 0;
-}
-
-static int recover_one(const gp_task *st, void *ud) {
-        recover_ctx *rc = ud;
-        gp_daemon *d = rc->d;
-        gp_task *t = malloc(sizeof(*t));
-        if (!t || gp_task_copy(t, st) < 0) {
-                free(t);
-                return -ENOMEM;
-        }
-        if (gp_i64map_put(&d->tasks, t->id, t) < 0) {
-                gp_task_done(t);
-                free(t);
-                return -ENOMEM;
-        }
-        gp_sched_req r = sched_req(t);
-        r.readmit = true; /* accepted before the restart: max_queued does not apply again */
-        if (t->state == GP_TASK_QUEUED && !t->is_lease) {
-                /* preempted just before a crash: its old run may still be
-                 * stopping; it drains before any batch task starts */
-                char qdir[PATH_MAX];
-                gp_exec_proc p;
-                gp_exec_result res;
-                int fd;
-                task_dir(d, t->id, qdir, sizeof(qdir));
-                if (gp_exec_read_pidfile(qdir, &p) == 0 && gp_exec_read_result(qdir, &res) < 0 &&
-                    gp_exec_watch(&p, &fd) == 0) {
-                        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)t->id};
-                        gp_exec_cancel(&p);
-                        if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 &&
-                            gp_i64map_put(&d->draining, t->id, (void *)(intptr_t)(fd + 1)) == 0)
-                                d->ndraining++;
-                        else
-                                close(fd);
-                }
-        }
-        if (t->state == GP_TASK_QUEUED) {
-                int e = gp_sched_enqueue(d->sched, &r);
-                if (e < 0) {
-                        gp_warn("task %" PRId64 " cannot be queued again (%s)", t->id, gp_strerror(e));
-                        set_reason(t, "could not be queued again after restart: %s", gp_strerror(e));
-                        finish(d, rc->b, t, GP_TASK_FAILED, rc->now);
-                        rc->ended++;
-                } else {
-                        rc->queued++;
-                }
-                return 0;
-        }
-        /* running: metered on from its last stored segment */
-        gp_billing_recover(d, t);
-        uint32_t ids[GP_MAX_GPUS];
-        int most = t->elastic_max_gpus > 0 ? t->elastic_max_gpus : GP_MAX_GPUS; /* grown elastic; whole nodes */
-        if (t->n_gpus < t->gpu_request || t->n_gpus > most || map_gpus(d, t, ids) < 0 ||
-            gp_sched_restore_running(d->sched, &r, ids, t->n_gpus, t->started_ms) < 0) {
-                if (!t->is_lease) {
-                        /* its pidfile names it (the stored pid may not be there yet) */
-                        char sdir[PATH_MAX];
-                        gp_exec_proc p = {t->sup_pid, t->sup_start};
-                        task_dir(d, t->id, sdir, sizeof(sdir));
-                        if (gp_exec_read_pidfile(sdir, &p) < 0)
-                                p = (gp_exec_proc){t->sup_pid, t->sup_start};
-                        gp_exec_cancel(&p);
-                }
-                requeue_or_fail(d, rc->b, t, "its GPUs are no longer in the pool", rc->now);
-                return 0;
-        }
-        rc->running++;
-        gp_billing_recover(d, t); /* its GPU share, now that the scheduler holds it */
-        if (t->is_lease) {
-                t->heartbeat_ms = rc->now; /* a full TTL for the holder to come back */
-                return gp_i64map_put(&d->leases, t->id, t);
-        }
-        if (gp_nodes_remote(t))
-                return 0; /* its agents report it in their first full sync (nodes.c) */
-        char dir[PATH_MAX];
-        task_dir(d, t->id, dir, sizeof(dir));
-        gp_exec_result res;
-        gp_exec_proc p;
-        if (gp_exec_read_result(dir, &res) == 0) {
-                gone_add(d, t->id); /* processed by the first loop pass */
-                return 0;
-        }
-        if (gp_exec_read_pidfile(dir, &p) == 0) {
-                t->sup_pid = p.pid;
-                t->sup_start = p.start;
-                if (gp_exec_alive(&p)) {
-                        watch_add(d, t);
-                        return 0;
-                }
-                /* dead: the first loop pass reads its result (or finds none) */
-                gone_add(d, t->id);
-                return 0;
-        }
-        /* never started, or started just before the crash and not yet
-         * written its pidfile: the spawner starts it only where no
-         * supervisor ran (GP_EXEC_FRESH), else follows that one */
-        if (push_ptr(&rc->b->spawn, &rc->b->nspawn, &rc->b->capspawn, t) < 0 ||
-            gp_i64map_put(&d->fresh, t->id, (void *)1) < 0)
-                return -ENOMEM;
-        return 0;
-}
-
-static int open_gpus(gp_daemon *d, char *err, size_t errlen) {
-        gp_gpu_options go = {.backend = d->cfg.gpu_backend, .nvml_library = d->cfg.nvml_library,
-                             .sim = d->cfg.sim, .n_sim = d->cfg.n_sim};
-        if (!strcmp(d->cfg.gpu_backend, "none")) { /* a control plane: only agent nodes have GPUs */
-                d->backend = "none";
-                d->gpu_ids = calloc(1, sizeof(uint32_t));
-                return d->gpu_ids ? 0 : -ENOMEM;
-        }
-        int rc = gp_gpu_open(&go, &d->gpu, err, errlen);
-        if (rc < 0)
-                return rc;
-        if (err[0]) /* auto fell back to simulated GPUs: say why, once */
-                gp_warn("%s", err);
-        err[0] = '\0';
-        d->backend = gp_gpu_backend_name(d->gpu);
-        gp_gpu_info *info;
-        size_t n;
-        if ((rc = gp_gpu_read(d->gpu, &info, &n)) < 0) {
-                snprintf(err, errlen, "cannot read GPUs: %s", gp_strerror(rc));
-                return rc;
-        }
-        d->gpu_ids = calloc(n ? n : 1, sizeof(uint32_t));
-        if (!d->gpu_ids) {
-                free(info);
-                return -ENOMEM;
-        }
-        for (size_t i = 0; i < n; i++) {
-                bool reserved = false;
-                char idx[16];
-                snprintf(idx, sizeof(idx), "%d", info[i].index);
-                for (int k = 0; k < d->cfg.n_reserved; k++)
-                        if (!strcmp(d->cfg.reserved[k], idx) || !strcmp(d->cfg.reserved[k], info[i].uuid))
-                                reserved = true;
-                gp_sched_gpu_desc gd = {.node = LOCAL_NODE, .index = info[i].index, .uuid = info[i].uuid,
-                                        .name = info[i].name, .memory_total_mb = info[i].memory_total_mb,
-                                        .reserved = reserved};
-                if ((rc = gp_sched_gpu_add(d->sched, &gd, &d->gpu_ids[i])) < 0) {
-                        snprintf(err, errlen, "GPU %d (%s): %s", info[i].index, info[i].uuid, gp_strerror(rc));
-                        free(info);
-                        return rc;
-                }
-                if (!info[i].healthy)
-                        gp_sched_gpu_set_healthy(d->sched, d->gpu_ids[i], false);
-                gp_sched_gpu_set_load(d->sched, d->gpu_ids[i], info[i].util_pct, info[i].temp_c);
-        }
-        d->ngpus = n;
-        if (n > 0) {
-                /* every node carries its name as a label (node_selector gpupool/node=local); the
-                 * server's own GPUs take elastic tasks (their supervisors here are told of
-                 * resizes) and no part of a multi-node task (its ranks run under agents) */
-                gp_sched_node_set_labels(d->sched, LOCAL_NODE, "gpupool/node=" LOCAL_NODE);
-                gp_sched_node_set_allow(d->sched, LOCAL_NODE, GP_SCHED_NODE_ELASTIC);
-        }
-        for (size_t i = 0; i < n; i++)
-                for (size_t j = i + 1; j < n; j++) {
-                        int dist;
-                        if (gp_gpu_distance(d->gpu, (int)i, (int)j, &dist) == 0)
-                                gp_sched_gpu_set_distance(d->sched, d->gpu_ids[i], d->gpu_ids[j], dist);
-                }
-        d->gpu_info = info;
-        return 0;
-}
-
-static void restore_drained(gp_daemon *d) {
-        char buf[8192];
-        if (gp_store_meta_get(d->ws, "drained", buf, sizeof(buf)) < 0)
-                return;
-        char *save = NULL;
-        for (char *u = strtok_r(buf, "\n", &save); u; u = strtok_r(NULL, "\n", &save)) {
-                uint32_t g;
-                if (gp_sched_gpu_find_uuid(d->sched, u, &g) == 0)
-                        gp_sched_gpu_set_drained(d->sched, g, true);
-        }
-}
-
-/* Who this server is, for the data dir lock and the store's claim. */
-static void self_owner(const gp_daemon *d, gp_store_owner *ret) {
-        memset(ret, 0, sizeof(*ret));
-        if (gethostname(ret->host, sizeof(ret->host) - 1) < 0)
-                ret->host[0] = '\0';
-        ret->pid = getpid();
-        gp_strlcpy(ret->listen, d->cfg.listen, sizeof(ret->listen));
-        ret->since_ms = d->started_ms;
-}
-
-/* gp_daemon_open's work on a zeroed d; on failure gp_daemon_close takes
- * what was opened. */
-static int open_daemon(gp_daemon *d, const gp_config *cfg, int64_t epoch, char *err, size_t errlen) {
-        int crc = gp_config_copy(&d->cfg, cfg); /* d's own (gp_daemon_close frees it) */
-        d->evfd = d->epfd = d->lock_fd = -1;
-        if (gethostname(d->hostname, sizeof(d->hostname)) < 0)
-                d->hostname[0] = '\0';
-        d->hostname[sizeof(d->hostname) - 1] = '\0';
-        pthread_mutex_init(&d->lock, NULL);
-        pthread_mutex_init(&d->qlock, NULL);
-        pthread_mutex_init(&d->rs_lock, NULL);
-        pthread_mutex_init(&d->sp_lock, NULL);
-        pthread_cond_init(&d->sp_cond, NULL);
-        gp_list_init(&d->waiters);
-        gp_list_init(&d->followers);
-        gp_i64map_init(&d->fresh);
-        gp_i64map_init(&d->tasks);
-        gp_i64map_init(&d->leases);
-        gp_i64map_init(&d->requeue);
-        gp_i64map_init(&d->draining);
-        gp_i64map_init(&d->ranks);
-        gp_i64map_init(&d->lpreempting);
-        gp_i64map_init(&d->watch);
-        d->started_ms = gp_now_ms();
-        if (crc < 0) {
-                snprintf(err, errlen, "out of memory");
-                return crc;
-        }
-        if (gp_monitor_attach(d, err, errlen) < 0)
-                return -ENOMEM;
-        /* supervisors run `gpupool __supervise`: the light executable next
-         * to this one (base/exe.h), which loads none of the server's libraries */
-        int rc = gp_exe_sibling(GP_EXE_CLIENT, d->self_exe, sizeof(d->self_exe));
-        if (rc < 0) {
-                snprintf(err, errlen, "cannot find %s next to my own executable: %s", GP_EXE_CLIENT,
-                         strerror(-rc));
-                return rc;
-        }
-        rc = mkdir_p(cfg->data_dir);
-        if (rc < 0) {
-                snprintf(err, errlen, "data dir %s: %s", cfg->data_dir, strerror(-rc));
-                return rc;
-        }
-        /* one daemon per data dir: two would hand out the same ids and
-         * share task directories.  CLOEXEC, so supervisors never hold it. */
-        char lock[PATH_MAX];
-        /* per server id: several servers of one store never share a data dir */
-        if (snprintf(lock, sizeof(lock), "%s/gpupool%s%s.lock", cfg->data_dir, cfg->server_id[0] ? "-" : "",
-                     cfg->server_id) >= (int)sizeof(lock)) {
-                snprintf(err, errlen, "data dir path too long");
-                return -ENAMETOOLONG;
-        }
-        gp_store_owner me;
-        self_owner(d, &me);
-        d->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (d->lock_fd < 0 || flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-                rc = -errno;
-                if (rc == -EWOULDBLOCK) {
-                        /* the holder wrote who it is into the lock file */
-                        char text[4096], who[640];
-                        gp_store_owner other;
-                        ssize_t got = pread(d->lock_fd, text, sizeof(text), 0);
-                        gp_store_owner_from_text(text, got > 0 ? (size_t)got : 0, &other);
-                        gp_store_owner_format(&other, who, sizeof(who));
-                        snprintf(err, errlen, "%s: another gpupool server is using this data dir (%s)", lock, who);
-                } else {
-                        snprintf(err, errlen, "%s: %s", lock, strerror(-rc));
-                }
-                return rc;
-        }
-        {
-                char text[4096];
-                int tn = gp_store_owner_to_text(&me, text, sizeof(text));
-                if (tn > 0 && (ftruncate(d->lock_fd, 0) < 0 || pwrite(d->lock_fd, text, (size_t)tn, 0) != tn))
-                        gp_warn("%s: cannot record who holds it: %s", lock, strerror(errno));
-        }
-        if ((size_t)snprintf(d->tasks_dir, sizeof(d->tasks_dir), "%s/tasks", cfg->data_dir) >= sizeof(d->tasks_dir) ||
-            (rc = mkdir_p(d->tasks_dir)) < 0) {
-                snprintf(err, errlen, "tasks dir under %s: cannot create", cfg->data_dir);
-                return rc < 0 ? rc : -ENAMETOOLONG;
-        }
-        if ((rc = gp_disk_open(d, err, errlen)) < 0)
-                return rc;
-        if ((rc = gp_commit_open(d)) < 0)
-                return rc;
-        /* the writer never checkpoints on its commit path: a thread of its
-         * own copies the WAL into the database in the background */
-        gp_store_options so = {.sync_full = cfg->store_sync_full, .manual_checkpoint = true};
-        /* the writer's fsyncs run on the sync thread, beside the next batch (commit.h) */
-        gp_store_options wso = so;
-        wso.deferred_sync = true;
-        if ((rc = gp_store_open(cfg->store_url, &wso, &d->ws, err, errlen)) < 0)
-                return rc;
-        /* several servers: the lease decides who writes, and every commit
-         * checks it (fenced) */
-        if (cfg->server_id[0]) {
-                lead_epoch = epoch;
-                if ((rc = gp_store_set_fence(d->ws, cfg->server_id, epoch, lost_the_lead, NULL)) < 0) {
-                        snprintf(err, errlen, "store: cannot fence the writer: %s", gp_store_errmsg(d->ws));
-                        return rc;
-                }
-        }
-        /* one live server per store: a second would hand out the same task
-         * ids and GPUs.  The writer handle holds the claim for our life. */
-        else if ((rc = gp_store_claim(d->ws, &me, NULL)) < 0) {
-                snprintf(err, errlen, "store: %s", gp_store_errmsg(d->ws));
-                return rc;
-        }
-        if ((rc = gp_store_open(cfg->store_url, &so, &d->rs, err, errlen)) < 0)
-                return rc;
-        if ((rc = gp_store_open(cfg->store_url, &so, &d->cs, err, errlen)) < 0)
-                return rc;
-        gp_sched_config sc;
-        gp_sched_config_defaults(&sc);
-        sc.policy = cfg->policy;
-        sc.placement = cfg->placement;
-        memcpy(sc.weights, cfg->weights, sizeof(sc.weights));
-        sc.max_queue_depth = 1 << 30; /* recovery must queue everything stored */
-        sc.memory_safety_margin_mb = cfg->memory_safety_margin_mb;
-        sc.backfill = cfg->backfill;
-        sc.backfill_depth = cfg->backfill_depth;
-        sc.preemption = cfg->preemption_enabled;
-        sc.preempt_min_runtime_ms = (int64_t)cfg->preemption_min_runtime_sec * 1000;
-        sc.fairshare_half_life_ms = (int64_t)cfg->fairshare_half_life_s * 1000;
-        sc.max_models_per_gpu = cfg->max_models_per_gpu;
-        if ((rc = gp_sched_new(&sc, &d->sched)) < 0) {
-                snprintf(err, errlen, "scheduler config: %s", gp_strerror(rc));
-                return rc;
-        }
-        if ((rc = gp_tenants_open(&d->tenants, &d->cfg, d->ws, d->sched, err, errlen)) < 0)
-                return rc;
-        if ((rc = gp_billing_init(d, err, errlen)) < 0)
-                return rc;
-        if ((rc = open_gpus(d, err, errlen)) < 0)
-                return rc;
-        gp_tenants_tick(d->tenants, gp_now_ms(), true); /* tenants, groups and time rules into the core */
-        if ((rc = gp_nodes_open(d, err, errlen)) < 0) /* their GPUs, before the tasks that run on them */
-                return rc;
-        restore_drained(d);
-        if ((rc = gp_coord_open(d, err, errlen)) < 0) /* this server into the registry */
-                return rc;
-        int64_t max_id = 0;
-        if ((rc = gp_store_task_max_id(d->ws, &max_id)) < 0) {
-                snprintf(err, errlen, "store: %s", gp_store_errmsg(d->ws));
-                return rc;
-        }
-        d->next_id = max_id + 1;
-        if ((d->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
-            (d->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
-                snprintf(err, errlen, "eventfd/epoll: %s", strerror(errno));
-                return -errno;
-        }
-        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
-        epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->evfd, &ev);
-
-        batch b = {0};
-        recover_ctx rctx = {.d = d, .b = &b, .now = gp_now_ms()};
-        rc = gp_store_task_load_active(d->ws, recover_one, &rctx);
-        if (rc < 0) {
-                snprintf(err, errlen, "recovery: %s", rc == -ENOMEM ? "out of memory" : gp_store_errmsg(d->ws));
-                free(b.dirty);
-                free(b.spawn);
-                return rc;
-        }
-        commit(d, &b);
-        free_final(d, &b);
-        gp_info("recovered %zu queued and %zu running tasks (%zu could not be queued again), next id %" PRId64
-                "; tasks that ended while the daemon was down are recorded next",
-                rctx.queued, rctx.running, rctx.ended, d->next_id);
-        /* never-started batch tasks are started after the first loop pass
-         * (by the spawner thread, once the disk has room) */
-        for (size_t i = 0; i < b.nspawn; i++)
-                defer_spawn(d, b.spawn[i]->id);
-        free(b.dirty);
-        free(b.spawn);
-        return 0;
-}
-
-int gp_daemon_open(gp_daemon **ret, const gp_config *cfg, char *err, size_t errlen) {
-        return gp_daemon_open_lead(ret, cfg, 0, err, errlen);
-}
-
-int gp_daemon_open_lead(gp_daemon **ret, const gp_config *cfg, int64_t epoch, char *err, size_t errlen) {
-        *ret = NULL;
-        gp_daemon *d = calloc(1, sizeof(*d));
-        if (!d) {
-                snprintf(err, errlen, "out of memory");
-                return -ENOMEM;
-        }
-        if (cfg->server_id[0] && epoch < 1) {
-                free(d);
-                snprintf(err, errlen, "cluster.server_id is set: this server opens its store only as the leader");
-                return -EINVAL;
-        }
-        int rc = open_daemon(d, cfg, epoch, err, errlen);
-        if (rc < 0) {
-                gp_daemon_close(d);
-                return rc;
-        }
-        *ret = d;
-        return 0;
-}
-
-int gp_daemon_start(gp_daemon *d) {
-        /* recovery queued everything stored; from now on the limit applies */
-        gp_sched_set_max_queue_depth(d->sched, d->cfg.max_queue_depth);
-        int rc = pthread_create(&d->loop_thread, NULL, loop_main, d);
-        if (rc)
-                return -rc;
-        rc = pthread_create(&d->sampler_thread, NULL, sampler_main, d);
-        if (rc)
-                return -rc;
-        rc = pthread_create(&d->checkpoint_thread, NULL, checkpoint_main, d);
-        if (rc)
-                return -rc;
-        rc = pthread_create(&d->spawner_thread, NULL, spawner_main, d);
-        if (rc)
-                return -rc;
-        if ((rc = gp_commit_start(d)) < 0)
-                return rc;
-        if ((rc = gp_monitor_start(d)) < 0)
-                return rc;
-        if ((rc = gp_coord_start(d)) < 0)
-                return rc;
-        uint64_t one = 1; /* first pass: schedule what was recovered */
-        ssize_t w = write(d->evfd, &one, sizeof(one));
-        (void)w; /* the loop thread sets d->ready after that pass */
-        return 0;
-}
-
-void gp_daemon_stop(gp_daemon *d) {
-        __atomic_store_n(&d->stopping, 1, __ATOMIC_RELEASE);
-        uint64_t one = 1;
-        ssize_t w = write(d->evfd, &one, sizeof(one));
-        (void)w;
-        if (d->loop_thread)
-                pthread_join(d->loop_thread, NULL);
-        gp_commit_stop(d); /* after the loop's last commit: synced, answered */
-        if (d->sampler_thread)
-                pthread_join(d->sampler_thread, NULL);
-        if (d->checkpoint_thread)
-                pthread_join(d->checkpoint_thread, NULL);
-        gp_coord_stop(d);
-        if (d->spawner_thread) {
-                pthread_mutex_lock(&d->sp_lock);
-                pthread_cond_broadcast(&d->sp_cond);
-                pthread_mutex_unlock(&d->sp_lock);
-                pthread_join(d->spawner_thread, NULL);
-        }
-        d->loop_thread = d->sampler_thread = d->checkpoint_thread = d->spawner_thread = 0;
-}
-
-void gp_daemon_close(gp_daemon *d) {
-        if (!d)
-                return;
-        size_t pos = 0;
-        gp_task *t;
-        while ((t = gp_i64map_next(&d->tasks, &pos, NULL))) {
-                gp_task_done(t);
-                free(t);
-        }
-        gp_i64map_done(&d->tasks);
-        gp_i64map_done(&d->leases);
-        pos = 0;
-        char *why;
-        while ((why = gp_i64map_next(&d->requeue, &pos, NULL)))
-                free(why);
-        gp_i64map_done(&d->requeue);
-        void *v;
-        pos = 0;
-        while ((v = gp_i64map_next(&d->draining, &pos, NULL)))
-                close((int)((intptr_t)v - 1));
-        gp_i64map_done(&d->draining);
-        pos = 0;
-        while ((v = gp_i64map_next(&d->ranks, &pos, NULL)))
-                free(v);
-        gp_i64map_done(&d->ranks);
-        gp_nodes_close(d);
-        gp_coord_close(d);
-        gp_i64map_done(&d->lpreempting);
-        free(d->resized);
-        free(d->deferred);
-        pos = 0;
-        while ((v = gp_i64map_next(&d->watch, &pos, NULL)))
-                close((int)((intptr_t)v - 1));
-        gp_i64map_done(&d->watch);
-        free(d->gone);
-        gp_i64map_done(&d->fresh);
-        free(d->spq);
-        free(d->spfail);
-        for (size_t i = 0; i < d->nstrays; i++)
-                close(d->strays[i]); /* still running: init adopts them when we exit */
-        free(d->strays);
-        cmd *c = d->qhead;
-        while (c) {
-                cmd *n = c->next;
-                gp_cmd_free(c);
-                c = n;
-        }
-        gp_monitor_detach(d);
-        gp_tenants_close(d->tenants);
-        gp_billing_done(d);
-        gp_sched_free(d->sched);
-        gp_store_close(d->ws);
-        gp_store_close(d->rs);
-        gp_store_close(d->cs);
-        gp_gpu_close(d->gpu);
-        gp_disk_close(d);
-        gp_commit_close(d);
-        free(d->gpu_ids);
-        free(d->gpu_info);
-        if (d->evfd >= 0)
-                close(d->evfd);
-        if (d->epfd >= 0)
-                close(d->epfd);
-        if (d->lock_fd >= 0)
-                close(d->lock_fd); /* releases the data dir lock */
-        gp_config_free(&d->cfg);
-        free(d);
 }

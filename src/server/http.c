@@ -374,15 +374,20 @@ static enum MHD_Result get_queue(hreq *r) {
                 if (!t || !may_see(r, t->tenant))
                         continue; /* positions stay global: others' tasks are counted, not shown */
                 char reason[GP_REASON_MAX], sub[40];
-                gp_sched_task_reason(d->sched, t->id, reason, sizeof(reason));
+                gp_daemon_task_reason(d, t, reason, sizeof(reason));
+                gp_nodes_reason_note(d, reason, sizeof(reason));
                 gp_daemon_reason_hide(d, t->tenant, reason, sizeof(reason));
                 gp_time_format(t->submitted_ms, sub, sizeof(sub));
-                json_array_append_new(a, json_pack("{s:I,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:s,s:I}", "id",
-                                                   (json_int_t)t->id, "tenant_id", t->tenant, "name", t->name,
-                                                   "priority", t->priority, "gpu_request", t->gpu_request,
-                                                   "memory_mb", (json_int_t)t->memory_mb, "queue_position",
-                                                   (json_int_t)(i + 1), "reason", reason, "submitted_at", sub,
-                                                   "wait_s", (json_int_t)((now - t->submitted_ms) / 1000)));
+                json_t *e = json_pack("{s:I,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:s,s:I}", "id", (json_int_t)t->id,
+                                      "tenant_id", t->tenant, "name", t->name, "priority", t->priority,
+                                      "gpu_request", t->gpu_request, "memory_mb", (json_int_t)t->memory_mb,
+                                      "queue_position", (json_int_t)(i + 1), "reason", reason, "submitted_at", sub,
+                                      "wait_s", (json_int_t)((now - t->submitted_ms) / 1000));
+                if (e && t->array_id > 0) { /* an array element: as in the task object */
+                        json_object_set_new(e, "array_id", json_integer(t->array_id));
+                        json_object_set_new(e, "array_index", json_integer(t->array_index));
+                }
+                json_array_append_new(a, e);
         }
         pthread_mutex_unlock(&d->lock);
         free(ids);
@@ -1017,9 +1022,9 @@ static void gw_caller(gp_daemon *d, const char *tenant, bool admin, gp_gw_caller
                         who->max_priority = tc->max_priority;
                         who->default_priority = tc->default_priority;
                 }
-                who->limits.max_concurrent = tc->gw_max_concurrent;
-                who->limits.rpm = tc->gw_rpm;
-                who->limits.tpm = tc->gw_tpm;
+                /* tenants[].gateway, or a time rule's limits while it is in force */
+                gp_tenants_gw_limits(d->tenants, tc, &who->limits.max_concurrent, &who->limits.rpm,
+                                     &who->limits.tpm);
                 who->limits.weight = (uint32_t)tc->weight;
         }
         pthread_mutex_unlock(&d->lock);
@@ -1045,7 +1050,7 @@ static int gw_auth(void *ud, const char *authorization, const char *host, const 
                 return st;
         }
         gw_caller(d, tenant, admin, who);
-        return 0;
+        return gp_billing_check_gateway(d, who->tenant, msg, msglen);
 }
 
 static enum MHD_Result gateway_route(hreq *r, const char *url, const char *method) {
@@ -1057,6 +1062,9 @@ static enum MHD_Result gateway_route(hreq *r, const char *url, const char *metho
                 return send_error(r, 503, "unavailable", "the gateway is not running");
         gp_gw_caller who;
         gw_caller(d, r->tenant, r->admin, &who);
+        char msg[256];
+        if (gp_billing_check_gateway(d, who.tenant, msg, sizeof(msg)))
+                return send_error(r, 402, "insufficient_balance", "%s", msg);
         who.cors_origin = r->cors;
         return gp_gw_handle(d->gw, r->conn, url, method, &who, r->body.data, r->body.len, &r->gw);
 }

@@ -32,6 +32,7 @@
 #include "server/ca.h"
 #include "server/commit.h"
 #include "server/monitor.h"
+#include "server/nodes-fence.h"
 #include "server/server-int.h"
 #include "server/tenants.h"
 
@@ -56,6 +57,7 @@ typedef struct gp_node {
         int64_t joined_ms, left_ms, hb_ms;
         int64_t seq;                /* the last sync's seq taken (memory only) */
         bool synced;                /* a full sync since the server started */
+        bool restored;              /* known from the store at this start, not heard from since: no new work */
         bool dirty;                 /* its record is to be stored (in nodes->dirty) */
         bool touched;               /* in nodes->touched: got starts or stops since the last flush */
         bool leaving;               /* removed: its GPUs are still in the scheduler */
@@ -63,6 +65,9 @@ typedef struct gp_node {
         int ngpus;
         node_gpu *gpus;
         gp_list hb;                 /* in by_hb while ready or draining */
+        int64_t hb_mono;            /* hb_ms on the monotonic clock: liveness and fencing count on it */
+        int64_t paused_at;          /* the server's paused_ms at hb_ms (nodes-fence.h) */
+        gp_list fl;                 /* in fencing while lost and its runs may still run */
         struct hreq *held;          /* a sync held until there is something to send */
         int64_t held_seq, held_until;
         gp_list hl;                 /* in held, while held */
@@ -108,6 +113,9 @@ struct gp_nodes {
         gp_node_ev *ev;
         size_t nev, capev;
         int64_t grace_until;        /* when the nodes still unseen are lost */
+        gp_list fencing;            /* lost nodes whose tasks that fence wait for it (nodes-fence.h) */
+        gp_pause_clock pause;       /* time the server did not run, held against no node */
+        int nrestored;              /* nodes with restored set */
 };
 
 static const char *const state_names[] = {"ready", "draining", "lost", "left"};
@@ -254,11 +262,24 @@ static bool current(const gp_task *t, const gp_node *n, gp_proto_run_id id) {
 
 /* ---- the registry ---- */
 
+static void look_at_clock(gp_nodes *ns);
+
 static void hb_touch(gp_nodes *ns, gp_node *n, int64_t now) {
+        look_at_clock(ns); /* a pause found now is not this node's */
         n->hb_ms = now;
+        n->hb_mono = gp_mono_ms();
+        n->paused_at = ns->pause.paused_ms;
         gp_list_del(&n->hb);
-        if (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING)
+        if (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING) {
                 gp_list_add_tail(&ns->by_hb, &n->hb);
+                gp_list_del(&n->fl); /* back: its runs go on */
+        }
+}
+
+/* When (monotonic) n has been silent for ms of the server's running time:
+ * a step of the wall clock neither hastens a give-away nor a loss. */
+static int64_t silent_until(const gp_nodes *ns, const gp_node *n, int64_t ms) {
+        return n->hb_mono + ms + (ns->pause.paused_ms - n->paused_at);
 }
 
 static gp_node *node_new(gp_nodes *ns, const char *name) {
@@ -276,6 +297,7 @@ static gp_node *node_new(gp_nodes *ns, const char *name) {
         gp_strlcpy(n->name, name, sizeof(n->name));
         gp_list_init(&n->hb);
         gp_list_init(&n->hl);
+        gp_list_init(&n->fl);
         gp_i64map_init(&n->seen);
         gp_i64map_init(&n->stopping);
         if (gp_i64map_put(&ns->by_name, name_key(name), n) < 0) {
@@ -302,7 +324,8 @@ static void node_inventory(gp_daemon *d, gp_node *n) {
                         g->sid = UINT32_MAX;
                         continue;
                 }
-                bool up = g->g.healthy && (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING);
+                /* no new work before its agent synced since this server started */
+                bool up = g->g.healthy && !n->restored && (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING);
                 gp_sched_gpu_set_healthy(d->sched, g->sid, up);
         }
         gp_sched_node_set_drained(d->sched, n->name, n->drain);
@@ -372,26 +395,30 @@ static size_t node_tasks(gp_daemon *d, const gp_node *n, int64_t **ret) {
 }
 
 /* Node n is gone for its tasks (lost, removed): every task on it gets an
- * event, and what was to be sent to it is dropped. */
-static void node_gone(gp_daemon *d, gp_node *n, const char *why) {
+ * event, and what was to be sent to it is dropped.  Or, with only_unfenced
+ * (a node just lost), only its tasks that do not fence get events (leases,
+ * on_node_lost requeue); the others wait for the fence (gp_nodes_tick). */
+static void node_gone(gp_daemon *d, gp_node *n, const char *why, bool only_unfenced) {
         int64_t *ids;
         size_t k = node_tasks(d, n, &ids);
         for (size_t i = 0; i < k; i++) {
                 gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
-                if (!t || t->state != GP_TASK_RUNNING)
+                if (!t || t->state != GP_TASK_RUNNING || (only_unfenced && gp_task_fences(t)))
                         continue;
                 gp_node_ev *e = event(d->nodes, GP_NODE_EV_LOST, t->id, rank_of(t, n->name));
                 gp_strlcpy(e->why, why, sizeof(e->why));
         }
         free(ids);
+        for (int i = 0; i < n->ngpus; i++)
+                if (n->gpus[i].sid != UINT32_MAX)
+                        gp_sched_gpu_set_healthy(d->sched, n->gpus[i].sid, false);
+        if (only_unfenced)
+                return;
         n->nostart = n->nostop = 0;
         gp_i64map_done(&n->seen);
         gp_i64map_init(&n->seen);
         gp_i64map_done(&n->stopping);
         gp_i64map_init(&n->stopping);
-        for (int i = 0; i < n->ngpus; i++)
-                if (n->gpus[i].sid != UINT32_MAX)
-                        gp_sched_gpu_set_healthy(d->sched, n->gpus[i].sid, false);
 }
 
 /* ---- storing ---- */
@@ -561,6 +588,7 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
         gp_list_init(&ns->by_hb);
         gp_list_init(&ns->unseen);
         gp_list_init(&ns->held);
+        gp_list_init(&ns->fencing);
         d->nodes = ns;
         int64_t now = gp_now_ms();
         int rc = gp_store_meta_get(d->ws, "join_tokens", buf, NODE_META_MAX);
@@ -582,19 +610,23 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
                         free(buf);
                         return -GP_ESTORE;
                 }
+                n->restored = n->state != GP_NODE_LEFT; /* no new work there before it synced */
+                ns->nrestored += n->restored;
                 if (n->state != GP_NODE_LEFT)
                         node_inventory(d, n);
                 else
                         set_gpus(n, NULL, 0); /* left: its GPUs are not the pool's */
                 n->hb_ms = now;
+                n->hb_mono = gp_mono_ms();
                 if (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING)
                         gp_list_add_tail(&ns->unseen, &n->hb); /* its first sync moves it to by_hb */
         }
-        /* a start, a restart or a failover: agents that kept trying while
-         * no server answered wait up to GP_PROTO_RETRY_MAX_MS between
+        /* a start, a restart or a failover: an agent may still wait for
+         * the old server's answer, then up to GP_PROTO_RETRY_MAX_MS between
          * tries, so a node known from the store is lost only when it has
-         * not synced node_timeout_s after that (its tasks run on meanwhile) */
-        ns->grace_until = now + GP_PROTO_RETRY_MAX_MS + (int64_t)d->cfg.node_timeout_s * 1000;
+         * not synced node_timeout_s after that (its tasks run on meanwhile);
+         * it gets no new work before it synced (node_inventory) */
+        ns->grace_until = now + gp_nodes_start_grace_ms(d->cfg.agent_heartbeat_s, d->cfg.node_timeout_s);
         ns->index_dirty = false;
         free(index);
         free(buf);
@@ -679,6 +711,7 @@ static int start_of(gp_daemon *d, const gp_task *t, const gp_node *n, int rank, 
         gp_strlcpy(s->run_as, ra ? ra : "", sizeof(s->run_as));
         s->array_id = t->array_id;
         s->array_index = t->array_index;
+        s->fence = gp_task_fences(t);
         return 0;
 }
 
@@ -713,7 +746,7 @@ static bool sendable(const gp_node *n) {
  * are no longer current are acknowledged (their end is stored), and what
  * waits for n goes out.  Takes n's outbox.  NULL when out of memory. */
 static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto_sync *msg, const node_reply *rp) {
-        gp_proto_sync_answer a = {.seq = seq, .heartbeat_s = d->cfg.agent_heartbeat_s,
+        gp_proto_sync_answer a = {.seq = seq, .heartbeat_s = d->cfg.agent_heartbeat_s, .fence_s = d->cfg.fence_s,
                                   .want_full = (rp && rp->want_full) || (!n->synced && !(msg && msg->full))};
         if (msg && msg->n_runs) {
                 a.ack = calloc((size_t)msg->n_runs, sizeof(*a.ack));
@@ -796,7 +829,7 @@ static void answer_held(gp_daemon *d, gp_node *n, uint64_t gen, bool loop, bool 
                 body = render_answer(d, n, seq, NULL, NULL);
         } else {
                 gp_proto_sync_answer a = {.seq = seq, .heartbeat_s = d->cfg.agent_heartbeat_s,
-                                          .want_full = !n->synced};
+                                          .fence_s = d->cfg.fence_s, .want_full = !n->synced};
                 if (gp_proto_sync_answer_render(&a, &body) < 0)
                         body = NULL;
         }
@@ -816,8 +849,21 @@ void gp_nodes_req_gone(gp_daemon *d, struct hreq *r) {
         r->node_held = NULL;
 }
 
-bool gp_nodes_growable(const gp_daemon *d) {
-        return d->cfg.n_join_tokens > 0 || d->nodes->ntok > 0 || d->nodes->n > 0;
+bool gp_nodes_growable(const gp_daemon *d, int64_t now, char *why, size_t size) {
+        const gp_nodes *ns = d->nodes;
+        bool live = d->cfg.n_join_tokens > 0;
+        for (size_t i = 0; !live && i < ns->ntok; i++)
+                live = !ns->tok[i].revoked && (ns->tok[i].expires_ms <= 0 || ns->tok[i].expires_ms > now);
+        if (live) {
+                snprintf(why, size, "a join token is live");
+                return true;
+        }
+        for (size_t i = 0; i < ns->n; i++)
+                if (ns->v[i]->state == GP_NODE_LOST) {
+                        snprintf(why, size, "node %s is lost and may come back", ns->v[i]->name);
+                        return true;
+                }
+        return false;
 }
 
 void gp_nodes_release(gp_daemon *d) {
@@ -847,7 +893,8 @@ void gp_nodes_flush(gp_daemon *d, uint64_t gen) {
 static void finish_remove(gp_daemon *d, gp_node *n, int64_t now) {
         char why[GP_REASON_MAX];
         snprintf(why, sizeof(why), "node %s was removed from the pool", n->name);
-        node_gone(d, n, why);
+        gp_list_del(&n->fl);
+        node_gone(d, n, why, false);
         if (n->held)
                 answer_held(d, n, gp_commit_applied(d), true, false);
         n->removing = false;
@@ -862,8 +909,10 @@ static void finish_remove(gp_daemon *d, gp_node *n, int64_t now) {
 
 /* ---- time ---- */
 
-/* No sync from n for node_timeout_s (or since the start's grace). */
-static void lose(gp_daemon *d, gp_node *n, int64_t now) {
+/* No sync from n for node_timeout_s (or since the start's grace): no new
+ * work there, its leases and tasks that do not fence go now; the others
+ * once its runs have surely fenced (fenced()). */
+static void lose(gp_daemon *d, gp_node *n) {
         gp_list_del(&n->hb);
         n->state = GP_NODE_LOST;
         mark_dirty(d->nodes, n);
@@ -871,10 +920,37 @@ static void lose(gp_daemon *d, gp_node *n, int64_t now) {
                 answer_held(d, n, gp_commit_applied(d), true, false);
         char why[GP_REASON_MAX];
         snprintf(why, sizeof(why), "node %s lost: no heartbeat for %d s", n->name, d->cfg.node_timeout_s);
-        gp_warn("%s", why);
-        node_gone(d, n, why);
-        if (n->removing)
+        gp_warn("%s; its runs that fence stop there %d s after its last sync, and their tasks go back to the "
+                "queue then", why, d->cfg.fence_s);
+        node_gone(d, n, why, true);
+        gp_list_del(&n->fl);
+        gp_list_add_tail(&d->nodes->fencing, &n->fl);
+}
+
+/* Lost node n's runs have fenced (fence_s + kill grace after its last
+ * sync): its tasks go back to the queue; a removal finishes. */
+static void fenced(gp_daemon *d, gp_node *n, int64_t now) {
+        gp_list_del(&n->fl);
+        if (n->removing) {
                 finish_remove(d, n, now);
+                return;
+        }
+        char why[GP_REASON_MAX];
+        snprintf(why, sizeof(why), "node %s lost: no heartbeat for %d s; its run there was fenced", n->name,
+                 d->cfg.fence_s);
+        gp_warn("%s", why);
+        node_gone(d, n, why, false);
+}
+
+/* Has the server's clock jumped since the last look (it did not run)?
+ * The gap counts against no node: silent_until leaves it out, and the
+ * start's grace moves on by it. */
+static void look_at_clock(gp_nodes *ns) {
+        int64_t gap = gp_pause_clock_look(&ns->pause, gp_mono_ms());
+        if (gap == 0)
+                return;
+        ns->grace_until += gap;
+        gp_warn("the server did not run for %lld ms (paused or stalled): not held against any node", (long long)gap);
 }
 
 void gp_nodes_tick(gp_daemon *d, int64_t now) {
@@ -886,11 +962,18 @@ void gp_nodes_tick(gp_daemon *d, int64_t now) {
                         break;
                 answer_held(d, n, gp_commit_applied(d), true, true); /* its wait is over: whatever waits goes */
         }
-        int64_t timeout = (int64_t)d->cfg.node_timeout_s * 1000;
-        while ((l = gp_list_first(&ns->by_hb)) && GP_LIST_ENTRY(l, gp_node, hb)->hb_ms + timeout <= now)
-                lose(d, GP_LIST_ENTRY(l, gp_node, hb), now);
+        look_at_clock(ns);
+        int64_t timeout = (int64_t)d->cfg.node_timeout_s * 1000, mono = gp_mono_ms();
+        while ((l = gp_list_first(&ns->by_hb)) && silent_until(ns, GP_LIST_ENTRY(l, gp_node, hb), timeout) <= mono)
+                lose(d, GP_LIST_ENTRY(l, gp_node, hb));
         while (now >= ns->grace_until && (l = gp_list_first(&ns->unseen)))
-                lose(d, GP_LIST_ENTRY(l, gp_node, hb), now);
+                lose(d, GP_LIST_ENTRY(l, gp_node, hb));
+        int64_t give = gp_fence_giveaway_ms(d->cfg.fence_s, d->cfg.kill_grace_s);
+        GP_LIST_FOR_EACH_SAFE(f, &ns->fencing) { /* lost nodes: few */
+                gp_node *n = GP_LIST_ENTRY(f, gp_node, fl);
+                if (silent_until(ns, n, give) <= mono)
+                        fenced(d, n, now);
+        }
 }
 
 void gp_nodes_settle(gp_daemon *d) {
@@ -916,18 +999,25 @@ void gp_nodes_settle(gp_daemon *d) {
 
 int64_t gp_nodes_next_ms(gp_daemon *d) {
         gp_nodes *ns = d->nodes;
-        int64_t next = INT64_MAX;
+        int64_t next = INT64_MAX, now = gp_now_ms(), mono = gp_mono_ms(); /* monotonic deadlines as wall time */
         gp_list *l = gp_list_first(&ns->held);
         if (l)
                 next = GP_LIST_ENTRY(l, gp_node, hl)->held_until;
         l = gp_list_first(&ns->by_hb);
         if (l) {
-                int64_t e = GP_LIST_ENTRY(l, gp_node, hb)->hb_ms + (int64_t)d->cfg.node_timeout_s * 1000;
+                int64_t e = now + silent_until(ns, GP_LIST_ENTRY(l, gp_node, hb),
+                                               (int64_t)d->cfg.node_timeout_s * 1000) - mono;
                 if (e < next)
                         next = e;
         }
         if (!gp_list_empty(&ns->unseen) && ns->grace_until < next)
                 next = ns->grace_until;
+        int64_t give = gp_fence_giveaway_ms(d->cfg.fence_s, d->cfg.kill_grace_s);
+        GP_LIST_FOR_EACH(f, &ns->fencing) {
+                int64_t e = now + silent_until(ns, GP_LIST_ENTRY(f, gp_node, fl), give) - mono;
+                if (e < next)
+                        next = e;
+        }
         return next;
 }
 
@@ -979,6 +1069,14 @@ const gp_node_ev *gp_nodes_events(gp_daemon *d, size_t *ret_n) {
 
 void gp_nodes_events_clear(gp_daemon *d) {
         d->nodes->nev = 0;
+}
+
+void gp_nodes_reason_note(gp_daemon *d, char *reason, size_t size) {
+        int k = d->nodes ? d->nodes->nrestored : 0;
+        size_t l = strlen(reason);
+        if (k > 0 && strstr(reason, "unhealthy") && l < size)
+                snprintf(reason + l, size - l, " (%d node%s not synced since the server started: no work there until "
+                         "its agent reports)", k, k == 1 ? "" : "s");
 }
 
 void gp_nodes_host(gp_daemon *d, const char *node, char *buf, size_t size) {
@@ -1072,7 +1170,7 @@ static void take_gpus(gp_daemon *d, gp_node *n, const gp_proto_sync *m) {
                 bool was = mine->g.healthy;
                 mine->g.healthy = g->healthy;
                 mine->g.memory_mb = g->memory_mb > 0 ? g->memory_mb : mine->g.memory_mb;
-                gp_sched_gpu_set_healthy(d->sched, mine->sid, g->healthy);
+                gp_sched_gpu_set_healthy(d->sched, mine->sid, g->healthy && !n->restored);
                 if (was && !g->healthy) {
                         int k;
                         int64_t *ids = gpu_tasks(d, mine->sid, &k);
@@ -1143,6 +1241,10 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                 if (cur && n->removing) { /* stopped for the removal: back to the queue */
                         gp_node_ev *e = event(ns, GP_NODE_EV_LOST, r->id.task, r->id.rank);
                         snprintf(e->why, sizeof(e->why), "node %s was removed from the pool", n->name);
+                } else if (cur && r->result.end == GP_EXEC_FENCED) { /* not the task's doing: requeued */
+                        gp_node_ev *e = event(ns, GP_NODE_EV_LOST, r->id.task, r->id.rank);
+                        snprintf(e->why, sizeof(e->why), "node %s lost contact with the server; its run was fenced",
+                                 n->name);
                 } else if (cur) {
                         gp_node_ev *e = event(ns, GP_NODE_EV_RUN_ENDED, r->id.task, r->id.rank);
                         e->result = r->result;
@@ -1187,6 +1289,11 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                         }
                 }
                 n->synced = true;
+                if (n->restored) {
+                        n->restored = false;
+                        ns->nrestored--;
+                        node_inventory(d, n); /* its GPUs take new work from now on */
+                }
         } else if (!n->synced) {
                 rp->want_full = true;
         }
@@ -1260,11 +1367,11 @@ static json_t *node_json(gp_daemon *d, const gp_node *n) {
                                                            "memory_mb", (json_int_t)n->gpus[i].g.memory_mb, "healthy",
                                                            false, "drained", true, "tasks", 0));
         }
-        return json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o}", "name", n->name, "state",
+        return json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o,s:b}", "name", n->name, "state",
                          gp_node_state_name(n->state), "address", n->address, "labels", labels_json(n->labels, n->name),
                          "version", n->version, "backend", n->backend, "last_heartbeat_ms", (json_int_t)n->hb_ms,
                          "joined_ms", (json_int_t)n->joined_ms, "gpus_total", n->ngpus, "gpus_busy", busy, "runs", runs,
-                         "gpus", g);
+                         "gpus", g, "synced", !n->restored);
 }
 
 /* The server's own GPUs as node "local" (NULL when it has none). */
@@ -1350,12 +1457,15 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
         n->removing = false; /* a new install under its name: the removal is over */
         n->state = n->drain ? GP_NODE_DRAINING : GP_NODE_READY;
         n->synced = false;
+        ns->nrestored -= n->restored;
+        n->restored = false; /* a join is contact: its GPUs take work */
         n->seq = 0;
         mark_dirty(d->nodes, n);
         hb_touch(ns, n, now);
         node_inventory(d, n);
         gp_info("node %s joined (%d GPUs, %s, %s)", n->name, n->ngpus, n->backend, n->address[0] ? n->address : "no address");
-        gp_proto_join_answer a = {.heartbeat_s = d->cfg.agent_heartbeat_s, .node_timeout_s = d->cfg.node_timeout_s};
+        gp_proto_join_answer a = {.heartbeat_s = d->cfg.agent_heartbeat_s, .node_timeout_s = d->cfg.node_timeout_s,
+                                  .fence_s = d->cfg.fence_s};
         gp_strlcpy(a.node, n->name, sizeof(a.node));
         gp_strlcpy(a.credential, nc->secret, sizeof(a.credential));
         *status = 200;
@@ -1426,7 +1536,7 @@ static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
                                 oom();
                 }
                 free(ids);
-                if (n->state == GP_NODE_LOST)
+                if (n->state == GP_NODE_LOST && gp_list_empty(&n->fl)) /* else when its runs have fenced */
                         finish_remove(d, n, now);
                 break;
         }

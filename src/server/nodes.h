@@ -135,13 +135,22 @@ int gp_nodes_store(struct gp_daemon *d);
 /* Is anything to be stored?  And: it was (the transaction committed). */
 bool gp_nodes_pending(const struct gp_daemon *d);
 void gp_nodes_stored(struct gp_daemon *d);
-/* May the pool grow (join tokens exist, or agent nodes are known)? */
-bool gp_nodes_growable(const struct gp_daemon *d);
+/* May the pool grow?  While a join token is live (one in the config, or
+ * one made by an admin that is neither revoked nor expired at now_ms) or
+ * a lost node may come back; then why says which ("a join token is live",
+ * "node gpu-a is lost and may come back").  d->lock held. */
+bool gp_nodes_growable(const struct gp_daemon *d, int64_t now_ms, char *why, size_t size);
 /* The server stops: every held sync is answered now (MHD thread or the
  * stopping thread, d->lock held). */
 void gp_nodes_release(struct gp_daemon *d);
 /* A request went away (MHD completed it): forget it if it was held. */
 void gp_nodes_req_gone(struct gp_daemon *d, struct hreq *r);
+
+/* A queued task's reason that names unhealthy GPUs: say so when nodes
+ * known from the store have not synced since the server started (they
+ * take no work until they have).  Appends to reason (NUL-terminated, size
+ * bytes); d->lock held. */
+void gp_nodes_reason_note(struct gp_daemon *d, char *reason, size_t size);
 
 /* The node's host for model servers and MASTER_ADDR ("" for local or
  * unknown) into buf. */

@@ -259,6 +259,10 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b);
 /* A reason written for a task of tenant owner names no other tenant's
  * task: "task N" of another tenant becomes "a task of another tenant"
  * (gp_monitor_hide_task_ids).  d->lock held. */
+/* Why queued task t waits (gp_sched_task_reason), or, when no node of the
+ * pool can hold it now, that it waits for the pool to grow and why it may.
+ * d->lock held. */
+void gp_daemon_task_reason(gp_daemon *d, const gp_task *t, char *reason, size_t size);
 void gp_daemon_reason_hide(gp_daemon *d, const char *owner, char *reason, size_t size);
 /* Look a task up: active from memory, else from the store. Copies into
  * *ret (gp_task_done after). d->lock must be held. 0, -ENOENT, -GP_ESTORE. */

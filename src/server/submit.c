@@ -86,8 +86,12 @@ static int parse_priority(json_t *v, bool seed, int *ret, char *err, size_t errl
         return fail(err, errlen, "%s", seed ? seed_msg : msg);
 }
 
-/* command, env, workdir -> the spec JSON stored with the task. */
-static int build_spec(json_t *cmd, json_t *env, json_t *workdir, char **ret, char *err, size_t errlen) {
+/* command, env, workdir, on_node_lost -> the spec JSON stored with the
+ * task (script: command[4] is a stored script, allowed its own size bound;
+ * "on_node_lost" only when "requeue": the default, "fence", is its
+ * absence, so specs stored before it mean the same). */
+static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, json_t *onl, char **ret, char *err,
+                      size_t errlen) {
         if (!json_is_array(cmd))
                 return fail(err, errlen, "command: must be an array of strings, e.g. [\"python3\", \"train.py\"]");
         size_t n = json_array_size(cmd);
@@ -101,7 +105,7 @@ static int build_spec(json_t *cmd, json_t *env, json_t *workdir, char **ret, cha
                 if (!json_is_string(a))
                         return fail(err, errlen, "command[%zu]: must be a string", i);
                 size_t l = json_string_length(a);
-                if (l > GP_SUBMIT_MAX_ARG_BYTES || memchr(json_string_value(a), '\0', l))
+                if ((l > GP_SUBMIT_MAX_ARG_BYTES && !(script && i == 4)) || memchr(json_string_value(a), '\0', l))
                         return fail(err, errlen, "command[%zu]: longer than %d bytes or contains NUL", i,
                                     GP_SUBMIT_MAX_ARG_BYTES);
                 if (i == 0 && l == 0)
@@ -136,6 +140,15 @@ static int build_spec(json_t *cmd, json_t *env, json_t *workdir, char **ret, cha
                     memchr(json_string_value(workdir), '\0', json_string_length(workdir)))
                         return fail(err, errlen, "workdir: must be an absolute path");
         }
+        bool requeue = false;
+        if (onl && !json_is_null(onl)) {
+                const char *o = json_string_value(onl);
+                if (!o || (strcmp(o, "fence") && strcmp(o, "requeue")))
+                        return fail(err, errlen, "on_node_lost: must be \"fence\" (the default: a run on a node "
+                                                 "that lost contact is stopped before the task starts elsewhere) "
+                                                 "or \"requeue\" (at once; the task may run twice at once)");
+                requeue = !strcmp(o, "requeue");
+        }
         json_t *spec = json_object();
         if (!spec)
                 return -ENOMEM;
@@ -144,15 +157,68 @@ static int build_spec(json_t *cmd, json_t *env, json_t *workdir, char **ret, cha
                 json_object_set(spec, "env", env);
         if (workdir)
                 json_object_set(spec, "workdir", workdir);
+        if (requeue)
+                json_object_set_new(spec, "on_node_lost", json_string("requeue"));
         char *s = json_dumps(spec, JSON_COMPACT);
         json_decref(spec);
         if (!s)
                 return -ENOMEM;
         if (strlen(s) > GP_SUBMIT_MAX_SPEC_BYTES) {
                 free(s);
-                return fail(err, errlen, "command and env together exceed %d bytes", GP_SUBMIT_MAX_SPEC_BYTES);
+                return fail(err, errlen, "command%s and env together exceed %d bytes", script ? ", script" : "",
+                            GP_SUBMIT_MAX_SPEC_BYTES);
         }
         *ret = s;
+        return 0;
+}
+
+/* The runner of a task submitted with "script" (as sbatch stores the
+ * script at submit): sh writes $1, the script, to a fresh private
+ * directory, runs it with its own #! interpreter and the arguments after
+ * it, and removes the directory when it ends (also on SIGTERM/SIGINT; a
+ * SIGKILL leaves it in $TMPDIR).  Its exit status is the script's. */
+static const char script_runner[] =
+        "d=$(mktemp -d \"${TMPDIR:-/tmp}/gpupool-script.XXXXXX\") || exit 127\n"
+        "trap 'rm -rf \"$d\"' EXIT\n"
+        "trap 'exit 143' TERM\n"
+        "trap 'exit 130' INT\n"
+        "printf '%s' \"$1\" >\"$d/script\" && chmod 700 \"$d/script\" || exit 127\n"
+        "shift\n"
+        "\"$d/script\" \"$@\"\n";
+
+/* "script" with "command" as its arguments (absent = none) -> the command
+ * that runs it (a new array in *ret).  The script: text starting with "#!",
+ * at most GP_SUBMIT_MAX_SCRIPT_BYTES, no NUL. */
+static int script_command(json_t *script, json_t *args, json_t **ret, char *err, size_t errlen) {
+        if (!json_is_string(script))
+                return fail(err, errlen, "script: must be a string (the script's text)");
+        size_t n = json_string_length(script);
+        const char *s = json_string_value(script);
+        if (n > GP_SUBMIT_MAX_SCRIPT_BYTES)
+                return fail(err, errlen, "script: longer than %d bytes", GP_SUBMIT_MAX_SCRIPT_BYTES);
+        if (n < 2 || s[0] != '#' || s[1] != '!' || memchr(s, '\0', n))
+                return fail(err, errlen, "script: must start with #! and an interpreter (e.g. #!/bin/bash), "
+                            "without NUL bytes");
+        if (args && !json_is_array(args))
+                return fail(err, errlen, "command: with script, the script's arguments: an array of strings");
+        json_t *cmd = json_pack("[s, s, s, s, O]", "/bin/sh", "-c", script_runner, GP_SUBMIT_SCRIPT_ARGV0, script);
+        if (!cmd)
+                return -ENOMEM;
+        size_t i;
+        json_t *a;
+        json_array_foreach(args, i, a) {
+                if (!json_is_string(a) || json_string_length(a) > GP_SUBMIT_MAX_ARG_BYTES ||
+                    memchr(json_string_value(a), '\0', json_string_length(a))) {
+                        json_decref(cmd);
+                        return fail(err, errlen, "command[%zu]: a string of at most %d bytes without NUL", i,
+                                    GP_SUBMIT_MAX_ARG_BYTES);
+                }
+                if (json_array_append(cmd, a) < 0) {
+                        json_decref(cmd);
+                        return -ENOMEM;
+                }
+        }
+        *ret = cmd;
         return 0;
 }
 
@@ -226,7 +292,7 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         static const char *const known[] = {
                 "tenant_id", "name", "gpu_request", "memory_mb", "exclusive", "priority", "command",
                 "env", "workdir", "model", "gpu_model", "preemptible", "timeout_s", "queue_timeout_s",
-                "lease_ttl_s", "max_retries", "elastic", "array", "node_selector", NULL,
+                "lease_ttl_s", "max_retries", "elastic", "array", "node_selector", "script", "on_node_lost", NULL,
         };
         gp_array_spec arr = {0};
         if (errlen)
@@ -333,8 +399,20 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         json_t *cmd = json_object_get(root, "command");
         json_t *env = json_object_get(root, "env");
         json_t *wd = json_object_get(root, "workdir");
+        json_t *onl = json_object_get(root, "on_node_lost");
+        json_t *script = json_object_get(root, "script"), *runner = NULL;
+        if (script && !json_is_null(script)) {
+                /* a script: "command" holds its arguments */
+                if ((rc = script_command(script, json_is_null(cmd) ? NULL : cmd, &runner, err, errlen)) < 0)
+                        goto out;
+                rc = build_spec(runner, env, wd, true, onl, &t.spec, err, errlen);
+                json_decref(runner);
+                if (rc < 0)
+                        goto out;
+                cmd = script;
+        }
         if (cmd && !json_is_null(cmd)) {
-                if ((rc = build_spec(cmd, env, wd, &t.spec, err, errlen)) < 0)
+                if (!t.spec && (rc = build_spec(cmd, env, wd, false, onl, &t.spec, err, errlen)) < 0)
                         goto out;
                 if (json_object_get(root, "lease_ttl_s")) {
                         rc = fail(err, errlen, "lease_ttl_s: only for leases (tasks without command)");
@@ -342,8 +420,9 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 }
                 t.lease_ttl_s = 0;
         } else {
-                if (env || wd) {
-                        rc = fail(err, errlen, "%s: only for batch tasks (with command)", env ? "env" : "workdir");
+                if (env || wd || (onl && !json_is_null(onl))) {
+                        rc = fail(err, errlen, "%s: only for batch tasks (with command)",
+                                  env ? "env" : wd ? "workdir" : "on_node_lost");
                         goto out;
                 }
                 t.is_lease = true;
@@ -362,6 +441,13 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 }
                 if ((rc = parse_array(v, lim, &arr, err, errlen)) < 0)
                         goto out;
+                /* each element stores its own copy of the spec (a script's too) */
+                if (script && !json_is_null(script) && arr.n * strlen(t.spec) > GP_SUBMIT_MAX_ARRAY_SCRIPT_BYTES) {
+                        rc = fail(err, errlen, "script: %zu elements each storing this %zu-byte script exceed %d "
+                                  "bytes in all; use fewer elements or a smaller script",
+                                  arr.n, strlen(t.spec), GP_SUBMIT_MAX_ARRAY_SCRIPT_BYTES);
+                        goto out;
+                }
         }
         *ret = t;
         if (ret_array)

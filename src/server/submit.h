@@ -34,6 +34,11 @@ typedef struct gp_submit_limits {
 #define GP_SUBMIT_MAX_ARG_BYTES 4096
 #define GP_SUBMIT_MAX_ENV 256
 #define GP_SUBMIT_MAX_SPEC_BYTES 65536
+#define GP_SUBMIT_MAX_SCRIPT_BYTES 49152  /* "script": a batch script stored with the task */
+#define GP_SUBMIT_MAX_ARRAY_SCRIPT_BYTES (64 << 20) /* a job array's elements' specs in all, with a script */
+/* The script's name in a stored command (argv[3] of the script's runner,
+ * see submit.c): how a client recognises a task submitted as a script. */
+#define GP_SUBMIT_SCRIPT_ARGV0 "gpupool-script"
 
 /* The tier of a priority on the seed sketch's 0..100 scale (higher is more
  * urgent): (100 - p) * 9 / 100 rounded half up, so 100 -> P0, 50 -> P5,

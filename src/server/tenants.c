@@ -68,6 +68,63 @@ const gp_cfg_tenant *gp_tenants_find(const gp_tenants *ts, const char *id) {
         return find_mut((gp_tenants *)ts, id);
 }
 
+int64_t gp_tenants_max_gpus_ever(const gp_tenants *ts, const char *id) {
+        const gp_cfg_tenant *t = gp_tenants_find(ts, id);
+        if (!t || t->quota.max_gpus_milli <= 0)
+                return 0;
+        int64_t most = t->quota.max_gpus_milli;
+        for (int i = 0; i < ts->cfg->n_time_rules; i++) {
+                const gp_cfg_time_rule *r = &ts->cfg->time_rules[i];
+                for (int k = 0; k < r->n_quotas; k++) {
+                        if (strcmp(r->quotas[k].tenant, id))
+                                continue;
+                        int64_t m = r->quotas[k].quota.max_gpus_milli;
+                        if (m == 0)
+                                return 0; /* this rule lifts the limit */
+                        if (m > most)
+                                most = m;
+                }
+        }
+        return most;
+}
+
+static void gw_overlay(const gp_cfg_rule_gw *g, int *mc, int64_t *rpm, int64_t *tpm) {
+        if (g->max_concurrent != GP_QUOTA_UNCHANGED)
+                *mc = g->max_concurrent;
+        if (g->rpm != GP_QUOTA_UNCHANGED)
+                *rpm = g->rpm;
+        if (g->tpm != GP_QUOTA_UNCHANGED)
+                *tpm = g->tpm;
+}
+
+void gp_tenants_gw_limits(const gp_tenants *ts, const gp_cfg_tenant *t, int *ret_mc, int64_t *ret_rpm,
+                          int64_t *ret_tpm) {
+        int mc = t->gw_max_concurrent;
+        int64_t rpm = t->gw_rpm, tpm = t->gw_tpm;
+        for (int i = 0; i < ts->cfg->n_time_rules; i++) {
+                if (!(ts->rules_mask & (1u << i)))
+                        continue;
+                const gp_cfg_time_rule *r = &ts->cfg->time_rules[i];
+                for (int k = 0; k < r->n_gw; k++) /* the group's first: the tenant's own wins */
+                        if (!strcmp(r->gw[k].name, t->group) && strcmp(t->group, t->id))
+                                gw_overlay(&r->gw[k], &mc, &rpm, &tpm);
+                for (int k = 0; k < r->n_gw; k++)
+                        if (!strcmp(r->gw[k].name, t->id))
+                                gw_overlay(&r->gw[k], &mc, &rpm, &tpm);
+        }
+        *ret_mc = mc;
+        *ret_rpm = rpm;
+        *ret_tpm = tpm;
+}
+
+size_t gp_tenants_count(const gp_tenants *ts) {
+        return ts->n;
+}
+
+const gp_cfg_tenant *gp_tenants_at(const gp_tenants *ts, size_t i) {
+        return i < ts->n ? &ts->v[i] : NULL;
+}
+
 static int tenant_add(gp_tenants *ts, const gp_cfg_tenant *t) {
         gp_cfg_tenant *p = gp_vec_grow(ts->v, &ts->cap, ts->n + 1, sizeof(*p), 16);
         if (!p)

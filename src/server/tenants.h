@@ -65,6 +65,20 @@ const char *gp_tenants_run_as(const gp_tenants *ts, const char *id);
 /* The tenant's record, or NULL. d->lock held; valid until the lock is
  * released. */
 const gp_cfg_tenant *gp_tenants_find(const gp_tenants *ts, const char *id);
+/* The i-th tenant (0 <= i < gp_tenants_count), for walking them all.
+ * d->lock held; valid until the lock is released. */
+/* The most GPUs (1/1000) the tenant may ever hold at once: its
+ * quota.max_gpus, or a time rule's when that is larger; 0 when some rule
+ * (or the quota itself) sets no limit, or the tenant is unknown.  A task
+ * needing more can never be admitted.  d->lock held. */
+int64_t gp_tenants_max_gpus_ever(const gp_tenants *ts, const char *id);
+/* The tenant's gateway limits now: tenants[].gateway, overlaid by the
+ * time rules in force (each rule's entry for the tenant's group, then its
+ * entry for the tenant; later rules win).  0 = unlimited.  d->lock held. */
+void gp_tenants_gw_limits(const gp_tenants *ts, const gp_cfg_tenant *t, int *ret_max_concurrent, int64_t *ret_rpm,
+                          int64_t *ret_tpm);
+size_t gp_tenants_count(const gp_tenants *ts);
+const gp_cfg_tenant *gp_tenants_at(const gp_tenants *ts, size_t i);
 
 /* Which time rules are in force at now_ms; when that changed (or force),
  * push the effective weights, group shares and tenant settings into the

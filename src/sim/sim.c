@@ -13,8 +13,10 @@
 
 #include "base/err.h"
 #include "base/vec.h"
+#include "core/predict.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,6 +189,8 @@ typedef struct sim {
         int *tenant_busy;
         size_t nstarted;
         size_t timeline_cap;
+        gp_pred *pred;               /* learned_estimates */
+        int64_t *est;                /* per job: its estimate at arrival, 0 = none */
 } sim;
 
 static int sample(sim *m, int64_t t) {
@@ -332,6 +336,10 @@ static int replay(sim *m, char *err, size_t errlen) {
                         js->remaining_ms = 0;
                         r->jobs[e.job].finish_ms = t;
                         r->last_finish_ms = t;
+                        if (m->pred) {
+                                gp_pred_key k = {.tenant = m->o->tenant_names[j->tenant], .gpus = j->gpus};
+                                gp_pred_observe(m->pred, &k, j->duration_ms);
+                        }
                         m->busy -= js->held;
                         m->tenant_busy[j->tenant] -= js->held;
                         m->running--;
@@ -344,6 +352,12 @@ static int replay(sim *m, char *err, size_t errlen) {
                                           .preemptible = true,
                                           .timeout_ms = o->exact_estimates ? j->duration_ms : 0,
                                           .submit_ms = j->submit_ms};
+                        if (m->pred) {
+                                gp_pred_key k = {.tenant = o->tenant_names[j->tenant], .gpus = j->gpus};
+                                gp_pred_est e;
+                                gp_pred_estimate(m->pred, &k, 0, &e);
+                                q.estimate_ms = m->est[next] = e.ms;
+                        }
                         char why[256];
                         rc = gp_sched_check_feasible(m->s, &q, why, sizeof(why));
                         if (rc == 0)
@@ -384,6 +398,35 @@ out:
         if (rc == -ENOMEM && errlen && !err[0])
                 set_err(err, errlen, "out of memory");
         return rc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+        double x = *(const double *)a, y = *(const double *)b;
+        return (x > y) - (x < y);
+}
+
+/* How right the learned estimates were: |ln(estimate / run time)| of every
+ * job that had one, its median, and the share within a factor of 2. */
+static int estimate_errors(sim *m) {
+        double *e = malloc((m->n ? m->n : 1) * sizeof(*e));
+        if (!e)
+                return -ENOMEM;
+        size_t k = 0, close = 0;
+        for (size_t i = 0; i < m->n; i++) {
+                if (m->est[i] <= 0)
+                        continue;
+                e[k] = fabs(log((double)m->est[i] / (double)m->jobs[i].duration_ms));
+                close += e[k] <= log(2.0);
+                k++;
+        }
+        m->r->est_n = k;
+        if (k) {
+                qsort(e, k, sizeof(*e), cmp_double);
+                m->r->est_err_median = k % 2 ? e[k / 2] : (e[k / 2 - 1] + e[k / 2]) / 2;
+                m->r->est_within_2x = (double)close / (double)k;
+        }
+        free(e);
+        return 0;
 }
 
 int gp_sim_run(const gp_sim_job *jobs, size_t n, const gp_sim_options *opt, gp_sim_result **ret, char *err,
@@ -431,8 +474,19 @@ int gp_sim_run(const gp_sim_job *jobs, size_t n, const gp_sim_options *opt, gp_s
                         set_err(err, errlen, "tenant %s: the scheduler refuses its settings", opt->cfg_tenant_names[i]);
                         goto out;
                 }
+        if (opt->learned_estimates) {
+                m.est = calloc(n ? n : 1, sizeof(*m.est));
+                if (!m.est || (rc = gp_pred_new(4096, &m.pred)) < 0) {
+                        rc = -ENOMEM;
+                        goto out;
+                }
+        }
         rc = replay(&m, err, errlen);
+        if (rc == 0 && m.est)
+                rc = estimate_errors(&m);
 out:
+        gp_pred_free(m.pred);
+        free(m.est);
         gp_sched_free(m.s);
         free(m.st);
         free(m.tenant_busy);

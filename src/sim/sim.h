@@ -10,7 +10,10 @@
  * the core at gp_sched_next_wakeup() (queue deadlines; LAS demotions) and,
  * with tick_ms, periodically while jobs wait.
  * Every job asks for whole GPUs (memory_mb 0), is preemptible, and has no
- * run-time estimate unless exact_estimates is set.
+ * run-time estimate unless exact_estimates is set (the core is told each
+ * job's duration) or learned_estimates (a core/predict.h predictor, fed
+ * each job's run time as it ends, estimates each arrival from its tenant's
+ * and its size's history, as the daemon would from its users' jobs).
  *
  * Deterministic: the same input gives the same result, bit for bit.
  * No I/O, no clock reads; not thread-safe per call but calls share nothing.
@@ -42,6 +45,7 @@ typedef struct gp_sim_options {
         const char *gpu_name;        /* model name of every GPU */
         int64_t gpu_memory_mb;       /* > 0 */
         bool exact_estimates;        /* tell the core each job's duration (timeout_ms) */
+        bool learned_estimates;      /* tell it what a predictor learned so far (estimate_ms) */
         int64_t restart_overhead_ms; /* added to the remaining time at each restart after a preemption */
         bool preempt_loses_work;     /* a preempted job starts over (the daemon kills a batch task)
                                         instead of resuming where it stopped (checkpointing) */
@@ -95,6 +99,10 @@ typedef struct gp_sim_result {
         char **gpu_labels;           /* "node:index" per GPU id */
         int ngpus;
         int nodes;
+        /* learned_estimates: how right they were, over the jobs given one */
+        size_t est_n;                /* jobs that had an estimate at arrival */
+        double est_err_median;       /* median of |ln(estimate / run time)| */
+        double est_within_2x;        /* share of them within a factor of 2 */
 } gp_sim_result;
 
 /* Replay jobs[0..n).  On success *ret is a new result (gp_sim_result_free).

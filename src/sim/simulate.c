@@ -32,7 +32,7 @@ static const char USAGE[] =
         "usage: gpupool simulate --trace FILE --gpus N [--nodes N] [--gpus-per-node N]\n"
         "                        [--config FILE] [--policy P[,P...]|all] [--backfill on|off|both]\n"
         "                        [--placement pack|spread]\n"
-        "                        [--map FILE] [--oversize error|skip] [--estimates none|exact]\n"
+        "                        [--map FILE] [--oversize error|skip] [--estimates none|exact|learned]\n"
         "                        [--las-thresholds S[,S...]] [--las-min-run S] [--restart-overhead S]\n"
         "                        [--on-preempt resume|restart] [--tick S]\n"
         "                        [--json] [--tenants] [--timing] [--timeline FILE] [--jobs FILE]\n"
@@ -53,9 +53,12 @@ static const char USAGE[] =
         "  --backfill on|off|both  (default: the config's)\n"
         "  --map FILE              tenant map: lines 'tenant,priority[,new_tenant]', '*' = default\n"
         "  --oversize error|skip   a job wider than the cluster: fail (default) or leave it out\n"
-        "  --estimates none|exact  tell the scheduler each job's run time (default none)\n"
+        "  --estimates none|exact|learned  what the scheduler knows of each job's run time: nothing\n"
+        "                          (default), the truth, or what a predictor learned from the jobs\n"
+        "                          that ended before it (by tenant and size; sef orders by it)\n"
         "  --las-thresholds LIST   LAS queue limits in GPU-seconds (default 3600,36000)\n"
         "  --las-min-run S         least run time before a LAS preemption (default: config, 60)\n"
+        "  --spf-aging PCT         spf: GPU-ms of credit per 100 ms a job waits (default 100)\n"
         "  --restart-overhead S    seconds added each time a preempted job restarts (default 0)\n"
         "  --on-preempt MODE       resume: a preempted job keeps its progress (default);\n"
         "                          restart: it starts over, as a killed batch task does\n"
@@ -74,10 +77,11 @@ typedef struct opts {
         int npolicies;
         int backfill;              /* -1 config, 0 off, 1 on, 2 both */
         int placement;             /* -1 config, else a gp_sched_placement */
-        bool skip_oversize, exact, json, tenants, timing, restart_lost;
+        bool skip_oversize, exact, learned, json, tenants, timing, restart_lost;
         int las_levels;            /* 0: default */
         int64_t las_thr_ms[GP_SCHED_LAS_MAX_LEVELS - 1];
         int64_t las_min_run_s;     /* -1: config */
+        int64_t spf_aging_pct;     /* -1: the core's default */
         int64_t restart_overhead_s;
         int64_t tick_s;
 } opts;
@@ -152,7 +156,7 @@ static int parse_thresholds(const char *s, opts *o) {
 
 /* 0, or the exit code of a usage error. */
 static int parse_args(int argc, char **argv, opts *o) {
-        *o = (opts){.gpn = 0, .backfill = -1, .placement = -1, .las_min_run_s = -1, .tick_s = 60};
+        *o = (opts){.gpn = 0, .backfill = -1, .placement = -1, .las_min_run_s = -1, .spf_aging_pct = -1, .tick_s = 60};
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i], *val = NULL;
                 char name[32];
@@ -233,16 +237,18 @@ static int parse_args(int argc, char **argv, opts *o) {
                         else
                                 return usage_error("--oversize: expected error or skip, got '%s'", val);
                 } else if (!strcmp(name, "--estimates")) {
-                        if (!strcmp(val, "none"))
-                                o->exact = false;
-                        else if (!strcmp(val, "exact"))
-                                o->exact = true;
-                        else
-                                return usage_error("--estimates: expected none or exact, got '%s'", val);
+                        o->exact = !strcmp(val, "exact");
+                        o->learned = !strcmp(val, "learned");
+                        if (!o->exact && !o->learned && strcmp(val, "none"))
+                                return usage_error("--estimates: expected none, exact or learned, got '%s'", val);
                 } else if (!strcmp(name, "--las-thresholds")) {
                         if (parse_thresholds(val, o) < 0)
                                 return usage_error("--las-thresholds: expected 1..9 increasing GPU-seconds, got '%s'",
                                                    val);
+                } else if (!strcmp(name, "--spf-aging")) {
+                        if (gp_parse_i64(val, 0, 100000, &v) < 0)
+                                return usage_error("--spf-aging: expected percent 0..100000, got '%s'", val);
+                        o->spf_aging_pct = v;
                 } else if (!strcmp(name, "--las-min-run")) {
                         if (gp_parse_i64(val, 0, 10000000, &v) < 0)
                                 return usage_error("--las-min-run: expected seconds 0..10000000, got '%s'", val);
@@ -333,8 +339,11 @@ static void print_text(const opts *o, const gp_trace *tr, uint32_t ntenants, con
                 printf(" (%zu wider jobs left out, %.0f GPU-hours)", tr->skipped, (double)tr->skipped_gpu_s / 3600.0);
         printf("\ncluster:  %" PRId64 " GPUs, %d node%s x %" PRId64 " (%s)\n", o->gpus, nodes, nodes > 1 ? "s" : "",
                o->gpn, gpu_name);
-        printf("jobs:     whole GPUs, preemptible, run time %s to the scheduler; restart overhead %" PRId64 " s\n",
-               o->exact ? "known" : "unknown", o->restart_overhead_s);
+        printf("jobs:     whole GPUs, preemptible, run time %s; restart overhead %" PRId64 " s\n",
+               o->exact    ? "known to the scheduler"
+               : o->learned ? "estimated by the scheduler from the jobs that ended before"
+                           : "unknown to the scheduler",
+               o->restart_overhead_s);
         if (o->tick_s)
                 printf("runs:     at every event and every %" PRId64 " s while jobs wait\n", o->tick_s);
         else
@@ -362,6 +371,12 @@ static void print_text(const opts *o, const gp_trace *tr, uint32_t ntenants, con
         }
         if (b)
                 printf("(vs fifo: average JCT relative to fifo with backfill %s)\n", b->backfill ? "on" : "off");
+        for (int i = 0; o->learned && i < nruns; i++) {
+                const gp_sim_result *s = runs[i].r;
+                printf("estimates %-7s %-3s: %zu of %zu jobs had one; median error x%.2f, within 2x: %.1f%%\n",
+                       policy_name(runs[i].policy), runs[i].backfill ? "bf" : "", s->est_n, s->n,
+                       exp(s->est_err_median), 100 * s->est_within_2x);
+        }
         if (nruns == 1 || o->tenants)
                 for (int i = 0; i < nruns; i++)
                         print_tenants(&runs[i]);
@@ -601,6 +616,7 @@ int gp_simulate_main(int argc, char **argv) {
                         r->backfill = bf;
                         gp_sim_options so = {.gpus = (int)o.gpus, .gpus_per_node = (int)o.gpn, .gpu_name = gpu_name,
                                              .gpu_memory_mb = gpu_mem, .exact_estimates = o.exact,
+                                             .learned_estimates = o.learned,
                                              .restart_overhead_ms = o.restart_overhead_s * 1000,
                                              .tenant_names = names, .ntenants = nnames,
                                              .timeline = o.timeline != NULL};
@@ -628,6 +644,8 @@ int gp_simulate_main(int argc, char **argv) {
                         so.sched.las_preempt = cfg.preemption_enabled;
                         so.sched.las_min_run_ms =
                                 (o.las_min_run_s >= 0 ? o.las_min_run_s : cfg.preemption_min_runtime_sec) * 1000LL;
+                        if (o.spf_aging_pct >= 0)
+                                so.sched.spf_aging_pct = (int)o.spf_aging_pct;
                         if (o.las_levels) {
                                 so.sched.las_levels = o.las_levels;
                                 memcpy(so.sched.las_thresholds_ms, o.las_thr_ms, sizeof(o.las_thr_ms));

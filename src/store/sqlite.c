@@ -336,15 +336,11 @@ static int sq_claim(gp_store *s, const gp_store_owner *me, gp_store_owner *ret_o
                 fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
                 if (fd < 0)
                         return store_set_err(s, strerror(errno), "claim the store: open %s", path);
-                if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-                        int e = errno;
-                        if (e == EWOULDBLOCK) {
-                                ssize_t n = pread(fd, text, sizeof(text), 0);
-                                gp_store_owner_from_text(text, n > 0 ? (size_t)n : 0, ret_other);
-                                close(fd);
-                                return -EBUSY;
-                        }
+                int e = -gp_store_flock_owner_file(fd, ret_other);
+                if (e) {
                         close(fd);
+                        if (e == EWOULDBLOCK)
+                                return -EBUSY;
                         return store_set_err(s, strerror(e), "claim the store: lock %s", path);
                 }
                 q->owner_fd = fd;

@@ -16,12 +16,16 @@
 #include "store/store-int.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/err.h"
 #include "base/util.h"
@@ -188,6 +192,34 @@ static void owner_field(const char *v, size_t len, char *out, size_t size) {
                 if ((unsigned char)v[i] >= 0x20 && v[i] != 0x7f)
                         out[k++] = v[i];
         out[k] = '\0';
+}
+
+/* The record in fd names a process of this host that is gone. */
+static bool holder_gone(int fd, gp_store_owner *ret) {
+        char text[4096], host[256] = "";
+        ssize_t n = pread(fd, text, sizeof(text), 0);
+        gp_store_owner_from_text(text, n > 0 ? (size_t)n : 0, ret);
+        if (gethostname(host, sizeof(host) - 1) < 0 || strcmp(host, ret->host) || ret->pid <= 0 ||
+            ret->pid > INT32_MAX)
+                return false;
+        return kill((pid_t)ret->pid, 0) < 0 && errno == ESRCH;
+}
+
+int gp_store_flock_owner_file(int fd, gp_store_owner *ret_other) {
+        int64_t deadline = gp_mono_ms() + GP_STORE_DEAD_HOLDER_MS;
+        for (;;) {
+                if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+                        return 0;
+                if (errno != EWOULDBLOCK)
+                        return -errno;
+                gp_store_owner other;
+                if (!holder_gone(fd, &other) || gp_mono_ms() >= deadline) {
+                        *ret_other = other;
+                        return -EWOULDBLOCK;
+                }
+                struct timespec ts = {.tv_sec = 0, .tv_nsec = 20 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+        }
 }
 
 void gp_store_owner_from_text(const char *text, size_t len, gp_store_owner *ret) {

@@ -120,6 +120,18 @@ void gp_store_owner_format(const gp_store_owner *o, char *out, size_t size);
 int gp_store_owner_to_text(const gp_store_owner *o, char *out, size_t size);
 void gp_store_owner_from_text(const char *text, size_t len, gp_store_owner *ret);
 
+/* flock(fd, LOCK_EX | LOCK_NB) on a file that holds an owner record (the
+ * data dir's lock, SQLite's "<database>-owner"), waiting up to
+ * GP_STORE_DEAD_HOLDER_MS while the record names a process of this host
+ * that no longer exists: a server killed with SIGKILL leaves its lock to
+ * children it had forked that had not yet exec'd (they share its open
+ * files until exec closes them), so a restart right after kill -9 would
+ * otherwise find the lock taken by a dead pid.  0 with the lock;
+ * -EWOULDBLOCK with *ret_other the live holder's record (read from fd);
+ * another -errno.  Blocks the caller at most that long. */
+#define GP_STORE_DEAD_HOLDER_MS 5000
+int gp_store_flock_owner_file(int fd, gp_store_owner *ret_other);
+
 /* Close; takes NULL. */
 void gp_store_close(gp_store *s);
 /* Message of the last failure on this handle ("" if none). */

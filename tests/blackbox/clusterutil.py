@@ -43,10 +43,12 @@ def sha(tok):
     return "sha256:" + hashlib.sha256(tok.encode()).hexdigest()
 
 
-def server_config(node_timeout_s=NODE_TIMEOUT_S, tokens=(TOKEN,), extra=""):
+def server_config(node_timeout_s=NODE_TIMEOUT_S, tokens=(TOKEN,), extra="", fence_s=None, kill_grace_s=2):
+    fence = ", fence_s: %d" % fence_s if fence_s is not None else ""
     return ("gpus: {backend: none}\n"
-            "cluster: {join_tokens: [%s], node_timeout_s: %d}\n"
-            "tasks: {kill_grace_s: 2}\n" % (", ".join('"%s"' % sha(t) for t in tokens), node_timeout_s)) + extra
+            "cluster: {join_tokens: [%s], node_timeout_s: %d%s}\n"
+            "tasks: {kill_grace_s: %d}\n" % (", ".join('"%s"' % sha(t) for t in tokens), node_timeout_s, fence,
+                                             kill_grace_s)) + extra
 
 
 class ClusterServer(Daemon):

@@ -215,7 +215,8 @@ def test_cli_submit_ps_folding_expand_and_cancel(daemon):
     # expanded: one line per element
     ex = d.cli("ps", "-r")
     ids = [l.split()[0] for l in ex.stdout.splitlines()[2:]]
-    assert sorted(int(i) for i in ids) == sorted(list(range(aid, aid + 10)) + [plain]), ex.stdout
+    # elements as ID_INDEX (Slurm's squeue -r), the plain task by its id
+    assert sorted(ids) == sorted(["%d_%d" % (aid, k) for k in range(10)] + [str(plain)]), ex.stdout
     assert d.cli("ps", "--expand").stdout == ex.stdout
     # --json: folded by default, the server's list with --expand
     folded = json.loads(d.cli("ps", "--json").stdout)["tasks"]
@@ -233,7 +234,7 @@ def test_cli_submit_ps_folding_expand_and_cancel(daemon):
     assert "cancelled 10" in d.cli("ps", "--all").stdout
     # usage errors: exit 2, nothing sent
     for args in (["submit", "--array", "5-1", "--", "true"], ["submit", "--array", "0-9%", "--", "true"],
-                 ["cancel", "12_x"], ["cancel", "--array", "x"], ["cancel", "--array", "3", "4"],
+                 ["cancel", "12_x"], ["cancel", "--array", "x"], ["cancel", "--array", "3_1"],
                  ["run", "--array", "0-1", "--", "true"]):
         r = d.cli(*args)
         assert r.returncode == 2, (args, r.returncode, r.stderr)

@@ -333,3 +333,33 @@ def test_gateway_tokens_are_recorded_and_priced(d):
     line = [x for x in inv["lines"] if x["kind"] == "tokens"][0]
     assert line["model"] == "llama-3-8b" and line["amount_cents"] == 400
     assert inv["total_cents"] == 400
+
+
+def test_enforce_balance_covers_the_gateway_with_402(daemon_factory):
+    """billing.enforce_balance stops an external tenant's /v1 requests too (it
+    stopped only its tasks), on both of the server's HTTP paths (the
+    gateway's own connections and MHD's keep-alive relay), and a credit lets
+    them through again within a second; internal tenants are never stopped."""
+    from gw_upstream import Upstream
+    u = Upstream("up1")
+    try:
+        gw = '\ngateway:\n  models:\n    - {name: m, upstreams: ["%s"]}\n' % u.url
+        d = daemon_factory(config(enforce=True) + gw, key=ADMIN)
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        r = call(d, "POST", "/v1/chat/completions", BETA, json=body)
+        assert r.status_code == 402, r.text
+        e = r.json()["error"]
+        assert e["code"] == "insufficient_balance" and "credit" in e["message"], e
+        # a second request on the same connection (MHD serves it when not the first)
+        with requests.Session() as s:
+            hdr = {"Authorization": "Bearer " + BETA}
+            assert s.get(d.url + "/api/v1/tenants/beta", headers=hdr, timeout=10).status_code == 200
+            r = s.post(d.url + "/v1/chat/completions", headers=hdr, json=body, timeout=10)
+            assert r.status_code == 402, r.text
+        assert len(u.received) == 0, "a request of a tenant in debt reached the upstream"
+        assert call(d, "POST", "/v1/chat/completions", ALPHA, json=body).status_code == 200
+        r = call(d, "POST", "/admin/tenants/beta/credit", json={"amount": "5.00"})
+        assert r.status_code == 200, r.text
+        wait_for(lambda: call(d, "POST", "/v1/chat/completions", BETA, json=body).status_code == 200, 5)
+    finally:
+        u.stop()

@@ -55,7 +55,7 @@ def wait_state(d, task_id, states, timeout=30):
     (["node", "drain", "bad name"], "'bad name' is not a node name"),
     (["join-token"], "missing subcommand: create, list or revoke"),
     (["join-token", "revoke"], "missing token ID"),
-    (["join-token", "create", "--ttl", "soon"], "--ttl: expected a duration such as 3600, 90s, 30m, 12h or 7d"),
+    (["join-token", "create", "--ttl", "soon"], "--ttl: expected a duration such as 3600, 90s, 30m, 12h, 7d or [D-]HH:MM:SS"),
     (["join-token", "list", "--ttl", "1h"], "--ttl applies to 'create' only"),
 ])
 def test_bad_node_values_exit_2_before_any_request(args, needle):

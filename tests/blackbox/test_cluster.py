@@ -412,8 +412,9 @@ def test_lost_node_requeues_or_fails_its_tasks_ends_leases_and_kills_stale_runs_
     s = cluster.start_server()
     a = cluster.agent("gpu-a", gpus=sim_gpus(3))
     d1, d2 = cluster.tmp / "retry", cluster.tmp / "noretry"
-    t1 = cluster.submit(ticker_cmd(d1), max_retries=1)
-    t2 = cluster.submit(ticker_cmd(d2), max_retries=0)
+    # tasks that opted out of fencing (test_cluster_fence.py has the default): they go at node_timeout_s
+    t1 = cluster.submit(ticker_cmd(d1), max_retries=1, on_node_lost="requeue")
+    t2 = cluster.submit(ticker_cmd(d2), max_retries=0, on_node_lost="requeue")
     r = s.api("POST", "/api/v1/tasks", json={"gpu_request": 1, "lease_ttl_s": 600}, timeout=10)
     assert r.status_code == 201, r.text
     lease = r.json()
@@ -436,7 +437,7 @@ def test_lost_node_requeues_or_fails_its_tasks_ends_leases_and_kills_stale_runs_
         row = [ln for ln in ok(cluster.cli("nodes")).splitlines() if ln.startswith("gpu-a ")]
         assert row and "lost" in row[0], row
         assert "node gpu-a lost" in s.full_log()
-        # a cut-off node's runs go on while it is away (as under Slurm or Kubernetes)
+        # a cut-off node's runs of tasks that opted out of fencing go on while it is away
         assert pid_alive(p1) and pid_alive(p2)
     finally:
         a.signal(signal.SIGCONT)
@@ -461,7 +462,7 @@ def test_agent_killed_and_restarted_elsewhere_while_lost_only_one_run_remains(cl
     agents = {"gpu-a": cluster.agent("gpu-a", gpus=sim_gpus(1)), "gpu-b": cluster.agent("gpu-b", gpus=sim_gpus(1))}
     d = cluster.tmp / "t"
     # the run takes 1.5 s to stop after SIGTERM (a checkpoint)
-    t = cluster.submit(ticker_cmd(d, term_delay=1.5), max_retries=2)
+    t = cluster.submit(ticker_cmd(d, term_delay=1.5), max_retries=2, on_node_lost="requeue")
     t = cluster.wait_task(t["id"], "running")
     x = t["nodes"][0]
     y = {"gpu-a": "gpu-b", "gpu-b": "gpu-a"}[x]
@@ -700,7 +701,7 @@ def test_multinode_task_requeued_whole_when_one_node_is_lost(cluster):
     agents = three_nodes(cluster)
     d = cluster.tmp / "mn"
     # a rank takes 1.5 s to stop after SIGTERM (a checkpoint): the second run must not start beside it
-    t = cluster.submit(ticker_cmd(d, term_delay=1.5), gpu_request=4, max_retries=1)
+    t = cluster.submit(ticker_cmd(d, term_delay=1.5), gpu_request=4, max_retries=1, on_node_lost="requeue")
     t = cluster.wait_task(t["id"], "running", timeout=10)
     first = list(t["nodes"])
     wait_for(lambda: len(live_tickers(d)) == 2, 10, "both ranks")

@@ -329,6 +329,31 @@ def test_every_repository_path_and_link_in_the_docs_exists():
     assert not missing, "paths named in the docs that do not exist:\n" + "\n".join(missing)
 
 
+MD_NAME_RE = re.compile(r"(?<![\w/.-])([A-Za-z][\w.-]*\.md)\b")
+OUTSIDE_RE = re.compile(r"(?<![\w.])\.\./[\w.-]+")
+
+
+def test_the_docs_name_no_file_a_fresh_clone_lacks():
+    """A user has the repository, nothing beside it: no ../ paths (such as the
+    developers' trace folder) and no Markdown file that is not in the tree."""
+    have = set()
+    for root, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "build")]
+        have.update(f for f in files if f.endswith(".md"))
+    bad = []
+    for doc in DOC_FILES:
+        name = os.path.relpath(doc, REPO)
+        for n, line in enumerate(read(doc).splitlines(), 1):
+            for m in OUTSIDE_RE.finditer(line):
+                if os.path.exists(os.path.normpath(os.path.join(os.path.dirname(doc), m.group(0)))):
+                    continue  # a relative link inside the tree (docs/internals -> ../api.md)
+                bad.append("%s:%d: %s" % (name, n, m.group(0)))
+            for m in MD_NAME_RE.finditer(line):
+                if os.path.basename(m.group(1)) not in have:
+                    bad.append("%s:%d: %s" % (name, n, m.group(1)))
+    assert not bad, "files the docs name that a fresh clone does not have:\n" + "\n".join(bad)
+
+
 # ---------------------------------------------------------------- YAML examples
 
 def yaml_blocks():
@@ -369,3 +394,18 @@ def test_every_yaml_example_in_the_docs_is_a_config_the_server_accepts(tmp_path)
         bad.append("%s:%d: %s" % (doc, line, msg.strip()))
     assert n > 5, "only %d YAML examples found" % n
     assert not bad, "YAML examples in the docs that the server refuses:\n" + "\n".join(bad)
+
+
+def test_the_chinese_readme_comments_its_code_in_chinese_and_says_token():
+    """README.zh-CN.md: every comment in its code blocks is Chinese (11 of 24
+    were English), and an LLM token is "token", as Chinese LLM users write it
+    (令牌 reads as an auth token)."""
+    text = read(os.path.join(REPO, "README.zh-CN.md"))
+    english = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            m = re.search(r"(?:^|\s)#\s+(\S.*)$", line)
+            if m and not re.search("[\u4e00-\u9fff]", m.group(1)):
+                english.append(line.strip())
+    assert not english, "English comments in README.zh-CN.md's code:\n" + "\n".join(english)
+    assert "令牌" not in text

@@ -599,3 +599,71 @@ def test_failover_keeps_a_task_on_an_agent_node_running(tmp_path, pg_db):
         for s in (s1, s2):
             s.stop()
         cu.kill_run_sessions(tmp_path)
+
+
+def test_failover_from_a_frozen_leader_loses_no_node_and_stops_no_run(tmp_path, pg_db):
+    """Issue 22: with lease_s 2 and node_timeout_s 4 the leader is stopped
+    (SIGSTOP, a frozen VM) while an agent's sync is held there.  The
+    follower leads after the lease; the agent finds the frozen leader only
+    when its wait for the answer runs out (heartbeat_s + 15 s), then
+    reaches the new leader, which gave every node known from the store that
+    long and more: no node is lost, nothing is requeued, the run of a task
+    with no retries goes on (the same process: fence_s 30 is longer than
+    the failover)."""
+    import clusterutil as cu
+    _require_bin()
+    cfg = cu.server_config(node_timeout_s=4, fence_s=30) + 'store: {url: "%s"}\n' % pg_db
+    servers = {}
+    for name in ("s1", "s2"):
+        (tmp_path / name).mkdir()
+        s = Server.__new__(Server)
+        Daemon.__init__(s, tmp_path / name,
+                        cfg.replace("cluster: {", "cluster: {server_id: %s, lease_s: %d, " % (name, LEASE_S), 1))
+        s.name, s.store_url = name, pg_db
+        servers[name] = s
+    s1, s2 = servers["s1"], servers["s2"]
+    agent = None
+    try:
+        s1.start()
+        wait_for(s1.ready, 20, "s1 to lead")
+        s2.start()
+        wait_for(lambda: s2.health() == "follower", 10, "s2 to follow")
+        agent = cu.Agent(tmp_path, "%s,%s" % (s1.url, s2.url), "n1").start()
+        wait_for(lambda: any(n["name"] == "n1" and n["state"] == "ready"
+                             for n in requests.get(s1.url + "/api/v1/nodes", timeout=5).json()["nodes"]),
+                 20, "n1 to join")
+        marks = tmp_path / "marks"
+        tid = batch(s1, cu.ticker_cmd(marks), gpu_request=1, max_retries=0)["id"]
+        wait_state(s1, tid, "running", timeout=15)
+        wait_for(lambda: len(cu.live_tickers(marks)) == 1, 10, "the task to start on n1")
+        old = cu.live_tickers(marks)[0]
+        time.sleep(1.5)   # a sync of n1 is held by s1 now
+        os.kill(s1.proc.pid, signal.SIGSTOP)
+        frozen = time.time()
+        try:
+            wait_for(lambda: s2.health() == "ok", LEASE_S + 10, "s2 to lead")
+
+            def synced():
+                n = [n for n in requests.get(s2.url + "/api/v1/nodes", timeout=5).json()["nodes"]
+                     if n["name"] == "n1"]
+                assert n and n[0]["state"] != "lost", n
+                return n[0]["synced"]
+
+            wait_for(synced, 40, "n1 to sync with s2")
+            took = time.time() - frozen
+            t = task(s2, tid)
+            assert t["state"] == "running" and t["retries"] == 0, t
+            assert cu.live_tickers(marks) == [old]
+            with open(s2.log_path, "rb") as f:
+                log = f.read().decode("utf-8", "replace")
+            assert " lost" not in log, log[-3000:]
+            assert took < 1 + 15 + 10, took
+        finally:
+            os.kill(s1.proc.pid, signal.SIGCONT)
+        requests.post(s2.url + "/api/v1/tasks/%d/cancel" % tid, timeout=15)
+    finally:
+        if agent:
+            agent.stop()
+        for s in (s1, s2):
+            s.stop()
+        cu.kill_run_sessions(tmp_path)

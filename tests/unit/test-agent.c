@@ -1,6 +1,7 @@
 /* test-agent.c - unit tests of the agent's pure pieces
  * (src/agent/agent-util.c): run directory names, the retry backoff, the
- * sync seq, and which runs a delta sync carries. */
+ * sync seq, and which runs a delta sync carries; and its fence deadline
+ * (src/agent/agent-fence.c, in a temporary directory). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,7 +11,13 @@
 #include <errno.h>
 #include <string.h>
 
+#include "agent/agent-fence.h"
 #include "agent/agent-util.h"
+#include "exec/fence.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 static void test_run_names_round_trip_and_refuse_junk(void **state) {
         (void)state;
@@ -77,6 +84,42 @@ static void test_only_loopback_urls_may_go_in_clear(void **state) {
                 assert_false(gp_agent_url_loopback(no[i]));
 }
 
+static void test_fence_deadline_counts_from_the_send_and_only_moves_forward(void **state) {
+        (void)state;
+        char dir[] = "/tmp/gp-agent-fence-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        gp_agent_fence f;
+        assert_int_equal(gp_agent_fence_init(&f, dir), 0);
+        assert_true(f.path[0] == '/' && strstr(f.path, "/fence"));
+        /* a server that asks for no fencing: no file, runs get none */
+        assert_int_equal(gp_agent_fence_synced(&f, 1000, 0), 0);
+        assert_null(gp_agent_fence_file(&f, true));
+        assert_int_equal(access(f.path, F_OK), -1);
+        /* fence_s 30, a sync sent at 1000 answered: deadline 31000 */
+        assert_int_equal(gp_agent_fence_synced(&f, 1000, 30), 0);
+        int64_t v;
+        assert_int_equal(gp_fence_read(f.path, &v), 0);
+        assert_int_equal(v, 31000);
+        assert_string_equal(gp_agent_fence_file(&f, true), f.path);
+        assert_null(gp_agent_fence_file(&f, false)); /* the task opted out */
+        /* an older sync answered late does not move it back */
+        assert_int_equal(gp_agent_fence_synced(&f, 500, 30), 0);
+        assert_int_equal(gp_fence_read(f.path, &v), 0);
+        assert_int_equal(v, 31000);
+        assert_false(gp_agent_fence_passed_at(&f, 30999));
+        assert_true(gp_agent_fence_passed_at(&f, 31000));
+        assert_false(gp_agent_fence_passed(&f, 30000));
+        assert_true(gp_agent_fence_passed(&f, 31000));
+        assert_false(gp_agent_fence_passed(&f, 32000)); /* said once */
+        assert_int_equal(gp_agent_fence_synced(&f, 40000, 30), 0);
+        assert_int_equal(gp_fence_read(f.path, &v), 0);
+        assert_int_equal(v, 70000);
+        assert_true(gp_agent_fence_passed(&f, 70000)); /* a new deadline passing is said again */
+        unlink(f.path);
+        rmdir(dir);
+        assert_int_equal(gp_agent_fence_init(&f, "/nonexistent/gp-agent-dir"), -ENOENT);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_run_names_round_trip_and_refuse_junk),
@@ -84,6 +127,7 @@ int main(void) {
                 cmocka_unit_test(test_seq_grows_even_when_the_clock_goes_back),
                 cmocka_unit_test(test_delta_carries_changes_and_unacked_exits),
                 cmocka_unit_test(test_only_loopback_urls_may_go_in_clear),
+                cmocka_unit_test(test_fence_deadline_counts_from_the_send_and_only_moves_forward),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

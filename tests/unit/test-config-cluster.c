@@ -26,6 +26,7 @@ static void test_defaults(void **state) {
         assert_string_equal(c.node_labels, "");
         assert_int_equal(c.n_join_tokens, 0);
         assert_int_equal(c.node_timeout_s, 10);
+        assert_int_equal(c.fence_s, 30);
 }
 
 static void test_keys_load_and_labels_are_canonical(void **state) {
@@ -45,6 +46,7 @@ static void test_keys_load_and_labels_are_canonical(void **state) {
         assert_int_equal(c.n_join_tokens, 1);
         assert_string_equal(c.join_tokens[0], "sha256:" H64);
         assert_int_equal(c.node_timeout_s, 30);
+        assert_int_equal(c.fence_s, 30);
         assert_string_equal(c.gpu_backend, "none");
         gp_config_free(&c);
 }
@@ -83,11 +85,28 @@ static void test_bad_values_are_refused_with_file_line_key(void **state) {
         expect_refused(many, "more than 32 labels");
 }
 
+static void test_fence_s_defaults_to_at_least_node_timeout_and_may_not_be_below_it(void **state) {
+        (void)state;
+        static gp_config c;
+        char err[512];
+        const char *y = "cluster: {node_timeout_s: 45}\n";
+        assert_int_equal(gp_config_load_buffer("t.yaml", y, strlen(y), &c, err, sizeof(err)), 0);
+        assert_int_equal(c.fence_s, 45); /* the default follows a long node timeout */
+        gp_config_free(&c);
+        y = "cluster: {node_timeout_s: 3, fence_s: 4}\n";
+        assert_int_equal(gp_config_load_buffer("t.yaml", y, strlen(y), &c, err, sizeof(err)), 0);
+        assert_int_equal(c.fence_s, 4);
+        gp_config_free(&c);
+        expect_refused("cluster: {node_timeout_s: 10, fence_s: 5}\n", "cluster.fence_s");
+        expect_refused("cluster: {fence_s: 3601}\n", "cluster.fence_s");
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_defaults),
                 cmocka_unit_test(test_keys_load_and_labels_are_canonical),
                 cmocka_unit_test(test_bad_values_are_refused_with_file_line_key),
+                cmocka_unit_test(test_fence_s_defaults_to_at_least_node_timeout_and_may_not_be_below_it),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -571,6 +571,10 @@ static const struct bad bad_inputs[] = {
          -EINVAL},
         {"gateway:\n  models:\n    - {name: m, upstreams: [\"http://h:1/\"]}\n",
          "t.yaml:3: gateway.models[0].upstreams[0]: expected an upstream base URL", -EINVAL},
+        /* the OpenAI habit: base URL with /v1 (every request would be /v1/v1/..., 404) */
+        {"gateway:\n  models:\n    - {name: m, upstreams: [\"http://h:1/v1\"]}\n",
+         "t.yaml:3: gateway.models[0].upstreams[0]: an upstream is the server's base URL without /v1 (the gateway "
+         "adds /v1/... itself, as it received it): write \"http://h:1\"", -EINVAL},
         {"gateway:\n  models:\n    - {name: m, upstreams: [\"http://h:99999\"]}\n",
          "t.yaml:3: gateway.models[0].upstreams[0]: expected an upstream base URL", -EINVAL},
         {"gateway:\n  models:\n    - {name: m, upstreams: [\"http://:80\"]}\n",

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "exec/exec.h"
+#include "exec/fence.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -458,6 +459,92 @@ static void test_cancel_escalates_to_sigkill_after_grace(void **state) {
         expect_result(f->task, 5000, &res);
         assert_int_equal(res.end, GP_EXEC_CANCELLED);
         assert_int_equal(res.signal, SIGKILL);
+}
+
+/* A run with a fence file: it runs while the deadline there is ahead, is
+ * stopped (SIGTERM, SIGKILL after the grace) once it passed, and says so. */
+static void test_fence_stops_the_command_once_the_deadline_passed(void **state) {
+        fixture *f = *state;
+        char fence[PATH_MAX];
+        snprintf(fence, sizeof(fence), "%s/fence", f->root);
+        assert_int_equal(gp_fence_write(fence, gp_mono_ms() + 600), 0);
+        const char *argv[] = {"sh", "-c", "trap '' TERM; echo ready; sleep 30", NULL};
+        gp_exec_spec s = make_spec(argv);
+        s.fence_file = fence;
+        gp_exec_proc p;
+        int64_t t0 = gp_mono_ms();
+        start(f->task, &s, &p);
+        wait_log_has(f->task, "ready\n", 5000);
+        /* moved on in time: it goes on past the first deadline */
+        assert_int_equal(gp_fence_write(fence, gp_mono_ms() + 1200), 0);
+        sleep_ms(700);
+        gp_exec_result res;
+        assert_int_equal(gp_exec_read_result(f->task, &res), -ENOENT);
+        expect_result(f->task, 6000, &res);
+        int64_t took = gp_mono_ms() - t0;
+        assert_true(took >= 1200 + 1000); /* the deadline, then the kill grace (SIGTERM is trapped) */
+        assert_int_equal(res.end, GP_EXEC_FENCED);
+        assert_int_equal(res.signal, SIGKILL);
+        assert_string_equal(res.message, "fenced: its node lost contact with the server");
+        wait_exit(&p, 5000);
+}
+
+/* A fence file that is gone, or a deadline already past: the command is
+ * never started. */
+static void test_fence_passed_or_missing_starts_nothing(void **state) {
+        fixture *f = *state;
+        char fence[PATH_MAX];
+        snprintf(fence, sizeof(fence), "%s/fence", f->root);
+        for (int round = 0; round < 2; round++) {
+                char dir[PATH_MAX];
+                snprintf(dir, sizeof(dir), "%s/r%d", f->task, round);
+                if (round == 0)
+                        assert_int_equal(gp_fence_write(fence, gp_mono_ms() > 1000 ? gp_mono_ms() - 1000 : 0), 0);
+                else
+                        unlink(fence);
+                const char *argv[] = {"sh", "-c", "echo started", NULL};
+                gp_exec_spec s = make_spec(argv);
+                s.fence_file = fence;
+                gp_exec_proc p;
+                start(dir, &s, &p);
+                gp_exec_result res;
+                expect_result(dir, 5000, &res);
+                assert_int_equal(res.end, GP_EXEC_FENCED);
+                assert_string_equal(res.message, "fenced before it started: its node lost contact with the server");
+                size_t len;
+                char *log = slurp(dir, "log", &len);
+                assert_true(!log || !strstr(log, "started"));
+                free(log);
+                wait_exit(&p, 5000);
+        }
+        /* a relative fence file is refused at start */
+        const char *argv[] = {"true", NULL};
+        gp_exec_spec s = make_spec(argv);
+        s.fence_file = "fence";
+        gp_exec_proc p;
+        assert_int_equal(gp_exec_start(self_exe, f->task, &s, &p), -EINVAL);
+}
+
+static void test_fence_file_round_trip_and_bad_content(void **state) {
+        fixture *f = *state;
+        char fence[PATH_MAX];
+        snprintf(fence, sizeof(fence), "%s/fence", f->root);
+        int64_t v = 0;
+        assert_int_equal(gp_fence_read(fence, &v), -ENOENT);
+        assert_int_equal(gp_fence_write(fence, 123456789), 0);
+        assert_int_equal(gp_fence_read(fence, &v), 0);
+        assert_int_equal(v, 123456789);
+        assert_int_equal(gp_fence_write(fence, -1), -EINVAL);
+        static const char *const bad[] = {"", "12", "-5\n", "x\n", "99999999999999999999999\n", "1 2\n"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                FILE *fp = fopen(fence, "w");
+                assert_non_null(fp);
+                fputs(bad[i], fp);
+                fclose(fp);
+                v = 7;
+                assert_int_equal(gp_fence_read(fence, &v), -EINVAL);
+                assert_int_equal(v, 7);
+        }
 }
 
 static void test_preempt_uses_the_preemption_grace_and_says_preempted(void **state) {
@@ -1032,6 +1119,9 @@ int main(int argc, char **argv) {
                 T(test_cancel_kills_the_whole_process_group),
                 T(test_cancel_escalates_to_sigkill_after_grace),
                 T(test_preempt_uses_the_preemption_grace_and_says_preempted),
+                T(test_fence_stops_the_command_once_the_deadline_passed),
+                T(test_fence_passed_or_missing_starts_nothing),
+                T(test_fence_file_round_trip_and_bad_content),
                 T(test_notify_sends_the_configured_signal_after_alloc_is_written),
                 T(test_notify_spares_a_task_that_does_not_catch_the_signal),
                 T(test_start_rejects_uncatchable_notify_signal),

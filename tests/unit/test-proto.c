@@ -180,7 +180,8 @@ static void test_join_round_trip(void **state) {
         gp_proto_join_done(&p);
         gp_proto_join_done(NULL);
 
-        gp_proto_join_answer a = {.node = "gpu-a", .credential = CRED, .heartbeat_s = 2, .node_timeout_s = 10}, pa;
+        gp_proto_join_answer a = {.node = "gpu-a", .credential = CRED, .heartbeat_s = 2, .node_timeout_s = 10,
+                                  .fence_s = 30}, pa;
         assert_int_equal(gp_proto_join_answer_render(&a, &s), 0);
         assert_int_equal(gp_proto_join_answer_parse(s, strlen(s), &pa, err, sizeof(err)), 0);
         free(s);
@@ -188,6 +189,14 @@ static void test_join_round_trip(void **state) {
         assert_string_equal(pa.credential, a.credential);
         assert_int_equal(pa.heartbeat_s, 2);
         assert_int_equal(pa.node_timeout_s, 10);
+        assert_int_equal(pa.fence_s, 30);
+        /* an older server's answer: no fence_s, no fencing */
+        static const char old[] = "{\"node\":\"gpu-a\",\"credential\":\"" CRED "\",\"heartbeat_s\":2}";
+        assert_int_equal(gp_proto_join_answer_parse(old, strlen(old), &pa, err, sizeof(err)), 0);
+        assert_int_equal(pa.fence_s, 0);
+        static const char bad[] = "{\"node\":\"gpu-a\",\"credential\":\"" CRED "\",\"fence_s\":3601}";
+        assert_int_equal(gp_proto_join_answer_parse(bad, strlen(bad), &pa, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "fence_s"));
 }
 
 static void test_sync_round_trip_with_logs_and_results(void **state) {
@@ -251,11 +260,11 @@ static void test_sync_answer_round_trip_and_start_copy(void **state) {
                              .tenant = "dept_a", .n_argv = 3, .argv = argv, .n_env = 3, .env = env,
                              .workdir = "/tmp/w", .cuda_visible_devices = "0,1", .gpus = "gpu-a:0,gpu-a:1",
                              .timeout_s = 60, .kill_grace_s = 10, .preempt_grace_s = 30, .max_log_bytes = 104857600,
-                             .run_as = "alice", .array_id = 4, .array_index = 2};
+                             .run_as = "alice", .array_id = 4, .array_index = 2, .fence = true};
         gp_proto_run_id ack[1] = {{5, 1, 0}};
         gp_proto_stop stop[2] = {{{7, 2, 0}, GP_PROTO_STOP_PREEMPT}, {{8, 1, 0}, GP_PROTO_STOP_STALE}};
         gp_proto_offset offs[1] = {{{7, 2, 0}, 4096}};
-        gp_proto_sync_answer m = {.seq = 77, .heartbeat_s = 3, .want_full = true, .n_ack = 1, .ack = ack,
+        gp_proto_sync_answer m = {.seq = 77, .heartbeat_s = 3, .fence_s = 12, .want_full = true, .n_ack = 1, .ack = ack,
                                   .n_start = 1, .start = &st, .n_stop = 2, .stop = stop, .n_offsets = 1,
                                   .offsets = offs};
         char *s, err[200];
@@ -265,6 +274,8 @@ static void test_sync_answer_round_trip_and_start_copy(void **state) {
         free(s);
         assert_int_equal(p.seq, 77);
         assert_int_equal(p.heartbeat_s, 3);
+        assert_int_equal(p.fence_s, 12);
+        assert_true(p.start[0].fence);
         assert_true(p.want_full);
         assert_int_equal(p.n_ack, 1);
         assert_true(id_eq(&p.ack[0], &ack[0]));

@@ -213,8 +213,14 @@ static void fc_close(fconn *fc) {
         if (fc->fd < 0)
                 return;
         drop_request(fc);
-        if (fc->rfd >= 0)
+        /* out of epoll before the close: a child between _Fork and exec (a task's
+         * start) may hold the socket open, and epoll would go on naming fc after
+         * it is freed */
+        if (fc->rfd >= 0) {
+                epoll_ctl(fc->L->epfd, EPOLL_CTL_DEL, fc->rfd, NULL);
                 close(fc->rfd);
+        }
+        epoll_ctl(fc->L->epfd, EPOLL_CTL_DEL, fc->fd, NULL);
         close(fc->fd);
         fc_forget(fc);
 }

@@ -22,6 +22,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "base/tls-keep.h"
 #include "base/util.h"
 #include "base/vec.h"
 #include "core/sched.h"
@@ -116,10 +117,13 @@ static bool text_ok(const char *s, size_t max) {
 }
 
 void gp_coord_self_url(const gp_config *cfg, char *out, size_t size) {
+        /* off loopback the listener serves plaintext only with server.tls.plaintext: any */
+        bool lo = !strncmp(cfg->listen, "127.", 4) || !strncmp(cfg->listen, "localhost:", 10);
         if (cfg->advertise_url[0])
                 gp_strlcpy(out, cfg->advertise_url, size);
         else
-                snprintf(out, size, "http://%s", cfg->listen);
+                snprintf(out, size, "%s://%s", lo || cfg->tls_plaintext_any || !gp_tls_listener() ? "http" : "https",
+                         cfg->listen);
 }
 
 int gp_coord_open(gp_daemon *d, char *err, size_t errlen) {

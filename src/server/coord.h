@@ -30,7 +30,9 @@ struct gp_config;
  * code with err.  Before gp_daemon_start. */
 int gp_coord_open(struct gp_daemon *d, char *err, size_t errlen);
 /* This server's url as the registry shows it: cluster.advertise_url, or
- * http://server.listen.  Truncated to size. */
+ * http://server.listen (https:// when the listener serves TLS and
+ * plaintext to loopback only, and that address is not loopback).
+ * Truncated to size. */
 void gp_coord_self_url(const struct gp_config *cfg, char *out, size_t size);
 /* A server's heartbeat in the registry on s (its row: id, url, role
  * "leader" or "follower", load 0..1000; register_ sets its start): the

@@ -676,19 +676,11 @@ static void notify_conn(void *cls, struct MHD_Connection *c, void **socket_conte
         }
 }
 
-/* A connection the TLS acceptor of mhd[i] took (gp_tls_handoff_fn). */
+/* A connection the TLS acceptor of mhd[i] took (gp_tls_handoff_fn): it
+ * counted it in fw->ipl already, and MHD's close notification puts it back. */
 static int handoff(void *ud, int fd, const struct sockaddr *sa, socklen_t sl) {
-        struct hand *h = ud;
-        gp_follower *fw = h->fw;
-        if (gp_iplimit_take(&fw->ipl, sa) < 0) {
-                close(fd);
-                return -1;
-        }
-        if (MHD_add_connection(fw->mhd[h->i], fd, sa, sl) != MHD_YES) { /* MHD closed fd */
-                gp_iplimit_put(&fw->ipl, sa);
-                return -1;
-        }
-        return 0;
+        const struct hand *h = ud;
+        return MHD_add_connection(h->fw->mhd[h->i], fd, sa, sl) == MHD_YES ? 0 : -1; /* MHD closes fd on failure */
 }
 
 static void quiet(void *cls, const char *fmt, va_list ap) {
@@ -741,7 +733,7 @@ int gp_follower_start(const char *server_id, const gp_config *cfg, const int *fd
                 }
                 fw->n = i + 1;
                 fw->hand[i] = (struct hand){fw, i};
-                if (k && gp_tls_acceptor_start(fd, k, cfg->header_timeout_s * 1000, handoff, &fw->hand[i],
+                if (k && gp_tls_acceptor_start(fd, k, cfg->header_timeout_s * 1000, &fw->ipl, handoff, &fw->hand[i],
                                                &fw->acc[i]) < 0) {
                         gp_follower_stop(fw);
                         return -ENOMEM;

@@ -139,7 +139,7 @@ static int spawn(void *(*fn)(void *), void *arg) {
 }
 
 /* Drive the handshake of p->s until done, the deadline or *stop: 0 or -EPROTO/-ETIMEDOUT. */
-static int handshake(pump *p, int64_t deadline, const volatile bool *stop) {
+static int handshake(pump *p, int64_t deadline, const bool *stop) {
         for (;;) {
                 int r = gnutls_handshake(p->s);
                 if (r == 0)
@@ -149,7 +149,7 @@ static int handshake(pump *p, int64_t deadline, const volatile bool *stop) {
                         return -EPROTO;
                 }
                 int64_t left = deadline - gp_mono_ms();
-                if (left <= 0 || (stop && *stop))
+                if (left <= 0 || (stop && __atomic_load_n(stop, __ATOMIC_RELAXED)))
                         return -ETIMEDOUT;
                 struct pollfd f = {.fd = p->tfd,
                                    .events = gnutls_record_get_direction(p->s) ? POLLOUT : POLLIN};
@@ -164,9 +164,10 @@ struct gp_tls_acceptor {
         int lfd;
         gp_tls_keep *k;
         int timeout_ms;
+        gp_iplimit *ipl;          /* server.max_connections_per_ip */
         gp_tls_handoff_fn fn;
         void *ud;
-        volatile bool stop;
+        bool stop;                /* atomic */
         pthread_t thread;
         pthread_mutex_t mu;       /* live */
         pthread_cond_t cv;
@@ -178,6 +179,7 @@ typedef struct conn {
         int fd;
         struct sockaddr_storage sa;
         socklen_t sl;
+        bool counted;             /* in a->ipl until handed over */
 } conn;
 
 static bool loopback(const struct sockaddr_storage *sa) {
@@ -188,6 +190,24 @@ static bool loopback(const struct sockaddr_storage *sa) {
                 return IN6_IS_ADDR_LOOPBACK(x) || (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127);
         }
         return false;
+}
+
+/* c's connection was not handed over: its address's count goes back. */
+static void uncount(conn *c) {
+        if (c->counted)
+                gp_iplimit_put(c->a->ipl, (struct sockaddr *)&c->sa);
+        c->counted = false;
+}
+
+static void refuse_per_ip(int fd) {
+        static const char msg[] = "HTTP/1.1 429 Too Many Requests\r\n"
+                                  "Content-Type: application/json\r\n"
+                                  "Content-Length: 93\r\n"
+                                  "Connection: close\r\n\r\n"
+                                  "{\"error\":{\"code\":\"too_many_connections\",\"message\":"
+                                  "\"too many connections from this address\"}}\n";
+        (void)!send(fd, msg, sizeof(msg) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+        close(fd);
 }
 
 static void handed(gp_tls_acceptor *a) {
@@ -224,23 +244,28 @@ static void *conn_main(void *arg) {
                 if (n == 1)
                         break;
                 int64_t left = deadline - gp_mono_ms();
-                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || left <= 0 || a->stop) {
+                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || left <= 0 ||
+                    __atomic_load_n(&a->stop, __ATOMIC_RELAXED)) {
                         close(c->fd);
+                        uncount(c);
                         goto done;
                 }
                 struct pollfd f = {.fd = c->fd, .events = POLLIN};
                 poll(&f, 1, (int)(left < SLICE_MS ? left : SLICE_MS));
         }
         if (first != 0x16) {
-                if (!gp_tls_keep_plaintext_any(a->k) && !loopback(&c->sa))
+                if (!gp_tls_keep_plaintext_any(a->k) && !loopback(&c->sa)) {
                         refuse_plaintext(c->fd);
-                else
-                        a->fn(a->ud, c->fd, (struct sockaddr *)&c->sa, c->sl);
+                        uncount(c);
+                } else if (a->fn(a->ud, c->fd, (struct sockaddr *)&c->sa, c->sl) < 0) {
+                        uncount(c);
+                }
                 goto done;
         }
         pump *p = calloc(1, sizeof(*p));
         if (!p) {
                 close(c->fd);
+                uncount(c);
                 goto done;
         }
         p->tfd = c->fd;
@@ -268,6 +293,7 @@ static void *conn_main(void *arg) {
         return NULL;
 fail:
         pump_free(p);
+        uncount(c);
 done:
         handed(a);
         free(c);
@@ -276,7 +302,7 @@ done:
 
 static void *accept_main(void *arg) {
         gp_tls_acceptor *a = arg;
-        while (!a->stop) {
+        while (!__atomic_load_n(&a->stop, __ATOMIC_RELAXED)) {
                 struct pollfd f = {.fd = a->lfd, .events = POLLIN};
                 if (poll(&f, 1, SLICE_MS) <= 0)
                         continue;
@@ -290,6 +316,13 @@ static void *accept_main(void *arg) {
                         continue;
                 }
                 c->a = a;
+                int ipc = gp_iplimit_take(a->ipl, (struct sockaddr *)&c->sa);
+                if (ipc < 0) { /* its address holds server.max_connections_per_ip already */
+                        refuse_per_ip(c->fd);
+                        free(c);
+                        continue;
+                }
+                c->counted = ipc == 0;
                 pthread_mutex_lock(&a->mu);
                 bool room = a->live < MAX_WAITING;
                 if (room)
@@ -299,13 +332,14 @@ static void *accept_main(void *arg) {
                         if (room)
                                 handed(a);
                         close(c->fd);
+                        uncount(c);
                         free(c);
                 }
         }
         return NULL;
 }
 
-int gp_tls_acceptor_start(int lfd, gp_tls_keep *k, int timeout_ms, gp_tls_handoff_fn fn, void *ud,
+int gp_tls_acceptor_start(int lfd, gp_tls_keep *k, int timeout_ms, gp_iplimit *ipl, gp_tls_handoff_fn fn, void *ud,
                           gp_tls_acceptor **ret) {
         gp_tls_acceptor *a = calloc(1, sizeof(*a));
         if (!a)
@@ -313,6 +347,7 @@ int gp_tls_acceptor_start(int lfd, gp_tls_keep *k, int timeout_ms, gp_tls_handof
         a->lfd = lfd;
         a->k = k;
         a->timeout_ms = timeout_ms;
+        a->ipl = ipl;
         a->fn = fn;
         a->ud = ud;
         pthread_mutex_init(&a->mu, NULL);
@@ -331,7 +366,7 @@ int gp_tls_acceptor_start(int lfd, gp_tls_keep *k, int timeout_ms, gp_tls_handof
 void gp_tls_acceptor_stop(gp_tls_acceptor *a) {
         if (!a)
                 return;
-        a->stop = true;
+        __atomic_store_n(&a->stop, true, __ATOMIC_RELAXED);
         pthread_join(a->thread, NULL);
         pthread_mutex_lock(&a->mu);
         while (a->live > 0)

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <sys/socket.h>
 
+#include "base/iplimit.h"
 #include "base/tls-keep.h"
 
 /* Takes fd (a plain connection from sa: a client's socket, or a
@@ -33,9 +34,12 @@ typedef int (*gp_tls_handoff_fn)(void *ud, int fd, const struct sockaddr *sa, so
 typedef struct gp_tls_acceptor gp_tls_acceptor;
 
 /* Accepts on lfd (non-blocking; not closed here) until stopped: each new
- * connection's first byte must come within timeout_ms, and a handshake end
- * within it too.  0 or -errno. */
-int gp_tls_acceptor_start(int lfd, gp_tls_keep *k, int timeout_ms, gp_tls_handoff_fn fn, void *ud,
+ * connection is counted in ipl at once (one over its address's limit gets
+ * 429 and is closed), its first byte must come within timeout_ms, and its
+ * handshake end within it too.  A connection fn takes keeps its count
+ * (whoever closes it puts it back); one not taken is put back here.  0 or
+ * -errno. */
+int gp_tls_acceptor_start(int lfd, gp_tls_keep *k, int timeout_ms, gp_iplimit *ipl, gp_tls_handoff_fn fn, void *ud,
                           gp_tls_acceptor **ret);
 /* Stops accepting and waits (at most a fraction of a second) until no
  * connection thread can call fn any more; pumps already handed over go on

@@ -257,6 +257,14 @@ def plain(make_cluster):
 
 
 @pytest.fixture
+def plain_any(make_cluster):
+    """No keys, and plaintext served off loopback too (server.tls.plaintext:
+    any), so that a plain client on another address meets the auth rules
+    rather than the TLS rule (its 400 tls_required: test_tls.py)."""
+    return make_cluster("server: {tls: {plaintext: any}}\n")
+
+
+@pytest.fixture
 def keyed(make_cluster):
     """An admin key and tenants A and B with a key each."""
     return make_cluster(KEYED)
@@ -480,13 +488,13 @@ def get_bytes(path=b"/api/v1/tasks", extra=b""):
     return b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n" + extra + b"\r\n"
 
 
-def test_forwarded_for_from_a_client_only_lowers_its_rights(plain):
+def test_forwarded_for_from_a_client_only_lowers_its_rights(plain_any):
     """No keys: only loopback clients are served.  Sent to the leader
     directly, an X-Gpupool-Forwarded-For that names any non-loopback address
     (alone or in a list) is 403; a client on a non-loopback
     address gets 403 from the leader and through the follower whatever
     headers it sends, and the follower tells the leader its real address."""
-    c = plain
+    c = plain_any
     refused = [b"10.1.2.3", b"127.0.0.1, 10.1.2.3", b"10.1.2.3, 127.0.0.1", b"::1,10.1.2.3", b"localhost",
                b"0.0.0.0", b"192.0.2.77"]
     for v in refused:

@@ -171,6 +171,19 @@ def test_generated_ca_verifies_with_curl_and_openssl_on_every_path(daemon_factor
     c.close()
 
 
+def test_the_client_binary_links_no_tls_library():
+    """TLS is the server's (build/gpupool-server): the CLI, build/gpupool,
+    keeps libc and libjansson (mk/tls.mk)."""
+    import shutil
+    if not shutil.which("ldd") or not os.access(gpupool_bin(), os.X_OK):
+        pytest.skip("needs ldd and the built client")
+    libs = run("ldd", gpupool_bin()).stdout
+    assert "libjansson" in libs, libs
+    assert "gnutls" not in libs and "libssl" not in libs and "libmicrohttpd" not in libs, libs
+    server = os.path.join(os.path.dirname(gpupool_bin()), "gpupool-server")
+    assert "libgnutls" in run("ldd", server).stdout
+
+
 def test_wrong_ca_fails_verification(daemon, tmp_path):
     other = Pki(tmp_path / "other", "not-the-server-ca")
     rc, code, body, err = curl("https://127.0.0.1:%d/healthz" % daemon.port, "--cacert", other.ca)
@@ -456,9 +469,16 @@ def test_follower_serves_tls_and_forwards_to_an_https_leader(daemon_factory, mon
         log.close()
 
 
-def test_follower_refuses_a_leader_whose_certificate_does_not_verify(daemon_factory, monkeypatch, pg_db, tmp_path):
-    good, evil = Pki(tmp_path / "good"), Pki(tmp_path / "evil", "another-ca")
-    c1, k1 = evil.issue("s1")  # the leader's certificate is not from the follower's CA
+@pytest.mark.parametrize("why", ["another CA", "another name"])
+def test_follower_refuses_a_leader_whose_certificate_does_not_verify(daemon_factory, monkeypatch, pg_db, tmp_path,
+                                                                     why):
+    good = Pki(tmp_path / "good")
+    if why == "another CA":  # the leader's certificate is not from the follower's CA
+        evil = Pki(tmp_path / "evil", "another-ca")
+        c1, k1 = evil.issue("s1")
+    else:  # from the right CA, but it does not name the host of the leader's URL (localhost)
+        evil = good
+        c1, k1 = good.issue("s1", sans="DNS:ctl-a.example.org,IP:10.9.9.9")
     c2, k2 = good.issue("s2")
     s1, p1 = cluster_server(daemon_factory, monkeypatch, "s1", pg_db, c1, k1, evil.ca)
     monkeypatch.undo()
@@ -473,7 +493,7 @@ def test_follower_refuses_a_leader_whose_certificate_does_not_verify(daemon_fact
         assert r.status_code == 503, r.text
         assert "TLS failed" in r.text
         # nothing reached the leader
-        r = requests.get("https://localhost:%d/api/v1/tasks" % p1, verify=evil.ca, timeout=15)
+        r = requests.get("http://127.0.0.1:%d/api/v1/tasks" % p1, timeout=15)
         assert r.status_code == 200 and r.json()["tasks"] == [], r.text
     finally:
         s2.stop()

@@ -1,7 +1,7 @@
 /* fuzz-proto.c - libFuzzer target for the agent messages
  * (src/cluster/proto.c): join, join answer, sync and sync answer.
  *
- * The first byte picks the parser (low 2 bits).  Checks the contract, not
+ * The first byte picks the parser (low 2 bits; bit 2: the 409 answer's seq).  Checks the contract, not
  * only the absence of crashes: a failure is -EINVAL with a non-empty
  * NUL-terminated message (or -ENOMEM) and leaves the output struct byte
  * for byte unchanged; a success is within the documented bounds, renders,
@@ -52,6 +52,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (size < 1)
                 return 0;
         int kind = data[0] & 3;
+        if (data[0] & 4) { /* the 409 answer's seq (gp_proto_replay_parse): 0 and >= 0, or -EINVAL */
+                int64_t last = -7;
+                int rr = gp_proto_replay_parse((const char *)data + 1, size - 1, &last);
+                if ((rr == 0 && last < 0) || (rr < 0 && (rr != -EINVAL || last != -7)))
+                        abort();
+                return 0;
+        }
         const char *msg = (const char *)data + 1;
         size_t n = size - 1;
         char err[256];
@@ -67,7 +74,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         return 0;
                 }
                 if (!gp_proto_node_name_ok(m.name) || m.n_gpus < 0 || m.n_gpus > GP_PROTO_MAX_GPUS ||
-                    !memchr(m.labels, '\0', sizeof(m.labels)))
+                    !memchr(m.labels, '\0', sizeof(m.labels)) || m.seq < 0 ||
+                    (m.machine[0] && !gp_proto_machine_ok(m.machine)))
                         abort();
                 char canon[GP_LABELS_MAX], e[200];
                 if (gp_labels_canon(m.labels, canon, sizeof(canon), e, sizeof(e)) < 0 || strcmp(canon, m.labels))
@@ -84,7 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         return 0;
                 }
                 if (!gp_proto_credential_ok(m.credential) || !gp_proto_node_name_ok(m.node) || m.heartbeat_s < 1 ||
-                    m.heartbeat_s > 60)
+                    m.heartbeat_s > 60 || (m.max_body != 0 && m.max_body < GP_PROTO_MIN_BODY))
                         abort();
                 ROUND(gp_proto_join_answer, gp_proto_join_answer_render, gp_proto_join_answer_parse, noop_done, &m);
         } else if (kind == 2) {
@@ -97,7 +105,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         return 0;
                 }
                 size_t total = 0;
-                if (m.seq < 1 || m.wait_ms < 0 || m.wait_ms > GP_PROTO_MAX_WAIT_MS || m.n_runs > GP_PROTO_MAX_RUNS)
+                if (m.seq < 1 || m.wait_ms < 0 || m.wait_ms > GP_PROTO_MAX_WAIT_MS || m.n_runs > GP_PROTO_MAX_RUNS ||
+                    m.page < 0 || m.page > GP_PROTO_MAX_PAGE || (!m.full && (m.page || m.more)))
                         abort();
                 for (int i = 0; i < m.n_runs; i++)
                         check_id(&m.runs[i].id);
@@ -120,6 +129,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         check_err(r, err, sizeof(err), &m, &before, sizeof(m));
                         return 0;
                 }
+                if (m.max_body != 0 && m.max_body < GP_PROTO_MIN_BODY)
+                        abort();
                 for (int i = 0; i < m.n_start; i++) {
                         gp_proto_start *s = &m.start[i];
                         check_id(&s->id);

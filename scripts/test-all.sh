@@ -69,7 +69,7 @@ GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BUILD=build build/tests/test-store
 # several servers: leader, standby, fenced failover)
 GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BIN="$PWD/build/gpupool" GPUPOOL_BUILD="$PWD/build" \
         /usr/bin/python3 -m pytest -q tests/blackbox/test_one_server.py tests/blackbox/test_ha.py \
-        tests/blackbox/test_ha_attack.py tests/blackbox/test_tls.py
+        tests/blackbox/test_ha_attack.py tests/blackbox/test_tls.py tests/blackbox/test_users.py
 # several servers again under ThreadSanitizer (stage 4's build): the follower's
 # connection threads, the lease thread and a deposed leader's threads
 tsan_dir=$(mktemp -d /tmp/gpupool-tsan.XXXXXX)

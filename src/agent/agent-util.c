@@ -7,6 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/sha256.h"
+
 int gp_agent_run_name(const gp_proto_run_id *id, char *out, size_t size) {
         int n = snprintf(out, size, "%lld.%lld.%d", (long long)id->task, (long long)id->epoch, id->rank);
         return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
@@ -94,4 +96,14 @@ bool gp_agent_url_loopback(const char *url) {
                 return true;
         struct in_addr a4;
         return inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
+}
+
+void gp_agent_machine(const char *key, const char *name, char out[GP_PROTO_MACHINE_LEN + 1]) {
+        char in[GP_PROTO_MACHINE_LEN + GP_NODE_MAX + 2];
+        uint8_t h[32];
+        int n = snprintf(in, sizeof(in), "%s:%s", key, name);
+        gp_sha256(in, n > 0 && (size_t)n < sizeof(in) ? (size_t)n : strlen(in), h);
+        for (int i = 0; i < 32; i++)
+                snprintf(out + 2 * i, 3, "%02x", h[i]);
+        explicit_bzero(in, sizeof(in));
 }

@@ -30,6 +30,11 @@ int64_t gp_agent_backoff_ms(int failures, uint32_t rnd);
 /* The next sync seq: now_us, or last + 1 when the clock went back. */
 int64_t gp_agent_next_seq(int64_t last, int64_t now_us);
 
+/* The machine value a join of node `name` carries: hex SHA-256 of
+ * "KEY:NAME" (KEY: DATA_DIR/machine-key), so that each simulated node of
+ * one agent has its own and the key itself never leaves the machine. */
+void gp_agent_machine(const char *key, const char *name, char out[GP_PROTO_MACHINE_LEN + 1]);
+
 /* Does a run in state `state`, last reported in an answered sync as
  * `reported` (-1: never), go in a delta sync?  Changed runs do, and an
  * exited run is repeated until the server acknowledges it. */

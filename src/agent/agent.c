@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -43,6 +44,7 @@
 #include "base/err.h"
 #include "base/exe.h"
 #include "base/log.h"
+#include "base/sha256.h"
 #include "base/util.h"
 #include "base/vec.h"
 #include "cluster/proto.h"
@@ -70,6 +72,7 @@ typedef struct run {
         int64_t log_size;             /* size of the log file at the last look */
         int64_t ended_mono;           /* when it ended */
         int64_t sim_end_mono;         /* sim: when the run ends */
+        uint32_t listed;              /* the node's full_gen of the full sync that listed it */
 } run;
 
 typedef struct node node;
@@ -80,7 +83,8 @@ typedef struct xfer {
         struct curl_slist *hdrs;
         char *body;
         gp_buf resp;
-        bool join, held, full;
+        bool join, held, full, more, cut;
+        int page;                     /* full: the page it carries */
         int nrep;                     /* runs reported, with the state sent */
         gp_proto_run_id *rep_ids;
         int *rep_states;
@@ -102,6 +106,9 @@ struct node {
         int64_t next_mono;            /* no new sync before (backoff) */
         int url;                      /* index into the server URLs */
         int heartbeat_s;
+        int64_t max_body;             /* the server's body limit (its answers say; 413 too) */
+        int page;                     /* the next page of the full sync being sent */
+        uint32_t full_gen;            /* bumped at every full sync's first page */
         gp_proto_gpu *gpus;           /* sim nodes: their own copies (uuids name the node) */
         int n_gpus;
 };
@@ -120,6 +127,8 @@ typedef struct agent {
         char runs_dir[PATH_MAX];
         char self_exe[PATH_MAX];
         char address[300];
+        char machine_key[GP_PROTO_MACHINE_LEN + 1]; /* DATA_DIR/machine-key: this machine's, kept across restarts */
+        char uuid_node[GP_NODE_MAX];  /* sim backend: GPU uuids are SIM-<this>-<index> */
         gp_gpu_backend *gpu;
         gp_proto_gpu *gpus;
         int n_gpus;
@@ -230,6 +239,32 @@ static int save_creds(agent *a) {
         int rc = write_atomic(a->data_dir, path, s);
         free(s);
         return rc;
+}
+
+/* DATA_DIR/machine-key: 64 hex digits made at the first start and kept, so
+ * that the server knows this machine when it joins again (node.json lost)
+ * and refuses another machine under a live node's name.  0 or -errno. */
+static int load_machine_key(agent *a) {
+        char path[PATH_MAX + 32], buf[GP_PROTO_MACHINE_LEN + 2] = "";
+        snprintf(path, sizeof(path), "%s/machine-key", a->data_dir);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t got = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+        if (fd >= 0)
+                close(fd);
+        if (got >= GP_PROTO_MACHINE_LEN) {
+                buf[GP_PROTO_MACHINE_LEN] = '\0';
+                if (gp_proto_machine_ok(buf)) {
+                        gp_strlcpy(a->machine_key, buf, sizeof(a->machine_key));
+                        return 0;
+                }
+        }
+        uint8_t raw[GP_PROTO_MACHINE_LEN / 2];
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+                return -EIO;
+        for (size_t i = 0; i < sizeof(raw); i++)
+                snprintf(a->machine_key + 2 * i, 3, "%02x", raw[i]);
+        explicit_bzero(raw, sizeof(raw));
+        return write_atomic(a->data_dir, path, a->machine_key);
 }
 
 static void load_creds(agent *a) {
@@ -496,6 +531,8 @@ static int read_gpus(agent *a, bool *ret_changed) {
         for (size_t i = 0; i < ng; i++) {
                 p[i].index = g[i].index;
                 gp_strlcpy(p[i].uuid, g[i].uuid, sizeof(p[i].uuid));
+                if (a->uuid_node[0]) /* sim: unique in the pool, the same at every start */
+                        snprintf(p[i].uuid, sizeof(p[i].uuid), "SIM-%.40s-%d", a->uuid_node, g[i].index);
                 gp_strlcpy(p[i].name, g[i].name, sizeof(p[i].name));
                 p[i].memory_mb = g[i].memory_total_mb;
                 p[i].healthy = g[i].healthy;
@@ -579,6 +616,9 @@ static void start_join(agent *a, node *n) {
         gp_strlcpy(m.address, a->address, sizeof(m.address));
         gp_strlcpy(m.labels, a->cfg.node_labels, sizeof(m.labels));
         gp_strlcpy(m.backend, a->backend, sizeof(m.backend));
+        gp_agent_machine(a->machine_key, n->name, m.machine);
+        n->seq = gp_agent_next_seq(n->seq, gp_now_ms() * 1000 + (int64_t)(gp_mono_ms() % 1000));
+        m.seq = n->seq;
         xfer *x = calloc(1, sizeof(*x));
         if (!x)
                 return;
@@ -590,49 +630,84 @@ static void start_join(agent *a, node *n) {
         }
 }
 
-static void start_sync(agent *a, node *n, int wait_ms) {
+/* The most bytes one message of n may have: what the server said (its
+ * server.max_body_bytes), 64 KiB before it said anything. */
+static size_t body_budget(const node *n) {
+        int64_t m = n->max_body >= GP_PROTO_MIN_BODY ? n->max_body : 65536;
+        return (size_t)(m < GP_PROTO_MAX_BODY ? m : GP_PROTO_MAX_BODY);
+}
+
+/* Build a sync of n (seq taken) within about `budget` bytes: at most
+ * max_runs runs and log_cap log bytes.  A full sync is sent in pages: each
+ * lists runs not yet listed since its first page (run.listed), and says
+ * `more` while some are left.  *ret_idx: the indices of the runs listed
+ * (malloc'd).  NULL when out of memory. */
+static xfer *build_sync(agent *a, node *n, int wait_ms, size_t budget, int max_runs, size_t log_cap,
+                        size_t **ret_idx) {
         int64_t now = gp_mono_ms();
+        size_t nr = n->n_runs ? n->n_runs : 1;
         xfer *x = calloc(1, sizeof(*x));
-        gp_proto_sync m = {.wait_ms = wait_ms, .full = n->need_full};
-        gp_proto_run *runs = calloc(n->n_runs ? n->n_runs : 1, sizeof(*runs));
-        gp_proto_log *logs = calloc(n->n_runs ? n->n_runs : 1, sizeof(*logs));
-        if (!x || !runs || !logs)
+        gp_proto_sync m = {.wait_ms = wait_ms, .full = n->need_full, .page = n->need_full ? n->page : 0};
+        gp_proto_run *runs = calloc(nr, sizeof(*runs));
+        gp_proto_log *logs = calloc(nr, sizeof(*logs));
+        size_t *idx = calloc(nr, sizeof(*idx));
+        if (!x || !runs || !logs || !idx)
                 goto fail;
         x->n = n;
         x->full = m.full;
+        x->page = m.page;
         x->held = wait_ms > 0;
-        x->rep_ids = calloc(n->n_runs ? n->n_runs : 1, sizeof(*x->rep_ids));
-        x->rep_states = calloc(n->n_runs ? n->n_runs : 1, sizeof(*x->rep_states));
-        x->log_ids = calloc(n->n_runs ? n->n_runs : 1, sizeof(*x->log_ids));
-        x->log_ends = calloc(n->n_runs ? n->n_runs : 1, sizeof(*x->log_ends));
+        x->rep_ids = calloc(nr, sizeof(*x->rep_ids));
+        x->rep_states = calloc(nr, sizeof(*x->rep_states));
+        x->log_ids = calloc(nr, sizeof(*x->log_ids));
+        x->log_ends = calloc(nr, sizeof(*x->log_ends));
         if (!x->rep_ids || !x->rep_states || !x->log_ids || !x->log_ends)
                 goto fail;
         gp_strlcpy(m.node, n->name, sizeof(m.node));
         n->seq = gp_agent_next_seq(n->seq, gp_now_ms() * 1000 + (int64_t)(gp_mono_ms() % 1000));
         m.seq = n->seq;
-        if (m.full || n->gpus_dirty) {
+        size_t used = 256; /* the envelope */
+        if ((m.full && m.page == 0) || n->gpus_dirty) {
                 const gp_proto_gpu *g;
                 node_gpus(a, n, &g, &m.n_gpus);
                 m.gpus = (gp_proto_gpu *)g;
                 m.has_gpus = true;
+                for (int i = 0; i < m.n_gpus; i++)
+                        used += 96 + 6 * (strlen(g[i].uuid) + strlen(g[i].name));
         }
-        size_t total = 0;
-        for (size_t i = 0; i < n->n_runs && m.n_runs < GP_PROTO_MAX_RUNS; i++) {
+        uint32_t gen = m.full && m.page == 0 ? n->full_gen + 1 : n->full_gen;
+        for (size_t i = 0; i < n->n_runs; i++) {
                 run *r = &n->runs[i];
                 int st = shown_state(a, r, now);
-                if (m.full || gp_agent_run_in_delta(st, r->reported)) {
-                        runs[m.n_runs] = (gp_proto_run){.id = r->id, .state = st, .result = r->result};
-                        x->rep_ids[x->nrep] = r->id;
-                        x->rep_states[x->nrep++] = st;
-                        m.n_runs++;
+                if (m.full ? r->listed == gen : !gp_agent_run_in_delta(st, r->reported))
+                        continue;
+                size_t est = 160 + (st == GP_PROTO_EXITED ? 200 + 6 * strlen(r->result.message) : 0);
+                if (m.n_runs >= max_runs || (m.n_runs > 0 && used + est > budget)) {
+                        x->more = m.full; /* the rest in the next page */
+                        x->cut = !m.full; /* the rest in the next delta */
+                        break;
                 }
-                if (a->sim || r->log_pos >= r->log_size || total >= GP_PROTO_LOG_TOTAL)
+                used += est;
+                runs[m.n_runs] = (gp_proto_run){.id = r->id, .state = st, .result = r->result};
+                idx[m.n_runs] = i;
+                x->rep_ids[x->nrep] = r->id;
+                x->rep_states[x->nrep++] = st;
+                m.n_runs++;
+        }
+        m.more = x->more;
+        /* logs fill what is left (base64: 4 bytes per 3), never past GP_PROTO_LOG_TOTAL */
+        size_t total = 0, room = budget > used ? (budget - used) / 4 * 3 : 0;
+        if (room > log_cap)
+                room = log_cap;
+        for (size_t i = 0; i < n->n_runs && !a->sim; i++) {
+                run *r = &n->runs[i];
+                if (r->log_pos >= r->log_size || total + 128 >= room)
                         continue;
                 size_t want = (size_t)(r->log_size - r->log_pos);
                 if (want > GP_PROTO_LOG_CHUNK)
                         want = GP_PROTO_LOG_CHUNK;
-                if (want > GP_PROTO_LOG_TOTAL - total)
-                        want = GP_PROTO_LOG_TOTAL - total;
+                if (want > room - total - 128)
+                        want = room - total - 128;
                 char path[PATH_MAX + 80];
                 snprintf(path, sizeof(path), "%s/%s/log", a->runs_dir, r->name);
                 int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -648,7 +723,7 @@ static void start_sync(agent *a, node *n, int wait_ms) {
                 x->log_ids[x->nlogs] = r->id;
                 x->log_ends[x->nlogs++] = r->log_pos + got;
                 m.n_logs++;
-                total += (size_t)got;
+                total += (size_t)got + 128;
         }
         m.runs = runs;
         m.logs = logs;
@@ -657,26 +732,59 @@ static void start_sync(agent *a, node *n, int wait_ms) {
                 free(logs[i].data);
         free(logs);
         free(runs);
-        logs = NULL;
-        runs = NULL;
-        if (rc < 0 || send_xfer(a, x, "/agent/v1/sync", n->cred, wait_ms) < 0)
-                goto fail;
-        n->dirty = false;
-        n->gpus_dirty = false;
-        return;
+        if (rc < 0) {
+                free(idx);
+                xfer_free(x);
+                return NULL;
+        }
+        *ret_idx = idx;
+        return x;
 fail:
         free(runs);
-        if (logs)
-                for (int i = 0; i < m.n_logs; i++)
-                        free(logs[i].data);
         free(logs);
+        free(idx);
         xfer_free(x);
-        n->next_mono = gp_mono_ms() + 1000;
+        return NULL;
+}
+
+static void start_sync(agent *a, node *n, int wait_ms) {
+        size_t budget = body_budget(n), log_cap = GP_PROTO_LOG_TOTAL, *idx = NULL;
+        int max_runs = GP_PROTO_MAX_RUNS;
+        xfer *x = NULL;
+        /* the estimates are generous; should a message come out too big all the same, halve it */
+        for (int tries = 0; tries < 24; tries++) {
+                if (!(x = build_sync(a, n, wait_ms, budget, max_runs, log_cap, &idx)))
+                        break;
+                if (strlen(x->body) <= budget || (max_runs == 1 && log_cap == 0))
+                        break;
+                xfer_free(x);
+                free(idx);
+                x = NULL;
+                idx = NULL;
+                max_runs = max_runs > 1 ? max_runs / 2 : 1;
+                log_cap = log_cap > 512 ? log_cap / 2 : 0;
+        }
+        if (!x || send_xfer(a, x, "/agent/v1/sync", n->cred, wait_ms) < 0) {
+                xfer_free(x);
+                free(idx);
+                n->next_mono = gp_mono_ms() + 1000;
+                return;
+        }
+        if (x->full) {
+                if (x->page == 0)
+                        n->full_gen++;
+                for (int i = 0; i < x->nrep; i++)
+                        n->runs[idx[i]].listed = n->full_gen;
+        }
+        free(idx);
+        n->dirty = false;
+        n->gpus_dirty = false;
 }
 
 static void failed(agent *a, node *n, const char *why) {
         n->failures++;
         n->need_full = true;
+        n->page = 0;
         n->dirty = true;
         n->reachable = false;
         int64_t d = gp_agent_backoff_ms(n->failures, (uint32_t)random());
@@ -702,6 +810,8 @@ static void done_join(agent *a, xfer *x, long status) {
                                                         sizeof(err)) == 0) {
                 gp_strlcpy(n->cred, ans.credential, sizeof(n->cred));
                 n->heartbeat_s = ans.heartbeat_s;
+                n->max_body = ans.max_body;
+                n->page = 0;
                 n->failures = 0;
                 n->need_full = true;
                 n->reachable = true;
@@ -727,7 +837,13 @@ static void done_join(agent *a, xfer *x, long status) {
                 a->exit_code = 1;
                 return;
         }
-        snprintf(err, sizeof(err), "answered the join with %ld", status);
+        /* 409: another machine holds the name (the node is live), or a replay: try again later,
+         * above the node's join seq when the answer says it */
+        int64_t last;
+        if (status == 409 && x->resp.data && gp_proto_replay_parse(x->resp.data, x->resp.len, &last) == 0 &&
+            last > n->seq)
+                n->seq = last;
+        snprintf(err, sizeof(err), "answered the join with %ld: %.200s", status, x->resp.data ? x->resp.data : "");
         failed(a, n, err);
 }
 
@@ -749,8 +865,15 @@ static void done_sync(agent *a, xfer *x, long status) {
                 return;
         }
         if (status != 200) {
-                snprintf(err, sizeof(err), "answered a sync with %ld: %.150s", status,
-                         x->resp.data ? x->resp.data : "");
+                int64_t last;
+                const char *body = x->resp.data ? x->resp.data : "", *over = strstr(body, "over ");
+                if (status == 409 && gp_proto_replay_parse(body, x->resp.len, &last) == 0 && last > n->seq)
+                        n->seq = last; /* go on above the last seq the server took */
+                if (status == 413) /* "request body over N bytes": take N, else halve */
+                        n->max_body = over && strtoll(over + 5, NULL, 10) >= GP_PROTO_MIN_BODY
+                                              ? strtoll(over + 5, NULL, 10)
+                                              : (int64_t)body_budget(n) / 2;
+                snprintf(err, sizeof(err), "answered a sync with %ld: %.150s", status, body);
                 failed(a, n, err);
                 return;
         }
@@ -764,8 +887,17 @@ static void done_sync(agent *a, xfer *x, long status) {
                 gp_info("node %s: synced with %s", n->name, a->urls[n->url]);
         n->failures = 0;
         n->reachable = true;
-        if (x->full)
+        if (x->full && x->more) { /* the next page at once */
+                n->page = x->page + 1;
+                n->dirty = true;
+        } else if (x->full) {
                 n->need_full = false;
+                n->page = 0;
+        }
+        if (x->cut)
+                n->dirty = true; /* the rest of the delta */
+        if (ans.max_body)
+                n->max_body = ans.max_body;
         n->heartbeat_s = ans.heartbeat_s;
         int frc = a->sim ? 0 : gp_agent_fence_synced(&a->fence, x->sent_mono, ans.fence_s);
         if (frc < 0)
@@ -786,6 +918,9 @@ static void done_sync(agent *a, xfer *x, long status) {
                 if (r)
                         r->log_pos = ans.offsets[i].offset;
         }
+        for (size_t i = 0; x->nlogs > 0 && i < n->n_runs; i++)
+                if (n->runs[i].log_pos < n->runs[i].log_size)
+                        n->dirty = true; /* more output waits: the next sync at once, not in a second */
         for (int i = 0; i < ans.n_ack; i++)
                 ack_run(a, n, &ans.ack[i]);
         for (int i = 0; i < ans.n_stop; i++)
@@ -803,6 +938,7 @@ static void done_sync(agent *a, xfer *x, long status) {
         }
         if (ans.want_full) {
                 n->need_full = true;
+                n->page = 0;
                 n->dirty = true;
         }
         gp_proto_sync_answer_done(&ans);
@@ -1057,7 +1193,15 @@ static void loop(agent *a) {
                 }
                 if (a->exit_code >= 0)
                         break;
-                curl_multi_poll(a->multi, wfd, (unsigned)nw, 200, NULL);
+                /* a node with more to send now (the next page, more output) does not wait */
+                int wait = 200;
+                for (int i = 0; i < a->n_nodes && wait; i++) {
+                        const node *n = &a->nodes[i];
+                        if (n->dirty && n->cred[0] && now >= n->next_mono &&
+                            (n->inflight == 0 || (n->inflight == 1 && !n->need_full)))
+                                wait = 0;
+                }
+                curl_multi_poll(a->multi, wfd, (unsigned)nw, wait, NULL);
                 /* a supervisor ended: its pidfd is readable */
                 for (size_t w = 0; w < nw; w++) {
                         if (!(wfd[w].revents & CURL_WAIT_POLLIN))
@@ -1181,6 +1325,12 @@ int gp_agent_main(int argc, char **argv) {
                 return 1;
         }
         a->backend = gp_gpu_backend_name(a->gpu);
+        if (!a->sim && !strcmp(a->backend, "sim"))
+                gp_strlcpy(a->uuid_node, base, sizeof(a->uuid_node));
+        if ((rc = load_machine_key(a)) < 0) {
+                fprintf(stderr, "gpupool agent: cannot keep the machine key in %s: %s\n", a->data_dir, strerror(-rc));
+                return 1;
+        }
         bool unused;
         if ((rc = read_gpus(a, &unused)) < 0) {
                 fprintf(stderr, "gpupool agent: cannot read the GPUs: %s\n", gp_strerror(rc));

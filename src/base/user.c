@@ -54,6 +54,8 @@ int gp_user_lookup(const char *name, gp_user *ret) {
         u.gid = pw.pw_gid;
         if (!pw.pw_dir || !pw.pw_dir[0] || gp_strlcpy(u.home, pw.pw_dir, sizeof(u.home)) >= sizeof(u.home))
                 gp_strlcpy(u.home, "/", sizeof(u.home));
+        if (!pw.pw_shell || !pw.pw_shell[0] || gp_strlcpy(u.shell, pw.pw_shell, sizeof(u.shell)) >= sizeof(u.shell))
+                gp_strlcpy(u.shell, "/bin/sh", sizeof(u.shell));
         free(buf);   /* pw's strings are not used past here */
         int n = GP_USER_MAX_GROUPS;
         if (getgrouplist(name, u.gid, u.groups, &n) < 0)

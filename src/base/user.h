@@ -20,6 +20,7 @@
 typedef struct gp_user {
         char name[GP_USER_NAME_MAX];
         char home[256];                      /* home directory ("/" when longer or empty) */
+        char shell[128];                     /* login shell ("/bin/sh" when longer or empty) */
         uid_t uid;
         gid_t gid;                           /* primary group */
         int ngroups;                         /* supplementary groups, primary included */

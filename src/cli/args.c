@@ -19,6 +19,7 @@
 #include <strings.h>
 
 #include "base/units.h"
+#include "base/user.h"
 #include "base/util.h"
 #include "core/array.h"
 #include "core/billing.h"
@@ -31,7 +32,9 @@ enum opt_id {
         O_ALL, O_STATE, O_LIMIT, O_FOLLOW,
         O_FROM, O_TO, O_GROUP_BY, O_MONTH,
         O_ARRAY, O_EXPAND, O_NODE_SELECTOR, O_NODE, O_ON_NODE_LOST,
-        O_TIME, O_WAIT, O_ADMIN, O_CACERT,
+        O_TIME, O_WAIT, O_ADMIN,
+        O_EXPORT, O_USER, O_ME, /* local users (unix.c) */
+        O_CACERT,
 };
 
 #define V(x) (1u << GP_CLI_##x)
@@ -86,6 +89,10 @@ static const struct opt opts[] = {
         {"follow", 'f', false, O_FOLLOW, V(LOGS)},
         {"array", 0, true, O_ARRAY, V(SUBMIT) | V(CANCEL)},
         {"expand", 'r', false, O_EXPAND, V(PS)},
+        /* local users (unix.c): sbatch --export, squeue/scancel -u, --me */
+        {"export", 0, true, O_EXPORT, V(SUBMIT)},
+        {"user", 'u', true, O_USER, V(PS) | V(CANCEL)},
+        {"me", 0, false, O_ME, V(PS) | V(CANCEL)},
 };
 
 static const struct verb_info {
@@ -126,7 +133,10 @@ static const struct verb_info {
                 "                       1 hour), MM:SS, HH:MM:SS, D-HH[:MM[:SS]], or 90s, 12h...\n"
                 "  --queue-timeout D    give up if not started within D (0 = none)\n"
                 "  --env K=V            set an environment variable (repeatable)\n"
-                "  --workdir DIR        working directory on the GPU node (also -D, --chdir)\n"
+                "  --workdir DIR        working directory on the GPU node (also -D, --chdir; default,\n"
+                "                       local server: the current directory)\n"
+                "  --export ALL|NONE|NAME[=V],...  submit: the environment sent (sbatch --export;\n"
+                "                       default ALL for a local server)\n"
                 "  --tenant T           submit for tenant T (when the key allows it)\n"
                 "  --node-selector K=V  only nodes with label K=V (repeatable, all must match;\n"
                 "                       every node has gpupool/node=NAME)\n"
@@ -172,11 +182,12 @@ static const struct verb_info {
                        "                       cancelled, timeout, lost, or active = queued+running)\n"
                        "  --limit N            at most N tasks, newest first (1..1000, default 100)\n"
                        "  --tenant T           only tasks of tenant T (admin keys)\n"
+                       "  -u, --user USER      only tasks of Unix user USER (squeue -u); --me: yours\n"
                        "  --expand, -r         one line per job array element (default: one line per\n"
                        "                       array, ID_[SPEC], with its elements counted by state)\n"},
         [GP_CLI_STATUS] = {"status", "gpupool status ID | ID_INDEX", NULL, "show one task in detail",
                            "  ID_INDEX             element INDEX of job array ID (12_7)\n"},
-        [GP_CLI_CANCEL] = {"cancel", "gpupool cancel [--state S] [ID | ID_INDEX | --array ID]...", NULL,
+        [GP_CLI_CANCEL] = {"cancel", "gpupool cancel [--state S] [ID | ID_INDEX | --array ID]... | -u USER | --me", NULL,
                            "cancel tasks (idempotent); prints each one's resulting state",
                            "  ID                   one task (an array element too, by its task id; the\n"
                            "                       array's id names its first element: a warning says so)\n"
@@ -186,6 +197,8 @@ static const struct verb_info {
                            "  --state S            only tasks in state S (queued, running or active); with no\n"
                            "                       ID: every task in state S the key may cancel (scancel\n"
                            "                       --state), --tenant T: only tenant T's\n"
+                           "  -u, --user USER      every queued or running task of Unix user USER (scancel -u);\n"
+                           "                       --me: yours\n"
                            "Several ids are cancelled one after the other; the exit code is 1 if any failed.\n"},
         [GP_CLI_LOGS] = {"logs", "gpupool logs [-f] ID | ID_INDEX", NULL, "print a batch task's output",
                          "  -f, --follow         keep printing new output until the task ends\n"},
@@ -815,6 +828,11 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                         if ((r = add_env(p, val, &env_obj)) < 0)
                                 return r;
                         break;
+                case O_EXPORT:
+                        if (val[0] == '\0' || strlen(val) > 65536)
+                                return fail(p, "--export: expected ALL, NONE or NAME[=VALUE],...");
+                        c->export_env = val;
+                        break;
                 case O_WORKDIR:
                         if (val[0] == '\0' || strlen(val) >= 4096)
                                 return fail(p, "--workdir: expected a directory (1..4095 bytes)");
@@ -1040,6 +1058,14 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                 case O_EXPAND:
                                         c->expand = true;
                                         break;
+                                case O_USER:
+                                        if (!gp_user_name_ok(val, strlen(val)) || strlen(val) >= GP_USER_NAME_MAX)
+                                                return fail(p, "--user: '%.64s' is not a Unix user name", val);
+                                        c->user = val;
+                                        break;
+                                case O_ME:
+                                        c->me = true;
+                                        break;
                                 case O_ARRAY:
                                         /* cancel --array ID: the whole array */
                                         if (gp_parse_i64(val, 1, INT64_MAX, &v) < 0)
@@ -1158,7 +1184,7 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                 return 0;
         if ((c->verb == GP_CLI_STATUS || c->verb == GP_CLI_LOGS) && c->n_refs == 0)
                 return fail(p, "missing task ID");
-        if (c->verb == GP_CLI_CANCEL && c->n_refs == 0 && !c->cancel_state)
+        if (c->verb == GP_CLI_CANCEL && c->n_refs == 0 && !c->cancel_state && !c->user && !c->me)
                 return fail(p, "missing task ID (or --state S for every task in state S)");
         if (c->verb == GP_CLI_CANCEL && c->tenant && c->n_refs > 0)
                 return fail(p, "--tenant applies to cancel --state without ids");

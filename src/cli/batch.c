@@ -14,6 +14,7 @@
  * every element succeeded, else 1), as sbatch --wait does.
  */
 #include "cli/cli-int.h"
+#include "cli/unix.h"
 #include "cli/script.h"
 
 #include <errno.h>
@@ -298,6 +299,13 @@ int gp_cli_cmd_submit(int argc, char **argv, const gp_cli_cmd *c, FILE *out, FIL
                         goto out;
                 }
                 use = &c2;
+                /* the script's task is made where it was submitted, too (unix.h) */
+                if ((r = gp_cli_add_origin(&c2, err)) < 0) {
+                        if (r == -ENOMEM)
+                                fprintf(err, "gpupool: out of memory\n");
+                        ex = r == -ENOMEM ? GP_CLI_EXIT_REFUSED : GP_CLI_EXIT_USAGE;
+                        goto out;
+                }
         }
         gp_cli_resp resp;
         ex = gp_cli_call(use, err, "POST", "/api/v1/tasks", use->body, &resp);

@@ -125,6 +125,9 @@ typedef struct gp_cli_cmd {
         int cmd_at;              /* submit: argv index where COMMAND starts (argc when none) */
         bool no_command;         /* submit: no COMMAND given (the script comes from stdin) */
         const char *script;      /* submit: the script's text (set by cli.c, borrowed), NULL = none */
+        const char *export_env;  /* submit --export ALL|NONE|NAME[=V],..., borrowed, NULL = not given */
+        const char *user;        /* ps/cancel -u USER, borrowed, NULL = none */
+        bool me;                 /* ps/cancel --me: -u of this process's user */
         const char *env_node;    /* set by the caller before gp_cli_parse: GPUPOOL_NODE (run's
                                   * default --node), borrowed, NULL = unset */
 } gp_cli_cmd;

@@ -8,6 +8,7 @@
  * messages to `err`; nothing else is written.
  */
 #include "cli/cli-int.h"
+#include "cli/unix.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -207,6 +208,13 @@ static int cmd_ps(const gp_cli_cmd *c, FILE *out, FILE *err) {
                 rc |= gp_cli_url_escape(c->tenant, &path);
                 sep = "&";
         }
+        char me[64];
+        const char *user = c->me && gp_cli_self_name(me, sizeof(me)) == 0 ? me : c->user;
+        if (user) {
+                rc |= gp_buf_printf(&path, "%suser=", sep);
+                rc |= gp_cli_url_escape(user, &path);
+                sep = "&";
+        }
         /* folding: whole pages, so that an array's elements do not crowd
          * out the other tasks (lines are counted after folding) */
         if (!c->expand)
@@ -339,6 +347,43 @@ static int cancel_array(const gp_cli_cmd *c, const gp_cli_ref *ref, const char *
         }
         gp_cli_resp_done(&r);
         return GP_CLI_EXIT_OK;
+}
+
+/* cancel -u USER / --me (scancel -u): every active task of the user. */
+static int cmd_cancel_user(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        char me[64], path[200];
+        const char *user = c->me ? (gp_cli_self_name(me, sizeof(me)) == 0 ? me : NULL) : c->user;
+        if (!user) {
+                fprintf(err, "gpupool: cannot tell your user name\n");
+                return GP_CLI_EXIT_REFUSED;
+        }
+        int64_t n = 0, failed = 0;
+        for (int round = 0; round < 100; round++) {
+                gp_cli_resp r;
+                snprintf(path, sizeof(path), "/api/v1/tasks?state=active&limit=1000&user=%s", user);
+                int ex = call(c, err, "GET", path, NULL, &r);
+                if (ex)
+                        return ex;
+                json_t *tasks = json_object_get(r.json, "tasks"), *t;
+                size_t i, left = 0;
+                json_array_foreach(tasks, i, t) {
+                        json_int_t id = json_integer_value(json_object_get(t, "id"));
+                        gp_cli_resp cr;
+                        snprintf(path, sizeof(path), "/api/v1/tasks/%" JSON_INTEGER_FORMAT "/cancel", id);
+                        if (call(c, err, "POST", path, NULL, &cr) == GP_CLI_EXIT_OK) {
+                                gp_cli_resp_done(&cr);
+                                n++;
+                        } else {
+                                failed++;
+                        }
+                        left++;
+                }
+                gp_cli_resp_done(&r);
+                if (left < 1000)
+                        break;
+        }
+        fprintf(out, "cancelled %" PRId64 " task(s) of %s\n", n, user);
+        return failed ? GP_CLI_EXIT_REFUSED : GP_CLI_EXIT_OK;
 }
 
 /* Cancel task id; prints its resulting state (after a running one has had
@@ -526,6 +571,8 @@ static int cancel_ref(const gp_cli_cmd *c, const gp_cli_ref *ref, bool several, 
 /* cancel [--state S] [ID | ID_INDEX | --array ID]...: each in turn; the
  * exit code is the worst one's. */
 static int cmd_cancel(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        if ((c->user || c->me) && c->n_refs == 0 && !c->cancel_state)
+                return cmd_cancel_user(c, out, err); /* scancel -u */
         if (c->n_refs == 0)
                 return cancel_listed(c, 0, out, err);
         int worst = GP_CLI_EXIT_OK;
@@ -933,9 +980,18 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
                         fprintf(out, "gpupool %s\n", GP_VERSION);
                 ex = GP_CLI_EXIT_OK;
                 break;
-        case GP_CLI_SUBMIT:
+        case GP_CLI_SUBMIT: {
+                /* where it was made: directory and environment (unix.h) */
+                int orc = gp_cli_add_origin(&c, err);
+                if (orc < 0) {
+                        if (orc == -ENOMEM)
+                                fprintf(err, "gpupool: out of memory\n");
+                        ex = orc == -ENOMEM ? GP_CLI_EXIT_REFUSED : GP_CLI_EXIT_USAGE;
+                        break;
+                }
                 ex = gp_cli_cmd_submit(argc, argv, &c, out, err);
                 break;
+        }
         case GP_CLI_RUN:
                 ex = gp_cli_cmd_run(&c, out, err);
                 break;

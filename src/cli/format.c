@@ -442,6 +442,10 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
         }
         CHECK(line_str(out, "name", jstr(task, "name")));
         CHECK(line_str(out, "tenant", jstr(task, "tenant_id")));
+        if (jstr(task, "user"))
+                CHECK(line_str(out, "user", jstr(task, "user")));
+        if (jstr(task, "workdir"))
+                CHECK(line_str(out, "workdir", jstr(task, "workdir")));
         if (jstr(task, "kind"))
                 CHECK(line_str(out, "kind", jstr(task, "kind")));
         CHECK(line_str(out, "state", state));
@@ -455,6 +459,33 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
         const char *reason = jstr(task, "reason");
         if (reason && *reason)
                 CHECK(line_str(out, "reason", reason));
+        const json_t *est = json_object_get(task, "estimate");
+        int64_t est_s = 0, est_runs = 0;
+        if (json_is_object(est) && jint(est, "run_s", &est_s) && jint(est, "runs", &est_runs) && jstr(est, "from")) {
+                /* what history predicts: "~1h02m (12 runs of this task, confidence 0.73)" */
+                gp_buf_reset(&v);
+                CHECK(gp_buf_puts(&v, "~"));
+                CHECK(fmt_duration(&v, est_s));
+                const json_t *c = json_object_get(est, "confidence");
+                CHECK(gp_buf_printf(&v, " (from %" PRId64 " run%s of its %s, confidence %.2f)", est_runs,
+                                    est_runs == 1 ? "" : "s", jstr(est, "from"),
+                                    json_is_number(c) ? json_number_value(c) : 0.0));
+                CHECK(line_str(out, "run time", v.data));
+        }
+        const char *exp_at = jstr(task, "expected_start_at");
+        int64_t exp_ms;
+        if (queued && exp_at && gp_time_parse(exp_at, &exp_ms) == 0) {
+                gp_buf_reset(&v);
+                const json_t *c = json_object_get(task, "expected_start_confidence");
+                if (now_ms && exp_ms > now_ms) {
+                        CHECK(gp_buf_puts(&v, "in ~"));
+                        CHECK(fmt_duration(&v, (exp_ms - now_ms + 999) / 1000));
+                } else {
+                        CHECK(gp_buf_puts(&v, "now, once the scheduler runs"));
+                }
+                CHECK(gp_buf_printf(&v, " (%s, confidence %.2f)", exp_at, json_is_number(c) ? json_number_value(c) : 0.0));
+                CHECK(line_str(out, "expected start", v.data));
+        }
         if (jint(task, "priority", &n)) {
                 gp_buf_reset(&v);
                 const char *pn = prio_name(n);
@@ -663,8 +694,8 @@ json_t *gp_cli_ps_fold(const json_t *resp, json_t *const *arrays, const int64_t 
                         json_t *e = json_deep_copy(arrays[k]);
                         if (!e)
                                 goto oom;
-                        static const char *const keep[] = {"name", "tenant_id", "priority", "gpu_request",
-                                                           "submitted_at"};
+                        static const char *const keep[] = {"name", "tenant_id", "user", "priority",
+                                                           "gpu_request", "submitted_at"};
                         for (size_t j = 0; j < GP_ARRAY_SIZE(keep); j++) {
                                 json_t *v = json_object_get(t, keep[j]);
                                 if (v && !json_object_get(e, keep[j]))
@@ -718,8 +749,9 @@ static int cell_task_id(struct table *t, const json_t *task) {
 int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *out) {
         static const struct col cols[] = {
                 {"ID", 0, false},      {"NAME", 32, false}, {"TENANT", 24, false},
-                {"STATE", 0, false},   {"PRIO", 0, false},  {"GPUS", 0, false},
-                {"DEVICES", 24, false}, {"EXIT", 0, true},  {"AGE", 0, false},
+                {"USER", 32, true},    {"STATE", 0, false}, {"PRIO", 0, false},
+                {"GPUS", 0, false},    {"DEVICES", 24, false}, {"EXIT", 0, true},
+                {"AGE", 0, false},
         };
         json_t *tasks = list_of(resp, "tasks");
         struct table t;
@@ -747,6 +779,7 @@ int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *
                         CHECK(cell_end(&t));
                         CHECK(cell_str(&t, jstr(task, "name")));
                         CHECK(cell_str(&t, jstr(task, "tenant_id")));
+                        CHECK(cell_str(&t, jstr(task, "user")));
                         CHECK(array_counts(&t.cell, json_object_get(task, "counts")));
                         CHECK(cell_end(&t));
                         CHECK(cell_int(&t, task, "priority", "P", ""));
@@ -762,6 +795,7 @@ int gp_cli_format_ps(const json_t *resp, int64_t now_ms, bool filtered, gp_buf *
                 CHECK(cell_task_id(&t, task));
                 CHECK(cell_str(&t, jstr(task, "name")));
                 CHECK(cell_str(&t, jstr(task, "tenant_id")));
+                CHECK(cell_str(&t, jstr(task, "user")));
                 CHECK(cell_str(&t, jstr(task, "state")));
                 CHECK(cell_int(&t, task, "priority", "P", ""));
                 CHECK(cell_gpus(&t, task));
@@ -787,7 +821,7 @@ int gp_cli_format_queue(const json_t *resp, gp_buf *out) {
         static const struct col cols[] = {
                 {"POS", 0, false},  {"ID", 0, false},   {"NAME", 32, false}, {"TENANT", 24, false},
                 {"PRIO", 0, false}, {"GPUS", 0, false}, {"MEM", 0, false},   {"WAIT", 0, false},
-                {"REASON", 200, true},
+                {"EXPECTED START", 0, false}, {"REASON", 200, true},
         };
         json_t *tasks = list_of(resp, "tasks");
         struct table t;
@@ -817,6 +851,13 @@ int gp_cli_format_queue(const json_t *resp, gp_buf *out) {
                 if (jint(task, "wait_s", &n))
                         CHECK(fmt_duration(&t.cell, n));
                 CHECK(cell_end(&t));
+                /* squeue --start's column: when history says it starts (UTC, to the minute) */
+                const char *es = jstr(task, "expected_start_at");
+                if (es && strlen(es) >= 16)
+                        CHECK(gp_buf_printf(&t.cell, "%.10s %.5sZ", es, es + 11));
+                else
+                        CHECK(gp_buf_puts(&t.cell, "-"));
+                CHECK(table_push(&t));
                 CHECK(cell_str(&t, jstr(task, "reason")));
         }
         CHECK(table_print(&t, out));

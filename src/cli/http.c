@@ -22,6 +22,7 @@
  * with MSG_NOSIGNAL (a closed peer is an error, not SIGPIPE).
  */
 #include "cli/http-int.h"
+#include "cli/unix.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -230,6 +231,11 @@ static int dial(gp_cli_xfer *x, const gp_http_url *u, int64_t deadline, int *ret
                 return net_failure(x, -EINVAL, "host name too long");
         memcpy(host, u->host, u->host_len);
         host[u->host_len] = '\0';
+        int ufd = gp_cli_unix_dial(u->host, u->host_len, u->port); /* a local server's socket (unix.h) */
+        if (ufd >= 0) {
+                *ret_fd = ufd;
+                return 0;
+        }
         int g = getaddrinfo(host, u->port, &hints, &ai);
         if (g != 0) {
                 snprintf(why, sizeof(why), "unknown host (%s)",

@@ -81,6 +81,13 @@ int gp_proto_join_token_split(const char *s, char ret_secret[GP_PROTO_CRED_LEN +
         return 0;
 }
 
+bool gp_proto_machine_ok(const char *s) {
+        for (int i = 0; i < GP_PROTO_MACHINE_LEN; i++)
+                if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+                        return false;
+        return s[GP_PROTO_MACHINE_LEN] == '\0';
+}
+
 static const char *const end_names[] = {"exited", "signaled", "timeout", "cancelled", "spawn_failed", "fenced"};
 static const char *const stop_names[] = {"cancel", "preempt", "stale"};
 
@@ -151,6 +158,13 @@ static int get_bool(const json_t *o, const char *key, bool required, bool def, b
                 return fail(err, errlen, "%s%s%s must be true or false", where, *where ? "." : "", key);
         *out = json_is_true(v);
         return 0;
+}
+
+static int set(json_t *o, const char *key, json_t *v);
+
+/* "max_body" of an answer: absent 0, else GP_PROTO_MIN_BODY..INT53. */
+static int get_max_body(const json_t *o, int64_t *out, char *err, size_t errlen) {
+        return get_int(o, "max_body", false, GP_PROTO_MIN_BODY, INT53, 0, out, "", err, errlen);
 }
 
 enum { STR_ANY = 0, STR_CLEAN = 1 };
@@ -386,6 +400,10 @@ int gp_proto_join_parse(const char *data, size_t len, gp_proto_join *ret, char *
             (r = get_str(j, "address", false, STR_CLEAN, m.address, sizeof(m.address), "", err, errlen)) < 0 ||
             (r = get_str(j, "backend", false, STR_CLEAN, m.backend, sizeof(m.backend), "", err, errlen)) < 0 ||
             (r = check_backend(m.backend, err, errlen)) < 0 ||
+            (r = get_str(j, "machine", false, STR_ANY, m.machine, sizeof(m.machine), "", err, errlen)) < 0 ||
+            (m.machine[0] && !gp_proto_machine_ok(m.machine) &&
+             (r = fail(err, errlen, "machine must be %d lowercase hex digits", GP_PROTO_MACHINE_LEN)) < 0) ||
+            (r = get_int(j, "seq", false, 1, INT64_MAX, 0, &m.seq, "", err, errlen)) < 0 ||
             (r = get_array(j, "gpus", GP_PROTO_MAX_GPUS, &arr, err, errlen)) < 0 ||
             (arr && (r = parse_gpus(arr, &m.gpus, &m.n_gpus, err, errlen)) < 0))
                 goto out;
@@ -425,12 +443,21 @@ static int dump(json_t *j, char **ret) {
 }
 
 int gp_proto_join_render(const gp_proto_join *m, char **ret) {
-        if (m->n_gpus < 0 || m->n_gpus > GP_PROTO_MAX_GPUS)
+        if (m->n_gpus < 0 || m->n_gpus > GP_PROTO_MAX_GPUS || m->seq < 0)
                 return -EINVAL;
-        return dump(json_pack("{s:s, s:s, s:s, s:o*, s:s, s:o*}", "name", m->name, "version", m->version, "address",
+        json_t *j = json_pack("{s:s, s:s, s:s, s:o*, s:s, s:o*}", "name", m->name, "version", m->version, "address",
                               m->address, "labels", gp_proto_labels_to_json(m->labels), "backend", m->backend,
-                              "gpus", gpus_to_json(m->gpus, m->n_gpus)),
-                    ret);
+                              "gpus", gpus_to_json(m->gpus, m->n_gpus));
+        int r = j ? 0 : -ENOMEM;
+        if (r == 0 && m->machine[0])
+                r = set(j, "machine", json_string(m->machine));
+        if (r == 0 && m->seq > 0)
+                r = set(j, "seq", json_integer(m->seq));
+        if (r < 0) {
+                json_decref(j);
+                return r;
+        }
+        return dump(j, ret);
 }
 
 int gp_proto_join_answer_parse(const char *data, size_t len, gp_proto_join_answer *ret, char *err, size_t errlen) {
@@ -445,7 +472,8 @@ int gp_proto_join_answer_parse(const char *data, size_t len, gp_proto_join_answe
                     0 ||
             (r = get_int32(j, "heartbeat_s", false, 1, 60, 2, &m.heartbeat_s, "", err, errlen)) < 0 ||
             (r = get_int32(j, "node_timeout_s", false, 2, 3600, 10, &m.node_timeout_s, "", err, errlen)) < 0 ||
-            (r = get_int32(j, "fence_s", false, 0, 3600, 0, &m.fence_s, "", err, errlen)) < 0)
+            (r = get_int32(j, "fence_s", false, 0, 3600, 0, &m.fence_s, "", err, errlen)) < 0 ||
+            (r = get_max_body(j, &m.max_body, err, errlen)) < 0)
                 goto out;
         if (!gp_proto_credential_ok(m.credential)) {
                 r = fail(err, errlen, "credential must be gpn_ and 64 lowercase hex digits");
@@ -458,6 +486,11 @@ out:
 }
 
 int gp_proto_join_answer_render(const gp_proto_join_answer *m, char **ret) {
+        if (m->max_body)
+                return dump(json_pack("{s:s, s:s, s:i, s:i, s:i, s:I}", "node", m->node, "credential",
+                                      m->credential, "heartbeat_s", m->heartbeat_s, "node_timeout_s",
+                                      m->node_timeout_s, "fence_s", m->fence_s, "max_body", (json_int_t)m->max_body),
+                            ret);
         return dump(json_pack("{s:s, s:s, s:i, s:i, s:i}", "node", m->node, "credential", m->credential,
                               "heartbeat_s", m->heartbeat_s, "node_timeout_s", m->node_timeout_s, "fence_s",
                               m->fence_s),
@@ -578,6 +611,9 @@ int gp_proto_sync_parse(const char *data, size_t len, gp_proto_sync *ret, char *
             (r = check_name(m.node, "node", err, errlen)) < 0 ||
             (r = get_int(j, "seq", true, 1, INT64_MAX, 0, &m.seq, "", err, errlen)) < 0 ||
             (r = get_bool(j, "full", false, false, &m.full, "", err, errlen)) < 0 ||
+            (r = get_int32(j, "page", false, 0, GP_PROTO_MAX_PAGE, 0, &m.page, "", err, errlen)) < 0 ||
+            (r = get_bool(j, "more", false, false, &m.more, "", err, errlen)) < 0 ||
+            (!m.full && (m.page || m.more) && (r = fail(err, errlen, "page and more belong to a full sync")) < 0) ||
             (r = get_int32(j, "wait_ms", false, 0, GP_PROTO_MAX_WAIT_MS, 0, &m.wait_ms, "", err, errlen)) < 0 ||
             (r = get_array(j, "gpus", GP_PROTO_MAX_GPUS, &gpus, err, errlen)) < 0 ||
             (r = get_array(j, "runs", GP_PROTO_MAX_RUNS, &runs, err, errlen)) < 0 ||
@@ -649,7 +685,8 @@ static json_t *log_to_json(const gp_proto_log *lg) {
 
 int gp_proto_sync_render(const gp_proto_sync *m, char **ret) {
         if (m->n_runs < 0 || m->n_runs > GP_PROTO_MAX_RUNS || m->n_logs < 0 || m->n_logs > GP_PROTO_MAX_RUNS ||
-            m->n_gpus < 0 || m->n_gpus > GP_PROTO_MAX_GPUS)
+            m->n_gpus < 0 || m->n_gpus > GP_PROTO_MAX_GPUS || m->page < 0 || m->page > GP_PROTO_MAX_PAGE ||
+            (!m->full && (m->page || m->more)))
                 return -EINVAL;
         for (int i = 0; i < m->n_logs; i++)
                 if (m->logs[i].len > GP_PROTO_LOG_CHUNK)
@@ -660,6 +697,10 @@ int gp_proto_sync_render(const gp_proto_sync *m, char **ret) {
         int r = 0;
         if (m->full)
                 r = set(j, "full", json_true());
+        if (r == 0 && m->page)
+                r = set(j, "page", json_integer(m->page));
+        if (r == 0 && m->more)
+                r = set(j, "more", json_true());
         if (r == 0 && m->has_gpus)
                 r = set(j, "gpus", gpus_to_json(m->gpus, m->n_gpus));
         if (r == 0 && m->n_runs > 0) {
@@ -898,6 +939,7 @@ int gp_proto_sync_answer_parse(const char *data, size_t len, gp_proto_sync_answe
             (r = get_int32(j, "heartbeat_s", false, 1, 60, 2, &m.heartbeat_s, "", err, errlen)) < 0 ||
             (r = get_int32(j, "fence_s", false, 0, 3600, 0, &m.fence_s, "", err, errlen)) < 0 ||
             (r = get_bool(j, "want_full", false, false, &m.want_full, "", err, errlen)) < 0 ||
+            (r = get_max_body(j, &m.max_body, err, errlen)) < 0 ||
             (r = get_array(j, "ack", GP_PROTO_MAX_RUNS, &ack, err, errlen)) < 0 ||
             (r = get_array(j, "start", GP_PROTO_MAX_RUNS, &start, err, errlen)) < 0 ||
             (r = get_array(j, "stop", GP_PROTO_MAX_RUNS, &stop, err, errlen)) < 0 ||
@@ -974,6 +1016,8 @@ int gp_proto_sync_answer_render(const gp_proto_sync_answer *m, char **ret) {
                               "fence_s", m->fence_s, "want_full", m->want_full);
         json_t *ack = json_array(), *start = json_array(), *stop = json_array(), *offs = json_array();
         int r = j ? 0 : -ENOMEM;
+        if (r == 0 && m->max_body)
+                r = set(j, "max_body", json_integer(m->max_body));
         for (int i = 0; r == 0 && i < m->n_ack; i++)
                 r = append(ack, id_to_json(&m->ack[i]));
         for (int i = 0; r == 0 && i < m->n_start; i++)
@@ -1023,4 +1067,24 @@ int gp_proto_sync_answer_render(const gp_proto_sync_answer *m, char **ret) {
 char *gp_proto_error_render(const char *msg) {
         char *s = NULL;
         return dump(json_pack("{s:s}", "error", msg), &s) == 0 ? s : NULL;
+}
+
+char *gp_proto_replay_render(const char *msg, int64_t last) {
+        char *s = NULL;
+        return dump(json_pack("{s:s, s:I}", "error", msg, "seq", (json_int_t)last), &s) == 0 ? s : NULL;
+}
+
+int gp_proto_replay_parse(const char *data, size_t len, int64_t *ret) {
+        json_t *j;
+        char err[8];
+        int64_t v;
+        int r = load(data, len, GP_PROTO_MAX_ANSWER, &j, err, sizeof(err));
+        if (r < 0)
+                return -EINVAL;
+        r = json_object_get(j, "seq") ? get_int(j, "seq", true, 0, INT64_MAX, 0, &v, "", err, sizeof(err)) : -EINVAL;
+        json_decref(j);
+        if (r < 0)
+                return -EINVAL;
+        *ret = v;
+        return 0;
 }

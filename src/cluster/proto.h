@@ -45,12 +45,17 @@
 #define GP_PROTO_ADDR_MAX 256              /* address, master_addr */
 #define GP_PROTO_VERSION_MAX 64
 #define GP_PROTO_BACKEND_MAX 16
+#define GP_PROTO_MACHINE_LEN 64            /* a machine key: 64 lowercase hex digits */
+#define GP_PROTO_MIN_BODY 1024             /* the smallest body limit a server may announce (max_body) */
+#define GP_PROTO_MAX_PAGE 100000           /* pages of one full sync */
 
 /* A node name: 1..GP_NODE_MAX-1 bytes of [A-Za-z0-9._-], not "local". */
 bool gp_proto_node_name_ok(const char *s);
 /* "gpj_" / "gpn_" followed by 64 lowercase hex digits. */
 bool gp_proto_join_token_ok(const char *s);
 bool gp_proto_credential_ok(const char *s);
+/* 64 lowercase hex digits (a machine key, docs/internals/cluster.md). */
+bool gp_proto_machine_ok(const char *s);
 
 /* A join token as users get it: "gpj_<64 hex>" (the secret, what the
  * server hashes and knows) and, after a '.', the 64 hex digits of the
@@ -87,6 +92,8 @@ typedef struct gp_proto_join {
         char address[GP_PROTO_ADDR_MAX];       /* "http://host:port", clean text, may be "" */
         char labels[GP_LABELS_MAX];            /* canonical (base/labels.h); JSON: an object */
         char backend[GP_PROTO_BACKEND_MAX];    /* "nvml" | "sim" */
+        char machine[GP_PROTO_MACHINE_LEN + 1]; /* the machine's key (gp_proto_machine_ok); "" = absent */
+        int64_t seq;                           /* > 0; 0 = absent (the server refuses such a join) */
         int n_gpus;                            /* 0..GP_PROTO_MAX_GPUS */
         gp_proto_gpu *gpus;                    /* owned, NULL when none */
 } gp_proto_join;
@@ -98,6 +105,7 @@ typedef struct gp_proto_join_answer {
         int node_timeout_s;                     /* 2..3600 */
         int fence_s;                            /* 0..3600: runs that fence stop after this long without
                                                  * an answered sync (0 = the server does not ask it) */
+        int64_t max_body;                       /* the server's body limit; 0 = not said, else >= GP_PROTO_MIN_BODY */
 } gp_proto_join_answer;
 
 typedef enum gp_proto_run_state {
@@ -123,6 +131,8 @@ typedef struct gp_proto_sync {
         char node[GP_NODE_MAX];
         int64_t seq;                 /* > 0 */
         bool full;
+        int page;                    /* full: this page of the full sync, 0..GP_PROTO_MAX_PAGE (0 starts one) */
+        bool more;                   /* full: more pages follow (only with full) */
         int wait_ms;                 /* 0..GP_PROTO_MAX_WAIT_MS */
         bool has_gpus;               /* "gpus" present (full syncs, changes) */
         int n_gpus;
@@ -178,6 +188,7 @@ typedef struct gp_proto_sync_answer {
         int heartbeat_s;             /* 1..60 */
         int fence_s;                 /* 0..3600, as in the join answer */
         bool want_full;
+        int64_t max_body;            /* the server's body limit; 0 = not said, else >= GP_PROTO_MIN_BODY */
         int n_ack;
         gp_proto_run_id *ack;
         int n_start;
@@ -223,6 +234,12 @@ int gp_proto_stop_parse(const char *s, gp_proto_stop_why *ret);
 
 /* The error answer {"error": msg}, malloc'd.  NULL only when out of memory. */
 char *gp_proto_error_render(const char *msg);
+/* The 409 answer to a replayed sync: {"error": msg, "seq": last}, where
+ * last is the last seq the server took from the node (so that a real
+ * agent goes on above it).  NULL only when out of memory. */
+char *gp_proto_replay_render(const char *msg, int64_t last);
+/* The "seq" of such an answer into *ret: 0, or -EINVAL (not one). */
+int gp_proto_replay_parse(const char *data, size_t len, int64_t *ret);
 
 /* Labels: canonical string (base/labels.h) <-> JSON object.  _from_json
  * takes an object of string values: 0, or -EINVAL with err (out

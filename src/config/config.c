@@ -145,9 +145,11 @@ static const struct field fields[] = {
         {"server.tls.ca", K_STR, CFG(tls_ca), 0, PATH_MAX - 1, NULL},
         {"server.tls.sans", K_CUSTOM, CFG(tls_sans), 0, GP_CFG_MAX_TLS_SANS, parse_items},
         {"server.tls.plaintext", K_CUSTOM, CFG(tls_plaintext_any), 0, 0, parse_tls_plaintext},
+        {"server.socket", K_STR, CFG(server_socket), 0, 107, NULL},
 
         {"auth", K_SECTION, NOSTORE, 0, 0, NULL},
         {"auth.admin_keys", K_CUSTOM, CFG(admin_keys), 0, GP_CFG_MAX_ADMIN_KEYS, parse_items},
+        {"auth.admin_group", K_STR, CFG(admin_group), 0, GP_USER_NAME_MAX - 1, NULL},
         {"auth.over_max_priority", K_CUSTOM, CFG(clamp_priority), 0, 0, parse_over_max},
 
         {"store", K_SECTION, NOSTORE, 0, 0, NULL},
@@ -198,6 +200,7 @@ static const struct field fields[] = {
         {"scheduler.max_models_per_gpu", K_INT, CFG(max_models_per_gpu), 1, 64, NULL},
         {"scheduler.backfill", K_BOOL, CFG(backfill), 0, 0, NULL},
         {"scheduler.backfill_depth", K_INT, CFG(backfill_depth), 1, 1000000, NULL},
+        {"scheduler.spf_aging_pct", K_INT, CFG(spf_aging_pct), 0, 100000, NULL},
         {"scheduler.preemption", K_SECTION, NOSTORE, 0, 0, NULL},
         {"scheduler.preemption.enabled", K_BOOL, CFG(preemption_enabled), 0, 0, NULL},
         {"scheduler.preemption.grace_sec", K_INT, CFG(preemption_grace_sec), 0, 86400, NULL},
@@ -432,6 +435,7 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->max_models_per_gpu = 2;
         cfg->backfill = true;
         cfg->backfill_depth = 1000;
+        cfg->spf_aging_pct = 1;
         cfg->preemption_enabled = true;
         cfg->preemption_grace_sec = 30;
         cfg->preemption_min_runtime_sec = 60;

@@ -207,6 +207,10 @@ typedef struct gp_config {
         char tls_sans[GP_CFG_MAX_TLS_SANS][GP_CFG_TLS_SAN_MAX]; /* names added to a generated certificate */
         int n_tls_sans;
         bool tls_plaintext_any;              /* server.tls.plaintext: any (opt-out) | loopback (default) */
+        char server_socket[108];             /* the local Unix socket (peer credentials name the caller):
+                                                "" = /run/gpupool/PORT.sock as root, else
+                                                /tmp/gpupool-UID/PORT.sock; "off" = none */
+        char admin_group[GP_USER_NAME_MAX];  /* local users in this Unix group are admins; "" = root only */
 
         /* auth */
         char admin_keys[GP_CFG_MAX_ADMIN_KEYS][72]; /* "sha256:<64 hex>" */
@@ -251,6 +255,7 @@ typedef struct gp_config {
         int max_models_per_gpu;              /* default 2 */
         bool backfill;                       /* default true */
         int backfill_depth;                  /* queued tasks examined for backfill, default 1000 */
+        int spf_aging_pct;                   /* spf: GPU-ms of credit per 100 ms waited, default 1 */
         bool preemption_enabled;             /* default true */
         int preemption_grace_sec;            /* default 30 */
         int preemption_min_runtime_sec;      /* default 60 */

@@ -52,7 +52,7 @@ static uint64_t key_hash(int level, const gp_pred_key *k) {
                 h = fnv_str(h, k->tenant);
         if (level <= GP_PRED_USER)
                 h = fnv_str(h, k->user);
-        if (level <= GP_PRED_NAME && level != GP_PRED_USER)
+        if (level <= GP_PRED_NAME) /* TASK and NAME: not USER (2), whose groups span names */
                 h = fnv_str(h, k->name);
         if (level != GP_PRED_NAME)
                 h = fnv(h, &k->gpus, sizeof(k->gpus));

@@ -97,7 +97,7 @@ enum {
         R_NODES,        /* multi-node: a1 = GPUs needed, a2 = whole nodes free that it may use */
 };
 
-#define GP_LABELS_MAX 32           /* label pairs of a node, or of a node_selector */
+#define GP_LABELS_MAX 33           /* label pairs of a node (32 and the implicit gpupool/node), or of a node_selector */
 #define LABEL_PART_MAX 63          /* bytes of a label's key or value */
 #define NAME_MAX_LEN 255
 #define WEIGHT_MAX 1000000

@@ -310,15 +310,65 @@ static void kind_usable_refresh(gp_sched *s) {
 }
 
 /* The kind of GPU name `name`, made if new (-E2BIG past 64, -ENOMEM). */
+/* The kinds some GPU that is not removed has (bit k: kind k). */
+static uint64_t kinds_in_use(const gp_sched *s) {
+        uint64_t used = 0;
+        for (uint32_t i = 0; i < s->ngpus; i++)
+                if (!s->gpus[i].removed)
+                        used |= (uint64_t)1 << s->gpus[i].kind;
+        return used;
+}
+
+/* A kind no GPU has any more (its GPUs were all removed), or -1. */
+static int kind_unused(const gp_sched *s) {
+        uint64_t used = kinds_in_use(s);
+        for (int k = 0; k < s->nkinds; k++)
+                if (!((used >> k) & 1))
+                        return k;
+        return -1;
+}
+
+int gp_sched_gpu_models_room(const gp_sched *s, const char *const *names, int n) {
+        int fresh = 0;
+        for (int i = 0; i < n; i++) {
+                bool known = false;
+                for (int k = 0; k < s->nkinds && !known; k++)
+                        known = strcmp(s->kind_names[k], names[i]) == 0;
+                for (int j = 0; j < i && !known; j++)
+                        known = strcmp(names[j], names[i]) == 0;
+                fresh += !known;
+        }
+        if (fresh == 0 || s->nkinds + fresh <= MAX_KINDS)
+                return 0;
+        uint64_t used = kinds_in_use(s);
+        int unused = 0;
+        for (int k = 0; k < s->nkinds; k++)
+                unused += !((used >> k) & 1);
+        return s->nkinds + fresh - unused <= MAX_KINDS ? 0 : -E2BIG;
+}
+
 static int kind_get(gp_sched *s, const char *name) {
         for (int k = 0; k < s->nkinds; k++)
                 if (strcmp(s->kind_names[k], name) == 0)
                         return k;
-        if (s->nkinds >= MAX_KINDS)
-                return -E2BIG;
-        if (!(s->kind_names[s->nkinds] = strdup(name)))
-                return -ENOMEM;
-        int kind = s->nkinds++;
+        int kind;
+        if (s->nkinds >= MAX_KINDS) {
+                /* full: a kind whose GPUs all left is named anew (removed GPUs
+                 * are unlinked and out of every node's masks; a revived one
+                 * takes its kind again by name) */
+                if ((kind = kind_unused(s)) < 0)
+                        return -E2BIG;
+                char *nm = strdup(name);
+                if (!nm)
+                        return -ENOMEM;
+                free(s->kind_names[kind]);
+                s->kind_names[kind] = nm;
+                s->kind_usable[kind] = 0;
+        } else {
+                if (!(s->kind_names[s->nkinds] = strdup(name)))
+                        return -ENOMEM;
+                kind = s->nkinds++;
+        }
         /* a new kind: queued and running tasks with a glob may now match it */
         size_t pos = 0;
         stask *t;
@@ -389,7 +439,7 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
         for (int k = 0; k < s->nkinds; k++)
                 if (strcmp(s->kind_names[k], d->name) == 0)
                         kind = k;
-        if (kind < 0 && s->nkinds >= MAX_KINDS)
+        if (kind < 0 && s->nkinds >= MAX_KINDS && kind_unused(s) < 0)
                 return -E2BIG;
 
         sgpu *gpus = grow(s->gpus, sizeof(sgpu), &s->gpus_cap, s->ngpus + 1);
@@ -701,7 +751,7 @@ int gp_sched_gpu_find(const gp_sched *s, const char *node, int index, uint32_t *
 
 int gp_sched_gpu_find_uuid(const gp_sched *s, const char *uuid, uint32_t *ret_gpu) {
         for (uint32_t i = 0; uuid && i < s->ngpus; i++)
-                if (strcmp(s->gpus[i].uuid, uuid) == 0) {
+                if (!s->gpus[i].removed && strcmp(s->gpus[i].uuid, uuid) == 0) {
                         *ret_gpu = i;
                         return 0;
                 }

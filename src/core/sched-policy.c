@@ -245,7 +245,7 @@ static int64_t key_spf(const gp_sched *s, const stask *t) {
 }
 
 static const gp_sched_policy_ops spf_ops = {
-        .name = "spf", .daemon = false,
+        .name = "spf", .daemon = true,
         .queue_of = queue_by_prio, .order_key = key_spf, .pick_tier = pick_first, .position = position_walk,
         .before = before_tier, .grow_key = grow_sef,
 };

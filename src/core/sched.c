@@ -27,7 +27,7 @@ void gp_sched_config_defaults(gp_sched_config *cfg) {
         cfg->fairshare_half_life_ms = 24LL * 3600 * 1000;
         cfg->preemption = false;
         cfg->preempt_min_runtime_ms = 60 * 1000;
-        cfg->spf_aging_pct = 100;
+        cfg->spf_aging_pct = 1;
 }
 
 static int check_las(const gp_sched_config *cfg) {

@@ -185,7 +185,11 @@ int gp_sched_gpu_set_drained(gp_sched *s, uint32_t gpu, bool drained);
 int gp_sched_gpu_set_load(gp_sched *s, uint32_t gpu, int util_pct, int temp_c);
 /* Find a GPU by node name and index. 0 or -ENOENT. */
 int gp_sched_gpu_find(const gp_sched *s, const char *node, int index, uint32_t *ret_gpu);
-/* Find a GPU by uuid. 0 or -ENOENT. */
+/* Room for GPUs of these model names (repeats and known ones count once
+ * or not at all; a model whose GPUs were all removed frees its place):
+ * 0, or -E2BIG when the scheduler's model table (64) cannot hold them. */
+int gp_sched_gpu_models_room(const gp_sched *s, const char *const *names, int n);
+/* Find a GPU (not removed) by uuid. 0 or -ENOENT. */
 int gp_sched_gpu_find_uuid(const gp_sched *s, const char *uuid, uint32_t *ret_gpu);
 /* GPU ids are 0..gp_sched_gpu_count()-1, removed GPUs included (their
  * view says `removed`). */

@@ -85,7 +85,14 @@ typedef struct gp_task {
         gp_task_gpu *gpus;                /* n_gpus entries, owned; NULL when n_gpus == 0 */
         int64_t sup_pid;                  /* batch: supervisor pid, 0 if none */
         int64_t sup_start;                /* batch: supervisor start time (clock ticks) */
+        char user[33];                    /* the Unix user it runs as (GP_USER_NAME_MAX with the NUL):
+                                             its submitter's, known from the kernel (a local
+                                             socket's peer), else the tenant's run_as or the
+                                             daemon's user; "" = not recorded (stores before
+                                             schema 6: the tenant's run_as applies) */
         char *spec;                       /* batch: JSON {"command":[..],"env":{..},"workdir":".."}; NULL for a lease; owned */
+        int64_t estimate_ms;              /* predicted run time when it was queued (server/estimates.h), 0 =
+                                             none; not stored: predicted again at recovery */
 } gp_task;
 
 /* Which start of the task its current (or last) run is: 1, 2, ...  Every

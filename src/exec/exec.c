@@ -34,6 +34,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -562,6 +563,7 @@ static int spec_dump(const gp_exec_spec *s, char **ret) {
             (r = set_int(o, "max_log_bytes", s->max_log_bytes)) < 0 ||
             (r = set_str(o, "run_as", s->run_as)) < 0 ||
             (s->fence_file && s->fence_file[0] && (r = set_str(o, "fence_file", s->fence_file)) < 0) ||
+            (s->clean_env && (r = json_object_set_new(o, "clean_env", json_true()) ? -ENOMEM : 0) < 0) ||
             (s->array_id > 0 && ((r = set_int(o, "array_id", s->array_id)) < 0 ||
                                  (r = set_int(o, "array_index", s->array_index)) < 0)))
                 goto out;
@@ -947,6 +949,7 @@ typedef struct spec {
         const char *run_as;          /* "" = stay the supervisor's user; missing = "" */
         int64_t array_id, array_index; /* missing: 0 (no array) */
         const char *fence_file;      /* "" = none (missing); else absolute (exec/fence.h) */
+        bool clean_env;              /* missing: false (inherit the supervisor's environment) */
 } spec;
 
 static void spec_done(spec *s) {
@@ -1096,6 +1099,7 @@ static int spec_load(int dirfd, spec *ret, char *why, size_t why_size) {
                 field = "fence_file";
                 goto bad;
         }
+        s.clean_env = json_is_true(json_object_get(s.root, "clean_env"));
         *ret = s;
         return 0;
 bad:
@@ -1117,12 +1121,14 @@ static bool same_key(const char *a, const char *b) {
 }
 
 #define OWN_VARS 7  /* gpupool's own variables (names[] in build_env) */
-#define USER_VARS 3 /* run_as: HOME, USER, LOGNAME */
+#define USER_VARS 5 /* run_as: HOME, USER, LOGNAME, SHELL; clean_env: PATH too */
+#define CLEAN_PATH "/usr/local/bin:/usr/bin:/bin"
 #define ENV_MADE (OWN_VARS + USER_VARS)
 
 /* The command's environment: inherited, minus what the spec or gpupool
- * sets, plus (run_as, u != NULL) the user's HOME, USER and LOGNAME unless
- * the spec sets them, plus the spec's env (last entry of a key wins), plus
+ * sets, plus (run_as or clean_env, u != NULL) the user's HOME, USER,
+ * LOGNAME and SHELL (clean_env: and a default PATH) unless the spec sets
+ * them; with clean_env nothing is inherited, plus the spec's env (last entry of a key wins), plus
  * gpupool's own variables, which nobody can override: three, and for a job
  * array element four more (GPUPOOL_ARRAY_ID/INDEX and Slurm's
  * SLURM_ARRAY_JOB_ID/TASK_ID, for scripts written for Slurm).  own has
@@ -1133,12 +1139,13 @@ static int build_env(const spec *s, const gp_user *u, char ***ret_env, char **ow
         const char *names[OWN_VARS] = {"CUDA_VISIBLE_DEVICES", "GPUPOOL_TASK_ID", "GPUPOOL_GPUS",
                                        "GPUPOOL_ARRAY_ID", "GPUPOOL_ARRAY_INDEX", "SLURM_ARRAY_JOB_ID",
                                        "SLURM_ARRAY_TASK_ID"};
-        const char *unames[USER_VARS] = {"HOME", "USER", "LOGNAME"};
+        const char *unames[USER_VARS] = {"HOME", "USER", "LOGNAME", "SHELL", "PATH"};
+        int nuser = u ? (s->clean_env ? USER_VARS : USER_VARS - 1) : 0;
         int nown = s->array_id > 0 ? OWN_VARS : 3;
         bool used[ENV_MADE];
         for (int i = 0; i < ENV_MADE; i++) {
                 gp_buf_init(&b[i], 0);
-                used[i] = i < nown || (i >= OWN_VARS && u);
+                used[i] = i < nown || (i >= OWN_VARS && i < OWN_VARS + nuser);
         }
         int r = 0;
         if (gp_buf_printf(&b[0], "CUDA_VISIBLE_DEVICES=%s", s->cuda) < 0 ||
@@ -1154,7 +1161,9 @@ static int build_env(const spec *s, const gp_user *u, char ***ret_env, char **ow
         if (r == 0 && u &&
             (gp_buf_printf(&b[OWN_VARS], "HOME=%s", u->home) < 0 ||
              gp_buf_printf(&b[OWN_VARS + 1], "USER=%s", u->name) < 0 ||
-             gp_buf_printf(&b[OWN_VARS + 2], "LOGNAME=%s", u->name) < 0))
+             gp_buf_printf(&b[OWN_VARS + 2], "LOGNAME=%s", u->name) < 0 ||
+             gp_buf_printf(&b[OWN_VARS + 3], "SHELL=%s", u->shell) < 0 ||
+             (nuser == USER_VARS && gp_buf_printf(&b[OWN_VARS + 4], "PATH=%s", CLEAN_PATH) < 0)))
                 r = -ENOMEM;
         for (int i = 0; i < ENV_MADE; i++) {
                 own[i] = r == 0 && used[i] ? gp_buf_steal(&b[i]) : NULL;
@@ -1165,7 +1174,7 @@ static int build_env(const spec *s, const gp_user *u, char ***ret_env, char **ow
         if (r < 0)
                 return r;
         size_t ninh = 0;
-        while (environ && environ[ninh])
+        while (!s->clean_env && environ && environ[ninh])
                 ninh++;
         char **env = calloc(ninh + s->envc + ENV_MADE + 1, sizeof(*env));
         if (!env)
@@ -1178,14 +1187,14 @@ static int build_env(const spec *s, const gp_user *u, char ***ret_env, char **ow
                 bool drop = false;
                 for (int k = 0; k < OWN_VARS && !drop; k++)
                         drop = same_key(e, names[k]);
-                for (int k = 0; k < USER_VARS && u && !drop; k++)
+                for (int k = 0; k < nuser && !drop; k++)
                         drop = same_key(e, unames[k]);
                 for (size_t k = 0; k < s->envc && !drop; k++)
                         drop = same_key(e, s->env[k]);
                 if (!drop)
                         env[n++] = (char *)e;
         }
-        for (int k = OWN_VARS; k < ENV_MADE && u; k++) {
+        for (int k = OWN_VARS; k < OWN_VARS + nuser; k++) {
                 bool drop = false;
                 for (size_t i = 0; i < s->envc && !drop; i++)
                         drop = same_key(own[k], s->env[i]);
@@ -1690,6 +1699,15 @@ static void say(const char *task_dir, const char *what, int err) {
         (void)!write(STDERR_FILENO, line, len);
 }
 
+/* The supervisor's own user (clean_env without run_as).  0 or -errno. */
+static int self_user(gp_user *ret) {
+        char buf[1024];
+        struct passwd pw, *found = NULL;
+        if (getpwuid_r(geteuid(), &pw, buf, sizeof(buf), &found) != 0 || !found)
+                return -ENOENT;
+        return gp_user_lookup(pw.pw_name, ret);
+}
+
 /* run_as: look the user up, check that we can become it, and make
  * TASK_DIR/work its own (0700).  0 with *ret_workfd, or 1 with the spawn
  * failure described in *res. */
@@ -1736,7 +1754,11 @@ static int spawn(run *r, const spec *s, int dirfd, gp_exec_result *res) {
         int rc = 0;
         if (s->run_as[0] && (rc = prepare_user(s, dirfd, &user, &workfd, res)) != 0)
                 goto out;
-        rc = build_env(s, workfd >= 0 ? &user : NULL, &envp, own);
+        gp_user self;
+        const gp_user *envu = workfd >= 0 ? &user : NULL;
+        if (!envu && s->clean_env && self_user(&self) == 0)
+                envu = &self; /* no switch, but the environment is still the user's own */
+        rc = build_env(s, envu, &envp, own);
         if (rc < 0)
                 goto out;
         if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {

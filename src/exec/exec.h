@@ -64,6 +64,10 @@ typedef struct gp_exec_spec {
                                       * supervisor stops the command (as for a cancel, end `fenced`)
                                       * once the monotonic deadline written there has passed or the
                                       * file is gone */
+        bool clean_env;              /* true: nothing of the supervisor's environment is inherited; the
+                                        command gets its user's HOME, USER, LOGNAME, SHELL, a default
+                                        PATH, then env, then gpupool's variables (a submitter's
+                                        environment as sent: sbatch --export) */
 } gp_exec_spec;
 
 typedef struct gp_exec_proc {

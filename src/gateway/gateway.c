@@ -55,6 +55,12 @@ static int64_t mono_ms(void) {
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static int64_t mono_us(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 void gp_gw_on_usage(gp_gw *g, gp_gw_usage_fn *fn, void *ud) {
         g->usage_fn = fn;
         g->usage_ud = ud;
@@ -488,6 +494,7 @@ gw_req *gw_request(gp_gw *g, loop *L, const char *url, const char *method, const
         q->up = -1;
         q->client_fd = -1;
         q->t0_ms = mono_ms();
+        q->t0_us = mono_us();
         gp_strlcpy(q->tenant, who->tenant, sizeof(q->tenant));
         gp_buf_init(&q->hdrs, MAX_HEADER_BYTES);
         gp_buf_init(&q->out, stream ? 0 : (size_t)g->cfg.max_response_bytes);
@@ -730,6 +737,8 @@ static int up_data(void *ud, const char *p, size_t len) {
                 return -1;
         if (q->tokenizing)
                 return q->out.len + len > TOKENIZE_MAX_BYTES || gp_buf_append(&q->out, p, len) < 0 ? -1 : 0;
+        if (!q->first_us && len)
+                q->first_us = mono_us(); /* the answer's first byte (time to first token) */
         if (!q->stream) {
                 if (gp_buf_append(&q->out, p, len) < 0) {
                         q->too_big = true; /* over max_response_bytes (nothing of p was kept) */
@@ -802,6 +811,8 @@ static int start(gp_gw *g, gw_req *q) {
         q->up = u;
         q->tried[u] = true;
         q->attempts++;
+        q->sent_us = mono_us();
+        q->first_us = 0;
         if (send_to(g, q, url, q->path, q->body, q->body_len, g->cfg.connect_timeout_ms,
                     g->cfg.request_timeout_sec * 1000) < 0) {
                 pthread_mutex_lock(&g->lock);
@@ -947,6 +958,24 @@ static void drop_from_list(loop *L, gw_req *q) {
                 }
 }
 
+/* An answered request's timings, into its model's and its tenant's
+ * histograms (g->lock held; no allocation).  Generation time, for
+ * tokens/s: from the answer's first byte to its end when streamed (the
+ * decoding rate), from the request's send to the end otherwise (a whole
+ * answer comes at once), or when a stream came in one piece. */
+static void record_timing(gp_gw *g, gw_req *q, int64_t completion) {
+        int64_t end = mono_us();
+        gw_timing *t[2] = {&q->m->timing, &g->tenants[q->ticket.tenant].timing};
+        int64_t gen0 = q->stream && q->first_us && end - q->first_us >= 1000 ? q->first_us : q->sent_us;
+        for (int i = 0; i < 2; i++) {
+                gw_hist_add(&t[i]->latency, GW_SCALE_SECONDS, (double)(end - q->t0_us) / 1e6);
+                if (q->first_us)
+                        gw_hist_add(&t[i]->ttft, GW_SCALE_SECONDS, (double)(q->first_us - q->t0_us) / 1e6);
+                if (completion > 0 && end > gen0)
+                        gw_hist_add(&t[i]->rate, GW_SCALE_RATE, (double)completion * 1e6 / (double)(end - gen0));
+        }
+}
+
 /* The gateway side lets go of q (its transfer and admission ended). */
 static void finish(gp_gw *g, gw_req *q) {
         if (!q->gw_held)
@@ -970,6 +999,8 @@ static void finish(gp_gw *g, gw_req *q) {
                 } else if (!q->stream && q->up_done && !body_usage(&q->out, &prompt, &completion)) {
                         prompt = completion = -1;
                 }
+                if (q->up_done && !q->up_failed && q->status == 200)
+                        record_timing(g, q, completion);
                 int64_t real = prompt >= 0 && completion >= 0 ? prompt + completion : (q->up_done ? 0 : -1);
                 gp_admit_done(g->admit, &q->ticket, real, mono_ms());
                 q->m->requests++;
@@ -1672,23 +1703,29 @@ json_t *gp_gw_stats_json(gp_gw *g) {
                 if (gp_admit_tenant_stats_get(g->admit, i, &ts) < 0)
                         continue;
                 const tstats *t = &g->tenants[i];
-                json_array_append_new(tens, json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "tenant_id", ts.id, "requests",
+                json_t *to;
+                json_array_append_new(tens, to = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "tenant_id", ts.id, "requests",
                                                       (json_int_t)ts.requests_total, "in_flight", (json_int_t)ts.running,
                                                       "queued", (json_int_t)ts.queued, "prompt_tokens",
                                                       (json_int_t)t->prompt_tokens, "completion_tokens",
                                                       (json_int_t)t->completion_tokens, "rejected",
                                                       (json_int_t)(ts.rejected_total + ts.expired_total)));
+                if (to)
+                        gw_timing_json(to, &t->timing);
         }
         json_t *mods = json_array();
         for (int i = 0; i < g->nmodels; i++) {
                 const model *m = &g->models[i];
-                json_array_append_new(mods, json_pack("{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I}", "model", m->cfg->name,
+                json_t *mo;
+                json_array_append_new(mods, mo = json_pack("{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I}", "model", m->cfg->name,
                                                       "queued", m->waiting, "in_flight", m->in_flight, "requests",
                                                       (json_int_t)m->requests, "prompt_tokens",
                                                       (json_int_t)m->prompt_tokens, "completion_tokens",
                                                       (json_int_t)m->completion_tokens, "last_used_ms",
                                                       (json_int_t)m->last_used_ms, "unloaded",
                                                       (json_int_t)m->unloads));
+                if (mo)
+                        gw_timing_json(mo, &m->timing);
         }
         uint64_t uerr = g->upstream_errors, retries = g->retries, cerr = g->context_errors;
         uint64_t unloaded = g->models_unloaded, tcalls = g->tokenize_calls, tfall = g->tokenize_fallbacks;
@@ -1707,6 +1744,35 @@ json_t *gp_gw_stats_json(gp_gw *g) {
                 json_object_update(base, out);
         json_decref(out);
         return base;
+}
+
+/* The timing histograms by model and by tenant (64 by name, then
+ * "other", as the daemon's tenant metrics).  g->lock held. */
+static int timing_prom(gp_gw *g, gp_buf *b) {
+        const char *mnames[GP_CFG_MAX_MODELS];
+        const gw_timing *mt[GP_CFG_MAX_MODELS];
+        for (int i = 0; i < g->nmodels; i++) {
+                mnames[i] = g->models[i].cfg->name;
+                mt[i] = &g->models[i].timing;
+        }
+        int r = gw_timing_prom(b, "gpupool_gateway_", "model", mnames, mt, (size_t)g->nmodels, GP_CFG_MAX_MODELS);
+        size_t n = gp_admit_tenant_count(g->admit);
+        gp_admit_tenant_stats *ts = calloc(n ? n : 1, sizeof(*ts));
+        const char **tnames = calloc(n ? n : 1, sizeof(*tnames));
+        const gw_timing **tt = calloc(n ? n : 1, sizeof(*tt));
+        size_t k = 0;
+        if (!ts || !tnames || !tt)
+                r = r ? r : -ENOMEM;
+        for (size_t i = 0; r == 0 && i < n; i++)
+                if (gp_admit_tenant_stats_get(g->admit, i, &ts[k]) == 0) {
+                        tnames[k] = ts[k].id;
+                        tt[k++] = &g->tenants[i].timing;
+                }
+        r = r ? r : gw_timing_prom(b, "gpupool_gateway_tenant_", "tenant", tnames, tt, k, 64);
+        free(ts);
+        free(tnames);
+        free(tt);
+        return r;
 }
 
 /* Prometheus text (one family at a time: HELP, TYPE, samples). */
@@ -1759,6 +1825,7 @@ int gp_gw_prometheus(gp_gw *g, gp_buf *b) {
         r = r ? r : prom_family(b, "gpupool_gateway_upstream_errors_total", "counter",
                                 "Gateway requests that failed at an upstream after the retry.");
         r = r ? r : gp_buf_printf(b, "gpupool_gateway_upstream_errors_total %" PRIu64 "\n", g->upstream_errors);
+        r = r ? r : timing_prom(g, b);
         pthread_mutex_unlock(&g->lock);
         return r;
 }

@@ -6,6 +6,7 @@
 
 #include "base/iplimit.h"
 #include "gateway/gateway.h"
+#include "gateway/gwstats.h"
 #include "gateway/upclient.h"
 
 #include <pthread.h>
@@ -87,10 +88,12 @@ typedef struct model {
         int in_flight;             /* its admitted requests not ended */
         int64_t last_used_ms;      /* wall clock of its last request that reached admission, 0 = none */
         uint64_t unloads;          /* served replicas stopped as the least recently used idle model */
+        gw_timing timing;          /* its answered requests' latency, first byte, tokens/s (under g->lock) */
 } model;
 
 typedef struct tstats {
         uint64_t prompt_tokens, completion_tokens, errors;
+        gw_timing timing;          /* as model.timing, for the tenant's requests */
 } tstats;
 
 typedef struct gw_req {
@@ -121,6 +124,7 @@ typedef struct gw_req {
         char *tok_body;            /* what goes to /tokenize (owned) */
         char tenant[GP_TENANT_MAX];
         int64_t t0_ms;
+        int64_t t0_us, sent_us, first_us; /* monotonic µs: arrived; sent to the upstream that answers; its first body byte (0 = none yet) */
         /* the upstream transfer */
         gp_uc_xfer *x;
         int up;                    /* index in m->ups, -1 = none */

@@ -649,7 +649,11 @@ json_t *gp_billing_tenant_json(gp_daemon *d, const char *tenant) {
         if (rc < 0)
                 return NULL;
         int64_t cr = credits_of(d, tenant);
-        return json_pack("{s:s,s:I,s:o,s:I,s:o,s:I,s:o,s:I,s:o}", "currency", d->cfg.billing.currency,
+        /* billed: a billing section is configured and the tenant is not an internal department */
+        const gp_cfg_tenant *t = gp_tenants_find(d->tenants, tenant);
+        bool billed = d->cfg.billing.enabled && !(t && !strcmp(t->kind, "internal"));
+        return json_pack("{s:b,s:s,s:I,s:o,s:I,s:o,s:I,s:o,s:I,s:o}", "billed", billed, "currency",
+                         d->cfg.billing.currency,
                          "credits_cents", (json_int_t)cr, "credits", money(cr), "charges_cents", (json_int_t)total,
                          "charges", money(total), "balance_cents", (json_int_t)(cr - total), "balance",
                          money(cr - total), "month_to_date_cents", (json_int_t)mtd, "month_to_date", money(mtd));

@@ -25,6 +25,7 @@
 #include "server/monitor.h"
 #include "server/nodes.h"
 #include "server/coord.h"
+#include "server/estimates.h"
 #include "base/labels.h"
 
 #include <errno.h>
@@ -176,6 +177,7 @@ static int recover_one(const gp_task *st, void *ud) {
                 free(t);
                 return -ENOMEM;
         }
+        t->estimate_ms = gp_est_predict(d, t, NULL);
         gp_sched_req r = sched_req(t);
         r.readmit = true; /* accepted before the restart: max_queued does not apply again */
         if (t->state == GP_TASK_QUEUED && !t->is_lease) {
@@ -467,6 +469,7 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, int64_t epoch, char *
         sc.memory_safety_margin_mb = cfg->memory_safety_margin_mb;
         sc.backfill = cfg->backfill;
         sc.backfill_depth = cfg->backfill_depth;
+        sc.spf_aging_pct = cfg->spf_aging_pct;
         sc.preemption = cfg->preemption_enabled;
         sc.preempt_min_runtime_ms = (int64_t)cfg->preemption_min_runtime_sec * 1000;
         sc.fairshare_half_life_ms = (int64_t)cfg->fairshare_half_life_s * 1000;
@@ -493,6 +496,10 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, int64_t epoch, char *
                 return rc;
         }
         d->next_id = max_id + 1;
+        if ((rc = gp_est_open(d)) < 0) { /* what past tasks teach of run times, before the queue */
+                snprintf(err, errlen, "run-time estimates: out of memory");
+                return rc;
+        }
         if ((d->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
             (d->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
                 snprintf(err, errlen, "eventfd/epoll: %s", strerror(errno));
@@ -624,6 +631,7 @@ void gp_daemon_close(gp_daemon *d) {
                 free(v);
         gp_i64map_done(&d->ranks);
         gp_nodes_close(d);
+        gp_est_close(d);
         gp_coord_close(d);
         gp_i64map_done(&d->lpreempting);
         free(d->resized);

@@ -26,7 +26,9 @@
 #include "exec/exec.h"
 #include "server/monitor.h"
 #include "server/nodes.h"
+#include "server/peer.h"
 #include "server/coord.h"
+#include "server/estimates.h"
 #include "base/labels.h"
 
 #include <errno.h>
@@ -82,7 +84,7 @@ gp_sched_req sched_req(const gp_task *t) {
                 .submit_ms = t->submitted_ms,
                 .queue_deadline_ms = t->queue_timeout_s ? t->submitted_ms + t->queue_timeout_s * 1000 : 0,
                 .elastic_max_gpus = t->elastic_max_gpus, .borrowing = t->borrowing,
-                .array_id = t->array_id, .array_limit = t->array_limit,
+                .array_id = t->array_id, .array_limit = t->array_limit, .estimate_ms = t->estimate_ms,
         };
         return r;
 }
@@ -138,6 +140,7 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         int r = gp_buf_printf(b, "{\"id\":%" PRId64, t->id);
         r = r ? r : gp_buf_json_field_str(b, "tenant_id", t->tenant);
         r = r ? r : gp_buf_json_field_str(b, "name", t->name);
+        r = r ? r : (t->user[0] ? gp_buf_json_field_str(b, "user", t->user) : gp_buf_puts(b, ",\"user\":null"));
         r = r ? r : gp_buf_printf(b, ",\"kind\":\"%s\",\"state\":\"%s\",\"priority\":%d,\"gpu_request\":%d,"
                                      "\"memory_mb\":%" PRId64 ",\"exclusive\":%s,\"preemptible\":%s",
                                   t->is_lease ? "lease" : "batch",
@@ -179,6 +182,9 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 const char *onl = spec ? json_string_value(json_object_get(spec, "on_node_lost")) : NULL;
                 r = r ? r : gp_buf_printf(b, ",\"on_node_lost\":\"%s\"",
                                           onl && !strcmp(onl, "requeue") ? "requeue" : "fence");
+                const char *wd = spec ? json_string_value(json_object_get(spec, "workdir")) : NULL;
+                if (wd && *wd) /* the dashboard's Tasks page shows it */
+                        r = r ? r : gp_buf_json_field_str(b, "workdir", wd);
                 json_decref(spec);
         }
         r = r ? r : gp_buf_puts(b, ",\"gpus\":[");
@@ -217,6 +223,7 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         }
         gp_daemon_reason_hide(d, t->tenant, reason, sizeof(reason));
         r = r ? r : gp_buf_json_field_str(b, "reason", reason);
+        r = r ? r : gp_est_write(d, t, gp_now_ms(), b); /* queued or running: what history predicts */
         r = r ? r : gp_buf_printf(b, ",\"preempt_count\":%d,\"retries\":%d", t->preempt_count, t->retries);
         if (t->has_exit_code)
                 r = r ? r : gp_buf_printf(b, ",\"exit_code\":%d", t->exit_code);
@@ -302,6 +309,7 @@ void finish(gp_daemon *d, batch *b, gp_task *t, gp_task_state st, int64_t now) {
         lease_let_go(d, t);
         t->state = st;
         t->finished_ms = now;
+        gp_est_ended(d, t); /* a success teaches its run time */
         free(t->gpus);
         t->gpus = NULL;
         /* keep n_gpus at 0 but the record of where it ran is in the log line */
@@ -431,11 +439,13 @@ typedef struct outcome {
         const char *ctype;          /* Content-Type of body, NULL = JSON */
 } outcome;
 
-static gp_task *active_for(gp_daemon *d, int64_t id, const char *tenant) {
-        gp_task *t = gp_i64map_get(&d->tasks, id);
-        if (t && tenant[0] && strcmp(t->tenant, tenant) != 0)
-                return NULL;
-        return t;
+static bool op_owns(const cmd_op *op, const gp_task *t) {
+        return (!op->tenant[0] || !strcmp(t->tenant, op->tenant)) && (!op->user[0] || !strcmp(t->user, op->user));
+}
+
+static gp_task *active_for(gp_daemon *d, const cmd_op *op) {
+        gp_task *t = gp_i64map_get(&d->tasks, op->id);
+        return t && op_owns(op, t) ? t : NULL;
 }
 
 static void apply_submit_array(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o);
@@ -498,6 +508,7 @@ static void apply_submit(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o
                 free(t);
                 return;
         }
+        t->estimate_ms = gp_est_predict(d, t, NULL); /* what its like taught so far */
         gp_sched_req r = sched_req(t);
         char why[256];
         int rc = feasible(d, &r, why, sizeof(why));
@@ -579,7 +590,7 @@ static bool cancel_task(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
 }
 
 static void apply_cancel(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o) {
-        gp_task *t = active_for(d, c->op.id, c->op.tenant);
+        gp_task *t = active_for(d, &c->op);
         if (!t) {
                 o->lookup_id = c->op.id; /* final or unknown: answered from the store */
                 return;
@@ -602,6 +613,7 @@ static void apply_submit_array(gp_daemon *d, batch *b, cmd *c, int64_t now, outc
         if (!balance_ok(d, tpl->tenant, o))
                 return;
         tpl->id = d->next_id;
+        tpl->estimate_ms = gp_est_predict(d, tpl, NULL); /* one for every element: the same job */
         gp_sched_req r = sched_req(tpl);
         char why[256];
         int rc = feasible(d, &r, why, sizeof(why));
@@ -703,7 +715,7 @@ static void apply_array_cancel(gp_daemon *d, batch *b, cmd *c, int64_t now, outc
         gp_task **hit = NULL;
         size_t nhit = 0, caphit = 0;
         while ((t = gp_i64map_next(&d->tasks, &pos, NULL))) {
-                if (t->array_id != c->op.id || (c->op.tenant[0] && strcmp(t->tenant, c->op.tenant) != 0))
+                if (t->array_id != c->op.id || !op_owns(&c->op, t))
                         continue;
                 nseen++;
                 if (c->op.array_index >= 0 && t->array_index != c->op.array_index)
@@ -729,7 +741,7 @@ static void apply_array_cancel(gp_daemon *d, batch *b, cmd *c, int64_t now, outc
                  * its first element's id is the array's id */
                 gp_task first;
                 bool found = gp_daemon_task_lookup(d, c->op.id, &first) == 0;
-                bool ok = found && first.array_id == c->op.id && (!c->op.tenant[0] || !strcmp(first.tenant, c->op.tenant));
+                bool ok = found && first.array_id == c->op.id && op_owns(&c->op, &first);
                 if (found)
                         gp_task_done(&first);
                 if (!ok) {
@@ -752,7 +764,7 @@ static void apply_array_cancel(gp_daemon *d, batch *b, cmd *c, int64_t now, outc
 }
 
 static void apply_release(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *o) {
-        gp_task *t = active_for(d, c->op.id, c->op.tenant);
+        gp_task *t = active_for(d, &c->op);
         if (!t) {
                 o->lookup_id = c->op.id;
                 return;
@@ -782,7 +794,7 @@ static void apply_release(gp_daemon *d, batch *b, cmd *c, int64_t now, outcome *
 }
 
 static void apply_heartbeat(gp_daemon *d, cmd *c, int64_t now, outcome *o) {
-        gp_task *t = active_for(d, c->op.id, c->op.tenant);
+        gp_task *t = active_for(d, &c->op);
         if (!t) {
                 o->lookup_id = c->op.id;
                 o->status = 409; /* a final lease cannot be kept alive */
@@ -1111,7 +1123,8 @@ int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
                 .cuda_visible_devices = cvd, .gpus = gpus, .timeout_s = t->timeout_s,
                 .kill_grace_s = d->cfg.kill_grace_s, .max_log_bytes = d->cfg.max_log_bytes,
                 .preempt_grace_s = d->cfg.preemption_grace_sec, .notify_signal = d->cfg.elastic_signal,
-                .run_as = gp_tenants_run_as(d->tenants, t->tenant),
+                .run_as = t->user[0] ? gp_peer_run_as(t->user) : gp_tenants_run_as(d->tenants, t->tenant),
+                .clean_env = json_is_true(json_object_get(spec, "clean_env")),
         };
         rc = gp_exec_launch(d->self_exe, dir, &es, flags, ret);
 out:
@@ -1344,10 +1357,9 @@ static void answer(gp_daemon *d, uint64_t gen, cmd *c, outcome *o) {
                 return;
         }
         /* a task command (cmd_op) whose task is final or unknown */
-        const char *owner = c->op.tenant;
         gp_task t;
         int rc = gp_daemon_task_lookup(d, o->lookup_id, &t);
-        if (rc < 0 || (owner[0] && strcmp(t.tenant, owner) != 0)) {
+        if (rc < 0 || !op_owns(&c->op, &t)) {
                 if (rc == 0)
                         gp_task_done(&t);
                 gp_commit_answer(d, gen, c->req, 404,

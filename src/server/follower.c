@@ -64,6 +64,7 @@
 #include "config/config.h"
 #include "server/forward.h"
 #include "server/tls-pump.h"
+#include "server/peer.h"
 
 #define CONNECT_MS 3000         /* to the leader */
 #define ANSWER_MS 75000         /* request sent and the answer's head back: a long poll (?wait=) holds it 60 s at most */
@@ -494,6 +495,11 @@ static enum MHD_Result forward(gp_follower *fw, struct MHD_Connection *c, freq *
         gp_buf_init(&head, GP_FWD_HEAD_MAX + 1024);
         int rc = gp_fwd_request_head(&head, method, q->target, hs.h, hs.n, host, fw->id, client,
                                      (int64_t)q->body.len);
+        gp_peer who; /* a loopback client the kernel names goes on named (peer.h) */
+        if (rc == 0 && gp_peer_of_conn(c, "", &who) == 0) {
+                head.len -= 2; /* before the blank line that ends the head */
+                rc = gp_buf_printf(&head, GP_FWD_UID ": %u\r\n\r\n", (unsigned)who.uid);
+        }
         if (rc < 0) {
                 gp_buf_done(&head);
                 return rc == -ENOMEM ? MHD_NO

@@ -57,7 +57,8 @@ static bool target_ok(const char *t) {
 }
 
 static bool ours(const char *name) {
-        return !strcasecmp(name, GP_FWD_BY) || !strcasecmp(name, GP_FWD_FOR) || !strcasecmp(name, "Expect") ||
+        return !strcasecmp(name, GP_FWD_BY) || !strcasecmp(name, GP_FWD_FOR) || !strcasecmp(name, GP_FWD_UID) ||
+               !strcasecmp(name, "Expect") ||
                !strcasecmp(name, "Host");
 }
 

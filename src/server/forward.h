@@ -18,6 +18,10 @@
  *       its peer and every address named here are loopback: a follower on
  *       the leader's machine must not turn a remote client into a local one.
  *       A client can only lower its own rights with it, never raise them.
+ *   X-Gpupool-Forwarded-Uid: a loopback client's uid, as the follower's
+ *       kernel named it (peer.h).  The leader believes it only when its
+ *       own peer (the follower) runs as the leader's uid; a client's own
+ *       copy is dropped by the follower like the two above.
  */
 #ifndef GP_SERVER_FORWARD_H
 #define GP_SERVER_FORWARD_H
@@ -32,6 +36,9 @@
 
 #define GP_FWD_BY "X-Gpupool-Forwarded-By"
 #define GP_FWD_FOR "X-Gpupool-Forwarded-For"
+#define GP_FWD_UID "X-Gpupool-Forwarded-Uid" /* a loopback client's uid, as the follower's kernel said
+                                                (peer.h); the leader believes it only from a peer of
+                                                its own uid on its own machine */
 #define GP_FWD_TARGET_MAX 8192          /* request target, bytes */
 #define GP_FWD_HEAD_MAX (64 * 1024)     /* request or response head, bytes */
 

@@ -24,6 +24,8 @@
 #include "server/monitor.h"
 #include "server/submit.h"
 #include "server/nodes.h"
+#include "server/estimates.h"
+#include "server/peer.h"
 #include "server/routes.h"
 #include "server/tenants.h"
 
@@ -270,17 +272,24 @@ static int identify(gp_daemon *d, const char *h, const char *host, bool loopback
  * or to one tenant.  0 = allowed; else the answer was queued. */
 static int authorize(hreq *r, enum MHD_Result *ret) {
         const char *msg = NULL;
-        int st = identify(r->d, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization"),
-                          MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host"), is_loopback(r->conn), &r->admin, r->tenant, sizeof(r->tenant), r->who, sizeof(r->who), &msg);
+        const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
+        bool unix_sock = gp_peer_conn_is_unix(r->conn);
+        int st = unix_sock && !key ? 0 /* the kernel names the caller (peer.h) */
+                 : identify(r->d, key, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host"),
+                            unix_sock || is_loopback(r->conn), &r->admin, r->tenant, sizeof(r->tenant), r->who,
+                            sizeof(r->who), &msg);
+        if (!st)
+                st = gp_http_identify_user(r, unix_sock, key != NULL, &msg);
         if (!st)
                 return 0;
         *ret = send_error(r, st, st == 401 ? "unauthorized" : "forbidden", "%s", msg);
         return -1;
 }
 
-/* May this request see task t?  Admin sees all; a tenant key its own. */
-static bool may_see(const hreq *r, const char *tenant) {
-        return r->admin || !strcmp(r->tenant, tenant);
+/* May this request see task t?  Admin sees all; a tenant key its own; a
+ * local user who is not an admin its own (peer.h). */
+static bool may_see(const hreq *r, const char *tenant, const char *user) {
+        return r->admin || (!strcmp(r->tenant, tenant) && (!r->own_only || !strcmp(r->user, user)));
 }
 
 /* ------------------------------------------------------------------ */
@@ -345,7 +354,7 @@ static enum MHD_Result get_gpus(hreq *r) {
                         size_t i;
                         json_array_foreach(ids, i, v) {
                                 gp_task *t = gp_i64map_get(&d->tasks, json_integer_value(v));
-                                if (t && may_see(r, t->tenant))
+                                if (t && may_see(r, t->tenant, t->user))
                                         json_array_append(own, v);
                         }
                         json_object_set_new(o, "tasks", own);
@@ -366,12 +375,18 @@ static enum MHD_Result get_queue(hreq *r) {
                 return send_error(r, 503, "unavailable", "out of memory");
         json_t *a = json_array();
         int64_t now = gp_now_ms();
+        /* expected starts of the first GP_EST_AHEAD, in the same order (estimates.h) */
+        int64_t *eids = malloc(GP_EST_AHEAD * sizeof(*eids)), *starts = malloc(GP_EST_AHEAD * sizeof(*starts));
+        double *confs = malloc(GP_EST_AHEAD * sizeof(*confs));
+        size_t nest = 0;
         pthread_mutex_lock(&d->lock);
         size_t total = gp_sched_queue_order(d->sched, ids, (size_t)limit);
         size_t n = total < (size_t)limit ? total : (size_t)limit;
+        if (eids && starts && confs && gp_est_starts(d, now, eids, starts, confs, &nest) < 0)
+                nest = 0;
         for (size_t i = 0; i < n; i++) {
                 gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
-                if (!t || !may_see(r, t->tenant))
+                if (!t || !may_see(r, t->tenant, t->user))
                         continue; /* positions stay global: others' tasks are counted, not shown */
                 char reason[GP_REASON_MAX], sub[40];
                 gp_daemon_task_reason(d, t, reason, sizeof(reason));
@@ -387,10 +402,19 @@ static enum MHD_Result get_queue(hreq *r) {
                         json_object_set_new(e, "array_id", json_integer(t->array_id));
                         json_object_set_new(e, "array_index", json_integer(t->array_index));
                 }
+                if (e && i < nest && eids[i] == t->id) {
+                        char at[40];
+                        gp_time_format(starts[i], at, sizeof(at));
+                        json_object_set_new(e, "expected_start_at", json_string(at));
+                        json_object_set_new(e, "expected_start_confidence", json_real((double)(int)(confs[i] * 100) / 100));
+                }
                 json_array_append_new(a, e);
         }
         pthread_mutex_unlock(&d->lock);
         free(ids);
+        free(eids);
+        free(starts);
+        free(confs);
         return send_json(r, 200, json_pack("{s:I,s:o}", "total", (json_int_t)total, "tasks", a));
 }
 
@@ -401,6 +425,7 @@ typedef struct list_ctx {
         int count;
         /* array listings only (the store pages by array alone): */
         const char *tenant;        /* NULL = any */
+        const char *user;          /* NULL = any (every listing pages through the rows with it) */
         int state;                 /* -1 = any */
         bool active;               /* queued or running only */
         int rows, limit;           /* rows seen in this page; stop (1) at limit answers */
@@ -414,7 +439,8 @@ static int list_cb(const gp_task *st, void *ud) {
                 c->rows++;
                 c->last_row = st->id;
                 const gp_task *t = mem ? mem : st;
-                if ((c->tenant && strcmp(t->tenant, c->tenant) != 0) || (c->state >= 0 && (int)t->state != c->state) ||
+                if ((c->tenant && strcmp(t->tenant, c->tenant) != 0) || (c->user && strcmp(t->user, c->user) != 0) ||
+                    (c->state >= 0 && (int)t->state != c->state) ||
                     (c->active && gp_task_state_is_final(t->state)))
                         return 0;
                 if (c->count >= c->limit)
@@ -448,6 +474,14 @@ static enum MHD_Result list_tasks(hreq *r) {
                 return send_error(r, 400, "invalid_request", "tenant: bad tenant id");
         if (!r->admin)
                 tenant = r->tenant; /* a tenant key lists its own tasks only */
+        const char *user = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "user");
+        if (user && !gp_user_name_ok(user, strlen(user)))
+                return send_error(r, 400, "invalid_request", "user: bad Unix user name");
+        if (r->own_only && user && strcmp(user, r->user) != 0)
+                return send_error(r, 403, "forbidden", "user %s lists its own tasks only (admins: root, or "
+                                  "auth.admin_group)", r->user);
+        if (r->own_only)
+                user = r->user; /* a local user lists its own tasks only */
         gp_task_state st = GP_TASK_QUEUED;
         bool active = state && !strcmp(state, "active");
         if (state && !active && gp_task_state_parse(state, &st) < 0)
@@ -455,12 +489,12 @@ static enum MHD_Result list_tasks(hreq *r) {
                                   "state: one of queued, running, succeeded, failed, cancelled, timeout, lost, active");
         gp_buf out;
         gp_buf_init(&out, 0);
-        list_ctx c = {.d = d, .out = &out, .tenant = tenant, .state = state && !active ? (int)st : -1,
+        list_ctx c = {.d = d, .out = &out, .tenant = tenant, .user = user, .state = state && !active ? (int)st : -1,
                       .active = active};
         int rc = gp_buf_puts(&out, "{\"tasks\":[");
         pthread_mutex_lock(&d->lock);
-        if (array_id > 0) {
-                /* one array's elements (state and tenant filter the rows) */
+        if (array_id > 0 || (user && !active)) {
+                /* one array's elements, or one user's tasks (the filters pick the rows) */
                 gp_task_filter f = {.state = -1, .before_id = after, .limit = 1000, .array_id = array_id};
                 pthread_mutex_lock(&d->rs_lock);
                 while (rc == 0 && c.count < limit) {
@@ -479,7 +513,8 @@ static enum MHD_Result list_tasks(hreq *r) {
                 int64_t *ids = malloc(sizeof(int64_t) * (n ? n : 1));
                 gp_task *t;
                 while (ids && (t = gp_i64map_next(&d->tasks, &pos, NULL)))
-                        if ((!after || t->id < after) && (!tenant || !strcmp(t->tenant, tenant)))
+                        if ((!after || t->id < after) && (!tenant || !strcmp(t->tenant, tenant)) &&
+                            (!user || !strcmp(t->user, user)))
                                 ids[k++] = t->id;
                 if (ids) {
                         qsort(ids, k, sizeof(int64_t), cmp_desc);
@@ -518,7 +553,7 @@ static enum MHD_Result get_task(hreq *r, int64_t id) {
                 return send_error(r, 400, "invalid_request", "wait: must be 0..60 seconds");
         pthread_mutex_lock(&d->lock);
         gp_task *t = gp_i64map_get(&d->tasks, id);
-        if (t && !may_see(r, t->tenant)) {
+        if (t && !may_see(r, t->tenant, t->user)) {
                 pthread_mutex_unlock(&d->lock);
                 return send_error(r, 404, "not_found", "no task %" PRId64, id); /* 404, not 403: ids do not leak */
         }
@@ -541,7 +576,7 @@ static enum MHD_Result get_task(hreq *r, int64_t id) {
                 gp_task ft;
                 rc = gp_daemon_task_lookup(d, id, &ft);
                 if (rc == 0) {
-                        rc = may_see(r, ft.tenant) ? gp_daemon_task_write(d, &ft, &out) : -ENOENT;
+                        rc = may_see(r, ft.tenant, ft.user) ? gp_daemon_task_write(d, &ft, &out) : -ENOENT;
                         gp_task_done(&ft);
                 }
         }
@@ -608,7 +643,7 @@ static enum MHD_Result get_logs(hreq *r, int64_t id) {
                 return send_error(r, 404, "not_found", "no task %" PRId64, id);
         if (rc < 0)
                 return send_error(r, 503, "unavailable", "store: %s", gp_strerror(rc));
-        bool lease = t.is_lease, mine = may_see(r, t.tenant);
+        bool lease = t.is_lease, mine = may_see(r, t.tenant, t.user);
         gp_task_done(&t);
         if (!mine)
                 return send_error(r, 404, "not_found", "no task %" PRId64, id);
@@ -823,6 +858,14 @@ static enum MHD_Result submit(hreq *r, bool seed) {
                         return send_error(r, 403, "forbidden", "%s", err);
                 return send_error(r, 400, "invalid_request", "%s", err);
         }
+        if ((rc = gp_http_submit_user(r, &c->submit.task, err, sizeof(err))) != 0) {
+                gp_task_done(&c->submit.task);
+                gp_array_spec_done(&c->submit.array);
+                free(c);
+                if (rc == -ENOMEM)
+                        return send_error(r, 503, "unavailable", "out of memory");
+                return send_error(r, 403, "forbidden", "%s", err);
+        }
         c->kind = CMD_SUBMIT;
         return post_cmd(r, c);
 }
@@ -835,6 +878,8 @@ static enum MHD_Result task_cmd(hreq *r, cmd_kind kind, int64_t id) {
         c->op.id = id;
         if (!r->admin)
                 gp_strlcpy(c->op.tenant, r->tenant, sizeof(c->op.tenant)); /* others' tasks answer 404 */
+        if (r->own_only)
+                gp_strlcpy(c->op.user, r->user, sizeof(c->op.user));
         if (kind == CMD_RELEASE && r->body.len > 0) {
                 json_error_t je;
                 json_t *j = json_loadb(r->body.data, r->body.len, JSON_REJECT_DUPLICATES, &je);
@@ -870,6 +915,7 @@ typedef struct array_ctx {
         char tenant_id[GP_TENANT_MAX], name[GP_NAME_MAX];
         int rows;
         int64_t last_row;
+        const char *user;          /* a local user's own only, NULL = any */
 } array_ctx;
 
 static int array_cb(const gp_task *st, void *ud) {
@@ -878,7 +924,7 @@ static int array_cb(const gp_task *st, void *ud) {
         a->last_row = st->id;
         const gp_task *mem = gp_i64map_get(&a->d->tasks, st->id);
         const gp_task *t = mem ? mem : st;
-        if (a->tenant && strcmp(t->tenant, a->tenant) != 0) {
+        if ((a->tenant && strcmp(t->tenant, a->tenant) != 0) || (a->user && strcmp(t->user, a->user) != 0)) {
                 a->denied = true;
                 return 1;
         }
@@ -911,7 +957,7 @@ static int cmp_i32(const void *x, const void *y) {
  * (read from the store, which holds every element's latest state). */
 static enum MHD_Result get_array(hreq *r, int64_t id) {
         gp_daemon *d = r->d;
-        array_ctx a = {.tenant = r->admin ? NULL : r->tenant, .d = d};
+        array_ctx a = {.tenant = r->admin ? NULL : r->tenant, .user = r->own_only ? r->user : NULL, .d = d};
         gp_task_filter f = {.state = -1, .limit = 1000, .array_id = id};
         int rc = 0;
         pthread_mutex_lock(&d->lock);
@@ -986,6 +1032,8 @@ static enum MHD_Result array_cancel(hreq *r, int64_t id) {
         c->op.array_index = index;
         if (!r->admin)
                 gp_strlcpy(c->op.tenant, r->tenant, sizeof(c->op.tenant)); /* others' arrays answer 404 */
+        if (r->own_only)
+                gp_strlcpy(c->op.user, r->user, sizeof(c->op.user));
         return post_cmd(r, c);
 }
 
@@ -1245,6 +1293,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
                 /* no web page may change state here: cross-site and non-JSON writes end now */
                 if (gp_http_browser_gate(r, url, method, &ret) < 0)
                         return ret;
+                if (r->openai && gp_peer_conn_is_unix(conn))
+                        return send_error(r, 404, "not_found", "the gateway (/v1) is served on server.listen, "
+                                          "not on the local socket");
                 if (r->openai) /* the gateway answers every /v1 path (its rows are listed only) */
                         return authorize(r, &ret) < 0 ? ret : gateway_route(r, url, method);
                 /* the route table (routes.h): open paths (probes, the dashboard's page and assets,
@@ -1343,6 +1394,8 @@ static void timed_completed(void *cls, struct MHD_Connection *conn, void **con_c
 }
 
 static void stop_daemons(gp_daemon *d) {
+        gp_peer_stop(d->peer_srv);
+        d->peer_srv = NULL;
         for (int i = 0; i < d->nmhd; i++)
                 MHD_stop_daemon(d->mhds[i]);
         d->nmhd = 0;
@@ -1495,6 +1548,18 @@ int gp_http_start(gp_daemon *d, char *err, size_t errlen) {
                 d->mhds[d->nmhd++] = m;
         }
         d->mhd = d->mhds[0];
+        /* the local socket (peer.h): optional by default, required when configured */
+        char perr[256];
+        if (gp_peer_serve(&d->cfg, handler, completed, d, &d->peer_srv, perr, sizeof(perr)) < 0) {
+                if (d->cfg.server_socket[0]) {
+                        snprintf(err, errlen, "%s", perr);
+                        stop_daemons(d);
+                        gp_gw_free(d->gw);
+                        d->gw = NULL;
+                        return -EINVAL;
+                }
+                gp_warn("%s; local users are not served a socket (the CLI uses TCP)", perr);
+        }
         gp_gw_on_usage(d->gw, bill_tokens, d);
         gp_gw_on_auth(d->gw, gw_auth, d);
         gp_gw_set_backend(d->gw, d->backend);
@@ -1513,6 +1578,7 @@ void gp_http_stop(gp_daemon *d) {
         if (!d->mhd)
                 return;
         gp_gw_quiesce(d->gw); /* no new connections; the open ones are served */
+        gp_peer_quiesce(d->peer_srv);
         /* the loop answers what is queued; parked reads are woken */
         for (int i = 0; i < 50; i++) {
                 pthread_mutex_lock(&d->qlock);

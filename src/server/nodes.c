@@ -29,14 +29,19 @@
 #include "base/sha256.h"
 #include "base/util.h"
 #include "base/vec.h"
+#include "cluster/ident.h"
 #include "server/ca.h"
 #include "server/commit.h"
 #include "server/monitor.h"
 #include "server/nodes-fence.h"
+#include "server/nodes-join.h"
+#include "server/nodes-run.h"
 #include "server/server-int.h"
 #include "server/tenants.h"
 
-#define MAX_NODES 5000          /* nodes one server keeps (left ones included) */
+#define MAX_NODES 5000          /* nodes that have not left */
+#define MAX_RECORDS 10000       /* nodes kept, left ones included (the oldest left one makes room) */
+#define ANSWER_BUDGET (8 << 20) /* estimated bytes of the starts of one sync answer (the agent takes 16 MiB) */
 #define MAX_TOKENS 1000         /* join tokens made through the API */
 #define NODE_META_MAX (1 << 20) /* a stored node record or index */
 
@@ -55,7 +60,12 @@ typedef struct gp_node {
         char version[GP_PROTO_VERSION_MAX];
         char backend[GP_PROTO_BACKEND_MAX];
         int64_t joined_ms, left_ms, hb_ms;
-        int64_t seq;                /* the last sync's seq taken (memory only) */
+        int64_t seq;                /* the last sync's seq taken (at start: seq_floor) */
+        int64_t seq_floor;          /* stored: after a restart every seq up to it is a replay (cluster/ident.h) */
+        int64_t join_seq;           /* stored: the seq of the join that made its credential */
+        char machine[65];           /* stored: hex SHA-256 of its machine key ("" = none) */
+        int full_page;              /* the next page of the full sync it is sending; -1 = none */
+        gp_i64map fullset;          /* FULL_KEY(task, epoch): runs listed in that full sync's pages so far */
         bool synced;                /* a full sync since the server started */
         bool restored;              /* known from the store at this start, not heard from since: no new work */
         bool dirty;                 /* its record is to be stored (in nodes->dirty) */
@@ -99,6 +109,7 @@ struct gp_nodes {
         gp_node **v;
         size_t n, cap;
         gp_i64map by_name;          /* FNV-1a of the name -> gp_node* */
+        gp_i64map by_uuid;          /* FNV-1a of a GPU uuid -> the node (not left) that has it */
         gp_list by_hb;              /* oldest heartbeat first */
         gp_list unseen;             /* known at start, no sync since: lost at grace_until */
         gp_list held;               /* held syncs, the earliest deadline first */
@@ -106,6 +117,8 @@ struct gp_nodes {
         size_t ntok, captok;
         int64_t next_tok;
         bool tok_dirty, index_dirty;
+        char (*forgot)[GP_NODE_MAX]; /* left nodes forgotten by this batch: their records are emptied */
+        size_t nforgot, capforgot;
         gp_node **dirty;            /* nodes whose record is to be stored */
         size_t ndirty, capdirty;
         gp_node **touched;          /* nodes that got starts or stops since the last flush */
@@ -132,6 +145,9 @@ static int state_parse(const char *s, gp_node_state *ret) {
                 }
         return -EINVAL;
 }
+
+/* A run in a node's fullset (one rank of a task per node; epochs stay far below 2^20). */
+#define FULL_KEY(task, epoch) ((int64_t)(((uint64_t)(task) << 20) ^ ((uint64_t)(epoch) & 0xfffff)))
 
 static int64_t name_key(const char *s) {
         uint64_t h = 1469598103934665603ull;
@@ -236,14 +252,6 @@ static int rank_of(const gp_task *t, const char *name) {
         return -1;
 }
 
-static int nnodes(const gp_task *t) {
-        int k = 0;
-        for (int i = 0; i < t->n_gpus; i++)
-                if (i == 0 || strcmp(t->gpus[i - 1].node, t->gpus[i].node))
-                        k++;
-        return k;
-}
-
 /* The node of rank `rank` of t (NULL if none). */
 static const char *node_at(const gp_task *t, int rank) {
         int k = -1;
@@ -283,7 +291,7 @@ static int64_t silent_until(const gp_nodes *ns, const gp_node *n, int64_t ms) {
 }
 
 static gp_node *node_new(gp_nodes *ns, const char *name) {
-        if (ns->n >= MAX_NODES)
+        if (ns->n >= MAX_RECORDS)
                 return NULL;
         gp_node *n = calloc(1, sizeof(*n));
         gp_node **v = gp_vec_grow(ns->v, &ns->cap, ns->n + 1, sizeof(*v), 16);
@@ -300,6 +308,8 @@ static gp_node *node_new(gp_nodes *ns, const char *name) {
         gp_list_init(&n->fl);
         gp_i64map_init(&n->seen);
         gp_i64map_init(&n->stopping);
+        gp_i64map_init(&n->fullset);
+        n->full_page = -1;
         if (gp_i64map_put(&ns->by_name, name_key(name), n) < 0) {
                 free(n);
                 return NULL;
@@ -332,10 +342,23 @@ static void node_inventory(gp_daemon *d, gp_node *n) {
         /* an agent runs parts of multi-node tasks; elastic tasks stay on node local, whose
          * supervisors are told of resizes (agents are not, yet) */
         gp_sched_node_set_allow(d->sched, n->name, GP_SCHED_NODE_MULTI);
-        char labels[GP_LABELS_MAX + 80], canon[GP_LABELS_MAX], err[160];
+        /* its labels (at most GP_LABELS_N, no gpupool/ key: checked at join) and the implicit one */
+        char labels[GP_LABELS_MAX + 80];
         snprintf(labels, sizeof(labels), "%s%sgpupool/node=%s", n->labels, n->labels[0] ? "," : "", n->name);
-        if (gp_labels_canon(labels, canon, sizeof(canon), err, sizeof(err)) == 0)
-                gp_sched_node_set_labels(d->sched, n->name, canon);
+        int lrc = gp_sched_node_set_labels(d->sched, n->name, labels);
+        if (lrc < 0)
+                gp_warn("node %s: its labels are not the scheduler's: %s", n->name, gp_strerror(lrc));
+}
+
+/* Put n's GPU uuids into the index (add) or take them out. */
+static void uuid_index(gp_nodes *ns, gp_node *n, bool add) {
+        for (int i = 0; i < n->ngpus; i++) {
+                int64_t key = name_key(n->gpus[i].g.uuid);
+                if (add && gp_i64map_put(&ns->by_uuid, key, n) < 0)
+                        oom();
+                if (!add && gp_i64map_get(&ns->by_uuid, key) == n)
+                        gp_i64map_del(&ns->by_uuid, key);
+        }
 }
 
 static void set_gpus(gp_node *n, const gp_proto_gpu *g, int ng) {
@@ -394,6 +417,13 @@ static size_t node_tasks(gp_daemon *d, const gp_node *n, int64_t **ret) {
         return nv;
 }
 
+/* Forget a full sync in pages that n was sending. */
+static void full_reset(gp_node *n) {
+        gp_i64map_done(&n->fullset);
+        gp_i64map_init(&n->fullset);
+        n->full_page = -1;
+}
+
 /* Node n is gone for its tasks (lost, removed): every task on it gets an
  * event, and what was to be sent to it is dropped.  Or, with only_unfenced
  * (a node just lost), only its tasks that do not fence get events (leases,
@@ -419,6 +449,7 @@ static void node_gone(gp_daemon *d, gp_node *n, const char *why, bool only_unfen
         gp_i64map_init(&n->seen);
         gp_i64map_done(&n->stopping);
         gp_i64map_init(&n->stopping);
+        full_reset(n);
 }
 
 /* ---- storing ---- */
@@ -433,11 +464,12 @@ static json_t *gpus_json(const node_gpu *g, int n) {
 }
 
 static char *node_record(const gp_node *n) {
-        json_t *j = json_pack("{s:s,s:s,s:b,s:b,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o}", "name", n->name, "state",
+        json_t *j = json_pack("{s:s,s:s,s:b,s:b,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o,s:s,s:I,s:I}", "name", n->name, "state",
                               gp_node_state_name(n->state), "drain", n->drain, "removing", n->removing, "cred", n->cred, "address", n->address,
                               "labels", n->labels, "version", n->version, "backend", n->backend, "joined_ms",
                               (json_int_t)n->joined_ms, "left_ms", (json_int_t)n->left_ms, "gpus",
-                              gpus_json(n->gpus, n->ngpus));
+                              gpus_json(n->gpus, n->ngpus), "machine", n->machine, "join_seq", (json_int_t)n->join_seq,
+                              "seq_floor", (json_int_t)n->seq_floor);
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
         return s;
@@ -466,6 +498,10 @@ static int node_from_record(gp_node *n, const char *text) {
         n->removing = json_is_true(json_object_get(j, "removing"));
         n->joined_ms = json_integer_value(json_object_get(j, "joined_ms"));
         n->left_ms = json_integer_value(json_object_get(j, "left_ms"));
+        n->join_seq = json_integer_value(json_object_get(j, "join_seq"));
+        n->seq = n->seq_floor = json_integer_value(json_object_get(j, "seq_floor"));
+        if (json_object_get(j, "machine") && str_field(j, "machine", n->machine, sizeof(n->machine)) < 0)
+                goto out;
         json_t *ga = json_object_get(j, "gpus");
         size_t ng = json_array_size(ga);
         if (ng > GP_PROTO_MAX_GPUS)
@@ -542,6 +578,12 @@ int gp_nodes_store(gp_daemon *d) {
                 if (rc < 0)
                         return rc == -ENOMEM ? -GP_ESTORE : rc;
         }
+        for (size_t i = 0; i < ns->nforgot; i++) {
+                snprintf(key, sizeof(key), "node:%s", ns->forgot[i]);
+                int rc = gp_store_meta_set(d->ws, key, "{}");
+                if (rc < 0)
+                        return rc;
+        }
         if (ns->index_dirty) {
                 gp_buf b;
                 gp_buf_init(&b, NODE_META_MAX);
@@ -564,7 +606,7 @@ int gp_nodes_store(gp_daemon *d) {
 
 bool gp_nodes_pending(const gp_daemon *d) {
         const gp_nodes *ns = d->nodes;
-        return ns->ndirty || ns->index_dirty || ns->tok_dirty;
+        return ns->ndirty || ns->index_dirty || ns->tok_dirty || ns->nforgot;
 }
 
 void gp_nodes_stored(gp_daemon *d) {
@@ -572,6 +614,7 @@ void gp_nodes_stored(gp_daemon *d) {
         for (size_t i = 0; i < ns->ndirty; i++)
                 ns->dirty[i]->dirty = false;
         ns->ndirty = 0;
+        ns->nforgot = 0;
         ns->index_dirty = ns->tok_dirty = false;
 }
 
@@ -585,6 +628,7 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
                 return -ENOMEM;
         }
         gp_i64map_init(&ns->by_name);
+        gp_i64map_init(&ns->by_uuid);
         gp_list_init(&ns->by_hb);
         gp_list_init(&ns->unseen);
         gp_list_init(&ns->held);
@@ -612,9 +656,10 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
                 }
                 n->restored = n->state != GP_NODE_LEFT; /* no new work there before it synced */
                 ns->nrestored += n->restored;
-                if (n->state != GP_NODE_LEFT)
+                if (n->state != GP_NODE_LEFT) {
+                        uuid_index(ns, n, true);
                         node_inventory(d, n);
-                else
+                } else
                         set_gpus(n, NULL, 0); /* left: its GPUs are not the pool's */
                 n->hb_ms = now;
                 n->hb_mono = gp_mono_ms();
@@ -644,76 +689,22 @@ void gp_nodes_close(gp_daemon *d) {
                 free(n->ostop);
                 gp_i64map_done(&n->seen);
                 gp_i64map_done(&n->stopping);
+                gp_i64map_done(&n->fullset);
                 free(n);
         }
         free(ns->v);
         gp_i64map_done(&ns->by_name);
+        gp_i64map_done(&ns->by_uuid);
         free(ns->tok);
         free(ns->ev);
         free(ns->dirty);
+        free(ns->forgot);
         free(ns->touched);
         free(ns);
         d->nodes = NULL;
 }
 
 /* ---- answers ---- */
-
-/* t's start on node n at rank, as the agent gets it.  0 or -EINVAL (its
- * spec is not what submit stored). */
-static int start_of(gp_daemon *d, const gp_task *t, const gp_node *n, int rank, gp_proto_start *s) {
-        memset(s, 0, sizeof(*s));
-        json_t *spec = json_loads(t->spec ? t->spec : "", 0, NULL);
-        json_t *cmdv = json_object_get(spec, "command"), *env = json_object_get(spec, "env");
-        size_t na = json_array_size(cmdv), ne = json_object_size(env);
-        if (!spec || na == 0 || na > GP_PROTO_MAX_ARGV || ne + 1 > GP_PROTO_MAX_ENV) {
-                json_decref(spec);
-                return -EINVAL;
-        }
-        s->id = (gp_proto_run_id){t->id, gp_task_run_epoch(t), rank};
-        s->nnodes = nnodes(t);
-        gp_nodes_host(d, node_at(t, 0), s->master_addr, sizeof(s->master_addr));
-        s->master_port = 29500 + (int)(t->id % 1000);
-        gp_strlcpy(s->tenant, t->tenant, sizeof(s->tenant));
-        s->argv = calloc(na + 1, sizeof(char *));
-        s->env = calloc(ne + 2, sizeof(char *));
-        if (!s->argv || !s->env)
-                oom();
-        for (size_t i = 0; i < na; i++)
-                if (!(s->argv[s->n_argv++] = strdup(json_string_value(json_array_get(cmdv, i)) ?: "")))
-                        oom();
-        const char *k;
-        json_t *v;
-        json_object_foreach(env, k, v) {
-                if (asprintf(&s->env[s->n_env], "%s=%s", k, json_string_value(v) ?: "") < 0)
-                        oom();
-                s->n_env++;
-        }
-        if (!(s->env[s->n_env++] = strdup("CUDA_DEVICE_ORDER=PCI_BUS_ID")))
-                oom();
-        s->workdir = strdup(json_string_value(json_object_get(spec, "workdir")) ?: "");
-        if (!s->workdir)
-                oom();
-        json_decref(spec);
-        size_t oc = 0, og = 0;
-        for (int i = 0; i < t->n_gpus; i++) {
-                if (strcmp(t->gpus[i].node, n->name))
-                        continue;
-                oc += (size_t)snprintf(s->cuda_visible_devices + oc, oc < sizeof(s->cuda_visible_devices) ? sizeof(s->cuda_visible_devices) - oc : 0,
-                                       "%s%d", oc ? "," : "", t->gpus[i].index);
-                og += (size_t)snprintf(s->gpus + og, og < sizeof(s->gpus) ? sizeof(s->gpus) - og : 0, "%s%s:%d",
-                                       og ? "," : "", n->name, t->gpus[i].index);
-        }
-        s->timeout_s = t->timeout_s;
-        s->kill_grace_s = d->cfg.kill_grace_s;
-        s->preempt_grace_s = d->cfg.preemption_grace_sec;
-        s->max_log_bytes = d->cfg.max_log_bytes;
-        const char *ra = gp_tenants_run_as(d->tenants, t->tenant);
-        gp_strlcpy(s->run_as, ra ? ra : "", sizeof(s->run_as));
-        s->array_id = t->array_id;
-        s->array_index = t->array_index;
-        s->fence = gp_task_fences(t);
-        return 0;
-}
 
 /* Is a run whose GPUs went back to the pool still stopping on n (one
  * preempted, or a rank of a multi-node task that was requeued or ended
@@ -742,11 +733,18 @@ static bool sendable(const gp_node *n) {
         return n->nostop || (n->nostart && !stops_pending(n));
 }
 
+/* The body limit agents are told (server.max_body_bytes, at most what they may send). */
+static int64_t max_body(const gp_daemon *d) {
+        int64_t m = d->cfg.max_body_bytes < GP_PROTO_MAX_BODY ? d->cfg.max_body_bytes : GP_PROTO_MAX_BODY;
+        return m < GP_PROTO_MIN_BODY ? GP_PROTO_MIN_BODY : m;
+}
+
 /* The answer to a sync of node n with seq: the exited runs of msg that
  * are no longer current are acknowledged (their end is stored), and what
  * waits for n goes out.  Takes n's outbox.  NULL when out of memory. */
 static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto_sync *msg, const node_reply *rp) {
         gp_proto_sync_answer a = {.seq = seq, .heartbeat_s = d->cfg.agent_heartbeat_s, .fence_s = d->cfg.fence_s,
+                                  .max_body = max_body(d),
                                   .want_full = (rp && rp->want_full) || (!n->synced && !(msg && msg->full))};
         if (msg && msg->n_runs) {
                 a.ack = calloc((size_t)msg->n_runs, sizeof(*a.ack));
@@ -761,31 +759,41 @@ static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto
                 }
         }
         if (n->nostart && !stops_pending(n)) {
-                a.start = calloc(n->nostart, sizeof(*a.start));
+                /* a page of the starts: at most GP_PROTO_MAX_RUNS and about
+                 * ANSWER_BUDGET bytes (at least one); the rest goes with the
+                 * next answer, which comes at once (sendable) */
+                int cap = n->nostart < GP_PROTO_MAX_RUNS ? (int)n->nostart : GP_PROTO_MAX_RUNS;
+                size_t i = 0, bytes = 0;
+                a.start = calloc((size_t)cap, sizeof(*a.start));
                 if (!a.start)
                         oom();
-                for (size_t i = 0; i < n->nostart; i++) {
+                for (; i < n->nostart && a.n_start < cap && (a.n_start == 0 || bytes < ANSWER_BUDGET); i++) {
                         gp_task *t = gp_i64map_get(&d->tasks, n->ostart[i].task);
                         if (!current(t, n, n->ostart[i]))
                                 continue; /* ended or moved meanwhile */
-                        if (start_of(d, t, n, n->ostart[i].rank, &a.start[a.n_start]) < 0) {
+                        if (gp_nodes_start_of(d, t, n->name, n->ostart[i].rank, &a.start[a.n_start]) < 0) {
                                 gp_warn("task %" PRId64 ": its stored spec cannot be sent to node %s", t->id, n->name);
                                 continue;
                         }
+                        bytes += 2048 + 6 * (t->spec ? strlen(t->spec) : 0); /* JSON may escape each byte in 6 */
                         a.n_start++;
                 }
-                n->nostart = 0;
+                memmove(n->ostart, n->ostart + i, (n->nostart - i) * sizeof(*n->ostart));
+                n->nostart -= i;
         }
+        size_t nstop = n->nostop < GP_PROTO_MAX_RUNS ? n->nostop : GP_PROTO_MAX_RUNS;
         a.stop = n->ostop;
-        a.n_stop = (int)n->nostop;
+        a.n_stop = (int)nstop;
         if (rp) {
                 a.offsets = rp->off;
-                a.n_offsets = (int)rp->noff;
+                a.n_offsets = (int)(rp->noff < GP_PROTO_MAX_RUNS ? rp->noff : GP_PROTO_MAX_RUNS); /* hints only */
         }
         char *body = NULL;
         if (gp_proto_sync_answer_render(&a, &body) < 0)
                 body = NULL;
-        n->nostop = 0;
+        if (n->ostop) /* NULL while no stop was ever queued */
+                memmove(n->ostop, n->ostop + nstop, (n->nostop - nstop) * sizeof(*n->ostop));
+        n->nostop -= nstop;
         a.stop = NULL;
         a.n_stop = 0;
         a.offsets = NULL;
@@ -829,7 +837,8 @@ static void answer_held(gp_daemon *d, gp_node *n, uint64_t gen, bool loop, bool 
                 body = render_answer(d, n, seq, NULL, NULL);
         } else {
                 gp_proto_sync_answer a = {.seq = seq, .heartbeat_s = d->cfg.agent_heartbeat_s,
-                                          .fence_s = d->cfg.fence_s, .want_full = !n->synced};
+                                          .fence_s = d->cfg.fence_s, .want_full = !n->synced,
+                                          .max_body = max_body(d)};
                 if (gp_proto_sync_answer_render(&a, &body) < 0)
                         body = NULL;
         }
@@ -898,6 +907,7 @@ static void finish_remove(gp_daemon *d, gp_node *n, int64_t now) {
         if (n->held)
                 answer_held(d, n, gp_commit_applied(d), true, false);
         n->removing = false;
+        uuid_index(d->nodes, n, false); /* its GPUs' uuids are free for another node */
         n->state = GP_NODE_LEFT;
         n->left_ms = now;
         n->cred[0] = '\0';
@@ -1109,53 +1119,6 @@ static void reply_offset(node_reply *rp, gp_proto_run_id id, int64_t off) {
         v[rp->noff++] = (gp_proto_offset){id, off};
 }
 
-static void log_path(gp_daemon *d, int64_t task, int rank, char *buf, size_t size) {
-        char file[24];
-        if (rank == 0)
-                snprintf(file, sizeof(file), "log");
-        else
-                snprintf(file, sizeof(file), "log.r%d", rank);
-        if (gp_daemon_task_path(d, task, file, buf, size) < 0)
-                buf[0] = '\0';
-}
-
-/* The size of the server's copy of a run's log (0 when none). */
-static int64_t log_size(gp_daemon *d, gp_proto_run_id id) {
-        char path[PATH_MAX];
-        struct stat st;
-        log_path(d, id.task, id.rank, path, sizeof(path));
-        return path[0] && stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
-}
-
-/* Append a chunk of a current run's output where the copy ends; any other
- * offset is a repeat or a gap and is left out (the answer says where the
- * copy ends). */
-static void take_log(gp_daemon *d, const gp_proto_log *lg, node_reply *rp) {
-        char path[PATH_MAX];
-        log_path(d, lg->id.task, lg->id.rank, path, sizeof(path));
-        int fd = path[0] ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600) : -1;
-        if (fd < 0) {
-                char dir[PATH_MAX];
-                if (gp_daemon_task_path(d, lg->id.task, NULL, dir, sizeof(dir)) == 0 && mkdir(dir, 0700) == 0)
-                        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-        }
-        if (fd < 0)
-                return;
-        struct stat st;
-        int64_t size = fstat(fd, &st) == 0 ? (int64_t)st.st_size : -1;
-        if (size == lg->offset && d->cfg.max_log_bytes > size) {
-                size_t len = lg->len;
-                if ((int64_t)len > d->cfg.max_log_bytes - size)
-                        len = (size_t)(d->cfg.max_log_bytes - size);
-                ssize_t w = write(fd, lg->data, len);
-                if (w > 0)
-                        size += w;
-        }
-        close(fd);
-        if (size >= 0)
-                reply_offset(rp, lg->id, size);
-}
-
 /* A GPU report of node n: health changes go to the scheduler; a GPU that
  * failed under a task takes the task with it (an event). */
 static void take_gpus(gp_daemon *d, gp_node *n, const gp_proto_sync *m) {
@@ -1195,6 +1158,28 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                 snprintf(rp->error, sizeof(rp->error), "node removed");
                 return;
         }
+        if (m->seq > n->seq_floor) { /* stored with this batch, before the answer */
+                n->seq_floor = gp_ident_seq_floor(m->seq, now * 1000);
+                mark_dirty(ns, n);
+        }
+        /* a full sync in pages: the runs of every page are gathered, and
+         * runs it lacks are looked at only after its last page */
+        bool last_page = false;
+        if (m->full) {
+                if (m->page == 0)
+                        full_reset(n);
+                if (m->page != n->full_page && m->page != 0) {
+                        full_reset(n); /* a page of a full sync the server did not see begin: start again */
+                        rp->want_full = true;
+                } else {
+                        n->full_page = m->more ? m->page + 1 : -1;
+                        last_page = !m->more;
+                        for (int i = 0; i < m->n_runs; i++)
+                                if (gp_i64map_put(&n->fullset, FULL_KEY(m->runs[i].id.task, m->runs[i].id.epoch),
+                                                  (void *)1) < 0)
+                                        oom();
+                }
+        }
         if (n->state == GP_NODE_LOST) {
                 n->state = n->drain ? GP_NODE_DRAINING : GP_NODE_READY;
                 mark_dirty(d->nodes, n);
@@ -1206,8 +1191,9 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                 take_gpus(d, n, m);
         for (int i = 0; i < m->n_logs; i++) {
                 const gp_proto_log *lg = &m->logs[i];
-                if (current(gp_i64map_get(&d->tasks, lg->id.task), n, lg->id))
-                        take_log(d, lg, rp);
+                int64_t size;
+                if (current(gp_i64map_get(&d->tasks, lg->id.task), n, lg->id) && gp_nodes_take_log(d, lg, &size) == 0)
+                        reply_offset(rp, lg->id, size);
         }
         for (int i = 0; i < m->n_runs; i++) {
                 const gp_proto_run *r = &m->runs[i];
@@ -1230,7 +1216,7 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                         if (st && m->full && ((st - 1) >> 2) == r->id.epoch)
                                 push_stop(d->nodes, n, r->id, (gp_proto_stop_why)((st - 1) & 3));
                         if (m->full)
-                                reply_offset(rp, r->id, log_size(d, r->id));
+                                reply_offset(rp, r->id, gp_nodes_log_size(d, r->id));
                         continue;
                 }
                 /* exited: the end of a current run is the task's business;
@@ -1250,7 +1236,7 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                         e->result = r->result;
                 }
         }
-        if (m->full) {
+        if (last_page) {
                 /* runs the server knows here that the agent does not hold */
                 int64_t *ids;
                 size_t k = node_tasks(d, n, &ids);
@@ -1259,12 +1245,8 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                         if (!t || t->state != GP_TASK_RUNNING || t->is_lease || !gp_nodes_remote(t))
                                 continue;
                         gp_proto_run_id id = {t->id, gp_task_run_epoch(t), rank_of(t, n->name)};
-                        bool held = false;
-                        for (int j = 0; j < m->n_runs && !held; j++)
-                                held = m->runs[j].id.task == id.task && m->runs[j].id.epoch == id.epoch &&
-                                       m->runs[j].id.rank == id.rank;
-                        if (held)
-                                continue;
+                        if (gp_i64map_get(&n->fullset, FULL_KEY(id.task, id.epoch)))
+                                continue; /* held */
                         if ((intptr_t)gp_i64map_get(&n->seen, t->id) == id.epoch) {
                                 gp_node_ev *e = event(ns, GP_NODE_EV_LOST, t->id, id.rank);
                                 snprintf(e->why, sizeof(e->why), "node %s lost its run", n->name);
@@ -1280,21 +1262,19 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                 void *v;
                 while ((v = gp_i64map_next(&n->stopping, &pos, &task))) {
                         int64_t epoch = ((intptr_t)v - 1) >> 2;
-                        bool held = false;
-                        for (int j = 0; j < m->n_runs && !held; j++)
-                                held = m->runs[j].id.task == task && m->runs[j].id.epoch == epoch;
-                        if (!held) {
+                        if (!gp_i64map_get(&n->fullset, FULL_KEY(task, epoch))) {
                                 gp_i64map_del(&n->stopping, task);
                                 pos = 0; /* the map changed under the walk: start again */
                         }
                 }
+                full_reset(n);
                 n->synced = true;
                 if (n->restored) {
                         n->restored = false;
                         ns->nrestored--;
                         node_inventory(d, n); /* its GPUs take new work from now on */
                 }
-        } else if (!n->synced) {
+        } else if (!n->synced && !m->full) {
                 rp->want_full = true;
         }
 }
@@ -1316,39 +1296,6 @@ static bool token_ok(gp_daemon *d, const char *token, int64_t now) {
 
 /* ---- node JSON (GET /api/v1/nodes, admin answers) ---- */
 
-static json_t *labels_json(const char *canon, const char *name) {
-        json_t *o = gp_proto_labels_to_json(canon);
-        if (o)
-                json_object_set_new(o, "gpupool/node", json_string(name));
-        return o;
-}
-
-/* A node's GPUs as the scheduler sees them, with busy and run counts. */
-static json_t *sched_gpus_json(gp_daemon *d, const char *node, const uint32_t *sids, int n, int *busy, int *runs) {
-        json_t *a = json_array();
-        gp_i64map seen;
-        gp_i64map_init(&seen);
-        *busy = *runs = 0;
-        for (int i = 0; a && i < n; i++) {
-                gp_sched_gpu_view v;
-                if (sids[i] == UINT32_MAX || gp_sched_gpu_get(d->sched, sids[i], &v) < 0)
-                        continue;
-                int64_t ids[64];
-                int k = gp_sched_gpu_tasks(d->sched, sids[i], ids, 64);
-                for (int j = 0; j < k && j < 64; j++)
-                        if (!gp_i64map_get(&seen, ids[j]) && gp_i64map_put(&seen, ids[j], (void *)1) == 0)
-                                (*runs)++;
-                if (v.ntasks > 0)
-                        (*busy)++;
-                json_array_append_new(a, json_pack("{s:i,s:s,s:s,s:I,s:b,s:b,s:i}", "index", v.index, "uuid", v.uuid,
-                                                   "name", v.name, "memory_mb", (json_int_t)v.memory_total_mb, "healthy",
-                                                   v.healthy, "drained", v.drained, "tasks", v.ntasks));
-        }
-        gp_i64map_done(&seen);
-        (void)node;
-        return a;
-}
-
 static json_t *node_json(gp_daemon *d, const gp_node *n) {
         uint32_t *sids = n->ngpus ? calloc((size_t)n->ngpus, sizeof(*sids)) : NULL;
         if (n->ngpus && !sids)
@@ -1356,7 +1303,7 @@ static json_t *node_json(gp_daemon *d, const gp_node *n) {
         for (int i = 0; i < n->ngpus; i++)
                 sids[i] = n->state == GP_NODE_LEFT ? UINT32_MAX : n->gpus[i].sid;
         int busy, runs;
-        json_t *g = sched_gpus_json(d, n->name, sids, n->ngpus, &busy, &runs);
+        json_t *g = gp_nodes_sched_gpus_json(d, n->name, sids, n->ngpus, &busy, &runs);
         free(sids);
         if (n->state == GP_NODE_LEFT) { /* its GPUs as it had them */
                 json_decref(g);
@@ -1368,29 +1315,10 @@ static json_t *node_json(gp_daemon *d, const gp_node *n) {
                                                            false, "drained", true, "tasks", 0));
         }
         return json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o,s:b}", "name", n->name, "state",
-                         gp_node_state_name(n->state), "address", n->address, "labels", labels_json(n->labels, n->name),
+                         gp_node_state_name(n->state), "address", n->address, "labels", gp_nodes_labels_json(n->labels, n->name),
                          "version", n->version, "backend", n->backend, "last_heartbeat_ms", (json_int_t)n->hb_ms,
                          "joined_ms", (json_int_t)n->joined_ms, "gpus_total", n->ngpus, "gpus_busy", busy, "runs", runs,
                          "gpus", g, "synced", !n->restored);
-}
-
-/* The server's own GPUs as node "local" (NULL when it has none). */
-static json_t *local_json(gp_daemon *d) {
-        if (d->ngpus == 0)
-                return NULL;
-        int busy, runs;
-        json_t *g = sched_gpus_json(d, "local", d->gpu_ids, (int)d->ngpus, &busy, &runs);
-        bool drained = true;
-        for (size_t i = 0; i < d->ngpus; i++) {
-                gp_sched_gpu_view v;
-                if (gp_sched_gpu_get(d->sched, d->gpu_ids[i], &v) == 0)
-                        drained = drained && v.drained;
-        }
-        return json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o}", "name", "local", "state",
-                         drained ? "draining" : "ready", "address", "", "labels", labels_json("", "local"), "version",
-                         GP_VERSION, "backend", d->backend, "last_heartbeat_ms", (json_int_t)gp_now_ms(), "joined_ms",
-                         (json_int_t)d->started_ms, "gpus_total", (int)d->ngpus, "gpus_busy", busy, "runs", runs, "gpus",
-                         g);
 }
 
 static char *dump(json_t *j) {
@@ -1411,6 +1339,68 @@ static char *error_body(const char *code, const char *fmt, ...) {
 
 /* ---- the loop's side of the commands ---- */
 
+/* Is n live for a join under its name: ready or draining (synced within
+ * node_timeout_s, or known from the store and not yet lost), being
+ * removed, or holding runs? */
+static bool node_live(gp_daemon *d, gp_node *n) {
+        size_t pos = 0;
+        if (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING || n->removing ||
+            gp_i64map_next(&n->stopping, &pos, NULL))
+                return true;
+        if (n->state != GP_NODE_LOST)
+                return false;
+        int64_t *ids;
+        size_t k = node_tasks(d, n, &ids);
+        free(ids);
+        return k > 0;
+}
+
+/* The name of the node (not left, not self) that has GPU uuid, or NULL (nodes-join.h). */
+static const char *uuid_owner(gp_daemon *d, const char *uuid, const void *self) {
+        const gp_node *o = gp_i64map_get(&d->nodes->by_uuid, name_key(uuid));
+        return o && o != self ? o->name : NULL;
+}
+
+/* A new node for a join: room among the nodes not left (MAX_NODES), and
+ * among those kept (MAX_RECORDS: the node that left first goes for good).
+ * NULL when there is none. */
+static gp_node *node_room(gp_daemon *d, const char *name) {
+        gp_nodes *ns = d->nodes;
+        size_t live = 0, old = SIZE_MAX;
+        for (size_t i = 0; i < ns->n; i++) {
+                const gp_node *x = ns->v[i];
+                if (x->state != GP_NODE_LEFT)
+                        live++;
+                else if (!x->dirty && !x->touched && !x->leaving && !x->held &&
+                         (old == SIZE_MAX || x->left_ms < ns->v[old]->left_ms))
+                        old = i;
+        }
+        if (live >= MAX_NODES)
+                return NULL;
+        if (ns->n >= MAX_RECORDS) {
+                if (old == SIZE_MAX)
+                        return NULL;
+                gp_node *x = ns->v[old];
+                char(*fv)[GP_NODE_MAX] = gp_vec_grow(ns->forgot, &ns->capforgot, ns->nforgot + 1, sizeof(*fv), 8);
+                if (!fv)
+                        oom();
+                ns->forgot = fv;
+                gp_strlcpy(fv[ns->nforgot++], x->name, GP_NODE_MAX); /* its record is emptied with this batch */
+                gp_i64map_del(&ns->by_name, name_key(x->name));
+                ns->v[old] = ns->v[--ns->n];
+                ns->index_dirty = true;
+                gp_info("node %s (left) is forgotten to make room for node %s", x->name, name);
+                free(x->gpus);
+                free(x->ostart);
+                free(x->ostop);
+                gp_i64map_done(&x->seen);
+                gp_i64map_done(&x->stopping);
+                gp_i64map_done(&x->fullset);
+                free(x);
+        }
+        return node_new(ns, name);
+}
+
 static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, char **body) {
         gp_nodes *ns = d->nodes;
         gp_proto_join *j = &nc->join;
@@ -1425,12 +1415,54 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
                 *body = gp_proto_error_render("that node name cannot be used here; choose another (--name)");
                 return;
         }
-        bool fresh = !n;
-        if (!n && !(n = node_new(ns, j->name))) {
+        char mh[72] = "", msg[400] = "";
+        if (j->machine[0])
+                gp_sha256_key_hash(j->machine, mh);
+        gp_ident_known k = {.exists = n != NULL};
+        if (n) {
+                k.left = n->state == GP_NODE_LEFT;
+                k.live = node_live(d, n);
+                k.join_seq = n->join_seq;
+                k.machine = n->machine;
+        }
+        gp_ident_join verdict = gp_ident_join_check(&k, j->seq, mh[0] ? mh + 7 : "", now * 1000);
+        switch (verdict) {
+        case GP_IDENT_JOIN_OK: break;
+        case GP_IDENT_JOIN_INCOMPLETE:
+                *status = 400;
+                snprintf(msg, sizeof(msg), "a join must carry seq and machine (this agent is older than the server)");
+                break;
+        case GP_IDENT_JOIN_AHEAD:
+                *status = 400;
+                snprintf(msg, sizeof(msg), "seq is more than an hour ahead of the server's clock (check the clocks)");
+                break;
+        case GP_IDENT_JOIN_REPLAY:
                 *status = 409;
-                *body = gp_proto_error_render("the server holds its most nodes (5000); remove some that left");
+                snprintf(msg, sizeof(msg), "replayed join: node %s was made by a join with this seq or a later one; "
+                         "nothing changed", n->name);
+                break;
+        case GP_IDENT_JOIN_LIVE:
+                *status = 409;
+                snprintf(msg, sizeof(msg), "node %s is live (another machine holds that name); to replace a machine: "
+                         "gpupool node remove %s (POST /admin/nodes/%s/remove), then join", n->name, n->name, n->name);
+                break;
+        }
+        if (!msg[0] && gp_nodes_join_limits(d, j, uuid_owner, n, status, msg, sizeof(msg)) == 0 && !n && !(n = node_room(d, j->name))) {
+                *status = 409;
+                snprintf(msg, sizeof(msg), "the server holds its most nodes (%d not left, %d kept); remove some",
+                         MAX_NODES, MAX_RECORDS);
+        }
+        if (msg[0]) {
+                explicit_bzero(mh, sizeof(mh));
+                /* a replay's 409 says the node's join seq, so that a real agent's next join goes above it */
+                *body = verdict == GP_IDENT_JOIN_REPLAY ? gp_proto_replay_render(msg, k.join_seq)
+                                                        : gp_proto_error_render(msg);
                 return;
         }
+        bool fresh = !k.exists;
+        gp_strlcpy(n->machine, mh + 7, sizeof(n->machine));
+        explicit_bzero(mh, sizeof(mh));
+        n->join_seq = j->seq;
         if (!fresh) {
                 /* a new install under a known name: what ran there is the new
                  * agent's to report (not held: lost, or started again) */
@@ -1447,7 +1479,9 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
         gp_strlcpy(n->labels, j->labels, sizeof(n->labels));
         gp_strlcpy(n->version, j->version, sizeof(n->version));
         gp_strlcpy(n->backend, j->backend, sizeof(n->backend));
+        uuid_index(ns, n, false);
         set_gpus(n, j->gpus, j->n_gpus);
+        uuid_index(ns, n, true);
         if (fresh || n->state == GP_NODE_LEFT) {
                 n->joined_ms = now;
                 n->left_ms = 0;
@@ -1457,15 +1491,15 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
         n->removing = false; /* a new install under its name: the removal is over */
         n->state = n->drain ? GP_NODE_DRAINING : GP_NODE_READY;
         n->synced = false;
+        full_reset(n);
         ns->nrestored -= n->restored;
         n->restored = false; /* a join is contact: its GPUs take work */
-        n->seq = 0;
         mark_dirty(d->nodes, n);
         hb_touch(ns, n, now);
         node_inventory(d, n);
         gp_info("node %s joined (%d GPUs, %s, %s)", n->name, n->ngpus, n->backend, n->address[0] ? n->address : "no address");
         gp_proto_join_answer a = {.heartbeat_s = d->cfg.agent_heartbeat_s, .node_timeout_s = d->cfg.node_timeout_s,
-                                  .fence_s = d->cfg.fence_s};
+                                  .fence_s = d->cfg.fence_s, .max_body = max_body(d)};
         gp_strlcpy(a.node, n->name, sizeof(a.node));
         gp_strlcpy(a.credential, nc->secret, sizeof(a.credential));
         *status = 200;
@@ -1487,7 +1521,7 @@ static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
                 d->nodes_local_drain_changed = true;
                 gp_info("node local %s by %s", nc->op == GP_NODE_OP_DRAIN ? "drained" : "undrained", nc->who);
                 *status = 200;
-                *body = dump(local_json(d));
+                *body = dump(gp_nodes_local_json(d));
                 return;
         }
         gp_node *n = find(ns, nc->node);
@@ -1764,14 +1798,26 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
         if (!n || !equal_hash(cred, n->cred)) {
                 status = 401;
                 msg = n && n->state == GP_NODE_LEFT ? "node removed" : "bad credential for this node";
-        } else if (m->seq <= n->seq) {
-                status = 409;
-                msg = "replayed message: seq is not above the last one taken";
+        } else {
+                switch (gp_ident_seq_check(m->seq, n->seq, now * 1000)) {
+                case GP_IDENT_SEQ_OK: break;
+                case GP_IDENT_SEQ_REPLAY:
+                        status = 409; /* with the last seq taken, so that the real agent goes on above it */
+                        msg = "replayed message: seq is not above the last one taken";
+                        break;
+                case GP_IDENT_SEQ_AHEAD:
+                        status = 400;
+                        msg = "seq is more than an hour ahead of the server's clock (check the clocks); nothing changed";
+                        break;
+                }
         }
         explicit_bzero(cred, sizeof(cred));
         if (status) {
+                int64_t last = n ? n->seq : 0;
                 pthread_mutex_unlock(&d->lock);
                 gp_node_cmd_free(nc);
+                if (status == 409)
+                        return gp_http_send(r, 409, gp_proto_replay_render(msg, last), 0);
                 return send_proto_error(r, status, msg);
         }
         n->seq = m->seq;
@@ -1780,7 +1826,7 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
         if (n->held) /* a newer sync: the held one goes now, empty */
                 answer_held(d, n, 0, false, false);
         bool quiet = !m->full && !m->has_gpus && m->n_runs == 0 && m->n_logs == 0 && n->synced &&
-                     n->state != GP_NODE_LOST;
+                     n->state != GP_NODE_LOST && m->seq <= n->seq_floor; /* else its new floor is stored first */
         if (!quiet) {
                 pthread_mutex_unlock(&d->lock);
                 return post(r, nc);
@@ -1805,14 +1851,14 @@ static int h_nodes(struct hreq *r, const gp_route_arg *a) {
         json_t *out;
         if (a->name[0]) {
                 gp_node *n = find(d->nodes, a->name);
-                out = !strcmp(a->name, "local") ? local_json(d) : n ? node_json(d, n) : NULL;
+                out = !strcmp(a->name, "local") ? gp_nodes_local_json(d) : n ? node_json(d, n) : NULL;
                 if (!out) {
                         pthread_mutex_unlock(&d->lock);
                         return gp_http_send(r, 404, error_body("not_found", "no node %s", a->name), 0);
                 }
         } else {
                 json_t *list = json_array();
-                json_t *l = local_json(d);
+                json_t *l = gp_nodes_local_json(d);
                 if (l)
                         json_array_append_new(list, l);
                 for (size_t i = 0; list && i < d->nodes->n; i++)

@@ -27,6 +27,7 @@
 #include "base/buf.h"
 #include "base/i64map.h"
 #include "base/list.h"
+#include "base/user.h"
 #include "config/config.h"
 #include "core/array.h"
 #include "core/sched.h"
@@ -58,6 +59,7 @@ struct hreq;
 typedef struct cmd_op {
         int64_t id;                 /* the task's, or ARRAY_CANCEL: the array's */
         char tenant[GP_TENANT_MAX]; /* "" = any (admin / no auth); another tenant's task answers 404 */
+        char user[GP_USER_NAME_MAX]; /* "" = any; else a local user's own tasks only (peer.h) */
         int64_t array_index;        /* ARRAY_CANCEL: the element's index, -1 = every element */
         bool has_exit_code;         /* RELEASE */
         int exit_code;
@@ -113,6 +115,11 @@ typedef struct hreq {
         bool admin;                 /* an admin key, or loopback when no key exists */
         char tenant[GP_TENANT_MAX]; /* the key's tenant; "" for admin */
         char who[96];               /* the actor, for the audit log */
+        bool peer;                  /* the kernel named the caller (peer.h): user, uid */
+        bool own_only;              /* a local user who is no admin: its own tasks only */
+        bool anonymous;             /* keyless, nobody named, on a root daemon: runs no command as root */
+        char user[GP_USER_NAME_MAX];
+        uint32_t uid;
         gp_buf body;                /* request body, capped */
         bool body_too_big;
         bool started;               /* second handler call seen */
@@ -203,6 +210,7 @@ typedef struct gp_daemon {
         struct MHD_Daemon *mhd;     /* mhds[0], NULL when not serving */
 #define GP_HTTP_MAX_LOOPS 16
         struct MHD_Daemon *mhds[GP_HTTP_MAX_LOOPS]; /* one per HTTP loop, all on one port */
+        struct gp_peer_srv *peer_srv; /* the local Unix socket's daemon (peer.h), NULL = none */
         int nmhd;
         int bound_fds[GP_HTTP_MAX_LOOPS]; /* listening sockets from gp_http_bind, taken by gp_http_start */
         int n_bound;                /* how many; 0 = gp_http_start binds itself */
@@ -217,6 +225,7 @@ typedef struct gp_daemon {
         struct gp_disk *disk;       /* free-space watch, degraded mode, the reserve (disk.h) */
         struct gp_commit *cm;       /* durable commits: generations, the sync thread (commit.h) */
         struct gp_nodes *nodes;     /* agent nodes and join tokens (nodes.h), under lock */
+        struct gp_estimates *est;   /* run-time predictions (estimates.h), under lock */
         struct gp_coord *coord;     /* the coordinator API's handle and heartbeat thread (coord.h) */
         bool nodes_local_drain_changed; /* node local drained or undrained: store "drained" (loop thread) */
 } gp_daemon;
@@ -288,6 +297,12 @@ char *gp_http_error_body(const char *code, const char *fmt, ...) __attribute__((
 int gp_http_send_type(hreq *r, int status, char *body, const char *ctype);
 /* The same as JSON, with a Retry-After header when retry_after > 0. */
 int gp_http_send(hreq *r, int status, char *body, int retry_after);
+/* users.c: local users named by the kernel (peer.h).  After the key
+ * check: name r's caller (r->peer, user, uid, own_only, anonymous); 0, or
+ * the status to refuse with and msg.  Then, for a new task: the user it
+ * records and runs as; 0, -EPERM (message in err: answer 403), -ENOMEM. */
+int gp_http_identify_user(hreq *r, bool unix_sock, bool has_key, const char **msg);
+int gp_http_submit_user(hreq *r, gp_task *t, char *err, size_t errlen);
 /* Suspend r until gp_http_answer / gp_http_wake (its handler returns MHD_YES). */
 void gp_http_park(hreq *r);
 /* Hand c to the loop thread for r, which is answered when c is done.  MHD_YES. */

@@ -58,7 +58,7 @@ static const char USAGE[] =
         "                          that ended before it (by tenant and size; sef orders by it)\n"
         "  --las-thresholds LIST   LAS queue limits in GPU-seconds (default 3600,36000)\n"
         "  --las-min-run S         least run time before a LAS preemption (default: config, 60)\n"
-        "  --spf-aging PCT         spf: GPU-ms of credit per 100 ms a job waits (default 100)\n"
+        "  --spf-aging PCT         spf: GPU-ms of credit per 100 ms a job waits (default: the config's, 1)\n"
         "  --restart-overhead S    seconds added each time a preempted job restarts (default 0)\n"
         "  --on-preempt MODE       resume: a preempted job keeps its progress (default);\n"
         "                          restart: it starts over, as a killed batch task does\n"
@@ -117,6 +117,7 @@ static int parse_policies(const char *s, opts *o) {
                         list[nl++] = GP_SCHED_STRICT;
                         list[nl++] = GP_SCHED_HYBRID;
                         list[nl++] = GP_SCHED_LAS;
+                        list[nl++] = GP_SCHED_SPF;
                 } else {
                         gp_sched_policy k;
                         if (gp_sched_policy_parse(p, &k) < 0)
@@ -400,6 +401,7 @@ static int print_json(const opts *o, const gp_trace *tr, uint32_t ntenants, cons
                                  (json_int_t)o->restart_overhead_s, "tick_s", (json_int_t)o->tick_s, "runs", jr);
         if (!root)
                 return -ENOMEM;
+        json_object_set_new(root, "estimates", json_string(o->exact ? "exact" : o->learned ? "learned" : "none"));
         for (int i = 0; i < nruns; i++) {
                 const run *r = &runs[i];
                 const gp_report *p = &r->rep;
@@ -433,6 +435,11 @@ static int print_json(const opts *o, const gp_trace *tr, uint32_t ntenants, cons
                                                             : json_null());
                 if (o->timing)
                         json_object_set_new(jo, "wall_ms", json_real(round_to(r->wall_ms, 0.1)));
+                if (o->learned) /* how right the learned estimates were */
+                        json_object_set_new(jo, "estimates",
+                                            json_pack("{s:I,s:f,s:f}", "jobs", (json_int_t)r->r->est_n,
+                                                      "median_error_factor", round_to(exp(r->r->est_err_median), 0.001),
+                                                      "within_2x", round_to(r->r->est_within_2x, 0.0001)));
                 json_array_append_new(jr, jo);
         }
         if (b)
@@ -636,6 +643,7 @@ int gp_simulate_main(int argc, char **argv) {
                         so.sched.memory_safety_margin_mb = cfg.memory_safety_margin_mb;
                         so.sched.backfill = bf;
                         so.sched.backfill_depth = cfg.backfill_depth;
+                        so.sched.spf_aging_pct = cfg.spf_aging_pct;
                         so.sched.preemption = cfg.preemption_enabled;
                         so.sched.preempt_min_runtime_ms = (int64_t)cfg.preemption_min_runtime_sec * 1000;
                         so.sched.fairshare_half_life_ms = (int64_t)cfg.fairshare_half_life_s * 1000;

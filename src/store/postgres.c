@@ -77,7 +77,7 @@ static const struct {
         [PS_PUT] = {"gp_task_put",
                     "INSERT INTO tasks (" STORE_TASK_COLUMNS ") VALUES "
                     "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, "
-                    "$19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34) "
+                    "$19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35) "
                     "ON CONFLICT (id) DO UPDATE SET tenant = EXCLUDED.tenant, name = EXCLUDED.name, "
                     "model = EXCLUDED.model, gpu_model = EXCLUDED.gpu_model, "
                     "priority = EXCLUDED.priority, gpu_request = EXCLUDED.gpu_request, "
@@ -92,7 +92,7 @@ static const struct {
                     "sup_pid = EXCLUDED.sup_pid, sup_start = EXCLUDED.sup_start, spec = EXCLUDED.spec, "
                     "gpus = EXCLUDED.gpus, elastic_max = EXCLUDED.elastic_max, borrowing = EXCLUDED.borrowing, "
                     "array_id = EXCLUDED.array_id, array_index = EXCLUDED.array_index, "
-                    "array_limit = EXCLUDED.array_limit, node_selector = EXCLUDED.node_selector",
+                    "array_limit = EXCLUDED.array_limit, node_selector = EXCLUDED.node_selector, unix_user = EXCLUDED.unix_user",
                     COL_COUNT},
         [PS_GET] = {"gp_task_get", SELECT_TASKS "WHERE id = $1", 1},
         [PS_LIST] = {"gp_task_list", SELECT_TASKS "WHERE id < $1 ORDER BY id DESC LIMIT $2", 2},
@@ -853,6 +853,7 @@ static int pg_task_put(gp_store *s, const gp_task *t) {
         vals[COL_MODEL] = t->model;
         vals[COL_GPU_MODEL] = t->gpu_model;
         vals[COL_NODE_SELECTOR] = t->node_selector;
+        vals[COL_UNIX_USER] = t->user;
         vals[COL_STATE] = gp_task_state_name(t->state);
         vals[COL_REASON] = t->reason;
         vals[COL_SPEC] = t->spec;

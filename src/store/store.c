@@ -484,6 +484,7 @@ int store_task_check(gp_store *s, const gp_task *t) {
                  !str_fits(t->model, sizeof(t->model)) ||
                  !str_fits(t->gpu_model, sizeof(t->gpu_model)) ||
                  !str_fits(t->node_selector, sizeof(t->node_selector)) ||
+                 !str_fits(t->user, sizeof(t->user)) ||
                  !str_fits(t->reason, sizeof(t->reason)))
                 bad = "a string field is not NUL-terminated";
         else if (t->spec && strnlen(t->spec, GP_STORE_SPEC_MAX + 1) > GP_STORE_SPEC_MAX)
@@ -609,7 +610,7 @@ static const char *const col_names[COL_COUNT] = {
         "exclusive", "preemptible", "is_lease", "timeout_s", "queue_timeout_s", "lease_ttl_s",
         "max_retries", "retries", "preempt_count", "state", "exit_code", "reason", "submitted_ms",
         "started_ms", "finished_ms", "heartbeat_ms", "sup_pid", "sup_start", "spec", "gpus", "elastic_max",
-        "borrowing", "array_id", "array_index", "array_limit", "node_selector",
+        "borrowing", "array_id", "array_index", "array_limit", "node_selector", "unix_user",
 };
 
 static int row_err(gp_store *s, int64_t id, int col, const char *why) {
@@ -682,6 +683,7 @@ int store_task_from_row(gp_store *s, const store_row *row, gp_task *ret) {
             (r = row_str(s, row, t.id, COL_MODEL, t.model, sizeof(t.model))) < 0 ||
             (r = row_str(s, row, t.id, COL_GPU_MODEL, t.gpu_model, sizeof(t.gpu_model))) < 0 ||
             (r = row_str(s, row, t.id, COL_NODE_SELECTOR, t.node_selector, sizeof(t.node_selector))) < 0 ||
+            (r = row_str(s, row, t.id, COL_UNIX_USER, t.user, sizeof(t.user))) < 0 ||
             (r = row_int(s, row, t.id, COL_PRIORITY, &t.priority)) < 0 ||
             (r = row_int(s, row, t.id, COL_GPU_REQUEST, &t.gpu_request)) < 0 ||
             (r = row_i64(s, row, t.id, COL_MEMORY_MB, INT64_MIN, INT64_MAX, &t.memory_mb)) < 0 ||
@@ -960,6 +962,11 @@ static const struct store_migration {
         {5,
          {[STORE_SQLITE] = "ALTER TABLE tasks ADD COLUMN node_selector TEXT NOT NULL DEFAULT ''",
           [STORE_POSTGRES] = "ALTER TABLE tasks ADD COLUMN node_selector TEXT NOT NULL DEFAULT ''"},
+         NULL},
+        /* the Unix user a task runs as, its submitter's (issue 23) */
+        {6,
+         {[STORE_SQLITE] = "ALTER TABLE tasks ADD COLUMN unix_user TEXT NOT NULL DEFAULT ''",
+          [STORE_POSTGRES] = "ALTER TABLE tasks ADD COLUMN unix_user TEXT NOT NULL DEFAULT ''"},
          NULL},
 };
 

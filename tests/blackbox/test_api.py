@@ -776,16 +776,18 @@ def start_on(tmp_path, ip, config):
     proc = subprocess.Popen([gpupool_bin(), "server", "--config", str(cfg), "--listen", "%s:%d" % (ip, port),
                              "--data-dir", str(tmp_path / "data")], stdin=subprocess.DEVNULL, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
-    url = "http://%s:%d" % (ip, port)
+    # off loopback the port speaks TLS, with the CA the server makes in its data dir
+    url = "https://%s:%d" % (ip, port)
+    ca = str(tmp_path / "data" / "tls" / "ca.crt")
 
     def up():
         try:
-            return requests.get(url + "/healthz", timeout=1).status_code == 200
-        except requests.RequestException:
+            return requests.get(url + "/healthz", timeout=1, verify=ca).status_code == 200
+        except (requests.RequestException, OSError):
             return proc.poll() is not None
     wait_for(up, 10, "server on %s" % url)
     assert proc.poll() is None, open(tmp_path / "server.log").read()
-    return proc, url, log
+    return proc, url, log, ca
 
 
 def test_without_keys_a_non_loopback_client_is_forbidden(tmp_path):
@@ -793,13 +795,16 @@ def test_without_keys_a_non_loopback_client_is_forbidden(tmp_path):
     ip = outbound_ipv4()
     if not ip:
         pytest.skip("no non-loopback IPv4 address to test from")
-    proc, url, log = start_on(tmp_path, ip, SIM_CONFIG)
+    proc, url, log, ca = start_on(tmp_path, ip, SIM_CONFIG)
     try:
-        r = requests.get(url + "/api/v1/tasks", timeout=5)
+        r = requests.get(url + "/api/v1/tasks", timeout=5, verify=ca)
         assert_error(r, 403, "forbidden")
-        r = requests.post(url + "/api/v1/tasks", json={"memory_mb": 10}, timeout=5)
+        r = requests.post(url + "/api/v1/tasks", json={"memory_mb": 10}, timeout=5, verify=ca)
         assert_error(r, 403, "forbidden")
-        assert requests.get(url + "/healthz", timeout=5).status_code == 200
+        assert requests.get(url + "/healthz", timeout=5, verify=ca).status_code == 200
+        # plain HTTP from off loopback is refused, pointing at https://
+        r = requests.get(url.replace("https://", "http://") + "/healthz", timeout=5)
+        assert r.status_code == 400 and "https://" in r.text, r.text
     finally:
         proc.terminate()
         proc.wait(10)
@@ -812,10 +817,10 @@ def test_with_keys_a_non_loopback_client_with_the_key_is_served(tmp_path):
     if not ip:
         pytest.skip("no non-loopback IPv4 address to test from")
     cfg = SIM_CONFIG + 'auth: {admin_keys: ["%s"]}\n' % sha256_key("s3cret")
-    proc, url, log = start_on(tmp_path, ip, cfg)
+    proc, url, log, ca = start_on(tmp_path, ip, cfg)
     try:
-        assert_error(requests.get(url + "/api/v1/tasks", timeout=5), 401, "unauthorized")
-        r = requests.get(url + "/api/v1/tasks", headers={"Authorization": "Bearer s3cret"}, timeout=5)
+        assert_error(requests.get(url + "/api/v1/tasks", timeout=5, verify=ca), 401, "unauthorized")
+        r = requests.get(url + "/api/v1/tasks", headers={"Authorization": "Bearer s3cret"}, timeout=5, verify=ca)
         assert r.status_code == 200 and r.json()["tasks"] == []
     finally:
         proc.terminate()

@@ -299,10 +299,11 @@ def test_key_is_sent_as_bearer_token(daemon_factory):
     key = "test-admin-key-123"
     digest = hashlib.sha256(key.encode()).hexdigest()
     d = daemon_factory("gpus: {backend: sim}\nauth: {admin_keys: [\"sha256:%s\"]}\n" % digest, key=key)
-    r = d.cli("ps")
+    # over TCP (the local socket names its caller without a key: test_users.py)
+    r = d.cli("ps", env=d.env(GPUPOOL_SOCKET="off"))
     assert r.returncode == 1
     assert r.stderr.startswith("gpupool: unauthorized")
-    r = d.cli("--key", key, "ps")
+    r = d.cli("--key", key, "ps", env=d.env(GPUPOOL_SOCKET="off"))
     assert r.returncode == 0, r.stderr
-    r = d.cli("ps", env=d.env(GPUPOOL_API_KEY=key))
+    r = d.cli("ps", env=d.env(GPUPOOL_API_KEY=key, GPUPOOL_SOCKET="off"))
     assert r.returncode == 0, r.stderr

@@ -2,7 +2,9 @@
 front of an OpenAI-like upstream (gw_upstream.py) started by the test."""
 import hashlib
 import json
+import shutil
 import socket
+import subprocess
 import threading
 import time
 
@@ -90,6 +92,10 @@ def test_plain_answer_is_passed_byte_for_byte_and_usage_counted(daemon_factory, 
     st = stats(d)
     assert st["total_admitted"] == 1
     assert st["in_flight"] == 0
+    for o in st["tenants"] + st["models"]:  # timings (test_latency_first_token_...): one measured
+        timing = {k: o.pop(k) for k in ("latency_s_p50", "latency_s_p95", "ttft_s_p50", "ttft_s_p95",
+                                        "tokens_per_s_p50", "tokens_per_s_p95", "timed_requests")}
+        assert timing["timed_requests"] == 1 and 0 <= timing["ttft_s_p50"] <= timing["latency_s_p50"] < 10, timing
     assert st["tenants"] == [{"tenant_id": "default", "requests": 1, "in_flight": 0, "queued": 0,
                               "prompt_tokens": 11, "completion_tokens": 7, "rejected": 0}]
     assert abs(st["models"][0].pop("last_used_ms") / 1000 - time.time()) < 60  # wall clock of the request
@@ -615,3 +621,69 @@ def test_metrics_and_monitor_snapshot_cover_the_gateway(daemon_factory, up):
     snap = session().get(d.url + "/api/v1/monitor/metrics", timeout=10).json()
     assert snap["gateway"]["configured"] is True
     assert snap["gateway"]["total_admitted"] == 1
+
+
+def prom_samples(text):
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+def test_latency_first_token_and_tokens_per_second_per_model_and_tenant(daemon_factory, up):
+    tenants = ("auth: {admin_keys: [\"%s\"]}\n"
+               "tenants:\n"
+               "  - {id: dept_a, keys: [\"%s\"]}\n"
+               "  - {id: dept_b, keys: [\"%s\"]}\n" % (h("admin"), h(KEY_A), h(KEY_B)))
+    d = daemon_factory(config([up.url], tenants=tenants), key="admin")
+    A = {"Authorization": "Bearer " + KEY_A}
+    B = {"Authorization": "Bearer " + KEY_B}
+    # dept_a: whole answers after 0.3 s (7 completion tokens each)
+    for i in range(4):
+        assert chat(d, "sleep:0.3 a%d" % i, headers=A).status_code == 200
+    # an upstream error is not an answer: not timed
+    assert chat(d, "error:500", headers=A).status_code >= 500
+    # dept_b: streamed, first chunk after 0.2 s, then 5 chunks 0.1 s apart (5 completion tokens)
+    for i in range(3):
+        r = chat(d, "sleep:0.2 chunks:5 gap:0.1 b%d" % i, stream=True, headers=B)
+        assert r.status_code == 200
+        assert b"[DONE]" in r.content
+    g = stats(d, key="admin")
+    ten = {t["tenant_id"]: t for t in g["tenants"]}
+    a, b = ten["dept_a"], ten["dept_b"]
+    assert a["timed_requests"] == 4 and b["timed_requests"] == 3
+    for q in ("p50", "p95"):
+        assert 0.29 <= a["latency_s_" + q] <= 0.45, a
+        assert 0.29 <= a["ttft_s_" + q] <= 0.45, a
+        assert 7 / 0.45 <= a["tokens_per_s_" + q] <= 7 / 0.29, a
+        assert 0.69 <= b["latency_s_" + q] <= 0.9, b
+        assert 0.19 <= b["ttft_s_" + q] <= 0.35, b
+        # decoding rate: 5 tokens from the first byte to the end (5 gaps of 0.1 s)
+        assert 5 / 0.6 <= b["tokens_per_s_" + q] <= 5 / 0.49, b
+    m = {x["model"]: x for x in g["models"]}["m1"]
+    assert m["timed_requests"] == 7
+    assert 0.29 <= m["latency_s_p50"] <= 0.45, m  # 4 of 7 near 0.3 s (a histogram bucket wide)
+    assert 0.69 <= m["latency_s_p95"] <= 0.9, m
+    assert 0.19 <= m["ttft_s_p50"] <= 0.45, m
+    # the same in /metrics: histograms by model and by tenant
+    text = session().get(d.url + "/metrics", headers={"Authorization": "Bearer admin"}, timeout=10).text
+    p = subprocess.run([shutil.which("promtool") or "promtool", "check", "metrics"], input=text, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    s = prom_samples(text)
+    assert s['gpupool_gateway_request_duration_seconds_count{model="m1"}'] == 7
+    assert s['gpupool_gateway_request_duration_seconds_bucket{model="m1",le="0.25"}'] == 0
+    assert s['gpupool_gateway_request_duration_seconds_bucket{model="m1",le="0.5"}'] == 4
+    assert s['gpupool_gateway_request_duration_seconds_bucket{model="m1",le="+Inf"}'] == 7
+    assert s['gpupool_gateway_tenant_request_duration_seconds_count{tenant="dept_a"}'] == 4
+    assert s['gpupool_gateway_tenant_request_duration_seconds_bucket{tenant="dept_b",le="0.5"}'] == 0
+    assert s['gpupool_gateway_tenant_request_duration_seconds_bucket{tenant="dept_b",le="1"}'] == 3
+    assert 0.69 * 3 <= s['gpupool_gateway_tenant_request_duration_seconds_sum{tenant="dept_b"}'] <= 0.9 * 3
+    assert s['gpupool_gateway_tenant_time_to_first_token_seconds_bucket{tenant="dept_b",le="0.1"}'] == 0
+    assert s['gpupool_gateway_tenant_time_to_first_token_seconds_bucket{tenant="dept_b",le="0.5"}'] == 3
+    assert s['gpupool_gateway_tenant_generation_tokens_per_second_bucket{tenant="dept_b",le="5"}'] == 0
+    assert s['gpupool_gateway_tenant_generation_tokens_per_second_bucket{tenant="dept_b",le="10"}'] <= 3
+    assert s['gpupool_gateway_tenant_generation_tokens_per_second_bucket{tenant="dept_b",le="25"}'] == 3
+    assert s['gpupool_gateway_generation_tokens_per_second_count{model="m1"}'] == 7

@@ -115,7 +115,7 @@ def test_one_day_slices_replay_sane_and_deterministic(trace, gpus, extra):
                               "gpu_name": "NVIDIA GeForce RTX 4090"}
     runs = out["runs"]
     assert [(r["policy"], r["backfill"]) for r in runs] == [
-        (p, bf) for p in ("fifo", "strict", "hybrid", "las") for bf in (True, False)]
+        (p, bf) for p in ("fifo", "strict", "hybrid", "las", "spf") for bf in (True, False)]
     for r in runs:
         check_run_is_sane(r, kept, gpus, ntenants)
     assert out["baseline"] == {"policy": "fifo", "backfill": True}

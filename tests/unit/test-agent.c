@@ -19,6 +19,24 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* Issue 22: each node of one agent has its own machine value, the same at
+ * every start, and the key itself is not in it. */
+static void test_machine_value_is_per_node_and_stable(void **state) {
+        (void)state;
+        const char *key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+        char a[GP_PROTO_MACHINE_LEN + 1], a2[GP_PROTO_MACHINE_LEN + 1], b[GP_PROTO_MACHINE_LEN + 1];
+        gp_agent_machine(key, "gpu-a", a);
+        gp_agent_machine(key, "gpu-a", a2);
+        gp_agent_machine(key, "gpu-b", b);
+        assert_true(gp_proto_machine_ok(a));
+        assert_string_equal(a, a2);
+        assert_string_not_equal(a, b);
+        assert_string_not_equal(a, key);
+        /* the value is sha256("KEY:NAME") in hex */
+        gp_agent_machine("k", "n", a);
+        assert_string_equal(a, "a6643027690d1f7db431f6392681a8846da9d43503a2bdd93f74553a9b1a9bee");
+}
+
 static void test_run_names_round_trip_and_refuse_junk(void **state) {
         (void)state;
         gp_proto_run_id id = {.task = 7, .epoch = 2, .rank = 3}, back;
@@ -123,6 +141,7 @@ static void test_fence_deadline_counts_from_the_send_and_only_moves_forward(void
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_run_names_round_trip_and_refuse_junk),
+                cmocka_unit_test(test_machine_value_is_per_node_and_stable),
                 cmocka_unit_test(test_backoff_doubles_to_ten_seconds_with_jitter),
                 cmocka_unit_test(test_seq_grows_even_when_the_clock_goes_back),
                 cmocka_unit_test(test_delta_carries_changes_and_unacked_exits),

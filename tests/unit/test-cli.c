@@ -1033,6 +1033,117 @@ static void test_api_list_moves_past_unreachable_and_standby_servers(void **stat
         srv_stop(&leader);
 }
 
+/* Local users (unix.c): a submit to a loopback server sends where it was
+ * made, as sbatch: the directory and (--export) the environment. */
+static void test_submit_to_a_local_server_sends_its_directory_and_environment(void **state) {
+        struct srv s;
+        srv_start(&s, route_basic);
+        char *api = srv_api(&s);
+        struct ran r;
+        char cwd[4096];
+        assert_non_null(getcwd(cwd, sizeof(cwd)));
+        setenv("GP_CLI_TEST_VAR", "v1", 1);
+        setenv("GPUPOOL_SOCKET", "off", 1);
+        run_cli(&r, ARGC("--api", api, "submit", "--env", "GP_CLI_TEST_VAR=given", "--", "true"),
+                ARGV("--api", api, "submit", "--env", "GP_CLI_TEST_VAR=given", "--", "true"));
+        assert_int_equal(r.ex, 0);
+        json_t *b = load(body_of(s.reqs[0]));
+        assert_string_equal(json_string_value(json_object_get(b, "workdir")), cwd);
+        json_t *env = json_object_get(b, "env");
+        assert_string_equal(json_string_value(json_object_get(env, "GP_CLI_TEST_VAR")), "given"); /* --env wins */
+        assert_string_equal(json_string_value(json_object_get(env, "GPUPOOL_SOCKET")) ?: "absent", "absent");
+        assert_true(json_object_size(env) > 1);
+        json_decref(b);
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "submit", "--export", "NONE", "--", "true"),
+                ARGV("--api", api, "submit", "--export", "NONE", "--", "true"));
+        assert_int_equal(r.ex, 0);
+        b = load(body_of(s.reqs[1]));
+        assert_null(json_object_get(b, "env"));
+        assert_non_null(json_object_get(b, "workdir"));
+        json_decref(b);
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "submit", "--export", "GP_CLI_TEST_VAR,X=1", "--workdir", "/srv", "--", "true"),
+                ARGV("--api", api, "submit", "--export", "GP_CLI_TEST_VAR,X=1", "--workdir", "/srv", "--", "true"));
+        assert_int_equal(r.ex, 0);
+        b = load(body_of(s.reqs[2]));
+        env = json_object_get(b, "env");
+        assert_int_equal(json_object_size(env), 2);
+        assert_string_equal(json_string_value(json_object_get(env, "GP_CLI_TEST_VAR")), "v1");
+        assert_string_equal(json_string_value(json_object_get(env, "X")), "1");
+        assert_string_equal(json_string_value(json_object_get(b, "workdir")), "/srv");
+        json_decref(b);
+        ran_done(&r);
+        run_cli(&r, ARGC("--api", api, "submit", "--export", "1BAD", "--", "true"),
+                ARGV("--api", api, "submit", "--export", "1BAD", "--", "true"));
+        assert_int_equal(r.ex, 2);
+        assert_non_null(strstr(r.err, "not a variable name"));
+        assert_int_equal(s.nreq, 3);
+        ran_done(&r);
+        unsetenv("GP_CLI_TEST_VAR");
+        unsetenv("GPUPOOL_SOCKET");
+        srv_stop(&s);
+}
+
+static void test_user_options_parse_and_ps_sends_user(void **state) {
+        struct parsed p;
+        PARSE(&p, "ps", "-u", "alice");
+        assert_int_equal(p.rc, 0);
+        assert_string_equal(p.c.user, "alice");
+        parse_done(&p);
+        PARSE(&p, "ps", "--me");
+        assert_int_equal(p.rc, 0);
+        assert_true(p.c.me);
+        parse_done(&p);
+        PARSE(&p, "ps", "--user", "bad name");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "not a Unix user name"));
+        parse_done(&p);
+        PARSE(&p, "cancel", "-u", "bob");
+        assert_int_equal(p.rc, 0);
+        assert_string_equal(p.c.user, "bob");
+        parse_done(&p);
+        PARSE(&p, "cancel");
+        assert_int_equal(p.rc, -EINVAL);
+        parse_done(&p);
+        PARSE(&p, "submit", "--export", "", "--", "true");
+        assert_int_equal(p.rc, -EINVAL);
+        parse_done(&p);
+        struct srv s;
+        srv_start(&s, route_basic);
+        char *api = srv_api(&s);
+        struct ran r;
+        run_cli(&r, ARGC("--api", api, "ps", "-u", "alice"), ARGV("--api", api, "ps", "-u", "alice"));
+        assert_true(starts(s.reqs[0], "GET /api/v1/tasks?state=active&user=alice&limit=1000 HTTP/1.1"));
+        ran_done(&r);
+        srv_stop(&s);
+}
+
+static void test_status_names_the_user_and_directory(void **state) {
+        json_t *j = load("{\"id\":2,\"name\":\"a\",\"tenant_id\":\"default\",\"user\":\"alice\","
+                         "\"workdir\":\"/home/alice/run\",\"state\":\"running\",\"priority\":5}");
+        gp_buf b;
+        gp_buf_init(&b, 0);
+        assert_int_equal(gp_cli_format_status(j, 0, &b), 0);
+        assert_non_null(strstr(b.data, "user:"));
+        assert_non_null(strstr(b.data, " alice\n"));
+        assert_non_null(strstr(b.data, " /home/alice/run\n"));
+        json_decref(j);
+        gp_buf_done(&b);
+}
+
+static void test_ps_shows_a_user_column_when_tasks_have_users(void **state) {
+        json_t *j = load("{\"backend\":\"sim\",\"tasks\":[{\"id\":2,\"name\":\"a\",\"tenant_id\":\"default\","
+                         "\"user\":\"alice\",\"state\":\"running\",\"priority\":5,\"gpu_request\":1}]}");
+        gp_buf b;
+        gp_buf_init(&b, 0);
+        assert_int_equal(gp_cli_format_ps(j, 0, false, &b), 0);
+        assert_non_null(strstr(b.data, "TENANT   USER   STATE"));
+        assert_non_null(strstr(b.data, "default  alice  running"));
+        json_decref(j);
+        gp_buf_done(&b);
+}
+
 static void test_submit_prints_id_and_sends_key_and_body(void **state) {
         struct srv s;
         srv_start(&s, route_basic);
@@ -1799,6 +1910,10 @@ int main(void) {
                 cmocka_unit_test(test_api_and_key_come_from_env_unless_given),
                 cmocka_unit_test(test_cacert_names_the_ca_of_https_servers),
                 cmocka_unit_test(test_ps_options_are_validated),
+                cmocka_unit_test(test_user_options_parse_and_ps_sends_user),
+                cmocka_unit_test(test_ps_shows_a_user_column_when_tasks_have_users),
+                cmocka_unit_test(test_status_names_the_user_and_directory),
+                cmocka_unit_test(test_submit_to_a_local_server_sends_its_directory_and_environment),
                 cmocka_unit_test(test_task_ids_are_strict),
                 cmocka_unit_test(test_unknown_options_and_commands_are_named),
                 cmocka_unit_test(test_help_forms),

@@ -661,7 +661,7 @@ static const struct bad bad_inputs[] = {
         {"server: {data_dir: {a: 1}}\n", "t.yaml:1: server.data_dir: expected a string, got a mapping", -EINVAL},
         {"- server\n", "t.yaml:1: expected a mapping of sections", -EINVAL},
         {"scheduler: {policy: wfq}\n",
-         "t.yaml:1: scheduler.policy: expected one of hybrid, strict, fifo, sef; got wfq", -EINVAL},
+         "t.yaml:1: scheduler.policy: expected one of hybrid, strict, fifo, sef, spf; got wfq", -EINVAL},
         {"gpus: {backend: cuda}\n", "t.yaml:1: gpus.backend: expected one of auto, nvml, sim, none; got cuda", -EINVAL},
         {"store: {sync: off}\n", "t.yaml:1: store.sync: expected one of full, normal; got off", -EINVAL},
         {"tasks: {elastic_signal: SIGKILL}\n",

@@ -265,6 +265,40 @@ static void test_env_has_gpu_vars_spec_env_and_inherited_env(void **state) {
         assert_log_has(f->task, "NCVD=1\n");
 }
 
+/* clean_env (a local user's task: its env is the submitter's): nothing of
+ * the supervisor's environment, the user's HOME/USER/LOGNAME/SHELL and a
+ * default PATH unless env sets them, then env, then gpupool's own. */
+static void test_clean_env_inherits_nothing_and_gives_the_users_basics(void **state) {
+        fixture *f = *state;
+        setenv("GP_EXEC_TEST_INHERITED", "yes", 1);
+        const char *argv[] = {"sh", "-c",
+                              "echo \"INH=$GP_EXEC_TEST_INHERITED\"; echo \"PATH=$PATH\"; echo \"FOO=$FOO\"; "
+                              "echo \"HOME=$HOME\"; echo \"USER=$USER\"; echo \"SHELL=$SHELL\"; "
+                              "echo \"TID=$GPUPOOL_TASK_ID\"",
+                              NULL};
+        const char *env[] = {"FOO=sent", "HOME=/sent/home", NULL};
+        gp_exec_spec s = make_spec(argv);
+        s.env = env;
+        s.clean_env = true;
+        gp_exec_proc p;
+        start(f->task, &s, &p);
+        unsetenv("GP_EXEC_TEST_INHERITED");
+        gp_exec_result res;
+        expect_result(f->task, 5000, &res);
+        assert_int_equal(res.end, GP_EXEC_EXITED);
+        assert_int_equal(res.exit_code, 0);
+        assert_log_has(f->task, "INH=\n");
+        assert_log_has(f->task, "PATH=/usr/local/bin:/usr/bin:/bin\n");
+        assert_log_has(f->task, "FOO=sent\n");
+        assert_log_has(f->task, "HOME=/sent/home\n");   /* what was sent wins */
+        assert_log_has(f->task, "USER=root\n");         /* the tests run as root */
+        assert_log_has(f->task, "TID=7\n");
+        char *spec = slurp(f->task, "spec.json", NULL);
+        assert_non_null(spec);
+        assert_non_null(strstr(spec, "\"clean_env\":true"));
+        free(spec);
+}
+
 static void test_command_is_looked_up_in_its_own_path(void **state) {
         fixture *f = *state;
         char bin[PATH_MAX], tool[PATH_MAX + 16], path[PATH_MAX + 32];
@@ -1110,6 +1144,7 @@ int main(int argc, char **argv) {
                 T(test_exit_code_and_both_streams_are_logged),
                 T(test_command_killed_by_signal_is_signaled),
                 T(test_env_has_gpu_vars_spec_env_and_inherited_env),
+                T(test_clean_env_inherits_nothing_and_gives_the_users_basics),
                 T(test_command_is_looked_up_in_its_own_path),
                 T(test_workdir_default_absolute_and_relative),
                 T(test_missing_workdir_is_spawn_failed),

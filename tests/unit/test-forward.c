@@ -41,6 +41,7 @@ static void test_head_is_exact(void **state) {
                 {"Expect", "100-continue"},           /* answered by the follower already */
                 {"X-Gpupool-Forwarded-For", "127.0.0.1"}, /* a client's own: replaced */
                 {"x-gpupool-forwarded-by", "s9"},
+                {"X-Gpupool-Forwarded-Uid", "0"},     /* a client's own: dropped (users.c) */
                 {"Origin", "http://ctl-b:8080"},
         };
         gp_buf b;

@@ -189,6 +189,7 @@ static void test_join_round_trip(void **state) {
         assert_string_equal(pa.credential, a.credential);
         assert_int_equal(pa.heartbeat_s, 2);
         assert_int_equal(pa.node_timeout_s, 10);
+        assert_int_equal(pa.max_body, 0); /* not said */
         assert_int_equal(pa.fence_s, 30);
         /* an older server's answer: no fence_s, no fencing */
         static const char old[] = "{\"node\":\"gpu-a\",\"credential\":\"" CRED "\",\"heartbeat_s\":2}";
@@ -197,6 +198,58 @@ static void test_join_round_trip(void **state) {
         static const char bad[] = "{\"node\":\"gpu-a\",\"credential\":\"" CRED "\",\"fence_s\":3601}";
         assert_int_equal(gp_proto_join_answer_parse(bad, strlen(bad), &pa, err, sizeof(err)), -EINVAL);
         assert_non_null(strstr(err, "fence_s"));
+}
+
+/* Issue 22: a join's machine and seq, the answers' max_body, a full sync's
+ * pages, and the 409 that carries the last seq. */
+static void test_identity_paging_and_replay_fields(void **state) {
+        (void)state;
+        char *s, err[200];
+        gp_proto_join m = {.name = "gpu-a", .seq = 1732512345678001,
+                           .machine = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"};
+        gp_proto_join p;
+        assert_int_equal(gp_proto_join_render(&m, &s), 0);
+        assert_int_equal(gp_proto_join_parse(s, strlen(s), &p, err, sizeof(err)), 0);
+        free(s);
+        assert_string_equal(p.machine, m.machine);
+        assert_int_equal(p.seq, m.seq);
+        gp_proto_join_done(&p);
+        assert_true(gp_proto_machine_ok(m.machine));
+        assert_false(gp_proto_machine_ok("0123"));
+        assert_false(gp_proto_machine_ok("0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"));
+
+        gp_proto_join_answer a = {.node = "gpu-a", .credential = CRED, .heartbeat_s = 2, .node_timeout_s = 10,
+                                  .max_body = 65536}, pa;
+        assert_int_equal(gp_proto_join_answer_render(&a, &s), 0);
+        assert_int_equal(gp_proto_join_answer_parse(s, strlen(s), &pa, err, sizeof(err)), 0);
+        free(s);
+        assert_int_equal(pa.max_body, 65536);
+
+        gp_proto_sync sm = {.node = "n", .seq = 9, .full = true, .page = 3, .more = true}, sp;
+        assert_int_equal(gp_proto_sync_render(&sm, &s), 0);
+        assert_int_equal(gp_proto_sync_parse(s, strlen(s), &sp, err, sizeof(err)), 0);
+        free(s);
+        assert_true(sp.full && sp.more);
+        assert_int_equal(sp.page, 3);
+        gp_proto_sync_done(&sp);
+        gp_proto_sync bad = {.node = "n", .seq = 9, .more = true}; /* more without full */
+        assert_int_equal(gp_proto_sync_render(&bad, &s), -EINVAL);
+
+        gp_proto_sync_answer am = {.seq = 9, .heartbeat_s = 2, .max_body = 1 << 20}, ap;
+        assert_int_equal(gp_proto_sync_answer_render(&am, &s), 0);
+        assert_int_equal(gp_proto_sync_answer_parse(s, strlen(s), &ap, err, sizeof(err)), 0);
+        free(s);
+        assert_int_equal(ap.max_body, 1 << 20);
+        gp_proto_sync_answer_done(&ap);
+
+        char *r = gp_proto_replay_render("replayed", 1732512345678001);
+        int64_t last = 0;
+        assert_int_equal(gp_proto_replay_parse(r, strlen(r), &last), 0);
+        assert_int_equal(last, 1732512345678001);
+        free(r);
+        const char *no[] = {"{\"error\":\"x\"}", "{\"seq\":-1}", "{\"seq\":\"7\"}", "[]", "{"};
+        for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+                assert_int_equal(gp_proto_replay_parse(no[i], strlen(no[i]), &last), -EINVAL);
 }
 
 static void test_sync_round_trip_with_logs_and_results(void **state) {
@@ -402,6 +455,13 @@ static void test_every_bound_is_refused(void **state) {
                 strcat(big, "]}");
                 expect_refused(JOIN, big, "more than 256");
         }
+        expect_refused(JOIN, "{\"name\":\"a\",\"machine\":\"abc\"}", "machine must be 64 lowercase hex");
+        expect_refused(JOIN, "{\"name\":\"a\",\"seq\":0}", "seq must be an integer 1..");
+        expect_refused(JOIN_ANSWER, "{\"node\":\"a\",\"credential\":\"" CRED "\",\"max_body\":1023}", "max_body");
+        expect_refused(SYNC, "{\"node\":\"a\",\"seq\":1,\"page\":1}", "page and more belong to a full sync");
+        expect_refused(SYNC, "{\"node\":\"a\",\"seq\":1,\"more\":true}", "page and more belong to a full sync");
+        expect_refused(SYNC, "{\"node\":\"a\",\"seq\":1,\"full\":true,\"page\":100001}", "page must be");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"max_body\":\"big\"}", "max_body");
         expect_refused(JOIN_ANSWER, "{\"node\":\"a\",\"credential\":\"gpn_12\"}", "credential must be");
         expect_refused(JOIN_ANSWER, "{\"node\":\"a\",\"credential\":\"" CRED "\",\"heartbeat_s\":0}", "heartbeat_s");
         expect_refused(JOIN_ANSWER, "{\"node\":\"a\",\"credential\":\"" CRED "\",\"node_timeout_s\":1}",
@@ -538,6 +598,7 @@ int main(void) {
                 cmocka_unit_test(test_labels_canonical_sorted_and_refusals),
                 cmocka_unit_test(test_node_names_and_secrets),
                 cmocka_unit_test(test_join_round_trip),
+                cmocka_unit_test(test_identity_paging_and_replay_fields),
                 cmocka_unit_test(test_sync_round_trip_with_logs_and_results),
                 cmocka_unit_test(test_sync_answer_round_trip_and_start_copy),
                 cmocka_unit_test(test_every_bound_is_refused),

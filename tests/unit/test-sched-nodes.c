@@ -42,6 +42,41 @@ static void reason_has(gp_sched *s, int64_t id, const char *want) {
                 fail_msg("reason of %lld is '%s', wanted '%s' in it", (long long)id, why, want);
 }
 
+/* Issue 22: 64 GPU models fill the table; a 65th is refused (room and
+ * add); once every GPU of a model is removed its place is another's, and a
+ * task asking for the new model by name starts there. */
+static void test_gpu_model_table_is_bounded_and_freed_by_removal(void **st) {
+        (void)st;
+        gp_sched *s = mk();
+        char node[24], model[24];
+        for (int i = 0; i < 64; i++) {
+                snprintf(node, sizeof(node), "n%d", i);
+                snprintf(model, sizeof(model), "Model %d", i);
+                gp_sched_gpu_desc d = {.node = node, .index = 0, .uuid = node, .name = model, .memory_total_mb = 1000};
+                assert_int_equal(gp_sched_gpu_add(s, &d, NULL), 0);
+        }
+        const char *fresh[] = {"New", "New", "Model 3"};
+        assert_int_equal(gp_sched_gpu_models_room(s, fresh + 2, 1), 0); /* known */
+        assert_int_equal(gp_sched_gpu_models_room(s, fresh, 3), -E2BIG);
+        gp_sched_gpu_desc nd = {.node = "late", .index = 0, .uuid = "late", .name = "New", .memory_total_mb = 1000};
+        assert_int_equal(gp_sched_gpu_add(s, &nd, NULL), -E2BIG);
+        assert_int_equal(gp_sched_node_remove(s, "n7"), 0);
+        assert_int_equal(gp_sched_gpu_models_room(s, fresh, 3), 0); /* "New" twice is one model */
+        uint32_t gi;
+        assert_int_equal(gp_sched_gpu_add(s, &nd, &gi), 0);
+        gp_sched_req r = whole(1, 1);
+        r.gpu_model = "New";
+        enq(s, r);
+        run_out o = {0};
+        run(s, 0, &o);
+        assert_gpus(find(&o, GP_DECIDE_START, 1), gi, 1);
+        free(o.d);
+        /* the removed node's model is not in the table any more: it cannot come back now */
+        gp_sched_gpu_desc back = {.node = "n7", .index = 0, .uuid = "n7", .name = "Model 7", .memory_total_mb = 1000};
+        assert_int_equal(gp_sched_gpu_add(s, &back, NULL), -E2BIG);
+        gp_sched_free(s);
+}
+
 /* 12 GPUs on 8-GPU nodes: the two lowest nodes, all 16 GPUs held, grouped
  * by node; the share and the view count 16. */
 static void test_twelve_gpus_take_two_whole_nodes(void **st) {
@@ -459,6 +494,7 @@ static void test_node_allow_keeps_gangs_and_elastic_apart(void **st) {
 
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_gpu_model_table_is_bounded_and_freed_by_removal),
                 cmocka_unit_test(test_twelve_gpus_take_two_whole_nodes),
                 cmocka_unit_test(test_whole_nodes_all_or_nothing),
                 cmocka_unit_test(test_heterogeneous_nodes_fewest_gpus_beyond),

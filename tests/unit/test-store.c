@@ -235,6 +235,7 @@ static gp_task make_full_task(int64_t id) {
         snprintf(t.model, sizeof(t.model), "deepseek-7b");
         snprintf(t.gpu_model, sizeof(t.gpu_model), "A100*");
         snprintf(t.node_selector, sizeof(t.node_selector), "ib=yes,zone=a");
+        snprintf(t.user, sizeof(t.user), "alice");
         t.priority = 3;
         t.gpu_request = 3;
         t.memory_mb = (int64_t)1 << 40;
@@ -282,6 +283,7 @@ static void assert_task_equal(const gp_task *a, const gp_task *b) {
         assert_string_equal(a->model, b->model);
         assert_string_equal(a->gpu_model, b->gpu_model);
         assert_string_equal(a->node_selector, b->node_selector);
+        assert_string_equal(a->user, b->user);
         assert_int_equal(a->priority, b->priority);
         assert_int_equal(a->gpu_request, b->gpu_request);
         assert_int_equal(a->memory_mb, b->memory_mb);
@@ -755,7 +757,7 @@ static void test_meta_set_get_and_missing_key(void **state) {
 
         /* the store's own key is readable but reserved */
         assert_int_equal(gp_store_meta_get(s, "schema_version", buf, sizeof(buf)), 0);
-        assert_string_equal(buf, "5");
+        assert_string_equal(buf, "6");
         assert_int_equal(gp_store_meta_set(s, "schema_version", "7"), -EINVAL);
         assert_int_equal(gp_store_meta_set(s, "", "x"), -EINVAL);
 
@@ -1675,12 +1677,14 @@ static void test_usage_rows_round_trip_filter_and_follow_the_transaction(void **
 /* ---- schema migrations ---- */
 
 /* Take the database the fixture's store made back to the schema of
- * version v (1..4): drop what later versions added, and record v.  A
+ * version v (1..5): drop what later versions added, and record v.  A
  * version 1 database also loses the metering tables (they came later and
  * are created if missing at every open). */
 static void downgrade_to(fixture *fx, int v) {
         char sql[128];
-        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN node_selector");
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN unix_user");
+        if (v < 5)
+                fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN node_selector");
         if (v < 4)
                 fx->be->raw_exec(fx, "DROP INDEX tasks_array");
         if (v < 4) {
@@ -1706,7 +1710,9 @@ static void downgrade_to(fixture *fx, int v) {
 static void check_migrates_from(fixture *fx, int v) {
         gp_store *s = open_store(fx);
         gp_task t = make_full_task(5);
-        t.node_selector[0] = '\0'; /* the column of version 5 */
+        t.user[0] = '\0'; /* the column of version 6 */
+        if (v < 5)
+                t.node_selector[0] = '\0'; /* the column of version 5 */
         if (v < 4) {
                 t.array_id = 0; /* columns of version 4 */
                 t.array_index = 0;
@@ -1725,7 +1731,7 @@ static void check_migrates_from(fixture *fx, int v) {
         s = open_store(fx);
         char ver[16];
         assert_int_equal(gp_store_meta_get(s, "schema_version", ver, sizeof(ver)), 0);
-        assert_string_equal(ver, "5");
+        assert_string_equal(ver, "6");
         gp_task got;
         assert_int_equal(gp_store_task_get(s, 5, &got), 0);
         assert_task_equal(&t, &got);
@@ -1769,6 +1775,11 @@ static void test_version_4_database_is_migrated_keeping_its_tasks(void **state) 
         check_migrates_from(fx, 4);
 }
 
+static void test_version_5_database_is_migrated_keeping_its_tasks(void **state) {
+        FX(state);
+        check_migrates_from(fx, 5);
+}
+
 /* A migration that fails half-way stores nothing of the whole run: here
  * version 2 applies, version 3 meets a column that is already there, and
  * the database is left at version 1 as it was, so it migrates once the
@@ -1791,7 +1802,7 @@ static void test_failed_migration_leaves_the_old_version_whole(void **state) {
         assert_true(exists(s, 1));
         char ver[16];
         assert_int_equal(gp_store_meta_get(s, "schema_version", ver, sizeof(ver)), 0);
-        assert_string_equal(ver, "5");
+        assert_string_equal(ver, "6");
         gp_store_close(s);
 }
 
@@ -2129,6 +2140,8 @@ static void test_coord_racing_servers_never_share_a_lock(void **state) {
         cmocka_unit_test_prestate_setup_teardown(test_version_3_database_is_migrated_keeping_its_tasks,  \
                                                  fx_setup, fx_teardown, (void *)(be)),                    \
         cmocka_unit_test_prestate_setup_teardown(test_version_4_database_is_migrated_keeping_its_tasks,  \
+                                                 fx_setup, fx_teardown, (void *)(be)),                    \
+        cmocka_unit_test_prestate_setup_teardown(test_version_5_database_is_migrated_keeping_its_tasks,  \
                                                  fx_setup, fx_teardown, (void *)(be)),                    \
         cmocka_unit_test_prestate_setup_teardown(test_failed_migration_leaves_the_old_version_whole,     \
                                                  fx_setup, fx_teardown, (void *)(be)),                    \

@@ -149,6 +149,12 @@ async function waitFor(fn, ms, what) {
 
 let d, b;
 
+/* "HH:MM" in UTC, min minutes from now. */
+function hhmm(min) {
+  const t = new Date(Date.now() + min * 60e3);
+  return String(t.getUTCHours()).padStart(2, "0") + ":" + String(t.getUTCMinutes()).padStart(2, "0");
+}
+
 before(async () => {
   assert.ok(fs.existsSync(BIN), "gpupool binary not built: " + BIN);
   assert.ok(fs.existsSync(CHROMIUM), "chromium not installed: " + CHROMIUM);
@@ -301,6 +307,10 @@ test("the queue page lists waiting tasks with their position and reason; tenants
   await lab.waitFor({ timeout: 2500 });
   assert.equal(await lab.locator("td").nth(1).textContent(), "3");  // GPUs held
   assert.equal(await lab.locator("td").nth(3).textContent(), "1");  // queued
+  // no tenant is configured: the note says quotas come with configured tenants; no quota or balance column
+  assert.ok(await b.page.locator("#quota-note").isVisible(), "the note, with no tenant configured");
+  assert.ok(await b.page.locator("#tenants-table th.quota-col").isHidden());
+  assert.ok(await b.page.locator("#tenants-table th.balance-col").isHidden());
   await sleep(5500); // let the per-tenant history gather points
   await b.page.reload();
   await lab.waitFor({ timeout: 2500 });
@@ -317,6 +327,134 @@ test("the queue page lists waiting tasks with their position and reason; tenants
   await waitFor(async () => (await lab.locator("td.month-cost").textContent()) === labUsage.cost, 5000, "lab's cost this month");
   assert.equal(await lab.locator("td.month-hours").textContent(), (labUsage.gpu_ms / 3600e3).toFixed(3));
   assert.deepEqual(b.errors, []);
+});
+
+test("the tasks page pages through every task, folds an array into one row, and shows exit code, duration and directory", async () => {
+  const arr = await d.api("POST", "/api/v1/tasks", { name: "sweep", tenant_id: "lab", array: "0-4",
+    command: ["sh", "-c", "sleep 1; exit 3"], workdir: "/tmp" });
+  assert.equal(arr.status, 201, arr.text);
+  const aid = arr.json.array_id;
+  await waitFor(async () => (await d.api("GET", "/api/v1/arrays/" + aid)).json.counts.failed === 5, 20000, "the array to end");
+  const leases = [];
+  for (let i = 0; i < 30; i++) {
+    const r = await d.api("POST", "/api/v1/tasks", { name: "pager-" + i, tenant_id: "pager", lease_ttl_s: 600 });
+    assert.equal(r.status, 201, r.text);
+    leases.push(r.json.id);
+  }
+  const all = (await d.api("GET", "/api/v1/tasks?limit=1000")).json.tasks;
+  await b.page.goto(d.url + "/#/tasks");
+  await b.page.selectOption("#f-size", "25");
+  const rows = b.page.locator("#tasks-table tbody tr");
+  await waitFor(async () => (await rows.count()) === 25 && (await rows.first().getAttribute("data-task")) === String(leases[29]),
+    3000, "a first page of 25 tasks, newest first");
+  assert.ok(await b.page.locator("#tasks-newer").isDisabled());
+  assert.ok(await b.page.locator("#tasks-older").isEnabled());
+  assert.match(await b.page.locator("#tasks-page").textContent(), /^Page 1 · #\d+ … #\d+$/);
+  await shot(b.page, "05a-tasks-page-1");
+  // page through to the end: every task is met once (the array's elements once it is expanded)
+  const seen = new Set();
+  let pages = 0, arrayPage = 0;
+  for (;;) {
+    pages++;
+    await waitFor(async () => (await b.page.locator("#tasks-page").textContent()).startsWith("Page " + pages + " "), 3000, "page " + pages);
+    const arow = b.page.locator(`#tasks-table tr[data-array="${aid}"]`);
+    if (!arrayPage && (await arow.count()) === 1) {
+      arrayPage = pages;
+      // folded: one row for the 5 elements, their exit code, its directory
+      assert.equal(await b.page.locator('#tasks-table tr.elem').count(), 0);
+      assert.match(await arow.textContent(), /5 tasks, 5 on this page/);
+      assert.match(await arow.locator(".array-states").textContent(), /failed 5/);
+      assert.equal(await arow.locator("td.exit").textContent(), "3");
+      assert.equal(await arow.locator("td.workdir").textContent(), "/tmp");
+      assert.ok(await b.page.locator("#tasks-table th.workdir-col").isVisible(), "the directory column, as a task has one");
+      await arow.click();
+      await waitFor(async () => (await b.page.locator("#tasks-table tr.elem").count()) === 5, 2000, "the array expanded");
+      const e0 = b.page.locator(`#tasks-table tr.elem[data-task="${aid}"]`);
+      assert.equal(await e0.locator("td").first().textContent(), `#${aid} [0]`);
+      assert.equal(await e0.locator("td.exit").textContent(), "3");
+      assert.match(await e0.locator("td.duration").textContent(), /^\d+ s$/);
+      assert.equal(await e0.locator("td.workdir").textContent(), "/tmp");
+      await shot(b.page, "05b-tasks-array-expanded");
+    }
+    const ids = await b.page.locator("#tasks-table tr[data-task]").evaluateAll((rs) => rs.map((r) => Number(r.dataset.task)));
+    for (const id of ids) { assert.ok(!seen.has(id), "task " + id + " on two pages"); seen.add(id); }
+    // the user column shows only when a task on the page has a user
+    const pageTasks = all.filter((x) => ids.includes(x.id));
+    assert.equal(await b.page.locator("#tasks-table th.user-col").isVisible(), pageTasks.some((x) => x.user));
+    if (await b.page.locator("#tasks-older").isDisabled()) break;
+    await b.page.click("#tasks-older");
+  }
+  assert.ok(arrayPage > 1 && pages >= 2, "the array is on a later page");
+  assert.deepEqual([...seen].sort((x, y) => x - y), all.map((x) => x.id).sort((x, y) => x - y));
+  // and back
+  await b.page.click("#tasks-newer");
+  await waitFor(async () => (await b.page.locator("#tasks-page").textContent()).startsWith("Page " + (pages - 1) + " "), 3000, "the page before");
+  // a running lease: no exit code, a duration
+  await b.page.selectOption("#f-size", "100");
+  const lr = b.page.locator(`#tasks-table tr[data-task="${leases[0]}"]`);
+  await lr.waitFor({ timeout: 3000 });
+  assert.equal(await lr.locator("td.exit").textContent(), "—");
+  assert.match(await lr.locator("td.duration").textContent(), /^\d+ s$/);
+  for (const id of leases) await d.api("POST", "/api/v1/tasks/" + id + "/cancel");
+  await waitFor(async () => (await d.api("GET", "/api/v1/tasks?state=active&tenant=pager")).json.tasks.length === 0, 10000,
+    "the leases to end");
+  assert.deepEqual(b.errors, []);
+});
+
+test("configured tenants show their quota in force beside their use, and a balance only when they are billed", async () => {
+  const dq = await startDaemon("gpus: {backend: sim}\nmonitor: {sample_ms: 500}\n" +
+    "billing: {prices: [{gpu_model: \"*\", per_gpu_hour: 3600}]}\n" +
+    "tenants:\n" +
+    "  - {id: dept-a, kind: internal, quota: {max_gpus: 2, max_concurrent: 3, guaranteed_gpus: 1}}\n" +
+    "  - {id: acme, kind: external}\n" +
+    // a time rule in force now (UTC, from an hour ago to an hour ahead) raises dept-a's max_gpus
+    `time_rules:\n  - {name: now, start: "${hhmm(-60)}", end: "${hhmm(60)}", quotas: {dept-a: {max_gpus: 3}}}\n`);
+  const bq = await openBrowser({ locale: "en-US" });
+  try {
+    for (const [tenant, n] of [["dept-a", 1], ["acme", 1]]) {
+      for (let i = 0; i < n; i++) {
+        const r = await dq.api("POST", "/api/v1/tasks", { name: tenant + "-hold", tenant_id: tenant, lease_ttl_s: 600 });
+        assert.equal(r.status, 201, r.text);
+      }
+    }
+    await bq.page.goto(dq.url + "/#/tenants");
+    const a = bq.page.locator('#tenants-table tr[data-tenant="dept-a"]');
+    const x = bq.page.locator('#tenants-table tr[data-tenant="acme"]');
+    await a.waitFor({ timeout: 3000 });
+    await waitFor(async () => (await a.locator("td.quota").textContent()) === "GPUs 1 / 3 · running 1 / 3 · guaranteed 1 GPUstime rule",
+      3000, "dept-a's quota in force beside its use");
+    assert.match(await a.locator("td.quota .tag.rule").getAttribute("title"), /configured: max_gpus 2, max_concurrent 3/);
+    assert.equal(await x.locator("td.quota").textContent(), "none");
+    // dept-a is an internal department: not billed; acme has a balance (no credit, some use: at or below zero)
+    assert.equal(await a.locator("td.balance").textContent(), "not billed");
+    assert.match(await x.locator("td.balance").textContent(), /^-?\d+\.\d\d USD$/);
+    assert.ok(await bq.page.locator("#tenants-table th.quota-col").isVisible());
+    assert.ok(await bq.page.locator("#tenants-table th.balance-col").isVisible());
+    assert.ok(await bq.page.locator("#quota-note").isHidden(), "no 'once tenants are configured' note: they are");
+    await sleep(300);
+    await shot(bq.page, "07b-tenants-quota");
+    assert.deepEqual(bq.errors, []);
+  } finally {
+    await bq.close();
+    await dq.stop();
+  }
+});
+
+test("without billing no tenant shows a balance", async () => {
+  const dn = await startDaemon("gpus: {backend: sim}\ntenants:\n  - {id: acme, kind: external, quota: {max_concurrent: 5}}\n");
+  const bn = await openBrowser({ locale: "en-US" });
+  try {
+    await bn.page.goto(dn.url + "/#/tenants");
+    const x = bn.page.locator('#tenants-table tr[data-tenant="acme"]');
+    await x.waitFor({ timeout: 3000 });
+    await waitFor(async () => (await x.locator("td.quota").textContent()) === "running 0 / 5", 3000, "acme's quota");
+    assert.ok(await bn.page.locator("#tenants-table th.balance-col").isHidden());
+    assert.equal(await x.locator("td.balance").count(), 0);
+    assert.deepEqual(bn.errors, []);
+  } finally {
+    await bn.close();
+    await dn.stop();
+  }
 });
 
 test("the nodes page lists node local with its state, GPUs busy/total and a fresh heartbeat", async () => {
@@ -378,6 +516,15 @@ test("with a gateway model the gateway page shows the model, its upstreams, the 
     assert.equal(await mrow.locator("td").first().textContent(), MODEL);
     await waitFor(async () => (await mrow.locator("td.requests").textContent()) === "3", 2500, "the model's 3 requests");
     assert.equal(await mrow.locator("td").nth(5).textContent(), "24"); // completion tokens: 3 × max_tokens 8
+    // timings: p50 / p95 of latency, time to first token, tokens/s (the model's and the tenant's)
+    for (const row of [mrow, bg.page.locator('#gw-tenants-table tr[data-tenant="default"]')]) {
+      assert.match(await row.locator("td.latency").textContent(), /^\d+(\.\d+)? m?s \/ \d+(\.\d+)? m?s$/);
+      assert.match(await row.locator("td.ttft").textContent(), /^\d+(\.\d+)? m?s \/ \d+(\.\d+)? m?s$/);
+      assert.match(await row.locator("td.tps").textContent(), /^\d+(\.\d)? \/ \d+(\.\d)?$/);
+    }
+    const gs = (await dg.api("GET", "/api/v1/monitor/metrics")).json.gateway.models[0];
+    assert.equal(gs.timed_requests, 3);
+    assert.equal(await mrow.locator("td.latency").getAttribute("title"), "3 answered requests measured");
     assert.ok(await bg.page.locator("#gw-models-empty").isHidden());
     // both upstreams healthy; the first (least in flight, first listed) took the requests
     const upA = bg.page.locator(`#gw-upstreams-table tr[data-upstream="${ua.url}"]`);

@@ -13,7 +13,8 @@
   const $ = (id) => document.getElementById(id);
   const t = (...a) => I18N.t(...a);
   const state = { page: "overview", backend: "", lastOk: 0, busy: false, historyAt: 0, selected: null,
-                  tasks: [], detailFor: 0, logAt: 0, cancelling: {} };
+                  tasks: [], detailFor: 0, logAt: 0, cancelling: {},
+                  taskState: "", taskSize: 100, pages: [null], taskNext: null, expanded: {} };
 
   /* ---- HTTP ---- */
 
@@ -201,23 +202,114 @@
 
   /* ---- tasks ---- */
 
+
+  function taskDuration(x) {
+    if (!x.started_at) return null;
+    const end = x.finished_at ? Date.parse(x.finished_at) : Date.now();
+    return Math.max(0, (end - Date.parse(x.started_at)) / 1000);
+  }
+  function gpusText(x) { return x.gpus.length ? x.gpus.map((g) => g.node + ":" + g.index).join(", ") : String(x.gpu_request); }
+
+  /* One task's row; cols says which optional columns are shown. */
+  function taskRow(x, cols, elem) {
+    const exit = x.exit_code === null || x.exit_code === undefined ? null : x.exit_code;
+    return el("tr", { "data-task": String(x.id), class: (state.selected === x.id ? "sel" : "") + (elem ? " elem" : ""),
+      onclick: () => { location.hash = "#/tasks/" + x.id; } },
+      el("td", { text: elem ? "#" + x.id + " [" + x.array_index + "]" : "#" + x.id }), el("td", { text: x.name }),
+      el("td", { text: x.tenant_id }),
+      cols.user ? el("td", { class: "user", text: x.user || t("none") }) : null,
+      el("td", { text: t("kind_" + x.kind) }), el("td", {}, stateCell(x.state)), el("td", { text: "P" + x.priority }),
+      el("td", { text: gpusText(x) }),
+      el("td", { class: "num exit" + (exit ? " bad" : ""), text: exit === null ? t("none") : String(exit) }),
+      el("td", { class: "num duration", text: dur(taskDuration(x)) }),
+      cols.workdir ? el("td", { class: "mono workdir", text: x.workdir || t("none"), title: x.workdir || "" }) : null,
+      el("td", { text: when(x.submitted_at) }));
+  }
+
+  /* An array's elements on this page as one row: its counts by state
+   * (GET /api/v1/arrays/{id}: all its elements), expanded on a click. */
+  function arrayRow(id, elems, info, cols) {
+    const open = !!state.expanded[id];
+    const first = elems[elems.length - 1];
+    const counts = info && info.counts ? info.counts : elems.reduce((c, x) => { c[x.state] = (c[x.state] || 0) + 1; return c; }, {});
+    const summary = el("span", { class: "array-states" });
+    for (const k of ["running", "queued", "succeeded", "failed", "cancelled", "timeout", "lost"]) {
+      if (counts[k]) { summary.appendChild(stateCell(k)); summary.appendChild(document.createTextNode(" " + counts[k] + "  ")); }
+    }
+    const exits = new Set(elems.map((x) => x.exit_code).filter((e) => e !== null && e !== undefined));
+    const started = elems.map((x) => x.started_at).filter((v) => v).map(Date.parse);
+    const ends = elems.map((x) => (x.started_at ? (x.finished_at ? Date.parse(x.finished_at) : Date.now()) : null)).filter((v) => v);
+    const span = started.length ? (Math.max(...ends) - Math.min(...started)) / 1000 : null;
+    const total = info ? info.count : elems.length;
+    return el("tr", { "data-array": String(id), class: "array" + (open ? " open" : ""),
+      onclick: () => { state.expanded[id] = !state.expanded[id]; tick(); } },
+      el("td", {}, el("span", { class: "fold", text: open ? "▾ " : "▸ " }), "#" + id + "[]"),
+      el("td", {}, el("span", { text: first.name + " " }), el("span", { class: "tag", text: (info && info.array) || "" }),
+        el("span", { class: "array-count", text: " " + t("array_elems", total, elems.length) })),
+      el("td", { text: first.tenant_id }),
+      cols.user ? el("td", { class: "user", text: first.user || t("none") }) : null,
+      el("td", { text: t("kind_array") }), el("td", {}, summary), el("td", { text: "P" + first.priority }),
+      el("td", { text: String(first.gpu_request) }),
+      el("td", { class: "num exit", text: exits.size === 0 ? t("none") : [...exits].sort((a, b) => a - b).join(", ") }),
+      el("td", { class: "num duration", text: dur(span) }),
+      cols.workdir ? el("td", { class: "mono workdir", text: first.workdir || t("none") }) : null,
+      el("td", { text: when(first.submitted_at) }));
+  }
+
   async function loadTasks() {
     const st = $("f-state").value;
-    const list = await api("/api/v1/tasks?limit=200" + (st ? "&state=" + encodeURIComponent(st) : ""));
+    const size = Number($("f-size").value) || 100; /* tasks a page (the API allows 1..1000) */
+    if (st !== state.taskState || size !== state.taskSize) { state.taskState = st; state.taskSize = size; state.pages = [null]; }
+    const after = state.pages[state.pages.length - 1];
+    const list = await api("/api/v1/tasks?limit=" + size + (st ? "&state=" + encodeURIComponent(st) : "") +
+      (after ? "&after=" + after : ""));
+    state.taskNext = list.next_after;
     const q = $("f-text").value.trim().toLowerCase();
     const rows = list.tasks.filter((x) => !q || String(x.id) === q.replace(/^#/, "") ||
-      (x.name || "").toLowerCase().includes(q) || (x.tenant_id || "").toLowerCase().includes(q));
+      (x.name || "").toLowerCase().includes(q) || (x.tenant_id || "").toLowerCase().includes(q) ||
+      (x.user || "").toLowerCase().includes(q) || (x.workdir || "").toLowerCase().includes(q) ||
+      (x.array_id && String(x.array_id) === q.replace(/^#/, "").replace(/\[\]$/, "")));
     state.tasks = rows;
-    fill($("tasks-table").tBodies[0], rows.map((x) => {
-      const tr = el("tr", { "data-task": String(x.id), class: state.selected === x.id ? "sel" : "", onclick: () => { location.hash = "#/tasks/" + x.id; } },
-        el("td", { text: "#" + x.id }), el("td", { text: x.name }), el("td", { text: x.tenant_id }),
-        el("td", { text: t("kind_" + x.kind) }), el("td", {}, stateCell(x.state)), el("td", { text: "P" + x.priority }),
-        el("td", { text: x.gpus.length ? x.gpus.map((g) => g.node + ":" + g.index).join(", ") : String(x.gpu_request) }),
-        el("td", { text: when(x.submitted_at) }));
-      return tr;
+    /* optional columns: shown when a task on the page has the field */
+    const cols = { user: rows.some((x) => x.user), workdir: rows.some((x) => x.workdir) };
+    document.querySelectorAll("#tasks-table .user-col").forEach((c) => { c.hidden = !cols.user; });
+    document.querySelectorAll("#tasks-table .workdir-col").forEach((c) => { c.hidden = !cols.workdir; });
+    /* arrays folded: their elements on this page, in one row where the first met stands */
+    const groups = {}, order = [];
+    for (const x of rows) {
+      if (x.array_id) {
+        if (!groups[x.array_id]) { groups[x.array_id] = []; order.push({ array: x.array_id }); }
+        groups[x.array_id].push(x);
+      } else {
+        order.push({ task: x });
+      }
+    }
+    const info = {};
+    await Promise.all(Object.keys(groups).filter((id) => groups[id].length > 1 || state.expanded[id]).map(async (id) => {
+      try { info[id] = await api("/api/v1/arrays/" + id); } catch (e) { info[id] = null; }
     }));
+    const trs = [];
+    for (const o of order) {
+      if (o.task) { trs.push(taskRow(o.task, cols, false)); continue; }
+      const elems = groups[o.array];
+      if (elems.length === 1 && !info[o.array]) { trs.push(taskRow(elems[0], cols, false)); continue; }
+      trs.push(arrayRow(o.array, elems, info[o.array], cols));
+      if (state.expanded[o.array]) for (const x of elems) trs.push(taskRow(x, cols, true));
+    }
+    fill($("tasks-table").tBodies[0], trs);
     $("tasks-empty").hidden = rows.length > 0;
+    const page = state.pages.length;
+    $("tasks-page").textContent = t("page_of", page, list.tasks.length ? "#" + list.tasks[0].id + " … #" + list.tasks[list.tasks.length - 1].id : t("none"));
+    $("tasks-newer").disabled = page <= 1;
+    $("tasks-older").disabled = !state.taskNext;
     if (state.selected) await loadDetail(state.selected);
+  }
+
+  function taskPage(older) {
+    if (older && state.taskNext) state.pages.push(state.taskNext);
+    else if (!older && state.pages.length > 1) state.pages.pop();
+    else if (!older) return;
+    tick();
   }
 
   async function loadDetail(id) {
@@ -229,15 +321,19 @@
     const add = (k, v) => { if (v === null || v === undefined || v === "") return; dl.appendChild(el("dt", { text: t(k) })); dl.appendChild(typeof v === "string" ? el("dd", { text: v }) : el("dd", {}, v)); };
     add("f_state", stateCell(x.state));
     add("f_tenant", x.tenant_id);
+    add("f_user", x.user);
+    if (x.array_id) add("f_array", "#" + x.array_id + " [" + x.array_index + "]");
     add("f_priority", "P" + x.priority);
     add("f_gpus", x.gpus.length ? x.gpus.map((g) => g.node + ":" + g.index).join(", ") : String(x.gpu_request));
     add("f_memory", x.memory_mb ? gb(x.memory_mb) : t("whole_gpu"));
     if (x.queue_position) add("f_position", String(x.queue_position));
     add("f_reason", x.reason);
     if (x.command) add("f_command", x.command.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : JSON.stringify(a))).join(" "));
-    if (x.exit_code !== null) add("f_exit", String(x.exit_code));
+    add("f_workdir", x.workdir);
+    if (x.exit_code !== null && x.exit_code !== undefined) add("f_exit", String(x.exit_code));
     add("f_started", x.started_at ? when(x.started_at) : "");
     add("f_finished", x.finished_at ? when(x.finished_at) : "");
+    if (x.started_at) add("f_duration", dur(taskDuration(x)));
     const active = x.state === "queued" || x.state === "running";
     const btn = $("td-cancel");
     btn.hidden = !active;
@@ -317,32 +413,71 @@
 
   /* ---- tenants ---- */
 
+  /* A GPU count as the API gives it (a memory share is a fraction). */
+  function gpus(n) { return n === null || n === undefined ? t("none") : String(Math.round(n * 1000) / 1000); }
+
+  /* The quota in force (a time rule may have changed it: then its
+   * configured quota is in the title) beside the use it limits. */
+  function quotaCell(c) {
+    const q = c.quota || {}, u = c.usage || {};
+    const parts = [];
+    if (q.max_gpus) parts.push(t("q_gpus", gpus(u.gpus || 0), gpus(q.max_gpus)));
+    if (q.max_concurrent) parts.push(t("q_running", u.running || 0, q.max_concurrent));
+    if (q.max_queued) parts.push(t("q_queued", u.queued || 0, q.max_queued));
+    if (q.guaranteed_gpus) parts.push(t("q_guaranteed", gpus(q.guaranteed_gpus)));
+    const td = el("td", { class: "quota-col quota" + (parts.length ? "" : " muted"), text: parts.length ? parts.join(" · ") : t("no_quota") });
+    const full = (q.max_gpus && u.gpus >= q.max_gpus) || (q.max_concurrent && u.running >= q.max_concurrent) ||
+      (q.max_queued && u.queued >= q.max_queued);
+    if (full) td.classList.add("warn");
+    if (c.quota_configured) {
+      const b = c.quota_configured;
+      td.appendChild(el("span", { class: "tag rule", text: t("q_time_rule"),
+        title: t("q_configured", gpus(b.max_gpus), b.max_concurrent, b.max_queued, gpus(b.guaranteed_gpus)) }));
+    }
+    return td;
+  }
+
   async function loadTenants() {
     const snap = await api("/api/v1/monitor/metrics");
     const ts = (snap.tenants || []).slice().sort((a, b) => b.gpus - a.gpus || b.gpu_seconds - a.gpu_seconds || a.id.localeCompare(b.id));
-    const anyQuota = ts.some((x) => x.quota);
-    document.querySelectorAll(".quota-col").forEach((c) => { c.hidden = !anyQuota; });
-    /* usage and cost this month (recorded usage, list prices) and balances (docs/billing.md) */
-    const usage = {}, balance = {};
+    /* usage and cost this month (recorded usage, list prices), the configured
+     * tenants with their quotas in force and balances (docs/billing.md) */
+    const usage = {}, conf = {};
     try {
       const u = await api("/api/v1/usage?group_by=tenant");
       for (const g of u.groups || []) usage[g.key] = g;
+    } catch (e) { /* an older server: no month figures */ }
+    try {
       const tn = await api("/api/v1/tenants");
-      for (const x of tn.tenants || []) if (x.billing) balance[x.id] = x.billing.balance + " " + x.billing.currency;
-    } catch (e) { /* an older server: no billing columns' figures */ }
-    const anyBalance = Object.keys(balance).length > 0;
-    document.querySelectorAll(".balance-col").forEach((c) => { c.hidden = !anyBalance; });
+      for (const x of tn.tenants || []) conf[x.id] = x;
+    } catch (e) { /* an older server */ }
+    const configured = Object.keys(conf).length > 0;
+    /* a balance only for tenants that are billed: not an internal department,
+     * and only when billing is configured (older servers: no "billed") */
+    const billed = (c) => !!(c && c.billing && (c.billing.billed !== undefined ? c.billing.billed : c.kind !== "internal"));
+    const anyBilled = Object.values(conf).some(billed);
+    document.querySelectorAll(".quota-col").forEach((c) => { c.hidden = !configured; });
+    document.querySelectorAll(".balance-col").forEach((c) => { c.hidden = !anyBilled; });
+    $("quota-note").hidden = configured;
     const ids = new Set(ts.map((x) => x.id));
-    for (const k of Object.keys(usage)) if (!ids.has(k)) ts.push({ id: k, gpus: 0, running: 0, queued: 0, memory_mb: 0, gpu_seconds: 0 });
+    for (const k of Object.keys(usage).concat(Object.keys(conf))) if (!ids.has(k)) {
+      ids.add(k);
+      ts.push({ id: k, gpus: 0, running: 0, queued: 0, memory_mb: 0, gpu_seconds: 0 });
+    }
     fill($("tenants-table").tBodies[0], ts.map((x) => {
-      const q = x.quota, u = usage[x.id];
-      const quota = anyQuota ? el("td", { class: "quota-col", text: q && q.max_gpus ? x.gpus + " / " + q.max_gpus : t("no_quota") }) : null;
-      const bal = anyBalance ? el("td", { class: "balance-col", text: balance[x.id] || "-" }) : null;
-      return el("tr", { "data-tenant": x.id }, el("td", { text: x.id }), el("td", { text: String(x.gpus) }),
+      const u = usage[x.id], c = conf[x.id];
+      const quota = configured ? (c ? quotaCell(c) : el("td", { class: "quota-col quota muted", text: t("q_unknown") })) : null;
+      let bal = null;
+      if (anyBilled) {
+        if (billed(c)) bal = el("td", { class: "balance-col balance num" + (c.billing.balance_cents <= 0 ? " bad" : ""), text: c.billing.balance + " " + c.billing.currency });
+        else bal = el("td", { class: "balance-col balance muted", text: c ? t("not_billed") : t("none"), title: c ? t("not_billed_title") : "" });
+      }
+      return el("tr", { "data-tenant": x.id }, el("td", {}, x.id, c && c.kind === "internal" ? el("span", { class: "tag", text: t("kind_internal") }) : null),
+        el("td", { text: String(x.gpus) }),
         el("td", { text: String(x.running) }), el("td", { text: String(x.queued) }), el("td", { text: x.memory_mb ? gb(x.memory_mb) : t("none") }),
         el("td", { text: (x.gpu_seconds / 3600).toFixed(2) }),
         el("td", { class: "month-hours", text: u ? (u.gpu_ms / 3600e3).toFixed(3) : "0.000" }),
-        el("td", { class: "month-cost", text: u ? u.cost : "0.00" }), bal, quota);
+        el("td", { class: "month-cost", text: u ? u.cost : "0.00" }), quota, bal);
     }));
     $("tenants-empty").hidden = ts.length > 0;
     if (Date.now() - state.historyAt > HISTORY_MS) {
@@ -365,6 +500,21 @@
     if (!ms) return el("td", { class: "muted", text: t("gw_never") });
     const s = Math.max(0, (Date.now() - ms) / 1000);
     return el("td", { title: when(new Date(ms).toISOString()), text: s < 1 ? t("gw_just_now") : t("ago", dur(s)) });
+  }
+
+  /* Timings (gp_gw_stats_json: seconds, tokens/s; null before the first). */
+  function secs(v) {
+    if (v === null || v === undefined) return t("none");
+    if (v < 0.01) return (v * 1000).toFixed(1) + " ms";
+    return v < 1 ? Math.round(v * 1000) + " ms" : v.toFixed(v < 10 ? 2 : 1) + " s";
+  }
+  function rate(v) { return v === null || v === undefined ? t("none") : (v < 10 ? v.toFixed(1) : String(Math.round(v))); }
+  function pair(o, k, f) { return o[k + "_p50"] === undefined ? t("none") : f(o[k + "_p50"]) + " / " + f(o[k + "_p95"]); }
+  function timingTds(o) {
+    const tip = t("gw_timed", num(o.timed_requests || 0));
+    return [el("td", { class: "num latency", text: pair(o, "latency_s", secs), title: tip }),
+      el("td", { class: "num ttft", text: pair(o, "ttft_s", secs), title: tip }),
+      el("td", { class: "num tps", text: pair(o, "tokens_per_s", rate), title: tip })];
   }
 
   async function loadGateway() {
@@ -391,7 +541,7 @@
 
     fill($("gw-models-table").tBodies[0], models.map((m) => el("tr", { "data-model": m.model },
       el("td", { class: "strong", text: m.model }), numTd(m.in_flight), numTd(m.queued, m.queued ? "warn" : ""),
-      numTd(m.requests, "requests"), numTd(m.prompt_tokens), numTd(m.completion_tokens), lastUsed(m.last_used_ms),
+      numTd(m.requests, "requests"), numTd(m.prompt_tokens), numTd(m.completion_tokens), ...timingTds(m), lastUsed(m.last_used_ms),
       numTd(m.unloaded))));
     $("gw-models-empty").hidden = models.length > 0;
 
@@ -412,7 +562,7 @@
     const ts = tenants.slice().sort((a, b) => b.requests - a.requests || a.tenant_id.localeCompare(b.tenant_id));
     fill($("gw-tenants-table").tBodies[0], ts.map((x) => el("tr", { "data-tenant": x.tenant_id },
       el("td", { text: x.tenant_id }), numTd(x.requests, "requests"), numTd(x.in_flight), numTd(x.queued, x.queued ? "warn" : ""),
-      numTd(x.prompt_tokens), numTd(x.completion_tokens), numTd(x.rejected, x.rejected ? "bad" : ""))));
+      numTd(x.prompt_tokens), numTd(x.completion_tokens), ...timingTds(x), numTd(x.rejected, x.rejected ? "bad" : ""))));
     $("gw-tenants-empty").hidden = ts.length > 0;
 
     $("gw-note").textContent = t("gw_note", num(g.tokenize_calls), num(g.tokenize_fallbacks), num(g.models_unloaded));
@@ -507,7 +657,10 @@
     $("td-close").addEventListener("click", () => { location.hash = "#/tasks"; });
     $("td-cancel").addEventListener("click", cancelTask);
     $("f-state").addEventListener("change", tick);
+    $("f-size").addEventListener("change", tick);
     $("f-text").addEventListener("input", tick);
+    $("tasks-newer").addEventListener("click", () => taskPage(false));
+    $("tasks-older").addEventListener("click", () => taskPage(true));
     window.addEventListener("hashchange", () => { route(); applyLang(); });
     window.addEventListener("resize", () => { state.historyAt = 0; });
     route();

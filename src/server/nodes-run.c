@@ -1,0 +1,199 @@
+/* nodes-run.c - a run's start and log copy on the server (nodes-run.h).
+ * Invariants: a start is rendered from the task's stored spec at the time
+ * it is sent; the log copy only grows, by chunks that begin where it ends,
+ * up to max_log_bytes. */
+#include "server/nodes-run.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "server/nodes-fence.h"
+#include "server/nodes.h"
+#include "server/server-int.h"
+#include "server/tenants.h"
+
+static void oom(void) {
+        gp_error("out of memory in the node registry; stopping");
+        _exit(70);
+}
+
+/* The number of t's nodes, and the node of rank `rank` (as in nodes.c). */
+static int nnodes(const gp_task *t) {
+        int k = 0;
+        for (int i = 0; i < t->n_gpus; i++)
+                if (i == 0 || strcmp(t->gpus[i - 1].node, t->gpus[i].node))
+                        k++;
+        return k;
+}
+
+static const char *node_at(const gp_task *t, int rank) {
+        int k = -1;
+        for (int i = 0; i < t->n_gpus; i++)
+                if (i == 0 || strcmp(t->gpus[i - 1].node, t->gpus[i].node))
+                        if (++k == rank)
+                                return t->gpus[i].node;
+        return NULL;
+}
+
+int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank, gp_proto_start *s) {
+        memset(s, 0, sizeof(*s));
+        json_t *spec = json_loads(t->spec ? t->spec : "", 0, NULL);
+        json_t *cmdv = json_object_get(spec, "command"), *env = json_object_get(spec, "env");
+        size_t na = json_array_size(cmdv), ne = json_object_size(env);
+        if (!spec || na == 0 || na > GP_PROTO_MAX_ARGV || ne + 1 > GP_PROTO_MAX_ENV) {
+                json_decref(spec);
+                return -EINVAL;
+        }
+        s->id = (gp_proto_run_id){t->id, gp_task_run_epoch(t), rank};
+        s->nnodes = nnodes(t);
+        gp_nodes_host(d, node_at(t, 0), s->master_addr, sizeof(s->master_addr));
+        s->master_port = 29500 + (int)(t->id % 1000);
+        gp_strlcpy(s->tenant, t->tenant, sizeof(s->tenant));
+        s->argv = calloc(na + 1, sizeof(char *));
+        s->env = calloc(ne + 2, sizeof(char *));
+        if (!s->argv || !s->env)
+                oom();
+        for (size_t i = 0; i < na; i++)
+                if (!(s->argv[s->n_argv++] = strdup(json_string_value(json_array_get(cmdv, i)) ?: "")))
+                        oom();
+        const char *k;
+        json_t *v;
+        json_object_foreach(env, k, v) {
+                if (asprintf(&s->env[s->n_env], "%s=%s", k, json_string_value(v) ?: "") < 0)
+                        oom();
+                s->n_env++;
+        }
+        if (!(s->env[s->n_env++] = strdup("CUDA_DEVICE_ORDER=PCI_BUS_ID")))
+                oom();
+        s->workdir = strdup(json_string_value(json_object_get(spec, "workdir")) ?: "");
+        if (!s->workdir)
+                oom();
+        json_decref(spec);
+        size_t oc = 0, og = 0;
+        for (int i = 0; i < t->n_gpus; i++) {
+                if (strcmp(t->gpus[i].node, node))
+                        continue;
+                oc += (size_t)snprintf(s->cuda_visible_devices + oc, oc < sizeof(s->cuda_visible_devices) ? sizeof(s->cuda_visible_devices) - oc : 0,
+                                       "%s%d", oc ? "," : "", t->gpus[i].index);
+                og += (size_t)snprintf(s->gpus + og, og < sizeof(s->gpus) ? sizeof(s->gpus) - og : 0, "%s%s:%d",
+                                       og ? "," : "", node, t->gpus[i].index);
+        }
+        s->timeout_s = t->timeout_s;
+        s->kill_grace_s = d->cfg.kill_grace_s;
+        s->preempt_grace_s = d->cfg.preemption_grace_sec;
+        s->max_log_bytes = d->cfg.max_log_bytes;
+        const char *ra = gp_tenants_run_as(d->tenants, t->tenant);
+        gp_strlcpy(s->run_as, ra ? ra : "", sizeof(s->run_as));
+        s->array_id = t->array_id;
+        s->array_index = t->array_index;
+        s->fence = gp_task_fences(t);
+        return 0;
+}
+
+static void log_path(gp_daemon *d, int64_t task, int rank, char *buf, size_t size) {
+        char file[24];
+        if (rank == 0)
+                snprintf(file, sizeof(file), "log");
+        else
+                snprintf(file, sizeof(file), "log.r%d", rank);
+        if (gp_daemon_task_path(d, task, file, buf, size) < 0)
+                buf[0] = '\0';
+}
+
+int64_t gp_nodes_log_size(gp_daemon *d, gp_proto_run_id id) {
+        char path[PATH_MAX];
+        struct stat st;
+        log_path(d, id.task, id.rank, path, sizeof(path));
+        return path[0] && stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
+}
+
+int gp_nodes_take_log(gp_daemon *d, const gp_proto_log *lg, int64_t *ret_size) {
+        char path[PATH_MAX];
+        log_path(d, lg->id.task, lg->id.rank, path, sizeof(path));
+        int fd = path[0] ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600) : -1;
+        if (fd < 0) {
+                char dir[PATH_MAX];
+                if (gp_daemon_task_path(d, lg->id.task, NULL, dir, sizeof(dir)) == 0 && mkdir(dir, 0700) == 0)
+                        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        }
+        if (fd < 0)
+                return -errno;
+        struct stat st;
+        int64_t size = fstat(fd, &st) == 0 ? (int64_t)st.st_size : -1;
+        if (size == lg->offset && d->cfg.max_log_bytes > size) {
+                size_t len = lg->len;
+                if ((int64_t)len > d->cfg.max_log_bytes - size)
+                        len = (size_t)(d->cfg.max_log_bytes - size);
+                ssize_t w = write(fd, lg->data, len);
+                if (w > 0)
+                        size += w;
+        }
+        close(fd);
+        if (size < 0)
+                return -EIO;
+        *ret_size = size;
+        return 0;
+}
+
+/* ---- node JSON (GET /api/v1/nodes) ---- */
+
+json_t *gp_nodes_labels_json(const char *canon, const char *name) {
+        json_t *o = gp_proto_labels_to_json(canon);
+        if (o)
+                json_object_set_new(o, "gpupool/node", json_string(name));
+        return o;
+}
+
+/* A node's GPUs as the scheduler sees them, with busy and run counts. */
+json_t *gp_nodes_sched_gpus_json(gp_daemon *d, const char *node, const uint32_t *sids, int n, int *busy, int *runs) {
+        json_t *a = json_array();
+        gp_i64map seen;
+        gp_i64map_init(&seen);
+        *busy = *runs = 0;
+        for (int i = 0; a && i < n; i++) {
+                gp_sched_gpu_view v;
+                if (sids[i] == UINT32_MAX || gp_sched_gpu_get(d->sched, sids[i], &v) < 0)
+                        continue;
+                int64_t ids[64];
+                int k = gp_sched_gpu_tasks(d->sched, sids[i], ids, 64);
+                for (int j = 0; j < k && j < 64; j++)
+                        if (!gp_i64map_get(&seen, ids[j]) && gp_i64map_put(&seen, ids[j], (void *)1) == 0)
+                                (*runs)++;
+                if (v.ntasks > 0)
+                        (*busy)++;
+                json_array_append_new(a, json_pack("{s:i,s:s,s:s,s:I,s:b,s:b,s:i}", "index", v.index, "uuid", v.uuid,
+                                                   "name", v.name, "memory_mb", (json_int_t)v.memory_total_mb, "healthy",
+                                                   v.healthy, "drained", v.drained, "tasks", v.ntasks));
+        }
+        gp_i64map_done(&seen);
+        (void)node;
+        return a;
+}
+
+/* The server's own GPUs as node "local" (NULL when it has none). */
+json_t *gp_nodes_local_json(gp_daemon *d) {
+        if (d->ngpus == 0)
+                return NULL;
+        int busy, runs;
+        json_t *g = gp_nodes_sched_gpus_json(d, "local", d->gpu_ids, (int)d->ngpus, &busy, &runs);
+        bool drained = true;
+        for (size_t i = 0; i < d->ngpus; i++) {
+                gp_sched_gpu_view v;
+                if (gp_sched_gpu_get(d->sched, d->gpu_ids[i], &v) == 0)
+                        drained = drained && v.drained;
+        }
+        return json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o}", "name", "local", "state",
+                         drained ? "draining" : "ready", "address", "", "labels", gp_nodes_labels_json("", "local"), "version",
+                         GP_VERSION, "backend", d->backend, "last_heartbeat_ms", (json_int_t)gp_now_ms(), "joined_ms",
+                         (json_int_t)d->started_ms, "gpus_total", (int)d->ngpus, "gpus_busy", busy, "runs", runs, "gpus",
+                         g);
+}

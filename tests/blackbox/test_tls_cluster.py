@@ -31,7 +31,7 @@ import pytest
 import requests
 
 from apiutil import reap_supervisors, wait_for
-from clusterutil import PY, TOKEN, agent_post, cluster, log_has, sim_gpus
+from clusterutil import PY, TOKEN, agent_post, cluster, log_has, now_us, sim_gpus
 from conftest import free_port
 
 pytestmark = pytest.mark.e2e
@@ -305,10 +305,12 @@ def test_created_token_carries_the_ca_hash_and_joins(cluster):
     cluster.agent("gpu-a", server_url=https_url(s), token=tok)
     # the server takes the token with its hash too (it hashes the secret before the '.')
     st, ans = agent_post(s.url, "/agent/v1/join", {"name": "raw-node", "version": "t", "address": "", "labels": {},
-                                                    "backend": "sim", "gpus": []}, r.json()["token"])
+                                                    "backend": "sim", "gpus": [], "seq": now_us(),
+                                                    "machine": "ab" * 32}, r.json()["token"])
     assert st == 200 and ans["credential"].startswith("gpn_"), (st, ans)
     st, ans = agent_post(s.url, "/agent/v1/join", {"name": "raw-node2", "version": "t", "address": "",
-                                                    "labels": {}, "backend": "sim", "gpus": []},
+                                                    "labels": {}, "backend": "sim", "gpus": [], "seq": now_us(),
+                                                    "machine": "cd" * 32},
                          r.json()["token"][:-1] + "x")
     assert st == 401, (st, ans)
     # GPUPOOL_CACERT does what --cacert does

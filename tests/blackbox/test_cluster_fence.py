@@ -67,11 +67,10 @@ class Sampler:
 
 
 def fence_server(c, **kw):
-    # agents in a namespace are off loopback: until they speak TLS (branch tls-agent), plaintext for them
-    extra = "server: {tls: {plaintext: any}}\n" if kw.get("listen_host") == "0.0.0.0" else ""
+    # agents in a namespace are off loopback: they join over https:// with the CA-hash token (c.pinned_token())
     return c.start_server(server_config(node_timeout_s=kw.pop("node_timeout_s", NODE_TIMEOUT_S),
                                         fence_s=kw.pop("fence_s", FENCE_S),
-                                        kill_grace_s=kw.pop("kill_grace_s", KILL_GRACE_S), extra=extra), **kw)
+                                        kill_grace_s=kw.pop("kill_grace_s", KILL_GRACE_S)), **kw)
 
 
 def start_on(c, name, d, **body):

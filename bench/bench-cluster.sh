@@ -21,9 +21,14 @@
 #   array  the same TASKS tasks in one POST (a job array): the scheduling and
 #          dispatch path alone
 #   lease  the same wrk client for LEASE_S s: bare lease submits/s
-# Prints each round, then median [min-max] over the rounds and the goals.
+# Each round does all of it twice, one fresh server after the other (issue
+# 22): plain (agents and wrk on http:// loopback) and tls (agents on https://
+# with a join token carrying the CA's hash, so they pin and verify the CA;
+# wrk on https://).  Prints each round, then median [min-max] over the
+# rounds and the goals, the two legs side by side.
 # Usage: bench/bench-cluster.sh [ROUNDS [NODES [TASKS [IDLE_S]]]]
-#        (default 3 1000 20000 30); env BUILD (build), LEASE_S (5)
+#        (default 3 1000 20000 30); env BUILD (build), LEASE_S (5),
+#        LEGS (plain,tls; or plain, or tls)
 set -eu
 cd "$(dirname "$0")/.."
 rounds=${1:-3}; nodes=${2:-1000}; tasks=${3:-20000}; idle=${4:-30}
@@ -31,4 +36,4 @@ build=${BUILD:-build}
 command -v wrk >/dev/null || { echo "bench-cluster: needs wrk (apt-get install wrk)" >&2; exit 1; }
 make -s "$build/gpupool" "$build/gpupool-server" >/dev/null
 exec /usr/bin/python3 bench/cluster.py --build "$build" --rounds "$rounds" --nodes "$nodes" --tasks "$tasks" \
-        --idle "$idle" --lease-s "${LEASE_S:-5}"
+        --idle "$idle" --lease-s "${LEASE_S:-5}" --legs "${LEGS:-plain,tls}"

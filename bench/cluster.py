@@ -19,6 +19,12 @@ server in that order:
          submit cost)
   lease  the same wrk client for LEASE_S seconds: bare lease submits/s
          (16 MiB leases, no command: stored and placed, nothing to start)
+Each round runs these legs twice, on two fresh servers one after the
+other (issue 22): "plain", the agents and wrk on http://127.0.0.1 (plaintext
+on loopback), and "tls", the agents on https:// with a join token that
+carries the server CA's hash (so each agent fetches and pins the CA, then
+verifies every connection against it) and wrk on https:// too.  The driver's
+own polling stays on http:// loopback in both.
 Python: the Debian python3 only (no packages beyond the standard library).
 """
 import argparse
@@ -144,8 +150,8 @@ def leg_rate(tasks):
             "secs": t_end - t0, "ok": len(ok), "n": len(tasks)}
 
 
-def one_round(a, r, tmp):
-    d = os.path.join(tmp, "r%d" % r)
+def one_round(a, r, tmp, leg):
+    d = os.path.join(tmp, "r%d-%s" % (r, leg))
     os.makedirs(d)
     token = "gpj_" + secrets.token_hex(32)
     with open(d + "/server.yaml", "w") as f:
@@ -174,20 +180,25 @@ def one_round(a, r, tmp):
         except (urllib.error.URLError, OSError):
             return None
     until("the server's readyz", up, 20)
+    ctl = url  # the driver's own requests: plaintext on loopback in both legs
+    if leg == "tls":
+        # the token as `join-token create` prints it: SECRET.CAHASH; the agents pin the CA
+        token += "." + req(url + "/agent/v1/ca")["ca_hash"][len("sha256:"):]
+        url = "https://127.0.0.1:%d" % p
     agent = [a.build + "/gpupool", "agent", "--server", url, "--token", token, "--config", d + "/agent.yaml"]
     victim = spawn(agent + ["--sim-nodes", "1", "--name", "victim", "--listen", "127.0.0.1:%d" % port(),
                             "--data-dir", d + "/victim"], open(d + "/victim.log", "w"))
-    until("the victim's join", lambda: ready_nodes(url) == 1, 20)
-    vt = req(url + "/api/v1/tasks", "POST", {"tenant_id": "bench", "name": "victim", "gpu_request": 1,
+    until("the victim's join", lambda: ready_nodes(ctl) == 1, 20)
+    vt = req(ctl + "/api/v1/tasks", "POST", {"tenant_id": "bench", "name": "victim", "gpu_request": 1,
                                              "node_selector": {"gpupool/node": "victim-0000"},
                                              # opted out of fencing: what is timed is the loss detection
                                              "on_node_lost": "requeue", "command": ["sleep", "600"]})["id"]
-    until("the victim's task to run", lambda: req(url + "/api/v1/tasks/%d" % vt)["state"] == "running", 20)
+    until("the victim's task to run", lambda: req(ctl + "/api/v1/tasks/%d" % vt)["state"] == "running", 20)
 
     t0 = time.monotonic()
     sim = spawn(agent + ["--sim-nodes", str(a.nodes), "--name", "sim", "--listen", "127.0.0.1:%d" % port(),
                          "--data-dir", d + "/sim"], open(d + "/sim.log", "w"))
-    until("%d nodes ready" % (a.nodes + 1), lambda: ready_nodes(url) == a.nodes + 1, 600, 0.2)
+    until("%d nodes ready" % (a.nodes + 1), lambda: ready_nodes(ctl) == a.nodes + 1, 600, 0.2)
     res = {"join_s": time.monotonic() - t0}
 
     # idle: every node heartbeating, nothing else
@@ -204,21 +215,21 @@ def one_round(a, r, tmp):
     # node selectors are not enforced yet it starts again at once) with a
     # retry counted.  The last heartbeat is the node's last_heartbeat_ms as
     # read while the node was still ready (every poll reads it).
-    hb_ready = req(url + "/api/v1/nodes/victim-0000")["last_heartbeat_ms"]
+    hb_ready = req(ctl + "/api/v1/nodes/victim-0000")["last_heartbeat_ms"]
     victim.send_signal(signal.SIGSTOP)
     t_stop = time.time()
     while True:
-        t = req(url + "/api/v1/tasks/%d" % vt)
+        t = req(ctl + "/api/v1/tasks/%d" % vt)
         now = time.time()
         if t["state"] != "running" or t["nodes"] != ["victim-0000"]:
             break
         if now - t_stop > 60:
             raise SystemExit("bench-cluster: the victim's task still runs 60 s after SIGSTOP")
-        nd = req(url + "/api/v1/nodes/victim-0000")
+        nd = req(ctl + "/api/v1/nodes/victim-0000")
         if nd["state"] == "ready":
             hb_ready = nd["last_heartbeat_ms"]
         time.sleep(0.05)
-    node = req(url + "/api/v1/nodes/victim-0000")
+    node = req(ctl + "/api/v1/nodes/victim-0000")
     res["death_hb_s"] = now - hb_ready / 1000
     res["death_stop_s"] = now - t_stop
     res["death_hb_after_ms"] = node["last_heartbeat_ms"] - hb_ready
@@ -232,28 +243,28 @@ def one_round(a, r, tmp):
     if abs(res["death_hb_after_ms"]) > 100:
         print("bench-cluster: round %d: the lost node's last_heartbeat_ms moved by %d ms after it was lost"
               % (r, res["death_hb_after_ms"]), file=sys.stderr)
-    req(url + "/api/v1/tasks/%d/cancel" % vt, "POST", {})
+    req(ctl + "/api/v1/tasks/%d/cancel" % vt, "POST", {})
     stop(victim)
 
     # batch: TASKS one-GPU tasks, one POST each, by the same client as the lease leg
     base = vt
     created, refused, _ = wrk(url, "batch", a.tasks)
     until("the batch tasks to end",
-          lambda: not req(url + "/api/v1/tasks?state=active&limit=1")["tasks"], 900, 0.2)
-    ts_b = tasks_above(url, base)
+          lambda: not req(ctl + "/api/v1/tasks?state=active&limit=1")["tasks"], 900, 0.2)
+    ts_b = tasks_above(ctl, base)
     res["batch"] = leg_rate(ts_b)
     res["batch"]["refused"] = refused
 
     # array: the same tasks in one request
-    arr = req(url + "/api/v1/tasks", "POST", {"tenant_id": "bench", "name": "a", "gpu_request": 1,
+    arr = req(ctl + "/api/v1/tasks", "POST", {"tenant_id": "bench", "name": "a", "gpu_request": 1,
                                              "command": ["true"], "array": "0-%d" % (a.tasks - 1)}, 120)
     aid = arr.get("array_id") or arr.get("id")
 
     def arr_done():
-        c = req(url + "/api/v1/arrays/%d" % aid)["counts"]
+        c = req(ctl + "/api/v1/arrays/%d" % aid)["counts"]
         return c["queued"] + c["running"] == 0
     until("the array to end", arr_done, 900, 0.2)
-    res["array"] = leg_rate(tasks_above(url, 0, aid))
+    res["array"] = leg_rate(tasks_above(ctl, 0, aid))
 
     # lease: bare lease submits/s, the same wrk client
     created, refused, dur = wrk(url, "lease", secs=a.lease_s)
@@ -291,72 +302,86 @@ def main():
     ap.add_argument("--tasks", type=int, default=20000)
     ap.add_argument("--idle", type=int, default=30)
     ap.add_argument("--lease-s", type=int, default=5)
+    ap.add_argument("--legs", default="plain,tls", help="plain, tls or both (interleaved in each round)")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
+    legs = [x for x in a.legs.split(",") if x]
+    if not legs or any(x not in ("plain", "tls") for x in legs):
+        raise SystemExit("bench-cluster: --legs: plain, tls or plain,tls")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = tempfile.mkdtemp(prefix="gp-bcluster-", dir="/tmp")
     fs = subprocess.run(["stat", "-f", "-c", "%T", tmp], capture_output=True, text=True).stdout.strip()
     print("bench-cluster: %d nodes x 8 GPUs (one gpupool agent --sim-nodes %d) + 1 victim node, one server "
           "(gpus.backend none, store.sync default, data in %s: %s); %d one-GPU tasks `true` per leg; "
-          "wrk -t1 -c8; idle %d s; %d rounds; %d cores, load average %s"
-          % (a.nodes, a.nodes, "/tmp", fs, a.tasks, a.idle, a.rounds, os.cpu_count(),
+          "wrk -t1 -c8; idle %d s; %d rounds of %s; %d cores, load average %s"
+          % (a.nodes, a.nodes, "/tmp", fs, a.tasks, a.idle, a.rounds, " then ".join(legs), os.cpu_count(),
              open("/proc/loadavg").read().split()[0]), flush=True)
-    rows = []
+    rows = {leg: [] for leg in legs}
     try:
         for r in range(1, a.rounds + 1):
-            x = one_round(a, r, tmp)
-            rows.append(x)
-            print("  round %d/%d: join %.1f s; lease %.0f/s; batch %.0f tasks/s (%d/%d succeeded, %d refused), "
-                  "array %.0f tasks/s (%d/%d succeeded); idle server %.2f%%, agent %.2f%%; death->queued %.2f s after the "
-                  "last heartbeat, %.2f s after SIGSTOP: %s"
-                  % (r, a.rounds, x["join_s"], x["lease_s"], x["batch"]["tasks_s"], x["batch"]["ok"], x["batch"]["n"],
-                     x["batch"]["refused"], x["array"]["tasks_s"], x["array"]["ok"], x["array"]["n"], x["idle_server_pct"],
-                     x["idle_agent_pct"], x["death_hb_s"], x["death_stop_s"], x["death_state"]),
-                  file=sys.stderr, flush=True)
+            for leg in legs:
+                x = one_round(a, r, tmp, leg)
+                rows[leg].append(x)
+                print("  round %d/%d %-5s: join %.1f s; lease %.0f/s; batch %.0f tasks/s (%d/%d succeeded, %d refused), "
+                      "array %.0f tasks/s (%d/%d succeeded); idle server %.2f%%, agent %.2f%%; death->queued %.2f s after "
+                      "the last heartbeat, %.2f s after SIGSTOP: %s"
+                      % (r, a.rounds, leg, x["join_s"], x["lease_s"], x["batch"]["tasks_s"], x["batch"]["ok"],
+                         x["batch"]["n"], x["batch"]["refused"], x["array"]["tasks_s"], x["array"]["ok"],
+                         x["array"]["n"], x["idle_server_pct"], x["idle_agent_pct"], x["death_hb_s"],
+                         x["death_stop_s"], x["death_state"]),
+                      file=sys.stderr, flush=True)
     finally:
         for p in procs:
             stop(p, signal.SIGKILL if p.args[0] == "wrk" else signal.SIGTERM)
         shutil.rmtree(tmp, ignore_errors=True)
 
-    def col(f):
-        return [f(x) for x in rows]
-    lease = col(lambda x: x["lease_s"])
-    bt = col(lambda x: x["batch"]["tasks_s"])
-    at = col(lambda x: x["array"]["tasks_s"])
-    ratio_b = [b / l for b, l in zip(bt, lease)]
-    ratio_a = [b / l for b, l in zip(at, lease)]
-    idle = col(lambda x: x["idle_server_pct"])
-    hb = col(lambda x: x["death_hb_s"])
-    ok = sum(x["batch"]["ok"] + x["array"]["ok"] for x in rows)
-    total = sum(x["batch"]["n"] + x["array"]["n"] for x in rows)
-
     def goal(good):
         return "MET" if good else "MISSED"
-    print("median [min-max] over %d rounds" % len(rows))
-    print("%-58s %28s  %s" % ("figure", "median [min-max]", "goal"))
-    print("%-58s %28s" % ("join: %d nodes ready, s" % a.nodes, stat(col(lambda x: x["join_s"]), "%.1f")))
-    print("%-58s %28s" % ("lease submits/s (wrk -t1 -c8)", stat(lease, "%.0f")))
-    print("%-58s %28s" % ("batch submits/s, same client (server's submitted_at)",
-                          stat(col(lambda x: x["batch"]["submits_s"]), "%.0f")))
-    print("%-58s %28s" % ("batch tasks/s, first submit -> last end", stat(bt, "%.0f")))
-    print("%-58s %28s  %s" % ("  over lease submits/s (same round)", stat(ratio_b, "%.2f"),
-                              "at least 0.5: " + goal(med(ratio_b) >= 0.5)))
-    print("%-58s %28s" % ("array tasks/s (one POST --array), submit -> last end", stat(at, "%.0f")))
-    print("%-58s %28s" % ("  over lease submits/s (same round)", stat(ratio_a, "%.2f")))
-    print("%-58s %28s  %s" % ("server CPU, %d idle nodes (heartbeat_s 2), %% of a core" % a.nodes,
-                              stat(idle, "%.2f"), "under 5%%: %s" % goal(med(idle) < 5)))
-    print("%-58s %28s" % ("agent CPU (%d simulated nodes, one process), %% of a core" % a.nodes,
-                          stat(col(lambda x: x["idle_agent_pct"]), "%.2f")))
-    print("%-58s %28s  %s" % ("node death -> task queued, from its last heartbeat, s", stat(hb, "%.2f"),
-                              "within 11 s: %s" % goal(max(hb) <= 11)))
-    print("%-58s %28s" % ("  from SIGSTOP of its agent, s", stat(col(lambda x: x["death_stop_s"]), "%.2f")))
-    print("tasks succeeded: %d of %d; requeued with the node named: %d of %d rounds"
-          % (ok, total, sum(1 for x in rows if not x.get("death_bad")), len(rows)))
+
+    def figures(rs):
+        def col(f):
+            return [f(x) for x in rs]
+        lease = col(lambda x: x["lease_s"])
+        bt = col(lambda x: x["batch"]["tasks_s"])
+        at = col(lambda x: x["array"]["tasks_s"])
+        ratio_b = [b / l for b, l in zip(bt, lease)]
+        idle = col(lambda x: x["idle_server_pct"])
+        hb = col(lambda x: x["death_hb_s"])
+        return [
+            ("join: %d nodes ready, s" % a.nodes, stat(col(lambda x: x["join_s"]), "%.1f"), ""),
+            ("lease submits/s (wrk -t1 -c8)", stat(lease, "%.0f"), ""),
+            ("batch submits/s, same client (server's submitted_at)",
+             stat(col(lambda x: x["batch"]["submits_s"]), "%.0f"), ""),
+            ("batch tasks/s, first submit -> last end", stat(bt, "%.0f"), ""),
+            ("  over lease submits/s (same round)", stat(ratio_b, "%.2f"), "0.5: " + goal(med(ratio_b) >= 0.5)),
+            ("array tasks/s (one POST --array), submit -> last end", stat(at, "%.0f"), ""),
+            ("  over lease submits/s (same round)", stat([b / l for b, l in zip(at, lease)], "%.2f"), ""),
+            ("server CPU, %d idle nodes (heartbeat_s 2), %% of a core" % a.nodes, stat(idle, "%.2f"),
+             "5%%: %s" % goal(med(idle) < 5)),
+            ("agent CPU (%d simulated nodes, one process), %% of a core" % a.nodes,
+             stat(col(lambda x: x["idle_agent_pct"]), "%.2f"), ""),
+            ("node death -> task queued, from its last heartbeat, s", stat(hb, "%.2f"),
+             "11 s: %s" % goal(max(hb) <= 11)),
+            ("  from SIGSTOP of its agent, s", stat(col(lambda x: x["death_stop_s"]), "%.2f"), ""),
+        ]
+    table = {leg: figures(rows[leg]) for leg in legs}
+    print("median [min-max] over %d rounds; goals: batch/lease at least 0.5, idle CPU under 5%%, death within 11 s"
+          % a.rounds)
+    print("%-56s" % "figure" + "".join(" %24s %-10s" % (leg + " median [min-max]", "goal") for leg in legs))
+    for i, (name, _, _) in enumerate(table[legs[0]]):
+        print("%-56s" % name + "".join(" %24s %-10s" % (table[leg][i][1], table[leg][i][2]) for leg in legs))
+    bad = False
+    for leg in legs:
+        ok = sum(x["batch"]["ok"] + x["array"]["ok"] for x in rows[leg])
+        total = sum(x["batch"]["n"] + x["array"]["n"] for x in rows[leg])
+        print("%s: tasks succeeded: %d of %d; requeued with the node named: %d of %d rounds"
+              % (leg, ok, total, sum(1 for x in rows[leg] if not x.get("death_bad")), len(rows[leg])))
+        bad |= ok != total or any(x.get("death_bad") for x in rows[leg])
     print("published figures, NOT measured here (other systems, other hardware):")
     print("  KAI Scheduler: 4,000 jobs on 500 nodes in 397 s (about 10 jobs/s)")
     print("  Apache YuniKorn: 427 pods/s on 2,000 nodes")
     print("  Slurm, tuned: 500 jobs/s")
-    if ok != total or any(x.get("death_bad") for x in rows):
+    if bad:
         sys.exit(1)
 
 

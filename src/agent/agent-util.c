@@ -1,9 +1,11 @@
 /* agent-util.c - pure helpers of the agent (see agent-util.h). */
 #include "agent/agent-util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/sha256.h"
 
@@ -58,6 +60,42 @@ int64_t gp_agent_next_seq(int64_t last, int64_t now_us) {
 
 bool gp_agent_run_in_delta(int state, int reported) {
         return state != reported || state == GP_PROTO_EXITED;
+}
+
+bool gp_agent_url_loopback(const char *url) {
+        const char *h;
+        if (!strncmp(url, "http://", 7))
+                h = url + 7;
+        else if (!strncmp(url, "https://", 8))
+                h = url + 8;
+        else
+                return false;
+        size_t alen = strcspn(h, "/?#");
+        if (memchr(h, '@', alen))
+                return false;
+        char host[64];
+        size_t n;
+        if (h[0] == '[') {
+                const char *close = memchr(h, ']', alen);
+                if (!close)
+                        return false;
+                n = (size_t)(close - h - 1);
+                if (n >= sizeof(host) || (close[1] != ':' && close + 1 != h + alen))
+                        return false;
+                memcpy(host, h + 1, n);
+                host[n] = '\0';
+                struct in6_addr a6;
+                return inet_pton(AF_INET6, host, &a6) == 1 && !memcmp(&a6, &in6addr_loopback, sizeof(a6));
+        }
+        n = strcspn(h, ":/?#");
+        if (n == 0 || n >= sizeof(host))
+                return false;
+        memcpy(host, h, n);
+        host[n] = '\0';
+        if (!strcasecmp(host, "localhost"))
+                return true;
+        struct in_addr a4;
+        return inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
 }
 
 void gp_agent_machine(const char *key, const char *name, char out[GP_PROTO_MACHINE_LEN + 1]) {

@@ -1,7 +1,7 @@
 /* agent-util.h - the pure pieces of `gpupool agent` (src/agent/agent.c),
  * kept apart so unit tests reach them: run directory names, the retry
  * backoff, the sync sequence number and the run table's bookkeeping of
- * what was reported.  No I/O; thread-safe as their arguments are. */
+ * what was reported, which server URL may go in clear.  No I/O; thread-safe as their arguments are. */
 #ifndef GP_AGENT_UTIL_H
 #define GP_AGENT_UTIL_H
 
@@ -39,5 +39,11 @@ void gp_agent_machine(const char *key, const char *name, char out[GP_PROTO_MACHI
  * `reported` (-1: never), go in a delta sync?  Changed runs do, and an
  * exited run is repeated until the server acknowledges it. */
 bool gp_agent_run_in_delta(int state, int reported);
+
+/* Is url's host this machine's loopback: "localhost", an IPv4 literal in
+ * 127.0.0.0/8, or [::1]?  No name is looked up; user info ('@'), an
+ * unknown scheme or a malformed authority is "no".  The agent sends
+ * plaintext (http://) only to such a host, unless --insecure-plaintext. */
+bool gp_agent_url_loopback(const char *url);
 
 #endif

@@ -39,6 +39,7 @@
 
 #include "agent/agent-fence.h"
 #include "agent/agent-util.h"
+#include "agent/trust.h"
 #include "base/buf.h"
 #include "base/err.h"
 #include "base/exe.h"
@@ -119,7 +120,9 @@ typedef struct agent {
         node *nodes;
         char *urls[MAX_URLS];
         int n_urls;
-        char token[80];
+        char token[GP_PROTO_CRED_LEN + 1];   /* the join token's secret (gpj_<hex>) */
+        char token_ca[GP_PROTO_CA_HASH_LEN]; /* its CA pin, "" = none */
+        gp_agent_trust trust;         /* how every connection to a server is checked (trust.h) */
         char data_dir[PATH_MAX];
         char runs_dir[PATH_MAX];
         char self_exe[PATH_MAX];
@@ -595,6 +598,7 @@ static int send_xfer(agent *a, xfer *x, const char *path, const char *bearer, in
         curl_easy_setopt(x->h, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
         curl_easy_setopt(x->h, CURLOPT_TIMEOUT_MS, (long)wait_ms + (long)GP_PROTO_ANSWER_SLACK_MS);
         curl_easy_setopt(x->h, CURLOPT_PROTOCOLS_STR, "http,https");
+        gp_agent_trust_apply(&a->trust, x->h);
         if (curl_multi_add_handle(a->multi, x->h) != CURLM_OK)
                 return -ENOMEM;
         x->sent_mono = gp_mono_ms();
@@ -953,7 +957,17 @@ static void take_answers(agent *a) {
                 CURLcode cc = msg->data.result;
                 curl_multi_remove_handle(a->multi, msg->easy_handle);
                 x->n->inflight--;
-                if (cc != CURLE_OK) {
+                if (cc != CURLE_OK && gp_agent_trust_failed(cc) && x->join) {
+                        gp_error("node %s: %s: its certificate is not signed by the CA in %s (%s): refusing to "
+                                 "send it the join token (someone in the middle, or a server of another cluster)",
+                                 x->n->name, a->urls[x->n->url], a->trust.ca_file, curl_easy_strerror(cc));
+                        a->exit_code = GP_AGENT_EXIT_UNTRUSTED;
+                } else if (cc != CURLE_OK && gp_agent_trust_failed(cc)) {
+                        char why[400];
+                        snprintf(why, sizeof(why), "failed the check against the CA in %.200s (%.60s): nothing was sent",
+                                 a->trust.ca_file, curl_easy_strerror(cc));
+                        failed(a, x->n, why);
+                } else if (cc != CURLE_OK) {
                         char why[300];
                         snprintf(why, sizeof(why), "unreachable: %s", curl_easy_strerror(cc));
                         failed(a, x->n, why);
@@ -989,8 +1003,10 @@ static void render_status(agent *a) {
         }
         json_t *st = json_pack("{s:s, s:s, s:i, s:b, s:o*}", "node", a->nodes[0].name, "backend", a->backend, "nodes",
                                a->n_nodes, "server_reachable", reachable, "runs", runs);
-        json_t *h = json_pack("{s:s, s:s, s:b, s:I, s:i}", "node", a->nodes[0].name, "backend", a->backend,
-                              "server_reachable", reachable, "runs", (json_int_t)total, "nodes", a->n_nodes);
+        json_t *h = json_pack("{s:s, s:s, s:b, s:I, s:i, s:s, s:s*}", "node", a->nodes[0].name, "backend", a->backend,
+                              "server_reachable", reachable, "runs", (json_int_t)total, "nodes", a->n_nodes, "tls",
+                              a->trust.mode[0] ? a->trust.mode : "pending", "warning",
+                              a->trust.warning[0] ? a->trust.warning : NULL);
         char *s1 = st ? json_dumps(st, JSON_COMPACT) : NULL, *s2 = h ? json_dumps(h, JSON_COMPACT) : NULL;
         json_decref(st);
         json_decref(h);
@@ -1074,10 +1090,14 @@ static int start_listener(agent *a, const char *listen_addr) {
 
 static void usage(FILE *f) {
         fprintf(f, "usage: gpupool agent --server URL[,URL...] --token TOKEN [--config FILE] [--name NODE]\n"
-                   "                     [--listen ADDR:PORT] [--data-dir DIR] [--sim-nodes N]\n"
+                   "                     [--listen ADDR:PORT] [--data-dir DIR] [--sim-nodes N] [--ca-cert FILE]\n"
+                   "                     [--insecure-skip-verify] [--insecure-plaintext]\n"
                    "  --server also from GPUPOOL_SERVER_URLS, --token from GPUPOOL_JOIN_TOKEN (needed only to join)\n"
+                   "  https:// servers are checked against their CA: the hash a join token carries\n"
+                   "  (gpj_SECRET.HASH) or --ca-cert FILE, kept in DATA_DIR/ca.crt; http:// only on loopback\n"
                    "  exit codes: 0 stopped by SIGTERM (runs go on), 1 could not start, 2 usage,\n"
-                   "              77 join token or credential refused, 78 node removed\n");
+                   "              77 join token or credential refused, 78 node removed,\n"
+                   "              79 the server failed the check (nothing secret was sent)\n");
 }
 
 static void short_host(char *out, size_t size) {
@@ -1201,10 +1221,12 @@ int gp_agent_main(int argc, char **argv) {
                 {"config", required_argument, NULL, 'c'}, {"name", required_argument, NULL, 'n'},
                 {"listen", required_argument, NULL, 'l'}, {"data-dir", required_argument, NULL, 'd'},
                 {"sim-nodes", required_argument, NULL, 'N'}, {"help", no_argument, NULL, 'h'},
-                {NULL, 0, NULL, 0},
+                {"ca-cert", required_argument, NULL, 'C'}, {"insecure-skip-verify", no_argument, NULL, 'K'},
+                {"insecure-plaintext", no_argument, NULL, 'P'}, {NULL, 0, NULL, 0},
         };
         const char *servers = getenv("GPUPOOL_SERVER_URLS"), *token = getenv("GPUPOOL_JOIN_TOKEN");
-        const char *config = NULL, *name = NULL, *listen_addr = NULL, *data_dir = NULL;
+        const char *config = NULL, *name = NULL, *listen_addr = NULL, *data_dir = NULL, *ca_cert = NULL;
+        bool skip_verify = false, plaintext = false;
         int64_t sim_nodes = 0;
         int c, rc = 1;
         optind = 1;
@@ -1216,6 +1238,9 @@ int gp_agent_main(int argc, char **argv) {
                 case 'n': name = optarg; break;
                 case 'l': listen_addr = optarg; break;
                 case 'd': data_dir = optarg; break;
+                case 'C': ca_cert = optarg; break;
+                case 'K': skip_verify = true; break;
+                case 'P': plaintext = true; break;
                 case 'N':
                         if (gp_parse_i64(optarg, 1, MAX_SIM_NODES, &sim_nodes) < 0) {
                                 fprintf(stderr, "gpupool agent: --sim-nodes must be 1..%d\n", MAX_SIM_NODES);
@@ -1246,12 +1271,17 @@ int gp_agent_main(int argc, char **argv) {
                         MAX_URLS);
                 return 2;
         }
-        if (token) {
-                if (!gp_proto_join_token_ok(token)) {
-                        fprintf(stderr, "gpupool agent: a join token is gpj_ and 64 lowercase hex digits\n");
-                        return 2;
-                }
-                gp_strlcpy(a->token, token, sizeof(a->token));
+        if (token && gp_proto_join_token_split(token, a->token, a->token_ca) < 0) {
+                fprintf(stderr, "gpupool agent: a join token is gpj_ and 64 lowercase hex digits, then the server "
+                                "CA's hash: a '.' and 64 more\n");
+                return 2;
+        }
+        gp_agent_trust_opts topts = {.ca_cert = ca_cert, .ca_hash = a->token_ca, .insecure_plaintext = plaintext,
+                                     .insecure_skip_verify = skip_verify, .urls = a->urls, .n_urls = a->n_urls,
+                                     .stop = &stop_signal};
+        if (gp_agent_trust_check_urls(&topts, err, sizeof(err)) < 0) {
+                fprintf(stderr, "gpupool agent: %s\n", err);
+                return 2;
         }
         char base[GP_NODE_MAX];
         if (name) {
@@ -1362,9 +1392,17 @@ int gp_agent_main(int argc, char **argv) {
         a->multi = curl_multi_init();
         if (!a->multi)
                 return 1;
-        gp_info("gpupool agent %s: %s%s, backend %s, %d GPUs, %s, data in %s, status on %s", GP_VERSION,
+        render_status(a);
+        topts.data_dir = a->data_dir;
+        if ((rc = gp_agent_trust_setup(&topts, &a->trust, err, sizeof(err))) < 0) {
+                if (rc != -ECANCELED)
+                        gp_error("%s", err);
+                MHD_stop_daemon(a->mhd);
+                return rc == -ECANCELED ? 0 : rc == -EINVAL ? 2 : rc == -EPERM ? GP_AGENT_EXIT_UNTRUSTED : 1;
+        }
+        gp_info("gpupool agent %s: %s%s, backend %s, %d GPUs, %s (%s%s%s), data in %s, status on %s", GP_VERSION,
                 a->sim ? "simulating nodes from " : "node ", a->nodes[0].name, a->backend, a->n_gpus, a->urls[0],
-                a->data_dir, a->address);
+                a->trust.mode, a->trust.ca_hash[0] ? " against CA " : "", a->trust.ca_hash, a->data_dir, a->address);
         render_status(a);
         loop(a);
         rc = a->exit_code >= 0 ? a->exit_code : 0;

@@ -34,6 +34,7 @@ enum opt_id {
         O_ARRAY, O_EXPAND, O_NODE_SELECTOR, O_NODE, O_ON_NODE_LOST,
         O_TIME, O_WAIT, O_ADMIN,
         O_EXPORT, O_USER, O_ME, /* local users (unix.c) */
+        O_CACERT,
 };
 
 #define V(x) (1u << GP_CLI_##x)
@@ -51,6 +52,7 @@ struct opt {
 static const struct opt opts[] = {
         {"api", 0, true, O_API, ANY},
         {"key", 0, true, O_KEY, ANY},
+        {"cacert", 0, true, O_CACERT, ANY},
         {"json", 0, false, O_JSON, ANY},
         {"help", 'h', false, O_HELP, ANY},
         {"version", 0, false, O_VERSION, PRE},
@@ -208,6 +210,11 @@ static const struct verb_info {
         [GP_CLI_SERVERS] = {"servers", "gpupool servers", NULL,
                             "list the servers of the cluster: role, active, last heartbeat (admin key)",
                             "A server is active while its last heartbeat is within cluster.server_timeout_s.\n"},
+        [GP_CLI_CA] = {"ca", "gpupool ca", NULL, "print the hash of the server's CA, which join tokens carry",
+                       "Prints sha256:<hex> (--json: also the CA certificate, PEM). A join token of the\n"
+                       "config (cluster.join_tokens) is given to agents as gpj_SECRET.HEX with HEX the\n"
+                       "64 digits after sha256:, so an agent checks the server before it sends the\n"
+                       "token. Use --cacert FILE (env GPUPOOL_CACERT) with the CA's PEM for https://.\n"},
         [GP_CLI_NODE] = {"node", "gpupool node drain|undrain|remove NAME", NULL,
                          "drain, undrain or remove a node (admin key); prints its new state",
                          "  drain NAME           no new work on the node; what runs there finishes\n"
@@ -258,7 +265,7 @@ static const struct {
         {"simulate", "gpupool simulate --trace FILE --gpus N [OPTIONS] (all of them: gpupool simulate --help)",
          "replay a job trace through the scheduler offline"},
         {"agent", "gpupool agent --server URL[,URL...] --token TOKEN [--config FILE] [--name NODE] [--listen ADDR:PORT] "
-                  "[--data-dir DIR] [--sim-nodes N]",
+                  "[--data-dir DIR] [--sim-nodes N] [--ca-cert FILE]",
          "join this machine to a server as a node (see docs/deployment.md)"},
 };
 
@@ -267,6 +274,8 @@ static const char client_opts_help[] =
         "  --api URL     server address (env GPUPOOL_API, default " GP_CLI_DEFAULT_API "); several servers:\n"
         "                URL1,URL2,... (tried in order past one that is down or standby)\n"
         "  --key KEY     API key, sent as Authorization: Bearer (env GPUPOOL_API_KEY)\n"
+        "  --cacert FILE the CA (PEM) https:// servers are checked against (env GPUPOOL_CACERT;\n"
+        "                default: the system's CAs); a server's own is its DATA_DIR/tls/ca.crt\n"
         "  --json        print the server's JSON instead of a table\n"
         "Exit codes: 0 ok, 1 the server said no, 2 usage error, 3 cannot reach the server.\n";
 
@@ -306,7 +315,7 @@ int gp_cli_help(const char *topic, gp_buf *out) {
                 static const gp_cli_verb order[] = {
                         GP_CLI_SUBMIT, GP_CLI_RUN, GP_CLI_PS, GP_CLI_STATUS, GP_CLI_CANCEL,
                         GP_CLI_LOGS, GP_CLI_GPUS, GP_CLI_QUEUE, GP_CLI_NODES, GP_CLI_NODE, GP_CLI_JOIN_TOKEN,
-                        GP_CLI_SERVERS, GP_CLI_TENANTS, GP_CLI_KEY, GP_CLI_CONFIG,
+                        GP_CLI_SERVERS, GP_CLI_CA, GP_CLI_TENANTS, GP_CLI_KEY, GP_CLI_CONFIG,
                         GP_CLI_USAGE, GP_CLI_INVOICE, GP_CLI_VERSION,
                         GP_CLI_HELP,
                 };
@@ -566,6 +575,11 @@ static int client_opt(struct parser *p, const struct opt *o, const char *val) {
                 int r = set_key(p, val, "--key");
                 return r < 0 ? r : 1;
         }
+        case O_CACERT:
+                if (!*val || strlen(val) >= 4096)
+                        return fail(p, "--cacert: a file name, 1..4095 bytes");
+                p->c->cacert = val;
+                return 1;
         case O_JSON:
                 p->c->json = true;
                 return 1;

@@ -142,7 +142,7 @@ static char **merged_argv(int argc, char **argv, const gp_cli_cmd *c, const gp_c
 
 /* The task's (or array's) end: its exit code for the shell. */
 static int wait_end(const gp_cli_cmd *c, FILE *err, int64_t id, bool array) {
-        gp_cli_conn conn = {.api = c->api, .key = c->key};
+        gp_cli_conn conn = {.api = c->api, .key = c->key, .cacert = c->cacert};
         int64_t down_since = 0;
         char path[96];
         for (;;) {

@@ -69,6 +69,7 @@ typedef enum gp_cli_verb {
         GP_CLI_INVOICE,
         GP_CLI_SERVERS,
         GP_CLI_CONFIG,
+        GP_CLI_CA,
         GP_CLI_VERB_COUNT,
 } gp_cli_verb;
 
@@ -86,6 +87,9 @@ typedef struct gp_cli_cmd {
         gp_cli_verb verb;
         char *api;               /* base URL without trailing '/', owned */
         const char *key;         /* bearer key, borrowed, NULL = none */
+        const char *cacert;      /* --cacert / GPUPOOL_CACERT: the CA https:// servers are checked against
+                                  * (set by the caller before gp_cli_parse for the variable), borrowed,
+                                  * NULL = the system's CAs */
         bool json;               /* print the server's JSON */
         bool help;               /* `CMD --help`: print CMD's help, exit 0 */
         const char *topic;       /* `help TOPIC`, borrowed, NULL = overview */
@@ -192,6 +196,7 @@ int gp_cli_shell_quote(const char *s, gp_buf *out);
 typedef struct gp_cli_conn {
         const char *api;                         /* base URL, no trailing '/' */
         const char *key;                         /* bearer key or NULL */
+        const char *cacert;                      /* CA file for https:// (libcurl CAINFO), NULL = system CAs */
         const volatile sig_atomic_t *abort_flag; /* non-NULL: a transfer stops (-ECANCELED) within ~1 s of it becoming non-zero */
 } gp_cli_conn;
 

@@ -125,7 +125,7 @@ static int print_buf(FILE *out, FILE *err, int r, gp_buf *b) {
 /* One JSON call; on success *ret holds the answer.  Returns an exit code. */
 static int call(const gp_cli_cmd *c, FILE *err, const char *method, const char *path,
                 const json_t *body, gp_cli_resp *ret) {
-        gp_cli_conn conn = {.api = c->api, .key = c->key};
+        gp_cli_conn conn = {.api = c->api, .key = c->key, .cacert = c->cacert};
         gp_buf msg;
         gp_buf_init(&msg, 4096);
         memset(ret, 0, sizeof(*ret));
@@ -600,7 +600,7 @@ static int task_state(const gp_cli_cmd *c, FILE *err, char *ret_state, size_t si
 }
 
 static int cmd_logs(const gp_cli_cmd *c, FILE *out, FILE *err) {
-        gp_cli_conn conn = {.api = c->api, .key = c->key};
+        gp_cli_conn conn = {.api = c->api, .key = c->key, .cacert = c->cacert};
         int64_t bytes = 0;
         int ex = GP_CLI_EXIT_OK;
         int tries = 0, idle_ends = 0;
@@ -828,6 +828,25 @@ static int cmd_node(const gp_cli_cmd *c, FILE *out, FILE *err) {
         return GP_CLI_EXIT_OK;
 }
 
+/* ca: GET /agent/v1/ca (open): the CA's pin, or with --json the CA too */
+static int cmd_ca(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        gp_cli_resp r;
+        int ex = call(c, err, "GET", "/agent/v1/ca", NULL, &r);
+        if (ex)
+                return ex;
+        const char *h = json_string_value(json_object_get(r.json, "ca_hash"));
+        if (c->json) {
+                print_json(out, r.json);
+        } else if (!h || strncmp(h, "sha256:", 7) || strlen(h) != 71 || strspn(h + 7, "0123456789abcdef") != 64) {
+                fprintf(err, "gpupool: the server's answer has no CA hash\n");
+                ex = GP_CLI_EXIT_REFUSED;
+        } else {
+                fprintf(out, "%s\n", h);
+        }
+        gp_cli_resp_done(&r);
+        return ex;
+}
+
 /* join-token create|list|revoke */
 static int cmd_join_token(const gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_cli_resp r;
@@ -865,7 +884,7 @@ static int cmd_join_token(const gp_cli_cmd *c, FILE *out, FILE *err) {
         const char *tok = json_string_value(json_object_get(r.json, "token"));
         if (c->json) {
                 print_json(out, r.json);
-        } else if (!tok || !*tok || strspn(tok, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+        } else if (!tok || !*tok || strspn(tok, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
                                                strlen(tok)) {
                 fprintf(err, "gpupool: the server's answer has no usable token\n");
                 ex = GP_CLI_EXIT_REFUSED;
@@ -874,6 +893,9 @@ static int cmd_join_token(const gp_cli_cmd *c, FILE *out, FILE *err) {
                 /* c->api is checked printable ASCII without spaces (args.c) */
                 fprintf(err, "gpupool: join token made; only its hash is stored, so keep it now. On each GPU "
                              "machine:\n  gpupool agent --server %s --token %s\n", c->api, tok);
+                if (!strchr(tok, '.'))
+                        fprintf(err, "gpupool: this server serves no TLS: the token carries no CA hash, and "
+                                     "agents send it in clear\n");
         }
         gp_cli_resp_done(&r);
         return ex;
@@ -932,6 +954,7 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
 
         gp_cli_cmd_init(&c);
         c.env_node = getenv("GPUPOOL_NODE");
+        c.cacert = getenv("GPUPOOL_CACERT") && *getenv("GPUPOOL_CACERT") ? getenv("GPUPOOL_CACERT") : NULL;
         gp_buf_init(&msg, 64 * 1024);
         int r = gp_cli_parse(argc, argv, getenv("GPUPOOL_API"), getenv("GPUPOOL_API_KEY"), &c, &msg);
         if (r < 0) {
@@ -996,6 +1019,9 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
                 break;
         case GP_CLI_SERVERS:
                 ex = cmd_servers(&c, out, err);
+                break;
+        case GP_CLI_CA:
+                ex = cmd_ca(&c, out, err);
                 break;
         case GP_CLI_NODE:
                 ex = cmd_node(&c, out, err);

@@ -150,6 +150,13 @@ static int curl_failure(struct cx *k, CURLcode cc, const char *errbuf) {
                 else
                         gp_buf_printf(x->err, "timed out (%s)", errbuf[0] ? errbuf : cu.strerror(cc));
                 break;
+        case CURLE_PEER_FAILED_VERIFICATION:
+                /* nothing was sent: the server's certificate failed the check */
+                gp_buf_printf(x->err, "%s (its certificate is not signed by %s; a gpupool server's own CA is its "
+                              "DATA_DIR/tls/ca.crt: pass --cacert FILE or set GPUPOOL_CACERT)",
+                              errbuf[0] ? errbuf : cu.strerror(cc),
+                              x->c->cacert ? x->c->cacert : "a CA of this system");
+                break;
         default:
                 gp_buf_puts(x->err, errbuf[0] ? errbuf : cu.strerror(cc));
                 break;
@@ -222,6 +229,10 @@ int gp_cli_curl_exchange(gp_cli_xfer *x, const char *url) {
         cu.setopt(k.h, CURLOPT_USERAGENT, "gpupool-cli/" GP_VERSION);
         cu.setopt(k.h, CURLOPT_PROTOCOLS_STR, "http,https");
         cu.setopt(k.h, CURLOPT_TCP_KEEPALIVE, 1L);
+        if (x->c->cacert) { /* that CA alone, peer and host checked (libcurl's default) */
+                cu.setopt(k.h, CURLOPT_CAINFO, x->c->cacert);
+                cu.setopt(k.h, CURLOPT_CAPATH, NULL);
+        }
         cu.setopt(k.h, CURLOPT_HEADERFUNCTION, on_header);
         cu.setopt(k.h, CURLOPT_HEADERDATA, &k);
         cu.setopt(k.h, CURLOPT_WRITEFUNCTION, on_body);

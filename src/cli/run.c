@@ -267,7 +267,7 @@ static int gpus_string(const json_t *task, gp_buf *b) {
 
 static void control_call(const gp_cli_cmd *c, FILE *err, int64_t id, const char *what,
                          const json_t *body, bool quiet) {
-        gp_cli_conn conn = {.api = c->api, .key = c->key};
+        gp_cli_conn conn = {.api = c->api, .key = c->key, .cacert = c->cacert};
         char path[96];
         gp_cli_resp r = {0};
         gp_buf msg;
@@ -296,7 +296,7 @@ static int exit_of(int status) {
  * an exit code (> 0) after printing why; cancels the lease when interrupted. */
 static int wait_running(const gp_cli_cmd *c, FILE *err, int64_t id, json_t *task, json_t **ret_task,
                         bool *ret_waited) {
-        gp_cli_conn conn = {.api = c->api, .key = c->key, .abort_flag = &got_signal};
+        gp_cli_conn conn = {.api = c->api, .key = c->key, .cacert = c->cacert, .abort_flag = &got_signal};
         char path[96];
         char *last_reason = NULL;
         int64_t unreachable_since = 0;
@@ -439,7 +439,7 @@ static pid_t spawn(const gp_cli_cmd *c, FILE *err, const char *const *envp, int 
 }
 
 int gp_cli_cmd_run(const gp_cli_cmd *c, FILE *out, FILE *err) {
-        gp_cli_conn conn = {.api = c->api, .key = c->key, .abort_flag = &got_signal};
+        gp_cli_conn conn = {.api = c->api, .key = c->key, .cacert = c->cacert, .abort_flag = &got_signal};
         struct sigaction old[GP_ARRAY_SIZE(caught)], sa = {.sa_sigaction = on_signal,
                                                            .sa_flags = SA_SIGINFO | SA_RESTART};
         gp_cli_resp r = {0};
@@ -516,7 +516,7 @@ int gp_cli_cmd_run(const gp_cli_cmd *c, FILE *out, FILE *err) {
         pthread_mutex_init(&h.mu, NULL);
         h.pid = pid;
         h.id = id;
-        h.conn = (gp_cli_conn){.api = c->api, .key = c->key, .abort_flag = &h.abort};
+        h.conn = (gp_cli_conn){.api = c->api, .key = c->key, .cacert = c->cacert, .abort_flag = &h.abort};
         h.interval_ms = c->ttl_s * 1000 / 3;
         h.timeout_s = c->ttl_s < 10 ? 10 : (c->ttl_s > GP_CLI_REQUEST_TIMEOUT_S ? GP_CLI_REQUEST_TIMEOUT_S : c->ttl_s);
         if (!exec_errno) {

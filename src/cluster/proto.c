@@ -54,6 +54,33 @@ bool gp_proto_credential_ok(const char *s) {
         return secret_ok(s, "gpn_");
 }
 
+int gp_proto_join_token_split(const char *s, char ret_secret[GP_PROTO_CRED_LEN + 1],
+                              char ret_ca_hash[GP_PROTO_CA_HASH_LEN]) {
+        char secret[GP_PROTO_CRED_LEN + 1];
+        size_t n = strnlen(s, GP_PROTO_JOIN_TOKEN_MAX + 1);
+        if (n != GP_PROTO_CRED_LEN && n != GP_PROTO_JOIN_TOKEN_MAX)
+                return -EINVAL;
+        memcpy(secret, s, GP_PROTO_CRED_LEN);
+        secret[GP_PROTO_CRED_LEN] = '\0';
+        if (!secret_ok(secret, "gpj_"))
+                return -EINVAL;
+        const char *pin = s + GP_PROTO_CRED_LEN;
+        if (n == GP_PROTO_JOIN_TOKEN_MAX) {
+                if (*pin != '.')
+                        return -EINVAL;
+                for (int i = 1; i <= 64; i++)
+                        if (!((pin[i] >= '0' && pin[i] <= '9') || (pin[i] >= 'a' && pin[i] <= 'f')))
+                                return -EINVAL;
+        }
+        memcpy(ret_secret, secret, sizeof(secret));
+        if (n == GP_PROTO_JOIN_TOKEN_MAX)
+                snprintf(ret_ca_hash, GP_PROTO_CA_HASH_LEN, "sha256:%s", pin + 1);
+        else
+                ret_ca_hash[0] = '\0';
+        explicit_bzero(secret, sizeof(secret));
+        return 0;
+}
+
 bool gp_proto_machine_ok(const char *s) {
         for (int i = 0; i < GP_PROTO_MACHINE_LEN; i++)
                 if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))

@@ -57,6 +57,19 @@ bool gp_proto_credential_ok(const char *s);
 /* 64 lowercase hex digits (a machine key, docs/internals/cluster.md). */
 bool gp_proto_machine_ok(const char *s);
 
+/* A join token as users get it: "gpj_<64 hex>" (the secret, what the
+ * server hashes and knows) and, after a '.', the 64 hex digits of the
+ * server CA's pin (SHA-256 of its DER SubjectPublicKeyInfo, kubeadm's
+ * discovery-token-ca-cert-hash), with which an agent checks the server
+ * before it sends the secret.  At most GP_PROTO_JOIN_TOKEN_MAX bytes. */
+#define GP_PROTO_JOIN_TOKEN_MAX (GP_PROTO_CRED_LEN + 1 + 64)
+#define GP_PROTO_CA_HASH_LEN 72            /* "sha256:" + 64 hex + NUL */
+/* Split a join token (with or without the pin) into its secret
+ * ("gpj_<64 hex>") and the pin as "sha256:<64 hex>" ("" when the token has
+ * none).  Hex digits must be lowercase.  0, or -EINVAL (outputs untouched). */
+int gp_proto_join_token_split(const char *s, char ret_secret[GP_PROTO_CRED_LEN + 1],
+                              char ret_ca_hash[GP_PROTO_CA_HASH_LEN]);
+
 typedef struct gp_proto_gpu {
         int index;                   /* 0..GP_PROTO_MAX_GPUS-1, unique in the message */
         char uuid[GP_UUID_MAX];      /* 1.. bytes, clean text */

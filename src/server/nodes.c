@@ -30,6 +30,7 @@
 #include "base/util.h"
 #include "base/vec.h"
 #include "cluster/ident.h"
+#include "server/ca.h"
 #include "server/commit.h"
 #include "server/monitor.h"
 #include "server/nodes-fence.h"
@@ -1616,7 +1617,15 @@ static void apply_token(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
         ns->tok_dirty = true;
         gp_info("join token %s made by %s", t->id, nc->who);
         *status = 201;
-        *body = dump(json_pack("{s:s,s:s,s:I}", "id", t->id, "token", nc->secret, "expires_ms", (json_int_t)t->expires_ms));
+        /* the token users get carries the CA's pin (gpj_SECRET.HEX): agents check the server with it */
+        char pin[72] = "", tok[GP_PROTO_JOIN_TOKEN_MAX + 1];
+        if (gp_ca_pin(pin) == 0)
+                snprintf(tok, sizeof(tok), "%s.%s", nc->secret, pin + 7);
+        else
+                gp_strlcpy(tok, nc->secret, sizeof(tok));
+        *body = dump(json_pack("{s:s,s:s,s:I,s:s?}", "id", t->id, "token", tok, "expires_ms",
+                               (json_int_t)t->expires_ms, "ca_hash", pin[0] ? pin : NULL));
+        explicit_bzero(tok, sizeof(tok));
 }
 
 void gp_nodes_apply(gp_daemon *d, struct cmd *c, int64_t now, int *status, char **body) {
@@ -1728,13 +1737,25 @@ static int make_secret(const char *prefix, char out[GP_PROTO_CRED_LEN + 1]) {
         return 0;
 }
 
+static bool join_token_ok(const char *s) {
+        char sec[GP_PROTO_CRED_LEN + 1], pin[GP_PROTO_CA_HASH_LEN];
+        bool ok = gp_proto_join_token_split(s, sec, pin) == 0;
+        explicit_bzero(sec, sizeof(sec));
+        return ok;
+}
+
 static int h_join(struct hreq *r, const gp_route_arg *a) {
         (void)a;
         gp_node_cmd *nc = node_cmd(GP_NODE_OP_JOIN);
         char err[256];
         if (!nc)
                 return gp_http_send(r, 503, NULL, 1);
-        if (bearer(r, gp_proto_join_token_ok, nc->token, sizeof(nc->token)) < 0) {
+        char tok[GP_PROTO_JOIN_TOKEN_MAX + 1], pin[GP_PROTO_CA_HASH_LEN];
+        int brc = bearer(r, join_token_ok, tok, sizeof(tok));
+        if (brc == 0) /* the server knows the secret alone; a pin after it is the agent's */
+                gp_proto_join_token_split(tok, nc->token, pin);
+        explicit_bzero(tok, sizeof(tok));
+        if (brc < 0) {
                 gp_node_cmd_free(nc);
                 return send_proto_error(r, 401, "a join token is required (Authorization: Bearer gpj_...)");
         }

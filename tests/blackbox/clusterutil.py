@@ -104,8 +104,9 @@ class Agent:
     """One `gpupool agent` process with its config, data dir and log."""
 
     def __init__(self, tmp_path, server_url, name, token=TOKEN, gpus=None, labels=None, listen_host="127.0.0.1",
-                 env=None, netns=None, heartbeat_s=1):
+                 env=None, netns=None, heartbeat_s=1, extra=()):
         self.name = name
+        self.extra = list(extra)    # more agent options (--ca-cert FILE, --insecure-plaintext, ...)
         self.dir = tmp_path / ("agent-" + name)
         n = 0
         while self.dir.exists():    # a second agent of the same name gets its own directory
@@ -137,6 +138,7 @@ class Agent:
                 "--data-dir", self.data_dir]
         if self.token:
             argv[4:4] = ["--token", self.token]
+        argv += self.extra
         if self.netns:
             argv = ["ip", "netns", "exec", self.netns] + argv
         env = dict(os.environ)
@@ -221,6 +223,12 @@ class Cluster:
 
     def node(self, name):
         return self.nodes().get(name)
+
+    def pinned_token(self, token=TOKEN):
+        """token as users get it: SECRET.CA_HASH, for agents on https:// (issue 22)."""
+        r = self.server.api("GET", "/agent/v1/ca", timeout=10)
+        assert r.status_code == 200, r.text
+        return token + "." + r.json()["ca_hash"][len("sha256:"):]
 
     def wait_node(self, name, state, timeout=15, agent=None):
         box = {}

@@ -151,7 +151,8 @@ def test_join_token_create_list_revoke(daemon):
     assert r.returncode == 0, r.stderr
     r = daemon.cli("join-token", "create", "--ttl", "1h")
     assert r.returncode == 0, r.stderr
-    assert re.fullmatch(r"gpj_[0-9a-f]{64}\n", r.stdout), r.stdout  # the token alone
+    # the token alone, with the hash of the server's CA after the '.' (issue 22)
+    assert re.fullmatch(r"gpj_[0-9a-f]{64}\.[0-9a-f]{64}\n", r.stdout), r.stdout
     token = r.stdout.strip()
     assert "gpupool agent --server %s --token %s" % (daemon.url, token) in r.stderr
     r = daemon.cli("--json", "join-token", "list")

@@ -85,7 +85,7 @@ def test_join_with_created_token_and_refusals(cluster):
     # a token made with `gpupool join-token create` joins
     r = cluster.cli("join-token", "create")
     tok = ok(r).strip()
-    assert re.fullmatch(r"gpj_[0-9a-f]{64}", tok), r.stdout
+    assert re.fullmatch(r"gpj_[0-9a-f]{64}\.[0-9a-f]{64}", tok), r.stdout  # SECRET.CA_HASH
     assert "gpupool agent --server" in r.stderr
     a = cluster.agent("api-node", token=tok)
     assert cluster.node("api-node")["state"] == "ready"

@@ -67,11 +67,10 @@ class Sampler:
 
 
 def fence_server(c, **kw):
-    # agents in a namespace are off loopback: until they speak TLS (branch tls-agent), plaintext for them
-    extra = "server: {tls: {plaintext: any}}\n" if kw.get("listen_host") == "0.0.0.0" else ""
+    # agents in a namespace are off loopback: they join over https:// with the CA-hash token (c.pinned_token())
     return c.start_server(server_config(node_timeout_s=kw.pop("node_timeout_s", NODE_TIMEOUT_S),
                                         fence_s=kw.pop("fence_s", FENCE_S),
-                                        kill_grace_s=kw.pop("kill_grace_s", KILL_GRACE_S), extra=extra), **kw)
+                                        kill_grace_s=kw.pop("kill_grace_s", KILL_GRACE_S)), **kw)
 
 
 def start_on(c, name, d, **body):
@@ -108,7 +107,7 @@ def test_partition_longer_than_fence_stops_the_run_before_the_task_starts_elsewh
     c, (ns, v0, root_addr, ns_addr) = fcluster
     s = fence_server(c, listen_host="0.0.0.0")
     a = c.agent("gpu-a", gpus=sim_gpus(1), netns=ns, listen_host=ns_addr,
-                server_url="http://%s:%d" % (root_addr, s.port))
+                server_url="https://%s:%d" % (root_addr, s.port), token=c.pinned_token())
     d = c.tmp / "t"
     t, old = start_on(c, "gpu-a", d, max_retries=2)
     assert t["on_node_lost"] == "fence", t
@@ -143,7 +142,8 @@ def test_partition_longer_than_fence_stops_the_run_before_the_task_starts_elsewh
 def test_partition_shorter_than_fence_stops_nothing_even_when_the_node_was_lost(fcluster):
     c, (ns, v0, root_addr, ns_addr) = fcluster
     s = fence_server(c, listen_host="0.0.0.0", fence_s=10)
-    c.agent("gpu-a", gpus=sim_gpus(1), netns=ns, listen_host=ns_addr, server_url="http://%s:%d" % (root_addr, s.port))
+    c.agent("gpu-a", gpus=sim_gpus(1), netns=ns, listen_host=ns_addr, server_url="https://%s:%d" % (root_addr, s.port),
+            token=c.pinned_token())
     d = c.tmp / "t"
     t = c.submit(ticker_cmd(d), max_retries=0, node_selector={"gpupool/node": "gpu-a"})
     t = c.wait_task(t["id"], "running")
@@ -172,7 +172,7 @@ def test_node_back_after_its_run_fenced_but_before_the_give_away_requeues_the_ta
     c, (ns, v0, root_addr, ns_addr) = fcluster
     s = fence_server(c, listen_host="0.0.0.0", kill_grace_s=10)
     a = c.agent("gpu-a", gpus=sim_gpus(1), netns=ns, listen_host=ns_addr,
-                server_url="http://%s:%d" % (root_addr, s.port))
+                server_url="https://%s:%d" % (root_addr, s.port), token=c.pinned_token())
     d = c.tmp / "t"
     t, old = start_on(c, "gpu-a", d, max_retries=1)
     sampler = Sampler(d)

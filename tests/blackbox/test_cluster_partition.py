@@ -20,8 +20,8 @@ import time
 import pytest
 
 from apiutil import pid_alive, reap_supervisors, wait_for
-from clusterutil import (NODE_TIMEOUT_S, PY, Cluster, _require_bin, live_tickers, log_has, runs_from_marks,
-                         server_config, sim_gpus, ticker_cmd, ticker_pids)
+from clusterutil import (NODE_TIMEOUT_S, PY, Cluster, _require_bin, live_tickers, log_has, runs_from_marks, sim_gpus,
+                         ticker_cmd, ticker_pids)
 
 pytestmark = pytest.mark.e2e
 assert reap_supervisors  # autouse fixture, imported so that it applies here
@@ -79,10 +79,10 @@ def pcluster(tmp_path, netns):
 
 def test_partitioned_node_is_lost_task_moves_and_the_stale_run_is_stopped_on_return(pcluster):
     cluster, (ns, v0, root_addr, ns_addr) = pcluster
-    # the agent in the namespace is off loopback; until agents speak TLS (branch tls-agent), plaintext for it
-    s = cluster.start_server(server_config(extra="server: {tls: {plaintext: any}}\n"), listen_host="0.0.0.0")
+    # the agent in the namespace is off loopback: it joins over https:// with the CA-hash token
+    s = cluster.start_server(listen_host="0.0.0.0")
     a = cluster.agent("gpu-a", gpus=sim_gpus(1), netns=ns, listen_host=ns_addr,
-                      server_url="http://%s:%d" % (root_addr, s.port))
+                      server_url="https://%s:%d" % (root_addr, s.port), token=cluster.pinned_token())
     assert cluster.node("gpu-a")["address"] == "http://%s:%d" % (ns_addr, a.port)
     d = cluster.tmp / "t"
     t = cluster.submit(ticker_cmd(d), max_retries=2, on_node_lost="requeue")  # test_cluster_fence.py: the default

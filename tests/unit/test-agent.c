@@ -88,6 +88,20 @@ static void test_delta_carries_changes_and_unacked_exits(void **state) {
         assert_true(gp_agent_run_in_delta(GP_PROTO_EXITED, GP_PROTO_EXITED));
 }
 
+static void test_only_loopback_urls_may_go_in_clear(void **state) {
+        (void)state;
+        const char *yes[] = {"http://127.0.0.1:8080", "http://127.9.8.7", "http://localhost:1/x", "http://LOCALHOST",
+                             "http://[::1]:8080", "http://[::1]", "https://127.0.0.1:8080/", "http://127.0.0.1/a?b"};
+        const char *no[] = {"http://10.0.0.5:8080", "http://128.0.0.1", "http://localhost.evil.com",
+                            "http://user@127.0.0.1:8080", "http://[::2]:80", "http://[::1", "http://", "ftp://127.0.0.1",
+                            "http://127.0.0.1.nip.io", "http://0.0.0.0:8080", "http://[::ffff:127.0.0.1]:1",
+                            "http://127.1:80", "http://gpu-a:8080", "127.0.0.1:8080"};
+        for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+                assert_true(gp_agent_url_loopback(yes[i]));
+        for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+                assert_false(gp_agent_url_loopback(no[i]));
+}
+
 static void test_fence_deadline_counts_from_the_send_and_only_moves_forward(void **state) {
         (void)state;
         char dir[] = "/tmp/gp-agent-fence-XXXXXX";
@@ -131,6 +145,7 @@ int main(void) {
                 cmocka_unit_test(test_backoff_doubles_to_ten_seconds_with_jitter),
                 cmocka_unit_test(test_seq_grows_even_when_the_clock_goes_back),
                 cmocka_unit_test(test_delta_carries_changes_and_unacked_exits),
+                cmocka_unit_test(test_only_loopback_urls_may_go_in_clear),
                 cmocka_unit_test(test_fence_deadline_counts_from_the_send_and_only_moves_forward),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

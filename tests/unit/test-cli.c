@@ -539,6 +539,30 @@ static void test_api_and_key_come_from_env_unless_given(void **state) {
         parse_done(&p);
 }
 
+static void test_cacert_names_the_ca_of_https_servers(void **state) {
+        struct parsed p;
+        PARSE(&p, "ps");
+        assert_int_equal(p.rc, 0);
+        assert_null(p.c.cacert);
+        parse_done(&p);
+        PARSE(&p, "--cacert", "/etc/gpupool/ca.crt", "ps", "--api", "https://10.0.0.5:8080");
+        assert_int_equal(p.rc, 0);
+        assert_string_equal(p.c.cacert, "/etc/gpupool/ca.crt");
+        parse_done(&p);
+        PARSE(&p, "ca", "--cacert=/tmp/x.pem");
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(p.c.verb, GP_CLI_CA);
+        assert_string_equal(p.c.cacert, "/tmp/x.pem");
+        parse_done(&p);
+        PARSE(&p, "ps", "--cacert", "");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "--cacert"));
+        parse_done(&p);
+        PARSE(&p, "ca", "extra");
+        assert_int_equal(p.rc, -EINVAL);
+        parse_done(&p);
+}
+
 static void test_ps_options_are_validated(void **state) {
         struct parsed p;
         PARSE(&p, "ps", "--all", "--limit", "5", "--state", "failed");
@@ -1968,6 +1992,7 @@ int main(void) {
                 cmocka_unit_test(test_names_must_be_clean_and_short),
                 cmocka_unit_test(test_run_is_a_lease_with_local_env_and_ttl),
                 cmocka_unit_test(test_api_and_key_come_from_env_unless_given),
+                cmocka_unit_test(test_cacert_names_the_ca_of_https_servers),
                 cmocka_unit_test(test_ps_options_are_validated),
                 cmocka_unit_test(test_user_options_parse_and_ps_sends_user),
                 cmocka_unit_test(test_ps_shows_a_user_column_when_tasks_have_users),

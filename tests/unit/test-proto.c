@@ -112,6 +112,40 @@ static void test_node_names_and_secrets(void **state) {
         assert_false(gp_proto_credential_ok(CRED "0"));
 }
 
+static void test_join_token_splits_into_secret_and_ca_pin(void **state) {
+        (void)state;
+        char sec[GP_PROTO_CRED_LEN + 1] = "x", pin[GP_PROTO_CA_HASH_LEN] = "x";
+        const char *s64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        char tok[200];
+        snprintf(tok, sizeof(tok), "gpj_%s", s64);
+        assert_int_equal(gp_proto_join_token_split(tok, sec, pin), 0);
+        assert_string_equal(sec, tok);
+        assert_string_equal(pin, "");
+        snprintf(tok, sizeof(tok), "gpj_%s.%s", s64, "ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00");
+        assert_int_equal(gp_proto_join_token_split(tok, sec, pin), 0);
+        assert_int_equal(strlen(sec), GP_PROTO_CRED_LEN);
+        assert_memory_equal(sec, tok, GP_PROTO_CRED_LEN);
+        assert_string_equal(pin, "sha256:ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00");
+        assert_true(gp_proto_join_token_ok(sec));
+        /* refused: no trace left in the outputs */
+        strcpy(sec, "keep");
+        strcpy(pin, "keep");
+        char bad[8][200];
+        snprintf(bad[0], 200, "gpj_%s.", s64);                           /* an empty pin */
+        snprintf(bad[1], 200, "gpj_%s.%.63s", s64, s64);                 /* a short pin */
+        snprintf(bad[2], 200, "gpj_%s.%s0", s64, s64);                   /* a long one */
+        snprintf(bad[3], 200, "gpj_%s:%s", s64, s64);                    /* not a '.' */
+        snprintf(bad[4], 200, "gpj_%s.%.63sA", s64, s64);                /* uppercase */
+        snprintf(bad[5], 200, "gpn_%s.%s", s64, s64);                    /* a credential */
+        snprintf(bad[6], 200, "gpj_%.63s.%s0", s64, s64);                /* a short secret */
+        snprintf(bad[7], 200, "gpj_%s.sha256:%.57s", s64, s64);          /* the pin's prefix */
+        for (int i = 0; i < 8; i++)
+                assert_int_equal(gp_proto_join_token_split(bad[i], sec, pin), -EINVAL);
+        assert_int_equal(gp_proto_join_token_split("", sec, pin), -EINVAL);
+        assert_string_equal(sec, "keep");
+        assert_string_equal(pin, "keep");
+}
+
 static void test_join_round_trip(void **state) {
         (void)state;
         gp_proto_gpu g[2] = {{.index = 0, .uuid = "GPU-1", .name = "NVIDIA H100", .memory_mb = 81559, .healthy = true},
@@ -568,6 +602,7 @@ int main(void) {
                 cmocka_unit_test(test_sync_round_trip_with_logs_and_results),
                 cmocka_unit_test(test_sync_answer_round_trip_and_start_copy),
                 cmocka_unit_test(test_every_bound_is_refused),
+                cmocka_unit_test(test_join_token_splits_into_secret_and_ca_pin),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /* config.c - gpupool configuration: embedded default, YAML loader, checks.
  *
  * The loader walks libyaml's event stream with a schema-driven recursive
- * descent: `fields` below is the schema (every accepted dotted key with its
+ * descent: `cfg_fields` below is the schema (every accepted dotted key with its
  * type, place in the struct and range), and the same table drives the range
  * checks of gp_config_validate().  Invariants:
  *   - the first error stops the walk; nothing is skipped or guessed;
@@ -17,7 +17,7 @@
  *   - no global state: every function is reentrant and may run on any
  *     thread, on distinct structs.
  */
-#include "config/config.h"
+#include "config/config-int.h"
 #include "base/tz.h"
 
 #include <arpa/inet.h>
@@ -48,65 +48,6 @@
 #include "base/user.h"
 
 #define CFG_MAX_INPUT ((size_t)1 << 20) /* bytes of YAML accepted */
-#define MAX_DEPTH 32                /* nested mappings/lists accepted */
-#define MAX_GPU_INDEX 1023          /* gpus.reserved as an index */
-#define WEIGHT_MAX 1000000
-
-enum kind {
-        K_SECTION,     /* a mapping of further keys */
-        K_UNSUPPORTED, /* a DESIGN.md section this version does not implement */
-        K_INT,         /* int member, range min..max */
-        K_I64,         /* int64_t member, range min..max */
-        K_BOOL,        /* bool member */
-        K_STR,         /* char[size] member, length min..max */
-        K_CUSTOM,      /* parsed by fn */
-};
-
-struct ctx;
-struct field;
-typedef int (*value_fn)(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-
-struct field {
-        const char *key;  /* dotted key; "[]" stands for a list item */
-        enum kind kind;
-        size_t off;       /* offset of the member in the base struct */
-        size_t size;      /* sizeof the member */
-        int64_t min, max; /* numbers: range; strings: length range */
-        value_fn fn;      /* K_CUSTOM */
-};
-
-static int parse_listen(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_store_url(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_store_sync(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_backend(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_policy(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_placement(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_signal(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_webhook(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_when(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_severity(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_over_max(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_tenant_kind(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_quota(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_items(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_tls_plaintext(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int field_index(const char *key);
-static int parse_hhmm(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_rule_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_rule_gw(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_money(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_secs_ms(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_bill_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_serve(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_serve_port(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_autoscale(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_tokenize(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_unix_user(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_node_name(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
-static int parse_node_labels(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 
 #define CFG(m) offsetof(gp_config, m), sizeof(((gp_config *)0)->m)
 #define SIM(m) offsetof(gp_cfg_sim_gpu, m), sizeof(((gp_cfg_sim_gpu *)0)->m)
@@ -126,7 +67,7 @@ static int parse_node_labels(struct ctx *c, const struct field *f, void *base, c
 #define SRV(m) offsetof(gp_cfg_serve, m), sizeof(((gp_cfg_serve *)0)->m)
 #define NOSTORE 0, 0
 
-static const struct field fields[] = {
+const struct field cfg_fields[] = {
         {"server", K_SECTION, NOSTORE, 0, 0, NULL},
         {"server.listen", K_CUSTOM, CFG(listen), 1, 127, parse_listen},
         {"server.data_dir", K_STR, CFG(data_dir), 1, PATH_MAX - 1, NULL},
@@ -241,7 +182,7 @@ static const struct field fields[] = {
         {"tenants[].weight", K_INT, TEN(weight), 1, 1000000, NULL},
         {"tenants[].run_as", K_CUSTOM, TEN(run_as), 0, 0, parse_unix_user},
         {"tenants[].quota", K_SECTION, NOSTORE, 0, 0, NULL},
-        /* quota fields: names, types and ranges are config/quota.c's table */
+        /* quota cfg_fields: names, types and ranges are config/quota.c's table */
         {"tenants[].quota.max_concurrent", K_CUSTOM, TEN(quota), 0, 0, parse_quota},
         {"tenants[].quota.max_queued", K_CUSTOM, TEN(quota), 0, 0, parse_quota},
         {"tenants[].quota.max_gpus", K_CUSTOM, TEN(quota), 0, 0, parse_quota},
@@ -325,13 +266,15 @@ static const struct field fields[] = {
         {"billing.time_windows[].multiplier", K_CUSTOM, BWI(multiplier_ppm), 0, 100000000, parse_money},
 };
 
-#define N_FIELDS GP_ARRAY_SIZE(fields)
+#define N_FIELDS GP_ARRAY_SIZE(cfg_fields)
+const size_t cfg_nfields = N_FIELDS;
+_Static_assert(GP_ARRAY_SIZE(cfg_fields) <= CFG_MAX_FIELDS, "raise CFG_MAX_FIELDS");
 
-static const char *const backend_names[] = {"auto", "nvml", "sim", "none"};
-static const char *const sync_names[] = {"full", "normal"};
+const char *const cfg_backend_names[4] = {"auto", "nvml", "sim", "none"};
+const char *const cfg_sync_names[2] = {"full", "normal"};
 static const char *const plaintext_names[] = {"loopback", "any"};
-static const char *const severity_names[] = {"info", "warning", "critical"};
-static const char *const cmp_names[] = {">", ">=", "<", "<=", "==", "!="}; /* gp_cmp order */
+const char *const cfg_severity_names[3] = {"info", "warning", "critical"};
+const char *const cfg_cmp_names[6] = {">", ">=", "<", "<=", "==", "!="}; /* gp_cmp order */
 
 const char *const gp_config_alert_metrics[] = {
         "gpu_unhealthy",  "gpu_ecc_uncorrected",   "gpu_temp_c",   "node_lost",
@@ -341,32 +284,6 @@ const char *const gp_config_alert_metrics[] = {
 
 /* Lines (0 = not in the file) of the things the cross-reference checks
  * (check_refs: keys, groups, tenants named by time rules) report on. */
-struct reflines {
-        int admin_key[GP_CFG_MAX_ADMIN_KEYS];
-        int tenant_key[GP_CFG_MAX_TENANTS][GP_CFG_MAX_TENANT_KEYS];
-        int tenant_group[GP_CFG_MAX_TENANTS];   /* the tenant's own `group:` key */
-        int group[GP_CFG_MAX_GROUPS];           /* groups[] items */
-        int rule_group[GP_CFG_MAX_TIME_RULES][GP_CFG_MAX_GROUPS];
-        int rule_quota[GP_CFG_MAX_TIME_RULES][GP_CFG_MAX_RULE_QUOTAS]; /* the tenant id key */
-        int rule_gw[GP_CFG_MAX_TIME_RULES][GP_CFG_MAX_RULE_GW];        /* the tenant or group key */
-};
-
-struct ctx {
-        yaml_parser_t parser;
-        const char *name;         /* file name for messages */
-        const char *data;         /* the input, for reader-error line numbers */
-        size_t len;
-        char *err;                /* caller's message buffer, may be NULL */
-        size_t errlen;
-        gp_config *cfg;           /* the copy being filled */
-        int depth;                /* open mappings and lists */
-        char path[256];           /* dotted key of the value being read */
-        size_t pathlen;
-        int key_line;             /* line of the key whose value is being read */
-        int line[N_FIELDS];       /* line where each field was set, 0 = not in the file */
-        bool store_url_set;
-        struct reflines refs;     /* lines of what check_refs() names */
-};
 
 /* ---- the embedded default ---- */
 
@@ -489,7 +406,7 @@ void gp_config_defaults(gp_config *cfg) {
 
 /* ---- messages ---- */
 
-static void vmsg(char *err, size_t errlen, const char *src, int line, const char *key,
+void cfg_vmsg(char *err, size_t errlen, const char *src, int line, const char *key,
                  const char *fmt, va_list ap) {
         if (!err || errlen == 0)
                 return;
@@ -509,22 +426,22 @@ static void vmsg(char *err, size_t errlen, const char *src, int line, const char
 }
 
 /* Report an error at `line` about the current path.  Returns -EINVAL. */
-__attribute__((format(printf, 3, 4))) static int fail(struct ctx *c, int line, const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) int cfg_fail(struct ctx *c, int line, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
-        vmsg(c->err, c->errlen, c->name, line, c->path, fmt, ap);
+        cfg_vmsg(c->err, c->errlen, c->name, line, c->path, fmt, ap);
         va_end(ap);
         return -EINVAL;
 }
 
-static int ev_line(const yaml_event_t *ev) {
+int cfg_ev_line(const yaml_event_t *ev) {
         size_t l = ev->start_mark.line + 1;
         return l > INT_MAX ? INT_MAX : (int)l;
 }
 
 /* A printable, bounded rendering of a user's scalar for a message:
  * control characters become '?', long values are cut at a UTF-8 boundary. */
-static const char *show(const char *s, size_t len, char *out, size_t size) {
+const char *cfg_show(const char *s, size_t len, char *out, size_t size) {
         size_t max = size > 48 ? 44 : size - 4, o = 0;
         bool cut = len > max;
         size_t n = cut ? max : len;
@@ -543,7 +460,7 @@ static const char *show(const char *s, size_t len, char *out, size_t size) {
         return out;
 }
 
-static bool is_null(const yaml_event_t *ev) {
+bool cfg_is_null(const yaml_event_t *ev) {
         if (ev->type != YAML_SCALAR_EVENT || ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
                 return false;
         const char *v = (const char *)ev->data.scalar.value;
@@ -553,7 +470,7 @@ static bool is_null(const yaml_event_t *ev) {
 }
 
 /* What the user gave, for "expected X, got Y". */
-static const char *describe(const yaml_event_t *ev, char *out, size_t size) {
+const char *cfg_describe(const yaml_event_t *ev, char *out, size_t size) {
         char tmp[64];
         switch (ev->type) {
         case YAML_SEQUENCE_START_EVENT:
@@ -561,9 +478,9 @@ static const char *describe(const yaml_event_t *ev, char *out, size_t size) {
         case YAML_MAPPING_START_EVENT:
                 return "a mapping";
         case YAML_SCALAR_EVENT:
-                if (is_null(ev))
+                if (cfg_is_null(ev))
                         return "nothing (null)";
-                show((const char *)ev->data.scalar.value, ev->data.scalar.length, tmp, sizeof(tmp));
+                cfg_show((const char *)ev->data.scalar.value, ev->data.scalar.length, tmp, sizeof(tmp));
                 if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
                         snprintf(out, size, "%s", tmp);
                 else
@@ -574,8 +491,8 @@ static const char *describe(const yaml_event_t *ev, char *out, size_t size) {
         }
 }
 
-static void path_push(struct ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void path_push(struct ctx *c, const char *fmt, ...) {
+void cfg_path_push(struct ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cfg_path_push(struct ctx *c, const char *fmt, ...) {
         size_t room = sizeof(c->path) - c->pathlen;
         va_list ap;
         va_start(ap, fmt);
@@ -586,7 +503,7 @@ static void path_push(struct ctx *c, const char *fmt, ...) {
         c->pathlen = (size_t)n < room ? c->pathlen + (size_t)n : sizeof(c->path) - 1;
 }
 
-static void path_pop(struct ctx *c, size_t len) {
+void cfg_path_pop(struct ctx *c, size_t len) {
         c->pathlen = len;
         c->path[len] = '\0';
 }
@@ -600,7 +517,7 @@ static int syntax_error(struct ctx *c) {
         c->pathlen = 0;
         c->path[0] = '\0';
         if (p->error == YAML_MEMORY_ERROR) {
-                fail(c, 0, "out of memory while parsing");
+                cfg_fail(c, 0, "out of memory while parsing");
                 return -ENOMEM;
         }
         if (p->error == YAML_READER_ERROR) {
@@ -608,22 +525,22 @@ static int syntax_error(struct ctx *c) {
                 line = 1;
                 for (size_t i = 0; i < end; i++)
                         line += c->data[i] == '\n';
-                return fail(c, line > INT_MAX ? INT_MAX : (int)line, "YAML syntax error: %s",
+                return cfg_fail(c, line > INT_MAX ? INT_MAX : (int)line, "YAML syntax error: %s",
                             p->problem ? p->problem : "unreadable input");
         }
         line = p->problem_mark.line + 1;
         if (p->context)
-                return fail(c, line > INT_MAX ? INT_MAX : (int)line,
+                return cfg_fail(c, line > INT_MAX ? INT_MAX : (int)line,
                             "YAML syntax error: %s (%s at line %zu)",
                             p->problem ? p->problem : "unknown problem", p->context,
                             p->context_mark.line + 1);
-        return fail(c, line > INT_MAX ? INT_MAX : (int)line, "YAML syntax error: %s",
+        return cfg_fail(c, line > INT_MAX ? INT_MAX : (int)line, "YAML syntax error: %s",
                     p->problem ? p->problem : "unknown problem");
 }
 
 /* Next event; refuses aliases, anchors and explicit tags.  On success the
  * caller owns *ev (yaml_event_delete); on failure nothing is held. */
-static int next(struct ctx *c, yaml_event_t *ev) {
+int cfg_next(struct ctx *c, yaml_event_t *ev) {
         if (!yaml_parser_parse(&c->parser, ev))
                 return syntax_error(c);
         const yaml_char_t *anchor = NULL, *tag = NULL;
@@ -648,9 +565,9 @@ static int next(struct ctx *c, yaml_event_t *ev) {
         }
         int r = 0;
         if (ev->type == YAML_ALIAS_EVENT || anchor)
-                r = fail(c, ev_line(ev), "anchors and aliases (&name, *name) are not supported");
+                r = cfg_fail(c, cfg_ev_line(ev), "anchors and aliases (&name, *name) are not supported");
         else if (tag)
-                r = fail(c, ev_line(ev), "explicit tags (!!type) are not supported");
+                r = cfg_fail(c, cfg_ev_line(ev), "explicit tags (!!type) are not supported");
         if (r < 0)
                 yaml_event_delete(ev);
         return r;
@@ -659,12 +576,12 @@ static int next(struct ctx *c, yaml_event_t *ev) {
 /* ---- scalars ---- */
 
 /* Strict decimal integer in [min, max] from a plain scalar. */
-static int scalar_int(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_t max,
+int cfg_scalar_int(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_t max,
                       int64_t *ret) {
         char d[96];
-        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
+        if (ev->type != YAML_SCALAR_EVENT || cfg_is_null(ev) ||
             ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-                return fail(c, ev_line(ev), "expected an integer, got %s", describe(ev, d, sizeof(d)));
+                return cfg_fail(c, cfg_ev_line(ev), "expected an integer, got %s", cfg_describe(ev, d, sizeof(d)));
         const char *v = (const char *)ev->data.scalar.value;
         size_t n = ev->data.scalar.length;
         size_t i = v[0] == '-' ? 1 : 0;
@@ -676,14 +593,14 @@ static int scalar_int(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_
         int64_t x;
         int r = ok ? gp_parse_i64(v, min, max, &x) : -EINVAL;
         if (r == -ERANGE && min == max)
-                return fail(c, ev_line(ev), "must be %lld (the only value this version supports), got %s",
-                            (long long)min, describe(ev, d, sizeof(d)));
+                return cfg_fail(c, cfg_ev_line(ev), "must be %lld (the only value this version supports), got %s",
+                            (long long)min, cfg_describe(ev, d, sizeof(d)));
         if (r == -ERANGE)
-                return fail(c, ev_line(ev), "must be between %lld and %lld, got %s", (long long)min,
-                            (long long)max, describe(ev, d, sizeof(d)));
+                return cfg_fail(c, cfg_ev_line(ev), "must be between %lld and %lld, got %s", (long long)min,
+                            (long long)max, cfg_describe(ev, d, sizeof(d)));
         if (r < 0)
-                return fail(c, ev_line(ev), "expected a decimal integer, got %s",
-                            describe(ev, d, sizeof(d)));
+                return cfg_fail(c, cfg_ev_line(ev), "expected a decimal integer, got %s",
+                            cfg_describe(ev, d, sizeof(d)));
         *ret = x;
         return 0;
 }
@@ -696,49 +613,49 @@ static bool key_is_secs(const char *key) {
 }
 
 /* MB (*_mb): an integer, or a size as the CLI takes it (8G, 8192M). */
-static int scalar_mb(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_t max, int64_t *ret) {
+int cfg_scalar_mb(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_t max, int64_t *ret) {
         char d[96];
         int64_t x;
-        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
-                return scalar_int(c, ev, min, max, ret); /* its message for what is not a scalar */
+        if (ev->type != YAML_SCALAR_EVENT || cfg_is_null(ev))
+                return cfg_scalar_int(c, ev, min, max, ret); /* its message for what is not a scalar */
         const char *v = (const char *)ev->data.scalar.value;
         size_t sign = v[0] == '-' ? 1 : 0;
         if (strlen(v) != ev->data.scalar.length || strspn(v + sign, "0123456789") == ev->data.scalar.length - sign)
-                return scalar_int(c, ev, min, max, ret);
+                return cfg_scalar_int(c, ev, min, max, ret);
         int r = gp_size_mb_parse(v, max, &x);
         if (r == -ERANGE || (r == 0 && x < min))
-                return fail(c, ev_line(ev), "must be between %lld and %lld MB, got %s", (long long)min, (long long)max,
-                            describe(ev, d, sizeof(d)));
+                return cfg_fail(c, cfg_ev_line(ev), "must be between %lld and %lld MB, got %s", (long long)min, (long long)max,
+                            cfg_describe(ev, d, sizeof(d)));
         if (r < 0)
-                return fail(c, ev_line(ev), "expected MB or a size such as 8G or 8192M, got %s",
-                            describe(ev, d, sizeof(d)));
+                return cfg_fail(c, cfg_ev_line(ev), "expected MB or a size such as 8G or 8192M, got %s",
+                            cfg_describe(ev, d, sizeof(d)));
         *ret = x;
         return 0;
 }
 
 /* Seconds: an integer, or a duration as the CLI takes it (base/units.h:
  * 90s, 30m, 12h, 7d, [D-]HH:MM:SS). */
-static int scalar_secs(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_t max, int64_t *ret) {
+int cfg_scalar_secs(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_t max, int64_t *ret) {
         char d[96];
         int64_t x;
-        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
-                return scalar_int(c, ev, min, max, ret); /* its message for what is not a scalar */
+        if (ev->type != YAML_SCALAR_EVENT || cfg_is_null(ev))
+                return cfg_scalar_int(c, ev, min, max, ret); /* its message for what is not a scalar */
         const char *v = (const char *)ev->data.scalar.value;
         size_t sign = v[0] == '-' ? 1 : 0;
         if (strlen(v) != ev->data.scalar.length || strspn(v + sign, "0123456789") == ev->data.scalar.length - sign)
-                return scalar_int(c, ev, min, max, ret);
+                return cfg_scalar_int(c, ev, min, max, ret);
         int r = gp_duration_parse(v, GP_DUR_PLAIN_SECONDS, max, &x);
         if (r == -ERANGE || (r == 0 && x < min))
-                return fail(c, ev_line(ev), "must be between %llds and %llds, got %s", (long long)min, (long long)max,
-                            describe(ev, d, sizeof(d)));
+                return cfg_fail(c, cfg_ev_line(ev), "must be between %llds and %llds, got %s", (long long)min, (long long)max,
+                            cfg_describe(ev, d, sizeof(d)));
         if (r < 0)
-                return fail(c, ev_line(ev), "expected seconds or a duration such as 90s, 30m, 12h, 7d or HH:MM:SS, "
-                            "got %s", describe(ev, d, sizeof(d)));
+                return cfg_fail(c, cfg_ev_line(ev), "expected seconds or a duration such as 90s, 30m, 12h, 7d or HH:MM:SS, "
+                            "got %s", cfg_describe(ev, d, sizeof(d)));
         *ret = x;
         return 0;
 }
 
-static int scalar_bool(struct ctx *c, const yaml_event_t *ev, bool *ret) {
+int cfg_scalar_bool(struct ctx *c, const yaml_event_t *ev, bool *ret) {
         char d[96];
         if (ev->type == YAML_SCALAR_EVENT && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
                 const char *v = (const char *)ev->data.scalar.value;
@@ -754,35 +671,35 @@ static int scalar_bool(struct ctx *c, const yaml_event_t *ev, bool *ret) {
                 }
         }
 bad:
-        return fail(c, ev_line(ev), "expected true or false, got %s", describe(ev, d, sizeof(d)));
+        return cfg_fail(c, cfg_ev_line(ev), "expected true or false, got %s", cfg_describe(ev, d, sizeof(d)));
 }
 
 /* A string scalar (plain or quoted) of minlen..size-1 bytes, clean UTF-8.
  * Never echoes the value (it may be a secret). */
-static int scalar_str(struct ctx *c, const yaml_event_t *ev, char *dst, size_t size, size_t minlen) {
+int cfg_scalar_str(struct ctx *c, const yaml_event_t *ev, char *dst, size_t size, size_t minlen) {
         char d[96];
-        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
-                return fail(c, ev_line(ev), "expected a string, got %s", describe(ev, d, sizeof(d)));
+        if (ev->type != YAML_SCALAR_EVENT || cfg_is_null(ev))
+                return cfg_fail(c, cfg_ev_line(ev), "expected a string, got %s", cfg_describe(ev, d, sizeof(d)));
         const char *v = (const char *)ev->data.scalar.value;
         size_t n = ev->data.scalar.length;
         if (n >= size)
-                return fail(c, ev_line(ev), "too long (%zu bytes, at most %zu)", n, size - 1);
+                return cfg_fail(c, cfg_ev_line(ev), "too long (%zu bytes, at most %zu)", n, size - 1);
         if (n < minlen)
-                return fail(c, ev_line(ev), "must not be empty");
+                return cfg_fail(c, cfg_ev_line(ev), "must not be empty");
         const char *why;
         if (strlen(v) != n)
-                return fail(c, ev_line(ev), "contains control characters (NUL)");
+                return cfg_fail(c, cfg_ev_line(ev), "contains control characters (NUL)");
         if (gp_text_check(v, n, size - 1, &why) < 0)
-                return fail(c, ev_line(ev), "%s", why);
+                return cfg_fail(c, cfg_ev_line(ev), "%s", why);
         memcpy(dst, v, n);
         memset(dst + n, 0, size - n); /* zero-padded: the struct compares with memcmp */
         return 0;
 }
 
-static int scalar_enum(struct ctx *c, const yaml_event_t *ev, const char *const *names, size_t n,
+int cfg_scalar_enum(struct ctx *c, const yaml_event_t *ev, const char *const *names, size_t n,
                        size_t *ret) {
         char d[96], list[128];
-        if (ev->type == YAML_SCALAR_EVENT && !is_null(ev))
+        if (ev->type == YAML_SCALAR_EVENT && !cfg_is_null(ev))
                 for (size_t i = 0; i < n; i++)
                         if (strlen(names[i]) == ev->data.scalar.length &&
                             !memcmp(names[i], ev->data.scalar.value, ev->data.scalar.length)) {
@@ -797,13 +714,13 @@ static int scalar_enum(struct ctx *c, const yaml_event_t *ev, const char *const 
                         break;
                 o += (size_t)w;
         }
-        return fail(c, ev_line(ev), "expected one of %s; got %s", list, describe(ev, d, sizeof(d)));
+        return cfg_fail(c, cfg_ev_line(ev), "expected one of %s; got %s", list, cfg_describe(ev, d, sizeof(d)));
 }
 
 /* ---- checks shared by the loader and gp_config_validate ---- */
 
 /* "ADDR:PORT": IPv4, [IPv6] or a host name; port 1..65535. */
-static int check_listen(const char *s, const char **why) {
+int check_listen(const char *s, const char **why) {
         const char *colon = strrchr(s, ':');
         if (!colon) {
                 *why = "expected ADDR:PORT, e.g. 0.0.0.0:8080";
@@ -842,7 +759,7 @@ static int check_listen(const char *s, const char **why) {
         return 0;
 }
 
-static bool admin_key_ok(const char *s, size_t n) {
+bool admin_key_ok(const char *s, size_t n) {
         if (n != 7 + 64 || memcmp(s, "sha256:", 7) != 0)
                 return false;
         for (size_t i = 7; i < n; i++)
@@ -852,7 +769,7 @@ static bool admin_key_ok(const char *s, size_t n) {
 }
 
 /* sqlite://PATH | postgres://... | postgresql://... with something after "://". */
-static bool store_url_ok(const char *s) {
+bool store_url_ok(const char *s) {
         static const char *const schemes[] = {"sqlite://", "postgres://", "postgresql://"};
         for (size_t i = 0; i < GP_ARRAY_SIZE(schemes); i++) {
                 size_t n = strlen(schemes[i]);
@@ -863,7 +780,7 @@ static bool store_url_ok(const char *s) {
 }
 
 /* A GPU index ("0".."1023") or a uuid-like token (no spaces/control chars). */
-static bool reserved_ok(const char *s, size_t n) {
+bool reserved_ok(const char *s, size_t n) {
         if (n == 0 || n >= GP_UUID_MAX || strlen(s) != n)
                 return false;
         if (strspn(s, "0123456789") == n) {
@@ -886,7 +803,7 @@ static int find_field(const char *prefix, const char *key, size_t klen) {
             memchr(key, '\0', klen))
                 return -1;
         for (size_t i = 0; i < N_FIELDS; i++) {
-                const char *k = fields[i].key;
+                const char *k = cfg_fields[i].key;
                 if (pl) {
                         if (strncmp(k, prefix, pl) != 0 || k[pl] != '.')
                                 continue;
@@ -902,8 +819,8 @@ static void valid_keys(const char *prefix, char *out, size_t size) {
         size_t pl = strlen(prefix), o = 0;
         out[0] = '\0';
         for (size_t i = 0; i < N_FIELDS && o < size; i++) {
-                const char *k = fields[i].key;
-                if (fields[i].kind == K_UNSUPPORTED)
+                const char *k = cfg_fields[i].key;
+                if (cfg_fields[i].kind == K_UNSUPPORTED)
                         continue;
                 if (pl) {
                         if (strncmp(k, prefix, pl) != 0 || k[pl] != '.')
@@ -919,9 +836,9 @@ static void valid_keys(const char *prefix, char *out, size_t size) {
         }
 }
 
-static int parse_map(struct ctx *c, const char *prefix, void *base);
+int cfg_parse_map(struct ctx *c, const char *prefix, void *base);
 
-static int parse_value(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+int parse_value(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         void *p = (char *)base + f->off;
         char d[96];
         int64_t x;
@@ -929,21 +846,21 @@ static int parse_value(struct ctx *c, const struct field *f, void *base, const y
         int r;
         switch (f->kind) {
         case K_SECTION:
-                if (is_null(ev))
+                if (cfg_is_null(ev))
                         return 0; /* "server:" with everything commented out */
                 if (ev->type != YAML_MAPPING_START_EVENT)
-                        return fail(c, ev_line(ev), "expected a mapping of keys, got %s",
-                                    describe(ev, d, sizeof(d)));
-                return parse_map(c, f->key, base);
+                        return cfg_fail(c, cfg_ev_line(ev), "expected a mapping of keys, got %s",
+                                    cfg_describe(ev, d, sizeof(d)));
+                return cfg_parse_map(c, f->key, base);
         case K_INT:
         case K_I64: {
                 size_t kl = strlen(f->key);
                 if (key_is_secs(f->key))
-                        r = scalar_secs(c, ev, f->min, f->max, &x);
+                        r = cfg_scalar_secs(c, ev, f->min, f->max, &x);
                 else if (kl > 3 && !strcmp(f->key + kl - 3, "_mb"))
-                        r = scalar_mb(c, ev, f->min, f->max, &x);
+                        r = cfg_scalar_mb(c, ev, f->min, f->max, &x);
                 else
-                        r = scalar_int(c, ev, f->min, f->max, &x);
+                        r = cfg_scalar_int(c, ev, f->min, f->max, &x);
                 if (r == 0 && f->kind == K_INT)
                         *(int *)p = (int)x;
                 if (r == 0 && f->kind == K_I64)
@@ -951,73 +868,73 @@ static int parse_value(struct ctx *c, const struct field *f, void *base, const y
                 return r;
         }
         case K_BOOL:
-                r = scalar_bool(c, ev, &b);
+                r = cfg_scalar_bool(c, ev, &b);
                 if (r == 0)
                         *(bool *)p = b;
                 return r;
         case K_STR:
-                return scalar_str(c, ev, p, f->size, (size_t)f->min);
+                return cfg_scalar_str(c, ev, p, f->size, (size_t)f->min);
         case K_CUSTOM:
                 return f->fn(c, f, base, ev);
         case K_UNSUPPORTED:
         default:
-                return fail(c, ev_line(ev), "not supported by this version of gpupool yet");
+                return cfg_fail(c, cfg_ev_line(ev), "not supported by this version of gpupool yet");
         }
 }
 
 /* Read the keys of a mapping whose start event was consumed, up to and
  * including its end event.  prefix is the schema key of the mapping
  * ("" for the top level); member offsets are relative to base. */
-static int parse_map(struct ctx *c, const char *prefix, void *base) {
+int cfg_parse_map(struct ctx *c, const char *prefix, void *base) {
         int first[N_FIELDS];
         int r = 0;
         memset(first, 0, sizeof(first));
         if (++c->depth > MAX_DEPTH) {
-                r = fail(c, c->key_line, "nested too deeply (more than %d levels)", MAX_DEPTH);
+                r = cfg_fail(c, c->key_line, "nested too deeply (more than %d levels)", MAX_DEPTH);
                 goto out;
         }
         for (;;) {
                 yaml_event_t kev, vev;
                 char d[96], list[512];
-                r = next(c, &kev);
+                r = cfg_next(c, &kev);
                 if (r < 0)
                         goto out;
                 if (kev.type == YAML_MAPPING_END_EVENT) {
                         yaml_event_delete(&kev);
                         break;
                 }
-                int kline = ev_line(&kev);
+                int kline = cfg_ev_line(&kev);
                 if (kev.type != YAML_SCALAR_EVENT) {
-                        r = fail(c, kline, "expected a key, got %s", describe(&kev, d, sizeof(d)));
+                        r = cfg_fail(c, kline, "expected a key, got %s", cfg_describe(&kev, d, sizeof(d)));
                         yaml_event_delete(&kev);
                         goto out;
                 }
                 size_t saved = c->pathlen;
                 int idx = find_field(prefix, (const char *)kev.data.scalar.value, kev.data.scalar.length);
                 if (idx < 0) {
-                        path_push(c, "%s%s", saved ? "." : "",
-                                  show((const char *)kev.data.scalar.value, kev.data.scalar.length, d,
+                        cfg_path_push(c, "%s%s", saved ? "." : "",
+                                  cfg_show((const char *)kev.data.scalar.value, kev.data.scalar.length, d,
                                        sizeof(d)));
                         valid_keys(prefix, list, sizeof(list));
-                        r = fail(c, kline, "unknown key (valid keys%s%s: %s)", *prefix ? " of " : "",
+                        r = cfg_fail(c, kline, "unknown key (valid keys%s%s: %s)", *prefix ? " of " : "",
                                  *prefix ? prefix : "", list);
                         yaml_event_delete(&kev);
                         goto out;
                 }
                 yaml_event_delete(&kev);
-                const struct field *f = &fields[idx];
+                const struct field *f = &cfg_fields[idx];
                 const char *leaf = f->key + (*prefix ? strlen(prefix) + 1 : 0);
-                path_push(c, "%s%s", saved ? "." : "", leaf);
+                cfg_path_push(c, "%s%s", saved ? "." : "", leaf);
                 if (first[idx]) {
-                        r = fail(c, kline, "duplicate key (first given at line %d)", first[idx]);
+                        r = cfg_fail(c, kline, "duplicate key (first given at line %d)", first[idx]);
                         goto out;
                 }
                 first[idx] = kline;
                 if (f->kind == K_UNSUPPORTED) {
-                        r = fail(c, kline, "not supported by this version of gpupool yet");
+                        r = cfg_fail(c, kline, "not supported by this version of gpupool yet");
                         goto out;
                 }
-                r = next(c, &vev);
+                r = cfg_next(c, &vev);
                 if (r < 0)
                         goto out;
                 c->key_line = kline;
@@ -1026,34 +943,33 @@ static int parse_map(struct ctx *c, const char *prefix, void *base) {
                 if (r < 0)
                         goto out;
                 c->line[idx] = kline;
-                path_pop(c, saved);
+                cfg_path_pop(c, saved);
         }
 out:
         c->depth--;
         return r;
 }
 
-typedef int (*item_fn)(struct ctx *c, int i, const yaml_event_t *ev, void *arg);
 
 /* A list (or null = empty) whose items go to fn; ret_n = number of items.
  * `what` describes the expected list for the type error. */
-static int parse_list(struct ctx *c, const yaml_event_t *ev, const char *what, item_fn fn, void *arg,
+int cfg_parse_list(struct ctx *c, const yaml_event_t *ev, const char *what, item_fn fn, void *arg,
                       int *ret_n) {
         char d[96];
         int n = 0, r = 0;
-        if (is_null(ev)) {
+        if (cfg_is_null(ev)) {
                 *ret_n = 0;
                 return 0;
         }
         if (ev->type != YAML_SEQUENCE_START_EVENT)
-                return fail(c, ev_line(ev), "expected %s, got %s", what, describe(ev, d, sizeof(d)));
+                return cfg_fail(c, cfg_ev_line(ev), "expected %s, got %s", what, cfg_describe(ev, d, sizeof(d)));
         if (++c->depth > MAX_DEPTH) {
-                r = fail(c, ev_line(ev), "nested too deeply (more than %d levels)", MAX_DEPTH);
+                r = cfg_fail(c, cfg_ev_line(ev), "nested too deeply (more than %d levels)", MAX_DEPTH);
                 goto out;
         }
         for (;;) {
                 yaml_event_t iev;
-                r = next(c, &iev);
+                r = cfg_next(c, &iev);
                 if (r < 0)
                         goto out;
                 if (iev.type == YAML_SEQUENCE_END_EVENT) {
@@ -1061,12 +977,12 @@ static int parse_list(struct ctx *c, const yaml_event_t *ev, const char *what, i
                         break;
                 }
                 size_t saved = c->pathlen;
-                path_push(c, "[%d]", n);
+                cfg_path_push(c, "[%d]", n);
                 r = fn(c, n, &iev, arg);
                 yaml_event_delete(&iev);
                 if (r < 0)
                         goto out;
-                path_pop(c, saved);
+                cfg_path_pop(c, saved);
                 if (n < INT_MAX)
                         n++;
         }
@@ -1076,15 +992,15 @@ out:
         return r;
 }
 
-static int parse_listen(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+int parse_listen(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         char tmp[sizeof(((gp_config *)0)->listen)], d[96];
         const char *why;
         memset(tmp, 0, sizeof(tmp));
-        int r = scalar_str(c, ev, tmp, sizeof(tmp), 1);
+        int r = cfg_scalar_str(c, ev, tmp, sizeof(tmp), 1);
         if (r < 0)
                 return r;
         if (check_listen(tmp, &why) < 0)
-                return fail(c, ev_line(ev), "%s; got \"%s\"", why, show(tmp, strlen(tmp), d, sizeof(d)));
+                return cfg_fail(c, cfg_ev_line(ev), "%s; got \"%s\"", why, cfg_show(tmp, strlen(tmp), d, sizeof(d)));
         memcpy((char *)base + f->off, tmp, sizeof(tmp));
         return 0;
 }
@@ -1093,17 +1009,17 @@ static int parse_listen(struct ctx *c, const struct field *f, void *base, const 
  * `hash`, met at the current line, if an owner read before (the admin keys,
  * or tenants[0..n_tenants) other than `self`) has it; the message names
  * that owner and its line. */
-static int key_owned_already(struct ctx *c, const char *hash, int self, int line) {
+int key_owned_already(struct ctx *c, const char *hash, int self, int line) {
         const gp_config *cfg = c->cfg;
         for (int j = 0; j < cfg->n_admin_keys; j++)
                 if (!strcmp(cfg->admin_keys[j], hash))
-                        return fail(c, line, "this key hash is already an admin key (auth.admin_keys[%d], line %d); "
+                        return cfg_fail(c, line, "this key hash is already an admin key (auth.admin_keys[%d], line %d); "
                                     "a key belongs to one owner", j, c->refs.admin_key[j]);
         int nt = self >= 0 ? self : cfg->n_tenants;
         for (int t = 0; t < nt; t++)
                 for (int k = 0; k < cfg->tenants[t].n_keys; k++)
                         if (!strcmp(cfg->tenants[t].keys[k], hash))
-                                return fail(c, line, "this key hash is already given to tenant \"%s\" "
+                                return cfg_fail(c, line, "this key hash is already given to tenant \"%s\" "
                                             "(tenants[%d].keys[%d], line %d); a key belongs to one owner",
                                             cfg->tenants[t].id, t, k, c->refs.tenant_key[t][k]);
         return 0;
@@ -1114,21 +1030,21 @@ static int admin_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *ar
         char tmp[sizeof(cfg->admin_keys[0])];
         memset(tmp, 0, sizeof(tmp));
         if (i >= GP_CFG_MAX_ADMIN_KEYS)
-                return fail(c, ev_line(ev), "too many admin keys (at most %d)", GP_CFG_MAX_ADMIN_KEYS);
-        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
+                return cfg_fail(c, cfg_ev_line(ev), "too many admin keys (at most %d)", GP_CFG_MAX_ADMIN_KEYS);
+        if (ev->type != YAML_SCALAR_EVENT || cfg_is_null(ev) ||
             !gp_key_hash_parse((const char *)ev->data.scalar.value, ev->data.scalar.length, tmp))
-                return fail(c, ev_line(ev),
+                return cfg_fail(c, cfg_ev_line(ev),
                             "expected \"sha256:\" and 64 lowercase hex digits, the SHA-256 of the key "
                             "(not the key itself; e.g. printf %%s KEY | sha256sum, or gpupool key create --admin)");
         for (int j = 0; j < i; j++)
                 if (!strcmp(cfg->admin_keys[j], tmp))
-                        return fail(c, ev_line(ev), "the same key hash is listed twice (items %d and %d)",
+                        return cfg_fail(c, cfg_ev_line(ev), "the same key hash is listed twice (items %d and %d)",
                                     j, i);
-        int r = key_owned_already(c, tmp, -1, ev_line(ev));
+        int r = key_owned_already(c, tmp, -1, cfg_ev_line(ev));
         if (r < 0)
                 return r;
         memcpy(cfg->admin_keys[i], tmp, sizeof(tmp));
-        c->refs.admin_key[i] = ev_line(ev);
+        c->refs.admin_key[i] = cfg_ev_line(ev);
         return 0;
 }
 
@@ -1139,75 +1055,75 @@ static int join_token_item(struct ctx *c, int i, const yaml_event_t *ev, void *a
         char tmp[sizeof(cfg->join_tokens[0])];
         memset(tmp, 0, sizeof(tmp));
         if (i >= GP_CFG_MAX_JOIN_TOKENS)
-                return fail(c, ev_line(ev), "too many join tokens (at most %d)", GP_CFG_MAX_JOIN_TOKENS);
-        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
+                return cfg_fail(c, cfg_ev_line(ev), "too many join tokens (at most %d)", GP_CFG_MAX_JOIN_TOKENS);
+        if (ev->type != YAML_SCALAR_EVENT || cfg_is_null(ev) ||
             !gp_key_hash_parse((const char *)ev->data.scalar.value, ev->data.scalar.length, tmp))
-                return fail(c, ev_line(ev),
+                return cfg_fail(c, cfg_ev_line(ev),
                             "expected \"sha256:\" and 64 lowercase hex digits, the SHA-256 of the join token "
                             "(not the token itself; e.g. printf %%s gpj_... | sha256sum)");
         for (int j = 0; j < i; j++)
                 if (!strcmp(cfg->join_tokens[j], tmp))
-                        return fail(c, ev_line(ev), "the same token hash is listed twice (items %d and %d)", j, i);
+                        return cfg_fail(c, cfg_ev_line(ev), "the same token hash is listed twice (items %d and %d)", j, i);
         memcpy(cfg->join_tokens[i], tmp, sizeof(tmp));
         return 0;
 }
 
 /* node.name: "" = the host name at run time; else what the agent protocol
  * accepts (cluster/proto.h gp_proto_node_name_ok: the same rule). */
-static int parse_node_name(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+int parse_node_name(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         gp_config *cfg = base;
         char tmp[sizeof(cfg->node_name) + 1], d[96];
         memset(tmp, 0, sizeof(tmp));
         if (ev->type == YAML_SCALAR_EVENT && ev->data.scalar.length >= sizeof(cfg->node_name))
-                return fail(c, ev_line(ev), "a node name is at most %zu bytes", sizeof(cfg->node_name) - 1);
-        int r = scalar_str(c, ev, tmp, sizeof(tmp), 0);
+                return cfg_fail(c, cfg_ev_line(ev), "a node name is at most %zu bytes", sizeof(cfg->node_name) - 1);
+        int r = cfg_scalar_str(c, ev, tmp, sizeof(tmp), 0);
         if (r < 0)
                 return r;
         size_t n = strlen(tmp);
         if (n > 0 && (!gp_id_ok(tmp, n) || !strcmp(tmp, "local")))
-                return fail(c, ev_line(ev), "%s is not a node name (1..%zu of [A-Za-z0-9._-], not \"local\"; "
-                            "\"\" = the host name)", show(tmp, n, d, sizeof(d)), sizeof(cfg->node_name) - 1);
+                return cfg_fail(c, cfg_ev_line(ev), "%s is not a node name (1..%zu of [A-Za-z0-9._-], not \"local\"; "
+                            "\"\" = the host name)", cfg_show(tmp, n, d, sizeof(d)), sizeof(cfg->node_name) - 1);
         memcpy(cfg->node_name, tmp, sizeof(cfg->node_name));
         return 0;
 }
 
 /* node.labels: a mapping of key: value, kept in canonical form. */
-static int parse_node_labels(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+int parse_node_labels(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         gp_config *cfg = base;
         char flat[GP_LABELS_N * (2 * GP_LABEL_PART_MAX + 2) + 1], canon[sizeof(cfg->node_labels)], d[96], why[200];
         size_t o = 0;
         int n = 0, r;
         flat[0] = '\0';
         memset(canon, 0, sizeof(canon));
-        if (is_null(ev)) {
+        if (cfg_is_null(ev)) {
                 cfg->node_labels[0] = '\0';
                 return 0;
         }
         if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping of labels {key: value}, got %s",
-                            describe(ev, d, sizeof(d)));
+                return cfg_fail(c, cfg_ev_line(ev), "expected a mapping of labels {key: value}, got %s",
+                            cfg_describe(ev, d, sizeof(d)));
         for (;;) {
                 yaml_event_t kev, vev;
-                if ((r = next(c, &kev)) < 0)
+                if ((r = cfg_next(c, &kev)) < 0)
                         return r;
                 if (kev.type == YAML_MAPPING_END_EVENT) {
                         yaml_event_delete(&kev);
                         break;
                 }
-                int line = ev_line(&kev);
+                int line = cfg_ev_line(&kev);
                 if (kev.type != YAML_SCALAR_EVENT) {
                         yaml_event_delete(&kev);
-                        return fail(c, line, "expected a label key");
+                        return cfg_fail(c, line, "expected a label key");
                 }
                 const char *k = (const char *)kev.data.scalar.value;
                 size_t kn = kev.data.scalar.length;
                 if (!gp_label_key_ok(k, kn)) {
-                        r = fail(c, line, "label key %s: 1..%d of [A-Za-z0-9._/-]", show(k, kn, d, sizeof(d)),
+                        r = cfg_fail(c, line, "label key %s: 1..%d of [A-Za-z0-9._/-]", cfg_show(k, kn, d, sizeof(d)),
                                  GP_LABEL_PART_MAX);
                         yaml_event_delete(&kev);
                         return r;
                 }
-                if ((r = next(c, &vev)) < 0) {
+                if ((r = cfg_next(c, &vev)) < 0) {
                         yaml_event_delete(&kev);
                         return r;
                 }
@@ -1215,10 +1131,10 @@ static int parse_node_labels(struct ctx *c, const struct field *f, void *base, c
                 size_t vn = vev.type == YAML_SCALAR_EVENT ? vev.data.scalar.length : 0;
                 if (vev.type != YAML_SCALAR_EVENT || !gp_label_value_ok(v, vn) || ++n > GP_LABELS_N) {
                         if (n > GP_LABELS_N)
-                                r = fail(c, line, "more than %d labels", GP_LABELS_N);
+                                r = cfg_fail(c, line, "more than %d labels", GP_LABELS_N);
                         else
-                                r = fail(c, line, "label %s: the value must be 0..%d of [A-Za-z0-9._/-]",
-                                         show(k, kn, d, sizeof(d)), GP_LABEL_PART_MAX);
+                                r = cfg_fail(c, line, "label %s: the value must be 0..%d of [A-Za-z0-9._/-]",
+                                         cfg_show(k, kn, d, sizeof(d)), GP_LABEL_PART_MAX);
                         yaml_event_delete(&kev);
                         yaml_event_delete(&vev);
                         return r;
@@ -1229,42 +1145,42 @@ static int parse_node_labels(struct ctx *c, const struct field *f, void *base, c
                 yaml_event_delete(&vev);
         }
         if (gp_labels_canon(flat, canon, sizeof(canon), why, sizeof(why)) < 0)
-                return fail(c, c->key_line, "%s", why);
+                return cfg_fail(c, c->key_line, "%s", why);
         memcpy(cfg->node_labels, canon, sizeof(canon));
         return 0;
 }
 
-static int parse_store_url(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+int parse_store_url(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         gp_config *cfg = base;
         char tmp[sizeof(cfg->store_url)], d[96];
         memset(tmp, 0, sizeof(tmp));
-        int r = scalar_str(c, ev, tmp, sizeof(tmp), 1);
+        int r = cfg_scalar_str(c, ev, tmp, sizeof(tmp), 1);
         if (r < 0)
                 return r;
         if (!store_url_ok(tmp)) {
-                /* show only the scheme: the rest may hold a password */
+                /* cfg_show only the scheme: the rest may hold a password */
                 const char *sep = strstr(tmp, "://");
                 size_t n = sep ? (size_t)(sep - tmp) + 3 : 0;
-                return fail(c, ev_line(ev),
+                return cfg_fail(c, cfg_ev_line(ev),
                             "expected sqlite://PATH, postgres://... or postgresql://...; got \"%s...\"",
-                            show(tmp, n, d, sizeof(d)));
+                            cfg_show(tmp, n, d, sizeof(d)));
         }
         memcpy(cfg->store_url, tmp, sizeof(tmp));
         c->store_url_set = true;
         return 0;
 }
 
-static int parse_store_sync(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+int parse_store_sync(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         size_t i;
-        int r = scalar_enum(c, ev, sync_names, GP_ARRAY_SIZE(sync_names), &i);
+        int r = cfg_scalar_enum(c, ev, cfg_sync_names, GP_ARRAY_SIZE(cfg_sync_names), &i);
         if (r == 0)
                 ((gp_config *)base)->store_sync_full = i == 0;
         return r;
 }
 
-static int parse_tls_plaintext(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+int parse_tls_plaintext(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         size_t i;
-        int r = scalar_enum(c, ev, plaintext_names, GP_ARRAY_SIZE(plaintext_names), &i);
+        int r = cfg_scalar_enum(c, ev, plaintext_names, GP_ARRAY_SIZE(plaintext_names), &i);
         if (r == 0)
                 ((gp_config *)base)->tls_plaintext_any = i == 1;
         return r;
@@ -1275,29 +1191,29 @@ static int tls_san_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg)
         gp_config *cfg = arg;
         char d[96];
         if (i >= GP_CFG_MAX_TLS_SANS)
-                return fail(c, ev_line(ev), "too many names (at most %d)", GP_CFG_MAX_TLS_SANS);
+                return cfg_fail(c, cfg_ev_line(ev), "too many names (at most %d)", GP_CFG_MAX_TLS_SANS);
         const char *v = (const char *)ev->data.scalar.value;
         size_t n = ev->type == YAML_SCALAR_EVENT ? ev->data.scalar.length : 0;
-        bool ok = ev->type == YAML_SCALAR_EVENT && !is_null(ev) && n > 0 && n < GP_CFG_TLS_SAN_MAX;
+        bool ok = ev->type == YAML_SCALAR_EVENT && !cfg_is_null(ev) && n > 0 && n < GP_CFG_TLS_SAN_MAX;
         for (size_t k = 0; ok && k < n; k++)
                 ok = (v[k] >= 'a' && v[k] <= 'z') || (v[k] >= 'A' && v[k] <= 'Z') || (v[k] >= '0' && v[k] <= '9') ||
                      v[k] == '.' || v[k] == '-' || v[k] == ':' || v[k] == '*';
         if (!ok)
-                return fail(c, ev_line(ev), "expected a host name or an IP address (at most %d bytes) such as "
+                return cfg_fail(c, cfg_ev_line(ev), "expected a host name or an IP address (at most %d bytes) such as "
                             "\"gpupool.example.com\" or \"10.0.0.5\", got %s", GP_CFG_TLS_SAN_MAX - 1,
-                            describe(ev, d, sizeof(d)));
+                            cfg_describe(ev, d, sizeof(d)));
         memset(cfg->tls_sans[i], 0, sizeof(cfg->tls_sans[i]));
         memcpy(cfg->tls_sans[i], v, n);
         return 0;
 }
 
-static int parse_backend(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+int parse_backend(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         gp_config *cfg = base;
         size_t i;
-        int r = scalar_enum(c, ev, backend_names, GP_ARRAY_SIZE(backend_names), &i);
+        int r = cfg_scalar_enum(c, ev, cfg_backend_names, GP_ARRAY_SIZE(cfg_backend_names), &i);
         if (r == 0) {
                 memset(cfg->gpu_backend, 0, sizeof(cfg->gpu_backend));
-                gp_strlcpy(cfg->gpu_backend, backend_names[i], sizeof(cfg->gpu_backend));
+                gp_strlcpy(cfg->gpu_backend, cfg_backend_names[i], sizeof(cfg->gpu_backend));
         }
         return r;
 }
@@ -1307,16 +1223,16 @@ static int parse_backend(struct ctx *c, const struct field *f, void *base, const
 static const char *const signal_names[] = {"SIGUSR1", "SIGUSR2", "SIGHUP", "SIGWINCH", "SIGURG", "SIGCONT"};
 static const int signal_numbers[] = {SIGUSR1, SIGUSR2, SIGHUP, SIGWINCH, SIGURG, SIGCONT};
 
-static int parse_signal(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+int parse_signal(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         size_t i;
-        int r = scalar_enum(c, ev, signal_names, GP_ARRAY_SIZE(signal_names), &i);
+        int r = cfg_scalar_enum(c, ev, signal_names, GP_ARRAY_SIZE(signal_names), &i);
         if (r == 0)
                 ((gp_config *)base)->elastic_signal = signal_numbers[i];
         return r;
 }
 
 /* The policies the daemon runs, by name from the core's table. */
-static size_t daemon_policies(const char *names[GP_SCHED_NPOLICIES], gp_sched_policy pols[GP_SCHED_NPOLICIES]) {
+size_t daemon_policies(const char *names[GP_SCHED_NPOLICIES], gp_sched_policy pols[GP_SCHED_NPOLICIES]) {
         size_t n = 0;
         for (int p = 0; p < GP_SCHED_NPOLICIES; p++)
                 if (gp_sched_policy_daemon((gp_sched_policy)p)) {
@@ -1326,22 +1242,22 @@ static size_t daemon_policies(const char *names[GP_SCHED_NPOLICIES], gp_sched_po
         return n;
 }
 
-static int parse_policy(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+int parse_policy(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         const char *names[GP_SCHED_NPOLICIES];
         gp_sched_policy pols[GP_SCHED_NPOLICIES];
         size_t i, n = daemon_policies(names, pols);
-        int r = scalar_enum(c, ev, names, n, &i);
+        int r = cfg_scalar_enum(c, ev, names, n, &i);
         if (r == 0)
                 ((gp_config *)base)->policy = pols[i];
         return r;
 }
 
-static int parse_placement(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+int parse_placement(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         const char *names[GP_PLACE_N];
         for (int p = 0; p < GP_PLACE_N; p++)
                 names[p] = gp_sched_placement_name((gp_sched_placement)p);
         size_t i;
-        int r = scalar_enum(c, ev, names, GP_PLACE_N, &i);
+        int r = cfg_scalar_enum(c, ev, names, GP_PLACE_N, &i);
         if (r == 0)
                 ((gp_config *)base)->placement = (gp_sched_placement)i;
         return r;
@@ -1351,23 +1267,23 @@ static int reserved_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg
         gp_config *cfg = arg;
         char tmp[GP_UUID_MAX], d[96];
         if (i >= GP_CFG_MAX_RESERVED)
-                return fail(c, ev_line(ev), "too many reserved GPUs (at most %d)", GP_CFG_MAX_RESERVED);
-        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
-                return fail(c, ev_line(ev), "expected a GPU index or uuid, got %s",
-                            describe(ev, d, sizeof(d)));
+                return cfg_fail(c, cfg_ev_line(ev), "too many reserved GPUs (at most %d)", GP_CFG_MAX_RESERVED);
+        if (ev->type != YAML_SCALAR_EVENT || cfg_is_null(ev))
+                return cfg_fail(c, cfg_ev_line(ev), "expected a GPU index or uuid, got %s",
+                            cfg_describe(ev, d, sizeof(d)));
         const char *v = (const char *)ev->data.scalar.value;
         size_t n = ev->data.scalar.length;
         if (n >= sizeof(tmp))
-                return fail(c, ev_line(ev), "too long (%zu bytes, at most %d)", n, GP_UUID_MAX - 1);
+                return cfg_fail(c, cfg_ev_line(ev), "too long (%zu bytes, at most %d)", n, GP_UUID_MAX - 1);
         if (!reserved_ok(v, n))
-                return fail(c, ev_line(ev),
+                return cfg_fail(c, cfg_ev_line(ev),
                             "expected a GPU index (0..%d) or a GPU uuid without spaces, got %s",
-                            MAX_GPU_INDEX, describe(ev, d, sizeof(d)));
+                            MAX_GPU_INDEX, cfg_describe(ev, d, sizeof(d)));
         memset(tmp, 0, sizeof(tmp));
         memcpy(tmp, v, n);
         for (int j = 0; j < i; j++)
                 if (!strcmp(cfg->reserved[j], tmp))
-                        return fail(c, ev_line(ev), "GPU \"%s\" is listed twice", tmp);
+                        return cfg_fail(c, cfg_ev_line(ev), "GPU \"%s\" is listed twice", tmp);
         memcpy(cfg->reserved[i], tmp, sizeof(tmp));
         return 0;
 }
@@ -1377,22 +1293,22 @@ static int origin_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) 
         char tmp[GP_ORIGIN_MAX], d[96];
         const char *why;
         if (i >= GP_MAX_ALLOWED_ORIGINS)
-                return fail(c, ev_line(ev), "too many origins (at most %d)", GP_MAX_ALLOWED_ORIGINS);
-        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
-                return fail(c, ev_line(ev), "expected an origin such as \"https://ui.example.com\", got %s",
-                            describe(ev, d, sizeof(d)));
+                return cfg_fail(c, cfg_ev_line(ev), "too many origins (at most %d)", GP_MAX_ALLOWED_ORIGINS);
+        if (ev->type != YAML_SCALAR_EVENT || cfg_is_null(ev))
+                return cfg_fail(c, cfg_ev_line(ev), "expected an origin such as \"https://ui.example.com\", got %s",
+                            cfg_describe(ev, d, sizeof(d)));
         const char *v = (const char *)ev->data.scalar.value;
         size_t n = ev->data.scalar.length;
         if (n >= sizeof(tmp))
-                return fail(c, ev_line(ev), "too long (%zu bytes, at most %d)", n, GP_ORIGIN_MAX - 1);
+                return cfg_fail(c, cfg_ev_line(ev), "too long (%zu bytes, at most %d)", n, GP_ORIGIN_MAX - 1);
         memset(tmp, 0, sizeof(tmp));
         memcpy(tmp, v, n);
         if (strlen(tmp) != n || !gp_browser_origin_ok(tmp, &why))
-                return fail(c, ev_line(ev), "%s; expected SCHEME://HOST[:PORT] such as \"https://ui.example.com\", "
-                            "got %s", strlen(tmp) != n ? "contains a NUL" : why, describe(ev, d, sizeof(d)));
+                return cfg_fail(c, cfg_ev_line(ev), "%s; expected SCHEME://HOST[:PORT] such as \"https://ui.example.com\", "
+                            "got %s", strlen(tmp) != n ? "contains a NUL" : why, cfg_describe(ev, d, sizeof(d)));
         for (int j = 0; j < i; j++)
                 if (!strcasecmp(cfg->allowed_origins[j], tmp))
-                        return fail(c, ev_line(ev), "origin \"%s\" is listed twice", tmp);
+                        return cfg_fail(c, cfg_ev_line(ev), "origin \"%s\" is listed twice", tmp);
         memcpy(cfg->allowed_origins[i], tmp, sizeof(tmp));
         return 0;
 }
@@ -1404,777 +1320,36 @@ static void sim_init(struct ctx *c, void *item) {
 static int sim_done(struct ctx *c, void *owner, void *item, int i, int line) {
         gp_cfg_sim_gpu *s = item;
         if (!s->name[0])
-                return fail(c, line, "missing name");
+                return cfg_fail(c, line, "missing name");
         if (s->memory_mb <= 0)
-                return fail(c, line, "missing memory_mb");
+                return cfg_fail(c, line, "missing memory_mb");
         return 0;
 }
 
-static int weight_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+int weight_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         uint32_t *w = arg;
         int64_t x;
-        int r = scalar_int(c, ev, 1, WEIGHT_MAX, &x);
+        int r = cfg_scalar_int(c, ev, 1, WEIGHT_MAX, &x);
         if (r == 0 && i < GP_PRIORITY_LEVELS)
                 w[i] = (uint32_t)x;
         return r;
 }
 
-static int parse_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+int parse_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         gp_config *cfg = base;
         uint32_t w[GP_PRIORITY_LEVELS];
         char d[96];
         int n, r;
         if (ev->type != YAML_SEQUENCE_START_EVENT)
-                return fail(c, c->key_line, "expected a list of %d positive integers (P0..P9), got %s",
-                            GP_PRIORITY_LEVELS, describe(ev, d, sizeof(d)));
-        r = parse_list(c, ev, "a list", weight_item, w, &n);
+                return cfg_fail(c, c->key_line, "expected a list of %d positive integers (P0..P9), got %s",
+                            GP_PRIORITY_LEVELS, cfg_describe(ev, d, sizeof(d)));
+        r = cfg_parse_list(c, ev, "a list", weight_item, w, &n);
         if (r < 0)
                 return r;
         if (n != GP_PRIORITY_LEVELS)
-                return fail(c, c->key_line, "expected a list of %d positive integers (P0..P9), got %d",
+                return cfg_fail(c, c->key_line, "expected a list of %d positive integers (P0..P9), got %d",
                             GP_PRIORITY_LEVELS, n);
         memcpy(cfg->weights, w, sizeof(w));
-        return 0;
-}
-
-/* ---- alerts ---- */
-
-/* "" (no webhook) or http(s)://HOST... without spaces or control characters. */
-static bool webhook_ok(const char *s) {
-        if (!*s)
-                return true;
-        size_t n = !strncmp(s, "http://", 7) ? 7 : !strncmp(s, "https://", 8) ? 8 : 0;
-        if (!n || !s[n] || s[n] == '/')
-                return false;
-        for (const char *p = s; *p; p++)
-                if ((unsigned char)*p <= 0x20 || *p == 0x7f)
-                        return false;
-        return true;
-}
-
-static bool name_ok(const char *s) {
-        size_t n = strlen(s);
-        return n > 0 && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") == n;
-}
-
-static bool alert_metric_ok(const char *m) {
-        for (int i = 0; gp_config_alert_metrics[i]; i++)
-                if (!strcmp(m, gp_config_alert_metrics[i]))
-                        return true;
-        return false;
-}
-
-/* "METRIC" or "METRIC OP NUMBER" into the rule.  0 or -EINVAL with why. */
-static int split_when(const char *s, gp_cfg_alert_rule *r, const char **why) {
-        const char *p = s;
-        while (*p == ' ')
-                p++;
-        size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
-        char metric[GP_CFG_ALERT_METRIC_MAX];
-        memset(metric, 0, sizeof(metric)); /* zero-padded: the struct compares with memcmp */
-        *why = "expected METRIC or METRIC OP NUMBER, e.g. \"gpu_temp_c > 85\"";
-        if (n == 0 || n >= sizeof(metric))
-                return -EINVAL;
-        memcpy(metric, p, n);
-        metric[n] = '\0';
-        if (!alert_metric_ok(metric)) {
-                *why = "unknown metric (known: gpu_unhealthy, gpu_ecc_uncorrected, gpu_temp_c, node_lost, "
-                       "queue_wait_p95_s, util_pct_while_queued, queued_tasks, tenant_quota_used_pct, "
-                       "tenant_balance)";
-                return -EINVAL;
-        }
-        p += n;
-        while (*p == ' ')
-                p++;
-        gp_cmp op = GP_CMP_GT;
-        double thr = 0;
-        if (*p) {
-                size_t on = strspn(p, "<>=!");
-                bool found = false;
-                for (size_t i = 0; i < GP_ARRAY_SIZE(cmp_names); i++)
-                        if (on && strlen(cmp_names[i]) == on && !strncmp(p, cmp_names[i], on)) {
-                                op = (gp_cmp)i;
-                                found = true;
-                        }
-                if (!found) {
-                        *why = "expected an operator (>, >=, <, <=, ==, !=) after the metric";
-                        return -EINVAL;
-                }
-                p += on;
-                while (*p == ' ')
-                        p++;
-                char *end;
-                errno = 0;
-                thr = strtod(p, &end);
-                if (end == p || errno || !isfinite(thr) || fabs(thr) > 1e15) {
-                        *why = "expected a number after the operator";
-                        return -EINVAL;
-                }
-                p = end;
-                while (*p == ' ')
-                        p++;
-                if (*p) {
-                        *why = "unexpected text after the number";
-                        return -EINVAL;
-                }
-        }
-        memcpy(r->metric, metric, sizeof(metric));
-        r->op = op;
-        r->threshold = thr;
-        return 0;
-}
-
-static int parse_when(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_alert_rule *r = base;
-        char tmp[GP_CFG_ALERT_WHEN_MAX], d[96];
-        const char *why;
-        memset(tmp, 0, sizeof(tmp));
-        int rc = scalar_str(c, ev, tmp, sizeof(tmp), 1);
-        if (rc < 0)
-                return rc;
-        if (split_when(tmp, r, &why) < 0)
-                return fail(c, ev_line(ev), "%s; got \"%s\"", why, show(tmp, strlen(tmp), d, sizeof(d)));
-        memcpy(r->when, tmp, sizeof(tmp));
-        return 0;
-}
-
-static int parse_severity(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_alert_rule *r = base;
-        size_t i;
-        int rc = scalar_enum(c, ev, severity_names, GP_ARRAY_SIZE(severity_names), &i);
-        if (rc == 0) {
-                memset(r->severity, 0, sizeof(r->severity));
-                gp_strlcpy(r->severity, severity_names[i], sizeof(r->severity));
-        }
-        return rc;
-}
-
-static int parse_webhook(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_config *cfg = base;
-        char tmp[GP_CFG_WEBHOOK_MAX];
-        memset(tmp, 0, sizeof(tmp));
-        int r = scalar_str(c, ev, tmp, sizeof(tmp), 0);
-        if (r < 0)
-                return r;
-        /* never echo it: a webhook URL may carry a token */
-        if (!webhook_ok(tmp))
-                return fail(c, ev_line(ev), "expected an http:// or https:// URL (or \"\" for none)");
-        memcpy(cfg->alert_webhook, tmp, sizeof(tmp));
-        return 0;
-}
-
-static void rule_init(struct ctx *c, void *item) {
-        gp_cfg_alert_rule *r = item;
-        r->clear_s = 30;
-        gp_strlcpy(r->severity, "warning", sizeof(r->severity));
-}
-
-static int rule_done(struct ctx *c, void *owner, void *item, int i, int line) {
-        gp_config *cfg = owner;
-        gp_cfg_alert_rule *r = item;
-        if (!r->name[0])
-                return fail(c, line, "missing name");
-        if (!r->when[0])
-                return fail(c, line, "missing when (e.g. \"gpu_temp_c > 85\")");
-        for (int j = 0; j < i; j++)
-                if (!strcmp(cfg->alert_rules[j].name, r->name))
-                        return fail(c, line, "the name \"%s\" is used by alerts.rules[%d] too", r->name, j);
-        return 0;
-}
-
-static int parse_over_max(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        static const char *const names[] = {"refuse", "clamp"};
-        size_t i;
-        int r = scalar_enum(c, ev, names, GP_ARRAY_SIZE(names), &i);
-        if (r == 0)
-                ((gp_config *)base)->clamp_priority = i == 1;
-        return r;
-}
-
-static int parse_tenant_kind(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        static const char *const names[] = {"internal", "external"};
-        gp_cfg_tenant *t = base;
-        size_t i;
-        int r = scalar_enum(c, ev, names, GP_ARRAY_SIZE(names), &i);
-        if (r == 0) {
-                memset(t->kind, 0, sizeof(t->kind));
-                gp_strlcpy(t->kind, names[i], sizeof(t->kind));
-        }
-        return r;
-}
-
-/* A quota field (tenants[].quota.*, time_rules[].quotas.*.*): read by
- * config/quota.c, the reader the REST API uses too; the field is the key's
- * last part, the member (f->off) the gp_quota it goes into. */
-static int parse_quota(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        const char *name = strrchr(f->key, '.') + 1;
-        int q = gp_quota_field_find(name, strlen(name));
-        char d[96], why[192];
-        int64_t v;
-        if (q < 0)
-                return fail(c, ev_line(ev), "not a quota field");
-        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) || ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) {
-                gp_quota_type_error((gp_quota_field)q, describe(ev, d, sizeof(d)), why, sizeof(why));
-                return fail(c, ev_line(ev), "%s", why);
-        }
-        if (gp_quota_parse((gp_quota_field)q, (const char *)ev->data.scalar.value, ev->data.scalar.length, &v, why,
-                           sizeof(why)) < 0)
-                return fail(c, ev_line(ev), "%s", why);
-        gp_quota_set((gp_quota *)((char *)base + f->off), (gp_quota_field)q, v);
-        return 0;
-}
-
-static int tenant_key_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
-        gp_cfg_tenant *t = arg;
-        if (i >= GP_CFG_MAX_TENANT_KEYS)
-                return fail(c, ev_line(ev), "too many keys (at most %d)", GP_CFG_MAX_TENANT_KEYS);
-        char tmp[sizeof(t->keys[i])];
-        memset(tmp, 0, sizeof(tmp));
-        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
-            !gp_key_hash_parse((const char *)ev->data.scalar.value, ev->data.scalar.length, tmp))
-                return fail(c, ev_line(ev),
-                            "expected \"sha256:\" and 64 lowercase hex digits, the SHA-256 of the key "
-                            "(not the key itself; e.g. printf %%s KEY | sha256sum)");
-        for (int j = 0; j < i; j++)
-                if (!strcmp(t->keys[j], tmp))
-                        return fail(c, ev_line(ev), "the same key hash is listed twice (items %d and %d)", j, i);
-        int self = (int)(t - c->cfg->tenants), r = key_owned_already(c, tmp, self, ev_line(ev));
-        if (r < 0)
-                return r;
-        memcpy(t->keys[i], tmp, sizeof(tmp));
-        c->refs.tenant_key[self][i] = ev_line(ev);
-        return 0;
-}
-
-static void tenant_init(struct ctx *c, void *item) {
-        gp_cfg_tenant *t = item;
-        t->default_priority = 5;
-        t->weight = 1;
-        c->line[field_index("tenants[].group")] = 0; /* set again by parse_map if this tenant names its group */
-}
-
-static int tenant_done(struct ctx *c, void *owner, void *item, int i, int line) {
-        gp_config *cfg = owner;
-        gp_cfg_tenant *t = item;
-        c->refs.tenant_group[i] = c->line[field_index("tenants[].group")];
-        if (!t->id[0])
-                return fail(c, line, "missing id");
-        if (!gp_id_ok(t->id, strlen(t->id)))
-                return fail(c, line, "id \"%s\": only letters, digits, '-', '_' and '.'", t->id);
-        if (!t->kind[0])
-                gp_strlcpy(t->kind, "internal", sizeof(t->kind));
-        if (!t->name[0])
-                gp_strlcpy(t->name, t->id, sizeof(t->name));
-        if (!t->group[0])
-                gp_strlcpy(t->group, t->kind, sizeof(t->group));
-        if (t->default_priority < t->max_priority)
-                return fail(c, line, "default_priority %d is more urgent than max_priority %d", t->default_priority,
-                            t->max_priority);
-        char why[128];
-        if (gp_quota_check(&t->quota, why, sizeof(why)) < 0)
-                return fail(c, line, "%s", why);
-        for (int j = 0; j < i; j++)
-                if (!strcmp(cfg->tenants[j].id, t->id))
-                        return fail(c, line, "tenant \"%s\" is defined twice (tenants[%d] too)", t->id, j);
-        return 0;
-}
-
-/* Item i of a `groups` list (the top-level one or a time rule's), in
- * `groups`; its line goes to refline[i]. */
-static int group_check(struct ctx *c, const gp_cfg_group *groups, int i, int line, int *refline) {
-        const gp_cfg_group *g = &groups[i];
-        if (!g->name[0] || !g->share_pct)
-                return fail(c, line, "a group needs name and share_pct");
-        refline[i] = line;
-        for (int j = 0; j < i; j++)
-                if (!strcmp(groups[j].name, g->name))
-                        return fail(c, line, "group \"%s\" is defined twice", g->name);
-        return 0;
-}
-
-static int group_done(struct ctx *c, void *owner, void *item, int i, int line) {
-        return group_check(c, ((gp_config *)owner)->groups, i, line, c->refs.group);
-}
-
-static int rule_group_done(struct ctx *c, void *owner, void *item, int i, int line) {
-        gp_cfg_time_rule *tr = owner;
-        return group_check(c, tr->groups, i, line, c->refs.rule_group[tr - c->cfg->time_rules]);
-}
-
-bool gp_time_rule_covers(const gp_cfg_time_rule *r, int m) {
-        if (r->start_min < r->end_min)
-                return m >= r->start_min && m < r->end_min;
-        return m >= r->start_min || m < r->end_min;
-}
-
-static int parse_hhmm(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        char d[96];
-        const char *v = (const char *)ev->data.scalar.value;
-        if (ev->type != YAML_SCALAR_EVENT || ev->data.scalar.length != 5 || v[2] != ':' || v[0] < '0' || v[0] > '2' ||
-            v[1] < '0' || v[1] > '9' || v[3] < '0' || v[3] > '5' || v[4] < '0' || v[4] > '9' ||
-            (v[0] - '0') * 10 + (v[1] - '0') > 23)
-                return fail(c, ev_line(ev), "expected a time of day \"HH:MM\" (00:00..23:59), got %s",
-                            describe(ev, d, sizeof(d)));
-        *(int *)((char *)base + f->off) = ((v[0] - '0') * 10 + (v[1] - '0')) * 60 + (v[3] - '0') * 10 + (v[4] - '0');
-        return 0;
-}
-
-/* A time zone's name (a scalar of at most n-1 bytes) into out[n], only if
- * this machine knows the zone; out is unchanged otherwise.  The zone is
- * loaded on the heap (gp_tz is large), so the loader stays re-entrant. */
-static int read_tz(struct ctx *c, const yaml_event_t *ev, char *out, size_t n) {
-        char tmp[GP_TZ_NAME_MAX], d[96];
-        if (n > sizeof(tmp))
-                n = sizeof(tmp);
-        memset(tmp, 0, sizeof(tmp));
-        int rc = scalar_str(c, ev, tmp, n, 1);
-        if (rc < 0)
-                return rc;
-        gp_tz *z = malloc(sizeof(*z));
-        if (!z)
-                return fail(c, ev_line(ev), "out of memory");
-        rc = gp_tz_load(tmp, z);
-        free(z);
-        if (rc < 0)
-                return fail(c, ev_line(ev), "%s is not a time zone this machine knows (an IANA name such as "
-                            "Asia/Shanghai or UTC; tzdata holds them)", show(tmp, strlen(tmp), d, sizeof(d)));
-        memcpy(out, tmp, n);
-        return 0;
-}
-
-static int parse_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_time_rule *r = base;
-        return read_tz(c, ev, r->tz, sizeof(r->tz));
-}
-
-/* server.user, tenants[].run_as: a user name that exists on this machine
- * now (checked at load, like time zones, so a typo stops the start with
- * FILE:LINE; a user deleted later fails at use, with a message). */
-static int parse_unix_user(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        char tmp[GP_USER_NAME_MAX], d[96];
-        int rc = scalar_str(c, ev, tmp, sizeof(tmp), 1);
-        if (rc < 0)
-                return rc;
-        size_t n = strlen(tmp);
-        if (!gp_user_name_ok(tmp, n))
-                return fail(c, ev_line(ev), "%s is not a Unix user name (letters, digits, '_', '-', '.', not all "
-                            "digits)", show(tmp, n, d, sizeof(d)));
-        gp_user u;
-        rc = gp_user_lookup(tmp, &u);
-        if (rc == -ENOENT)
-                return fail(c, ev_line(ev), "no Unix user %s on this machine (getent passwd %s finds nothing; "
-                            "create it first, e.g. useradd --system)", show(tmp, n, d, sizeof(d)), tmp);
-        if (rc < 0)
-                return fail(c, ev_line(ev), "cannot look up Unix user %s: %s", show(tmp, n, d, sizeof(d)),
-                            rc == -E2BIG ? "in too many groups" : strerror(-rc));
-        memcpy((char *)base + f->off, tmp, sizeof(tmp));
-        return 0;
-}
-
-static int parse_rule_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_time_rule *tr = base;
-        uint32_t w[GP_PRIORITY_LEVELS];
-        char d[96];
-        int n, r;
-        if (ev->type != YAML_SEQUENCE_START_EVENT)
-                return fail(c, c->key_line, "expected a list of %d positive integers (P0..P9), got %s",
-                            GP_PRIORITY_LEVELS, describe(ev, d, sizeof(d)));
-        r = parse_list(c, ev, "a list", weight_item, w, &n);
-        if (r < 0)
-                return r;
-        if (n != GP_PRIORITY_LEVELS)
-                return fail(c, c->key_line, "expected a list of %d positive integers (P0..P9), got %d",
-                            GP_PRIORITY_LEVELS, n);
-        memcpy(tr->weights, w, sizeof(w));
-        tr->has_weights = true;
-        return 0;
-}
-
-/* quotas: {TENANT: {max_concurrent, max_gpus, guaranteed_gpus, max_queued}, ...} */
-/* A time rule's mapping of names to settings ({dept_a: {max_gpus: 8}}):
- * each key a name (1..GP_TENANT_MAX-1 bytes, listed once), each value a
- * mapping parsed by parse_map under `prefix`.  The items are `size` bytes
- * apart from `items`, each starting with its name (char[GP_TENANT_MAX]);
- * init fills an item before its mapping is read; lines[i] gets the line of
- * item i's key.  null empties it. */
-struct keyed {
-        const char *prefix;       /* "time_rules[].quotas{}" */
-        const char *keys;         /* what the keys are: "tenant ids" */
-        const char *value;        /* the value's keys, for messages: "{max_concurrent, max_gpus, ...}" */
-        const char *example;      /* "{dept_a: {max_gpus: 8}}" */
-        void *items;
-        size_t size;
-        int max;
-        void (*init)(void *item);
-        int *lines;
-        int *ret_n;
-};
-
-static int parse_keyed(struct ctx *c, const yaml_event_t *ev, const struct keyed *k) {
-        char d[96];
-        if (is_null(ev)) {
-                *k->ret_n = 0;
-                return 0;
-        }
-        if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping of %s to settings, e.g. %s, got %s", k->keys,
-                            k->example, describe(ev, d, sizeof(d)));
-        int n = 0, r = 0;
-        if (++c->depth > MAX_DEPTH) {
-                r = fail(c, ev_line(ev), "nested too deeply (more than %d levels)", MAX_DEPTH);
-                goto out;
-        }
-        for (;;) {
-                yaml_event_t kev, vev;
-                if ((r = next(c, &kev)) < 0)
-                        goto out;
-                if (kev.type == YAML_MAPPING_END_EVENT) {
-                        yaml_event_delete(&kev);
-                        break;
-                }
-                int kline = ev_line(&kev);
-                size_t saved = c->pathlen;
-                if (kev.type != YAML_SCALAR_EVENT || kev.data.scalar.length == 0 ||
-                    kev.data.scalar.length >= GP_TENANT_MAX) {
-                        r = fail(c, kline, "expected one of the %s as the key, got %s", k->keys,
-                                 describe(&kev, d, sizeof(d)));
-                        yaml_event_delete(&kev);
-                        goto out;
-                }
-                if (n >= k->max) {
-                        r = fail(c, kline, "too many %s (at most %d)", k->keys, k->max);
-                        yaml_event_delete(&kev);
-                        goto out;
-                }
-                char *item = (char *)k->items + (size_t)n * k->size;
-                memset(item, 0, k->size);
-                memcpy(item, kev.data.scalar.value, kev.data.scalar.length);
-                k->init(item);
-                yaml_event_delete(&kev);
-                k->lines[n] = kline;
-                path_push(c, ".%s", item);
-                for (int j = 0; j < n; j++)
-                        if (!strcmp((const char *)k->items + (size_t)j * k->size, item)) {
-                                r = fail(c, kline, "listed twice");
-                                goto out;
-                        }
-                if ((r = next(c, &vev)) < 0)
-                        goto out;
-                if (vev.type != YAML_MAPPING_START_EVENT) {
-                        r = fail(c, kline, "expected a mapping %s, got %s", k->value, describe(&vev, d, sizeof(d)));
-                        yaml_event_delete(&vev);
-                        goto out;
-                }
-                yaml_event_delete(&vev);
-                c->key_line = kline;
-                if ((r = parse_map(c, k->prefix, item)) < 0)
-                        goto out;
-                path_pop(c, saved);
-                n++;
-        }
-        *k->ret_n = n;
-out:
-        c->depth--;
-        return r;
-}
-
-static void rule_quota_init(void *item) {
-        ((gp_cfg_rule_quota *)item)->quota = GP_QUOTA_OVERLAY_NONE;
-}
-
-static int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_time_rule *tr = base;
-        const struct keyed k = {.prefix = "time_rules[].quotas{}", .keys = "tenant ids",
-                                .value = "{max_concurrent, max_gpus, guaranteed_gpus, max_queued}",
-                                .example = "{dept_a: {max_gpus: 8}}", .items = tr->quotas,
-                                .size = sizeof(tr->quotas[0]), .max = GP_CFG_MAX_RULE_QUOTAS, .init = rule_quota_init,
-                                .lines = c->refs.rule_quota[tr - c->cfg->time_rules], .ret_n = &tr->n_quotas};
-        return parse_keyed(c, ev, &k);
-}
-
-static void rule_gw_init(void *item) {
-        gp_cfg_rule_gw *g = item;
-        g->max_concurrent = GP_QUOTA_UNCHANGED;
-        g->rpm = g->tpm = GP_QUOTA_UNCHANGED;
-}
-
-static int parse_rule_gw(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_time_rule *tr = base;
-        const struct keyed k = {.prefix = "time_rules[].gateway{}", .keys = "tenant ids and group names",
-                                .value = "{max_concurrent, rpm, tpm}", .example = "{external: {max_concurrent: 8}}",
-                                .items = tr->gw, .size = sizeof(tr->gw[0]), .max = GP_CFG_MAX_RULE_GW,
-                                .init = rule_gw_init, .lines = c->refs.rule_gw[tr - c->cfg->time_rules],
-                                .ret_n = &tr->n_gw};
-        return parse_keyed(c, ev, &k);
-}
-
-static void time_rule_init(struct ctx *c, void *item) {
-        gp_cfg_time_rule *tr = item;
-        tr->start_min = tr->end_min = -1;
-        gp_strlcpy(tr->tz, "UTC", sizeof(tr->tz));
-}
-
-static int time_rule_done(struct ctx *c, void *owner, void *item, int i, int line) {
-        gp_config *cfg = owner;
-        gp_cfg_time_rule *tr = item;
-        if (!tr->name[0])
-                return fail(c, line, "missing name");
-        if (tr->start_min < 0 || tr->end_min < 0)
-                return fail(c, line, "a time rule needs start and end (\"HH:MM\")");
-        if (tr->start_min == tr->end_min)
-                return fail(c, line, "start and end are the same time: the window would be empty");
-        for (int j = 0; j < i; j++)
-                if (!strcmp(cfg->time_rules[j].name, tr->name))
-                        return fail(c, line, "the name \"%s\" is used by time_rules[%d] too", tr->name, j);
-        return 0;
-}
-
-/* ---- billing ---- */
-
-/* A decimal amount (plain or quoted: 2, 2.5, "0.0005") into micro-units,
- * or a factor into ppm; f->max bounds it.  f->min == 1 marks
- * per_1k_tokens, which sets the prompt and the completion price. */
-static int parse_money(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        char d[96];
-        if (ev->type != YAML_SCALAR_EVENT || is_null(ev))
-                return fail(c, ev_line(ev), "expected a decimal number such as 2.5, got %s", describe(ev, d, sizeof(d)));
-        int64_t v;
-        int r = gp_bill_parse_micros((const char *)ev->data.scalar.value, ev->data.scalar.length, f->max, &v);
-        if (r == -ERANGE) {
-                char m[32];
-                gp_bill_format_micros(f->max, m, sizeof(m));
-                return fail(c, ev_line(ev), "must be between 0 and %s, got %s", m, describe(ev, d, sizeof(d)));
-        }
-        if (r < 0)
-                return fail(c, ev_line(ev), "expected a decimal number with at most 6 decimals (no sign, no "
-                            "exponent), got %s", describe(ev, d, sizeof(d)));
-        *(int64_t *)((char *)base + f->off) = v;
-        if (f->min == 1) /* per_1k_tokens: both prices */
-                ((gp_bill_token_price *)base)->per_1k_completion = v;
-        return 0;
-}
-
-/* Whole seconds (f->min..f->max) stored as milliseconds. */
-static int parse_secs_ms(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        int64_t x;
-        int r = scalar_secs(c, ev, f->min, f->max, &x);
-        if (r == 0)
-                *(int64_t *)((char *)base + f->off) = x * 1000;
-        return r;
-}
-
-static int parse_bill_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_bill_window *w = base;
-        return read_tz(c, ev, w->tz, sizeof(w->tz));
-}
-
-static void bill_gpu_init(struct ctx *c, void *item) {
-        gp_bill_gpu_price *g = item;
-        g->gpu_model[0] = '*';
-        g->per_gpu_hour = -1;
-}
-
-static int bill_gpu_done(struct ctx *c, void *owner, void *item, int i, int line) {
-        if (((gp_bill_gpu_price *)item)->per_gpu_hour < 0)
-                return fail(c, line, "a price needs per_gpu_hour");
-        return 0;
-}
-
-static void bill_token_init(struct ctx *c, void *item) {
-        gp_bill_token_price *t = item;
-        t->per_1k_prompt = t->per_1k_completion = -1;
-}
-
-static int bill_token_done(struct ctx *c, void *owner, void *item, int i, int line) {
-        gp_bill_token_price *t = item;
-        if (!t->model[0])
-                return fail(c, line, "a token price needs model (a glob such as \"llama*\")");
-        if (t->per_1k_prompt < 0 || t->per_1k_completion < 0)
-                return fail(c, line, "a token price needs per_1k_tokens, or per_1k_prompt and "
-                            "per_1k_completion");
-        return 0;
-}
-
-static void bill_tier_init(struct ctx *c, void *item) {
-        ((gp_bill_tier *)item)->factor_ppm = -1;
-}
-
-static int bill_tier_done(struct ctx *c, void *owner, void *item, int i, int line) {
-        const gp_bill_prices *p = &((gp_config *)owner)->billing;
-        gp_bill_tier *t = item;
-        if (t->gpu_hours <= 0 || t->factor_ppm < 0)
-                return fail(c, line, "a volume discount needs gpu_hours and factor (e.g. {gpu_hours: 100, "
-                            "factor: 0.9})");
-        if (i > 0 && t->gpu_hours <= p->tiers[i - 1].gpu_hours)
-                return fail(c, line, "gpu_hours must grow from one volume discount to the next");
-        return 0;
-}
-
-static void bill_window_init(struct ctx *c, void *item) {
-        gp_bill_window *w = item;
-        w->start_min = w->end_min = -1;
-        w->multiplier_ppm = -1;
-        gp_strlcpy(w->tz, "UTC", sizeof(w->tz));
-}
-
-static int bill_window_done(struct ctx *c, void *owner, void *item, int i, int line) {
-        const gp_bill_prices *p = &((gp_config *)owner)->billing;
-        gp_bill_window *w = item;
-        if (!w->name[0] || w->start_min < 0 || w->end_min < 0 || w->multiplier_ppm < 0)
-                return fail(c, line, "a time window needs name, start, end (\"HH:MM\") and multiplier");
-        if (w->start_min == w->end_min)
-                return fail(c, line, "start and end are the same time: the window would be empty");
-        for (int j = 0; j < i; j++)
-                if (!strcmp(p->windows[j].name, w->name))
-                        return fail(c, line, "the name \"%s\" is used by time_windows[%d] too", w->name, j);
-        return 0;
-}
-
-static void bill_after(void *owner) {
-        ((gp_config *)owner)->billing.enabled = true;
-}
-
-/* First pass: the whole stream is well-formed YAML and nested at most
- * MAX_DEPTH deep and holds one document, so a syntax error is reported as such even when a schema
- * error comes earlier in the file (an indentation slip otherwise shows up as
- * a misplaced key). */
-/* ---- gateway ---- */
-
-/* "http://HOST[:PORT][/PREFIX]" without a trailing slash, query or spaces. */
-static bool upstream_url_ok(const char *s, size_t n) {
-        if (n < 8 || n >= GP_CFG_URL_MAX || strncmp(s, "http://", 7) != 0 || s[n - 1] == '/')
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if ((unsigned char)s[i] <= ' ' || s[i] == '?' || s[i] == '#' || (unsigned char)s[i] >= 0x7f)
-                        return false;
-        char url[GP_CFG_URL_MAX];
-        memcpy(url, s, n);
-        url[n] = '\0';
-        gp_http_url u;
-        return gp_http_url_parse(url, &u) == 0; /* what the gateway's client can reach: host, port 1..65535 */
-}
-
-static int upstream_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
-        gp_cfg_model *m = arg;
-        if (i >= GP_CFG_MAX_UPSTREAMS)
-                return fail(c, ev_line(ev), "too many upstreams (at most %d)", GP_CFG_MAX_UPSTREAMS);
-        if (ev->type != YAML_SCALAR_EVENT || is_null(ev) ||
-            !upstream_url_ok((const char *)ev->data.scalar.value, ev->data.scalar.length))
-                return fail(c, ev_line(ev), "expected an upstream base URL \"http://HOST[:PORT][/PREFIX]\" (port 1..65535, no trailing slash)");
-        /* the OpenAI habit: a base URL ending in /v1 would make every request /v1/v1/... (404) */
-        const char *v = (const char *)ev->data.scalar.value;
-        size_t vn = ev->data.scalar.length;
-        if (vn >= 3 && !strncmp(v + vn - 3, "/v1", 3)) {
-                char fix[GP_CFG_URL_MAX];
-                snprintf(fix, sizeof(fix), "%.*s", (int)(vn - 3), v);
-                return fail(c, ev_line(ev), "an upstream is the server's base URL without /v1 (the gateway adds "
-                            "/v1/... itself, as it received it): write \"%s\"", fix);
-        }
-        memset(m->upstreams[i], 0, sizeof(m->upstreams[i]));
-        memcpy(m->upstreams[i], ev->data.scalar.value, ev->data.scalar.length);
-        return 0;
-}
-
-static int serve_arg_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
-        gp_cfg_serve *sv = arg;
-        if (i >= GP_CFG_MAX_SERVE_ARGS)
-                return fail(c, ev_line(ev), "too many arguments (at most %d)", GP_CFG_MAX_SERVE_ARGS);
-        if (ev->type != YAML_SCALAR_EVENT)
-                return fail(c, ev_line(ev), "expected a string");
-        return scalar_str(c, ev, sv->command[i], sizeof(sv->command[i]), i == 0 ? 1 : 0);
-}
-
-static int parse_serve_port(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_serve *sv = base;
-        if (ev->type == YAML_SCALAR_EVENT && ev->data.scalar.length == 4 &&
-            !memcmp(ev->data.scalar.value, "auto", 4)) {
-                sv->port = 0;
-                return 0;
-        }
-        int64_t x;
-        int r = scalar_int(c, ev, 1, 65535, &x);
-        if (r == 0)
-                sv->port = (int)x;
-        return r;
-}
-
-/* gateway.models[].tokenize: auto (ask the upstream's /tokenize when the
- * estimate is near the context) or off (the estimate alone). */
-static const char *const tokenize_names[] = {"auto", "off"};
-
-static int parse_tokenize(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_model *m = base;
-        size_t i;
-        (void)f;
-        int r = scalar_enum(c, ev, tokenize_names, GP_ARRAY_SIZE(tokenize_names), &i);
-        if (r == 0)
-                m->tokenize_off = i == 1;
-        return r;
-}
-
-static int parse_autoscale(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_serve *sv = base;
-        char d[96];
-        if (is_null(ev))
-                return 0;
-        if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping {min, max, queue_depth}, got %s",
-                            describe(ev, d, sizeof(d)));
-        int line = ev_line(ev);
-        sv->autoscale = true;
-        sv->autoscale_min = 1;
-        sv->autoscale_max = 1;
-        sv->autoscale_queue_depth = 8;
-        int r = parse_map(c, "gateway.models[].serve.autoscale", sv);
-        if (r == 0 && sv->autoscale_min > sv->autoscale_max)
-                return fail(c, line, "min %d is above max %d", sv->autoscale_min, sv->autoscale_max);
-        return r;
-}
-
-static int parse_serve(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_cfg_model *m = base;
-        gp_cfg_serve *sv = &m->serve;
-        char d[96];
-        if (is_null(ev))
-                return 0;
-        if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, ev_line(ev), "expected a mapping {command, gpus, memory_mb, port, ready, ...}, got %s",
-                            describe(ev, d, sizeof(d)));
-        int line = ev_line(ev);
-        memset(sv, 0, sizeof(*sv));
-        sv->enabled = true;
-        sv->gpus = 1;
-        sv->replicas = 1;
-        gp_strlcpy(sv->ready, "/health", sizeof(sv->ready));
-        int r = parse_map(c, "gateway.models[].serve", sv);
-        if (r < 0)
-                return r;
-        if (sv->n_command < 1)
-                return fail(c, line, "missing command");
-        if (sv->ready[0] != '/')
-                return fail(c, line, "ready must be a path starting with '/'");
-        int reps = sv->autoscale ? sv->autoscale_min : sv->replicas;
-        if (sv->port && (reps > 1 || (sv->autoscale && sv->autoscale_max > 1)))
-                return fail(c, line, "port %d is fixed, so only one replica can run (use port: auto)", sv->port);
-        return 0;
-}
-
-static void model_init(struct ctx *c, void *item) {
-        ((gp_cfg_model *)item)->context = 4096;
-}
-
-static int model_done(struct ctx *c, void *owner, void *item, int i, int line) {
-        gp_cfg_gateway *gw = &((gp_config *)owner)->gw;
-        gp_cfg_model *m = item;
-        if (!m->name[0])
-                return fail(c, line, "missing name");
-        if (!gp_str_is_clean(m->name, strlen(m->name)) || strchr(m->name, '"') || strchr(m->name, '\\'))
-                return fail(c, line, "name \"%s\": no control characters, quotes or backslashes", m->name);
-        if (m->n_upstreams == 0 && !m->serve.enabled)
-                return fail(c, line, "model \"%s\" needs upstreams or serve", m->name);
-        for (int j = 0; j < i; j++)
-                if (!strcmp(gw->models[j].name, m->name))
-                        return fail(c, line, "model \"%s\" is defined twice (gateway.models[%d] too)", m->name, j);
         return 0;
 }
 
@@ -2187,9 +1362,9 @@ static int model_done(struct ctx *c, void *owner, void *item, int i, int line) {
  * zeroed, given their defaults (init), read by the schema rows under
  * item_prefix and checked as a whole (done); a heap list (cap_off) grows
  * with gp_vec_grow.  A list of scalars hands each item to `scalar`.
- * Adding a list = one row here + its rows in fields[]. */
+ * Adding a list = one row here + its rows in cfg_fields[]. */
 struct list_def {
-        const char *key;         /* the fields[] key */
+        const char *key;         /* the cfg_fields[] key */
         const char *expected;    /* "expected EXPECTED, got ..." for a value that is not a list */
         size_t n_off;            /* the int count in the owner */
         item_fn scalar;          /* a list of scalars: reads item i into the owner */
@@ -2271,7 +1446,7 @@ static void *item_slot(struct ctx *c, struct items *it, int i, int line) {
         memcpy(&arr, owner + it->f->off, sizeof(arr));
         void *p = gp_vec_grow(arr, (size_t *)(void *)(owner + l->cap_off), (size_t)i + 1, l->size, 4);
         if (!p) {
-                fail(c, line, "out of memory");
+                cfg_fail(c, line, "out of memory");
                 return NULL;
         }
         memcpy(owner + it->f->off, &p, sizeof(p));
@@ -2282,31 +1457,31 @@ static int map_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         struct items *it = arg;
         const struct list_def *l = it->l;
         char d[96];
-        int line = ev_line(ev);
+        int line = cfg_ev_line(ev);
         if (i >= it->f->max)
-                return fail(c, line, "too many %s (at most %lld)", l->what, (long long)it->f->max);
+                return cfg_fail(c, line, "too many %s (at most %lld)", l->what, (long long)it->f->max);
         if (ev->type != YAML_MAPPING_START_EVENT)
-                return fail(c, line, "expected a mapping%s%s, got %s", *l->shape ? " " : "", l->shape,
-                            describe(ev, d, sizeof(d)));
+                return cfg_fail(c, line, "expected a mapping%s%s, got %s", *l->shape ? " " : "", l->shape,
+                            cfg_describe(ev, d, sizeof(d)));
         void *item = item_slot(c, it, i, line);
         if (!item)
                 return -ENOMEM;
         memset(item, 0, l->size);
         if (l->init)
                 l->init(c, item);
-        int r = parse_map(c, it->prefix, item);
+        int r = cfg_parse_map(c, it->prefix, item);
         if (r < 0)
                 return r;
         return l->done ? l->done(c, it->owner, item, i, line) : 0;
 }
 
-static int parse_items(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+int parse_items(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         struct items it = {NULL, f, base, ""};
         for (size_t i = 0; i < GP_ARRAY_SIZE(lists) && !it.l; i++)
                 if (!strcmp(lists[i].key, f->key))
                         it.l = &lists[i];
         if (!it.l)
-                return fail(c, ev_line(ev), "not a list of the schema");
+                return cfg_fail(c, cfg_ev_line(ev), "not a list of the schema");
         int *count = (int *)(void *)((char *)base + it.l->n_off), n = 0, r;
         if (it.l->item_prefix)
                 gp_strlcpy(it.prefix, it.l->item_prefix, sizeof(it.prefix));
@@ -2314,9 +1489,9 @@ static int parse_items(struct ctx *c, const struct field *f, void *base, const y
                 snprintf(it.prefix, sizeof(it.prefix), "%s[]", f->key);
         *count = 0;
         if (it.l->scalar)
-                r = parse_list(c, ev, it.l->expected, it.l->scalar, base, &n);
+                r = cfg_parse_list(c, ev, it.l->expected, it.l->scalar, base, &n);
         else
-                r = parse_list(c, ev, it.l->expected, map_item, &it, &n);
+                r = cfg_parse_list(c, ev, it.l->expected, map_item, &it, &n);
         if (r < 0)
                 return r;
         *count = n;
@@ -2374,15 +1549,15 @@ static int check_syntax(struct ctx *c) {
                 if (!yaml_parser_parse(&c->parser, &ev))
                         return syntax_error(c);
                 yaml_event_type_t t = ev.type;
-                int line = ev_line(&ev);
+                int line = cfg_ev_line(&ev);
                 yaml_event_delete(&ev);
                 if (t == YAML_STREAM_END_EVENT)
                         return 0;
                 if (t == YAML_DOCUMENT_START_EVENT && ++docs > 1)
-                        return fail(c, line, "only one YAML document is allowed (found a second \"---\")");
+                        return cfg_fail(c, line, "only one YAML document is allowed (found a second \"---\")");
                 if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) {
                         if (++depth > MAX_DEPTH)
-                                return fail(c, line, "nested too deeply (more than %d levels)",
+                                return cfg_fail(c, line, "nested too deeply (more than %d levels)",
                                             MAX_DEPTH);
                 } else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) {
                         depth--;
@@ -2391,14 +1566,14 @@ static int check_syntax(struct ctx *c) {
 }
 
 /* The document: empty, null, or one mapping of sections. */
-static int parse_stream(struct ctx *c) {
+int parse_stream(struct ctx *c) {
         yaml_event_t ev;
         char d[96], list[256];
-        int r = next(c, &ev); /* stream start */
+        int r = cfg_next(c, &ev); /* stream start */
         if (r < 0)
                 return r;
         yaml_event_delete(&ev);
-        r = next(c, &ev);
+        r = cfg_next(c, &ev);
         if (r < 0)
                 return r;
         if (ev.type == YAML_STREAM_END_EVENT) { /* empty file or only comments */
@@ -2406,477 +1581,31 @@ static int parse_stream(struct ctx *c) {
                 return 0;
         }
         yaml_event_delete(&ev); /* document start */
-        r = next(c, &ev);
+        r = cfg_next(c, &ev);
         if (r < 0)
                 return r;
         if (ev.type == YAML_MAPPING_START_EVENT) {
-                c->key_line = ev_line(&ev);
-                r = parse_map(c, "", c->cfg);
-        } else if (!is_null(&ev)) {
+                c->key_line = cfg_ev_line(&ev);
+                r = cfg_parse_map(c, "", c->cfg);
+        } else if (!cfg_is_null(&ev)) {
                 valid_keys("", list, sizeof(list));
-                r = fail(c, ev_line(&ev), "expected a mapping of sections (%s) at the top level, got %s",
-                         list, describe(&ev, d, sizeof(d)));
+                r = cfg_fail(c, cfg_ev_line(&ev), "expected a mapping of sections (%s) at the top level, got %s",
+                         list, cfg_describe(&ev, d, sizeof(d)));
         }
         yaml_event_delete(&ev);
         if (r < 0)
                 return r;
-        r = next(c, &ev); /* document end */
+        r = cfg_next(c, &ev); /* document end */
         if (r < 0)
                 return r;
         yaml_event_delete(&ev);
-        r = next(c, &ev);
+        r = cfg_next(c, &ev);
         if (r < 0)
                 return r;
         if (ev.type != YAML_STREAM_END_EVENT)
-                r = fail(c, ev_line(&ev), "only one YAML document is allowed (found a second \"---\")");
+                r = cfg_fail(c, cfg_ev_line(&ev), "only one YAML document is allowed (found a second \"---\")");
         yaml_event_delete(&ev);
         return r;
-}
-
-/* ---- validation ---- */
-
-static int field_index(const char *key) {
-        for (size_t i = 0; i < N_FIELDS; i++)
-                if (!strcmp(fields[i].key, key))
-                        return (int)i;
-        return -1;
-}
-
-struct vctx {
-        const gp_config *cfg;
-        const int *lines; /* per field, from the loader; NULL from gp_config_validate */
-        char *err;
-        size_t errlen;
-};
-
-__attribute__((format(printf, 3, 4))) static int vfail(struct vctx *v, const char *key,
-                                                      const char *fmt, ...) {
-        char src[PATH_MAX];
-        int line = 0;
-        if (strnlen(v->cfg->source, sizeof(v->cfg->source)) < sizeof(v->cfg->source) &&
-            v->cfg->source[0])
-                gp_strlcpy(src, v->cfg->source, sizeof(src));
-        else
-                gp_strlcpy(src, "(config)", sizeof(src));
-        if (v->lines) {
-                /* "a.b[3].c" is reported on the line of "a.b" */
-                char base[128];
-                gp_strlcpy(base, key, sizeof(base));
-                char *br = strchr(base, '[');
-                if (br)
-                        *br = '\0';
-                int idx = field_index(base);
-                if (idx >= 0)
-                        line = v->lines[idx];
-        }
-        va_list ap;
-        va_start(ap, fmt);
-        vmsg(v->err, v->errlen, src, line, key, fmt, ap);
-        va_end(ap);
-        return -EINVAL;
-}
-
-static bool terminated(const char *s, size_t size) {
-        return memchr(s, '\0', size) != NULL;
-}
-
-/* Numbers and plain strings of the table, for the struct at base. */
-static int check_fields(struct vctx *v, const char *sim_prefix, int sim_i, const void *base) {
-        for (size_t i = 0; i < N_FIELDS; i++) {
-                const struct field *f = &fields[i];
-                /* list items ("gpus.sim[]", "alerts.rules[]") are checked per item */
-                bool is_item = strstr(f->key, "[]") != NULL;
-                if (is_item != (sim_prefix != NULL))
-                        continue;
-                size_t pl = sim_prefix ? strlen(sim_prefix) : 0;
-                if (is_item && (strncmp(f->key, sim_prefix, pl) != 0 || f->key[pl] != '.'))
-                        continue;
-                char key[128];
-                if (is_item)
-                        snprintf(key, sizeof(key), "%.*s[%d].%s", (int)(pl - 2), sim_prefix, sim_i,
-                                 strrchr(f->key, '.') + 1);
-                else
-                        gp_strlcpy(key, f->key, sizeof(key));
-                const char *p = (const char *)base + f->off;
-                int64_t x;
-                switch (f->kind) {
-                case K_INT:
-                case K_I64:
-                        if (f->kind == K_INT) {
-                                int iv;
-                                memcpy(&iv, p, sizeof(iv));
-                                x = iv;
-                        } else {
-                                memcpy(&x, p, sizeof(x));
-                        }
-                        if (x < f->min || x > f->max) {
-                                if (f->min == f->max)
-                                        return vfail(v, key, "must be %lld, got %lld", (long long)f->min,
-                                                     (long long)x);
-                                return vfail(v, key, "must be between %lld and %lld, got %lld",
-                                             (long long)f->min, (long long)f->max, (long long)x);
-                        }
-                        break;
-                case K_STR:
-                        if (!terminated(p, f->size))
-                                return vfail(v, key, "not NUL-terminated");
-                        if (strlen(p) < (size_t)f->min)
-                                return vfail(v, key, "must not be empty");
-                        if (!gp_str_is_clean(p, strlen(p)))
-                                return vfail(v, key, "contains control characters");
-                        break;
-                default:
-                        break;
-                }
-        }
-        return 0;
-}
-
-static int validate_impl(const gp_config *cfg, const int *lines, char *err, size_t errlen) {
-        struct vctx v = {cfg, lines, err, errlen};
-        const char *why;
-        int r = check_fields(&v, NULL, 0, cfg);
-        if (r < 0)
-                return r;
-
-        if (!terminated(cfg->listen, sizeof(cfg->listen)))
-                return vfail(&v, "server.listen", "not NUL-terminated");
-        if (check_listen(cfg->listen, &why) < 0)
-                return vfail(&v, "server.listen", "%s", why);
-        if (!cfg->tls_cert[0] != !cfg->tls_key[0])
-                return vfail(&v, cfg->tls_cert[0] ? "server.tls.cert" : "server.tls.key",
-                             "server.tls.cert and server.tls.key go together: set both, or neither (the server "
-                             "then makes its own CA and certificate in DATA_DIR/tls)");
-        if (cfg->tls_ca[0] && !cfg->tls_cert[0])
-                return vfail(&v, "server.tls.ca", "needs server.tls.cert and server.tls.key");
-
-        if (cfg->n_admin_keys < 0 || cfg->n_admin_keys > GP_CFG_MAX_ADMIN_KEYS)
-                return vfail(&v, "auth.admin_keys", "must have between 0 and %d keys, got %d",
-                             GP_CFG_MAX_ADMIN_KEYS, cfg->n_admin_keys);
-        for (int i = 0; i < cfg->n_admin_keys; i++) {
-                const char *k = cfg->admin_keys[i];
-                if (!terminated(k, sizeof(cfg->admin_keys[i])) || !admin_key_ok(k, strlen(k))) {
-                        char key[64];
-                        snprintf(key, sizeof(key), "auth.admin_keys[%d]", i);
-                        return vfail(&v, key, "expected \"sha256:\" and 64 lowercase hex digits");
-                }
-        }
-
-        if (!terminated(cfg->store_url, sizeof(cfg->store_url)) || !store_url_ok(cfg->store_url))
-                return vfail(&v, "store.url", "expected sqlite://PATH, postgres://... or postgresql://...");
-        if (!terminated(cfg->server_id, sizeof(cfg->server_id)))
-                return vfail(&v, "cluster.server_id", "not NUL-terminated");
-        for (const char *q = cfg->server_id; *q; q++)
-                if (!isalnum((unsigned char)*q) && *q != '.' && *q != '_' && *q != '-')
-                        return vfail(&v, "cluster.server_id", "expected 1..63 of A-Z a-z 0-9 . _ -");
-        if (cfg->server_id[0] && !strncmp(cfg->store_url, "sqlite://", 9))
-                return vfail(&v, "cluster.server_id",
-                             "several servers need a shared PostgreSQL store (store.url: postgres://...), "
-                             "not sqlite://");
-
-        bool backend_ok = false;
-        if (terminated(cfg->gpu_backend, sizeof(cfg->gpu_backend)))
-                for (size_t i = 0; i < GP_ARRAY_SIZE(backend_names); i++)
-                        backend_ok |= !strcmp(cfg->gpu_backend, backend_names[i]);
-        if (!backend_ok)
-                return vfail(&v, "gpus.backend", "expected one of auto, nvml, sim");
-
-        if (cfg->n_reserved < 0 || cfg->n_reserved > GP_CFG_MAX_RESERVED)
-                return vfail(&v, "gpus.reserved", "must have between 0 and %d entries, got %d",
-                             GP_CFG_MAX_RESERVED, cfg->n_reserved);
-        for (int i = 0; i < cfg->n_reserved; i++) {
-                const char *s = cfg->reserved[i];
-                if (!terminated(s, sizeof(cfg->reserved[i])) || !reserved_ok(s, strlen(s))) {
-                        char key[64];
-                        snprintf(key, sizeof(key), "gpus.reserved[%d]", i);
-                        return vfail(&v, key, "expected a GPU index (0..%d) or a GPU uuid",
-                                     MAX_GPU_INDEX);
-                }
-        }
-
-        if (cfg->n_allowed_origins < 0 || cfg->n_allowed_origins > GP_MAX_ALLOWED_ORIGINS)
-                return vfail(&v, "server.allowed_origins", "must have between 0 and %d entries, got %d",
-                             GP_MAX_ALLOWED_ORIGINS, cfg->n_allowed_origins);
-        for (int i = 0; i < cfg->n_allowed_origins; i++) {
-                const char *owhy;
-                if (!terminated(cfg->allowed_origins[i], GP_ORIGIN_MAX) ||
-                    !gp_browser_origin_ok(cfg->allowed_origins[i], &owhy)) {
-                        char key[64];
-                        snprintf(key, sizeof(key), "server.allowed_origins[%d]", i);
-                        return vfail(&v, key, "expected SCHEME://HOST[:PORT]");
-                }
-        }
-
-        if (cfg->n_sim < 0 || cfg->n_sim > GP_CFG_MAX_SIM)
-                return vfail(&v, "gpus.sim", "must have between 0 and %d entries, got %d", GP_CFG_MAX_SIM,
-                             cfg->n_sim);
-        for (int i = 0; i < cfg->n_sim; i++) {
-                r = check_fields(&v, "gpus.sim[]", i, &cfg->sim[i]);
-                if (r < 0)
-                        return r;
-        }
-
-        if (!gp_sched_policy_daemon(cfg->policy)) {
-                const char *names[GP_SCHED_NPOLICIES];
-                gp_sched_policy pols[GP_SCHED_NPOLICIES];
-                size_t n = daemon_policies(names, pols);
-                char list[128] = "";
-                for (size_t i = 0; i < n; i++)
-                        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "", names[i]);
-                return vfail(&v, "scheduler.policy", "expected one of %s", list);
-        }
-        if ((unsigned)cfg->placement >= GP_PLACE_N)
-                return vfail(&v, "scheduler.placement", "expected one of pack, spread");
-        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
-                if (cfg->weights[i] < 1 || cfg->weights[i] > WEIGHT_MAX) {
-                        char key[64];
-                        snprintf(key, sizeof(key), "scheduler.weights[%d]", i);
-                        return vfail(&v, key, "must be between 1 and %d, got %u", WEIGHT_MAX,
-                                     cfg->weights[i]);
-                }
-
-        if (!terminated(cfg->alert_webhook, sizeof(cfg->alert_webhook)) || !webhook_ok(cfg->alert_webhook))
-                return vfail(&v, "alerts.webhook", "expected an http:// or https:// URL (or \"\" for none)");
-        if (cfg->n_alert_rules < 0 || cfg->n_alert_rules > GP_CFG_MAX_ALERT_RULES)
-                return vfail(&v, "alerts.rules", "must have between 0 and %d entries, got %d",
-                             GP_CFG_MAX_ALERT_RULES, cfg->n_alert_rules);
-        for (int i = 0; i < cfg->n_alert_rules; i++) {
-                const gp_cfg_alert_rule *ar = &cfg->alert_rules[i];
-                char key[64];
-                r = check_fields(&v, "alerts.rules[]", i, ar);
-                if (r < 0)
-                        return r;
-                snprintf(key, sizeof(key), "alerts.rules[%d].name", i);
-                if (!name_ok(ar->name))
-                        return vfail(&v, key, "use letters, digits, '_', '-' and '.' only");
-                for (int j = 0; j < i; j++)
-                        if (!strcmp(cfg->alert_rules[j].name, ar->name))
-                                return vfail(&v, key, "the name \"%s\" is used by alerts.rules[%d] too", ar->name,
-                                             j);
-                snprintf(key, sizeof(key), "alerts.rules[%d].when", i);
-                if (!terminated(ar->metric, sizeof(ar->metric)) || !alert_metric_ok(ar->metric) ||
-                    (unsigned)ar->op > GP_CMP_NE || !isfinite(ar->threshold))
-                        return vfail(&v, key, "expected METRIC or METRIC OP NUMBER");
-                bool sev_ok = false;
-                if (terminated(ar->severity, sizeof(ar->severity)))
-                        for (size_t k = 0; k < GP_ARRAY_SIZE(severity_names); k++)
-                                sev_ok |= !strcmp(ar->severity, severity_names[k]);
-                if (!sev_ok) {
-                        snprintf(key, sizeof(key), "alerts.rules[%d].severity", i);
-                        return vfail(&v, key, "expected one of info, warning, critical");
-                }
-        }
-
-        /* cross-field rules: name the key the file set, if any */
-        if (cfg->max_lease_ttl_s < cfg->default_lease_ttl_s) {
-                bool max_set = lines && lines[field_index("tasks.max_lease_ttl_s")];
-                bool def_set = lines && lines[field_index("tasks.default_lease_ttl_s")];
-                if (def_set && !max_set)
-                        return vfail(&v, "tasks.default_lease_ttl_s",
-                                     "must not exceed tasks.max_lease_ttl_s (%d), got %d",
-                                     cfg->max_lease_ttl_s, cfg->default_lease_ttl_s);
-                return vfail(&v, "tasks.max_lease_ttl_s",
-                             "must be at least tasks.default_lease_ttl_s (%d), got %d",
-                             cfg->default_lease_ttl_s, cfg->max_lease_ttl_s);
-        }
-        if (cfg->fence_s < cfg->node_timeout_s) {
-                /* a node still ready must not have fenced its runs */
-                return vfail(&v, "cluster.fence_s",
-                             "cluster.fence_s (%d) must be at least cluster.node_timeout_s (%d)", cfg->fence_s,
-                             cfg->node_timeout_s);
-        }
-        if (!strcmp(cfg->gpu_backend, "sim") && cfg->n_sim < 1) {
-                bool sim_set = lines && lines[field_index("gpus.sim")];
-                return vfail(&v, sim_set ? "gpus.sim" : "gpus.backend",
-                             "backend sim needs at least one gpus.sim entry");
-        }
-        return 0;
-}
-
-/* ---- cross-references: key owners, groups, tenants named by rules ---- */
-
-bool gp_config_group_defined(const gp_config *cfg, const char *name) {
-        for (int g = 0; g < cfg->n_groups; g++)
-                if (!strcmp(cfg->groups[g].name, name))
-                        return true;
-        for (int r = 0; r < cfg->n_time_rules; r++)
-                for (int g = 0; g < cfg->time_rules[r].n_groups; g++)
-                        if (!strcmp(cfg->time_rules[r].groups[g].name, name))
-                                return true;
-        return false;
-}
-
-__attribute__((format(printf, 6, 7))) static int rfail(const gp_config *cfg, char *err, size_t errlen, int line,
-                                                      const char *key, const char *fmt, ...) {
-        char src[PATH_MAX];
-        if (strnlen(cfg->source, sizeof(cfg->source)) < sizeof(cfg->source) && cfg->source[0])
-                gp_strlcpy(src, cfg->source, sizeof(src));
-        else
-                gp_strlcpy(src, "(config)", sizeof(src));
-        va_list ap;
-        va_start(ap, fmt);
-        vmsg(err, errlen, src, line, key, fmt, ap);
-        va_end(ap);
-        return -EINVAL;
-}
-
-/* "a 80, b 30" into out (cut with "..." when long). */
-static void list_shares(const gp_cfg_group *g, int n, const gp_cfg_group *over, int n_over, char *out,
-                        size_t size) {
-        size_t o = 0;
-        out[0] = '\0';
-        for (int i = 0; i < n + n_over && o + 4 < size; i++) {
-                const gp_cfg_group *x = i < n ? &g[i] : &over[i - n];
-                int pct = x->share_pct;
-                bool skip = false;
-                if (i < n) /* a base group: the rule's share wins */
-                        for (int k = 0; k < n_over; k++)
-                                if (!strcmp(over[k].name, x->name))
-                                        pct = over[k].share_pct;
-                if (i >= n) /* a rule's group: listed already if the base has it */
-                        for (int k = 0; k < n; k++)
-                                skip |= !strcmp(g[k].name, x->name);
-                if (skip)
-                        continue;
-                int w = snprintf(out + o, size - o, "%s%s %d", o ? ", " : "", x->name, pct);
-                if (w < 0 || (size_t)w >= size - o) {
-                        memcpy(out + size - 4, "...", 4);
-                        return;
-                }
-                o += (size_t)w;
-        }
-}
-
-/* Checks across sections, after every section was read: a key hash has
- * one owner, a tenant's group exists, group shares add up to at most 100
- * (also with each time rule in force), a time rule's quotas name defined
- * tenants.  refs gives the lines (NULL: gp_config_validate, no lines). */
-static int check_refs(const gp_config *cfg, const struct reflines *refs, char *err, size_t errlen) {
-        char key[128], d[96], list[256];
-        int n_t = cfg->n_tenants < 0 ? 0 : cfg->n_tenants > GP_CFG_MAX_TENANTS ? GP_CFG_MAX_TENANTS : cfg->n_tenants;
-        int n_g = cfg->n_groups < 0 ? 0 : cfg->n_groups > GP_CFG_MAX_GROUPS ? GP_CFG_MAX_GROUPS : cfg->n_groups;
-        int n_r = cfg->n_time_rules < 0 ? 0 : cfg->n_time_rules > GP_CFG_MAX_TIME_RULES ? GP_CFG_MAX_TIME_RULES
-                                                                                            : cfg->n_time_rules;
-        int n_a = cfg->n_admin_keys < 0 ? 0 : cfg->n_admin_keys > GP_CFG_MAX_ADMIN_KEYS ? GP_CFG_MAX_ADMIN_KEYS
-                                                                                         : cfg->n_admin_keys;
-        /* key owners (the loader refuses these at the second key already) */
-        for (int t = 0; t < n_t; t++) {
-                const gp_cfg_tenant *tt = &cfg->tenants[t];
-                for (int k = 0; k < tt->n_keys && k < GP_CFG_MAX_TENANT_KEYS; k++) {
-                        snprintf(key, sizeof(key), "tenants[%d].keys[%d]", t, k);
-                        int line = refs ? refs->tenant_key[t][k] : 0;
-                        for (int a = 0; a < n_a; a++)
-                                if (!strncmp(cfg->admin_keys[a], tt->keys[k], sizeof(tt->keys[k])))
-                                        return rfail(cfg, err, errlen, line, key,
-                                                     "this key hash is already an admin key (auth.admin_keys[%d]); "
-                                                     "a key belongs to one owner", a);
-                        for (int u = 0; u <= t; u++)
-                                for (int m = 0; m < cfg->tenants[u].n_keys && m < GP_CFG_MAX_TENANT_KEYS &&
-                                                (u < t || m < k); m++)
-                                        if (!strncmp(cfg->tenants[u].keys[m], tt->keys[k], sizeof(tt->keys[k])))
-                                                return rfail(cfg, err, errlen, line, key,
-                                                             "this key hash is already given to tenant \"%s\" "
-                                                             "(tenants[%d].keys[%d]); a key belongs to one owner",
-                                                             cfg->tenants[u].id, u, m);
-                }
-        }
-        /* a tenant's group: defined in groups (or a time rule's groups), or its kind (the default) */
-        for (int t = 0; t < n_t; t++) {
-                const gp_cfg_tenant *tt = &cfg->tenants[t];
-                if (gp_config_group_defined(cfg, tt->group) || !strcmp(tt->group, tt->kind))
-                        continue;
-                snprintf(key, sizeof(key), "tenants[%d].group", t);
-                show(tt->group, strnlen(tt->group, sizeof(tt->group)), d, sizeof(d));
-                list[0] = '\0';
-                for (int g = 0; g < n_g; g++) {
-                        size_t o = strlen(list);
-                        snprintf(list + o, sizeof(list) - o, "%s%s", g ? ", " : "", cfg->groups[g].name);
-                }
-                if (n_g)
-                        return rfail(cfg, err, errlen, refs ? refs->tenant_group[t] : 0, key,
-                                     "group \"%s\" is not defined (groups: %s)", d, list);
-                return rfail(cfg, err, errlen, refs ? refs->tenant_group[t] : 0, key,
-                             "group \"%s\" is not defined: add it to groups ([{name: %s, share_pct: N}]) or "
-                             "leave group out (the default is the tenant's kind, %s)", d, d, tt->kind);
-        }
-        /* group shares: at most 100% together, also while a time rule is in force */
-        int sum = 0;
-        for (int g = 0; g < n_g; g++) {
-                sum += cfg->groups[g].share_pct;
-                if (sum > 100) {
-                        list_shares(cfg->groups, g + 1, NULL, 0, list, sizeof(list));
-                        snprintf(key, sizeof(key), "groups[%d]", g);
-                        return rfail(cfg, err, errlen, refs ? refs->group[g] : 0, key,
-                                     "the group shares add up to %d%% (%s); at most 100", sum, list);
-                }
-        }
-        for (int r = 0; r < n_r; r++) {
-                const gp_cfg_time_rule *tr = &cfg->time_rules[r];
-                int ng = tr->n_groups < 0 ? 0 : tr->n_groups > GP_CFG_MAX_GROUPS ? GP_CFG_MAX_GROUPS : tr->n_groups;
-                if (ng == 0)
-                        continue;
-                sum = 0;
-                for (int g = 0; g < n_g; g++) {
-                        int pct = cfg->groups[g].share_pct;
-                        for (int k = 0; k < ng; k++)
-                                if (!strcmp(tr->groups[k].name, cfg->groups[g].name))
-                                        pct = tr->groups[k].share_pct;
-                        sum += pct;
-                }
-                for (int k = 0; k < ng; k++) {
-                        bool base = false;
-                        for (int g = 0; g < n_g; g++)
-                                base |= !strcmp(tr->groups[k].name, cfg->groups[g].name);
-                        if (!base)
-                                sum += tr->groups[k].share_pct;
-                }
-                if (sum > 100) {
-                        list_shares(cfg->groups, n_g, tr->groups, ng, list, sizeof(list));
-                        snprintf(key, sizeof(key), "time_rules[%d].groups", r);
-                        return rfail(cfg, err, errlen, refs ? refs->rule_group[r][ng - 1] : 0, key,
-                                     "while this rule is in force the group shares add up to %d%% (%s); at most 100",
-                                     sum, list);
-                }
-        }
-        /* a time rule's quotas name tenants of the file */
-        for (int r = 0; r < n_r; r++) {
-                const gp_cfg_time_rule *tr = &cfg->time_rules[r];
-                for (int k = 0; k < tr->n_quotas && k < GP_CFG_MAX_RULE_QUOTAS; k++) {
-                        const char *id = tr->quotas[k].tenant;
-                        bool known = false;
-                        for (int t = 0; t < n_t && !known; t++)
-                                known = !strncmp(cfg->tenants[t].id, id, sizeof(tr->quotas[k].tenant));
-                        if (known)
-                                continue;
-                        show(id, strnlen(id, sizeof(tr->quotas[k].tenant)), d, sizeof(d));
-                        snprintf(key, sizeof(key), "time_rules[%d].quotas.%s", r, d);
-                        return rfail(cfg, err, errlen, refs ? refs->rule_quota[r][k] : 0, key,
-                                     "no tenant \"%s\" is defined in tenants", d);
-                }
-                /* its gateway limits name tenants or groups */
-                for (int k = 0; k < tr->n_gw && k < GP_CFG_MAX_RULE_GW; k++) {
-                        const char *id = tr->gw[k].name;
-                        size_t idn = strnlen(id, sizeof(tr->gw[k].name));
-                        bool known = idn < sizeof(tr->gw[k].name) && gp_config_group_defined(cfg, id);
-                        for (int t = 0; t < n_t && !known; t++)
-                                known = !strncmp(cfg->tenants[t].id, id, sizeof(tr->gw[k].name)) ||
-                                        !strncmp(cfg->tenants[t].group, id, sizeof(tr->gw[k].name));
-                        if (known)
-                                continue;
-                        show(id, idn, d, sizeof(d));
-                        snprintf(key, sizeof(key), "time_rules[%d].gateway.%s", r, d);
-                        return rfail(cfg, err, errlen, refs ? refs->rule_gw[r][k] : 0, key,
-                                     "\"%s\" is neither a tenant of tenants nor a group", d);
-                }
-        }
-        return 0;
-}
-
-int gp_config_validate(const gp_config *cfg, char *err, size_t errlen) {
-        if (err && errlen)
-                err[0] = '\0';
-        int r = validate_impl(cfg, NULL, err, errlen);
-        return r < 0 ? r : check_refs(cfg, NULL, err, errlen);
 }
 
 /* ---- loading ---- */
@@ -2885,7 +1614,7 @@ __attribute__((format(printf, 4, 5))) static int file_fail(char *err, size_t err
                                                           const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
-        vmsg(err, errlen, name, 0, NULL, fmt, ap);
+        cfg_vmsg(err, errlen, name, 0, NULL, fmt, ap);
         va_end(ap);
         return -EINVAL;
 }
@@ -2952,7 +1681,7 @@ int gp_config_load_buffer(const char *name, const char *data, size_t len, gp_con
                 if (derive_store_url(tmp->data_dir, tmp->store_url, sizeof(tmp->store_url)) < 0) {
                         c->pathlen = 0;
                         gp_strlcpy(c->path, "server.data_dir", sizeof(c->path));
-                        r = fail(c, dl, "too long to derive store.url from it; set store.url");
+                        r = cfg_fail(c, dl, "too long to derive store.url from it; set store.url");
                         goto free_mem;
                 }
         }

@@ -434,6 +434,22 @@ int gp_sched_task_get(gp_sched *s, int64_t id, gp_sched_task_view *ret);
 /* Why a queued task waits, as a sentence for people. Always NUL-terminates.
  * 0 or -ENOENT. */
 int gp_sched_task_reason(gp_sched *s, int64_t id, char *buf, size_t size);
+/* The same, and what it is made of (ret may be NULL): the reason's code
+ * ("no_whole_gpu", "quota_gpus", ...; "" while running) and its arguments
+ * as text, so a page can say it in another language.  The English text is
+ * the code's template with {0}.. the arguments and {x} " matching 'GLOB'"
+ * and " on nodes labelled K=V,..." (glob and labels bare in ret);
+ * reserved: "; next in line, GPUs reserved" follows. */
+#define GP_SCHED_REASON_ARGS 4
+typedef struct gp_sched_reason {
+        char code[32];
+        char args[GP_SCHED_REASON_ARGS][64];
+        int nargs;
+        char glob[64];
+        char labels[160];
+        bool reserved;
+} gp_sched_reason;
+int gp_sched_task_reason_ex(gp_sched *s, int64_t id, char *buf, size_t size, gp_sched_reason *ret);
 /* Queued task ids in dispatch order (position 1 first): up to max written,
  * returns the number queued. */
 size_t gp_sched_queue_order(gp_sched *s, int64_t *ids, size_t max);

@@ -118,16 +118,41 @@ static bool same_tenant(void *ud, int64_t id) {
         return t && !strcmp(t->tenant, c->owner);
 }
 
-void gp_daemon_task_reason(gp_daemon *d, const gp_task *t, char *reason, size_t size) {
-        gp_sched_task_reason(d->sched, t->id, reason, size);
+void gp_daemon_task_reason(gp_daemon *d, const gp_task *t, char *reason, size_t size, gp_sched_reason *ret) {
+        gp_sched_task_reason_ex(d->sched, t->id, reason, size, ret);
         /* a request no node of the pool can hold now waits only while the
          * pool may grow (feasible(): else it was refused): say so */
         gp_sched_req r = sched_req(t);
         char why[256], grow[128];
         if (gp_sched_check_feasible(d->sched, &r, why, sizeof(why)) == -EINVAL &&
             gp_nodes_growable(d, gp_now_ms(), grow, sizeof(grow)))
+        {
                 snprintf(reason, size, "no node in the pool can hold it now (%s); it waits for one to join: %s", why,
                          grow);
+                if (ret)
+                        ret->code[0] = '\0'; /* said in English only */
+        }
+}
+
+json_t *gp_daemon_reason_detail(gp_daemon *d, const char *owner, const gp_sched_reason *r, const char *core,
+                                const char *shown) {
+        if (!r->code[0])
+                return NULL;
+        /* a task id of another tenant in it is hidden as in the text: the
+         * code's _hidden variant, that id left out */
+        char hid[GP_REASON_MAX], code[48];
+        gp_strlcpy(hid, core, sizeof(hid));
+        gp_daemon_reason_hide(d, owner, hid, sizeof(hid));
+        bool hidden = strcmp(hid, core) != 0;
+        size_t n = strlen(hid);
+        if (strncmp(shown, hid, n) != 0)
+                return NULL;
+        snprintf(code, sizeof(code), "%s%s", r->code, hidden ? "_hidden" : "");
+        json_t *args = json_array();
+        for (int i = 0; args && i < r->nargs; i++)
+                json_array_append_new(args, json_string(hidden && i == 0 ? "" : r->args[i]));
+        return json_pack("{s:s,s:o,s:s,s:s,s:b,s:s}", "code", code, "args", args ? args : json_array(), "glob",
+                         r->glob, "labels", r->labels, "reserved", r->reserved, "note", shown + n);
 }
 
 void gp_daemon_reason_hide(gp_daemon *d, const char *owner, char *reason, size_t size) {
@@ -198,14 +223,16 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         char cvd[GP_MAX_GPUS * 8];
         cuda_devices(t, cvd, sizeof(cvd));
         r = r ? r : gp_buf_printf(b, "],\"cuda_visible_devices\":\"%s\"", cvd);
-        char reason[GP_REASON_MAX];
+        char reason[GP_REASON_MAX], core[GP_REASON_MAX] = "";
+        gp_sched_reason why = {0};
         gp_strlcpy(reason, t->reason, sizeof(reason));
         gp_sched_task_view v;
         if (t->state == GP_TASK_QUEUED && gp_sched_task_get(d->sched, t->id, &v) == 0) {
                 r = r ? r : gp_buf_printf(b, ",\"queue_position\":%d", v.queue_position);
                 /* why it waits now (naming the time rule whose quota or
                  * share holds it), then why it is back in the queue */
-                gp_daemon_task_reason(d, t, reason, sizeof(reason));
+                gp_daemon_task_reason(d, t, reason, sizeof(reason), &why);
+                gp_strlcpy(core, reason, sizeof(core));
                 gp_nodes_reason_note(d, reason, sizeof(reason));
                 char rules[128];
                 gp_tenants_rules_in_force(d->tenants, rules, sizeof(rules));
@@ -224,6 +251,12 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         }
         gp_daemon_reason_hide(d, t->tenant, reason, sizeof(reason));
         r = r ? r : gp_buf_json_field_str(b, "reason", reason);
+        json_t *rd = core[0] ? gp_daemon_reason_detail(d, t->tenant, &why, core, reason) : NULL;
+        char *rds = rd ? json_dumps(rd, JSON_COMPACT) : NULL;
+        if (rds) /* the same reason, for a page that says it in another language */
+                r = r ? r : gp_buf_printf(b, ",\"reason_detail\":%s", rds);
+        free(rds);
+        json_decref(rd);
         r = r ? r : gp_est_write(d, t, gp_now_ms(), b); /* queued or running: what history predicts */
         r = r ? r : gp_buf_printf(b, ",\"preempt_count\":%d,\"retries\":%d", t->preempt_count, t->retries);
         if (t->has_exit_code)

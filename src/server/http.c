@@ -395,7 +395,10 @@ static enum MHD_Result get_queue(hreq *r) {
                 if (!t || !may_see(r, t->tenant, t->user))
                         continue; /* positions stay global: others' tasks are counted, not shown */
                 char reason[GP_REASON_MAX], sub[40];
-                gp_daemon_task_reason(d, t, reason, sizeof(reason));
+                gp_sched_reason why;
+                char core[GP_REASON_MAX];
+                gp_daemon_task_reason(d, t, reason, sizeof(reason), &why);
+                gp_strlcpy(core, reason, sizeof(core));
                 gp_nodes_reason_note(d, reason, sizeof(reason));
                 gp_daemon_reason_hide(d, t->tenant, reason, sizeof(reason));
                 gp_time_format(t->submitted_ms, sub, sizeof(sub));
@@ -408,6 +411,11 @@ static enum MHD_Result get_queue(hreq *r) {
                         json_object_set_new(e, "array_id", json_integer(t->array_id));
                         json_object_set_new(e, "array_index", json_integer(t->array_index));
                 }
+                json_t *rd = gp_daemon_reason_detail(d, t->tenant, &why, core, reason);
+                if (e && rd)
+                        json_object_set_new(e, "reason_detail", rd);
+                else
+                        json_decref(rd);
                 if (e && i < nest && eids[i] == t->id) {
                         char at[40];
                         gp_time_format(starts[i], at, sizeof(at));

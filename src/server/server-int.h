@@ -278,7 +278,13 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b);
 /* Why queued task t waits (gp_sched_task_reason), or, when no node of the
  * pool can hold it now, that it waits for the pool to grow and why it may.
  * d->lock held. */
-void gp_daemon_task_reason(gp_daemon *d, const gp_task *t, char *reason, size_t size);
+void gp_daemon_task_reason(gp_daemon *d, const gp_task *t, char *reason, size_t size, gp_sched_reason *ret);
+/* The reason's code and arguments for a page in another language
+ * (gp_sched_reason), when what is shown starts with the core's text
+ * (core); what follows it is "note", said in English.  NULL when there is
+ * nothing to say so (no code, or part of it hidden). */
+struct json_t *gp_daemon_reason_detail(gp_daemon *d, const char *owner, const gp_sched_reason *r, const char *core,
+                                       const char *shown);
 void gp_daemon_reason_hide(gp_daemon *d, const char *owner, char *reason, size_t size);
 /* Look a task up: active from memory, else from the store. Copies into
  * *ret (gp_task_done after). d->lock must be held. 0, -ENOENT, -GP_ESTORE. */

@@ -191,8 +191,14 @@ static void test_groups_at_70_30_leave_no_gpu_idle(void **st) {
         /* the task of the group further below its share gets it: b (1 of 1.2) */
         assert_non_null(find(&o, GP_DECIDE_START, 6));
         char why[256];
-        assert_int_equal(gp_sched_task_reason(s, 5, why, sizeof(why)), 0);
+        gp_sched_reason rs;
+        assert_int_equal(gp_sched_task_reason_ex(s, 5, why, sizeof(why), &rs), 0);
         assert_string_equal(why, "group ga is at its 70% share"); /* over it, with nothing free */
+        /* and what it is made of, for a page in another language */
+        assert_string_equal(rs.code, "group_share");
+        assert_int_equal(rs.nargs, 2);
+        assert_string_equal(rs.args[0], "ga");
+        assert_string_equal(rs.args[1], "70");
         free(o.d);
         gp_sched_free(s);
 }

@@ -301,6 +301,18 @@ test("the queue page lists waiting tasks with their position and reason; tenants
   assert.equal(await b.page.locator(`#queue-table tr[data-task="${q2.json.id}"] td`).first().textContent(), "2");
   assert.equal(await b.page.locator('.tier[data-tier="2"] .n').textContent(), "1");
   await shot(b.page, "06-queue");
+  // the reason in the reader's language: the server sends its code and arguments
+  const en = await r1.locator("td.reason").textContent();
+  await b.page.click("#lang");
+  await waitFor(async () => /等待同一节点上 2 块整块 GPU/.test(await r1.locator("td.reason").textContent()), 3000,
+                "the reason in Chinese");
+  assert.match(await r1.locator("td.reason").textContent(), /GPU 已预留/);
+  // another tenant's task id is hidden in it, in Chinese too
+  const r2 = b.page.locator(`#queue-table tr[data-task="${q2.json.id}"] td.reason`);
+  await waitFor(async () => /另一租户的一个任务/.test(await r2.textContent()), 3000, "the hidden id's reason in Chinese");
+  await shot(b.page, "06-queue-chinese");
+  await b.page.click("#lang");
+  await waitFor(async () => (await r1.locator("td.reason").textContent()) === en, 3000, "the reason in English again");
 
   await b.page.click('#nav a[data-page="tenants"]');
   const lab = b.page.locator('#tenants-table tr[data-tenant="lab"]');

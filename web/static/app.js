@@ -196,7 +196,7 @@
       el("td", {}, el("a", { href: "#/tasks/" + x.id, text: "#" + x.id })),
       el("td", { text: x.name }), el("td", { text: x.tenant_id }), el("td", { text: "P" + x.priority }),
       el("td", { text: String(x.gpu_request) + (x.memory_mb ? " × " + gb(x.memory_mb) : "") }),
-      el("td", { text: dur(x.wait_s) }), el("td", { class: "reason", text: x.reason }))));
+      el("td", { text: dur(x.wait_s) }), el("td", { class: "reason", text: I18N.reason(x.reason, x.reason_detail) }))));
     $("queue-empty").hidden = q.tasks.length > 0;
   }
 
@@ -327,7 +327,7 @@
     add("f_gpus", x.gpus.length ? x.gpus.map((g) => g.node + ":" + g.index).join(", ") : String(x.gpu_request));
     add("f_memory", x.memory_mb ? gb(x.memory_mb) : t("whole_gpu"));
     if (x.queue_position) add("f_position", String(x.queue_position));
-    add("f_reason", x.reason);
+    add("f_reason", I18N.reason(x.reason, x.reason_detail));
     if (x.command) add("f_command", x.command.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : JSON.stringify(a))).join(" "));
     add("f_workdir", x.workdir);
     if (x.exit_code !== null && x.exit_code !== undefined) add("f_exit", String(x.exit_code));

@@ -151,6 +151,45 @@
     node_ready: "就绪", node_draining: "排空中", node_lost: "失联", node_left: "已移除",
     nodes_note: "每个节点还带有标签 gpupool/node=名称。节点通过 gpupool agent 加入（见 docs/deployment.md）。",
   };
+  /* the scheduler's reasons (reason_detail.code from the server; {0}.. its
+   * args, {x} where the GPU-model glob and node labels go): only the other
+   * languages need them, English comes whole from the server */
+  const reasons = {
+    zh: {
+      array_limit: "作业数组 {0} 最多同时运行 {1} 个（%{1}）",
+      quota_tasks: "租户 {0} 的配额：已运行 {1} / {2} 个任务",
+      quota_gpus_never: "租户 {0} 的配额：此任务需要 {1} 块 GPU，超过其上限 {2}",
+      quota_gpus_full: "租户 {0} 的配额：已使用 {1} / {2} 块 GPU",
+      quota_gpus: "租户 {0} 的配额：已使用 {1} / {2} 块 GPU，此任务还需要 {3}",
+      group_share: "组 {0} 已达到其 {1}% 的份额",
+      no_memory_most: "没有{x} GPU 有 {0} MB 空闲显存（最多空闲：{1} MB）",
+      no_memory: "没有{x} GPU 有 {0} MB 空闲显存",
+      no_whole_gpu: "没有空闲的整块{x} GPU",
+      gang_whole_most: "等待同一节点上 {0} 块整块{x} GPU（单节点最多空闲：{1}）",
+      gang_whole: "等待同一节点上 {0} 块整块{x} GPU",
+      models_per_gpu: "每块放得下的{x} GPU 都已装有 {0} 个模型（max_models_per_gpu）",
+      whole_nodes_most: "等待合计 {0} 块 GPU 的整个节点{x}（空闲的整节点共有 {1} 块）",
+      whole_nodes: "等待合计 {0} 块 GPU 的整个节点{x}",
+      gang_shared: "等待同一节点上 {0} 块各有 {1} MB 空闲显存的{x} GPU",
+      no_usable_gpu: "所有{x} GPU 都已排空、故障或被保留",
+      behind_higher: "排在任务 {0}（P{1}）之后，它是下一个获得 GPU 的任务；设置 timeout_s 可让本任务回填",
+      would_delay: "只放得下为任务 {0} 预留的 GPU；回填需要 timeout_s <= {1} 秒",
+      would_delay_unknown: "只放得下为任务 {0} 预留的 GPU，而它的开始时间未知",
+      depth: "等待中：前面有超过 {0} 个任务先被考察",
+      hol: "排在任务 {0} 之后（回填已关闭）",
+      behind_next: "排在任务 {0} 之后，它是下一个获得 GPU 的任务",
+      waiting_whole: "等待调度（需要 {0} 块整块 GPU）",
+      waiting_shared: "等待调度（需要 {0} 块各有 {2} MB 空闲显存的 GPU）",
+      behind_higher_hidden: "排在另一租户的一个任务（P{1}）之后，它是下一个获得 GPU 的任务；设置 timeout_s 可让本任务回填",
+      would_delay_hidden: "只放得下为另一租户的一个任务预留的 GPU；回填需要 timeout_s <= {1} 秒",
+      would_delay_unknown_hidden: "只放得下为另一租户的一个任务预留的 GPU，而它的开始时间未知",
+      hol_hidden: "排在另一租户的一个任务之后（回填已关闭）",
+      behind_next_hidden: "排在另一租户的一个任务之后，它是下一个获得 GPU 的任务",
+      reserved: "；排在下一个，GPU 已预留",
+      x_glob: "匹配 '{0}' 的",
+      x_labels: "（标签为 {0} 的节点上）",
+    },
+  };
   const dicts = { en: en, zh: zh };
   function pick() {
     const saved = localStorage.getItem("gpupool.lang");
@@ -166,6 +205,20 @@
       let s = (dicts[lang] && dicts[lang][key]) || en[key] || key;
       for (let i = 1; i < arguments.length; i++) s = s.split("{" + (i - 1) + "}").join(String(arguments[i]));
       return s;
+    },
+    /* a server-made reason in this language: the server's words when the
+     * reason has no code this page knows (or the page is in English) */
+    reason(text, d) {
+      const r = reasons[lang];
+      if (!r || !d || !d.code || !r[d.code]) return text || "";
+      let x = "";
+      if (d.glob) x += r.x_glob.split("{0}").join(d.glob);
+      let s = r[d.code];
+      if (d.labels) s = s.split("{x}").join(x + "{x}") + r.x_labels.split("{0}").join(d.labels);
+      s = s.split("{x}").join(d.labels ? "" : x);
+      (d.args || []).forEach((a, i) => { s = s.split("{" + i + "}").join(String(a)); });
+      if (d.reserved) s += r.reserved;
+      return s + (d.note || "");
     },
     apply(root) {
       document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";

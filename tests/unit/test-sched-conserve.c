@@ -98,7 +98,7 @@ static void one_world(gp_sched_policy policy, unsigned seed) {
         }
         /* groups whose shares add up to at most 100, in odd fractions */
         int ngroups = (int)rnd(&seed, 4), left = 100;
-        char groups[3][8];
+        char groups[3][16];
         for (int g = 0; g < ngroups; g++) {
                 snprintf(groups[g], sizeof(groups[g]), "g%d", g);
                 int share = g == ngroups - 1 ? left : 1 + (int)rnd(&seed, (unsigned)(left - (ngroups - g - 1)));

@@ -229,6 +229,7 @@ typedef struct stenant {
         uint32_t held_stamp;       /* == run stamp: held by its quota in that run */
         uint8_t held_code;         /* ... with this reason */
         int64_t held_a1, held_a2;
+        int64_t held_by;           /* ... for this task of its (the first its quota held) */
         uint32_t reclaim_stamp;    /* == run stamp: a reclaim failed in that run */
         uint32_t plan_stamp;       /* preemption planning: plan_milli valid */
         int64_t plan_milli;        /* share of its tasks marked as victims */

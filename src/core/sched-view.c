@@ -200,6 +200,18 @@ int gp_sched_task_reason_ex(gp_sched *s, int64_t id, char *buf, size_t size, gp_
         }
         if (code == R_NONE) /* not examined by the last run: its rules as they are now */
                 code = gate(s, t, share_lb(s, t), &a1, &a2, &a3);
+        /* its quota would admit it, but its tenant's quota is kept for an
+         * earlier task of the tenant (giving it the GPUs would delay that one) */
+        const stenant *T = &s->tn[t->tenant];
+        int64_t q1, q2, q3;
+        if (T->held_stamp == s->last_run_stamp && T->held_by && T->held_by != t->id &&
+            (code == R_NONE || code == T->held_code) && !gate(s, t, share_lb(s, t), &q1, &q2, &q3)) {
+                reason_put(buf, size, r, "behind_own",
+                           "waiting behind task {0} of its tenant, for which its quota is kept (starting this one "
+                           "would delay it)",
+                           "", 1, NUM(0, T->held_by), NULL, NULL, NULL);
+                return 0;
+        }
         if (code == R_ARRAY) {
                 reason_put(buf, size, r, "array_limit", "array {0} runs {1} at once (%{1})", "", 2, NUM(0, a1), NUM(1, a2),
                            NULL, NULL);

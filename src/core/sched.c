@@ -310,6 +310,7 @@ static void hold(gp_sched *s, stask *t, int code, int64_t a1, int64_t a2, int64_
         T->held_code = (uint8_t)code;
         T->held_a1 = a1;
         T->held_a2 = a2;
+        T->held_by = t->id;
 }
 
 /* ------------------------------------------------------------------ */

@@ -203,8 +203,47 @@ static void test_groups_at_70_30_leave_no_gpu_idle(void **st) {
         gp_sched_free(s);
 }
 
+/* A tenant's later task that its quota would admit, held back because
+ * starting it would delay the tenant's earlier task: its reason names that
+ * task (issue 23: it said "waiting to be scheduled"). */
+static void test_a_task_held_for_its_tenants_earlier_one_says_which(void **st) {
+        (void)st;
+        gp_sched_config c;
+        gp_sched_config_defaults(&c);
+        gp_sched *s = NULL;
+        assert_int_equal(gp_sched_new(&c, &s), 0);
+        add_node(s, "local", 4);
+        gp_sched_tenant_cfg a = {.weight = 1, .quota = {.max_gpus_milli = 2000}};
+        assert_int_equal(gp_sched_tenant_set(s, "a", &a), 0);
+        run_out o = {0};
+        enq(s, (gp_sched_req){.id = 1, .tenant = "a", .priority = 5, .gpus = 1});
+        run(s, SEC, &o);
+        enq(s, (gp_sched_req){.id = 2, .tenant = "a", .priority = 5, .gpus = 2}); /* 1 + 2 > 2: waits */
+        enq(s, (gp_sched_req){.id = 3, .tenant = "a", .priority = 5, .gpus = 1}); /* 1 + 1 <= 2, but would delay 2 */
+        run(s, 2 * SEC, &o);
+        assert_int_equal(count_kind(&o, GP_DECIDE_START), 0);
+        char why[256];
+        gp_sched_reason rs;
+        assert_int_equal(gp_sched_task_reason_ex(s, 3, why, sizeof(why), &rs), 0);
+        assert_string_equal(why, "waiting behind task 2 of its tenant, for which its quota is kept (starting this "
+                                 "one would delay it)");
+        assert_string_equal(rs.code, "behind_own");
+        assert_string_equal(rs.args[0], "2");
+        assert_int_equal(gp_sched_task_reason(s, 2, why, sizeof(why)), 0);
+        assert_string_equal(why, "tenant a quota: 1.0 of 2 GPUs in use, this task needs 2.0");
+        /* once task 1 ends, task 2 starts; task 3 then waits for the quota itself */
+        assert_int_equal(gp_sched_remove_at(s, 1, 3 * SEC), 0);
+        run(s, 3 * SEC, &o);
+        assert_non_null(find(&o, GP_DECIDE_START, 2));
+        assert_int_equal(gp_sched_task_reason(s, 3, why, sizeof(why)), 0);
+        assert_string_equal(why, "tenant a quota: 2.0 of 2 GPUs in use");
+        free(o.d);
+        gp_sched_free(s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_a_task_held_for_its_tenants_earlier_one_says_which),
                 cmocka_unit_test(test_groups_at_70_30_leave_no_gpu_idle),
                 cmocka_unit_test(test_no_gpu_idles_while_a_task_that_fits_and_no_quota_forbids_waits),
         };

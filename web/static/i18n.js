@@ -178,6 +178,7 @@
       depth: "等待中：前面有超过 {0} 个任务先被考察",
       hol: "排在任务 {0} 之后（回填已关闭）",
       behind_next: "排在任务 {0} 之后，它是下一个获得 GPU 的任务",
+      behind_own: "排在本租户的任务 {0} 之后：配额为它保留（先启动本任务会推迟它）",
       waiting_whole: "等待调度（需要 {0} 块整块 GPU）",
       waiting_shared: "等待调度（需要 {0} 块各有 {2} MB 空闲显存的 GPU）",
       behind_higher_hidden: "排在另一租户的一个任务（P{1}）之后，它是下一个获得 GPU 的任务；设置 timeout_s 可让本任务回填",

@@ -15,6 +15,7 @@
  * ignored.  A node sends a full sync first, after any failure, and when
  * told to (want_full); otherwise deltas (agent-util.h). */
 #include "agent/agent.h"
+#include "base/file.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -169,38 +170,7 @@ static int mkdirs(const char *path) {
 
 /* Write data to path atomically (tmp, fsync, rename, fsync the dir), mode 0600. */
 static int write_atomic(const char *dir, const char *path, const char *data) {
-        char tmp[PATH_MAX + 64];
-        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd < 0)
-                return -errno;
-        size_t len = strlen(data), off = 0;
-        int rc = 0;
-        while (off < len) {
-                ssize_t w = write(fd, data + off, len - off);
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w < 0) {
-                        rc = -errno;
-                        break;
-                }
-                off += (size_t)w;
-        }
-        if (rc == 0 && fsync(fd) < 0)
-                rc = -errno;
-        close(fd);
-        if (rc == 0 && rename(tmp, path) < 0)
-                rc = -errno;
-        if (rc < 0) {
-                unlink(tmp);
-                return rc;
-        }
-        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-                fsync(dfd);
-                close(dfd);
-        }
-        return 0;
+        return gp_file_write_atomic(dir, path, data, strlen(data), 0600);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {

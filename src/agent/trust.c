@@ -7,6 +7,7 @@
  * file), written atomically; every easy handle of the agent that goes to
  * an https:// URL trusts that CA alone. */
 #include "agent/trust.h"
+#include "base/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -81,42 +82,9 @@ static int read_file(const char *path, char **ret, size_t *ret_len) {
         return 0;
 }
 
-/* ca.crt, atomically (tmp, fsync, rename, fsync the directory), 0644: a CA
- * certificate is public. */
+/* ca.crt, atomically, 0644: a CA certificate is public. */
 static int keep_ca(const char *dir, const char *path, const char *pem, size_t len) {
-        char tmp[PATH_MAX + 16];
-        if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-                return -ENAMETOOLONG;
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0)
-                return -errno;
-        size_t off = 0;
-        int rc = 0;
-        while (off < len) {
-                ssize_t w = write(fd, pem + off, len - off);
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w < 0) {
-                        rc = -errno;
-                        break;
-                }
-                off += (size_t)w;
-        }
-        if (rc == 0 && fsync(fd) < 0)
-                rc = -errno;
-        close(fd);
-        if (rc == 0 && rename(tmp, path) < 0)
-                rc = -errno;
-        if (rc < 0) {
-                unlink(tmp);
-                return rc;
-        }
-        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-                fsync(dfd);
-                close(dfd);
-        }
-        return 0;
+        return gp_file_write_atomic(dir, path, pem, len, 0644);
 }
 
 static size_t on_data(char *p, size_t size, size_t nmemb, void *ud) {

@@ -117,6 +117,7 @@ void cfg_vmsg(char *err, size_t errlen, const char *src, int line, const char *k
 void cfg_path_push(struct ctx *c, const char *fmt, ...);
 void cfg_path_pop(struct ctx *c, size_t len);
 int cfg_parse_map(struct ctx *c, const char *prefix, void *base);
+int cfg_read_weights(struct ctx *c, const yaml_event_t *ev, uint32_t w[GP_PRIORITY_LEVELS]);
 int cfg_parse_list(struct ctx *c, const yaml_event_t *ev, const char *what, item_fn fn, void *arg, int *ret_n);
 int cfg_scalar_str(struct ctx *c, const yaml_event_t *ev, char *dst, size_t size, size_t minlen);
 int cfg_scalar_int(struct ctx *c, const yaml_event_t *ev, int64_t min, int64_t max, int64_t *ret);

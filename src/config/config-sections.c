@@ -365,21 +365,10 @@ int parse_unix_user(struct ctx *c, const struct field *f, void *base, const yaml
 
 int parse_rule_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         gp_cfg_time_rule *tr = base;
-        uint32_t w[GP_PRIORITY_LEVELS];
-        char d[96];
-        int n, r;
-        if (ev->type != YAML_SEQUENCE_START_EVENT)
-                return cfg_fail(c, c->key_line, "expected a list of %d positive integers (P0..P9), got %s",
-                            GP_PRIORITY_LEVELS, cfg_describe(ev, d, sizeof(d)));
-        r = cfg_parse_list(c, ev, "a list", weight_item, w, &n);
-        if (r < 0)
-                return r;
-        if (n != GP_PRIORITY_LEVELS)
-                return cfg_fail(c, c->key_line, "expected a list of %d positive integers (P0..P9), got %d",
-                            GP_PRIORITY_LEVELS, n);
-        memcpy(tr->weights, w, sizeof(w));
-        tr->has_weights = true;
-        return 0;
+        int r = cfg_read_weights(c, ev, tr->weights);
+        if (r == 0)
+                tr->has_weights = true;
+        return r;
 }
 
 /* quotas: {TENANT: {max_concurrent, max_gpus, guaranteed_gpus, max_queued}, ...} */

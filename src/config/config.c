@@ -1335,22 +1335,28 @@ int weight_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
         return r;
 }
 
-int parse_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
-        gp_config *cfg = base;
-        uint32_t w[GP_PRIORITY_LEVELS];
+/* The 10 tier weights of a list (scheduler.weights, time_rules[].weights)
+ * into w; w untouched on failure. */
+int cfg_read_weights(struct ctx *c, const yaml_event_t *ev, uint32_t w[GP_PRIORITY_LEVELS]) {
+        uint32_t tmp[GP_PRIORITY_LEVELS];
         char d[96];
         int n, r;
         if (ev->type != YAML_SEQUENCE_START_EVENT)
                 return cfg_fail(c, c->key_line, "expected a list of %d positive integers (P0..P9), got %s",
                             GP_PRIORITY_LEVELS, cfg_describe(ev, d, sizeof(d)));
-        r = cfg_parse_list(c, ev, "a list", weight_item, w, &n);
+        r = cfg_parse_list(c, ev, "a list", weight_item, tmp, &n);
         if (r < 0)
                 return r;
         if (n != GP_PRIORITY_LEVELS)
                 return cfg_fail(c, c->key_line, "expected a list of %d positive integers (P0..P9), got %d",
                             GP_PRIORITY_LEVELS, n);
-        memcpy(cfg->weights, w, sizeof(w));
+        memcpy(w, tmp, sizeof(tmp));
         return 0;
+}
+
+int parse_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        return cfg_read_weights(c, ev, cfg->weights);
 }
 
 /* ---- lists: one table, one walker ---- */

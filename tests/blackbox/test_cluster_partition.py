@@ -13,60 +13,26 @@ Needs root and `ip netns`; skipped (with the reason) otherwise.
 Run: GPUPOOL_BIN=$PWD/build/gpupool GPUPOOL_BUILD=$PWD/build \
      /usr/bin/python3 -m pytest -q tests/blackbox/test_cluster_partition.py
 """
-import os
-import subprocess
 import time
 
 import pytest
 
 from apiutil import pid_alive, reap_supervisors, wait_for
-from clusterutil import (NODE_TIMEOUT_S, PY, Cluster, _require_bin, live_tickers, log_has, runs_from_marks, sim_gpus,
+from clusterutil import (NODE_TIMEOUT_S, Cluster, _require_bin, live_tickers, log_has, runs_from_marks, sim_gpus,
                          ticker_cmd, ticker_pids)
+from netnsutil import ip, veth_netns
 
 pytestmark = pytest.mark.e2e
 assert reap_supervisors  # autouse fixture, imported so that it applies here
 
 
-def ip(*args, check=True):
-    r = subprocess.run(["ip"] + list(args), capture_output=True, text=True, timeout=10)
-    if check and r.returncode != 0:
-        raise RuntimeError("ip %s: %s" % (" ".join(args), r.stderr.strip()))
-    return r
 
 
 @pytest.fixture
 def netns():
     """(namespace, root-side veth, root address, namespace address), cleaned up at the end."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to make a network namespace")
-    tag = "gpct%d" % (os.getpid() % 100000)
-    ns, v0, v1 = tag, tag + "a", tag + "b"
-    try:
-        r = ip("netns", "add", ns, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        pytest.skip("ip netns is unavailable: %s" % e)
-    if r.returncode != 0:
-        pytest.skip("ip netns is unavailable: %s" % r.stderr.strip())
-    net = "10.213.%d" % (os.getpid() % 250)
-    try:
-        ip("link", "add", v0, "type", "veth", "peer", "name", v1)
-        ip("link", "set", v1, "netns", ns)
-        ip("addr", "add", net + ".1/30", "dev", v0)
-        ip("link", "set", v0, "up")
-        ip("netns", "exec", ns, "ip", "addr", "add", net + ".2/30", "dev", v1)
-        ip("netns", "exec", ns, "ip", "link", "set", v1, "up")
-        ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        # the link carries packets once a TCP connect to the root side gets an answer (refused is fine)
-        probe = ("import socket\ntry:\n socket.create_connection(('%s.1', 9), timeout=1)\n"
-                 "except ConnectionRefusedError:\n pass\n" % net)
-        wait_for(lambda: subprocess.run(["ip", "netns", "exec", ns, PY, "-c", probe],
-                                        capture_output=True, timeout=10).returncode == 0, 10, "the veth link")
-        yield ns, v0, net + ".1", net + ".2"
-    except (RuntimeError, FileNotFoundError) as e:
-        pytest.skip("cannot set up the namespace: %s" % e)
-    finally:
-        ip("link", "del", v0, check=False)
-        ip("netns", "del", ns, check=False)
+    with veth_netns("gpct", 213) as t:
+        yield t
 
 
 @pytest.fixture

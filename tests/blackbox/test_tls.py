@@ -26,6 +26,7 @@ import requests
 
 import conftest
 from conftest import SIM_CONFIG, gpupool_bin
+from netnsutil import veth_netns
 
 pytestmark = pytest.mark.e2e
 
@@ -310,41 +311,13 @@ def test_reload_under_load_answers_every_request_and_new_handshakes_get_the_new_
 # --- off loopback: a network namespace joined by a veth pair -----------------
 
 
-def ip(*args, check=True):
-    r = subprocess.run(["ip"] + list(args), capture_output=True, text=True, timeout=10)
-    if check and r.returncode != 0:
-        raise RuntimeError("ip %s: %s" % (" ".join(args), r.stderr.strip()))
-    return r
 
 
 @pytest.fixture
 def netns():
     """(namespace, root address, namespace address), cleaned up at the end."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to make a network namespace")
-    tag = "gptls%d" % (os.getpid() % 100000)
-    ns, v0, v1 = tag, tag + "a", tag + "b"
-    try:
-        r = ip("netns", "add", ns, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        pytest.skip("ip netns is unavailable: %s" % e)
-    if r.returncode != 0:
-        pytest.skip("ip netns is unavailable: %s" % r.stderr.strip())
-    net = "10.214.%d" % (os.getpid() % 250)
-    try:
-        ip("link", "add", v0, "type", "veth", "peer", "name", v1)
-        ip("link", "set", v1, "netns", ns)
-        ip("addr", "add", net + ".1/30", "dev", v0)
-        ip("link", "set", v0, "up")
-        ip("netns", "exec", ns, "ip", "addr", "add", net + ".2/30", "dev", v1)
-        ip("netns", "exec", ns, "ip", "link", "set", v1, "up")
-        ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        yield ns, net + ".1", net + ".2"
-    except (RuntimeError, FileNotFoundError) as e:
-        pytest.skip("cannot set up the namespace: %s" % e)
-    finally:
-        ip("link", "del", v0, check=False)
-        ip("netns", "del", ns, check=False)
+    with veth_netns("gptls", 214) as (ns, _, root_addr, ns_addr):
+        yield ns, root_addr, ns_addr
 
 
 def reach(ns, url, *extra):

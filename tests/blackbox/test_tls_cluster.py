@@ -33,6 +33,7 @@ import requests
 from apiutil import reap_supervisors, wait_for
 from clusterutil import PY, TOKEN, agent_post, cluster, log_has, now_us, sim_gpus
 from conftest import free_port
+from netnsutil import veth_netns
 
 pytestmark = pytest.mark.e2e
 assert reap_supervisors and cluster  # fixtures, imported so that they apply here
@@ -504,46 +505,13 @@ def test_plaintext_off_loopback_is_refused_without_the_opt_out(cluster):
     assert health(b)["tls"] == "loopback" and "warning" not in health(b)
 
 
-def ip(*args, check=True):
-    r = subprocess.run(["ip"] + list(args), capture_output=True, text=True, timeout=10)
-    if check and r.returncode != 0:
-        raise RuntimeError("ip %s: %s" % (" ".join(args), r.stderr.strip()))
-    return r
 
 
 @pytest.fixture
 def netns():
-    """A network namespace named for this test's pid, linked to ours by a veth
-    pair: (namespace, root address, namespace address); removed at the end."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to make a network namespace")
-    tag = "gptls%d" % (os.getpid() % 100000)
-    ns, v0, v1 = tag, tag + "a", tag + "b"
-    try:
-        r = ip("netns", "add", ns, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        pytest.skip("ip netns is unavailable: %s" % e)
-    if r.returncode != 0:
-        pytest.skip("ip netns is unavailable: %s" % r.stderr.strip())
-    net = "10.214.%d" % (os.getpid() % 250)
-    try:
-        ip("link", "add", v0, "type", "veth", "peer", "name", v1)
-        ip("link", "set", v1, "netns", ns)
-        ip("addr", "add", net + ".1/30", "dev", v0)
-        ip("link", "set", v0, "up")
-        ip("netns", "exec", ns, "ip", "addr", "add", net + ".2/30", "dev", v1)
-        ip("netns", "exec", ns, "ip", "link", "set", v1, "up")
-        ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        probe = ("import socket\ntry:\n socket.create_connection(('%s.1', 9), timeout=1)\n"
-                 "except ConnectionRefusedError:\n pass\n" % net)
-        wait_for(lambda: subprocess.run(["ip", "netns", "exec", ns, PY, "-c", probe],
-                                        capture_output=True, timeout=10).returncode == 0, 10, "the veth link")
-        yield ns, net + ".1", net + ".2"
-    except (RuntimeError, FileNotFoundError) as e:
-        pytest.skip("cannot set up the namespace: %s" % e)
-    finally:
-        ip("link", "del", v0, check=False)
-        ip("netns", "del", ns, check=False)
+    """(namespace, root address, namespace address), cleaned up at the end."""
+    with veth_netns("gptls", 214) as (ns, _, root_addr, ns_addr):
+        yield ns, root_addr, ns_addr
 
 
 def test_plaintext_off_loopback_only_with_the_logged_opt_out_and_https_there_is_checked(cluster, netns):

@@ -422,7 +422,7 @@ def test_follower_serves_tls_and_forwards_to_an_https_leader(daemon_factory, mon
     try:
         wait_for(lambda: follower_health(p2, pki.ca) == "follower", 20, "s2 to follow over TLS")
         # over TLS to the follower, forwarded over TLS to the leader
-        r = requests.post("https://localhost:%d/api/v1/tasks" % p2, json={"gpu_request": 1, "command": ["true"]},
+        r = requests.post("https://localhost:%d/api/v1/tasks" % p2, json={"gpu_request": 1, "lease_ttl_s": 60},
                           verify=pki.ca, timeout=15)
         assert r.status_code == 201, (r.text, s2.log())
         assert r.headers.get("X-Gpupool-Forwarded-By") == "s2"
@@ -461,7 +461,7 @@ def test_follower_refuses_a_leader_whose_certificate_does_not_verify(daemon_fact
     s2, log = start_follower(tmp_path, "s2", cfg2, p2)
     try:
         wait_for(lambda: follower_health(p2, good.ca) == "follower", 20, "s2 to follow")
-        r = requests.post("https://localhost:%d/api/v1/tasks" % p2, json={"gpu_request": 1, "command": ["true"]},
+        r = requests.post("https://localhost:%d/api/v1/tasks" % p2, json={"gpu_request": 1, "lease_ttl_s": 60},
                           verify=good.ca, timeout=15)
         assert r.status_code == 503, r.text
         assert "TLS failed" in r.text
@@ -508,7 +508,7 @@ def test_servers_of_one_store_share_the_generated_ca_and_forward_over_tls(daemon
         assert run("openssl", "verify", "-CAfile", ca1, os.path.join(s2.data_dir, "tls", "server.crt")).returncode == 0
         assert served_cn(p1, ca1) and served_cn(p2, ca1)
         # a request to the follower over TLS reaches the leader over TLS (verified with the shared CA)
-        r = requests.post("https://localhost:%d/api/v1/tasks" % p2, json={"gpu_request": 1, "command": ["true"]},
+        r = requests.post("https://localhost:%d/api/v1/tasks" % p2, json={"gpu_request": 1, "lease_ttl_s": 60},
                           verify=ca1, timeout=15)
         assert r.status_code == 201, (r.text, s2.log())
         assert r.headers.get("X-Gpupool-Forwarded-By") == "s2"

@@ -84,6 +84,7 @@ struct gp_follower {
         char id[64];            /* this server's id */
         int64_t max_body;
         gp_iplimit ipl;         /* server.max_connections_per_ip, across the daemons */
+        bool acceptor;          /* TLS: the acceptors take (and count) every connection */
         atomic_bool stopping;
         atomic_int inflight;    /* requests between their URI and their end */
         pthread_mutex_t lock;
@@ -663,10 +664,15 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 
 /* MHD_OPTION_APC: accept the connection while its address holds fewer
  * than max_connections_per_ip (counted here, given back when it closes:
- * notify_conn). */
+ * notify_conn).  MHD asks this for a handed-over connection too
+ * (MHD_add_connection): with TLS the acceptor counted it already, and
+ * counting it twice against one put left every connection counted
+ * once for good (an address refused after max_connections_per_ip). */
 static enum MHD_Result accept_ip(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
         (void)addrlen;
         gp_follower *fw = cls;
+        if (fw->acceptor)
+                return MHD_YES;
         return gp_iplimit_take(&fw->ipl, addr) < 0 ? MHD_NO : MHD_YES;
 }
 
@@ -721,6 +727,7 @@ int gp_follower_start(const char *server_id, const gp_config *cfg, const int *fd
         }
         unsigned per = (unsigned)(cfg->max_connections + n - 1) / (unsigned)(n > 0 ? n : 1);
         gp_tls_keep *k = gp_tls_listener();
+        fw->acceptor = k != NULL;
         for (int i = 0; i < GP_FOLLOWER_MAX_FDS; i++)
                 fw->accfd[i] = -1;
         for (int i = 0; i < n && i < GP_FOLLOWER_MAX_FDS; i++) {

@@ -262,6 +262,30 @@ def test_a_commit_after_the_lease_was_taken_stores_nothing(tmp_path, pg_db):
         s1.stop()
 
 
+def test_a_follower_gives_back_each_closed_connection_to_the_per_address_limit(tmp_path, pg_db):
+    """Connections one after another, each closed, never add up against
+    server.max_connections_per_ip on a follower: it counted each TLS-port
+    connection twice (its acceptor and MHD's) and gave back one, so after
+    max_connections_per_ip of them it refused the address for good."""
+    _require_bin()
+    s1 = Server(tmp_path, "s1", pg_db)
+    s2 = Server(tmp_path, "s2", pg_db)
+    for s in (s1, s2):
+        s.config_text += "server: {max_connections_per_ip: 4}\n"
+    try:
+        s1.start()
+        wait_for(s1.ready, 20, "s1 to lead")
+        s2.start()
+        wait_for(lambda: s2.health() == "follower", 20, "s2 to follow")
+        for i in range(20):
+            with requests.Session() as sess:  # one connection each, closed after
+                r = sess.get(s2.url + "/api/v1/tasks", timeout=10)
+            assert r.status_code == 200, (i, r.status_code, r.text)
+    finally:
+        s1.stop()
+        s2.stop()
+
+
 def test_a_follower_answers_the_whole_api(pair):
     """Everything a client does works through the follower: submit (stored
     by the leader before the 201), read, follow a log as it is written,

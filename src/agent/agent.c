@@ -837,8 +837,21 @@ static void done_sync(agent *a, xfer *x, long status) {
         if (status != 200) {
                 int64_t last;
                 const char *body = x->resp.data ? x->resp.data : "", *over = strstr(body, "over ");
-                if (status == 409 && gp_proto_replay_parse(body, x->resp.len, &last) == 0 && last > n->seq)
-                        n->seq = last; /* go on above the last seq the server took */
+                if (status == 409 && gp_proto_replay_parse(body, x->resp.len, &last) == 0 && last > n->seq) {
+                        /* the server answered: the message was not taken, its seq was below the floor the
+                         * server keeps (a new leader starts at the stored floor, ahead of the last seq).
+                         * Go on above it at once, at the same server: moving on to the next URL (the frozen
+                         * old leader, say) would wait out its timeout while the runs' fence runs down.  Once
+                         * only: a second 409 has last <= n->seq and counts as a failure. */
+                        n->seq = last;
+                        n->need_full = true;
+                        n->page = 0;
+                        n->dirty = true;
+                        n->next_mono = gp_mono_ms();
+                        gp_info("node %s: %s took syncs up to seq %lld; going on above it", n->name,
+                                a->urls[n->url], (long long)last);
+                        return;
+                }
                 if (status == 413) /* "request body over N bytes": take N, else halve */
                         n->max_body = over && strtoll(over + 5, NULL, 10) >= GP_PROTO_MIN_BODY
                                               ? strtoll(over + 5, NULL, 10)

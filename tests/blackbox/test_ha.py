@@ -682,7 +682,7 @@ def test_failover_from_a_frozen_leader_loses_no_node_and_stops_no_run(tmp_path, 
             wait_for(synced, 40, "n1 to sync with s2")
             took = time.time() - frozen
             t = task(s2, tid)
-            assert t["state"] == "running" and t["retries"] == 0, t
+            assert t["state"] == "running" and t["retries"] == 0, (t, open(s2.log_path, "rb").read().decode("utf-8", "replace")[-4000:])
             assert cu.live_tickers(marks) == [old]
             with open(s2.log_path, "rb") as f:
                 log = f.read().decode("utf-8", "replace")

@@ -452,6 +452,40 @@ test("configured tenants show their quota in force beside their use, and a balan
   }
 });
 
+test("a queued task shows when it is expected to start and its run time learned from its earlier runs", async () => {
+  const de = await startDaemon("gpus: {backend: sim}\nmonitor: {sample_ms: 500}\n");
+  const be = await openBrowser({ locale: "en-US" });
+  try {
+    const sub = async (secs) => {
+      const r = await de.api("POST", "/api/v1/tasks", { name: "train", gpu_request: 4, command: ["sleep", String(secs)] });
+      assert.equal(r.status, 201, r.text);
+      return r.json.id;
+    };
+    const done = async (ids) => {
+      for (const id of ids) if ((await de.api("GET", "/api/v1/tasks/" + id)).json.state !== "succeeded") return false;
+      return true;
+    };
+    const past = [await sub(1), await sub(1), await sub(1)]; // one after another: each takes all 4 GPUs
+    await waitFor(() => done(past), 30000, "three runs of the job to succeed");
+    const ids = [await sub(6), await sub(6), await sub(6)]; // the last two wait; another command: learned by name
+    await be.page.goto(de.url + "/#/queue");
+    const row = be.page.locator(`#queue-table tr[data-task="${ids[2]}"] td.expected`);
+    await row.waitFor({ timeout: 3000 });
+    await waitFor(async () => /^(in .+|any moment) · \d+% sure$/.test(await row.textContent()), 3000, "an expected start");
+    assert.match(await row.getAttribute("title"), /\d\d:\d\d/);
+    await shot(be.page, "06b-queue-expected-start");
+    await be.page.goto(de.url + "/#/tasks/" + ids[2]);
+    await be.page.waitForSelector("#task-detail:not([hidden])");
+    await waitFor(async () => /learned from 3 runs of the same name/.test(await be.page.locator("#td-fields").textContent()),
+      3000, "the predicted run time in the task detail");
+    assert.match(await be.page.locator("#td-fields").textContent(), /expected start/);
+    assert.deepEqual(be.errors, []);
+  } finally {
+    await be.close();
+    await de.stop();
+  }
+});
+
 test("without billing no tenant shows a balance", async () => {
   const dn = await startDaemon("gpus: {backend: sim}\ntenants:\n  - {id: acme, kind: external, quota: {max_concurrent: 5}}\n");
   const bn = await openBrowser({ locale: "en-US" });

@@ -74,6 +74,14 @@
     const d = new Date(iso);
     return d.toLocaleString(I18N.lang === "zh" ? "zh-CN" : "en-GB", { hour12: false });
   }
+  /* when a queued task is expected to start, from the server's learned run
+   * times (expected_start_at; none where it has no estimate) */
+  function expected(x) {
+    if (!x.expected_start_at) return t("none");
+    const s = (Date.parse(x.expected_start_at) - Date.now()) / 1000;
+    return (s <= 0 ? t("expected_now") : t("expected_in", dur(s))) +
+      (x.expected_start_confidence !== undefined ? " · " + t("confidence", Math.round(x.expected_start_confidence * 100)) : "");
+  }
   function gb(mb) { return mb === null || mb === undefined ? t("none") : (mb / 1024).toFixed(1) + " GB"; }
   function stateCell(s) { return el("span", { class: "state " + s, text: t("state_" + s) }); }
 
@@ -196,7 +204,9 @@
       el("td", {}, el("a", { href: "#/tasks/" + x.id, text: "#" + x.id })),
       el("td", { text: x.name }), el("td", { text: x.tenant_id }), el("td", { text: "P" + x.priority }),
       el("td", { text: String(x.gpu_request) + (x.memory_mb ? " × " + gb(x.memory_mb) : "") }),
-      el("td", { text: dur(x.wait_s) }), el("td", { class: "reason", text: I18N.reason(x.reason, x.reason_detail) }))));
+      el("td", { text: dur(x.wait_s) }),
+      el("td", { class: "expected", title: x.expected_start_at ? when(x.expected_start_at) : "", text: expected(x) }),
+      el("td", { class: "reason", text: I18N.reason(x.reason, x.reason_detail) }))));
     $("queue-empty").hidden = q.tasks.length > 0;
   }
 
@@ -328,6 +338,9 @@
     add("f_memory", x.memory_mb ? gb(x.memory_mb) : t("whole_gpu"));
     if (x.queue_position) add("f_position", String(x.queue_position));
     add("f_reason", I18N.reason(x.reason, x.reason_detail));
+    if (x.expected_start_at) add("f_expected", expected(x) + " (" + when(x.expected_start_at) + ")");
+    if (x.estimate) add("f_estimate", t("estimate_of", dur(x.estimate.run_s), t("from_" + x.estimate.from), x.estimate.runs,
+      Math.round(x.estimate.confidence * 100)));
     if (x.command) add("f_command", x.command.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : JSON.stringify(a))).join(" "));
     add("f_workdir", x.workdir);
     if (x.exit_code !== null && x.exit_code !== undefined) add("f_exit", String(x.exit_code));

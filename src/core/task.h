@@ -93,6 +93,10 @@ typedef struct gp_task {
         char *spec;                       /* batch: JSON {"command":[..],"env":{..},"workdir":".."}; NULL for a lease; owned */
         int64_t estimate_ms;              /* predicted run time when it was queued (server/estimates.h), 0 =
                                              none; not stored: predicted again at recovery */
+        int64_t expected_at_ms;           /* when an expected start was first shown for this wait, 0 = never;
+                                             with expected_start_ms, what gpupool_expected_starts_* judge at its
+                                             start (server/estimates.h); not stored */
+        int64_t expected_start_ms;
 } gp_task;
 
 /* Which start of the task its current (or last) run is: 1, 2, ...  Every

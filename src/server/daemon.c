@@ -1314,6 +1314,7 @@ static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
                 t->started_ms = now;
                 t->heartbeat_ms = now;
                 t->reason[0] = '\0';
+                gp_est_started(d, t, now); /* how right its expected start was */
                 gp_billing_run_start(d, t);
                 gp_monitor_task_started(d->mon, t->tenant, t->priority, now - t->submitted_ms, dec[i].backfilled);
                 t->borrowing = dec[i].borrowing;

@@ -143,6 +143,16 @@ void gp_est_ended(gp_daemon *d, const gp_task *t) {
         gp_pred_observe(d->est->pred, &k, ms);
 }
 
+void gp_est_started(gp_daemon *d, gp_task *t, int64_t now) {
+        if (t->expected_at_ms > 0 && now >= t->expected_at_ms) {
+                int64_t want = t->expected_start_ms > t->expected_at_ms ? t->expected_start_ms - t->expected_at_ms : 0;
+                int64_t got = now - t->expected_at_ms;
+                int64_t lo = want < got ? want : got, hi = want < got ? got : want;
+                gp_monitor_expected_start(d->mon, hi <= 2 * lo + GP_EST_START_SLACK_MS);
+        }
+        t->expected_at_ms = t->expected_start_ms = 0; /* a wait after a requeue is judged on its own */
+}
+
 void gp_est_counts(gp_daemon *d, uint64_t *ret_estimated, uint64_t *ret_within_2x) {
         *ret_estimated = d->est ? d->est->estimated : 0;
         *ret_within_2x = d->est ? d->est->within_2x : 0;
@@ -242,6 +252,11 @@ int gp_est_starts(gp_daemon *d, int64_t now, int64_t *ids, int64_t *starts, doub
                 int64_t b = q ? run_bound(d, q, &conf) : 0;
                 starts[k] = clock;
                 confs[k] = conf;
+                gp_task *qm = gp_i64map_get(&d->tasks, ids[k]);
+                if (qm && !qm->expected_at_ms) { /* the first one shown is the one judged at its start */
+                        qm->expected_at_ms = now;
+                        qm->expected_start_ms = clock;
+                }
                 if (b <= 0) {
                         k++;
                         break; /* this one starts then; what follows cannot be told */

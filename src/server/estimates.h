@@ -53,6 +53,14 @@ int64_t gp_est_start(struct gp_daemon *d, const gp_task *t, int64_t now_ms, doub
 int gp_est_starts(struct gp_daemon *d, int64_t now_ms, int64_t *ids, int64_t *starts, double *confs,
                   size_t *ret_n);
 
+/* Queued task t starts now: judge the first expected start shown for it
+ * (recorded by gp_est_starts when someone asked): the wait it foretold
+ * from then against the wait it had, within a factor of 2 with
+ * GP_EST_START_SLACK_MS of slack for short waits, counted in /metrics
+ * (gpupool_expected_starts_*).  Clears the record. */
+#define GP_EST_START_SLACK_MS 10000
+void gp_est_started(struct gp_daemon *d, gp_task *t, int64_t now_ms);
+
 /* ,"estimate":{...},"expected_start_at":... for t's JSON (queued or
  * running batch tasks with something to say).  0 or -ENOMEM. */
 int gp_est_write(struct gp_daemon *d, const gp_task *t, int64_t now_ms, gp_buf *b);

@@ -209,6 +209,7 @@ struct gp_monitor {
         pthread_mutex_t mu;
         uint64_t submitted, scheduled, backfilled, requeued, preempted;
         uint64_t estimated, estimated_within_2x;
+        uint64_t expected_starts, expected_starts_within_2x;
         uint64_t finished[GP_TASK_STATE_COUNT];
         uint64_t rejected_queue_full, rejected_infeasible, rejected_other;
         uint64_t sched_passes, decisions, store_commits, store_commit_tasks;
@@ -331,6 +332,15 @@ void gp_monitor_task_preempted(gp_monitor *m) {
                 return;
         pthread_mutex_lock(&m->mu);
         m->preempted++;
+        pthread_mutex_unlock(&m->mu);
+}
+
+void gp_monitor_expected_start(gp_monitor *m, bool within_2x) {
+        if (!m)
+                return;
+        pthread_mutex_lock(&m->mu);
+        m->expected_starts++;
+        m->expected_starts_within_2x += within_2x;
         pthread_mutex_unlock(&m->mu);
 }
 
@@ -563,6 +573,8 @@ void gp_monitor_counters(gp_monitor *m, gp_mon_counters *ret) {
                 c.preempted = m->preempted;
                 c.estimated = m->estimated;
                 c.estimated_within_2x = m->estimated_within_2x;
+                c.expected_starts = m->expected_starts;
+                c.expected_starts_within_2x = m->expected_starts_within_2x;
                 c.rejected_queue_full = m->rejected_queue_full;
                 c.rejected_infeasible = m->rejected_infeasible;
                 c.rejected_other = m->rejected_other;
@@ -857,6 +869,12 @@ int gp_monitor_prometheus(gp_monitor *m, const gp_mon_sample *s, int64_t uptime_
                 family(&e, "gpupool_runtime_estimates_within_2x_total", "counter",
                        "Of them, those that ran between half and twice their estimate.");
                 line(&e, "gpupool_runtime_estimates_within_2x_total", (double)c.estimated_within_2x);
+                family(&e, "gpupool_expected_starts_total", "counter",
+                       "Tasks that started after an expected start was shown for them (the first one shown is judged).");
+                line(&e, "gpupool_expected_starts_total", (double)c.expected_starts);
+                family(&e, "gpupool_expected_starts_within_2x_total", "counter",
+                       "Of them, those whose wait from then was within a factor of 2 of the one foretold (10 s of slack).");
+                line(&e, "gpupool_expected_starts_within_2x_total", (double)c.expected_starts_within_2x);
                 family(&e, "gpupool_schedule_failures_total", "counter", "Submissions refused, by reason (queue_full, infeasible, other).");
                 line1(&e, "gpupool_schedule_failures_total", "reason", "queue_full", (double)c.rejected_queue_full);
                 line1(&e, "gpupool_schedule_failures_total", "reason", "infeasible", (double)c.rejected_infeasible);

@@ -176,6 +176,9 @@ void gp_monitor_task_preempted(gp_monitor *m);
 /* A task that was queued with a run-time estimate succeeded; within_2x:
  * it ran between half and twice the estimate (estimates.h). */
 void gp_monitor_estimate(gp_monitor *m, bool within_2x);
+/* A task started after an expected start was shown for it: was its wait
+ * within 2x of the one foretold (estimates.h, gp_est_started)? */
+void gp_monitor_expected_start(gp_monitor *m, bool within_2x);
 /* One scheduler pass took dur_ns and made ndecisions. */
 void gp_monitor_sched_pass(gp_monitor *m, int64_t dur_ns, size_t ndecisions);
 void gp_monitor_store_commit(gp_monitor *m, size_t ntasks);
@@ -262,6 +265,7 @@ typedef struct gp_mon_counters {
         uint64_t submitted, scheduled, backfilled, finished, succeeded, failed, cancelled, timeout, lost;
         uint64_t requeued, preempted, rejected_queue_full, rejected_infeasible, rejected_other;
         uint64_t estimated, estimated_within_2x;
+        uint64_t expected_starts, expected_starts_within_2x;
         uint64_t sched_passes, decisions, store_commits, alerts_fired, alerts_resolved;
         uint64_t webhook_ok, webhook_failed, webhook_dropped;
         double wait_p50_s, wait_p95_s, decision_p95_s;   /* over the whole run */

@@ -25,6 +25,17 @@ def task(d, tid):
     return d.api("GET", "/api/v1/tasks/%d" % tid).json()
 
 
+def metrics(d):
+    r = d.api("GET", "/metrics")
+    assert r.status_code == 200, r.text
+    out = {}
+    for line in r.text.splitlines():
+        if line.startswith("gpupool_") and " " in line and "{" not in line:
+            k, v = line.split(" ", 1)
+            out[k] = float(v)
+    return out
+
+
 def ts(s):
     return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
 
@@ -61,6 +72,13 @@ def test_repeated_jobs_get_a_learned_estimate_and_an_expected_start(tmp_path):
         other = submit(d, "eval", 1)
         assert task(d, other)["estimate"]["from"] in ("user", "tenant", "size")
         wait_for(lambda: all(task(d, i)["state"] == "succeeded" for i in ids + [other]), 60)
+        # how right the expected starts were: the three that waited (ids[1], ids[2], other) were shown
+        # one (the reads above asked for the queue's), started within 2x of it, and the metrics say so
+        m = metrics(d)
+        assert m["gpupool_expected_starts_total"] == 3, m
+        assert m["gpupool_expected_starts_within_2x_total"] == 3, m
+        assert m["gpupool_runtime_estimates_total"] >= 3, m
+        assert 0 <= m["gpupool_runtime_estimates_within_2x_total"] <= m["gpupool_runtime_estimates_total"], m
         # a restart relearns from the store: the same job is estimated at once
         d.stop()
         d.start()

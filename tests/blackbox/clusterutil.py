@@ -183,7 +183,11 @@ class Agent:
         return log_tail(self.log_path)
 
     def credential(self):
-        with open(os.path.join(self.data_dir, "node.json")) as f:
+        # the server knows the node once the join is stored, a moment before the agent has its
+        # answer and has written node.json
+        path = os.path.join(self.data_dir, "node.json")
+        wait_for(lambda: os.path.exists(path), 10, "the agent to keep its credential in node.json")
+        with open(path) as f:
             return json.load(f)["credential"]
 
     def status_url(self):

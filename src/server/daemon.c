@@ -118,6 +118,24 @@ static bool same_tenant(void *ud, int64_t id) {
         return t && !strcmp(t->tenant, c->owner);
 }
 
+void gp_daemon_queued_reason(gp_daemon *d, const gp_task *t, char *reason, size_t size, char *core, size_t core_size,
+                             gp_sched_reason *ret) {
+        gp_daemon_task_reason(d, t, reason, size, ret);
+        gp_strlcpy(core, reason, core_size);
+        gp_nodes_reason_note(d, reason, size);
+        char rules[128];
+        gp_tenants_rules_in_force(d->tenants, rules, sizeof(rules));
+        size_t l = strlen(reason);
+        if (rules[0] && (strstr(reason, "quota") || strstr(reason, "share")) && l + strlen(rules) + 32 < size) {
+                snprintf(reason + l, size - l, " (time rule %s in force)", rules);
+                l = strlen(reason);
+        }
+        if (t->reason[0] && l + 3 < size) {
+                memcpy(reason + l, "; ", 3);
+                gp_strlcpy(reason + l + 2, t->reason, size - l - 2);
+        }
+}
+
 void gp_daemon_task_reason(gp_daemon *d, const gp_task *t, char *reason, size_t size, gp_sched_reason *ret) {
         gp_sched_task_reason_ex(d->sched, t->id, reason, size, ret);
         /* a request no node of the pool can hold now waits only while the
@@ -229,23 +247,7 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         gp_sched_task_view v;
         if (t->state == GP_TASK_QUEUED && gp_sched_task_get(d->sched, t->id, &v) == 0) {
                 r = r ? r : gp_buf_printf(b, ",\"queue_position\":%d", v.queue_position);
-                /* why it waits now (naming the time rule whose quota or
-                 * share holds it), then why it is back in the queue */
-                gp_daemon_task_reason(d, t, reason, sizeof(reason), &why);
-                gp_strlcpy(core, reason, sizeof(core));
-                gp_nodes_reason_note(d, reason, sizeof(reason));
-                char rules[128];
-                gp_tenants_rules_in_force(d->tenants, rules, sizeof(rules));
-                size_t l = strlen(reason);
-                if (rules[0] && (strstr(reason, "quota") || strstr(reason, "share")) &&
-                    l + strlen(rules) + 32 < sizeof(reason)) {
-                        snprintf(reason + l, sizeof(reason) - l, " (time rule %s in force)", rules);
-                        l = strlen(reason);
-                }
-                if (t->reason[0] && l + 3 < sizeof(reason)) {
-                        memcpy(reason + l, "; ", 3);
-                        gp_strlcpy(reason + l + 2, t->reason, sizeof(reason) - l - 2);
-                }
+                gp_daemon_queued_reason(d, t, reason, sizeof(reason), core, sizeof(core), &why);
         } else {
                 r = r ? r : gp_buf_puts(b, ",\"queue_position\":null");
         }

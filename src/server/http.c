@@ -397,9 +397,7 @@ static enum MHD_Result get_queue(hreq *r) {
                 char reason[GP_REASON_MAX], sub[40];
                 gp_sched_reason why;
                 char core[GP_REASON_MAX];
-                gp_daemon_task_reason(d, t, reason, sizeof(reason), &why);
-                gp_strlcpy(core, reason, sizeof(core));
-                gp_nodes_reason_note(d, reason, sizeof(reason));
+                gp_daemon_queued_reason(d, t, reason, sizeof(reason), core, sizeof(core), &why); /* as the task says it */
                 gp_daemon_reason_hide(d, t->tenant, reason, sizeof(reason));
                 gp_time_format(t->submitted_ms, sub, sizeof(sub));
                 json_t *e = json_pack("{s:I,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:s,s:I}", "id", (json_int_t)t->id,

@@ -279,6 +279,12 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b);
  * pool can hold it now, that it waits for the pool to grow and why it may.
  * d->lock held. */
 void gp_daemon_task_reason(gp_daemon *d, const gp_task *t, char *reason, size_t size, gp_sched_reason *ret);
+/* Why queued task t waits, in full, as the task object and the queue say
+ * it: the scheduler's reason (also in core, alone, for reason_detail), the
+ * nodes' note, the time rule in force when a quota or share holds it, then
+ * why it is back in the queue (its own reason: requeued, preempted). */
+void gp_daemon_queued_reason(gp_daemon *d, const gp_task *t, char *reason, size_t size, char *core, size_t core_size,
+                             gp_sched_reason *ret);
 /* The reason's code and arguments for a page in another language
  * (gp_sched_reason), when what is shown starts with the core's text
  * (core); what follows it is "note", said in English.  NULL when there is

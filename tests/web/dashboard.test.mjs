@@ -486,6 +486,31 @@ test("a queued task shows when it is expected to start and its run time learned 
   }
 });
 
+test("what the server adds to a reason (a time rule in force) is said in Chinese too", async () => {
+  const dr = await startDaemon("gpus: {backend: sim}\nmonitor: {sample_ms: 500}\n" +
+    "tenants:\n  - {id: dept-a, kind: internal, quota: {max_gpus: 2}}\n" +
+    `time_rules:\n  - {name: night, start: "${hhmm(-60)}", end: "${hhmm(60)}", quotas: {dept-a: {max_gpus: 1}}}\n`);
+  const br = await openBrowser({ locale: "en-US" });
+  try {
+    const hold = await dr.api("POST", "/api/v1/tasks", { name: "hold", tenant_id: "dept-a", lease_ttl_s: 600 });
+    assert.equal(hold.json.state, "running", hold.text);
+    const q = await dr.api("POST", "/api/v1/tasks", { name: "waits", tenant_id: "dept-a", lease_ttl_s: 600 });
+    assert.equal(q.json.state, "queued", q.text);
+    await br.page.goto(dr.url + "/#/queue");
+    const cell = br.page.locator(`#queue-table tr[data-task="${q.json.id}"] td.reason`);
+    await cell.waitFor({ timeout: 3000 });
+    assert.match(await cell.textContent(), /quota.* \(time rule night in force\)/);
+    await br.page.click("#lang");
+    await waitFor(async () => /^租户 dept-a 的配额：.*（时间规则 night 生效中）$/.test(await cell.textContent()), 3000,
+      "the reason and its time-rule note in Chinese");
+    assert.doesNotMatch(await cell.textContent(), /time rule|in force/);
+    assert.deepEqual(br.errors, []);
+  } finally {
+    await br.close();
+    await dr.stop();
+  }
+});
+
 test("without billing no tenant shows a balance", async () => {
   const dn = await startDaemon("gpus: {backend: sim}\ntenants:\n  - {id: acme, kind: external, quota: {max_concurrent: 5}}\n");
   const bn = await openBrowser({ locale: "en-US" });

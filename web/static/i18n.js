@@ -199,6 +199,32 @@
       x_labels: "（标签为 {0} 的节点上）",
     },
   };
+  /* what the server adds after a reason (reason_detail.note: a time rule in
+   * force, a requeue or preemption, nodes not synced yet), and the one
+   * reason it says in English only (the pool may grow), as the server
+   * writes them (server/daemon.c, server/nodes.c): said again in the other
+   * languages; a part not matched stays in the server's words */
+  const notes = {
+    zh: [
+      [/ \(time rule (.+?) in force\)/g, "（时间规则 $1 生效中）"],
+      [/; requeued \(retry (\d+) of (\d+)\): /g, "；已重新排队（第 $1 次重试，共 $2 次）："],
+      [/; preempted \((\d+) times?\): its GPUs went to a more urgent task or back to their guarantee/g,
+        "；已被抢占（$1 次）：其 GPU 让给了更紧急的任务，或归还给保底配额"],
+      [/; preempted \((\d+) times?\): the lease was lost after the (\d+) s grace period/g,
+        "；已被抢占（$1 次）：宽限期 $2 秒过后租用被收回"],
+      [/ \((\d+) nodes? not synced since the server started: no work there until its agent reports\)/g,
+        "（$1 个节点自服务器启动后尚未同步：其 agent 报告之前不会在上面分配任务）"],
+      [/^no node in the pool can hold it now \((.*)\); it waits for one to join: a join token is live$/,
+        "目前池中没有节点放得下它（$1）；它在等待新节点加入：有一个有效的 join token"],
+      [/^no node in the pool can hold it now \((.*)\); it waits for one to join: node (\S+) is lost and may come back$/,
+        "目前池中没有节点放得下它（$1）；它在等待节点加入：节点 $2 已失联，可能会回来"],
+    ],
+  };
+  function sayNotes(text) {
+    let s = text || "";
+    (notes[lang] || []).forEach(([re, to]) => { s = s.replace(re, to); });
+    return s;
+  }
   const dicts = { en: en, zh: zh };
   function pick() {
     const saved = localStorage.getItem("gpupool.lang");
@@ -219,7 +245,7 @@
      * reason has no code this page knows (or the page is in English) */
     reason(text, d) {
       const r = reasons[lang];
-      if (!r || !d || !d.code || !r[d.code]) return text || "";
+      if (!r || !d || !d.code || !r[d.code]) return sayNotes(text);
       let x = "";
       if (d.glob) x += r.x_glob.split("{0}").join(d.glob);
       let s = r[d.code];
@@ -227,7 +253,7 @@
       s = s.split("{x}").join(d.labels ? "" : x);
       (d.args || []).forEach((a, i) => { s = s.split("{" + i + "}").join(String(a)); });
       if (d.reserved) s += r.reserved;
-      return s + (d.note || "");
+      return s + sayNotes(d.note);
     },
     apply(root) {
       document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";

@@ -504,6 +504,25 @@ test("what the server adds to a reason (a time rule in force) is said in Chinese
     await waitFor(async () => /^租户 dept-a 的配额：.*（时间规则 night 生效中）$/.test(await cell.textContent()), 3000,
       "the reason and its time-rule note in Chinese");
     assert.doesNotMatch(await cell.textContent(), /time rule|in force/);
+    // the other notes the server writes, as it writes them, said in Chinese on this page
+    const said = await br.page.evaluate(() => [
+      I18N.reason("", { code: "gang_whole", args: ["2"], note: "; requeued (retry 1 of 3): node n1 lost contact with the " +
+        "server; its run was fenced (2 nodes not synced since the server started: no work there until its agent reports)" }),
+      I18N.reason("", { code: "no_whole_gpu", args: [], note: "; preempted (2 times): its GPUs went to a more urgent task " +
+        "or back to their guarantee" }),
+      I18N.reason("", { code: "no_whole_gpu", args: [], note: "; preempted (1 time): the lease was lost after the 30 s grace period" }),
+      I18N.reason("", { code: "no_whole_gpu", args: [], note: "; requeued (retry 2 of 2): GPU n2:3 failed: Xid 79" }),
+      I18N.reason("no node in the pool can hold it now (8 GPUs on one node); it waits for one to join: node n4 is lost " +
+        "and may come back", null),
+    ]);
+    assert.deepEqual(said, [
+      "等待同一节点上 2 块整块 GPU；已重新排队（第 1 次重试，共 3 次）：节点 n1 与服务器失去联系，其运行已被隔离停止" +
+        "（2 个节点自服务器启动后尚未同步：其 agent 报告之前不会在上面分配任务）",
+      "没有空闲的整块 GPU；已被抢占（2 次）：其 GPU 让给了更紧急的任务，或归还给保底配额",
+      "没有空闲的整块 GPU；已被抢占（1 次）：宽限期 30 秒过后租用被收回",
+      "没有空闲的整块 GPU；已重新排队（第 2 次重试，共 2 次）：GPU n2:3 故障: Xid 79",
+      "目前池中没有节点放得下它（8 GPUs on one node）；它在等待节点加入：节点 n4 已失联，可能会回来",
+    ]);
     assert.deepEqual(br.errors, []);
   } finally {
     await br.close();

@@ -214,6 +214,12 @@
         "；已被抢占（$1 次）：宽限期 $2 秒过后租用被收回"],
       [/ \((\d+) nodes? not synced since the server started: no work there until its agent reports\)/g,
         "（$1 个节点自服务器启动后尚未同步：其 agent 报告之前不会在上面分配任务）"],
+      /* why it is back in the queue (server/nodes.c, server/daemon.c) */
+      [/node (\S+) lost contact with the server; its run was fenced/g, "节点 $1 与服务器失去联系，其运行已被隔离停止"],
+      [/node (\S+) was removed from the pool/g, "节点 $1 已从资源池中移除"],
+      [/node (\S+) lost its run/g, "节点 $1 上的运行已丢失"],
+      [/its GPUs are no longer in the pool/g, "它的 GPU 已不在资源池中"],
+      [/GPU (\S+) failed/g, "GPU $1 故障"],
       [/^no node in the pool can hold it now \((.*)\); it waits for one to join: a join token is live$/,
         "目前池中没有节点放得下它（$1）；它在等待新节点加入：有一个有效的 join token"],
       [/^no node in the pool can hold it now \((.*)\); it waits for one to join: node (\S+) is lost and may come back$/,

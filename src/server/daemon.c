@@ -346,10 +346,8 @@ void finish(gp_daemon *d, batch *b, gp_task *t, gp_task_state st, int64_t now) {
         t->state = st;
         t->finished_ms = now;
         gp_est_ended(d, t); /* a success teaches its run time */
-        free(t->gpus);
-        t->gpus = NULL;
-        /* keep n_gpus at 0 but the record of where it ran is in the log line */
-        t->n_gpus = 0;
+        /* its GPUs (and so its nodes) stay with it, stored with its end: where
+         * it ran, as sacct's NodeList, for whoever looks into why it failed */
         d->finished_total++;
         if (st == GP_TASK_FAILED || st == GP_TASK_LOST || st == GP_TASK_TIMEOUT)
                 d->failed_total++;

@@ -200,7 +200,10 @@ def test_batch_exit_codes_are_recorded(daemon):
     bad = wait_state(daemon, bad["id"], ("succeeded", "failed"))
     assert ok["state"] == "succeeded" and ok["exit_code"] == 0
     assert bad["state"] == "failed" and bad["exit_code"] == 3 and "3" in bad["reason"]
-    assert bad["finished_at"] is not None and bad["cuda_visible_devices"] == ""
+    assert bad["finished_at"] is not None
+    # an ended task keeps where it ran; its GPU is free again
+    assert len(bad["gpus"]) == 1 and bad["gpus"][0]["node"] == "local" and bad["nodes"] == ["local"], bad
+    assert bad["cuda_visible_devices"] == str(bad["gpus"][0]["index"]), bad
     for g in gpus(daemon):
         assert g["tasks"] == [] and g["memory_allocated_mb"] == 0
 

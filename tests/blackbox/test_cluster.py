@@ -199,7 +199,9 @@ def test_task_on_a_node_env_logs_follow_and_exit_code(cluster):
     assert "CVD=0,1\n" in out and "GPUS=gpu-a:0,gpu-a:1\n" in out, out
     assert out.index("line1") < out.index("line2") < out.index("line3") < out.index("bye"), out
     t = cluster.wait_task(tid, "failed")
-    assert t["exit_code"] == 7 and t["nodes"] == [] and t["gpus"] == []
+    # an ended task keeps where it ran (sacct's NodeList): its node and GPUs
+    assert t["exit_code"] == 7 and t["nodes"] == ["gpu-a"], t
+    assert [(g["node"], g["index"]) for g in t["gpus"]] == [("gpu-a", 0), ("gpu-a", 1)], t
     assert "7" in t["reason"], t
     # the server keeps the log (it outlives the node's copy)
     assert cluster.logs(tid) == out

@@ -223,6 +223,8 @@ static int backend_line(const json_t *resp, gp_buf *out) {
                 r = put_clean(out, b, 64);
         if (!r && strcmp(b, "sim") == 0)
                 r = gp_buf_puts(out, " (simulated GPUs)");
+        else if (!r && strstr(b, "sim")) /* a mixed cluster: "none+sim", "nvml+sim" */
+                r = gp_buf_puts(out, " (some GPUs simulated)");
         return r ? r : gp_buf_puts(out, "\n");
 }
 

@@ -341,8 +341,32 @@ json_t *gp_http_gpu_json(gp_daemon *d, uint32_t g) {
         for (int i = 0; i < n && i < 16; i++)
                 json_array_append_new(ma, json_string(models[i]));
         json_object_set_new(o, "models", ma);
-        json_object_set_new(o, "backend", json_string(d->backend));
+        json_object_set_new(o, "backend", json_string(gp_nodes_backend(d, v.node))); /* an agent's sim says so */
         return o;
+}
+
+/* The backends of a list of GPUs, for its "backend": one when all are
+ * alike ("sim"), else each once in order ("none+sim", "nvml+sim"): a list
+ * with any simulated GPU says "sim" in it.  The server's own with none. */
+static void backends_of(const json_t *gpus, const char *own, char *buf, size_t size) {
+        size_t i, off = 0;
+        const json_t *g;
+        buf[0] = '\0';
+        json_array_foreach(gpus, i, g) {
+                const char *b = json_string_value(json_object_get(g, "backend"));
+                if (!b || !*b)
+                        continue;
+                bool seen = false;
+                for (const char *p = buf; !seen && *p;) {
+                        size_t l = strcspn(p, "+");
+                        seen = l == strlen(b) && !strncmp(p, b, l);
+                        p += l + (p[l] == '+');
+                }
+                if (!seen && off + strlen(b) + 2 < size)
+                        off += (size_t)snprintf(buf + off, size - off, "%s%s", off ? "+" : "", b);
+        }
+        if (!buf[0])
+                gp_strlcpy(buf, own, size);
 }
 
 static enum MHD_Result get_gpus(hreq *r) {
@@ -368,7 +392,9 @@ static enum MHD_Result get_gpus(hreq *r) {
                 json_array_append_new(a, o);
         }
         pthread_mutex_unlock(&d->lock);
-        return send_json(r, 200, json_pack("{s:o}", "gpus", a));
+        char backends[64];
+        backends_of(a, d->backend, backends, sizeof(backends));
+        return send_json(r, 200, json_pack("{s:o,s:s}", "gpus", a, "backend", backends));
 }
 
 static enum MHD_Result get_queue(hreq *r) {

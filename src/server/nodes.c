@@ -1089,6 +1089,11 @@ void gp_nodes_reason_note(gp_daemon *d, char *reason, size_t size) {
                          "its agent reports)", k, k == 1 ? "" : "s");
 }
 
+const char *gp_nodes_backend(gp_daemon *d, const char *node) {
+        gp_node *n = node && strcmp(node, "local") ? find(d->nodes, node) : NULL;
+        return n && n->backend[0] ? n->backend : d->backend;
+}
+
 void gp_nodes_host(gp_daemon *d, const char *node, char *buf, size_t size) {
         buf[0] = '\0';
         gp_node *n = node ? find(d->nodes, node) : NULL;

@@ -152,6 +152,11 @@ void gp_nodes_req_gone(struct gp_daemon *d, struct hreq *r);
  * bytes); d->lock held. */
 void gp_nodes_reason_note(struct gp_daemon *d, char *reason, size_t size);
 
+/* The GPU backend of the machine that holds node's GPUs: the agent's
+ * ("sim", "nvml") for an agent node, the server's for "local" or an
+ * unknown node.  d->lock held; valid while it is. */
+const char *gp_nodes_backend(struct gp_daemon *d, const char *node);
+
 /* The node's host for model servers and MASTER_ADDR ("" for local or
  * unknown) into buf. */
 void gp_nodes_host(struct gp_daemon *d, const char *node, char *buf, size_t size);

@@ -61,9 +61,11 @@ def test_join_with_config_token_shows_node_with_gpus_labels_and_heartbeat(cluste
     assert st.st_mode & 0o777 == 0o600
     assert re.fullmatch(r"gpn_[0-9a-f]{64}", a.credential())
     # the control plane has no local GPUs; its GPU list is the node's GPUs
+    # the control plane has no local GPUs; its GPU list is the node's GPUs, simulated and saying so
     gl = s.api("GET", "/api/v1/gpus").json()
-    assert gl["backend"] == "none"
-    assert sorted(g["id"] for g in gl["gpus"]) == ["gpu-a:0", "gpu-a:1"]
+    assert gl["backend"] == "sim", gl
+    assert sorted((g["id"], g["backend"]) for g in gl["gpus"]) == [("gpu-a:0", "sim"), ("gpu-a:1", "sim")]
+    assert "backend: sim (simulated GPUs)" in ok(cluster.cli("gpus"))
     # gpupool nodes: a row with the state, GPUs, model, labels, address
     out = ok(cluster.cli("nodes"))
     row = [ln for ln in out.splitlines() if ln.startswith("gpu-a ")]
@@ -623,6 +625,14 @@ def test_agent_on_nvml_reports_its_gpus_and_runs_tasks_on_them(cluster):
     r = cluster.server.api("POST", "/api/v1/tasks", json={"command": ["true"], "gpu_model": "*4090*"})
     assert r.status_code in (201, 422), r.text
     assert a.running()
+    # a mixed pool: the real (here fake) NVML GPUs and a simulated node's, each saying which it is
+    gl = cluster.server.api("GET", "/api/v1/gpus").json()
+    assert gl["backend"] == "nvml" and {g["backend"] for g in gl["gpus"]} == {"nvml"}, gl
+    cluster.agent("sim-b", gpus=sim_gpus(1))
+    gl = cluster.server.api("GET", "/api/v1/gpus").json()
+    assert gl["backend"] == "nvml+sim", gl
+    assert {(g["node"], g["backend"]) for g in gl["gpus"]} == {("h100", "nvml"), ("sim-b", "sim")}, gl
+    assert "backend: nvml+sim (some GPUs simulated)" in ok(cluster.cli("gpus"))
 
 
 def test_server_sigterm_with_agents_connected_exits_cleanly(cluster):

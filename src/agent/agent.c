@@ -847,6 +847,7 @@ static void done_sync(agent *a, xfer *x, long status) {
                         n->need_full = true;
                         n->page = 0;
                         n->dirty = true;
+                        n->reachable = false; /* not synced until the next answer ("synced with") */
                         n->next_mono = gp_mono_ms();
                         gp_info("node %s: %s took syncs up to seq %lld; going on above it", n->name,
                                 a->urls[n->url], (long long)last);

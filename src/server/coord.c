@@ -267,8 +267,15 @@ static const char *active_role(gp_daemon *d, const gp_coord_server *sv) {
         return !strcmp(sv->role, "leader") ? "follower" : sv->role;
 }
 
+/* A server is active while its heartbeats are recent, except one whose
+ * row says it leads while this server does (the registry is served by the
+ * leader): its lease ran out (killed, frozen, cut off), and a deposed
+ * leader steps down, so it is not active though its last heartbeat is
+ * younger than server_timeout_s. */
 static json_t *server_json(gp_daemon *d, const gp_coord_server *sv, int64_t now) {
-        bool active = now - sv->last_heartbeat_ms <= (int64_t)d->cfg.server_timeout_s * 1000;
+        const char *leader = gp_coord_leader(d);
+        bool deposed = leader[0] && !strcmp(sv->role, "leader") && strcmp(sv->server_id, leader) != 0;
+        bool active = !deposed && now - sv->last_heartbeat_ms <= (int64_t)d->cfg.server_timeout_s * 1000;
         return json_pack("{s:s,s:s,s:s,s:I,s:b,s:I,s:f}", "server_id", sv->server_id, "url", sv->url, "role",
                          active_role(d, sv), "last_heartbeat_ms", (json_int_t)sv->last_heartbeat_ms, "active", active,
                          "started_ms", (json_int_t)sv->started_ms, "load", (double)sv->load_milli / 1000.0);

@@ -174,6 +174,14 @@ def test_kill9_of_the_leader_hands_over_within_the_lease(pair):
     assert r.returncode == 0, r.stderr
     assert str(tid) in r.stdout
     assert "s2" in s2.log() and "leads (epoch 2)" in s2.log(), s2.log()
+    # the registry: the killed leader's lease ran out, so it is not active, though its last heartbeat is
+    # younger than server_timeout_s (60 s)
+    r = requests.get(s2.url + "/api/v1/coordinator/servers", timeout=10)
+    assert r.status_code == 200, r.text
+    roles = {sv["server_id"]: (sv["role"], sv["active"]) for sv in r.json()["servers"]}
+    assert roles["s2"] == ("leader", True) and roles["s1"][1] is False, roles
+    c = requests.get(s2.url + "/api/v1/coordinator/cluster", timeout=10).json()
+    assert c["leader"] == "s2" and c["active_servers"] == 1, c
     # its supervisor outlived s1 (same machine, sim GPUs): s2 follows it
     time.sleep(2)
     assert task(s2, tid)["state"] == "running"

@@ -36,6 +36,7 @@ typedef struct gp_coord {
         bool store_ok;                  /* did the last call on s reach the store */
         int64_t checked_mono;           /* when health last asked the store (gp_mono_ms) */
         char id[GP_COORD_ID_MAX + 1];   /* this server */
+        int64_t since_ms;               /* its registration, the store's clock: when it began to lead */
         char url[GP_COORD_URL_MAX + 1];
         pthread_t thread;
         bool running;
@@ -78,7 +79,11 @@ int gp_coord_record(gp_store *s, const char *id, const char *url, const char *ro
 /* Record this server's heartbeat (c->mu held).  0 or the store's code. */
 static int beat(gp_daemon *d, bool register_) {
         gp_coord *c = d->coord;
-        int r = gp_coord_record(c->s, c->id, c->url, my_role(d), load_milli(d), register_);
+        gp_coord_server sv = {.load_milli = load_milli(d)};
+        gp_strlcpy(sv.server_id, c->id, sizeof(sv.server_id));
+        gp_strlcpy(sv.url, c->url, sizeof(sv.url));
+        gp_strlcpy(sv.role, my_role(d), sizeof(sv.role));
+        int r = gp_store_coord_heartbeat(c->s, &sv, register_, register_ ? &c->since_ms : NULL);
         c->store_ok = r != -GP_ESTORE;
         return r;
 }
@@ -267,14 +272,16 @@ static const char *active_role(gp_daemon *d, const gp_coord_server *sv) {
         return !strcmp(sv->role, "leader") ? "follower" : sv->role;
 }
 
-/* A server is active while its heartbeats are recent, except one whose
- * row says it leads while this server does (the registry is served by the
- * leader): its lease ran out (killed, frozen, cut off), and a deposed
- * leader steps down, so it is not active though its last heartbeat is
- * younger than server_timeout_s. */
+/* A server is active while its heartbeats are recent, except a leader
+ * not heard from since this server took the lead (the registry is served
+ * by the leader): its lease ran out (killed, frozen, cut off), and a
+ * deposed leader steps down, so it is not active though its last heartbeat
+ * is younger than server_timeout_s.  (One that beats on, claiming to lead,
+ * is shown as a follower.) */
 static json_t *server_json(gp_daemon *d, const gp_coord_server *sv, int64_t now) {
         const char *leader = gp_coord_leader(d);
-        bool deposed = leader[0] && !strcmp(sv->role, "leader") && strcmp(sv->server_id, leader) != 0;
+        bool deposed = leader[0] && !strcmp(sv->role, "leader") && strcmp(sv->server_id, leader) != 0 &&
+                       d->coord && sv->last_heartbeat_ms < d->coord->since_ms;
         bool active = !deposed && now - sv->last_heartbeat_ms <= (int64_t)d->cfg.server_timeout_s * 1000;
         return json_pack("{s:s,s:s,s:s,s:I,s:b,s:I,s:f}", "server_id", sv->server_id, "url", sv->url, "role",
                          active_role(d, sv), "last_heartbeat_ms", (json_int_t)sv->last_heartbeat_ms, "active", active,

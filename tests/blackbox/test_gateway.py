@@ -632,6 +632,7 @@ def prom_samples(text):
     return out
 
 
+@pytest.mark.timing  # real seconds against the upstream's sleeps: the sanitizer builds are slower (p95 0.905 s seen)
 def test_latency_first_token_and_tokens_per_second_per_model_and_tenant(daemon_factory, up):
     tenants = ("auth: {admin_keys: [\"%s\"]}\n"
                "tenants:\n"

@@ -131,6 +131,7 @@ def test_wrong_token_cannot_take_over_a_node_and_credentials_are_per_node(cluste
     # runs (it would lose X's run if it were taken) is 401 and changes nothing
     t = cluster.submit(ticker_cmd(cluster.tmp / "tb"))
     t = cluster.wait_task(t["id"], "running")
+    wait_for(lambda: live_tickers(cluster.tmp / "tb"), 10, "the task's process")  # "running" comes before python
     x = t["nodes"][0]
     other = {"gpu-a": b, "gpu-b": a}[x]
     st, body = agent_post(s.url, "/agent/v1/sync", {"node": x, "seq": now_us() + 10 ** 9, "full": True,

@@ -107,3 +107,45 @@ void gp_agent_machine(const char *key, const char *name, char out[GP_PROTO_MACHI
                 snprintf(out + 2 * i, 3, "%02x", h[i]);
         explicit_bzero(in, sizeof(in));
 }
+
+static int64_t absdiff(int64_t a, int64_t b) {
+        return a > b ? a - b : b - a;
+}
+
+/* a and b differ by at least min (one unknown and the other not: always) */
+static bool moved(int64_t a, int64_t b, int64_t min) {
+        if ((a < 0) != (b < 0))
+                return true;
+        return absdiff(a, b) >= min;
+}
+
+int gp_agent_tele_diff(const gp_proto_tele *was, const gp_proto_tele *now, int64_t total_mb) {
+        int64_t mem_step = total_mb / 50 > 256 ? total_mb / 50 : 256;
+        int64_t power_step = was->power_mw / 10 > 25000 ? was->power_mw / 10 : 25000;
+        bool urgent = moved(was->util_pct, now->util_pct, 10) || moved(was->used_mb, now->used_mb, mem_step) ||
+                      moved(was->temp_c, now->temp_c, 5) || moved(was->power_mw, now->power_mw, power_step) ||
+                      strcmp(was->reason, now->reason) != 0 || was->ecc_uncorrected != now->ecc_uncorrected ||
+                      was->n_procs != now->n_procs;
+        for (int i = 0; !urgent && i < now->n_procs; i++)
+                urgent = was->procs[i].pid != now->procs[i].pid || was->procs[i].task != now->procs[i].task ||
+                         moved(was->procs[i].used_mb, now->procs[i].used_mb, 256);
+        if (urgent)
+                return GP_AGENT_TELE_URGENT;
+        bool changed = was->util_pct != now->util_pct || was->used_mb != now->used_mb || was->temp_c != now->temp_c ||
+                       was->power_mw != now->power_mw || was->sm_clock_mhz != now->sm_clock_mhz ||
+                       was->mem_clock_mhz != now->mem_clock_mhz || was->ecc_corrected != now->ecc_corrected ||
+                       was->throttle != now->throttle;
+        for (int i = 0; !changed && i < now->n_procs; i++)
+                changed = was->procs[i].used_mb != now->procs[i].used_mb || was->procs[i].rank != now->procs[i].rank;
+        return changed ? GP_AGENT_TELE_CHANGED : GP_AGENT_TELE_SAME;
+}
+
+int gp_agent_host_diff(const gp_host_info *was, const gp_host_info *now) {
+        int64_t total = now->mem_total_mb > 0 ? now->mem_total_mb : 0;
+        if (was->cpus != now->cpus || moved(was->mem_avail_mb, now->mem_avail_mb, total / 20 > 1 ? total / 20 : 1) ||
+            moved(was->disk_free_mb, now->disk_free_mb, 1024) || moved(was->mem_total_mb, now->mem_total_mb, 1) ||
+            moved(was->disk_total_mb, now->disk_total_mb, 1))
+                return GP_AGENT_TELE_URGENT;
+        return was->mem_avail_mb != now->mem_avail_mb || was->disk_free_mb != now->disk_free_mb ? GP_AGENT_TELE_CHANGED
+                                                                                                : GP_AGENT_TELE_SAME;
+}

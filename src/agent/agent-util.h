@@ -46,4 +46,18 @@ bool gp_agent_run_in_delta(int state, int reported);
  * plaintext (http://) only to such a host, unless --insecure-plaintext. */
 bool gp_agent_url_loopback(const char *url);
 
+/* GPU readings in a sync (docs/internals/cluster.md "Telemetry"): a GPU's
+ * go in the next sync when they differ from what was last sent
+ * (GP_AGENT_TELE_CHANGED: with the heartbeat), and make a sync at once
+ * when the difference matters to someone watching or placing work
+ * (GP_AGENT_TELE_URGENT): utilisation by 10 points, memory in use by
+ * 256 MiB or 2 % of total_mb, temperature by 5 C, power by 25 W or 10 %,
+ * health, uncorrectable ECC errors, or a process that came, went or grew
+ * by 256 MiB.  Procs compare as sets of pids in the order given. */
+enum { GP_AGENT_TELE_SAME = 0, GP_AGENT_TELE_CHANGED, GP_AGENT_TELE_URGENT };
+int gp_agent_tele_diff(const gp_proto_tele *sent, const gp_proto_tele *now, int64_t total_mb);
+/* The same for the machine: CHANGED when any size differs, URGENT when
+ * CPUs changed, or available memory by 5 % of total, or free disk by 1 GiB. */
+int gp_agent_host_diff(const gp_host_info *sent, const gp_host_info *now);
+
 #endif

@@ -57,7 +57,7 @@
 #define EXIT_REFUSED 77
 #define EXIT_REMOVED 78
 #define MAX_URLS 16
-#define GPU_POLL_MS 5000
+#define GPU_POLL_MS 2000  /* until the server says its gpus.poll_ms */
 #define LOG_GRACE_MS 10000 /* an ended run is reported once its log is shipped, or this long after */
 #define MAX_SIM_NODES 5000
 
@@ -74,6 +74,7 @@ typedef struct run {
         int64_t ended_mono;           /* when it ended */
         int64_t sim_end_mono;         /* sim: when the run ends */
         uint32_t listed;              /* the node's full_gen of the full sync that listed it */
+        uint64_t gpu_mask[GP_PROTO_MAX_GPUS / 64]; /* its GPUs (the start's CUDA_VISIBLE_DEVICES) */
 } run;
 
 typedef struct node node;
@@ -112,6 +113,12 @@ struct node {
         uint32_t full_gen;            /* bumped at every full sync's first page */
         gp_proto_gpu *gpus;           /* sim nodes: their own copies (uuids name the node) */
         int n_gpus;
+        gp_proto_tele *tele;          /* sim nodes: their GPUs' readings now */
+        int n_tele;
+        gp_proto_tele *sent;          /* the readings last put in a sync, per GPU (deep copies) */
+        int n_sent;
+        gp_host_info host_sent;       /* the machine as last put in a sync */
+        bool host_sent_ok;
 };
 
 typedef struct agent {
@@ -133,6 +140,11 @@ typedef struct agent {
         gp_gpu_backend *gpu;
         gp_proto_gpu *gpus;
         int n_gpus;
+        gp_proto_tele *tele;          /* the GPUs' readings now (not with --sim-nodes) */
+        int n_tele;
+        gp_host_info host;            /* this machine now */
+        int poll_ms;                  /* the server's gpus.poll_ms (GPU_POLL_MS until it says) */
+        int64_t next_gpus;            /* the next GPU reading, monotonic */
         CURLM *multi;
         const char *backend;
         pthread_mutex_t lock;
@@ -369,6 +381,15 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
         if (!(r = add_run(n, &s->id)))
                 return;
         n->dirty = true;
+        for (const char *p = s->cuda_visible_devices; *p;) { /* "0,1,..." */
+                char *end;
+                long idx = strtol(p, &end, 10);
+                if (end == p)
+                        break;
+                if (idx >= 0 && idx < GP_PROTO_MAX_GPUS)
+                        r->gpu_mask[idx / 64] |= (uint64_t)1 << (idx % 64);
+                p = *end == ',' ? end + 1 : end;
+        }
         if (a->sim) {
                 r->state = GP_PROTO_RUNNING;
                 double secs = 0;
@@ -485,19 +506,170 @@ static void look_at_logs(agent *a, node *n) {
 
 /* ---------------------------------------------------------------- GPUs */
 
+static void tele_free(gp_proto_tele *t, int n) {
+        for (int i = 0; i < n; i++)
+                free(t[i].procs);
+        free(t);
+}
+
+/* A deep copy of src into dst (dst->procs owned); its procs are left out
+ * when memory is short. */
+static void tele_copy(gp_proto_tele *dst, const gp_proto_tele *src) {
+        *dst = *src;
+        dst->procs = src->n_procs ? malloc((size_t)src->n_procs * sizeof(*src->procs)) : NULL;
+        if (dst->procs)
+                memcpy(dst->procs, src->procs, (size_t)src->n_procs * sizeof(*src->procs));
+        else
+                dst->n_procs = 0;
+}
+
+static void to_tele(const gp_gpu_info *g, gp_proto_tele *t) {
+        *t = (gp_proto_tele){
+                .index = g->index, .used_mb = g->memory_used_mb, .util_pct = g->util_pct, .temp_c = g->temp_c,
+                .power_mw = g->power_mw, .sm_clock_mhz = g->sm_clock_mhz, .mem_clock_mhz = g->mem_clock_mhz,
+                .ecc_corrected = g->ecc_corrected, .ecc_uncorrected = g->ecc_uncorrected,
+                .throttle = g->throttle_reasons,
+        };
+        /* what the protocol bounds (a reading out of them is unknown) */
+        if (t->used_mb > ((int64_t)1 << 40))
+                t->used_mb = -1;
+        if (t->util_pct > 100)
+                t->util_pct = -1;
+        if (t->temp_c > 300)
+                t->temp_c = -1;
+        if (t->power_mw > 100000000)
+                t->power_mw = -1;
+        if (t->sm_clock_mhz > 100000)
+                t->sm_clock_mhz = -1;
+        if (t->mem_clock_mhz > 100000)
+                t->mem_clock_mhz = -1;
+        if (!g->healthy)
+                gp_strlcpy(t->reason, g->health_reason[0] ? g->health_reason : "unhealthy", sizeof(t->reason));
+        for (char *p = t->reason; *p; p++) /* clean text only */
+                if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                        *p = ' ';
+}
+
+/* The simulated backend reports what runs on its GPUs: tell it what n runs
+ * (the readings of a sim GPU are a function of its load, gpu/sim.c). */
+static void sim_load(agent *a, const node *n) {
+        if (strcmp(a->backend, "sim"))
+                return;
+        for (int gi = 0; gi < a->n_gpus; gi++) {
+                int idx = a->gpus[gi].index, tasks = 0;
+                for (size_t k = 0; k < n->n_runs && idx >= 0 && idx < GP_PROTO_MAX_GPUS; k++)
+                        tasks += n->runs[k].state == GP_PROTO_RUNNING &&
+                                 (n->runs[k].gpu_mask[idx / 64] >> (idx % 64) & 1);
+                gp_gpu_sim_set_load(a->gpu, idx, 0, tasks);
+        }
+}
+
+/* A simulated node's readings now (--sim-nodes), into n->tele. */
+static void sim_readings(agent *a, node *n) {
+        gp_gpu_info *g;
+        size_t ng;
+        sim_load(a, n);
+        if (gp_gpu_read(a->gpu, &g, &ng) < 0)
+                return;
+        gp_proto_tele *t = calloc(ng ? ng : 1, sizeof(*t));
+        if (t) {
+                for (size_t i = 0; i < ng && i < GP_PROTO_MAX_GPUS; i++)
+                        to_tele(&g[i], &t[i]);
+                tele_free(n->tele, n->n_tele);
+                n->tele = t;
+                n->n_tele = ng < GP_PROTO_MAX_GPUS ? (int)ng : GP_PROTO_MAX_GPUS;
+        }
+        free(g);
+}
+
+static void node_tele(const agent *a, const node *n, const gp_proto_tele **ret, int *ret_n) {
+        *ret = a->sim ? n->tele : a->tele;
+        *ret_n = a->sim ? n->n_tele : a->n_tele;
+}
+
+static const gp_proto_tele *sent_of(const node *n, int index) {
+        for (int i = 0; i < n->n_sent; i++)
+                if (n->sent[i].index == index)
+                        return &n->sent[i];
+        return NULL;
+}
+
+static int64_t gpu_total_mb(const agent *a, int index) {
+        for (int i = 0; i < a->n_gpus; i++)
+                if (a->gpus[i].index == index)
+                        return a->gpus[i].memory_mb;
+        return 0;
+}
+
+/* After a reading: a change that matters makes a sync now, not with the
+ * next heartbeat (agent-util.h). */
+static void tele_check(agent *a, node *n) {
+        const gp_proto_tele *cur;
+        int nc;
+        if (!n->cred[0] || n->need_full)
+                return;
+        node_tele(a, n, &cur, &nc);
+        bool urgent = a->host.cpus >= 1 && (!n->host_sent_ok ||
+                                            gp_agent_host_diff(&n->host_sent, &a->host) == GP_AGENT_TELE_URGENT);
+        for (int i = 0; !urgent && i < nc; i++) {
+                const gp_proto_tele *was = sent_of(n, cur[i].index);
+                urgent = !was || gp_agent_tele_diff(was, &cur[i], gpu_total_mb(a, cur[i].index)) ==
+                                         GP_AGENT_TELE_URGENT;
+        }
+        if (urgent)
+                n->dirty = true;
+}
+
+/* Remember what a sync carries: t (n_t readings) and, when has_host, the
+ * machine; all_gpus: t is every GPU (a full sync's first page). */
+static void tele_sent(agent *a, node *n, const gp_proto_tele *t, int n_t, bool all_gpus, bool has_host) {
+        if (has_host) {
+                n->host_sent = a->host;
+                n->host_sent_ok = true;
+        }
+        if (all_gpus) {
+                tele_free(n->sent, n->n_sent);
+                n->sent = NULL;
+                n->n_sent = 0;
+        }
+        for (int i = 0; i < n_t; i++) {
+                gp_proto_tele *was = (gp_proto_tele *)sent_of(n, t[i].index);
+                if (!was) {
+                        gp_proto_tele *v = realloc(n->sent, (size_t)(n->n_sent + 1) * sizeof(*v));
+                        if (!v)
+                                return; /* sent again with the next sync */
+                        n->sent = v;
+                        was = &n->sent[n->n_sent++];
+                } else {
+                        free(was->procs);
+                }
+                tele_copy(was, &t[i]);
+        }
+}
+
 static int read_gpus(agent *a, bool *ret_changed) {
         gp_gpu_info *g;
         size_t ng;
+        if (a->n_nodes > 0)
+                sim_load(a, &a->nodes[0]);
         int rc = gp_gpu_read(a->gpu, &g, &ng);
         if (rc < 0)
                 return rc;
         if (ng > GP_PROTO_MAX_GPUS)
                 ng = GP_PROTO_MAX_GPUS;
         gp_proto_gpu *p = calloc(ng ? ng : 1, sizeof(*p));
-        if (!p) {
+        gp_proto_tele *t = calloc(ng ? ng : 1, sizeof(*t));
+        if (!p || !t) {
+                free(p);
+                free(t);
                 free(g);
                 return -ENOMEM;
         }
+        for (size_t i = 0; i < ng; i++)
+                to_tele(&g[i], &t[i]);
+        tele_free(a->tele, a->n_tele);
+        a->tele = t;
+        a->n_tele = (int)ng;
         for (size_t i = 0; i < ng; i++) {
                 p[i].index = g[i].index;
                 gp_strlcpy(p[i].uuid, g[i].uuid, sizeof(p[i].uuid));
@@ -645,6 +817,27 @@ static xfer *build_sync(agent *a, node *n, int wait_ms, size_t budget, int max_r
                 for (int i = 0; i < m.n_gpus; i++)
                         used += 96 + 6 * (strlen(g[i].uuid) + strlen(g[i].name));
         }
+        /* readings: every GPU's in a full sync's first page, else those that changed since sent */
+        const gp_proto_tele *cur;
+        int ncur;
+        bool all = m.full && m.page == 0;
+        node_tele(a, n, &cur, &ncur);
+        gp_proto_tele *tl = calloc(ncur ? (size_t)ncur : 1, sizeof(*tl)); /* shallow: cur owns the procs */
+        if (!tl)
+                goto fail;
+        for (int i = 0; i < ncur; i++) {
+                const gp_proto_tele *was = sent_of(n, cur[i].index);
+                if (all || !was || gp_agent_tele_diff(was, &cur[i], gpu_total_mb(a, cur[i].index)) != GP_AGENT_TELE_SAME) {
+                        tl[m.n_tele++] = cur[i];
+                        used += 320 + 64 * (size_t)cur[i].n_procs;
+                }
+        }
+        m.tele = tl;
+        if (a->host.cpus >= 1 &&
+            (all || !n->host_sent_ok || gp_agent_host_diff(&n->host_sent, &a->host) != GP_AGENT_TELE_SAME)) {
+                m.has_host = true;
+                m.host = a->host;
+        }
         uint32_t gen = m.full && m.page == 0 ? n->full_gen + 1 : n->full_gen;
         for (size_t i = 0; i < n->n_runs; i++) {
                 run *r = &n->runs[i];
@@ -702,6 +895,9 @@ static xfer *build_sync(agent *a, node *n, int wait_ms, size_t budget, int max_r
                 free(logs[i].data);
         free(logs);
         free(runs);
+        if (rc == 0) /* a sync that fails is followed by a full one, which sends them all again */
+                tele_sent(a, n, tl, m.n_tele, all, m.has_host);
+        free(tl);
         if (rc < 0) {
                 free(idx);
                 xfer_free(x);
@@ -882,6 +1078,11 @@ static void done_sync(agent *a, xfer *x, long status) {
                 n->dirty = true; /* the rest of the delta */
         if (ans.max_body)
                 n->max_body = ans.max_body;
+        if (ans.gpu_poll_ms && ans.gpu_poll_ms != a->poll_ms) {
+                a->poll_ms = ans.gpu_poll_ms;
+                if (a->next_gpus > gp_mono_ms() + a->poll_ms)
+                        a->next_gpus = gp_mono_ms() + a->poll_ms;
+        }
         n->heartbeat_s = ans.heartbeat_s;
         int frc = a->sim ? 0 : gp_agent_fence_synced(&a->fence, x->sent_mono, ans.fence_s);
         if (frc < 0)
@@ -1114,18 +1315,24 @@ static int split_urls(agent *a, const char *list) {
 }
 
 static void loop(agent *a) {
-        int64_t next_gpus = gp_mono_ms() + GPU_POLL_MS, next_logs = 0, next_status = 0;
+        int64_t next_logs = 0, next_status = 0;
         struct curl_waitfd *wfd = NULL;
         size_t cap_wfd = 0;
         while (a->exit_code < 0 && !stop_signal) {
                 int64_t now = gp_mono_ms();
-                if (!a->sim && now >= next_gpus) {
+                if (now >= a->next_gpus) {
                         bool changed = false;
-                        next_gpus = now + GPU_POLL_MS;
-                        if (read_gpus(a, &changed) == 0 && changed) {
+                        a->next_gpus = now + a->poll_ms;
+                        gp_host_read(a->data_dir, &a->host);
+                        if (!a->sim && read_gpus(a, &changed) == 0 && changed) {
                                 a->nodes[0].gpus_dirty = true;
                                 a->nodes[0].dirty = true;
                                 gp_info("GPUs changed: reporting them");
+                        }
+                        for (int i = 0; i < a->n_nodes; i++) {
+                                if (a->sim)
+                                        sim_readings(a, &a->nodes[i]);
+                                tele_check(a, &a->nodes[i]);
                         }
                 }
                 if (!a->sim && gp_agent_fence_passed(&a->fence, now))
@@ -1289,6 +1496,7 @@ int gp_agent_main(int argc, char **argv) {
                 return 1;
         }
         a->sim = sim_nodes > 0;
+        a->poll_ms = GPU_POLL_MS;
         if (!a->sim && (rc = gp_agent_fence_init(&a->fence, a->data_dir)) < 0) {
                 fprintf(stderr, "gpupool agent: cannot name the fence file in %s: %s\n", a->data_dir, strerror(-rc));
                 return 1;

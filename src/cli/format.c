@@ -975,11 +975,21 @@ static int put_age_ms(gp_buf *b, const json_t *o, const char *k, int64_t now_ms)
         return r ? r : gp_buf_puts(b, " ago");
 }
 
+/* A size in MiB as GiB ("7.5G", "120G"); nothing when unknown. */
+static int put_gib(gp_buf *b, const json_t *o, const char *key) {
+        int64_t mb;
+        if (!jint(o, key, &mb) || mb < 0)
+                return 0;
+        double g = (double)mb / 1024.0;
+        return gp_buf_printf(b, g < 10 ? "%.1fG" : "%.0fG", g);
+}
+
 int gp_cli_format_nodes(const json_t *resp, int64_t now_ms, gp_buf *out) {
         static const struct col cols[] = {
                 {"NAME", 48, false},      {"STATE", 0, false},   {"GPUS", 0, false},
-                {"GPU MODEL", 40, false}, {"LABELS", 60, false}, {"HEARTBEAT", 0, false},
-                {"ADDRESS", 64, false},
+                {"GPU MODEL", 40, false}, {"CPUS", 0, false},    {"MEM FREE", 0, false},
+                {"DISK FREE", 0, false},  {"VERSION", 24, false}, {"LABELS", 60, false},
+                {"HEARTBEAT", 0, false},  {"ADDRESS", 64, false},
         };
         json_t *nodes = list_of(resp, "nodes");
         struct table t;
@@ -1008,6 +1018,15 @@ int gp_cli_format_nodes(const json_t *resp, int64_t now_ms, gp_buf *out) {
                 if (json_is_array(gpus))
                         CHECK(put_gpu_models(&t.cell, gpus));
                 CHECK(cell_end(&t));
+                CHECK(cell_int(&t, nd, "cpus", "", ""));
+                CHECK(put_gib(&t.cell, nd, "memory_available_mb"));
+                if (json_is_integer(json_object_get(nd, "memory_available_mb")))
+                        CHECK(gp_buf_puts(&t.cell, "/"));
+                CHECK(put_gib(&t.cell, nd, "memory_total_mb"));
+                CHECK(cell_end(&t));
+                CHECK(put_gib(&t.cell, nd, "disk_free_mb"));
+                CHECK(cell_end(&t));
+                CHECK(cell_str(&t, jstr(nd, "version")));
                 json_t *labels = json_object_get(nd, "labels");
                 if (json_is_object(labels))
                         CHECK(put_labels(&t.cell, labels, true));

@@ -507,6 +507,9 @@ void gp_proto_sync_done(gp_proto_sync *m) {
         for (int i = 0; i < m->n_logs; i++)
                 free(m->logs[i].data);
         free(m->logs);
+        for (int i = 0; i < m->n_tele; i++)
+                free(m->tele[i].procs);
+        free(m->tele);
         memset(m, 0, sizeof(m[0]));
 }
 
@@ -600,10 +603,106 @@ static int parse_logs(const json_t *arr, gp_proto_sync *m, char *err, size_t err
         return ids_unique(&m->logs[0].id, sizeof(m->logs[0]), m->n_logs, "logs", err, errlen);
 }
 
+/* A reading: absent -1, else min..max. */
+static int get_reading(const json_t *o, const char *key, int64_t max, int64_t *out, const char *where, char *err,
+                       size_t errlen) {
+        return get_int(o, key, false, 0, max, -1, out, where, err, errlen);
+}
+
+static int get_reading32(const json_t *o, const char *key, int max, int *out, const char *where, char *err,
+                         size_t errlen) {
+        return get_int32(o, key, false, 0, max, -1, out, where, err, errlen);
+}
+
+static int parse_procs(const json_t *o, gp_proto_tele *t, const char *where, char *err, size_t errlen) {
+        const json_t *arr = json_object_get(o, "procs");
+        if (!arr)
+                return 0;
+        if (!json_is_array(arr))
+                return fail(err, errlen, "%s.procs must be an array", where);
+        size_t n = json_array_size(arr);
+        if (n > GP_PROTO_MAX_PROCS)
+                return fail(err, errlen, "%s.procs has more than %d entries", where, GP_PROTO_MAX_PROCS);
+        if (n == 0)
+                return 0;
+        if (!(t->procs = calloc(n, sizeof(*t->procs))))
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                const json_t *e = json_array_get(arr, i);
+                gp_proto_proc *p = &t->procs[i];
+                char w[48];
+                int r;
+                snprintf(w, sizeof(w), "%s.procs[%zu]", where, i);
+                if (!json_is_object(e))
+                        return fail(err, errlen, "%s must be an object", w);
+                if ((r = get_int32(e, "pid", true, 1, GP_PROTO_MAX_PID, 0, &p->pid, w, err, errlen)) < 0 ||
+                    (r = get_int(e, "used_mb", true, 0, (int64_t)1 << 40, 0, &p->used_mb, w, err, errlen)) < 0 ||
+                    (r = get_int(e, "task", false, 0, INT53, 0, &p->task, w, err, errlen)) < 0 ||
+                    (r = get_int32(e, "rank", false, 0, GP_PROTO_MAX_RANK, 0, &p->rank, w, err, errlen)) < 0)
+                        return r;
+                t->n_procs = (int)i + 1;
+                for (size_t k = 0; k < i; k++)
+                        if (t->procs[k].pid == p->pid)
+                                return fail(err, errlen, "%s.pid %d given twice", w, p->pid);
+        }
+        return 0;
+}
+
+static int parse_tele(const json_t *arr, gp_proto_sync *m, char *err, size_t errlen) {
+        size_t n = json_array_size(arr);
+        bool seen[GP_PROTO_MAX_GPUS] = {false};
+        if (n == 0)
+                return 0;
+        if (!(m->tele = calloc(n, sizeof(*m->tele))))
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                const json_t *o = json_array_get(arr, i);
+                gp_proto_tele *t = &m->tele[i];
+                char where[32];
+                int r;
+                snprintf(where, sizeof(where), "telemetry[%zu]", i);
+                if (!json_is_object(o))
+                        return fail(err, errlen, "%s must be an object", where);
+                m->n_tele = (int)i + 1; /* owns what parse_procs allocates */
+                if ((r = get_int32(o, "index", true, 0, GP_PROTO_MAX_GPUS - 1, 0, &t->index, where, err, errlen)) <
+                            0 ||
+                    (r = get_reading(o, "used_mb", (int64_t)1 << 40, &t->used_mb, where, err, errlen)) < 0 ||
+                    (r = get_reading32(o, "util_pct", 100, &t->util_pct, where, err, errlen)) < 0 ||
+                    (r = get_reading32(o, "temp_c", 300, &t->temp_c, where, err, errlen)) < 0 ||
+                    (r = get_reading32(o, "power_mw", 100000000, &t->power_mw, where, err, errlen)) < 0 ||
+                    (r = get_reading32(o, "sm_clock_mhz", 100000, &t->sm_clock_mhz, where, err, errlen)) < 0 ||
+                    (r = get_reading32(o, "mem_clock_mhz", 100000, &t->mem_clock_mhz, where, err, errlen)) < 0 ||
+                    (r = get_reading(o, "ecc_corrected", INT53, &t->ecc_corrected, where, err, errlen)) < 0 ||
+                    (r = get_reading(o, "ecc_uncorrected", INT53, &t->ecc_uncorrected, where, err, errlen)) < 0 ||
+                    (r = get_reading(o, "throttle", INT53, &t->throttle, where, err, errlen)) < 0 ||
+                    (r = get_str(o, "reason", false, STR_CLEAN, t->reason, sizeof(t->reason), where, err, errlen)) <
+                            0 ||
+                    (r = parse_procs(o, t, where, err, errlen)) < 0)
+                        return r;
+                if (seen[t->index])
+                        return fail(err, errlen, "%s.index %d given twice", where, t->index);
+                seen[t->index] = true;
+        }
+        return 0;
+}
+
+static int parse_host(const json_t *o, gp_host_info *h, char *err, size_t errlen) {
+        int r;
+        if (!json_is_object(o))
+                return fail(err, errlen, "host must be an object");
+        if ((r = get_int32(o, "cpus", true, 1, 65536, 0, &h->cpus, "host", err, errlen)) < 0 ||
+            (r = get_reading(o, "mem_total_mb", (int64_t)1 << 40, &h->mem_total_mb, "host", err, errlen)) < 0 ||
+            (r = get_reading(o, "mem_avail_mb", (int64_t)1 << 40, &h->mem_avail_mb, "host", err, errlen)) < 0 ||
+            (r = get_reading(o, "disk_total_mb", (int64_t)1 << 40, &h->disk_total_mb, "host", err, errlen)) < 0 ||
+            (r = get_reading(o, "disk_free_mb", (int64_t)1 << 40, &h->disk_free_mb, "host", err, errlen)) < 0)
+                return r;
+        return 0;
+}
+
 int gp_proto_sync_parse(const char *data, size_t len, gp_proto_sync *ret, char *err, size_t errlen) {
         json_t *j;
         gp_proto_sync m = {0};
-        const json_t *gpus, *runs, *logs;
+        const json_t *gpus, *runs, *logs, *tele, *host;
         int r = load(data, len, GP_PROTO_MAX_BODY, &j, err, errlen);
         if (r < 0)
                 return r;
@@ -617,12 +716,17 @@ int gp_proto_sync_parse(const char *data, size_t len, gp_proto_sync *ret, char *
             (r = get_int32(j, "wait_ms", false, 0, GP_PROTO_MAX_WAIT_MS, 0, &m.wait_ms, "", err, errlen)) < 0 ||
             (r = get_array(j, "gpus", GP_PROTO_MAX_GPUS, &gpus, err, errlen)) < 0 ||
             (r = get_array(j, "runs", GP_PROTO_MAX_RUNS, &runs, err, errlen)) < 0 ||
-            (r = get_array(j, "logs", GP_PROTO_MAX_RUNS, &logs, err, errlen)) < 0)
+            (r = get_array(j, "logs", GP_PROTO_MAX_RUNS, &logs, err, errlen)) < 0 ||
+            (r = get_array(j, "telemetry", GP_PROTO_MAX_GPUS, &tele, err, errlen)) < 0)
                 goto out;
         m.has_gpus = gpus != NULL;
+        host = json_object_get(j, "host");
+        m.has_host = host != NULL;
         if ((gpus && (r = parse_gpus(gpus, &m.gpus, &m.n_gpus, err, errlen)) < 0) ||
             (runs && (r = parse_runs(runs, &m, err, errlen)) < 0) ||
-            (logs && (r = parse_logs(logs, &m, err, errlen)) < 0))
+            (logs && (r = parse_logs(logs, &m, err, errlen)) < 0) ||
+            (tele && (r = parse_tele(tele, &m, err, errlen)) < 0) ||
+            (host && (r = parse_host(host, &m.host, err, errlen)) < 0))
                 goto out;
         *ret = m;
         memset(&m, 0, sizeof(m));
@@ -683,11 +787,65 @@ static json_t *log_to_json(const gp_proto_log *lg) {
         return o;
 }
 
+/* Set key to v unless it is unknown (< 0). */
+static int set_reading(json_t *o, const char *key, int64_t v) {
+        return v < 0 ? 0 : set(o, key, json_integer(v));
+}
+
+static json_t *tele_to_json(const gp_proto_tele *t) {
+        json_t *o = json_pack("{s:i}", "index", t->index);
+        int r = o ? 0 : -ENOMEM;
+        if (r == 0)
+                r = set_reading(o, "used_mb", t->used_mb) | set_reading(o, "util_pct", t->util_pct) |
+                    set_reading(o, "temp_c", t->temp_c) | set_reading(o, "power_mw", t->power_mw) |
+                    set_reading(o, "sm_clock_mhz", t->sm_clock_mhz) |
+                    set_reading(o, "mem_clock_mhz", t->mem_clock_mhz) |
+                    set_reading(o, "ecc_corrected", t->ecc_corrected) |
+                    set_reading(o, "ecc_uncorrected", t->ecc_uncorrected) | set_reading(o, "throttle", t->throttle);
+        if (r == 0 && t->reason[0])
+                r = set(o, "reason", json_string(t->reason));
+        if (r == 0 && t->n_procs > 0) {
+                json_t *a = json_array();
+                for (int i = 0; r == 0 && i < t->n_procs; i++) {
+                        const gp_proto_proc *p = &t->procs[i];
+                        r = append(a, p->task > 0 ? json_pack("{s:i, s:I, s:I, s:i}", "pid", p->pid, "used_mb",
+                                                              (json_int_t)p->used_mb, "task", (json_int_t)p->task,
+                                                              "rank", p->rank)
+                                                  : json_pack("{s:i, s:I}", "pid", p->pid, "used_mb",
+                                                              (json_int_t)p->used_mb));
+                }
+                if (r == 0)
+                        r = set(o, "procs", a);
+                else
+                        json_decref(a);
+        }
+        if (r < 0) {
+                json_decref(o);
+                return NULL;
+        }
+        return o;
+}
+
+static json_t *host_to_json(const gp_host_info *h) {
+        json_t *o = json_pack("{s:i}", "cpus", h->cpus);
+        if (o && (set_reading(o, "mem_total_mb", h->mem_total_mb) | set_reading(o, "mem_avail_mb", h->mem_avail_mb) |
+                  set_reading(o, "disk_total_mb", h->disk_total_mb) |
+                  set_reading(o, "disk_free_mb", h->disk_free_mb)) < 0) {
+                json_decref(o);
+                return NULL;
+        }
+        return o;
+}
+
 int gp_proto_sync_render(const gp_proto_sync *m, char **ret) {
         if (m->n_runs < 0 || m->n_runs > GP_PROTO_MAX_RUNS || m->n_logs < 0 || m->n_logs > GP_PROTO_MAX_RUNS ||
             m->n_gpus < 0 || m->n_gpus > GP_PROTO_MAX_GPUS || m->page < 0 || m->page > GP_PROTO_MAX_PAGE ||
-            (!m->full && (m->page || m->more)))
+            (!m->full && (m->page || m->more)) || m->n_tele < 0 || m->n_tele > GP_PROTO_MAX_GPUS ||
+            (m->has_host && m->host.cpus < 1))
                 return -EINVAL;
+        for (int i = 0; i < m->n_tele; i++)
+                if (m->tele[i].n_procs < 0 || m->tele[i].n_procs > GP_PROTO_MAX_PROCS)
+                        return -EINVAL;
         for (int i = 0; i < m->n_logs; i++)
                 if (m->logs[i].len > GP_PROTO_LOG_CHUNK)
                         return -EINVAL;
@@ -721,6 +879,17 @@ int gp_proto_sync_render(const gp_proto_sync *m, char **ret) {
                 else
                         json_decref(a);
         }
+        if (r == 0 && m->n_tele > 0) {
+                json_t *a = json_array();
+                for (int i = 0; r == 0 && i < m->n_tele; i++)
+                        r = append(a, tele_to_json(&m->tele[i]));
+                if (r == 0)
+                        r = set(j, "telemetry", a);
+                else
+                        json_decref(a);
+        }
+        if (r == 0 && m->has_host)
+                r = set(j, "host", host_to_json(&m->host));
         if (r < 0) {
                 json_decref(j);
                 return r;
@@ -940,6 +1109,7 @@ int gp_proto_sync_answer_parse(const char *data, size_t len, gp_proto_sync_answe
             (r = get_int32(j, "fence_s", false, 0, 3600, 0, &m.fence_s, "", err, errlen)) < 0 ||
             (r = get_bool(j, "want_full", false, false, &m.want_full, "", err, errlen)) < 0 ||
             (r = get_max_body(j, &m.max_body, err, errlen)) < 0 ||
+            (r = get_int32(j, "gpu_poll_ms", false, 100, 3600000, 0, &m.gpu_poll_ms, "", err, errlen)) < 0 ||
             (r = get_array(j, "ack", GP_PROTO_MAX_RUNS, &ack, err, errlen)) < 0 ||
             (r = get_array(j, "start", GP_PROTO_MAX_RUNS, &start, err, errlen)) < 0 ||
             (r = get_array(j, "stop", GP_PROTO_MAX_RUNS, &stop, err, errlen)) < 0 ||
@@ -1018,6 +1188,8 @@ int gp_proto_sync_answer_render(const gp_proto_sync_answer *m, char **ret) {
         int r = j ? 0 : -ENOMEM;
         if (r == 0 && m->max_body)
                 r = set(j, "max_body", json_integer(m->max_body));
+        if (r == 0 && m->gpu_poll_ms)
+                r = set(j, "gpu_poll_ms", json_integer(m->gpu_poll_ms));
         for (int i = 0; r == 0 && i < m->n_ack; i++)
                 r = append(ack, id_to_json(&m->ack[i]));
         for (int i = 0; r == 0 && i < m->n_start; i++)

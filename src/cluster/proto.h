@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/host.h"
 #include "base/labels.h"
 #include "core/task.h"
 #include "exec/exec.h"
@@ -77,6 +78,37 @@ typedef struct gp_proto_gpu {
         int64_t memory_mb;           /* total, >= 0 */
         bool healthy;
 } gp_proto_gpu;
+
+/* Telemetry of one GPU, sampled on the agent at the server's gpu_poll_ms
+ * (the sync answer's gpu_poll_ms).  Observations, not state: the server
+ * keeps the last ones in memory and stores none.  -1 = unknown for every
+ * reading (JSON: the key is absent). */
+#define GP_PROTO_MAX_PROCS 64              /* processes listed per GPU */
+#define GP_PROTO_MAX_PID 4194304           /* Linux's PID_MAX_LIMIT */
+
+typedef struct gp_proto_proc {
+        int pid;                     /* 1..GP_PROTO_MAX_PID, on the agent's machine */
+        int64_t used_mb;             /* >= 0: the process's memory on this GPU */
+        int64_t task;                /* the task whose run started it, 0 = none of ours */
+        int rank;                    /* that run's rank (0..GP_PROTO_MAX_RANK) */
+} gp_proto_proc;
+
+typedef struct gp_proto_tele {
+        int index;                   /* a GPU of the node, unique in the message */
+        int64_t used_mb;             /* -1, or 0..2^40 */
+        int util_pct;                /* -1, or 0..100 */
+        int temp_c;                  /* -1, or 0..300 */
+        int power_mw;                /* -1, or 0..100000000 */
+        int sm_clock_mhz;            /* -1, or 0..100000 */
+        int mem_clock_mhz;           /* -1, or 0..100000 */
+        int64_t ecc_corrected;       /* -1, or 0..2^53 */
+        int64_t ecc_uncorrected;
+        int64_t throttle;            /* NVML clocks-throttle-reason bits, -1 or 0..2^53 */
+        char reason[128];            /* why the GPU is unhealthy, clean text, "" when healthy */
+        int n_procs;                 /* 0..GP_PROTO_MAX_PROCS */
+        gp_proto_proc *procs;        /* owned, NULL when none */
+} gp_proto_tele;
+
 
 /* One run: one start of a task on one node. */
 typedef struct gp_proto_run_id {
@@ -141,6 +173,10 @@ typedef struct gp_proto_sync {
         gp_proto_run *runs;          /* a run id at most once */
         int n_logs;                  /* sum of len <= GP_PROTO_LOG_TOTAL */
         gp_proto_log *logs;
+        int n_tele;                  /* GPUs whose readings changed since the last sync (all in a full one) */
+        gp_proto_tele *tele;         /* an index at most once */
+        bool has_host;
+        gp_host_info host;           /* the agent's machine (cpus 1..65536, sizes -1 or 0..2^40 MiB) */
 } gp_proto_sync;
 
 typedef struct gp_proto_start {
@@ -189,6 +225,7 @@ typedef struct gp_proto_sync_answer {
         int fence_s;                 /* 0..3600, as in the join answer */
         bool want_full;
         int64_t max_body;            /* the server's body limit; 0 = not said, else >= GP_PROTO_MIN_BODY */
+        int gpu_poll_ms;             /* how often to sample the GPUs; 0 = not said, else 100..3600000 */
         int n_ack;
         gp_proto_run_id *ack;
         int n_start;

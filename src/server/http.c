@@ -25,6 +25,7 @@
 #include "server/monitor.h"
 #include "server/submit.h"
 #include "server/nodes.h"
+#include "server/nodes-tele.h"
 #include "server/estimates.h"
 #include "server/peer.h"
 #include "server/routes.h"
@@ -316,14 +317,8 @@ json_t *gp_http_gpu_json(gp_daemon *d, uint32_t g) {
         json_object_set_new(o, "memory_total_mb", json_integer(v.memory_total_mb));
         json_object_set_new(o, "memory_usable_mb", json_integer(v.memory_usable_mb));
         json_object_set_new(o, "memory_allocated_mb", json_integer(v.memory_allocated_mb));
-        const gp_gpu_info *info = NULL;
-        for (size_t i = 0; i < d->ngpus; i++)
-                if (d->gpu_ids[i] == g && d->gpu_info)
-                        info = &d->gpu_info[i];
-        json_object_set_new(o, "memory_used_mb", info ? json_integer(info->memory_used_mb) : json_null());
-        json_object_set_new(o, "util_pct", info && info->util_pct >= 0 ? json_integer(info->util_pct) : json_null());
-        json_object_set_new(o, "temp_c", info && info->temp_c >= 0 ? json_integer(info->temp_c) : json_null());
-        json_object_set_new(o, "power_w", info && info->power_mw >= 0 ? json_real(info->power_mw / 1000.0) : json_null());
+        const gp_gpu_info *info = gp_daemon_gpu_info(d, g); /* the server's own or an agent's */
+        gp_gpu_readings_json(info, o);
         json_object_set_new(o, "healthy", json_boolean(v.healthy));
         json_object_set_new(o, "health_reason", json_string(info ? info->health_reason : ""));
         json_object_set_new(o, "drained", json_boolean(v.drained));

@@ -11,6 +11,7 @@
 #include "server/disk.h"
 #include "server/monitor.h"
 #include "server/nodes.h"
+#include "server/nodes-tele.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -142,10 +143,8 @@ void gp_monitor_collect(gp_daemon *d, gp_mon_sample *s) {
                 o->memory_used_mb = o->util_pct = o->temp_c = o->power_mw = -1;
                 o->sm_clock_mhz = o->mem_clock_mhz = -1;
                 o->ecc_corrected = o->ecc_uncorrected = o->xid_errors = o->throttle_reasons = -1;
-                for (size_t i = 0; i < d->ngpus && d->gpu_info; i++) {
-                        if (d->gpu_ids[i] != g)
-                                continue;
-                        const gp_gpu_info *in = &d->gpu_info[i];
+                const gp_gpu_info *in = gp_daemon_gpu_info(d, g); /* the server's own or an agent's */
+                if (in) {
                         o->memory_used_mb = in->memory_used_mb;
                         o->util_pct = in->util_pct;
                         o->temp_c = in->temp_c;
@@ -156,7 +155,6 @@ void gp_monitor_collect(gp_daemon *d, gp_mon_sample *s) {
                         o->ecc_uncorrected = in->ecc_uncorrected;
                         o->throttle_reasons = in->throttle_reasons;
                         gp_strlcpy(o->health_reason, in->health_reason, sizeof(o->health_reason));
-                        break;
                 }
         }
         size_t pos = 0;

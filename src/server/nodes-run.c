@@ -18,6 +18,7 @@
 #include "base/util.h"
 #include "server/nodes-fence.h"
 #include "server/nodes.h"
+#include "server/nodes-tele.h"
 #include "server/server-int.h"
 #include "server/tenants.h"
 
@@ -170,9 +171,12 @@ json_t *gp_nodes_sched_gpus_json(gp_daemon *d, const char *node, const uint32_t 
                                 (*runs)++;
                 if (v.ntasks > 0)
                         (*busy)++;
-                json_array_append_new(a, json_pack("{s:i,s:s,s:s,s:I,s:b,s:b,s:i}", "index", v.index, "uuid", v.uuid,
-                                                   "name", v.name, "memory_mb", (json_int_t)v.memory_total_mb, "healthy",
-                                                   v.healthy, "drained", v.drained, "tasks", v.ntasks));
+                json_t *o = json_pack("{s:i,s:s,s:s,s:I,s:b,s:b,s:i}", "index", v.index, "uuid", v.uuid, "name", v.name,
+                                      "memory_mb", (json_int_t)v.memory_total_mb, "healthy", v.healthy, "drained",
+                                      v.drained, "tasks", v.ntasks);
+                if (o)
+                        gp_gpu_readings_json(gp_daemon_gpu_info(d, sids[i]), o);
+                json_array_append_new(a, o);
         }
         gp_i64map_done(&seen);
         (void)node;
@@ -191,9 +195,14 @@ json_t *gp_nodes_local_json(gp_daemon *d) {
                 if (gp_sched_gpu_get(d->sched, d->gpu_ids[i], &v) == 0)
                         drained = drained && v.drained;
         }
-        return json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o}", "name", "local", "state",
-                         drained ? "draining" : "ready", "address", "", "labels", gp_nodes_labels_json("", "local"), "version",
-                         GP_VERSION, "backend", d->backend, "last_heartbeat_ms", (json_int_t)gp_now_ms(), "joined_ms",
-                         (json_int_t)d->started_ms, "gpus_total", (int)d->ngpus, "gpus_busy", busy, "runs", runs, "gpus",
-                         g);
+        json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o}", "name", "local", "state",
+                              drained ? "draining" : "ready", "address", "", "labels", gp_nodes_labels_json("", "local"),
+                              "version", GP_VERSION, "backend", d->backend, "last_heartbeat_ms", (json_int_t)gp_now_ms(),
+                              "joined_ms", (json_int_t)d->started_ms, "gpus_total", (int)d->ngpus, "gpus_busy", busy, "runs",
+                              runs, "gpus", g);
+        gp_host_info h;
+        gp_host_read(d->cfg.data_dir, &h); /* the server's own machine */
+        if (o)
+                gp_node_host_json(&h, gp_now_ms(), o);
+        return o;
 }

@@ -36,6 +36,7 @@
 #include "server/nodes-fence.h"
 #include "server/nodes-join.h"
 #include "server/nodes-run.h"
+#include "server/nodes-tele.h"
 #include "server/server-int.h"
 #include "server/tenants.h"
 
@@ -87,6 +88,7 @@ typedef struct gp_node {
         size_t nostop, capostop;
         gp_i64map seen;             /* task -> epoch: runs its agent reported since the server started */
         gp_i64map stopping;         /* task -> (epoch << 2 | why) + 1: a stop sent again until its end */
+        struct gp_node_tele *tele;  /* its last readings (nodes-tele.h), NULL before the first */
 } gp_node;
 
 typedef struct jtoken {
@@ -685,6 +687,7 @@ void gp_nodes_close(gp_daemon *d) {
         for (size_t i = 0; i < ns->n; i++) {
                 gp_node *n = ns->v[i];
                 free(n->gpus);
+                gp_node_tele_free(n->tele);
                 free(n->ostart);
                 free(n->ostop);
                 gp_i64map_done(&n->seen);
@@ -744,7 +747,7 @@ static int64_t max_body(const gp_daemon *d) {
  * waits for n goes out.  Takes n's outbox.  NULL when out of memory. */
 static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto_sync *msg, const node_reply *rp) {
         gp_proto_sync_answer a = {.seq = seq, .heartbeat_s = d->cfg.agent_heartbeat_s, .fence_s = d->cfg.fence_s,
-                                  .max_body = max_body(d),
+                                  .max_body = max_body(d), .gpu_poll_ms = d->cfg.gpu_poll_ms,
                                   .want_full = (rp && rp->want_full) || (!n->synced && !(msg && msg->full))};
         if (msg && msg->n_runs) {
                 a.ack = calloc((size_t)msg->n_runs, sizeof(*a.ack));
@@ -838,7 +841,7 @@ static void answer_held(gp_daemon *d, gp_node *n, uint64_t gen, bool loop, bool 
         } else {
                 gp_proto_sync_answer a = {.seq = seq, .heartbeat_s = d->cfg.agent_heartbeat_s,
                                           .fence_s = d->cfg.fence_s, .want_full = !n->synced,
-                                          .max_body = max_body(d)};
+                                          .max_body = max_body(d), .gpu_poll_ms = d->cfg.gpu_poll_ms};
                 if (gp_proto_sync_answer_render(&a, &body) < 0)
                         body = NULL;
         }
@@ -1089,6 +1092,11 @@ void gp_nodes_reason_note(gp_daemon *d, char *reason, size_t size) {
                          "its agent reports)", k, k == 1 ? "" : "s");
 }
 
+struct gp_node_tele *gp_nodes_tele(gp_daemon *d, const char *node) {
+        gp_node *n = d->nodes ? find(d->nodes, node) : NULL;
+        return n && (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING) ? n->tele : NULL;
+}
+
 const char *gp_nodes_backend(gp_daemon *d, const char *node) {
         gp_node *n = node && strcmp(node, "local") ? find(d->nodes, node) : NULL;
         return n && n->backend[0] ? n->backend : d->backend;
@@ -1319,11 +1327,15 @@ static json_t *node_json(gp_daemon *d, const gp_node *n) {
                                                            "memory_mb", (json_int_t)n->gpus[i].g.memory_mb, "healthy",
                                                            false, "drained", true, "tasks", 0));
         }
-        return json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o,s:b}", "name", n->name, "state",
-                         gp_node_state_name(n->state), "address", n->address, "labels", gp_nodes_labels_json(n->labels, n->name),
-                         "version", n->version, "backend", n->backend, "last_heartbeat_ms", (json_int_t)n->hb_ms,
-                         "joined_ms", (json_int_t)n->joined_ms, "gpus_total", n->ngpus, "gpus_busy", busy, "runs", runs,
-                         "gpus", g, "synced", !n->restored);
+        json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o,s:b}", "name", n->name, "state",
+                              gp_node_state_name(n->state), "address", n->address, "labels",
+                              gp_nodes_labels_json(n->labels, n->name), "version", n->version, "backend", n->backend,
+                              "last_heartbeat_ms", (json_int_t)n->hb_ms, "joined_ms", (json_int_t)n->joined_ms,
+                              "gpus_total", n->ngpus, "gpus_busy", busy, "runs", runs, "gpus", g, "synced", !n->restored);
+        const gp_node_tele *t = gp_nodes_tele(d, n->name); /* none while lost or left */
+        if (o)
+                gp_node_host_json(gp_node_tele_host(t), gp_node_tele_at(t), o);
+        return o;
 }
 
 static char *dump(json_t *j) {
@@ -1828,6 +1840,8 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
         n->seq = m->seq;
         if (n->state != GP_NODE_LOST)
                 hb_touch(d->nodes, n, now);
+        if ((m->n_tele || m->has_host) && gp_node_tele_take(&n->tele, m, now) < 0)
+                gp_warn("node %s: no memory for its GPUs' readings; the last ones stay", n->name);
         if (n->held) /* a newer sync: the held one goes now, empty */
                 answer_held(d, n, 0, false, false);
         bool quiet = !m->full && !m->has_gpus && m->n_runs == 0 && m->n_logs == 0 && n->synced &&

@@ -157,6 +157,11 @@ void gp_nodes_reason_note(struct gp_daemon *d, char *reason, size_t size);
  * unknown node.  d->lock held; valid while it is. */
 const char *gp_nodes_backend(struct gp_daemon *d, const char *node);
 
+/* The last readings of an agent node (nodes-tele.h): NULL for "local", an
+ * unknown node, one not ready or draining, or one that sent none. */
+struct gp_node_tele;
+struct gp_node_tele *gp_nodes_tele(struct gp_daemon *d, const char *node);
+
 /* The node's host for model servers and MASTER_ADDR ("" for local or
  * unknown) into buf. */
 void gp_nodes_host(struct gp_daemon *d, const char *node, char *buf, size_t size);

@@ -95,9 +95,12 @@ def test_nodes_shows_local_with_its_gpus_and_heartbeat(daemon):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "backend: sim (simulated GPUs)"
-    assert re.match(r"NAME\s+STATE\s+GPUS\s+GPU MODEL\s+LABELS\s+HEARTBEAT\s+ADDRESS$", lines[1]), lines[1]
-    # local: ready, 0 of 4 busy, its model, no labels but the implicit one (hidden), a fresh heartbeat
-    assert re.match(r"local\s+ready\s+0/4\s+\S.*\s+-\s+\d+s ago\s+-$", lines[2]), r.stdout
+    assert re.match(r"NAME\s+STATE\s+GPUS\s+GPU MODEL\s+CPUS\s+MEM FREE\s+DISK FREE\s+VERSION\s+LABELS\s+HEARTBEAT\s+"
+                    r"ADDRESS$", lines[1]), lines[1]
+    # local: ready, 0 of 4 busy, its model, this machine's CPUs, memory and disk, the server's version, no labels
+    # but the implicit one (hidden), a fresh heartbeat
+    assert re.match(r"local\s+ready\s+0/4\s+\S.*\s+%d\s+[\d.]+G/[\d.]+G\s+[\d.]+G\s+\d+\.\d+\.\d+\S*\s+-\s+\d+s ago\s+-$"
+                    % os.cpu_count(), lines[2]), r.stdout
     assert "gpupool/node" not in r.stdout
     j = json.loads(daemon.cli("--json", "nodes").stdout)
     local = [n for n in j["nodes"] if n["name"] == "local"][0]

@@ -54,6 +54,13 @@
  *                           per GPU and per call), default 0
  *       topo_group=N        default 0; see topology below
  *
+ *   live
+ *       Readings follow the file: when its modification time changed,
+ *       nvmlDeviceGetHandleByIndex(0, ...) reads it again and takes the new
+ *       readings (and failures) of every GPU, as a real GPU's change while
+ *       the driver is loaded; a new file that does not parse or has another
+ *       number of GPUs is ignored (the old readings stay).
+ *
  *   topo A B LEVEL
  *       nvmlDeviceGetTopologyCommonAncestor(A, B) (either order) gives LEVEL:
  *       INTERNAL, SINGLE, MULTIPLE, HOSTBRIDGE, NODE, SYSTEM or its number.
@@ -73,6 +80,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define API __attribute__((visibility("default")))
 
@@ -175,6 +183,8 @@ static struct fake_gpu gpus[MAX_GPUS];
 static unsigned n_gpus;
 static struct topo_rule topo[MAX_TOPO];
 static unsigned n_topo;
+static bool live;                              /* the script said "live" */
+static struct timespec script_mtime;           /* of the script as last read */
 
 /* ---- script parsing ---- */
 
@@ -408,11 +418,15 @@ static nvmlReturn_t load_script(void) {
 
         n_gpus = 0;
         n_topo = 0;
+        live = false;
         if (!path || !*path)
                 return NVML_ERROR_DRIVER_NOT_LOADED;
         FILE *f = fopen(path, "r");
         if (!f)
                 return NVML_ERROR_DRIVER_NOT_LOADED;
+        struct stat st;
+        if (fstat(fileno(f), &st) == 0)
+                script_mtime = st.st_mtim;
         while (ok && fgets(line, sizeof(line), f)) {
                 p.line++;
                 size_t len = strlen(line);
@@ -431,6 +445,8 @@ static nvmlReturn_t load_script(void) {
                         ok = parse_gpu(&p, s + 3);
                 } else if (strncmp(s, "topo", 4) == 0 && (s[4] == ' ' || s[4] == '\t')) {
                         ok = parse_topo(&p, s + 4);
+                } else if (strcmp(s, "live") == 0) {
+                        live = true;
                 } else if (strncmp(s, "init=", 5) == 0) {
                         unsigned long long v;
                         ok = parse_ull(s + 5, 999, &v) || perr(&p, "bad init code", s + 5);
@@ -586,9 +602,37 @@ API nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) {
         return get_count(count);
 }
 
+/* "live": read the script again if it changed (mu held, initialised). */
+static void follow_script(void) {
+        static struct fake_gpu old[MAX_GPUS];
+        static struct topo_rule old_topo[MAX_TOPO];
+        const char *path = getenv("FAKE_NVML_CONFIG");
+        struct stat st;
+        if (!live || !path || stat(path, &st) != 0 ||
+            (st.st_mtim.tv_sec == script_mtime.tv_sec && st.st_mtim.tv_nsec == script_mtime.tv_nsec))
+                return;
+        unsigned old_n = n_gpus, old_ntopo = n_topo;
+        memcpy(old, gpus, sizeof(gpus));
+        memcpy(old_topo, topo, sizeof(topo));
+        memset(gpus, 0, sizeof(gpus));
+        if (load_script() != NVML_SUCCESS || n_gpus != old_n) {
+                memcpy(gpus, old, sizeof(gpus));
+                memcpy(topo, old_topo, sizeof(topo));
+                n_gpus = old_n;
+                n_topo = old_ntopo;
+                live = true;
+                script_mtime = st.st_mtim; /* not again until it changes again */
+                return;
+        }
+        for (unsigned i = 0; i < n_gpus; i++) /* fail_after counts on */
+                memcpy(gpus[i].calls, old[i].calls, sizeof(gpus[i].calls));
+}
+
 static nvmlReturn_t get_handle(unsigned int index, nvmlDevice_t *device) {
         nvmlReturn_t rc;
         pthread_mutex_lock(&mu);
+        if (refcount && index == 0)
+                follow_script();
         if (!refcount) {
                 rc = NVML_ERROR_UNINITIALIZED;
         } else if (!device || index >= n_gpus) {

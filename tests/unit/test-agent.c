@@ -138,6 +138,79 @@ static void test_fence_deadline_counts_from_the_send_and_only_moves_forward(void
         assert_int_equal(gp_agent_fence_init(&f, "/nonexistent/gp-agent-dir"), -ENOENT);
 }
 
+static void test_telemetry_goes_with_the_heartbeat_or_at_once(void **state) {
+        (void)state;
+        gp_proto_tele a = {.index = 0, .used_mb = 1000, .util_pct = 30, .temp_c = 50, .power_mw = 200000,
+                           .sm_clock_mhz = 1400, .mem_clock_mhz = 2600, .ecc_corrected = 0, .ecc_uncorrected = 0,
+                           .throttle = 0};
+        gp_proto_tele b = a;
+        int64_t total = 81920; /* 2 %: 1638 MiB */
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_SAME);
+        b.temp_c = 52;   /* small: with the next heartbeat */
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_CHANGED);
+        b = a;
+        b.sm_clock_mhz = 1980;
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_CHANGED);
+        b = a;
+        b.used_mb = 1000 + 1637;
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_CHANGED);
+        b.used_mb = 1000 + 1638;
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_URGENT);
+        b = a;
+        b.util_pct = 39;
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_CHANGED);
+        b.util_pct = 40;
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_URGENT);
+        b = a;
+        b.temp_c = 55;
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_URGENT);
+        b = a;
+        b.power_mw = 224999; /* 10 % of 200 W is 20 W: the 25 W floor holds */
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_CHANGED);
+        b.power_mw = 225000;
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_URGENT);
+        b = a;
+        b.util_pct = -1; /* a reading lost is news */
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_URGENT);
+        b = a;
+        strcpy(b.reason, "GPU is lost");
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_URGENT);
+        b = a;
+        b.ecc_uncorrected = 1;
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_URGENT);
+        /* processes: one that comes or goes is urgent; growth by 256 MiB too */
+        gp_proto_proc p1[1] = {{.pid = 10, .used_mb = 500, .task = 4}}, p2[1] = {{.pid = 10, .used_mb = 700, .task = 4}};
+        b = a;
+        b.n_procs = 1;
+        b.procs = p1;
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_URGENT);
+        a.n_procs = 1;
+        a.procs = p1;
+        b.procs = p2;
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_CHANGED);
+        p2[0].used_mb = 756;
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_URGENT);
+        p2[0].used_mb = 500;
+        p2[0].pid = 11;
+        assert_int_equal(gp_agent_tele_diff(&a, &b, total), GP_AGENT_TELE_URGENT);
+        /* the machine */
+        gp_host_info h = {.cpus = 8, .mem_total_mb = 32000, .mem_avail_mb = 20000, .disk_total_mb = 100000,
+                          .disk_free_mb = 50000}, k = h;
+        assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_SAME);
+        k.mem_avail_mb = 20000 - 1599; /* 5 % of 32000 = 1600 */
+        assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_CHANGED);
+        k.mem_avail_mb = 20000 - 1600;
+        assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_URGENT);
+        k = h;
+        k.disk_free_mb = 50000 - 1023;
+        assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_CHANGED);
+        k.disk_free_mb = 50000 - 1024;
+        assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_URGENT);
+        k = h;
+        k.cpus = 7;
+        assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_URGENT);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_run_names_round_trip_and_refuse_junk),
@@ -147,6 +220,7 @@ int main(void) {
                 cmocka_unit_test(test_delta_carries_changes_and_unacked_exits),
                 cmocka_unit_test(test_only_loopback_urls_may_go_in_clear),
                 cmocka_unit_test(test_fence_deadline_counts_from_the_send_and_only_moves_forward),
+                cmocka_unit_test(test_telemetry_goes_with_the_heartbeat_or_at_once),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1858,6 +1858,8 @@ static void test_nodes_table_shows_busy_total_model_labels_and_heartbeat_age(voi
                 "{\"name\":\"gpu-a\",\"state\":\"draining\",\"address\":\"http://10.0.0.7:8081\","
                 "\"labels\":{\"zone\":\"a\",\"gpupool/node\":\"gpu-a\",\"ib\":\"yes\"},"
                 "\"last_heartbeat_ms\":1794999998000,\"gpus_total\":8,\"gpus_busy\":2,\"runs\":3,"
+                "\"cpus\":96,\"memory_total_mb\":2064384,\"memory_available_mb\":1843200,\"disk_free_mb\":7680,"
+                "\"version\":\"0.1.0\","
                 "\"gpus\":[{\"index\":0,\"name\":\"NVIDIA H100 80GB HBM3\"},{\"index\":1,\"name\":\"NVIDIA H100 80GB HBM3\"}]},"
                 "{\"name\":\"gpu-b\",\"state\":\"lost\",\"address\":\"http://10.0.0.8:8081\",\"labels\":{},"
                 "\"last_heartbeat_ms\":1794999700000,\"gpus_total\":2,\"gpus_busy\":0,"
@@ -1865,6 +1867,10 @@ static void test_nodes_table_shows_busy_total_model_labels_and_heartbeat_age(voi
         assert_non_null(strstr(s, "backend: nvml\nNAME   STATE     GPUS  GPU MODEL"));
         assert_true(strstr(s, "\nlocal  ready     0/0   -  ") != NULL);
         assert_non_null(strstr(s, "gpu-a  draining  2/8   NVIDIA H100 80GB HBM3  "));
+        assert_non_null(strstr(s, "  96    1800G/2016G  7.5G       0.1.0  "));
+        assert_non_null(strstr(s, " 1800G/2016G "));
+        assert_non_null(strstr(s, " 7.5G "));
+        assert_non_null(strstr(s, " 0.1.0 "));
         assert_non_null(strstr(s, "zone=a,ib=yes"));
         assert_null(strstr(s, "gpupool/node")); /* the implicit label is not shown */
         assert_non_null(strstr(s, "2s ago"));
@@ -1875,8 +1881,8 @@ static void test_nodes_table_shows_busy_total_model_labels_and_heartbeat_age(voi
         free(s);
         /* an older server's answer (no busy count, no heartbeat): what there is */
         s = format_with(nodes_now, "{\"nodes\":[{\"name\":\"local\",\"gpus\":4,\"state\":\"up\"}]}");
-        assert_string_equal(s, "NAME   STATE  GPUS  GPU MODEL  LABELS  HEARTBEAT  ADDRESS\n"
-                               "local  up     4     -          -       -          -\n");
+        assert_string_equal(s, "NAME   STATE  GPUS  GPU MODEL  CPUS  MEM FREE  DISK FREE  VERSION  LABELS  HEARTBEAT  ADDRESS\n"
+                               "local  up     4     -          -     -         -          -        -       -          -\n");
         free(s);
 }
 

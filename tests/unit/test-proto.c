@@ -305,6 +305,104 @@ static void test_sync_round_trip_with_logs_and_results(void **state) {
         gp_proto_sync_done(NULL);
 }
 
+static void test_sync_telemetry_round_trip_and_bounds(void **state) {
+        (void)state;
+        gp_proto_proc procs[2] = {{.pid = 4242, .used_mb = 700, .task = 7, .rank = 1}, {.pid = 99, .used_mb = 12}};
+        gp_proto_tele t[2] = {
+                {.index = 0, .used_mb = 1000, .util_pct = 37, .temp_c = 55, .power_mw = 210000, .sm_clock_mhz = 1755,
+                 .mem_clock_mhz = 2619, .ecc_corrected = 3, .ecc_uncorrected = 0, .throttle = 4, .n_procs = 2,
+                 .procs = procs},
+                {.index = 5, .used_mb = -1, .util_pct = -1, .temp_c = -1, .power_mw = -1, .sm_clock_mhz = -1,
+                 .mem_clock_mhz = -1, .ecc_corrected = -1, .ecc_uncorrected = -1, .throttle = -1,
+                 .reason = "nvmlDeviceGetTemperature failed: GPU is lost (15)"}};
+        gp_proto_sync m = {.node = "gpu-a", .seq = 7, .n_tele = 2, .tele = t, .has_host = true,
+                           .host = {.cpus = 96, .mem_total_mb = 2064384, .mem_avail_mb = 1843200,
+                                    .disk_total_mb = -1, .disk_free_mb = 7680}};
+        char *s, err[200];
+        assert_int_equal(gp_proto_sync_render(&m, &s), 0);
+        assert_null(strstr(s, "disk_total_mb")); /* unknown: left out */
+        gp_proto_sync p;
+        assert_int_equal(gp_proto_sync_parse(s, strlen(s), &p, err, sizeof(err)), 0);
+        free(s);
+        assert_int_equal(p.n_tele, 2);
+        const gp_proto_tele *a = &p.tele[0], *b = &p.tele[1];
+        assert_int_equal(a->index, 0);
+        assert_int_equal(a->used_mb, 1000);
+        assert_int_equal(a->util_pct, 37);
+        assert_int_equal(a->temp_c, 55);
+        assert_int_equal(a->power_mw, 210000);
+        assert_int_equal(a->sm_clock_mhz, 1755);
+        assert_int_equal(a->mem_clock_mhz, 2619);
+        assert_int_equal(a->ecc_corrected, 3);
+        assert_int_equal(a->ecc_uncorrected, 0);
+        assert_int_equal(a->throttle, 4);
+        assert_string_equal(a->reason, "");
+        assert_int_equal(a->n_procs, 2);
+        assert_int_equal(a->procs[0].pid, 4242);
+        assert_int_equal(a->procs[0].used_mb, 700);
+        assert_int_equal(a->procs[0].task, 7);
+        assert_int_equal(a->procs[0].rank, 1);
+        assert_int_equal(a->procs[1].task, 0);
+        assert_int_equal(b->index, 5);
+        assert_int_equal(b->util_pct, -1);
+        assert_int_equal(b->used_mb, -1);
+        assert_int_equal(b->throttle, -1);
+        assert_int_equal(b->n_procs, 0);
+        assert_string_equal(b->reason, "nvmlDeviceGetTemperature failed: GPU is lost (15)");
+        assert_true(p.has_host);
+        assert_int_equal(p.host.cpus, 96);
+        assert_int_equal(p.host.mem_avail_mb, 1843200);
+        assert_int_equal(p.host.disk_total_mb, -1);
+        assert_int_equal(p.host.disk_free_mb, 7680);
+        gp_proto_sync_done(&p);
+        /* every bound: refused with the field named, nothing allocated (ASan) */
+        static const struct {
+                const char *body, *why;
+        } bad[] = {
+                {"{\"node\":\"n\",\"seq\":1,\"telemetry\":[{\"index\":0,\"util_pct\":101}]}", "util_pct"},
+                {"{\"node\":\"n\",\"seq\":1,\"telemetry\":[{\"index\":0,\"temp_c\":-1}]}", "temp_c"},
+                {"{\"node\":\"n\",\"seq\":1,\"telemetry\":[{\"index\":256}]}", "index"},
+                {"{\"node\":\"n\",\"seq\":1,\"telemetry\":[{\"util_pct\":1}]}", "index"},
+                {"{\"node\":\"n\",\"seq\":1,\"telemetry\":[{\"index\":1},{\"index\":1}]}", "twice"},
+                {"{\"node\":\"n\",\"seq\":1,\"telemetry\":[{\"index\":0,\"procs\":[{\"pid\":0,\"used_mb\":1}]}]}",
+                 "pid"},
+                {"{\"node\":\"n\",\"seq\":1,\"telemetry\":[{\"index\":0,\"procs\":[{\"pid\":5,\"used_mb\":1},"
+                 "{\"pid\":5,\"used_mb\":2}]}]}",
+                 "twice"},
+                {"{\"node\":\"n\",\"seq\":1,\"telemetry\":[{\"index\":0,\"procs\":[{\"pid\":5}]}]}", "used_mb"},
+                {"{\"node\":\"n\",\"seq\":1,\"telemetry\":[{\"index\":0,\"reason\":\"a\\u0001b\"}]}", "reason"},
+                {"{\"node\":\"n\",\"seq\":1,\"telemetry\":{}}", "telemetry"},
+                {"{\"node\":\"n\",\"seq\":1,\"host\":{\"cpus\":0}}", "cpus"},
+                {"{\"node\":\"n\",\"seq\":1,\"host\":{\"cpus\":2,\"disk_free_mb\":-5}}", "disk_free_mb"},
+                {"{\"node\":\"n\",\"seq\":1,\"host\":[]}", "host"},
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                memset(&p, 0x5a, sizeof(p));
+                err[0] = '\0';
+                assert_int_equal(gp_proto_sync_parse(bad[i].body, strlen(bad[i].body), &p, err, sizeof(err)), -EINVAL);
+                if (!strstr(err, bad[i].why))
+                        fail_msg("%s: %s (wanted %s)", bad[i].body, err, bad[i].why);
+        }
+        /* 65 procs on one GPU: more than GP_PROTO_MAX_PROCS */
+        char big[8192];
+        size_t off = (size_t)snprintf(big, sizeof(big), "{\"node\":\"n\",\"seq\":1,\"telemetry\":[{\"index\":0,\"procs\":[");
+        for (int i = 0; i <= GP_PROTO_MAX_PROCS; i++)
+                off += (size_t)snprintf(big + off, sizeof(big) - off, "%s{\"pid\":%d,\"used_mb\":1}", i ? "," : "", i + 1);
+        snprintf(big + off, sizeof(big) - off, "]}]}");
+        assert_int_equal(gp_proto_sync_parse(big, strlen(big), &p, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "procs"));
+        /* the answer's gpu_poll_ms: 0 when absent, else 100..3600000 */
+        gp_proto_sync_answer ans = {.seq = 3, .heartbeat_s = 2, .gpu_poll_ms = 250}, q;
+        assert_int_equal(gp_proto_sync_answer_render(&ans, &s), 0);
+        assert_int_equal(gp_proto_sync_answer_parse(s, strlen(s), &q, err, sizeof(err)), 0);
+        free(s);
+        assert_int_equal(q.gpu_poll_ms, 250);
+        gp_proto_sync_answer_done(&q);
+        const char *slow = "{\"seq\":3,\"gpu_poll_ms\":99}";
+        assert_int_equal(gp_proto_sync_answer_parse(slow, strlen(slow), &q, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "gpu_poll_ms"));
+}
+
 static void test_sync_answer_round_trip_and_start_copy(void **state) {
         (void)state;
         char *argv[] = {"python3", "train.py", "--x=ü", NULL};
@@ -601,6 +699,7 @@ int main(void) {
                 cmocka_unit_test(test_identity_paging_and_replay_fields),
                 cmocka_unit_test(test_sync_round_trip_with_logs_and_results),
                 cmocka_unit_test(test_sync_answer_round_trip_and_start_copy),
+                cmocka_unit_test(test_sync_telemetry_round_trip_and_bounds),
                 cmocka_unit_test(test_every_bound_is_refused),
                 cmocka_unit_test(test_join_token_splits_into_secret_and_ca_pin),
         };

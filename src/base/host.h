@@ -1,0 +1,21 @@
+/* host.h - what a machine has: online CPUs, memory and the free space of
+ * a filesystem, for `gpupool nodes` (an agent reports its own; the server
+ * its own as node "local"). */
+#ifndef GP_BASE_HOST_H
+#define GP_BASE_HOST_H
+
+#include <stdint.h>
+
+typedef struct gp_host_info {
+        int cpus;                    /* online CPUs, >= 1 */
+        int64_t mem_total_mb;        /* -1 unknown */
+        int64_t mem_avail_mb;        /* MemAvailable of /proc/meminfo, -1 unknown */
+        int64_t disk_total_mb;       /* of the filesystem that holds dir, -1 unknown */
+        int64_t disk_free_mb;        /* what an unprivileged user may still write there */
+} gp_host_info;
+
+/* Read this machine's; dir names the filesystem (the data dir).  Readings
+ * that fail are -1; never fails as a whole. */
+void gp_host_read(const char *dir, gp_host_info *ret);
+
+#endif

@@ -1,0 +1,171 @@
+/* nodes-tele.c - agents' telemetry as the server keeps it (nodes-tele.h). */
+#include "server/nodes-tele.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "core/sched.h"
+#include "server/nodes.h"
+#include "server/server-int.h"
+
+typedef struct tele_gpu {
+        int index;
+        gp_gpu_info info;
+        int n_procs;
+        gp_proto_proc *procs;         /* owned */
+} tele_gpu;
+
+struct gp_node_tele {
+        tele_gpu *gpus;               /* in the order first seen, at most GP_PROTO_MAX_GPUS */
+        int n;
+        bool has_host;
+        gp_host_info host;
+        int64_t at_ms;
+};
+
+static tele_gpu *find_gpu(const gp_node_tele *t, int index) {
+        for (int i = 0; t && i < t->n; i++)
+                if (t->gpus[i].index == index)
+                        return &t->gpus[i];
+        return NULL;
+}
+
+static void reading(gp_gpu_info *g, const gp_proto_tele *r) {
+        g->index = r->index;
+        g->memory_used_mb = r->used_mb;
+        g->util_pct = r->util_pct;
+        g->temp_c = r->temp_c;
+        g->power_mw = r->power_mw;
+        g->sm_clock_mhz = r->sm_clock_mhz;
+        g->mem_clock_mhz = r->mem_clock_mhz;
+        g->ecc_corrected = r->ecc_corrected;
+        g->ecc_uncorrected = r->ecc_uncorrected;
+        g->throttle_reasons = r->throttle;
+        g->healthy = !r->reason[0];
+        gp_strlcpy(g->health_reason, r->reason, sizeof(g->health_reason));
+}
+
+int gp_node_tele_take(gp_node_tele **tp, const gp_proto_sync *m, int64_t now_ms) {
+        gp_node_tele *t = *tp;
+        if (!t && !(t = calloc(1, sizeof(*t))))
+                return -ENOMEM;
+        *tp = t;
+        /* room for every new index first, so that nothing is half taken */
+        int fresh = 0;
+        for (int i = 0; i < m->n_tele; i++)
+                fresh += !find_gpu(t, m->tele[i].index);
+        if (fresh) {
+                tele_gpu *v = realloc(t->gpus, (size_t)(t->n + fresh) * sizeof(*v));
+                if (!v)
+                        return -ENOMEM;
+                t->gpus = v;
+        }
+        gp_proto_proc **procs = m->n_tele ? calloc((size_t)m->n_tele, sizeof(*procs)) : NULL;
+        if (m->n_tele && !procs)
+                return -ENOMEM;
+        for (int i = 0; i < m->n_tele; i++) {
+                size_t size = (size_t)m->tele[i].n_procs * sizeof(gp_proto_proc);
+                if (size && !(procs[i] = malloc(size))) {
+                        for (int k = 0; k < i; k++)
+                                free(procs[k]);
+                        free(procs);
+                        return -ENOMEM;
+                }
+                if (size)
+                        memcpy(procs[i], m->tele[i].procs, size);
+        }
+        for (int i = 0; i < m->n_tele; i++) {
+                const gp_proto_tele *r = &m->tele[i];
+                tele_gpu *g = find_gpu(t, r->index);
+                if (!g) {
+                        g = &t->gpus[t->n++];
+                        *g = (tele_gpu){.index = r->index};
+                }
+                reading(&g->info, r);
+                free(g->procs);
+                g->procs = procs[i];
+                g->n_procs = r->n_procs;
+        }
+        free(procs);
+        if (m->has_host) {
+                t->host = m->host;
+                t->has_host = true;
+        }
+        if (m->n_tele || m->has_host)
+                t->at_ms = now_ms;
+        return 0;
+}
+
+void gp_node_tele_free(gp_node_tele *t) {
+        for (int i = 0; t && i < t->n; i++)
+                free(t->gpus[i].procs);
+        if (t)
+                free(t->gpus);
+        free(t);
+}
+
+const gp_gpu_info *gp_node_tele_gpu(const gp_node_tele *t, int index) {
+        const tele_gpu *g = find_gpu(t, index);
+        return g ? &g->info : NULL;
+}
+
+const gp_host_info *gp_node_tele_host(const gp_node_tele *t) {
+        return t && t->has_host ? &t->host : NULL;
+}
+
+int64_t gp_node_tele_at(const gp_node_tele *t) {
+        return t ? t->at_ms : 0;
+}
+
+int64_t gp_node_tele_task_mb(const gp_node_tele *t, int64_t task) {
+        int64_t sum = -1;
+        for (int i = 0; t && i < t->n; i++) {
+                const tele_gpu *g = &t->gpus[i];
+                if (g->n_procs && sum < 0)
+                        sum = 0;
+                for (int k = 0; k < g->n_procs; k++)
+                        if (g->procs[k].task == task)
+                                sum += g->procs[k].used_mb;
+        }
+        return sum;
+}
+
+const gp_gpu_info *gp_daemon_gpu_info(gp_daemon *d, uint32_t g) {
+        gp_sched_gpu_view v;
+        if (gp_sched_gpu_get(d->sched, g, &v) < 0)
+                return NULL;
+        if (!strcmp(v.node, "local")) {
+                for (size_t i = 0; i < d->ngpus && d->gpu_info; i++)
+                        if (d->gpu_ids[i] == g)
+                                return &d->gpu_info[i];
+                return NULL;
+        }
+        return gp_node_tele_gpu(gp_nodes_tele(d, v.node), v.index);
+}
+
+static json_t *size_or_null(int64_t v) {
+        return v >= 0 ? json_integer(v) : json_null();
+}
+
+static int put(json_t *o, const char *key, json_t *v) {
+        return v && json_object_set_new(o, key, v) == 0 ? 0 : -ENOMEM;
+}
+
+int gp_node_host_json(const gp_host_info *h, int64_t at_ms, json_t *o) {
+        return put(o, "cpus", h ? json_integer(h->cpus) : json_null()) |
+               put(o, "memory_total_mb", size_or_null(h ? h->mem_total_mb : -1)) |
+               put(o, "memory_available_mb", size_or_null(h ? h->mem_avail_mb : -1)) |
+               put(o, "disk_total_mb", size_or_null(h ? h->disk_total_mb : -1)) |
+               put(o, "disk_free_mb", size_or_null(h ? h->disk_free_mb : -1)) |
+               put(o, "telemetry_ms", at_ms > 0 ? json_integer(at_ms) : json_null());
+}
+
+int gp_gpu_readings_json(const gp_gpu_info *g, json_t *o) {
+        return put(o, "memory_used_mb", size_or_null(g ? g->memory_used_mb : -1)) |
+               put(o, "util_pct", size_or_null(g ? g->util_pct : -1)) |
+               put(o, "temp_c", size_or_null(g ? g->temp_c : -1)) |
+               put(o, "power_w", g && g->power_mw >= 0 ? json_real(g->power_mw / 1000.0) : json_null());
+}

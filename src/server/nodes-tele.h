@@ -1,0 +1,58 @@
+/* nodes-tele.h - what agents measure: their GPUs' readings (utilisation,
+ * memory in use and by which process, temperature, power, clocks, ECC,
+ * throttling) and their machine (CPUs, memory, disk), as the syncs carry
+ * them (docs/internals/cluster.md "Telemetry").
+ *
+ * Observations, not state: the server keeps the last readings of each GPU
+ * in memory, stores none, and shows none for a node that is lost or left
+ * (they may be stale).  A sync carries the readings of the GPUs that
+ * changed since the agent's last sync that the server took; each carried
+ * GPU's readings replace what was known of it.  So what the server holds
+ * is what the agent last sent as long as no sync is lost: a sync that
+ * fails, or a server that restarted or changed (it asks for a full sync),
+ * makes the agent send every reading again.
+ * Everything here runs with d->lock held. */
+#ifndef GP_SERVER_NODES_TELE_H
+#define GP_SERVER_NODES_TELE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cluster/proto.h"
+#include "gpu/gpu.h"
+
+struct gp_daemon;
+
+typedef struct gp_node_tele gp_node_tele;
+
+/* Merge the telemetry and host of sync m into *t (made at first use).
+ * 0, or -ENOMEM (what was known stays). */
+int gp_node_tele_take(gp_node_tele **t, const gp_proto_sync *m, int64_t now_ms);
+void gp_node_tele_free(gp_node_tele *t);
+
+/* The last readings of the node's GPU `index` (NULL: none known).  Its
+ * uuid, name and total memory are not filled in: the registry has them. */
+const gp_gpu_info *gp_node_tele_gpu(const gp_node_tele *t, int index);
+/* The machine's (NULL: not reported). */
+const gp_host_info *gp_node_tele_host(const gp_node_tele *t);
+/* When the node last sent readings (0: never). */
+int64_t gp_node_tele_at(const gp_node_tele *t);
+/* GPU memory in use by the processes of task's runs on this node, in MiB,
+ * summed over its GPUs: -1 when no GPU of the node reports processes. */
+int64_t gp_node_tele_task_mb(const gp_node_tele *t, int64_t task);
+
+/* Add to a node's JSON (GET /api/v1/nodes) what its machine has (cpus,
+ * memory_total_mb, memory_available_mb, disk_total_mb, disk_free_mb: null
+ * when unknown) and when it last reported readings (telemetry_ms, null:
+ * never).  0 or -ENOMEM. */
+struct json_t;
+int gp_node_host_json(const gp_host_info *h, int64_t at_ms, struct json_t *o);
+/* Add GPU g's readings to its JSON: memory_used_mb, util_pct, temp_c,
+ * power_w (null when unknown).  0 or -ENOMEM. */
+int gp_gpu_readings_json(const gp_gpu_info *g, struct json_t *o);
+
+/* The readings of scheduler GPU g, the server's own or an agent's (NULL
+ * when none are known: no sample yet, gpus.backend none, a lost node). */
+const gp_gpu_info *gp_daemon_gpu_info(struct gp_daemon *d, uint32_t g);
+
+#endif

@@ -125,7 +125,7 @@ int gp_agent_tele_diff(const gp_proto_tele *was, const gp_proto_tele *now, int64
         bool urgent = moved(was->util_pct, now->util_pct, 10) || moved(was->used_mb, now->used_mb, mem_step) ||
                       moved(was->temp_c, now->temp_c, 5) || moved(was->power_mw, now->power_mw, power_step) ||
                       strcmp(was->reason, now->reason) != 0 || was->ecc_uncorrected != now->ecc_uncorrected ||
-                      was->n_procs != now->n_procs;
+                      was->n_procs != now->n_procs || was->procs_known != now->procs_known;
         for (int i = 0; !urgent && i < now->n_procs; i++)
                 urgent = was->procs[i].pid != now->procs[i].pid || was->procs[i].task != now->procs[i].task ||
                          moved(was->procs[i].used_mb, now->procs[i].used_mb, 256);

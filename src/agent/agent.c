@@ -523,7 +523,23 @@ static void tele_copy(gp_proto_tele *dst, const gp_proto_tele *src) {
                 dst->n_procs = 0;
 }
 
-static void to_tele(const gp_gpu_info *g, gp_proto_tele *t) {
+/* The running run of n that process pid belongs to (gp_host_descends from
+ * its supervisor); NULL for a process that is none of ours. */
+static const run *run_of_pid(const node *n, int pid) {
+        int64_t roots[256];
+        size_t idx[256], nr = 0;
+        for (size_t k = 0; n && k < n->n_runs && nr < 256; k++)
+                if (n->runs[k].state == GP_PROTO_RUNNING && n->runs[k].proc.pid > 0) {
+                        roots[nr] = n->runs[k].proc.pid;
+                        idx[nr++] = k;
+                }
+        int w = gp_host_descends(pid, roots, nr);
+        return w >= 0 ? &n->runs[idx[w]] : NULL;
+}
+
+/* g's readings into t; its processes named by the runs of n they belong
+ * to (t->procs malloc'd; left out when memory is short). */
+static void to_tele(const gp_gpu_info *g, gp_proto_tele *t, const node *n) {
         *t = (gp_proto_tele){
                 .index = g->index, .used_mb = g->memory_used_mb, .util_pct = g->util_pct, .temp_c = g->temp_c,
                 .power_mw = g->power_mw, .sm_clock_mhz = g->sm_clock_mhz, .mem_clock_mhz = g->mem_clock_mhz,
@@ -548,6 +564,23 @@ static void to_tele(const gp_gpu_info *g, gp_proto_tele *t) {
         for (char *p = t->reason; *p; p++) /* clean text only */
                 if ((unsigned char)*p < 0x20 || *p == 0x7f)
                         *p = ' ';
+        int np = g->n_procs < GP_PROTO_MAX_PROCS ? g->n_procs : GP_PROTO_MAX_PROCS;
+        t->procs_known = g->procs_known;
+        if (np > 0 && (t->procs = calloc((size_t)np, sizeof(*t->procs)))) {
+                for (int i = 0; i < np; i++) {
+                        const gp_gpu_proc *q = &g->procs[i];
+                        if (q->pid < 1 || q->pid > GP_PROTO_MAX_PID)
+                                continue;
+                        gp_proto_proc *o = &t->procs[t->n_procs++];
+                        o->pid = q->pid;
+                        o->used_mb = q->used_mb >= 0 && q->used_mb <= ((int64_t)1 << 40) ? q->used_mb : 0;
+                        const run *r = run_of_pid(n, q->pid);
+                        if (r) {
+                                o->task = r->id.task;
+                                o->rank = r->id.rank;
+                        }
+                }
+        }
 }
 
 /* The simulated backend reports what runs on its GPUs: tell it what n runs
@@ -574,7 +607,7 @@ static void sim_readings(agent *a, node *n) {
         gp_proto_tele *t = calloc(ng ? ng : 1, sizeof(*t));
         if (t) {
                 for (size_t i = 0; i < ng && i < GP_PROTO_MAX_GPUS; i++)
-                        to_tele(&g[i], &t[i]);
+                        to_tele(&g[i], &t[i], NULL);
                 tele_free(n->tele, n->n_tele);
                 n->tele = t;
                 n->n_tele = ng < GP_PROTO_MAX_GPUS ? (int)ng : GP_PROTO_MAX_GPUS;
@@ -666,7 +699,7 @@ static int read_gpus(agent *a, bool *ret_changed) {
                 return -ENOMEM;
         }
         for (size_t i = 0; i < ng; i++)
-                to_tele(&g[i], &t[i]);
+                to_tele(&g[i], &t[i], a->n_nodes > 0 ? &a->nodes[0] : NULL);
         tele_free(a->tele, a->n_tele);
         a->tele = t;
         a->n_tele = (int)ng;

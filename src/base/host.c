@@ -1,6 +1,7 @@
 /* host.c - this machine's CPUs, memory and disk (host.h). */
 #include "base/host.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/statvfs.h>
@@ -18,6 +19,33 @@ static int64_t meminfo_mb(const char *key) {
         if (f)
                 fclose(f);
         return kb < 0 ? -1 : kb / 1024;
+}
+
+int gp_host_parent(int pid) {
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return 0;
+        ssize_t got = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (got <= 0)
+                return 0;
+        buf[got] = '\0';
+        const char *p = strrchr(buf, ')'); /* the command may hold spaces and parentheses */
+        char st;
+        int ppid;
+        return p && sscanf(p + 1, " %c %d", &st, &ppid) == 2 && ppid > 0 ? ppid : 0;
+}
+
+int gp_host_descends(int pid, const int64_t *roots, size_t n) {
+        for (int hops = 0; pid > 1 && hops < 64; hops++) {
+                for (size_t i = 0; i < n; i++)
+                        if (roots[i] == pid)
+                                return (int)i;
+                pid = gp_host_parent(pid);
+        }
+        return -1;
 }
 
 void gp_host_read(const char *dir, gp_host_info *h) {

@@ -4,6 +4,7 @@
 #ifndef GP_BASE_HOST_H
 #define GP_BASE_HOST_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct gp_host_info {
@@ -13,6 +14,13 @@ typedef struct gp_host_info {
         int64_t disk_total_mb;       /* of the filesystem that holds dir, -1 unknown */
         int64_t disk_free_mb;        /* what an unprivileged user may still write there */
 } gp_host_info;
+
+/* The parent of process pid (/proc/PID/stat), 0 when it is gone. */
+int gp_host_parent(int pid);
+/* Which of roots[0..n) pid is, or descends from (up to 64 generations):
+ * its index, or -1.  A supervisor is a child subreaper, so what its task
+ * starts stays below it even when orphaned. */
+int gp_host_descends(int pid, const int64_t *roots, size_t n);
 
 /* Read this machine's; dir names the filesystem (the data dir).  Readings
  * that fail are -1; never fails as a whole. */

@@ -525,6 +525,16 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
                 }
                 CHECK(line_str(out, "GPUs", v.data));
         }
+        int64_t used_mb, peak_mb;
+        bool has_used = jint(task, "gpu_memory_used_mb", &used_mb), has_peak = jint(task, "gpu_memory_peak_mb", &peak_mb);
+        if (has_used || has_peak) { /* what its processes use, as the driver lists them */
+                gp_buf_reset(&v);
+                if (has_used)
+                        CHECK(gp_buf_printf(&v, "%" PRId64 " MB now%s", used_mb, has_peak ? ", " : ""));
+                if (has_peak)
+                        CHECK(gp_buf_printf(&v, "%" PRId64 " MB at peak", peak_mb));
+                CHECK(line_str(out, "GPU memory used", v.data));
+        }
         json_t *nodes = json_object_get(task, "nodes");
         if (json_is_array(nodes) && json_array_size(nodes) > 0) {
                 /* a task's nodes in rank order (rank 0 first: MASTER_ADDR's) */

@@ -618,6 +618,7 @@ static int parse_procs(const json_t *o, gp_proto_tele *t, const char *where, cha
         const json_t *arr = json_object_get(o, "procs");
         if (!arr)
                 return 0;
+        t->procs_known = true;
         if (!json_is_array(arr))
                 return fail(err, errlen, "%s.procs must be an array", where);
         size_t n = json_array_size(arr);
@@ -804,7 +805,7 @@ static json_t *tele_to_json(const gp_proto_tele *t) {
                     set_reading(o, "ecc_uncorrected", t->ecc_uncorrected) | set_reading(o, "throttle", t->throttle);
         if (r == 0 && t->reason[0])
                 r = set(o, "reason", json_string(t->reason));
-        if (r == 0 && t->n_procs > 0) {
+        if (r == 0 && (t->procs_known || t->n_procs > 0)) {
                 json_t *a = json_array();
                 for (int i = 0; r == 0 && i < t->n_procs; i++) {
                         const gp_proto_proc *p = &t->procs[i];

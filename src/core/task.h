@@ -97,6 +97,9 @@ typedef struct gp_task {
                                              with expected_start_ms, what gpupool_expected_starts_* judge at its
                                              start (server/estimates.h); not stored */
         int64_t expected_start_ms;
+        bool gpu_mem_seen;                /* its processes' GPU memory was read (NVML lists processes); not stored */
+        int64_t gpu_mem_mb;               /* on the server's own GPUs: their memory at the last sample, MiB */
+        int64_t gpu_mem_peak_mb;          /* the most seen at once, over its runs since the server started */
 } gp_task;
 
 /* Which start of the task its current (or last) run is: 1, 2, ...  Every

@@ -14,6 +14,13 @@
 
 #include "core/task.h"
 
+#define GP_GPU_MAX_PROCS 64            /* processes listed per GPU (NVML may know more) */
+
+typedef struct gp_gpu_proc {
+        int pid;                    /* in the PID namespace of the reader */
+        int64_t used_mb;            /* its memory on this GPU, -1 when the driver does not say */
+} gp_gpu_proc;
+
 typedef struct gp_gpu_info {
         int index;                  /* 0-based index on this machine */
         char uuid[GP_UUID_MAX];     /* "GPU-..." (NVML) or "SIM-<n>-..." (sim) */
@@ -31,6 +38,9 @@ typedef struct gp_gpu_info {
                                        cap, 0x20/0x40 thermal, ...), -1 unknown */
         bool healthy;               /* false after an NVML error on this device */
         char health_reason[128];    /* why not healthy, "" when healthy */
+        bool procs_known;           /* the driver listed its compute processes (NVML; sim: never) */
+        int n_procs;                /* those processes, at most GP_GPU_MAX_PROCS */
+        gp_gpu_proc procs[GP_GPU_MAX_PROCS];
 } gp_gpu_info;
 
 typedef struct gp_gpu_backend gp_gpu_backend;

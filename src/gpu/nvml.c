@@ -21,6 +21,9 @@
  *    reason naming the call and nvmlErrorString), never an error of
  *    gp_gpu_read.  NOT_SUPPORTED on utilisation, temperature or power only
  *    makes that reading -1.
+ *  - The compute processes of a GPU (nvmlDeviceGetComputeRunningProcesses,
+ *    _v3 or _v2: one layout) are optional like the diagnostics: an error
+ *    lists none.
  *  - Clocks, ECC counts and throttle reasons are diagnostics: their symbols
  *    are optional (old drivers) and any error reading them (GeForce cards
  *    answer NOT_SUPPORTED for ECC) only makes the reading -1; they never
@@ -56,6 +59,17 @@ typedef struct nvmlUtilization_st {
         // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
         unsigned int memory;              /* percent of time memory was read/written */
 } nvmlUtilization_t;
+
+/* nvmlProcessInfo_v2_t, also what _v3 takes */
+typedef struct nvmlProcessInfo_st {
+        unsigned int pid;
+        unsigned long long usedGpuMemory; /* bytes, NVML_VALUE_NOT_AVAILABLE when unknown */
+        // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
+        unsigned int gpuInstanceId;
+        // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
+        unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+#define NVML_VALUE_NOT_AVAILABLE (~0ULL)
 
 enum {
         NVML_SUCCESS = 0,
@@ -97,6 +111,7 @@ typedef struct nvml_fns {
         nvmlReturn_t (*get_clock)(nvmlDevice_t, int, unsigned int *);                      /* may be NULL */
         nvmlReturn_t (*get_ecc)(nvmlDevice_t, int, int, unsigned long long *);             /* may be NULL */
         nvmlReturn_t (*get_throttle)(nvmlDevice_t, unsigned long long *);                  /* may be NULL */
+        nvmlReturn_t (*get_procs)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);      /* may be NULL */
 } nvml_fns;
 
 typedef struct nvml_gpu {
@@ -181,6 +196,23 @@ static void read_diagnostics(const nvml_backend *nb, nvmlDevice_t dev, gp_gpu_in
                 n = 0;
                 if (nb->fn.get_throttle(dev, &n) == NVML_SUCCESS && n <= (unsigned long long)INT64_MAX)
                         o->throttle_reasons = (int64_t)n;
+        }
+        if (nb->fn.get_procs) {
+                static __thread nvmlProcessInfo_t p[4 * GP_GPU_MAX_PROCS];
+                unsigned int cnt = 4 * GP_GPU_MAX_PROCS;
+                memset(p, 0, sizeof(p));
+                o->procs_known = nb->fn.get_procs(dev, &cnt, p) == NVML_SUCCESS;
+                if (o->procs_known)
+                        for (unsigned int k = 0; k < cnt && k < 4 * GP_GPU_MAX_PROCS && o->n_procs < GP_GPU_MAX_PROCS;
+                             k++) {
+                                if (p[k].pid == 0 || p[k].pid > INT_MAX)
+                                        continue;
+                                gp_gpu_proc *q = &o->procs[o->n_procs++];
+                                q->pid = (int)p[k].pid;
+                                q->used_mb = p[k].usedGpuMemory == NVML_VALUE_NOT_AVAILABLE
+                                                     ? -1
+                                                     : (int64_t)(p[k].usedGpuMemory / MIB);
+                        }
         }
 }
 
@@ -374,6 +406,9 @@ int gp_gpu_nvml_open(const gp_gpu_options *opt, gp_gpu_backend **ret, char *err,
         LOAD(get_clock, "nvmlDeviceGetClockInfo", false);
         LOAD(get_ecc, "nvmlDeviceGetTotalEccErrors", false);
         LOAD(get_throttle, "nvmlDeviceGetCurrentClocksThrottleReasons", false);
+        LOAD(get_procs, "nvmlDeviceGetComputeRunningProcesses_v3", false);
+        if (!fn.get_procs)
+                LOAD(get_procs, "nvmlDeviceGetComputeRunningProcesses_v2", false);
 
         rc = fn.init();
         if (rc != NVML_SUCCESS) {

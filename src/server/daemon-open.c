@@ -24,6 +24,7 @@
 #include "exec/exec.h"
 #include "server/monitor.h"
 #include "server/nodes.h"
+#include "server/nodes-tele.h"
 #include "server/coord.h"
 #include "server/estimates.h"
 #include "server/idem.h"
@@ -91,6 +92,7 @@ static void sample(gp_daemon *d) {
         }
         free(d->gpu_info);
         d->gpu_info = info;
+        gp_tele_local_sample(d);
         pthread_mutex_unlock(&d->lock);
         for (size_t k = 0; k < nfailed; k++)
                 gp_daemon_post(d, failed[k]);

@@ -26,6 +26,7 @@
 #include "exec/exec.h"
 #include "server/monitor.h"
 #include "server/nodes.h"
+#include "server/nodes-tele.h"
 #include "server/peer.h"
 #include "server/coord.h"
 #include "server/estimates.h"
@@ -260,6 +261,7 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         free(rds);
         json_decref(rd);
         r = r ? r : gp_est_write(d, t, gp_now_ms(), b); /* queued or running: what history predicts */
+        r = r ? r : gp_tele_task_write(d, t, b);        /* its processes' GPU memory, now and at peak */
         r = r ? r : gp_buf_printf(b, ",\"preempt_count\":%d,\"retries\":%d", t->preempt_count, t->retries);
         if (t->has_exit_code)
                 r = r ? r : gp_buf_printf(b, ",\"exit_code\":%d", t->exit_code);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
+#include "base/host.h"
 #include "base/util.h"
 #include "core/sched.h"
 #include "server/nodes.h"
@@ -45,6 +47,7 @@ static void reading(gp_gpu_info *g, const gp_proto_tele *r) {
         g->ecc_uncorrected = r->ecc_uncorrected;
         g->throttle_reasons = r->throttle;
         g->healthy = !r->reason[0];
+        g->procs_known = r->procs_known;
         gp_strlcpy(g->health_reason, r->reason, sizeof(g->health_reason));
 }
 
@@ -124,7 +127,7 @@ int64_t gp_node_tele_task_mb(const gp_node_tele *t, int64_t task) {
         int64_t sum = -1;
         for (int i = 0; t && i < t->n; i++) {
                 const tele_gpu *g = &t->gpus[i];
-                if (g->n_procs && sum < 0)
+                if (g->info.procs_known && sum < 0)
                         sum = 0;
                 for (int k = 0; k < g->n_procs; k++)
                         if (g->procs[k].task == task)
@@ -168,4 +171,80 @@ int gp_gpu_readings_json(const gp_gpu_info *g, json_t *o) {
                put(o, "util_pct", size_or_null(g ? g->util_pct : -1)) |
                put(o, "temp_c", size_or_null(g ? g->temp_c : -1)) |
                put(o, "power_w", g && g->power_mw >= 0 ? json_real(g->power_mw / 1000.0) : json_null());
+}
+
+/* t's GPU memory now, MiB; -1 when not known. */
+static int64_t task_mb_now(gp_daemon *d, const gp_task *t) {
+        if (t->state != GP_TASK_RUNNING || t->n_gpus == 0)
+                return -1;
+        if (!gp_nodes_remote(t))
+                return t->gpu_mem_seen ? t->gpu_mem_mb : -1;
+        int64_t sum = -1;
+        for (int i = 0; i < t->n_gpus; i++) {
+                if (i > 0 && !strcmp(t->gpus[i - 1].node, t->gpus[i].node))
+                        continue; /* each node once (its GPUs are together) */
+                int64_t mb = gp_node_tele_task_mb(gp_nodes_tele(d, t->gpus[i].node), t->id);
+                if (mb >= 0)
+                        sum = (sum < 0 ? 0 : sum) + mb;
+        }
+        return sum;
+}
+
+int gp_tele_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
+        int64_t now = task_mb_now(d, t), peak = t->gpu_mem_seen ? t->gpu_mem_peak_mb : -1;
+        if (now > peak)
+                peak = now;
+        int r = now >= 0 ? gp_buf_printf(b, ",\"gpu_memory_used_mb\":%lld", (long long)now)
+                         : gp_buf_puts(b, ",\"gpu_memory_used_mb\":null");
+        return r ? r : peak >= 0 ? gp_buf_printf(b, ",\"gpu_memory_peak_mb\":%lld", (long long)peak)
+                                 : gp_buf_puts(b, ",\"gpu_memory_peak_mb\":null");
+}
+
+#define MAX_ROOTS 4096
+
+void gp_tele_local_sample(gp_daemon *d) {
+        bool known = false;
+        for (size_t i = 0; i < d->ngpus && d->gpu_info; i++)
+                known = known || d->gpu_info[i].procs_known;
+        if (!known)
+                return;
+        static int64_t roots[MAX_ROOTS], sums[MAX_ROOTS];
+        static gp_task *owners[MAX_ROOTS];
+        size_t nr = 0, pos = 0;
+        gp_task *t;
+        while ((t = gp_i64map_next(&d->tasks, &pos, NULL)) && nr < MAX_ROOTS)
+                if (t->state == GP_TASK_RUNNING && t->sup_pid > 0 && !gp_nodes_remote(t)) {
+                        roots[nr] = t->sup_pid;
+                        sums[nr] = 0;
+                        owners[nr++] = t;
+                }
+        for (size_t i = 0; i < d->ngpus && nr; i++)
+                for (int k = 0; k < d->gpu_info[i].n_procs; k++) {
+                        const gp_gpu_proc *p = &d->gpu_info[i].procs[k];
+                        int w = gp_host_descends(p->pid, roots, nr);
+                        if (w >= 0 && p->used_mb > 0)
+                                sums[w] += p->used_mb;
+                }
+        for (size_t i = 0; i < nr; i++) {
+                t = owners[i];
+                t->gpu_mem_seen = true;
+                t->gpu_mem_mb = sums[i];
+                if (sums[i] > t->gpu_mem_peak_mb)
+                        t->gpu_mem_peak_mb = sums[i];
+        }
+}
+
+void gp_tele_node_peaks(gp_daemon *d, const gp_proto_sync *m) {
+        for (int i = 0; i < m->n_tele; i++)
+                for (int k = 0; k < m->tele[i].n_procs; k++) {
+                        gp_task *t = m->tele[i].procs[k].task > 0
+                                             ? gp_i64map_get(&d->tasks, m->tele[i].procs[k].task)
+                                             : NULL;
+                        int64_t now = t ? task_mb_now(d, t) : -1;
+                        if (now < 0)
+                                continue;
+                        t->gpu_mem_seen = true;
+                        if (now > t->gpu_mem_peak_mb)
+                                t->gpu_mem_peak_mb = now;
+                }
 }

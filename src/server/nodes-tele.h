@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "cluster/proto.h"
+#include "core/task.h"
 #include "gpu/gpu.h"
 
 struct gp_daemon;
@@ -50,6 +51,19 @@ int gp_node_host_json(const gp_host_info *h, int64_t at_ms, struct json_t *o);
 /* Add GPU g's readings to its JSON: memory_used_mb, util_pct, temp_c,
  * power_w (null when unknown).  0 or -ENOMEM. */
 int gp_gpu_readings_json(const gp_gpu_info *g, struct json_t *o);
+
+/* The GPU memory of task t's processes: on the server's own GPUs from the
+ * last sample, on agents' from their last readings; its peak.  Writes
+ * ,"gpu_memory_used_mb":N|null,"gpu_memory_peak_mb":N|null (null: not
+ * known, e.g. no process listing from the driver, or not running).  0 or
+ * -ENOMEM. */
+struct gp_buf;
+int gp_tele_task_write(struct gp_daemon *d, const gp_task *t, struct gp_buf *b);
+/* The server's own GPUs were read (d->gpu_info): each process listed is
+ * charged to the running task whose supervisor it descends from. */
+void gp_tele_local_sample(struct gp_daemon *d);
+/* A node's readings came (m): the peaks of the tasks named in them. */
+void gp_tele_node_peaks(struct gp_daemon *d, const gp_proto_sync *m);
 
 /* The readings of scheduler GPU g, the server's own or an agent's (NULL
  * when none are known: no sample yet, gpus.backend none, a lost node). */

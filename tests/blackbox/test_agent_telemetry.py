@@ -7,6 +7,7 @@ readings are not shown, a bad reading is refused."""
 import os
 import re
 import signal
+import subprocess
 import time
 
 import requests
@@ -182,3 +183,56 @@ def test_bad_readings_are_refused_and_change_nothing(cluster):
     assert st == 401, body
     g = gpus_of(cluster, "tel-d")[0]
     assert g["util_pct"] == 20 and g["healthy"], g
+
+
+def task_mem(cluster_or_daemon_api, tid):
+    t = cluster_or_daemon_api("GET", "/api/v1/tasks/%d" % tid).json()
+    return t["gpu_memory_used_mb"], t["gpu_memory_peak_mb"]
+
+
+MEM_TASK = ["sh", "-c", "FAKE_NVML_GPU_MB=900 sleep 3 & FAKE_NVML_GPU_MB=200 exec sleep 60"]
+
+
+def test_a_task_shows_its_processes_gpu_memory_now_and_at_peak_on_an_agent(cluster):
+    """The fake NVML lists every process whose environment says it uses
+    GPU memory on a GPU it sees (procs=env); the agent charges each to the
+    run whose supervisor it descends from, the server sums them per task."""
+    cluster.start_server(config())
+    nvml_agent(cluster, "tel-m", [H100 % ("eeeeeeee", i, "procs=env") for i in range(2)])
+    # a process of nobody's task on GPU 0 is listed by the driver but charged to no task
+    stray = subprocess.Popen(["sleep", "60"], env=dict(os.environ, FAKE_NVML_GPU_MB="5000",
+                                                       CUDA_VISIBLE_DEVICES="0"))
+    try:
+        t = cluster.submit(MEM_TASK, gpu_request=2)
+        t = cluster.wait_task(t["id"], "running")
+        api = cluster.server.api
+        # both processes on both GPUs at first, then the short one ends
+        assert wait_for(lambda: task_mem(api, t["id"])[1] == 2 * (900 + 200), timeout=15), task_mem(api, t["id"])
+        assert wait_for(lambda: task_mem(api, t["id"]) == (2 * 200, 2 * 1100), timeout=15), task_mem(api, t["id"])
+        out = cluster.cli("status", str(t["id"]))
+        assert out.returncode == 0 and "400 MB now, 2200 MB at peak" in out.stdout, out.stdout
+        cluster.server.api("POST", "/api/v1/tasks/%d/cancel" % t["id"])
+        t = cluster.wait_task(t["id"], "cancelled")
+        assert t["gpu_memory_used_mb"] is None, t  # not running: nothing now
+    finally:
+        stray.kill()
+        stray.wait()
+
+
+def test_a_task_on_the_servers_own_gpus_shows_its_gpu_memory(daemon_factory, tmp_path, monkeypatch):
+    script = tmp_path / "nvml.conf"
+    script.write_text("".join(H100 % ("ffffffff", i, "procs=env") for i in range(2)))
+    monkeypatch.setenv("FAKE_NVML_CONFIG", str(script))
+    d = daemon_factory('gpus: {backend: nvml, poll_ms: 200, nvml_library: "%s"}\n' % fake_nvml_lib())
+    r = d.api("POST", "/api/v1/tasks", json={"command": MEM_TASK, "gpu_request": 1})
+    assert r.status_code == 201, r.text
+    tid = r.json()["id"]
+    assert wait_for(lambda: task_mem(d.api, tid)[1] == 1100, timeout=15), task_mem(d.api, tid)
+    assert wait_for(lambda: task_mem(d.api, tid) == (200, 1100), timeout=15), task_mem(d.api, tid)
+    # on simulated GPUs nobody lists processes: null, not 0
+    s = daemon_factory("gpus: {backend: sim}\n")
+    r = s.api("POST", "/api/v1/tasks", json={"command": ["sleep", "30"]})
+    tid = r.json()["id"]
+    assert wait_for(lambda: s.api("GET", "/api/v1/tasks/%d" % tid).json()["state"] == "running", timeout=10)
+    time.sleep(0.5)
+    assert task_mem(s.api, tid) == (None, None)

@@ -53,6 +53,13 @@
  *       fail_after=N        a failing call first succeeds N times (counted
  *                           per GPU and per call), default 0
  *       topo_group=N        default 0; see topology below
+ *       procs=none|env      the GPU's compute processes
+ *                           (nvmlDeviceGetComputeRunningProcesses_v3/_v2):
+ *                           none (default), or env: every live process of
+ *                           this machine whose environment has
+ *                           FAKE_NVML_GPU_MB=N and whose CUDA_VISIBLE_DEVICES
+ *                           names this GPU's index, using N MiB on it, as a
+ *                           CUDA program allocating N MiB on each GPU it sees
  *
  *   live
  *       Readings follow the file: when its modification time changed,
@@ -72,6 +79,7 @@
  *   gpu name="NVIDIA A100-SXM4-80GB" fail=memory topo_group=1
  *   topo 0 1 HOSTBRIDGE
  */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -152,9 +160,9 @@ typedef enum nvmlGpuLevel_enum {
 #define MIB (1024ULL * 1024ULL)
 
 enum call { C_HANDLE, C_NAME, C_UUID, C_MEMORY, C_UTIL, C_TEMP, C_POWER, C_TOPO, C_CLOCK, C_ECC,
-             C_THROTTLE, C_COUNT };
+             C_THROTTLE, C_PROCS, C_COUNT };
 static const char *const call_names[C_COUNT] = {"handle", "name", "uuid",  "memory", "util",    "temp",
-                                                "power",  "topo", "clock", "ecc",    "throttle"};
+                                                "power",  "topo", "clock", "ecc",    "throttle", "procs"};
 
 struct fake_gpu {
         char name[MAX_TEXT];
@@ -169,6 +177,7 @@ struct fake_gpu {
         unsigned long fail_after;
         unsigned long calls[C_COUNT];          /* calls answered so far, per call */
         long topo_group;
+        bool procs_env;                        /* procs=env */
 };
 
 struct topo_rule {
@@ -371,6 +380,9 @@ static bool parse_gpu(const struct parse *p, char *pos) {
                 } else if (strcmp(tok, "fail_after") == 0) {
                         ok = parse_ull(val, 1000000, &v);
                         g->fail_after = (unsigned long)v;
+                } else if (strcmp(tok, "procs") == 0) {
+                        ok = strcmp(val, "none") == 0 || strcmp(val, "env") == 0;
+                        g->procs_env = strcmp(val, "env") == 0;
                 } else if (strcmp(tok, "topo_group") == 0) {
                         ok = parse_ull(val, 1000000, &v);
                         g->topo_group = (long)v;
@@ -762,6 +774,80 @@ API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
         else
                 *clocksThrottleReasons = (unsigned long long)g->throttle;
         DEVICE_END;
+}
+
+/* nvmlProcessInfo_v2_t, what _v2 and _v3 fill */
+typedef struct nvmlProcessInfo_st {
+        unsigned int pid;
+        unsigned long long usedGpuMemory;
+        unsigned int gpuInstanceId;
+        unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+/* Does process pid's environment say it uses GPU index (procs=env)?  Its
+ * FAKE_NVML_GPU_MB into *mb. */
+static bool env_uses(const char *pid, unsigned index, unsigned long long *mb) {
+        char path[64], buf[65536];
+        snprintf(path, sizeof(path), "/proc/%s/environ", pid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return false;
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        bool has_mb = false, sees = false;
+        for (size_t off = 0; off < n; off += strlen(buf + off) + 1) {
+                const char *e = buf + off;
+                if (strncmp(e, "FAKE_NVML_GPU_MB=", 17) == 0)
+                        has_mb = parse_ull(e + 17, 1ULL << 30, mb);
+                else if (strncmp(e, "CUDA_VISIBLE_DEVICES=", 21) == 0)
+                        for (const char *q = e + 21; *q;) {
+                                char *end;
+                                unsigned long v = strtoul(q, &end, 10);
+                                if (end == q)
+                                        break;
+                                sees = sees || v == index;
+                                q = *end == ',' ? end + 1 : end;
+                        }
+        }
+        return has_mb && sees;
+}
+
+static nvmlReturn_t get_procs(nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_t *infos) {
+        DEVICE_CALL(device, g, C_PROCS);
+        if (!count) {
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+                goto out;
+        }
+        unsigned found = 0, index = (unsigned)(g - gpus);
+        DIR *dir = g->procs_env ? opendir("/proc") : NULL;
+        struct dirent *de;
+        while (dir && (de = readdir(dir))) {
+                unsigned long long mb;
+                if (de->d_name[0] < '1' || de->d_name[0] > '9' || !env_uses(de->d_name, index, &mb))
+                        continue;
+                if (infos && found < *count)
+                        infos[found] = (nvmlProcessInfo_t){.pid = (unsigned)strtoul(de->d_name, NULL, 10),
+                                                           .usedGpuMemory = mb * MIB};
+                found++;
+        }
+        if (dir)
+                closedir(dir);
+        /* NVML: too small a buffer (or none) is INSUFFICIENT_SIZE with the count needed */
+        if (found > *count || (!infos && found))
+                rc_ = NVML_ERROR_INSUFFICIENT_SIZE;
+        *count = found;
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                         nvmlProcessInfo_t *infos) {
+        return get_procs(device, infoCount, infos);
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                         nvmlProcessInfo_t *infos) {
+        return get_procs(device, infoCount, infos);
 }
 
 #ifndef FAKE_NVML_NO_TOPOLOGY

@@ -26,14 +26,29 @@
 # with a join token carrying the CA's hash, so they pin and verify the CA;
 # wrk on https://).  Prints each round, then median [min-max] over the
 # rounds and the goals, the two legs side by side.
+# BASE_REV=REV adds a leg "base": the plain leg on REV's binaries (built in
+# a temporary worktree), the first in each round, so that a change's
+# figures stand beside its parent's, measured in the same run.
 # Usage: bench/bench-cluster.sh [ROUNDS [NODES [TASKS [IDLE_S]]]]
 #        (default 3 1000 20000 30); env BUILD (build), LEASE_S (5),
-#        LEGS (plain,tls; or plain, or tls)
+#        LEGS (plain,tls; or plain, or tls), BASE_REV (none)
 set -eu
 cd "$(dirname "$0")/.."
 rounds=${1:-3}; nodes=${2:-1000}; tasks=${3:-20000}; idle=${4:-30}
 build=${BUILD:-build}
 command -v wrk >/dev/null || { echo "bench-cluster: needs wrk (apt-get install wrk)" >&2; exit 1; }
 make -s "$build/gpupool" "$build/gpupool-server" >/dev/null
-exec /usr/bin/python3 bench/cluster.py --build "$build" --rounds "$rounds" --nodes "$nodes" --tasks "$tasks" \
-        --idle "$idle" --lease-s "${LEASE_S:-5}" --legs "${LEGS:-plain,tls}"
+legs=${LEGS:-plain,tls}
+set -- --build "$build" --rounds "$rounds" --nodes "$nodes" --tasks "$tasks" --idle "$idle" --lease-s "${LEASE_S:-5}"
+if [ -n "${BASE_REV:-}" ]; then
+        base_sha=$(git rev-parse --short "$BASE_REV^{commit}") || { echo "bench-cluster: $BASE_REV is not a commit" >&2; exit 2; }
+        tmp=$(mktemp -d /tmp/gp-bcbase-XXXXXX)
+        trap 'git worktree remove --force "$tmp/base" 2>/dev/null || true; rm -rf "$tmp"' EXIT INT TERM
+        git worktree add -q --detach "$tmp/base" "$base_sha"
+        [ -e "$tmp/shared" ] || ln -s "$PWD/../shared" "$tmp/shared"
+        echo "bench-cluster: building $base_sha (leg base)" >&2
+        make -s -C "$tmp/base" -j2 build/gpupool build/gpupool-server >/dev/null
+        /usr/bin/python3 bench/cluster.py "$@" --legs "base,$legs" --base-build "$tmp/base/build"
+        exit $?
+fi
+exec /usr/bin/python3 bench/cluster.py "$@" --legs "$legs"

@@ -24,7 +24,9 @@ other (issue 22): "plain", the agents and wrk on http://127.0.0.1 (plaintext
 on loopback), and "tls", the agents on https:// with a join token that
 carries the server CA's hash (so each agent fetches and pins the CA, then
 verifies every connection against it) and wrk on https:// too.  The driver's
-own polling stays on http:// loopback in both.
+own polling stays on http:// loopback in both.  With --base-build DIR a
+leg "base" runs the plain leg on the binaries in DIR (an older commit's
+build): the same figures before and after a change, in the same run.
 Python: the Debian python3 only (no packages beyond the standard library).
 """
 import argparse
@@ -171,7 +173,8 @@ def one_round(a, r, tmp, leg):
                 "node: {labels: {bench: \"yes\"}}\n")
     p = port()
     url = "http://127.0.0.1:%d" % p
-    srv = spawn([a.build + "/gpupool-server", "server", "--config", d + "/server.yaml", "--listen",
+    build = a.base_build if leg == "base" else a.build
+    srv = spawn([build + "/gpupool-server", "server", "--config", d + "/server.yaml", "--listen",
                  "127.0.0.1:%d" % p, "--data-dir", d + "/data"], open(d + "/server.log", "w"))
 
     def up():
@@ -185,7 +188,7 @@ def one_round(a, r, tmp, leg):
         # the token as `join-token create` prints it: SECRET.CAHASH; the agents pin the CA
         token += "." + req(url + "/agent/v1/ca")["ca_hash"][len("sha256:"):]
         url = "https://127.0.0.1:%d" % p
-    agent = [a.build + "/gpupool", "agent", "--server", url, "--token", token, "--config", d + "/agent.yaml"]
+    agent = [build + "/gpupool", "agent", "--server", url, "--token", token, "--config", d + "/agent.yaml"]
     victim = spawn(agent + ["--sim-nodes", "1", "--name", "victim", "--listen", "127.0.0.1:%d" % port(),
                             "--data-dir", d + "/victim"], open(d + "/victim.log", "w"))
     until("the victim's join", lambda: ready_nodes(ctl) == 1, 20)
@@ -302,12 +305,16 @@ def main():
     ap.add_argument("--tasks", type=int, default=20000)
     ap.add_argument("--idle", type=int, default=30)
     ap.add_argument("--lease-s", type=int, default=5)
-    ap.add_argument("--legs", default="plain,tls", help="plain, tls or both (interleaved in each round)")
+    ap.add_argument("--legs", default="plain,tls", help="plain, tls, base, in the order they run in each round")
+    ap.add_argument("--base-build", default="", help="the build of leg base (plain, on these binaries)")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
+    a.base_build = os.path.abspath(a.base_build) if a.base_build else ""
     legs = [x for x in a.legs.split(",") if x]
-    if not legs or any(x not in ("plain", "tls") for x in legs):
-        raise SystemExit("bench-cluster: --legs: plain, tls or plain,tls")
+    if not legs or any(x not in ("plain", "tls", "base") for x in legs) or len(set(legs)) != len(legs):
+        raise SystemExit("bench-cluster: --legs: a list of plain, tls and base")
+    if ("base" in legs) != bool(a.base_build):
+        raise SystemExit("bench-cluster: leg base and --base-build go together")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = tempfile.mkdtemp(prefix="gp-bcluster-", dir="/tmp")
     fs = subprocess.run(["stat", "-f", "-c", "%T", tmp], capture_output=True, text=True).stdout.strip()

@@ -568,6 +568,71 @@ test("the nodes page lists node local with its state, GPUs busy/total and a fres
   assert.deepEqual(b.errors, []);
 });
 
+test("agents' GPUs: their readings on the overview grouped by node, the nodes table with CPUs, memory, disk and version, a node's page", async () => {
+  const token = "gpj_" + "7c".repeat(32);
+  const hash = "sha256:" + crypto.createHash("sha256").update(token).digest("hex");
+  const dn = await startDaemon("gpus: {backend: none, poll_ms: 200}\nmonitor: {sample_ms: 500}\n" +
+    "cluster: {join_tokens: [\"" + hash + "\"]}\n");
+  const agents = [];
+  const bn = await openBrowser({ locale: "en-US" });
+  try {
+    await waitFor(async () => (await dn.api("GET", "/readyz")).status === 200, 10000, "the server");
+    for (const name of ["web-a", "web-b"]) {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "gpupool-web-agent-"));
+      const cfg = path.join(dir, "agent.yaml");
+      fs.writeFileSync(cfg, "gpus: {backend: sim, sim: [{name: \"Sim H100\", memory_mb: 81920, count: 2}]}\n" +
+        "agent: {heartbeat_s: 1}\nnode: {name: " + name + "}\n");
+      const log = fs.openSync(path.join(dir, "agent.log"), "a");
+      agents.push(spawn(BIN, ["agent", "--server", dn.url, "--token", token, "--config", cfg, "--name", name,
+        "--listen", "127.0.0.1:" + await freePort(), "--data-dir", path.join(dir, "data")], { stdio: ["ignore", log, log] }));
+    }
+    await waitFor(async () => {
+      const r = await dn.api("GET", "/api/v1/gpus");
+      return r.json && r.json.gpus.length === 4 && r.json.gpus.every((g) => g.temp_c !== null);
+    }, 15000, "both agents' readings");
+    const sub = await dn.api("POST", "/api/v1/tasks", { name: "on-b", command: ["sleep", "60"],
+      node_selector: { "gpupool/node": "web-b" } });
+    assert.equal(sub.status, 201, sub.text);
+    await bn.page.goto(dn.url + "/#/overview");
+    const heads = bn.page.locator("#gpu-cards h3.node-head");
+    await waitFor(async () => (await heads.count()) === 2, 5000, "a heading per node");
+    assert.deepEqual(await heads.allTextContents(), ["web-a: 2 GPUs", "web-b: 2 GPUs"]);
+    // the card of the busy GPU shows the agent's (simulated) readings: 35 % per task, 30 + 35/2 C
+    const busy = sub.json.gpus && sub.json.gpus.length ? sub.json.gpus[0].index : 0;
+    const card = bn.page.locator('#gpu-cards .card[data-gpu="web-b:' + busy + '"]');
+    await waitFor(async () => /35%/.test(await card.locator(".meter").first().textContent()), 10000, "35 % on web-b");
+    assert.match(await card.locator(".facts").textContent(), /47 °C/);
+    assert.match(await bn.page.locator('#gpu-cards .card[data-gpu="web-a:0"] .meter').first().textContent(), /0%/);
+    await shot(bn.page, "08b-agents-overview");
+    // the nodes table: the machine of each node (this one: both agents run here)
+    await bn.page.goto(dn.url + "/#/nodes");
+    const row = bn.page.locator('#nodes-table tr[data-node="web-a"]');
+    await row.waitFor({ timeout: 5000 });
+    assert.equal(await row.locator("td.cpus").textContent(), String(os.cpus().length));
+    assert.match(await row.locator("td.mem").textContent(), /^\d+\.\d GB \/ \d+\.\d GB$/);
+    assert.match(await row.locator("td.disk").textContent(), /^\d+\.\d GB$/);
+    assert.match(await row.locator("td.version").textContent(), /^\d+\.\d+\.\d+/);
+    // a node's page: its facts and its GPUs' cards
+    await row.locator("a").click();
+    await waitFor(async () => (await bn.page.locator("#nd-title").textContent()) === "Node web-a", 5000, "web-a's page");
+    assert.equal(bn.page.url(), dn.url + "/#/nodes/web-a");
+    assert.equal(await bn.page.locator("#nd-cards .card").count(), 2);
+    assert.deepEqual(await bn.page.locator("#nd-cards .card .id").allTextContents(), ["web-a:0", "web-a:1"]);
+    assert.match(await bn.page.locator("#nd-stats").textContent(), /ago/);
+    await shot(bn.page, "08c-node-page");
+    // 中文
+    await bn.page.locator("#lang").click();
+    await waitFor(async () => (await bn.page.locator("#nd-title").textContent()) === "节点 web-a", 3000, "the Chinese title");
+    assert.equal(await bn.page.locator("#nodes-table th[data-i18n=col_cpus]").textContent(), "CPU 数");
+    await bn.page.locator("#lang").click();
+    assert.deepEqual(bn.errors, []);
+  } finally {
+    for (const a of agents) a.kill("SIGTERM");
+    await bn.close();
+    await dn.stop();
+  }
+});
+
 test("the gateway page says it is not configured; the alerts page lists the rules", async () => {
   await b.page.goto(d.url + "/#/gateway");
   await b.page.waitForSelector("#gateway-off:not([hidden])");

@@ -171,7 +171,15 @@
     s.appendChild(statBox(String(snap.alerts_firing), t("stat_alerts"), snap.alerts_firing > 0));
     const cards = $("gpu-cards");
     cards.textContent = "";
-    gpus.gpus.forEach((g) => cards.appendChild(gpuCard(g, snap)));
+    /* grouped by node (a heading each, linking to its page) when the pool has several */
+    const nodes = [...new Set(gpus.gpus.map((g) => g.node))];
+    nodes.forEach((n) => {
+      const mine = gpus.gpus.filter((g) => g.node === n);
+      if (nodes.length > 1)
+        cards.appendChild(el("h3", { class: "node-head", "data-node": n },
+          el("a", { href: "#/nodes/" + encodeURIComponent(n), text: t("node_gpus", n, mine.length) })));
+      mine.forEach((g) => cards.appendChild(gpuCard(g, snap)));
+    });
     if (Date.now() - state.historyAt > HISTORY_MS) {
       state.historyAt = Date.now();
       const [u, q, r] = await Promise.all([
@@ -404,8 +412,11 @@
 
   /* GET /api/v1/nodes: the server's own GPUs (node "local") and every node
    * that joined through gpupool agent (docs/api.md). */
+  /* a size in MiB as "7.5 GB", or "—" */
+  function gbOf(mb) { return mb === null || mb === undefined ? t("none") : gb(mb); }
+
   async function loadNodes() {
-    const r = await api("/api/v1/nodes");
+    const [r, g] = await Promise.all([api("/api/v1/nodes"), state.node ? api("/api/v1/gpus") : null]);
     const nodes = r.nodes || [];
     const now = Date.now();
     fill($("nodes-table").tBodies[0], nodes.map((n) => {
@@ -415,13 +426,34 @@
       const total = n.gpus_total !== undefined ? n.gpus_total : n.gpus;
       const busy = n.gpus_busy !== undefined ? n.gpus_busy + " / " : "";
       return el("tr", { "data-node": n.name, class: n.state === "lost" ? "down" : "" },
-        el("td", { class: "strong", text: n.name }),
+        el("td", { class: "strong" }, el("a", { href: "#/nodes/" + encodeURIComponent(n.name), text: n.name })),
         el("td", {}, el("span", { class: "node-state " + n.state, text: t("node_" + n.state) === "node_" + n.state ? n.state : t("node_" + n.state) })),
         el("td", { class: "num gpus", text: busy + (total === undefined ? t("none") : String(total)) }),
-        el("td", { text: models || t("none") }), el("td", { class: "labels", text: labels || t("none") }),
+        el("td", { text: models || t("none") }),
+        el("td", { class: "num cpus", text: n.cpus === null || n.cpus === undefined ? t("none") : String(n.cpus) }),
+        el("td", { class: "num mem", text: n.memory_available_mb === null || n.memory_available_mb === undefined ? t("none")
+          : gbOf(n.memory_available_mb) + " / " + gbOf(n.memory_total_mb) }),
+        el("td", { class: "num disk", text: gbOf(n.disk_free_mb) }),
+        el("td", { class: "version", text: n.version || t("none") }),
+        el("td", { class: "labels", text: labels || t("none") }),
         el("td", { class: "heartbeat", text: hb }), el("td", { class: "mono", text: n.address || t("none") }));
     }));
     $("nodes-empty").hidden = nodes.length > 0;
+    /* #/nodes/NAME: that node's machine and its GPUs' cards */
+    const n = state.node && nodes.find((x) => x.name === state.node);
+    $("node-detail").hidden = !n;
+    if (!n) return;
+    $("nd-title").textContent = t("node_title", n.name);
+    const s = $("nd-stats");
+    s.textContent = "";
+    s.appendChild(statBox(n.cpus === null || n.cpus === undefined ? t("none") : String(n.cpus), t("stat_cpus")));
+    s.appendChild(statBox(gbOf(n.memory_available_mb) + " / " + gbOf(n.memory_total_mb), t("stat_mem_free")));
+    s.appendChild(statBox(gbOf(n.disk_free_mb) + " / " + gbOf(n.disk_total_mb), t("stat_disk_free")));
+    s.appendChild(statBox(n.version || t("none"), t("stat_version")));
+    s.appendChild(statBox(n.telemetry_ms ? t("ago", dur(Math.max(0, (now - n.telemetry_ms) / 1000))) : t("none"), t("stat_readings")));
+    const cards = $("nd-cards");
+    cards.textContent = "";
+    ((g && g.gpus) || []).filter((x) => x.node === n.name).forEach((x) => cards.appendChild(gpuCard(x, null)));
   }
 
   /* ---- tenants ---- */
@@ -639,6 +671,7 @@
     const parts = (location.hash || "#/overview").replace(/^#\/?/, "").split("/");
     const page = loaders[parts[0]] ? parts[0] : "overview";
     const sel = page === "tasks" && parts[1] ? Number(parts[1]) : null;
+    state.node = page === "nodes" && parts[1] ? decodeURIComponent(parts[1]) : null;
     if (page !== state.page) state.historyAt = 0;
     state.page = page;
     state.selected = sel;

@@ -83,6 +83,9 @@
     hours: "{0} h", ago: "{0} ago",
     nav_nodes: "Nodes", nodes_title: "Nodes", nodes_empty: "No nodes.", col_node: "Node", col_gpus_busy: "GPUs busy",
     col_gpu_model: "GPU model", col_labels: "Labels", col_heartbeat: "Last heartbeat", col_address: "Address",
+    col_cpus: "CPUs", col_mem_free: "Memory free", col_disk_free: "Disk free", col_version: "Version",
+    node_gpus: "{0}: {1} GPUs", node_title: "Node {0}", stat_cpus: "CPUs", stat_mem_free: "memory free",
+    stat_disk_free: "disk free", stat_version: "version", stat_readings: "last readings",
     node_ready: "ready", node_draining: "draining", node_lost: "lost", node_left: "left",
     nodes_note: "Every node also has the label gpupool/node=NAME. Nodes join with gpupool agent (docs/deployment.md).",
   };
@@ -156,6 +159,9 @@
     none: "—", seconds: "{0} 秒", minutes: "{0} 分钟", hours: "{0} 小时", ago: "{0}前",
     nav_nodes: "节点", nodes_title: "节点", nodes_empty: "没有节点。", col_node: "节点", col_gpus_busy: "GPU 忙/总",
     col_gpu_model: "GPU 型号", col_labels: "标签", col_heartbeat: "最近心跳", col_address: "地址",
+    col_cpus: "CPU 数", col_mem_free: "可用内存", col_disk_free: "可用磁盘", col_version: "版本",
+    node_gpus: "{0}：{1} 块 GPU", node_title: "节点 {0}", stat_cpus: "CPU 数", stat_mem_free: "可用内存",
+    stat_disk_free: "可用磁盘", stat_version: "版本", stat_readings: "最近读数",
     node_ready: "就绪", node_draining: "排空中", node_lost: "失联", node_left: "已移除",
     nodes_note: "每个节点还带有标签 gpupool/node=名称。节点通过 gpupool agent 加入（见 docs/deployment.md）。",
   };

@@ -535,6 +535,11 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
                         CHECK(gp_buf_printf(&v, "%" PRId64 " MB at peak", peak_mb));
                 CHECK(line_str(out, "GPU memory used", v.data));
         }
+        const char *iso = jstr(task, "isolation");
+        if (iso && jint(task, "memory_mb", &mem) && mem > 0) /* a share of a GPU: how it is held to it */
+                CHECK(line_str(out, "isolation", !strcmp(iso, "watchdog")
+                                                         ? "watchdog (stopped when its processes use more than it asked)"
+                                                         : iso));
         json_t *nodes = json_object_get(task, "nodes");
         if (json_is_array(nodes) && json_array_size(nodes) > 0) {
                 /* a task's nodes in rank order (rank 0 first: MASTER_ADDR's) */

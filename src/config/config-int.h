@@ -64,6 +64,7 @@ int parse_rule_quotas(struct ctx *c, const struct field *f, void *base, const ya
 int parse_rule_gw(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_money(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_secs_ms(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+int parse_permille(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_bill_tz(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_serve(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_serve_port(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);

@@ -535,6 +535,25 @@ int parse_money(struct ctx *c, const struct field *f, void *base, const yaml_eve
         return 0;
 }
 
+/* A factor such as 1.2 (at most 3 decimals, f->min..f->max thousandths)
+ * stored as an int of thousandths. */
+int parse_permille(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        char d[96];
+        int64_t v = 0;
+        int r = ev->type != YAML_SCALAR_EVENT || cfg_is_null(ev)
+                        ? -EINVAL
+                        : gp_bill_parse_micros((const char *)ev->data.scalar.value, ev->data.scalar.length,
+                                               f->max * 1000, &v);
+        if ((r < 0 && r != -ERANGE) || (r == 0 && v % 1000 != 0))
+                return cfg_fail(c, cfg_ev_line(ev), "expected a decimal number such as 1.2 (at most 3 decimals), got %s",
+                                cfg_describe(ev, d, sizeof(d)));
+        if (r == -ERANGE || v < f->min * 1000 || v > f->max * 1000)
+                return cfg_fail(c, cfg_ev_line(ev), "must be between %.3g and %.3g, got %s", f->min / 1000.0,
+                                f->max / 1000.0, cfg_describe(ev, d, sizeof(d)));
+        *(int *)((char *)base + f->off) = (int)(v / 1000);
+        return 0;
+}
+
 /* Whole seconds (f->min..f->max) stored as milliseconds. */
 int parse_secs_ms(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
         int64_t x;

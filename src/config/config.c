@@ -108,6 +108,9 @@ const struct field cfg_fields[] = {
         {"gpus.sim[].memory_mb", K_I64, SIM(memory_mb), 1, 1048576, NULL},
         {"gpus.sim[].count", K_INT, SIM(count), 1, 64, NULL},
         {"gpus.poll_ms", K_INT, CFG(gpu_poll_ms), 100, 3600000, NULL},
+        {"gpus.watchdog", K_BOOL, CFG(gpu_watchdog), 0, 0, NULL},
+        {"gpus.watchdog_tolerance_mb", K_I64, CFG(watchdog_tolerance_mb), 0, 1048576, NULL},
+        {"gpus.watchdog_grace_s", K_INT, CFG(watchdog_grace_s), 0, 3600, NULL},
 
         {"agent", K_SECTION, NOSTORE, 0, 0, NULL},
         {"agent.listen", K_CUSTOM, CFG(agent_listen), 1, 127, parse_listen},
@@ -155,6 +158,7 @@ const struct field cfg_fields[] = {
         {"tasks.kill_grace_s", K_INT, CFG(kill_grace_s), 0, 3600, NULL},
         {"tasks.max_log_bytes", K_I64, CFG(max_log_bytes), 4096, (int64_t)1 << 40, NULL},
         {"tasks.default_max_retries", K_INT, CFG(default_max_retries), 0, 100, NULL},
+        {"tasks.oom_retry_factor", K_CUSTOM, CFG(oom_retry_permille), 1000, 4000, parse_permille},
         {"tasks.elastic_signal", K_CUSTOM, CFG(elastic_signal), 0, 0, parse_signal},
 
         {"monitor", K_SECTION, NOSTORE, 0, 0, NULL},
@@ -331,6 +335,9 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->sim[0].count = 4;
         cfg->n_sim = 1;
         cfg->gpu_poll_ms = 2000;
+        cfg->gpu_watchdog = true;
+        cfg->watchdog_tolerance_mb = 256;
+        cfg->watchdog_grace_s = 10;
 
         gp_strlcpy(cfg->agent_listen, "0.0.0.0:8081", sizeof(cfg->agent_listen));
         gp_strlcpy(cfg->agent_data_dir, "./gpupool-agent-data", sizeof(cfg->agent_data_dir));
@@ -364,6 +371,7 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->elastic_signal = SIGUSR1;
         cfg->max_log_bytes = (int64_t)64 << 20;
         cfg->default_max_retries = 1;
+        cfg->oom_retry_permille = 1200;
 
         cfg->monitor_sample_ms = 1000;
 

@@ -242,6 +242,9 @@ typedef struct gp_config {
         gp_cfg_sim_gpu sim[GP_CFG_MAX_SIM];  /* default: one entry, RTX 4090 24564 MB x4 */
         int n_sim;
         int gpu_poll_ms;                     /* GPU sampling interval, default 2000 */
+        bool gpu_watchdog;                   /* stop a sharing task over its memory_mb, default true */
+        int64_t watchdog_tolerance_mb;       /* over means above memory_mb + this, default 256 */
+        int watchdog_grace_s;                /* stopped after this long over, default 10 */
 
         /* scheduler */
         gp_sched_policy policy;              /* default hybrid; one the daemon runs (gp_sched_policy_daemon) */
@@ -268,6 +271,7 @@ typedef struct gp_config {
         int elastic_signal;                  /* told to an elastic task on a resize, default SIGUSR1 */
         int64_t max_log_bytes;               /* per task log cap, default 64 MiB */
         int default_max_retries;             /* default 1 */
+        int oom_retry_permille;              /* memory_mb x this / 1000 when requeued for GPU OOM, default 1200 */
 
         /* monitor */
         int monitor_sample_ms;               /* metrics history and alert evaluation, default 1000 */

@@ -100,6 +100,8 @@ typedef struct gp_task {
         bool gpu_mem_seen;                /* its processes' GPU memory was read (NVML lists processes); not stored */
         int64_t gpu_mem_mb;               /* on the server's own GPUs: their memory at the last sample, MiB */
         int64_t gpu_mem_peak_mb;          /* the most seen at once, over its runs since the server started */
+        int64_t gpu_mem_max_gpu_mb;       /* the most on any one of its GPUs at the last sample (watchdog) */
+        int64_t wd_over_ms;               /* the watchdog's state (core/watchdog.h): 0 under, -1 stopped */
 } gp_task;
 
 /* Which start of the task its current (or last) run is: 1, 2, ...  Every

@@ -32,6 +32,9 @@ bool commit(gp_daemon *d, batch *b);
 void gone_add(gp_daemon *d, int64_t id);
 void watch_add(gp_daemon *d, gp_task *t);
 void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now);
+/* The same for a run stopped for GPU out-of-memory: the requeued task asks
+ * memory_mb x tasks.oom_retry_factor from its next run on. */
+void requeue_oom(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now);
 void free_final(gp_daemon *d, batch *b);
 void defer_spawn(gp_daemon *d, int64_t id);
 void lost_the_lead(void *ud);

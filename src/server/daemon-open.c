@@ -372,6 +372,8 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, int64_t epoch, char *
         gp_i64map_init(&d->tasks);
         gp_i64map_init(&d->leases);
         gp_i64map_init(&d->requeue);
+        gp_i64map_init(&d->oom);
+        d->wd_due_ms = INT64_MAX;
         gp_i64map_init(&d->draining);
         gp_i64map_init(&d->ranks);
         gp_i64map_init(&d->lpreempting);
@@ -624,6 +626,7 @@ void gp_daemon_close(gp_daemon *d) {
         while ((why = gp_i64map_next(&d->requeue, &pos, NULL)))
                 free(why);
         gp_i64map_done(&d->requeue);
+        gp_i64map_done(&d->oom);
         void *v;
         pos = 0;
         while ((v = gp_i64map_next(&d->draining, &pos, NULL)))

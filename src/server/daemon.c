@@ -888,6 +888,36 @@ static void apply_gpu_failed(gp_daemon *d, batch *b, cmd *c, int64_t now) {
         }
 }
 
+/* The watchdog stops t: its processes stayed over its memory_mb on one of
+ * its GPUs for gpus.watchdog_grace_s (nodes-tele.c). */
+static void forget_ranks(gp_daemon *d, int64_t id);
+static void apply_mem_exceeded(gp_daemon *d, batch *b, cmd *c, int64_t now) {
+        gp_task *t = gp_i64map_get(&d->tasks, c->op.id);
+        if (!t || t->state != GP_TASK_RUNNING || t->is_lease || t->wd_over_ms != -1 ||
+            gp_i64map_get(&d->requeue, t->id))
+                return; /* ended, requeued or already stopping meanwhile */
+        char why[GP_REASON_MAX];
+        snprintf(why, sizeof(why), "memory_exceeded: used %" PRId64 " MB of %" PRId64 " on one of its GPUs",
+                 t->gpu_mem_max_gpu_mb, t->memory_mb);
+        gp_warn("task %" PRId64 ": %s: stopping it", t->id, why);
+        gp_monitor_watchdog(d->mon, true);
+        if (gp_nodes_remote(t)) { /* its runs are stopped; nothing starts there before they ended */
+                forget_ranks(d, t->id);
+                gp_nodes_stop(d, t, GP_PROTO_STOP_STALE);
+                requeue_oom(d, b, t, why, now);
+                return;
+        }
+        char *w = strdup(why); /* its supervisor's report requeues it */
+        if (!w || gp_i64map_put(&d->requeue, t->id, w) < 0 || gp_i64map_put(&d->oom, t->id, (void *)1) < 0) {
+                free(gp_i64map_del(&d->requeue, t->id));
+                t->wd_over_ms = 0; /* out of memory: the next sample tries again */
+                return;
+        }
+        gp_exec_proc p = {t->sup_pid, t->sup_start};
+        gp_exec_cancel(&p);
+        set_reason(t, "stopping: %s", why);
+}
+
 /* ------------------------------------------------------------------ */
 /* supervisors                                                         */
 
@@ -937,7 +967,7 @@ static void watch_del(gp_daemon *d, int64_t id) {
 
 /* A running task lost its GPU (or its GPU left the pool): back to the
  * queue while it has retries left, else failed with the reason. */
-void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now) {
+static void requeue_mem(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now, int64_t memory_mb) {
         /* the run ends here, not by the tenant's doing: no minimum period */
         gp_billing_run_end(d, t, now, GP_BILL_RUN_END, gp_now_ms());
         gp_sched_remove_at(d->sched, t->id, now); /* -ENOENT during recovery: not placed */
@@ -945,7 +975,15 @@ void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_
         free(t->gpus);
         t->gpus = NULL;
         t->n_gpus = 0;
+        t->wd_over_ms = 0;
         if (t->retries < t->max_retries) {
+                char more[GP_REASON_MAX];
+                if (memory_mb > t->memory_mb) { /* billed from the next run on (its run end used the old) */
+                        snprintf(more, sizeof(more), "%s; it asks %" PRId64 " MB now (was %" PRId64 ")", why,
+                                 memory_mb, t->memory_mb);
+                        t->memory_mb = memory_mb;
+                        why = more;
+                }
                 t->retries++;
                 t->state = GP_TASK_QUEUED;
                 t->started_ms = 0;
@@ -964,6 +1002,15 @@ void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_
         finish(d, b, t, GP_TASK_FAILED, now);
 }
 
+void requeue_or_fail(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now) {
+        requeue_mem(d, b, t, why, now, 0);
+}
+
+void requeue_oom(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now) {
+        int64_t more = t->memory_mb > 0 ? (t->memory_mb * d->cfg.oom_retry_permille + 999) / 1000 : 0;
+        requeue_mem(d, b, t, why, now, more);
+}
+
 static void end_with_result(gp_daemon *d, batch *b, gp_task *t, const gp_exec_result *res, int64_t now);
 
 /* The supervisor of t is gone: read how the task ended. */
@@ -972,9 +1019,13 @@ static void apply_exit(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
         task_dir(d, t->id, dir, sizeof(dir));
         watch_del(d, t->id);
         char *why = gp_i64map_del(&d->requeue, t->id);
+        bool oom = gp_i64map_del(&d->oom, t->id) != NULL;
         if (why) {
-                /* stopped by us because its GPU failed */
-                requeue_or_fail(d, b, t, why, now);
+                /* stopped by us because its GPU failed, or the watchdog stopped it */
+                if (oom)
+                        requeue_oom(d, b, t, why, now);
+                else
+                        requeue_or_fail(d, b, t, why, now);
                 free(why);
                 return;
         }
@@ -1663,6 +1714,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                 case CMD_DRAIN:
                 case CMD_UNDRAIN: apply_drain(d, &b, c, &out[i]); break;
                 case CMD_GPU_FAILED: apply_gpu_failed(d, &b, c, now); break;
+                case CMD_MEM_EXCEEDED: apply_mem_exceeded(d, &b, c, now); break;
                 case CMD_TENANT_PUT:
                 case CMD_KEY_CREATE:
                 case CMD_WEIGHTS: gp_tenants_apply(d->tenants, c, now, &out[i].status, &out[i].body); break;
@@ -1687,6 +1739,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         expire_leases(d, &b, now);
         expire_preempting(d, &b, now);
         gp_nodes_tick(d, now);
+        gp_tele_tick(d, now);
         apply_node_events(d, &b, now);
         gp_nodes_settle(d);
         if (d->nodes_local_drain_changed) {
@@ -1780,6 +1833,8 @@ static int loop_timeout(gp_daemon *d) {
         int64_t nd = gp_nodes_next_ms(d);
         if (nd < next)
                 next = nd;
+        if (d->wd_due_ms < next)
+                next = d->wd_due_ms;
         if (d->cfg.n_time_rules > 0) {
                 int64_t minute = (now / 60000 + 1) * 60000; /* windows change on minute boundaries */
                 if (minute < next)

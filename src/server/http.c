@@ -337,6 +337,7 @@ json_t *gp_http_gpu_json(gp_daemon *d, uint32_t g) {
                 json_array_append_new(ma, json_string(models[i]));
         json_object_set_new(o, "models", ma);
         json_object_set_new(o, "backend", json_string(gp_nodes_backend(d, v.node))); /* an agent's sim says so */
+        json_object_set_new(o, "isolation", json_string(gp_tele_gpu_isolation(d, g)));
         return o;
 }
 

@@ -210,6 +210,7 @@ struct gp_monitor {
         uint64_t submitted, scheduled, backfilled, requeued, preempted;
         uint64_t estimated, estimated_within_2x;
         uint64_t expected_starts, expected_starts_within_2x;
+        uint64_t wd_over, wd_stopped;
         uint64_t finished[GP_TASK_STATE_COUNT];
         uint64_t rejected_queue_full, rejected_infeasible, rejected_other;
         uint64_t sched_passes, decisions, store_commits, store_commit_tasks;
@@ -316,6 +317,17 @@ void gp_monitor_task_finished(gp_monitor *m, const char *tenant, gp_task_state s
         pthread_mutex_lock(&m->mu);
         m->finished[st]++;
         m->tenants[tenant_slot(m, tenant)].finished++;
+        pthread_mutex_unlock(&m->mu);
+}
+
+void gp_monitor_watchdog(gp_monitor *m, bool stopped) {
+        if (!m)
+                return;
+        pthread_mutex_lock(&m->mu);
+        if (stopped)
+                m->wd_stopped++;
+        else
+                m->wd_over++;
         pthread_mutex_unlock(&m->mu);
 }
 
@@ -575,6 +587,8 @@ void gp_monitor_counters(gp_monitor *m, gp_mon_counters *ret) {
                 c.estimated_within_2x = m->estimated_within_2x;
                 c.expected_starts = m->expected_starts;
                 c.expected_starts_within_2x = m->expected_starts_within_2x;
+                c.wd_over = m->wd_over;
+                c.wd_stopped = m->wd_stopped;
                 c.rejected_queue_full = m->rejected_queue_full;
                 c.rejected_infeasible = m->rejected_infeasible;
                 c.rejected_other = m->rejected_other;
@@ -861,6 +875,10 @@ int gp_monitor_prometheus(gp_monitor *m, const gp_mon_sample *s, int64_t uptime_
                               (double)fin[st]);
                 family(&e, "gpupool_tasks_requeued_total", "counter", "Running tasks put back in the queue because their GPU failed.");
                 line(&e, "gpupool_tasks_requeued_total", (double)c.requeued);
+                family(&e, "gpupool_watchdog_events_total", "counter",
+                       "GPU memory watchdog: tasks seen over their memory_mb (over), and stopped for it (stopped).");
+                line1(&e, "gpupool_watchdog_events_total", "event", "over", (double)c.wd_over);
+                line1(&e, "gpupool_watchdog_events_total", "event", "stopped", (double)c.wd_stopped);
                 family(&e, "gpupool_tasks_preempted_total", "counter", "Running tasks preempted for more urgent work.");
                 line(&e, "gpupool_tasks_preempted_total", (double)c.preempted);
                 family(&e, "gpupool_runtime_estimates_total", "counter",

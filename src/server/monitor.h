@@ -172,6 +172,8 @@ void gp_monitor_task_started(gp_monitor *m, const char *tenant, int priority, in
 /* A task ended in final state st. */
 void gp_monitor_task_finished(gp_monitor *m, const char *tenant, gp_task_state st);
 void gp_monitor_task_requeued(gp_monitor *m);
+/* The GPU memory watchdog saw a task over its memory_mb, or stopped one. */
+void gp_monitor_watchdog(gp_monitor *m, bool stopped);
 void gp_monitor_task_preempted(gp_monitor *m);
 /* A task that was queued with a run-time estimate succeeded; within_2x:
  * it ran between half and twice the estimate (estimates.h). */
@@ -266,6 +268,7 @@ typedef struct gp_mon_counters {
         uint64_t requeued, preempted, rejected_queue_full, rejected_infeasible, rejected_other;
         uint64_t estimated, estimated_within_2x;
         uint64_t expected_starts, expected_starts_within_2x;
+        uint64_t wd_over, wd_stopped;
         uint64_t sched_passes, decisions, store_commits, alerts_fired, alerts_resolved;
         uint64_t webhook_ok, webhook_failed, webhook_dropped;
         double wait_p50_s, wait_p95_s, decision_p95_s;   /* over the whole run */

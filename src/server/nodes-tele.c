@@ -7,9 +7,12 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "base/log.h"
 #include "base/host.h"
 #include "base/util.h"
 #include "core/sched.h"
+#include "core/watchdog.h"
+#include "server/monitor.h"
 #include "server/nodes.h"
 #include "server/server-int.h"
 
@@ -51,7 +54,18 @@ static void reading(gp_gpu_info *g, const gp_proto_tele *r) {
         gp_strlcpy(g->health_reason, r->reason, sizeof(g->health_reason));
 }
 
-int gp_node_tele_take(gp_node_tele **tp, const gp_proto_sync *m, int64_t now_ms) {
+static void touch(int64_t task, int64_t *touched, size_t cap, size_t *n) {
+        if (task <= 0)
+                return;
+        for (size_t i = 0; i < *n; i++)
+                if (touched[i] == task)
+                        return;
+        if (*n < cap)
+                touched[(*n)++] = task;
+}
+
+int gp_node_tele_take(gp_node_tele **tp, const gp_proto_sync *m, int64_t now_ms, int64_t *touched, size_t cap,
+                      size_t *ntouched) {
         gp_node_tele *t = *tp;
         if (!t && !(t = calloc(1, sizeof(*t))))
                 return -ENOMEM;
@@ -80,6 +94,7 @@ int gp_node_tele_take(gp_node_tele **tp, const gp_proto_sync *m, int64_t now_ms)
                 if (size)
                         memcpy(procs[i], m->tele[i].procs, size);
         }
+        *ntouched = 0;
         for (int i = 0; i < m->n_tele; i++) {
                 const gp_proto_tele *r = &m->tele[i];
                 tele_gpu *g = find_gpu(t, r->index);
@@ -87,6 +102,10 @@ int gp_node_tele_take(gp_node_tele **tp, const gp_proto_sync *m, int64_t now_ms)
                         g = &t->gpus[t->n++];
                         *g = (tele_gpu){.index = r->index};
                 }
+                for (int k = 0; k < g->n_procs; k++)
+                        touch(g->procs[k].task, touched, cap, ntouched);
+                for (int k = 0; k < r->n_procs; k++)
+                        touch(r->procs[k].task, touched, cap, ntouched);
                 reading(&g->info, r);
                 free(g->procs);
                 g->procs = procs[i];
@@ -121,6 +140,24 @@ const gp_host_info *gp_node_tele_host(const gp_node_tele *t) {
 
 int64_t gp_node_tele_at(const gp_node_tele *t) {
         return t ? t->at_ms : 0;
+}
+
+/* The most task's processes use on any one GPU of this node; -1 when no
+ * GPU lists processes. */
+static int64_t task_max_gpu_mb(const gp_node_tele *t, int64_t task) {
+        int64_t most = -1;
+        for (int i = 0; t && i < t->n; i++) {
+                const tele_gpu *g = &t->gpus[i];
+                if (!g->info.procs_known)
+                        continue;
+                int64_t sum = 0;
+                for (int k = 0; k < g->n_procs; k++)
+                        if (g->procs[k].task == task)
+                                sum += g->procs[k].used_mb;
+                if (sum > most)
+                        most = sum;
+        }
+        return most;
 }
 
 int64_t gp_node_tele_task_mb(const gp_node_tele *t, int64_t task) {
@@ -194,13 +231,16 @@ int gp_tele_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         int64_t now = task_mb_now(d, t), peak = t->gpu_mem_seen ? t->gpu_mem_peak_mb : -1;
         if (now > peak)
                 peak = now;
-        int r = now >= 0 ? gp_buf_printf(b, ",\"gpu_memory_used_mb\":%lld", (long long)now)
-                         : gp_buf_puts(b, ",\"gpu_memory_used_mb\":null");
+        int r = gp_buf_printf(b, ",\"isolation\":\"%s\"", gp_tele_task_isolation(d, t));
+        r = r ? r : now >= 0 ? gp_buf_printf(b, ",\"gpu_memory_used_mb\":%lld", (long long)now)
+                             : gp_buf_puts(b, ",\"gpu_memory_used_mb\":null");
         return r ? r : peak >= 0 ? gp_buf_printf(b, ",\"gpu_memory_peak_mb\":%lld", (long long)peak)
                                  : gp_buf_puts(b, ",\"gpu_memory_peak_mb\":null");
 }
 
 #define MAX_ROOTS 4096
+
+static void watch(gp_daemon *d, gp_task *t, int64_t max_gpu_mb, int64_t now);
 
 void gp_tele_local_sample(gp_daemon *d) {
         bool known = false;
@@ -208,43 +248,127 @@ void gp_tele_local_sample(gp_daemon *d) {
                 known = known || d->gpu_info[i].procs_known;
         if (!known)
                 return;
-        static int64_t roots[MAX_ROOTS], sums[MAX_ROOTS];
+        static int64_t roots[MAX_ROOTS], sums[MAX_ROOTS], most[MAX_ROOTS], on_gpu[MAX_ROOTS];
         static gp_task *owners[MAX_ROOTS];
         size_t nr = 0, pos = 0;
         gp_task *t;
         while ((t = gp_i64map_next(&d->tasks, &pos, NULL)) && nr < MAX_ROOTS)
                 if (t->state == GP_TASK_RUNNING && t->sup_pid > 0 && !gp_nodes_remote(t)) {
                         roots[nr] = t->sup_pid;
-                        sums[nr] = 0;
+                        sums[nr] = most[nr] = 0;
                         owners[nr++] = t;
                 }
-        for (size_t i = 0; i < d->ngpus && nr; i++)
+        for (size_t i = 0; i < d->ngpus && nr; i++) {
+                memset(on_gpu, 0, nr * sizeof(on_gpu[0]));
                 for (int k = 0; k < d->gpu_info[i].n_procs; k++) {
                         const gp_gpu_proc *p = &d->gpu_info[i].procs[k];
                         int w = gp_host_descends(p->pid, roots, nr);
-                        if (w >= 0 && p->used_mb > 0)
+                        if (w >= 0 && p->used_mb > 0) {
                                 sums[w] += p->used_mb;
+                                on_gpu[w] += p->used_mb;
+                        }
                 }
+                for (size_t w = 0; w < nr; w++)
+                        if (on_gpu[w] > most[w])
+                                most[w] = on_gpu[w];
+        }
+        int64_t now = gp_now_ms();
         for (size_t i = 0; i < nr; i++) {
                 t = owners[i];
                 t->gpu_mem_seen = true;
                 t->gpu_mem_mb = sums[i];
                 if (sums[i] > t->gpu_mem_peak_mb)
                         t->gpu_mem_peak_mb = sums[i];
+                watch(d, t, most[i], now);
         }
 }
 
-void gp_tele_node_peaks(gp_daemon *d, const gp_proto_sync *m) {
-        for (int i = 0; i < m->n_tele; i++)
-                for (int k = 0; k < m->tele[i].n_procs; k++) {
-                        gp_task *t = m->tele[i].procs[k].task > 0
-                                             ? gp_i64map_get(&d->tasks, m->tele[i].procs[k].task)
-                                             : NULL;
-                        int64_t now = t ? task_mb_now(d, t) : -1;
-                        if (now < 0)
-                                continue;
+/* The watchdog's look at t, whose processes use max_gpu_mb at most on one
+ * of its GPUs now (core/watchdog.h); a stop goes to the loop. */
+static void watch(gp_daemon *d, gp_task *t, int64_t max_gpu_mb, int64_t now) {
+        t->gpu_mem_max_gpu_mb = max_gpu_mb;
+        if (!d->cfg.gpu_watchdog || t->state != GP_TASK_RUNNING)
+                return;
+        gp_wd_cfg c = {.tolerance_mb = d->cfg.watchdog_tolerance_mb, .grace_ms = d->cfg.watchdog_grace_s * 1000LL};
+        switch (gp_wd_step(&c, t->memory_mb, max_gpu_mb, now, &t->wd_over_ms)) {
+        case GP_WD_OVER:
+                if (gp_nodes_remote(t) && t->wd_over_ms + c.grace_ms < d->wd_due_ms)
+                        d->wd_due_ms = t->wd_over_ms + c.grace_ms; /* no new reading may come before */
+                gp_warn("task %lld: its processes use %lld MB on one of its GPUs, over its memory_mb %lld (+%lld): "
+                        "stopped in %d s unless they go back under", (long long)t->id, (long long)max_gpu_mb,
+                        (long long)t->memory_mb, (long long)d->cfg.watchdog_tolerance_mb, d->cfg.watchdog_grace_s);
+                gp_monitor_watchdog(d->mon, false);
+                break;
+        case GP_WD_UNDER:
+                gp_info("task %lld: back under its memory_mb (%lld MB)", (long long)t->id, (long long)max_gpu_mb);
+                break;
+        case GP_WD_STOP: {
+                cmd *cm = gp_cmd_new(CMD_MEM_EXCEEDED);
+                if (!cm) {
+                        t->wd_over_ms = 0; /* looked at again with the next sample */
+                        break;
+                }
+                cm->op.id = t->id;
+                gp_daemon_post(d, cm);
+                break;
+        }
+        case GP_WD_NONE: break;
+        }
+}
+
+void gp_tele_node_tasks(gp_daemon *d, const int64_t *ids, size_t n) {
+        int64_t now = gp_now_ms();
+        for (size_t i = 0; i < n; i++) {
+                gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
+                if (!t || t->state != GP_TASK_RUNNING || !gp_nodes_remote(t))
+                        continue;
+                int64_t sum = task_mb_now(d, t), most = -1;
+                for (int k = 0; k < t->n_gpus; k++)
+                        if (k == 0 || strcmp(t->gpus[k - 1].node, t->gpus[k].node)) {
+                                int64_t mb = task_max_gpu_mb(gp_nodes_tele(d, t->gpus[k].node), t->id);
+                                if (mb > most)
+                                        most = mb;
+                        }
+                if (sum >= 0) {
                         t->gpu_mem_seen = true;
-                        if (now > t->gpu_mem_peak_mb)
-                                t->gpu_mem_peak_mb = now;
+                        if (sum > t->gpu_mem_peak_mb)
+                                t->gpu_mem_peak_mb = sum;
+                }
+                watch(d, t, most, now);
+        }
+}
+
+static bool gpu_lists_procs(gp_daemon *d, uint32_t g) {
+        const gp_gpu_info *info = gp_daemon_gpu_info(d, g);
+        return info && info->procs_known;
+}
+
+const char *gp_tele_gpu_isolation(gp_daemon *d, uint32_t g) {
+        return d->cfg.gpu_watchdog && gpu_lists_procs(d, g) ? "watchdog" : "none";
+}
+
+const char *gp_tele_task_isolation(gp_daemon *d, const gp_task *t) {
+        if (t->memory_mb <= 0 || !d->cfg.gpu_watchdog)
+                return "none";
+        for (int i = 0; i < t->n_gpus; i++) { /* running: as its GPUs say */
+                uint32_t g;
+                if (gp_sched_gpu_find(d->sched, t->gpus[i].node, t->gpus[i].index, &g) < 0 || !gpu_lists_procs(d, g))
+                        return "none";
+        }
+        return "watchdog";
+}
+
+void gp_tele_tick(gp_daemon *d, int64_t now) {
+        if (now < d->wd_due_ms)
+                return;
+        d->wd_due_ms = INT64_MAX;
+        size_t pos = 0;
+        gp_task *t;
+        int64_t grace = d->cfg.watchdog_grace_s * 1000LL;
+        while ((t = gp_i64map_next(&d->tasks, &pos, NULL)))
+                if (t->state == GP_TASK_RUNNING && t->wd_over_ms > 0 && gp_nodes_remote(t)) {
+                        watch(d, t, t->gpu_mem_max_gpu_mb, now);
+                        if (t->wd_over_ms > 0 && t->wd_over_ms + grace < d->wd_due_ms)
+                                d->wd_due_ms = t->wd_over_ms + grace;
                 }
 }

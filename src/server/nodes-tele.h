@@ -27,8 +27,11 @@ struct gp_daemon;
 typedef struct gp_node_tele gp_node_tele;
 
 /* Merge the telemetry and host of sync m into *t (made at first use).
+ * The tasks whose processes were or are listed on a GPU whose readings
+ * came go into touched (each once, at most cap; *ntouched of them).
  * 0, or -ENOMEM (what was known stays). */
-int gp_node_tele_take(gp_node_tele **t, const gp_proto_sync *m, int64_t now_ms);
+int gp_node_tele_take(gp_node_tele **t, const gp_proto_sync *m, int64_t now_ms, int64_t *touched, size_t cap,
+                      size_t *ntouched);
 void gp_node_tele_free(gp_node_tele *t);
 
 /* The last readings of the node's GPU `index` (NULL: none known).  Its
@@ -62,8 +65,21 @@ int gp_tele_task_write(struct gp_daemon *d, const gp_task *t, struct gp_buf *b);
 /* The server's own GPUs were read (d->gpu_info): each process listed is
  * charged to the running task whose supervisor it descends from. */
 void gp_tele_local_sample(struct gp_daemon *d);
-/* A node's readings came (m): the peaks of the tasks named in them. */
-void gp_tele_node_peaks(struct gp_daemon *d, const gp_proto_sync *m);
+/* A node's readings came: the peaks of the tasks they name or named
+ * (ids, gp_node_tele_take's touched), and the watchdog's look at them. */
+void gp_tele_node_tasks(struct gp_daemon *d, const int64_t *ids, size_t n);
+/* Agents send readings when they change: a task of theirs over its memory
+ * is looked at again when its grace ends (d->wd_due_ms), its last reading
+ * standing.  The loop, d->lock held. */
+void gp_tele_tick(struct gp_daemon *d, int64_t now);
+
+/* How task t's GPU memory is isolated (docs/isolation.md): "watchdog"
+ * (it shares its GPUs, asking memory_mb, and the watchdog reads its
+ * processes' memory there), or "none" (a whole GPU: nobody to protect; the
+ * watchdog off; or a driver that lists no processes). */
+const char *gp_tele_task_isolation(struct gp_daemon *d, const gp_task *t);
+/* The same for GPU g: "watchdog" when on and its readings list processes. */
+const char *gp_tele_gpu_isolation(struct gp_daemon *d, uint32_t g);
 
 /* The readings of scheduler GPU g, the server's own or an agent's (NULL
  * when none are known: no sample yet, gpus.backend none, a lost node). */

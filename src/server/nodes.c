@@ -1840,10 +1840,11 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
         n->seq = m->seq;
         if (n->state != GP_NODE_LOST)
                 hb_touch(d->nodes, n, now);
-        if ((m->n_tele || m->has_host) && gp_node_tele_take(&n->tele, m, now) < 0)
+        int64_t touched[256];
+        size_t ntouched = 0;
+        if ((m->n_tele || m->has_host) && gp_node_tele_take(&n->tele, m, now, touched, 256, &ntouched) < 0)
                 gp_warn("node %s: no memory for its GPUs' readings; the last ones stay", n->name);
-        else if (m->n_tele)
-                gp_tele_node_peaks(d, m);
+        gp_tele_node_tasks(d, touched, ntouched);
         if (n->held) /* a newer sync: the held one goes now, empty */
                 answer_held(d, n, 0, false, false);
         bool quiet = !m->full && !m->has_gpus && m->n_runs == 0 && m->n_logs == 0 && n->synced &&

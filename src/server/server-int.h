@@ -51,6 +51,7 @@ typedef enum cmd_kind {
         CMD_INVOICE,                /* GET /api/v1/invoices of a closed month not yet issued */
         CMD_ARRAY_CANCEL,           /* POST /api/v1/arrays/{id}/cancel: id, array_index */
         CMD_NODE,                   /* an agent's join or sync, a node or join-token admin call (nodes.h) */
+        CMD_MEM_EXCEEDED,           /* from the watchdog (nodes-tele.h): stop task op.id, over its memory_mb */
 } cmd_kind;
 
 struct hreq;
@@ -166,6 +167,10 @@ typedef struct gp_daemon {
         gp_i64map watch;            /* task id -> pidfd+1 (as intptr), under lock */
         gp_i64map requeue;          /* batch task id -> malloc'd reason: requeue (not end) when its
                                        supervisor reports, because its GPU failed; loop thread */
+        int64_t wd_due_ms;          /* the watchdog's next look at agents' tasks over their memory
+                                       (their grace ends; INT64_MAX: none), under lock (nodes-tele.c) */
+        gp_i64map oom;              /* of those, the ones the watchdog stopped (-> 1): requeued with
+                                       memory_mb x tasks.oom_retry_factor; loop thread */
         int64_t *gone;              /* tasks whose supervisor is gone, unprocessed; loop thread */
         gp_i64map draining;         /* preempted task id -> pidfd+1 of its old run, still stopping; loop thread */
         size_t ndraining;

@@ -35,4 +35,13 @@ typedef enum gp_wd_action {
 gp_wd_action gp_wd_step(const gp_wd_cfg *c, int64_t limit_mb, int64_t used_mb, int64_t now_ms,
                         int64_t *over_since_ms);
 
+/* Does the end of a run's output (text, n bytes: its last lines) say it
+ * ran out of GPU memory?  The messages of CUDA's runtime and driver APIs,
+ * PyTorch, TensorFlow/XLA and JAX (case as they print them); *ret_what
+ * the one found (static text).  Used for a failed run of a task that
+ * shares a GPU: it is requeued asking more memory, as the watchdog's stop. */
+#include <stdbool.h>
+#include <stddef.h>
+bool gp_wd_oom_in_output(const char *text, size_t n, const char **ret_what);
+
 #endif

@@ -126,3 +126,31 @@ def test_the_watchdog_stops_a_task_on_an_agent(cluster):
     assert t["reason"].startswith("memory_exceeded: used 3000 MB of 2000"), t
     assert wait_for(lambda: not pid_alive(pids(d)[0]), timeout=15), "the run outlived its stop on the agent"
     assert t["memory_mb"] == 2000  # no retry left: nothing asked more
+
+
+OOM = ["sh", "-c", "echo step 1; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2;"
+       " exit 1"]
+
+
+def test_a_run_whose_output_says_cuda_oom_is_requeued_asking_more_memory(daemon_factory):
+    d = daemon_factory("gpus: {backend: sim}\n")
+    r = d.api("POST", "/api/v1/tasks", json={"command": OOM, "memory_mb": 4000, "max_retries": 2})
+    tid = r.json()["id"]
+
+    def ended():
+        x = d.api("GET", "/api/v1/tasks/%d" % tid).json()
+        return x if x["state"] == "failed" else None
+    t = wait_for(ended, timeout=20)
+    # 4000 -> 4800 -> 5760, then no retry left: failed, saying why
+    assert t["retries"] == 2 and t["memory_mb"] == 5760, t
+    assert t["reason"].startswith('gpu_out_of_memory: its output says "CUDA out of memory"'), t
+    assert t["exit_code"] == 1
+    with open(d.log_path) as f:
+        log = f.read()
+    assert log.count("task %d: gpu_out_of_memory" % tid) == 3
+    # a whole-GPU task has no share to grow: it fails as any failed run
+    r = d.api("POST", "/api/v1/tasks", json={"command": OOM, "max_retries": 2})
+    tid = r.json()["id"]
+    t = wait_for(lambda: (lambda x: x if x["state"] == "failed" else None)(d.api("GET", "/api/v1/tasks/%d" % tid).json()),
+                 timeout=20)
+    assert t["retries"] == 0 and t["memory_mb"] == 0 and "out of memory" not in t["reason"], t

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <string.h>
+
 #include "core/watchdog.h"
 
 static const gp_wd_cfg cfg = {.tolerance_mb = 256, .grace_ms = 10000};
@@ -65,6 +67,32 @@ static void test_no_grace_stops_at_the_first_sample_over(void **state) {
         assert_int_equal(since, -1);
 }
 
+static void test_oom_messages_of_the_usual_frameworks_are_recognised(void **state) {
+        (void)state;
+        const char *what = NULL;
+        const char *torch = "Traceback (most recent call last):\n  File \"train.py\", line 9\n"
+                            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; "
+                            "79.10 GiB total capacity; 77.52 GiB already allocated)\n";
+        assert_true(gp_wd_oom_in_output(torch, strlen(torch), &what));
+        assert_string_equal(what, "CUDA out of memory");
+        const char *jax = "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying "
+                          "to allocate 17179869184 bytes.\n";
+        assert_true(gp_wd_oom_in_output(jax, strlen(jax), &what));
+        const char *cu = "CUDA error: cudaErrorMemoryAllocation at kernel.cu:42\n";
+        assert_true(gp_wd_oom_in_output(cu, strlen(cu), NULL));
+        const char *drv = "numba.cuda.cudadrv.driver.CudaAPIError: [2] Call to cuMemAlloc results in "
+                          "CUDA_ERROR_OUT_OF_MEMORY\n";
+        assert_true(gp_wd_oom_in_output(drv, strlen(drv), NULL));
+        /* host memory, other errors, and a message cut off by the window: not GPU OOM */
+        const char *no[] = {"MemoryError: Unable to allocate 8.00 GiB for an array\n",
+                            "Killed\n", "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+                            "ValueError: out of range\n", ""};
+        for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+                assert_false(gp_wd_oom_in_output(no[i], strlen(no[i]), NULL));
+        assert_false(gp_wd_oom_in_output(torch, 40, NULL)); /* only what is in the window counts */
+        assert_false(gp_wd_oom_in_output(NULL, 0, NULL));
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_under_or_at_the_limit_plus_tolerance_is_nothing),
@@ -72,6 +100,7 @@ int main(void) {
                 cmocka_unit_test(test_going_back_under_starts_the_grace_again),
                 cmocka_unit_test(test_unknown_use_and_whole_gpu_tasks_are_left_alone),
                 cmocka_unit_test(test_no_grace_stops_at_the_first_sample_over),
+                cmocka_unit_test(test_oom_messages_of_the_usual_frameworks_are_recognised),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -584,8 +584,10 @@ static int cmd_cancel(const gp_cli_cmd *c, FILE *out, FILE *err) {
         return worst;
 }
 
-/* The task's state into *ret_state ("" if missing).  Returns an exit code. */
-static int task_state(const gp_cli_cmd *c, FILE *err, char *ret_state, size_t size) {
+/* The task's state into *ret_state ("" if missing), and into *ret_runs
+ * (when not NULL) how many runs it has had ("runs"; 0 when none or when
+ * the server does not say).  Returns an exit code. */
+static int task_state(const gp_cli_cmd *c, FILE *err, char *ret_state, size_t size, int64_t *ret_runs) {
         gp_buf path;
         gp_cli_resp r;
         task_path(&path, c->id, "");
@@ -595,17 +597,37 @@ static int task_state(const gp_cli_cmd *c, FILE *err, char *ret_state, size_t si
                 return ex;
         const char *st = json_string_value(json_object_get(r.json, "state"));
         gp_strlcpy(ret_state, st ? st : "", size);
+        if (ret_runs) {
+                json_int_t n = json_integer_value(json_object_get(r.json, "runs"));
+                *ret_runs = n > 0 ? (int64_t)n : 0;
+        }
         gp_cli_resp_done(&r);
         return GP_CLI_EXIT_OK;
 }
 
+/* logs [-f] [--run N] [--rank N] ID.  A follow pins the run it starts at
+ * (the task's last when --run is not given), so that a stream taken up
+ * again after a break asks for the same bytes: the server's follow stream
+ * runs from that run into every later one, with a line before each. */
 static int cmd_logs(const gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_cli_conn conn = {.api = c->api, .key = c->key, .cacert = c->cacert};
-        int64_t bytes = 0;
+        int64_t bytes = 0, run = c->log_run;
         int ex = GP_CLI_EXIT_OK;
         int tries = 0, idle_ends = 0;
-        bool follow = c->follow;
+        bool follow = c->follow, last_read = false;
 
+        if (run == 0) {
+                char state[32];
+                int64_t runs;
+                if ((ex = task_state(c, err, state, sizeof(state), &runs)) != GP_CLI_EXIT_OK)
+                        return ex;
+                if (runs > 1)
+                        fprintf(err, "gpupool: task %" PRId64 " has run %" PRId64 " times; this is run %" PRId64
+                                     "%s (--run N shows another)\n",
+                                c->id, runs, runs, follow ? " and what follows" : "");
+                if (follow && runs > 0)
+                        run = runs;
+        }
         for (;;) {
                 gp_buf path, msg;
                 gp_cli_resp r = {0};
@@ -613,10 +635,21 @@ static int cmd_logs(const gp_cli_cmd *c, FILE *out, FILE *err) {
                 task_path(&path, c->id, "/logs");
                 gp_buf_init(&msg, 4096);
                 int rc = 0;
-                if (follow)
+                char sep = '?';
+                if (follow) {
                         rc |= gp_buf_puts(&path, "?follow=1");
+                        sep = '&';
+                }
+                if (run > 0) {
+                        rc |= gp_buf_printf(&path, "%crun=%" PRId64, sep, run);
+                        sep = '&';
+                }
+                if (c->log_rank > 0) {
+                        rc |= gp_buf_printf(&path, "%crank=%" PRId64, sep, c->log_rank);
+                        sep = '&';
+                }
                 if (bytes > 0)
-                        rc |= gp_buf_printf(&path, "%soffset=%" PRId64, follow ? "&" : "?", bytes);
+                        rc |= gp_buf_printf(&path, "%coffset=%" PRId64, sep, bytes);
                 if (rc == 0)
                         rc = gp_cli_http_stream(&conn, path.data, out, &bytes, &r, &msg);
                 gp_buf_done(&path);
@@ -639,17 +672,18 @@ static int cmd_logs(const gp_cli_cmd *c, FILE *out, FILE *err) {
                 }
                 gp_buf_done(&msg);
                 gp_cli_resp_done(&r);
-                if (!ok || !follow)
+                if (!ok || !follow || last_read)
                         break;
                 /* The stream ended, normally because the task did.  Check; if
                  * it still runs (the server or a proxy cut the stream), go on
-                 * from where we are, else read once more without follow for
-                 * anything written after the stream closed. */
+                 * from where we are, else read once more (a follow of an
+                 * ended task sends what is left and ends) for anything
+                 * written after the stream closed. */
                 char state[32];
-                if ((ex = task_state(c, err, state, sizeof(state))) != GP_CLI_EXIT_OK)
+                if ((ex = task_state(c, err, state, sizeof(state), NULL)) != GP_CLI_EXIT_OK)
                         break;
                 if (strcmp(state, "queued") != 0 && strcmp(state, "running") != 0) {
-                        follow = false;
+                        last_read = true;
                         continue;
                 }
                 idle_ends = bytes > before ? 0 : idle_ends + 1;

@@ -37,6 +37,7 @@
 #include "server/nodes-join.h"
 #include "server/nodes-run.h"
 #include "server/nodes-tele.h"
+#include "server/runlog.h"
 #include "server/server-int.h"
 #include "server/tenants.h"
 
@@ -1038,9 +1039,7 @@ int64_t gp_nodes_next_ms(gp_daemon *d) {
 
 void gp_nodes_start(gp_daemon *d, const gp_task *t) {
         int64_t epoch = gp_task_run_epoch(t);
-        char dir[PATH_MAX];
-        if (gp_daemon_task_path(d, t->id, NULL, dir, sizeof(dir)) == 0)
-                mkdir(dir, 0700); /* its logs are copied here */
+        gp_runlog_started(d, t); /* its logs are copied here, one per rank */
         for (int rank = 0;; rank++) {
                 const char *name = node_at(t, rank);
                 if (!name)

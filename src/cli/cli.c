@@ -584,10 +584,8 @@ static int cmd_cancel(const gp_cli_cmd *c, FILE *out, FILE *err) {
         return worst;
 }
 
-/* The task's state into *ret_state ("" if missing), and into *ret_runs
- * (when not NULL) how many runs it has had ("runs"; 0 when none or when
- * the server does not say).  Returns an exit code. */
-static int task_state(const gp_cli_cmd *c, FILE *err, char *ret_state, size_t size, int64_t *ret_runs) {
+/* The task's state into *ret_state ("" if missing).  Returns an exit code. */
+static int task_state(const gp_cli_cmd *c, FILE *err, char *ret_state, size_t size) {
         gp_buf path;
         gp_cli_resp r;
         task_path(&path, c->id, "");
@@ -597,12 +595,29 @@ static int task_state(const gp_cli_cmd *c, FILE *err, char *ret_state, size_t si
                 return ex;
         const char *st = json_string_value(json_object_get(r.json, "state"));
         gp_strlcpy(ret_state, st ? st : "", size);
-        if (ret_runs) {
-                json_int_t n = json_integer_value(json_object_get(r.json, "runs"));
-                *ret_runs = n > 0 ? (int64_t)n : 0;
-        }
         gp_cli_resp_done(&r);
         return GP_CLI_EXIT_OK;
+}
+
+/* How many runs the task has had (its "runs"); 0 when none, when the
+ * server does not say, or when it cannot be asked (the logs request that
+ * follows reports that). */
+static int64_t task_runs(const gp_cli_cmd *c) {
+        gp_cli_conn conn = {.api = c->api, .key = c->key, .cacert = c->cacert};
+        gp_buf path, msg;
+        gp_cli_resp r = {0};
+        int64_t n = 0;
+        task_path(&path, c->id, "");
+        gp_buf_init(&msg, 4096);
+        if (gp_cli_http_json(&conn, "GET", path.data, NULL, GP_CLI_REQUEST_TIMEOUT_S, &r, &msg) == 0 &&
+            r.status == 200) {
+                json_int_t v = json_integer_value(json_object_get(r.json, "runs"));
+                n = v > 0 ? (int64_t)v : 0;
+        }
+        gp_cli_resp_done(&r);
+        gp_buf_done(&msg);
+        gp_buf_done(&path);
+        return n;
 }
 
 /* logs [-f] [--run N] [--rank N] ID.  A follow pins the run it starts at
@@ -617,10 +632,7 @@ static int cmd_logs(const gp_cli_cmd *c, FILE *out, FILE *err) {
         bool follow = c->follow, last_read = false;
 
         if (run == 0) {
-                char state[32];
-                int64_t runs;
-                if ((ex = task_state(c, err, state, sizeof(state), &runs)) != GP_CLI_EXIT_OK)
-                        return ex;
+                int64_t runs = task_runs(c);
                 if (runs > 1)
                         fprintf(err, "gpupool: task %" PRId64 " has run %" PRId64 " times; this is run %" PRId64
                                      "%s (--run N shows another)\n",
@@ -680,7 +692,7 @@ static int cmd_logs(const gp_cli_cmd *c, FILE *out, FILE *err) {
                  * ended task sends what is left and ends) for anything
                  * written after the stream closed. */
                 char state[32];
-                if ((ex = task_state(c, err, state, sizeof(state), NULL)) != GP_CLI_EXIT_OK)
+                if ((ex = task_state(c, err, state, sizeof(state))) != GP_CLI_EXIT_OK)
                         break;
                 if (strcmp(state, "queued") != 0 && strcmp(state, "running") != 0) {
                         last_read = true;

@@ -70,7 +70,9 @@ static int task_dir_fd(gp_daemon *d, int64_t task) {
         if (mkdir(dir, 0700) < 0 && errno != EEXIST)
                 return -errno;
         int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        return fd < 0 ? -errno : fd;
+        if (fd < 0)
+                return -errno;
+        return fd;
 }
 
 void gp_runlog_started(gp_daemon *d, const gp_task *t) {

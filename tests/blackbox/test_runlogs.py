@@ -17,14 +17,16 @@ Cluster tests run a real control plane and real agents on loopback
 Run: GPUPOOL_BIN=$PWD/build/gpupool GPUPOOL_BUILD=$PWD/build \
      /usr/bin/python3 -m pytest -q tests/blackbox/test_runlogs.py
 """
+import os
 import re
 import subprocess
 import time
 
 import pytest
 
-from apiutil import post, reap_supervisors, submit, task, wait_for
+from apiutil import gpu, post, reap_supervisors, submit, task, wait_for
 from clusterutil import NODE_TIMEOUT_S, cluster, sim_gpus
+from conftest import REPO
 
 pytestmark = pytest.mark.e2e
 assert reap_supervisors and cluster  # fixtures, imported so that they apply here
@@ -155,6 +157,32 @@ def test_each_rank_of_a_multinode_task_has_its_own_log(cluster):
     assert r.status_code == 200 and r.text == "rank 1 on %s\nonly-rank-1\n" % nodes[1], r.text
 
 
+def test_a_multinode_task_requeued_after_a_node_loss_has_new_logs_for_every_rank(cluster):
+    cluster.start_server()
+    agents = {n: cluster.agent(n, gpus=sim_gpus(2)) for n in ("gpu-a", "gpu-b", "gpu-c")}
+    rank_tick = TICK.replace("first $GPUPOOL_NODE", "first r$GPUPOOL_NODE_RANK $GPUPOOL_NODE")
+    t = cluster.submit(["sh", "-c", rank_tick], gpu_request=4, max_retries=1, on_node_lost="requeue")
+    t = cluster.wait_task(t["id"], "running", timeout=10)
+    tid, first = t["id"], list(t["nodes"])
+    api = cluster.server.api
+    for k in (0, 1):
+        wait_for(lambda: text(api, tid, rank=k).startswith("first r%d %s " % (k, first[k])), 15, "rank %d" % k)
+    agents[first[1]].kill9()
+    t = cluster.wait_task(tid, "running", where=lambda t: first[1] not in t["nodes"] and t["retries"] == 1,
+                          timeout=NODE_TIMEOUT_S + 20)
+    second = list(t["nodes"])
+    for k in (0, 1):
+        wait_for(lambda: "tick 1 " in text(api, tid, rank=k), 15, "run 2's rank %d" % k)
+        cur = text(api, tid, rank=k)
+        assert cur.startswith("first r%d %s " % (k, second[k])), (k, cur[:200])
+        assert all(ln.split()[-2:-1] == [second[k]] for ln in cur.splitlines()), (k, cur[:400])
+        old = text(api, tid, run=1, rank=k)
+        assert old.startswith("first r%d %s " % (k, first[k])), (k, old[:200])
+        assert old.split()[3] != cur.split()[3], (old[:100], cur[:100])   # another process
+    refused(api, tid, "rank", run=2, rank=2)
+    assert cluster.cli("cancel", tid).returncode == 0
+
+
 # ---- local: a preemption on the server's own GPUs -----------------------------
 
 PREEMPT = ("gpus: {backend: sim}\n"
@@ -201,6 +229,53 @@ def test_local_preemption_starts_a_new_log_and_follow_goes_on_into_it(daemon_fac
     assert whole.startswith(before) and MARK.search(whole), whole[-500:]
     cut = len(before) + 10     # inside the line that says run 2 starts
     assert text(d.api, tid, run=1, follow=1, offset=cut) == whole[cut:]
+
+
+# ---- local: a retry after the task's GPU failed ------------------------------
+
+def fake_nvml():
+    build = os.environ.get("GPUPOOL_BUILD") or os.path.join(REPO, "build")
+    lib = os.path.join(build, "fakenvml", "libnvidia-ml.so.1")
+    if not os.path.exists(lib):
+        pytest.skip("fake NVML not built (%s); run make blackbox" % lib)
+    return os.path.abspath(lib)
+
+
+def test_local_retry_after_a_gpu_failure_starts_a_new_log(daemon_factory, tmp_path, monkeypatch):
+    lib = fake_nvml()
+    script = tmp_path / "fake-nvml.conf"
+    # GPU 1 starts failing after a few polls; GPU 0 stays healthy
+    script.write_text(
+        'gpu name="NVIDIA GeForce RTX 4090" uuid=GPU-4090aaaa-0000-0000-0000-000000000001 mem_total_mb=24564 '
+        'mem_used_mb=500 util=5 temp=41 power_mw=30000\n'
+        'gpu name="NVIDIA A100-SXM4-80GB" uuid=GPU-a100bbbb-0000-0000-0000-000000000002 mem_total_mb=81920 '
+        'mem_used_mb=1000 util=37 temp=55 power_mw=210000 fail=memory fail_after=10\n')
+    monkeypatch.setenv("FAKE_NVML_CONFIG", str(script))
+    d = daemon_factory('gpus: {backend: nvml, nvml_library: "%s", poll_ms: 200}\n' % lib)
+    hold = submit(d, gpu_model="*4090*", lease_ttl_s=600)     # GPU 0 busy: the task lands on GPU 1
+    t = submit(d, command=["sh", "-c", LOCAL_TICK], max_retries=1)
+    tid = t["id"]
+    assert t["state"] == "running" and t["gpus"][0]["index"] == 1, t
+    wait_for(lambda: text(d.api, tid).startswith("first local "), 10, "run 1's output")
+    first_pid = text(d.api, tid).split()[2]
+    wait_for(lambda: not gpu(d, 1)["healthy"], 15, "GPU 1 to turn unhealthy")
+    got = wait_for(lambda: (lambda x: x if x["state"] == "queued" else None)(task(d, tid)), 15,
+                   "the task to go back to the queue")
+    assert got["retries"] == 1 and got["runs"] == 1, got
+    assert post(d, "/api/v1/tasks/%d/release" % hold["id"]).status_code == 200
+    wait_for(lambda: task(d, tid)["state"] == "running", 10, "run 2 on GPU 0")
+    wait_for(lambda: "tick 1 local" in text(d.api, tid), 10, "run 2's output")
+    cur = text(d.api, tid)
+    assert cur.startswith("first local ") and first_pid not in cur, cur[:300]
+    old = text(d.api, tid, run=1)
+    assert old.startswith("first local %s\n" % first_pid) and cur.split()[2] not in old, old[:300]
+    assert task(d, tid)["runs"] == 2
+    assert d.cli("cancel", tid).returncode == 0
+    # a follow from run 1 after the end: run 1, the line with why run 2 began, run 2
+    whole = text(d.api, tid, run=1, follow=1)
+    m = MARK.search(whole)
+    assert m and m.group(1) == "2" and m.group(3).startswith("requeued (retry 1 of 1): GPU local:1 failed"), whole
+    assert whole.split(m.group(0) + "\n")[1] == text(d.api, tid, run=2)
 
 
 def test_log_parameters_are_checked(daemon_factory):

@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from apiutil import gpu, post, reap_supervisors, submit, task, wait_for
+from apiutil import gpu, kill9, post, reap_supervisors, restart, submit, task, wait_for
 from clusterutil import NODE_TIMEOUT_S, cluster, sim_gpus
 from conftest import REPO
 
@@ -113,6 +113,11 @@ def test_node_loss_requeue_gives_the_new_run_its_own_whole_log_and_follow_crosse
     assert c.returncode == 1 and "no run 3" in c.stderr, (c.returncode, c.stderr)
     c = cluster.cli("logs", "--run", "0", tid)
     assert c.returncode == 2 and "--run" in c.stderr, (c.returncode, c.stderr)
+    # a server restart breaks the follow's stream: it is taken up again at the same run and byte
+    n_before = len(text(api, tid))
+    cluster.server.kill9()
+    cluster.server.start()
+    wait_for(lambda: len(text(api, tid)) > n_before + 20, 15, "run 2 to go on writing after the restart")
     # logs -f, started during run 1, followed the task into run 2 and says so in one line
     assert cluster.cli("cancel", tid).returncode == 0
     rc, out, err = followed(f, fout)
@@ -270,6 +275,12 @@ def test_local_retry_after_a_gpu_failure_starts_a_new_log(daemon_factory, tmp_pa
     old = text(d.api, tid, run=1)
     assert old.startswith("first local %s\n" % first_pid) and cur.split()[2] not in old, old[:300]
     assert task(d, tid)["runs"] == 2
+    # after a restart the supervisor of run 2 goes on writing run 2's log (its spec names the file)
+    n_before = len(cur)
+    kill9(d)
+    restart(d)
+    wait_for(lambda: len(text(d.api, tid)) > n_before + 20, 10, "run 2 to go on writing after the restart")
+    assert text(d.api, tid).startswith(cur) and text(d.api, tid, run=1) == old
     assert d.cli("cancel", tid).returncode == 0
     # a follow from run 1 after the end: run 1, the line with why run 2 began, run 2
     whole = text(d.api, tid, run=1, follow=1)

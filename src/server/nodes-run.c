@@ -113,11 +113,11 @@ int64_t gp_nodes_log_size(gp_daemon *d, gp_proto_run_id id) {
         return path[0] && stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
 }
 
-int gp_nodes_take_log(gp_daemon *d, const gp_proto_log *lg, int64_t *ret_size) {
+int gp_nodes_take_log(gp_daemon *d, const gp_proto_log *lg, bool create, int64_t *ret_size) {
         char path[PATH_MAX];
         log_path(d, lg->id, path, sizeof(path));
-        int fd = path[0] ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600) : -1;
-        if (fd < 0) {
+        int fd = path[0] ? open(path, O_WRONLY | (create ? O_CREAT : 0) | O_APPEND | O_CLOEXEC, 0600) : -1;
+        if (fd < 0 && create) {
                 char dir[PATH_MAX];
                 if (gp_daemon_task_path(d, lg->id.task, NULL, dir, sizeof(dir)) == 0 && mkdir(dir, 0700) == 0)
                         fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);

@@ -25,7 +25,7 @@ import time
 import pytest
 
 from apiutil import gpu, kill9, post, reap_supervisors, restart, submit, task, wait_for
-from clusterutil import NODE_TIMEOUT_S, cluster, sim_gpus
+from clusterutil import NODE_TIMEOUT_S, cluster, server_config, sim_gpus
 from conftest import REPO
 
 pytestmark = pytest.mark.e2e
@@ -131,6 +131,38 @@ def test_node_loss_requeue_gives_the_new_run_its_own_whole_log_and_follow_crosse
     assert after.startswith("first gpu-b ") and "gpu-a" not in after, after[:300]
     # what it printed after the line is run 2's log as the server keeps it
     assert text(api, tid, run=2).startswith(after)
+
+
+def test_a_preempted_remote_run_keeps_what_it_wrote_while_stopping(cluster):
+    cluster.start_server(server_config(extra="scheduler: {preemption: {enabled: true, min_runtime_sec: 0, "
+                                             "grace_sec: 5}}\n"))
+    cluster.agent("gpu-a", gpus=sim_gpus(2))
+    cmd = 'trap \'echo "got-term $$"; exit 0\' TERM; ' + TICK
+    t = cluster.submit(["sh", "-c", cmd], tenant_id="bulk", priority=8, preemptible=True, exclusive=True,
+                       gpu_request=2)
+    tid = t["id"]
+    api = cluster.server.api
+    wait_for(lambda: "tick 2 gpu-a" in text(api, tid), 15, "run 1's output")
+    pid1 = text(api, tid).split()[2]
+    r = api("POST", "/api/v1/tasks", json={"tenant_id": "prod", "priority": 0, "exclusive": True, "gpu_request": 2,
+                                           "lease_ttl_s": 600}, timeout=10)
+    assert r.status_code == 201, r.text
+    urgent = r.json()
+    wait_for(lambda: task_of(api, tid)["preempt_count"] == 1, 10, "the preemption")
+    # what run 1 wrote after its SIGTERM reaches run 1's log, though the task has moved on
+    wait_for(lambda: "got-term %s" % pid1 in text(api, tid, run=1), 15, "run 1's last words")
+    wait_for(lambda: task_of(api, urgent["id"])["state"] == "running", 15, "the urgent lease")
+    assert api("POST", "/api/v1/tasks/%d/release" % urgent["id"], timeout=10).status_code == 200
+    wait_for(lambda: "tick 2 gpu-a" in text(api, tid, run=2), 15, "run 2's output")
+    cur = text(api, tid)
+    assert cur.startswith("first gpu-a ") and pid1 not in cur and "got-term" not in cur, cur[:300]
+    assert cluster.cli("cancel", tid).returncode == 0
+
+
+def task_of(api, tid):
+    r = api("GET", "/api/v1/tasks/%d" % tid, timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()
 
 
 # ---- cluster: ranks of a multi-node task --------------------------------------

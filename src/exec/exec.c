@@ -54,8 +54,7 @@
 #define PIDFILE_NAME "supervisor.pid"
 #define RESULT_NAME "result.json"
 #define ALLOC_NAME "alloc.json"
-#define LOG_NAME "log"  /* the output's file when the spec names none */
-#define LOG_NAME_MAX 64
+#define LOG_NAME "log"  /* the output's file when the spec names none (log_name: another, <= 64 bytes) */
 #define WORK_NAME "work"                   /* the command's start dir under run_as */
 
 #define SPEC_MAX_BYTES ((size_t)1 << 20)   /* spec.json, both when written and read */
@@ -543,7 +542,7 @@ static bool notify_ok(int sig) {
 /* A log file name a spec may carry: a plain name in the task dir. */
 static bool log_name_ok(const char *n) {
         size_t len = strlen(n);
-        return len > 0 && len <= LOG_NAME_MAX && !strchr(n, '/') && strcmp(n, ".") && strcmp(n, "..");
+        return len > 0 && len <= 64 && !strchr(n, '/') && strcmp(n, ".") && strcmp(n, "..");
 }
 
 static int spec_dump(const gp_exec_spec *s, char **ret) {
@@ -1837,8 +1836,7 @@ out:
 }
 
 static int open_log(run *r, int dirfd, const char *name) {
-        int fd = openat(dirfd, name, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
-                        0600);
+        int fd = openat(dirfd, name, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0)
                 return -errno;
         struct stat st;
@@ -1852,9 +1850,8 @@ static int open_log(run *r, int dirfd, const char *name) {
         r->last = '\n';
         if (st.st_size > 0 && pread(fd, &r->last, 1, st.st_size - 1) != 1)
                 r->last = '\n';
-        /* the cap covers the whole file, across attempts that write it (the
-         * server names one file per run); beyond it, an earlier attempt
-         * already wrote the marker */
+        /* the cap covers the whole file (the server names one per run), across attempts
+         * that write it; beyond it, an earlier attempt already wrote the marker */
         r->capped = r->logged > r->cap;
         return 0;
 }

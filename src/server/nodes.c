@@ -1204,8 +1204,7 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
         for (int i = 0; i < m->n_logs; i++) {
                 const gp_proto_log *lg = &m->logs[i];
                 int64_t size;
-                /* a run being stopped here (preempted, or a rank of a requeued task) keeps its last
-                 * words in its own log, which it already has */
+                /* a run stopping here (preempted, a rank of a requeued task) keeps its last words */
                 intptr_t st = (intptr_t)gp_i64map_get(&n->stopping, lg->id.task);
                 bool cur = current(gp_i64map_get(&d->tasks, lg->id.task), n, lg->id);
                 if ((cur || (st && ((st - 1) >> 2) == lg->id.epoch)) && gp_nodes_take_log(d, lg, cur, &size) == 0)

@@ -1,8 +1,11 @@
 /* runlog.c - one log per run of a batch task (runlog.h).
- * Invariants: a run's log is only ever written by that run (the local
- * supervisor, or nodes-run.c for an agent's chunks of a current run), so
- * no run's bytes land in another's file; the follow reader sends a run's
- * log whole before it says the next run starts, and says so once per run. */
+ * Invariants: a run's log is only ever written with that run's output (by
+ * its local supervisor, or by nodes-run.c with an agent's chunks of that
+ * run while it is current or being stopped on its node), so no run's bytes
+ * land in another's file; the follow stream sends what a run's log holds
+ * before it says the next run starts, and says so once per run; the stream
+ * is a function of the files and the journal, so an offset into it means
+ * the same bytes on every request. */
 #include "server/runlog.h"
 
 #include <errno.h>

@@ -113,6 +113,8 @@ def test_node_loss_requeue_gives_the_new_run_its_own_whole_log_and_follow_crosse
     assert c.returncode == 1 and "no run 3" in c.stderr, (c.returncode, c.stderr)
     c = cluster.cli("logs", "--run", "0", tid)
     assert c.returncode == 2 and "--run" in c.stderr, (c.returncode, c.stderr)
+    st = cluster.cli("status", tid).stdout
+    assert re.search(r"runs:\s+2 \(gpupool logs --run N shows each\)", st), st
     # a server restart breaks the follow's stream: it is taken up again at the same run and byte
     n_before = len(text(api, tid))
     cluster.server.kill9()

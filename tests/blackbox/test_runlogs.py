@@ -323,6 +323,28 @@ def test_local_retry_after_a_gpu_failure_starts_a_new_log(daemon_factory, tmp_pa
     assert whole.split(m.group(0) + "\n")[1] == text(d.api, tid, run=2)
 
 
+def test_the_log_cap_is_per_run(daemon_factory):
+    d = daemon_factory(PREEMPT + "tasks: {max_log_bytes: 4096}\n")
+    burst = ('echo "first local $$"; head -c 6000 /dev/zero | tr "\\0" x; echo; '
+             'while :; do echo "tick local $$"; sleep 0.2; done')
+    t = submit(d, command=["sh", "-c", burst], tenant_id="bulk", priority=8, preemptible=True, exclusive=True,
+               gpu_request=4)
+    tid = t["id"]
+    wait_for(lambda: "log truncated at 4096 bytes" in text(d.api, tid), 10, "run 1 to reach the cap")
+    pid1 = text(d.api, tid).split()[2]
+    urgent = submit(d, tenant_id="prod", priority=0, exclusive=True, gpu_request=4, lease_ttl_s=600)
+    assert task(d, tid)["preempt_count"] == 1
+    assert post(d, "/api/v1/tasks/%d/release" % urgent["id"]).status_code == 200
+    wait_for(lambda: task(d, tid)["state"] == "running", 10, "run 2")
+    # run 2 has a cap of its own: its first line is there, and it too is cut at 4096 bytes
+    wait_for(lambda: "log truncated at 4096 bytes" in text(d.api, tid), 10, "run 2 to reach its cap")
+    cur = text(d.api, tid)
+    assert cur.startswith("first local ") and pid1 not in cur and len(cur) <= 4096 + 64, (cur[:100], len(cur))
+    old = text(d.api, tid, run=1)
+    assert old.startswith("first local %s\n" % pid1) and len(old) <= 4096 + 64, (old[:100], len(old))
+    assert d.cli("cancel", tid).returncode == 0
+
+
 def test_log_parameters_are_checked(daemon_factory):
     d = daemon_factory("gpus: {backend: sim}\n")
     hold = submit(d, gpu_request=4, exclusive=True, lease_ttl_s=600)

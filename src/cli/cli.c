@@ -637,8 +637,8 @@ static int cmd_logs(const gp_cli_cmd *c, FILE *out, FILE *err) {
                         fprintf(err, "gpupool: task %" PRId64 " has run %" PRId64 " times; this is run %" PRId64
                                      "%s (--run N shows another)\n",
                                 c->id, runs, runs, follow ? " and what follows" : "");
-                if (follow && runs > 0)
-                        run = runs;
+                if (follow) /* run 1 before the first start: it stays the run a reconnect asks for */
+                        run = runs > 0 ? runs : 1;
         }
         for (;;) {
                 gp_buf path, msg;

@@ -31,7 +31,7 @@ enum opt_id {
         O_TIMEOUT, O_QTIMEOUT, O_ENV, O_WORKDIR, O_TENANT, O_TTL,
         O_ALL, O_STATE, O_LIMIT, O_FOLLOW,
         O_FROM, O_TO, O_GROUP_BY, O_MONTH,
-        O_ARRAY, O_EXPAND, O_NODE_SELECTOR, O_NODE, O_ON_NODE_LOST,
+        O_ARRAY, O_EXPAND, O_RUN_NO, O_RANK, O_NODE_SELECTOR, O_NODE, O_ON_NODE_LOST,
         O_TIME, O_WAIT, O_ADMIN,
         O_EXPORT, O_USER, O_ME, /* local users (unix.c) */
         O_CACERT,
@@ -87,6 +87,8 @@ static const struct opt opts[] = {
         {"state", 0, true, O_STATE, V(PS) | V(CANCEL)},
         {"limit", 0, true, O_LIMIT, V(PS) | V(QUEUE)},
         {"follow", 'f', false, O_FOLLOW, V(LOGS)},
+        {"run", 0, true, O_RUN_NO, V(LOGS)},
+        {"rank", 0, true, O_RANK, V(LOGS)},
         {"array", 0, true, O_ARRAY, V(SUBMIT) | V(CANCEL)},
         {"expand", 'r', false, O_EXPAND, V(PS)},
         /* local users (unix.c): sbatch --export, squeue/scancel -u, --me */
@@ -200,8 +202,14 @@ static const struct verb_info {
                            "  -u, --user USER      every queued or running task of Unix user USER (scancel -u);\n"
                            "                       --me: yours\n"
                            "Several ids are cancelled one after the other; the exit code is 1 if any failed.\n"},
-        [GP_CLI_LOGS] = {"logs", "gpupool logs [-f] ID | ID_INDEX", NULL, "print a batch task's output",
-                         "  -f, --follow         keep printing new output until the task ends\n"},
+        [GP_CLI_LOGS] = {"logs", "gpupool logs [-f] [--run N] [--rank N] ID | ID_INDEX", NULL,
+                         "print a batch task's output (its current or last run)",
+                         "  -f, --follow         keep printing new output until the task ends; when the task\n"
+                         "                       is requeued, go on with its next run after a line\n"
+                         "                       '--- gpupool: run N of task ID starts (WHY)'\n"
+                         "  --run N              run N instead (1 = the first start; every requeue after a\n"
+                         "                       node or GPU loss and every preemption starts a new run)\n"
+                         "  --rank N             rank N of a multi-node task (default 0)\n"},
         [GP_CLI_GPUS] = {"gpus", "gpupool gpus", NULL, "list GPUs with memory, load and tasks", NULL},
         [GP_CLI_QUEUE] = {"queue", "gpupool queue [--limit N]", NULL,
                           "list queued tasks in scheduling order", NULL},
@@ -1057,6 +1065,16 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                         break;
                                 case O_EXPAND:
                                         c->expand = true;
+                                        break;
+                                case O_RUN_NO:
+                                        if ((r = want_int(p, "--run", val, 1, INT64_MAX, &v)) < 0)
+                                                return r;
+                                        c->log_run = v;
+                                        break;
+                                case O_RANK:
+                                        if ((r = want_int(p, "--rank", val, 0, GP_MAX_GPUS - 1, &v)) < 0)
+                                                return r;
+                                        c->log_rank = v;
                                         break;
                                 case O_USER:
                                         if (!gp_user_name_ok(val, strlen(val)) || strlen(val) >= GP_USER_NAME_MAX)

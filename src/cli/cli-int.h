@@ -95,6 +95,8 @@ typedef struct gp_cli_cmd {
         const char *topic;       /* `help TOPIC`, borrowed, NULL = overview */
         int64_t id;              /* status/cancel/logs: task id, > 0 */
         bool follow;             /* logs -f */
+        int64_t log_run;         /* logs --run N, 0 = the task's current or last run */
+        int64_t log_rank;        /* logs --rank N, default 0 */
         bool all;                /* ps --all */
         const char *state;       /* ps --state, borrowed, NULL = default */
         const char *tenant;      /* ps --tenant filter, borrowed */

@@ -599,13 +599,47 @@ static int task_state(const gp_cli_cmd *c, FILE *err, char *ret_state, size_t si
         return GP_CLI_EXIT_OK;
 }
 
+/* How many runs the task has had (its "runs"); 0 when none, when the
+ * server does not say, or when it cannot be asked (the logs request that
+ * follows reports that). */
+static int64_t task_runs(const gp_cli_cmd *c) {
+        gp_cli_conn conn = {.api = c->api, .key = c->key, .cacert = c->cacert};
+        gp_buf path, msg;
+        gp_cli_resp r = {0};
+        int64_t n = 0;
+        task_path(&path, c->id, "");
+        gp_buf_init(&msg, 4096);
+        if (gp_cli_http_json(&conn, "GET", path.data, NULL, GP_CLI_REQUEST_TIMEOUT_S, &r, &msg) == 0 &&
+            r.status == 200) {
+                json_int_t v = json_integer_value(json_object_get(r.json, "runs"));
+                n = v > 0 ? (int64_t)v : 0;
+        }
+        gp_cli_resp_done(&r);
+        gp_buf_done(&msg);
+        gp_buf_done(&path);
+        return n;
+}
+
+/* logs [-f] [--run N] [--rank N] ID.  A follow pins the run it starts at
+ * (the task's last when --run is not given), so that a stream taken up
+ * again after a break asks for the same bytes: the server's follow stream
+ * runs from that run into every later one, with a line before each. */
 static int cmd_logs(const gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_cli_conn conn = {.api = c->api, .key = c->key, .cacert = c->cacert};
-        int64_t bytes = 0;
+        int64_t bytes = 0, run = c->log_run;
         int ex = GP_CLI_EXIT_OK;
         int tries = 0, idle_ends = 0;
-        bool follow = c->follow;
+        bool follow = c->follow, last_read = false;
 
+        if (run == 0) {
+                int64_t runs = task_runs(c);
+                if (runs > 1)
+                        fprintf(err, "gpupool: task %" PRId64 " has run %" PRId64 " times; this is run %" PRId64
+                                     "%s (--run N shows another)\n",
+                                c->id, runs, runs, follow ? " and what follows" : "");
+                if (follow) /* run 1 before the first start: it stays the run a reconnect asks for */
+                        run = runs > 0 ? runs : 1;
+        }
         for (;;) {
                 gp_buf path, msg;
                 gp_cli_resp r = {0};
@@ -613,10 +647,21 @@ static int cmd_logs(const gp_cli_cmd *c, FILE *out, FILE *err) {
                 task_path(&path, c->id, "/logs");
                 gp_buf_init(&msg, 4096);
                 int rc = 0;
-                if (follow)
+                char sep = '?';
+                if (follow) {
                         rc |= gp_buf_puts(&path, "?follow=1");
+                        sep = '&';
+                }
+                if (run > 0) {
+                        rc |= gp_buf_printf(&path, "%crun=%" PRId64, sep, run);
+                        sep = '&';
+                }
+                if (c->log_rank > 0) {
+                        rc |= gp_buf_printf(&path, "%crank=%" PRId64, sep, c->log_rank);
+                        sep = '&';
+                }
                 if (bytes > 0)
-                        rc |= gp_buf_printf(&path, "%soffset=%" PRId64, follow ? "&" : "?", bytes);
+                        rc |= gp_buf_printf(&path, "%coffset=%" PRId64, sep, bytes);
                 if (rc == 0)
                         rc = gp_cli_http_stream(&conn, path.data, out, &bytes, &r, &msg);
                 gp_buf_done(&path);
@@ -639,17 +684,18 @@ static int cmd_logs(const gp_cli_cmd *c, FILE *out, FILE *err) {
                 }
                 gp_buf_done(&msg);
                 gp_cli_resp_done(&r);
-                if (!ok || !follow)
+                if (!ok || !follow || last_read)
                         break;
                 /* The stream ended, normally because the task did.  Check; if
                  * it still runs (the server or a proxy cut the stream), go on
-                 * from where we are, else read once more without follow for
-                 * anything written after the stream closed. */
+                 * from where we are, else read once more (a follow of an
+                 * ended task sends what is left and ends) for anything
+                 * written after the stream closed. */
                 char state[32];
                 if ((ex = task_state(c, err, state, sizeof(state))) != GP_CLI_EXIT_OK)
                         break;
                 if (strcmp(state, "queued") != 0 && strcmp(state, "running") != 0) {
-                        follow = false;
+                        last_read = true;
                         continue;
                 }
                 idle_ends = bytes > before ? 0 : idle_ends + 1;

@@ -606,6 +606,11 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
                 CHECK(gp_buf_printf(&v, "%" PRId64, n));
                 CHECK(line_str(out, "retries", v.data));
         }
+        if (jint(task, "runs", &n) && n > 1) { /* each with its own log */
+                gp_buf_reset(&v);
+                CHECK(gp_buf_printf(&v, "%" PRId64 " (gpupool logs --run N shows each)", n));
+                CHECK(line_str(out, "runs", v.data));
+        }
         if (jint(task, "timeout_s", &n) && n > 0) {
                 gp_buf_reset(&v);
                 CHECK(fmt_duration(&v, n));

@@ -54,7 +54,7 @@
 #define PIDFILE_NAME "supervisor.pid"
 #define RESULT_NAME "result.json"
 #define ALLOC_NAME "alloc.json"
-#define LOG_NAME "log"
+#define LOG_NAME "log"  /* the output's file when the spec names none (log_name: another, <= 64 bytes) */
 #define WORK_NAME "work"                   /* the command's start dir under run_as */
 
 #define SPEC_MAX_BYTES ((size_t)1 << 20)   /* spec.json, both when written and read */
@@ -539,11 +539,18 @@ static bool notify_ok(int sig) {
         return sig == 0 || (sig > 0 && sig < NSIG && sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD);
 }
 
+/* A log file name a spec may carry: a plain name in the task dir. */
+static bool log_name_ok(const char *n) {
+        size_t len = strlen(n);
+        return len > 0 && len <= 64 && !strchr(n, '/') && strcmp(n, ".") && strcmp(n, "..");
+}
+
 static int spec_dump(const gp_exec_spec *s, char **ret) {
         if (!s->argv || !s->argv[0] || !s->argv[0][0] || s->task_id <= 0 || s->timeout_s < 0 ||
             s->timeout_s > TIMEOUT_MAX_S || s->kill_grace_s < 0 || s->kill_grace_s > GRACE_MAX_S ||
             s->preempt_grace_s < 0 || s->preempt_grace_s > GRACE_MAX_S || !notify_ok(s->notify_signal) ||
-            s->max_log_bytes <= 0 || (s->fence_file && s->fence_file[0] && s->fence_file[0] != '/') ||
+            s->max_log_bytes <= 0 || (s->log_name && s->log_name[0] && !log_name_ok(s->log_name)) ||
+            (s->fence_file && s->fence_file[0] && s->fence_file[0] != '/') ||
             (s->run_as && s->run_as[0] && !gp_user_name_ok(s->run_as, strlen(s->run_as))))
                 return -EINVAL;
         json_t *o = json_object();
@@ -562,6 +569,7 @@ static int spec_dump(const gp_exec_spec *s, char **ret) {
             (r = set_int(o, "notify_signal", s->notify_signal ? s->notify_signal : SIGUSR1)) < 0 ||
             (r = set_int(o, "max_log_bytes", s->max_log_bytes)) < 0 ||
             (r = set_str(o, "run_as", s->run_as)) < 0 ||
+            (s->log_name && s->log_name[0] && (r = set_str(o, "log_name", s->log_name)) < 0) ||
             (s->fence_file && s->fence_file[0] && (r = set_str(o, "fence_file", s->fence_file)) < 0) ||
             (s->clean_env && (r = json_object_set_new(o, "clean_env", json_true()) ? -ENOMEM : 0) < 0) ||
             (s->array_id > 0 && ((r = set_int(o, "array_id", s->array_id)) < 0 ||
@@ -947,6 +955,7 @@ typedef struct spec {
         int64_t notify_signal;       /* missing: SIGUSR1 */
         int64_t max_log_bytes;
         const char *run_as;          /* "" = stay the supervisor's user; missing = "" */
+        const char *log_name;        /* missing: LOG_NAME; else checked by log_name_ok */
         int64_t array_id, array_index; /* missing: 0 (no array) */
         const char *fence_file;      /* "" = none (missing); else absolute (exec/fence.h) */
         bool clean_env;              /* missing: false (inherit the supervisor's environment) */
@@ -1091,6 +1100,12 @@ static int spec_load(int dirfd, spec *ret, char *why, size_t why_size) {
             (get_string(s.root, "run_as", &s.run_as) < 0 ||
              (s.run_as[0] && !gp_user_name_ok(s.run_as, strlen(s.run_as))))) {
                 field = "run_as";
+                goto bad;
+        }
+        s.log_name = LOG_NAME;
+        if (json_object_get(s.root, "log_name") &&
+            (get_string(s.root, "log_name", &s.log_name) < 0 || !log_name_ok(s.log_name))) {
+                field = "log_name";
                 goto bad;
         }
         s.fence_file = "";
@@ -1820,9 +1835,8 @@ out:
         return rc;
 }
 
-static int open_log(run *r, int dirfd) {
-        int fd = openat(dirfd, LOG_NAME, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
-                        0600);
+static int open_log(run *r, int dirfd, const char *name) {
+        int fd = openat(dirfd, name, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0)
                 return -errno;
         struct stat st;
@@ -1836,8 +1850,8 @@ static int open_log(run *r, int dirfd) {
         r->last = '\n';
         if (st.st_size > 0 && pread(fd, &r->last, 1, st.st_size - 1) != 1)
                 r->last = '\n';
-        /* the cap covers the whole file, across attempts of the same task;
-         * beyond it, an earlier attempt already wrote the marker */
+        /* the cap covers the whole file (the server names one per run), across attempts
+         * that write it; beyond it, an earlier attempt already wrote the marker */
         r->capped = r->logged > r->cap;
         return 0;
 }
@@ -1915,7 +1929,7 @@ int gp_exec_supervise_main(const char *task_dir) {
                 goto write;
         }
         r.cap = s.max_log_bytes;
-        rc = open_log(&r, dirfd);
+        rc = open_log(&r, dirfd, s.log_name);
         if (rc < 0) {
                 spawn_failed(&res, "cannot open log: %s", gp_strerror(rc));
                 goto write;

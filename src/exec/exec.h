@@ -8,7 +8,8 @@
  * child.  The supervisor:
  *   1. writes TASK_DIR/supervisor.pid ("PID STARTTIME\n", atomically),
  *   2. starts the command in a new process group with stdout+stderr going
- *      through a pipe into TASK_DIR/log (capped at max_log_bytes; beyond the
+ *      through a pipe into TASK_DIR/log, or the spec's log_name (capped at
+ *      max_log_bytes per file; beyond the
  *      cap output is discarded and one marker line is written),
  *   3. enforces timeout_s (SIGTERM to the group, SIGKILL after kill_grace_s),
  *   4. on SIGTERM to itself (cancel) does the same to the group; on
@@ -54,6 +55,9 @@ typedef struct gp_exec_spec {
         int preempt_grace_s;         /* the same when preempted (SIGUSR2), >= 0 */
         int notify_signal;           /* sent to the task on SIGUSR1; 0 = SIGUSR1 */
         int64_t max_log_bytes;       /* > 0 */
+        const char *log_name;        /* NULL or "" = "log"; else the file in TASK_DIR the output goes
+                                      * to: a plain name (no '/', not "." or ".."), at most 64 bytes
+                                      * (the server keeps one log per run: server/runlog.h) */
         const char *run_as;          /* NULL or "" = the supervisor's user; else the command
                                       * runs as that Unix user (see below) */
         int64_t array_id;            /* > 0: a job array element; the task then also gets

@@ -32,6 +32,7 @@
 #include "server/coord.h"
 #include "server/estimates.h"
 #include "server/idem.h"
+#include "server/runlog.h"
 #include "base/labels.h"
 
 #include <errno.h>
@@ -264,6 +265,8 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         r = r ? r : gp_est_write(d, t, gp_now_ms(), b); /* queued or running: what history predicts */
         r = r ? r : gp_tele_task_write(d, t, b);        /* its processes' GPU memory, now and at peak */
         r = r ? r : gp_buf_printf(b, ",\"preempt_count\":%d,\"retries\":%d", t->preempt_count, t->retries);
+        if (!t->is_lease) /* its runs, each with a log of its own (runlog.h) */
+                r = r ? r : gp_buf_printf(b, ",\"runs\":%" PRId64, gp_runlog_last_run(t));
         if (t->has_exit_code)
                 r = r ? r : gp_buf_printf(b, ",\"exit_code\":%d", t->exit_code);
         else
@@ -990,6 +993,7 @@ static void requeue_mem(gp_daemon *d, batch *b, gp_task *t, const char *why, int
                 t->started_ms = 0;
                 t->sup_pid = t->sup_start = 0;
                 set_reason(t, "requeued (retry %d of %d): %s", t->retries, t->max_retries, why);
+                gp_runlog_requeued(d, t); /* its next run's log says why it began */
                 gp_sched_req r = sched_req(t);
                 r.readmit = true; /* accepted once: max_queued does not apply again */
                 if (gp_sched_enqueue(d->sched, &r) == 0) {
@@ -1227,7 +1231,9 @@ int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
                 }
                 envv[ei + 1] = envs[ei + 1];
         }
-        char cvd[GP_MAX_GPUS * 8], gpus[GP_MAX_GPUS * (GP_NODE_MAX + 8)];
+        char cvd[GP_MAX_GPUS * 8], gpus[GP_MAX_GPUS * (GP_NODE_MAX + 8)], logn[GP_RUNLOG_NAME_MAX];
+        if ((rc = gp_runlog_name(gp_task_run_epoch(t), 0, logn, sizeof(logn))) < 0) /* one log per run */
+                goto out;
         cuda_devices(t, cvd, sizeof(cvd));
         size_t off = 0;
         gpus[0] = '\0';
@@ -1238,7 +1244,7 @@ int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
                 .task_id = t->id, .argv = argv, .env = envv, .workdir = json_string_value(wd),
                 .array_id = t->array_id, .array_index = t->array_index,
                 .cuda_visible_devices = cvd, .gpus = gpus, .timeout_s = t->timeout_s,
-                .kill_grace_s = d->cfg.kill_grace_s, .max_log_bytes = d->cfg.max_log_bytes,
+                .kill_grace_s = d->cfg.kill_grace_s, .max_log_bytes = d->cfg.max_log_bytes, .log_name = logn,
                 .preempt_grace_s = d->cfg.preemption_grace_sec, .notify_signal = d->cfg.elastic_signal,
                 .run_as = t->user[0] ? gp_peer_run_as(t->user) : gp_tenants_run_as(d->tenants, t->tenant),
                 .clean_env = json_is_true(json_object_get(spec, "clean_env")),
@@ -1281,6 +1287,7 @@ static void preempt(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
         t->n_gpus = 0;
         set_reason(t, "preempted (%d time%s): its GPUs went to a more urgent task or back to their guarantee",
                    t->preempt_count, t->preempt_count > 1 ? "s" : "");
+        gp_runlog_requeued(d, t);
         gp_i64map_del(&d->leases, t->id);
         if (t->is_lease && d->cfg.preemption_grace_sec > 0) {
                 t->preempt_deadline_ms = now + (int64_t)d->cfg.preemption_grace_sec * 1000;

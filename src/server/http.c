@@ -29,6 +29,7 @@
 #include "server/estimates.h"
 #include "server/peer.h"
 #include "server/routes.h"
+#include "server/runlog.h"
 #include "server/tenants.h"
 
 #include <arpa/inet.h>
@@ -627,48 +628,20 @@ static enum MHD_Result get_task(hreq *r, int64_t id) {
 /* ---- logs ---- */
 
 static ssize_t log_reader(void *cls, uint64_t pos, char *buf, size_t max) {
-        hreq *r = cls;
-        gp_daemon *d = r->d;
-        if (r->log_fd < 0) {
-                char path[PATH_MAX];
-                if (gp_daemon_task_path(d, r->log_id, "log", path, sizeof(path)) == 0)
-                        r->log_fd = open(path, O_RDONLY | O_CLOEXEC);
-        }
-        if (r->log_fd >= 0) {
-                ssize_t n = pread(r->log_fd, buf, max, (off_t)(r->log_offset + (int64_t)pos));
-                if (n > 0)
-                        return n;
-        }
-        pthread_mutex_lock(&d->lock);
-        bool active = gp_i64map_get(&d->tasks, r->log_id) != NULL;
-        if (!active || __atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
-                pthread_mutex_unlock(&d->lock);
-                /* one more read: output written just before the end */
-                if (r->log_fd >= 0) {
-                        ssize_t n = pread(r->log_fd, buf, max, (off_t)(r->log_offset + (int64_t)pos));
-                        if (n > 0)
-                                return n;
-                }
-                return MHD_CONTENT_READER_END_OF_STREAM;
-        }
-        /* nothing new yet: park until the next follower tick */
-        r->following = true;
-        gp_list_add_head(&d->followers, &r->wlink);
-        park(r);
-        pthread_mutex_unlock(&d->lock);
-        uint64_t one = 1;
-        ssize_t w = write(d->evfd, &one, sizeof(one));
-        (void)w;
-        return 0;
+        return gp_runlog_follow_read(cls, pos, buf, max);
 }
 
 static enum MHD_Result get_logs(hreq *r, int64_t id) {
         gp_daemon *d = r->d;
-        int64_t offset, follow;
+        int64_t offset, follow, run, rank;
         if (query_i64(r, "offset", 0, INT64_MAX, 0, &offset) < 0)
                 return send_error(r, 400, "invalid_request", "offset: must be a byte offset >= 0");
         if (query_i64(r, "follow", 0, 1, 0, &follow) < 0)
                 return send_error(r, 400, "invalid_request", "follow: must be 0 or 1");
+        if (query_i64(r, "run", 1, INT64_MAX, 0, &run) < 0)
+                return send_error(r, 400, "invalid_request", "run: must be a run number >= 1");
+        if (query_i64(r, "rank", 0, GP_MAX_GPUS - 1, 0, &rank) < 0)
+                return send_error(r, 400, "invalid_request", "rank: must be a rank >= 0");
         gp_task t;
         pthread_mutex_lock(&d->lock);
         int rc = gp_daemon_task_lookup(d, id, &t);
@@ -678,29 +651,35 @@ static enum MHD_Result get_logs(hreq *r, int64_t id) {
         if (rc < 0)
                 return send_error(r, 503, "unavailable", "store: %s", gp_strerror(rc));
         bool lease = t.is_lease, mine = may_see(r, t.tenant, t.user);
+        char why[160];
+        int64_t last = gp_runlog_last_run(&t);
+        int picked = lease || !mine ? 0 : gp_runlog_pick(d, &t, run, rank, &run, why, sizeof(why));
         gp_task_done(&t);
         if (!mine)
                 return send_error(r, 404, "not_found", "no task %" PRId64, id);
         if (lease)
                 return send_error(r, 409, "conflict", "task %" PRId64 " is a lease; it has no log", id);
-        r->log_id = id;
-        r->log_fd = -1;
+        if (picked < 0)
+                return send_error(r, 400, "invalid_request", "%s", why);
         struct MHD_Response *resp;
         if (follow) {
-                r->log_offset = offset; /* the reader's positions start there */
+                if (gp_runlog_follow_init(r, id, run, (int)rank, offset) < 0)
+                        return send_error(r, 503, "unavailable", "out of memory");
                 resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, log_reader, r, NULL);
         } else {
                 char path[PATH_MAX];
-                int fd = gp_daemon_task_path(d, id, "log", path, sizeof(path)) == 0 ? open(path, O_RDONLY | O_CLOEXEC)
-                                                                                     : -1;
+                int fd = gp_runlog_path(d, id, run, (int)rank, path, sizeof(path)) == 0
+                                 ? open(path, O_RDONLY | O_CLOEXEC)
+                                 : -1;
                 struct stat stt;
                 if (fd < 0 || fstat(fd, &stt) < 0 || offset >= stt.st_size) {
                         if (fd >= 0)
                                 close(fd);
-                        return send_body(r, 200, strdup(""), "text/plain; charset=utf-8", 0);
+                        resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+                } else {
+                        resp = MHD_create_response_from_fd_at_offset64((uint64_t)(stt.st_size - offset), fd,
+                                                                       (uint64_t)offset);
                 }
-                resp = MHD_create_response_from_fd_at_offset64((uint64_t)(stt.st_size - offset), fd,
-                                                               (uint64_t)offset);
         }
         if (!resp)
                 return send_error(r, 503, "unavailable", "cannot read the log");
@@ -711,6 +690,11 @@ static enum MHD_Result get_logs(hreq *r, int64_t id) {
         MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
         MHD_add_response_header(resp, "X-Gpupool-Backend", d->backend);
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        char hv[24];
+        snprintf(hv, sizeof(hv), "%" PRId64, run);
+        MHD_add_response_header(resp, "X-Gpupool-Run", hv); /* the run sent (first, when following) */
+        snprintf(hv, sizeof(hv), "%" PRId64, last);
+        MHD_add_response_header(resp, "X-Gpupool-Runs", hv); /* runs started when asked */
         gp_http_cors(r, resp);
         enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
         MHD_destroy_response(resp);
@@ -1375,6 +1359,7 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 gp_gw_completed(d->gw, r->gw);
         if (r->log_fd >= 0)
                 close(r->log_fd);
+        gp_runlog_follow_done(r);
         gp_idem_end(r);
         free(r->resp);
         gp_buf_done(&r->body);

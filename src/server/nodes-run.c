@@ -1,7 +1,7 @@
 /* nodes-run.c - a run's start and log copy on the server (nodes-run.h).
  * Invariants: a start is rendered from the task's stored spec at the time
- * it is sent; the log copy only grows, by chunks that begin where it ends,
- * up to max_log_bytes. */
+ * it is sent; the log copy of each run and rank (runlog.h) only grows, by
+ * chunks that begin where it ends, up to max_log_bytes. */
 #include "server/nodes-run.h"
 
 #include <errno.h>
@@ -19,6 +19,7 @@
 #include "server/nodes-fence.h"
 #include "server/nodes.h"
 #include "server/nodes-tele.h"
+#include "server/runlog.h"
 #include "server/server-int.h"
 #include "server/tenants.h"
 
@@ -100,28 +101,23 @@ int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank
         return 0;
 }
 
-static void log_path(gp_daemon *d, int64_t task, int rank, char *buf, size_t size) {
-        char file[24];
-        if (rank == 0)
-                snprintf(file, sizeof(file), "log");
-        else
-                snprintf(file, sizeof(file), "log.r%d", rank);
-        if (gp_daemon_task_path(d, task, file, buf, size) < 0)
+static void log_path(gp_daemon *d, gp_proto_run_id id, char *buf, size_t size) {
+        if (id.rank < 0 || gp_runlog_path(d, id.task, id.epoch, id.rank, buf, size) < 0)
                 buf[0] = '\0';
 }
 
 int64_t gp_nodes_log_size(gp_daemon *d, gp_proto_run_id id) {
         char path[PATH_MAX];
         struct stat st;
-        log_path(d, id.task, id.rank, path, sizeof(path));
+        log_path(d, id, path, sizeof(path));
         return path[0] && stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
 }
 
-int gp_nodes_take_log(gp_daemon *d, const gp_proto_log *lg, int64_t *ret_size) {
+int gp_nodes_take_log(gp_daemon *d, const gp_proto_log *lg, bool create, int64_t *ret_size) {
         char path[PATH_MAX];
-        log_path(d, lg->id.task, lg->id.rank, path, sizeof(path));
-        int fd = path[0] ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600) : -1;
-        if (fd < 0) {
+        log_path(d, lg->id, path, sizeof(path));
+        int fd = path[0] ? open(path, O_WRONLY | (create ? O_CREAT : 0) | O_APPEND | O_CLOEXEC, 0600) : -1;
+        if (fd < 0 && create) {
                 char dir[PATH_MAX];
                 if (gp_daemon_task_path(d, lg->id.task, NULL, dir, sizeof(dir)) == 0 && mkdir(dir, 0700) == 0)
                         fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);

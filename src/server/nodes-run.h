@@ -5,6 +5,7 @@
 #ifndef GP_SERVER_NODES_RUN_H
 #define GP_SERVER_NODES_RUN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cluster/proto.h"
@@ -17,10 +18,12 @@ struct gp_daemon;
  * stored).  Exits the process when out of memory, as nodes.c does. */
 int gp_nodes_start_of(struct gp_daemon *d, const gp_task *t, const char *node, int rank, gp_proto_start *s);
 
-/* Append a chunk of a current run's output where the copy ends; any other
- * offset is a repeat or a gap and is left out.  0 with *ret_size (where the
- * copy ends now), or a negative errno (nothing written). */
-int gp_nodes_take_log(struct gp_daemon *d, const gp_proto_log *lg, int64_t *ret_size);
+/* Append a chunk of a run's output where the copy of that run's log (its
+ * own file: runlog.h) ends; any other offset is a repeat or a gap and is
+ * left out.  create: a current run's, whose file may be made; else (a run
+ * being stopped) only a file that exists takes it.  0 with *ret_size (where
+ * the copy ends now), or a negative errno (nothing written). */
+int gp_nodes_take_log(struct gp_daemon *d, const gp_proto_log *lg, bool create, int64_t *ret_size);
 /* The size of the server's copy of a run's log (0 when none). */
 int64_t gp_nodes_log_size(struct gp_daemon *d, gp_proto_run_id id);
 

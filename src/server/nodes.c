@@ -37,6 +37,7 @@
 #include "server/nodes-join.h"
 #include "server/nodes-run.h"
 #include "server/nodes-tele.h"
+#include "server/runlog.h"
 #include "server/server-int.h"
 #include "server/tenants.h"
 
@@ -1038,9 +1039,7 @@ int64_t gp_nodes_next_ms(gp_daemon *d) {
 
 void gp_nodes_start(gp_daemon *d, const gp_task *t) {
         int64_t epoch = gp_task_run_epoch(t);
-        char dir[PATH_MAX];
-        if (gp_daemon_task_path(d, t->id, NULL, dir, sizeof(dir)) == 0)
-                mkdir(dir, 0700); /* its logs are copied here */
+        gp_runlog_started(d, t); /* its logs are copied here, one per rank */
         for (int rank = 0;; rank++) {
                 const char *name = node_at(t, rank);
                 if (!name)
@@ -1205,7 +1204,10 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
         for (int i = 0; i < m->n_logs; i++) {
                 const gp_proto_log *lg = &m->logs[i];
                 int64_t size;
-                if (current(gp_i64map_get(&d->tasks, lg->id.task), n, lg->id) && gp_nodes_take_log(d, lg, &size) == 0)
+                /* a run stopping here (preempted, a rank of a requeued task) keeps its last words */
+                intptr_t st = (intptr_t)gp_i64map_get(&n->stopping, lg->id.task);
+                bool cur = current(gp_i64map_get(&d->tasks, lg->id.task), n, lg->id);
+                if ((cur || (st && ((st - 1) >> 2) == lg->id.epoch)) && gp_nodes_take_log(d, lg, cur, &size) == 0)
                         reply_offset(rp, lg->id, size);
         }
         for (int i = 0; i < m->n_runs; i++) {

@@ -138,7 +138,8 @@ typedef struct hreq {
         /* log follow */
         int log_fd;
         int64_t log_id;
-        int64_t log_offset;         /* follow: first byte to send */
+        int64_t log_offset;         /* follow: the request's offset (the stream position of pos 0) */
+        struct gp_runlog_follow *log_follow; /* follow: which run and rank (runlog.c), owned */
         bool following;
         int64_t follow_idle_ms;
         /* gateway (/v1/...) */

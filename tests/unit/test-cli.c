@@ -945,26 +945,27 @@ static char *route_basic(struct srv *s, const char *req) {
                 return http_resp(200, NULL, "{\"id\":17,\"state\":\"cancelled\"}");
         if (starts(req, "POST /api/v1/tasks/18/cancel "))
                 return http_resp(200, NULL, "{\"id\":18,\"state\":\"succeeded\"}");
-        if (starts(req, "GET /api/v1/tasks/17/logs?offset=12 "))
+        if (starts(req, "GET /api/v1/tasks/17/logs?follow=1&run=1&offset=12 "))
                 return strdup("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
                               "Content-Length: 0\r\n\r\n");
         if (starts(req, "GET /api/v1/tasks/17 "))
                 return http_resp(200, NULL, "{\"id\":17,\"state\":\"succeeded\"}");
-        if (starts(req, "GET /api/v1/tasks/19/logs?follow=1 "))
+        if (starts(req, "GET /api/v1/tasks/19/logs?follow=1&run=2 "))
                 return strdup("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
                               "Content-Length: 6\r\n\r\npart1\n");
-        if (starts(req, "GET /api/v1/tasks/19/logs?follow=1&offset=6 "))
+        if (starts(req, "GET /api/v1/tasks/19/logs?follow=1&run=2&offset=6 "))
                 return strdup("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
                               "Content-Length: 6\r\n\r\npart2\n");
-        if (starts(req, "GET /api/v1/tasks/19/logs?offset=12 "))
+        if (starts(req, "GET /api/v1/tasks/19/logs?follow=1&run=2&offset=12 "))
                 return strdup("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
                               "Content-Length: 6\r\n\r\npart3\n");
         if (starts(req, "GET /api/v1/tasks/19 ")) {
                 pthread_mutex_lock(&s->mu);
                 int n = s->n_wait++;
                 pthread_mutex_unlock(&s->mu);
-                return http_resp(200, NULL, n == 0 ? "{\"id\":19,\"state\":\"running\"}"
-                                                   : "{\"id\":19,\"state\":\"succeeded\"}");
+                /* asked first for its runs (a follow pins the last), then after each stream */
+                return http_resp(200, NULL, n <= 1 ? "{\"id\":19,\"state\":\"running\",\"runs\":2}"
+                                                   : "{\"id\":19,\"state\":\"succeeded\",\"runs\":2}");
         }
         if (starts(req, "GET /api/v1/tasks/17/logs"))
                 return strdup("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
@@ -1332,7 +1333,8 @@ static void test_logs_stream_to_stdout_and_errors_exit_1(void **state) {
         run_cli(&r, ARGC("--api", api, "logs", "-f", "17"), ARGV("--api", api, "logs", "-f", "17"));
         assert_int_equal(r.ex, 0);
         assert_string_equal(r.out, "line1\nline2\n");
-        assert_true(starts(s.reqs[0], "GET /api/v1/tasks/17/logs?follow=1 HTTP/1.1"));
+        assert_true(starts(s.reqs[0], "GET /api/v1/tasks/17 HTTP/1.1")); /* its runs: none said */
+        assert_true(starts(s.reqs[1], "GET /api/v1/tasks/17/logs?follow=1&run=1 HTTP/1.1"));
         ran_done(&r);
         run_cli(&r, ARGC("--api", api, "logs", "17"), ARGV("--api", api, "logs", "17"));
         assert_int_equal(r.ex, 0);

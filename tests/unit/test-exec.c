@@ -215,6 +215,36 @@ static void test_exit_code_and_both_streams_are_logged(void **state) {
         assert_int_equal(st.st_mode & 0777, 0600);
 }
 
+/* A run's own log file (the server names one per run): the output goes
+ * there and nowhere else; a name that is not a plain file name is refused
+ * before anything is made. */
+static void test_log_name_puts_the_output_in_that_file_only(void **state) {
+        fixture *f = *state;
+        const char *argv[] = {"sh", "-c", "echo second-run", NULL};
+        gp_exec_spec s = make_spec(argv);
+        gp_exec_proc p;
+        const char *bad[] = {"../log", "a/b", ".", "..",
+                             "x123456789012345678901234567890123456789012345678901234567890123456789"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                s.log_name = bad[i];
+                assert_int_equal(gp_exec_start(self_exe, f->task, &s, &p), -EINVAL);
+        }
+        assert_int_equal(access(f->task, F_OK), -1);
+        s.log_name = "log.run2";
+        start(f->task, &s, &p);
+        gp_exec_result res;
+        expect_result(f->task, 5000, &res);
+        assert_int_equal(res.end, GP_EXEC_EXITED);
+        size_t n;
+        char *log = slurp(f->task, "log.run2", &n);
+        assert_non_null(log);
+        assert_string_equal(log, "second-run\n");
+        free(log);
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/log", f->task);
+        assert_int_equal(access(path, F_OK), -1); /* run 1's name is left alone */
+}
+
 static void test_command_killed_by_signal_is_signaled(void **state) {
         fixture *f = *state;
         const char *argv[] = {"sh", "-c", "kill -KILL $$", NULL};
@@ -1142,6 +1172,7 @@ int main(int argc, char **argv) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
         const struct CMUnitTest tests[] = {
                 T(test_exit_code_and_both_streams_are_logged),
+                T(test_log_name_puts_the_output_in_that_file_only),
                 T(test_command_killed_by_signal_is_signaled),
                 T(test_env_has_gpu_vars_spec_env_and_inherited_env),
                 T(test_clean_env_inherits_nothing_and_gives_the_users_basics),

@@ -527,7 +527,7 @@ static void tele_copy(gp_proto_tele *dst, const gp_proto_tele *src) {
  * its supervisor); NULL for a process that is none of ours. */
 static const run *run_of_pid(const node *n, int pid) {
         int64_t roots[256];
-        size_t idx[256], nr = 0;
+        size_t idx[256] = {0}, nr = 0;
         for (size_t k = 0; n && k < n->n_runs && nr < 256; k++)
                 if (n->runs[k].state == GP_PROTO_RUNNING && n->runs[k].proc.pid > 0) {
                         roots[nr] = n->runs[k].proc.pid;
@@ -564,9 +564,13 @@ static void to_tele(const gp_gpu_info *g, gp_proto_tele *t, const node *n) {
         for (char *p = t->reason; *p; p++) /* clean text only */
                 if ((unsigned char)*p < 0x20 || *p == 0x7f)
                         *p = ' ';
-        int np = g->n_procs < GP_PROTO_MAX_PROCS ? g->n_procs : GP_PROTO_MAX_PROCS;
         t->procs_known = g->procs_known;
-        if (np > 0 && (t->procs = calloc((size_t)np, sizeof(*t->procs)))) {
+        int np = g->n_procs;
+        if (np > GP_PROTO_MAX_PROCS)
+                np = GP_PROTO_MAX_PROCS;
+        if (np > 0)
+                t->procs = calloc((size_t)np, sizeof(*t->procs));
+        if (t->procs) {
                 for (int i = 0; i < np; i++) {
                         const gp_gpu_proc *q = &g->procs[i];
                         if (q->pid < 1 || q->pid > GP_PROTO_MAX_PID)

@@ -1056,10 +1056,12 @@ static void apply_exit(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
 /* t ended as res says (its supervisor's result.json, or its agent's
  * report). */
 /* Does the end of t's output say it ran out of GPU memory (core/watchdog.h)?
- * Its last 8 KiB; *what the message found. */
+ * The last 8 KiB of its last run's log (rank 0); *what the message found. */
 static bool output_says_oom(gp_daemon *d, const gp_task *t, const char **what) {
         char path[PATH_MAX], tail[8192];
-        int fd = gp_daemon_task_path(d, t->id, "log", path, sizeof(path)) == 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+        int64_t run = gp_runlog_last_run(t); /* the run that just ended, rank 0 */
+        int fd = run > 0 && gp_runlog_path(d, t->id, run, 0, path, sizeof(path)) == 0 ? open(path, O_RDONLY | O_CLOEXEC)
+                                                                                       : -1;
         if (fd < 0)
                 return false;
         struct stat st;

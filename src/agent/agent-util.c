@@ -141,11 +141,11 @@ int gp_agent_tele_diff(const gp_proto_tele *was, const gp_proto_tele *now, int64
 }
 
 int gp_agent_host_diff(const gp_host_info *was, const gp_host_info *now) {
-        int64_t total = now->mem_total_mb > 0 ? now->mem_total_mb : 0;
-        if (was->cpus != now->cpus || moved(was->mem_avail_mb, now->mem_avail_mb, total / 20 > 1 ? total / 20 : 1) ||
-            moved(was->disk_free_mb, now->disk_free_mb, 1024) || moved(was->mem_total_mb, now->mem_total_mb, 1) ||
+        int64_t step = now->mem_total_mb / 100 > 64 ? now->mem_total_mb / 100 : 64;
+        if (was->cpus != now->cpus || moved(was->mem_total_mb, now->mem_total_mb, 1) ||
             moved(was->disk_total_mb, now->disk_total_mb, 1))
                 return GP_AGENT_TELE_URGENT;
-        return was->mem_avail_mb != now->mem_avail_mb || was->disk_free_mb != now->disk_free_mb ? GP_AGENT_TELE_CHANGED
-                                                                                                : GP_AGENT_TELE_SAME;
+        return moved(was->mem_avail_mb, now->mem_avail_mb, step) || moved(was->disk_free_mb, now->disk_free_mb, 256)
+                       ? GP_AGENT_TELE_CHANGED
+                       : GP_AGENT_TELE_SAME;
 }

@@ -56,8 +56,11 @@ bool gp_agent_url_loopback(const char *url);
  * by 256 MiB.  Procs compare as sets of pids in the order given. */
 enum { GP_AGENT_TELE_SAME = 0, GP_AGENT_TELE_CHANGED, GP_AGENT_TELE_URGENT };
 int gp_agent_tele_diff(const gp_proto_tele *sent, const gp_proto_tele *now, int64_t total_mb);
-/* The same for the machine: CHANGED when any size differs, URGENT when
- * CPUs changed, or available memory by 5 % of total, or free disk by 1 GiB. */
+/* The same for the machine: URGENT when its CPUs or a total changed (a
+ * new machine, or one resized), CHANGED when available memory moved by
+ * 1 % of the total (at least 64 MiB) or free disk by 256 MiB: what is free
+ * is never worth a sync of its own (a busy disk would make one at every
+ * reading, and a failover must not wait on them). */
 int gp_agent_host_diff(const gp_host_info *sent, const gp_host_info *now);
 
 #endif

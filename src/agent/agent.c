@@ -94,6 +94,7 @@ typedef struct xfer {
         gp_proto_run_id *log_ids;
         int64_t *log_ends;
         int64_t sent_mono;            /* when it was sent (the fence deadline counts from it) */
+        int url;                      /* the server URL it went to (n->url then) */
 } xfer;
 
 struct node {
@@ -781,6 +782,7 @@ static int send_xfer(agent *a, xfer *x, const char *path, const char *bearer, in
         if (curl_multi_add_handle(a->multi, x->h) != CURLM_OK)
                 return -ENOMEM;
         x->sent_mono = gp_mono_ms();
+        x->url = n->url;
         n->inflight++;
         return 0;
 }
@@ -984,7 +986,10 @@ static void start_sync(agent *a, node *n, int wait_ms) {
         n->gpus_dirty = false;
 }
 
-static void failed(agent *a, node *n, const char *why) {
+/* A message of n sent to URL `url` failed (x->url).  The next goes to
+ * the next URL, once: with a held sync and a newer one in flight to a
+ * frozen server both fail, and the second must not turn back to it. */
+static void failed(agent *a, node *n, int url, const char *why) {
         n->failures++;
         n->need_full = true;
         n->page = 0;
@@ -995,7 +1000,7 @@ static void failed(agent *a, node *n, const char *why) {
         if (n->failures == 1 || n->failures % 20 == 0 || !a->sim)
                 gp_warn("node %s: %s %s (try %d; next in %lld ms)", n->name, a->urls[n->url], why, n->failures,
                         (long long)d);
-        if (a->n_urls > 1)
+        if (a->n_urls > 1 && url == n->url)
                 n->url = (n->url + 1) % a->n_urls;
 }
 
@@ -1047,7 +1052,7 @@ static void done_join(agent *a, xfer *x, long status) {
             last > n->seq)
                 n->seq = last;
         snprintf(err, sizeof(err), "answered the join with %ld: %.200s", status, x->resp.data ? x->resp.data : "");
-        failed(a, n, err);
+        failed(a, n, x->url, err);
 }
 
 static void done_sync(agent *a, xfer *x, long status) {
@@ -1091,13 +1096,13 @@ static void done_sync(agent *a, xfer *x, long status) {
                                               ? strtoll(over + 5, NULL, 10)
                                               : (int64_t)body_budget(n) / 2;
                 snprintf(err, sizeof(err), "answered a sync with %ld: %.150s", status, body);
-                failed(a, n, err);
+                failed(a, n, x->url, err);
                 return;
         }
         if (gp_proto_sync_answer_parse(x->resp.data ? x->resp.data : "", x->resp.len, &ans, err, sizeof(err)) < 0) {
                 char why[300];
                 snprintf(why, sizeof(why), "sent a bad sync answer: %s", err);
-                failed(a, n, why);
+                failed(a, n, x->url, why);
                 return;
         }
         if (!n->reachable || n->failures)
@@ -1188,11 +1193,11 @@ static void take_answers(agent *a) {
                         char why[400];
                         snprintf(why, sizeof(why), "failed the check against the CA in %.200s (%.60s): nothing was sent",
                                  a->trust.ca_file, curl_easy_strerror(cc));
-                        failed(a, x->n, why);
+                        failed(a, x->n, x->url, why);
                 } else if (cc != CURLE_OK) {
                         char why[300];
                         snprintf(why, sizeof(why), "unreachable: %s", curl_easy_strerror(cc));
-                        failed(a, x->n, why);
+                        failed(a, x->n, x->url, why);
                 } else if (x->join) {
                         done_join(a, x, status);
                 } else {

@@ -197,17 +197,22 @@ static void test_telemetry_goes_with_the_heartbeat_or_at_once(void **state) {
         gp_host_info h = {.cpus = 8, .mem_total_mb = 32000, .mem_avail_mb = 20000, .disk_total_mb = 100000,
                           .disk_free_mb = 50000}, k = h;
         assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_SAME);
-        k.mem_avail_mb = 20000 - 1599; /* 5 % of 32000 = 1600 */
+        k.mem_avail_mb = 20000 - 319; /* 1 % of 32000 = 320 */
+        assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_SAME);
+        k.mem_avail_mb = 20000 - 320;
         assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_CHANGED);
-        k.mem_avail_mb = 20000 - 1600;
-        assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_URGENT);
+        k.mem_avail_mb = 100; /* free memory is never urgent */
+        assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_CHANGED);
         k = h;
-        k.disk_free_mb = 50000 - 1023;
+        k.disk_free_mb = 50000 - 255;
+        assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_SAME);
+        k.disk_free_mb = 0;
         assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_CHANGED);
-        k.disk_free_mb = 50000 - 1024;
-        assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_URGENT);
         k = h;
         k.cpus = 7;
+        assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_URGENT);
+        k = h;
+        k.mem_total_mb = 64000;
         assert_int_equal(gp_agent_host_diff(&h, &k), GP_AGENT_TELE_URGENT);
 }
 

@@ -301,6 +301,7 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
                                 return -1;
                         }
                 }
+                gp_follower_store_answered(fw, r == -EBUSY); /* its coordinator health says so */
                 if (r == -EBUSY) {
                         if (known) {
                                 gp_follower_set_epoch(fw, held.epoch); /* before the url it goes with */

@@ -346,68 +346,99 @@ static json_t *servers_list(hreq *r, int64_t *ret_active, int *ret_answer) {
 
 /* ---- audit (coord.h) ---- */
 
-typedef struct gp_coord_audit {
+typedef struct audit_entry {
         char who[200];                    /* the caller (hreq.who), and the server that forwarded it */
         char action[40];                  /* coordinator.server.register, coordinator.lock.acquire, ... */
         char target[GP_COORD_ID_MAX + 1]; /* the server id or lock id */
         json_t *old, *new;                /* owned; NULL = null */
-        int64_t at_ms;                    /* the store's time of the write */
-        int status;                       /* the answer */
-        char *body;                       /* malloc'd */
+        int64_t at_ms;                    /* the store's time of the change */
+} audit_entry;
+
+typedef struct gp_coord_audit {
+        audit_entry e[1 + GP_COORD_SWEEP_MAX]; /* the write's, and the expiries a grant found */
+        size_t n;                              /* entries in e */
+        int status;                            /* the answer */
+        char *body;                            /* malloc'd */
 } gp_coord_audit;
 
 void gp_coord_audit_free(gp_coord_audit *a) {
         if (!a)
                 return;
-        json_decref(a->old);
-        json_decref(a->new);
+        for (size_t i = 0; i < a->n; i++) {
+                json_decref(a->e[i].old);
+                json_decref(a->e[i].new);
+        }
         free(a->body);
         free(a);
 }
 
 void gp_coord_audit_apply(gp_daemon *d, cmd *c, int *ret_status, char **ret_body) {
         gp_coord_audit *a = c->coord_audit;
-        gp_tenants_audit(d->tenants, a->who, a->action, a->target, a->old, a->new, a->at_ms);
-        a->old = a->new = NULL;
+        for (size_t i = 0; i < a->n; i++) {
+                audit_entry *e = &a->e[i];
+                gp_tenants_audit(d->tenants, e->who, e->action, e->target, e->old, e->new, e->at_ms);
+                e->old = e->new = NULL;
+        }
         *ret_status = a->status;
         *ret_body = a->body;
         a->body = NULL;
 }
 
+/* Add an entry to a (old and new taken, also when a is NULL or full). */
+static void audit_add(gp_coord_audit *a, const char *who, const char *action, const char *target, json_t *old,
+                      json_t *new, int64_t at_ms) {
+        if (!a || a->n >= sizeof(a->e) / sizeof(a->e[0])) {
+                json_decref(old);
+                json_decref(new);
+                return;
+        }
+        audit_entry *e = &a->e[a->n++];
+        gp_strlcpy(e->who, who, sizeof(e->who));
+        gp_strlcpy(e->action, action, sizeof(e->action));
+        gp_strlcpy(e->target, target, sizeof(e->target));
+        e->old = old;
+        e->new = new;
+        e->at_ms = at_ms;
+}
+
+/* Who asked: the key (or loopback, or local user), and the server that
+ * forwarded the call, as it names itself. */
+static void caller(hreq *r, char *out, size_t size) {
+        const char *via = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, GP_FWD_BY);
+        if (via && text_ok(via, 64))
+                snprintf(out, size, "%s via server %s", r->who[0] ? r->who : "unknown", via);
+        else
+                gp_strlcpy(out, r->who[0] ? r->who : "unknown", size);
+}
+
 /* The change is stored: answer r with status and answer (taken) through
- * the loop, which first appends the audit entry (action, target, old and
- * new taken) to the audit log and stores it.  No answer is kept for an
- * Idempotency-Key (docs/api.md: these calls are idempotent by owner).
- * Out of memory: 503 (the change stands; sent again, it is audited). */
-static int audited(hreq *r, const char *action, const char *target, json_t *old, json_t *new, int64_t at_ms, int status,
-                   json_t *answer) {
-        gp_coord_audit *a = calloc(1, sizeof(*a));
+ * the loop, which first appends a's entries to the audit log and stores
+ * them.  No answer is kept for an Idempotency-Key (docs/api.md: these
+ * calls are idempotent by owner).  a NULL or out of memory: 503 (the
+ * change stands; sent again, it is audited). */
+static int audited_all(hreq *r, gp_coord_audit *a, int status, json_t *answer) {
         char *body = dump(answer);
         cmd *c = a && body ? gp_cmd_new(CMD_COORD_AUDIT) : NULL;
         if (!c) {
                 free(body);
-                json_decref(old);
-                json_decref(new);
-                free(a);
+                gp_coord_audit_free(a);
                 return gp_http_send(r, 503, gp_http_error_body("unavailable", "out of memory; send it again"), 1);
         }
-        /* who: the key (or loopback, or local user) that asked, and the
-         * server that forwarded the call, as it names itself */
-        const char *via = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, GP_FWD_BY);
-        if (via && text_ok(via, 64))
-                snprintf(a->who, sizeof(a->who), "%s via server %s", r->who[0] ? r->who : "unknown", via);
-        else
-                gp_strlcpy(a->who, r->who[0] ? r->who : "unknown", sizeof(a->who));
-        gp_strlcpy(a->action, action, sizeof(a->action));
-        gp_strlcpy(a->target, target, sizeof(a->target));
-        a->old = old;
-        a->new = new;
-        a->at_ms = at_ms;
         a->status = status;
         a->body = body;
         c->coord_audit = a;
         gp_idem_end(r);
         return gp_http_post(r, c);
+}
+
+/* The same with one entry, the caller's. */
+static int audited(hreq *r, const char *action, const char *target, json_t *old, json_t *new, int64_t at_ms, int status,
+                   json_t *answer) {
+        gp_coord_audit *a = calloc(1, sizeof(*a));
+        char who[sizeof(a->e[0].who)];
+        caller(r, who, sizeof(who));
+        audit_add(a, who, action, target, old, new, at_ms);
+        return audited_all(r, a, status, answer);
 }
 
 /* What the audit log shows of a server row and of a lock. */
@@ -608,9 +639,14 @@ static int h_acquire(hreq *r, const gp_route_arg *a) {
         const char *e = lock_body(r, true, lock_id, owner, &timeout_s, why, sizeof(why));
         if (e)
                 return bad(r, e);
-        gp_coord_lock l, prev;
+        gp_coord_lock l;
+        gp_coord_grant *g = malloc(sizeof(*g)); /* ~5 KiB: not on an HTTP thread's stack */
+        if (!g)
+                return gp_http_send(r, 503, gp_http_error_body("unavailable", "out of memory"), 1);
         pthread_mutex_lock(&c->mu);
-        int rc = gp_store_coord_lock_acquire(c->s, lock_id, owner, timeout_s * 1000, &l, &prev);
+        int rc = gp_store_coord_lock_acquire(c->s, lock_id, owner, timeout_s * 1000, &l, g);
+        if (rc < 0)
+                free(g);
         if (rc == -EBUSY || rc == -ENOSPC) {
                 c->store_ok = true;
                 pthread_mutex_unlock(&c->mu);
@@ -632,19 +668,29 @@ static int h_acquire(hreq *r, const gp_route_arg *a) {
         pthread_mutex_unlock(&c->mu);
         /* a free lock granted; the holder's renewal (its token kept); or a
          * grant over an expired lock: the same owner's again, or another's (a steal) */
-        bool had = prev.lock_id[0] != '\0';
-        bool renew = had && prev.fencing_token == l.fencing_token;
+        const gp_coord_lock *prev = &g->prev;
+        bool had = prev->lock_id[0] != '\0';
+        bool renew = had && prev->fencing_token == l.fencing_token;
         const char *action = "coordinator.lock.acquire";
         if (renew)
                 action = "coordinator.lock.renew";
-        else if (had && strcmp(prev.owner, l.owner) != 0)
+        else if (had && strcmp(prev->owner, l.owner) != 0)
                 action = "coordinator.lock.steal";
         /* the store's time of the write: the grant's, or the renewal's (its new expiry less the timeout) */
         int64_t at = renew ? l.expires_ms - timeout_s * 1000 : l.acquired_ms;
-        return audited(r, action, l.lock_id, had ? lock_audit_json(&prev) : NULL, lock_audit_json(&l), at, 200,
-                       json_pack("{s:b,s:s,s:s,s:I,s:I,s:I}", "acquired", true, "lock_id", l.lock_id, "owner", l.owner,
-                                 "fencing_token", (json_int_t)l.fencing_token, "acquired_ms", (json_int_t)l.acquired_ms,
-                                 "expires_ms", (json_int_t)l.expires_ms));
+        gp_coord_audit *au = calloc(1, sizeof(*au));
+        /* first the expiries of other locks this grant removed (nobody's act: they ended at expires_ms) */
+        for (size_t i = 0; i < g->nexpired; i++)
+                audit_add(au, "lock expiry", "coordinator.lock.expire", g->expired[i].lock_id,
+                          lock_audit_json(&g->expired[i]), NULL, g->expired[i].expires_ms);
+        char who[sizeof(au->e[0].who)];
+        caller(r, who, sizeof(who));
+        audit_add(au, who, action, l.lock_id, had ? lock_audit_json(prev) : NULL, lock_audit_json(&l), at);
+        free(g);
+        return audited_all(r, au, 200,
+                           json_pack("{s:b,s:s,s:s,s:I,s:I,s:I}", "acquired", true, "lock_id", l.lock_id, "owner",
+                                     l.owner, "fencing_token", (json_int_t)l.fencing_token, "acquired_ms",
+                                     (json_int_t)l.acquired_ms, "expires_ms", (json_int_t)l.expires_ms));
 }
 
 static int h_release(hreq *r, const gp_route_arg *a) {

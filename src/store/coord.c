@@ -342,8 +342,31 @@ static int lock_args(gp_store *s, const char *lock_id, const char *owner, const 
         return 0;
 }
 
+static int grant_expired(const gp_coord_lock *l, void *ud) {
+        gp_coord_grant *g = ud;
+        if (g->nexpired < GP_COORD_SWEEP_MAX)
+                g->expired[g->nexpired++] = *l;
+        return 0;
+}
+
+/* Remove the GP_COORD_SWEEP_MAX longest-expired rows of other locks than
+ * lock_id, into g->expired.  Each grant adds one row and removes up to
+ * that many expired ones, so expired rows never pile up past the bound. */
+static int sweep(gp_store *s, const char *lock_id, const char *now_t, gp_coord_grant *g) {
+        char max_t[8];
+        fmt(max_t, sizeof(max_t), GP_COORD_SWEEP_MAX);
+        const char *p[3] = {now_t, lock_id, max_t};
+        struct lock_rows x = {.s = s, .cb = grant_expired, .ud = g};
+        g->nexpired = 0;
+        return q(s,
+                 "DELETE FROM coord_locks WHERE lock_id IN (SELECT lock_id FROM coord_locks WHERE "
+                 "expires_ms <= CAST($1 AS BIGINT) AND lock_id <> $2 ORDER BY expires_ms, lock_id "
+                 "LIMIT CAST($3 AS BIGINT)) RETURNING " LOCK_COLS,
+                 3, p, lock_row, &x, "coordinator lock: drop expired");
+}
+
 int gp_store_coord_lock_acquire(gp_store *s, const char *lock_id, const char *owner, int64_t timeout_ms,
-                                gp_coord_lock *ret, gp_coord_lock *ret_prev) {
+                                gp_coord_lock *ret, gp_coord_grant *ret_grant) {
         int r = enter(s, "coordinator lock acquire");
         if (r < 0 || (r = lock_args(s, lock_id, owner, "coordinator lock acquire")) < 0)
                 return r;
@@ -360,9 +383,12 @@ int gp_store_coord_lock_acquire(gp_store *s, const char *lock_id, const char *ow
         r = lock_get(s, lock_id, &cur);
         if (r < 0 && r != -ENOENT)
                 return finish(s, r);
-        gp_coord_lock prev = {0}; /* the row before: held, expired, or none (lock_id "") */
+        gp_coord_grant g;
+        memset(&g.prev, 0, sizeof(g.prev)); /* the row before: held, expired, or none (lock_id "") */
+        g.nexpired = 0;
         if (r == 0)
-                prev = cur;
+                g.prev = cur;
+        gp_coord_grant *grant = &g;
         bool held = r == 0 && cur.expires_ms > now;
         char now_t[24], exp_t[24], tok_t[24];
         fmt(now_t, sizeof(now_t), now);
@@ -392,8 +418,9 @@ int gp_store_coord_lock_acquire(gp_store *s, const char *lock_id, const char *ow
                 const char *pl[5] = {lock_id, owner, tok_t, now_t, exp_t};
                 if ((r = q(s, "UPDATE coord_counters SET value = CAST($1 AS BIGINT) WHERE name = 'fencing_token'", 1,
                            pt, NULL, NULL, "coordinator lock: next token")) < 0 ||
-                    (r = q(s, "DELETE FROM coord_locks WHERE expires_ms <= CAST($1 AS BIGINT)", 1, pn, NULL, NULL,
-                           "coordinator lock: drop expired")) < 0)
+                    (r = sweep(s, lock_id, now_t, grant)) < 0 ||
+                    (r = q(s, "DELETE FROM coord_locks WHERE lock_id = $1", 1, pl, NULL, NULL,
+                           "coordinator lock: drop its expired row")) < 0)
                         return finish(s, r);
                 r = q(s,
                       "INSERT INTO coord_locks (" LOCK_COLS ") VALUES ($1, $2, CAST($3 AS BIGINT), "
@@ -408,8 +435,11 @@ int gp_store_coord_lock_acquire(gp_store *s, const char *lock_id, const char *ow
         }
         if ((r = finish(s, r)) == 0) {
                 *ret = cur;
-                if (ret_prev)
-                        *ret_prev = prev;
+                if (ret_grant) {
+                        ret_grant->prev = g.prev;
+                        ret_grant->nexpired = g.nexpired;
+                        memcpy(ret_grant->expired, g.expired, g.nexpired * sizeof(g.expired[0]));
+                }
         }
         return r;
 }

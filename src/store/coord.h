@@ -18,12 +18,14 @@
  * (a new owner, or an owner whose lock had expired) takes the next value
  * of the counter as its fencing token; the owner that still holds the
  * lock renews it (a new expiry) and keeps its token.  Expired rows are
- * deleted by the next grant.
+ * deleted by later grants, at most GP_COORD_SWEEP_MAX by each (the
+ * longest expired first), which return them (the audit log's expiries).
  */
 #ifndef GP_STORE_COORD_H
 #define GP_STORE_COORD_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "store/store.h"
@@ -33,6 +35,7 @@
 #define GP_COORD_MAX_LOCKS 10000   /* locks held at once */
 #define GP_COORD_MAX_SERVERS 1000  /* servers in the registry */
 #define GP_COORD_TIMEOUT_MAX_MS (86400LL * 1000) /* longest lock timeout */
+#define GP_COORD_SWEEP_MAX 16      /* expired rows of other locks a grant removes */
 
 typedef struct gp_coord_server {
         char server_id[GP_COORD_ID_MAX + 1];
@@ -50,6 +53,13 @@ typedef struct gp_coord_lock {
         int64_t acquired_ms;            /* when this token was granted */
         int64_t expires_ms;
 } gp_coord_lock;
+
+/* What a lock acquire found and removed (gp_store_coord_lock_acquire). */
+typedef struct gp_coord_grant {
+        gp_coord_lock prev;                        /* the row of the lock before: lock_id "" = none */
+        gp_coord_lock expired[GP_COORD_SWEEP_MAX]; /* expired rows of other locks this grant removed */
+        size_t nexpired;
+} gp_coord_grant;
 
 /* Is role one of "leader", "follower", "standby"? */
 bool gp_coord_role_ok(const char *role);
@@ -78,15 +88,16 @@ typedef int (*gp_coord_server_cb)(const gp_coord_server *sv, void *ud);
 int gp_store_coord_servers(gp_store *s, gp_coord_server_cb cb, void *ud, int64_t *ret_now);
 
 /* Acquire (or renew) lock_id for owner for timeout_ms (1..GP_COORD_TIMEOUT_MAX_MS).
- * 0: granted, *ret the lock (its fencing token, expiry), and *ret_prev
- * (if not NULL) the row of lock_id as it was: lock_id "" when there was
- * none, else its owner, token and expiry (the same fencing token as
- * *ret: this owner renewed it; another: it had expired, a new grant);
+ * 0: granted, *ret the lock (its fencing token, expiry), and *ret_grant
+ * (if not NULL): prev, the row of lock_id as it was (lock_id "" when there
+ * was none, else its owner, token and expiry: the same fencing token as
+ * *ret: this owner renewed it; another: it had expired, a new grant), and
+ * the expired rows of other locks a new grant removed (a renewal none);
  * -EBUSY: another owner holds it and it has not expired, *ret its holder;
  * -ENOSPC: GP_COORD_MAX_LOCKS other locks are held (nothing written);
  * -EINVAL (bad argument), -GP_ESTORE. */
 int gp_store_coord_lock_acquire(gp_store *s, const char *lock_id, const char *owner, int64_t timeout_ms,
-                                gp_coord_lock *ret, gp_coord_lock *ret_prev);
+                                gp_coord_lock *ret, gp_coord_grant *ret_grant);
 /* Release lock_id held by owner.  0 (released), -EBUSY (another owner
  * holds it; *ret that holder), -ENOENT (not held: never, released, or
  * expired), -EINVAL, -GP_ESTORE. */

@@ -380,7 +380,9 @@ def audit_body(d, who, hdr=None):
     n = call("/locks/acquire", {"lock_id": "dl", "owner": "w1", "timeout": 60})
     call("/locks/release", {"lock_id": "dl", "owner": "w1"})
     e = call("/locks/acquire", {"lock_id": "ex", "owner": "w1", "timeout": 1})
+    gone = call("/locks/acquire", {"lock_id": "gone", "owner": "w5", "timeout": 1})
     time.sleep(1.3)
+    # both expired: w2 takes "ex"; the grant also removes the expired "gone", audited as its expiry
     st = call("/locks/acquire", {"lock_id": "ex", "owner": "w2", "timeout": 30})
     # what writes nothing is not audited: a refused acquire or release, an unknown server, bad input
     call("/locks/acquire", {"lock_id": "ex", "owner": "w3", "timeout": 30}, 409)
@@ -400,12 +402,17 @@ def audit_body(d, who, hdr=None):
         ("coordinator.lock.renew", "dl"),
         ("coordinator.lock.release", "dl"),
         ("coordinator.lock.acquire", "ex"),
+        ("coordinator.lock.acquire", "gone"),
+        ("coordinator.lock.expire", "gone"),
         ("coordinator.lock.steal", "ex"),
     ], entries
     times = [at_ms(x["at"]) for x in entries]
-    assert all(x["who"].startswith(who) for x in entries), [x["who"] for x in entries]
+    reg, hb2, hb3, unreg, acq, ren, rel, acq2, acq3, exp, steal = entries
+    assert all(x["who"].startswith(who) for x in entries if x is not exp), [x["who"] for x in entries]
     assert t0 <= times[0] and times == sorted(times) and times[-1] <= t1, (t0, times, t1)
-    reg, hb2, hb3, unreg, acq, ren, rel, acq2, steal = entries
+    # an expiry is nobody's act: it ended at its expires_ms, and a later grant removed it
+    assert exp["who"] == "lock expiry" and at_ms(exp["at"]) == gone["expires_ms"] and exp["new"] is None
+    assert exp["old"]["owner"] == "w5" and exp["old"]["fencing_token"] == gone["fencing_token"]
     assert reg["old"] is None and reg["new"]["url"] == "http://127.0.0.1:9" and reg["new"]["role"] == "follower"
     assert hb2["old"]["role"] == "follower" and hb2["new"]["role"] == "standby"
     assert hb3["old"] is None and hb3["new"]["url"] == "http://127.0.0.1:10"

@@ -2054,13 +2054,49 @@ static int lock_collect(const gp_coord_lock *lk, void *ud) {
         return 0;
 }
 
+/* Expired rows of other locks: each grant removes at most
+ * GP_COORD_SWEEP_MAX, the longest expired first, and says which. */
+static void test_coord_grant_sweeps_expired_locks_and_names_them(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        gp_coord_lock l;
+        gp_coord_grant g;
+        char id[16];
+        for (int i = 0; i < GP_COORD_SWEEP_MAX + 4; i++) {
+                snprintf(id, sizeof(id), "e%02d", i);
+                /* all expire together, after the last is made (each grant sweeps what expired before it) */
+                assert_int_equal(gp_store_coord_lock_acquire(s, id, "w1", 1000, &l, NULL), 0);
+        }
+        usleep(1100 * 1000);
+        assert_int_equal(gp_store_coord_lock_acquire(s, "live", "w2", 60000, &l, &g), 0);
+        assert_string_equal(g.prev.lock_id, "");
+        assert_int_equal(g.nexpired, GP_COORD_SWEEP_MAX);
+        for (size_t i = 0; i < g.nexpired; i++) {
+                assert_string_equal(g.expired[i].owner, "w1");
+                assert_true(g.expired[i].expires_ms <= l.acquired_ms);
+        }
+        assert_int_equal(gp_store_coord_lock_acquire(s, "live2", "w2", 60000, &l, &g), 0);
+        assert_int_equal(g.nexpired, 4); /* the rest */
+        assert_int_equal(gp_store_coord_lock_acquire(s, "live3", "w2", 60000, &l, &g), 0);
+        assert_int_equal(g.nexpired, 0);
+        /* a renewal removes nothing */
+        assert_int_equal(gp_store_coord_lock_acquire(s, "live3", "w2", 60000, &l, &g), 0);
+        assert_int_equal(g.nexpired, 0);
+        struct lock_list ll = {0};
+        assert_int_equal(gp_store_coord_locks(s, lock_collect, &ll, NULL), 0);
+        assert_int_equal(ll.n, 3);
+        gp_store_close(s);
+}
+
 static void test_coord_locks_exclusion_renew_expiry_release(void **state) {
         FX(state);
         gp_store *s = open_store(fx), *t = open_store(fx); /* two servers on one store */
-        gp_coord_lock l, h, prev;
-        memset(&prev, 0x55, sizeof(prev));
-        assert_int_equal(gp_store_coord_lock_acquire(s, "dl", "w1", 60000, &l, &prev), 0);
-        assert_string_equal(prev.lock_id, ""); /* not held before */
+        gp_coord_lock l, h;
+        gp_coord_grant g;
+        memset(&g, 0x55, sizeof(g));
+        assert_int_equal(gp_store_coord_lock_acquire(s, "dl", "w1", 60000, &l, &g), 0);
+        assert_string_equal(g.prev.lock_id, ""); /* not held before */
+        assert_int_equal(g.nexpired, 0);
         int64_t tok1 = l.fencing_token;
         assert_true(tok1 >= 1);
         assert_string_equal(l.owner, "w1");
@@ -2071,10 +2107,10 @@ static void test_coord_locks_exclusion_renew_expiry_release(void **state) {
         assert_int_equal(h.fencing_token, tok1);
         /* the owner renews: the same token */
         int64_t exp1 = l.expires_ms;
-        assert_int_equal(gp_store_coord_lock_acquire(t, "dl", "w1", 120000, &l, &prev), 0);
+        assert_int_equal(gp_store_coord_lock_acquire(t, "dl", "w1", 120000, &l, &g), 0);
         assert_int_equal(l.fencing_token, tok1);
-        assert_int_equal(prev.fencing_token, tok1); /* a renewal: the same token, the old expiry */
-        assert_int_equal(prev.expires_ms, exp1);
+        assert_int_equal(g.prev.fencing_token, tok1); /* a renewal: the same token, the old expiry */
+        assert_int_equal(g.prev.expires_ms, exp1);
         assert_true(l.expires_ms - l.acquired_ms >= 120000);
         /* another lock: a larger token */
         assert_int_equal(gp_store_coord_lock_acquire(s, "other", "w1", 1, &l, NULL), 0);
@@ -2087,11 +2123,12 @@ static void test_coord_locks_exclusion_renew_expiry_release(void **state) {
         assert_int_equal(ll.n, 1);
         assert_string_equal(ll.v[0].lock_id, "dl");
         assert_int_equal(gp_store_coord_lock_release(s, "other", "w1", &h), -ENOENT);
-        assert_int_equal(gp_store_coord_lock_acquire(t, "other", "w2", 60000, &l, &prev), 0);
+        assert_int_equal(gp_store_coord_lock_acquire(t, "other", "w2", 60000, &l, &g), 0);
         assert_true(l.fencing_token > tok2);
-        assert_string_equal(prev.owner, "w1"); /* it took over w1's expired lock */
-        assert_int_equal(prev.fencing_token, tok2);
-        assert_true(prev.expires_ms <= l.acquired_ms);
+        assert_string_equal(g.prev.owner, "w1"); /* it took over w1's expired lock */
+        assert_int_equal(g.prev.fencing_token, tok2);
+        assert_true(g.prev.expires_ms <= l.acquired_ms);
+        assert_int_equal(g.nexpired, 0); /* its own expired row is prev, not a swept one */
         int64_t tok3 = l.fencing_token;
         /* release checks the owner */
         assert_int_equal(gp_store_coord_lock_release(s, "dl", "w2", &h), -EBUSY);
@@ -2210,79 +2247,79 @@ static void test_coord_racing_servers_never_share_a_lock(void **state) {
         gp_store_close(s);
 }
 
-#define GENERIC_TESTS(be)                                                                               \
-        cmocka_unit_test_prestate_setup_teardown(test_put_get_round_trips_every_field, fx_setup,         \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_second_put_replaces_the_record, fx_setup,          \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_list_is_newest_first_and_filters, fx_setup,        \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_list_pages_by_before_id, fx_setup, fx_teardown,    \
-                                                 (void *)(be)),                                           \
-        cmocka_unit_test_prestate_setup_teardown(test_list_rejects_bad_limits_and_honours_stop,          \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_load_active_returns_queued_and_running_oldest_first, \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_rollback_of_1000_puts_leaves_nothing, fx_setup,    \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_commit_is_seen_after_close_and_reopen, fx_setup,   \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_manual_checkpoint_moves_the_wal_without_losing_rows, \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(                                                        \
-                test_reader_sees_committed_rows_but_not_the_open_transaction, fx_setup, fx_teardown,     \
-                (void *)(be)),                                                                           \
-        cmocka_unit_test_prestate_setup_teardown(test_list_by_array_gives_its_elements_newest_first,    \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_meta_set_get_and_missing_key, fx_setup,            \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_corrupt_rows_are_reported_not_crashed_on,          \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_failed_commit_stores_nothing_and_handle_stays_usable, \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_failed_put_dooms_the_transaction, fx_setup,        \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_fault_at_every_step_is_all_or_nothing, fx_setup,   \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_invalid_record_is_refused_and_nothing_written,     \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_callback_cannot_reenter_the_handle, fx_setup,      \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_transaction_misuse_is_reported, fx_setup,          \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_newer_schema_version_is_refused, fx_setup,         \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_version_1_database_is_migrated_keeping_its_tasks,  \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_version_2_database_is_migrated_keeping_its_tasks,  \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_version_3_database_is_migrated_keeping_its_tasks,  \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_version_4_database_is_migrated_keeping_its_tasks,  \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_version_5_database_is_migrated_keeping_its_tasks,  \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_failed_migration_leaves_the_old_version_whole,     \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_schema_version_that_is_not_a_number_is_refused,    \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(                                                        \
-                test_usage_rows_round_trip_filter_and_follow_the_transaction, fx_setup, fx_teardown,     \
-                (void *)(be)),                                                                           \
-        cmocka_unit_test_prestate_setup_teardown(test_second_claim_is_refused_naming_the_owner, fx_setup, \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_coord_registry_heartbeats_and_unregister, fx_setup, \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_coord_registry_is_bounded, fx_setup, fx_teardown,   \
-                                                 (void *)(be)),                                           \
-        cmocka_unit_test_prestate_setup_teardown(test_coord_locks_exclusion_renew_expiry_release,        \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_coord_lock_fault_at_every_step_grants_nothing,    \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_coord_racing_servers_never_share_a_lock,          \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_idem_answers_follow_their_transaction_and_are_pruned, \
-                                                 fx_setup, fx_teardown, (void *)(be))
+#define GENERIC_TESTS(be)                                                                                              \
+        cmocka_unit_test_prestate_setup_teardown(test_put_get_round_trips_every_field, fx_setup, fx_teardown,          \
+                                                 (void *)(be)),                                                        \
+                cmocka_unit_test_prestate_setup_teardown(test_second_put_replaces_the_record, fx_setup, fx_teardown,   \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_list_is_newest_first_and_filters, fx_setup, fx_teardown, \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_list_pages_by_before_id, fx_setup, fx_teardown,          \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_list_rejects_bad_limits_and_honours_stop, fx_setup,      \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_load_active_returns_queued_and_running_oldest_first,     \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_rollback_of_1000_puts_leaves_nothing, fx_setup,          \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_commit_is_seen_after_close_and_reopen, fx_setup,         \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_manual_checkpoint_moves_the_wal_without_losing_rows,     \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_reader_sees_committed_rows_but_not_the_open_transaction, \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_list_by_array_gives_its_elements_newest_first, fx_setup, \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_meta_set_get_and_missing_key, fx_setup, fx_teardown,     \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_corrupt_rows_are_reported_not_crashed_on, fx_setup,      \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_failed_commit_stores_nothing_and_handle_stays_usable,    \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_failed_put_dooms_the_transaction, fx_setup, fx_teardown, \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_fault_at_every_step_is_all_or_nothing, fx_setup,         \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_invalid_record_is_refused_and_nothing_written, fx_setup, \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_callback_cannot_reenter_the_handle, fx_setup,            \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_transaction_misuse_is_reported, fx_setup, fx_teardown,   \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_newer_schema_version_is_refused, fx_setup, fx_teardown,  \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_version_1_database_is_migrated_keeping_its_tasks,        \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_version_2_database_is_migrated_keeping_its_tasks,        \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_version_3_database_is_migrated_keeping_its_tasks,        \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_version_4_database_is_migrated_keeping_its_tasks,        \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_version_5_database_is_migrated_keeping_its_tasks,        \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_failed_migration_leaves_the_old_version_whole, fx_setup, \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_schema_version_that_is_not_a_number_is_refused,          \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_usage_rows_round_trip_filter_and_follow_the_transaction, \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_second_claim_is_refused_naming_the_owner, fx_setup,      \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_coord_registry_heartbeats_and_unregister, fx_setup,      \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_coord_registry_is_bounded, fx_setup, fx_teardown,        \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_coord_locks_exclusion_renew_expiry_release, fx_setup,    \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_coord_grant_sweeps_expired_locks_and_names_them,         \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_coord_lock_fault_at_every_step_grants_nothing, fx_setup, \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_coord_racing_servers_never_share_a_lock, fx_setup,       \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_idem_answers_follow_their_transaction_and_are_pruned,    \
+                                                         fx_setup, fx_teardown, (void *)(be))
 
 int main(void) {
         const backend *sq = &sqlite_backend;

@@ -9,7 +9,13 @@
  *   - every change is one store transaction (store/coord.c) on c->s,
  *     under c->mu, durable before the answer; a store failure is 503 with
  *     Retry-After and changes nothing;
- *   - times (heartbeats, expiry, "active") are the store's clock.
+ *   - times (heartbeats, expiry, "active") are the store's clock;
+ *   - a write that changes the registry or a lock is answered by the loop
+ *     thread once its audit entry is durable (coord.h "Audit"): the change
+ *     is stored first, on c->s, then the entry with the batch of the loop
+ *     (a crash between the two loses the entry of a change whose answer
+ *     was never sent; the caller's retry, idempotent for its owner, is
+ *     audited).
  */
 #include "server/coord.h"
 
@@ -26,8 +32,11 @@
 #include "base/util.h"
 #include "base/vec.h"
 #include "core/sched.h"
+#include "server/forward.h"
+#include "server/idem.h"
 #include "server/nodes.h"
 #include "server/server-int.h"
+#include "server/tenants.h"
 #include "store/coord.h"
 
 typedef struct gp_coord {
@@ -67,23 +76,20 @@ static const char *my_role(gp_daemon *d) {
         return !strcmp(gp_coord_leader(d), d->coord->id) ? "leader" : "follower";
 }
 
-int gp_coord_record(gp_store *s, const char *id, const char *url, const char *role, int64_t load_milli,
-                    bool register_) {
+int gp_coord_record(gp_store *s, const char *id, const char *url, const char *role, int64_t load_milli, bool register_,
+                    int64_t *ret_now) {
         gp_coord_server sv = {.load_milli = load_milli};
         gp_strlcpy(sv.server_id, id, sizeof(sv.server_id));
         gp_strlcpy(sv.url, url, sizeof(sv.url));
         gp_strlcpy(sv.role, role, sizeof(sv.role));
-        return gp_store_coord_heartbeat(s, &sv, register_, NULL);
+        return gp_store_coord_heartbeat(s, &sv, register_, ret_now, NULL);
 }
 
 /* Record this server's heartbeat (c->mu held).  0 or the store's code. */
 static int beat(gp_daemon *d, bool register_) {
         gp_coord *c = d->coord;
-        gp_coord_server sv = {.load_milli = load_milli(d)};
-        gp_strlcpy(sv.server_id, c->id, sizeof(sv.server_id));
-        gp_strlcpy(sv.url, c->url, sizeof(sv.url));
-        gp_strlcpy(sv.role, my_role(d), sizeof(sv.role));
-        int r = gp_store_coord_heartbeat(c->s, &sv, register_, register_ ? &c->since_ms : NULL);
+        int r = gp_coord_record(c->s, c->id, c->url, my_role(d), load_milli(d), register_,
+                                register_ ? &c->since_ms : NULL);
         c->store_ok = r != -GP_ESTORE;
         return r;
 }
@@ -338,6 +344,114 @@ static json_t *servers_list(hreq *r, int64_t *ret_active, int *ret_answer) {
         return list;
 }
 
+/* ---- audit (coord.h) ---- */
+
+typedef struct audit_entry {
+        char who[200];                    /* the caller (hreq.who), and the server that forwarded it */
+        char action[40];                  /* coordinator.server.register, coordinator.lock.acquire, ... */
+        char target[GP_COORD_ID_MAX + 1]; /* the server id or lock id */
+        json_t *old, *new;                /* owned; NULL = null */
+        int64_t at_ms;                    /* the store's time of the change */
+} audit_entry;
+
+typedef struct gp_coord_audit {
+        audit_entry e[1 + GP_COORD_SWEEP_MAX]; /* the write's, and the expiries a grant found */
+        size_t n;                              /* entries in e */
+        int status;                            /* the answer */
+        char *body;                            /* malloc'd */
+} gp_coord_audit;
+
+void gp_coord_audit_free(gp_coord_audit *a) {
+        if (!a)
+                return;
+        for (size_t i = 0; i < a->n; i++) {
+                json_decref(a->e[i].old);
+                json_decref(a->e[i].new);
+        }
+        free(a->body);
+        free(a);
+}
+
+void gp_coord_audit_apply(gp_daemon *d, cmd *c, int *ret_status, char **ret_body) {
+        gp_coord_audit *a = c->coord_audit;
+        for (size_t i = 0; i < a->n; i++) {
+                audit_entry *e = &a->e[i];
+                gp_tenants_audit(d->tenants, e->who, e->action, e->target, e->old, e->new, e->at_ms);
+                e->old = e->new = NULL;
+        }
+        *ret_status = a->status;
+        *ret_body = a->body;
+        a->body = NULL;
+}
+
+/* Add an entry to a (old and new taken, also when a is NULL or full). */
+static void audit_add(gp_coord_audit *a, const char *who, const char *action, const char *target, json_t *old,
+                      json_t *new, int64_t at_ms) {
+        if (!a || a->n >= sizeof(a->e) / sizeof(a->e[0])) {
+                json_decref(old);
+                json_decref(new);
+                return;
+        }
+        audit_entry *e = &a->e[a->n++];
+        gp_strlcpy(e->who, who, sizeof(e->who));
+        gp_strlcpy(e->action, action, sizeof(e->action));
+        gp_strlcpy(e->target, target, sizeof(e->target));
+        e->old = old;
+        e->new = new;
+        e->at_ms = at_ms;
+}
+
+/* Who asked: the key (or loopback, or local user), and the server that
+ * forwarded the call, as it names itself. */
+static void caller(hreq *r, char *out, size_t size) {
+        const char *via = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, GP_FWD_BY);
+        if (via && text_ok(via, 64))
+                snprintf(out, size, "%s via server %s", r->who[0] ? r->who : "unknown", via);
+        else
+                gp_strlcpy(out, r->who[0] ? r->who : "unknown", size);
+}
+
+/* The change is stored: answer r with status and answer (taken) through
+ * the loop, which first appends a's entries to the audit log and stores
+ * them.  No answer is kept for an Idempotency-Key (docs/api.md: these
+ * calls are idempotent by owner).  a NULL or out of memory: 503 (the
+ * change stands; sent again, it is audited). */
+static int audited_all(hreq *r, gp_coord_audit *a, int status, json_t *answer) {
+        char *body = dump(answer);
+        cmd *c = a && body ? gp_cmd_new(CMD_COORD_AUDIT) : NULL;
+        if (!c) {
+                free(body);
+                gp_coord_audit_free(a);
+                return gp_http_send(r, 503, gp_http_error_body("unavailable", "out of memory; send it again"), 1);
+        }
+        a->status = status;
+        a->body = body;
+        c->coord_audit = a;
+        gp_idem_end(r);
+        return gp_http_post(r, c);
+}
+
+/* The same with one entry, the caller's. */
+static int audited(hreq *r, const char *action, const char *target, json_t *old, json_t *new, int64_t at_ms, int status,
+                   json_t *answer) {
+        gp_coord_audit *a = calloc(1, sizeof(*a));
+        char who[sizeof(a->e[0].who)];
+        caller(r, who, sizeof(who));
+        audit_add(a, who, action, target, old, new, at_ms);
+        return audited_all(r, a, status, answer);
+}
+
+/* What the audit log shows of a server row and of a lock. */
+static json_t *server_audit_json(const gp_coord_server *sv) {
+        return json_pack("{s:s,s:s,s:I,s:I}", "url", sv->url, "role", sv->role, "started_ms",
+                         (json_int_t)sv->started_ms, "last_heartbeat_ms", (json_int_t)sv->last_heartbeat_ms);
+}
+
+static json_t *lock_audit_json(const gp_coord_lock *l) {
+        return json_pack("{s:s,s:I,s:I,s:I}", "owner", l->owner, "fencing_token", (json_int_t)l->fencing_token,
+                         "acquired_ms", (json_int_t)l->acquired_ms, "expires_ms", (json_int_t)l->expires_ms);
+}
+
 /* ---- handlers ---- */
 
 static int h_servers(hreq *r, const gp_route_arg *a) {
@@ -395,7 +509,8 @@ static int h_register(hreq *r, const gp_route_arg *a) {
                 return bad(r, e);
         pthread_mutex_lock(&c->mu);
         int64_t now = 0;
-        int rc = gp_store_coord_heartbeat(c->s, &sv, true, &now);
+        gp_coord_server old;
+        int rc = gp_store_coord_heartbeat(c->s, &sv, true, &now, &old);
         if (rc == -ENOSPC) {
                 pthread_mutex_unlock(&c->mu);
                 return gp_http_send(r, 429, gp_http_error_body("limit_exceeded", "the registry holds %d servers already",
@@ -406,7 +521,9 @@ static int h_register(hreq *r, const gp_route_arg *a) {
         c->store_ok = true;
         pthread_mutex_unlock(&c->mu);
         sv.last_heartbeat_ms = sv.started_ms = now;
-        return send_json(r, 200, server_json(d, &sv, now));
+        return audited(r, "coordinator.server.register", sv.server_id,
+                       old.server_id[0] ? server_audit_json(&old) : NULL, server_audit_json(&sv), now, 200,
+                       server_json(d, &sv, now));
 }
 
 static int h_unregister(hreq *r, const gp_route_arg *a) {
@@ -416,7 +533,11 @@ static int h_unregister(hreq *r, const gp_route_arg *a) {
         if (!text_ok(id, GP_COORD_ID_MAX) || strchr(id, '/'))
                 return gp_http_send(r, 404, gp_http_error_body("not_found", "no such server"), 0);
         pthread_mutex_lock(&c->mu);
-        int rc = gp_store_coord_unregister(c->s, id);
+        gp_coord_server old;
+        int64_t now = 0;
+        int rc = gp_store_coord_unregister(c->s, id, &old);
+        if (rc == 0 && gp_store_coord_now(c->s, &now) < 0)
+                now = gp_now_ms(); /* removed: the audit's time from this clock then */
         if (rc == -ENOENT) {
                 c->store_ok = true;
                 pthread_mutex_unlock(&c->mu);
@@ -426,7 +547,8 @@ static int h_unregister(hreq *r, const gp_route_arg *a) {
                 return store_failed(r, c, rc);
         c->store_ok = true;
         pthread_mutex_unlock(&c->mu);
-        return send_json(r, 200, json_pack("{s:s,s:b}", "server_id", id, "unregistered", true));
+        return audited(r, "coordinator.server.unregister", id, server_audit_json(&old), NULL, now, 200,
+                       json_pack("{s:s,s:b}", "server_id", id, "unregistered", true));
 }
 
 static int h_heartbeat(hreq *r, const gp_route_arg *a) {
@@ -461,7 +583,8 @@ static int h_heartbeat(hreq *r, const gp_route_arg *a) {
                 return bad(r, e);
         pthread_mutex_lock(&c->mu);
         int64_t now = 0;
-        int rc = gp_store_coord_heartbeat(c->s, &sv, false, &now);
+        gp_coord_server old;
+        int rc = gp_store_coord_heartbeat(c->s, &sv, false, &now, &old);
         if (rc == -ENOSPC) {
                 pthread_mutex_unlock(&c->mu);
                 return gp_http_send(r, 429, gp_http_error_body("limit_exceeded", "the registry holds %d servers already",
@@ -471,8 +594,19 @@ static int h_heartbeat(hreq *r, const gp_route_arg *a) {
                 return store_failed(r, c, rc);
         c->store_ok = true;
         pthread_mutex_unlock(&c->mu);
-        return send_json(r, 200, json_pack("{s:s,s:I,s:s}", "server_id", sv.server_id, "last_heartbeat_ms",
-                                           (json_int_t)now, "leader", gp_coord_leader(d)));
+        json_t *answer = json_pack("{s:s,s:I,s:s}", "server_id", sv.server_id, "last_heartbeat_ms", (json_int_t)now,
+                                   "leader", gp_coord_leader(d));
+        /* audited when it changes the registry: a server it adds, a new url
+         * or role, or one that comes back from inactive; not the beats that
+         * move only the time and the load (one a second would bury the log) */
+        bool added = !old.server_id[0];
+        bool back = !added && now - old.last_heartbeat_ms > (int64_t)d->cfg.server_timeout_s * 1000;
+        if (!added && !back && !strcmp(old.url, sv.url) && !strcmp(old.role, sv.role))
+                return send_json(r, 200, answer);
+        sv.last_heartbeat_ms = now;
+        sv.started_ms = added ? now : old.started_ms;
+        return audited(r, "coordinator.server.heartbeat", sv.server_id, added ? NULL : server_audit_json(&old),
+                       server_audit_json(&sv), now, 200, answer);
 }
 
 /* lock_id and owner of a lock body (and timeout when want_timeout). */
@@ -506,8 +640,13 @@ static int h_acquire(hreq *r, const gp_route_arg *a) {
         if (e)
                 return bad(r, e);
         gp_coord_lock l;
+        gp_coord_grant *g = malloc(sizeof(*g)); /* ~5 KiB: not on an HTTP thread's stack */
+        if (!g)
+                return gp_http_send(r, 503, gp_http_error_body("unavailable", "out of memory"), 1);
         pthread_mutex_lock(&c->mu);
-        int rc = gp_store_coord_lock_acquire(c->s, lock_id, owner, timeout_s * 1000, &l);
+        int rc = gp_store_coord_lock_acquire(c->s, lock_id, owner, timeout_s * 1000, &l, g);
+        if (rc < 0)
+                free(g);
         if (rc == -EBUSY || rc == -ENOSPC) {
                 c->store_ok = true;
                 pthread_mutex_unlock(&c->mu);
@@ -527,9 +666,31 @@ static int h_acquire(hreq *r, const gp_route_arg *a) {
                 return store_failed(r, c, rc);
         c->store_ok = true;
         pthread_mutex_unlock(&c->mu);
-        return send_json(r, 200, json_pack("{s:b,s:s,s:s,s:I,s:I,s:I}", "acquired", true, "lock_id", l.lock_id, "owner",
-                                           l.owner, "fencing_token", (json_int_t)l.fencing_token, "acquired_ms",
-                                           (json_int_t)l.acquired_ms, "expires_ms", (json_int_t)l.expires_ms));
+        /* a free lock granted; the holder's renewal (its token kept); or a
+         * grant over an expired lock: the same owner's again, or another's (a steal) */
+        const gp_coord_lock *prev = &g->prev;
+        bool had = prev->lock_id[0] != '\0';
+        bool renew = had && prev->fencing_token == l.fencing_token;
+        const char *action = "coordinator.lock.acquire";
+        if (renew)
+                action = "coordinator.lock.renew";
+        else if (had && strcmp(prev->owner, l.owner) != 0)
+                action = "coordinator.lock.steal";
+        /* the store's time of the write: the grant's, or the renewal's (its new expiry less the timeout) */
+        int64_t at = renew ? l.expires_ms - timeout_s * 1000 : l.acquired_ms;
+        gp_coord_audit *au = calloc(1, sizeof(*au));
+        /* first the expiries of other locks this grant removed (nobody's act: they ended at expires_ms) */
+        for (size_t i = 0; i < g->nexpired; i++)
+                audit_add(au, "lock expiry", "coordinator.lock.expire", g->expired[i].lock_id,
+                          lock_audit_json(&g->expired[i]), NULL, g->expired[i].expires_ms);
+        char who[sizeof(au->e[0].who)];
+        caller(r, who, sizeof(who));
+        audit_add(au, who, action, l.lock_id, had ? lock_audit_json(prev) : NULL, lock_audit_json(&l), at);
+        free(g);
+        return audited_all(r, au, 200,
+                           json_pack("{s:b,s:s,s:s,s:I,s:I,s:I}", "acquired", true, "lock_id", l.lock_id, "owner",
+                                     l.owner, "fencing_token", (json_int_t)l.fencing_token, "acquired_ms",
+                                     (json_int_t)l.acquired_ms, "expires_ms", (json_int_t)l.expires_ms));
 }
 
 static int h_release(hreq *r, const gp_route_arg *a) {
@@ -558,10 +719,14 @@ static int h_release(hreq *r, const gp_route_arg *a) {
         }
         if (rc < 0)
                 return store_failed(r, c, rc);
+        int64_t now = 0;
+        if (gp_store_coord_now(c->s, &now) < 0)
+                now = gp_now_ms(); /* released: the audit's time from this clock then */
         c->store_ok = true;
         pthread_mutex_unlock(&c->mu);
-        return send_json(r, 200, json_pack("{s:b,s:s,s:I}", "released", true, "lock_id", l.lock_id, "fencing_token",
-                                           (json_int_t)l.fencing_token));
+        return audited(r, "coordinator.lock.release", l.lock_id, lock_audit_json(&l), NULL, now, 200,
+                       json_pack("{s:b,s:s,s:I}", "released", true, "lock_id", l.lock_id, "fencing_token",
+                                 (json_int_t)l.fencing_token));
 }
 
 static int collect_lock(const gp_coord_lock *l, void *ud) {

@@ -11,6 +11,15 @@
  * while its last heartbeat is within cluster.server_timeout_s of the
  * store's clock.  Single server on SQLite: a registry of one, working
  * locks.
+ *
+ * Audit: every API write that changes the registry or a lock (register,
+ * unregister, a heartbeat that adds a server, changes its url or role or
+ * brings it back from inactive, lock acquire, renew, steal, release) is
+ * answered by the loop thread: the handler stores the change, then posts
+ * CMD_COORD_AUDIT with its audit entry and answer; the loop appends the
+ * entry to the audit log (tenants.h, the one mechanism of GET
+ * /admin/audit) and sends the answer once the batch holding it is durable.
+ * Heartbeats that change nothing but the time and load are not audited.
  */
 #ifndef GP_SERVER_COORD_H
 #define GP_SERVER_COORD_H
@@ -37,10 +46,11 @@ void gp_coord_self_url(const struct gp_config *cfg, char *out, size_t size);
 /* A server's heartbeat in the registry on s (its row: id, url, role
  * "leader" or "follower", load 0..1000; register_ sets its start): the
  * leader's thread and a follower (server.c) both write theirs so.  0 or
- * gp_store_coord_heartbeat's code. */
+ * gp_store_coord_heartbeat's code; *ret_now (if not NULL) gets the
+ * store's time of the heartbeat. */
 struct gp_store;
 int gp_coord_record(struct gp_store *s, const char *id, const char *url, const char *role, int64_t load_milli,
-                    bool register_);
+                    bool register_, int64_t *ret_now);
 /* Start / stop the heartbeat thread.  start: 0 or -errno. */
 int gp_coord_start(struct gp_daemon *d);
 void gp_coord_stop(struct gp_daemon *d);
@@ -51,6 +61,15 @@ void gp_coord_close(struct gp_daemon *d);
  * leader (or the one server of a store) opens the daemon; followers keep
  * their registry rows from server.c. */
 const char *gp_coord_leader(struct gp_daemon *d);
+
+/* CMD_COORD_AUDIT (the loop thread, d->lock held): append c's entry to
+ * the audit log (stored with the batch) and hand over its answer
+ * (*ret_body malloc'd).  Takes the entry's JSON; c keeps the rest. */
+struct cmd;
+struct gp_coord_audit;
+void gp_coord_audit_apply(struct gp_daemon *d, struct cmd *c, int *ret_status, char **ret_body);
+/* Free a CMD_COORD_AUDIT payload (gp_cmd_free); takes NULL. */
+void gp_coord_audit_free(struct gp_coord_audit *a);
 
 extern const gp_route gp_coord_routes[];
 

@@ -1761,6 +1761,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                         gp_billing_apply(d, c, now, &out[i].status, &out[i].body, &out[i].ctype);
                         break;
                 case CMD_NODE: gp_nodes_apply(d, c, now, &out[i].status, &out[i].body); break;
+                case CMD_COORD_AUDIT: gp_coord_audit_apply(d, c, &out[i].status, &out[i].body); break;
                 }
         }
         apply_node_events(d, &b, now);
@@ -1944,6 +1945,7 @@ void gp_cmd_free(cmd *c) {
                 break;
         case CMD_TENANT_PUT: free(c->tenant_put.rec); break;
         case CMD_NODE: gp_node_cmd_free(c->node); break;
+        case CMD_COORD_AUDIT: gp_coord_audit_free(c->coord_audit); break;
         case CMD_KEY_CREATE: explicit_bzero(c->key_create.key, sizeof(c->key_create.key)); break;
         case CMD_CREDIT:
         case CMD_USAGE_TOKENS:

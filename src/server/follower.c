@@ -13,6 +13,8 @@
  *   - GET /healthz: 200 {"status": "follower", "leader": ID} here (alive);
  *   - GET /readyz: 503 {"status": "follower", ...} here, so a load
  *     balancer that checks /readyz sends the traffic to the leader;
+ *   - GET /api/v1/coordinator/health: 200 here, about this server (its id,
+ *     role follower, whether its store answered lately, the leader it knows);
  *   - /agent/...: 503 standby: agents move on to the leader in their URL
  *     list (a held sync per node would hold a thread here);
  *   - a request another server forwarded already: 503 standby (no loops);
@@ -90,6 +92,8 @@ struct gp_follower {
         pthread_mutex_t lock;
         char leader[64];        /* under lock: "" = unknown */
         char leader_url[256];   /* under lock: "" = unknown */
+        int64_t store_ok_mono;  /* under lock: gp_mono_ms when the store last answered server.c; 0 = not lately */
+        int64_t lease_ms;       /* cluster.lease_s: an answer older than this is not "lately" */
         gp_fres *res;           /* writes cut off by a failover: resolved, never "maybe" (follower-idem.h) */
 };
 
@@ -166,6 +170,22 @@ static enum MHD_Result answer_status(gp_follower *fw, struct MHD_Connection *c, 
         char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
         return body ? answer(c, status, body, 0) : MHD_NO;
+}
+
+/* GET /api/v1/coordinator/health: this server, as the leader answers
+ * about itself (coord.c h_health). */
+static enum MHD_Result answer_coord_health(gp_follower *fw, struct MHD_Connection *c) {
+        char leader[64], url[256];
+        pthread_mutex_lock(&fw->lock);
+        int64_t ok = fw->store_ok_mono;
+        pthread_mutex_unlock(&fw->lock);
+        leader_of(fw, leader, sizeof(leader), url, sizeof(url));
+        bool reachable = ok && gp_mono_ms() - ok <= fw->lease_ms;
+        json_t *j = json_pack("{s:s,s:b,s:b,s:s,s:s}", "server_id", fw->id, "store_reachable", reachable,
+                              "leader_known", leader[0] != '\0', "leader", leader, "role", "follower");
+        char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        return body ? answer(c, 200, body, 0) : MHD_NO;
 }
 
 static enum MHD_Result answer_standby(gp_follower *fw, struct MHD_Connection *c, const char *why) {
@@ -638,6 +658,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                 return answer_status(fw, c, 200);
         case GP_FWD_READY:
                 return answer_status(fw, c, 503);
+        case GP_FWD_COORD_HEALTH:
+                return answer_coord_health(fw, c);
         case GP_FWD_AGENT:
                 return answer_standby(fw, c, "agents talk to the leader");
         case GP_FWD_LOOP:
@@ -720,6 +742,7 @@ int gp_follower_start(const char *server_id, const gp_config *cfg, const int *fd
         atomic_init(&fw->inflight, 0);
         gp_strlcpy(fw->id, server_id, sizeof(fw->id));
         fw->max_body = cfg->max_body_bytes;
+        fw->lease_ms = (int64_t)cfg->lease_s * 1000;
         if (gp_iplimit_init(&fw->ipl, cfg->max_connections_per_ip, cfg->max_connections) < 0 ||
             gp_fres_new(cfg, &fw->res) < 0) {
                 gp_follower_stop(fw);
@@ -773,6 +796,14 @@ void gp_follower_set_leader(gp_follower *fw, const char *leader, const char *url
         pthread_mutex_lock(&fw->lock);
         gp_strlcpy(fw->leader, leader ? leader : "", sizeof(fw->leader));
         gp_strlcpy(fw->leader_url, url ? url : "", sizeof(fw->leader_url));
+        pthread_mutex_unlock(&fw->lock);
+}
+
+void gp_follower_store_answered(gp_follower *fw, bool answered) {
+        if (!fw)
+                return;
+        pthread_mutex_lock(&fw->lock);
+        fw->store_ok_mono = answered ? gp_mono_ms() : 0;
         pthread_mutex_unlock(&fw->lock);
 }
 

@@ -3,6 +3,7 @@
 #ifndef GP_SERVER_FOLLOWER_H
 #define GP_SERVER_FOLLOWER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define GP_FOLLOWER_MAX_FDS 16
@@ -23,6 +24,11 @@ int gp_follower_start(const char *server_id, const struct gp_config *cfg, const 
  * is not http://HOST[:PORT] or names no reachable host, such as 0.0.0.0,
  * is kept but not used).  Any thread; takes fw NULL. */
 void gp_follower_set_leader(gp_follower *fw, const char *leader, const char *url);
+/* Did the store answer this server just now (server.c's lease read and
+ * registry beat)?  GET /api/v1/coordinator/health here says
+ * store_reachable while the last call answered, within lease_s.  Any
+ * thread; takes fw NULL. */
+void gp_follower_store_answered(gp_follower *fw, bool answered);
 /* The lease epoch of that leader: set it BEFORE gp_follower_set_leader
  * names a new one (a write cut off by a failover is resolved once a
  * newer epoch holds the lease: follower-idem.h).  Any thread; takes NULL. */

@@ -18,6 +18,8 @@ gp_fwd_route gp_fwd_route_of(const char *method, const char *path, bool forwarde
                 return GP_FWD_HEALTH;
         if (get && !strcmp(path, "/readyz"))
                 return GP_FWD_READY;
+        if (get && (!strcmp(path, "/api/v1/coordinator/health") || !strcmp(path, "/api/coordinator/health")))
+                return GP_FWD_COORD_HEALTH;
         if (!strncmp(path, "/agent/", 7) || !strcmp(path, "/agent"))
                 return GP_FWD_AGENT;
         return forwarded_already ? GP_FWD_LOOP : GP_FWD_FORWARD;

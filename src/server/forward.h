@@ -49,6 +49,8 @@ typedef enum gp_fwd_route {
         GP_FWD_READY,     /* GET/HEAD /readyz: answered here, 503 (a follower is not the leader) */
         GP_FWD_AGENT,     /* /agent/...: 503 standby, the agent moves on to the leader in its list */
         GP_FWD_LOOP,      /* it came from another server already: 503 standby */
+        GP_FWD_COORD_HEALTH, /* GET/HEAD /api/v1/coordinator/health (or /api/...): answered here, about this
+                                server (its id, role, store, the leader it knows) */
 } gp_fwd_route;
 
 gp_fwd_route gp_fwd_route_of(const char *method, const char *path, bool forwarded_already);

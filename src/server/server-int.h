@@ -52,6 +52,7 @@ typedef enum cmd_kind {
         CMD_ARRAY_CANCEL,           /* POST /api/v1/arrays/{id}/cancel: id, array_index */
         CMD_NODE,                   /* an agent's join or sync, a node or join-token admin call (nodes.h) */
         CMD_MEM_EXCEEDED,           /* from the watchdog (nodes-tele.h): stop task op.id, over its memory_mb */
+        CMD_COORD_AUDIT,            /* a coordinator write's audit entry and answer (coord.h) */
 } cmd_kind;
 
 struct hreq;
@@ -97,6 +98,7 @@ typedef struct cmd {
                         uint32_t weights[GP_PRIORITY_LEVELS];
                 } weights;
                 struct gp_node_cmd *node; /* NODE (owned) */
+                struct gp_coord_audit *coord_audit; /* COORD_AUDIT (owned) */
                 struct {            /* CREDIT, USAGE_TOKENS, INVOICE (billing.c) */
                         char who[96];
                         struct gp_bill_cmd *p;   /* payload (owned) */

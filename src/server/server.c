@@ -226,7 +226,7 @@ static void follower_beat(const gp_config *cfg, lead *l, int64_t *next, bool *re
                 return;
         char url[GP_COORD_URL_MAX + 1];
         gp_coord_self_url(cfg, url, sizeof(url));
-        if (gp_coord_record(l->ls, l->id, url, "follower", 0, !*registered) == 0) {
+        if (gp_coord_record(l->ls, l->id, url, "follower", 0, !*registered, NULL) == 0) {
                 *registered = true;
                 *next = now + (int64_t)cfg->heartbeat_interval_s * 1000;
         } else {
@@ -301,6 +301,7 @@ static int wait_for_lead(const gp_config *cfg, const int *bound, int nbound, sig
                                 return -1;
                         }
                 }
+                gp_follower_store_answered(fw, r == -EBUSY); /* its coordinator health says so */
                 if (r == -EBUSY) {
                         if (known) {
                                 gp_follower_set_epoch(fw, held.epoch); /* before the url it goes with */

@@ -6,6 +6,7 @@
  * unique.  Nothing here keeps a key in the clear.
  */
 #include "server/tenants.h"
+#include "server/audit-log.h"
 #include "gateway/gateway.h"
 
 #include "base/err.h"
@@ -37,6 +38,8 @@ typedef struct gp_key {
         int64_t created_ms;
 } gp_key;
 
+_Static_assert((GP_AUDIT_SEG * GP_AUDIT_NSEG) > GP_AUDIT_MAX, "the segments hold the whole audit log");
+
 /* Everything here is under the daemon's lock (tenants.h), the flags and
  * the audit log changed by the loop thread only. */
 struct gp_tenants {
@@ -49,6 +52,9 @@ struct gp_tenants {
         gp_key *keys;
         size_t nkeys, capkeys;
         json_t *audit;              /* array of the last GP_AUDIT_MAX changes */
+        int64_t audit_seq;          /* the sequence number of the next change (audit-log.h) */
+        int64_t audit_saved;        /* the first one not stored yet */
+        bool audit_legacy;          /* loaded from the single array of before: store it all as segments */
         bool meta_tenants, meta_keys, meta_audit, meta_weights; /* to store in this batch */
         uint32_t rules_mask;        /* time rules in force (bit i = time_rules[i]) */
         gp_tz *rule_tz[GP_CFG_MAX_TIME_RULES]; /* their zones, loaded at start */
@@ -570,12 +576,10 @@ static int load(gp_tenants *ts, char *err, size_t errlen) {
                         memcpy(ts->weights, w, sizeof(w));
         }
         json_decref(ws);
-        ts->audit = meta_json(ts, "audit");
-        if (!json_is_array(ts->audit)) {
-                json_decref(ts->audit);
-                ts->audit = json_array();
-        }
-        return ts->audit ? 0 : -ENOMEM;
+        if (gp_audit_log_load(ts->ws, GP_AUDIT_MAX, &ts->audit, &ts->audit_seq, &ts->audit_legacy) < 0)
+                return -ENOMEM;
+        ts->audit_saved = ts->audit_seq;
+        return 0;
 dup:
         if (rc == -EEXIST)
                 snprintf(err, errlen, "config: the same key hash is given to two owners (admin or tenants)");
@@ -622,9 +626,10 @@ static void audit(gp_tenants *ts, const char *who, const char *action, const cha
                   int64_t now) {
         char at[40];
         gp_time_format(now, at, sizeof(at));
-        json_array_append_new(ts->audit, json_pack("{s:s,s:s,s:s,s:s,s:o,s:o}", "at", at, "who", who, "action",
-                                                  action, "target", target, "old", old ? old : json_null(),
-                                                  "new", new ? new : json_null()));
+        if (json_array_append_new(ts->audit, json_pack("{s:s,s:s,s:s,s:s,s:o,s:o}", "at", at, "who", who, "action",
+                                                       action, "target", target, "old", old ? old : json_null(), "new",
+                                                       new ? new : json_null())) == 0)
+                ts->audit_seq++;
         while (json_array_size(ts->audit) > GP_AUDIT_MAX)
                 json_array_remove(ts->audit, 0);
         ts->meta_audit = true;
@@ -742,8 +747,8 @@ int gp_tenants_store(gp_tenants *ts) {
         }
         if (rc == 0 && ts->meta_weights)
                 rc = store_json(ts, "weights", weights_json(ts->weights));
-        if (rc == 0 && ts->meta_audit)
-                rc = store_json(ts, "audit", json_incref(ts->audit));
+        if (rc == 0 && ts->meta_audit) /* only the segments of the new entries (audit-log.h) */
+                rc = gp_audit_log_store(ts->ws, ts->audit, ts->audit_seq, ts->audit_saved, ts->audit_legacy);
         return rc;
 }
 
@@ -756,6 +761,10 @@ bool gp_tenants_pending(const gp_tenants *ts) {
 }
 
 void gp_tenants_stored(gp_tenants *ts) {
+        if (ts->meta_audit) {
+                ts->audit_saved = ts->audit_seq;
+                ts->audit_legacy = false;
+        }
         ts->meta_tenants = ts->meta_keys = ts->meta_audit = ts->meta_weights = false;
 }
 

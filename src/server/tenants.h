@@ -2,8 +2,9 @@
  *
  * The tenants of the config, changed at run time by PUT /admin/tenants/{id}
  * and joined by keys made with POST /admin/tenants/{id}/keys.  Run-time
- * changes are stored in the store's metadata ("tenants", "keys", "audit",
- * "weights") in the loop thread's transaction, so they survive a restart
+ * changes are stored in the store's metadata ("tenants", "keys", "weights",
+ * the audit log's segments "audit.N": audit-log.h) in the loop thread's
+ * transaction, so they survive a restart
  * and are stored before they are acknowledged.  Keys are kept only as
  * SHA-256 hashes.  The audit log keeps the last GP_AUDIT_MAX changes (who,
  * when, what, old value, new value).  The time rules in force decide the

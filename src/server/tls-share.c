@@ -144,7 +144,7 @@ int gp_tls_share_ca(const gp_config *cfg, const char *dir, char *err, size_t err
         }
         gp_coord_lock l;
         int64_t until = gp_mono_ms() + WAIT_MS;
-        while ((r = gp_store_coord_lock_acquire(st, LOCK_ID, cfg->server_id, LOCK_MS, &l)) == -EBUSY &&
+        while ((r = gp_store_coord_lock_acquire(st, LOCK_ID, cfg->server_id, LOCK_MS, &l, NULL)) == -EBUSY &&
                gp_mono_ms() < until)
                 usleep(200 * 1000);
         if (r < 0) {

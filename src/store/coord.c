@@ -141,7 +141,35 @@ static int finish(gp_store *s, int r) {
 
 /* ---- the registry ---- */
 
-int gp_store_coord_heartbeat(gp_store *s, const gp_coord_server *sv, bool register_, int64_t *ret_now) {
+/* The first row of a server query into x->one (or none). */
+struct one_server {
+        gp_store *s;
+        gp_coord_server *one;
+        bool have;
+};
+
+static int i64_col(const char *c, int64_t *ret);
+
+static int one_server_row(void *ud, int n, const char *const *cols) {
+        struct one_server *x = ud;
+        gp_coord_server sv = {0};
+        if (x->have)
+                return 0;
+        if (n < 6 || !cols[0] || !cols[1] || !cols[2] ||
+            gp_strlcpy(sv.server_id, cols[0], sizeof(sv.server_id)) >= sizeof(sv.server_id) ||
+            gp_strlcpy(sv.url, cols[1], sizeof(sv.url)) >= sizeof(sv.url) ||
+            gp_strlcpy(sv.role, cols[2], sizeof(sv.role)) >= sizeof(sv.role) || i64_col(cols[3], &sv.load_milli) ||
+            i64_col(cols[4], &sv.last_heartbeat_ms) || i64_col(cols[5], &sv.started_ms))
+                return store_set_err(x->s, "a stored row is out of range", "coordinator servers");
+        x->have = true;
+        *x->one = sv;
+        return 0;
+}
+
+#define SERVER_COLS "server_id, url, role, load_milli, last_heartbeat_ms, started_ms"
+
+int gp_store_coord_heartbeat(gp_store *s, const gp_coord_server *sv, bool register_, int64_t *ret_now,
+                             gp_coord_server *ret_old) {
         int r = enter(s, "coordinator heartbeat");
         if (r < 0)
                 return r;
@@ -160,6 +188,16 @@ int gp_store_coord_heartbeat(gp_store *s, const gp_coord_server *sv, bool regist
         fmt(now_t, sizeof(now_t), now);
         fmt(load_t, sizeof(load_t), sv->load_milli);
         const char *p[6] = {sv->server_id, sv->url, sv->role, load_t, now_t, register_ ? "1" : "0"};
+        gp_coord_server old = {0};
+        if (ret_old) { /* the row as it was (locked until the commit) */
+                struct one_server x = {.s = s, .one = &old};
+                r = q(s,
+                      is_pg(s) ? "SELECT " SERVER_COLS " FROM coord_servers WHERE server_id = $1 FOR UPDATE"
+                               : "SELECT " SERVER_COLS " FROM coord_servers WHERE server_id = $1",
+                      1, p, one_server_row, &x, "coordinator heartbeat: read");
+                if (r < 0)
+                        return finish(s, r);
+        }
         /* a known server: one update */
         int64_t found = 0;
         r = query_i64(s,
@@ -185,10 +223,12 @@ int gp_store_coord_heartbeat(gp_store *s, const gp_coord_server *sv, bool regist
         }
         if ((r = finish(s, r)) == 0 && ret_now)
                 *ret_now = now;
+        if (r == 0 && ret_old)
+                *ret_old = old;
         return r;
 }
 
-int gp_store_coord_unregister(gp_store *s, const char *server_id) {
+int gp_store_coord_unregister(gp_store *s, const char *server_id, gp_coord_server *ret_old) {
         int r = enter(s, "coordinator unregister");
         if (r < 0)
                 return r;
@@ -199,12 +239,17 @@ int gp_store_coord_unregister(gp_store *s, const char *server_id) {
         if ((r = gp_store_begin(s)) < 0)
                 return r;
         const char *p[1] = {server_id};
-        int64_t one = 0;
-        r = query_i64(s, "DELETE FROM coord_servers WHERE server_id = $1 RETURNING 1", 1, p,
-                      "coordinator unregister", &one);
-        if (r == -ENOENT)
+        gp_coord_server old = {0};
+        struct one_server x = {.s = s, .one = &old};
+        r = q(s, "DELETE FROM coord_servers WHERE server_id = $1 RETURNING " SERVER_COLS, 1, p, one_server_row, &x,
+              "coordinator unregister");
+        if (r == 0 && !x.have) {
                 store_set_err(s, "no such server", "coordinator unregister %s", server_id);
-        return finish(s, r);
+                r = -ENOENT;
+        }
+        if ((r = finish(s, r)) == 0 && ret_old)
+                *ret_old = old;
+        return r;
 }
 
 struct server_rows {
@@ -297,8 +342,31 @@ static int lock_args(gp_store *s, const char *lock_id, const char *owner, const 
         return 0;
 }
 
+static int grant_expired(const gp_coord_lock *l, void *ud) {
+        gp_coord_grant *g = ud;
+        if (g->nexpired < GP_COORD_SWEEP_MAX)
+                g->expired[g->nexpired++] = *l;
+        return 0;
+}
+
+/* Remove the GP_COORD_SWEEP_MAX longest-expired rows of other locks than
+ * lock_id, into g->expired.  Each grant adds one row and removes up to
+ * that many expired ones, so expired rows never pile up past the bound. */
+static int sweep(gp_store *s, const char *lock_id, const char *now_t, gp_coord_grant *g) {
+        char max_t[8];
+        fmt(max_t, sizeof(max_t), GP_COORD_SWEEP_MAX);
+        const char *p[3] = {now_t, lock_id, max_t};
+        struct lock_rows x = {.s = s, .cb = grant_expired, .ud = g};
+        g->nexpired = 0;
+        return q(s,
+                 "DELETE FROM coord_locks WHERE lock_id IN (SELECT lock_id FROM coord_locks WHERE "
+                 "expires_ms <= CAST($1 AS BIGINT) AND lock_id <> $2 ORDER BY expires_ms, lock_id "
+                 "LIMIT CAST($3 AS BIGINT)) RETURNING " LOCK_COLS,
+                 3, p, lock_row, &x, "coordinator lock: drop expired");
+}
+
 int gp_store_coord_lock_acquire(gp_store *s, const char *lock_id, const char *owner, int64_t timeout_ms,
-                                gp_coord_lock *ret) {
+                                gp_coord_lock *ret, gp_coord_grant *ret_grant) {
         int r = enter(s, "coordinator lock acquire");
         if (r < 0 || (r = lock_args(s, lock_id, owner, "coordinator lock acquire")) < 0)
                 return r;
@@ -315,6 +383,12 @@ int gp_store_coord_lock_acquire(gp_store *s, const char *lock_id, const char *ow
         r = lock_get(s, lock_id, &cur);
         if (r < 0 && r != -ENOENT)
                 return finish(s, r);
+        gp_coord_grant g;
+        memset(&g.prev, 0, sizeof(g.prev)); /* the row before: held, expired, or none (lock_id "") */
+        g.nexpired = 0;
+        if (r == 0)
+                g.prev = cur;
+        gp_coord_grant *grant = &g;
         bool held = r == 0 && cur.expires_ms > now;
         char now_t[24], exp_t[24], tok_t[24];
         fmt(now_t, sizeof(now_t), now);
@@ -344,8 +418,9 @@ int gp_store_coord_lock_acquire(gp_store *s, const char *lock_id, const char *ow
                 const char *pl[5] = {lock_id, owner, tok_t, now_t, exp_t};
                 if ((r = q(s, "UPDATE coord_counters SET value = CAST($1 AS BIGINT) WHERE name = 'fencing_token'", 1,
                            pt, NULL, NULL, "coordinator lock: next token")) < 0 ||
-                    (r = q(s, "DELETE FROM coord_locks WHERE expires_ms <= CAST($1 AS BIGINT)", 1, pn, NULL, NULL,
-                           "coordinator lock: drop expired")) < 0)
+                    (r = sweep(s, lock_id, now_t, grant)) < 0 ||
+                    (r = q(s, "DELETE FROM coord_locks WHERE lock_id = $1", 1, pl, NULL, NULL,
+                           "coordinator lock: drop its expired row")) < 0)
                         return finish(s, r);
                 r = q(s,
                       "INSERT INTO coord_locks (" LOCK_COLS ") VALUES ($1, $2, CAST($3 AS BIGINT), "
@@ -358,8 +433,14 @@ int gp_store_coord_lock_acquire(gp_store *s, const char *lock_id, const char *ow
                 cur.acquired_ms = now;
                 cur.expires_ms = now + timeout_ms;
         }
-        if ((r = finish(s, r)) == 0)
+        if ((r = finish(s, r)) == 0) {
                 *ret = cur;
+                if (ret_grant) {
+                        ret_grant->prev = g.prev;
+                        ret_grant->nexpired = g.nexpired;
+                        memcpy(ret_grant->expired, g.expired, g.nexpired * sizeof(g.expired[0]));
+                }
+        }
         return r;
 }
 

@@ -18,12 +18,14 @@
  * (a new owner, or an owner whose lock had expired) takes the next value
  * of the counter as its fencing token; the owner that still holds the
  * lock renews it (a new expiry) and keeps its token.  Expired rows are
- * deleted by the next grant.
+ * deleted by later grants, at most GP_COORD_SWEEP_MAX by each (the
+ * longest expired first), which return them (the audit log's expiries).
  */
 #ifndef GP_STORE_COORD_H
 #define GP_STORE_COORD_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "store/store.h"
@@ -33,6 +35,7 @@
 #define GP_COORD_MAX_LOCKS 10000   /* locks held at once */
 #define GP_COORD_MAX_SERVERS 1000  /* servers in the registry */
 #define GP_COORD_TIMEOUT_MAX_MS (86400LL * 1000) /* longest lock timeout */
+#define GP_COORD_SWEEP_MAX 16      /* expired rows of other locks a grant removes */
 
 typedef struct gp_coord_server {
         char server_id[GP_COORD_ID_MAX + 1];
@@ -51,6 +54,13 @@ typedef struct gp_coord_lock {
         int64_t expires_ms;
 } gp_coord_lock;
 
+/* What a lock acquire found and removed (gp_store_coord_lock_acquire). */
+typedef struct gp_coord_grant {
+        gp_coord_lock prev;                        /* the row of the lock before: lock_id "" = none */
+        gp_coord_lock expired[GP_COORD_SWEEP_MAX]; /* expired rows of other locks this grant removed */
+        size_t nexpired;
+} gp_coord_grant;
+
 /* Is role one of "leader", "follower", "standby"? */
 bool gp_coord_role_ok(const char *role);
 
@@ -60,13 +70,17 @@ int gp_store_coord_now(gp_store *s, int64_t *ret);
 /* A server's heartbeat: insert or update its row (url, role, load,
  * last_heartbeat_ms = now); register = true also sets started_ms = now
  * (a new row always gets it).  *ret_now (if not NULL) gets the store's
- * time.  0, -ENOSPC (a new server and GP_COORD_MAX_SERVERS are
- * registered; nothing written), -EINVAL (a string empty, too long or not
- * NUL-terminated, role unknown, load outside 0..1000, or inside a
- * transaction), -GP_ESTORE. */
-int gp_store_coord_heartbeat(gp_store *s, const gp_coord_server *sv, bool register_, int64_t *ret_now);
-/* Remove a server from the registry.  0, -ENOENT, -EINVAL, -GP_ESTORE. */
-int gp_store_coord_unregister(gp_store *s, const char *server_id);
+ * time; *ret_old (if not NULL) the row as it was before, read in the same
+ * transaction (server_id "" when the server was not registered; one more
+ * query, so the servers' own beats pass NULL).  0, -ENOSPC (a new server
+ * and GP_COORD_MAX_SERVERS are registered; nothing written), -EINVAL (a
+ * string empty, too long or not NUL-terminated, role unknown, load
+ * outside 0..1000, or inside a transaction), -GP_ESTORE. */
+int gp_store_coord_heartbeat(gp_store *s, const gp_coord_server *sv, bool register_, int64_t *ret_now,
+                             gp_coord_server *ret_old);
+/* Remove a server from the registry; *ret_old (if not NULL) gets the row
+ * removed.  0, -ENOENT, -EINVAL, -GP_ESTORE. */
+int gp_store_coord_unregister(gp_store *s, const char *server_id, gp_coord_server *ret_old);
 /* Every registered server by id, and the store's time (ret_now may be
  * NULL).  cb returns 0 to go on, else stops and that value is returned.
  * It must not call into s.  0, cb's value, -EINVAL, -GP_ESTORE. */
@@ -74,12 +88,16 @@ typedef int (*gp_coord_server_cb)(const gp_coord_server *sv, void *ud);
 int gp_store_coord_servers(gp_store *s, gp_coord_server_cb cb, void *ud, int64_t *ret_now);
 
 /* Acquire (or renew) lock_id for owner for timeout_ms (1..GP_COORD_TIMEOUT_MAX_MS).
- * 0: granted, *ret the lock (its fencing token, expiry);
+ * 0: granted, *ret the lock (its fencing token, expiry), and *ret_grant
+ * (if not NULL): prev, the row of lock_id as it was (lock_id "" when there
+ * was none, else its owner, token and expiry: the same fencing token as
+ * *ret: this owner renewed it; another: it had expired, a new grant), and
+ * the expired rows of other locks a new grant removed (a renewal none);
  * -EBUSY: another owner holds it and it has not expired, *ret its holder;
  * -ENOSPC: GP_COORD_MAX_LOCKS other locks are held (nothing written);
  * -EINVAL (bad argument), -GP_ESTORE. */
 int gp_store_coord_lock_acquire(gp_store *s, const char *lock_id, const char *owner, int64_t timeout_ms,
-                                gp_coord_lock *ret);
+                                gp_coord_lock *ret, gp_coord_grant *ret_grant);
 /* Release lock_id held by owner.  0 (released), -EBUSY (another owner
  * holds it; *ret that holder), -ENOENT (not held: never, released, or
  * expired), -EINVAL, -GP_ESTORE. */

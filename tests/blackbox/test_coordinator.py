@@ -3,11 +3,14 @@ its SQLite store: the server registry (its own heartbeats, registration,
 heartbeats of others, active/inactive after server_timeout_s), /cluster
 with an agent node joined, named locks (exclusion, expiry and a larger
 fencing token, renew keeps the token, owner checks on release), bad input,
-who may call what, and `gpupool servers`.
+who may call what, `gpupool servers`, and the audit log of every registry
+and lock write (GET /admin/audit: who, when, what, its object).
 """
+import calendar
 import hashlib
 import json
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -336,3 +339,109 @@ def test_registry_on_postgres(pg_srv):
 
 def test_locks_on_postgres(pg_srv):
     locks_body(pg_srv)
+
+
+# ---- every registry and lock write is audited (GET /admin/audit) ----
+
+def coord_audit(d, **kw):
+    r = d.api("GET", "/admin/audit", timeout=10, **kw)
+    assert r.status_code == 200, r.text
+    return [a for a in r.json()["audit"] if a["action"].startswith("coordinator.")]
+
+
+def at_ms(at):
+    """The audit's "at" (2026-11-27T15:01:02.345Z) in ms since the epoch."""
+    return calendar.timegm(time.strptime(at[:19], "%Y-%m-%dT%H:%M:%S")) * 1000 + int(at[20:23])
+
+
+def audit_body(d, who, hdr=None):
+    """who: what every entry's "who" starts with."""
+    kw = {"headers": hdr} if hdr else {}
+    t0 = int(time.time() * 1000) - 2000
+
+    def call(path, body, status=200):
+        r = post(d, path, body, **kw)
+        assert r.status_code == status, (path, body, r.status_code, r.text)
+        return r.json()
+
+    call("/servers/register", {"server_id": "s2", "url": "http://127.0.0.1:9"})
+    # heartbeats that move only the time and the load are not audited (one a second would bury the log);
+    # nor are this server's own beats (every HB_S)
+    for load in (0.1, 0.2, 0.3):
+        call("/heartbeat", {"server_id": "s2", "url": "http://127.0.0.1:9", "load": load})
+    time.sleep(HB_S * 2 + 0.5)
+    # a heartbeat that changes the role is; so is one that registers an unknown server
+    call("/heartbeat", {"server_id": "s2", "url": "http://127.0.0.1:9", "role": "standby"})
+    call("/heartbeat", {"server_id": "s3", "url": "http://127.0.0.1:10"})
+    call("/servers/unregister/s3", {})
+    # locks: acquire, renew (same token), release; an expired lock taken by another owner (a steal)
+    a = call("/locks/acquire", {"lock_id": "dl", "owner": "w1", "timeout": 30})
+    time.sleep(0.05)
+    n = call("/locks/acquire", {"lock_id": "dl", "owner": "w1", "timeout": 60})
+    call("/locks/release", {"lock_id": "dl", "owner": "w1"})
+    e = call("/locks/acquire", {"lock_id": "ex", "owner": "w1", "timeout": 1})
+    gone = call("/locks/acquire", {"lock_id": "gone", "owner": "w5", "timeout": 1})
+    time.sleep(1.3)
+    # both expired: w2 takes "ex"; the grant also removes the expired "gone", audited as its expiry
+    st = call("/locks/acquire", {"lock_id": "ex", "owner": "w2", "timeout": 30})
+    # what writes nothing is not audited: a refused acquire or release, an unknown server, bad input
+    call("/locks/acquire", {"lock_id": "ex", "owner": "w3", "timeout": 30}, 409)
+    call("/locks/release", {"lock_id": "ex", "owner": "w3"}, 409)
+    call("/locks/release", {"lock_id": "nope", "owner": "w1"}, 404)
+    call("/servers/unregister/s9", {}, 404)
+    call("/servers/register", {"server_id": "s4"}, 400)
+    t1 = int(time.time() * 1000) + 2000
+
+    entries = coord_audit(d, **kw)
+    assert [(x["action"], x["target"]) for x in entries] == [
+        ("coordinator.server.register", "s2"),
+        ("coordinator.server.heartbeat", "s2"),
+        ("coordinator.server.heartbeat", "s3"),
+        ("coordinator.server.unregister", "s3"),
+        ("coordinator.lock.acquire", "dl"),
+        ("coordinator.lock.renew", "dl"),
+        ("coordinator.lock.release", "dl"),
+        ("coordinator.lock.acquire", "ex"),
+        ("coordinator.lock.acquire", "gone"),
+        ("coordinator.lock.expire", "gone"),
+        ("coordinator.lock.steal", "ex"),
+    ], entries
+    times = [at_ms(x["at"]) for x in entries]
+    reg, hb2, hb3, unreg, acq, ren, rel, acq2, acq3, exp, steal = entries
+    assert all(x["who"].startswith(who) for x in entries if x is not exp), [x["who"] for x in entries]
+    assert t0 <= times[0] and times == sorted(times) and times[-1] <= t1, (t0, times, t1)
+    # an expiry is nobody's act: it ended at its expires_ms, and a later grant removed it
+    assert exp["who"] == "lock expiry" and at_ms(exp["at"]) == gone["expires_ms"] and exp["new"] is None
+    assert exp["old"]["owner"] == "w5" and exp["old"]["fencing_token"] == gone["fencing_token"]
+    assert reg["old"] is None and reg["new"]["url"] == "http://127.0.0.1:9" and reg["new"]["role"] == "follower"
+    assert hb2["old"]["role"] == "follower" and hb2["new"]["role"] == "standby"
+    assert hb3["old"] is None and hb3["new"]["url"] == "http://127.0.0.1:10"
+    assert unreg["old"]["url"] == "http://127.0.0.1:10" and unreg["new"] is None
+    assert acq["old"] is None and acq["new"]["owner"] == "w1"
+    assert acq["new"]["fencing_token"] == a["fencing_token"] and acq["new"]["expires_ms"] == a["expires_ms"]
+    assert ren["old"]["expires_ms"] == a["expires_ms"] and ren["new"]["expires_ms"] == n["expires_ms"]
+    assert ren["old"]["fencing_token"] == ren["new"]["fencing_token"] == a["fencing_token"]
+    assert rel["old"]["owner"] == "w1" and rel["new"] is None
+    assert acq2["new"]["fencing_token"] == e["fencing_token"]
+    assert steal["old"]["owner"] == "w1" and steal["old"]["expires_ms"] == e["expires_ms"]
+    assert steal["new"]["owner"] == "w2" and steal["new"]["fencing_token"] == st["fencing_token"]
+    assert steal["old"]["expires_ms"] <= at_ms(steal["at"])
+    # stored before the answers: a restart keeps them
+    d.stop()
+    d.start()
+    assert coord_audit(d, **kw) == entries
+
+
+def test_registry_and_lock_writes_are_audited_with_who_and_when(tmp_path):
+    _require_bin()
+    d = KeyedDaemon(tmp_path, cfg(extra="auth: {admin_keys: [\"%s\"]}\n" % h(ADMIN)), ADMIN)
+    try:
+        d.start()
+        audit_body(d, "admin key %s..." % h(ADMIN)[:15], {"Authorization": "Bearer " + ADMIN})
+    finally:
+        d.stop()
+
+
+def test_audit_on_postgres(pg_srv):
+    # no keys: a loopback caller is served as admin, named by the kernel (peer.h)
+    audit_body(pg_srv, "user %s (uid %d, loopback)" % (pwd.getpwuid(os.getuid()).pw_name, os.getuid()))

@@ -10,6 +10,7 @@ the whole API by forwarding each request to the leader (GET /healthz: 200
 Needs GPUPOOL_TEST_PG_URL (tests/pg/start-pg.sh prints one; the PostgreSQL
 stage of scripts/test-all.sh sets it) and psql; skipped without them.
 """
+import calendar
 import os
 import pwd
 import shlex
@@ -361,6 +362,45 @@ def test_a_follower_answers_the_whole_api(pair):
     assert r.status_code == 200, r.text
 
 
+def test_a_followers_coordinator_health_is_its_own_and_its_writes_are_audited(pair):
+    """GET /api/v1/coordinator/health asked at a follower describes the
+    follower (issue 24: it described the leader): its id, role follower,
+    whether its store answers, the leader it knows.  A registry or lock
+    write through the follower is in the leader's audit log, with who asked,
+    through which server, when, and its object."""
+    s1, s2 = pair
+    wait_for(lambda: s2.health() == "follower", 10, "s2 to follow")
+    for path in ("/api/v1/coordinator/health", "/api/coordinator/health"):
+        r = requests.get(s2.url + path, timeout=10)
+        assert r.status_code == 200, r.text
+        assert "X-Gpupool-Forwarded-By" not in r.headers  # answered by s2 itself
+        assert r.json() == {"server_id": "s2", "store_reachable": True, "leader_known": True, "leader": "s1",
+                            "role": "follower"}, r.text
+    r = requests.get(s1.url + "/api/v1/coordinator/health", timeout=10)
+    assert r.json() == {"server_id": "s1", "store_reachable": True, "leader_known": True, "leader": "s1",
+                        "role": "leader"}, r.text
+    t0 = time.time()
+    writes = [("/locks/acquire", {"lock_id": "via-f", "owner": "w1", "timeout": 30}),
+              ("/servers/register", {"server_id": "s9", "url": "http://127.0.0.1:9"}),
+              ("/heartbeat", {"server_id": "s9", "url": "http://127.0.0.1:9", "load": 0.5}),  # changes nothing
+              ("/servers/unregister/s9", {}),
+              ("/locks/release", {"lock_id": "via-f", "owner": "w1"})]
+    for path, body in writes:
+        r = requests.post(s2.url + "/api/v1/coordinator" + path, json=body, timeout=15)
+        assert r.status_code == 200, (path, r.text)
+        assert r.headers.get("X-Gpupool-Forwarded-By") == "s2"
+    audit = requests.get(s2.url + "/admin/audit", timeout=10).json()["audit"]
+    coord = [a for a in audit if a["action"].startswith("coordinator.")]
+    assert [(a["action"], a["target"]) for a in coord] == [
+        ("coordinator.lock.acquire", "via-f"), ("coordinator.server.register", "s9"),
+        ("coordinator.server.unregister", "s9"), ("coordinator.lock.release", "via-f")], coord
+    for a in coord:
+        assert a["who"].startswith("user ") and a["who"].endswith(" via server s2"), a
+        at = calendar.timegm(time.strptime(a["at"][:19], "%Y-%m-%dT%H:%M:%S"))
+        assert t0 - 3 <= at <= time.time() + 3, a
+    assert coord[0]["new"]["owner"] == "w1" and coord[3]["old"]["owner"] == "w1"
+
+
 def test_failover_under_load_through_a_follower_loses_nothing(pair):
     """Clients write to s2 without pause while s1, the leader, is killed -9:
     submits, cancels of their own queued tasks, credits (1 cent each) and
@@ -525,6 +565,12 @@ def test_postgresql_going_away_and_coming_back(pair):
                 assert r.json()["error"]["code"] == "unavailable", r.text
             r = requests.post(s.url + "/v1/chat/completions", json={"model": "m", "messages": []}, timeout=10)
             assert r.status_code == 503 and r.headers.get("Retry-After") == "1", r.text
+        # each server's coordinator health is its own view: its store does not answer
+        for s, role in ((s1, "leader"), (s2, "follower")):
+            r = requests.get(s.url + "/api/v1/coordinator/health", timeout=10)
+            assert r.status_code == 200, r.text
+            h = r.json()
+            assert h["server_id"] == s.name and h["role"] == role and h["store_reachable"] is False, h
         assert s1.proc.poll() is None and s2.proc.poll() is None
     finally:
         pg.start()

@@ -20,6 +20,11 @@ static void test_routes(void **state) {
         assert_int_equal(gp_fwd_route_of("GET", "/healthz", false), GP_FWD_HEALTH);
         assert_int_equal(gp_fwd_route_of("HEAD", "/healthz", true), GP_FWD_HEALTH);
         assert_int_equal(gp_fwd_route_of("GET", "/readyz", false), GP_FWD_READY);
+        /* the coordinator's health is about the server asked: a follower answers it */
+        assert_int_equal(gp_fwd_route_of("GET", "/api/v1/coordinator/health", false), GP_FWD_COORD_HEALTH);
+        assert_int_equal(gp_fwd_route_of("HEAD", "/api/coordinator/health", true), GP_FWD_COORD_HEALTH);
+        assert_int_equal(gp_fwd_route_of("POST", "/api/v1/coordinator/health", false), GP_FWD_FORWARD);
+        assert_int_equal(gp_fwd_route_of("GET", "/api/v1/coordinator/servers", false), GP_FWD_FORWARD);
         assert_int_equal(gp_fwd_route_of("POST", "/healthz", false), GP_FWD_FORWARD); /* the leader's 405 */
         assert_int_equal(gp_fwd_route_of("POST", "/agent/v1/sync", false), GP_FWD_AGENT);
         assert_int_equal(gp_fwd_route_of("POST", "/agent", false), GP_FWD_AGENT);

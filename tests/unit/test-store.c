@@ -1943,8 +1943,8 @@ static void test_coord_registry_heartbeats_and_unregister(void **state) {
         gp_store *s = open_store(fx);
         int64_t now1 = 0, now2 = 0, clock = 0;
         gp_coord_server a = make_server("s1", "leader", 250), b = make_server("s2", "follower", 0);
-        assert_int_equal(gp_store_coord_heartbeat(s, &a, true, &now1), 0);
-        assert_int_equal(gp_store_coord_heartbeat(s, &b, false, NULL), 0); /* a new one registers */
+        assert_int_equal(gp_store_coord_heartbeat(s, &a, true, &now1, NULL), 0);
+        assert_int_equal(gp_store_coord_heartbeat(s, &b, false, NULL, NULL), 0); /* a new one registers */
         assert_int_equal(gp_store_coord_now(s, &clock), 0);
         assert_true(clock >= now1 && clock > 1700000000000);
         struct sv_list l = {0};
@@ -1963,7 +1963,13 @@ static void test_coord_registry_heartbeats_and_unregister(void **state) {
         usleep(5000);
         b.load_milli = 900;
         snprintf(b.role, sizeof(b.role), "standby");
-        assert_int_equal(gp_store_coord_heartbeat(s, &b, false, &now2), 0);
+        gp_coord_server was;
+        memset(&was, 0x55, sizeof(was));
+        assert_int_equal(gp_store_coord_heartbeat(s, &b, false, &now2, &was), 0); /* the row before, too */
+        assert_string_equal(was.server_id, "s2");
+        assert_string_equal(was.role, "follower");
+        assert_int_equal(was.load_milli, 0);
+        assert_int_equal(was.started_ms, started2);
         assert_true(now2 > now1);
         memset(&l, 0, sizeof(l));
         assert_int_equal(gp_store_coord_servers(s, sv_collect, &l, NULL), 0);
@@ -1971,28 +1977,37 @@ static void test_coord_registry_heartbeats_and_unregister(void **state) {
         assert_int_equal(l.v[1].started_ms, started2);
         assert_int_equal(l.v[1].load_milli, 900);
         assert_string_equal(l.v[1].role, "standby");
-        assert_int_equal(gp_store_coord_heartbeat(s, &b, true, &now2), 0);
+        assert_int_equal(gp_store_coord_heartbeat(s, &b, true, &now2, NULL), 0);
         memset(&l, 0, sizeof(l));
         assert_int_equal(gp_store_coord_servers(s, sv_collect, &l, NULL), 0);
         assert_int_equal(l.v[1].started_ms, now2);
 
         /* bad records change nothing */
         gp_coord_server bad = make_server("s3", "king", 0);
-        assert_int_equal(gp_store_coord_heartbeat(s, &bad, true, NULL), -EINVAL);
+        assert_int_equal(gp_store_coord_heartbeat(s, &bad, true, NULL, NULL), -EINVAL);
         bad = make_server("s3", "leader", 1001);
-        assert_int_equal(gp_store_coord_heartbeat(s, &bad, true, NULL), -EINVAL);
+        assert_int_equal(gp_store_coord_heartbeat(s, &bad, true, NULL, NULL), -EINVAL);
         bad = make_server("", "leader", 0);
-        assert_int_equal(gp_store_coord_heartbeat(s, &bad, true, NULL), -EINVAL);
+        assert_int_equal(gp_store_coord_heartbeat(s, &bad, true, NULL, NULL), -EINVAL);
         bad = make_server("s3", "leader", 0);
         memset(bad.server_id, 'x', sizeof(bad.server_id)); /* not NUL-terminated */
-        assert_int_equal(gp_store_coord_heartbeat(s, &bad, true, NULL), -EINVAL);
+        assert_int_equal(gp_store_coord_heartbeat(s, &bad, true, NULL, NULL), -EINVAL);
         /* inside another transaction: refused */
         assert_int_equal(gp_store_begin(s), 0);
-        assert_int_equal(gp_store_coord_heartbeat(s, &a, false, NULL), -EINVAL);
+        assert_int_equal(gp_store_coord_heartbeat(s, &a, false, NULL, NULL), -EINVAL);
         assert_int_equal(gp_store_rollback(s), 0);
 
-        assert_int_equal(gp_store_coord_unregister(s, "s2"), 0);
-        assert_int_equal(gp_store_coord_unregister(s, "s2"), -ENOENT);
+        memset(&was, 0x55, sizeof(was));
+        assert_int_equal(gp_store_coord_unregister(s, "s2", &was), 0); /* the row it removed */
+        assert_string_equal(was.server_id, "s2");
+        assert_string_equal(was.role, "standby");
+        assert_int_equal(was.load_milli, 900);
+        assert_int_equal(gp_store_coord_unregister(s, "s2", NULL), -ENOENT);
+        gp_coord_server fresh = make_server("s4", "follower", 0);
+        memset(&was, 0x55, sizeof(was));
+        assert_int_equal(gp_store_coord_heartbeat(s, &fresh, false, NULL, &was), 0);
+        assert_string_equal(was.server_id, ""); /* none before */
+        assert_int_equal(gp_store_coord_unregister(s, "s4", NULL), 0);
         memset(&l, 0, sizeof(l));
         assert_int_equal(gp_store_coord_servers(s, sv_collect, &l, NULL), 0);
         assert_int_equal(l.n, 1);
@@ -2014,12 +2029,12 @@ static void test_coord_registry_is_bounded(void **state) {
         for (int i = 0; i < GP_COORD_MAX_SERVERS; i++) {
                 snprintf(id, sizeof(id), "srv-%04d", i);
                 gp_coord_server sv = make_server(id, "follower", 0);
-                assert_int_equal(gp_store_coord_heartbeat(s, &sv, true, NULL), 0);
+                assert_int_equal(gp_store_coord_heartbeat(s, &sv, true, NULL, NULL), 0);
         }
         gp_coord_server extra = make_server("one-too-many", "follower", 0);
-        assert_int_equal(gp_store_coord_heartbeat(s, &extra, true, NULL), -ENOSPC);
+        assert_int_equal(gp_store_coord_heartbeat(s, &extra, true, NULL, NULL), -ENOSPC);
         gp_coord_server known = make_server("srv-0007", "standby", 0);
-        assert_int_equal(gp_store_coord_heartbeat(s, &known, false, NULL), 0); /* known ones still beat */
+        assert_int_equal(gp_store_coord_heartbeat(s, &known, false, NULL, NULL), 0); /* known ones still beat */
         struct sv_list l = {0};
         assert_int_equal(gp_store_coord_servers(s, sv_collect, &l, NULL), 0);
         assert_int_equal(l.n, GP_COORD_MAX_SERVERS);
@@ -2039,25 +2054,66 @@ static int lock_collect(const gp_coord_lock *lk, void *ud) {
         return 0;
 }
 
+/* Expired rows of other locks: each grant removes at most
+ * GP_COORD_SWEEP_MAX, the longest expired first, and says which. */
+static void test_coord_grant_sweeps_expired_locks_and_names_them(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        gp_coord_lock l;
+        gp_coord_grant g;
+        char id[16];
+        for (int i = 0; i < GP_COORD_SWEEP_MAX + 4; i++) {
+                snprintf(id, sizeof(id), "e%02d", i);
+                /* all expire together, after the last is made (each grant sweeps what expired before it) */
+                assert_int_equal(gp_store_coord_lock_acquire(s, id, "w1", 1000, &l, NULL), 0);
+        }
+        usleep(1100 * 1000);
+        assert_int_equal(gp_store_coord_lock_acquire(s, "live", "w2", 60000, &l, &g), 0);
+        assert_string_equal(g.prev.lock_id, "");
+        assert_int_equal(g.nexpired, GP_COORD_SWEEP_MAX);
+        for (size_t i = 0; i < g.nexpired; i++) {
+                assert_string_equal(g.expired[i].owner, "w1");
+                assert_true(g.expired[i].expires_ms <= l.acquired_ms);
+        }
+        assert_int_equal(gp_store_coord_lock_acquire(s, "live2", "w2", 60000, &l, &g), 0);
+        assert_int_equal(g.nexpired, 4); /* the rest */
+        assert_int_equal(gp_store_coord_lock_acquire(s, "live3", "w2", 60000, &l, &g), 0);
+        assert_int_equal(g.nexpired, 0);
+        /* a renewal removes nothing */
+        assert_int_equal(gp_store_coord_lock_acquire(s, "live3", "w2", 60000, &l, &g), 0);
+        assert_int_equal(g.nexpired, 0);
+        struct lock_list ll = {0};
+        assert_int_equal(gp_store_coord_locks(s, lock_collect, &ll, NULL), 0);
+        assert_int_equal(ll.n, 3);
+        gp_store_close(s);
+}
+
 static void test_coord_locks_exclusion_renew_expiry_release(void **state) {
         FX(state);
         gp_store *s = open_store(fx), *t = open_store(fx); /* two servers on one store */
         gp_coord_lock l, h;
-        assert_int_equal(gp_store_coord_lock_acquire(s, "dl", "w1", 60000, &l), 0);
+        gp_coord_grant g;
+        memset(&g, 0x55, sizeof(g));
+        assert_int_equal(gp_store_coord_lock_acquire(s, "dl", "w1", 60000, &l, &g), 0);
+        assert_string_equal(g.prev.lock_id, ""); /* not held before */
+        assert_int_equal(g.nexpired, 0);
         int64_t tok1 = l.fencing_token;
         assert_true(tok1 >= 1);
         assert_string_equal(l.owner, "w1");
         assert_true(l.expires_ms - l.acquired_ms == 60000);
         /* another owner, through the other handle: busy, told who holds it */
-        assert_int_equal(gp_store_coord_lock_acquire(t, "dl", "w2", 60000, &h), -EBUSY);
+        assert_int_equal(gp_store_coord_lock_acquire(t, "dl", "w2", 60000, &h, NULL), -EBUSY);
         assert_string_equal(h.owner, "w1");
         assert_int_equal(h.fencing_token, tok1);
         /* the owner renews: the same token */
-        assert_int_equal(gp_store_coord_lock_acquire(t, "dl", "w1", 120000, &l), 0);
+        int64_t exp1 = l.expires_ms;
+        assert_int_equal(gp_store_coord_lock_acquire(t, "dl", "w1", 120000, &l, &g), 0);
         assert_int_equal(l.fencing_token, tok1);
+        assert_int_equal(g.prev.fencing_token, tok1); /* a renewal: the same token, the old expiry */
+        assert_int_equal(g.prev.expires_ms, exp1);
         assert_true(l.expires_ms - l.acquired_ms >= 120000);
         /* another lock: a larger token */
-        assert_int_equal(gp_store_coord_lock_acquire(s, "other", "w1", 1, &l), 0);
+        assert_int_equal(gp_store_coord_lock_acquire(s, "other", "w1", 1, &l, NULL), 0);
         int64_t tok2 = l.fencing_token;
         assert_true(tok2 > tok1);
         /* it expires: another owner gets it with a larger token still */
@@ -2067,8 +2123,12 @@ static void test_coord_locks_exclusion_renew_expiry_release(void **state) {
         assert_int_equal(ll.n, 1);
         assert_string_equal(ll.v[0].lock_id, "dl");
         assert_int_equal(gp_store_coord_lock_release(s, "other", "w1", &h), -ENOENT);
-        assert_int_equal(gp_store_coord_lock_acquire(t, "other", "w2", 60000, &l), 0);
+        assert_int_equal(gp_store_coord_lock_acquire(t, "other", "w2", 60000, &l, &g), 0);
         assert_true(l.fencing_token > tok2);
+        assert_string_equal(g.prev.owner, "w1"); /* it took over w1's expired lock */
+        assert_int_equal(g.prev.fencing_token, tok2);
+        assert_true(g.prev.expires_ms <= l.acquired_ms);
+        assert_int_equal(g.nexpired, 0); /* its own expired row is prev, not a swept one */
         int64_t tok3 = l.fencing_token;
         /* release checks the owner */
         assert_int_equal(gp_store_coord_lock_release(s, "dl", "w2", &h), -EBUSY);
@@ -2077,16 +2137,16 @@ static void test_coord_locks_exclusion_renew_expiry_release(void **state) {
         assert_int_equal(gp_store_coord_lock_release(s, "dl", "w1", &h), 0);
         assert_int_equal(h.fencing_token, tok1);
         assert_int_equal(gp_store_coord_lock_release(s, "dl", "w1", &h), -ENOENT);
-        assert_int_equal(gp_store_coord_lock_acquire(t, "dl", "w2", 60000, &l), 0);
+        assert_int_equal(gp_store_coord_lock_acquire(t, "dl", "w2", 60000, &l, NULL), 0);
         assert_true(l.fencing_token > tok3);
         /* bad arguments change nothing */
         char longer[GP_COORD_ID_MAX + 2];
         memset(longer, 'a', sizeof(longer) - 1);
         longer[sizeof(longer) - 1] = '\0';
-        assert_int_equal(gp_store_coord_lock_acquire(s, "", "w1", 1000, &l), -EINVAL);
-        assert_int_equal(gp_store_coord_lock_acquire(s, longer, "w1", 1000, &l), -EINVAL);
-        assert_int_equal(gp_store_coord_lock_acquire(s, "x", "w1", 0, &l), -EINVAL);
-        assert_int_equal(gp_store_coord_lock_acquire(s, "x", "w1", GP_COORD_TIMEOUT_MAX_MS + 1, &l), -EINVAL);
+        assert_int_equal(gp_store_coord_lock_acquire(s, "", "w1", 1000, &l, NULL), -EINVAL);
+        assert_int_equal(gp_store_coord_lock_acquire(s, longer, "w1", 1000, &l, NULL), -EINVAL);
+        assert_int_equal(gp_store_coord_lock_acquire(s, "x", "w1", 0, &l, NULL), -EINVAL);
+        assert_int_equal(gp_store_coord_lock_acquire(s, "x", "w1", GP_COORD_TIMEOUT_MAX_MS + 1, &l, NULL), -EINVAL);
         assert_int_equal(gp_store_coord_lock_release(s, "x", "", &l), -EINVAL);
         memset(&ll, 0, sizeof(ll));
         assert_int_equal(gp_store_coord_locks(t, lock_collect, &ll, NULL), 0);
@@ -2102,12 +2162,12 @@ static void test_coord_lock_fault_at_every_step_grants_nothing(void **state) {
         FX(state);
         gp_store *s = open_store(fx);
         gp_coord_lock l, h;
-        assert_int_equal(gp_store_coord_lock_acquire(s, "base", "w0", 60000, &l), 0);
+        assert_int_equal(gp_store_coord_lock_acquire(s, "base", "w0", 60000, &l, NULL), 0);
         int64_t base = l.fencing_token;
         int failed = 0;
         for (int n = 1; n < 20; n++) {
                 gp_store_fail_after(s, n);
-                int r = gp_store_coord_lock_acquire(s, "x", "w1", 60000, &l);
+                int r = gp_store_coord_lock_acquire(s, "x", "w1", 60000, &l, NULL);
                 gp_store_fail_after(s, 0);
                 if (r == 0)
                         break;
@@ -2147,7 +2207,7 @@ static void *race_main(void *arg) {
         for (int i = 0; i < RACE_LOCKS; i++) {
                 gp_coord_lock l;
                 snprintf(id, sizeof(id), "race-%d", i);
-                int r = gp_store_coord_lock_acquire(s, id, owner, 60000, &l);
+                int r = gp_store_coord_lock_acquire(s, id, owner, 60000, &l, NULL);
                 if (r == 0)
                         rc->tokens[i] = l.fencing_token;
                 else if (r != -EBUSY)
@@ -2187,79 +2247,79 @@ static void test_coord_racing_servers_never_share_a_lock(void **state) {
         gp_store_close(s);
 }
 
-#define GENERIC_TESTS(be)                                                                               \
-        cmocka_unit_test_prestate_setup_teardown(test_put_get_round_trips_every_field, fx_setup,         \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_second_put_replaces_the_record, fx_setup,          \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_list_is_newest_first_and_filters, fx_setup,        \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_list_pages_by_before_id, fx_setup, fx_teardown,    \
-                                                 (void *)(be)),                                           \
-        cmocka_unit_test_prestate_setup_teardown(test_list_rejects_bad_limits_and_honours_stop,          \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_load_active_returns_queued_and_running_oldest_first, \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_rollback_of_1000_puts_leaves_nothing, fx_setup,    \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_commit_is_seen_after_close_and_reopen, fx_setup,   \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_manual_checkpoint_moves_the_wal_without_losing_rows, \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(                                                        \
-                test_reader_sees_committed_rows_but_not_the_open_transaction, fx_setup, fx_teardown,     \
-                (void *)(be)),                                                                           \
-        cmocka_unit_test_prestate_setup_teardown(test_list_by_array_gives_its_elements_newest_first,    \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_meta_set_get_and_missing_key, fx_setup,            \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_corrupt_rows_are_reported_not_crashed_on,          \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_failed_commit_stores_nothing_and_handle_stays_usable, \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_failed_put_dooms_the_transaction, fx_setup,        \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_fault_at_every_step_is_all_or_nothing, fx_setup,   \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_invalid_record_is_refused_and_nothing_written,     \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_callback_cannot_reenter_the_handle, fx_setup,      \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_transaction_misuse_is_reported, fx_setup,          \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_newer_schema_version_is_refused, fx_setup,         \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_version_1_database_is_migrated_keeping_its_tasks,  \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_version_2_database_is_migrated_keeping_its_tasks,  \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_version_3_database_is_migrated_keeping_its_tasks,  \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_version_4_database_is_migrated_keeping_its_tasks,  \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_version_5_database_is_migrated_keeping_its_tasks,  \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_failed_migration_leaves_the_old_version_whole,     \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_schema_version_that_is_not_a_number_is_refused,    \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(                                                        \
-                test_usage_rows_round_trip_filter_and_follow_the_transaction, fx_setup, fx_teardown,     \
-                (void *)(be)),                                                                           \
-        cmocka_unit_test_prestate_setup_teardown(test_second_claim_is_refused_naming_the_owner, fx_setup, \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_coord_registry_heartbeats_and_unregister, fx_setup, \
-                                                 fx_teardown, (void *)(be)),                              \
-        cmocka_unit_test_prestate_setup_teardown(test_coord_registry_is_bounded, fx_setup, fx_teardown,   \
-                                                 (void *)(be)),                                           \
-        cmocka_unit_test_prestate_setup_teardown(test_coord_locks_exclusion_renew_expiry_release,        \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_coord_lock_fault_at_every_step_grants_nothing,    \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_coord_racing_servers_never_share_a_lock,          \
-                                                 fx_setup, fx_teardown, (void *)(be)),                    \
-        cmocka_unit_test_prestate_setup_teardown(test_idem_answers_follow_their_transaction_and_are_pruned, \
-                                                 fx_setup, fx_teardown, (void *)(be))
+#define GENERIC_TESTS(be)                                                                                              \
+        cmocka_unit_test_prestate_setup_teardown(test_put_get_round_trips_every_field, fx_setup, fx_teardown,          \
+                                                 (void *)(be)),                                                        \
+                cmocka_unit_test_prestate_setup_teardown(test_second_put_replaces_the_record, fx_setup, fx_teardown,   \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_list_is_newest_first_and_filters, fx_setup, fx_teardown, \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_list_pages_by_before_id, fx_setup, fx_teardown,          \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_list_rejects_bad_limits_and_honours_stop, fx_setup,      \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_load_active_returns_queued_and_running_oldest_first,     \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_rollback_of_1000_puts_leaves_nothing, fx_setup,          \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_commit_is_seen_after_close_and_reopen, fx_setup,         \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_manual_checkpoint_moves_the_wal_without_losing_rows,     \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_reader_sees_committed_rows_but_not_the_open_transaction, \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_list_by_array_gives_its_elements_newest_first, fx_setup, \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_meta_set_get_and_missing_key, fx_setup, fx_teardown,     \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_corrupt_rows_are_reported_not_crashed_on, fx_setup,      \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_failed_commit_stores_nothing_and_handle_stays_usable,    \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_failed_put_dooms_the_transaction, fx_setup, fx_teardown, \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_fault_at_every_step_is_all_or_nothing, fx_setup,         \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_invalid_record_is_refused_and_nothing_written, fx_setup, \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_callback_cannot_reenter_the_handle, fx_setup,            \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_transaction_misuse_is_reported, fx_setup, fx_teardown,   \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_newer_schema_version_is_refused, fx_setup, fx_teardown,  \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_version_1_database_is_migrated_keeping_its_tasks,        \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_version_2_database_is_migrated_keeping_its_tasks,        \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_version_3_database_is_migrated_keeping_its_tasks,        \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_version_4_database_is_migrated_keeping_its_tasks,        \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_version_5_database_is_migrated_keeping_its_tasks,        \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_failed_migration_leaves_the_old_version_whole, fx_setup, \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_schema_version_that_is_not_a_number_is_refused,          \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_usage_rows_round_trip_filter_and_follow_the_transaction, \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_second_claim_is_refused_naming_the_owner, fx_setup,      \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_coord_registry_heartbeats_and_unregister, fx_setup,      \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_coord_registry_is_bounded, fx_setup, fx_teardown,        \
+                                                         (void *)(be)),                                                \
+                cmocka_unit_test_prestate_setup_teardown(test_coord_locks_exclusion_renew_expiry_release, fx_setup,    \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_coord_grant_sweeps_expired_locks_and_names_them,         \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_coord_lock_fault_at_every_step_grants_nothing, fx_setup, \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_coord_racing_servers_never_share_a_lock, fx_setup,       \
+                                                         fx_teardown, (void *)(be)),                                   \
+                cmocka_unit_test_prestate_setup_teardown(test_idem_answers_follow_their_transaction_and_are_pruned,    \
+                                                         fx_setup, fx_teardown, (void *)(be))
 
 int main(void) {
         const backend *sq = &sqlite_backend;

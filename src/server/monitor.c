@@ -740,6 +740,7 @@ static double g_mem_total(const gp_mon_gpu *g) { return (double)g->memory_total_
 static double g_mem_used(const gp_mon_gpu *g) { return g->memory_used_mb < 0 ? -1 : (double)g->memory_used_mb * 1048576.0; }
 static double g_mem_alloc(const gp_mon_gpu *g) { return (double)g->memory_allocated_mb * 1048576.0; }
 static double g_temp(const gp_mon_gpu *g) { return g->temp_c; }
+static double g_xid(const gp_mon_gpu *g) { return g->xid_errors < 0 ? -1 : (double)g->xid_errors; }
 static double g_power(const gp_mon_gpu *g) { return g->power_mw < 0 ? -1 : g->power_mw / 1000.0; }
 static double g_sm_clock(const gp_mon_gpu *g) { return g->sm_clock_mhz < 0 ? -1 : g->sm_clock_mhz * 1e6; }
 static double g_mem_clock(const gp_mon_gpu *g) { return g->mem_clock_mhz < 0 ? -1 : g->mem_clock_mhz * 1e6; }
@@ -790,6 +791,8 @@ int gp_monitor_prometheus(gp_monitor *m, const gp_mon_sample *s, int64_t uptime_
                         line_labels(&e, "gpupool_gpu_ecc_errors_total", l, (double)g->ecc_uncorrected);
                 }
         }
+        gpu_family(&e, s, "gpupool_gpu_xid_errors_total", "counter",
+                   "Xid events the GPU raised since its reader started (NVML events; absent without them).", g_xid);
         family(&e, "gpupool_gpu_throttled", "gauge", "1 while the clocks are held down for the reason in the label, else 0.");
         for (size_t i = 0; i < s->ngpus; i++) {
                 const gp_mon_gpu *g = &s->gpus[i];

@@ -320,49 +320,38 @@ void gp_monitor_task_finished(gp_monitor *m, const char *tenant, gp_task_state s
         pthread_mutex_unlock(&m->mu);
 }
 
-void gp_monitor_watchdog(gp_monitor *m, bool stopped) {
-        if (!m)
-                return;
+/* Under m's lock: *a += da and, with b, *b += db (the plain counters). */
+static void count(gp_monitor *m, uint64_t *a, uint64_t da, uint64_t *b, uint64_t db) {
         pthread_mutex_lock(&m->mu);
-        if (stopped)
-                m->wd_stopped++;
-        else
-                m->wd_over++;
+        *a += da;
+        if (b)
+                *b += db;
         pthread_mutex_unlock(&m->mu);
+}
+
+void gp_monitor_watchdog(gp_monitor *m, bool stopped) {
+        if (m)
+                count(m, stopped ? &m->wd_stopped : &m->wd_over, 1, NULL, 0);
 }
 
 void gp_monitor_task_requeued(gp_monitor *m) {
-        if (!m)
-                return;
-        pthread_mutex_lock(&m->mu);
-        m->requeued++;
-        pthread_mutex_unlock(&m->mu);
+        if (m)
+                count(m, &m->requeued, 1, NULL, 0);
 }
 
 void gp_monitor_task_preempted(gp_monitor *m) {
-        if (!m)
-                return;
-        pthread_mutex_lock(&m->mu);
-        m->preempted++;
-        pthread_mutex_unlock(&m->mu);
+        if (m)
+                count(m, &m->preempted, 1, NULL, 0);
 }
 
 void gp_monitor_expected_start(gp_monitor *m, bool within_2x) {
-        if (!m)
-                return;
-        pthread_mutex_lock(&m->mu);
-        m->expected_starts++;
-        m->expected_starts_within_2x += within_2x;
-        pthread_mutex_unlock(&m->mu);
+        if (m)
+                count(m, &m->expected_starts, 1, &m->expected_starts_within_2x, within_2x);
 }
 
 void gp_monitor_estimate(gp_monitor *m, bool within_2x) {
-        if (!m)
-                return;
-        pthread_mutex_lock(&m->mu);
-        m->estimated++;
-        m->estimated_within_2x += within_2x;
-        pthread_mutex_unlock(&m->mu);
+        if (m)
+                count(m, &m->estimated, 1, &m->estimated_within_2x, within_2x);
 }
 
 void gp_monitor_sched_pass(gp_monitor *m, int64_t dur_ns, size_t ndecisions) {
@@ -376,23 +365,13 @@ void gp_monitor_sched_pass(gp_monitor *m, int64_t dur_ns, size_t ndecisions) {
 }
 
 void gp_monitor_store_commit(gp_monitor *m, size_t ntasks) {
-        if (!m)
-                return;
-        pthread_mutex_lock(&m->mu);
-        m->store_commits++;
-        m->store_commit_tasks += ntasks;
-        pthread_mutex_unlock(&m->mu);
+        if (m)
+                count(m, &m->store_commits, 1, &m->store_commit_tasks, ntasks);
 }
 
 void gp_monitor_alert_event(gp_monitor *m, bool fired) {
-        if (!m)
-                return;
-        pthread_mutex_lock(&m->mu);
-        if (fired)
-                m->alerts_fired++;
-        else
-                m->alerts_resolved++;
-        pthread_mutex_unlock(&m->mu);
+        if (m)
+                count(m, fired ? &m->alerts_fired : &m->alerts_resolved, 1, NULL, 0);
 }
 
 void gp_monitor_webhook_result(gp_monitor *m, const char *result) {

@@ -27,7 +27,8 @@
 # wrk on https://).  Prints each round, then median [min-max] over the
 # rounds and the goals, the two legs side by side.
 # BASE_REV=REV adds a leg "base": the plain leg on REV's binaries (built in
-# a temporary worktree), the first in each round, so that a change's
+# a temporary worktree), first in odd rounds and last in even ones (the legs'
+# order turns every round: the second leg of a round runs slower), so that a change's
 # figures stand beside its parent's, measured in the same run.
 # Usage: bench/bench-cluster.sh [ROUNDS [NODES [TASKS [IDLE_S]]]]
 #        (default 3 1000 20000 30); env BUILD (build), LEASE_S (5),

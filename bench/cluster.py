@@ -308,7 +308,7 @@ def main():
     ap.add_argument("--tasks", type=int, default=20000)
     ap.add_argument("--idle", type=int, default=30)
     ap.add_argument("--lease-s", type=int, default=5)
-    ap.add_argument("--legs", default="plain,tls", help="plain, tls, base, in the order they run in each round")
+    ap.add_argument("--legs", default="plain,tls", help="plain, tls, base: the order of odd rounds (even rounds run them backwards)")
     ap.add_argument("--base-build", default="", help="the build of leg base (plain, on these binaries)")
     ap.add_argument("--gpu-poll-ms", type=int, default=0, help="the server's gpus.poll_ms (its agents read their "
                     "GPUs that often); 0: its default")
@@ -331,7 +331,10 @@ def main():
     rows = {leg: [] for leg in legs}
     try:
         for r in range(1, a.rounds + 1):
-            for leg in legs:
+            # the legs' order turns every round (A B, B A, ...): a leg that runs
+            # second in a round was seen slower whatever it ran (the first one's
+            # writeback and caches), so each leg goes first as often
+            for leg in (legs if r % 2 else legs[::-1]):
                 x = one_round(a, r, tmp, leg)
                 rows[leg].append(x)
                 print("  round %d/%d %-5s: join %.1f s; lease %.0f/s; batch %.0f tasks/s (%d/%d succeeded, %d refused), "

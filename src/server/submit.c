@@ -3,6 +3,7 @@
 
 #include "base/labels.h"
 #include "cluster/proto.h"
+#include "exec/notice.h"
 
 #include "base/text.h"
 #include "base/util.h"
@@ -90,8 +91,8 @@ static int parse_priority(json_t *v, bool seed, int *ret, char *err, size_t errl
  * task (script: command[4] is a stored script, allowed its own size bound;
  * "on_node_lost" only when "requeue": the default, "fence", is its
  * absence, so specs stored before it mean the same). */
-static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, json_t *onl, char **ret, char *err,
-                      size_t errlen) {
+static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, json_t *onl, const char *notice,
+                      char **ret, char *err, size_t errlen) {
         if (!json_is_array(cmd))
                 return fail(err, errlen, "command: must be an array of strings, e.g. [\"python3\", \"train.py\"]");
         size_t n = json_array_size(cmd);
@@ -159,6 +160,8 @@ static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, js
                 json_object_set(spec, "workdir", workdir);
         if (requeue)
                 json_object_set_new(spec, "on_node_lost", json_string("requeue"));
+        if (notice) /* "[B:]SIG@SECS", canonical (exec/notice.h) */
+                json_object_set_new(spec, "signal", json_string(notice));
         char *s = json_dumps(spec, JSON_COMPACT);
         json_decref(spec);
         if (!s)
@@ -292,7 +295,8 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         static const char *const known[] = {
                 "tenant_id", "name", "gpu_request", "memory_mb", "exclusive", "priority", "command",
                 "env", "workdir", "model", "gpu_model", "preemptible", "timeout_s", "queue_timeout_s",
-                "lease_ttl_s", "max_retries", "elastic", "array", "node_selector", "script", "on_node_lost", NULL,
+                "lease_ttl_s", "max_retries", "elastic", "array", "node_selector", "script", "on_node_lost",
+                "signal", NULL,
         };
         gp_array_spec arr = {0};
         if (errlen)
@@ -401,18 +405,27 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         json_t *wd = json_object_get(root, "workdir");
         json_t *onl = json_object_get(root, "on_node_lost");
         json_t *script = json_object_get(root, "script"), *runner = NULL;
+        json_t *sig = json_object_get(root, "signal");
+        char notice[GP_NOTICE_TEXT_MAX], *nt = NULL;
+        if (sig && !json_is_null(sig)) {
+                gp_notice n;
+                if ((rc = gp_notice_from_json(sig, &n, err, errlen)) < 0 ||
+                    (rc = gp_notice_format(&n, notice, sizeof(notice))) < 0)
+                        goto out;
+                nt = notice;
+        }
         if (script && !json_is_null(script)) {
                 /* a script: "command" holds its arguments */
                 if ((rc = script_command(script, json_is_null(cmd) ? NULL : cmd, &runner, err, errlen)) < 0)
                         goto out;
-                rc = build_spec(runner, env, wd, true, onl, &t.spec, err, errlen);
+                rc = build_spec(runner, env, wd, true, onl, nt, &t.spec, err, errlen);
                 json_decref(runner);
                 if (rc < 0)
                         goto out;
                 cmd = script;
         }
         if (cmd && !json_is_null(cmd)) {
-                if (!t.spec && (rc = build_spec(cmd, env, wd, false, onl, &t.spec, err, errlen)) < 0)
+                if (!t.spec && (rc = build_spec(cmd, env, wd, false, onl, nt, &t.spec, err, errlen)) < 0)
                         goto out;
                 if (json_object_get(root, "lease_ttl_s")) {
                         rc = fail(err, errlen, "lease_ttl_s: only for leases (tasks without command)");
@@ -420,9 +433,10 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 }
                 t.lease_ttl_s = 0;
         } else {
-                if (env || wd || (onl && !json_is_null(onl))) {
-                        rc = fail(err, errlen, "%s: only for batch tasks (with command)",
-                                  env ? "env" : wd ? "workdir" : "on_node_lost");
+                if (env || wd || (onl && !json_is_null(onl)) || nt) {
+                        rc = fail(err, errlen, "%s: only for batch tasks (with command)%s",
+                                  env ? "env" : wd ? "workdir" : nt ? "signal" : "on_node_lost",
+                                  nt ? ": a lease has no process to signal" : "");
                         goto out;
                 }
                 t.is_lease = true;

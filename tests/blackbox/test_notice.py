@@ -17,6 +17,7 @@ import time
 import pytest
 
 from apiutil import assert_error, post, reap_supervisors, submit, submit_raw, task, wait_for  # noqa: F401
+from clusterutil import cluster, server_config, sim_gpus  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
@@ -210,3 +211,31 @@ def test_b_prefix_signals_only_the_command_not_its_children(daemon, tmp_path):
     assert post(daemon, "/api/v1/tasks/%d/cancel" % t["id"]).status_code == 200
     wait_for(lambda: task(daemon, t["id"])["state"] != "running", 15, "the end")
     assert "shell-usr1" in files(work) and "child-usr1" not in files(work), files(work)
+
+
+def test_on_an_agent_a_preempted_task_checkpoints_and_resumes_with_restart_count_1(cluster, tmp_path):
+    """The notice travels in the start message; the agent's supervisor gives it."""
+    cluster.start_server(server_config(extra="scheduler: {preemption: {enabled: true, min_runtime_sec: 0, "
+                                             "grace_sec: 5, max_notice_s: 300}}\n"))
+    cluster.agent("gpu-n", gpus=sim_gpus(1))
+    work = tmp_path / "work"
+    work.mkdir()
+    t = cluster.submit([PY, "-c", TRAIN, str(work)], tenant_id="bulk", priority=8, preemptible=True,
+                       exclusive=True, signal="SIGUSR1@120")
+    tid = t["id"]
+    wait_for(lambda: [f for f in files(work) if f.startswith("started-0-from-0")], 15, "the first run on the agent")
+    time.sleep(0.3)
+    # an urgent batch task takes the node's one GPU; it starts once the victim has let go
+    urgent = cluster.submit(["sh", "-c", "touch %s/urgent-ran" % work], tenant_id="prod", priority=0,
+                            exclusive=True)
+    ck = wait_for(lambda: [f for f in files(work) if f.startswith("checkpointed-0-")], 15, "the checkpoint")
+    saved = int(ck[0].split("-")[2])
+    cluster.wait_task(urgent["id"], "succeeded", timeout=20)
+    wait_for(lambda: [f for f in files(work) if f.startswith("done-")], 30, "the second run to finish")
+    cluster.wait_task(tid, "succeeded", timeout=15)
+    got = files(work)
+    runs = [f for f in got if f.startswith("run-")]
+    assert len(runs) == 2 and runs[0].startswith("run-0-") and runs[1].startswith("run-1-"), got
+    assert "started-1-from-%d" % saved in got and "urgent-ran" in got, got
+    assert not [f for f in got if f.startswith("sigterm")], got
+    assert cluster.task(tid)["preempt_count"] == 1

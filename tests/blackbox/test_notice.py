@@ -239,3 +239,30 @@ def test_on_an_agent_a_preempted_task_checkpoints_and_resumes_with_restart_count
     assert "started-1-from-%d" % saved in got and "urgent-ran" in got, got
     assert not [f for f in got if f.startswith("sigterm")], got
     assert cluster.task(tid)["preempt_count"] == 1
+
+
+def test_the_memory_watchdog_gives_the_notice_before_it_stops_a_task(daemon_factory, tmp_path, monkeypatch):
+    from test_cluster import fake_nvml_lib
+    nv = tmp_path / "nvml.conf"
+    nv.write_text('gpu name="NVIDIA H100 80GB HBM3" uuid=GPU-abcdabcd-0000-0000-0000-000000000000 '
+                  'mem_total_mb=81559 procs=env\n')
+    monkeypatch.setenv("FAKE_NVML_CONFIG", str(nv))
+    d = daemon_factory('gpus: {backend: nvml, poll_ms: 200, watchdog_grace_s: 1, watchdog_tolerance_mb: 100, '
+                       'nvml_library: "%s"}\ntasks: {oom_retry_factor: 1.5, kill_grace_s: 1}\n' % fake_nvml_lib())
+    work = tmp_path / "work"
+    work.mkdir()
+    # uses 2000 MiB (as the fake NVML lists it) against 1000 asked; on SIGUSR1 it saves and exits
+    script = ("import os, signal, sys, time\n"
+              "d, rc = sys.argv[1], os.environ['GPUPOOL_RESTART_COUNT']\n"
+              "signal.signal(signal.SIGUSR1, lambda s, f: (open(os.path.join(d, 'usr1-' + rc), 'w').close(),"
+              " sys.exit(0)))\n"
+              "signal.signal(signal.SIGTERM, lambda s, f: (open(os.path.join(d, 'term-' + rc), 'w').close(),"
+              " sys.exit(1)))\n"
+              "open(os.path.join(d, 'run-' + rc), 'w').close()\n"
+              "while True: time.sleep(0.05)\n")
+    t = submit(d, command=[PY, "-c", script, str(work)], memory_mb=1000, max_retries=1,
+               env={"FAKE_NVML_GPU_MB": "2000"}, signal="USR1@60")
+    done = wait_for(lambda: (lambda x: x if x["state"] == "failed" else None)(task(d, t["id"])), 40, "the end")
+    assert done["reason"].startswith("memory_exceeded"), done
+    # two runs (count 0, then 1 after the requeue asking 1500), each told first, none SIGTERMed
+    assert files(work) == ["run-0", "run-1", "usr1-0", "usr1-1"], files(work)

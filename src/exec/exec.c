@@ -1486,12 +1486,12 @@ static void pump_output(run *r) {
         }
 }
 
-/* grace_s < 0: stopping only (a notice is being given, see handle_signals) */
 static void stop_group(run *r, gp_exec_end reason, int64_t grace_s) {
         r->stopping = true;
         r->reason = reason;
         r->term_at = 0;
-        kill(-r->pid, grace_s < 0 ? SIGCONT : SIGTERM);
+        if (grace_s >= 0) /* < 0: no SIGTERM yet, a notice is given first (handle_signals) */
+                kill(-r->pid, SIGTERM);
         kill(-r->pid, SIGCONT);   /* a stopped process must see the SIGTERM */
         r->last_sig = SIGTERM;
         if (grace_s == 0) {
@@ -1637,9 +1637,10 @@ static void result_of(const run *r, const spec *s, gp_exec_result *res) {
                         set_message(res, "timed out after %lld s", (long long)s->timeout_s);
                 else if (r->reason == GP_EXEC_FENCED)
                         set_message(res, "fenced: its node lost contact with the server");
-                else if (r->last_sig == s->notice.signo && WIFEXITED(st))
+                else if (r->term_at && WIFEXITED(st)) /* ended before the notice did */
                         set_message(res, "%s; exited with code %d within its notice (%s)",
-                                    r->preempted ? "preempted" : "cancelled", WEXITSTATUS(st), sigabbrev_np(r->last_sig));
+                                    r->preempted ? "preempted" : "cancelled", WEXITSTATUS(st),
+                                    sigabbrev_np(s->notice.signo));
                 else
                         set_message(res, r->preempted ? "preempted" : "cancelled");
         } else if (WIFSIGNALED(st)) {

@@ -237,7 +237,8 @@ static int apply(sim *m, const gp_sched_decision *d, size_t nd, int64_t t, char 
                                 return -EINVAL;
                         }
                         /* nothing starts while a preempted run drains (notice_ms) */
-                        int64_t at = t > m->drain_until ? t : m->drain_until;
+                        bool delayed = m->drain_until > t;
+                        int64_t at = delayed ? m->drain_until : t;
                         if (!js->started) {
                                 js->started = true;
                                 jr->start_ms = at;
@@ -255,10 +256,10 @@ static int apply(sim *m, const gp_sched_decision *d, size_t nd, int64_t t, char 
                         if (heap_push(&m->ends, (end_ent){at + js->run_len_ms, k, js->gen, EV_END, 0}) < 0)
                                 return -ENOMEM;
                         js->held = d[i].n_gpus;
-                        js->counted = at == t;
-                        if (at > t && heap_push(&m->ends, (end_ent){at, k, js->gen, EV_BEGIN, js->held}) < 0)
+                        js->counted = !delayed;
+                        if (delayed && heap_push(&m->ends, (end_ent){at, k, js->gen, EV_BEGIN, js->held}) < 0)
                                 return -ENOMEM;
-                        if (js->counted) {
+                        if (!delayed) {
                                 m->busy += js->held;
                                 m->tenant_busy[j->tenant] += js->held;
                         }

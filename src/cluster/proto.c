@@ -1169,7 +1169,8 @@ static json_t *start_to_json(const gp_proto_start *s) {
                                 : NULL;
         char notice[GP_NOTICE_TEXT_MAX];
         if (rest && s->notice.signo &&
-            (gp_notice_format(&s->notice, notice, sizeof(notice)) < 0 || set(rest, "notice", json_string(notice)) < 0)) {
+            (gp_notice_format(&s->notice, notice, sizeof(notice)) < 0 ||
+             set(rest, "notice", json_string(notice)) < 0)) {
                 json_decref(rest);
                 rest = NULL;
         }

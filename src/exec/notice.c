@@ -98,8 +98,9 @@ int gp_notice_from_json(const struct json_t *cv, gp_notice *ret, char *err, size
                 return gp_notice_parse(json_string_value(v), ret, err, errlen);
         }
         if (!json_is_object(v))
-                return fail(err, errlen, "signal: must be \"[B:]SIG@SECS\" or {\"signal\": \"SIGUSR1\", "
-                                         "\"seconds\": 120, \"batch_only\": false}");
+                return fail(err, errlen,
+                            "signal: must be \"[B:]SIG@SECS\" or {\"signal\": \"SIGUSR1\", "
+                            "\"seconds\": 120, \"batch_only\": false}");
         const char *k;
         json_t *x;
         json_object_foreach(v, k, x) {
@@ -161,8 +162,7 @@ int gp_notice_spec_set(struct json_t *o, const gp_notice *n) {
                 return 0;
         if (!catchable(n->signo) || n->seconds < 1 || n->seconds > GP_NOTICE_MAX_S)
                 return -EINVAL;
-        json_t *v = json_pack("{s:i,s:i,s:b}", "signal", n->signo, "seconds", n->seconds, "batch_only",
-                              n->batch_only);
+        json_t *v = json_pack("{s:i,s:i,s:b}", "signal", n->signo, "seconds", n->seconds, "batch_only", n->batch_only);
         return v && json_object_set_new((json_t *)o, "notice", v) == 0 ? 0 : -ENOMEM;
 }
 

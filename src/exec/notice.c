@@ -192,3 +192,17 @@ gp_notice gp_notice_of_spec(const struct json_t *spec, int max_s) {
                 n.seconds = max_s > GP_NOTICE_MAX_S ? GP_NOTICE_MAX_S : max_s;
         return n;
 }
+
+void gp_notice_describe(const char *spec, int max_s, int grace_s, char *buf, size_t size) {
+        gp_notice n = {0};
+        if (spec && strstr(spec, "\"signal\"")) { /* most specs: no parse */
+                json_t *o = json_loads(spec, 0, NULL);
+                n = gp_notice_of_spec(o, max_s);
+                json_decref(o);
+        }
+        if (n.signo)
+                snprintf(buf, size, "SIG%s sent, SIGTERM after %d s (its notice), SIGKILL %d s later",
+                         sigabbrev_np(n.signo), n.seconds, grace_s);
+        else
+                snprintf(buf, size, "SIGTERM sent, SIGKILL after %d s", grace_s);
+}

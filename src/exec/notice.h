@@ -62,6 +62,13 @@ int gp_notice_spec_get(const struct json_t *o, gp_notice *ret);
  * max_s <= 0, or with a value that does not parse.  Never fails. */
 gp_notice gp_notice_of_spec(const struct json_t *spec, int max_s);
 
+/* How a run of a task with that stored spec (JSON text, NULL = a lease)
+ * is stopped, for its reason: "SIGTERM sent, SIGKILL after 10 s", or with a
+ * notice "SIGUSR1 sent, SIGTERM after 120 s (its notice), SIGKILL 10 s
+ * later" (seconds clamped to max_s as gp_notice_of_spec).  Always writes a
+ * NUL-terminated string (cut to size). */
+void gp_notice_describe(const char *spec, int max_s, int grace_s, char *buf, size_t size);
+
 /* Does process pid catch signal sig (a handler installed: SigCgt in
  * /proc/PID/status)?  false when it cannot be read. */
 bool gp_notice_catches(pid_t pid, int sig);

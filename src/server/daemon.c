@@ -614,14 +614,15 @@ static bool cancel_task(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
                 finish(d, b, t, GP_TASK_CANCELLED, now);
                 return true;
         }
+        char how[GP_REASON_MAX];
+        gp_notice_describe(t->spec, d->cfg.preemption_max_notice_s, d->cfg.kill_grace_s, how, sizeof(how));
+        set_reason(t, "cancelling: %s", how);
         if (gp_nodes_remote(t)) { /* its agents stop it and report */
                 gp_nodes_stop(d, t, GP_PROTO_STOP_CANCEL);
-                set_reason(t, "cancelling: SIGTERM sent, SIGKILL after %d s", d->cfg.kill_grace_s);
                 return false;
         }
         /* running batch task: the supervisor stops it and reports */
         gp_exec_proc p = {t->sup_pid, t->sup_start};
-        set_reason(t, "cancelling: SIGTERM sent, SIGKILL after %d s", d->cfg.kill_grace_s);
         if (t->sup_pid > 0 && gp_exec_cancel(&p) == 0)
                 return false;
         /* no supervisor (it never started, or is gone): the watch will tell,

@@ -120,6 +120,8 @@ def test_a_task_that_ignores_its_notice_gets_sigterm_when_it_ends_clamped_by_max
     wait_for(lambda: "started" in files(work), 10, "the task to start")
     r = post(d, "/api/v1/tasks/%d/cancel" % t["id"])
     assert r.status_code == 200, r.text
+    assert r.json()["reason"] == "cancelling: SIGUSR1 sent, SIGTERM after 2 s (its notice), SIGKILL 10 s later", \
+        r.json()
     wait_for(lambda: "term" in files(work), 15, "SIGTERM after the notice")
     usr1 = float(open(work / "usr1").read())
     term = float(open(work / "term").read())

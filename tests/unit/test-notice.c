@@ -132,6 +132,15 @@ static void test_a_runs_notice_is_clamped_to_the_servers_maximum(void **state) {
         json_object_del(spec, "signal");
         assert_int_equal(gp_notice_of_spec(spec, 300).signo, 0);
         json_decref(spec);
+        char how[200];
+        gp_notice_describe("{\"command\":[\"x\"],\"signal\":\"SIGUSR1@600\"}", 120, 10, how, sizeof(how));
+        assert_string_equal(how, "SIGUSR1 sent, SIGTERM after 120 s (its notice), SIGKILL 10 s later");
+        gp_notice_describe("{\"command\":[\"x\"]}", 120, 10, how, sizeof(how));
+        assert_string_equal(how, "SIGTERM sent, SIGKILL after 10 s");
+        gp_notice_describe(NULL, 120, 3, how, sizeof(how));
+        assert_string_equal(how, "SIGTERM sent, SIGKILL after 3 s");
+        gp_notice_describe("{\"signal\":\"USR2@5\"}", 120, 3, how, 8); /* cut, terminated */
+        assert_string_equal(how, "SIGUSR2");
 }
 
 int main(void) {

@@ -149,6 +149,8 @@ def test_a_cancel_with_notice_lets_the_task_exit_by_itself(daemon_factory, tmp_p
     assert r.returncode == 0, r.stderr
     tid = int(r.stdout.strip())
     assert task(d, tid)["signal"] == "SIGUSR2@30"
+    st = d.cli("status", tid)
+    assert st.returncode == 0 and "SIGUSR2@30" in st.stdout, st.stdout
     wait_for(lambda: "started" in files(work), 10, "the task to start")
     t0 = time.monotonic()
     assert post(d, "/api/v1/tasks/%d/cancel" % tid).status_code == 200
@@ -268,3 +270,16 @@ def test_the_memory_watchdog_gives_the_notice_before_it_stops_a_task(daemon_fact
     assert done["reason"].startswith("memory_exceeded"), done
     # two runs (count 0, then 1 after the requeue asking 1500), each told first, none SIGTERMed
     assert files(work) == ["run-0", "run-1", "usr1-0", "usr1-1"], files(work)
+
+
+def test_an_sbatch_signal_line_in_a_script_is_read(daemon, tmp_path):
+    s = tmp_path / "job.sh"
+    s.write_text("#!/bin/sh\n#SBATCH --signal=B:USR1@60\n#SBATCH -J ckpt\necho hi\n")
+    r = daemon.cli("submit", str(s))
+    assert r.returncode == 0, r.stderr
+    t = task(daemon, int(r.stdout.strip()))
+    assert t["signal"] == "B:SIGUSR1@60" and t["name"] == "ckpt", t
+    bad = tmp_path / "bad.sh"
+    bad.write_text("#!/bin/sh\n#SBATCH --signal=USR1@0\necho hi\n")
+    r = daemon.cli("submit", str(bad))
+    assert r.returncode == 2 and "1..86400 seconds" in r.stderr, (r.returncode, r.stderr)

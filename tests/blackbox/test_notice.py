@@ -283,3 +283,55 @@ def test_an_sbatch_signal_line_in_a_script_is_read(daemon, tmp_path):
     bad.write_text("#!/bin/sh\n#SBATCH --signal=USR1@0\necho hi\n")
     r = daemon.cli("submit", str(bad))
     assert r.returncode == 2 and "1..86400 seconds" in r.stderr, (r.returncode, r.stderr)
+
+
+CHILD = ("import os, signal, sys, time\n"
+         "signal.signal(signal.SIGUSR1, lambda s, f: open(os.path.join(sys.argv[1], 'child-usr1'), 'w').close())\n"
+         "open(os.path.join(sys.argv[1], 'child'), 'w').close()\n"
+         "time.sleep(60)\n")
+
+
+def test_a_script_with_b_signal_gets_it_in_its_shell_and_its_children_do_not(daemon, tmp_path):
+    """#SBATCH --signal=B:...: the batch shell is the script, not gpupool's runner around it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "child.py").write_text(CHILD)
+    s = tmp_path / "job.sh"
+    s.write_text("#!/bin/sh\n#SBATCH --signal=B:USR1@30\n"
+                 "trap 'touch \"$1/shell-usr1-$GPUPOOL_RESTART_COUNT\"; kill $c; exit 0' USR1\n"
+                 "%s %s \"$1\" & c=$!\nwait $c\n" % (PY, tmp_path / "child.py"))
+    r = daemon.cli("submit", "--exclusive", str(s), str(work))
+    assert r.returncode == 0, r.stderr
+    tid = int(r.stdout.strip())
+    wait_for(lambda: "child" in files(work), 10, "the script's child")
+    assert post(daemon, "/api/v1/tasks/%d/cancel" % tid).status_code == 200
+    done = wait_for(lambda: (lambda x: x if x["state"] != "running" else None)(task(daemon, tid)), 15, "the end")
+    assert done["state"] == "cancelled" and "within its notice" in done["reason"], done
+    assert files(work) == ["child", "shell-usr1-0"], files(work)
+
+
+def test_a_b_script_that_ignores_its_notice_still_has_its_sigterm_grace(daemon_factory, tmp_path):
+    d = daemon_factory(CONFIG % 1)
+    work = tmp_path / "work"
+    work.mkdir()
+    s = tmp_path / "job.py"
+    s.write_text("#!%s\n#SBATCH --signal=B:USR2@30\n"
+                 "import os, signal, sys, time\n"
+                 "d = sys.argv[1]\n"
+                 "signal.signal(signal.SIGUSR2, lambda s, f: open(os.path.join(d, 'usr2'), 'w').close())\n"
+                 "def term(s, f):\n"
+                 "    time.sleep(1)\n"
+                 "    open(os.path.join(d, 'term-done'), 'w').close()\n"
+                 "    sys.exit(0)\n"
+                 "signal.signal(signal.SIGTERM, term)\n"
+                 "open(os.path.join(d, 'started'), 'w').close()\n"
+                 "while True: time.sleep(0.05)\n" % PY)
+    r = d.cli("submit", "--exclusive", str(s), str(work))
+    assert r.returncode == 0, r.stderr
+    tid = int(r.stdout.strip())
+    wait_for(lambda: "started" in files(work), 10, "the script")
+    assert post(d, "/api/v1/tasks/%d/cancel" % tid).status_code == 200
+    done = wait_for(lambda: (lambda x: x if x["state"] != "running" else None)(task(d, tid)), 20, "the end")
+    # told (1 s, max_notice_s), then SIGTERM, which it handled for a second: the runner waited for it
+    assert done["state"] == "cancelled", done
+    assert files(work) == ["started", "term-done", "usr2"], files(work)

@@ -27,6 +27,8 @@ verifies every connection against it) and wrk on https:// too.  The driver's
 own polling stays on http:// loopback in both.  With --base-build DIR a
 leg "base" runs the plain leg on the binaries in DIR (an older commit's
 build): the same figures before and after a change, in the same run.
+--gpu-poll-ms N sets the server's gpus.poll_ms (how often its agents read
+and report their GPUs).
 Python: the Debian python3 only (no packages beyond the standard library).
 """
 import argparse
@@ -160,11 +162,12 @@ def one_round(a, r, tmp, leg):
         # every simulated node comes from 127.0.0.1 and holds one or two
         # connections (its held sync, and one to report): room for them all
         # and one job array of all the tasks (the array leg)
-        f.write("scheduler: {max_queue_depth: 1000000, max_array_size: %d}\ngpus: {backend: none}\n"
+        f.write("scheduler: {max_queue_depth: 1000000, max_array_size: %d}\ngpus: {backend: none%s}\n"
                 "agent: {heartbeat_s: 2}\n"
                 "server: {max_connections: %d, max_connections_per_ip: %d}\n"
                 "cluster: {join_tokens: [\"sha256:%s\"], node_timeout_s: 10}\n"
-                % (min(100000, max(10000, a.tasks)), max(1024, 4 * a.nodes + 64), max(256, 4 * a.nodes + 64),
+                % (min(100000, max(10000, a.tasks)), ", poll_ms: %d" % a.gpu_poll_ms if a.gpu_poll_ms else "",
+                   max(1024, 4 * a.nodes + 64), max(256, 4 * a.nodes + 64),
                    hashlib.sha256(token.encode()).hexdigest()))
     # a label on every node: a join with no labels at all may be refused
     # ("label 1 is not key=value", see the docs' section)
@@ -307,6 +310,8 @@ def main():
     ap.add_argument("--lease-s", type=int, default=5)
     ap.add_argument("--legs", default="plain,tls", help="plain, tls, base, in the order they run in each round")
     ap.add_argument("--base-build", default="", help="the build of leg base (plain, on these binaries)")
+    ap.add_argument("--gpu-poll-ms", type=int, default=0, help="the server's gpus.poll_ms (its agents read their "
+                    "GPUs that often); 0: its default")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
     a.base_build = os.path.abspath(a.base_build) if a.base_build else ""

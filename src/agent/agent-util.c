@@ -134,7 +134,7 @@ int gp_agent_tele_diff(const gp_proto_tele *was, const gp_proto_tele *now, int64
         bool changed = was->util_pct != now->util_pct || was->used_mb != now->used_mb || was->temp_c != now->temp_c ||
                        was->power_mw != now->power_mw || was->sm_clock_mhz != now->sm_clock_mhz ||
                        was->mem_clock_mhz != now->mem_clock_mhz || was->ecc_corrected != now->ecc_corrected ||
-                       was->throttle != now->throttle;
+                       was->throttle != now->throttle || was->xid_errors != now->xid_errors;
         for (int i = 0; !changed && i < now->n_procs; i++)
                 changed = was->procs[i].used_mb != now->procs[i].used_mb || was->procs[i].rank != now->procs[i].rank;
         return changed ? GP_AGENT_TELE_CHANGED : GP_AGENT_TELE_SAME;

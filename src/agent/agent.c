@@ -546,7 +546,7 @@ static void to_tele(const gp_gpu_info *g, gp_proto_tele *t, const node *n) {
                 .index = g->index, .used_mb = g->memory_used_mb, .util_pct = g->util_pct, .temp_c = g->temp_c,
                 .power_mw = g->power_mw, .sm_clock_mhz = g->sm_clock_mhz, .mem_clock_mhz = g->mem_clock_mhz,
                 .ecc_corrected = g->ecc_corrected, .ecc_uncorrected = g->ecc_uncorrected,
-                .throttle = g->throttle_reasons,
+                .throttle = g->throttle_reasons, .xid_errors = g->xid_errors,
         };
         /* what the protocol bounds (a reading out of them is unknown) */
         if (t->used_mb > ((int64_t)1 << 40))

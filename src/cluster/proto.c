@@ -676,6 +676,7 @@ static int parse_tele(const json_t *arr, gp_proto_sync *m, char *err, size_t err
                     (r = get_reading(o, "ecc_corrected", INT53, &t->ecc_corrected, where, err, errlen)) < 0 ||
                     (r = get_reading(o, "ecc_uncorrected", INT53, &t->ecc_uncorrected, where, err, errlen)) < 0 ||
                     (r = get_reading(o, "throttle", INT53, &t->throttle, where, err, errlen)) < 0 ||
+                    (r = get_reading(o, "xid_errors", INT53, &t->xid_errors, where, err, errlen)) < 0 ||
                     (r = get_str(o, "reason", false, STR_CLEAN, t->reason, sizeof(t->reason), where, err, errlen)) <
                             0 ||
                     (r = parse_procs(o, t, where, err, errlen)) < 0)
@@ -802,7 +803,8 @@ static json_t *tele_to_json(const gp_proto_tele *t) {
                     set_reading(o, "sm_clock_mhz", t->sm_clock_mhz) |
                     set_reading(o, "mem_clock_mhz", t->mem_clock_mhz) |
                     set_reading(o, "ecc_corrected", t->ecc_corrected) |
-                    set_reading(o, "ecc_uncorrected", t->ecc_uncorrected) | set_reading(o, "throttle", t->throttle);
+                    set_reading(o, "ecc_uncorrected", t->ecc_uncorrected) | set_reading(o, "throttle", t->throttle) |
+                    set_reading(o, "xid_errors", t->xid_errors);
         if (r == 0 && t->reason[0])
                 r = set(o, "reason", json_string(t->reason));
         if (r == 0 && (t->procs_known || t->n_procs > 0)) {

@@ -104,6 +104,7 @@ typedef struct gp_proto_tele {
         int64_t ecc_corrected;       /* -1, or 0..2^53 */
         int64_t ecc_uncorrected;
         int64_t throttle;            /* NVML clocks-throttle-reason bits, -1 or 0..2^53 */
+        int64_t xid_errors;          /* Xid events since the agent's reader started, -1 or 0..2^53 */
         char reason[128];            /* why the GPU is unhealthy, clean text, "" when healthy */
         bool procs_known;            /* the driver listed its processes ("procs" present, may be []) */
         int n_procs;                 /* 0..GP_PROTO_MAX_PROCS */

@@ -91,3 +91,21 @@ void gp_gpu_close(gp_gpu_backend *b) {
         if (b)
                 b->ops->close(b);
 }
+
+const char *gp_gpu_xid_critical(int xid) {
+        switch (xid) {
+        case 48: return "double-bit ECC error";
+        case 62: return "internal micro-controller halt";
+        case 63: return "ECC page retirement or row remapping recorded";
+        case 64: return "ECC page retirement or row remapping failed";
+        case 74: return "NVLink error";
+        case 79: return "the GPU has fallen off the bus";
+        case 92: return "high single-bit ECC error rate";
+        case 94: return "contained ECC error";
+        case 95: return "uncontained ECC error";
+        case 119: return "GSP RPC timeout";
+        case 120: return "GSP error";
+        case 140: return "unrecovered ECC error";
+        default: return NULL;
+        }
+}

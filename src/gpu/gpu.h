@@ -38,6 +38,8 @@ typedef struct gp_gpu_info {
                                        cap, 0x20/0x40 thermal, ...), -1 unknown */
         bool healthy;               /* false after an NVML error on this device */
         char health_reason[128];    /* why not healthy, "" when healthy */
+        int64_t xid_errors;         /* Xid events seen since the backend opened, -1 unknown (no event API) */
+        int last_xid;               /* the last one's Xid, 0 none */
         bool procs_known;           /* the driver listed its compute processes (NVML; sim: never) */
         int n_procs;                /* those processes, at most GP_GPU_MAX_PROCS */
         gp_gpu_proc procs[GP_GPU_MAX_PROCS];
@@ -73,6 +75,12 @@ int gp_gpu_distance(gp_gpu_backend *b, int a, int b_index, int *ret);
 /* sim only: tell the backend what runs on a GPU so it can report plausible
  * used memory / utilisation / temperature.  -ENOTSUP for NVML. */
 int gp_gpu_sim_set_load(gp_gpu_backend *b, int index, int64_t memory_used_mb, int tasks);
+
+/* An Xid after which NVIDIA says the GPU needs a reset (or a drain and a
+ * field diagnostic): what it means, or NULL for the others (an
+ * application's fault such as 13, 31 or 43 leaves the GPU usable).  The
+ * critical ones: 48 62 63 64 74 79 92 94 95 119 120 140. */
+const char *gp_gpu_xid_critical(int xid);
 
 /* Close; takes NULL. */
 void gp_gpu_close(gp_gpu_backend *b);

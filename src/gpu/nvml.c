@@ -24,6 +24,12 @@
  *  - The compute processes of a GPU (nvmlDeviceGetComputeRunningProcesses,
  *    _v3 or _v2: one layout) are optional like the diagnostics: an error
  *    lists none.
+ *  - Xid events (nvmlDeviceRegisterEvents, nvmlEventSetWait_v2; optional):
+ *    every read first takes the ones waiting, without waiting.  Each counts
+ *    (xid_errors); a critical one (gp_gpu_xid_critical: the GPU needs a
+ *    reset) makes its GPU unhealthy for as long as the backend is open,
+ *    with the Xid in the reason.  Uncorrectable ECC errors that appear
+ *    while it is open (the count above the one at open) do the same.
  *  - Clocks, ECC counts and throttle reasons are diagnostics: their symbols
  *    are optional (old drivers) and any error reading them (GeForce cards
  *    answer NOT_SUPPORTED for ECC) only makes the reading -1; they never
@@ -59,6 +65,18 @@ typedef struct nvmlUtilization_st {
         // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
         unsigned int memory;              /* percent of time memory was read/written */
 } nvmlUtilization_t;
+
+typedef struct nvmlEventSet_st *nvmlEventSet_t;
+typedef struct nvmlEventData_st {
+        nvmlDevice_t device;
+        unsigned long long eventType;
+        unsigned long long eventData;     /* the Xid, for an Xid event */
+        // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
+        unsigned int gpuInstanceId;
+        // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
+        unsigned int computeInstanceId;
+} nvmlEventData_t;
+#define NVML_EVENT_TYPE_XID_CRITICAL_ERROR 0x8ULL /* nvmlEventTypeXidCriticalError: every Xid */
 
 /* nvmlProcessInfo_v2_t, also what _v3 takes */
 typedef struct nvmlProcessInfo_st {
@@ -112,6 +130,10 @@ typedef struct nvml_fns {
         nvmlReturn_t (*get_ecc)(nvmlDevice_t, int, int, unsigned long long *);             /* may be NULL */
         nvmlReturn_t (*get_throttle)(nvmlDevice_t, unsigned long long *);                  /* may be NULL */
         nvmlReturn_t (*get_procs)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);      /* may be NULL */
+        nvmlReturn_t (*event_set_create)(nvmlEventSet_t *);                                /* the four: */
+        nvmlReturn_t (*register_events)(nvmlDevice_t, unsigned long long, nvmlEventSet_t); /* all or none */
+        nvmlReturn_t (*event_wait)(nvmlEventSet_t, nvmlEventData_t *, unsigned int);
+        nvmlReturn_t (*event_set_free)(nvmlEventSet_t);
 } nvml_fns;
 
 typedef struct nvml_gpu {
@@ -119,6 +141,11 @@ typedef struct nvml_gpu {
         char uuid[GP_UUID_MAX];   /* last uuid NVML gave, "" before */
         int64_t total_mb;         /* last memory total, 0 before */
         int64_t used_mb;          /* last memory used, 0 before */
+        nvmlDevice_t dev;         /* its handle (NULL before one was had): Xid events name it */
+        bool events;              /* registered for Xid events */
+        int64_t xids;             /* Xid events seen */
+        int last_xid, fatal_xid;  /* the last, and the last critical one (0: none) */
+        int64_t ecc_base;         /* uncorrectable ECC errors at the first reading, -1 before */
 } nvml_gpu;
 
 typedef struct nvml_backend {
@@ -127,6 +154,7 @@ typedef struct nvml_backend {
         nvml_fns fn;              /* resolved entry points */
         unsigned int n;           /* GPUs, 1..GP_GPU_MAX */
         nvml_gpu *gpus;           /* n entries, owned */
+        nvmlEventSet_t events;    /* Xid events, NULL without the event API */
 } nvml_backend;
 
 static const char *errstr(const nvml_backend *nb, nvmlReturn_t rc) {
@@ -239,6 +267,7 @@ static void read_one(nvml_backend *nb, unsigned int i, gp_gpu_info *o) {
                 mark_unhealthy(nb, o, "nvmlDeviceGetHandleByIndex_v2", rc);
                 goto identity;
         }
+        c->dev = dev;
 
         memset(buf, 0, sizeof(buf));
         rc = nb->fn.get_name(dev, buf, sizeof(buf));
@@ -284,12 +313,48 @@ static void read_one(nvml_backend *nb, unsigned int i, gp_gpu_info *o) {
                 goto identity;
 
         read_diagnostics(nb, dev, o);
+        if (o->ecc_uncorrected >= 0 && c->ecc_base < 0)
+                c->ecc_base = o->ecc_uncorrected;
+        if (o->ecc_uncorrected > c->ecc_base && c->ecc_base >= 0 && o->healthy) {
+                o->healthy = false;
+                snprintf(o->health_reason, sizeof(o->health_reason),
+                         "uncorrectable ECC errors: %lld, %lld when first read (reset the GPU)",
+                         (long long)o->ecc_uncorrected, (long long)c->ecc_base);
+        }
 
 identity:
+        o->xid_errors = c->events ? c->xids : -1;
+        o->last_xid = c->last_xid;
+        if (c->fatal_xid && o->healthy) {
+                o->healthy = false;
+                snprintf(o->health_reason, sizeof(o->health_reason), "Xid %d: %s (reset the GPU)", c->fatal_xid,
+                         gp_gpu_xid_critical(c->fatal_xid));
+        }
         gp_strlcpy(o->name, c->name, sizeof(o->name));
         gp_strlcpy(o->uuid, c->uuid, sizeof(o->uuid));
         o->memory_total_mb = c->total_mb;
         o->memory_used_mb = c->used_mb;
+}
+
+/* Take the Xid events waiting (never waits): count them on their GPU. */
+static void take_events(nvml_backend *nb) {
+        nvmlEventData_t e;
+        for (int k = 0; nb->events && k < 1024; k++) {
+                memset(&e, 0, sizeof(e));
+                if (nb->fn.event_wait(nb->events, &e, 0) != NVML_SUCCESS)
+                        return; /* NVML_ERROR_TIMEOUT: none left */
+                if (!(e.eventType & NVML_EVENT_TYPE_XID_CRITICAL_ERROR))
+                        continue;
+                for (unsigned int i = 0; i < nb->n; i++) {
+                        nvml_gpu *c = &nb->gpus[i];
+                        if (!c->dev || c->dev != e.device)
+                                continue;
+                        c->xids++;
+                        c->last_xid = e.eventData <= INT_MAX ? (int)e.eventData : INT_MAX;
+                        if (gp_gpu_xid_critical(c->last_xid))
+                                c->fatal_xid = c->last_xid;
+                }
+        }
 }
 
 static int nvml_read(gp_gpu_backend *b, gp_gpu_info **ret, size_t *ret_n) {
@@ -297,6 +362,7 @@ static int nvml_read(gp_gpu_backend *b, gp_gpu_info **ret, size_t *ret_n) {
         gp_gpu_info *v = calloc(nb->n, sizeof(*v));
         if (!v)
                 return -ENOMEM;
+        take_events(nb);
         for (unsigned int i = 0; i < nb->n; i++)
                 read_one(nb, i, &v[i]);
         *ret = v;
@@ -347,6 +413,8 @@ static int nvml_distance(gp_gpu_backend *b, int a, int b_index, int *ret) {
 
 static void nvml_close(gp_gpu_backend *b) {
         nvml_backend *nb = (nvml_backend *)b;
+        if (nb->events)
+                nb->fn.event_set_free(nb->events);
         nb->fn.shutdown();
         dlclose(nb->dl);
         free(nb->gpus);
@@ -406,6 +474,10 @@ int gp_gpu_nvml_open(const gp_gpu_options *opt, gp_gpu_backend **ret, char *err,
         LOAD(get_clock, "nvmlDeviceGetClockInfo", false);
         LOAD(get_ecc, "nvmlDeviceGetTotalEccErrors", false);
         LOAD(get_throttle, "nvmlDeviceGetCurrentClocksThrottleReasons", false);
+        LOAD(event_set_create, "nvmlEventSetCreate", false);
+        LOAD(register_events, "nvmlDeviceRegisterEvents", false);
+        LOAD(event_wait, "nvmlEventSetWait_v2", false);
+        LOAD(event_set_free, "nvmlEventSetFree", false);
         LOAD(get_procs, "nvmlDeviceGetComputeRunningProcesses_v3", false);
         if (!fn.get_procs)
                 LOAD(get_procs, "nvmlDeviceGetComputeRunningProcesses_v2", false);
@@ -447,8 +519,24 @@ int gp_gpu_nvml_open(const gp_gpu_options *opt, gp_gpu_backend **ret, char *err,
 
         /* Learn every GPU's identity now, so a GPU lost later keeps it. */
         for (unsigned int i = 0; i < n; i++) {
-                gp_gpu_info scratch;
+                static __thread gp_gpu_info scratch;
+                nb->gpus[i].ecc_base = -1;
                 read_one(nb, i, &scratch);
+        }
+        /* Xid events, where the driver has them (a GPU may refuse: it then counts none) */
+        if (fn.event_set_create && fn.register_events && fn.event_wait && fn.event_set_free &&
+            fn.event_set_create(&nb->events) == NVML_SUCCESS) {
+                bool any = false;
+                for (unsigned int i = 0; i < n; i++) {
+                        nvml_gpu *c = &nb->gpus[i];
+                        c->events = c->dev && fn.register_events(c->dev, NVML_EVENT_TYPE_XID_CRITICAL_ERROR,
+                                                                 nb->events) == NVML_SUCCESS;
+                        any = any || c->events;
+                }
+                if (!any) {
+                        fn.event_set_free(nb->events);
+                        nb->events = NULL;
+                }
         }
         *ret = &nb->base;
         return 0;

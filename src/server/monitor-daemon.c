@@ -154,6 +154,7 @@ void gp_monitor_collect(gp_daemon *d, gp_mon_sample *s) {
                         o->ecc_corrected = in->ecc_corrected;
                         o->ecc_uncorrected = in->ecc_uncorrected;
                         o->throttle_reasons = in->throttle_reasons;
+                        o->xid_errors = in->xid_errors;
                         gp_strlcpy(o->health_reason, in->health_reason, sizeof(o->health_reason));
                 }
         }

@@ -320,49 +320,38 @@ void gp_monitor_task_finished(gp_monitor *m, const char *tenant, gp_task_state s
         pthread_mutex_unlock(&m->mu);
 }
 
-void gp_monitor_watchdog(gp_monitor *m, bool stopped) {
-        if (!m)
-                return;
+/* Under m's lock: *a += da and, with b, *b += db (the plain counters). */
+static void count(gp_monitor *m, uint64_t *a, uint64_t da, uint64_t *b, uint64_t db) {
         pthread_mutex_lock(&m->mu);
-        if (stopped)
-                m->wd_stopped++;
-        else
-                m->wd_over++;
+        *a += da;
+        if (b)
+                *b += db;
         pthread_mutex_unlock(&m->mu);
+}
+
+void gp_monitor_watchdog(gp_monitor *m, bool stopped) {
+        if (m)
+                count(m, stopped ? &m->wd_stopped : &m->wd_over, 1, NULL, 0);
 }
 
 void gp_monitor_task_requeued(gp_monitor *m) {
-        if (!m)
-                return;
-        pthread_mutex_lock(&m->mu);
-        m->requeued++;
-        pthread_mutex_unlock(&m->mu);
+        if (m)
+                count(m, &m->requeued, 1, NULL, 0);
 }
 
 void gp_monitor_task_preempted(gp_monitor *m) {
-        if (!m)
-                return;
-        pthread_mutex_lock(&m->mu);
-        m->preempted++;
-        pthread_mutex_unlock(&m->mu);
+        if (m)
+                count(m, &m->preempted, 1, NULL, 0);
 }
 
 void gp_monitor_expected_start(gp_monitor *m, bool within_2x) {
-        if (!m)
-                return;
-        pthread_mutex_lock(&m->mu);
-        m->expected_starts++;
-        m->expected_starts_within_2x += within_2x;
-        pthread_mutex_unlock(&m->mu);
+        if (m)
+                count(m, &m->expected_starts, 1, &m->expected_starts_within_2x, within_2x);
 }
 
 void gp_monitor_estimate(gp_monitor *m, bool within_2x) {
-        if (!m)
-                return;
-        pthread_mutex_lock(&m->mu);
-        m->estimated++;
-        m->estimated_within_2x += within_2x;
-        pthread_mutex_unlock(&m->mu);
+        if (m)
+                count(m, &m->estimated, 1, &m->estimated_within_2x, within_2x);
 }
 
 void gp_monitor_sched_pass(gp_monitor *m, int64_t dur_ns, size_t ndecisions) {
@@ -376,23 +365,13 @@ void gp_monitor_sched_pass(gp_monitor *m, int64_t dur_ns, size_t ndecisions) {
 }
 
 void gp_monitor_store_commit(gp_monitor *m, size_t ntasks) {
-        if (!m)
-                return;
-        pthread_mutex_lock(&m->mu);
-        m->store_commits++;
-        m->store_commit_tasks += ntasks;
-        pthread_mutex_unlock(&m->mu);
+        if (m)
+                count(m, &m->store_commits, 1, &m->store_commit_tasks, ntasks);
 }
 
 void gp_monitor_alert_event(gp_monitor *m, bool fired) {
-        if (!m)
-                return;
-        pthread_mutex_lock(&m->mu);
-        if (fired)
-                m->alerts_fired++;
-        else
-                m->alerts_resolved++;
-        pthread_mutex_unlock(&m->mu);
+        if (m)
+                count(m, fired ? &m->alerts_fired : &m->alerts_resolved, 1, NULL, 0);
 }
 
 void gp_monitor_webhook_result(gp_monitor *m, const char *result) {
@@ -740,6 +719,7 @@ static double g_mem_total(const gp_mon_gpu *g) { return (double)g->memory_total_
 static double g_mem_used(const gp_mon_gpu *g) { return g->memory_used_mb < 0 ? -1 : (double)g->memory_used_mb * 1048576.0; }
 static double g_mem_alloc(const gp_mon_gpu *g) { return (double)g->memory_allocated_mb * 1048576.0; }
 static double g_temp(const gp_mon_gpu *g) { return g->temp_c; }
+static double g_xid(const gp_mon_gpu *g) { return g->xid_errors < 0 ? -1 : (double)g->xid_errors; }
 static double g_power(const gp_mon_gpu *g) { return g->power_mw < 0 ? -1 : g->power_mw / 1000.0; }
 static double g_sm_clock(const gp_mon_gpu *g) { return g->sm_clock_mhz < 0 ? -1 : g->sm_clock_mhz * 1e6; }
 static double g_mem_clock(const gp_mon_gpu *g) { return g->mem_clock_mhz < 0 ? -1 : g->mem_clock_mhz * 1e6; }
@@ -790,6 +770,8 @@ int gp_monitor_prometheus(gp_monitor *m, const gp_mon_sample *s, int64_t uptime_
                         line_labels(&e, "gpupool_gpu_ecc_errors_total", l, (double)g->ecc_uncorrected);
                 }
         }
+        gpu_family(&e, s, "gpupool_gpu_xid_errors_total", "counter",
+                   "Xid events the GPU raised since its reader started (NVML events; absent without them).", g_xid);
         family(&e, "gpupool_gpu_throttled", "gauge", "1 while the clocks are held down for the reason in the label, else 0.");
         for (size_t i = 0; i < s->ngpus; i++) {
                 const gp_mon_gpu *g = &s->gpus[i];

@@ -112,7 +112,7 @@ typedef struct gp_mon_gpu {
         int util_pct, temp_c, power_mw;       /* -1 unknown */
         int sm_clock_mhz, mem_clock_mhz;      /* -1 unknown */
         int64_t ecc_corrected, ecc_uncorrected; /* since boot; -1 unknown */
-        int64_t xid_errors;                   /* -1 unknown (not collected) */
+        int64_t xid_errors;                   /* Xid events since the reader started, -1 unknown */
         int64_t throttle_reasons;             /* NVML bit mask; -1 unknown */
         int ntasks;
         bool healthy, drained, reserved;

@@ -49,6 +49,7 @@ static void reading(gp_gpu_info *g, const gp_proto_tele *r) {
         g->ecc_corrected = r->ecc_corrected;
         g->ecc_uncorrected = r->ecc_uncorrected;
         g->throttle_reasons = r->throttle;
+        g->xid_errors = r->xid_errors;
         g->healthy = !r->reason[0];
         g->procs_known = r->procs_known;
         gp_strlcpy(g->health_reason, r->reason, sizeof(g->health_reason));

@@ -97,6 +97,18 @@ class Server(Daemon):
             return False
 
 
+def stop_all(*servers):
+    """Stop servers, waking any that a test froze (SIGSTOP) first: a stopped
+    process would never see the SIGTERM."""
+    for s in servers:
+        if s.proc and s.proc.poll() is None:
+            try:
+                os.kill(s.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        s.stop()
+
+
 @pytest.fixture
 def pair(tmp_path, pg_db):
     _require_bin()
@@ -108,13 +120,7 @@ def pair(tmp_path, pg_db):
         s2.start()
         yield s1, s2
     finally:
-        for s in (s1, s2):
-            if s.proc and s.proc.poll() is None and s.proc.returncode is None:
-                try:
-                    os.kill(s.proc.pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-            s.stop()
+        stop_all(s1, s2)
 
 
 def _assert_follower(s, leader):
@@ -635,6 +641,29 @@ def test_a_write_when_postgresql_is_gone_is_refused_and_stores_nothing(pair):
     _after_the_outage(s1, s2, set(acked) | {running}, running)
 
 
+def control_planes(tmp_path, pg_db, cfg):
+    """Two servers on pg_db with config cfg (a cluster section, no GPUs of
+    their own): s1 leads, s2 follows, both started."""
+    servers = []
+    for name in ("s1", "s2"):
+        (tmp_path / name).mkdir()
+        s = Server.__new__(Server)
+        Daemon.__init__(s, tmp_path / name, cfg.replace("cluster: {", "cluster: {server_id: %s, lease_s: %d, "
+                                                        % (name, LEASE_S), 1) + 'store: {url: "%s"}\n' % pg_db)
+        s.name, s.store_url = name, pg_db
+        servers.append(s)
+    s1, s2 = servers
+    try:
+        s1.start()
+        wait_for(s1.ready, 20, "s1 to lead")
+        s2.start()
+        wait_for(lambda: s2.health() == "follower", 10, "s2 to follow")
+    except BaseException:
+        stop_all(s1, s2)
+        raise
+    return s1, s2
+
+
 def test_failover_keeps_a_task_on_an_agent_node_running(tmp_path, pg_db):
     """Two control-plane servers (no GPUs of their own) and one agent whose
     --server lists the follower first: the follower sends it on to the
@@ -644,22 +673,9 @@ def test_failover_keeps_a_task_on_an_agent_node_running(tmp_path, pg_db):
     records."""
     import clusterutil as cu
     _require_bin()
-    cfg = cu.server_config() + 'store: {url: "%s"}\n' % pg_db
-    servers = {}
-    for name in ("s1", "s2"):
-        (tmp_path / name).mkdir()
-        s = Server.__new__(Server)
-        Daemon.__init__(s, tmp_path / name,
-                        cfg.replace("cluster: {", "cluster: {server_id: %s, lease_s: %d, " % (name, LEASE_S), 1))
-        s.name, s.store_url = name, pg_db
-        servers[name] = s
-    s1, s2 = servers["s1"], servers["s2"]
+    s1, s2 = control_planes(tmp_path, pg_db, cu.server_config())
     agent = None
     try:
-        s1.start()
-        wait_for(s1.ready, 20, "s1 to lead")
-        s2.start()
-        wait_for(lambda: s2.health() == "follower", 10, "s2 to follow")
         agent = cu.Agent(tmp_path, "%s,%s" % (s2.url, s1.url), "n1").start()
         wait_for(lambda: any(n["name"] == "n1" and n["state"] == "ready"
                              for n in requests.get(s2.url + "/api/v1/nodes", timeout=5).json()["nodes"]),
@@ -696,22 +712,9 @@ def test_failover_from_a_frozen_leader_loses_no_node_and_stops_no_run(tmp_path, 
     the failover)."""
     import clusterutil as cu
     _require_bin()
-    cfg = cu.server_config(node_timeout_s=4, fence_s=30) + 'store: {url: "%s"}\n' % pg_db
-    servers = {}
-    for name in ("s1", "s2"):
-        (tmp_path / name).mkdir()
-        s = Server.__new__(Server)
-        Daemon.__init__(s, tmp_path / name,
-                        cfg.replace("cluster: {", "cluster: {server_id: %s, lease_s: %d, " % (name, LEASE_S), 1))
-        s.name, s.store_url = name, pg_db
-        servers[name] = s
-    s1, s2 = servers["s1"], servers["s2"]
+    s1, s2 = control_planes(tmp_path, pg_db, cu.server_config(node_timeout_s=4, fence_s=30))
     agent = None
     try:
-        s1.start()
-        wait_for(s1.ready, 20, "s1 to lead")
-        s2.start()
-        wait_for(lambda: s2.health() == "follower", 10, "s2 to follow")
         agent = cu.Agent(tmp_path, "%s,%s" % (s1.url, s2.url), "n1").start()
         wait_for(lambda: any(n["name"] == "n1" and n["state"] == "ready"
                              for n in requests.get(s1.url + "/api/v1/nodes", timeout=5).json()["nodes"]),

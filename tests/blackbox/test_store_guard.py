@@ -20,7 +20,7 @@ import requests
 
 from apiutil import run_server, wait_for
 from conftest import Daemon, SIM_CONFIG, _require_bin, free_port
-from test_ha import Server, pg_db  # noqa: F401 (the fixture)
+from test_ha import Server, pg_db, stop_all  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.e2e
 
@@ -238,13 +238,7 @@ def test_writes_through_a_follower_across_a_leader_failure_are_stored_exactly_on
         stored = set(int(x) for x in _psql(pg_db, "SELECT id FROM tasks").split())
         assert stored == set(ids)
     finally:
-        for s in (s1, s2):
-            if s.proc and s.proc.poll() is None:
-                try:
-                    os.kill(s.proc.pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-            s.stop()
+        stop_all(s1, s2)
 
 
 def test_a_leader_woken_after_a_takeover_and_cut_off_shows_nothing_stale(tmp_path, pg_db):
@@ -292,13 +286,7 @@ def test_a_leader_woken_after_a_takeover_and_cut_off_shows_nothing_stale(tmp_pat
     finally:
         if stopped:
             pg.start()
-        for s in (s1, s2):
-            if s.proc and s.proc.poll() is None:
-                try:
-                    os.kill(s.proc.pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-            s.stop()
+        stop_all(s1, s2)
 
 
 def test_a_write_on_its_way_to_a_frozen_leader_gets_a_definite_answer(tmp_path, pg_db):
@@ -338,10 +326,4 @@ def test_a_write_on_its_way_to_a_frozen_leader_gets_a_definite_answer(tmp_path, 
         assert s1.proc.returncode == 75
         assert _task_count(pg_db) == 2
     finally:
-        for s in (s1, s2):
-            if s.proc and s.proc.poll() is None:
-                try:
-                    os.kill(s.proc.pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-            s.stop()
+        stop_all(s1, s2)

@@ -46,13 +46,19 @@
  *       throttle=N|na       clocks-throttle-reason bits (decimal), default 0
  *       fail=none|all|LIST  calls that fail for this GPU; LIST is a comma list
  *                           of handle,name,uuid,memory,util,temp,power,topo,
- *                           clock,ecc,throttle;
+ *                           clock,ecc,throttle,procs,events (events: the
+ *                           GPU refuses nvmlDeviceRegisterEvents);
  *                           all = every per-device call (handle included)
  *       fail_code=N         what a failing call returns, default 15
  *                           (NVML_ERROR_GPU_IS_LOST)
  *       fail_after=N        a failing call first succeeds N times (counted
  *                           per GPU and per call), default 0
  *       topo_group=N        default 0; see topology below
+ *       xid=N[,N...]        Xid events the GPU raises (at most 16): each is
+ *                           delivered once by nvmlEventSetWait_v2 to a set
+ *                           this GPU is registered in (nvmlDeviceRegisterEvents
+ *                           with nvmlEventTypeXidCriticalError, 0x8); with
+ *                           "live", a new list raises its Xids again
  *       procs=none|env      the GPU's compute processes
  *                           (nvmlDeviceGetComputeRunningProcesses_v3/_v2):
  *                           none (default), or env: every live process of
@@ -160,9 +166,9 @@ typedef enum nvmlGpuLevel_enum {
 #define MIB (1024ULL * 1024ULL)
 
 enum call { C_HANDLE, C_NAME, C_UUID, C_MEMORY, C_UTIL, C_TEMP, C_POWER, C_TOPO, C_CLOCK, C_ECC,
-             C_THROTTLE, C_PROCS, C_COUNT };
+             C_THROTTLE, C_PROCS, C_EVENTS, C_COUNT };
 static const char *const call_names[C_COUNT] = {"handle", "name", "uuid",  "memory", "util",    "temp",
-                                                "power",  "topo", "clock", "ecc",    "throttle", "procs"};
+                                                "power",  "topo", "clock", "ecc",    "throttle", "procs", "events"};
 
 struct fake_gpu {
         char name[MAX_TEXT];
@@ -178,6 +184,9 @@ struct fake_gpu {
         unsigned long calls[C_COUNT];          /* calls answered so far, per call */
         long topo_group;
         bool procs_env;                        /* procs=env */
+        unsigned long long xid[16];            /* xid=: raised, not yet delivered */
+        unsigned n_xid;
+        bool registered;                       /* in the event set */
 };
 
 struct topo_rule {
@@ -193,6 +202,8 @@ static unsigned n_gpus;
 static struct topo_rule topo[MAX_TOPO];
 static unsigned n_topo;
 static bool live;                              /* the script said "live" */
+static char the_set;                           /* the one event set: its address is the handle */
+static bool set_made;
 static struct timespec script_mtime;           /* of the script as last read */
 
 /* ---- script parsing ---- */
@@ -380,6 +391,15 @@ static bool parse_gpu(const struct parse *p, char *pos) {
                 } else if (strcmp(tok, "fail_after") == 0) {
                         ok = parse_ull(val, 1000000, &v);
                         g->fail_after = (unsigned long)v;
+                } else if (strcmp(tok, "xid") == 0) {
+                        for (char *q = val; ok && *q;) {
+                                char *end = strchr(q, ',');
+                                if (end)
+                                        *end = '\0';
+                                ok = g->n_xid < 16 && parse_ull(q, 1000000, &g->xid[g->n_xid]);
+                                g->n_xid++;
+                                q = end ? end + 1 : q + strlen(q);
+                        }
                 } else if (strcmp(tok, "procs") == 0) {
                         ok = strcmp(val, "none") == 0 || strcmp(val, "env") == 0;
                         g->procs_env = strcmp(val, "env") == 0;
@@ -532,6 +552,7 @@ static nvmlReturn_t do_init(void) {
         pthread_mutex_lock(&mu);
         if (refcount == 0) {
                 memset(gpus, 0, sizeof(gpus));
+                set_made = false; /* NVML frees what a shutdown left */
                 rc = load_script();
         }
         if (rc == NVML_SUCCESS)
@@ -636,8 +657,10 @@ static void follow_script(void) {
                 script_mtime = st.st_mtim; /* not again until it changes again */
                 return;
         }
-        for (unsigned i = 0; i < n_gpus; i++) /* fail_after counts on */
+        for (unsigned i = 0; i < n_gpus; i++) { /* fail_after counts on; the event set stays */
                 memcpy(gpus[i].calls, old[i].calls, sizeof(gpus[i].calls));
+                gpus[i].registered = old[i].registered;
+        }
 }
 
 static nvmlReturn_t get_handle(unsigned int index, nvmlDevice_t *device) {
@@ -848,6 +871,84 @@ API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, un
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                          nvmlProcessInfo_t *infos) {
         return get_procs(device, infoCount, infos);
+}
+
+/* --- events: one set at a time (what gpupool makes) */
+typedef struct nvmlEventSet_st *nvmlEventSet_t;
+typedef struct nvmlEventData_st {
+        nvmlDevice_t device;
+        unsigned long long eventType;
+        unsigned long long eventData;
+        unsigned int gpuInstanceId;
+        unsigned int computeInstanceId;
+} nvmlEventData_t;
+#define XID_EVENT 0x8ULL
+
+API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+        nvmlReturn_t rc = NVML_SUCCESS;
+        pthread_mutex_lock(&mu);
+        if (!refcount)
+                rc = NVML_ERROR_UNINITIALIZED;
+        else if (!set)
+                rc = NVML_ERROR_INVALID_ARGUMENT;
+        else if (set_made)
+                rc = NVML_ERROR_INSUFFICIENT_RESOURCES;
+        else {
+                set_made = true;
+                *set = (nvmlEventSet_t)&the_set;
+        }
+        pthread_mutex_unlock(&mu);
+        return rc;
+}
+
+API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set) {
+        DEVICE_CALL(device, g, C_EVENTS);
+        if (set != (nvmlEventSet_t)&the_set || !set_made)
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+        else if (types & ~XID_EVENT)
+                rc_ = NVML_ERROR_NOT_SUPPORTED; /* NVML: a type the device cannot give */
+        else
+                g->registered = true;
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+        nvmlReturn_t rc = NVML_ERROR_TIMEOUT;
+        (void)timeoutms; /* nothing else raises events: waiting would only sleep */
+        pthread_mutex_lock(&mu);
+        if (!refcount) {
+                rc = NVML_ERROR_UNINITIALIZED;
+        } else if (set != (nvmlEventSet_t)&the_set || !set_made || !data) {
+                rc = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+                for (unsigned i = 0; i < n_gpus && rc == NVML_ERROR_TIMEOUT; i++) {
+                        struct fake_gpu *g = &gpus[i];
+                        if (!g->registered || !g->n_xid)
+                                continue;
+                        memset(data, 0, sizeof(*data));
+                        data->device = (nvmlDevice_t)g;
+                        data->eventType = XID_EVENT;
+                        data->eventData = g->xid[0];
+                        memmove(&g->xid[0], &g->xid[1], (--g->n_xid) * sizeof(g->xid[0]));
+                        rc = NVML_SUCCESS;
+                }
+        }
+        pthread_mutex_unlock(&mu);
+        return rc;
+}
+
+API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+        nvmlReturn_t rc = NVML_SUCCESS;
+        pthread_mutex_lock(&mu);
+        if (set != (nvmlEventSet_t)&the_set || !set_made)
+                rc = NVML_ERROR_INVALID_ARGUMENT;
+        else {
+                set_made = false;
+                for (unsigned i = 0; i < n_gpus; i++)
+                        gpus[i].registered = false;
+        }
+        pthread_mutex_unlock(&mu);
+        return rc;
 }
 
 #ifndef FAKE_NVML_NO_TOPOLOGY

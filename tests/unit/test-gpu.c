@@ -541,6 +541,53 @@ static void test_nvml_lost_gpu_has_unknown_diagnostics(void **state) {
         close_backend(b);
 }
 
+static void test_nvml_xid_events_count_and_a_critical_one_makes_the_gpu_unhealthy(void **state) {
+        script("gpu xid=13,31\n"      /* an application's faults: counted, the GPU stays usable */
+               "gpu xid=79\n"          /* fallen off the bus */
+               "gpu\n"
+               "gpu xid=48 fail=events\n"); /* refuses to register: counts none, not known */
+        gp_gpu_backend *b = open_backend("nvml", lib_path);
+        gp_gpu_info *v = read_all(b, 4);
+        assert_int_equal(v[0].xid_errors, 2);
+        assert_int_equal(v[0].last_xid, 31);
+        assert_true(v[0].healthy);
+        assert_int_equal(v[1].xid_errors, 1);
+        assert_false(v[1].healthy);
+        assert_string_equal(v[1].health_reason, "Xid 79: the GPU has fallen off the bus (reset the GPU)");
+        assert_int_equal(v[2].xid_errors, 0);
+        assert_true(v[2].healthy);
+        assert_int_equal(v[3].xid_errors, -1);
+        assert_true(v[3].healthy);
+        free(v);
+        /* an event is taken once; the GPU it made unhealthy stays so while the backend is open */
+        v = read_all(b, 4);
+        assert_int_equal(v[0].xid_errors, 2);
+        assert_false(v[1].healthy);
+        free(v);
+        close_backend(b);
+        assert_null(gp_gpu_xid_critical(13));
+        assert_non_null(gp_gpu_xid_critical(48));
+}
+
+static void test_nvml_uncorrectable_ecc_errors_that_appear_make_the_gpu_unhealthy(void **state) {
+        script("live\ngpu ecc_uncorrected=2\n");
+        gp_gpu_backend *b = open_backend("nvml", lib_path);
+        gp_gpu_info *v = read_all(b, 1);
+        assert_true(v[0].healthy); /* errors from before it was watched: said, not acted on */
+        free(v);
+        usleep(20000);             /* a new modification time */
+        FILE *f = fopen(script_path, "w");
+        assert_non_null(f);
+        fputs("live\ngpu ecc_uncorrected=3\n", f);
+        fclose(f);
+        v = read_all(b, 1);
+        assert_false(v[0].healthy);
+        assert_int_equal(v[0].ecc_uncorrected, 3);
+        assert_string_equal(v[0].health_reason, "uncorrectable ECC errors: 3, 2 when first read (reset the GPU)");
+        free(v);
+        close_backend(b);
+}
+
 static void test_sim_derives_clocks_and_idle_throttle_from_load(void **state) {
         gp_gpu_backend *b = open_backend("sim", NULL);
         assert_int_equal(gp_gpu_sim_set_load(b, 2, 4000, 1), 0);
@@ -644,6 +691,10 @@ int main(void) {
                 cmocka_unit_test_teardown(test_nvml_diagnostics_unknown_not_unhealthy_when_unsupported_or_failing,
                                           teardown),
                 cmocka_unit_test_teardown(test_nvml_lost_gpu_has_unknown_diagnostics, teardown),
+                cmocka_unit_test_teardown(test_nvml_xid_events_count_and_a_critical_one_makes_the_gpu_unhealthy,
+                                          teardown),
+                cmocka_unit_test_teardown(test_nvml_uncorrectable_ecc_errors_that_appear_make_the_gpu_unhealthy,
+                                          teardown),
                 cmocka_unit_test_teardown(test_sim_set_load_rejects_bad_arguments, teardown),
                 cmocka_unit_test_teardown(test_bad_backend_name_is_einval, teardown),
                 cmocka_unit_test_teardown(test_fake_nvml_refuses_calls_before_init, teardown),

@@ -311,10 +311,11 @@ static void test_sync_telemetry_round_trip_and_bounds(void **state) {
         gp_proto_proc procs[2] = {{.pid = 4242, .used_mb = 700, .task = 7, .rank = 1}, {.pid = 99, .used_mb = 12}};
         gp_proto_tele t[2] = {
                 {.index = 0, .used_mb = 1000, .util_pct = 37, .temp_c = 55, .power_mw = 210000, .sm_clock_mhz = 1755,
-                 .mem_clock_mhz = 2619, .ecc_corrected = 3, .ecc_uncorrected = 0, .throttle = 4, .n_procs = 2,
+                 .mem_clock_mhz = 2619, .ecc_corrected = 3, .ecc_uncorrected = 0, .throttle = 4, .xid_errors = 2,
+                 .n_procs = 2,
                  .procs = procs},
                 {.index = 5, .used_mb = -1, .util_pct = -1, .temp_c = -1, .power_mw = -1, .sm_clock_mhz = -1,
-                 .mem_clock_mhz = -1, .ecc_corrected = -1, .ecc_uncorrected = -1, .throttle = -1,
+                 .mem_clock_mhz = -1, .ecc_corrected = -1, .ecc_uncorrected = -1, .throttle = -1, .xid_errors = -1,
                  .reason = "nvmlDeviceGetTemperature failed: GPU is lost (15)"}};
         gp_proto_sync m = {.node = "gpu-a", .seq = 7, .n_tele = 2, .tele = t, .has_host = true,
                            .host = {.cpus = 96, .mem_total_mb = 2064384, .mem_avail_mb = 1843200,
@@ -337,6 +338,7 @@ static void test_sync_telemetry_round_trip_and_bounds(void **state) {
         assert_int_equal(a->ecc_corrected, 3);
         assert_int_equal(a->ecc_uncorrected, 0);
         assert_int_equal(a->throttle, 4);
+        assert_int_equal(a->xid_errors, 2);
         assert_string_equal(a->reason, "");
         assert_int_equal(a->n_procs, 2);
         assert_int_equal(a->procs[0].pid, 4242);

@@ -135,7 +135,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         gp_proto_start *s = &m.start[i];
                         check_id(&s->id);
                         if (s->n_argv < 1 || s->n_argv > GP_PROTO_MAX_ARGV || s->argv[s->n_argv] ||
-                            !s->argv[0][0] || s->env[s->n_env] || s->id.rank >= s->nnodes || !s->workdir)
+                            !s->argv[0][0] || s->env[s->n_env] || s->id.rank >= s->nnodes || !s->workdir ||
+                            (s->notice.signo && (s->notice.signo > 31 || s->notice.seconds < 1 ||
+                                                 s->notice.seconds > GP_NOTICE_MAX_S)))
                                 abort();
                         for (int k = 0; k < s->n_env; k++)
                                 if (!strchr(s->env[k], '='))

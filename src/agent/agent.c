@@ -430,6 +430,7 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
                 .timeout_s = s->timeout_s, .kill_grace_s = s->kill_grace_s, .preempt_grace_s = s->preempt_grace_s,
                 .max_log_bytes = s->max_log_bytes, .run_as = s->run_as, .array_id = s->array_id,
                 .array_index = s->array_index, .fence_file = gp_agent_fence_file(&a->fence, s->fence),
+                .notice = s->notice,
         };
         int rc = gp_exec_launch(a->self_exe, dir, &spec, GP_EXEC_FRESH, &r->proc);
         free(env);

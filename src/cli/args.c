@@ -24,6 +24,7 @@
 #include "core/array.h"
 #include "core/billing.h"
 #include "core/task.h"
+#include "exec/notice.h"
 
 enum opt_id {
         O_API, O_KEY, O_JSON, O_HELP, O_VERSION,
@@ -31,7 +32,7 @@ enum opt_id {
         O_TIMEOUT, O_QTIMEOUT, O_ENV, O_WORKDIR, O_TENANT, O_TTL,
         O_ALL, O_STATE, O_LIMIT, O_FOLLOW,
         O_FROM, O_TO, O_GROUP_BY, O_MONTH,
-        O_ARRAY, O_EXPAND, O_RUN_NO, O_RANK, O_NODE_SELECTOR, O_NODE, O_ON_NODE_LOST,
+        O_ARRAY, O_EXPAND, O_RUN_NO, O_RANK, O_NODE_SELECTOR, O_NODE, O_ON_NODE_LOST, O_SIGNAL,
         O_TIME, O_WAIT, O_ADMIN,
         O_EXPORT, O_USER, O_ME, /* local users (unix.c) */
         O_CACERT,
@@ -83,6 +84,7 @@ static const struct opt opts[] = {
         {"node-selector", 0, true, O_NODE_SELECTOR, V(SUBMIT) | V(RUN)},
         {"node", 0, true, O_NODE, V(RUN)},
         {"on-node-lost", 0, true, O_ON_NODE_LOST, V(SUBMIT)},
+        {"signal", 0, true, O_SIGNAL, V(SUBMIT)},            /* sbatch's --signal [B:]SIG@SECS */
         {"all", 'a', false, O_ALL, V(PS)},
         {"state", 0, true, O_STATE, V(PS) | V(CANCEL)},
         {"limit", 0, true, O_LIMIT, V(PS) | V(QUEUE)},
@@ -113,7 +115,7 @@ static const struct verb_info {
                 "                      [--gpu-model GLOB] [--exclusive] [--preemptible] [--timeout DURATION]\n"
                 "                      [--queue-timeout DURATION] [--env K=V]... [--workdir DIR] [--tenant T]\n"
                 "                      [--node-selector K=V]... [--elastic MIN:MAX] [--array SPEC] [--wait]\n"
-                "                      [--on-node-lost fence|requeue]\n"
+                "                      [--on-node-lost fence|requeue] [--signal [B:]SIG@SECS]\n"
                 "                      [--] COMMAND [ARG...] | SCRIPT [ARG...] | < SCRIPT",
                 "gpupool submit [--gpus N] [--mem SIZE] [--priority P] [OPTIONS] [--] COMMAND [ARG...]\n"
                 "       gpupool submit [OPTIONS] SCRIPT [ARG...]     gpupool submit [OPTIONS] < SCRIPT\n"
@@ -154,6 +156,13 @@ static const struct verb_info {
                 "                       (default) stops the run there before the task starts elsewhere\n"
                 "                       (after cluster.fence_s); requeue starts it elsewhere at once:\n"
                 "                       it may run twice at once\n"
+                "  --signal [B:]SIG@SECS  as sbatch --signal: before the task is preempted, cancelled\n"
+                "                       or stopped by the GPU memory watchdog, send it SIG (USR1,\n"
+                "                       SIGUSR1 or 10) and give it up to SECS (1..86400; the\n"
+                "                       server's scheduler.preemption.max_notice_s at most) to exit\n"
+                "                       before SIGTERM; B: signals only the command's own process\n"
+                "                       (the batch shell), not its process group.  A requeued run\n"
+                "                       finds GPUPOOL_RESTART_COUNT=N (its earlier runs) to resume\n"
                 "Prints the new task's id alone (or the task with --json); for an array, the\n"
                 "array's id (its first element's task id).\n"
                 "SCRIPT: a local file starting with #! (or, without COMMAND, the script read from\n"
@@ -891,6 +900,17 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                         if ((r = body_set(p, "on_node_lost", json_string(val), "--on-node-lost")) < 0)
                                 return r;
                         break;
+                case O_SIGNAL: {
+                        gp_notice n;
+                        char why[160], text[GP_NOTICE_TEXT_MAX];
+                        if (gp_notice_parse(val, &n, why, sizeof(why)) < 0)
+                                return fail(p, "--%s", why);
+                        if (gp_notice_format(&n, text, sizeof(text)) < 0) /* cannot happen after a parse */
+                                return fail(p, "--signal: '%.32s' cannot be sent", val);
+                        if ((r = body_set(p, "signal", json_string(text), "--signal")) < 0)
+                                return r;
+                        break;
+                }
                 case O_NODE:
                         if ((r = add_node(p, "--node", val)) < 0)
                                 return r;

@@ -448,6 +448,8 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
                 CHECK(line_str(out, "user", jstr(task, "user")));
         if (jstr(task, "workdir"))
                 CHECK(line_str(out, "workdir", jstr(task, "workdir")));
+        if (jstr(task, "signal")) /* --signal: the notice before it is stopped */
+                CHECK(line_str(out, "signal", jstr(task, "signal")));
         if (jstr(task, "kind"))
                 CHECK(line_str(out, "kind", jstr(task, "kind")));
         CHECK(line_str(out, "state", state));

@@ -94,7 +94,7 @@ static const struct sbatch_opt {
 } sbatch_opts[] = {
         {"gpus", 'G', NULL},         {"gres", 0, NULL},           {"time", 't', "--time"},
         {"job-name", 'J', "--name"}, {"mem-per-gpu", 0, "--mem"}, {"array", 'a', "--array"},
-        {"chdir", 'D', "--workdir"},
+        {"chdir", 'D', "--workdir"}, {"signal", 0, "--signal"},
 };
 
 /* Why some common #SBATCH options are left out (the warning's reason). */

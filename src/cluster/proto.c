@@ -960,6 +960,11 @@ static int parse_start(const json_t *o, gp_proto_start *s, const char *where, ch
             (r = get_int(o, "array_index", false, 0, INT_MAX, 0, &s->array_index, where, err, errlen)) < 0 ||
             (r = get_bool(o, "fence", false, false, &s->fence, where, err, errlen)) < 0)
                 return r;
+        char notice[GP_NOTICE_TEXT_MAX], why[128];
+        if ((r = get_str(o, "notice", false, STR_CLEAN, notice, sizeof(notice), where, err, errlen)) < 0)
+                return r;
+        if (notice[0] && gp_notice_parse(notice, &s->notice, why, sizeof(why)) < 0)
+                return fail(err, errlen, "%s.notice: %s", where, why);
         if (s->id.rank >= s->nnodes)
                 return fail(err, errlen, "%s.rank must be below nnodes", where);
         if (s->run_as[0] && !gp_id_ok(s->run_as, strlen(s->run_as)))
@@ -1164,6 +1169,13 @@ static json_t *start_to_json(const gp_proto_start *s) {
                                           (json_int_t)s->array_id, "array_index", (json_int_t)s->array_index,
                                           "fence", s->fence)
                                 : NULL;
+        char notice[GP_NOTICE_TEXT_MAX];
+        if (rest && s->notice.signo &&
+            (gp_notice_format(&s->notice, notice, sizeof(notice)) < 0 ||
+             set(rest, "notice", json_string(notice)) < 0)) {
+                json_decref(rest);
+                rest = NULL;
+        }
         if (!rest || json_object_update(o, rest) < 0 || set(o, "argv", argv) < 0) {
                 json_decref(rest);
                 json_decref(o);

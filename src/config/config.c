@@ -148,6 +148,7 @@ const struct field cfg_fields[] = {
         {"scheduler.preemption", K_SECTION, NOSTORE, 0, 0, NULL},
         {"scheduler.preemption.enabled", K_BOOL, CFG(preemption_enabled), 0, 0, NULL},
         {"scheduler.preemption.grace_sec", K_INT, CFG(preemption_grace_sec), 0, 86400, NULL},
+        {"scheduler.preemption.max_notice_s", K_INT, CFG(preemption_max_notice_s), 0, 86400, NULL},
         {"scheduler.preemption.min_runtime_sec", K_INT, CFG(preemption_min_runtime_sec), 0, 604800,
          NULL},
         {"scheduler.fairshare_half_life_s", K_INT, CFG(fairshare_half_life_s), 0, 31536000, NULL},
@@ -362,6 +363,7 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->spf_aging_pct = 1;
         cfg->preemption_enabled = true;
         cfg->preemption_grace_sec = 30;
+        cfg->preemption_max_notice_s = 300;
         cfg->preemption_min_runtime_sec = 60;
         cfg->fairshare_half_life_s = 86400;
 

@@ -261,6 +261,8 @@ typedef struct gp_config {
         int spf_aging_pct;                   /* spf: GPU-ms of credit per 100 ms waited, default 1 */
         bool preemption_enabled;             /* default true */
         int preemption_grace_sec;            /* default 30 */
+        int preemption_max_notice_s;         /* a task's --signal SIG@SECS: SECS clamped to this, default
+                                                300; 0 = no notice is given */
         int preemption_min_runtime_sec;      /* default 60 */
         int fairshare_half_life_s;           /* decay of tenant usage, default 86400; 0 = never decays */
 

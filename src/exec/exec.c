@@ -572,6 +572,7 @@ static int spec_dump(const gp_exec_spec *s, char **ret) {
             (s->log_name && s->log_name[0] && (r = set_str(o, "log_name", s->log_name)) < 0) ||
             (s->fence_file && s->fence_file[0] && (r = set_str(o, "fence_file", s->fence_file)) < 0) ||
             (s->clean_env && (r = json_object_set_new(o, "clean_env", json_true()) ? -ENOMEM : 0) < 0) ||
+            (r = gp_notice_spec_set(o, &s->notice)) < 0 ||
             (s->array_id > 0 && ((r = set_int(o, "array_id", s->array_id)) < 0 ||
                                  (r = set_int(o, "array_index", s->array_index)) < 0)))
                 goto out;
@@ -959,6 +960,7 @@ typedef struct spec {
         int64_t array_id, array_index; /* missing: 0 (no array) */
         const char *fence_file;      /* "" = none (missing); else absolute (exec/fence.h) */
         bool clean_env;              /* missing: false (inherit the supervisor's environment) */
+        gp_notice notice;            /* missing: none (exec/notice.h) */
 } spec;
 
 static void spec_done(spec *s) {
@@ -1115,6 +1117,10 @@ static int spec_load(int dirfd, spec *ret, char *why, size_t why_size) {
                 goto bad;
         }
         s.clean_env = json_is_true(json_object_get(s.root, "clean_env"));
+        if (gp_notice_spec_get(s.root, &s.notice) < 0) {
+                field = "notice";
+                goto bad;
+        }
         *ret = s;
         return 0;
 bad:
@@ -1381,6 +1387,8 @@ typedef struct run {
         bool preempted;              /* ... because of a preemption (SIGUSR2) */
         int last_sig;                /* last signal we sent to the group, 0 = none */
         int64_t kill_at;             /* mono ms to send SIGKILL, 0 = not pending */
+        int64_t term_at;             /* notice given: mono ms to send SIGTERM, 0 = not pending */
+        int64_t term_grace_s;        /* ... and the SIGKILL grace after it */
         bool exited;                 /* the command has been reaped */
         int status;                  /* its wait status */
         int64_t finished_ms;         /* wall clock when it was reaped */
@@ -1481,13 +1489,15 @@ static void pump_output(run *r) {
 static void stop_group(run *r, gp_exec_end reason, int64_t grace_s) {
         r->stopping = true;
         r->reason = reason;
-        kill(-r->pid, SIGTERM);
+        r->term_at = 0;
+        if (grace_s >= 0) /* < 0: no SIGTERM yet, a notice is given first (handle_signals) */
+                kill(-r->pid, SIGTERM);
         kill(-r->pid, SIGCONT);   /* a stopped process must see the SIGTERM */
         r->last_sig = SIGTERM;
         if (grace_s == 0) {
                 kill(-r->pid, SIGKILL);
                 r->last_sig = SIGKILL;
-        } else {
+        } else if (grace_s > 0) {
                 r->kill_at = gp_mono_ms() + grace_s * 1000;
         }
 }
@@ -1509,27 +1519,6 @@ static void reap(run *r) {
         }
 }
 
-/* Does process pid catch signal sig (a handler installed: SigCgt in
- * /proc/PID/status)?  A task that does not watch for resizes is not
- * killed by the signal's default action; it still finds alloc.json. */
-static bool catches(pid_t pid, int sig) {
-        char path[64], buf[4096];
-        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return false;
-        ssize_t n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-                return false;
-        buf[n] = '\0';
-        const char *p = strstr(buf, "\nSigCgt:");
-        if (!p)
-                return false;
-        unsigned long long mask = strtoull(p + 8, NULL, 16);
-        return sig >= 1 && sig <= 64 && (mask >> (sig - 1)) & 1;
-}
-
 static void handle_signals(run *r, int sigfd, const spec *s) {
         for (;;) {
                 struct signalfd_siginfo si;
@@ -1541,14 +1530,20 @@ static void handle_signals(run *r, int sigfd, const spec *s) {
                 if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT || si.ssi_signo == SIGUSR2) {
                         reap(r);   /* a command that already ended was not cancelled */
                         bool pre = si.ssi_signo == SIGUSR2;
-                        if (!r->exited && !r->stopping) {
+                        if (!r->exited && !r->stopping && s->notice.signo) { /* SIGTERM after the notice */
+                                stop_group(r, GP_EXEC_CANCELLED, -1);
+                                r->term_at = gp_mono_ms() + s->notice.seconds * 1000LL;
+                                r->term_grace_s = pre ? s->preempt_grace_s : s->kill_grace_s;
+                                kill(s->notice.batch_only ? r->pid : -r->pid, r->last_sig = s->notice.signo);
+                                r->preempted = pre;
+                        } else if (!r->exited && !r->stopping) {
                                 stop_group(r, GP_EXEC_CANCELLED, pre ? s->preempt_grace_s : s->kill_grace_s);
                                 r->preempted = pre;
                         }
                 } else if (si.ssi_signo == SIGUSR1) {
                         /* the command, not its group (workers need not handle
                          * it), and only if it catches the signal */
-                        if (!r->exited && !r->stopping && catches(r->pid, (int)s->notify_signal))
+                        if (!r->exited && !r->stopping && gp_notice_catches(r->pid, (int)s->notify_signal))
                                 kill(r->pid, (int)s->notify_signal);
                 } else if (si.ssi_signo == SIGCHLD) {
                         reap(r);
@@ -1575,7 +1570,7 @@ static void supervise(run *r, const spec *s, int sigfd) {
                 int64_t now = gp_mono_ms();
                 int wait_ms = -1;
                 if (!r->exited) {
-                        if (!r->stopping && s->fence_file[0] && now >= r->fence_next) {
+                        if ((!r->stopping || r->term_at) && s->fence_file[0] && now >= r->fence_next) {
                                 r->fence_next = now + GP_FENCE_POLL_MS;
                                 if (fenced(s, now)) {
                                         reap(r);   /* ended on its own meanwhile: not fenced */
@@ -1588,13 +1583,15 @@ static void supervise(run *r, const spec *s, int sigfd) {
                                 if (!r->exited)
                                         stop_group(r, GP_EXEC_TIMEOUT, s->kill_grace_s);
                         }
+                        if (!r->exited && r->term_at && now >= r->term_at) /* the notice is over */
+                                stop_group(r, r->reason, r->term_grace_s);
                         if (!r->exited && r->kill_at && now >= r->kill_at) {
                                 kill(-r->pid, SIGKILL);
                                 r->last_sig = SIGKILL;
                                 r->kill_at = 0;
                         }
-                        int64_t next = !r->stopping && deadline ? deadline : r->kill_at;
-                        if (!r->stopping && s->fence_file[0] && (!next || r->fence_next < next))
+                        int64_t next = !r->stopping && deadline ? deadline : r->term_at ? r->term_at : r->kill_at;
+                        if ((!r->stopping || r->term_at) && s->fence_file[0] && (!next || r->fence_next < next))
                                 next = r->fence_next;
                         if (next)
                                 wait_ms = (int)(next - now > INT_MAX ? INT_MAX : next - now);
@@ -1640,6 +1637,10 @@ static void result_of(const run *r, const spec *s, gp_exec_result *res) {
                         set_message(res, "timed out after %lld s", (long long)s->timeout_s);
                 else if (r->reason == GP_EXEC_FENCED)
                         set_message(res, "fenced: its node lost contact with the server");
+                else if (r->term_at && WIFEXITED(st)) /* ended before the notice did */
+                        set_message(res, "%s; exited with code %d within its notice (%s)",
+                                    r->preempted ? "preempted" : "cancelled", WEXITSTATUS(st),
+                                    sigabbrev_np(s->notice.signo));
                 else
                         set_message(res, r->preempted ? "preempted" : "cancelled");
         } else if (WIFSIGNALED(st)) {

@@ -13,7 +13,9 @@
  *      cap output is discarded and one marker line is written),
  *   3. enforces timeout_s (SIGTERM to the group, SIGKILL after kill_grace_s),
  *   4. on SIGTERM to itself (cancel) does the same to the group; on
- *      SIGUSR2 (preemption) the same with preempt_grace_s; on SIGUSR1
+ *      SIGUSR2 (preemption) the same with preempt_grace_s; with a notice
+ *      (spec.notice, a task's --signal SIG@SECS) it first sends SIG and
+ *      gives the command up to SECS to exit before that SIGTERM; on SIGUSR1
  *      (an elastic task's GPU set changed) sends notify_signal to the command
  *      itself (not its group: its workers need not handle the signal),
  *   5. writes TASK_DIR/result.json atomically (write tmp, fsync, rename)
@@ -43,6 +45,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "exec/notice.h"
+
 typedef struct gp_exec_spec {
         int64_t task_id;
         const char *const *argv;     /* NULL-terminated, argv[0] looked up in PATH */
@@ -54,6 +58,10 @@ typedef struct gp_exec_spec {
         int kill_grace_s;            /* SIGTERM -> SIGKILL delay, >= 0 */
         int preempt_grace_s;         /* the same when preempted (SIGUSR2), >= 0 */
         int notify_signal;           /* sent to the task on SIGUSR1; 0 = SIGUSR1 */
+        gp_notice notice;            /* signo 0 = none; else on a cancel or preemption the supervisor
+                                        sends notice.signo first (to the group; batch_only: to the
+                                        command only) and waits up to notice.seconds for it to exit
+                                        before the SIGTERM above (exec/notice.h) */
         int64_t max_log_bytes;       /* > 0 */
         const char *log_name;        /* NULL or "" = "log"; else the file in TASK_DIR the output goes
                                       * to: a plain name (no '/', not "." or ".."), at most 64 bytes

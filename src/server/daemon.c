@@ -232,6 +232,9 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 const char *wd = spec ? json_string_value(json_object_get(spec, "workdir")) : NULL;
                 if (wd && *wd) /* the dashboard's Tasks page shows it */
                         r = r ? r : gp_buf_json_field_str(b, "workdir", wd);
+                const char *sig = spec ? json_string_value(json_object_get(spec, "signal")) : NULL;
+                if (sig) /* --signal, as asked (runs get at most preemption.max_notice_s) */
+                        r = r ? r : gp_buf_json_field_str(b, "signal", sig);
                 json_decref(spec);
         }
         r = r ? r : gp_buf_puts(b, ",\"gpus\":[");
@@ -611,14 +614,15 @@ static bool cancel_task(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
                 finish(d, b, t, GP_TASK_CANCELLED, now);
                 return true;
         }
+        char how[GP_REASON_MAX];
+        gp_notice_describe(t->spec, d->cfg.preemption_max_notice_s, d->cfg.kill_grace_s, how, sizeof(how));
+        set_reason(t, "cancelling: %s", how);
         if (gp_nodes_remote(t)) { /* its agents stop it and report */
                 gp_nodes_stop(d, t, GP_PROTO_STOP_CANCEL);
-                set_reason(t, "cancelling: SIGTERM sent, SIGKILL after %d s", d->cfg.kill_grace_s);
                 return false;
         }
         /* running batch task: the supervisor stops it and reports */
         gp_exec_proc p = {t->sup_pid, t->sup_start};
-        set_reason(t, "cancelling: SIGTERM sent, SIGKILL after %d s", d->cfg.kill_grace_s);
         if (t->sup_pid > 0 && gp_exec_cancel(&p) == 0)
                 return false;
         /* no supervisor (it never started, or is gone): the watch will tell,
@@ -1197,8 +1201,8 @@ int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
         size_t n = json_array_size(cmdv);
         const char **argv = calloc(n + 1, sizeof(char *));
         size_t nenv = json_object_size(env);
-        const char **envv = calloc(nenv + 3, sizeof(char *));
-        char **envs = calloc(nenv + 3, sizeof(char *));
+        const char **envv = calloc(nenv + 4, sizeof(char *));
+        char **envs = calloc(nenv + 4, sizeof(char *));
         int rc = -ENOMEM;
         if (!argv || !envv || !envs || n == 0)
                 goto out;
@@ -1216,6 +1220,12 @@ int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
         envs[ei] = strdup("CUDA_DEVICE_ORDER=PCI_BUS_ID");
         if (!envs[ei])
                 goto out;
+        envv[ei] = envs[ei];
+        /* earlier runs of the task: a restarted one resumes from its checkpoint */
+        if (asprintf(&envs[++ei], "GPUPOOL_RESTART_COUNT=%" PRId64, gp_task_run_epoch(t) - 1) < 0) {
+                envs[ei] = NULL;
+                goto out;
+        }
         envv[ei] = envs[ei];
         char dir[PATH_MAX];
         task_dir(d, t->id, dir, sizeof(dir));
@@ -1250,11 +1260,12 @@ int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
                 .preempt_grace_s = d->cfg.preemption_grace_sec, .notify_signal = d->cfg.elastic_signal,
                 .run_as = t->user[0] ? gp_peer_run_as(t->user) : gp_tenants_run_as(d->tenants, t->tenant),
                 .clean_env = json_is_true(json_object_get(spec, "clean_env")),
+                .notice = gp_notice_of_spec(spec, d->cfg.preemption_max_notice_s),
         };
         rc = gp_exec_launch(d->self_exe, dir, &es, flags, ret);
 out:
         if (envs)
-                for (size_t i = 0; i < nenv + 3; i++)
+                for (size_t i = 0; i < nenv + 4; i++)
                         free(envs[i]);
         free(envs);
         free(envv);

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -51,7 +52,7 @@ int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank
         json_t *spec = json_loads(t->spec ? t->spec : "", 0, NULL);
         json_t *cmdv = json_object_get(spec, "command"), *env = json_object_get(spec, "env");
         size_t na = json_array_size(cmdv), ne = json_object_size(env);
-        if (!spec || na == 0 || na > GP_PROTO_MAX_ARGV || ne + 1 > GP_PROTO_MAX_ENV) {
+        if (!spec || na == 0 || na > GP_PROTO_MAX_ARGV || ne + 2 > GP_PROTO_MAX_ENV) {
                 json_decref(spec);
                 return -EINVAL;
         }
@@ -61,7 +62,7 @@ int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank
         s->master_port = 29500 + (int)(t->id % 1000);
         gp_strlcpy(s->tenant, t->tenant, sizeof(s->tenant));
         s->argv = calloc(na + 1, sizeof(char *));
-        s->env = calloc(ne + 2, sizeof(char *));
+        s->env = calloc(ne + 3, sizeof(char *));
         if (!s->argv || !s->env)
                 oom();
         for (size_t i = 0; i < na; i++)
@@ -76,6 +77,11 @@ int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank
         }
         if (!(s->env[s->n_env++] = strdup("CUDA_DEVICE_ORDER=PCI_BUS_ID")))
                 oom();
+        /* earlier runs of the task (as spawn() sets it for a local run) */
+        if (asprintf(&s->env[s->n_env], "GPUPOOL_RESTART_COUNT=%" PRId64, s->id.epoch - 1) < 0)
+                oom();
+        s->n_env++;
+        s->notice = gp_notice_of_spec(spec, d->cfg.preemption_max_notice_s);
         s->workdir = strdup(json_string_value(json_object_get(spec, "workdir")) ?: "");
         if (!s->workdir)
                 oom();

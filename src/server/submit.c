@@ -3,6 +3,7 @@
 
 #include "base/labels.h"
 #include "cluster/proto.h"
+#include "exec/notice.h"
 
 #include "base/text.h"
 #include "base/util.h"
@@ -90,8 +91,8 @@ static int parse_priority(json_t *v, bool seed, int *ret, char *err, size_t errl
  * task (script: command[4] is a stored script, allowed its own size bound;
  * "on_node_lost" only when "requeue": the default, "fence", is its
  * absence, so specs stored before it mean the same). */
-static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, json_t *onl, char **ret, char *err,
-                      size_t errlen) {
+static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, json_t *onl, const char *notice,
+                      char **ret, char *err, size_t errlen) {
         if (!json_is_array(cmd))
                 return fail(err, errlen, "command: must be an array of strings, e.g. [\"python3\", \"train.py\"]");
         size_t n = json_array_size(cmd);
@@ -159,6 +160,8 @@ static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, js
                 json_object_set(spec, "workdir", workdir);
         if (requeue)
                 json_object_set_new(spec, "on_node_lost", json_string("requeue"));
+        if (notice) /* "[B:]SIG@SECS", canonical (exec/notice.h) */
+                json_object_set_new(spec, "signal", json_string(notice));
         char *s = json_dumps(spec, JSON_COMPACT);
         json_decref(spec);
         if (!s)
@@ -186,10 +189,36 @@ static const char script_runner[] =
         "shift\n"
         "\"$d/script\" \"$@\"\n";
 
+/* The same for a script whose notice goes to its batch shell alone
+ * (--signal B:SIG@SECS): the supervisor signals the runner, which passes
+ * SIG on to the script (kill -s SIG).  The script runs in the background so
+ * that the runner's wait can be interrupted; a SIGTERM or SIGINT (sent to
+ * the whole group) only wakes the runner, which waits on until the script
+ * ends, as the plain runner's deferred traps do. */
+static const char script_runner_b[] =
+        "d=$(mktemp -d \"${TMPDIR:-/tmp}/gpupool-script.XXXXXX\") || exit 127\n"
+        "trap 'rm -rf \"$d\"' EXIT\n"
+        "trap '[ -n \"$c\" ] && kill -s %s \"$c\" 2>/dev/null' %s\n"
+        "trap : TERM INT\n"
+        "printf '%%s' \"$1\" >\"$d/script\" && chmod 700 \"$d/script\" || exit 127\n"
+        "shift\n"
+        "\"$d/script\" \"$@\" &\n"
+        "c=$!\n"
+        "while :; do\n"
+        "        wait \"$c\"; s=$?\n"
+        "        [ $s -le 128 ] && exit $s\n"
+        "        kill -0 \"$c\" 2>/dev/null && continue\n"
+        "        wait \"$c\"; t=$?\n"
+        "        [ $t -eq 127 ] && exit $s\n"
+        "        exit $t\n"
+        "done\n";
+
 /* "script" with "command" as its arguments (absent = none) -> the command
  * that runs it (a new array in *ret).  The script: text starting with "#!",
- * at most GP_SUBMIT_MAX_SCRIPT_BYTES, no NUL. */
-static int script_command(json_t *script, json_t *args, json_t **ret, char *err, size_t errlen) {
+ * at most GP_SUBMIT_MAX_SCRIPT_BYTES, no NUL.  nt: its notice (batch_only:
+ * the runner that passes it on). */
+static int script_command(json_t *script, json_t *args, const gp_notice *nt, json_t **ret, char *err,
+                          size_t errlen) {
         if (!json_is_string(script))
                 return fail(err, errlen, "script: must be a string (the script's text)");
         size_t n = json_string_length(script);
@@ -201,7 +230,11 @@ static int script_command(json_t *script, json_t *args, json_t **ret, char *err,
                             "without NUL bytes");
         if (args && !json_is_array(args))
                 return fail(err, errlen, "command: with script, the script's arguments: an array of strings");
-        json_t *cmd = json_pack("[s, s, s, s, O]", "/bin/sh", "-c", script_runner, GP_SUBMIT_SCRIPT_ARGV0, script);
+        char rb[sizeof(script_runner_b) + 32];
+        if (nt->batch_only) /* SIG by its name (signal names are [A-Z0-9]) */
+                snprintf(rb, sizeof(rb), script_runner_b, sigabbrev_np(nt->signo), sigabbrev_np(nt->signo));
+        json_t *cmd = json_pack("[s, s, s, s, O]", "/bin/sh", "-c", nt->batch_only ? rb : script_runner,
+                                GP_SUBMIT_SCRIPT_ARGV0, script);
         if (!cmd)
                 return -ENOMEM;
         size_t i;
@@ -292,7 +325,8 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         static const char *const known[] = {
                 "tenant_id", "name", "gpu_request", "memory_mb", "exclusive", "priority", "command",
                 "env", "workdir", "model", "gpu_model", "preemptible", "timeout_s", "queue_timeout_s",
-                "lease_ttl_s", "max_retries", "elastic", "array", "node_selector", "script", "on_node_lost", NULL,
+                "lease_ttl_s", "max_retries", "elastic", "array", "node_selector", "script", "on_node_lost",
+                "signal", NULL,
         };
         gp_array_spec arr = {0};
         if (errlen)
@@ -401,18 +435,27 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         json_t *wd = json_object_get(root, "workdir");
         json_t *onl = json_object_get(root, "on_node_lost");
         json_t *script = json_object_get(root, "script"), *runner = NULL;
+        json_t *sig = json_object_get(root, "signal");
+        char notice[GP_NOTICE_TEXT_MAX], *nt = NULL;
+        gp_notice n = {0};
+        if (sig && !json_is_null(sig)) {
+                if ((rc = gp_notice_from_json(sig, &n, err, errlen)) < 0 ||
+                    (rc = gp_notice_format(&n, notice, sizeof(notice))) < 0)
+                        goto out;
+                nt = notice;
+        }
         if (script && !json_is_null(script)) {
                 /* a script: "command" holds its arguments */
-                if ((rc = script_command(script, json_is_null(cmd) ? NULL : cmd, &runner, err, errlen)) < 0)
+                if ((rc = script_command(script, json_is_null(cmd) ? NULL : cmd, &n, &runner, err, errlen)) < 0)
                         goto out;
-                rc = build_spec(runner, env, wd, true, onl, &t.spec, err, errlen);
+                rc = build_spec(runner, env, wd, true, onl, nt, &t.spec, err, errlen);
                 json_decref(runner);
                 if (rc < 0)
                         goto out;
                 cmd = script;
         }
         if (cmd && !json_is_null(cmd)) {
-                if (!t.spec && (rc = build_spec(cmd, env, wd, false, onl, &t.spec, err, errlen)) < 0)
+                if (!t.spec && (rc = build_spec(cmd, env, wd, false, onl, nt, &t.spec, err, errlen)) < 0)
                         goto out;
                 if (json_object_get(root, "lease_ttl_s")) {
                         rc = fail(err, errlen, "lease_ttl_s: only for leases (tasks without command)");
@@ -420,9 +463,10 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 }
                 t.lease_ttl_s = 0;
         } else {
-                if (env || wd || (onl && !json_is_null(onl))) {
-                        rc = fail(err, errlen, "%s: only for batch tasks (with command)",
-                                  env ? "env" : wd ? "workdir" : "on_node_lost");
+                if (env || wd || (onl && !json_is_null(onl)) || nt) {
+                        rc = fail(err, errlen, "%s: only for batch tasks (with command)%s",
+                                  env ? "env" : wd ? "workdir" : nt ? "signal" : "on_node_lost",
+                                  nt ? ": a lease has no process to signal" : "");
                         goto out;
                 }
                 t.is_lease = true;

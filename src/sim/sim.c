@@ -22,10 +22,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { EV_END = 0, EV_RELEASE, EV_BEGIN }; /* EV_END only, unless notice_ms */
+
 typedef struct end_ent {
         int64_t t;
         size_t job;
         uint32_t gen;
+        int kind;                  /* EV_*: a job's end; a preempted job's GPUs freed after its notice;
+                                      a start delayed by a draining preemption begins */
+        int gpus;                  /* EV_RELEASE/EV_BEGIN: GPUs freed / taken */
 } end_ent;
 
 typedef struct jstate {
@@ -34,6 +39,7 @@ typedef struct jstate {
         int64_t run_start_ms;
         uint32_t gen;
         int held;                  /* GPUs held while running (whole nodes: more than asked) */
+        bool counted;              /* held is in busy (false while a delayed start has not begun) */
         bool started, running;
 } jstate;
 
@@ -43,7 +49,7 @@ typedef struct heap {
 } heap;
 
 static bool ent_less(const end_ent *a, const end_ent *b) {
-        return a->t < b->t || (a->t == b->t && a->job < b->job);
+        return a->t < b->t || (a->t == b->t && (a->job < b->job || (a->job == b->job && a->kind < b->kind)));
 }
 
 static int heap_push(heap *h, end_ent e) {
@@ -126,7 +132,7 @@ void gp_sim_result_free(gp_sim_result *r) {
 static int check_options(const gp_sim_job *jobs, size_t n, const gp_sim_options *o, char *err, size_t errlen) {
         if (!o || o->gpus < 1 || o->gpus > GP_SIM_MAX_GPUS || o->gpus_per_node < 1 ||
             o->gpus_per_node > GP_SIM_MAX_GPUS_PER_NODE || !o->gpu_name || !*o->gpu_name || o->gpu_memory_mb <= 0 ||
-            o->restart_overhead_ms < 0 || o->tick_ms < 0 || (!o->tenant_names && o->ntenants) || (!jobs && n) ||
+            o->restart_overhead_ms < 0 || o->tick_ms < 0 || o->notice_ms < 0 || (!o->tenant_names && o->ntenants) || (!jobs && n) ||
             (o->ncfg_tenants && (!o->cfg_tenant_names || !o->cfg_tenants)) ||
             (o->ngroups && (!o->group_names || !o->group_shares))) {
                 set_err(err, errlen, "invalid simulation options");
@@ -191,6 +197,7 @@ typedef struct sim {
         size_t timeline_cap;
         gp_pred *pred;               /* learned_estimates */
         int64_t *est;                /* per job: its estimate at arrival, 0 = none */
+        int64_t drain_until;         /* notice_ms: when the last preempted run lets go */
 } sim;
 
 static int sample(sim *m, int64_t t) {
@@ -229,9 +236,12 @@ static int apply(sim *m, const gp_sched_decision *d, size_t nd, int64_t t, char 
                                 set_err(err, errlen, "core started job %zu twice or on %d GPUs", k, d[i].n_gpus);
                                 return -EINVAL;
                         }
+                        /* nothing starts while a preempted run drains (notice_ms) */
+                        bool delayed = m->drain_until > t;
+                        int64_t at = delayed ? m->drain_until : t;
                         if (!js->started) {
                                 js->started = true;
-                                jr->start_ms = t;
+                                jr->start_ms = at;
                                 jr->start_seq = m->nstarted++;
                                 if (!(jr->gpus = malloc((size_t)d[i].n_gpus * sizeof(uint32_t))))
                                         return -ENOMEM;
@@ -242,12 +252,17 @@ static int apply(sim *m, const gp_sched_decision *d, size_t nd, int64_t t, char 
                                 js->run_len_ms = js->remaining_ms + m->o->restart_overhead_ms;
                         }
                         js->running = true;
-                        js->run_start_ms = t;
-                        if (heap_push(&m->ends, (end_ent){t + js->run_len_ms, k, js->gen}) < 0)
+                        js->run_start_ms = at;
+                        if (heap_push(&m->ends, (end_ent){at + js->run_len_ms, k, js->gen, EV_END, 0}) < 0)
                                 return -ENOMEM;
                         js->held = d[i].n_gpus;
-                        m->busy += js->held;
-                        m->tenant_busy[j->tenant] += js->held;
+                        js->counted = !delayed;
+                        if (delayed && heap_push(&m->ends, (end_ent){at, k, js->gen, EV_BEGIN, js->held}) < 0)
+                                return -ENOMEM;
+                        if (!delayed) {
+                                m->busy += js->held;
+                                m->tenant_busy[j->tenant] += js->held;
+                        }
                         m->queued--;
                         m->running++;
                         break;
@@ -265,8 +280,17 @@ static int apply(sim *m, const gp_sched_decision *d, size_t nd, int64_t t, char 
                         js->gen++;
                         jr->preemptions++;
                         m->r->preemptions++;
-                        m->busy -= js->held;
-                        m->tenant_busy[j->tenant] -= js->held;
+                        if (js->counted && m->o->notice_ms > 0) { /* it checkpoints, then lets go */
+                                int64_t until = t + m->o->notice_ms;
+                                if (heap_push(&m->ends, (end_ent){until, k, 0, EV_RELEASE, js->held}) < 0)
+                                        return -ENOMEM;
+                                if (until > m->drain_until)
+                                        m->drain_until = until;
+                        } else if (js->counted) {
+                                m->busy -= js->held;
+                                m->tenant_busy[j->tenant] -= js->held;
+                        }
+                        js->counted = false;
                         m->queued++;
                         m->running--;
                         break;
@@ -324,9 +348,16 @@ static int replay(sim *m, char *err, size_t errlen) {
                         end_ent e = m->ends.v[0];
                         heap_pop(&m->ends);
                         jstate *js = &m->st[e.job];
-                        if (e.gen != js->gen || !js->running)
-                                continue; /* preempted since: stale */
                         const gp_sim_job *j = &m->jobs[e.job];
+                        if (e.kind == EV_RELEASE || (e.kind == EV_BEGIN && e.gen == js->gen && js->running)) {
+                                int g = e.kind == EV_RELEASE ? -e.gpus : e.gpus;
+                                m->busy += g;
+                                m->tenant_busy[j->tenant] += g;
+                                js->counted |= e.kind == EV_BEGIN;
+                                continue;
+                        }
+                        if (e.kind != EV_END || e.gen != js->gen || !js->running)
+                                continue; /* preempted since: stale */
                         if ((rc = gp_sched_remove_at(m->s, (int64_t)e.job + 1, t)) < 0) {
                                 set_err(err, errlen, "job %zu: the core lost it (%s)", e.job, gp_strerror(rc));
                                 goto out;

@@ -8,7 +8,8 @@
  * ends at that time first, like one daemon batch), then START and PREEMPT
  * decisions are applied.  Besides arrivals and ends, the replay also runs
  * the core at gp_sched_next_wakeup() (queue deadlines; LAS demotions) and,
- * with tick_ms, periodically while jobs wait.
+ * with tick_ms, periodically while jobs wait.  With notice_ms a preempted
+ * job's GPUs stay busy for the notice, and starts wait until it is over.
  * Every job asks for whole GPUs (memory_mb 0), is preemptible, and has no
  * run-time estimate unless exact_estimates is set (the core is told each
  * job's duration) or learned_estimates (a core/predict.h predictor, fed
@@ -49,6 +50,11 @@ typedef struct gp_sim_options {
         int64_t restart_overhead_ms; /* added to the remaining time at each restart after a preemption */
         bool preempt_loses_work;     /* a preempted job starts over (the daemon kills a batch task)
                                         instead of resuming where it stopped (checkpointing) */
+        int64_t notice_ms;           /* > 0: a preempted job keeps its GPUs this long (its notice,
+                                        --signal SIG@SECS: it checkpoints, progress counts up to the
+                                        preemption) before they are free; as in the daemon, nothing
+                                        starts while a preempted run drains: a start decided meanwhile
+                                        begins when the last one has let go.  0: freed at once */
         const char *const *tenant_names; /* ntenants names for the core's tenant field */
         uint32_t ntenants;
         /* tenant and group settings given to the core before the replay

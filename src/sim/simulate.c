@@ -34,7 +34,7 @@ static const char USAGE[] =
         "                        [--placement pack|spread]\n"
         "                        [--map FILE] [--oversize error|skip] [--estimates none|exact|learned]\n"
         "                        [--las-thresholds S[,S...]] [--las-min-run S] [--restart-overhead S]\n"
-        "                        [--on-preempt resume|restart] [--tick S]\n"
+        "                        [--on-preempt resume|restart] [--notice S] [--tick S]\n"
         "                        [--json] [--tenants] [--timing] [--timeline FILE] [--jobs FILE]\n"
         "\n"
         "Replays a CSV trace (job_id,submit_time_s,duration_s,num_gpus,tenant) through the\n"
@@ -62,6 +62,9 @@ static const char USAGE[] =
         "  --restart-overhead S    seconds added each time a preempted job restarts (default 0)\n"
         "  --on-preempt MODE       resume: a preempted job keeps its progress (default);\n"
         "                          restart: it starts over, as a killed batch task does\n"
+        "  --notice S              a preempted job keeps its GPUs S seconds before they are\n"
+        "                          free (a task's --signal SIG@S: it checkpoints); as in the\n"
+        "                          daemon, nothing starts meanwhile (default 0: freed at once)\n"
         "  --tick S                also run the scheduler every S seconds while jobs wait, as\n"
         "                          the daemon does every second (default 60; 0: only at events)\n"
         "  --json                  print JSON instead of tables\n"
@@ -83,6 +86,7 @@ typedef struct opts {
         int64_t las_min_run_s;     /* -1: config */
         int64_t spf_aging_pct;     /* -1: the core's default */
         int64_t restart_overhead_s;
+        int64_t notice_s;          /* 0: none */
         int64_t tick_s;
 } opts;
 
@@ -261,6 +265,10 @@ static int parse_args(int argc, char **argv, opts *o) {
                                 o->restart_lost = true;
                         else
                                 return usage_error("--on-preempt: expected resume or restart, got '%s'", val);
+                } else if (!strcmp(name, "--notice")) {
+                        if (gp_parse_i64(val, 0, 86400, &v) < 0)
+                                return usage_error("--notice: expected seconds 0..86400, got '%s'", val);
+                        o->notice_s = v;
                 } else if (!strcmp(name, "--tick")) {
                         if (gp_parse_i64(val, 0, 86400, &v) < 0)
                                 return usage_error("--tick: expected seconds 0..86400, got '%s'", val);
@@ -345,6 +353,9 @@ static void print_text(const opts *o, const gp_trace *tr, uint32_t ntenants, con
                : o->learned ? "estimated by the scheduler from the jobs that ended before"
                            : "unknown to the scheduler",
                o->restart_overhead_s);
+        if (o->notice_s)
+                printf("          a preempted job keeps its GPUs %" PRId64 " s (its notice); starts wait for it\n",
+                       o->notice_s);
         if (o->tick_s)
                 printf("runs:     at every event and every %" PRId64 " s while jobs wait\n", o->tick_s);
         else
@@ -399,6 +410,10 @@ static int print_json(const opts *o, const gp_trace *tr, uint32_t ntenants, cons
                                  (json_int_t)o->gpus, "nodes", nodes, "gpus_per_node", (json_int_t)o->gpn, "gpu_name",
                                  gpu_name, "exact_estimates", o->exact, "restart_overhead_s",
                                  (json_int_t)o->restart_overhead_s, "tick_s", (json_int_t)o->tick_s, "runs", jr);
+        if (root && o->notice_s && json_object_set_new(root, "notice_s", json_integer((json_int_t)o->notice_s)) < 0) {
+                json_decref(root);
+                root = NULL;
+        }
         if (!root)
                 return -ENOMEM;
         json_object_set_new(root, "estimates", json_string(o->exact ? "exact" : o->learned ? "learned" : "none"));
@@ -628,6 +643,7 @@ int gp_simulate_main(int argc, char **argv) {
                                              .tenant_names = names, .ntenants = nnames,
                                              .timeline = o.timeline != NULL};
                         so.preempt_loses_work = o.restart_lost;
+                        so.notice_ms = o.notice_s * 1000;
                         so.tick_ms = o.tick_s * 1000;
                         so.cfg_tenant_names = tnames;
                         so.cfg_tenants = tcfgs;

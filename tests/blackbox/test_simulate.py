@@ -161,6 +161,31 @@ def test_timeline_and_jobs_files(tmp_path):
         assert all(p.startswith("node0") for p in j["placement"].split())
 
 
+def test_a_preemption_notice_keeps_the_gpus_of_a_preempted_job_busy(tmp_path):
+    # one GPU: a long low-priority job, then an urgent one preempts it; with
+    # --notice 30 the urgent job starts 30 s after the preemption (the victim
+    # checkpoints meanwhile), and the GPU is busy all along
+    tr = tmp_path / "t.csv"
+    tr.write_text("job_id,submit_time_s,duration_s,num_gpus,tenant\n0,0,1000,1,bulk\n1,100,50,1,prod\n")
+    m = tmp_path / "m.csv"
+    m.write_text("bulk,8\nprod,0\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("scheduler: {policy: strict, preemption: {enabled: true, min_runtime_sec: 0}}\n")
+    starts = {}
+    for notice in (0, 30):
+        jf = tmp_path / ("jobs%d.csv" % notice)
+        out = simulate("--trace", tr, "--gpus", 1, "--map", m, "--config", cfg, "--notice", notice, "--jobs", jf,
+                       "--json")
+        run = json.loads(out.stdout)["runs"][0]
+        assert run["preemptions"] == 1, run
+        jobs = {r["job_id"]: r for r in csv.DictReader(open(jf))}
+        starts[notice] = (float(jobs["1"]["start_s"]), float(jobs["0"]["finish_s"]), run["utilisation"])
+    assert starts[0][:2] == (100, 1050) and starts[30][:2] == (130, 1080), starts
+    assert starts[30][2] == 1.0, starts
+    assert simulate("--trace", tr, "--gpus", 1, "--notice", "-1", check=False).returncode == 2
+    assert simulate("--trace", tr, "--gpus", 1, "--notice", "86401", check=False).returncode == 2
+
+
 def test_bad_input_is_refused_with_file_line_and_exit_codes(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("job_id,submit_time_s,duration_s,num_gpus,tenant\n0,0,10,1,a\n1,5,-3,1,a\n")

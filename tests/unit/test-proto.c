@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <signal.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -413,7 +414,8 @@ static void test_sync_answer_round_trip_and_start_copy(void **state) {
                              .tenant = "dept_a", .n_argv = 3, .argv = argv, .n_env = 3, .env = env,
                              .workdir = "/tmp/w", .cuda_visible_devices = "0,1", .gpus = "gpu-a:0,gpu-a:1",
                              .timeout_s = 60, .kill_grace_s = 10, .preempt_grace_s = 30, .max_log_bytes = 104857600,
-                             .run_as = "alice", .array_id = 4, .array_index = 2, .fence = true};
+                             .run_as = "alice", .array_id = 4, .array_index = 2, .fence = true,
+                             .notice = {.signo = SIGUSR1, .seconds = 120, .batch_only = true}};
         gp_proto_run_id ack[1] = {{5, 1, 0}};
         gp_proto_stop stop[2] = {{{7, 2, 0}, GP_PROTO_STOP_PREEMPT}, {{8, 1, 0}, GP_PROTO_STOP_STALE}};
         gp_proto_offset offs[1] = {{{7, 2, 0}, 4096}};
@@ -470,6 +472,9 @@ static void test_sync_answer_round_trip_and_start_copy(void **state) {
         assert_string_equal(c.run_as, "alice");
         assert_int_equal(c.array_id, 4);
         assert_int_equal(c.array_index, 2);
+        assert_int_equal(c.notice.signo, SIGUSR1); /* --signal B:SIGUSR1@120 */
+        assert_int_equal(c.notice.seconds, 120);
+        assert_true(c.notice.batch_only);
         gp_proto_start_done(&c);
         gp_proto_start_done(NULL);
         /* an empty answer: defaults */
@@ -648,6 +653,12 @@ static void test_every_bound_is_refused(void **state) {
         }
 
         expect_refused(SYNC_ANSWER, "{}", "seq is missing");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"x\"],"
+                                    "\"notice\":\"SIGKILL@10\"}]}", "notice: signal: 'SIGKILL' is not");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"x\"],"
+                                    "\"notice\":\"USR1@86401\"}]}", "1..86400 seconds");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"x\"],"
+                                    "\"notice\":7}]}", "notice");
         expect_refused(SYNC_ANSWER, "{\"seq\":1,\"ack\":[{\"task\":1}]}", "ack[0].epoch is missing");
         expect_refused(SYNC_ANSWER, "{\"seq\":1,\"stop\":[{\"task\":1,\"epoch\":1,\"why\":\"now\"}]}",
                        "stop[0].why must be cancel, preempt or stale");

@@ -337,6 +337,36 @@ static void test_las_replay_when_preemption_loses_work(void **st) {
         gp_sim_result_free(r);
 }
 
+/* A preempted job keeps its GPU for its notice (--signal SIG@S: it
+ * checkpoints), and nothing starts until it has let go. */
+static void test_las_replay_with_a_preemption_notice(void **st) {
+        (void)st;
+        gp_sim_options o = tiny_opts(GP_SCHED_LAS);
+        o.notice_ms = 1000;
+        gp_sim_result *r = sim_ok(&o);
+        /* j0 0-3, preempted at 3 (7 s left), lets go at 4; j1 4-6 (the core
+         * demotes it at 6: 3 s since it decided the start), lets go at 7
+         * (3 s left); j2 7-8; then j0 8-15, j1 15-18 */
+        assert_int_equal(r->jobs[0].start_ms, 0);
+        assert_int_equal(r->jobs[1].start_ms, 4000);
+        assert_int_equal(r->jobs[2].start_ms, 7000);
+        assert_int_equal(r->jobs[2].finish_ms, 8000);
+        assert_int_equal(r->jobs[0].finish_ms, 15000);
+        assert_int_equal(r->jobs[1].finish_ms, 18000);
+        assert_int_equal(r->preemptions, 2);
+        /* the GPU is busy the whole time: while a job drains it holds it */
+        assert_int_equal(r->busy_gpu_ms, 18000);
+        for (size_t i = 0; i < r->ntimeline; i++)
+                assert_true(r->timeline[i].busy_gpus <= 1);
+        gp_sim_result_free(r);
+        /* no notice: as before */
+        o.notice_ms = 0;
+        r = sim_ok(&o);
+        assert_int_equal(r->jobs[1].start_ms, 3000);
+        assert_int_equal(r->jobs[0].finish_ms, 14000);
+        gp_sim_result_free(r);
+}
+
 /* Tenant settings from the config reach the core: A may run one job. */
 static void test_tenant_settings_are_given_to_the_core(void **st) {
         (void)st;
@@ -407,6 +437,7 @@ int main(void) {
                 cmocka_unit_test(test_fifo_replay_metrics_by_hand),
                 cmocka_unit_test(test_las_replay_by_hand),
                 cmocka_unit_test(test_las_replay_when_preemption_loses_work),
+                cmocka_unit_test(test_las_replay_with_a_preemption_notice),
                 cmocka_unit_test(test_tenant_settings_are_given_to_the_core),
                 cmocka_unit_test(test_tick_runs_the_core_while_jobs_wait),
                 cmocka_unit_test(test_replay_is_deterministic_and_checks_jobs),

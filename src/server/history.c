@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/user.h"
 #include "base/util.h"
 #include "base/vec.h"
 #include "server/commit.h"
@@ -174,6 +175,12 @@ static json_t *run_json(const gp_store_run *r, bool running, int64_t now) {
                               (json_int_t)(end > r->started_ms ? end - r->started_ms : 0), "gpu_memory_peak_mb",
                               r->gpu_mem_peak_mb >= 0 ? json_integer(r->gpu_mem_peak_mb) : json_null(), "nodes",
                               nodes, "gpus", gpus);
+        char at[40];
+        gp_time_format(r->started_ms, at, sizeof(at));
+        json_object_set_new(o, "started_at", json_string(at));
+        if (!running)
+                gp_time_format(r->ended_ms, at, sizeof(at));
+        json_object_set_new(o, "ended_at", running ? json_null() : json_string(at));
         if (o && r->id > 0)
                 json_object_set_new(o, "id", json_integer(r->id)); /* the row's, for ?before= */
         return o;
@@ -255,14 +262,14 @@ static int arg_i64(hreq *r, const char *key, int64_t min, int64_t max, int64_t d
         return gp_parse_i64(v, min, max, ret) < 0 ? -EINVAL : 0;
 }
 
-/* ?key= as clean text of 1..size-1 bytes; absent: NULL.  0 or -EINVAL. */
-static int arg_str(hreq *r, const char *key, size_t size, const char **ret) {
+/* ?key= of 1..size-1 bytes that ok accepts; absent: NULL.  0 or -EINVAL. */
+static int arg_str(hreq *r, const char *key, size_t size, bool (*ok)(const char *, size_t), const char **ret) {
         const char *v = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
         *ret = NULL;
         if (!v)
                 return 0;
         size_t n = strnlen(v, size);
-        if (n == 0 || n >= size || !gp_str_is_clean(v, n))
+        if (n == 0 || n >= size || !ok(v, n))
                 return -EINVAL;
         *ret = v;
         return 0;
@@ -281,11 +288,11 @@ static int h_runs(hreq *r, const gp_route_arg *a) {
                 return send_error(r, 400, "invalid_request", "before: must be a row id >= 1 (next_before)");
         if (arg_i64(r, "limit", 1, GP_RUNS_LIST_MAX, RUNS_DEFAULT_LIMIT, &limit) < 0)
                 return send_error(r, 400, "invalid_request", "limit: must be 1..1000");
-        if (arg_str(r, "tenant", GP_TENANT_MAX, &tenant) < 0)
+        if (arg_str(r, "tenant", GP_TENANT_MAX, gp_id_ok, &tenant) < 0)
                 return send_error(r, 400, "invalid_request", "tenant: must be a tenant id");
-        if (arg_str(r, "user", 33, &user) < 0)
+        if (arg_str(r, "user", 33, gp_user_name_ok, &user) < 0)
                 return send_error(r, 400, "invalid_request", "user: must be a user name");
-        if (arg_str(r, "state", GP_RUN_STATE_MAX, &state) < 0 || (state && !gp_store_run_state_ok(state)))
+        if (arg_str(r, "state", GP_RUN_STATE_MAX, gp_str_is_clean, &state) < 0 || (state && !gp_store_run_state_ok(state)))
                 return send_error(r, 400, "invalid_request",
                                   "state: must be succeeded, failed, cancelled, timeout, lost, preempted or "
                                   "requeued");

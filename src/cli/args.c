@@ -353,9 +353,12 @@ int gp_cli_help(const char *topic, gp_buf *out) {
                         GP_CLI_USAGE, GP_CLI_INVOICE, GP_CLI_VERSION,
                         GP_CLI_HELP,
                 };
-                for (size_t i = 0; i < GP_ARRAY_SIZE(order); i++)
+                for (size_t i = 0; i < GP_ARRAY_SIZE(order); i++) {
                         r |= gp_buf_printf(out, "  %-10s %s\n", verbs[order[i]].name,
                                            verbs[order[i]].summary);
+                        if (order[i] == GP_CLI_HISTORY)
+                                r |= gp_buf_printf(out, "  %-10s %s\n", "acct", "the same as history (sacct's name)");
+                }
                 for (size_t i = 0; i < GP_ARRAY_SIZE(daemon_verbs); i++)
                         r |= gp_buf_printf(out, "  %-10s %s\n", daemon_verbs[i].name,
                                            daemon_verbs[i].summary);

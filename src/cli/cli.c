@@ -1010,8 +1010,8 @@ static int cmd_billing(const gp_cli_cmd *c, FILE *out, FILE *err) {
  * ms here, so "now-2h" means now on this machine). */
 static int cmd_history(const gp_cli_cmd *c, FILE *out, FILE *err) {
         char me[64], num[24];
-        const char *user = c->user;
-        if (c->me && !(user = gp_cli_self_name(me, sizeof(me)) == 0 ? me : NULL)) {
+        const char *user = c->me ? (gp_cli_self_name(me, sizeof(me)) == 0 ? me : NULL) : c->user;
+        if (c->me && !user) {
                 fprintf(err, "gpupool: cannot tell your user name\n");
                 return GP_CLI_EXIT_REFUSED;
         }

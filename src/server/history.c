@@ -306,11 +306,6 @@ static int h_runs(hreq *r, const gp_route_arg *a) {
         gp_store_run_filter f = {.tenant = tenant, .user = user, .state = state, .since_ms = since,
                                  .until_ms = until, .before_id = before, .limit = (int)limit};
         json_t *runs = json_array();
-        struct page {
-                json_t *a;
-                int64_t last_id;
-                int n;
-        } pg = {runs, 0, 0};
         pthread_mutex_lock(&d->lock);
         pthread_mutex_lock(&d->rs_lock);
         int rc = runs ? gp_store_run_list(d->rs, &f, collect, runs) : -ENOMEM;
@@ -320,11 +315,10 @@ static int h_runs(hreq *r, const gp_route_arg *a) {
                 json_decref(runs);
                 return send_error(r, 503, "unavailable", "cannot read the runs");
         }
-        pg.n = (int)json_array_size(runs);
-        if (pg.n > 0)
-                pg.last_id = json_integer_value(json_object_get(json_array_get(runs, (size_t)pg.n - 1), "id"));
+        size_t n = json_array_size(runs);
+        int64_t last_id = n ? json_integer_value(json_object_get(json_array_get(runs, n - 1), "id")) : 0;
         json_t *o = json_pack("{s:o,s:o}", "items", runs, "next_before",
-                              pg.n == limit && pg.last_id > 0 ? json_integer(pg.last_id) : json_null());
+                              (int64_t)n == limit && last_id > 0 ? json_integer(last_id) : json_null());
         char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
         if (gp_commit_wait(d) < 0) {

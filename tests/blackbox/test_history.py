@@ -22,7 +22,11 @@ Run: GPUPOOL_BIN=$PWD/build/gpupool GPUPOOL_BUILD=$PWD/build \
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 import time
+import urllib.parse
+import uuid
 
 import pytest
 import requests
@@ -63,10 +67,29 @@ def refused(api, query, param):
     assert err["code"] == "invalid_request" and err["message"].startswith(param + ":"), err
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request):
+    """The store's config line: the default SQLite one, or a fresh database on the
+    PostgreSQL server of GPUPOOL_TEST_PG_URL (tests/pg/start-pg.sh; skipped without)."""
+    if request.param == "sqlite":
+        yield ""
+        return
+    base = os.environ.get("GPUPOOL_TEST_PG_URL")
+    if not base or not shutil.which("psql"):
+        pytest.skip("GPUPOOL_TEST_PG_URL is not set or psql is missing (tests/pg/start-pg.sh starts a server)")
+    name = "gp_hist_%s" % uuid.uuid4().hex[:12]
+    subprocess.run(["psql", base, "-v", "ON_ERROR_STOP=1", "-qc", "CREATE DATABASE %s" % name],
+                   check=True, capture_output=True, timeout=60)
+    u = urllib.parse.urlsplit(base)
+    yield 'store: {url: "%s://%s/%s%s"}\n' % (u.scheme, u.netloc, name, "?" + u.query if u.query else "")
+    subprocess.run(["psql", base, "-qc", "DROP DATABASE IF EXISTS %s WITH (FORCE)" % name],
+                   capture_output=True, timeout=60)
+
+
 # ---- the server's own GPUs: a preemption ------------------------------------
 
-def test_a_preempted_task_keeps_both_runs_where_and_how_they_ended_across_a_restart(daemon_factory):
-    d = daemon_factory(PREEMPT)
+def test_a_preempted_task_keeps_both_runs_where_and_how_they_ended_across_a_restart(daemon_factory, store):
+    d = daemon_factory(PREEMPT + store)
     t = submit(d, command=["sh", "-c", "sleep 60"], tenant_id="bulk", priority=8, preemptible=True, exclusive=True,
                gpu_request=4, name="trainer")
     tid = t["id"]

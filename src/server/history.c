@@ -3,9 +3,10 @@
  * the commit of the same batch (gp_history_stored empties the list, a
  * failed commit keeps it for the retry), so a run's row is in the store
  * exactly when the change that ended it is; one record per (task, run) per
- * batch, and the store replaces a row of the same (task, run); readers see
- * the rows under d->lock (the loop stores a batch while holding it) and
- * wait for the disk before they answer (gp_commit_wait). */
+ * batch, and the store replaces a row of the same (task, run); a task's
+ * runs are read under d->lock (the loop stores a batch while holding it),
+ * so a run is never listed both as stored and as the current one; every
+ * reader waits for the disk before it answers (gp_commit_wait). */
 #include "server/history.h"
 
 #include <errno.h>
@@ -306,11 +307,11 @@ static int h_runs(hreq *r, const gp_route_arg *a) {
         gp_store_run_filter f = {.tenant = tenant, .user = user, .state = state, .since_ms = since,
                                  .until_ms = until, .before_id = before, .limit = (int)limit};
         json_t *runs = json_array();
-        pthread_mutex_lock(&d->lock);
+        /* the store alone: each batch's rows are one commit, seen whole or not
+         * at all; nothing in memory is read, so d->lock is not taken */
         pthread_mutex_lock(&d->rs_lock);
         int rc = runs ? gp_store_run_list(d->rs, &f, collect, runs) : -ENOMEM;
         pthread_mutex_unlock(&d->rs_lock);
-        pthread_mutex_unlock(&d->lock);
         if (rc < 0) {
                 json_decref(runs);
                 return send_error(r, 503, "unavailable", "cannot read the runs");

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/text.h"
 #include "base/user.h"
 #include "base/util.h"
 #include "base/vec.h"
@@ -42,13 +43,26 @@ static gp_history *H(gp_daemon *d) {
         return d->history;
 }
 
-/* Copy src into dst (size bytes), control characters made spaces (a
- * reason may quote a process's message): the store keeps clean text. */
-static void clean_copy(char *dst, size_t size, const char *src) {
-        gp_strlcpy(dst, src, size);
-        for (char *p = dst; *p; p++)
-                if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                        *p = ' ';
+/* (history.h) A reason may quote a process's message, cut mid-character. */
+void gp_history_clean(char *dst, size_t size, const char *src) {
+        size_t o = 0;
+        for (const unsigned char *p = (const unsigned char *)src; *p && o + 1 < size;) {
+                size_t n = *p < 0x80 ? 1 : *p >= 0xf0 ? 4 : *p >= 0xe0 ? 3 : 2;
+                if (*p < 0x20 || *p == 0x7f) {
+                        dst[o++] = ' ';
+                        p++;
+                } else if (strnlen((const char *)p, n) == n && o + n < size && gp_text_valid((const char *)p, n, n)) {
+                        memcpy(dst + o, p, n);
+                        o += n;
+                        p += n;
+                } else if (o + n >= size && gp_text_valid((const char *)p, strnlen((const char *)p, n), n)) {
+                        break; /* a whole character that does not fit: cut before it */
+                } else {
+                        dst[o++] = '?';
+                        p++;
+                }
+        }
+        dst[o] = '\0';
 }
 
 void gp_history_run_start(gp_daemon *d, gp_task *t) {
@@ -61,10 +75,8 @@ void gp_history_run_start(gp_daemon *d, gp_task *t) {
 }
 
 /* The peak of t's run now, MiB; -1 when its GPU memory was never read. */
-static int64_t run_peak(gp_daemon *d, const gp_task *t) {
-        int64_t peak = t->gpu_mem_seen ? t->gpu_mem_peak_mb : -1;
-        (void)d;
-        return peak;
+static int64_t run_peak(const gp_task *t) {
+        return t->gpu_mem_seen ? t->gpu_mem_peak_mb : -1;
 }
 
 void gp_history_run_end(gp_daemon *d, const gp_task *t, const char *state, const char *reason, int64_t now) {
@@ -87,12 +99,12 @@ void gp_history_run_end(gp_daemon *d, const gp_task *t, const char *state, const
                 memset(r, 0, sizeof(*r));
                 r->task_id = t->id;
                 r->run = run;
-                clean_copy(r->tenant, sizeof(r->tenant), t->tenant);
-                clean_copy(r->user, sizeof(r->user), t->user);
-                clean_copy(r->name, sizeof(r->name), t->name);
+                gp_history_clean(r->tenant, sizeof(r->tenant), t->tenant);
+                gp_history_clean(r->user, sizeof(r->user), t->user);
+                gp_history_clean(r->name, sizeof(r->name), t->name);
                 r->started_ms = t->started_ms;
                 r->ended_ms = now > t->started_ms ? now : t->started_ms;
-                r->gpu_mem_peak_mb = run_peak(d, t);
+                r->gpu_mem_peak_mb = run_peak(t);
                 if (t->n_gpus > 0) {
                         r->gpus = calloc((size_t)t->n_gpus, sizeof(*r->gpus));
                         if (!r->gpus) {
@@ -102,13 +114,13 @@ void gp_history_run_end(gp_daemon *d, const gp_task *t, const char *state, const
                         memcpy(r->gpus, t->gpus, (size_t)t->n_gpus * sizeof(*r->gpus));
                         r->n_gpus = t->n_gpus;
                         for (int i = 0; i < r->n_gpus; i++) {
-                                clean_copy(r->gpus[i].node, sizeof(r->gpus[i].node), t->gpus[i].node);
-                                clean_copy(r->gpus[i].uuid, sizeof(r->gpus[i].uuid), t->gpus[i].uuid);
+                                gp_history_clean(r->gpus[i].node, sizeof(r->gpus[i].node), t->gpus[i].node);
+                                gp_history_clean(r->gpus[i].uuid, sizeof(r->gpus[i].uuid), t->gpus[i].uuid);
                         }
                 }
         }
         gp_strlcpy(r->state, state, sizeof(r->state));
-        clean_copy(r->reason, sizeof(r->reason), reason ? reason : t->reason);
+        gp_history_clean(r->reason, sizeof(r->reason), reason ? reason : t->reason);
         /* a run starts without one (gp_history_run_start): when set, it is this run's */
         r->has_exit_code = t->has_exit_code;
         r->exit_code = t->exit_code;
@@ -121,8 +133,14 @@ bool gp_history_pending(gp_daemon *d) {
 int gp_history_store(gp_daemon *d) {
         gp_history *h = d->history;
         int rc = 0;
-        for (size_t i = 0; h && rc == 0 && i < h->n; i++)
+        for (size_t i = 0; h && rc == 0 && i < h->n; i++) {
                 rc = gp_store_run_put(d->ws, &h->recs[i]);
+                if (rc == -EINVAL) { /* refused before anything was written: the batch goes on without it */
+                        gp_warn("task %" PRId64 ": run %" PRId64 " not kept: %s", h->recs[i].task_id, h->recs[i].run,
+                                gp_store_errmsg(d->ws));
+                        rc = 0;
+                }
+        }
         return rc;
 }
 
@@ -225,13 +243,13 @@ static int h_task_runs(hreq *r, const gp_route_arg *a) {
         pthread_mutex_unlock(&d->rs_lock);
         if (rc == 0 && t.state == GP_TASK_RUNNING && t.started_ms > 0) { /* the current run */
                 gp_store_run cur = {.task_id = t.id, .run = gp_task_run_epoch(&t), .started_ms = t.started_ms,
-                                    .gpu_mem_peak_mb = t.gpu_mem_seen ? t.gpu_mem_peak_mb : -1,
+                                    .gpu_mem_peak_mb = run_peak(&t),
                                     .n_gpus = t.n_gpus, .gpus = t.gpus};
                 gp_strlcpy(cur.tenant, t.tenant, sizeof(cur.tenant));
                 gp_strlcpy(cur.user, t.user, sizeof(cur.user));
                 gp_strlcpy(cur.name, t.name, sizeof(cur.name));
                 gp_strlcpy(cur.state, "running", sizeof(cur.state));
-                clean_copy(cur.reason, sizeof(cur.reason), t.reason);
+                gp_history_clean(cur.reason, sizeof(cur.reason), t.reason);
                 json_t *o = run_json(&cur, true, gp_now_ms());
                 rc = o && json_array_append_new(runs, o) == 0 ? 0 : -ENOMEM;
         }

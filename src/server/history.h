@@ -37,11 +37,19 @@ void gp_history_run_end(struct gp_daemon *d, const gp_task *t, const char *state
                         int64_t now);
 /* Are records waiting for the batch's transaction? */
 bool gp_history_pending(struct gp_daemon *d);
-/* Inside the batch's transaction on d->ws: put the waiting records.
- * 0 or the store's error (the batch is then tried again, records kept). */
+/* Inside the batch's transaction on d->ws: put the waiting records.  A
+ * record the store refuses as malformed (-EINVAL: nothing of it written)
+ * is left out with a warning and never fails the batch.  0 or the store's
+ * error (the batch is then tried again, records kept). */
 int gp_history_store(struct gp_daemon *d);
 /* The batch is committed: forget the records. */
 void gp_history_stored(struct gp_daemon *d);
+/* Copy src into dst (size >= 1 bytes, always NUL-terminated) as text the
+ * store takes (base/text.h's rule): a C0 control or DEL becomes a space,
+ * a byte that does not start an acceptable character (broken UTF-8, a C1
+ * control, a bidirectional override) '?', and a character that does not
+ * fit whole is left out.  Pure; any thread. */
+void gp_history_clean(char *dst, size_t size, const char *src);
 /* Free what the module holds (gp_daemon close). */
 void gp_history_close(struct gp_daemon *d);
 

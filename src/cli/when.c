@@ -31,8 +31,8 @@ static int relative(const char *s, int64_t now_ms, int64_t *ret) {
         static const struct {
                 const char *name;
                 int64_t ms;
-        } units[] = {{"", 1000},       {"s", 1000},           {"seconds", 1000},   {"m", 60000},
-                     {"minutes", 60000}, {"h", 3600000},      {"hours", 3600000},  {"d", 86400000},
+        } units[] = {{"", 1000},         {"s", 1000},           {"seconds", 1000},        {"m", 60000},
+                     {"minutes", 60000}, {"h", 3600000},        {"hours", 3600000},       {"d", 86400000},
                      {"days", 86400000}, {"w", 7 * 86400000LL}, {"weeks", 7 * 86400000LL}};
         size_t n = strspn(s, "0123456789");
         char num[20];

@@ -185,15 +185,13 @@ static json_t *gpus_json(const gp_task_gpu *g, int n, json_t **ret_nodes) {
 static json_t *run_json(const gp_store_run *r, bool running, int64_t now) {
         json_t *nodes = NULL, *gpus = gpus_json(r->gpus, r->n_gpus, &nodes);
         int64_t end = running ? now : r->ended_ms;
-        json_t *o = json_pack("{s:I,s:I,s:s,s:s,s:s,s:s,s:s,s:o,s:I,s:o,s:I,s:o,s:o,s:o}", "task_id",
-                              (json_int_t)r->task_id, "run", (json_int_t)r->run, "tenant", r->tenant, "user",
-                              r->user, "name", r->name, "state", r->state, "reason", r->reason, "exit_code",
-                              r->has_exit_code ? json_integer(r->exit_code) : json_null(), "started_ms",
-                              (json_int_t)r->started_ms, "ended_ms",
-                              running ? json_null() : json_integer(r->ended_ms), "elapsed_ms",
-                              (json_int_t)(end > r->started_ms ? end - r->started_ms : 0), "gpu_memory_peak_mb",
-                              r->gpu_mem_peak_mb >= 0 ? json_integer(r->gpu_mem_peak_mb) : json_null(), "nodes",
-                              nodes, "gpus", gpus);
+        json_t *o = json_pack(
+                "{s:I,s:I,s:s,s:s,s:s,s:s,s:s,s:o,s:I,s:o,s:I,s:o,s:o,s:o}", "task_id", (json_int_t)r->task_id, "run",
+                (json_int_t)r->run, "tenant", r->tenant, "user", r->user, "name", r->name, "state", r->state, "reason",
+                r->reason, "exit_code", r->has_exit_code ? json_integer(r->exit_code) : json_null(), "started_ms",
+                (json_int_t)r->started_ms, "ended_ms", running ? json_null() : json_integer(r->ended_ms), "elapsed_ms",
+                (json_int_t)(end > r->started_ms ? end - r->started_ms : 0), "gpu_memory_peak_mb",
+                r->gpu_mem_peak_mb >= 0 ? json_integer(r->gpu_mem_peak_mb) : json_null(), "nodes", nodes, "gpus", gpus);
         char at[40];
         gp_time_format(r->started_ms, at, sizeof(at));
         json_object_set_new(o, "started_at", json_string(at));
@@ -242,9 +240,12 @@ static int h_task_runs(hreq *r, const gp_route_arg *a) {
         rc = runs ? gp_store_run_list(d->rs, &f, collect, runs) : -ENOMEM;
         pthread_mutex_unlock(&d->rs_lock);
         if (rc == 0 && t.state == GP_TASK_RUNNING && t.started_ms > 0) { /* the current run */
-                gp_store_run cur = {.task_id = t.id, .run = gp_task_run_epoch(&t), .started_ms = t.started_ms,
+                gp_store_run cur = {.task_id = t.id,
+                                    .run = gp_task_run_epoch(&t),
+                                    .started_ms = t.started_ms,
                                     .gpu_mem_peak_mb = run_peak(&t),
-                                    .n_gpus = t.n_gpus, .gpus = t.gpus};
+                                    .n_gpus = t.n_gpus,
+                                    .gpus = t.gpus};
                 gp_strlcpy(cur.tenant, t.tenant, sizeof(cur.tenant));
                 gp_strlcpy(cur.user, t.user, sizeof(cur.user));
                 gp_strlcpy(cur.name, t.name, sizeof(cur.name));
@@ -260,8 +261,7 @@ static int h_task_runs(hreq *r, const gp_route_arg *a) {
                 json_decref(runs);
                 return send_error(r, 503, "unavailable", "cannot read the task's runs");
         }
-        json_t *o = json_pack("{s:I,s:I,s:o}", "task_id", (json_int_t)a->id, "runs", (json_int_t)last, "items",
-                              runs);
+        json_t *o = json_pack("{s:I,s:I,s:o}", "task_id", (json_int_t)a->id, "runs", (json_int_t)last, "items", runs);
         char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
         if (gp_commit_wait(d) < 0) {
@@ -311,7 +311,8 @@ static int h_runs(hreq *r, const gp_route_arg *a) {
                 return send_error(r, 400, "invalid_request", "tenant: must be a tenant id");
         if (arg_str(r, "user", 33, gp_user_name_ok, &user) < 0)
                 return send_error(r, 400, "invalid_request", "user: must be a user name");
-        if (arg_str(r, "state", GP_RUN_STATE_MAX, gp_str_is_clean, &state) < 0 || (state && !gp_store_run_state_ok(state)))
+        if (arg_str(r, "state", GP_RUN_STATE_MAX, gp_str_is_clean, &state) < 0 ||
+            (state && !gp_store_run_state_ok(state)))
                 return send_error(r, 400, "invalid_request",
                                   "state: must be succeeded, failed, cancelled, timeout, lost, preempted or "
                                   "requeued");
@@ -322,8 +323,13 @@ static int h_runs(hreq *r, const gp_route_arg *a) {
                 if (r->own_only)
                         user = r->user;
         }
-        gp_store_run_filter f = {.tenant = tenant, .user = user, .state = state, .since_ms = since,
-                                 .until_ms = until, .before_id = before, .limit = (int)limit};
+        gp_store_run_filter f = {.tenant = tenant,
+                                 .user = user,
+                                 .state = state,
+                                 .since_ms = since,
+                                 .until_ms = until,
+                                 .before_id = before,
+                                 .limit = (int)limit};
         json_t *runs = json_array();
         /* the store alone: each batch's rows are one commit, seen whole or not
          * at all; nothing in memory is read, so d->lock is not taken */

@@ -33,8 +33,7 @@ void gp_history_run_start(struct gp_daemon *d, gp_task *t);
  * not running and has no pending record (a queued task cancelled) has no
  * run to end: nothing happens.  Out of memory stops the daemon (the run's
  * end must be stored with the batch). */
-void gp_history_run_end(struct gp_daemon *d, const gp_task *t, const char *state, const char *reason,
-                        int64_t now);
+void gp_history_run_end(struct gp_daemon *d, const gp_task *t, const char *state, const char *reason, int64_t now);
 /* Are records waiting for the batch's transaction? */
 bool gp_history_pending(struct gp_daemon *d);
 /* Inside the batch's transaction on d->ws: put the waiting records.  A

@@ -15,8 +15,8 @@
 #include "base/util.h"
 #include "store/store-int.h"
 
-#define RUNS_TABLE(INT, SERIAL)                                                                          \
-        "CREATE TABLE IF NOT EXISTS task_runs (id " SERIAL ", task_id " INT " NOT NULL, run " INT           \
+#define RUNS_TABLE(INT, SERIAL)                                                                              \
+        "CREATE TABLE IF NOT EXISTS task_runs (id " SERIAL ", task_id " INT " NOT NULL, run " INT            \
         " NOT NULL, tenant TEXT NOT NULL, unix_user TEXT NOT NULL, name TEXT NOT NULL, state TEXT NOT NULL," \
         " reason TEXT NOT NULL, exit_code " INT ", started_ms " INT " NOT NULL, ended_ms " INT " NOT NULL,"  \
         " gpu_mem_peak_mb " INT " NOT NULL, gpus TEXT NOT NULL, UNIQUE (task_id, run));"
@@ -30,8 +30,8 @@ const char *const store_runs_schema_sql[STORE_DIALECTS] = {
         [STORE_POSTGRES] = RUNS_TABLE("BIGINT", "BIGSERIAL PRIMARY KEY"),
 };
 
-#define RUN_COLS                                                                                          \
-        "id, task_id, run, tenant, unix_user, name, state, reason, exit_code, started_ms, ended_ms, "  \
+#define RUN_COLS                                                                                      \
+        "id, task_id, run, tenant, unix_user, name, state, reason, exit_code, started_ms, ended_ms, " \
         "gpu_mem_peak_mb, gpus"
 #define RUN_NCOLS 13
 
@@ -117,8 +117,9 @@ int gp_store_run_put(gp_store *s, const gp_store_run *r) {
         snprintf(started, sizeof(started), "%" PRId64, r->started_ms);
         snprintf(ended, sizeof(ended), "%" PRId64, r->ended_ms);
         snprintf(peak, sizeof(peak), "%" PRId64, r->gpu_mem_peak_mb);
-        const char *p[12] = {id,   run,  r->tenant, r->user, r->name, r->state, r->reason, r->has_exit_code ? code : NULL,
-                             started, ended, peak,   gpus ? gpus : "[]"};
+        const char *p[12] = {id,      run,      r->tenant, r->user,
+                             r->name, r->state, r->reason, r->has_exit_code ? code : NULL,
+                             started, ended,    peak,      gpus ? gpus : "[]"};
         rc = w(s,
                "INSERT INTO task_runs (task_id, run, tenant, unix_user, name, state, reason, exit_code, started_ms, "
                "ended_ms, gpu_mem_peak_mb, gpus) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
@@ -164,7 +165,8 @@ static int row(void *ud, int n, const char *const *cols) {
             !str_col(cols[6], r.state, sizeof(r.state)) || !gp_store_run_state_ok(r.state) ||
             !str_col(cols[7], r.reason, sizeof(r.reason)) ||
             (cols[8] && !i64_col(cols[8], INT32_MIN, INT32_MAX, &code)) ||
-            !i64_col(cols[9], 0, INT64_MAX, &r.started_ms) || !i64_col(cols[10], r.started_ms, INT64_MAX, &r.ended_ms) ||
+            !i64_col(cols[9], 0, INT64_MAX, &r.started_ms) ||
+            !i64_col(cols[10], r.started_ms, INT64_MAX, &r.ended_ms) ||
             !i64_col(cols[11], -1, INT64_MAX, &r.gpu_mem_peak_mb) || !cols[12]) {
                 x->bad = store_set_err(x->s, "a stored row is malformed or out of range", "task runs");
                 return x->bad;
@@ -173,8 +175,9 @@ static int row(void *ud, int n, const char *const *cols) {
         r.exit_code = (int)code;
         int rc = store_gpus_from_json(cols[12], strlen(cols[12]), &r.gpus, &r.n_gpus, why, sizeof(why));
         if (rc < 0) {
-                x->bad = rc == -ENOMEM ? -ENOMEM : store_set_err(x->s, why, "task runs: run %" PRId64 " of task %"
-                                                                              PRId64, r.run, r.task_id);
+                x->bad = rc == -ENOMEM ? -ENOMEM
+                                       : store_set_err(x->s, why, "task runs: run %" PRId64 " of task %" PRId64, r.run,
+                                                       r.task_id);
                 return x->bad;
         }
         rc = x->cb(&r, x->ud);
@@ -198,10 +201,10 @@ int gp_store_run_list(gp_store *s, const gp_store_run_filter *f, gp_store_run_cb
         char sql[640], task[24], since[24], until[24], before[24], limit[16];
         const char *p[8];
         int n = 0, off = snprintf(sql, sizeof(sql), "SELECT " RUN_COLS " FROM task_runs WHERE 1 = 1");
-#define COND(text, value)                                                                                   \
-        do {                                                                                                \
-                p[n++] = (value);                                                                           \
-                off += snprintf(sql + off, sizeof(sql) - (size_t)off, " AND " text, n);                     \
+#define COND(text, value)                                                               \
+        do {                                                                            \
+                p[n++] = (value);                                                       \
+                off += snprintf(sql + off, sizeof(sql) - (size_t)off, " AND " text, n); \
         } while (0)
         snprintf(task, sizeof(task), "%" PRId64, f->task_id);
         snprintf(since, sizeof(since), "%" PRId64, f->since_ms);

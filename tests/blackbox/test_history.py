@@ -145,7 +145,9 @@ def test_a_preempted_task_keeps_both_runs_where_and_how_they_ended_across_a_rest
     lines = st.stdout.split("runs:\n", 1)[1].splitlines()
     assert lines[0].split()[:3] == ["RUN", "STATE", "EXIT"], st.stdout
     assert lines[1].split()[:2] == ["1", "preempted"] and "local:0,local:1,local:2,local:3" in lines[1], lines
-    assert lines[2].split()[:3] == ["2", "cancelled", str(done[1]["exit_code"])], lines
+    # (a cancel that finds the run's supervisor not started yet ends it with no exit code: "-")
+    code = done[1]["exit_code"]
+    assert lines[2].split()[:3] == ["2", "cancelled", "-" if code is None else str(code)], lines
     h = d.cli("history")
     assert h.returncode == 0, h.stderr
     rows = [line.split() for line in h.stdout.splitlines()]
@@ -275,34 +277,53 @@ def test_a_retry_after_a_gpu_failure_keeps_the_failed_gpu_and_each_runs_peak_mem
 
 # ---- agents: a node is lost, the task runs again elsewhere ------------------
 
-TICK = 'echo "first $GPUPOOL_NODE"; while :; do sleep 0.2; done'
+H100 = 'gpu name="NVIDIA H100 80GB HBM3" uuid=GPU-%s-0000-0000-0000-%012d mem_total_mb=81559 procs=env\n'
+# each process started after the export "uses" 600 MiB on every GPU it sees on gpu-a, 250 on gpu-b (the fake
+# NVML reads a process's environment as it was at exec: procs=env)
+TICK = ('if [ "$GPUPOOL_NODE" = gpu-a ]; then export FAKE_NVML_GPU_MB=600; else export FAKE_NVML_GPU_MB=250; fi; '
+        'echo "first $GPUPOOL_NODE"; while :; do sleep 0.2; done')
 
 
-def test_a_task_requeued_after_a_node_loss_keeps_the_lost_nodes_run(cluster):
-    cluster.start_server()
-    a = cluster.agent("gpu-a", gpus=sim_gpus(2))
+def nvml_agent(cluster, name, tag):
+    conf = cluster.tmp / ("nvml-%s.conf" % name)
+    conf.write_text("".join(H100 % (tag, i) for i in range(2)))
+    return cluster.agent(name, gpus='gpus: {backend: nvml, nvml_library: "%s"}\n' % fake_nvml(),
+                         env={"FAKE_NVML_CONFIG": str(conf)})
+
+
+def test_a_task_requeued_after_a_node_loss_keeps_the_lost_nodes_run_and_its_peak(cluster):
+    cluster.start_server(server_config().replace("gpus: {backend: none}", "gpus: {backend: none, poll_ms: 200}"))
+    a = nvml_agent(cluster, "gpu-a", "aaaaaaaa")
     t = cluster.submit(["sh", "-c", TICK], gpu_request=2, max_retries=1, on_node_lost="requeue")
     tid = t["id"]
     api = cluster.server.api
     cluster.wait_task(tid, "running", where=lambda x: x["nodes"] == ["gpu-a"], timeout=15)
-    cluster.agent("gpu-b", gpus=sim_gpus(2))
+    # its sleeps (one at a time; the sh itself was started without the variable): 600 MiB on each GPU, 1200
+    wait_for(lambda: task(cluster.server, tid)["gpu_memory_peak_mb"] == 1200, 15, "run 1's GPU memory on gpu-a")
+    nvml_agent(cluster, "gpu-b", "bbbbbbbb")
     a.kill9()
     cluster.wait_node("gpu-a", "lost", timeout=NODE_TIMEOUT_S + 5)
     cluster.wait_task(tid, "running", where=lambda x: x["nodes"] == ["gpu-b"] and x["retries"] == 1, timeout=15)
     got = runs(api, tid)
     assert [(r["run"], r["state"]) for r in got] == [(1, "requeued"), (2, "running")], got
     assert got[0]["nodes"] == ["gpu-a"] and gpu_ids(got[0]) == ["gpu-a:0", "gpu-a:1"], got
-    assert "gpu-a" in got[0]["reason"], got
+    assert [g["uuid"] for g in got[0]["gpus"]] == ["GPU-aaaaaaaa-0000-0000-0000-%012d" % i for i in range(2)], got
+    assert "gpu-a" in got[0]["reason"] and got[0]["gpu_memory_peak_mb"] == 1200, got
     assert got[1]["nodes"] == ["gpu-b"], got
+    # run 2's own peak, from zero: 250 on each GPU, never run 1's 1200
+    wait_for(lambda: runs(api, tid)[1]["gpu_memory_peak_mb"] == 500, 15, "run 2's GPU memory on gpu-b")
     cluster.server.kill9()
     cluster.server.start()
     assert runs(api, tid)[0] == got[0]
+    # after the restart the server counts run 2's peak again from its next reading
+    wait_for(lambda: runs(api, tid)[1]["gpu_memory_peak_mb"] == 500, 15, "run 2's GPU memory after the restart")
     assert cluster.cli("cancel", tid).returncode == 0
     cluster.wait_task(tid, "cancelled", timeout=20)
     done = runs(api, tid)
     assert [(r["run"], r["state"]) for r in done] == [(1, "requeued"), (2, "cancelled")], done
     assert done[1]["nodes"] == ["gpu-b"] and gpu_ids(done[1]) == ["gpu-b:0", "gpu-b:1"], done
+    assert done[1]["gpu_memory_peak_mb"] == 500, done
     h = cluster.cli("history")
     assert h.returncode == 0, h.stderr
     assert [line.split()[0] for line in h.stdout.splitlines()[1:]] == ["%d.2" % tid, "%d.1" % tid], h.stdout
-    assert "gpu-a:0,gpu-a:1" in h.stdout and "gpu-b:0,gpu-b:1" in h.stdout, h.stdout
+    assert "gpu-a:0,gpu-a:1" in h.stdout and "gpu-b:0,gpu-b:1" in h.stdout and "1200M" in h.stdout, h.stdout

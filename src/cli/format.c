@@ -1354,10 +1354,10 @@ int gp_cli_format_runs(const json_t *resp, gp_buf *out) {
         size_t i;
         int r = 0;
         if (!rs || json_array_size(rs) == 0)
-                return gp_buf_puts(out, "runs: none kept yet\n");
+                return gp_buf_puts(out, "run history: none yet (it has not started)\n");
         table_init(&t, cols, GP_ARRAY_SIZE(cols));
 #define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
-        CHECK(gp_buf_puts(out, "runs:\n"));
+        CHECK(gp_buf_puts(out, "run history:\n"));
         json_array_foreach(rs, i, x) {
                 CHECK(cell_int(&t, x, "run", "", ""));
                 CHECK(cell_str(&t, jstr(x, "state")));

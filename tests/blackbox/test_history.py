@@ -142,7 +142,7 @@ def test_a_preempted_task_keeps_both_runs_where_and_how_they_ended_across_a_rest
     # the CLI: status ends with one line per run; history / acct as sacct
     st = d.cli("status", tid)
     assert st.returncode == 0, st.stderr
-    lines = st.stdout.split("runs:\n", 1)[1].splitlines()
+    lines = st.stdout.split("run history:\n", 1)[1].splitlines()
     assert lines[0].split()[:3] == ["RUN", "STATE", "EXIT"], st.stdout
     assert lines[1].split()[:2] == ["1", "preempted"] and "local:0,local:1,local:2,local:3" in lines[1], lines
     # (a cancel that finds the run's supervisor not started yet ends it with no exit code: "-")
@@ -181,7 +181,7 @@ def test_run_parameters_are_checked(daemon_factory):
     assert d.cli("cancel", q["id"]).returncode == 0
     assert runs(d.api, q["id"]) == []
     assert [r["task_id"] for r in history(d.api)] == [t["id"]]
-    assert "runs: none kept yet" in d.cli("status", q["id"]).stdout
+    assert "run history: none yet" in d.cli("status", q["id"]).stdout
     assert post(d, "/api/v1/tasks/%d/release" % hold["id"]).status_code == 200
 
 

@@ -844,7 +844,7 @@ static void test_runs_and_history_print_one_line_per_run_as_sacct(void **state) 
                            "\"gpus\":[{\"id\":\"gpu-b:0\"}]}]}";
         char *s = format_with(gp_cli_format_runs, runs);
         assert_null(strchr(s, '\x1b'));
-        assert_non_null(strstr(s, "runs:\nRUN  STATE      EXIT  START                ELAPSED     GPUS"));
+        assert_non_null(strstr(s, "run history:\nRUN  STATE      EXIT  START                ELAPSED     GPUS"));
         assert_non_null(strstr(s, "\n1    requeued   -     2026-11-27T10:00:00  01:02:03    gpu-a:0,gpu-a:1  30120M"));
         assert_non_null(strstr(s, "node gpu-a lost?[2J"));
         assert_non_null(strstr(s, "\n2    succeeded  0     2026-11-27T11:03:20  1-10:03:20  gpu-b:0"));
@@ -859,7 +859,7 @@ static void test_runs_and_history_print_one_line_per_run_as_sacct(void **state) 
         assert_string_equal(s, "no runs\n");
         free(s);
         s = format_with(gp_cli_format_runs, "{\"task_id\":7,\"runs\":0,\"items\":[]}");
-        assert_string_equal(s, "runs: none kept yet\n");
+        assert_string_equal(s, "run history: none yet (it has not started)\n");
         free(s);
 }
 

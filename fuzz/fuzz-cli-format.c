@@ -71,6 +71,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         run(join_tokens_at, j);
         run(gp_cli_format_usage, j);
         run(gp_cli_format_invoice, j);
+        run(gp_cli_format_runs, j);
+        run(gp_cli_format_history, j);
         json_decref(j);
         return 0;
 }

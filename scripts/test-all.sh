@@ -67,11 +67,11 @@ trap 'tests/pg/stop-pg.sh "$url" >/dev/null 2>&1 || true' EXIT
 GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BUILD=build build/tests/test-store
 # the black-box files whose PostgreSQL cases need the server (one live server per store;
 # several servers: leader, standby, fenced failover; the store guard and Idempotency-Key
-# across a failover)
+# across a failover; every run of a task kept)
 GPUPOOL_TEST_PG_URL="$url" GPUPOOL_BIN="$PWD/build/gpupool" GPUPOOL_BUILD="$PWD/build" \
         /usr/bin/python3 -m pytest -q tests/blackbox/test_one_server.py tests/blackbox/test_ha.py \
         tests/blackbox/test_ha_attack.py tests/blackbox/test_tls.py tests/blackbox/test_users.py \
-        tests/blackbox/test_store_guard.py
+        tests/blackbox/test_store_guard.py tests/blackbox/test_history.py
 # several servers again under ThreadSanitizer (stage 4's build): the follower's
 # connection threads, the lease thread and a deposed leader's threads
 tsan_dir=$(mktemp -d /tmp/gpupool-tsan.XXXXXX)

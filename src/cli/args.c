@@ -36,6 +36,7 @@ enum opt_id {
         O_TIME, O_WAIT, O_ADMIN,
         O_EXPORT, O_USER, O_ME, /* local users (unix.c) */
         O_CACERT,
+        O_SINCE, O_UNTIL, /* history (sacct -S, -E) */
 };
 
 #define V(x) (1u << GP_CLI_##x)
@@ -75,7 +76,8 @@ static const struct opt opts[] = {
         {"queue-timeout", 0, true, O_QTIMEOUT, V(SUBMIT) | V(RUN)},
         {"env", 0, true, O_ENV, V(SUBMIT) | V(RUN)},
         {"workdir", 0, true, O_WORKDIR, V(SUBMIT) | V(RUN)},
-        {"tenant", 0, true, O_TENANT, V(SUBMIT) | V(RUN) | V(PS) | V(CANCEL) | V(KEY) | V(USAGE) | V(INVOICE)},
+        {"tenant", 0, true, O_TENANT, V(SUBMIT) | V(RUN) | V(PS) | V(CANCEL) | V(KEY) | V(USAGE) | V(INVOICE) |
+                                              V(HISTORY)},
         {"from", 0, true, O_FROM, V(USAGE)},
         {"to", 0, true, O_TO, V(USAGE)},
         {"group-by", 0, true, O_GROUP_BY, V(USAGE)},
@@ -86,8 +88,12 @@ static const struct opt opts[] = {
         {"on-node-lost", 0, true, O_ON_NODE_LOST, V(SUBMIT)},
         {"signal", 0, true, O_SIGNAL, V(SUBMIT)},            /* sbatch's --signal [B:]SIG@SECS */
         {"all", 'a', false, O_ALL, V(PS)},
-        {"state", 0, true, O_STATE, V(PS) | V(CANCEL)},
-        {"limit", 0, true, O_LIMIT, V(PS) | V(QUEUE)},
+        {"state", 's', true, O_STATE, V(PS) | V(CANCEL) | V(HISTORY)},
+        {"limit", 0, true, O_LIMIT, V(PS) | V(QUEUE) | V(HISTORY)},
+        {"since", 'S', true, O_SINCE, V(HISTORY)},
+        {"starttime", 0, true, O_SINCE, V(HISTORY)}, /* sacct's */
+        {"until", 'E', true, O_UNTIL, V(HISTORY)},
+        {"endtime", 0, true, O_UNTIL, V(HISTORY)}, /* sacct's */
         {"follow", 'f', false, O_FOLLOW, V(LOGS)},
         {"run", 0, true, O_RUN_NO, V(LOGS)},
         {"rank", 0, true, O_RANK, V(LOGS)},
@@ -95,8 +101,8 @@ static const struct opt opts[] = {
         {"expand", 'r', false, O_EXPAND, V(PS)},
         /* local users (unix.c): sbatch --export, squeue/scancel -u, --me */
         {"export", 0, true, O_EXPORT, V(SUBMIT)},
-        {"user", 'u', true, O_USER, V(PS) | V(CANCEL)},
-        {"me", 0, false, O_ME, V(PS) | V(CANCEL)},
+        {"user", 'u', true, O_USER, V(PS) | V(CANCEL) | V(HISTORY)},
+        {"me", 0, false, O_ME, V(PS) | V(CANCEL) | V(HISTORY)},
 };
 
 static const struct verb_info {
@@ -197,7 +203,23 @@ static const struct verb_info {
                        "  --expand, -r         one line per job array element (default: one line per\n"
                        "                       array, ID_[SPEC], with its elements counted by state)\n"},
         [GP_CLI_STATUS] = {"status", "gpupool status ID | ID_INDEX", NULL, "show one task in detail",
-                           "  ID_INDEX             element INDEX of job array ID (12_7)\n"},
+                           "  ID_INDEX             element INDEX of job array ID (12_7)\n"
+                           "Ends with the task's runs, one line each: where (its GPUs), when, how it ended,\n"
+                           "its exit code and peak GPU memory ('gpupool history' lists runs of many tasks).\n"},
+        [GP_CLI_HISTORY] = {"history", "gpupool history [-u USER | --me] [-s STATE] [-S TIME] [-E TIME] [--tenant T] "
+                            "[--limit N]",
+                            NULL, "list ended runs of tasks, newest first, as sacct (alias: acct)",
+                            "  -u, --user USER      only runs of Unix user USER; --me: yours\n"
+                            "  -s, --state S        only runs that ended S: succeeded, failed, cancelled, timeout,\n"
+                            "                       lost, preempted or requeued\n"
+                            "  -S, --since TIME     only runs that ended at or after TIME (--starttime)\n"
+                            "  -E, --until TIME     only runs that ended before TIME (--endtime)\n"
+                            "  --tenant T           only tenant T's (admin keys; a tenant key sees its own)\n"
+                            "  --limit N            at most N runs (1..1000, default 100)\n"
+                            "TIME: YYYY-MM-DD[THH:MM[:SS]] (local time), RFC 3339, today, midnight, now or\n"
+                            "now-N[s|m|h|d|w] (e.g. now-2h).  A run is one start of a task: JOBID is ID.RUN\n"
+                            "(run 1 is the first start; a requeue after a node or GPU loss and a preemption\n"
+                            "start the next).  A task keeps its last 100 runs.\n"},
         [GP_CLI_CANCEL] = {"cancel", "gpupool cancel [--state S] [ID | ID_INDEX | --array ID]... | -u USER | --me", NULL,
                            "cancel tasks (idempotent); prints each one's resulting state",
                            "  ID                   one task (an array element too, by its task id; the\n"
@@ -315,6 +337,10 @@ const char *gp_cli_verb_name(gp_cli_verb v) {
 }
 
 static int verb_lookup(const char *name, gp_cli_verb *ret) {
+        if (strcmp(name, "acct") == 0) { /* sacct's habit */
+                *ret = GP_CLI_HISTORY;
+                return 0;
+        }
         for (int i = 0; i < GP_CLI_VERB_COUNT; i++)
                 if (strcmp(name, verbs[i].name) == 0) {
                         *ret = (gp_cli_verb)i;
@@ -330,15 +356,18 @@ int gp_cli_help(const char *topic, gp_buf *out) {
                                       "usage: gpupool [--api URL] [--key KEY] [--json] COMMAND [ARGS]\n\n"
                                       "Commands:\n");
                 static const gp_cli_verb order[] = {
-                        GP_CLI_SUBMIT, GP_CLI_RUN, GP_CLI_PS, GP_CLI_STATUS, GP_CLI_CANCEL,
+                        GP_CLI_SUBMIT, GP_CLI_RUN, GP_CLI_PS, GP_CLI_STATUS, GP_CLI_HISTORY, GP_CLI_CANCEL,
                         GP_CLI_LOGS, GP_CLI_GPUS, GP_CLI_QUEUE, GP_CLI_NODES, GP_CLI_NODE, GP_CLI_JOIN_TOKEN,
                         GP_CLI_SERVERS, GP_CLI_CA, GP_CLI_TENANTS, GP_CLI_KEY, GP_CLI_CONFIG,
                         GP_CLI_USAGE, GP_CLI_INVOICE, GP_CLI_VERSION,
                         GP_CLI_HELP,
                 };
-                for (size_t i = 0; i < GP_ARRAY_SIZE(order); i++)
+                for (size_t i = 0; i < GP_ARRAY_SIZE(order); i++) {
                         r |= gp_buf_printf(out, "  %-10s %s\n", verbs[order[i]].name,
                                            verbs[order[i]].summary);
+                        if (order[i] == GP_CLI_HISTORY)
+                                r |= gp_buf_printf(out, "  %-10s %s\n", "acct", "the same as history (sacct's name)");
+                }
                 for (size_t i = 0; i < GP_ARRAY_SIZE(daemon_verbs); i++)
                         r |= gp_buf_printf(out, "  %-10s %s\n", daemon_verbs[i].name,
                                            daemon_verbs[i].summary);
@@ -1050,6 +1079,21 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                                 c->cancel_state = val;
                                                 break;
                                         }
+                                        if (c->verb == GP_CLI_HISTORY) {
+                                                static const char *const run_states[] = {
+                                                        "succeeded", "failed", "cancelled", "timeout",
+                                                        "lost",      "preempted", "requeued"};
+                                                bool ok = false;
+                                                for (size_t k = 0; k < GP_ARRAY_SIZE(run_states); k++)
+                                                        ok = ok || !strcmp(val, run_states[k]);
+                                                if (!ok)
+                                                        return fail(p, "--state: '%.80s' is not how a run ends: "
+                                                                       "expected succeeded, failed, cancelled, "
+                                                                       "timeout, lost, preempted or requeued",
+                                                                    val);
+                                                c->state = val;
+                                                break;
+                                        }
                                         if (strcmp(val, "active") != 0 && gp_task_state_parse(val, &st) < 0)
                                                 return fail(p, "--state: '%s' is not a state: expected queued, "
                                                                "running, succeeded, failed, cancelled, "
@@ -1129,6 +1173,19 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                                 c->from = val;
                                         else
                                                 c->to = val;
+                                        break;
+                                }
+                                case O_SINCE:
+                                case O_UNTIL: {
+                                        int64_t ms;
+                                        if (gp_cli_when_parse(val, gp_now_ms(), &ms) < 0)
+                                                return fail(p, "--%s: '%.80s' is not a time (YYYY-MM-DD[THH:MM[:SS]], "
+                                                               "RFC 3339, today, midnight, now or now-N[s|m|h|d|w])",
+                                                            o->name, val);
+                                        if (o->id == O_SINCE)
+                                                c->since = val;
+                                        else
+                                                c->until = val;
                                         break;
                                 }
                                 case O_GROUP_BY:

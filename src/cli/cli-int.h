@@ -70,6 +70,7 @@ typedef enum gp_cli_verb {
         GP_CLI_SERVERS,
         GP_CLI_CONFIG,
         GP_CLI_CA,
+        GP_CLI_HISTORY,          /* history (alias acct): ended runs, as sacct */
         GP_CLI_VERB_COUNT,
 } gp_cli_verb;
 
@@ -130,6 +131,7 @@ typedef struct gp_cli_cmd {
         const char *export_env;  /* submit --export ALL|NONE|NAME[=V],..., borrowed, NULL = not given */
         const char *user;        /* ps/cancel -u USER, borrowed, NULL = none */
         bool me;                 /* ps/cancel --me: -u of this process's user */
+        const char *since, *until; /* history -S/--since, -E/--until (gp_cli_when_parse), borrowed */
         const char *env_node;    /* set by the caller before gp_cli_parse: GPUPOOL_NODE (run's
                                   * default --node), borrowed, NULL = unset */
 } gp_cli_cmd;
@@ -184,6 +186,18 @@ int gp_cli_format_tenants(const json_t *resp, gp_buf *out);
 /* GET /api/v1/usage and /api/v1/invoices answers as tables. */
 int gp_cli_format_usage(const json_t *resp, gp_buf *out);
 int gp_cli_format_invoice(const json_t *resp, gp_buf *out);
+/* GET /api/v1/tasks/{id}/runs: "runs:" and one line per run (RUN STATE
+ * EXIT START ELAPSED GPUS PEAK MEM REASON), as `status ID` ends. */
+int gp_cli_format_runs(const json_t *resp, gp_buf *out);
+/* GET /api/v1/runs: sacct's table, one line per run: JOBID (ID.RUN) NAME
+ * USER TENANT STATE EXITCODE START END ELAPSED GPUS PEAKMEM; times local. */
+int gp_cli_format_history(const json_t *resp, gp_buf *out);
+/* A time as sacct -S/-E take it, into ms since the epoch: YYYY-MM-DD,
+ * YYYY-MM-DDTHH:MM[:SS] (local time), RFC 3339 with a zone, today or
+ * midnight (00:00 today, local), now, now-N[UNIT] (UNIT s (default), m, h,
+ * d, w or seconds, minutes, hours, days, weeks).  now_ms: the clock.
+ * 0 or -EINVAL.  Pure but for the local time zone. */
+int gp_cli_when_parse(const char *s, int64_t now_ms, int64_t *ret_ms);
 /* Columns a UTF-8 string takes on a terminal (East Asian wide = 2,
  * combining marks = 0, invalid bytes = 1 each). */
 size_t gp_cli_display_width(const char *s);

@@ -298,6 +298,31 @@ static int task_path(gp_buf *b, int64_t id, const char *suffix) {
         return gp_buf_printf(b, "/api/v1/tasks/%" PRId64 "%s", id, suffix);
 }
 
+/* status ID, after the task: its runs, one line each.  The task was
+ * shown: a server that cannot say (an older one: 404) leaves them out,
+ * quietly. */
+static int status_runs(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        gp_buf path, text, msg;
+        gp_cli_resp r;
+        gp_cli_conn conn = {.api = c->api, .key = c->key, .cacert = c->cacert};
+        task_path(&path, c->id, "/runs");
+        gp_buf_init(&msg, 4096);
+        memset(&r, 0, sizeof(r));
+        int rc = gp_cli_http_json(&conn, "GET", path.data, NULL, GP_CLI_REQUEST_TIMEOUT_S, &r, &msg);
+        gp_buf_done(&path);
+        gp_buf_done(&msg);
+        if (rc < 0 || r.status != 200 || !json_is_array(json_object_get(r.json, "items"))) {
+                gp_cli_resp_done(&r);
+                return GP_CLI_EXIT_OK;
+        }
+        int ex;
+        gp_buf_init(&text, GP_CLI_BODY_MAX);
+        ex = print_buf(out, err, gp_cli_format_runs(r.json, &text), &text);
+        gp_buf_done(&text);
+        gp_cli_resp_done(&r);
+        return ex;
+}
+
 static int cmd_status(const gp_cli_cmd *c, FILE *out, FILE *err) {
         gp_buf path, text;
         gp_cli_resp r;
@@ -313,6 +338,8 @@ static int cmd_status(const gp_cli_cmd *c, FILE *out, FILE *err) {
                         print_json(out, r.json);
                 } else {
                         ex = print_buf(out, err, gp_cli_format_status(r.json, gp_now_ms(), &text), &text);
+                        if (ex == 0)
+                                ex = status_runs(c, out, err);
                 }
                 gp_cli_resp_done(&r);
         }
@@ -979,6 +1006,45 @@ static int cmd_billing(const gp_cli_cmd *c, FILE *out, FILE *err) {
         return ex;
 }
 
+/* history / acct: GET /api/v1/runs with the command's filters (times made
+ * ms here, so "now-2h" means now on this machine). */
+static int cmd_history(const gp_cli_cmd *c, FILE *out, FILE *err) {
+        char me[64], num[24];
+        const char *user = c->me ? (gp_cli_self_name(me, sizeof(me)) == 0 ? me : NULL) : c->user;
+        if (c->me && !user) {
+                fprintf(err, "gpupool: cannot tell your user name\n");
+                return GP_CLI_EXIT_REFUSED;
+        }
+        gp_buf path;
+        gp_buf_init(&path, 8192);
+        int r = gp_buf_puts(&path, "/api/v1/runs");
+        r = r ? r : query_add(&path, "tenant", c->tenant);
+        r = r ? r : query_add(&path, "user", user);
+        r = r ? r : query_add(&path, "state", c->state);
+        const char *when[2] = {c->since, c->until}, *key[2] = {"since", "until"};
+        for (int i = 0; i < 2 && r == 0; i++) {
+                int64_t ms;
+                if (!when[i])
+                        continue;
+                if (gp_cli_when_parse(when[i], gp_now_ms(), &ms) < 0)
+                        r = -EINVAL;
+                snprintf(num, sizeof(num), "%" PRId64, ms);
+                r = r ? r : query_add(&path, key[i], num);
+        }
+        if (r == 0 && c->limit) {
+                snprintf(num, sizeof(num), "%" PRId64, c->limit);
+                r = query_add(&path, "limit", num);
+        }
+        if (r < 0) {
+                gp_buf_done(&path);
+                fprintf(err, "gpupool: %s\n", gp_strerror(r));
+                return GP_CLI_EXIT_USAGE;
+        }
+        int ex = cmd_list(c, out, err, path.data, gp_cli_format_history);
+        gp_buf_done(&path);
+        return ex;
+}
+
 static int cmd_help(const char *topic, FILE *out, FILE *err) {
         gp_buf b;
         gp_buf_init(&b, 1 << 20);
@@ -1084,6 +1150,9 @@ int gp_cli_main_io(int argc, char **argv, FILE *out, FILE *err) {
         case GP_CLI_USAGE:
         case GP_CLI_INVOICE:
                 ex = cmd_billing(&c, out, err);
+                break;
+        case GP_CLI_HISTORY:
+                ex = cmd_history(&c, out, err);
                 break;
         case GP_CLI_CONFIG:
                 ex = cmd_config_check(&c, out, err);

@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/text.h"
 #include "base/util.h"
@@ -1285,6 +1286,129 @@ int gp_cli_format_invoice(const json_t *resp, gp_buf *out) {
         if (json_array_size(ls))
                 CHECK(table_print(&t, out));
         CHECK(put_parts(out, "total: %s %s\n", jstr(resp, "total"), cur ? cur : ""));
+#undef CHECK
+out:
+        table_done(&t);
+        return r;
+}
+
+/* ---- runs (GET /api/v1/tasks/{id}/runs, GET /api/v1/runs) ------------ */
+
+/* ms since the epoch as local "YYYY-MM-DDTHH:MM:SS" (sacct's form). */
+static int put_when(gp_buf *b, int64_t ms) {
+        time_t s = (time_t)(ms / 1000);
+        struct tm tm;
+        char text[32];
+        if (ms <= 0 || !localtime_r(&s, &tm) || strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%S", &tm) == 0)
+                return gp_buf_puts(b, "-");
+        return gp_buf_puts(b, text);
+}
+
+/* [D-]HH:MM:SS (sacct's Elapsed). */
+static int put_elapsed(gp_buf *b, int64_t ms) {
+        int64_t s = ms > 0 ? ms / 1000 : 0;
+        if (s >= 86400)
+                return gp_buf_printf(b, "%" PRId64 "-%02d:%02d:%02d", s / 86400, (int)(s % 86400 / 3600),
+                                     (int)(s % 3600 / 60), (int)(s % 60));
+        return gp_buf_printf(b, "%02d:%02d:%02d", (int)(s / 3600), (int)(s % 3600 / 60), (int)(s % 60));
+}
+
+/* The run's GPUs as NODE:INDEX,... */
+static int cell_run_gpus(struct table *t, const json_t *run) {
+        const json_t *gs = json_object_get(run, "gpus"), *g;
+        size_t i;
+        int r = 0;
+        json_array_foreach(gs, i, g) {
+                if (r == 0 && i > 0)
+                        r = gp_buf_puts(&t->cell, ",");
+                if (r == 0)
+                        r = gp_buf_puts(&t->cell, jstr(g, "id") ? jstr(g, "id") : "?");
+        }
+        return r ? r : cell_end(t);
+}
+
+static int cell_peak(struct table *t, const json_t *run) {
+        int64_t mb;
+        int r = jint(run, "gpu_memory_peak_mb", &mb) ? gp_buf_printf(&t->cell, "%" PRId64 "M", mb) : 0;
+        return r ? r : cell_end(t);
+}
+
+static int cell_when(struct table *t, const json_t *run, const char *k) {
+        int64_t ms;
+        int r = jint(run, k, &ms) ? put_when(&t->cell, ms) : gp_buf_puts(&t->cell, "Unknown");
+        return r ? r : table_push(t);
+}
+
+static int cell_elapsed(struct table *t, const json_t *run) {
+        int64_t ms = 0;
+        jint(run, "elapsed_ms", &ms);
+        int r = put_elapsed(&t->cell, ms);
+        return r ? r : table_push(t);
+}
+
+int gp_cli_format_runs(const json_t *resp, gp_buf *out) {
+        static const struct col cols[] = {
+                {"RUN", 0, false},   {"STATE", 0, false},   {"EXIT", 0, false},  {"START", 0, false},
+                {"ELAPSED", 0, false}, {"GPUS", 48, false}, {"PEAK MEM", 0, true}, {"REASON", 60, true},
+        };
+        json_t *rs = list_of(resp, "items"), *x;
+        struct table t;
+        size_t i;
+        int r = 0;
+        if (!rs || json_array_size(rs) == 0)
+                return gp_buf_puts(out, "run history: none yet (it has not started)\n");
+        table_init(&t, cols, GP_ARRAY_SIZE(cols));
+#define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
+        CHECK(gp_buf_puts(out, "run history:\n"));
+        json_array_foreach(rs, i, x) {
+                CHECK(cell_int(&t, x, "run", "", ""));
+                CHECK(cell_str(&t, jstr(x, "state")));
+                CHECK(cell_int(&t, x, "exit_code", "", ""));
+                CHECK(cell_when(&t, x, "started_ms"));
+                CHECK(cell_elapsed(&t, x));
+                CHECK(cell_run_gpus(&t, x));
+                CHECK(cell_peak(&t, x));
+                CHECK(cell_str(&t, jstr(x, "reason")));
+        }
+        CHECK(table_print(&t, out));
+#undef CHECK
+out:
+        table_done(&t);
+        return r;
+}
+
+int gp_cli_format_history(const json_t *resp, gp_buf *out) {
+        static const struct col cols[] = {
+                {"JOBID", 0, false},  {"NAME", 24, true},   {"USER", 0, true},     {"TENANT", 0, false},
+                {"STATE", 0, false},  {"EXITCODE", 0, false}, {"START", 0, false}, {"END", 0, false},
+                {"ELAPSED", 0, false}, {"GPUS", 48, false}, {"PEAKMEM", 0, true},
+        };
+        json_t *rs = list_of(resp, "items"), *x;
+        struct table t;
+        size_t i;
+        int r = 0;
+        if (!rs || json_array_size(rs) == 0)
+                return gp_buf_puts(out, "no runs\n");
+        table_init(&t, cols, GP_ARRAY_SIZE(cols));
+#define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
+        json_array_foreach(rs, i, x) {
+                int64_t id = 0, run = 0;
+                jint(x, "task_id", &id);
+                jint(x, "run", &run);
+                CHECK(gp_buf_printf(&t.cell, "%" PRId64 ".%" PRId64, id, run));
+                CHECK(table_push(&t));
+                CHECK(cell_str(&t, jstr(x, "name")));
+                CHECK(cell_str(&t, jstr(x, "user")));
+                CHECK(cell_str(&t, jstr(x, "tenant")));
+                CHECK(cell_str(&t, jstr(x, "state")));
+                CHECK(cell_int(&t, x, "exit_code", "", ""));
+                CHECK(cell_when(&t, x, "started_ms"));
+                CHECK(cell_when(&t, x, "ended_ms"));
+                CHECK(cell_elapsed(&t, x));
+                CHECK(cell_run_gpus(&t, x));
+                CHECK(cell_peak(&t, x));
+        }
+        CHECK(table_print(&t, out));
 #undef CHECK
 out:
         table_done(&t);

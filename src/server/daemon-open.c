@@ -27,6 +27,7 @@
 #include "server/nodes-tele.h"
 #include "server/coord.h"
 #include "server/estimates.h"
+#include "server/history.h"
 #include "server/idem.h"
 #include "base/labels.h"
 
@@ -670,6 +671,7 @@ void gp_daemon_close(gp_daemon *d) {
         gp_disk_close(d);
         gp_commit_close(d);
         gp_idem_close(d);
+        gp_history_close(d);
         free(d->gpu_ids);
         free(d->gpu_info);
         if (d->evfd >= 0)

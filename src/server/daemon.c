@@ -32,6 +32,7 @@
 #include "server/coord.h"
 #include "server/estimates.h"
 #include "server/idem.h"
+#include "server/history.h"
 #include "server/runlog.h"
 #include "base/labels.h"
 
@@ -347,7 +348,8 @@ static void lease_let_go(gp_daemon *d, gp_task *t) {
 
 /* End a task: final state, reason, times; frees its GPUs in the scheduler. */
 void finish(gp_daemon *d, batch *b, gp_task *t, gp_task_state st, int64_t now) {
-        /* its last usage segment, stored with this end (a no-op if it never ran) */
+        /* its last usage segment and its run, stored with this end (no-ops if it never ran) */
+        gp_history_run_end(d, t, gp_task_state_name(st), NULL, now);
         gp_billing_run_end(d, t, now, GP_BILL_TASK_END, gp_now_ms());
         gp_sched_remove_at(d->sched, t->id, now); /* its run counts for fair share up to now */
         gp_i64map_del(&d->leases, t->id);
@@ -402,6 +404,8 @@ static int commit_once(gp_daemon *d, batch *b) {
         if (rc == 0)
                 rc = gp_billing_store(d); /* usage segments of this batch: same transaction */
         if (rc == 0)
+                rc = gp_history_store(d); /* the runs it ended (history.h) */
+        if (rc == 0)
                 rc = gp_nodes_store(d); /* node records and join tokens changed by this batch */
         if (rc == 0)
                 rc = gp_idem_store(d); /* the answers of keyed requests, with their changes */
@@ -429,7 +433,7 @@ int64_t lead_epoch; /* the term of a leader of several servers; 0: a single serv
  * that cannot store exits instead. */
 bool commit(gp_daemon *d, batch *b) {
         if (!b->ndirty && !b->meta_drained && !gp_tenants_pending(d->tenants) && !gp_billing_pending(d) &&
-            !gp_nodes_pending(d) && !gp_idem_pending(d))
+            !gp_nodes_pending(d) && !gp_idem_pending(d) && !gp_history_pending(d))
                 return true;
         /* from here on a reader waits for this batch to be durable */
         uint64_t gen = gp_commit_next(d);
@@ -465,6 +469,7 @@ bool commit(gp_daemon *d, batch *b) {
         gp_commit_stored(d, gen); /* durable now, or once the sync thread's fsync covers it */
         gp_tenants_stored(d->tenants);
         gp_billing_stored(d);
+        gp_history_stored(d);
         gp_nodes_stored(d);
         d->commits++;
         d->commit_tasks += b->ndirty;
@@ -977,6 +982,7 @@ static void watch_del(gp_daemon *d, int64_t id) {
  * queue while it has retries left, else failed with the reason. */
 static void requeue_mem(gp_daemon *d, batch *b, gp_task *t, const char *why, int64_t now, int64_t memory_mb) {
         /* the run ends here, not by the tenant's doing: no minimum period */
+        gp_history_run_end(d, t, "requeued", why, now); /* "failed" if finish() follows */
         gp_billing_run_end(d, t, now, GP_BILL_RUN_END, gp_now_ms());
         gp_sched_remove_at(d->sched, t->id, now); /* -ENOENT during recovery: not placed */
         gp_i64map_del(&d->leases, t->id);
@@ -1290,6 +1296,7 @@ static void preempt(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
         if (!t->is_lease && gp_nodes_remote(t)) /* its agents stop the run of this epoch */
                 gp_nodes_stop(d, t, GP_PROTO_STOP_PREEMPT);
         gp_i64map_del(&d->ranks, t->id);
+        gp_history_run_end(d, t, "preempted", "its GPUs went to a more urgent task or back to their guarantee", now);
         gp_billing_run_end(d, t, now, GP_BILL_RUN_END, gp_now_ms());
         t->preempt_count++;
         gp_monitor_task_preempted(d->mon); /* gpupool_tasks_preempted_total */
@@ -1417,6 +1424,7 @@ static void apply_decisions(gp_daemon *d, batch *b, int64_t now) {
                 t->reason[0] = '\0';
                 gp_est_started(d, t, now); /* how right its expected start was */
                 gp_billing_run_start(d, t);
+                gp_history_run_start(d, t);
                 gp_monitor_task_started(d->mon, t->tenant, t->priority, now - t->submitted_ms, dec[i].backfilled);
                 t->borrowing = dec[i].borrowing;
                 if (dec[i].borrowing)

@@ -238,6 +238,7 @@ typedef struct gp_daemon {
         struct gp_estimates *est;   /* run-time predictions (estimates.h), under lock */
         struct gp_coord *coord;     /* the coordinator API's handle and heartbeat thread (coord.h) */
         struct gp_idem *idem;       /* Idempotency-Key: keys in flight, answers to keep (idem.h) */
+        struct gp_history *history; /* runs ended in this batch, to store with it (history.h) */
         bool nodes_local_drain_changed; /* node local drained or undrained: store "drained" (loop thread) */
 } gp_daemon;
 

@@ -96,7 +96,7 @@ int store_bill_row(gp_store *s, const store_row *row, int kind, void *cb, void *
 /* One result row of gp_store_ops.query: n columns as text (NULL for SQL
  * NULL), valid during the call.  0 goes on; anything else stops. */
 typedef int (*store_text_cb)(void *ud, int n, const char *const *cols);
-#define STORE_QUERY_MAX_COLS 8
+#define STORE_QUERY_MAX_COLS 16
 
 typedef struct gp_store_ops {
         const char *name; /* "sqlite", "postgres" */
@@ -235,6 +235,7 @@ int store_migrate(gp_store *s, const store_schema_ops *ops);
  * CREATE ... IF NOT EXISTS, run by store_migrate at every open. */
 extern const char store_coord_schema_sql[];
 extern const char store_idem_schema_sql[]; /* idem.c */
+extern const char *const store_runs_schema_sql[STORE_DIALECTS]; /* runs.c, per dialect */
 
 /* Check a record before writing it: state in range, n_gpus in
  * 0..GP_MAX_GPUS with gpus set when > 0, every fixed string NUL-terminated
@@ -246,6 +247,9 @@ int store_task_check(gp_store *s, const gp_task *t);
  * (malloc'd, caller frees), or NULL in *ret when n_gpus == 0.
  * 0 or -ENOMEM. */
 int store_gpus_to_json(const gp_task *t, char **ret);
+/* Stored gpus JSON back into a malloc'd array (NULL and 0 for "[]"),
+ * checked as a task's gpus are.  0, -GP_EPARSE (reason in why), -ENOMEM. */
+int store_gpus_from_json(const char *text, size_t len, gp_task_gpu **ret, int *ret_n, char *why, size_t whylen);
 
 
 #endif

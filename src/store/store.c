@@ -645,6 +645,10 @@ out:
         return r;
 }
 
+int store_gpus_from_json(const char *text, size_t len, gp_task_gpu **ret, int *ret_n, char *why, size_t whylen) {
+        return gpus_from_json(text, len, ret, ret_n, why, whylen);
+}
+
 /* Column names for messages, in enum store_col order. */
 static const char *const col_names[COL_COUNT] = {
         "id", "tenant", "name", "model", "gpu_model", "priority", "gpu_request", "memory_mb",
@@ -1087,7 +1091,9 @@ int store_migrate(gp_store *s, const store_schema_ops *ops) {
         }
         if ((r = ops->exec(s, billing_sql[ops->dialect], "create metering tables")) < 0 ||
             (r = ops->exec(s, store_coord_schema_sql, "create coordinator tables")) < 0 ||
-            (r = ops->exec(s, store_idem_schema_sql, "create the idempotency table")) < 0 || (r = ops->commit(s)) < 0)
+            (r = ops->exec(s, store_idem_schema_sql, "create the idempotency table")) < 0 ||
+            (r = ops->exec(s, store_runs_schema_sql[ops->dialect], "create the task runs table")) < 0 ||
+            (r = ops->commit(s)) < 0)
                 goto rollback;
         return 0;
 rollback:

@@ -367,6 +367,69 @@ static void test_directive_words_are_bounded(void **state) {
         gp_buf_done(&t);
 }
 
+/* history / acct: sacct's options, checked here */
+static void test_history_takes_sacct_options_and_checks_them(void **state) {
+        (void)state;
+        struct parsed p;
+        PARSE(&p, "acct", "-u", "alice", "-s", "requeued", "-S", "now-2h", "-E", "2026-11-27T10:00", "--limit", "5");
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(p.c.verb, GP_CLI_HISTORY);
+        assert_string_equal(p.c.user, "alice");
+        assert_string_equal(p.c.state, "requeued");
+        assert_string_equal(p.c.since, "now-2h");
+        assert_string_equal(p.c.until, "2026-11-27T10:00");
+        assert_int_equal(p.c.limit, 5);
+        done(&p);
+        PARSE(&p, "history", "--starttime", "today", "--endtime", "now", "--me", "--tenant", "t1");
+        assert_int_equal(p.rc, 0);
+        assert_true(p.c.me);
+        assert_string_equal(p.c.tenant, "t1");
+        done(&p);
+        static const char *const bad[][2] = {{"-s", "running"}, {"-s", "active"}, {"-S", "now+1h"}, {"-S", "yesterday"},
+                                             {"-E", "2026-13-01"}, {"--limit", "0"}, {"-u", "-x"}};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                PARSE(&p, "history", (char *)bad[i][0], (char *)bad[i][1]);
+                assert_int_equal(p.rc, -EINVAL);
+                done(&p);
+        }
+        PARSE(&p, "history", "7");
+        assert_int_equal(p.rc, -EINVAL);
+        assert_non_null(strstr(err_text(&p), "unexpected argument"));
+        done(&p);
+}
+
+static void test_when_reads_sacct_times(void **state) {
+        (void)state;
+        int64_t now = 1795790000000LL, v = 0;
+        assert_int_equal(gp_cli_when_parse("now", now, &v), 0);
+        assert_int_equal(v, now);
+        assert_int_equal(gp_cli_when_parse("now-90", now, &v), 0); /* seconds by default */
+        assert_int_equal(v, now - 90000);
+        assert_int_equal(gp_cli_when_parse("now-2h", now, &v), 0);
+        assert_int_equal(v, now - 7200000);
+        assert_int_equal(gp_cli_when_parse("now-3days", now, &v), 0);
+        assert_int_equal(v, now - 3 * 86400000LL);
+        assert_int_equal(gp_cli_when_parse("now-1w", now, &v), 0);
+        assert_int_equal(v, now - 7 * 86400000LL);
+        assert_int_equal(gp_cli_when_parse("2026-11-27T10:00:00Z", now, &v), 0);
+        assert_int_equal(v, 1795773600000LL);
+        int64_t day, at;
+        assert_int_equal(gp_cli_when_parse("2026-11-27", now, &day), 0);
+        assert_int_equal(gp_cli_when_parse("2026-11-27T01:02", now, &at), 0);
+        assert_int_equal(at - day, 3720000); /* local time, both */
+        assert_int_equal(gp_cli_when_parse("2026-11-27T01:02:03", now, &at), 0);
+        assert_int_equal(at - day, 3723000);
+        assert_int_equal(gp_cli_when_parse("today", now, &v), 0);
+        assert_true(v <= now && now - v < 86400000LL + 3600000LL);
+        assert_int_equal(gp_cli_when_parse("midnight", now, &at), 0);
+        assert_int_equal(at, v);
+        static const char *const bad[] = {"", "now-", "now-x", "now-1y", "now+1", "tomorrow", "2026-11-27T",
+                                          "2026-11-27T25:00", "2026-11-27x", "27/11/2026", "now-99999999999999999",
+                                          "now-1000000w"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                assert_int_equal(gp_cli_when_parse(bad[i], now, &v), -EINVAL);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_durations_wherever_a_duration_goes),
@@ -379,6 +442,8 @@ int main(void) {
                 cmocka_unit_test(test_sbatch_lines_translate_what_gpupool_has_and_warn_about_the_rest),
                 cmocka_unit_test(test_bad_scripts_and_lines_are_refused_with_their_line),
                 cmocka_unit_test(test_directive_words_are_bounded),
+                cmocka_unit_test(test_history_takes_sacct_options_and_checks_them),
+                cmocka_unit_test(test_when_reads_sacct_times),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -829,6 +829,40 @@ static void test_server_strings_cannot_inject_terminal_escapes(void **state) {
         free(s);
 }
 
+static void test_runs_and_history_print_one_line_per_run_as_sacct(void **state) {
+        (void)state;
+        setenv("TZ", "UTC", 1);
+        tzset();
+        const char *runs = "{\"task_id\":7,\"runs\":2,\"items\":["
+                           "{\"task_id\":7,\"run\":1,\"name\":\"train\",\"user\":\"alice\",\"tenant\":\"acme\","
+                           "\"state\":\"requeued\",\"reason\":\"node gpu-a lost\\u001b[2J\",\"exit_code\":null,"
+                           "\"started_ms\":1795773600000,\"ended_ms\":1795777323000,\"elapsed_ms\":3723000,"
+                           "\"gpu_memory_peak_mb\":30120,\"gpus\":[{\"id\":\"gpu-a:0\"},{\"id\":\"gpu-a:1\"}]},"
+                           "{\"task_id\":7,\"run\":2,\"name\":\"train\",\"user\":\"alice\",\"tenant\":\"acme\","
+                           "\"state\":\"succeeded\",\"reason\":\"\",\"exit_code\":0,\"started_ms\":1795777400000,"
+                           "\"ended_ms\":1795900000000,\"elapsed_ms\":122600000,\"gpu_memory_peak_mb\":null,"
+                           "\"gpus\":[{\"id\":\"gpu-b:0\"}]}]}";
+        char *s = format_with(gp_cli_format_runs, runs);
+        assert_null(strchr(s, '\x1b'));
+        assert_non_null(strstr(s, "run history:\nRUN  STATE      EXIT  START                ELAPSED     GPUS"));
+        assert_non_null(strstr(s, "\n1    requeued   -     2026-11-27T10:00:00  01:02:03    gpu-a:0,gpu-a:1  30120M"));
+        assert_non_null(strstr(s, "node gpu-a lost?[2J"));
+        assert_non_null(strstr(s, "\n2    succeeded  0     2026-11-27T11:03:20  1-10:03:20  gpu-b:0"));
+        free(s);
+        s = format_with(gp_cli_format_history, runs);
+        assert_non_null(strstr(s, "JOBID  NAME   USER   TENANT  STATE      EXITCODE  START                END"));
+        assert_non_null(strstr(s, "\n7.1    train  alice  acme    requeued   -         2026-11-27T10:00:00  "
+                                  "2026-11-27T11:02:03  01:02:03    gpu-a:0,gpu-a:1  30120M\n"));
+        assert_non_null(strstr(s, "\n7.2    train  alice  acme    succeeded  0         "));
+        free(s);
+        s = format_with(gp_cli_format_history, "{\"items\":[]}");
+        assert_string_equal(s, "no runs\n");
+        free(s);
+        s = format_with(gp_cli_format_runs, "{\"task_id\":7,\"runs\":0,\"items\":[]}");
+        assert_string_equal(s, "run history: none yet (it has not started)\n");
+        free(s);
+}
+
 static void test_usage_and_invoice_tables_show_the_figures_and_no_escapes(void **state) {
         char *s = format_with(gp_cli_format_usage,
                               "{\"tenant_id\":\"acme\\u001b[2J\",\"from\":\"2026-11-01T00:00:00.000Z\",\"to\":\"x\","
@@ -2017,6 +2051,7 @@ int main(void) {
                 cmocka_unit_test(test_server_strings_cannot_inject_terminal_escapes),
                 cmocka_unit_test(test_gpus_table_shows_memory_state_and_tasks),
                 cmocka_unit_test(test_usage_and_invoice_tables_show_the_figures_and_no_escapes),
+                cmocka_unit_test(test_runs_and_history_print_one_line_per_run_as_sacct),
                 cmocka_unit_test(test_long_cells_are_cut_with_ellipsis),
                 cmocka_unit_test(test_display_width_counts_wide_and_combining),
                 cmocka_unit_test(test_exit_3_when_nothing_listens),

@@ -31,6 +31,7 @@
 #include "store/store.h"
 #include "store/coord.h"
 #include "store/idem.h"
+#include "store/runs.h"
 
 /* ---- fixture: one database per test ---- */
 
@@ -1418,6 +1419,195 @@ static void test_idem_answers_follow_their_transaction_and_are_pruned(void **sta
         gp_store_close(s);
 }
 
+/* ---- the runs of tasks (store/runs.h) ---- */
+
+static gp_store_run run_row(int64_t task, int64_t run, const char *tenant, const char *user, const char *state,
+                            int64_t started, int64_t ended, gp_task_gpu *gpus, int n) {
+        gp_store_run r;
+        memset(&r, 0, sizeof(r));
+        r.task_id = task;
+        r.run = run;
+        snprintf(r.tenant, sizeof(r.tenant), "%s", tenant);
+        snprintf(r.user, sizeof(r.user), "%s", user);
+        snprintf(r.name, sizeof(r.name), "job-%" PRId64, task);
+        snprintf(r.state, sizeof(r.state), "%s", state);
+        snprintf(r.reason, sizeof(r.reason), "why %" PRId64 ".%" PRId64, task, run);
+        r.started_ms = started;
+        r.ended_ms = ended;
+        r.gpu_mem_peak_mb = -1;
+        r.gpus = gpus;
+        r.n_gpus = n;
+        return r;
+}
+
+typedef struct runs_seen {
+        int n;
+        int64_t task[256], run[256], id[256];
+        gp_store_run first; /* the first row, its gpus copied below */
+        gp_task_gpu gpus[4];
+} runs_seen;
+
+static int runs_cb(const gp_store_run *r, void *ud) {
+        runs_seen *x = ud;
+        if (x->n == 0) {
+                x->first = *r;
+                for (int i = 0; i < r->n_gpus && i < 4; i++)
+                        x->gpus[i] = r->gpus[i];
+                x->first.gpus = NULL;
+        }
+        if (x->n < 256) {
+                x->task[x->n] = r->task_id;
+                x->run[x->n] = r->run;
+                x->id[x->n] = r->id;
+        }
+        x->n++;
+        return 0;
+}
+
+static runs_seen list_runs(gp_store *s, gp_store_run_filter f) {
+        runs_seen x;
+        memset(&x, 0, sizeof(x));
+        if (!f.limit)
+                f.limit = GP_RUNS_LIST_MAX;
+        assert_int_equal(gp_store_run_list(s, &f, runs_cb, &x), 0);
+        return x;
+}
+
+static void test_runs_are_kept_with_their_transaction_filtered_and_capped(void **state) {
+        FX(state);
+        gp_store *s = open_store(fx);
+        gp_task_gpu g[2] = {{"node-a", 3, "GPU-aaaa"}, {"node-b", 0, "GPU-bbbb"}};
+        gp_store_run r1 = run_row(7, 1, "t1", "alice", "preempted", 1000, 2000, g, 2);
+        assert_int_equal(gp_store_run_put(s, &r1), -EINVAL); /* outside a transaction */
+        assert_int_equal(gp_store_begin(s), 0);
+        assert_int_equal(gp_store_run_put(s, &r1), 0);
+        assert_int_equal(gp_store_rollback(s), 0);
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.task_id = 7}).n, 0); /* rolled back: not kept */
+
+        assert_int_equal(gp_store_begin(s), 0);
+        assert_int_equal(gp_store_run_put(s, &r1), 0);
+        gp_store_run r2 = run_row(7, 2, "t1", "alice", "requeued", 3000, 4000, g, 1);
+        r2.gpu_mem_peak_mb = 1234;
+        assert_int_equal(gp_store_run_put(s, &r2), 0);
+        gp_store_run r3 = run_row(7, 3, "t1", "alice", "failed", 5000, 9000, g + 1, 1);
+        r3.has_exit_code = true;
+        r3.exit_code = -3;
+        assert_int_equal(gp_store_run_put(s, &r3), 0);
+        gp_store_run r8 = run_row(8, 1, "t2", "bob", "succeeded", 6000, 7000, NULL, 0);
+        r8.has_exit_code = true;
+        assert_int_equal(gp_store_run_put(s, &r8), 0);
+        /* refused, and nothing of it written: bad text, state, times, gpus */
+        gp_store_run bad = r8;
+        bad.run = 2;
+        snprintf(bad.reason, sizeof(bad.reason), "line\nbreak");
+        assert_int_equal(gp_store_run_put(s, &bad), -EINVAL);
+        bad = r8;
+        snprintf(bad.state, sizeof(bad.state), "running");
+        assert_int_equal(gp_store_run_put(s, &bad), -EINVAL);
+        bad = r8;
+        bad.ended_ms = bad.started_ms - 1;
+        assert_int_equal(gp_store_run_put(s, &bad), -EINVAL);
+        bad = r8;
+        bad.n_gpus = 1; /* gpus NULL */
+        assert_int_equal(gp_store_run_put(s, &bad), -EINVAL);
+        assert_int_equal(gp_store_commit(s), 0);
+
+        /* a task's runs, oldest first, every field back */
+        runs_seen x = list_runs(s, (gp_store_run_filter){.task_id = 7});
+        assert_int_equal(x.n, 3);
+        assert_int_equal(x.run[0], 1);
+        assert_int_equal(x.run[2], 3);
+        assert_string_equal(x.first.tenant, "t1");
+        assert_string_equal(x.first.user, "alice");
+        assert_string_equal(x.first.name, "job-7");
+        assert_string_equal(x.first.state, "preempted");
+        assert_string_equal(x.first.reason, "why 7.1");
+        assert_false(x.first.has_exit_code);
+        assert_int_equal(x.first.started_ms, 1000);
+        assert_int_equal(x.first.ended_ms, 2000);
+        assert_int_equal(x.first.gpu_mem_peak_mb, -1);
+        assert_int_equal(x.first.n_gpus, 2);
+        assert_string_equal(x.gpus[0].node, "node-a");
+        assert_int_equal(x.gpus[0].index, 3);
+        assert_string_equal(x.gpus[0].uuid, "GPU-aaaa");
+        assert_string_equal(x.gpus[1].node, "node-b");
+        x = list_runs(s, (gp_store_run_filter){.task_id = 7, .state = "failed"});
+        assert_int_equal(x.n, 1);
+        assert_true(x.first.has_exit_code);
+        assert_int_equal(x.first.exit_code, -3);
+        x = list_runs(s, (gp_store_run_filter){.task_id = 7, .state = "requeued"});
+        assert_int_equal(x.first.gpu_mem_peak_mb, 1234);
+
+        /* every task: newest stored first; the filters */
+        x = list_runs(s, (gp_store_run_filter){0});
+        assert_int_equal(x.n, 4);
+        assert_int_equal(x.task[0], 8);
+        assert_int_equal(x.task[3], 7);
+        assert_int_equal(x.run[3], 1);
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.tenant = "t2"}).n, 1);
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.user = "alice"}).n, 3);
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.user = "alice", .tenant = "t2"}).n, 0);
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.since_ms = 4000}).n, 3);   /* ended 4000, 9000, 7000 */
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.until_ms = 4000}).n, 1);   /* ended 2000 */
+        runs_seen page = list_runs(s, (gp_store_run_filter){.limit = 2});
+        assert_int_equal(page.n, 2);
+        x = list_runs(s, (gp_store_run_filter){.before_id = page.id[1]});
+        assert_int_equal(x.n, 2);
+        assert_int_equal(x.task[0], 7);
+        assert_int_equal(x.run[0], 2);
+
+        /* the same (task, run) again replaces its row */
+        assert_int_equal(gp_store_begin(s), 0);
+        snprintf(r3.state, sizeof(r3.state), "lost");
+        assert_int_equal(gp_store_run_put(s, &r3), 0);
+        assert_int_equal(gp_store_commit(s), 0);
+        x = list_runs(s, (gp_store_run_filter){.task_id = 7});
+        assert_int_equal(x.n, 3);
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.state = "lost"}).n, 1);
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.state = "failed"}).n, 0);
+
+        /* a task keeps its last GP_RUNS_KEEP runs */
+        assert_int_equal(gp_store_begin(s), 0);
+        for (int64_t n = 1; n <= GP_RUNS_KEEP + 2; n++) {
+                gp_store_run r = run_row(9, n, "t1", "alice", "preempted", n * 10, n * 10 + 5, g, 1);
+                assert_int_equal(gp_store_run_put(s, &r), 0);
+        }
+        assert_int_equal(gp_store_commit(s), 0);
+        x = list_runs(s, (gp_store_run_filter){.task_id = 9});
+        assert_int_equal(x.n, GP_RUNS_KEEP);
+        assert_int_equal(x.run[0], 3);
+        assert_int_equal(x.run[GP_RUNS_KEEP - 1], GP_RUNS_KEEP + 2);
+
+        /* bad filters */
+        runs_seen none;
+        memset(&none, 0, sizeof(none));
+        assert_int_equal(gp_store_run_list(s, &(gp_store_run_filter){.limit = 0}, runs_cb, &none), -EINVAL);
+        assert_int_equal(gp_store_run_list(s, &(gp_store_run_filter){.limit = GP_RUNS_LIST_MAX + 1}, runs_cb, &none),
+                         -EINVAL);
+        assert_int_equal(gp_store_run_list(s, &(gp_store_run_filter){.limit = 1, .state = "running"}, runs_cb, &none),
+                         -EINVAL);
+        assert_int_equal(none.n, 0);
+
+        /* a failed statement dooms the batch: none of its runs is kept */
+        assert_int_equal(gp_store_begin(s), 0);
+        gp_store_run r10 = run_row(10, 1, "t1", "alice", "succeeded", 1, 2, NULL, 0);
+        assert_int_equal(gp_store_run_put(s, &r10), 0);
+        gp_store_fail_after(s, 1);
+        gp_store_run r11 = run_row(11, 1, "t1", "alice", "succeeded", 1, 2, NULL, 0);
+        int rc = gp_store_run_put(s, &r11); /* PostgreSQL pipelines: the commit may be the one to tell */
+        assert_true(rc == 0 || rc == -GP_ESTORE);
+        assert_int_equal(gp_store_commit(s), -GP_ESTORE);
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.task_id = 10}).n, 0);
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.task_id = 11}).n, 0);
+
+        /* a damaged row is an error, not a wrong answer */
+        fx->be->raw_exec(fx, "UPDATE task_runs SET gpus = 'not json' WHERE task_id = 8");
+        assert_int_equal(gp_store_run_list(s, &(gp_store_run_filter){.task_id = 8, .limit = 10}, runs_cb, &none),
+                         -GP_ESTORE);
+        assert_non_null(strstr(gp_store_errmsg(s), "task runs"));
+        gp_store_close(s);
+}
+
 /* A cluster's members share the store, one live process per server id,
  * and a single server and members exclude each other either way round. */
 static void test_postgres_members_and_a_single_server_exclude_each_other(void **state) {
@@ -2250,6 +2440,8 @@ static void test_coord_racing_servers_never_share_a_lock(void **state) {
 #define GENERIC_TESTS(be)                                                                                              \
         cmocka_unit_test_prestate_setup_teardown(test_put_get_round_trips_every_field, fx_setup, fx_teardown,          \
                                                  (void *)(be)),                                                        \
+                cmocka_unit_test_prestate_setup_teardown(test_runs_are_kept_with_their_transaction_filtered_and_capped,\
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
                 cmocka_unit_test_prestate_setup_teardown(test_second_put_replaces_the_record, fx_setup, fx_teardown,   \
                                                          (void *)(be)),                                                \
                 cmocka_unit_test_prestate_setup_teardown(test_list_is_newest_first_and_filters, fx_setup, fx_teardown, \

@@ -9,7 +9,8 @@
 // a fake-openai upstream (tests/upstream/fake-openai.c) the gateway page
 // shows the model, its upstreams (a failing one marked down), the tiers and
 // the tenant, and a tenant's key sees only its own tenant and tasks while the
-// admin key sees both.  Screenshots go to tests/web/screenshots/ (git-ignored): look
+// admin key sees both. A task's detail lists its runs (where each ran, how it
+// ended, why), in both languages.  Screenshots go to tests/web/screenshots/ (git-ignored): look
 // at them.
 //
 // Run: cd tests/web && npm ci && GPUPOOL_BIN=$PWD/../../build/gpupool \
@@ -527,6 +528,52 @@ test("what the server adds to a reason (a time rule in force) is said in Chinese
   } finally {
     await br.close();
     await dr.stop();
+  }
+});
+
+test("a task's detail shows each of its runs: where, how it ended, in English and Chinese", async () => {
+  const dp = await startDaemon("gpus: {backend: sim}\nmonitor: {sample_ms: 500}\n" +
+    "scheduler: {preemption: {enabled: true, min_runtime_sec: 0, grace_sec: 0}}\n");
+  const bp = await openBrowser({ locale: "en-US" });
+  try {
+    const low = await dp.api("POST", "/api/v1/tasks", { name: "preempted-one", tenant_id: "bulk", priority: 8,
+      preemptible: true, exclusive: true, gpu_request: 4, command: ["sleep", "60"] });
+    assert.equal(low.json.state, "running", low.text);
+    const id = low.json.id;
+    const urgent = await dp.api("POST", "/api/v1/tasks", { tenant_id: "prod", priority: 0, exclusive: true, gpu_request: 4,
+      lease_ttl_s: 600 });
+    assert.equal(urgent.json.state, "running", urgent.text);
+    assert.equal((await dp.api("POST", "/api/v1/tasks/" + urgent.json.id + "/release", {})).status, 200);
+    await waitFor(async () => (await dp.api("GET", "/api/v1/tasks/" + id)).json.state === "running", 5000, "run 2");
+    await bp.page.goto(dp.url + "/#/tasks/" + id);
+    await bp.page.waitForSelector("#task-detail:not([hidden])");
+    const rows = bp.page.locator("#td-runs tbody tr");
+    await waitFor(async () => (await rows.count()) === 3, 3000, "two runs in the detail, the first with why it ended");
+    const r1 = bp.page.locator('#td-runs tr[data-run="1"]');
+    assert.equal(await r1.locator(".state").textContent(), "preempted");
+    assert.equal(await r1.locator("td").nth(4).textContent(), "local:0-3");
+    assert.match(await r1.locator("td").nth(4).getAttribute("title"), /^local:0 SIM-0+/);
+    assert.match(await bp.page.locator('#td-runs tr[data-why="1"]').textContent(), /^Why it ended: its GPUs went to a more urgent task/);
+    assert.equal(await bp.page.locator('#td-runs tr[data-why="2"]').count(), 0);
+    assert.equal(await bp.page.locator('#td-runs tr[data-run="2"] .state').textContent(), "running");
+    await shot(bp.page, "09-task-runs");
+    await bp.page.click("#lang");
+    await waitFor(async () => (await r1.locator(".state").textContent()) === "被抢占", 3000, "the runs in Chinese");
+    assert.match(await bp.page.locator('#td-runs tr[data-why="1"]').textContent(), /^结束原因：其 GPU 让给了更紧急的任务/);
+    assert.equal(await bp.page.locator("#td-runs th").first().textContent(), "第几次");
+    // a queued task that never ran says so
+    const hold = await dp.api("POST", "/api/v1/tasks", { tenant_id: "prod", priority: 0, exclusive: true, gpu_request: 4,
+      lease_ttl_s: 600 });
+    const q = await dp.api("POST", "/api/v1/tasks", { name: "waits", gpu_request: 1, command: ["true"] });
+    assert.equal(q.json.state, "queued", q.text);
+    await bp.page.goto(dp.url + "/#/tasks/" + q.json.id);
+    await waitFor(async () => bp.page.locator("#td-runs-empty").isVisible(), 3000, "no runs yet");
+    assert.ok(await bp.page.locator("#td-runs").isHidden());
+    assert.equal((await dp.api("POST", "/api/v1/tasks/" + hold.json.id + "/release", {})).status, 200);
+    assert.deepEqual(bp.errors, []);
+  } finally {
+    await bp.close();
+    await dp.stop();
   }
 });
 

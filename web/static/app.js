@@ -355,6 +355,7 @@
     add("f_started", x.started_at ? when(x.started_at) : "");
     add("f_finished", x.finished_at ? when(x.finished_at) : "");
     if (x.started_at) add("f_duration", dur(taskDuration(x)));
+    await loadRuns(x.id);
     const active = x.state === "queued" || x.state === "running";
     const btn = $("td-cancel");
     btn.hidden = !active;
@@ -369,6 +370,47 @@
       log.textContent = await logTail(x.id, active);
       log.scrollTop = log.scrollHeight;
     }
+  }
+
+  /* GPUs as NODE:0-3,5 per node, in their order ("local:0-3", "gpu-a:0-7, gpu-b:0-7") */
+  function gpuRanges(gpus) {
+    const out = [];
+    for (let i = 0; i < gpus.length;) {
+      const node = gpus[i].node, parts = [];
+      while (i < gpus.length && gpus[i].node === node) {
+        let j = i;
+        while (j + 1 < gpus.length && gpus[j + 1].node === node && gpus[j + 1].index === gpus[j].index + 1) j++;
+        parts.push(j > i ? gpus[i].index + "-" + gpus[j].index : String(gpus[i].index));
+        i = j + 1;
+      }
+      out.push(node + ":" + parts.join(","));
+    }
+    return out.join(", ");
+  }
+
+  /* Every run of the task, first run first: where (its GPUs), when, how it
+   * ended, its exit code and peak GPU memory (GET /api/v1/tasks/{id}/runs). */
+  async function loadRuns(id) {
+    let r = null;
+    try { r = await api("/api/v1/tasks/" + id + "/runs"); } catch (e) { r = null; }
+    const items = (r && r.items) || [];
+    const trs = [];
+    for (const x of items) {
+      trs.push(el("tr", { "data-run": String(x.run) },
+        el("td", { class: "num", text: String(x.run) }),
+        el("td", {}, stateCell(x.state), x.exit_code === null || x.exit_code === undefined ? ""
+          : el("span", { class: "exit", text: " " + t("exit_is", x.exit_code) })),
+        el("td", { text: when(x.started_at) }),
+        el("td", { class: "num", text: dur(x.elapsed_ms / 1000) }),
+        el("td", { class: "gpus", text: gpuRanges(x.gpus || []), title: (x.gpus || []).map((g) => g.node + ":" + g.index + " " + g.uuid).join("\n") }),
+        el("td", { class: "num", text: gbOf(x.gpu_memory_peak_mb) })));
+      /* why it ended, on a line of its own under the run */
+      if (x.reason) trs.push(el("tr", { class: "why", "data-why": String(x.run) },
+        el("td", {}), el("td", { colspan: "5", text: t("run_why", I18N.reason(x.reason, null)) })));
+    }
+    fill($("td-runs").tBodies[0], trs);
+    $("td-runs-wrap").hidden = items.length === 0;
+    $("td-runs-empty").hidden = items.length > 0;
   }
 
   /* The last 16 KB of a task's log, read as a stream (logs may be large). */

@@ -24,7 +24,7 @@
 #include "core/array.h"
 #include "core/billing.h"
 #include "core/task.h"
-#include "exec/notice.h"
+#include "base/notice.h"
 
 enum opt_id {
         O_API, O_KEY, O_JSON, O_HELP, O_VERSION,

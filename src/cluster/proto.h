@@ -203,7 +203,7 @@ typedef struct gp_proto_start {
         int64_t array_index;         /* >= 0 */
         bool fence;                  /* stopped when the node loses contact (the answer's fence_s);
                                         false: the task opted out (on_node_lost requeue) */
-        gp_notice notice;            /* "notice": "[B:]SIG@SECS" (exec/notice.h), signo 0 = none (absent);
+        gp_notice notice;            /* "notice": "[B:]SIG@SECS" (base/notice.h), signo 0 = none (absent);
                                         already clamped by the server's max_notice_s */
 } gp_proto_start;
 

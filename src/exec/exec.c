@@ -960,7 +960,7 @@ typedef struct spec {
         int64_t array_id, array_index; /* missing: 0 (no array) */
         const char *fence_file;      /* "" = none (missing); else absolute (exec/fence.h) */
         bool clean_env;              /* missing: false (inherit the supervisor's environment) */
-        gp_notice notice;            /* missing: none (exec/notice.h) */
+        gp_notice notice;            /* missing: none (base/notice.h) */
 } spec;
 
 static void spec_done(spec *s) {

@@ -45,7 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "exec/notice.h"
+#include "base/notice.h"
 
 typedef struct gp_exec_spec {
         int64_t task_id;
@@ -61,7 +61,7 @@ typedef struct gp_exec_spec {
         gp_notice notice;            /* signo 0 = none; else on a cancel or preemption the supervisor
                                         sends notice.signo first (to the group; batch_only: to the
                                         command only) and waits up to notice.seconds for it to exit
-                                        before the SIGTERM above (exec/notice.h) */
+                                        before the SIGTERM above (base/notice.h) */
         int64_t max_log_bytes;       /* > 0 */
         const char *log_name;        /* NULL or "" = "log"; else the file in TASK_DIR the output goes
                                       * to: a plain name (no '/', not "." or ".."), at most 64 bytes

@@ -1065,28 +1065,11 @@ static void apply_exit(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
 
 /* t ended as res says (its supervisor's result.json, or its agent's
  * report). */
-/* Does the end of t's output say it ran out of GPU memory (core/watchdog.h)?
- * The last 8 KiB of its last run's log (rank 0); *what the message found. */
-static bool output_says_oom(gp_daemon *d, const gp_task *t, const char **what) {
-        char path[PATH_MAX], tail[8192];
-        int64_t run = gp_runlog_last_run(t); /* the run that just ended, rank 0 */
-        int fd = run > 0 && gp_runlog_path(d, t->id, run, 0, path, sizeof(path)) == 0 ? open(path, O_RDONLY | O_CLOEXEC)
-                                                                                       : -1;
-        if (fd < 0)
-                return false;
-        struct stat st;
-        ssize_t n = fstat(fd, &st) == 0 ? pread(fd, tail, sizeof(tail),
-                                                 st.st_size > (off_t)sizeof(tail) ? st.st_size - (off_t)sizeof(tail) : 0)
-                                        : -1;
-        close(fd);
-        return n > 0 && gp_wd_oom_in_output(tail, (size_t)n, what);
-}
-
 static void end_with_result(gp_daemon *d, batch *b, gp_task *t, const gp_exec_result *rp, int64_t now) {
         gp_exec_result res = *rp;
         const char *what;
         if ((res.end == GP_EXEC_EXITED || res.end == GP_EXEC_SIGNALED) && res.exit_code != 0 && t->memory_mb > 0 &&
-            !t->is_lease && output_says_oom(d, t, &what)) {
+            !t->is_lease && gp_runlog_says_oom(d, t, &what)) {
                 /* a share of a GPU that was too small: again with more, while it has retries */
                 char why[GP_REASON_MAX];
                 snprintf(why, sizeof(why), "gpu_out_of_memory: its output says \"%s\" (%.100s)", what, res.message);

@@ -21,6 +21,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "core/watchdog.h"
 #include "server/server-int.h"
 
 #define RUNS_FILE "runs"
@@ -289,4 +290,19 @@ ssize_t gp_runlog_follow_read(hreq *r, uint64_t pos, char *buf, size_t max) {
                 (void)w;
                 return 0;
         }
+}
+
+bool gp_runlog_says_oom(const gp_daemon *d, const gp_task *t, const char **what) {
+        char path[PATH_MAX], tail[8192];
+        int64_t run = gp_runlog_last_run(t); /* the run that just ended */
+        int fd = run > 0 && gp_runlog_path(d, t->id, run, 0, path, sizeof(path)) == 0 ? open(path, O_RDONLY | O_CLOEXEC)
+                                                                                       : -1;
+        if (fd < 0)
+                return false;
+        struct stat st;
+        ssize_t n = fstat(fd, &st) == 0 ? pread(fd, tail, sizeof(tail),
+                                                 st.st_size > (off_t)sizeof(tail) ? st.st_size - (off_t)sizeof(tail) : 0)
+                                        : -1;
+        close(fd);
+        return n > 0 && gp_wd_oom_in_output(tail, (size_t)n, what);
 }

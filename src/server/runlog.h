@@ -17,6 +17,7 @@
 #ifndef GP_SERVER_RUNLOG_H
 #define GP_SERVER_RUNLOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -36,6 +37,11 @@ int gp_runlog_path(const struct gp_daemon *d, int64_t task, int64_t run, int ran
 /* The last run of t that started (its current one while it runs), 0 when
  * it never started.  Pure; any thread. */
 int64_t gp_runlog_last_run(const gp_task *t);
+
+/* Does the end of t's last run's output (rank 0, its last 8 KiB) say it ran
+ * out of GPU memory (core/watchdog.h gp_wd_oom_in_output)?  *what: the
+ * message found. */
+bool gp_runlog_says_oom(const struct gp_daemon *d, const gp_task *t, const char **what);
 
 /* A remote run of t starts: make its directory and an empty log for every
  * rank (one per node in t->gpus, in order), so that a rank is known to

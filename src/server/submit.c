@@ -3,7 +3,7 @@
 
 #include "base/labels.h"
 #include "cluster/proto.h"
-#include "exec/notice.h"
+#include "base/notice.h"
 
 #include "base/text.h"
 #include "base/util.h"
@@ -160,7 +160,7 @@ static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, js
                 json_object_set(spec, "workdir", workdir);
         if (requeue)
                 json_object_set_new(spec, "on_node_lost", json_string("requeue"));
-        if (notice) /* "[B:]SIG@SECS", canonical (exec/notice.h) */
+        if (notice) /* "[B:]SIG@SECS", canonical (base/notice.h) */
                 json_object_set_new(spec, "signal", json_string(notice));
         char *s = json_dumps(spec, JSON_COMPACT);
         json_decref(spec);

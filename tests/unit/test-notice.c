@@ -1,4 +1,4 @@
-/* test-notice.c - a task's notice "[B:]SIG@SECS" (exec/notice.h): parsing,
+/* test-notice.c - a task's notice "[B:]SIG@SECS" (base/notice.h): parsing,
  * the API's object form, the canonical text, the spec.json field and the
  * clamp to the server's max_notice_s. */
 #include <setjmp.h>
@@ -12,7 +12,7 @@
 #include <signal.h>
 #include <string.h>
 
-#include "exec/notice.h"
+#include "base/notice.h"
 
 static void test_parses_names_numbers_and_the_b_prefix(void **state) {
         (void)state;

@@ -11,8 +11,8 @@
  * Pure parsing and formatting, plus one /proc reader for the supervisor;
  * no state, any thread.
  */
-#ifndef GP_EXEC_NOTICE_H
-#define GP_EXEC_NOTICE_H
+#ifndef GP_BASE_NOTICE_H
+#define GP_BASE_NOTICE_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -3,7 +3,7 @@
  * Invariant: every gp_notice this file hands out has a signal a process
  * can catch (1..31, not SIGKILL/SIGSTOP) and 1..GP_NOTICE_MAX_S seconds.
  */
-#include "exec/notice.h"
+#include "base/notice.h"
 
 #include "base/util.h"
 

@@ -43,9 +43,11 @@ int64_t gp_runlog_last_run(const gp_task *t);
  * message found. */
 bool gp_runlog_says_oom(const struct gp_daemon *d, const gp_task *t, const char **what);
 
-/* A remote run of t starts: make its directory and an empty log for every
- * rank (one per node in t->gpus, in order), so that a rank is known to
- * exist before its first byte arrives.
+/* A remote run of t starts: make its directory and, for a multi-node
+ * task, an empty log for every rank above 0 (one per node in t->gpus, in
+ * order), so that a rank is known to exist before its first byte arrives
+ * (rank 0 always exists: a log not made yet reads as empty).  A one-node
+ * run makes no file: one per start halved the starts/s through agents.
  * Best effort (a failure is logged; the logs are made when output comes). */
 void gp_runlog_started(struct gp_daemon *d, const gp_task *t);
 /* t has just gone back to the queue (t->reason says why): note that its

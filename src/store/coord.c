@@ -57,13 +57,6 @@ static int enter(gp_store *s, const char *what) {
         return 0;
 }
 
-static int q(gp_store *s, const char *sql, int n, const char *const *params, store_text_cb cb, void *ud,
-             const char *what) {
-        int r = s->ops->query(s, sql, n, params, cb, ud, what);
-        if (r == -GP_ESTORE && s->in_tx)
-                s->doomed = true;
-        return r;
-}
 
 /* One integer in the first column of the first row. */
 struct one_i64 {
@@ -84,7 +77,7 @@ static int one_i64_cb(void *ud, int n, const char *const *cols) {
 static int query_i64(gp_store *s, const char *sql, int n, const char *const *params, const char *what,
                      int64_t *ret) {
         struct one_i64 o = {0};
-        int r = q(s, sql, n, params, one_i64_cb, &o, what);
+        int r = store_q(s, sql, n, params, one_i64_cb, &o, what);
         if (r < 0)
                 return r;
         if (!o.have)
@@ -191,7 +184,7 @@ int gp_store_coord_heartbeat(gp_store *s, const gp_coord_server *sv, bool regist
         gp_coord_server old = {0};
         if (ret_old) { /* the row as it was (locked until the commit) */
                 struct one_server x = {.s = s, .one = &old};
-                r = q(s,
+                r = store_q(s,
                       is_pg(s) ? "SELECT " SERVER_COLS " FROM coord_servers WHERE server_id = $1 FOR UPDATE"
                                : "SELECT " SERVER_COLS " FROM coord_servers WHERE server_id = $1",
                       1, p, one_server_row, &x, "coordinator heartbeat: read");
@@ -214,7 +207,7 @@ int gp_store_coord_heartbeat(gp_store *s, const gp_coord_server *sv, bool regist
                         store_set_err(s, "the registry is full", "coordinator heartbeat");
                         return finish(s, -ENOSPC);
                 }
-                r = q(s,
+                r = store_q(s,
                       "INSERT INTO coord_servers (server_id, url, role, load_milli, last_heartbeat_ms, started_ms) "
                       "VALUES ($1, $2, $3, CAST($4 AS BIGINT), CAST($5 AS BIGINT), CAST($5 AS BIGINT)) "
                       "ON CONFLICT (server_id) DO UPDATE SET url = excluded.url, role = excluded.role, "
@@ -241,7 +234,7 @@ int gp_store_coord_unregister(gp_store *s, const char *server_id, gp_coord_serve
         const char *p[1] = {server_id};
         gp_coord_server old = {0};
         struct one_server x = {.s = s, .one = &old};
-        r = q(s, "DELETE FROM coord_servers WHERE server_id = $1 RETURNING " SERVER_COLS, 1, p, one_server_row, &x,
+        r = store_q(s, "DELETE FROM coord_servers WHERE server_id = $1 RETURNING " SERVER_COLS, 1, p, one_server_row, &x,
               "coordinator unregister");
         if (r == 0 && !x.have) {
                 store_set_err(s, "no such server", "coordinator unregister %s", server_id);
@@ -288,7 +281,7 @@ int gp_store_coord_servers(gp_store *s, gp_coord_server_cb cb, void *ud, int64_t
                 *ret_now = now;
         struct server_rows x = {.s = s, .cb = cb, .ud = ud};
         s->in_cb = true;
-        r = q(s,
+        r = store_q(s,
               "SELECT server_id, url, role, load_milli, last_heartbeat_ms, started_ms FROM coord_servers "
               "ORDER BY server_id",
               0, NULL, server_row, &x, "coordinator servers");
@@ -327,7 +320,7 @@ static int lock_row(void *ud, int n, const char *const *cols) {
 static int lock_get(gp_store *s, const char *lock_id, gp_coord_lock *ret) {
         struct lock_rows x = {.s = s, .one = ret};
         const char *p[1] = {lock_id};
-        int r = q(s, "SELECT " LOCK_COLS " FROM coord_locks WHERE lock_id = $1", 1, p, lock_row, &x,
+        int r = store_q(s, "SELECT " LOCK_COLS " FROM coord_locks WHERE lock_id = $1", 1, p, lock_row, &x,
                   "coordinator lock: read");
         if (r < 0)
                 return r;
@@ -358,7 +351,7 @@ static int sweep(gp_store *s, const char *lock_id, const char *now_t, gp_coord_g
         const char *p[3] = {now_t, lock_id, max_t};
         struct lock_rows x = {.s = s, .cb = grant_expired, .ud = g};
         g->nexpired = 0;
-        return q(s,
+        return store_q(s,
                  "DELETE FROM coord_locks WHERE lock_id IN (SELECT lock_id FROM coord_locks WHERE "
                  "expires_ms <= CAST($1 AS BIGINT) AND lock_id <> $2 ORDER BY expires_ms, lock_id "
                  "LIMIT CAST($3 AS BIGINT)) RETURNING " LOCK_COLS,
@@ -400,7 +393,7 @@ int gp_store_coord_lock_acquire(gp_store *s, const char *lock_id, const char *ow
         }
         if (held) { /* the owner renews: a new expiry, the same token */
                 const char *p[2] = {lock_id, exp_t};
-                r = q(s, "UPDATE coord_locks SET expires_ms = CAST($2 AS BIGINT) WHERE lock_id = $1", 2, p, NULL,
+                r = store_q(s, "UPDATE coord_locks SET expires_ms = CAST($2 AS BIGINT) WHERE lock_id = $1", 2, p, NULL,
                       NULL, "coordinator lock: renew");
                 cur.expires_ms = now + timeout_ms;
         } else {
@@ -416,13 +409,13 @@ int gp_store_coord_lock_acquire(gp_store *s, const char *lock_id, const char *ow
                 fmt(tok_t, sizeof(tok_t), counter + 1);
                 const char *pt[1] = {tok_t};
                 const char *pl[5] = {lock_id, owner, tok_t, now_t, exp_t};
-                if ((r = q(s, "UPDATE coord_counters SET value = CAST($1 AS BIGINT) WHERE name = 'fencing_token'", 1,
+                if ((r = store_q(s, "UPDATE coord_counters SET value = CAST($1 AS BIGINT) WHERE name = 'fencing_token'", 1,
                            pt, NULL, NULL, "coordinator lock: next token")) < 0 ||
                     (r = sweep(s, lock_id, now_t, grant)) < 0 ||
-                    (r = q(s, "DELETE FROM coord_locks WHERE lock_id = $1", 1, pl, NULL, NULL,
+                    (r = store_q(s, "DELETE FROM coord_locks WHERE lock_id = $1", 1, pl, NULL, NULL,
                            "coordinator lock: drop its expired row")) < 0)
                         return finish(s, r);
-                r = q(s,
+                r = store_q(s,
                       "INSERT INTO coord_locks (" LOCK_COLS ") VALUES ($1, $2, CAST($3 AS BIGINT), "
                       "CAST($4 AS BIGINT), CAST($5 AS BIGINT))",
                       5, pl, NULL, NULL, "coordinator lock: grant");
@@ -467,7 +460,7 @@ int gp_store_coord_lock_release(gp_store *s, const char *lock_id, const char *ow
                 return finish(s, -EBUSY);
         }
         const char *p[1] = {lock_id};
-        r = q(s, "DELETE FROM coord_locks WHERE lock_id = $1", 1, p, NULL, NULL, "coordinator lock: release");
+        r = store_q(s, "DELETE FROM coord_locks WHERE lock_id = $1", 1, p, NULL, NULL, "coordinator lock: release");
         if ((r = finish(s, r)) == 0)
                 *ret = cur;
         return r;
@@ -487,7 +480,7 @@ int gp_store_coord_locks(gp_store *s, gp_coord_lock_cb cb, void *ud, int64_t *re
         const char *p[1] = {now_t};
         struct lock_rows x = {.s = s, .cb = cb, .ud = ud};
         s->in_cb = true;
-        r = q(s, "SELECT " LOCK_COLS " FROM coord_locks WHERE expires_ms > CAST($1 AS BIGINT) ORDER BY lock_id", 1, p,
+        r = store_q(s, "SELECT " LOCK_COLS " FROM coord_locks WHERE expires_ms > CAST($1 AS BIGINT) ORDER BY lock_id", 1, p,
               lock_row, &x, "coordinator locks");
         s->in_cb = false;
         return r;

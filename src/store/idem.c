@@ -38,23 +38,7 @@ static bool text_ok(const char *p, size_t min, size_t max) {
         return n >= min && n <= max && gp_str_is_clean(p, n);
 }
 
-static int q(gp_store *s, const char *sql, int n, const char *const *params, store_text_cb cb, void *ud,
-             const char *what) {
-        int r = s->ops->query(s, sql, n, params, cb, ud, what);
-        if (r == -GP_ESTORE && s->in_tx)
-                s->doomed = true;
-        return r;
-}
 
-/* A write inside the batch's transaction: pipelined where the backend can. */
-static int w(gp_store *s, const char *sql, int n, const char *const *params, const char *what) {
-        if (!s->ops->write)
-                return q(s, sql, n, params, NULL, NULL, what);
-        int r = s->ops->write(s, sql, n, params, what);
-        if (r == -GP_ESTORE)
-                s->doomed = true;
-        return r;
-}
 
 int gp_store_idem_put(gp_store *s, const gp_store_idem *rec) {
         const char *what = "keep an idempotent answer";
@@ -72,7 +56,7 @@ int gp_store_idem_put(gp_store *s, const gp_store_idem *rec) {
         snprintf(status, sizeof(status), "%d", rec->status);
         snprintf(created, sizeof(created), "%" PRId64, rec->created_ms);
         const char *p[7] = {rec->caller, rec->key, rec->fp, status, rec->ctype, rec->body, created};
-        return w(s,
+        return store_w(s,
                  "INSERT INTO idempotency (caller, key, fingerprint, status, ctype, body, created_ms) "
                  "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (caller, key) DO NOTHING",
                  7, p, what);
@@ -120,7 +104,7 @@ int gp_store_idem_get(gp_store *s, const char *caller, const char *key, gp_store
         gp_strlcpy(rec.key, key, sizeof(rec.key));
         struct get_ud g = {.rec = &rec};
         const char *p[2] = {caller, key};
-        int r = q(s,
+        int r = store_q(s,
                   "SELECT fingerprint, status, ctype, body, created_ms FROM idempotency WHERE caller = $1 AND key = $2",
                   2, p, get_cb, &g, what);
         if (r < 0) {
@@ -203,7 +187,7 @@ int gp_store_idem_find(gp_store *s, const char *key, const char *fp, gp_store_id
         struct find_ud f = {.fp = fp, .rec = &rec};
         const char *p[1] = {key};
         /* at most a few rows: a key is random, one per caller at most */
-        int r = q(s, "SELECT fingerprint, status, ctype, body, created_ms FROM idempotency WHERE key = $1 LIMIT 64", 1,
+        int r = store_q(s, "SELECT fingerprint, status, ctype, body, created_ms FROM idempotency WHERE key = $1 LIMIT 64", 1,
                   p, find_cb, &f, what);
         if (r < 0 || f.nomem || f.bad) {
                 free(rec.body);
@@ -220,11 +204,11 @@ int gp_store_idem_prune(gp_store *s, int64_t before_ms, int64_t keep_max) {
         snprintf(before, sizeof(before), "%" PRId64, before_ms);
         snprintf(keep, sizeof(keep), "%" PRId64, keep_max > 1 ? keep_max - 1 : 0); /* the keep_max-th newest stays */
         const char *p[1] = {before};
-        int r = w(s, "DELETE FROM idempotency WHERE created_ms < $1", 1, p, "prune idempotent answers");
+        int r = store_w(s, "DELETE FROM idempotency WHERE created_ms < $1", 1, p, "prune idempotent answers");
         if (r < 0)
                 return r;
         const char *p2[1] = {keep};
-        return w(s,
+        return store_w(s,
                  "DELETE FROM idempotency WHERE created_ms < (SELECT created_ms FROM idempotency "
                  "ORDER BY created_ms DESC LIMIT 1 OFFSET CAST($1 AS BIGINT))",
                  1, p2, "prune idempotent answers");

@@ -54,23 +54,7 @@ static bool text_ok(const char *p, size_t size) {
         return n < size && gp_str_is_clean(p, n);
 }
 
-static int q(gp_store *s, const char *sql, int n, const char *const *params, store_text_cb cb, void *ud,
-             const char *what) {
-        int r = s->ops->query(s, sql, n, params, cb, ud, what);
-        if (r == -GP_ESTORE && s->in_tx)
-                s->doomed = true;
-        return r;
-}
 
-/* A write inside the batch's transaction: pipelined where the backend can. */
-static int w(gp_store *s, const char *sql, int n, const char *const *params, const char *what) {
-        if (!s->ops->write)
-                return q(s, sql, n, params, NULL, NULL, what);
-        int r = s->ops->write(s, sql, n, params, what);
-        if (r == -GP_ESTORE)
-                s->doomed = true;
-        return r;
-}
 
 static int check(gp_store *s, const gp_store_run *r) {
         const char *bad = NULL;
@@ -120,7 +104,7 @@ int gp_store_run_put(gp_store *s, const gp_store_run *r) {
         const char *p[12] = {id,      run,      r->tenant, r->user,
                              r->name, r->state, r->reason, r->has_exit_code ? code : NULL,
                              started, ended,    peak,      gpus ? gpus : "[]"};
-        rc = w(s,
+        rc = store_w(s,
                "INSERT INTO task_runs (task_id, run, tenant, unix_user, name, state, reason, exit_code, started_ms, "
                "ended_ms, gpu_mem_peak_mb, gpus) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
                "ON CONFLICT (task_id, run) DO UPDATE SET tenant = excluded.tenant, unix_user = excluded.unix_user, "
@@ -134,7 +118,7 @@ int gp_store_run_put(gp_store *s, const gp_store_run *r) {
         char oldest[24];
         snprintf(oldest, sizeof(oldest), "%" PRId64, r->run - GP_RUNS_KEEP);
         const char *p2[2] = {id, oldest};
-        return w(s, "DELETE FROM task_runs WHERE task_id = CAST($1 AS BIGINT) AND run <= CAST($2 AS BIGINT)", 2, p2,
+        return store_w(s, "DELETE FROM task_runs WHERE task_id = CAST($1 AS BIGINT) AND run <= CAST($2 AS BIGINT)", 2, p2,
                  "drop a task's oldest runs");
 }
 
@@ -233,7 +217,7 @@ int gp_store_run_list(gp_store *s, const gp_store_run_filter *f, gp_store_run_cb
                 return -E2BIG; /* cannot happen: the conditions above fit */
         struct rows x = {.s = s, .cb = cb, .ud = ud};
         s->in_cb = true;
-        int r = q(s, sql, n, p, row, &x, what);
+        int r = store_q(s, sql, n, p, row, &x, what);
         s->in_cb = false;
         return x.bad ? x.bad : r;
 }

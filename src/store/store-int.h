@@ -252,4 +252,12 @@ int store_gpus_to_json(const gp_task *t, char **ret);
 int store_gpus_from_json(const char *text, size_t len, gp_task_gpu **ret, int *ret_n, char *why, size_t whylen);
 
 
+/* A query of the extension tables (coord.c, idem.c, runs.c): an error
+ * inside a transaction dooms it (its commit fails, nothing is half
+ * stored).  And a write inside the batch's transaction, pipelined where
+ * the backend can. */
+int store_q(gp_store *s, const char *sql, int n, const char *const *params, store_text_cb cb, void *ud,
+            const char *what);
+int store_w(gp_store *s, const char *sql, int n, const char *const *params, const char *what);
+
 #endif

@@ -1229,3 +1229,20 @@ int gp_store_tokens_list(gp_store *s, const gp_usage_filter *f, gp_tokens_cb cb,
         s->in_cb = false;
         return track(s, r);
 }
+
+int store_q(gp_store *s, const char *sql, int n, const char *const *params, store_text_cb cb, void *ud,
+            const char *what) {
+        int r = s->ops->query(s, sql, n, params, cb, ud, what);
+        if (r == -GP_ESTORE && s->in_tx)
+                s->doomed = true;
+        return r;
+}
+
+int store_w(gp_store *s, const char *sql, int n, const char *const *params, const char *what) {
+        if (!s->ops->write)
+                return store_q(s, sql, n, params, NULL, NULL, what);
+        int r = s->ops->write(s, sql, n, params, what);
+        if (r == -GP_ESTORE)
+                s->doomed = true;
+        return r;
+}

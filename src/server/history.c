@@ -217,6 +217,17 @@ static int collect(const gp_store_run *r, void *ud) {
         return o && json_array_append_new(ud, o) == 0 ? 0 : -ENOMEM;
 }
 
+/* Answer o (stolen) once what it shows is durable (as every read). */
+static int send_durable(hreq *r, gp_daemon *d, json_t *o) {
+        char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        if (gp_commit_wait(d) < 0) {
+                free(body);
+                return send_error(r, 503, "unavailable", "the store has not confirmed recent changes in time");
+        }
+        return gp_http_send(r, 200, body, 0);
+}
+
 static int h_task_runs(hreq *r, const gp_route_arg *a) {
         gp_daemon *d = r->d;
         char msg[96];
@@ -262,13 +273,7 @@ static int h_task_runs(hreq *r, const gp_route_arg *a) {
                 return send_error(r, 503, "unavailable", "cannot read the task's runs");
         }
         json_t *o = json_pack("{s:I,s:I,s:o}", "task_id", (json_int_t)a->id, "runs", (json_int_t)last, "items", runs);
-        char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
-        if (gp_commit_wait(d) < 0) {
-                free(body);
-                return send_error(r, 503, "unavailable", "the store has not confirmed recent changes in time");
-        }
-        return gp_http_send(r, 200, body, 0);
+        return send_durable(r, d, o);
 }
 
 /* ?key= as an int64 in [min, max]; absent: dflt.  0 or -EINVAL. */
@@ -344,13 +349,7 @@ static int h_runs(hreq *r, const gp_route_arg *a) {
         int64_t last_id = n ? json_integer_value(json_object_get(json_array_get(runs, n - 1), "id")) : 0;
         json_t *o = json_pack("{s:o,s:o}", "items", runs, "next_before",
                               (int64_t)n == limit && last_id > 0 ? json_integer(last_id) : json_null());
-        char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
-        if (gp_commit_wait(d) < 0) {
-                free(body);
-                return send_error(r, 503, "unavailable", "the store has not confirmed recent changes in time");
-        }
-        return gp_http_send(r, 200, body, 0);
+        return send_durable(r, d, o);
 }
 
 const gp_route gp_history_routes[] = {

@@ -172,7 +172,8 @@
     const cards = $("gpu-cards");
     cards.textContent = "";
     /* grouped by node (a heading each, linking to its page) when the pool has several */
-    const nodes = [...new Set(gpus.gpus.map((g) => g.node))];
+    const nodes = [...new Set(gpus.gpus.map((g) => g.node))]
+      .sort((a, b) => (a === "local" ? -1 : b === "local" ? 1 : a < b ? -1 : a > b ? 1 : 0)); /* local, then by name */
     nodes.forEach((n) => {
       const mine = gpus.gpus.filter((g) => g.node === n);
       if (nodes.length > 1)

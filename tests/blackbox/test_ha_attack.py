@@ -38,7 +38,7 @@ import requests
 from apiutil import batch, reap_supervisors, wait_for  # noqa: F401  (reap_supervisors: autouse)
 from rawhttp import RawConn
 from conftest import SIM_CONFIG, _require_bin
-from test_ha import LEASE_S, Server, _psql, pg_db  # noqa: F401  (pg_db: a fixture)
+from test_ha import LEASE_S, Server, _psql, pg_db, stop_all  # noqa: F401  (pg_db: a fixture)
 
 pytestmark = pytest.mark.e2e
 
@@ -211,13 +211,7 @@ class Cluster:
 
 
 def stop_cluster(c):
-    for s in (c.s1, c.s2):
-        if s.proc and s.proc.poll() is None:
-            try:
-                os.kill(s.proc.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        s.stop()
+    stop_all(c.s1, c.s2)
     c.relay.stop()
 
 

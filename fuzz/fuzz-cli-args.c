@@ -57,9 +57,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         abort();
                 if ((unsigned)c.verb >= GP_CLI_VERB_COUNT)
                         abort();
-                /* cancel --state S alone names no id */
+                /* cancel --state S, -u USER or --me names no id: a bulk cancel */
                 if ((c.verb == GP_CLI_STATUS || c.verb == GP_CLI_CANCEL || c.verb == GP_CLI_LOGS) &&
-                    !c.help && c.id <= 0 && !(c.verb == GP_CLI_CANCEL && c.n_refs == 0 && c.cancel_state))
+                    !c.help && c.id <= 0 &&
+                    !(c.verb == GP_CLI_CANCEL && c.n_refs == 0 && (c.cancel_state || c.user || c.me)))
                         abort();
                 if (c.n_refs > GP_CLI_CANCEL_IDS_MAX)
                         abort();

@@ -1280,7 +1280,7 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
         if ((c->verb == GP_CLI_STATUS || c->verb == GP_CLI_LOGS) && c->n_refs == 0)
                 return fail(p, "missing task ID");
         if (c->verb == GP_CLI_CANCEL && c->n_refs == 0 && !c->cancel_state && !c->user && !c->me)
-                return fail(p, "missing task ID (or --state S for every task in state S)");
+                return fail(p, "missing task ID (or --state S, -u USER or --me to cancel many at once)");
         if (c->verb == GP_CLI_CANCEL && c->tenant && c->n_refs > 0)
                 return fail(p, "--tenant applies to cancel --state without ids");
         if (c->verb == GP_CLI_KEY && (npos == 0 || !(c->tenant || c->admin)))

@@ -1594,11 +1594,17 @@ static char *alloc_json(const gp_task *t) {
 }
 
 /* Resized batch tasks (stored now): write their alloc.json, then signal
- * them.  One not started yet gets its file when it starts. */
+ * them; on an agent node its agent does, told in its next answer.  One
+ * not started yet gets its file when it starts. */
 void notify_resized(gp_daemon *d) {
+        bool remote = false;
         for (size_t i = 0; i < d->nresized; i++) {
                 pthread_mutex_lock(&d->lock);
                 gp_task *t = gp_i64map_get(&d->tasks, d->resized[i]);
+                if (t && t->state == GP_TASK_RUNNING && gp_nodes_remote(t)) {
+                        gp_nodes_resized(d, t); /* its agent writes the file and signals it */
+                        remote = true;
+                }
                 char *js = t && t->state == GP_TASK_RUNNING && t->sup_pid ? alloc_json(t) : NULL;
                 gp_exec_proc p = {t ? t->sup_pid : 0, t ? t->sup_start : 0};
                 pthread_mutex_unlock(&d->lock);
@@ -1615,6 +1621,11 @@ void notify_resized(gp_daemon *d) {
                 free(js);
         }
         d->nresized = 0;
+        if (remote) {
+                pthread_mutex_lock(&d->lock);
+                gp_nodes_flush(d, gp_commit_applied(d));
+                pthread_mutex_unlock(&d->lock);
+        }
 }
 
 /* A commit of the leader's writer found its term taken over (store.h

@@ -54,6 +54,9 @@ typedef struct gp_node {
         size_t nostart, capostart;
         gp_proto_stop *ostop;       /* runs to stop */
         size_t nostop, capostop;
+        gp_proto_run_id *oresize;   /* elastic runs whose GPU set changed: sent their current one */
+        size_t noresize, caporesize;
+        bool resize;                /* stored: its agent applies resizes (elastic tasks may run here) */
         gp_i64map seen;             /* task -> epoch: runs its agent reported since the server started */
         gp_i64map stopping;         /* task -> (epoch << 2 | why) + 1: a stop sent again until its end */
         struct gp_node_tele *tele;  /* its last readings (nodes-tele.h), NULL before the first */

@@ -104,7 +104,18 @@ int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank
         s->array_id = t->array_id;
         s->array_index = t->array_index;
         s->fence = gp_task_fences(t);
+        if (t->elastic_max_gpus > 0) { /* its agent writes GPUPOOL_ALLOC_FILE and applies resizes */
+                s->elastic_min = t->gpu_request;
+                s->elastic_max = t->elastic_max_gpus < GP_PROTO_MAX_GPUS ? t->elastic_max_gpus : GP_PROTO_MAX_GPUS;
+        }
         return 0;
+}
+
+void gp_nodes_task_mask(const gp_task *t, const char *node, gp_proto_mask *ret) {
+        memset(ret, 0, sizeof(*ret));
+        for (int i = 0; i < t->n_gpus; i++)
+                if (!strcmp(t->gpus[i].node, node) && t->gpus[i].index >= 0 && t->gpus[i].index < GP_PROTO_MAX_GPUS)
+                        ret->w[t->gpus[i].index / 64] |= (uint64_t)1 << (t->gpus[i].index % 64);
 }
 
 static void log_path(gp_daemon *d, gp_proto_run_id id, char *buf, size_t size) {

@@ -124,16 +124,25 @@ static gp_node_ev *event(gp_nodes *ns, gp_node_ev_kind kind, int64_t task, int r
         return e;
 }
 
-static void push_start(gp_nodes *ns, gp_node *n, gp_proto_run_id id) {
+/* Put run id into one of n's run-id outboxes (starts, resizes), once. */
+static void push_id(gp_nodes *ns, gp_node *n, gp_proto_run_id **box, size_t *len, size_t *cap, gp_proto_run_id id) {
         touch(ns, n);
-        for (size_t i = 0; i < n->nostart; i++)
-                if (n->ostart[i].task == id.task && n->ostart[i].epoch == id.epoch)
+        for (size_t i = 0; i < *len; i++)
+                if ((*box)[i].task == id.task && (*box)[i].epoch == id.epoch)
                         return;
-        gp_proto_run_id *v = gp_vec_grow(n->ostart, &n->capostart, n->nostart + 1, sizeof(*v), 8);
+        gp_proto_run_id *v = gp_vec_grow(*box, cap, *len + 1, sizeof(*v), 8);
         if (!v)
                 oom();
-        n->ostart = v;
-        v[n->nostart++] = id;
+        *box = v;
+        v[(*len)++] = id;
+}
+
+static void push_start(gp_nodes *ns, gp_node *n, gp_proto_run_id id) {
+        push_id(ns, n, &n->ostart, &n->nostart, &n->capostart, id);
+}
+
+static void push_resize(gp_nodes *ns, gp_node *n, gp_proto_run_id id) {
+        push_id(ns, n, &n->oresize, &n->noresize, &n->caporesize, id);
 }
 
 static void push_stop(gp_nodes *ns, gp_node *n, gp_proto_run_id id, gp_proto_stop_why why) {
@@ -257,9 +266,9 @@ static void node_inventory(gp_daemon *d, gp_node *n) {
                 gp_sched_gpu_set_healthy(d->sched, g->sid, up);
         }
         gp_sched_node_set_drained(d->sched, n->name, n->drain);
-        /* an agent runs parts of multi-node tasks; elastic tasks stay on node local, whose
-         * supervisors are told of resizes (agents are not, yet) */
-        gp_sched_node_set_allow(d->sched, n->name, GP_SCHED_NODE_MULTI);
+        /* an agent runs parts of multi-node tasks, and elastic tasks when it applies resizes
+         * (an older agent would not tell its task that GPUs were taken away) */
+        gp_sched_node_set_allow(d->sched, n->name, GP_SCHED_NODE_MULTI | (n->resize ? GP_SCHED_NODE_ELASTIC : 0));
         /* its labels (at most GP_LABELS_N, no gpupool/ key: checked at join) and the implicit one */
         char labels[GP_LABELS_MAX + 80];
         snprintf(labels, sizeof(labels), "%s%sgpupool/node=%s", n->labels, n->labels[0] ? "," : "", n->name);
@@ -362,7 +371,7 @@ static void node_gone(gp_daemon *d, gp_node *n, const char *why, bool only_unfen
                         gp_sched_gpu_set_healthy(d->sched, n->gpus[i].sid, false);
         if (only_unfenced)
                 return;
-        n->nostart = n->nostop = 0;
+        n->nostart = n->nostop = n->noresize = 0;
         gp_i64map_done(&n->seen);
         gp_i64map_init(&n->seen);
         gp_i64map_done(&n->stopping);
@@ -382,12 +391,12 @@ static json_t *gpus_json(const node_gpu *g, int n) {
 }
 
 static char *node_record(const gp_node *n) {
-        json_t *j = json_pack("{s:s,s:s,s:b,s:b,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o,s:s,s:I,s:I}", "name", n->name, "state",
+        json_t *j = json_pack("{s:s,s:s,s:b,s:b,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o,s:s,s:I,s:I,s:b}", "name", n->name, "state",
                               gp_node_state_name(n->state), "drain", n->drain, "removing", n->removing, "cred", n->cred, "address", n->address,
                               "labels", n->labels, "version", n->version, "backend", n->backend, "joined_ms",
                               (json_int_t)n->joined_ms, "left_ms", (json_int_t)n->left_ms, "gpus",
                               gpus_json(n->gpus, n->ngpus), "machine", n->machine, "join_seq", (json_int_t)n->join_seq,
-                              "seq_floor", (json_int_t)n->seq_floor);
+                              "seq_floor", (json_int_t)n->seq_floor, "resize", n->resize);
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
         return s;
@@ -414,6 +423,7 @@ static int node_from_record(gp_node *n, const char *text) {
                 goto out;
         n->drain = json_is_true(json_object_get(j, "drain"));
         n->removing = json_is_true(json_object_get(j, "removing"));
+        n->resize = json_is_true(json_object_get(j, "resize"));
         n->joined_ms = json_integer_value(json_object_get(j, "joined_ms"));
         n->left_ms = json_integer_value(json_object_get(j, "left_ms"));
         n->join_seq = json_integer_value(json_object_get(j, "join_seq"));
@@ -606,6 +616,7 @@ void gp_nodes_close(gp_daemon *d) {
                 gp_node_tele_free(n->tele);
                 free(n->ostart);
                 free(n->ostop);
+                free(n->oresize);
                 gp_i64map_done(&n->seen);
                 gp_i64map_done(&n->stopping);
                 gp_i64map_done(&n->fullset);
@@ -649,7 +660,7 @@ static void stop_done(gp_node *n, gp_proto_run_id id) {
 
 /* Has n anything to be sent now? */
 static bool sendable(const gp_node *n) {
-        return n->nostop || (n->nostart && !stops_pending(n));
+        return n->nostop || n->noresize || (n->nostart && !stops_pending(n));
 }
 
 /* The body limit agents are told (server.max_body_bytes, at most what they may send). */
@@ -699,6 +710,22 @@ static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto
                 }
                 memmove(n->ostart, n->ostart + i, (n->nostart - i) * sizeof(*n->ostart));
                 n->nostart -= i;
+        }
+        if (n->noresize) {
+                /* each with the run's GPUs as they are now (several resizes in a row: the last) */
+                size_t i = 0;
+                if (!(a.resize = calloc(n->noresize < GP_PROTO_MAX_RUNS ? n->noresize : GP_PROTO_MAX_RUNS,
+                                        sizeof(*a.resize))))
+                        oom();
+                for (; i < n->noresize && a.n_resize < GP_PROTO_MAX_RUNS; i++) {
+                        gp_task *t = gp_i64map_get(&d->tasks, n->oresize[i].task);
+                        if (!current(t, n, n->oresize[i]) || t->elastic_max_gpus <= 0)
+                                continue;
+                        a.resize[a.n_resize].id = n->oresize[i];
+                        gp_nodes_task_mask(t, n->name, &a.resize[a.n_resize++].gpus);
+                }
+                memmove(n->oresize, n->oresize + i, (n->noresize - i) * sizeof(*n->oresize));
+                n->noresize -= i;
         }
         size_t nstop = n->nostop < GP_PROTO_MAX_RUNS ? n->nostop : GP_PROTO_MAX_RUNS;
         a.stop = n->ostop;
@@ -965,6 +992,12 @@ void gp_nodes_start(gp_daemon *d, const gp_task *t) {
         }
 }
 
+void gp_nodes_resized(gp_daemon *d, const gp_task *t) {
+        gp_node *n = t->n_gpus ? find(d->nodes, t->gpus[0].node) : NULL;
+        if (n && t->elastic_max_gpus > 0) /* one node: rank 0 */
+                push_resize(d->nodes, n, (gp_proto_run_id){t->id, gp_task_run_epoch(t), 0});
+}
+
 void gp_nodes_stop(gp_daemon *d, const gp_task *t, gp_proto_stop_why why) {
         int64_t epoch = gp_task_run_epoch(t);
         for (int rank = 0;; rank++) {
@@ -1147,6 +1180,12 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                                 push_stop(d->nodes, n, r->id, (gp_proto_stop_why)((st - 1) & 3));
                         if (m->full)
                                 reply_offset(rp, r->id, gp_nodes_log_size(d, r->id));
+                        if (r->has_alloc && t->elastic_max_gpus > 0) { /* its GPUs as its agent knows them */
+                                gp_proto_mask now_mask;
+                                gp_nodes_task_mask(t, n->name, &now_mask);
+                                if (memcmp(&now_mask, &r->alloc, sizeof(now_mask)))
+                                        push_resize(d->nodes, n, r->id);
+                        }
                         continue;
                 }
                 /* exited: the end of a current run is the task's business;
@@ -1410,6 +1449,7 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
         gp_strlcpy(n->cred, h + 7, sizeof(n->cred));
         explicit_bzero(h, sizeof(h));
         gp_strlcpy(n->address, j->address, sizeof(n->address));
+        n->resize = j->resize;
         gp_strlcpy(n->labels, j->labels, sizeof(n->labels));
         gp_strlcpy(n->version, j->version, sizeof(n->version));
         gp_strlcpy(n->backend, j->backend, sizeof(n->backend));

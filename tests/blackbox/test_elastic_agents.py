@@ -1,0 +1,132 @@
+"""Elastic tasks on agent nodes (issue 24): an elastic task (elastic
+min_gpus..max_gpus) runs on any node.  On an agent's node it starts with its
+allocation file (GPUPOOL_ALLOC_FILE) written by the agent, grows onto idle
+GPUs of that node, shrinks for a task that waits, and is told each time as on
+the server's own GPUs: its agent rewrites the file and sends it SIGUSR1.
+
+What is asserted is what the task's process read from its file when it was
+signalled (lines it appended to a file of the test's), beside the server's
+view.
+
+Run: GPUPOOL_BIN=$PWD/build/gpupool /usr/bin/python3 -m pytest -q tests/blackbox/test_elastic_agents.py
+"""
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from apiutil import reap_supervisors, wait_for  # noqa: F401  (reap_supervisors: autouse)
+from clusterutil import TOKEN, agent_post, cluster, now_us, server_config, sim_gpus  # noqa: F401
+
+pytestmark = pytest.mark.e2e
+
+CONFIG = server_config(extra="scheduler: {preemption: {enabled: true, min_runtime_sec: 0}}\n")
+
+# Appends "<event> <CUDA_VISIBLE_DEVICES> <alloc.json>" to OUT at start and on every SIGUSR1.
+SCRIPT = ('out="$1"; '
+          'trap \'echo "alloc $CUDA_VISIBLE_DEVICES $(tr -d "\\n" < "$GPUPOOL_ALLOC_FILE")" >> "$out"\' USR1; '
+          'echo "start $CUDA_VISIBLE_DEVICES $(tr -d "\\n" < "$GPUPOOL_ALLOC_FILE")" >> "$out"; '
+          'i=0; while [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done')
+
+
+def told(path, event=None):
+    """The allocations the task read, in order: (event, CUDA_VISIBLE_DEVICES, alloc)."""
+    if not os.path.exists(path):
+        return []
+    out = []
+    for line in open(path).read().splitlines():
+        ev, cvd, js = line.split(" ", 2)
+        if event is None or ev == event:
+            out.append((ev, cvd, json.loads(js)))
+    return out
+
+
+def last_n(path, event=None):
+    """How many GPUs the task last read (0 before its start)."""
+    seen = told(path, event)
+    return seen[-1][2]["n_gpus"] if seen else 0
+
+
+def gpu_set(t):
+    return sorted(g["index"] for g in t["gpus"])
+
+
+def test_an_elastic_task_on_an_agent_grows_shrinks_and_is_told_by_its_agent(cluster, tmp_path):
+    cluster.start_server(CONFIG)
+    cluster.agent("gpu-a", gpus=sim_gpus(4))
+    out = str(tmp_path / "told")
+    el = cluster.submit(["sh", "-c", SCRIPT, "sh", out], elastic={"min_gpus": 1, "max_gpus": 4})
+    # nothing else waits: it takes the node's four GPUs
+    wait_for(lambda: len(cluster.task(el["id"])["gpus"]) == 4, 15, "the elastic task to hold 4 GPUs")
+    t = cluster.task(el["id"])
+    assert t["state"] == "running" and {g["node"] for g in t["gpus"]} == {"gpu-a"}, t
+    start = wait_for(lambda: told(out, "start"), 15, "the task to start on the agent")
+    _, cvd, alloc = start[0]
+    assert alloc["task_id"] == el["id"] and alloc["min_gpus"] == 1 and alloc["max_gpus"] == 4
+    assert alloc["cuda_visible_devices"] == cvd and alloc["n_gpus"] == len(alloc["gpus"]) >= 1
+    assert {g["node"] for g in alloc["gpus"]} == {"gpu-a"} and all(g["uuid"] for g in alloc["gpus"])
+    # the growth after its start reaches it too
+    wait_for(lambda: last_n(out) == 4, 15, "the task to read 4 GPUs")
+
+    # a 2-GPU task: the elastic task gives two GPUs back (nobody is preempted)
+    other = cluster.submit(["sleep", "60"], gpu_request=2, exclusive=True)
+    cluster.wait_task(other["id"], "running", timeout=15)
+    e = cluster.task(el["id"])
+    assert e["state"] == "running" and e["preempt_count"] == 0 and len(e["gpus"]) == 2, e
+    o = cluster.task(other["id"])
+    assert not set(gpu_set(e)) & set(gpu_set(o))
+    shrunk = wait_for(lambda: [x for x in told(out, "alloc") if x[2]["n_gpus"] == 2], 15,
+                      "the task to be told of its 2 GPUs")
+    assert sorted(g["index"] for g in shrunk[-1][2]["gpus"]) == gpu_set(e)
+    assert shrunk[-1][2]["cuda_visible_devices"] == ",".join(str(i) for i in gpu_set(e))
+
+    # the other task ends: it grows back, and is told
+    assert cluster.server.api("POST", "/api/v1/tasks/%d/cancel" % other["id"]).status_code == 200
+    wait_for(lambda: len(cluster.task(el["id"])["gpus"]) == 4, 20, "the elastic task to grow back")
+    wait_for(lambda: last_n(out, "alloc") == 4, 15, "the task to be told of 4 GPUs again")
+    assert cluster.server.api("POST", "/api/v1/tasks/%d/cancel" % el["id"]).status_code == 200
+    cluster.wait_task(el["id"], "cancelled", timeout=15)
+
+
+def test_an_agent_restarted_under_an_elastic_run_keeps_telling_it(cluster, tmp_path):
+    """The agent finds the run's alloc.json at start-up: the run is still
+    elastic, reports its GPU set, and a later resize reaches it."""
+    cluster.start_server(CONFIG)
+    a = cluster.agent("gpu-a", gpus=sim_gpus(4))
+    out = str(tmp_path / "told")
+    el = cluster.submit(["sh", "-c", SCRIPT, "sh", out], elastic={"min_gpus": 2, "max_gpus": 4})
+    wait_for(lambda: last_n(out) == 4, 20, "the task to read 4 GPUs")
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait()
+    a.start()
+    cluster.wait_node("gpu-a", "ready", agent=a)
+    other = cluster.submit(["sleep", "60"], gpu_request=1, exclusive=True)
+    cluster.wait_task(other["id"], "running", timeout=15)
+    assert len(cluster.task(el["id"])["gpus"]) == 3
+    wait_for(lambda: last_n(out, "alloc") == 3, 15, "the task to be told of 3 GPUs")
+    assert cluster.task(el["id"])["state"] == "running"
+
+
+def test_an_agent_that_does_not_apply_resizes_gets_no_elastic_task(cluster, tmp_path):
+    """A node whose agent did not say it applies resizes (an older agent)
+    takes ordinary work but no elastic task: it could not be told when GPUs
+    are taken from it."""
+    cluster.start_server(CONFIG)
+    gpus = [{"index": i, "uuid": "GPU-old-%d" % i, "name": "Old GPU", "memory_mb": 16000, "healthy": True}
+            for i in range(2)]
+    st, ans = agent_post(cluster.server.url, "/agent/v1/join",
+                         {"name": "old-n", "version": "0.9", "backend": "sim", "machine": "ab" * 32,
+                          "seq": now_us(), "gpus": gpus}, TOKEN)
+    assert st == 200, ans
+    full = {"node": "old-n", "seq": now_us(), "full": True, "runs": [], "gpus": gpus}
+    st, ans = agent_post(cluster.server.url, "/agent/v1/sync", full, ans["credential"])
+    assert st == 200, ans
+    cluster.wait_node("old-n", "ready")
+    el = cluster.submit(["sleep", "30"], elastic={"min_gpus": 1, "max_gpus": 2})
+    plain = cluster.submit(["sleep", "30"], gpu_request=1, exclusive=True)
+    time.sleep(1.5)
+    assert cluster.task(plain["id"])["state"] == "running"
+    e = cluster.task(el["id"])
+    assert e["state"] == "queued" and e["gpus"] == [], e

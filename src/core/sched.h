@@ -281,7 +281,14 @@ typedef struct gp_sched_req {
                                        every member of one array carries the same */
         const char *node_selector;  /* "k=v,k2=v2": only nodes whose labels hold every pair;
                                        NULL or "" = any node (syntax as gp_sched_node_set_labels) */
+        int elastic_min_nodes;      /* 0 = not elastic in nodes; else 1 <= this == gpus and
+                                       <= elastic_max_nodes <= GP_SCHED_MAX_ENODES: whole nodes
+                                       (see "Elastic in whole nodes" below); not with
+                                       elastic_max_gpus */
+        int elastic_max_nodes;
 } gp_sched_req;
+
+#define GP_SCHED_MAX_ENODES 1024    /* most nodes of a task elastic in nodes */
 
 /* Multi-node tasks: a task whose `gpus` is more than the GPUs (not
  * reserved) of the largest node it may use (GPUs matching gpu_model, on
@@ -302,6 +309,24 @@ typedef struct gp_sched_req {
  * for whole nodes.  Elastic tasks are never multi-node (one node: a
  * request whose minimum no node holds is infeasible).  Which tasks are
  * multi-node is decided again when the inventory or labels change. */
+
+/* Elastic in whole nodes: a task with elastic_max_nodes takes whole nodes
+ * (as a multi-node task does, whatever their size, on nodes that allow
+ * GP_SCHED_NODE_MULTI): it starts on elastic_min_nodes of them (the
+ * largest idle ones first), and its START lists their GPUs grouped by
+ * node.  Later runs change it by whole nodes, reported as RESIZE with the
+ * whole new GPU set, the nodes it keeps first and in their order:
+ *   - grow: in the grow pass (as elastic tasks: no task that may start is
+ *     left waiting), it takes one more wholly idle node at a time (the
+ *     largest, then lowest number) up to elastic_max_nodes, while its
+ *     tenant and group stay within their limits and the task stays within
+ *     GP_MAX_GPUS; the new node's GPUs come last.
+ *   - shrink: when the task W whose turn it is cannot be placed (and
+ *     before elastic tasks shrink for it or anything is preempted), such
+ *     tasks above their minimum give back their last node, one node at a
+ *     time, the task with the most nodes above its minimum first (ties:
+ *     the highest id), until W fits; nothing shrinks unless W then starts.
+ * Its reason while queued says how many whole nodes it waits for. */
 
 /* Job arrays: members of one array (same array_id) are ordinary tasks in
  * every respect (order, quotas, placement), except that with array_limit

@@ -471,7 +471,10 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
                 env[ne++] = s->env[i];
         snprintf(extra[0], sizeof(extra[0]), "GPUPOOL_NODE=%s", n->name);
         snprintf(extra[1], sizeof(extra[1]), "GPUPOOL_NODE_RANK=%d", s->id.rank);
-        snprintf(extra[2], sizeof(extra[2]), "GPUPOOL_NNODES=%d", s->nnodes);
+        if (s->nodes_max) /* elastic in whole nodes: torchrun's --nnodes=MIN:MAX */
+                snprintf(extra[2], sizeof(extra[2]), "GPUPOOL_NNODES=%d:%d", s->nodes_min, s->nodes_max);
+        else
+                snprintf(extra[2], sizeof(extra[2]), "GPUPOOL_NNODES=%d", s->nnodes);
         snprintf(extra[3], sizeof(extra[3]), "MASTER_ADDR=%s", s->master_addr);
         snprintf(extra[4], sizeof(extra[4]), "MASTER_PORT=%d", s->master_port);
         snprintf(extra[5], sizeof(extra[5]), "CUDA_DEVICE_ORDER=PCI_BUS_ID");

@@ -1033,10 +1033,14 @@ static int parse_start(const json_t *o, gp_proto_start *s, const char *where, ch
             (r = get_int(o, "array_index", false, 0, INT_MAX, 0, &s->array_index, where, err, errlen)) < 0 ||
             (r = get_bool(o, "fence", false, false, &s->fence, where, err, errlen)) < 0 ||
             (r = get_int32(o, "elastic_min", false, 0, GP_PROTO_MAX_GPUS, 0, &s->elastic_min, where, err, errlen)) < 0 ||
-            (r = get_int32(o, "elastic_max", false, 0, GP_PROTO_MAX_GPUS, 0, &s->elastic_max, where, err, errlen)) < 0)
+            (r = get_int32(o, "elastic_max", false, 0, GP_PROTO_MAX_GPUS, 0, &s->elastic_max, where, err, errlen)) < 0 ||
+            (r = get_int32(o, "nodes_min", false, 0, GP_PROTO_MAX_RANK + 1, 0, &s->nodes_min, where, err, errlen)) < 0 ||
+            (r = get_int32(o, "nodes_max", false, 0, GP_PROTO_MAX_RANK + 1, 0, &s->nodes_max, where, err, errlen)) < 0)
                 return r;
         if ((s->elastic_min == 0) != (s->elastic_max == 0) || s->elastic_min > s->elastic_max)
                 return fail(err, errlen, "%s.elastic_min and elastic_max must be 1 <= min <= max, or both absent", where);
+        if ((s->nodes_min == 0) != (s->nodes_max == 0) || s->nodes_min > s->nodes_max)
+                return fail(err, errlen, "%s.nodes_min and nodes_max must be 1 <= min <= max, or both absent", where);
         char notice[GP_NOTICE_TEXT_MAX], why[128];
         if ((r = get_str(o, "notice", false, STR_CLEAN, notice, sizeof(notice), where, err, errlen)) < 0)
                 return r;
@@ -1264,9 +1268,10 @@ static json_t *start_to_json(const gp_proto_start *s) {
                                           "fence", s->fence)
                                 : NULL;
         char notice[GP_NOTICE_TEXT_MAX];
-        if (rest && s->elastic_max &&
-            (set(rest, "elastic_min", json_integer(s->elastic_min)) < 0 ||
-             set(rest, "elastic_max", json_integer(s->elastic_max)) < 0)) {
+        if (rest && ((s->elastic_max && (set(rest, "elastic_min", json_integer(s->elastic_min)) < 0 ||
+                                         set(rest, "elastic_max", json_integer(s->elastic_max)) < 0)) ||
+                     (s->nodes_max && (set(rest, "nodes_min", json_integer(s->nodes_min)) < 0 ||
+                                       set(rest, "nodes_max", json_integer(s->nodes_max)) < 0)))) {
                 json_decref(rest);
                 rest = NULL;
         }

@@ -224,6 +224,8 @@ typedef struct gp_proto_start {
                                         already clamped by the server's max_notice_s */
         int elastic_min, elastic_max; /* an elastic run (1 <= min <= max <= GP_PROTO_MAX_GPUS): its GPUs
                                          change by "resize"; both 0 = not elastic */
+        int nodes_min, nodes_max;    /* a task elastic in whole nodes (1 <= min <= max <= GP_PROTO_MAX_RANK + 1):
+                                        its ranks come and go; GPUPOOL_NNODES is "MIN:MAX"; both 0 = not */
 } gp_proto_start;
 
 /* A running elastic run's new GPU set on its node (sent until the agent

@@ -89,6 +89,7 @@ gp_sched_req sched_req(const gp_task *t) {
                 .submit_ms = t->submitted_ms,
                 .queue_deadline_ms = t->queue_timeout_s ? t->submitted_ms + t->queue_timeout_s * 1000 : 0,
                 .elastic_max_gpus = t->elastic_max_gpus, .borrowing = t->borrowing,
+                .elastic_min_nodes = t->elastic_min_nodes, .elastic_max_nodes = t->elastic_max_nodes,
                 .array_id = t->array_id, .array_limit = t->array_limit, .estimate_ms = t->estimate_ms,
         };
         return r;
@@ -205,6 +206,9 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         if (t->elastic_max_gpus > 0)
                 r = r ? r : gp_buf_printf(b, ",\"elastic\":{\"min_gpus\":%d,\"max_gpus\":%d}", t->gpu_request,
                                           t->elastic_max_gpus);
+        if (t->elastic_max_nodes > 0)
+                r = r ? r : gp_buf_printf(b, ",\"elastic_nodes\":{\"min_nodes\":%d,\"max_nodes\":%d}",
+                                          t->elastic_min_nodes, t->elastic_max_nodes);
         if (t->preempt_deadline_ms)
                 r = r ? r : gp_buf_json_field_time(b, "preempt_deadline", t->preempt_deadline_ms);
         r = r ? r : gp_buf_json_field_str(b, "model", t->model);
@@ -1347,7 +1351,13 @@ static void set_gpus(gp_daemon *d, gp_task *t, const gp_sched_decision *dec) {
  * task gets alloc.json and its signal after the commit. */
 static void resize(gp_daemon *d, batch *b, gp_task *t, const gp_sched_decision *dec, int64_t now) {
         int old = t->n_gpus;
+        gp_task_gpu *was = t->elastic_max_nodes > 0 && gp_nodes_remote(t) ? t->gpus : NULL;
+        if (was)
+                t->gpus = NULL; /* kept, to stop the ranks on the nodes it gave up */
         set_gpus(d, t, dec);
+        if (was)
+                gp_nodes_gave_up(d, t, was, old);
+        free(was);
         gp_billing_run_resize(d, t, now); /* metered at each share for its own time */
         mark(b, t);
         gp_info("task %" PRId64 " resized from %d to %d GPUs", t->id, old, t->n_gpus);

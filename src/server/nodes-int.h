@@ -104,4 +104,9 @@ struct gp_nodes {
         int nrestored;              /* nodes with restored set */
 };
 
+/* A node as GET /api/v1/nodes shows it (nodes-run.c).  NULL when out of
+ * memory. */
+struct json_t;
+struct json_t *gp_nodes_node_json(struct gp_daemon *d, const gp_node *n);
+
 #endif

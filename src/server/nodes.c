@@ -189,10 +189,16 @@ static const char *node_at(const gp_task *t, int rank) {
         return NULL;
 }
 
-/* Is this run t's current run on node n? */
+/* Is this run t's current run on node n?  Not a run of a task elastic
+ * in nodes that gave n up (stopped, not as a cancel, in this very epoch):
+ * if the task takes n again, its new rank there may carry the old run's
+ * id, and the old run's end is not the task's. */
 static bool current(const gp_task *t, const gp_node *n, gp_proto_run_id id) {
-        return t && t->state == GP_TASK_RUNNING && !t->is_lease && gp_nodes_remote(t) &&
-               id.epoch == gp_task_run_epoch(t) && rank_of(t, n->name) == id.rank;
+        if (!t || t->state != GP_TASK_RUNNING || t->is_lease || !gp_nodes_remote(t) ||
+            id.epoch != gp_task_run_epoch(t) || rank_of(t, n->name) != id.rank)
+                return false;
+        intptr_t st = t->elastic_max_nodes > 0 ? (intptr_t)gp_i64map_get(&n->stopping, id.task) : 0;
+        return !st || ((st - 1) >> 2) != id.epoch || ((st - 1) & 3) == GP_PROTO_STOP_CANCEL;
 }
 
 /* ---- the registry ---- */
@@ -993,9 +999,28 @@ void gp_nodes_start(gp_daemon *d, const gp_task *t) {
 }
 
 void gp_nodes_resized(gp_daemon *d, const gp_task *t) {
+        if (t->elastic_max_nodes > 0) { /* its new ranks start (an agent takes a start it holds as done) */
+                gp_nodes_start(d, t);
+                return;
+        }
         gp_node *n = t->n_gpus ? find(d->nodes, t->gpus[0].node) : NULL;
         if (n && t->elastic_max_gpus > 0) /* one node: rank 0 */
                 push_resize(d->nodes, n, (gp_proto_run_id){t->id, gp_task_run_epoch(t), 0});
+}
+
+/* Stop run id on n: a start not sent yet is not sent at all, and there
+ * is no run to wait for (a stop of an older run stays pending); else the
+ * stop goes out and, but for a cancel, holds n's starts until it ended. */
+static void stop_run(gp_nodes *ns, gp_node *n, gp_proto_run_id id, gp_proto_stop_why why) {
+        bool unsent = false;
+        for (size_t i = 0; i < n->nostart && !unsent; i++)
+                if (n->ostart[i].task == id.task) {
+                        n->ostart[i] = n->ostart[--n->nostart];
+                        unsent = true;
+                }
+        push_stop(ns, n, id, why);
+        if (!unsent && gp_i64map_put(&n->stopping, id.task, (void *)(intptr_t)(((id.epoch << 2) | why) + 1)) < 0)
+                oom();
 }
 
 void gp_nodes_stop(gp_daemon *d, const gp_task *t, gp_proto_stop_why why) {
@@ -1005,20 +1030,20 @@ void gp_nodes_stop(gp_daemon *d, const gp_task *t, gp_proto_stop_why why) {
                 if (!name)
                         break;
                 gp_node *n = find(d->nodes, name);
-                if (!n)
+                if (n)
+                        stop_run(d->nodes, n, (gp_proto_run_id){t->id, epoch, rank}, why);
+        }
+}
+
+void gp_nodes_gave_up(gp_daemon *d, const gp_task *t, const gp_task_gpu *was, int was_n) {
+        int64_t epoch = gp_task_run_epoch(t);
+        for (int i = 0, rank = -1; i < was_n; i++) {
+                if (i > 0 && !strcmp(was[i - 1].node, was[i].node))
                         continue;
-                gp_proto_run_id id = {t->id, epoch, rank};
-                /* a start not sent yet is not sent at all, and there is no
-                 * run to wait for (a stop of an older run stays pending) */
-                bool unsent = false;
-                for (size_t i = 0; i < n->nostart && !unsent; i++)
-                        if (n->ostart[i].task == t->id) {
-                                n->ostart[i] = n->ostart[--n->nostart];
-                                unsent = true;
-                        }
-                push_stop(d->nodes, n, id, why);
-                if (!unsent && gp_i64map_put(&n->stopping, t->id, (void *)(intptr_t)(((epoch << 2) | why) + 1)) < 0)
-                        oom();
+                rank++;
+                gp_node *n = rank_of(t, was[i].node) == rank ? NULL : find(d->nodes, was[i].node);
+                if (n)
+                        stop_run(d->nodes, n, (gp_proto_run_id){t->id, epoch, rank}, GP_PROTO_STOP_PREEMPT);
         }
 }
 
@@ -1264,35 +1289,6 @@ static bool token_ok(gp_daemon *d, const char *token, int64_t now) {
 
 
 /* ---- node JSON (GET /api/v1/nodes, admin answers) ---- */
-
-static json_t *node_json(gp_daemon *d, const gp_node *n) {
-        uint32_t *sids = n->ngpus ? calloc((size_t)n->ngpus, sizeof(*sids)) : NULL;
-        if (n->ngpus && !sids)
-                return NULL;
-        for (int i = 0; i < n->ngpus; i++)
-                sids[i] = n->state == GP_NODE_LEFT ? UINT32_MAX : n->gpus[i].sid;
-        int busy, runs;
-        json_t *g = gp_nodes_sched_gpus_json(d, n->name, sids, n->ngpus, &busy, &runs);
-        free(sids);
-        if (n->state == GP_NODE_LEFT) { /* its GPUs as it had them */
-                json_decref(g);
-                g = json_array();
-                for (int i = 0; g && i < n->ngpus; i++)
-                        json_array_append_new(g, json_pack("{s:i,s:s,s:s,s:I,s:b,s:b,s:i}", "index", n->gpus[i].g.index,
-                                                           "uuid", n->gpus[i].g.uuid, "name", n->gpus[i].g.name,
-                                                           "memory_mb", (json_int_t)n->gpus[i].g.memory_mb, "healthy",
-                                                           false, "drained", true, "tasks", 0));
-        }
-        json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o,s:b}", "name", n->name, "state",
-                              gp_node_state_name(n->state), "address", n->address, "labels",
-                              gp_nodes_labels_json(n->labels, n->name), "version", n->version, "backend", n->backend,
-                              "last_heartbeat_ms", (json_int_t)n->hb_ms, "joined_ms", (json_int_t)n->joined_ms,
-                              "gpus_total", n->ngpus, "gpus_busy", busy, "runs", runs, "gpus", g, "synced", !n->restored);
-        const gp_node_tele *t = gp_nodes_tele(d, n->name); /* none while lost or left */
-        if (o)
-                gp_node_host_json(gp_node_tele_host(t), gp_node_tele_at(t), o);
-        return o;
-}
 
 static char *dump(json_t *j) {
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -1554,7 +1550,7 @@ static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
         mark_dirty(d->nodes, n);
         gp_info("node %s: %s by %s", n->name, gp_node_state_name(n->state), nc->who);
         *status = 200;
-        *body = dump(node_json(d, n));
+        *body = dump(gp_nodes_node_json(d, n));
 }
 
 static void apply_token(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, char **body) {
@@ -1830,7 +1826,7 @@ static int h_nodes(struct hreq *r, const gp_route_arg *a) {
         json_t *out;
         if (a->name[0]) {
                 gp_node *n = find(d->nodes, a->name);
-                out = !strcmp(a->name, "local") ? gp_nodes_local_json(d) : n ? node_json(d, n) : NULL;
+                out = !strcmp(a->name, "local") ? gp_nodes_local_json(d) : n ? gp_nodes_node_json(d, n) : NULL;
                 if (!out) {
                         pthread_mutex_unlock(&d->lock);
                         return gp_http_send(r, 404, error_body("not_found", "no node %s", a->name), 0);
@@ -1841,7 +1837,7 @@ static int h_nodes(struct hreq *r, const gp_route_arg *a) {
                 if (l)
                         json_array_append_new(list, l);
                 for (size_t i = 0; list && i < d->nodes->n; i++)
-                        json_array_append_new(list, node_json(d, d->nodes->v[i]));
+                        json_array_append_new(list, gp_nodes_node_json(d, d->nodes->v[i]));
                 out = json_pack("{s:s,s:o}", "backend", d->backend, "nodes", list);
         }
         pthread_mutex_unlock(&d->lock);

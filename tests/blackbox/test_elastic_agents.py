@@ -130,3 +130,106 @@ def test_an_agent_that_does_not_apply_resizes_gets_no_elastic_task(cluster, tmp_
     assert cluster.task(plain["id"])["state"] == "running"
     e = cluster.task(el["id"])
     assert e["state"] == "queued" and e["gpus"] == [], e
+
+
+# A rank of a task elastic in nodes: leaves "<node>.<pid>.start" with what it was told, and
+# "<node>.<pid>.end" with the time when it is stopped.
+RANK = ('d="$1"; f="$d/$GPUPOOL_NODE.$$"; '
+        'echo "$GPUPOOL_NODE_RANK $GPUPOOL_NNODES $CUDA_VISIBLE_DEVICES $(date +%s.%N)" > "$f.start"; '
+        'trap \'date +%s.%N > "$f.end"; exit 0\' TERM; '
+        'i=0; while [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done')
+
+
+def ranks(work):
+    """{pid: (node, rank, nnodes, ended_at or None)} of every rank process that ran."""
+    out = {}
+    for name in os.listdir(work):
+        if not name.endswith(".start"):
+            continue
+        node, pid = name[:-len(".start")].rsplit(".", 1)
+        rank, nn, _cvd, t0 = open(os.path.join(work, name)).read().split()
+        end = os.path.join(work, "%s.%s.end" % (node, pid))
+        out[int(pid)] = (node, int(rank), nn, float(t0),
+                         float(open(end).read()) if os.path.exists(end) else None)
+    return out
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def live_ranks(work):
+    return {pid: v for pid, v in ranks(work).items() if alive(pid) and v[4] is None}
+
+
+def nodes_of(t):
+    seen = []
+    for g in t["gpus"]:
+        if g["node"] not in seen:
+            seen.append(g["node"])
+    return seen
+
+
+def test_a_task_elastic_in_nodes_grows_to_its_max_gives_a_node_back_and_takes_it_again(cluster, tmp_path):
+    cluster.start_server(CONFIG)
+    for name in ("en-a", "en-b", "en-c"):
+        cluster.agent(name, gpus=sim_gpus(2))
+    work = tmp_path / "work"
+    work.mkdir()
+    el = cluster.submit(["sh", "-c", RANK, "sh", str(work)], elastic_nodes={"min_nodes": 1, "max_nodes": 3})
+    assert el["elastic_nodes"] == {"min_nodes": 1, "max_nodes": 3}, el
+    # nothing else waits: one process on each of the three nodes, told MIN:MAX
+    live = wait_for(lambda: len(live_ranks(work)) == 3 and live_ranks(work), 20, "three ranks")
+    assert sorted(v[0] for v in live.values()) == ["en-a", "en-b", "en-c"]
+    assert sorted(v[1] for v in live.values()) == [0, 1, 2] and {v[2] for v in live.values()} == {"1:3"}
+    t = cluster.task(el["id"])
+    assert len(t["gpus"]) == 6 and t["state"] == "running"
+    order = nodes_of(t)
+    rank_of = {v[0]: v[1] for v in live.values()}
+    assert [rank_of[n] for n in order] == [0, 1, 2], (order, rank_of)
+
+    # a 2-GPU task: the task gives back its last node; that node's rank stops first
+    other = cluster.submit(["sh", "-c", "date +%%s.%%N > %s/other-began.txt; sleep 60" % work], gpu_request=2,
+                           exclusive=True)
+    cluster.wait_task(other["id"], "running", timeout=20)
+    t = cluster.task(el["id"])
+    assert nodes_of(t) == order[:2] and t["state"] == "running"
+    assert cluster.task(other["id"])["gpus"][0]["node"] == order[2]
+    started = float(wait_for(lambda: os.path.exists(work / "other-began.txt") and open(work / "other-began.txt").read(),
+                             15, "the other task's start"))
+    gone = [v for v in ranks(work).values() if v[0] == order[2]]
+    assert len(gone) == 1 and gone[0][4] is not None and gone[0][4] <= started, gone
+    assert len(live_ranks(work)) == 2
+
+    # it ends: the task takes the node again, with a new process there
+    assert cluster.server.api("POST", "/api/v1/tasks/%d/cancel" % other["id"]).status_code == 200
+    live = wait_for(lambda: len(live_ranks(work)) == 3 and live_ranks(work), 20, "the third rank again")
+    again = [pid for pid, v in live.items() if v[0] == order[2]]
+    assert len(again) == 1 and again[0] not in [p for p, v in ranks(work).items() if v[4] is not None]
+    time.sleep(1.0)  # the old run's end must not have ended the task
+    assert cluster.task(el["id"])["state"] == "running" and len(live_ranks(work)) == 3
+
+    assert cluster.server.api("POST", "/api/v1/tasks/%d/cancel" % el["id"]).status_code == 200
+    cluster.wait_task(el["id"], "cancelled", timeout=20)
+    wait_for(lambda: not live_ranks(work), 15, "every rank to stop")
+
+
+def test_elastic_nodes_bad_requests_are_refused(cluster):
+    cluster.start_server(CONFIG)
+    for body, words in [({"min_nodes": 2, "max_nodes": 1}, "below min_nodes"),
+                        ({"max_nodes": 0}, "elastic_nodes.max_nodes"),
+                        ({"min_nodes": 1}, "max_nodes: missing"),
+                        ({"min_nodes": 1, "max_nodes": 2, "gpus": 3}, "unknown field"),
+                        ("1:2", "must be an object")]:
+        r = cluster.server.api("POST", "/api/v1/tasks", json={"command": ["true"], "elastic_nodes": body})
+        assert r.status_code == 400 and words in r.text, (body, r.text)
+    r = cluster.server.api("POST", "/api/v1/tasks", json={"command": ["true"], "gpu_request": 2,
+                                                          "elastic_nodes": {"max_nodes": 2}})
+    assert r.status_code == 400 and "leave out gpu_request" in r.text, r.text
+    r = cluster.server.api("POST", "/api/v1/tasks", json={"elastic_nodes": {"max_nodes": 2}})
+    assert r.status_code == 400 and "only for batch tasks" in r.text, r.text
+    assert cluster.server.api("GET", "/api/v1/tasks").json()["tasks"] == []

@@ -233,3 +233,79 @@ def test_elastic_nodes_bad_requests_are_refused(cluster):
     r = cluster.server.api("POST", "/api/v1/tasks", json={"elastic_nodes": {"max_nodes": 2}})
     assert r.status_code == 400 and "only for batch tasks" in r.text, r.text
     assert cluster.server.api("GET", "/api/v1/tasks").json()["tasks"] == []
+
+
+# One torchrun agent per node, elastic over MIN:MAX nodes with c10d's rendezvous at rank 0's
+# node; each worker (one per node, gloo on CPU) leaves "world-<node>-<pid>" with its rank and the
+# world size it joined, then checks that size with an all_reduce every 0.2 s.  torchrun 1.13 on
+# Python 3.11 needs --redirects/--tee of 1 or 2 (its 0 and 3 fail to parse there).
+WORKER = r'''
+import os, sys, time
+import torch, torch.distributed as dist
+out = sys.argv[1]
+dist.init_process_group("gloo")
+r, w = dist.get_rank(), dist.get_world_size()
+with open(os.path.join(out, "world-%s-%d" % (os.environ["GPUPOOL_NODE"], os.getpid())), "w") as f:
+    f.write("%d %d %f\n" % (r, w, time.time()))
+for _ in range(3000):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert int(t.item()) == w
+    time.sleep(0.2)
+'''
+TORCHRUN = ('exec /usr/bin/torchrun --nnodes="$GPUPOOL_NNODES" --nproc_per_node=1 --rdzv_backend=c10d '
+            '--rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv_id="task-$GPUPOOL_TASK_ID" '
+            '--rdzv_conf=last_call_timeout=1 --max_restarts=20 --monitor_interval=1 --redirects 2 --tee 1 '
+            '"$1" "$2"')
+
+
+def worlds(work):
+    """[(joined_at, node, rank, world)] of every worker that joined, oldest first."""
+    out = []
+    for name in os.listdir(work):
+        if name.startswith("world-"):
+            node = name.split("-", 1)[1].rsplit("-", 1)[0]
+            r, w, at = open(os.path.join(work, name)).read().split()
+            out.append((float(at), node, int(r), int(w)))
+    return sorted(out)
+
+
+def latest_group(work, size):
+    """The last `size` workers to join, if they form one world of that size with ranks 0..size-1."""
+    ws = worlds(work)[-size:]
+    if len(ws) == size and all(w[3] == size for w in ws) and sorted(w[2] for w in ws) == list(range(size)):
+        return ws
+    return None
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/torchrun"), reason="needs Debian's python3-torch "
+                    "(scripts/install-deps.sh test installs it)")
+def test_torchrun_elastic_grows_from_one_node_to_two_and_back(cluster, tmp_path):
+    cluster.start_server(CONFIG)
+    cluster.agent("tr-a", gpus=sim_gpus(1))
+    work = tmp_path / "work"
+    work.mkdir()
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    el = cluster.submit(["sh", "-c", TORCHRUN, "sh", str(worker), str(work)],
+                        elastic_nodes={"min_nodes": 1, "max_nodes": 2})
+    # alone on its minimum: a world of one
+    g1 = wait_for(lambda: latest_group(work, 1), 60, "a world of one on node tr-a")
+    assert g1[0][1] == "tr-a"
+    # a second node joins the pool: the task grows onto it and both workers agree on two
+    cluster.agent("tr-b", gpus=sim_gpus(1))
+    g2 = wait_for(lambda: latest_group(work, 2), 90, "a world of two")
+    assert sorted(w[1] for w in g2) == ["tr-a", "tr-b"]
+    assert [g["node"] for g in cluster.task(el["id"])["gpus"]] == ["tr-a", "tr-b"]
+    # a task needs a GPU: the node is given back; the worker left on tr-a goes on in a world of one
+    other = cluster.submit(["sleep", "120"], gpu_request=1, exclusive=True)
+    cluster.wait_task(other["id"], "running", timeout=60)
+    assert cluster.task(other["id"])["gpus"][0]["node"] == "tr-b"
+    g3 = wait_for(lambda: worlds(work)[-1][0] > g2[-1][0] and latest_group(work, 1), 90,
+                  "a world of one again after the shrink")
+    assert g3[0][1] == "tr-a"
+    t = cluster.task(el["id"])
+    assert t["state"] == "running" and [g["node"] for g in t["gpus"]] == ["tr-a"], t
+    for tid in (other["id"], el["id"]):
+        assert cluster.server.api("POST", "/api/v1/tasks/%d/cancel" % tid).status_code == 200
+    cluster.wait_task(el["id"], "cancelled", timeout=30)

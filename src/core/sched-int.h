@@ -134,6 +134,7 @@ typedef struct sgpu {
         char *uuid;
         char *name;
         int64_t total;
+        int64_t foreign;           /* MB used by processes that are not the pool's (usable less it) */
         uint64_t grow_seq;         /* when an elastic task grew onto it (s->grow_seq) */
 } sgpu;
 

@@ -394,6 +394,7 @@ static int gpu_revive(gp_sched *s, uint32_t gi, const gp_sched_gpu_desc *d) {
         g->name = name;
         g->kind = (uint8_t)kind;
         g->total = d->memory_total_mb;
+        g->foreign = 0;
         g->usable = d->memory_total_mb - s->cfg.memory_safety_margin_mb;
         if (g->usable < 0)
                 g->usable = 0;
@@ -493,6 +494,7 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
         g->index = d->index;
         g->kind = (uint8_t)kind;
         g->total = d->memory_total_mb;
+        g->foreign = 0;
         g->usable = d->memory_total_mb - s->cfg.memory_safety_margin_mb;
         if (g->usable < 0)
                 g->usable = 0;
@@ -726,6 +728,27 @@ int gp_sched_gpu_set_drained(gp_sched *s, uint32_t gpu, bool drained) {
         if (gpu >= s->ngpus)
                 return -ENOENT;
         return gpu_set_flag(s, gpu, &s->gpus[gpu].drained, drained);
+}
+
+int gp_sched_gpu_set_foreign(gp_sched *s, uint32_t gpu, int64_t mb) {
+        if (gpu >= s->ngpus)
+                return -ENOENT;
+        if (mb < 0 || mb > ((int64_t)1 << 40))
+                return -EINVAL;
+        sgpu *g = &s->gpus[gpu];
+        if (g->foreign == mb)
+                return 0;
+        int64_t usable = g->total - s->cfg.memory_safety_margin_mb - mb;
+        if (usable < 0)
+                usable = 0;
+        gpu_unlink(s, gpu);
+        if (g->excl && g->ntasks > 0)
+                g->alloc += usable - g->usable; /* a whole-GPU task is charged what is usable (gpu_detach) */
+        g->usable = usable;
+        g->foreign = mb;
+        gpu_link(s, gpu);
+        s->gen++;
+        return 0;
 }
 
 int gp_sched_gpu_set_load(gp_sched *s, uint32_t gpu, int util_pct, int temp_c) {

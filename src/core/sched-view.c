@@ -13,6 +13,7 @@ int gp_sched_gpu_get(const gp_sched *s, uint32_t gpu, gp_sched_gpu_view *ret) {
         *ret = (gp_sched_gpu_view){
                 .node = s->nodes[g->node].name, .uuid = g->uuid, .name = g->name,
                 .index = g->index, .memory_total_mb = g->total, .memory_usable_mb = g->usable,
+                .memory_foreign_mb = g->foreign,
                 .memory_allocated_mb = g->alloc, .ntasks = g->ntasks, .exclusive_held = g->excl,
                 .healthy = g->healthy, .drained = g->drained, .reserved = g->reserved,
                 .removed = g->removed, .util_pct = g->util, .temp_c = g->temp,

@@ -183,6 +183,12 @@ int gp_sched_gpu_set_healthy(gp_sched *s, uint32_t gpu, bool healthy);
 int gp_sched_gpu_set_drained(gp_sched *s, uint32_t gpu, bool drained);
 /* Latest readings, used as tie-breaks between equally good GPUs. */
 int gp_sched_gpu_set_load(gp_sched *s, uint32_t gpu, int util_pct, int temp_c);
+/* GPU memory used by processes that are not the pool's (another user's
+ * job, a display server: "foreign"), as the driver lists them: what the
+ * GPU offers new work shrinks by it (usable = total - the safety margin -
+ * foreign, at least 0); tasks already there stay.  0, -ENOENT, -EINVAL
+ * (mb below 0 or over 2^40). */
+int gp_sched_gpu_set_foreign(gp_sched *s, uint32_t gpu, int64_t mb);
 /* Find a GPU by node name and index. 0 or -ENOENT. */
 int gp_sched_gpu_find(const gp_sched *s, const char *node, int index, uint32_t *ret_gpu);
 /* Room for GPUs of these model names (repeats and known ones count once
@@ -235,7 +241,8 @@ typedef struct gp_sched_gpu_view {
         const char *node, *uuid, *name;   /* owned by the scheduler, valid until it changes */
         int index;
         int64_t memory_total_mb;
-        int64_t memory_usable_mb;         /* total minus the safety margin */
+        int64_t memory_usable_mb;         /* total minus the safety margin and the foreign memory */
+        int64_t memory_foreign_mb;        /* gp_sched_gpu_set_foreign's */
         int64_t memory_allocated_mb;      /* sum over tasks on it (whole = usable) */
         int ntasks;
         bool exclusive_held, healthy, drained, reserved;

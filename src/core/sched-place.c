@@ -744,11 +744,12 @@ int gp_sched_gpu_set_foreign(gp_sched *s, uint32_t gpu, int64_t mb) {
         gpu_unlink(s, gpu);
         if (g->excl && g->ntasks > 0)
                 g->alloc += usable - g->usable; /* a whole-GPU task is charged what is usable (gpu_detach) */
+        bool more = usable > g->usable;
         g->usable = usable;
         g->foreign = mb;
         gpu_link(s, gpu);
         s->gen++;
-        return 0;
+        return more;
 }
 
 int gp_sched_gpu_set_load(gp_sched *s, uint32_t gpu, int util_pct, int temp_c) {

@@ -166,9 +166,11 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
                                 continue;
                         kind_seen = true;
                         cnt_kind++;
-                        if (g->usable > largest)
-                                largest = g->usable;
-                        if (g->usable >= mem && g->usable > 0)
+                        /* what it could ever hold: foreign memory comes and goes */
+                        int64_t cap = g->usable + g->foreign;
+                        if (cap > largest)
+                                largest = cap;
+                        if (cap >= mem && cap > 0)
                                 cnt++;
                         else
                                 whole = false;

@@ -186,8 +186,9 @@ int gp_sched_gpu_set_load(gp_sched *s, uint32_t gpu, int util_pct, int temp_c);
 /* GPU memory used by processes that are not the pool's (another user's
  * job, a display server: "foreign"), as the driver lists them: what the
  * GPU offers new work shrinks by it (usable = total - the safety margin -
- * foreign, at least 0); tasks already there stay.  0, -ENOENT, -EINVAL
- * (mb below 0 or over 2^40). */
+ * foreign, at least 0); tasks already there stay.  1 when it offers more
+ * than before (a run may start something now), 0, -ENOENT, -EINVAL (mb
+ * below 0 or over 2^40). */
 int gp_sched_gpu_set_foreign(gp_sched *s, uint32_t gpu, int64_t mb);
 /* Find a GPU by node name and index. 0 or -ENOENT. */
 int gp_sched_gpu_find(const gp_sched *s, const char *node, int index, uint32_t *ret_gpu);

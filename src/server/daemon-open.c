@@ -94,7 +94,7 @@ static void sample(gp_daemon *d) {
         }
         free(d->gpu_info);
         d->gpu_info = info;
-        gp_tele_local_sample(d);
+        changed |= gp_tele_local_sample(d); /* less foreign GPU memory: a run may start something */
         pthread_mutex_unlock(&d->lock);
         for (size_t k = 0; k < nfailed; k++)
                 gp_daemon_post(d, failed[k]);

@@ -319,6 +319,8 @@ json_t *gp_http_gpu_json(gp_daemon *d, uint32_t g) {
         json_object_set_new(o, "memory_usable_mb", json_integer(v.memory_usable_mb));
         json_object_set_new(o, "memory_allocated_mb", json_integer(v.memory_allocated_mb));
         const gp_gpu_info *info = gp_daemon_gpu_info(d, g); /* the server's own or an agent's */
+        json_object_set_new(o, "memory_foreign_mb", /* known where the driver lists processes */
+                            info && info->procs_known ? json_integer(v.memory_foreign_mb) : json_null());
         gp_gpu_readings_json(info, o);
         json_object_set_new(o, "healthy", json_boolean(v.healthy));
         json_object_set_new(o, "health_reason", json_string(info ? info->health_reason : ""));

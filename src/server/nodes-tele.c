@@ -243,12 +243,12 @@ int gp_tele_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
 
 static void watch(gp_daemon *d, gp_task *t, int64_t max_gpu_mb, int64_t now);
 
-void gp_tele_local_sample(gp_daemon *d) {
-        bool known = false;
+bool gp_tele_local_sample(gp_daemon *d) {
+        bool known = false, more = false;
         for (size_t i = 0; i < d->ngpus && d->gpu_info; i++)
                 known = known || d->gpu_info[i].procs_known;
         if (!known)
-                return;
+                return false;
         static int64_t roots[MAX_ROOTS], sums[MAX_ROOTS], most[MAX_ROOTS], on_gpu[MAX_ROOTS];
         static gp_task *owners[MAX_ROOTS];
         size_t nr = 0, pos = 0;
@@ -259,16 +259,22 @@ void gp_tele_local_sample(gp_daemon *d) {
                         sums[nr] = most[nr] = 0;
                         owners[nr++] = t;
                 }
-        for (size_t i = 0; i < d->ngpus && nr; i++) {
+        for (size_t i = 0; i < d->ngpus; i++) {
+                if (!d->gpu_info[i].procs_known)
+                        continue;
                 memset(on_gpu, 0, nr * sizeof(on_gpu[0]));
+                int64_t foreign = 0; /* processes of no task of ours: another user's, a display server */
                 for (int k = 0; k < d->gpu_info[i].n_procs; k++) {
                         const gp_gpu_proc *p = &d->gpu_info[i].procs[k];
-                        int w = gp_host_descends(p->pid, roots, nr);
+                        int w = nr ? gp_host_descends(p->pid, roots, nr) : -1;
                         if (w >= 0 && p->used_mb > 0) {
                                 sums[w] += p->used_mb;
                                 on_gpu[w] += p->used_mb;
+                        } else if (w < 0 && p->used_mb > 0) {
+                                foreign += p->used_mb;
                         }
                 }
+                more |= gp_sched_gpu_set_foreign(d->sched, d->gpu_ids[i], foreign < (1LL << 40) ? foreign : 1LL << 40) > 0;
                 for (size_t w = 0; w < nr; w++)
                         if (on_gpu[w] > most[w])
                                 most[w] = on_gpu[w];
@@ -282,6 +288,7 @@ void gp_tele_local_sample(gp_daemon *d) {
                         t->gpu_mem_peak_mb = sums[i];
                 watch(d, t, most[i], now);
         }
+        return more;
 }
 
 /* The watchdog's look at t, whose processes use max_gpu_mb at most on one

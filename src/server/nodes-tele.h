@@ -64,7 +64,7 @@ struct gp_buf;
 int gp_tele_task_write(struct gp_daemon *d, const gp_task *t, struct gp_buf *b);
 /* The server's own GPUs were read (d->gpu_info): each process listed is
  * charged to the running task whose supervisor it descends from. */
-void gp_tele_local_sample(struct gp_daemon *d);
+bool gp_tele_local_sample(struct gp_daemon *d);
 /* A node's readings came: the peaks of the tasks they name or named
  * (ids, gp_node_tele_take's touched), and the watchdog's look at them. */
 void gp_tele_node_tasks(struct gp_daemon *d, const int64_t *ids, size_t n);

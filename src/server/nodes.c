@@ -1797,6 +1797,19 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
         size_t ntouched = 0;
         if ((m->n_tele || m->has_host) && gp_node_tele_take(&n->tele, m, now, touched, 256, &ntouched) < 0)
                 gp_warn("node %s: no memory for its GPUs' readings; the last ones stay", n->name);
+        bool more = false; /* memory of processes not the pool's shrinks what a GPU offers */
+        for (int i = 0; i < m->n_tele; i++) {
+                const gp_proto_tele *g = &m->tele[i];
+                int64_t foreign = 0;
+                for (int k = 0; g->procs_known && k < g->n_procs; k++)
+                        foreign += g->procs[k].task == 0 ? g->procs[k].used_mb : 0;
+                for (int k = 0; g->procs_known && k < n->ngpus; k++)
+                        if (n->gpus[k].g.index == g->index && n->gpus[k].sid != UINT32_MAX)
+                                more |= gp_sched_gpu_set_foreign(d->sched, n->gpus[k].sid,
+                                                                 foreign < (1LL << 40) ? foreign : 1LL << 40) > 0;
+        }
+        if (more)
+                gp_daemon_kick(d); /* a run may start something there now */
         gp_tele_node_tasks(d, touched, ntouched);
         if (n->held) /* a newer sync: the held one goes now, empty */
                 answer_held(d, n, 0, false, false);

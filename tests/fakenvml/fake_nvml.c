@@ -66,6 +66,9 @@
  *                           FAKE_NVML_GPU_MB=N and whose CUDA_VISIBLE_DEVICES
  *                           names this GPU's index, using N MiB on it, as a
  *                           CUDA program allocating N MiB on each GPU it sees
+ *       foreign_mb=N        one more compute process, pid 1 (never a task's),
+ *                           using N MiB: a process outside gpupool, such as
+ *                           another user's job; default 0 (none)
  *
  *   live
  *       Readings follow the file: when its modification time changed,
@@ -184,6 +187,7 @@ struct fake_gpu {
         unsigned long calls[C_COUNT];          /* calls answered so far, per call */
         long topo_group;
         bool procs_env;                        /* procs=env */
+        unsigned long long foreign_mb;         /* foreign_mb=N: pid 1 uses N MiB */
         unsigned long long xid[16];            /* xid=: raised, not yet delivered */
         unsigned n_xid;
         bool registered;                       /* in the event set */
@@ -403,6 +407,8 @@ static bool parse_gpu(const struct parse *p, char *pos) {
                 } else if (strcmp(tok, "procs") == 0) {
                         ok = strcmp(val, "none") == 0 || strcmp(val, "env") == 0;
                         g->procs_env = strcmp(val, "env") == 0;
+                } else if (strcmp(tok, "foreign_mb") == 0) {
+                        ok = parse_ull(val, 1ULL << 30, &g->foreign_mb);
                 } else if (strcmp(tok, "topo_group") == 0) {
                         ok = parse_ull(val, 1000000, &v);
                         g->topo_group = (long)v;
@@ -856,6 +862,11 @@ static nvmlReturn_t get_procs(nvmlDevice_t device, unsigned int *count, nvmlProc
         }
         if (dir)
                 closedir(dir);
+        if (g->foreign_mb) {
+                if (infos && found < *count)
+                        infos[found] = (nvmlProcessInfo_t){.pid = 1, .usedGpuMemory = g->foreign_mb * MIB};
+                found++;
+        }
         /* NVML: too small a buffer (or none) is INSUFFICIENT_SIZE with the count needed */
         if (found > *count || (!infos && found))
                 rc_ = NVML_ERROR_INSUFFICIENT_SIZE;

@@ -20,7 +20,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
+#include "base/buf.h"
 #include "base/err.h"
+#include "cli/cli-int.h"
 #include "gpu/gpu.h"
 
 static char lib_path[4096], lib_nomig_path[4096];
@@ -258,10 +262,41 @@ static void test_fake_nvml_refuses_bad_mig_scripts(void **state) {
         }
 }
 
+static char *format_gpus(const char *js) {
+        json_error_t e;
+        json_t *j = json_loads(js, 0, &e);
+        assert_non_null(j);
+        gp_buf b;
+        gp_buf_init(&b, 0);
+        assert_int_equal(gp_cli_format_gpus(j, &b), 0);
+        json_decref(j);
+        return gp_buf_steal(&b);
+}
+
+static void test_gpus_table_shows_a_mig_instance_and_its_isolation(void **state) {
+        char *s = format_gpus("{\"backend\":\"nvml\",\"gpus\":["
+                              "{\"id\":\"local:0\",\"name\":\"NVIDIA A100-SXM4-80GB\",\"isolation\":\"watchdog\","
+                              "\"memory_total_mb\":81920,\"healthy\":true,\"tasks\":[]},"
+                              "{\"id\":\"local:4\",\"uuid\":\"MIG-1\",\"name\":\"NVIDIA A100-SXM4-80GB MIG 1g.10gb\","
+                              "\"profile\":\"1g.10gb\",\"isolation\":\"mig\",\"memory_total_mb\":9830,"
+                              "\"healthy\":true,\"tasks\":[7]}]}");
+        assert_non_null(strstr(s, "ISOLATION"));
+        assert_non_null(strstr(s, "NVIDIA A100-SXM4-80GB MIG 1g.10gb ")); /* not cut */
+        assert_non_null(strstr(s, " mig "));
+        assert_non_null(strstr(s, " watchdog "));
+        free(s);
+        /* a pool where nothing is isolated: no column */
+        s = format_gpus("{\"backend\":\"sim\",\"gpus\":[{\"id\":\"local:0\",\"name\":\"X\",\"isolation\":\"none\","
+                        "\"memory_total_mb\":100,\"healthy\":true,\"tasks\":[]}]}");
+        assert_null(strstr(s, "ISOLATION"));
+        free(s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_profile_name_follows_nvidias_rule),
                 cmocka_unit_test(test_profile_of_a_devices_name),
+                cmocka_unit_test(test_gpus_table_shows_a_mig_instance_and_its_isolation),
                 cmocka_unit_test_teardown(test_nvml_mig_instances_replace_their_gpu, teardown),
                 cmocka_unit_test_teardown(test_nvml_without_mig_symbols_every_gpu_is_whole, teardown),
                 cmocka_unit_test_teardown(test_nvml_mig_instance_that_goes_is_unhealthy_until_reopen, teardown),

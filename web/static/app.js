@@ -133,6 +133,8 @@
     tags.push(g.healthy ? el("span", { class: "tag ok", text: t("gpu_healthy") }) : el("span", { class: "tag bad", text: t("gpu_unhealthy") }));
     if (g.drained) tags.push(el("span", { class: "tag warn", text: t("gpu_drained") }));
     if (g.reserved) tags.push(el("span", { class: "tag", text: t("gpu_reserved") }));
+    /* how its memory is isolated (docs/isolation.md): "MIG 1g.10gb" for a MIG instance */
+    if (g.isolation && g.isolation !== "none") tags.push(el("span", { class: "tag iso", "data-isolation": g.isolation, text: g.isolation === "mig" && g.profile ? "MIG " + g.profile : g.isolation }));
     const used = g.memory_used_mb, total = g.memory_total_mb;
     const tasks = el("div", { class: "tasks-on" });
     if (g.tasks && g.tasks.length) {

@@ -1,0 +1,118 @@
+"""MIG instances as schedulable devices (issue 25, docs/isolation.md),
+through the real loader and the fake libnvidia-ml (mig=... in its script):
+a GPU in MIG mode is replaced by its MIG instances, each with its own
+index, uuid (MIG-...), memory and profile, isolation "mig"; gpu_model globs
+match the profile; a task on one runs with CUDA_VISIBLE_DEVICES=MIG-<uuid>;
+two tasks run at once on two instances of one board.  On the server's own
+GPUs and on an agent's."""
+import os
+import re
+
+import requests
+
+from apiutil import pid_alive, reap_supervisors, wait_for
+from clusterutil import cluster, server_config
+from test_cluster import fake_nvml_lib, ok
+
+assert reap_supervisors and cluster  # fixtures, imported so that they apply here
+
+BOARD = "NVIDIA A100-SXM4-80GB"
+SCRIPT = (
+    # GPU 0: a whole H100; GPU 1: an A100 split 1g.10gb x2 + 2g.20gb; GPU 2: MIG mode, no instance yet
+    'gpu name="NVIDIA H100 80GB HBM3" uuid=GPU-%(tag)s-0000-0000-0000-000000000000 mem_total_mb=81559\n'
+    'gpu name="%(board)s" uuid=GPU-%(tag)s-1111-0000-0000-000000000000 mem_total_mb=81920 temp=47 '
+    'mig=1g.10gb,1g.10gb,2g.20gb procs=env\n'
+    'gpu name="%(board)s" uuid=GPU-%(tag)s-2222-0000-0000-000000000000 mem_total_mb=81920 mig=on\n')
+
+
+def mig_uuid(tag, gpu, slot):
+    return "MIG-%s-%04d-0000-0000-000000000000" % (tag, slot + 1) if gpu == 1 else None
+
+
+def gpus_of(api, node):
+    return sorted((g for g in api("GET", "/api/v1/gpus").json()["gpus"] if g["node"] == node),
+                  key=lambda g: g["index"])
+
+
+def test_a_servers_mig_instances_are_devices_of_their_own(daemon_factory, tmp_path, monkeypatch):
+    script = tmp_path / "nvml.conf"
+    script.write_text(SCRIPT % {"tag": "aaaa1111", "board": BOARD})
+    monkeypatch.setenv("FAKE_NVML_CONFIG", str(script))
+    d = daemon_factory('gpus: {backend: nvml, poll_ms: 200, nvml_library: "%s"}\n' % fake_nvml_lib())
+    gl = gpus_of(d.api, "local")
+    # the H100 at NVML's index 0; the A100 replaced by its instances, numbered after the 3 GPUs; GPU 2 offers none
+    assert [(g["index"], g["uuid"], g["name"], g["profile"], g["memory_total_mb"], g["isolation"]) for g in gl] == [
+        (0, "GPU-aaaa1111-0000-0000-0000-000000000000", "NVIDIA H100 80GB HBM3", None, 81559, "watchdog"),
+        (3, "MIG-aaaa1111-0001-0000-0000-000000000000", BOARD + " MIG 1g.10gb", "1g.10gb", 9830, "mig"),
+        (4, "MIG-aaaa1111-0002-0000-0000-000000000000", BOARD + " MIG 1g.10gb", "1g.10gb", 9830, "mig"),
+        (5, "MIG-aaaa1111-0003-0000-0000-000000000000", BOARD + " MIG 2g.20gb", "2g.20gb", 19660, "mig"),
+    ], gl
+    assert all(g["healthy"] for g in gl), gl
+    mig = gl[1]
+    assert mig["util_pct"] is None and mig["power_w"] is None and mig["temp_c"] == 47, mig  # the board's temperature
+    log = open(d.log_path).read()
+    assert log.count("GPU 2 (GPU-aaaa1111-2222-0000-0000-000000000000) is in MIG mode with no MIG instance") == 1, log
+
+    out = ok(d.cli("gpus"))
+    assert "ISOLATION" in out, out
+    row = [ln for ln in out.splitlines() if ln.startswith("local:5 ")]
+    assert row and BOARD + " MIG 2g.20gb" in row[0] and " mig " in row[0], out
+
+    # a task asking a 1g.10gb by its profile: CUDA sees the instance by its uuid
+    r = d.cli("submit", "--gpu-model", "*1g.10gb*", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES")
+    tid = int(ok(r).strip())
+    t = wait_for(lambda: (lambda x: x if x["state"] == "succeeded" else None)(
+        d.api("GET", "/api/v1/tasks/%d" % tid).json()), timeout=15)
+    cvd = t["cuda_visible_devices"]
+    assert cvd in ("MIG-aaaa1111-0001-0000-0000-000000000000", "MIG-aaaa1111-0002-0000-0000-000000000000"), t
+    assert t["gpus"][0]["uuid"] == cvd and t["isolation"] == "mig", t
+    assert d.api("GET", "/api/v1/tasks/%d/logs" % tid).text == cvd + "\n"
+    assert "mig (MIG instances" in ok(d.cli("status", tid))
+
+    # two 1-GPU tasks at once on the two 1g.10gb instances of one board; a third waits
+    pids = []
+    for k in range(3):
+        marks = tmp_path / ("run%d" % k)
+        r = d.api("POST", "/api/v1/tasks", json={
+            "command": ["sh", "-c", 'echo "$$ $CUDA_VISIBLE_DEVICES" > %s; exec sleep 60' % marks],
+            "gpu_model": "*1g.10gb*"})
+        assert r.status_code == 201, r.text
+        pids.append((r.json()["id"], marks))
+    wait_for(lambda: all(os.path.exists(str(m)) for _, m in pids[:2]), timeout=15)
+    seen = [open(str(m)).read().split() for _, m in pids[:2]]
+    assert sorted(s[1] for s in seen) == ["MIG-aaaa1111-0001-0000-0000-000000000000",
+                                          "MIG-aaaa1111-0002-0000-0000-000000000000"], seen
+    assert all(pid_alive(int(s[0])) for s in seen), seen  # both run at once
+    third = d.api("GET", "/api/v1/tasks/%d" % pids[2][0]).json()
+    assert third["state"] == "queued" and not os.path.exists(str(pids[2][1])), third
+    busy = {g["index"]: g["tasks"] for g in gpus_of(d.api, "local")}
+    assert busy[3] and busy[4] and not busy[0] and not busy[5], busy
+    for tid, _ in pids:
+        d.api("POST", "/api/v1/tasks/%d/cancel" % tid)
+
+
+def test_an_agents_mig_instances_are_devices_and_run_tasks(cluster):
+    cluster.start_server(server_config().replace("gpus: {backend: none}", "gpus: {backend: none, poll_ms: 200}"))
+    script = cluster.tmp / "nvml-mig.conf"
+    script.write_text(SCRIPT % {"tag": "bbbb2222", "board": BOARD})
+    cluster.agent("mig-a", gpus='gpus: {backend: nvml, nvml_library: "%s"}\n' % fake_nvml_lib(),
+                  env={"FAKE_NVML_CONFIG": str(script)})
+    n = cluster.node("mig-a")
+    assert [(g["index"], g["uuid"], g["name"]) for g in n["gpus"]] == [
+        (0, "GPU-bbbb2222-0000-0000-0000-000000000000", "NVIDIA H100 80GB HBM3"),
+        (3, "MIG-bbbb2222-0001-0000-0000-000000000000", BOARD + " MIG 1g.10gb"),
+        (4, "MIG-bbbb2222-0002-0000-0000-000000000000", BOARD + " MIG 1g.10gb"),
+        (5, "MIG-bbbb2222-0003-0000-0000-000000000000", BOARD + " MIG 2g.20gb")], n
+    want = [(None, "watchdog"), ("1g.10gb", "mig"), ("1g.10gb", "mig"), ("2g.20gb", "mig")]
+    # the whole GPU's says watchdog once the agent's first readings (processes listed) are in
+    gl = wait_for(lambda: (lambda x: x if [(g["profile"], g["isolation"]) for g in x] == want else None)(
+        gpus_of(cluster.server.api, "mig-a")), timeout=10)
+    assert all(g["healthy"] and g["backend"] == "nvml" for g in gl), gl
+    t = cluster.submit(["sh", "-c", "echo $CUDA_VISIBLE_DEVICES $GPUPOOL_GPUS"], gpu_model="*2g.20gb")
+    t = cluster.wait_task(t["id"], "succeeded")
+    assert cluster.logs(t["id"]) == "MIG-bbbb2222-0003-0000-0000-000000000000 mig-a:5\n"
+    assert t["isolation"] == "mig" and t["cuda_visible_devices"] == "MIG-bbbb2222-0003-0000-0000-000000000000", t
+    # a whole-GPU glob never lands on an instance of the A100
+    t = cluster.submit(["sh", "-c", "echo $CUDA_VISIBLE_DEVICES"], gpu_model="*H100*")
+    t = cluster.wait_task(t["id"], "succeeded")
+    assert cluster.logs(t["id"]) == "0\n" and t["isolation"] == "none", t

@@ -90,6 +90,15 @@ def test_a_servers_mig_instances_are_devices_of_their_own(daemon_factory, tmp_pa
     for tid, _ in pids:
         d.api("POST", "/api/v1/tasks/%d/cancel" % tid)
 
+    # a share of an instance: held to it by the watchdog, which reads the instance's processes
+    r = d.api("POST", "/api/v1/tasks", json={"command": ["sh", "-c", "FAKE_NVML_GPU_MB=700 exec sleep 60"],
+                                             "gpu_model": "*2g.20gb*", "memory_mb": 4000})
+    tid = r.json()["id"]
+    t = wait_for(lambda: (lambda x: x if x.get("gpu_memory_used_mb") == 700 else None)(
+        d.api("GET", "/api/v1/tasks/%d" % tid).json()), timeout=15)
+    assert t["isolation"] == "watchdog" and t["gpus"][0]["index"] == 5, t
+    d.api("POST", "/api/v1/tasks/%d/cancel" % tid)
+
 
 def test_an_agents_mig_instances_are_devices_and_run_tasks(cluster):
     cluster.start_server(server_config().replace("gpus: {backend: none}", "gpus: {backend: none, poll_ms: 200}"))

@@ -347,6 +347,7 @@
     add("f_priority", "P" + x.priority);
     add("f_gpus", x.gpus.length ? x.gpus.map((g) => g.node + ":" + g.index).join(", ") : String(x.gpu_request));
     add("f_memory", x.memory_mb ? gb(x.memory_mb) : t("whole_gpu"));
+    if (x.isolation && x.isolation !== "none") add("f_isolation", x.isolation); /* docs/isolation.md */
     if (x.queue_position) add("f_position", String(x.queue_position));
     add("f_reason", I18N.reason(x.reason, x.reason_detail));
     if (x.expected_start_at) add("f_expected", expected(x) + " (" + when(x.expected_start_at) + ")");

@@ -540,10 +540,10 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
         }
         const char *iso = jstr(task, "isolation");
         if (iso && ((jint(task, "memory_mb", &mem) && mem > 0) || !strcmp(iso, "mig"))) /* how it is held */
-                CHECK(line_str(out, "isolation", !strcmp(iso, "watchdog")
-                                                         ? "watchdog (stopped when its processes use more than it asked)"
-                                                 : !strcmp(iso, "mig") ? "mig (MIG instances: memory fenced by the hardware)"
-                                                                       : iso));
+                CHECK(line_str(out, "isolation",
+                               !strcmp(iso, "watchdog") ? "watchdog (stopped when its processes use more than it asked)"
+                               : !strcmp(iso, "mig")    ? "mig (MIG instances: memory fenced by the hardware)"
+                                                        : iso));
         json_t *nodes = json_object_get(task, "nodes");
         if (json_is_array(nodes) && json_array_size(nodes) > 0) {
                 /* a task's nodes in rank order (rank 0 first: MASTER_ADDR's) */

@@ -25,10 +25,10 @@ bool gp_gpu_is_mig(const char *uuid) {
         return uuid && !strncmp(uuid, "MIG-", 4);
 }
 
-int gp_gpu_mig_profile_name(unsigned gi_slices, unsigned ci_slices, uint64_t memory_mb, uint64_t board_mb,
-                            char *buf, size_t size) {
-        if (!gi_slices || gi_slices > 64 || !ci_slices || ci_slices > gi_slices || !memory_mb ||
-            memory_mb > board_mb || board_mb > (UINT64_C(1) << 40))
+int gp_gpu_mig_profile_name(unsigned gi_slices, unsigned ci_slices, uint64_t memory_mb, uint64_t board_mb, char *buf,
+                            size_t size) {
+        if (!gi_slices || gi_slices > 64 || !ci_slices || ci_slices > gi_slices || !memory_mb || memory_mb > board_mb ||
+            board_mb > (UINT64_C(1) << 40))
                 return -EINVAL;
         uint64_t eighths = (memory_mb * 8 + board_mb - 1) / board_mb; /* 1..8 */
         uint64_t board_gb = (board_mb + 1023) / 1024;

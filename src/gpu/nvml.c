@@ -649,8 +649,10 @@ static int list_devices(nvml_backend *nb, char *err, size_t errlen) {
         }
         r = -GP_ENOGPU;
         if (total > GP_GPU_MAX) {
-                gp_gpu_set_err(err, errlen, "NVML reports %zu devices (GPUs and MIG instances), more than the %d "
-                               "supported", total, GP_GPU_MAX);
+                gp_gpu_set_err(err, errlen,
+                               "NVML reports %zu devices (GPUs and MIG instances), more than the %d "
+                               "supported",
+                               total, GP_GPU_MAX);
                 goto out;
         }
         r = -ENOMEM;

@@ -984,7 +984,8 @@ static nvmlReturn_t get_procs(nvmlDevice_t device, unsigned int *count, nvmlProc
         struct dirent *de;
         while (dir && (de = readdir(dir))) {
                 unsigned long long mb;
-                if (de->d_name[0] < '1' || de->d_name[0] > '9' || !env_uses(de->d_name, index, mig_ ? mig_->uuid : NULL, &mb))
+                if (de->d_name[0] < '1' || de->d_name[0] > '9' ||
+                    !env_uses(de->d_name, index, mig_ ? mig_->uuid : NULL, &mb))
                         continue;
                 if (infos && found < *count)
                         infos[found] = (nvmlProcessInfo_t){.pid = (unsigned)strtoul(de->d_name, NULL, 10),
@@ -1145,8 +1146,7 @@ API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned in
         DEVICE_END;
 }
 
-API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
-                                                     nvmlDevice_t *migDevice) {
+API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice) {
         MIG_PARENT_CALL(device, g);
         if (!migDevice || index >= MAX_MIG)
                 rc_ = NVML_ERROR_INVALID_ARGUMENT;

@@ -247,7 +247,10 @@ static void test_nvml_only_mig_gpus_without_instances_offer_no_device(void **sta
 
 static void test_fake_nvml_refuses_bad_mig_scripts(void **state) {
         static const char *bad[] = {
-                "gpu mig=8g.10gb\n", "gpu mig=2c.1g.10gb\n", "gpu mig=1g.10\n", "gpu mig=\n",
+                "gpu mig=8g.10gb\n",
+                "gpu mig=2c.1g.10gb\n",
+                "gpu mig=1g.10\n",
+                "gpu mig=\n",
                 "gpu mig=1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb\n",
                 "gpu mem_total_mb=8192 mig=1g.10gb\n",
         };

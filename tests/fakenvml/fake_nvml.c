@@ -82,8 +82,10 @@
  *                           and nvmlDeviceGetAttributes_v2's memorySizeMB, so
  *                           NVML's naming rule gives N back when N GB is a
  *                           multiple of an eighth of the board), the uuid
- *                           MIG-<the GPU's uuid less "GPU-", its third group the
- *                           slot 0001..0007>, and answers what a MIG handle
+ *                           MIG-<the GPU's uuid less "GPU-", its third group
+ *                           SSGC: the slot 01..07, the GPU and compute
+ *                           instance's slices> (a new layout, new uuids), and
+ *                           answers what a MIG handle
  *                           answers: its uuid, name ("<GPU's name> MIG
  *                           <profile>"), memory, attributes and processes;
  *                           utilisation, temperature, power, clocks, ECC,
@@ -501,9 +503,11 @@ static bool parse_gpu(const struct parse *p, char *pos) {
                 sum += m->mem_mb;
                 /* MIG-<the GPU's uuid less GPU->, its third group the slot> */
                 if (strlen(g->uuid) == 40 && !strncmp(g->uuid, "GPU-", 4))
-                        snprintf(m->uuid, sizeof(m->uuid), "MIG-%.9s%04u%s", g->uuid + 4, k + 1, g->uuid + 17);
+                        snprintf(m->uuid, sizeof(m->uuid), "MIG-%.9s%02u%u%u%s", g->uuid + 4, k + 1, m->gi, m->ci,
+                                 g->uuid + 17);
                 else
-                        snprintf(m->uuid, sizeof(m->uuid), "MIG-%08x-%04x-4000-8000-%012u", n_gpus, k + 1, n_gpus);
+                        snprintf(m->uuid, sizeof(m->uuid), "MIG-%08x-%02u%u%u-4000-8000-%012u", n_gpus, k + 1, m->gi,
+                                 m->ci, n_gpus);
         }
         if (sum > g->total_mb)
                 return perr(p, "the MIG instances have more memory than the GPU", NULL);

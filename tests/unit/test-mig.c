@@ -156,7 +156,7 @@ static void test_nvml_mig_instances_replace_their_gpu(void **state) {
         assert_string_equal(v[1].name, "NVIDIA A100-SXM4-80GB");
 
         assert_int_equal(v[2].index, 4);
-        assert_string_equal(v[2].uuid, "MIG-bbbb2222-0001-0000-0000-000000000000");
+        assert_string_equal(v[2].uuid, "MIG-bbbb2222-0111-0000-0000-000000000000");
         assert_string_equal(v[2].name, "NVIDIA A100-SXM4-80GB MIG 1g.10gb");
         assert_string_equal(gp_gpu_mig_profile(v[2].uuid, v[2].name), "1g.10gb");
         assert_int_equal(v[2].memory_total_mb, 10 * 1024 * 96 / 100);
@@ -168,7 +168,7 @@ static void test_nvml_mig_instances_replace_their_gpu(void **state) {
         assert_true(v[2].procs_known);
 
         assert_int_equal(v[3].index, 5); /* slot 2: slot 1 is free */
-        assert_string_equal(v[3].uuid, "MIG-bbbb2222-0003-0000-0000-000000000000");
+        assert_string_equal(v[3].uuid, "MIG-bbbb2222-0322-0000-0000-000000000000");
         assert_string_equal(v[3].name, "NVIDIA A100-SXM4-80GB MIG 2g.20gb");
         assert_int_equal(v[3].memory_total_mb, 20 * 1024 * 96 / 100);
         free(v);
@@ -203,7 +203,7 @@ static void test_nvml_mig_instance_that_goes_is_unhealthy_until_reopen(void **st
         gp_gpu_backend *b = open_nvml(lib_path);
         gp_gpu_info *v = read_n(b, 2);
         assert_true(v[0].healthy && v[1].healthy);
-        assert_string_equal(v[1].uuid, "MIG-eeee5555-0002-0000-0000-000000000000");
+        assert_string_equal(v[1].uuid, "MIG-eeee5555-0211-0000-0000-000000000000");
         free(v);
         /* the operator destroys the second instance (the file's time must move) */
         sleep(1);
@@ -214,7 +214,7 @@ static void test_nvml_mig_instance_that_goes_is_unhealthy_until_reopen(void **st
         assert_true(v[0].healthy);
         assert_false(v[1].healthy);
         assert_non_null(strstr(v[1].health_reason, "is gone (the MIG layout changed"));
-        assert_string_equal(v[1].uuid, "MIG-eeee5555-0002-0000-0000-000000000000"); /* keeps its identity */
+        assert_string_equal(v[1].uuid, "MIG-eeee5555-0211-0000-0000-000000000000"); /* keeps its identity */
         assert_string_equal(v[1].name, "NVIDIA H100 80GB HBM3 MIG 1g.10gb");
         free(v);
         /* the board is lost: every instance with it */

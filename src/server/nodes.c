@@ -1113,8 +1113,8 @@ static bool gpu_moved(gp_node *n, const node_gpu *mine, const gp_proto_gpu *g) {
                 return false;
         if (mine->g.healthy)
                 gp_warn("node %s: GPU %d is %s%s, not %s: no new work there until the node is removed and joins "
-                        "again (a new GPU or MIG layout?)", n->name, mine->g.index, g ? "now " : "gone",
-                        g ? g->uuid : "", mine->g.uuid);
+                        "again (a new GPU or MIG layout?)",
+                        n->name, mine->g.index, g ? "now " : "gone", g ? g->uuid : "", mine->g.uuid);
         return true;
 }
 

@@ -539,10 +539,11 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
                 CHECK(line_str(out, "GPU memory used", v.data));
         }
         const char *iso = jstr(task, "isolation");
-        if (iso && jint(task, "memory_mb", &mem) && mem > 0) /* a share of a GPU: how it is held to it */
-                CHECK(line_str(out, "isolation", !strcmp(iso, "watchdog")
-                                                         ? "watchdog (stopped when its processes use more than it asked)"
-                                                         : iso));
+        if (iso && ((jint(task, "memory_mb", &mem) && mem > 0) || !strcmp(iso, "mig"))) /* how it is held */
+                CHECK(line_str(out, "isolation",
+                               !strcmp(iso, "watchdog") ? "watchdog (stopped when its processes use more than it asked)"
+                               : !strcmp(iso, "mig")    ? "mig (MIG instances: memory fenced by the hardware)"
+                                                        : iso));
         json_t *nodes = json_object_get(task, "nodes");
         if (json_is_array(nodes) && json_array_size(nodes) > 0) {
                 /* a task's nodes in rank order (rank 0 first: MASTER_ADDR's) */
@@ -897,10 +898,10 @@ out:
 
 int gp_cli_format_gpus(const json_t *resp, gp_buf *out) {
         static const struct col cols[] = {
-                {"ID", 0, false},    {"NAME", 32, false}, {"ALLOC/TOTAL", 0, false},
+                {"ID", 0, false},    {"NAME", 40, false}, {"ALLOC/TOTAL", 0, false},
                 {"USED", 0, false},  {"UTIL", 0, false},  {"TEMP", 0, false},
-                {"POWER", 0, false}, {"STATE", 0, false}, {"TASKS", 32, false},
-                {"MODELS", 40, true},
+                {"POWER", 0, false}, {"STATE", 0, false}, {"ISOLATION", 0, true},
+                {"TASKS", 32, false}, {"MODELS", 40, true},
         };
         json_t *gpus = list_of(resp, "gpus");
         struct table t;
@@ -944,6 +945,8 @@ int gp_cli_format_gpus(const json_t *resp, gp_buf *out) {
                 if (jbool(g, "reserved"))
                         CHECK(gp_buf_puts(&t.cell, ",reserved"));
                 CHECK(table_push(&t));
+                const char *iso = jstr(g, "isolation"); /* "none" as "-": a pool of none has no column */
+                CHECK(cell_str(&t, iso && strcmp(iso, "none") ? iso : NULL));
                 json_t *list = json_object_get(g, "tasks"), *e;
                 size_t k;
                 if (json_is_array(list))

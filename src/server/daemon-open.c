@@ -79,7 +79,7 @@ static void sample(gp_daemon *d) {
                         gp_sched_gpu_set_healthy(d->sched, g, info[i].healthy);
                         changed = true;
                         if (!info[i].healthy) {
-                                gp_warn("GPU local:%zu unhealthy: %s", i, info[i].health_reason);
+                                gp_warn("GPU local:%d unhealthy: %s", info[i].index, info[i].health_reason);
                                 cmd *c = gp_cmd_new(CMD_GPU_FAILED);
                                 if (c) {
                                         c->gpu.gpu = g;
@@ -87,7 +87,7 @@ static void sample(gp_daemon *d) {
                                         failed[nfailed++] = c;
                                 }
                         } else {
-                                gp_info("GPU local:%zu healthy again", i);
+                                gp_info("GPU local:%d healthy again", info[i].index);
                         }
                 }
                 gp_sched_gpu_set_load(d->sched, g, info[i].util_pct, info[i].temp_c);

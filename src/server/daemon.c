@@ -105,11 +105,14 @@ void set_reason(gp_task *t, const char *fmt, ...) {
 /* ------------------------------------------------------------------ */
 /* rendering                                                           */
 
+/* CUDA_VISIBLE_DEVICES: a GPU's index, a MIG instance's uuid (docs/isolation.md). */
 void cuda_devices(const gp_task *t, char *buf, size_t size) {
         size_t off = 0;
         buf[0] = '\0';
         for (int i = 0; i < t->n_gpus && off < size; i++)
-                off += (size_t)snprintf(buf + off, size - off, "%s%d", i ? "," : "", t->gpus[i].index);
+                off += gp_gpu_is_mig(t->gpus[i].uuid)
+                               ? (size_t)snprintf(buf + off, size - off, "%s%s", i ? "," : "", t->gpus[i].uuid)
+                               : (size_t)snprintf(buf + off, size - off, "%s%d", i ? "," : "", t->gpus[i].index);
 }
 
 typedef struct hide_ctx {

@@ -315,6 +315,8 @@ json_t *gp_http_gpu_json(gp_daemon *d, uint32_t g) {
         json_object_set_new(o, "index", json_integer(v.index));
         json_object_set_new(o, "uuid", json_string(v.uuid));
         json_object_set_new(o, "name", json_string(v.name));
+        const char *prof = gp_gpu_mig_profile(v.uuid, v.name); /* a MIG instance's, else null */
+        json_object_set_new(o, "profile", prof ? json_string(prof) : json_null());
         json_object_set_new(o, "memory_total_mb", json_integer(v.memory_total_mb));
         json_object_set_new(o, "memory_usable_mb", json_integer(v.memory_usable_mb));
         json_object_set_new(o, "memory_allocated_mb", json_integer(v.memory_allocated_mb));

@@ -91,8 +91,12 @@ int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank
         for (int i = 0; i < t->n_gpus; i++) {
                 if (strcmp(t->gpus[i].node, node))
                         continue;
-                oc += (size_t)snprintf(s->cuda_visible_devices + oc, oc < sizeof(s->cuda_visible_devices) ? sizeof(s->cuda_visible_devices) - oc : 0,
-                                       "%s%d", oc ? "," : "", t->gpus[i].index);
+                size_t left = oc < sizeof(s->cuda_visible_devices) ? sizeof(s->cuda_visible_devices) - oc : 0;
+                oc += gp_gpu_is_mig(t->gpus[i].uuid) /* a MIG instance by its uuid (docs/isolation.md) */
+                              ? (size_t)snprintf(s->cuda_visible_devices + oc, left, "%s%s", oc ? "," : "",
+                                                 t->gpus[i].uuid)
+                              : (size_t)snprintf(s->cuda_visible_devices + oc, left, "%s%d", oc ? "," : "",
+                                                 t->gpus[i].index);
                 og += (size_t)snprintf(s->gpus + og, og < sizeof(s->gpus) ? sizeof(s->gpus) - og : 0, "%s%s:%d",
                                        og ? "," : "", node, t->gpus[i].index);
         }

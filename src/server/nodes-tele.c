@@ -352,11 +352,20 @@ static bool gpu_lists_procs(gp_daemon *d, uint32_t g) {
 }
 
 const char *gp_tele_gpu_isolation(gp_daemon *d, uint32_t g) {
+        gp_sched_gpu_view v;
+        if (gp_sched_gpu_get(d->sched, g, &v) == 0 && gp_gpu_is_mig(v.uuid))
+                return "mig";
         return d->cfg.gpu_watchdog && gpu_lists_procs(d, g) ? "watchdog" : "none";
 }
 
 const char *gp_tele_task_isolation(gp_daemon *d, const gp_task *t) {
-        if (t->memory_mb <= 0 || !d->cfg.gpu_watchdog)
+        if (t->memory_mb <= 0) { /* whole devices: MIG instances are fenced from their board's others */
+                bool mig = t->n_gpus > 0;
+                for (int i = 0; i < t->n_gpus; i++)
+                        mig = mig && gp_gpu_is_mig(t->gpus[i].uuid);
+                return mig ? "mig" : "none";
+        }
+        if (!d->cfg.gpu_watchdog)
                 return "none";
         for (int i = 0; i < t->n_gpus; i++) { /* running: as its GPUs say */
                 uint32_t g;

@@ -73,12 +73,14 @@ void gp_tele_node_tasks(struct gp_daemon *d, const int64_t *ids, size_t n);
  * standing.  The loop, d->lock held. */
 void gp_tele_tick(struct gp_daemon *d, int64_t now);
 
-/* How task t's GPU memory is isolated (docs/isolation.md): "watchdog"
+/* How task t's GPU memory is isolated (docs/isolation.md): "mig" (it
+ * holds whole MIG instances, each fenced by the hardware), "watchdog"
  * (it shares its GPUs, asking memory_mb, and the watchdog reads its
  * processes' memory there), or "none" (a whole GPU: nobody to protect; the
  * watchdog off; or a driver that lists no processes). */
 const char *gp_tele_task_isolation(struct gp_daemon *d, const gp_task *t);
-/* The same for GPU g: "watchdog" when on and its readings list processes. */
+/* The same for GPU g: "mig" for a MIG instance, else "watchdog" when on and
+ * its readings list processes. */
 const char *gp_tele_gpu_isolation(struct gp_daemon *d, uint32_t g);
 
 /* The readings of scheduler GPU g, the server's own or an agent's (NULL

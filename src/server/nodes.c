@@ -1106,31 +1106,50 @@ static void reply_offset(node_reply *rp, gp_proto_run_id id, int64_t off) {
 
 /* A GPU report of node n: health changes go to the scheduler; a GPU that
  * failed under a task takes the task with it (an event). */
-static void take_gpus(gp_daemon *d, gp_node *n, const gp_proto_sync *m) {
-        for (int i = 0; i < m->n_gpus; i++) {
-                const gp_proto_gpu *g = &m->gpus[i];
-                node_gpu *mine = NULL;
-                for (int k = 0; k < n->ngpus && !mine; k++)
-                        if (n->gpus[k].g.index == g->index)
-                                mine = &n->gpus[k];
-                if (!mine || mine->sid == UINT32_MAX)
-                        continue; /* GPUs are named at join: a new one needs a new join */
-                bool was = mine->g.healthy;
-                mine->g.healthy = g->healthy;
+/* Another device at a joined GPU's index, or none (m lists them all): a
+ * new GPU or MIG layout (docs/isolation.md#mig-instances). */
+static bool gpu_moved(gp_node *n, const node_gpu *mine, const gp_proto_gpu *g) {
+        if (g && !strcmp(g->uuid, mine->g.uuid))
+                return false;
+        if (mine->g.healthy)
+                gp_warn("node %s: GPU %d is %s%s, not %s: no new work there until the node is removed and joins "
+                        "again (a new GPU or MIG layout?)",
+                        n->name, mine->g.index, g ? "now " : "gone", g ? g->uuid : "", mine->g.uuid);
+        return true;
+}
+
+/* A joined GPU's health from the agent's list (g NULL: not in it). */
+static void take_gpu(gp_daemon *d, gp_node *n, node_gpu *mine, const gp_proto_gpu *g) {
+        bool was = mine->g.healthy, moved = gpu_moved(n, mine, g);
+        mine->g.healthy = g && g->healthy && !moved;
+        if (g && !moved)
                 mine->g.memory_mb = g->memory_mb > 0 ? g->memory_mb : mine->g.memory_mb;
-                gp_sched_gpu_set_healthy(d->sched, mine->sid, g->healthy && !n->restored);
-                if (was && !g->healthy) {
-                        int k;
-                        int64_t *ids = gpu_tasks(d, mine->sid, &k);
-                        for (int j = 0; j < k; j++) {
-                                gp_task *t = gp_i64map_get(&d->tasks, ids[j]);
-                                if (!t || t->state != GP_TASK_RUNNING)
-                                        continue;
-                                gp_node_ev *e = event(d->nodes, GP_NODE_EV_LOST, t->id, rank_of(t, n->name));
-                                snprintf(e->why, sizeof(e->why), "GPU %s:%d failed", n->name, g->index);
-                        }
-                        free(ids);
+        gp_sched_gpu_set_healthy(d->sched, mine->sid, mine->g.healthy && !n->restored);
+        if (was && !mine->g.healthy) {
+                int k;
+                int64_t *ids = gpu_tasks(d, mine->sid, &k);
+                for (int j = 0; j < k; j++) {
+                        gp_task *t = gp_i64map_get(&d->tasks, ids[j]);
+                        if (!t || t->state != GP_TASK_RUNNING)
+                                continue;
+                        gp_node_ev *e = event(d->nodes, GP_NODE_EV_LOST, t->id, rank_of(t, n->name));
+                        snprintf(e->why, sizeof(e->why), "GPU %s:%d failed", n->name, mine->g.index);
                 }
+                free(ids);
+        }
+}
+
+/* m lists every GPU of the node: each joined one takes its health; GPUs
+ * are named at join, so a new one needs a new join. */
+static void take_gpus(gp_daemon *d, gp_node *n, const gp_proto_sync *m) {
+        for (int k = 0; k < n->ngpus; k++) {
+                node_gpu *mine = &n->gpus[k];
+                const gp_proto_gpu *g = NULL;
+                for (int i = 0; i < m->n_gpus && !g; i++)
+                        if (m->gpus[i].index == mine->g.index)
+                                g = &m->gpus[i];
+                if (mine->sid != UINT32_MAX)
+                        take_gpu(d, n, mine, g);
         }
 }
 

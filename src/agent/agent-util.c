@@ -157,8 +157,20 @@ int gp_agent_host_diff(const gp_host_info *was, const gp_host_info *now) {
 
 char *gp_agent_alloc_json(int64_t task, const char *node, int min, int max, const gp_proto_mask *m,
                           const gp_proto_gpu *gpus, int ngpus) {
-        char cvd[GP_PROTO_MASK_TEXT];
-        gp_proto_mask_format(m, cvd, sizeof(cvd));
+        /* CUDA_VISIBLE_DEVICES as a task's: indexes, a MIG instance by its uuid */
+        char cvd[GP_PROTO_MAX_GPUS * 48]; /* a MIG uuid is 40-odd bytes */
+        size_t o = 0;
+        cvd[0] = '\0';
+        for (int i = 0; i < GP_PROTO_MAX_GPUS && o < sizeof(cvd); i++) {
+                if (!(m->w[i / 64] & ((uint64_t)1 << (i % 64))))
+                        continue;
+                const char *mig = NULL;
+                for (int k = 0; k < ngpus && !mig; k++)
+                        if (gpus[k].index == i && !strncmp(gpus[k].uuid, "MIG-", 4))
+                                mig = gpus[k].uuid;
+                o += mig ? (size_t)snprintf(cvd + o, sizeof(cvd) - o, "%s%s", o ? "," : "", mig)
+                         : (size_t)snprintf(cvd + o, sizeof(cvd) - o, "%s%d", o ? "," : "", i);
+        }
         json_t *list = json_array();
         for (int i = 0; list && i < GP_PROTO_MAX_GPUS; i++) {
                 if (!(m->w[i / 64] & ((uint64_t)1 << (i % 64))))

@@ -432,10 +432,13 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
         if (!(r = add_run(n, &s->id)))
                 return;
         n->dirty = true;
-        for (const char *p = s->cuda_visible_devices; *p;) { /* "0,1,..." */
+        for (const char *p = s->gpus; *p;) { /* "node:0,node:1,...": indexes, also of MIG instances */
+                const char *colon = strchr(p, ':');
+                if (!colon)
+                        break;
                 char *end;
-                long idx = strtol(p, &end, 10);
-                if (end == p)
+                long idx = strtol(colon + 1, &end, 10);
+                if (end == colon + 1)
                         break;
                 if (idx >= 0 && idx < GP_PROTO_MAX_GPUS)
                         r->gpu_mask[idx / 64] |= (uint64_t)1 << (idx % 64);

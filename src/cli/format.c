@@ -539,10 +539,20 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
                 CHECK(line_str(out, "GPU memory used", v.data));
         }
         const char *iso = jstr(task, "isolation");
-        if (iso && jint(task, "memory_mb", &mem) && mem > 0) /* a share of a GPU: how it is held to it */
-                CHECK(line_str(out, "isolation", !strcmp(iso, "watchdog")
-                                                         ? "watchdog (stopped when its processes use more than it asked)"
-                                                         : iso));
+        int64_t cpct;
+        if (iso && jint(task, "memory_mb", &mem) && mem > 0) { /* a share of a GPU: how it is held to it */
+                gp_buf_reset(&v);
+                if (!strcmp(iso, "watchdog"))
+                        CHECK(gp_buf_puts(&v, "watchdog (stopped when its processes use more than it asked)"));
+                else if (!strcmp(iso, "mps") && jint(task, "compute_pct", &cpct))
+                        CHECK(gp_buf_printf(&v, "mps (an MPS client: at most %" PRId64 " MB of GPU memory, %" PRId64
+                                                "%% of its compute)", mem, cpct));
+                else if (!strcmp(iso, "mps"))
+                        CHECK(gp_buf_printf(&v, "mps (an MPS client: at most %" PRId64 " MB of GPU memory)", mem));
+                else
+                        CHECK(gp_buf_puts(&v, iso));
+                CHECK(line_str(out, "isolation", v.data));
+        }
         json_t *nodes = json_object_get(task, "nodes");
         if (json_is_array(nodes) && json_array_size(nodes) > 0) {
                 /* a task's nodes in rank order (rank 0 first: MASTER_ADDR's) */

@@ -1,0 +1,91 @@
+/* mps.h - gpus.sharing: mps on the server's own GPUs: one NVIDIA MPS
+ * control daemon per GPU that has MPS clients, shared tasks started as its
+ * clients with per-client limits (docs/isolation.md).
+ *
+ * A task is an MPS client when it is a batch task asking memory_mb (a
+ * share) on exactly one GPU of node local whose sharing is mps
+ * (gpus.sharing: mps, and gpus.mps_gpus lists it or is empty).  Before
+ * such a task's supervisor starts, its GPU's daemon is started (pipe and
+ * log directories MPS_DIR/<index>/{pipe,log}, MPS_DIR = gpus.mps_dir or
+ * DATA_DIR/mps); the task gets CUDA_MPS_PIPE_DIRECTORY,
+ * CUDA_MPS_LOG_DIRECTORY, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<memory_mb>M
+ * and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=<compute_pct>, and its GPU's uuid
+ * as CUDA_VISIBLE_DEVICES (the daemon sees only that GPU: an index would
+ * be remapped, NVIDIA recommends uuids).  A daemon that cannot start fails
+ * the task's start (-GP_EMPS; gp_mps_spawn_reason says why) and the GPU
+ * says so in its "mps" object.  The loop quits a GPU's daemon once no MPS
+ * task runs there (and no preempted run is still stopping).  A restarted
+ * server adopts the daemons it finds alive (their clients run on) and
+ * clears the pipe directories of dead ones.
+ *
+ * Locking: the GPU states are under the module's own mutex; functions
+ * that read tasks or the scheduler say whether d->lock must be held.
+ */
+#ifndef GP_SERVER_MPS_H
+#define GP_SERVER_MPS_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "core/task.h"
+
+struct gp_daemon;
+struct gp_buf;
+struct gp_config;
+typedef struct gp_mps gp_mps;
+
+#define GP_MPS_ENV_MAX 4 /* environment entries an MPS client gets (besides CUDA_VISIBLE_DEVICES) */
+
+/* What an MPS client's supervisor is started with. */
+typedef struct gp_mps_client {
+        char env[GP_MPS_ENV_MAX][PATH_MAX + 40]; /* "K=V" */
+        char cuda_visible_devices[GP_UUID_MAX];  /* its GPU's uuid (or "0" when it has none) */
+} gp_mps_client;
+
+/* The module for cfg (its sharing, GPUs and directories; the MPS dir is
+ * made and resolved to an absolute path when sharing is mps).  0 with
+ * *ret (free with gp_mps_free), or a negative code with err. */
+int gp_mps_new(const struct gp_config *cfg, gp_mps **ret, char *err, size_t errlen);
+/* Leaves the daemons running (their clients outlive the server too).  Takes NULL. */
+void gp_mps_free(gp_mps *m);
+
+/* Is scheduler GPU g one of this server's own GPUs with sharing mps?  d->lock held. */
+bool gp_mps_gpu_on(struct gp_daemon *d, uint32_t g);
+/* Is t an MPS client (see above; a queued one: would it be, when every GPU
+ * of this server is mps and it asks one GPU)?  d->lock held. */
+bool gp_mps_task_on(struct gp_daemon *d, const gp_task *t);
+
+/* For starting t (the spawner's copy; without d->lock, which it takes for
+ * a moment): 0 when t is no MPS client; 1 when it is, with its GPU's
+ * daemon running (started now if it was not) and *ret filled; -GP_EMPS
+ * when the daemon could not start (logged; gp_mps_spawn_reason says why).
+ * May wait for a daemon to start or quit (bounded, seconds).  Spawner
+ * thread. */
+int gp_mps_client_prepare(struct gp_daemon *d, const gp_task *t, gp_mps_client *ret);
+
+/* Why t could not start after gp_mps_client_prepare failed: "mps: GPU N's
+ * MPS control daemon could not start: ...".  d->lock held. */
+void gp_mps_spawn_reason(struct gp_daemon *d, const gp_task *t, char *buf, size_t size);
+
+/* The loop's look (at most twice a second): adopt or clear the daemons
+ * found at start, quit the daemons of GPUs without MPS clients, reap the
+ * quitters, notice a daemon that died.  Loop thread, d->lock held; never
+ * waits for the spawner (skips the look while a start is under way). */
+void gp_mps_tick(struct gp_daemon *d, int64_t now);
+
+/* Sets o's "mps": {"daemon": "running"|"stopped"|"failed", "pid": N|null,
+ * "error": "..."|null} for an MPS GPU, null otherwise.  d->lock held. */
+void gp_mps_gpu_json(struct gp_daemon *d, uint32_t g, json_t *o);
+/* ,"compute_pct":N for a task that is or will be an MPS client (its own or
+ * the default: memory_mb x 100 / its GPU's memory, rounded up), nothing
+ * otherwise.  d->lock held.  0 or -ENOMEM. */
+int gp_mps_task_write(struct gp_daemon *d, const gp_task *t, struct gp_buf *b);
+
+/* t's compute_pct as submitted (the spec's), 0 when none.  Any thread. */
+int gp_mps_task_compute_pct(const gp_task *t);
+
+#endif

@@ -40,6 +40,7 @@
 #define QUIT_WAIT_MS 10000  /* a start waits this long for a quitting daemon to go */
 #define QUIT_RETRY_MS 10000 /* a daemon still alive this long after its quit is told again */
 #define ERR_MAX 400
+#define DIR_MAX_ENTRIES 4096 /* entries of MPS_DIR or a pipe dir looked at, at most */
 
 enum { DOWN = 0, UP, QUITTING, FAILED };
 
@@ -138,7 +139,7 @@ bool gp_mps_gpu_on(gp_daemon *d, uint32_t g) {
 /* t's GPU view when it is a running MPS client. */
 static bool client_view(gp_daemon *d, const gp_task *t, gp_sched_gpu_view *ret) {
         uint32_t g;
-        return !t->is_lease && t->memory_mb > 0 && t->n_gpus == 1 && !gp_nodes_remote(t) &&
+        return !t->is_lease && t->memory_mb > 0 && t->n_gpus == 1 && t->elastic_max_gpus == 0 && !gp_nodes_remote(t) &&
                gp_sched_gpu_find(d->sched, t->gpus[0].node, t->gpus[0].index, &g) == 0 &&
                gp_sched_gpu_get(d->sched, g, ret) == 0 && view_on(d, ret);
 }
@@ -265,7 +266,9 @@ void gp_mps_spawn_reason(gp_daemon *d, const gp_task *t, char *buf, size_t size)
 static void clear_dir(const char *pipe) {
         DIR *dir = opendir(pipe);
         struct dirent *de;
-        while (dir && (de = readdir(dir)))
+        int seen = 0;
+        // cppcheck-suppress readdirCalled ; one thread (the loop, under m->mu) reads this directory stream
+        while (dir && (de = readdir(dir)) && seen++ < DIR_MAX_ENTRIES)
                 if (de->d_type != DT_DIR && unlinkat(dirfd(dir), de->d_name, 0) < 0)
                         gp_warn("%s/%s: cannot remove: %s", pipe, de->d_name, strerror(errno));
         if (dir)
@@ -277,7 +280,9 @@ static void clear_dir(const char *pipe) {
 static void scan(gp_mps *m) {
         DIR *dir = opendir(m->dir);
         struct dirent *de;
-        while (dir && (de = readdir(dir))) {
+        int seen = 0;
+        // cppcheck-suppress readdirCalled ; one thread (the loop, under m->mu) reads this directory stream
+        while (dir && (de = readdir(dir)) && seen++ < DIR_MAX_ENTRIES) {
                 int64_t i, pid;
                 if (gp_parse_i64(de->d_name, 0, MPS_MAX_GPUS - 1, &i) < 0)
                         continue;

@@ -316,3 +316,12 @@ int gp_mps_daemon_quit(const char *prog, const char *pipe_dir, int64_t *ret_pid)
         close(pfd[1]);
         return r;
 }
+
+void gp_mps_client_env(const char *pipe, const char *log, int64_t memory_mb, int pct, const char *uuid,
+                       gp_mps_client *ret) {
+        snprintf(ret->env[0], sizeof(ret->env[0]), "CUDA_MPS_PIPE_DIRECTORY=%s", pipe);
+        snprintf(ret->env[1], sizeof(ret->env[1]), "CUDA_MPS_LOG_DIRECTORY=%s", log);
+        snprintf(ret->env[2], sizeof(ret->env[2]), "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=%lldM", (long long)memory_mb);
+        snprintf(ret->env[3], sizeof(ret->env[3]), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d", pct);
+        gp_strlcpy(ret->cuda_visible_devices, uuid && *uuid ? uuid : "0", sizeof(ret->cuda_visible_devices));
+}

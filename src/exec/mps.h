@@ -12,6 +12,7 @@
 #ifndef GP_EXEC_MPS_H
 #define GP_EXEC_MPS_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,23 @@ int gp_mps_daemon_find(const char *pipe_dir, int64_t *ret_pid);
  * stdin, without waiting for it: *ret_pid is the caller's child, to reap
  * with gp_mps_reap.  0 or -errno (prog not found: -ENOENT). */
 int gp_mps_daemon_quit(const char *prog, const char *pipe_dir, int64_t *ret_pid);
+
+#define GP_MPS_ENV_MAX 4 /* environment entries an MPS client gets (besides CUDA_VISIBLE_DEVICES) */
+
+/* What an MPS client's supervisor is started with. */
+typedef struct gp_mps_client {
+        char env[GP_MPS_ENV_MAX][PATH_MAX + 40]; /* "K=V" */
+        char cuda_visible_devices[80];           /* its GPU's uuid, or "0" when it has none */
+} gp_mps_client;
+
+/* *ret for a client of the daemon with directories pipe and log: its
+ * CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY,
+ * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<memory_mb>M (the client sees its one
+ * GPU as device 0) and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=<pct>, and as
+ * CUDA_VISIBLE_DEVICES the GPU's uuid (the daemon sees only that GPU: an
+ * index would be remapped; NVIDIA recommends uuids), "0" when uuid is "". */
+void gp_mps_client_env(const char *pipe, const char *log, int64_t memory_mb, int pct, const char *uuid,
+                       gp_mps_client *ret);
 
 /* Reap child pid if it has exited: 1 (gone; *ret_status its wait status
  * when ret_status), 0 (still running), -errno (-ECHILD: not a child). */

@@ -3,8 +3,10 @@
  * clients with per-client limits (docs/isolation.md).
  *
  * A task is an MPS client when it is a batch task asking memory_mb (a
- * share) on exactly one GPU of node local whose sharing is mps
- * (gpus.sharing: mps, and gpus.mps_gpus lists it or is empty).  Before
+ * share) on exactly one GPU whose sharing is mps (gpus.sharing: mps, and
+ * gpus.mps_gpus lists its index or uuid, or is empty): the server's own
+ * GPUs here, an agent's through its start message (its agent keeps the
+ * daemons: agent/agent-mps.h).  Before
  * such a task's supervisor starts, its GPU's daemon is started (pipe and
  * log directories MPS_DIR/<index>/{pipe,log}, MPS_DIR = gpus.mps_dir or
  * DATA_DIR/mps); the task gets CUDA_MPS_PIPE_DIRECTORY,
@@ -32,19 +34,13 @@
 #include <jansson.h>
 
 #include "core/task.h"
+#include "exec/mps.h"
 
 struct gp_daemon;
 struct gp_buf;
 struct gp_config;
 typedef struct gp_mps gp_mps;
 
-#define GP_MPS_ENV_MAX 4 /* environment entries an MPS client gets (besides CUDA_VISIBLE_DEVICES) */
-
-/* What an MPS client's supervisor is started with. */
-typedef struct gp_mps_client {
-        char env[GP_MPS_ENV_MAX][PATH_MAX + 40]; /* "K=V" */
-        char cuda_visible_devices[GP_UUID_MAX];  /* its GPU's uuid (or "0" when it has none) */
-} gp_mps_client;
 
 /* The module for cfg (its sharing, GPUs and directories; the MPS dir is
  * made and resolved to an absolute path when sharing is mps).  0 with
@@ -59,8 +55,12 @@ bool gp_mps_gpu_on(struct gp_daemon *d, uint32_t g);
  * of this server is mps and it asks one GPU)?  d->lock held. */
 bool gp_mps_task_on(struct gp_daemon *d, const gp_task *t);
 
+/* Is t a running MPS client (on any node)?  Then its compute_pct (its own
+ * or the default) and its GPU's uuid ("" when none).  d->lock held. */
+bool gp_mps_client_of(struct gp_daemon *d, const gp_task *t, int *ret_pct, char *uuid, size_t size);
+
 /* For starting t (the spawner's copy; without d->lock, which it takes for
- * a moment): 0 when t is no MPS client; 1 when it is, with its GPU's
+ * a moment): 0 when t is no MPS client of the server's own GPUs; 1 when it is, with its GPU's
  * daemon running (started now if it was not) and *ret filled; -GP_EMPS
  * when the daemon could not start (logged; gp_mps_spawn_reason says why).
  * May wait for a daemon to start or quit (bounded, seconds).  Spawner

@@ -958,8 +958,14 @@ static int parse_start(const json_t *o, gp_proto_start *s, const char *where, ch
             (r = get_str(o, "run_as", false, STR_CLEAN, s->run_as, sizeof(s->run_as), where, err, errlen)) < 0 ||
             (r = get_int(o, "array_id", false, 0, INT53, 0, &s->array_id, where, err, errlen)) < 0 ||
             (r = get_int(o, "array_index", false, 0, INT_MAX, 0, &s->array_index, where, err, errlen)) < 0 ||
-            (r = get_bool(o, "fence", false, false, &s->fence, where, err, errlen)) < 0)
+            (r = get_bool(o, "fence", false, false, &s->fence, where, err, errlen)) < 0 ||
+            (r = get_int(o, "mps_memory_mb", false, 0, 16 * 1024 * 1024, 0, &s->mps_memory_mb, where, err, errlen)) <
+                    0 ||
+            (r = get_int32(o, "mps_compute_pct", false, 0, 100, 0, &s->mps_compute_pct, where, err, errlen)) < 0 ||
+            (r = get_str(o, "mps_uuid", false, STR_CLEAN, s->mps_uuid, sizeof(s->mps_uuid), where, err, errlen)) < 0)
                 return r;
+        if ((s->mps_memory_mb > 0) != (s->mps_compute_pct > 0))
+                return fail(err, errlen, "%s.mps_memory_mb and mps_compute_pct go together", where);
         char notice[GP_NOTICE_TEXT_MAX], why[128];
         if ((r = get_str(o, "notice", false, STR_CLEAN, notice, sizeof(notice), where, err, errlen)) < 0)
                 return r;
@@ -1169,6 +1175,13 @@ static json_t *start_to_json(const gp_proto_start *s) {
                                           (json_int_t)s->array_id, "array_index", (json_int_t)s->array_index,
                                           "fence", s->fence)
                                 : NULL;
+        if (rest && s->mps_memory_mb > 0 &&
+            (set(rest, "mps_memory_mb", json_integer(s->mps_memory_mb)) < 0 ||
+             set(rest, "mps_compute_pct", json_integer(s->mps_compute_pct)) < 0 ||
+             set(rest, "mps_uuid", json_string(s->mps_uuid)) < 0)) {
+                json_decref(rest);
+                rest = NULL;
+        }
         char notice[GP_NOTICE_TEXT_MAX];
         if (rest && s->notice.signo &&
             (gp_notice_format(&s->notice, notice, sizeof(notice)) < 0 ||

@@ -205,6 +205,11 @@ typedef struct gp_proto_start {
                                         false: the task opted out (on_node_lost requeue) */
         gp_notice notice;            /* "notice": "[B:]SIG@SECS" (base/notice.h), signo 0 = none (absent);
                                         already clamped by the server's max_notice_s */
+        int64_t mps_memory_mb;       /* > 0: an MPS client (gpus.sharing: mps) of its one GPU's control
+                                        daemon, which the agent starts: its pinned memory limit, MB
+                                        (0..16777216; 0 = none, absent) */
+        int mps_compute_pct;         /* its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, 1..100 (with mps_memory_mb) */
+        char mps_uuid[GP_UUID_MAX];  /* its GPU's uuid ("" = not known: the index is used) */
 } gp_proto_start;
 
 typedef enum gp_proto_stop_why {

@@ -20,6 +20,7 @@
 #include "server/nodes-fence.h"
 #include "server/nodes.h"
 #include "server/nodes-tele.h"
+#include "server/mps.h"
 #include "server/runlog.h"
 #include "server/server-int.h"
 #include "server/tenants.h"
@@ -104,6 +105,8 @@ int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank
         s->array_id = t->array_id;
         s->array_index = t->array_index;
         s->fence = gp_task_fences(t);
+        if (gp_mps_client_of(d, t, &s->mps_compute_pct, s->mps_uuid, sizeof(s->mps_uuid))) /* its agent's daemon */
+                s->mps_memory_mb = t->memory_mb;
         return 0;
 }
 

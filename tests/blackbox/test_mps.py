@@ -16,9 +16,10 @@ import signal
 import time
 
 from apiutil import kill9, pid_alive, reap_supervisors, restart, wait_for
+from clusterutil import cluster, server_config
 from test_cluster import fake_nvml_lib
 
-assert reap_supervisors  # fixture, imported so that it applies here
+assert reap_supervisors and cluster  # fixtures, imported so that they apply here
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STANDIN_DIR = os.path.join(REPO, "tests", "mps")
@@ -277,5 +278,74 @@ def test_compute_pct_and_sharing_are_checked(tmp_path, monkeypatch, daemon_facto
         chk = d.cli("server", "--config", str(cfg), "--data-dir", str(tmp_path / "bad-data"), "--listen",
                     "127.0.0.1:0", timeout=20)
         assert chk.returncode != 0 and "gpus.sharing" in chk.stderr and "hami" in chk.stderr, chk
+    finally:
+        kill_daemons(tmp_path)
+
+
+def test_a_shared_task_on_an_agent_is_a_client_of_the_agents_daemon(cluster, tmp_path):
+    """The server's gpus.sharing: mps covers its agents' GPUs: the start
+    says the run is an MPS client, the agent runs the GPU's daemon (found
+    on its PATH, under its data dir), quits it after the run, and a
+    restarted agent keeps the daemon of a run that still goes on."""
+    out, rec = tmp_path / "out", tmp_path / "mps-record"
+    try:
+        cluster.start_server(server_config().replace(
+            "gpus: {backend: none}", "gpus: {backend: none, sharing: mps}"))
+        nvml = tmp_path / "nvml-agent.conf"
+        nvml.write_text("".join(H100 % ("e5f6e5f6", i) for i in range(2)))
+        env = {"FAKE_NVML_CONFIG": str(nvml), "PATH": STANDIN_DIR + os.pathsep + os.environ["PATH"],
+               "FAKE_MPS_RECORD": str(rec)}
+        a = cluster.agent("mps-a", gpus='gpus: {backend: nvml, nvml_library: "%s"}\n' % fake_nvml_lib(), env=env)
+        gpus = cluster.server.api("GET", "/api/v1/gpus", timeout=10).json()["gpus"]
+        assert [g["isolation"] for g in gpus] == ["mps", "mps"], gpus
+        assert gpus[0]["mps"] == {"daemon": None, "pid": None, "error": None}, gpus[0]
+        t1 = cluster.submit(waiter(out, "a"), memory_mb=20000, compute_pct=35)
+        t2 = cluster.submit(waiter(out, "b"), memory_mb=8000)
+        ea = wait_for(lambda: env_of(out, "a"), timeout=20, what="run a's environment")
+        eb = wait_for(lambda: env_of(out, "b"), timeout=20, what="run b's environment")
+        x1, x2 = cluster.task(t1["id"]), cluster.task(t2["id"])
+        assert x1["gpus"][0]["index"] == x2["gpus"][0]["index"] == 0 and x1["isolation"] == "mps", (x1, x2)
+        pipe = os.path.join(a.data_dir, "mps", "0", "pipe")
+        for e, mb, pct in ((ea, 20000, "35"), (eb, 8000, "10")):
+            assert os.path.realpath(e["CUDA_MPS_PIPE_DIRECTORY"]) == os.path.realpath(pipe), e
+            assert e["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=%dM" % mb, e
+            assert e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == pct, e
+            assert e["CUDA_VISIBLE_DEVICES"] == gpus[0]["uuid"], e
+        live = mps_daemons(tmp_path)
+        assert len(live) == 1 and os.path.realpath(list(live.values())[0]) == os.path.realpath(pipe), live
+        assert len(records(rec, "start")) == 1
+        # the agent restarts: the runs go on, and so does their daemon
+        os.kill(a.proc.pid, signal.SIGKILL)
+        a.proc.wait(timeout=10)
+        a.start()
+        time.sleep(2)
+        assert mps_daemons(tmp_path) == live and len(records(rec, "start")) == 1
+        stop(out, "a")
+        cluster.wait_task(t1["id"], "succeeded", timeout=20)
+        time.sleep(1.5)
+        assert mps_daemons(tmp_path) == live, "the daemon went while a client ran"
+        stop(out, "b")
+        cluster.wait_task(t2["id"], "succeeded", timeout=20)
+        wait_for(lambda: not mps_daemons(tmp_path), timeout=15, what="the agent's daemon to quit")
+        assert [r["command"] for r in records(rec, "command")] == ["quit"], records(rec)
+    finally:
+        kill_daemons(tmp_path)
+
+
+def test_a_daemon_that_cannot_start_on_an_agent_fails_the_run_with_the_reason(cluster, tmp_path):
+    out = tmp_path / "out"
+    try:
+        cluster.start_server(server_config().replace(
+            "gpus: {backend: none}", "gpus: {backend: none, sharing: mps}"))
+        nvml = tmp_path / "nvml-agent.conf"
+        nvml.write_text(H100 % ("f7f8f7f8", 0))
+        env = {"FAKE_NVML_CONFIG": str(nvml), "PATH": STANDIN_DIR + os.pathsep + os.environ["PATH"],
+               "FAKE_MPS_FAIL": "no driver on this node (stand-in)"}
+        cluster.agent("mps-f", gpus='gpus: {backend: nvml, nvml_library: "%s"}\n' % fake_nvml_lib(), env=env)
+        t = cluster.submit(waiter(out, "x"), memory_mb=4000, max_retries=0)
+        t = cluster.wait_task(t["id"], "failed", timeout=30)
+        assert "mps: the MPS control daemon of GPU 0 could not start: " in t["reason"], t
+        assert "no driver on this node (stand-in)" in t["reason"], t
+        assert env_of(out, "x") is None and not mps_daemons(tmp_path)
     finally:
         kill_daemons(tmp_path)

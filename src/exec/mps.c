@@ -319,6 +319,7 @@ int gp_mps_daemon_quit(const char *prog, const char *pipe_dir, int64_t *ret_pid)
 
 void gp_mps_client_env(const char *pipe, const char *log, int64_t memory_mb, int pct, const char *uuid,
                        gp_mps_client *ret) {
+        // cppcheck-suppress ctuuninitvar ; snprintf writes ret's buffers and reads none of them
         snprintf(ret->env[0], sizeof(ret->env[0]), "CUDA_MPS_PIPE_DIRECTORY=%s", pipe);
         snprintf(ret->env[1], sizeof(ret->env[1]), "CUDA_MPS_LOG_DIRECTORY=%s", log);
         snprintf(ret->env[2], sizeof(ret->env[2]), "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=%lldM", (long long)memory_mb);

@@ -909,8 +909,8 @@ int gp_cli_format_gpus(const json_t *resp, gp_buf *out) {
         static const struct col cols[] = {
                 {"ID", 0, false},    {"NAME", 32, false}, {"ALLOC/TOTAL", 0, false},
                 {"USED", 0, false},  {"UTIL", 0, false},  {"TEMP", 0, false},
-                {"POWER", 0, false}, {"STATE", 0, false}, {"TASKS", 32, false},
-                {"MODELS", 40, true},
+                {"POWER", 0, false}, {"STATE", 0, false}, {"ISOLATION", 0, true},
+                {"TASKS", 32, false}, {"MODELS", 40, true},
         };
         json_t *gpus = list_of(resp, "gpus");
         struct table t;
@@ -954,6 +954,14 @@ int gp_cli_format_gpus(const json_t *resp, gp_buf *out) {
                 if (jbool(g, "reserved"))
                         CHECK(gp_buf_puts(&t.cell, ",reserved"));
                 CHECK(table_push(&t));
+                /* how tasks sharing it are held to their memory (docs/isolation.md); none: "-" */
+                const char *iso = jstr(g, "isolation");
+                const char *mps_daemon = jstr(json_object_get(g, "mps"), "daemon");
+                if (iso && strcmp(iso, "none"))
+                        CHECK(gp_buf_puts(&t.cell, iso));
+                if (iso && !strcmp(iso, "mps") && mps_daemon && !strcmp(mps_daemon, "failed"))
+                        CHECK(gp_buf_puts(&t.cell, " (daemon failed)"));
+                CHECK(cell_end(&t));
                 json_t *list = json_object_get(g, "tasks"), *e;
                 size_t k;
                 if (json_is_array(list))

@@ -143,6 +143,9 @@ def test_shared_tasks_are_clients_of_one_daemon_per_gpu_which_quits_after_the_la
         assert re.search(r"isolation: +mps \(an MPS client: at most 8000 MB of GPU memory, 10% of its compute\)",
                          st.stdout), st.stdout
         assert tb["cuda_visible_devices"] == g0["uuid"], tb
+        gl = d.cli("gpus")
+        row = [ln for ln in gl.stdout.splitlines() if ln.startswith("local:0 ")]
+        assert "ISOLATION" in gl.stdout and row and " mps " in row[0], gl.stdout
         # a whole-GPU task on such a GPU: nobody beside it, no MPS client
         rw = d.api("POST", "/api/v1/tasks", json={"command": waiter(out, "w")})
         w = rw.json()["id"]

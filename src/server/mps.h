@@ -1,27 +1,26 @@
-/* mps.h - gpus.sharing: mps on the server's own GPUs: one NVIDIA MPS
- * control daemon per GPU that has MPS clients, shared tasks started as its
- * clients with per-client limits (docs/isolation.md).
+/* mps.h - gpus.sharing: mps on the server: which GPUs and tasks are MPS,
+ * and the MPS control daemons of the server's own GPUs (one per GPU that
+ * has clients), its shared tasks started as their clients with per-client
+ * limits (docs/isolation.md).
  *
  * A task is an MPS client when it is a batch task asking memory_mb (a
  * share) on exactly one GPU whose sharing is mps (gpus.sharing: mps, and
- * gpus.mps_gpus lists its index or uuid, or is empty): the server's own
- * GPUs here, an agent's through its start message (its agent keeps the
- * daemons: agent/agent-mps.h).  Before
- * such a task's supervisor starts, its GPU's daemon is started (pipe and
- * log directories MPS_DIR/<index>/{pipe,log}, MPS_DIR = gpus.mps_dir or
- * DATA_DIR/mps); the task gets CUDA_MPS_PIPE_DIRECTORY,
- * CUDA_MPS_LOG_DIRECTORY, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<memory_mb>M
- * and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=<compute_pct>, and its GPU's uuid
- * as CUDA_VISIBLE_DEVICES (the daemon sees only that GPU: an index would
- * be remapped, NVIDIA recommends uuids).  A daemon that cannot start fails
- * the task's start (-GP_EMPS; gp_mps_spawn_reason says why) and the GPU
- * says so in its "mps" object.  The loop quits a GPU's daemon once no MPS
- * task runs there (and no preempted run is still stopping).  A restarted
- * server adopts the daemons it finds alive (their clients run on) and
- * clears the pipe directories of dead ones.
+ * gpus.mps_gpus lists its index or uuid, or is empty), not elastic: on the
+ * server's own GPUs here, on an agent's through its start message (the
+ * agent keeps those daemons: agent/agent-mps.h).  Before such a task's
+ * supervisor starts, its GPU's daemon is started (an exec/mps-pool.h pool
+ * under MPS_DIR = gpus.mps_dir or DATA_DIR/mps); the task gets
+ * gp_mps_client_env's variables (exec/mps.h), its own compute_pct or the
+ * default (memory_mb x 100 / the GPU's memory, rounded up).  A daemon that
+ * cannot start fails the task's start (-GP_EMPS; gp_mps_spawn_reason says
+ * why) and the GPU says so in its "mps" object.  The loop quits a GPU's
+ * daemon once no MPS task runs there (and no preempted run is still
+ * stopping).  A restarted server adopts the daemons it finds alive (their
+ * clients run on) and clears the pipe directories of dead ones.
  *
- * Locking: the GPU states are under the module's own mutex; functions
- * that read tasks or the scheduler say whether d->lock must be held.
+ * Locking: the pool has its own mutexes (a start never holds d->lock);
+ * functions that read tasks or the scheduler say whether d->lock must be
+ * held.
  */
 #ifndef GP_SERVER_MPS_H
 #define GP_SERVER_MPS_H

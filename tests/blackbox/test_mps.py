@@ -113,7 +113,10 @@ def test_shared_tasks_are_clients_of_one_daemon_per_gpu_which_quits_after_the_la
         g0 = gpu(d, 0)
         assert g0["isolation"] == "mps" and g0["mps"] == {"daemon": "stopped", "pid": None, "error": None}, g0
         assert not mps_daemons(tmp_path)  # none before the first MPS task
-        r1 = d.api("POST", "/api/v1/tasks", json={"command": waiter(out, "a"), "memory_mb": 20000, "compute_pct": 30})
+        # the task's own env cannot loosen its limits: gpupool's variables come last
+        r1 = d.api("POST", "/api/v1/tasks", json={"command": waiter(out, "a"), "memory_mb": 20000, "compute_pct": 30,
+                                                  "env": {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=80000M",
+                                                          "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100"}})
         r2 = d.api("POST", "/api/v1/tasks", json={"command": waiter(out, "b"), "memory_mb": 8000})
         assert r1.status_code == 201 and r2.status_code == 201, (r1.text, r2.text)
         a, b = r1.json()["id"], r2.json()["id"]

@@ -355,3 +355,42 @@ def test_a_daemon_that_cannot_start_on_an_agent_fails_the_run_with_the_reason(cl
         assert env_of(out, "x") is None and not mps_daemons(tmp_path)
     finally:
         kill_daemons(tmp_path)
+
+
+def test_a_preempted_clients_daemon_stays_until_its_run_has_stopped(tmp_path, monkeypatch, daemon_factory):
+    """A preempted MPS client's run may take its grace to stop: its daemon
+    stays while it does, and quits once it is gone (the task waits in the
+    queue, no other client runs)."""
+    out = tmp_path / "out"
+    try:
+        nvml = tmp_path / "nvml.conf"
+        nvml.write_text(H100 % ("c0c0c0c0", 0))
+        monkeypatch.setenv("FAKE_NVML_CONFIG", str(nvml))
+        monkeypatch.setenv("PATH", STANDIN_DIR + os.pathsep + os.environ["PATH"])
+        d = daemon_factory('gpus: {backend: nvml, poll_ms: 200, sharing: mps, nvml_library: "%s"}\n'
+                           'scheduler: {preemption: {enabled: true, min_runtime_sec: 0, grace_sec: 5}}\n'
+                           'tasks: {kill_grace_s: 5}\n' % fake_nvml_lib())
+        os.makedirs(str(out))
+        # on SIGTERM it lingers 3 s (a checkpoint), then exits
+        slow = ["sh", "-c", "echo $$ > %s/slow.pid; trap 'sleep 3; exit 0' TERM; "
+                "while :; do sleep 0.1; done" % out]
+        r = d.api("POST", "/api/v1/tasks", json={"command": slow, "memory_mb": 30000, "priority": 9,
+                                                 "preemptible": True})
+        low = r.json()["id"]
+        wait_for(lambda: os.path.exists(str(out / "slow.pid")), timeout=15, what="the client's start")
+        pid = int(open(str(out / "slow.pid")).read())
+        live = mps_daemons(tmp_path)
+        assert len(live) == 1, live
+        r = d.api("POST", "/api/v1/tasks", json={"command": waiter(out, "urgent"), "priority": 0})
+        urgent = r.json()["id"]
+        wait_for(lambda: task(d, low)["state"] == "queued", timeout=10, what="the client's preemption")
+        time.sleep(1.5)  # its run stops in its grace: the loop looks at the daemons meanwhile
+        assert pid_alive(pid), "the preempted run should still be stopping"
+        assert mps_daemons(tmp_path) == live, "its daemon went while the preempted run still ran"
+        wait_for(lambda: not pid_alive(pid), timeout=15, what="the preempted run to end")
+        wait_for(lambda: not mps_daemons(tmp_path), timeout=15, what="the daemon to quit after it")
+        ew = wait_for(lambda: env_of(out, "urgent"), timeout=15, what="the urgent whole-GPU task")
+        assert "CUDA_MPS_PIPE_DIRECTORY" not in ew and task(d, urgent)["isolation"] == "none"
+        stop(out, "urgent")
+    finally:
+        kill_daemons(tmp_path)

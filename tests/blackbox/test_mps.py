@@ -394,3 +394,31 @@ def test_a_preempted_clients_daemon_stays_until_its_run_has_stopped(tmp_path, mo
         stop(out, "urgent")
     finally:
         kill_daemons(tmp_path)
+
+
+def test_clients_on_two_gpus_get_one_daemon_each(tmp_path, monkeypatch, daemon_factory):
+    out, rec = tmp_path / "out", tmp_path / "mps-record"
+    try:
+        d = start_mps_server(tmp_path, monkeypatch, daemon_factory)
+        gpus = {g["index"]: g for g in d.api("GET", "/api/v1/gpus").json()["gpus"]}
+        # 70000 + 30000 MB do not fit one GPU (81559 - 2000 usable): one on each
+        a = d.api("POST", "/api/v1/tasks", json={"command": waiter(out, "a"), "memory_mb": 70000}).json()["id"]
+        b = d.api("POST", "/api/v1/tasks", json={"command": waiter(out, "b"), "memory_mb": 30000}).json()["id"]
+        ea = wait_for(lambda: env_of(out, "a"), timeout=15, what="task a's environment")
+        eb = wait_for(lambda: env_of(out, "b"), timeout=15, what="task b's environment")
+        ia, ib = task(d, a)["gpus"][0]["index"], task(d, b)["gpus"][0]["index"]
+        assert {ia, ib} == {0, 1}, (ia, ib)
+        live = mps_daemons(tmp_path)
+        assert sorted(os.path.basename(os.path.dirname(p)) for p in live.values()) == ["0", "1"], live
+        for e, i in ((ea, ia), (eb, ib)):
+            assert e["CUDA_VISIBLE_DEVICES"] == gpus[i]["uuid"], e
+            assert e["CUDA_MPS_PIPE_DIRECTORY"].endswith("/mps/%d/pipe" % i), e
+        starts = records(rec, "start")
+        assert sorted(s["env"]["CUDA_VISIBLE_DEVICES"] for s in starts) == sorted(g["uuid"] for g in gpus.values())
+        stop(out, "a")
+        wait_for(lambda: len(mps_daemons(tmp_path)) == 1, timeout=15, what="GPU %d's daemon to quit" % ia)
+        assert list(mps_daemons(tmp_path).values())[0].endswith("/mps/%d/pipe" % ib)
+        stop(out, "b")
+        wait_for(lambda: not mps_daemons(tmp_path), timeout=15, what="the other daemon to quit")
+    finally:
+        kill_daemons(tmp_path)

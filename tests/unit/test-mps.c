@@ -11,6 +11,8 @@
 #include <cmocka.h>
 
 #include "exec/mps.h"
+#include "exec/mps-pool.h"
+#include "base/err.h"
 
 #include <errno.h>
 #include <ftw.h>
@@ -171,6 +173,87 @@ static void test_mps_stale_or_foreign_pid_file_is_no_daemon(void **state) {
                 usleep(10000);
 }
 
+static bool need_gpu0(void *ud, bool *needed) {
+        needed[0] = *(bool *)ud;
+        return true;
+}
+
+static int64_t pool_pid(gp_mps_pool *p, int i) {
+        int64_t pid = 0;
+        gp_mps_pool_state(p, i, &pid, NULL, 0);
+        return pid;
+}
+
+static void test_mps_pool_starts_once_quits_unneeded_and_adopts_after_a_restart(void **state) {
+        fixture *f = *state;
+        char err[512] = "", pipe[PATH_MAX], log[PATH_MAX];
+        gp_mps_pool *p;
+        assert_int_equal(gp_mps_pool_new(f->root, standin, &p, err, sizeof(err)), 0);
+        assert_int_equal(gp_mps_pool_state(p, 0, NULL, NULL, 0), GP_MPS_STOPPED);
+        assert_int_equal(gp_mps_pool_ensure(p, 0, "GPU-0", pipe, log, sizeof(pipe)), 0);
+        assert_int_equal(gp_mps_pool_ensure(p, 0, "GPU-0", pipe, log, sizeof(pipe)), 0); /* running: not again */
+        assert_int_equal(record_count(f, "\"event\": \"start\""), 1);
+        assert_non_null(strstr(pipe, "/0/pipe"));
+        int64_t pid = pool_pid(p, 0);
+        assert_int_equal(gp_mps_pool_state(p, 0, NULL, NULL, 0), GP_MPS_RUNNING);
+        bool need = true;
+        int64_t now = 1000;
+        gp_mps_pool_look(p, now, need_gpu0, &need); /* a client: it stays */
+        assert_int_equal(kill((pid_t)pid, 0), 0);
+        /* the pool is dropped (a restart): a new one adopts the live daemon */
+        gp_mps_pool_free(p);
+        assert_int_equal(gp_mps_pool_new(f->root, standin, &p, err, sizeof(err)), 0);
+        gp_mps_pool_look(p, now, need_gpu0, &need);
+        assert_int_equal(gp_mps_pool_state(p, 0, NULL, NULL, 0), GP_MPS_RUNNING);
+        assert_int_equal(pool_pid(p, 0), pid);
+        /* no client left: told to quit, then seen gone */
+        need = false;
+        gp_mps_pool_look(p, now += 1000, need_gpu0, &need);
+        for (int64_t end = now_ms() + 10000; now_ms() < end && kill((pid_t)pid, 0) == 0;)
+                usleep(10000);
+        assert_int_not_equal(kill((pid_t)pid, 0), 0);
+        gp_mps_pool_look(p, now += 1000, need_gpu0, &need);
+        assert_int_equal(gp_mps_pool_state(p, 0, NULL, NULL, 0), GP_MPS_STOPPED);
+        assert_int_equal(record_count(f, "\"command\": \"quit\""), 1);
+        /* a daemon that died while nobody watched: its pipe dir is cleared at the next start of a pool */
+        assert_int_equal(gp_mps_pool_ensure(p, 0, "GPU-0", pipe, log, sizeof(pipe)), 0);
+        pid = pool_pid(p, 0);
+        kill((pid_t)pid, SIGKILL);
+        for (int64_t end = now_ms() + 10000; now_ms() < end && kill((pid_t)pid, 0) == 0;)
+                usleep(10000);
+        gp_mps_pool_free(p);
+        char pidfile[PATH_MAX + 64];
+        snprintf(pidfile, sizeof(pidfile), "%s/%s", pipe, GP_MPS_PID_FILE);
+        assert_int_equal(access(pidfile, F_OK), 0); /* left behind */
+        assert_int_equal(gp_mps_pool_new(f->root, standin, &p, err, sizeof(err)), 0);
+        gp_mps_pool_look(p, now, need_gpu0, &need);
+        assert_int_not_equal(access(pidfile, F_OK), 0);
+        assert_int_equal(gp_mps_pool_state(p, 0, NULL, NULL, 0), GP_MPS_STOPPED);
+        gp_mps_pool_free(p);
+}
+
+static void test_mps_pool_failed_start_is_kept_with_its_reason(void **state) {
+        fixture *f = *state;
+        char err[512] = "", pipe[PATH_MAX], log[PATH_MAX];
+        gp_mps_pool *p;
+        assert_int_equal(gp_mps_pool_new(f->root, standin, &p, err, sizeof(err)), 0);
+        assert_int_equal(gp_mps_pool_ensure(p, GP_MPS_MAX_GPUS, "x", pipe, log, sizeof(pipe)), -EINVAL);
+        setenv("FAKE_MPS_FAIL", "stand-in says no", 1);
+        assert_int_equal(gp_mps_pool_ensure(p, 3, "GPU-3", pipe, log, sizeof(pipe)), -GP_EMPS);
+        unsetenv("FAKE_MPS_FAIL");
+        assert_int_equal(gp_mps_pool_state(p, 3, NULL, err, sizeof(err)), GP_MPS_FAILED);
+        assert_non_null(strstr(err, "exited with 1: stand-in says no"));
+        /* the next client tries again */
+        assert_int_equal(gp_mps_pool_ensure(p, 3, "GPU-3", pipe, log, sizeof(pipe)), 0);
+        assert_int_equal(gp_mps_pool_state(p, 3, NULL, err, sizeof(err)), GP_MPS_RUNNING);
+        assert_string_equal(err, "");
+        int64_t q;
+        assert_int_equal(gp_mps_daemon_quit(standin, pipe, &q), 0);
+        for (int64_t end = now_ms() + 10000; now_ms() < end && gp_mps_reap(q, NULL) == 0;)
+                usleep(10000);
+        gp_mps_pool_free(p);
+}
+
 int main(void) {
         if (!realpath("tests/mps/nvidia-cuda-mps-control", standin)) {
                 fprintf(stderr, "test-mps: run from the repository root (tests/mps/ not found)\n");
@@ -181,6 +264,9 @@ int main(void) {
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_mps_daemon_that_fails_or_is_missing_says_why, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_mps_stale_or_foreign_pid_file_is_no_daemon, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_mps_pool_starts_once_quits_unneeded_and_adopts_after_a_restart,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_mps_pool_failed_start_is_kept_with_its_reason, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

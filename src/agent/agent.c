@@ -75,7 +75,10 @@ typedef struct run {
         int64_t ended_mono;           /* when it ended */
         int64_t sim_end_mono;         /* sim: when the run ends */
         uint32_t listed;              /* the node's full_gen of the full sync that listed it */
-        uint64_t gpu_mask[GP_PROTO_MAX_GPUS / 64]; /* its GPUs (the start's CUDA_VISIBLE_DEVICES) */
+        uint64_t gpu_mask[GP_PROTO_MAX_GPUS / 64]; /* its GPUs (the start's CUDA_VISIBLE_DEVICES; an
+                                                    elastic run's as last resized) */
+        bool elastic;                 /* GPUPOOL_ALLOC_FILE is its GPU set (resizes apply) */
+        int elastic_min, elastic_max;
         int mps_gpu;                  /* an MPS client: its GPU's index + 1 (agent-mps.h); 0 = none */
 } run;
 
@@ -310,6 +313,47 @@ static void run_dir(const agent *a, const run *r, char *out, size_t size) {
         snprintf(out, size, "%s/%s", a->runs_dir, r->name);
 }
 
+static void node_gpus(const agent *a, const node *n, const gp_proto_gpu **ret, int *ret_n);
+
+/* Write an elastic run's GPU set (mask) into its alloc.json. */
+static int write_alloc(const agent *a, const node *n, const run *r, const gp_proto_mask *mask) {
+        const gp_proto_gpu *g;
+        int ng;
+        char dir[PATH_MAX + 64];
+        node_gpus(a, n, &g, &ng);
+        run_dir(a, r, dir, sizeof(dir));
+        char *js = gp_agent_alloc_json(r->id.task, n->name, r->elastic_min, r->elastic_max, mask, g, ng);
+        int rc = js ? gp_exec_write_alloc(dir, js, strlen(js)) : -ENOMEM;
+        free(js);
+        return rc;
+}
+
+/* A resize from the server: the run's new GPU set goes into its
+ * alloc.json and the run gets SIGUSR1 (as on the server's own GPUs).  The
+ * set it holds then is in the next sync ("alloc"), so a resize that did
+ * not arrive or could not be written is sent again. */
+static void resize_run(agent *a, node *n, const gp_proto_resize *z) {
+        run *r = find_run(n, &z->id);
+        if (!r || r->state != GP_PROTO_RUNNING || !r->elastic)
+                return;
+        r->reported = -1;
+        n->dirty = true;
+        if (!memcmp(r->gpu_mask, z->gpus.w, sizeof(r->gpu_mask)))
+                return;
+        char cvd[GP_PROTO_MASK_TEXT];
+        gp_proto_mask_format(&z->gpus, cvd, sizeof(cvd));
+        int rc = a->sim ? 0 : write_alloc(a, n, r, &z->gpus);
+        if (rc == 0)
+                memcpy(r->gpu_mask, z->gpus.w, sizeof(r->gpu_mask));
+        if (rc == 0 && !a->sim && (rc = gp_exec_notify(&r->proc)) < 0)
+                gp_warn("run %s: its GPUs are now %s, but it could not be signalled: %s", r->name, cvd,
+                        gp_strerror(rc));
+        else if (rc < 0)
+                gp_warn("run %s: could not write its new GPUs %s: %s", r->name, cvd, gp_strerror(rc));
+        else
+                gp_info("run %s resized to GPUs %s", r->name, cvd);
+}
+
 static void end_run(node *n, run *r, const gp_exec_result *res) {
         r->state = GP_PROTO_EXITED;
         r->result = *res;
@@ -347,8 +391,14 @@ static void collect(agent *a, node *n, run *r) {
 
 /* Watch the supervisor of r (recorded in its pidfile), or collect it. */
 static void attach(agent *a, node *n, run *r) {
-        char dir[PATH_MAX + 64];
+        char dir[PATH_MAX + 64], alloc[PATH_MAX + 80];
         run_dir(a, r, dir, sizeof(dir));
+        snprintf(alloc, sizeof(alloc), "%s/alloc.json", dir);
+        gp_proto_mask m;
+        if (gp_agent_alloc_load(alloc, &m, &r->elastic_min, &r->elastic_max) == 0) {
+                r->elastic = true; /* an elastic run: its set as last written */
+                memcpy(r->gpu_mask, m.w, sizeof(r->gpu_mask));
+        }
         if (gp_exec_read_pidfile(dir, &r->proc) == 0 && gp_exec_alive(&r->proc) &&
             gp_exec_watch(&r->proc, &r->pidfd) == 0) {
                 r->state = GP_PROTO_RUNNING;
@@ -395,6 +445,9 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
                         r->gpu_mask[idx / 64] |= (uint64_t)1 << (idx % 64);
                 p = *end == ',' ? end + 1 : end;
         }
+        r->elastic = s->elastic_max > 0;
+        r->elastic_min = s->elastic_min;
+        r->elastic_max = s->elastic_max;
         if (a->sim) {
                 r->state = GP_PROTO_RUNNING;
                 double secs = 0;
@@ -409,7 +462,7 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
         char dir[PATH_MAX + 64];
         run_dir(a, r, dir, sizeof(dir));
         const char **env = calloc((size_t)s->n_env + 8 + GP_MPS_ENV_MAX, sizeof(char *));
-        char extra[6][320];
+        char extra[7][PATH_MAX + 96];
         gp_exec_result fail = {.end = GP_EXEC_SPAWN_FAILED, .exit_code = 127};
         if (!env) {
                 fail.finished_ms = gp_now_ms();
@@ -422,12 +475,29 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
                 env[ne++] = s->env[i];
         snprintf(extra[0], sizeof(extra[0]), "GPUPOOL_NODE=%s", n->name);
         snprintf(extra[1], sizeof(extra[1]), "GPUPOOL_NODE_RANK=%d", s->id.rank);
-        snprintf(extra[2], sizeof(extra[2]), "GPUPOOL_NNODES=%d", s->nnodes);
+        if (s->nodes_max) /* elastic in whole nodes: torchrun's --nnodes=MIN:MAX */
+                snprintf(extra[2], sizeof(extra[2]), "GPUPOOL_NNODES=%d:%d", s->nodes_min, s->nodes_max);
+        else
+                snprintf(extra[2], sizeof(extra[2]), "GPUPOOL_NNODES=%d", s->nnodes);
         snprintf(extra[3], sizeof(extra[3]), "MASTER_ADDR=%s", s->master_addr);
         snprintf(extra[4], sizeof(extra[4]), "MASTER_PORT=%d", s->master_port);
         snprintf(extra[5], sizeof(extra[5]), "CUDA_DEVICE_ORDER=PCI_BUS_ID");
         for (int i = 0; i < 6; i++)
                 env[ne++] = extra[i];
+        if (r->elastic) { /* the allocation file exists before the task does */
+                int arc = write_alloc(a, n, r, &(gp_proto_mask){{r->gpu_mask[0], r->gpu_mask[1], r->gpu_mask[2],
+                                                                   r->gpu_mask[3]}});
+                if (arc < 0) {
+                        free(env);
+                        fail.finished_ms = gp_now_ms();
+                        snprintf(fail.message, sizeof(fail.message), "could not write its alloc.json: %s",
+                                 gp_strerror(arc));
+                        end_run(n, r, &fail);
+                        return;
+                }
+                snprintf(extra[6], sizeof(extra[6]), "GPUPOOL_ALLOC_FILE=%s/alloc.json", dir);
+                env[ne++] = extra[6];
+        }
         gp_mps_client mc; /* an MPS client: its GPU's daemon runs first; its variables come last (they win) */
         int mps_gpu = -1, mps = a->mps ? gp_agent_mps_prepare(a->mps, s, &mps_gpu, &mc, fail.message,
                                                               sizeof(fail.message)) : 0;
@@ -813,7 +883,7 @@ static void start_join(agent *a, node *n) {
         const gp_proto_gpu *g;
         int ng;
         node_gpus(a, n, &g, &ng);
-        gp_proto_join m = {.n_gpus = ng, .gpus = (gp_proto_gpu *)g};
+        gp_proto_join m = {.n_gpus = ng, .gpus = (gp_proto_gpu *)g, .resize = true};
         gp_strlcpy(m.name, n->name, sizeof(m.name));
         gp_strlcpy(m.version, GP_VERSION, sizeof(m.version));
         gp_strlcpy(m.address, a->address, sizeof(m.address));
@@ -912,7 +982,9 @@ static xfer *build_sync(agent *a, node *n, int wait_ms, size_t budget, int max_r
                         break;
                 }
                 used += est;
-                runs[m.n_runs] = (gp_proto_run){.id = r->id, .state = st, .result = r->result};
+                runs[m.n_runs] = (gp_proto_run){.id = r->id, .state = st, .result = r->result,
+                                                .has_alloc = r->elastic && st == GP_PROTO_RUNNING};
+                memcpy(runs[m.n_runs].alloc.w, r->gpu_mask, sizeof(r->gpu_mask));
                 idx[m.n_runs] = i;
                 x->rep_ids[x->nrep] = r->id;
                 x->rep_states[x->nrep++] = st;
@@ -1185,6 +1257,8 @@ static void done_sync(agent *a, xfer *x, long status) {
                 for (int i = 0; i < ans.n_start; i++)
                         start_run(a, n, &ans.start[i]);
         }
+        for (int i = 0; i < ans.n_resize; i++)
+                resize_run(a, n, &ans.resize[i]);
         if (ans.want_full) {
                 n->need_full = true;
                 n->page = 0;

@@ -95,6 +95,7 @@ enum {
         R_MODELS,       /* a1 = max_models_per_gpu: every GPU that fits holds that many other models */
         R_ARRAY,        /* a1 = array id, a2 = its limit (%N): that many of its members run */
         R_NODES,        /* multi-node: a1 = GPUs needed, a2 = whole nodes free that it may use */
+        R_ENODES,       /* elastic in nodes: a1 = whole nodes needed, a2 = wholly free ones it may use */
 };
 
 #define GP_LABELS_MAX 33           /* label pairs of a node (32 and the implicit gpupool/node), or of a node_selector */
@@ -133,6 +134,7 @@ typedef struct sgpu {
         char *uuid;
         char *name;
         int64_t total;
+        int64_t foreign;           /* MB used by processes that are not the pool's (usable less it) */
         uint64_t grow_seq;         /* when an elastic task grew onto it (s->grow_seq) */
 } sgpu;
 
@@ -197,6 +199,8 @@ struct stask {
         int n_pre_by, pre_by_cap;
         uint16_t nmin, nmax;       /* elastic: least and most GPUs (nmax 0 = not elastic);
                                       ngpus is the current count, nmin while queued */
+        uint16_t nodes_min, nodes_max; /* elastic in whole nodes (nodes_max 0 = not); then nmin is
+                                          nodes_min (a lower bound of its GPUs), nmax 0 */
         uint32_t el_idx;           /* index in s->el while running (elastic) */
         int64_t seg_ms;            /* while running: since when it has held ngpus GPUs */
         struct sarray *arr;        /* its job array (the %N throttle), NULL = none */
@@ -633,6 +637,7 @@ SCHED_PRIVATE uint64_t kinds_for_glob(const gp_sched *s, const char *glob);
 SCHED_PRIVATE bool shared_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid);
 SCHED_PRIVATE bool idle_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid);
 SCHED_PRIVATE bool place(const gp_sched *s, const stask *t, bool avoid, fit *f);
+SCHED_PRIVATE bool whole_node_ok(const gp_sched *s, const stask *t, uint32_t ni);
 SCHED_PRIVATE void multi_refresh(gp_sched *s, stask *t);
 SCHED_PRIVATE int pairs_parse(intern *add, const intern *find, const char *text, uint32_t *ids, int max);
 SCHED_PRIVATE int find_node(const gp_sched *s, const char *name, uint32_t *ret);
@@ -651,5 +656,7 @@ SCHED_PRIVATE int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv,
 SCHED_PRIVATE int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit *f, gp_sched_decision **ret,
                size_t *ret_n, size_t *ret_cap);
 SCHED_PRIVATE int grow_all(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap);
+SCHED_PRIVATE int nodes_shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit *f, gp_sched_decision **ret,
+                                   size_t *ret_n, size_t *ret_cap);
 
 #endif

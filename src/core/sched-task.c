@@ -26,7 +26,11 @@ static int req_check(const gp_sched_req *r) {
             r->gpus > GP_MAX_GPUS || r->memory_mb < 0 || r->timeout_ms < 0 || r->estimate_ms < 0 || r->queue_deadline_ms < 0 ||
             (r->elastic_max_gpus != 0 &&
              (r->elastic_max_gpus <= r->gpus || r->elastic_max_gpus > GP_NODE_MAX_GPUS)) ||
-            r->array_id < 0 || r->array_limit < 0 || pairs_parse(NULL, NULL, r->node_selector, NULL, 0) < 0)
+            r->array_id < 0 || r->array_limit < 0 || pairs_parse(NULL, NULL, r->node_selector, NULL, 0) < 0 ||
+            (r->elastic_max_nodes != 0 &&
+             (r->elastic_max_gpus != 0 || r->elastic_min_nodes < 1 || r->elastic_min_nodes != r->gpus ||
+              r->elastic_max_nodes < r->elastic_min_nodes || r->elastic_max_nodes > GP_SCHED_MAX_ENODES)) ||
+            (r->elastic_max_nodes == 0 && r->elastic_min_nodes != 0))
                 return -EINVAL;
         return 0;
 }
@@ -65,6 +69,13 @@ static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
         t->deadline_ms = r->queue_deadline_ms;
         t->nmin = (uint16_t)r->gpus;
         t->nmax = (uint16_t)r->elastic_max_gpus;
+        t->nodes_min = (uint16_t)r->elastic_min_nodes;
+        t->nodes_max = (uint16_t)r->elastic_max_nodes;
+        if (t->nodes_max) { /* whole nodes: whole GPUs */
+                t->excl = true;
+                t->multi = true;
+                t->multi_gen = s->node_gen;
+        }
         if (t->nmax) {
                 /* elastic tasks hold whole GPUs */
                 t->excl = true;
@@ -281,7 +292,7 @@ static bool borrows(const gp_sched *s, const stask *t, int64_t share) {
  * restore), -1 decides it (see borrows(); preemptible tasks never borrow:
  * they are reclaimable anyway). */
 SCHED_PRIVATE int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t now, int borrow) {
-        if (t->nmax) {
+        if (t->nmax || t->nodes_max) {
                 stask **el = grow(s->el, sizeof(*el), &s->el_cap, s->nel + 1);
                 if (!el)
                         return -ENOMEM;
@@ -303,7 +314,7 @@ SCHED_PRIVATE int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, i
         t->ngpus = (uint16_t)n;
         t->start_ms = t->seg_ms = now;
         t->start_stamp = s->stamp;
-        if (t->nmax) {
+        if (t->nmax || t->nodes_max) {
                 t->el_idx = s->nel;
                 s->el[s->nel++] = t;
         }
@@ -350,7 +361,7 @@ SCHED_PRIVATE void stop(gp_sched *s, stask *t, int64_t now) {
         if (t->arr)
                 t->arr->running--;
         t->share = 0;
-        if (t->nmax) {
+        if (t->nmax || t->nodes_max) {
                 stask *last = s->el[--s->nel];
                 s->el[t->el_idx] = last;
                 last->el_idx = t->el_idx;
@@ -376,7 +387,16 @@ int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t 
         int rc = task_from_req(s, r, &t);
         if (rc < 0)
                 return rc;
-        if (n > r->gpus && !t->nmax) {
+        if (t->nodes_max) {
+                /* elastic in nodes: whole nodes, as many as it may hold */
+                int k = 0;
+                for (int i = 0; i < n; i++)
+                        k += i == 0 || s->gpus[gpus[i]].node != s->gpus[gpus[i - 1]].node;
+                if (k < t->nodes_min || k > t->nodes_max) {
+                        task_free(s, t);
+                        return -EINVAL;
+                }
+        } else if (n > r->gpus && !t->nmax) {
                 /* only a multi-node task holds more than it asked for */
                 bool nodes = false;
                 for (int i = 1; i < n && !nodes; i++)

@@ -11,6 +11,7 @@
  */
 #include "server/daemon-int.h"
 #include "server/commit.h"
+#include "server/submit.h"
 #include "server/tenants.h"
 #include "server/billing.h"
 #include "server/disk.h"
@@ -182,6 +183,7 @@ static int recover_one(const gp_task *st, void *ud) {
                 free(t);
                 return -ENOMEM;
         }
+        gp_submit_spec_nodes(t);
         t->estimate_ms = gp_est_predict(d, t, NULL);
         gp_sched_req r = sched_req(t);
         r.readmit = true; /* accepted before the restart: max_queued does not apply again */

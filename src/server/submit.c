@@ -3,6 +3,7 @@
 
 #include "base/labels.h"
 #include "cluster/proto.h"
+#include "core/sched.h"
 #include "base/notice.h"
 
 #include "base/text.h"
@@ -293,6 +294,73 @@ static int parse_elastic(json_t *v, json_t *gpu_request, gp_task *t, char *err, 
         return 0;
 }
 
+/* elastic_nodes: {min_nodes, max_nodes}: whole nodes, min..max of them
+ * (sched.h "Elastic in whole nodes"); gpu_request becomes min_nodes (a
+ * lower bound of its GPUs), and the spec keeps it (gp_submit_spec_nodes). */
+static int parse_elastic_nodes(json_t *v, json_t *root, gp_task *t, char *err, size_t errlen) {
+        if (!json_is_object(v))
+                return fail(err, errlen, "elastic_nodes: must be an object {\"min_nodes\": N, \"max_nodes\": M}");
+        const char *key;
+        json_t *x;
+        json_object_foreach(v, key, x) {
+                if (strcmp(key, "min_nodes") != 0 && strcmp(key, "max_nodes") != 0)
+                        return fail(err, errlen, "elastic_nodes: unknown field '%.64s'", key);
+        }
+        int64_t min = 1, max;
+        int rc;
+        if ((x = json_object_get(v, "min_nodes")) &&
+            (rc = get_int(x, "elastic_nodes.min_nodes", 1, GP_SCHED_MAX_ENODES, &min, err, errlen)) < 0)
+                return rc;
+        if (!(x = json_object_get(v, "max_nodes")))
+                return fail(err, errlen, "elastic_nodes.max_nodes: missing");
+        if ((rc = get_int(x, "elastic_nodes.max_nodes", 1, GP_SCHED_MAX_ENODES, &max, err, errlen)) < 0)
+                return rc;
+        if (max < min)
+                return fail(err, errlen, "elastic_nodes: max_nodes (%" PRId64 ") is below min_nodes (%" PRId64 ")",
+                            max, min);
+        if (json_object_get(root, "gpu_request") || json_object_get(root, "memory_mb") ||
+            (json_object_get(root, "elastic") && !json_is_null(json_object_get(root, "elastic"))))
+                return fail(err, errlen, "elastic_nodes: the task holds whole nodes; leave out gpu_request, memory_mb "
+                                         "and elastic");
+        t->gpu_request = (int)min;
+        t->elastic_min_nodes = (int)min;
+        t->elastic_max_nodes = (int)max;
+        t->memory_mb = 0;
+        t->exclusive = true;
+        return 0;
+}
+
+/* Keep "elastic_nodes" in t's spec (its only stored copy).  0, -ENOMEM. */
+static int spec_add_nodes(gp_task *t) {
+        json_t *spec = json_loads(t->spec, 0, NULL);
+        json_t *en = json_pack("{s:i, s:i}", "min_nodes", t->elastic_min_nodes, "max_nodes", t->elastic_max_nodes);
+        char *s = spec && en && json_object_set_new(spec, "elastic_nodes", en) == 0 ? json_dumps(spec, JSON_COMPACT)
+                                                                                     : NULL;
+        if (!spec)
+                json_decref(en);
+        json_decref(spec);
+        if (!s)
+                return -ENOMEM;
+        free(t->spec);
+        t->spec = s;
+        return 0;
+}
+
+void gp_submit_spec_nodes(gp_task *t) {
+        t->elastic_min_nodes = t->elastic_max_nodes = 0;
+        if (!t->spec || !strstr(t->spec, "\"elastic_nodes\""))
+                return;
+        json_t *spec = json_loads(t->spec, 0, NULL);
+        json_t *en = json_object_get(spec, "elastic_nodes");
+        json_int_t min = json_integer_value(json_object_get(en, "min_nodes")),
+                   max = json_integer_value(json_object_get(en, "max_nodes"));
+        if (min >= 1 && min <= max && max <= GP_SCHED_MAX_ENODES) {
+                t->elastic_min_nodes = (int)min;
+                t->elastic_max_nodes = (int)max;
+        }
+        json_decref(spec);
+}
+
 /* "node_selector": {"k": "v", ...}: the labels its nodes must have, kept
  * in their canonical text (base/labels.h). */
 static int parse_selector(json_t *v, gp_task *t, char *err, size_t errlen) {
@@ -329,7 +397,7 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 "tenant_id", "name", "gpu_request", "memory_mb", "exclusive", "priority", "command",
                 "env", "workdir", "model", "gpu_model", "preemptible", "timeout_s", "queue_timeout_s",
                 "lease_ttl_s", "max_retries", "elastic", "array", "node_selector", "script", "on_node_lost",
-                "signal", "compute_pct", NULL,
+                "signal", "elastic_nodes", "compute_pct", NULL,
         };
         gp_array_spec arr = {0};
         if (errlen)
@@ -433,6 +501,9 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         if ((v = json_object_get(root, "elastic")) && !json_is_null(v) &&
             (rc = parse_elastic(v, json_object_get(root, "gpu_request"), &t, err, errlen)) < 0)
                 goto out;
+        if ((v = json_object_get(root, "elastic_nodes")) && !json_is_null(v) &&
+            (rc = parse_elastic_nodes(v, root, &t, err, errlen)) < 0)
+                goto out;
         json_t *cmd = json_object_get(root, "command");
         json_t *env = json_object_get(root, "env");
         json_t *wd = json_object_get(root, "workdir");
@@ -484,6 +555,10 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                         goto out;
                 }
                 t.is_lease = true;
+                if (t.elastic_max_nodes) {
+                        rc = fail(err, errlen, "elastic_nodes: only for batch tasks (with command): each node runs it");
+                        goto out;
+                }
                 if ((v = json_object_get(root, "lease_ttl_s"))) {
                         if ((rc = get_int(v, "lease_ttl_s", 1, lim->max_lease_ttl_s, &x, err, errlen)) < 0)
                                 goto out;
@@ -492,6 +567,8 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         }
         if (t.memory_mb == 0)
                 t.exclusive = true;
+        if (t.elastic_max_nodes && (rc = spec_add_nodes(&t)) < 0)
+                goto out;
         if ((v = json_object_get(root, "array")) && !json_is_null(v)) {
                 if (t.is_lease) {
                         rc = fail(err, errlen, "array: only for batch tasks (with command)");

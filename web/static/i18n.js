@@ -192,6 +192,8 @@
       models_per_gpu: "每块放得下的{x} GPU 都已装有 {0} 个模型（max_models_per_gpu）",
       whole_nodes_most: "等待合计 {0} 块 GPU 的整个节点{x}（空闲的整节点共有 {1} 块）",
       whole_nodes: "等待合计 {0} 块 GPU 的整个节点{x}",
+      elastic_nodes_most: "等待 {0} 个整节点{x}（现在完全空闲的：{1} 个）",
+      elastic_nodes: "等待 {0} 个整节点{x}",
       gang_shared: "等待同一节点上 {0} 块各有 {1} MB 空闲显存的{x} GPU",
       no_usable_gpu: "所有{x} GPU 都已排空、故障或被保留",
       behind_higher: "排在任务 {0}（P{1}）之后，它是下一个获得 GPU 的任务；设置 timeout_s 可让本任务回填",

@@ -18,7 +18,8 @@
 
 int gp_agent_mps_open(const gp_config *cfg, const char *data_dir, gp_mps_pool **ret, char *err, size_t errlen) {
         char d[PATH_MAX];
-        int n = cfg->mps_dir[0] ? snprintf(d, sizeof(d), "%s", cfg->mps_dir) : snprintf(d, sizeof(d), "%s/mps", data_dir);
+        int n = cfg->mps_dir[0] ? snprintf(d, sizeof(d), "%s", cfg->mps_dir)
+                                : snprintf(d, sizeof(d), "%s/mps", data_dir);
         if (n < 0 || (size_t)n >= sizeof(d)) {
                 snprintf(err, errlen, "gpus.mps_dir: too long");
                 return -ENAMETOOLONG;

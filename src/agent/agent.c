@@ -511,8 +511,8 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
                 env[ne++] = mc.env[i];
         gp_exec_spec spec = {
                 .task_id = s->id.task, .argv = (const char *const *)s->argv, .env = env,
-                .workdir = s->workdir, .cuda_visible_devices = mps > 0 ? mc.cuda_visible_devices : s->cuda_visible_devices,
-                .gpus = s->gpus,
+                .workdir = s->workdir,
+                .cuda_visible_devices = mps > 0 ? mc.cuda_visible_devices : s->cuda_visible_devices, .gpus = s->gpus,
                 .timeout_s = s->timeout_s, .kill_grace_s = s->kill_grace_s, .preempt_grace_s = s->preempt_grace_s,
                 .max_log_bytes = s->max_log_bytes, .run_as = s->run_as, .array_id = s->array_id,
                 .array_index = s->array_index, .fence_file = gp_agent_fence_file(&a->fence, s->fence),

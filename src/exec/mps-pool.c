@@ -35,23 +35,28 @@
 #define QUIT_RETRY_MS 10000  /* a daemon still alive this long after its quit is told again */
 #define DIR_MAX_ENTRIES 4096 /* entries of MPS_DIR or a pipe dir looked at, at most */
 
-enum { DOWN = 0, UP, QUITTING, FAILED };
+enum {
+        DOWN = 0,
+        UP,
+        QUITTING,
+        FAILED
+};
 
 typedef struct gpu_mps {
         int state;
-        int64_t pid;             /* the daemon's (UP, QUITTING) */
-        int64_t quit_pid;        /* our `quit` child not reaped yet, 0 = none */
-        int64_t quit_ms;         /* when it was told to quit */
+        int64_t pid;              /* the daemon's (UP, QUITTING) */
+        int64_t quit_pid;         /* our `quit` child not reaped yet, 0 = none */
+        int64_t quit_ms;          /* when it was told to quit */
         char err[GP_MPS_ERR_MAX]; /* FAILED: why it could not start */
 } gpu_mps;
 
 struct gp_mps_pool {
-        bool scanned;            /* what an earlier process left was looked at */
-        int64_t next_ms;         /* the next look */
-        char dir[PATH_MAX];      /* MPS_DIR, absolute */
+        bool scanned;       /* what an earlier process left was looked at */
+        int64_t next_ms;    /* the next look */
+        char dir[PATH_MAX]; /* MPS_DIR, absolute */
         char prog[PATH_MAX];
-        pthread_mutex_t mu;      /* held for every start and quit (seconds at most) */
-        pthread_mutex_t st_mu;   /* held to change or read gpu[]'s state, pid and err (never long) */
+        pthread_mutex_t mu;    /* held for every start and quit (seconds at most) */
+        pthread_mutex_t st_mu; /* held to change or read gpu[]'s state, pid and err (never long) */
         gpu_mps gpu[GP_MPS_MAX_GPUS];
 };
 
@@ -146,7 +151,7 @@ gp_mps_daemon_state gp_mps_pool_state(gp_mps_pool *p, int i, int64_t *ret_pid, c
                 return GP_MPS_STOPPED;
         pthread_mutex_lock(&p->st_mu);
         const gpu_mps *s = &p->gpu[i];
-        gp_mps_daemon_state st = s->state == FAILED ? GP_MPS_FAILED
+        gp_mps_daemon_state st = s->state == FAILED                       ? GP_MPS_FAILED
                                  : s->state == UP || s->state == QUITTING ? GP_MPS_RUNNING
                                                                           : GP_MPS_STOPPED;
         if (ret_pid)
@@ -240,8 +245,7 @@ void gp_mps_pool_look(gp_mps_pool *p, int64_t now, gp_mps_needed_fn needed_fn, v
                                 strerror(-rc));
                         continue;
                 }
-                gp_info("GPU %d: no MPS client left: its MPS control daemon (pid %" PRId64 ") is told to quit", i,
-                        pid);
+                gp_info("GPU %d: no MPS client left: its MPS control daemon (pid %" PRId64 ") is told to quit", i, pid);
                 set_state(p, s, QUITTING, s->pid, NULL);
                 s->quit_ms = now;
         }

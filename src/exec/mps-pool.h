@@ -27,7 +27,7 @@ typedef struct gp_mps_pool gp_mps_pool;
 typedef enum gp_mps_daemon_state {
         GP_MPS_STOPPED = 0,
         GP_MPS_RUNNING,
-        GP_MPS_FAILED,          /* its last start failed (the error says why) */
+        GP_MPS_FAILED, /* its last start failed (the error says why) */
 } gp_mps_daemon_state;
 
 /* A pool whose daemons live under dir (made 0755 if missing, resolved to

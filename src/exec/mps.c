@@ -117,8 +117,8 @@ static int spawn_child(const char *prog, char *const argv[], char *const envp[],
                 r = r ? r : -posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
         }
         r = r ? r : -posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
-        r = r ? r : -posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                                             POSIX_SPAWN_SETSIGDEF);
+        r = r ? r
+              : -posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
         r = r ? r : -posix_spawnattr_setsigmask(&attr, &none);
         r = r ? r : -posix_spawnattr_setsigdefault(&attr, &all);
         pid_t pid = 0;
@@ -200,8 +200,7 @@ int gp_mps_daemon_start(const char *prog, const char *pipe_dir, const char *log_
         char e_dev[256], e_pipe[PATH_MAX + 32], e_log[PATH_MAX + 32], out[GP_MPS_OUT_MAX + 1];
         int r;
         if ((r = mkdir_parents(pipe_dir)) < 0 || (r = mkdir_parents(log_dir)) < 0) {
-                snprintf(err, errlen, "cannot make its pipe or log directory under %s: %s", pipe_dir,
-                         strerror(-r));
+                snprintf(err, errlen, "cannot make its pipe or log directory under %s: %s", pipe_dir, strerror(-r));
                 return r;
         }
         if (snprintf(e_dev, sizeof(e_dev), "CUDA_VISIBLE_DEVICES=%s", devices) >= (int)sizeof(e_dev) ||

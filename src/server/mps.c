@@ -26,8 +26,8 @@
 #include <string.h>
 
 struct gp_mps {
-        bool on;              /* gpus.sharing: mps */
-        gp_mps_pool *pool;    /* the server's own GPUs' daemons (on) */
+        bool on;           /* gpus.sharing: mps */
+        gp_mps_pool *pool; /* the server's own GPUs' daemons (on) */
 };
 
 int gp_mps_new(const gp_config *cfg, gp_mps **ret, char *err, size_t errlen) {
@@ -72,8 +72,7 @@ static bool listed(const gp_config *cfg, const gp_sched_gpu_view *v) {
 }
 
 static bool view_on(gp_daemon *d, const gp_sched_gpu_view *v) {
-        return d->mps && d->mps->on && v->index >= 0 && v->index < GP_MPS_MAX_GPUS && !v->removed &&
-               listed(&d->cfg, v);
+        return d->mps && d->mps->on && v->index >= 0 && v->index < GP_MPS_MAX_GPUS && !v->removed && listed(&d->cfg, v);
 }
 
 bool gp_mps_gpu_on(gp_daemon *d, uint32_t g) {

@@ -153,7 +153,7 @@ static void test_mps_stale_or_foreign_pid_file_is_no_daemon(void **state) {
         fixture *f = *state;
         int64_t pid;
         assert_int_equal(gp_mps_daemon_find(f->pipe, &pid), -ENOENT); /* none */
-        write_pidfile(f, (long)getpid()); /* a live process, but not the control daemon */
+        write_pidfile(f, (long)getpid());                             /* a live process, but not the control daemon */
         assert_int_equal(gp_mps_daemon_find(f->pipe, &pid), -ENOENT);
         pid_t child = fork();
         if (child == 0)

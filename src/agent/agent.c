@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "agent/agent-fence.h"
+#include "agent/agent-mps.h"
 #include "agent/agent-util.h"
 #include "agent/trust.h"
 #include "base/buf.h"
@@ -78,6 +79,7 @@ typedef struct run {
                                                     elastic run's as last resized) */
         bool elastic;                 /* GPUPOOL_ALLOC_FILE is its GPU set (resizes apply) */
         int elastic_min, elastic_max;
+        int mps_gpu;                  /* an MPS client: its GPU's index + 1 (agent-mps.h); 0 = none */
 } run;
 
 typedef struct node node;
@@ -157,6 +159,7 @@ typedef struct agent {
         struct MHD_Daemon *mhd;
         int exit_code;                /* >= 0: stop with it */
         gp_agent_fence fence;         /* DATA_DIR/fence for the supervisors (not with --sim-nodes) */
+        gp_mps_pool *mps;             /* its GPUs' MPS control daemons (agent-mps.h; not with --sim-nodes) */
 } agent;
 
 static volatile sig_atomic_t stop_signal;
@@ -399,6 +402,7 @@ static void attach(agent *a, node *n, run *r) {
         if (gp_exec_read_pidfile(dir, &r->proc) == 0 && gp_exec_alive(&r->proc) &&
             gp_exec_watch(&r->proc, &r->pidfd) == 0) {
                 r->state = GP_PROTO_RUNNING;
+                r->mps_gpu = gp_agent_mps_marked(dir) + 1; /* its daemon stays while it runs */
                 return;
         }
         collect(a, n, r);
@@ -460,7 +464,7 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
         }
         char dir[PATH_MAX + 64];
         run_dir(a, r, dir, sizeof(dir));
-        const char **env = calloc((size_t)s->n_env + 8, sizeof(char *));
+        const char **env = calloc((size_t)s->n_env + 8 + GP_MPS_ENV_MAX, sizeof(char *));
         char extra[7][PATH_MAX + 96];
         gp_exec_result fail = {.end = GP_EXEC_SPAWN_FAILED, .exit_code = 127};
         if (!env) {
@@ -497,9 +501,21 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
                 snprintf(extra[6], sizeof(extra[6]), "GPUPOOL_ALLOC_FILE=%s/alloc.json", dir);
                 env[ne++] = extra[6];
         }
+        gp_mps_client mc; /* an MPS client: its GPU's daemon runs first; its variables come last (they win) */
+        int mps_gpu = -1, mps = a->mps ? gp_agent_mps_prepare(a->mps, s, &mps_gpu, &mc, fail.message,
+                                                              sizeof(fail.message)) : 0;
+        if (mps < 0) {
+                free(env);
+                fail.finished_ms = gp_now_ms();
+                end_run(n, r, &fail);
+                return;
+        }
+        for (int i = 0; i < GP_MPS_ENV_MAX && mps > 0; i++)
+                env[ne++] = mc.env[i];
         gp_exec_spec spec = {
                 .task_id = s->id.task, .argv = (const char *const *)s->argv, .env = env,
-                .workdir = s->workdir, .cuda_visible_devices = s->cuda_visible_devices, .gpus = s->gpus,
+                .workdir = s->workdir,
+                .cuda_visible_devices = mps > 0 ? mc.cuda_visible_devices : s->cuda_visible_devices, .gpus = s->gpus,
                 .timeout_s = s->timeout_s, .kill_grace_s = s->kill_grace_s, .preempt_grace_s = s->preempt_grace_s,
                 .max_log_bytes = s->max_log_bytes, .run_as = s->run_as, .array_id = s->array_id,
                 .array_index = s->array_index, .fence_file = gp_agent_fence_file(&a->fence, s->fence),
@@ -518,6 +534,11 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
                 return;
         }
         r->state = GP_PROTO_RUNNING;
+        if (mps > 0) {
+                r->mps_gpu = mps_gpu + 1;
+                if ((rc = gp_agent_mps_mark(dir, mps_gpu)) < 0) /* a restart would not know it is a client */
+                        gp_warn("run %s: cannot record that it is an MPS client: %s", r->name, strerror(-rc));
+        }
         if (gp_exec_watch(&r->proc, &r->pidfd) < 0)
                 collect(a, n, r);
         else
@@ -1434,6 +1455,18 @@ static int split_urls(agent *a, const char *list) {
         return a->n_urls > 0 ? 0 : -EINVAL;
 }
 
+/* The pool's needed(): the GPUs of this agent's running MPS clients. */
+static bool mps_needed(void *ud, bool *needed) {
+        agent *a = ud;
+        for (int i = 0; i < a->n_nodes; i++)
+                for (size_t k = 0; k < a->nodes[i].n_runs; k++) {
+                        const run *r = &a->nodes[i].runs[k];
+                        if (r->state == GP_PROTO_RUNNING && r->mps_gpu > 0 && r->mps_gpu <= GP_MPS_MAX_GPUS)
+                                needed[r->mps_gpu - 1] = true;
+                }
+        return true;
+}
+
 static void loop(agent *a) {
         int64_t next_logs = 0, next_status = 0;
         struct curl_waitfd *wfd = NULL;
@@ -1455,6 +1488,8 @@ static void loop(agent *a) {
                                 tele_check(a, &a->nodes[i]);
                         }
                 }
+                if (a->mps) /* MPS daemons without clients quit */
+                        gp_mps_pool_look(a->mps, now, mps_needed, a);
                 if (!a->sim && gp_agent_fence_passed(&a->fence, now))
                         gp_warn("no answered sync for %d s: the runs that fence are stopped by their supervisors",
                                 a->fence.fence_s);
@@ -1624,6 +1659,10 @@ int gp_agent_main(int argc, char **argv) {
         if (!a->sim && (rc = gp_exe_sibling(GP_EXE_CLIENT, a->self_exe, sizeof(a->self_exe))) < 0) {
                 fprintf(stderr, "gpupool agent: cannot find %s next to this program: %s\n", GP_EXE_CLIENT,
                         strerror(-rc));
+                return 1;
+        }
+        if (!a->sim && (rc = gp_agent_mps_open(&a->cfg, a->data_dir, &a->mps, err, sizeof(err))) < 0) {
+                fprintf(stderr, "gpupool agent: %s\n", err);
                 return 1;
         }
         if (!strcmp(a->cfg.gpu_backend, "none")) {

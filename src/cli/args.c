@@ -36,6 +36,7 @@ enum opt_id {
         O_TIME, O_WAIT, O_ADMIN,
         O_EXPORT, O_USER, O_ME, /* local users (unix.c) */
         O_CACERT,
+        O_COMPUTE_PCT, /* an MPS client's share of the GPU's compute */
         O_SINCE, O_UNTIL, /* history (sacct -S, -E) */
 };
 
@@ -60,6 +61,7 @@ static const struct opt opts[] = {
         {"version", 0, false, O_VERSION, PRE},
         {"gpus", 'G', true, O_GPUS, V(SUBMIT) | V(RUN)},
         {"mem", 0, true, O_MEM, V(SUBMIT) | V(RUN)},
+        {"compute-pct", 0, true, O_COMPUTE_PCT, V(SUBMIT)},
         {"priority", 0, true, O_PRIO, V(SUBMIT) | V(RUN)},
         {"name", 0, true, O_NAME, V(SUBMIT) | V(RUN)},
         {"model", 0, true, O_MODEL, V(SUBMIT) | V(RUN)},
@@ -122,7 +124,7 @@ static const struct verb_info {
                 "                      [--gpu-model GLOB] [--exclusive] [--preemptible] [--timeout DURATION]\n"
                 "                      [--queue-timeout DURATION] [--env K=V]... [--workdir DIR] [--tenant T]\n"
                 "                      [--node-selector K=V]... [--elastic MIN:MAX] [--array SPEC] [--wait]\n"
-                "                      [--on-node-lost fence|requeue] [--signal [B:]SIG@SECS]\n"
+                "                      [--on-node-lost fence|requeue] [--signal [B:]SIG@SECS] [--compute-pct P]\n"
                 "                      [--] COMMAND [ARG...] | SCRIPT [ARG...] | < SCRIPT",
                 "gpupool submit [--gpus N] [--mem SIZE] [--priority P] [OPTIONS] [--] COMMAND [ARG...]\n"
                 "       gpupool submit [OPTIONS] SCRIPT [ARG...]     gpupool submit [OPTIONS] < SCRIPT\n"
@@ -131,6 +133,8 @@ static const struct verb_info {
                 "  --gpus N, -G N       GPUs wanted, 1..1024 (default 1); more than a node has:\n"
                 "                       whole nodes (a multi-node task, e.g. torchrun)\n"
                 "  --mem SIZE           GPU memory per GPU: MB, or 8G, 8192M (default: the whole GPU)\n"
+                "  --compute-pct P      with --mem on an MPS GPU (gpus.sharing: mps): the share of the\n"
+                "                       GPU's compute, 1..100 (default: its share of the memory)\n"
                 "  --priority P         0..9, P0..P9 or critical|high|normal|low|background\n"
                 "                       (0 most urgent; default: the tenant's default)\n"
                 "  --name S, -J S       a name to recognise the task by (also --job-name)\n"
@@ -803,6 +807,11 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                                                "got '%.80s'",
                                             (long long)GP_CLI_MEM_MAX_MB, val);
                         if ((r = body_set(p, "memory_mb", json_integer(v), "--mem")) < 0)
+                                return r;
+                        break;
+                case O_COMPUTE_PCT:
+                        if ((r = want_int(p, "--compute-pct", val, 1, 100, &v)) < 0 ||
+                            (r = body_set(p, "compute_pct", json_integer(v), "--compute-pct")) < 0)
                                 return r;
                         break;
                 case O_PRIO: {

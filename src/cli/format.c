@@ -539,11 +539,22 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
                 CHECK(line_str(out, "GPU memory used", v.data));
         }
         const char *iso = jstr(task, "isolation");
-        if (iso && ((jint(task, "memory_mb", &mem) && mem > 0) || !strcmp(iso, "mig"))) /* how it is held */
-                CHECK(line_str(out, "isolation",
-                               !strcmp(iso, "watchdog") ? "watchdog (stopped when its processes use more than it asked)"
-                               : !strcmp(iso, "mig")    ? "mig (MIG instances: memory fenced by the hardware)"
-                                                        : iso));
+        int64_t cpct;
+        if (iso && ((jint(task, "memory_mb", &mem) && mem > 0) || !strcmp(iso, "mig"))) { /* how it is held */
+                gp_buf_reset(&v);
+                if (!strcmp(iso, "watchdog"))
+                        CHECK(gp_buf_puts(&v, "watchdog (stopped when its processes use more than it asked)"));
+                else if (!strcmp(iso, "mig"))
+                        CHECK(gp_buf_puts(&v, "mig (MIG instances: memory fenced by the hardware)"));
+                else if (!strcmp(iso, "mps") && jint(task, "compute_pct", &cpct))
+                        CHECK(gp_buf_printf(&v, "mps (an MPS client: at most %" PRId64 " MB of GPU memory, %" PRId64
+                                                "%% of its compute)", mem, cpct));
+                else if (!strcmp(iso, "mps"))
+                        CHECK(gp_buf_printf(&v, "mps (an MPS client: at most %" PRId64 " MB of GPU memory)", mem));
+                else
+                        CHECK(gp_buf_puts(&v, iso));
+                CHECK(line_str(out, "isolation", v.data));
+        }
         json_t *nodes = json_object_get(task, "nodes");
         if (json_is_array(nodes) && json_array_size(nodes) > 0) {
                 /* a task's nodes in rank order (rank 0 first: MASTER_ADDR's) */
@@ -945,8 +956,14 @@ int gp_cli_format_gpus(const json_t *resp, gp_buf *out) {
                 if (jbool(g, "reserved"))
                         CHECK(gp_buf_puts(&t.cell, ",reserved"));
                 CHECK(table_push(&t));
-                const char *iso = jstr(g, "isolation"); /* "none" as "-": a pool of none has no column */
-                CHECK(cell_str(&t, iso && strcmp(iso, "none") ? iso : NULL));
+                /* how tasks sharing it are held to their memory (docs/isolation.md); none: "-" */
+                const char *iso = jstr(g, "isolation");
+                const char *mps_daemon = jstr(json_object_get(g, "mps"), "daemon");
+                if (iso && strcmp(iso, "none"))
+                        CHECK(gp_buf_puts(&t.cell, iso));
+                if (iso && !strcmp(iso, "mps") && mps_daemon && !strcmp(mps_daemon, "failed"))
+                        CHECK(gp_buf_puts(&t.cell, " (daemon failed)"));
+                CHECK(cell_end(&t));
                 json_t *list = json_object_get(g, "tasks"), *e;
                 size_t k;
                 if (json_is_array(list))

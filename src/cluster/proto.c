@@ -1035,12 +1035,18 @@ static int parse_start(const json_t *o, gp_proto_start *s, const char *where, ch
             (r = get_int32(o, "elastic_min", false, 0, GP_PROTO_MAX_GPUS, 0, &s->elastic_min, where, err, errlen)) < 0 ||
             (r = get_int32(o, "elastic_max", false, 0, GP_PROTO_MAX_GPUS, 0, &s->elastic_max, where, err, errlen)) < 0 ||
             (r = get_int32(o, "nodes_min", false, 0, GP_PROTO_MAX_RANK + 1, 0, &s->nodes_min, where, err, errlen)) < 0 ||
-            (r = get_int32(o, "nodes_max", false, 0, GP_PROTO_MAX_RANK + 1, 0, &s->nodes_max, where, err, errlen)) < 0)
+            (r = get_int32(o, "nodes_max", false, 0, GP_PROTO_MAX_RANK + 1, 0, &s->nodes_max, where, err, errlen)) < 0 ||
+            (r = get_int(o, "mps_memory_mb", false, 0, 16 * 1024 * 1024, 0, &s->mps_memory_mb, where, err, errlen)) <
+                    0 ||
+            (r = get_int32(o, "mps_compute_pct", false, 0, 100, 0, &s->mps_compute_pct, where, err, errlen)) < 0 ||
+            (r = get_str(o, "mps_uuid", false, STR_CLEAN, s->mps_uuid, sizeof(s->mps_uuid), where, err, errlen)) < 0)
                 return r;
         if ((s->elastic_min == 0) != (s->elastic_max == 0) || s->elastic_min > s->elastic_max)
                 return fail(err, errlen, "%s.elastic_min and elastic_max must be 1 <= min <= max, or both absent", where);
         if ((s->nodes_min == 0) != (s->nodes_max == 0) || s->nodes_min > s->nodes_max)
                 return fail(err, errlen, "%s.nodes_min and nodes_max must be 1 <= min <= max, or both absent", where);
+        if ((s->mps_memory_mb > 0) != (s->mps_compute_pct > 0))
+                return fail(err, errlen, "%s.mps_memory_mb and mps_compute_pct go together", where);
         char notice[GP_NOTICE_TEXT_MAX], why[128];
         if ((r = get_str(o, "notice", false, STR_CLEAN, notice, sizeof(notice), where, err, errlen)) < 0)
                 return r;
@@ -1267,6 +1273,13 @@ static json_t *start_to_json(const gp_proto_start *s) {
                                           (json_int_t)s->array_id, "array_index", (json_int_t)s->array_index,
                                           "fence", s->fence)
                                 : NULL;
+        if (rest && s->mps_memory_mb > 0 &&
+            (set(rest, "mps_memory_mb", json_integer(s->mps_memory_mb)) < 0 ||
+             set(rest, "mps_compute_pct", json_integer(s->mps_compute_pct)) < 0 ||
+             set(rest, "mps_uuid", json_string(s->mps_uuid)) < 0)) {
+                json_decref(rest);
+                rest = NULL;
+        }
         char notice[GP_NOTICE_TEXT_MAX];
         if (rest && ((s->elastic_max && (set(rest, "elastic_min", json_integer(s->elastic_min)) < 0 ||
                                          set(rest, "elastic_max", json_integer(s->elastic_max)) < 0)) ||

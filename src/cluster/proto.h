@@ -226,6 +226,11 @@ typedef struct gp_proto_start {
                                          change by "resize"; both 0 = not elastic */
         int nodes_min, nodes_max;    /* a task elastic in whole nodes (1 <= min <= max <= GP_PROTO_MAX_RANK + 1):
                                         its ranks come and go; GPUPOOL_NNODES is "MIN:MAX"; both 0 = not */
+        int64_t mps_memory_mb;       /* > 0: an MPS client (gpus.sharing: mps) of its one GPU's control
+                                        daemon, which the agent starts: its pinned memory limit, MB
+                                        (0..16777216; 0 = none, absent) */
+        int mps_compute_pct;         /* its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, 1..100 (with mps_memory_mb) */
+        char mps_uuid[GP_UUID_MAX];  /* its GPU's uuid ("" = not known: the index is used) */
 } gp_proto_start;
 
 /* A running elastic run's new GPU set on its node (sent until the agent

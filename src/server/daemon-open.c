@@ -30,6 +30,7 @@
 #include "server/estimates.h"
 #include "server/history.h"
 #include "server/idem.h"
+#include "server/mps.h"
 #include "base/labels.h"
 
 #include <errno.h>
@@ -490,7 +491,7 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, int64_t epoch, char *
                 return rc;
         if ((rc = gp_billing_init(d, err, errlen)) < 0)
                 return rc;
-        if ((rc = open_gpus(d, err, errlen)) < 0)
+        if ((rc = open_gpus(d, err, errlen)) < 0 || (rc = gp_mps_new(cfg, &d->mps, err, errlen)) < 0)
                 return rc;
         gp_tenants_tick(d->tenants, gp_now_ms(), true); /* tenants, groups and time rules into the core */
         if ((rc = gp_nodes_open(d, err, errlen)) < 0) /* their GPUs, before the tasks that run on them */
@@ -674,6 +675,7 @@ void gp_daemon_close(gp_daemon *d) {
         gp_commit_close(d);
         gp_idem_close(d);
         gp_history_close(d);
+        gp_mps_free(d->mps);
         free(d->gpu_ids);
         free(d->gpu_info);
         if (d->evfd >= 0)

@@ -26,6 +26,7 @@
 #include "exec/exec.h"
 #include "server/monitor.h"
 #include "server/nodes.h"
+#include "server/mps.h"
 #include "server/nodes-tele.h"
 #include "core/watchdog.h"
 #include "server/peer.h"
@@ -254,6 +255,8 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         }
         char cvd[GP_MAX_GPUS * 8];
         cuda_devices(t, cvd, sizeof(cvd));
+        if (t->n_gpus == 1 && t->gpus[0].uuid[0] && gp_mps_task_on(d, t)) /* as its MPS daemon sees it */
+                gp_strlcpy(cvd, t->gpus[0].uuid, sizeof(cvd));
         r = r ? r : gp_buf_printf(b, "],\"cuda_visible_devices\":\"%s\"", cvd);
         char reason[GP_REASON_MAX], core[GP_REASON_MAX] = "";
         gp_sched_reason why = {0};
@@ -1196,7 +1199,7 @@ int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
         size_t n = json_array_size(cmdv);
         const char **argv = calloc(n + 1, sizeof(char *));
         size_t nenv = json_object_size(env);
-        const char **envv = calloc(nenv + 4, sizeof(char *));
+        const char **envv = calloc(nenv + 4 + GP_MPS_ENV_MAX, sizeof(char *));
         char **envs = calloc(nenv + 4, sizeof(char *));
         int rc = -ENOMEM;
         if (!argv || !envv || !envs || n == 0)
@@ -1242,6 +1245,15 @@ int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
         if ((rc = gp_runlog_name(gp_task_run_epoch(t), 0, logn, sizeof(logn))) < 0) /* one log per run */
                 goto out;
         cuda_devices(t, cvd, sizeof(cvd));
+        gp_mps_client mc; /* an MPS client: its GPU's daemon runs, its variables come last (they win) */
+        int mps = gp_mps_client_prepare(d, t, &mc);
+        if ((rc = mps) < 0)
+                goto out;
+        for (size_t j = 0, e = 0; j < GP_MPS_ENV_MAX && mps; j++) {
+                while (envv[e])
+                        e++;
+                envv[e] = mc.env[j];
+        }
         size_t off = 0;
         gpus[0] = '\0';
         for (int i = 0; i < t->n_gpus; i++)
@@ -1250,7 +1262,7 @@ int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
         gp_exec_spec es = {
                 .task_id = t->id, .argv = argv, .env = envv, .workdir = json_string_value(wd),
                 .array_id = t->array_id, .array_index = t->array_index,
-                .cuda_visible_devices = cvd, .gpus = gpus, .timeout_s = t->timeout_s,
+                .cuda_visible_devices = mps ? mc.cuda_visible_devices : cvd, .gpus = gpus, .timeout_s = t->timeout_s,
                 .kill_grace_s = d->cfg.kill_grace_s, .max_log_bytes = d->cfg.max_log_bytes, .log_name = logn,
                 .preempt_grace_s = d->cfg.preemption_grace_sec, .notify_signal = d->cfg.elastic_signal,
                 .run_as = t->user[0] ? gp_peer_run_as(t->user) : gp_tenants_run_as(d->tenants, t->tenant),
@@ -1742,6 +1754,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         expire_preempting(d, &b, now);
         gp_nodes_tick(d, now);
         gp_tele_tick(d, now);
+        gp_mps_tick(d, now); /* MPS control daemons without clients quit */
         apply_node_events(d, &b, now);
         gp_nodes_settle(d);
         if (d->nodes_local_drain_changed) {

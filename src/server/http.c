@@ -25,6 +25,7 @@
 #include "server/monitor.h"
 #include "server/submit.h"
 #include "server/nodes.h"
+#include "server/mps.h"
 #include "server/nodes-tele.h"
 #include "server/estimates.h"
 #include "server/peer.h"
@@ -343,6 +344,7 @@ json_t *gp_http_gpu_json(gp_daemon *d, uint32_t g) {
         json_object_set_new(o, "models", ma);
         json_object_set_new(o, "backend", json_string(gp_nodes_backend(d, v.node))); /* an agent's sim says so */
         json_object_set_new(o, "isolation", json_string(gp_tele_gpu_isolation(d, g)));
+        gp_mps_gpu_json(d, g, o); /* its MPS control daemon, when sharing is mps */
         return o;
 }
 

@@ -21,6 +21,7 @@
 #include "server/nodes-int.h"
 #include "server/nodes.h"
 #include "server/nodes-tele.h"
+#include "server/mps.h"
 #include "server/runlog.h"
 #include "server/server-int.h"
 #include "server/tenants.h"
@@ -117,6 +118,8 @@ int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank
                 s->elastic_min = t->gpu_request;
                 s->elastic_max = t->elastic_max_gpus < GP_PROTO_MAX_GPUS ? t->elastic_max_gpus : GP_PROTO_MAX_GPUS;
         }
+        if (gp_mps_client_of(d, t, &s->mps_compute_pct, s->mps_uuid, sizeof(s->mps_uuid))) /* its agent's daemon */
+                s->mps_memory_mb = t->memory_mb;
         return 0;
 }
 

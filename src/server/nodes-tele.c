@@ -13,6 +13,7 @@
 #include "core/sched.h"
 #include "core/watchdog.h"
 #include "server/monitor.h"
+#include "server/mps.h"
 #include "server/nodes.h"
 #include "server/server-int.h"
 
@@ -233,6 +234,7 @@ int gp_tele_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         if (now > peak)
                 peak = now;
         int r = gp_buf_printf(b, ",\"isolation\":\"%s\"", gp_tele_task_isolation(d, t));
+        r = r ? r : gp_mps_task_write(d, t, b); /* an MPS client's compute_pct */
         r = r ? r : now >= 0 ? gp_buf_printf(b, ",\"gpu_memory_used_mb\":%lld", (long long)now)
                              : gp_buf_puts(b, ",\"gpu_memory_used_mb\":null");
         return r ? r : peak >= 0 ? gp_buf_printf(b, ",\"gpu_memory_peak_mb\":%lld", (long long)peak)
@@ -355,6 +357,8 @@ const char *gp_tele_gpu_isolation(gp_daemon *d, uint32_t g) {
         gp_sched_gpu_view v;
         if (gp_sched_gpu_get(d->sched, g, &v) == 0 && gp_gpu_is_mig(v.uuid))
                 return "mig";
+        if (gp_mps_gpu_on(d, g))
+                return "mps";
         return d->cfg.gpu_watchdog && gpu_lists_procs(d, g) ? "watchdog" : "none";
 }
 
@@ -365,6 +369,8 @@ const char *gp_tele_task_isolation(gp_daemon *d, const gp_task *t) {
                         mig = mig && gp_gpu_is_mig(t->gpus[i].uuid);
                 return mig ? "mig" : "none";
         }
+        if (gp_mps_task_on(d, t))
+                return "mps";
         if (!d->cfg.gpu_watchdog)
                 return "none";
         for (int i = 0; i < t->n_gpus; i++) { /* running: as its GPUs say */

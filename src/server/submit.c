@@ -88,12 +88,13 @@ static int parse_priority(json_t *v, bool seed, int *ret, char *err, size_t errl
         return fail(err, errlen, "%s", seed ? seed_msg : msg);
 }
 
-/* command, env, workdir, on_node_lost -> the spec JSON stored with the
- * task (script: command[4] is a stored script, allowed its own size bound;
- * "on_node_lost" only when "requeue": the default, "fence", is its
- * absence, so specs stored before it mean the same). */
+/* command, env, workdir, on_node_lost, compute_pct -> the spec JSON
+ * stored with the task (script: command[4] is a stored script, allowed its
+ * own size bound; "on_node_lost" only when "requeue": the default,
+ * "fence", is its absence, so specs stored before it mean the same;
+ * "compute_pct" only when asked, 0 = not). */
 static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, json_t *onl, const char *notice,
-                      char **ret, char *err, size_t errlen) {
+                      int compute_pct, char **ret, char *err, size_t errlen) {
         if (!json_is_array(cmd))
                 return fail(err, errlen, "command: must be an array of strings, e.g. [\"python3\", \"train.py\"]");
         size_t n = json_array_size(cmd);
@@ -163,6 +164,8 @@ static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, js
                 json_object_set_new(spec, "on_node_lost", json_string("requeue"));
         if (notice) /* "[B:]SIG@SECS", canonical (base/notice.h) */
                 json_object_set_new(spec, "signal", json_string(notice));
+        if (compute_pct > 0) /* an MPS client's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (server/mps.h) */
+                json_object_set_new(spec, "compute_pct", json_integer(compute_pct));
         char *s = json_dumps(spec, JSON_COMPACT);
         json_decref(spec);
         if (!s)
@@ -394,7 +397,7 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 "tenant_id", "name", "gpu_request", "memory_mb", "exclusive", "priority", "command",
                 "env", "workdir", "model", "gpu_model", "preemptible", "timeout_s", "queue_timeout_s",
                 "lease_ttl_s", "max_retries", "elastic", "array", "node_selector", "script", "on_node_lost",
-                "signal", "elastic_nodes", NULL,
+                "signal", "elastic_nodes", "compute_pct", NULL,
         };
         gp_array_spec arr = {0};
         if (errlen)
@@ -509,6 +512,17 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         json_t *sig = json_object_get(root, "signal");
         char notice[GP_NOTICE_TEXT_MAX], *nt = NULL;
         gp_notice n = {0};
+        int cpct = 0; /* compute_pct: a share of the GPU's compute, for a share of its memory */
+        if ((v = json_object_get(root, "compute_pct")) && !json_is_null(v)) {
+                if ((rc = get_int(v, "compute_pct", 1, 100, &x, err, errlen)) < 0)
+                        goto out;
+                bool batch = (cmd && !json_is_null(cmd)) || (script && !json_is_null(script));
+                if (t.memory_mb <= 0 || !batch) {
+                        rc = fail(err, errlen, "compute_pct: only for batch tasks that share a GPU (memory_mb)");
+                        goto out;
+                }
+                cpct = (int)x;
+        }
         if (sig && !json_is_null(sig)) {
                 if ((rc = gp_notice_from_json(sig, &n, err, errlen)) < 0 ||
                     (rc = gp_notice_format(&n, notice, sizeof(notice))) < 0)
@@ -519,14 +533,14 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 /* a script: "command" holds its arguments */
                 if ((rc = script_command(script, json_is_null(cmd) ? NULL : cmd, &n, &runner, err, errlen)) < 0)
                         goto out;
-                rc = build_spec(runner, env, wd, true, onl, nt, &t.spec, err, errlen);
+                rc = build_spec(runner, env, wd, true, onl, nt, cpct, &t.spec, err, errlen);
                 json_decref(runner);
                 if (rc < 0)
                         goto out;
                 cmd = script;
         }
         if (cmd && !json_is_null(cmd)) {
-                if (!t.spec && (rc = build_spec(cmd, env, wd, false, onl, nt, &t.spec, err, errlen)) < 0)
+                if (!t.spec && (rc = build_spec(cmd, env, wd, false, onl, nt, cpct, &t.spec, err, errlen)) < 0)
                         goto out;
                 if (json_object_get(root, "lease_ttl_s")) {
                         rc = fail(err, errlen, "lease_ttl_s: only for leases (tasks without command)");

@@ -415,7 +415,8 @@ static void test_sync_answer_round_trip_and_start_copy(void **state) {
                              .workdir = "/tmp/w", .cuda_visible_devices = "0,1", .gpus = "gpu-a:0,gpu-a:1",
                              .timeout_s = 60, .kill_grace_s = 10, .preempt_grace_s = 30, .max_log_bytes = 104857600,
                              .run_as = "alice", .array_id = 4, .array_index = 2, .fence = true,
-                             .notice = {.signo = SIGUSR1, .seconds = 120, .batch_only = true}};
+                             .notice = {.signo = SIGUSR1, .seconds = 120, .batch_only = true},
+                             .mps_memory_mb = 8000, .mps_compute_pct = 10, .mps_uuid = "GPU-8a3c-11"};
         gp_proto_run_id ack[1] = {{5, 1, 0}};
         gp_proto_stop stop[2] = {{{7, 2, 0}, GP_PROTO_STOP_PREEMPT}, {{8, 1, 0}, GP_PROTO_STOP_STALE}};
         gp_proto_offset offs[1] = {{{7, 2, 0}, 4096}};
@@ -475,6 +476,9 @@ static void test_sync_answer_round_trip_and_start_copy(void **state) {
         assert_int_equal(c.notice.signo, SIGUSR1); /* --signal B:SIGUSR1@120 */
         assert_int_equal(c.notice.seconds, 120);
         assert_true(c.notice.batch_only);
+        assert_int_equal(c.mps_memory_mb, 8000); /* an MPS client of its GPU's daemon (agent-mps.h) */
+        assert_int_equal(c.mps_compute_pct, 10);
+        assert_string_equal(c.mps_uuid, "GPU-8a3c-11");
         gp_proto_start_done(&c);
         gp_proto_start_done(NULL);
         /* an empty answer: defaults */
@@ -659,6 +663,12 @@ static void test_every_bound_is_refused(void **state) {
                                     "\"notice\":\"USR1@86401\"}]}", "1..86400 seconds");
         expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"x\"],"
                                     "\"notice\":7}]}", "notice");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"x\"],"
+                                    "\"mps_memory_mb\":100}]}", "mps_memory_mb and mps_compute_pct go together");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"x\"],"
+                                    "\"mps_memory_mb\":100,\"mps_compute_pct\":101}]}", "mps_compute_pct");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"x\"],"
+                                    "\"mps_memory_mb\":-1,\"mps_compute_pct\":5}]}", "mps_memory_mb");
         expect_refused(SYNC_ANSWER, "{\"seq\":1,\"ack\":[{\"task\":1}]}", "ack[0].epoch is missing");
         expect_refused(SYNC_ANSWER, "{\"seq\":1,\"stop\":[{\"task\":1,\"epoch\":1,\"why\":\"now\"}]}",
                        "stop[0].why must be cancel, preempt or stale");

@@ -693,7 +693,7 @@ static void test_foreign_memory_shrinks_the_offer(void **st) {
         assert_false(is_running(s, 1));
         char why[256];
         assert_int_equal(gp_sched_task_reason(s, 1, why, sizeof(why)), 0);
-        assert_int_equal(gp_sched_gpu_set_foreign(s, g, 0), 0); /* the other user's job ended */
+        assert_int_equal(gp_sched_gpu_set_foreign(s, g, 0), 1); /* the other user's job ended: it offers more */
         run(s, 1000, &o);
         assert_true(is_running(s, 1));
         /* it stays when foreign memory comes back, and nothing more fits */
@@ -709,7 +709,8 @@ static void test_foreign_memory_shrinks_the_offer(void **st) {
         run(s, 4000, &o);
         assert_true(is_running(s, 3));
         assert_int_equal(gp_sched_gpu_set_foreign(s, g, 8000), 0);
-        assert_int_equal(gp_sched_gpu_set_foreign(s, g, 1000), 0);
+        assert_int_equal(gp_sched_gpu_set_foreign(s, g, 8000), 0); /* no change */
+        assert_int_equal(gp_sched_gpu_set_foreign(s, g, 1000), 1);
         assert_int_equal(gp_sched_remove_at(s, 3, 5000), 0);
         assert_int_equal(gp_sched_gpu_get(s, g, &v), 0);
         assert_int_equal(v.memory_allocated_mb, 0);

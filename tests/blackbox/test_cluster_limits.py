@@ -172,6 +172,8 @@ def test_agent_restarted_keeps_its_identity_and_a_fresh_data_dir_waits_for_lost(
     cluster.start_server()
     a = cluster.agent("gpu-a")
     key = open(os.path.join(a.data_dir, "machine-key")).read()
+    # the server marks the node ready when it answers the join; the agent writes node.json after that
+    wait_for(lambda: os.path.exists(os.path.join(a.data_dir, "node.json")), 10, "node.json")
     a.kill9()
     a.start()           # same data dir: node.json and machine-key kept, no join
     cluster.wait_node("gpu-a", "ready", agent=a)

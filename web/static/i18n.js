@@ -213,6 +213,55 @@
       reserved: "；排在下一个，GPU 已预留",
       x_glob: "匹配 '{0}' 的",
       x_labels: "（标签为 {0} 的节点上）",
+      /* the server's own reasons (reason_detail.code of a task that is not
+       * queued, of a run, note_reason of a queued one: server/reason-code.c) */
+      note_sep: "；",
+      requeued: "已重新排队（第 {0} 次重试，共 {1} 次）：{2}",
+      stopping: "正在停止：{0}",
+      oom_more: "{0}；现在申请 {1} MB（原为 {2} MB）",
+      notice_exit: "{0}；在通知期内以退出码 {1} 结束（{2}）",
+      could_not_requeue: "重启后无法重新排队：{0}",
+      cancelled_request: "已按请求取消",
+      cancelling_notice: "正在取消：已发送 SIG{0}，{1} 秒后（其通知期）发送 SIGTERM，再过 {2} 秒发送 SIGKILL",
+      cancelling: "正在取消：已发送 SIGTERM，{0} 秒后发送 SIGKILL",
+      cancelled: "已取消",
+      preempted: "已被抢占",
+      released_unstarted: "启动前已被释放",
+      released_exit_preempted: "持有者在被抢占后释放，退出码 {0}",
+      released_exit: "持有者已释放，退出码 {0}",
+      released_preempted: "持有者在被抢占后释放",
+      released: "持有者已释放",
+      no_result: "其监督进程结束时没有记录结果",
+      preempted_gpus: "已被抢占（{0} 次）：其 GPU 让给了更紧急的任务，或归还给保底配额",
+      preempted_lease: "已被抢占（{0} 次）：宽限期 {2} 秒过后租用被收回",
+      preempted_run: "其 GPU 让给了更紧急的任务，或归还给保底配额",
+      queue_timeout: "等待时间超过 queue_timeout_s（{0} 秒）",
+      borrowing_backfill: "借用中：通过回填启动；运行在保证给其他租户的 GPU 上，他们可能收回这些 GPU（届时本任务会像可抢占任务一样被抢占）",
+      borrowing: "借用中：运行在保证给其他租户的 GPU 上，他们可能收回这些 GPU（届时本任务会像可抢占任务一样被抢占）",
+      backfill: "通过回填启动",
+      lease_expired: "租用已过期：{0} 秒内没有心跳",
+      lease_timeout: "租用持有时间超过 timeout_s（{0} 秒）",
+      supervisor_failed: "无法启动其监督进程：{0}",
+      timed_out: "运行超时（{0} 秒）",
+      fenced_unstarted: "启动前已被隔离停止：其节点与服务器失去联系",
+      fenced: "已被隔离停止：其节点与服务器失去联系",
+      killed_signal: "被信号 {0} 终止",
+      exited: "已退出，退出码 {0}",
+      workdir_run_as: "无法以 run_as 用户进入工作目录 {0}：{1}",
+      workdir: "无法进入工作目录 {0}：{1}",
+      run_as_user: "run_as {0}：无法切换为该用户：{1}",
+      cannot_run: "无法运行 {0}：{1}",
+      supervisor_exec: "监督进程无法启动命令：{0}",
+      node_lost_fenced: "节点 {0} 失联：{1} 秒内没有心跳；其上的运行已被隔离停止",
+      node_lost: "节点 {0} 失联：{1} 秒内没有心跳",
+      node_fenced: "节点 {0} 与服务器失去联系，其运行已被隔离停止",
+      node_removed: "节点 {0} 已从资源池中移除",
+      node_lost_run: "节点 {0} 上的运行已丢失",
+      gpus_gone: "它的 GPU 已不在资源池中",
+      gpu_failed_why: "GPU {0}:{1} 故障：{2}",
+      gpu_failed: "GPU {0}:{1} 故障",
+      memory_exceeded: "memory_exceeded：在其一块 GPU 上用了 {0} MB，超过申请的 {1} MB",
+      gpu_oom: "gpu_out_of_memory：其输出中有“{0}”（{1}）",
     },
   };
   /* what the server adds after a reason (reason_detail.note: a time rule in
@@ -275,9 +324,18 @@
       let s = r[d.code];
       if (d.labels) s = s.split("{x}").join(x + "{x}") + r.x_labels.split("{0}").join(d.labels);
       s = s.split("{x}").join(d.labels ? "" : x);
-      (d.args || []).forEach((a, i) => { s = s.split("{" + i + "}").join(String(a)); });
+      /* an argument that is itself a reason ({text, code, args}) is said too */
+      (d.args || []).forEach((a, i) => {
+        s = s.split("{" + i + "}").join(a && typeof a === "object" ? I18N.reason(a.text, a) : String(a));
+      });
       if (d.reserved) s += r.reserved;
-      return s + sayNotes(d.note);
+      let note = d.note || "", tail = "";
+      const nr = d.note_reason;
+      if (nr && nr.text && note.endsWith("; " + nr.text)) {
+        note = note.slice(0, note.length - nr.text.length - 2);
+        tail = r.note_sep + I18N.reason(nr.text, nr);
+      }
+      return s + sayNotes(note) + tail;
     },
     apply(root) {
       document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";

@@ -859,6 +859,16 @@ test("with a gateway model the gateway page shows the model, its upstreams, the 
   }
 });
 
+test("each language names each word once (a merge that left a second key hid the first: 隔离方式 said 隔离)", () => {
+  const src = fs.readFileSync(path.join(REPO, "web", "static", "i18n.js"), "utf8");
+  for (const name of ["en", "zh"]) {
+    const body = src.match(new RegExp("const " + name + " = \\{([\\s\\S]*?)\\n  \\};"))[1];
+    const keys = [...body.matchAll(/(?:^|[,{\s])([a-z_0-9]+):\s*"/g)].map((m) => m[1]);
+    assert.ok(keys.length > 100, name + ": " + keys.length + " keys read");
+    assert.deepEqual(keys.filter((k, i) => keys.indexOf(k) !== i), [], name + ": keys given twice");
+  }
+});
+
 test("the language switch turns the page into Chinese and back", async () => {
   await b.page.goto(d.url + "/#/overview");
   await b.page.waitForSelector("[data-gpu]");

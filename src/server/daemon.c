@@ -158,14 +158,14 @@ void gp_daemon_task_reason(gp_daemon *d, const gp_task *t, char *reason, size_t 
                 snprintf(reason, size, "no node in the pool can hold it now (%s); it waits for one to join: %s", why,
                          grow);
                 if (ret)
-                        ret->code[0] = '\0'; /* said in English only */
+                        ret->code[0] = '\0'; /* not the scheduler's: reason-code.c has it */
         }
 }
 
 json_t *gp_daemon_reason_detail(gp_daemon *d, const char *owner, const gp_sched_reason *r, const char *core,
                                 const char *shown) {
-        if (!r->code[0])
-                return NULL;
+        if (!r->code[0]) /* not the scheduler's: the server's own, if it has a template */
+                return gp_reason_code_queued(core, shown);
         /* a task id of another tenant in it is hidden as in the text: the
          * code's _hidden variant, that id left out */
         char hid[GP_REASON_MAX], code[48];

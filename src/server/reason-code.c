@@ -78,6 +78,21 @@ static const def defs[] = {
         {"gpu_failed", "GPU {0}:[1] failed", 0},
         {"memory_exceeded", "memory_exceeded: used [0] MB of [1] on one of its GPUs", 0},
         {"gpu_oom", "gpu_out_of_memory: its output says \"{0}\" ({1})", 0},
+        /* a queued task no node can hold, while the pool may grow (daemon.c
+         * gp_daemon_task_reason, core/sched-task.c gp_sched_check_feasible,
+         * nodes.c gp_nodes_growable) */
+        {"pool_may_grow", "no node in the pool can hold it now ({0}); it waits for one to join: {1}", 3u},
+        {"grow_token", "a join token is live", 0},
+        {"grow_node_lost", "node {0} is lost and may come back", 0},
+        {"no_gpus", "the pool has no GPUs", 0},
+        {"no_labels", "no node has the labels '{0}' (node_selector)", 0},
+        {"no_model", "no GPU matches gpu_model '{0}'", 0},
+        {"no_gpu_memory", "no GPU has [0] MB usable (largest: [1] MB after the [2] MB safety margin)", 0},
+        {"no_whole_node", "needs whole nodes with [0] GPUs in all, and no node fits whole", 0},
+        {"too_few_nodes", "needs [0] whole nodes of [1] GPUs, [2] exist{3}", 0},
+        {"elastic_one_node", "an elastic task runs on one node: no node has [0] GPUs that fit (most on one node: [1])",
+         0},
+        {"no_node_fits", "no node has [0] GPUs that fit (most on one node: [1])", 0},
 };
 
 #define NARGS 4
@@ -163,4 +178,16 @@ void gp_reason_code_note(json_t *detail, const char *note) {
                         return;
                 }
         }
+}
+
+json_t *gp_reason_code_queued(const char *core, const char *shown) {
+        size_t n = core ? strlen(core) : 0;
+        if (!n || !shown || strncmp(shown, core, n) != 0)
+                return NULL;
+        json_t *o = gp_reason_code(core);
+        if (o) {
+                json_object_set_new(o, "note", json_string(shown + n));
+                gp_reason_code_note(o, shown + n);
+        }
+        return o;
 }

@@ -26,4 +26,11 @@ json_t *gp_reason_code(const char *text);
  * Does nothing when the note has none or it matches no template. */
 void gp_reason_code_note(json_t *detail, const char *note);
 
+/* A queued task's reason that is not the scheduler's (core: no node can
+ * hold it while the pool may grow), as gp_daemon_reason_detail sends one:
+ * its code and arguments, "note" what follows core in shown (the text the
+ * task shows) and note_reason as above.  NULL when core matches no
+ * template or shown does not start with it. */
+json_t *gp_reason_code_queued(const char *core, const char *shown);
+
 #endif

@@ -115,6 +115,31 @@ static void test_a_note_after_a_queue_reason_gets_its_code(void **state) {
         json_decref(d2);
 }
 
+static void test_a_task_waiting_for_the_pool_to_grow_gets_its_code(void **state) {
+        (void)state;
+        expect("no node in the pool can hold it now (no node has 8 GPUs that fit (most on one node: 4)); it waits for "
+               "one to join: a join token is live",
+               "pool_may_grow(no_node_fits(8|4)|grow_token())");
+        expect("no node in the pool can hold it now (no GPU matches gpu_model '*A100*'); it waits for one to join: "
+               "node gpu-3 is lost and may come back",
+               "pool_may_grow(no_model(*A100*)|grow_node_lost(gpu-3))");
+        expect("needs 3 whole nodes of 8 GPUs, 1 exists", "too_few_nodes(3|8|1|s)");
+        const char *core = "no node in the pool can hold it now (the pool has no GPUs); it waits for one to join: a "
+                           "join token is live";
+        char shown[GP_REASON_MAX * 2];
+        snprintf(shown, sizeof(shown), "%s; requeued (retry 1 of 2): node n1 lost its run", core);
+        json_t *o = gp_reason_code_queued(core, shown);
+        assert_non_null(o);
+        assert_string_equal(json_string_value(json_object_get(o, "code")), "pool_may_grow");
+        assert_string_equal(json_string_value(json_object_get(o, "note")), "; requeued (retry 1 of 2): node n1 lost its run");
+        char got[512] = "";
+        say(json_object_get(o, "note_reason"), got, sizeof(got));
+        assert_string_equal(got, "requeued(1|2|node_lost_run(n1))");
+        json_decref(o);
+        assert_null(gp_reason_code_queued(core, "something else"));
+        assert_null(gp_reason_code_queued("", shown));
+}
+
 static void test_what_matches_nothing_has_no_code(void **state) {
         (void)state;
         assert_null(gp_reason_code(NULL));
@@ -136,6 +161,7 @@ int main(void) {
                 cmocka_unit_test(test_a_reason_inside_another_is_read_too),
                 cmocka_unit_test(test_the_cancel_notice_as_notice_c_words_it),
                 cmocka_unit_test(test_a_note_after_a_queue_reason_gets_its_code),
+                cmocka_unit_test(test_a_task_waiting_for_the_pool_to_grow_gets_its_code),
                 cmocka_unit_test(test_what_matches_nothing_has_no_code),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

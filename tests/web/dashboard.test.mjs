@@ -599,6 +599,18 @@ test("why a task ended, stopped or is back in the queue is said in Chinese from 
     await bc.page.goto(dc.url + "/#/tasks/" + q.json.id);
     await waitFor(async () => /原因已按请求取消/.test(await fields.textContent()), 3000, "the cancel in Chinese");
     assert.doesNotMatch(await fields.textContent(), /exited|cancelled/);
+    // a task no node can hold waits while a join token is live: the queue says why in Chinese
+    const tok = await dc.api("POST", "/admin/join-tokens", { ttl_s: 600 });
+    assert.equal(tok.status, 201, tok.text);
+    const big = await dc.api("POST", "/api/v1/tasks", { name: "big", gpu_request: 9, command: ["true"] });
+    assert.equal(big.status, 201, big.text);
+    assert.equal(big.json.reason_detail.code, "pool_may_grow", big.text);
+    await bc.page.goto(dc.url + "/#/queue");
+    const cell = bc.page.locator(`#queue-table tr[data-task="${big.json.id}"] td.reason`);
+    await cell.waitFor({ timeout: 3000 });
+    assert.equal(await cell.textContent(),
+      "目前池中没有节点放得下它（需要合计 9 块 GPU 的整个节点，但没有节点能整个放下）；它在等待节点加入：有一个有效的 join token");
+    assert.equal((await dc.api("POST", "/api/v1/tasks/" + big.json.id + "/cancel", {})).status, 200);
     // a reason inside another, and one after a queue reason (note_reason), as the server sends them
     const said = await bc.page.evaluate(() => [
       I18N.reason("x", { code: "requeued", args: ["1", "3", { text: "GPU n2:3 failed: Xid 79", code: "gpu_failed_why",

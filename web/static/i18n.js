@@ -262,6 +262,17 @@
       gpu_failed: "GPU {0}:{1} 故障",
       memory_exceeded: "memory_exceeded：在其一块 GPU 上用了 {0} MB，超过申请的 {1} MB",
       gpu_oom: "gpu_out_of_memory：其输出中有“{0}”（{1}）",
+      pool_may_grow: "目前池中没有节点放得下它（{0}）；它在等待节点加入：{1}",
+      grow_token: "有一个有效的 join token",
+      grow_node_lost: "节点 {0} 已失联，可能会回来",
+      no_gpus: "池中没有 GPU",
+      no_labels: "没有节点带有标签 '{0}'（node_selector）",
+      no_model: "没有匹配 gpu_model '{0}' 的 GPU",
+      no_gpu_memory: "没有 GPU 有 {0} MB 可用显存（最大：扣除 {2} MB 安全余量后为 {1} MB）",
+      no_whole_node: "需要合计 {0} 块 GPU 的整个节点，但没有节点能整个放下",
+      too_few_nodes: "需要 {0} 个各有 {1} 块 GPU 的整节点，现有 {2} 个",
+      elastic_one_node: "弹性任务只在一个节点上运行：没有节点有 {0} 块放得下的 GPU（单节点最多：{1}）",
+      no_node_fits: "没有节点有 {0} 块放得下的 GPU（单节点最多：{1}）",
     },
   };
   /* what the server adds after a reason (reason_detail.note: a time rule in

@@ -152,11 +152,12 @@ static json_t *code_of(const char *text, int depth) {
                         size_t l = a[i].n < sizeof(v) ? a[i].n : sizeof(v) - 1;
                         memcpy(v, a[i].p ? a[i].p : "", l);
                         v[l] = '\0';
-                        json_t *sub = (defs[d].nested >> i & 1u) ? code_of(v, depth + 1) : NULL;
-                        if (sub)
-                                json_object_set_new(sub, "text", json_string(v));
-                        if (json_array_append_new(args, sub ? sub : json_string(v)) < 0) {
-                                json_decref(args); /* not UTF-8 (a text cut mid-character): no code */
+                        json_t *sv = json_string(v); /* NULL: not UTF-8 (a text cut mid-character) */
+                        json_t *sub = sv && (defs[d].nested >> i & 1u) ? code_of(v, depth + 1) : NULL;
+                        if (sub) /* on failure set_new has freed sv */
+                                sv = json_object_set_new(sub, "text", sv) == 0 ? sub : (json_decref(sub), NULL);
+                        if (!sv || json_array_append_new(args, sv) < 0) {
+                                json_decref(args); /* no code for a text that is not UTF-8 */
                                 return NULL;
                         }
                 }
@@ -172,11 +173,11 @@ json_t *gp_reason_code(const char *text) {
 void gp_reason_code_note(json_t *detail, const char *note) {
         for (const char *p = note ? strstr(note, "; ") : NULL; detail && p; p = strstr(p + 2, "; ")) {
                 json_t *o = gp_reason_code(p + 2);
-                if (o) {
-                        json_object_set_new(o, "text", json_string(p + 2));
+                if (o && json_object_set_new(o, "text", json_string(p + 2)) == 0) {
                         json_object_set_new(detail, "note_reason", o);
                         return;
                 }
+                json_decref(o);
         }
 }
 
@@ -185,9 +186,10 @@ json_t *gp_reason_code_queued(const char *core, const char *shown) {
         if (!n || !shown || strncmp(shown, core, n) != 0)
                 return NULL;
         json_t *o = gp_reason_code(core);
-        if (o) {
-                json_object_set_new(o, "note", json_string(shown + n));
-                gp_reason_code_note(o, shown + n);
+        if (o && json_object_set_new(o, "note", json_string(shown + n)) < 0) {
+                json_decref(o); /* the note is not UTF-8: no code for any of it */
+                return NULL;
         }
+        gp_reason_code_note(o, shown + n);
         return o;
 }

@@ -153,6 +153,7 @@ static void test_what_matches_nothing_has_no_code(void **state) {
         memcpy(big + sizeof(big) - 8, ": nope", 7);
         assert_null(gp_reason_code(big)); /* longer than any reason the server keeps */
         assert_null(gp_reason_code("cannot run \xe4\xb8: x")); /* an argument that is not UTF-8 */
+        assert_null(gp_reason_code("stopping: cannot run \xe4\xb8: x")); /* inside another reason too */
 }
 
 int main(void) {

@@ -3,7 +3,7 @@
  *
  * Invariants: the table holds the templates exactly as the server writes
  * the text (server/daemon.c, daemon-open.c, spawner.c, nodes.c, exec/exec.c,
- * base/notice.c), {N} where a text argument goes, [N] where an integer goes; the first template that
+ * base/notice.c, agent/agent.c), {N} where a text argument goes, [N] where an integer goes; the first template that
  * matches the whole text wins, so a template that another one would also
  * match (a longer literal tail, a wrapper of another reason) comes first.
  * {N} matches the shortest text that lets the rest match, [N] the digits
@@ -41,6 +41,7 @@ static const def defs[] = {
         {"released_preempted", "released by the holder after it was preempted", 0},
         {"released", "released by the holder", 0},
         {"no_result", "its supervisor ended without recording a result", 0},
+        {"no_result", "its supervisor ended without a result", 0}, /* an agent's words (agent.c) */
         {"preempted_gpus", "preempted ([0] time{1}): its GPUs went to a more urgent task or back to their guarantee", 0},
         {"preempted_lease", "preempted ([0] time{1}): the lease was lost after the [2] s grace period", 0},
         {"preempted_run", "its GPUs went to a more urgent task or back to their guarantee", 0},

@@ -67,6 +67,7 @@ static void test_how_a_task_ended_gets_its_code_and_arguments(void **state) {
         expect("waited longer than queue_timeout_s (600 s)", "queue_timeout(600)");
         expect("started by backfill", "backfill()");
         expect("fenced: its node lost contact with the server", "fenced()");
+        expect("its supervisor ended without a result", "no_result()"); /* an agent's */
 }
 
 static void test_a_reason_inside_another_is_read_too(void **state) {

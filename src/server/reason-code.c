@@ -2,13 +2,14 @@
  * (reason-code.h).
  *
  * Invariants: the table holds the templates exactly as the server writes
- * the text (server/daemon.c, daemon-open.c, spawner.c, nodes.c, exec/exec.c,
- * base/notice.c, agent/agent.c), {N} where a text argument goes, [N] where an integer goes; the first template that
- * matches the whole text wins, so a template that another one would also
- * match (a longer literal tail, a wrapper of another reason) comes first.
- * {N} matches the shortest text that lets the rest match, [N] the digits
- * (an optional '-' first) that do.  Texts are
- * bounded by GP_REASON_MAX (core/task.h); longer ones are not read. */
+ * the text (server/daemon.c, daemon-open.c, spawner.c, nodes.c,
+ * exec/exec.c, base/notice.c, agent/agent.c), {N} where a text argument
+ * goes, [N] where an integer goes; the first template that matches the
+ * whole text wins, so a template that another one would also match (a
+ * longer literal tail, a wrapper of another reason) comes first.  {N}
+ * matches the shortest text that lets the rest match, [N] the digits (an
+ * optional '-' first) that do.  Texts are bounded by GP_REASON_MAX
+ * (core/task.h); longer ones are not read. */
 #include "server/reason-code.h"
 
 #include <stdbool.h>

@@ -5,6 +5,7 @@
  */
 #include "base/notice.h"
 
+#include "base/units.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -78,10 +79,10 @@ int gp_notice_parse(const char *s, gp_notice *ret, char *err, size_t errlen) {
         size_t nl = (size_t)(at - s);
         if (nl >= sizeof(name) || (memcpy(name, s, nl), name[nl] = '\0', gp_notice_signal_parse(name, &n.signo) < 0))
                 return fail(err, errlen, "signal: '%.*s' is not %s", (int)(nl > 32 ? 32 : nl), s, SIG_HELP);
-        int64_t secs = 0;
-        int rc = gp_parse_i64(at + 1, 0, INT64_MAX, &secs);
+        int64_t secs = 0; /* seconds as sbatch's, or a duration as everywhere else (2m) */
+        int rc = gp_duration_parse(at + 1, GP_DUR_PLAIN_SECONDS, INT64_MAX, &secs);
         if (rc == -EINVAL)
-                return fail(err, errlen, "signal: '%.16s' is not a number of seconds", at + 1);
+                return fail(err, errlen, "signal: '%.16s' is not a number of seconds or a duration (120, 2m)", at + 1);
         if (rc < 0 || check_seconds(secs, err, errlen) < 0)
                 return rc < 0 ? fail(err, errlen, "signal: the notice must be 1..%d seconds", GP_NOTICE_MAX_S)
                               : -EINVAL;

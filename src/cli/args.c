@@ -172,7 +172,7 @@ static const struct verb_info {
                 "                       it may run twice at once\n"
                 "  --signal [B:]SIG@SECS  as sbatch --signal: before the task is preempted, cancelled\n"
                 "                       or stopped by the GPU memory watchdog, send it SIG (USR1,\n"
-                "                       SIGUSR1 or 10) and give it up to SECS (1..86400; the\n"
+                "                       SIGUSR1 or 10) and give it up to SECS (120 or 2m, 1 s..1d; the\n"
                 "                       server's scheduler.preemption.max_notice_s at most) to exit\n"
                 "                       before SIGTERM; B: signals only the command's own process\n"
                 "                       (the batch shell), not its process group.  A requeued run\n"

@@ -30,6 +30,7 @@
 #include "server/nodes-tele.h"
 #include "core/watchdog.h"
 #include "server/peer.h"
+#include "server/reason-code.h"
 #include "server/coord.h"
 #include "server/estimates.h"
 #include "server/idem.h"
@@ -157,14 +158,14 @@ void gp_daemon_task_reason(gp_daemon *d, const gp_task *t, char *reason, size_t 
                 snprintf(reason, size, "no node in the pool can hold it now (%s); it waits for one to join: %s", why,
                          grow);
                 if (ret)
-                        ret->code[0] = '\0'; /* said in English only */
+                        ret->code[0] = '\0'; /* not the scheduler's: reason-code.c has it */
         }
 }
 
 json_t *gp_daemon_reason_detail(gp_daemon *d, const char *owner, const gp_sched_reason *r, const char *core,
                                 const char *shown) {
-        if (!r->code[0])
-                return NULL;
+        if (!r->code[0]) /* not the scheduler's: the server's own, if it has a template */
+                return gp_reason_code_queued(core, shown);
         /* a task id of another tenant in it is hidden as in the text: the
          * code's _hidden variant, that id left out */
         char hid[GP_REASON_MAX], code[48];
@@ -178,8 +179,10 @@ json_t *gp_daemon_reason_detail(gp_daemon *d, const char *owner, const gp_sched_
         json_t *args = json_array();
         for (int i = 0; args && i < r->nargs; i++)
                 json_array_append_new(args, json_string(hidden && i == 0 ? "" : r->args[i]));
-        return json_pack("{s:s,s:o,s:s,s:s,s:b,s:s}", "code", code, "args", args ? args : json_array(), "glob",
-                         r->glob, "labels", r->labels, "reserved", r->reserved, "note", shown + n);
+        json_t *o = json_pack("{s:s,s:o,s:s,s:s,s:b,s:s}", "code", code, "args", args ? args : json_array(), "glob",
+                              r->glob, "labels", r->labels, "reserved", r->reserved, "note", shown + n);
+        gp_reason_code_note(o, shown + n); /* a requeue's or preemption's why, in code too */
+        return o;
 }
 
 void gp_daemon_reason_hide(gp_daemon *d, const char *owner, char *reason, size_t size) {
@@ -271,6 +274,7 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         gp_daemon_reason_hide(d, t->tenant, reason, sizeof(reason));
         r = r ? r : gp_buf_json_field_str(b, "reason", reason);
         json_t *rd = core[0] ? gp_daemon_reason_detail(d, t->tenant, &why, core, reason) : NULL;
+        rd = rd || t->state == GP_TASK_QUEUED ? rd : gp_reason_code(reason); /* the server's own reasons */
         char *rds = rd ? json_dumps(rd, JSON_COMPACT) : NULL;
         if (rds) /* the same reason, for a page that says it in another language */
                 r = r ? r : gp_buf_printf(b, ",\"reason_detail\":%s", rds);

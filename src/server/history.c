@@ -23,6 +23,7 @@
 #include "base/util.h"
 #include "base/vec.h"
 #include "server/commit.h"
+#include "server/reason-code.h"
 #include "server/routes.h"
 #include "server/runlog.h"
 #include "server/server-int.h"
@@ -200,6 +201,9 @@ static json_t *run_json(const gp_store_run *r, bool running, int64_t now) {
         json_object_set_new(o, "ended_at", running ? json_null() : json_string(at));
         if (o && r->id > 0)
                 json_object_set_new(o, "id", json_integer(r->id)); /* the row's, for ?before= */
+        json_t *rd = o ? gp_reason_code(r->reason) : NULL; /* why it ended, for a page in another language */
+        if (rd)
+                json_object_set_new(o, "reason_detail", rd);
         return o;
 }
 

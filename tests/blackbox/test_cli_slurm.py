@@ -61,6 +61,9 @@ def test_slurm_options_durations_and_sizes_set_the_task(daemon, tmp_path):
         tid = submit(d, *args, "--mem", "8192M", "true")
         t = task(d, tid)
         assert t["timeout_s"] == want and t["memory_mb"] == 8192, (args, t)
+    # the notice of --signal takes a duration too (sbatch's seconds still work)
+    tid = submit(d, "--signal", "B:USR1@2m", "true")
+    assert task(d, tid)["signal"] == "B:SIGUSR1@120"
     # a bad duration is a usage error naming the forms; nothing is queued
     n = len(all_tasks(d))
     r = d.cli("submit", "--timeout", "1x", "true")

@@ -370,49 +370,96 @@ def test_a_queued_users_task_keeps_its_user_directory_and_environment_across_a_r
     assert log_of(server, tid).splitlines() == [str(a.uid), a.work, "V=kept"]
 
 
-def test_readme_tour_runs_verbatim_as_a_new_user(server, users):
-    """The README's tour, each line as written (ids as the server gave them), by a real user."""
-    u = users("r")
-    with open(os.path.join(u.work, "train.py"), "w") as f:
-        f.write("import os, time\n"
-                "if os.environ.get('GPUPOOL_ARRAY_ID'):\n"
-                "    time.sleep(120)\n"
-                "with open('trained.txt', 'w') as f:\n"
-                "    f.write('%d %s %s\\n' % (os.getuid(), os.getcwd(), os.environ['CUDA_VISIBLE_DEVICES']))\n"
-                "print('trained')\n")
-    with open(os.path.join(u.work, "my-tool"), "w") as f:
-        f.write("#!/bin/sh\necho tool on $CUDA_VISIBLE_DEVICES\n")
-    os.chmod(os.path.join(u.work, "my-tool"), 0o755)
-    for p in ("train.py", "my-tool"):
-        os.chown(os.path.join(u.work, p), u.uid, u.gid)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-    def sh(line, want=0):
-        r = u.cli(server, *line.split()[1:])
-        assert r.returncode == want, (line, r.stdout, r.stderr)
+
+def readme_tour(name):
+    """The first block of README NAME with `$ gpupool` lines: [(command, README's output lines)],
+    comments dropped."""
+    with open(os.path.join(REPO, name), encoding="utf-8") as f:
+        text = f.read()
+    block = next(b.split("```", 1)[0] for b in text.split("```sh\n")[1:] if "\n$ gpupool " in b)
+    steps = []
+    for ln in block.splitlines():
+        if ln.startswith("$ "):
+            steps.append((re.split(r"\s{2,}#", ln[2:])[0].strip(), []))
+        elif ln.strip() and not ln.lstrip().startswith("#") and steps:
+            steps[-1][1].append(ln.strip())
+    return steps
+
+
+def test_readme_tour_runs_verbatim_as_a_new_user(server, users):
+    """The README's tour, each line as README.md writes it (read from the file; ids as the server gave
+    them), by a real user; README.zh-CN.md's tour is the same commands."""
+    tour = readme_tour("README.md")
+    assert [c for c, _ in readme_tour("README.zh-CN.md")] == [c for c, _ in tour]
+    assert tour[0][0] == "gpupool submit --gpus 2 --mem 8000 -- python3 train.py", tour[0]
+    u = users("r")
+    files = {
+        "train.py": "import os, time\n"
+                    "if os.environ.get('GPUPOOL_ARRAY_ID'):\n"
+                    "    time.sleep(120)\n"
+                    "with open('trained.txt', 'w') as f:\n"
+                    "    f.write('%d %s %s\\n' % (os.getuid(), os.getcwd(), os.environ['CUDA_VISIBLE_DEVICES']))\n"
+                    "print('trained')\n",
+        "eval.py": "import os\nopen('evaluated.txt', 'w').write(os.environ['GPUPOOL_TASK_ID'])\n",
+        "job.sh": "#!/bin/sh\n#SBATCH --job-name=job\n#SBATCH --time=5:00\n#GPUPOOL --gpus 1\necho job ran\n",
+        "my-tool": "#!/bin/sh\necho tool on $CUDA_VISIBLE_DEVICES\n",
+    }
+    for name, body in files.items():
+        path = os.path.join(u.work, name)
+        with open(path, "w") as f:
+            f.write(body)
+        os.chmod(path, 0o755)
+        os.chown(path, u.uid, u.gid)
+
+    ids = {}   # README's id -> the server's
+
+    def run(line):
+        words = [re.sub(r"^(\d+)", lambda m: ids.get(m.group(1), m.group(1)), w) for w in line.split()]
+        r = u.cli(server, *words[1:])
+        assert r.returncode == 0, (line, words, r.stdout, r.stderr)
         return r.stdout
 
-    tid = int(sh("gpupool submit --gpus 2 --mem 8000 -- python3 train.py").strip())
-    sh("gpupool ps")
-    sh("gpupool status %d" % tid)
-    out = sh("gpupool logs -f %d" % tid)
-    assert "trained" in out
-    sh("gpupool cancel %d" % tid)
-    t = task(server, tid)
-    assert t["state"] == "succeeded" and t["exit_code"] == 0, t
-    with open(os.path.join(u.work, "trained.txt")) as f:
-        uid, cwd, cvd = f.read().split()
-    assert (int(uid), cwd, len(cvd.split(","))) == (u.uid, u.work, 2)
-    assert os.stat(os.path.join(u.work, "trained.txt")).st_uid == u.uid
-
-    aid = int(sh("gpupool submit --array 0-1999%50 -- python3 train.py").strip())
-    out = sh("gpupool ps")
-    assert re.search(r"%d_\[0-1999%%50\]" % aid, out), out
-    sh("gpupool cancel %d_7" % aid)
-    sh("gpupool cancel --array %d" % aid)   # "all of them", as the tour's comment says
-    out = sh("gpupool run --gpus 1 -- ./my-tool")
-    assert "tool on" in out
-    sh("gpupool gpus")
-    sh("gpupool queue")
+    ran = []
+    for cmd, out in tour:
+        if cmd.startswith("gpupool cancel 20 21 22_3"):
+            # ids the README makes up: two tasks and an array of this user's, as the server numbers them
+            ids["20"], ids["21"] = (str(submit(u, server, "--", "sleep", "60")) for _ in range(2))
+            ids["22"] = str(submit(u, server, "--array", "0-3", "--", "sleep", "60"))
+        stdout = run(cmd)
+        ran.append(cmd)
+        if out and re.fullmatch(r"\d+", out[0]):   # a submit's id, as the README shows it
+            ids[out[0]] = stdout.strip()
+        if cmd.startswith("gpupool logs -f"):
+            assert "trained" in stdout, stdout
+            tid = int(ids["7"])
+            t = task(server, tid)
+            assert t["state"] == "succeeded" and t["exit_code"] == 0, t
+            with open(os.path.join(u.work, "trained.txt")) as f:
+                uid, cwd, cvd = f.read().split()
+            assert (int(uid), cwd, len(cvd.split(","))) == (u.uid, u.work, 2)
+            assert os.stat(os.path.join(u.work, "trained.txt")).st_uid == u.uid
+        if cmd.startswith("gpupool submit --array"):
+            assert re.search(r"%s_\[0-1999%%50\]" % ids["12"], run("gpupool ps")), run("gpupool ps")
+        if cmd.startswith("gpupool cancel 12_7"):
+            assert task(server, int(ids["12"]) + 7)["state"] == "cancelled"
+            run("gpupool cancel --array 12")   # "all of them", as its comment says
+        if cmd.startswith("gpupool submit --wait"):
+            assert "job ran" not in stdout and re.fullmatch(r"\d+\n", stdout), stdout
+        if cmd.startswith("gpupool cancel 20 21 22_3"):
+            for k in ("20", "21"):
+                assert wait_final(server, int(ids[k]))["state"] == "cancelled"
+            assert wait_final(server, int(ids["22"]) + 3)["state"] == "cancelled"
+            assert task(server, int(ids["22"]))["state"] == "running"
+        if cmd.startswith("gpupool ps -r"):
+            assert re.search(r"^%s_2 " % ids["22"], stdout, re.M), stdout
+        if cmd.startswith("gpupool run"):
+            assert "tool on" in stdout, stdout
+    assert len(ran) == len(tour) >= 15, ran
+    with open(os.path.join(u.work, "evaluated.txt")) as f:
+        assert int(f.read()) > 0
+    server.cli("cancel", "--state", "running")
 
 
 # ---- several servers (PostgreSQL): a follower forwards its local client's identity ----

@@ -32,6 +32,15 @@ static void test_parses_names_numbers_and_the_b_prefix(void **state) {
         assert_int_equal(gp_notice_parse("15@86400", &n, err, sizeof(err)), 0);
         assert_int_equal(n.signo, SIGTERM);
         assert_int_equal(n.seconds, 86400);
+        /* a duration as everywhere else (units.h), canonical text in seconds */
+        assert_int_equal(gp_notice_parse("USR1@2m", &n, err, sizeof(err)), 0);
+        assert_int_equal(n.seconds, 120);
+        assert_int_equal(gp_notice_format(&n, txt, sizeof(txt)), 0);
+        assert_string_equal(txt, "SIGUSR1@120");
+        assert_int_equal(gp_notice_parse("USR1@1:30", &n, err, sizeof(err)), 0);
+        assert_int_equal(n.seconds, 90);
+        assert_int_equal(gp_notice_parse("USR1@1d", &n, err, sizeof(err)), 0);
+        assert_int_equal(n.seconds, 86400);
         /* the longest canonical text fits */
         n = (gp_notice){.signo = SIGWINCH, .seconds = 86400, .batch_only = true};
         assert_int_equal(gp_notice_format(&n, txt, sizeof(txt)), 0);
@@ -59,8 +68,10 @@ static void test_refuses_what_a_task_cannot_catch_and_out_of_range_seconds(void 
         refused("SIG@10", "not a signal a task can catch");
         refused("USR1@0", "1..86400 seconds");
         refused("USR1@86401", "1..86400 seconds");
-        refused("USR1@-5", "1..86400 seconds");
+        refused("USR1@-5", "not a number of seconds");
         refused("USR1@ 5", "not a number of seconds");
+        refused("USR1@2x", "not a number of seconds or a duration");
+        refused("USR1@2d", "1..86400 seconds");
         refused("USR1@99999999999999999999999", "1..86400 seconds");
         refused("USR1", "expected [B:]SIG@SECS");
         refused("@10", "expected [B:]SIG@SECS");

@@ -577,6 +577,61 @@ test("a task's detail shows each of its runs: where, how it ended, in English an
   }
 });
 
+test("why a task ended, stopped or is back in the queue is said in Chinese from its code, not left in English", async () => {
+  const dc = await startDaemon("gpus: {backend: sim}\nmonitor: {sample_ms: 500}\n");
+  const bc = await openBrowser({ locale: "zh-CN" });
+  try {
+    const f = await dc.api("POST", "/api/v1/tasks", { name: "fails", gpu_request: 1, command: ["sh", "-c", "exit 3"] });
+    await waitFor(async () => (await dc.api("GET", "/api/v1/tasks/" + f.json.id)).json.state === "failed", 5000, "it fails");
+    const ft = (await dc.api("GET", "/api/v1/tasks/" + f.json.id)).json;
+    assert.equal(ft.reason, "exited with code 3");
+    assert.deepEqual(ft.reason_detail, { code: "exited", args: ["3"] });
+    const hold = await dc.api("POST", "/api/v1/tasks", { exclusive: true, gpu_request: 4, lease_ttl_s: 600 });
+    const q = await dc.api("POST", "/api/v1/tasks", { name: "never", gpu_request: 1, command: ["true"] });
+    assert.equal(q.json.state, "queued", q.text);
+    assert.equal((await dc.api("POST", "/api/v1/tasks/" + q.json.id + "/cancel", {})).status, 200);
+    await bc.page.goto(dc.url + "/#/tasks/" + f.json.id);
+    await bc.page.waitForSelector("#task-detail:not([hidden])");
+    const fields = bc.page.locator("#td-fields");
+    await waitFor(async () => /原因已退出，退出码 3/.test(await fields.textContent()), 3000, "the end in Chinese");
+    await waitFor(async () => (await bc.page.locator('#td-runs tr[data-why="1"]').count()) === 1, 3000, "its run");
+    assert.equal(await bc.page.locator('#td-runs tr[data-why="1"]').textContent(), "结束原因：已退出，退出码 3");
+    await bc.page.goto(dc.url + "/#/tasks/" + q.json.id);
+    await waitFor(async () => /原因已按请求取消/.test(await fields.textContent()), 3000, "the cancel in Chinese");
+    assert.doesNotMatch(await fields.textContent(), /exited|cancelled/);
+    // a task no node can hold waits while a join token is live: the queue says why in Chinese
+    const tok = await dc.api("POST", "/admin/join-tokens", { ttl_s: 600 });
+    assert.equal(tok.status, 201, tok.text);
+    const big = await dc.api("POST", "/api/v1/tasks", { name: "big", gpu_request: 9, command: ["true"] });
+    assert.equal(big.status, 201, big.text);
+    assert.equal(big.json.reason_detail.code, "pool_may_grow", big.text);
+    await bc.page.goto(dc.url + "/#/queue");
+    const cell = bc.page.locator(`#queue-table tr[data-task="${big.json.id}"] td.reason`);
+    await cell.waitFor({ timeout: 3000 });
+    assert.equal(await cell.textContent(),
+      "目前池中没有节点放得下它（需要合计 9 块 GPU 的整个节点，但没有节点能整个放下）；它在等待节点加入：有一个有效的 join token");
+    assert.equal((await dc.api("POST", "/api/v1/tasks/" + big.json.id + "/cancel", {})).status, 200);
+    // a reason inside another, and one after a queue reason (note_reason), as the server sends them
+    const said = await bc.page.evaluate(() => [
+      I18N.reason("x", { code: "requeued", args: ["1", "3", { text: "GPU n2:3 failed: Xid 79", code: "gpu_failed_why",
+        args: ["n2", "3", "Xid 79"] }] }),
+      I18N.reason("x", { code: "no_whole_gpu", args: [], note: " (time rule night in force); stopping: new words",
+        note_reason: { text: "stopping: new words", code: "stopping", args: ["new words"] } }),
+      I18N.reason("some words no template has", null),
+    ]);
+    assert.deepEqual(said, [
+      "已重新排队（第 1 次重试，共 3 次）：GPU n2:3 故障：Xid 79",
+      "没有空闲的整块 GPU（时间规则 night 生效中）；正在停止：new words",
+      "some words no template has",
+    ]);
+    assert.equal((await dc.api("POST", "/api/v1/tasks/" + hold.json.id + "/release", {})).status, 200);
+    assert.deepEqual(bc.errors, []);
+  } finally {
+    await bc.close();
+    await dc.stop();
+  }
+});
+
 test("a GPU with gpus.sharing: mps and a task that is its MPS client say how they are isolated", async () => {
   // the stand-in nvidia-cuda-mps-control (tests/mps/), named by gpus.mps_control as NVIDIA's would be
   const standin = path.join(REPO, "tests", "mps", "nvidia-cuda-mps-control");
@@ -813,6 +868,16 @@ test("with a gateway model the gateway page shows the model, its upstreams, the 
     if (dg) await dg.stop();
     ua.stop();
     ub.stop();
+  }
+});
+
+test("each language names each word once (a merge that left a second key hid the first: 隔离方式 said 隔离)", () => {
+  const src = fs.readFileSync(path.join(REPO, "web", "static", "i18n.js"), "utf8");
+  for (const name of ["en", "zh"]) {
+    const body = src.match(new RegExp("const " + name + " = \\{([\\s\\S]*?)\\n  \\};"))[1];
+    const keys = [...body.matchAll(/(?:^|[,{\s])([a-z_0-9]+):\s*"/g)].map((m) => m[1]);
+    assert.ok(keys.length > 100, name + ": " + keys.length + " keys read");
+    assert.deepEqual(keys.filter((k, i) => keys.indexOf(k) !== i), [], name + ": keys given twice");
   }
 });
 

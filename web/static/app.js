@@ -412,7 +412,7 @@
         el("td", { class: "num", text: gbOf(x.gpu_memory_peak_mb) })));
       /* why it ended, on a line of its own under the run */
       if (x.reason) trs.push(el("tr", { class: "why", "data-why": String(x.run) },
-        el("td", {}), el("td", { colspan: "5", text: t("run_why", I18N.reason(x.reason, null)) })));
+        el("td", {}), el("td", { colspan: "5", text: t("run_why", I18N.reason(x.reason, x.reason_detail)) })));
     }
     fill($("td-runs").tBodies[0], trs);
     $("td-runs-wrap").hidden = items.length === 0;

@@ -47,7 +47,7 @@
     not_billed_title: "An internal department: usage is reported, no balance is kept", kind_internal: "internal",
     col_user: "User", col_exit: "Exit", col_duration: "Duration", col_workdir: "Directory",
     newer: "‹ Newer", older: "Older ›", page_of: "Page {0} · {1}", kind_array: "array",
-    array_elems: "{0} tasks, {1} on this page", f_user: "user", f_array: "array", f_workdir: "directory", f_isolation: "isolation",
+    array_elems: "{0} tasks, {1} on this page", f_user: "user", f_array: "array", f_workdir: "directory",
     f_duration: "duration", filter_size: "Per page",
     runs_title: "Runs", runs_none: "It has not started yet.", col_run: "Run", col_peak: "Peak mem",
     run_why: "Why it ended: {0}", exit_is: "(exit {0})", state_preempted: "preempted", state_requeued: "requeued",
@@ -132,7 +132,7 @@
     q_unknown: "未配置", not_billed: "不计费", not_billed_title: "内部部门：只统计用量，不记余额", kind_internal: "内部",
     col_user: "用户", col_exit: "退出码", col_duration: "时长", col_workdir: "目录",
     newer: "‹ 较新", older: "较旧 ›", page_of: "第 {0} 页 · {1}", kind_array: "任务数组",
-    array_elems: "共 {0} 个任务，本页 {1} 个", f_user: "用户", f_array: "任务数组", f_workdir: "目录", f_isolation: "隔离", f_duration: "时长", filter_size: "每页",
+    array_elems: "共 {0} 个任务，本页 {1} 个", f_user: "用户", f_array: "任务数组", f_workdir: "目录", f_duration: "时长", filter_size: "每页",
     runs_title: "运行记录", runs_none: "尚未开始运行。", col_run: "第几次", col_peak: "显存峰值",
     run_why: "结束原因：{0}", exit_is: "（退出码 {0}）", state_preempted: "被抢占", state_requeued: "重新排队",
     col_latency: "延迟 p50 / p95", col_ttft: "首 token p50 / p95", col_tps: "token/秒 p50 / p95",
@@ -213,6 +213,66 @@
       reserved: "；排在下一个，GPU 已预留",
       x_glob: "匹配 '{0}' 的",
       x_labels: "（标签为 {0} 的节点上）",
+      /* the server's own reasons (reason_detail.code of a task that is not
+       * queued, of a run, note_reason of a queued one: server/reason-code.c) */
+      note_sep: "；",
+      requeued: "已重新排队（第 {0} 次重试，共 {1} 次）：{2}",
+      stopping: "正在停止：{0}",
+      oom_more: "{0}；现在申请 {1} MB（原为 {2} MB）",
+      notice_exit: "{0}；在通知期内以退出码 {1} 结束（{2}）",
+      could_not_requeue: "重启后无法重新排队：{0}",
+      cancelled_request: "已按请求取消",
+      cancelling_notice: "正在取消：已发送 SIG{0}，{1} 秒后（其通知期）发送 SIGTERM，再过 {2} 秒发送 SIGKILL",
+      cancelling: "正在取消：已发送 SIGTERM，{0} 秒后发送 SIGKILL",
+      cancelled: "已取消",
+      preempted: "已被抢占",
+      released_unstarted: "启动前已被释放",
+      released_exit_preempted: "持有者在被抢占后释放，退出码 {0}",
+      released_exit: "持有者已释放，退出码 {0}",
+      released_preempted: "持有者在被抢占后释放",
+      released: "持有者已释放",
+      no_result: "其监督进程结束时没有记录结果",
+      preempted_gpus: "已被抢占（{0} 次）：其 GPU 让给了更紧急的任务，或归还给保底配额",
+      preempted_lease: "已被抢占（{0} 次）：宽限期 {2} 秒过后租用被收回",
+      preempted_run: "其 GPU 让给了更紧急的任务，或归还给保底配额",
+      queue_timeout: "等待时间超过 queue_timeout_s（{0} 秒）",
+      borrowing_backfill: "借用中：通过回填启动；运行在保证给其他租户的 GPU 上，他们可能收回这些 GPU（届时本任务会像可抢占任务一样被抢占）",
+      borrowing: "借用中：运行在保证给其他租户的 GPU 上，他们可能收回这些 GPU（届时本任务会像可抢占任务一样被抢占）",
+      backfill: "通过回填启动",
+      lease_expired: "租用已过期：{0} 秒内没有心跳",
+      lease_timeout: "租用持有时间超过 timeout_s（{0} 秒）",
+      supervisor_failed: "无法启动其监督进程：{0}",
+      timed_out: "运行超时（{0} 秒）",
+      fenced_unstarted: "启动前已被隔离停止：其节点与服务器失去联系",
+      fenced: "已被隔离停止：其节点与服务器失去联系",
+      killed_signal: "被信号 {0} 终止",
+      exited: "已退出，退出码 {0}",
+      workdir_run_as: "无法以 run_as 用户进入工作目录 {0}：{1}",
+      workdir: "无法进入工作目录 {0}：{1}",
+      run_as_user: "run_as {0}：无法切换为该用户：{1}",
+      cannot_run: "无法运行 {0}：{1}",
+      supervisor_exec: "监督进程无法启动命令：{0}",
+      node_lost_fenced: "节点 {0} 失联：{1} 秒内没有心跳；其上的运行已被隔离停止",
+      node_lost: "节点 {0} 失联：{1} 秒内没有心跳",
+      node_fenced: "节点 {0} 与服务器失去联系，其运行已被隔离停止",
+      node_removed: "节点 {0} 已从资源池中移除",
+      node_lost_run: "节点 {0} 上的运行已丢失",
+      gpus_gone: "它的 GPU 已不在资源池中",
+      gpu_failed_why: "GPU {0}:{1} 故障：{2}",
+      gpu_failed: "GPU {0}:{1} 故障",
+      memory_exceeded: "memory_exceeded：在其一块 GPU 上用了 {0} MB，超过申请的 {1} MB",
+      gpu_oom: "gpu_out_of_memory：其输出中有“{0}”（{1}）",
+      pool_may_grow: "目前池中没有节点放得下它（{0}）；它在等待节点加入：{1}",
+      grow_token: "有一个有效的 join token",
+      grow_node_lost: "节点 {0} 已失联，可能会回来",
+      no_gpus: "池中没有 GPU",
+      no_labels: "没有节点带有标签 '{0}'（node_selector）",
+      no_model: "没有匹配 gpu_model '{0}' 的 GPU",
+      no_gpu_memory: "没有 GPU 有 {0} MB 可用显存（最大：扣除 {2} MB 安全余量后为 {1} MB）",
+      no_whole_node: "需要合计 {0} 块 GPU 的整个节点，但没有节点能整个放下",
+      too_few_nodes: "需要 {0} 个各有 {1} 块 GPU 的整节点，现有 {2} 个",
+      elastic_one_node: "弹性任务只在一个节点上运行：没有节点有 {0} 块放得下的 GPU（单节点最多：{1}）",
+      no_node_fits: "没有节点有 {0} 块放得下的 GPU（单节点最多：{1}）",
     },
   };
   /* what the server adds after a reason (reason_detail.note: a time rule in
@@ -275,9 +335,18 @@
       let s = r[d.code];
       if (d.labels) s = s.split("{x}").join(x + "{x}") + r.x_labels.split("{0}").join(d.labels);
       s = s.split("{x}").join(d.labels ? "" : x);
-      (d.args || []).forEach((a, i) => { s = s.split("{" + i + "}").join(String(a)); });
+      /* an argument that is itself a reason ({text, code, args}) is said too */
+      (d.args || []).forEach((a, i) => {
+        s = s.split("{" + i + "}").join(a && typeof a === "object" ? I18N.reason(a.text, a) : String(a));
+      });
       if (d.reserved) s += r.reserved;
-      return s + sayNotes(d.note);
+      let note = d.note || "", tail = "";
+      const nr = d.note_reason;
+      if (nr && nr.text && note.endsWith("; " + nr.text)) {
+        note = note.slice(0, note.length - nr.text.length - 2);
+        tail = r.note_sep + I18N.reason(nr.text, nr);
+      }
+      return s + sayNotes(note) + tail;
     },
     apply(root) {
       document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";

@@ -205,6 +205,7 @@ typedef struct gp_proto_start {
                                         false: the task opted out (on_node_lost requeue) */
         gp_notice notice;            /* "notice": "[B:]SIG@SECS" (base/notice.h), signo 0 = none (absent);
                                         already clamped by the server's max_notice_s */
+        gp_cgroup_limits limits;     /* "cpus", "host_memory_mb": its cgroup's limits (absent: none) */
 } gp_proto_start;
 
 typedef enum gp_proto_stop_why {

@@ -29,6 +29,7 @@
 #include "server/estimates.h"
 #include "server/history.h"
 #include "server/idem.h"
+#include "server/hostlim.h"
 #include "base/labels.h"
 
 #include <errno.h>
@@ -563,6 +564,7 @@ int gp_daemon_open_lead(gp_daemon **ret, const gp_config *cfg, int64_t epoch, ch
 }
 
 int gp_daemon_start(gp_daemon *d) {
+        gp_hostlim_setup(); /* before the spawner: its supervisors go beside this process (v2) */
         /* recovery queued everything stored; from now on the limit applies */
         gp_sched_set_max_queue_depth(d->sched, d->cfg.max_queue_depth);
         int rc = pthread_create(&d->loop_thread, NULL, loop_main, d);

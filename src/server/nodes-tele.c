@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/host.h"
 #include "base/util.h"
+#include "exec/cgroup.h"
 #include "core/sched.h"
 #include "core/watchdog.h"
 #include "server/monitor.h"
@@ -201,6 +202,8 @@ int gp_node_host_json(const gp_host_info *h, int64_t at_ms, json_t *o) {
                put(o, "memory_available_mb", size_or_null(h ? h->mem_avail_mb : -1)) |
                put(o, "disk_total_mb", size_or_null(h ? h->disk_total_mb : -1)) |
                put(o, "disk_free_mb", size_or_null(h ? h->disk_free_mb : -1)) |
+               put(o, "cgroup", h && gp_cgroup_version_name(h->cgroup) ? json_string(gp_cgroup_version_name(h->cgroup))
+                                                                        : json_null()) |
                put(o, "telemetry_ms", at_ms > 0 ? json_integer(at_ms) : json_null());
 }
 

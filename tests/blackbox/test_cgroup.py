@@ -148,6 +148,9 @@ def test_a_task_over_its_ram_is_oom_killed_alone(daemon, tmp_path):
     assert task(daemon, n["id"])["state"] == "running"
     log = daemon.cli("logs", str(tid))
     assert "allocated" not in log.stdout
+    daemon.api("POST", "/api/v1/tasks/%d/cancel" % n["id"])  # its cgroup goes with it
+    wait_state(daemon, n["id"], "cancelled", timeout=20)
+    assert not pid_alive(npid)
 
 
 @need_cgroup

@@ -95,6 +95,8 @@ enum {
         R_MODELS,       /* a1 = max_models_per_gpu: every GPU that fits holds that many other models */
         R_ARRAY,        /* a1 = array id, a2 = its limit (%N): that many of its members run */
         R_NODES,        /* multi-node: a1 = GPUs needed, a2 = whole nodes free that it may use */
+        R_HOST_CPU,     /* a1 = CPUs needed, a2 = most free on a node it may use */
+        R_HOST_MEM,     /* a1 = RAM MiB needed, a2 = most free on a node it may use */
 };
 
 #define GP_LABELS_MAX 33           /* label pairs of a node (32 and the implicit gpupool/node), or of a node_selector */
@@ -153,6 +155,10 @@ typedef struct snode {
         uint32_t *labels;          /* interned "k=v" ids (s->labels), sorted */
         int nlabels;
         unsigned allow;            /* GP_SCHED_NODE_MULTI | GP_SCHED_NODE_ELASTIC: what else it may hold */
+        int cpus;                  /* host capacity: online CPUs, 0 = unknown (not limited) */
+        int64_t mem_mb;            /* ... and RAM, MiB, 0 = unknown */
+        int cpus_used;             /* asked for by the running tasks on it */
+        int64_t mem_used;
 } snode;
 
 struct stask {
@@ -202,6 +208,9 @@ struct stask {
         struct sarray *arr;        /* its job array (the %N throttle), NULL = none */
         int64_t okey;              /* order in its tier: by (okey, id); the policy's
                                       order_key, 0 under policies that order by id */
+        bool host;                 /* asks for host CPUs or RAM (cpus || hmem) */
+        int cpus;                  /* host CPUs it needs on each of its nodes, 0 = none */
+        int64_t hmem;              /* host RAM (MiB) it needs on each of its nodes, 0 = none */
 };
 
 /* A tenant's queued tasks of one tier, by id: an array with holes (NULL
@@ -517,6 +526,16 @@ static inline bool labels_hold(const snode *n, const uint32_t *ids, int k) {
 static inline bool sel_ok(const gp_sched *s, const stask *t, uint32_t ni) {
         return (!t->nsel || labels_hold(&s->nodes[ni], t->sel, t->nsel)) &&
                (!t->nmax || (s->nodes[ni].allow & GP_SCHED_NODE_ELASTIC));
+}
+
+/* Does node ni have t's host CPUs and RAM free now (capacity 0: not limited)? */
+static inline bool host_free(const snode *n, const stask *t) {
+        return (!n->cpus || n->cpus - n->cpus_used >= t->cpus) && (!n->mem_mb || n->mem_mb - n->mem_used >= t->hmem);
+}
+
+/* The same for the placement predicates: tasks that ask for neither pay one test. */
+static inline bool host_ok(const gp_sched *s, const stask *t, uint32_t ni) {
+        return !t->host || host_free(&s->nodes[ni], t);
 }
 
 static inline bool kind_ok(const stask *t, const sgpu *g) {

@@ -183,6 +183,7 @@ static int recover_one(const gp_task *st, void *ud) {
                 return -ENOMEM;
         }
         t->estimate_ms = gp_est_predict(d, t, NULL);
+        gp_hostlim_task_fill(t); /* cpus, host_memory_mb: kept in its spec */
         gp_sched_req r = sched_req(t);
         r.readmit = true; /* accepted before the restart: max_queued does not apply again */
         if (t->state == GP_TASK_QUEUED && !t->is_lease) {
@@ -322,6 +323,7 @@ static int open_gpus(gp_daemon *d, char *err, size_t errlen) {
                  * resizes) and no part of a multi-node task (its ranks run under agents) */
                 gp_sched_node_set_labels(d->sched, LOCAL_NODE, "gpupool/node=" LOCAL_NODE);
                 gp_sched_node_set_allow(d->sched, LOCAL_NODE, GP_SCHED_NODE_ELASTIC);
+                gp_hostlim_local_capacity(d); /* its CPUs and RAM, for tasks that ask for them */
         }
         for (size_t i = 0; i < n; i++)
                 for (size_t j = i + 1; j < n; j++) {

@@ -91,6 +91,7 @@ gp_sched_req sched_req(const gp_task *t) {
                 .queue_deadline_ms = t->queue_timeout_s ? t->submitted_ms + t->queue_timeout_s * 1000 : 0,
                 .elastic_max_gpus = t->elastic_max_gpus, .borrowing = t->borrowing,
                 .array_id = t->array_id, .array_limit = t->array_limit, .estimate_ms = t->estimate_ms,
+                .cpus = t->cpus, .host_memory_mb = t->host_memory_mb,
         };
         return r;
 }

@@ -3,6 +3,7 @@
  * static written once under pthread_once. */
 #include "server/hostlim.h"
 
+#include "base/host.h"
 #include "base/log.h"
 #include "exec/cgroup.h"
 #include "server/daemon-int.h"
@@ -35,6 +36,26 @@ void gp_hostlim_setup(void) {
 int gp_hostlim_version(void) {
         pthread_once(&once, setup);
         return version;
+}
+
+void gp_hostlim_task_fill(gp_task *t) {
+        t->cpus = 0;
+        t->host_memory_mb = 0;
+        if (!t->spec || (!strstr(t->spec, "\"cpus\"") && !strstr(t->spec, "\"host_memory_mb\"")))
+                return; /* most specs: no parse */
+        json_t *spec = json_loads(t->spec, 0, NULL);
+        gp_cgroup_limits lim;
+        if (spec && gp_cgroup_limits_get(spec, &lim) == 0) {
+                t->cpus = lim.cpus;
+                t->host_memory_mb = lim.host_memory_mb;
+        }
+        json_decref(spec);
+}
+
+void gp_hostlim_local_capacity(gp_daemon *d) {
+        gp_host_info h;
+        gp_host_read(NULL, &h);
+        gp_sched_node_set_host(d->sched, "local", h.cpus, h.mem_total_mb > 0 ? h.mem_total_mb : 0);
 }
 
 static int put_limit(gp_buf *b, const char *key, int64_t v) {

@@ -27,4 +27,12 @@ int gp_hostlim_version(void);
  * 0 or -ENOMEM.  The daemon's loop thread (reads node telemetry). */
 int gp_hostlim_task_write(struct gp_daemon *d, const gp_task *t, const struct json_t *spec, gp_buf *b);
 
+/* Fill t->cpus and t->host_memory_mb from its stored spec (a task read
+ * back from the store).  Leaves them 0 when the spec has none. */
+void gp_hostlim_task_fill(gp_task *t);
+
+/* Tell the scheduler node local's CPUs and RAM (base/host.h).  The
+ * daemon's open, after the local GPUs are in. */
+void gp_hostlim_local_capacity(struct gp_daemon *d);
+
 #endif

@@ -196,6 +196,12 @@ static int put(json_t *o, const char *key, json_t *v) {
         return v && json_object_set_new(o, key, v) == 0 ? 0 : -ENOMEM;
 }
 
+void gp_tele_node_synced(gp_daemon *d, const char *node, const gp_proto_sync *m, const int64_t *touched, size_t n) {
+        if (m->has_host) /* what tasks that ask for CPUs and RAM are placed by */
+                gp_sched_node_set_host(d->sched, node, m->host.cpus, m->host.mem_total_mb > 0 ? m->host.mem_total_mb : 0);
+        gp_tele_node_tasks(d, touched, n);
+}
+
 int gp_node_host_json(const gp_host_info *h, int64_t at_ms, json_t *o) {
         return put(o, "cpus", h ? json_integer(h->cpus) : json_null()) |
                put(o, "memory_total_mb", size_or_null(h ? h->mem_total_mb : -1)) |

@@ -1846,7 +1846,7 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
         size_t ntouched = 0;
         if ((m->n_tele || m->has_host) && gp_node_tele_take(&n->tele, m, now, touched, 256, &ntouched) < 0)
                 gp_warn("node %s: no memory for its GPUs' readings; the last ones stay", n->name);
-        gp_tele_node_tasks(d, touched, ntouched);
+        gp_tele_node_synced(d, n->name, m, touched, ntouched); /* its tasks' readings, its CPUs and RAM */
         if (n->held) /* a newer sync: the held one goes now, empty */
                 answer_held(d, n, 0, false, false);
         bool quiet = !m->full && !m->has_gpus && m->n_runs == 0 && m->n_logs == 0 && n->synced &&

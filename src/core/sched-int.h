@@ -155,11 +155,16 @@ typedef struct snode {
         uint32_t *labels;          /* interned "k=v" ids (s->labels), sorted */
         int nlabels;
         unsigned allow;            /* GP_SCHED_NODE_MULTI | GP_SCHED_NODE_ELASTIC: what else it may hold */
-        int cpus;                  /* host capacity: online CPUs, 0 = unknown (not limited) */
-        int64_t mem_mb;            /* ... and RAM, MiB, 0 = unknown */
-        int cpus_used;             /* asked for by the running tasks on it */
-        int64_t mem_used;
 } snode;
+
+/* A node's host CPUs and RAM, in s->nhost beside s->nodes (same index):
+ * kept out of snode, whose size the placement's scans feel (bench-core). */
+typedef struct shost {
+        int cpus;                  /* capacity: online CPUs, 0 = unknown (not limited) */
+        int cpus_used;             /* asked for by the running tasks on it */
+        int64_t mem_mb;            /* ... and RAM, MiB, 0 = unknown */
+        int64_t mem_used;
+} shost;
 
 struct stask {
         int64_t id;
@@ -168,6 +173,8 @@ struct stask {
         uint16_t ngpus;            /* GPUs in gpus while running (a multi-node task holds
                                       whole nodes, an elastic one what it grew to), else nmin */
         bool excl, preemptible, running;
+        bool host;                 /* asks for host CPUs or RAM (cpus || hmem); beside excl: the
+                                      placement predicates read it for every GPU they test */
         bool excl_req;             /* excl as asked (excl is forced on while multi) */
         bool multi;                /* takes whole nodes (multi_gen == s->node_gen) */
         uint32_t multi_gen;
@@ -178,6 +185,8 @@ struct stask {
         int64_t mem;               /* requested per GPU */
         int64_t charge;            /* memory charged per GPU while running */
         uint32_t model;            /* 0 = none */
+        int32_t cpus;              /* host CPUs it needs on each of its nodes, 0 = none (in a hole:
+                                      the struct keeps its size) */
         char *gpu_model;           /* NULL = any */
         uint64_t kinds;            /* allowed GPU kinds */
         int64_t timeout_ms, submit_ms, deadline_ms, start_ms;
@@ -195,6 +204,7 @@ struct stask {
         uint8_t q;                 /* tier it is (or will be) queued in */
         int64_t attained;          /* GPU-ms held in finished runs (LAS) */
         uint32_t pstamp;           /* == s->pstamp: marked as a preemption victim */
+        int32_t hmem;              /* host RAM (MiB) it needs on each of its nodes, 0 = none */
         int64_t ra3;               /* third reason argument */
         uint32_t tl_idx;           /* index in its tenant's tlist of tier q (while queued) */
         uint32_t start_stamp;      /* run stamp of its latest start */
@@ -208,9 +218,6 @@ struct stask {
         struct sarray *arr;        /* its job array (the %N throttle), NULL = none */
         int64_t okey;              /* order in its tier: by (okey, id); the policy's
                                       order_key, 0 under policies that order by id */
-        bool host;                 /* asks for host CPUs or RAM (cpus || hmem) */
-        int cpus;                  /* host CPUs it needs on each of its nodes, 0 = none */
-        int64_t hmem;              /* host RAM (MiB) it needs on each of its nodes, 0 = none */
 };
 
 /* A tenant's queued tasks of one tier, by id: an array with holes (NULL
@@ -338,6 +345,8 @@ struct gp_sched {
         uint32_t ngpus, gpus_cap;
         snode *nodes;
         uint32_t nnodes, nodes_cap;
+        shost *nhost;              /* nnodes entries (room for nhost_cap) */
+        uint32_t nhost_cap;
         /* nodes by name: open addressing, linear probing, node index or NIL;
          * a power of two, at most half full (nodes are never deleted: a
          * removed node keeps its index) */
@@ -529,13 +538,13 @@ static inline bool sel_ok(const gp_sched *s, const stask *t, uint32_t ni) {
 }
 
 /* Does node ni have t's host CPUs and RAM free now (capacity 0: not limited)? */
-static inline bool host_free(const snode *n, const stask *t) {
+static inline bool host_free(const shost *n, const stask *t) {
         return (!n->cpus || n->cpus - n->cpus_used >= t->cpus) && (!n->mem_mb || n->mem_mb - n->mem_used >= t->hmem);
 }
 
 /* The same for the placement predicates: tasks that ask for neither pay one test. */
 static inline bool host_ok(const gp_sched *s, const stask *t, uint32_t ni) {
-        return !t->host || host_free(&s->nodes[ni], t);
+        return !t->host || host_free(&s->nhost[ni], t);
 }
 
 static inline bool kind_ok(const stask *t, const sgpu *g) {

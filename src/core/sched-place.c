@@ -451,6 +451,11 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
                 if (!nodes)
                         return -ENOMEM;
                 s->nodes = nodes;
+                shost *nh = grow(s->nhost, sizeof(shost), &s->nhost_cap, s->nnodes + 1);
+                if (!nh)
+                        return -ENOMEM;
+                s->nhost = nh;
+                memset(&nh[s->nnodes], 0, sizeof(*nh));
                 snode *n = &nodes[s->nnodes];
                 memset(n, 0, sizeof(*n));
                 if (!(n->name = strdup(d->node)))
@@ -631,8 +636,8 @@ int gp_sched_node_set_host(gp_sched *s, const char *node, int cpus, int64_t mem_
                 return -ENOENT;
         if (cpus < 0 || cpus > GP_SCHED_MAX_CPUS || mem_mb < 0)
                 return -EINVAL;
-        s->nodes[ni].cpus = cpus;
-        s->nodes[ni].mem_mb = mem_mb;
+        s->nhost[ni].cpus = cpus;
+        s->nhost[ni].mem_mb = mem_mb;
         return 0;
 }
 
@@ -1206,8 +1211,9 @@ static bool host_short(gp_sched *s, stask *t) {
                         usable = kind_ok(t, &s->gpus[nd->gpus[i]]) && gpu_usable(&s->gpus[nd->gpus[i]]);
                 if (!usable)
                         continue;
-                int64_t fc = nd->cpus ? nd->cpus - nd->cpus_used : INT32_MAX;
-                int64_t fm = nd->mem_mb ? nd->mem_mb - nd->mem_used : INT64_MAX;
+                const shost *h = &s->nhost[ni];
+                int64_t fc = h->cpus ? h->cpus - h->cpus_used : INT32_MAX;
+                int64_t fm = h->mem_mb ? h->mem_mb - h->mem_used : INT64_MAX;
                 cpus_ok = cpus_ok || fc >= t->cpus;
                 mem_ok = mem_ok || (fc >= t->cpus && fm >= t->hmem);
                 most_cpus = fc > most_cpus ? fc : most_cpus;

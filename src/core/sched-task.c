@@ -27,7 +27,8 @@ static int req_check(const gp_sched_req *r) {
             (r->elastic_max_gpus != 0 &&
              (r->elastic_max_gpus <= r->gpus || r->elastic_max_gpus > GP_NODE_MAX_GPUS)) ||
             r->array_id < 0 || r->array_limit < 0 || pairs_parse(NULL, NULL, r->node_selector, NULL, 0) < 0 ||
-            r->cpus < 0 || r->cpus > GP_SCHED_MAX_CPUS || r->host_memory_mb < 0)
+            r->cpus < 0 || r->cpus > GP_SCHED_MAX_CPUS || r->host_memory_mb < 0 ||
+            r->host_memory_mb > GP_SCHED_MAX_HOST_MB)
                 return -EINVAL;
         return 0;
 }
@@ -73,7 +74,7 @@ static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
         }
         t->excl_req = t->excl;
         t->cpus = r->cpus;
-        t->hmem = r->host_memory_mb;
+        t->hmem = (int32_t)r->host_memory_mb;
         t->host = r->cpus > 0 || r->host_memory_mb > 0;
         if (r->node_selector && *r->node_selector) {
                 uint32_t ids[GP_LABELS_MAX];
@@ -151,11 +152,12 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
                 sel_seen = true;
                 if (r->elastic_max_gpus && !(nd->allow & GP_SCHED_NODE_ELASTIC))
                         continue;
+                const shost *h = &s->nhost[ni];
                 if ((r->cpus || r->host_memory_mb) && !host_seen) { /* the largest capacities, for why */
-                        most_cpus = nd->cpus > most_cpus ? nd->cpus : most_cpus;
-                        most_mem = nd->mem_mb > most_mem ? nd->mem_mb : most_mem;
+                        most_cpus = h->cpus > most_cpus ? h->cpus : most_cpus;
+                        most_mem = h->mem_mb > most_mem ? h->mem_mb : most_mem;
                 }
-                if ((nd->cpus && nd->cpus < r->cpus) || (nd->mem_mb && nd->mem_mb < r->host_memory_mb))
+                if ((h->cpus && h->cpus < r->cpus) || (h->mem_mb && h->mem_mb < r->host_memory_mb))
                         continue; /* could never hold its host CPUs or RAM */
                 host_seen = true;
                 int cnt = 0, cnt_kind = 0;
@@ -302,8 +304,8 @@ static void host_charge(gp_sched *s, const stask *t, int sign) {
                 uint32_t ni = s->gpus[t->gpus[i]].node;
                 if (i > 0 && s->gpus[t->gpus[i - 1]].node == ni)
                         continue;
-                s->nodes[ni].cpus_used += sign * t->cpus;
-                s->nodes[ni].mem_used += sign * t->hmem;
+                s->nhost[ni].cpus_used += sign * t->cpus;
+                s->nhost[ni].mem_used += sign * t->hmem;
         }
 }
 

@@ -88,6 +88,7 @@ void gp_sched_free(gp_sched *s) {
                 free(s->nodes[i].labels);
         }
         free(s->nodes);
+        free(s->nhost);
         free(s->node_ht);
         for (int i = 0; i < s->nkinds; i++)
                 free(s->kind_names[i]);

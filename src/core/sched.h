@@ -302,6 +302,7 @@ typedef struct gp_sched_req {
  * placed exactly as before.  Reservations and backfill reason about GPUs
  * only: a task may backfill onto a node's free CPUs. */
 #define GP_SCHED_MAX_CPUS 65536
+#define GP_SCHED_MAX_HOST_MB INT32_MAX  /* host_memory_mb bound (2 PiB) */
 
 /* Multi-node tasks: a task whose `gpus` is more than the GPUs (not
  * reserved) of the largest node it may use (GPUs matching gpu_model, on

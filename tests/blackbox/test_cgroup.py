@@ -208,3 +208,37 @@ def test_bad_cpus_and_host_memory_are_refused(daemon):
     assert r.returncode != 0 and "--host-mem" in r.stderr
     time.sleep(0)  # nothing was queued
     assert daemon.api("GET", "/api/v1/tasks").json()["tasks"] == []
+
+
+def test_tasks_are_placed_by_the_cpus_they_ask_for(daemon):
+    """The server's own node has this machine's CPUs: a task asking for
+    more is refused at submit (no node could ever hold it); one that asks
+    for what the running tasks leave free waits, saying so, and starts
+    when they end."""
+    n = os.cpu_count()
+    r = submit_raw(daemon, {"command": ["true"], "cpus": n + 1})
+    assert r.status_code >= 400, r.text
+    assert "no node has %d CPUs (most on a node: %d)" % (n + 1, n) in r.text, r.text
+    a = batch(daemon, ["sleep", "300"], cpus=n)
+    wait_state(daemon, a["id"], "running")
+    b = batch(daemon, ["sleep", "300"], cpus=1)
+    c = batch(daemon, ["sleep", "300"])  # asks for no CPUs: GPUs are all it needs
+    wait_state(daemon, c["id"], "running")
+
+    def waiting():
+        t = task(daemon, b["id"])
+        return t["state"] == "queued" and "needs 1 CPUs, most free on a node is 0" in t["reason"] and t
+    t = wait_for(waiting, 10, "task %d waiting for CPUs" % b["id"])
+    assert t["reason_detail"]["code"] == "no_cpus", t
+    daemon.api("POST", "/api/v1/tasks/%d/cancel" % a["id"])
+    wait_state(daemon, b["id"], "running", timeout=20)
+    for x in (b, c):
+        daemon.api("POST", "/api/v1/tasks/%d/cancel" % x["id"])
+        wait_state(daemon, x["id"], "cancelled", timeout=20)
+
+
+def test_nodes_say_their_cgroup(daemon):
+    nodes = daemon.api("GET", "/api/v1/nodes").json()["nodes"]
+    local = [x for x in nodes if x["name"] == "local"][0]
+    assert local["cgroup"] == ("v%d" % VERSION if VERSION else None)
+    assert local["cpus"] == os.cpu_count()

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from apiutil import batch, pid_alive, reap_supervisors, submit_raw, task, wait_for, wait_state  # noqa: F401
+from clusterutil import cluster  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
@@ -242,3 +243,27 @@ def test_nodes_say_their_cgroup(daemon):
     local = [x for x in nodes if x["name"] == "local"][0]
     assert local["cgroup"] == ("v%d" % VERSION if VERSION else None)
     assert local["cpus"] == os.cpu_count()
+
+
+@need_cgroup
+def test_an_agents_run_is_limited_and_killed_in_its_cgroup_too(cluster, tmp_path):
+    """The agent starts runs with the same supervisor: its node reports
+    its cgroup, a run over its RAM ends host_memory_exceeded, and an
+    escaped process dies with a cancelled run."""
+    cluster.start_server()
+    cluster.agent("gpu-a")
+    node = cluster.node("gpu-a")
+    wait_for(lambda: cluster.node("gpu-a").get("cgroup") == "v%d" % VERSION, 15, "gpu-a reports its cgroup")
+    assert node["cpus"] == os.cpu_count() or node["cpus"] is None
+    t = cluster.submit(["/usr/bin/python3", "-c", PY_ALLOC], host_memory_mb=64, cpus=1)
+    t = cluster.wait_task(t["id"], ("failed", "succeeded"), timeout=30)
+    assert t["state"] == "failed" and t["reason"].startswith("host_memory_exceeded:"), t
+    assert t["nodes"] == ["gpu-a"] and t["cgroup"] == "v%d" % VERSION, t
+    pf = tmp_path / "escaped.pid"
+    e = cluster.submit(["sh", "-c", ESCAPE % pf + "; exec sleep 300"])
+    pid = read_pid(str(pf), timeout=20)
+    assert os.getsid(pid) == pid
+    r = cluster.server.api("POST", "/api/v1/tasks/%d/cancel" % e["id"])
+    assert r.status_code in (200, 202), r.text
+    cluster.wait_task(e["id"], "cancelled", timeout=30)
+    wait_for(lambda: not pid_alive(pid), 10, "the escaped sleep gone")

@@ -122,8 +122,9 @@ static const struct verb_info {
         [GP_CLI_SUBMIT] = {
                 "submit",
                 "gpupool submit [--gpus N] [--mem SIZE] [--cpus N] [--host-mem SIZE] [--priority P]\n"
-                "                      [--name S] [--model M] [--gpu-model GLOB] [--exclusive] [--preemptible] [--timeout DURATION]\n"
-                "                      [--queue-timeout DURATION] [--env K=V]... [--workdir DIR] [--tenant T]\n"
+                "                      [--name S] [--model M] [--gpu-model GLOB] [--exclusive] [--preemptible]\n"
+                "                      [--timeout DURATION] [--queue-timeout DURATION] [--env K=V]...\n"
+                "                      [--workdir DIR] [--tenant T]\n"
                 "                      [--node-selector K=V]... [--elastic MIN:MAX] [--array SPEC] [--wait]\n"
                 "                      [--on-node-lost fence|requeue] [--signal [B:]SIG@SECS]\n"
                 "                      [--] COMMAND [ARG...] | SCRIPT [ARG...] | < SCRIPT",

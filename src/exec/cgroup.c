@@ -26,9 +26,9 @@
 #define ROOT_V1 "/sys/fs/cgroup"
 #define DAEMON_LEAF "gpupool-daemon"
 #define CPU_PERIOD_US 100000
-#define SMALL_MAX_BYTES 4096            /* /proc/self/cgroup, controllers, events, oom_control */
+#define SMALL_MAX_BYTES 4096              /* /proc/self/cgroup, controllers, events, oom_control */
 #define PROCS_MAX_BYTES ((size_t)1 << 20) /* a cgroup.procs: ~130k pids */
-#define RMDIR_TRIES 200                 /* 5 ms apart: a second for the kernel to let go */
+#define RMDIR_TRIES 200                   /* 5 ms apart: a second for the kernel to let go */
 
 static const char *const v2_roots[] = {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"};
 static const char *const v1_ctrls[GP_CGROUP_HIER] = {"memory", "cpu", "freezer"};
@@ -161,8 +161,8 @@ int gp_cgroup_detect(char *why, size_t why_size) {
         if (v1_base("memory", base, sizeof(base)) == 0 && join(f, sizeof(f), base, "memory.limit_in_bytes") == 0 &&
             access(f, W_OK) == 0)
                 return 1;
-        snprintf(why, why_size, "no usable cgroup: %s, and no writable cgroup v1 memory hierarchy under %s/memory",
-                 w2, ROOT_V1);
+        snprintf(why, why_size, "no usable cgroup: %s, and no writable cgroup v1 memory hierarchy under %s/memory", w2,
+                 ROOT_V1);
         return 0;
 }
 
@@ -254,8 +254,7 @@ int gp_cgroup_setup(char *why, size_t why_size) {
         return 0;
 }
 
-static int write_limit(const char *dir, const char *file, const char *val, bool optional, char *why,
-                       size_t why_size) {
+static int write_limit(const char *dir, const char *file, const char *val, bool optional, char *why, size_t why_size) {
         char f[GP_CGROUP_PATH_MAX + 64];
         int rc = join(f, sizeof(f), dir, file);
         if (rc == 0)
@@ -325,10 +324,9 @@ int gp_cgroup_create(int64_t task_id, const gp_cgroup_limits *lim, gp_cgroup *re
                         goto fail;
         } else {
                 char f[GP_CGROUP_PATH_MAX + 32];
-                if (v1_base("memory", base, sizeof(base)) < 0 || join(f, sizeof(f), base, "memory.limit_in_bytes") < 0 ||
-                    access(f, W_OK) < 0) {
-                        snprintf(why, why_size, "no usable cgroup: %s, and no writable cgroup v1 memory hierarchy",
-                                 w2);
+                if (v1_base("memory", base, sizeof(base)) < 0 ||
+                    join(f, sizeof(f), base, "memory.limit_in_bytes") < 0 || access(f, W_OK) < 0) {
+                        snprintf(why, why_size, "no usable cgroup: %s, and no writable cgroup v1 memory hierarchy", w2);
                         *ret = cg;
                         return 1;
                 }
@@ -437,11 +435,15 @@ void gp_cgroup_note_result(const gp_cgroup *cg, gp_exec_result *res) {
                 return;
         char m[sizeof(res->message) + 160];
         if (cg->limits.host_memory_mb > 0)
-                snprintf(m, sizeof(m), "host_memory_exceeded: over its RAM limit of %" PRId64 " MiB, the kernel "
-                         "killed %" PRId64 " of its processes; %.80s", cg->limits.host_memory_mb, k, res->message);
+                snprintf(m, sizeof(m),
+                         "host_memory_exceeded: over its RAM limit of %" PRId64 " MiB, the kernel "
+                         "killed %" PRId64 " of its processes; %.80s",
+                         cg->limits.host_memory_mb, k, res->message);
         else
-                snprintf(m, sizeof(m), "host_memory_exceeded: out of RAM, the kernel killed %" PRId64 " of its "
-                         "processes; %.80s", k, res->message);
+                snprintf(m, sizeof(m),
+                         "host_memory_exceeded: out of RAM, the kernel killed %" PRId64 " of its "
+                         "processes; %.80s",
+                         k, res->message);
         gp_strlcpy(res->message, m, sizeof(res->message));
 }
 

@@ -33,26 +33,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GP_CGROUP_MAX_CPUS 4096                 /* most CPUs one task may ask for */
+#define GP_CGROUP_MAX_CPUS 4096                    /* most CPUs one task may ask for */
 #define GP_CGROUP_MAX_MEMORY_MB ((int64_t)1 << 30) /* most RAM (MiB, 1 PiB) one task may ask for */
-#define GP_CGROUP_HIER 3                        /* v1 hierarchies used: memory, cpu, freezer */
+#define GP_CGROUP_HIER 3                           /* v1 hierarchies used: memory, cpu, freezer */
 #define GP_CGROUP_PATH_MAX 512
 
 struct json_t;
 struct gp_exec_result;
 
 typedef struct gp_cgroup_limits {
-        int cpus;                    /* CPUs (a quota of cpus * 100 ms per 100 ms), 0 = no limit */
-        int64_t host_memory_mb;      /* RAM in MiB, 0 = no limit */
+        int cpus;               /* CPUs (a quota of cpus * 100 ms per 100 ms), 0 = no limit */
+        int64_t host_memory_mb; /* RAM in MiB, 0 = no limit */
 } gp_cgroup_limits;
 
 typedef struct gp_cgroup {
-        int version;                 /* 0 = none (no cgroup: nothing below is set), 1 or 2 */
-        int n;                       /* dirs made: v2 1; v1 1..GP_CGROUP_HIER (memory first) */
+        int version;                                  /* 0 = none (no cgroup: nothing below is set), 1 or 2 */
+        int n;                                        /* dirs made: v2 1; v1 1..GP_CGROUP_HIER (memory first) */
         char dir[GP_CGROUP_HIER][GP_CGROUP_PATH_MAX]; /* absolute; v1: [0] memory, then cpu, freezer */
-        bool is_freezer[GP_CGROUP_HIER]; /* v1: that dir is the freezer's */
-        int procs_fd[GP_CGROUP_HIER]; /* O_WRONLY cgroup.procs of each dir, -1 = closed */
-        gp_cgroup_limits limits;     /* as written */
+        bool is_freezer[GP_CGROUP_HIER];              /* v1: that dir is the freezer's */
+        int procs_fd[GP_CGROUP_HIER];                 /* O_WRONLY cgroup.procs of each dir, -1 = closed */
+        gp_cgroup_limits limits;                      /* as written */
 } gp_cgroup;
 
 /* What this machine offers: 2, 1, or 0 with *why saying what is missing

@@ -26,7 +26,8 @@ static void setup(void) {
                         gp_cgroup_version_name(version));
         else
                 gp_warn("cgroups: none usable (%s): tasks run without a cgroup, their cpus and host_memory_mb are "
-                        "not enforced", why);
+                        "not enforced",
+                        why);
 }
 
 void gp_hostlim_setup(void) {

@@ -68,9 +68,13 @@ static void test_limits_json_is_checked_both_ways(void **state) {
         assert_int_equal(gp_cgroup_limits_get(o, &l), 0);
         assert_int_equal(l.cpus, 0);
         json_decref(o);
-        static const char *const bad[] = {"{\"cpus\": 0}", "{\"cpus\": 4097}", "{\"cpus\": \"2\"}",
-                                          "{\"cpus\": 1.5}", "{\"host_memory_mb\": -1}",
-                                          "{\"host_memory_mb\": 1073741825}", "{\"host_memory_mb\": true}"};
+        static const char *const bad[] = {"{\"cpus\": 0}",
+                                          "{\"cpus\": 4097}",
+                                          "{\"cpus\": \"2\"}",
+                                          "{\"cpus\": 1.5}",
+                                          "{\"host_memory_mb\": -1}",
+                                          "{\"host_memory_mb\": 1073741825}",
+                                          "{\"host_memory_mb\": true}"};
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
                 o = json_loads(bad[i], 0, NULL);
                 l = (gp_cgroup_limits){.cpus = 3};

@@ -30,7 +30,12 @@ static gp_sched *mk(void) {
 }
 
 static gp_sched_req req(int64_t id, int cpus, int64_t mem_mb) {
-        return (gp_sched_req){.id = id, .tenant = "t", .priority = 5, .gpus = 1, .memory_mb = 1000, .cpus = cpus,
+        return (gp_sched_req){.id = id,
+                              .tenant = "t",
+                              .priority = 5,
+                              .gpus = 1,
+                              .memory_mb = 1000,
+                              .cpus = cpus,
                               .host_memory_mb = mem_mb};
 }
 

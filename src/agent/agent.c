@@ -333,6 +333,7 @@ static void collect(agent *a, node *n, run *r) {
                 res.signal = 9;
                 res.finished_ms = gp_now_ms();
                 snprintf(res.message, sizeof(res.message), "its supervisor ended without a result");
+                gp_cgroup_reap(r->id.task, r->proc.pid); /* what it left in its cgroup */
         }
         char log[PATH_MAX + 80];
         struct stat st;

@@ -11,6 +11,7 @@
 #include "base/util.h"
 #include "exec/exec.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -212,7 +213,48 @@ static int read_pids(const char *dir, pid_t **ret) {
         return (int)n;
 }
 
+static int setup(char *why, size_t why_size);
+
+/* rmdir the empty run cgroups in dir whose supervisor is gone (killed
+ * before it could remove them); one with processes stays (rmdir refuses). */
+static void sweep_dir(const char *dir) {
+        DIR *dp = opendir(dir);
+        if (!dp)
+                return;
+        struct dirent *e;
+        while ((e = readdir(dp))) {
+                const char *dash = strrchr(e->d_name, '-');
+                if (strncmp(e->d_name, "gpupool-task-", 13) || !dash || !dash[1])
+                        continue;
+                char *end;
+                long pid = strtol(dash + 1, &end, 10);
+                char p[GP_CGROUP_PATH_MAX + 300];
+                if (*end || pid <= 0 || pid > INT32_MAX || kill((pid_t)pid, 0) == 0 || errno != ESRCH ||
+                    (size_t)snprintf(p, sizeof(p), "%s/%s", dir, e->d_name) >= sizeof(p))
+                        continue;
+                (void)rmdir(p);
+        }
+        closedir(dp);
+}
+
+/* Every hierarchy's base: sweep_dir. */
+static void sweep(int version) {
+        char base[GP_CGROUP_PATH_MAX], w2[200];
+        bool root;
+        if (version == 2 && v2_base(base, sizeof(base), &root, w2, sizeof(w2)) == 0)
+                sweep_dir(base);
+        for (int i = 0; version == 1 && i < GP_CGROUP_HIER; i++)
+                if (v1_base(v1_ctrls[i], base, sizeof(base)) == 0)
+                        sweep_dir(base);
+}
+
 int gp_cgroup_setup(char *why, size_t why_size) {
+        int v = setup(why, why_size);
+        sweep(v);
+        return v;
+}
+
+static int setup(char *why, size_t why_size) {
         char base[GP_CGROUP_PATH_MAX], own[GP_CGROUP_PATH_MAX], f[GP_CGROUP_PATH_MAX + 64], w2[200];
         bool root;
         if (v2_base(base, sizeof(base), &root, w2, sizeof(w2)) < 0)
@@ -464,6 +506,42 @@ int gp_cgroup_remove(gp_cgroup *cg) {
         cg->n = 0;
         cg->version = 0;
         return rc;
+}
+
+/* Take parent/name into cg when it exists (gp_cgroup_reap). */
+static void take_dir(gp_cgroup *cg, const char *parent, const char *name, bool freezer) {
+        char *d = cg->dir[cg->n];
+        if (join(d, GP_CGROUP_PATH_MAX, parent, name) < 0 || access(d, F_OK) < 0)
+                return;
+        cg->is_freezer[cg->n] = freezer;
+        cg->procs_fd[cg->n] = -1;
+        cg->n++;
+}
+
+int gp_cgroup_reap(int64_t task_id, int64_t sup_pid) {
+        gp_cgroup cg;
+        memset(&cg, 0, sizeof(cg));
+        char name[64], base[GP_CGROUP_PATH_MAX], w2[200];
+        snprintf(name, sizeof(name), "gpupool-task-%" PRId64 "-%" PRId64, task_id, sup_pid);
+        bool root;
+        if (v2_base(base, sizeof(base), &root, w2, sizeof(w2)) == 0) {
+                cg.version = 2;
+                take_dir(&cg, base, name, false);
+        } else {
+                cg.version = 1;
+                for (int i = 0; i < GP_CGROUP_HIER; i++)
+                        if (v1_base(v1_ctrls[i], base, sizeof(base)) == 0)
+                                take_dir(&cg, base, name, i == 2);
+        }
+        if (cg.n == 0)
+                return 0;
+        int left = 1;
+        for (int i = 0; i < 20 && (left = gp_cgroup_kill(&cg)) == 1; i++)
+                nanosleep(&(struct timespec){.tv_nsec = 5 * 1000 * 1000}, NULL);
+        if (left == 1)
+                return 1; /* still there: the dirs stay (removing would fail) */
+        int rc = gp_cgroup_remove(&cg);
+        return rc == -EBUSY ? 1 : rc;
 }
 
 static int get_limit(const json_t *o, const char *key, int64_t max, int64_t *ret) {

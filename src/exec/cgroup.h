@@ -62,9 +62,10 @@ int gp_cgroup_detect(char *why, size_t why_size);
 
 /* The daemon's (server or agent) start: detect, and on v2 move this
  * process into a leaf "gpupool-daemon" of its cgroup and enable +memory
- * +cpu for the cgroup's children (a delegated unit, Delegate=yes).  The
- * version that runs will get (0, 1 or 2), *why filled when 0.  Call once,
- * before any thread that forks is started. */
+ * +cpu for the cgroup's children (a delegated unit, Delegate=yes).  Then
+ * remove the empty run cgroups there whose supervisor is gone (killed
+ * before it could).  The version that runs will get (0, 1 or 2), *why
+ * filled when 0.  Call once, before any thread that forks is started. */
 int gp_cgroup_setup(char *why, size_t why_size);
 
 /* "v1", "v2" or NULL (none) for a version. */
@@ -100,6 +101,14 @@ void gp_cgroup_note_result(const gp_cgroup *cg, struct gp_exec_result *res);
  * still counts an exited process).  Kill first: a dir with processes
  * stays.  Takes a version 0 cgroup.  0 or the first rmdir's -errno. */
 int gp_cgroup_remove(gp_cgroup *cg);
+
+/* The cgroup that supervisor sup_pid made for task_id (under the caller's
+ * cgroup, as gp_cgroup_create names it), when that supervisor died without
+ * removing it (SIGKILL: a lost run): SIGKILL what is still in it (a
+ * process that left the task's group) and remove it, trying for at most
+ * about 100 ms.  0: none there, or removed; 1: processes stay (tried
+ * again by nobody: the dir is left); -errno.  Any thread. */
+int gp_cgroup_reap(int64_t task_id, int64_t sup_pid);
 
 /* The limits in a JSON object's "cpus" and "host_memory_mb" (both
  * optional, integers in 1..GP_CGROUP_MAX_*; absent or null = none): the

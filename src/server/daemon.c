@@ -1062,6 +1062,7 @@ static void apply_exit(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
         }
         if (gp_exec_read_result(dir, &res) < 0) {
                 set_reason(t, "its supervisor ended without recording a result");
+                gp_cgroup_reap(t->id, t->sup_pid); /* what it left in its cgroup (exec/cgroup.h) */
                 finish(d, b, t, GP_TASK_LOST, now);
                 return;
         }

@@ -12,11 +12,13 @@ directory is gone once the run has ended.  Skipped, saying why, where the
 machine has no writable cgroup.
 """
 import os
+import signal
 import time
 
 import pytest
 
-from apiutil import batch, pid_alive, reap_supervisors, submit_raw, task, wait_for, wait_state  # noqa: F401
+from apiutil import (batch, pid_alive, reap_supervisors, submit_raw, supervisor_pid, task,  # noqa: F401
+                     wait_for, wait_state)
 from clusterutil import cluster  # noqa: F401
 
 pytestmark = pytest.mark.e2e
@@ -124,6 +126,24 @@ def test_a_process_that_left_its_group_is_killed_when_the_task_ends(daemon, tmp_
     assert t["exit_code"] == 0
     assert not pid_alive(pid), "the escaped sleep outlived its task"
     assert t["cgroup"] == ("v%d" % VERSION)
+
+
+@need_cgroup
+def test_a_lost_runs_processes_are_killed_with_its_cgroup(daemon, tmp_path):
+    """A supervisor killed with SIGKILL cannot clean up: the server, which
+    finds the run lost, kills what is left in its cgroup and removes it."""
+    pf = tmp_path / "escaped.pid"
+    t = batch(daemon, ["sh", "-c", ESCAPE % pf + "; exec sleep 300"])
+    pid = read_pid(str(pf))
+    wait_state(daemon, t["id"], "running")
+    dirs = cg_dirs(pid)
+    sup = supervisor_pid(daemon, t["id"])
+    assert sup
+    os.kill(sup[0], signal.SIGKILL)
+    wait_state(daemon, t["id"], "lost", timeout=20)
+    wait_for(lambda: not pid_alive(pid), 10, "the escaped sleep gone")
+    for d in set(dirs.values()):
+        assert not os.path.exists(d), "cgroup dir %s left behind" % d
 
 
 PY_ALLOC = "import time; time.sleep(0.3); b = b'x' * (300 << 20); print('allocated', len(b))"

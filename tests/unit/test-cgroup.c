@@ -216,6 +216,32 @@ static void test_an_oom_kill_is_counted_and_names_a_failed_result(void **state) 
         assert_int_equal(gp_cgroup_remove(&cg), 0);
 }
 
+/* A supervisor that died (here: one that forgets its cgroup) leaves it:
+ * gp_cgroup_reap, given its task id and pid, kills what is in it (a
+ * process that left its session too) and removes it. */
+static void test_reap_kills_and_removes_what_a_dead_supervisor_left(void **state) {
+        (void)state;
+        if (!have_cgroup())
+                return;
+        gp_cgroup cg;
+        char why[400];
+        assert_int_equal(gp_cgroup_create(79, &(gp_cgroup_limits){0}, &cg, why, sizeof(why)), 0);
+        pid_t g, pid = start_escaper(&cg, &g);
+        for (int i = 0; i < cg.n; i++) /* forgotten, as by a SIGKILLed supervisor */
+                close(cg.procs_fd[i]);
+        char d0[GP_CGROUP_PATH_MAX];
+        snprintf(d0, sizeof(d0), "%s", cg.dir[0]);
+        assert_int_equal(gp_cgroup_reap(80, getpid()), 0); /* another task's: nothing there */
+        assert_true(alive(g));
+        assert_int_equal(gp_cgroup_reap(79, getpid()), 0);
+        waitpid(pid, NULL, 0);
+        for (int i = 0; i < 200 && alive(g); i++)
+                nap_ms(10);
+        assert_false(alive(g));
+        struct stat st;
+        assert_int_equal(stat(d0, &st), -1);
+}
+
 static void test_no_cgroup_is_a_no_op(void **state) {
         (void)state;
         gp_cgroup none;
@@ -234,6 +260,7 @@ int main(void) {
                 cmocka_unit_test(test_limits_json_is_checked_both_ways),
                 cmocka_unit_test(test_kill_reaches_a_process_that_left_its_session_and_remove_cleans_up),
                 cmocka_unit_test(test_an_oom_kill_is_counted_and_names_a_failed_result),
+                cmocka_unit_test(test_reap_kills_and_removes_what_a_dead_supervisor_left),
                 cmocka_unit_test(test_no_cgroup_is_a_no_op),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -270,29 +270,24 @@ static int setup(char *why, size_t why_size) {
                 snprintf(why, why_size, "cannot enable +memory +cpu in %s", f);
                 return 0;
         }
-        /* processes in base: the daemon moves itself (and what else is
-         * there: supervisors of an earlier daemon) into a leaf beside the
-         * runs, as cgroup2 allows controllers only below a cgroup without
-         * processes */
-        char leaf[GP_CGROUP_PATH_MAX + 32], lprocs[GP_CGROUP_PATH_MAX + 64];
+        /* processes in base: the daemon moves itself into a leaf beside
+         * the runs (cgroup2 allows controllers only below a cgroup without
+         * processes: a unit with Delegate=yes).  Only itself: other
+         * processes there are not its to move, and then there are no limits */
+        char leaf[GP_CGROUP_PATH_MAX + 32], lprocs[GP_CGROUP_PATH_MAX + 64], me[24];
         if (join(leaf, sizeof(leaf), base, DAEMON_LEAF) < 0 || join(lprocs, sizeof(lprocs), leaf, "cgroup.procs") < 0 ||
             (mkdir(leaf, 0755) < 0 && errno != EEXIST)) {
                 snprintf(why, why_size, "cannot make %s: %s", leaf, strerror(errno));
                 return 0;
         }
-        for (int tries = 0; tries < 10; tries++) {
-                pid_t *pids = NULL;
-                int n = read_pids(base, &pids);
-                for (int i = 0; i < n; i++) {
-                        char s[24];
-                        snprintf(s, sizeof(s), "%d", (int)pids[i]);
-                        (void)write_str(lprocs, s);
-                }
-                free(pids);
-                if (n <= 0 && write_str(f, "+memory +cpu") == 0)
-                        return 2;
-        }
-        snprintf(why, why_size, "cannot enable +memory +cpu in %s (processes stay in that cgroup)", f);
+        snprintf(me, sizeof(me), "%d", (int)getpid());
+        int rc = write_str(lprocs, me);
+        if (rc == 0 && (rc = write_str(f, "+memory +cpu")) == 0)
+                return 2;
+        snprintf(why, why_size,
+                 "cannot enable +memory +cpu in %s: %s (other processes share this cgroup: run the "
+                 "daemon in a unit of its own with Delegate=yes)",
+                 f, strerror(-rc));
         return 0;
 }
 

@@ -34,6 +34,18 @@ static bool have_cgroup(void) {
         return false;
 }
 
+/* 0: made; 1: no usable cgroup here after all (a cgroup2 session scope
+ * with processes, where only a delegated unit may enable controllers):
+ * skipped, saying why. */
+static bool created(int rc, const char *why) {
+        if (rc == 1) {
+                printf("  (skipped: %s)\n", why);
+                return false;
+        }
+        assert_int_equal(rc, 0);
+        return true;
+}
+
 static void nap_ms(int ms) {
         nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L}, NULL);
 }
@@ -125,7 +137,8 @@ static void test_kill_reaches_a_process_that_left_its_session_and_remove_cleans_
         gp_cgroup cg;
         char why[400];
         gp_cgroup_limits lim = {.cpus = 2, .host_memory_mb = 128};
-        assert_int_equal(gp_cgroup_create(77, &lim, &cg, why, sizeof(why)), 0);
+        if (!created(gp_cgroup_create(77, &lim, &cg, why, sizeof(why)), why))
+                return;
         assert_true(cg.version == 1 || cg.version == 2);
         char f[GP_CGROUP_PATH_MAX + 64], buf[64];
         if (cg.version == 1) { /* the limits, as written */
@@ -177,7 +190,8 @@ static void test_an_oom_kill_is_counted_and_names_a_failed_result(void **state) 
         gp_cgroup cg;
         char why[400];
         gp_cgroup_limits lim = {.host_memory_mb = 16};
-        assert_int_equal(gp_cgroup_create(78, &lim, &cg, why, sizeof(why)), 0);
+        if (!created(gp_cgroup_create(78, &lim, &cg, why, sizeof(why)), why))
+                return;
         assert_int_equal(gp_cgroup_oom_kills(&cg), 0);
         pid_t pid = fork();
         assert_true(pid >= 0);
@@ -225,7 +239,8 @@ static void test_reap_kills_and_removes_what_a_dead_supervisor_left(void **state
                 return;
         gp_cgroup cg;
         char why[400];
-        assert_int_equal(gp_cgroup_create(79, &(gp_cgroup_limits){0}, &cg, why, sizeof(why)), 0);
+        if (!created(gp_cgroup_create(79, &(gp_cgroup_limits){0}, &cg, why, sizeof(why)), why))
+                return;
         pid_t g, pid = start_escaper(&cg, &g);
         for (int i = 0; i < cg.n; i++) /* forgotten, as by a SIGKILLed supervisor */
                 close(cg.procs_fd[i]);

@@ -208,6 +208,8 @@ def test_cpus_and_host_memory_are_written_into_the_cgroup_and_it_is_removed_afte
         assert int(read(dirs["cpu"] + "/cpu.cfs_quota_us")) == 100000
         assert int(read(dirs["memory"] + "/memory.limit_in_bytes")) == 256 << 20
     assert str(pid) in read(dirs["memory"] + "/cgroup.procs").split()
+    st = daemon.cli("status", str(t["id"]))
+    assert "1 CPUs, 256 MB RAM (cgroup v%d)" % VERSION in st.stdout, st.stdout
     r = daemon.api("POST", "/api/v1/tasks/%d/cancel" % t["id"])
     assert r.status_code in (200, 202), r.text
     wait_state(daemon, t["id"], "cancelled", timeout=20)

@@ -542,9 +542,11 @@ static inline bool host_free(const shost *n, const stask *t) {
         return (!n->cpus || n->cpus - n->cpus_used >= t->cpus) && (!n->mem_mb || n->mem_mb - n->mem_used >= t->hmem);
 }
 
-/* The same for the placement predicates: tasks that ask for neither pay one test. */
+/* The same for the placement predicates: tasks that ask for neither pay one
+ * test.  A running task (an elastic one growing on its node) already holds
+ * its CPUs and RAM there. */
 static inline bool host_ok(const gp_sched *s, const stask *t, uint32_t ni) {
-        return !t->host || host_free(&s->nhost[ni], t);
+        return !t->host || t->running || host_free(&s->nhost[ni], t);
 }
 
 static inline bool kind_ok(const stask *t, const sgpu *g) {

@@ -153,12 +153,41 @@ static void test_set_host_checks_its_input(void **st) {
         gp_sched_free(s);
 }
 
+/* An elastic task that holds every CPU of its node still grows onto the
+ * node's idle GPUs: its CPUs are counted once, not again per GPU. */
+static void test_an_elastic_task_with_all_the_cpus_still_grows(void **st) {
+        (void)st;
+        gp_sched *s = mk();
+        run_out o = {0};
+        gp_sched_req r = {.id = 1,
+                          .tenant = "t",
+                          .priority = 5,
+                          .gpus = 1,
+                          .elastic_max_gpus = 4,
+                          .cpus = 4,
+                          .host_memory_mb = 16000,
+                          .node_selector = "gpupool/node=b"};
+        assert_int_equal(gp_sched_node_set_labels(s, "b", "gpupool/node=b"), 0);
+        enq(s, r);
+        run(s, 0, &o);
+        assert_non_null(find(&o, GP_DECIDE_START, 1));
+        const gp_sched_decision *d = find(&o, GP_DECIDE_RESIZE, 1);
+        assert_non_null(d);
+        assert_int_equal(d->n_gpus, 4);
+        enq(s, req(2, 1, 0)); /* b's CPUs are all held: a */
+        run(s, 1, &o);
+        assert_true(started_on(&o, 2) < 4);
+        free(o.d);
+        gp_sched_free(s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_cpus_place_on_the_node_that_has_them_free_and_wait_with_the_most_free),
                 cmocka_unit_test(test_ram_is_placed_by_too),
                 cmocka_unit_test(test_a_request_no_node_could_ever_hold_is_infeasible),
                 cmocka_unit_test(test_set_host_checks_its_input),
+                cmocka_unit_test(test_an_elastic_task_with_all_the_cpus_still_grows),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

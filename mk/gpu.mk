@@ -2,7 +2,8 @@
 #
 # $(BUILD)/fakenvml/libnvidia-ml.so.1 is a stand-in for NVIDIA's NVML that
 # tests/unit/test-gpu.c (and black-box tests) hand to gpupool by path; the
-# notopo/ variant lacks nvmlDeviceGetTopologyCommonAncestor.  gpupool is
+# notopo/ variant lacks nvmlDeviceGetTopologyCommonAncestor, the nomig/ one
+# every MIG call (an old driver).  gpupool is
 # never linked against either: its NVML backend dlopen()s them.  They are
 # built without sanitizers (an ASan test binary may dlopen them).
 
@@ -10,6 +11,7 @@ FAKENVML_CFLAGS = -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wshadow -fPIC -fvisib
                   -D_GNU_SOURCE
 FAKENVML = $(BUILD)/fakenvml/libnvidia-ml.so.1
 FAKENVML_NOTOPO = $(BUILD)/fakenvml/notopo/libnvidia-ml.so.1
+FAKENVML_NOMIG = $(BUILD)/fakenvml/nomig/libnvidia-ml.so.1
 
 $(FAKENVML): tests/fakenvml/fake_nvml.c mk/gpu.mk
 	@mkdir -p $(dir $@)
@@ -20,5 +22,10 @@ $(FAKENVML_NOTOPO): tests/fakenvml/fake_nvml.c mk/gpu.mk
 	$(CC) $(FAKENVML_CFLAGS) -DFAKE_NVML_NO_TOPOLOGY -shared -Wl,-soname,libnvidia-ml.so.1 \
 	  -o $@ $< -lpthread
 
-UNIT_EXTRA += $(FAKENVML) $(FAKENVML_NOTOPO)
-BLACKBOX_EXTRA += $(FAKENVML) $(FAKENVML_NOTOPO)
+$(FAKENVML_NOMIG): tests/fakenvml/fake_nvml.c mk/gpu.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(FAKENVML_CFLAGS) -DFAKE_NVML_NO_MIG -shared -Wl,-soname,libnvidia-ml.so.1 \
+	  -o $@ $< -lpthread
+
+UNIT_EXTRA += $(FAKENVML) $(FAKENVML_NOTOPO) $(FAKENVML_NOMIG)
+BLACKBOX_EXTRA += $(FAKENVML) $(FAKENVML_NOTOPO) $(FAKENVML_NOMIG)

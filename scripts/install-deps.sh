@@ -6,7 +6,8 @@ what=${1:-build}
 build="tzdata make gcc pkg-config libgnutls28-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libpq-dev python3"
 # prometheus: promtool checks /metrics; chromium (+ a CJK font for the Chinese page) runs the dashboard tests
 # cppcheck: `make lint` (test-all.sh's first stage); clang-format: `git clang-format` on changed lines (HACKING.md)
-test="tzdata libcmocka-dev openssl iproute2 python3-pytest python3-pytest-xdist python3-requests clang libclang-rt-14-dev postgresql sqlite3 procps curl wrk prometheus chromium fonts-wqy-microhei cppcheck clang-format"
+# python3-torch: torchrun's elastic rendezvous over gloo on CPU (test_elastic_agents.py)
+test="tzdata libcmocka-dev openssl iproute2 python3-pytest python3-pytest-xdist python3-requests clang libclang-rt-14-dev postgresql sqlite3 procps curl wrk prometheus chromium fonts-wqy-microhei cppcheck clang-format python3-torch"
 case "$what" in
   build) pkgs=$build ;;
   test) pkgs="$build $test" ;;

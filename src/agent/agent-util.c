@@ -7,6 +7,11 @@
 #include <string.h>
 #include <strings.h>
 
+#include <jansson.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "base/buf.h"
 #include "base/sha256.h"
 
 int gp_agent_run_name(const gp_proto_run_id *id, char *out, size_t size) {
@@ -148,4 +153,68 @@ int gp_agent_host_diff(const gp_host_info *was, const gp_host_info *now) {
         return moved(was->mem_avail_mb, now->mem_avail_mb, step) || moved(was->disk_free_mb, now->disk_free_mb, 256)
                        ? GP_AGENT_TELE_CHANGED
                        : GP_AGENT_TELE_SAME;
+}
+
+char *gp_agent_alloc_json(int64_t task, const char *node, int min, int max, const gp_proto_mask *m,
+                          const gp_proto_gpu *gpus, int ngpus) {
+        /* CUDA_VISIBLE_DEVICES as a task's: indexes, a MIG instance by its uuid */
+        char cvd[GP_PROTO_MAX_GPUS * 48]; /* a MIG uuid is 40-odd bytes */
+        size_t o = 0;
+        cvd[0] = '\0';
+        for (int i = 0; i < GP_PROTO_MAX_GPUS && o < sizeof(cvd); i++) {
+                if (!(m->w[i / 64] & ((uint64_t)1 << (i % 64))))
+                        continue;
+                const char *mig = NULL;
+                for (int k = 0; k < ngpus && !mig; k++)
+                        if (gpus[k].index == i && !strncmp(gpus[k].uuid, "MIG-", 4))
+                                mig = gpus[k].uuid;
+                o += mig ? (size_t)snprintf(cvd + o, sizeof(cvd) - o, "%s%s", o ? "," : "", mig)
+                         : (size_t)snprintf(cvd + o, sizeof(cvd) - o, "%s%d", o ? "," : "", i);
+        }
+        json_t *list = json_array();
+        for (int i = 0; list && i < GP_PROTO_MAX_GPUS; i++) {
+                if (!(m->w[i / 64] & ((uint64_t)1 << (i % 64))))
+                        continue;
+                const char *uuid = "";
+                for (int k = 0; k < ngpus; k++)
+                        if (gpus[k].index == i)
+                                uuid = gpus[k].uuid;
+                if (json_array_append_new(list, json_pack("{s:i, s:s, s:s}", "index", i, "node", node, "uuid", uuid)) <
+                    0) {
+                        json_decref(list);
+                        list = NULL;
+                }
+        }
+        json_t *j = list ? json_pack("{s:I, s:i, s:i, s:i, s:s, s:o}", "task_id", (json_int_t)task, "n_gpus",
+                                     gp_proto_mask_count(m), "min_gpus", min, "max_gpus", max,
+                                     "cuda_visible_devices", cvd, "gpus", list)
+                         : NULL;
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        if (!s)
+                return NULL;
+        char *out = NULL;
+        if (asprintf(&out, "%s\n", s) < 0)
+                out = NULL;
+        free(s);
+        return out;
+}
+
+int gp_agent_alloc_load(const char *path, gp_proto_mask *ret, int *ret_min, int *ret_max) {
+        struct stat st;
+        if (stat(path, &st) < 0)
+                return -ENOENT;
+        if (!S_ISREG(st.st_mode) || st.st_size > 65536)
+                return -EINVAL;
+        json_t *j = json_load_file(path, 0, NULL);
+        const char *cvd = json_string_value(json_object_get(j, "cuda_visible_devices"));
+        json_int_t min = json_integer_value(json_object_get(j, "min_gpus")),
+                   max = json_integer_value(json_object_get(j, "max_gpus"));
+        int rc = cvd && min >= 1 && min <= max && max <= GP_PROTO_MAX_GPUS ? gp_proto_mask_parse(cvd, ret) : -EINVAL;
+        if (rc == 0) {
+                *ret_min = (int)min;
+                *ret_max = (int)max;
+        }
+        json_decref(j);
+        return rc;
 }

@@ -63,4 +63,15 @@ int gp_agent_tele_diff(const gp_proto_tele *sent, const gp_proto_tele *now, int6
  * reading, and a failover must not wait on them). */
 int gp_agent_host_diff(const gp_host_info *sent, const gp_host_info *now);
 
+/* The allocation file of an elastic run (GPUPOOL_ALLOC_FILE), as the
+ * server writes it for its own: {"task_id", "n_gpus", "min_gpus",
+ * "max_gpus", "cuda_visible_devices", "gpus": [{index, node, uuid}]}, the
+ * uuids from the node's inventory (gpus[0..ngpus)).  malloc'd; NULL when
+ * out of memory. */
+char *gp_agent_alloc_json(int64_t task, const char *node, int min, int max, const gp_proto_mask *m,
+                          const gp_proto_gpu *gpus, int ngpus);
+/* The GPU set, minimum and maximum back from such a file (at most 64 KiB):
+ * 0, -ENOENT or -EINVAL. */
+int gp_agent_alloc_load(const char *path, gp_proto_mask *ret, int *ret_min, int *ret_max);
+
 #endif

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "agent/agent-fence.h"
+#include "agent/agent-mps.h"
 #include "agent/agent-util.h"
 #include "agent/trust.h"
 #include "base/buf.h"
@@ -74,7 +75,11 @@ typedef struct run {
         int64_t ended_mono;           /* when it ended */
         int64_t sim_end_mono;         /* sim: when the run ends */
         uint32_t listed;              /* the node's full_gen of the full sync that listed it */
-        uint64_t gpu_mask[GP_PROTO_MAX_GPUS / 64]; /* its GPUs (the start's CUDA_VISIBLE_DEVICES) */
+        uint64_t gpu_mask[GP_PROTO_MAX_GPUS / 64]; /* its GPUs (the start's CUDA_VISIBLE_DEVICES; an
+                                                    elastic run's as last resized) */
+        bool elastic;                 /* GPUPOOL_ALLOC_FILE is its GPU set (resizes apply) */
+        int elastic_min, elastic_max;
+        int mps_gpu;                  /* an MPS client: its GPU's index + 1 (agent-mps.h); 0 = none */
 } run;
 
 typedef struct node node;
@@ -154,6 +159,7 @@ typedef struct agent {
         struct MHD_Daemon *mhd;
         int exit_code;                /* >= 0: stop with it */
         gp_agent_fence fence;         /* DATA_DIR/fence for the supervisors (not with --sim-nodes) */
+        gp_mps_pool *mps;             /* its GPUs' MPS control daemons (agent-mps.h; not with --sim-nodes) */
 } agent;
 
 static volatile sig_atomic_t stop_signal;
@@ -307,6 +313,47 @@ static void run_dir(const agent *a, const run *r, char *out, size_t size) {
         snprintf(out, size, "%s/%s", a->runs_dir, r->name);
 }
 
+static void node_gpus(const agent *a, const node *n, const gp_proto_gpu **ret, int *ret_n);
+
+/* Write an elastic run's GPU set (mask) into its alloc.json. */
+static int write_alloc(const agent *a, const node *n, const run *r, const gp_proto_mask *mask) {
+        const gp_proto_gpu *g;
+        int ng;
+        char dir[PATH_MAX + 64];
+        node_gpus(a, n, &g, &ng);
+        run_dir(a, r, dir, sizeof(dir));
+        char *js = gp_agent_alloc_json(r->id.task, n->name, r->elastic_min, r->elastic_max, mask, g, ng);
+        int rc = js ? gp_exec_write_alloc(dir, js, strlen(js)) : -ENOMEM;
+        free(js);
+        return rc;
+}
+
+/* A resize from the server: the run's new GPU set goes into its
+ * alloc.json and the run gets SIGUSR1 (as on the server's own GPUs).  The
+ * set it holds then is in the next sync ("alloc"), so a resize that did
+ * not arrive or could not be written is sent again. */
+static void resize_run(agent *a, node *n, const gp_proto_resize *z) {
+        run *r = find_run(n, &z->id);
+        if (!r || r->state != GP_PROTO_RUNNING || !r->elastic)
+                return;
+        r->reported = -1;
+        n->dirty = true;
+        if (!memcmp(r->gpu_mask, z->gpus.w, sizeof(r->gpu_mask)))
+                return;
+        char cvd[GP_PROTO_MASK_TEXT];
+        gp_proto_mask_format(&z->gpus, cvd, sizeof(cvd));
+        int rc = a->sim ? 0 : write_alloc(a, n, r, &z->gpus);
+        if (rc == 0)
+                memcpy(r->gpu_mask, z->gpus.w, sizeof(r->gpu_mask));
+        if (rc == 0 && !a->sim && (rc = gp_exec_notify(&r->proc)) < 0)
+                gp_warn("run %s: its GPUs are now %s, but it could not be signalled: %s", r->name, cvd,
+                        gp_strerror(rc));
+        else if (rc < 0)
+                gp_warn("run %s: could not write its new GPUs %s: %s", r->name, cvd, gp_strerror(rc));
+        else
+                gp_info("run %s resized to GPUs %s", r->name, cvd);
+}
+
 static void end_run(node *n, run *r, const gp_exec_result *res) {
         r->state = GP_PROTO_EXITED;
         r->result = *res;
@@ -345,11 +392,18 @@ static void collect(agent *a, node *n, run *r) {
 
 /* Watch the supervisor of r (recorded in its pidfile), or collect it. */
 static void attach(agent *a, node *n, run *r) {
-        char dir[PATH_MAX + 64];
+        char dir[PATH_MAX + 64], alloc[PATH_MAX + 80];
         run_dir(a, r, dir, sizeof(dir));
+        snprintf(alloc, sizeof(alloc), "%s/alloc.json", dir);
+        gp_proto_mask m;
+        if (gp_agent_alloc_load(alloc, &m, &r->elastic_min, &r->elastic_max) == 0) {
+                r->elastic = true; /* an elastic run: its set as last written */
+                memcpy(r->gpu_mask, m.w, sizeof(r->gpu_mask));
+        }
         if (gp_exec_read_pidfile(dir, &r->proc) == 0 && gp_exec_alive(&r->proc) &&
             gp_exec_watch(&r->proc, &r->pidfd) == 0) {
                 r->state = GP_PROTO_RUNNING;
+                r->mps_gpu = gp_agent_mps_marked(dir) + 1; /* its daemon stays while it runs */
                 return;
         }
         collect(a, n, r);
@@ -383,15 +437,21 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
         if (!(r = add_run(n, &s->id)))
                 return;
         n->dirty = true;
-        for (const char *p = s->cuda_visible_devices; *p;) { /* "0,1,..." */
+        for (const char *p = s->gpus; *p;) { /* "node:0,node:1,...": indexes, also of MIG instances */
+                const char *colon = strchr(p, ':');
+                if (!colon)
+                        break;
                 char *end;
-                long idx = strtol(p, &end, 10);
-                if (end == p)
+                long idx = strtol(colon + 1, &end, 10);
+                if (end == colon + 1)
                         break;
                 if (idx >= 0 && idx < GP_PROTO_MAX_GPUS)
                         r->gpu_mask[idx / 64] |= (uint64_t)1 << (idx % 64);
                 p = *end == ',' ? end + 1 : end;
         }
+        r->elastic = s->elastic_max > 0;
+        r->elastic_min = s->elastic_min;
+        r->elastic_max = s->elastic_max;
         if (a->sim) {
                 r->state = GP_PROTO_RUNNING;
                 double secs = 0;
@@ -405,8 +465,8 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
         }
         char dir[PATH_MAX + 64];
         run_dir(a, r, dir, sizeof(dir));
-        const char **env = calloc((size_t)s->n_env + 8, sizeof(char *));
-        char extra[6][320];
+        const char **env = calloc((size_t)s->n_env + 8 + GP_MPS_ENV_MAX, sizeof(char *));
+        char extra[7][PATH_MAX + 96];
         gp_exec_result fail = {.end = GP_EXEC_SPAWN_FAILED, .exit_code = 127};
         if (!env) {
                 fail.finished_ms = gp_now_ms();
@@ -419,15 +479,44 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
                 env[ne++] = s->env[i];
         snprintf(extra[0], sizeof(extra[0]), "GPUPOOL_NODE=%s", n->name);
         snprintf(extra[1], sizeof(extra[1]), "GPUPOOL_NODE_RANK=%d", s->id.rank);
-        snprintf(extra[2], sizeof(extra[2]), "GPUPOOL_NNODES=%d", s->nnodes);
+        if (s->nodes_max) /* elastic in whole nodes: torchrun's --nnodes=MIN:MAX */
+                snprintf(extra[2], sizeof(extra[2]), "GPUPOOL_NNODES=%d:%d", s->nodes_min, s->nodes_max);
+        else
+                snprintf(extra[2], sizeof(extra[2]), "GPUPOOL_NNODES=%d", s->nnodes);
         snprintf(extra[3], sizeof(extra[3]), "MASTER_ADDR=%s", s->master_addr);
         snprintf(extra[4], sizeof(extra[4]), "MASTER_PORT=%d", s->master_port);
         snprintf(extra[5], sizeof(extra[5]), "CUDA_DEVICE_ORDER=PCI_BUS_ID");
         for (int i = 0; i < 6; i++)
                 env[ne++] = extra[i];
+        if (r->elastic) { /* the allocation file exists before the task does */
+                int arc = write_alloc(a, n, r, &(gp_proto_mask){{r->gpu_mask[0], r->gpu_mask[1], r->gpu_mask[2],
+                                                                   r->gpu_mask[3]}});
+                if (arc < 0) {
+                        free(env);
+                        fail.finished_ms = gp_now_ms();
+                        snprintf(fail.message, sizeof(fail.message), "could not write its alloc.json: %s",
+                                 gp_strerror(arc));
+                        end_run(n, r, &fail);
+                        return;
+                }
+                snprintf(extra[6], sizeof(extra[6]), "GPUPOOL_ALLOC_FILE=%s/alloc.json", dir);
+                env[ne++] = extra[6];
+        }
+        gp_mps_client mc; /* an MPS client: its GPU's daemon runs first; its variables come last (they win) */
+        int mps_gpu = -1, mps = a->mps ? gp_agent_mps_prepare(a->mps, s, &mps_gpu, &mc, fail.message,
+                                                              sizeof(fail.message)) : 0;
+        if (mps < 0) {
+                free(env);
+                fail.finished_ms = gp_now_ms();
+                end_run(n, r, &fail);
+                return;
+        }
+        for (int i = 0; i < GP_MPS_ENV_MAX && mps > 0; i++)
+                env[ne++] = mc.env[i];
         gp_exec_spec spec = {
                 .task_id = s->id.task, .argv = (const char *const *)s->argv, .env = env,
-                .workdir = s->workdir, .cuda_visible_devices = s->cuda_visible_devices, .gpus = s->gpus,
+                .workdir = s->workdir,
+                .cuda_visible_devices = mps > 0 ? mc.cuda_visible_devices : s->cuda_visible_devices, .gpus = s->gpus,
                 .timeout_s = s->timeout_s, .kill_grace_s = s->kill_grace_s, .preempt_grace_s = s->preempt_grace_s,
                 .max_log_bytes = s->max_log_bytes, .run_as = s->run_as, .array_id = s->array_id,
                 .array_index = s->array_index, .fence_file = gp_agent_fence_file(&a->fence, s->fence),
@@ -446,6 +535,11 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
                 return;
         }
         r->state = GP_PROTO_RUNNING;
+        if (mps > 0) {
+                r->mps_gpu = mps_gpu + 1;
+                if ((rc = gp_agent_mps_mark(dir, mps_gpu)) < 0) /* a restart would not know it is a client */
+                        gp_warn("run %s: cannot record that it is an MPS client: %s", r->name, strerror(-rc));
+        }
         if (gp_exec_watch(&r->proc, &r->pidfd) < 0)
                 collect(a, n, r);
         else
@@ -793,7 +887,7 @@ static void start_join(agent *a, node *n) {
         const gp_proto_gpu *g;
         int ng;
         node_gpus(a, n, &g, &ng);
-        gp_proto_join m = {.n_gpus = ng, .gpus = (gp_proto_gpu *)g};
+        gp_proto_join m = {.n_gpus = ng, .gpus = (gp_proto_gpu *)g, .resize = true};
         gp_strlcpy(m.name, n->name, sizeof(m.name));
         gp_strlcpy(m.version, GP_VERSION, sizeof(m.version));
         gp_strlcpy(m.address, a->address, sizeof(m.address));
@@ -892,7 +986,9 @@ static xfer *build_sync(agent *a, node *n, int wait_ms, size_t budget, int max_r
                         break;
                 }
                 used += est;
-                runs[m.n_runs] = (gp_proto_run){.id = r->id, .state = st, .result = r->result};
+                runs[m.n_runs] = (gp_proto_run){.id = r->id, .state = st, .result = r->result,
+                                                .has_alloc = r->elastic && st == GP_PROTO_RUNNING};
+                memcpy(runs[m.n_runs].alloc.w, r->gpu_mask, sizeof(r->gpu_mask));
                 idx[m.n_runs] = i;
                 x->rep_ids[x->nrep] = r->id;
                 x->rep_states[x->nrep++] = st;
@@ -1165,6 +1261,8 @@ static void done_sync(agent *a, xfer *x, long status) {
                 for (int i = 0; i < ans.n_start; i++)
                         start_run(a, n, &ans.start[i]);
         }
+        for (int i = 0; i < ans.n_resize; i++)
+                resize_run(a, n, &ans.resize[i]);
         if (ans.want_full) {
                 n->need_full = true;
                 n->page = 0;
@@ -1358,6 +1456,18 @@ static int split_urls(agent *a, const char *list) {
         return a->n_urls > 0 ? 0 : -EINVAL;
 }
 
+/* The pool's needed(): the GPUs of this agent's running MPS clients. */
+static bool mps_needed(void *ud, bool *needed) {
+        agent *a = ud;
+        for (int i = 0; i < a->n_nodes; i++)
+                for (size_t k = 0; k < a->nodes[i].n_runs; k++) {
+                        const run *r = &a->nodes[i].runs[k];
+                        if (r->state == GP_PROTO_RUNNING && r->mps_gpu > 0 && r->mps_gpu <= GP_MPS_MAX_GPUS)
+                                needed[r->mps_gpu - 1] = true;
+                }
+        return true;
+}
+
 static void loop(agent *a) {
         int64_t next_logs = 0, next_status = 0;
         struct curl_waitfd *wfd = NULL;
@@ -1379,6 +1489,8 @@ static void loop(agent *a) {
                                 tele_check(a, &a->nodes[i]);
                         }
                 }
+                if (a->mps) /* MPS daemons without clients quit */
+                        gp_mps_pool_look(a->mps, now, mps_needed, a);
                 if (!a->sim && gp_agent_fence_passed(&a->fence, now))
                         gp_warn("no answered sync for %d s: the runs that fence are stopped by their supervisors",
                                 a->fence.fence_s);
@@ -1553,6 +1665,10 @@ int gp_agent_main(int argc, char **argv) {
         if (!a->sim && (rc = gp_exe_sibling(GP_EXE_CLIENT, a->self_exe, sizeof(a->self_exe))) < 0) {
                 fprintf(stderr, "gpupool agent: cannot find %s next to this program: %s\n", GP_EXE_CLIENT,
                         strerror(-rc));
+                return 1;
+        }
+        if (!a->sim && (rc = gp_agent_mps_open(&a->cfg, a->data_dir, &a->mps, err, sizeof(err))) < 0) {
+                fprintf(stderr, "gpupool agent: %s\n", err);
                 return 1;
         }
         if (!strcmp(a->cfg.gpu_backend, "none")) {

@@ -14,6 +14,7 @@ const char *gp_strerror(int code) {
         case GP_ESTORE: return "store failure";
         case GP_ENOGPU: return "no GPU backend available";
         case GP_EFENCED: return "fenced: another server holds the leader lease";
+        case GP_EMPS: return "the GPU's MPS control daemon could not be started";
         default: break;
         }
         if (code < GP_EFIRST)

@@ -18,6 +18,7 @@ enum {
         GP_ESTORE,      /* the store failed */
         GP_ENOGPU,      /* no GPU backend could be opened */
         GP_EFENCED,     /* the store handle's leader lease was taken over: nothing was stored */
+        GP_EMPS,        /* a GPU's MPS control daemon could not be started */
         GP_ELAST,
 };
 

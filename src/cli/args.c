@@ -28,7 +28,7 @@
 
 enum opt_id {
         O_API, O_KEY, O_JSON, O_HELP, O_VERSION,
-        O_GPUS, O_MEM, O_PRIO, O_NAME, O_MODEL, O_GPU_MODEL, O_EXCL, O_PREEMPT, O_ELASTIC,
+        O_GPUS, O_MEM, O_PRIO, O_NAME, O_MODEL, O_GPU_MODEL, O_EXCL, O_PREEMPT, O_ELASTIC, O_ELASTIC_NODES,
         O_TIMEOUT, O_QTIMEOUT, O_ENV, O_WORKDIR, O_TENANT, O_TTL,
         O_ALL, O_STATE, O_LIMIT, O_FOLLOW,
         O_FROM, O_TO, O_GROUP_BY, O_MONTH,
@@ -36,6 +36,7 @@ enum opt_id {
         O_TIME, O_WAIT, O_ADMIN,
         O_EXPORT, O_USER, O_ME, /* local users (unix.c) */
         O_CACERT,
+        O_COMPUTE_PCT, /* an MPS client's share of the GPU's compute */
         O_SINCE, O_UNTIL, /* history (sacct -S, -E) */
         O_CPUS, O_HOST_MEM, /* its cgroup's limits (exec/cgroup.h) */
 };
@@ -64,6 +65,7 @@ static const struct opt opts[] = {
         {"cpus", 'c', true, O_CPUS, V(SUBMIT)},
         {"cpus-per-task", 0, true, O_CPUS, V(SUBMIT)}, /* sbatch's */
         {"host-mem", 0, true, O_HOST_MEM, V(SUBMIT)}, /* sbatch's --mem: RAM, not GPU memory */
+        {"compute-pct", 0, true, O_COMPUTE_PCT, V(SUBMIT)},
         {"priority", 0, true, O_PRIO, V(SUBMIT) | V(RUN)},
         {"name", 0, true, O_NAME, V(SUBMIT) | V(RUN)},
         {"model", 0, true, O_MODEL, V(SUBMIT) | V(RUN)},
@@ -71,6 +73,7 @@ static const struct opt opts[] = {
         {"exclusive", 0, false, O_EXCL, V(SUBMIT) | V(RUN)},
         {"preemptible", 0, false, O_PREEMPT, V(SUBMIT) | V(RUN)},
         {"elastic", 0, true, O_ELASTIC, V(SUBMIT)},
+        {"elastic-nodes", 0, true, O_ELASTIC_NODES, V(SUBMIT)},
         {"timeout", 0, true, O_TIMEOUT, V(SUBMIT) | V(RUN)},
         {"time", 't', true, O_TIME, V(SUBMIT) | V(RUN)},          /* Slurm's: a bare number is minutes */
         {"job-name", 'J', true, O_NAME, V(SUBMIT) | V(RUN)},      /* Slurm's --name */
@@ -126,7 +129,7 @@ static const struct verb_info {
                 "                      [--timeout DURATION] [--queue-timeout DURATION] [--env K=V]...\n"
                 "                      [--workdir DIR] [--tenant T]\n"
                 "                      [--node-selector K=V]... [--elastic MIN:MAX] [--array SPEC] [--wait]\n"
-                "                      [--on-node-lost fence|requeue] [--signal [B:]SIG@SECS]\n"
+                "                      [--on-node-lost fence|requeue] [--signal [B:]SIG@SECS] [--compute-pct P]\n"
                 "                      [--] COMMAND [ARG...] | SCRIPT [ARG...] | < SCRIPT",
                 "gpupool submit [--gpus N] [--mem SIZE] [--priority P] [OPTIONS] [--] COMMAND [ARG...]\n"
                 "       gpupool submit [OPTIONS] SCRIPT [ARG...]     gpupool submit [OPTIONS] < SCRIPT\n"
@@ -140,6 +143,8 @@ static const struct verb_info {
                 "  --host-mem SIZE      RAM (host memory, not GPU memory): its cgroup's limit, over it\n"
                 "                       the task is OOM-killed (reason host_memory_exceeded); placed\n"
                 "                       only where that much is free (sbatch's --mem; default: none)\n"
+                "  --compute-pct P      with --mem on an MPS GPU (gpus.sharing: mps): the share of the\n"
+                "                       GPU's compute, 1..100 (default: its share of the memory)\n"
                 "  --priority P         0..9, P0..P9 or critical|high|normal|low|background\n"
                 "                       (0 most urgent; default: the tenant's default)\n"
                 "  --name S, -J S       a name to recognise the task by (also --job-name)\n"
@@ -162,6 +167,9 @@ static const struct verb_info {
                 "                       every node has gpupool/node=NAME)\n"
                 "  --elastic MIN:MAX    elastic: start on MIN whole GPUs, grow to MAX when idle;\n"
                 "                       the task reads its GPUs from $GPUPOOL_ALLOC_FILE on SIGUSR1\n"
+                "  --elastic-nodes MIN:MAX  whole agent nodes, MIN to MAX: one process per node, ranks\n"
+                "                       join and leave as nodes free up or are wanted; GPUPOOL_NNODES\n"
+                "                       is MIN:MAX (torchrun --nnodes=$GPUPOOL_NNODES --rdzv-backend=c10d)\n"
                 "  --array SPEC         a job array, as sbatch --array: 0-1999, 1,3,5-9, 0-15:4,\n"
                 "                       each with %N to run at most N at once (0-1999%50); every\n"
                 "                       element gets GPUPOOL_ARRAY_ID and GPUPOOL_ARRAY_INDEX\n"
@@ -824,6 +832,11 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                         if ((r = body_set(p, "host_memory_mb", json_integer(v), "--host-mem")) < 0)
                                 return r;
                         break;
+                case O_COMPUTE_PCT:
+                        if ((r = want_int(p, "--compute-pct", val, 1, 100, &v)) < 0 ||
+                            (r = body_set(p, "compute_pct", json_integer(v), "--compute-pct")) < 0)
+                                return r;
+                        break;
                 case O_PRIO: {
                         int prio;
                         if (gp_priority_parse(val, &prio) < 0)
@@ -857,22 +870,26 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                         if ((r = body_set(p, "preemptible", json_true(), "--preemptible")) < 0)
                                 return r;
                         break;
+                case O_ELASTIC_NODES:
                 case O_ELASTIC: {
-                        /* MIN:MAX; the server checks MIN < MAX */
+                        /* MIN:MAX; the server checks MIN < MAX (nodes: MIN <= MAX) */
+                        bool nodes = o->id == O_ELASTIC_NODES;
+                        const char *flag = nodes ? "--elastic-nodes" : "--elastic";
                         char lo[8], hi[8];
                         const char *colon = strchr(val, ':');
                         size_t nlo = colon ? (size_t)(colon - val) : 0;
                         if (!colon || nlo == 0 || nlo >= sizeof(lo) || strlen(colon + 1) >= sizeof(hi))
-                                return fail(p, "--elastic: expected MIN:MAX, e.g. 1:4, got '%s'", val);
+                                return fail(p, "%s: expected MIN:MAX, e.g. 1:4, got '%.80s'", flag, val);
                         memcpy(lo, val, nlo);
                         lo[nlo] = '\0';
                         gp_strlcpy(hi, colon + 1, sizeof(hi));
-                        int64_t mn, mx;
-                        if ((r = want_int(p, "--elastic MIN", lo, 1, GP_NODE_MAX_GPUS, &mn)) < 0 ||
-                            (r = want_int(p, "--elastic MAX", hi, 1, GP_NODE_MAX_GPUS, &mx)) < 0)
+                        int64_t mn, mx, most = nodes ? GP_CLI_ENODES_MAX : GP_NODE_MAX_GPUS;
+                        if ((r = want_int(p, nodes ? "--elastic-nodes MIN" : "--elastic MIN", lo, 1, most, &mn)) < 0 ||
+                            (r = want_int(p, nodes ? "--elastic-nodes MAX" : "--elastic MAX", hi, 1, most, &mx)) < 0)
                                 return r;
-                        json_t *e = json_pack("{s:I, s:I}", "min_gpus", (json_int_t)mn, "max_gpus", (json_int_t)mx);
-                        if ((r = body_set(p, "elastic", e, "--elastic")) < 0)
+                        json_t *e = json_pack("{s:I, s:I}", nodes ? "min_nodes" : "min_gpus", (json_int_t)mn,
+                                              nodes ? "max_nodes" : "max_gpus", (json_int_t)mx);
+                        if ((r = body_set(p, nodes ? "elastic_nodes" : "elastic", e, flag)) < 0)
                                 return r;
                         break;
                 }

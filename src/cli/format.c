@@ -539,10 +539,22 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
                 CHECK(line_str(out, "GPU memory used", v.data));
         }
         const char *iso = jstr(task, "isolation");
-        if (iso && jint(task, "memory_mb", &mem) && mem > 0) /* a share of a GPU: how it is held to it */
-                CHECK(line_str(out, "isolation", !strcmp(iso, "watchdog")
-                                                         ? "watchdog (stopped when its processes use more than it asked)"
-                                                         : iso));
+        int64_t cpct;
+        if (iso && ((jint(task, "memory_mb", &mem) && mem > 0) || !strcmp(iso, "mig"))) { /* how it is held */
+                gp_buf_reset(&v);
+                if (!strcmp(iso, "watchdog"))
+                        CHECK(gp_buf_puts(&v, "watchdog (stopped when its processes use more than it asked)"));
+                else if (!strcmp(iso, "mig"))
+                        CHECK(gp_buf_puts(&v, "mig (MIG instances: memory fenced by the hardware)"));
+                else if (!strcmp(iso, "mps") && jint(task, "compute_pct", &cpct))
+                        CHECK(gp_buf_printf(&v, "mps (an MPS client: at most %" PRId64 " MB of GPU memory, %" PRId64
+                                                "%% of its compute)", mem, cpct));
+                else if (!strcmp(iso, "mps"))
+                        CHECK(gp_buf_printf(&v, "mps (an MPS client: at most %" PRId64 " MB of GPU memory)", mem));
+                else
+                        CHECK(gp_buf_puts(&v, iso));
+                CHECK(line_str(out, "isolation", v.data));
+        }
         int64_t cpus = 0, hmem = 0;
         bool has_cpus = jint(task, "cpus", &cpus), has_hmem = jint(task, "host_memory_mb", &hmem);
         if (has_cpus || has_hmem) { /* its cgroup's limits, and whether they hold */
@@ -913,10 +925,10 @@ out:
 
 int gp_cli_format_gpus(const json_t *resp, gp_buf *out) {
         static const struct col cols[] = {
-                {"ID", 0, false},    {"NAME", 32, false}, {"ALLOC/TOTAL", 0, false},
+                {"ID", 0, false},    {"NAME", 40, false}, {"ALLOC/TOTAL", 0, false},
                 {"USED", 0, false},  {"UTIL", 0, false},  {"TEMP", 0, false},
-                {"POWER", 0, false}, {"STATE", 0, false}, {"TASKS", 32, false},
-                {"MODELS", 40, true},
+                {"POWER", 0, false}, {"STATE", 0, false}, {"ISOLATION", 0, true},
+                {"TASKS", 32, false}, {"MODELS", 40, true},
         };
         json_t *gpus = list_of(resp, "gpus");
         struct table t;
@@ -960,6 +972,14 @@ int gp_cli_format_gpus(const json_t *resp, gp_buf *out) {
                 if (jbool(g, "reserved"))
                         CHECK(gp_buf_puts(&t.cell, ",reserved"));
                 CHECK(table_push(&t));
+                /* how tasks sharing it are held to their memory (docs/isolation.md); none: "-" */
+                const char *iso = jstr(g, "isolation");
+                const char *mps_daemon = jstr(json_object_get(g, "mps"), "daemon");
+                if (iso && strcmp(iso, "none"))
+                        CHECK(gp_buf_puts(&t.cell, iso));
+                if (iso && !strcmp(iso, "mps") && mps_daemon && !strcmp(mps_daemon, "failed"))
+                        CHECK(gp_buf_puts(&t.cell, " (daemon failed)"));
+                CHECK(cell_end(&t));
                 json_t *list = json_object_get(g, "tasks"), *e;
                 size_t k;
                 if (json_is_array(list))

@@ -404,6 +404,7 @@ int gp_proto_join_parse(const char *data, size_t len, gp_proto_join *ret, char *
             (m.machine[0] && !gp_proto_machine_ok(m.machine) &&
              (r = fail(err, errlen, "machine must be %d lowercase hex digits", GP_PROTO_MACHINE_LEN)) < 0) ||
             (r = get_int(j, "seq", false, 1, INT64_MAX, 0, &m.seq, "", err, errlen)) < 0 ||
+            (r = get_bool(j, "resize", false, false, &m.resize, "", err, errlen)) < 0 ||
             (r = get_array(j, "gpus", GP_PROTO_MAX_GPUS, &arr, err, errlen)) < 0 ||
             (arr && (r = parse_gpus(arr, &m.gpus, &m.n_gpus, err, errlen)) < 0))
                 goto out;
@@ -453,6 +454,8 @@ int gp_proto_join_render(const gp_proto_join *m, char **ret) {
                 r = set(j, "machine", json_string(m->machine));
         if (r == 0 && m->seq > 0)
                 r = set(j, "seq", json_integer(m->seq));
+        if (r == 0 && m->resize)
+                r = set(j, "resize", json_true());
         if (r < 0) {
                 json_decref(j);
                 return r;
@@ -531,6 +534,72 @@ static int parse_result(const json_t *o, gp_exec_result *res, const char *where,
         return 0;
 }
 
+/* ---- GPU sets ---- */
+
+int gp_proto_mask_parse(const char *s, gp_proto_mask *ret) {
+        gp_proto_mask m = {{0}};
+        int n = 0;
+        for (const char *p = s; *p;) {
+                if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
+                        return -EINVAL; /* digits only, no leading zeros, no sign or space */
+                long v = 0;
+                while (*p >= '0' && *p <= '9' && v < GP_PROTO_MAX_GPUS)
+                        v = v * 10 + (*p++ - '0');
+                if (v >= GP_PROTO_MAX_GPUS || (*p && *p != ',') || (*p == ',' && !p[1]))
+                        return -EINVAL;
+                if (m.w[v / 64] & ((uint64_t)1 << (v % 64)))
+                        return -EINVAL; /* twice */
+                m.w[v / 64] |= (uint64_t)1 << (v % 64);
+                if (++n > GP_PROTO_MAX_GPUS)
+                        return -EINVAL;
+                p += *p == ',';
+        }
+        *ret = m;
+        return 0;
+}
+
+void gp_proto_mask_format(const gp_proto_mask *m, char *buf, size_t size) {
+        size_t o = 0;
+        if (size)
+                buf[0] = '\0';
+        for (int i = 0; i < GP_PROTO_MAX_GPUS && o < size; i++)
+                if (m->w[i / 64] & ((uint64_t)1 << (i % 64)))
+                        o += (size_t)snprintf(buf + o, size - o, "%s%d", o ? "," : "", i);
+}
+
+int gp_proto_mask_count(const gp_proto_mask *m) {
+        int n = 0;
+        for (size_t i = 0; i < GP_ARRAY_SIZE(m->w); i++)
+                n += __builtin_popcountll(m->w[i]);
+        return n;
+}
+
+/* A GPU set under key (optional; a present one must name at least one GPU). */
+static int get_mask(const json_t *o, const char *key, bool *has, gp_proto_mask *ret, const char *where, char *err,
+                    size_t errlen) {
+        char text[GP_PROTO_MASK_TEXT];
+        int r;
+        *has = json_object_get(o, key) != NULL;
+        if (!*has)
+                return 0;
+        if ((r = get_str(o, key, true, STR_ANY, text, sizeof(text), where, err, errlen)) < 0)
+                return r;
+        if (!text[0] || gp_proto_mask_parse(text, ret) < 0)
+                return fail(err, errlen, "%s.%s must be GPU indexes below %d as \"0,1,...\", each once", where, key,
+                            GP_PROTO_MAX_GPUS);
+        return 0;
+}
+
+static int get_alloc(const json_t *o, gp_proto_run *run, const char *where, char *err, size_t errlen) {
+        return get_mask(o, "alloc", &run->has_alloc, &run->alloc, where, err, errlen);
+}
+
+static json_t *mask_to_json(const gp_proto_mask *m) {
+        char text[GP_PROTO_MASK_TEXT];
+        gp_proto_mask_format(m, text, sizeof(text));
+        return json_string(text);
+}
+
 static int parse_runs(const json_t *arr, gp_proto_sync *m, char *err, size_t errlen) {
         size_t n = json_array_size(arr);
         if (n == 0)
@@ -545,6 +614,8 @@ static int parse_runs(const json_t *arr, gp_proto_sync *m, char *err, size_t err
                 snprintf(where, sizeof(where), "runs[%zu]", i);
                 if ((r = parse_id(o, &run->id, where, err, errlen)) < 0 ||
                     (r = get_str(o, "state", true, STR_ANY, state, sizeof(state), where, err, errlen)) < 0)
+                        return r;
+                if ((r = get_alloc(o, run, where, err, errlen)) < 0)
                         return r;
                 if (!strcmp(state, "running")) {
                         run->state = GP_PROTO_RUNNING;
@@ -766,6 +837,7 @@ static json_t *run_to_json(const gp_proto_run *run) {
                 return NULL;
         const gp_exec_result *res = &run->result;
         if (set(o, "state", json_string(run->state == GP_PROTO_EXITED ? "exited" : "running")) < 0 ||
+            (run->has_alloc && set(o, "alloc", mask_to_json(&run->alloc)) < 0) ||
             (run->state == GP_PROTO_EXITED &&
              set(o, "result",
                  json_pack("{s:s, s:i, s:i, s:I, s:s}", "end", gp_proto_end_name(res->end), "exit_code",
@@ -925,6 +997,7 @@ void gp_proto_sync_answer_done(gp_proto_sync_answer *m) {
         free(m->start);
         free(m->stop);
         free(m->offsets);
+        free(m->resize);
         memset(m, 0, sizeof(*m));
 }
 
@@ -959,8 +1032,22 @@ static int parse_start(const json_t *o, gp_proto_start *s, const char *where, ch
             (r = get_str(o, "run_as", false, STR_CLEAN, s->run_as, sizeof(s->run_as), where, err, errlen)) < 0 ||
             (r = get_int(o, "array_id", false, 0, INT53, 0, &s->array_id, where, err, errlen)) < 0 ||
             (r = get_int(o, "array_index", false, 0, INT_MAX, 0, &s->array_index, where, err, errlen)) < 0 ||
-            (r = get_bool(o, "fence", false, false, &s->fence, where, err, errlen)) < 0)
+            (r = get_bool(o, "fence", false, false, &s->fence, where, err, errlen)) < 0 ||
+            (r = get_int32(o, "elastic_min", false, 0, GP_PROTO_MAX_GPUS, 0, &s->elastic_min, where, err, errlen)) < 0 ||
+            (r = get_int32(o, "elastic_max", false, 0, GP_PROTO_MAX_GPUS, 0, &s->elastic_max, where, err, errlen)) < 0 ||
+            (r = get_int32(o, "nodes_min", false, 0, GP_PROTO_MAX_RANK + 1, 0, &s->nodes_min, where, err, errlen)) < 0 ||
+            (r = get_int32(o, "nodes_max", false, 0, GP_PROTO_MAX_RANK + 1, 0, &s->nodes_max, where, err, errlen)) < 0 ||
+            (r = get_int(o, "mps_memory_mb", false, 0, 16 * 1024 * 1024, 0, &s->mps_memory_mb, where, err, errlen)) <
+                    0 ||
+            (r = get_int32(o, "mps_compute_pct", false, 0, 100, 0, &s->mps_compute_pct, where, err, errlen)) < 0 ||
+            (r = get_str(o, "mps_uuid", false, STR_CLEAN, s->mps_uuid, sizeof(s->mps_uuid), where, err, errlen)) < 0)
                 return r;
+        if ((s->elastic_min == 0) != (s->elastic_max == 0) || s->elastic_min > s->elastic_max)
+                return fail(err, errlen, "%s.elastic_min and elastic_max must be 1 <= min <= max, or both absent", where);
+        if ((s->nodes_min == 0) != (s->nodes_max == 0) || s->nodes_min > s->nodes_max)
+                return fail(err, errlen, "%s.nodes_min and nodes_max must be 1 <= min <= max, or both absent", where);
+        if ((s->mps_memory_mb > 0) != (s->mps_compute_pct > 0))
+                return fail(err, errlen, "%s.mps_memory_mb and mps_compute_pct go together", where);
         char notice[GP_NOTICE_TEXT_MAX], why[128];
         if ((r = get_str(o, "notice", false, STR_CLEAN, notice, sizeof(notice), where, err, errlen)) < 0)
                 return r;
@@ -1100,6 +1187,18 @@ static int stop_fn(const json_t *o, void *elem, const char *where, char *err, si
         return 0;
 }
 
+static int resize_fn(const json_t *o, void *elem, const char *where, char *err, size_t errlen) {
+        gp_proto_resize *s = elem;
+        bool has;
+        int r;
+        if ((r = parse_id(o, &s->id, where, err, errlen)) < 0 ||
+            (r = get_mask(o, "cuda_visible_devices", &has, &s->gpus, where, err, errlen)) < 0)
+                return r;
+        if (!has)
+                return fail(err, errlen, "%s.cuda_visible_devices is missing", where);
+        return 0;
+}
+
 static int offset_fn(const json_t *o, void *elem, const char *where, char *err, size_t errlen) {
         gp_proto_offset *s = elem;
         int r;
@@ -1112,7 +1211,7 @@ static int offset_fn(const json_t *o, void *elem, const char *where, char *err, 
 int gp_proto_sync_answer_parse(const char *data, size_t len, gp_proto_sync_answer *ret, char *err, size_t errlen) {
         json_t *j;
         gp_proto_sync_answer m = {0};
-        const json_t *ack, *start, *stop, *offs;
+        const json_t *ack, *start, *stop, *offs, *rsz;
         int r = load(data, len, GP_PROTO_MAX_ANSWER, &j, err, errlen);
         if (r < 0)
                 return r;
@@ -1125,7 +1224,8 @@ int gp_proto_sync_answer_parse(const char *data, size_t len, gp_proto_sync_answe
             (r = get_array(j, "ack", GP_PROTO_MAX_RUNS, &ack, err, errlen)) < 0 ||
             (r = get_array(j, "start", GP_PROTO_MAX_RUNS, &start, err, errlen)) < 0 ||
             (r = get_array(j, "stop", GP_PROTO_MAX_RUNS, &stop, err, errlen)) < 0 ||
-            (r = get_array(j, "log_offsets", GP_PROTO_MAX_RUNS, &offs, err, errlen)) < 0)
+            (r = get_array(j, "log_offsets", GP_PROTO_MAX_RUNS, &offs, err, errlen)) < 0 ||
+            (r = get_array(j, "resize", GP_PROTO_MAX_RUNS, &rsz, err, errlen)) < 0)
                 goto out;
         if ((ack && (r = parse_list(ack, "ack", sizeof(*m.ack), (void **)&m.ack, &m.n_ack, ack_fn, err, errlen)) <
                             0) ||
@@ -1135,7 +1235,11 @@ int gp_proto_sync_answer_parse(const char *data, size_t len, gp_proto_sync_answe
                                      errlen)) < 0) ||
             (offs && (r = parse_list(offs, "log_offsets", sizeof(*m.offsets), (void **)&m.offsets, &m.n_offsets,
                                      offset_fn, err, errlen)) < 0) ||
-            (r = ids_unique(m.start ? &m.start[0].id : NULL, sizeof(*m.start), m.n_start, "start", err, errlen)) < 0)
+            (rsz && (r = parse_list(rsz, "resize", sizeof(*m.resize), (void **)&m.resize, &m.n_resize, resize_fn,
+                                    err, errlen)) < 0) ||
+            (r = ids_unique(m.start ? &m.start[0].id : NULL, sizeof(*m.start), m.n_start, "start", err, errlen)) < 0 ||
+            (r = ids_unique(m.resize ? &m.resize[0].id : NULL, sizeof(*m.resize), m.n_resize, "resize", err,
+                            errlen)) < 0)
                 goto out;
         *ret = m;
         memset(&m, 0, sizeof(m));
@@ -1173,7 +1277,21 @@ static json_t *start_to_json(const gp_proto_start *s) {
                                           (json_int_t)s->array_id, "array_index", (json_int_t)s->array_index,
                                           "fence", s->fence)
                                 : NULL;
+        if (rest && s->mps_memory_mb > 0 &&
+            (set(rest, "mps_memory_mb", json_integer(s->mps_memory_mb)) < 0 ||
+             set(rest, "mps_compute_pct", json_integer(s->mps_compute_pct)) < 0 ||
+             set(rest, "mps_uuid", json_string(s->mps_uuid)) < 0)) {
+                json_decref(rest);
+                rest = NULL;
+        }
         char notice[GP_NOTICE_TEXT_MAX];
+        if (rest && ((s->elastic_max && (set(rest, "elastic_min", json_integer(s->elastic_min)) < 0 ||
+                                         set(rest, "elastic_max", json_integer(s->elastic_max)) < 0)) ||
+                     (s->nodes_max && (set(rest, "nodes_min", json_integer(s->nodes_min)) < 0 ||
+                                       set(rest, "nodes_max", json_integer(s->nodes_max)) < 0)))) {
+                json_decref(rest);
+                rest = NULL;
+        }
         if (rest && s->notice.signo &&
             (gp_notice_format(&s->notice, notice, sizeof(notice)) < 0 ||
              set(rest, "notice", json_string(notice)) < 0)) {
@@ -1203,7 +1321,8 @@ static json_t *start_to_json(const gp_proto_start *s) {
 
 int gp_proto_sync_answer_render(const gp_proto_sync_answer *m, char **ret) {
         if (m->n_ack < 0 || m->n_ack > GP_PROTO_MAX_RUNS || m->n_start < 0 || m->n_start > GP_PROTO_MAX_RUNS ||
-            m->n_stop < 0 || m->n_stop > GP_PROTO_MAX_RUNS || m->n_offsets < 0 || m->n_offsets > GP_PROTO_MAX_RUNS)
+            m->n_stop < 0 || m->n_stop > GP_PROTO_MAX_RUNS || m->n_offsets < 0 || m->n_offsets > GP_PROTO_MAX_RUNS ||
+            m->n_resize < 0 || m->n_resize > GP_PROTO_MAX_RUNS)
                 return -EINVAL;
         json_t *j = json_pack("{s:I, s:i, s:i, s:b}", "seq", (json_int_t)m->seq, "heartbeat_s", m->heartbeat_s,
                               "fence_s", m->fence_s, "want_full", m->want_full);
@@ -1252,6 +1371,21 @@ int gp_proto_sync_answer_render(const gp_proto_sync_answer *m, char **ret) {
                 r = set(j, "log_offsets", offs);
         else
                 json_decref(offs);
+        if (r == 0 && m->n_resize) {
+                json_t *rsz = json_array();
+                for (int i = 0; r == 0 && i < m->n_resize; i++) {
+                        json_t *o = id_to_json(&m->resize[i].id);
+                        if (o && set(o, "cuda_visible_devices", mask_to_json(&m->resize[i].gpus)) < 0) {
+                                json_decref(o);
+                                o = NULL;
+                        }
+                        r = append(rsz, o);
+                }
+                if (r == 0)
+                        r = set(j, "resize", rsz);
+                else
+                        json_decref(rsz);
+        }
         if (r < 0) {
                 json_decref(j);
                 return r;

@@ -128,6 +128,7 @@ typedef struct gp_proto_join {
         char backend[GP_PROTO_BACKEND_MAX];    /* "nvml" | "sim" */
         char machine[GP_PROTO_MACHINE_LEN + 1]; /* the machine's key (gp_proto_machine_ok); "" = absent */
         int64_t seq;                           /* > 0; 0 = absent (the server refuses such a join) */
+        bool resize;                           /* the agent applies "resize" (elastic runs); old agents: false */
         int n_gpus;                            /* 0..GP_PROTO_MAX_GPUS */
         gp_proto_gpu *gpus;                    /* owned, NULL when none */
 } gp_proto_join;
@@ -147,9 +148,25 @@ typedef enum gp_proto_run_state {
         GP_PROTO_EXITED,
 } gp_proto_run_state;
 
+/* A set of a node's GPU indexes (0..GP_PROTO_MAX_GPUS-1); in JSON the
+ * CUDA_VISIBLE_DEVICES form "0,1,5" (ascending, each index once). */
+typedef struct gp_proto_mask {
+        uint64_t w[GP_PROTO_MAX_GPUS / 64];
+} gp_proto_mask;
+
+/* "0,1,5" (at most GP_PROTO_MAX_GPUS indexes < GP_PROTO_MAX_GPUS, each
+ * once, any order; "" is the empty set) into *ret: 0 or -EINVAL. */
+int gp_proto_mask_parse(const char *s, gp_proto_mask *ret);
+/* The ascending "0,1,5" form into buf (size >= GP_PROTO_MASK_TEXT). */
+#define GP_PROTO_MASK_TEXT (GP_PROTO_MAX_GPUS * 4 + 1)
+void gp_proto_mask_format(const gp_proto_mask *m, char *buf, size_t size);
+int gp_proto_mask_count(const gp_proto_mask *m);
+
 typedef struct gp_proto_run {
         gp_proto_run_id id;
         gp_proto_run_state state;
+        bool has_alloc;              /* an elastic run: "alloc" is its GPU set as the agent last applied it */
+        gp_proto_mask alloc;
         gp_exec_result result;       /* when EXITED; message clean text */
 } gp_proto_run;
 
@@ -205,8 +222,24 @@ typedef struct gp_proto_start {
                                         false: the task opted out (on_node_lost requeue) */
         gp_notice notice;            /* "notice": "[B:]SIG@SECS" (base/notice.h), signo 0 = none (absent);
                                         already clamped by the server's max_notice_s */
+        int elastic_min, elastic_max; /* an elastic run (1 <= min <= max <= GP_PROTO_MAX_GPUS): its GPUs
+                                         change by "resize"; both 0 = not elastic */
+        int nodes_min, nodes_max;    /* a task elastic in whole nodes (1 <= min <= max <= GP_PROTO_MAX_RANK + 1):
+                                        its ranks come and go; GPUPOOL_NNODES is "MIN:MAX"; both 0 = not */
+        int64_t mps_memory_mb;       /* > 0: an MPS client (gpus.sharing: mps) of its one GPU's control
+                                        daemon, which the agent starts: its pinned memory limit, MB
+                                        (0..16777216; 0 = none, absent) */
+        int mps_compute_pct;         /* its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, 1..100 (with mps_memory_mb) */
+        char mps_uuid[GP_UUID_MAX];  /* its GPU's uuid ("" = not known: the index is used) */
         gp_cgroup_limits limits;     /* "cpus", "host_memory_mb": its cgroup's limits (absent: none) */
 } gp_proto_start;
+
+/* A running elastic run's new GPU set on its node (sent until the agent
+ * reports that set as its "alloc"). */
+typedef struct gp_proto_resize {
+        gp_proto_run_id id;
+        gp_proto_mask gpus;          /* 1.. indexes */
+} gp_proto_resize;
 
 typedef enum gp_proto_stop_why {
         GP_PROTO_STOP_CANCEL = 0,
@@ -239,6 +272,8 @@ typedef struct gp_proto_sync_answer {
         gp_proto_stop *stop;
         int n_offsets;
         gp_proto_offset *offsets;
+        int n_resize;
+        gp_proto_resize *resize;     /* a run id at most once */
 } gp_proto_sync_answer;
 
 /* Parse (data[0..len), not NUL-terminated necessarily).  0, -EINVAL (err

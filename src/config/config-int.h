@@ -44,6 +44,7 @@ int parse_listen(struct ctx *c, const struct field *f, void *base, const yaml_ev
 int parse_store_url(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_store_sync(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_backend(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+int parse_sharing(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_policy(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_placement(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_signal(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);

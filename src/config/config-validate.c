@@ -188,6 +188,24 @@ int validate_impl(const gp_config *cfg, const int *lines, char *err, size_t errl
                 }
         }
 
+        if (cfg->n_mps_gpus < 0 || cfg->n_mps_gpus > GP_CFG_MAX_RESERVED)
+                return vfail(&v, "gpus.mps_gpus", "must have between 0 and %d entries, got %d", GP_CFG_MAX_RESERVED,
+                             cfg->n_mps_gpus);
+        for (int i = 0; i < cfg->n_mps_gpus; i++) {
+                const char *s = cfg->mps_gpus[i];
+                if (!terminated(s, sizeof(cfg->mps_gpus[i])) || !reserved_ok(s, strlen(s))) {
+                        char key[64];
+                        snprintf(key, sizeof(key), "gpus.mps_gpus[%d]", i);
+                        return vfail(&v, key, "expected a GPU index (0..%d) or a GPU uuid", MAX_GPU_INDEX);
+                }
+        }
+        if (cfg->n_mps_gpus > 0 && !cfg->gpu_mps)
+                return vfail(&v, "gpus.mps_gpus", "names the GPUs of gpus.sharing: mps; sharing is watchdog");
+        if (!terminated(cfg->mps_control, sizeof(cfg->mps_control)) || !cfg->mps_control[0])
+                return vfail(&v, "gpus.mps_control", "expected a program name or path");
+        if (!terminated(cfg->mps_dir, sizeof(cfg->mps_dir)) || strlen(cfg->mps_dir) > PATH_MAX - 64)
+                return vfail(&v, "gpus.mps_dir", "expected a path of at most %d bytes", PATH_MAX - 64);
+
         if (cfg->n_allowed_origins < 0 || cfg->n_allowed_origins > GP_MAX_ALLOWED_ORIGINS)
                 return vfail(&v, "server.allowed_origins", "must have between 0 and %d entries, got %d",
                              GP_MAX_ALLOWED_ORIGINS, cfg->n_allowed_origins);

@@ -111,6 +111,10 @@ const struct field cfg_fields[] = {
         {"gpus.watchdog", K_BOOL, CFG(gpu_watchdog), 0, 0, NULL},
         {"gpus.watchdog_tolerance_mb", K_I64, CFG(watchdog_tolerance_mb), 0, 1048576, NULL},
         {"gpus.watchdog_grace_s", K_INT, CFG(watchdog_grace_s), 0, 3600, NULL},
+        {"gpus.sharing", K_CUSTOM, CFG(gpu_mps), 0, 0, parse_sharing},
+        {"gpus.mps_gpus", K_CUSTOM, CFG(mps_gpus), 0, GP_CFG_MAX_RESERVED, parse_items},
+        {"gpus.mps_control", K_STR, CFG(mps_control), 1, PATH_MAX - 1, NULL},
+        {"gpus.mps_dir", K_STR, CFG(mps_dir), 0, PATH_MAX - 64, NULL},
 
         {"agent", K_SECTION, NOSTORE, 0, 0, NULL},
         {"agent.listen", K_CUSTOM, CFG(agent_listen), 1, 127, parse_listen},
@@ -339,6 +343,9 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->gpu_watchdog = true;
         cfg->watchdog_tolerance_mb = 256;
         cfg->watchdog_grace_s = 10;
+        cfg->gpu_mps = false;
+        cfg->n_mps_gpus = 0;
+        gp_strlcpy(cfg->mps_control, "nvidia-cuda-mps-control", sizeof(cfg->mps_control));
 
         gp_strlcpy(cfg->agent_listen, "0.0.0.0:8081", sizeof(cfg->agent_listen));
         gp_strlcpy(cfg->agent_data_dir, "./gpupool-agent-data", sizeof(cfg->agent_data_dir));
@@ -1273,11 +1280,12 @@ int parse_placement(struct ctx *c, const struct field *f, void *base, const yaml
         return r;
 }
 
-static int reserved_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
-        gp_config *cfg = arg;
+/* An item of a list of GPUs (gpus.reserved, gpus.mps_gpus): an index or
+ * a uuid, each once, at most GP_CFG_MAX_RESERVED. */
+static int gpu_item(struct ctx *c, int i, const yaml_event_t *ev, char (*list)[GP_UUID_MAX], const char *what) {
         char tmp[GP_UUID_MAX], d[96];
         if (i >= GP_CFG_MAX_RESERVED)
-                return cfg_fail(c, cfg_ev_line(ev), "too many reserved GPUs (at most %d)", GP_CFG_MAX_RESERVED);
+                return cfg_fail(c, cfg_ev_line(ev), "too many %s GPUs (at most %d)", what, GP_CFG_MAX_RESERVED);
         if (ev->type != YAML_SCALAR_EVENT || cfg_is_null(ev))
                 return cfg_fail(c, cfg_ev_line(ev), "expected a GPU index or uuid, got %s",
                             cfg_describe(ev, d, sizeof(d)));
@@ -1292,10 +1300,29 @@ static int reserved_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg
         memset(tmp, 0, sizeof(tmp));
         memcpy(tmp, v, n);
         for (int j = 0; j < i; j++)
-                if (!strcmp(cfg->reserved[j], tmp))
+                if (!strcmp(list[j], tmp))
                         return cfg_fail(c, cfg_ev_line(ev), "GPU \"%s\" is listed twice", tmp);
-        memcpy(cfg->reserved[i], tmp, sizeof(tmp));
+        memcpy(list[i], tmp, sizeof(tmp));
         return 0;
+}
+
+static int reserved_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        return gpu_item(c, i, ev, ((gp_config *)arg)->reserved, "reserved");
+}
+
+static int mps_gpu_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        return gpu_item(c, i, ev, ((gp_config *)arg)->mps_gpus, "MPS");
+}
+
+/* gpus.sharing: how shared tasks (memory_mb) share a GPU. */
+int parse_sharing(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        static const char *const names[] = {"watchdog", "mps"};
+        size_t i;
+        (void)f;
+        int r = cfg_scalar_enum(c, ev, names, 2, &i);
+        if (r == 0)
+                ((gp_config *)base)->gpu_mps = i == 1;
+        return r;
 }
 
 static int origin_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
@@ -1416,6 +1443,7 @@ static const struct list_def lists[] = {
         SCALARS("cluster.join_tokens", "a list of \"sha256:<hex>\" strings", gp_config, n_join_tokens,
                 join_token_item),
         SCALARS("gpus.reserved", "a list of GPU indexes or uuids", gp_config, n_reserved, reserved_item),
+        SCALARS("gpus.mps_gpus", "a list of GPU indexes or uuids", gp_config, n_mps_gpus, mps_gpu_item),
         MAPPINGS("gpus.sim", "a list of {name, memory_mb, count}", gp_config, n_sim, gp_cfg_sim_gpu,
                  "simulated GPU kinds", "{name, memory_mb, count}", sim_init, sim_done),
         MAPPINGS("alerts.rules", "a list of {name, when, for_s, clear_s, severity}", gp_config, n_alert_rules,

@@ -245,6 +245,13 @@ typedef struct gp_config {
         bool gpu_watchdog;                   /* stop a sharing task over its memory_mb, default true */
         int64_t watchdog_tolerance_mb;       /* over means above memory_mb + this, default 256 */
         int watchdog_grace_s;                /* stopped after this long over, default 10 */
+        bool gpu_mps;                        /* gpus.sharing: mps (shared tasks are MPS clients) | watchdog
+                                                (the default) */
+        char mps_gpus[GP_CFG_MAX_RESERVED][GP_UUID_MAX]; /* gpus.mps_gpus: the GPUs (index or uuid) sharing
+                                                is mps on; none listed = all */
+        int n_mps_gpus;
+        char mps_control[PATH_MAX];          /* gpus.mps_control, default "nvidia-cuda-mps-control" (PATH) */
+        char mps_dir[PATH_MAX];              /* gpus.mps_dir: the daemons' pipe and log dirs; "" = DATA_DIR/mps */
 
         /* scheduler */
         gp_sched_policy policy;              /* default hybrid; one the daemon runs (gp_sched_policy_daemon) */

@@ -1,6 +1,7 @@
 /* sched-elastic.c - elastic tasks: closing an interval at a resize,
  * growing onto idle GPUs of their node at the end of a run, shrinking for
- * the task whose turn it is. */
+ * the task whose turn it is; tasks elastic in whole nodes the same way, a
+ * node at a time. */
 #include "core/sched-int.h"
 
 /* ------------------------------------------------------------------ */
@@ -25,6 +26,8 @@ static int grow_onto(gp_sched *s, stask *t, uint32_t gi, int64_t now) {
         resize_begin(s, t, now);
         int rc = gpu_attach(s, gi, t);
         if (rc == 0) {
+                if (t->host && !task_on_node(s, t, s->gpus[gi].node)) /* a node more (elastic in nodes) */
+                        host_node(s, t, s->gpus[gi].node, 1);
                 t->gpus[t->ngpus++] = gi;
                 t->share += 1000;
                 T->run_milli += 1000;
@@ -41,6 +44,8 @@ static void shrink_one(gp_sched *s, stask *t, int64_t now) {
         t->charge = s->gpus[gi].usable;
         gpu_detach(s, gi, t);
         t->ngpus--;
+        if (t->host && !task_on_node(s, t, s->gpus[gi].node)) /* its last GPU there went */
+                host_node(s, t, s->gpus[gi].node, -1);
         t->share -= 1000;
         T->run_milli -= 1000;
         tenant_in(s, T);
@@ -136,7 +141,7 @@ SCHED_PRIVATE int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit
         /* the running elastic tasks above their minimum, by node */
         uint32_t m = 0;
         for (uint32_t i = 0; i < s->nel; i++)
-                m += s->el[i]->ngpus > s->el[i]->nmin;
+                m += !s->el[i]->nodes_max && s->el[i]->ngpus > s->el[i]->nmin;
         if (!m)
                 return 0;
         eord *eo = grow(s->eo, sizeof(*eo), &s->eo_cap, m);
@@ -145,7 +150,7 @@ SCHED_PRIVATE int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit
         s->eo = eo;
         m = 0;
         for (uint32_t i = 0; i < s->nel; i++)
-                if (s->el[i]->ngpus > s->el[i]->nmin)
+                if (!s->el[i]->nodes_max && s->el[i]->ngpus > s->el[i]->nmin)
                         eo[m++] = (eord){task_node(s, s->el[i]), s->el[i]->id, s->el[i], 0};
         qsort(eo, m, sizeof(*eo), cmp_eord);
         stask *el[MAX_NODE_GPUS];
@@ -219,21 +224,21 @@ SCHED_PRIVATE int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit
  * growth does not end its group's claim (below its share with tasks
  * waiting) while another group waits: that would release tasks held for
  * it, which would then take the GPUs back. */
-static bool grow_ok(const gp_sched *s, const stask *t) {
+static bool grow_ok(const gp_sched *s, const stask *t, int64_t milli) {
         const stenant *T = &s->tn[t->tenant];
-        if (T->max_milli > 0 && T->run_milli + 1000 > T->max_milli)
+        if (T->max_milli > 0 && T->run_milli + milli > T->max_milli)
                 return false;
         if (!T->group)
                 return true;
-        if (group_holds(s, T, 1000))
+        if (group_holds(s, T, milli))
                 return false;
         const sgroup *g = &s->gr[T->group];
         if (!g->needy)
                 return true;
         int64_t waiting = g->waiting;
-        if (!tenant_full(T) && T->max_milli > 0 && T->run_milli + 1000 >= T->max_milli)
+        if (!tenant_full(T) && T->max_milli > 0 && T->run_milli + milli >= T->max_milli)
                 waiting -= T->queued;
-        if (waiting > 0 && g->run_milli + 1000 < group_cap(s, g))
+        if (waiting > 0 && g->run_milli + milli < group_cap(s, g))
                 return true;
         for (uint32_t gi = 1; gi < s->groups.n && gi < s->gr_cap; gi++)
                 if (gi != T->group && s->gr[gi].waiting > 0)
@@ -308,9 +313,138 @@ static bool may_start_any(const gp_sched *s) {
         return false;
 }
 
+/* ------------------------------------------------------------------ */
+/* elastic in whole nodes                                             */
+
+/* How many nodes t holds (its GPUs are grouped by node). */
+static int task_nnodes(const gp_sched *s, const stask *t) {
+        int k = 0;
+        for (int i = 0; i < t->ngpus; i++)
+                k += i == 0 || s->gpus[t->gpus[i]].node != s->gpus[t->gpus[i - 1]].node;
+        return k;
+}
+
+/* The wholly idle node t should grow onto: one it may take whole, within
+ * GP_MAX_GPUS, the largest (then the lowest number).  NIL if none. */
+static uint32_t node_pick(const gp_sched *s, const stask *t) {
+        for (int k = s->max_idle; k >= 1; k--) {
+                uint32_t best = NIL;
+                for (uint32_t ni = s->idle_lists[k]; ni != NIL; ni = s->nodes[ni].inext) {
+                        const snode *nd = &s->nodes[ni];
+                        if (nd->idle == nd->size && t->ngpus + nd->size <= GP_MAX_GPUS && whole_node_ok(s, t, ni) &&
+                            (best == NIL || ni < best))
+                                best = ni;
+                }
+                if (best != NIL)
+                        return best;
+        }
+        return NIL;
+}
+
+/* Grow t onto every usable GPU of node ni (wholly idle).  0 or -ENOMEM
+ * (what was taken stays, and is reported as it is). */
+static int grow_node(gp_sched *s, stask *t, uint32_t ni, int64_t now) {
+        const snode *nd = &s->nodes[ni];
+        if (task_gpus_cap(t, (uint32_t)t->ngpus + (uint32_t)nd->size) < 0)
+                return -ENOMEM;
+        for (int i = 0; i < nd->ngpus; i++) {
+                uint32_t gi = nd->gpus[i];
+                const sgpu *g = &s->gpus[gi];
+                if (g->removed || g->reserved)
+                        continue;
+                int rc = grow_onto(s, t, gi, now);
+                if (rc < 0)
+                        return rc;
+                s->gpus[gi].grow_seq = ++s->grow_seq;
+        }
+        return 0;
+}
+
+/* Give back t's last node (it must hold more than its minimum). */
+static void shrink_node(gp_sched *s, stask *t, int64_t now) {
+        uint32_t last = s->gpus[t->gpus[t->ngpus - 1]].node;
+        while (t->ngpus > 0 && s->gpus[t->gpus[t->ngpus - 1]].node == last)
+                shrink_one(s, t, now);
+}
+
+/* Let w, the task whose turn it is, start by taking whole nodes from
+ * tasks elastic in nodes (sched.h "Elastic in whole nodes").  1 (the
+ * shrinks applied and reported, *f w's placement), 0 (nothing changed)
+ * or -ENOMEM (nothing changed). */
+SCHED_PRIVATE int nodes_shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit *f, gp_sched_decision **ret,
+                                   size_t *ret_n, size_t *ret_cap) {
+        uint32_t m = 0;
+        for (uint32_t i = 0; i < s->nel; i++)
+                m += s->el[i]->nodes_max && task_nnodes(s, s->el[i]) > s->el[i]->nodes_min;
+        if (!m)
+                return 0;
+        /* what each candidate held, to put back if w still cannot start */
+        stask **el = calloc(m, sizeof(*el));
+        uint32_t **had = calloc(m, sizeof(*had));
+        int *nhad = calloc(m, sizeof(*nhad)), *above = calloc(m, sizeof(*above));
+        int rc = el && had && nhad && above ? 0 : -ENOMEM;
+        uint32_t n = 0;
+        for (uint32_t i = 0; rc == 0 && i < s->nel; i++) {
+                stask *t = s->el[i];
+                int k = t->nodes_max ? task_nnodes(s, t) : 0;
+                if (!t->nodes_max || k <= t->nodes_min)
+                        continue;
+                if (!(had[n] = malloc((size_t)t->ngpus * sizeof(**had)))) {
+                        rc = -ENOMEM;
+                        break;
+                }
+                memcpy(had[n], t->gpus, (size_t)t->ngpus * sizeof(**had));
+                nhad[n] = t->ngpus;
+                above[n] = k - t->nodes_min;
+                el[n++] = t;
+        }
+        int64_t a1, a2, a3;
+        bool placed = false;
+        while (rc == 0 && !placed) {
+                int bi = -1; /* the most nodes above its minimum, then the highest id */
+                for (uint32_t i = 0; i < n; i++)
+                        if (above[i] > 0 &&
+                            (bi < 0 || above[i] > above[bi] || (above[i] == above[bi] && el[i]->id > el[bi]->id)))
+                                bi = (int)i;
+                if (bi < 0)
+                        break;
+                shrink_node(s, el[bi], now);
+                above[bi]--;
+                placed = place(s, w, avoid, f) && !gate(s, w, fit_share(s, w, f->gpus, f->n), &a1, &a2, &a3);
+        }
+        if (rc == 0 && placed && emit_room(ret, ret_n, ret_cap, n + 1) < 0)
+                rc = -ENOMEM;
+        for (uint32_t i = 0; i < n; i++) {
+                stask *t = el[i];
+                if (rc == 0 && placed) {
+                        if (t->ngpus < nhad[i])
+                                emit_resize(s, t, ret, ret_n, ret_cap); /* room was made */
+                        continue;
+                }
+                /* w could not start after all (or no memory): back as they were */
+                while (t->ngpus < nhad[i]) {
+                        uint32_t gi = had[i][t->ngpus];
+                        uint64_t seq = s->gpus[gi].grow_seq;
+                        if (grow_onto(s, t, gi, now) < 0)
+                                break; /* (cannot happen: nothing to allocate) */
+                        s->gpus[gi].grow_seq = seq;
+                }
+        }
+        for (uint32_t i = 0; had && i < n; i++)
+                free(had[i]);
+        free(el);
+        free(had);
+        free(nhad);
+        free(above);
+        return rc < 0 ? rc : placed;
+}
+
 static bool can_grow(const gp_sched *s, const stask *t) {
+        if (t->nodes_max)
+                return task_nnodes(s, t) < t->nodes_max && node_pick(s, t) != NIL;
         return t->ngpus < t->nmax && s->nodes[task_node(s, t)].idle > 0;
 }
+
 
 /* The grow pass, at the end of every run: if no task that may start is
  * left waiting (then a reservation, if any, is for a task that is held
@@ -342,7 +476,15 @@ SCHED_PRIVATE int grow_all(gp_sched *s, int64_t now, gp_sched_decision **ret, si
                 again = false;
                 for (uint32_t i = 0; i < m && rc == 0; i++) {
                         stask *t = eo[i].t;
-                        while (t->ngpus < t->nmax && grow_ok(s, t)) {
+                        while (t->nodes_max && task_nnodes(s, t) < t->nodes_max) {
+                                uint32_t ni = node_pick(s, t);
+                                if (ni == NIL || !grow_ok(s, t, (int64_t)s->nodes[ni].size * 1000))
+                                        break;
+                                if ((rc = grow_node(s, t, ni, now)) < 0)
+                                        break;
+                                again = true;
+                        }
+                        while (t->ngpus < t->nmax && grow_ok(s, t, 1000)) {
                                 uint32_t gi = grow_pick(s, t);
                                 if (gi == NIL)
                                         break;

@@ -97,6 +97,7 @@ enum {
         R_NODES,        /* multi-node: a1 = GPUs needed, a2 = whole nodes free that it may use */
         R_HOST_CPU,     /* a1 = CPUs needed, a2 = most free on a node it may use */
         R_HOST_MEM,     /* a1 = RAM MiB needed, a2 = most free on a node it may use */
+        R_ENODES,       /* elastic in nodes: a1 = whole nodes needed, a2 = wholly free ones it may use */
 };
 
 #define GP_LABELS_MAX 33           /* label pairs of a node (32 and the implicit gpupool/node), or of a node_selector */
@@ -135,6 +136,7 @@ typedef struct sgpu {
         char *uuid;
         char *name;
         int64_t total;
+        int64_t foreign;           /* MB used by processes that are not the pool's (usable less it) */
         uint64_t grow_seq;         /* when an elastic task grew onto it (s->grow_seq) */
 } sgpu;
 
@@ -213,6 +215,8 @@ struct stask {
         int n_pre_by, pre_by_cap;
         uint16_t nmin, nmax;       /* elastic: least and most GPUs (nmax 0 = not elastic);
                                       ngpus is the current count, nmin while queued */
+        uint16_t nodes_min, nodes_max; /* elastic in whole nodes (nodes_max 0 = not); then nmin is
+                                          nodes_min (a lower bound of its GPUs), nmax 0 */
         uint32_t el_idx;           /* index in s->el while running (elastic) */
         int64_t seg_ms;            /* while running: since when it has held ngpus GPUs */
         struct sarray *arr;        /* its job array (the %N throttle), NULL = none */
@@ -542,11 +546,25 @@ static inline bool host_free(const shost *n, const stask *t) {
         return (!n->cpus || n->cpus - n->cpus_used >= t->cpus) && (!n->mem_mb || n->mem_mb - n->mem_used >= t->hmem);
 }
 
+/* Does running task t hold a GPU of node ni? */
+static inline bool task_on_node(const gp_sched *s, const stask *t, uint32_t ni) {
+        for (int i = 0; i < t->ngpus; i++)
+                if (s->gpus[t->gpus[i]].node == ni)
+                        return true;
+        return false;
+}
+
 /* The same for the placement predicates: tasks that ask for neither pay one
- * test.  A running task (an elastic one growing on its node) already holds
- * its CPUs and RAM there. */
+ * test.  A running task (an elastic one growing) already holds its CPUs and
+ * RAM on its nodes; a node it grows onto must have them free. */
 static inline bool host_ok(const gp_sched *s, const stask *t, uint32_t ni) {
-        return !t->host || t->running || host_free(&s->nhost[ni], t);
+        return !t->host || (t->running && task_on_node(s, t, ni)) || host_free(&s->nhost[ni], t);
+}
+
+/* Add (sign 1) or take back (-1) t's host CPUs and RAM on node ni. */
+static inline void host_node(gp_sched *s, const stask *t, uint32_t ni, int sign) {
+        s->nhost[ni].cpus_used += sign * t->cpus;
+        s->nhost[ni].mem_used += sign * t->hmem;
 }
 
 static inline bool kind_ok(const stask *t, const sgpu *g) {
@@ -663,6 +681,7 @@ SCHED_PRIVATE uint64_t kinds_for_glob(const gp_sched *s, const char *glob);
 SCHED_PRIVATE bool shared_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid);
 SCHED_PRIVATE bool idle_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid);
 SCHED_PRIVATE bool place(const gp_sched *s, const stask *t, bool avoid, fit *f);
+SCHED_PRIVATE bool whole_node_ok(const gp_sched *s, const stask *t, uint32_t ni);
 SCHED_PRIVATE void multi_refresh(gp_sched *s, stask *t);
 SCHED_PRIVATE int pairs_parse(intern *add, const intern *find, const char *text, uint32_t *ids, int max);
 SCHED_PRIVATE int find_node(const gp_sched *s, const char *name, uint32_t *ret);
@@ -681,5 +700,7 @@ SCHED_PRIVATE int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv,
 SCHED_PRIVATE int shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit *f, gp_sched_decision **ret,
                size_t *ret_n, size_t *ret_cap);
 SCHED_PRIVATE int grow_all(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap);
+SCHED_PRIVATE int nodes_shrink_for(gp_sched *s, stask *w, int64_t now, bool avoid, fit *f, gp_sched_decision **ret,
+                                   size_t *ret_n, size_t *ret_cap);
 
 #endif

@@ -394,6 +394,7 @@ static int gpu_revive(gp_sched *s, uint32_t gi, const gp_sched_gpu_desc *d) {
         g->name = name;
         g->kind = (uint8_t)kind;
         g->total = d->memory_total_mb;
+        g->foreign = 0;
         g->usable = d->memory_total_mb - s->cfg.memory_safety_margin_mb;
         if (g->usable < 0)
                 g->usable = 0;
@@ -498,6 +499,7 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
         g->index = d->index;
         g->kind = (uint8_t)kind;
         g->total = d->memory_total_mb;
+        g->foreign = 0;
         g->usable = d->memory_total_mb - s->cfg.memory_safety_margin_mb;
         if (g->usable < 0)
                 g->usable = 0;
@@ -742,6 +744,28 @@ int gp_sched_gpu_set_drained(gp_sched *s, uint32_t gpu, bool drained) {
         if (gpu >= s->ngpus)
                 return -ENOENT;
         return gpu_set_flag(s, gpu, &s->gpus[gpu].drained, drained);
+}
+
+int gp_sched_gpu_set_foreign(gp_sched *s, uint32_t gpu, int64_t mb) {
+        if (gpu >= s->ngpus)
+                return -ENOENT;
+        if (mb < 0 || mb > ((int64_t)1 << 40))
+                return -EINVAL;
+        sgpu *g = &s->gpus[gpu];
+        if (g->foreign == mb)
+                return 0;
+        int64_t usable = g->total - s->cfg.memory_safety_margin_mb - mb;
+        if (usable < 0)
+                usable = 0;
+        gpu_unlink(s, gpu);
+        if (g->excl && g->ntasks > 0)
+                g->alloc += usable - g->usable; /* a whole-GPU task is charged what is usable (gpu_detach) */
+        bool more = usable > g->usable;
+        g->usable = usable;
+        g->foreign = mb;
+        gpu_link(s, gpu);
+        s->gen++;
+        return more;
 }
 
 int gp_sched_gpu_set_load(gp_sched *s, uint32_t gpu, int util_pct, int temp_c) {
@@ -1080,6 +1104,12 @@ int gp_sched_placement_parse(const char *name, gp_sched_placement *ret) {
  * Elastic tasks never are.  Cached until the nodes change (node_gen); a
  * multi-node task takes whole GPUs (excl). */
 SCHED_PRIVATE void multi_refresh(gp_sched *s, stask *t) {
+        if (t->nodes_max) { /* elastic in nodes: whole nodes, whatever their size */
+                t->multi = true;
+                t->excl = true;
+                t->multi_gen = s->node_gen;
+                return;
+        }
         if (t->ngpus <= 1 || t->nmax) {
                 t->multi = false;
                 return;
@@ -1109,7 +1139,7 @@ SCHED_PRIVATE void multi_refresh(gp_sched *s, stask *t) {
 
 /* May multi-node task t take node nd whole (ignoring what runs there)?
  * Every GPU it would hold matches t's kinds and holds t's memory. */
-static bool whole_node_ok(const gp_sched *s, const stask *t, uint32_t ni) {
+SCHED_PRIVATE bool whole_node_ok(const gp_sched *s, const stask *t, uint32_t ni) {
         const snode *nd = &s->nodes[ni];
         if (nd->size == 0 || (nd->wkinds & ~t->kinds) || !(nd->allow & GP_SCHED_NODE_MULTI) || !sel_ok(s, t, ni))
                 return false;
@@ -1120,6 +1150,16 @@ static bool whole_node_ok(const gp_sched *s, const stask *t, uint32_t ni) {
                                 return false;
                 }
         return true;
+}
+
+/* What node ni counts toward multi-node task t's need (need_units): its
+ * GPUs, or for a task elastic in nodes the node itself. */
+static int node_units(const gp_sched *s, const stask *t, uint32_t ni) {
+        return t->nodes_max ? 1 : s->nodes[ni].size;
+}
+
+static int64_t need_units(const stask *t) {
+        return t->nodes_max ? t->nodes_min : t->ngpus;
 }
 
 /* Write the GPUs of nodes[0..k) (sorted by node number here) to f. */
@@ -1158,16 +1198,17 @@ __attribute__((noinline)) static bool place_multi(const gp_sched *s, const stask
                         if (resv)
                                 continue;
                         c[nc++] = ni;
-                        total += nd->size;
+                        total += node_units(s, t, ni);
                 }
-        if (total < t->ngpus)
+        if (total < need_units(t))
                 return false;
         int k = 0;
         int64_t sum = 0;
-        while (sum < t->ngpus)
-                sum += s->nodes[c[k++]].size;
-        /* c[0..k) chosen, c[k..nc) not, both largest first */
-        if (s->nodes[c[nc - 1]].size != s->nodes[c[0]].size)
+        while (sum < need_units(t))
+                sum += node_units(s, t, c[k++]);
+        /* c[0..k) chosen, c[k..nc) not, both largest first (elastic in
+         * nodes: the largest nodes, no swap) */
+        if (!t->nodes_max && s->nodes[c[nc - 1]].size != s->nodes[c[0]].size)
                 for (int j = k - 1; j >= 0; j--) {
                         int sj = s->nodes[c[j]].size, best = -1;
                         for (int u = k; u < nc; u++) {
@@ -1236,11 +1277,11 @@ SCHED_PRIVATE void diagnose(gp_sched *s, stask *t) {
                 for (uint32_t ni = 0; ni < s->nnodes; ni++) {
                         const snode *nd = &s->nodes[ni];
                         if (nd->size > 0 && nd->idle == nd->size && whole_node_ok(s, t, ni))
-                                free_gpus += nd->size;
+                                free_gpus += node_units(s, t, ni);
                 }
                 t->rstamp = s->stamp;
-                t->rcode = R_NODES;
-                t->ra1 = t->ngpus;
+                t->rcode = t->nodes_max ? R_ENODES : R_NODES;
+                t->ra1 = need_units(t);
                 t->ra2 = free_gpus;
                 return;
         }
@@ -1379,11 +1420,11 @@ __attribute__((noinline)) static int64_t reserve_multi(gp_sched *s, stask *t, in
         qsort(e, (size_t)m, sizeof(*e), cmp_node_end);
         int64_t sum = 0, at = TIME_INF;
         int k = 0;
-        while (k < m && sum < t->ngpus) {
-                sum += s->nodes[e[k].gi].size;
+        while (k < m && sum < need_units(t)) {
+                sum += node_units(s, t, e[k].gi);
                 at = e[k++].t;
         }
-        if (sum < t->ngpus) {
+        if (sum < need_units(t)) {
                 free(e);
                 return TIME_INF;
         }

@@ -28,7 +28,11 @@ static int req_check(const gp_sched_req *r) {
              (r->elastic_max_gpus <= r->gpus || r->elastic_max_gpus > GP_NODE_MAX_GPUS)) ||
             r->array_id < 0 || r->array_limit < 0 || pairs_parse(NULL, NULL, r->node_selector, NULL, 0) < 0 ||
             r->cpus < 0 || r->cpus > GP_SCHED_MAX_CPUS || r->host_memory_mb < 0 ||
-            r->host_memory_mb > GP_SCHED_MAX_HOST_MB)
+            r->host_memory_mb > GP_SCHED_MAX_HOST_MB ||
+            (r->elastic_max_nodes != 0 &&
+             (r->elastic_max_gpus != 0 || r->elastic_min_nodes < 1 || r->elastic_min_nodes != r->gpus ||
+              r->elastic_max_nodes < r->elastic_min_nodes || r->elastic_max_nodes > GP_SCHED_MAX_ENODES)) ||
+            (r->elastic_max_nodes == 0 && r->elastic_min_nodes != 0))
                 return -EINVAL;
         return 0;
 }
@@ -67,6 +71,13 @@ static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
         t->deadline_ms = r->queue_deadline_ms;
         t->nmin = (uint16_t)r->gpus;
         t->nmax = (uint16_t)r->elastic_max_gpus;
+        t->nodes_min = (uint16_t)r->elastic_min_nodes;
+        t->nodes_max = (uint16_t)r->elastic_max_nodes;
+        if (t->nodes_max) { /* whole nodes: whole GPUs */
+                t->excl = true;
+                t->multi = true;
+                t->multi_gen = s->node_gen;
+        }
         if (t->nmax) {
                 /* elastic tasks hold whole GPUs */
                 t->excl = true;
@@ -170,9 +181,11 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
                                 continue;
                         kind_seen = true;
                         cnt_kind++;
-                        if (g->usable > largest)
-                                largest = g->usable;
-                        if (g->usable >= mem && g->usable > 0)
+                        /* what it could ever hold: foreign memory comes and goes */
+                        int64_t cap = g->usable + g->foreign;
+                        if (cap > largest)
+                                largest = cap;
+                        if (cap >= mem && cap > 0)
                                 cnt++;
                         else
                                 whole = false;
@@ -304,8 +317,7 @@ static void host_charge(gp_sched *s, const stask *t, int sign) {
                 uint32_t ni = s->gpus[t->gpus[i]].node;
                 if (i > 0 && s->gpus[t->gpus[i - 1]].node == ni)
                         continue;
-                s->nhost[ni].cpus_used += sign * t->cpus;
-                s->nhost[ni].mem_used += sign * t->hmem;
+                host_node(s, t, ni, sign);
         }
 }
 
@@ -313,7 +325,7 @@ static void host_charge(gp_sched *s, const stask *t, int sign) {
  * restore), -1 decides it (see borrows(); preemptible tasks never borrow:
  * they are reclaimable anyway). */
 SCHED_PRIVATE int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, int64_t now, int borrow) {
-        if (t->nmax) {
+        if (t->nmax || t->nodes_max) {
                 stask **el = grow(s->el, sizeof(*el), &s->el_cap, s->nel + 1);
                 if (!el)
                         return -ENOMEM;
@@ -337,7 +349,7 @@ SCHED_PRIVATE int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, i
                 host_charge(s, t, 1);
         t->start_ms = t->seg_ms = now;
         t->start_stamp = s->stamp;
-        if (t->nmax) {
+        if (t->nmax || t->nodes_max) {
                 t->el_idx = s->nel;
                 s->el[s->nel++] = t;
         }
@@ -386,7 +398,7 @@ SCHED_PRIVATE void stop(gp_sched *s, stask *t, int64_t now) {
         if (t->arr)
                 t->arr->running--;
         t->share = 0;
-        if (t->nmax) {
+        if (t->nmax || t->nodes_max) {
                 stask *last = s->el[--s->nel];
                 s->el[t->el_idx] = last;
                 last->el_idx = t->el_idx;
@@ -412,7 +424,16 @@ int gp_sched_restore_running(gp_sched *s, const gp_sched_req *r, const uint32_t 
         int rc = task_from_req(s, r, &t);
         if (rc < 0)
                 return rc;
-        if (n > r->gpus && !t->nmax) {
+        if (t->nodes_max) {
+                /* elastic in nodes: whole nodes, as many as it may hold */
+                int k = 0;
+                for (int i = 0; i < n; i++)
+                        k += i == 0 || s->gpus[gpus[i]].node != s->gpus[gpus[i - 1]].node;
+                if (k < t->nodes_min || k > t->nodes_max) {
+                        task_free(s, t);
+                        return -EINVAL;
+                }
+        } else if (n > r->gpus && !t->nmax) {
                 /* only a multi-node task holds more than it asked for */
                 bool nodes = false;
                 for (int i = 1; i < n && !nodes; i++)

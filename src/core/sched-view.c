@@ -13,6 +13,7 @@ int gp_sched_gpu_get(const gp_sched *s, uint32_t gpu, gp_sched_gpu_view *ret) {
         *ret = (gp_sched_gpu_view){
                 .node = s->nodes[g->node].name, .uuid = g->uuid, .name = g->name,
                 .index = g->index, .memory_total_mb = g->total, .memory_usable_mb = g->usable,
+                .memory_foreign_mb = g->foreign,
                 .memory_allocated_mb = g->alloc, .ntasks = g->ntasks, .exclusive_held = g->excl,
                 .healthy = g->healthy, .drained = g->drained, .reserved = g->reserved,
                 .removed = g->removed, .util_pct = g->util, .temp_c = g->temp,
@@ -280,6 +281,15 @@ int gp_sched_task_reason_ex(gp_sched *s, int64_t id, char *buf, size_t size, gp_
                 reason_put(buf, size, r, "no_host_memory",
                            "waiting: needs {0} MB of RAM, most free on a node{x} is {1} MB", extra, 2, NUM(0, t->ra1),
                            NUM(1, t->ra2), NULL, NULL);
+                break;
+        case R_ENODES:
+                if (t->ra2 >= 0)
+                        reason_put(buf, size, r, "elastic_nodes_most",
+                                   "waiting for {0} whole nodes{x} (wholly free now: {1})", extra, 2, NUM(0, t->ra1),
+                                   NUM(1, t->ra2), NULL, NULL);
+                else
+                        reason_put(buf, size, r, "elastic_nodes", "waiting for {0} whole nodes{x}", extra, 1,
+                                   NUM(0, t->ra1), NULL, NULL, NULL);
                 break;
         case R_GANG_SHARED:
                 reason_put(buf, size, r, "gang_shared", "waiting for a gang of {0} GPUs{x} with {1} MB free each on one node",

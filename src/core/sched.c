@@ -451,7 +451,19 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                  * preempted or reserved: for the task whose turn it is,
                  * and for one that may reclaim behind the reservation */
                 bool may_reclaim = preempt_on && resv && guaranteed && T->reclaim_stamp != s->stamp;
-                /* (a multi-node task waits for whole nodes: it neither shrinks nor preempts) */
+                /* tasks elastic in nodes give back whole nodes first, to any task */
+                if (!placed && s->nel && pass == 0 && (!resv || may_reclaim)) {
+                        int pr = nodes_shrink_for(s, t, now, avoid, &f, ret, ret_n, ret_cap);
+                        if (pr < 0)
+                                return pr;
+                        if (pr > 0) {
+                                memo = (fail_memo){.shared_mem = {-1, -1}};
+                                walk_refresh(s, &w);
+                                known_fail = false;
+                                placed = true;
+                        }
+                }
+                /* (a multi-node task waits for whole nodes: it neither shrinks elastic tasks nor preempts) */
                 /* the second pass only hands out what is free */
                 if (!placed && s->nel && pass == 0 && (!resv || may_reclaim) && !t->multi) {
                         int pr = shrink_for(s, t, now, avoid, &f, ret, ret_n, ret_cap);
@@ -528,7 +540,8 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         else if (t->host) /* CPUs, RAM or GPUs: a scan tells which */
                                 diagnose(s, t);
                         else if (t->multi)
-                                set_reason(s, t, R_NODES, t->ngpus, -1);
+                                set_reason(s, t, t->nodes_max ? R_ENODES : R_NODES,
+                                           t->nodes_max ? t->nodes_min : t->ngpus, -1);
                         else if (t->excl)
                                 set_reason(s, t, R_NO_WHOLE, t->ngpus, -1);
                         else if (t->ngpus == 1)
@@ -559,7 +572,8 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 else if (t->host)
                         diagnose(s, t);
                 else if (t->multi)
-                        set_reason(s, t, R_NODES, t->ngpus, -1);
+                        set_reason(s, t, t->nodes_max ? R_ENODES : R_NODES, t->nodes_max ? t->nodes_min : t->ngpus,
+                                   -1);
                 else if (t->excl)
                         set_reason(s, t, R_NO_WHOLE, t->ngpus, -1);
                 else if (t->ngpus == 1 && t->model && s->cfg.max_models_per_gpu > 0)

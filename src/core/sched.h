@@ -183,6 +183,13 @@ int gp_sched_gpu_set_healthy(gp_sched *s, uint32_t gpu, bool healthy);
 int gp_sched_gpu_set_drained(gp_sched *s, uint32_t gpu, bool drained);
 /* Latest readings, used as tie-breaks between equally good GPUs. */
 int gp_sched_gpu_set_load(gp_sched *s, uint32_t gpu, int util_pct, int temp_c);
+/* GPU memory used by processes that are not the pool's (another user's
+ * job, a display server: "foreign"), as the driver lists them: what the
+ * GPU offers new work shrinks by it (usable = total - the safety margin -
+ * foreign, at least 0); tasks already there stay.  1 when it offers more
+ * than before (a run may start something now), 0, -ENOENT, -EINVAL (mb
+ * below 0 or over 2^40). */
+int gp_sched_gpu_set_foreign(gp_sched *s, uint32_t gpu, int64_t mb);
 /* Find a GPU by node name and index. 0 or -ENOENT. */
 int gp_sched_gpu_find(const gp_sched *s, const char *node, int index, uint32_t *ret_gpu);
 /* Room for GPUs of these model names (repeats and known ones count once
@@ -239,7 +246,8 @@ typedef struct gp_sched_gpu_view {
         const char *node, *uuid, *name;   /* owned by the scheduler, valid until it changes */
         int index;
         int64_t memory_total_mb;
-        int64_t memory_usable_mb;         /* total minus the safety margin */
+        int64_t memory_usable_mb;         /* total minus the safety margin and the foreign memory */
+        int64_t memory_foreign_mb;        /* gp_sched_gpu_set_foreign's */
         int64_t memory_allocated_mb;      /* sum over tasks on it (whole = usable) */
         int ntasks;
         bool exclusive_held, healthy, drained, reserved;
@@ -285,10 +293,17 @@ typedef struct gp_sched_req {
                                        every member of one array carries the same */
         const char *node_selector;  /* "k=v,k2=v2": only nodes whose labels hold every pair;
                                        NULL or "" = any node (syntax as gp_sched_node_set_labels) */
+        int elastic_min_nodes;      /* 0 = not elastic in nodes; else 1 <= this == gpus and
+                                       <= elastic_max_nodes <= GP_SCHED_MAX_ENODES: whole nodes
+                                       (see "Elastic in whole nodes" below); not with
+                                       elastic_max_gpus */
+        int elastic_max_nodes;
         int cpus;                   /* CPUs it needs on each node it runs on, 0..GP_SCHED_MAX_CPUS, 0 = none */
         int64_t host_memory_mb;     /* RAM (MiB) it needs on each node, >= 0, 0 = none (see "Host
                                        CPUs and RAM" below) */
 } gp_sched_req;
+
+#define GP_SCHED_MAX_ENODES 1024    /* most nodes of a task elastic in nodes */
 
 /* Host CPUs and RAM: a node may have a capacity (gp_sched_node_set_host);
  * a task that asks for cpus or host_memory_mb is placed only on nodes
@@ -323,6 +338,24 @@ typedef struct gp_sched_req {
  * for whole nodes.  Elastic tasks are never multi-node (one node: a
  * request whose minimum no node holds is infeasible).  Which tasks are
  * multi-node is decided again when the inventory or labels change. */
+
+/* Elastic in whole nodes: a task with elastic_max_nodes takes whole nodes
+ * (as a multi-node task does, whatever their size, on nodes that allow
+ * GP_SCHED_NODE_MULTI): it starts on elastic_min_nodes of them (the
+ * largest idle ones first), and its START lists their GPUs grouped by
+ * node.  Later runs change it by whole nodes, reported as RESIZE with the
+ * whole new GPU set, the nodes it keeps first and in their order:
+ *   - grow: in the grow pass (as elastic tasks: no task that may start is
+ *     left waiting), it takes one more wholly idle node at a time (the
+ *     largest, then lowest number) up to elastic_max_nodes, while its
+ *     tenant and group stay within their limits and the task stays within
+ *     GP_MAX_GPUS; the new node's GPUs come last.
+ *   - shrink: when the task W whose turn it is cannot be placed (and
+ *     before elastic tasks shrink for it or anything is preempted), such
+ *     tasks above their minimum give back their last node, one node at a
+ *     time, the task with the most nodes above its minimum first (ties:
+ *     the highest id), until W fits; nothing shrinks unless W then starts.
+ * Its reason while queued says how many whole nodes it waits for. */
 
 /* Job arrays: members of one array (same array_id) are ordinary tasks in
  * every respect (order, quotas, placement), except that with array_limit

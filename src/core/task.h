@@ -79,6 +79,8 @@ typedef struct gp_task {
         int64_t finished_ms;              /* 0 until final */
         int64_t heartbeat_ms;             /* lease: last heartbeat */
         int elastic_max_gpus;             /* 0, or elastic: gpu_request (min) < this <= GP_NODE_MAX_GPUS */
+        int elastic_min_nodes;            /* elastic in whole nodes: min..max nodes (gpu_request is the */
+        int elastic_max_nodes;            /* minimum); kept in its spec as "elastic_nodes"; 0 = not */
         int64_t array_id;                 /* job array it belongs to (the id of its first member), 0 = none */
         int array_index;                  /* its index in the array (SLURM_ARRAY_TASK_ID), when array_id */
         int array_limit;                  /* the array's %N (most members running at once), 0 = no cap */

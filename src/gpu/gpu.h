@@ -22,9 +22,10 @@ typedef struct gp_gpu_proc {
 } gp_gpu_proc;
 
 typedef struct gp_gpu_info {
-        int index;                  /* 0-based index on this machine */
-        char uuid[GP_UUID_MAX];     /* "GPU-..." (NVML) or "SIM-<n>-..." (sim) */
-        char name[GP_NAME_MAX];     /* "NVIDIA GeForce RTX 4090" */
+        int index;                  /* on this machine: NVML's index of a whole GPU; a MIG
+                                       instance's comes after every GPU's (nvml.c) */
+        char uuid[GP_UUID_MAX];     /* "GPU-..." (NVML), "MIG-..." (a MIG instance), "SIM-<n>-..." (sim) */
+        char name[GP_NAME_MAX];     /* "NVIDIA GeForce RTX 4090"; "NVIDIA A100-SXM4-80GB MIG 1g.10gb" */
         int64_t memory_total_mb;
         int64_t memory_used_mb;     /* as the device reports it */
         int util_pct;               /* 0..100, -1 unknown */
@@ -67,8 +68,10 @@ const char *gp_gpu_backend_name(const gp_gpu_backend *b);
  * healthy=false and a reason, not as an error.  0 or -ENOMEM / -EIO. */
 int gp_gpu_read(gp_gpu_backend *b, gp_gpu_info **ret, size_t *ret_n);
 
-/* Topology distance between GPUs a and b on this machine: 0 same board /
- * NVLink, 1 same PCIe switch, 2 same host bridge / CPU, 3 across CPUs.
+/* Topology distance between the devices at positions a and b of
+ * gp_gpu_read's array (for whole GPUs their indexes): 0 same board /
+ * NVLink (two MIG instances of one GPU: 0), 1 same PCIe switch, 2 same host
+ * bridge / CPU, 3 across CPUs.
  * -ENOTSUP when the backend does not know (sim, or NVML without topology). */
 int gp_gpu_distance(gp_gpu_backend *b, int a, int b_index, int *ret);
 
@@ -81,6 +84,21 @@ int gp_gpu_sim_set_load(gp_gpu_backend *b, int index, int64_t memory_used_mb, in
  * application's fault such as 13, 31 or 43 leaves the GPU usable).  The
  * critical ones: 48 62 63 64 74 79 92 94 95 119 120 140. */
 const char *gp_gpu_xid_critical(int xid);
+
+/* Is the device with this uuid a MIG instance ("MIG-...")?  false for NULL. */
+bool gp_gpu_is_mig(const char *uuid);
+
+/* A MIG instance's profile ("1g.10gb") from its uuid and name (the text
+ * after the name's last " MIG "): a pointer into name, or NULL when the
+ * device is no MIG instance or its name carries no profile. */
+const char *gp_gpu_mig_profile(const char *uuid, const char *name);
+
+/* NVIDIA's name of a MIG profile from nvmlDeviceGetAttributes' slice counts
+ * and memory and the board's memory (MiB): "1g.10gb", or "1c.2g.20gb" when
+ * the compute instance has fewer slices than its GPU instance.  0, -EINVAL
+ * (counts or sizes out of range), -ENOSPC (buf too small). */
+int gp_gpu_mig_profile_name(unsigned gi_slices, unsigned ci_slices, uint64_t memory_mb, uint64_t board_mb,
+                            char *buf, size_t size);
 
 /* Close; takes NULL. */
 void gp_gpu_close(gp_gpu_backend *b);

@@ -34,6 +34,21 @@
  *    are optional (old drivers) and any error reading them (GeForce cards
  *    answer NOT_SUPPORTED for ECC) only makes the reading -1; they never
  *    decide health.
+ *  - MIG (docs/isolation.md): the devices reported are fixed at open.  A
+ *    GPU whose current MIG mode is enabled is replaced by its MIG instances
+ *    (nvmlDeviceGetMigDeviceHandleByIndex over 0..nvmlDeviceGetMaxMigDeviceCount,
+ *    NOT_FOUND slots skipped), each a device of its own: uuid "MIG-...",
+ *    memory from the MIG handle, name "<board> MIG <profile>" with the
+ *    profile from nvmlDeviceGetAttributes_v2 (gp_gpu_mig_profile_name).  A
+ *    whole GPU keeps NVML's index; the MIG instances are numbered after the
+ *    last GPU (nb->n_phys, n_phys + 1, ...) in GPU then MIG-index order; the
+ *    array is in index order.  An instance that later stops answering or
+ *    answers with another uuid (the layout changed) is unhealthy until a
+ *    reopen reads the new layout.  Readings of the board (temperature,
+ *    clocks, ECC, Xid events) are its parent GPU's; utilisation and
+ *    processes the MIG handle's (NOT_SUPPORTED: -1 / none); power -1 (the
+ *    board's is not the instance's).  Without the four MIG symbols (an old
+ *    driver) every GPU is a whole GPU.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -44,6 +59,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/log.h"
 #include "base/util.h"
 #include "gpu/gpu-int.h"
 
@@ -78,6 +94,27 @@ typedef struct nvmlEventData_st {
 } nvmlEventData_t;
 #define NVML_EVENT_TYPE_XID_CRITICAL_ERROR 0x8ULL /* nvmlEventTypeXidCriticalError: every Xid */
 
+/* nvmlDeviceAttributes_t (nvmlDeviceGetAttributes_v2: MIG device handles only) */
+typedef struct nvmlDeviceAttributes_st {
+        // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
+        unsigned int multiprocessorCount;
+        // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
+        unsigned int sharedCopyEngineCount;
+        // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
+        unsigned int sharedDecoderCount;
+        // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
+        unsigned int sharedEncoderCount;
+        // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
+        unsigned int sharedJpegCount;
+        // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
+        unsigned int sharedOfaCount;
+        unsigned int gpuInstanceSliceCount;
+        unsigned int computeInstanceSliceCount;
+        unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+#define NVML_DEVICE_MIG_ENABLE 1
+#define MAX_MIG_SLOTS 64          /* MIG handles looked for per GPU (A100/H100 have 7) */
+
 /* nvmlProcessInfo_v2_t, also what _v3 takes */
 typedef struct nvmlProcessInfo_st {
         unsigned int pid;
@@ -92,6 +129,7 @@ typedef struct nvmlProcessInfo_st {
 enum {
         NVML_SUCCESS = 0,
         NVML_ERROR_NOT_SUPPORTED = 3,
+        NVML_ERROR_NOT_FOUND = 6,
 };
 enum { NVML_TEMPERATURE_GPU = 0 };
 enum { NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2 };                      /* nvmlClockType_t */
@@ -134,26 +172,42 @@ typedef struct nvml_fns {
         nvmlReturn_t (*register_events)(nvmlDevice_t, unsigned long long, nvmlEventSet_t); /* all or none */
         nvmlReturn_t (*event_wait)(nvmlEventSet_t, nvmlEventData_t *, unsigned int);
         nvmlReturn_t (*event_set_free)(nvmlEventSet_t);
+        nvmlReturn_t (*get_mig_mode)(nvmlDevice_t, unsigned int *, unsigned int *);           /* the four */
+        nvmlReturn_t (*get_max_mig)(nvmlDevice_t, unsigned int *);                            /* MIG ones: */
+        nvmlReturn_t (*get_mig_handle)(nvmlDevice_t, unsigned int, nvmlDevice_t *);           /* all or */
+        nvmlReturn_t (*get_attributes)(nvmlDevice_t, nvmlDeviceAttributes_t *);               /* none */
 } nvml_fns;
 
+/* One physical GPU: what belongs to the board. */
 typedef struct nvml_gpu {
-        char name[GP_NAME_MAX];   /* last name NVML gave, "" before */
-        char uuid[GP_UUID_MAX];   /* last uuid NVML gave, "" before */
-        int64_t total_mb;         /* last memory total, 0 before */
-        int64_t used_mb;          /* last memory used, 0 before */
         nvmlDevice_t dev;         /* its handle (NULL before one was had): Xid events name it */
+        char name[GP_NAME_MAX];   /* last name NVML gave, "" before (its MIG instances' start) */
         bool events;              /* registered for Xid events */
         int64_t xids;             /* Xid events seen */
         int last_xid, fatal_xid;  /* the last, and the last critical one (0: none) */
         int64_t ecc_base;         /* uncorrectable ECC errors at the first reading, -1 before */
+        int64_t board_mb;         /* its memory total (a MIG profile's name needs it), 0 before */
 } nvml_gpu;
+
+/* One device reported: a whole GPU or a MIG instance of one. */
+typedef struct nvml_dev {
+        unsigned int phys;        /* its GPU, < n_phys */
+        int mig;                  /* its MIG handle's index under phys; -1: the whole GPU */
+        int index;                /* what gp_gpu_info.index says */
+        char name[GP_NAME_MAX];   /* last name NVML gave, "" before */
+        char uuid[GP_UUID_MAX];   /* last uuid NVML gave, "" before */
+        int64_t total_mb;         /* last memory total, 0 before */
+        int64_t used_mb;          /* last memory used, 0 before */
+} nvml_dev;
 
 typedef struct nvml_backend {
         gp_gpu_backend base;      /* first: the vtable */
         void *dl;                 /* dlopen handle, owned */
         nvml_fns fn;              /* resolved entry points */
-        unsigned int n;           /* GPUs, 1..GP_GPU_MAX */
-        nvml_gpu *gpus;           /* n entries, owned */
+        unsigned int n_phys;      /* GPUs, 1..GP_GPU_MAX */
+        nvml_gpu *gpus;           /* n_phys entries, owned */
+        unsigned int n;           /* devices reported, 0..GP_GPU_MAX, in index order */
+        nvml_dev *devs;           /* n entries, owned */
         nvmlEventSet_t events;    /* Xid events, NULL without the event API */
 } nvml_backend;
 
@@ -198,31 +252,32 @@ static bool optional_reading(const nvml_backend *nb, gp_gpu_info *o, const char 
         return true;
 }
 
-/* Clocks, ECC counts, throttle reasons: -1 unless NVML answers. */
-static void read_diagnostics(const nvml_backend *nb, nvmlDevice_t dev, gp_gpu_info *o) {
+/* Clocks, ECC counts, throttle reasons (the board's): -1 unless NVML
+ * answers; the compute processes of dev (the GPU or a MIG instance of it). */
+static void read_diagnostics(const nvml_backend *nb, nvmlDevice_t board, nvmlDevice_t dev, gp_gpu_info *o) {
         unsigned int mhz;
         unsigned long long n;
         if (nb->fn.get_clock) {
                 mhz = 0;
-                if (nb->fn.get_clock(dev, NVML_CLOCK_SM, &mhz) == NVML_SUCCESS && mhz <= 100000)
+                if (nb->fn.get_clock(board, NVML_CLOCK_SM, &mhz) == NVML_SUCCESS && mhz <= 100000)
                         o->sm_clock_mhz = (int)mhz;
                 mhz = 0;
-                if (nb->fn.get_clock(dev, NVML_CLOCK_MEM, &mhz) == NVML_SUCCESS && mhz <= 100000)
+                if (nb->fn.get_clock(board, NVML_CLOCK_MEM, &mhz) == NVML_SUCCESS && mhz <= 100000)
                         o->mem_clock_mhz = (int)mhz;
         }
         if (nb->fn.get_ecc) {
                 n = 0;
-                if (nb->fn.get_ecc(dev, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &n) == NVML_SUCCESS &&
+                if (nb->fn.get_ecc(board, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &n) == NVML_SUCCESS &&
                     n <= (unsigned long long)INT64_MAX)
                         o->ecc_corrected = (int64_t)n;
                 n = 0;
-                if (nb->fn.get_ecc(dev, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &n) == NVML_SUCCESS &&
+                if (nb->fn.get_ecc(board, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &n) == NVML_SUCCESS &&
                     n <= (unsigned long long)INT64_MAX)
                         o->ecc_uncorrected = (int64_t)n;
         }
         if (nb->fn.get_throttle) {
                 n = 0;
-                if (nb->fn.get_throttle(dev, &n) == NVML_SUCCESS && n <= (unsigned long long)INT64_MAX)
+                if (nb->fn.get_throttle(board, &n) == NVML_SUCCESS && n <= (unsigned long long)INT64_MAX)
                         o->throttle_reasons = (int64_t)n;
         }
         if (nb->fn.get_procs) {
@@ -244,10 +299,56 @@ static void read_diagnostics(const nvml_backend *nb, nvmlDevice_t dev, gp_gpu_in
         }
 }
 
-/* Ask NVML about GPU i: refresh the cache, fill o.  Stops at the first
- * failing call (a lost GPU tends to time out on every call). */
-static void read_one(nvml_backend *nb, unsigned int i, gp_gpu_info *o) {
-        nvml_gpu *c = &nb->gpus[i];
+static void init_info(gp_gpu_info *o, int index) {
+        memset(o, 0, sizeof(*o));
+        o->index = index;
+        o->util_pct = o->temp_c = o->power_mw = -1;
+        o->sm_clock_mhz = o->mem_clock_mhz = -1;
+        o->ecc_corrected = o->ecc_uncorrected = o->throttle_reasons = -1;
+        o->healthy = true;
+}
+
+/* Uncorrectable ECC errors that appeared on the board since the first
+ * reading make it unhealthy. */
+static void ecc_health(nvml_gpu *p, gp_gpu_info *o) {
+        if (o->ecc_uncorrected >= 0 && p->ecc_base < 0)
+                p->ecc_base = o->ecc_uncorrected;
+        if (o->ecc_uncorrected > p->ecc_base && p->ecc_base >= 0 && o->healthy) {
+                o->healthy = false;
+                snprintf(o->health_reason, sizeof(o->health_reason),
+                         "uncorrectable ECC errors: %lld, %lld when first read (reset the GPU)",
+                         (long long)o->ecc_uncorrected, (long long)p->ecc_base);
+        }
+}
+
+/* The board's Xids and the cached identity into o. */
+static void finish(const nvml_gpu *p, const nvml_dev *c, gp_gpu_info *o) {
+        o->xid_errors = p->events ? p->xids : -1;
+        o->last_xid = p->last_xid;
+        if (p->fatal_xid && o->healthy) {
+                o->healthy = false;
+                snprintf(o->health_reason, sizeof(o->health_reason), "Xid %d: %s (reset the GPU)", p->fatal_xid,
+                         gp_gpu_xid_critical(p->fatal_xid));
+        }
+        gp_strlcpy(o->name, c->name, sizeof(o->name));
+        gp_strlcpy(o->uuid, c->uuid, sizeof(o->uuid));
+        o->memory_total_mb = c->total_mb;
+        o->memory_used_mb = c->used_mb;
+}
+
+/* A string from NVML (name, uuid) into a zeroed buffer, forced NUL-terminated. */
+static nvmlReturn_t get_text(nvmlReturn_t (*f)(nvmlDevice_t, char *, unsigned int), nvmlDevice_t dev,
+                             char buf[NVML_STR_BUF]) {
+        memset(buf, 0, NVML_STR_BUF);
+        nvmlReturn_t rc = f(dev, buf, NVML_STR_BUF);
+        buf[NVML_STR_BUF - 1] = '\0';
+        return rc;
+}
+
+/* Ask NVML about whole GPU c: refresh the cache, fill o.  Stops at the
+ * first failing call (a lost GPU tends to time out on every call). */
+static void read_whole(nvml_backend *nb, nvml_dev *c, gp_gpu_info *o) {
+        nvml_gpu *p = &nb->gpus[c->phys];
         nvmlDevice_t dev = NULL;
         char buf[NVML_STR_BUF];
         nvmlMemory_t mem;
@@ -255,36 +356,26 @@ static void read_one(nvml_backend *nb, unsigned int i, gp_gpu_info *o) {
         unsigned int v;
         nvmlReturn_t rc;
 
-        memset(o, 0, sizeof(*o));
-        o->index = (int)i;
-        o->util_pct = o->temp_c = o->power_mw = -1;
-        o->sm_clock_mhz = o->mem_clock_mhz = -1;
-        o->ecc_corrected = o->ecc_uncorrected = o->throttle_reasons = -1;
-        o->healthy = true;
-
-        rc = nb->fn.get_handle(i, &dev);
+        rc = nb->fn.get_handle(c->phys, &dev);
         if (rc != NVML_SUCCESS) {
                 mark_unhealthy(nb, o, "nvmlDeviceGetHandleByIndex_v2", rc);
                 goto identity;
         }
-        c->dev = dev;
+        p->dev = dev;
 
-        memset(buf, 0, sizeof(buf));
-        rc = nb->fn.get_name(dev, buf, sizeof(buf));
+        rc = get_text(nb->fn.get_name, dev, buf);
         if (rc != NVML_SUCCESS) {
                 mark_unhealthy(nb, o, "nvmlDeviceGetName", rc);
                 goto identity;
         }
-        buf[sizeof(buf) - 1] = '\0';
         copy_text(c->name, sizeof(c->name), buf);
+        gp_strlcpy(p->name, c->name, sizeof(p->name));
 
-        memset(buf, 0, sizeof(buf));
-        rc = nb->fn.get_uuid(dev, buf, sizeof(buf));
+        rc = get_text(nb->fn.get_uuid, dev, buf);
         if (rc != NVML_SUCCESS) {
                 mark_unhealthy(nb, o, "nvmlDeviceGetUUID", rc);
                 goto identity;
         }
-        buf[sizeof(buf) - 1] = '\0';
         copy_text(c->uuid, sizeof(c->uuid), buf);
 
         memset(&mem, 0, sizeof(mem));
@@ -293,7 +384,7 @@ static void read_one(nvml_backend *nb, unsigned int i, gp_gpu_info *o) {
                 mark_unhealthy(nb, o, "nvmlDeviceGetMemoryInfo", rc);
                 goto identity;
         }
-        c->total_mb = (int64_t)(mem.total / MIB);
+        c->total_mb = p->board_mb = (int64_t)(mem.total / MIB);
         c->used_mb = (int64_t)(mem.used / MIB);
 
         memset(&util, 0, sizeof(util));
@@ -312,28 +403,130 @@ static void read_one(nvml_backend *nb, unsigned int i, gp_gpu_info *o) {
         if (!optional_reading(nb, o, "nvmlDeviceGetPowerUsage", rc, v, INT_MAX, &o->power_mw))
                 goto identity;
 
-        read_diagnostics(nb, dev, o);
-        if (o->ecc_uncorrected >= 0 && c->ecc_base < 0)
-                c->ecc_base = o->ecc_uncorrected;
-        if (o->ecc_uncorrected > c->ecc_base && c->ecc_base >= 0 && o->healthy) {
-                o->healthy = false;
-                snprintf(o->health_reason, sizeof(o->health_reason),
-                         "uncorrectable ECC errors: %lld, %lld when first read (reset the GPU)",
-                         (long long)o->ecc_uncorrected, (long long)c->ecc_base);
-        }
+        read_diagnostics(nb, dev, dev, o);
+        ecc_health(p, o);
 
 identity:
-        o->xid_errors = c->events ? c->xids : -1;
-        o->last_xid = c->last_xid;
-        if (c->fatal_xid && o->healthy) {
-                o->healthy = false;
-                snprintf(o->health_reason, sizeof(o->health_reason), "Xid %d: %s (reset the GPU)", c->fatal_xid,
-                         gp_gpu_xid_critical(c->fatal_xid));
+        finish(p, c, o);
+}
+
+/* The parent's name and memory, once: a MIG instance's name needs them. */
+static bool read_board(nvml_backend *nb, nvml_gpu *p, nvmlDevice_t board, gp_gpu_info *o) {
+        char buf[NVML_STR_BUF];
+        nvmlMemory_t mem;
+        nvmlReturn_t rc;
+        if (!p->name[0]) {
+                rc = get_text(nb->fn.get_name, board, buf);
+                if (rc != NVML_SUCCESS) {
+                        mark_unhealthy(nb, o, "nvmlDeviceGetName", rc);
+                        return false;
+                }
+                copy_text(p->name, sizeof(p->name), buf);
         }
-        gp_strlcpy(o->name, c->name, sizeof(o->name));
-        gp_strlcpy(o->uuid, c->uuid, sizeof(o->uuid));
-        o->memory_total_mb = c->total_mb;
-        o->memory_used_mb = c->used_mb;
+        if (p->board_mb <= 0) {
+                memset(&mem, 0, sizeof(mem));
+                rc = nb->fn.get_memory(board, &mem);
+                if (rc != NVML_SUCCESS) {
+                        mark_unhealthy(nb, o, "nvmlDeviceGetMemoryInfo", rc);
+                        return false;
+                }
+                p->board_mb = (int64_t)(mem.total / MIB);
+        }
+        return true;
+}
+
+/* Ask NVML about MIG instance c (the board's readings from its parent). */
+static void read_mig(nvml_backend *nb, nvml_dev *c, gp_gpu_info *o) {
+        nvml_gpu *p = &nb->gpus[c->phys];
+        nvmlDevice_t board = NULL, dev = NULL;
+        char buf[NVML_STR_BUF], uuid[GP_UUID_MAX], profile[32];
+        nvmlDeviceAttributes_t at;
+        nvmlMemory_t mem;
+        nvmlUtilization_t util;
+        unsigned int v;
+        nvmlReturn_t rc;
+
+        rc = nb->fn.get_handle(c->phys, &board);
+        if (rc != NVML_SUCCESS) {
+                mark_unhealthy(nb, o, "nvmlDeviceGetHandleByIndex_v2", rc);
+                goto identity;
+        }
+        p->dev = board;
+        if (!read_board(nb, p, board, o))
+                goto identity;
+
+        rc = nb->fn.get_mig_handle(board, (unsigned int)c->mig, &dev);
+        if (rc == NVML_ERROR_NOT_FOUND) {
+                o->healthy = false;
+                snprintf(o->health_reason, sizeof(o->health_reason),
+                         "MIG instance %d of GPU %u is gone (the MIG layout changed: restart gpupool to read it)",
+                         c->mig, c->phys);
+                goto identity;
+        }
+        if (rc != NVML_SUCCESS) {
+                mark_unhealthy(nb, o, "nvmlDeviceGetMigDeviceHandleByIndex", rc);
+                goto identity;
+        }
+
+        rc = get_text(nb->fn.get_uuid, dev, buf);
+        if (rc != NVML_SUCCESS) {
+                mark_unhealthy(nb, o, "nvmlDeviceGetUUID", rc);
+                goto identity;
+        }
+        copy_text(uuid, sizeof(uuid), buf);
+        if (c->uuid[0] && strcmp(uuid, c->uuid)) { /* NVML reuses handles: another instance now */
+                o->healthy = false;
+                snprintf(o->health_reason, sizeof(o->health_reason),
+                         "MIG instance %d of GPU %u is now %.48s (the MIG layout changed: restart gpupool)",
+                         c->mig % 100, c->phys % 10000, uuid);
+                goto identity;
+        }
+        gp_strlcpy(c->uuid, uuid, sizeof(c->uuid));
+
+        memset(&at, 0, sizeof(at));
+        rc = nb->fn.get_attributes(dev, &at);
+        if (rc != NVML_SUCCESS) {
+                mark_unhealthy(nb, o, "nvmlDeviceGetAttributes_v2", rc);
+                goto identity;
+        }
+        if (gp_gpu_mig_profile_name(at.gpuInstanceSliceCount, at.computeInstanceSliceCount, at.memorySizeMB,
+                                    (uint64_t)p->board_mb, profile, sizeof(profile)) < 0)
+                snprintf(profile, sizeof(profile), "%ug", at.gpuInstanceSliceCount % 1000);
+        snprintf(c->name, sizeof(c->name), "%.95s MIG %.24s", p->name, profile);
+
+        memset(&mem, 0, sizeof(mem));
+        rc = nb->fn.get_memory(dev, &mem);
+        if (rc != NVML_SUCCESS) {
+                mark_unhealthy(nb, o, "nvmlDeviceGetMemoryInfo", rc);
+                goto identity;
+        }
+        c->total_mb = (int64_t)(mem.total / MIB);
+        c->used_mb = (int64_t)(mem.used / MIB);
+
+        memset(&util, 0, sizeof(util)); /* most drivers: NOT_SUPPORTED on a MIG handle */
+        rc = nb->fn.get_util(dev, &util);
+        if (!optional_reading(nb, o, "nvmlDeviceGetUtilizationRates", rc, util.gpu, 100, &o->util_pct))
+                goto identity;
+
+        v = 0;
+        rc = nb->fn.get_temp(board, NVML_TEMPERATURE_GPU, &v);
+        if (!optional_reading(nb, o, "nvmlDeviceGetTemperature", rc, v, MAX_TEMP_C, &o->temp_c))
+                goto identity;
+
+        read_diagnostics(nb, board, dev, o);
+        ecc_health(p, o);
+
+identity:
+        finish(p, c, o);
+}
+
+static void read_one(nvml_backend *nb, unsigned int j, gp_gpu_info *o) {
+        nvml_dev *c = &nb->devs[j];
+        init_info(o, c->index);
+        if (c->mig < 0)
+                read_whole(nb, c, o);
+        else
+                read_mig(nb, c, o);
 }
 
 /* Take the Xid events waiting (never waits): count them on their GPU. */
@@ -345,7 +538,7 @@ static void take_events(nvml_backend *nb) {
                         return; /* NVML_ERROR_TIMEOUT: none left */
                 if (!(e.eventType & NVML_EVENT_TYPE_XID_CRITICAL_ERROR))
                         continue;
-                for (unsigned int i = 0; i < nb->n; i++) {
+                for (unsigned int i = 0; i < nb->n_phys; i++) {
                         nvml_gpu *c = &nb->gpus[i];
                         if (!c->dev || c->dev != e.device)
                                 continue;
@@ -359,7 +552,7 @@ static void take_events(nvml_backend *nb) {
 
 static int nvml_read(gp_gpu_backend *b, gp_gpu_info **ret, size_t *ret_n) {
         nvml_backend *nb = (nvml_backend *)b;
-        gp_gpu_info *v = calloc(nb->n, sizeof(*v));
+        gp_gpu_info *v = calloc(nb->n ? nb->n : 1, sizeof(*v));
         if (!v)
                 return -ENOMEM;
         take_events(nb);
@@ -392,12 +585,12 @@ static int nvml_distance(gp_gpu_backend *b, int a, int b_index, int *ret) {
                 return -EINVAL;
         if (!nb->fn.get_topo)
                 return -ENOTSUP;
-        if (a == b_index) {
+        unsigned int pa = nb->devs[a].phys, pb = nb->devs[b_index].phys;
+        if (pa == pb) { /* one device, or two MIG instances of one board */
                 *ret = 0;
                 return 0;
         }
-        if (nb->fn.get_handle((unsigned int)a, &da) != NVML_SUCCESS ||
-            nb->fn.get_handle((unsigned int)b_index, &db) != NVML_SUCCESS)
+        if (nb->fn.get_handle(pa, &da) != NVML_SUCCESS || nb->fn.get_handle(pb, &db) != NVML_SUCCESS)
                 return -EIO;
         nvmlReturn_t rc = nb->fn.get_topo(da, db, &level);
         if (rc == NVML_ERROR_NOT_SUPPORTED)
@@ -411,6 +604,76 @@ static int nvml_distance(gp_gpu_backend *b, int a, int b_index, int *ret) {
         return 0;
 }
 
+/* Which MIG slots of GPU i hold an instance: a bit each in *ret.  false
+ * when the GPU is not in MIG mode (or MIG cannot be read: an old driver,
+ * a GPU that does not answer), so it counts as a whole GPU. */
+static bool mig_slots(nvml_backend *nb, unsigned int i, uint64_t *ret) {
+        nvmlDevice_t dev = NULL, mdev;
+        unsigned int cur = 0, pending = 0, max = 0;
+        *ret = 0;
+        if (!nb->fn.get_mig_mode || nb->fn.get_handle(i, &dev) != NVML_SUCCESS)
+                return false;
+        nb->gpus[i].dev = dev;
+        /* NOT_SUPPORTED: a GPU without MIG; a pending mode waits for a GPU reset */
+        if (nb->fn.get_mig_mode(dev, &cur, &pending) != NVML_SUCCESS || cur != NVML_DEVICE_MIG_ENABLE)
+                return false;
+        if (nb->fn.get_max_mig(dev, &max) != NVML_SUCCESS)
+                max = 0;
+        for (unsigned int k = 0; k < max && k < MAX_MIG_SLOTS; k++) {
+                mdev = NULL;
+                if (nb->fn.get_mig_handle(dev, k, &mdev) == NVML_SUCCESS && mdev) /* NOT_FOUND: a free slot */
+                        *ret |= UINT64_C(1) << k;
+        }
+        if (!*ret) {
+                char uuid[NVML_STR_BUF];
+                if (get_text(nb->fn.get_uuid, dev, uuid) != NVML_SUCCESS)
+                        uuid[0] = '\0';
+                gp_warn("GPU %u (%.48s) is in MIG mode with no MIG instance: it offers no device until the operator "
+                        "makes some (nvidia-smi mig -cgi PROFILES -C) and gpupool restarts (docs/isolation.md)",
+                        i, uuid);
+        }
+        return true;
+}
+
+/* nb->devs: every whole GPU at NVML's index, then the MIG instances. */
+static int list_devices(nvml_backend *nb, char *err, size_t errlen) {
+        uint64_t *slots = calloc(nb->n_phys, sizeof(*slots));
+        bool *mig = calloc(nb->n_phys, sizeof(*mig));
+        size_t total = 0;
+        int r = -ENOMEM;
+        if (!slots || !mig)
+                goto out;
+        for (unsigned int i = 0; i < nb->n_phys; i++) {
+                mig[i] = mig_slots(nb, i, &slots[i]);
+                total += mig[i] ? (size_t)__builtin_popcountll(slots[i]) : 1;
+        }
+        r = -GP_ENOGPU;
+        if (total > GP_GPU_MAX) {
+                gp_gpu_set_err(err, errlen,
+                               "NVML reports %zu devices (GPUs and MIG instances), more than the %d "
+                               "supported",
+                               total, GP_GPU_MAX);
+                goto out;
+        }
+        r = -ENOMEM;
+        nb->devs = calloc(total ? total : 1, sizeof(*nb->devs));
+        if (!nb->devs)
+                goto out;
+        for (unsigned int i = 0; i < nb->n_phys; i++)
+                if (!mig[i])
+                        nb->devs[nb->n++] = (nvml_dev){.phys = i, .mig = -1, .index = (int)i};
+        int next = (int)nb->n_phys; /* the first MIG instance's index */
+        for (unsigned int i = 0; i < nb->n_phys; i++)
+                for (int k = 0; mig[i] && k < MAX_MIG_SLOTS; k++)
+                        if (slots[i] >> k & 1)
+                                nb->devs[nb->n++] = (nvml_dev){.phys = i, .mig = k, .index = next++};
+        r = 0;
+out:
+        free(slots);
+        free(mig);
+        return r;
+}
+
 static void nvml_close(gp_gpu_backend *b) {
         nvml_backend *nb = (nvml_backend *)b;
         if (nb->events)
@@ -418,6 +681,7 @@ static void nvml_close(gp_gpu_backend *b) {
         nb->fn.shutdown();
         dlclose(nb->dl);
         free(nb->gpus);
+        free(nb->devs);
         free(nb);
 }
 
@@ -478,6 +742,12 @@ int gp_gpu_nvml_open(const gp_gpu_options *opt, gp_gpu_backend **ret, char *err,
         LOAD(register_events, "nvmlDeviceRegisterEvents", false);
         LOAD(event_wait, "nvmlEventSetWait_v2", false);
         LOAD(event_set_free, "nvmlEventSetFree", false);
+        LOAD(get_mig_mode, "nvmlDeviceGetMigMode", false);
+        LOAD(get_max_mig, "nvmlDeviceGetMaxMigDeviceCount", false);
+        LOAD(get_mig_handle, "nvmlDeviceGetMigDeviceHandleByIndex", false);
+        LOAD(get_attributes, "nvmlDeviceGetAttributes_v2", false);
+        if (!fn.get_mig_mode || !fn.get_max_mig || !fn.get_mig_handle || !fn.get_attributes)
+                fn.get_mig_mode = NULL; /* an old driver: no MIG */
         LOAD(get_procs, "nvmlDeviceGetComputeRunningProcesses_v3", false);
         if (!fn.get_procs)
                 LOAD(get_procs, "nvmlDeviceGetComputeRunningProcesses_v2", false);
@@ -515,13 +785,16 @@ int gp_gpu_nvml_open(const gp_gpu_options *opt, gp_gpu_backend **ret, char *err,
         nb->base.ops = &nvml_ops;
         nb->dl = dl;
         nb->fn = fn;
-        nb->n = n;
-
-        /* Learn every GPU's identity now, so a GPU lost later keeps it. */
-        for (unsigned int i = 0; i < n; i++) {
-                static __thread gp_gpu_info scratch;
+        nb->n_phys = n;
+        for (unsigned int i = 0; i < n; i++)
                 nb->gpus[i].ecc_base = -1;
-                read_one(nb, i, &scratch);
+        if ((r = list_devices(nb, err, errlen)) < 0)
+                goto fail_gpus;
+
+        /* Learn every device's identity now, so one lost later keeps it. */
+        for (unsigned int j = 0; j < nb->n; j++) {
+                static __thread gp_gpu_info scratch;
+                read_one(nb, j, &scratch);
         }
         /* Xid events, where the driver has them (a GPU may refuse: it then counts none) */
         if (fn.event_set_create && fn.register_events && fn.event_wait && fn.event_set_free &&
@@ -541,6 +814,8 @@ int gp_gpu_nvml_open(const gp_gpu_options *opt, gp_gpu_backend **ret, char *err,
         *ret = &nb->base;
         return 0;
 
+fail_gpus:
+        free(nb->gpus);
 fail_nb:
         free(nb);
 fail_init:

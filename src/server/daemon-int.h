@@ -42,6 +42,10 @@ void *spawner_main(void *arg);
 void *loop_main(void *arg);
 void grow_ids(int64_t **v, size_t n, size_t *cap);
 void notify_resized(gp_daemon *d);
+/* CUDA_VISIBLE_DEVICES of t's GPUs ("0,1"), and its allocation file's
+ * text (resize.c; NULL when out of memory). */
+void cuda_devices(const gp_task *t, char *buf, size_t size);
+char *gp_alloc_json(const gp_task *t);
 void pidfd_done(gp_daemon *d, int fd);
 int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret);
 

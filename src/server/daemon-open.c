@@ -11,6 +11,7 @@
  */
 #include "server/daemon-int.h"
 #include "server/commit.h"
+#include "server/submit.h"
 #include "server/tenants.h"
 #include "server/billing.h"
 #include "server/disk.h"
@@ -30,6 +31,7 @@
 #include "server/history.h"
 #include "server/idem.h"
 #include "server/hostlim.h"
+#include "server/mps.h"
 #include "base/labels.h"
 
 #include <errno.h>
@@ -79,7 +81,7 @@ static void sample(gp_daemon *d) {
                         gp_sched_gpu_set_healthy(d->sched, g, info[i].healthy);
                         changed = true;
                         if (!info[i].healthy) {
-                                gp_warn("GPU local:%zu unhealthy: %s", i, info[i].health_reason);
+                                gp_warn("GPU local:%d unhealthy: %s", info[i].index, info[i].health_reason);
                                 cmd *c = gp_cmd_new(CMD_GPU_FAILED);
                                 if (c) {
                                         c->gpu.gpu = g;
@@ -87,14 +89,14 @@ static void sample(gp_daemon *d) {
                                         failed[nfailed++] = c;
                                 }
                         } else {
-                                gp_info("GPU local:%zu healthy again", i);
+                                gp_info("GPU local:%d healthy again", info[i].index);
                         }
                 }
                 gp_sched_gpu_set_load(d->sched, g, info[i].util_pct, info[i].temp_c);
         }
         free(d->gpu_info);
         d->gpu_info = info;
-        gp_tele_local_sample(d);
+        changed |= gp_tele_local_sample(d); /* less foreign GPU memory: a run may start something */
         pthread_mutex_unlock(&d->lock);
         for (size_t k = 0; k < nfailed; k++)
                 gp_daemon_post(d, failed[k]);
@@ -182,6 +184,7 @@ static int recover_one(const gp_task *st, void *ud) {
                 free(t);
                 return -ENOMEM;
         }
+        gp_submit_spec_nodes(t);
         t->estimate_ms = gp_est_predict(d, t, NULL);
         gp_hostlim_task_fill(t); /* cpus, host_memory_mb: kept in its spec */
         gp_sched_req r = sched_req(t);
@@ -491,7 +494,7 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, int64_t epoch, char *
                 return rc;
         if ((rc = gp_billing_init(d, err, errlen)) < 0)
                 return rc;
-        if ((rc = open_gpus(d, err, errlen)) < 0)
+        if ((rc = open_gpus(d, err, errlen)) < 0 || (rc = gp_mps_new(cfg, &d->mps, err, errlen)) < 0)
                 return rc;
         gp_tenants_tick(d->tenants, gp_now_ms(), true); /* tenants, groups and time rules into the core */
         if ((rc = gp_nodes_open(d, err, errlen)) < 0) /* their GPUs, before the tasks that run on them */
@@ -676,6 +679,7 @@ void gp_daemon_close(gp_daemon *d) {
         gp_commit_close(d);
         gp_idem_close(d);
         gp_history_close(d);
+        gp_mps_free(d->mps);
         free(d->gpu_ids);
         free(d->gpu_info);
         if (d->evfd >= 0)

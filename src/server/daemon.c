@@ -26,6 +26,7 @@
 #include "exec/exec.h"
 #include "server/monitor.h"
 #include "server/nodes.h"
+#include "server/mps.h"
 #include "server/nodes-tele.h"
 #include "core/watchdog.h"
 #include "server/peer.h"
@@ -90,6 +91,7 @@ gp_sched_req sched_req(const gp_task *t) {
                 .submit_ms = t->submitted_ms,
                 .queue_deadline_ms = t->queue_timeout_s ? t->submitted_ms + t->queue_timeout_s * 1000 : 0,
                 .elastic_max_gpus = t->elastic_max_gpus, .borrowing = t->borrowing,
+                .elastic_min_nodes = t->elastic_min_nodes, .elastic_max_nodes = t->elastic_max_nodes,
                 .array_id = t->array_id, .array_limit = t->array_limit, .estimate_ms = t->estimate_ms,
                 .cpus = t->cpus, .host_memory_mb = t->host_memory_mb,
         };
@@ -106,11 +108,14 @@ void set_reason(gp_task *t, const char *fmt, ...) {
 /* ------------------------------------------------------------------ */
 /* rendering                                                           */
 
-static void cuda_devices(const gp_task *t, char *buf, size_t size) {
+/* CUDA_VISIBLE_DEVICES: a GPU's index, a MIG instance's uuid (docs/isolation.md). */
+void cuda_devices(const gp_task *t, char *buf, size_t size) {
         size_t off = 0;
         buf[0] = '\0';
         for (int i = 0; i < t->n_gpus && off < size; i++)
-                off += (size_t)snprintf(buf + off, size - off, "%s%d", i ? "," : "", t->gpus[i].index);
+                off += gp_gpu_is_mig(t->gpus[i].uuid)
+                               ? (size_t)snprintf(buf + off, size - off, "%s%s", i ? "," : "", t->gpus[i].uuid)
+                               : (size_t)snprintf(buf + off, size - off, "%s%d", i ? "," : "", t->gpus[i].index);
 }
 
 typedef struct hide_ctx {
@@ -207,6 +212,9 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         if (t->elastic_max_gpus > 0)
                 r = r ? r : gp_buf_printf(b, ",\"elastic\":{\"min_gpus\":%d,\"max_gpus\":%d}", t->gpu_request,
                                           t->elastic_max_gpus);
+        if (t->elastic_max_nodes > 0)
+                r = r ? r : gp_buf_printf(b, ",\"elastic_nodes\":{\"min_nodes\":%d,\"max_nodes\":%d}",
+                                          t->elastic_min_nodes, t->elastic_max_nodes);
         if (t->preempt_deadline_ms)
                 r = r ? r : gp_buf_json_field_time(b, "preempt_deadline", t->preempt_deadline_ms);
         r = r ? r : gp_buf_json_field_str(b, "model", t->model);
@@ -252,6 +260,8 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         }
         char cvd[GP_MAX_GPUS * 8];
         cuda_devices(t, cvd, sizeof(cvd));
+        if (t->n_gpus == 1 && t->gpus[0].uuid[0] && gp_mps_task_on(d, t)) /* as its MPS daemon sees it */
+                gp_strlcpy(cvd, t->gpus[0].uuid, sizeof(cvd));
         r = r ? r : gp_buf_printf(b, "],\"cuda_visible_devices\":\"%s\"", cvd);
         char reason[GP_REASON_MAX], core[GP_REASON_MAX] = "";
         gp_sched_reason why = {0};
@@ -1183,7 +1193,6 @@ static void apply_node_events(gp_daemon *d, batch *b, int64_t now) {
         gp_nodes_events_clear(d);
 }
 
-static char *alloc_json(const gp_task *t);
 
 /* Build the argv/env of a batch task from its spec and start its
  * supervisor (gp_exec_launch).  t is the spawner's own copy: no lock. */
@@ -1196,7 +1205,7 @@ int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
         size_t n = json_array_size(cmdv);
         const char **argv = calloc(n + 1, sizeof(char *));
         size_t nenv = json_object_size(env);
-        const char **envv = calloc(nenv + 4, sizeof(char *));
+        const char **envv = calloc(nenv + 4 + GP_MPS_ENV_MAX, sizeof(char *));
         char **envs = calloc(nenv + 4, sizeof(char *));
         int rc = -ENOMEM;
         if (!argv || !envv || !envs || n == 0)
@@ -1226,7 +1235,7 @@ int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
         task_dir(d, t->id, dir, sizeof(dir));
         if (t->elastic_max_gpus > 0) {
                 /* the allocation file exists before the task does */
-                char *js = alloc_json(t);
+                char *js = gp_alloc_json(t);
                 rc = js ? gp_exec_write_alloc(dir, js, strlen(js)) : -ENOMEM;
                 free(js);
                 if (rc < 0)
@@ -1242,6 +1251,15 @@ int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
         if ((rc = gp_runlog_name(gp_task_run_epoch(t), 0, logn, sizeof(logn))) < 0) /* one log per run */
                 goto out;
         cuda_devices(t, cvd, sizeof(cvd));
+        gp_mps_client mc; /* an MPS client: its GPU's daemon runs, its variables come last (they win) */
+        int mps = gp_mps_client_prepare(d, t, &mc);
+        if ((rc = mps) < 0)
+                goto out;
+        for (size_t j = 0, e = 0; j < GP_MPS_ENV_MAX && mps; j++) {
+                while (envv[e])
+                        e++;
+                envv[e] = mc.env[j];
+        }
         size_t off = 0;
         gpus[0] = '\0';
         for (int i = 0; i < t->n_gpus; i++)
@@ -1250,7 +1268,7 @@ int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
         gp_exec_spec es = {
                 .task_id = t->id, .argv = argv, .env = envv, .workdir = json_string_value(wd),
                 .array_id = t->array_id, .array_index = t->array_index,
-                .cuda_visible_devices = cvd, .gpus = gpus, .timeout_s = t->timeout_s,
+                .cuda_visible_devices = mps ? mc.cuda_visible_devices : cvd, .gpus = gpus, .timeout_s = t->timeout_s,
                 .kill_grace_s = d->cfg.kill_grace_s, .max_log_bytes = d->cfg.max_log_bytes, .log_name = logn,
                 .preempt_grace_s = d->cfg.preemption_grace_sec, .notify_signal = d->cfg.elastic_signal,
                 .run_as = t->user[0] ? gp_peer_run_as(t->user) : gp_tenants_run_as(d->tenants, t->tenant),
@@ -1356,7 +1374,13 @@ static void set_gpus(gp_daemon *d, gp_task *t, const gp_sched_decision *dec) {
  * task gets alloc.json and its signal after the commit. */
 static void resize(gp_daemon *d, batch *b, gp_task *t, const gp_sched_decision *dec, int64_t now) {
         int old = t->n_gpus;
+        gp_task_gpu *was = t->elastic_max_nodes > 0 && gp_nodes_remote(t) ? t->gpus : NULL;
+        if (was)
+                t->gpus = NULL; /* kept, to stop the ranks on the nodes it gave up */
         set_gpus(d, t, dec);
+        if (was)
+                gp_nodes_gave_up(d, t, was, old);
+        free(was);
         gp_billing_run_resize(d, t, now); /* metered at each share for its own time */
         mark(b, t);
         gp_info("task %" PRId64 " resized from %d to %d GPUs", t->id, old, t->n_gpus);
@@ -1575,56 +1599,6 @@ void free_final(gp_daemon *d, batch *b) {
         }
 }
 
-/* The allocation file of an elastic batch task (GPUPOOL_ALLOC_FILE):
- * {"task_id", "n_gpus", "cuda_visible_devices", "gpus": [{node, index,
- * uuid}]}.  NULL when out of memory. */
-static char *alloc_json(const gp_task *t) {
-        gp_buf b;
-        gp_buf_init(&b, 0);
-        char cvd[GP_MAX_GPUS * 8];
-        cuda_devices(t, cvd, sizeof(cvd));
-        int r = gp_buf_printf(&b, "{\"task_id\":%" PRId64 ",\"n_gpus\":%d,\"min_gpus\":%d,\"max_gpus\":%d", t->id,
-                              t->n_gpus, t->gpu_request, t->elastic_max_gpus);
-        r = r ? r : gp_buf_json_field_str(&b, "cuda_visible_devices", cvd);
-        r = r ? r : gp_buf_puts(&b, ",\"gpus\":[");
-        for (int i = 0; r == 0 && i < t->n_gpus; i++) {
-                r = gp_buf_printf(&b, "%s{\"index\":%d", i ? "," : "", t->gpus[i].index);
-                r = r ? r : gp_buf_json_field_str(&b, "node", t->gpus[i].node);
-                r = r ? r : gp_buf_json_field_str(&b, "uuid", t->gpus[i].uuid);
-                r = r ? r : gp_buf_puts(&b, "}");
-        }
-        r = r ? r : gp_buf_puts(&b, "]}\n");
-        if (r < 0) {
-                gp_buf_done(&b);
-                return NULL;
-        }
-        return gp_buf_steal(&b);
-}
-
-/* Resized batch tasks (stored now): write their alloc.json, then signal
- * them.  One not started yet gets its file when it starts. */
-void notify_resized(gp_daemon *d) {
-        for (size_t i = 0; i < d->nresized; i++) {
-                pthread_mutex_lock(&d->lock);
-                gp_task *t = gp_i64map_get(&d->tasks, d->resized[i]);
-                char *js = t && t->state == GP_TASK_RUNNING && t->sup_pid ? alloc_json(t) : NULL;
-                gp_exec_proc p = {t ? t->sup_pid : 0, t ? t->sup_start : 0};
-                pthread_mutex_unlock(&d->lock);
-                if (!js)
-                        continue;
-                char dir[PATH_MAX];
-                task_dir(d, d->resized[i], dir, sizeof(dir));
-                int rc = gp_exec_write_alloc(dir, js, strlen(js));
-                if (rc == 0)
-                        rc = gp_exec_notify(&p);
-                if (rc < 0)
-                        gp_warn("task %" PRId64 ": could not tell it about its new GPUs: %s", d->resized[i],
-                                gp_strerror(rc));
-                free(js);
-        }
-        d->nresized = 0;
-}
-
 /* A commit of the leader's writer found its term taken over (store.h
  * gp_store_set_fence): nothing of it was stored; stop at once, before
  * anything more is answered or started.  systemd restarts us as a follower. */
@@ -1788,6 +1762,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
         expire_preempting(d, &b, now);
         gp_nodes_tick(d, now);
         gp_tele_tick(d, now);
+        gp_mps_tick(d, now); /* MPS control daemons without clients quit */
         apply_node_events(d, &b, now);
         gp_nodes_settle(d);
         if (d->nodes_local_drain_changed) {

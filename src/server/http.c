@@ -25,6 +25,7 @@
 #include "server/monitor.h"
 #include "server/submit.h"
 #include "server/nodes.h"
+#include "server/mps.h"
 #include "server/nodes-tele.h"
 #include "server/estimates.h"
 #include "server/peer.h"
@@ -315,10 +316,14 @@ json_t *gp_http_gpu_json(gp_daemon *d, uint32_t g) {
         json_object_set_new(o, "index", json_integer(v.index));
         json_object_set_new(o, "uuid", json_string(v.uuid));
         json_object_set_new(o, "name", json_string(v.name));
+        const char *prof = gp_gpu_mig_profile(v.uuid, v.name); /* a MIG instance's, else null */
+        json_object_set_new(o, "profile", prof ? json_string(prof) : json_null());
         json_object_set_new(o, "memory_total_mb", json_integer(v.memory_total_mb));
         json_object_set_new(o, "memory_usable_mb", json_integer(v.memory_usable_mb));
         json_object_set_new(o, "memory_allocated_mb", json_integer(v.memory_allocated_mb));
         const gp_gpu_info *info = gp_daemon_gpu_info(d, g); /* the server's own or an agent's */
+        json_object_set_new(o, "memory_foreign_mb", /* known where the driver lists processes */
+                            info && info->procs_known ? json_integer(v.memory_foreign_mb) : json_null());
         gp_gpu_readings_json(info, o);
         json_object_set_new(o, "healthy", json_boolean(v.healthy));
         json_object_set_new(o, "health_reason", json_string(info ? info->health_reason : ""));
@@ -339,6 +344,7 @@ json_t *gp_http_gpu_json(gp_daemon *d, uint32_t g) {
         json_object_set_new(o, "models", ma);
         json_object_set_new(o, "backend", json_string(gp_nodes_backend(d, v.node))); /* an agent's sim says so */
         json_object_set_new(o, "isolation", json_string(gp_tele_gpu_isolation(d, g)));
+        gp_mps_gpu_json(d, g, o); /* its MPS control daemon, when sharing is mps */
         return o;
 }
 

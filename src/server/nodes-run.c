@@ -18,8 +18,10 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "server/nodes-fence.h"
+#include "server/nodes-int.h"
 #include "server/nodes.h"
 #include "server/nodes-tele.h"
+#include "server/mps.h"
 #include "server/runlog.h"
 #include "server/hostlim.h"
 #include "server/server-int.h"
@@ -93,8 +95,12 @@ int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank
         for (int i = 0; i < t->n_gpus; i++) {
                 if (strcmp(t->gpus[i].node, node))
                         continue;
-                oc += (size_t)snprintf(s->cuda_visible_devices + oc, oc < sizeof(s->cuda_visible_devices) ? sizeof(s->cuda_visible_devices) - oc : 0,
-                                       "%s%d", oc ? "," : "", t->gpus[i].index);
+                size_t left = oc < sizeof(s->cuda_visible_devices) ? sizeof(s->cuda_visible_devices) - oc : 0;
+                oc += gp_gpu_is_mig(t->gpus[i].uuid) /* a MIG instance by its uuid (docs/isolation.md) */
+                              ? (size_t)snprintf(s->cuda_visible_devices + oc, left, "%s%s", oc ? "," : "",
+                                                 t->gpus[i].uuid)
+                              : (size_t)snprintf(s->cuda_visible_devices + oc, left, "%s%d", oc ? "," : "",
+                                                 t->gpus[i].index);
                 og += (size_t)snprintf(s->gpus + og, og < sizeof(s->gpus) ? sizeof(s->gpus) - og : 0, "%s%s:%d",
                                        og ? "," : "", node, t->gpus[i].index);
         }
@@ -107,7 +113,24 @@ int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank
         s->array_id = t->array_id;
         s->array_index = t->array_index;
         s->fence = gp_task_fences(t);
+        if (t->elastic_max_nodes > 0) { /* GPUPOOL_NNODES=MIN:MAX, for torchrun --nnodes */
+                s->nodes_min = t->elastic_min_nodes;
+                s->nodes_max = t->elastic_max_nodes < GP_PROTO_MAX_RANK + 1 ? t->elastic_max_nodes : GP_PROTO_MAX_RANK + 1;
+        }
+        if (t->elastic_max_gpus > 0) { /* its agent writes GPUPOOL_ALLOC_FILE and applies resizes */
+                s->elastic_min = t->gpu_request;
+                s->elastic_max = t->elastic_max_gpus < GP_PROTO_MAX_GPUS ? t->elastic_max_gpus : GP_PROTO_MAX_GPUS;
+        }
+        if (gp_mps_client_of(d, t, &s->mps_compute_pct, s->mps_uuid, sizeof(s->mps_uuid))) /* its agent's daemon */
+                s->mps_memory_mb = t->memory_mb;
         return 0;
+}
+
+void gp_nodes_task_mask(const gp_task *t, const char *node, gp_proto_mask *ret) {
+        memset(ret, 0, sizeof(*ret));
+        for (int i = 0; i < t->n_gpus; i++)
+                if (!strcmp(t->gpus[i].node, node) && t->gpus[i].index >= 0 && t->gpus[i].index < GP_PROTO_MAX_GPUS)
+                        ret->w[t->gpus[i].index / 64] |= (uint64_t)1 << (t->gpus[i].index % 64);
 }
 
 static void log_path(gp_daemon *d, gp_proto_run_id id, char *buf, size_t size) {
@@ -210,5 +233,34 @@ json_t *gp_nodes_local_json(gp_daemon *d) {
         h.cgroup = gp_hostlim_version();
         if (o)
                 gp_node_host_json(&h, gp_now_ms(), o);
+        return o;
+}
+
+json_t *gp_nodes_node_json(gp_daemon *d, const gp_node *n) {
+        uint32_t *sids = n->ngpus ? calloc((size_t)n->ngpus, sizeof(*sids)) : NULL;
+        if (n->ngpus && !sids)
+                return NULL;
+        for (int i = 0; i < n->ngpus; i++)
+                sids[i] = n->state == GP_NODE_LEFT ? UINT32_MAX : n->gpus[i].sid;
+        int busy, runs;
+        json_t *g = gp_nodes_sched_gpus_json(d, n->name, sids, n->ngpus, &busy, &runs);
+        free(sids);
+        if (n->state == GP_NODE_LEFT) { /* its GPUs as it had them */
+                json_decref(g);
+                g = json_array();
+                for (int i = 0; g && i < n->ngpus; i++)
+                        json_array_append_new(g, json_pack("{s:i,s:s,s:s,s:I,s:b,s:b,s:i}", "index", n->gpus[i].g.index,
+                                                           "uuid", n->gpus[i].g.uuid, "name", n->gpus[i].g.name,
+                                                           "memory_mb", (json_int_t)n->gpus[i].g.memory_mb, "healthy",
+                                                           false, "drained", true, "tasks", 0));
+        }
+        json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o,s:b}", "name", n->name, "state",
+                              gp_node_state_name(n->state), "address", n->address, "labels",
+                              gp_nodes_labels_json(n->labels, n->name), "version", n->version, "backend", n->backend,
+                              "last_heartbeat_ms", (json_int_t)n->hb_ms, "joined_ms", (json_int_t)n->joined_ms,
+                              "gpus_total", n->ngpus, "gpus_busy", busy, "runs", runs, "gpus", g, "synced", !n->restored);
+        const gp_node_tele *t = gp_nodes_tele(d, n->name); /* none while lost or left */
+        if (o)
+                gp_node_host_json(gp_node_tele_host(t), gp_node_tele_at(t), o);
         return o;
 }

@@ -17,6 +17,8 @@ struct gp_daemon;
  * with gp_proto_start_done).  0 or -EINVAL (its spec is not what submit
  * stored).  Exits the process when out of memory, as nodes.c does. */
 int gp_nodes_start_of(struct gp_daemon *d, const gp_task *t, const char *node, int rank, gp_proto_start *s);
+/* The indexes of t's GPUs on node (an elastic task's current set). */
+void gp_nodes_task_mask(const gp_task *t, const char *node, gp_proto_mask *ret);
 
 /* Append a chunk of a run's output where the copy of that run's log (its
  * own file: runlog.h) ends; any other offset is a repeat or a gap and is

@@ -14,6 +14,7 @@
 #include "core/sched.h"
 #include "core/watchdog.h"
 #include "server/monitor.h"
+#include "server/mps.h"
 #include "server/nodes.h"
 #include "server/server-int.h"
 
@@ -242,6 +243,7 @@ int gp_tele_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         if (now > peak)
                 peak = now;
         int r = gp_buf_printf(b, ",\"isolation\":\"%s\"", gp_tele_task_isolation(d, t));
+        r = r ? r : gp_mps_task_write(d, t, b); /* an MPS client's compute_pct */
         r = r ? r : now >= 0 ? gp_buf_printf(b, ",\"gpu_memory_used_mb\":%lld", (long long)now)
                              : gp_buf_puts(b, ",\"gpu_memory_used_mb\":null");
         return r ? r : peak >= 0 ? gp_buf_printf(b, ",\"gpu_memory_peak_mb\":%lld", (long long)peak)
@@ -252,12 +254,12 @@ int gp_tele_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
 
 static void watch(gp_daemon *d, gp_task *t, int64_t max_gpu_mb, int64_t now);
 
-void gp_tele_local_sample(gp_daemon *d) {
-        bool known = false;
+bool gp_tele_local_sample(gp_daemon *d) {
+        bool known = false, more = false;
         for (size_t i = 0; i < d->ngpus && d->gpu_info; i++)
                 known = known || d->gpu_info[i].procs_known;
         if (!known)
-                return;
+                return false;
         static int64_t roots[MAX_ROOTS], sums[MAX_ROOTS], most[MAX_ROOTS], on_gpu[MAX_ROOTS];
         static gp_task *owners[MAX_ROOTS];
         size_t nr = 0, pos = 0;
@@ -268,16 +270,22 @@ void gp_tele_local_sample(gp_daemon *d) {
                         sums[nr] = most[nr] = 0;
                         owners[nr++] = t;
                 }
-        for (size_t i = 0; i < d->ngpus && nr; i++) {
+        for (size_t i = 0; i < d->ngpus; i++) {
+                if (!d->gpu_info[i].procs_known)
+                        continue;
                 memset(on_gpu, 0, nr * sizeof(on_gpu[0]));
+                int64_t foreign = 0; /* processes of no task of ours: another user's, a display server */
                 for (int k = 0; k < d->gpu_info[i].n_procs; k++) {
                         const gp_gpu_proc *p = &d->gpu_info[i].procs[k];
-                        int w = gp_host_descends(p->pid, roots, nr);
+                        int w = nr ? gp_host_descends(p->pid, roots, nr) : -1;
                         if (w >= 0 && p->used_mb > 0) {
                                 sums[w] += p->used_mb;
                                 on_gpu[w] += p->used_mb;
+                        } else if (w < 0 && p->used_mb > 0) {
+                                foreign += p->used_mb;
                         }
                 }
+                more |= gp_sched_gpu_set_foreign(d->sched, d->gpu_ids[i], foreign < (1LL << 40) ? foreign : 1LL << 40) > 0;
                 for (size_t w = 0; w < nr; w++)
                         if (on_gpu[w] > most[w])
                                 most[w] = on_gpu[w];
@@ -291,6 +299,7 @@ void gp_tele_local_sample(gp_daemon *d) {
                         t->gpu_mem_peak_mb = sums[i];
                 watch(d, t, most[i], now);
         }
+        return more;
 }
 
 /* The watchdog's look at t, whose processes use max_gpu_mb at most on one
@@ -354,11 +363,24 @@ static bool gpu_lists_procs(gp_daemon *d, uint32_t g) {
 }
 
 const char *gp_tele_gpu_isolation(gp_daemon *d, uint32_t g) {
+        gp_sched_gpu_view v;
+        if (gp_sched_gpu_get(d->sched, g, &v) == 0 && gp_gpu_is_mig(v.uuid))
+                return "mig";
+        if (gp_mps_gpu_on(d, g))
+                return "mps";
         return d->cfg.gpu_watchdog && gpu_lists_procs(d, g) ? "watchdog" : "none";
 }
 
 const char *gp_tele_task_isolation(gp_daemon *d, const gp_task *t) {
-        if (t->memory_mb <= 0 || !d->cfg.gpu_watchdog)
+        if (t->memory_mb <= 0) { /* whole devices: MIG instances are fenced from their board's others */
+                bool mig = t->n_gpus > 0;
+                for (int i = 0; i < t->n_gpus; i++)
+                        mig = mig && gp_gpu_is_mig(t->gpus[i].uuid);
+                return mig ? "mig" : "none";
+        }
+        if (gp_mps_task_on(d, t))
+                return "mps";
+        if (!d->cfg.gpu_watchdog)
                 return "none";
         for (int i = 0; i < t->n_gpus; i++) { /* running: as its GPUs say */
                 uint32_t g;

@@ -64,7 +64,7 @@ struct gp_buf;
 int gp_tele_task_write(struct gp_daemon *d, const gp_task *t, struct gp_buf *b);
 /* The server's own GPUs were read (d->gpu_info): each process listed is
  * charged to the running task whose supervisor it descends from. */
-void gp_tele_local_sample(struct gp_daemon *d);
+bool gp_tele_local_sample(struct gp_daemon *d);
 /* A node's readings came: the peaks of the tasks they name or named
  * (ids, gp_node_tele_take's touched), and the watchdog's look at them. */
 void gp_tele_node_tasks(struct gp_daemon *d, const int64_t *ids, size_t n);
@@ -78,12 +78,14 @@ void gp_tele_node_synced(struct gp_daemon *d, const char *node, const gp_proto_s
  * standing.  The loop, d->lock held. */
 void gp_tele_tick(struct gp_daemon *d, int64_t now);
 
-/* How task t's GPU memory is isolated (docs/isolation.md): "watchdog"
+/* How task t's GPU memory is isolated (docs/isolation.md): "mig" (it
+ * holds whole MIG instances, each fenced by the hardware), "watchdog"
  * (it shares its GPUs, asking memory_mb, and the watchdog reads its
  * processes' memory there), or "none" (a whole GPU: nobody to protect; the
  * watchdog off; or a driver that lists no processes). */
 const char *gp_tele_task_isolation(struct gp_daemon *d, const gp_task *t);
-/* The same for GPU g: "watchdog" when on and its readings list processes. */
+/* The same for GPU g: "mig" for a MIG instance, else "watchdog" when on and
+ * its readings list processes. */
 const char *gp_tele_gpu_isolation(struct gp_daemon *d, uint32_t g);
 
 /* The readings of scheduler GPU g, the server's own or an agent's (NULL

@@ -34,6 +34,7 @@
 #include "server/commit.h"
 #include "server/monitor.h"
 #include "server/nodes-fence.h"
+#include "server/nodes-int.h"
 #include "server/nodes-join.h"
 #include "server/nodes-run.h"
 #include "server/nodes-tele.h"
@@ -47,92 +48,6 @@
 #define MAX_TOKENS 1000         /* join tokens made through the API */
 #define NODE_META_MAX (1 << 20) /* a stored node record or index */
 
-typedef struct node_gpu {
-        gp_proto_gpu g;
-        uint32_t sid;               /* the scheduler's GPU id */
-} node_gpu;
-
-typedef struct gp_node {
-        char name[GP_NODE_MAX];
-        gp_node_state state;
-        bool drain;                 /* drained by an admin (kept while lost) */
-        char cred[65];              /* hex SHA-256 of its credential; "" = none (left) */
-        char address[GP_PROTO_ADDR_MAX];
-        char labels[GP_LABELS_MAX]; /* canonical, without the implicit gpupool/node */
-        char version[GP_PROTO_VERSION_MAX];
-        char backend[GP_PROTO_BACKEND_MAX];
-        int64_t joined_ms, left_ms, hb_ms;
-        int64_t seq;                /* the last sync's seq taken (at start: seq_floor) */
-        int64_t seq_floor;          /* stored: after a restart every seq up to it is a replay (cluster/ident.h) */
-        int64_t join_seq;           /* stored: the seq of the join that made its credential */
-        char machine[65];           /* stored: hex SHA-256 of its machine key ("" = none) */
-        int full_page;              /* the next page of the full sync it is sending; -1 = none */
-        gp_i64map fullset;          /* FULL_KEY(task, epoch): runs listed in that full sync's pages so far */
-        bool synced;                /* a full sync since the server started */
-        bool restored;              /* known from the store at this start, not heard from since: no new work */
-        bool dirty;                 /* its record is to be stored (in nodes->dirty) */
-        bool touched;               /* in nodes->touched: got starts or stops since the last flush */
-        bool leaving;               /* removed: its GPUs are still in the scheduler */
-        bool removing;              /* removal asked: its runs are stopping; it leaves when they ended */
-        int ngpus;
-        node_gpu *gpus;
-        gp_list hb;                 /* in by_hb while ready or draining */
-        int64_t hb_mono;            /* hb_ms on the monotonic clock: liveness and fencing count on it */
-        int64_t paused_at;          /* the server's paused_ms at hb_ms (nodes-fence.h) */
-        gp_list fl;                 /* in fencing while lost and its runs may still run */
-        struct hreq *held;          /* a sync held until there is something to send */
-        int64_t held_seq, held_until;
-        gp_list hl;                 /* in held, while held */
-        gp_proto_run_id *ostart;    /* runs to start */
-        size_t nostart, capostart;
-        gp_proto_stop *ostop;       /* runs to stop */
-        size_t nostop, capostop;
-        gp_i64map seen;             /* task -> epoch: runs its agent reported since the server started */
-        gp_i64map stopping;         /* task -> (epoch << 2 | why) + 1: a stop sent again until its end */
-        struct gp_node_tele *tele;  /* its last readings (nodes-tele.h), NULL before the first */
-} gp_node;
-
-typedef struct jtoken {
-        char id[24];
-        char hash[72];              /* "sha256:<hex>" */
-        int64_t created_ms, expires_ms;
-        bool revoked;
-} jtoken;
-
-/* What the loop found for the answer of one sync (the cmd's reply). */
-typedef struct node_reply {
-        bool want_full;
-        int status;                 /* 0 = 200 */
-        char error[160];
-        gp_proto_offset *off;
-        size_t noff, capoff;
-} node_reply;
-
-struct gp_nodes {
-        gp_node **v;
-        size_t n, cap;
-        gp_i64map by_name;          /* FNV-1a of the name -> gp_node* */
-        gp_i64map by_uuid;          /* FNV-1a of a GPU uuid -> the node (not left) that has it */
-        gp_list by_hb;              /* oldest heartbeat first */
-        gp_list unseen;             /* known at start, no sync since: lost at grace_until */
-        gp_list held;               /* held syncs, the earliest deadline first */
-        jtoken *tok;
-        size_t ntok, captok;
-        int64_t next_tok;
-        bool tok_dirty, index_dirty;
-        char (*forgot)[GP_NODE_MAX]; /* left nodes forgotten by this batch: their records are emptied */
-        size_t nforgot, capforgot;
-        gp_node **dirty;            /* nodes whose record is to be stored */
-        size_t ndirty, capdirty;
-        gp_node **touched;          /* nodes that got starts or stops since the last flush */
-        size_t ntouched, captouched;
-        gp_node_ev *ev;
-        size_t nev, capev;
-        int64_t grace_until;        /* when the nodes still unseen are lost */
-        gp_list fencing;            /* lost nodes whose tasks that fence wait for it (nodes-fence.h) */
-        gp_pause_clock pause;       /* time the server did not run, held against no node */
-        int nrestored;              /* nodes with restored set */
-};
 
 static const char *const state_names[] = {"ready", "draining", "lost", "left"};
 
@@ -209,16 +124,25 @@ static gp_node_ev *event(gp_nodes *ns, gp_node_ev_kind kind, int64_t task, int r
         return e;
 }
 
-static void push_start(gp_nodes *ns, gp_node *n, gp_proto_run_id id) {
+/* Put run id into one of n's run-id outboxes (starts, resizes), once. */
+static void push_id(gp_nodes *ns, gp_node *n, gp_proto_run_id **box, size_t *len, size_t *cap, gp_proto_run_id id) {
         touch(ns, n);
-        for (size_t i = 0; i < n->nostart; i++)
-                if (n->ostart[i].task == id.task && n->ostart[i].epoch == id.epoch)
+        for (size_t i = 0; i < *len; i++)
+                if ((*box)[i].task == id.task && (*box)[i].epoch == id.epoch)
                         return;
-        gp_proto_run_id *v = gp_vec_grow(n->ostart, &n->capostart, n->nostart + 1, sizeof(*v), 8);
+        gp_proto_run_id *v = gp_vec_grow(*box, cap, *len + 1, sizeof(*v), 8);
         if (!v)
                 oom();
-        n->ostart = v;
-        v[n->nostart++] = id;
+        *box = v;
+        v[(*len)++] = id;
+}
+
+static void push_start(gp_nodes *ns, gp_node *n, gp_proto_run_id id) {
+        push_id(ns, n, &n->ostart, &n->nostart, &n->capostart, id);
+}
+
+static void push_resize(gp_nodes *ns, gp_node *n, gp_proto_run_id id) {
+        push_id(ns, n, &n->oresize, &n->noresize, &n->caporesize, id);
 }
 
 static void push_stop(gp_nodes *ns, gp_node *n, gp_proto_run_id id, gp_proto_stop_why why) {
@@ -265,10 +189,16 @@ static const char *node_at(const gp_task *t, int rank) {
         return NULL;
 }
 
-/* Is this run t's current run on node n? */
+/* Is this run t's current run on node n?  Not a run of a task elastic
+ * in nodes that gave n up (stopped, not as a cancel, in this very epoch):
+ * if the task takes n again, its new rank there may carry the old run's
+ * id, and the old run's end is not the task's. */
 static bool current(const gp_task *t, const gp_node *n, gp_proto_run_id id) {
-        return t && t->state == GP_TASK_RUNNING && !t->is_lease && gp_nodes_remote(t) &&
-               id.epoch == gp_task_run_epoch(t) && rank_of(t, n->name) == id.rank;
+        if (!t || t->state != GP_TASK_RUNNING || t->is_lease || !gp_nodes_remote(t) ||
+            id.epoch != gp_task_run_epoch(t) || rank_of(t, n->name) != id.rank)
+                return false;
+        intptr_t st = t->elastic_max_nodes > 0 ? (intptr_t)gp_i64map_get(&n->stopping, id.task) : 0;
+        return !st || ((st - 1) >> 2) != id.epoch || ((st - 1) & 3) == GP_PROTO_STOP_CANCEL;
 }
 
 /* ---- the registry ---- */
@@ -342,9 +272,9 @@ static void node_inventory(gp_daemon *d, gp_node *n) {
                 gp_sched_gpu_set_healthy(d->sched, g->sid, up);
         }
         gp_sched_node_set_drained(d->sched, n->name, n->drain);
-        /* an agent runs parts of multi-node tasks; elastic tasks stay on node local, whose
-         * supervisors are told of resizes (agents are not, yet) */
-        gp_sched_node_set_allow(d->sched, n->name, GP_SCHED_NODE_MULTI);
+        /* an agent runs parts of multi-node tasks, and elastic tasks when it applies resizes
+         * (an older agent would not tell its task that GPUs were taken away) */
+        gp_sched_node_set_allow(d->sched, n->name, GP_SCHED_NODE_MULTI | (n->resize ? GP_SCHED_NODE_ELASTIC : 0));
         /* its labels (at most GP_LABELS_N, no gpupool/ key: checked at join) and the implicit one */
         char labels[GP_LABELS_MAX + 80];
         snprintf(labels, sizeof(labels), "%s%sgpupool/node=%s", n->labels, n->labels[0] ? "," : "", n->name);
@@ -447,7 +377,7 @@ static void node_gone(gp_daemon *d, gp_node *n, const char *why, bool only_unfen
                         gp_sched_gpu_set_healthy(d->sched, n->gpus[i].sid, false);
         if (only_unfenced)
                 return;
-        n->nostart = n->nostop = 0;
+        n->nostart = n->nostop = n->noresize = 0;
         gp_i64map_done(&n->seen);
         gp_i64map_init(&n->seen);
         gp_i64map_done(&n->stopping);
@@ -467,12 +397,12 @@ static json_t *gpus_json(const node_gpu *g, int n) {
 }
 
 static char *node_record(const gp_node *n) {
-        json_t *j = json_pack("{s:s,s:s,s:b,s:b,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o,s:s,s:I,s:I}", "name", n->name, "state",
+        json_t *j = json_pack("{s:s,s:s,s:b,s:b,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o,s:s,s:I,s:I,s:b}", "name", n->name, "state",
                               gp_node_state_name(n->state), "drain", n->drain, "removing", n->removing, "cred", n->cred, "address", n->address,
                               "labels", n->labels, "version", n->version, "backend", n->backend, "joined_ms",
                               (json_int_t)n->joined_ms, "left_ms", (json_int_t)n->left_ms, "gpus",
                               gpus_json(n->gpus, n->ngpus), "machine", n->machine, "join_seq", (json_int_t)n->join_seq,
-                              "seq_floor", (json_int_t)n->seq_floor);
+                              "seq_floor", (json_int_t)n->seq_floor, "resize", n->resize);
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
         return s;
@@ -499,6 +429,7 @@ static int node_from_record(gp_node *n, const char *text) {
                 goto out;
         n->drain = json_is_true(json_object_get(j, "drain"));
         n->removing = json_is_true(json_object_get(j, "removing"));
+        n->resize = json_is_true(json_object_get(j, "resize"));
         n->joined_ms = json_integer_value(json_object_get(j, "joined_ms"));
         n->left_ms = json_integer_value(json_object_get(j, "left_ms"));
         n->join_seq = json_integer_value(json_object_get(j, "join_seq"));
@@ -691,6 +622,7 @@ void gp_nodes_close(gp_daemon *d) {
                 gp_node_tele_free(n->tele);
                 free(n->ostart);
                 free(n->ostop);
+                free(n->oresize);
                 gp_i64map_done(&n->seen);
                 gp_i64map_done(&n->stopping);
                 gp_i64map_done(&n->fullset);
@@ -734,7 +666,7 @@ static void stop_done(gp_node *n, gp_proto_run_id id) {
 
 /* Has n anything to be sent now? */
 static bool sendable(const gp_node *n) {
-        return n->nostop || (n->nostart && !stops_pending(n));
+        return n->nostop || n->noresize || (n->nostart && !stops_pending(n));
 }
 
 /* The body limit agents are told (server.max_body_bytes, at most what they may send). */
@@ -784,6 +716,22 @@ static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto
                 }
                 memmove(n->ostart, n->ostart + i, (n->nostart - i) * sizeof(*n->ostart));
                 n->nostart -= i;
+        }
+        if (n->noresize) {
+                /* each with the run's GPUs as they are now (several resizes in a row: the last) */
+                size_t i = 0;
+                if (!(a.resize = calloc(n->noresize < GP_PROTO_MAX_RUNS ? n->noresize : GP_PROTO_MAX_RUNS,
+                                        sizeof(*a.resize))))
+                        oom();
+                for (; i < n->noresize && a.n_resize < GP_PROTO_MAX_RUNS; i++) {
+                        gp_task *t = gp_i64map_get(&d->tasks, n->oresize[i].task);
+                        if (!current(t, n, n->oresize[i]) || t->elastic_max_gpus <= 0)
+                                continue;
+                        a.resize[a.n_resize].id = n->oresize[i];
+                        gp_nodes_task_mask(t, n->name, &a.resize[a.n_resize++].gpus);
+                }
+                memmove(n->oresize, n->oresize + i, (n->noresize - i) * sizeof(*n->oresize));
+                n->noresize -= i;
         }
         size_t nstop = n->nostop < GP_PROTO_MAX_RUNS ? n->nostop : GP_PROTO_MAX_RUNS;
         a.stop = n->ostop;
@@ -1050,6 +998,31 @@ void gp_nodes_start(gp_daemon *d, const gp_task *t) {
         }
 }
 
+void gp_nodes_resized(gp_daemon *d, const gp_task *t) {
+        if (t->elastic_max_nodes > 0) { /* its new ranks start (an agent takes a start it holds as done) */
+                gp_nodes_start(d, t);
+                return;
+        }
+        gp_node *n = t->n_gpus ? find(d->nodes, t->gpus[0].node) : NULL;
+        if (n && t->elastic_max_gpus > 0) /* one node: rank 0 */
+                push_resize(d->nodes, n, (gp_proto_run_id){t->id, gp_task_run_epoch(t), 0});
+}
+
+/* Stop run id on n: a start not sent yet is not sent at all, and there
+ * is no run to wait for (a stop of an older run stays pending); else the
+ * stop goes out and, but for a cancel, holds n's starts until it ended. */
+static void stop_run(gp_nodes *ns, gp_node *n, gp_proto_run_id id, gp_proto_stop_why why) {
+        bool unsent = false;
+        for (size_t i = 0; i < n->nostart && !unsent; i++)
+                if (n->ostart[i].task == id.task) {
+                        n->ostart[i] = n->ostart[--n->nostart];
+                        unsent = true;
+                }
+        push_stop(ns, n, id, why);
+        if (!unsent && gp_i64map_put(&n->stopping, id.task, (void *)(intptr_t)(((id.epoch << 2) | why) + 1)) < 0)
+                oom();
+}
+
 void gp_nodes_stop(gp_daemon *d, const gp_task *t, gp_proto_stop_why why) {
         int64_t epoch = gp_task_run_epoch(t);
         for (int rank = 0;; rank++) {
@@ -1057,20 +1030,20 @@ void gp_nodes_stop(gp_daemon *d, const gp_task *t, gp_proto_stop_why why) {
                 if (!name)
                         break;
                 gp_node *n = find(d->nodes, name);
-                if (!n)
+                if (n)
+                        stop_run(d->nodes, n, (gp_proto_run_id){t->id, epoch, rank}, why);
+        }
+}
+
+void gp_nodes_gave_up(gp_daemon *d, const gp_task *t, const gp_task_gpu *was, int was_n) {
+        int64_t epoch = gp_task_run_epoch(t);
+        for (int i = 0, rank = -1; i < was_n; i++) {
+                if (i > 0 && !strcmp(was[i - 1].node, was[i].node))
                         continue;
-                gp_proto_run_id id = {t->id, epoch, rank};
-                /* a start not sent yet is not sent at all, and there is no
-                 * run to wait for (a stop of an older run stays pending) */
-                bool unsent = false;
-                for (size_t i = 0; i < n->nostart && !unsent; i++)
-                        if (n->ostart[i].task == t->id) {
-                                n->ostart[i] = n->ostart[--n->nostart];
-                                unsent = true;
-                        }
-                push_stop(d->nodes, n, id, why);
-                if (!unsent && gp_i64map_put(&n->stopping, t->id, (void *)(intptr_t)(((epoch << 2) | why) + 1)) < 0)
-                        oom();
+                rank++;
+                gp_node *n = rank_of(t, was[i].node) == rank ? NULL : find(d->nodes, was[i].node);
+                if (n)
+                        stop_run(d->nodes, n, (gp_proto_run_id){t->id, epoch, rank}, GP_PROTO_STOP_PREEMPT);
         }
 }
 
@@ -1133,31 +1106,50 @@ static void reply_offset(node_reply *rp, gp_proto_run_id id, int64_t off) {
 
 /* A GPU report of node n: health changes go to the scheduler; a GPU that
  * failed under a task takes the task with it (an event). */
-static void take_gpus(gp_daemon *d, gp_node *n, const gp_proto_sync *m) {
-        for (int i = 0; i < m->n_gpus; i++) {
-                const gp_proto_gpu *g = &m->gpus[i];
-                node_gpu *mine = NULL;
-                for (int k = 0; k < n->ngpus && !mine; k++)
-                        if (n->gpus[k].g.index == g->index)
-                                mine = &n->gpus[k];
-                if (!mine || mine->sid == UINT32_MAX)
-                        continue; /* GPUs are named at join: a new one needs a new join */
-                bool was = mine->g.healthy;
-                mine->g.healthy = g->healthy;
+/* Another device at a joined GPU's index, or none (m lists them all): a
+ * new GPU or MIG layout (docs/isolation.md#mig-instances). */
+static bool gpu_moved(gp_node *n, const node_gpu *mine, const gp_proto_gpu *g) {
+        if (g && !strcmp(g->uuid, mine->g.uuid))
+                return false;
+        if (mine->g.healthy)
+                gp_warn("node %s: GPU %d is %s%s, not %s: no new work there until the node is removed and joins "
+                        "again (a new GPU or MIG layout?)",
+                        n->name, mine->g.index, g ? "now " : "gone", g ? g->uuid : "", mine->g.uuid);
+        return true;
+}
+
+/* A joined GPU's health from the agent's list (g NULL: not in it). */
+static void take_gpu(gp_daemon *d, gp_node *n, node_gpu *mine, const gp_proto_gpu *g) {
+        bool was = mine->g.healthy, moved = gpu_moved(n, mine, g);
+        mine->g.healthy = g && g->healthy && !moved;
+        if (g && !moved)
                 mine->g.memory_mb = g->memory_mb > 0 ? g->memory_mb : mine->g.memory_mb;
-                gp_sched_gpu_set_healthy(d->sched, mine->sid, g->healthy && !n->restored);
-                if (was && !g->healthy) {
-                        int k;
-                        int64_t *ids = gpu_tasks(d, mine->sid, &k);
-                        for (int j = 0; j < k; j++) {
-                                gp_task *t = gp_i64map_get(&d->tasks, ids[j]);
-                                if (!t || t->state != GP_TASK_RUNNING)
-                                        continue;
-                                gp_node_ev *e = event(d->nodes, GP_NODE_EV_LOST, t->id, rank_of(t, n->name));
-                                snprintf(e->why, sizeof(e->why), "GPU %s:%d failed", n->name, g->index);
-                        }
-                        free(ids);
+        gp_sched_gpu_set_healthy(d->sched, mine->sid, mine->g.healthy && !n->restored);
+        if (was && !mine->g.healthy) {
+                int k;
+                int64_t *ids = gpu_tasks(d, mine->sid, &k);
+                for (int j = 0; j < k; j++) {
+                        gp_task *t = gp_i64map_get(&d->tasks, ids[j]);
+                        if (!t || t->state != GP_TASK_RUNNING)
+                                continue;
+                        gp_node_ev *e = event(d->nodes, GP_NODE_EV_LOST, t->id, rank_of(t, n->name));
+                        snprintf(e->why, sizeof(e->why), "GPU %s:%d failed", n->name, mine->g.index);
                 }
+                free(ids);
+        }
+}
+
+/* m lists every GPU of the node: each joined one takes its health; GPUs
+ * are named at join, so a new one needs a new join. */
+static void take_gpus(gp_daemon *d, gp_node *n, const gp_proto_sync *m) {
+        for (int k = 0; k < n->ngpus; k++) {
+                node_gpu *mine = &n->gpus[k];
+                const gp_proto_gpu *g = NULL;
+                for (int i = 0; i < m->n_gpus && !g; i++)
+                        if (m->gpus[i].index == mine->g.index)
+                                g = &m->gpus[i];
+                if (mine->sid != UINT32_MAX)
+                        take_gpu(d, n, mine, g);
         }
 }
 
@@ -1232,6 +1224,12 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                                 push_stop(d->nodes, n, r->id, (gp_proto_stop_why)((st - 1) & 3));
                         if (m->full)
                                 reply_offset(rp, r->id, gp_nodes_log_size(d, r->id));
+                        if (r->has_alloc && t->elastic_max_gpus > 0) { /* its GPUs as its agent knows them */
+                                gp_proto_mask now_mask;
+                                gp_nodes_task_mask(t, n->name, &now_mask);
+                                if (memcmp(&now_mask, &r->alloc, sizeof(now_mask)))
+                                        push_resize(d->nodes, n, r->id);
+                        }
                         continue;
                 }
                 /* exited: the end of a current run is the task's business;
@@ -1310,35 +1308,6 @@ static bool token_ok(gp_daemon *d, const char *token, int64_t now) {
 
 
 /* ---- node JSON (GET /api/v1/nodes, admin answers) ---- */
-
-static json_t *node_json(gp_daemon *d, const gp_node *n) {
-        uint32_t *sids = n->ngpus ? calloc((size_t)n->ngpus, sizeof(*sids)) : NULL;
-        if (n->ngpus && !sids)
-                return NULL;
-        for (int i = 0; i < n->ngpus; i++)
-                sids[i] = n->state == GP_NODE_LEFT ? UINT32_MAX : n->gpus[i].sid;
-        int busy, runs;
-        json_t *g = gp_nodes_sched_gpus_json(d, n->name, sids, n->ngpus, &busy, &runs);
-        free(sids);
-        if (n->state == GP_NODE_LEFT) { /* its GPUs as it had them */
-                json_decref(g);
-                g = json_array();
-                for (int i = 0; g && i < n->ngpus; i++)
-                        json_array_append_new(g, json_pack("{s:i,s:s,s:s,s:I,s:b,s:b,s:i}", "index", n->gpus[i].g.index,
-                                                           "uuid", n->gpus[i].g.uuid, "name", n->gpus[i].g.name,
-                                                           "memory_mb", (json_int_t)n->gpus[i].g.memory_mb, "healthy",
-                                                           false, "drained", true, "tasks", 0));
-        }
-        json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o,s:b}", "name", n->name, "state",
-                              gp_node_state_name(n->state), "address", n->address, "labels",
-                              gp_nodes_labels_json(n->labels, n->name), "version", n->version, "backend", n->backend,
-                              "last_heartbeat_ms", (json_int_t)n->hb_ms, "joined_ms", (json_int_t)n->joined_ms,
-                              "gpus_total", n->ngpus, "gpus_busy", busy, "runs", runs, "gpus", g, "synced", !n->restored);
-        const gp_node_tele *t = gp_nodes_tele(d, n->name); /* none while lost or left */
-        if (o)
-                gp_node_host_json(gp_node_tele_host(t), gp_node_tele_at(t), o);
-        return o;
-}
 
 static char *dump(json_t *j) {
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -1495,6 +1464,7 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
         gp_strlcpy(n->cred, h + 7, sizeof(n->cred));
         explicit_bzero(h, sizeof(h));
         gp_strlcpy(n->address, j->address, sizeof(n->address));
+        n->resize = j->resize;
         gp_strlcpy(n->labels, j->labels, sizeof(n->labels));
         gp_strlcpy(n->version, j->version, sizeof(n->version));
         gp_strlcpy(n->backend, j->backend, sizeof(n->backend));
@@ -1599,7 +1569,7 @@ static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
         mark_dirty(d->nodes, n);
         gp_info("node %s: %s by %s", n->name, gp_node_state_name(n->state), nc->who);
         *status = 200;
-        *body = dump(node_json(d, n));
+        *body = dump(gp_nodes_node_json(d, n));
 }
 
 static void apply_token(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, char **body) {
@@ -1846,6 +1816,19 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
         size_t ntouched = 0;
         if ((m->n_tele || m->has_host) && gp_node_tele_take(&n->tele, m, now, touched, 256, &ntouched) < 0)
                 gp_warn("node %s: no memory for its GPUs' readings; the last ones stay", n->name);
+        bool more = false; /* memory of processes not the pool's shrinks what a GPU offers */
+        for (int i = 0; i < m->n_tele; i++) {
+                const gp_proto_tele *g = &m->tele[i];
+                int64_t foreign = 0;
+                for (int k = 0; g->procs_known && k < g->n_procs; k++)
+                        foreign += g->procs[k].task == 0 ? g->procs[k].used_mb : 0;
+                for (int k = 0; g->procs_known && k < n->ngpus; k++)
+                        if (n->gpus[k].g.index == g->index && n->gpus[k].sid != UINT32_MAX)
+                                more |= gp_sched_gpu_set_foreign(d->sched, n->gpus[k].sid,
+                                                                 foreign < (1LL << 40) ? foreign : 1LL << 40) > 0;
+        }
+        if (more)
+                gp_daemon_kick(d); /* a run may start something there now */
         gp_tele_node_synced(d, n->name, m, touched, ntouched); /* its tasks' readings, its CPUs and RAM */
         if (n->held) /* a newer sync: the held one goes now, empty */
                 answer_held(d, n, 0, false, false);
@@ -1875,7 +1858,7 @@ static int h_nodes(struct hreq *r, const gp_route_arg *a) {
         json_t *out;
         if (a->name[0]) {
                 gp_node *n = find(d->nodes, a->name);
-                out = !strcmp(a->name, "local") ? gp_nodes_local_json(d) : n ? node_json(d, n) : NULL;
+                out = !strcmp(a->name, "local") ? gp_nodes_local_json(d) : n ? gp_nodes_node_json(d, n) : NULL;
                 if (!out) {
                         pthread_mutex_unlock(&d->lock);
                         return gp_http_send(r, 404, error_body("not_found", "no node %s", a->name), 0);
@@ -1886,7 +1869,7 @@ static int h_nodes(struct hreq *r, const gp_route_arg *a) {
                 if (l)
                         json_array_append_new(list, l);
                 for (size_t i = 0; list && i < d->nodes->n; i++)
-                        json_array_append_new(list, node_json(d, d->nodes->v[i]));
+                        json_array_append_new(list, gp_nodes_node_json(d, d->nodes->v[i]));
                 out = json_pack("{s:s,s:o}", "backend", d->backend, "nodes", list);
         }
         pthread_mutex_unlock(&d->lock);

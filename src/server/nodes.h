@@ -113,6 +113,15 @@ void gp_nodes_start(struct gp_daemon *d, const gp_task *t);
 /* Stop t's current runs on its nodes (cancel, preempt, stale).  For
  * cancel and preempt the stop is sent again until the run's end is
  * reported.  Call before the task's epoch changes. */
+/* t (an elastic task on an agent node, its new GPU set stored) is told
+ * of it with its node's next answer. */
+void gp_nodes_resized(struct gp_daemon *d, const gp_task *t);
+/* t, elastic in whole nodes, gave up nodes: was[0..was_n) held its GPUs
+ * before (t->gpus the new set, the kept nodes first in their order).  Each
+ * run on a node it no longer has is stopped as preempted, and that node
+ * starts nothing until the run ended (in the batch that stores the new
+ * set: stops go out before the answer, as gp_nodes_stop's). */
+void gp_nodes_gave_up(struct gp_daemon *d, const gp_task *t, const gp_task_gpu *was, int was_n);
 void gp_nodes_stop(struct gp_daemon *d, const gp_task *t, gp_proto_stop_why why);
 /* A task ended: forget what its runs reported (the acks of their ends are
  * sent as the agents report them). */

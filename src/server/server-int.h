@@ -240,6 +240,7 @@ typedef struct gp_daemon {
         struct gp_idem *idem;       /* Idempotency-Key: keys in flight, answers to keep (idem.h) */
         struct gp_history *history; /* runs ended in this batch, to store with it (history.h) */
         bool nodes_local_drain_changed; /* node local drained or undrained: store "drained" (loop thread) */
+        struct gp_mps *mps;         /* gpus.sharing: mps, the MPS control daemons (mps.h) */
 } gp_daemon;
 
 /* daemon.c */

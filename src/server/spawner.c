@@ -12,6 +12,7 @@
 #include "base/util.h"
 #include "base/vec.h"
 #include "exec/exec.h"
+#include "server/mps.h"
 #include "server/nodes.h"
 
 #include <errno.h>
@@ -54,7 +55,10 @@ void take_spawn_failures(gp_daemon *d, batch *b, int64_t now) {
                         defer_spawn(d, t->id);
                         continue;
                 }
-                set_reason(t, "could not start its supervisor: %s", gp_strerror(rc));
+                if (rc == -GP_EMPS) /* its GPU's MPS control daemon: why, as the GPU says */
+                        gp_mps_spawn_reason(d, t, t->reason, sizeof(t->reason));
+                else
+                        set_reason(t, "could not start its supervisor: %s", gp_strerror(rc));
                 finish(d, b, t, GP_TASK_FAILED, now);
         }
         free(v);

@@ -3,6 +3,7 @@
 
 #include "base/labels.h"
 #include "cluster/proto.h"
+#include "core/sched.h"
 #include "base/notice.h"
 
 #include "base/text.h"
@@ -88,12 +89,13 @@ static int parse_priority(json_t *v, bool seed, int *ret, char *err, size_t errl
         return fail(err, errlen, "%s", seed ? seed_msg : msg);
 }
 
-/* command, env, workdir, on_node_lost -> the spec JSON stored with the
- * task (script: command[4] is a stored script, allowed its own size bound;
- * "on_node_lost" only when "requeue": the default, "fence", is its
- * absence, so specs stored before it mean the same). */
+/* command, env, workdir, on_node_lost, compute_pct -> the spec JSON
+ * stored with the task (script: command[4] is a stored script, allowed its
+ * own size bound; "on_node_lost" only when "requeue": the default,
+ * "fence", is its absence, so specs stored before it mean the same;
+ * "compute_pct" only when asked, 0 = not). */
 static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, json_t *onl, const char *notice,
-                      const gp_task *t, char **ret, char *err, size_t errlen) {
+                      int compute_pct, const gp_task *t, char **ret, char *err, size_t errlen) {
         if (!json_is_array(cmd))
                 return fail(err, errlen, "command: must be an array of strings, e.g. [\"python3\", \"train.py\"]");
         size_t n = json_array_size(cmd);
@@ -169,6 +171,8 @@ static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, js
                 json_decref(spec);
                 return -ENOMEM;
         }
+        if (compute_pct > 0) /* an MPS client's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (server/mps.h) */
+                json_object_set_new(spec, "compute_pct", json_integer(compute_pct));
         char *s = json_dumps(spec, JSON_COMPACT);
         json_decref(spec);
         if (!s)
@@ -297,6 +301,73 @@ static int parse_elastic(json_t *v, json_t *gpu_request, gp_task *t, char *err, 
         return 0;
 }
 
+/* elastic_nodes: {min_nodes, max_nodes}: whole nodes, min..max of them
+ * (sched.h "Elastic in whole nodes"); gpu_request becomes min_nodes (a
+ * lower bound of its GPUs), and the spec keeps it (gp_submit_spec_nodes). */
+static int parse_elastic_nodes(json_t *v, json_t *root, gp_task *t, char *err, size_t errlen) {
+        if (!json_is_object(v))
+                return fail(err, errlen, "elastic_nodes: must be an object {\"min_nodes\": N, \"max_nodes\": M}");
+        const char *key;
+        json_t *x;
+        json_object_foreach(v, key, x) {
+                if (strcmp(key, "min_nodes") != 0 && strcmp(key, "max_nodes") != 0)
+                        return fail(err, errlen, "elastic_nodes: unknown field '%.64s'", key);
+        }
+        int64_t min = 1, max;
+        int rc;
+        if ((x = json_object_get(v, "min_nodes")) &&
+            (rc = get_int(x, "elastic_nodes.min_nodes", 1, GP_SCHED_MAX_ENODES, &min, err, errlen)) < 0)
+                return rc;
+        if (!(x = json_object_get(v, "max_nodes")))
+                return fail(err, errlen, "elastic_nodes.max_nodes: missing");
+        if ((rc = get_int(x, "elastic_nodes.max_nodes", 1, GP_SCHED_MAX_ENODES, &max, err, errlen)) < 0)
+                return rc;
+        if (max < min)
+                return fail(err, errlen, "elastic_nodes: max_nodes (%" PRId64 ") is below min_nodes (%" PRId64 ")",
+                            max, min);
+        if (json_object_get(root, "gpu_request") || json_object_get(root, "memory_mb") ||
+            (json_object_get(root, "elastic") && !json_is_null(json_object_get(root, "elastic"))))
+                return fail(err, errlen, "elastic_nodes: the task holds whole nodes; leave out gpu_request, memory_mb "
+                                         "and elastic");
+        t->gpu_request = (int)min;
+        t->elastic_min_nodes = (int)min;
+        t->elastic_max_nodes = (int)max;
+        t->memory_mb = 0;
+        t->exclusive = true;
+        return 0;
+}
+
+/* Keep "elastic_nodes" in t's spec (its only stored copy).  0, -ENOMEM. */
+static int spec_add_nodes(gp_task *t) {
+        json_t *spec = json_loads(t->spec, 0, NULL);
+        json_t *en = json_pack("{s:i, s:i}", "min_nodes", t->elastic_min_nodes, "max_nodes", t->elastic_max_nodes);
+        char *s = spec && en && json_object_set_new(spec, "elastic_nodes", en) == 0 ? json_dumps(spec, JSON_COMPACT)
+                                                                                     : NULL;
+        if (!spec)
+                json_decref(en);
+        json_decref(spec);
+        if (!s)
+                return -ENOMEM;
+        free(t->spec);
+        t->spec = s;
+        return 0;
+}
+
+void gp_submit_spec_nodes(gp_task *t) {
+        t->elastic_min_nodes = t->elastic_max_nodes = 0;
+        if (!t->spec || !strstr(t->spec, "\"elastic_nodes\""))
+                return;
+        json_t *spec = json_loads(t->spec, 0, NULL);
+        json_t *en = json_object_get(spec, "elastic_nodes");
+        json_int_t min = json_integer_value(json_object_get(en, "min_nodes")),
+                   max = json_integer_value(json_object_get(en, "max_nodes"));
+        if (min >= 1 && min <= max && max <= GP_SCHED_MAX_ENODES) {
+                t->elastic_min_nodes = (int)min;
+                t->elastic_max_nodes = (int)max;
+        }
+        json_decref(spec);
+}
+
 /* "node_selector": {"k": "v", ...}: the labels its nodes must have, kept
  * in their canonical text (base/labels.h). */
 static int parse_selector(json_t *v, gp_task *t, char *err, size_t errlen) {
@@ -333,7 +404,7 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 "tenant_id", "name", "gpu_request", "memory_mb", "exclusive", "priority", "command",
                 "env", "workdir", "model", "gpu_model", "preemptible", "timeout_s", "queue_timeout_s",
                 "lease_ttl_s", "max_retries", "elastic", "array", "node_selector", "script", "on_node_lost",
-                "signal", "cpus", "host_memory_mb", NULL,
+                "signal", "elastic_nodes", "compute_pct", "cpus", "host_memory_mb", NULL,
         };
         gp_array_spec arr = {0};
         if (errlen)
@@ -447,6 +518,9 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         if ((v = json_object_get(root, "elastic")) && !json_is_null(v) &&
             (rc = parse_elastic(v, json_object_get(root, "gpu_request"), &t, err, errlen)) < 0)
                 goto out;
+        if ((v = json_object_get(root, "elastic_nodes")) && !json_is_null(v) &&
+            (rc = parse_elastic_nodes(v, root, &t, err, errlen)) < 0)
+                goto out;
         json_t *cmd = json_object_get(root, "command");
         json_t *env = json_object_get(root, "env");
         json_t *wd = json_object_get(root, "workdir");
@@ -455,6 +529,17 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         json_t *sig = json_object_get(root, "signal");
         char notice[GP_NOTICE_TEXT_MAX], *nt = NULL;
         gp_notice n = {0};
+        int cpct = 0; /* compute_pct: a share of the GPU's compute, for a share of its memory */
+        if ((v = json_object_get(root, "compute_pct")) && !json_is_null(v)) {
+                if ((rc = get_int(v, "compute_pct", 1, 100, &x, err, errlen)) < 0)
+                        goto out;
+                bool batch = (cmd && !json_is_null(cmd)) || (script && !json_is_null(script));
+                if (t.memory_mb <= 0 || !batch) {
+                        rc = fail(err, errlen, "compute_pct: only for batch tasks that share a GPU (memory_mb)");
+                        goto out;
+                }
+                cpct = (int)x;
+        }
         if (sig && !json_is_null(sig)) {
                 if ((rc = gp_notice_from_json(sig, &n, err, errlen)) < 0 ||
                     (rc = gp_notice_format(&n, notice, sizeof(notice))) < 0)
@@ -465,14 +550,14 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 /* a script: "command" holds its arguments */
                 if ((rc = script_command(script, json_is_null(cmd) ? NULL : cmd, &n, &runner, err, errlen)) < 0)
                         goto out;
-                rc = build_spec(runner, env, wd, true, onl, nt, &t, &t.spec, err, errlen);
+                rc = build_spec(runner, env, wd, true, onl, nt, cpct, &t, &t.spec, err, errlen);
                 json_decref(runner);
                 if (rc < 0)
                         goto out;
                 cmd = script;
         }
         if (cmd && !json_is_null(cmd)) {
-                if (!t.spec && (rc = build_spec(cmd, env, wd, false, onl, nt, &t, &t.spec, err, errlen)) < 0)
+                if (!t.spec && (rc = build_spec(cmd, env, wd, false, onl, nt, cpct, &t, &t.spec, err, errlen)) < 0)
                         goto out;
                 if (json_object_get(root, "lease_ttl_s")) {
                         rc = fail(err, errlen, "lease_ttl_s: only for leases (tasks without command)");
@@ -488,6 +573,10 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                         goto out;
                 }
                 t.is_lease = true;
+                if (t.elastic_max_nodes) {
+                        rc = fail(err, errlen, "elastic_nodes: only for batch tasks (with command): each node runs it");
+                        goto out;
+                }
                 if ((v = json_object_get(root, "lease_ttl_s"))) {
                         if ((rc = get_int(v, "lease_ttl_s", 1, lim->max_lease_ttl_s, &x, err, errlen)) < 0)
                                 goto out;
@@ -496,6 +585,8 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         }
         if (t.memory_mb == 0)
                 t.exclusive = true;
+        if (t.elastic_max_nodes && (rc = spec_add_nodes(&t)) < 0)
+                goto out;
         if ((v = json_object_get(root, "array")) && !json_is_null(v)) {
                 if (t.is_lease) {
                         rc = fail(err, errlen, "array: only for batch tasks (with command)");

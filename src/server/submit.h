@@ -44,6 +44,8 @@ typedef struct gp_submit_limits {
  * urgent): (100 - p) * 9 / 100 rounded half up, so 100 -> P0, 50 -> P5,
  * 0 -> P9.  p must be 0..100. */
 int gp_submit_seed_tier(int p);
+/* A stored task's elastic_min_nodes/max_nodes, from its spec. */
+void gp_submit_spec_nodes(gp_task *t);
 
 /* Parse body[0..len) into *ret (zeroed first; ret->spec is malloc'd for a
  * batch task, NULL for a lease: free with gp_task_done).  The tenant is

@@ -112,6 +112,18 @@ def test_agent_gpu_readings_reach_api_cli_nodes_and_metrics(cluster):
     assert metric(text, "gpupool_gpu_sm_clock_hertz", node="tel-a", gpu="0") == 1755e6
     assert metric(text, "gpupool_gpu_ecc_errors_total", node="tel-a", gpu="0", type="corrected") == 3
 
+    # history, as the local GPUs': per-second points of the agent GPU's readings
+    def series(m, gpu):
+        r = cluster.server.api("GET", "/api/v1/monitor/history?metric=%s&gpu=%s&since=-60" % (m, gpu))
+        assert r.status_code == 200, r.text
+        s = r.json()["series"]
+        return s[0]["points"] if s else []
+    pts = wait_for(lambda: len(series("gpu_util_pct", "tel-b:0")) >= 2 and series("gpu_util_pct", "tel-b:0"), 15,
+                   "two history points of tel-b:0")
+    assert {p[1] for p in pts} == {88}, pts
+    assert {p[1] for p in series("gpu_temp_c", "tel-b:0")} == {71}
+    assert {p[1] for p in series("gpu_memory_used_mb", "tel-a:0")} == {1000}
+
 
 def test_a_change_arrives_at_once_and_a_lost_node_shows_none(cluster):
     # heartbeat 5 s, node timeout long: only an urgent change makes a sync before the next heartbeat

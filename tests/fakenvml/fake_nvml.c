@@ -46,8 +46,9 @@
  *       throttle=N|na       clocks-throttle-reason bits (decimal), default 0
  *       fail=none|all|LIST  calls that fail for this GPU; LIST is a comma list
  *                           of handle,name,uuid,memory,util,temp,power,topo,
- *                           clock,ecc,throttle,procs,events (events: the
- *                           GPU refuses nvmlDeviceRegisterEvents);
+ *                           clock,ecc,throttle,procs,events,mig (events: the
+ *                           GPU refuses nvmlDeviceRegisterEvents; mig: the
+ *                           MIG calls, nvmlDeviceGetMigMode and the rest);
  *                           all = every per-device call (handle included)
  *       fail_code=N         what a failing call returns, default 15
  *                           (NVML_ERROR_GPU_IS_LOST)
@@ -66,6 +67,36 @@
  *                           FAKE_NVML_GPU_MB=N and whose CUDA_VISIBLE_DEVICES
  *                           names this GPU's index, using N MiB on it, as a
  *                           CUDA program allocating N MiB on each GPU it sees
+ *                           (on a MIG instance's handle: the processes whose
+ *                           CUDA_VISIBLE_DEVICES names its MIG-... uuid)
+ *       foreign_mb=N        one more compute process, pid 1 (never a task's),
+ *                           using N MiB: a process outside gpupool, such as
+ *                           another user's job; default 0 (none)
+ *       mig=off|on|LIST     MIG (Multi-Instance GPU).  Without it the GPU
+ *                           cannot do MIG: nvmlDeviceGetMigMode and the other
+ *                           MIG calls answer NOT_SUPPORTED.  off: capable, MIG
+ *                           mode disabled; on: enabled, no instance yet; LIST:
+ *                           enabled with these MIG devices in slots 0, 1, ...
+ *                           (at most 7, nvmlDeviceGetMaxMigDeviceCount), a
+ *                           comma list of profiles G"g."N"gb" or C"c."G"g."N"gb"
+ *                           (a compute instance of C of the GPU instance's G
+ *                           slices), or "-" for a free slot (NOT_FOUND).  An
+ *                           instance has N*1024*96/100 MiB (nvmlDeviceGetMemoryInfo
+ *                           and nvmlDeviceGetAttributes_v2's memorySizeMB, so
+ *                           NVML's naming rule gives N back when N GB is a
+ *                           multiple of an eighth of the board), the uuid
+ *                           MIG-<the GPU's uuid less "GPU-", its third group
+ *                           SSGC: the slot 01..07, the GPU and compute
+ *                           instance's slices> (a new layout, new uuids), and
+ *                           answers what a MIG handle
+ *                           answers: its uuid, name ("<GPU's name> MIG
+ *                           <profile>"), memory, attributes and processes;
+ *                           utilisation, temperature, power, clocks, ECC,
+ *                           throttle, topology and events are NOT_SUPPORTED
+ *                           (the board's are read on the GPU's handle).  The
+ *                           GPU's fail= also fails its instances' calls.
+ *                           Built with -DFAKE_NVML_NO_MIG, the library has no
+ *                           MIG symbol at all (an old driver).
  *
  *   live
  *       Readings follow the file: when its modification time changed,
@@ -164,11 +195,21 @@ typedef enum nvmlGpuLevel_enum {
 #define MAX_LINE 4096
 #define MAX_TOPO 256
 #define MIB (1024ULL * 1024ULL)
+#define MAX_MIG 7              /* MIG devices per GPU (A100, H100) */
 
 enum call { C_HANDLE, C_NAME, C_UUID, C_MEMORY, C_UTIL, C_TEMP, C_POWER, C_TOPO, C_CLOCK, C_ECC,
-             C_THROTTLE, C_PROCS, C_EVENTS, C_COUNT };
+             C_THROTTLE, C_PROCS, C_EVENTS, C_MIG, C_COUNT };
 static const char *const call_names[C_COUNT] = {"handle", "name", "uuid",  "memory", "util",    "temp",
-                                                "power",  "topo", "clock", "ecc",    "throttle", "procs", "events"};
+                                                "power",  "topo", "clock", "ecc",    "throttle", "procs", "events", "mig"};
+
+struct fake_mig {
+        bool present;                          /* a MIG device in this slot (else NOT_FOUND) */
+        unsigned gi, ci;                       /* GPU / compute instance slices */
+        unsigned long long gb;                 /* the profile's memory, GB */
+        unsigned long long mem_mb;             /* what it has */
+        char uuid[MAX_TEXT];
+        char profile[32];                      /* as scripted */
+};
 
 struct fake_gpu {
         char name[MAX_TEXT];
@@ -184,9 +225,13 @@ struct fake_gpu {
         unsigned long calls[C_COUNT];          /* calls answered so far, per call */
         long topo_group;
         bool procs_env;                        /* procs=env */
+        unsigned long long foreign_mb;         /* foreign_mb=N: pid 1 uses N MiB */
         unsigned long long xid[16];            /* xid=: raised, not yet delivered */
         unsigned n_xid;
         bool registered;                       /* in the event set */
+        int mig_mode;                          /* -1: no MIG (NOT_SUPPORTED), 0 off, 1 on */
+        struct fake_mig migs[MAX_MIG];         /* slots 0..n_mig-1 scripted */
+        unsigned n_mig;
 };
 
 struct topo_rule {
@@ -326,6 +371,42 @@ static bool parse_fail(char *s, unsigned *ret) {
         return mask != 0;
 }
 
+/* mig=off|on|PROFILE,... (see the top of the file) */
+static bool parse_mig(char *val, struct fake_gpu *g) {
+        g->n_mig = 0;
+        if (!strcmp(val, "off") || !strcmp(val, "on")) {
+                g->mig_mode = val[1] == 'n';
+                return true;
+        }
+        g->mig_mode = 1;
+        for (char *save = NULL, *w = strtok_r(val, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+                if (g->n_mig >= MAX_MIG)
+                        return false;
+                struct fake_mig *m = &g->migs[g->n_mig++];
+                memset(m, 0, sizeof(*m));
+                if (!strcmp(w, "-"))
+                        continue;
+                unsigned c = 0, gi = 0;
+                unsigned long long gb = 0;
+                int used = 0;
+                if (sscanf(w, "%uc.%ug.%llugb%n", &c, &gi, &gb, &used) == 3 && !w[used]) {
+                        /* a compute instance smaller than its GPU instance */
+                } else if (used = 0, sscanf(w, "%ug.%llugb%n", &gi, &gb, &used) == 2 && !w[used]) {
+                        c = gi;
+                } else {
+                        return false;
+                }
+                if (gi < 1 || gi > 7 || c < 1 || c > gi || gb < 1 || gb > 1024 || strlen(w) >= sizeof(m->profile))
+                        return false;
+                m->present = true;
+                m->gi = gi;
+                m->ci = c;
+                m->gb = gb;
+                memcpy(m->profile, w, strlen(w) + 1);
+        }
+        return g->n_mig > 0;
+}
+
 static bool parse_gpu(const struct parse *p, char *pos) {
         if (n_gpus >= MAX_GPUS)
                 return perr(p, "too many GPUs", NULL);
@@ -343,6 +424,7 @@ static bool parse_gpu(const struct parse *p, char *pos) {
         g->sm_clock = 1410;
         g->mem_clock = 1215;
         g->fail_code = NVML_ERROR_GPU_IS_LOST;
+        g->mig_mode = -1;
 
         while ((tok = next_token(&pos, &bad))) {
                 char *val = strchr(tok, '=');
@@ -400,9 +482,13 @@ static bool parse_gpu(const struct parse *p, char *pos) {
                                 g->n_xid++;
                                 q = end ? end + 1 : q + strlen(q);
                         }
+                } else if (strcmp(tok, "mig") == 0) {
+                        ok = parse_mig(val, g);
                 } else if (strcmp(tok, "procs") == 0) {
                         ok = strcmp(val, "none") == 0 || strcmp(val, "env") == 0;
                         g->procs_env = strcmp(val, "env") == 0;
+                } else if (strcmp(tok, "foreign_mb") == 0) {
+                        ok = parse_ull(val, 1ULL << 30, &g->foreign_mb);
                 } else if (strcmp(tok, "topo_group") == 0) {
                         ok = parse_ull(val, 1000000, &v);
                         g->topo_group = (long)v;
@@ -414,6 +500,23 @@ static bool parse_gpu(const struct parse *p, char *pos) {
         }
         if (g->used_mb > g->total_mb)
                 return perr(p, "mem_used_mb above mem_total_mb", NULL);
+        unsigned long long sum = 0;
+        for (unsigned k = 0; k < g->n_mig; k++) {
+                struct fake_mig *m = &g->migs[k];
+                if (!m->present)
+                        continue;
+                m->mem_mb = m->gb * 1024 * 96 / 100;
+                sum += m->mem_mb;
+                /* MIG-<the GPU's uuid less GPU->, its third group the slot> */
+                if (strlen(g->uuid) == 40 && !strncmp(g->uuid, "GPU-", 4))
+                        snprintf(m->uuid, sizeof(m->uuid), "MIG-%.9s%02u%u%u%s", g->uuid + 4, k + 1, m->gi, m->ci,
+                                 g->uuid + 17);
+                else
+                        snprintf(m->uuid, sizeof(m->uuid), "MIG-%08x-%02u%u%u-4000-8000-%012u", n_gpus, k + 1, m->gi,
+                                 m->ci, n_gpus);
+        }
+        if (sum > g->total_mb)
+                return perr(p, "the MIG instances have more memory than the GPU", NULL);
         n_gpus++;
         return true;
 }
@@ -516,6 +619,23 @@ static struct fake_gpu *gpu_of(nvmlDevice_t dev) {
         return &gpus[(p - base) / sizeof(gpus[0])];
 }
 
+/* The MIG device behind a handle (its GPU into *ret_g), or NULL if it is
+ * none of ours or its slot is free now (a stale handle). */
+static struct fake_mig *mig_of(nvmlDevice_t dev, struct fake_gpu **ret_g) {
+        uintptr_t p = (uintptr_t)dev;
+        for (unsigned i = 0; i < n_gpus; i++) {
+                uintptr_t base = (uintptr_t)gpus[i].migs;
+                if (p < base || p >= base + sizeof(gpus[i].migs) || (p - base) % sizeof(gpus[i].migs[0]))
+                        continue;
+                struct fake_mig *m = &gpus[i].migs[(p - base) / sizeof(gpus[i].migs[0])];
+                if (!m->present || gpus[i].mig_mode != 1)
+                        return NULL;
+                *ret_g = &gpus[i];
+                return m;
+        }
+        return NULL;
+}
+
 /* Count a call to `c` on g; the scripted error once it is due. */
 static nvmlReturn_t scripted(struct fake_gpu *g, enum call c) {
         g->calls[c]++;
@@ -524,9 +644,11 @@ static nvmlReturn_t scripted(struct fake_gpu *g, enum call c) {
         return NVML_SUCCESS;
 }
 
-/* Every device query starts with this: lock, check init and handle. */
+/* Every device query starts with this: lock, check init and handle.  A
+ * MIG device's handle gives its GPU in g and itself in mig_ (else NULL). */
 #define DEVICE_CALL(dev, g, c)                                                                   \
-        struct fake_gpu *g;                                                                      \
+        struct fake_gpu *g = NULL;                                                               \
+        struct fake_mig *mig_ __attribute__((unused)) = NULL;                                    \
         nvmlReturn_t rc_;                                                                        \
         pthread_mutex_lock(&mu);                                                                 \
         if (!refcount) {                                                                         \
@@ -534,13 +656,20 @@ static nvmlReturn_t scripted(struct fake_gpu *g, enum call c) {
                 goto out;                                                                        \
         }                                                                                        \
         g = gpu_of(dev);                                                                         \
-        if (!g) {                                                                                \
+        if (!g && !(mig_ = mig_of(dev, &g))) {                                                   \
                 rc_ = NVML_ERROR_INVALID_ARGUMENT;                                               \
                 goto out;                                                                        \
         }                                                                                        \
         rc_ = scripted(g, c);                                                                    \
         if (rc_ != NVML_SUCCESS)                                                                 \
                 goto out
+
+/* A reading of the board: NOT_SUPPORTED on a MIG device's handle. */
+#define BOARD_ONLY                                                                               \
+        if (mig_) {                                                                              \
+                rc_ = NVML_ERROR_NOT_SUPPORTED;                                                  \
+                goto out;                                                                        \
+        }
 
 #define DEVICE_END                                                                               \
 out:                                                                                             \
@@ -702,13 +831,19 @@ static nvmlReturn_t put_text(const char *text, char *buf, unsigned int length) {
 
 API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
         DEVICE_CALL(device, g, C_NAME);
-        rc_ = put_text(g->name, name, length);
+        if (mig_) {
+                char full[MAX_TEXT + 40];
+                snprintf(full, sizeof(full), "%s MIG %s", g->name, mig_->profile);
+                rc_ = put_text(full, name, length);
+        } else {
+                rc_ = put_text(g->name, name, length);
+        }
         DEVICE_END;
 }
 
 API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
         DEVICE_CALL(device, g, C_UUID);
-        rc_ = put_text(g->uuid, uuid, length);
+        rc_ = put_text(mig_ ? mig_->uuid : g->uuid, uuid, length);
         DEVICE_END;
 }
 
@@ -718,14 +853,15 @@ API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memo
                 rc_ = NVML_ERROR_INVALID_ARGUMENT;
                 goto out;
         }
-        memory->total = g->total_mb * MIB;
-        memory->used = g->used_mb * MIB;
+        memory->total = (mig_ ? mig_->mem_mb : g->total_mb) * MIB;
+        memory->used = mig_ ? 0 : g->used_mb * MIB;
         memory->free = memory->total - memory->used;
         DEVICE_END;
 }
 
 API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
         DEVICE_CALL(device, g, C_UTIL);
+        BOARD_ONLY;
         if (!utilization) {
                 rc_ = NVML_ERROR_INVALID_ARGUMENT;
         } else if (g->util < 0) {
@@ -740,6 +876,7 @@ API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilizat
 API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
                                           unsigned int *temp) {
         DEVICE_CALL(device, g, C_TEMP);
+        BOARD_ONLY;
         if (!temp || sensorType != NVML_TEMPERATURE_GPU)
                 rc_ = NVML_ERROR_INVALID_ARGUMENT;
         else if (g->temp < 0)
@@ -751,6 +888,7 @@ API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSe
 
 API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
         DEVICE_CALL(device, g, C_POWER);
+        BOARD_ONLY;
         if (!power)
                 rc_ = NVML_ERROR_INVALID_ARGUMENT;
         else if (g->power_mw < 0)
@@ -762,6 +900,7 @@ API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *powe
 
 API nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int *clock) {
         DEVICE_CALL(device, g, C_CLOCK);
+        BOARD_ONLY;
         long v = type == 1 ? g->sm_clock : type == 2 ? g->mem_clock : type == 0 ? g->sm_clock : -2;
         if (!clock || v == -2)
                 rc_ = NVML_ERROR_INVALID_ARGUMENT;
@@ -777,6 +916,7 @@ API nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned 
 API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType, int counterType,
                                              unsigned long long *eccCounts) {
         DEVICE_CALL(device, g, C_ECC);
+        BOARD_ONLY;
         long long v = errorType == 0 ? g->ecc_corr : g->ecc_uncorr;
         if (!eccCounts || errorType < 0 || errorType > 1 || counterType < 0 || counterType > 1)
                 rc_ = NVML_ERROR_INVALID_ARGUMENT;
@@ -790,6 +930,7 @@ API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType,
 API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
                                                            unsigned long long *clocksThrottleReasons) {
         DEVICE_CALL(device, g, C_THROTTLE);
+        BOARD_ONLY;
         if (!clocksThrottleReasons)
                 rc_ = NVML_ERROR_INVALID_ARGUMENT;
         else if (g->throttle < 0)
@@ -807,9 +948,9 @@ typedef struct nvmlProcessInfo_st {
         unsigned int computeInstanceId;
 } nvmlProcessInfo_t;
 
-/* Does process pid's environment say it uses GPU index (procs=env)?  Its
- * FAKE_NVML_GPU_MB into *mb. */
-static bool env_uses(const char *pid, unsigned index, unsigned long long *mb) {
+/* Does process pid's environment say it uses GPU index, or the MIG device
+ * uuid when that is not NULL (procs=env)?  Its FAKE_NVML_GPU_MB into *mb. */
+static bool env_uses(const char *pid, unsigned index, const char *uuid, unsigned long long *mb) {
         char path[64], buf[65536];
         snprintf(path, sizeof(path), "/proc/%s/environ", pid);
         FILE *f = fopen(path, "re");
@@ -823,6 +964,12 @@ static bool env_uses(const char *pid, unsigned index, unsigned long long *mb) {
                 const char *e = buf + off;
                 if (strncmp(e, "FAKE_NVML_GPU_MB=", 17) == 0)
                         has_mb = parse_ull(e + 17, 1ULL << 30, mb);
+                else if (strncmp(e, "CUDA_VISIBLE_DEVICES=", 21) == 0 && uuid)
+                        for (const char *q = e + 21; *q;) {
+                                size_t len = strcspn(q, ",");
+                                sees = sees || (len == strlen(uuid) && !strncmp(q, uuid, len));
+                                q += len + (q[len] == ',');
+                        }
                 else if (strncmp(e, "CUDA_VISIBLE_DEVICES=", 21) == 0)
                         for (const char *q = e + 21; *q;) {
                                 char *end;
@@ -847,7 +994,8 @@ static nvmlReturn_t get_procs(nvmlDevice_t device, unsigned int *count, nvmlProc
         struct dirent *de;
         while (dir && (de = readdir(dir))) {
                 unsigned long long mb;
-                if (de->d_name[0] < '1' || de->d_name[0] > '9' || !env_uses(de->d_name, index, &mb))
+                if (de->d_name[0] < '1' || de->d_name[0] > '9' ||
+                    !env_uses(de->d_name, index, mig_ ? mig_->uuid : NULL, &mb))
                         continue;
                 if (infos && found < *count)
                         infos[found] = (nvmlProcessInfo_t){.pid = (unsigned)strtoul(de->d_name, NULL, 10),
@@ -856,6 +1004,11 @@ static nvmlReturn_t get_procs(nvmlDevice_t device, unsigned int *count, nvmlProc
         }
         if (dir)
                 closedir(dir);
+        if (g->foreign_mb && !mig_) { /* the board's process, not an instance's */
+                if (infos && found < *count)
+                        infos[found] = (nvmlProcessInfo_t){.pid = 1, .usedGpuMemory = g->foreign_mb * MIB};
+                found++;
+        }
         /* NVML: too small a buffer (or none) is INSUFFICIENT_SIZE with the count needed */
         if (found > *count || (!infos && found))
                 rc_ = NVML_ERROR_INSUFFICIENT_SIZE;
@@ -903,6 +1056,7 @@ API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
 
 API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set) {
         DEVICE_CALL(device, g, C_EVENTS);
+        BOARD_ONLY;
         if (set != (nvmlEventSet_t)&the_set || !set_made)
                 rc_ = NVML_ERROR_INVALID_ARGUMENT;
         else if (types & ~XID_EVENT)
@@ -955,6 +1109,7 @@ API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
 API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
                                                      nvmlGpuTopologyLevel_t *pathInfo) {
         DEVICE_CALL(device1, g, C_TOPO);
+        BOARD_ONLY;
         struct fake_gpu *g2 = gpu_of(device2);
         if (!g2 || !pathInfo) {
                 rc_ = NVML_ERROR_INVALID_ARGUMENT;
@@ -971,6 +1126,120 @@ API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlD
                 if ((topo[i].a == a && topo[i].b == b) || (topo[i].a == b && topo[i].b == a))
                         level = topo[i].level;
         *pathInfo = level;
+        DEVICE_END;
+}
+#endif
+
+#ifndef FAKE_NVML_NO_MIG
+/* ---- MIG ---- */
+
+/* The GPU behind a handle for a MIG call: NOT_SUPPORTED when it cannot do
+ * MIG (and on a MIG device's own handle). */
+#define MIG_PARENT_CALL(dev, g)                                                                  \
+        DEVICE_CALL(dev, g, C_MIG);                                                              \
+        if (mig_ || g->mig_mode < 0) {                                                           \
+                rc_ = NVML_ERROR_NOT_SUPPORTED;                                                  \
+                goto out;                                                                        \
+        }
+
+API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode) {
+        MIG_PARENT_CALL(device, g);
+        if (!currentMode || !pendingMode) {
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+                goto out;
+        }
+        *currentMode = *pendingMode = (unsigned int)g->mig_mode;
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+        MIG_PARENT_CALL(device, g);
+        if (!count)
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+        else
+                *count = MAX_MIG;
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice) {
+        MIG_PARENT_CALL(device, g);
+        if (!migDevice || index >= MAX_MIG)
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+        else if (g->mig_mode != 1 || index >= g->n_mig || !g->migs[index].present)
+                rc_ = NVML_ERROR_NOT_FOUND;
+        else
+                *migDevice = (nvmlDevice_t)&g->migs[index];
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice) {
+        DEVICE_CALL(device, g, C_MIG);
+        if (!isMigDevice)
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+        else
+                *isMigDevice = mig_ != NULL;
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device) {
+        DEVICE_CALL(migDevice, g, C_MIG);
+        if (!device || !mig_)
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+        else
+                *device = (nvmlDevice_t)g;
+        DEVICE_END;
+}
+
+typedef struct nvmlDeviceAttributes_st {
+        unsigned int multiprocessorCount;
+        unsigned int sharedCopyEngineCount;
+        unsigned int sharedDecoderCount;
+        unsigned int sharedEncoderCount;
+        unsigned int sharedJpegCount;
+        unsigned int sharedOfaCount;
+        unsigned int gpuInstanceSliceCount;
+        unsigned int computeInstanceSliceCount;
+        unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+
+/* NVML: "currently only supports MIG device handles" */
+API nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes) {
+        DEVICE_CALL(device, g, C_MIG);
+        if (!mig_) {
+                rc_ = NVML_ERROR_NOT_SUPPORTED;
+        } else if (!attributes) {
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+                memset(attributes, 0, sizeof(*attributes));
+                attributes->multiprocessorCount = 14 * mig_->ci; /* an A100's 14 SMs per slice */
+                attributes->sharedCopyEngineCount = mig_->gi;
+                attributes->sharedDecoderCount = mig_->gi / 2;
+                attributes->gpuInstanceSliceCount = mig_->gi;
+                attributes->computeInstanceSliceCount = mig_->ci;
+                attributes->memorySizeMB = mig_->mem_mb;
+        }
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+        DEVICE_CALL(device, g, C_MIG);
+        if (!mig_)
+                rc_ = NVML_ERROR_NOT_SUPPORTED;
+        else if (!id)
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+        else
+                *id = (unsigned int)(mig_ - g->migs) + 1;
+        DEVICE_END;
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id) {
+        DEVICE_CALL(device, g, C_MIG);
+        if (!mig_)
+                rc_ = NVML_ERROR_NOT_SUPPORTED;
+        else if (!id)
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+        else
+                *id = 0;
         DEVICE_END;
 }
 #endif

@@ -901,6 +901,16 @@ static void test_gpus_table_shows_memory_state_and_tasks(void **state) {
         assert_non_null(strstr(s, "42,43"));
         assert_non_null(strstr(s, "20W"));
         assert_null(strstr(s, "MODELS"));
+        assert_null(strstr(s, "ISOLATION")); /* no isolation said: no column */
+        free(s);
+        s = format_with(gp_cli_format_gpus,
+                        "{\"backend\":\"nvml\",\"gpus\":[{\"id\":\"local:0\",\"name\":\"H100\",\"healthy\":true,"
+                        "\"isolation\":\"mps\",\"mps\":{\"daemon\":\"failed\",\"pid\":null,\"error\":\"x\"}},"
+                        "{\"id\":\"local:1\",\"name\":\"H100\",\"healthy\":true,\"isolation\":\"watchdog\"},"
+                        "{\"id\":\"local:2\",\"name\":\"H100\",\"healthy\":true,\"isolation\":\"none\"}]}");
+        assert_non_null(strstr(s, "ISOLATION"));
+        assert_non_null(strstr(s, "mps (daemon failed)"));
+        assert_non_null(strstr(s, "watchdog"));
         free(s);
 }
 

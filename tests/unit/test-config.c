@@ -28,6 +28,27 @@ static int load(const char *yaml, gp_config *cfg, char *err, size_t errlen) {
         return gp_config_load_buffer("t.yaml", yaml, strlen(yaml), cfg, err, errlen);
 }
 
+static void test_gpus_sharing_mps_loads_with_its_gpus_and_program(void **state) {
+        (void)state;
+        gp_config c;
+        char err[512];
+        assert_int_equal(load("gpus: {backend: sim}\n", &c, err, sizeof(err)), 0);
+        assert_false(c.gpu_mps); /* the default: the watchdog */
+        assert_string_equal(c.mps_control, "nvidia-cuda-mps-control");
+        assert_string_equal(c.mps_dir, "");
+        gp_config_free(&c);
+        const char *y = "gpus:\n  sharing: mps\n  mps_gpus: [1, \"GPU-8a3c-11\"]\n"
+                        "  mps_control: /opt/nvidia/bin/nvidia-cuda-mps-control\n  mps_dir: /run/gpupool-mps\n";
+        assert_int_equal(load(y, &c, err, sizeof(err)), 0);
+        assert_true(c.gpu_mps);
+        assert_int_equal(c.n_mps_gpus, 2);
+        assert_string_equal(c.mps_gpus[0], "1");
+        assert_string_equal(c.mps_gpus[1], "GPU-8a3c-11");
+        assert_string_equal(c.mps_control, "/opt/nvidia/bin/nvidia-cuda-mps-control");
+        assert_string_equal(c.mps_dir, "/run/gpupool-mps");
+        gp_config_free(&c);
+}
+
 static void test_gateway_section_is_loaded(void **state) {
         gp_config c;
         char err[512];
@@ -693,6 +714,11 @@ static const struct bad bad_inputs[] = {
         {"gpus: {reserved: [1024]}\n", "t.yaml:1: gpus.reserved[0]: expected a GPU index (0..1023)", -EINVAL},
         {"gpus: {reserved: [\"GPU 1\"]}\n", "t.yaml:1: gpus.reserved[0]: expected a GPU index", -EINVAL},
         {"gpus: {reserved: [1, 1]}\n", "t.yaml:1: gpus.reserved[1]: GPU \"1\" is listed twice", -EINVAL},
+        {"gpus: {sharing: hami}\n", "t.yaml:1: gpus.sharing: expected one of watchdog, mps", -EINVAL},
+        {"gpus: {sharing: mps, mps_gpus: [0, \"0\"]}\n", "t.yaml:1: gpus.mps_gpus[1]: GPU \"0\" is listed twice",
+         -EINVAL},
+        {"gpus: {mps_gpus: [1]}\n", "t.yaml:1: gpus.mps_gpus: names the GPUs of gpus.sharing: mps; sharing is watchdog", -EINVAL},
+        {"gpus: {sharing: mps, mps_control: \"\"}\n", "t.yaml:1: gpus.mps_control", -EINVAL},
         /* weights: exactly 10, each 1..1000000 */
         {"scheduler:\n  policy: hybrid\n  weights: [256, 128, 64, 32, 16, 8, 4, 2, 1]\n",
          "t.yaml:3: scheduler.weights: expected a list of 10 positive integers (P0..P9), got 9", -EINVAL},
@@ -1238,6 +1264,7 @@ int main(void) {
                 cmocka_unit_test(test_alerts_section_gives_rules_and_webhook),
                 cmocka_unit_test(test_defaults_match_design),
                 cmocka_unit_test(test_gateway_section_is_loaded),
+                cmocka_unit_test(test_gpus_sharing_mps_loads_with_its_gpus_and_program),
                 cmocka_unit_test(test_empty_and_comment_only_files_give_defaults),
                 cmocka_unit_test(test_full_file_overrides_every_key),
                 cmocka_unit_test(test_load_starts_from_defaults_not_from_cfg),

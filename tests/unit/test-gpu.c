@@ -178,10 +178,11 @@ static void test_nvml_marks_gpu_unhealthy_on_error(void **state) {
 }
 
 static void test_nvml_lost_gpu_keeps_its_identity(void **state) {
-        /* Every call on GPU 0 answers twice (open, first read), then the
-         * GPU falls off the bus. */
+        /* Every call on GPU 0 answers three times (open: the MIG probe's
+         * handle and the first reading; the first read), then the GPU falls
+         * off the bus. */
         script("gpu name=\"NVIDIA H100 80GB HBM3\" uuid=GPU-h100 mem_total_mb=81559 "
-               "mem_used_mb=700 util=12 fail=all fail_after=2\n"
+               "mem_used_mb=700 util=12 fail=all fail_after=3\n"
                "gpu uuid=GPU-other\n");
         gp_gpu_backend *b = open_backend("nvml", lib_path);
 

@@ -415,7 +415,8 @@ static void test_sync_answer_round_trip_and_start_copy(void **state) {
                              .workdir = "/tmp/w", .cuda_visible_devices = "0,1", .gpus = "gpu-a:0,gpu-a:1",
                              .timeout_s = 60, .kill_grace_s = 10, .preempt_grace_s = 30, .max_log_bytes = 104857600,
                              .run_as = "alice", .array_id = 4, .array_index = 2, .fence = true,
-                             .notice = {.signo = SIGUSR1, .seconds = 120, .batch_only = true}};
+                             .notice = {.signo = SIGUSR1, .seconds = 120, .batch_only = true},
+                             .mps_memory_mb = 8000, .mps_compute_pct = 10, .mps_uuid = "GPU-8a3c-11"};
         gp_proto_run_id ack[1] = {{5, 1, 0}};
         gp_proto_stop stop[2] = {{{7, 2, 0}, GP_PROTO_STOP_PREEMPT}, {{8, 1, 0}, GP_PROTO_STOP_STALE}};
         gp_proto_offset offs[1] = {{{7, 2, 0}, 4096}};
@@ -475,6 +476,9 @@ static void test_sync_answer_round_trip_and_start_copy(void **state) {
         assert_int_equal(c.notice.signo, SIGUSR1); /* --signal B:SIGUSR1@120 */
         assert_int_equal(c.notice.seconds, 120);
         assert_true(c.notice.batch_only);
+        assert_int_equal(c.mps_memory_mb, 8000); /* an MPS client of its GPU's daemon (agent-mps.h) */
+        assert_int_equal(c.mps_compute_pct, 10);
+        assert_string_equal(c.mps_uuid, "GPU-8a3c-11");
         gp_proto_start_done(&c);
         gp_proto_start_done(NULL);
         /* an empty answer: defaults */
@@ -659,6 +663,12 @@ static void test_every_bound_is_refused(void **state) {
                                     "\"notice\":\"USR1@86401\"}]}", "1..86400 seconds");
         expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"x\"],"
                                     "\"notice\":7}]}", "notice");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"x\"],"
+                                    "\"mps_memory_mb\":100}]}", "mps_memory_mb and mps_compute_pct go together");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"x\"],"
+                                    "\"mps_memory_mb\":100,\"mps_compute_pct\":101}]}", "mps_compute_pct");
+        expect_refused(SYNC_ANSWER, "{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"argv\":[\"x\"],"
+                                    "\"mps_memory_mb\":-1,\"mps_compute_pct\":5}]}", "mps_memory_mb");
         expect_refused(SYNC_ANSWER, "{\"seq\":1,\"ack\":[{\"task\":1}]}", "ack[0].epoch is missing");
         expect_refused(SYNC_ANSWER, "{\"seq\":1,\"stop\":[{\"task\":1,\"epoch\":1,\"why\":\"now\"}]}",
                        "stop[0].why must be cancel, preempt or stale");
@@ -703,6 +713,81 @@ static void test_every_bound_is_refused(void **state) {
         }
 }
 
+/* Elastic runs: GPU sets as text, the start's bounds, a run's "alloc" and
+ * the answer's "resize" round-trip; bad sets are refused by name. */
+static void test_elastic_sets_resizes_and_their_bounds(void **state) {
+        (void)state;
+        char err[256], text[GP_PROTO_MASK_TEXT];
+        gp_proto_mask m;
+        assert_int_equal(gp_proto_mask_parse("5,0,255,64", &m), 0);
+        assert_int_equal(gp_proto_mask_count(&m), 4);
+        gp_proto_mask_format(&m, text, sizeof(text));
+        assert_string_equal(text, "0,5,64,255");
+        assert_int_equal(gp_proto_mask_parse("", &m), 0);
+        assert_int_equal(gp_proto_mask_count(&m), 0);
+        const char *bad[] = {"256", "1,1", "01", "-1", "1,", ",1", "1,,2", " 1", "1 ", "a", "99999999999999999999"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                assert_int_equal(gp_proto_mask_parse(bad[i], &m), -EINVAL);
+
+        /* a sync's run with its set, an answer with a resize and an elastic start */
+        gp_proto_run run = {.id = {7, 2, 0}, .state = GP_PROTO_RUNNING, .has_alloc = true};
+        assert_int_equal(gp_proto_mask_parse("1,3", &run.alloc), 0);
+        gp_proto_sync sy = {.seq = 9, .n_runs = 1, .runs = &run}, sp;
+        strcpy(sy.node, "n1");
+        char *s = NULL;
+        assert_int_equal(gp_proto_sync_render(&sy, &s), 0);
+        assert_non_null(strstr(s, "\"alloc\":\"1,3\""));
+        assert_int_equal(gp_proto_sync_parse(s, strlen(s), &sp, err, sizeof(err)), 0);
+        assert_true(sp.runs[0].has_alloc);
+        assert_memory_equal(&sp.runs[0].alloc, &run.alloc, sizeof(run.alloc));
+        gp_proto_sync_done(&sp);
+        free(s);
+
+        char *argv[] = {"sleep", NULL};
+        gp_proto_start st = {.id = {7, 2, 0}, .nnodes = 1, .n_argv = 1, .argv = argv, .elastic_min = 1,
+                             .elastic_max = 4, .max_log_bytes = 1};
+        gp_proto_resize rz = {.id = {7, 2, 0}};
+        assert_int_equal(gp_proto_mask_parse("0,2", &rz.gpus), 0);
+        gp_proto_sync_answer a = {.seq = 9, .heartbeat_s = 2, .n_start = 1, .start = &st, .n_resize = 1,
+                                  .resize = &rz}, q;
+        assert_int_equal(gp_proto_sync_answer_render(&a, &s), 0);
+        assert_int_equal(gp_proto_sync_answer_parse(s, strlen(s), &q, err, sizeof(err)), 0);
+        assert_int_equal(q.n_resize, 1);
+        assert_true(id_eq(&q.resize[0].id, &rz.id));
+        assert_memory_equal(&q.resize[0].gpus, &rz.gpus, sizeof(rz.gpus));
+        assert_int_equal(q.start[0].elastic_min, 1);
+        assert_int_equal(q.start[0].elastic_max, 4);
+        gp_proto_sync_answer_done(&q);
+        free(s);
+
+        const char *refused[][2] = {
+                {"{\"seq\":1,\"resize\":[{\"task\":1,\"epoch\":1,\"rank\":0}]}", "cuda_visible_devices is missing"},
+                {"{\"seq\":1,\"resize\":[{\"task\":1,\"epoch\":1,\"rank\":0,\"cuda_visible_devices\":\"\"}]}",
+                 "GPU indexes below 256"},
+                {"{\"seq\":1,\"resize\":[{\"task\":1,\"epoch\":1,\"rank\":0,\"cuda_visible_devices\":\"0,0\"}]}",
+                 "each once"},
+                {"{\"seq\":1,\"resize\":[{\"task\":1,\"epoch\":1,\"rank\":0,\"cuda_visible_devices\":\"1\"},"
+                 "{\"task\":1,\"epoch\":1,\"rank\":0,\"cuda_visible_devices\":\"2\"}]}",
+                 "resize"},
+                {"{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"rank\":0,\"argv\":[\"x\"],\"elastic_min\":3,"
+                 "\"elastic_max\":2}]}",
+                 "elastic_min and elastic_max"},
+                {"{\"seq\":1,\"start\":[{\"task\":1,\"epoch\":1,\"rank\":0,\"argv\":[\"x\"],\"elastic_max\":2}]}",
+                 "elastic_min and elastic_max"},
+        };
+        for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+                memset(&q, 0x5a, sizeof(q));
+                assert_int_equal(gp_proto_sync_answer_parse(refused[i][0], strlen(refused[i][0]), &q, err, sizeof(err)),
+                                 -EINVAL);
+                if (!strstr(err, refused[i][1]))
+                        fail_msg("%s: error '%s' lacks '%s'", refused[i][0], err, refused[i][1]);
+        }
+        const char *badrun = "{\"node\":\"n1\",\"seq\":1,\"runs\":[{\"task\":1,\"epoch\":1,\"rank\":0,"
+                             "\"state\":\"running\",\"alloc\":\"300\"}]}";
+        assert_int_equal(gp_proto_sync_parse(badrun, strlen(badrun), &sp, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "runs[0].alloc"));
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_base64_round_trips_and_refuses_non_canonical),
@@ -715,6 +800,7 @@ int main(void) {
                 cmocka_unit_test(test_sync_telemetry_round_trip_and_bounds),
                 cmocka_unit_test(test_every_bound_is_refused),
                 cmocka_unit_test(test_join_token_splits_into_secret_and_ca_pin),
+                cmocka_unit_test(test_elastic_sets_resizes_and_their_bounds),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -971,6 +971,171 @@ static void test_random_elastic_workloads_keep_invariants_without_ping_pong(void
         }
 }
 
+/* ---- elastic in whole nodes ---- */
+
+static gp_sched_req nrq(int64_t id, const char *tenant, int prio, int min_nodes, int max_nodes) {
+        gp_sched_req r = rq(id, tenant, prio, min_nodes);
+        r.elastic_min_nodes = min_nodes;
+        r.elastic_max_nodes = max_nodes;
+        return r;
+}
+
+/* The nodes of a decision's GPUs, in their order, as "a,b" (each once). */
+static void dec_nodes(gp_sched *s, const gp_sched_decision *d, char *out, size_t size) {
+        size_t o = 0;
+        const char *last = NULL;
+        out[0] = '\0';
+        for (int i = 0; i < d->n_gpus; i++) {
+                gp_sched_gpu_view v;
+                assert_int_equal(gp_sched_gpu_get(s, d->gpus[i], &v), 0);
+                if (last && !strcmp(last, v.node))
+                        continue;
+                o += (size_t)snprintf(out + o, size - o, "%s%s", o ? "," : "", v.node);
+                last = v.node;
+        }
+}
+
+static void test_elastic_nodes_request_checks(void **st) {
+        (void)st;
+        gp_sched *s = mk();
+        add_node(s, "a", 2);
+        gp_sched_req r = nrq(1, "t", 5, 2, 1); /* max below min */
+        assert_int_equal(gp_sched_enqueue(s, &r), -EINVAL);
+        r = nrq(1, "t", 5, 0, 2); /* min 0 */
+        assert_int_equal(gp_sched_enqueue(s, &r), -EINVAL);
+        r = nrq(1, "t", 5, 1, 2);
+        r.gpus = 3; /* gpus must be the minimum in nodes */
+        assert_int_equal(gp_sched_enqueue(s, &r), -EINVAL);
+        r = nrq(1, "t", 5, 1, 2);
+        r.elastic_max_gpus = 4; /* not both kinds */
+        assert_int_equal(gp_sched_enqueue(s, &r), -EINVAL);
+        r = nrq(1, "t", 5, 1, GP_SCHED_MAX_ENODES + 1);
+        assert_int_equal(gp_sched_enqueue(s, &r), -EINVAL);
+        r = rq(1, "t", 5, 1);
+        r.elastic_min_nodes = 1; /* a minimum without a maximum */
+        assert_int_equal(gp_sched_enqueue(s, &r), -EINVAL);
+        r = nrq(1, "t", 5, 1, 3);
+        assert_int_equal(gp_sched_enqueue(s, &r), 0);
+        gp_sched_free(s);
+}
+
+static void test_elastic_nodes_start_on_min_grow_by_whole_nodes_and_shrink_last_first(void **st) {
+        (void)st;
+        gp_sched *s = mk();
+        add_node(s, "a", 4);
+        add_node(s, "b", 2);
+        add_node(s, "c", 4);
+        run_out o = {0};
+        char nodes[64];
+        /* only node b is wholly free: it starts there on its minimum of one node */
+        enq(s, rq(1, "x", 5, 4));
+        enq(s, rq(2, "x", 5, 4));
+        enq(s, nrq(3, "t", 5, 1, 3));
+        run(s, 0, &o);
+        const gp_sched_decision *d = find(&o, GP_DECIDE_START, 3);
+        assert_non_null(d);
+        dec_nodes(s, d, nodes, sizeof(nodes));
+        assert_string_equal(nodes, "b");
+        assert_int_equal(d->n_gpus, 2);
+        /* a and c come free: it grows onto both, whole, the nodes it holds first */
+        assert_int_equal(gp_sched_remove_at(s, 1, 10 * SEC), 0);
+        assert_int_equal(gp_sched_remove_at(s, 2, 10 * SEC), 0);
+        run(s, 10 * SEC, &o);
+        d = find(&o, GP_DECIDE_RESIZE, 3);
+        assert_non_null(d);
+        dec_nodes(s, d, nodes, sizeof(nodes));
+        assert_string_equal(nodes, "b,a,c");
+        assert_int_equal(d->n_gpus, 10);
+        assert_int_equal(count_kind(&o, GP_DECIDE_RESIZE), 1);
+        /* at its maximum: nothing more */
+        run(s, 11 * SEC, &o);
+        assert_null(find(&o, GP_DECIDE_RESIZE, 3));
+        /* a 4-GPU task waits: the task gives back its last node (c), not more */
+        enq(s, rq(4, "y", 5, 4));
+        run(s, 12 * SEC, &o);
+        d = find(&o, GP_DECIDE_RESIZE, 3);
+        assert_non_null(d);
+        dec_nodes(s, d, nodes, sizeof(nodes));
+        assert_string_equal(nodes, "b,a");
+        const gp_sched_decision *w = find(&o, GP_DECIDE_START, 4);
+        assert_non_null(w);
+        dec_nodes(s, w, nodes, sizeof(nodes));
+        assert_string_equal(nodes, "c");
+        /* a 2-GPU task: node a goes too (b is its last node but a is in the way of nothing: the
+         * last node is given back first) - it keeps its minimum, b */
+        enq(s, rq(5, "y", 5, 4));
+        run(s, 13 * SEC, &o);
+        d = find(&o, GP_DECIDE_RESIZE, 3);
+        assert_non_null(d);
+        dec_nodes(s, d, nodes, sizeof(nodes));
+        assert_string_equal(nodes, "b");
+        assert_non_null(find(&o, GP_DECIDE_START, 5));
+        /* at its minimum it gives nothing back: a further task waits */
+        enq(s, rq(6, "y", 5, 2));
+        run(s, 14 * SEC, &o);
+        assert_null(find(&o, GP_DECIDE_RESIZE, 3));
+        assert_null(find(&o, GP_DECIDE_START, 6));
+        char why[256];
+        assert_int_equal(ngpus(s, 3), 2);
+        /* queued, it says how many whole nodes it waits for */
+        enq(s, nrq(7, "t", 5, 2, 2));
+        run(s, 15 * SEC, &o);
+        assert_int_equal(gp_sched_task_reason(s, 7, why, sizeof(why)), 0);
+        if (!strstr(why, "waiting for 2 whole nodes"))
+                fail_msg("reason: %s", why);
+        free(o.d);
+        gp_sched_free(s);
+}
+
+static void test_elastic_nodes_shrink_nothing_when_the_waiting_task_still_cannot_start(void **st) {
+        (void)st;
+        gp_sched *s = mk();
+        add_node(s, "a", 2);
+        add_node(s, "b", 2);
+        run_out o = {0};
+        enq(s, nrq(1, "t", 5, 1, 2));
+        run(s, 0, &o);
+        assert_int_equal(ngpus(s, 1), 4);
+        /* 3 GPUs on one node never fit a 2-GPU node: giving back a node would not help */
+        enq(s, rq(2, "y", 5, 3));
+        run(s, SEC, &o);
+        assert_null(find(&o, GP_DECIDE_RESIZE, 1));
+        assert_int_equal(ngpus(s, 1), 4);
+        free(o.d);
+        gp_sched_free(s);
+}
+
+static void test_elastic_nodes_restore_takes_min_to_max_nodes(void **st) {
+        (void)st;
+        gp_sched *s = mk();
+        add_node(s, "a", 2);
+        add_node(s, "b", 2);
+        add_node(s, "c", 2);
+        gp_sched_req r = nrq(1, "t", 5, 1, 2);
+        uint32_t three[] = {0, 1, 2, 3, 4, 5}, two[] = {2, 3, 0, 1};
+        assert_int_equal(gp_sched_restore_running(s, &r, three, 6, 0), -EINVAL);
+        assert_int_equal(gp_sched_restore_running(s, &r, two, 4, 0), 0);
+        assert_int_equal(ngpus(s, 1), 4);
+        /* and it shrinks from there, its last node (a) first */
+        run_out o = {0};
+        enq(s, rq(2, "y", 5, 2));
+        run(s, SEC, &o);
+        assert_non_null(find(&o, GP_DECIDE_START, 2));
+        const gp_sched_decision *d = find(&o, GP_DECIDE_START, 2);
+        char nodes[32];
+        dec_nodes(s, d, nodes, sizeof(nodes));
+        assert_string_equal(nodes, "c"); /* c was idle: nothing had to shrink */
+        assert_null(find(&o, GP_DECIDE_RESIZE, 1));
+        enq(s, rq(3, "y", 5, 2));
+        run(s, 2 * SEC, &o);
+        d = find(&o, GP_DECIDE_RESIZE, 1);
+        assert_non_null(d);
+        dec_nodes(s, d, nodes, sizeof(nodes));
+        assert_string_equal(nodes, "b");
+        free(o.d);
+        gp_sched_free(s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_elastic_max_must_exceed_min_and_stay_within_a_gang),
@@ -994,6 +1159,10 @@ int main(void) {
                 cmocka_unit_test(test_restore_running_accepts_min_to_max_gpus),
                 cmocka_unit_test(test_share_usage_and_attained_service_follow_resizes),
                 cmocka_unit_test(test_random_elastic_workloads_keep_invariants_without_ping_pong),
+                cmocka_unit_test(test_elastic_nodes_request_checks),
+                cmocka_unit_test(test_elastic_nodes_start_on_min_grow_by_whole_nodes_and_shrink_last_first),
+                cmocka_unit_test(test_elastic_nodes_shrink_nothing_when_the_waiting_task_still_cannot_start),
+                cmocka_unit_test(test_elastic_nodes_restore_takes_min_to_max_nodes),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

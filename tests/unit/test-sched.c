@@ -674,9 +674,59 @@ static void test_random_workload_keeps_books_balanced(void **st) {
         gp_sched_free(s);
 }
 
+/* Memory of processes outside the pool shrinks what a GPU offers; tasks
+ * already there stay, and a whole-GPU task's bookkeeping survives it. */
+static void test_foreign_memory_shrinks_the_offer(void **st) {
+        (void)st;
+        gp_sched *s = mk(GP_SCHED_HYBRID, true);
+        uint32_t g = add_gpu(s, "n1", 0, "NVIDIA GeForce RTX 4090", 24564); /* 22564 usable */
+        run_out o = {0};
+        assert_int_equal(gp_sched_gpu_set_foreign(s, g, 5000), 0);
+        assert_int_equal(gp_sched_gpu_set_foreign(s, g + 1, 5000), -ENOENT);
+        assert_int_equal(gp_sched_gpu_set_foreign(s, g, -1), -EINVAL);
+        gp_sched_gpu_view v;
+        assert_int_equal(gp_sched_gpu_get(s, g, &v), 0);
+        assert_int_equal(v.memory_usable_mb, 17564);
+        assert_int_equal(v.memory_foreign_mb, 5000);
+        enq(s, req(1, 5, 1, 20000)); /* would fit but for the foreign 5000 MB */
+        run(s, 0, &o);
+        assert_false(is_running(s, 1));
+        char why[256];
+        assert_int_equal(gp_sched_task_reason(s, 1, why, sizeof(why)), 0);
+        assert_int_equal(gp_sched_gpu_set_foreign(s, g, 0), 1); /* the other user's job ended: it offers more */
+        run(s, 1000, &o);
+        assert_true(is_running(s, 1));
+        /* it stays when foreign memory comes back, and nothing more fits */
+        assert_int_equal(gp_sched_gpu_set_foreign(s, g, 3000), 0);
+        enq(s, req(2, 5, 1, 500));
+        run(s, 2000, &o);
+        assert_true(is_running(s, 1));
+        assert_false(is_running(s, 2));
+        assert_int_equal(gp_sched_remove_at(s, 1, 3000), 0);
+        assert_int_equal(gp_sched_remove_at(s, 2, 3000), 0);
+        /* a whole-GPU task while the foreign use changes: the GPU is empty after it */
+        enq(s, req(3, 5, 1, 0));
+        run(s, 4000, &o);
+        assert_true(is_running(s, 3));
+        assert_int_equal(gp_sched_gpu_set_foreign(s, g, 8000), 0);
+        assert_int_equal(gp_sched_gpu_set_foreign(s, g, 8000), 0); /* no change */
+        assert_int_equal(gp_sched_gpu_set_foreign(s, g, 1000), 1);
+        assert_int_equal(gp_sched_remove_at(s, 3, 5000), 0);
+        assert_int_equal(gp_sched_gpu_get(s, g, &v), 0);
+        assert_int_equal(v.memory_allocated_mb, 0);
+        assert_int_equal(v.ntasks, 0);
+        assert_int_equal(v.memory_usable_mb, 21564);
+        enq(s, req(4, 5, 1, 21564));
+        run(s, 6000, &o);
+        assert_true(is_running(s, 4));
+        free(o.d);
+        gp_sched_free(s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_p0_starts_before_earlier_lower_tiers),
+                cmocka_unit_test(test_foreign_memory_shrinks_the_offer),
                 cmocka_unit_test(test_fifo_inside_a_tier),
                 cmocka_unit_test(test_wfq_shares_follow_weights_over_many_decisions),
                 cmocka_unit_test(test_strict_policy_drains_tiers_in_order),

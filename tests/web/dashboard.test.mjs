@@ -577,6 +577,48 @@ test("a task's detail shows each of its runs: where, how it ended, in English an
   }
 });
 
+test("a GPU with gpus.sharing: mps and a task that is its MPS client say how they are isolated", async () => {
+  // the stand-in nvidia-cuda-mps-control (tests/mps/), named by gpus.mps_control as NVIDIA's would be
+  const standin = path.join(REPO, "tests", "mps", "nvidia-cuda-mps-control");
+  const dm = await startDaemon("gpus: {backend: sim, sharing: mps, mps_control: \"" + standin + "\"}\n" +
+    "monitor: {sample_ms: 500}\n");
+  const bm = await openBrowser({ locale: "en-US" });
+  const gpu0 = async () => (await dm.api("GET", "/api/v1/gpus")).json.gpus.find((g) => g.id === "local:0");
+  try {
+    await bm.page.goto(dm.url + "/");
+    const tag = bm.page.locator('[data-gpu="local:0"] .tag.iso');
+    await waitFor(async () => (await tag.count()) === 1, 5000, "the GPU's isolation tag");
+    assert.equal(await tag.getAttribute("data-isolation"), "mps");
+    assert.equal(await tag.textContent(), "MPS");
+    const t = await dm.api("POST", "/api/v1/tasks", { name: "mps-client", memory_mb: 4000, compute_pct: 20,
+      command: ["sleep", "60"] });
+    assert.equal(t.status, 201, t.text);
+    await waitFor(async () => (await gpu0()).mps.daemon === "running", 10000, "the GPU's MPS daemon");
+    await bm.page.goto(dm.url + "/#/tasks/" + t.json.id);
+    await bm.page.waitForSelector("#task-detail:not([hidden])");
+    const iso = async () => {
+      const dts = await bm.page.locator("#td-fields dt").allTextContents();
+      const dds = await bm.page.locator("#td-fields dd").allTextContents();
+      const i = dts.findIndex((x) => x === "isolation" || x === "隔离方式");
+      return i < 0 ? null : dds[i];
+    };
+    await waitFor(async () => (await iso()) === "MPS · 20% of its compute", 5000, "the task's isolation");
+    await shot(bm.page, "17-mps-task");
+    await bm.page.click("#lang");
+    await waitFor(async () => (await iso()) === "MPS · 20% 算力", 5000, "the task's isolation in Chinese");
+    await dm.api("POST", "/api/v1/tasks/" + t.json.id + "/cancel");
+    await waitFor(async () => (await gpu0()).mps.daemon === "stopped", 15000, "the MPS daemon to quit after its client");
+    assert.deepEqual(bm.errors, []);
+  } finally {
+    await bm.close();
+    try { // a daemon a failed test left
+      const pid = Number(fs.readFileSync(path.join(dm.dir, "data", "mps", "0", "pipe", "nvidia-cuda-mps-control.pid"), "utf8"));
+      if (pid > 0) process.kill(pid, "SIGKILL");
+    } catch { /* none left */ }
+    await dm.stop();
+  }
+});
+
 test("without billing no tenant shows a balance", async () => {
   const dn = await startDaemon("gpus: {backend: sim}\ntenants:\n  - {id: acme, kind: external, quota: {max_concurrent: 5}}\n");
   const bn = await openBrowser({ locale: "en-US" });

@@ -133,6 +133,8 @@
     tags.push(g.healthy ? el("span", { class: "tag ok", text: t("gpu_healthy") }) : el("span", { class: "tag bad", text: t("gpu_unhealthy") }));
     if (g.drained) tags.push(el("span", { class: "tag warn", text: t("gpu_drained") }));
     if (g.reserved) tags.push(el("span", { class: "tag", text: t("gpu_reserved") }));
+    /* how its memory is isolated (docs/isolation.md): "MIG 1g.10gb" for a MIG instance */
+    if (g.isolation && g.isolation !== "none") tags.push(el("span", { class: "tag iso", "data-isolation": g.isolation, text: g.isolation === "mig" && g.profile ? "MIG " + g.profile : t("iso_" + g.isolation) }));
     const used = g.memory_used_mb, total = g.memory_total_mb;
     const tasks = el("div", { class: "tasks-on" });
     if (g.tasks && g.tasks.length) {
@@ -151,7 +153,8 @@
       meter(t("gpu_util"), g.util_pct === null ? t("none") : g.util_pct + "%", g.util_pct, g.util_pct > 90 ? "hot" : ""),
       meter(t("gpu_mem"), gb(used) + " / " + gb(total), total ? (100 * (used || 0)) / total : 0, "mem"),
       facts, tasks,
-      !g.healthy && g.health_reason ? el("div", { class: "health", text: g.health_reason }) : null);
+      !g.healthy && g.health_reason ? el("div", { class: "health", text: g.health_reason }) : null,
+      g.mps && g.mps.daemon === "failed" ? el("div", { class: "health mps", text: t("mps_failed", g.mps.error) }) : null);
     return card;
   }
 
@@ -345,6 +348,8 @@
     add("f_priority", "P" + x.priority);
     add("f_gpus", x.gpus.length ? x.gpus.map((g) => g.node + ":" + g.index).join(", ") : String(x.gpu_request));
     add("f_memory", x.memory_mb ? gb(x.memory_mb) : t("whole_gpu"));
+    if (x.isolation && x.isolation !== "none") /* how its memory is held (docs/isolation.md) */
+      add("f_isolation", t("iso_" + x.isolation) + (x.compute_pct ? " · " + t("compute_pct", x.compute_pct) : ""));
     if (x.queue_position) add("f_position", String(x.queue_position));
     add("f_reason", I18N.reason(x.reason, x.reason_detail));
     if (x.expected_start_at) add("f_expected", expected(x) + " (" + when(x.expected_start_at) + ")");

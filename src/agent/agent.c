@@ -380,6 +380,7 @@ static void collect(agent *a, node *n, run *r) {
                 res.signal = 9;
                 res.finished_ms = gp_now_ms();
                 snprintf(res.message, sizeof(res.message), "its supervisor ended without a result");
+                gp_cgroup_reap(r->id.task, r->proc.pid); /* what it left in its cgroup */
         }
         char log[PATH_MAX + 80];
         struct stat st;
@@ -519,7 +520,7 @@ static void start_run(agent *a, node *n, const gp_proto_start *s) {
                 .timeout_s = s->timeout_s, .kill_grace_s = s->kill_grace_s, .preempt_grace_s = s->preempt_grace_s,
                 .max_log_bytes = s->max_log_bytes, .run_as = s->run_as, .array_id = s->array_id,
                 .array_index = s->array_index, .fence_file = gp_agent_fence_file(&a->fence, s->fence),
-                .notice = s->notice,
+                .notice = s->notice, .limits = s->limits,
         };
         int rc = gp_exec_launch(a->self_exe, dir, &spec, GP_EXEC_FRESH, &r->proc);
         free(env);
@@ -1652,6 +1653,11 @@ int gp_agent_main(int argc, char **argv) {
         }
         a->sim = sim_nodes > 0;
         a->poll_ms = GPU_POLL_MS;
+        char cgwhy[400] = "";
+        if (!a->sim && (a->host.cgroup = gp_cgroup_setup(cgwhy, sizeof(cgwhy))) > 0) /* a cgroup per run */
+                gp_info("cgroups: %s: every run in a cgroup of its own", gp_cgroup_version_name(a->host.cgroup));
+        else if (!a->sim)
+                gp_warn("cgroups: none usable (%s): runs go without CPU and RAM limits", cgwhy);
         if (!a->sim && (rc = gp_agent_fence_init(&a->fence, a->data_dir)) < 0) {
                 fprintf(stderr, "gpupool agent: cannot name the fence file in %s: %s\n", a->data_dir, strerror(-rc));
                 return 1;

@@ -13,6 +13,8 @@ typedef struct gp_host_info {
         int64_t mem_avail_mb;        /* MemAvailable of /proc/meminfo, -1 unknown */
         int64_t disk_total_mb;       /* of the filesystem that holds dir, -1 unknown */
         int64_t disk_free_mb;        /* what an unprivileged user may still write there */
+        int cgroup;                  /* the cgroup version its runs get (0 none, 1, 2: exec/cgroup.h); set by
+                                        the caller, gp_host_read leaves it alone */
 } gp_host_info;
 
 /* The parent of process pid (/proc/PID/stat), 0 when it is gone. */

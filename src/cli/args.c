@@ -38,6 +38,7 @@ enum opt_id {
         O_CACERT,
         O_COMPUTE_PCT, /* an MPS client's share of the GPU's compute */
         O_SINCE, O_UNTIL, /* history (sacct -S, -E) */
+        O_CPUS, O_HOST_MEM, /* its cgroup's limits (exec/cgroup.h) */
 };
 
 #define V(x) (1u << GP_CLI_##x)
@@ -61,6 +62,9 @@ static const struct opt opts[] = {
         {"version", 0, false, O_VERSION, PRE},
         {"gpus", 'G', true, O_GPUS, V(SUBMIT) | V(RUN)},
         {"mem", 0, true, O_MEM, V(SUBMIT) | V(RUN)},
+        {"cpus", 'c', true, O_CPUS, V(SUBMIT)},
+        {"cpus-per-task", 0, true, O_CPUS, V(SUBMIT)}, /* sbatch's */
+        {"host-mem", 0, true, O_HOST_MEM, V(SUBMIT)}, /* sbatch's --mem: RAM, not GPU memory */
         {"compute-pct", 0, true, O_COMPUTE_PCT, V(SUBMIT)},
         {"priority", 0, true, O_PRIO, V(SUBMIT) | V(RUN)},
         {"name", 0, true, O_NAME, V(SUBMIT) | V(RUN)},
@@ -120,9 +124,10 @@ static const struct verb_info {
         [GP_CLI_VERSION] = {"version", "gpupool version", NULL, "print the client version", NULL},
         [GP_CLI_SUBMIT] = {
                 "submit",
-                "gpupool submit [--gpus N] [--mem SIZE] [--priority P] [--name S] [--model M]\n"
-                "                      [--gpu-model GLOB] [--exclusive] [--preemptible] [--timeout DURATION]\n"
-                "                      [--queue-timeout DURATION] [--env K=V]... [--workdir DIR] [--tenant T]\n"
+                "gpupool submit [--gpus N] [--mem SIZE] [--cpus N] [--host-mem SIZE] [--priority P]\n"
+                "                      [--name S] [--model M] [--gpu-model GLOB] [--exclusive] [--preemptible]\n"
+                "                      [--timeout DURATION] [--queue-timeout DURATION] [--env K=V]...\n"
+                "                      [--workdir DIR] [--tenant T]\n"
                 "                      [--node-selector K=V]... [--elastic MIN:MAX] [--array SPEC] [--wait]\n"
                 "                      [--on-node-lost fence|requeue] [--signal [B:]SIG@SECS] [--compute-pct P]\n"
                 "                      [--] COMMAND [ARG...] | SCRIPT [ARG...] | < SCRIPT",
@@ -133,6 +138,11 @@ static const struct verb_info {
                 "  --gpus N, -G N       GPUs wanted, 1..1024 (default 1); more than a node has:\n"
                 "                       whole nodes (a multi-node task, e.g. torchrun)\n"
                 "  --mem SIZE           GPU memory per GPU: MB, or 8G, 8192M (default: the whole GPU)\n"
+                "  --cpus N, -c N       CPUs, 1..4096: the quota of its cgroup, and placed only where\n"
+                "                       N CPUs are free (also --cpus-per-task; default: no limit)\n"
+                "  --host-mem SIZE      RAM (host memory, not GPU memory): its cgroup's limit, over it\n"
+                "                       the task is OOM-killed (reason host_memory_exceeded); placed\n"
+                "                       only where that much is free (sbatch's --mem; default: none)\n"
                 "  --compute-pct P      with --mem on an MPS GPU (gpus.sharing: mps): the share of the\n"
                 "                       GPU's compute, 1..100 (default: its share of the memory)\n"
                 "  --priority P         0..9, P0..P9 or critical|high|normal|low|background\n"
@@ -807,6 +817,19 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
                                                "got '%.80s'",
                                             (long long)GP_CLI_MEM_MAX_MB, val);
                         if ((r = body_set(p, "memory_mb", json_integer(v), "--mem")) < 0)
+                                return r;
+                        break;
+                case O_CPUS:
+                        if ((r = want_int(p, "--cpus", val, 1, GP_CLI_CPUS_MAX, &v)) < 0 ||
+                            (r = body_set(p, "cpus", json_integer(v), "--cpus")) < 0)
+                                return r;
+                        break;
+                case O_HOST_MEM:
+                        if (gp_size_mb_parse(val, GP_CLI_HOST_MEM_MAX_MB, &v) < 0 || v < 1)
+                                return fail(p, "--host-mem: expected MB or a size such as 64G or 512M (1 MB to %lld "
+                                               "MB), got '%.80s'",
+                                            (long long)GP_CLI_HOST_MEM_MAX_MB, val);
+                        if ((r = body_set(p, "host_memory_mb", json_integer(v), "--host-mem")) < 0)
                                 return r;
                         break;
                 case O_COMPUTE_PCT:

@@ -34,6 +34,8 @@
 #define GP_CLI_ARGS_MAX 4096                /* words in COMMAND */
 #define GP_CLI_ARG_LEN_MAX (128 * 1024)     /* bytes in one word (Linux MAX_ARG_STRLEN) */
 #define GP_CLI_MEM_MAX_MB ((int64_t)1 << 24)  /* --mem bound: 16 TiB */
+#define GP_CLI_CPUS_MAX 4096                  /* --cpus bound (the server's GP_CGROUP_MAX_CPUS) */
+#define GP_CLI_HOST_MEM_MAX_MB ((int64_t)1 << 30) /* --host-mem bound: 1 PiB (GP_CGROUP_MAX_MEMORY_MB) */
 #define GP_CLI_ENODES_MAX 1024               /* --elastic-nodes bound (the server's GP_SCHED_MAX_ENODES) */
 #define GP_CLI_SECONDS_MAX ((int64_t)10 * 366 * 86400)  /* --timeout/--queue-timeout: 10 years */
 #define GP_CLI_TTL_DEFAULT 30

@@ -555,6 +555,22 @@ int gp_cli_format_status(const json_t *task, int64_t now_ms, gp_buf *out) {
                         CHECK(gp_buf_puts(&v, iso));
                 CHECK(line_str(out, "isolation", v.data));
         }
+        int64_t cpus = 0, hmem = 0;
+        bool has_cpus = jint(task, "cpus", &cpus), has_hmem = jint(task, "host_memory_mb", &hmem);
+        if (has_cpus || has_hmem) { /* its cgroup's limits, and whether they hold */
+                const char *cg = jstr(task, "cgroup");
+                gp_buf_reset(&v);
+                if (has_cpus)
+                        CHECK(gp_buf_printf(&v, "%" PRId64 " CPUs%s", cpus, has_hmem ? ", " : ""));
+                if (has_hmem)
+                        CHECK(gp_buf_printf(&v, "%" PRId64 " MB RAM", hmem));
+                const char *st = jstr(task, "state");
+                if (cg)
+                        CHECK(gp_buf_printf(&v, " (cgroup %s)", cg));
+                else if (st && strcmp(st, "queued")) /* it ran where nothing holds them */
+                        CHECK(gp_buf_puts(&v, " (not enforced: no cgroup on its node)"));
+                CHECK(line_str(out, "host limits", v.data));
+        }
         json_t *nodes = json_object_get(task, "nodes");
         if (json_is_array(nodes) && json_array_size(nodes) > 0) {
                 /* a task's nodes in rank order (rank 0 first: MASTER_ADDR's) */

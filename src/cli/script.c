@@ -94,7 +94,8 @@ static const struct sbatch_opt {
 } sbatch_opts[] = {
         {"gpus", 'G', NULL},         {"gres", 0, NULL},           {"time", 't', "--time"},
         {"job-name", 'J', "--name"}, {"mem-per-gpu", 0, "--mem"}, {"array", 'a', "--array"},
-        {"chdir", 'D', "--workdir"}, {"signal", 0, "--signal"},
+        {"chdir", 'D', "--workdir"}, {"signal", 0, "--signal"},   {"mem", 0, "--host-mem"},
+        {"cpus-per-task", 'c', "--cpus"},
 };
 
 /* Why some common #SBATCH options are left out (the warning's reason). */
@@ -102,7 +103,6 @@ static const struct {
         const char *name;
         const char *why;
 } sbatch_ignored[] = {
-        {"mem", "Slurm's --mem is host memory; gpupool's --mem is GPU memory per GPU (#SBATCH --mem-per-gpu)"},
         {"output", "gpupool keeps the output: gpupool logs ID"},
         {"error", "gpupool keeps the output: gpupool logs ID"},
         {"partition", "gpupool has no partitions (--node-selector K=V picks nodes by label)"},

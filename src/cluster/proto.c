@@ -767,7 +767,8 @@ static int parse_host(const json_t *o, gp_host_info *h, char *err, size_t errlen
             (r = get_reading(o, "mem_total_mb", (int64_t)1 << 40, &h->mem_total_mb, "host", err, errlen)) < 0 ||
             (r = get_reading(o, "mem_avail_mb", (int64_t)1 << 40, &h->mem_avail_mb, "host", err, errlen)) < 0 ||
             (r = get_reading(o, "disk_total_mb", (int64_t)1 << 40, &h->disk_total_mb, "host", err, errlen)) < 0 ||
-            (r = get_reading(o, "disk_free_mb", (int64_t)1 << 40, &h->disk_free_mb, "host", err, errlen)) < 0)
+            (r = get_reading(o, "disk_free_mb", (int64_t)1 << 40, &h->disk_free_mb, "host", err, errlen)) < 0 ||
+            (r = get_int32(o, "cgroup", false, 0, 2, 0, &h->cgroup, "host", err, errlen)) < 0)
                 return r;
         return 0;
 }
@@ -902,7 +903,7 @@ static json_t *tele_to_json(const gp_proto_tele *t) {
 }
 
 static json_t *host_to_json(const gp_host_info *h) {
-        json_t *o = json_pack("{s:i}", "cpus", h->cpus);
+        json_t *o = json_pack("{s:i,s:i}", "cpus", h->cpus, "cgroup", h->cgroup);
         if (o && (set_reading(o, "mem_total_mb", h->mem_total_mb) | set_reading(o, "mem_avail_mb", h->mem_avail_mb) |
                   set_reading(o, "disk_total_mb", h->disk_total_mb) |
                   set_reading(o, "disk_free_mb", h->disk_free_mb)) < 0) {
@@ -1052,6 +1053,9 @@ static int parse_start(const json_t *o, gp_proto_start *s, const char *where, ch
                 return r;
         if (notice[0] && gp_notice_parse(notice, &s->notice, why, sizeof(why)) < 0)
                 return fail(err, errlen, "%s.notice: %s", where, why);
+        if (gp_cgroup_limits_get(o, &s->limits) < 0)
+                return fail(err, errlen, "%s.cpus and %s.host_memory_mb must be positive integers (at most %d and %lld)",
+                            where, where, GP_CGROUP_MAX_CPUS, (long long)GP_CGROUP_MAX_MEMORY_MB);
         if (s->id.rank >= s->nnodes)
                 return fail(err, errlen, "%s.rank must be below nnodes", where);
         if (s->run_as[0] && !gp_id_ok(s->run_as, strlen(s->run_as)))
@@ -1291,6 +1295,10 @@ static json_t *start_to_json(const gp_proto_start *s) {
         if (rest && s->notice.signo &&
             (gp_notice_format(&s->notice, notice, sizeof(notice)) < 0 ||
              set(rest, "notice", json_string(notice)) < 0)) {
+                json_decref(rest);
+                rest = NULL;
+        }
+        if (rest && gp_cgroup_limits_set(rest, &s->limits) < 0) {
                 json_decref(rest);
                 rest = NULL;
         }

@@ -231,6 +231,7 @@ typedef struct gp_proto_start {
                                         (0..16777216; 0 = none, absent) */
         int mps_compute_pct;         /* its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, 1..100 (with mps_memory_mb) */
         char mps_uuid[GP_UUID_MAX];  /* its GPU's uuid ("" = not known: the index is used) */
+        gp_cgroup_limits limits;     /* "cpus", "host_memory_mb": its cgroup's limits (absent: none) */
 } gp_proto_start;
 
 /* A running elastic run's new GPU set on its node (sent until the agent

@@ -26,6 +26,8 @@ static int grow_onto(gp_sched *s, stask *t, uint32_t gi, int64_t now) {
         resize_begin(s, t, now);
         int rc = gpu_attach(s, gi, t);
         if (rc == 0) {
+                if (t->host && !task_on_node(s, t, s->gpus[gi].node)) /* a node more (elastic in nodes) */
+                        host_node(s, t, s->gpus[gi].node, 1);
                 t->gpus[t->ngpus++] = gi;
                 t->share += 1000;
                 T->run_milli += 1000;
@@ -42,6 +44,8 @@ static void shrink_one(gp_sched *s, stask *t, int64_t now) {
         t->charge = s->gpus[gi].usable;
         gpu_detach(s, gi, t);
         t->ngpus--;
+        if (t->host && !task_on_node(s, t, s->gpus[gi].node)) /* its last GPU there went */
+                host_node(s, t, s->gpus[gi].node, -1);
         t->share -= 1000;
         T->run_milli -= 1000;
         tenant_in(s, T);

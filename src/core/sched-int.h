@@ -95,6 +95,8 @@ enum {
         R_MODELS,       /* a1 = max_models_per_gpu: every GPU that fits holds that many other models */
         R_ARRAY,        /* a1 = array id, a2 = its limit (%N): that many of its members run */
         R_NODES,        /* multi-node: a1 = GPUs needed, a2 = whole nodes free that it may use */
+        R_HOST_CPU,     /* a1 = CPUs needed, a2 = most free on a node it may use */
+        R_HOST_MEM,     /* a1 = RAM MiB needed, a2 = most free on a node it may use */
         R_ENODES,       /* elastic in nodes: a1 = whole nodes needed, a2 = wholly free ones it may use */
 };
 
@@ -157,6 +159,15 @@ typedef struct snode {
         unsigned allow;            /* GP_SCHED_NODE_MULTI | GP_SCHED_NODE_ELASTIC: what else it may hold */
 } snode;
 
+/* A node's host CPUs and RAM, in s->nhost beside s->nodes (same index):
+ * kept out of snode, whose size the placement's scans feel (bench-core). */
+typedef struct shost {
+        int cpus;                  /* capacity: online CPUs, 0 = unknown (not limited) */
+        int cpus_used;             /* asked for by the running tasks on it */
+        int64_t mem_mb;            /* ... and RAM, MiB, 0 = unknown */
+        int64_t mem_used;
+} shost;
+
 struct stask {
         int64_t id;
         uint32_t tenant;
@@ -164,6 +175,8 @@ struct stask {
         uint16_t ngpus;            /* GPUs in gpus while running (a multi-node task holds
                                       whole nodes, an elastic one what it grew to), else nmin */
         bool excl, preemptible, running;
+        bool host;                 /* asks for host CPUs or RAM (cpus || hmem); beside excl: the
+                                      placement predicates read it for every GPU they test */
         bool excl_req;             /* excl as asked (excl is forced on while multi) */
         bool multi;                /* takes whole nodes (multi_gen == s->node_gen) */
         uint32_t multi_gen;
@@ -174,6 +187,8 @@ struct stask {
         int64_t mem;               /* requested per GPU */
         int64_t charge;            /* memory charged per GPU while running */
         uint32_t model;            /* 0 = none */
+        int32_t cpus;              /* host CPUs it needs on each of its nodes, 0 = none (in a hole:
+                                      the struct keeps its size) */
         char *gpu_model;           /* NULL = any */
         uint64_t kinds;            /* allowed GPU kinds */
         int64_t timeout_ms, submit_ms, deadline_ms, start_ms;
@@ -191,6 +206,7 @@ struct stask {
         uint8_t q;                 /* tier it is (or will be) queued in */
         int64_t attained;          /* GPU-ms held in finished runs (LAS) */
         uint32_t pstamp;           /* == s->pstamp: marked as a preemption victim */
+        int32_t hmem;              /* host RAM (MiB) it needs on each of its nodes, 0 = none */
         int64_t ra3;               /* third reason argument */
         uint32_t tl_idx;           /* index in its tenant's tlist of tier q (while queued) */
         uint32_t start_stamp;      /* run stamp of its latest start */
@@ -333,6 +349,8 @@ struct gp_sched {
         uint32_t ngpus, gpus_cap;
         snode *nodes;
         uint32_t nnodes, nodes_cap;
+        shost *nhost;              /* nnodes entries (room for nhost_cap) */
+        uint32_t nhost_cap;
         /* nodes by name: open addressing, linear probing, node index or NIL;
          * a power of two, at most half full (nodes are never deleted: a
          * removed node keeps its index) */
@@ -521,6 +539,32 @@ static inline bool labels_hold(const snode *n, const uint32_t *ids, int k) {
 static inline bool sel_ok(const gp_sched *s, const stask *t, uint32_t ni) {
         return (!t->nsel || labels_hold(&s->nodes[ni], t->sel, t->nsel)) &&
                (!t->nmax || (s->nodes[ni].allow & GP_SCHED_NODE_ELASTIC));
+}
+
+/* Does node ni have t's host CPUs and RAM free now (capacity 0: not limited)? */
+static inline bool host_free(const shost *n, const stask *t) {
+        return (!n->cpus || n->cpus - n->cpus_used >= t->cpus) && (!n->mem_mb || n->mem_mb - n->mem_used >= t->hmem);
+}
+
+/* Does running task t hold a GPU of node ni? */
+static inline bool task_on_node(const gp_sched *s, const stask *t, uint32_t ni) {
+        for (int i = 0; i < t->ngpus; i++)
+                if (s->gpus[t->gpus[i]].node == ni)
+                        return true;
+        return false;
+}
+
+/* The same for the placement predicates: tasks that ask for neither pay one
+ * test.  A running task (an elastic one growing) already holds its CPUs and
+ * RAM on its nodes; a node it grows onto must have them free. */
+static inline bool host_ok(const gp_sched *s, const stask *t, uint32_t ni) {
+        return !t->host || (t->running && task_on_node(s, t, ni)) || host_free(&s->nhost[ni], t);
+}
+
+/* Add (sign 1) or take back (-1) t's host CPUs and RAM on node ni. */
+static inline void host_node(gp_sched *s, const stask *t, uint32_t ni, int sign) {
+        s->nhost[ni].cpus_used += sign * t->cpus;
+        s->nhost[ni].mem_used += sign * t->hmem;
 }
 
 static inline bool kind_ok(const stask *t, const sgpu *g) {

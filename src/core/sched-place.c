@@ -452,6 +452,11 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
                 if (!nodes)
                         return -ENOMEM;
                 s->nodes = nodes;
+                shost *nh = grow(s->nhost, sizeof(shost), &s->nhost_cap, s->nnodes + 1);
+                if (!nh)
+                        return -ENOMEM;
+                s->nhost = nh;
+                memset(&nh[s->nnodes], 0, sizeof(*nh));
                 snode *n = &nodes[s->nnodes];
                 memset(n, 0, sizeof(*n));
                 if (!(n->name = strdup(d->node)))
@@ -624,6 +629,17 @@ int gp_sched_node_set_drained(gp_sched *s, const char *node, bool drained) {
         const snode *nd = &s->nodes[ni];
         for (int i = 0; i < nd->ngpus; i++)
                 gp_sched_gpu_set_drained(s, nd->gpus[i], drained);
+        return 0;
+}
+
+int gp_sched_node_set_host(gp_sched *s, const char *node, int cpus, int64_t mem_mb) {
+        uint32_t ni;
+        if (!node || find_node(s, node, &ni) < 0)
+                return -ENOENT;
+        if (cpus < 0 || cpus > GP_SCHED_MAX_CPUS || mem_mb < 0)
+                return -EINVAL;
+        s->nhost[ni].cpus = cpus;
+        s->nhost[ni].mem_mb = mem_mb;
         return 0;
 }
 
@@ -804,12 +820,13 @@ static bool models_full(const gp_sched *s, const stask *t, const sgpu *g) {
 /* Can GPU g take shared task t now? */
 SCHED_PRIVATE bool shared_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid) {
         return gpu_usable(g) && !g->excl && kind_ok(t, g) && gpu_free(g) >= t->mem &&
-               !(avoid && g->resv_stamp == s->stamp) && !models_full(s, t, g) && sel_ok(s, t, g->node);
+               !(avoid && g->resv_stamp == s->stamp) && !models_full(s, t, g) && sel_ok(s, t, g->node) &&
+               host_ok(s, t, g->node);
 }
 
 SCHED_PRIVATE bool idle_fits(const gp_sched *s, const stask *t, const sgpu *g, bool avoid) {
         return gpu_usable(g) && g->ntasks == 0 && kind_ok(t, g) && g->usable >= t->mem &&
-               !(avoid && g->resv_stamp == s->stamp) && sel_ok(s, t, g->node);
+               !(avoid && g->resv_stamp == s->stamp) && sel_ok(s, t, g->node) && host_ok(s, t, g->node);
 }
 
 /* Better tie-break between two GPUs with equal standing: cooler, less busy, lower id. */
@@ -1173,7 +1190,7 @@ __attribute__((noinline)) static bool place_multi(const gp_sched *s, const stask
         for (int k = s->max_idle; k >= 1; k--)
                 for (uint32_t ni = s->idle_lists[k]; ni != NIL; ni = s->nodes[ni].inext) {
                         const snode *nd = &s->nodes[ni];
-                        if (nd->idle != nd->size || !whole_node_ok(s, t, ni))
+                        if (nd->idle != nd->size || !whole_node_ok(s, t, ni) || !host_ok(s, t, ni))
                                 continue;
                         bool resv = false;
                         for (int i = 0; avoid && i < nd->ngpus && !resv; i++)
@@ -1220,6 +1237,39 @@ SCHED_PRIVATE bool place(const gp_sched *s, const stask *t, bool avoid, fit *f) 
         return s->plc->place(s, t, avoid, f);
 }
 
+/* Host CPUs or RAM: when no node t may use (its selector, a usable GPU of
+ * its kinds) has them free, say so (R_HOST_CPU, R_HOST_MEM) and return
+ * true; else false (the GPUs are what it waits for). */
+static bool host_short(gp_sched *s, stask *t) {
+        int64_t most_cpus = -1, most_mem = -1;
+        bool cpus_ok = false, mem_ok = false;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                if (!sel_ok(s, t, ni))
+                        continue;
+                bool usable = false;
+                for (int i = 0; i < nd->ngpus && !usable; i++)
+                        usable = kind_ok(t, &s->gpus[nd->gpus[i]]) && gpu_usable(&s->gpus[nd->gpus[i]]);
+                if (!usable)
+                        continue;
+                const shost *h = &s->nhost[ni];
+                int64_t fc = h->cpus ? h->cpus - h->cpus_used : INT32_MAX;
+                int64_t fm = h->mem_mb ? h->mem_mb - h->mem_used : INT64_MAX;
+                cpus_ok = cpus_ok || fc >= t->cpus;
+                mem_ok = mem_ok || (fc >= t->cpus && fm >= t->hmem);
+                most_cpus = fc > most_cpus ? fc : most_cpus;
+                if (fc >= t->cpus && fm > most_mem)
+                        most_mem = fm;
+        }
+        if (most_cpus < 0 || (cpus_ok && mem_ok))
+                return false; /* no usable node at all: the GPU diagnosis says so */
+        t->rstamp = s->stamp;
+        t->rcode = cpus_ok ? R_HOST_MEM : R_HOST_CPU;
+        t->ra1 = cpus_ok ? t->hmem : t->cpus;
+        t->ra2 = cpus_ok ? most_mem : most_cpus;
+        return true;
+}
+
 /* Why t cannot be placed right now (for the blocked task: full scan). */
 SCHED_PRIVATE void diagnose(gp_sched *s, stask *t) {
         if (t->multi) {
@@ -1235,6 +1285,8 @@ SCHED_PRIVATE void diagnose(gp_sched *s, stask *t) {
                 t->ra2 = free_gpus;
                 return;
         }
+        if (t->host && host_short(s, t))
+                return;
         int64_t most_free = -1;
         int most_whole = 0;
         bool any_usable = false;
@@ -1242,7 +1294,7 @@ SCHED_PRIVATE void diagnose(gp_sched *s, stask *t) {
         for (uint32_t ni = 0; ni < s->nnodes; ni++) {
                 const snode *nd = &s->nodes[ni];
                 int whole = 0;
-                if (!sel_ok(s, t, ni))
+                if (!sel_ok(s, t, ni) || !host_ok(s, t, ni))
                         continue;
                 for (int i = 0; i < nd->ngpus; i++) {
                         const sgpu *g = &s->gpus[nd->gpus[i]];

@@ -27,6 +27,8 @@ static int req_check(const gp_sched_req *r) {
             (r->elastic_max_gpus != 0 &&
              (r->elastic_max_gpus <= r->gpus || r->elastic_max_gpus > GP_NODE_MAX_GPUS)) ||
             r->array_id < 0 || r->array_limit < 0 || pairs_parse(NULL, NULL, r->node_selector, NULL, 0) < 0 ||
+            r->cpus < 0 || r->cpus > GP_SCHED_MAX_CPUS || r->host_memory_mb < 0 ||
+            r->host_memory_mb > GP_SCHED_MAX_HOST_MB ||
             (r->elastic_max_nodes != 0 &&
              (r->elastic_max_gpus != 0 || r->elastic_min_nodes < 1 || r->elastic_min_nodes != r->gpus ||
               r->elastic_max_nodes < r->elastic_min_nodes || r->elastic_max_nodes > GP_SCHED_MAX_ENODES)) ||
@@ -82,6 +84,9 @@ static int task_from_req(gp_sched *s, const gp_sched_req *r, stask **ret) {
                 t->mem = 0;
         }
         t->excl_req = t->excl;
+        t->cpus = r->cpus;
+        t->hmem = (int32_t)r->host_memory_mb;
+        t->host = r->cpus > 0 || r->host_memory_mb > 0;
         if (r->node_selector && *r->node_selector) {
                 uint32_t ids[GP_LABELS_MAX];
                 int n = pairs_parse(&s->labels, NULL, r->node_selector, ids, GP_LABELS_MAX);
@@ -145,7 +150,9 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
         int64_t largest = 0;
         int most_on_node = 0, most_kind = 0, whole_n = 0, whole_max = 0;
         int64_t whole_sum = 0;
-        bool kind_seen = false, any_gpu = false, sel_seen = false;
+        bool kind_seen = false, any_gpu = false, sel_seen = false, host_seen = false;
+        int most_cpus = 0;
+        int64_t most_mem = 0;
         for (uint32_t ni = 0; ni < s->nnodes; ni++) {
                 const snode *nd = &s->nodes[ni];
                 if (!nd->kinds)
@@ -156,6 +163,14 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
                 sel_seen = true;
                 if (r->elastic_max_gpus && !(nd->allow & GP_SCHED_NODE_ELASTIC))
                         continue;
+                const shost *h = &s->nhost[ni];
+                if ((r->cpus || r->host_memory_mb) && !host_seen) { /* the largest capacities, for why */
+                        most_cpus = h->cpus > most_cpus ? h->cpus : most_cpus;
+                        most_mem = h->mem_mb > most_mem ? h->mem_mb : most_mem;
+                }
+                if ((h->cpus && h->cpus < r->cpus) || (h->mem_mb && h->mem_mb < r->host_memory_mb))
+                        continue; /* could never hold its host CPUs or RAM */
+                host_seen = true;
                 int cnt = 0, cnt_kind = 0;
                 bool whole = nd->size > 0 && !(nd->wkinds & ~kinds) && (nd->allow & GP_SCHED_NODE_MULTI);
                 for (int i = 0; i < nd->ngpus; i++) {
@@ -198,6 +213,11 @@ int gp_sched_check_feasible(const gp_sched *s, const gp_sched_req *r, char *why,
                 snprintf(why, size, "the pool has no GPUs");
         else if (!sel_seen)
                 snprintf(why, size, "no node has the labels '%s' (node_selector)", r->node_selector);
+        else if (!host_seen && most_cpus && most_cpus < r->cpus)
+                snprintf(why, size, "no node has %d CPUs (most on a node: %d)", r->cpus, most_cpus);
+        else if (!host_seen)
+                snprintf(why, size, "no node has %" PRId64 " MB of RAM (most on a node: %" PRId64 " MB)",
+                         r->host_memory_mb, most_mem);
         else if (!kind_seen)
                 snprintf(why, size, "no GPU matches gpu_model '%s'",
                          r->gpu_model && *r->gpu_model ? r->gpu_model : "*");
@@ -290,6 +310,17 @@ static bool borrows(const gp_sched *s, const stask *t, int64_t share) {
         return share > free_milli - lent;
 }
 
+/* Add (sign 1) or take back (-1) t's host CPUs and RAM on each node of its
+ * GPUs (they are grouped by node). */
+static void host_charge(gp_sched *s, const stask *t, int sign) {
+        for (int i = 0; i < t->ngpus; i++) {
+                uint32_t ni = s->gpus[t->gpus[i]].node;
+                if (i > 0 && s->gpus[t->gpus[i - 1]].node == ni)
+                        continue;
+                host_node(s, t, ni, sign);
+        }
+}
+
 /* Start t on gpus.  borrow: 1 or 0 says whether it runs borrowing (a
  * restore), -1 decides it (see borrows(); preemptible tasks never borrow:
  * they are reclaimable anyway). */
@@ -314,6 +345,8 @@ SCHED_PRIVATE int start_on(gp_sched *s, stask *t, const uint32_t *gpus, int n, i
         }
         t->running = true;
         t->ngpus = (uint16_t)n;
+        if (t->host)
+                host_charge(s, t, 1);
         t->start_ms = t->seg_ms = now;
         t->start_stamp = s->stamp;
         if (t->nmax || t->nodes_max) {
@@ -352,6 +385,8 @@ SCHED_PRIVATE void stop(gp_sched *s, stask *t, int64_t now) {
                         t->charge = s->gpus[t->gpus[i]].usable;
                 gpu_detach(s, t->gpus[i], t);
         }
+        if (t->host)
+                host_charge(s, t, -1);
         t->running = false;
         s->running--;
         stenant *T = &s->tn[t->tenant];

@@ -273,6 +273,15 @@ int gp_sched_task_reason_ex(gp_sched *s, int64_t id, char *buf, size_t size, gp_
                         reason_put(buf, size, r, "whole_nodes", "waiting for whole nodes{x} with {0} GPUs in all",
                                    extra, 1, NUM(0, t->ra1), NULL, NULL, NULL);
                 break;
+        case R_HOST_CPU:
+                reason_put(buf, size, r, "no_cpus", "waiting: needs {0} CPUs, most free on a node{x} is {1}", extra, 2,
+                           NUM(0, t->ra1), NUM(1, t->ra2), NULL, NULL);
+                break;
+        case R_HOST_MEM:
+                reason_put(buf, size, r, "no_host_memory",
+                           "waiting: needs {0} MB of RAM, most free on a node{x} is {1} MB", extra, 2, NUM(0, t->ra1),
+                           NUM(1, t->ra2), NULL, NULL);
+                break;
         case R_ENODES:
                 if (t->ra2 >= 0)
                         reason_put(buf, size, r, "elastic_nodes_most",

@@ -88,6 +88,7 @@ void gp_sched_free(gp_sched *s) {
                 free(s->nodes[i].labels);
         }
         free(s->nodes);
+        free(s->nhost);
         free(s->node_ht);
         for (int i = 0; i < s->nkinds; i++)
                 free(s->kind_names[i]);
@@ -233,7 +234,7 @@ typedef struct fail_memo {
 /* Not for a shared task with a model under max_models_per_gpu: whether it
  * fits depends on its model, not only on its size. */
 static inline bool memo_applies(const gp_sched *s, const stask *t) {
-        return !t->gpu_model && !t->nsel && !t->multi && !t->nmax && (t->excl || t->ngpus == 1) &&
+        return !t->gpu_model && !t->nsel && !t->multi && !t->nmax && !t->host && (t->excl || t->ngpus == 1) &&
                (t->excl || !t->model || s->cfg.max_models_per_gpu <= 0);
 }
 
@@ -536,6 +537,8 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 break; /* bounded as backfill is: what is left waits a run */
                         if (T->group)
                                 set_reason(s, t, R_GROUP, T->group, s->gr[T->group].share_pct);
+                        else if (t->host) /* CPUs, RAM or GPUs: a scan tells which */
+                                diagnose(s, t);
                         else if (t->multi)
                                 set_reason(s, t, t->nodes_max ? R_ENODES : R_NODES,
                                            t->nodes_max ? t->nodes_min : t->ngpus, -1);
@@ -566,6 +569,8 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 if (fits_resv)
                         set_reason(s, t, R_WOULD_DELAY, resv->id,
                                    shadow == TIME_INF ? -1 : (shadow - now + 999) / 1000);
+                else if (t->host)
+                        diagnose(s, t);
                 else if (t->multi)
                         set_reason(s, t, t->nodes_max ? R_ENODES : R_NODES, t->nodes_max ? t->nodes_min : t->ngpus,
                                    -1);

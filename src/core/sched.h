@@ -217,6 +217,10 @@ uint32_t gp_sched_gpu_count(const gp_sched *s);
  * 0, -ENOENT (no such node), -EINVAL (bad labels; nothing changed),
  * -ENOMEM. */
 int gp_sched_node_set_labels(gp_sched *s, const char *node, const char *labels);
+/* Set a node's host capacity: online CPUs (0..GP_SCHED_MAX_CPUS) and RAM
+ * in MiB (>= 0); 0 = unknown, not limited.  What running tasks asked for
+ * is kept.  0, -ENOENT (no such node), -EINVAL. */
+int gp_sched_node_set_host(gp_sched *s, const char *node, int cpus, int64_t mem_mb);
 /* Drain or undrain every GPU of a node (gp_sched_gpu_set_drained).
  * 0 or -ENOENT. */
 int gp_sched_node_set_drained(gp_sched *s, const char *node, bool drained);
@@ -294,9 +298,26 @@ typedef struct gp_sched_req {
                                        (see "Elastic in whole nodes" below); not with
                                        elastic_max_gpus */
         int elastic_max_nodes;
+        int cpus;                   /* CPUs it needs on each node it runs on, 0..GP_SCHED_MAX_CPUS, 0 = none */
+        int64_t host_memory_mb;     /* RAM (MiB) it needs on each node, >= 0, 0 = none (see "Host
+                                       CPUs and RAM" below) */
 } gp_sched_req;
 
 #define GP_SCHED_MAX_ENODES 1024    /* most nodes of a task elastic in nodes */
+
+/* Host CPUs and RAM: a node may have a capacity (gp_sched_node_set_host);
+ * a task that asks for cpus or host_memory_mb is placed only on nodes
+ * whose capacity less what its running tasks asked for covers the request
+ * (a multi-node task: on each of its nodes).  A node of unknown capacity
+ * (0) is not limited.  A blocked task that no node could take now for
+ * lack of CPUs or RAM waits with the reason "waiting: needs 8 CPUs, most
+ * free on a node is 4" (codes no_cpus, no_host_memory); one that no node
+ * could ever take (every matching node's capacity is smaller) is
+ * infeasible (gp_sched_check_feasible).  Tasks that ask for neither are
+ * placed exactly as before.  Reservations and backfill reason about GPUs
+ * only: a task may backfill onto a node's free CPUs. */
+#define GP_SCHED_MAX_CPUS 65536
+#define GP_SCHED_MAX_HOST_MB INT32_MAX  /* host_memory_mb bound (2 PiB) */
 
 /* Multi-node tasks: a task whose `gpus` is more than the GPUs (not
  * reserved) of the largest node it may use (GPUs matching gpu_model, on

@@ -56,6 +56,9 @@ typedef struct gp_task {
         int priority;                     /* 0 (most urgent) .. 9 */
         int gpu_request;                  /* GPUs wanted, 1..GP_MAX_GPUS */
         int64_t memory_mb;                /* per GPU; 0 = whole GPU */
+        int cpus;                         /* CPUs it asks for (its cgroup's quota, placement), 0 = none;
+                                             kept in spec ("cpus"), not a column of its own */
+        int64_t host_memory_mb;           /* RAM it asks for, MiB, 0 = none; in spec ("host_memory_mb") */
         bool exclusive;                   /* whole GPU(s), no sharing */
         bool preemptible;                 /* may be preempted (tenants issue) */
         bool borrowing;                   /* its current (or last) run started on GPUs guaranteed to

@@ -572,7 +572,7 @@ static int spec_dump(const gp_exec_spec *s, char **ret) {
             (s->log_name && s->log_name[0] && (r = set_str(o, "log_name", s->log_name)) < 0) ||
             (s->fence_file && s->fence_file[0] && (r = set_str(o, "fence_file", s->fence_file)) < 0) ||
             (s->clean_env && (r = json_object_set_new(o, "clean_env", json_true()) ? -ENOMEM : 0) < 0) ||
-            (r = gp_notice_spec_set(o, &s->notice)) < 0 ||
+            (r = gp_notice_spec_set(o, &s->notice)) < 0 || (r = gp_cgroup_limits_set(o, &s->limits)) < 0 ||
             (s->array_id > 0 && ((r = set_int(o, "array_id", s->array_id)) < 0 ||
                                  (r = set_int(o, "array_index", s->array_index)) < 0)))
                 goto out;
@@ -961,6 +961,7 @@ typedef struct spec {
         const char *fence_file;      /* "" = none (missing); else absolute (exec/fence.h) */
         bool clean_env;              /* missing: false (inherit the supervisor's environment) */
         gp_notice notice;            /* missing: none (base/notice.h) */
+        gp_cgroup_limits limits;     /* cpus, host_memory_mb; missing: none (exec/cgroup.h) */
 } spec;
 
 static void spec_done(spec *s) {
@@ -1038,48 +1039,30 @@ static int spec_load(int dirfd, spec *ret, char *why, size_t why_size) {
                 goto fail;
         }
         const char *what = NULL, *field = NULL;
-        if ((r = get_strings(s.root, "argv", SPEC_MAX_ARGS, false, true, &s.argv, &s.argc,
-                             &what)) < 0) {
+        if ((r = get_strings(s.root, "argv", SPEC_MAX_ARGS, false, true, &s.argv, &s.argc, &what)) < 0) {
                 field = "argv";
                 goto bad;
         }
-        if ((r = get_strings(s.root, "env", SPEC_MAX_ENV, true, false, &s.env, &s.envc,
-                             &what)) < 0) {
+        if ((r = get_strings(s.root, "env", SPEC_MAX_ENV, true, false, &s.env, &s.envc, &what)) < 0) {
                 field = "env";
                 goto bad;
         }
         what = "is missing or has the wrong type or range";
         r = -EINVAL;
-        if (get_string(s.root, "workdir", &s.workdir) < 0) {
-                field = "workdir";
+        if (get_string(s.root, field = "workdir", &s.workdir) < 0 ||
+            get_string(s.root, field = "cuda_visible_devices", &s.cuda) < 0 ||
+            get_string(s.root, field = "gpus", &s.gpus) < 0 ||
+            json_int_field(s.root, field = "task_id", 1, INT64_MAX, &s.task_id) < 0)
                 goto bad;
-        }
-        if (get_string(s.root, "cuda_visible_devices", &s.cuda) < 0) {
-                field = "cuda_visible_devices";
-                goto bad;
-        }
-        if (get_string(s.root, "gpus", &s.gpus) < 0) {
-                field = "gpus";
-                goto bad;
-        }
-        if (json_int_field(s.root, "task_id", 1, INT64_MAX, &s.task_id) < 0) {
-                field = "task_id";
-                goto bad;
-        }
         if (json_object_get(s.root, "array_id") &&
             (json_int_field(s.root, "array_id", 1, INT64_MAX, &s.array_id) < 0 ||
              json_int_field(s.root, "array_index", 0, INT32_MAX, &s.array_index) < 0)) {
                 field = "array_id";
                 goto bad;
         }
-        if (json_int_field(s.root, "timeout_s", 0, TIMEOUT_MAX_S, &s.timeout_s) < 0) {
-                field = "timeout_s";
+        if (json_int_field(s.root, field = "timeout_s", 0, TIMEOUT_MAX_S, &s.timeout_s) < 0 ||
+            json_int_field(s.root, field = "kill_grace_s", 0, GRACE_MAX_S, &s.kill_grace_s) < 0)
                 goto bad;
-        }
-        if (json_int_field(s.root, "kill_grace_s", 0, GRACE_MAX_S, &s.kill_grace_s) < 0) {
-                field = "kill_grace_s";
-                goto bad;
-        }
         s.preempt_grace_s = s.kill_grace_s;
         if (json_object_get(s.root, "preempt_grace_s") &&
             json_int_field(s.root, "preempt_grace_s", 0, GRACE_MAX_S, &s.preempt_grace_s) < 0) {
@@ -1093,10 +1076,8 @@ static int spec_load(int dirfd, spec *ret, char *why, size_t why_size) {
                 field = "notify_signal";
                 goto bad;
         }
-        if (json_int_field(s.root, "max_log_bytes", 1, INT64_MAX, &s.max_log_bytes) < 0) {
-                field = "max_log_bytes";
+        if (json_int_field(s.root, field = "max_log_bytes", 1, INT64_MAX, &s.max_log_bytes) < 0)
                 goto bad;
-        }
         s.run_as = "";
         if (json_object_get(s.root, "run_as") &&
             (get_string(s.root, "run_as", &s.run_as) < 0 ||
@@ -1117,8 +1098,8 @@ static int spec_load(int dirfd, spec *ret, char *why, size_t why_size) {
                 goto bad;
         }
         s.clean_env = json_is_true(json_object_get(s.root, "clean_env"));
-        if (gp_notice_spec_get(s.root, &s.notice) < 0) {
-                field = "notice";
+        if (gp_notice_spec_get(s.root, &s.notice) < 0 || gp_cgroup_limits_get(s.root, &s.limits) < 0) {
+                field = "notice, cpus or host_memory_mb";
                 goto bad;
         }
         *ret = s;
@@ -1328,13 +1309,20 @@ static void spawn_failed(gp_exec_result *res, const char *fmt, ...) {
 }
 
 /* What the command's child reports through its CLOEXEC error pipe. */
-enum { SPAWN_CHDIR = 1, SPAWN_EXEC, SPAWN_USER };
+enum { SPAWN_CHDIR = 1, SPAWN_EXEC, SPAWN_USER, SPAWN_CGROUP };
 
 /* Forked child of the supervisor: becomes the command.  With user (run_as)
  * it starts in workfd and becomes user before it enters workdir. */
 static void __attribute__((noreturn))
-command_child(const spec *s, char **envp, int dirfd, int workfd, const gp_user *user, int out_w, int err_w) {
+command_child(const spec *s, const gp_cgroup *cg, char **envp, int dirfd, int workfd, const gp_user *user, int out_w,
+              int err_w) {
         setpgid(0, 0);
+        int ce = gp_cgroup_enter(cg); /* before run_as: the user may not write there */
+        if (ce < 0) {
+                start_msg m = {.kind = SPAWN_CGROUP, .val = -ce};
+                (void)!write(err_w, &m, sizeof(m));
+                _exit(127);
+        }
         struct sigaction dfl;
         memset(&dfl, 0, sizeof(dfl));
         dfl.sa_handler = SIG_DFL;
@@ -1393,6 +1381,7 @@ typedef struct run {
         int status;                  /* its wait status */
         int64_t finished_ms;         /* wall clock when it was reaped */
         int64_t fence_next;          /* mono ms to read the fence file next (spec fence_file) */
+        gp_cgroup cg;                /* the run's cgroup (version 0: none) */
 } run;
 
 /* Write to the log; 0, or -ENOSPC/-EDQUOT when the disk is full (what did
@@ -1599,7 +1588,8 @@ static void supervise(run *r, const spec *s, int sigfd) {
                         if (!group_until)
                                 group_until = now + GROUP_WAIT_MS;
                         reap(r);
-                        if ((kill(-r->pid, SIGKILL) < 0 && errno == ESRCH) || now >= group_until) {
+                        int left = gp_cgroup_kill(&r->cg); /* also what left the group */
+                        if ((kill(-r->pid, SIGKILL) < 0 && errno == ESRCH && left <= 0) || now >= group_until) {
                                 group_gone = true;
                                 drain_until = now + DRAIN_WAIT_MS;
                         } else {
@@ -1787,7 +1777,7 @@ static int spawn(run *r, const spec *s, int dirfd, gp_exec_result *res) {
                 goto out;
         }
         if (pid == 0)
-                command_child(s, envp, dirfd, workfd, workfd >= 0 ? &user : NULL, out[1], err[1]);
+                command_child(s, &r->cg, envp, dirfd, workfd, workfd >= 0 ? &user : NULL, out[1], err[1]);
         setpgid(pid, pid);   /* also here: no window where kill(-pid) misses */
         close(out[1]);
         close(err[1]);
@@ -1806,6 +1796,8 @@ static int spawn(run *r, const spec *s, int dirfd, gp_exec_result *res) {
                         quote(q, sizeof(q), s->workdir[0] ? s->workdir : WORK_NAME);
                         spawn_failed(res, "cannot enter workdir %s%s: %s", q, s->run_as[0] ? " as run_as" : "",
                                      gp_strerror(m.val));
+                } else if (m.kind == SPAWN_CGROUP) {
+                        spawn_failed(res, "cannot enter its cgroup %s: %s", r->cg.dir[0], gp_strerror(m.val));
                 } else if (m.kind == SPAWN_USER) {
                         quote(q, sizeof(q), s->run_as);
                         spawn_failed(res, "run_as %s: cannot become that user: %s", q, gp_strerror(m.val));
@@ -1942,6 +1934,11 @@ int gp_exec_supervise_main(const char *task_dir) {
                 set_message(&res, "fenced before it started: its node lost contact with the server");
                 goto write;
         }
+        rc = gp_cgroup_create(s.task_id, &s.limits, &r.cg, why, sizeof(why));
+        if (rc < 0) {
+                spawn_failed(&res, "%s", why);
+                goto write;
+        }
         rc = spawn(&r, &s, dirfd, &res);
         if (rc < 0) {
                 spawn_failed(&res, "supervisor cannot start the command: %s", gp_strerror(rc));
@@ -1963,7 +1960,9 @@ int gp_exec_supervise_main(const char *task_dir) {
                 r.finished_ms = gp_now_ms();
         }
         result_of(&r, &s, &res);
+        gp_cgroup_note_result(&r.cg, &res); /* host_memory_exceeded */
 write:
+        gp_cgroup_remove(&r.cg); /* its processes are gone: result.json means so */
         log_note_lost(&r);
         if (r.logfd >= 0)
                 fsync(r.logfd);

@@ -46,6 +46,7 @@
 #include <stdint.h>
 
 #include "base/notice.h"
+#include "exec/cgroup.h"
 
 typedef struct gp_exec_spec {
         int64_t task_id;
@@ -80,6 +81,8 @@ typedef struct gp_exec_spec {
                                         command gets its user's HOME, USER, LOGNAME, SHELL, a default
                                         PATH, then env, then gpupool's variables (a submitter's
                                         environment as sent: sbatch --export) */
+        gp_cgroup_limits limits;     /* the run's cgroup: cpus and host_memory_mb, 0 = no limit (every
+                                        run gets a cgroup where the machine has one: exec/cgroup.h) */
 } gp_exec_spec;
 
 typedef struct gp_exec_proc {

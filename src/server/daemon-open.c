@@ -30,6 +30,7 @@
 #include "server/estimates.h"
 #include "server/history.h"
 #include "server/idem.h"
+#include "server/hostlim.h"
 #include "server/mps.h"
 #include "base/labels.h"
 
@@ -185,6 +186,7 @@ static int recover_one(const gp_task *st, void *ud) {
         }
         gp_submit_spec_nodes(t);
         t->estimate_ms = gp_est_predict(d, t, NULL);
+        gp_hostlim_task_fill(t); /* cpus, host_memory_mb: kept in its spec */
         gp_sched_req r = sched_req(t);
         r.readmit = true; /* accepted before the restart: max_queued does not apply again */
         if (t->state == GP_TASK_QUEUED && !t->is_lease) {
@@ -324,6 +326,7 @@ static int open_gpus(gp_daemon *d, char *err, size_t errlen) {
                  * resizes) and no part of a multi-node task (its ranks run under agents) */
                 gp_sched_node_set_labels(d->sched, LOCAL_NODE, "gpupool/node=" LOCAL_NODE);
                 gp_sched_node_set_allow(d->sched, LOCAL_NODE, GP_SCHED_NODE_ELASTIC);
+                gp_hostlim_local_capacity(d); /* its CPUs and RAM, for tasks that ask for them */
         }
         for (size_t i = 0; i < n; i++)
                 for (size_t j = i + 1; j < n; j++) {
@@ -566,6 +569,7 @@ int gp_daemon_open_lead(gp_daemon **ret, const gp_config *cfg, int64_t epoch, ch
 }
 
 int gp_daemon_start(gp_daemon *d) {
+        gp_hostlim_setup(); /* before the spawner: its supervisors go beside this process (v2) */
         /* recovery queued everything stored; from now on the limit applies */
         gp_sched_set_max_queue_depth(d->sched, d->cfg.max_queue_depth);
         int rc = pthread_create(&d->loop_thread, NULL, loop_main, d);

@@ -34,6 +34,7 @@
 #include "server/coord.h"
 #include "server/estimates.h"
 #include "server/idem.h"
+#include "server/hostlim.h"
 #include "server/history.h"
 #include "server/runlog.h"
 #include "base/labels.h"
@@ -93,6 +94,7 @@ gp_sched_req sched_req(const gp_task *t) {
                 .elastic_max_gpus = t->elastic_max_gpus, .borrowing = t->borrowing,
                 .elastic_min_nodes = t->elastic_min_nodes, .elastic_max_nodes = t->elastic_max_nodes,
                 .array_id = t->array_id, .array_limit = t->array_limit, .estimate_ms = t->estimate_ms,
+                .cpus = t->cpus, .host_memory_mb = t->host_memory_mb,
         };
         return r;
 }
@@ -247,7 +249,10 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
                 const char *sig = spec ? json_string_value(json_object_get(spec, "signal")) : NULL;
                 if (sig) /* --signal, as asked (runs get at most preemption.max_notice_s) */
                         r = r ? r : gp_buf_json_field_str(b, "signal", sig);
+                r = r ? r : gp_hostlim_task_write(d, t, spec, b); /* cpus, host_memory_mb, cgroup */
                 json_decref(spec);
+        } else {
+                r = r ? r : gp_hostlim_task_write(d, t, NULL, b);
         }
         r = r ? r : gp_buf_puts(b, ",\"gpus\":[");
         for (int i = 0; r == 0 && i < t->n_gpus; i++) {
@@ -1071,6 +1076,7 @@ static void apply_exit(gp_daemon *d, batch *b, gp_task *t, int64_t now) {
         }
         if (gp_exec_read_result(dir, &res) < 0) {
                 set_reason(t, "its supervisor ended without recording a result");
+                gp_cgroup_reap(t->id, t->sup_pid); /* what it left in its cgroup (exec/cgroup.h) */
                 finish(d, b, t, GP_TASK_LOST, now);
                 return;
         }
@@ -1273,6 +1279,8 @@ int spawn(gp_daemon *d, const gp_task *t, unsigned flags, gp_exec_proc *ret) {
                 .clean_env = json_is_true(json_object_get(spec, "clean_env")),
                 .notice = gp_notice_of_spec(spec, d->cfg.preemption_max_notice_s),
         };
+        if (gp_cgroup_limits_get(spec, &es.limits) < 0) /* checked at submit */
+                es.limits = (gp_cgroup_limits){0};
         rc = gp_exec_launch(d->self_exe, dir, &es, flags, ret);
 out:
         if (envs)

@@ -23,6 +23,7 @@
 #include "server/nodes-tele.h"
 #include "server/mps.h"
 #include "server/runlog.h"
+#include "server/hostlim.h"
 #include "server/server-int.h"
 #include "server/tenants.h"
 
@@ -84,6 +85,8 @@ int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank
                 oom();
         s->n_env++;
         s->notice = gp_notice_of_spec(spec, d->cfg.preemption_max_notice_s);
+        if (gp_cgroup_limits_get(spec, &s->limits) < 0) /* checked at submit */
+                s->limits = (gp_cgroup_limits){0};
         s->workdir = strdup(json_string_value(json_object_get(spec, "workdir")) ?: "");
         if (!s->workdir)
                 oom();
@@ -227,6 +230,7 @@ json_t *gp_nodes_local_json(gp_daemon *d) {
                               runs, "gpus", g);
         gp_host_info h;
         gp_host_read(d->cfg.data_dir, &h); /* the server's own machine */
+        h.cgroup = gp_hostlim_version();
         if (o)
                 gp_node_host_json(&h, gp_now_ms(), o);
         return o;

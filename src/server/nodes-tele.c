@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/host.h"
 #include "base/util.h"
+#include "exec/cgroup.h"
 #include "core/sched.h"
 #include "core/watchdog.h"
 #include "server/monitor.h"
@@ -196,12 +197,20 @@ static int put(json_t *o, const char *key, json_t *v) {
         return v && json_object_set_new(o, key, v) == 0 ? 0 : -ENOMEM;
 }
 
+void gp_tele_node_synced(gp_daemon *d, const char *node, const gp_proto_sync *m, const int64_t *touched, size_t n) {
+        if (m->has_host) /* what tasks that ask for CPUs and RAM are placed by */
+                gp_sched_node_set_host(d->sched, node, m->host.cpus, m->host.mem_total_mb > 0 ? m->host.mem_total_mb : 0);
+        gp_tele_node_tasks(d, touched, n);
+}
+
 int gp_node_host_json(const gp_host_info *h, int64_t at_ms, json_t *o) {
         return put(o, "cpus", h ? json_integer(h->cpus) : json_null()) |
                put(o, "memory_total_mb", size_or_null(h ? h->mem_total_mb : -1)) |
                put(o, "memory_available_mb", size_or_null(h ? h->mem_avail_mb : -1)) |
                put(o, "disk_total_mb", size_or_null(h ? h->disk_total_mb : -1)) |
                put(o, "disk_free_mb", size_or_null(h ? h->disk_free_mb : -1)) |
+               put(o, "cgroup", h && gp_cgroup_version_name(h->cgroup) ? json_string(gp_cgroup_version_name(h->cgroup))
+                                                                        : json_null()) |
                put(o, "telemetry_ms", at_ms > 0 ? json_integer(at_ms) : json_null());
 }
 

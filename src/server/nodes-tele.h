@@ -68,6 +68,11 @@ bool gp_tele_local_sample(struct gp_daemon *d);
 /* A node's readings came: the peaks of the tasks they name or named
  * (ids, gp_node_tele_take's touched), and the watchdog's look at them. */
 void gp_tele_node_tasks(struct gp_daemon *d, const int64_t *ids, size_t n);
+/* A node's sync was taken (gp_node_tele_take): its host report, if any,
+ * becomes the node's CPU and RAM capacity in the scheduler
+ * (gp_sched_node_set_host), then gp_tele_node_tasks.  Under d->lock. */
+void gp_tele_node_synced(struct gp_daemon *d, const char *node, const gp_proto_sync *m, const int64_t *ids,
+                         size_t n);
 /* Agents send readings when they change: a task of theirs over its memory
  * is looked at again when its grace ends (d->wd_due_ms), its last reading
  * standing.  The loop, d->lock held. */

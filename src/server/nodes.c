@@ -1829,7 +1829,7 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
         }
         if (more)
                 gp_daemon_kick(d); /* a run may start something there now */
-        gp_tele_node_tasks(d, touched, ntouched);
+        gp_tele_node_synced(d, n->name, m, touched, ntouched); /* its tasks' readings, its CPUs and RAM */
         if (n->held) /* a newer sync: the held one goes now, empty */
                 answer_held(d, n, 0, false, false);
         bool quiet = !m->full && !m->has_gpus && m->n_runs == 0 && m->n_logs == 0 && n->synced &&

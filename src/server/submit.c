@@ -8,6 +8,7 @@
 
 #include "base/text.h"
 #include "base/util.h"
+#include "exec/cgroup.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -94,7 +95,7 @@ static int parse_priority(json_t *v, bool seed, int *ret, char *err, size_t errl
  * "fence", is its absence, so specs stored before it mean the same;
  * "compute_pct" only when asked, 0 = not). */
 static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, json_t *onl, const char *notice,
-                      int compute_pct, char **ret, char *err, size_t errlen) {
+                      int compute_pct, const gp_task *t, char **ret, char *err, size_t errlen) {
         if (!json_is_array(cmd))
                 return fail(err, errlen, "command: must be an array of strings, e.g. [\"python3\", \"train.py\"]");
         size_t n = json_array_size(cmd);
@@ -164,6 +165,12 @@ static int build_spec(json_t *cmd, json_t *env, json_t *workdir, bool script, js
                 json_object_set_new(spec, "on_node_lost", json_string("requeue"));
         if (notice) /* "[B:]SIG@SECS", canonical (base/notice.h) */
                 json_object_set_new(spec, "signal", json_string(notice));
+        /* its cgroup's limits (exec/cgroup.h), kept in the spec: no column */
+        gp_cgroup_limits lim = {.cpus = t->cpus, .host_memory_mb = t->host_memory_mb};
+        if (gp_cgroup_limits_set(spec, &lim) < 0) {
+                json_decref(spec);
+                return -ENOMEM;
+        }
         if (compute_pct > 0) /* an MPS client's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (server/mps.h) */
                 json_object_set_new(spec, "compute_pct", json_integer(compute_pct));
         char *s = json_dumps(spec, JSON_COMPACT);
@@ -397,7 +404,7 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 "tenant_id", "name", "gpu_request", "memory_mb", "exclusive", "priority", "command",
                 "env", "workdir", "model", "gpu_model", "preemptible", "timeout_s", "queue_timeout_s",
                 "lease_ttl_s", "max_retries", "elastic", "array", "node_selector", "script", "on_node_lost",
-                "signal", "elastic_nodes", "compute_pct", NULL,
+                "signal", "elastic_nodes", "compute_pct", "cpus", "host_memory_mb", NULL,
         };
         gp_array_spec arr = {0};
         if (errlen)
@@ -469,6 +476,16 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
         }
         if ((v = json_object_get(root, "exclusive")) && (rc = get_bool(v, "exclusive", &t.exclusive, err, errlen)) < 0)
                 goto out;
+        if ((v = json_object_get(root, "cpus")) && !json_is_null(v)) { /* its cgroup's CPU quota */
+                if ((rc = get_int(v, "cpus", 1, GP_CGROUP_MAX_CPUS, &x, err, errlen)) < 0)
+                        goto out;
+                t.cpus = (int)x;
+        }
+        if ((v = json_object_get(root, "host_memory_mb")) && !json_is_null(v)) { /* its cgroup's RAM */
+                if ((rc = get_int(v, "host_memory_mb", 1, GP_CGROUP_MAX_MEMORY_MB, &x, err, errlen)) < 0)
+                        goto out;
+                t.host_memory_mb = x;
+        }
         if ((v = json_object_get(root, "preemptible")) &&
             (rc = get_bool(v, "preemptible", &t.preemptible, err, errlen)) < 0)
                 goto out;
@@ -533,14 +550,14 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 /* a script: "command" holds its arguments */
                 if ((rc = script_command(script, json_is_null(cmd) ? NULL : cmd, &n, &runner, err, errlen)) < 0)
                         goto out;
-                rc = build_spec(runner, env, wd, true, onl, nt, cpct, &t.spec, err, errlen);
+                rc = build_spec(runner, env, wd, true, onl, nt, cpct, &t, &t.spec, err, errlen);
                 json_decref(runner);
                 if (rc < 0)
                         goto out;
                 cmd = script;
         }
         if (cmd && !json_is_null(cmd)) {
-                if (!t.spec && (rc = build_spec(cmd, env, wd, false, onl, nt, cpct, &t.spec, err, errlen)) < 0)
+                if (!t.spec && (rc = build_spec(cmd, env, wd, false, onl, nt, cpct, &t, &t.spec, err, errlen)) < 0)
                         goto out;
                 if (json_object_get(root, "lease_ttl_s")) {
                         rc = fail(err, errlen, "lease_ttl_s: only for leases (tasks without command)");
@@ -548,9 +565,10 @@ int gp_submit_parse_array(const char *body, size_t len, const gp_submit_limits *
                 }
                 t.lease_ttl_s = 0;
         } else {
-                if (env || wd || (onl && !json_is_null(onl)) || nt) {
+                if (env || wd || (onl && !json_is_null(onl)) || nt || t.cpus || t.host_memory_mb) {
                         rc = fail(err, errlen, "%s: only for batch tasks (with command)%s",
-                                  env ? "env" : wd ? "workdir" : nt ? "signal" : "on_node_lost",
+                                  env ? "env" : wd ? "workdir" : nt ? "signal" : t.cpus ? "cpus" :
+                                  t.host_memory_mb ? "host_memory_mb" : "on_node_lost",
                                   nt ? ": a lease has no process to signal" : "");
                         goto out;
                 }

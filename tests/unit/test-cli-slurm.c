@@ -302,11 +302,11 @@ static void test_sbatch_lines_translate_what_gpupool_has_and_warn_about_the_rest
                  "srun hostname\n");
         assert_int_equal(x.rc, 0);
         joined(&x.d, j, sizeof(j));
-        assert_string_equal(j, "--name sweep --time 01:00:00 --gpus 2 --gpu-model *a100* --array 0-9%2 "
-                               "--workdir /data --mem 8G --gpus 1");
+        assert_string_equal(j, "--name sweep --time 01:00:00 --gpus 2 --gpu-model *a100* --host-mem 64G "
+                               "--array 0-9%2 --workdir /data --mem 8G --gpus 1");
         const char *w = x.warn.data;
         assert_non_null(w);
-        assert_non_null(strstr(w, "job.sh:4: #SBATCH --mem=64G: ignored (Slurm's --mem is host memory"));
+        assert_null(strstr(w, "job.sh:4:")); /* Slurm's --mem is host memory: --host-mem */
         assert_non_null(strstr(w, "job.sh:5: #SBATCH -o: ignored (gpupool keeps the output"));
         assert_non_null(strstr(w, "job.sh:5: #SBATCH -p: ignored (gpupool has no partitions"));
         assert_null(strstr(w, "out.log")); /* the value went with its option */

@@ -187,6 +187,8 @@
       no_memory_most: "没有{x} GPU 有 {0} MB 空闲显存（最多空闲：{1} MB）",
       no_memory: "没有{x} GPU 有 {0} MB 空闲显存",
       no_whole_gpu: "没有空闲的整块{x} GPU",
+      no_cpus: "等待：需要 {0} 个 CPU，{x}节点上最多空闲 {1} 个",
+      no_host_memory: "等待：需要 {0} MB 内存，{x}节点上最多空闲 {1} MB",
       gang_whole_most: "等待同一节点上 {0} 块整块{x} GPU（单节点最多空闲：{1}）",
       gang_whole: "等待同一节点上 {0} 块整块{x} GPU",
       models_per_gpu: "每块放得下的{x} GPU 都已装有 {0} 个模型（max_models_per_gpu）",

@@ -102,9 +102,10 @@ typedef struct gp_task {
                                              with expected_start_ms, what gpupool_expected_starts_* judge at its
                                              start (server/estimates.h); not stored */
         int64_t expected_start_ms;
-        bool gpu_mem_seen;                /* its processes' GPU memory was read (NVML lists processes); not stored */
+        bool gpu_mem_seen;                /* its processes' GPU memory was read (NVML lists processes); stored as a peak of -1 when not */
         int64_t gpu_mem_mb;               /* on the server's own GPUs: their memory at the last sample, MiB */
-        int64_t gpu_mem_peak_mb;          /* the most seen at once, over its runs since the server started */
+        int64_t gpu_mem_peak_mb;          /* the most seen at once in its current (or last) run; stored */
+        int64_t gpu_mem_peak_stored;      /* gpu_mem_peak_mb as last stored (not stored itself) */
         int64_t gpu_mem_max_gpu_mb;       /* the most on any one of its GPUs at the last sample (watchdog) */
         int64_t wd_over_ms;               /* the watchdog's state (core/watchdog.h): 0 under, -1 stopped */
 } gp_task;

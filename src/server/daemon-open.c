@@ -649,6 +649,7 @@ void gp_daemon_close(gp_daemon *d) {
         gp_coord_close(d);
         gp_i64map_done(&d->lpreempting);
         free(d->resized);
+        free(d->peaked);
         free(d->deferred);
         pos = 0;
         while ((v = gp_i64map_next(&d->watch, &pos, NULL)))

@@ -1752,6 +1752,12 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                 case CMD_COORD_AUDIT: gp_coord_audit_apply(d, c, &out[i].status, &out[i].body); break;
                 }
         }
+        for (size_t k = 0; k < d->npeaked; k++) { /* a grown GPU memory peak is stored (nodes-tele.c) */
+                gp_task *t = gp_i64map_get(&d->tasks, d->peaked[k]);
+                if (t && t->state == GP_TASK_RUNNING)
+                        mark(&b, t);
+        }
+        d->npeaked = 0;
         apply_node_events(d, &b, now);
         for (size_t k = 0; k < nexited; k++) {
                 if (drained(d, exited[k]))

@@ -72,7 +72,7 @@ void gp_history_run_start(gp_daemon *d, gp_task *t) {
         t->exit_code = 0;
         t->gpu_mem_seen = false; /* the peak is the run's */
         t->gpu_mem_mb = 0;
-        t->gpu_mem_peak_mb = 0;
+        t->gpu_mem_peak_mb = t->gpu_mem_peak_stored = 0;
 }
 
 /* The peak of t's run now, MiB; -1 when its GPU memory was never read. */

@@ -16,6 +16,7 @@
 #include "server/monitor.h"
 #include "server/mps.h"
 #include "server/nodes.h"
+#include "server/daemon-int.h"
 #include "server/server-int.h"
 
 typedef struct tele_gpu {
@@ -252,6 +253,21 @@ int gp_tele_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
 
 #define MAX_ROOTS 4096
 
+/* t's peak is stored again once it grew by a tenth (at least 256 MiB)
+ * since it was last: a restart then knows it, and the rows it costs are
+ * a handful per run. */
+static void peak_seen(gp_daemon *d, gp_task *t) {
+        int64_t step = t->gpu_mem_peak_stored / 10 > 256 ? t->gpu_mem_peak_stored / 10 : 256;
+        if (t->gpu_mem_peak_mb < t->gpu_mem_peak_stored + step)
+                return;
+        t->gpu_mem_peak_stored = t->gpu_mem_peak_mb;
+        for (size_t i = 0; i < d->npeaked; i++)
+                if (d->peaked[i] == t->id)
+                        return;
+        grow_ids(&d->peaked, d->npeaked, &d->cappeaked);
+        d->peaked[d->npeaked++] = t->id;
+}
+
 static void watch(gp_daemon *d, gp_task *t, int64_t max_gpu_mb, int64_t now);
 
 bool gp_tele_local_sample(gp_daemon *d) {
@@ -297,6 +313,7 @@ bool gp_tele_local_sample(gp_daemon *d) {
                 t->gpu_mem_mb = sums[i];
                 if (sums[i] > t->gpu_mem_peak_mb)
                         t->gpu_mem_peak_mb = sums[i];
+                peak_seen(d, t);
                 watch(d, t, most[i], now);
         }
         return more;
@@ -352,6 +369,7 @@ void gp_tele_node_tasks(gp_daemon *d, const int64_t *ids, size_t n) {
                         t->gpu_mem_seen = true;
                         if (sum > t->gpu_mem_peak_mb)
                                 t->gpu_mem_peak_mb = sum;
+                        peak_seen(d, t);
                 }
                 watch(d, t, most, now);
         }

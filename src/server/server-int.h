@@ -183,6 +183,9 @@ typedef struct gp_daemon {
         int64_t *resized;           /* batch tasks resized in this batch: alloc.json + signal after
                                        the commit; loop thread */
         size_t nresized, capresized;
+        int64_t *peaked;            /* running tasks whose GPU memory peak grew well past the stored one:
+                                       stored with the next batch (nodes-tele.c) */
+        size_t npeaked, cappeaked;
         int64_t *deferred;          /* batch tasks to spawn once nothing drains; loop thread */
         size_t ndeferred, capdeferred;
         /* the spawner thread starts supervisors off the loop's path (daemon.c) */

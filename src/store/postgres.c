@@ -77,7 +77,7 @@ static const struct {
         [PS_PUT] = {"gp_task_put",
                     "INSERT INTO tasks (" STORE_TASK_COLUMNS ") VALUES "
                     "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, "
-                    "$19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35) "
+                    "$19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36) "
                     "ON CONFLICT (id) DO UPDATE SET tenant = EXCLUDED.tenant, name = EXCLUDED.name, "
                     "model = EXCLUDED.model, gpu_model = EXCLUDED.gpu_model, "
                     "priority = EXCLUDED.priority, gpu_request = EXCLUDED.gpu_request, "
@@ -92,7 +92,8 @@ static const struct {
                     "sup_pid = EXCLUDED.sup_pid, sup_start = EXCLUDED.sup_start, spec = EXCLUDED.spec, "
                     "gpus = EXCLUDED.gpus, elastic_max = EXCLUDED.elastic_max, borrowing = EXCLUDED.borrowing, "
                     "array_id = EXCLUDED.array_id, array_index = EXCLUDED.array_index, "
-                    "array_limit = EXCLUDED.array_limit, node_selector = EXCLUDED.node_selector, unix_user = EXCLUDED.unix_user",
+                    "array_limit = EXCLUDED.array_limit, node_selector = EXCLUDED.node_selector, unix_user = EXCLUDED.unix_user, "
+                    "gpu_mem_peak = EXCLUDED.gpu_mem_peak",
                     COL_COUNT},
         [PS_GET] = {"gp_task_get", SELECT_TASKS "WHERE id = $1", 1},
         [PS_LIST] = {"gp_task_list", SELECT_TASKS "WHERE id < $1 ORDER BY id DESC LIMIT $2", 2},
@@ -986,7 +987,7 @@ static int pg_task_put(gp_store *s, const gp_task *t) {
                 COL_IS_LEASE, COL_TIMEOUT_S, COL_QUEUE_TIMEOUT_S, COL_LEASE_TTL_S, COL_MAX_RETRIES,
                 COL_RETRIES, COL_PREEMPT_COUNT, COL_EXIT_CODE, COL_SUBMITTED_MS, COL_STARTED_MS,
                 COL_FINISHED_MS, COL_HEARTBEAT_MS, COL_SUP_PID, COL_SUP_START, COL_ELASTIC_MAX,
-                COL_BORROWING, COL_ARRAY_ID, COL_ARRAY_INDEX, COL_ARRAY_LIMIT,
+                COL_BORROWING, COL_ARRAY_ID, COL_ARRAY_INDEX, COL_ARRAY_LIMIT, COL_GPU_MEM_PEAK,
         };
         const int64_t ints[] = {
                 t->id, t->priority, t->gpu_request, t->memory_mb, t->exclusive, t->preemptible,
@@ -994,6 +995,7 @@ static int pg_task_put(gp_store *s, const gp_task *t) {
                 t->retries, t->preempt_count, t->exit_code, t->submitted_ms, t->started_ms,
                 t->finished_ms, t->heartbeat_ms, t->sup_pid, t->sup_start, t->elastic_max_gpus,
                 t->borrowing, t->array_id, t->array_index, t->array_limit,
+                t->gpu_mem_seen ? t->gpu_mem_peak_mb : -1,
         };
         for (size_t i = 0; i < GP_ARRAY_SIZE(int_cols); i++) {
                 fmt_i64(num[int_cols[i]], sizeof(num[0]), ints[i]);

@@ -62,7 +62,7 @@ static const char *const stmt_sql[ST_COUNT] = {
         [ST_ROLLBACK] = "ROLLBACK",
         [ST_PUT] = "INSERT OR REPLACE INTO tasks (" STORE_TASK_COLUMNS ") VALUES "
                    "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-                   "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35)",
+                   "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36)",
         [ST_GET] = SELECT_TASKS "WHERE id = ?1",
         /* ?1 before_id (INT64_MAX when unbounded), ?2 limit, ?3 state, ?4 tenant */
         [ST_LIST] = SELECT_TASKS "WHERE id < ?1 ORDER BY id DESC LIMIT ?2",
@@ -421,6 +421,7 @@ static int sq_task_put(gp_store *s, const gp_task *t) {
         rc |= sqlite3_bind_int(st, 1 + COL_ARRAY_LIMIT, t->array_limit);
         rc |= sqlite3_bind_text(st, 1 + COL_NODE_SELECTOR, t->node_selector, -1, SQLITE_STATIC);
         rc |= sqlite3_bind_text(st, 1 + COL_UNIX_USER, t->user, -1, SQLITE_STATIC);
+        rc |= sqlite3_bind_int64(st, 1 + COL_GPU_MEM_PEAK, t->gpu_mem_seen ? t->gpu_mem_peak_mb : -1);
         if (t->spec)
                 rc |= sqlite3_bind_text(st, 1 + COL_SPEC, t->spec, -1, SQLITE_STATIC);
         else

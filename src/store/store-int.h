@@ -33,7 +33,7 @@
 #define GP_STORE_META_VALUE_MAX (1 << 20) /* bytes of a meta value */
 #define GP_STORE_SPEC_MAX (1 << 20)     /* bytes of a task spec */
 #define GP_STORE_GPUS_JSON_MAX (256 * 1024)   /* bytes of the stored gpus JSON text */
-#define GP_STORE_SCHEMA_VERSION 6       /* the schema this code writes */
+#define GP_STORE_SCHEMA_VERSION 7       /* the schema this code writes */
 #define GP_STORE_ERRMSG_MAX 512
 
 /* Columns of the tasks table, in the order every backend selects and
@@ -43,7 +43,7 @@
         "preemptible, is_lease, timeout_s, queue_timeout_s, lease_ttl_s, max_retries, "     \
         "retries, preempt_count, state, exit_code, reason, submitted_ms, started_ms, "      \
         "finished_ms, heartbeat_ms, sup_pid, sup_start, spec, gpus, elastic_max, borrowing, "        \
-        "array_id, array_index, array_limit, node_selector, unix_user"
+        "array_id, array_index, array_limit, node_selector, unix_user, gpu_mem_peak"
 
 enum store_col {
         COL_ID, COL_TENANT, COL_NAME, COL_MODEL, COL_GPU_MODEL, COL_PRIORITY, COL_GPU_REQUEST,
@@ -52,6 +52,7 @@ enum store_col {
         COL_STATE, COL_EXIT_CODE, COL_REASON, COL_SUBMITTED_MS, COL_STARTED_MS, COL_FINISHED_MS,
         COL_HEARTBEAT_MS, COL_SUP_PID, COL_SUP_START, COL_SPEC, COL_GPUS, COL_ELASTIC_MAX,
         COL_BORROWING, COL_ARRAY_ID, COL_ARRAY_INDEX, COL_ARRAY_LIMIT, COL_NODE_SELECTOR, COL_UNIX_USER,
+        COL_GPU_MEM_PEAK,
         COL_COUNT,
 };
 

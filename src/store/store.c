@@ -655,7 +655,7 @@ static const char *const col_names[COL_COUNT] = {
         "exclusive", "preemptible", "is_lease", "timeout_s", "queue_timeout_s", "lease_ttl_s",
         "max_retries", "retries", "preempt_count", "state", "exit_code", "reason", "submitted_ms",
         "started_ms", "finished_ms", "heartbeat_ms", "sup_pid", "sup_start", "spec", "gpus", "elastic_max",
-        "borrowing", "array_id", "array_index", "array_limit", "node_selector", "unix_user",
+        "borrowing", "array_id", "array_index", "array_limit", "node_selector", "unix_user", "gpu_mem_peak",
 };
 
 static int row_err(gp_store *s, int64_t id, int col, const char *why) {
@@ -762,6 +762,10 @@ int store_task_from_row(gp_store *s, const store_row *row, gp_task *ret) {
         if ((r = row_i64(s, row, t.id, COL_ARRAY_LIMIT, 0, INT32_MAX, &v)) < 0)
                 return r;
         t.array_limit = (int)v;
+        if ((r = row_i64(s, row, t.id, COL_GPU_MEM_PEAK, -1, (int64_t)1 << 50, &v)) < 0)
+                return r;
+        t.gpu_mem_seen = v >= 0; /* the peak of the run it is on (or ended) */
+        t.gpu_mem_peak_mb = t.gpu_mem_peak_stored = v >= 0 ? v : 0;
         if (gp_task_state_parse(state, &t.state) < 0)
                 return row_err(s, t.id, COL_STATE, "unknown state name");
 
@@ -1012,6 +1016,11 @@ static const struct store_migration {
         {6,
          {[STORE_SQLITE] = "ALTER TABLE tasks ADD COLUMN unix_user TEXT NOT NULL DEFAULT ''",
           [STORE_POSTGRES] = "ALTER TABLE tasks ADD COLUMN unix_user TEXT NOT NULL DEFAULT ''"},
+         NULL},
+        /* its run's GPU memory peak, MiB, -1 = not read (issue 24): kept across a restart */
+        {7,
+         {[STORE_SQLITE] = "ALTER TABLE tasks ADD COLUMN gpu_mem_peak INTEGER NOT NULL DEFAULT -1",
+          [STORE_POSTGRES] = "ALTER TABLE tasks ADD COLUMN gpu_mem_peak BIGINT NOT NULL DEFAULT -1"},
          NULL},
 };
 

@@ -12,7 +12,7 @@ import time
 
 import requests
 
-from apiutil import reap_supervisors, wait_for
+from apiutil import kill9, restart, reap_supervisors, wait_for
 from clusterutil import agent_post, cluster, now_us, server_config, sim_gpus
 from test_cluster import fake_nvml_lib
 
@@ -240,6 +240,10 @@ def test_a_task_on_the_servers_own_gpus_shows_its_gpu_memory(daemon_factory, tmp
     assert r.status_code == 201, r.text
     tid = r.json()["id"]
     assert wait_for(lambda: task_mem(d.api, tid)[1] == 1100, timeout=15), task_mem(d.api, tid)
+    assert wait_for(lambda: task_mem(d.api, tid) == (200, 1100), timeout=15), task_mem(d.api, tid)
+    # the peak was stored (it grew past 256 MiB): a restarted server still knows it
+    kill9(d)
+    restart(d)
     assert wait_for(lambda: task_mem(d.api, tid) == (200, 1100), timeout=15), task_mem(d.api, tid)
     # on simulated GPUs nobody lists processes: null, not 0
     s = daemon_factory("gpus: {backend: sim}\n")

@@ -238,6 +238,8 @@ static gp_task make_full_task(int64_t id) {
         snprintf(t.gpu_model, sizeof(t.gpu_model), "A100*");
         snprintf(t.node_selector, sizeof(t.node_selector), "ib=yes,zone=a");
         snprintf(t.user, sizeof(t.user), "alice");
+        t.gpu_mem_seen = true; /* its run's GPU memory peak */
+        t.gpu_mem_peak_mb = 4321;
         t.priority = 3;
         t.gpu_request = 3;
         t.memory_mb = (int64_t)1 << 40;
@@ -286,6 +288,8 @@ static void assert_task_equal(const gp_task *a, const gp_task *b) {
         assert_string_equal(a->gpu_model, b->gpu_model);
         assert_string_equal(a->node_selector, b->node_selector);
         assert_string_equal(a->user, b->user);
+        assert_int_equal(a->gpu_mem_seen, b->gpu_mem_seen);
+        assert_int_equal(a->gpu_mem_seen ? a->gpu_mem_peak_mb : 0, b->gpu_mem_seen ? b->gpu_mem_peak_mb : 0);
         assert_int_equal(a->priority, b->priority);
         assert_int_equal(a->gpu_request, b->gpu_request);
         assert_int_equal(a->memory_mb, b->memory_mb);
@@ -759,8 +763,8 @@ static void test_meta_set_get_and_missing_key(void **state) {
 
         /* the store's own key is readable but reserved */
         assert_int_equal(gp_store_meta_get(s, "schema_version", buf, sizeof(buf)), 0);
-        assert_string_equal(buf, "6");
-        assert_int_equal(gp_store_meta_set(s, "schema_version", "7"), -EINVAL);
+        assert_string_equal(buf, "7");
+        assert_int_equal(gp_store_meta_set(s, "schema_version", "8"), -EINVAL);
         assert_int_equal(gp_store_meta_set(s, "", "x"), -EINVAL);
 
         /* inside a rolled-back transaction nothing sticks */
@@ -1963,12 +1967,14 @@ static void test_usage_rows_round_trip_filter_and_follow_the_transaction(void **
 /* ---- schema migrations ---- */
 
 /* Take the database the fixture's store made back to the schema of
- * version v (1..5): drop what later versions added, and record v.  A
+ * version v (1..6): drop what later versions added, and record v.  A
  * version 1 database also loses the metering tables (they came later and
  * are created if missing at every open). */
 static void downgrade_to(fixture *fx, int v) {
         char sql[128];
-        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN unix_user");
+        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN gpu_mem_peak");
+        if (v < 6)
+                fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN unix_user");
         if (v < 5)
                 fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN node_selector");
         if (v < 4)
@@ -1996,7 +2002,10 @@ static void downgrade_to(fixture *fx, int v) {
 static void check_migrates_from(fixture *fx, int v) {
         gp_store *s = open_store(fx);
         gp_task t = make_full_task(5);
-        t.user[0] = '\0'; /* the column of version 6 */
+        t.gpu_mem_seen = false; /* the column of version 7: -1, not read */
+        t.gpu_mem_peak_mb = 0;
+        if (v < 6)
+                t.user[0] = '\0'; /* the column of version 6 */
         if (v < 5)
                 t.node_selector[0] = '\0'; /* the column of version 5 */
         if (v < 4) {
@@ -2017,7 +2026,7 @@ static void check_migrates_from(fixture *fx, int v) {
         s = open_store(fx);
         char ver[16];
         assert_int_equal(gp_store_meta_get(s, "schema_version", ver, sizeof(ver)), 0);
-        assert_string_equal(ver, "6");
+        assert_string_equal(ver, "7");
         gp_task got;
         assert_int_equal(gp_store_task_get(s, 5, &got), 0);
         assert_task_equal(&t, &got);
@@ -2066,6 +2075,11 @@ static void test_version_5_database_is_migrated_keeping_its_tasks(void **state) 
         check_migrates_from(fx, 5);
 }
 
+static void test_version_6_database_is_migrated_keeping_its_tasks(void **state) {
+        FX(state);
+        check_migrates_from(fx, 6);
+}
+
 /* A migration that fails half-way stores nothing of the whole run: here
  * version 2 applies, version 3 meets a column that is already there, and
  * the database is left at version 1 as it was, so it migrates once the
@@ -2088,7 +2102,7 @@ static void test_failed_migration_leaves_the_old_version_whole(void **state) {
         assert_true(exists(s, 1));
         char ver[16];
         assert_int_equal(gp_store_meta_get(s, "schema_version", ver, sizeof(ver)), 0);
-        assert_string_equal(ver, "6");
+        assert_string_equal(ver, "7");
         gp_store_close(s);
 }
 
@@ -2489,6 +2503,8 @@ static void test_coord_racing_servers_never_share_a_lock(void **state) {
                 cmocka_unit_test_prestate_setup_teardown(test_version_4_database_is_migrated_keeping_its_tasks,        \
                                                          fx_setup, fx_teardown, (void *)(be)),                         \
                 cmocka_unit_test_prestate_setup_teardown(test_version_5_database_is_migrated_keeping_its_tasks,        \
+                                                         fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(test_version_6_database_is_migrated_keeping_its_tasks,        \
                                                          fx_setup, fx_teardown, (void *)(be)),                         \
                 cmocka_unit_test_prestate_setup_teardown(test_failed_migration_leaves_the_old_version_whole, fx_setup, \
                                                          fx_teardown, (void *)(be)),                                   \

@@ -451,22 +451,15 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                  * preempted or reserved: for the task whose turn it is,
                  * and for one that may reclaim behind the reservation */
                 bool may_reclaim = preempt_on && resv && guaranteed && T->reclaim_stamp != s->stamp;
-                /* tasks elastic in nodes give back whole nodes first, to any task */
-                if (!placed && s->nel && pass == 0 && (!resv || may_reclaim)) {
-                        int pr = nodes_shrink_for(s, t, now, avoid, &f, ret, ret_n, ret_cap);
-                        if (pr < 0)
-                                return pr;
-                        if (pr > 0) {
-                                memo = (fail_memo){.shared_mem = {-1, -1}};
-                                walk_refresh(s, &w);
-                                known_fail = false;
-                                placed = true;
-                        }
-                }
-                /* (a multi-node task waits for whole nodes: it neither shrinks elastic tasks nor preempts) */
-                /* the second pass only hands out what is free */
-                if (!placed && s->nel && pass == 0 && (!resv || may_reclaim) && !t->multi) {
-                        int pr = shrink_for(s, t, now, avoid, &f, ret, ret_n, ret_cap);
+                /* tasks elastic in nodes give back whole nodes first, to any task; then
+                 * elastic tasks their GPUs (a multi-node task waits for whole nodes: it
+                 * neither shrinks those nor preempts); the second pass only hands out
+                 * what is free */
+                for (int k = 0; k < 2 && !placed && s->nel && pass == 0 && (!resv || may_reclaim); k++) {
+                        if (k == 1 && t->multi)
+                                break;
+                        int pr = k == 0 ? nodes_shrink_for(s, t, now, avoid, &f, ret, ret_n, ret_cap)
+                                        : shrink_for(s, t, now, avoid, &f, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
                         if (pr > 0) {

@@ -337,20 +337,23 @@ static int parse_elastic_nodes(json_t *v, json_t *root, gp_task *t, char *err, s
         return 0;
 }
 
-/* Keep "elastic_nodes" in t's spec (its only stored copy).  0, -ENOMEM. */
-static int spec_add_nodes(gp_task *t) {
-        json_t *spec = json_loads(t->spec, 0, NULL);
-        json_t *en = json_pack("{s:i, s:i}", "min_nodes", t->elastic_min_nodes, "max_nodes", t->elastic_max_nodes);
-        char *s = spec && en && json_object_set_new(spec, "elastic_nodes", en) == 0 ? json_dumps(spec, JSON_COMPACT)
-                                                                                     : NULL;
+int gp_submit_spec_set(gp_task *t, const char *key, json_t *value) {
+        json_t *spec = json_loads(t->spec ? t->spec : "", 0, NULL);
+        char *s = spec && value && json_object_set_new(spec, key, value) == 0 ? json_dumps(spec, JSON_COMPACT) : NULL;
         if (!spec)
-                json_decref(en);
+                json_decref(value);
         json_decref(spec);
         if (!s)
                 return -ENOMEM;
         free(t->spec);
         t->spec = s;
         return 0;
+}
+
+/* Keep "elastic_nodes" in t's spec (its only stored copy).  0, -ENOMEM. */
+static int spec_add_nodes(gp_task *t) {
+        return gp_submit_spec_set(t, "elastic_nodes", json_pack("{s:i, s:i}", "min_nodes", t->elastic_min_nodes,
+                                                                "max_nodes", t->elastic_max_nodes));
 }
 
 void gp_submit_spec_nodes(gp_task *t) {

@@ -44,6 +44,10 @@ typedef struct gp_submit_limits {
  * urgent): (100 - p) * 9 / 100 rounded half up, so 100 -> P0, 50 -> P5,
  * 0 -> P9.  p must be 0..100. */
 int gp_submit_seed_tier(int p);
+/* Set key of t's spec (JSON text) to value (stolen; NULL: out of memory).
+ * 0 or -ENOMEM (the spec unchanged). */
+struct json_t;
+int gp_submit_spec_set(gp_task *t, const char *key, struct json_t *value);
 /* A stored task's elastic_min_nodes/max_nodes, from its spec. */
 void gp_submit_spec_nodes(gp_task *t);
 

@@ -21,6 +21,7 @@
 #include "base/util.h"
 #include "server/forward.h"
 #include "server/peer.h"
+#include "server/submit.h"
 #include "server/tenants.h"
 
 #include <errno.h>
@@ -78,16 +79,7 @@ int gp_http_identify_user(hreq *r, bool unix_sock, bool has_key, const char **ms
 /* The spec of a task of a named caller starts from a clean environment:
  * what the caller sent (the CLI sends its own, as sbatch --export). */
 static int mark_clean_env(gp_task *t) {
-        json_t *spec = json_loads(t->spec, 0, NULL);
-        if (!spec)
-                return -ENOMEM;
-        char *s = json_object_set_new(spec, "clean_env", json_true()) == 0 ? json_dumps(spec, JSON_COMPACT) : NULL;
-        json_decref(spec);
-        if (!s)
-                return -ENOMEM;
-        free(t->spec);
-        t->spec = s;
-        return 0;
+        return gp_submit_spec_set(t, "clean_env", json_true());
 }
 
 int gp_http_submit_user(hreq *r, gp_task *t, char *err, size_t errlen) {

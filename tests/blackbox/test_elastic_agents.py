@@ -18,6 +18,7 @@ import time
 import pytest
 
 from apiutil import reap_supervisors, wait_for  # noqa: F401  (reap_supervisors: autouse)
+from conftest import free_port
 from clusterutil import TOKEN, agent_post, cluster, now_us, server_config, sim_gpus  # noqa: F401
 
 pytestmark = pytest.mark.e2e
@@ -238,7 +239,9 @@ def test_elastic_nodes_bad_requests_are_refused(cluster):
 # One torchrun agent per node, elastic over MIN:MAX nodes with c10d's rendezvous at rank 0's
 # node; each worker (one per node, gloo on CPU) leaves "world-<node>-<pid>" with its rank and the
 # world size it joined, then checks that size with an all_reduce every 0.2 s.  torchrun 1.13 on
-# Python 3.11 needs --redirects/--tee of 1 or 2 (its 0 and 3 fail to parse there).
+# Python 3.11 needs --redirects/--tee of 1 or 2 (its 0 and 3 fail to parse there).  The rendezvous
+# port is the test's own free one, not MASTER_PORT (29500 + task id mod 1000): every test server's
+# first task has id 1, and another run of this test on the machine would hold 29501.
 WORKER = r'''
 import os, sys, time
 import torch, torch.distributed as dist
@@ -254,7 +257,7 @@ for _ in range(3000):
     time.sleep(0.2)
 '''
 TORCHRUN = ('exec /usr/bin/torchrun --nnodes="$GPUPOOL_NNODES" --nproc_per_node=1 --rdzv_backend=c10d '
-            '--rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv_id="task-$GPUPOOL_TASK_ID" '
+            '--rdzv_endpoint="$MASTER_ADDR:$3" --rdzv_id="task-$GPUPOOL_TASK_ID" '
             '--rdzv_conf=last_call_timeout=1 --max_restarts=20 --monitor_interval=1 --redirects 2 --tee 1 '
             '"$1" "$2"')
 
@@ -287,7 +290,7 @@ def test_torchrun_elastic_grows_from_one_node_to_two_and_back(cluster, tmp_path)
     work.mkdir()
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
-    el = cluster.submit(["sh", "-c", TORCHRUN, "sh", str(worker), str(work)],
+    el = cluster.submit(["sh", "-c", TORCHRUN, "sh", str(worker), str(work), str(free_port())],
                         elastic_nodes={"min_nodes": 1, "max_nodes": 2})
     # alone on its minimum: a world of one
     g1 = wait_for(lambda: latest_group(work, 1), 60, "a world of one on node tr-a")

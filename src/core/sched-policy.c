@@ -241,11 +241,12 @@ static int64_t key_spf(const gp_sched *s, const stask *t) {
         if (est > INT64_MAX / 4 / (t->ngpus > 0 ? t->ngpus : 1))
                 est = INT64_MAX / 4 / (t->ngpus > 0 ? t->ngpus : 1);
         int64_t age = t->submit_ms > INT64_MAX / 4 / 1001 ? INT64_MAX / 4 : t->submit_ms * s->cfg.spf_aging_pct / 100;
-        return est * (t->ngpus > 0 ? t->ngpus : 1) + age;
+        int64_t key = est * (t->ngpus > 0 ? t->ngpus : 1) + age;
+        return ((int64_t)task_level(s, t, t->attained) << DEMOTE_SHIFT) | (key < DEMOTE_KEY_MAX ? key : DEMOTE_KEY_MAX);
 }
 
 static const gp_sched_policy_ops spf_ops = {
-        .name = "spf", .daemon = true,
+        .name = "spf", .daemon = true, .demote = true,
         .queue_of = queue_by_prio, .order_key = key_spf, .pick_tier = pick_first, .position = position_walk,
         .before = before_tier, .grow_key = grow_sef,
 };

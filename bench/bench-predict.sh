@@ -42,8 +42,8 @@ done
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, os, sys
 tmp = sys.argv[1]
-print("| trace, GPUs | policy | estimates | avg JCT s | vs fifo | p99 JCT s | p99 vs fifo's | estimate error (median) | within 2x |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+print("| trace, GPUs | policy | estimates | avg JCT s | vs fifo | p99 JCT s | p99 vs fifo's | preemptions | estimate error (median) | within 2x |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
 for i in (1, 2):
     base = None
     for kind in ("none", "learned", "exact"):
@@ -53,9 +53,9 @@ for i in (1, 2):
             if base is None:
                 base = r  # fifo, no estimates
             e = r.get("estimates")
-            print("| %s | %s | %s | %.0f | %.3f | %.0f | %.2f | %s | %s |" % (
+            print("| %s | %s | %s | %.0f | %.3f | %.0f | %.2f | %d | %s | %s |" % (
                 name, r["policy"], kind, r["jct_s"]["avg"], r["jct_s"]["avg"] / base["jct_s"]["avg"],
-                r["jct_s"]["p99"], r["jct_s"]["p99"] / base["jct_s"]["p99"],
+                r["jct_s"]["p99"], r["jct_s"]["p99"] / base["jct_s"]["p99"], r["preemptions"],
                 "x%.2f" % e["median_error_factor"] if e else "-", "%.1f%%" % (100 * e["within_2x"]) if e else "-"))
 PY
 echo

@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench-predict.sh - issue 26's table: average and p99 JCT of the full public
 # traces under fifo (nothing known of run times), las (no estimates), spf with
-# run times learned as the replay goes (--estimates learned: a job's
+# demotion (--spf-preempt on) and run times learned as the replay goes (--estimates learned: a job's
 # estimate is what the jobs of its tenant and size that ended before it
 # taught), and sef told the exact run times (an oracle no cluster has);
 # then the wall time of the learned spf replay of the full Philly trace.
@@ -35,7 +35,7 @@ for spec in "philly_pollux.csv 512" "itp_elasticflow.csv 1024"; do
         # shellcheck disable=SC2086
         "$GPUPOOL_BIN" simulate $common --policy fifo,las --estimates none > "$tmp/$i-none.json"
         # shellcheck disable=SC2086
-        "$GPUPOOL_BIN" simulate $common --policy spf --estimates learned > "$tmp/$i-learned.json"
+        "$GPUPOOL_BIN" simulate $common --policy spf --estimates learned --spf-preempt on > "$tmp/$i-learned.json"
         # shellcheck disable=SC2086
         "$GPUPOOL_BIN" simulate $common --policy sef --estimates exact > "$tmp/$i-exact.json"
 done
@@ -64,7 +64,7 @@ echo "Full Philly trace, spf with learned estimates on 512 GPUs: wall time of th
 for r in $(seq "$rounds"); do
         s=$(date +%s%N)
         "$GPUPOOL_BIN" simulate --trace "$traces/philly_pollux.csv" --gpus 512 --policy spf --estimates learned \
-                --oversize skip > /dev/null
+                --spf-preempt on --oversize skip > /dev/null
         e=$(date +%s%N)
         echo $(((e - s) / 1000000)) >> "$tmp/times"
 done

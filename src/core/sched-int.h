@@ -297,9 +297,9 @@ typedef struct gp_sched_policy_ops {
         bool las;                  /* LAS: the las_* settings are checked and used, LAS preemption */
         bool tier_preempt;         /* cfg.preemption applies (tiers and guarantees) */
         bool demote;               /* inside a tier, tasks go by their LAS level (attained service
-                                      over las_thresholds_ms) before order_key, and las_preempt
-                                      lets a task preempt those of its tier or a less urgent one
-                                      at a later level (spf) */
+                                      over las_thresholds_ms) before order_key, and
+                                      spf_preempt lets a task preempt those of its tier or a less
+                                      urgent one at a later level (spf) */
         /* the queue (tier) of a task of priority prio with this attained service */
         int (*queue_of)(const gp_sched *s, int prio, int64_t attained);
         /* a queued task's order key: a tier is ordered by (key, id); NULL = 0 */
@@ -584,6 +584,12 @@ static inline int task_level(const gp_sched *s, const stask *t, int64_t attained
         while (l < s->cfg.las_levels - 1 && attained >= level_end(s, t, l))
                 l++;
         return l;
+}
+
+/* Does the policy preempt by LAS level (las with las_preempt, spf with
+ * spf_preempt)? */
+static inline bool level_preempts(const gp_sched *s) {
+        return s->pol->las ? s->cfg.las_preempt : s->pol->demote && s->cfg.spf_preempt;
 }
 
 /* The LAS level a waiting task competes at: its queue under LAS, the

@@ -489,8 +489,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 placed = place(s, t, avoid, &f);
                         }
                 }
-                if (!placed && !resv && pass == 0 && (s->pol->las || s->pol->demote) && s->cfg.las_preempt &&
-                    !t->multi) {
+                if (!placed && !resv && pass == 0 && level_preempts(s) && !t->multi) {
                         int pr = las_make_room(s, t, now, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
@@ -629,7 +628,7 @@ int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now) {
                 }
                 return w;
         }
-        if ((!s->pol->las && !s->pol->demote) || !s->cfg.las_preempt)
+        if (!level_preempts(s))
                 return w;
         /* the least level a task waits at (under demotion a tier's head
          * has its tier's least; other tiers' tasks only make it earlier) */
@@ -672,7 +671,7 @@ static bool run_may_act(const gp_sched *s, int64_t now) {
         if (s->nel)
                 return true;
         if (s->pol->las || s->pol->demote)
-                return s->cfg.las_preempt && s->running > 0;
+                return level_preempts(s) && s->running > 0;
         if (!s->pol->tier_preempt || !s->cfg.preemption || !s->npre)
                 return false;
         /* make_room: with no guarantee anywhere nothing is reclaimed, and

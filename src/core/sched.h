@@ -68,7 +68,7 @@ typedef enum gp_sched_policy {
                                  taken as short (as LAS takes a new job); tiers strict.
                                  Inside a tier tasks are first by LAS level (see
                                  "LAS" below; thresholds scaled up by a prediction
-                                 longer than the first), and with las_preempt a task
+                                 longer than the first), and with spf_preempt a task
                                  preempts preemptible ones of its tier or a less
                                  urgent one at a later level (demotion) */
         GP_SCHED_NPOLICIES    /* not a policy: the count */
@@ -131,6 +131,8 @@ typedef struct gp_sched_config {
         bool las_preempt;                     /* preempt tasks of later queues */
         int64_t las_min_run_ms;               /* least run time before a preemption, >= 0 */
         int spf_aging_pct;                    /* spf: GPU-ms of credit per 100 ms waited, 0..100000 */
+        bool spf_preempt;                     /* spf: demotion preempts (las_min_run_ms applies); default
+                                                 false: spf then never preempts */
         /* fair share and preemption (hybrid, strict, fifo; see below): */
         int64_t fairshare_half_life_ms;       /* decay of tenant usage, >= 0; 0 = never decays */
         bool preemption;                      /* preempt less urgent / borrowed work */

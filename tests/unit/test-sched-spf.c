@@ -1,8 +1,8 @@
 /* test-sched-spf.c - the spf policy (shortest predicted GPU time first
  * within a tier, aged): tiers first, then predicted GPU time (estimate x
  * GPUs, a time limit as its upper bound), aging by submit time, a wait
- * that stays bounded under a stream of shorter work, and demotion: a
- * preemptible task that ran past the first LAS threshold (or past its own
+ * that stays bounded under a stream of shorter work, and demotion (with
+ * spf_preempt): a preemptible task that ran past the first LAS threshold (or past its own
  * prediction when that is longer) makes room for the tasks of its tier or
  * a more urgent one that have not. */
 #include <setjmp.h>
@@ -146,6 +146,17 @@ static void test_no_wait_grows_without_bound(void **st) {
         }
 }
 
+/* spf with spf_preempt: its demotion preempts */
+static gp_sched *mk_demote(void) {
+        gp_sched_config c;
+        gp_sched_config_defaults(&c);
+        c.policy = GP_SCHED_SPF;
+        c.spf_preempt = true;
+        gp_sched *s = NULL;
+        assert_int_equal(gp_sched_new(&c, &s), 0);
+        return s;
+}
+
 static gp_sched_req prq(int64_t id, int prio, int64_t est_ms, int64_t submit_ms) {
         gp_sched_req r = rq(id, prio, 1, est_ms, submit_ms);
         r.preemptible = true;
@@ -157,7 +168,7 @@ static gp_sched_req prq(int64_t id, int prio, int64_t est_ms, int64_t submit_ms)
  * the moment the core announces; before that it waits. */
 static void test_a_task_past_the_first_threshold_makes_room_for_a_new_one(void **st) {
         (void)st;
-        gp_sched *s = mk(1);
+        gp_sched *s = mk_demote();
         add_node(s, "n", 1);
         enq(s, prq(1, 5, 0, 0));
         assert_int_equal(started(s, 0), 1);
@@ -181,7 +192,7 @@ static void test_a_task_past_the_first_threshold_makes_room_for_a_new_one(void *
  * thresholds scaled by its prediction), not at the first threshold. */
 static void test_a_task_predicted_long_is_demoted_only_past_its_prediction(void **st) {
         (void)st;
-        gp_sched *s = mk(1);
+        gp_sched *s = mk_demote();
         add_node(s, "n", 1);
         enq(s, prq(1, 5, 7200000, 0));
         assert_int_equal(started(s, 0), 1);
@@ -202,7 +213,7 @@ static void test_a_task_predicted_long_is_demoted_only_past_its_prediction(void 
  * its threshold, and a non-preemptible one keeps its GPU. */
 static void test_demotion_keeps_tiers_and_non_preemptible_tasks(void **st) {
         (void)st;
-        gp_sched *s = mk(1);
+        gp_sched *s = mk_demote();
         add_node(s, "n", 2);
         enq(s, prq(1, 2, 0, 0));       /* urgent, preemptible */
         enq(s, rq(2, 5, 1, 0, 0));     /* not preemptible */
@@ -220,15 +231,11 @@ static void test_demotion_keeps_tiers_and_non_preemptible_tasks(void **st) {
         gp_sched_free(s);
 }
 
-/* Without las_preempt spf only orders: nothing is ever preempted. */
-static void test_demotion_without_las_preempt_only_orders(void **st) {
+/* Without spf_preempt (the default) spf only orders: nothing is ever
+ * preempted, and no wake-up is asked for it. */
+static void test_demotion_without_spf_preempt_only_orders(void **st) {
         (void)st;
-        gp_sched_config c;
-        gp_sched_config_defaults(&c);
-        c.policy = GP_SCHED_SPF;
-        c.las_preempt = false;
-        gp_sched *s = NULL;
-        assert_int_equal(gp_sched_new(&c, &s), 0);
+        gp_sched *s = mk(1);
         add_node(s, "n", 1);
         enq(s, prq(1, 5, 0, 0));
         assert_int_equal(started(s, 0), 1);
@@ -250,7 +257,7 @@ int main(void) {
                 cmocka_unit_test(test_a_task_past_the_first_threshold_makes_room_for_a_new_one),
                 cmocka_unit_test(test_a_task_predicted_long_is_demoted_only_past_its_prediction),
                 cmocka_unit_test(test_demotion_keeps_tiers_and_non_preemptible_tasks),
-                cmocka_unit_test(test_demotion_without_las_preempt_only_orders),
+                cmocka_unit_test(test_demotion_without_spf_preempt_only_orders),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -555,11 +555,11 @@ static inline int las_level(const gp_sched *s, int64_t attained) {
         return l;
 }
 
-/* Under a demoting policy (spf) a queued task's order key holds its LAS
- * level in the bits from DEMOTE_SHIFT up (levels < 16, so the key stays
- * positive); the policy's own key is capped below them. */
-#define DEMOTE_SHIFT 59
-#define DEMOTE_KEY_MAX (((int64_t)1 << DEMOTE_SHIFT) - 1)
+/* Under a demoting policy (spf) a queued task at level l > 0 has
+ * DEMOTE_PENALTY x the service at which it left level l - 1 added to its
+ * order key (in GPU-ms; 10 gave the lowest average JCT of 1, 10 and 100 on
+ * the public traces, docs/benchmarks.md). */
+#define DEMOTE_PENALTY 10
 
 /* The attained service (GPU-ms) at which task t leaves level l (l <
  * las_levels - 1): las_thresholds_ms[l]; under a demoting policy, for a
@@ -593,9 +593,10 @@ static inline bool level_preempts(const gp_sched *s) {
 }
 
 /* The LAS level a waiting task competes at: its queue under LAS, the
- * level in its order key under a demoting policy. */
+ * level of its attained service (fixed while it waits) under a demoting
+ * policy. */
 static inline int wait_level(const gp_sched *s, const stask *t) {
-        return s->pol->las ? t->q : (int)(t->okey >> DEMOTE_SHIFT);
+        return s->pol->las ? t->q : task_level(s, t, t->attained);
 }
 
 /* GPU-ms t has held, counting a running task up to now (attained holds

@@ -630,8 +630,10 @@ int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now) {
         }
         if (!level_preempts(s))
                 return w;
-        /* the least level a task waits at (under demotion a tier's head
-         * has its tier's least; other tiers' tasks only make it earlier) */
+        /* the least level of the tasks whose turn it is: the tiers' heads
+         * (under LAS a tier is a level; under demotion, whose ordering
+         * penalises a level finitely, a head aged past level-0 tasks can
+         * make this late, never wrong: each run checks the victims) */
         int qmin = -1;
         for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
                 if (s->tiers[i].n && (qmin < 0 || wait_level(s, s->tiers[i].head) < qmin))

@@ -66,9 +66,10 @@ typedef enum gp_sched_policy {
                                  spf_aging_pct/100 GPU-ms for each ms waited, so no
                                  wait grows without bound; a task with no estimate is
                                  taken as short (as LAS takes a new job); tiers strict.
-                                 Inside a tier tasks are first by LAS level (see
-                                 "LAS" below; thresholds scaled up by a prediction
-                                 longer than the first), and with spf_preempt a task
+                                 A task preempted past a LAS level (see "LAS"
+                                 below; thresholds scaled up by a prediction longer
+                                 than the first) waits with a finite penalty of 10x
+                                 the service it was demoted at, and with spf_preempt a task
                                  preempts preemptible ones of its tier or a less
                                  urgent one at a later level (demotion) */
         GP_SCHED_NPOLICIES    /* not a policy: the count */
@@ -109,8 +110,9 @@ int gp_sched_placement_parse(const char *name, gp_sched_placement *ret);
  * node (whole GPUs are freed; the fewest GPUs, then the most-served tasks,
  * are chosen) and come back as GP_DECIDE_PREEMPT.  Victims are always of a
  * strictly later queue than the task they make room for, so one run cannot
- * cycle.  spf uses the same levels inside each priority tier: a task's
- * level counts first in its tier's order, its thresholds are
+ * cycle.  spf uses the same levels inside each priority tier: a queued
+ * task at level l > 0 has 10x the service at which it left level l - 1
+ * added to its order key (so aging still bounds its wait), its thresholds are
  * las_thresholds_ms[k] x max(1, predicted GPU time / las_thresholds_ms[0])
  * (so a task predicted long is demoted only once it runs past its
  * prediction), and the victims are of its tier or a less urgent one, at a

@@ -147,14 +147,19 @@ static void test_no_wait_grows_without_bound(void **st) {
 }
 
 /* spf with spf_preempt: its demotion preempts */
-static gp_sched *mk_demote(void) {
+static gp_sched *mk_demote_aging(int aging_pct) {
         gp_sched_config c;
         gp_sched_config_defaults(&c);
         c.policy = GP_SCHED_SPF;
+        c.spf_aging_pct = aging_pct;
         c.spf_preempt = true;
         gp_sched *s = NULL;
         assert_int_equal(gp_sched_new(&c, &s), 0);
         return s;
+}
+
+static gp_sched *mk_demote(void) {
+        return mk_demote_aging(1);
 }
 
 static gp_sched_req prq(int64_t id, int prio, int64_t est_ms, int64_t submit_ms) {
@@ -231,6 +236,40 @@ static void test_demotion_keeps_tiers_and_non_preemptible_tasks(void **st) {
         gp_sched_free(s);
 }
 
+/* A demoted task is not starved by a stream of new short tasks: its
+ * penalty (10x the hour of GPU time it was demoted at) is finite, and with
+ * aging 100% a task submitted W ms after it needs a predicted GPU time W
+ * ms shorter to pass it; one 1-s task a second keeps the GPU busy, yet
+ * task 1 runs again 10 h after its submission (its key: 36,000 s of
+ * penalty; a task submitted at T: 1 s + T), and not much before or after. */
+static void test_a_demoted_task_waits_a_bounded_time(void **st) {
+        (void)st;
+        gp_sched *s = mk_demote_aging(100);
+        add_node(s, "n", 1);
+        enq(s, prq(1, 5, 0, 0));
+        assert_int_equal(started(s, 0), 1);
+        int64_t id = 2, running = 1, again = -1;
+        for (int64_t now = 3600000; now < 100000000 && again < 0; now += 1000) {
+                if (running > 1)
+                        assert_int_equal(gp_sched_remove_at(s, running, now), 0);
+                enq(s, prq(id++, 5, 1000, now));
+                run_out o = {0};
+                run(s, now, &o);
+                for (size_t i = 0; i < o.n; i++) {
+                        if (o.d[i].kind == GP_DECIDE_PREEMPT)
+                                assert_int_equal(o.d[i].id, 1);
+                        if (o.d[i].kind != GP_DECIDE_START)
+                                continue;
+                        running = o.d[i].id;
+                        if (o.d[i].id == 1)
+                                again = now;
+                }
+                free(o.d);
+        }
+        assert_true(again >= 36000000 - 2000 && again <= 36000000 + 2000);
+        gp_sched_free(s);
+}
+
 /* Without spf_preempt (the default) spf only orders: nothing is ever
  * preempted, and no wake-up is asked for it. */
 static void test_demotion_without_spf_preempt_only_orders(void **st) {
@@ -258,6 +297,7 @@ int main(void) {
                 cmocka_unit_test(test_a_task_predicted_long_is_demoted_only_past_its_prediction),
                 cmocka_unit_test(test_demotion_keeps_tiers_and_non_preemptible_tasks),
                 cmocka_unit_test(test_demotion_without_spf_preempt_only_orders),
+                cmocka_unit_test(test_a_demoted_task_waits_a_bounded_time),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

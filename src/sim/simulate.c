@@ -164,8 +164,8 @@ static int parse_thresholds(const char *s, opts *o) {
 
 /* 0, or the exit code of a usage error. */
 static int parse_args(int argc, char **argv, opts *o) {
-        *o = (opts){.gpn = 0, .backfill = -1, .placement = -1, .las_min_run_s = -1, .spf_aging_pct = -1, .spf_preempt = -1,
-                    .tick_s = 60};
+        *o = (opts){.gpn = 0, .backfill = -1, .placement = -1, .las_min_run_s = -1, .spf_aging_pct = -1,
+                    .spf_preempt = -1, .tick_s = 60};
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i], *val = NULL;
                 char name[32];

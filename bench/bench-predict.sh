@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench-predict.sh - issue 26's table: average and p99 JCT of the full public
 # traces under fifo (nothing known of run times), las (no estimates), spf with
-# run times learned as the replay goes (--estimates learned: a job's
+# demotion (--spf-preempt on) and run times learned as the replay goes (--estimates learned: a job's
 # estimate is what the jobs of its tenant and size that ended before it
 # taught), and sef told the exact run times (an oracle no cluster has);
 # then the wall time of the learned spf replay of the full Philly trace.
@@ -35,15 +35,15 @@ for spec in "philly_pollux.csv 512" "itp_elasticflow.csv 1024"; do
         # shellcheck disable=SC2086
         "$GPUPOOL_BIN" simulate $common --policy fifo,las --estimates none > "$tmp/$i-none.json"
         # shellcheck disable=SC2086
-        "$GPUPOOL_BIN" simulate $common --policy spf --estimates learned > "$tmp/$i-learned.json"
+        "$GPUPOOL_BIN" simulate $common --policy spf --estimates learned --spf-preempt on > "$tmp/$i-learned.json"
         # shellcheck disable=SC2086
         "$GPUPOOL_BIN" simulate $common --policy sef --estimates exact > "$tmp/$i-exact.json"
 done
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, os, sys
 tmp = sys.argv[1]
-print("| trace, GPUs | policy | estimates | avg JCT s | vs fifo | p99 JCT s | p99 vs fifo's | estimate error (median) | within 2x |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+print("| trace, GPUs | policy | estimates | avg JCT s | vs fifo | p99 JCT s | p99 vs fifo's | preemptions | estimate error (median) | within 2x |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
 for i in (1, 2):
     base = None
     for kind in ("none", "learned", "exact"):
@@ -53,9 +53,9 @@ for i in (1, 2):
             if base is None:
                 base = r  # fifo, no estimates
             e = r.get("estimates")
-            print("| %s | %s | %s | %.0f | %.3f | %.0f | %.2f | %s | %s |" % (
+            print("| %s | %s | %s | %.0f | %.3f | %.0f | %.2f | %d | %s | %s |" % (
                 name, r["policy"], kind, r["jct_s"]["avg"], r["jct_s"]["avg"] / base["jct_s"]["avg"],
-                r["jct_s"]["p99"], r["jct_s"]["p99"] / base["jct_s"]["p99"],
+                r["jct_s"]["p99"], r["jct_s"]["p99"] / base["jct_s"]["p99"], r["preemptions"],
                 "x%.2f" % e["median_error_factor"] if e else "-", "%.1f%%" % (100 * e["within_2x"]) if e else "-"))
 PY
 echo
@@ -64,7 +64,7 @@ echo "Full Philly trace, spf with learned estimates on 512 GPUs: wall time of th
 for r in $(seq "$rounds"); do
         s=$(date +%s%N)
         "$GPUPOOL_BIN" simulate --trace "$traces/philly_pollux.csv" --gpus 512 --policy spf --estimates learned \
-                --oversize skip > /dev/null
+                --spf-preempt on --oversize skip > /dev/null
         e=$(date +%s%N)
         echo $(((e - s) / 1000000)) >> "$tmp/times"
 done

@@ -149,6 +149,7 @@ const struct field cfg_fields[] = {
         {"scheduler.backfill", K_BOOL, CFG(backfill), 0, 0, NULL},
         {"scheduler.backfill_depth", K_INT, CFG(backfill_depth), 1, 1000000, NULL},
         {"scheduler.spf_aging_pct", K_INT, CFG(spf_aging_pct), 0, 100000, NULL},
+        {"scheduler.spf_preempt", K_BOOL, CFG(spf_preempt), 0, 0, NULL},
         {"scheduler.preemption", K_SECTION, NOSTORE, 0, 0, NULL},
         {"scheduler.preemption.enabled", K_BOOL, CFG(preemption_enabled), 0, 0, NULL},
         {"scheduler.preemption.grace_sec", K_INT, CFG(preemption_grace_sec), 0, 86400, NULL},

@@ -266,6 +266,7 @@ typedef struct gp_config {
         bool backfill;                       /* default true */
         int backfill_depth;                  /* queued tasks examined for backfill, default 1000 */
         int spf_aging_pct;                   /* spf: GPU-ms of credit per 100 ms waited, default 1 */
+        bool spf_preempt;                    /* spf: demotion preempts preemptible tasks, default false */
         bool preemption_enabled;             /* default true */
         int preemption_grace_sec;            /* default 30 */
         int preemption_max_notice_s;         /* a task's --signal SIG@SECS: SECS clamped to this, default

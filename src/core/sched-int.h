@@ -312,6 +312,10 @@ typedef struct gp_sched_policy_ops {
         bool fair;                 /* tenants by fair share inside a tier (walk heaps, fair_rank) */
         bool las;                  /* LAS: the las_* settings are checked and used, LAS preemption */
         bool tier_preempt;         /* cfg.preemption applies (tiers and guarantees) */
+        bool demote;               /* inside a tier, tasks go by their LAS level (attained service
+                                      over las_thresholds_ms) before order_key, and
+                                      spf_preempt lets a task preempt those of its tier or a less
+                                      urgent one at a later level (spf) */
         /* the queue (tier) of a task of priority prio with this attained service */
         int (*queue_of)(const gp_sched *s, int prio, int64_t attained);
         /* a queued task's order key: a tier is ordered by (key, id); NULL = 0 */
@@ -593,6 +597,50 @@ static inline int las_level(const gp_sched *s, int64_t attained) {
         while (l < s->cfg.las_levels - 1 && attained >= s->cfg.las_thresholds_ms[l])
                 l++;
         return l;
+}
+
+/* Under a demoting policy (spf) a queued task at level l > 0 has
+ * DEMOTE_PENALTY x the service at which it left level l - 1 added to its
+ * order key (in GPU-ms; 10 gave the lowest average JCT of 1, 10 and 100 on
+ * the public traces, docs/benchmarks.md). */
+#define DEMOTE_PENALTY 10
+
+/* The attained service (GPU-ms) at which task t leaves level l (l <
+ * las_levels - 1): las_thresholds_ms[l]; under a demoting policy, for a
+ * task whose predicted GPU time (run_bound x GPUs) is more than the first
+ * threshold, every threshold times prediction / first threshold, so that
+ * such a task is demoted only once it runs past its prediction. */
+static inline int64_t level_end(const gp_sched *s, const stask *t, int l) {
+        int64_t thr = s->cfg.las_thresholds_ms[l];
+        if (!s->pol->demote)
+                return thr;
+        double pred = (double)run_bound(t) * (t->ngpus > 0 ? t->ngpus : 1);
+        double t0 = (double)s->cfg.las_thresholds_ms[0];
+        if (pred <= t0)
+                return thr;
+        double v = (double)thr * (pred / t0);
+        return v > 4e18 ? (int64_t)4e18 : (int64_t)v;
+}
+
+/* The level of task t with this attained service. */
+static inline int task_level(const gp_sched *s, const stask *t, int64_t attained) {
+        int l = 0;
+        while (l < s->cfg.las_levels - 1 && attained >= level_end(s, t, l))
+                l++;
+        return l;
+}
+
+/* Does the policy preempt by LAS level (las with las_preempt, spf with
+ * spf_preempt)? */
+static inline bool level_preempts(const gp_sched *s) {
+        return s->pol->las ? s->cfg.las_preempt : s->pol->demote && s->cfg.spf_preempt;
+}
+
+/* The LAS level a waiting task competes at: its queue under LAS, the
+ * level of its attained service (fixed while it waits) under a demoting
+ * policy. */
+static inline int wait_level(const gp_sched *s, const stask *t) {
+        return s->pol->las ? t->q : task_level(s, t, t->attained);
 }
 
 /* GPU-ms t has held, counting a running task up to now (attained holds

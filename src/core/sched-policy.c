@@ -231,7 +231,11 @@ static const gp_sched_policy_ops sef_ops = {
  * time + rate x submit time", a key that never changes while the task
  * waits.  A task submitted W ms before another is overtaken by it only if
  * the other's predicted GPU time is rate x W smaller: how long a task can
- * be passed over is bounded by its own prediction over the rate. */
+ * be passed over is bounded by its own prediction over the rate.  A task
+ * demoted (a preempted one whose attained service reached level l > 0)
+ * carries a penalty of DEMOTE_PENALTY x the service at which it left level
+ * l - 1: a finite one, so aging still bounds its wait, by (prediction +
+ * penalty) over the rate. */
 static int64_t key_spf(const gp_sched *s, const stask *t) {
         int64_t est = t->estimate_ms;
         if (t->timeout_ms > 0 && (est <= 0 || t->timeout_ms < est))
@@ -241,11 +245,17 @@ static int64_t key_spf(const gp_sched *s, const stask *t) {
         if (est > INT64_MAX / 4 / (t->ngpus > 0 ? t->ngpus : 1))
                 est = INT64_MAX / 4 / (t->ngpus > 0 ? t->ngpus : 1);
         int64_t age = t->submit_ms > INT64_MAX / 4 / 1001 ? INT64_MAX / 4 : t->submit_ms * s->cfg.spf_aging_pct / 100;
-        return est * (t->ngpus > 0 ? t->ngpus : 1) + age;
+        int64_t key = est * (t->ngpus > 0 ? t->ngpus : 1) + age;
+        int lv = task_level(s, t, t->attained);
+        if (lv > 0) { /* demoted: DEMOTE_PENALTY x the service it was demoted at */
+                int64_t at = level_end(s, t, lv - 1);
+                key += at < INT64_MAX / 4 / DEMOTE_PENALTY ? at * DEMOTE_PENALTY : INT64_MAX / 4;
+        }
+        return key;
 }
 
 static const gp_sched_policy_ops spf_ops = {
-        .name = "spf", .daemon = true,
+        .name = "spf", .daemon = true, .demote = true,
         .queue_of = queue_by_prio, .order_key = key_spf, .pick_tier = pick_first, .position = position_walk,
         .before = before_tier, .grow_key = grow_sef,
 };

@@ -51,10 +51,12 @@ static bool was_preempted_by(const stask *t, int64_t id) {
 /* ------------------------------------------------------------------ */
 /* LAS preemption                                                     */
 
-/* May running task v be preempted for a task of queue q? */
-static bool las_victim(const gp_sched *s, const stask *v, int q, int64_t now) {
+/* May running task v be preempted for t, the task whose turn it is?  v has
+ * run las_min_run_ms and its level is later than t's; under a demoting
+ * policy (spf) v is also of t's tier or a less urgent one. */
+static bool las_victim(const gp_sched *s, const stask *v, const stask *t, int64_t now) {
         return v->running && v->preemptible && now - v->start_ms >= s->cfg.las_min_run_ms &&
-               las_level(s, attained_at(v, now)) > q;
+               (s->pol->las || v->prio >= t->prio) && task_level(s, v, attained_at(v, now)) > wait_level(s, t);
 }
 
 /* Can GPU g take t once the tasks marked with the current pstamp are gone? */
@@ -103,7 +105,7 @@ static int las_plan(gp_sched *s, const stask *t, uint32_t ni, int64_t now) {
                                 const stask *v = g->tasks[k];
                                 if (v->pstamp == s->pstamp)
                                         continue;
-                                if (!las_victim(s, v, t->q, now)) {
+                                if (!las_victim(s, v, t, now)) {
                                         ok = false;
                                         break;
                                 }
@@ -144,6 +146,8 @@ static int requeue_preempted(gp_sched *s, stask *v, int64_t now) {
         stop(s, v, now);
         v->rcode = R_NONE;
         v->q = (uint8_t)queue_of(s, v);
+        if (s->pol->order_key) /* its attained service may have moved it (spf's level) */
+                v->okey = s->pol->order_key(s, v);
         s->total_preempted++;
         if (queue_add(s, v) < 0) {
                 /* cannot queue it again: forgotten, like gp_sched_requeue */

@@ -31,7 +31,7 @@ void gp_sched_config_defaults(gp_sched_config *cfg) {
 }
 
 static int check_las(const gp_sched_config *cfg) {
-        if (!policy_ops[cfg->policy]->las)
+        if (!policy_ops[cfg->policy]->las && !policy_ops[cfg->policy]->demote)
                 return 0;
         if (cfg->las_levels < 1 || cfg->las_levels > GP_SCHED_LAS_MAX_LEVELS || cfg->las_min_run_ms < 0)
                 return -EINVAL;
@@ -483,7 +483,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 placed = place(s, t, avoid, &f);
                         }
                 }
-                if (!placed && !resv && pass == 0 && s->pol->las && s->cfg.las_preempt && !t->multi) {
+                if (!placed && !resv && pass == 0 && level_preempts(s) && !t->multi) {
                         int pr = las_make_room(s, t, now, ret, ret_n, ret_cap);
                         if (pr < 0)
                                 return pr;
@@ -626,12 +626,16 @@ int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now) {
                 }
                 return w;
         }
-        if (!s->pol->las || !s->cfg.las_preempt)
+        if (!level_preempts(s))
                 return w;
+        /* the least level of the tasks whose turn it is: the tiers' heads
+         * (under LAS a tier is a level; under demotion, whose ordering
+         * penalises a level finitely, a head aged past level-0 tasks can
+         * make this late, never wrong: each run checks the victims) */
         int qmin = -1;
-        for (int i = 0; i < GP_PRIORITY_LEVELS && qmin < 0; i++)
-                if (s->tiers[i].n)
-                        qmin = i;
+        for (int i = 0; i < GP_PRIORITY_LEVELS; i++)
+                if (s->tiers[i].n && (qmin < 0 || wait_level(s, s->tiers[i].head) < qmin))
+                        qmin = wait_level(s, s->tiers[i].head);
         if (qmin < 0 || qmin >= s->cfg.las_levels - 1)
                 return w; /* nothing waits, or nothing can be in a later queue */
         /* when does a running task first become a victim for queue qmin? */
@@ -642,8 +646,8 @@ int64_t gp_sched_next_wakeup(const gp_sched *s, int64_t now) {
                         if (v->gpus[0] != gi || !v->preemptible)
                                 continue; /* each task once, by its first GPU */
                         int64_t at = v->start_ms + s->cfg.las_min_run_ms;
-                        if (las_level(s, attained_at(v, now)) <= qmin) {
-                                int64_t need = s->cfg.las_thresholds_ms[qmin] - v->attained;
+                        if (task_level(s, v, attained_at(v, now)) <= qmin) {
+                                int64_t need = level_end(s, v, qmin) - v->attained;
                                 int64_t tc = v->seg_ms + (need + v->ngpus - 1) / v->ngpus;
                                 if (tc > at)
                                         at = tc;
@@ -666,8 +670,8 @@ static bool run_may_act(const gp_sched *s, int64_t now) {
                 return true;
         if (s->nel)
                 return true;
-        if (s->pol->las)
-                return s->cfg.las_preempt && s->running > 0;
+        if (s->pol->las || s->pol->demote)
+                return level_preempts(s) && s->running > 0;
         if (!s->pol->tier_preempt || !s->cfg.preemption || !s->npre)
                 return false;
         /* make_room: with no guarantee anywhere nothing is reclaimed, and

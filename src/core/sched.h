@@ -65,7 +65,13 @@ typedef enum gp_sched_policy {
                                  by estimate_ms (else timeout_ms) x GPUs, less
                                  spf_aging_pct/100 GPU-ms for each ms waited, so no
                                  wait grows without bound; a task with no estimate is
-                                 taken as short (as LAS takes a new job); tiers strict */
+                                 taken as short (as LAS takes a new job); tiers strict.
+                                 A task preempted past a LAS level (see "LAS"
+                                 below; thresholds scaled up by a prediction longer
+                                 than the first) waits with a finite penalty of 10x
+                                 the service it was demoted at, and with spf_preempt a task
+                                 preempts preemptible ones of its tier or a less
+                                 urgent one at a later level (demotion) */
         GP_SCHED_NPOLICIES    /* not a policy: the count */
 } gp_sched_policy;
 
@@ -104,7 +110,13 @@ int gp_sched_placement_parse(const char *name, gp_sched_placement *ret);
  * node (whole GPUs are freed; the fewest GPUs, then the most-served tasks,
  * are chosen) and come back as GP_DECIDE_PREEMPT.  Victims are always of a
  * strictly later queue than the task they make room for, so one run cannot
- * cycle.  Only the LAS policy ever preempts. */
+ * cycle.  spf uses the same levels inside each priority tier: a queued
+ * task at level l > 0 has 10x the service at which it left level l - 1
+ * added to its order key (so aging still bounds its wait), its thresholds are
+ * las_thresholds_ms[k] x max(1, predicted GPU time / las_thresholds_ms[0])
+ * (so a task predicted long is demoted only once it runs past its
+ * prediction), and the victims are of its tier or a less urgent one, at a
+ * strictly later level. */
 #define GP_SCHED_LAS_MAX_LEVELS GP_PRIORITY_LEVELS
 
 typedef struct gp_sched_config {
@@ -114,13 +126,15 @@ typedef struct gp_sched_config {
         int64_t memory_safety_margin_mb;      /* >= 0 */
         bool backfill;
         int backfill_depth;                   /* tasks examined after a reservation, >= 0 */
-        /* LAS only (checked and used only when policy is GP_SCHED_LAS): */
+        /* LAS and spf's demotion (checked and used only under those policies): */
         int las_levels;                       /* queues, 1..GP_SCHED_LAS_MAX_LEVELS */
         int64_t las_thresholds_ms[GP_SCHED_LAS_MAX_LEVELS - 1]; /* GPU-ms where queue k+1 starts;
                                                  first las_levels-1 used, > 0, increasing */
         bool las_preempt;                     /* preempt tasks of later queues */
         int64_t las_min_run_ms;               /* least run time before a preemption, >= 0 */
         int spf_aging_pct;                    /* spf: GPU-ms of credit per 100 ms waited, 0..100000 */
+        bool spf_preempt;                     /* spf: demotion preempts (las_min_run_ms applies); default
+                                                 false: spf then never preempts */
         /* fair share and preemption (hybrid, strict, fifo; see below): */
         int64_t fairshare_half_life_ms;       /* decay of tenant usage, >= 0; 0 = never decays */
         bool preemption;                      /* preempt less urgent / borrowed work */

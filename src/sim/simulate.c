@@ -59,6 +59,8 @@ static const char USAGE[] =
         "  --las-thresholds LIST   LAS queue limits in GPU-seconds (default 3600,36000)\n"
         "  --las-min-run S         least run time before a LAS preemption (default: config, 60)\n"
         "  --spf-aging PCT         spf: GPU-ms of credit per 100 ms a job waits (default: the config's, 1)\n"
+        "  --spf-preempt on|off    spf: demotion preempts jobs past their level (default: the config's\n"
+        "                          scheduler.spf_preempt, off)\n"
         "  --restart-overhead S    seconds added each time a preempted job restarts (default 0)\n"
         "  --on-preempt MODE       resume: a preempted job keeps its progress (default);\n"
         "                          restart: it starts over, as a killed batch task does\n"
@@ -85,6 +87,7 @@ typedef struct opts {
         int64_t las_thr_ms[GP_SCHED_LAS_MAX_LEVELS - 1];
         int64_t las_min_run_s;     /* -1: config */
         int64_t spf_aging_pct;     /* -1: the core's default */
+        int spf_preempt;           /* -1: the config's */
         int64_t restart_overhead_s;
         int64_t notice_s;          /* 0: none */
         int64_t tick_s;
@@ -161,7 +164,8 @@ static int parse_thresholds(const char *s, opts *o) {
 
 /* 0, or the exit code of a usage error. */
 static int parse_args(int argc, char **argv, opts *o) {
-        *o = (opts){.gpn = 0, .backfill = -1, .placement = -1, .las_min_run_s = -1, .spf_aging_pct = -1, .tick_s = 60};
+        *o = (opts){.gpn = 0, .backfill = -1, .placement = -1, .las_min_run_s = -1, .spf_aging_pct = -1,
+                    .spf_preempt = -1, .tick_s = 60};
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i], *val = NULL;
                 char name[32];
@@ -254,6 +258,10 @@ static int parse_args(int argc, char **argv, opts *o) {
                         if (gp_parse_i64(val, 0, 100000, &v) < 0)
                                 return usage_error("--spf-aging: expected percent 0..100000, got '%s'", val);
                         o->spf_aging_pct = v;
+                } else if (!strcmp(name, "--spf-preempt")) {
+                        if (strcmp(val, "on") && strcmp(val, "off"))
+                                return usage_error("--spf-preempt: expected on or off, got '%s'", val);
+                        o->spf_preempt = !strcmp(val, "on");
                 } else if (!strcmp(name, "--las-min-run")) {
                         if (gp_parse_i64(val, 0, 10000000, &v) < 0)
                                 return usage_error("--las-min-run: expected seconds 0..10000000, got '%s'", val);
@@ -670,6 +678,8 @@ int gp_simulate_main(int argc, char **argv) {
                                 (o.las_min_run_s >= 0 ? o.las_min_run_s : cfg.preemption_min_runtime_sec) * 1000LL;
                         if (o.spf_aging_pct >= 0)
                                 so.sched.spf_aging_pct = (int)o.spf_aging_pct;
+                        so.sched.spf_preempt = o.spf_preempt >= 0 ? o.spf_preempt == 1
+                                                                  : cfg.spf_preempt && cfg.preemption_enabled;
                         if (o.las_levels) {
                                 so.sched.las_levels = o.las_levels;
                                 memcpy(so.sched.las_thresholds_ms, o.las_thr_ms, sizeof(o.las_thr_ms));

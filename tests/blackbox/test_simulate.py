@@ -129,6 +129,23 @@ def test_one_day_slices_replay_sane_and_deterministic(trace, gpus, extra):
     assert "wall_ms" not in runs[0]
 
 
+def test_spf_preempts_only_with_spf_preempt_and_then_demotes_long_jobs():
+    """spf with learned estimates on the contended Philly slice: without
+    --spf-preempt (the config's default, off) it never preempts; with it,
+    jobs that ran past their level make room, which cuts the average JCT."""
+    need_trace(PHILLY_DAY)
+    runs = {}
+    for mode in ("off", "on"):
+        out = json.loads(simulate("--trace", PHILLY_DAY, "--gpus", 32, "--policy", "spf", "--estimates", "learned",
+                                  "--spf-preempt", mode, "--json").stdout)
+        runs[mode] = out["runs"][0]
+    assert runs["off"]["preemptions"] == 0
+    assert runs["on"]["preemptions"] > 0
+    assert runs["on"]["jct_s"]["avg"] < runs["off"]["jct_s"]["avg"] / 2
+    bad = simulate("--trace", PHILLY_DAY, "--gpus", 32, "--spf-preempt", "maybe", check=False)
+    assert bad.returncode == 2 and "--spf-preempt" in bad.stderr
+
+
 def test_philly_slice_las_beats_fifo_by_three_with_fairness_no_worse():
     """The issue's target on the contended Philly slice (32 GPUs)."""
     need_trace(PHILLY_DAY)

@@ -142,6 +142,7 @@ static void test_defaults_match_design(void **state) {
         assert_int_equal(c.max_models_per_gpu, 2);
         assert_true(c.backfill);
         assert_int_equal(c.backfill_depth, 1000);
+        assert_false(c.spf_preempt);
         assert_true(c.preemption_enabled);
         assert_int_equal(c.preemption_grace_sec, 30);
         assert_int_equal(c.preemption_min_runtime_sec, 60);
@@ -203,6 +204,7 @@ static const char full_yaml[] =
         "  max_models_per_gpu: 3\n"
         "  backfill: no\n"
         "  backfill_depth: 7\n"
+        "  spf_preempt: true\n"
         "  preemption: {enabled: false, grace_sec: 4, min_runtime_sec: 600}\n"
         "tasks:\n"
         "  default_lease_ttl_s: 30\n"
@@ -257,6 +259,7 @@ static void test_full_file_overrides_every_key(void **state) {
         assert_int_equal(c.max_models_per_gpu, 3);
         assert_false(c.backfill);
         assert_int_equal(c.backfill_depth, 7);
+        assert_true(c.spf_preempt);
         assert_false(c.preemption_enabled);
         assert_int_equal(c.preemption_grace_sec, 4);
         assert_int_equal(c.preemption_min_runtime_sec, 600);

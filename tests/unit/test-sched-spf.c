@@ -1,7 +1,10 @@
 /* test-sched-spf.c - the spf policy (shortest predicted GPU time first
  * within a tier, aged): tiers first, then predicted GPU time (estimate x
- * GPUs, a time limit as its upper bound), aging by submit time, and a wait
- * that stays bounded under a stream of shorter work. */
+ * GPUs, a time limit as its upper bound), aging by submit time, a wait
+ * that stays bounded under a stream of shorter work, and demotion (with
+ * spf_preempt): a preemptible task that ran past the first LAS threshold (or past its own
+ * prediction when that is longer) makes room for the tasks of its tier or
+ * a more urgent one that have not. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -143,6 +146,146 @@ static void test_no_wait_grows_without_bound(void **st) {
         }
 }
 
+/* spf with spf_preempt: its demotion preempts */
+static gp_sched *mk_demote_aging(int aging_pct) {
+        gp_sched_config c;
+        gp_sched_config_defaults(&c);
+        c.policy = GP_SCHED_SPF;
+        c.spf_aging_pct = aging_pct;
+        c.spf_preempt = true;
+        gp_sched *s = NULL;
+        assert_int_equal(gp_sched_new(&c, &s), 0);
+        return s;
+}
+
+static gp_sched *mk_demote(void) {
+        return mk_demote_aging(1);
+}
+
+static gp_sched_req prq(int64_t id, int prio, int64_t est_ms, int64_t submit_ms) {
+        gp_sched_req r = rq(id, prio, 1, est_ms, submit_ms);
+        r.preemptible = true;
+        return r;
+}
+
+/* Defaults: thresholds 1 h and 10 h of GPU time, least run 60 s.  A task
+ * with no estimate runs past 1 h: a new task of its tier takes its GPU, at
+ * the moment the core announces; before that it waits. */
+static void test_a_task_past_the_first_threshold_makes_room_for_a_new_one(void **st) {
+        (void)st;
+        gp_sched *s = mk_demote();
+        add_node(s, "n", 1);
+        enq(s, prq(1, 5, 0, 0));
+        assert_int_equal(started(s, 0), 1);
+        enq(s, prq(2, 5, 60000, 1800000));
+        run_out o = {0};
+        assert_int_equal(run(s, 1800000, &o), 0);
+        assert_int_equal(gp_sched_next_wakeup(s, 1800000), 3600000);
+        assert_int_equal(run(s, 3599999, &o), 0);
+        assert_int_equal(run(s, 3600000, &o), 2);
+        assert_non_null(find(&o, GP_DECIDE_PREEMPT, 1));
+        assert_non_null(find(&o, GP_DECIDE_START, 2));
+        /* task 1 waits at level 1 now: a later, longer level-0 task goes first */
+        enq(s, prq(3, 5, 1800000, 3600001));
+        assert_int_equal(gp_sched_remove_at(s, 2, 3700000), 0);
+        assert_int_equal(started(s, 3700000), 3);
+        free(o.d);
+        gp_sched_free(s);
+}
+
+/* A task predicted to need 2 GPU-hours is demoted only past 2 h (the
+ * thresholds scaled by its prediction), not at the first threshold. */
+static void test_a_task_predicted_long_is_demoted_only_past_its_prediction(void **st) {
+        (void)st;
+        gp_sched *s = mk_demote();
+        add_node(s, "n", 1);
+        enq(s, prq(1, 5, 7200000, 0));
+        assert_int_equal(started(s, 0), 1);
+        enq(s, prq(2, 5, 60000, 3600000));
+        run_out o = {0};
+        assert_int_equal(run(s, 3600000, &o), 0);
+        assert_int_equal(run(s, 7199999, &o), 0);
+        assert_int_equal(gp_sched_next_wakeup(s, 7199999), 7200000);
+        assert_int_equal(run(s, 7200000, &o), 2);
+        assert_non_null(find(&o, GP_DECIDE_PREEMPT, 1));
+        assert_non_null(find(&o, GP_DECIDE_START, 2));
+        free(o.d);
+        gp_sched_free(s);
+}
+
+/* Demotion never crosses tiers upwards and never touches a task that is
+ * not preemptible: a less urgent task waits behind a more urgent one past
+ * its threshold, and a non-preemptible one keeps its GPU. */
+static void test_demotion_keeps_tiers_and_non_preemptible_tasks(void **st) {
+        (void)st;
+        gp_sched *s = mk_demote();
+        add_node(s, "n", 2);
+        enq(s, prq(1, 2, 0, 0));       /* urgent, preemptible */
+        enq(s, rq(2, 5, 1, 0, 0));     /* not preemptible */
+        run_out o = {0};
+        assert_int_equal(run(s, 0, &o), 2);
+        enq(s, prq(3, 5, 1000, 4000000));
+        assert_int_equal(run(s, 4000000, &o), 0);
+        assert_int_equal(run(s, 50000000, &o), 0);
+        /* a task of the urgent tier may take the urgent task's GPU */
+        enq(s, prq(4, 2, 1000, 50000000));
+        assert_int_equal(run(s, 50000000, &o), 2);
+        assert_non_null(find(&o, GP_DECIDE_PREEMPT, 1));
+        assert_non_null(find(&o, GP_DECIDE_START, 4));
+        free(o.d);
+        gp_sched_free(s);
+}
+
+/* A demoted task is not starved by a stream of new short tasks: its
+ * penalty (10x the hour of GPU time it was demoted at) is finite, and with
+ * aging 100% a task submitted W ms after it needs a predicted GPU time W
+ * ms shorter to pass it; one 1-s task a second keeps the GPU busy, yet
+ * task 1 runs again 10 h after its submission (its key: 36,000 s of
+ * penalty; a task submitted at T: 1 s + T), and not much before or after. */
+static void test_a_demoted_task_waits_a_bounded_time(void **st) {
+        (void)st;
+        gp_sched *s = mk_demote_aging(100);
+        add_node(s, "n", 1);
+        enq(s, prq(1, 5, 0, 0));
+        assert_int_equal(started(s, 0), 1);
+        int64_t id = 2, running = 1, again = -1;
+        for (int64_t now = 3600000; now < 100000000 && again < 0; now += 1000) {
+                if (running > 1)
+                        assert_int_equal(gp_sched_remove_at(s, running, now), 0);
+                enq(s, prq(id++, 5, 1000, now));
+                run_out o = {0};
+                run(s, now, &o);
+                for (size_t i = 0; i < o.n; i++) {
+                        if (o.d[i].kind == GP_DECIDE_PREEMPT)
+                                assert_int_equal(o.d[i].id, 1);
+                        if (o.d[i].kind != GP_DECIDE_START)
+                                continue;
+                        running = o.d[i].id;
+                        if (o.d[i].id == 1)
+                                again = now;
+                }
+                free(o.d);
+        }
+        assert_true(again >= 36000000 - 2000 && again <= 36000000 + 2000);
+        gp_sched_free(s);
+}
+
+/* Without spf_preempt (the default) spf only orders: nothing is ever
+ * preempted, and no wake-up is asked for it. */
+static void test_demotion_without_spf_preempt_only_orders(void **st) {
+        (void)st;
+        gp_sched *s = mk(1);
+        add_node(s, "n", 1);
+        enq(s, prq(1, 5, 0, 0));
+        assert_int_equal(started(s, 0), 1);
+        enq(s, prq(2, 5, 1000, 1000));
+        run_out o = {0};
+        assert_int_equal(run(s, 90000000, &o), 0);
+        assert_int_equal(gp_sched_next_wakeup(s, 90000000), INT64_MAX);
+        free(o.d);
+        gp_sched_free(s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_tiers_first_then_the_shortest_predicted_gpu_time),
@@ -150,6 +293,11 @@ int main(void) {
                 cmocka_unit_test(test_a_time_limit_caps_the_prediction),
                 cmocka_unit_test(test_waiting_earns_credit_at_the_aging_rate),
                 cmocka_unit_test(test_no_wait_grows_without_bound),
+                cmocka_unit_test(test_a_task_past_the_first_threshold_makes_room_for_a_new_one),
+                cmocka_unit_test(test_a_task_predicted_long_is_demoted_only_past_its_prediction),
+                cmocka_unit_test(test_demotion_keeps_tiers_and_non_preemptible_tasks),
+                cmocka_unit_test(test_demotion_without_spf_preempt_only_orders),
+                cmocka_unit_test(test_a_demoted_task_waits_a_bounded_time),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

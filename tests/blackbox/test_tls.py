@@ -127,7 +127,7 @@ def test_generated_ca_verifies_with_curl_and_openssl_on_every_path(daemon_factor
         assert stat.S_IMODE(st.st_mode) == mode, (name, oct(st.st_mode))
     # the pin the server logs is kubeadm's hash of the CA's public key
     assert "agents pin CA %s" % openssl_pin(ca) in d.log()
-    assert "(TLS; plaintext to loopback only)" in d.log()
+    wait_for(lambda: "(TLS; plaintext to loopback only)" in d.log(), 15, "the start-up line")  # logged after /healthz
     base = "https://127.0.0.1:%d" % d.port
     rc, code, body, err = curl(base + "/healthz", "--cacert", ca)
     assert (rc, code) == (0, "200"), err

@@ -13,6 +13,7 @@
 
 #include "base/buf.h"
 #include "base/sha256.h"
+#include "exec/alloc.h"
 
 int gp_agent_run_name(const gp_proto_run_id *id, char *out, size_t size) {
         int n = snprintf(out, size, "%lld.%lld.%d", (long long)id->task, (long long)id->epoch, id->rank);
@@ -171,33 +172,18 @@ char *gp_agent_alloc_json(int64_t task, const char *node, int min, int max, cons
                 o += mig ? (size_t)snprintf(cvd + o, sizeof(cvd) - o, "%s%s", o ? "," : "", mig)
                          : (size_t)snprintf(cvd + o, sizeof(cvd) - o, "%s%d", o ? "," : "", i);
         }
-        json_t *list = json_array();
-        for (int i = 0; list && i < GP_PROTO_MAX_GPUS; i++) {
+        gp_exec_alloc_gpu g[GP_PROTO_MAX_GPUS];
+        int n = 0;
+        for (int i = 0; i < GP_PROTO_MAX_GPUS; i++) {
                 if (!(m->w[i / 64] & ((uint64_t)1 << (i % 64))))
                         continue;
-                const char *uuid = "";
+                g[n] = (gp_exec_alloc_gpu){i, node, ""};
                 for (int k = 0; k < ngpus; k++)
                         if (gpus[k].index == i)
-                                uuid = gpus[k].uuid;
-                if (json_array_append_new(list, json_pack("{s:i, s:s, s:s}", "index", i, "node", node, "uuid", uuid)) <
-                    0) {
-                        json_decref(list);
-                        list = NULL;
-                }
+                                g[n].uuid = gpus[k].uuid;
+                n++;
         }
-        json_t *j = list ? json_pack("{s:I, s:i, s:i, s:i, s:s, s:o}", "task_id", (json_int_t)task, "n_gpus",
-                                     gp_proto_mask_count(m), "min_gpus", min, "max_gpus", max,
-                                     "cuda_visible_devices", cvd, "gpus", list)
-                         : NULL;
-        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        if (!s)
-                return NULL;
-        char *out = NULL;
-        if (asprintf(&out, "%s\n", s) < 0)
-                out = NULL;
-        free(s);
-        return out;
+        return gp_exec_alloc_json(task, min, max, cvd, g, n);
 }
 
 int gp_agent_alloc_load(const char *path, gp_proto_mask *ret, int *ret_min, int *ret_max) {

@@ -9,34 +9,24 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "exec/alloc.h"
 #include "server/commit.h"
 #include "server/daemon-int.h"
 #include "server/nodes.h"
 
-/* The allocation file of an elastic batch task (GPUPOOL_ALLOC_FILE):
- * {"task_id", "n_gpus", "cuda_visible_devices", "gpus": [{node, index,
- * uuid}]}.  NULL when out of memory. */
+/* The allocation file of an elastic batch task (exec/alloc.h).  NULL when
+ * out of memory. */
 char *gp_alloc_json(const gp_task *t) {
-        gp_buf b;
-        gp_buf_init(&b, 0);
         char cvd[GP_MAX_GPUS * 8];
         cuda_devices(t, cvd, sizeof(cvd));
-        int r = gp_buf_printf(&b, "{\"task_id\":%" PRId64 ",\"n_gpus\":%d,\"min_gpus\":%d,\"max_gpus\":%d", t->id,
-                              t->n_gpus, t->gpu_request, t->elastic_max_gpus);
-        r = r ? r : gp_buf_json_field_str(&b, "cuda_visible_devices", cvd);
-        r = r ? r : gp_buf_puts(&b, ",\"gpus\":[");
-        for (int i = 0; r == 0 && i < t->n_gpus; i++) {
-                r = gp_buf_printf(&b, "%s{\"index\":%d", i ? "," : "", t->gpus[i].index);
-                r = r ? r : gp_buf_json_field_str(&b, "node", t->gpus[i].node);
-                r = r ? r : gp_buf_json_field_str(&b, "uuid", t->gpus[i].uuid);
-                r = r ? r : gp_buf_puts(&b, "}");
-        }
-        r = r ? r : gp_buf_puts(&b, "]}\n");
-        if (r < 0) {
-                gp_buf_done(&b);
+        gp_exec_alloc_gpu *g = calloc(t->n_gpus > 0 ? (size_t)t->n_gpus : 1, sizeof(*g));
+        if (!g)
                 return NULL;
-        }
-        return gp_buf_steal(&b);
+        for (int i = 0; i < t->n_gpus; i++)
+                g[i] = (gp_exec_alloc_gpu){t->gpus[i].index, t->gpus[i].node, t->gpus[i].uuid};
+        char *js = gp_exec_alloc_json(t->id, t->gpu_request, t->elastic_max_gpus, cvd, g, t->n_gpus);
+        free(g);
+        return js;
 }
 
 /* Resized batch tasks (stored now): write their alloc.json, then signal

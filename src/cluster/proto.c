@@ -831,6 +831,20 @@ static int set(json_t *o, const char *key, json_t *v) {
         return 0;
 }
 
+/* A run id with one more field, key: v (stolen).  NULL when out of memory. */
+static json_t *id_with(const gp_proto_run_id *id, const char *key, json_t *v) {
+        json_t *o = id_to_json(id);
+        if (!o) {
+                json_decref(v);
+                return NULL;
+        }
+        if (set(o, key, v) < 0) {
+                json_decref(o);
+                return NULL;
+        }
+        return o;
+}
+
 static json_t *run_to_json(const gp_proto_run *run) {
         json_t *o = id_to_json(&run->id);
         if (!o)
@@ -1336,22 +1350,10 @@ int gp_proto_sync_answer_render(const gp_proto_sync_answer *m, char **ret) {
                 r = append(ack, id_to_json(&m->ack[i]));
         for (int i = 0; r == 0 && i < m->n_start; i++)
                 r = append(start, start_to_json(&m->start[i]));
-        for (int i = 0; r == 0 && i < m->n_stop; i++) {
-                json_t *o = id_to_json(&m->stop[i].id);
-                if (o && set(o, "why", json_string(gp_proto_stop_name(m->stop[i].why))) < 0) {
-                        json_decref(o);
-                        o = NULL;
-                }
-                r = append(stop, o);
-        }
-        for (int i = 0; r == 0 && i < m->n_offsets; i++) {
-                json_t *o = id_to_json(&m->offsets[i].id);
-                if (o && set(o, "offset", json_integer(m->offsets[i].offset)) < 0) {
-                        json_decref(o);
-                        o = NULL;
-                }
-                r = append(offs, o);
-        }
+        for (int i = 0; r == 0 && i < m->n_stop; i++)
+                r = append(stop, id_with(&m->stop[i].id, "why", json_string(gp_proto_stop_name(m->stop[i].why))));
+        for (int i = 0; r == 0 && i < m->n_offsets; i++)
+                r = append(offs, id_with(&m->offsets[i].id, "offset", json_integer(m->offsets[i].offset)));
         if (r == 0)
                 r = set(j, "ack", ack);
         else
@@ -1373,14 +1375,9 @@ int gp_proto_sync_answer_render(const gp_proto_sync_answer *m, char **ret) {
                 json_decref(offs);
         if (r == 0 && m->n_resize) {
                 json_t *rsz = json_array();
-                for (int i = 0; r == 0 && i < m->n_resize; i++) {
-                        json_t *o = id_to_json(&m->resize[i].id);
-                        if (o && set(o, "cuda_visible_devices", mask_to_json(&m->resize[i].gpus)) < 0) {
-                                json_decref(o);
-                                o = NULL;
-                        }
-                        r = append(rsz, o);
-                }
+                for (int i = 0; r == 0 && i < m->n_resize; i++)
+                        r = append(rsz, id_with(&m->resize[i].id, "cuda_visible_devices",
+                                                mask_to_json(&m->resize[i].gpus)));
                 if (r == 0)
                         r = set(j, "resize", rsz);
                 else

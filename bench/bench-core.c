@@ -1,7 +1,9 @@
 /* bench-core.c - the scheduling core alone: place 100,000 queued tasks onto
  * 10,000 simulated GPUs (1,250 nodes of 8) and report decisions per second.
  *
- * Usage: bench-core [--rounds R] [--tasks N] [--nodes N] [--gpus-per-node N] [--seed S]
+ * Usage: bench-core [--rounds R] [--tasks N] [--nodes N] [--gpus-per-node N] [--seed S] [--only TEXT]
+ * (--only: the scenarios whose name contains TEXT, and the plain reference
+ * when a multi-tenant one is among them)
  * Every scenario is run R times (default 7), the scenarios interleaved
  * (round 1 of each in turn, then round 2, ...), and each figure is printed
  * as the median and the min-max over the rounds.  The baselines are in the
@@ -251,6 +253,7 @@ static void stat3(char *buf, size_t size, const char *f, double *v, int n) {
 int main(int argc, char **argv) {
         int ntasks = 100000, nodes = 1250, per_node = 8, nrounds = 7;
         uint64_t seed = 42;
+        const char *only = NULL;
         for (int i = 1; i + 1 < argc; i += 2) {
                 if (!strcmp(argv[i], "--tasks"))
                         ntasks = atoi(argv[i + 1]);
@@ -262,11 +265,13 @@ int main(int argc, char **argv) {
                         seed = strtoull(argv[i + 1], NULL, 10);
                 else if (!strcmp(argv[i], "--rounds"))
                         nrounds = atoi(argv[i + 1]);
+                else if (!strcmp(argv[i], "--only"))
+                        only = argv[i + 1];
                 else
                         break;
         }
         if (argc % 2 == 0) {
-                fprintf(stderr, "usage: %s [--rounds R] [--tasks N] [--nodes N] [--gpus-per-node N] [--seed S]\n",
+                fprintf(stderr, "usage: %s [--rounds R] [--tasks N] [--nodes N] [--gpus-per-node N] [--seed S] [--only TEXT]\n",
                         argv[0]);
                 return 2;
         }
@@ -289,9 +294,17 @@ int main(int argc, char **argv) {
         enum { NSC = sizeof(sc) / sizeof(sc[0]) };
         static result res[NSC][MAX_ROUNDS];
         int ref = -1;
-        for (int i = 0; i < NSC; i++)
+        bool on[NSC], tenants_on = false;
+        for (int i = 0; i < NSC; i++) {
                 if (sc[i].reference)
                         ref = i;
+                on[i] = !only || strstr(sc[i].name, only);
+                tenants_on |= on[i] && sc[i].tenants;
+        }
+        if (ref >= 0 && tenants_on)
+                on[ref] = true;
+        else if (ref >= 0 && !on[ref])
+                ref = -1;
         printf("bench-core: %d queued tasks onto %d GPUs (%d nodes x %d), seed %" PRIu64
                "; %d rounds, scenarios interleaved;\nfigures: median [min-max] over the rounds, thread CPU time\n",
                ntasks, nodes * per_node, nodes, per_node, seed, nrounds);
@@ -299,6 +312,8 @@ int main(int argc, char **argv) {
         for (int r = 0; r < nrounds; r++)
                 for (int k = 0; k < NSC; k++) {
                         int i = (k + r) % NSC; /* rotate which goes first */
+                        if (!on[i])
+                                continue;
                         if (run_one(&sc[i], ntasks, nodes, per_node, seed, &res[i][r]))
                                 return 1;
                         const result *a = &res[i][0], *b = &res[i][r];
@@ -312,6 +327,8 @@ int main(int argc, char **argv) {
         printf("%-26s %8s %19s %27s %8s %23s %s\n", "scenario", "started", "first run ms", "first run decisions/s",
                "steady", "steady us/run", "state after");
         for (int i = 0; i < NSC; i++) {
+                if (!on[i])
+                        continue;
                 double v[MAX_ROUNDS];
                 char fm[112], fd[112], su[112];
                 for (int r = 0; r < nrounds; r++)
@@ -336,7 +353,7 @@ int main(int argc, char **argv) {
                 int nv = 0;
                 char fb[112];
                 for (int i = 0; i < NSC; i++)
-                        for (int r = 0; r < nrounds; r++)
+                        for (int r = 0; r < nrounds && on[i]; r++)
                                 v[nv++] = res[i][r].build_ms;
                 stat3(fb, sizeof(fb), "%.1f", v, nv);
                 printf("pool of %d nodes x %d GPUs built (gp_sched_gpu_add each) in ms: %s over every scenario and round\n",
@@ -346,7 +363,7 @@ int main(int argc, char **argv) {
                 printf("vs plain (%s, same round), then median [min-max]:\n", sc[ref].name);
                 printf("  first run: decisions/s over plain's; steady: plain's us/run over its own (1.00 = as fast)\n");
                 for (int i = 0; i < NSC; i++) {
-                        if (!sc[i].tenants)
+                        if (!sc[i].tenants || !on[i])
                                 continue;
                         double f[MAX_ROUNDS], st[MAX_ROUNDS];
                         char a[112], b[112];

@@ -11,6 +11,7 @@
 #include "core/sched-fair.c"
 #include "core/sched-policy.c"
 #include "core/sched-place.c"
+#include "core/sched-resv.c"
 #include "core/sched-preempt.c"
 #include "core/sched-elastic.c"
 #include "core/sched-view.c"

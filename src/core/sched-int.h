@@ -78,6 +78,7 @@
 #define TOPO_MAX 16                /* topology kept for the first 16 GPUs of a node */
 #define STRIDE1 ((uint64_t)1 << 24)
 #define TIME_INF INT64_MAX
+#define RESV_SHAPES 4              /* request shapes the reservation keeps per-node answers for */
 
 enum {
         R_NONE = 0,     /* not examined by the last run */
@@ -98,6 +99,8 @@ enum {
         R_HOST_CPU,     /* a1 = CPUs needed, a2 = most free on a node it may use */
         R_HOST_MEM,     /* a1 = RAM MiB needed, a2 = most free on a node it may use */
         R_ENODES,       /* elastic in nodes: a1 = whole nodes needed, a2 = wholly free ones it may use */
+        R_DIAG,         /* why it does not fit is worked out when someone asks (diagnose() scans the
+                           pool: in the run it would cost O(GPUs) per blocked task) */
 };
 
 #define GP_LABELS_MAX 33           /* label pairs of a node (32 and the implicit gpupool/node), or of a node_selector */
@@ -414,7 +417,19 @@ struct gp_sched {
         uint32_t mn_cap;
         struct arena_blk *arena;   /* decisions' GPU arrays (reset by each run) */
         struct arena_blk *arena_cur; /* the block in use (NULL: none yet in this run) */
+        uint32_t *nmod;            /* per node: bumped whenever one of its GPUs, its labels or what
+                                      it allows change (node_touch): what the reservation's
+                                      cache of per-node answers checks */
+        uint32_t nmod_cap;
+        struct resv_cache *rc[RESV_SHAPES]; /* sched-resv.c: per-node answers for recent shapes */
+        uint64_t rc_tick;          /* uses of the reservation cache (its LRU clock) */
 };
+
+/* Node ni's GPUs or rules change (before or after: anything cached of it
+ * from before is stale). */
+static inline void node_touch(gp_sched *s, uint32_t ni) {
+        s->nmod[ni]++;
+}
 
 static inline const char *intern_name(const intern *in, uint32_t id) {
         return id < in->n ? in->names[id] : "";
@@ -734,7 +749,13 @@ SCHED_PRIVATE void multi_refresh(gp_sched *s, stask *t);
 SCHED_PRIVATE int pairs_parse(intern *add, const intern *find, const char *text, uint32_t *ids, int max);
 SCHED_PRIVATE int find_node(const gp_sched *s, const char *name, uint32_t *ret);
 SCHED_PRIVATE void diagnose(gp_sched *s, stask *t);
+SCHED_PRIVATE bool models_full(const gp_sched *s, const stask *t, const sgpu *g);
+SCHED_PRIVATE int node_units(const gp_sched *s, const stask *t, uint32_t ni);
+SCHED_PRIVATE int64_t need_units(const stask *t);
+
+/* sched-resv.c */
 SCHED_PRIVATE int64_t reserve(gp_sched *s, stask *t, int64_t now);
+SCHED_PRIVATE void resv_free(gp_sched *s);
 
 /* sched-preempt.c */
 SCHED_PRIVATE void pre_count(gp_sched *s, const stask *t, int d);

@@ -1,8 +1,8 @@
 /* sched-place.c - the GPU inventory and where a task goes: the GPU
  * indexes (free-memory buckets, idle lists by node, models loaded), GPU
  * shares, the placement rules (pack, spread: see gp_sched_placement), the
- * reason a task does not fit, and the reservation for the blocked task
- * (EASY backfill). */
+ * reason a task does not fit (the reservation for the blocked task is in
+ * sched-resv.c). */
 #include "core/sched-int.h"
 
 /* ------------------------------------------------------------------ */
@@ -43,6 +43,7 @@ static void idle_list_add(gp_sched *s, uint32_t ni) {
 /* Take a GPU out of every index before its state changes. */
 static void gpu_unlink(gp_sched *s, uint32_t gi) {
         sgpu *g = &s->gpus[gi];
+        node_touch(s, g->node);
         if (g->bucket >= 0) {
                 if (g->bprev != NIL)
                         s->gpus[g->bprev].bnext = g->bnext;
@@ -66,6 +67,7 @@ static void gpu_unlink(gp_sched *s, uint32_t gi) {
 /* Put a GPU back into the indexes after its state changed. */
 static void gpu_link(gp_sched *s, uint32_t gi) {
         sgpu *g = &s->gpus[gi];
+        node_touch(s, g->node);
         if (!gpu_usable(g))
                 return;
         if (g->ntasks == 0) {
@@ -284,6 +286,7 @@ static int index_node(gp_sched *s, uint32_t ni) {
  * now (after a GPU was added, removed or revived). */
 static void node_refresh(gp_sched *s, uint32_t ni) {
         snode *n = &s->nodes[ni];
+        node_touch(s, ni);
         n->size = 0;
         n->kinds = n->wkinds = 0;
         for (int i = 0; i < n->ngpus; i++) {
@@ -457,6 +460,11 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
                         return -ENOMEM;
                 s->nhost = nh;
                 memset(&nh[s->nnodes], 0, sizeof(*nh));
+                uint32_t *nm = grow(s->nmod, sizeof(*nm), &s->nmod_cap, s->nnodes + 1);
+                if (!nm)
+                        return -ENOMEM;
+                s->nmod = nm;
+                nm[s->nnodes] = 0;
                 snode *n = &nodes[s->nnodes];
                 memset(n, 0, sizeof(*n));
                 if (!(n->name = strdup(d->node)))
@@ -617,6 +625,7 @@ int gp_sched_node_set_labels(gp_sched *s, const char *node, const char *labels) 
         free(nd->labels);
         nd->labels = v;
         nd->nlabels = n;
+        node_touch(s, ni);
         s->node_gen++;
         s->gen++;
         return 0;
@@ -650,6 +659,7 @@ int gp_sched_node_set_allow(gp_sched *s, const char *node, unsigned allow) {
         if (allow & ~(unsigned)(GP_SCHED_NODE_MULTI | GP_SCHED_NODE_ELASTIC))
                 return -EINVAL;
         s->nodes[ni].allow = allow;
+        node_touch(s, ni);
         s->node_gen++; /* cached multi-node answers and memos see it */
         return 0;
 }
@@ -807,7 +817,7 @@ uint32_t gp_sched_gpu_count(const gp_sched *s) {
 
 /* Does max_models_per_gpu keep t off GPU g?  Only when t has a model that
  * g does not hold and g already holds the maximum of other models. */
-static bool models_full(const gp_sched *s, const stask *t, const sgpu *g) {
+SCHED_PRIVATE bool models_full(const gp_sched *s, const stask *t, const sgpu *g) {
         int max = s->cfg.max_models_per_gpu;
         if (max <= 0 || !t->model || g->nmodels < max)
                 return false;
@@ -1154,11 +1164,11 @@ SCHED_PRIVATE bool whole_node_ok(const gp_sched *s, const stask *t, uint32_t ni)
 
 /* What node ni counts toward multi-node task t's need (need_units): its
  * GPUs, or for a task elastic in nodes the node itself. */
-static int node_units(const gp_sched *s, const stask *t, uint32_t ni) {
+SCHED_PRIVATE int node_units(const gp_sched *s, const stask *t, uint32_t ni) {
         return t->nodes_max ? 1 : s->nodes[ni].size;
 }
 
-static int64_t need_units(const stask *t) {
+SCHED_PRIVATE int64_t need_units(const stask *t) {
         return t->nodes_max ? t->nodes_min : t->ngpus;
 }
 
@@ -1333,164 +1343,4 @@ SCHED_PRIVATE void diagnose(gp_sched *s, stask *t) {
                 t->ra1 = t->ngpus;
                 t->ra2 = t->mem;
         }
-}
-
-/* ------------------------------------------------------------------ */
-/* reservation for the blocked task (EASY backfill)                   */
-
-typedef struct gpu_end {
-        int64_t t;
-        uint32_t gi;
-} gpu_end;
-
-static int cmp_gpu_end(const void *a, const void *b) {
-        const gpu_end *x = a, *y = b;
-        if (x->t != y->t)
-                return (x->t > y->t) - (x->t < y->t);
-        return (x->gi > y->gi) - (x->gi < y->gi);
-}
-
-/* Earliest time GPU g could host t, from the running tasks' end bounds
- * (TIME_INF when a task in the way has no bound). */
-/* (inlined into reserve's per-GPU loop, which runs over every GPU in each
- * blocked run: as a call, with reserve_multi its second caller, it cost
- * bench-core's steady runs ~10%) */
-__attribute__((always_inline)) static inline int64_t gpu_ready_at(const gp_sched *s, const sgpu *g, const stask *t,
-                                                                  int64_t now) {
-        /* full of other models: free for t at the latest when all on it ended */
-        if (t->excl || g->excl || models_full(s, t, g)) {
-                int64_t m = now;
-                for (int i = 0; i < g->ntasks; i++)
-                        if (task_end(g->tasks[i]) > m)
-                                m = task_end(g->tasks[i]);
-                return m;
-        }
-        if (gpu_free(g) >= t->mem)
-                return now;
-        if (g->ntasks > 64)
-                return TIME_INF;
-        /* free memory grows as tasks end, earliest end first */
-        const stask *sorted[64];
-        int n = g->ntasks;
-        for (int i = 0; i < n; i++) {
-                int j = i;
-                while (j > 0 && task_end(sorted[j - 1]) > task_end(g->tasks[i])) {
-                        sorted[j] = sorted[j - 1];
-                        j--;
-                }
-                sorted[j] = g->tasks[i];
-        }
-        int64_t freed = gpu_free(g);
-        for (int i = 0; i < n; i++) {
-                freed += sorted[i]->charge;
-                if (freed >= t->mem)
-                        return task_end(sorted[i]) > now ? task_end(sorted[i]) : now;
-        }
-        return TIME_INF;
-}
-
-static int cmp_node_end(const void *a, const void *b) {
-        return cmp_gpu_end(a, b); /* (time, node id) */
-}
-
-/* The multi-node case of reserve(): the nodes t may take whole that will
- * be free first (a node is free when every task on it may have ended; a
- * drained or unhealthy GPU keeps it from being free at a known time), in
- * that order until they hold t->ngpus GPUs; every GPU of them is marked. */
-__attribute__((noinline)) static int64_t reserve_multi(gp_sched *s, stask *t, int64_t now) {
-        gpu_end *e = malloc((size_t)s->nnodes * sizeof(*e) + 1);
-        if (!e)
-                return TIME_INF; /* no reservation: backfill goes on as if none */
-        int m = 0;
-        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
-                const snode *nd = &s->nodes[ni];
-                if (!whole_node_ok(s, t, ni))
-                        continue;
-                int64_t ready = now;
-                for (int i = 0; i < nd->ngpus && ready != TIME_INF; i++) {
-                        const sgpu *g = &s->gpus[nd->gpus[i]];
-                        if (g->removed || g->reserved)
-                                continue;
-                        int64_t r = gpu_usable(g) ? gpu_ready_at(s, g, t, now) : TIME_INF;
-                        if (r > ready)
-                                ready = r;
-                }
-                e[m++] = (gpu_end){ready, ni};
-        }
-        qsort(e, (size_t)m, sizeof(*e), cmp_node_end);
-        int64_t sum = 0, at = TIME_INF;
-        int k = 0;
-        while (k < m && sum < need_units(t)) {
-                sum += node_units(s, t, e[k].gi);
-                at = e[k++].t;
-        }
-        if (sum < need_units(t)) {
-                free(e);
-                return TIME_INF;
-        }
-        for (int j = 0; j < k; j++) {
-                const snode *nd = &s->nodes[e[j].gi];
-                for (int i = 0; i < nd->ngpus; i++)
-                        s->gpus[nd->gpus[i]].resv_stamp = s->stamp;
-        }
-        free(e);
-        return at;
-}
-
-/* Mark the GPUs the blocked task t will start on first; returns the
- * estimated start (TIME_INF when unknown or impossible). */
-SCHED_PRIVATE int64_t reserve(gp_sched *s, stask *t, int64_t now) {
-        if (t->multi)
-                return reserve_multi(s, t, now);
-        int64_t best_t = TIME_INF;
-        int best_ready = -1;
-        uint32_t best_gpus[MAX_NODE_GPUS];
-        bool found = false;
-        gpu_end ge[MAX_NODE_GPUS];
-        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
-                const snode *nd = &s->nodes[ni];
-                if (!(nd->kinds & t->kinds) || nd->ngpus < t->ngpus || !sel_ok(s, t, ni))
-                        continue;
-                int m = 0, ready = 0;
-                for (int i = 0; i < nd->ngpus; i++) {
-                        const sgpu *g = &s->gpus[nd->gpus[i]];
-                        if (!gpu_usable(g) || !kind_ok(t, g) || g->usable < t->mem)
-                                continue;
-                        if (!t->excl && g->excl && g->ntasks == 0)
-                                continue;
-                        ge[m].gi = nd->gpus[i];
-                        ge[m].t = gpu_ready_at(s, g, t, now);
-                        if (ge[m].t == now)
-                                ready++;
-                        m++;
-                }
-                if (m < t->ngpus)
-                        continue;
-                /* at most a node's GPUs: insertion sort (cmp_gpu_end is a
-                 * total order, so the result is qsort's; this runs for
-                 * every node in every blocked run, where qsort's own cost
-                 * dominated) */
-                for (int i = 1; i < m; i++) {
-                        gpu_end x = ge[i];
-                        int j = i;
-                        while (j > 0 && cmp_gpu_end(&ge[j - 1], &x) > 0) {
-                                ge[j] = ge[j - 1];
-                                j--;
-                        }
-                        ge[j] = x;
-                }
-                int64_t node_t = ge[t->ngpus - 1].t;
-                if (!found || node_t < best_t || (node_t == best_t && ready > best_ready)) {
-                        found = true;
-                        best_t = node_t;
-                        best_ready = ready;
-                        for (int i = 0; i < t->ngpus; i++)
-                                best_gpus[i] = ge[i].gi;
-                }
-        }
-        if (!found)
-                return TIME_INF;
-        for (int i = 0; i < t->ngpus; i++)
-                s->gpus[best_gpus[i]].resv_stamp = s->stamp;
-        return best_t;
 }

@@ -192,6 +192,12 @@ int gp_sched_task_reason_ex(gp_sched *s, int64_t id, char *buf, size_t size, gp_
                 return 0;
         char nb[4][24];
         const char *kindtxt = t->gpu_model ? t->gpu_model : NULL;
+        if (t->rstamp == s->last_run_stamp && t->rcode == R_DIAG) {
+                /* the run left the scan of the pool to whoever asks: the
+                 * pool as it is now (the answer is kept for this run) */
+                diagnose(s, t);
+                t->rstamp = s->last_run_stamp;
+        }
         int code = t->rstamp == s->last_run_stamp ? t->rcode : R_NONE;
         int64_t a1 = t->ra1, a2 = t->ra2, a3 = t->ra3;
         if (code == R_NONE && array_full(t)) {

@@ -89,6 +89,8 @@ void gp_sched_free(gp_sched *s) {
         }
         free(s->nodes);
         free(s->nhost);
+        free(s->nmod);
+        resv_free(s);
         free(s->node_ht);
         for (int i = 0; i < s->nkinds; i++)
                 free(s->kind_names[i]);
@@ -531,7 +533,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         if (T->group)
                                 set_reason(s, t, R_GROUP, T->group, s->gr[T->group].share_pct);
                         else if (t->host) /* CPUs, RAM or GPUs: a scan tells which */
-                                diagnose(s, t);
+                                set_reason(s, t, R_DIAG, 0, 0);
                         else if (t->multi)
                                 set_reason(s, t, t->nodes_max ? R_ENODES : R_NODES,
                                            t->nodes_max ? t->nodes_min : t->ngpus, -1);
@@ -545,7 +547,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 }
                 if (!resv) {
                         resv = t;
-                        diagnose(s, t);
+                        set_reason(s, t, R_DIAG, 0, 0);
                         t->resv_holder = true;
                         shadow = reserve(s, t, now);
                         s->last_resv_id = t->id;
@@ -563,14 +565,14 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         set_reason(s, t, R_WOULD_DELAY, resv->id,
                                    shadow == TIME_INF ? -1 : (shadow - now + 999) / 1000);
                 else if (t->host)
-                        diagnose(s, t);
+                        set_reason(s, t, R_DIAG, 0, 0);
                 else if (t->multi)
                         set_reason(s, t, t->nodes_max ? R_ENODES : R_NODES, t->nodes_max ? t->nodes_min : t->ngpus,
                                    -1);
                 else if (t->excl)
                         set_reason(s, t, R_NO_WHOLE, t->ngpus, -1);
                 else if (t->ngpus == 1 && t->model && s->cfg.max_models_per_gpu > 0)
-                        diagnose(s, t); /* memory or models: a scan tells which */
+                        set_reason(s, t, R_DIAG, 0, 0); /* memory or models: a scan tells which */
                 else if (t->ngpus == 1)
                         set_reason(s, t, R_NO_MEM, t->mem, -1);
                 else

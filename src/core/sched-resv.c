@@ -1,0 +1,334 @@
+/* sched-resv.c - the reservation for the blocked task (EASY backfill):
+ * the GPUs it will start on first, marked for the run, and when.
+ *
+ * A run that ends blocked asks this once, and with every GPU busy it is
+ * asked after every task end.  Working it out reads every GPU of the pool
+ * (and every task on a shared one), so at 100,000 GPUs it cost ~8 ms a
+ * run.  Most of that answer does not change from one run to the next: a
+ * node's GPUs' ready times depend on what runs there, not on the clock.
+ * So the answer of each node for a request shape is kept (resv_cache: up
+ * to RESV_SHAPES shapes, least recently used replaced) and made again
+ * only for the nodes touched since (s->nmod, bumped by every change of a
+ * node's GPUs, labels or rules: node_touch); what is left per run is one
+ * pass over small per-node records.  The choice is the same as a full
+ * scan's, ties included (tests/unit/test-sched-resv.c checks it against
+ * one on random workloads). */
+#include "core/sched-int.h"
+
+typedef struct gpu_end {
+        int64_t t;
+        uint32_t gi;
+} gpu_end;
+
+static int cmp_gpu_end(const void *a, const void *b) {
+        const gpu_end *x = a, *y = b;
+        if (x->t != y->t)
+                return (x->t > y->t) - (x->t < y->t);
+        return (x->gi > y->gi) - (x->gi < y->gi);
+}
+
+/* When GPU g could host t, from the running tasks' end bounds, not yet
+ * clamped to the clock: INT64_MIN when it can now whatever the time,
+ * TIME_INF when a task in the way has no bound.  The time it could host t
+ * at `now` is the later of the two (gpu_ready_at); keeping the clock out
+ * is what lets a node's answer be kept from run to run. */
+__attribute__((always_inline)) static inline int64_t gpu_ready_raw(const gp_sched *s, const sgpu *g,
+                                                                   const stask *t) {
+        /* full of other models: free for t at the latest when all on it ended */
+        if (t->excl || g->excl || models_full(s, t, g)) {
+                int64_t m = INT64_MIN;
+                for (int i = 0; i < g->ntasks; i++)
+                        if (task_end(g->tasks[i]) > m)
+                                m = task_end(g->tasks[i]);
+                return m;
+        }
+        if (gpu_free(g) >= t->mem)
+                return INT64_MIN;
+        if (g->ntasks > 64)
+                return TIME_INF;
+        /* free memory grows as tasks end, earliest end first */
+        const stask *sorted[64];
+        int n = g->ntasks;
+        for (int i = 0; i < n; i++) {
+                int j = i;
+                while (j > 0 && task_end(sorted[j - 1]) > task_end(g->tasks[i])) {
+                        sorted[j] = sorted[j - 1];
+                        j--;
+                }
+                sorted[j] = g->tasks[i];
+        }
+        int64_t freed = gpu_free(g);
+        for (int i = 0; i < n; i++) {
+                freed += sorted[i]->charge;
+                if (freed >= t->mem)
+                        return task_end(sorted[i]);
+        }
+        return TIME_INF;
+}
+
+static inline int64_t gpu_ready_at(const gp_sched *s, const sgpu *g, const stask *t, int64_t now) {
+        int64_t r = gpu_ready_raw(s, g, t);
+        return r > now ? r : now;
+}
+
+static int cmp_node_end(const void *a, const void *b) {
+        return cmp_gpu_end(a, b); /* (time, node id) */
+}
+
+/* The multi-node case of reserve(): the nodes t may take whole that will
+ * be free first (a node is free when every task on it may have ended; a
+ * drained or unhealthy GPU keeps it from being free at a known time), in
+ * that order until they hold t->ngpus GPUs; every GPU of them is marked.
+ * (Not cached: it scans the nodes, O(GPUs), in the runs a multi-node task
+ * blocks.) */
+__attribute__((noinline)) static int64_t reserve_multi(gp_sched *s, stask *t, int64_t now) {
+        gpu_end *e = malloc((size_t)s->nnodes * sizeof(*e) + 1);
+        if (!e)
+                return TIME_INF; /* no reservation: backfill goes on as if none */
+        int m = 0;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                if (!whole_node_ok(s, t, ni))
+                        continue;
+                int64_t ready = now;
+                for (int i = 0; i < nd->ngpus && ready != TIME_INF; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (g->removed || g->reserved)
+                                continue;
+                        int64_t r = gpu_usable(g) ? gpu_ready_at(s, g, t, now) : TIME_INF;
+                        if (r > ready)
+                                ready = r;
+                }
+                e[m++] = (gpu_end){ready, ni};
+        }
+        qsort(e, (size_t)m, sizeof(*e), cmp_node_end);
+        int64_t sum = 0, at = TIME_INF;
+        int k = 0;
+        while (k < m && sum < need_units(t)) {
+                sum += node_units(s, t, e[k].gi);
+                at = e[k++].t;
+        }
+        if (sum < need_units(t)) {
+                free(e);
+                return TIME_INF;
+        }
+        for (int j = 0; j < k; j++) {
+                const snode *nd = &s->nodes[e[j].gi];
+                for (int i = 0; i < nd->ngpus; i++)
+                        s->gpus[nd->gpus[i]].resv_stamp = s->stamp;
+        }
+        free(e);
+        return at;
+}
+
+/* ------------------------------------------------------------------ */
+/* per-node answers, kept per request shape                           */
+
+/* What a node's answer reads of the blocked task, all but its GPU count
+ * (so gangs of 2, 4 and 8 whole GPUs share one). */
+typedef struct resv_shape {
+        bool excl, elastic;
+        int64_t mem;
+        uint64_t kinds;
+        uint32_t model;
+        int nsel;
+        uint32_t sel[GP_LABELS_MAX];
+} resv_shape;
+
+struct resv_cache {
+        resv_shape shape;
+        uint32_t node_gen;         /* s->node_gen when laid out (nodes' GPU counts) */
+        uint32_t nnodes;
+        uint64_t used;             /* s->rc_tick at its last use */
+        uint32_t *seen;            /* per node: s->nmod[ni] its answer is of */
+        uint32_t *off;             /* per node: its first entry in ent */
+        uint16_t *cnt;             /* per node: its GPUs t may wait for, ent[off..off+cnt) sorted
+                                      by (raw ready time, GPU) */
+        gpu_end *ent;              /* t = gpu_ready_raw */
+};
+
+static void shape_of(const stask *t, resv_shape *r) {
+        memset(r, 0, sizeof(*r));
+        r->excl = t->excl;
+        r->elastic = t->nmax != 0;
+        r->mem = t->mem;
+        r->kinds = t->kinds;
+        r->model = t->model;
+        r->nsel = t->nsel;
+        if (t->nsel > 0)
+                memcpy(r->sel, t->sel, (size_t)t->nsel * sizeof(*t->sel));
+}
+
+static void cache_drop(struct resv_cache *c) {
+        if (!c)
+                return;
+        free(c->seen);
+        free(c->off);
+        free(c->cnt);
+        free(c->ent);
+        free(c);
+}
+
+SCHED_PRIVATE void resv_free(gp_sched *s) {
+        for (int i = 0; i < RESV_SHAPES; i++) {
+                cache_drop(s->rc[i]);
+                s->rc[i] = NULL;
+        }
+}
+
+/* Lay c out for the nodes as they are (every node's answer to be made). */
+static int cache_layout(gp_sched *s, struct resv_cache *c) {
+        uint32_t n = s->nnodes;
+        size_t total = 0;
+        for (uint32_t ni = 0; ni < n; ni++)
+                total += (size_t)s->nodes[ni].ngpus;
+        uint32_t *seen = malloc(((size_t)n + 1) * sizeof(*seen)), *off = malloc(((size_t)n + 1) * sizeof(*off));
+        uint16_t *cnt = malloc(((size_t)n + 1) * sizeof(*cnt));
+        gpu_end *ent = malloc((total + 1) * sizeof(*ent));
+        if (!seen || !off || !cnt || !ent) {
+                free(seen);
+                free(off);
+                free(cnt);
+                free(ent);
+                return -ENOMEM;
+        }
+        size_t o = 0;
+        for (uint32_t ni = 0; ni < n; ni++) {
+                seen[ni] = s->nmod[ni] - 1; /* made at first use */
+                off[ni] = (uint32_t)o;
+                cnt[ni] = 0;
+                o += (size_t)s->nodes[ni].ngpus;
+        }
+        free(c->seen);
+        free(c->off);
+        free(c->cnt);
+        free(c->ent);
+        c->seen = seen;
+        c->off = off;
+        c->cnt = cnt;
+        c->ent = ent;
+        c->nnodes = n;
+        c->node_gen = s->node_gen;
+        return 0;
+}
+
+/* The cache for t's shape, laid out for the nodes as they are; NULL when
+ * memory is short. */
+static struct resv_cache *cache_for(gp_sched *s, const stask *t) {
+        resv_shape sh;
+        shape_of(t, &sh);
+        s->rc_tick++;
+        int slot = -1;
+        for (int i = 0; i < RESV_SHAPES; i++)
+                if (s->rc[i] && !memcmp(&s->rc[i]->shape, &sh, sizeof(sh))) {
+                        slot = i;
+                        break;
+                }
+        if (slot < 0) {
+                /* an empty slot, else the least recently used */
+                slot = 0;
+                for (int i = 0; i < RESV_SHAPES; i++) {
+                        if (!s->rc[i]) {
+                                slot = i;
+                                break;
+                        }
+                        if (s->rc[i]->used < s->rc[slot]->used)
+                                slot = i;
+                }
+                if (!s->rc[slot] && !(s->rc[slot] = calloc(1, sizeof(struct resv_cache))))
+                        return NULL;
+                s->rc[slot]->shape = sh;
+                s->rc[slot]->node_gen = s->node_gen - 1; /* laid out below */
+        }
+        struct resv_cache *c = s->rc[slot];
+        c->used = s->rc_tick;
+        if ((c->node_gen != s->node_gen || c->nnodes != s->nnodes) && cache_layout(s, c) < 0) {
+                cache_drop(c);
+                s->rc[slot] = NULL;
+                return NULL;
+        }
+        return c;
+}
+
+/* Node ni's answer for t: its GPUs t may wait for, by raw ready time. */
+static void node_fill(const gp_sched *s, struct resv_cache *c, const stask *t, uint32_t ni) {
+        const snode *nd = &s->nodes[ni];
+        gpu_end *ge = c->ent + c->off[ni];
+        int m = 0;
+        if ((nd->kinds & t->kinds) && sel_ok(s, t, ni))
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (!gpu_usable(g) || !kind_ok(t, g) || g->usable < t->mem)
+                                continue;
+                        if (!t->excl && g->excl && g->ntasks == 0)
+                                continue;
+                        ge[m++] = (gpu_end){gpu_ready_raw(s, g, t), nd->gpus[i]};
+                }
+        /* at most a node's GPUs: insertion sort (cmp_gpu_end is a total
+         * order, so the result is qsort's) */
+        for (int i = 1; i < m; i++) {
+                gpu_end x = ge[i];
+                int j = i;
+                while (j > 0 && cmp_gpu_end(&ge[j - 1], &x) > 0) {
+                        ge[j] = ge[j - 1];
+                        j--;
+                }
+                ge[j] = x;
+        }
+        c->cnt[ni] = (uint16_t)m;
+        c->seen[ni] = s->nmod[ni];
+}
+
+/* Mark the GPUs the blocked task t will start on first; returns the
+ * estimated start (TIME_INF when unknown or impossible).  The node is the
+ * one where t's ngpus-th GPU is ready first, then the one with the most
+ * GPUs ready now, then the lowest numbered; on it, the GPUs ready now by
+ * number, then the others by ready time. */
+SCHED_PRIVATE int64_t reserve(gp_sched *s, stask *t, int64_t now) {
+        if (t->multi)
+                return reserve_multi(s, t, now);
+        struct resv_cache *c = cache_for(s, t);
+        if (!c)
+                return TIME_INF; /* no reservation: backfill goes on as if none */
+        int k = t->ngpus;
+        int64_t best_t = TIME_INF;
+        int best_ready = -1;
+        uint32_t best = NIL;
+        for (uint32_t ni = 0; ni < c->nnodes; ni++) {
+                if (c->seen[ni] != s->nmod[ni])
+                        node_fill(s, c, t, ni);
+                int m = c->cnt[ni];
+                if (m < k)
+                        continue;
+                const gpu_end *e = c->ent + c->off[ni];
+                /* the ready times as they are at `now` keep this order */
+                int64_t node_t = e[k - 1].t > now ? e[k - 1].t : now;
+                if (best != NIL && node_t > best_t)
+                        continue;
+                int ready = 0;
+                while (ready < m && e[ready].t <= now)
+                        ready++;
+                if (best == NIL || node_t < best_t || ready > best_ready) {
+                        best = ni;
+                        best_t = node_t;
+                        best_ready = ready;
+                }
+        }
+        if (best == NIL)
+                return TIME_INF;
+        /* the first k at `now`: those ready now, which all read `now`, by
+         * GPU number; then the rest as sorted */
+        const gpu_end *e = c->ent + c->off[best];
+        uint32_t now_gpus[MAX_NODE_GPUS];
+        for (int i = 0; i < best_ready; i++) {
+                int j = i;
+                while (j > 0 && now_gpus[j - 1] > e[i].gi) {
+                        now_gpus[j] = now_gpus[j - 1];
+                        j--;
+                }
+                now_gpus[j] = e[i].gi;
+        }
+        for (int i = 0; i < k; i++)
+                s->gpus[i < best_ready ? now_gpus[i] : e[i].gi].resv_stamp = s->stamp;
+        return best_t;
+}

@@ -1,0 +1,276 @@
+/* test-sched-resv.c - the reservation for the blocked task, kept per node
+ * from run to run (src/core/sched-resv.c), chooses what a full scan of the
+ * pool chooses: the same start time and the same GPUs, ties included,
+ * while tasks start and end, the clock moves, GPUs are drained, fail,
+ * lose memory to foreign processes and come back, nodes join, change
+ * labels and are removed.  The scan is the reservation as it was before
+ * the cache (every node, every GPU, every run), kept here as the oracle.
+ *
+ * The test compiles the scheduler itself (src/core/sched-all.c, the one
+ * unit the build makes of it) to reach reserve() and the pool. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "core/sched-all.c"
+
+/* The full scan (the reservation before the cache). */
+static int64_t reserve_scan(gp_sched *s, const stask *t, int64_t now, uint32_t *gpus) {
+        int64_t best_t = TIME_INF;
+        int best_ready = -1;
+        bool found = false;
+        gpu_end ge[MAX_NODE_GPUS];
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                if (!(nd->kinds & t->kinds) || nd->ngpus < t->ngpus || !sel_ok(s, t, ni))
+                        continue;
+                int m = 0, ready = 0;
+                for (int i = 0; i < nd->ngpus; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (!gpu_usable(g) || !kind_ok(t, g) || g->usable < t->mem)
+                                continue;
+                        if (!t->excl && g->excl && g->ntasks == 0)
+                                continue;
+                        ge[m].gi = nd->gpus[i];
+                        ge[m].t = gpu_ready_at(s, g, t, now);
+                        ready += ge[m].t == now;
+                        m++;
+                }
+                if (m < t->ngpus)
+                        continue;
+                qsort(ge, (size_t)m, sizeof(*ge), cmp_gpu_end);
+                int64_t node_t = ge[t->ngpus - 1].t;
+                if (!found || node_t < best_t || (node_t == best_t && ready > best_ready)) {
+                        found = true;
+                        best_t = node_t;
+                        best_ready = ready;
+                        for (int i = 0; i < t->ngpus; i++)
+                                gpus[i] = ge[i].gi;
+                }
+        }
+        return found ? best_t : -1;
+}
+
+static uint64_t rng = 0x2545F4914F6CDD1DULL;
+static uint64_t xr(void) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        return rng;
+}
+
+static int cmp_u32p(const void *a, const void *b) {
+        uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+        return (x > y) - (x < y);
+}
+
+/* reserve() and the scan agree on t at `now`; returns whether t had a
+ * reservation at all */
+static bool agree(gp_sched *s, stask *t, int64_t now) {
+        uint32_t want[MAX_NODE_GPUS];
+        int64_t w = reserve_scan(s, t, now, want);
+        s->stamp++;
+        int64_t got = reserve(s, t, now);
+        uint32_t have[MAX_NODE_GPUS];
+        int n = 0;
+        for (uint32_t gi = 0; gi < s->ngpus; gi++)
+                if (s->gpus[gi].resv_stamp == s->stamp) {
+                        assert_true(n < MAX_NODE_GPUS);
+                        have[n++] = gi;
+                }
+        if (w < 0) {
+                assert_int_equal(got, TIME_INF);
+                assert_int_equal(n, 0);
+                return false;
+        }
+        if (got != w)
+                fail_msg("task %" PRId64 " (%d GPUs, %" PRId64 " MB%s): reserve() says %" PRId64 ", the scan %" PRId64,
+                         t->id, t->ngpus, t->mem, t->excl ? ", whole" : "", got, w);
+        assert_int_equal(n, t->ngpus);
+        qsort(want, (size_t)t->ngpus, sizeof(*want), cmp_u32p);
+        for (int i = 0; i < n; i++)
+                assert_int_equal(have[i], want[i]);
+        return true;
+}
+
+static void add_gpus(gp_sched *s, const char *node, int n, int64_t mb, const char *name) {
+        for (int i = 0; i < n; i++) {
+                char uuid[64];
+                snprintf(uuid, sizeof(uuid), "GPU-%s-%d", node, i);
+                gp_sched_gpu_desc d = {.node = node, .index = i, .uuid = uuid, .name = name, .memory_total_mb = mb};
+                assert_int_equal(gp_sched_gpu_add(s, &d, NULL), 0);
+        }
+}
+
+/* wide: many request shapes (more than the cache keeps, so slots are
+ * replaced); else three, so every answer after the first comes from the
+ * cache and only what changed since is made again. */
+static void random_pool_and_work(gp_sched_config *c, int rounds, int models_max, bool wide) {
+        c->max_models_per_gpu = models_max;
+        gp_sched *s;
+        assert_int_equal(gp_sched_new(c, &s), 0);
+        int nodes = 12;
+        for (int i = 0; i < nodes; i++) {
+                char node[16];
+                snprintf(node, sizeof(node), "n%02d", i);
+                add_gpus(s, node, 1 + (int)(xr() % 8), i % 3 ? 81920 : 24564,
+                         i % 3 ? "NVIDIA A100-SXM4-80GB" : "NVIDIA GeForce RTX 4090");
+                if (i % 4 == 0)
+                        assert_int_equal(gp_sched_node_set_labels(s, node, "zone=a"), 0);
+        }
+        gp_sched_decision *d = NULL;
+        size_t n = 0, cap = 0;
+        int64_t id = 1, now = 1000;
+        int checked = 0, reserved = 0;
+        static const char *const models[] = {NULL, "m1", "m2", "m3"};
+        for (int r = 0; r < rounds; r++) {
+                /* new work: shared and whole, some bounded, some gangs */
+                for (int k = 0; k < (wide ? 6 : 12); k++) {
+                        gp_sched_req q = {.id = id++, .tenant = "t", .priority = (int)(xr() % 10)};
+                        q.gpus = xr() % 4 ? 1 : 1 + (int)(xr() % 4);
+                        static const int64_t narrow_mb[] = {0, 10240, 30720};
+                        q.memory_mb = wide ? (xr() % 3 ? 1024 * (1 + (int64_t)(xr() % 30)) : 0) : narrow_mb[xr() % 3];
+                        q.exclusive = wide && xr() % 5 == 0;
+                        q.timeout_ms = xr() % 3 ? (int64_t)(1 + xr() % 50) * 1000 : 0;
+                        q.estimate_ms = xr() % 4 == 0 ? (int64_t)(1 + xr() % 50) * 1000 : 0;
+                        q.node_selector = wide && xr() % 6 == 0 ? "zone=a" : NULL;
+                        q.gpu_model = wide && xr() % 7 == 0 ? "*4090*" : NULL;
+                        q.model = models_max ? models[xr() % 4] : NULL;
+                        if (gp_sched_enqueue(s, &q) < 0)
+                                id--; /* infeasible here (a gang larger than any node of its kind) */
+                }
+                now += (int64_t)(xr() % 4000);
+                n = 0;
+                assert_int_equal(gp_sched_run(s, now, &d, &n, &cap), 0);
+                /* every queued task's reservation, as if it were the blocked one */
+                size_t pos = 0;
+                stask *t;
+                while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
+                        if (!t->running && !t->multi) {
+                                reserved += agree(s, t, now);
+                                checked++;
+                        }
+                /* some end, the pool changes */
+                pos = 0;
+                int64_t ends[8];
+                int ne = 0;
+                while ((t = gp_i64map_next(&s->tasks, &pos, NULL)) && ne < 8)
+                        if (t->running && xr() % 3 == 0)
+                                ends[ne++] = t->id;
+                for (int i = 0; i < ne; i++)
+                        assert_int_equal(gp_sched_remove_at(s, ends[i], now), 0);
+                uint32_t gi = (uint32_t)(xr() % s->ngpus);
+                switch (xr() % 8) {
+                case 0:
+                        gp_sched_gpu_set_drained(s, gi, !s->gpus[gi].drained);
+                        break;
+                case 1:
+                        gp_sched_gpu_set_healthy(s, gi, !s->gpus[gi].healthy);
+                        break;
+                case 2:
+                        assert_true(gp_sched_gpu_set_foreign(s, gi, (int64_t)(xr() % 3) * 8192) >= 0);
+                        break;
+                case 3: {
+                        char node[16];
+                        snprintf(node, sizeof(node), "n%02d", (int)(xr() % (uint64_t)nodes));
+                        assert_int_equal(gp_sched_node_set_labels(s, node, xr() % 2 ? "zone=a" : ""), 0);
+                        break;
+                }
+                case 4:
+                        if (nodes < 40) { /* a node joins */
+                                char node[16];
+                                snprintf(node, sizeof(node), "n%02d", nodes++);
+                                add_gpus(s, node, 1 + (int)(xr() % 8), 81920, "NVIDIA A100-SXM4-80GB");
+                        }
+                        break;
+                case 5: { /* an idle node leaves (busy ones are refused: -EBUSY) */
+                        char node[16];
+                        snprintf(node, sizeof(node), "n%02d", (int)(xr() % (uint64_t)nodes));
+                        int rc = gp_sched_node_remove(s, node);
+                        assert_true(rc == 0 || rc == -EBUSY);
+                        break;
+                }
+                default:
+                        break;
+                }
+        }
+        /* the comparison was not vacuous: most had a reservation */
+        if (checked <= rounds || reserved <= checked / 2)
+                fail_msg("too few checked: %d queued tasks over %d rounds, %d with a reservation", checked, rounds,
+                         reserved);
+        free(d);
+        gp_sched_free(s);
+}
+
+static void cached_reservation_is_the_scans(void **state) {
+        (void)state;
+        gp_sched_config c;
+        gp_sched_config_defaults(&c);
+        random_pool_and_work(&c, 400, 0, false);
+}
+
+static void cached_reservation_is_the_scans_many_shapes(void **state) {
+        (void)state;
+        gp_sched_config c;
+        gp_sched_config_defaults(&c);
+        random_pool_and_work(&c, 300, 0, true);
+}
+
+static void cached_reservation_is_the_scans_with_models(void **state) {
+        (void)state;
+        gp_sched_config c;
+        gp_sched_config_defaults(&c);
+        random_pool_and_work(&c, 300, 2, true);
+}
+
+/* More shapes than the cache keeps: answers stay right as slots are
+ * replaced and taken again. */
+static void more_shapes_than_slots(void **state) {
+        (void)state;
+        gp_sched_config c;
+        gp_sched_config_defaults(&c);
+        gp_sched *s;
+        assert_int_equal(gp_sched_new(&c, &s), 0);
+        add_gpus(s, "a", 8, 81920, "NVIDIA A100-SXM4-80GB");
+        add_gpus(s, "b", 8, 81920, "NVIDIA A100-SXM4-80GB");
+        /* fill: 16 whole GPUs with staggered ends */
+        for (int i = 0; i < 16; i++) {
+                gp_sched_req q = {.id = 1 + i, .tenant = "t", .priority = 5, .gpus = 1, .timeout_ms = (int64_t)(16 - i) * 1000};
+                assert_int_equal(gp_sched_enqueue(s, &q), 0);
+        }
+        gp_sched_decision *d = NULL;
+        size_t n = 0, cap = 0;
+        assert_int_equal(gp_sched_run(s, 0, &d, &n, &cap), 0);
+        assert_int_equal(n, 16);
+        /* queued: RESV_SHAPES * 2 shapes of memory */
+        for (int i = 0; i < RESV_SHAPES * 2; i++) {
+                gp_sched_req q = {.id = 100 + i, .tenant = "t", .priority = 5, .gpus = 1 + i % 3,
+                                  .memory_mb = 1024 * (1 + i)};
+                assert_int_equal(gp_sched_enqueue(s, &q), 0);
+        }
+        for (int round = 0; round < 3; round++)
+                for (int i = 0; i < RESV_SHAPES * 2; i++) {
+                        stask *t = map_get(s, 100 + i);
+                        assert_non_null(t);
+                        assert_true(agree(s, t, 500 + round * 3000));
+                }
+        /* an end after the slots were filled is seen by each shape */
+        assert_int_equal(gp_sched_remove_at(s, 1, 4000), 0);
+        for (int i = 0; i < RESV_SHAPES * 2; i++)
+                assert_true(agree(s, map_get(s, 100 + i), 4000));
+        free(d);
+        gp_sched_free(s);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(cached_reservation_is_the_scans),
+                cmocka_unit_test(cached_reservation_is_the_scans_many_shapes),
+                cmocka_unit_test(cached_reservation_is_the_scans_with_models),
+                cmocka_unit_test(more_shapes_than_slots),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

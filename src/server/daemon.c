@@ -1749,7 +1749,7 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                         gp_billing_apply(d, c, now, &out[i].status, &out[i].body, &out[i].ctype);
                         break;
                 case CMD_NODE: gp_nodes_apply(d, c->node, now, &out[i].status, &out[i].body); break;
-                case CMD_COORD_AUDIT: gp_coord_audit_apply(d, c, &out[i].status, &out[i].body); break;
+                case CMD_COORD_AUDIT: gp_coord_audit_apply(d, c->coord_audit, &out[i].status, &out[i].body); break;
                 }
         }
         for (size_t k = 0; k < d->npeaked; k++) { /* a grown GPU memory peak is stored (nodes-tele.c) */

@@ -46,24 +46,8 @@
 #define MAX_NODES 5000          /* nodes that have not left */
 #define MAX_RECORDS 10000       /* nodes kept, left ones included (the oldest left one makes room) */
 #define ANSWER_BUDGET (8 << 20) /* estimated bytes of the starts of one sync answer (the agent takes 16 MiB) */
-#define MAX_TOKENS 1000         /* join tokens made through the API */
 #define NODE_META_MAX (1 << 20) /* a stored node record or index */
 
-
-static const char *const state_names[] = {"ready", "draining", "lost", "left"};
-
-const char *gp_node_state_name(gp_node_state s) {
-        return (unsigned)s < GP_ARRAY_SIZE(state_names) ? state_names[s] : "unknown";
-}
-
-static int state_parse(const char *s, gp_node_state *ret) {
-        for (size_t i = 0; i < GP_ARRAY_SIZE(state_names); i++)
-                if (s && !strcmp(s, state_names[i])) {
-                        *ret = (gp_node_state)i;
-                        return 0;
-                }
-        return -EINVAL;
-}
 
 /* A run in a node's fullset (one rank of a task per node; epochs stay far below 2^20). */
 #define FULL_KEY(task, epoch) ((int64_t)(((uint64_t)(task) << 20) ^ ((uint64_t)(epoch) & 0xfffff)))
@@ -296,19 +280,6 @@ static void uuid_index(gp_nodes *ns, gp_node *n, bool add) {
         }
 }
 
-static void set_gpus(gp_node *n, const gp_proto_gpu *g, int ng) {
-        node_gpu *v = ng ? calloc((size_t)ng, sizeof(*v)) : NULL;
-        if (ng && !v)
-                oom();
-        for (int i = 0; i < ng; i++) {
-                v[i].g = g[i];
-                v[i].sid = UINT32_MAX;
-        }
-        free(n->gpus);
-        n->gpus = v;
-        n->ngpus = ng;
-}
-
 /* Every task on GPU sid (all of them, however many share it): *ret_n ids
  * in a malloc'd array. */
 static int64_t *gpu_tasks(gp_daemon *d, uint32_t sid, int *ret_n) {
@@ -389,126 +360,13 @@ static void node_gone(gp_daemon *d, gp_node *n, const char *why, bool only_unfen
 
 /* ---- storing ---- */
 
-static json_t *gpus_json(const node_gpu *g, int n) {
-        json_t *a = json_array();
-        for (int i = 0; a && i < n; i++)
-                json_array_append_new(a, json_pack("{s:i,s:s,s:s,s:I,s:b}", "index", g[i].g.index, "uuid", g[i].g.uuid,
-                                                   "name", g[i].g.name, "memory_mb", (json_int_t)g[i].g.memory_mb,
-                                                   "healthy", g[i].g.healthy));
-        return a;
-}
-
-static char *node_record(const gp_node *n) {
-        json_t *j = json_pack("{s:s,s:s,s:b,s:b,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o,s:s,s:I,s:I,s:b}", "name", n->name, "state",
-                              gp_node_state_name(n->state), "drain", n->drain, "removing", n->removing, "cred", n->cred, "address", n->address,
-                              "labels", n->labels, "version", n->version, "backend", n->backend, "joined_ms",
-                              (json_int_t)n->joined_ms, "left_ms", (json_int_t)n->left_ms, "gpus",
-                              gpus_json(n->gpus, n->ngpus), "machine", n->machine, "join_seq", (json_int_t)n->join_seq,
-                              "seq_floor", (json_int_t)n->seq_floor, "resize", n->resize);
-        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        return s;
-}
-
-static int str_field(json_t *j, const char *key, char *dst, size_t size) {
-        const char *v = json_string_value(json_object_get(j, key));
-        if (!v || strlen(v) >= size)
-                return -EINVAL;
-        memcpy(dst, v, strlen(v) + 1);
-        return 0;
-}
-
-/* A stored record back into n (name already set).  0 or -EINVAL. */
-static int node_from_record(gp_node *n, const char *text) {
-        json_t *j = json_loads(text, 0, NULL);
-        char st[16];
-        int rc = -EINVAL;
-        if (!j || str_field(j, "state", st, sizeof(st)) < 0 || state_parse(st, &n->state) < 0 ||
-            str_field(j, "cred", n->cred, sizeof(n->cred)) < 0 || str_field(j, "address", n->address, sizeof(n->address)) < 0 ||
-            str_field(j, "labels", n->labels, sizeof(n->labels)) < 0 ||
-            str_field(j, "version", n->version, sizeof(n->version)) < 0 ||
-            str_field(j, "backend", n->backend, sizeof(n->backend)) < 0)
-                goto out;
-        n->drain = json_is_true(json_object_get(j, "drain"));
-        n->removing = json_is_true(json_object_get(j, "removing"));
-        n->resize = json_is_true(json_object_get(j, "resize"));
-        n->joined_ms = json_integer_value(json_object_get(j, "joined_ms"));
-        n->left_ms = json_integer_value(json_object_get(j, "left_ms"));
-        n->join_seq = json_integer_value(json_object_get(j, "join_seq"));
-        n->seq = n->seq_floor = json_integer_value(json_object_get(j, "seq_floor"));
-        if (json_object_get(j, "machine") && str_field(j, "machine", n->machine, sizeof(n->machine)) < 0)
-                goto out;
-        json_t *ga = json_object_get(j, "gpus");
-        size_t ng = json_array_size(ga);
-        if (ng > GP_PROTO_MAX_GPUS)
-                goto out;
-        gp_proto_gpu g[GP_PROTO_MAX_GPUS];
-        for (size_t i = 0; i < ng; i++) {
-                json_t *x = json_array_get(ga, i);
-                memset(&g[i], 0, sizeof(g[i]));
-                g[i].index = (int)json_integer_value(json_object_get(x, "index"));
-                g[i].memory_mb = json_integer_value(json_object_get(x, "memory_mb"));
-                g[i].healthy = json_is_true(json_object_get(x, "healthy"));
-                if (str_field(x, "uuid", g[i].uuid, sizeof(g[i].uuid)) < 0 ||
-                    str_field(x, "name", g[i].name, sizeof(g[i].name)) < 0 || g[i].index < 0 ||
-                    g[i].index >= GP_PROTO_MAX_GPUS)
-                        goto out;
-        }
-        set_gpus(n, g, (int)ng);
-        rc = 0;
-out:
-        json_decref(j);
-        return rc;
-}
-
-static char *tokens_record(const gp_nodes *ns) {
-        json_t *a = json_array();
-        for (size_t i = 0; a && i < ns->ntok; i++)
-                json_array_append_new(a, json_pack("{s:s,s:s,s:I,s:I,s:b}", "id", ns->tok[i].id, "hash", ns->tok[i].hash,
-                                                   "created_ms", (json_int_t)ns->tok[i].created_ms, "expires_ms",
-                                                   (json_int_t)ns->tok[i].expires_ms, "revoked", ns->tok[i].revoked));
-        json_t *j = json_pack("{s:I,s:o}", "next", (json_int_t)ns->next_tok, "tokens", a);
-        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        return s;
-}
-
-static int tokens_from_record(gp_nodes *ns, const char *text) {
-        json_t *j = json_loads(text, 0, NULL);
-        json_t *a = json_object_get(j, "tokens");
-        int rc = -EINVAL;
-        if (!j || !json_is_array(a) || json_array_size(a) > MAX_TOKENS)
-                goto out;
-        ns->next_tok = json_integer_value(json_object_get(j, "next"));
-        for (size_t i = 0; i < json_array_size(a); i++) {
-                json_t *x = json_array_get(a, i);
-                jtoken t = {0};
-                if (str_field(x, "id", t.id, sizeof(t.id)) < 0 || str_field(x, "hash", t.hash, sizeof(t.hash)) < 0)
-                        goto out;
-                t.created_ms = json_integer_value(json_object_get(x, "created_ms"));
-                t.expires_ms = json_integer_value(json_object_get(x, "expires_ms"));
-                t.revoked = json_is_true(json_object_get(x, "revoked"));
-                jtoken *v = gp_vec_grow(ns->tok, &ns->captok, ns->ntok + 1, sizeof(*v), 8);
-                if (!v) {
-                        rc = -ENOMEM;
-                        goto out;
-                }
-                ns->tok = v;
-                v[ns->ntok++] = t;
-        }
-        rc = 0;
-out:
-        json_decref(j);
-        return rc;
-}
-
 int gp_nodes_store(gp_daemon *d) {
         gp_nodes *ns = gp_daemon_nodes(d);
         gp_store *ws = gp_daemon_store(d);
         char key[GP_NODE_MAX + 8];
         for (size_t i = 0; i < ns->ndirty; i++) {
                 gp_node *n = ns->dirty[i];
-                char *rec = node_record(n);
+                char *rec = gp_node_record(n);
                 snprintf(key, sizeof(key), "node:%s", n->name);
                 int rc = rec ? gp_store_meta_set(ws, key, rec) : -ENOMEM;
                 free(rec);
@@ -532,7 +390,7 @@ int gp_nodes_store(gp_daemon *d) {
                         return rc;
         }
         if (ns->tok_dirty) {
-                char *rec = tokens_record(ns);
+                char *rec = gp_nodes_tokens_record(ns);
                 int rc = rec ? gp_store_meta_set(ws, "join_tokens", rec) : -GP_ESTORE;
                 free(rec);
                 if (rc < 0)
@@ -574,7 +432,7 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
         gp_daemon_set_nodes(d, ns);
         int64_t now = gp_now_ms();
         int rc = gp_store_meta_get(ws, "join_tokens", buf, NODE_META_MAX);
-        if (rc == 0 && tokens_from_record(ns, buf) < 0) {
+        if (rc == 0 && gp_nodes_tokens_from_record(ns, buf) < 0) {
                 snprintf(err, errlen, "the stored join tokens are damaged");
                 free(buf);
                 return -GP_ESTORE;
@@ -586,7 +444,7 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
                 char key[GP_NODE_MAX + 8];
                 snprintf(key, sizeof(key), "node:%s", name);
                 gp_node *n = gp_proto_node_name_ok(name) ? node_new(ns, name) : NULL;
-                if (!n || gp_store_meta_get(ws, key, buf, NODE_META_MAX) < 0 || node_from_record(n, buf) < 0) {
+                if (!n || gp_store_meta_get(ws, key, buf, NODE_META_MAX) < 0 || gp_node_from_record(n, buf) < 0) {
                         snprintf(err, errlen, "the stored record of node %.48s is missing or damaged", name);
                         free(index);
                         free(buf);
@@ -598,7 +456,7 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
                         uuid_index(ns, n, true);
                         node_inventory(d, n);
                 } else
-                        set_gpus(n, NULL, 0); /* left: its GPUs are not the pool's */
+                        gp_node_set_gpus(n, NULL, 0); /* left: its GPUs are not the pool's */
                 n->hb_ms = now;
                 n->hb_mono = gp_mono_ms();
                 if (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING)
@@ -1477,7 +1335,7 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
         gp_strlcpy(n->version, j->version, sizeof(n->version));
         gp_strlcpy(n->backend, j->backend, sizeof(n->backend));
         uuid_index(ns, n, false);
-        set_gpus(n, j->gpus, j->n_gpus);
+        gp_node_set_gpus(n, j->gpus, j->n_gpus);
         uuid_index(ns, n, true);
         if (fresh || n->state == GP_NODE_LEFT) {
                 n->joined_ms = now;
@@ -1599,9 +1457,9 @@ static void apply_token(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
                 *body = error_body("not_found", "no join token %s", nc->token_id);
                 return;
         }
-        if (ns->ntok >= MAX_TOKENS) {
+        if (ns->ntok >= GP_NODES_MAX_TOKENS) {
                 *status = 409;
-                *body = error_body("conflict", "%d join tokens exist; revoke some first", MAX_TOKENS);
+                *body = error_body("conflict", "%d join tokens exist; revoke some first", GP_NODES_MAX_TOKENS);
                 return;
         }
         jtoken *v = gp_vec_grow(ns->tok, &ns->captok, ns->ntok + 1, sizeof(*v), 8);

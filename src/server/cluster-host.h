@@ -80,11 +80,11 @@ int gp_daemon_task_path(const gp_daemon *d, int64_t id, const char *file, char *
 void gp_daemon_kick(gp_daemon *d);
 /* Queue a command for the loop thread (takes c).  Any thread. */
 void gp_daemon_post(gp_daemon *d, cmd *c);
-/* The commands the cluster code posts (gp_http_post, gp_daemon_post); NULL when out
- * of memory (then nothing is taken).  Any thread. */
-cmd *gp_cmd_node(struct gp_node_cmd *nc);           /* an agent's join or sync, a node or token admin call */
-cmd *gp_cmd_coord_audit(struct gp_coord_audit *a);  /* a coordinator write's audit entries and answer */
-cmd *gp_cmd_mem_exceeded(int64_t task);             /* the watchdog: stop task, over its memory_mb */
+/* The commands the cluster code posts (gp_http_post, gp_daemon_post);
+ * NULL when out of memory (then nothing is taken).  Any thread. */
+cmd *gp_cmd_node(struct gp_node_cmd *nc);          /* an agent's join or sync, a node or token admin call */
+cmd *gp_cmd_coord_audit(struct gp_coord_audit *a); /* a coordinator write's audit entries and answer */
+cmd *gp_cmd_mem_exceeded(int64_t task);            /* the watchdog: stop task, over its memory_mb */
 /* Node local was drained or undrained: store the drained set with this batch.  Loop thread. */
 void gp_daemon_drained_changed(gp_daemon *d);
 /* Running task id's GPU memory peak grew: store it with the next batch.  Under the lock. */

@@ -1,7 +1,12 @@
 #!/bin/sh
-# check-layers.sh - fail if a module includes a header of a layer above it.
-# The rule (docs/internals/README.md): each directory of src/ may include
-# only the directories listed for it here.
+# check-layers.sh - fail if a module includes a header of a layer above it,
+# if the server's cluster code includes the daemon's internals, or if a
+# file of src/ grows past 2,000 lines.
+# The rules (docs/internals/README.md): each directory of src/ may include
+# only the directories listed for it here; nodes*, coord, follower* and
+# forward of src/server/ see the daemon only through cluster-host.h and
+# hreq.h (docs/internals/cluster.md "Rooms"), never server-int.h or
+# daemon-int.h.
 set -eu
 cd "$(dirname "$0")/.."
 allowed() {
@@ -40,5 +45,21 @@ for dir in src/*/; do
                 done
         done
 done
-[ $bad -eq 0 ] && echo "check-layers: every include follows the layer rule"
+# the cluster code's room: the daemon's layout stays out of it
+for f in src/server/nodes*.[ch] src/server/coord.[ch] src/server/follower*.[ch] src/server/forward.[ch]; do
+        [ -e "$f" ] || continue
+        for inc in $(sed -n 's/^#include "server\/\(server-int\|daemon-int\)\.h".*/\1/p' "$f"); do
+                echo "check-layers: $f includes server/$inc.h; the cluster code uses server/cluster-host.h and server/hreq.h" >&2
+                bad=1
+        done
+done
+# no file of src/ over 2,000 lines: a module that grows splits into files with narrow headers
+for f in $(find src -name '*.[ch]' | sort); do
+        n=$(wc -l <"$f")
+        if [ "$n" -gt 2000 ]; then
+                echo "check-layers: $f has $n lines, more than 2,000; move a part into a file of its own" >&2
+                bad=1
+        fi
+done
+[ $bad -eq 0 ] && echo "check-layers: every include follows the layer rule, no file is over 2,000 lines"
 exit $bad

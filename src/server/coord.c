@@ -35,7 +35,7 @@
 #include "server/forward.h"
 #include "server/idem.h"
 #include "server/nodes.h"
-#include "server/server-int.h"
+#include "server/cluster-host.h"
 #include "server/tenants.h"
 #include "store/coord.h"
 
@@ -57,15 +57,15 @@ typedef struct gp_coord {
 /* ---- identity, own heartbeat ---- */
 
 const char *gp_coord_leader(gp_daemon *d) {
-        return d->coord ? d->coord->id : "";
+        return gp_daemon_coord(d) ? gp_daemon_coord(d)->id : "";
 }
 
 /* The pool's load: busy GPUs / usable GPUs (0..1000 milli). */
 static int64_t load_milli(gp_daemon *d) {
         gp_sched_stats st;
-        pthread_mutex_lock(&d->lock);
-        gp_sched_get_stats(d->sched, &st);
-        pthread_mutex_unlock(&d->lock);
+        gp_daemon_lock(d);
+        gp_sched_get_stats(gp_daemon_sched(d), &st);
+        gp_daemon_unlock(d);
         if (st.gpus_usable == 0)
                 return 0;
         int64_t m = (int64_t)st.gpus_busy * 1000 / st.gpus_usable;
@@ -73,7 +73,7 @@ static int64_t load_milli(gp_daemon *d) {
 }
 
 static const char *my_role(gp_daemon *d) {
-        return !strcmp(gp_coord_leader(d), d->coord->id) ? "leader" : "follower";
+        return !strcmp(gp_coord_leader(d), gp_daemon_coord(d)->id) ? "leader" : "follower";
 }
 
 int gp_coord_record(gp_store *s, const char *id, const char *url, const char *role, int64_t load_milli, bool register_,
@@ -87,7 +87,7 @@ int gp_coord_record(gp_store *s, const char *id, const char *url, const char *ro
 
 /* Record this server's heartbeat (c->mu held).  0 or the store's code. */
 static int beat(gp_daemon *d, bool register_) {
-        gp_coord *c = d->coord;
+        gp_coord *c = gp_daemon_coord(d);
         int r = gp_coord_record(c->s, c->id, c->url, my_role(d), load_milli(d), register_,
                                 register_ ? &c->since_ms : NULL);
         c->store_ok = r != -GP_ESTORE;
@@ -96,12 +96,12 @@ static int beat(gp_daemon *d, bool register_) {
 
 static void *beat_main(void *arg) {
         gp_daemon *d = arg;
-        gp_coord *c = d->coord;
+        gp_coord *c = gp_daemon_coord(d);
         bool warned = false;
         for (;;) {
                 struct timespec until;
                 clock_gettime(CLOCK_REALTIME, &until);
-                until.tv_sec += d->cfg.heartbeat_interval_s;
+                until.tv_sec += gp_daemon_cfg(d)->heartbeat_interval_s;
                 pthread_mutex_lock(&c->stop_mu);
                 while (!c->stop && pthread_cond_timedwait(&c->stop_cv, &c->stop_mu, &until) != ETIMEDOUT)
                         ;
@@ -146,9 +146,9 @@ int gp_coord_open(gp_daemon *d, char *err, size_t errlen) {
         pthread_mutex_init(&c->mu, NULL);
         pthread_mutex_init(&c->stop_mu, NULL);
         pthread_cond_init(&c->stop_cv, NULL);
-        d->coord = c;
-        const gp_config *cfg = &d->cfg;
-        gp_strlcpy(c->id, cfg->server_id[0] ? cfg->server_id : d->hostname, sizeof(c->id));
+        gp_daemon_set_coord(d, c);
+        const gp_config *cfg = gp_daemon_cfg(d);
+        gp_strlcpy(c->id, cfg->server_id[0] ? cfg->server_id : gp_daemon_hostname(d), sizeof(c->id));
         gp_coord_self_url(cfg, c->url, sizeof(c->url));
         if (!text_ok(c->id, GP_COORD_ID_MAX) || strchr(c->id, '/')) {
                 snprintf(err, errlen, "cluster.server_id: \"%s\" is not a usable server id (clean text, no '/')",
@@ -168,7 +168,7 @@ int gp_coord_open(gp_daemon *d, char *err, size_t errlen) {
 }
 
 int gp_coord_start(gp_daemon *d) {
-        gp_coord *c = d->coord;
+        gp_coord *c = gp_daemon_coord(d);
         int rc = pthread_create(&c->thread, NULL, beat_main, d);
         if (rc)
                 return -rc;
@@ -177,7 +177,7 @@ int gp_coord_start(gp_daemon *d) {
 }
 
 void gp_coord_stop(gp_daemon *d) {
-        gp_coord *c = d->coord;
+        gp_coord *c = gp_daemon_coord(d);
         if (!c || !c->running)
                 return;
         pthread_mutex_lock(&c->stop_mu);
@@ -189,7 +189,7 @@ void gp_coord_stop(gp_daemon *d) {
 }
 
 void gp_coord_close(gp_daemon *d) {
-        gp_coord *c = d->coord;
+        gp_coord *c = gp_daemon_coord(d);
         if (!c)
                 return;
         gp_coord_stop(d);
@@ -198,7 +198,7 @@ void gp_coord_close(gp_daemon *d) {
         pthread_mutex_destroy(&c->stop_mu);
         pthread_cond_destroy(&c->stop_cv);
         free(c);
-        d->coord = NULL;
+        gp_daemon_set_coord(d, NULL);
 }
 
 /* ---- answers ---- */
@@ -232,7 +232,9 @@ static int store_failed(hreq *r, gp_coord *c, int rc) {
 /* The body as a JSON object whose keys are all in allowed (NULL-ended). */
 static json_t *body_object(hreq *r, const char *const *allowed, char *why, size_t whylen) {
         json_error_t je;
-        json_t *j = json_loadb(r->body.data ? r->body.data : "", r->body.len, JSON_REJECT_DUPLICATES, &je);
+        size_t blen;
+        const char *data = gp_http_body(r, &blen);
+        json_t *j = json_loadb(data, blen, JSON_REJECT_DUPLICATES, &je);
         if (!json_is_object(j)) {
                 snprintf(why, whylen, "the body must be a JSON object%s%s", j ? "" : ": ", j ? "" : je.text);
                 json_decref(j);
@@ -287,8 +289,8 @@ static const char *active_role(gp_daemon *d, const gp_coord_server *sv) {
 static json_t *server_json(gp_daemon *d, const gp_coord_server *sv, int64_t now) {
         const char *leader = gp_coord_leader(d);
         bool deposed = leader[0] && !strcmp(sv->role, "leader") && strcmp(sv->server_id, leader) != 0 &&
-                       d->coord && sv->last_heartbeat_ms < d->coord->since_ms;
-        bool active = !deposed && now - sv->last_heartbeat_ms <= (int64_t)d->cfg.server_timeout_s * 1000;
+                       gp_daemon_coord(d) && sv->last_heartbeat_ms < gp_daemon_coord(d)->since_ms;
+        bool active = !deposed && now - sv->last_heartbeat_ms <= (int64_t)gp_daemon_cfg(d)->server_timeout_s * 1000;
         return json_pack("{s:s,s:s,s:s,s:I,s:b,s:I,s:f}", "server_id", sv->server_id, "url", sv->url, "role",
                          active_role(d, sv), "last_heartbeat_ms", (json_int_t)sv->last_heartbeat_ms, "active", active,
                          "started_ms", (json_int_t)sv->started_ms, "load", (double)sv->load_milli / 1000.0);
@@ -312,8 +314,8 @@ static int collect_server(const gp_coord_server *sv, void *ud) {
 /* Every server (c->mu taken and released here): the list, the store's
  * time and how many are active; NULL list on failure (answered). */
 static json_t *servers_list(hreq *r, int64_t *ret_active, int *ret_answer) {
-        gp_daemon *d = r->d;
-        gp_coord *c = d->coord;
+        gp_daemon *d = gp_http_daemon(r);
+        gp_coord *c = gp_daemon_coord(d);
         struct servers_ctx x = {0};
         int64_t now = 0;
         pthread_mutex_lock(&c->mu);
@@ -372,11 +374,10 @@ void gp_coord_audit_free(gp_coord_audit *a) {
         free(a);
 }
 
-void gp_coord_audit_apply(gp_daemon *d, cmd *c, int *ret_status, char **ret_body) {
-        gp_coord_audit *a = c->coord_audit;
+void gp_coord_audit_apply(gp_daemon *d, gp_coord_audit *a, int *ret_status, char **ret_body) {
         for (size_t i = 0; i < a->n; i++) {
                 audit_entry *e = &a->e[i];
-                gp_tenants_audit(d->tenants, e->who, e->action, e->target, e->old, e->new, e->at_ms);
+                gp_tenants_audit(gp_daemon_tenants(d), e->who, e->action, e->target, e->old, e->new, e->at_ms);
                 e->old = e->new = NULL;
         }
         *ret_status = a->status;
@@ -404,11 +405,11 @@ static void audit_add(gp_coord_audit *a, const char *who, const char *action, co
 /* Who asked: the key (or loopback, or local user), and the server that
  * forwarded the call, as it names itself. */
 static void caller(hreq *r, char *out, size_t size) {
-        const char *via = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, GP_FWD_BY);
+        const char *via = gp_http_header(r, GP_FWD_BY);
         if (via && text_ok(via, 64))
-                snprintf(out, size, "%s via server %s", r->who[0] ? r->who : "unknown", via);
+                snprintf(out, size, "%s via server %s", gp_http_who(r)[0] ? gp_http_who(r) : "unknown", via);
         else
-                gp_strlcpy(out, r->who[0] ? r->who : "unknown", size);
+                gp_strlcpy(out, gp_http_who(r)[0] ? gp_http_who(r) : "unknown", size);
 }
 
 /* The change is stored: answer r with status and answer (taken) through
@@ -418,7 +419,7 @@ static void caller(hreq *r, char *out, size_t size) {
  * change stands; sent again, it is audited). */
 static int audited_all(hreq *r, gp_coord_audit *a, int status, json_t *answer) {
         char *body = dump(answer);
-        cmd *c = a && body ? gp_cmd_new(CMD_COORD_AUDIT) : NULL;
+        cmd *c = a && body ? gp_cmd_coord_audit(a) : NULL;
         if (!c) {
                 free(body);
                 gp_coord_audit_free(a);
@@ -426,7 +427,6 @@ static int audited_all(hreq *r, gp_coord_audit *a, int status, json_t *answer) {
         }
         a->status = status;
         a->body = body;
-        c->coord_audit = a;
         gp_idem_end(r);
         return gp_http_post(r, c);
 }
@@ -466,17 +466,17 @@ static int h_servers(hreq *r, const gp_route_arg *a) {
 
 static int h_cluster(hreq *r, const gp_route_arg *a) {
         (void)a;
-        gp_daemon *d = r->d;
+        gp_daemon *d = gp_http_daemon(r);
         int64_t active = 0;
         int answer = 0;
         json_t *list = servers_list(r, &active, &answer);
         if (!list)
                 return answer;
         gp_sched_stats st;
-        pthread_mutex_lock(&d->lock);
+        gp_daemon_lock(d);
         int workers = gp_nodes_count_ready(d);
-        gp_sched_get_stats(d->sched, &st);
-        pthread_mutex_unlock(&d->lock);
+        gp_sched_get_stats(gp_daemon_sched(d), &st);
+        gp_daemon_unlock(d);
         double load = st.gpus_usable ? (double)st.gpus_busy / st.gpus_usable : 0.0;
         if (load > 1.0)
                 load = 1.0;
@@ -488,8 +488,8 @@ static int h_cluster(hreq *r, const gp_route_arg *a) {
 static int h_register(hreq *r, const gp_route_arg *a) {
         (void)a;
         static const char *const keys[] = {"server_id", "url", "role", NULL};
-        gp_daemon *d = r->d;
-        gp_coord *c = d->coord;
+        gp_daemon *d = gp_http_daemon(r);
+        gp_coord *c = gp_daemon_coord(d);
         char why[256];
         gp_coord_server sv = {0};
         json_t *j = body_object(r, keys, why, sizeof(why));
@@ -527,8 +527,8 @@ static int h_register(hreq *r, const gp_route_arg *a) {
 }
 
 static int h_unregister(hreq *r, const gp_route_arg *a) {
-        gp_daemon *d = r->d;
-        gp_coord *c = d->coord;
+        gp_daemon *d = gp_http_daemon(r);
+        gp_coord *c = gp_daemon_coord(d);
         const char *id = a->rest ? a->rest : "";
         if (!text_ok(id, GP_COORD_ID_MAX) || strchr(id, '/'))
                 return gp_http_send(r, 404, gp_http_error_body("not_found", "no such server"), 0);
@@ -554,8 +554,8 @@ static int h_unregister(hreq *r, const gp_route_arg *a) {
 static int h_heartbeat(hreq *r, const gp_route_arg *a) {
         (void)a;
         static const char *const keys[] = {"server_id", "url", "role", "load", NULL};
-        gp_daemon *d = r->d;
-        gp_coord *c = d->coord;
+        gp_daemon *d = gp_http_daemon(r);
+        gp_coord *c = gp_daemon_coord(d);
         char why[256];
         gp_coord_server sv = {0};
         json_t *j = body_object(r, keys, why, sizeof(why));
@@ -600,7 +600,7 @@ static int h_heartbeat(hreq *r, const gp_route_arg *a) {
          * or role, or one that comes back from inactive; not the beats that
          * move only the time and the load (one a second would bury the log) */
         bool added = !old.server_id[0];
-        bool back = !added && now - old.last_heartbeat_ms > (int64_t)d->cfg.server_timeout_s * 1000;
+        bool back = !added && now - old.last_heartbeat_ms > (int64_t)gp_daemon_cfg(d)->server_timeout_s * 1000;
         if (!added && !back && !strcmp(old.url, sv.url) && !strcmp(old.role, sv.role))
                 return send_json(r, 200, answer);
         sv.last_heartbeat_ms = now;
@@ -633,7 +633,7 @@ static const char *lock_body(hreq *r, bool want_timeout, char *lock_id, char *ow
 
 static int h_acquire(hreq *r, const gp_route_arg *a) {
         (void)a;
-        gp_coord *c = r->d->coord;
+        gp_coord *c = gp_daemon_coord(gp_http_daemon(r));
         char lock_id[GP_COORD_ID_MAX + 1], owner[GP_COORD_ID_MAX + 1], why[256];
         int64_t timeout_s = 0;
         const char *e = lock_body(r, true, lock_id, owner, &timeout_s, why, sizeof(why));
@@ -695,7 +695,7 @@ static int h_acquire(hreq *r, const gp_route_arg *a) {
 
 static int h_release(hreq *r, const gp_route_arg *a) {
         (void)a;
-        gp_coord *c = r->d->coord;
+        gp_coord *c = gp_daemon_coord(gp_http_daemon(r));
         char lock_id[GP_COORD_ID_MAX + 1], owner[GP_COORD_ID_MAX + 1], why[256];
         const char *e = lock_body(r, false, lock_id, owner, NULL, why, sizeof(why));
         if (e)
@@ -741,7 +741,7 @@ static int collect_lock(const gp_coord_lock *l, void *ud) {
 
 static int h_locks(hreq *r, const gp_route_arg *a) {
         (void)a;
-        gp_coord *c = r->d->coord;
+        gp_coord *c = gp_daemon_coord(gp_http_daemon(r));
         json_t *list = json_array();
         if (!list)
                 return gp_http_send(r, 503, NULL, 1);
@@ -763,8 +763,8 @@ static int h_locks(hreq *r, const gp_route_arg *a) {
 
 static int h_health(hreq *r, const gp_route_arg *a) {
         (void)a;
-        gp_daemon *d = r->d;
-        gp_coord *c = d->coord;
+        gp_daemon *d = gp_http_daemon(r);
+        gp_coord *c = gp_daemon_coord(d);
         int64_t now = 0;
         pthread_mutex_lock(&c->mu);
         /* an open route: the store is asked at most once a second */

@@ -62,12 +62,11 @@ void gp_coord_close(struct gp_daemon *d);
  * their registry rows from server.c. */
 const char *gp_coord_leader(struct gp_daemon *d);
 
-/* CMD_COORD_AUDIT (the loop thread, d->lock held): append c's entry to
+/* CMD_COORD_AUDIT (the loop thread, d->lock held): append a's entries to
  * the audit log (stored with the batch) and hand over its answer
- * (*ret_body malloc'd).  Takes the entry's JSON; c keeps the rest. */
-struct cmd;
+ * (*ret_body malloc'd).  Takes the entries' JSON; the command keeps a. */
 struct gp_coord_audit;
-void gp_coord_audit_apply(struct gp_daemon *d, struct cmd *c, int *ret_status, char **ret_body);
+void gp_coord_audit_apply(struct gp_daemon *d, struct gp_coord_audit *a, int *ret_status, char **ret_body);
 /* Free a CMD_COORD_AUDIT payload (gp_cmd_free); takes NULL. */
 void gp_coord_audit_free(struct gp_coord_audit *a);
 

@@ -1541,7 +1541,7 @@ static void answer(gp_daemon *d, uint64_t gen, cmd *c, outcome *o) {
         if (c->kind == CMD_NODE && c->node->op == GP_NODE_OP_SYNC) {
                 int status;
                 char *body;
-                if (gp_nodes_answer(d, c, &status, &body))
+                if (gp_nodes_answer(d, c->node, c->req, &status, &body))
                         gp_commit_answer(d, gen, c->req, body ? status : 503, body, body ? 0 : 1);
                 return;
         }
@@ -1748,8 +1748,8 @@ static void process(gp_daemon *d, cmd *list, int64_t *exited, size_t nexited) {
                 case CMD_INVOICE:
                         gp_billing_apply(d, c, now, &out[i].status, &out[i].body, &out[i].ctype);
                         break;
-                case CMD_NODE: gp_nodes_apply(d, c, now, &out[i].status, &out[i].body); break;
-                case CMD_COORD_AUDIT: gp_coord_audit_apply(d, c, &out[i].status, &out[i].body); break;
+                case CMD_NODE: gp_nodes_apply(d, c->node, now, &out[i].status, &out[i].body); break;
+                case CMD_COORD_AUDIT: gp_coord_audit_apply(d, c->coord_audit, &out[i].status, &out[i].body); break;
                 }
         }
         for (size_t k = 0; k < d->npeaked; k++) { /* a grown GPU memory peak is stored (nodes-tele.c) */

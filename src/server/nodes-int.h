@@ -1,6 +1,6 @@
 /* nodes-int.h - the node registry's records, shared by nodes.c and the
- * files that carry parts of it (nodes-resize.c).  Everything here is under
- * d->lock; outside src/server/nodes*.c nothing includes it. */
+ * files that carry parts of it (nodes-run.c, nodes-record.c).  Everything
+ * here is under d->lock; outside src/server/nodes*.c nothing includes it. */
 #ifndef GP_SERVER_NODES_INT_H
 #define GP_SERVER_NODES_INT_H
 
@@ -103,6 +103,20 @@ struct gp_nodes {
         gp_pause_clock pause;       /* time the server did not run, held against no node */
         int nrestored;              /* nodes with restored set */
 };
+
+#define GP_NODES_MAX_TOKENS 1000 /* join tokens made through the API */
+
+/* nodes-record.c: the stored records.  n's record, and the tokens' (JSON,
+ * malloc'd; NULL when out of memory). */
+char *gp_node_record(const gp_node *n);
+char *gp_nodes_tokens_record(const gp_nodes *ns);
+/* A stored record back into n (name already set), or the tokens into ns
+ * (appended).  0 or -EINVAL (damaged); the tokens also -ENOMEM. */
+int gp_node_from_record(gp_node *n, const char *text);
+int gp_nodes_tokens_from_record(gp_nodes *ns, const char *text);
+/* n's GPUs become g[0..ng) (copied; not yet in the scheduler: sid
+ * UINT32_MAX).  Exits the process (70) when out of memory. */
+void gp_node_set_gpus(gp_node *n, const gp_proto_gpu *g, int ng);
 
 /* A node as GET /api/v1/nodes shows it (nodes-run.c).  NULL when out of
  * memory. */

@@ -10,7 +10,7 @@
 
 #include "base/labels.h"
 #include "core/sched.h"
-#include "server/server-int.h"
+#include "server/cluster-host.h"
 
 static int refuse(int *status, int st, char *msg, size_t size, const char *fmt, ...)
         __attribute__((format(printf, 5, 6)));
@@ -49,15 +49,17 @@ int gp_nodes_join_limits(gp_daemon *d, const gp_proto_join *j, gp_nodes_uuid_own
                         return refuse(status, 409, msg, size, "GPU %d: uuid %s is a GPU of node %s (a GPU is in "
                                       "the pool once)", j->gpus[i].index, uuid, o);
                 gp_sched_gpu_view gv;
-                for (size_t x = 0; x < d->ngpus; x++)
-                        if (gp_sched_gpu_get(d->sched, d->gpu_ids[x], &gv) == 0 && !strcmp(gv.uuid, uuid))
+                const uint32_t *local;
+                size_t nlocal = gp_daemon_local_gpus(d, &local);
+                for (size_t x = 0; x < nlocal; x++)
+                        if (gp_sched_gpu_get(gp_daemon_sched(d), local[x], &gv) == 0 && !strcmp(gv.uuid, uuid))
                                 return refuse(status, 409, msg, size, "GPU %d: uuid %s is a GPU of node local "
                                               "(this server's)", j->gpus[i].index, uuid);
         }
         if (nmodels > GP_NODES_MODELS_MAX)
                 return refuse(status, 409, msg, size, "%d GPU models on one node; at most %d", nmodels,
                               GP_NODES_MODELS_MAX);
-        if (gp_sched_gpu_models_room(d->sched, names, nmodels) < 0)
+        if (gp_sched_gpu_models_room(gp_daemon_sched(d), names, nmodels) < 0)
                 return refuse(status, 409, msg, size, "the pool knows 64 GPU models, its most, and this node's "
                               "would add more; remove nodes whose models are no longer needed");
         return 0;

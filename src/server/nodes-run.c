@@ -24,7 +24,7 @@
 #include "server/mps.h"
 #include "server/runlog.h"
 #include "server/hostlim.h"
-#include "server/server-int.h"
+#include "server/cluster-host.h"
 #include "server/tenants.h"
 
 static void oom(void) {
@@ -84,7 +84,7 @@ int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank
         if (asprintf(&s->env[s->n_env], "GPUPOOL_RESTART_COUNT=%" PRId64, s->id.epoch - 1) < 0)
                 oom();
         s->n_env++;
-        s->notice = gp_notice_of_spec(spec, d->cfg.preemption_max_notice_s);
+        s->notice = gp_notice_of_spec(spec, gp_daemon_cfg(d)->preemption_max_notice_s);
         if (gp_cgroup_limits_get(spec, &s->limits) < 0) /* checked at submit */
                 s->limits = (gp_cgroup_limits){0};
         s->workdir = strdup(json_string_value(json_object_get(spec, "workdir")) ?: "");
@@ -105,10 +105,10 @@ int gp_nodes_start_of(gp_daemon *d, const gp_task *t, const char *node, int rank
                                        og ? "," : "", node, t->gpus[i].index);
         }
         s->timeout_s = t->timeout_s;
-        s->kill_grace_s = d->cfg.kill_grace_s;
-        s->preempt_grace_s = d->cfg.preemption_grace_sec;
-        s->max_log_bytes = d->cfg.max_log_bytes;
-        const char *ra = gp_tenants_run_as(d->tenants, t->tenant);
+        s->kill_grace_s = gp_daemon_cfg(d)->kill_grace_s;
+        s->preempt_grace_s = gp_daemon_cfg(d)->preemption_grace_sec;
+        s->max_log_bytes = gp_daemon_cfg(d)->max_log_bytes;
+        const char *ra = gp_tenants_run_as(gp_daemon_tenants(d), t->tenant);
         gp_strlcpy(s->run_as, ra ? ra : "", sizeof(s->run_as));
         s->array_id = t->array_id;
         s->array_index = t->array_index;
@@ -158,10 +158,10 @@ int gp_nodes_take_log(gp_daemon *d, const gp_proto_log *lg, bool create, int64_t
                 return -errno;
         struct stat st;
         int64_t size = fstat(fd, &st) == 0 ? (int64_t)st.st_size : -1;
-        if (size == lg->offset && d->cfg.max_log_bytes > size) {
+        if (size == lg->offset && gp_daemon_cfg(d)->max_log_bytes > size) {
                 size_t len = lg->len;
-                if ((int64_t)len > d->cfg.max_log_bytes - size)
-                        len = (size_t)(d->cfg.max_log_bytes - size);
+                if ((int64_t)len > gp_daemon_cfg(d)->max_log_bytes - size)
+                        len = (size_t)(gp_daemon_cfg(d)->max_log_bytes - size);
                 ssize_t w = write(fd, lg->data, len);
                 if (w > 0)
                         size += w;
@@ -190,10 +190,10 @@ json_t *gp_nodes_sched_gpus_json(gp_daemon *d, const char *node, const uint32_t 
         *busy = *runs = 0;
         for (int i = 0; a && i < n; i++) {
                 gp_sched_gpu_view v;
-                if (sids[i] == UINT32_MAX || gp_sched_gpu_get(d->sched, sids[i], &v) < 0)
+                if (sids[i] == UINT32_MAX || gp_sched_gpu_get(gp_daemon_sched(d), sids[i], &v) < 0)
                         continue;
                 int64_t ids[64];
-                int k = gp_sched_gpu_tasks(d->sched, sids[i], ids, 64);
+                int k = gp_sched_gpu_tasks(gp_daemon_sched(d), sids[i], ids, 64);
                 for (int j = 0; j < k && j < 64; j++)
                         if (!gp_i64map_get(&seen, ids[j]) && gp_i64map_put(&seen, ids[j], (void *)1) == 0)
                                 (*runs)++;
@@ -213,23 +213,25 @@ json_t *gp_nodes_sched_gpus_json(gp_daemon *d, const char *node, const uint32_t 
 
 /* The server's own GPUs as node "local" (NULL when it has none). */
 json_t *gp_nodes_local_json(gp_daemon *d) {
-        if (d->ngpus == 0)
+        const uint32_t *ids;
+        size_t ngpus = gp_daemon_local_gpus(d, &ids);
+        if (ngpus == 0)
                 return NULL;
         int busy, runs;
-        json_t *g = gp_nodes_sched_gpus_json(d, "local", d->gpu_ids, (int)d->ngpus, &busy, &runs);
+        json_t *g = gp_nodes_sched_gpus_json(d, "local", ids, (int)ngpus, &busy, &runs);
         bool drained = true;
-        for (size_t i = 0; i < d->ngpus; i++) {
+        for (size_t i = 0; i < ngpus; i++) {
                 gp_sched_gpu_view v;
-                if (gp_sched_gpu_get(d->sched, d->gpu_ids[i], &v) == 0)
+                if (gp_sched_gpu_get(gp_daemon_sched(d), ids[i], &v) == 0)
                         drained = drained && v.drained;
         }
         json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:i,s:i,s:i,s:o}", "name", "local", "state",
                               drained ? "draining" : "ready", "address", "", "labels", gp_nodes_labels_json("", "local"),
-                              "version", GP_VERSION, "backend", d->backend, "last_heartbeat_ms", (json_int_t)gp_now_ms(),
-                              "joined_ms", (json_int_t)d->started_ms, "gpus_total", (int)d->ngpus, "gpus_busy", busy, "runs",
-                              runs, "gpus", g);
+                              "version", GP_VERSION, "backend", gp_daemon_backend(d), "last_heartbeat_ms",
+                              (json_int_t)gp_now_ms(), "joined_ms", (json_int_t)gp_daemon_started_ms(d),
+                              "gpus_total", (int)ngpus, "gpus_busy", busy, "runs", runs, "gpus", g);
         gp_host_info h;
-        gp_host_read(d->cfg.data_dir, &h); /* the server's own machine */
+        gp_host_read(gp_daemon_cfg(d)->data_dir, &h); /* the server's own machine */
         h.cgroup = gp_hostlim_version();
         if (o)
                 gp_node_host_json(&h, gp_now_ms(), o);

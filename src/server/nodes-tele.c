@@ -16,8 +16,7 @@
 #include "server/monitor.h"
 #include "server/mps.h"
 #include "server/nodes.h"
-#include "server/daemon-int.h"
-#include "server/server-int.h"
+#include "server/cluster-host.h"
 
 typedef struct tele_gpu {
         int index;
@@ -179,12 +178,15 @@ int64_t gp_node_tele_task_mb(const gp_node_tele *t, int64_t task) {
 
 const gp_gpu_info *gp_daemon_gpu_info(gp_daemon *d, uint32_t g) {
         gp_sched_gpu_view v;
-        if (gp_sched_gpu_get(d->sched, g, &v) < 0)
+        if (gp_sched_gpu_get(gp_daemon_sched(d), g, &v) < 0)
                 return NULL;
         if (!strcmp(v.node, "local")) {
-                for (size_t i = 0; i < d->ngpus && d->gpu_info; i++)
-                        if (d->gpu_ids[i] == g)
-                                return &d->gpu_info[i];
+                const uint32_t *ids;
+                size_t ngpus = gp_daemon_local_gpus(d, &ids);
+                const gp_gpu_info *info = gp_daemon_local_info(d);
+                for (size_t i = 0; i < ngpus && info; i++)
+                        if (ids[i] == g)
+                                return &info[i];
                 return NULL;
         }
         return gp_node_tele_gpu(gp_nodes_tele(d, v.node), v.index);
@@ -200,7 +202,8 @@ static int put(json_t *o, const char *key, json_t *v) {
 
 void gp_tele_node_synced(gp_daemon *d, const char *node, const gp_proto_sync *m, const int64_t *touched, size_t n) {
         if (m->has_host) /* what tasks that ask for CPUs and RAM are placed by */
-                gp_sched_node_set_host(d->sched, node, m->host.cpus, m->host.mem_total_mb > 0 ? m->host.mem_total_mb : 0);
+                gp_sched_node_set_host(gp_daemon_sched(d), node, m->host.cpus,
+                                       m->host.mem_total_mb > 0 ? m->host.mem_total_mb : 0);
         gp_tele_node_tasks(d, touched, n);
 }
 
@@ -261,38 +264,37 @@ static void peak_seen(gp_daemon *d, gp_task *t) {
         if (t->gpu_mem_peak_mb < t->gpu_mem_peak_stored + step)
                 return;
         t->gpu_mem_peak_stored = t->gpu_mem_peak_mb;
-        for (size_t i = 0; i < d->npeaked; i++)
-                if (d->peaked[i] == t->id)
-                        return;
-        grow_ids(&d->peaked, d->npeaked, &d->cappeaked);
-        d->peaked[d->npeaked++] = t->id;
+        gp_daemon_peak_grew(d, t->id);
 }
 
 static void watch(gp_daemon *d, gp_task *t, int64_t max_gpu_mb, int64_t now);
 
 bool gp_tele_local_sample(gp_daemon *d) {
         bool known = false, more = false;
-        for (size_t i = 0; i < d->ngpus && d->gpu_info; i++)
-                known = known || d->gpu_info[i].procs_known;
+        const uint32_t *ids;
+        size_t ngpus = gp_daemon_local_gpus(d, &ids);
+        const gp_gpu_info *info = gp_daemon_local_info(d);
+        for (size_t i = 0; i < ngpus && info; i++)
+                known = known || info[i].procs_known;
         if (!known)
                 return false;
         static int64_t roots[MAX_ROOTS], sums[MAX_ROOTS], most[MAX_ROOTS], on_gpu[MAX_ROOTS];
         static gp_task *owners[MAX_ROOTS];
         size_t nr = 0, pos = 0;
         gp_task *t;
-        while ((t = gp_i64map_next(&d->tasks, &pos, NULL)) && nr < MAX_ROOTS)
+        while ((t = gp_daemon_task_next(d, &pos)) && nr < MAX_ROOTS)
                 if (t->state == GP_TASK_RUNNING && t->sup_pid > 0 && !gp_nodes_remote(t)) {
                         roots[nr] = t->sup_pid;
                         sums[nr] = most[nr] = 0;
                         owners[nr++] = t;
                 }
-        for (size_t i = 0; i < d->ngpus; i++) {
-                if (!d->gpu_info[i].procs_known)
+        for (size_t i = 0; i < ngpus; i++) {
+                if (!info[i].procs_known)
                         continue;
                 memset(on_gpu, 0, nr * sizeof(on_gpu[0]));
                 int64_t foreign = 0; /* processes of no task of ours: another user's, a display server */
-                for (int k = 0; k < d->gpu_info[i].n_procs; k++) {
-                        const gp_gpu_proc *p = &d->gpu_info[i].procs[k];
+                for (int k = 0; k < info[i].n_procs; k++) {
+                        const gp_gpu_proc *p = &info[i].procs[k];
                         int w = nr ? gp_host_descends(p->pid, roots, nr) : -1;
                         if (w >= 0 && p->used_mb > 0) {
                                 sums[w] += p->used_mb;
@@ -301,7 +303,8 @@ bool gp_tele_local_sample(gp_daemon *d) {
                                 foreign += p->used_mb;
                         }
                 }
-                more |= gp_sched_gpu_set_foreign(d->sched, d->gpu_ids[i], foreign < (1LL << 40) ? foreign : 1LL << 40) > 0;
+                more |= gp_sched_gpu_set_foreign(gp_daemon_sched(d), ids[i],
+                                                 foreign < (1LL << 40) ? foreign : 1LL << 40) > 0;
                 for (size_t w = 0; w < nr; w++)
                         if (on_gpu[w] > most[w])
                                 most[w] = on_gpu[w];
@@ -322,29 +325,29 @@ bool gp_tele_local_sample(gp_daemon *d) {
 /* The watchdog's look at t, whose processes use max_gpu_mb at most on one
  * of its GPUs now (core/watchdog.h); a stop goes to the loop. */
 static void watch(gp_daemon *d, gp_task *t, int64_t max_gpu_mb, int64_t now) {
+        const gp_config *cfg = gp_daemon_cfg(d);
         t->gpu_mem_max_gpu_mb = max_gpu_mb;
-        if (!d->cfg.gpu_watchdog || t->state != GP_TASK_RUNNING)
+        if (!cfg->gpu_watchdog || t->state != GP_TASK_RUNNING)
                 return;
-        gp_wd_cfg c = {.tolerance_mb = d->cfg.watchdog_tolerance_mb, .grace_ms = d->cfg.watchdog_grace_s * 1000LL};
+        gp_wd_cfg c = {.tolerance_mb = cfg->watchdog_tolerance_mb, .grace_ms = cfg->watchdog_grace_s * 1000LL};
         switch (gp_wd_step(&c, t->memory_mb, max_gpu_mb, now, &t->wd_over_ms)) {
         case GP_WD_OVER:
-                if (gp_nodes_remote(t) && t->wd_over_ms + c.grace_ms < d->wd_due_ms)
-                        d->wd_due_ms = t->wd_over_ms + c.grace_ms; /* no new reading may come before */
+                if (gp_nodes_remote(t) && t->wd_over_ms + c.grace_ms < gp_daemon_wd_due(d))
+                        gp_daemon_set_wd_due(d, t->wd_over_ms + c.grace_ms); /* no new reading may come before */
                 gp_warn("task %lld: its processes use %lld MB on one of its GPUs, over its memory_mb %lld (+%lld): "
                         "stopped in %d s unless they go back under", (long long)t->id, (long long)max_gpu_mb,
-                        (long long)t->memory_mb, (long long)d->cfg.watchdog_tolerance_mb, d->cfg.watchdog_grace_s);
-                gp_monitor_watchdog(d->mon, false);
+                        (long long)t->memory_mb, (long long)cfg->watchdog_tolerance_mb, cfg->watchdog_grace_s);
+                gp_monitor_watchdog(gp_daemon_monitor(d), false);
                 break;
         case GP_WD_UNDER:
                 gp_info("task %lld: back under its memory_mb (%lld MB)", (long long)t->id, (long long)max_gpu_mb);
                 break;
         case GP_WD_STOP: {
-                cmd *cm = gp_cmd_new(CMD_MEM_EXCEEDED);
+                cmd *cm = gp_cmd_mem_exceeded(t->id);
                 if (!cm) {
                         t->wd_over_ms = 0; /* looked at again with the next sample */
                         break;
                 }
-                cm->op.id = t->id;
                 gp_daemon_post(d, cm);
                 break;
         }
@@ -355,7 +358,7 @@ static void watch(gp_daemon *d, gp_task *t, int64_t max_gpu_mb, int64_t now) {
 void gp_tele_node_tasks(gp_daemon *d, const int64_t *ids, size_t n) {
         int64_t now = gp_now_ms();
         for (size_t i = 0; i < n; i++) {
-                gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
+                gp_task *t = gp_daemon_task(d, ids[i]);
                 if (!t || t->state != GP_TASK_RUNNING || !gp_nodes_remote(t))
                         continue;
                 int64_t sum = task_mb_now(d, t), most = -1;
@@ -382,11 +385,11 @@ static bool gpu_lists_procs(gp_daemon *d, uint32_t g) {
 
 const char *gp_tele_gpu_isolation(gp_daemon *d, uint32_t g) {
         gp_sched_gpu_view v;
-        if (gp_sched_gpu_get(d->sched, g, &v) == 0 && gp_gpu_is_mig(v.uuid))
+        if (gp_sched_gpu_get(gp_daemon_sched(d), g, &v) == 0 && gp_gpu_is_mig(v.uuid))
                 return "mig";
         if (gp_mps_gpu_on(d, g))
                 return "mps";
-        return d->cfg.gpu_watchdog && gpu_lists_procs(d, g) ? "watchdog" : "none";
+        return gp_daemon_cfg(d)->gpu_watchdog && gpu_lists_procs(d, g) ? "watchdog" : "none";
 }
 
 const char *gp_tele_task_isolation(gp_daemon *d, const gp_task *t) {
@@ -398,27 +401,28 @@ const char *gp_tele_task_isolation(gp_daemon *d, const gp_task *t) {
         }
         if (gp_mps_task_on(d, t))
                 return "mps";
-        if (!d->cfg.gpu_watchdog)
+        if (!gp_daemon_cfg(d)->gpu_watchdog)
                 return "none";
         for (int i = 0; i < t->n_gpus; i++) { /* running: as its GPUs say */
                 uint32_t g;
-                if (gp_sched_gpu_find(d->sched, t->gpus[i].node, t->gpus[i].index, &g) < 0 || !gpu_lists_procs(d, g))
+                if (gp_sched_gpu_find(gp_daemon_sched(d), t->gpus[i].node, t->gpus[i].index, &g) < 0 ||
+                    !gpu_lists_procs(d, g))
                         return "none";
         }
         return "watchdog";
 }
 
 void gp_tele_tick(gp_daemon *d, int64_t now) {
-        if (now < d->wd_due_ms)
+        if (now < gp_daemon_wd_due(d))
                 return;
-        d->wd_due_ms = INT64_MAX;
+        gp_daemon_set_wd_due(d, INT64_MAX);
         size_t pos = 0;
         gp_task *t;
-        int64_t grace = d->cfg.watchdog_grace_s * 1000LL;
-        while ((t = gp_i64map_next(&d->tasks, &pos, NULL)))
+        int64_t grace = gp_daemon_cfg(d)->watchdog_grace_s * 1000LL;
+        while ((t = gp_daemon_task_next(d, &pos)))
                 if (t->state == GP_TASK_RUNNING && t->wd_over_ms > 0 && gp_nodes_remote(t)) {
                         watch(d, t, t->gpu_mem_max_gpu_mb, now);
-                        if (t->wd_over_ms > 0 && t->wd_over_ms + grace < d->wd_due_ms)
-                                d->wd_due_ms = t->wd_over_ms + grace;
+                        if (t->wd_over_ms > 0 && t->wd_over_ms + grace < gp_daemon_wd_due(d))
+                                gp_daemon_set_wd_due(d, t->wd_over_ms + grace);
                 }
 }

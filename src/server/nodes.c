@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,30 +40,14 @@
 #include "server/nodes-run.h"
 #include "server/nodes-tele.h"
 #include "server/runlog.h"
-#include "server/server-int.h"
+#include "server/cluster-host.h"
 #include "server/tenants.h"
 
 #define MAX_NODES 5000          /* nodes that have not left */
 #define MAX_RECORDS 10000       /* nodes kept, left ones included (the oldest left one makes room) */
 #define ANSWER_BUDGET (8 << 20) /* estimated bytes of the starts of one sync answer (the agent takes 16 MiB) */
-#define MAX_TOKENS 1000         /* join tokens made through the API */
 #define NODE_META_MAX (1 << 20) /* a stored node record or index */
 
-
-static const char *const state_names[] = {"ready", "draining", "lost", "left"};
-
-const char *gp_node_state_name(gp_node_state s) {
-        return (unsigned)s < GP_ARRAY_SIZE(state_names) ? state_names[s] : "unknown";
-}
-
-static int state_parse(const char *s, gp_node_state *ret) {
-        for (size_t i = 0; i < GP_ARRAY_SIZE(state_names); i++)
-                if (s && !strcmp(s, state_names[i])) {
-                        *ret = (gp_node_state)i;
-                        return 0;
-                }
-        return -EINVAL;
-}
 
 /* A run in a node's fullset (one rank of a task per node; epochs stay far below 2^20). */
 #define FULL_KEY(task, epoch) ((int64_t)(((uint64_t)(task) << 20) ^ ((uint64_t)(epoch) & 0xfffff)))
@@ -259,9 +244,9 @@ static void node_inventory(gp_daemon *d, gp_node *n) {
                 node_gpu *g = &n->gpus[i];
                 gp_sched_gpu_desc desc = {.node = n->name, .index = g->g.index, .uuid = g->g.uuid,
                                           .name = g->g.name, .memory_total_mb = g->g.memory_mb > 0 ? g->g.memory_mb : 1};
-                int rc = gp_sched_gpu_add(d->sched, &desc, &g->sid);
+                int rc = gp_sched_gpu_add(gp_daemon_sched(d), &desc, &g->sid);
                 if (rc == -EEXIST)
-                        rc = gp_sched_gpu_find(d->sched, n->name, g->g.index, &g->sid);
+                        rc = gp_sched_gpu_find(gp_daemon_sched(d), n->name, g->g.index, &g->sid);
                 if (rc < 0) {
                         gp_warn("node %s: GPU %d not added to the pool: %s", n->name, g->g.index, gp_strerror(rc));
                         g->sid = UINT32_MAX;
@@ -269,16 +254,17 @@ static void node_inventory(gp_daemon *d, gp_node *n) {
                 }
                 /* no new work before its agent synced since this server started */
                 bool up = g->g.healthy && !n->restored && (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING);
-                gp_sched_gpu_set_healthy(d->sched, g->sid, up);
+                gp_sched_gpu_set_healthy(gp_daemon_sched(d), g->sid, up);
         }
-        gp_sched_node_set_drained(d->sched, n->name, n->drain);
+        gp_sched_node_set_drained(gp_daemon_sched(d), n->name, n->drain);
         /* an agent runs parts of multi-node tasks, and elastic tasks when it applies resizes
          * (an older agent would not tell its task that GPUs were taken away) */
-        gp_sched_node_set_allow(d->sched, n->name, GP_SCHED_NODE_MULTI | (n->resize ? GP_SCHED_NODE_ELASTIC : 0));
+        gp_sched_node_set_allow(gp_daemon_sched(d), n->name,
+                                GP_SCHED_NODE_MULTI | (n->resize ? GP_SCHED_NODE_ELASTIC : 0));
         /* its labels (at most GP_LABELS_N, no gpupool/ key: checked at join) and the implicit one */
         char labels[GP_LABELS_MAX + 80];
         snprintf(labels, sizeof(labels), "%s%sgpupool/node=%s", n->labels, n->labels[0] ? "," : "", n->name);
-        int lrc = gp_sched_node_set_labels(d->sched, n->name, labels);
+        int lrc = gp_sched_node_set_labels(gp_daemon_sched(d), n->name, labels);
         if (lrc < 0)
                 gp_warn("node %s: its labels are not the scheduler's: %s", n->name, gp_strerror(lrc));
 }
@@ -294,31 +280,18 @@ static void uuid_index(gp_nodes *ns, gp_node *n, bool add) {
         }
 }
 
-static void set_gpus(gp_node *n, const gp_proto_gpu *g, int ng) {
-        node_gpu *v = ng ? calloc((size_t)ng, sizeof(*v)) : NULL;
-        if (ng && !v)
-                oom();
-        for (int i = 0; i < ng; i++) {
-                v[i].g = g[i];
-                v[i].sid = UINT32_MAX;
-        }
-        free(n->gpus);
-        n->gpus = v;
-        n->ngpus = ng;
-}
-
 /* Every task on GPU sid (all of them, however many share it): *ret_n ids
  * in a malloc'd array. */
 static int64_t *gpu_tasks(gp_daemon *d, uint32_t sid, int *ret_n) {
         int64_t few[64];
-        int k = gp_sched_gpu_tasks(d->sched, sid, few, 64);
+        int k = gp_sched_gpu_tasks(gp_daemon_sched(d), sid, few, 64);
         int64_t *v = malloc((size_t)(k > 0 ? k : 1) * sizeof(*v));
         if (!v)
                 oom();
         if (k <= 64)
                 memcpy(v, few, (size_t)k * sizeof(*v));
         else
-                k = gp_sched_gpu_tasks(d->sched, sid, v, k);
+                k = gp_sched_gpu_tasks(gp_daemon_sched(d), sid, v, k);
         *ret_n = k;
         return v;
 }
@@ -365,16 +338,16 @@ static void node_gone(gp_daemon *d, gp_node *n, const char *why, bool only_unfen
         int64_t *ids;
         size_t k = node_tasks(d, n, &ids);
         for (size_t i = 0; i < k; i++) {
-                gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
+                gp_task *t = gp_daemon_task(d, ids[i]);
                 if (!t || t->state != GP_TASK_RUNNING || (only_unfenced && gp_task_fences(t)))
                         continue;
-                gp_node_ev *e = event(d->nodes, GP_NODE_EV_LOST, t->id, rank_of(t, n->name));
+                gp_node_ev *e = event(gp_daemon_nodes(d), GP_NODE_EV_LOST, t->id, rank_of(t, n->name));
                 gp_strlcpy(e->why, why, sizeof(e->why));
         }
         free(ids);
         for (int i = 0; i < n->ngpus; i++)
                 if (n->gpus[i].sid != UINT32_MAX)
-                        gp_sched_gpu_set_healthy(d->sched, n->gpus[i].sid, false);
+                        gp_sched_gpu_set_healthy(gp_daemon_sched(d), n->gpus[i].sid, false);
         if (only_unfenced)
                 return;
         n->nostart = n->nostop = n->noresize = 0;
@@ -387,134 +360,22 @@ static void node_gone(gp_daemon *d, gp_node *n, const char *why, bool only_unfen
 
 /* ---- storing ---- */
 
-static json_t *gpus_json(const node_gpu *g, int n) {
-        json_t *a = json_array();
-        for (int i = 0; a && i < n; i++)
-                json_array_append_new(a, json_pack("{s:i,s:s,s:s,s:I,s:b}", "index", g[i].g.index, "uuid", g[i].g.uuid,
-                                                   "name", g[i].g.name, "memory_mb", (json_int_t)g[i].g.memory_mb,
-                                                   "healthy", g[i].g.healthy));
-        return a;
-}
-
-static char *node_record(const gp_node *n) {
-        json_t *j = json_pack("{s:s,s:s,s:b,s:b,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o,s:s,s:I,s:I,s:b}", "name", n->name, "state",
-                              gp_node_state_name(n->state), "drain", n->drain, "removing", n->removing, "cred", n->cred, "address", n->address,
-                              "labels", n->labels, "version", n->version, "backend", n->backend, "joined_ms",
-                              (json_int_t)n->joined_ms, "left_ms", (json_int_t)n->left_ms, "gpus",
-                              gpus_json(n->gpus, n->ngpus), "machine", n->machine, "join_seq", (json_int_t)n->join_seq,
-                              "seq_floor", (json_int_t)n->seq_floor, "resize", n->resize);
-        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        return s;
-}
-
-static int str_field(json_t *j, const char *key, char *dst, size_t size) {
-        const char *v = json_string_value(json_object_get(j, key));
-        if (!v || strlen(v) >= size)
-                return -EINVAL;
-        memcpy(dst, v, strlen(v) + 1);
-        return 0;
-}
-
-/* A stored record back into n (name already set).  0 or -EINVAL. */
-static int node_from_record(gp_node *n, const char *text) {
-        json_t *j = json_loads(text, 0, NULL);
-        char st[16];
-        int rc = -EINVAL;
-        if (!j || str_field(j, "state", st, sizeof(st)) < 0 || state_parse(st, &n->state) < 0 ||
-            str_field(j, "cred", n->cred, sizeof(n->cred)) < 0 || str_field(j, "address", n->address, sizeof(n->address)) < 0 ||
-            str_field(j, "labels", n->labels, sizeof(n->labels)) < 0 ||
-            str_field(j, "version", n->version, sizeof(n->version)) < 0 ||
-            str_field(j, "backend", n->backend, sizeof(n->backend)) < 0)
-                goto out;
-        n->drain = json_is_true(json_object_get(j, "drain"));
-        n->removing = json_is_true(json_object_get(j, "removing"));
-        n->resize = json_is_true(json_object_get(j, "resize"));
-        n->joined_ms = json_integer_value(json_object_get(j, "joined_ms"));
-        n->left_ms = json_integer_value(json_object_get(j, "left_ms"));
-        n->join_seq = json_integer_value(json_object_get(j, "join_seq"));
-        n->seq = n->seq_floor = json_integer_value(json_object_get(j, "seq_floor"));
-        if (json_object_get(j, "machine") && str_field(j, "machine", n->machine, sizeof(n->machine)) < 0)
-                goto out;
-        json_t *ga = json_object_get(j, "gpus");
-        size_t ng = json_array_size(ga);
-        if (ng > GP_PROTO_MAX_GPUS)
-                goto out;
-        gp_proto_gpu g[GP_PROTO_MAX_GPUS];
-        for (size_t i = 0; i < ng; i++) {
-                json_t *x = json_array_get(ga, i);
-                memset(&g[i], 0, sizeof(g[i]));
-                g[i].index = (int)json_integer_value(json_object_get(x, "index"));
-                g[i].memory_mb = json_integer_value(json_object_get(x, "memory_mb"));
-                g[i].healthy = json_is_true(json_object_get(x, "healthy"));
-                if (str_field(x, "uuid", g[i].uuid, sizeof(g[i].uuid)) < 0 ||
-                    str_field(x, "name", g[i].name, sizeof(g[i].name)) < 0 || g[i].index < 0 ||
-                    g[i].index >= GP_PROTO_MAX_GPUS)
-                        goto out;
-        }
-        set_gpus(n, g, (int)ng);
-        rc = 0;
-out:
-        json_decref(j);
-        return rc;
-}
-
-static char *tokens_record(const gp_nodes *ns) {
-        json_t *a = json_array();
-        for (size_t i = 0; a && i < ns->ntok; i++)
-                json_array_append_new(a, json_pack("{s:s,s:s,s:I,s:I,s:b}", "id", ns->tok[i].id, "hash", ns->tok[i].hash,
-                                                   "created_ms", (json_int_t)ns->tok[i].created_ms, "expires_ms",
-                                                   (json_int_t)ns->tok[i].expires_ms, "revoked", ns->tok[i].revoked));
-        json_t *j = json_pack("{s:I,s:o}", "next", (json_int_t)ns->next_tok, "tokens", a);
-        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        return s;
-}
-
-static int tokens_from_record(gp_nodes *ns, const char *text) {
-        json_t *j = json_loads(text, 0, NULL);
-        json_t *a = json_object_get(j, "tokens");
-        int rc = -EINVAL;
-        if (!j || !json_is_array(a) || json_array_size(a) > MAX_TOKENS)
-                goto out;
-        ns->next_tok = json_integer_value(json_object_get(j, "next"));
-        for (size_t i = 0; i < json_array_size(a); i++) {
-                json_t *x = json_array_get(a, i);
-                jtoken t = {0};
-                if (str_field(x, "id", t.id, sizeof(t.id)) < 0 || str_field(x, "hash", t.hash, sizeof(t.hash)) < 0)
-                        goto out;
-                t.created_ms = json_integer_value(json_object_get(x, "created_ms"));
-                t.expires_ms = json_integer_value(json_object_get(x, "expires_ms"));
-                t.revoked = json_is_true(json_object_get(x, "revoked"));
-                jtoken *v = gp_vec_grow(ns->tok, &ns->captok, ns->ntok + 1, sizeof(*v), 8);
-                if (!v) {
-                        rc = -ENOMEM;
-                        goto out;
-                }
-                ns->tok = v;
-                v[ns->ntok++] = t;
-        }
-        rc = 0;
-out:
-        json_decref(j);
-        return rc;
-}
-
 int gp_nodes_store(gp_daemon *d) {
-        gp_nodes *ns = d->nodes;
+        gp_nodes *ns = gp_daemon_nodes(d);
+        gp_store *ws = gp_daemon_store(d);
         char key[GP_NODE_MAX + 8];
         for (size_t i = 0; i < ns->ndirty; i++) {
                 gp_node *n = ns->dirty[i];
-                char *rec = node_record(n);
+                char *rec = gp_node_record(n);
                 snprintf(key, sizeof(key), "node:%s", n->name);
-                int rc = rec ? gp_store_meta_set(d->ws, key, rec) : -ENOMEM;
+                int rc = rec ? gp_store_meta_set(ws, key, rec) : -ENOMEM;
                 free(rec);
                 if (rc < 0)
                         return rc == -ENOMEM ? -GP_ESTORE : rc;
         }
         for (size_t i = 0; i < ns->nforgot; i++) {
                 snprintf(key, sizeof(key), "node:%s", ns->forgot[i]);
-                int rc = gp_store_meta_set(d->ws, key, "{}");
+                int rc = gp_store_meta_set(ws, key, "{}");
                 if (rc < 0)
                         return rc;
         }
@@ -523,14 +384,14 @@ int gp_nodes_store(gp_daemon *d) {
                 gp_buf_init(&b, NODE_META_MAX);
                 for (size_t i = 0; i < ns->n; i++)
                         gp_buf_printf(&b, "%s%s", i ? "\n" : "", ns->v[i]->name);
-                int rc = gp_buf_append(&b, "", 1) == 0 ? gp_store_meta_set(d->ws, "nodes", b.data) : -GP_ESTORE;
+                int rc = gp_buf_append(&b, "", 1) == 0 ? gp_store_meta_set(ws, "nodes", b.data) : -GP_ESTORE;
                 gp_buf_done(&b);
                 if (rc < 0)
                         return rc;
         }
         if (ns->tok_dirty) {
-                char *rec = tokens_record(ns);
-                int rc = rec ? gp_store_meta_set(d->ws, "join_tokens", rec) : -GP_ESTORE;
+                char *rec = gp_nodes_tokens_record(ns);
+                int rc = rec ? gp_store_meta_set(ws, "join_tokens", rec) : -GP_ESTORE;
                 free(rec);
                 if (rc < 0)
                         return rc;
@@ -539,12 +400,12 @@ int gp_nodes_store(gp_daemon *d) {
 }
 
 bool gp_nodes_pending(const gp_daemon *d) {
-        const gp_nodes *ns = d->nodes;
+        const gp_nodes *ns = gp_daemon_nodes(d);
         return ns->ndirty || ns->index_dirty || ns->tok_dirty || ns->nforgot;
 }
 
 void gp_nodes_stored(gp_daemon *d) {
-        gp_nodes *ns = d->nodes;
+        gp_nodes *ns = gp_daemon_nodes(d);
         for (size_t i = 0; i < ns->ndirty; i++)
                 ns->dirty[i]->dirty = false;
         ns->ndirty = 0;
@@ -555,6 +416,7 @@ void gp_nodes_stored(gp_daemon *d) {
 int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
         gp_nodes *ns = calloc(1, sizeof(*ns));
         char *buf = malloc(NODE_META_MAX);
+        gp_store *ws = gp_daemon_store(d);
         if (!ns || !buf) {
                 free(ns);
                 free(buf);
@@ -567,22 +429,22 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
         gp_list_init(&ns->unseen);
         gp_list_init(&ns->held);
         gp_list_init(&ns->fencing);
-        d->nodes = ns;
+        gp_daemon_set_nodes(d, ns);
         int64_t now = gp_now_ms();
-        int rc = gp_store_meta_get(d->ws, "join_tokens", buf, NODE_META_MAX);
-        if (rc == 0 && tokens_from_record(ns, buf) < 0) {
+        int rc = gp_store_meta_get(ws, "join_tokens", buf, NODE_META_MAX);
+        if (rc == 0 && gp_nodes_tokens_from_record(ns, buf) < 0) {
                 snprintf(err, errlen, "the stored join tokens are damaged");
                 free(buf);
                 return -GP_ESTORE;
         }
-        rc = gp_store_meta_get(d->ws, "nodes", buf, NODE_META_MAX);
+        rc = gp_store_meta_get(ws, "nodes", buf, NODE_META_MAX);
         char *index = rc == 0 ? strdup(buf) : NULL;
         char *save = NULL;
         for (char *name = index ? strtok_r(index, "\n", &save) : NULL; name; name = strtok_r(NULL, "\n", &save)) {
                 char key[GP_NODE_MAX + 8];
                 snprintf(key, sizeof(key), "node:%s", name);
                 gp_node *n = gp_proto_node_name_ok(name) ? node_new(ns, name) : NULL;
-                if (!n || gp_store_meta_get(d->ws, key, buf, NODE_META_MAX) < 0 || node_from_record(n, buf) < 0) {
+                if (!n || gp_store_meta_get(ws, key, buf, NODE_META_MAX) < 0 || gp_node_from_record(n, buf) < 0) {
                         snprintf(err, errlen, "the stored record of node %.48s is missing or damaged", name);
                         free(index);
                         free(buf);
@@ -594,7 +456,7 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
                         uuid_index(ns, n, true);
                         node_inventory(d, n);
                 } else
-                        set_gpus(n, NULL, 0); /* left: its GPUs are not the pool's */
+                        gp_node_set_gpus(n, NULL, 0); /* left: its GPUs are not the pool's */
                 n->hb_ms = now;
                 n->hb_mono = gp_mono_ms();
                 if (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING)
@@ -605,7 +467,8 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
          * tries, so a node known from the store is lost only when it has
          * not synced node_timeout_s after that (its tasks run on meanwhile);
          * it gets no new work before it synced (node_inventory) */
-        ns->grace_until = now + gp_nodes_start_grace_ms(d->cfg.agent_heartbeat_s, d->cfg.node_timeout_s);
+        const gp_config *cfg = gp_daemon_cfg(d);
+        ns->grace_until = now + gp_nodes_start_grace_ms(cfg->agent_heartbeat_s, cfg->node_timeout_s);
         ns->index_dirty = false;
         free(index);
         free(buf);
@@ -613,7 +476,7 @@ int gp_nodes_open(gp_daemon *d, char *err, size_t errlen) {
 }
 
 void gp_nodes_close(gp_daemon *d) {
-        gp_nodes *ns = d->nodes;
+        gp_nodes *ns = gp_daemon_nodes(d);
         if (!ns)
                 return;
         for (size_t i = 0; i < ns->n; i++) {
@@ -637,7 +500,7 @@ void gp_nodes_close(gp_daemon *d) {
         free(ns->forgot);
         free(ns->touched);
         free(ns);
-        d->nodes = NULL;
+        gp_daemon_set_nodes(d, NULL);
 }
 
 /* ---- answers ---- */
@@ -671,7 +534,8 @@ static bool sendable(const gp_node *n) {
 
 /* The body limit agents are told (server.max_body_bytes, at most what they may send). */
 static int64_t max_body(const gp_daemon *d) {
-        int64_t m = d->cfg.max_body_bytes < GP_PROTO_MAX_BODY ? d->cfg.max_body_bytes : GP_PROTO_MAX_BODY;
+        int64_t m = gp_daemon_cfg(d)->max_body_bytes;
+        m = m < GP_PROTO_MAX_BODY ? m : GP_PROTO_MAX_BODY;
         return m < GP_PROTO_MIN_BODY ? GP_PROTO_MIN_BODY : m;
 }
 
@@ -679,8 +543,9 @@ static int64_t max_body(const gp_daemon *d) {
  * are no longer current are acknowledged (their end is stored), and what
  * waits for n goes out.  Takes n's outbox.  NULL when out of memory. */
 static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto_sync *msg, const node_reply *rp) {
-        gp_proto_sync_answer a = {.seq = seq, .heartbeat_s = d->cfg.agent_heartbeat_s, .fence_s = d->cfg.fence_s,
-                                  .max_body = max_body(d), .gpu_poll_ms = d->cfg.gpu_poll_ms,
+        const gp_config *cfg = gp_daemon_cfg(d);
+        gp_proto_sync_answer a = {.seq = seq, .heartbeat_s = cfg->agent_heartbeat_s, .fence_s = cfg->fence_s,
+                                  .max_body = max_body(d), .gpu_poll_ms = cfg->gpu_poll_ms,
                                   .want_full = (rp && rp->want_full) || (!n->synced && !(msg && msg->full))};
         if (msg && msg->n_runs) {
                 a.ack = calloc((size_t)msg->n_runs, sizeof(*a.ack));
@@ -688,7 +553,7 @@ static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto
                         oom();
                 for (int i = 0; i < msg->n_runs; i++) {
                         const gp_proto_run *r = &msg->runs[i];
-                        if (r->state == GP_PROTO_EXITED && !current(gp_i64map_get(&d->tasks, r->id.task), n, r->id)) {
+                        if (r->state == GP_PROTO_EXITED && !current(gp_daemon_task(d, r->id.task), n, r->id)) {
                                 a.ack[a.n_ack++] = r->id;
                                 stop_done(n, r->id);
                         }
@@ -704,7 +569,7 @@ static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto
                 if (!a.start)
                         oom();
                 for (; i < n->nostart && a.n_start < cap && (a.n_start == 0 || bytes < ANSWER_BUDGET); i++) {
-                        gp_task *t = gp_i64map_get(&d->tasks, n->ostart[i].task);
+                        gp_task *t = gp_daemon_task(d, n->ostart[i].task);
                         if (!current(t, n, n->ostart[i]))
                                 continue; /* ended or moved meanwhile */
                         if (gp_nodes_start_of(d, t, n->name, n->ostart[i].rank, &a.start[a.n_start]) < 0) {
@@ -724,7 +589,7 @@ static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto
                                         sizeof(*a.resize))))
                         oom();
                 for (; i < n->noresize && a.n_resize < GP_PROTO_MAX_RUNS; i++) {
-                        gp_task *t = gp_i64map_get(&d->tasks, n->oresize[i].task);
+                        gp_task *t = gp_daemon_task(d, n->oresize[i].task);
                         if (!current(t, n, n->oresize[i]) || t->elastic_max_gpus <= 0)
                                 continue;
                         a.resize[a.n_resize].id = n->oresize[i];
@@ -757,15 +622,15 @@ static char *render_answer(gp_daemon *d, gp_node *n, int64_t seq, const gp_proto
 /* Hold r (a sync of n with seq) until there is something to send or its
  * wait (at most half of node_timeout_s) is over.  d->lock held. */
 static void hold(gp_daemon *d, gp_node *n, struct hreq *r, int64_t seq, int64_t wait, int64_t now) {
-        if (wait > (int64_t)d->cfg.node_timeout_s * 500)
-                wait = (int64_t)d->cfg.node_timeout_s * 500;
+        if (wait > (int64_t)gp_daemon_cfg(d)->node_timeout_s * 500)
+                wait = (int64_t)gp_daemon_cfg(d)->node_timeout_s * 500;
         n->held = r;
         n->held_seq = seq;
         n->held_until = (now + wait) / 100 * 100; /* on 100 ms ticks, never past the agent's wait: the loop ends many in one pass */
-        r->node_held = n;
+        gp_http_set_node_held(r, n);
         /* the list stays in deadline order only while every wait is alike: insert by deadline */
-        gp_list *at = &d->nodes->held;
-        while (at->prev != &d->nodes->held && GP_LIST_ENTRY(at->prev, gp_node, hl)->held_until > n->held_until)
+        gp_list *held = &gp_daemon_nodes(d)->held, *at = held;
+        while (at->prev != held && GP_LIST_ENTRY(at->prev, gp_node, hl)->held_until > n->held_until)
                 at = at->prev;
         gp_list_insert_after(at->prev, &n->hl);
 }
@@ -783,14 +648,15 @@ static void unhold(gp_nodes *ns, gp_node *n) {
 static void answer_held(gp_daemon *d, gp_node *n, uint64_t gen, bool loop, bool send) {
         struct hreq *r = n->held;
         int64_t seq = n->held_seq;
-        unhold(d->nodes, n);
+        unhold(gp_daemon_nodes(d), n);
         char *body = NULL;
         if (send) {
                 body = render_answer(d, n, seq, NULL, NULL);
         } else {
-                gp_proto_sync_answer a = {.seq = seq, .heartbeat_s = d->cfg.agent_heartbeat_s,
-                                          .fence_s = d->cfg.fence_s, .want_full = !n->synced,
-                                          .max_body = max_body(d), .gpu_poll_ms = d->cfg.gpu_poll_ms};
+                const gp_config *cfg = gp_daemon_cfg(d);
+                gp_proto_sync_answer a = {.seq = seq, .heartbeat_s = cfg->agent_heartbeat_s,
+                                          .fence_s = cfg->fence_s, .want_full = !n->synced,
+                                          .max_body = max_body(d), .gpu_poll_ms = cfg->gpu_poll_ms};
                 if (gp_proto_sync_answer_render(&a, &body) < 0)
                         body = NULL;
         }
@@ -801,18 +667,18 @@ static void answer_held(gp_daemon *d, gp_node *n, uint64_t gen, bool loop, bool 
 }
 
 void gp_nodes_req_gone(gp_daemon *d, struct hreq *r) {
-        gp_nodes *ns = d->nodes;
-        if (!ns || !r->node_held)
+        gp_nodes *ns = gp_daemon_nodes(d);
+        gp_node *n = ns ? gp_http_node_held(r) : NULL;
+        if (!n)
                 return;
-        gp_node *n = r->node_held;
         if (n->held == r)
                 unhold(ns, n);
-        r->node_held = NULL;
+        gp_http_set_node_held(r, NULL);
 }
 
 bool gp_nodes_growable(const gp_daemon *d, int64_t now, char *why, size_t size) {
-        const gp_nodes *ns = d->nodes;
-        bool live = d->cfg.n_join_tokens > 0;
+        const gp_nodes *ns = gp_daemon_nodes(d);
+        bool live = gp_daemon_cfg(d)->n_join_tokens > 0;
         for (size_t i = 0; !live && i < ns->ntok; i++)
                 live = !ns->tok[i].revoked && (ns->tok[i].expires_ms <= 0 || ns->tok[i].expires_ms > now);
         if (live) {
@@ -829,12 +695,12 @@ bool gp_nodes_growable(const gp_daemon *d, int64_t now, char *why, size_t size) 
 
 void gp_nodes_release(gp_daemon *d) {
         gp_list *l;
-        while (d->nodes && (l = gp_list_first(&d->nodes->held)))
+        while (gp_daemon_nodes(d) && (l = gp_list_first(&gp_daemon_nodes(d)->held)))
                 answer_held(d, GP_LIST_ENTRY(l, gp_node, hl), 0, false, false);
 }
 
 void gp_nodes_flush(gp_daemon *d, uint64_t gen) {
-        gp_nodes *ns = d->nodes;
+        gp_nodes *ns = gp_daemon_nodes(d);
         size_t k = 0;
         for (size_t i = 0; i < ns->ntouched; i++) {
                 gp_node *n = ns->touched[i];
@@ -859,11 +725,11 @@ static void finish_remove(gp_daemon *d, gp_node *n, int64_t now) {
         if (n->held)
                 answer_held(d, n, gp_commit_applied(d), true, false);
         n->removing = false;
-        uuid_index(d->nodes, n, false); /* its GPUs' uuids are free for another node */
+        uuid_index(gp_daemon_nodes(d), n, false); /* its GPUs' uuids are free for another node */
         n->state = GP_NODE_LEFT;
         n->left_ms = now;
         n->cred[0] = '\0';
-        mark_dirty(d->nodes, n);
+        mark_dirty(gp_daemon_nodes(d), n);
         gp_list_del(&n->hb);
         n->leaving = true;
         gp_info("node %s has left the pool", n->name);
@@ -877,16 +743,16 @@ static void finish_remove(gp_daemon *d, gp_node *n, int64_t now) {
 static void lose(gp_daemon *d, gp_node *n) {
         gp_list_del(&n->hb);
         n->state = GP_NODE_LOST;
-        mark_dirty(d->nodes, n);
+        mark_dirty(gp_daemon_nodes(d), n);
         if (n->held)
                 answer_held(d, n, gp_commit_applied(d), true, false);
         char why[GP_REASON_MAX];
-        snprintf(why, sizeof(why), "node %s lost: no heartbeat for %d s", n->name, d->cfg.node_timeout_s);
+        snprintf(why, sizeof(why), "node %s lost: no heartbeat for %d s", n->name, gp_daemon_cfg(d)->node_timeout_s);
         gp_warn("%s; its runs that fence stop there %d s after its last sync, and their tasks go back to the "
-                "queue then", why, d->cfg.fence_s);
+                "queue then", why, gp_daemon_cfg(d)->fence_s);
         node_gone(d, n, why, true);
         gp_list_del(&n->fl);
-        gp_list_add_tail(&d->nodes->fencing, &n->fl);
+        gp_list_add_tail(&gp_daemon_nodes(d)->fencing, &n->fl);
 }
 
 /* Lost node n's runs have fenced (fence_s + kill grace after its last
@@ -899,7 +765,7 @@ static void fenced(gp_daemon *d, gp_node *n, int64_t now) {
         }
         char why[GP_REASON_MAX];
         snprintf(why, sizeof(why), "node %s lost: no heartbeat for %d s; its run there was fenced", n->name,
-                 d->cfg.fence_s);
+                 gp_daemon_cfg(d)->fence_s);
         gp_warn("%s", why);
         node_gone(d, n, why, false);
 }
@@ -916,7 +782,7 @@ static void look_at_clock(gp_nodes *ns) {
 }
 
 void gp_nodes_tick(gp_daemon *d, int64_t now) {
-        gp_nodes *ns = d->nodes;
+        gp_nodes *ns = gp_daemon_nodes(d);
         gp_list *l;
         while ((l = gp_list_first(&ns->held))) {
                 gp_node *n = GP_LIST_ENTRY(l, gp_node, hl);
@@ -925,12 +791,12 @@ void gp_nodes_tick(gp_daemon *d, int64_t now) {
                 answer_held(d, n, gp_commit_applied(d), true, true); /* its wait is over: whatever waits goes */
         }
         look_at_clock(ns);
-        int64_t timeout = (int64_t)d->cfg.node_timeout_s * 1000, mono = gp_mono_ms();
+        int64_t timeout = (int64_t)gp_daemon_cfg(d)->node_timeout_s * 1000, mono = gp_mono_ms();
         while ((l = gp_list_first(&ns->by_hb)) && silent_until(ns, GP_LIST_ENTRY(l, gp_node, hb), timeout) <= mono)
                 lose(d, GP_LIST_ENTRY(l, gp_node, hb));
         while (now >= ns->grace_until && (l = gp_list_first(&ns->unseen)))
                 lose(d, GP_LIST_ENTRY(l, gp_node, hb));
-        int64_t give = gp_fence_giveaway_ms(d->cfg.fence_s, d->cfg.kill_grace_s);
+        int64_t give = gp_fence_giveaway_ms(gp_daemon_cfg(d)->fence_s, gp_daemon_cfg(d)->kill_grace_s);
         GP_LIST_FOR_EACH_SAFE(f, &ns->fencing) { /* lost nodes: few */
                 gp_node *n = GP_LIST_ENTRY(f, gp_node, fl);
                 if (silent_until(ns, n, give) <= mono)
@@ -939,7 +805,7 @@ void gp_nodes_tick(gp_daemon *d, int64_t now) {
 }
 
 void gp_nodes_settle(gp_daemon *d) {
-        gp_nodes *ns = d->nodes;
+        gp_nodes *ns = gp_daemon_nodes(d);
         for (size_t i = 0; i < ns->n; i++) {
                 gp_node *n = ns->v[i];
                 if (n->removing) {
@@ -951,7 +817,7 @@ void gp_nodes_settle(gp_daemon *d) {
                 }
                 if (!n->leaving)
                         continue;
-                int rc = gp_sched_node_remove(d->sched, n->name);
+                int rc = gp_sched_node_remove(gp_daemon_sched(d), n->name);
                 if (rc == 0 || rc == -ENOENT)
                         n->leaving = false;
                 else if (rc != -EBUSY)
@@ -960,7 +826,7 @@ void gp_nodes_settle(gp_daemon *d) {
 }
 
 int64_t gp_nodes_next_ms(gp_daemon *d) {
-        gp_nodes *ns = d->nodes;
+        gp_nodes *ns = gp_daemon_nodes(d);
         int64_t next = INT64_MAX, now = gp_now_ms(), mono = gp_mono_ms(); /* monotonic deadlines as wall time */
         gp_list *l = gp_list_first(&ns->held);
         if (l)
@@ -968,13 +834,13 @@ int64_t gp_nodes_next_ms(gp_daemon *d) {
         l = gp_list_first(&ns->by_hb);
         if (l) {
                 int64_t e = now + silent_until(ns, GP_LIST_ENTRY(l, gp_node, hb),
-                                               (int64_t)d->cfg.node_timeout_s * 1000) - mono;
+                                               (int64_t)gp_daemon_cfg(d)->node_timeout_s * 1000) - mono;
                 if (e < next)
                         next = e;
         }
         if (!gp_list_empty(&ns->unseen) && ns->grace_until < next)
                 next = ns->grace_until;
-        int64_t give = gp_fence_giveaway_ms(d->cfg.fence_s, d->cfg.kill_grace_s);
+        int64_t give = gp_fence_giveaway_ms(gp_daemon_cfg(d)->fence_s, gp_daemon_cfg(d)->kill_grace_s);
         GP_LIST_FOR_EACH(f, &ns->fencing) {
                 int64_t e = now + silent_until(ns, GP_LIST_ENTRY(f, gp_node, fl), give) - mono;
                 if (e < next)
@@ -992,9 +858,9 @@ void gp_nodes_start(gp_daemon *d, const gp_task *t) {
                 const char *name = node_at(t, rank);
                 if (!name)
                         break;
-                gp_node *n = find(d->nodes, name);
+                gp_node *n = find(gp_daemon_nodes(d), name);
                 if (n)
-                        push_start(d->nodes, n, (gp_proto_run_id){t->id, epoch, rank});
+                        push_start(gp_daemon_nodes(d), n, (gp_proto_run_id){t->id, epoch, rank});
         }
 }
 
@@ -1003,9 +869,9 @@ void gp_nodes_resized(gp_daemon *d, const gp_task *t) {
                 gp_nodes_start(d, t);
                 return;
         }
-        gp_node *n = t->n_gpus ? find(d->nodes, t->gpus[0].node) : NULL;
+        gp_node *n = t->n_gpus ? find(gp_daemon_nodes(d), t->gpus[0].node) : NULL;
         if (n && t->elastic_max_gpus > 0) /* one node: rank 0 */
-                push_resize(d->nodes, n, (gp_proto_run_id){t->id, gp_task_run_epoch(t), 0});
+                push_resize(gp_daemon_nodes(d), n, (gp_proto_run_id){t->id, gp_task_run_epoch(t), 0});
 }
 
 /* Stop run id on n: a start not sent yet is not sent at all, and there
@@ -1029,9 +895,9 @@ void gp_nodes_stop(gp_daemon *d, const gp_task *t, gp_proto_stop_why why) {
                 const char *name = node_at(t, rank);
                 if (!name)
                         break;
-                gp_node *n = find(d->nodes, name);
+                gp_node *n = find(gp_daemon_nodes(d), name);
                 if (n)
-                        stop_run(d->nodes, n, (gp_proto_run_id){t->id, epoch, rank}, why);
+                        stop_run(gp_daemon_nodes(d), n, (gp_proto_run_id){t->id, epoch, rank}, why);
         }
 }
 
@@ -1041,23 +907,23 @@ void gp_nodes_gave_up(gp_daemon *d, const gp_task *t, const gp_task_gpu *was, in
                 if (i > 0 && !strcmp(was[i - 1].node, was[i].node))
                         continue;
                 rank++;
-                gp_node *n = rank_of(t, was[i].node) == rank ? NULL : find(d->nodes, was[i].node);
+                gp_node *n = rank_of(t, was[i].node) == rank ? NULL : find(gp_daemon_nodes(d), was[i].node);
                 if (n)
-                        stop_run(d->nodes, n, (gp_proto_run_id){t->id, epoch, rank}, GP_PROTO_STOP_PREEMPT);
+                        stop_run(gp_daemon_nodes(d), n, (gp_proto_run_id){t->id, epoch, rank}, GP_PROTO_STOP_PREEMPT);
         }
 }
 
 const gp_node_ev *gp_nodes_events(gp_daemon *d, size_t *ret_n) {
-        *ret_n = d->nodes->nev;
-        return d->nodes->ev;
+        *ret_n = gp_daemon_nodes(d)->nev;
+        return gp_daemon_nodes(d)->ev;
 }
 
 void gp_nodes_events_clear(gp_daemon *d) {
-        d->nodes->nev = 0;
+        gp_daemon_nodes(d)->nev = 0;
 }
 
 void gp_nodes_reason_note(gp_daemon *d, char *reason, size_t size) {
-        int k = d->nodes ? d->nodes->nrestored : 0;
+        int k = gp_daemon_nodes(d) ? gp_daemon_nodes(d)->nrestored : 0;
         size_t l = strlen(reason);
         if (k > 0 && strstr(reason, "unhealthy") && l < size)
                 snprintf(reason + l, size - l, " (%d node%s not synced since the server started: no work there until "
@@ -1065,18 +931,18 @@ void gp_nodes_reason_note(gp_daemon *d, char *reason, size_t size) {
 }
 
 struct gp_node_tele *gp_nodes_tele(gp_daemon *d, const char *node) {
-        gp_node *n = d->nodes ? find(d->nodes, node) : NULL;
+        gp_node *n = gp_daemon_nodes(d) ? find(gp_daemon_nodes(d), node) : NULL;
         return n && (n->state == GP_NODE_READY || n->state == GP_NODE_DRAINING) ? n->tele : NULL;
 }
 
 const char *gp_nodes_backend(gp_daemon *d, const char *node) {
-        gp_node *n = node && strcmp(node, "local") ? find(d->nodes, node) : NULL;
-        return n && n->backend[0] ? n->backend : d->backend;
+        gp_node *n = node && strcmp(node, "local") ? find(gp_daemon_nodes(d), node) : NULL;
+        return n && n->backend[0] ? n->backend : gp_daemon_backend(d);
 }
 
 void gp_nodes_host(gp_daemon *d, const char *node, char *buf, size_t size) {
         buf[0] = '\0';
-        gp_node *n = node ? find(d->nodes, node) : NULL;
+        gp_node *n = node ? find(gp_daemon_nodes(d), node) : NULL;
         if (!n)
                 return;
         const char *p = strstr(n->address, "://");
@@ -1124,15 +990,15 @@ static void take_gpu(gp_daemon *d, gp_node *n, node_gpu *mine, const gp_proto_gp
         mine->g.healthy = g && g->healthy && !moved;
         if (g && !moved)
                 mine->g.memory_mb = g->memory_mb > 0 ? g->memory_mb : mine->g.memory_mb;
-        gp_sched_gpu_set_healthy(d->sched, mine->sid, mine->g.healthy && !n->restored);
+        gp_sched_gpu_set_healthy(gp_daemon_sched(d), mine->sid, mine->g.healthy && !n->restored);
         if (was && !mine->g.healthy) {
                 int k;
                 int64_t *ids = gpu_tasks(d, mine->sid, &k);
                 for (int j = 0; j < k; j++) {
-                        gp_task *t = gp_i64map_get(&d->tasks, ids[j]);
+                        gp_task *t = gp_daemon_task(d, ids[j]);
                         if (!t || t->state != GP_TASK_RUNNING)
                                 continue;
-                        gp_node_ev *e = event(d->nodes, GP_NODE_EV_LOST, t->id, rank_of(t, n->name));
+                        gp_node_ev *e = event(gp_daemon_nodes(d), GP_NODE_EV_LOST, t->id, rank_of(t, n->name));
                         snprintf(e->why, sizeof(e->why), "GPU %s:%d failed", n->name, mine->g.index);
                 }
                 free(ids);
@@ -1154,7 +1020,7 @@ static void take_gpus(gp_daemon *d, gp_node *n, const gp_proto_sync *m) {
 }
 
 static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t now) {
-        gp_nodes *ns = d->nodes;
+        gp_nodes *ns = gp_daemon_nodes(d);
         const gp_proto_sync *m = &nc->sync;
         gp_node *n = find(ns, m->node);
         if (!n || n->state == GP_NODE_LEFT) {
@@ -1186,7 +1052,7 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
         }
         if (n->state == GP_NODE_LOST) {
                 n->state = n->drain ? GP_NODE_DRAINING : GP_NODE_READY;
-                mark_dirty(d->nodes, n);
+                mark_dirty(gp_daemon_nodes(d), n);
                 hb_touch(ns, n, now);
                 node_inventory(d, n);
                 gp_info("node %s is back (%s)", n->name, gp_node_state_name(n->state));
@@ -1198,19 +1064,19 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                 int64_t size;
                 /* a run stopping here (preempted, a rank of a requeued task) keeps its last words */
                 intptr_t st = (intptr_t)gp_i64map_get(&n->stopping, lg->id.task);
-                bool cur = current(gp_i64map_get(&d->tasks, lg->id.task), n, lg->id);
+                bool cur = current(gp_daemon_task(d, lg->id.task), n, lg->id);
                 if ((cur || (st && ((st - 1) >> 2) == lg->id.epoch)) && gp_nodes_take_log(d, lg, cur, &size) == 0)
                         reply_offset(rp, lg->id, size);
         }
         for (int i = 0; i < m->n_runs; i++) {
                 const gp_proto_run *r = &m->runs[i];
-                gp_task *t = gp_i64map_get(&d->tasks, r->id.task);
+                gp_task *t = gp_daemon_task(d, r->id.task);
                 bool cur = current(t, n, r->id);
                 if (r->state == GP_PROTO_RUNNING) {
                         if (!cur) {
                                 /* an old run (its node was lost, or its task
                                  * moved on): nothing starts here until it ends */
-                                push_stop(d->nodes, n, r->id, GP_PROTO_STOP_STALE);
+                                push_stop(gp_daemon_nodes(d), n, r->id, GP_PROTO_STOP_STALE);
                                 if (!gp_i64map_get(&n->stopping, r->id.task) &&
                                     gp_i64map_put(&n->stopping, r->id.task,
                                                   (void *)(intptr_t)(((r->id.epoch << 2) | GP_PROTO_STOP_STALE) + 1)) < 0)
@@ -1221,14 +1087,14 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                                 oom();
                         intptr_t st = (intptr_t)gp_i64map_get(&n->stopping, r->id.task);
                         if (st && m->full && ((st - 1) >> 2) == r->id.epoch)
-                                push_stop(d->nodes, n, r->id, (gp_proto_stop_why)((st - 1) & 3));
+                                push_stop(gp_daemon_nodes(d), n, r->id, (gp_proto_stop_why)((st - 1) & 3));
                         if (m->full)
                                 reply_offset(rp, r->id, gp_nodes_log_size(d, r->id));
                         if (r->has_alloc && t->elastic_max_gpus > 0) { /* its GPUs as its agent knows them */
                                 gp_proto_mask now_mask;
                                 gp_nodes_task_mask(t, n->name, &now_mask);
                                 if (memcmp(&now_mask, &r->alloc, sizeof(now_mask)))
-                                        push_resize(d->nodes, n, r->id);
+                                        push_resize(gp_daemon_nodes(d), n, r->id);
                         }
                         continue;
                 }
@@ -1254,7 +1120,7 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                 int64_t *ids;
                 size_t k = node_tasks(d, n, &ids);
                 for (size_t i = 0; i < k; i++) {
-                        gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
+                        gp_task *t = gp_daemon_task(d, ids[i]);
                         if (!t || t->state != GP_TASK_RUNNING || t->is_lease || !gp_nodes_remote(t))
                                 continue;
                         gp_proto_run_id id = {t->id, gp_task_run_epoch(t), rank_of(t, n->name)};
@@ -1265,7 +1131,7 @@ static void apply_sync(gp_daemon *d, gp_node_cmd *nc, node_reply *rp, int64_t no
                                 snprintf(e->why, sizeof(e->why), "node %s lost its run", n->name);
                                 gp_i64map_del(&n->seen, t->id);
                         } else {
-                                push_start(d->nodes, n, id); /* it may never have got it */
+                                push_start(gp_daemon_nodes(d), n, id); /* it may never have got it */
                         }
                 }
                 free(ids);
@@ -1296,9 +1162,9 @@ static bool token_ok(gp_daemon *d, const char *token, int64_t now) {
         char h[72];
         gp_sha256_key_hash(token, h);
         bool ok = false;
-        for (int i = 0; i < d->cfg.n_join_tokens; i++)
-                ok |= !strcmp(h, d->cfg.join_tokens[i]);
-        gp_nodes *ns = d->nodes;
+        for (int i = 0; i < gp_daemon_cfg(d)->n_join_tokens; i++)
+                ok |= !strcmp(h, gp_daemon_cfg(d)->join_tokens[i]);
+        gp_nodes *ns = gp_daemon_nodes(d);
         for (size_t i = 0; i < ns->ntok; i++)
                 if (!ns->tok[i].revoked && (!ns->tok[i].expires_ms || ns->tok[i].expires_ms > now))
                         ok |= !strcmp(h, ns->tok[i].hash);
@@ -1345,7 +1211,7 @@ static bool node_live(gp_daemon *d, gp_node *n) {
 
 /* The name of the node (not left, not self) that has GPU uuid, or NULL (nodes-join.h). */
 static const char *uuid_owner(gp_daemon *d, const char *uuid, const void *self) {
-        const gp_node *o = gp_i64map_get(&d->nodes->by_uuid, name_key(uuid));
+        const gp_node *o = gp_i64map_get(&gp_daemon_nodes(d)->by_uuid, name_key(uuid));
         return o && o != self ? o->name : NULL;
 }
 
@@ -1353,7 +1219,7 @@ static const char *uuid_owner(gp_daemon *d, const char *uuid, const void *self) 
  * among those kept (MAX_RECORDS: the node that left first goes for good).
  * NULL when there is none. */
 static gp_node *node_room(gp_daemon *d, const char *name) {
-        gp_nodes *ns = d->nodes;
+        gp_nodes *ns = gp_daemon_nodes(d);
         size_t live = 0, old = SIZE_MAX;
         for (size_t i = 0; i < ns->n; i++) {
                 const gp_node *x = ns->v[i];
@@ -1390,7 +1256,7 @@ static gp_node *node_room(gp_daemon *d, const char *name) {
 }
 
 static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, char **body) {
-        gp_nodes *ns = d->nodes;
+        gp_nodes *ns = gp_daemon_nodes(d);
         gp_proto_join *j = &nc->join;
         if (!token_ok(d, nc->token, now)) {
                 *status = 401;
@@ -1469,7 +1335,7 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
         gp_strlcpy(n->version, j->version, sizeof(n->version));
         gp_strlcpy(n->backend, j->backend, sizeof(n->backend));
         uuid_index(ns, n, false);
-        set_gpus(n, j->gpus, j->n_gpus);
+        gp_node_set_gpus(n, j->gpus, j->n_gpus);
         uuid_index(ns, n, true);
         if (fresh || n->state == GP_NODE_LEFT) {
                 n->joined_ms = now;
@@ -1483,12 +1349,13 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
         full_reset(n);
         ns->nrestored -= n->restored;
         n->restored = false; /* a join is contact: its GPUs take work */
-        mark_dirty(d->nodes, n);
+        mark_dirty(gp_daemon_nodes(d), n);
         hb_touch(ns, n, now);
         node_inventory(d, n);
         gp_info("node %s joined (%d GPUs, %s, %s)", n->name, n->ngpus, n->backend, n->address[0] ? n->address : "no address");
-        gp_proto_join_answer a = {.heartbeat_s = d->cfg.agent_heartbeat_s, .node_timeout_s = d->cfg.node_timeout_s,
-                                  .fence_s = d->cfg.fence_s, .max_body = max_body(d)};
+        const gp_config *cfg = gp_daemon_cfg(d);
+        gp_proto_join_answer a = {.heartbeat_s = cfg->agent_heartbeat_s, .node_timeout_s = cfg->node_timeout_s,
+                                  .fence_s = cfg->fence_s, .max_body = max_body(d)};
         gp_strlcpy(a.node, n->name, sizeof(a.node));
         gp_strlcpy(a.credential, nc->secret, sizeof(a.credential));
         *status = 200;
@@ -1498,16 +1365,18 @@ static void apply_join(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, 
 }
 
 static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, char **body) {
-        gp_nodes *ns = d->nodes;
+        gp_nodes *ns = gp_daemon_nodes(d);
         if (!strcmp(nc->node, "local")) {
                 if (nc->op == GP_NODE_OP_REMOVE) {
                         *status = 409;
                         *body = error_body("conflict", "node local is this server's own GPUs; it cannot be removed");
                         return;
                 }
-                for (size_t i = 0; i < d->ngpus; i++)
-                        gp_sched_gpu_set_drained(d->sched, d->gpu_ids[i], nc->op == GP_NODE_OP_DRAIN);
-                d->nodes_local_drain_changed = true;
+                const uint32_t *ids;
+                size_t ngpus = gp_daemon_local_gpus(d, &ids);
+                for (size_t i = 0; i < ngpus; i++)
+                        gp_sched_gpu_set_drained(gp_daemon_sched(d), ids[i], nc->op == GP_NODE_OP_DRAIN);
+                gp_daemon_drained_changed(d);
                 gp_info("node local %s by %s", nc->op == GP_NODE_OP_DRAIN ? "drained" : "undrained", nc->who);
                 *status = 200;
                 *body = dump(gp_nodes_local_json(d));
@@ -1530,7 +1399,7 @@ static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
                 n->drain = nc->op == GP_NODE_OP_DRAIN;
                 if (n->state != GP_NODE_LOST)
                         n->state = n->drain ? GP_NODE_DRAINING : GP_NODE_READY;
-                gp_sched_node_set_drained(d->sched, n->name, n->drain);
+                gp_sched_node_set_drained(gp_daemon_sched(d), n->name, n->drain);
                 break;
         case GP_NODE_OP_REMOVE: {
                 /* its runs are stopped; each task goes back to the queue once its
@@ -1540,11 +1409,11 @@ static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
                 n->drain = true;
                 if (n->state != GP_NODE_LOST)
                         n->state = GP_NODE_DRAINING;
-                gp_sched_node_set_drained(d->sched, n->name, true);
+                gp_sched_node_set_drained(gp_daemon_sched(d), n->name, true);
                 int64_t *ids;
                 size_t k = node_tasks(d, n, &ids);
                 for (size_t i = 0; i < k; i++) {
-                        gp_task *t = gp_i64map_get(&d->tasks, ids[i]);
+                        gp_task *t = gp_daemon_task(d, ids[i]);
                         if (!t || t->state != GP_TASK_RUNNING)
                                 continue;
                         if (t->is_lease) { /* no process to wait for */
@@ -1553,7 +1422,7 @@ static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
                                 continue;
                         }
                         gp_proto_run_id id = {t->id, gp_task_run_epoch(t), rank_of(t, n->name)};
-                        push_stop(d->nodes, n, id, GP_PROTO_STOP_STALE);
+                        push_stop(gp_daemon_nodes(d), n, id, GP_PROTO_STOP_STALE);
                         if (gp_i64map_put(&n->stopping, t->id,
                                           (void *)(intptr_t)(((id.epoch << 2) | GP_PROTO_STOP_STALE) + 1)) < 0)
                                 oom();
@@ -1566,14 +1435,14 @@ static void apply_admin(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
         default:
                 break;
         }
-        mark_dirty(d->nodes, n);
+        mark_dirty(gp_daemon_nodes(d), n);
         gp_info("node %s: %s by %s", n->name, gp_node_state_name(n->state), nc->who);
         *status = 200;
         *body = dump(gp_nodes_node_json(d, n));
 }
 
 static void apply_token(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, char **body) {
-        gp_nodes *ns = d->nodes;
+        gp_nodes *ns = gp_daemon_nodes(d);
         if (nc->op == GP_NODE_OP_TOKEN_REVOKE) {
                 for (size_t i = 0; i < ns->ntok; i++)
                         if (!strcmp(ns->tok[i].id, nc->token_id)) {
@@ -1588,9 +1457,9 @@ static void apply_token(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
                 *body = error_body("not_found", "no join token %s", nc->token_id);
                 return;
         }
-        if (ns->ntok >= MAX_TOKENS) {
+        if (ns->ntok >= GP_NODES_MAX_TOKENS) {
                 *status = 409;
-                *body = error_body("conflict", "%d join tokens exist; revoke some first", MAX_TOKENS);
+                *body = error_body("conflict", "%d join tokens exist; revoke some first", GP_NODES_MAX_TOKENS);
                 return;
         }
         jtoken *v = gp_vec_grow(ns->tok, &ns->captok, ns->ntok + 1, sizeof(*v), 8);
@@ -1617,8 +1486,7 @@ static void apply_token(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status,
         explicit_bzero(tok, sizeof(tok));
 }
 
-void gp_nodes_apply(gp_daemon *d, struct cmd *c, int64_t now, int *status, char **body) {
-        gp_node_cmd *nc = c->node;
+void gp_nodes_apply(gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, char **body) {
         *status = 200;
         *body = NULL;
         switch (nc->op) {
@@ -1643,15 +1511,14 @@ static bool answer_empty(gp_daemon *d, const gp_node *n, const gp_proto_sync *ms
                 return false;
         for (int i = 0; i < msg->n_runs; i++)
                 if (msg->runs[i].state == GP_PROTO_EXITED &&
-                    !current(gp_i64map_get(&d->tasks, msg->runs[i].id.task), n, msg->runs[i].id))
+                    !current(gp_daemon_task(d, msg->runs[i].id.task), n, msg->runs[i].id))
                         return false;
         return true;
 }
 
-bool gp_nodes_answer(gp_daemon *d, struct cmd *c, int *status, char **body) {
-        gp_node_cmd *nc = c->node;
+bool gp_nodes_answer(gp_daemon *d, gp_node_cmd *nc, struct hreq *req, int *status, char **body) {
         node_reply *rp = nc->reply;
-        gp_node *n = find(d->nodes, nc->sync.node);
+        gp_node *n = find(gp_daemon_nodes(d), nc->sync.node);
         if (!rp || rp->status || !n) {
                 *status = rp && rp->status ? rp->status : 401;
                 *body = gp_proto_error_render(rp && rp->error[0] ? rp->error : "node removed");
@@ -1661,8 +1528,8 @@ bool gp_nodes_answer(gp_daemon *d, struct cmd *c, int *status, char **body) {
          * ends): held like a quiet sync, so that the agent does not ask again
          * at once */
         if (answer_empty(d, n, &nc->sync, rp) && nc->sync.wait_ms > 0 && !n->held && nc->sync.seq == n->seq &&
-            !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
-                hold(d, n, c->req, nc->sync.seq, nc->sync.wait_ms, gp_now_ms());
+            !gp_daemon_stopping(d)) {
+                hold(d, n, req, nc->sync.seq, nc->sync.wait_ms, gp_now_ms());
                 return false;
         }
         *status = 200;
@@ -1687,7 +1554,7 @@ void gp_node_cmd_free(gp_node_cmd *nc) {
 
 /* The bearer secret of r into out (checked by ok), or -1. */
 static int bearer(struct hreq *r, bool (*ok)(const char *), char *out, size_t size) {
-        const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        const char *h = gp_http_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
         if (!h || strncmp(h, "Bearer ", 7) || strlen(h + 7) >= size || !ok(h + 7))
                 return -1;
         gp_strlcpy(out, h + 7, size);
@@ -1706,12 +1573,11 @@ static gp_node_cmd *node_cmd(gp_node_op op) {
 }
 
 static int post(struct hreq *r, gp_node_cmd *nc) {
-        cmd *c = gp_cmd_new(CMD_NODE);
+        cmd *c = gp_cmd_node(nc);
         if (!c) {
                 gp_node_cmd_free(nc);
                 return gp_http_send(r, 503, NULL, 1);
         }
-        c->node = nc;
         return gp_http_post(r, c);
 }
 
@@ -1748,7 +1614,9 @@ static int h_join(struct hreq *r, const gp_route_arg *a) {
                 gp_node_cmd_free(nc);
                 return send_proto_error(r, 401, "a join token is required (Authorization: Bearer gpj_...)");
         }
-        int rc = gp_proto_join_parse(r->body.data ? r->body.data : "", r->body.len, &nc->join, err, sizeof(err));
+        size_t blen;
+        const char *data = gp_http_body(r, &blen);
+        int rc = gp_proto_join_parse(data, blen, &nc->join, err, sizeof(err));
         if (rc < 0 || make_secret("gpn_", nc->secret) < 0) {
                 gp_node_cmd_free(nc);
                 return send_proto_error(r, rc == -EINVAL ? 400 : 503, rc == -EINVAL ? err : "try again");
@@ -1766,22 +1634,24 @@ static bool equal_hash(const char *cred, const char *hex) {
 
 static int h_sync(struct hreq *r, const gp_route_arg *a) {
         (void)a;
-        gp_daemon *d = r->d;
+        gp_daemon *d = gp_http_daemon(r);
         char cred[GP_PROTO_CRED_LEN + 1], err[256];
         if (bearer(r, gp_proto_credential_ok, cred, sizeof(cred)) < 0)
                 return send_proto_error(r, 401, "the node's credential is required (Authorization: Bearer gpn_...)");
         gp_node_cmd *nc = node_cmd(GP_NODE_OP_SYNC);
         if (!nc)
                 return gp_http_send(r, 503, NULL, 1);
-        int rc = gp_proto_sync_parse(r->body.data ? r->body.data : "", r->body.len, &nc->sync, err, sizeof(err));
+        size_t blen;
+        const char *data = gp_http_body(r, &blen);
+        int rc = gp_proto_sync_parse(data, blen, &nc->sync, err, sizeof(err));
         if (rc < 0) {
                 gp_node_cmd_free(nc);
                 return send_proto_error(r, rc == -EINVAL ? 400 : 503, rc == -EINVAL ? err : "try again");
         }
         const gp_proto_sync *m = &nc->sync;
         int64_t now = gp_now_ms();
-        pthread_mutex_lock(&d->lock);
-        gp_node *n = find(d->nodes, m->node);
+        gp_daemon_lock(d);
+        gp_node *n = find(gp_daemon_nodes(d), m->node);
         int status = 0;
         const char *msg = NULL;
         if (!n || !equal_hash(cred, n->cred)) {
@@ -1803,7 +1673,7 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
         explicit_bzero(cred, sizeof(cred));
         if (status) {
                 int64_t last = n ? n->seq : 0;
-                pthread_mutex_unlock(&d->lock);
+                gp_daemon_unlock(d);
                 gp_node_cmd_free(nc);
                 if (status == 409)
                         return gp_http_send(r, 409, gp_proto_replay_render(msg, last), 0);
@@ -1811,7 +1681,7 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
         }
         n->seq = m->seq;
         if (n->state != GP_NODE_LOST)
-                hb_touch(d->nodes, n, now);
+                hb_touch(gp_daemon_nodes(d), n, now);
         int64_t touched[256];
         size_t ntouched = 0;
         if ((m->n_tele || m->has_host) && gp_node_tele_take(&n->tele, m, now, touched, 256, &ntouched) < 0)
@@ -1824,7 +1694,7 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
                         foreign += g->procs[k].task == 0 ? g->procs[k].used_mb : 0;
                 for (int k = 0; g->procs_known && k < n->ngpus; k++)
                         if (n->gpus[k].g.index == g->index && n->gpus[k].sid != UINT32_MAX)
-                                more |= gp_sched_gpu_set_foreign(d->sched, n->gpus[k].sid,
+                                more |= gp_sched_gpu_set_foreign(gp_daemon_sched(d), n->gpus[k].sid,
                                                                  foreign < (1LL << 40) ? foreign : 1LL << 40) > 0;
         }
         if (more)
@@ -1835,32 +1705,32 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
         bool quiet = !m->full && !m->has_gpus && m->n_runs == 0 && m->n_logs == 0 && n->synced &&
                      n->state != GP_NODE_LOST && m->seq <= n->seq_floor; /* else its new floor is stored first */
         if (!quiet) {
-                pthread_mutex_unlock(&d->lock);
+                gp_daemon_unlock(d);
                 return post(r, nc);
         }
-        if (!sendable(n) && m->wait_ms > 0 && !__atomic_load_n(&d->stopping, __ATOMIC_ACQUIRE)) {
+        if (!sendable(n) && m->wait_ms > 0 && !gp_daemon_stopping(d)) {
                 hold(d, n, r, m->seq, m->wait_ms, now);
                 gp_http_park(r);
-                pthread_mutex_unlock(&d->lock);
+                gp_daemon_unlock(d);
                 gp_daemon_kick(d); /* the loop learns the new deadline */
                 gp_node_cmd_free(nc);
                 return MHD_YES;
         }
         char *body = render_answer(d, n, m->seq, NULL, NULL);
-        pthread_mutex_unlock(&d->lock);
+        gp_daemon_unlock(d);
         gp_node_cmd_free(nc);
         return gp_http_send(r, body ? 200 : 503, body, body ? 0 : 1);
 }
 
 static int h_nodes(struct hreq *r, const gp_route_arg *a) {
-        gp_daemon *d = r->d;
-        pthread_mutex_lock(&d->lock);
+        gp_daemon *d = gp_http_daemon(r);
+        gp_daemon_lock(d);
         json_t *out;
         if (a->name[0]) {
-                gp_node *n = find(d->nodes, a->name);
+                gp_node *n = find(gp_daemon_nodes(d), a->name);
                 out = !strcmp(a->name, "local") ? gp_nodes_local_json(d) : n ? gp_nodes_node_json(d, n) : NULL;
                 if (!out) {
-                        pthread_mutex_unlock(&d->lock);
+                        gp_daemon_unlock(d);
                         return gp_http_send(r, 404, error_body("not_found", "no node %s", a->name), 0);
                 }
         } else {
@@ -1868,11 +1738,11 @@ static int h_nodes(struct hreq *r, const gp_route_arg *a) {
                 json_t *l = gp_nodes_local_json(d);
                 if (l)
                         json_array_append_new(list, l);
-                for (size_t i = 0; list && i < d->nodes->n; i++)
-                        json_array_append_new(list, gp_nodes_node_json(d, d->nodes->v[i]));
-                out = json_pack("{s:s,s:o}", "backend", d->backend, "nodes", list);
+                for (size_t i = 0; list && i < gp_daemon_nodes(d)->n; i++)
+                        json_array_append_new(list, gp_nodes_node_json(d, gp_daemon_nodes(d)->v[i]));
+                out = json_pack("{s:s,s:o}", "backend", gp_daemon_backend(d), "nodes", list);
         }
-        pthread_mutex_unlock(&d->lock);
+        gp_daemon_unlock(d);
         char *body = dump(out);
         if (gp_commit_wait(d) < 0) {
                 free(body);
@@ -1886,7 +1756,7 @@ static int post_admin(struct hreq *r, gp_node_op op, const char *name) {
         gp_node_cmd *nc = node_cmd(op);
         if (!nc)
                 return gp_http_send(r, 503, NULL, 1);
-        gp_strlcpy(nc->who, r->who, sizeof(nc->who));
+        gp_strlcpy(nc->who, gp_http_who(r), sizeof(nc->who));
         if (op == GP_NODE_OP_TOKEN_REVOKE)
                 gp_strlcpy(nc->token_id, name, sizeof(nc->token_id));
         else
@@ -1905,9 +1775,11 @@ static int h_node_op(struct hreq *r, const gp_route_arg *a) {
 static int h_token_create(struct hreq *r, const gp_route_arg *a) {
         (void)a;
         int64_t ttl = 0;
-        if (r->body.len) {
+        size_t blen;
+        const char *data = gp_http_body(r, &blen);
+        if (blen) {
                 json_error_t je;
-                json_t *j = json_loadb(r->body.data, r->body.len, 0, &je);
+                json_t *j = json_loadb(data, blen, 0, &je);
                 json_t *v = json_object_get(j, "ttl_s");
                 bool ok = json_is_object(j) && (!v || (json_is_integer(v) && json_integer_value(v) >= 0 &&
                                                        json_integer_value(v) <= 10LL * 365 * 86400));
@@ -1922,7 +1794,7 @@ static int h_token_create(struct hreq *r, const gp_route_arg *a) {
                 return gp_http_send(r, 503, NULL, 1);
         }
         nc->ttl_s = ttl;
-        gp_strlcpy(nc->who, r->who, sizeof(nc->who));
+        gp_strlcpy(nc->who, gp_http_who(r), sizeof(nc->who));
         return post(r, nc);
 }
 
@@ -1932,33 +1804,36 @@ static int h_token_revoke(struct hreq *r, const gp_route_arg *a) {
 
 static int h_tokens(struct hreq *r, const gp_route_arg *a) {
         (void)a;
-        gp_daemon *d = r->d;
+        gp_daemon *d = gp_http_daemon(r);
         json_t *list = json_array();
-        pthread_mutex_lock(&d->lock);
-        for (int i = 0; list && i < d->cfg.n_join_tokens; i++)
+        gp_daemon_lock(d);
+        for (int i = 0; list && i < gp_daemon_cfg(d)->n_join_tokens; i++)
                 json_array_append_new(list, json_pack("{s:s,s:I,s:I,s:b,s:s}", "id", "config", "created_ms", (json_int_t)0,
                                                       "expires_ms", (json_int_t)0, "revoked", false, "source", "config"));
-        for (size_t i = 0; list && i < d->nodes->ntok; i++) {
-                const jtoken *t = &d->nodes->tok[i];
+        for (size_t i = 0; list && i < gp_daemon_nodes(d)->ntok; i++) {
+                const jtoken *t = &gp_daemon_nodes(d)->tok[i];
                 json_array_append_new(list, json_pack("{s:s,s:I,s:I,s:b,s:s}", "id", t->id, "created_ms",
                                                       (json_int_t)t->created_ms, "expires_ms", (json_int_t)t->expires_ms,
                                                       "revoked", t->revoked, "source", "api"));
         }
-        pthread_mutex_unlock(&d->lock);
+        gp_daemon_unlock(d);
         return gp_http_send(r, list ? 200 : 503, dump(json_pack("{s:o}", "tokens", list)), 0);
 }
 
 int gp_nodes_count_ready(gp_daemon *d) {
-        int n = d->ngpus > 0;
-        for (size_t i = 0; d->nodes && i < d->nodes->n; i++)
-                n += d->nodes->v[i]->state == GP_NODE_READY || d->nodes->v[i]->state == GP_NODE_DRAINING;
+        const uint32_t *ids;
+        int n = gp_daemon_local_gpus(d, &ids) > 0;
+        const gp_nodes *ns = gp_daemon_nodes(d);
+        for (size_t i = 0; ns && i < ns->n; i++)
+                n += ns->v[i]->state == GP_NODE_READY || ns->v[i]->state == GP_NODE_DRAINING;
         return n;
 }
 
 size_t gp_nodes_mon(gp_daemon *d, struct gp_mon_sample *s) {
         size_t k = 0;
-        for (size_t i = 0; d->nodes && i < d->nodes->n && k < GP_MON_MAX_NODES; i++) {
-                const gp_node *n = d->nodes->v[i];
+        const gp_nodes *ns = gp_daemon_nodes(d);
+        for (size_t i = 0; ns && i < ns->n && k < GP_MON_MAX_NODES; i++) {
+                const gp_node *n = ns->v[i];
                 if (n->state == GP_NODE_LEFT)
                         continue;
                 gp_strlcpy(s->nodes[k].name, n->name, sizeof(s->nodes[k].name));

@@ -29,7 +29,6 @@
 
 struct gp_daemon;
 struct hreq;
-struct cmd;
 
 typedef struct gp_nodes gp_nodes;
 
@@ -92,15 +91,17 @@ void gp_nodes_close(struct gp_daemon *d);
 /* true when t's GPUs are on agent nodes (not "local"). */
 bool gp_nodes_remote(const gp_task *t);
 
-/* Apply a node command (loop thread).  Writes the answer's status and
- * body (malloc'd) for commands that have no sync answer (everything but
- * SYNC, whose answer gp_nodes_answer renders after the batch). */
-void gp_nodes_apply(struct gp_daemon *d, struct cmd *c, int64_t now, int *status, char **body);
-/* The answer of a SYNC command, rendered now (the node's acks of this
- * pass, its pending starts and stops): status and body, and true.  Or
- * false: nothing to say now, the request is held by its node (answered
- * later by gp_nodes_flush / gp_nodes_tick); the caller leaves it alone. */
-bool gp_nodes_answer(struct gp_daemon *d, struct cmd *c, int *status, char **body);
+/* Apply a node command (loop thread; nc stays the command's).  Writes the
+ * answer's status and body (malloc'd) for commands that have no sync
+ * answer (everything but SYNC, whose answer gp_nodes_answer renders after
+ * the batch). */
+void gp_nodes_apply(struct gp_daemon *d, gp_node_cmd *nc, int64_t now, int *status, char **body);
+/* The answer of SYNC command nc, posted for request req, rendered now (the
+ * node's acks of this pass, its pending starts and stops): status and
+ * body, and true.  Or false: nothing to say now, req is held by its node
+ * (answered later by gp_nodes_flush / gp_nodes_tick); the caller leaves it
+ * alone. */
+bool gp_nodes_answer(struct gp_daemon *d, gp_node_cmd *nc, struct hreq *req, int *status, char **body);
 
 /* Events for the daemon since the last take: *ret_n of them, valid until
  * the next call of any gp_nodes_ function that makes events. */

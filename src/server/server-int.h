@@ -14,6 +14,11 @@
  *     see a change that is not stored.
  *   - The sampler thread reads the GPUs every gpu_poll_ms.
  * Lock order: d->lock before d->rs_lock; d->qlock is a leaf.
+ *
+ * The cluster code (nodes*.c, coord.c) does not include this file: what it
+ * may see and ask of the daemon is cluster-host.h and hreq.h, declared
+ * there and defined by the daemon (cluster-host.c, hreq.c, daemon.c,
+ * http.c).  A change of a field here changes cluster-host.c, not them.
  */
 #ifndef GP_SERVER_SERVER_INT_H
 #define GP_SERVER_SERVER_INT_H
@@ -33,6 +38,8 @@
 #include "core/sched.h"
 #include "core/task.h"
 #include "gpu/gpu.h"
+#include "server/cluster-host.h"
+#include "server/hreq.h"
 #include "store/store.h"
 
 typedef enum cmd_kind {
@@ -279,8 +286,6 @@ int gp_daemon_start(gp_daemon *d);
 void gp_daemon_stop(gp_daemon *d);
 /* Close what d holds and free it (after gp_daemon_stop); takes NULL. */
 void gp_daemon_close(gp_daemon *d);
-/* Queue a command for the loop thread (takes ownership of c). */
-void gp_daemon_post(gp_daemon *d, cmd *c);
 /* Append a task as one JSON object to b; d->lock held by the caller (queue
  * position and reason of a queued task come from the scheduler).
  * 0, -ENOMEM, -E2BIG. */
@@ -312,33 +317,19 @@ int gp_daemon_task_lookup(gp_daemon *d, int64_t id, gp_task *ret);
  * take it out (a no-op when it is not waiting). d->lock held. */
 void gp_daemon_waiter_add(gp_daemon *d, hreq *r);
 void gp_daemon_waiter_del(gp_daemon *d, hreq *r);
-/* DATA_DIR/tasks/ID[/FILE] into buf. 0 or -ENAMETOOLONG. */
-int gp_daemon_task_path(const gp_daemon *d, int64_t id, const char *file, char *buf, size_t size);
-/* Wake the loop thread (a deadline it does not know yet). */
-void gp_daemon_kick(gp_daemon *d);
-/* Answer a request from the loop thread (resumes the connection). */
-void gp_http_answer(hreq *r, int status, char *body, int retry_after);
 /* Resume a parked request (long poll / follow) so its handler runs again. */
 void gp_http_wake(hreq *r);
-/* JSON error body {"error":{"code","message"}} (malloc'd). */
-char *gp_http_error_body(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* http.c */
 /* Send an answer now from an HTTP handler with this Content-Type (NULL =
  * JSON); takes body (malloc'd; NULL answers 503). */
 int gp_http_send_type(hreq *r, int status, char *body, const char *ctype);
-/* The same as JSON, with a Retry-After header when retry_after > 0. */
-int gp_http_send(hreq *r, int status, char *body, int retry_after);
 /* users.c: local users named by the kernel (peer.h).  After the key
  * check: name r's caller (r->peer, user, uid, own_only, anonymous); 0, or
  * the status to refuse with and msg.  Then, for a new task: the user it
  * records and runs as; 0, -EPERM (message in err: answer 403), -ENOMEM. */
 int gp_http_identify_user(hreq *r, bool unix_sock, bool has_key, const char **msg);
 int gp_http_submit_user(hreq *r, gp_task *t, char *err, size_t errlen);
-/* Suspend r until gp_http_answer / gp_http_wake (its handler returns MHD_YES). */
-void gp_http_park(hreq *r);
-/* Hand c to the loop thread for r, which is answered when c is done.  MHD_YES. */
-int gp_http_post(hreq *r, cmd *c);
 /* The same as JSON with an Allow header (a 405's methods). */
 int gp_http_send_allow(hreq *r, int status, char *body, const char *allow);
 /* cors.c */

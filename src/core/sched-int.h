@@ -205,7 +205,6 @@ struct stask {
         uint32_t rstamp;           /* run in which rcode was set */
         int64_t ra1, ra2;
         uint32_t pos;              /* queue position (valid when pos_gen matches; fifo) */
-        uint32_t seq;              /* order in its tier (see tier.fen) */
         uint8_t q;                 /* tier it is (or will be) queued in */
         int64_t attained;          /* GPU-ms held in finished runs (LAS) */
         uint32_t pstamp;           /* == s->pstamp: marked as a preemption victim */
@@ -284,12 +283,6 @@ typedef struct tier {
         stask *head, *tail;
         size_t n;
         uint64_t pass;
-        /* order statistics: seq numbers follow list order; fen is a Fenwick
-         * tree over seq (1-based) counting live tasks, so "how many ahead of
-         * t in its tier" is O(log n) */
-        uint32_t *fen;
-        uint32_t fen_cap;          /* seqs 1..fen_cap-1 usable */
-        uint32_t next_seq;
         uint32_t *act;             /* tenants with tasks queued here, any order */
         uint32_t nact, act_cap;
 } tier;
@@ -719,7 +712,6 @@ SCHED_PRIVATE int walk_init(gp_sched *s, walk *w, bool live);
 SCHED_PRIVATE void walk_refresh(gp_sched *s, walk *w);
 SCHED_PRIVATE void walk_head(gp_sched *s, walk *w, int i);
 SCHED_PRIVATE void walk_advance(gp_sched *s, walk *w, int i);
-SCHED_PRIVATE uint32_t fen_sum(const tier *q, uint32_t i);
 SCHED_PRIVATE int queue_add(gp_sched *s, stask *t);
 SCHED_PRIVATE void queue_del(gp_sched *s, stask *t);
 SCHED_PRIVATE bool name_ok(const char *n, bool empty_ok);

@@ -37,10 +37,13 @@ static int pick_first(const gp_sched *s, stask *const cur[], const uint64_t lp[]
         return -1;
 }
 
+static uint32_t position_walk(gp_sched *s, const stask *t);
+
 /* strict and las: every task of a more urgent tier, then those ahead in its own */
 static uint32_t position_first(gp_sched *s, const stask *t) {
-        const tier *q = &s->tiers[t->q];
-        uint64_t ahead = fair_policy(s) ? fair_rank(s, t) : fen_sum(q, t->seq - 1);
+        if (!fair_policy(s))
+                return position_walk(s, t); /* the tiers in turn, each in list order */
+        uint64_t ahead = fair_rank(s, t);
         for (int j = 0; j < t->q; j++)
                 ahead += s->tiers[j].n;
         return (uint32_t)(ahead + 1);

@@ -259,6 +259,18 @@ SCHED_PRIVATE uint32_t tl_below(const tlist *l, int64_t id) {
         return tl_fen_sum(l, a);
 }
 
+/* The slot of l's r-th queued task (1-based, r <= l->n): a descent of
+ * the Fenwick tree (l->cap is a power of two). */
+static uint32_t tl_kth(const tlist *l, uint32_t r) {
+        uint32_t pos = 0;
+        for (uint32_t step = l->cap; step; step >>= 1)
+                if (pos + step <= l->cap && l->fen[pos + step] < r) {
+                        pos += step;
+                        r -= l->fen[pos];
+                }
+        return pos; /* slot pos holds Fenwick position pos + 1 */
+}
+
 /* ------------------------------------------------------------------ */
 /* tenants with tasks queued per tier                                 */
 
@@ -412,52 +424,36 @@ SCHED_PRIVATE void walk_advance(gp_sched *s, walk *w, int i) {
 /* ------------------------------------------------------------------ */
 /* queues                                                             */
 
-static void fen_add(tier *q, uint32_t i, int v) {
-        for (; i < q->fen_cap; i += i & (~i + 1))
-                q->fen[i] += (uint32_t)v;
-}
-
-SCHED_PRIVATE uint32_t fen_sum(const tier *q, uint32_t i) {
-        uint32_t r = 0;
-        for (; i > 0; i -= i & (~i + 1))
-                r += q->fen[i];
-        return r;
-}
-
-/* Number the tier's tasks 1..n in list order and rebuild the tree with
- * room for growth. 0 or -ENOMEM (tree left as it was). */
-static int tier_renumber(tier *q) {
-        uint32_t cap = 64;
-        while (cap < 2 * (q->n + 1))
-                cap *= 2;
-        uint32_t *fen = calloc(cap, sizeof(*fen));
-        if (!fen)
-                return -ENOMEM;
-        free(q->fen);
-        q->fen = fen;
-        q->fen_cap = cap;
-        uint32_t seq = 0;
-        for (stask *t = q->head; t; t = t->next) {
-                t->seq = ++seq;
-                fen_add(q, seq, 1);
+/* The last task of t's tier before t by id (NULL: none), for a policy
+ * that orders a tier by id alone: each tenant's tasks of the tier are
+ * sorted by id (tlist), so it is the latest of their predecessors,
+ * O(tenants queued in the tier x log n), not a walk of the tier (a task
+ * requeued after preemption belongs near its head). */
+static stask *tier_pred_by_id(const gp_sched *s, const stask *t) {
+        const tier *q = &s->tiers[t->q];
+        stask *best = NULL;
+        for (uint32_t j = 0; j < q->nact; j++) {
+                const tlist *l = &s->tn[q->act[j]].q[t->q];
+                uint32_t r = tl_below(l, t->id); /* live tasks of l before t */
+                if (r == 0)
+                        continue;
+                stask *p = l->v[tl_kth(l, r)];
+                if (!best || p->id > best->id)
+                        best = p;
         }
-        q->next_seq = seq;
-        return 0;
+        return best;
 }
 
-static int tier_insert(gp_sched *s, stask *t) {
+static void tier_insert(gp_sched *s, stask *t) {
         tier *q = &s->tiers[t->q];
         if (q->n == 0 && q->pass < s->vtime)
                 q->pass = s->vtime;
         stask *after = q->tail;
-        while (after && (after->okey > t->okey || (after->okey == t->okey && after->id > t->id)))
-                after = after->prev;
-        bool at_tail = after == q->tail;
-        if (at_tail && q->next_seq + 1 >= q->fen_cap) {
-                /* out of numbers: renumber the current list first */
-                if (tier_renumber(q) < 0)
-                        return -ENOMEM;
-        }
+        if (after && !s->pol->order_key && after->id > t->id)
+                after = tier_pred_by_id(s, t);
+        else
+                while (after && (after->okey > t->okey || (after->okey == t->okey && after->id > t->id)))
+                        after = after->prev;
         t->prev = after;
         t->next = after ? after->next : q->head;
         if (t->next)
@@ -470,23 +466,6 @@ static int tier_insert(gp_sched *s, stask *t) {
                 q->head = t;
         q->n++;
         s->gen++;
-        if (at_tail) {
-                t->seq = ++q->next_seq;
-                fen_add(q, t->seq, 1);
-        } else if (tier_renumber(q) < 0) {
-                /* cannot keep the order statistics: undo the insertion */
-                q->n--;
-                if (t->prev)
-                        t->prev->next = t->next;
-                else
-                        q->head = t->next;
-                if (t->next)
-                        t->next->prev = t->prev;
-                else
-                        q->tail = t->prev;
-                return -ENOMEM;
-        }
-        return 0;
 }
 
 static void tier_remove(gp_sched *s, stask *t) {
@@ -501,12 +480,6 @@ static void tier_remove(gp_sched *s, stask *t) {
                 q->tail = t->prev;
         t->prev = t->next = NULL;
         q->n--;
-        fen_add(q, t->seq, -1);
-        if (q->n == 0) {
-                /* empty: numbering starts over */
-                memset(q->fen, 0, q->fen_cap * sizeof(*q->fen));
-                q->next_seq = 0;
-        }
         s->gen++;
 }
 
@@ -522,12 +495,7 @@ SCHED_PRIVATE int queue_add(gp_sched *s, stask *t) {
                         act_del(s, t->q, t->tenant);
                 return -ENOMEM;
         }
-        if (tier_insert(s, t) < 0) {
-                tl_remove(l, t);
-                if (l->n == 0)
-                        act_del(s, t->q, t->tenant);
-                return -ENOMEM;
-        }
+        tier_insert(s, t);
         tenant_out(s, T);
         T->queued++;
         tenant_in(s, T);

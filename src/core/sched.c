@@ -101,7 +101,6 @@ void gp_sched_free(gp_sched *s) {
         free(s->model_gpus_cap);
         free(s->heap);
         for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
-                free(s->tiers[i].fen);
                 free(s->tiers[i].act);
         }
         for (uint32_t i = 0; i < s->tn_cap; i++)

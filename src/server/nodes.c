@@ -1764,6 +1764,16 @@ static bool equal_hash(const char *cred, const char *hex) {
         return ok;
 }
 
+int gp_nodes_cred_host(gp_daemon *d, const char *node, const char *cred, char *host, size_t size) {
+        pthread_mutex_lock(&d->lock);
+        gp_node *n = d->nodes ? find(d->nodes, node) : NULL;
+        int rc = !n || n->state == GP_NODE_LEFT ? -ENOENT : equal_hash(cred, n->cred) ? 0 : -EPERM;
+        if (rc == 0)
+                gp_nodes_host(d, node, host, size);
+        pthread_mutex_unlock(&d->lock);
+        return rc;
+}
+
 static int h_sync(struct hreq *r, const gp_route_arg *a) {
         (void)a;
         gp_daemon *d = r->d;

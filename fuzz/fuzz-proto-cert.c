@@ -1,13 +1,18 @@
 /* fuzz-proto-cert.c - libFuzzer target for the node certificate messages
- * (src/cluster/proto-cert.c): the agent's request (parsed by the server)
- * and the server's answer (parsed by the agent).
+ * (src/cluster/proto-cert.c): the agent's request (parsed by the server),
+ * the server's answer (parsed by the agent), and the first line of a relay
+ * to a model replica (parsed by the agent from whoever reaches its port).
  *
- * The first byte picks the parser (low bit).  Checks the contract: a
+ * The first byte picks the parser (bit 1: the relay line; else the low bit).
+ * The relay line: a success is a name of digits and two dots and a token of
+ * 32+ lowercase hex digits that put back together give the line; a failure
+ * writes nothing.  Checks the contract: a
  * failure is -EINVAL with a non-empty message (or -ENOMEM) and leaves the
  * output untouched; a success is within the bounds (PEM blocks that begin
  * as they must, names of the allowed characters), renders, and the
  * rendering parses again to the same text. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +39,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const char *p = (const char *)data + 1;
         size_t n = size - 1;
         char err[256];
+        if (data[0] & 2) {
+                char name[64], token[GP_PROTO_RELAY_LINE_MAX], line[GP_PROTO_RELAY_LINE_MAX + 64];
+                memset(name, 0x5a, sizeof(name));
+                memset(token, 0x5a, sizeof(token));
+                if (gp_proto_relay_parse(p, n, name, sizeof(name), token, sizeof(token)) < 0) {
+                        if (name[0] != 0x5a || token[0] != 0x5a)
+                                abort();
+                        return 0;
+                }
+                size_t dots = 0, tl = strlen(token);
+                for (const char *q = name; *q; q++)
+                        if (*q == '.')
+                                dots++;
+                        else if (*q < '0' || *q > '9')
+                                abort();
+                if (dots != 2 || tl < GP_PROTO_RELAY_TOKEN_MIN || strspn(token, "0123456789abcdef") != tl)
+                        abort();
+                int k = snprintf(line, sizeof(line), "%s%s %s\n", GP_PROTO_RELAY_MAGIC, name, token);
+                if (k < 0 || (size_t)k != n || memcmp(line, p, n))
+                        abort();
+                return 0;
+        }
         if (data[0] & 1) {
                 gp_proto_cert_answer m, before;
                 memset(&m, 0x5a, sizeof(m));

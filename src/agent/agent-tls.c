@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/agent-relay.h"
 #include "base/buf.h"
 #include "base/iplimit.h"
 #include "base/log.h"
@@ -44,6 +45,7 @@
 
 struct gp_agent_tls {
         char dir[PATH_MAX];           /* DATA_DIR/tls */
+        char runs_dir[PATH_MAX];      /* DATA_DIR/runs: the runs a relay may reach (agent-relay.h) */
         char host[256];               /* the node's host, as its address names it */
         gp_tls_keep *keep;            /* node.crt / node.key */
         gp_tls_acceptor *acc;
@@ -61,6 +63,7 @@ struct gp_agent_tls {
         pthread_mutex_t mu;           /* the fields below */
         pthread_cond_t cv;
         bool stop, poke, fresh;       /* fresh: a join gave a new credential */
+        int sniffing;                 /* sniff threads (a connection's first bytes) alive */
         char cred[GP_PROTO_CRED_LEN + 1];
         const char *state;            /* "issued" | "pending" */
 };
@@ -78,10 +81,67 @@ static void notify_conn(void *cls, struct MHD_Connection *c, void **socket_conte
                 gp_iplimit_put(&t->ipl, ci->client_addr);
 }
 
-/* the acceptor counted the connection in t->ipl; MHD's close puts it back */
+typedef struct sniff {
+        gp_agent_tls *t;
+        int fd;
+        struct sockaddr_storage sa;
+        socklen_t sl;
+} sniff;
+
+/* A relay's first line, or an HTTP request for MHD (the acceptor's TLS
+ * pump carries bytes only once the handoff returned, so this waits in a
+ * thread of its own, counted in t->sniffing). */
+static void *sniff_main(void *arg) {
+        sniff *s = arg;
+        gp_agent_tls *t = s->t;
+        const struct sockaddr *sa = (const struct sockaddr *)&s->sa;
+        if (!gp_agent_relay_try(s->fd, t->runs_dir, &t->ipl, sa) &&
+            MHD_add_connection(t->mhd, s->fd, sa, s->sl) != MHD_YES) /* MHD closed fd */
+                gp_iplimit_put(&t->ipl, sa);
+        pthread_mutex_lock(&t->mu);
+        if (--t->sniffing == 0)
+                pthread_cond_broadcast(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+        free(s);
+        return NULL;
+}
+
+/* the acceptor counted the connection in t->ipl; MHD's close (or the relay) puts it back */
 static int handoff(void *ud, int fd, const struct sockaddr *sa, socklen_t sl) {
         gp_agent_tls *t = ud;
-        return MHD_add_connection(t->mhd, fd, sa, sl) == MHD_YES ? 0 : -1; /* MHD closes fd on failure */
+        sniff *s = calloc(1, sizeof(*s));
+        pthread_attr_t at;
+        pthread_t th;
+        if (!s || sl > sizeof(s->sa)) {
+                free(s);
+                close(fd);
+                return -1;
+        }
+        s->t = t;
+        s->fd = fd;
+        s->sl = sl;
+        memcpy(&s->sa, sa, sl);
+        pthread_mutex_lock(&t->mu);
+        bool stopping = t->stop;
+        if (!stopping)
+                t->sniffing++;
+        pthread_mutex_unlock(&t->mu);
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&at, 128 * 1024);
+        int rc = stopping ? EAGAIN : pthread_create(&th, &at, sniff_main, s);
+        pthread_attr_destroy(&at);
+        if (rc) {
+                if (!stopping) {
+                        pthread_mutex_lock(&t->mu);
+                        t->sniffing--;
+                        pthread_mutex_unlock(&t->mu);
+                }
+                free(s);
+                close(fd);
+                return -1;
+        }
+        return 0;
 }
 
 static void quiet(void *cls, const char *fmt, va_list ap) {
@@ -137,7 +197,8 @@ int gp_agent_tls_open(const gp_agent_tls_opts *o, gp_agent_tls **ret, char *addr
         int rc = -ENOMEM;
         if (gp_iplimit_init(&t->ipl, PER_IP, MAX_CONNS) < 0)
                 goto fail_early;
-        if ((size_t)snprintf(t->dir, sizeof(t->dir), "%s/tls", o->data_dir) >= sizeof(t->dir)) {
+        if ((size_t)snprintf(t->dir, sizeof(t->dir), "%s/tls", o->data_dir) >= sizeof(t->dir) ||
+            (size_t)snprintf(t->runs_dir, sizeof(t->runs_dir), "%s/runs", o->data_dir) >= sizeof(t->runs_dir)) {
                 rc = -ENAMETOOLONG;
                 snprintf(err, errlen, "data dir path too long");
                 goto fail;
@@ -425,14 +486,17 @@ const char *gp_agent_tls_state(gp_agent_tls *t, bool *ret_plaintext_any) {
 void gp_agent_tls_stop(gp_agent_tls *t) {
         if (!t)
                 return;
-        if (t->started) {
-                pthread_mutex_lock(&t->mu);
-                t->stop = true;
-                pthread_cond_signal(&t->cv);
-                pthread_mutex_unlock(&t->mu);
+        pthread_mutex_lock(&t->mu);
+        t->stop = true;
+        pthread_cond_broadcast(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+        if (t->started)
                 pthread_join(t->th, NULL);
-        }
         gp_tls_acceptor_stop(t->acc);
+        pthread_mutex_lock(&t->mu); /* no new sniff thread now; those alive end within seconds */
+        while (t->sniffing > 0)
+                pthread_cond_wait(&t->cv, &t->mu);
+        pthread_mutex_unlock(&t->mu);
         if (t->mhd)
                 MHD_stop_daemon(t->mhd);
         if (t->lfd >= 0)

@@ -166,3 +166,34 @@ void gp_proto_cert_answer_done(gp_proto_cert_answer *m) {
         free(m->ca);
         m->cert = m->ca = NULL;
 }
+
+int gp_proto_relay_parse(const char *line, size_t len, char *name, size_t name_size, char *token, size_t token_size) {
+        size_t m = strlen(GP_PROTO_RELAY_MAGIC);
+        if (!line || len < m + 1 || len > GP_PROTO_RELAY_LINE_MAX || memcmp(line, GP_PROTO_RELAY_MAGIC, m) ||
+            line[len - 1] != '\n')
+                return -EINVAL;
+        const char *p = line + m, *end = line + len - 1;
+        const char *sp = memchr(p, ' ', (size_t)(end - p));
+        if (!sp)
+                return -EINVAL;
+        size_t nl = (size_t)(sp - p), tl = (size_t)(end - sp - 1);
+        if (nl == 0 || nl >= name_size || tl < GP_PROTO_RELAY_TOKEN_MIN || tl >= token_size)
+                return -EINVAL;
+        int dots = 0;
+        for (const char *q = p; q < sp; q++) {
+                if (*q == '.')
+                        dots++;
+                else if (*q < '0' || *q > '9')
+                        return -EINVAL;
+        }
+        if (dots != 2 || p[0] == '.' || sp[-1] == '.' || memmem(p, nl, "..", 2))
+                return -EINVAL;
+        for (const char *q = sp + 1; q < end; q++)
+                if (!((*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f')))
+                        return -EINVAL;
+        memcpy(name, p, nl);
+        name[nl] = '\0';
+        memcpy(token, sp + 1, tl);
+        token[tl] = '\0';
+        return 0;
+}

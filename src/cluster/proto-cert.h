@@ -44,4 +44,17 @@ int gp_proto_cert_answer_parse(const char *data, size_t len, gp_proto_cert_answe
 int gp_proto_cert_answer_render(const gp_proto_cert_answer *m, char **ret);
 void gp_proto_cert_answer_done(gp_proto_cert_answer *m);
 
+/* The first line of a relay to a model replica (agent/agent-relay.h,
+ * server/relay.c), sent inside TLS to the agent's port:
+ *     "GPUPOOL-RELAY TASK.EPOCH.RANK TOKEN\n"
+ * TOKEN: GP_PROTO_RELAY_TOKEN_MIN or more lowercase hex digits. */
+#define GP_PROTO_RELAY_MAGIC "GPUPOOL-RELAY "
+#define GP_PROTO_RELAY_LINE_MAX 160 /* the line, '\n' included */
+#define GP_PROTO_RELAY_TOKEN_MIN 32
+
+/* line[0..len) (its '\n' last): 0 and NUL-terminated copies of the run's
+ * name (digits and two dots, no more) and the token, or -EINVAL (nothing
+ * written). */
+int gp_proto_relay_parse(const char *line, size_t len, char *name, size_t name_size, char *token, size_t token_size);
+
 #endif

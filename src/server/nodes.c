@@ -1094,6 +1094,11 @@ void gp_nodes_host(gp_daemon *d, const char *node, char *buf, size_t size) {
         buf[len] = '\0';
 }
 
+void gp_nodes_address(gp_daemon *d, const char *node, char *buf, size_t size) {
+        gp_node *n = node ? find(d->nodes, node) : NULL;
+        gp_strlcpy(buf, n ? n->address : "", size);
+}
+
 /* ---- applying the commands ---- */
 
 static void reply_offset(node_reply *rp, gp_proto_run_id id, int64_t off) {

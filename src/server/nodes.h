@@ -174,6 +174,9 @@ struct gp_node_tele *gp_nodes_tele(struct gp_daemon *d, const char *node);
 /* The node's host for model servers and MASTER_ADDR ("" for local or
  * unknown) into buf. */
 void gp_nodes_host(struct gp_daemon *d, const char *node, char *buf, size_t size);
+/* Its whole address (https://HOST:PORT; http:// from older agents; "" as
+ * above) into buf.  d->lock held. */
+void gp_nodes_address(struct gp_daemon *d, const char *node, char *buf, size_t size);
 
 /* A node certificate's check (node-cert.c): 0 and the node's host (as
  * gp_nodes_host) when cred is the credential of node, which has not left;

@@ -12,14 +12,17 @@ Run: GPUPOOL_BIN=$PWD/build/gpupool GPUPOOL_BUILD=$PWD/build \\
 """
 import json
 import os
+import socket
+import ssl
 import stat
 import subprocess
+import threading
 
 import pytest
 import requests
 
 from apiutil import wait_for
-from clusterutil import PY, TOKEN, cluster
+from clusterutil import TOKEN, cluster, server_config, sim_gpus
 from netnsutil import veth_netns
 from test_tls_cluster import ca_hash_of, https_url, make_evil_pki, openssl, pinned, server_ca
 
@@ -70,7 +73,7 @@ def test_the_agent_port_serves_a_certificate_of_the_cluster_ca_to_curl_and_opens
     wait_issued(a)
     # the node's address is https://, and the server issued the certificate (its log says for what)
     assert cluster.node("gpu-a")["address"] == "https://127.0.0.1:%d" % a.port
-    assert "node gpu-a: certificate issued for 127.0.0.1" in s.full_log()
+    assert "node gpu-a: certificate issued for loopback only" in s.full_log()
     # curl and openssl verify the agent's port against the server's CA file
     r = curl("https://127.0.0.1:%d/health" % a.port, server_ca(s))
     assert r.returncode == 0, r.stderr
@@ -179,3 +182,102 @@ def test_off_loopback_the_agent_port_is_tls_only_unless_the_logged_opt_out(clust
     assert "--insecure-listen-plaintext" in b.log()
     h = requests.get("http://%s:%d/health" % (ns_addr, b.port), timeout=10).json()
     assert h["listen_plaintext_any"] is True and h["node"] == "gpu-b"
+
+
+# ---- the gateway's traffic to a model replica on an agent node ------------------
+
+SERVE_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gw_serve_main.py")
+
+
+class Capture:
+    """Every frame on one interface (AF_PACKET), as a sniffer on the wire between the namespaces sees it."""
+
+    def __init__(self, ifname):
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+        self.sock.bind((ifname, 0))
+        self.sock.settimeout(0.2)
+        self.data = bytearray()
+        self.stopping = False
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        while not self.stopping:
+            try:
+                self.data += self.sock.recv(65535)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+
+    def stop(self):
+        self.stopping = True
+        self.t.join(5)
+        self.sock.close()
+        return bytes(self.data)
+
+
+@pytest.fixture
+def veth():
+    """(namespace, root-side interface, root address, namespace address)."""
+    with veth_netns("gprly", 216) as v:
+        yield v
+
+
+def relay_line(a, name, token, cafile, ns_addr):
+    ctx = ssl.create_default_context(cafile=str(cafile))
+    with socket.create_connection((ns_addr, a.port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname=ns_addr) as c:
+            c.sendall(("GPUPOOL-RELAY %s %s\n" % (name, token)).encode())
+            c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            out = b""
+            while True:
+                b = c.recv(65536)
+                if not b:
+                    return out
+                out += b
+
+
+def test_a_replica_on_an_agent_node_is_reached_over_tls_through_its_agent(cluster, veth):
+    ns, v0, root_addr, ns_addr = veth
+    s = cluster.start_server(server_config(extra=(
+        "gateway:\n"
+        "  models:\n"
+        "    - name: m1\n"
+        "      serve: {command: [\"/usr/bin/python3\", \"%s\", \"{port}\"], gpus: 1, memory_mb: 2000,\n"
+        "              port: auto, ready: \"/health\"}\n" % SERVE_MAIN)), listen_host="0.0.0.0")
+    a = cluster.agent("infer-1", gpus=sim_gpus(2, name="NVIDIA L4", memory_mb=23034), netns=ns, listen_host=ns_addr,
+                      server_url="https://%s:%d" % (root_addr, s.port), token=pinned(TOKEN, ca_hash_of(server_ca(s))))
+
+    def chat(text):
+        return s.api("POST", "/v1/chat/completions",
+                     json={"model": "m1", "messages": [{"role": "user", "content": text}], "max_tokens": 4})
+    wait_for(lambda: chat("warm up").status_code == 200, 60, "the gateway to answer through the replica:\n" +
+             s.log()[-3000:])
+    assert "reached over TLS through its agent https://%s:%d" % (ns_addr, a.port) in s.full_log()
+    # a prompt and its answer, with a sniffer on the wire between the server and the node
+    cap = Capture(v0)
+    try:
+        r = chat("prompt-secret-5d1c4e")
+        assert r.status_code == 200, r.text
+        assert "hello from served-" in r.json()["choices"][0]["message"]["content"]
+    finally:
+        wire = cap.stop()
+    runs = os.path.join(a.data_dir, "runs")
+    name = os.listdir(runs)[0]
+    with open(os.path.join(runs, name, "spec.json")) as f:
+        env = dict(kv.split("=", 1) for kv in json.load(f)["env"])
+    token = env["SERVE_RELAY_TOKEN"]
+    assert len(wire) > 300 and b"\x17\x03\x03" in wire  # TLS application data went by
+    for clear in (b"prompt-secret-5d1c4e", b"hello from served-", b"chat/completions", token.encode()):
+        assert clear not in wire, clear
+    # the relay: only the run's own port, only with its token, only over TLS off loopback
+    ok = relay_line(a, name, token, server_ca(s), ns_addr)
+    assert ok.startswith(b"HTTP/1.") and b" 200 " in ok.split(b"\r\n")[0] and b'"status":"ok"' in ok, ok
+    bad = relay_line(a, name, "0" * 64, server_ca(s), ns_addr)
+    assert b" 502 " in bad.split(b"\r\n")[0], bad
+    bad = relay_line(a, "99.1.0", token, server_ca(s), ns_addr)
+    assert b" 502 " in bad.split(b"\r\n")[0], bad
+    with socket.create_connection((ns_addr, a.port), timeout=10) as c:
+        c.sendall(("GPUPOOL-RELAY %s %s\n" % (name, token)).encode())
+        assert b"tls_required" in c.recv(4096)

@@ -254,9 +254,8 @@ static void test_node_key_is_signed_for_its_names_and_checked(void **state) {
         assert_int_equal(gp_tls_make_key(&key2, &pub2), 0);
         assert_int_equal(gp_tls_creds_new(crt, key2, NULL, &c, err, sizeof(err)), -EINVAL);
         /* what is no P-256 public key is refused: garbage, an RSA key */
-        assert_int_equal(gp_tls_sign_pubkey(ca, cakey, "-----BEGIN PUBLIC KEY-----\nAA==\n-----END PUBLIC KEY-----\n",
-                                            60, "n", sans, 1, 90, &junk),
-                         -GP_EPARSE);
+        static const char bad[] = "-----BEGIN PUBLIC KEY-----\nAA==\n-----END PUBLIC KEY-----\n";
+        assert_int_equal(gp_tls_sign_pubkey(ca, cakey, bad, strlen(bad), "n", sans, 1, 90, &junk), -GP_EPARSE);
         assert_int_equal(sh(NULL, 0, "openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:1024 -out rsa.key && "
                                      "openssl pkey -in rsa.key -pubout -out rsa.pub"),
                          0);

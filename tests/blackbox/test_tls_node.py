@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from apiutil import wait_for
-from clusterutil import TOKEN, cluster, server_config, sim_gpus
+from clusterutil import PY, TOKEN, cluster, server_config, sim_gpus
 from netnsutil import veth_netns
 from test_tls_cluster import ca_hash_of, https_url, make_evil_pki, openssl, pinned, server_ca
 
@@ -126,7 +126,7 @@ def test_a_machine_that_joins_again_gets_a_new_certificate_and_one_near_its_end_
              "the renewed certificate served")
 
 
-def test_a_node_credential_is_needed_and_the_server_own_names_are_not_given_away(cluster):
+def test_a_certificate_needs_the_node_own_credential_and_a_good_key(cluster):
     s = cluster.start_server()
     a = pinned_agent(cluster, s, "gpu-a")
     wait_issued(a)
@@ -176,6 +176,24 @@ def test_off_loopback_the_agent_port_is_tls_only_unless_the_logged_opt_out(clust
              "the agent's port over verified TLS")
     rc, out = s_client(ns_addr, a.port, server_ca(s))
     assert rc == 0 and "Verification: OK" in out, out
+    # a node off the server's machine that claims one of the server's own addresses gets no certificate naming it
+    # (its key must not pass for the server to other agents)
+    pub = openssl("pkey", "-in", node_file(a, "node.key"), "-pubout").decode()
+    script = (
+        "import json, ssl, sys, time, urllib.request\n"
+        "ctx = ssl.create_default_context(cafile=%r)\n"
+        "def post(path, body, bearer):\n"
+        "    req = urllib.request.Request(%r + path, data=json.dumps(body).encode(), method='POST',\n"
+        "        headers={'Content-Type': 'application/json', 'Authorization': 'Bearer ' + bearer})\n"
+        "    return json.loads(urllib.request.urlopen(req, context=ctx, timeout=10).read())\n"
+        "j = post('/agent/v1/join', {'name': 'evil-1', 'version': 'x', 'address': 'https://%s:9', 'labels': {},\n"
+        "         'backend': 'sim', 'machine': 'ab' * 32, 'seq': int(time.time() * 1e6), 'gpus': []}, %r)\n"
+        "c = post('/agent/v1/cert', {'node': 'evil-1', 'public_key': %r}, j['credential'])\n"
+        "sys.stdout.write(json.dumps(c['names']))\n") % (str(server_ca(s)), url, root_addr, TOKEN, pub)
+    out = subprocess.run(["ip", "netns", "exec", ns, PY, "-c", script], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == ["localhost", "127.0.0.1", "::1"]
+    assert "node evil-1: its certificate does not name %s" % root_addr in s.full_log()
     # the opt-out: logged, shown in /health, and plain HTTP from off loopback works
     b = cluster.agent("gpu-b", netns=ns, listen_host=ns_addr, server_url=url, token=tok,
                       extra=["--insecure-listen-plaintext"])

@@ -352,6 +352,8 @@ static int ask(gp_agent_tls *t, const char *cred, const char *why) {
                         resp.data ? resp.data : "",
                         status == 404 ? " (a server older than node certificates)" : "");
                 rc = status == 409 || status == 404 || status == 401 || status == 400 ? -EPERM : -EAGAIN;
+                if (rc == -EAGAIN) /* a standby server (503), say: the next one */
+                        t->url = (t->url + 1) % t->n_urls;
                 goto out;
         }
         if (gp_proto_cert_answer_parse(resp.data ? resp.data : "", resp.len, &ans, err, sizeof(err)) < 0) {

@@ -64,7 +64,8 @@ static int run_port(const char *runs_dir, const char *name, const char *token) {
         int64_t v = 0;
         int rc = -EACCES;
         size_t tl = tok ? strlen(tok) : 0;
-        if (port && tok && tl >= GP_PROTO_RELAY_TOKEN_MIN && tl == strlen(token) && gp_parse_i64(port, 1, 65535, &v) == 0) {
+        if (port && tok && tl >= GP_PROTO_RELAY_TOKEN_MIN && tl == strlen(token) &&
+            gp_parse_i64(port, 1, 65535, &v) == 0) {
                 unsigned diff = 0;
                 for (size_t i = 0; i < tl; i++)
                         diff |= (unsigned char)(tok[i] ^ token[i]);

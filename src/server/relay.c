@@ -176,7 +176,8 @@ int gp_relay_open(const char *agent_url, const char *run_name, const char *token
         int n = snprintf(r->line, sizeof(r->line), "%s%s %s\n", GP_PROTO_RELAY_MAGIC, run_name, token);
         char nm[64], tk[GP_PROTO_RELAY_LINE_MAX];
         if (gp_http_url_parse(plain, &u) < 0 || u.host_len >= sizeof(r->host) || n < 0 ||
-            (size_t)n >= sizeof(r->line) || gp_proto_relay_parse(r->line, (size_t)n, nm, sizeof(nm), tk, sizeof(tk)) < 0) {
+            (size_t)n >= sizeof(r->line) ||
+            gp_proto_relay_parse(r->line, (size_t)n, nm, sizeof(nm), tk, sizeof(tk)) < 0) {
                 explicit_bzero(r->line, sizeof(r->line));
                 free(r);
                 return -EINVAL;

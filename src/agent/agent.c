@@ -40,6 +40,7 @@
 
 #include "agent/agent-fence.h"
 #include "agent/agent-mps.h"
+#include "agent/agent-tls.h"
 #include "agent/agent-util.h"
 #include "agent/trust.h"
 #include "base/buf.h"
@@ -156,7 +157,7 @@ typedef struct agent {
         pthread_mutex_t lock;
         char *status_json;            /* under lock */
         char *health_json;            /* under lock */
-        struct MHD_Daemon *mhd;
+        gp_agent_tls *tls;            /* the status listener, over TLS with the node certificate */
         int exit_code;                /* >= 0: stop with it */
         gp_agent_fence fence;         /* DATA_DIR/fence for the supervisors (not with --sim-nodes) */
         gp_mps_pool *mps;             /* its GPUs' MPS control daemons (agent-mps.h; not with --sim-nodes) */
@@ -1123,6 +1124,8 @@ static void done_join(agent *a, xfer *x, long status) {
                 n->reachable = true;
                 if (strcmp(ans.node, n->name))
                         gp_warn("the server calls this node %s, not %s", ans.node, n->name);
+                if (n == &a->nodes[0]) /* a new credential: a new node certificate */
+                        gp_agent_tls_credential(a->tls, n->cred, true);
                 int rc = save_creds(a);
                 if (rc < 0) {
                         gp_error("cannot keep the node credential in %s: %s", a->data_dir, strerror(-rc));
@@ -1330,10 +1333,13 @@ static void render_status(agent *a) {
         }
         json_t *st = json_pack("{s:s, s:s, s:i, s:b, s:o*}", "node", a->nodes[0].name, "backend", a->backend, "nodes",
                                a->n_nodes, "server_reachable", reachable, "runs", runs);
-        json_t *h = json_pack("{s:s, s:s, s:b, s:I, s:i, s:s, s:s*}", "node", a->nodes[0].name, "backend", a->backend,
-                              "server_reachable", reachable, "runs", (json_int_t)total, "nodes", a->n_nodes, "tls",
-                              a->trust.mode[0] ? a->trust.mode : "pending", "warning",
-                              a->trust.warning[0] ? a->trust.warning : NULL);
+        bool lany;
+        const char *ltls = gp_agent_tls_state(a->tls, &lany);
+        json_t *h = json_pack("{s:s, s:s, s:b, s:I, s:i, s:s, s:s*, s:s, s:b}", "node", a->nodes[0].name, "backend",
+                              a->backend, "server_reachable", reachable, "runs", (json_int_t)total, "nodes", a->n_nodes,
+                              "tls", a->trust.mode[0] ? a->trust.mode : "pending", "warning",
+                              a->trust.warning[0] ? a->trust.warning : NULL, "listen_tls", ltls,
+                              "listen_plaintext_any", lany);
         char *s1 = st ? json_dumps(st, JSON_COMPACT) : NULL, *s2 = h ? json_dumps(h, JSON_COMPACT) : NULL;
         json_decref(st);
         json_decref(h);
@@ -1387,41 +1393,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return ret;
 }
 
-static int start_listener(agent *a, const char *listen_addr) {
-        char host[128];
-        const char *colon = strrchr(listen_addr, ':');
-        if (!colon || (size_t)(colon - listen_addr) >= sizeof(host))
-                return -EINVAL;
-        memcpy(host, listen_addr, (size_t)(colon - listen_addr));
-        host[colon - listen_addr] = '\0';
-        int64_t port;
-        if (gp_parse_i64(colon + 1, 1, 65535, &port) < 0)
-                return -EINVAL;
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-        if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
-                return -EINVAL;
-        a->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)port, NULL, NULL, on_request, a,
-                                  MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_LIMIT, 64u,
-                                  MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
-        if (!a->mhd)
-                return -EADDRINUSE;
-        char hn[256] = "";
-        if (!strcmp(host, "0.0.0.0") && gethostname(hn, sizeof(hn) - 1) == 0 && hn[0])
-                snprintf(a->address, sizeof(a->address), "http://%s:%lld", hn, (long long)port);
-        else
-                snprintf(a->address, sizeof(a->address), "http://%s:%lld", host, (long long)port);
-        return 0;
-}
-
 /* ---------------------------------------------------------------- main */
 
 static void usage(FILE *f) {
         fprintf(f, "usage: gpupool agent --server URL[,URL...] --token TOKEN [--config FILE] [--name NODE]\n"
                    "                     [--listen ADDR:PORT] [--data-dir DIR] [--sim-nodes N] [--ca-cert FILE]\n"
-                   "                     [--insecure-skip-verify] [--insecure-plaintext]\n"
+                   "                     [--insecure-skip-verify] [--insecure-plaintext] [--insecure-listen-plaintext]\n"
                    "  --server also from GPUPOOL_SERVER_URLS, --token from GPUPOOL_JOIN_TOKEN (needed only to join)\n"
                    "  https:// servers are checked against their CA: the hash a join token carries\n"
                    "  (gpj_SECRET.HASH) or --ca-cert FILE, kept in DATA_DIR/ca.crt; http:// only on loopback\n"
+                   "  --listen serves TLS with a node certificate the server issues (DATA_DIR/tls/node.crt);\n"
+                   "  plain HTTP there only to loopback clients unless --insecure-listen-plaintext\n"
                    "  exit codes: 0 stopped by SIGTERM (runs go on), 1 could not start, 2 usage,\n"
                    "              77 join token or credential refused, 78 node removed,\n"
                    "              79 the server failed the check (nothing secret was sent)\n");
@@ -1569,11 +1551,12 @@ int gp_agent_main(int argc, char **argv) {
                 {"listen", required_argument, NULL, 'l'}, {"data-dir", required_argument, NULL, 'd'},
                 {"sim-nodes", required_argument, NULL, 'N'}, {"help", no_argument, NULL, 'h'},
                 {"ca-cert", required_argument, NULL, 'C'}, {"insecure-skip-verify", no_argument, NULL, 'K'},
-                {"insecure-plaintext", no_argument, NULL, 'P'}, {NULL, 0, NULL, 0},
+                {"insecure-plaintext", no_argument, NULL, 'P'},
+                {"insecure-listen-plaintext", no_argument, NULL, 'L'}, {NULL, 0, NULL, 0},
         };
         const char *servers = getenv("GPUPOOL_SERVER_URLS"), *token = getenv("GPUPOOL_JOIN_TOKEN");
         const char *config = NULL, *name = NULL, *listen_addr = NULL, *data_dir = NULL, *ca_cert = NULL;
-        bool skip_verify = false, plaintext = false;
+        bool skip_verify = false, plaintext = false, listen_plaintext = false;
         int64_t sim_nodes = 0;
         int c, rc = 1;
         optind = 1;
@@ -1588,6 +1571,7 @@ int gp_agent_main(int argc, char **argv) {
                 case 'C': ca_cert = optarg; break;
                 case 'K': skip_verify = true; break;
                 case 'P': plaintext = true; break;
+                case 'L': listen_plaintext = true; break;
                 case 'N':
                         if (gp_parse_i64(optarg, 1, MAX_SIM_NODES, &sim_nodes) < 0) {
                                 fprintf(stderr, "gpupool agent: --sim-nodes must be 1..%d\n", MAX_SIM_NODES);
@@ -1734,10 +1718,11 @@ int gp_agent_main(int argc, char **argv) {
                 rl.rlim_cur = rl.rlim_max;
                 setrlimit(RLIMIT_NOFILE, &rl);
         }
-        if ((rc = start_listener(a, listen_addr ? listen_addr : a->cfg.agent_listen)) < 0) {
-                fprintf(stderr, "gpupool agent: cannot listen on %s: %s\n",
-                        listen_addr ? listen_addr : a->cfg.agent_listen,
-                        rc == -EINVAL ? "expected IPv4ADDR:PORT" : "in use or not allowed");
+        gp_agent_tls_opts lo = {.data_dir = a->data_dir, .listen = listen_addr ? listen_addr : a->cfg.agent_listen,
+                                .plaintext_any = listen_plaintext, .handler = on_request, .handler_cls = a};
+        if ((rc = gp_agent_tls_open(&lo, &a->tls, a->address, sizeof(a->address), err, sizeof(err))) < 0) {
+                fprintf(stderr, "gpupool agent: cannot listen on %s: %s\n", lo.listen,
+                        rc == -EINVAL ? "expected IPv4ADDR:PORT" : err);
                 return 1;
         }
         struct sigaction sa = {.sa_handler = on_signal};
@@ -1754,17 +1739,24 @@ int gp_agent_main(int argc, char **argv) {
         if ((rc = gp_agent_trust_setup(&topts, &a->trust, err, sizeof(err))) < 0) {
                 if (rc != -ECANCELED)
                         gp_error("%s", err);
-                MHD_stop_daemon(a->mhd);
+                gp_agent_tls_stop(a->tls);
                 return rc == -ECANCELED ? 0 : rc == -EINVAL ? 2 : rc == -EPERM ? GP_AGENT_EXIT_UNTRUSTED : 1;
         }
         gp_info("gpupool agent %s: %s%s, backend %s, %d GPUs, %s (%s%s%s), data in %s, status on %s", GP_VERSION,
                 a->sim ? "simulating nodes from " : "node ", a->nodes[0].name, a->backend, a->n_gpus, a->urls[0],
                 a->trust.mode, a->trust.ca_hash[0] ? " against CA " : "", a->trust.ca_hash, a->data_dir, a->address);
+        if ((rc = gp_agent_tls_start(a->tls, &a->trust, a->urls, a->n_urls, a->nodes[0].name)) < 0) {
+                gp_error("cannot start the node certificate's thread: %s", strerror(-rc));
+                gp_agent_tls_stop(a->tls);
+                return 1;
+        }
+        if (a->nodes[0].cred[0])
+                gp_agent_tls_credential(a->tls, a->nodes[0].cred, false);
         render_status(a);
         loop(a);
         rc = a->exit_code >= 0 ? a->exit_code : 0;
         gp_info("gpupool agent stops (%d); runs go on under their supervisors", rc);
-        MHD_stop_daemon(a->mhd);
+        gp_agent_tls_stop(a->tls);
         /* leave in-flight syncs: exiting closes them */
         return rc;
 }

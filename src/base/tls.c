@@ -95,9 +95,10 @@ static int new_p256(gnutls_x509_privkey_t *ret) {
         return 0;
 }
 
-/* Version, a random 16-byte positive serial, the name, the validity and the key. */
-static int fill_common(gnutls_x509_crt_t crt, gnutls_x509_privkey_t key, const char *cn, long start_offset_s,
-                       int days) {
+/* Version, a random 16-byte positive serial, the name, the validity and the
+ * key (key, or when it is NULL the public key pub). */
+static int fill_common(gnutls_x509_crt_t crt, gnutls_x509_privkey_t key, gnutls_pubkey_t pub, const char *cn,
+                       long start_offset_s, int days) {
         unsigned char serial[16];
         if (gnutls_rnd(GNUTLS_RND_NONCE, serial, sizeof(serial)) < 0)
                 return -EIO;
@@ -108,7 +109,7 @@ static int fill_common(gnutls_x509_crt_t crt, gnutls_x509_privkey_t key, const c
             gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_COMMON_NAME, 0, cn, (unsigned)strlen(cn)) < 0 ||
             gnutls_x509_crt_set_activation_time(crt, from) < 0 ||
             gnutls_x509_crt_set_expiration_time(crt, from + (time_t)days * 86400) < 0 ||
-            gnutls_x509_crt_set_key(crt, key) < 0)
+            (key ? gnutls_x509_crt_set_key(crt, key) : gnutls_x509_crt_set_pubkey(crt, pub)) < 0)
                 return -EIO;
         unsigned char kid[64];
         size_t kidlen = sizeof(kid);
@@ -153,7 +154,7 @@ int gp_tls_make_ca(const char *cn, int days, char **ret_cert_pem, char **ret_key
                 r = -ENOMEM;
                 goto out;
         }
-        r = fill_common(crt, key, cn, 0, days);
+        r = fill_common(crt, key, NULL, cn, 0, days);
         if (r < 0)
                 goto out;
         r = -EIO;
@@ -181,51 +182,77 @@ static int add_san(gnutls_x509_crt_t crt, const char *s) {
                                                     GNUTLS_FSAN_APPEND);
 }
 
-int gp_tls_make_cert(const char *ca_cert_pem, const char *ca_key_pem, const char *cn, const char *const *sans,
-                     size_t nsans, long start_offset_s, int days, char **ret_cert_pem, char **ret_key_pem) {
-        gnutls_x509_crt_t ca = NULL, crt = NULL;
-        gnutls_x509_privkey_t cakey = NULL, key = NULL;
-        int r = -EINVAL;
-
-        if (!ca_cert_pem || !ca_key_pem || !cn || !*cn || days <= 0 || days > 100 * 366 || (nsans && !sans))
-                return -EINVAL;
-        if (gnutls_x509_crt_init(&ca) < 0 || gnutls_x509_privkey_init(&cakey) < 0 ||
-            gnutls_x509_crt_init(&crt) < 0) {
-                r = -ENOMEM;
-                goto out;
-        }
-        gnutls_datum_t cd = datum(ca_cert_pem, strlen(ca_cert_pem)), kd = datum(ca_key_pem, strlen(ca_key_pem));
-        if (gnutls_x509_crt_import(ca, &cd, GNUTLS_X509_FMT_PEM) < 0 ||
-            gnutls_x509_privkey_import2(cakey, &kd, GNUTLS_X509_FMT_PEM, NULL, GNUTLS_PKCS_PLAIN) < 0)
-                goto out;
-        r = new_p256(&key);
-        if (r < 0)
-                goto out;
-        r = fill_common(crt, key, cn, start_offset_s, days);
-        if (r < 0)
-                goto out;
-        r = -EIO;
+/* A server certificate's extensions (not a CA, digital signature, TLS
+ * server, the subjectAltNames) and the CA's signature. */
+static int finish_leaf(gnutls_x509_crt_t crt, gnutls_x509_crt_t ca, gnutls_x509_privkey_t cakey,
+                       const char *const *sans, size_t nsans) {
         if (gnutls_x509_crt_set_basic_constraints(crt, 0, -1) < 0 ||
             gnutls_x509_crt_set_key_usage(crt, GNUTLS_KEY_DIGITAL_SIGNATURE) < 0 ||
             gnutls_x509_crt_set_key_purpose_oid(crt, GNUTLS_KP_TLS_WWW_SERVER, 0) < 0)
-                goto out;
+                return -EIO;
         for (size_t i = 0; i < nsans; i++) {
-                if (!sans[i] || !*sans[i]) {
-                        r = -EINVAL;
-                        goto out;
-                }
+                if (!sans[i] || !*sans[i])
+                        return -EINVAL;
                 int dup = 0;
                 for (size_t j = 0; j < i && !dup; j++)
                         dup = strcmp(sans[i], sans[j]) == 0;
                 if (!dup && add_san(crt, sans[i]) < 0)
-                        goto out;
+                        return -EIO;
         }
         unsigned char kid[64];
         size_t kidlen = sizeof(kid);
         if (gnutls_x509_crt_get_subject_key_id(ca, kid, &kidlen, NULL) >= 0 &&
             gnutls_x509_crt_set_authority_key_id(crt, kid, kidlen) < 0)
-                goto out;
+                return -EIO;
         if (gnutls_x509_crt_sign2(crt, ca, cakey, GNUTLS_DIG_SHA256, 0) < 0)
+                return -EIO;
+        return 0;
+}
+
+/* The CA's certificate and key from PEM: 0, -ENOMEM, -EINVAL. */
+static int import_ca(const char *ca_cert_pem, const char *ca_key_pem, gnutls_x509_crt_t *ret_ca,
+                     gnutls_x509_privkey_t *ret_key) {
+        gnutls_x509_crt_t ca = NULL;
+        gnutls_x509_privkey_t key = NULL;
+        if (gnutls_x509_crt_init(&ca) < 0 || gnutls_x509_privkey_init(&key) < 0) {
+                if (ca)
+                        gnutls_x509_crt_deinit(ca);
+                return -ENOMEM;
+        }
+        gnutls_datum_t cd = datum(ca_cert_pem, strlen(ca_cert_pem)), kd = datum(ca_key_pem, strlen(ca_key_pem));
+        if (gnutls_x509_crt_import(ca, &cd, GNUTLS_X509_FMT_PEM) < 0 ||
+            gnutls_x509_privkey_import2(key, &kd, GNUTLS_X509_FMT_PEM, NULL, GNUTLS_PKCS_PLAIN) < 0) {
+                gnutls_x509_crt_deinit(ca);
+                gnutls_x509_privkey_deinit(key);
+                return -EINVAL;
+        }
+        *ret_ca = ca;
+        *ret_key = key;
+        return 0;
+}
+
+int gp_tls_make_cert(const char *ca_cert_pem, const char *ca_key_pem, const char *cn, const char *const *sans,
+                     size_t nsans, long start_offset_s, int days, char **ret_cert_pem, char **ret_key_pem) {
+        gnutls_x509_crt_t ca = NULL, crt = NULL;
+        gnutls_x509_privkey_t cakey = NULL, key = NULL;
+        int r;
+
+        if (!ca_cert_pem || !ca_key_pem || !cn || !*cn || days <= 0 || days > 100 * 366 || (nsans && !sans))
+                return -EINVAL;
+        if ((r = import_ca(ca_cert_pem, ca_key_pem, &ca, &cakey)) < 0)
+                return r;
+        if (gnutls_x509_crt_init(&crt) < 0) {
+                r = -ENOMEM;
+                goto out;
+        }
+        r = new_p256(&key);
+        if (r < 0)
+                goto out;
+        r = fill_common(crt, key, NULL, cn, start_offset_s, days);
+        if (r < 0)
+                goto out;
+        r = finish_leaf(crt, ca, cakey, sans, nsans);
+        if (r < 0)
                 goto out;
         r = export_pair(crt, key, ret_cert_pem, ret_key_pem);
 out:
@@ -233,6 +260,131 @@ out:
                 gnutls_x509_privkey_deinit(key);
         if (cakey)
                 gnutls_x509_privkey_deinit(cakey);
+        if (crt)
+                gnutls_x509_crt_deinit(crt);
+        if (ca)
+                gnutls_x509_crt_deinit(ca);
+        return r;
+}
+
+int gp_tls_make_key(char **ret_key_pem, char **ret_pub_pem) {
+        gnutls_x509_privkey_t key = NULL;
+        gnutls_pubkey_t pub = NULL;
+        gnutls_privkey_t abs = NULL;
+        gnutls_datum_t k = {NULL, 0}, p = {NULL, 0};
+        int r = new_p256(&key);
+        if (r < 0)
+                return r;
+        r = -EIO;
+        if (gnutls_privkey_init(&abs) < 0 || gnutls_pubkey_init(&pub) < 0) {
+                r = -ENOMEM;
+                goto out;
+        }
+        if (gnutls_privkey_import_x509(abs, key, 0) < 0 || gnutls_pubkey_import_privkey(pub, abs, 0, 0) < 0 ||
+            gnutls_x509_privkey_export2(key, GNUTLS_X509_FMT_PEM, &k) < 0 ||
+            gnutls_pubkey_export2(pub, GNUTLS_X509_FMT_PEM, &p) < 0)
+                goto out;
+        size_t klen = k.size;
+        char *ks = take_datum(&k), *ps = take_datum(&p);
+        if (!ks || !ps) {
+                if (ks)
+                        explicit_bzero(ks, klen);
+                free(ks);
+                free(ps);
+                r = -ENOMEM;
+                goto out;
+        }
+        *ret_key_pem = ks;
+        *ret_pub_pem = ps;
+        r = 0;
+out:
+        if (k.data) {
+                explicit_bzero(k.data, k.size);
+                gnutls_free(k.data);
+        }
+        gnutls_free(p.data);
+        if (pub)
+                gnutls_pubkey_deinit(pub);
+        if (abs)
+                gnutls_privkey_deinit(abs); /* not key: imported without AUTO_RELEASE */
+        gnutls_x509_privkey_deinit(key);
+        return r;
+}
+
+int gp_tls_sign_pubkey(const char *ca_cert_pem, const char *ca_key_pem, const char *pub_pem, size_t pub_len,
+                       const char *cn, const char *const *sans, size_t nsans, int days, char **ret_cert_pem) {
+        gnutls_x509_crt_t ca = NULL, crt = NULL;
+        gnutls_x509_privkey_t cakey = NULL;
+        gnutls_pubkey_t pub = NULL;
+        gnutls_datum_t c = {NULL, 0};
+        int r;
+
+        if (!ca_cert_pem || !ca_key_pem || !pub_pem || pub_len == 0 || pub_len > GP_TLS_PEM_MAX || !cn || !*cn ||
+            days <= 0 || days > 100 * 366 || (nsans && !sans))
+                return -EINVAL;
+        if ((r = import_ca(ca_cert_pem, ca_key_pem, &ca, &cakey)) < 0)
+                return r;
+        if (gnutls_pubkey_init(&pub) < 0 || gnutls_x509_crt_init(&crt) < 0) {
+                r = -ENOMEM;
+                goto out;
+        }
+        gnutls_datum_t pd = datum(pub_pem, pub_len);
+        unsigned bits = 0;
+        if (gnutls_pubkey_import(pub, &pd, GNUTLS_X509_FMT_PEM) < 0 ||
+            gnutls_pubkey_get_pk_algorithm(pub, &bits) != GNUTLS_PK_ECDSA || bits != 256) {
+                r = -GP_EPARSE; /* only the keys gp_tls_make_key makes: ECDSA P-256 */
+                goto out;
+        }
+        if ((r = fill_common(crt, NULL, pub, cn, 0, days)) < 0 || (r = finish_leaf(crt, ca, cakey, sans, nsans)) < 0)
+                goto out;
+        if (gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &c) < 0) {
+                r = -EIO;
+                goto out;
+        }
+        char *cs = take_datum(&c);
+        if (!cs) {
+                r = -ENOMEM;
+                goto out;
+        }
+        *ret_cert_pem = cs;
+        r = 0;
+out:
+        if (pub)
+                gnutls_pubkey_deinit(pub);
+        if (crt)
+                gnutls_x509_crt_deinit(crt);
+        gnutls_x509_privkey_deinit(cakey);
+        gnutls_x509_crt_deinit(ca);
+        return r;
+}
+
+int gp_tls_cert_check(const char *cert_pem, size_t len, const char *ca_pem, size_t ca_len, const char *host,
+                      time_t *ret_not_after) {
+        gnutls_x509_crt_t crt = NULL, ca = NULL;
+        int r = -GP_EPARSE;
+        if (!cert_pem || len == 0 || len > GP_TLS_PEM_MAX || !ca_pem || ca_len == 0 || ca_len > GP_TLS_PEM_MAX)
+                return -GP_EPARSE;
+        if (gnutls_x509_crt_init(&crt) < 0 || gnutls_x509_crt_init(&ca) < 0) {
+                r = -ENOMEM;
+                goto out;
+        }
+        gnutls_datum_t cd = datum(cert_pem, len), ad = datum(ca_pem, ca_len);
+        if (gnutls_x509_crt_import(crt, &cd, GNUTLS_X509_FMT_PEM) < 0 ||
+            gnutls_x509_crt_import(ca, &ad, GNUTLS_X509_FMT_PEM) < 0)
+                goto out;
+        unsigned status = 0;
+        if (gnutls_x509_crt_verify(crt, &ca, 1, GNUTLS_VERIFY_DISABLE_TIME_CHECKS, &status) < 0 || status) {
+                r = -EPERM;
+                goto out;
+        }
+        if (host && *host && !gnutls_x509_crt_check_hostname2(crt, host, 0)) {
+                r = -ENOENT;
+                goto out;
+        }
+        if (ret_not_after)
+                *ret_not_after = gnutls_x509_crt_get_expiration_time(crt);
+        r = 0;
+out:
         if (crt)
                 gnutls_x509_crt_deinit(crt);
         if (ca)

@@ -43,6 +43,29 @@ int gp_tls_make_ca(const char *cn, int days, char **ret_cert_pem, char **ret_key
 int gp_tls_make_cert(const char *ca_cert_pem, const char *ca_key_pem, const char *cn, const char *const *sans,
                      size_t nsans, long start_offset_s, int days, char **ret_cert_pem, char **ret_key_pem);
 
+/* A node's key pair (src/agent/agent-tls.c): a new ECDSA P-256 key and its
+ * public key (SubjectPublicKeyInfo), as malloc'd PEM strings the caller
+ * frees (the key wiped first).  0, -ENOMEM, -EIO.  Thread-safe. */
+int gp_tls_make_key(char **ret_key_pem, char **ret_pub_pem);
+
+/* A server certificate for someone else's key (a node's): the public key
+ * pub_pem[0..pub_len) (PEM SubjectPublicKeyInfo; only ECDSA P-256, what
+ * gp_tls_make_key makes), named cn and sans as gp_tls_make_cert, signed by
+ * the CA, valid from an hour ago for days days.  A malloc'd PEM string.
+ * 0, -EINVAL (bad arguments, a CA that does not parse), -GP_EPARSE (the
+ * public key does not parse or is not P-256), -ENOMEM, -EIO.  Thread-safe. */
+int gp_tls_sign_pubkey(const char *ca_cert_pem, const char *ca_key_pem, const char *pub_pem, size_t pub_len,
+                       const char *cn, const char *const *sans, size_t nsans, int days, char **ret_cert_pem);
+
+/* Whether the first certificate of cert_pem[0..len) is signed by the CA
+ * ca_pem[0..ca_len) (times not checked) and, unless host is NULL or "",
+ * names host (a DNS name or an IP address).  0 and its notAfter in
+ * *ret_not_after (may be NULL); -GP_EPARSE (either does not parse),
+ * -EPERM (not signed by that CA), -ENOENT (does not name host), -ENOMEM.
+ * Thread-safe. */
+int gp_tls_cert_check(const char *cert_pem, size_t len, const char *ca_pem, size_t ca_len, const char *host,
+                      time_t *ret_not_after);
+
 /* Reads a whole file of at most GP_TLS_PEM_MAX bytes into a malloc'd
  * NUL-terminated string.  0, -errno, -EFBIG.  Thread-safe. */
 int gp_tls_read_pem(const char *path, char **ret, size_t *ret_len);

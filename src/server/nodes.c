@@ -960,6 +960,11 @@ void gp_nodes_host(gp_daemon *d, const char *node, char *buf, size_t size) {
         buf[len] = '\0';
 }
 
+void gp_nodes_address(gp_daemon *d, const char *node, char *buf, size_t size) {
+        gp_node *n = node ? find(d->nodes, node) : NULL;
+        gp_strlcpy(buf, n ? n->address : "", size);
+}
+
 /* ---- applying the commands ---- */
 
 static void reply_offset(node_reply *rp, gp_proto_run_id id, int64_t off) {
@@ -1630,6 +1635,16 @@ static bool equal_hash(const char *cred, const char *hex) {
         bool ok = hex[0] && !strcmp(h + 7, hex);
         explicit_bzero(h, sizeof(h));
         return ok;
+}
+
+int gp_nodes_cred_host(gp_daemon *d, const char *node, const char *cred, char *host, size_t size) {
+        pthread_mutex_lock(&d->lock);
+        gp_node *n = d->nodes ? find(d->nodes, node) : NULL;
+        int rc = !n || n->state == GP_NODE_LEFT ? -ENOENT : equal_hash(cred, n->cred) ? 0 : -EPERM;
+        if (rc == 0)
+                gp_nodes_host(d, node, host, size);
+        pthread_mutex_unlock(&d->lock);
+        return rc;
 }
 
 static int h_sync(struct hreq *r, const gp_route_arg *a) {

@@ -175,6 +175,14 @@ struct gp_node_tele *gp_nodes_tele(struct gp_daemon *d, const char *node);
 /* The node's host for model servers and MASTER_ADDR ("" for local or
  * unknown) into buf. */
 void gp_nodes_host(struct gp_daemon *d, const char *node, char *buf, size_t size);
+/* Its whole address (https://HOST:PORT; http:// from older agents; "" as
+ * above) into buf.  d->lock held. */
+void gp_nodes_address(struct gp_daemon *d, const char *node, char *buf, size_t size);
+
+/* A node certificate's check (node-cert.c): 0 and the node's host (as
+ * gp_nodes_host) when cred is the credential of node, which has not left;
+ * -ENOENT (no such node), -EPERM (another credential).  Takes d->lock. */
+int gp_nodes_cred_host(struct gp_daemon *d, const char *node, const char *cred, char *host, size_t size);
 
 /* The agent nodes that have not left, for the monitor (names and whether
  * they are up), at most GP_MON_MAX_NODES; returns how many were written. */

@@ -14,6 +14,7 @@
 #include "base/util.h"
 #include "server/ca.h"
 #include "server/history.h"
+#include "server/node-cert.h"
 #include "server/server-int.h"
 
 #include <inttypes.h>
@@ -27,7 +28,8 @@ static const gp_route self_routes[] = {
 };
 
 static const gp_route *const tables[] = {gp_http_routes, gp_billing_routes, gp_tenants_routes, gp_monitor_routes,
-                                         gp_nodes_routes, gp_ca_routes, gp_coord_routes, gp_history_routes, self_routes};
+                                         gp_nodes_routes, gp_ca_routes, gp_node_cert_routes, gp_coord_routes, gp_history_routes,
+                                         self_routes};
 
 static unsigned method_bit(const char *m) {
         if (!strcmp(m, "GET") || !strcmp(m, "HEAD"))

@@ -24,6 +24,7 @@
 #include "base/util.h"
 #include "gateway/gateway.h"
 #include "server/server-int.h"
+#include "server/relay.h"
 #include "server/submit.h"
 
 #include <arpa/inet.h>
@@ -35,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -49,6 +51,9 @@ typedef struct replica {
         int64_t task_id;           /* its active task, 0 = none known */
         int port;
         char host[256];            /* where it runs: 127.0.0.1, or its agent node's host */
+        gp_relay *relay;           /* on an agent node: the gateway's way there over TLS (relay.h) */
+        const char *via_host;      /* what the gateway dials: host and port, or the relay's */
+        int via_port;
         bool ready;                /* an upstream of the gateway now */
         char url[GP_CFG_URL_MAX];
         int64_t next_ms;           /* not before: submit (again) */
@@ -129,15 +134,22 @@ static void submit(gp_serve *s, replica *r, int64_t now) {
                 r->next_ms = now + 2000;
                 return;
         }
-        char port[16];
+        char port[16], tok[65];
+        unsigned char raw[32];
         snprintf(port, sizeof(port), "%d", r->port);
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) { /* the agent's relay asks for it */
+                r->next_ms = now + 2000;
+                return;
+        }
+        for (size_t i = 0; i < sizeof(raw); i++)
+                snprintf(tok + 2 * i, 3, "%02x", raw[i]);
         json_t *argv = json_array();
         for (int i = 0; i < sv->n_command; i++)
                 json_array_append_new(argv, subst(sv->command[i], r->port));
-        json_t *body = json_pack("{s:s,s:s,s:i,s:I,s:i,s:o,s:{s:s,s:s},s:s,s:b}", "tenant_id", SERVE_TENANT, "name",
-                                 r->name, "gpu_request", sv->gpus, "memory_mb", (json_int_t)sv->memory_mb, "priority",
-                                 0, "command", argv, "env", "SERVE_PORT", port, "PORT", port, "model",
-                                 r->m->name, "preemptible", 0);
+        json_t *body = json_pack("{s:s,s:s,s:i,s:I,s:i,s:o,s:{s:s,s:s,s:s},s:s,s:b}", "tenant_id", SERVE_TENANT,
+                                 "name", r->name, "gpu_request", sv->gpus, "memory_mb", (json_int_t)sv->memory_mb,
+                                 "priority", 0, "command", argv, "env", "SERVE_PORT", port, "PORT", port,
+                                 "SERVE_RELAY_TOKEN", tok, "model", r->m->name, "preemptible", 0);
         char *txt = body ? json_dumps(body, JSON_COMPACT) : NULL;
         json_decref(body);
         cmd *c = txt ? calloc(1, sizeof(*c)) : NULL;
@@ -161,10 +173,13 @@ static void submit(gp_serve *s, replica *r, int64_t now) {
         r->next_ms = now + 5000;
 }
 
-/* The port a running replica was given (from its task's env). */
-static int spec_port(const char *spec) {
+/* The port a running replica was given (from its task's env), and its
+ * relay token into tok ("" when none: a replica of an older server). */
+static int spec_port(const char *spec, char *tok, size_t toklen) {
         json_t *j = spec ? json_loads(spec, 0, NULL) : NULL;
         const char *p = json_string_value(json_object_get(json_object_get(j, "env"), "SERVE_PORT"));
+        const char *t = json_string_value(json_object_get(json_object_get(j, "env"), "SERVE_RELAY_TOKEN"));
+        gp_strlcpy(tok, t ? t : "", toklen);
         int64_t v = 0;
         if (!p || gp_parse_i64(p, 1, 65535, &v) < 0)
                 v = 0;
@@ -175,7 +190,7 @@ static int spec_port(const char *spec) {
 /* Is the replica's readiness path answering 200? */
 static bool probe_ready(gp_serve *s, replica *r) {
         char url[GP_CFG_URL_MAX + 320];
-        snprintf(url, sizeof(url), "http://%s:%d%s", r->host[0] ? r->host : "127.0.0.1", r->port, r->m->serve.ready);
+        snprintf(url, sizeof(url), "http://%s:%d%s", r->via_host, r->via_port, r->m->serve.ready);
         CURL *e = s->probe;
         curl_easy_reset(e);
         curl_easy_setopt(e, CURLOPT_URL, url);
@@ -432,6 +447,7 @@ static void tick(gp_serve *s, int64_t now) {
                 bool found = false, running = false;
                 int64_t id = 0;
                 int port = 0;
+                char addr[GP_PROTO_ADDR_MAX] = "", run[64] = "", tok[72] = "";
                 pthread_mutex_lock(&d->lock);
                 size_t pos = 0;
                 gp_task *t;
@@ -440,11 +456,14 @@ static void tick(gp_serve *s, int64_t now) {
                                 found = true;
                                 running = t->state == GP_TASK_RUNNING;
                                 id = t->id;
-                                port = spec_port(t->spec);
-                                /* on an agent node the gateway goes to that node */
-                                if (running && gp_nodes_remote(t))
+                                port = spec_port(t->spec, tok, sizeof(tok));
+                                /* on an agent node the gateway goes to that node (over TLS: relay.h) */
+                                if (running && gp_nodes_remote(t)) {
                                         gp_nodes_host(d, t->gpus[0].node, r->host, sizeof(r->host));
-                                else
+                                        gp_nodes_address(d, t->gpus[0].node, addr, sizeof(addr));
+                                        snprintf(run, sizeof(run), "%" PRId64 ".%" PRId64 ".0", t->id,
+                                                 gp_task_run_epoch(t));
+                                } else
                                         gp_strlcpy(r->host, "127.0.0.1", sizeof(r->host));
                                 if (running && r->task_id != id)
                                         r->started_ms = t->started_ms;
@@ -452,6 +471,10 @@ static void tick(gp_serve *s, int64_t now) {
                         }
                 pthread_mutex_unlock(&d->lock);
                 r->running = found && running;
+                if (port)
+                        r->port = port;
+                gp_relay_keep(&r->relay, r->running ? addr : NULL, run, tok, r->host[0] ? r->host : "127.0.0.1",
+                              r->port, &r->via_host, &r->via_port);
                 if (!found || running)
                         r->queued_since_ms = 0;
                 else if (!r->queued_since_ms)
@@ -489,12 +512,10 @@ static void tick(gp_serve *s, int64_t now) {
                         continue;
                 }
                 r->task_id = id;
-                if (port)
-                        r->port = port;
-                if (!running || r->ready || now < r->poll_ms || !r->port)
+                if (!running || r->ready || now < r->poll_ms || !r->via_port)
                         continue;
                 if (probe_ready(s, r)) {
-                        snprintf(r->url, sizeof(r->url), "http://%s:%d", r->host[0] ? r->host : "127.0.0.1", r->port);
+                        snprintf(r->url, sizeof(r->url), "http://%s:%d", r->via_host, r->via_port);
                         int rc = gp_gw_upstream_set(d->gw, r->m->name, r->url, true);
                         if (rc < 0) {
                                 gp_error("serve %s: cannot add %s to the gateway: %s", r->name, r->url,
@@ -583,6 +604,8 @@ void gp_serve_stop(gp_serve *s) {
         pthread_cond_signal(&s->cv);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->thread, NULL);
+        for (int i = 0; i < s->n; i++)
+                gp_relay_close(s->r[i].relay);
         curl_easy_cleanup(s->probe);
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);

@@ -217,13 +217,16 @@ static void handed(gp_tls_acceptor *a) {
         pthread_mutex_unlock(&a->mu);
 }
 
+#define REFUSE_BODY                                                                                                   \
+        "{\"error\":{\"type\":\"invalid_request_error\",\"code\":\"tls_required\",\"message\":"                         \
+        "\"this port speaks TLS to addresses off loopback: use https://\"}}"
+_Static_assert(sizeof(REFUSE_BODY) - 1 == 137, "Content-Length below is the body's length");
+
 static void refuse_plaintext(int fd) {
         static const char msg[] = "HTTP/1.1 400 Bad Request\r\n"
                                   "Content-Type: application/json\r\n"
-                                  "Content-Length: 128\r\n"
-                                  "Connection: close\r\n\r\n"
-                                  "{\"error\":{\"type\":\"invalid_request_error\",\"code\":\"tls_required\",\"message\":"
-                                  "\"this port speaks TLS to addresses off loopback: use https://\"}}";
+                                  "Content-Length: 137\r\n"
+                                  "Connection: close\r\n\r\n" REFUSE_BODY;
         (void)!send(fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
         shutdown(fd, SHUT_WR);
         char junk[4096]; /* what the client still sends, briefly, so that the close is no reset */

@@ -47,7 +47,7 @@ def test_join_with_config_token_shows_node_with_gpus_labels_and_heartbeat(cluste
     n = cluster.node("gpu-a")
     assert n["state"] == "ready"
     assert n["labels"] == {"zone": "a", "ib": "yes", "gpupool/node": "gpu-a"}
-    assert n["address"] == "http://127.0.0.1:%d" % a.port
+    assert n["address"] == "https://127.0.0.1:%d" % a.port
     assert n["gpus_total"] == 2 and n["gpus_busy"] == 0 and n["runs"] == 0
     assert [(g["index"], g["name"], g["memory_mb"], g["healthy"], g["drained"]) for g in n["gpus"]] == \
         [(0, "Sim A100", 40000, True, False), (1, "Sim A100", 40000, True, False)]
@@ -72,7 +72,7 @@ def test_join_with_config_token_shows_node_with_gpus_labels_and_heartbeat(cluste
     assert row, out
     assert re.search(r"\bready\b", row[0]) and "0/2" in row[0] and "Sim A100" in row[0], row
     assert "zone=a" in row[0] and "ib=yes" in row[0] and "gpupool/node" not in row[0], row
-    assert "http://127.0.0.1:%d" % a.port in row[0]
+    assert "https://127.0.0.1:%d" % a.port in row[0]
     # the agent's own status API
     # (rendered once a second by the agent's loop)
     h = wait_for(lambda: (lambda h: h["server_reachable"] and h)(requests.get(a.status_url() + "/health",

@@ -49,7 +49,7 @@ def test_partitioned_node_is_lost_task_moves_and_the_stale_run_is_stopped_on_ret
     s = cluster.start_server(listen_host="0.0.0.0")
     a = cluster.agent("gpu-a", gpus=sim_gpus(1), netns=ns, listen_host=ns_addr,
                       server_url="https://%s:%d" % (root_addr, s.port), token=cluster.pinned_token())
-    assert cluster.node("gpu-a")["address"] == "http://%s:%d" % (ns_addr, a.port)
+    assert cluster.node("gpu-a")["address"] == "https://%s:%d" % (ns_addr, a.port)
     d = cluster.tmp / "t"
     t = cluster.submit(ticker_cmd(d), max_retries=2, on_node_lost="requeue")  # test_cluster_fence.py: the default
     t = cluster.wait_task(t["id"], "running", where=lambda t: t["nodes"] == ["gpu-a"])

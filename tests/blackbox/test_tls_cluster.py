@@ -525,13 +525,22 @@ def test_plaintext_off_loopback_only_with_the_logged_opt_out_and_https_there_is_
     # https:// from there: the server's certificate names its addresses, checked against the pinned CA
     b = cluster.agent("gpu-b", netns=ns, listen_host=ns_addr, server_url="https://%s:%d" % (root_addr, s.port),
                       token=pinned(TOKEN, ca_hash_of(server_ca(s))))
-    assert health(b)["tls"] == "verified"
+    # its own port is off loopback too: TLS, with the node certificate the server issued (test_tls_node.py)
+    def tls_health():
+        try:
+            h = requests.get("https://%s:%d/health" % (ns_addr, b.port), verify=server_ca(s), timeout=5).json()
+        except requests.exceptions.SSLError:
+            return None  # the placeholder, until the certificate is issued
+        return h.get("listen_tls") == "issued" and h
+
+    hb = wait_for(tls_health, 20, "b's certificate")
+    assert hb["tls"] == "verified"
     # the opt-out on both sides: it works, and both the agent's log and its /health say what it costs
     s.stop()
     s.config_text += "server: {tls: {plaintext: any}}\n"
     s.start()
     c = cluster.agent("gpu-c", netns=ns, listen_host=ns_addr, server_url=plain, token=TOKEN,
-                      extra=["--insecure-plaintext"])
+                      extra=["--insecure-plaintext", "--insecure-listen-plaintext"])
     assert "--insecure-plaintext" in c.log() and "in clear to " + plain in c.log()
     out = subprocess.run(["ip", "netns", "exec", ns, PY, "-c",
                           "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(%r).read().decode())"

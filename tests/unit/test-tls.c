@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/err.h"
@@ -219,6 +220,61 @@ static void test_creds_refuse_a_key_of_another_certificate(void **state) {
         free(key2);
 }
 
+/* A node's certificate: its own key (only the public half goes to the CA),
+ * a chain `openssl verify` accepts for the names given, and the checks the
+ * agent makes (signed by that CA, names its host, for its key). */
+static void test_node_key_is_signed_for_its_names_and_checked(void **state) {
+        (void)state;
+        char *ca = NULL, *cakey = NULL, *ca2 = NULL, *cakey2 = NULL, *key = NULL, *pub = NULL, *crt = NULL;
+        char *key2 = NULL, *pub2 = NULL, *junk = NULL;
+        static const char *const sans[] = {"127.0.0.1", "gpu-a.example", "10.9.8.7"};
+        assert_int_equal(gp_tls_make_ca("cluster", 10, &ca, &cakey), 0);
+        assert_int_equal(gp_tls_make_ca("other", 10, &ca2, &cakey2), 0);
+        assert_int_equal(gp_tls_make_key(&key, &pub), 0);
+        assert_non_null(strstr(key, "PRIVATE KEY"));
+        assert_null(strstr(pub, "PRIVATE"));
+        assert_int_equal(gp_tls_sign_pubkey(ca, cakey, pub, strlen(pub), "gpupool node a", sans, 3, 90, &crt), 0);
+        spit("nca.crt", ca);
+        spit("node.crt", crt);
+        assert_int_equal(sh(NULL, 0, "openssl verify -CAfile nca.crt -verify_ip 10.9.8.7 node.crt"), 0);
+        assert_int_equal(sh(NULL, 0, "openssl verify -CAfile nca.crt -verify_hostname gpu-a.example node.crt"), 0);
+        assert_int_not_equal(sh(NULL, 0, "openssl verify -CAfile nca.crt -verify_hostname gpu-b.example node.crt"), 0);
+        time_t na = 0;
+        assert_int_equal(gp_tls_cert_check(crt, strlen(crt), ca, strlen(ca), "gpu-a.example", &na), 0);
+        assert_true(na > time(NULL) + 89 * 86400 && na < time(NULL) + 91 * 86400);
+        assert_int_equal(gp_tls_cert_check(crt, strlen(crt), ca, strlen(ca), "10.9.8.7", NULL), 0);
+        assert_int_equal(gp_tls_cert_check(crt, strlen(crt), ca, strlen(ca), "10.9.8.8", NULL), -ENOENT);
+        assert_int_equal(gp_tls_cert_check(crt, strlen(crt), ca2, strlen(ca2), NULL, NULL), -EPERM);
+        assert_int_equal(gp_tls_cert_check("x", 1, ca, strlen(ca), NULL, NULL), -GP_EPARSE);
+        /* the certificate goes with its key, not with another */
+        gp_tls_creds *c = NULL;
+        char err[256];
+        assert_int_equal(gp_tls_creds_new(crt, key, NULL, &c, err, sizeof(err)), 0);
+        gp_tls_creds_unref(c);
+        assert_int_equal(gp_tls_make_key(&key2, &pub2), 0);
+        assert_int_equal(gp_tls_creds_new(crt, key2, NULL, &c, err, sizeof(err)), -EINVAL);
+        /* what is no P-256 public key is refused: garbage, an RSA key */
+        static const char bad[] = "-----BEGIN PUBLIC KEY-----\nAA==\n-----END PUBLIC KEY-----\n";
+        assert_int_equal(gp_tls_sign_pubkey(ca, cakey, bad, strlen(bad), "n", sans, 1, 90, &junk), -GP_EPARSE);
+        assert_int_equal(sh(NULL, 0, "openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:1024 -out rsa.key && "
+                                     "openssl pkey -in rsa.key -pubout -out rsa.pub"),
+                         0);
+        char *rsa = slurp("rsa.pub");
+        assert_int_equal(gp_tls_sign_pubkey(ca, cakey, rsa, strlen(rsa), "n", sans, 1, 90, &junk), -GP_EPARSE);
+        assert_int_equal(gp_tls_sign_pubkey(ca, "junk", pub, strlen(pub), "n", sans, 1, 90, &junk), -EINVAL);
+        assert_null(junk);
+        free(rsa);
+        free(ca);
+        free(cakey);
+        free(ca2);
+        free(cakey2);
+        free(key);
+        free(pub);
+        free(key2);
+        free(pub2);
+        free(crt);
+}
+
 static gp_tls_keep *open_generated(const char *sub, const char *const *sans, size_t nsans) {
         char d[256], err[512] = "";
         snprintf(d, sizeof(d), "%s/%s", dir, sub);
@@ -354,6 +410,7 @@ int main(void) {
                 cmocka_unit_test(test_ca_hash_refuses_what_is_no_certificate),
                 cmocka_unit_test(test_generated_chain_verifies_with_the_sans_asked),
                 cmocka_unit_test(test_creds_refuse_a_key_of_another_certificate),
+                cmocka_unit_test(test_node_key_is_signed_for_its_names_and_checked),
                 cmocka_unit_test(test_keeper_makes_files_once_and_reissues_when_due),
                 cmocka_unit_test(test_keeper_refuses_a_bad_new_file_and_keeps_the_old),
         };

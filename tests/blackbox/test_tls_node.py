@@ -1,0 +1,301 @@
+"""Black-box tests of node certificates and the agent's own port over TLS
+(issue 22: "curl --cacert and openssl s_client work against every port";
+plaintext only for loopback or an explicit, logged opt-out).  A real server
+(its generated CA in DATA_DIR/tls) and real `gpupool agent` processes: the
+agent makes its key, the server signs a certificate for it at the join, and
+the agent's status port serves it.  What is asserted is what a client sees:
+curl and openssl against the port, with the cluster's CA and with another
+one, plain HTTP from loopback and from a network namespace, and the files.
+
+Run: GPUPOOL_BIN=$PWD/build/gpupool GPUPOOL_BUILD=$PWD/build \\
+     /usr/bin/python3 -m pytest -q tests/blackbox/test_tls_node.py
+"""
+import json
+import os
+import socket
+import ssl
+import stat
+import subprocess
+import threading
+
+import pytest
+import requests
+
+from apiutil import wait_for
+from clusterutil import PY, TOKEN, cluster, server_config, sim_gpus
+from netnsutil import veth_netns
+from test_tls_cluster import ca_hash_of, https_url, make_evil_pki, openssl, pinned, server_ca
+
+pytestmark = pytest.mark.e2e
+assert cluster  # a fixture, imported so that it applies here
+
+
+def health(a):
+    return requests.get("http://127.0.0.1:%d/health" % a.port, timeout=5).json()
+
+
+def node_file(a, name):
+    return os.path.join(a.data_dir, "tls", name)
+
+
+def wait_issued(a):
+    wait_for(lambda: health(a).get("listen_tls") == "issued", 20,
+             "the node certificate of %s:\n%s" % (a.name, a.log()))
+
+
+def curl(url, cacert, netns=None):
+    argv = ["curl", "-sS", "--max-time", "10", "--cacert", str(cacert), url]
+    if netns:
+        argv = ["ip", "netns", "exec", netns] + argv
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+
+def s_client(host, port, cafile):
+    r = subprocess.run(["openssl", "s_client", "-connect", "%s:%d" % (host, port), "-CAfile", str(cafile),
+                        "-verify_return_error", "-verify_ip", host, "-brief"],
+                       input="", capture_output=True, text=True, timeout=30)
+    return r.returncode, r.stdout + r.stderr
+
+
+def not_after(pem_path):
+    out = openssl("x509", "-in", str(pem_path), "-noout", "-enddate").decode()
+    return subprocess.run(["date", "-d", out.split("=", 1)[1].strip(), "+%s"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def pinned_agent(cluster, s, name, **kw):
+    return cluster.agent(name, server_url=https_url(s), token=pinned(TOKEN, ca_hash_of(server_ca(s))), **kw)
+
+
+def test_the_agent_port_serves_a_certificate_of_the_cluster_ca_to_curl_and_openssl(cluster, tmp_path):
+    s = cluster.start_server()
+    a = pinned_agent(cluster, s, "gpu-a")
+    wait_issued(a)
+    # the node's address is https://, and the server issued the certificate (its log says for what)
+    assert cluster.node("gpu-a")["address"] == "https://127.0.0.1:%d" % a.port
+    assert "node gpu-a: certificate issued for loopback only" in s.full_log()
+    # curl and openssl verify the agent's port against the server's CA file
+    r = curl("https://127.0.0.1:%d/health" % a.port, server_ca(s))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["node"] == "gpu-a"
+    rc, out = s_client("127.0.0.1", a.port, server_ca(s))
+    assert rc == 0 and "Verification: OK" in out, out
+    # another CA: both refuse it
+    evil_ca, _, _ = make_evil_pki(tmp_path / "evil")
+    r = curl("https://127.0.0.1:%d/health" % a.port, evil_ca)
+    assert r.returncode == 60, (r.returncode, r.stderr)
+    rc, out = s_client("127.0.0.1", a.port, evil_ca)
+    assert rc != 0 and "verify" in out.lower(), out
+    # the key never left the node: it is 0600 there and the certificate holds only its public half
+    st = os.stat(node_file(a, "node.key"))
+    assert stat.S_IMODE(st.st_mode) == 0o600
+    pub_crt = openssl("x509", "-in", node_file(a, "node.crt"), "-noout", "-pubkey")
+    pub_key = openssl("pkey", "-in", node_file(a, "node.key"), "-pubout")
+    assert pub_crt == pub_key
+    # plain HTTP from loopback still works (the CLI on the node, health checks)
+    assert requests.get("http://127.0.0.1:%d/v1/status" % a.port, timeout=5).json()["node"] == "gpu-a"
+
+
+def test_a_machine_that_joins_again_gets_a_new_certificate_and_one_near_its_end_is_renewed(cluster, tmp_path):
+    s = cluster.start_server()
+    a = pinned_agent(cluster, s, "gpu-a")
+    wait_issued(a)
+    first = open(node_file(a, "node.crt")).read()
+    # joining again (node.json gone, same machine): a new credential, so a new certificate
+    a.stop()
+    os.unlink(os.path.join(a.data_dir, "node.json"))
+    a.start()
+    wait_for(lambda: open(node_file(a, "node.crt")).read() != first, 20, "a new certificate:\n" + a.log())
+    wait_issued(a)
+    assert curl("https://127.0.0.1:%d/health" % a.port, server_ca(s)).returncode == 0
+    # a certificate of the CA that ends in 2 days (made here with the CA's key): renewed at the next start
+    a.stop()
+    d = tmp_path / "short"
+    d.mkdir()
+    (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("req", "-new", "-key", node_file(a, "node.key"), "-subj", "/CN=short", "-out", str(d / "n.csr"))
+    openssl("x509", "-req", "-in", str(d / "n.csr"), "-CA", server_ca(s),
+            "-CAkey", os.path.join(s.data_dir, "tls", "ca.key"), "-CAcreateserial", "-days", "2",
+            "-out", node_file(a, "node.crt"), "-extfile", str(d / "ext.cnf"))
+    short = int(not_after(node_file(a, "node.crt")))
+    a.start()
+    wait_for(lambda: int(not_after(node_file(a, "node.crt"))) > short + 80 * 86400, 20,
+             "the renewed certificate:\n" + a.log())
+    assert "ends within 30 days" in a.log()
+    wait_for(lambda: curl("https://127.0.0.1:%d/health" % a.port, server_ca(s)).returncode == 0, 10,
+             "the renewed certificate served")
+
+
+def test_a_certificate_needs_the_node_own_credential_and_a_good_key(cluster):
+    s = cluster.start_server()
+    a = pinned_agent(cluster, s, "gpu-a")
+    wait_issued(a)
+    url = https_url(s) + "/agent/v1/cert"
+    pub = openssl("pkey", "-in", node_file(a, "node.key"), "-pubout").decode()
+    body = {"node": "gpu-a", "public_key": pub}
+    # no credential, another node's name, a credential of no node: 401, nothing issued
+    assert requests.post(url, json=body, verify=server_ca(s), timeout=10).status_code == 401
+    bad = "gpn_" + "0" * 64
+    r = requests.post(url, json=body, headers={"Authorization": "Bearer " + bad}, verify=server_ca(s), timeout=10)
+    assert r.status_code == 401
+    cred = a.credential()
+    r = requests.post(url, json=dict(body, node="gpu-b"), headers={"Authorization": "Bearer " + cred},
+                      verify=server_ca(s), timeout=10)
+    assert r.status_code == 401
+    # bad input: 400 with a reason
+    r = requests.post(url, json=dict(body, public_key="-----BEGIN PUBLIC KEY-----\nxx\n-----END PUBLIC KEY-----\n"),
+                      headers={"Authorization": "Bearer " + cred}, verify=server_ca(s), timeout=10)
+    assert r.status_code == 400 and "public_key" in r.text
+    # the node's own credential: a certificate for its key, of the cluster's CA
+    r = requests.post(url, json=body, headers={"Authorization": "Bearer " + cred}, verify=server_ca(s), timeout=10)
+    assert r.status_code == 200, r.text
+    ans = r.json()
+    assert ans["ca"] == open(server_ca(s)).read() and "127.0.0.1" in ans["names"]
+
+
+@pytest.fixture
+def netns():
+    """(namespace, root address, namespace address), cleaned up at the end."""
+    with veth_netns("gpntls", 215) as (ns, _, root_addr, ns_addr):
+        yield ns, root_addr, ns_addr
+
+
+def test_off_loopback_the_agent_port_is_tls_only_unless_the_logged_opt_out(cluster, netns):
+    ns, root_addr, ns_addr = netns
+    s = cluster.start_server(config_text=None, listen_host="0.0.0.0")
+    tok = pinned(TOKEN, ca_hash_of(server_ca(s)))
+    url = "https://%s:%d" % (root_addr, s.port)
+    a = cluster.agent("gpu-a", netns=ns, listen_host=ns_addr, server_url=url, token=tok)
+    wait_for(lambda: "node gpu-a: certificate issued for %s" % ns_addr in s.full_log(), 20,
+             "the certificate:\n" + a.log())
+    # from the root namespace (off the agent's loopback): plain HTTP is refused before anything is read
+    r = requests.get("http://%s:%d/health" % (ns_addr, a.port), timeout=10)
+    assert r.status_code == 400 and "tls_required" in r.text
+    # TLS verified against the cluster's CA, by the node's address
+    wait_for(lambda: curl("https://%s:%d/health" % (ns_addr, a.port), server_ca(s)).returncode == 0, 15,
+             "the agent's port over verified TLS")
+    rc, out = s_client(ns_addr, a.port, server_ca(s))
+    assert rc == 0 and "Verification: OK" in out, out
+    # a node off the server's machine that claims one of the server's own addresses gets no certificate naming it
+    # (its key must not pass for the server to other agents)
+    pub = openssl("pkey", "-in", node_file(a, "node.key"), "-pubout").decode()
+    script = (
+        "import json, ssl, sys, time, urllib.request\n"
+        "ctx = ssl.create_default_context(cafile=%r)\n"
+        "def post(path, body, bearer):\n"
+        "    req = urllib.request.Request(%r + path, data=json.dumps(body).encode(), method='POST',\n"
+        "        headers={'Content-Type': 'application/json', 'Authorization': 'Bearer ' + bearer})\n"
+        "    return json.loads(urllib.request.urlopen(req, context=ctx, timeout=10).read())\n"
+        "j = post('/agent/v1/join', {'name': 'evil-1', 'version': 'x', 'address': 'https://%s:9', 'labels': {},\n"
+        "         'backend': 'sim', 'machine': 'ab' * 32, 'seq': int(time.time() * 1e6), 'gpus': []}, %r)\n"
+        "c = post('/agent/v1/cert', {'node': 'evil-1', 'public_key': %r}, j['credential'])\n"
+        "sys.stdout.write(json.dumps(c['names']))\n") % (str(server_ca(s)), url, root_addr, TOKEN, pub)
+    out = subprocess.run(["ip", "netns", "exec", ns, PY, "-c", script], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == ["localhost", "127.0.0.1", "::1"]
+    assert "node evil-1: its certificate does not name %s" % root_addr in s.full_log()
+    # the opt-out: logged, shown in /health, and plain HTTP from off loopback works
+    b = cluster.agent("gpu-b", netns=ns, listen_host=ns_addr, server_url=url, token=tok,
+                      extra=["--insecure-listen-plaintext"])
+    assert "--insecure-listen-plaintext" in b.log()
+    h = requests.get("http://%s:%d/health" % (ns_addr, b.port), timeout=10).json()
+    assert h["listen_plaintext_any"] is True and h["node"] == "gpu-b"
+
+
+# ---- the gateway's traffic to a model replica on an agent node ------------------
+
+SERVE_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gw_serve_main.py")
+
+
+class Capture:
+    """Every frame on one interface (AF_PACKET), as a sniffer on the wire between the namespaces sees it."""
+
+    def __init__(self, ifname):
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+        self.sock.bind((ifname, 0))
+        self.sock.settimeout(0.2)
+        self.data = bytearray()
+        self.stopping = False
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        while not self.stopping:
+            try:
+                self.data += self.sock.recv(65535)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+
+    def stop(self):
+        self.stopping = True
+        self.t.join(5)
+        self.sock.close()
+        return bytes(self.data)
+
+
+@pytest.fixture
+def veth():
+    """(namespace, root-side interface, root address, namespace address)."""
+    with veth_netns("gprly", 216) as v:
+        yield v
+
+
+def relay_line(a, name, token, cafile, ns_addr):
+    ctx = ssl.create_default_context(cafile=str(cafile))
+    with socket.create_connection((ns_addr, a.port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname=ns_addr) as c:
+            c.sendall(("GPUPOOL-RELAY %s %s\n" % (name, token)).encode())
+            c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            out = b""
+            while True:
+                b = c.recv(65536)
+                if not b:
+                    return out
+                out += b
+
+
+def test_a_replica_on_an_agent_node_is_reached_over_tls_through_its_agent(cluster, veth):
+    ns, v0, root_addr, ns_addr = veth
+    s = cluster.start_server(server_config(extra=(
+        "gateway:\n"
+        "  models:\n"
+        "    - name: m1\n"
+        "      serve: {command: [\"/usr/bin/python3\", \"%s\", \"{port}\"], gpus: 1, memory_mb: 2000,\n"
+        "              port: auto, ready: \"/health\"}\n" % SERVE_MAIN)), listen_host="0.0.0.0")
+    a = cluster.agent("infer-1", gpus=sim_gpus(2, name="NVIDIA L4", memory_mb=23034), netns=ns, listen_host=ns_addr,
+                      server_url="https://%s:%d" % (root_addr, s.port), token=pinned(TOKEN, ca_hash_of(server_ca(s))))
+
+    def chat(text):
+        return s.api("POST", "/v1/chat/completions",
+                     json={"model": "m1", "messages": [{"role": "user", "content": text}], "max_tokens": 4})
+    wait_for(lambda: chat("warm up").status_code == 200, 60, "the gateway to answer through the replica:\n" +
+             s.log()[-3000:])
+    assert "reached over TLS through its agent https://%s:%d" % (ns_addr, a.port) in s.full_log()
+    # a prompt and its answer, with a sniffer on the wire between the server and the node
+    cap = Capture(v0)
+    try:
+        r = chat("prompt-secret-5d1c4e")
+        assert r.status_code == 200, r.text
+        assert "hello from served-" in r.json()["choices"][0]["message"]["content"]
+    finally:
+        wire = cap.stop()
+    runs = os.path.join(a.data_dir, "runs")
+    name = os.listdir(runs)[0]
+    with open(os.path.join(runs, name, "spec.json")) as f:
+        env = dict(kv.split("=", 1) for kv in json.load(f)["env"])
+    token = env["SERVE_RELAY_TOKEN"]
+    assert len(wire) > 300 and b"\x17\x03\x03" in wire  # TLS application data went by
+    for clear in (b"prompt-secret-5d1c4e", b"hello from served-", b"chat/completions", token.encode()):
+        assert clear not in wire, clear
+    # the relay: only the run's own port, only with its token, only over TLS off loopback
+    ok = relay_line(a, name, token, server_ca(s), ns_addr)
+    assert ok.startswith(b"HTTP/1.") and b" 200 " in ok.split(b"\r\n")[0] and b'"status":"ok"' in ok, ok
+    bad = relay_line(a, name, "0" * 64, server_ca(s), ns_addr)
+    assert b" 502 " in bad.split(b"\r\n")[0], bad
+    bad = relay_line(a, "99.1.0", token, server_ca(s), ns_addr)
+    assert b" 502 " in bad.split(b"\r\n")[0], bad
+    with socket.create_connection((ns_addr, a.port), timeout=10) as c:
+        c.sendall(("GPUPOOL-RELAY %s %s\n" % (name, token)).encode())
+        assert b"tls_required" in c.recv(4096)

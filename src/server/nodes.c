@@ -961,7 +961,7 @@ void gp_nodes_host(gp_daemon *d, const char *node, char *buf, size_t size) {
 }
 
 void gp_nodes_address(gp_daemon *d, const char *node, char *buf, size_t size) {
-        gp_node *n = node ? find(d->nodes, node) : NULL;
+        gp_node *n = node ? find(gp_daemon_nodes(d), node) : NULL;
         gp_strlcpy(buf, n ? n->address : "", size);
 }
 
@@ -1638,12 +1638,12 @@ static bool equal_hash(const char *cred, const char *hex) {
 }
 
 int gp_nodes_cred_host(gp_daemon *d, const char *node, const char *cred, char *host, size_t size) {
-        pthread_mutex_lock(&d->lock);
-        gp_node *n = d->nodes ? find(d->nodes, node) : NULL;
+        gp_daemon_lock(d);
+        gp_node *n = gp_daemon_nodes(d) ? find(gp_daemon_nodes(d), node) : NULL;
         int rc = !n || n->state == GP_NODE_LEFT ? -ENOENT : equal_hash(cred, n->cred) ? 0 : -EPERM;
         if (rc == 0)
                 gp_nodes_host(d, node, host, size);
-        pthread_mutex_unlock(&d->lock);
+        gp_daemon_unlock(d);
         return rc;
 }
 

@@ -361,6 +361,9 @@ struct gp_sched {
         uint32_t buckets[MAX_KINDS][NBUCKETS];
         uint64_t bmask[MAX_KINDS][NBUCKETS / 64]; /* bit b set iff buckets[k][b] is not empty */
         uint32_t idle_lists[MAX_NODE_GPUS + 1];
+        uint64_t *ibits[MAX_NODE_GPUS + 1]; /* per idle list: a bit per node in it (its order) */
+        uint32_t ibits_words;      /* words of each bitmap */
+        int ibits_k;               /* bitmaps 0..ibits_k exist (ibits[0] unused but made) */
         int max_idle;              /* upper bound of non-empty idle list index */
         tier tiers[GP_PRIORITY_LEVELS];
         uint64_t vtime;
@@ -416,6 +419,10 @@ struct gp_sched {
         uint32_t nmod_cap;
         struct resv_cache *rc[RESV_SHAPES]; /* sched-resv.c: per-node answers for recent shapes */
         uint64_t rc_tick;          /* uses of the reservation cache (its LRU clock) */
+        struct gpre *gpre;         /* per GPU: what preemption could free there (sched-preempt.c) */
+        uint32_t gpre_cap;
+        uint32_t *gpre_seen;       /* per node: s->nmod[ni] its GPUs' gpre were made at */
+        uint32_t gpre_seen_cap;
 };
 
 /* Node ni's GPUs or rules change (before or after: anything cached of it
@@ -754,6 +761,7 @@ SCHED_PRIVATE void pre_count(gp_sched *s, const stask *t, int d);
 SCHED_PRIVATE int las_make_room(gp_sched *s, stask *t, int64_t now, gp_sched_decision **ret, size_t *ret_n,
                   size_t *ret_cap);
 SCHED_PRIVATE bool gpu_could(const gp_sched *s, const sgpu *g, const stask *w, bool avoid);
+SCHED_PRIVATE void gpre_free(gp_sched *s);
 SCHED_PRIVATE int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv, bool avoid, gp_sched_decision **ret,
               size_t *ret_n, size_t *ret_cap);
 

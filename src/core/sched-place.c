@@ -8,8 +8,36 @@
 /* ------------------------------------------------------------------ */
 /* GPU indexes                                                        */
 
+/* Room in the idle lists' bitmaps (s->ibits) for nodes 0..nnodes-1 with
+ * up to maxk GPUs: made when nodes and GPUs are added, so that linking a
+ * GPU never allocates.  0 or -ENOMEM (the bitmaps as they were). */
+static int ibits_ensure(gp_sched *s, int maxk, uint32_t nnodes) {
+        uint32_t words = (nnodes + 63) / 64;
+        if (words > s->ibits_words) {
+                uint32_t nw = s->ibits_words ? s->ibits_words : 4;
+                while (nw < words)
+                        nw *= 2;
+                for (int k = 0; k <= s->ibits_k; k++) {
+                        uint64_t *v = realloc(s->ibits[k], (size_t)nw * sizeof(*v));
+                        if (!v)
+                                return -ENOMEM;
+                        memset(v + s->ibits_words, 0, (size_t)(nw - s->ibits_words) * sizeof(*v));
+                        s->ibits[k] = v;
+                }
+                s->ibits_words = nw;
+        }
+        while (s->ibits_k < maxk) {
+                uint64_t *v = calloc(s->ibits_words ? s->ibits_words : 1, sizeof(*v));
+                if (!v)
+                        return -ENOMEM;
+                s->ibits[++s->ibits_k] = v;
+        }
+        return 0;
+}
+
 static void idle_list_del(gp_sched *s, uint32_t ni) {
         snode *n = &s->nodes[ni];
+        s->ibits[n->idle][ni >> 6] &= ~((uint64_t)1 << (ni & 63));
         if (n->iprev != NIL)
                 s->nodes[n->iprev].inext = n->inext;
         else
@@ -23,11 +51,18 @@ static void idle_list_add(gp_sched *s, uint32_t ni) {
         snode *n = &s->nodes[ni];
         /* keep lists in node order so choices are deterministic */
         uint32_t *head = &s->idle_lists[n->idle];
-        uint32_t prev = NIL, cur = *head;
-        while (cur != NIL && cur < ni) {
-                prev = cur;
-                cur = s->nodes[cur].inext;
-        }
+        /* the list's previous node is the highest marked node below ni
+         * (a word scan, not a walk of the list: at 10,000 nodes of one
+         * idle count the walk cost a run after a task end ~0.2 ms) */
+        uint64_t *b = s->ibits[n->idle];
+        uint32_t prev = NIL, w = ni >> 6;
+        uint64_t m = b[w] & (((uint64_t)1 << (ni & 63)) - 1);
+        while (!m && w > 0)
+                m = b[--w];
+        if (m)
+                prev = (w << 6) + 63 - (uint32_t)__builtin_clzll(m);
+        b[ni >> 6] |= (uint64_t)1 << (ni & 63);
+        uint32_t cur = prev != NIL ? s->nodes[prev].inext : *head;
         n->iprev = prev;
         n->inext = cur;
         if (prev != NIL)
@@ -488,6 +523,8 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
                 return -ENOMEM;
         n->gpus = ng;
         n->cap = (int)ncap;
+        if (ibits_ensure(s, n->ngpus + 1, s->nnodes) < 0)
+                return -ENOMEM;
 
         sgpu *g = &s->gpus[s->ngpus];
         memset(g, 0, sizeof(*g));

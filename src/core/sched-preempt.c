@@ -396,6 +396,102 @@ static int preempt_for(gp_sched *s, stask *v, const stask *w, int64_t now, gp_sc
         return requeue_preempted(s, v, now);
 }
 
+/* ------------------------------------------------------------------ */
+/* what preemption could free on a GPU, at most                       */
+
+/* Kept per GPU and made again for a node's GPUs when the node changed
+ * (s->nmod), so that make_room can pass over a node where no choice of
+ * victims could make room without planning it (a plan reads every task on
+ * the node, again for every victim it marks: at 10,000 nodes most of a
+ * preemption run went to nodes that then could not make room). */
+typedef struct gpre {
+        int32_t np_charge;         /* MB charged by tasks that are not preemptible */
+        int32_t nr_charge;         /* ... that are not reclaimable (never a victim) */
+        uint16_t np_n, nr_n;       /* how many of each */
+        uint8_t min_pprio;         /* least priority of its preemptible tasks (GP_PRIORITY_LEVELS: none) */
+        int32_t pchg[GP_PRIORITY_LEVELS]; /* MB charged by its preemptible tasks of each priority */
+} gpre;
+
+SCHED_PRIVATE void gpre_free(gp_sched *s) {
+        free(s->gpre);
+        free(s->gpre_seen);
+}
+
+static int gpre_ready(gp_sched *s) {
+        if (s->gpre_cap < s->ngpus) {
+                gpre *g = grow(s->gpre, sizeof(*g), &s->gpre_cap, s->ngpus);
+                if (!g)
+                        return -ENOMEM;
+                s->gpre = g;
+        }
+        if (s->gpre_seen_cap < s->nnodes) {
+                uint32_t old = s->gpre_seen_cap;
+                uint32_t *v = grow(s->gpre_seen, sizeof(*v), &s->gpre_seen_cap, s->nnodes);
+                if (!v)
+                        return -ENOMEM;
+                s->gpre_seen = v;
+                for (uint32_t i = old; i < s->gpre_seen_cap; i++)
+                        v[i] = i < s->nnodes ? s->nmod[i] - 1 : 0;
+        }
+        return 0;
+}
+
+static void gpre_make(gp_sched *s, uint32_t ni) {
+        const snode *nd = &s->nodes[ni];
+        for (int i = 0; i < nd->ngpus; i++) {
+                const sgpu *g = &s->gpus[nd->gpus[i]];
+                gpre *p = &s->gpre[nd->gpus[i]];
+                memset(p, 0, sizeof(*p));
+                p->min_pprio = GP_PRIORITY_LEVELS;
+                for (int k = 0; k < g->ntasks; k++) {
+                        const stask *x = g->tasks[k];
+                        int32_t c = x->charge > INT32_MAX ? INT32_MAX : (int32_t)x->charge;
+                        if (!x->preemptible) {
+                                p->np_charge += c;
+                                p->np_n++;
+                        } else {
+                                p->pchg[x->prio] += c;
+                                if (x->prio < p->min_pprio)
+                                        p->min_pprio = x->prio;
+                        }
+                        if (!reclaimable(x)) {
+                                p->nr_charge += c;
+                                p->nr_n++;
+                        }
+                }
+        }
+        s->gpre_seen[ni] = s->nmod[ni];
+}
+
+/* Could GPU g host w if every task there that the rules let be a victim
+ * went?  (rule a: preemptible and less urgent; reclaim r: reclaimable.)
+ * A plan marks only such victims, so where this says no, it fails. */
+static bool gpre_could(const gp_sched *s, const sgpu *g, const gpre *p, const stask *w, bool r, bool avoid) {
+        if (!gpu_could(s, g, w, avoid))
+                return false;
+        if (g->ntasks == 0)
+                return true;
+        if (r)
+                return w->excl ? p->nr_n == 0 : g->usable - p->nr_charge >= w->mem;
+        if (w->excl)
+                return p->np_n == 0 && p->min_pprio > w->prio;
+        int64_t keep = p->np_charge;
+        for (int q = 0; q <= w->prio; q++)
+                keep += p->pchg[q];
+        return g->usable - keep >= w->mem;
+}
+
+static bool node_could(gp_sched *s, const stask *w, uint32_t ni, bool r, bool avoid) {
+        if (s->gpre_seen[ni] != s->nmod[ni])
+                gpre_make(s, ni);
+        const snode *nd = &s->nodes[ni];
+        int n = 0;
+        for (int i = 0; i < nd->ngpus; i++)
+                if (gpre_could(s, &s->gpus[nd->gpus[i]], &s->gpre[nd->gpus[i]], w, r, avoid) && ++n >= w->ngpus)
+                        return true;
+        return false;
+}
+
 /* Make room for w by preempting on the node where that costs the fewest
  * GPUs, then the least lost work, then the lowest node.  after_resv: w is
  * behind the reserved task, so only reclaim applies and never on reserved
@@ -414,6 +510,8 @@ SCHED_PRIVATE int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv,
         int64_t best_lost = 0;
         uint32_t bn = NIL;
         bool ba = false, br = false;
+        if (gpre_ready(s) < 0)
+                return -ENOMEM;
         for (uint32_t ni = 0; ni < s->nnodes; ni++) {
                 const snode *nd = &s->nodes[ni];
                 if (!nd->npre || !(nd->kinds & w->kinds) || nd->ngpus < w->ngpus ||
@@ -429,7 +527,7 @@ SCHED_PRIVATE int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv,
                 }
                 bool a = rule_a && less_urgent_on(nd, w->prio);
                 bool r = reclaim_any && T->run_milli + node_share_ub(s, w, nd) <= T->guar_milli;
-                if (!a && !r)
+                if ((!a && !r) || !node_could(s, w, ni, r, avoid))
                         continue;
                 int64_t lost;
                 int c = plan_node(s, w, ni, now, a, r, avoid, &lost);

@@ -319,7 +319,7 @@ SCHED_PRIVATE int64_t reserve(gp_sched *s, stask *t, int64_t now) {
         /* the first k at `now`: those ready now, which all read `now`, by
          * GPU number; then the rest as sorted */
         const gpu_end *e = c->ent + c->off[best];
-        uint32_t now_gpus[MAX_NODE_GPUS];
+        uint32_t now_gpus[MAX_NODE_GPUS] = {0};
         for (int i = 0; i < best_ready; i++) {
                 int j = i;
                 while (j > 0 && now_gpus[j - 1] > e[i].gi) {

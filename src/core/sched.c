@@ -90,6 +90,9 @@ void gp_sched_free(gp_sched *s) {
         free(s->nodes);
         free(s->nhost);
         free(s->nmod);
+        for (int k = 0; k <= s->ibits_k; k++)
+                free(s->ibits[k]);
+        gpre_free(s);
         resv_free(s);
         free(s->node_ht);
         for (int i = 0; i < s->nkinds; i++)

@@ -188,17 +188,27 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
          * below as later runs start and preempt) */
         size_t idcap = (size_t)ntasks;
         int64_t *ids = malloc(sizeof(int64_t) * idcap);
-        if (!ids)
+        /* where each id is in ids (-1: not there), so that a preempted
+         * task leaves ids without a search of it: the time is the core's */
+        size_t *pos = malloc(sizeof(size_t) * ((size_t)ntasks + 1));
+        if (!ids || !pos)
                 return 1;
-        for (size_t i = 0; i < n; i++)
+        for (int i = 0; i <= ntasks; i++)
+                pos[i] = (size_t)-1;
+        for (size_t i = 0; i < n; i++) {
                 ids[i] = d[i].id;
+                pos[d[i].id] = i;
+        }
         size_t nids = n;
         int rounds = 1000;
         for (int i = 0; i < rounds && nids; i++) {
                 size_t k = xr() % nids;
                 int64_t now = sc->step_ms ? 1000 + (int64_t)(i + 1) * sc->step_ms : 2000 + i;
                 gp_sched_remove_at(s, ids[k], now);
+                pos[ids[k]] = (size_t)-1;
                 ids[k] = ids[--nids];
+                if (k < nids)
+                        pos[ids[k]] = k;
                 n = 0;
                 gp_sched_run(s, now, &d, &n, &cap);
                 more += n;
@@ -207,14 +217,16 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
                 for (size_t j = 0; j < n; j++) {
                         if (d[j].kind == GP_DECIDE_START) {
                                 starts++;
-                                if (nids < idcap)
+                                if (nids < idcap) {
+                                        pos[d[j].id] = nids;
                                         ids[nids++] = d[j].id;
-                        } else if (d[j].kind == GP_DECIDE_PREEMPT) {
-                                for (size_t m = 0; m < nids; m++)
-                                        if (ids[m] == d[j].id) {
-                                                ids[m] = ids[--nids];
-                                                break;
-                                        }
+                                }
+                        } else if (d[j].kind == GP_DECIDE_PREEMPT && pos[d[j].id] != (size_t)-1) {
+                                size_t m = pos[d[j].id];
+                                pos[d[j].id] = (size_t)-1;
+                                ids[m] = ids[--nids];
+                                if (m < nids)
+                                        pos[ids[m]] = m;
                         }
                 }
         }
@@ -226,6 +238,7 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
                         .steady_us = (t4 - t3) / rounds * 1e6, .busy = st.gpus_busy, .total = st.gpus_total,
                         .queued = st.queued_total, .preempted = st.total_preempted, .build_ms = build_ms};
         (void)starts;
+        free(pos);
         free(ids);
         free(d);
         gp_sched_free(s);

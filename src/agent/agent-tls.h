@@ -3,7 +3,7 @@
  * certificates").
  *
  * The listener: the agent's --listen address, served as the server serves
- * its port (server/tls-pump.h's acceptor): a TLS ClientHello gets TLS with
+ * its port (base/tls-pump.h's acceptor): a TLS ClientHello gets TLS with
  * DATA_DIR/tls/node.crt and node.key (reloaded when they change, as the
  * server's files are), plaintext is served to loopback clients only
  * (every address with --insecure-listen-plaintext, logged), anything else

@@ -196,14 +196,7 @@ int gp_agent_relay_try(int fd, const char *runs_dir, gp_iplimit *ipl, const stru
                 refuse(r, "the model replica does not answer on its port");
                 return 1;
         }
-        pthread_attr_t at;
-        pthread_t th;
-        pthread_attr_init(&at);
-        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&at, THREAD_STACK);
-        int rc = pthread_create(&th, &at, relay_main, r);
-        pthread_attr_destroy(&at);
-        if (rc) {
+        if (gp_thread_detached(relay_main, r, THREAD_STACK) < 0) {
                 refuse(r, "out of threads");
                 return 1;
         }

@@ -110,8 +110,6 @@ static void *sniff_main(void *arg) {
 static int handoff(void *ud, int fd, const struct sockaddr *sa, socklen_t sl) {
         gp_agent_tls *t = ud;
         sniff *s = calloc(1, sizeof(*s));
-        pthread_attr_t at;
-        pthread_t th;
         if (!s || sl > sizeof(s->sa)) {
                 free(s);
                 close(fd);
@@ -126,11 +124,7 @@ static int handoff(void *ud, int fd, const struct sockaddr *sa, socklen_t sl) {
         if (!stopping)
                 t->sniffing++;
         pthread_mutex_unlock(&t->mu);
-        pthread_attr_init(&at);
-        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&at, 128 * 1024);
-        int rc = stopping ? EAGAIN : pthread_create(&th, &at, sniff_main, s);
-        pthread_attr_destroy(&at);
+        int rc = stopping ? -EAGAIN : gp_thread_detached(sniff_main, s, 128 * 1024);
         if (rc) {
                 if (!stopping) {
                         pthread_mutex_lock(&t->mu);

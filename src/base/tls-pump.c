@@ -128,14 +128,7 @@ static void *pump_main(void *arg) {
 }
 
 static int spawn(void *(*fn)(void *), void *arg) {
-        pthread_attr_t at;
-        pthread_t t;
-        pthread_attr_init(&at);
-        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&at, THREAD_STACK);
-        int e = pthread_create(&t, &at, fn, arg);
-        pthread_attr_destroy(&at);
-        return -e;
+        return gp_thread_detached(fn, arg, THREAD_STACK);
 }
 
 /* Drive the handshake of p->s until done, the deadline or *stop: 0 or -EPROTO/-ETIMEDOUT. */

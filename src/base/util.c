@@ -3,6 +3,7 @@
 #include "base/text.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,4 +135,16 @@ bool gp_id_ok(const char *s, size_t n) {
 
 bool gp_str_is_clean(const char *s, size_t len) {
         return gp_text_valid(s, len, len);
+}
+
+int gp_thread_detached(void *(*fn)(void *), void *arg, size_t stack) {
+        pthread_attr_t at;
+        pthread_t t;
+        if (pthread_attr_init(&at) != 0)
+                return -ENOMEM;
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&at, stack);
+        int e = pthread_create(&t, &at, fn, arg);
+        pthread_attr_destroy(&at);
+        return -e;
 }

@@ -41,4 +41,9 @@ bool gp_id_ok(const char *s, size_t n);
  * older name for the callers that have it. */
 bool gp_str_is_clean(const char *s, size_t len);
 
+/* Start fn(arg) on a detached thread with a stack of `stack` bytes (the
+ * TLS pumps and relays: one thread a connection).  0 or -errno (nothing
+ * started). */
+int gp_thread_detached(void *(*fn)(void *), void *arg, size_t stack);
+
 #endif

@@ -145,17 +145,11 @@ static void *accept_main(void *arg) {
                 memcpy(c->host, r->host, sizeof(c->host));
                 memcpy(c->port, r->port, sizeof(c->port));
                 memcpy(c->line, r->line, sizeof(c->line));
-                pthread_attr_t at;
-                pthread_t th;
-                pthread_attr_init(&at);
-                pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-                pthread_attr_setstacksize(&at, THREAD_STACK);
-                if (pthread_create(&th, &at, conn_main, c) != 0) {
+                if (gp_thread_detached(conn_main, c, THREAD_STACK) < 0) {
                         close(fd);
                         explicit_bzero(c->line, sizeof(c->line));
                         free(c);
                 }
-                pthread_attr_destroy(&at);
         }
         return NULL;
 }

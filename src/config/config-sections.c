@@ -374,6 +374,8 @@ int parse_rule_weights(struct ctx *c, const struct field *f, void *base, const y
 /* scheduler.las_thresholds_s: 1..GP_CFG_MAX_LAS_THRESHOLDS GPU-seconds
  * (integers or durations such as 1h), each 1..GP_CFG_LAS_MAX_S and more
  * than the one before; the config is untouched on failure. */
+#define LAS_EXPECTED "expected a list of 1 to %d increasing GPU-seconds such as [3600, 36000], got "
+
 struct las_read {
         int64_t v[GP_CFG_MAX_LAS_THRESHOLDS];
 };
@@ -401,14 +403,13 @@ int parse_las_thresholds(struct ctx *c, const struct field *f, void *base, const
         int n, r;
         (void)f;
         if (ev->type != YAML_SEQUENCE_START_EVENT)
-                return cfg_fail(c, c->key_line, "expected a list of 1 to %d increasing GPU-seconds such as [3600, 36000], "
-                                "got %s", GP_CFG_MAX_LAS_THRESHOLDS, cfg_describe(ev, d, sizeof(d)));
+                return cfg_fail(c, c->key_line, LAS_EXPECTED "%s", GP_CFG_MAX_LAS_THRESHOLDS,
+                                cfg_describe(ev, d, sizeof(d)));
         r = cfg_parse_list(c, ev, "a list", las_threshold_item, &lr, &n);
         if (r < 0)
                 return r;
         if (n < 1)
-                return cfg_fail(c, c->key_line, "expected a list of 1 to %d increasing GPU-seconds such as [3600, 36000], "
-                                "got an empty list", GP_CFG_MAX_LAS_THRESHOLDS);
+                return cfg_fail(c, c->key_line, LAS_EXPECTED "an empty list", GP_CFG_MAX_LAS_THRESHOLDS);
         memcpy(cfg->las_thresholds_s, lr.v, (size_t)n * sizeof(lr.v[0]));
         cfg->n_las_thresholds = n;
         return 0;

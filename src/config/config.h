@@ -36,8 +36,8 @@
 #define GP_CFG_ALERT_METRIC_MAX 32
 #define GP_CFG_WEBHOOK_MAX 1024
 #define GP_CFG_MAX_LAS_THRESHOLDS (GP_SCHED_LAS_MAX_LEVELS - 1) /* entries in scheduler.las_thresholds_s: 9 */
-#define GP_CFG_LAS_MAX_S 10000000000LL /* one of them, GPU-seconds (317 GPU-years, as simulate's
-                                          --las-thresholds takes) */
+/* one of them at most, GPU-seconds: 317 GPU-years, as simulate's --las-thresholds takes */
+#define GP_CFG_LAS_MAX_S 10000000000LL
 
 
 typedef struct gp_cfg_sim_gpu {

@@ -49,6 +49,7 @@ int parse_policy(struct ctx *c, const struct field *f, void *base, const yaml_ev
 int parse_placement(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_signal(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_weights(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
+int parse_las_thresholds(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_webhook(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_when(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);
 int parse_severity(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev);

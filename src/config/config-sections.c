@@ -1,9 +1,9 @@
 /* config-sections.c - the parsers of the config's alerts, tenants,
- * groups, time rules, billing and gateway sections: each a value_fn of the
- * schema table (config.c) or an item hook of its lists, with the walk's
- * rules (config-int.h): the first error stops the walk, every message
- * names FILE:LINE and the dotted key, nothing is echoed that could be a
- * secret. */
+ * groups, time rules, billing and gateway sections and of the scheduler's
+ * LAS thresholds: each a value_fn of the schema table (config.c) or an
+ * item hook of its lists, with the walk's rules (config-int.h): the first
+ * error stops the walk, every message names FILE:LINE and the dotted key,
+ * nothing is echoed that could be a secret. */
 #include "config/config-int.h"
 
 #include <arpa/inet.h>
@@ -369,6 +369,50 @@ int parse_rule_weights(struct ctx *c, const struct field *f, void *base, const y
         if (r == 0)
                 tr->has_weights = true;
         return r;
+}
+
+/* scheduler.las_thresholds_s: 1..GP_CFG_MAX_LAS_THRESHOLDS GPU-seconds
+ * (integers or durations such as 1h), each 1..GP_CFG_LAS_MAX_S and more
+ * than the one before; the config is untouched on failure. */
+#define LAS_EXPECTED "expected a list of 1 to %d increasing GPU-seconds such as [3600, 36000], got "
+
+struct las_read {
+        int64_t v[GP_CFG_MAX_LAS_THRESHOLDS];
+};
+
+static int las_threshold_item(struct ctx *c, int i, const yaml_event_t *ev, void *arg) {
+        struct las_read *lr = arg;
+        int64_t x;
+        if (i >= GP_CFG_MAX_LAS_THRESHOLDS)
+                return cfg_fail(c, cfg_ev_line(ev), "too many thresholds (at most %d: %d LAS levels)",
+                                GP_CFG_MAX_LAS_THRESHOLDS, GP_SCHED_LAS_MAX_LEVELS);
+        int r = cfg_scalar_secs(c, ev, 1, GP_CFG_LAS_MAX_S, &x);
+        if (r < 0)
+                return r;
+        if (i > 0 && x <= lr->v[i - 1])
+                return cfg_fail(c, cfg_ev_line(ev), "must be more than the threshold before it (%lld), got %lld",
+                                (long long)lr->v[i - 1], (long long)x);
+        lr->v[i] = x;
+        return 0;
+}
+
+int parse_las_thresholds(struct ctx *c, const struct field *f, void *base, const yaml_event_t *ev) {
+        gp_config *cfg = base;
+        struct las_read lr;
+        char d[96];
+        int n, r;
+        (void)f;
+        if (ev->type != YAML_SEQUENCE_START_EVENT)
+                return cfg_fail(c, c->key_line, LAS_EXPECTED "%s", GP_CFG_MAX_LAS_THRESHOLDS,
+                                cfg_describe(ev, d, sizeof(d)));
+        r = cfg_parse_list(c, ev, "a list", las_threshold_item, &lr, &n);
+        if (r < 0)
+                return r;
+        if (n < 1)
+                return cfg_fail(c, c->key_line, LAS_EXPECTED "an empty list", GP_CFG_MAX_LAS_THRESHOLDS);
+        memcpy(cfg->las_thresholds_s, lr.v, (size_t)n * sizeof(lr.v[0]));
+        cfg->n_las_thresholds = n;
+        return 0;
 }
 
 /* quotas: {TENANT: {max_concurrent, max_gpus, guaranteed_gpus, max_queued}, ...} */

@@ -246,6 +246,21 @@ int validate_impl(const gp_config *cfg, const int *lines, char *err, size_t errl
                         return vfail(&v, key, "must be between 1 and %d, got %u", WEIGHT_MAX,
                                      cfg->weights[i]);
                 }
+        if (cfg->n_las_thresholds < 1 || cfg->n_las_thresholds > GP_CFG_MAX_LAS_THRESHOLDS)
+                return vfail(&v, "scheduler.las_thresholds_s", "must have between 1 and %d entries, got %d",
+                             GP_CFG_MAX_LAS_THRESHOLDS, cfg->n_las_thresholds);
+        for (int i = 0; i < cfg->n_las_thresholds; i++) {
+                int64_t x = cfg->las_thresholds_s[i];
+                if (x >= 1 && x <= GP_CFG_LAS_MAX_S && (i == 0 || x > cfg->las_thresholds_s[i - 1]))
+                        continue;
+                char key[64];
+                snprintf(key, sizeof(key), "scheduler.las_thresholds_s[%d]", i);
+                if (x < 1 || x > GP_CFG_LAS_MAX_S)
+                        return vfail(&v, key, "must be between 1 and %lld, got %lld", (long long)GP_CFG_LAS_MAX_S,
+                                     (long long)x);
+                return vfail(&v, key, "must be more than the threshold before it (%lld), got %lld",
+                             (long long)cfg->las_thresholds_s[i - 1], (long long)x);
+        }
 
         if (!terminated(cfg->alert_webhook, sizeof(cfg->alert_webhook)) || !webhook_ok(cfg->alert_webhook))
                 return vfail(&v, "alerts.webhook", "expected an http:// or https:// URL (or \"\" for none)");

@@ -150,6 +150,7 @@ const struct field cfg_fields[] = {
         {"scheduler.backfill_depth", K_INT, CFG(backfill_depth), 1, 1000000, NULL},
         {"scheduler.spf_aging_pct", K_INT, CFG(spf_aging_pct), 0, 100000, NULL},
         {"scheduler.spf_preempt", K_BOOL, CFG(spf_preempt), 0, 0, NULL},
+        {"scheduler.las_thresholds_s", K_CUSTOM, CFG(las_thresholds_s), 1, GP_CFG_LAS_MAX_S, parse_las_thresholds},
         {"scheduler.preemption", K_SECTION, NOSTORE, 0, 0, NULL},
         {"scheduler.preemption.enabled", K_BOOL, CFG(preemption_enabled), 0, 0, NULL},
         {"scheduler.preemption.grace_sec", K_INT, CFG(preemption_grace_sec), 0, 86400, NULL},
@@ -369,6 +370,9 @@ void gp_config_defaults(gp_config *cfg) {
         cfg->backfill = true;
         cfg->backfill_depth = 1000;
         cfg->spf_aging_pct = 1;
+        cfg->n_las_thresholds = 2; /* the core's LAS levels: 1 and 10 GPU-hours */
+        cfg->las_thresholds_s[0] = 3600;
+        cfg->las_thresholds_s[1] = 36000;
         cfg->preemption_enabled = true;
         cfg->preemption_grace_sec = 30;
         cfg->preemption_max_notice_s = 300;

@@ -35,6 +35,9 @@
 #define GP_CFG_ALERT_WHEN_MAX 128  /* alerts.rules[].when, with the NUL */
 #define GP_CFG_ALERT_METRIC_MAX 32
 #define GP_CFG_WEBHOOK_MAX 1024
+#define GP_CFG_MAX_LAS_THRESHOLDS (GP_SCHED_LAS_MAX_LEVELS - 1) /* entries in scheduler.las_thresholds_s: 9 */
+/* one of them at most, GPU-seconds: 317 GPU-years, as simulate's --las-thresholds takes */
+#define GP_CFG_LAS_MAX_S 10000000000LL
 
 
 typedef struct gp_cfg_sim_gpu {
@@ -267,6 +270,10 @@ typedef struct gp_config {
         int backfill_depth;                  /* queued tasks examined for backfill, default 1000 */
         int spf_aging_pct;                   /* spf: GPU-ms of credit per 100 ms waited, default 1 */
         bool spf_preempt;                    /* spf: demotion preempts preemptible tasks, default false */
+        int n_las_thresholds;                /* scheduler.las_thresholds_s: 1..GP_CFG_MAX_LAS_THRESHOLDS */
+        int64_t las_thresholds_s[GP_CFG_MAX_LAS_THRESHOLDS]; /* GPU-seconds where LAS level k+1 starts
+                                                (spf's demotion, `gpupool simulate`'s las): each
+                                                1..GP_CFG_LAS_MAX_S, increasing; default 3600, 36000 */
         bool preemption_enabled;             /* default true */
         int preemption_grace_sec;            /* default 30 */
         int preemption_max_notice_s;         /* a task's --signal SIG@SECS: SECS clamped to this, default

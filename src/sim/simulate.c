@@ -56,7 +56,8 @@ static const char USAGE[] =
         "  --estimates none|exact|learned  what the scheduler knows of each job's run time: nothing\n"
         "                          (default), the truth, or what a predictor learned from the jobs\n"
         "                          that ended before it (by tenant and size; sef orders by it)\n"
-        "  --las-thresholds LIST   LAS queue limits in GPU-seconds (default 3600,36000)\n"
+        "  --las-thresholds LIST   LAS queue limits in GPU-seconds (default: the config's\n"
+        "                          scheduler.las_thresholds_s, 3600,36000)\n"
         "  --las-min-run S         least run time before a LAS preemption (default: config, 60)\n"
         "  --spf-aging PCT         spf: GPU-ms of credit per 100 ms a job waits (default: the config's, 1)\n"
         "  --spf-preempt on|off    spf: demotion preempts jobs past their level (default: the config's\n"
@@ -683,6 +684,10 @@ int gp_simulate_main(int argc, char **argv) {
                         if (o.las_levels) {
                                 so.sched.las_levels = o.las_levels;
                                 memcpy(so.sched.las_thresholds_ms, o.las_thr_ms, sizeof(o.las_thr_ms));
+                        } else { /* the config's (scheduler.las_thresholds_s), as the daemon's */
+                                so.sched.las_levels = cfg.n_las_thresholds + 1;
+                                for (int k = 0; k < cfg.n_las_thresholds; k++)
+                                        so.sched.las_thresholds_ms[k] = cfg.las_thresholds_s[k] * 1000;
                         }
                         double t0 = wall_ms_now();
                         if ((rc = gp_sim_run(jobs, tr->n, &so, &r->r, err, sizeof(err))) < 0) {

@@ -405,3 +405,32 @@ def test_simulator_agrees_with_the_real_daemon_on_start_order_and_placement(tmp_
     print(report)
     print("task overhead %.3f s; largest start offset: %.3f s" % (
         overhead, max(abs(real_start[j] - sim_start[j] * SCALE) for j in sim_start)))
+
+
+def test_las_and_spf_levels_come_from_the_configs_las_thresholds_s_unless_given(tmp_path):
+    # one GPU: a job that runs long, then a short one; past the first level
+    # (60 GPU-seconds from the config) the long one is preempted for it; with
+    # the default levels (1 GPU-hour) the short one waits; --las-thresholds wins
+    tr = tmp_path / "t.csv"
+    tr.write_text("job_id,submit_time_s,duration_s,num_gpus,tenant\n0,0,1000,1,a\n1,100,50,1,a\n")
+
+    def short_start(cfg_text, *extra):
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(cfg_text)
+        jf = tmp_path / "jobs.csv"
+        out = {}
+        for policy in ("las", "spf"):
+            simulate("--trace", tr, "--gpus", 1, "--config", cfg, "--policy", policy, "--spf-preempt", "on",
+                     "--las-min-run", 0, "--jobs", jf, *extra)
+            out[policy] = float({r["job_id"]: r for r in csv.DictReader(open(jf))}["1"]["start_s"])
+        return out
+
+    assert short_start("scheduler: {las_thresholds_s: [60, 600]}\n") == {"las": 100, "spf": 100}
+    assert short_start("scheduler: {}\n") == {"las": 1000, "spf": 1000}
+    assert short_start("scheduler: {}\n", "--las-thresholds", "60") == {"las": 100, "spf": 100}
+    assert short_start("scheduler: {las_thresholds_s: [60, 600]}\n", "--las-thresholds", "3600") == \
+        {"las": 1000, "spf": 1000}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("scheduler:\n  las_thresholds_s: [600, 60]\n")
+    r = simulate("--trace", tr, "--gpus", 1, "--config", bad, check=False)
+    assert r.returncode != 0 and "bad.yaml:2: scheduler.las_thresholds_s[1]: must be more than" in r.stderr, r.stderr

@@ -143,6 +143,9 @@ static void test_defaults_match_design(void **state) {
         assert_true(c.backfill);
         assert_int_equal(c.backfill_depth, 1000);
         assert_false(c.spf_preempt);
+        assert_int_equal(c.n_las_thresholds, 2); /* the core's LAS levels: 1 and 10 GPU-hours */
+        assert_int_equal(c.las_thresholds_s[0], 3600);
+        assert_int_equal(c.las_thresholds_s[1], 36000);
         assert_true(c.preemption_enabled);
         assert_int_equal(c.preemption_grace_sec, 30);
         assert_int_equal(c.preemption_min_runtime_sec, 60);
@@ -205,6 +208,7 @@ static const char full_yaml[] =
         "  backfill: no\n"
         "  backfill_depth: 7\n"
         "  spf_preempt: true\n"
+        "  las_thresholds_s: [2, 1h, 100000]\n"
         "  preemption: {enabled: false, grace_sec: 4, min_runtime_sec: 600}\n"
         "tasks:\n"
         "  default_lease_ttl_s: 30\n"
@@ -260,6 +264,10 @@ static void test_full_file_overrides_every_key(void **state) {
         assert_false(c.backfill);
         assert_int_equal(c.backfill_depth, 7);
         assert_true(c.spf_preempt);
+        assert_int_equal(c.n_las_thresholds, 3);
+        assert_int_equal(c.las_thresholds_s[0], 2);
+        assert_int_equal(c.las_thresholds_s[1], 3600);
+        assert_int_equal(c.las_thresholds_s[2], 100000);
         assert_false(c.preemption_enabled);
         assert_int_equal(c.preemption_grace_sec, 4);
         assert_int_equal(c.preemption_min_runtime_sec, 600);
@@ -733,6 +741,35 @@ static const struct bad bad_inputs[] = {
          "t.yaml:1: scheduler.weights[3]: must be between 1 and 1000000, got 0", -EINVAL},
         {"scheduler: {weights: 5}\n", "t.yaml:1: scheduler.weights: expected a list of 10 positive integers",
          -EINVAL},
+        /* las_thresholds_s: 1..9 increasing GPU-seconds, each 1..10^10 */
+        {"scheduler:\n  policy: spf\n  las_thresholds_s: 60\n",
+         "t.yaml:3: scheduler.las_thresholds_s: expected a list of 1 to 9 increasing GPU-seconds such as [3600, 36000], "
+         "got 60", -EINVAL},
+        {"scheduler:\n  las_thresholds_s: {a: 1}\n",
+         "t.yaml:2: scheduler.las_thresholds_s: expected a list of 1 to 9 increasing GPU-seconds", -EINVAL},
+        {"scheduler:\n  las_thresholds_s:\n", "t.yaml:2: scheduler.las_thresholds_s: expected a list of 1 to 9",
+         -EINVAL},
+        {"scheduler:\n  las_thresholds_s: []\n",
+         "t.yaml:2: scheduler.las_thresholds_s: expected a list of 1 to 9 increasing GPU-seconds such as [3600, 36000], "
+         "got an empty list", -EINVAL},
+        {"scheduler:\n  las_thresholds_s:\n    - 60\n    - 60\n",
+         "t.yaml:4: scheduler.las_thresholds_s[1]: must be more than the threshold before it (60), got 60", -EINVAL},
+        {"scheduler: {las_thresholds_s: [3600, 1m]}\n",
+         "t.yaml:1: scheduler.las_thresholds_s[1]: must be more than the threshold before it (3600), got 60", -EINVAL},
+        {"scheduler: {las_thresholds_s: [0, 10]}\n",
+         "t.yaml:1: scheduler.las_thresholds_s[0]: must be between 1 and 10000000000, got 0", -EINVAL},
+        {"scheduler: {las_thresholds_s: [10, -20]}\n",
+         "t.yaml:1: scheduler.las_thresholds_s[1]: must be between 1 and 10000000000, got -20", -EINVAL},
+        {"scheduler: {las_thresholds_s: [10000000001]}\n",
+         "t.yaml:1: scheduler.las_thresholds_s[0]: must be between 1 and 10000000000, got 10000000001", -EINVAL},
+        {"scheduler: {las_thresholds_s: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}\n",
+         "t.yaml:1: scheduler.las_thresholds_s[9]: too many thresholds (at most 9: 10 LAS levels)", -EINVAL},
+        {"scheduler: {las_thresholds_s: [1.5]}\n",
+         "t.yaml:1: scheduler.las_thresholds_s[0]: expected seconds or a duration such as 90s", -EINVAL},
+        {"scheduler: {las_thresholds_s: [\"600\"]}\n", "t.yaml:1: scheduler.las_thresholds_s[0]: expected an integer",
+         -EINVAL},
+        {"scheduler: {las_thresholds_s: [[1]]}\n", "t.yaml:1: scheduler.las_thresholds_s[0]: expected an integer",
+         -EINVAL},
         /* duplicate keys */
         {"server:\n  http_threads: 2\n  http_threads: 3\n",
          "t.yaml:3: server.http_threads: duplicate key (first given at line 2)", -EINVAL},
@@ -984,6 +1021,22 @@ static void test_validate_checks_cross_fields_and_ranges(void **state) {
         c.weights[9] = 0;
         assert_int_equal(gp_config_validate(&c, err, sizeof(err)), -EINVAL);
         assert_string_equal(err, "(config): scheduler.weights[9]: must be between 1 and 1000000, got 0");
+
+        gp_config_defaults(&c);
+        c.n_las_thresholds = 0;
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "(config): scheduler.las_thresholds_s: must have between 1 and 9 entries, got 0");
+        c.n_las_thresholds = 10;
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "(config): scheduler.las_thresholds_s: must have between 1 and 9 entries, got 10");
+        gp_config_defaults(&c);
+        c.las_thresholds_s[1] = 3600;
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "(config): scheduler.las_thresholds_s[1]: must be more than the threshold before it "
+                                 "(3600), got 3600");
+        c.las_thresholds_s[0] = 0;
+        assert_int_equal(gp_config_validate(&c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "(config): scheduler.las_thresholds_s[0]: must be between 1 and 10000000000, got 0");
 
         /* a --listen override is checked the same way as the file */
         gp_config_defaults(&c);

@@ -223,6 +223,8 @@ MATRIX = [
     # agents carry a join token or their node's credential, never an API key
     ("POST", "/agent/v1/join", "agent", lambda w: ("/agent/v1/join", {"name": "aardvark-node"}, 401)),
     ("POST", "/agent/v1/sync", "agent", lambda w: ("/agent/v1/sync", {"node": "aardvark-node", "seq": 1}, 401)),
+    ("POST", "/agent/v1/cert", "agent",
+     lambda w: ("/agent/v1/cert", {"node": "aardvark-node", "public_key": "-----BEGIN PUBLIC KEY-----\n"}, 401)),
     # the CA certificate is public: agents fetch it before they trust the server (issue 22)
     ("GET", "/agent/v1/ca", "open", lambda w: ("/agent/v1/ca", None, 200)),
     ("GET", "/api/v1/queue", "tenant", lambda w: ("/api/v1/queue?limit=10000", None, 200)),

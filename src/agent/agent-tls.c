@@ -33,7 +33,7 @@
 #include "base/util.h"
 #include "cluster/proto-cert.h"
 #include "cluster/proto.h"
-#include "server/tls-pump.h"
+#include "base/tls-pump.h"
 
 #define CERT_ROUTE "/agent/v1/cert"
 #define LOOK_S 3600            /* a look at the certificate this often */

@@ -7,7 +7,7 @@
  * counts its connection threads until they hand their connection over
  * (live); stopping waits for that count to reach 0, so no thread calls the
  * handover once gp_tls_acceptor_stop returned. */
-#include "server/tls-pump.h"
+#include "base/tls-pump.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

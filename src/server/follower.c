@@ -68,7 +68,7 @@
 #include "config/config.h"
 #include "server/follower-idem.h"
 #include "server/forward.h"
-#include "server/tls-pump.h"
+#include "base/tls-pump.h"
 #include "server/peer.h"
 
 #define CONNECT_MS 3000         /* to the leader */

@@ -25,7 +25,7 @@
 #include "base/url.h"
 #include "cluster/proto-cert.h"
 #include "base/util.h"
-#include "server/tls-pump.h"
+#include "base/tls-pump.h"
 
 #define CONNECT_MS 5000
 #define IDLE_MS (15 * 60000)

@@ -33,9 +33,10 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *ud, void *sp) {
                 return 0;
         if (errno == ENOENT && epoll_ctl(epfd, EPOLL_CTL_ADD, s, &ev) == 0)
                 return 0;
-        /* the transfer cannot be watched: it ends at its own timeout (CURLOPT_TIMEOUT_MS) */
+        /* the transfer cannot be watched: it ends at its own timeout (CURLOPT_TIMEOUT_MS)
+         * and is sent again.  Not -1: curl would mark the whole multi handle dead */
         gp_warn("agent: cannot watch a connection's socket: %s", strerror(errno));
-        return -1;
+        return 0;
 }
 
 int gp_agent_curl_open(CURLM *m) {

@@ -29,10 +29,12 @@
 # BASE_REV=REV adds a leg "base": the plain leg on REV's binaries (built in
 # a temporary worktree), first in odd rounds and last in even ones (the legs'
 # order turns every round: the second leg of a round runs slower), so that a change's
-# figures stand beside its parent's, measured in the same run.
+# figures stand beside its parent's, measured in the same run; BASE_LEGS
+# (default base) names the legs on REV's binaries: base,basetls adds the
+# tls leg on them too.
 # Usage: bench/bench-cluster.sh [ROUNDS [NODES [TASKS [IDLE_S]]]]
 #        (default 3 1000 20000 30); env BUILD (build), LEASE_S (5),
-#        LEGS (plain,tls; or plain, or tls), BASE_REV (none)
+#        LEGS (plain,tls; or plain, or tls), BASE_REV (none), BASE_LEGS (base)
 set -eu
 cd "$(dirname "$0")/.."
 rounds=${1:-3}; nodes=${2:-1000}; tasks=${3:-20000}; idle=${4:-30}
@@ -49,7 +51,7 @@ if [ -n "${BASE_REV:-}" ]; then
         [ -e "$tmp/shared" ] || ln -s "$PWD/../shared" "$tmp/shared"
         echo "bench-cluster: building $base_sha (leg base)" >&2
         make -s -C "$tmp/base" -j2 build/gpupool build/gpupool-server >/dev/null
-        /usr/bin/python3 bench/cluster.py "$@" --legs "base,$legs" --base-build "$tmp/base/build"
+        /usr/bin/python3 bench/cluster.py "$@" --legs "${BASE_LEGS:-base},$legs" --base-build "$tmp/base/build"
         exit $?
 fi
 exec /usr/bin/python3 bench/cluster.py "$@" --legs "$legs"

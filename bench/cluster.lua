@@ -46,9 +46,11 @@ function response(status, headers, b)
         elseif status ~= 200 then
                 refused = refused + 1
         end
-        if limit >= 0 and not told and created >= limit then
+        -- as many refused as asked for: the driver goes on and prints them (a
+        -- server that refuses every submit would keep wrk going for -d)
+        if limit >= 0 and not told and (created >= limit or refused >= limit) then
                 told = true
-                io.write(string.format("cluster.lua: %d answered\n", created))
+                io.write(string.format("cluster.lua: %d answered\n", limit))
                 io.flush()
         end
 end

@@ -166,6 +166,10 @@ def one_round(a, r, tmp, leg):
                 "agent: {heartbeat_s: 2}\n"
                 "server: {max_connections: %d, max_connections_per_ip: %d}\n"
                 "cluster: {join_tokens: [\"sha256:%s\"], node_timeout_s: 10}\n"
+                # a run_as user: wrk's keyless https:// submits reach the server through
+                # TLS, so the kernel cannot name their user (issue 23) and a root server
+                # would run no command for them (403); the simulated nodes run none anyway
+                "tenants: [{id: bench, run_as: nobody}]\n"
                 % (min(100000, max(10000, a.tasks)), ", poll_ms: %d" % a.gpu_poll_ms if a.gpu_poll_ms else "",
                    max(1024, 4 * a.nodes + 64), max(256, 4 * a.nodes + 64),
                    hashlib.sha256(token.encode()).hexdigest()))
@@ -176,7 +180,7 @@ def one_round(a, r, tmp, leg):
                 "node: {labels: {bench: \"yes\"}}\n")
     p = port()
     url = "http://127.0.0.1:%d" % p
-    build = a.base_build if leg == "base" else a.build
+    build = a.base_build if leg in ("base", "basetls") else a.build
     srv = spawn([build + "/gpupool-server", "server", "--config", d + "/server.yaml", "--listen",
                  "127.0.0.1:%d" % p, "--data-dir", d + "/data"], open(d + "/server.log", "w"))
 
@@ -187,7 +191,7 @@ def one_round(a, r, tmp, leg):
             return None
     until("the server's readyz", up, 20)
     ctl = url  # the driver's own requests: plaintext on loopback in both legs
-    if leg == "tls":
+    if leg in ("tls", "basetls"):
         # the token as `join-token create` prints it: SECRET.CAHASH; the agents pin the CA
         token += "." + req(url + "/agent/v1/ca")["ca_hash"][len("sha256:"):]
         url = "https://127.0.0.1:%d" % p
@@ -255,6 +259,9 @@ def one_round(a, r, tmp, leg):
     # batch: TASKS one-GPU tasks, one POST each, by the same client as the lease leg
     base = vt
     created, refused, _ = wrk(url, "batch", a.tasks)
+    if refused >= a.tasks:
+        raise SystemExit("bench-cluster: round %d %s: the server refused %d batch submits (created %d); see %s/server.log"
+                         % (r, leg, refused, created, d))
     until("the batch tasks to end",
           lambda: not req(ctl + "/api/v1/tasks?state=active&limit=1")["tasks"], 900, 0.2)
     ts_b = tasks_above(ctl, base)
@@ -285,8 +292,11 @@ def one_round(a, r, tmp, leg):
         print("bench-cluster: round %d: the server exited %d on SIGTERM; see %s/server.log"
               % (r, srv.returncode, d), file=sys.stderr)
         res["server_rc"] = srv.returncode
-        return res
-    shutil.rmtree(d, ignore_errors=True)
+    # d stays until the end of the run: on a file system without a journal
+    # (ext4 as ext2 here) a freed inode is not reused for a minute or more,
+    # and every mkdir of the next leg (a directory per task started) walked
+    # past the tens of thousands this leg's removal would free: 40 % of the
+    # next server's main thread in perf, whichever leg came second
     return res
 
 
@@ -308,18 +318,20 @@ def main():
     ap.add_argument("--tasks", type=int, default=20000)
     ap.add_argument("--idle", type=int, default=30)
     ap.add_argument("--lease-s", type=int, default=5)
-    ap.add_argument("--legs", default="plain,tls", help="plain, tls, base: the order of odd rounds (even rounds run them backwards)")
-    ap.add_argument("--base-build", default="", help="the build of leg base (plain, on these binaries)")
+    ap.add_argument("--legs", default="plain,tls", help="plain, tls, base, basetls: the order of odd rounds (even rounds "
+                    "run them backwards)")
+    ap.add_argument("--base-build", default="", help="the build of legs base and basetls (plain and tls, on these "
+                    "binaries)")
     ap.add_argument("--gpu-poll-ms", type=int, default=0, help="the server's gpus.poll_ms (its agents read their "
                     "GPUs that often); 0: its default")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
     a.base_build = os.path.abspath(a.base_build) if a.base_build else ""
     legs = [x for x in a.legs.split(",") if x]
-    if not legs or any(x not in ("plain", "tls", "base") for x in legs) or len(set(legs)) != len(legs):
-        raise SystemExit("bench-cluster: --legs: a list of plain, tls and base")
-    if ("base" in legs) != bool(a.base_build):
-        raise SystemExit("bench-cluster: leg base and --base-build go together")
+    if not legs or any(x not in ("plain", "tls", "base", "basetls") for x in legs) or len(set(legs)) != len(legs):
+        raise SystemExit("bench-cluster: --legs: a list of plain, tls, base and basetls")
+    if ("base" in legs or "basetls" in legs) != bool(a.base_build):
+        raise SystemExit("bench-cluster: legs base, basetls and --base-build go together")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = tempfile.mkdtemp(prefix="gp-bcluster-", dir="/tmp")
     fs = subprocess.run(["stat", "-f", "-c", "%T", tmp], capture_output=True, text=True).stdout.strip()
@@ -337,7 +349,7 @@ def main():
             for leg in (legs if r % 2 else legs[::-1]):
                 x = one_round(a, r, tmp, leg)
                 rows[leg].append(x)
-                print("  round %d/%d %-5s: join %.1f s; lease %.0f/s; batch %.0f tasks/s (%d/%d succeeded, %d refused), "
+                print("  round %d/%d %-7s: join %.1f s; lease %.0f/s; batch %.0f tasks/s (%d/%d succeeded, %d refused), "
                       "array %.0f tasks/s (%d/%d succeeded); idle server %.2f%%, agent %.2f%%; death->queued %.2f s after "
                       "the last heartbeat, %.2f s after SIGSTOP: %s"
                       % (r, a.rounds, leg, x["join_s"], x["lease_s"], x["batch"]["tasks_s"], x["batch"]["ok"],

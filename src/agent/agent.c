@@ -1,8 +1,10 @@
 /* agent.c - `gpupool agent` (see agent.h and docs/internals/cluster.md).
  *
  * One thread drives everything: a curl multi handle carries every node's
- * syncs (one node, or N with --sim-nodes), and curl_multi_poll() also
- * waits on the pidfds of the supervisors, so a run's end wakes the loop.
+ * syncs (one node, or N with --sim-nodes), driven through epoll
+ * (agent-curl.h: a wake costs what moved, not a look at every sync), and
+ * the wait also watches the pidfds of the supervisors, so a run's end
+ * wakes the loop.
  * Each node has at most two syncs in flight: one held by the server
  * (long-poll, wait_ms = heartbeat_s * 1000) and, when it has something to
  * report meanwhile, one with wait_ms 0 (which makes the server answer the
@@ -38,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/agent-curl.h"
 #include "agent/agent-fence.h"
 #include "agent/agent-mps.h"
 #include "agent/agent-tls.h"
@@ -126,6 +129,7 @@ struct node {
         int n_sent;
         gp_host_info host_sent;       /* the machine as last put in a sync */
         bool host_sent_ok;
+        CURLSH *share;                /* its own connections and TLS sessions (see send_xfer) */
 };
 
 typedef struct agent {
@@ -153,6 +157,7 @@ typedef struct agent {
         int poll_ms;                  /* the server's gpus.poll_ms (GPU_POLL_MS until it says) */
         int64_t next_gpus;            /* the next GPU reading, monotonic */
         CURLM *multi;
+        int epfd;                     /* the multi handle's sockets (agent-curl.h) */
         const char *backend;
         pthread_mutex_t lock;
         char *status_json;            /* under lock */
@@ -876,6 +881,19 @@ static int send_xfer(agent *a, xfer *x, const char *path, const char *bearer, in
         curl_easy_setopt(x->h, CURLOPT_TIMEOUT_MS, (long)wait_ms + (long)GP_PROTO_ANSWER_SLACK_MS);
         curl_easy_setopt(x->h, CURLOPT_PROTOCOLS_STR, "http,https");
         gp_agent_trust_apply(&a->trust, x->h);
+        /* Each node keeps its connections (and TLS sessions) in a cache of its own:
+         * in the multi handle's one cache, every new request of every simulated node
+         * walked all the others' idle connections (curl checks each one's liveness,
+         * through its TLS filter), a cost that grew with the nodes and with TLS
+         * (docs/benchmarks.md, issue 22).  Without a share it still works, slower. */
+        if (!n->share && (n->share = curl_share_init()) &&
+            (curl_share_setopt(n->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK ||
+             curl_share_setopt(n->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION) != CURLSHE_OK)) {
+                curl_share_cleanup(n->share);
+                n->share = NULL;
+        }
+        if (n->share)
+                curl_easy_setopt(x->h, CURLOPT_SHARE, n->share);
         if (curl_multi_add_handle(a->multi, x->h) != CURLM_OK)
                 return -ENOMEM;
         x->sent_mono = gp_mono_ms();
@@ -1452,7 +1470,7 @@ static bool mps_needed(void *ud, bool *needed) {
 
 static void loop(agent *a) {
         int64_t next_logs = 0, next_status = 0;
-        struct curl_waitfd *wfd = NULL;
+        struct pollfd *wfd = NULL;    /* [0]: curl's sockets (agent-curl.h); then supervisors' pidfds */
         size_t cap_wfd = 0;
         while (a->exit_code < 0 && !stop_signal) {
                 int64_t now = gp_mono_ms();
@@ -1479,7 +1497,13 @@ static void loop(agent *a) {
                 bool logs_now = now >= next_logs;
                 if (logs_now)
                         next_logs = now + 1000;
-                size_t nw = 0;
+                size_t nw = 1;
+                if (!wfd) {
+                        struct pollfd *p = gp_vec_grow(wfd, &cap_wfd, 1, sizeof(*wfd), 16);
+                        if (!p)
+                                break;
+                        wfd = p;
+                }
                 for (int i = 0; i < a->n_nodes; i++) {
                         node *n = &a->nodes[i];
                         for (size_t k = 0; k < n->n_runs; k++) {
@@ -1493,10 +1517,10 @@ static void loop(agent *a) {
                                     shown_state(a, r, now) == GP_PROTO_EXITED)
                                         n->dirty = true;
                                 if (r->pidfd >= 0) {
-                                        struct curl_waitfd *p = gp_vec_grow(wfd, &cap_wfd, nw + 1, sizeof(*wfd), 16);
+                                        struct pollfd *p = gp_vec_grow(wfd, &cap_wfd, nw + 1, sizeof(*wfd), 16);
                                         if (p) {
                                                 wfd = p;
-                                                wfd[nw++] = (struct curl_waitfd){.fd = r->pidfd, .events = CURL_WAIT_POLLIN};
+                                                wfd[nw++] = (struct pollfd){.fd = r->pidfd, .events = POLLIN};
                                         }
                                 }
                         }
@@ -1513,8 +1537,7 @@ static void loop(agent *a) {
                                 start_sync(a, n, 0); /* answers the held one at once */
                         }
                 }
-                int running;
-                curl_multi_perform(a->multi, &running);
+                gp_agent_curl_run(a->multi, a->epfd);
                 take_answers(a);
                 if (now >= next_status) {
                         render_status(a);
@@ -1530,10 +1553,10 @@ static void loop(agent *a) {
                             (n->inflight == 0 || (n->inflight == 1 && !n->need_full)))
                                 wait = 0;
                 }
-                curl_multi_poll(a->multi, wfd, (unsigned)nw, wait, NULL);
+                gp_agent_curl_wait(a->multi, a->epfd, wfd, nw, wait);
                 /* a supervisor ended: its pidfd is readable */
-                for (size_t w = 0; w < nw; w++) {
-                        if (!(wfd[w].revents & CURL_WAIT_POLLIN))
+                for (size_t w = 1; w < nw; w++) {
+                        if (!(wfd[w].revents & POLLIN))
                                 continue;
                         for (int i = 0; i < a->n_nodes; i++)
                                 for (size_t k = 0; k < a->nodes[i].n_runs; k++)
@@ -1732,7 +1755,7 @@ int gp_agent_main(int argc, char **argv) {
         srandom((unsigned)(gp_now_ms() ^ getpid()));
         curl_global_init(CURL_GLOBAL_DEFAULT);
         a->multi = curl_multi_init();
-        if (!a->multi)
+        if (!a->multi || (a->epfd = gp_agent_curl_open(a->multi)) < 0)
                 return 1;
         render_status(a);
         topts.data_dir = a->data_dir;

@@ -112,13 +112,10 @@ static void *relay_main(void *arg) {
 }
 
 static void refuse(relay *r, const char *why) {
-        char body[256], msg[512];
-        int bl = snprintf(body, sizeof(body), "{\"error\":{\"type\":\"relay_error\",\"message\":\"%s\"}}", why);
-        int ml = snprintf(msg, sizeof(msg),
-                          "HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                          "Connection: close\r\n\r\n%s",
-                          bl, body);
-        (void)!send(r->client, msg, (size_t)ml, MSG_NOSIGNAL | MSG_DONTWAIT);
+        char msg[600];
+        int ml = gp_proto_relay_refusal(msg, sizeof(msg), why);
+        if (ml > 0)
+                (void)!send(r->client, msg, (size_t)ml, MSG_NOSIGNAL | MSG_DONTWAIT);
         shutdown(r->client, SHUT_WR);
         finish(r);
 }

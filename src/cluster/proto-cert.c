@@ -197,3 +197,15 @@ int gp_proto_relay_parse(const char *line, size_t len, char *name, size_t name_s
         token[tl] = '\0';
         return 0;
 }
+
+int gp_proto_relay_refusal(char *buf, size_t size, const char *why) {
+        char body[300];
+        int bl = snprintf(body, sizeof(body), "{\"error\":{\"type\":\"relay_error\",\"message\":\"%s\"}}", why);
+        if (bl < 0 || (size_t)bl >= sizeof(body))
+                return -1;
+        int ml = snprintf(buf, size,
+                          "HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                          "Connection: close\r\n\r\n%s",
+                          bl, body);
+        return ml < 0 || (size_t)ml >= size ? -1 : ml;
+}

@@ -57,4 +57,10 @@ void gp_proto_cert_answer_done(gp_proto_cert_answer *m);
  * written). */
 int gp_proto_relay_parse(const char *line, size_t len, char *name, size_t name_size, char *token, size_t token_size);
 
+/* The answer a relay that cannot reach the replica gives in its place (the
+ * agent's, and the server's to the gateway): a 502 whose JSON body says
+ * why (a literal of ours, not escaped), the connection closed after.  Its
+ * length in buf (size 600 holds any of ours), or -1 when it does not fit. */
+int gp_proto_relay_refusal(char *buf, size_t size, const char *why);
+
 #endif

@@ -81,13 +81,10 @@ static int dial_tcp(const char *host, const char *port) {
 
 /* What the gateway gets when the node cannot be reached safely. */
 static void answer_502(int fd, const char *why) {
-        char body[300], msg[600];
-        int bl = snprintf(body, sizeof(body), "{\"error\":{\"type\":\"relay_error\",\"message\":\"%s\"}}", why);
-        int ml = snprintf(msg, sizeof(msg),
-                          "HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                          "Connection: close\r\n\r\n%s",
-                          bl, body);
-        (void)!send(fd, msg, (size_t)ml, MSG_NOSIGNAL | MSG_DONTWAIT);
+        char msg[600];
+        int ml = gp_proto_relay_refusal(msg, sizeof(msg), why);
+        if (ml > 0)
+                (void)!send(fd, msg, (size_t)ml, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 static void *conn_main(void *arg) {

@@ -159,13 +159,17 @@ static void shape_of(const stask *t, resv_shape *r) {
                 memcpy(r->sel, t->sel, (size_t)t->nsel * sizeof(*t->sel));
 }
 
-static void cache_drop(struct resv_cache *c) {
-        if (!c)
-                return;
+static void cache_arrays_free(struct resv_cache *c) {
         free(c->seen);
         free(c->off);
         free(c->cnt);
         free(c->ent);
+}
+
+static void cache_drop(struct resv_cache *c) {
+        if (!c)
+                return;
+        cache_arrays_free(c);
         free(c);
 }
 
@@ -199,10 +203,7 @@ static int cache_layout(gp_sched *s, struct resv_cache *c) {
                 cnt[ni] = 0;
                 o += (size_t)s->nodes[ni].ngpus;
         }
-        free(c->seen);
-        free(c->off);
-        free(c->cnt);
-        free(c->ent);
+        cache_arrays_free(c);
         c->seen = seen;
         c->off = off;
         c->cnt = cnt;

@@ -217,6 +217,23 @@ static void tl_compact(tlist *l) {
         l->len = k;
 }
 
+/* Slot j of l takes x (NULL: a hole) in place of what it held; `was`:
+ * whether that was a task (a slot at or past len never was). */
+static void tl_put(tlist *l, uint32_t j, stask *x, int64_t id, bool was) {
+        l->v[j] = x;
+        l->ids[j] = id;
+        if (x)
+                x->tl_idx = j;
+        int d = (x != NULL) - was;
+        if (d)
+                tl_fen_add(l, j + 1, d);
+}
+
+/* Insert t at its place by id.  A task requeued after preemption belongs
+ * near the head, behind the slots its tier's starts emptied: the slots
+ * between are moved by one, towards the free side that is nearer, rather
+ * than the list rebuilt (1,000 tasks a tenant's tier at 1,000,000
+ * queued).  0 or -ENOMEM (l unchanged). */
 static int tl_insert(tlist *l, stask *t) {
         if (l->len < l->cap && (l->len == 0 || l->ids[l->len - 1] < t->id)) {
                 l->v[l->len] = t;
@@ -226,7 +243,37 @@ static int tl_insert(tlist *l, stask *t) {
                 tl_fen_add(l, l->len, 1);
                 return 0;
         }
-        return tl_rebuild(l, t);
+        uint32_t a = l->lo, b = l->len;
+        while (a < b) {
+                uint32_t m = a + (b - a) / 2;
+                if (l->ids[m] < t->id)
+                        a = m + 1;
+                else
+                        b = m;
+        }
+        if (a < l->len && l->ids[a] == t->id) {
+                /* its own slot from before it started, empty since */
+                tl_put(l, a, t, t->id, false);
+                l->n++;
+                return 0;
+        }
+        /* t goes between slots a - 1 and a */
+        uint32_t left = l->lo > 0 ? a - l->lo : UINT32_MAX, right = l->len < l->cap ? l->len - a : UINT32_MAX;
+        if (left == UINT32_MAX && right == UINT32_MAX)
+                return tl_rebuild(l, t);
+        if (left <= right) {
+                for (uint32_t j = l->lo - 1; j + 1 < a; j++)
+                        tl_put(l, j, l->v[j + 1], l->ids[j + 1], l->v[j] != NULL);
+                tl_put(l, a - 1, t, t->id, a > l->lo && l->v[a - 1] != NULL);
+                l->lo--;
+        } else {
+                for (uint32_t j = l->len; j > a; j--)
+                        tl_put(l, j, l->v[j - 1], l->ids[j - 1], j < l->len && l->v[j] != NULL);
+                tl_put(l, a, t, t->id, a < l->len && l->v[a] != NULL);
+                l->len++;
+        }
+        l->n++;
+        return 0;
 }
 
 static void tl_remove(tlist *l, stask *t) {

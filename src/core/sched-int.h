@@ -144,14 +144,15 @@ typedef struct sgpu {
 } sgpu;
 
 typedef struct snode {
+        /* first, together: what make_room's pass over every node reads */
+        int ngpus, idle;
+        uint64_t kinds;
+        int npre;                  /* running reclaimable tasks (preemptible or borrowing; by first GPU) */
+        uint16_t pre_tiers;        /* bit p: npre_prio[p] > 0 */
         char *name;
         uint32_t *gpus;
-        int ngpus, cap;
-        uint64_t kinds;
-        int idle;
-        int npre;                  /* running reclaimable tasks (preemptible or borrowing; by first GPU) */
+        int cap;
         int npre_prio[GP_PRIORITY_LEVELS];
-        int64_t pre_min_start, pre_max_start; /* their oldest and newest start (when npre) */
         uint32_t iprev, inext;     /* idle list */
         bool has_dist;
         uint8_t dist[TOPO_MAX][TOPO_MAX];
@@ -161,6 +162,7 @@ typedef struct snode {
         int nlabels;
         unsigned allow;            /* GP_SCHED_NODE_MULTI | GP_SCHED_NODE_ELASTIC: what else it may hold */
 } snode;
+_Static_assert(GP_PRIORITY_LEVELS <= 16, "snode.pre_tiers has a bit per tier");
 
 /* A node's host CPUs and RAM, in s->nhost beside s->nodes (same index):
  * kept out of snode, whose size the placement's scans feel (bench-core). */
@@ -362,7 +364,8 @@ struct gp_sched {
         uint64_t bmask[MAX_KINDS][NBUCKETS / 64]; /* bit b set iff buckets[k][b] is not empty */
         uint32_t idle_lists[MAX_NODE_GPUS + 1];
         uint64_t *ibits[MAX_NODE_GPUS + 1]; /* per idle list: a bit per node in it (its order) */
-        uint32_t ibits_words;      /* words of each bitmap */
+        uint64_t *pbits[GP_PRIORITY_LEVELS]; /* per tier p: a bit per node whose pre_tiers has p */
+        uint32_t ibits_words;      /* words of each bitmap (of pbits' too) */
         int ibits_k;               /* bitmaps 0..ibits_k exist (ibits[0] unused but made) */
         int max_idle;              /* upper bound of non-empty idle list index */
         tier tiers[GP_PRIORITY_LEVELS];
@@ -417,12 +420,17 @@ struct gp_sched {
                                       it allows change (node_touch): what the reservation's
                                       cache of per-node answers checks */
         uint32_t nmod_cap;
+        struct pspan {             /* per node: its reclaimable tasks' (npre) oldest and newest start,
+                                      apart from snode so that make_room's pass reads 16 bytes a node */
+                int64_t min, max;
+        } *pspan;
+        uint32_t pspan_cap;
         struct resv_cache *rc[RESV_SHAPES]; /* sched-resv.c: per-node answers for recent shapes */
         uint64_t rc_tick;          /* uses of the reservation cache (its LRU clock) */
         struct gpre *gpre;         /* per GPU: what preemption could free there (sched-preempt.c) */
         uint32_t gpre_cap;
-        uint32_t *gpre_seen;       /* per node: s->nmod[ni] its GPUs' gpre were made at */
-        uint32_t gpre_seen_cap;
+        struct pnode *pnode;       /* per node: the same summed up, and its possible victims */
+        uint32_t pnode_cap;
 };
 
 /* Node ni's GPUs or rules change (before or after: anything cached of it

@@ -8,7 +8,7 @@
 /* ------------------------------------------------------------------ */
 /* GPU indexes                                                        */
 
-/* Room in the idle lists' bitmaps (s->ibits) for nodes 0..nnodes-1 with
+/* Room in the idle lists' bitmaps (s->ibits), and the tiers' (s->pbits), for nodes 0..nnodes-1 with
  * up to maxk GPUs: made when nodes and GPUs are added, so that linking a
  * GPU never allocates.  0 or -ENOMEM (the bitmaps as they were). */
 static int ibits_ensure(gp_sched *s, int maxk, uint32_t nnodes) {
@@ -23,6 +23,13 @@ static int ibits_ensure(gp_sched *s, int maxk, uint32_t nnodes) {
                                 return -ENOMEM;
                         memset(v + s->ibits_words, 0, (size_t)(nw - s->ibits_words) * sizeof(*v));
                         s->ibits[k] = v;
+                }
+                for (int p = 0; p < GP_PRIORITY_LEVELS; p++) {
+                        uint64_t *v = realloc(s->pbits[p], (size_t)nw * sizeof(*v));
+                        if (!v)
+                                return -ENOMEM;
+                        memset(v + s->ibits_words, 0, (size_t)(nw - s->ibits_words) * sizeof(*v));
+                        s->pbits[p] = v;
                 }
                 s->ibits_words = nw;
         }
@@ -500,6 +507,11 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
                         return -ENOMEM;
                 s->nmod = nm;
                 nm[s->nnodes] = 0;
+                struct pspan *ps = grow(s->pspan, sizeof(*ps), &s->pspan_cap, s->nnodes + 1);
+                if (!ps)
+                        return -ENOMEM;
+                s->pspan = ps;
+                ps[s->nnodes] = (struct pspan){0, 0};
                 snode *n = &nodes[s->nnodes];
                 memset(n, 0, sizeof(*n));
                 if (!(n->name = strdup(d->node)))

@@ -12,18 +12,28 @@
 SCHED_PRIVATE void pre_count(gp_sched *s, const stask *t, int d) {
         if (!reclaimable(t))
                 return;
-        snode *n = &s->nodes[s->gpus[t->gpus[0]].node];
+        uint32_t ni = s->gpus[t->gpus[0]].node;
+        snode *n = &s->nodes[ni];
         n->npre += d;
         n->npre_prio[t->prio] += d;
+        uint64_t bit = (uint64_t)1 << (ni & 63);
+        if (n->npre_prio[t->prio]) {
+                n->pre_tiers |= (uint16_t)(1u << t->prio);
+                s->pbits[t->prio][ni >> 6] |= bit;
+        } else {
+                n->pre_tiers &= (uint16_t)~(1u << t->prio);
+                s->pbits[t->prio][ni >> 6] &= ~bit;
+        }
         s->npre += (size_t)(ptrdiff_t)d;
+        struct pspan *ps = &s->pspan[ni];
         if (d > 0) {
-                if (n->npre == 1 || t->start_ms < n->pre_min_start)
-                        n->pre_min_start = t->start_ms;
-                if (n->npre == 1 || t->start_ms > n->pre_max_start)
-                        n->pre_max_start = t->start_ms;
+                if (n->npre == 1 || t->start_ms < ps->min)
+                        ps->min = t->start_ms;
+                if (n->npre == 1 || t->start_ms > ps->max)
+                        ps->max = t->start_ms;
                 return;
         }
-        if (!n->npre || (t->start_ms != n->pre_min_start && t->start_ms != n->pre_max_start))
+        if (!n->npre || (t->start_ms != ps->min && t->start_ms != ps->max))
                 return;
         bool first = true;
         for (int i = 0; i < n->ngpus; i++) {
@@ -32,10 +42,10 @@ SCHED_PRIVATE void pre_count(gp_sched *s, const stask *t, int d) {
                         const stask *x = g->tasks[k];
                         if (x == t || !reclaimable(x) || x->gpus[0] != n->gpus[i])
                                 continue;
-                        if (first || x->start_ms < n->pre_min_start)
-                                n->pre_min_start = x->start_ms;
-                        if (first || x->start_ms > n->pre_max_start)
-                                n->pre_max_start = x->start_ms;
+                        if (first || x->start_ms < ps->min)
+                                ps->min = x->start_ms;
+                        if (first || x->start_ms > ps->max)
+                                ps->max = x->start_ms;
                         first = false;
                 }
         }
@@ -304,10 +314,7 @@ static int64_t node_share_ub(const gp_sched *s, const stask *w, const snode *nd)
 }
 
 static bool less_urgent_on(const snode *nd, int prio) {
-        for (int p = prio + 1; p < GP_PRIORITY_LEVELS; p++)
-                if (nd->npre_prio[p])
-                        return true;
-        return false;
+        return nd->pre_tiers >> (prio + 1);
 }
 
 /* Mark (fresh pstamp; list in s->pv) the victims that make room for w on
@@ -397,13 +404,14 @@ static int preempt_for(gp_sched *s, stask *v, const stask *w, int64_t now, gp_sc
 }
 
 /* ------------------------------------------------------------------ */
-/* what preemption could free on a GPU, at most                       */
+/* what preemption could free on a node, at most                      */
 
-/* Kept per GPU and made again for a node's GPUs when the node changed
- * (s->nmod), so that make_room can pass over a node where no choice of
- * victims could make room without planning it (a plan reads every task on
- * the node, again for every victim it marks: at 10,000 nodes most of a
- * preemption run went to nodes that then could not make room). */
+/* Kept per GPU (gpre) and per node (pnode), made again for a node when it
+ * changed (s->nmod), so that make_room passes over a node where no choice
+ * of victims could make room, or none could beat the best plan so far,
+ * without planning it: a plan reads every task on the node, again for
+ * every victim it marks, and at 12,500 nodes most of a preemption run went
+ * to plans that then failed or lost. */
 typedef struct gpre {
         int32_t np_charge;         /* MB charged by tasks that are not preemptible */
         int32_t nr_charge;         /* ... that are not reclaimable (never a victim) */
@@ -412,9 +420,34 @@ typedef struct gpre {
         int32_t pchg[GP_PRIORITY_LEVELS]; /* MB charged by its preemptible tasks of each priority */
 } gpre;
 
+/* A possible victim: every reclaimable task on the node's GPUs (a task on
+ * several of them once per GPU). */
+typedef struct vent {
+        int64_t start;
+        uint8_t prio;
+        bool preemptible;
+} vent;
+
+/* Per node: its GPUs' gpre summed up for the quick test (pnode_could), and
+ * its possible victims newest first.  A plan's lost work is at least its
+ * GPUs times the time since the newest start among the tasks it may mark,
+ * so the victims bound a node tighter than pre_max_start, which counts the
+ * tasks too young to be victims yet and those of tiers w may not preempt. */
+typedef struct pnode {
+        uint32_t seen;             /* s->nmod[ni] it was made at */
+        uint16_t xr;               /* GPUs an exclusive task could have by reclaim */
+        uint16_t xa[GP_PRIORITY_LEVELS]; /* ... by rule a, for a task of each tier */
+        int32_t fr;                /* most MB a GPU could have free by reclaim */
+        int32_t fa[GP_PRIORITY_LEVELS]; /* ... by rule a, for a task of each tier */
+        uint32_t n, cap;
+        vent *v;
+} pnode;
+
 SCHED_PRIVATE void gpre_free(gp_sched *s) {
         free(s->gpre);
-        free(s->gpre_seen);
+        for (uint32_t i = 0; i < s->pnode_cap; i++)
+                free(s->pnode[i].v);
+        free(s->pnode);
 }
 
 static int gpre_ready(gp_sched *s) {
@@ -424,43 +457,114 @@ static int gpre_ready(gp_sched *s) {
                         return -ENOMEM;
                 s->gpre = g;
         }
-        if (s->gpre_seen_cap < s->nnodes) {
-                uint32_t old = s->gpre_seen_cap;
-                uint32_t *v = grow(s->gpre_seen, sizeof(*v), &s->gpre_seen_cap, s->nnodes);
+        if (s->pnode_cap < s->nnodes) {
+                uint32_t old = s->pnode_cap;
+                pnode *v = grow(s->pnode, sizeof(*v), &s->pnode_cap, s->nnodes);
                 if (!v)
                         return -ENOMEM;
-                s->gpre_seen = v;
-                for (uint32_t i = old; i < s->gpre_seen_cap; i++)
-                        v[i] = i < s->nnodes ? s->nmod[i] - 1 : 0;
+                s->pnode = v;
+                for (uint32_t i = old; i < s->pnode_cap; i++)
+                        v[i] = (pnode){.seen = i < s->nnodes ? s->nmod[i] - 1 : 0};
         }
         return 0;
 }
 
-static void gpre_make(gp_sched *s, uint32_t ni) {
+static void gpre_make(const sgpu *g, gpre *p) {
+        memset(p, 0, sizeof(*p));
+        p->min_pprio = GP_PRIORITY_LEVELS;
+        for (int k = 0; k < g->ntasks; k++) {
+                const stask *x = g->tasks[k];
+                int32_t c = x->charge > INT32_MAX ? INT32_MAX : (int32_t)x->charge;
+                if (!x->preemptible) {
+                        p->np_charge += c;
+                        p->np_n++;
+                } else {
+                        p->pchg[x->prio] += c;
+                        if (x->prio < p->min_pprio)
+                                p->min_pprio = x->prio;
+                }
+                if (!reclaimable(x)) {
+                        p->nr_charge += c;
+                        p->nr_n++;
+                }
+        }
+}
+
+static int pnode_make(gp_sched *s, uint32_t ni) {
         const snode *nd = &s->nodes[ni];
+        pnode *pn = &s->pnode[ni];
+        pn->xr = 0;
+        pn->fr = INT32_MIN;
+        for (int q = 0; q < GP_PRIORITY_LEVELS; q++) {
+                pn->xa[q] = 0;
+                pn->fa[q] = INT32_MIN;
+        }
+        uint32_t n = 0;
         for (int i = 0; i < nd->ngpus; i++) {
                 const sgpu *g = &s->gpus[nd->gpus[i]];
                 gpre *p = &s->gpre[nd->gpus[i]];
-                memset(p, 0, sizeof(*p));
-                p->min_pprio = GP_PRIORITY_LEVELS;
+                gpre_make(g, p);
+                /* what gpre_could says, but for gpu_could (summed up
+                 * over the GPUs, so only ever "maybe" where it says yes) */
+                int64_t usable = g->usable < INT32_MIN ? INT32_MIN : g->usable > INT32_MAX ? INT32_MAX : g->usable;
+                bool idle = g->ntasks == 0;
+                pn->xr += idle || p->nr_n == 0;
+                if (idle || usable - p->nr_charge > pn->fr)
+                        pn->fr = (int32_t)(idle ? usable : (usable - p->nr_charge < INT32_MIN ? INT32_MIN : usable - p->nr_charge));
+                int64_t keep = p->np_charge;
+                for (int q = 0; q < GP_PRIORITY_LEVELS; q++) {
+                        keep += p->pchg[q];
+                        pn->xa[q] += idle || (p->np_n == 0 && p->min_pprio > q);
+                        int64_t f = idle ? usable : usable - keep;
+                        if (f > pn->fa[q])
+                                pn->fa[q] = (int32_t)(f < INT32_MIN ? INT32_MIN : f);
+                }
                 for (int k = 0; k < g->ntasks; k++) {
                         const stask *x = g->tasks[k];
-                        int32_t c = x->charge > INT32_MAX ? INT32_MAX : (int32_t)x->charge;
-                        if (!x->preemptible) {
-                                p->np_charge += c;
-                                p->np_n++;
-                        } else {
-                                p->pchg[x->prio] += c;
-                                if (x->prio < p->min_pprio)
-                                        p->min_pprio = x->prio;
+                        if (!reclaimable(x))
+                                continue;
+                        if (n == pn->cap) {
+                                vent *e = grow(pn->v, sizeof(*e), &pn->cap, n + 1);
+                                if (!e)
+                                        return -ENOMEM;
+                                pn->v = e;
                         }
-                        if (!reclaimable(x)) {
-                                p->nr_charge += c;
-                                p->nr_n++;
+                        vent y = {x->start_ms, x->prio, x->preemptible};
+                        uint32_t j = n++;
+                        while (j > 0 && pn->v[j - 1].start < y.start) {
+                                pn->v[j] = pn->v[j - 1];
+                                j--;
                         }
+                        pn->v[j] = y;
                 }
         }
-        s->gpre_seen[ni] = s->nmod[ni];
+        pn->n = n;
+        pn->seen = s->nmod[ni];
+        return 0;
+}
+
+/* Could node ni host w if the victims the rules allow went?  "No" is sure
+ * (then no plan there can make room); "yes" is to be checked (node_could). */
+static bool pnode_could(const pnode *pn, const stask *w, bool r) {
+        if (r)
+                return w->excl ? pn->xr >= w->ngpus : pn->fr >= w->mem;
+        return w->excl ? pn->xa[w->prio] >= w->ngpus : pn->fa[w->prio] >= w->mem;
+}
+
+/* The newest start among the tasks on the node that may be victims for w
+ * (rule a: preemptible and less urgent; reclaim r: any reclaimable; both:
+ * run long enough), INT64_MIN when there is none (no plan there can make
+ * room). */
+static int64_t pnode_newest(const gp_sched *s, const pnode *pn, const stask *w, bool a, bool r, int64_t now) {
+        int64_t old_enough = now - s->cfg.preempt_min_runtime_ms;
+        for (uint32_t i = 0; i < pn->n; i++) {
+                const vent *e = &pn->v[i];
+                if (e->start > old_enough)
+                        continue;
+                if (r || (a && e->preemptible && e->prio > w->prio))
+                        return e->start;
+        }
+        return INT64_MIN;
 }
 
 /* Could GPU g host w if every task there that the rules let be a victim
@@ -481,15 +585,42 @@ static bool gpre_could(const gp_sched *s, const sgpu *g, const gpre *p, const st
         return g->usable - keep >= w->mem;
 }
 
+/* node ni's gpre as they are (pnode_make ran since it changed) */
 static bool node_could(gp_sched *s, const stask *w, uint32_t ni, bool r, bool avoid) {
-        if (s->gpre_seen[ni] != s->nmod[ni])
-                gpre_make(s, ni);
         const snode *nd = &s->nodes[ni];
         int n = 0;
         for (int i = 0; i < nd->ngpus; i++)
                 if (gpre_could(s, &s->gpus[nd->gpus[i]], &s->gpre[nd->gpus[i]], w, r, avoid) && ++n >= w->ngpus)
                         return true;
         return false;
+}
+
+/* The nodes with a running reclaimable task of one of `tiers`, in node
+ * order, from the per-tier bitmaps (s->pbits): a waiting task of an urgent
+ * tier passes over the nodes where nothing it may preempt runs without
+ * reading them. */
+typedef struct ncur {
+        unsigned tiers;            /* bit p: tier p */
+        uint32_t wi, words;        /* the word of the bitmaps at hand (UINT32_MAX: none yet), of how many */
+        uint64_t m;                /* its nodes not yet given */
+} ncur;
+
+static uint32_t ncur_next(const gp_sched *s, ncur *c) {
+        while (!c->m) {
+                if (!c->tiers || ++c->wi >= c->words)
+                        return NIL;
+                for (unsigned tb = c->tiers; tb; tb &= tb - 1)
+                        c->m |= s->pbits[__builtin_ctz(tb)][c->wi];
+        }
+        uint32_t ni = c->wi * 64 + (uint32_t)__builtin_ctzll(c->m);
+        c->m &= c->m - 1;
+        return ni;
+}
+
+/* Could a plan of at least glb GPUs, each losing at least `age`, beat the
+ * best so far (fewer GPUs, or as many and less lost work)? */
+static bool may_beat(int glb, int64_t age, int best, int64_t best_lost) {
+        return glb < best || (glb == best && (int64_t)glb * age < best_lost);
 }
 
 /* Make room for w by preempting on the node where that costs the fewest
@@ -512,22 +643,36 @@ SCHED_PRIVATE int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv,
         bool ba = false, br = false;
         if (gpre_ready(s) < 0)
                 return -ENOMEM;
-        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+        /* the nodes where a victim may be: those with a running task of
+         * a less urgent tier (rule a), or with any (reclaim) */
+        ncur nc = {.tiers = reclaim_any ? (1u << GP_PRIORITY_LEVELS) - 1
+                                        : ((1u << GP_PRIORITY_LEVELS) - 1) & ~((2u << w->prio) - 1),
+                   .wi = UINT32_MAX, .words = (s->nnodes + 63) / 64};
+        for (uint32_t ni; (ni = ncur_next(s, &nc)) != NIL;) {
+                const struct pspan *ps = &s->pspan[ni];
+                if (now - ps->min < s->cfg.preempt_min_runtime_ms || (best == 1 && now - ps->max >= best_lost))
+                        continue; /* none has run long enough, or the test below fails even at 1 GPU */
                 const snode *nd = &s->nodes[ni];
-                if (!nd->npre || !(nd->kinds & w->kinds) || nd->ngpus < w->ngpus ||
-                    now - nd->pre_min_start < s->cfg.preempt_min_runtime_ms)
-                        continue; /* no victim there, or none has run long enough */
-                if (best >= 0) {
-                        /* cannot beat the best plan: fewer GPUs than it would
-                         * need, or as many and at least as much lost work */
-                        int glb = w->excl && w->ngpus > nd->idle ? w->ngpus - nd->idle : 1;
-                        int64_t llb = (int64_t)glb * (now - nd->pre_max_start);
-                        if (glb > best || (glb == best && llb >= best_lost))
-                                continue;
-                }
+                if (!nd->npre || !(nd->kinds & w->kinds) || nd->ngpus < w->ngpus)
+                        continue; /* no victim there */
+                /* the fewest GPUs a plan there can take; it loses at least
+                 * that many times the time since the newest start */
+                int glb = w->excl && w->ngpus > nd->idle ? w->ngpus - nd->idle : 1;
+                if (best >= 0 && !may_beat(glb, now - ps->max, best, best_lost))
+                        continue;
                 bool a = rule_a && less_urgent_on(nd, w->prio);
                 bool r = reclaim_any && T->run_milli + node_share_ub(s, w, nd) <= T->guar_milli;
-                if ((!a && !r) || !node_could(s, w, ni, r, avoid))
+                if (!a && !r)
+                        continue;
+                pnode *pn = &s->pnode[ni];
+                if (pn->seen != s->nmod[ni] && pnode_make(s, ni) < 0)
+                        return -ENOMEM;
+                int64_t newest = pnode_newest(s, pn, w, a, r, now);
+                if (newest == INT64_MIN)
+                        continue; /* no task there may be a victim */
+                if (best >= 0 && !may_beat(glb, now - newest, best, best_lost))
+                        continue; /* the same, from the newest task that may be a victim */
+                if (!pnode_could(pn, w, r) || !node_could(s, w, ni, r, avoid))
                         continue;
                 int64_t lost;
                 int c = plan_node(s, w, ni, now, a, r, avoid, &lost);

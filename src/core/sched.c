@@ -90,8 +90,11 @@ void gp_sched_free(gp_sched *s) {
         free(s->nodes);
         free(s->nhost);
         free(s->nmod);
+        free(s->pspan);
         for (int k = 0; k <= s->ibits_k; k++)
                 free(s->ibits[k]);
+        for (int p = 0; p < GP_PRIORITY_LEVELS; p++)
+                free(s->pbits[p]);
         gpre_free(s);
         resv_free(s);
         free(s->node_ht);

@@ -78,6 +78,8 @@
 #define TOPO_MAX 16                /* topology kept for the first 16 GPUs of a node */
 #define STRIDE1 ((uint64_t)1 << 24)
 #define TIME_INF INT64_MAX
+#define TLOG_CAP 4096               /* node touches logged (a power of two) */
+#define RESV_INDEX_K 8             /* the reservation indexes gangs of up to this many GPUs */
 #define RESV_SHAPES 4              /* request shapes the reservation keeps per-node answers for */
 
 enum {
@@ -425,6 +427,8 @@ struct gp_sched {
                 int64_t min, max;
         } *pspan;
         uint32_t pspan_cap;
+        uint32_t tlog[TLOG_CAP];   /* the nodes of the last node_touch calls (a ring) */
+        uint64_t tlog_n;           /* node_touch calls so far */
         struct resv_cache *rc[RESV_SHAPES]; /* sched-resv.c: per-node answers for recent shapes */
         uint64_t rc_tick;          /* uses of the reservation cache (its LRU clock) */
         struct gpre *gpre;         /* per GPU: what preemption could free there (sched-preempt.c) */
@@ -434,9 +438,12 @@ struct gp_sched {
 };
 
 /* Node ni's GPUs or rules change (before or after: anything cached of it
- * from before is stale). */
+ * from before is stale).  The last TLOG_CAP touches are logged, so that a
+ * cache can find the nodes changed since it was last brought up to date
+ * without a pass over every node. */
 static inline void node_touch(gp_sched *s, uint32_t ni) {
         s->nmod[ni]++;
+        s->tlog[s->tlog_n++ & (TLOG_CAP - 1)] = ni;
 }
 
 static inline const char *intern_name(const intern *in, uint32_t id) {

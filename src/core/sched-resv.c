@@ -145,7 +145,57 @@ struct resv_cache {
         uint16_t *cnt;             /* per node: its GPUs t may wait for, ent[off..off+cnt) sorted
                                       by (raw ready time, GPU) */
         gpu_end *ent;              /* t = gpu_ready_raw */
+        uint64_t tlog_seen;        /* s->tlog_n when every node's answer was last made current */
+        bool stale;                /* laid out since: every node's answer is to be made */
+        uint32_t P;                /* leaves of each tree: a power of two >= nnodes */
+        uint64_t *tree[RESV_INDEX_K + 1]; /* per GPU count k (NULL: not built): a tree of the
+                                      least key_k over nodes, tree[1] the root, leaves at P.. */
 };
+
+/* Node ni's key for a task of k GPUs: the raw time its k-th GPU is ready,
+ * in an order-keeping unsigned form; UINT64_MAX when it has fewer than k
+ * GPUs t may wait for (INT64_MAX, TIME_INF, shares UINT64_MAX - 1 with
+ * INT64_MAX - 1: a tie the query breaks on the times themselves). */
+static uint64_t node_key(const struct resv_cache *c, uint32_t ni, int k) {
+        if (c->cnt[ni] < k)
+                return UINT64_MAX;
+        uint64_t u = (uint64_t)c->ent[c->off[ni] + (uint32_t)k - 1].t ^ ((uint64_t)1 << 63);
+        return u == UINT64_MAX ? UINT64_MAX - 1 : u;
+}
+
+static void tree_set(struct resv_cache *c, int k, uint32_t ni) {
+        uint64_t *tr = c->tree[k];
+        uint32_t i = c->P + ni;
+        tr[i] = node_key(c, ni, k);
+        for (i >>= 1; i >= 1; i >>= 1) {
+                uint64_t m = tr[2 * i] < tr[2 * i + 1] ? tr[2 * i] : tr[2 * i + 1];
+                if (tr[i] == m)
+                        break;
+                tr[i] = m;
+        }
+}
+
+static void trees_free(struct resv_cache *c) {
+        for (int k = 0; k <= RESV_INDEX_K; k++) {
+                free(c->tree[k]);
+                c->tree[k] = NULL;
+        }
+}
+
+/* The tree for k, built if it was not (NULL when memory is short). */
+static uint64_t *tree_for(struct resv_cache *c, int k) {
+        if (c->tree[k])
+                return c->tree[k];
+        uint64_t *tr = malloc(2 * (size_t)c->P * sizeof(*tr));
+        if (!tr)
+                return NULL;
+        for (uint32_t i = 0; i < c->P; i++)
+                tr[c->P + i] = i < c->nnodes ? node_key(c, i, k) : UINT64_MAX;
+        for (uint32_t i = c->P; i-- > 1;)
+                tr[i] = tr[2 * i] < tr[2 * i + 1] ? tr[2 * i] : tr[2 * i + 1];
+        tr[0] = UINT64_MAX;
+        return c->tree[k] = tr;
+}
 
 static void shape_of(const stask *t, resv_shape *r) {
         memset(r, 0, sizeof(*r));
@@ -160,6 +210,7 @@ static void shape_of(const stask *t, resv_shape *r) {
 }
 
 static void cache_arrays_free(struct resv_cache *c) {
+        trees_free(c);
         free(c->seen);
         free(c->off);
         free(c->cnt);
@@ -210,6 +261,10 @@ static int cache_layout(gp_sched *s, struct resv_cache *c) {
         c->ent = ent;
         c->nnodes = n;
         c->node_gen = s->node_gen;
+        c->stale = true;
+        c->P = 1;
+        while (c->P < n)
+                c->P *= 2;
         return 0;
 }
 
@@ -278,6 +333,78 @@ static void node_fill(const gp_sched *s, struct resv_cache *c, const stask *t, u
         }
         c->cnt[ni] = (uint16_t)m;
         c->seen[ni] = s->nmod[ni];
+        for (int k = 1; k <= RESV_INDEX_K; k++)
+                if (c->tree[k])
+                        tree_set(c, k, ni);
+}
+
+/* Every node's answer current: those touched since the last time (from
+ * s->tlog), or all when the log has been overrun or c was laid out. */
+static void cache_refresh(gp_sched *s, struct resv_cache *c, const stask *t) {
+        if (c->stale || s->tlog_n - c->tlog_seen > TLOG_CAP) {
+                for (uint32_t ni = 0; ni < c->nnodes; ni++)
+                        if (c->seen[ni] != s->nmod[ni])
+                                node_fill(s, c, t, ni);
+                c->stale = false;
+        } else {
+                for (uint64_t j = c->tlog_seen; j < s->tlog_n; j++) {
+                        uint32_t ni = s->tlog[j & (TLOG_CAP - 1)];
+                        if (ni < c->nnodes && c->seen[ni] != s->nmod[ni])
+                                node_fill(s, c, t, ni);
+                }
+        }
+        c->tlog_seen = s->tlog_n;
+}
+
+/* How many of node ni's GPUs are ready at `now` (entries sorted). */
+static int ready_at(const struct resv_cache *c, uint32_t ni, int64_t now) {
+        const gpu_end *e = c->ent + c->off[ni];
+        int m = c->cnt[ni], ready = 0;
+        while (ready < m && e[ready].t <= now)
+                ready++;
+        return ready;
+}
+
+/* The choice of reserve() from the tree of k when no node is ready at
+ * `now` (its k-th GPU's time past it): the nodes of the least key, the
+ * one of them with the least time, then the most GPUs ready now, then the
+ * lowest numbered.  False when the full pass is needed: some node is ready
+ * now (then the time is `now` for every such node and the most GPUs ready
+ * decides, which the keys do not order). */
+static bool index_choice(const struct resv_cache *c, const uint64_t *tr, int k, int64_t now, uint32_t *best,
+                         int64_t *best_t, int *best_ready) {
+        uint64_t mk = tr[1];
+        *best = NIL;
+        if (mk == UINT64_MAX)
+                return true; /* no node has k GPUs t may wait for */
+        if ((int64_t)(mk ^ ((uint64_t)1 << 63)) <= now)
+                return false;
+        /* the leaves of key mk, by node number: a walk down the subtrees
+         * whose least is mk (an explicit stack: the tree's depth) */
+        uint32_t stack[64];
+        int sp = 0;
+        stack[sp++] = 1;
+        while (sp) {
+                uint32_t i = stack[--sp];
+                if (tr[i] != mk)
+                        continue;
+                if (i >= c->P) {
+                        uint32_t ni = i - c->P;
+                        int64_t node_t = c->ent[c->off[ni] + (uint32_t)k - 1].t;
+                        if (*best != NIL && node_t > *best_t)
+                                continue;
+                        int ready = ready_at(c, ni, now);
+                        if (*best == NIL || node_t < *best_t || ready > *best_ready) {
+                                *best = ni;
+                                *best_t = node_t;
+                                *best_ready = ready;
+                        }
+                        continue;
+                }
+                stack[sp++] = 2 * i + 1; /* right after left: node order */
+                stack[sp++] = 2 * i;
+        }
+        return true;
 }
 
 /* Mark the GPUs the blocked task t will start on first; returns the
@@ -295,9 +422,10 @@ SCHED_PRIVATE int64_t reserve(gp_sched *s, stask *t, int64_t now) {
         int64_t best_t = TIME_INF;
         int best_ready = -1;
         uint32_t best = NIL;
-        for (uint32_t ni = 0; ni < c->nnodes; ni++) {
-                if (c->seen[ni] != s->nmod[ni])
-                        node_fill(s, c, t, ni);
+        cache_refresh(s, c, t);
+        const uint64_t *tr = k <= RESV_INDEX_K ? tree_for(c, k) : NULL;
+        bool indexed = tr && index_choice(c, tr, k, now, &best, &best_t, &best_ready);
+        for (uint32_t ni = 0; !indexed && ni < c->nnodes; ni++) {
                 int m = c->cnt[ni];
                 if (m < k)
                         continue;

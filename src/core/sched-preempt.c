@@ -420,33 +420,27 @@ typedef struct gpre {
         int32_t pchg[GP_PRIORITY_LEVELS]; /* MB charged by its preemptible tasks of each priority */
 } gpre;
 
-/* A possible victim: every reclaimable task on the node's GPUs (a task on
- * several of them once per GPU). */
-typedef struct vent {
-        int64_t start;
-        uint8_t prio;
-        bool preemptible;
-} vent;
-
-/* Per node: its GPUs' gpre summed up for the quick test (pnode_could), and
- * its possible victims newest first.  A plan's lost work is at least its
- * GPUs times the time since the newest start among the tasks it may mark,
- * so the victims bound a node tighter than pre_max_start, which counts the
- * tasks too young to be victims yet and those of tiers w may not preempt. */
+/* Per node, made again when it changed and when a task there passes its
+ * least run time (until): what its tasks that may be victims then (run
+ * their least run time) could free, summed up over its GPUs, for the quick
+ * test (pnode_could), and the newest start among them, for the bound.  A
+ * plan's lost work is at least its GPUs times the time since the newest
+ * start of a task it may mark, so this bounds a node tighter than
+ * pre_max_start, which counts the tasks too young to be victims yet and
+ * those of tiers w may not preempt. */
 typedef struct pnode {
         uint32_t seen;             /* s->nmod[ni] it was made at */
+        int64_t until;             /* ... and it holds until then */
         uint16_t xr;               /* GPUs an exclusive task could have by reclaim */
         uint16_t xa[GP_PRIORITY_LEVELS]; /* ... by rule a, for a task of each tier */
         int32_t fr;                /* most MB a GPU could have free by reclaim */
         int32_t fa[GP_PRIORITY_LEVELS]; /* ... by rule a, for a task of each tier */
-        uint32_t n, cap;
-        vent *v;
+        int64_t newest_r;          /* newest start of a victim by reclaim (INT64_MIN: none) */
+        int64_t newest_a[GP_PRIORITY_LEVELS]; /* ... by rule a, for a task of each tier */
 } pnode;
 
 SCHED_PRIVATE void gpre_free(gp_sched *s) {
         free(s->gpre);
-        for (uint32_t i = 0; i < s->pnode_cap; i++)
-                free(s->pnode[i].v);
         free(s->pnode);
 }
 
@@ -490,57 +484,75 @@ static void gpre_make(const sgpu *g, gpre *p) {
         }
 }
 
-static int pnode_make(gp_sched *s, uint32_t ni) {
+static int32_t clamp32(int64_t v) {
+        return v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : (int32_t)v;
+}
+
+/* Made at `now`: a task that has not run its least run time by then is
+ * no victim in the sums, which hold until the first of them has
+ * (pn->until). */
+static void pnode_make(gp_sched *s, uint32_t ni, int64_t now) {
         const snode *nd = &s->nodes[ni];
         pnode *pn = &s->pnode[ni];
+        int64_t old_enough = now - s->cfg.preempt_min_runtime_ms;
+        int64_t newest[GP_PRIORITY_LEVELS]; /* newest old preemptible start of each tier */
+        pn->until = INT64_MAX;
         pn->xr = 0;
         pn->fr = INT32_MIN;
+        pn->newest_r = INT64_MIN;
         for (int q = 0; q < GP_PRIORITY_LEVELS; q++) {
                 pn->xa[q] = 0;
                 pn->fa[q] = INT32_MIN;
+                newest[q] = INT64_MIN;
         }
-        uint32_t n = 0;
         for (int i = 0; i < nd->ngpus; i++) {
                 const sgpu *g = &s->gpus[nd->gpus[i]];
-                gpre *p = &s->gpre[nd->gpus[i]];
-                gpre_make(g, p);
-                /* what gpre_could says, but for gpu_could (summed up
-                 * over the GPUs, so only ever "maybe" where it says yes) */
-                int64_t usable = g->usable < INT32_MIN ? INT32_MIN : g->usable > INT32_MAX ? INT32_MAX : g->usable;
-                bool idle = g->ntasks == 0;
-                pn->xr += idle || p->nr_n == 0;
-                if (idle || usable - p->nr_charge > pn->fr)
-                        pn->fr = (int32_t)(idle ? usable : (usable - p->nr_charge < INT32_MIN ? INT32_MIN : usable - p->nr_charge));
-                int64_t keep = p->np_charge;
-                for (int q = 0; q < GP_PRIORITY_LEVELS; q++) {
-                        keep += p->pchg[q];
-                        pn->xa[q] += idle || (p->np_n == 0 && p->min_pprio > q);
-                        int64_t f = idle ? usable : usable - keep;
-                        if (f > pn->fa[q])
-                                pn->fa[q] = (int32_t)(f < INT32_MIN ? INT32_MIN : f);
-                }
+                gpre_make(g, &s->gpre[nd->gpus[i]]);
+                /* what a GPU could free if every task the rules let go that
+                 * has run long enough went (as gpre_could, but for gpu_could:
+                 * summed up over the GPUs, so "maybe" where it says yes) */
+                int64_t keep_r = 0, keep_a = 0;  /* MB of what stays: under reclaim, under rule a at any tier */
+                int64_t pchg[GP_PRIORITY_LEVELS] = {0}; /* MB of old preemptible tasks by tier */
+                int stay_r = 0, stay_a = 0, min_prio = GP_PRIORITY_LEVELS;
                 for (int k = 0; k < g->ntasks; k++) {
                         const stask *x = g->tasks[k];
-                        if (!reclaimable(x))
-                                continue;
-                        if (n == pn->cap) {
-                                vent *e = grow(pn->v, sizeof(*e), &pn->cap, n + 1);
-                                if (!e)
-                                        return -ENOMEM;
-                                pn->v = e;
+                        bool old = x->start_ms <= old_enough;
+                        if (!reclaimable(x) || !old) {
+                                if (reclaimable(x) && x->start_ms + s->cfg.preempt_min_runtime_ms < pn->until)
+                                        pn->until = x->start_ms + s->cfg.preempt_min_runtime_ms;
+                                keep_r += x->charge;
+                                stay_r++;
+                        } else if (x->start_ms > pn->newest_r) {
+                                pn->newest_r = x->start_ms;
                         }
-                        vent y = {x->start_ms, x->prio, x->preemptible};
-                        uint32_t j = n++;
-                        while (j > 0 && pn->v[j - 1].start < y.start) {
-                                pn->v[j] = pn->v[j - 1];
-                                j--;
+                        if (old && x->preemptible) {
+                                pchg[x->prio] += x->charge;
+                                if (x->prio < min_prio)
+                                        min_prio = x->prio;
+                                if (x->start_ms > newest[x->prio])
+                                        newest[x->prio] = x->start_ms;
+                        } else {
+                                keep_a += x->charge;
+                                stay_a++;
                         }
-                        pn->v[j] = y;
+                }
+                pn->xr += stay_r == 0;
+                pn->fr = clamp32(g->usable - keep_r > pn->fr ? g->usable - keep_r : pn->fr);
+                for (int q = 0; q < GP_PRIORITY_LEVELS; q++) {
+                        keep_a += pchg[q];
+                        pn->xa[q] += stay_a == 0 && min_prio > q;
+                        if (g->usable - keep_a > pn->fa[q])
+                                pn->fa[q] = clamp32(g->usable - keep_a);
                 }
         }
-        pn->n = n;
+        /* a task of tier q may take those of the tiers after it */
+        int64_t m = INT64_MIN;
+        for (int q = GP_PRIORITY_LEVELS; q-- > 0;) {
+                pn->newest_a[q] = m;
+                if (newest[q] > m)
+                        m = newest[q];
+        }
         pn->seen = s->nmod[ni];
-        return 0;
 }
 
 /* Could node ni host w if the victims the rules allow went?  "No" is sure
@@ -555,16 +567,9 @@ static bool pnode_could(const pnode *pn, const stask *w, bool r) {
  * (rule a: preemptible and less urgent; reclaim r: any reclaimable; both:
  * run long enough), INT64_MIN when there is none (no plan there can make
  * room). */
-static int64_t pnode_newest(const gp_sched *s, const pnode *pn, const stask *w, bool a, bool r, int64_t now) {
-        int64_t old_enough = now - s->cfg.preempt_min_runtime_ms;
-        for (uint32_t i = 0; i < pn->n; i++) {
-                const vent *e = &pn->v[i];
-                if (e->start > old_enough)
-                        continue;
-                if (r || (a && e->preemptible && e->prio > w->prio))
-                        return e->start;
-        }
-        return INT64_MIN;
+static int64_t pnode_newest(const pnode *pn, const stask *w, bool a, bool r) {
+        int64_t na = a ? pn->newest_a[w->prio] : INT64_MIN;
+        return r && pn->newest_r > na ? pn->newest_r : na;
 }
 
 /* Could GPU g host w if every task there that the rules let be a victim
@@ -665,9 +670,9 @@ SCHED_PRIVATE int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv,
                 if (!a && !r)
                         continue;
                 pnode *pn = &s->pnode[ni];
-                if (pn->seen != s->nmod[ni] && pnode_make(s, ni) < 0)
-                        return -ENOMEM;
-                int64_t newest = pnode_newest(s, pn, w, a, r, now);
+                if (pn->seen != s->nmod[ni] || now >= pn->until)
+                        pnode_make(s, ni, now);
+                int64_t newest = pnode_newest(pn, w, a, r);
                 if (newest == INT64_MIN)
                         continue; /* no task there may be a victim */
                 if (best >= 0 && !may_beat(glb, now - newest, best, best_lost))

@@ -61,10 +61,10 @@ static bool oracle(gp_sched *s, stask *w, int64_t now, bool after_resv, choice *
                  * quick tests say it may make room */
                 assert_true(gpre_ready(s) == 0);
                 pnode *pn = &s->pnode[ni];
-                if (pn->seen != s->nmod[ni])
-                        assert_int_equal(pnode_make(s, ni), 0);
+                if (pn->seen != s->nmod[ni] || now >= pn->until)
+                        pnode_make(s, ni, now);
                 int glb = w->excl && w->ngpus > nd->idle ? w->ngpus - nd->idle : 1;
-                int64_t newest = pnode_newest(s, pn, w, rule_a, r, now);
+                int64_t newest = pnode_newest(pn, w, rule_a, r);
                 if (c < glb || newest == INT64_MIN || lost < (int64_t)glb * (now - newest) ||
                     lost < (int64_t)glb * (now - s->pspan[ni].max) || now - s->pspan[ni].min < s->cfg.preempt_min_runtime_ms ||
                     !pnode_could(pn, w, r) || !node_could(s, w, ni, r, false))

@@ -365,46 +365,45 @@ static int ready_at(const struct resv_cache *c, uint32_t ni, int64_t now) {
         return ready;
 }
 
-/* The choice of reserve() from the tree of k when no node is ready at
- * `now` (its k-th GPU's time past it): the nodes of the least key, the
- * one of them with the least time, then the most GPUs ready now, then the
- * lowest numbered.  False when the full pass is needed: some node is ready
- * now (then the time is `now` for every such node and the most GPUs ready
- * decides, which the keys do not order). */
-static bool index_choice(const struct resv_cache *c, const uint64_t *tr, int k, int64_t now, uint32_t *best,
+/* The choice of reserve() from the tree of k: the node where the k-th GPU
+ * is ready first, then the one with the most GPUs ready now, then the
+ * lowest numbered.  When the least key is after `now`, the nodes of that
+ * key are the candidates; else every node whose k-th GPU is ready now is
+ * (all read `now`: the most GPUs ready now decides, which the keys do not
+ * order).  Either way they are found down the subtrees that hold one, in
+ * node order. */
+static void index_choice(const struct resv_cache *c, const uint64_t *tr, int k, int64_t now, uint32_t *best,
                          int64_t *best_t, int *best_ready) {
         uint64_t mk = tr[1];
         *best = NIL;
         if (mk == UINT64_MAX)
-                return true; /* no node has k GPUs t may wait for */
-        if ((int64_t)(mk ^ ((uint64_t)1 << 63)) <= now)
-                return false;
-        /* the leaves of key mk, by node number: a walk down the subtrees
-         * whose least is mk (an explicit stack: the tree's depth) */
-        uint32_t stack[64];
+                return; /* no node has k GPUs t may wait for */
+        uint64_t unow = (uint64_t)now ^ ((uint64_t)1 << 63);
+        bool later = mk > unow;        /* no node ready now */
+        uint64_t cut = later ? mk : unow; /* the candidates' keys are at most this */
+        uint32_t stack[64];            /* an explicit stack: the tree's depth */
         int sp = 0;
         stack[sp++] = 1;
         while (sp) {
                 uint32_t i = stack[--sp];
-                if (tr[i] != mk)
+                if (tr[i] > cut)
                         continue;
-                if (i >= c->P) {
-                        uint32_t ni = i - c->P;
-                        int64_t node_t = c->ent[c->off[ni] + (uint32_t)k - 1].t;
-                        if (*best != NIL && node_t > *best_t)
-                                continue;
-                        int ready = ready_at(c, ni, now);
-                        if (*best == NIL || node_t < *best_t || ready > *best_ready) {
-                                *best = ni;
-                                *best_t = node_t;
-                                *best_ready = ready;
-                        }
+                if (i < c->P) {
+                        stack[sp++] = 2 * i + 1; /* right after left: node order */
+                        stack[sp++] = 2 * i;
                         continue;
                 }
-                stack[sp++] = 2 * i + 1; /* right after left: node order */
-                stack[sp++] = 2 * i;
+                uint32_t ni = i - c->P;
+                int64_t node_t = later ? c->ent[c->off[ni] + (uint32_t)k - 1].t : now;
+                if (*best != NIL && node_t > *best_t)
+                        continue;
+                int ready = ready_at(c, ni, now);
+                if (*best == NIL || node_t < *best_t || ready > *best_ready) {
+                        *best = ni;
+                        *best_t = node_t;
+                        *best_ready = ready;
+                }
         }
-        return true;
 }
 
 /* Mark the GPUs the blocked task t will start on first; returns the
@@ -424,8 +423,9 @@ SCHED_PRIVATE int64_t reserve(gp_sched *s, stask *t, int64_t now) {
         uint32_t best = NIL;
         cache_refresh(s, c, t);
         const uint64_t *tr = k <= RESV_INDEX_K ? tree_for(c, k) : NULL;
-        bool indexed = tr && index_choice(c, tr, k, now, &best, &best_t, &best_ready);
-        for (uint32_t ni = 0; !indexed && ni < c->nnodes; ni++) {
+        if (tr)
+                index_choice(c, tr, k, now, &best, &best_t, &best_ready);
+        for (uint32_t ni = 0; !tr && ni < c->nnodes; ni++) {
                 int m = c->cnt[ni];
                 if (m < k)
                         continue;

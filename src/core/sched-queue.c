@@ -448,6 +448,8 @@ SCHED_PRIVATE void walk_head(gp_sched *s, walk *w, int i) {
 SCHED_PRIVATE void walk_advance(gp_sched *s, walk *w, int i) {
         if (!w->fair) {
                 w->cur[i] = w->cur[i]->next;
+                if (w->cur[i])
+                        __builtin_prefetch(w->cur[i]); /* as below */
                 return;
         }
         went *h = w->h[i];
@@ -466,6 +468,11 @@ SCHED_PRIVATE void walk_advance(gp_sched *s, walk *w, int i) {
         }
         went_down(h, w->hn[i], 0);
         w->cur[i] = w->hn[i] ? h[0].cur : NULL;
+        /* its turn comes after the task just taken is dealt with: have it
+         * on its way (at 1,000,000 queued a task is seldom in the cache,
+         * and a blocked run examines up to backfill_depth of them) */
+        if (w->cur[i])
+                __builtin_prefetch(w->cur[i]);
 }
 
 /* ------------------------------------------------------------------ */

@@ -231,6 +231,14 @@ class Capture:
     def stop(self):
         self.stopping = True
         self.t.join(5)
+        # what went by before now is queued on the socket even when the thread
+        # lagged (a loaded machine: CI once kept only the first frame): drain it
+        self.sock.setblocking(False)
+        while True:
+            try:
+                self.data += self.sock.recv(65535)
+            except (BlockingIOError, InterruptedError):
+                break
         self.sock.close()
         return bytes(self.data)
 

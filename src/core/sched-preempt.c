@@ -425,9 +425,9 @@ typedef struct gpre {
  * their least run time) could free, summed up over its GPUs, for the quick
  * test (pnode_could), and the newest start among them, for the bound.  A
  * plan's lost work is at least its GPUs times the time since the newest
- * start of a task it may mark, so this bounds a node tighter than
- * pre_max_start, which counts the tasks too young to be victims yet and
- * those of tiers w may not preempt. */
+ * start of a task it may mark, so this bounds a node tighter than the
+ * newest start in s->pspan, which counts the tasks too young to be victims
+ * yet and those of tiers w may not preempt. */
 typedef struct pnode {
         uint32_t seen;             /* s->nmod[ni] it was made at */
         int64_t until;             /* ... and it holds until then */

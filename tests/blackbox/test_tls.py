@@ -330,12 +330,27 @@ def reach(ns, url, *extra):
         time.sleep(0.2)
 
 
+FREE_PORT = conftest.free_port  # the fixture's own, before a test sets its port
+
+
+def on_a_port(monkeypatch, start):
+    """start(port) with a port the daemon fixture will use too (its free_port
+    gives that one). A port found free can be taken before the daemon binds it
+    (an outgoing connection of a parallel test, CI once): another is tried."""
+    for attempt in range(5):
+        port = FREE_PORT()
+        monkeypatch.setattr(conftest, "free_port", lambda: port)
+        try:
+            return start(port)
+        except pytest.fail.Exception as e:
+            if "in use by another process" not in str(e) or attempt == 4:
+                raise
+
+
 def on_all_addresses(daemon_factory, monkeypatch, cfg):
     """A daemon listening on 0.0.0.0 (the fixture's --listen 127.0.0.1 is
     overridden: the last --listen wins); probed on 127.0.0.1 as usual."""
-    port = conftest.free_port()
-    monkeypatch.setattr(conftest, "free_port", lambda: port)
-    return daemon_factory(cfg, extra_args=("--listen", "0.0.0.0:%d" % port))
+    return on_a_port(monkeypatch, lambda port: daemon_factory(cfg, extra_args=("--listen", "0.0.0.0:%d" % port)))
 
 
 def test_plaintext_off_loopback_is_refused_and_tls_served(daemon_factory, netns, monkeypatch):
@@ -394,11 +409,11 @@ def pg_db():
 
 def cluster_server(daemon_factory, monkeypatch, name, pg, crt, key, ca):
     """A server of a cluster on pg, advertising https://localhost:PORT, with the given certificate."""
-    port = conftest.free_port()
-    monkeypatch.setattr(conftest, "free_port", lambda: port)
-    cfg = SIM_CONFIG + ('store: {url: "%s"}\ncluster: {server_id: %s, lease_s: 2, advertise_url: "https://localhost:%d"}\n'
-                        "server:\n  tls: {cert: %s, key: %s, ca: %s}\n" % (pg, name, port, crt, key, ca))
-    return daemon_factory(cfg), port
+    def start(port):
+        cfg = SIM_CONFIG + ('store: {url: "%s"}\ncluster: {server_id: %s, lease_s: 2, advertise_url: "https://localhost:%d"}\n'
+                            "server:\n  tls: {cert: %s, key: %s, ca: %s}\n" % (pg, name, port, crt, key, ca))
+        return daemon_factory(cfg), port
+    return on_a_port(monkeypatch, start)
 
 
 def follower_health(port, ca):
@@ -490,10 +505,8 @@ def start_follower(tmp_path, name, cfg, port):
 
 def test_servers_of_one_store_share_the_generated_ca_and_forward_over_tls(daemon_factory, monkeypatch, pg_db,
                                                                         tmp_path):
-    p1 = conftest.free_port()
-    monkeypatch.setattr(conftest, "free_port", lambda: p1)
     cfg = SIM_CONFIG + 'store: {url: "%s"}\ncluster: {server_id: %s, lease_s: 2, advertise_url: "https://localhost:%d"}\n'
-    s1 = daemon_factory(cfg % (pg_db, "s1", p1))
+    s1, p1 = on_a_port(monkeypatch, lambda port: (daemon_factory(cfg % (pg_db, "s1", port)), port))
     monkeypatch.undo()
     p2 = conftest.free_port()
     s2, log = start_follower(tmp_path, "s2", cfg % (pg_db, "s2", p2), p2)

@@ -315,6 +315,26 @@ static int derive_store_url(const char *data_dir, char *out, size_t size) {
         return 0;
 }
 
+void gp_config_sched(const gp_config *cfg, gp_sched_config *sc) {
+        gp_sched_config_defaults(sc);
+        sc->policy = cfg->policy;
+        sc->placement = cfg->placement;
+        memcpy(sc->weights, cfg->weights, sizeof(sc->weights));
+        sc->memory_safety_margin_mb = cfg->memory_safety_margin_mb;
+        sc->backfill = cfg->backfill;
+        sc->backfill_depth = cfg->backfill_depth;
+        sc->spf_aging_pct = cfg->spf_aging_pct;
+        sc->preemption = cfg->preemption_enabled;
+        sc->preempt_min_runtime_ms = (int64_t)cfg->preemption_min_runtime_sec * 1000;
+        sc->spf_preempt = cfg->spf_preempt && cfg->preemption_enabled;
+        sc->las_min_run_ms = sc->preempt_min_runtime_ms;
+        sc->las_levels = cfg->n_las_thresholds + 1; /* spf's demotion levels (scheduler.las_thresholds_s) */
+        for (int i = 0; i < cfg->n_las_thresholds; i++)
+                sc->las_thresholds_ms[i] = cfg->las_thresholds_s[i] * 1000;
+        sc->fairshare_half_life_ms = (int64_t)cfg->fairshare_half_life_s * 1000;
+        sc->max_models_per_gpu = cfg->max_models_per_gpu;
+}
+
 void gp_config_defaults(gp_config *cfg) {
         memset(cfg, 0, sizeof(*cfg));
         gp_strlcpy(cfg->listen, "0.0.0.0:8080", sizeof(cfg->listen));

@@ -338,6 +338,11 @@ bool gp_time_rule_covers(const gp_cfg_time_rule *r, int m);
  * held before is overwritten, not freed. */
 void gp_config_defaults(gp_config *cfg);
 
+/* The scheduling core's settings as cfg gives them (the daemon's scheduler;
+ * `gpupool simulate` starts from these and applies its options).  The
+ * queue depth is the core's default: the daemon sets its own. */
+void gp_config_sched(const gp_config *cfg, gp_sched_config *sc);
+
 /* Free the lists a loaded config owns (tenants, time_rules, gw.models) and
  * leave cfg as gp_config_defaults() makes it.  NULL is a no-op. */
 void gp_config_free(gp_config *cfg);

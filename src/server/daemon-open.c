@@ -473,24 +473,8 @@ static int open_daemon(gp_daemon *d, const gp_config *cfg, int64_t epoch, char *
         if ((rc = gp_store_open(cfg->store_url, &so, &d->cs, err, errlen)) < 0)
                 return rc;
         gp_sched_config sc;
-        gp_sched_config_defaults(&sc);
-        sc.policy = cfg->policy;
-        sc.placement = cfg->placement;
-        memcpy(sc.weights, cfg->weights, sizeof(sc.weights));
+        gp_config_sched(cfg, &sc);
         sc.max_queue_depth = 1 << 30; /* recovery must queue everything stored */
-        sc.memory_safety_margin_mb = cfg->memory_safety_margin_mb;
-        sc.backfill = cfg->backfill;
-        sc.backfill_depth = cfg->backfill_depth;
-        sc.spf_aging_pct = cfg->spf_aging_pct;
-        sc.preemption = cfg->preemption_enabled;
-        sc.preempt_min_runtime_ms = (int64_t)cfg->preemption_min_runtime_sec * 1000;
-        sc.spf_preempt = cfg->spf_preempt && cfg->preemption_enabled; /* as `gpupool simulate` sets it */
-        sc.las_min_run_ms = sc.preempt_min_runtime_ms;
-        sc.las_levels = cfg->n_las_thresholds + 1; /* spf's demotion levels (scheduler.las_thresholds_s) */
-        for (int i = 0; i < cfg->n_las_thresholds; i++)
-                sc.las_thresholds_ms[i] = cfg->las_thresholds_s[i] * 1000;
-        sc.fairshare_half_life_ms = (int64_t)cfg->fairshare_half_life_s * 1000;
-        sc.max_models_per_gpu = cfg->max_models_per_gpu;
         if ((rc = gp_sched_new(&sc, &d->sched)) < 0) {
                 snprintf(err, errlen, "scheduler config: %s", gp_strerror(rc));
                 return rc;

@@ -660,34 +660,23 @@ int gp_simulate_main(int argc, char **argv) {
                         so.group_names = gnames;
                         so.group_shares = gshares;
                         so.ngroups = (uint32_t)cfg.n_groups;
-                        /* as the daemon builds its scheduler (daemon.c) */
-                        gp_sched_config_defaults(&so.sched);
+                        /* as the daemon builds its scheduler, then the options */
+                        gp_config_sched(&cfg, &so.sched);
                         so.sched.policy = (gp_sched_policy)r->policy;
-                        so.sched.placement = o.placement >= 0 ? (gp_sched_placement)o.placement : cfg.placement;
-                        memcpy(so.sched.weights, cfg.weights, sizeof(so.sched.weights));
-                        so.sched.memory_safety_margin_mb = cfg.memory_safety_margin_mb;
+                        if (o.placement >= 0)
+                                so.sched.placement = (gp_sched_placement)o.placement;
                         so.sched.backfill = bf;
-                        so.sched.backfill_depth = cfg.backfill_depth;
-                        so.sched.spf_aging_pct = cfg.spf_aging_pct;
-                        so.sched.preemption = cfg.preemption_enabled;
-                        so.sched.preempt_min_runtime_ms = (int64_t)cfg.preemption_min_runtime_sec * 1000;
-                        so.sched.fairshare_half_life_ms = (int64_t)cfg.fairshare_half_life_s * 1000;
-                        so.sched.max_models_per_gpu = cfg.max_models_per_gpu;
                         /* and LAS from the same preemption keys */
                         so.sched.las_preempt = cfg.preemption_enabled;
-                        so.sched.las_min_run_ms =
-                                (o.las_min_run_s >= 0 ? o.las_min_run_s : cfg.preemption_min_runtime_sec) * 1000LL;
+                        if (o.las_min_run_s >= 0)
+                                so.sched.las_min_run_ms = o.las_min_run_s * 1000LL;
                         if (o.spf_aging_pct >= 0)
                                 so.sched.spf_aging_pct = (int)o.spf_aging_pct;
-                        so.sched.spf_preempt = o.spf_preempt >= 0 ? o.spf_preempt == 1
-                                                                  : cfg.spf_preempt && cfg.preemption_enabled;
+                        if (o.spf_preempt >= 0)
+                                so.sched.spf_preempt = o.spf_preempt == 1;
                         if (o.las_levels) {
                                 so.sched.las_levels = o.las_levels;
                                 memcpy(so.sched.las_thresholds_ms, o.las_thr_ms, sizeof(o.las_thr_ms));
-                        } else { /* the config's (scheduler.las_thresholds_s), as the daemon's */
-                                so.sched.las_levels = cfg.n_las_thresholds + 1;
-                                for (int k = 0; k < cfg.n_las_thresholds; k++)
-                                        so.sched.las_thresholds_ms[k] = cfg.las_thresholds_s[k] * 1000;
                         }
                         double t0 = wall_ms_now();
                         if ((rc = gp_sim_run(jobs, tr->n, &so, &r->r, err, sizeof(err))) < 0) {

@@ -79,7 +79,6 @@
 #define STRIDE1 ((uint64_t)1 << 24)
 #define TIME_INF INT64_MAX
 #define TLOG_CAP 4096               /* node touches logged (a power of two) */
-#define RESV_INDEX_K 8             /* the reservation indexes gangs of up to this many GPUs */
 #define RESV_SHAPES 4              /* request shapes the reservation keeps per-node answers for */
 
 enum {

@@ -9,10 +9,12 @@
  * So the answer of each node for a request shape is kept (resv_cache: up
  * to RESV_SHAPES shapes, least recently used replaced) and made again
  * only for the nodes touched since (s->nmod, bumped by every change of a
- * node's GPUs, labels or rules: node_touch); what is left per run is one
- * pass over small per-node records.  The choice is the same as a full
- * scan's, ties included (tests/unit/test-sched-resv.c checks it against
- * one on random workloads). */
+ * node's GPUs, labels or rules: node_touch, which logs the node in
+ * s->tlog so that no pass over the nodes finds them); the node is found
+ * down a min-tree per gang size over the answers (index_choice), built
+ * when a blocked task of that size first asks.  The choice is the same as
+ * a full scan's, ties included (tests/unit/test-sched-resv.c checks it
+ * against one on random workloads). */
 #include "core/sched-int.h"
 
 typedef struct gpu_end {
@@ -148,8 +150,9 @@ struct resv_cache {
         uint64_t tlog_seen;        /* s->tlog_n when every node's answer was last made current */
         bool stale;                /* laid out since: every node's answer is to be made */
         uint32_t P;                /* leaves of each tree: a power of two >= nnodes */
-        uint64_t *tree[RESV_INDEX_K + 1]; /* per GPU count k (NULL: not built): a tree of the
+        uint64_t *tree[MAX_NODE_GPUS + 1]; /* per GPU count k (NULL: not built): a tree of the
                                       least key_k over nodes, tree[1] the root, leaves at P.. */
+        int kmax;                  /* the largest k with a tree (0: none) */
 };
 
 /* Node ni's key for a task of k GPUs: the raw time its k-th GPU is ready,
@@ -176,10 +179,11 @@ static void tree_set(struct resv_cache *c, int k, uint32_t ni) {
 }
 
 static void trees_free(struct resv_cache *c) {
-        for (int k = 0; k <= RESV_INDEX_K; k++) {
+        for (int k = 1; k <= c->kmax; k++) {
                 free(c->tree[k]);
                 c->tree[k] = NULL;
         }
+        c->kmax = 0;
 }
 
 /* The tree for k, built if it was not (NULL when memory is short). */
@@ -194,6 +198,8 @@ static uint64_t *tree_for(struct resv_cache *c, int k) {
         for (uint32_t i = c->P; i-- > 1;)
                 tr[i] = tr[2 * i] < tr[2 * i + 1] ? tr[2 * i] : tr[2 * i + 1];
         tr[0] = UINT64_MAX;
+        if (k > c->kmax)
+                c->kmax = k;
         return c->tree[k] = tr;
 }
 
@@ -333,7 +339,7 @@ static void node_fill(const gp_sched *s, struct resv_cache *c, const stask *t, u
         }
         c->cnt[ni] = (uint16_t)m;
         c->seen[ni] = s->nmod[ni];
-        for (int k = 1; k <= RESV_INDEX_K; k++)
+        for (int k = 1; k <= c->kmax; k++)
                 if (c->tree[k])
                         tree_set(c, k, ni);
 }
@@ -418,31 +424,16 @@ SCHED_PRIVATE int64_t reserve(gp_sched *s, stask *t, int64_t now) {
         if (!c)
                 return TIME_INF; /* no reservation: backfill goes on as if none */
         int k = t->ngpus;
+        if (k > MAX_NODE_GPUS)
+                return TIME_INF; /* more than a node holds */
+        cache_refresh(s, c, t);
+        const uint64_t *tr = tree_for(c, k);
+        if (!tr)
+                return TIME_INF; /* as above */
         int64_t best_t = TIME_INF;
         int best_ready = -1;
         uint32_t best = NIL;
-        cache_refresh(s, c, t);
-        const uint64_t *tr = k <= RESV_INDEX_K ? tree_for(c, k) : NULL;
-        if (tr)
-                index_choice(c, tr, k, now, &best, &best_t, &best_ready);
-        for (uint32_t ni = 0; !tr && ni < c->nnodes; ni++) {
-                int m = c->cnt[ni];
-                if (m < k)
-                        continue;
-                const gpu_end *e = c->ent + c->off[ni];
-                /* the ready times as they are at `now` keep this order */
-                int64_t node_t = e[k - 1].t > now ? e[k - 1].t : now;
-                if (best != NIL && node_t > best_t)
-                        continue;
-                int ready = 0;
-                while (ready < m && e[ready].t <= now)
-                        ready++;
-                if (best == NIL || node_t < best_t || ready > best_ready) {
-                        best = ni;
-                        best_t = node_t;
-                        best_ready = ready;
-                }
-        }
+        index_choice(c, tr, k, now, &best, &best_t, &best_ready);
         if (best == NIL)
                 return TIME_INF;
         /* the first k at `now`: those ready now, which all read `now`, by

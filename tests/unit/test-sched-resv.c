@@ -319,6 +319,49 @@ static void ties_between_nodes(void **state) {
         gp_sched_free(s);
 }
 
+/* Gangs wider than 8 GPUs, on nodes of 16: their own trees. */
+static void wide_gangs(void **state) {
+        (void)state;
+        gp_sched_config c;
+        gp_sched_config_defaults(&c);
+        gp_sched *s;
+        assert_int_equal(gp_sched_new(&c, &s), 0);
+        add_gpus(s, "a", 16, 81920, "NVIDIA A100-SXM4-80GB");
+        add_gpus(s, "b", 16, 81920, "NVIDIA A100-SXM4-80GB");
+        add_gpus(s, "c", 16, 81920, "NVIDIA A100-SXM4-80GB");
+        gp_sched_decision *d = NULL;
+        size_t n = 0, cap = 0;
+        for (int i = 0; i < 48; i++) {
+                gp_sched_req q = {.id = 1 + i, .tenant = "t", .priority = 5, .gpus = 1,
+                                  .timeout_ms = i % 7 ? (int64_t)(1 + xr() % 40) * 1000 : 0};
+                assert_int_equal(gp_sched_enqueue(s, &q), 0);
+        }
+        assert_int_equal(gp_sched_run(s, 0, &d, &n, &cap), 0);
+        assert_int_equal(n, 48);
+        static const int widths[] = {9, 12, 16};
+        for (int i = 0; i < 3; i++) {
+                gp_sched_req q = {.id = 100 + i, .tenant = "t", .priority = 5, .gpus = widths[i]};
+                assert_int_equal(gp_sched_enqueue(s, &q), 0);
+        }
+        int64_t now = 0;
+        int reserved = 0;
+        for (int round = 0; round < 20; round++) {
+                for (int i = 0; i < 3; i++) {
+                        stask *t = map_get(s, 100 + i);
+                        if (t && !t->running)
+                                reserved += agree(s, t, now);
+                }
+                now += 2000;
+                int64_t id = 1 + (int64_t)(xr() % 48);
+                stask *t = map_get(s, id);
+                if (t && t->running)
+                        assert_int_equal(gp_sched_remove_at(s, id, now), 0);
+        }
+        assert_true(reserved >= 20);
+        free(d);
+        gp_sched_free(s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(cached_reservation_is_the_scans),
@@ -326,6 +369,7 @@ int main(void) {
                 cmocka_unit_test(cached_reservation_is_the_scans_with_models),
                 cmocka_unit_test(more_shapes_than_slots),
                 cmocka_unit_test(ties_between_nodes),
+                cmocka_unit_test(wide_gangs),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

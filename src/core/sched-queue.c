@@ -217,6 +217,20 @@ static void tl_compact(tlist *l) {
         l->len = k;
 }
 
+/* The first slot of l in [lo, len) whose id is not below `id` (len: none);
+ * ids stay sorted over the slots, emptied ones included. */
+static uint32_t tl_lower(const tlist *l, int64_t id) {
+        uint32_t a = l->lo, b = l->len;
+        while (a < b) {
+                uint32_t m = a + (b - a) / 2;
+                if (l->ids[m] < id)
+                        a = m + 1;
+                else
+                        b = m;
+        }
+        return a;
+}
+
 /* Slot j of l takes x (NULL: a hole) in place of what it held; `was`:
  * whether that was a task (a slot at or past len never was). */
 static void tl_put(tlist *l, uint32_t j, stask *x, int64_t id, bool was) {
@@ -243,14 +257,7 @@ static int tl_insert(tlist *l, stask *t) {
                 tl_fen_add(l, l->len, 1);
                 return 0;
         }
-        uint32_t a = l->lo, b = l->len;
-        while (a < b) {
-                uint32_t m = a + (b - a) / 2;
-                if (l->ids[m] < t->id)
-                        a = m + 1;
-                else
-                        b = m;
-        }
+        uint32_t a = tl_lower(l, t->id);
         if (a < l->len && l->ids[a] == t->id) {
                 /* its own slot from before it started, empty since */
                 tl_put(l, a, t, t->id, false);
@@ -295,15 +302,7 @@ static void tl_remove(tlist *l, stask *t) {
 
 /* queued tasks of l with an id below `id` */
 SCHED_PRIVATE uint32_t tl_below(const tlist *l, int64_t id) {
-        uint32_t a = l->lo, b = l->len;
-        while (a < b) {
-                uint32_t m = a + (b - a) / 2;
-                if (l->ids[m] < id)
-                        a = m + 1;
-                else
-                        b = m;
-        }
-        return tl_fen_sum(l, a);
+        return tl_fen_sum(l, tl_lower(l, id));
 }
 
 /* The slot of l's r-th queued task (1-based, r <= l->n): a descent of

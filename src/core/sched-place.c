@@ -8,29 +8,32 @@
 /* ------------------------------------------------------------------ */
 /* GPU indexes                                                        */
 
-/* Room in the idle lists' bitmaps (s->ibits), and the tiers' (s->pbits), for nodes 0..nnodes-1 with
- * up to maxk GPUs: made when nodes and GPUs are added, so that linking a
- * GPU never allocates.  0 or -ENOMEM (the bitmaps as they were). */
+/* *b from `old` words to nw, the new ones cleared; 0 or -ENOMEM (*b as it was). */
+static int bits_grow(uint64_t **b, uint32_t old, uint32_t nw) {
+        uint64_t *v = realloc(*b, (size_t)nw * sizeof(*v));
+        if (!v)
+                return -ENOMEM;
+        memset(v + old, 0, (size_t)(nw - old) * sizeof(*v));
+        *b = v;
+        return 0;
+}
+
+/* Room in the idle lists' bitmaps (s->ibits), and the tiers' (s->pbits),
+ * for nodes 0..nnodes-1 with up to maxk GPUs: made when nodes and GPUs are
+ * added, so that linking a GPU or starting a task never allocates.  0 or
+ * -ENOMEM (those grown keep their room). */
 static int ibits_ensure(gp_sched *s, int maxk, uint32_t nnodes) {
         uint32_t words = (nnodes + 63) / 64;
         if (words > s->ibits_words) {
                 uint32_t nw = s->ibits_words ? s->ibits_words : 4;
                 while (nw < words)
                         nw *= 2;
-                for (int k = 0; k <= s->ibits_k; k++) {
-                        uint64_t *v = realloc(s->ibits[k], (size_t)nw * sizeof(*v));
-                        if (!v)
+                for (int k = 0; k <= s->ibits_k; k++)
+                        if (bits_grow(&s->ibits[k], s->ibits_words, nw) < 0)
                                 return -ENOMEM;
-                        memset(v + s->ibits_words, 0, (size_t)(nw - s->ibits_words) * sizeof(*v));
-                        s->ibits[k] = v;
-                }
-                for (int p = 0; p < GP_PRIORITY_LEVELS; p++) {
-                        uint64_t *v = realloc(s->pbits[p], (size_t)nw * sizeof(*v));
-                        if (!v)
+                for (int p = 0; p < GP_PRIORITY_LEVELS; p++)
+                        if (bits_grow(&s->pbits[p], s->ibits_words, nw) < 0)
                                 return -ENOMEM;
-                        memset(v + s->ibits_words, 0, (size_t)(nw - s->ibits_words) * sizeof(*v));
-                        s->pbits[p] = v;
-                }
                 s->ibits_words = nw;
         }
         while (s->ibits_k < maxk) {

@@ -406,18 +406,21 @@ static int preempt_for(gp_sched *s, stask *v, const stask *w, int64_t now, gp_sc
 /* ------------------------------------------------------------------ */
 /* what preemption could free on a node, at most                      */
 
-/* Kept per GPU (gpre) and per node (pnode), made again for a node when it
- * changed (s->nmod), so that make_room passes over a node where no choice
+/* Kept per GPU (gpre) and per node (pnode), made together for a node when
+ * it changed (s->nmod) and when one of its tasks has run its least run
+ * time since (pnode.until), so that make_room passes over a node where no choice
  * of victims could make room, or none could beat the best plan so far,
  * without planning it: a plan reads every task on the node, again for
  * every victim it marks, and at 12,500 nodes most of a preemption run went
  * to plans that then failed or lost. */
 typedef struct gpre {
-        int32_t np_charge;         /* MB charged by tasks that are not preemptible */
-        int32_t nr_charge;         /* ... that are not reclaimable (never a victim) */
-        uint16_t np_n, nr_n;       /* how many of each */
-        uint8_t min_pprio;         /* least priority of its preemptible tasks (GP_PRIORITY_LEVELS: none) */
-        int32_t pchg[GP_PRIORITY_LEVELS]; /* MB charged by its preemptible tasks of each priority */
+        int32_t keep_a;            /* MB charged by tasks rule a never takes: not preemptible, or not
+                                      yet run their least run time */
+        int32_t keep_r;            /* ... reclaim never takes: not reclaimable, or not run long enough */
+        uint16_t stay_a, stay_r;   /* how many of each */
+        uint8_t min_pprio;         /* least priority of the others, preemptible and run long enough
+                                      (GP_PRIORITY_LEVELS: none) */
+        int32_t pchg[GP_PRIORITY_LEVELS]; /* MB charged by those of each priority */
 } gpre;
 
 /* Per node, made again when it changed and when a task there passes its
@@ -463,23 +466,36 @@ static int gpre_ready(gp_sched *s) {
         return 0;
 }
 
-static void gpre_make(const sgpu *g, gpre *p) {
+/* GPU g's gpre at `now` (old_enough: now less the least run time), and
+ * into pn and newest[] what its tasks tell of the node: when the first
+ * task too young to be a victim will have run long enough, the newest
+ * start of a reclaimable task that has (and of a preemptible one, per
+ * tier). */
+static void gpre_make(const gp_sched *s, const sgpu *g, gpre *p, int64_t old_enough, pnode *pn,
+                      int64_t newest[GP_PRIORITY_LEVELS]) {
         memset(p, 0, sizeof(*p));
         p->min_pprio = GP_PRIORITY_LEVELS;
         for (int k = 0; k < g->ntasks; k++) {
                 const stask *x = g->tasks[k];
                 int32_t c = x->charge > INT32_MAX ? INT32_MAX : (int32_t)x->charge;
-                if (!x->preemptible) {
-                        p->np_charge += c;
-                        p->np_n++;
-                } else {
+                bool old = x->start_ms <= old_enough;
+                if (!reclaimable(x) || !old) {
+                        if (reclaimable(x) && x->start_ms + s->cfg.preempt_min_runtime_ms < pn->until)
+                                pn->until = x->start_ms + s->cfg.preempt_min_runtime_ms;
+                        p->keep_r += c;
+                        p->stay_r++;
+                } else if (x->start_ms > pn->newest_r) {
+                        pn->newest_r = x->start_ms;
+                }
+                if (old && x->preemptible) {
                         p->pchg[x->prio] += c;
                         if (x->prio < p->min_pprio)
                                 p->min_pprio = x->prio;
-                }
-                if (!reclaimable(x)) {
-                        p->nr_charge += c;
-                        p->nr_n++;
+                        if (x->start_ms > newest[x->prio])
+                                newest[x->prio] = x->start_ms;
+                } else {
+                        p->keep_a += c;
+                        p->stay_a++;
                 }
         }
 }
@@ -507,42 +523,19 @@ static void pnode_make(gp_sched *s, uint32_t ni, int64_t now) {
         }
         for (int i = 0; i < nd->ngpus; i++) {
                 const sgpu *g = &s->gpus[nd->gpus[i]];
-                gpre_make(g, &s->gpre[nd->gpus[i]]);
-                /* what a GPU could free if every task the rules let go that
-                 * has run long enough went (as gpre_could, but for gpu_could:
-                 * summed up over the GPUs, so "maybe" where it says yes) */
-                int64_t keep_r = 0, keep_a = 0;  /* MB of what stays: under reclaim, under rule a at any tier */
-                int64_t pchg[GP_PRIORITY_LEVELS] = {0}; /* MB of old preemptible tasks by tier */
-                int stay_r = 0, stay_a = 0, min_prio = GP_PRIORITY_LEVELS;
-                for (int k = 0; k < g->ntasks; k++) {
-                        const stask *x = g->tasks[k];
-                        bool old = x->start_ms <= old_enough;
-                        if (!reclaimable(x) || !old) {
-                                if (reclaimable(x) && x->start_ms + s->cfg.preempt_min_runtime_ms < pn->until)
-                                        pn->until = x->start_ms + s->cfg.preempt_min_runtime_ms;
-                                keep_r += x->charge;
-                                stay_r++;
-                        } else if (x->start_ms > pn->newest_r) {
-                                pn->newest_r = x->start_ms;
-                        }
-                        if (old && x->preemptible) {
-                                pchg[x->prio] += x->charge;
-                                if (x->prio < min_prio)
-                                        min_prio = x->prio;
-                                if (x->start_ms > newest[x->prio])
-                                        newest[x->prio] = x->start_ms;
-                        } else {
-                                keep_a += x->charge;
-                                stay_a++;
-                        }
-                }
-                pn->xr += stay_r == 0;
-                pn->fr = clamp32(g->usable - keep_r > pn->fr ? g->usable - keep_r : pn->fr);
+                gpre *p = &s->gpre[nd->gpus[i]];
+                gpre_make(s, g, p, old_enough, pn, newest);
+                /* gpre_could summed up over the GPUs, but for gpu_could (so
+                 * only "maybe" where it says yes) */
+                pn->xr += p->stay_r == 0;
+                if (g->usable - p->keep_r > pn->fr)
+                        pn->fr = clamp32(g->usable - p->keep_r);
+                int64_t keep = p->keep_a;
                 for (int q = 0; q < GP_PRIORITY_LEVELS; q++) {
-                        keep_a += pchg[q];
-                        pn->xa[q] += stay_a == 0 && min_prio > q;
-                        if (g->usable - keep_a > pn->fa[q])
-                                pn->fa[q] = clamp32(g->usable - keep_a);
+                        keep += p->pchg[q];
+                        pn->xa[q] += p->stay_a == 0 && p->min_pprio > q;
+                        if (g->usable - keep > pn->fa[q])
+                                pn->fa[q] = clamp32(g->usable - keep);
                 }
         }
         /* a task of tier q may take those of the tiers after it */
@@ -573,18 +566,19 @@ static int64_t pnode_newest(const pnode *pn, const stask *w, bool a, bool r) {
 }
 
 /* Could GPU g host w if every task there that the rules let be a victim
- * went?  (rule a: preemptible and less urgent; reclaim r: reclaimable.)
- * A plan marks only such victims, so where this says no, it fails. */
+ * went?  (rule a: preemptible and less urgent; reclaim r: reclaimable;
+ * both: run the least run time.)  A plan marks only such victims, so
+ * where this says no, it fails. */
 static bool gpre_could(const gp_sched *s, const sgpu *g, const gpre *p, const stask *w, bool r, bool avoid) {
         if (!gpu_could(s, g, w, avoid))
                 return false;
         if (g->ntasks == 0)
                 return true;
         if (r)
-                return w->excl ? p->nr_n == 0 : g->usable - p->nr_charge >= w->mem;
+                return w->excl ? p->stay_r == 0 : g->usable - p->keep_r >= w->mem;
         if (w->excl)
-                return p->np_n == 0 && p->min_pprio > w->prio;
-        int64_t keep = p->np_charge;
+                return p->stay_a == 0 && p->min_pprio > w->prio;
+        int64_t keep = p->keep_a;
         for (int q = 0; q <= w->prio; q++)
                 keep += p->pchg[q];
         return g->usable - keep >= w->mem;

@@ -116,6 +116,14 @@ typedef struct result {
         double build_ms;           /* the pool: every gp_sched_gpu_add */
 } result;
 
+/* ids[m] leaves the running ids (the last takes its place); pos follows. */
+static void ids_drop(int64_t *ids, size_t *pos, size_t *nids, size_t m) {
+        pos[ids[m]] = (size_t)-1;
+        ids[m] = ids[--*nids];
+        if (m < *nids)
+                pos[ids[m]] = m;
+}
+
 static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint64_t seed, result *res) {
         gp_sched_config c;
         gp_sched_config_defaults(&c);
@@ -205,10 +213,7 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
                 size_t k = xr() % nids;
                 int64_t now = sc->step_ms ? 1000 + (int64_t)(i + 1) * sc->step_ms : 2000 + i;
                 gp_sched_remove_at(s, ids[k], now);
-                pos[ids[k]] = (size_t)-1;
-                ids[k] = ids[--nids];
-                if (k < nids)
-                        pos[ids[k]] = k;
+                ids_drop(ids, pos, &nids, k);
                 n = 0;
                 gp_sched_run(s, now, &d, &n, &cap);
                 more += n;
@@ -222,11 +227,7 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
                                         ids[nids++] = d[j].id;
                                 }
                         } else if (d[j].kind == GP_DECIDE_PREEMPT && pos[d[j].id] != (size_t)-1) {
-                                size_t m = pos[d[j].id];
-                                pos[d[j].id] = (size_t)-1;
-                                ids[m] = ids[--nids];
-                                if (m < nids)
-                                        pos[ids[m]] = m;
+                                ids_drop(ids, pos, &nids, pos[d[j].id]);
                         }
                 }
         }

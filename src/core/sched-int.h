@@ -429,6 +429,8 @@ struct gp_sched {
         uint32_t tlog[TLOG_CAP];   /* the nodes of the last node_touch calls (a ring) */
         uint64_t tlog_n;           /* node_touch calls so far */
         struct resv_cache *rc[RESV_SHAPES]; /* sched-resv.c: per-node answers for recent shapes */
+        struct gready *gready;     /* per GPU: when its memory frees, for every shape (sched-resv.c) */
+        uint32_t gready_cap;
         uint64_t rc_tick;          /* uses of the reservation cache (its LRU clock) */
         struct gpre *gpre;         /* per GPU: what preemption could free there (sched-preempt.c) */
         uint32_t gpre_cap;

@@ -319,6 +319,104 @@ static void ties_between_nodes(void **state) {
         gp_sched_free(s);
 }
 
+/* Shared GPUs crowded with tasks: many of them end at the same time (the
+ * same start and bound), memory freed to the exact megabyte asked for,
+ * more distinct ends than a GPU's kept summary holds (gready), and more
+ * than 64 tasks on a GPU; the answers are the scan's, which reads the
+ * tasks themselves. */
+static void crowded_shared_gpus(void **state) {
+        (void)state;
+        gp_sched_config c;
+        gp_sched_config_defaults(&c);
+        c.memory_safety_margin_mb = 0; /* whole GPUs of 81,920 MB: sums exact to the megabyte */
+        gp_sched *s;
+        assert_int_equal(gp_sched_new(&c, &s), 0);
+        for (int i = 0; i < 6; i++) {
+                char node[16];
+                snprintf(node, sizeof(node), "n%02d", i);
+                add_gpus(s, node, 2, 81920, "NVIDIA A100-SXM4-80GB");
+        }
+        gp_sched_decision *d = NULL;
+        size_t n = 0, cap = 0;
+        int64_t id = 1, now = 1000;
+        int reserved = 0, crowded = 0, tied = 0;
+        static const int64_t mb[] = {512, 1024, 2048, 4096, 10240, 20480, 40960};
+        for (int r = 0; r < 200; r++) {
+                for (int k = 0; k < 40; k++) {
+                        gp_sched_req q = {.id = id++, .tenant = "t", .priority = 5, .gpus = 1,
+                                          .memory_mb = mb[xr() % (r % 5 == 0 ? 2 : 7)]};
+                        uint64_t b = xr() % 4;
+                        q.timeout_ms = b == 0 ? 0 : (int64_t)b * 5000;
+                        assert_int_equal(gp_sched_enqueue(s, &q), 0);
+                }
+                now += xr() % 2 ? 0 : 2500;
+                n = 0;
+                assert_int_equal(gp_sched_run(s, now, &d, &n, &cap), 0);
+                for (uint32_t gi = 0; gi < s->ngpus; gi++) {
+                        const sgpu *g = &s->gpus[gi];
+                        crowded += g->ntasks > 64;
+                        for (int i = 1; i < g->ntasks; i++)
+                                tied += task_end(g->tasks[i]) != TIME_INF &&
+                                        task_end(g->tasks[i]) == task_end(g->tasks[0]);
+                }
+                size_t pos = 0;
+                stask *t;
+                while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
+                        if (!t->running)
+                                reserved += agree(s, t, now);
+                pos = 0;
+                int64_t ends[10];
+                int ne = 0;
+                while ((t = gp_i64map_next(&s->tasks, &pos, NULL)) && ne < 10)
+                        if (t->running && xr() % 5 == 0)
+                                ends[ne++] = t->id;
+                for (int i = 0; i < ne; i++)
+                        assert_int_equal(gp_sched_remove_at(s, ends[i], now), 0);
+                pos = 0;
+                while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
+                        if (!t->running && xr() % 2 == 0) {
+                                assert_int_equal(gp_sched_remove_at(s, t->id, now), 0);
+                                pos = 0;
+                        }
+        }
+        /* exactly: two halves of a GPU, bounded 5 s and 9 s, and a half
+         * asked for; 70 tasks ending at once (over 64: no known time) */
+        gp_sched_free(s);
+        assert_int_equal(gp_sched_new(&c, &s), 0);
+        add_gpus(s, "h", 1, 81920, "NVIDIA A100-SXM4-80GB");
+        add_gpus(s, "m", 1, 81920, "NVIDIA A100-SXM4-80GB");
+        assert_int_equal(gp_sched_node_set_labels(s, "h", "half=1"), 0);
+        assert_int_equal(gp_sched_node_set_labels(s, "m", "many=1"), 0);
+        for (int i = 0; i < 2; i++) {
+                gp_sched_req q = {.id = 1 + i, .tenant = "t", .priority = 5, .gpus = 1, .memory_mb = 40960,
+                                  .timeout_ms = 5000 + 4000 * i, .node_selector = "half=1"};
+                assert_int_equal(gp_sched_enqueue(s, &q), 0);
+        }
+        for (int i = 0; i < 70; i++) {
+                gp_sched_req q = {.id = 10 + i, .tenant = "t", .priority = 5, .gpus = 1, .memory_mb = 1024,
+                                  .timeout_ms = 7000, .node_selector = "many=1"};
+                assert_int_equal(gp_sched_enqueue(s, &q), 0);
+        }
+        n = 0;
+        assert_int_equal(gp_sched_run(s, 0, &d, &n, &cap), 0);
+        assert_int_equal(n, 72);
+        gp_sched_req half = {.id = 100, .tenant = "t", .priority = 5, .gpus = 1, .memory_mb = 40960,
+                             .node_selector = "half=1"};
+        gp_sched_req big = {.id = 101, .tenant = "t", .priority = 5, .gpus = 1, .memory_mb = 20480,
+                            .node_selector = "many=1"};
+        assert_int_equal(gp_sched_enqueue(s, &half), 0);
+        assert_int_equal(gp_sched_enqueue(s, &big), 0);
+        assert_true(agree(s, map_get(s, 100), 0));
+        assert_int_equal(reserve(s, map_get(s, 100), 0), 5000);
+        assert_true(agree(s, map_get(s, 101), 0));
+        assert_int_equal(reserve(s, map_get(s, 101), 0), TIME_INF); /* 70 tasks: no time known */
+        if (reserved < 1000 || crowded < 10 || tied < 100)
+                fail_msg("not crowded enough: %d reservations, %d GPUs over 64 tasks, %d tied ends", reserved,
+                         crowded, tied);
+        free(d);
+        gp_sched_free(s);
+}
+
 /* Gangs wider than 8 GPUs, on nodes of 16: their own trees. */
 static void wide_gangs(void **state) {
         (void)state;
@@ -370,6 +468,7 @@ int main(void) {
                 cmocka_unit_test(more_shapes_than_slots),
                 cmocka_unit_test(ties_between_nodes),
                 cmocka_unit_test(wide_gangs),
+                cmocka_unit_test(crowded_shared_gpus),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

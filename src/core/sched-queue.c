@@ -481,16 +481,26 @@ SCHED_PRIVATE void walk_advance(gp_sched *s, walk *w, int i) {
  * that orders a tier by id alone: each tenant's tasks of the tier are
  * sorted by id (tlist), so it is the latest of their predecessors,
  * O(tenants queued in the tier x log n), not a walk of the tier (a task
- * requeued after preemption belongs near its head). */
+ * requeued after preemption belongs near its head).  A tenant whose first
+ * queued task comes after t, or whose slot before t's place (a hole keeps
+ * its id) is not after the best found, is passed by after one read; the
+ * predecessor is the nearest live slot before t's place, found by a few
+ * steps back, else by the Fenwick tree. */
 static stask *tier_pred_by_id(const gp_sched *s, const stask *t) {
         const tier *q = &s->tiers[t->q];
         stask *best = NULL;
         for (uint32_t j = 0; j < q->nact; j++) {
                 const tlist *l = &s->tn[q->act[j]].q[t->q];
-                uint32_t r = tl_below(l, t->id); /* live tasks of l before t */
-                if (r == 0)
+                if (l->ids[l->lo] >= t->id)
+                        continue; /* none of its tasks before t */
+                uint32_t a = tl_lower(l, t->id); /* > l->lo */
+                if (best && l->ids[a - 1] <= best->id)
                         continue;
-                stask *p = l->v[tl_kth(l, r)];
+                stask *p = NULL;
+                for (uint32_t k = a; k > l->lo && a - k < 8 && !p; k--)
+                        p = l->v[k - 1];
+                if (!p)
+                        p = l->v[tl_kth(l, tl_fen_sum(l, a))];
                 if (!best || p->id > best->id)
                         best = p;
         }

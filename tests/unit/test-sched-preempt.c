@@ -93,10 +93,26 @@ static bool oracle(gp_sched *s, stask *w, int64_t now, bool after_resv, choice *
         return true;
 }
 
-/* Every tenant's tier lists: sorted by id over [lo, len), each slot's
- * task knows its slot, the count and the order-statistics tree agree
- * with the slots, the first slot holds a task. */
+/* Every tier's queue: linked both ways, by id (the policy orders by id
+ * alone: a requeued task went in after its predecessor by id among every
+ * tenant's), as long as its count.  Every tenant's tier lists: sorted by
+ * id over [lo, len), each slot's task knows its slot, the count and the
+ * order-statistics tree agree with the slots, the first slot holds a
+ * task. */
 static void lists_whole(const gp_sched *s) {
+        assert_null(s->pol->order_key);
+        for (int q = 0; q < GP_PRIORITY_LEVELS; q++) {
+                const tier *tr = &s->tiers[q];
+                size_t k = 0;
+                for (const stask *x = tr->head, *p = NULL; x; p = x, x = x->next, k++) {
+                        assert_ptr_equal(x->prev, p);
+                        if (p && p->id >= x->id)
+                                fail_msg("tier %d: task %" PRId64 " after %" PRId64, q, x->id, p->id);
+                        if (!x->next)
+                                assert_ptr_equal(tr->tail, x);
+                }
+                assert_int_equal(k, tr->n);
+        }
         for (uint32_t ti = 0; ti < s->tn_cap; ti++)
                 for (int q = 0; q < GP_PRIORITY_LEVELS; q++) {
                         const tlist *l = &s->tn[ti].q[q];

@@ -243,6 +243,7 @@ struct resv_cache {
         uint64_t *tree[MAX_NODE_GPUS + 1]; /* per GPU count k (NULL: not built): a tree of the
                                       least key_k over nodes, tree[1] the root, leaves at P.. */
         int kmax;                  /* the largest k with a tree (0: none) */
+        int cmax;                  /* at least the most GPUs a node's answer holds (cnt) */
 };
 
 /* Node ni's key for a task of k GPUs: the raw time its k-th GPU is ready,
@@ -361,6 +362,7 @@ static int cache_layout(gp_sched *s, struct resv_cache *c) {
         c->nnodes = n;
         c->node_gen = s->node_gen;
         c->stale = true;
+        c->cmax = 0;
         c->P = 1;
         while (c->P < n)
                 c->P *= 2;
@@ -431,6 +433,8 @@ static void node_fill(gp_sched *s, struct resv_cache *c, const stask *t, uint32_
                 ge[j] = x;
         }
         c->cnt[ni] = (uint16_t)m;
+        if (m > c->cmax)
+                c->cmax = m;
         c->seen[ni] = s->nmod[ni];
         for (int k = 1; k <= c->kmax; k++)
                 if (c->tree[k])
@@ -467,11 +471,14 @@ static int ready_at(const struct resv_cache *c, uint32_t ni, int64_t now) {
 /* The choice of reserve() from the tree of k: the node where the k-th GPU
  * is ready first, then the one with the most GPUs ready now, then the
  * lowest numbered.  When the least key is after `now`, the nodes of that
- * key are the candidates; else every node whose k-th GPU is ready now is
- * (all read `now`: the most GPUs ready now decides, which the keys do not
- * order).  Either way they are found down the subtrees that hold one, in
- * node order. */
-static void index_choice(const struct resv_cache *c, const uint64_t *tr, int k, int64_t now, uint32_t *best,
+ * key are the candidates, found down the subtrees that hold one, in node
+ * order.  Else every node whose k-th GPU is ready now is one (all read
+ * `now`), and the most GPUs ready now decides: a node has j ready iff its
+ * key for j is not after `now`, so the choice is the first node, down the
+ * tree of the largest such j, whose key for j is not after `now` (the
+ * trees of k and more are built for it; without memory for them every
+ * candidate is read). */
+static void index_choice(struct resv_cache *c, const uint64_t *tr, int k, int64_t now, uint32_t *best,
                          int64_t *best_t, int *best_ready) {
         uint64_t mk = tr[1];
         *best = NIL;
@@ -479,6 +486,20 @@ static void index_choice(const struct resv_cache *c, const uint64_t *tr, int k, 
                 return; /* no node has k GPUs t may wait for */
         uint64_t unow = (uint64_t)now ^ ((uint64_t)1 << 63);
         bool later = mk > unow;        /* no node ready now */
+        for (int j = c->cmax; !later && j >= k; j--) {
+                const uint64_t *tj = tree_for(c, j);
+                if (!tj)
+                        break;
+                if (tj[1] > unow)
+                        continue; /* no node has j ready now */
+                uint32_t i = 1;
+                while (i < c->P)
+                        i = tj[2 * i] <= unow ? 2 * i : 2 * i + 1;
+                *best = i - c->P;
+                *best_t = now;
+                *best_ready = ready_at(c, *best, now);
+                return;
+        }
         uint64_t cut = later ? mk : unow; /* the candidates' keys are at most this */
         uint32_t stack[64];            /* an explicit stack: the tree's depth */
         int sp = 0;

@@ -431,6 +431,8 @@ struct gp_sched {
         struct resv_cache *rc[RESV_SHAPES]; /* sched-resv.c: per-node answers for recent shapes */
         struct gready *gready;     /* per GPU: when its memory frees, for every shape (sched-resv.c) */
         uint32_t gready_cap;
+        struct gends *gends;       /* ... the ends of those with more than one */
+        uint32_t gends_n, gends_cap;
         uint64_t rc_tick;          /* uses of the reservation cache (its LRU clock) */
         struct gpre *gpre;         /* per GPU: what preemption could free there (sched-preempt.c) */
         uint32_t gpre_cap;

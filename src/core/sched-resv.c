@@ -79,16 +79,24 @@ __attribute__((always_inline)) static inline int64_t gpu_ready_raw(const gp_sche
  * not seen lays out every node's answer (12,500 nodes at 100,000 GPUs),
  * and reading every GPU's tasks for it cost ~20 ms at 1,000,000 queued
  * (a cache miss a task); this is made once per change of the GPU's node
- * (s->nmod) and read by every shape.  A GPU whose tasks have more ends
- * than it holds keeps none (over) and is read as before. */
+ * (s->nmod) and read by every shape.  Per GPU 32 bytes (s->gready) hold
+ * one end; a GPU with more has its ends in s->gends (given at the first
+ * make that needs it, kept since), and one with more distinct ends than
+ * GREADY_N is read from its tasks as before (over). */
 #define GREADY_N 12                /* in bench-core's mixed pool 1 shared GPU in 1,000 has more */
-typedef struct gready {
-        uint32_t node, seen;       /* made for this node at this s->nmod */
-        uint8_t n;                 /* distinct ends */
-        bool over;                 /* more of them (or over 64 tasks): read the tasks */
+typedef struct gends {
         int64_t end[GREADY_N];     /* the tasks' ends, ascending, ties merged */
         int32_t charge[GREADY_N];  /* MB charged by the tasks ended by end[i] (64 tasks at most,
                                       each under INT32_MAX / 64) */
+} gends;
+
+typedef struct gready {
+        uint32_t node, seen;       /* made for this node at this s->nmod (node NIL: never) */
+        uint32_t more;             /* 1 + its index in s->gends, 0 = none */
+        uint8_t n;                 /* distinct ends */
+        bool over;                 /* more of them (or over 64 tasks): read the tasks */
+        int32_t charge1;           /* n == 1: the charge of the tasks ending at end1 */
+        int64_t end1;              /* n == 1: their end */
 } gready;
 
 static int gready_ready(gp_sched *s) {
@@ -99,42 +107,79 @@ static int gready_ready(gp_sched *s) {
         if (!v)
                 return -ENOMEM;
         for (uint32_t i = old; i < s->gready_cap; i++)
-                v[i].node = NIL; /* made at first read */
+                v[i] = (gready){.node = NIL}; /* made at first read */
         s->gready = v;
         return 0;
 }
 
-static void gready_make(const gp_sched *s, const sgpu *g, gready *r) {
-        r->node = g->node;
-        r->seen = s->nmod[g->node];
-        r->n = 0;
-        r->over = g->ntasks > 64;
-        for (int i = 0; i < g->ntasks && !r->over; i++) {
-                if (g->tasks[i]->charge > INT32_MAX / 64) {
-                        r->over = true; /* a GPU of petabytes: its sums would not fit */
+/* r's ends and charges: inline for one end, else its gends */
+static const int64_t *gready_end(const gp_sched *s, const gready *r) {
+        return r->n > 1 ? s->gends[r->more - 1].end : &r->end1;
+}
+
+static const int32_t *gready_charge(const gp_sched *s, const gready *r) {
+        return r->n > 1 ? s->gends[r->more - 1].charge : &r->charge1;
+}
+
+static void gready_make(gp_sched *s, const sgpu *g, gready *r) {
+        int64_t end[GREADY_N];
+        int32_t charge[GREADY_N];
+        int n = 0;
+        bool over = g->ntasks > 64;
+        for (int i = 0; i < g->ntasks && !over; i++) {
+                const stask *x = g->tasks[i];
+                if (x->charge > INT32_MAX / 64) {
+                        over = true; /* a GPU of petabytes: its sums would not fit */
                         break;
                 }
-                int64_t e = task_end(g->tasks[i]);
-                int32_t c = (int32_t)g->tasks[i]->charge;
-                int j = 0;
-                while (j < r->n && r->end[j] < e)
-                        j++;
-                if (j < r->n && r->end[j] == e) {
-                        r->charge[j] += c;
+                int64_t e = task_end(x);
+                int32_t c = (int32_t)x->charge;
+                int j = n;
+                while (j > 0 && end[j - 1] > e)
+                        j--;
+                if (j > 0 && end[j - 1] == e) {
+                        charge[j - 1] += c;
                         continue;
                 }
-                if (r->n == GREADY_N) {
-                        r->over = true;
+                if (n == GREADY_N) {
+                        over = true;
                         break;
                 }
-                memmove(&r->end[j + 1], &r->end[j], (size_t)(r->n - j) * sizeof(r->end[0]));
-                memmove(&r->charge[j + 1], &r->charge[j], (size_t)(r->n - j) * sizeof(r->charge[0]));
-                r->end[j] = e;
-                r->charge[j] = c;
-                r->n++;
+                for (int k = n; k > j; k--) {
+                        end[k] = end[k - 1];
+                        charge[k] = charge[k - 1];
+                }
+                end[j] = e;
+                charge[j] = c;
+                n++;
         }
-        for (int j = 1; j < r->n; j++)
-                r->charge[j] += r->charge[j - 1];
+        for (int j = 1; j < n; j++)
+                charge[j] += charge[j - 1];
+        if (!over && n > 1 && !r->more) {
+                if (s->gends_n == s->gends_cap) {
+                        gends *v = grow(s->gends, sizeof(*v), &s->gends_cap, s->gends_n + 1);
+                        if (v)
+                                s->gends = v;
+                }
+                if (s->gends_n < s->gends_cap)
+                        r->more = ++s->gends_n;
+                else
+                        over = true; /* no memory: read from the tasks */
+        }
+        r->node = g->node;
+        r->seen = s->nmod[g->node];
+        r->n = (uint8_t)(over ? 0 : n);
+        r->over = over;
+        if (over || n == 0)
+                return;
+        if (n == 1) {
+                r->end1 = end[0];
+                r->charge1 = charge[0];
+                return;
+        }
+        gends *m = &s->gends[r->more - 1];
+        memcpy(m->end, end, (size_t)n * sizeof(end[0]));
+        memcpy(m->charge, charge, (size_t)n * sizeof(charge[0]));
 }
 
 /* gpu_ready_raw of GPU gi for t, from its gready (the same answer: the
@@ -142,19 +187,22 @@ static void gready_make(const gp_sched *s, const sgpu *g, gready *r) {
  * tasks ending then is counted first). */
 static int64_t gready_raw(gp_sched *s, uint32_t gi, const stask *t) {
         const sgpu *g = &s->gpus[gi];
+        bool whole = t->excl || g->excl || models_full(s, t, g);
+        int64_t free_mb = gpu_free(g);
+        if (g->ntasks == 0 || (!whole && free_mb >= t->mem))
+                return INT64_MIN; /* free for t now: no task is read */
         gready *r = &s->gready[gi];
         if (r->node != g->node || r->seen != s->nmod[g->node])
                 gready_make(s, g, r);
         if (r->over)
                 return gpu_ready_raw(s, g, t);
-        if (t->excl || g->excl || models_full(s, t, g))
-                return r->n ? r->end[r->n - 1] : INT64_MIN;
-        int64_t free_mb = gpu_free(g);
-        if (free_mb >= t->mem)
-                return INT64_MIN;
+        const int64_t *end = gready_end(s, r);
+        if (whole)
+                return end[r->n - 1];
+        const int32_t *charge = gready_charge(s, r);
         for (int i = 0; i < r->n; i++)
-                if (free_mb + r->charge[i] >= t->mem)
-                        return r->end[i];
+                if (free_mb + charge[i] >= t->mem)
+                        return end[i];
         return TIME_INF;
 }
 
@@ -327,8 +375,10 @@ SCHED_PRIVATE void resv_free(gp_sched *s) {
                 s->rc[i] = NULL;
         }
         free(s->gready);
+        free(s->gends);
         s->gready = NULL;
-        s->gready_cap = 0;
+        s->gends = NULL;
+        s->gready_cap = s->gends_n = s->gends_cap = 0;
 }
 
 /* Lay c out for the nodes as they are (every node's answer to be made). */

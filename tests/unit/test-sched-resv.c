@@ -385,6 +385,8 @@ static void crowded_shared_gpus(void **state) {
         assert_int_equal(gp_sched_new(&c, &s), 0);
         add_gpus(s, "h", 1, 81920, "NVIDIA A100-SXM4-80GB");
         add_gpus(s, "m", 1, 81920, "NVIDIA A100-SXM4-80GB");
+        add_gpus(s, "e", 1, 81920, "NVIDIA A100-SXM4-80GB");
+        assert_int_equal(gp_sched_node_set_labels(s, "e", "exact=1"), 0);
         assert_int_equal(gp_sched_node_set_labels(s, "h", "half=1"), 0);
         assert_int_equal(gp_sched_node_set_labels(s, "m", "many=1"), 0);
         for (int i = 0; i < 2; i++) {
@@ -397,9 +399,18 @@ static void crowded_shared_gpus(void **state) {
                                   .timeout_ms = 7000, .node_selector = "many=1"};
                 assert_int_equal(gp_sched_enqueue(s, &q), 0);
         }
+        gp_sched_req one = {.id = 90, .tenant = "t", .priority = 5, .gpus = 1, .memory_mb = 40960,
+                            .timeout_ms = 5000, .node_selector = "exact=1"};
+        assert_int_equal(gp_sched_enqueue(s, &one), 0);
         n = 0;
         assert_int_equal(gp_sched_run(s, 0, &d, &n, &cap), 0);
-        assert_int_equal(n, 72);
+        assert_int_equal(n, 73);
+        /* queued after the run: what is free is exactly what it asks */
+        gp_sched_req fits = {.id = 91, .tenant = "t", .priority = 5, .gpus = 1, .memory_mb = 40960,
+                             .node_selector = "exact=1"};
+        assert_int_equal(gp_sched_enqueue(s, &fits), 0);
+        assert_true(agree(s, map_get(s, 91), 0));
+        assert_int_equal(reserve(s, map_get(s, 91), 0), 0);
         gp_sched_req half = {.id = 100, .tenant = "t", .priority = 5, .gpus = 1, .memory_mb = 40960,
                              .node_selector = "half=1"};
         gp_sched_req big = {.id = 101, .tenant = "t", .priority = 5, .gpus = 1, .memory_mb = 20480,

@@ -3,6 +3,10 @@
 # for changes that must not change performance (a reshaping).
 #
 #   bench/bench-ab.sh BASE_REV [ROUNDS [SECONDS]]     (default 3 rounds, 5 s)
+#   BENCH_CORE_ARGS="--tasks 1000000 --nodes 12500" bench/bench-ab.sh BASE_REV 5 0
+#
+# BENCH_CORE_ARGS goes to every bench-core run (the pool and queue size);
+# SECONDS 0 leaves the http leg out (and wrk is not needed).
 #
 # Builds BASE_REV in a temporary worktree and the working tree as it is,
 # then ROUNDS times, alternating base and new inside each round:
@@ -16,7 +20,9 @@ set -eu
 [ $# -ge 1 ] || { echo "usage: $0 BASE_REV [ROUNDS [SECONDS]]" >&2; exit 2; }
 rev=$1 rounds=${2:-3} secs=${3:-5}
 cd "$(dirname "$0")/.."
-command -v wrk >/dev/null || { echo "bench-ab: needs wrk (apt-get install wrk)" >&2; exit 1; }
+core_args=${BENCH_CORE_ARGS:-}
+case "$secs" in *[!0-9]*|"") echo "bench-ab: SECONDS must be a whole number" >&2; exit 2;; esac
+[ "$secs" = 0 ] || command -v wrk >/dev/null || { echo "bench-ab: needs wrk (apt-get install wrk)" >&2; exit 1; }
 base_sha=$(git rev-parse --short "$rev^{commit}") || { echo "bench-ab: $rev is not a commit" >&2; exit 2; }
 tmp=$(mktemp -d /tmp/gp-ab-XXXXXX)
 pid=""
@@ -50,7 +56,8 @@ http() {
 
 # core WHO BIN: one bench-core round; prints "core WHO SCENARIO decisions/s us/run" per scenario
 core() {
-        "$2" --rounds 1 | /usr/bin/python3 -c '
+        # shellcheck disable=SC2086 # the arguments are words
+        "$2" --rounds 1 $core_args | /usr/bin/python3 -c '
 import sys
 who = sys.argv[1]
 rows = False
@@ -58,7 +65,7 @@ for line in sys.stdin:
     if line.startswith("scenario"):
         rows = True
         continue
-    if line.startswith("vs plain"):
+    if line.startswith("vs plain") or line.startswith("pool of"):
         break
     if rows and line.strip():
         name = line[:26].strip().replace(" ", "_")
@@ -70,12 +77,12 @@ for line in sys.stdin:
 }
 
 : > "$tmp/rows"
-echo "bench-ab: $rounds rounds, base and new alternating; $(nproc) cores, load average $(cut -d' ' -f1 /proc/loadavg)"
+echo "bench-ab: $rounds rounds, base and new alternating; $(nproc) cores, load average $(cut -d' ' -f1 /proc/loadavg)${core_args:+; bench-core $core_args}"
 for r in $(seq "$rounds"); do
         for who in base new; do
                 if [ $who = base ]; then dir=$tmp/base/build; else dir=$PWD/build; fi
                 core $who "$dir/bench/bench-core" >> "$tmp/rows"
-                http $who "$dir/gpupool" >> "$tmp/rows"
+                [ "$secs" = 0 ] || http $who "$dir/gpupool" >> "$tmp/rows"
         done
         echo "  round $r/$rounds done" >&2
 done

@@ -105,6 +105,15 @@ static void add_gpus(gp_sched *s, const char *node, int n, int64_t mb, const cha
         }
 }
 
+/* Nodes n00, n01, ... of per_node A100s of 80 GB. */
+static void add_nodes(gp_sched *s, int count, int per_node) {
+        for (int i = 0; i < count; i++) {
+                char node[16];
+                snprintf(node, sizeof(node), "n%02d", i);
+                add_gpus(s, node, per_node, 81920, "NVIDIA A100-SXM4-80GB");
+        }
+}
+
 /* wide: many request shapes (more than the cache keeps, so slots are
  * replaced); else three, so every answer after the first comes from the
  * cache and only what changed since is made again. */
@@ -265,6 +274,34 @@ static void more_shapes_than_slots(void **state) {
         gp_sched_free(s);
 }
 
+/* A round's end: every queued task's reservation against the scan, then
+ * up to max_ends running tasks end (each with odds 1 in end_in) and queued
+ * ones are cancelled (1 in cancel_in), which keeps a queue that would only
+ * grow short.  Returns how many had a reservation. */
+static int agree_end_cancel(gp_sched *s, int64_t now, int max_ends, uint64_t end_in, uint64_t cancel_in) {
+        int reserved = 0;
+        size_t pos = 0;
+        stask *t;
+        while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
+                if (!t->running)
+                        reserved += agree(s, t, now);
+        pos = 0;
+        int64_t ends[16];
+        int ne = 0;
+        while ((t = gp_i64map_next(&s->tasks, &pos, NULL)) && ne < max_ends && ne < 16)
+                if (t->running && xr() % end_in == 0)
+                        ends[ne++] = t->id;
+        for (int i = 0; i < ne; i++)
+                assert_int_equal(gp_sched_remove_at(s, ends[i], now), 0);
+        pos = 0;
+        while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
+                if (!t->running && xr() % cancel_in == 0) {
+                        assert_int_equal(gp_sched_remove_at(s, t->id, now), 0);
+                        pos = 0;
+                }
+        return reserved;
+}
+
 /* Nodes alike, tasks alike: many nodes tie on when their k-th GPU is
  * ready (the same bound, or none), and the GPUs ready now, then the node
  * number, decide; the kept answers decide as the scan does. */
@@ -274,11 +311,7 @@ static void ties_between_nodes(void **state) {
         gp_sched_config_defaults(&c);
         gp_sched *s;
         assert_int_equal(gp_sched_new(&c, &s), 0);
-        for (int i = 0; i < 16; i++) {
-                char node[16];
-                snprintf(node, sizeof(node), "n%02d", i);
-                add_gpus(s, node, 4, 81920, "NVIDIA A100-SXM4-80GB");
-        }
+        add_nodes(s, 16, 4);
         gp_sched_decision *d = NULL;
         size_t n = 0, cap = 0;
         int64_t id = 1, now = 1000;
@@ -292,26 +325,7 @@ static void ties_between_nodes(void **state) {
                 now += xr() % 2 ? 0 : 5000;
                 n = 0;
                 assert_int_equal(gp_sched_run(s, now, &d, &n, &cap), 0);
-                size_t pos = 0;
-                stask *t;
-                while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
-                        if (!t->running)
-                                reserved += agree(s, t, now);
-                pos = 0;
-                int64_t ends[6];
-                int ne = 0;
-                while ((t = gp_i64map_next(&s->tasks, &pos, NULL)) && ne < 6)
-                        if (t->running && xr() % 4 == 0)
-                                ends[ne++] = t->id;
-                for (int i = 0; i < ne; i++)
-                        assert_int_equal(gp_sched_remove_at(s, ends[i], now), 0);
-                /* a queue this long only grows: keep it short */
-                pos = 0;
-                while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
-                        if (!t->running && xr() % 3 == 0) {
-                                assert_int_equal(gp_sched_remove_at(s, t->id, now), 0);
-                                pos = 0;
-                        }
+                reserved += agree_end_cancel(s, now, 6, 4, 3);
         }
         if (reserved < 600)
                 fail_msg("only %d reservations compared", reserved);
@@ -331,11 +345,7 @@ static void crowded_shared_gpus(void **state) {
         c.memory_safety_margin_mb = 0; /* whole GPUs of 81,920 MB: sums exact to the megabyte */
         gp_sched *s;
         assert_int_equal(gp_sched_new(&c, &s), 0);
-        for (int i = 0; i < 6; i++) {
-                char node[16];
-                snprintf(node, sizeof(node), "n%02d", i);
-                add_gpus(s, node, 2, 81920, "NVIDIA A100-SXM4-80GB");
-        }
+        add_nodes(s, 6, 2);
         gp_sched_decision *d = NULL;
         size_t n = 0, cap = 0;
         int64_t id = 1, now = 1000;
@@ -359,25 +369,7 @@ static void crowded_shared_gpus(void **state) {
                                 tied += task_end(g->tasks[i]) != TIME_INF &&
                                         task_end(g->tasks[i]) == task_end(g->tasks[0]);
                 }
-                size_t pos = 0;
-                stask *t;
-                while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
-                        if (!t->running)
-                                reserved += agree(s, t, now);
-                pos = 0;
-                int64_t ends[10];
-                int ne = 0;
-                while ((t = gp_i64map_next(&s->tasks, &pos, NULL)) && ne < 10)
-                        if (t->running && xr() % 5 == 0)
-                                ends[ne++] = t->id;
-                for (int i = 0; i < ne; i++)
-                        assert_int_equal(gp_sched_remove_at(s, ends[i], now), 0);
-                pos = 0;
-                while ((t = gp_i64map_next(&s->tasks, &pos, NULL)))
-                        if (!t->running && xr() % 2 == 0) {
-                                assert_int_equal(gp_sched_remove_at(s, t->id, now), 0);
-                                pos = 0;
-                        }
+                reserved += agree_end_cancel(s, now, 10, 5, 2);
         }
         /* exactly: two halves of a GPU, bounded 5 s and 9 s, and a half
          * asked for; 70 tasks ending at once (over 64: no known time) */

@@ -438,6 +438,13 @@ struct gp_sched {
         uint32_t gpre_cap;
         struct pnode *pnode;       /* per node: the same summed up, and its possible victims */
         uint32_t pnode_cap;
+        /* sched-preempt.c: per rule set and capacity class, a bit per node that may host a task
+         * of that class by preempting (a superset: a node changed since its pnode is all ones) */
+        uint64_t *cbits;
+        uint32_t cb_words, cb_nodes; /* words of each bitmap; the nodes they were laid out for */
+        uint64_t cb_seen;          /* s->tlog_n when the touched nodes were last marked */
+        struct pwake *pwake;       /* a min-heap of when a node's pnode stops holding (its until) */
+        uint32_t pwake_n, pwake_cap;
 };
 
 /* Node ni's GPUs or rules change (before or after: anything cached of it

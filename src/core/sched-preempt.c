@@ -442,9 +442,17 @@ typedef struct pnode {
         int64_t newest_a[GP_PRIORITY_LEVELS]; /* ... by rule a, for a task of each tier */
 } pnode;
 
+/* When node ni's pnode stops holding (its until). */
+typedef struct pwake {
+        int64_t until;
+        uint32_t ni;
+} pwake;
+
 SCHED_PRIVATE void gpre_free(gp_sched *s) {
         free(s->gpre);
         free(s->pnode);
+        free(s->cbits);
+        free(s->pwake);
 }
 
 static int gpre_ready(gp_sched *s) {
@@ -504,6 +512,129 @@ static int32_t clamp32(int64_t v) {
         return v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : (int32_t)v;
 }
 
+/* ------------------------------------------------------------------ */
+/* the nodes by what preempting could make room for (cbits)           */
+
+/* make_room reads the summary (pnode) of every node where a victim of a
+ * tier the waiting task may preempt runs, and most of those cannot host
+ * it (no victim has run long enough, or what the victims would free is
+ * too little).  So, per rule set (rule a for a task of tier q; reclaim)
+ * and capacity class (any; 1, 2, 4, 8 whole GPUs; 1 GB << b free on a
+ * GPU), a bitmap of the nodes whose summary says they could: a task's
+ * pass reads only the nodes of its class.  A bit is exact when its node's
+ * summary was made and still holds; a node touched since (s->tlog), or
+ * whose summary's until has come (s->pwake), has every bit set until it
+ * is read again, so the set is never short of a node that can host. */
+#define CB_G 4                     /* whole-GPU classes: 1, 2, 4, 8 */
+#define CB_M 8                     /* memory classes: 1 GB << b, b < CB_M */
+#define CB_K (1 + CB_G + CB_M)     /* classes per rule set (0: any) */
+#define CB_SETS (GP_PRIORITY_LEVELS + 1) /* rule a per tier, then reclaim */
+
+static uint64_t *cb_map(const gp_sched *s, int set, int k) {
+        return s->cbits + ((size_t)set * CB_K + (size_t)k) * s->cb_words;
+}
+
+/* The class a task of w's shape needs (a node in it may host it). */
+static int cb_class(const stask *w) {
+        if (w->excl) {
+                int k = 1;
+                while (k < CB_G && (2 << (k - 1)) <= w->ngpus)
+                        k++;
+                return k;
+        }
+        if (w->mem < 1024)
+                return 0;
+        int b = 0;
+        while (b + 1 < CB_M && ((int64_t)1024 << (b + 1)) <= w->mem)
+                b++;
+        return 1 + CB_G + b;
+}
+
+static void cb_put(gp_sched *s, uint32_t ni, int set, int k, bool on) {
+        uint64_t *m = cb_map(s, set, k) + (ni >> 6), bit = (uint64_t)1 << (ni & 63);
+        *m = on ? *m | bit : *m & ~bit;
+}
+
+/* Node ni may host anything until it is read again. */
+static void cb_dirty(gp_sched *s, uint32_t ni) {
+        for (int set = 0; set < CB_SETS; set++)
+                for (int k = 0; k < CB_K; k++)
+                        cb_put(s, ni, set, k, true);
+}
+
+static void pwake_down(pwake *h, uint32_t n, uint32_t i) {
+        for (;;) {
+                uint32_t l = 2 * i + 1, m = i;
+                if (l < n && h[l].until < h[m].until)
+                        m = l;
+                if (l + 1 < n && h[l + 1].until < h[m].until)
+                        m = l + 1;
+                if (m == i)
+                        return;
+                pwake x = h[i];
+                h[i] = h[m];
+                h[m] = x;
+                i = m;
+        }
+}
+
+/* Node ni's summary was just made (and holds until pn->until): its bits,
+ * and when they stop holding. */
+static void cb_take(gp_sched *s, uint32_t ni, const struct pnode *pn);
+
+/* The bitmaps for the nodes as they are, every node in every class until
+ * read (no memory: NULL maps, and make_room reads every node as before). */
+static int cb_layout(gp_sched *s) {
+        uint32_t words = (s->nnodes + 63) / 64;
+        free(s->cbits);
+        free(s->pwake);
+        s->cbits = calloc((size_t)CB_SETS * CB_K * (words ? words : 1), sizeof(uint64_t));
+        s->pwake_cap = 2 * s->nnodes + 64;
+        s->pwake = malloc((size_t)s->pwake_cap * sizeof(pwake));
+        s->pwake_n = 0;
+        if (!s->cbits || !s->pwake) {
+                free(s->cbits);
+                free(s->pwake);
+                s->cbits = NULL;
+                s->pwake = NULL;
+                s->cb_nodes = 0;
+                return -ENOMEM;
+        }
+        s->cb_words = words;
+        s->cb_nodes = s->nnodes;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++)
+                cb_dirty(s, ni);
+        s->cb_seen = s->tlog_n;
+        return 0;
+}
+
+/* Bits of the nodes touched since the last call, and of those whose
+ * summary's until has come, set. */
+static int cb_sync(gp_sched *s, int64_t now) {
+        if (s->cb_nodes != s->nnodes || !s->cbits)
+                return cb_layout(s);
+        if (s->tlog_n - s->cb_seen > TLOG_CAP) {
+                for (uint32_t ni = 0; ni < s->nnodes; ni++)
+                        cb_dirty(s, ni);
+        } else {
+                for (uint64_t j = s->cb_seen; j < s->tlog_n; j++) {
+                        uint32_t ni = s->tlog[j & (TLOG_CAP - 1)];
+                        if (ni < s->cb_nodes)
+                                cb_dirty(s, ni);
+                }
+        }
+        s->cb_seen = s->tlog_n;
+        while (s->pwake_n && s->pwake[0].until <= now) {
+                pwake e = s->pwake[0];
+                s->pwake[0] = s->pwake[--s->pwake_n];
+                pwake_down(s->pwake, s->pwake_n, 0);
+                /* an entry of a summary made again since is stale (a touch set the bits) */
+                if (e.ni < s->cb_nodes && s->pnode[e.ni].seen == s->nmod[e.ni] && s->pnode[e.ni].until == e.until)
+                        cb_dirty(s, e.ni);
+        }
+        return 0;
+}
+
 /* Made at `now`: a task that has not run its least run time by then is
  * no victim in the sums, which hold until the first of them has
  * (pn->until). */
@@ -546,6 +677,41 @@ static void pnode_make(gp_sched *s, uint32_t ni, int64_t now) {
                         m = newest[q];
         }
         pn->seen = s->nmod[ni];
+        if (ni < s->cb_nodes)
+                cb_take(s, ni, pn);
+}
+
+static void cb_take(gp_sched *s, uint32_t ni, const struct pnode *pn) {
+        for (int set = 0; set < CB_SETS; set++) {
+                bool r = set == GP_PRIORITY_LEVELS;
+                /* rule a: a victim of a later tier has run long enough; reclaim: what it frees */
+                bool any = r || pn->newest_a[set] != INT64_MIN;
+                int x = r ? pn->xr : pn->xa[set];
+                int64_t f = r ? pn->fr : pn->fa[set];
+                cb_put(s, ni, set, 0, any);
+                for (int k = 1; k <= CB_G; k++)
+                        cb_put(s, ni, set, k, any && x >= (1 << (k - 1)));
+                for (int b = 0; b < CB_M; b++)
+                        cb_put(s, ni, set, 1 + CB_G + b, any && f >= ((int64_t)1024 << b));
+        }
+        if (pn->until == INT64_MAX)
+                return;
+        if (s->pwake_n == s->pwake_cap) {
+                /* full of stale entries: every node that has one is read again (all bits) */
+                for (uint32_t i = 0; i < s->pwake_n; i++)
+                        if (s->pwake[i].ni < s->cb_nodes && s->pwake[i].ni != ni)
+                                cb_dirty(s, s->pwake[i].ni);
+                s->pwake_n = 0;
+        }
+        pwake *h = s->pwake;
+        uint32_t i = s->pwake_n++;
+        h[i] = (pwake){pn->until, ni};
+        while (i > 0 && h[(i - 1) / 2].until > h[i].until) {
+                pwake x = h[i];
+                h[i] = h[(i - 1) / 2];
+                h[(i - 1) / 2] = x;
+                i = (i - 1) / 2;
+        }
 }
 
 /* Could node ni host w if the victims the rules allow went?  "No" is sure
@@ -600,6 +766,7 @@ static bool node_could(gp_sched *s, const stask *w, uint32_t ni, bool r, bool av
  * reading them. */
 typedef struct ncur {
         unsigned tiers;            /* bit p: tier p */
+        const uint64_t *ca, *cr;   /* and in one of these (both NULL: no such filter) */
         uint32_t wi, words;        /* the word of the bitmaps at hand (UINT32_MAX: none yet), of how many */
         uint64_t m;                /* its nodes not yet given */
 } ncur;
@@ -610,6 +777,8 @@ static uint32_t ncur_next(const gp_sched *s, ncur *c) {
                         return NIL;
                 for (unsigned tb = c->tiers; tb; tb &= tb - 1)
                         c->m |= s->pbits[__builtin_ctz(tb)][c->wi];
+                if (c->ca || c->cr)
+                        c->m &= (c->ca ? c->ca[c->wi] : 0) | (c->cr ? c->cr[c->wi] : 0);
         }
         uint32_t ni = c->wi * 64 + (uint32_t)__builtin_ctzll(c->m);
         c->m &= c->m - 1;
@@ -647,6 +816,13 @@ SCHED_PRIVATE int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv,
         ncur nc = {.tiers = reclaim_any ? (1u << GP_PRIORITY_LEVELS) - 1
                                         : ((1u << GP_PRIORITY_LEVELS) - 1) & ~((2u << w->prio) - 1),
                    .wi = UINT32_MAX, .words = (s->nnodes + 63) / 64};
+        /* ... and of them those whose summary says they could host w (no
+         * memory for the bitmaps: every one) */
+        if (cb_sync(s, now) == 0) {
+                int k = cb_class(w);
+                nc.ca = rule_a ? cb_map(s, w->prio, k) : NULL;
+                nc.cr = reclaim_any ? cb_map(s, GP_PRIORITY_LEVELS, k) : NULL;
+        }
         for (uint32_t ni; (ni = ncur_next(s, &nc)) != NIL;) {
                 const struct pspan *ps = &s->pspan[ni];
                 if (now - ps->min < s->cfg.preempt_min_runtime_ms || (best == 1 && now - ps->max >= best_lost))

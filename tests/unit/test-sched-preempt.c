@@ -145,6 +145,41 @@ static void lists_whole(const gp_sched *s) {
                 }
 }
 
+/* The capacity bitmaps make_room passes over are never short of a node:
+ * brought up to date at `now`, every node's bits hold at least those a
+ * summary made at `now` gives it (which pnode_make then sets). */
+static void bits_cover(gp_sched *s, int64_t now) {
+        assert_int_equal(gpre_ready(s), 0);
+        assert_int_equal(cb_sync(s, now), 0);
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                bool had[CB_SETS][CB_K];
+                for (int set = 0; set < CB_SETS; set++)
+                        for (int k = 0; k < CB_K; k++)
+                                had[set][k] = cb_map(s, set, k)[ni >> 6] >> (ni & 63) & 1;
+                pnode_make(s, ni, now);
+                for (int set = 0; set < CB_SETS; set++)
+                        for (int k = 0; k < CB_K; k++)
+                                if (!had[set][k] && (cb_map(s, set, k)[ni >> 6] >> (ni & 63) & 1))
+                                        fail_msg("node %u at %" PRId64 ": set %d class %d was off, its summary "
+                                                 "made now says it may host", ni, now, set, k);
+                /* and the exact bits hold each class's least task the summary lets in */
+                const pnode *pn = &s->pnode[ni];
+                for (int set = 0; set < CB_SETS; set++)
+                        for (int k = 1; k < CB_K; k++) {
+                                stask w = {.prio = (uint8_t)(set < GP_PRIORITY_LEVELS ? set : 0)};
+                                w.excl = k <= CB_G;
+                                w.ngpus = (uint16_t)(w.excl ? 1 << (k - 1) : 1);
+                                w.mem = w.excl ? 0 : (int64_t)1024 << (k - 1 - CB_G);
+                                assert_int_equal(cb_class(&w), k);
+                                bool r = set == GP_PRIORITY_LEVELS;
+                                bool may = pnode_could(pn, &w, r) && (r || pn->newest_a[set] != INT64_MIN);
+                                if (may && !(cb_map(s, set, k)[ni >> 6] >> (ni & 63) & 1))
+                                        fail_msg("node %u: set %d class %d is off, its summary lets that class in",
+                                                 ni, set, k);
+                        }
+        }
+}
+
 static void add_node(gp_sched *s, const char *node, int n, int64_t mb, const char *name) {
         for (int i = 0; i < n; i++) {
                 char uuid[64];
@@ -174,6 +209,10 @@ static void random_pool(int rounds, int min_runtime_s, bool many_nodes, int64_t 
         gp_sched_config_defaults(&c);
         c.preemption = true;
         c.preempt_min_runtime_ms = (int64_t)min_runtime_s * 1000;
+        /* with many nodes, no margin: what victims free is a power of two GB exactly at times
+         * (the capacity classes' bounds) */
+        if (many_nodes)
+                c.memory_safety_margin_mb = 0;
         gp_sched *s;
         assert_int_equal(gp_sched_new(&c, &s), 0);
         for (int i = 0; i < 6; i++) {
@@ -232,6 +271,8 @@ static void random_pool(int rounds, int min_runtime_s, bool many_nodes, int64_t 
                         bool after = xr() % 4 == 0;
                         choice want;
                         s->stamp++; /* a run of its own: what the last run started may go */
+                        if (k == 0)
+                                bits_cover(s, now);
                         bool exp = oracle(s, w, now, after, &want);
                         n = 0;
                         int got = make_room(s, w, now, after, false, &d, &n, &cap);

@@ -290,6 +290,9 @@ typedef struct tier {
         uint32_t nact, act_cap;
 } tier;
 
+/* An entry of a min-heap by time (heap_push, heap_pop): the queue
+ * deadlines (s->heap: a task id), and when a node's preemption summary
+ * stops holding (s->pwake: a node index). */
 typedef struct heap_ent {
         int64_t deadline;
         int64_t id;
@@ -443,8 +446,8 @@ struct gp_sched {
         uint64_t *cbits;
         uint32_t cb_words, cb_nodes; /* words of each bitmap; the nodes they were laid out for */
         uint64_t cb_seen;          /* s->tlog_n when the touched nodes were last marked */
-        struct pwake *pwake;       /* a min-heap of when a node's pnode stops holding (its until) */
-        uint32_t pwake_n, pwake_cap;
+        heap_ent *pwake;           /* when a node's pnode stops holding (its until; id: the node) */
+        size_t pwake_n, pwake_cap;
 };
 
 /* Node ni's GPUs or rules change (before or after: anything cached of it
@@ -717,8 +720,8 @@ SCHED_PRIVATE void intern_done(intern *in);
 SCHED_PRIVATE int intern_get(intern *in, const char *s, uint32_t *ret);
 SCHED_PRIVATE int map_put(gp_sched *s, stask *t);
 SCHED_PRIVATE void map_del(gp_sched *s, int64_t id);
-SCHED_PRIVATE int heap_push(gp_sched *s, int64_t deadline, int64_t id);
-SCHED_PRIVATE void heap_pop(gp_sched *s);
+SCHED_PRIVATE int heap_push(heap_ent **h, size_t *n, size_t *cap, int64_t deadline, int64_t id);
+SCHED_PRIVATE void heap_pop(heap_ent *h, size_t *n);
 SCHED_PRIVATE int intern_find(const intern *in, const char *s, uint32_t *ret);
 
 /* sched.c */

@@ -442,12 +442,6 @@ typedef struct pnode {
         int64_t newest_a[GP_PRIORITY_LEVELS]; /* ... by rule a, for a task of each tier */
 } pnode;
 
-/* When node ni's pnode stops holding (its until). */
-typedef struct pwake {
-        int64_t until;
-        uint32_t ni;
-} pwake;
-
 SCHED_PRIVATE void gpre_free(gp_sched *s) {
         free(s->gpre);
         free(s->pnode);
@@ -562,22 +556,6 @@ static void cb_dirty(gp_sched *s, uint32_t ni) {
                         cb_put(s, ni, set, k, true);
 }
 
-static void pwake_down(pwake *h, uint32_t n, uint32_t i) {
-        for (;;) {
-                uint32_t l = 2 * i + 1, m = i;
-                if (l < n && h[l].until < h[m].until)
-                        m = l;
-                if (l + 1 < n && h[l + 1].until < h[m].until)
-                        m = l + 1;
-                if (m == i)
-                        return;
-                pwake x = h[i];
-                h[i] = h[m];
-                h[m] = x;
-                i = m;
-        }
-}
-
 /* Node ni's summary was just made (and holds until pn->until): its bits,
  * and when they stop holding. */
 static void cb_take(gp_sched *s, uint32_t ni, const struct pnode *pn);
@@ -587,16 +565,9 @@ static void cb_take(gp_sched *s, uint32_t ni, const struct pnode *pn);
 static int cb_layout(gp_sched *s) {
         uint32_t words = (s->nnodes + 63) / 64;
         free(s->cbits);
-        free(s->pwake);
         s->cbits = calloc((size_t)CB_SETS * CB_K * (words ? words : 1), sizeof(uint64_t));
-        s->pwake_cap = 2 * s->nnodes + 64;
-        s->pwake = malloc((size_t)s->pwake_cap * sizeof(pwake));
-        s->pwake_n = 0;
-        if (!s->cbits || !s->pwake) {
-                free(s->cbits);
-                free(s->pwake);
-                s->cbits = NULL;
-                s->pwake = NULL;
+        s->pwake_n = 0; /* every node is read again: no entry is needed */
+        if (!s->cbits) {
                 s->cb_nodes = 0;
                 return -ENOMEM;
         }
@@ -624,13 +595,13 @@ static int cb_sync(gp_sched *s, int64_t now) {
                 }
         }
         s->cb_seen = s->tlog_n;
-        while (s->pwake_n && s->pwake[0].until <= now) {
-                pwake e = s->pwake[0];
-                s->pwake[0] = s->pwake[--s->pwake_n];
-                pwake_down(s->pwake, s->pwake_n, 0);
+        while (s->pwake_n && s->pwake[0].deadline <= now) {
+                heap_ent e = s->pwake[0];
+                uint32_t ni = (uint32_t)e.id;
+                heap_pop(s->pwake, &s->pwake_n);
                 /* an entry of a summary made again since is stale (a touch set the bits) */
-                if (e.ni < s->cb_nodes && s->pnode[e.ni].seen == s->nmod[e.ni] && s->pnode[e.ni].until == e.until)
-                        cb_dirty(s, e.ni);
+                if (ni < s->cb_nodes && s->pnode[ni].seen == s->nmod[ni] && s->pnode[ni].until == e.deadline)
+                        cb_dirty(s, ni);
         }
         return 0;
 }
@@ -696,22 +667,16 @@ static void cb_take(gp_sched *s, uint32_t ni, const struct pnode *pn) {
         }
         if (pn->until == INT64_MAX)
                 return;
-        if (s->pwake_n == s->pwake_cap) {
-                /* full of stale entries: every node that has one is read again (all bits) */
-                for (uint32_t i = 0; i < s->pwake_n; i++)
-                        if (s->pwake[i].ni < s->cb_nodes && s->pwake[i].ni != ni)
-                                cb_dirty(s, s->pwake[i].ni);
+        if (s->pwake_n >= 2 * (size_t)s->cb_nodes + 64) {
+                /* mostly stale entries (one a summary made): every node that has one is
+                 * read again (all bits), so the heap stays within twice the nodes */
+                for (size_t i = 0; i < s->pwake_n; i++)
+                        if (s->pwake[i].id < s->cb_nodes && s->pwake[i].id != ni)
+                                cb_dirty(s, (uint32_t)s->pwake[i].id);
                 s->pwake_n = 0;
         }
-        pwake *h = s->pwake;
-        uint32_t i = s->pwake_n++;
-        h[i] = (pwake){pn->until, ni};
-        while (i > 0 && h[(i - 1) / 2].until > h[i].until) {
-                pwake x = h[i];
-                h[i] = h[(i - 1) / 2];
-                h[(i - 1) / 2] = x;
-                i = (i - 1) / 2;
-        }
+        if (heap_push(&s->pwake, &s->pwake_n, &s->pwake_cap, pn->until, ni) < 0)
+                cb_dirty(s, ni); /* no memory to wait for its until: read it again */
 }
 
 /* Could node ni host w if the victims the rules allow went?  "No" is sure

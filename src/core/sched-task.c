@@ -271,7 +271,7 @@ int gp_sched_enqueue(gp_sched *s, const gp_sched_req *r) {
                 task_free(s, t);
                 return -ENOMEM;
         }
-        if (t->deadline_ms > 0 && heap_push(s, t->deadline_ms, t->id) < 0) {
+        if (t->deadline_ms > 0 && heap_push(&s->heap, &s->heap_n, &s->heap_cap, t->deadline_ms, t->id) < 0) {
                 map_del(s, t->id);
                 task_free(s, t);
                 return -ENOMEM;

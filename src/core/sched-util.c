@@ -108,43 +108,46 @@ SCHED_PRIVATE void map_del(gp_sched *s, int64_t id) {
 }
 
 /* ------------------------------------------------------------------ */
-/* deadline heap                                                      */
+/* min-heaps by time: queue deadlines, preemption summaries           */
 
-SCHED_PRIVATE int heap_push(gp_sched *s, int64_t deadline, int64_t id) {
-        if (s->heap_n == s->heap_cap) {
-                heap_ent *h = gp_vec_grow(s->heap, &s->heap_cap, s->heap_n + 1, sizeof(*h), 64);
-                if (!h)
+/* Into the min-heap h[0..*n) (grown as needed): 0 or -ENOMEM (h as it was). */
+SCHED_PRIVATE int heap_push(heap_ent **h, size_t *n, size_t *cap, int64_t deadline, int64_t id) {
+        if (*n == *cap) {
+                heap_ent *v = gp_vec_grow(*h, cap, *n + 1, sizeof(*v), 64);
+                if (!v)
                         return -ENOMEM;
-                s->heap = h;
+                *h = v;
         }
-        size_t i = s->heap_n++;
+        heap_ent *v = *h;
+        size_t i = (*n)++;
         while (i > 0) {
                 size_t p = (i - 1) / 2;
-                if (s->heap[p].deadline <= deadline)
+                if (v[p].deadline <= deadline)
                         break;
-                s->heap[i] = s->heap[p];
+                v[i] = v[p];
                 i = p;
         }
-        s->heap[i] = (heap_ent){deadline, id};
+        v[i] = (heap_ent){deadline, id};
         return 0;
 }
 
-SCHED_PRIVATE void heap_pop(gp_sched *s) {
-        heap_ent last = s->heap[--s->heap_n];
-        size_t i = 0, n = s->heap_n;
+/* The least entry of h[0..*n) out (*n > 0). */
+SCHED_PRIVATE void heap_pop(heap_ent *h, size_t *n) {
+        heap_ent last = h[--*n];
+        size_t i = 0, m = *n;
         for (;;) {
                 size_t c = 2 * i + 1;
-                if (c >= n)
+                if (c >= m)
                         break;
-                if (c + 1 < n && s->heap[c + 1].deadline < s->heap[c].deadline)
+                if (c + 1 < m && h[c + 1].deadline < h[c].deadline)
                         c++;
-                if (last.deadline <= s->heap[c].deadline)
+                if (last.deadline <= h[c].deadline)
                         break;
-                s->heap[i] = s->heap[c];
+                h[i] = h[c];
                 i = c;
         }
-        if (n)
-                s->heap[i] = last;
+        if (m)
+                h[i] = last;
 }
 
 /* ------------------------------------------------------------------ */

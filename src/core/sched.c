@@ -209,13 +209,13 @@ static int expire_due(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t 
                 heap_ent e = s->heap[0];
                 stask *t = map_get(s, e.id);
                 if (!t || t->running || t->deadline_ms != e.deadline) {
-                        heap_pop(s);
+                        heap_pop(s->heap, &s->heap_n);
                         continue;
                 }
                 gp_sched_decision d = {.kind = GP_DECIDE_EXPIRE, .id = t->id};
                 if (emit(ret, n, cap, &d) < 0)
                         return -ENOMEM;
-                heap_pop(s);
+                heap_pop(s->heap, &s->heap_n);
                 queue_del(s, t);
                 map_del(s, t->id);
                 task_free(s, t);

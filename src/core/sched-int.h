@@ -202,7 +202,7 @@ struct stask {
         uint32_t *gpus;            /* ngpus GPUs while running: gpu1 or the heap (gcap) */
         uint32_t gpu1[2];
         uint32_t gcap;
-        stask *prev, *next;        /* tier queue */
+        stask *prev, *next;        /* tier queue (not fair policies; see tier) */
         uint8_t rcode;
         bool resv_holder;
         uint32_t rstamp;           /* run in which rcode was set */
@@ -283,7 +283,8 @@ typedef struct went {
 } went;
 
 typedef struct tier {
-        stask *head, *tail;
+        stask *head, *tail;        /* queued tasks in order; kept only for the policies that are not
+                                      fair (those walk it): hybrid and strict walk the tenants' lists */
         size_t n;
         uint64_t pass;
         uint32_t *act;             /* tenants with tasks queued here, any order */

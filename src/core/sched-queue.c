@@ -507,10 +507,18 @@ static stask *tier_pred_by_id(const gp_sched *s, const stask *t) {
         return best;
 }
 
+/* Count t in its tier and, for a policy that walks the tier (not fair:
+ * hybrid and strict walk the tenants' lists, and nothing reads the tier
+ * list there), link it at its place.  The policy is fixed for the
+ * scheduler's life, so a tier list is either always kept or never. */
 static void tier_insert(gp_sched *s, stask *t) {
         tier *q = &s->tiers[t->q];
         if (q->n == 0 && q->pass < s->vtime)
                 q->pass = s->vtime;
+        q->n++;
+        s->gen++;
+        if (s->pol->fair)
+                return;
         stask *after = q->tail;
         if (after && !s->pol->order_key && after->id > t->id)
                 after = tier_pred_by_id(s, t);
@@ -527,12 +535,14 @@ static void tier_insert(gp_sched *s, stask *t) {
                 after->next = t;
         else
                 q->head = t;
-        q->n++;
-        s->gen++;
 }
 
 static void tier_remove(gp_sched *s, stask *t) {
         tier *q = &s->tiers[t->q];
+        q->n--;
+        s->gen++;
+        if (s->pol->fair)
+                return;
         if (t->prev)
                 t->prev->next = t->next;
         else
@@ -542,8 +552,6 @@ static void tier_remove(gp_sched *s, stask *t) {
         else
                 q->tail = t->prev;
         t->prev = t->next = NULL;
-        q->n--;
-        s->gen++;
 }
 
 /* Queue t in its tier t->q and in its tenant's list. 0 or -ENOMEM

@@ -93,9 +93,10 @@ static bool oracle(gp_sched *s, stask *w, int64_t now, bool after_resv, choice *
         return true;
 }
 
-/* Every tier's queue: linked both ways, by id (the policy orders by id
- * alone: a requeued task went in after its predecessor by id among every
- * tenant's), as long as its count.  Every tenant's tier lists: sorted by
+/* Every tier's queue, where the policy keeps one (not fair: fifo): linked
+ * both ways, by id (the policy orders by id alone: a requeued task went in
+ * after its predecessor by id among every tenant's), as long as its count;
+ * under a fair policy nothing is linked.  Every tenant's tier lists: sorted by
  * id over [lo, len), each slot's task knows its slot, the count and the
  * order-statistics tree agree with the slots, the first slot holds a
  * task. */
@@ -103,6 +104,11 @@ static void lists_whole(const gp_sched *s) {
         assert_null(s->pol->order_key);
         for (int q = 0; q < GP_PRIORITY_LEVELS; q++) {
                 const tier *tr = &s->tiers[q];
+                if (s->pol->fair) {
+                        assert_null(tr->head);
+                        assert_null(tr->tail);
+                        continue;
+                }
                 size_t k = 0;
                 for (const stask *x = tr->head, *p = NULL; x; p = x, x = x->next, k++) {
                         assert_ptr_equal(x->prev, p);
@@ -204,9 +210,11 @@ static const char *const tenants[] = {"a", "b", "c", "d", "e", "f"};
  * every kind against the oracle, then some ends.  Short steps of the
  * clock make victims' lost work differ by little: a bound that prunes a
  * node it should not shows then. */
-static void random_pool(int rounds, int min_runtime_s, bool many_nodes, int64_t max_step_ms) {
+static void random_pool(int rounds, int min_runtime_s, bool many_nodes, int64_t max_step_ms,
+                        gp_sched_policy policy) {
         gp_sched_config c;
         gp_sched_config_defaults(&c);
+        c.policy = policy;
         c.preemption = true;
         c.preempt_min_runtime_ms = (int64_t)min_runtime_s * 1000;
         /* with many nodes, no margin: what victims free is a power of two GB exactly at times
@@ -325,17 +333,25 @@ static void random_pool(int rounds, int min_runtime_s, bool many_nodes, int64_t 
 
 static void make_room_is_the_plan_on_every_node(void **state) {
         (void)state;
-        random_pool(900, 60, false, 40000);
+        random_pool(900, 60, false, 40000, GP_SCHED_HYBRID);
 }
 
 static void make_room_is_the_plan_on_every_node_no_least_run_time(void **state) {
         (void)state;
-        random_pool(600, 0, false, 3000);
+        random_pool(600, 0, false, 3000, GP_SCHED_HYBRID);
 }
 
 static void make_room_is_the_plan_on_every_node_many_nodes(void **state) {
         (void)state;
-        random_pool(600, 60, true, 4000);
+        random_pool(600, 60, true, 4000, GP_SCHED_HYBRID);
+}
+
+/* fifo keeps its tiers' linked lists (it walks them): the victims
+ * make_room requeues go in after their predecessor by id among every
+ * tenant's queued tasks (lists_whole) */
+static void make_room_requeues_in_the_tier_list_by_id(void **state) {
+        (void)state;
+        random_pool(300, 60, false, 40000, GP_SCHED_FIFO);
 }
 
 int main(void) {
@@ -343,6 +359,7 @@ int main(void) {
                 cmocka_unit_test(make_room_is_the_plan_on_every_node),
                 cmocka_unit_test(make_room_is_the_plan_on_every_node_no_least_run_time),
                 cmocka_unit_test(make_room_is_the_plan_on_every_node_many_nodes),
+                cmocka_unit_test(make_room_requeues_in_the_tier_list_by_id),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

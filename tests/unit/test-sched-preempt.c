@@ -354,12 +354,93 @@ static void make_room_requeues_in_the_tier_list_by_id(void **state) {
         random_pool(300, 60, false, 40000, GP_SCHED_FIFO);
 }
 
+/* One node of one 80 GB GPU, no margin; task id of `prio` with `mb`
+ * (preemptible or not) queued, started by a run at `now` */
+static void start_one(gp_sched *s, int64_t id, int prio, int64_t mb, bool preemptible, int64_t now) {
+        gp_sched_req q = {.id = id, .tenant = "a", .priority = prio, .gpus = 1, .memory_mb = mb,
+                          .preemptible = preemptible};
+        assert_int_equal(gp_sched_enqueue(s, &q), 0);
+        gp_sched_decision *d = NULL;
+        size_t n = 0, cap = 0;
+        assert_int_equal(gp_sched_run(s, now, &d, &n, &cap), 0);
+        assert_true(n == 1 && d[0].kind == GP_DECIDE_START && d[0].id == id);
+        free(d);
+}
+
+static gp_sched *one_gpu_pool(void) {
+        gp_sched_config c;
+        gp_sched_config_defaults(&c);
+        c.preemption = true;
+        c.memory_safety_margin_mb = 0;
+        gp_sched *s;
+        assert_int_equal(gp_sched_new(&c, &s), 0);
+        add_node(s, "n0", 1, 81920, "NVIDIA A100-SXM4-80GB");
+        return s;
+}
+
+/* make_room for queued task id at now: the ids it preempted (at most 4) */
+static int room_for(gp_sched *s, int64_t id, int64_t now, int64_t *victims) {
+        gp_sched_decision *d = NULL;
+        size_t n = 0, cap = 0;
+        s->stamp++;
+        stask *w = map_get(s, id);
+        assert_non_null(w);
+        assert_true(make_room(s, w, now, false, false, &d, &n, &cap) >= 0);
+        assert_true(n <= 4);
+        for (size_t i = 0; i < n; i++)
+                victims[i] = d[i].id;
+        free(d);
+        return (int)n;
+}
+
+/* A node read as unable to host a task, then changed so that it can (a
+ * victim started there): make_room reads it again.  The bitmaps say "no"
+ * for that node once it is read; what touched it since must bring it back
+ * (s->tlog). */
+static void a_node_changed_since_it_was_read_is_read_again(void **state) {
+        (void)state;
+        gp_sched *s = one_gpu_pool();
+        start_one(s, 1, 0, 50 * 1024, false, 1000); /* tier 0: never a victim */
+        start_one(s, 2, 5, 10 * 1024, true, 1000);  /* a victim, too small to matter */
+        gp_sched_req w = {.id = 3, .tenant = "a", .priority = 1, .gpus = 1, .memory_mb = 40 * 1024};
+        assert_int_equal(gp_sched_enqueue(s, &w), 0);
+        int64_t v[4];
+        assert_int_equal(room_for(s, 3, 100000, v), 0); /* 20 GB free, 30 without task 2: "no" */
+        assert_int_equal(gp_sched_remove_at(s, 3, 100000), 0);
+        assert_int_equal(gp_sched_remove_at(s, 1, 100000), 0);
+        start_one(s, 4, 5, 60 * 1024, true, 100000); /* 10 GB free, 70 without it */
+        w.id = 5;
+        assert_int_equal(gp_sched_enqueue(s, &w), 0);
+        assert_int_equal(room_for(s, 5, 200000, v), 1);
+        assert_int_equal(v[0], 4);
+        gp_sched_free(s);
+}
+
+/* ... and a node read while its victim had not run its least run time is
+ * read again once it has (s->pwake), with nothing else touching it. */
+static void a_node_whose_victim_came_of_age_is_read_again(void **state) {
+        (void)state;
+        gp_sched *s = one_gpu_pool();
+        start_one(s, 1, 0, 10 * 1024, true, 1000);  /* preemptible, but not by tier 1: the node is read */
+        start_one(s, 2, 5, 60 * 1024, true, 40000); /* a victim from 100 s on */
+        gp_sched_req w = {.id = 3, .tenant = "a", .priority = 1, .gpus = 1, .memory_mb = 40 * 1024};
+        assert_int_equal(gp_sched_enqueue(s, &w), 0);
+        int64_t v[4];
+        assert_int_equal(room_for(s, 3, 70000, v), 0);
+        assert_int_equal(room_for(s, 3, 99999, v), 0);
+        assert_int_equal(room_for(s, 3, 100000, v), 1);
+        assert_int_equal(v[0], 2);
+        gp_sched_free(s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(make_room_is_the_plan_on_every_node),
                 cmocka_unit_test(make_room_is_the_plan_on_every_node_no_least_run_time),
                 cmocka_unit_test(make_room_is_the_plan_on_every_node_many_nodes),
                 cmocka_unit_test(make_room_requeues_in_the_tier_list_by_id),
+                cmocka_unit_test(a_node_changed_since_it_was_read_is_read_again),
+                cmocka_unit_test(a_node_whose_victim_came_of_age_is_read_again),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -443,7 +443,8 @@ struct gp_sched {
         struct pnode *pnode;       /* per node: the same summed up, and its possible victims */
         uint32_t pnode_cap;
         /* sched-preempt.c: per rule set and capacity class, a bit per node that may host a task
-         * of that class by preempting (a superset: a node changed since its pnode is all ones) */
+         * of that class by preempting, then a bitmap of the nodes changed since their pnode
+         * (read whatever the class): together a superset */
         uint64_t *cbits;
         uint32_t cb_words, cb_nodes; /* words of each bitmap; the nodes they were laid out for */
         uint64_t cb_seen;          /* s->tlog_n when the touched nodes were last marked */

@@ -516,9 +516,11 @@ static int32_t clamp32(int64_t v) {
  * and capacity class (any; 1, 2, 4, 8 whole GPUs; 1 GB << b free on a
  * GPU), a bitmap of the nodes whose summary says they could: a task's
  * pass reads only the nodes of its class.  A bit is exact when its node's
- * summary was made and still holds; a node touched since (s->tlog), or
- * whose summary's until has come (s->pwake), has every bit set until it
- * is read again, so the set is never short of a node that can host. */
+ * summary was made and still holds.  A node touched since (s->tlog), or
+ * whose summary's until has come (s->pwake), is in one more bitmap, the
+ * unread nodes, which every pass reads whatever its class, until the node
+ * is read again: so the set is never short of a node that can host, and
+ * marking a node is one bit. */
 #define CB_G 4                     /* whole-GPU classes: 1, 2, 4, 8 */
 #define CB_M 8                     /* memory classes: 1 GB << b, b < CB_M */
 #define CB_K (1 + CB_G + CB_M)     /* classes per rule set (0: any) */
@@ -526,6 +528,11 @@ static int32_t clamp32(int64_t v) {
 
 static uint64_t *cb_map(const gp_sched *s, int set, int k) {
         return s->cbits + ((size_t)set * CB_K + (size_t)k) * s->cb_words;
+}
+
+/* the nodes to read whatever the class (after the CB_SETS x CB_K maps) */
+static uint64_t *cb_unread(const gp_sched *s) {
+        return s->cbits + (size_t)CB_SETS * CB_K * s->cb_words;
 }
 
 /* The class a task of w's shape needs (a node in it may host it). */
@@ -551,9 +558,16 @@ static void cb_put(gp_sched *s, uint32_t ni, int set, int k, bool on) {
 
 /* Node ni may host anything until it is read again. */
 static void cb_dirty(gp_sched *s, uint32_t ni) {
-        for (int set = 0; set < CB_SETS; set++)
-                for (int k = 0; k < CB_K; k++)
-                        cb_put(s, ni, set, k, true);
+        cb_unread(s)[ni >> 6] |= (uint64_t)1 << (ni & 63);
+}
+
+/* Every node may host anything until read. */
+static void cb_dirty_all(gp_sched *s) {
+        uint64_t *u = cb_unread(s);
+        for (uint32_t w = 0; w < s->cb_words; w++)
+                u[w] = ~(uint64_t)0;
+        if (s->cb_nodes & 63)
+                u[s->cb_words - 1] = ((uint64_t)1 << (s->cb_nodes & 63)) - 1;
 }
 
 /* Node ni's summary was just made (and holds until pn->until): its bits,
@@ -565,7 +579,7 @@ static void cb_take(gp_sched *s, uint32_t ni, const struct pnode *pn);
 static int cb_layout(gp_sched *s) {
         uint32_t words = (s->nnodes + 63) / 64;
         free(s->cbits);
-        s->cbits = calloc((size_t)CB_SETS * CB_K * (words ? words : 1), sizeof(uint64_t));
+        s->cbits = calloc(((size_t)CB_SETS * CB_K + 1) * (words ? words : 1), sizeof(uint64_t));
         s->pwake_n = 0; /* every node is read again: no entry is needed */
         if (!s->cbits) {
                 s->cb_nodes = 0;
@@ -573,8 +587,7 @@ static int cb_layout(gp_sched *s) {
         }
         s->cb_words = words;
         s->cb_nodes = s->nnodes;
-        for (uint32_t ni = 0; ni < s->nnodes; ni++)
-                cb_dirty(s, ni);
+        cb_dirty_all(s);
         s->cb_seen = s->tlog_n;
         return 0;
 }
@@ -585,8 +598,7 @@ static int cb_sync(gp_sched *s, int64_t now) {
         if (s->cb_nodes != s->nnodes || !s->cbits)
                 return cb_layout(s);
         if (s->tlog_n - s->cb_seen > TLOG_CAP) {
-                for (uint32_t ni = 0; ni < s->nnodes; ni++)
-                        cb_dirty(s, ni);
+                cb_dirty_all(s);
         } else {
                 for (uint64_t j = s->cb_seen; j < s->tlog_n; j++) {
                         uint32_t ni = s->tlog[j & (TLOG_CAP - 1)];
@@ -665,6 +677,7 @@ static void cb_take(gp_sched *s, uint32_t ni, const struct pnode *pn) {
                 for (int b = 0; b < CB_M; b++)
                         cb_put(s, ni, set, 1 + CB_G + b, any && f >= ((int64_t)1024 << b));
         }
+        cb_unread(s)[ni >> 6] &= ~((uint64_t)1 << (ni & 63));
         if (pn->until == INT64_MAX)
                 return;
         if (s->pwake_n >= 2 * (size_t)s->cb_nodes + 64) {
@@ -731,7 +744,8 @@ static bool node_could(gp_sched *s, const stask *w, uint32_t ni, bool r, bool av
  * reading them. */
 typedef struct ncur {
         unsigned tiers;            /* bit p: tier p */
-        const uint64_t *ca, *cr;   /* and in one of these (both NULL: no such filter) */
+        const uint64_t *ca, *cr;   /* and in one of these (both NULL: no such filter) ... */
+        const uint64_t *cu;        /* ... or in this one (the unread nodes; with ca or cr) */
         uint32_t wi, words;        /* the word of the bitmaps at hand (UINT32_MAX: none yet), of how many */
         uint64_t m;                /* its nodes not yet given */
 } ncur;
@@ -743,7 +757,7 @@ static uint32_t ncur_next(const gp_sched *s, ncur *c) {
                 for (unsigned tb = c->tiers; tb; tb &= tb - 1)
                         c->m |= s->pbits[__builtin_ctz(tb)][c->wi];
                 if (c->ca || c->cr)
-                        c->m &= (c->ca ? c->ca[c->wi] : 0) | (c->cr ? c->cr[c->wi] : 0);
+                        c->m &= (c->ca ? c->ca[c->wi] : 0) | (c->cr ? c->cr[c->wi] : 0) | c->cu[c->wi];
         }
         uint32_t ni = c->wi * 64 + (uint32_t)__builtin_ctzll(c->m);
         c->m &= c->m - 1;
@@ -787,6 +801,7 @@ SCHED_PRIVATE int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv,
                 int k = cb_class(w);
                 nc.ca = rule_a ? cb_map(s, w->prio, k) : NULL;
                 nc.cr = reclaim_any ? cb_map(s, GP_PRIORITY_LEVELS, k) : NULL;
+                nc.cu = cb_unread(s);
         }
         for (uint32_t ni; (ni = ncur_next(s, &nc)) != NIL;) {
                 const struct pspan *ps = &s->pspan[ni];

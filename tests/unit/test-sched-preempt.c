@@ -152,8 +152,9 @@ static void lists_whole(const gp_sched *s) {
 }
 
 /* The capacity bitmaps make_room passes over are never short of a node:
- * brought up to date at `now`, every node's bits hold at least those a
- * summary made at `now` gives it (which pnode_make then sets). */
+ * brought up to date at `now`, every node's bits (or its unread bit) hold
+ * at least those a summary made at `now` gives it (which pnode_make then
+ * sets). */
 static void bits_cover(gp_sched *s, int64_t now) {
         assert_int_equal(gpre_ready(s), 0);
         assert_int_equal(cb_sync(s, now), 0);
@@ -161,7 +162,7 @@ static void bits_cover(gp_sched *s, int64_t now) {
                 bool had[CB_SETS][CB_K];
                 for (int set = 0; set < CB_SETS; set++)
                         for (int k = 0; k < CB_K; k++)
-                                had[set][k] = cb_map(s, set, k)[ni >> 6] >> (ni & 63) & 1;
+                                had[set][k] = (cb_map(s, set, k)[ni >> 6] | cb_unread(s)[ni >> 6]) >> (ni & 63) & 1;
                 pnode_make(s, ni, now);
                 for (int set = 0; set < CB_SETS; set++)
                         for (int k = 0; k < CB_K; k++)

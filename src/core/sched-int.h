@@ -174,57 +174,68 @@ typedef struct shost {
         int64_t mem_used;
 } shost;
 
+/* The fields are in the order the core reads them: a run's walk reads a
+ * queued task's first two cache lines (what it asks, its rules, its
+ * reason), the victim search and the reservation a running task's first
+ * (what it holds and since when).  At 1,000,000 queued a task is seldom
+ * in the cache, and each line more is a miss more per task examined. */
 struct stask {
+        /* read for every task a pass looks at, queued or running */
         int64_t id;
         uint32_t tenant;
         uint8_t prio;
+        uint8_t q;                 /* tier it is (or will be) queued in */
         uint16_t ngpus;            /* GPUs in gpus while running (a multi-node task holds
                                       whole nodes, an elastic one what it grew to), else nmin */
         bool excl, preemptible, running;
         bool host;                 /* asks for host CPUs or RAM (cpus || hmem); beside excl: the
                                       placement predicates read it for every GPU they test */
-        bool excl_req;             /* excl as asked (excl is forced on while multi) */
-        bool multi;                /* takes whole nodes (multi_gen == s->node_gen) */
-        uint32_t multi_gen;
-        uint32_t *sel;             /* node_selector: interned "k=v" ids (s->labels), NULL = any */
-        int nsel;
         bool borrowing;            /* while running: started (not preemptible) on capacity
                                       guaranteed to other tenants, so reclaimable */
+        bool multi;                /* takes whole nodes (multi_gen == s->node_gen) */
+        bool resv_holder;
+        uint8_t rcode;
         int64_t mem;               /* requested per GPU */
         int64_t charge;            /* memory charged per GPU while running */
-        uint32_t model;            /* 0 = none */
-        int32_t cpus;              /* host CPUs it needs on each of its nodes, 0 = none (in a hole:
-                                      the struct keeps its size) */
-        char *gpu_model;           /* NULL = any */
-        uint64_t kinds;            /* allowed GPU kinds */
-        int64_t timeout_ms, submit_ms, deadline_ms, start_ms;
+        int64_t start_ms;
+        int64_t timeout_ms;
         int64_t estimate_ms;       /* predicted run time, 0 = none */
-        uint32_t *gpus;            /* ngpus GPUs while running: gpu1 or the heap (gcap) */
-        uint32_t gpu1[2];
-        uint32_t gcap;
-        stask *prev, *next;        /* tier queue (not fair policies; see tier) */
-        uint8_t rcode;
-        bool resv_holder;
-        uint32_t rstamp;           /* run in which rcode was set */
-        int64_t ra1, ra2;
-        uint32_t pos;              /* queue position (valid when pos_gen matches; fifo) */
-        uint8_t q;                 /* tier it is (or will be) queued in */
-        int64_t attained;          /* GPU-ms held in finished runs (LAS) */
+        /* second line: the rest of a queued task's request and its reason;
+         * a running task's marks */
         uint32_t pstamp;           /* == s->pstamp: marked as a preemption victim */
-        int32_t hmem;              /* host RAM (MiB) it needs on each of its nodes, 0 = none */
-        int64_t ra3;               /* third reason argument */
-        uint32_t tl_idx;           /* index in its tenant's tlist of tier q (while queued) */
         uint32_t start_stamp;      /* run stamp of its latest start */
         int64_t share;             /* milli-GPUs held while running */
-        int64_t *pre_by;           /* ids of the tasks it was preempted for */
-        int n_pre_by, pre_by_cap;
+        uint64_t kinds;            /* allowed GPU kinds */
+        uint32_t multi_gen;
+        uint32_t rstamp;           /* run in which rcode was set */
+        int64_t ra1, ra2;
+        struct sarray *arr;        /* its job array (the %N throttle), NULL = none */
         uint16_t nmin, nmax;       /* elastic: least and most GPUs (nmax 0 = not elastic);
                                       ngpus is the current count, nmin while queued */
         uint16_t nodes_min, nodes_max; /* elastic in whole nodes (nodes_max 0 = not); then nmin is
                                           nodes_min (a lower bound of its GPUs), nmax 0 */
+        /* then what fewer passes read */
+        int64_t ra3;               /* third reason argument */
+        uint32_t *sel;             /* node_selector: interned "k=v" ids (s->labels), NULL = any */
+        int nsel;
+        uint32_t model;            /* 0 = none */
+        char *gpu_model;           /* NULL = any */
+        uint32_t tl_idx;           /* index in its tenant's tlist of tier q (while queued) */
+        int32_t cpus;              /* host CPUs it needs on each of its nodes, 0 = none (in a hole:
+                                      the struct keeps its size) */
+        int32_t hmem;              /* host RAM (MiB) it needs on each of its nodes, 0 = none */
+        bool excl_req;             /* excl as asked (excl is forced on while multi) */
+        int64_t submit_ms, deadline_ms;
+        uint32_t *gpus;            /* ngpus GPUs while running: gpu1 or the heap (gcap) */
+        uint32_t gpu1[2];
+        uint32_t gcap;
+        uint32_t pos;              /* queue position (valid when pos_gen matches; fifo) */
+        stask *prev, *next;        /* tier queue (not fair policies; see tier) */
+        int64_t attained;          /* GPU-ms held in finished runs (LAS) */
+        int64_t *pre_by;           /* ids of the tasks it was preempted for */
+        int n_pre_by, pre_by_cap;
         uint32_t el_idx;           /* index in s->el while running (elastic) */
         int64_t seg_ms;            /* while running: since when it has held ngpus GPUs */
-        struct sarray *arr;        /* its job array (the %N throttle), NULL = none */
         int64_t okey;              /* order in its tier: by (okey, id); the policy's
                                       order_key, 0 under policies that order by id */
 };

@@ -410,14 +410,21 @@ SCHED_PRIVATE int walk_init(gp_sched *s, walk *w, bool live) {
         return 0;
 }
 
-/* Classes may have dropped (a preemption freed share): re-sort. */
+/* Classes may have dropped (a preemption freed share): re-sort the tiers
+ * where one did.  Most preemptions move no tenant across its guarantee
+ * or its group across its share, and then nothing is re-sorted. */
 SCHED_PRIVATE void walk_refresh(gp_sched *s, walk *w) {
         if (!w->fair)
                 return;
         for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
-                for (uint32_t j = 0; j < w->hn[i]; j++)
-                        w->h[i][j].cls = tenant_class(s, &s->tn[w->h[i][j].tenant]);
-                went_heapify(w->h[i], w->hn[i]);
+                bool changed = false;
+                for (uint32_t j = 0; j < w->hn[i]; j++) {
+                        uint8_t c = tenant_class(s, &s->tn[w->h[i][j].tenant]);
+                        changed |= c != w->h[i][j].cls;
+                        w->h[i][j].cls = c;
+                }
+                if (changed)
+                        went_heapify(w->h[i], w->hn[i]);
         }
 }
 

@@ -616,6 +616,36 @@ static void test_waiting_task_preempts_a_less_urgent_preemptible_task(void **st)
         gp_sched_free(s);
 }
 
+/* A preemption that takes a group below its share lowers its tenants'
+ * class in the same run: the tenant of that group with the least usage
+ * then goes before a tenant of another group with more, for the room
+ * left (walk_refresh; without it the walk keeps the class of before). */
+static void test_a_preemption_that_frees_a_group_share_reorders_the_run(void **st) {
+        (void)st;
+        gp_sched *s = mk_cfg(GP_SCHED_HYBRID, true, 60 * SEC);
+        add_node(s, "n", 3);
+        assert_int_equal(gp_sched_group_set(s, "g1", 50), 0);
+        assert_int_equal(gp_sched_group_set(s, "g2", 50), 0);
+        tenant(s, "a", 1, "g1", 0, 0, 0, 0);
+        tenant(s, "v", 1, "g1", 0, 0, 0, 0);
+        tenant(s, "b", 1, "g2", 0, 0, 0, 0);
+        run_out o = {0};
+        enq(s, rq(1, "b", 9, 1, 12000)); /* a slice: 10564 MB left on its GPU */
+        enq(s, rq(2, "v", 9, 1, 0));     /* g1 at 2 of its 1.5 GPUs */
+        enq_pre(s, 3, "v", 9, 1);        /* the one victim */
+        assert_int_equal(run(s, 0, &o), 3);
+        enq(s, rq(4, "c", 1, 1, 0));     /* a whole GPU: preempts one of v's */
+        enq(s, rq(5, "b", 5, 1, 8000));  /* b has used more than a ... */
+        enq(s, rq(6, "a", 5, 1, 8000));  /* ... so a goes first once g1 is below its share */
+        assert_int_equal(run(s, 100 * SEC, &o), 3);
+        assert_non_null(find(&o, GP_DECIDE_PREEMPT, 3));
+        assert_non_null(find(&o, GP_DECIDE_START, 4));
+        assert_non_null(find(&o, GP_DECIDE_START, 6));
+        assert_false(is_running(s, 5));
+        free(o.d);
+        gp_sched_free(s);
+}
+
 static void test_never_preempts_non_preemptible_or_too_young_tasks(void **st) {
         (void)st;
         gp_sched *s = mk_cfg(GP_SCHED_HYBRID, true, 60 * SEC);
@@ -1232,7 +1262,8 @@ int main(void) {
                 cmocka_unit_test(test_group_borrows_idle_capacity_when_the_other_group_is_idle),
                 cmocka_unit_test(test_guaranteed_tenant_is_not_held_by_its_group_share),
                 cmocka_unit_test(test_waiting_task_preempts_a_less_urgent_preemptible_task),
-                cmocka_unit_test(test_never_preempts_non_preemptible_or_too_young_tasks),
+                cmocka_unit_test(test_a_preemption_that_frees_a_group_share_reorders_the_run),
+        cmocka_unit_test(test_never_preempts_non_preemptible_or_too_young_tasks),
                 cmocka_unit_test(test_never_preempts_when_the_task_still_would_not_start),
                 cmocka_unit_test(test_victims_are_fewest_gpus_then_least_lost_work),
                 cmocka_unit_test(test_reclaim_returns_guaranteed_gpus_to_their_owner_in_one_run),

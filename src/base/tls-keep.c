@@ -338,8 +338,14 @@ int gp_tls_keep_check(gp_tls_keep *k, bool force) {
         time_t na = gp_tls_creds_not_after(c);
         if (gmtime_r(&na, &tm))
                 strftime(until, sizeof(until), "%Y-%m-%dT%H:%M:%SZ", &tm);
-        gp_info("tls: certificate reloaded from %s (valid until %s, CA %s)", k->path[F_CERT], until,
-                gp_tls_creds_ca_hash(c));
+        /* the CA's pin where there is a CA file (server-made or configured); without one the
+         * pin is of the chain's last certificate, which for an agent's node.crt (the node's
+         * certificate alone) is no CA: leave it out rather than name it one */
+        if (k->path[F_CA][0])
+                gp_info("tls: certificate reloaded from %s (valid until %s, CA %s)", k->path[F_CERT], until,
+                        gp_tls_creds_ca_hash(c));
+        else
+                gp_info("tls: certificate reloaded from %s (valid until %s)", k->path[F_CERT], until);
 out:
         pthread_mutex_unlock(&k->mu);
         return r;

@@ -108,6 +108,10 @@ def test_a_machine_that_joins_again_gets_a_new_certificate_and_one_near_its_end_
     wait_for(lambda: open(node_file(a, "node.crt")).read() != first, 20, "a new certificate:\n" + a.log())
     wait_issued(a)
     assert curl("https://127.0.0.1:%d/health" % a.port, server_ca(s)).returncode == 0
+    # node.crt holds the node's certificate alone: its reload names no CA (it has none to name)
+    reloads = [ln for ln in a.log().splitlines() if "tls: certificate reloaded from" in ln]
+    assert reloads, a.log()
+    assert not [ln for ln in reloads if "CA" in ln], reloads
     # a certificate of the CA that ends in 2 days (made here with the CA's key): renewed at the next start
     a.stop()
     d = tmp_path / "short"

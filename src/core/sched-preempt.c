@@ -574,8 +574,8 @@ static void cb_dirty_all(gp_sched *s) {
  * and when they stop holding. */
 static void cb_take(gp_sched *s, uint32_t ni, const struct pnode *pn);
 
-/* The bitmaps for the nodes as they are, every node in every class until
- * read (no memory: NULL maps, and make_room reads every node as before). */
+/* The bitmaps for the nodes as they are, every node unread (no memory:
+ * NULL maps, and make_room reads every node as before). */
 static int cb_layout(gp_sched *s) {
         uint32_t words = (s->nnodes + 63) / 64;
         free(s->cbits);
@@ -592,8 +592,8 @@ static int cb_layout(gp_sched *s) {
         return 0;
 }
 
-/* Bits of the nodes touched since the last call, and of those whose
- * summary's until has come, set. */
+/* The nodes touched since the last call, and those whose summary's until
+ * has come, marked unread. */
 static int cb_sync(gp_sched *s, int64_t now) {
         if (s->cb_nodes != s->nnodes || !s->cbits)
                 return cb_layout(s);
@@ -611,7 +611,7 @@ static int cb_sync(gp_sched *s, int64_t now) {
                 heap_ent e = s->pwake[0];
                 uint32_t ni = (uint32_t)e.id;
                 heap_pop(s->pwake, &s->pwake_n);
-                /* an entry of a summary made again since is stale (a touch set the bits) */
+                /* an entry of a summary made again since is stale (a touch marked the node) */
                 if (ni < s->cb_nodes && s->pnode[ni].seen == s->nmod[ni] && s->pnode[ni].until == e.deadline)
                         cb_dirty(s, ni);
         }
@@ -682,7 +682,7 @@ static void cb_take(gp_sched *s, uint32_t ni, const struct pnode *pn) {
                 return;
         if (s->pwake_n >= 2 * (size_t)s->cb_nodes + 64) {
                 /* mostly stale entries (one a summary made): every node that has one is
-                 * read again (all bits), so the heap stays within twice the nodes */
+                 * marked unread, so the heap stays within twice the nodes */
                 for (size_t i = 0; i < s->pwake_n; i++)
                         if (s->pwake[i].id < s->cb_nodes && s->pwake[i].id != ni)
                                 cb_dirty(s, (uint32_t)s->pwake[i].id);

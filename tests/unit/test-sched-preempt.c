@@ -155,6 +155,10 @@ static void lists_whole(const gp_sched *s) {
  * brought up to date at `now`, every node's bits (or its unread bit) hold
  * at least those a summary made at `now` gives it (which pnode_make then
  * sets). */
+static bool has(const uint64_t *map, uint32_t ni) {
+        return map[ni >> 6] >> (ni & 63) & 1;
+}
+
 static void bits_cover(gp_sched *s, int64_t now) {
         assert_int_equal(gpre_ready(s), 0);
         assert_int_equal(cb_sync(s, now), 0);
@@ -162,11 +166,11 @@ static void bits_cover(gp_sched *s, int64_t now) {
                 bool had[CB_SETS][CB_K];
                 for (int set = 0; set < CB_SETS; set++)
                         for (int k = 0; k < CB_K; k++)
-                                had[set][k] = (cb_map(s, set, k)[ni >> 6] | cb_unread(s)[ni >> 6]) >> (ni & 63) & 1;
+                                had[set][k] = has(cb_map(s, set, k), ni) || has(cb_unread(s), ni);
                 pnode_make(s, ni, now);
                 for (int set = 0; set < CB_SETS; set++)
                         for (int k = 0; k < CB_K; k++)
-                                if (!had[set][k] && (cb_map(s, set, k)[ni >> 6] >> (ni & 63) & 1))
+                                if (!had[set][k] && has(cb_map(s, set, k), ni))
                                         fail_msg("node %u at %" PRId64 ": set %d class %d was off, its summary "
                                                  "made now says it may host", ni, now, set, k);
                 /* and the exact bits hold each class's least task the summary lets in */
@@ -180,7 +184,7 @@ static void bits_cover(gp_sched *s, int64_t now) {
                                 assert_int_equal(cb_class(&w), k);
                                 bool r = set == GP_PRIORITY_LEVELS;
                                 bool may = pnode_could(pn, &w, r) && (r || pn->newest_a[set] != INT64_MIN);
-                                if (may && !(cb_map(s, set, k)[ni >> 6] >> (ni & 63) & 1))
+                                if (may && !has(cb_map(s, set, k), ni))
                                         fail_msg("node %u: set %d class %d is off, its summary lets that class in",
                                                  ni, set, k);
                         }
@@ -355,8 +359,8 @@ static void make_room_requeues_in_the_tier_list_by_id(void **state) {
         random_pool(300, 60, false, 40000, GP_SCHED_FIFO);
 }
 
-/* One node of one 80 GB GPU, no margin; task id of `prio` with `mb`
- * (preemptible or not) queued, started by a run at `now` */
+/* Task id of tier `prio`, one GPU, `mb` (preemptible or not), queued and
+ * started by a run at `now` */
 static void start_one(gp_sched *s, int64_t id, int prio, int64_t mb, bool preemptible, int64_t now) {
         gp_sched_req q = {.id = id, .tenant = "a", .priority = prio, .gpus = 1, .memory_mb = mb,
                           .preemptible = preemptible};
@@ -368,6 +372,7 @@ static void start_one(gp_sched *s, int64_t id, int prio, int64_t mb, bool preemp
         free(d);
 }
 
+/* One node of one 80 GB GPU, no margin, preemption on */
 static gp_sched *one_gpu_pool(void) {
         gp_sched_config c;
         gp_sched_config_defaults(&c);

@@ -11,7 +11,7 @@ import re
 import requests
 
 from apiutil import pid_alive, reap_supervisors, wait_for
-from clusterutil import cluster, server_config
+from clusterutil import FIRST_SYNC_S, cluster, server_config
 from test_cluster import fake_nvml_lib, ok
 
 assert reap_supervisors and cluster  # fixtures, imported so that they apply here
@@ -168,7 +168,8 @@ def test_a_new_mig_layout_on_an_agent_is_seen_when_it_joins_again(cluster):
     a.stop()
     a.start()
     health = lambda: [(g["index"], g["healthy"]) for g in gpus_of(cluster.server.api, "mig-b")]  # noqa: E731
-    wait_for(lambda: health() == [(0, True), (3, False), (4, False), (5, False)], timeout=15, what="moved GPUs down")
+    wait_for(lambda: health() == [(0, True), (3, False), (4, False), (5, False)], timeout=FIRST_SYNC_S,
+             what="moved GPUs down")
     log = cluster.server.log()
     assert ("node mig-b: GPU 3 is now MIG-dddd4444-0133-0000-0000-000000000000, not "
             "MIG-dddd4444-0111-0000-0000-000000000000") in log, log

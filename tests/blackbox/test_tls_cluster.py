@@ -31,13 +31,9 @@ import pytest
 import requests
 
 from apiutil import reap_supervisors, wait_for
-from clusterutil import PY, TOKEN, agent_post, cluster, log_has, now_us, sim_gpus
+from clusterutil import FIRST_SYNC_S, PY, TOKEN, agent_post, cluster, log_has, now_us, sim_gpus
 from conftest import free_port
 from netnsutil import veth_netns
-
-# How long a restarted agent's first sync may take to be logged: alone under 5 s; under TSan
-# with the suite in parallel it passed 10 s and 15 s once each (CI on 2f7c9a1 and c5d40be)
-FIRST_SYNC_S = 30
 
 pytestmark = pytest.mark.e2e
 assert reap_supervisors and cluster  # fixtures, imported so that they apply here

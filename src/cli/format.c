@@ -1428,10 +1428,14 @@ int gp_cli_format_history(const json_t *resp, gp_buf *out) {
         table_init(&t, cols, GP_ARRAY_SIZE(cols));
 #define CHECK(x) do { if ((r = (x)) < 0) goto out; } while (0)
         json_array_foreach(rs, i, x) {
-                int64_t id = 0, run = 0;
+                int64_t id = 0, run = 0, aid, aix;
                 jint(x, "task_id", &id);
                 jint(x, "run", &run);
-                CHECK(gp_buf_printf(&t.cell, "%" PRId64 ".%" PRId64, id, run));
+                /* an array element as ps and sacct name it (12_3), then its run */
+                if (jint(x, "array_id", &aid) && jint(x, "array_index", &aix))
+                        CHECK(gp_buf_printf(&t.cell, "%" PRId64 "_%" PRId64 ".%" PRId64, aid, aix, run));
+                else
+                        CHECK(gp_buf_printf(&t.cell, "%" PRId64 ".%" PRId64, id, run));
                 CHECK(table_push(&t));
                 CHECK(cell_str(&t, jstr(x, "name")));
                 CHECK(cell_str(&t, jstr(x, "user")));

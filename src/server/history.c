@@ -100,6 +100,10 @@ void gp_history_run_end(gp_daemon *d, const gp_task *t, const char *state, const
                 memset(r, 0, sizeof(*r));
                 r->task_id = t->id;
                 r->run = run;
+                if (t->array_id > 0) {
+                        r->array_id = t->array_id;
+                        r->array_index = t->array_index;
+                }
                 gp_history_clean(r->tenant, sizeof(r->tenant), t->tenant);
                 gp_history_clean(r->user, sizeof(r->user), t->user);
                 gp_history_clean(r->name, sizeof(r->name), t->name);
@@ -201,6 +205,10 @@ static json_t *run_json(const gp_store_run *r, bool running, int64_t now) {
         json_object_set_new(o, "ended_at", running ? json_null() : json_string(at));
         if (o && r->id > 0)
                 json_object_set_new(o, "id", json_integer(r->id)); /* the row's, for ?before= */
+        if (o) { /* as a task shows them: an element of a job array, else null */
+                json_object_set_new(o, "array_id", r->array_id > 0 ? json_integer(r->array_id) : json_null());
+                json_object_set_new(o, "array_index", r->array_id > 0 ? json_integer(r->array_index) : json_null());
+        }
         json_t *rd = o ? gp_reason_code(r->reason) : NULL; /* why it ended, for a page in another language */
         if (rd)
                 json_object_set_new(o, "reason_detail", rd);
@@ -257,6 +265,8 @@ static int h_task_runs(hreq *r, const gp_route_arg *a) {
         if (rc == 0 && t.state == GP_TASK_RUNNING && t.started_ms > 0) { /* the current run */
                 gp_store_run cur = {.task_id = t.id,
                                     .run = gp_task_run_epoch(&t),
+                                    .array_id = t.array_id > 0 ? t.array_id : 0,
+                                    .array_index = t.array_id > 0 ? t.array_index : 0,
                                     .started_ms = t.started_ms,
                                     .gpu_mem_peak_mb = run_peak(&t),
                                     .n_gpus = t.n_gpus,

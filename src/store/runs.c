@@ -13,6 +13,7 @@
 
 #include "base/err.h"
 #include "base/util.h"
+#include "core/array.h"
 #include "store/store-int.h"
 
 #define RUNS_TABLE(INT, SERIAL)                                                                              \
@@ -21,7 +22,9 @@
         " reason TEXT NOT NULL, exit_code " INT ", started_ms " INT " NOT NULL, ended_ms " INT " NOT NULL,"  \
         " gpu_mem_peak_mb " INT " NOT NULL, gpus TEXT NOT NULL, UNIQUE (task_id, run));"
 
-/* No index but the key's: CREATE INDEX IF NOT EXISTS at every open would
+/* The table as first made; its later columns (array_id, array_index) are
+ * migration 8's (store.c), which makes it first where it is missing.
+ * No index but the key's: CREATE INDEX IF NOT EXISTS at every open would
  * wait for the table lock of any open transaction (a leader frozen
  * mid-batch); a task's runs are found by (task_id, run), the newest ended
  * by id. */
@@ -32,8 +35,8 @@ const char *const store_runs_schema_sql[STORE_DIALECTS] = {
 
 #define RUN_COLS                                                                                      \
         "id, task_id, run, tenant, unix_user, name, state, reason, exit_code, started_ms, ended_ms, " \
-        "gpu_mem_peak_mb, gpus"
-#define RUN_NCOLS 13
+        "gpu_mem_peak_mb, gpus, array_id, array_index"
+#define RUN_NCOLS 15
 
 _Static_assert(RUN_NCOLS <= STORE_QUERY_MAX_COLS, "a run's row fits a query's columns");
 
@@ -60,6 +63,9 @@ static int check(gp_store *s, const gp_store_run *r) {
         const char *bad = NULL;
         if (r->task_id <= 0 || r->run < 1)
                 bad = "task id or run out of range";
+        else if (r->array_id < 0 || r->array_index < 0 || r->array_index > GP_ARRAY_INDEX_MAX ||
+                 (r->array_id == 0 && r->array_index != 0))
+                bad = "array id or index out of range";
         else if (!text_ok(r->tenant, sizeof(r->tenant)) || !text_ok(r->user, sizeof(r->user)) ||
                  !text_ok(r->name, sizeof(r->name)) || !text_ok(r->reason, sizeof(r->reason)))
                 bad = "a text field is too long or holds control characters";
@@ -94,24 +100,29 @@ int gp_store_run_put(gp_store *s, const gp_store_run *r) {
         char *gpus = NULL;
         if (store_gpus_to_json(&t, &gpus) < 0)
                 return -ENOMEM;
-        char id[24], run[24], code[16], started[24], ended[24], peak[24];
+        char id[24], run[24], code[16], started[24], ended[24], peak[24], aid[24], aix[24];
         snprintf(id, sizeof(id), "%" PRId64, r->task_id);
         snprintf(run, sizeof(run), "%" PRId64, r->run);
         snprintf(code, sizeof(code), "%d", r->exit_code);
         snprintf(started, sizeof(started), "%" PRId64, r->started_ms);
         snprintf(ended, sizeof(ended), "%" PRId64, r->ended_ms);
         snprintf(peak, sizeof(peak), "%" PRId64, r->gpu_mem_peak_mb);
-        const char *p[12] = {id,      run,      r->tenant, r->user,
+        snprintf(aid, sizeof(aid), "%" PRId64, r->array_id);
+        snprintf(aix, sizeof(aix), "%" PRId64, r->array_index);
+        const char *p[14] = {id,      run,      r->tenant, r->user,
                              r->name, r->state, r->reason, r->has_exit_code ? code : NULL,
-                             started, ended,    peak,      gpus ? gpus : "[]"};
+                             started, ended,    peak,      gpus ? gpus : "[]",
+                             aid,     aix};
         rc = store_w(s,
                "INSERT INTO task_runs (task_id, run, tenant, unix_user, name, state, reason, exit_code, started_ms, "
-               "ended_ms, gpu_mem_peak_mb, gpus) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
+               "ended_ms, gpu_mem_peak_mb, gpus, array_id, array_index) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, "
+               "$9, $10, $11, $12, $13, $14) "
                "ON CONFLICT (task_id, run) DO UPDATE SET tenant = excluded.tenant, unix_user = excluded.unix_user, "
                "name = excluded.name, state = excluded.state, reason = excluded.reason, "
                "exit_code = excluded.exit_code, started_ms = excluded.started_ms, ended_ms = excluded.ended_ms, "
-               "gpu_mem_peak_mb = excluded.gpu_mem_peak_mb, gpus = excluded.gpus",
-               12, p, what);
+               "gpu_mem_peak_mb = excluded.gpu_mem_peak_mb, gpus = excluded.gpus, array_id = excluded.array_id, "
+               "array_index = excluded.array_index",
+               14, p, what);
         free(gpus);
         if (rc < 0 || r->run <= GP_RUNS_KEEP)
                 return rc;
@@ -151,7 +162,9 @@ static int row(void *ud, int n, const char *const *cols) {
             (cols[8] && !i64_col(cols[8], INT32_MIN, INT32_MAX, &code)) ||
             !i64_col(cols[9], 0, INT64_MAX, &r.started_ms) ||
             !i64_col(cols[10], r.started_ms, INT64_MAX, &r.ended_ms) ||
-            !i64_col(cols[11], -1, INT64_MAX, &r.gpu_mem_peak_mb) || !cols[12]) {
+            !i64_col(cols[11], -1, INT64_MAX, &r.gpu_mem_peak_mb) || !cols[12] ||
+            !i64_col(cols[13], 0, INT64_MAX, &r.array_id) || !i64_col(cols[14], 0, GP_ARRAY_INDEX_MAX, &r.array_index) ||
+            (r.array_id == 0 && r.array_index != 0)) {
                 x->bad = store_set_err(x->s, "a stored row is malformed or out of range", "task runs");
                 return x->bad;
         }

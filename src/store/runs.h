@@ -8,7 +8,9 @@
  * beside the tasks, created if missing at every open (like the
  * idempotency table): task_runs, one row per (task_id, run), with an id in
  * insertion (so ending) order.  A task keeps its last GP_RUNS_KEEP runs:
- * a put of run N drops the task's runs <= N - GP_RUNS_KEEP.
+ * a put of run N drops the task's runs <= N - GP_RUNS_KEEP.  An element of
+ * a job array keeps its array id and index with each run (schema version 8,
+ * store.c), so that history can name it as ps does (12_3).
  */
 #ifndef GP_STORE_RUNS_H
 #define GP_STORE_RUNS_H
@@ -28,6 +30,8 @@ typedef struct gp_store_run {
         int64_t id;                   /* insertion order (list only; put ignores it) */
         int64_t task_id;              /* > 0 */
         int64_t run;                  /* >= 1 */
+        int64_t array_id;             /* its job array (gp_task.array_id), 0 = none */
+        int64_t array_index;          /* its index there, 0..GP_ARRAY_INDEX_MAX; 0 when no array */
         char tenant[GP_TENANT_MAX];   /* the task's tenant */
         char user[33];                /* the Unix user it ran as ("" = not recorded) */
         char name[GP_NAME_MAX];       /* the task's name */

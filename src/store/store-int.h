@@ -33,7 +33,7 @@
 #define GP_STORE_META_VALUE_MAX (1 << 20) /* bytes of a meta value */
 #define GP_STORE_SPEC_MAX (1 << 20)     /* bytes of a task spec */
 #define GP_STORE_GPUS_JSON_MAX (256 * 1024)   /* bytes of the stored gpus JSON text */
-#define GP_STORE_SCHEMA_VERSION 7       /* the schema this code writes */
+#define GP_STORE_SCHEMA_VERSION 8       /* the schema this code writes */
 #define GP_STORE_ERRMSG_MAX 512
 
 /* Columns of the tasks table, in the order every backend selects and

@@ -975,6 +975,20 @@ int gp_store_meta_set(gp_store *s, const char *key, const char *value) {
         "CREATE INDEX tasks_state_id ON tasks (state, id);" \
         "CREATE INDEX tasks_tenant_id ON tasks (tenant, id);"
 
+/* Migration 8: the task runs table (made at every open, after the
+ * migrations: made here first where it is missing) gets its array
+ * columns, 0 for the runs kept before. */
+static int runs_array_columns(gp_store *s, const store_schema_ops *ops) {
+        static const char *const add[STORE_DIALECTS] = {
+                [STORE_SQLITE] = "ALTER TABLE task_runs ADD COLUMN array_id INTEGER NOT NULL DEFAULT 0;"
+                                 "ALTER TABLE task_runs ADD COLUMN array_index INTEGER NOT NULL DEFAULT 0",
+                [STORE_POSTGRES] = "ALTER TABLE task_runs ADD COLUMN array_id BIGINT NOT NULL DEFAULT 0, "
+                                   "ADD COLUMN array_index BIGINT NOT NULL DEFAULT 0",
+        };
+        int r = ops->exec(s, store_runs_schema_sql[ops->dialect], "migrate to schema version 8: task runs");
+        return r < 0 ? r : ops->exec(s, add[ops->dialect], "migrate to schema version 8: task runs' array columns");
+}
+
 /* Schema migrations, applied in order by store_migrate.  To change the
  * schema append a version (SQL for every dialect, and/or fn for what SQL
  * cannot say), raise GP_STORE_SCHEMA_VERSION and extend the column lists;
@@ -1022,6 +1036,8 @@ static const struct store_migration {
          {[STORE_SQLITE] = "ALTER TABLE tasks ADD COLUMN gpu_mem_peak INTEGER NOT NULL DEFAULT -1",
           [STORE_POSTGRES] = "ALTER TABLE tasks ADD COLUMN gpu_mem_peak BIGINT NOT NULL DEFAULT -1"},
          NULL},
+        /* a run of a job array's element keeps its array id and index, for history's 12_3 */
+        {8, {NULL}, runs_array_columns},
 };
 
 _Static_assert(GP_ARRAY_SIZE(migrations) == GP_STORE_SCHEMA_VERSION,

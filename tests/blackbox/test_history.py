@@ -31,7 +31,7 @@ import uuid
 import pytest
 import requests
 
-from apiutil import gpu, kill9, post, reap_supervisors, restart, submit, task, wait_for
+from apiutil import gpu, kill9, post, reap_supervisors, restart, submit, submit_raw, task, wait_for
 from clusterutil import NODE_TIMEOUT_S, cluster, server_config, sim_gpus
 from conftest import REPO
 
@@ -183,6 +183,35 @@ def test_run_parameters_are_checked(daemon_factory):
     assert [r["task_id"] for r in history(d.api)] == [t["id"]]
     assert "run history: none yet" in d.cli("status", q["id"]).stdout
     assert post(d, "/api/v1/tasks/%d/release" % hold["id"]).status_code == 200
+
+
+# ---- a job array: its elements' runs by array id and index ---------------------
+
+def test_a_job_arrays_runs_name_each_element_as_ps_does_across_a_restart(daemon_factory, store):
+    """An element of a job array is shown as ARRAY_INDEX (12_3) by ps, status and
+    cancel; its runs keep that id, so that history names it the same (sacct's
+    array job ids), after a kill -9 too."""
+    d = daemon_factory("gpus: {backend: sim}\n" + store)
+    r = submit_raw(d, {"command": ["true"], "array": "0-2", "name": "sweep"})
+    assert r.status_code == 201, r.text
+    aid = r.json()["array_id"]
+    solo = submit(d, command=["true"], name="solo")
+    ids = [t["id"] for t in d.api("GET", "/api/v1/tasks?array=%d" % aid, timeout=10).json()["tasks"]]
+    assert len(ids) == 3, ids
+    for tid in ids + [solo["id"]]:
+        wait_for(lambda: task(d, tid)["state"] == "succeeded", 10, "the tasks to end")
+    kill9(d)
+    restart(d)
+    got = {x["task_id"]: x for x in history(d.api)}
+    assert sorted(got) == sorted(ids + [solo["id"]]), got
+    assert sorted((got[t]["array_id"], got[t]["array_index"]) for t in ids) == [(aid, 0), (aid, 1), (aid, 2)], got
+    assert got[solo["id"]]["array_id"] is None and got[solo["id"]]["array_index"] is None, got
+    # a task's own runs say it too
+    mine = runs(d.api, ids[1])
+    assert [(x["array_id"], x["array_index"]) for x in mine] == [(aid, task(d, ids[1])["array_index"])], mine
+    out = d.cli("history").stdout
+    rows = {line.split()[0] for line in out.splitlines()[1:] if line.strip()}
+    assert rows == {"%d_%d.1" % (aid, i) for i in range(3)} | {"%d.1" % solo["id"]}, out
 
 
 # ---- tenants: another tenant's runs are not there ---------------------------

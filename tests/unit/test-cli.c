@@ -855,6 +855,20 @@ static void test_runs_and_history_print_one_line_per_run_as_sacct(void **state) 
                                   "2026-11-27T11:02:03  01:02:03    gpu-a:0,gpu-a:1  30120M\n"));
         assert_non_null(strstr(s, "\n7.2    train  alice  acme    succeeded  0         "));
         free(s);
+        /* an element of a job array by its array id and index, as ps and sacct show it */
+        s = format_with(gp_cli_format_history,
+                        "{\"items\":[{\"task_id\":15,\"run\":2,\"array_id\":12,\"array_index\":3,"
+                        "\"name\":\"sweep\",\"user\":\"bob\",\"tenant\":\"acme\",\"state\":\"succeeded\","
+                        "\"exit_code\":0,\"started_ms\":1795777400000,\"ended_ms\":1795777401000,"
+                        "\"elapsed_ms\":1000,\"gpus\":[]},"
+                        "{\"task_id\":16,\"run\":1,\"array_id\":null,\"array_index\":null,"
+                        "\"name\":\"solo\",\"user\":\"bob\",\"tenant\":\"acme\",\"state\":\"failed\","
+                        "\"exit_code\":1,\"started_ms\":1795777400000,\"ended_ms\":1795777401000,"
+                        "\"elapsed_ms\":1000,\"gpus\":[]}]}");
+        assert_non_null(strstr(s, "\n12_3.2  sweep"));
+        assert_non_null(strstr(s, "\n16.1    solo"));
+        assert_null(strstr(s, "15.2"));
+        free(s);
         s = format_with(gp_cli_format_history, "{\"items\":[]}");
         assert_string_equal(s, "no runs\n");
         free(s);

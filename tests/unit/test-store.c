@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "core/array.h"
 #include "store/store.h"
 #include "store/coord.h"
 #include "store/idem.h"
@@ -763,8 +764,8 @@ static void test_meta_set_get_and_missing_key(void **state) {
 
         /* the store's own key is readable but reserved */
         assert_int_equal(gp_store_meta_get(s, "schema_version", buf, sizeof(buf)), 0);
-        assert_string_equal(buf, "7");
-        assert_int_equal(gp_store_meta_set(s, "schema_version", "8"), -EINVAL);
+        assert_string_equal(buf, "8");
+        assert_int_equal(gp_store_meta_set(s, "schema_version", "9"), -EINVAL);
         assert_int_equal(gp_store_meta_set(s, "", "x"), -EINVAL);
 
         /* inside a rolled-back transaction nothing sticks */
@@ -1499,6 +1500,8 @@ static void test_runs_are_kept_with_their_transaction_filtered_and_capped(void *
         assert_int_equal(gp_store_run_put(s, &r3), 0);
         gp_store_run r8 = run_row(8, 1, "t2", "bob", "succeeded", 6000, 7000, NULL, 0);
         r8.has_exit_code = true;
+        r8.array_id = 5; /* element 3 of job array 5 */
+        r8.array_index = 3;
         assert_int_equal(gp_store_run_put(s, &r8), 0);
         /* refused, and nothing of it written: bad text, state, times, gpus */
         gp_store_run bad = r8;
@@ -1513,6 +1516,15 @@ static void test_runs_are_kept_with_their_transaction_filtered_and_capped(void *
         assert_int_equal(gp_store_run_put(s, &bad), -EINVAL);
         bad = r8;
         bad.n_gpus = 1; /* gpus NULL */
+        assert_int_equal(gp_store_run_put(s, &bad), -EINVAL);
+        bad = r8;
+        bad.array_index = GP_ARRAY_INDEX_MAX + 1;
+        assert_int_equal(gp_store_run_put(s, &bad), -EINVAL);
+        bad = r8;
+        bad.array_id = -1;
+        assert_int_equal(gp_store_run_put(s, &bad), -EINVAL);
+        bad = r8;
+        bad.array_id = 0; /* an index without an array */
         assert_int_equal(gp_store_run_put(s, &bad), -EINVAL);
         assert_int_equal(gp_store_commit(s), 0);
 
@@ -1541,6 +1553,11 @@ static void test_runs_are_kept_with_their_transaction_filtered_and_capped(void *
         assert_int_equal(x.first.exit_code, -3);
         x = list_runs(s, (gp_store_run_filter){.task_id = 7, .state = "requeued"});
         assert_int_equal(x.first.gpu_mem_peak_mb, 1234);
+        assert_int_equal(x.first.array_id, 0); /* no array */
+        assert_int_equal(x.first.array_index, 0);
+        x = list_runs(s, (gp_store_run_filter){.task_id = 8});
+        assert_int_equal(x.first.array_id, 5);
+        assert_int_equal(x.first.array_index, 3);
 
         /* every task: newest stored first; the filters */
         x = list_runs(s, (gp_store_run_filter){0});
@@ -1967,12 +1984,18 @@ static void test_usage_rows_round_trip_filter_and_follow_the_transaction(void **
 /* ---- schema migrations ---- */
 
 /* Take the database the fixture's store made back to the schema of
- * version v (1..6): drop what later versions added, and record v.  A
+ * version v (1..7): drop what later versions added, and record v.  A
  * version 1 database also loses the metering tables (they came later and
- * are created if missing at every open). */
+ * are created if missing at every open), and one of 6 or before its task
+ * runs table (which version 8 makes where it is missing). */
 static void downgrade_to(fixture *fx, int v) {
         char sql[128];
-        fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN gpu_mem_peak");
+        fx->be->raw_exec(fx, "ALTER TABLE task_runs DROP COLUMN array_id");
+        fx->be->raw_exec(fx, "ALTER TABLE task_runs DROP COLUMN array_index");
+        if (v < 7)
+                fx->be->raw_exec(fx, "DROP TABLE task_runs");
+        if (v < 7)
+                fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN gpu_mem_peak");
         if (v < 6)
                 fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN unix_user");
         if (v < 5)
@@ -2020,13 +2043,17 @@ static void check_migrates_from(fixture *fx, int v) {
         put_ok(s, &t);
         gp_bill_segment g = make_seg(5, "a", 1000, 5000, 202611);
         assert_int_equal(gp_store_usage_add(s, &g), 0);
+        gp_store_run run = run_row(5, 1, "a", "alice", "succeeded", 1000, 2000, NULL, 0);
+        assert_int_equal(gp_store_begin(s), 0);
+        assert_int_equal(gp_store_run_put(s, &run), 0);
+        assert_int_equal(gp_store_commit(s), 0);
         gp_store_close(s);
         downgrade_to(fx, v);
 
         s = open_store(fx);
         char ver[16];
         assert_int_equal(gp_store_meta_get(s, "schema_version", ver, sizeof(ver)), 0);
-        assert_string_equal(ver, "7");
+        assert_string_equal(ver, "8");
         gp_task got;
         assert_int_equal(gp_store_task_get(s, 5, &got), 0);
         assert_task_equal(&t, &got);
@@ -2036,6 +2063,21 @@ static void check_migrates_from(fixture *fx, int v) {
         assert_int_equal(gp_store_usage_list(s, &all, seg_cb, &c), 0);
         assert_int_equal(c.n, v < 2 ? 0 : 1); /* version 1 had no usage table */
         assert_int_equal(gp_store_usage_add(s, &g), 0);
+        /* a run kept before version 8 is of no array; one put since keeps its array */
+        runs_seen x = list_runs(s, (gp_store_run_filter){.task_id = 5});
+        assert_int_equal(x.n, v < 7 ? 0 : 1); /* dropped with its table above */
+        if (x.n)
+                assert_int_equal(x.first.array_id, 0);
+        run.run = 2;
+        run.array_id = 4;
+        run.array_index = 1;
+        assert_int_equal(gp_store_begin(s), 0);
+        assert_int_equal(gp_store_run_put(s, &run), 0);
+        assert_int_equal(gp_store_commit(s), 0);
+        x = list_runs(s, (gp_store_run_filter){0});
+        assert_int_equal(x.first.run, 2); /* newest first */
+        assert_int_equal(x.first.array_id, 4);
+        assert_int_equal(x.first.array_index, 1);
         gp_task full = make_full_task(6);
         put_ok(s, &full);
         assert_int_equal(gp_store_task_get(s, 6, &got), 0);
@@ -2080,6 +2122,11 @@ static void test_version_6_database_is_migrated_keeping_its_tasks(void **state) 
         check_migrates_from(fx, 6);
 }
 
+static void test_version_7_database_is_migrated_keeping_its_tasks_and_runs(void **state) {
+        FX(state);
+        check_migrates_from(fx, 7);
+}
+
 /* A migration that fails half-way stores nothing of the whole run: here
  * version 2 applies, version 3 meets a column that is already there, and
  * the database is left at version 1 as it was, so it migrates once the
@@ -2102,7 +2149,7 @@ static void test_failed_migration_leaves_the_old_version_whole(void **state) {
         assert_true(exists(s, 1));
         char ver[16];
         assert_int_equal(gp_store_meta_get(s, "schema_version", ver, sizeof(ver)), 0);
-        assert_string_equal(ver, "7");
+        assert_string_equal(ver, "8");
         gp_store_close(s);
 }
 
@@ -2506,6 +2553,9 @@ static void test_coord_racing_servers_never_share_a_lock(void **state) {
                                                          fx_setup, fx_teardown, (void *)(be)),                         \
                 cmocka_unit_test_prestate_setup_teardown(test_version_6_database_is_migrated_keeping_its_tasks,        \
                                                          fx_setup, fx_teardown, (void *)(be)),                         \
+                cmocka_unit_test_prestate_setup_teardown(                                                      \
+                        test_version_7_database_is_migrated_keeping_its_tasks_and_runs, fx_setup, fx_teardown,        \
+                        (void *)(be)),                                                                                 \
                 cmocka_unit_test_prestate_setup_teardown(test_failed_migration_leaves_the_old_version_whole, fx_setup, \
                                                          fx_teardown, (void *)(be)),                                   \
                 cmocka_unit_test_prestate_setup_teardown(test_schema_version_that_is_not_a_number_is_refused,          \

@@ -41,7 +41,14 @@
  * pass), and the plain hybrid scenario is run on the same clock as their
  * reference: "vs plain" is the multi-tenant decisions/s over the plain
  * one (first run) and the plain us/run over the multi-tenant one (steady),
- * so 1.00 is as fast as plain and 0.50 half as fast. */
+ * so 1.00 is as fast as plain and 0.50 half as fast.
+ *
+ * bench-core-phases (make bench-core-phases) is this program with the
+ * core's phase marks compiled in (GP_SCHED_PHASES, src/core/sched-int.h):
+ * after the table it prints, per scenario, where the steady runs went:
+ * calls of each phase per run (exact: the same on every machine) and its
+ * us per run (the mean over the rounds; the marks cost ~20 ns each and
+ * are counted in). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +56,9 @@
 #include <time.h>
 
 #include "core/sched.h"
+#ifdef GP_SCHED_PHASES
+#include "core/sched-int.h" /* gp_phases */
+#endif
 
 /* The benchmark's own CPU time: the machine is shared (other builds and
  * tests), and time spent descheduled is not the scheduler's. */
@@ -114,6 +124,9 @@ typedef struct result {
         size_t queued;
         uint64_t preempted;
         double build_ms;           /* the pool: every gp_sched_gpu_add */
+#ifdef GP_SCHED_PHASES
+        gp_phase ph[PH_N];         /* the steady runs' */
+#endif
 } result;
 
 /* ids[m] leaves the running ids (the last takes its place); pos follows. */
@@ -208,6 +221,9 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
         }
         size_t nids = n;
         int rounds = 1000;
+#ifdef GP_SCHED_PHASES
+        memset(gp_phases, 0, sizeof(gp_phases));
+#endif
         double t3 = now_s(); /* after the bench's own set-up of ids and pos */
         for (int i = 0; i < rounds && nids; i++) {
                 size_t k = xr() % nids;
@@ -238,6 +254,9 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
                         .first_dps = started / (t2 - t1), .steady_decisions = more,
                         .steady_us = (t4 - t3) / rounds * 1e6, .busy = st.gpus_busy, .total = st.gpus_total,
                         .queued = st.queued_total, .preempted = st.total_preempted, .build_ms = build_ms};
+#ifdef GP_SCHED_PHASES
+        memcpy(res->ph, gp_phases, sizeof(gp_phases));
+#endif
         (void)starts;
         free(pos);
         free(ids);
@@ -390,5 +409,23 @@ int main(int argc, char **argv) {
                         printf("  %-26s first run %s, steady %s\n", sc[i].name, a, b);
                 }
         }
+#ifdef GP_SCHED_PHASES
+        printf("phases of the 1,000 steady runs: calls in all (exact), us a run (the mean over the rounds, marks "
+               "included; '-': counted only)\n");
+        for (int i = 0; i < NSC; i++) {
+                if (!on[i])
+                        continue;
+                printf("  %s\n", sc[i].name);
+                for (int p = 0; p < PH_N; p++) {
+                        double ns = 0;
+                        for (int r = 0; r < nrounds; r++)
+                                ns += (double)res[i][r].ph[p].ns;
+                        char us[32] = "-";
+                        if (p != PH_RESV_LAYOUT && p != PH_GREADY_MAKE && p != PH_WALK_STEP)
+                                snprintf(us, sizeof(us), "%.1f", ns / nrounds / 1000.0 / 1000.0);
+                        printf("    %-26s %10" PRIu64 " %8s\n", gp_phase_names[p], res[i][0].ph[p].n, us);
+                }
+        }
+#endif
         return 0;
 }

@@ -11,7 +11,17 @@ bench-build: $(BENCH_BIN)
 bench-core: $(BUILD)/bench/bench-core
 	$(BUILD)/bench/bench-core
 
-.PHONY: bench-build bench-core
+# bench-core with the core's phase marks (GP_SCHED_PHASES, src/core/
+# sched-int.h): the scheduler's unit compiled again beside the bench, whose
+# symbols the linker then takes before libgpupool.a's.
+$(BUILD)/bench/bench-core-phases: bench/bench-core.c $(BUILD)/libgpupool.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DGP_SCHED_PHASES -o $@ bench/bench-core.c src/core/sched-all.c $(BUILD)/libgpupool.a \
+		$(LDFLAGS) $(LIBS)
+
+bench-core-phases: $(BUILD)/bench/bench-core-phases
+
+.PHONY: bench-build bench-core bench-core-phases
 
 # bench/exectime: times commands from start to exit, many runs interleaved
 # (bench/bench-cli.sh).  libc only and no sanitizers: it is the stopwatch.

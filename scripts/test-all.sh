@@ -28,6 +28,10 @@ make lint LINT_JOBS="$jobs"
 echo "== 2/8 gcc build, unit + black-box tests, fuzz corpus replay"
 scripts/check-layers.sh
 make -j"$jobs" all
+# bench-core with the core's phase marks: built (and run small) so that
+# the marks compiled out of every other build do not rot
+make -j"$jobs" build/bench/bench-core-phases
+build/bench/bench-core-phases --rounds 1 --tasks 4000 --nodes 50 --only preemption | grep -q "^    make_room "
 PYTEST_ADDOPTS="$xdist -m 'not timing'" make -j"$jobs" check
 PYTEST_ADDOPTS="-m timing" make blackbox
 

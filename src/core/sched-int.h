@@ -70,6 +70,48 @@
 #define SCHED_PRIVATE
 #endif
 
+/* Where a run's time goes, for bench/bench-core-phases only: built with
+ * -DGP_SCHED_PHASES (mk/bench.mk), the marks below count calls and time
+ * them (CLOCK_MONOTONIC: ~20 ns a mark, so a figure includes its own
+ * marks); in every other build they are nothing.  Counts are exact and
+ * the same on every machine; times are the machine's. */
+enum {
+        PH_MAKE_ROOM,              /* make_room, the whole call */
+        PH_PNODE_MAKE,             /* ... a node's preemption summary made again */
+        PH_PLAN,                   /* ... a plan on one node (plan_node in the pass) */
+        PH_PREEMPT,                /* ... a victim stopped and requeued (preempt_for) */
+        PH_RESERVE,                /* reserve, the whole call */
+        PH_RESV_FULL,              /* ... every node's answer for a shape made (laid out, or log overrun) */
+        PH_RESV_LOG,               /* ... the answers of the nodes touched since (s->tlog) */
+        PH_RESV_LAYOUT,            /* ... a shape laid out (count) */
+        PH_GREADY_MAKE,            /* a GPU's ends read from its tasks (count) */
+        PH_PLACE,                  /* place, for the task whose turn it is */
+        PH_WALK_INIT,              /* walk_init */
+        PH_WALK_REFRESH,           /* walk_refresh after a preemption */
+        PH_WALK_STEP,              /* a task taken from the walk (count) */
+        PH_N
+};
+#ifdef GP_SCHED_PHASES
+#include <time.h>
+typedef struct gp_phase {
+        uint64_t n, ns;
+} gp_phase;
+extern gp_phase gp_phases[PH_N];
+extern const char *const gp_phase_names[PH_N];
+static inline uint64_t ph_now(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+#define PH_START(v) uint64_t v = ph_now()
+#define PH_STOP(id, v) (gp_phases[id].n++, gp_phases[id].ns += ph_now() - (v))
+#define PH_COUNT(id) (gp_phases[id].n++)
+#else
+#define PH_START(v) ((void)0)
+#define PH_STOP(id, v) ((void)0)
+#define PH_COUNT(id) ((void)0)
+#endif
+
 #define NIL UINT32_MAX
 #define BUCKET_MB 512
 #define NBUCKETS 256

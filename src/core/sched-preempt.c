@@ -820,8 +820,11 @@ SCHED_PRIVATE int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv,
                 if (!a && !r)
                         continue;
                 pnode *pn = &s->pnode[ni];
-                if (pn->seen != s->nmod[ni] || now >= pn->until)
+                if (pn->seen != s->nmod[ni] || now >= pn->until) {
+                        PH_START(ph_make);
                         pnode_make(s, ni, now);
+                        PH_STOP(PH_PNODE_MAKE, ph_make);
+                }
                 int64_t newest = pnode_newest(pn, w, a, r);
                 if (newest == INT64_MIN)
                         continue; /* no task there may be a victim */
@@ -830,7 +833,9 @@ SCHED_PRIVATE int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv,
                 if (!pnode_could(pn, w, r) || !node_could(s, w, ni, r, avoid))
                         continue;
                 int64_t lost;
+                PH_START(ph_plan);
                 int c = plan_node(s, w, ni, now, a, r, avoid, &lost);
+                PH_STOP(PH_PLAN, ph_plan);
                 if (c == -ENOMEM)
                         return c;
                 if (c <= 0)
@@ -852,7 +857,9 @@ SCHED_PRIVATE int make_room(gp_sched *s, stask *w, int64_t now, bool after_resv,
         if (c <= 0)
                 return c < 0 && c != -1 ? c : 0;
         for (uint32_t i = 0; i < s->pv_n; i++) {
+                PH_START(ph_stop);
                 int rc = preempt_for(s, s->pv[i], w, now, ret, ret_n, ret_cap);
+                PH_STOP(PH_PREEMPT, ph_stop);
                 if (rc < 0)
                         return rc;
         }

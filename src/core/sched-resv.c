@@ -122,6 +122,7 @@ static const int32_t *gready_charge(const gp_sched *s, const gready *r) {
 }
 
 static void gready_make(gp_sched *s, const sgpu *g, gready *r) {
+        PH_COUNT(PH_GREADY_MAKE);
         int64_t end[GREADY_N];
         int32_t charge[GREADY_N];
         int n = 0;
@@ -383,6 +384,7 @@ SCHED_PRIVATE void resv_free(gp_sched *s) {
 
 /* Lay c out for the nodes as they are (every node's answer to be made). */
 static int cache_layout(gp_sched *s, struct resv_cache *c) {
+        PH_COUNT(PH_RESV_LAYOUT);
         uint32_t n = s->nnodes;
         size_t total = 0;
         for (uint32_t ni = 0; ni < n; ni++)
@@ -494,17 +496,20 @@ static void node_fill(gp_sched *s, struct resv_cache *c, const stask *t, uint32_
 /* Every node's answer current: those touched since the last time (from
  * s->tlog), or all when the log has been overrun or c was laid out. */
 static void cache_refresh(gp_sched *s, struct resv_cache *c, const stask *t) {
+        PH_START(ph_fill);
         if (c->stale || s->tlog_n - c->tlog_seen > TLOG_CAP) {
                 for (uint32_t ni = 0; ni < c->nnodes; ni++)
                         if (c->seen[ni] != s->nmod[ni])
                                 node_fill(s, c, t, ni);
                 c->stale = false;
+                PH_STOP(PH_RESV_FULL, ph_fill);
         } else {
                 for (uint64_t j = c->tlog_seen; j < s->tlog_n; j++) {
                         uint32_t ni = s->tlog[j & (TLOG_CAP - 1)];
                         if (ni < c->nnodes && c->seen[ni] != s->nmod[ni])
                                 node_fill(s, c, t, ni);
                 }
+                PH_STOP(PH_RESV_LOG, ph_fill);
         }
         c->tlog_seen = s->tlog_n;
 }

@@ -324,6 +324,19 @@ static void hold(gp_sched *s, stask *t, int code, int64_t a1, int64_t a2, int64_
 /* ------------------------------------------------------------------ */
 /* elastic tasks: grow onto idle GPUs, shrink for the task whose turn it is */
 
+#ifdef GP_SCHED_PHASES
+gp_phase gp_phases[PH_N];
+const char *const gp_phase_names[PH_N] = {
+        [PH_MAKE_ROOM] = "make_room",          [PH_PNODE_MAKE] = "  summary made",
+        [PH_PLAN] = "  plan on a node",         [PH_PREEMPT] = "  victim stopped",
+        [PH_RESERVE] = "reserve",               [PH_RESV_FULL] = "  every node's answer",
+        [PH_RESV_LOG] = "  touched nodes' answers", [PH_RESV_LAYOUT] = "  shape laid out",
+        [PH_GREADY_MAKE] = "GPU ends read",     [PH_PLACE] = "place",
+        [PH_WALK_INIT] = "walk_init",           [PH_WALK_REFRESH] = "walk_refresh",
+        [PH_WALK_STEP] = "walk step",
+};
+#endif
+
 int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_n, size_t *ret_cap) {
         int rc = 0;
         fail_memo memo = {.shared_mem = {-1, -1}};
@@ -338,8 +351,10 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
 
         walk w;
         uint64_t lp[GP_PRIORITY_LEVELS], st[GP_PRIORITY_LEVELS];
+        PH_START(ph_init);
         if ((rc = walk_init(s, &w, true)) < 0)
                 return rc;
+        PH_STOP(PH_WALK_INIT, ph_init);
         for (int i = 0; i < GP_PRIORITY_LEVELS; i++) {
                 lp[i] = s->tiers[i].pass;
                 st[i] = stride(s, i); /* a division: once per run, not per task */
@@ -383,6 +398,7 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                                 continue;
                 }
                 stask *t = w.cur[ti];
+                PH_COUNT(PH_WALK_STEP);
                 walk_advance(s, &w, ti);
                 lp[ti] += st[ti];
                 /* the second pass: the tasks a share held (those whose group
@@ -444,7 +460,10 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                 }
                 fit f;
                 bool known_fail = memo_fails(s, &memo, t, avoid);
+                PH_START(ph_place);
                 bool placed = !known_fail && place(s, t, avoid, &f);
+                if (!known_fail)
+                        PH_STOP(PH_PLACE, ph_place);
                 if (placed) {
                         /* on a smaller GPU a shared task holds a larger share */
                         int64_t sh = fit_share(s, t, f.gpus, f.n);
@@ -477,7 +496,9 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         }
                 }
                 if (!placed && preempt_on && pass == 0 && (!resv || may_reclaim) && !t->multi) {
+                        PH_START(ph_room);
                         int pr = make_room(s, t, now, resv != NULL, avoid, ret, ret_n, ret_cap);
+                        PH_STOP(PH_MAKE_ROOM, ph_room);
                         if (pr < 0)
                                 return pr;
                         if (pr == 0 && resv)
@@ -485,7 +506,9 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         if (pr > 0) {
                                 /* GPUs were freed and shares dropped */
                                 memo = (fail_memo){.shared_mem = {-1, -1}};
+                                PH_START(ph_refresh);
                                 walk_refresh(s, &w);
+                                PH_STOP(PH_WALK_REFRESH, ph_refresh);
                                 known_fail = false;
                                 placed = place(s, t, avoid, &f);
                         }
@@ -554,7 +577,9 @@ int gp_sched_run(gp_sched *s, int64_t now, gp_sched_decision **ret, size_t *ret_
                         resv = t;
                         set_reason(s, t, R_DIAG, 0, 0);
                         t->resv_holder = true;
+                        PH_START(ph_resv);
                         shadow = reserve(s, t, now);
+                        PH_STOP(PH_RESERVE, ph_resv);
                         s->last_resv_id = t->id;
                         s->last_shadow_ms = shadow;
                         continue;

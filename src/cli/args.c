@@ -37,7 +37,7 @@ enum opt_id {
         O_EXPORT, O_USER, O_ME, /* local users (unix.c) */
         O_CACERT,
         O_COMPUTE_PCT, /* an MPS client's share of the GPU's compute */
-        O_SINCE, O_UNTIL, /* history (sacct -S, -E) */
+        O_SINCE, O_UNTIL, O_JOBS, /* history (sacct -S, -E, -j) */
         O_CPUS, O_HOST_MEM, /* its cgroup's limits (exec/cgroup.h) */
 };
 
@@ -101,6 +101,7 @@ static const struct opt opts[] = {
         {"starttime", 0, true, O_SINCE, V(HISTORY)}, /* sacct's */
         {"until", 'E', true, O_UNTIL, V(HISTORY)},
         {"endtime", 0, true, O_UNTIL, V(HISTORY)}, /* sacct's */
+        {"jobs", 'j', true, O_JOBS, V(HISTORY)},   /* sacct's -j: one task, or a job array or its element */
         {"follow", 'f', false, O_FOLLOW, V(LOGS)},
         {"run", 0, true, O_RUN_NO, V(LOGS)},
         {"rank", 0, true, O_RANK, V(LOGS)},
@@ -224,9 +225,11 @@ static const struct verb_info {
                            "  ID_INDEX             element INDEX of job array ID (12_7)\n"
                            "Ends with the task's runs, one line each: where (its GPUs), when, how it ended,\n"
                            "its exit code and peak GPU memory ('gpupool history' lists runs of many tasks).\n"},
-        [GP_CLI_HISTORY] = {"history", "gpupool history [-u USER | --me] [-s STATE] [-S TIME] [-E TIME] [--tenant T] "
-                            "[--limit N]",
+        [GP_CLI_HISTORY] = {"history", "gpupool history [-j ID | ID_INDEX] [-u USER | --me] [-s STATE] [-S TIME] "
+                            "[-E TIME] [--tenant T] [--limit N]",
                             NULL, "list ended runs of tasks, newest first, as sacct (alias: acct)",
+                            "  -j, --jobs ID        only the runs of task ID and, when ID is a job array's, of its\n"
+                            "                       elements; ID_INDEX (12_3): of that element\n"
                             "  -u, --user USER      only runs of Unix user USER; --me: yours\n"
                             "  -s, --state S        only runs that ended S: succeeded, failed, cancelled, timeout,\n"
                             "                       lost, preempted or requeued\n"
@@ -1213,6 +1216,15 @@ static int parse_simple(struct parser *p, int argc, char **argv, int i) {
                                                 c->from = val;
                                         else
                                                 c->to = val;
+                                        break;
+                                }
+                                case O_JOBS: {
+                                        gp_cli_ref ref;
+                                        int rr = parse_ref(p, val, &ref);
+                                        if (rr < 0)
+                                                return rr;
+                                        c->job = ref;
+                                        c->has_job = true;
                                         break;
                                 }
                                 case O_SINCE:

@@ -135,6 +135,8 @@ typedef struct gp_cli_cmd {
         const char *user;        /* ps/cancel -u USER, borrowed, NULL = none */
         bool me;                 /* ps/cancel --me: -u of this process's user */
         const char *since, *until; /* history -S/--since, -E/--until (gp_cli_when_parse), borrowed */
+        bool has_job;            /* history -j/--jobs given: */
+        gp_cli_ref job;          /* ... task ID (and array ID's elements), or element ID_INDEX */
         const char *env_node;    /* set by the caller before gp_cli_parse: GPUPOOL_NODE (run's
                                   * default --node), borrowed, NULL = unset */
 } gp_cli_cmd;

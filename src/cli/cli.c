@@ -1021,6 +1021,13 @@ static int cmd_history(const gp_cli_cmd *c, FILE *out, FILE *err) {
         r = r ? r : query_add(&path, "tenant", c->tenant);
         r = r ? r : query_add(&path, "user", user);
         r = r ? r : query_add(&path, "state", c->state);
+        if (r == 0 && c->has_job) {
+                if (c->job.index >= 0)
+                        snprintf(num, sizeof(num), "%" PRId64 "_%" PRId64, c->job.id, c->job.index);
+                else
+                        snprintf(num, sizeof(num), "%" PRId64, c->job.id);
+                r = query_add(&path, "job", num);
+        }
         const char *when[2] = {c->since, c->until}, *key[2] = {"since", "until"};
         for (int i = 0; i < 2 && r == 0; i++) {
                 int64_t ms;

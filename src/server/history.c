@@ -22,6 +22,7 @@
 #include "base/user.h"
 #include "base/util.h"
 #include "base/vec.h"
+#include "core/array.h"
 #include "server/commit.h"
 #include "server/reason-code.h"
 #include "server/routes.h"
@@ -313,11 +314,34 @@ static int arg_str(hreq *r, const char *key, size_t size, bool (*ok)(const char 
         return 0;
 }
 
+/* ?job=ID or ?job=ID_INDEX (sacct -j): into *job and *index (-1: every
+ * element of array ID, and task ID itself); absent: 0.  0 or -EINVAL. */
+static int arg_job(hreq *r, int64_t *job, int64_t *index) {
+        const char *v = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "job");
+        *job = 0;
+        *index = -1;
+        if (!v)
+                return 0;
+        char id[24];
+        const char *us = strchr(v, '_');
+        size_t n = us ? (size_t)(us - v) : strlen(v);
+        if (n == 0 || n >= sizeof(id))
+                return -EINVAL;
+        memcpy(id, v, n);
+        id[n] = '\0';
+        if (gp_parse_i64(id, 1, INT64_MAX, job) < 0 || (us && gp_parse_i64(us + 1, 0, GP_ARRAY_INDEX_MAX, index) < 0))
+                return -EINVAL;
+        return 0;
+}
+
 static int h_runs(hreq *r, const gp_route_arg *a) {
         (void)a;
         gp_daemon *d = r->d;
-        int64_t since, until, before, limit;
+        int64_t since, until, before, limit, job, job_index;
         const char *tenant, *user, *state;
+        if (arg_job(r, &job, &job_index) < 0)
+                return send_error(r, 400, "invalid_request",
+                                  "job: must be a task id, or ID_INDEX (12_3: element 3 of job array 12)");
         if (arg_i64(r, "since", 0, INT64_MAX, 0, &since) < 0)
                 return send_error(r, 400, "invalid_request", "since: must be ms since the epoch (>= 0)");
         if (arg_i64(r, "until", 0, INT64_MAX, 0, &until) < 0)
@@ -342,7 +366,9 @@ static int h_runs(hreq *r, const gp_route_arg *a) {
                 if (r->own_only)
                         user = r->user;
         }
-        gp_store_run_filter f = {.tenant = tenant,
+        gp_store_run_filter f = {.job = job,
+                                 .job_index = job_index,
+                                 .tenant = tenant,
                                  .user = user,
                                  .state = state,
                                  .since_ms = since,

@@ -189,14 +189,15 @@ int gp_store_run_list(gp_store *s, const gp_store_run_filter *f, gp_store_run_cb
                 store_set_err(s, "the handle is busy running a list callback", "%s", what);
                 return -EBUSY;
         }
-        if (f->limit < 1 || f->limit > GP_RUNS_LIST_MAX || f->task_id < 0 || f->since_ms < 0 || f->until_ms < 0 ||
+        if (f->limit < 1 || f->limit > GP_RUNS_LIST_MAX || f->task_id < 0 || f->job < 0 ||
+            (f->job && (f->job_index < -1 || f->job_index > GP_ARRAY_INDEX_MAX)) || f->since_ms < 0 || f->until_ms < 0 ||
             f->before_id < 0 || (f->state && !gp_store_run_state_ok(f->state)) ||
             (f->tenant && !text_ok(f->tenant, GP_TENANT_MAX)) || (f->user && !text_ok(f->user, 33))) {
                 store_set_err(s, "bad filter", "%s", what);
                 return -EINVAL;
         }
-        char sql[640], task[24], since[24], until[24], before[24], limit[16];
-        const char *p[8];
+        char sql[768], task[24], job[24], jix[24], since[24], until[24], before[24], limit[16];
+        const char *p[10];
         int n = 0, off = snprintf(sql, sizeof(sql), "SELECT " RUN_COLS " FROM task_runs WHERE 1 = 1");
 #define COND(text, value)                                                               \
         do {                                                                            \
@@ -204,12 +205,23 @@ int gp_store_run_list(gp_store *s, const gp_store_run_filter *f, gp_store_run_cb
                 off += snprintf(sql + off, sizeof(sql) - (size_t)off, " AND " text, n); \
         } while (0)
         snprintf(task, sizeof(task), "%" PRId64, f->task_id);
+        snprintf(job, sizeof(job), "%" PRId64, f->job);
+        snprintf(jix, sizeof(jix), "%" PRId64, f->job_index);
         snprintf(since, sizeof(since), "%" PRId64, f->since_ms);
         snprintf(until, sizeof(until), "%" PRId64, f->until_ms);
         snprintf(before, sizeof(before), "%" PRId64, f->before_id);
         snprintf(limit, sizeof(limit), "%d", f->limit);
         if (f->task_id)
                 COND("task_id = CAST($%d AS BIGINT)", task);
+        if (f->job && f->job_index >= 0) {
+                COND("array_id = CAST($%d AS BIGINT)", job);
+                COND("array_index = CAST($%d AS BIGINT)", jix);
+        } else if (f->job) {
+                /* the task, and every element of the array of that id (whose first element it is) */
+                p[n++] = job;
+                off += snprintf(sql + off, sizeof(sql) - (size_t)off,
+                                " AND (task_id = CAST($%d AS BIGINT) OR array_id = CAST($%d AS BIGINT))", n, n);
+        }
         if (f->tenant)
                 COND("tenant = $%d", f->tenant);
         if (f->user)

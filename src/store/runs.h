@@ -58,6 +58,10 @@ int gp_store_run_put(gp_store *s, const gp_store_run *r);
 
 typedef struct gp_store_run_filter {
         int64_t task_id;    /* > 0: this task's runs, oldest run first; 0: any, newest first */
+        int64_t job;        /* > 0: the runs of task `job` and of every element of job array `job`
+                               (sacct -j), newest first; 0: any */
+        int64_t job_index;  /* with job: -1 = every element, else only element job_index of the
+                               array (12_3); ignored without job */
         const char *tenant; /* NULL = any */
         const char *user;   /* NULL = any */
         const char *state;  /* NULL = any, else a gp_store_run_state_ok name */

@@ -977,13 +977,16 @@ int gp_store_meta_set(gp_store *s, const char *key, const char *value) {
 
 /* Migration 8: the task runs table (made at every open, after the
  * migrations: made here first where it is missing) gets its array
- * columns, 0 for the runs kept before. */
+ * columns, 0 for the runs kept before, and an index to find an array's
+ * runs by (history -j 12: made once, here, not at every open). */
 static int runs_array_columns(gp_store *s, const store_schema_ops *ops) {
         static const char *const add[STORE_DIALECTS] = {
                 [STORE_SQLITE] = "ALTER TABLE task_runs ADD COLUMN array_id INTEGER NOT NULL DEFAULT 0;"
-                                 "ALTER TABLE task_runs ADD COLUMN array_index INTEGER NOT NULL DEFAULT 0",
+                                 "ALTER TABLE task_runs ADD COLUMN array_index INTEGER NOT NULL DEFAULT 0;"
+                                 "CREATE INDEX task_runs_array ON task_runs (array_id, id)",
                 [STORE_POSTGRES] = "ALTER TABLE task_runs ADD COLUMN array_id BIGINT NOT NULL DEFAULT 0, "
-                                   "ADD COLUMN array_index BIGINT NOT NULL DEFAULT 0",
+                                   "ADD COLUMN array_index BIGINT NOT NULL DEFAULT 0; "
+                                   "CREATE INDEX task_runs_array ON task_runs (array_id, id)",
         };
         int r = ops->exec(s, store_runs_schema_sql[ops->dialect], "migrate to schema version 8: task runs");
         return r < 0 ? r : ops->exec(s, add[ops->dialect], "migrate to schema version 8: task runs' array columns");

@@ -212,6 +212,19 @@ def test_a_job_arrays_runs_name_each_element_as_ps_does_across_a_restart(daemon_
     out = d.cli("history").stdout
     rows = {line.split()[0] for line in out.splitlines()[1:] if line.strip()}
     assert rows == {"%d_%d.1" % (aid, i) for i in range(3)} | {"%d.1" % solo["id"]}, out
+    # sacct -j: the array (whose id is its first element's), one element, a plain task
+    def jobs(*args):
+        p = d.cli("history", *args)
+        assert p.returncode == 0, (args, p.stdout, p.stderr)
+        return sorted(line.split()[0] for line in p.stdout.splitlines()[1:] if line.strip())
+    assert jobs("-j", aid) == ["%d_%d.1" % (aid, i) for i in range(3)]
+    assert jobs("--jobs", "%d_2" % aid) == ["%d_2.1" % aid]
+    assert jobs("-j", solo["id"]) == ["%d.1" % solo["id"]]
+    assert d.cli("history", "-j", "%d_7" % aid).stdout == "no runs\n"
+    assert [x["task_id"] for x in history(d.api, "?job=%d_1" % aid)] == [got_id for got_id in ids
+                                                                         if got[got_id]["array_index"] == 1]
+    for bad in ("0", "x", "%d_" % aid, "_1", "1_-1", "1_10000000", "9" * 20):
+        refused(d.api, "?job=" + bad, "job")
 
 
 # ---- tenants: another tenant's runs are not there ---------------------------

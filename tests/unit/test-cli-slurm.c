@@ -384,9 +384,23 @@ static void test_history_takes_sacct_options_and_checks_them(void **state) {
         assert_int_equal(p.rc, 0);
         assert_true(p.c.me);
         assert_string_equal(p.c.tenant, "t1");
+        assert_false(p.c.has_job);
+        done(&p);
+        /* sacct -j: a task (and the array of that id), or an array's element */
+        PARSE(&p, "history", "-j", "12");
+        assert_int_equal(p.rc, 0);
+        assert_true(p.c.has_job);
+        assert_int_equal(p.c.job.id, 12);
+        assert_int_equal(p.c.job.index, -1);
+        done(&p);
+        PARSE(&p, "acct", "--jobs", "12_3");
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(p.c.job.id, 12);
+        assert_int_equal(p.c.job.index, 3);
         done(&p);
         static const char *const bad[][2] = {{"-s", "running"}, {"-s", "active"}, {"-S", "now+1h"}, {"-S", "yesterday"},
-                                             {"-E", "2026-13-01"}, {"--limit", "0"}, {"-u", "-x"}};
+                                             {"-E", "2026-13-01"}, {"--limit", "0"}, {"-u", "-x"}, {"-j", "0"},
+                                             {"-j", "12_"}, {"-j", "_3"}, {"-j", "12,13"}, {"-j", "12_-1"}};
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
                 PARSE(&p, "history", (char *)bad[i][0], (char *)bad[i][1]);
                 assert_int_equal(p.rc, -EINVAL);

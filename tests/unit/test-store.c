@@ -1558,6 +1558,14 @@ static void test_runs_are_kept_with_their_transaction_filtered_and_capped(void *
         x = list_runs(s, (gp_store_run_filter){.task_id = 8});
         assert_int_equal(x.first.array_id, 5);
         assert_int_equal(x.first.array_index, 3);
+        /* sacct -j: a task and its array's elements, or one element */
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.job = 5, .job_index = -1}).n, 1); /* task 8 */
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.job = 8, .job_index = -1}).n, 1); /* itself */
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.job = 7, .job_index = -1}).n, 3);
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.job = 5, .job_index = 3}).n, 1);
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.job = 5, .job_index = 2}).n, 0);
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.job = 8, .job_index = 3}).n, 0); /* no array 8 */
+        assert_int_equal(list_runs(s, (gp_store_run_filter){.job = 5, .job_index = -1, .state = "failed"}).n, 0);
 
         /* every task: newest stored first; the filters */
         x = list_runs(s, (gp_store_run_filter){0});
@@ -1603,6 +1611,10 @@ static void test_runs_are_kept_with_their_transaction_filtered_and_capped(void *
         runs_seen none;
         memset(&none, 0, sizeof(none));
         assert_int_equal(gp_store_run_list(s, &(gp_store_run_filter){.limit = 0}, runs_cb, &none), -EINVAL);
+        assert_int_equal(gp_store_run_list(s, &(gp_store_run_filter){.job = 5, .job_index = -2, .limit = 10}, runs_cb,
+                                           &none),
+                         -EINVAL);
+        assert_int_equal(gp_store_run_list(s, &(gp_store_run_filter){.job = -1, .limit = 10}, runs_cb, &none), -EINVAL);
         assert_int_equal(gp_store_run_list(s, &(gp_store_run_filter){.limit = GP_RUNS_LIST_MAX + 1}, runs_cb, &none),
                          -EINVAL);
         assert_int_equal(gp_store_run_list(s, &(gp_store_run_filter){.limit = 1, .state = "running"}, runs_cb, &none),
@@ -1990,6 +2002,7 @@ static void test_usage_rows_round_trip_filter_and_follow_the_transaction(void **
  * runs table (which version 8 makes where it is missing). */
 static void downgrade_to(fixture *fx, int v) {
         char sql[128];
+        fx->be->raw_exec(fx, "DROP INDEX task_runs_array");
         fx->be->raw_exec(fx, "ALTER TABLE task_runs DROP COLUMN array_id");
         fx->be->raw_exec(fx, "ALTER TABLE task_runs DROP COLUMN array_index");
         if (v < 7)

@@ -216,8 +216,10 @@ int gp_agent_tls_open(const gp_agent_tls_opts *o, gp_agent_tls **ret, char *addr
         int one = 1;
         if (t->lfd < 0 || setsockopt(t->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
             bind(t->lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(t->lfd, 128) < 0) {
+                int e = errno;
                 rc = -EADDRINUSE;
-                snprintf(err, errlen, "cannot listen on %s: %s", o->listen, strerror(errno));
+                /* the caller says where ("cannot listen on ADDR: ...", as the server does) */
+                snprintf(err, errlen, "%s", e == EADDRINUSE ? "in use by another process" : strerror(e));
                 goto fail;
         }
         t->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC, 0, NULL,

@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -130,9 +131,26 @@ class Agent:
         self.proc = None
         self._log = None
 
+    def _port_free(self):
+        """Whether the agent could bind its port now (with SO_REUSEADDR, as it does)."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((self.listen_host, self.port))
+                return True
+            except OSError:
+                return False
+
     def start(self):
         with open(self.config_path, "w") as f:
             f.write(self.config_text)
+        # An agent started again takes its port again; between its stop and this start another
+        # process may have taken it (a parallel test's free_port, or any outgoing connection, whose
+        # ephemeral port comes from the same range), and the agent would then exit with "cannot
+        # listen" (as it should for a configured port in use).  Under the whole suite in parallel
+        # that failed a restarted agent's first sync in CI; a test takes a fresh port instead.
+        if not self.netns and not self._port_free():
+            self.port = free_port()
         argv = [gpupool_bin(), "agent", "--server", self.server_url, "--config", self.config_path,
                 "--name", self.name, "--listen", "%s:%d" % (self.listen_host, self.port),
                 "--data-dir", self.data_dir]
@@ -440,9 +458,11 @@ FIRST_SYNC_S = 30
 
 
 def log_has(path_or_fn, needle, timeout=10):
-    def check():
-        text = path_or_fn() if callable(path_or_fn) else open(path_or_fn, "rb").read().decode("utf-8", "replace")
-        return needle in text
+    def text():
+        return path_or_fn() if callable(path_or_fn) else open(path_or_fn, "rb").read().decode("utf-8", "replace")
 
-    wait_for(check, timeout, "%r in the log" % needle, interval=0.1)
+    try:
+        wait_for(lambda: needle in text(), timeout, "%r in the log" % needle, interval=0.1)
+    except AssertionError as e:  # what the process said instead
+        raise AssertionError("%s; the log's end:\n%s" % (e, text()[-4000:])) from None
 

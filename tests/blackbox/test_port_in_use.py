@@ -8,12 +8,14 @@ gp_http_bind probes the port with a socket without SO_REUSEPORT first.
 
 Run: GPUPOOL_BIN=$PWD/build/gpupool /usr/bin/python3 -m pytest -q tests/blackbox/test_port_in_use.py
 """
+import socket
 import subprocess
 
 import pytest
 import requests
 
-from conftest import SIM_CONFIG, Daemon, gpupool_bin
+from clusterutil import TOKEN
+from conftest import SIM_CONFIG, Daemon, free_port, gpupool_bin
 
 pytestmark = pytest.mark.e2e
 
@@ -58,3 +60,29 @@ def test_a_server_starts_again_on_the_port_its_predecessor_left(tmp_path):
     finally:
         p.terminate()
         p.wait(timeout=10)
+
+
+def test_an_agent_on_a_port_an_outgoing_connection_holds_says_so_once(daemon, tmp_path):
+    """An agent's port can be taken by any outgoing connection (its ephemeral port comes from the
+    same range): the agent exits naming the address and the cause, once."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    held = socket.socket()   # no SO_REUSEADDR, as a client's connection
+    port = free_port()
+    held.bind(("127.0.0.1", port))
+    held.connect(srv.getsockname())
+    try:
+        cfg = tmp_path / "agent.yaml"
+        cfg.write_text(SIM_CONFIG + "node: {name: gpu-a}\n")
+        p = subprocess.run([gpupool_bin(), "agent", "--server", daemon.url, "--token", TOKEN, "--config", str(cfg),
+                            "--name", "gpu-a", "--listen", "127.0.0.1:%d" % port, "--data-dir",
+                            str(tmp_path / "agent-data")],
+                           capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+        assert p.returncode == 1, (p.returncode, p.stderr)
+        assert "cannot listen on 127.0.0.1:%d: in use by another process" % port in p.stderr, p.stderr
+        assert p.stderr.count("cannot listen") == 1, p.stderr
+    finally:
+        held.close()
+        srv.close()
+

@@ -1039,26 +1039,15 @@ static int parse_submit(struct parser *p, int argc, char **argv, int i) {
 /* ID, or ID_INDEX (Slurm's 12_7: element 7 of job array 12) where the
  * command takes one. */
 static int parse_ref(struct parser *p, const char *w, gp_cli_ref *ret) {
-        int64_t v;
-        const char *us = strchr(w, '_');
-        if (us) {
-                char id[24];
-                int64_t ix;
-                size_t n = (size_t)(us - w);
-                if (n == 0 || n >= sizeof(id))
-                        return fail(p, "'%.80s' is not ID_INDEX (e.g. 12_7)", w);
-                memcpy(id, w, n);
-                id[n] = '\0';
-                if (gp_parse_i64(id, 1, INT64_MAX, &v) < 0 || gp_parse_i64(us + 1, 0, GP_ARRAY_INDEX_MAX, &ix) < 0)
-                        return fail(p, "'%.80s' is not ID_INDEX (an array id, '_', an index 0..%d; e.g. 12_7)", w,
-                                    GP_ARRAY_INDEX_MAX);
-                *ret = (gp_cli_ref){.id = v, .array = true, .index = ix};
+        int64_t v, ix;
+        if (gp_array_ref_parse(w, &v, &ix) == 0) {
+                *ret = (gp_cli_ref){.id = v, .array = ix >= 0, .index = ix};
                 return 0;
         }
-        if (gp_parse_i64(w, 1, INT64_MAX, &v) < 0)
-                return fail(p, "'%.80s' is not a task id (a positive integer, or ID_INDEX such as 12_7)", w);
-        *ret = (gp_cli_ref){.id = v, .array = false, .index = -1};
-        return 0;
+        if (strchr(w, '_'))
+                return fail(p, "'%.80s' is not ID_INDEX (an array id, '_', an index 0..%d; e.g. 12_7)", w,
+                            GP_ARRAY_INDEX_MAX);
+        return fail(p, "'%.80s' is not a task id (a positive integer, or ID_INDEX such as 12_7)", w);
 }
 
 /* Add one id to the command; the first also fills id/array/array_index. */

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
+
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
@@ -203,4 +205,20 @@ size_t gp_array_spec_format(const int32_t *idx, size_t n, int limit, char *buf, 
         if (size && need >= size && size >= 4)
                 memcpy(buf + size - 4, "...", 4);
         return need;
+}
+
+int gp_array_ref_parse(const char *s, int64_t *id, int64_t *index) {
+        char head[24];
+        const char *us = strchr(s, '_');
+        size_t n = us ? (size_t)(us - s) : strlen(s);
+        int64_t v, ix = -1;
+        if (n == 0 || n >= sizeof(head))
+                return -EINVAL;
+        memcpy(head, s, n);
+        head[n] = '\0';
+        if (gp_parse_i64(head, 1, INT64_MAX, &v) < 0 || (us && gp_parse_i64(us + 1, 0, GP_ARRAY_INDEX_MAX, &ix) < 0))
+                return -EINVAL;
+        *id = v;
+        *index = ix;
+        return 0;
 }

@@ -34,6 +34,12 @@ typedef struct gp_array_spec {
 int gp_array_spec_parse(const char *s, size_t len, size_t max_elems, gp_array_spec *ret, char *err,
                         size_t errlen);
 
+/* A task or an element of a job array as Slurm names it: "ID" (a task id
+ * >= 1; *index -1) or "ID_INDEX" (element INDEX, 0..GP_ARRAY_INDEX_MAX, of
+ * job array ID: 12_7).  0, or -EINVAL with nothing written.  What the CLI
+ * takes (status, cancel, logs, history -j) and the runs API's ?job=. */
+int gp_array_ref_parse(const char *s, int64_t *id, int64_t *index);
+
 /* Free idx; takes NULL and a zeroed spec; leaves the spec zeroed. */
 void gp_array_spec_done(gp_array_spec *a);
 

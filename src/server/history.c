@@ -76,6 +76,13 @@ void gp_history_run_start(gp_daemon *d, gp_task *t) {
         t->gpu_mem_peak_mb = t->gpu_mem_peak_stored = 0;
 }
 
+/* r is a run of t: its job array and index (as the task shows them, kept
+ * with the run for history's 12_3), else none. */
+static void run_array(gp_store_run *r, const gp_task *t) {
+        r->array_id = t->array_id > 0 ? t->array_id : 0;
+        r->array_index = t->array_id > 0 ? t->array_index : 0;
+}
+
 /* The peak of t's run now, MiB; -1 when its GPU memory was never read. */
 static int64_t run_peak(const gp_task *t) {
         return t->gpu_mem_seen ? t->gpu_mem_peak_mb : -1;
@@ -101,10 +108,7 @@ void gp_history_run_end(gp_daemon *d, const gp_task *t, const char *state, const
                 memset(r, 0, sizeof(*r));
                 r->task_id = t->id;
                 r->run = run;
-                if (t->array_id > 0) {
-                        r->array_id = t->array_id;
-                        r->array_index = t->array_index;
-                }
+                run_array(r, t);
                 gp_history_clean(r->tenant, sizeof(r->tenant), t->tenant);
                 gp_history_clean(r->user, sizeof(r->user), t->user);
                 gp_history_clean(r->name, sizeof(r->name), t->name);
@@ -266,12 +270,11 @@ static int h_task_runs(hreq *r, const gp_route_arg *a) {
         if (rc == 0 && t.state == GP_TASK_RUNNING && t.started_ms > 0) { /* the current run */
                 gp_store_run cur = {.task_id = t.id,
                                     .run = gp_task_run_epoch(&t),
-                                    .array_id = t.array_id > 0 ? t.array_id : 0,
-                                    .array_index = t.array_id > 0 ? t.array_index : 0,
                                     .started_ms = t.started_ms,
                                     .gpu_mem_peak_mb = run_peak(&t),
                                     .n_gpus = t.n_gpus,
                                     .gpus = t.gpus};
+                run_array(&cur, &t);
                 gp_strlcpy(cur.tenant, t.tenant, sizeof(cur.tenant));
                 gp_strlcpy(cur.user, t.user, sizeof(cur.user));
                 gp_strlcpy(cur.name, t.name, sizeof(cur.name));
@@ -320,18 +323,7 @@ static int arg_job(hreq *r, int64_t *job, int64_t *index) {
         const char *v = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "job");
         *job = 0;
         *index = -1;
-        if (!v)
-                return 0;
-        char id[24];
-        const char *us = strchr(v, '_');
-        size_t n = us ? (size_t)(us - v) : strlen(v);
-        if (n == 0 || n >= sizeof(id))
-                return -EINVAL;
-        memcpy(id, v, n);
-        id[n] = '\0';
-        if (gp_parse_i64(id, 1, INT64_MAX, job) < 0 || (us && gp_parse_i64(us + 1, 0, GP_ARRAY_INDEX_MAX, index) < 0))
-                return -EINVAL;
-        return 0;
+        return v ? gp_array_ref_parse(v, job, index) : 0;
 }
 
 static int h_runs(hreq *r, const gp_route_arg *a) {

@@ -155,6 +155,29 @@ static int running_of(gp_sched *s, int64_t from, int64_t to) {
         return n;
 }
 
+/* ID and ID_INDEX, as the CLI and the runs API take them */
+static void test_array_ref_reads_an_id_or_an_element(void **state) {
+        (void)state;
+        int64_t id = 99, ix = 99;
+        assert_int_equal(gp_array_ref_parse("12", &id, &ix), 0);
+        assert_int_equal(id, 12);
+        assert_int_equal(ix, -1);
+        assert_int_equal(gp_array_ref_parse("12_7", &id, &ix), 0);
+        assert_int_equal(id, 12);
+        assert_int_equal(ix, 7);
+        assert_int_equal(gp_array_ref_parse("1_9999999", &id, &ix), 0);
+        assert_int_equal(ix, GP_ARRAY_INDEX_MAX);
+        static const char *const bad[] = {"",    "0",     "-1",   "x",          "_3",          "12_",
+                                          "1_-1", "1_10000000", "12_3_4", "12,13", "99999999999999999999",
+                                          "123456789012345678901234_1"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                id = ix = 99;
+                assert_int_equal(gp_array_ref_parse(bad[i], &id, &ix), -EINVAL);
+                assert_int_equal(id, 99); /* nothing written */
+                assert_int_equal(ix, 99);
+        }
+}
+
 static void test_array_limit_caps_running_members_and_says_why(void **state) {
         (void)state;
         gp_sched *s = new_sched(8);
@@ -261,6 +284,7 @@ int main(void) {
                 cmocka_unit_test(test_array_spec_takes_slurm_forms),
                 cmocka_unit_test(test_array_spec_refuses_bad_specs_with_a_reason),
                 cmocka_unit_test(test_array_spec_format_gives_the_compact_form_back),
+                cmocka_unit_test(test_array_ref_reads_an_id_or_an_element),
                 cmocka_unit_test(test_array_limit_caps_running_members_and_says_why),
                 cmocka_unit_test(test_array_limit_holds_only_its_array),
                 cmocka_unit_test(test_array_limit_counts_restored_members),

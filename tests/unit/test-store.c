@@ -2005,10 +2005,10 @@ static void downgrade_to(fixture *fx, int v) {
         fx->be->raw_exec(fx, "DROP INDEX task_runs_array");
         fx->be->raw_exec(fx, "ALTER TABLE task_runs DROP COLUMN array_id");
         fx->be->raw_exec(fx, "ALTER TABLE task_runs DROP COLUMN array_index");
-        if (v < 7)
+        if (v < 7) {
                 fx->be->raw_exec(fx, "DROP TABLE task_runs");
-        if (v < 7)
                 fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN gpu_mem_peak");
+        }
         if (v < 6)
                 fx->be->raw_exec(fx, "ALTER TABLE tasks DROP COLUMN unix_user");
         if (v < 5)

@@ -234,7 +234,11 @@ class Cluster:
         self.agents.append(a)
         a.start()
         if wait:
+            # joined on both sides: the server marks the node ready once the join is stored, a
+            # moment before the agent has its answer; killed in between, it would need its token
+            # again (CI once restarted an agent without one in that window)
             self.wait_node(name, "ready", agent=a)
+            a.credential()
         return a
 
     # --- the server's view ---

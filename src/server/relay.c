@@ -3,7 +3,8 @@
  * Invariants: nothing leaves this machine in clear: every connection goes
  * to the agent over TLS verified against the cluster CA (the listener's
  * keeper's) and the node's host, or not at all; the token is sent only
- * inside that session.  The listening socket is bound to 127.0.0.1 only. */
+ * inside that session.  The listening socket is bound to 127.0.0.1 only.
+ * live_conns <= max_conns: a connection over it gets a 502, no thread. */
 #include "server/relay.h"
 
 #include <arpa/inet.h>
@@ -32,12 +33,21 @@
 #define SLICE_MS 200
 #define THREAD_STACK (128 * 1024)
 
+/* Connections carried now, by every relay of this process (each a thread
+ * and a TLS session to a node; they may outlive their relay).  The
+ * gateway opens at most gateway.max_upstream_connections to all its
+ * upstreams, so more than that come from another local process: those
+ * are answered 502 and closed, not given a thread each. */
+static int live_conns;       /* atomic */
+static int64_t refused_log_ms; /* atomic: when the last refusal was logged (one a minute) */
+
 struct gp_relay {
         char url[300];                   /* https://HOST:PORT of the agent */
         char host[256], port[8];
         char line[GP_PROTO_RELAY_LINE_MAX];    /* "GPUPOOL-RELAY NAME TOKEN\n" */
         char name[64], token[GP_PROTO_RELAY_LINE_MAX];
         int lfd, lport;
+        int max_conns;                   /* of live_conns, when accepting */
         pthread_t th;
         volatile int stop;               /* atomic */
 };
@@ -119,6 +129,7 @@ static void *conn_main(void *arg) {
         }
         close(c->client);
         free(c);
+        __atomic_sub_fetch(&live_conns, 1, __ATOMIC_RELAXED);
         return NULL;
 }
 
@@ -133,8 +144,21 @@ static void *accept_main(void *arg) {
                 int fd = accept4(r->lfd, (struct sockaddr *)&from, &fl, SOCK_CLOEXEC);
                 if (fd < 0)
                         continue;
+                if (__atomic_add_fetch(&live_conns, 1, __ATOMIC_RELAXED) > r->max_conns) {
+                        __atomic_sub_fetch(&live_conns, 1, __ATOMIC_RELAXED);
+                        int64_t now = gp_mono_ms(), last = __atomic_load_n(&refused_log_ms, __ATOMIC_RELAXED);
+                        if ((last == 0 || now - last >= 60000) &&
+                            __atomic_compare_exchange_n(&refused_log_ms, &last, now, false, __ATOMIC_RELAXED,
+                                                        __ATOMIC_RELAXED))
+                                gp_warn("relay: %d connections carried already (gateway.max_upstream_connections): "
+                                        "more are refused", r->max_conns);
+                        answer_502(fd, "too many relay connections");
+                        close(fd);
+                        continue;
+                }
                 conn *c = calloc(1, sizeof(*c));
                 if (!c) {
+                        __atomic_sub_fetch(&live_conns, 1, __ATOMIC_RELAXED);
                         close(fd);
                         continue;
                 }
@@ -143,6 +167,8 @@ static void *accept_main(void *arg) {
                 memcpy(c->port, r->port, sizeof(c->port));
                 memcpy(c->line, r->line, sizeof(c->line));
                 if (gp_thread_detached(conn_main, c, THREAD_STACK) < 0) {
+                        __atomic_sub_fetch(&live_conns, 1, __ATOMIC_RELAXED);
+                        answer_502(fd, "out of threads");
                         close(fd);
                         explicit_bzero(c->line, sizeof(c->line));
                         free(c);
@@ -151,8 +177,10 @@ static void *accept_main(void *arg) {
         return NULL;
 }
 
-int gp_relay_open(const char *agent_url, const char *run_name, const char *token, gp_relay **ret) {
-        if (!agent_url || strncmp(agent_url, "https://", 8) || strlen(agent_url) >= 300 || !run_name || !token)
+int gp_relay_open(const char *agent_url, const char *run_name, const char *token, int max_conns,
+                  gp_relay **ret) {
+        if (!agent_url || strncmp(agent_url, "https://", 8) || strlen(agent_url) >= 300 || !run_name || !token ||
+            max_conns < 1)
                 return -EINVAL;
         if (!gp_tls_listener())
                 return -ENOENT;
@@ -160,6 +188,7 @@ int gp_relay_open(const char *agent_url, const char *run_name, const char *token
         if (!r)
                 return -ENOMEM;
         r->lfd = -1;
+        r->max_conns = max_conns;
         gp_strlcpy(r->url, agent_url, sizeof(r->url));
         char plain[310];
         snprintf(plain, sizeof(plain), "http://%s", agent_url + 8); /* gp_http_url_parse reads http:// */
@@ -221,7 +250,7 @@ void gp_relay_close(gp_relay *r) {
         free(r);
 }
 
-void gp_relay_keep(gp_relay **rp, const char *agent_url, const char *run_name, const char *token,
+void gp_relay_keep(gp_relay **rp, const char *agent_url, const char *run_name, const char *token, int max_conns,
                    const char *direct_host, int direct_port, const char **ret_host, int *ret_port) {
         bool want = agent_url && !strncmp(agent_url, "https://", 8) && run_name && run_name[0] && token && token[0];
         if (*rp && (!want || !gp_relay_matches(*rp, agent_url, run_name, token))) {
@@ -229,7 +258,7 @@ void gp_relay_keep(gp_relay **rp, const char *agent_url, const char *run_name, c
                 *rp = NULL;
         }
         if (want && !*rp) {
-                int rc = gp_relay_open(agent_url, run_name, token, rp);
+                int rc = gp_relay_open(agent_url, run_name, token, max_conns, rp);
                 if (rc == 0)
                         gp_info("relay: run %s reached over TLS through its agent %s (gateway side 127.0.0.1:%d)",
                                 run_name, agent_url, gp_relay_port(*rp));

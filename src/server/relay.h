@@ -19,8 +19,13 @@ typedef struct gp_relay gp_relay;
  * run_name ("TASK.EPOCH.RANK") on the agent at agent_url
  * ("https://HOST:PORT"), with the run's relay token.  0, -EINVAL (not an
  * https:// URL, a bad name or token), -ENOENT (this server serves no TLS:
- * it has no CA to check the node by) or -errno. */
-int gp_relay_open(const char *agent_url, const char *run_name, const char *token, gp_relay **ret);
+ * it has no CA to check the node by) or -errno.  max_conns bounds the
+ * connections carried at once by all relays of the process (the gateway's
+ * gateway.max_upstream_connections; one more is answered 502 and closed,
+ * so a local process cannot make a thread and a TLS session each for
+ * thousands). */
+int gp_relay_open(const char *agent_url, const char *run_name, const char *token, int max_conns,
+                  gp_relay **ret);
 /* The local port the gateway dials. */
 int gp_relay_port(const gp_relay *r);
 /* Whether r carries exactly that (a node or run that changed needs a new one). */
@@ -32,7 +37,7 @@ bool gp_relay_matches(const gp_relay *r, const char *agent_url, const char *run_
  * wanted but could not open (logged; never plain instead); or direct_host
  * and direct_port (the replica's own: an agent of before node
  * certificates, a server without TLS, or a replica on this machine). */
-void gp_relay_keep(gp_relay **rp, const char *agent_url, const char *run_name, const char *token,
+void gp_relay_keep(gp_relay **rp, const char *agent_url, const char *run_name, const char *token, int max_conns,
                    const char *direct_host, int direct_port, const char **ret_host, int *ret_port);
 
 /* Stops listening (connections in flight go on).  Takes NULL. */

@@ -473,8 +473,8 @@ static void tick(gp_serve *s, int64_t now) {
                 r->running = found && running;
                 if (port)
                         r->port = port;
-                gp_relay_keep(&r->relay, r->running ? addr : NULL, run, tok, r->host[0] ? r->host : "127.0.0.1",
-                              r->port, &r->via_host, &r->via_port);
+                gp_relay_keep(&r->relay, r->running ? addr : NULL, run, tok, d->cfg.gw.max_upstream_connections,
+                              r->host[0] ? r->host : "127.0.0.1", r->port, &r->via_host, &r->via_port);
                 if (!found || running)
                         r->queued_since_ms = 0;
                 else if (!r->queued_since_ms)

@@ -12,6 +12,7 @@ Run: GPUPOOL_BIN=$PWD/build/gpupool GPUPOOL_BUILD=$PWD/build \\
 """
 import json
 import os
+import re
 import socket
 import ssl
 import stat
@@ -268,10 +269,12 @@ def relay_line(a, name, token, cafile, ns_addr):
                 out += b
 
 
-def test_a_replica_on_an_agent_node_is_reached_over_tls_through_its_agent(cluster, veth):
+def replica_on_agent(cluster, veth, gateway=""):
+    """A server (TLS, listening off loopback) whose model m1 is served on an
+    agent in the namespace, answering: (server, agent, chat)."""
     ns, v0, root_addr, ns_addr = veth
     s = cluster.start_server(server_config(extra=(
-        "gateway:\n"
+        "gateway:\n" + gateway +
         "  models:\n"
         "    - name: m1\n"
         "      serve: {command: [\"/usr/bin/python3\", \"%s\", \"{port}\"], gpus: 1, memory_mb: 2000,\n"
@@ -285,6 +288,12 @@ def test_a_replica_on_an_agent_node_is_reached_over_tls_through_its_agent(cluste
     wait_for(lambda: chat("warm up").status_code == 200, 60, "the gateway to answer through the replica:\n" +
              s.log()[-3000:])
     assert "reached over TLS through its agent https://%s:%d" % (ns_addr, a.port) in s.full_log()
+    return s, a, chat
+
+
+def test_a_replica_on_an_agent_node_is_reached_over_tls_through_its_agent(cluster, veth):
+    ns, v0, root_addr, ns_addr = veth
+    s, a, chat = replica_on_agent(cluster, veth)
     # a prompt and its answer, with a sniffer on the wire between the server and the node
     cap = Capture(v0)
     try:
@@ -311,3 +320,51 @@ def test_a_replica_on_an_agent_node_is_reached_over_tls_through_its_agent(cluste
     with socket.create_connection((ns_addr, a.port), timeout=10) as c:
         c.sendall(("GPUPOOL-RELAY %s %s\n" % (name, token)).encode())
         assert b"tls_required" in c.recv(4096)
+
+
+def test_the_servers_relay_carries_at_most_the_gateways_upstream_connections(cluster, veth):
+    # the relay's port is on the server's loopback: any local process may connect, and each
+    # connection carried is a thread and a TLS session to the node
+    cap = 4
+    s, a, chat = replica_on_agent(cluster, veth, gateway="  max_upstream_connections: %d\n" % cap)
+    port = int(re.search(r"gateway side 127\.0\.0\.1:(\d+)", s.full_log()).group(1))
+    threads = lambda: len(os.listdir("/proc/%d/task" % s.proc.pid))  # noqa: E731
+    before = threads()
+
+    def answer(c, timeout):
+        c.settimeout(timeout)
+        try:
+            return c.recv(4096)
+        except socket.timeout:
+            return None     # carried, idle: nothing to say
+
+    held = []
+    try:
+        # what the gateway keeps open counts too: of these some are carried, the rest refused
+        for _ in range(cap):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        carried = [c for c in held if answer(c, 1.0) is None]
+        assert 1 <= len(carried) <= cap
+        for _ in range(40):
+            c = socket.create_connection(("127.0.0.1", port), timeout=10)
+            held.append(c)
+            got = answer(c, 10)
+            assert got and b" 502 " in got.split(b"\r\n")[0] and b"too many relay connections" in got, got
+        assert threads() <= before + cap, (before, threads())
+        assert "more are refused" in s.full_log()
+    finally:
+        for c in held:
+            c.close()
+    # the held ones closed, the gateway reaches the replica again
+    wait_for(lambda: chat("after").status_code == 200, 20, "the gateway through the relay again")
+    # and a connection of the test's own is carried again: it relays a request to the replica
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        c.settimeout(10)
+        out = b""
+        while True:
+            b = c.recv(65536)
+            if not b:
+                break
+            out += b
+    assert b" 200 " in out.split(b"\r\n")[0] and b'"status":"ok"' in out, out

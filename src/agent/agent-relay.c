@@ -5,7 +5,8 @@
  * from its spec.json, on 127.0.0.1; the token is compared in constant
  * time; every size read is bounded (the line GP_PROTO_RELAY_LINE_MAX, spec.json
  * 1 MiB); a relay thread owns both sockets and closes them when it ends;
- * it uses nothing of the listener (whose count it gave back at once). */
+ * it uses nothing of the listener (whose count it gave back once the
+ * line was checked: until then the connection counts against its address). */
 #include "agent/agent-relay.h"
 
 #include <arpa/inet.h>
@@ -142,6 +143,42 @@ static ssize_t read_line(int fd, char *buf, size_t size, int64_t deadline) {
         return -E2BIG;
 }
 
+/* fd, whose first bytes are the relay's magic: its first line read and
+ * checked, then carried (a thread of its own) or refused and closed. */
+static void take(int fd, const char *runs_dir, int64_t deadline) {
+        relay *r = calloc(1, sizeof(*r));
+        if (!r) {
+                close(fd);
+                return;
+        }
+        r->client = fd;
+        r->up = -1;
+        char line[GP_PROTO_RELAY_LINE_MAX], name[64], token[GP_PROTO_RELAY_LINE_MAX];
+        ssize_t ll = read_line(fd, line, sizeof(line), deadline);
+        if (ll < 0 || gp_proto_relay_parse(line, (size_t)ll, name, sizeof(name), token, sizeof(token)) < 0 ||
+            gp_agent_run_name_parse(name, &(gp_proto_run_id){0}) < 0) {
+                refuse(r, "expected: GPUPOOL-RELAY TASK.EPOCH.RANK TOKEN");
+                return;
+        }
+        int port = run_port(runs_dir, name, token);
+        explicit_bzero(token, sizeof(token));
+        explicit_bzero(line, sizeof(line));
+        if (port < 0) {
+                gp_warn("relay: refused for run %s: %s", name,
+                        port == -EACCES ? "not a model replica of this node, or a wrong token"
+                                        : port == -ESRCH ? "it ended" : "no such run here");
+                refuse(r, "no model replica of that name and token runs here");
+                return;
+        }
+        if ((r->up = dial_local(port)) < 0) {
+                r->up = -1;
+                refuse(r, "the model replica does not answer on its port");
+                return;
+        }
+        if (gp_thread_detached(relay_main, r, THREAD_STACK) < 0)
+                refuse(r, "out of threads");
+}
+
 int gp_agent_relay_try(int fd, const char *runs_dir, gp_iplimit *ipl, const struct sockaddr *sa) {
         size_t m = strlen(GP_PROTO_RELAY_MAGIC);
         char peek[32];
@@ -161,41 +198,10 @@ int gp_agent_relay_try(int fd, const char *runs_dir, gp_iplimit *ipl, const stru
                         return 0;
                 poll(&p, 1, (int)(left < 50 ? left : 50)); /* a prefix may grow byte by byte */
         }
-        /* a relay is the server's, not a client's: it does not count against the address (and its
-         * thread, which may outlive the listener, touches nothing of it) */
+        /* counted against its address while its line is read and checked (anyone may send the
+         * magic and then nothing); then a relay is the server's, not a client's: it does not count
+         * (and its thread, which may outlive the listener, touches nothing of it) */
+        take(fd, runs_dir, deadline);
         gp_iplimit_put(ipl, sa);
-        relay *r = calloc(1, sizeof(*r));
-        if (!r) {
-                close(fd);
-                return 1;
-        }
-        r->client = fd;
-        r->up = -1;
-        char line[GP_PROTO_RELAY_LINE_MAX], name[64], token[GP_PROTO_RELAY_LINE_MAX];
-        ssize_t ll = read_line(fd, line, sizeof(line), deadline);
-        if (ll < 0 || gp_proto_relay_parse(line, (size_t)ll, name, sizeof(name), token, sizeof(token)) < 0 ||
-            gp_agent_run_name_parse(name, &(gp_proto_run_id){0}) < 0) {
-                refuse(r, "expected: GPUPOOL-RELAY TASK.EPOCH.RANK TOKEN");
-                return 1;
-        }
-        int port = run_port(runs_dir, name, token);
-        explicit_bzero(token, sizeof(token));
-        explicit_bzero(line, sizeof(line));
-        if (port < 0) {
-                gp_warn("relay: refused for run %s: %s", name,
-                        port == -EACCES ? "not a model replica of this node, or a wrong token"
-                                        : port == -ESRCH ? "it ended" : "no such run here");
-                refuse(r, "no model replica of that name and token runs here");
-                return 1;
-        }
-        if ((r->up = dial_local(port)) < 0) {
-                r->up = -1;
-                refuse(r, "the model replica does not answer on its port");
-                return 1;
-        }
-        if (gp_thread_detached(relay_main, r, THREAD_STACK) < 0) {
-                refuse(r, "out of threads");
-                return 1;
-        }
         return 1;
 }

@@ -22,7 +22,9 @@
  * few seconds): 0 when it is no relay request (nothing was consumed: hand
  * it to the HTTP server), 1 when it was and fd was taken (a thread carries
  * it, or it was answered 502 and closed; its count in ipl for sa is put
- * back at once).  Called from an acceptor thread. */
+ * back then, not before: a client that sends the magic and stalls holds
+ * its address's count until the line's deadline).  Called from an
+ * acceptor thread. */
 int gp_agent_relay_try(int fd, const char *runs_dir, gp_iplimit *ipl, const struct sockaddr *sa);
 
 #endif

@@ -18,6 +18,7 @@ import ssl
 import stat
 import subprocess
 import threading
+import time
 
 import pytest
 import requests
@@ -368,3 +369,50 @@ def test_the_servers_relay_carries_at_most_the_gateways_upstream_connections(clu
                 break
             out += b
     assert b" 200 " in out.split(b"\r\n")[0] and b'"status":"ok"' in out, out
+
+
+def test_a_relay_line_that_stalls_counts_against_its_address_until_it_is_read(cluster):
+    # anyone who reaches the agent's port may send the relay's magic and then nothing: until its
+    # line is read and its token checked, such a connection counts as any other client's
+    # (PER_IP, 32 from one address), so stalled ones cannot each take a thread without bound
+    s = cluster.start_server()
+    a = pinned_agent(cluster, s, "gpu-a")
+    threads = lambda: len(os.listdir("/proc/%d/task" % a.proc.pid))  # noqa: E731
+    before = threads()
+    held, refused, other = [], 0, []
+    try:
+        for _ in range(80):     # quickly: well within the 5 s a line has
+            c = socket.create_connection(("127.0.0.1", a.port), timeout=10)
+            held.append(c)
+            try:
+                c.sendall(b"GPUPOOL-RELAY ")
+            except OSError:
+                pass            # refused and closed already
+        time.sleep(1)
+        for c in held:
+            c.settimeout(0.05)
+            try:
+                got = c.recv(4096)
+            except socket.timeout:
+                continue        # held: its line is being waited for
+            except OSError:
+                got = b""
+            if b" 429 " in got.split(b"\r\n")[0] and b"too_many_connections" in got:
+                refused += 1
+            else:
+                other.append(got[:200])
+        # 32 from one address at once: the rest are refused at the door
+        assert refused >= 40 and not other, (refused, other[:3], before, threads())
+        assert threads() <= before + 40, (before, threads())
+        # each stalled one gets its answer when its line's time is up, and is closed
+        c = held[0]
+        c.settimeout(15)
+        got = c.recv(4096)
+        assert b" 502 " in got.split(b"\r\n")[0] and b"GPUPOOL-RELAY TASK.EPOCH.RANK TOKEN" in got, got
+    finally:
+        for c in held:
+            c.close()
+    # the address's count given back: a client of the status API is served again
+    wait_for(lambda: requests.get("http://127.0.0.1:%d/health" % a.port, timeout=5).status_code == 200, 15,
+             "the agent's /health after the stalled relays")
+    assert a.running()

@@ -17,7 +17,10 @@
  *            placed in the first run (the "place 100,000 tasks" figure);
  *   mixed:   60% shared single-GPU tasks of 1-16 GB, 25% whole GPUs, 15%
  *            gangs of 2/4/8 whole GPUs: the cluster fills, the rest waits,
- *            then 1,000 task ends are replayed one run each (steady state).
+ *            then 1,000 task ends are replayed one run each (steady state);
+ *   2-node gangs: mixed, but a quarter of the gangs take 16 GPUs (two
+ *            whole nodes of 8: multi-node tasks, placed and reserved on
+ *            whole nodes), on the plain scenario's clock.
  * Priorities 0..9 at random; half the tasks have a timeout.
  *
  * Times are the CPU time of the benchmark's thread (CLOCK_THREAD_CPUTIME_ID):
@@ -85,6 +88,7 @@ typedef struct scenario {
         bool preempt;
         int64_t step_ms;   /* clock advance per steady-state round (0: 1 ms from 2000) */
         bool reference;    /* the plain figure the multi-tenant lines compare to */
+        bool gangs2;       /* a quarter of the gangs take 16 GPUs: two whole nodes of 8 */
 } scenario;
 
 
@@ -179,8 +183,8 @@ static int run_one(const scenario *sc, int ntasks, int nodes, int per_node, uint
                 } else if (k < 85) {
                         r.gpus = 1;
                 } else {
-                        static const int g[] = {2, 4, 8};
-                        r.gpus = g[xr() % 3];
+                        static const int g[] = {2, 4, 8}, g2[] = {2, 4, 8, 16};
+                        r.gpus = sc->gangs2 ? g2[xr() % 4] : g[xr() % 3];
                 }
                 r.timeout_ms = (xr() % 2) ? (int64_t)(60 + xr() % 3600) * 1000 : 0;
                 if (sc->tenants) {
@@ -320,6 +324,8 @@ int main(int argc, char **argv) {
                 {.name = "mixed hybrid+bf", .policy = GP_SCHED_HYBRID, .backfill = true},
                 {.name = "plain hybrid+bf, 1 s steps", .policy = GP_SCHED_HYBRID, .backfill = true, .step_ms = 1000,
                  .reference = true},
+                {.name = "2-node gangs, 1 s steps", .policy = GP_SCHED_HYBRID, .backfill = true,
+                 .step_ms = 1000, .gangs2 = true},
                 {.name = "100 tenants", .policy = GP_SCHED_HYBRID, .backfill = true, .tenants = 100, .step_ms = 1000},
                 {.name = "100 tenants + preemption", .policy = GP_SCHED_HYBRID, .backfill = true, .tenants = 100,
                  .preempt = true, .step_ms = 1000},

@@ -486,6 +486,7 @@ struct gp_sched {
         uint32_t tlog[TLOG_CAP];   /* the nodes of the last node_touch calls (a ring) */
         uint64_t tlog_n;           /* node_touch calls so far */
         struct resv_cache *rc[RESV_SHAPES]; /* sched-resv.c: per-node answers for recent shapes */
+        struct multi_cache *mc;    /* ... and when each node is wholly free, for multi-node tasks */
         struct gready *gready;     /* per GPU: when its memory frees, for every shape (sched-resv.c) */
         uint32_t gready_cap;
         struct gends *gends;       /* ... the ends of those with more than one */
@@ -503,6 +504,9 @@ struct gp_sched {
         uint64_t cb_seen;          /* s->tlog_n when the touched nodes were last marked */
         heap_ent *pwake;           /* when a node's pnode stops holding (its until; id: the node) */
         size_t pwake_n, pwake_cap;
+        uint32_t nsize[MAX_NODE_GPUS + 1]; /* nodes of each size (snode.size), 0 not counted: idle
+                                      list k holds a wholly idle node only if nsize[k] > 0 (last:
+                                      1 KB that would move the fields above, read every run) */
 };
 
 /* Node ni's GPUs or rules change (before or after: anything cached of it

@@ -332,6 +332,8 @@ static int index_node(gp_sched *s, uint32_t ni) {
 static void node_refresh(gp_sched *s, uint32_t ni) {
         snode *n = &s->nodes[ni];
         node_touch(s, ni);
+        if (n->size)
+                s->nsize[n->size]--;
         n->size = 0;
         n->kinds = n->wkinds = 0;
         for (int i = 0; i < n->ngpus; i++) {
@@ -344,6 +346,8 @@ static void node_refresh(gp_sched *s, uint32_t ni) {
                         n->wkinds |= (uint64_t)1 << g->kind;
                 }
         }
+        if (n->size)
+                s->nsize[n->size]++;
         s->node_gen++;
 }
 
@@ -573,7 +577,10 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
         n->gpus[n->ngpus++] = gi;
         n->kinds |= (uint64_t)1 << kind;
         if (!g->reserved) {
+                if (n->size)
+                        s->nsize[n->size]--;
                 n->size++;
+                s->nsize[n->size]++;
                 n->wkinds |= (uint64_t)1 << kind;
         }
         s->node_gen++;
@@ -1165,20 +1172,21 @@ int gp_sched_placement_parse(const char *name, gp_sched_placement *ret) {
  * (its kinds, not reserved or removed, on nodes its selector allows)?
  * Elastic tasks never are.  Cached until the nodes change (node_gen); a
  * multi-node task takes whole GPUs (excl). */
-SCHED_PRIVATE void multi_refresh(gp_sched *s, stask *t) {
-        if (t->nodes_max) { /* elastic in nodes: whole nodes, whatever their size */
-                t->multi = true;
-                t->excl = true;
-                t->multi_gen = s->node_gen;
-                return;
-        }
-        if (t->ngpus <= 1 || t->nmax) {
-                t->multi = false;
-                return;
-        }
-        if (t->multi_gen == s->node_gen)
-                return;
+/* The most GPUs of t's kinds one node its selector allows holds (counted
+ * up to t->ngpus: more is the same answer).  Apart from multi_refresh,
+ * which the walk calls for every task it reads, so that the walk keeps
+ * only the two tests before it. */
+__attribute__((noinline)) static int most_on_a_node(const gp_sched *s, const stask *t) {
         int most = 0;
+        uint64_t every_kind = s->nkinds >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << s->nkinds) - 1;
+        if (!t->nsel && !(every_kind & ~t->kinds)) {
+                /* any node, all its GPUs: the largest node (counted by size), not a scan of the
+                 * nodes for every such task (at 12,500 nodes, most of a first run with gangs of
+                 * two nodes queued) */
+                for (int k = MAX_NODE_GPUS; k > 0; k--)
+                        if (s->nsize[k])
+                                return k;
+        }
         for (uint32_t ni = 0; ni < s->nnodes && most < t->ngpus; ni++) {
                 const snode *nd = &s->nodes[ni];
                 if (!(nd->wkinds & t->kinds) || nd->size <= most || !sel_ok(s, t, ni))
@@ -1194,6 +1202,23 @@ SCHED_PRIVATE void multi_refresh(gp_sched *s, stask *t) {
                 if (c > most)
                         most = c;
         }
+        return most;
+}
+
+SCHED_PRIVATE void multi_refresh(gp_sched *s, stask *t) {
+        if (t->nodes_max) { /* elastic in nodes: whole nodes, whatever their size */
+                t->multi = true;
+                t->excl = true;
+                t->multi_gen = s->node_gen;
+                return;
+        }
+        if (t->ngpus <= 1 || t->nmax) {
+                t->multi = false;
+                return;
+        }
+        if (t->multi_gen == s->node_gen)
+                return;
+        int most = most_on_a_node(s, t);
         t->multi = most > 0 && t->ngpus > most;
         t->multi_gen = s->node_gen;
         t->excl = t->multi || t->excl_req;
@@ -1249,7 +1274,14 @@ __attribute__((noinline)) static bool place_multi(const gp_sched *s, const stask
         uint32_t *c = s->mn;
         int nc = 0;
         int64_t total = 0;
-        for (int k = s->max_idle; k >= 1; k--)
+        /* A list k with no node of size k holds no wholly idle node (at 12,500 nodes, walking the
+         * partly idle ones cost a first run that queued gangs of two nodes 5x its time).  The
+         * walk ends once the nodes so far cover the need exactly (the swap below needs GPUs to
+         * spare), or at all for a task elastic in nodes (it takes the largest, no swap). */
+        bool done = false;
+        for (int k = s->max_idle; k >= 1 && !done; k--) {
+                if (!s->nsize[k])
+                        continue;
                 for (uint32_t ni = s->idle_lists[k]; ni != NIL; ni = s->nodes[ni].inext) {
                         const snode *nd = &s->nodes[ni];
                         if (nd->idle != nd->size || !whole_node_ok(s, t, ni) || !host_ok(s, t, ni))
@@ -1261,7 +1293,10 @@ __attribute__((noinline)) static bool place_multi(const gp_sched *s, const stask
                                 continue;
                         c[nc++] = ni;
                         total += node_units(s, t, ni);
+                        if ((done = total == need_units(t) || (t->nodes_max && total >= need_units(t))))
+                                break;
                 }
+        }
         if (total < need_units(t))
                 return false;
         int k = 0;

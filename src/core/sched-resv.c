@@ -212,53 +212,229 @@ static inline int64_t gpu_ready_at(const gp_sched *s, const sgpu *g, const stask
         return r > now ? r : now;
 }
 
-static int cmp_node_end(const void *a, const void *b) {
-        return cmp_gpu_end(a, b); /* (time, node id) */
+/* ------------------------------------------------------------------ */
+/* multi-node tasks: when each node is wholly free                    */
+
+/* A multi-node task takes nodes whole, on whole GPUs (t->excl), so a
+ * node's answer is the same for every such task: the last end of a task on
+ * the GPUs it would hold (those not removed or reserved), TIME_INF when one
+ * of them is not usable, INT64_MIN when none runs a task.  Which nodes a
+ * task may take (whole_node_ok) is read when it asks.  So one answer per
+ * node, made again when the node changed (s->nmod, as the shapes'
+ * answers), and a min-tree over them: the reservation reads the nodes free
+ * first, not every GPU (the scan it replaces cost ~1.7 ms a run at 100,000
+ * GPUs while a gang of two nodes waited). */
+struct multi_cache {
+        uint32_t node_gen;         /* s->node_gen when laid out */
+        uint32_t nnodes, P;        /* P: leaves of the tree, a power of two >= nnodes */
+        uint32_t *seen;            /* per node: s->nmod[ni] its answer is of */
+        int64_t *raw;              /* per node: its answer */
+        uint64_t *tree;            /* the least raw (order-keeping unsigned) below; tree[1] the
+                                      root, leaf P + ni; UINT64_MAX past nnodes */
+        uint32_t *pick;            /* scratch: the nodes chosen (nnodes) */
+        struct mheap { uint64_t key; uint32_t i, first; } *heap; /* scratch: subtrees by (least raw, first leaf) */
+        uint32_t heap_cap;
+        uint64_t tlog_seen;        /* s->tlog_n when every answer was last made current */
+        bool stale;                /* laid out since: every answer is to be made */
+};
+
+static uint64_t time_key(int64_t t) {
+        return (uint64_t)t ^ ((uint64_t)1 << 63);
+}
+
+static void multi_free(gp_sched *s) {
+        struct multi_cache *c = s->mc;
+        if (!c)
+                return;
+        free(c->seen);
+        free(c->raw);
+        free(c->tree);
+        free(c->pick);
+        free(c->heap);
+        free(c);
+        s->mc = NULL;
+}
+
+/* The cache for the nodes as they are (NULL when memory is short). */
+static struct multi_cache *multi_for(gp_sched *s) {
+        struct multi_cache *c = s->mc;
+        if (c && c->node_gen == s->node_gen && c->nnodes == s->nnodes)
+                return c;
+        multi_free(s);
+        uint32_t n = s->nnodes, P = 1;
+        while (P < n)
+                P *= 2;
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return NULL;
+        s->mc = c;
+        c->seen = malloc(((size_t)n + 1) * sizeof(*c->seen));
+        c->raw = malloc(((size_t)n + 1) * sizeof(*c->raw));
+        c->tree = malloc(2 * (size_t)P * sizeof(*c->tree));
+        c->pick = malloc(((size_t)n + 1) * sizeof(*c->pick));
+        c->heap_cap = P + 2;
+        c->heap = malloc((size_t)c->heap_cap * sizeof(*c->heap));
+        if (!c->seen || !c->raw || !c->tree || !c->pick || !c->heap) {
+                multi_free(s);
+                return NULL;
+        }
+        for (uint32_t ni = 0; ni < n; ni++)
+                c->seen[ni] = s->nmod[ni] - 1; /* made at first use */
+        for (uint32_t i = 0; i < 2 * P; i++)
+                c->tree[i] = UINT64_MAX;
+        c->node_gen = s->node_gen;
+        c->nnodes = n;
+        c->P = P;
+        c->stale = true;
+        return c;
+}
+
+/* Node ni's answer made again, and its path up the tree (t: a multi-node
+ * task, so whole GPUs: gready_raw reads only that of t). */
+static void multi_fill(gp_sched *s, struct multi_cache *c, const stask *t, uint32_t ni) {
+        const snode *nd = &s->nodes[ni];
+        int64_t ready = INT64_MIN;
+        for (int i = 0; i < nd->ngpus && ready != TIME_INF; i++) {
+                const sgpu *g = &s->gpus[nd->gpus[i]];
+                if (g->removed || g->reserved)
+                        continue;
+                int64_t r = gpu_usable(g) ? gready_raw(s, nd->gpus[i], t) : TIME_INF;
+                if (r > ready)
+                        ready = r;
+        }
+        c->raw[ni] = ready;
+        c->seen[ni] = s->nmod[ni];
+        uint64_t *tr = c->tree;
+        uint32_t i = c->P + ni;
+        tr[i] = time_key(ready);
+        for (i >>= 1; i >= 1; i >>= 1) {
+                uint64_t m = tr[2 * i] < tr[2 * i + 1] ? tr[2 * i] : tr[2 * i + 1];
+                if (tr[i] == m)
+                        break;
+                tr[i] = m;
+        }
+}
+
+/* Every answer current: the nodes touched since (s->tlog), or all when the
+ * log was overrun or c laid out. */
+static void multi_refresh_all(gp_sched *s, struct multi_cache *c, const stask *t) {
+        if (c->stale || s->tlog_n - c->tlog_seen > TLOG_CAP) {
+                for (uint32_t ni = 0; ni < c->nnodes; ni++)
+                        if (c->seen[ni] != s->nmod[ni])
+                                multi_fill(s, c, t, ni);
+                c->stale = false;
+        } else {
+                for (uint64_t j = c->tlog_seen; j < s->tlog_n; j++) {
+                        uint32_t ni = s->tlog[j & (TLOG_CAP - 1)];
+                        if (ni < c->nnodes && c->seen[ni] != s->nmod[ni])
+                                multi_fill(s, c, t, ni);
+                }
+        }
+        c->tlog_seen = s->tlog_n;
+}
+
+/* The leftmost leaf under tree index i (its first node). */
+static uint32_t first_leaf(const struct multi_cache *c, uint32_t i) {
+        while (i < c->P)
+                i *= 2;
+        return i;
+}
+
+static bool mheap_less(const struct mheap *a, const struct mheap *b) {
+        return a->key != b->key ? a->key < b->key : a->first < b->first;
+}
+
+static void mheap_push(struct multi_cache *c, uint32_t *n, uint64_t key, uint32_t i) {
+        struct mheap e = {key, i, first_leaf(c, i)};
+        uint32_t j = (*n)++;
+        while (j > 0 && mheap_less(&e, &c->heap[(j - 1) / 2])) {
+                c->heap[j] = c->heap[(j - 1) / 2];
+                j = (j - 1) / 2;
+        }
+        c->heap[j] = e;
+}
+
+static struct mheap mheap_pop(struct multi_cache *c, uint32_t *n) {
+        struct mheap top = c->heap[0], x = c->heap[--*n];
+        uint32_t j = 0;
+        for (;;) {
+                uint32_t l = 2 * j + 1, m = l;
+                if (l >= *n)
+                        break;
+                if (l + 1 < *n && mheap_less(&c->heap[l + 1], &c->heap[l]))
+                        m = l + 1;
+                if (!mheap_less(&c->heap[m], &x))
+                        break;
+                c->heap[j] = c->heap[m];
+                j = m;
+        }
+        c->heap[j] = x;
+        return top;
 }
 
 /* The multi-node case of reserve(): the nodes t may take whole that will
  * be free first (a node is free when every task on it may have ended; a
- * drained or unhealthy GPU keeps it from being free at a known time), in
- * that order until they hold t->ngpus GPUs; every GPU of them is marked.
- * (Not cached: it scans the nodes, O(GPUs), in the runs a multi-node task
- * blocks.) */
+ * drained or unhealthy GPU keeps it from being free at a known time), by
+ * (that time, no earlier than now; node number), until they hold t's need;
+ * every GPU of them is marked.  The nodes free now come first, by number
+ * (a walk down the subtrees whose least answer is not after now); then
+ * the others by answer and number (the subtrees in a heap by their least
+ * answer and first node: a subtree's nodes all come before those of a
+ * later one of the same least answer), so the choice is a full sort's. */
 __attribute__((noinline)) static int64_t reserve_multi(gp_sched *s, stask *t, int64_t now) {
-        gpu_end *e = malloc((size_t)s->nnodes * sizeof(*e) + 1);
-        if (!e)
+        struct multi_cache *c = gready_ready(s) < 0 ? NULL : multi_for(s);
+        if (!c)
                 return TIME_INF; /* no reservation: backfill goes on as if none */
-        int m = 0;
-        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
-                const snode *nd = &s->nodes[ni];
+        multi_refresh_all(s, c, t);
+        const uint64_t *tr = c->tree;
+        uint64_t unow = time_key(now);
+        int64_t need = need_units(t), sum = 0, at = TIME_INF;
+        uint32_t k = 0, sp = 0;
+        /* free now: in node order */
+        uint32_t stack[64];
+        if (tr[1] <= unow)
+                stack[sp++] = 1;
+        while (sp && sum < need) {
+                uint32_t i = stack[--sp];
+                if (tr[i] > unow)
+                        continue;
+                if (i < c->P) {
+                        stack[sp++] = 2 * i + 1; /* right after left: node order */
+                        stack[sp++] = 2 * i;
+                        continue;
+                }
+                uint32_t ni = i - c->P;
                 if (!whole_node_ok(s, t, ni))
                         continue;
-                int64_t ready = now;
-                for (int i = 0; i < nd->ngpus && ready != TIME_INF; i++) {
-                        const sgpu *g = &s->gpus[nd->gpus[i]];
-                        if (g->removed || g->reserved)
-                                continue;
-                        int64_t r = gpu_usable(g) ? gpu_ready_at(s, g, t, now) : TIME_INF;
-                        if (r > ready)
-                                ready = r;
+                c->pick[k++] = ni;
+                sum += node_units(s, t, ni);
+                at = now;
+        }
+        /* then by (answer, node) */
+        uint32_t hn = 0;
+        if (sum < need)
+                mheap_push(c, &hn, tr[1], 1);
+        while (hn && sum < need) {
+                struct mheap e = mheap_pop(c, &hn);
+                if (e.i < c->P) { /* one out, two in: at most P + 1 entries */
+                        mheap_push(c, &hn, tr[2 * e.i], 2 * e.i);
+                        mheap_push(c, &hn, tr[2 * e.i + 1], 2 * e.i + 1);
+                        continue;
                 }
-                e[m++] = (gpu_end){ready, ni};
+                uint32_t ni = e.i - c->P;
+                if (ni >= c->nnodes || c->raw[ni] <= now || !whole_node_ok(s, t, ni))
+                        continue; /* padding, or free now (taken above, or not its) */
+                c->pick[k++] = ni;
+                sum += node_units(s, t, ni);
+                at = c->raw[ni];
         }
-        qsort(e, (size_t)m, sizeof(*e), cmp_node_end);
-        int64_t sum = 0, at = TIME_INF;
-        int k = 0;
-        while (k < m && sum < need_units(t)) {
-                sum += node_units(s, t, e[k].gi);
-                at = e[k++].t;
-        }
-        if (sum < need_units(t)) {
-                free(e);
+        if (sum < need)
                 return TIME_INF;
-        }
-        for (int j = 0; j < k; j++) {
-                const snode *nd = &s->nodes[e[j].gi];
+        for (uint32_t j = 0; j < k; j++) {
+                const snode *nd = &s->nodes[c->pick[j]];
                 for (int i = 0; i < nd->ngpus; i++)
                         s->gpus[nd->gpus[i]].resv_stamp = s->stamp;
         }
-        free(e);
         return at;
 }
 
@@ -371,6 +547,7 @@ static void cache_drop(struct resv_cache *c) {
 }
 
 SCHED_PRIVATE void resv_free(gp_sched *s) {
+        multi_free(s);
         for (int i = 0; i < RESV_SHAPES; i++) {
                 cache_drop(s->rc[i]);
                 s->rc[i] = NULL;

@@ -54,6 +54,44 @@ static int64_t reserve_scan(gp_sched *s, const stask *t, int64_t now, uint32_t *
         return found ? best_t : -1;
 }
 
+/* The multi-node reservation before its cache: every node's time read from
+ * its GPUs, all sorted by (time, node); the first that cover the need.
+ * Writes the chosen nodes to nodes[] (*k of them). */
+static int64_t reserve_multi_scan(gp_sched *s, const stask *t, int64_t now, uint32_t *nodes, int *k) {
+        gpu_end *e = malloc((size_t)s->nnodes * sizeof(*e) + 1);
+        assert_non_null(e);
+        int m = 0;
+        for (uint32_t ni = 0; ni < s->nnodes; ni++) {
+                const snode *nd = &s->nodes[ni];
+                if (!whole_node_ok(s, t, ni))
+                        continue;
+                int64_t ready = now;
+                for (int i = 0; i < nd->ngpus && ready != TIME_INF; i++) {
+                        const sgpu *g = &s->gpus[nd->gpus[i]];
+                        if (g->removed || g->reserved)
+                                continue;
+                        int64_t r = gpu_usable(g) ? gpu_ready_at(s, g, t, now) : TIME_INF;
+                        if (r > ready)
+                                ready = r;
+                }
+                e[m++] = (gpu_end){ready, ni};
+        }
+        qsort(e, (size_t)m, sizeof(*e), cmp_gpu_end);
+        int64_t sum = 0, at = TIME_INF;
+        *k = 0;
+        while (*k < m && sum < need_units(t)) {
+                sum += node_units(s, t, e[*k].gi);
+                nodes[*k] = e[*k].gi;
+                at = e[(*k)++].t;
+        }
+        free(e);
+        if (sum < need_units(t)) {
+                *k = 0;
+                return -1;
+        }
+        return at;
+}
+
 static uint64_t rng = 0x2545F4914F6CDD1DULL;
 static uint64_t xr(void) {
         rng ^= rng << 13;
@@ -65,6 +103,38 @@ static uint64_t xr(void) {
 static int cmp_u32p(const void *a, const void *b) {
         uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
         return (x > y) - (x < y);
+}
+
+/* reserve() of multi-node task t and the scan agree: the same time, every
+ * GPU of the same nodes marked */
+static bool agree_multi(gp_sched *s, stask *t, int64_t now) {
+        uint32_t *want = malloc(((size_t)s->nnodes + 1) * sizeof(*want));
+        assert_non_null(want);
+        int k = 0;
+        int64_t w = reserve_multi_scan(s, t, now, want, &k);
+        s->stamp++;
+        int64_t got = reserve(s, t, now);
+        bool *marked = calloc((size_t)s->nnodes + 1, sizeof(*marked));
+        assert_non_null(marked);
+        for (int j = 0; j < k; j++)
+                marked[want[j]] = true;
+        for (uint32_t gi = 0; gi < s->ngpus; gi++)
+                if ((s->gpus[gi].resv_stamp == s->stamp) != marked[s->gpus[gi].node])
+                        fail_msg("multi-node task %" PRId64 " (%d GPUs): GPU %u of node %u %s by reserve(), "
+                                 "the scan %s",
+                                 t->id, t->ngpus, gi, s->gpus[gi].node,
+                                 s->gpus[gi].resv_stamp == s->stamp ? "marked" : "not marked",
+                                 marked[s->gpus[gi].node] ? "chose the node" : "did not");
+        free(marked);
+        free(want);
+        if (w < 0) {
+                assert_int_equal(got, TIME_INF);
+                return false;
+        }
+        if (got != w)
+                fail_msg("multi-node task %" PRId64 " (%d GPUs): reserve() says %" PRId64 ", the scan %" PRId64, t->id,
+                         t->ngpus, got, w);
+        return true;
 }
 
 /* reserve() and the scan agree on t at `now`; returns whether t had a
@@ -117,7 +187,7 @@ static void add_nodes(gp_sched *s, int count, int per_node) {
 /* wide: many request shapes (more than the cache keeps, so slots are
  * replaced); else three, so every answer after the first comes from the
  * cache and only what changed since is made again. */
-static void random_pool_and_work(gp_sched_config *c, int rounds, int models_max, bool wide) {
+static void random_pool_and_work(gp_sched_config *c, int rounds, int models_max, bool wide, bool multi) {
         c->max_models_per_gpu = models_max;
         gp_sched *s;
         assert_int_equal(gp_sched_new(c, &s), 0);
@@ -133,7 +203,7 @@ static void random_pool_and_work(gp_sched_config *c, int rounds, int models_max,
         gp_sched_decision *d = NULL;
         size_t n = 0, cap = 0;
         int64_t id = 1, now = 1000;
-        int checked = 0, reserved = 0;
+        int checked = 0, reserved = 0, checked_multi = 0, reserved_multi = 0;
         static const char *const models[] = {NULL, "m1", "m2", "m3"};
         for (int r = 0; r < rounds; r++) {
                 /* new work: shared and whole, some bounded, some gangs */
@@ -148,6 +218,18 @@ static void random_pool_and_work(gp_sched_config *c, int rounds, int models_max,
                         q.node_selector = wide && xr() % 6 == 0 ? "zone=a" : NULL;
                         q.gpu_model = wide && xr() % 7 == 0 ? "*4090*" : NULL;
                         q.model = models_max ? models[xr() % 4] : NULL;
+                        if (multi && xr() % 8 == 0) { /* wider than any node: whole nodes */
+                                q.gpus = 9 + (int)(xr() % 12);
+                                q.exclusive = false;
+                                q.model = NULL;
+                                q.memory_mb = xr() % 3 ? 0 : 20480;
+                        } else if (multi && xr() % 16 == 0) { /* elastic in whole nodes */
+                                q.gpus = q.elastic_min_nodes = 1 + (int)(xr() % 3);
+                                q.elastic_max_nodes = q.elastic_min_nodes + (int)(xr() % 2);
+                                q.exclusive = false;
+                                q.model = NULL;
+                                q.memory_mb = 0;
+                        }
                         if (gp_sched_enqueue(s, &q) < 0)
                                 id--; /* infeasible here (a gang larger than any node of its kind) */
                 }
@@ -161,6 +243,9 @@ static void random_pool_and_work(gp_sched_config *c, int rounds, int models_max,
                         if (!t->running && !t->multi) {
                                 reserved += agree(s, t, now);
                                 checked++;
+                        } else if (!t->running) {
+                                reserved_multi += agree_multi(s, t, now);
+                                checked_multi++;
                         }
                 /* some end, the pool changes */
                 pos = 0;
@@ -202,6 +287,15 @@ static void random_pool_and_work(gp_sched_config *c, int rounds, int models_max,
                         assert_true(rc == 0 || rc == -EBUSY);
                         break;
                 }
+                case 6: { /* a node stops or starts taking parts of multi-node tasks */
+                        char node[16];
+                        snprintf(node, sizeof(node), "n%02d", (int)(xr() % (uint64_t)nodes));
+                        assert_int_equal(gp_sched_node_set_allow(s, node, xr() % 3 ? GP_SCHED_NODE_MULTI |
+                                                                                          GP_SCHED_NODE_ELASTIC
+                                                                                    : GP_SCHED_NODE_ELASTIC),
+                                         0);
+                        break;
+                }
                 default:
                         break;
                 }
@@ -210,6 +304,9 @@ static void random_pool_and_work(gp_sched_config *c, int rounds, int models_max,
         if (checked <= rounds || reserved <= checked / 2)
                 fail_msg("too few checked: %d queued tasks over %d rounds, %d with a reservation", checked, rounds,
                          reserved);
+        if (multi && (checked_multi <= rounds || reserved_multi <= checked_multi / 4))
+                fail_msg("too few multi-node checked: %d over %d rounds, %d with a reservation", checked_multi, rounds,
+                         reserved_multi);
         free(d);
         gp_sched_free(s);
 }
@@ -218,21 +315,32 @@ static void cached_reservation_is_the_scans(void **state) {
         (void)state;
         gp_sched_config c;
         gp_sched_config_defaults(&c);
-        random_pool_and_work(&c, 400, 0, false);
+        random_pool_and_work(&c, 400, 0, false, false);
+}
+
+/* Gangs wider than any node and tasks elastic in whole nodes among them:
+ * the multi-node reservation (per-node answers and their tree) chooses the
+ * scan's nodes and time, while nodes stop and start allowing them. */
+static void cached_multi_node_reservation_is_the_scans(void **state) {
+        (void)state;
+        gp_sched_config c;
+        gp_sched_config_defaults(&c);
+        random_pool_and_work(&c, 400, 0, false, true);
+        random_pool_and_work(&c, 300, 0, true, true);
 }
 
 static void cached_reservation_is_the_scans_many_shapes(void **state) {
         (void)state;
         gp_sched_config c;
         gp_sched_config_defaults(&c);
-        random_pool_and_work(&c, 300, 0, true);
+        random_pool_and_work(&c, 300, 0, true, false);
 }
 
 static void cached_reservation_is_the_scans_with_models(void **state) {
         (void)state;
         gp_sched_config c;
         gp_sched_config_defaults(&c);
-        random_pool_and_work(&c, 300, 2, true);
+        random_pool_and_work(&c, 300, 2, true, false);
 }
 
 /* More shapes than the cache keeps: answers stay right as slots are
@@ -467,6 +575,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(cached_reservation_is_the_scans),
                 cmocka_unit_test(cached_reservation_is_the_scans_many_shapes),
+                cmocka_unit_test(cached_multi_node_reservation_is_the_scans),
                 cmocka_unit_test(cached_reservation_is_the_scans_with_models),
                 cmocka_unit_test(more_shapes_than_slots),
                 cmocka_unit_test(ties_between_nodes),

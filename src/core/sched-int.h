@@ -507,7 +507,20 @@ struct gp_sched {
         uint32_t nsize[MAX_NODE_GPUS + 1]; /* nodes of each size (snode.size), 0 not counted: idle
                                       list k holds a wholly idle node only if nsize[k] > 0 (last:
                                       1 KB that would move the fields above, read every run) */
+        int size_max;              /* the largest k with nsize[k] > 0 (0: none) */
 };
+
+/* Node sizes counted: one node's size goes from `from` to `to` (0: none). */
+static inline void nsize_move(gp_sched *s, int from, int to) {
+        if (from)
+                s->nsize[from]--;
+        if (to)
+                s->nsize[to]++;
+        if (to > s->size_max)
+                s->size_max = to;
+        while (s->size_max > 0 && !s->nsize[s->size_max])
+                s->size_max--;
+}
 
 /* Node ni's GPUs or rules change (before or after: anything cached of it
  * from before is stale).  The last TLOG_CAP touches are logged, so that a

@@ -332,8 +332,7 @@ static int index_node(gp_sched *s, uint32_t ni) {
 static void node_refresh(gp_sched *s, uint32_t ni) {
         snode *n = &s->nodes[ni];
         node_touch(s, ni);
-        if (n->size)
-                s->nsize[n->size]--;
+        int was = n->size;
         n->size = 0;
         n->kinds = n->wkinds = 0;
         for (int i = 0; i < n->ngpus; i++) {
@@ -346,8 +345,7 @@ static void node_refresh(gp_sched *s, uint32_t ni) {
                         n->wkinds |= (uint64_t)1 << g->kind;
                 }
         }
-        if (n->size)
-                s->nsize[n->size]++;
+        nsize_move(s, was, n->size);
         s->node_gen++;
 }
 
@@ -577,10 +575,8 @@ int gp_sched_gpu_add(gp_sched *s, const gp_sched_gpu_desc *d, uint32_t *ret_gpu)
         n->gpus[n->ngpus++] = gi;
         n->kinds |= (uint64_t)1 << kind;
         if (!g->reserved) {
-                if (n->size)
-                        s->nsize[n->size]--;
                 n->size++;
-                s->nsize[n->size]++;
+                nsize_move(s, n->size - 1, n->size);
                 n->wkinds |= (uint64_t)1 << kind;
         }
         s->node_gen++;
@@ -1183,9 +1179,7 @@ __attribute__((noinline)) static int most_on_a_node(const gp_sched *s, const sta
                 /* any node, all its GPUs: the largest node (counted by size), not a scan of the
                  * nodes for every such task (at 12,500 nodes, most of a first run with gangs of
                  * two nodes queued) */
-                for (int k = MAX_NODE_GPUS; k > 0; k--)
-                        if (s->nsize[k])
-                                return k;
+                return s->size_max;
         }
         for (uint32_t ni = 0; ni < s->nnodes && most < t->ngpus; ni++) {
                 const snode *nd = &s->nodes[ni];

@@ -1287,7 +1287,8 @@ __attribute__((noinline)) static bool place_multi(const gp_sched *s, const stask
                                 continue;
                         c[nc++] = ni;
                         total += node_units(s, t, ni);
-                        if ((done = total == need_units(t) || (t->nodes_max && total >= need_units(t))))
+                        done = total == need_units(t) || (t->nodes_max && total >= need_units(t));
+                        if (done)
                                 break;
                 }
         }

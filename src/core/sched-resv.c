@@ -224,6 +224,12 @@ static inline int64_t gpu_ready_at(const gp_sched *s, const sgpu *g, const stask
  * answers), and a min-tree over them: the reservation reads the nodes free
  * first, not every GPU (the scan it replaces cost ~1.7 ms a run at 100,000
  * GPUs while a gang of two nodes waited). */
+/* a subtree of the tree (index i), by its least answer, then its first node */
+struct mheap {
+        uint64_t key;
+        uint32_t i, first;
+};
+
 struct multi_cache {
         uint32_t node_gen;         /* s->node_gen when laid out */
         uint32_t nnodes, P;        /* P: leaves of the tree, a power of two >= nnodes */
@@ -232,7 +238,7 @@ struct multi_cache {
         uint64_t *tree;            /* the least raw (order-keeping unsigned) below; tree[1] the
                                       root, leaf P + ni; UINT64_MAX past nnodes */
         uint32_t *pick;            /* scratch: the nodes chosen (nnodes) */
-        struct mheap { uint64_t key; uint32_t i, first; } *heap; /* scratch: subtrees by (least raw, first leaf) */
+        struct mheap *heap;        /* scratch: subtrees by (least raw, first leaf) */
         uint32_t heap_cap;
         uint64_t tlog_seen;        /* s->tlog_n when every answer was last made current */
         bool stale;                /* laid out since: every answer is to be made */

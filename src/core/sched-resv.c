@@ -212,6 +212,34 @@ static inline int64_t gpu_ready_at(const gp_sched *s, const sgpu *g, const stask
         return r > now ? r : now;
 }
 
+/* A walk over the leaves of a min-tree (tree[1] the root, leaf P + ni for
+ * node ni) whose key is at most cut, in node order: down the subtrees whose
+ * least key is at most cut, left first, on a stack as deep as the tree. */
+typedef struct leaf_walk {
+        uint32_t st[64];
+        int sp;
+} leaf_walk;
+
+static void leaves_start(leaf_walk *w, const uint64_t *tr, uint64_t cut) {
+        w->sp = 0;
+        if (tr[1] <= cut)
+                w->st[w->sp++] = 1;
+}
+
+/* The next such node, NIL when none is left. */
+static uint32_t leaves_next(leaf_walk *w, const uint64_t *tr, uint32_t P, uint64_t cut) {
+        while (w->sp) {
+                uint32_t i = w->st[--w->sp];
+                if (tr[i] > cut)
+                        continue;
+                if (i >= P)
+                        return i - P;
+                w->st[w->sp++] = 2 * i + 1; /* right after left: node order */
+                w->st[w->sp++] = 2 * i;
+        }
+        return NIL;
+}
+
 /* ------------------------------------------------------------------ */
 /* multi-node tasks: when each node is wholly free                    */
 
@@ -395,21 +423,11 @@ __attribute__((noinline)) static int64_t reserve_multi(gp_sched *s, stask *t, in
         const uint64_t *tr = c->tree;
         uint64_t unow = time_key(now);
         int64_t need = need_units(t), sum = 0, at = TIME_INF;
-        uint32_t k = 0, sp = 0;
+        uint32_t k = 0;
         /* free now: in node order */
-        uint32_t stack[64];
-        if (tr[1] <= unow)
-                stack[sp++] = 1;
-        while (sp && sum < need) {
-                uint32_t i = stack[--sp];
-                if (tr[i] > unow)
-                        continue;
-                if (i < c->P) {
-                        stack[sp++] = 2 * i + 1; /* right after left: node order */
-                        stack[sp++] = 2 * i;
-                        continue;
-                }
-                uint32_t ni = i - c->P;
+        leaf_walk lw;
+        leaves_start(&lw, tr, unow);
+        for (uint32_t ni; sum < need && (ni = leaves_next(&lw, tr, c->P, unow)) != NIL;) {
                 if (!whole_node_ok(s, t, ni))
                         continue;
                 c->pick[k++] = ni;
@@ -739,19 +757,9 @@ static void index_choice(struct resv_cache *c, const uint64_t *tr, int k, int64_
                 return;
         }
         uint64_t cut = later ? mk : unow; /* the candidates' keys are at most this */
-        uint32_t stack[64];            /* an explicit stack: the tree's depth */
-        int sp = 0;
-        stack[sp++] = 1;
-        while (sp) {
-                uint32_t i = stack[--sp];
-                if (tr[i] > cut)
-                        continue;
-                if (i < c->P) {
-                        stack[sp++] = 2 * i + 1; /* right after left: node order */
-                        stack[sp++] = 2 * i;
-                        continue;
-                }
-                uint32_t ni = i - c->P;
+        leaf_walk lw;
+        leaves_start(&lw, tr, cut);
+        for (uint32_t ni; (ni = leaves_next(&lw, tr, c->P, cut)) != NIL;) {
                 int64_t node_t = later ? c->ent[c->off[ni] + (uint32_t)k - 1].t : now;
                 if (*best != NIL && node_t > *best_t)
                         continue;

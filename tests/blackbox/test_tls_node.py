@@ -256,18 +256,23 @@ def veth():
         yield v
 
 
+def health_through(c):
+    """GET /health on connection c (the relay's far end answers), and all it answers until it closes."""
+    c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    out = b""
+    while True:
+        b = c.recv(65536)
+        if not b:
+            return out
+        out += b
+
+
 def relay_line(a, name, token, cafile, ns_addr):
     ctx = ssl.create_default_context(cafile=str(cafile))
     with socket.create_connection((ns_addr, a.port), timeout=10) as raw:
         with ctx.wrap_socket(raw, server_hostname=ns_addr) as c:
             c.sendall(("GPUPOOL-RELAY %s %s\n" % (name, token)).encode())
-            c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            out = b""
-            while True:
-                b = c.recv(65536)
-                if not b:
-                    return out
-                out += b
+            return health_through(c)
 
 
 def replica_on_agent(cluster, veth, gateway=""):
@@ -360,14 +365,7 @@ def test_the_servers_relay_carries_at_most_the_gateways_upstream_connections(clu
     wait_for(lambda: chat("after").status_code == 200, 20, "the gateway through the relay again")
     # and a connection of the test's own is carried again: it relays a request to the replica
     with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
-        c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        c.settimeout(10)
-        out = b""
-        while True:
-            b = c.recv(65536)
-            if not b:
-                break
-            out += b
+        out = health_through(c)
     assert b" 200 " in out.split(b"\r\n")[0] and b'"status":"ok"' in out, out
 
 

@@ -252,12 +252,6 @@ static uint32_t leaves_next(leaf_walk *w, const uint64_t *tr, uint32_t P, uint64
  * answers), and a min-tree over them: the reservation reads the nodes free
  * first, not every GPU (the scan it replaces cost ~1.7 ms a run at 100,000
  * GPUs while a gang of two nodes waited). */
-/* a subtree of the tree (index i), by its least answer, then its first node */
-struct mheap {
-        uint64_t key;
-        uint32_t i, first;
-};
-
 struct multi_cache {
         uint32_t node_gen;         /* s->node_gen when laid out */
         uint32_t nnodes, P;        /* P: leaves of the tree, a power of two >= nnodes */
@@ -270,6 +264,12 @@ struct multi_cache {
         uint32_t heap_cap;
         uint64_t tlog_seen;        /* s->tlog_n when every answer was last made current */
         bool stale;                /* laid out since: every answer is to be made */
+};
+
+/* a subtree of the tree (index i), by its least answer, then its first node */
+struct mheap {
+        uint64_t key;
+        uint32_t i, first;
 };
 
 static uint64_t time_key(int64_t t) {
@@ -323,8 +323,8 @@ static struct multi_cache *multi_for(gp_sched *s) {
         return c;
 }
 
-/* Node ni's answer made again, and its path up the tree (t: a multi-node
- * task, so whole GPUs: gready_raw reads only that of t). */
+/* Node ni's answer made again, and its path up the tree (t: any
+ * multi-node task; gready_raw reads only that it takes whole GPUs). */
 static void multi_fill(gp_sched *s, struct multi_cache *c, const stask *t, uint32_t ni) {
         const snode *nd = &s->nodes[ni];
         int64_t ready = INT64_MIN;

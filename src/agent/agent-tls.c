@@ -2,8 +2,10 @@
  * (see agent-tls.h).
  *
  * Invariants: node.key is written (0600, by a rename) before the node.crt
- * that goes with it, and only after the certificate was checked: signed by
- * the CA the agent trusts, for this key; the private key is never sent.
+ * that goes with it (a stop between the two leaves a pair that does not
+ * load: mend_torn_pair replaces it at the next start), and only after the
+ * certificate was checked: signed by the CA the agent trusts, for this
+ * key; the private key is never sent.
  * The keeper (base/tls-keep.h) reloads the pair for new handshakes; a look
  * that falls between the two renames is refused and the pair is taken at
  * the next look.  state is read by the status thread under mu. */
@@ -167,6 +169,34 @@ static int placeholder(gp_agent_tls *t) {
         return rc;
 }
 
+/* node.crt does not go with node.key at start: an agent stopped between
+ * the two renames of a new certificate (the key is written first), or a
+ * certificate put for another key.  Neither pair is whole, so both are
+ * kept aside (*.torn, for the operator) and a placeholder takes their
+ * place: the issuer then asks for a new certificate, as after a join.
+ * Without it the agent could not start again until someone removed them.
+ * 0 when the pair loads (or was replaced), else -errno. */
+static int mend_torn_pair(gp_agent_tls *t) {
+        char crt[PATH_MAX], key[PATH_MAX], aside[PATH_MAX + 8], why[256] = "";
+        if (path_in(t, "node.crt", crt, sizeof(crt)) < 0 || path_in(t, "node.key", key, sizeof(key)) < 0)
+                return -ENAMETOOLONG;
+        gp_tls_creds *c = NULL;
+        int rc = gp_tls_creds_load(crt, key, NULL, &c, why, sizeof(why));
+        gp_tls_creds_unref(c);
+        if (rc != -EINVAL)
+                return rc < 0 ? rc : 0;
+        gp_warn("node certificate: %s does not load with %s (%s): a stop between the writes of a new "
+                "certificate, or one put for another key; both kept as *.torn, a new certificate is asked for",
+                crt, key, why);
+        snprintf(aside, sizeof(aside), "%s.torn", crt);
+        if (rename(crt, aside) < 0)
+                return -errno;
+        snprintf(aside, sizeof(aside), "%s.torn", key);
+        if (rename(key, aside) < 0 && errno != ENOENT)
+                return -errno;
+        return placeholder(t);
+}
+
 int gp_agent_tls_open(const gp_agent_tls_opts *o, gp_agent_tls **ret, char *address, size_t addrlen, char *err,
                       size_t errlen) {
         char host[128];
@@ -202,7 +232,7 @@ int gp_agent_tls_open(const gp_agent_tls_opts *o, gp_agent_tls **ret, char *addr
                 snprintf(err, errlen, "cannot make %s: %s", t->dir, strerror(-rc));
                 goto fail;
         }
-        if ((rc = placeholder(t)) < 0) {
+        if ((rc = placeholder(t)) < 0 || (rc = mend_torn_pair(t)) < 0) {
                 snprintf(err, errlen, "cannot write a placeholder certificate in %s: %s", t->dir, strerror(-rc));
                 goto fail;
         }

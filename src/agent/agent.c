@@ -1743,9 +1743,10 @@ int gp_agent_main(int argc, char **argv) {
         }
         gp_agent_tls_opts lo = {.data_dir = a->data_dir, .listen = listen_addr ? listen_addr : a->cfg.agent_listen,
                                 .plaintext_any = listen_plaintext, .handler = on_request, .handler_cls = a};
+        err[0] = '\0';
         if ((rc = gp_agent_tls_open(&lo, &a->tls, a->address, sizeof(a->address), err, sizeof(err))) < 0) {
                 fprintf(stderr, "gpupool agent: cannot listen on %s: %s\n", lo.listen,
-                        rc == -EINVAL ? "expected IPv4ADDR:PORT" : err);
+                        rc == -EINVAL && !err[0] ? "expected IPv4ADDR:PORT" : err);
                 return 1;
         }
         struct sigaction sa = {.sa_handler = on_signal};

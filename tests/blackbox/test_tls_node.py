@@ -98,6 +98,34 @@ def test_the_agent_port_serves_a_certificate_of_the_cluster_ca_to_curl_and_opens
     assert requests.get("http://127.0.0.1:%d/v1/status" % a.port, timeout=5).json()["node"] == "gpu-a"
 
 
+def test_an_agent_stopped_between_the_writes_of_its_certificate_starts_again_and_gets_a_new_one(cluster, tmp_path):
+    # a new certificate's key is renamed into place before the certificate: killed between the
+    # two, the agent left a pair that does not load, and could not start again (CI saw it exit
+    # with "cannot listen on ...: expected IPv4ADDR:PORT")
+    s = cluster.start_server()
+    a = pinned_agent(cluster, s, "gpu-a")
+    wait_issued(a)
+    first = open(node_file(a, "node.crt")).read()
+    a.stop()
+    key = node_file(a, "node.key")
+    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key)
+    os.chmod(key, 0o600)
+    a.start()
+
+    def issued():
+        try:
+            return health(a).get("listen_tls") == "issued"
+        except requests.RequestException:
+            return False    # not listening yet
+    wait_for(issued, 20, "a new node certificate:\n" + a.log())
+    assert a.running()
+    assert open(node_file(a, "node.crt")).read() != first
+    assert open(node_file(a, "node.crt.torn")).read() == first and os.path.exists(key + ".torn")
+    assert "does not load with" in a.log() and "a new certificate is asked for" in a.log()
+    assert curl("https://127.0.0.1:%d/health" % a.port, server_ca(s)).returncode == 0
+    cluster.wait_node("gpu-a", "ready", agent=a)
+
+
 def test_a_machine_that_joins_again_gets_a_new_certificate_and_one_near_its_end_is_renewed(cluster, tmp_path):
     s = cluster.start_server()
     a = pinned_agent(cluster, s, "gpu-a")

@@ -169,22 +169,17 @@ static int placeholder(gp_agent_tls *t) {
         return rc;
 }
 
-/* node.crt does not go with node.key at start: an agent stopped between
- * the two renames of a new certificate (the key is written first), or a
- * certificate put for another key.  Neither pair is whole, so both are
- * kept aside (*.torn, for the operator) and a placeholder takes their
- * place: the issuer then asks for a new certificate, as after a join.
- * Without it the agent could not start again until someone removed them.
- * 0 when the pair loads (or was replaced), else -errno. */
-static int mend_torn_pair(gp_agent_tls *t) {
-        char crt[PATH_MAX], key[PATH_MAX], aside[PATH_MAX + 8], why[256] = "";
+/* node.crt does not load with node.key at start (why: the keeper's
+ * error): an agent stopped between the two renames of a new certificate
+ * (the key is written first), or a certificate put for another key.
+ * Neither pair is whole, so both are kept aside (*.torn, for the
+ * operator) and a placeholder takes their place: the issuer then asks for
+ * a new certificate, as after a join.  Without it the agent could not
+ * start again until someone removed them.  0 or -errno. */
+static int mend_torn_pair(gp_agent_tls *t, const char *why) {
+        char crt[PATH_MAX], key[PATH_MAX], aside[PATH_MAX + 8];
         if (path_in(t, "node.crt", crt, sizeof(crt)) < 0 || path_in(t, "node.key", key, sizeof(key)) < 0)
                 return -ENAMETOOLONG;
-        gp_tls_creds *c = NULL;
-        int rc = gp_tls_creds_load(crt, key, NULL, &c, why, sizeof(why));
-        gp_tls_creds_unref(c);
-        if (rc != -EINVAL)
-                return rc < 0 ? rc : 0;
         gp_warn("node certificate: %s does not load with %s (%s): a stop between the writes of a new "
                 "certificate, or one put for another key; both kept as *.torn, a new certificate is asked for",
                 crt, key, why);
@@ -232,7 +227,7 @@ int gp_agent_tls_open(const gp_agent_tls_opts *o, gp_agent_tls **ret, char *addr
                 snprintf(err, errlen, "cannot make %s: %s", t->dir, strerror(-rc));
                 goto fail;
         }
-        if ((rc = placeholder(t)) < 0 || (rc = mend_torn_pair(t)) < 0) {
+        if ((rc = placeholder(t)) < 0) {
                 snprintf(err, errlen, "cannot write a placeholder certificate in %s: %s", t->dir, strerror(-rc));
                 goto fail;
         }
@@ -240,7 +235,16 @@ int gp_agent_tls_open(const gp_agent_tls_opts *o, gp_agent_tls **ret, char *addr
         path_in(t, "node.crt", crt, sizeof(crt));
         path_in(t, "node.key", key, sizeof(key));
         gp_tls_keep_opts ko = {.cert = crt, .key = key, .plaintext_any = o->plaintext_any};
-        if ((rc = gp_tls_keep_open(&ko, &t->keep, err, errlen)) < 0 || (rc = gp_tls_keep_start(t->keep)) < 0)
+        rc = gp_tls_keep_open(&ko, &t->keep, err, errlen);
+        if (rc == -EINVAL) { /* the pair does not load: set it aside, take a placeholder */
+                if ((rc = mend_torn_pair(t, err)) < 0) {
+                        snprintf(err, errlen, "cannot set node.crt and node.key aside in %s: %s", t->dir,
+                                 strerror(-rc));
+                        goto fail;
+                }
+                rc = gp_tls_keep_open(&ko, &t->keep, err, errlen);
+        }
+        if (rc < 0 || (rc = gp_tls_keep_start(t->keep)) < 0)
                 goto fail;
         t->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         int one = 1;

@@ -260,8 +260,7 @@ struct multi_cache {
         uint64_t *tree;            /* the least raw (order-keeping unsigned) below; tree[1] the
                                       root, leaf P + ni; UINT64_MAX past nnodes */
         uint32_t *pick;            /* scratch: the nodes chosen (nnodes) */
-        struct mheap *heap;        /* scratch: subtrees by (least raw, first leaf) */
-        uint32_t heap_cap;
+        struct mheap *heap;        /* scratch: subtrees by (least raw, first leaf), P entries at most */
         uint64_t tlog_seen;        /* s->tlog_n when every answer was last made current */
         bool stale;                /* laid out since: every answer is to be made */
 };
@@ -306,8 +305,7 @@ static struct multi_cache *multi_for(gp_sched *s) {
         c->raw = malloc(((size_t)n + 1) * sizeof(*c->raw));
         c->tree = malloc(2 * (size_t)P * sizeof(*c->tree));
         c->pick = malloc(((size_t)n + 1) * sizeof(*c->pick));
-        c->heap_cap = P + 2;
-        c->heap = malloc((size_t)c->heap_cap * sizeof(*c->heap));
+        c->heap = malloc(((size_t)P + 2) * sizeof(*c->heap));
         if (!c->seen || !c->raw || !c->tree || !c->pick || !c->heap) {
                 multi_free(s);
                 return NULL;
@@ -440,7 +438,7 @@ __attribute__((noinline)) static int64_t reserve_multi(gp_sched *s, stask *t, in
                 mheap_push(c, &hn, tr[1], 1);
         while (hn && sum < need) {
                 struct mheap e = mheap_pop(c, &hn);
-                if (e.i < c->P) { /* one out, two in: at most P + 1 entries */
+                if (e.i < c->P) { /* one out, two in: at most P entries */
                         mheap_push(c, &hn, tr[2 * e.i], 2 * e.i);
                         mheap_push(c, &hn, tr[2 * e.i + 1], 2 * e.i + 1);
                         continue;

@@ -234,11 +234,7 @@ class Cluster:
         self.agents.append(a)
         a.start()
         if wait:
-            # joined on both sides: the server marks the node ready once the join is stored, a
-            # moment before the agent has its answer; killed in between, it would need its token
-            # again (CI once restarted an agent without one in that window)
             self.wait_node(name, "ready", agent=a)
-            a.credential()
         return a
 
     # --- the server's view ---
@@ -266,9 +262,15 @@ class Cluster:
             return box["n"] is not None and box["n"]["state"] == state and box["n"]
 
         try:
-            return wait_for(check, timeout, "node %s %s" % (name, state), interval=0.1)
+            n = wait_for(check, timeout, "node %s %s" % (name, state), interval=0.1)
         except AssertionError as e:
             raise AssertionError("%s\nlast: %r\nserver log:\n%s" % (e, box.get("n"), self.server.log()))
+        if agent is not None and state == "ready":
+            # joined on both sides: the server marks the node ready once the join is stored, a
+            # moment before the agent has its answer and writes node.json; killed in between, it
+            # would need its token again (CI restarted agents without one in that window, twice)
+            agent.credential()
+        return n
 
     def submit(self, command, **body):
         body["command"] = list(command)

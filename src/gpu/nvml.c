@@ -76,6 +76,19 @@ typedef struct nvmlMemory_st {
         unsigned long long used;
 } nvmlMemory_t;
 
+/* nvmlDeviceGetMemoryInfo_v2 (R510 on): the driver's own reservation apart,
+ * so `used` is what nvidia-smi shows (v1's counts the reservation in). */
+typedef struct nvmlMemory_v2_st {
+        unsigned int version;             /* NVML_MEMORY_V2 */
+        unsigned long long total;
+        // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
+        unsigned long long reserved;
+        // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
+        unsigned long long free;
+        unsigned long long used;
+} nvmlMemory_v2_t;
+#define NVML_MEMORY_V2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2U << 24))) /* NVML_STRUCT_VERSION */
+
 typedef struct nvmlUtilization_st {
         unsigned int gpu;                 /* percent of time a kernel ran */
         // cppcheck-suppress unusedStructMember ; NVML's layout: the library writes it
@@ -130,6 +143,8 @@ enum {
         NVML_SUCCESS = 0,
         NVML_ERROR_NOT_SUPPORTED = 3,
         NVML_ERROR_NOT_FOUND = 6,
+        NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+        NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
 };
 enum { NVML_TEMPERATURE_GPU = 0 };
 enum { NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2 };                      /* nvmlClockType_t */
@@ -160,6 +175,7 @@ typedef struct nvml_fns {
         nvmlReturn_t (*get_name)(nvmlDevice_t, char *, unsigned int);
         nvmlReturn_t (*get_uuid)(nvmlDevice_t, char *, unsigned int);
         nvmlReturn_t (*get_memory)(nvmlDevice_t, nvmlMemory_t *);
+        nvmlReturn_t (*get_memory_v2)(nvmlDevice_t, nvmlMemory_v2_t *);                   /* may be NULL */
         nvmlReturn_t (*get_util)(nvmlDevice_t, nvmlUtilization_t *);
         nvmlReturn_t (*get_temp)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int *);
         nvmlReturn_t (*get_power)(nvmlDevice_t, unsigned int *);
@@ -345,13 +361,43 @@ static nvmlReturn_t get_text(nvmlReturn_t (*f)(nvmlDevice_t, char *, unsigned in
         return rc;
 }
 
+/* A device's memory total and use, MiB.  v2 where the driver has it: its
+ * `used` leaves out the driver's own reservation (about 600 MiB of an idle
+ * H200 with R580), as nvidia-smi does; v1's counts it, so an idle GPU would
+ * show as used.  A driver that has the symbol but not the call for this
+ * device or this version answers v1's way. */
+static nvmlReturn_t read_memory(const nvml_backend *nb, nvmlDevice_t dev, int64_t *total_mb, int64_t *used_mb) {
+        nvmlReturn_t rc;
+        if (nb->fn.get_memory_v2) {
+                nvmlMemory_v2_t m2;
+                memset(&m2, 0, sizeof(m2));
+                m2.version = NVML_MEMORY_V2;
+                rc = nb->fn.get_memory_v2(dev, &m2);
+                if (rc == NVML_SUCCESS) {
+                        *total_mb = (int64_t)(m2.total / MIB);
+                        *used_mb = (int64_t)(m2.used / MIB);
+                        return rc;
+                }
+                if (rc != NVML_ERROR_NOT_SUPPORTED && rc != NVML_ERROR_FUNCTION_NOT_FOUND &&
+                    rc != NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+                        return rc;
+        }
+        nvmlMemory_t mem;
+        memset(&mem, 0, sizeof(mem));
+        rc = nb->fn.get_memory(dev, &mem);
+        if (rc == NVML_SUCCESS) {
+                *total_mb = (int64_t)(mem.total / MIB);
+                *used_mb = (int64_t)(mem.used / MIB);
+        }
+        return rc;
+}
+
 /* Ask NVML about whole GPU c: refresh the cache, fill o.  Stops at the
  * first failing call (a lost GPU tends to time out on every call). */
 static void read_whole(nvml_backend *nb, nvml_dev *c, gp_gpu_info *o) {
         nvml_gpu *p = &nb->gpus[c->phys];
         nvmlDevice_t dev = NULL;
         char buf[NVML_STR_BUF];
-        nvmlMemory_t mem;
         nvmlUtilization_t util;
         unsigned int v;
         nvmlReturn_t rc;
@@ -378,14 +424,12 @@ static void read_whole(nvml_backend *nb, nvml_dev *c, gp_gpu_info *o) {
         }
         copy_text(c->uuid, sizeof(c->uuid), buf);
 
-        memset(&mem, 0, sizeof(mem));
-        rc = nb->fn.get_memory(dev, &mem);
+        rc = read_memory(nb, dev, &c->total_mb, &c->used_mb);
         if (rc != NVML_SUCCESS) {
                 mark_unhealthy(nb, o, "nvmlDeviceGetMemoryInfo", rc);
                 goto identity;
         }
-        c->total_mb = p->board_mb = (int64_t)(mem.total / MIB);
-        c->used_mb = (int64_t)(mem.used / MIB);
+        p->board_mb = c->total_mb;
 
         memset(&util, 0, sizeof(util));
         rc = nb->fn.get_util(dev, &util);
@@ -413,7 +457,6 @@ identity:
 /* The parent's name and memory, once: a MIG instance's name needs them. */
 static bool read_board(nvml_backend *nb, nvml_gpu *p, nvmlDevice_t board, gp_gpu_info *o) {
         char buf[NVML_STR_BUF];
-        nvmlMemory_t mem;
         nvmlReturn_t rc;
         if (!p->name[0]) {
                 rc = get_text(nb->fn.get_name, board, buf);
@@ -424,13 +467,12 @@ static bool read_board(nvml_backend *nb, nvml_gpu *p, nvmlDevice_t board, gp_gpu
                 copy_text(p->name, sizeof(p->name), buf);
         }
         if (p->board_mb <= 0) {
-                memset(&mem, 0, sizeof(mem));
-                rc = nb->fn.get_memory(board, &mem);
+                int64_t used_mb = 0;
+                rc = read_memory(nb, board, &p->board_mb, &used_mb);
                 if (rc != NVML_SUCCESS) {
                         mark_unhealthy(nb, o, "nvmlDeviceGetMemoryInfo", rc);
                         return false;
                 }
-                p->board_mb = (int64_t)(mem.total / MIB);
         }
         return true;
 }
@@ -441,7 +483,6 @@ static void read_mig(nvml_backend *nb, nvml_dev *c, gp_gpu_info *o) {
         nvmlDevice_t board = NULL, dev = NULL;
         char buf[NVML_STR_BUF], uuid[GP_UUID_MAX], profile[32];
         nvmlDeviceAttributes_t at;
-        nvmlMemory_t mem;
         nvmlUtilization_t util;
         unsigned int v;
         nvmlReturn_t rc;
@@ -494,14 +535,11 @@ static void read_mig(nvml_backend *nb, nvml_dev *c, gp_gpu_info *o) {
                 snprintf(profile, sizeof(profile), "%ug", at.gpuInstanceSliceCount % 1000);
         snprintf(c->name, sizeof(c->name), "%.95s MIG %.24s", p->name, profile);
 
-        memset(&mem, 0, sizeof(mem));
-        rc = nb->fn.get_memory(dev, &mem);
+        rc = read_memory(nb, dev, &c->total_mb, &c->used_mb);
         if (rc != NVML_SUCCESS) {
                 mark_unhealthy(nb, o, "nvmlDeviceGetMemoryInfo", rc);
                 goto identity;
         }
-        c->total_mb = (int64_t)(mem.total / MIB);
-        c->used_mb = (int64_t)(mem.used / MIB);
 
         memset(&util, 0, sizeof(util)); /* most drivers: NOT_SUPPORTED on a MIG handle */
         rc = nb->fn.get_util(dev, &util);
@@ -731,6 +769,7 @@ int gp_gpu_nvml_open(const gp_gpu_options *opt, gp_gpu_backend **ret, char *err,
         LOAD(get_name, "nvmlDeviceGetName", true);
         LOAD(get_uuid, "nvmlDeviceGetUUID", true);
         LOAD(get_memory, "nvmlDeviceGetMemoryInfo", true);
+        LOAD(get_memory_v2, "nvmlDeviceGetMemoryInfo_v2", false);
         LOAD(get_util, "nvmlDeviceGetUtilizationRates", true);
         LOAD(get_temp, "nvmlDeviceGetTemperature", true);
         LOAD(get_power, "nvmlDeviceGetPowerUsage", true);

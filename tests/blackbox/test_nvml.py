@@ -79,6 +79,27 @@ def test_scripted_gpus_are_reported_with_backend_nvml(nvml_daemon):
     assert h.headers["X-Gpupool-Backend"] == "nvml"
 
 
+def test_memory_used_leaves_out_the_drivers_reservation_as_nvidia_smi_does(nvml_daemon):
+    # An idle H200 on R580: nvidia-smi says 0 MiB used, nvmlDeviceGetMemoryInfo (v1) 615, since v1
+    # counts the driver's own reservation in; _v2 has it apart.  A driver without _v2 (13) is read
+    # v1's way; any other failure of _v2 is the GPU's.
+    d = nvml_daemon(
+        'gpu name="NVIDIA H200" mem_total_mb=143771 mem_used_mb=0 mem_reserved_mb=615\n'
+        'gpu name="NVIDIA H200" mem_total_mb=143771 mem_used_mb=11213 mem_reserved_mb=614\n'
+        'gpu name="NVIDIA A100-SXM4-80GB" mem_total_mb=81920 mem_used_mb=1000 mem_reserved_mb=500 '
+        'fail=memory_v2 fail_code=13\n'
+        'gpu name="NVIDIA A100-SXM4-80GB" mem_total_mb=81920 mem_reserved_mb=500 fail=memory_v2 fail_after=2\n',
+        ", poll_ms: 200")
+    gs = d.api("GET", "/api/v1/gpus").json()["gpus"]
+    assert [(g["memory_total_mb"], g["memory_used_mb"], g["healthy"]) for g in gs[:3]] == [
+        (143771, 0, True), (143771, 11213, True), (81920, 1500, True)]
+    bad = wait_for(lambda: [g for g in gpus(d) if g["index"] == 3 and not g["healthy"]], 10,
+                   "GPU 3 to turn unhealthy")[0]
+    assert "nvmlDeviceGetMemoryInfo" in bad["health_reason"], bad
+    text = d.cli("gpus").stdout
+    assert "0/143771 MB  0 MB" in text, text
+
+
 def test_gpu_model_glob_places_the_task_on_the_matching_gpu(nvml_daemon):
     d = nvml_daemon(TWO_GPUS)
     t = lease(d, gpu_model="*A100*", memory_mb=1000)

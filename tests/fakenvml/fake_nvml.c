@@ -35,6 +35,9 @@
  *       uuid=GPU-...        default GPU-00000000-0000-0000-0000-<index, 12 digits>
  *       mem_total_mb=N      default 16384 (nvmlMemory_t is in bytes: N MiB)
  *       mem_used_mb=N       default 0, at most mem_total_mb
+ *       mem_reserved_mb=N   the driver's own reservation, default 0: counted in
+ *                           nvmlDeviceGetMemoryInfo's used, apart in _v2's (as
+ *                           R510 on; _v2 checks its struct's version)
  *       util=N|na           GPU utilisation percent, default 0; na: NOT_SUPPORTED
  *       mem_util=N          memory utilisation percent, default 0
  *       temp=N|na           degrees C, default 40
@@ -46,9 +49,12 @@
  *       throttle=N|na       clocks-throttle-reason bits (decimal), default 0
  *       fail=none|all|LIST  calls that fail for this GPU; LIST is a comma list
  *                           of handle,name,uuid,memory,util,temp,power,topo,
- *                           clock,ecc,throttle,procs,events,mig (events: the
- *                           GPU refuses nvmlDeviceRegisterEvents; mig: the
- *                           MIG calls, nvmlDeviceGetMigMode and the rest);
+ *                           clock,ecc,throttle,procs,events,mig,memory_v2
+ *                           (events: the GPU refuses nvmlDeviceRegisterEvents;
+ *                           mig: the MIG calls, nvmlDeviceGetMigMode and the
+ *                           rest; memory fails both memory calls, memory_v2
+ *                           nvmlDeviceGetMemoryInfo_v2 alone, as a driver
+ *                           without it answers, with fail_code=13);
  *                           all = every per-device call (handle included)
  *       fail_code=N         what a failing call returns, default 15
  *                           (NVML_ERROR_GPU_IS_LOST)
@@ -198,9 +204,9 @@ typedef enum nvmlGpuLevel_enum {
 #define MAX_MIG 7              /* MIG devices per GPU (A100, H100) */
 
 enum call { C_HANDLE, C_NAME, C_UUID, C_MEMORY, C_UTIL, C_TEMP, C_POWER, C_TOPO, C_CLOCK, C_ECC,
-             C_THROTTLE, C_PROCS, C_EVENTS, C_MIG, C_COUNT };
+             C_THROTTLE, C_PROCS, C_EVENTS, C_MIG, C_MEMORY_V2, C_COUNT };
 static const char *const call_names[C_COUNT] = {"handle", "name", "uuid",  "memory", "util",    "temp",
-                                                "power",  "topo", "clock", "ecc",    "throttle", "procs", "events", "mig"};
+                                                "power",  "topo", "clock", "ecc",    "throttle", "procs", "events", "mig", "memory_v2"};
 
 struct fake_mig {
         bool present;                          /* a MIG device in this slot (else NOT_FOUND) */
@@ -215,6 +221,7 @@ struct fake_gpu {
         char name[MAX_TEXT];
         char uuid[MAX_TEXT];
         unsigned long long total_mb, used_mb;
+        unsigned long long reserved_mb;        /* the driver's own: v1's used counts it, v2's does not */
         long util, mem_util, temp, power_mw;   /* -1: NOT_SUPPORTED */
         long sm_clock, mem_clock;              /* MHz, -1: NOT_SUPPORTED */
         long long ecc_corr, ecc_uncorr;        /* -1: NOT_SUPPORTED */
@@ -443,6 +450,8 @@ static bool parse_gpu(const struct parse *p, char *pos) {
                         ok = parse_ull(val, 1ULL << 30, &g->total_mb);
                 } else if (strcmp(tok, "mem_used_mb") == 0) {
                         ok = parse_ull(val, 1ULL << 30, &g->used_mb);
+                } else if (strcmp(tok, "mem_reserved_mb") == 0) {
+                        ok = parse_ull(val, 1ULL << 30, &g->reserved_mb);
                 } else if (strcmp(tok, "util") == 0) {
                         ok = parse_reading(val, 100, &g->util);
                 } else if (strcmp(tok, "mem_util") == 0) {
@@ -498,8 +507,8 @@ static bool parse_gpu(const struct parse *p, char *pos) {
                 if (!ok)
                         return perr(p, "bad value for", tok);
         }
-        if (g->used_mb > g->total_mb)
-                return perr(p, "mem_used_mb above mem_total_mb", NULL);
+        if (g->used_mb > g->total_mb || g->reserved_mb > g->total_mb - g->used_mb)
+                return perr(p, "mem_used_mb + mem_reserved_mb above mem_total_mb", NULL);
         unsigned long long sum = 0;
         for (unsigned k = 0; k < g->n_mig; k++) {
                 struct fake_mig *m = &g->migs[k];
@@ -854,8 +863,38 @@ API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memo
                 goto out;
         }
         memory->total = (mig_ ? mig_->mem_mb : g->total_mb) * MIB;
-        memory->used = mig_ ? 0 : g->used_mb * MIB;
+        memory->used = mig_ ? 0 : (g->used_mb + g->reserved_mb) * MIB;
         memory->free = memory->total - memory->used;
+        DEVICE_END;
+}
+
+/* R510's struct: the reservation apart from what is used (nvidia-smi's "used"). */
+typedef struct nvmlMemory_v2_st {
+        unsigned int version;
+        unsigned long long total;
+        unsigned long long reserved;
+        unsigned long long free;
+        unsigned long long used;
+} nvmlMemory_v2_t;
+#define NVML_MEMORY_V2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2U << 24)))
+
+API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+        DEVICE_CALL(device, g, C_MEMORY);
+        rc_ = scripted(g, C_MEMORY_V2);
+        if (rc_ != NVML_SUCCESS)
+                goto out;
+        if (!memory) {
+                rc_ = NVML_ERROR_INVALID_ARGUMENT;
+                goto out;
+        }
+        if (memory->version != NVML_MEMORY_V2) {
+                rc_ = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+                goto out;
+        }
+        memory->total = (mig_ ? mig_->mem_mb : g->total_mb) * MIB;
+        memory->reserved = mig_ ? 0 : g->reserved_mb * MIB;
+        memory->used = mig_ ? 0 : g->used_mb * MIB;
+        memory->free = memory->total - memory->reserved - memory->used;
         DEVICE_END;
 }
 

@@ -138,7 +138,8 @@ static const struct verb_info {
                 "queue a batch task; prints its id",
                 "  --gpus N, -G N       GPUs wanted, 1..1024 (default 1); more than a node has:\n"
                 "                       whole nodes (a multi-node task, e.g. torchrun)\n"
-                "  --mem SIZE           GPU memory per GPU: MB, or 8G, 8192M (default: the whole GPU)\n"
+                "  --mem SIZE           GPU memory per GPU: MB, or 8G, 8192M (default: the whole GPU);\n"
+                "                       as nvidia-smi counts it: the CUDA context (~0.6 GB) too\n"
                 "  --cpus N, -c N       CPUs, 1..4096: the quota of its cgroup, and placed only where\n"
                 "                       N CPUs are free (also --cpus-per-task; default: no limit)\n"
                 "  --host-mem SIZE      RAM (host memory, not GPU memory): its cgroup's limit, over it\n"

@@ -304,7 +304,11 @@ int gp_daemon_task_write(gp_daemon *d, const gp_task *t, gp_buf *b) {
         r = r ? r : gp_buf_json_field_time(b, "submitted_at", t->submitted_ms);
         r = r ? r : gp_buf_json_field_time(b, "started_at", t->started_ms);
         r = r ? r : gp_buf_json_field_time(b, "finished_at", t->finished_ms);
-        r = r ? r : gp_buf_printf(b, ",\"backend\":\"%s\"}", d->backend);
+        char backends[64] = ""; /* its GPUs' (a task on an agent's sim GPUs says sim), else the server's */
+        for (int i = 0; i < t->n_gpus; i++)
+                if (i == 0 || strcmp(t->gpus[i - 1].node, t->gpus[i].node))
+                        gp_nodes_backends_add(backends, sizeof(backends), gp_nodes_backend(d, t->gpus[i].node));
+        r = r ? r : gp_buf_printf(b, ",\"backend\":\"%s\"}", backends[0] ? backends : d->backend);
         return r;
 }
 

@@ -352,22 +352,11 @@ json_t *gp_http_gpu_json(gp_daemon *d, uint32_t g) {
  * alike ("sim"), else each once in order ("none+sim", "nvml+sim"): a list
  * with any simulated GPU says "sim" in it.  The server's own with none. */
 static void backends_of(const json_t *gpus, const char *own, char *buf, size_t size) {
-        size_t i, off = 0;
+        size_t i;
         const json_t *g;
         buf[0] = '\0';
-        json_array_foreach(gpus, i, g) {
-                const char *b = json_string_value(json_object_get(g, "backend"));
-                if (!b || !*b)
-                        continue;
-                bool seen = false;
-                for (const char *p = buf; !seen && *p;) {
-                        size_t l = strcspn(p, "+");
-                        seen = l == strlen(b) && !strncmp(p, b, l);
-                        p += l + (p[l] == '+');
-                }
-                if (!seen && off + strlen(b) + 2 < size)
-                        off += (size_t)snprintf(buf + off, size - off, "%s%s", off ? "+" : "", b);
-        }
+        json_array_foreach(gpus, i, g)
+                gp_nodes_backends_add(buf, size, json_string_value(json_object_get(g, "backend")));
         if (!buf[0])
                 gp_strlcpy(buf, own, size);
 }

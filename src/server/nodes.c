@@ -940,6 +940,20 @@ const char *gp_nodes_backend(gp_daemon *d, const char *node) {
         return n && n->backend[0] ? n->backend : gp_daemon_backend(d);
 }
 
+void gp_nodes_backends_add(char *buf, size_t size, const char *b) {
+        if (!b || !*b)
+                return;
+        size_t bl = strlen(b), off = strlen(buf);
+        for (const char *p = buf; *p;) {
+                size_t l = strcspn(p, "+");
+                if (l == bl && !strncmp(p, b, l))
+                        return;
+                p += l + (p[l] == '+');
+        }
+        if (off + bl + 2 < size)
+                snprintf(buf + off, size - off, "%s%s", off ? "+" : "", b);
+}
+
 void gp_nodes_host(gp_daemon *d, const char *node, char *buf, size_t size) {
         buf[0] = '\0';
         gp_node *n = node ? find(gp_daemon_nodes(d), node) : NULL;

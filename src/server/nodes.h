@@ -166,6 +166,10 @@ void gp_nodes_reason_note(struct gp_daemon *d, char *reason, size_t size);
  * ("sim", "nvml") for an agent node, the server's for "local" or an
  * unknown node.  d->lock held; valid while it is. */
 const char *gp_nodes_backend(struct gp_daemon *d, const char *node);
+/* Add backend b to buf, a "+"-joined list of backends each once in the
+ * order first seen ("nvml+sim"): what an answer about GPUs of several
+ * nodes says, so that any simulated one says "sim". */
+void gp_nodes_backends_add(char *buf, size_t size, const char *b);
 
 /* The last readings of an agent node (nodes-tele.h): NULL for "local", an
  * unknown node, one not ready or draining, or one that sent none. */

@@ -634,6 +634,13 @@ def test_agent_on_nvml_reports_its_gpus_and_runs_tasks_on_them(cluster):
     assert gl["backend"] == "nvml+sim", gl
     assert {(g["node"], g["backend"]) for g in gl["gpus"]} == {("h100", "nvml"), ("sim-b", "sim")}, gl
     assert "backend: nvml+sim (some GPUs simulated)" in ok(cluster.cli("gpus"))
+    # a task says the backend of the GPUs it ran on, not the control plane's "none": one on the
+    # simulated node says sim, as every answer about simulated GPUs must
+    assert cluster.task(t["id"])["backend"] == "nvml"
+    s = cluster.wait_task(cluster.submit(["true"], node_selector={"gpupool/node": "sim-b"})["id"], "succeeded")
+    assert s["backend"] == "sim" and "backend:              sim" in ok(cluster.cli("status", str(s["id"])))
+    q = cluster.submit(["true"], gpu_model="*A100*")  # no node has one: queued, no GPUs, the server's
+    assert cluster.task(q["id"])["backend"] == "none"
 
 
 def test_server_sigterm_with_agents_connected_exits_cleanly(cluster):

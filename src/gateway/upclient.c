@@ -14,6 +14,7 @@
  */
 #include "gateway/upclient.h"
 
+#include "base/ownport.h"
 #include "base/url.h"
 
 #include <errno.h>
@@ -52,6 +53,8 @@ typedef struct uc_pool {
 
 struct uc_conn {
         int fd;                    /* -1 once closed (in the graveyard) */
+        int own_port;              /* its local port, noted as this process's (a loopback upstream:
+                                      the server's relay takes only those; base/ownport.h), 0: none */
         uc_pool *pool;
         gp_uc_xfer *x;             /* NULL while idle */
         bool used;                 /* carried an answer before: may have been closed by the upstream */
@@ -177,6 +180,8 @@ static void conn_close(gp_uc *c, uc_conn *k) {
         else
                 k->x->conn = NULL;
         k->x = NULL;
+        gp_ownport_forget(k->own_port);
+        k->own_port = 0;
         close(k->fd); /* leaves the epoll set with it */
         k->fd = -1;
         free(k->rbuf);
@@ -227,14 +232,23 @@ static int conn_open(gp_uc *c, gp_uc_xfer *x) {
         }
         int one = 1;
         setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        int own = gp_ownport_bind(k->fd, (struct sockaddr *)&p->addr);
+        if (own < 0) {
+                close(k->fd);
+                free(k);
+                return GP_UC_ECONNECT;
+        }
+        k->own_port = own;
         struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
                                  .data.u64 = (uint64_t)(uintptr_t)k | GP_UC_EV_TAG};
         if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, k->fd, &ev) < 0) {
+                gp_ownport_forget(k->own_port);
                 close(k->fd);
                 free(k);
                 return GP_UC_ECONNECT;
         }
         if (connect(k->fd, (struct sockaddr *)&p->addr, p->alen) < 0 && errno != EINPROGRESS) {
+                gp_ownport_forget(k->own_port);
                 close(k->fd);
                 free(k);
                 p->alen = 0; /* look it up again next time */

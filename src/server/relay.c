@@ -3,7 +3,11 @@
  * Invariants: nothing leaves this machine in clear: every connection goes
  * to the agent over TLS verified against the cluster CA (the listener's
  * keeper's) and the node's host, or not at all; the token is sent only
- * inside that session.  The listening socket is bound to 127.0.0.1 only.
+ * inside that session.  The listening socket is bound to 127.0.0.1 only,
+ * and carries only this process's own connections (the gateway's, the
+ * readiness probe's: their ports noted, base/ownport.h): another local
+ * process's gets a 502 and is closed, no thread, no slot, so it neither
+ * reaches the replica past the gateway's keys nor holds the slots.
  * live_conns <= max_conns: a connection over it gets a 502, no thread. */
 #include "server/relay.h"
 
@@ -21,6 +25,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/ownport.h"
 #include "base/splice.h"
 #include "base/tls-keep.h"
 #include "base/url.h"
@@ -34,12 +39,21 @@
 #define THREAD_STACK (128 * 1024)
 
 /* Connections carried now, by every relay of this process (each a thread
- * and a TLS session to a node; they may outlive their relay).  The
- * gateway opens at most gateway.max_upstream_connections to all its
- * upstreams, so more than that come from another local process: those
- * are answered 502 and closed, not given a thread each. */
+ * and a TLS session to a node; they may outlive their relay).  Only this
+ * process's own are carried: the gateway opens at most
+ * gateway.max_upstream_connections to all its upstreams, the readiness
+ * probe one at a time (max_conns is their sum); the cap is a bound on
+ * threads should that ever not hold, answered 502, not a thread each. */
 static int live_conns;       /* atomic */
 static int64_t refused_log_ms; /* atomic: when the last refusal was logged (one a minute) */
+static int64_t foreign_log_ms; /* atomic: ... of another process's connection */
+
+/* Log at most once a minute (last: the minute's clock). */
+static bool log_due(int64_t *last_ms) {
+        int64_t now = gp_mono_ms(), last = __atomic_load_n(last_ms, __ATOMIC_RELAXED);
+        return (last == 0 || now - last >= 60000) &&
+               __atomic_compare_exchange_n(last_ms, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
 
 struct gp_relay {
         char url[300];                   /* https://HOST:PORT of the agent */
@@ -144,14 +158,20 @@ static void *accept_main(void *arg) {
                 int fd = accept4(r->lfd, (struct sockaddr *)&from, &fl, SOCK_CLOEXEC);
                 if (fd < 0)
                         continue;
+                if (!gp_ownport_is_own((struct sockaddr *)&from)) {
+                        if (log_due(&foreign_log_ms))
+                                gp_warn("relay: a connection from 127.0.0.1:%d, not this server's gateway, "
+                                        "refused (one a minute is logged)",
+                                        from.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&from)->sin_port) : 0);
+                        answer_502(fd, "only this server's gateway may use its relay");
+                        close(fd);
+                        continue;
+                }
                 if (__atomic_add_fetch(&live_conns, 1, __ATOMIC_RELAXED) > r->max_conns) {
                         __atomic_sub_fetch(&live_conns, 1, __ATOMIC_RELAXED);
-                        int64_t now = gp_mono_ms(), last = __atomic_load_n(&refused_log_ms, __ATOMIC_RELAXED);
-                        if ((last == 0 || now - last >= 60000) &&
-                            __atomic_compare_exchange_n(&refused_log_ms, &last, now, false, __ATOMIC_RELAXED,
-                                                        __ATOMIC_RELAXED))
-                                gp_warn("relay: %d connections carried already (gateway.max_upstream_connections): "
-                                        "more are refused", r->max_conns);
+                        if (log_due(&refused_log_ms))
+                                gp_warn("relay: %d connections carried already (gateway.max_upstream_connections "
+                                        "and the readiness probe's): more are refused", r->max_conns);
                         answer_502(fd, "too many relay connections");
                         close(fd);
                         continue;

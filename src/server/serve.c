@@ -21,6 +21,7 @@
 #include "server/nodes.h"
 
 #include "base/log.h"
+#include "base/ownport.h"
 #include "base/util.h"
 #include "gateway/gateway.h"
 #include "server/server-int.h"
@@ -187,6 +188,27 @@ static int spec_port(const char *spec, char *tok, size_t toklen) {
         return (int)v;
 }
 
+/* The probe's sockets: to a loopback address (the relay's end, or a
+ * replica on this machine) each is bound first and its port noted as this
+ * process's, as the gateway's are (the relay takes only those). */
+static curl_socket_t probe_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
+        int fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+        if (fd >= 0 && gp_ownport_bind(fd, &a->addr) < 0) {
+                close(fd);
+                fd = -1;
+        }
+        return fd >= 0 ? fd : CURL_SOCKET_BAD;
+}
+
+static int probe_close(void *ud, curl_socket_t fd) {
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof(sa);
+        if (getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 && sa.sin_family == AF_INET &&
+            (ntohl(sa.sin_addr.s_addr) >> 24) == 127)
+                gp_ownport_forget(ntohs(sa.sin_port));
+        return close(fd);
+}
+
 /* Is the replica's readiness path answering 200? */
 static bool probe_ready(gp_serve *s, replica *r) {
         char url[GP_CFG_URL_MAX + 320];
@@ -199,6 +221,9 @@ static bool probe_ready(gp_serve *s, replica *r) {
         curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(e, CURLOPT_PROXY, "");
         curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+        curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, probe_socket);
+        curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, probe_close);
+        curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L); /* no relay connection kept between probes */
         curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, NULL);
         FILE *devnull = fopen("/dev/null", "w");
         if (devnull)
@@ -473,7 +498,8 @@ static void tick(gp_serve *s, int64_t now) {
                 r->running = found && running;
                 if (port)
                         r->port = port;
-                gp_relay_keep(&r->relay, r->running ? addr : NULL, run, tok, d->cfg.gw.max_upstream_connections,
+                /* the gateway's connections and the readiness probe's one */
+                gp_relay_keep(&r->relay, r->running ? addr : NULL, run, tok, d->cfg.gw.max_upstream_connections + 1,
                               r->host[0] ? r->host : "127.0.0.1", r->port, &r->via_host, &r->via_port);
                 if (!found || running)
                         r->queued_since_ms = 0;

@@ -1,14 +1,21 @@
 /* test-base.c - the base mechanics every module uses: gp_vec_grow
- * (growing by doubling) and gp_list (the intrusive list). */
+ * (growing by doubling), gp_list (the intrusive list) and gp_ownport
+ * (this process's loopback connections told from another's). */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "base/list.h"
+#include "base/ownport.h"
 #include "base/vec.h"
 
 static void test_vec_grows_by_doubling_and_keeps_items(void **state) {
@@ -96,11 +103,73 @@ static void test_list_keeps_order_through_adds_and_deletes(void **state) {
         assert_null(gp_list_last(&h));
 }
 
+static struct sockaddr_in loop4(int port) {
+        return (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+}
+
+/* A connection to l from a new socket (bound and noted first when own);
+ * the peer address l's accept saw into *peer. */
+static int connect_to(int l, int lport, bool own, struct sockaddr_in *peer, int *noted) {
+        struct sockaddr_in dst = loop4(lport);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fd >= 0);
+        *noted = own ? gp_ownport_bind(fd, (struct sockaddr *)&dst) : 0;
+        assert_int_equal(connect(fd, (struct sockaddr *)&dst, sizeof(dst)), 0);
+        socklen_t pl = sizeof(*peer);
+        int a = accept(l, (struct sockaddr *)peer, &pl);
+        assert_true(a >= 0);
+        close(a);
+        return fd;
+}
+
+static void test_ownport_tells_this_process_connections_from_another_s(void **state) {
+        (void)state;
+        struct sockaddr_in la = loop4(0);
+        socklen_t ll = sizeof(la);
+        int l = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(l >= 0);
+        assert_int_equal(bind(l, (struct sockaddr *)&la, sizeof(la)), 0);
+        assert_int_equal(listen(l, 8), 0);
+        assert_int_equal(getsockname(l, (struct sockaddr *)&la, &ll), 0);
+        int lport = ntohs(la.sin_port);
+
+        struct sockaddr_in mine, theirs;
+        int noted, none;
+        int a = connect_to(l, lport, true, &mine, &noted);
+        int b = connect_to(l, lport, false, &theirs, &none); /* as another process connects: no note */
+        assert_true(noted > 0);
+        assert_int_equal(ntohs(mine.sin_port), noted);
+        assert_int_equal(none, 0);
+        assert_true(gp_ownport_is_own((struct sockaddr *)&mine));
+        assert_false(gp_ownport_is_own((struct sockaddr *)&theirs));
+
+        /* closed (forgotten first): the port is no longer ours */
+        gp_ownport_forget(noted);
+        close(a);
+        assert_false(gp_ownport_is_own((struct sockaddr *)&mine));
+
+        /* off loopback nothing is bound or noted; an IPv6 peer is never ours */
+        struct sockaddr_in off = {.sin_family = AF_INET, .sin_port = htons(80), .sin_addr.s_addr = htonl(0x0a000001)};
+        int c = socket(AF_INET, SOCK_STREAM, 0);
+        assert_int_equal(gp_ownport_bind(c, (struct sockaddr *)&off), 0);
+        struct sockaddr_in cs;
+        socklen_t cl = sizeof(cs);
+        assert_int_equal(getsockname(c, (struct sockaddr *)&cs, &cl), 0);
+        assert_int_equal(cs.sin_port, 0);
+        struct sockaddr_in6 v6 = {.sin6_family = AF_INET6, .sin6_port = mine.sin_port, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+        assert_false(gp_ownport_is_own((struct sockaddr *)&v6));
+        close(c);
+        close(b);
+        close(l);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_vec_grows_by_doubling_and_keeps_items),
                 cmocka_unit_test(test_vec_refuses_overflow_and_leaves_the_array),
                 cmocka_unit_test(test_list_keeps_order_through_adds_and_deletes),
+                cmocka_unit_test(test_ownport_tells_this_process_connections_from_another_s),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,6 +53,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,6 +271,35 @@ static bool optional_reading(const nvml_backend *nb, gp_gpu_info *o, const char 
 
 /* Clocks, ECC counts, throttle reasons (the board's): -1 unless NVML
  * answers; the compute processes of dev (the GPU or a MIG instance of it). */
+/* Are the processes NVML listed this process's to see?  The driver names
+ * them by their PIDs in the host's PID namespace; run in a namespace of
+ * its own (a container without the host's PIDs), gpupool would find none
+ * of them, or others of the same number, and take a task's memory for a
+ * stranger's (foreign memory it then keeps free: the task counted twice).
+ * So a reading with a PID this process cannot see lists no process at all
+ * (per task memory, the watchdog and foreign memory wait for one it can),
+ * and three such readings in a row are logged once, with the remedy.  A
+ * process that ended between the listing and the look is one such
+ * reading, no more. */
+static bool pids_seen(const gp_gpu_info *o) {
+        static int streak, warned; /* atomic */
+        int unseen = 0;
+        for (int k = 0; k < o->n_procs && !unseen; k++)
+                if (kill(o->procs[k].pid, 0) < 0 && errno == ESRCH)
+                        unseen = o->procs[k].pid;
+        if (!unseen) {
+                __atomic_store_n(&streak, 0, __ATOMIC_RELAXED);
+                return true;
+        }
+        if (__atomic_add_fetch(&streak, 1, __ATOMIC_RELAXED) >= 3 &&
+            !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                gp_warn("NVML lists GPU process %d, which this process cannot see: gpupool runs in a PID namespace "
+                        "other than the driver's (a container without the host's PIDs?), so GPU memory per task, the "
+                        "memory watchdog and foreign memory are off; run it in the host's (docker run --pid=host, "
+                        "Kubernetes hostPID: true)", unseen);
+        return false;
+}
+
 static void read_diagnostics(const nvml_backend *nb, nvmlDevice_t board, nvmlDevice_t dev, gp_gpu_info *o) {
         unsigned int mhz;
         unsigned long long n;
@@ -312,6 +342,10 @@ static void read_diagnostics(const nvml_backend *nb, nvmlDevice_t board, nvmlDev
                                                      ? -1
                                                      : (int64_t)(p[k].usedGpuMemory / MIB);
                         }
+                if (o->procs_known && !pids_seen(o)) {
+                        o->procs_known = false; /* whose they are cannot be told: none is charged */
+                        o->n_procs = 0;
+                }
         }
 }
 

@@ -65,3 +65,34 @@ def test_foreign_memory_on_an_agents_gpu(cluster, tmp_path):
 def test_a_driver_that_lists_no_processes_shows_no_foreign_memory(daemon):
     g = daemon.api("GET", "/api/v1/gpus").json()["gpus"][0]  # the sim backend lists none
     assert g["memory_foreign_mb"] is None and g["memory_usable_mb"] == g["memory_total_mb"] - 2000, g
+
+
+def test_processes_named_from_another_pid_namespace_are_charged_to_no_one(daemon_factory, tmp_path, monkeypatch):
+    # In a container without the host's PIDs, NVML names a task's process by its host PID, which the
+    # server cannot see: taking it for a stranger's would keep the task's own memory free a second
+    # time (its share waits beside it). So such a reading lists no process: nothing foreign, no
+    # watchdog (isolation none), no memory per task, and the log says why and what to do.
+    script = tmp_path / "nvml.conf"
+    write(script, H100 % ("f2f2f2f2", " pid_offset=3000000"))
+    monkeypatch.setenv("FAKE_NVML_CONFIG", str(script))
+    d = daemon_factory('gpus: {backend: nvml, poll_ms: 200, nvml_library: "%s"}\n' % fake_nvml_lib())
+    t = d.api("POST", "/api/v1/tasks", json={"command": ["sleep", "60"], "memory_mb": 40000,
+                                              "env": {"FAKE_NVML_GPU_MB": "40000"}}).json()
+    wait_for(lambda: d.api("GET", "/api/v1/tasks/%d" % t["id"]).json()["state"] == "running", 15)
+    wait_for(lambda: "which this process cannot see" in d.log(), 15, "the warning")
+    assert "hostPID: true" in d.log()
+    g = d.api("GET", "/api/v1/gpus").json()["gpus"][0]
+    assert g["memory_foreign_mb"] is None and g["isolation"] == "none", g
+    assert g["memory_usable_mb"] == 81559 - 2000, g
+    # a second share of 30000 MB fits beside it: its 40000 MB are not counted twice
+    t2 = d.api("POST", "/api/v1/tasks", json={"command": ["sleep", "60"], "memory_mb": 30000}).json()
+    wait_for(lambda: d.api("GET", "/api/v1/tasks/%d" % t2["id"]).json()["state"] == "running", 15, "the second share")
+    assert d.api("GET", "/api/v1/tasks/%d" % t["id"]).json().get("gpu_memory_used_mb") is None
+    # the same task seen by its own PID: charged to it, nothing foreign
+    write(script, H100 % ("f2f2f2f2", ""))
+    wait_for(lambda: d.api("GET", "/api/v1/tasks/%d" % t["id"]).json().get("gpu_memory_used_mb") == 40000, 15,
+             "the task's memory")
+    g = d.api("GET", "/api/v1/gpus").json()["gpus"][0]
+    assert g["memory_foreign_mb"] == 0 and g["isolation"] == "watchdog", g
+    for x in (t, t2):
+        d.api("POST", "/api/v1/tasks/%d/cancel" % x["id"])

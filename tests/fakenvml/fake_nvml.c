@@ -75,6 +75,9 @@
  *                           CUDA program allocating N MiB on each GPU it sees
  *                           (on a MIG instance's handle: the processes whose
  *                           CUDA_VISIBLE_DEVICES names its MIG-... uuid)
+ *       pid_offset=N        procs=env's processes are listed as PID + N (default
+ *                           0): as a driver names them from another PID
+ *                           namespace (the host's, seen from a container)
  *       foreign_mb=N        one more compute process, pid 1 (never a task's),
  *                           using N MiB: a process outside gpupool, such as
  *                           another user's job; default 0 (none)
@@ -232,6 +235,7 @@ struct fake_gpu {
         unsigned long calls[C_COUNT];          /* calls answered so far, per call */
         long topo_group;
         bool procs_env;                        /* procs=env */
+        unsigned long long pid_offset;         /* added to their PIDs */
         unsigned long long foreign_mb;         /* foreign_mb=N: pid 1 uses N MiB */
         unsigned long long xid[16];            /* xid=: raised, not yet delivered */
         unsigned n_xid;
@@ -496,6 +500,8 @@ static bool parse_gpu(const struct parse *p, char *pos) {
                 } else if (strcmp(tok, "procs") == 0) {
                         ok = strcmp(val, "none") == 0 || strcmp(val, "env") == 0;
                         g->procs_env = strcmp(val, "env") == 0;
+                } else if (strcmp(tok, "pid_offset") == 0) {
+                        ok = parse_ull(val, 1ULL << 30, &g->pid_offset);
                 } else if (strcmp(tok, "foreign_mb") == 0) {
                         ok = parse_ull(val, 1ULL << 30, &g->foreign_mb);
                 } else if (strcmp(tok, "topo_group") == 0) {
@@ -1037,7 +1043,8 @@ static nvmlReturn_t get_procs(nvmlDevice_t device, unsigned int *count, nvmlProc
                     !env_uses(de->d_name, index, mig_ ? mig_->uuid : NULL, &mb))
                         continue;
                 if (infos && found < *count)
-                        infos[found] = (nvmlProcessInfo_t){.pid = (unsigned)strtoul(de->d_name, NULL, 10),
+                        infos[found] = (nvmlProcessInfo_t){.pid = (unsigned)(strtoul(de->d_name, NULL, 10) +
+                                                                             g->pid_offset),
                                                            .usedGpuMemory = mb * MIB};
                 found++;
         }

@@ -46,6 +46,25 @@ typedef struct gp_gpu_info {
         gp_gpu_proc procs[GP_GPU_MAX_PROCS];
 } gp_gpu_info;
 
+/* Memory a device has in use beyond its listed processes' that is taken
+ * for granted: the driver's own, and the skew of one reading. */
+#define GP_GPU_UNLISTED_SLACK_MB 256
+
+/* The memory on a GPU that no task of the pool holds, from one reading:
+ * the listed processes of no task (listed_foreign_mb), and what the device
+ * has in use beyond every listed process (listed_mb), past the slack:
+ * processes NVML does not list to this reader (another container's: driver
+ * 580 lists only the reader's PID namespace's; graphics processes).  The
+ * latter not when the list may be cut short (n_procs at max_procs) or the
+ * device's use is unknown (device_used_mb < 0). */
+static inline int64_t gp_gpu_foreign_mb(int64_t device_used_mb, int64_t listed_mb, int64_t listed_foreign_mb,
+                                        int n_procs, int max_procs) {
+        int64_t unlisted = device_used_mb - listed_mb;
+        if (device_used_mb >= 0 && n_procs < max_procs && unlisted > GP_GPU_UNLISTED_SLACK_MB)
+                listed_foreign_mb += unlisted;
+        return listed_foreign_mb < ((int64_t)1 << 40) ? listed_foreign_mb : (int64_t)1 << 40;
+}
+
 typedef struct gp_gpu_backend gp_gpu_backend;
 
 typedef struct gp_gpu_options {

@@ -271,11 +271,12 @@ static bool optional_reading(const nvml_backend *nb, gp_gpu_info *o, const char 
 
 /* Clocks, ECC counts, throttle reasons (the board's): -1 unless NVML
  * answers; the compute processes of dev (the GPU or a MIG instance of it). */
-/* Are the processes NVML listed this process's to see?  The driver names
- * them by their PIDs in the host's PID namespace; run in a namespace of
- * its own (a container without the host's PIDs), gpupool would find none
- * of them, or others of the same number, and take a task's memory for a
- * stranger's (foreign memory it then keeps free: the task counted twice).
+/* Are the processes NVML listed this process's to see?  Older drivers name
+ * them by their PIDs in the host's PID namespace (driver 580 lists only the
+ * reader's namespace's, under its PIDs: seen on an H200); run in a
+ * namespace of its own (a container without the host's PIDs), gpupool would
+ * find none of them, or others of the same number, and take a task's memory
+ * for a stranger's (foreign memory it then keeps free: the task counted twice).
  * So a reading with a PID this process cannot see lists no process at all
  * (per task memory, the watchdog and foreign memory wait for one it can),
  * and three such readings in a row are logged once, with the remedy.  A

@@ -292,10 +292,11 @@ bool gp_tele_local_sample(gp_daemon *d) {
                 if (!info[i].procs_known)
                         continue;
                 memset(on_gpu, 0, nr * sizeof(on_gpu[0]));
-                int64_t foreign = 0; /* processes of no task of ours: another user's, a display server */
+                int64_t foreign = 0, listed = 0; /* processes of no task of ours: another user's */
                 for (int k = 0; k < info[i].n_procs; k++) {
                         const gp_gpu_proc *p = &info[i].procs[k];
                         int w = nr ? gp_host_descends(p->pid, roots, nr) : -1;
+                        listed += p->used_mb > 0 ? p->used_mb : 0;
                         if (w >= 0 && p->used_mb > 0) {
                                 sums[w] += p->used_mb;
                                 on_gpu[w] += p->used_mb;
@@ -303,8 +304,8 @@ bool gp_tele_local_sample(gp_daemon *d) {
                                 foreign += p->used_mb;
                         }
                 }
-                more |= gp_sched_gpu_set_foreign(gp_daemon_sched(d), ids[i],
-                                                 foreign < (1LL << 40) ? foreign : 1LL << 40) > 0;
+                foreign = gp_gpu_foreign_mb(info[i].memory_used_mb, listed, foreign, info[i].n_procs, GP_GPU_MAX_PROCS);
+                more |= gp_sched_gpu_set_foreign(gp_daemon_sched(d), ids[i], foreign) > 0;
                 for (size_t w = 0; w < nr; w++)
                         if (on_gpu[w] > most[w])
                                 most[w] = on_gpu[w];

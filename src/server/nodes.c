@@ -1718,13 +1718,15 @@ static int h_sync(struct hreq *r, const gp_route_arg *a) {
         bool more = false; /* memory of processes not the pool's shrinks what a GPU offers */
         for (int i = 0; i < m->n_tele; i++) {
                 const gp_proto_tele *g = &m->tele[i];
-                int64_t foreign = 0;
-                for (int k = 0; g->procs_known && k < g->n_procs; k++)
+                int64_t foreign = 0, listed = 0;
+                for (int k = 0; g->procs_known && k < g->n_procs; k++) {
                         foreign += g->procs[k].task == 0 ? g->procs[k].used_mb : 0;
+                        listed += g->procs[k].used_mb;
+                }
+                foreign = gp_gpu_foreign_mb(g->used_mb, listed, foreign, g->n_procs, GP_PROTO_MAX_PROCS);
                 for (int k = 0; g->procs_known && k < n->ngpus; k++)
                         if (n->gpus[k].g.index == g->index && n->gpus[k].sid != UINT32_MAX)
-                                more |= gp_sched_gpu_set_foreign(gp_daemon_sched(d), n->gpus[k].sid,
-                                                                 foreign < (1LL << 40) ? foreign : 1LL << 40) > 0;
+                                more |= gp_sched_gpu_set_foreign(gp_daemon_sched(d), n->gpus[k].sid, foreign) > 0;
         }
         if (more)
                 gp_daemon_kick(d); /* a run may start something there now */

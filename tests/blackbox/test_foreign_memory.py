@@ -96,3 +96,29 @@ def test_processes_named_from_another_pid_namespace_are_charged_to_no_one(daemon
     assert g["memory_foreign_mb"] == 0 and g["isolation"] == "watchdog", g
     for x in (t, t2):
         d.api("POST", "/api/v1/tasks/%d/cancel" % x["id"])
+
+
+def test_memory_no_listed_process_holds_is_foreign_too(daemon_factory, tmp_path, monkeypatch):
+    # Seen on an H200 with driver 580: run in a PID namespace of its own, NVML lists only that
+    # namespace's processes, so another container's 3.6 GB showed in the device's use and in no
+    # process. What the device has in use beyond its listed processes (past 256 MB) is foreign.
+    script = tmp_path / "nvml.conf"
+    write(script, H100 % ("f3f3f3f3", " mem_used_mb=30000"))
+    monkeypatch.setenv("FAKE_NVML_CONFIG", str(script))
+    d = daemon_factory('gpus: {backend: nvml, poll_ms: 200, nvml_library: "%s"}\n' % fake_nvml_lib())
+
+    def gpu():
+        return d.api("GET", "/api/v1/gpus").json()["gpus"][0]
+    g = wait_for(lambda: gpu()["memory_foreign_mb"] == 30000 and gpu(), 15, "the unlisted 30000 MB")
+    assert g["memory_usable_mb"] == 81559 - 2000 - 30000 and g["memory_used_mb"] == 30000, g
+    # a task's own listed process is its, not foreign, and the device's use grows by it
+    t = d.api("POST", "/api/v1/tasks", json={"command": ["sleep", "60"], "memory_mb": 20000,
+                                              "env": {"FAKE_NVML_GPU_MB": "15000"}}).json()
+    wait_for(lambda: d.api("GET", "/api/v1/tasks/%d" % t["id"]).json().get("gpu_memory_used_mb") == 15000, 15,
+             "the task's memory")
+    g = gpu()
+    assert g["memory_foreign_mb"] == 30000 and g["memory_used_mb"] == 45000, g
+    # 200 MB beyond the listed processes is the driver's own: nothing foreign
+    write(script, H100 % ("f3f3f3f3", " mem_used_mb=200"))
+    wait_for(lambda: gpu()["memory_foreign_mb"] == 0, 15, "no foreign memory")
+    d.api("POST", "/api/v1/tasks/%d/cancel" % t["id"])

@@ -34,7 +34,10 @@
  *       name="..."         default "NVIDIA Fake GPU" (at most 95 bytes)
  *       uuid=GPU-...        default GPU-00000000-0000-0000-0000-<index, 12 digits>
  *       mem_total_mb=N      default 16384 (nvmlMemory_t is in bytes: N MiB)
- *       mem_used_mb=N       default 0, at most mem_total_mb
+ *       mem_used_mb=N       default 0, at most mem_total_mb: memory in use that
+ *                           no listed process holds (a process NVML does not
+ *                           list: another PID namespace's, graphics); the
+ *                           device's used is this plus its listed processes'
  *       mem_reserved_mb=N   the driver's own reservation, default 0: counted in
  *                           nvmlDeviceGetMemoryInfo's used, apart in _v2's (as
  *                           R510 on; _v2 checks its struct's version)
@@ -862,14 +865,22 @@ API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int
         DEVICE_END;
 }
 
+struct nvmlProcessInfo_st;
+static unsigned list_procs(const struct fake_gpu *g, const struct fake_mig *mig, struct nvmlProcessInfo_st *infos,
+                           unsigned cap, unsigned long long *mb_sum);
+
 API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
         DEVICE_CALL(device, g, C_MEMORY);
         if (!memory) {
                 rc_ = NVML_ERROR_INVALID_ARGUMENT;
                 goto out;
         }
+        unsigned long long procs_mb;
+        list_procs(g, mig_, NULL, 0, &procs_mb);
         memory->total = (mig_ ? mig_->mem_mb : g->total_mb) * MIB;
-        memory->used = mig_ ? 0 : (g->used_mb + g->reserved_mb) * MIB;
+        memory->used = ((mig_ ? 0 : g->used_mb + g->reserved_mb) + procs_mb) * MIB;
+        if (memory->used > memory->total)
+                memory->used = memory->total;
         memory->free = memory->total - memory->used;
         DEVICE_END;
 }
@@ -897,9 +908,13 @@ API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t
                 rc_ = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
                 goto out;
         }
+        unsigned long long procs_mb;
+        list_procs(g, mig_, NULL, 0, &procs_mb);
         memory->total = (mig_ ? mig_->mem_mb : g->total_mb) * MIB;
         memory->reserved = mig_ ? 0 : g->reserved_mb * MIB;
-        memory->used = mig_ ? 0 : g->used_mb * MIB;
+        memory->used = ((mig_ ? 0 : g->used_mb) + procs_mb) * MIB;
+        if (memory->used > memory->total - memory->reserved)
+                memory->used = memory->total - memory->reserved;
         memory->free = memory->total - memory->reserved - memory->used;
         DEVICE_END;
 }
@@ -1028,33 +1043,44 @@ static bool env_uses(const char *pid, unsigned index, const char *uuid, unsigned
         return has_mb && sees;
 }
 
+/* The compute processes of GPU g (its MIG instance mig, or NULL): up to cap
+ * into infos (may be NULL); returns how many there are, their MiB in *mb. */
+static unsigned list_procs(const struct fake_gpu *g, const struct fake_mig *mig, struct nvmlProcessInfo_st *infos,
+                           unsigned cap, unsigned long long *mb_sum) {
+        unsigned found = 0, index = (unsigned)(g - gpus);
+        *mb_sum = 0;
+        DIR *dir = g->procs_env ? opendir("/proc") : NULL;
+        struct dirent *de;
+        while (dir && (de = readdir(dir))) {
+                unsigned long long mb;
+                if (de->d_name[0] < '1' || de->d_name[0] > '9' || !env_uses(de->d_name, index, mig ? mig->uuid : NULL, &mb))
+                        continue;
+                if (infos && found < cap)
+                        infos[found] = (nvmlProcessInfo_t){.pid = (unsigned)(strtoul(de->d_name, NULL, 10) +
+                                                                             g->pid_offset),
+                                                           .usedGpuMemory = mb * MIB};
+                found++;
+                *mb_sum += mb;
+        }
+        if (dir)
+                closedir(dir);
+        if (g->foreign_mb && !mig) { /* the board's process, not an instance's */
+                if (infos && found < cap)
+                        infos[found] = (nvmlProcessInfo_t){.pid = 1, .usedGpuMemory = g->foreign_mb * MIB};
+                found++;
+                *mb_sum += g->foreign_mb;
+        }
+        return found;
+}
+
 static nvmlReturn_t get_procs(nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_t *infos) {
         DEVICE_CALL(device, g, C_PROCS);
         if (!count) {
                 rc_ = NVML_ERROR_INVALID_ARGUMENT;
                 goto out;
         }
-        unsigned found = 0, index = (unsigned)(g - gpus);
-        DIR *dir = g->procs_env ? opendir("/proc") : NULL;
-        struct dirent *de;
-        while (dir && (de = readdir(dir))) {
-                unsigned long long mb;
-                if (de->d_name[0] < '1' || de->d_name[0] > '9' ||
-                    !env_uses(de->d_name, index, mig_ ? mig_->uuid : NULL, &mb))
-                        continue;
-                if (infos && found < *count)
-                        infos[found] = (nvmlProcessInfo_t){.pid = (unsigned)(strtoul(de->d_name, NULL, 10) +
-                                                                             g->pid_offset),
-                                                           .usedGpuMemory = mb * MIB};
-                found++;
-        }
-        if (dir)
-                closedir(dir);
-        if (g->foreign_mb && !mig_) { /* the board's process, not an instance's */
-                if (infos && found < *count)
-                        infos[found] = (nvmlProcessInfo_t){.pid = 1, .usedGpuMemory = g->foreign_mb * MIB};
-                found++;
-        }
+        unsigned long long mb;
+        unsigned found = list_procs(g, mig_, infos, *count, &mb);
         /* NVML: too small a buffer (or none) is INSUFFICIENT_SIZE with the count needed */
         if (found > *count || (!infos && found))
                 rc_ = NVML_ERROR_INSUFFICIENT_SIZE;

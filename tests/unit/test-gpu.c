@@ -662,8 +662,28 @@ static void test_fake_nvml_refuses_calls_before_init(void **state) {
         close_fake(dl);
 }
 
+/* Foreign memory: listed processes of no task, plus what the device uses
+ * beyond every listed process past the slack, unless the list may be cut. */
+static void test_foreign_memory_counts_what_no_listed_process_holds(void **state) {
+        (void)state;
+        /* device 45000: tasks' 15000 and a stranger's 1000 listed, 29000 unlisted */
+        assert_int_equal(gp_gpu_foreign_mb(45000, 16000, 1000, 2, GP_GPU_MAX_PROCS), 1000 + 29000);
+        /* within the slack: the driver's own */
+        assert_int_equal(gp_gpu_foreign_mb(16000 + GP_GPU_UNLISTED_SLACK_MB, 16000, 1000, 2, GP_GPU_MAX_PROCS), 1000);
+        assert_int_equal(gp_gpu_foreign_mb(16000 + GP_GPU_UNLISTED_SLACK_MB + 1, 16000, 1000, 2, GP_GPU_MAX_PROCS),
+                         1000 + GP_GPU_UNLISTED_SLACK_MB + 1);
+        /* listed more than the device said (a reading's skew): no less than the listed */
+        assert_int_equal(gp_gpu_foreign_mb(10000, 16000, 1000, 2, GP_GPU_MAX_PROCS), 1000);
+        /* the device's use unknown, or a list at the cap (maybe cut): the listed only */
+        assert_int_equal(gp_gpu_foreign_mb(-1, 16000, 1000, 2, GP_GPU_MAX_PROCS), 1000);
+        assert_int_equal(gp_gpu_foreign_mb(90000, 16000, 1000, GP_GPU_MAX_PROCS, GP_GPU_MAX_PROCS), 1000);
+        /* bounded as the scheduler takes it */
+        assert_int_equal(gp_gpu_foreign_mb(INT64_MAX / 2, 0, 0, 0, GP_GPU_MAX_PROCS), (int64_t)1 << 40);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_foreign_memory_counts_what_no_listed_process_holds),
                 cmocka_unit_test_teardown(test_nvml_reads_scripted_gpus, teardown),
                 cmocka_unit_test_teardown(test_nvml_marks_gpu_unhealthy_on_error, teardown),
                 cmocka_unit_test_teardown(test_nvml_lost_gpu_keeps_its_identity, teardown),

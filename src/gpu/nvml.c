@@ -280,14 +280,19 @@ static bool optional_reading(const nvml_backend *nb, gp_gpu_info *o, const char 
  * So a reading with a PID this process cannot see lists no process at all
  * (per task memory, the watchdog and foreign memory wait for one it can),
  * and three such readings in a row are logged once, with the remedy.  A
- * process that ended between the listing and the look is one such
- * reading, no more. */
-static bool pids_seen(const gp_gpu_info *o) {
-        static int streak, warned; /* atomic */
-        int unseen = 0;
-        for (int k = 0; k < o->n_procs && !unseen; k++)
+ * process that ended between the listing and the look is listed again
+ * once, without it. */
+static int first_unseen(const gp_gpu_info *o) {
+        for (int k = 0; k < o->n_procs; k++)
                 if (kill(o->procs[k].pid, 0) < 0 && errno == ESRCH)
-                        unseen = o->procs[k].pid;
+                        return o->procs[k].pid;
+        return 0;
+}
+
+/* A reading whose first unseen PID is unseen (0: none): true when it may
+ * stand. */
+static bool pids_seen(int unseen) {
+        static int streak, warned; /* atomic */
         if (!unseen) {
                 __atomic_store_n(&streak, 0, __ATOMIC_RELAXED);
                 return true;
@@ -329,21 +334,28 @@ static void read_diagnostics(const nvml_backend *nb, nvmlDevice_t board, nvmlDev
         }
         if (nb->fn.get_procs) {
                 static __thread nvmlProcessInfo_t p[4 * GP_GPU_MAX_PROCS];
-                unsigned int cnt = 4 * GP_GPU_MAX_PROCS;
-                memset(p, 0, sizeof(p));
-                o->procs_known = nb->fn.get_procs(dev, &cnt, p) == NVML_SUCCESS;
-                if (o->procs_known)
-                        for (unsigned int k = 0; k < cnt && k < 4 * GP_GPU_MAX_PROCS && o->n_procs < GP_GPU_MAX_PROCS;
-                             k++) {
-                                if (p[k].pid == 0 || p[k].pid > INT_MAX)
-                                        continue;
-                                gp_gpu_proc *q = &o->procs[o->n_procs++];
-                                q->pid = (int)p[k].pid;
-                                q->used_mb = p[k].usedGpuMemory == NVML_VALUE_NOT_AVAILABLE
-                                                     ? -1
-                                                     : (int64_t)(p[k].usedGpuMemory / MIB);
-                        }
-                if (o->procs_known && !pids_seen(o)) {
+                int unseen = 0;
+                for (int tries = 0; tries < 2; tries++) {
+                        unsigned int cnt = 4 * GP_GPU_MAX_PROCS;
+                        memset(p, 0, sizeof(p));
+                        o->n_procs = 0;
+                        o->procs_known = nb->fn.get_procs(dev, &cnt, p) == NVML_SUCCESS;
+                        if (o->procs_known)
+                                for (unsigned int k = 0;
+                                     k < cnt && k < 4 * GP_GPU_MAX_PROCS && o->n_procs < GP_GPU_MAX_PROCS; k++) {
+                                        if (p[k].pid == 0 || p[k].pid > INT_MAX)
+                                                continue;
+                                        gp_gpu_proc *q = &o->procs[o->n_procs++];
+                                        q->pid = (int)p[k].pid;
+                                        q->used_mb = p[k].usedGpuMemory == NVML_VALUE_NOT_AVAILABLE
+                                                             ? -1
+                                                             : (int64_t)(p[k].usedGpuMemory / MIB);
+                                }
+                        unseen = o->procs_known ? first_unseen(o) : 0;
+                        if (!unseen)
+                                break;
+                }
+                if (o->procs_known && !pids_seen(unseen)) {
                         o->procs_known = false; /* whose they are cannot be told: none is charged */
                         o->n_procs = 0;
                 }

@@ -73,11 +73,11 @@ def test_processes_named_from_another_pid_namespace_are_charged_to_no_one(daemon
     # time (its share waits beside it). So such a reading lists no process: nothing foreign, no
     # watchdog (isolation none), no memory per task, and the log says why and what to do.
     script = tmp_path / "nvml.conf"
-    write(script, H100 % ("f2f2f2f2", " pid_offset=3000000"))
+    write(script, H100 % ("f2f2f2f2", " procs_tag=ns pid_offset=3000000"))
     monkeypatch.setenv("FAKE_NVML_CONFIG", str(script))
     d = daemon_factory('gpus: {backend: nvml, poll_ms: 200, nvml_library: "%s"}\n' % fake_nvml_lib())
     t = d.api("POST", "/api/v1/tasks", json={"command": ["sleep", "60"], "memory_mb": 40000,
-                                              "env": {"FAKE_NVML_GPU_MB": "40000"}}).json()
+                                              "env": {"FAKE_NVML_GPU_MB": "40000", "FAKE_NVML_TAG": "ns"}}).json()
     wait_for(lambda: d.api("GET", "/api/v1/tasks/%d" % t["id"]).json()["state"] == "running", 15)
     wait_for(lambda: "which this process cannot see" in d.log(), 15, "the warning")
     assert "hostPID: true" in d.log()
@@ -89,9 +89,7 @@ def test_processes_named_from_another_pid_namespace_are_charged_to_no_one(daemon
     wait_for(lambda: d.api("GET", "/api/v1/tasks/%d" % t2["id"]).json()["state"] == "running", 15, "the second share")
     assert d.api("GET", "/api/v1/tasks/%d" % t["id"]).json().get("gpu_memory_used_mb") is None
     # the same task seen by its own PID: charged to it, nothing foreign
-    # (the fake lists every process of this machine that says it uses GPU 0: another test's, run
-    # beside this one, shows as foreign for a while, so the GPU's figures are waited for)
-    write(script, H100 % ("f2f2f2f2", ""))
+    write(script, H100 % ("f2f2f2f2", " procs_tag=ns"))
     wait_for(lambda: d.api("GET", "/api/v1/tasks/%d" % t["id"]).json().get("gpu_memory_used_mb") == 40000, 15,
              "the task's memory")
     wait_for(lambda: (lambda g: g["memory_foreign_mb"] == 0 and g["isolation"] == "watchdog")(
@@ -105,24 +103,23 @@ def test_memory_no_listed_process_holds_is_foreign_too(daemon_factory, tmp_path,
     # namespace's processes, so another container's 3.6 GB showed in the device's use and in no
     # process. What the device has in use beyond its listed processes (past 256 MB) is foreign.
     script = tmp_path / "nvml.conf"
-    write(script, H100 % ("f3f3f3f3", " mem_used_mb=30000"))
+    # (procs_tag: the fake lists this test's processes only, not those of tests run beside it)
+    write(script, H100 % ("f3f3f3f3", " procs_tag=ul mem_used_mb=30000"))
     monkeypatch.setenv("FAKE_NVML_CONFIG", str(script))
     d = daemon_factory('gpus: {backend: nvml, poll_ms: 200, nvml_library: "%s"}\n' % fake_nvml_lib())
 
     def gpu():
         return d.api("GET", "/api/v1/gpus").json()["gpus"][0]
-    # (the fake lists every process of this machine that says it uses GPU 0: another test's, run
-    # beside this one, shows for a while, so the GPU's figures are waited for)
     wait_for(lambda: (lambda g: g["memory_foreign_mb"] == 30000 and g["memory_used_mb"] == 30000 and
                       g["memory_usable_mb"] == 81559 - 2000 - 30000)(gpu()), 15, "the unlisted 30000 MB")
     # a task's own listed process is its, not foreign, and the device's use grows by it
     t = d.api("POST", "/api/v1/tasks", json={"command": ["sleep", "60"], "memory_mb": 20000,
-                                              "env": {"FAKE_NVML_GPU_MB": "15000"}}).json()
+                                              "env": {"FAKE_NVML_GPU_MB": "15000", "FAKE_NVML_TAG": "ul"}}).json()
     wait_for(lambda: d.api("GET", "/api/v1/tasks/%d" % t["id"]).json().get("gpu_memory_used_mb") == 15000, 15,
              "the task's memory")
     wait_for(lambda: (lambda g: g["memory_foreign_mb"] == 30000 and g["memory_used_mb"] == 45000)(gpu()), 15,
              "the task's 15000 MB its own")
     # 200 MB beyond the listed processes is the driver's own: nothing foreign
-    write(script, H100 % ("f3f3f3f3", " mem_used_mb=200"))
+    write(script, H100 % ("f3f3f3f3", " procs_tag=ul mem_used_mb=200"))
     wait_for(lambda: gpu()["memory_foreign_mb"] == 0, 15, "no foreign memory")
     d.api("POST", "/api/v1/tasks/%d/cancel" % t["id"])

@@ -78,6 +78,9 @@
  *                           CUDA program allocating N MiB on each GPU it sees
  *                           (on a MIG instance's handle: the processes whose
  *                           CUDA_VISIBLE_DEVICES names its MIG-... uuid)
+ *       procs_tag=T         procs=env lists only processes whose environment also
+ *                           has FAKE_NVML_TAG=T (a test's own, not those of
+ *                           tests run beside it on the same machine)
  *       pid_offset=N        procs=env's processes are listed as PID + N (default
  *                           0): as a driver names them from another PID
  *                           namespace (the host's, seen from a container)
@@ -239,6 +242,7 @@ struct fake_gpu {
         long topo_group;
         bool procs_env;                        /* procs=env */
         unsigned long long pid_offset;         /* added to their PIDs */
+        char procs_tag[32];                    /* procs_tag=: only processes with FAKE_NVML_TAG=it */
         unsigned long long foreign_mb;         /* foreign_mb=N: pid 1 uses N MiB */
         unsigned long long xid[16];            /* xid=: raised, not yet delivered */
         unsigned n_xid;
@@ -503,6 +507,10 @@ static bool parse_gpu(const struct parse *p, char *pos) {
                 } else if (strcmp(tok, "procs") == 0) {
                         ok = strcmp(val, "none") == 0 || strcmp(val, "env") == 0;
                         g->procs_env = strcmp(val, "env") == 0;
+                } else if (strcmp(tok, "procs_tag") == 0) {
+                        ok = strlen(val) > 0 && strlen(val) < sizeof(g->procs_tag);
+                        if (ok)
+                                memcpy(g->procs_tag, val, strlen(val) + 1);
                 } else if (strcmp(tok, "pid_offset") == 0) {
                         ok = parse_ull(val, 1ULL << 30, &g->pid_offset);
                 } else if (strcmp(tok, "foreign_mb") == 0) {
@@ -1010,7 +1018,7 @@ typedef struct nvmlProcessInfo_st {
 
 /* Does process pid's environment say it uses GPU index, or the MIG device
  * uuid when that is not NULL (procs=env)?  Its FAKE_NVML_GPU_MB into *mb. */
-static bool env_uses(const char *pid, unsigned index, const char *uuid, unsigned long long *mb) {
+static bool env_uses(const char *pid, unsigned index, const char *uuid, const char *tag, unsigned long long *mb) {
         char path[64], buf[65536];
         snprintf(path, sizeof(path), "/proc/%s/environ", pid);
         FILE *f = fopen(path, "re");
@@ -1019,11 +1027,13 @@ static bool env_uses(const char *pid, unsigned index, const char *uuid, unsigned
         size_t n = fread(buf, 1, sizeof(buf) - 1, f);
         fclose(f);
         buf[n] = '\0';
-        bool has_mb = false, sees = false;
+        bool has_mb = false, sees = false, tagged = !tag[0];
         for (size_t off = 0; off < n; off += strlen(buf + off) + 1) {
                 const char *e = buf + off;
                 if (strncmp(e, "FAKE_NVML_GPU_MB=", 17) == 0)
                         has_mb = parse_ull(e + 17, 1ULL << 30, mb);
+                else if (strncmp(e, "FAKE_NVML_TAG=", 14) == 0)
+                        tagged = tagged || !strcmp(e + 14, tag);
                 else if (strncmp(e, "CUDA_VISIBLE_DEVICES=", 21) == 0 && uuid)
                         for (const char *q = e + 21; *q;) {
                                 size_t len = strcspn(q, ",");
@@ -1040,7 +1050,7 @@ static bool env_uses(const char *pid, unsigned index, const char *uuid, unsigned
                                 q = *end == ',' ? end + 1 : end;
                         }
         }
-        return has_mb && sees;
+        return has_mb && sees && tagged;
 }
 
 /* The compute processes of GPU g (its MIG instance mig, or NULL): up to cap
@@ -1053,7 +1063,7 @@ static unsigned list_procs(const struct fake_gpu *g, const struct fake_mig *mig,
         struct dirent *de;
         while (dir && (de = readdir(dir))) {
                 unsigned long long mb;
-                if (de->d_name[0] < '1' || de->d_name[0] > '9' || !env_uses(de->d_name, index, mig ? mig->uuid : NULL, &mb))
+                if (de->d_name[0] < '1' || de->d_name[0] > '9' || !env_uses(de->d_name, index, mig ? mig->uuid : NULL, g->procs_tag, &mb))
                         continue;
                 if (infos && found < cap)
                         infos[found] = (nvmlProcessInfo_t){.pid = (unsigned)(strtoul(de->d_name, NULL, 10) +

@@ -33,6 +33,13 @@ void gp_ownport_forget(int port) {
         __atomic_fetch_and(&own[port >> 6], ~((uint64_t)1 << (port & 63)), __ATOMIC_SEQ_CST);
 }
 
+void gp_ownport_forget_fd(int fd) {
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof(sa);
+        if (getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 && loopback4((struct sockaddr *)&sa))
+                gp_ownport_forget(ntohs(sa.sin_port));
+}
+
 bool gp_ownport_is_own(const struct sockaddr *peer) {
         if (!loopback4(peer))
                 return false;

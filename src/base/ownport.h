@@ -27,6 +27,11 @@ int gp_ownport_bind(int fd, const struct sockaddr *dest);
  * it before closing the socket's last descriptor. */
 void gp_ownport_forget(int port);
 
+/* The same for a socket known by its descriptor alone (a library's close
+ * callback): its local port when gp_ownport_bind bound it (127.0.0.1),
+ * nothing for another.  Call it before closing fd. */
+void gp_ownport_forget_fd(int fd);
+
 /* Is peer (an accepted connection's) 127.0.0.0/8:PORT with PORT noted? */
 bool gp_ownport_is_own(const struct sockaddr *peer);
 

@@ -201,11 +201,7 @@ static curl_socket_t probe_socket(void *ud, curlsocktype purpose, struct curl_so
 }
 
 static int probe_close(void *ud, curl_socket_t fd) {
-        struct sockaddr_in sa;
-        socklen_t sl = sizeof(sa);
-        if (getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 && sa.sin_family == AF_INET &&
-            (ntohl(sa.sin_addr.s_addr) >> 24) == 127)
-                gp_ownport_forget(ntohs(sa.sin_port));
+        gp_ownport_forget_fd(fd);
         return close(fd);
 }
 

@@ -148,6 +148,13 @@ static void test_ownport_tells_this_process_connections_from_another_s(void **st
         gp_ownport_forget(noted);
         close(a);
         assert_false(gp_ownport_is_own((struct sockaddr *)&mine));
+        /* the same by its descriptor alone (a library's close callback) */
+        struct sockaddr_in mine2;
+        int noted2, a2 = connect_to(l, lport, true, &mine2, &noted2);
+        assert_true(gp_ownport_is_own((struct sockaddr *)&mine2));
+        gp_ownport_forget_fd(a2);
+        close(a2);
+        assert_false(gp_ownport_is_own((struct sockaddr *)&mine2));
 
         /* off loopback nothing is bound or noted; an IPv6 peer is never ours */
         struct sockaddr_in off = {.sin_family = AF_INET, .sin_port = htons(80), .sin_addr.s_addr = htonl(0x0a000001)};

@@ -42,8 +42,12 @@ def node_file(a, name):
 
 
 def wait_issued(a):
-    wait_for(lambda: health(a).get("listen_tls") == "issued", 20,
-             "the node certificate of %s:\n%s" % (a.name, a.log()))
+    def issued():
+        try:
+            return health(a).get("listen_tls") == "issued"
+        except requests.RequestException:
+            return False    # not listening yet (an agent just started again)
+    wait_for(issued, 20, "the node certificate of %s:\n%s" % (a.name, a.log()))
 
 
 def curl(url, cacert, netns=None):
@@ -112,13 +116,7 @@ def test_an_agent_stopped_between_the_writes_of_its_certificate_starts_again_and
     openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key)
     os.chmod(key, 0o600)
     a.start()
-
-    def issued():
-        try:
-            return health(a).get("listen_tls") == "issued"
-        except requests.RequestException:
-            return False    # not listening yet
-    wait_for(issued, 20, "a new node certificate:\n" + a.log())
+    wait_issued(a)
     assert a.running()
     assert open(node_file(a, "node.crt")).read() != first
     assert open(node_file(a, "node.crt.torn")).read() == first and os.path.exists(key + ".torn")
